@@ -1,0 +1,45 @@
+# tnt_add_test(NAME n SOURCES a.cpp... [RANKS 1 2 3 ...] [LABELS l...] [LIBS t...]
+#              [TIMEOUT s] [NO_MPI_MAIN])
+#
+# Builds build/bin/test_<n> from the sources plus a Catch2 main. By default the main is
+# tests/support/catch_mpi_main.cpp: it calls tnt::init, runs Catch2 on every rank and
+# fails on every rank when any rank failed. With RANKS, one CTest test per count runs it
+# under `mpirun -np N --oversubscribe`; if the ranks cannot start, mpirun fails and so does
+# the test (nothing is skipped). Without RANKS it runs as a single process.
+set(TNT_TEST_MPIRUN_FLAGS --allow-run-as-root --oversubscribe --bind-to none
+    --mca mpi_yield_when_idle 1 --mca btl_vader_single_copy_mechanism none)
+set(TNT_TEST_ENV "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;TNT_COLLECTIVE_TIMEOUT=120;OMPI_MCA_rmaps_base_oversubscribe=1")
+
+add_library(tnt_catch_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/catch_main.cpp)
+target_link_libraries(tnt_catch_main PUBLIC Catch2::Catch2)
+add_library(tnt_catch_mpi_main OBJECT ${PROJECT_SOURCE_DIR}/tests/support/catch_mpi_main.cpp)
+target_link_libraries(tnt_catch_mpi_main PUBLIC Catch2::Catch2 tarantella)
+
+function(tnt_add_test)
+  cmake_parse_arguments(T "NO_MPI_MAIN" "NAME;TIMEOUT" "SOURCES;RANKS;LABELS;LIBS" ${ARGN})
+  set(target test_${T_NAME})
+  add_executable(${target} ${T_SOURCES})
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support
+                                               ${PROJECT_SOURCE_DIR}/runtime/src)
+  if(T_NO_MPI_MAIN)
+    target_link_libraries(${target} PRIVATE tnt_catch_main Catch2::Catch2 ${T_LIBS})
+  else()
+    target_link_libraries(${target} PRIVATE tnt_catch_mpi_main Catch2::Catch2 tarantella ${T_LIBS})
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  if(T_RANKS)
+    foreach(np IN LISTS T_RANKS)
+      set(test_name ${T_NAME}.np${np})
+      add_test(NAME ${test_name}
+               COMMAND ${MPIEXEC_EXECUTABLE} ${TNT_TEST_MPIRUN_FLAGS} -np ${np} $<TARGET_FILE:${target}>)
+      set_tests_properties(${test_name} PROPERTIES TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${TNT_TEST_ENV}"
+                           LABELS "${T_LABELS};mpi" PROCESSORS 2)
+    endforeach()
+  else()
+    add_test(NAME ${T_NAME} COMMAND ${target})
+    set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${TNT_TEST_ENV}"
+                         LABELS "${T_LABELS}")
+  endif()
+endfunction()

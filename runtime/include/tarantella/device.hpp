@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace tnt {
+
+struct Device {
+  enum class Kind { cpu, cuda };
+  Kind kind = Kind::cpu;
+  int index = 0;  // CUDA ordinal; 0 for the CPU
+
+  static Device cpu() { return {}; }
+  static Device cuda(int index = 0) { return {Kind::cuda, index}; }
+  static Device parse(const std::string& text);  // "cpu", "cuda", "cuda:1"; throws InputError
+
+  bool is_cpu() const { return kind == Kind::cpu; }
+  bool is_cuda() const { return kind == Kind::cuda; }
+  std::string str() const;
+  bool operator==(const Device&) const = default;
+};
+
+// True when this build has the CUDA backend AND a CUDA device can be used at run time.
+bool cuda_available();
+int cuda_device_count();  // 0 on CPU-only builds
+
+struct MemoryStats {
+  size_t current_bytes = 0;  // handed out to tensors now
+  size_t peak_bytes = 0;     // most ever handed out at once
+  size_t reserved_bytes = 0; // held by the caching allocator (GPU)
+};
+MemoryStats memory_stats(Device device);
+void reset_peak_memory(Device device);
+
+}  // namespace tnt

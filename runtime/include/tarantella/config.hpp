@@ -1,0 +1,51 @@
+// Every tunable of the runtime, declared once: field, type, environment variable, default,
+// unit and a line of help. The resolved set is printed by the master at start when
+// TNT_LOG_LEVEL is INFO or DEBUG. A value that does not parse is an InputError naming the
+// variable and the value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tnt {
+
+// X(field, type, ENV, default, unit, help)
+#define TNT_CONFIG_KNOBS(X)                                                                     \
+  X(fusion_threshold_kb, int64_t, "TNT_FUSION_THRESHOLD", 32, "KB",                             \
+    "gradient fusion bucket size; 0 = one bucket per tensor")                                  \
+  X(allreduce_algo, std::string, "TNT_ALLREDUCE_ALGO", "", "",                                 \
+    "ring|mpi|nccl; empty = ring for host buffers, nccl for device buffers")                   \
+  X(collective_timeout_s, double, "TNT_COLLECTIVE_TIMEOUT", 600.0, "s",                         \
+    "a collective not complete after this long fails on the waiting ranks")                    \
+  X(log_level, std::string, "TNT_LOG_LEVEL", "WARNING", "", "DEBUG|INFO|WARNING|ERROR")         \
+  X(output_on_all_devices, bool, "TNT_OUTPUT_ON_ALL_DEVICES", false, "",                        \
+    "progress output and files from every rank, not only the master")                          \
+  X(log_on_all_devices, bool, "TNT_LOG_ON_ALL_DEVICES", false, "", "log lines from every rank")  \
+  X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
+  X(device, std::string, "TNT_DEVICE", "", "",                                                 \
+    "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \
+  X(num_threads, int64_t, "TNT_NUM_THREADS", 0, "threads",                                     \
+    "CPU compute threads per rank; 0 = the cores of the rank's affinity mask")                 \
+  X(ring_segment_kb, int64_t, "TNT_RING_SEGMENT", 256, "KB",                                    \
+    "segment size of the ring allreduce pipeline")
+
+struct Config {
+#define TNT_CONFIG_FIELD(field, type, env, def, unit, help) type field = def;
+  TNT_CONFIG_KNOBS(TNT_CONFIG_FIELD)
+#undef TNT_CONFIG_FIELD
+
+  // Reads every TNT_* variable of the environment; throws InputError on a bad value.
+  static Config from_env();
+
+  struct Row {
+    std::string env, value, unit, help;
+  };
+  std::vector<Row> rows() const;  // for printing
+  std::string table() const;      // the resolved set, one knob a line
+};
+
+enum class LogLevel { debug = 0, info = 1, warning = 2, error = 3 };
+LogLevel parse_log_level(const std::string& text);  // throws InputError
+
+}  // namespace tnt

@@ -1,0 +1,38 @@
+// The runtime context: created once by tnt::init (MPI, configuration, device choice, the
+// job's Communicator), destroyed by tnt::finalize. It is the only mutable global.
+#pragma once
+
+#include "tarantella/config.hpp"
+#include "tarantella/device.hpp"
+
+#include <functional>
+
+namespace tnt {
+
+class Communicator;
+
+// Initialises MPI (thread level MULTIPLE) unless already initialised, reads the
+// configuration, picks this rank's device and creates the job's Communicator.
+void init(int* argc = nullptr, char*** argv = nullptr);
+void finalize();
+bool initialized();
+
+int rank();
+int size();
+int local_rank();
+int local_size();
+constexpr int master_rank() { return 0; }
+bool is_master_rank();
+
+const Config& config();  // the resolved configuration (from the environment before init)
+Device default_device();  // this rank's device (TNT_DEVICE or the default rule)
+int num_threads();        // CPU compute threads this rank uses
+Communicator& communicator();
+
+// Runs body between init and finalize, and turns an exception into a message on stderr
+// ("error: ...") and a non-zero exit. When the job has several ranks and only some fail,
+// MPI_Abort ends the others so that nothing hangs. Use from a program's main:
+//   int main(int argc, char** argv) { return tnt::run_main(argc, argv, [&] { ... }); }
+int run_main(int argc, char** argv, const std::function<void()>& body);
+
+}  // namespace tnt

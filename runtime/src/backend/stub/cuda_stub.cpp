@@ -1,0 +1,23 @@
+// CPU-only build: the CUDA entry points exist so the API is the same, and fail clearly.
+#include "backend/device_api.hpp"
+#include "tarantella/check.hpp"
+
+namespace tnt::backend {
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw Error("this libtarantella was built without CUDA (configure with -DTNT_CUDA=ON on a machine with the CUDA toolkit, cuDNN and NCCL)");
+}
+}  // namespace
+
+bool cuda_built() { return false; }
+int cuda_device_count() { return 0; }
+void* cuda_malloc(size_t, int) { no_cuda(); }
+void cuda_free(void*, size_t, int) {}
+void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
+void cuda_memset_zero(void*, size_t, int) { no_cuda(); }
+MemoryStats cuda_memory_stats(int) { return {}; }
+void cuda_reset_peak(int) {}
+void cuda_set_device(int) { no_cuda(); }
+
+}  // namespace tnt::backend

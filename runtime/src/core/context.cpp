@@ -1,0 +1,147 @@
+#include "core/context.hpp"
+
+#include "backend/device_api.hpp"
+#include "tarantella/build_config.hpp"
+#include "tarantella/check.hpp"
+#include "tarantella/log.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <mpi.h>
+#include <sched.h>
+
+#include <cstdio>
+#include <cstdlib>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace tnt {
+
+namespace {
+std::unique_ptr<RuntimeContext> g_context;  // the one mutable global (see STYLE.md)
+
+RuntimeContext& ctx() {
+  TNT_CHECK(g_context, "tarantella is not initialised: call tnt::init() first");
+  return *g_context;
+}
+
+int affinity_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  int n = CPU_COUNT(&set);
+  return n > 0 ? n : 1;
+}
+}  // namespace
+
+RuntimeContext* context_or_null() { return g_context.get(); }
+
+void init(int* argc, char*** argv) {
+  if (g_context) return;
+  auto c = std::make_unique<RuntimeContext>();
+  c->config = Config::from_env();
+
+  int mpi_ready = 0;
+  MPI_Initialized(&mpi_ready);
+  if (!mpi_ready) {
+    int provided = 0;
+    TNT_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    c->we_initialized_mpi = true;
+    TNT_CHECK(provided >= MPI_THREAD_SERIALIZED,
+              "the MPI library provides thread level {}; tarantella needs at least MPI_THREAD_SERIALIZED",
+              provided);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  TNT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+  TNT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+  MPI_Comm node;
+  TNT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+  MPI_Comm_rank(node, &c->local_rank);
+  MPI_Comm_size(node, &c->local_size);
+  MPI_Comm_free(&node);
+
+  if (!c->config.device.empty()) {
+    c->device = Device::parse(c->config.device);
+  } else if (cuda_available()) {
+    c->device = Device::cuda(c->local_rank % cuda_device_count());
+  } else {
+    c->device = Device::cpu();
+  }
+  if (c->device.is_cuda()) {
+    TNT_CHECK(backend::cuda_built(), "TNT_DEVICE={} but this libtarantella was built without CUDA", c->device.str());
+    TNT_CHECK(c->device.index < backend::cuda_device_count(), "TNT_DEVICE={} but this node has {} CUDA device(s)",
+              c->device.str(), backend::cuda_device_count());
+    backend::cuda_set_device(c->device.index);
+  }
+  c->num_threads = c->config.num_threads > 0 ? static_cast<int>(c->config.num_threads) : affinity_cores();
+#ifdef _OPENMP
+  omp_set_num_threads(c->num_threads);
+#endif
+  g_context = std::move(c);
+  g_context->comm = Communicator::create_world(g_context->config, g_context->device);
+
+  if (is_master_rank() && log_enabled(LogLevel::info)) {
+    log_line(LogLevel::info,
+             fmt::format("tarantella {} ({}), {} rank(s), device of rank 0: {}, {} thread(s)\n{}", TNT_VERSION,
+                         TNT_WITH_CUDA_BUILD ? "CUDA " TNT_CUDA_VERSION : "CPU only", g_context->size,
+                         g_context->device.str(), g_context->num_threads, g_context->config.table()));
+  }
+}
+
+void finalize() {
+  if (!g_context) return;
+  bool ours = g_context->we_initialized_mpi;
+  g_context->comm.reset();
+  g_context.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (ours && !finalized) MPI_Finalize();
+}
+
+bool initialized() { return g_context != nullptr; }
+int rank() { return ctx().rank; }
+int size() { return ctx().size; }
+int local_rank() { return ctx().local_rank; }
+int local_size() { return ctx().local_size; }
+bool is_master_rank() { return ctx().rank == master_rank(); }
+Device default_device() { return ctx().device; }
+int num_threads() { return ctx().num_threads; }
+
+const Config& config() {
+  if (g_context) return g_context->config;
+  static const Config from_env = Config::from_env();
+  return from_env;
+}
+
+Communicator& communicator() {
+  TNT_CHECK(ctx().comm, "the communicator is not available");
+  return *ctx().comm;
+}
+
+int run_main(int argc, char** argv, const std::function<void()>& body) {
+  try {
+    init(&argc, &argv);
+    body();
+    finalize();
+    return 0;
+  } catch (const std::exception& e) {
+    int r = g_context ? g_context->rank : 0;
+    int p = g_context ? g_context->size : 1;
+    if (p > 1) {
+      std::fprintf(stderr, "error (rank %d of %d): %s\n", r, p, e.what());
+    } else {
+      std::fprintf(stderr, "error: %s\n", e.what());
+    }
+    std::fflush(stderr);
+    int mpi_ready = 0, mpi_done = 0;
+    MPI_Initialized(&mpi_ready);
+    MPI_Finalized(&mpi_done);
+    // Other ranks may be waiting in a collective this rank will never join: end the job
+    // rather than let it hang.
+    if (mpi_ready && !mpi_done && p > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    finalize();
+    return 1;
+  }
+}
+
+}  // namespace tnt

@@ -1,0 +1,27 @@
+// The one runtime context object (created by tnt::init). Internal: programs use the free
+// functions of tarantella/runtime.hpp.
+#pragma once
+
+#include "tarantella/comm.hpp"
+#include "tarantella/config.hpp"
+#include "tarantella/device.hpp"
+
+#include <memory>
+
+namespace tnt {
+
+struct RuntimeContext {
+  Config config;
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  Device device;
+  int num_threads = 1;
+  bool we_initialized_mpi = false;
+  std::unique_ptr<Communicator> comm;
+};
+
+RuntimeContext* context_or_null();
+
+}  // namespace tnt

@@ -1,6 +1,16 @@
 // Initialisers and the counter-based generator behind them. A value depends only on
 // (seed, key, index): initial weights depend on the seed and the parameter's full name, not
 // on the device, the number of ranks or the order in which layers were built.
+//
+// Conventions (fans from PyTorch layouts [out, in, k...]: fan_in = in * prod(k),
+// fan_out = out * prod(k); a 1-D tensor has fan_in = fan_out = its length):
+//   glorot_uniform  U(-l, l), l = sqrt(6 / (fan_in + fan_out))      (Keras, PyTorch xavier)
+//   glorot_normal   N(0, s),  s = sqrt(2 / (fan_in + fan_out))      (PyTorch xavier_normal_)
+//   he_uniform      U(-l, l), l = sqrt(6 / fan_in)                  (Keras, PyTorch kaiming, a=0)
+//   he_normal       N(0, s),  s = sqrt(2 / fan_in)                  (PyTorch kaiming_normal_)
+//   truncated_normal(mean, s): N(mean, s) restricted to [mean - 2s, mean + 2s] (as Keras/TF).
+// The *_normal variance-scaling initialisers use the plain normal (PyTorch's convention),
+// not Keras' truncated normal with a corrected stddev.
 #pragma once
 
 #include "tarantella/tensor.hpp"
@@ -10,14 +20,17 @@
 
 namespace tnt {
 
-// Stateless generator: Philox-4x32-10 keyed by (seed, hash of key), counter = element index.
+// Stateless generator: Philox-4x32-10 with a 64-bit key derived from (seed, key string),
+// counter = element index. The exact bit recipe is in runtime/src/layers/philox.hpp, which
+// CUDA kernels share, so a mask drawn on the GPU equals the one drawn on the CPU.
 class CounterRng {
  public:
   CounterRng(uint64_t seed, const std::string& key);
   CounterRng(uint64_t seed, uint64_t key);
   uint32_t bits(uint64_t counter) const;     // 32 random bits for element `counter`
-  float uniform(uint64_t counter) const;     // [0, 1)
-  float normal(uint64_t counter) const;      // standard normal (Box-Muller on two draws)
+  float uniform(uint64_t counter) const;     // [0, 1), a multiple of 2^-24
+  double normal(uint64_t counter) const;     // standard normal (Box-Muller on one block)
+  uint64_t key() const { return key_; }      // the Philox key (for device kernels)
 
  private:
   uint64_t key_;
@@ -45,9 +58,10 @@ struct Initializer {
   static Initializer he_uniform() { return {Kind::he_uniform}; }
   static Initializer he_normal() { return {Kind::he_normal}; }
 
-  // Fills t (any device) for the parameter called `full_name`. Fans follow PyTorch's
-  // layouts: [out, in, k...] gives fan_in = in * prod(k), fan_out = out * prod(k).
+  // Fills t (any device, any floating dtype; host values are drawn in double and then
+  // converted) for the parameter called `full_name`.
   void apply(Tensor& t, uint64_t seed, const std::string& full_name) const;
+  std::string str() const;  // "glorot_uniform", "normal(0, 0.02)"
 };
 
 }  // namespace tnt

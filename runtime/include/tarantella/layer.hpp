@@ -1,12 +1,17 @@
 // The layer interface. A layer owns its parameters (trainable) and buffers (state such as
 // BatchNorm running statistics); both are saved in checkpoints under hierarchical names
 // "<layer name>.<local name>" in PyTorch's layouts (conv weight [out, in, kh, kw], linear
-// weight [out, in]).
+// weight [out, in]). A composite layer (a Transformer block) registers child layers with
+// add_child(); their names nest: "<block>.<child>.<local>".
 //
 // forward/backward take a SavedState that belongs to ONE call site in a graph, so a layer
 // used at two places (shared weights, as in the Transformer) keeps two states, and its
 // parameter gradients accumulate (+=) over both calls. Each engine (CPU: oneDNN or plain
-// C++; CUDA: cuDNN/cuBLAS/our kernels) is chosen by the device of the inputs.
+// C++; CUDA: cuDNN/cuBLAS/our kernels) is chosen by the device of the inputs; the CPU and
+// CUDA engines of one layer never share a SavedState.
+//
+// Gradients returned by backward are fresh tensors the caller may keep and modify, except
+// that a layer which only reshapes (Flatten) returns a view of its grad_output.
 #pragma once
 
 #include "tarantella/init.hpp"
@@ -15,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tnt {
@@ -34,6 +40,9 @@ struct RunContext {
   bool training = false;
   uint64_t seed = 0;     // the run's seed (Dropout keys its mask on seed, layer name, step)
   int64_t step = 0;      // global training step
+  // Global index of this rank's first sample within the global batch. Dropout offsets its
+  // random counters by it, so p ranks on B samples draw the same masks as 1 rank on B.
+  int64_t sample_offset = 0;
   Device device;         // the model's device
 };
 
@@ -42,7 +51,12 @@ struct SavedState {
   std::shared_ptr<void> extra;   // engine-specific state (primitive caches, descriptors)
 };
 
-class Layer {
+class Layer;
+using LayerPtr = std::shared_ptr<Layer>;
+
+// Derives from enable_shared_from_this so that a call through operator() on a layer held by
+// shared_ptr lets the network keep it alive.
+class Layer : public std::enable_shared_from_this<Layer> {
  public:
   explicit Layer(std::string name = "");
   virtual ~Layer() = default;
@@ -50,15 +64,23 @@ class Layer {
   Layer& operator=(const Layer&) = delete;
 
   virtual std::string type() const = 0;  // "Conv2D", "Dense", ...
+  // A layer created without a name gets "<type lowercase>_<k>" (a per-type counter) and
+  // has_default_name() true, so a network may rename it (by position, as PyTorch).
   const std::string& name() const { return name_; }
-  void set_name(std::string name) { name_ = std::move(name); }
+  void set_name(std::string name) {
+    name_ = std::move(name);
+    default_name_ = false;
+  }
+  bool has_default_name() const { return default_name_; }
 
   // Shapes include the batch dimension (its value is whatever the caller gives).
   virtual std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const = 0;
-  // Creates parameters and buffers for these input shapes (values are set later by
-  // initialize(), from the initialiser, the seed and the full parameter name).
+  // Creates parameters and buffers for these input shapes on device(), drawn from their
+  // initialisers with seed 0 so that the layer is usable at once; initialize(seed) draws
+  // them again from the run's seed and the full names.
   virtual void build(const std::vector<Shape>& input_shapes) { (void)input_shapes; }
   bool built() const { return built_; }
+  // Builds once; forward() calls it, so a layer can be used without an explicit build.
   void ensure_built(const std::vector<Shape>& input_shapes);
 
   virtual std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
@@ -68,15 +90,27 @@ class Layer {
   virtual std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
                                        SavedState& saved) = 0;
 
-  std::vector<Parameter*> parameters();  // trainable and frozen weights, in creation order
+  // This layer's own and its children's, in creation order (own first).
+  std::vector<Parameter*> parameters();  // trainable and frozen weights
   std::vector<Parameter*> buffers();
-  // Sets every parameter and buffer from its initialiser keyed by (seed, "<name>.<local>").
+  // The same with full names "<name>.<local>" ("<name>.<child>.<local>" for children).
+  std::vector<std::pair<std::string, Parameter*>> named_parameters();
+  std::vector<std::pair<std::string, Parameter*>> named_buffers();
+  const std::vector<LayerPtr>& children() const { return children_; }
+
+  // Sets every parameter and buffer from its initialiser keyed by (seed, full name).
   void initialize(uint64_t seed);
-  // Moves parameters, gradients and buffers to device.
+  void zero_grad();
+  // Moves parameters, gradients and buffers (children's too) to device.
   virtual void to(Device device);
   Device device() const { return device_; }
-  // Number of elements of all parameters.
-  int64_t parameter_count() const;
+  // Number of elements of all parameters (not buffers).
+  int64_t parameter_count();
+
+  // Per-layer cache for an engine (cuDNN descriptors, chosen algorithms); its owner casts.
+  std::shared_ptr<void>& engine_cache(Device::Kind kind) {
+    return kind == Device::Kind::cuda ? cuda_cache_ : cpu_cache_;
+  }
 
   // Functional API: record a call of this layer on symbolic inputs (graph.hpp).
   SymTensor operator()(const SymTensor& input);
@@ -87,14 +121,23 @@ class Layer {
                            DType dtype = DType::f32);
   Parameter& add_buffer(const std::string& local_name, const Shape& shape, Initializer init,
                         DType dtype = DType::f32);
+  Layer& add_child(LayerPtr child);
+  // Derived constructors call this: gives "<prefix>_<k>" (a per-prefix counter) when the
+  // name is empty. Names only: initial weights of unnamed layers therefore depend on the
+  // construction order; give names where that matters.
+  void default_name(const std::string& prefix);
+  // Checks the input count, that each is defined, f32 unless allowed, and on device().
+  void check_inputs(const std::vector<Tensor>& inputs, size_t count) const;
 
   std::string name_;
+  bool default_name_ = false;
   bool built_ = false;
   Device device_;
   std::vector<std::unique_ptr<Parameter>> params_;
   std::vector<std::unique_ptr<Parameter>> buffers_;
+  std::vector<LayerPtr> children_;
+  std::shared_ptr<void> cpu_cache_;
+  std::shared_ptr<void> cuda_cache_;
 };
-
-using LayerPtr = std::shared_ptr<Layer>;
 
 }  // namespace tnt

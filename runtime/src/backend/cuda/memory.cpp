@@ -1,22 +1,75 @@
-// CUDA memory entry points of backend/device_api.hpp (plain cudaMalloc for now).
+// CUDA memory entry points of backend/device_api.hpp: a caching allocator per device.
+//
+// cudaMalloc and cudaFree are slow and cudaFree synchronises the whole device, so a
+// training step must not call them. Requests are rounded up to a size class (quarter steps
+// between powers of two, at least 512 bytes: at most 25% waste above 2 KiB) and a freed
+// block goes back to its class's free list instead of to the driver. After the first step,
+// whose allocations fill the lists, every request of a step finds a block of its class.
+//
+// A block is reused without any event: all compute of a device is ordered on its one
+// compute stream (see cuda_context.hpp), so the next owner's kernels run after the last
+// owner's. When cudaMalloc runs out of memory the cache is given back to the driver and
+// the request retried once; a second failure throws with the sizes involved.
+//
+// current_bytes counts the bytes tensors asked for (as for host memory); reserved_bytes
+// counts every block the cache holds from the driver, in use or not.
+#include "backend/cuda/allocator.hpp"
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/cuda/cuda_context.hpp"
 #include "backend/device_api.hpp"
 
-#include <atomic>
+#include <bit>
+#include <cstdio>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 namespace tnt::backend {
 
 namespace {
-struct Counters {
-  std::atomic<size_t> current{0};
-  std::atomic<size_t> peak{0};
+
+constexpr size_t kMinBlock = 512;
+
+struct LiveBlock {
+  size_t block = 0;      // size class (bytes held from the driver)
+  size_t requested = 0;  // bytes the caller asked for
 };
-Counters& counters(int device) {
-  static std::vector<Counters> all(64);
-  return all.at(static_cast<size_t>(device));
+
+struct Pool {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
+  std::unordered_map<void*, LiveBlock> live;
+  size_t current = 0;
+  size_t peak = 0;
+  size_t reserved = 0;
+  size_t cached = 0;
+  cuda::AllocatorCounters counters;
+};
+
+// Never destroyed: tensors with static storage may be freed after main returns.
+Pool& pool(int device) {
+  static Pool* pools = new Pool[cuda::kMaxDevices];
+  TNT_CHECK(device >= 0 && device < cuda::kMaxDevices, "CUDA device index {} out of range [0, {})", device,
+            cuda::kMaxDevices);
+  return pools[device];
 }
+
+std::string mib(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
+
+// Caller holds p.mu and has made `device` current.
+void release_cached(Pool& p) {
+  for (auto& [size, blocks] : p.free_blocks) {
+    for (void* ptr : blocks) {
+      cudaError_t err = cudaFree(ptr);
+      if (err != cudaSuccess) cudaGetLastError();  // the block is gone either way
+      ++p.counters.driver_frees;
+      p.reserved -= size;
+      p.cached -= size;
+    }
+    blocks.clear();
+  }
+}
+
 }  // namespace
 
 bool cuda_built() { return true; }
@@ -24,7 +77,7 @@ bool cuda_built() { return true; }
 int cuda_device_count() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
+    cudaGetLastError();  // clear the sticky "no device" error for later calls
     return 0;
   }
   return n;
@@ -33,40 +86,126 @@ int cuda_device_count() {
 void cuda_set_device(int device) { TNT_CUDA_CHECK(cudaSetDevice(device)); }
 
 void* cuda_malloc(size_t bytes, int device) {
-  TNT_CUDA_CHECK(cudaSetDevice(device));
-  void* p = nullptr;
-  TNT_CUDA_CHECK(cudaMalloc(&p, bytes == 0 ? 256 : bytes));
-  Counters& c = counters(device);
-  size_t now = c.current.fetch_add(bytes) + bytes;
-  size_t peak = c.peak.load();
-  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
+  size_t size = cuda::allocator_block_size(bytes);
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
+  ++p.counters.requests;
+  void* ptr = nullptr;
+  auto it = p.free_blocks.find(size);
+  if (it != p.free_blocks.end() && !it->second.empty()) {
+    ptr = it->second.back();
+    it->second.pop_back();
+    p.cached -= size;
+    ++p.counters.cache_hits;
+  } else {
+    cuda::DeviceGuard guard(device);
+    cudaError_t err = cudaMalloc(&ptr, size);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      release_cached(p);
+      err = cudaMalloc(&ptr, size);
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      cudaGetLastError();
+      TNT_THROW("out of GPU memory on cuda:{} allocating {} bytes ({}; block {}): {} in use by tensors, {} held "
+                "by the allocator, {} free of {} on the device ({})",
+                device, bytes, mib(bytes), mib(size), mib(p.current), mib(p.reserved), mib(free_b), mib(total_b),
+                cudaGetErrorString(err));
+    }
+    ++p.counters.driver_mallocs;
+    p.reserved += size;
   }
-  return p;
+  p.live[ptr] = LiveBlock{size, bytes};
+  p.current += bytes;
+  if (p.current > p.peak) p.peak = p.current;
+  return ptr;
 }
 
 void cuda_free(void* ptr, size_t bytes, int device) {
+  (void)bytes;  // the block remembers what was asked for
   if (!ptr) return;
-  counters(device).current.fetch_sub(bytes);
-  cudaFree(ptr);
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
+  auto it = p.live.find(ptr);
+  if (it == p.live.end()) {
+    // Called from Storage's destructor, so it must not throw: report the bug instead.
+    std::fprintf(stderr, "tarantella: cuda_free of %p on cuda:%d, which the allocator did not hand out\n", ptr,
+                 device);
+    return;
+  }
+  LiveBlock b = it->second;
+  p.live.erase(it);
+  p.current -= b.requested;
+  p.free_blocks[b.block].push_back(ptr);
+  p.cached += b.block;
 }
 
-void cuda_copy(void* dst, Device, const void* src, Device, size_t bytes) {
-  TNT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  TNT_CHECK(dst_device.is_cuda() || src_device.is_cuda(), "cuda_copy between two host buffers");
+  int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
+  if (dst_device.is_cuda() && src_device.is_cuda() && dst_device.index != src_device.index) {
+    cuda::synchronize(src_device.index);  // the source's producers run on the other device's stream
+  }
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::compute_stream(device);
+  // Stream-ordered after the kernels that produced src (or last used dst), then waited
+  // for, so the host API stays synchronous.
+  TNT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  TNT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void cuda_memset_zero(void* ptr, size_t bytes, int device) {
-  TNT_CUDA_CHECK(cudaSetDevice(device));
-  TNT_CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+  if (bytes == 0) return;
+  cuda::DeviceGuard guard(device);
+  // Ordered on the compute stream like a kernel: every later reader is on that stream or
+  // waits for it, so no host synchronisation is needed.
+  TNT_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, cuda::compute_stream(device)));
 }
 
 MemoryStats cuda_memory_stats(int device) {
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
   MemoryStats s;
-  s.current_bytes = counters(device).current.load();
-  s.peak_bytes = counters(device).peak.load();
-  s.reserved_bytes = s.current_bytes;
+  s.current_bytes = p.current;
+  s.peak_bytes = p.peak;
+  s.reserved_bytes = p.reserved;
   return s;
 }
 
-void cuda_reset_peak(int device) { counters(device).peak.store(counters(device).current.load()); }
+void cuda_reset_peak(int device) {
+  Pool& p = pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.peak = p.current;
+}
 
 }  // namespace tnt::backend
+
+namespace tnt::cuda {
+
+size_t allocator_block_size(size_t bytes) {
+  if (bytes <= backend::kMinBlock) return backend::kMinBlock;
+  size_t step = std::bit_floor(bytes) / 4;
+  if (step < backend::kMinBlock) step = backend::kMinBlock;
+  return (bytes + step - 1) / step * step;
+}
+
+AllocatorCounters allocator_counters(int device) {
+  backend::Pool& p = backend::pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
+  AllocatorCounters c = p.counters;
+  c.cached_bytes = p.cached;
+  return c;
+}
+
+void empty_cache(int device) {
+  backend::Pool& p = backend::pool(device);
+  std::lock_guard<std::mutex> lock(p.mu);
+  DeviceGuard guard(device);
+  backend::release_cached(p);
+}
+
+}  // namespace tnt::cuda

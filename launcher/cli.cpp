@@ -1,0 +1,242 @@
+#include "cli.hpp"
+
+#include "env_names.hpp"
+#include "error.hpp"
+#include "shell_words.hpp"
+#include "text.hpp"
+
+// cxxopts' hand-written parser: the same behaviour without compiling std::regex objects at
+// every start, which matters for a launcher whose overhead is measured in milliseconds.
+#define CXXOPTS_NO_REGEX true
+#include <cxxopts.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace tnt::launcher {
+
+namespace {
+
+constexpr const char* usage_line = "tarantella [options] -- PROGRAM [ARGS...]";
+
+cxxopts::Options make_parser() {
+  cxxopts::Options o("tarantella", "Runs PROGRAM data-parallel: one rank per device (GPU, or CPU socket) on every host.");
+  o.custom_help("[options] --");
+  o.positional_help("PROGRAM [ARGS...]");
+  o.set_width(100);
+  // Values are taken as strings and checked here, so that every message names the option
+  // and says what a valid value looks like.
+  o.add_options("Hosts")
+      ("hostfile", "Hosts, one per line: 'host', 'host slots=N' or 'host:N'; '#' starts a comment",
+       cxxopts::value<std::string>(), "FILE")
+      ("H,hosts", "The same inline, comma-separated: -H node1,node2:4", cxxopts::value<std::string>(), "LIST");
+  o.add_options("Ranks and devices")
+      ("n,n-per-node", "Ranks per node (default: the GPUs of this node, or 1 CPU rank without GPUs)",
+       cxxopts::value<std::string>(), "N")
+      ("devices-per-node", "Alias of -n (the original Tarantella's name)", cxxopts::value<std::string>(), "N")
+      ("no-gpu", "Run CPU ranks even where GPUs exist");
+  o.add_options("Runtime")
+      ("fusion-threshold", "Gradient fusion bucket size in KB, exported as TNT_FUSION_THRESHOLD (0 disables fusion)",
+       cxxopts::value<std::string>(), "KB")
+      ("log-level", "DEBUG, INFO, WARNING or ERROR, exported as TNT_LOG_LEVEL", cxxopts::value<std::string>(), "LEVEL")
+      ("output-on-all-devices", "Progress output from every rank, not only rank 0 (TNT_OUTPUT_ON_ALL_DEVICES=1)")
+      ("log-on-all-devices", "Log lines from every rank (TNT_LOG_ON_ALL_DEVICES=1)")
+      ("x", "Export KEY=VALUE to every rank (repeatable); every TNT_* variable set here is exported too",
+       cxxopts::value<std::string>(), "KEY=VALUE");
+  o.add_options("Pinning")
+      ("pin-to-socket", "Bind local rank i to NUMA node i mod K, memory preferred on that node")
+      ("pin-memory-to-socket", "As --pin-to-socket, with memory allocated only on that node")
+      ("topology", "Plan for this hwloc XML file or synthetic topology (\"pack:2 numa:1 core:8 pu:2\") "
+       "instead of this machine; --dry-run only", cxxopts::value<std::string>(), "SPEC");
+  o.add_options("MPI")
+      ("mpirun", "The MPI launcher to use (default: the mpirun tarantella was built with, else mpirun on PATH)",
+       cxxopts::value<std::string>(), "PATH")
+      ("mpi-args", "Extra arguments for mpirun, split like a shell would", cxxopts::value<std::string>(), "\"ARGS\"");
+  o.add_options("Information")
+      ("dry-run", "Print the plan (rank, host, local rank, device, NUMA node, cores) and the exact command; run nothing")
+      ("version", "Version and build configuration")
+      ("h,help", "This help");
+  return o;
+}
+
+int parse_ranks_per_node(const std::string& flag, const std::string& text) {
+  if (auto n = parse_count(text)) return *n;
+  throw InputError(fmt::format("{} {}: ranks per node must be a positive integer", flag, text));
+}
+
+std::string normalize_log_level(const std::string& text) {
+  std::string t;
+  for (char c : text) t += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (t == "WARN") t = "WARNING";
+  if (t == "DEBUG" || t == "INFO" || t == "WARNING" || t == "ERROR") return t;
+  throw InputError(fmt::format("--log-level {}: must be DEBUG, INFO, WARNING or ERROR", text));
+}
+
+bool valid_env_name(std::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+std::pair<std::string, std::string> parse_export(const std::string& text) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos) {
+    throw InputError(fmt::format("-x {}: expected KEY=VALUE (to pass a variable of this environment, "
+                                 "write -x {}=\"${}\")", text, text, text));
+  }
+  std::string key = text.substr(0, eq);
+  if (!valid_env_name(key)) {
+    throw InputError(fmt::format("-x {}: '{}' is not a valid environment variable name", text, key));
+  }
+  if (env::is_reserved(key)) {
+    throw InputError(fmt::format("-x {}: {} is set by tarantella for each rank and cannot be exported", text, key));
+  }
+  return {key, text.substr(eq + 1)};
+}
+
+}  // namespace
+
+Options parse_command_line(const std::vector<std::string>& args) {
+  // Split at the first "--" ourselves: everything after it belongs to the program, even
+  // words that look like our own options.
+  auto sep = std::find(args.begin(), args.end(), std::string("--"));
+  std::vector<std::string> ours(args.begin(), sep);
+
+  std::vector<const char*> argv{"tarantella"};
+  for (const auto& a : ours) argv.push_back(a.c_str());
+  auto parser = make_parser();
+  cxxopts::ParseResult result;
+  try {
+    result = parser.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw InputError(fmt::format("{} (see tarantella --help)", e.what()));
+  }
+
+  Options o;
+  o.help = result.count("help") > 0;
+  o.version = result.count("version") > 0;
+  if (o.help || o.version) return o;
+
+  if (!result.unmatched().empty()) {
+    throw InputError(fmt::format("unexpected argument '{}': put '--' before the program, as in: {}",
+                                 result.unmatched().front(), usage_line));
+  }
+
+  int rank_flags = 0;
+  std::string rank_flag_names;
+  for (const auto& kv : result.arguments()) {
+    const std::string& key = kv.key();
+    const std::string& value = kv.value();
+    if (key == "n-per-node" || key == "devices-per-node") {
+      ++rank_flags;
+      const std::string flag = key == "n-per-node" ? "-n/--n-per-node" : "--devices-per-node";
+      rank_flag_names += (rank_flag_names.empty() ? "" : " and ") + flag;
+      o.ranks_per_node = parse_ranks_per_node(flag, value);
+    } else if (key == "x") {
+      auto kvp = parse_export(value);
+      auto same = std::find_if(o.exports.begin(), o.exports.end(), [&](auto& e) { return e.first == kvp.first; });
+      if (same != o.exports.end()) {
+        same->second = kvp.second;
+      } else {
+        o.exports.push_back(std::move(kvp));
+      }
+    }
+  }
+  if (rank_flags > 1) {
+    throw InputError(fmt::format("ranks per node given {} times ({}); -n, --n-per-node and --devices-per-node "
+                                 "are the same option, give one", rank_flags, rank_flag_names));
+  }
+
+  if (result.count("hostfile")) o.hostfile = result["hostfile"].as<std::string>();
+  if (result.count("hosts")) o.hosts = result["hosts"].as<std::string>();
+  if (o.hostfile && o.hosts) throw InputError("--hostfile and -H/--hosts both name the hosts; give one");
+  if (o.hosts && trim(*o.hosts).empty()) throw InputError("-H/--hosts: the host list is empty");
+
+  o.no_gpu = result["no-gpu"].as<bool>();
+  if (result.count("fusion-threshold")) {
+    const auto text = result["fusion-threshold"].as<std::string>();
+    auto kb = parse_unsigned(text);
+    if (!kb || *kb > (std::uint64_t{1} << 40)) {
+      throw InputError(fmt::format("--fusion-threshold {}: must be a non-negative integer number of KB "
+                                   "(0 disables fusion)", text));
+    }
+    o.fusion_threshold_kb = *kb;
+  }
+  if (result["pin-to-socket"].as<bool>()) o.pin = PinMode::socket;
+  if (result["pin-memory-to-socket"].as<bool>()) o.pin = PinMode::socket_strict;
+  if (result.count("log-level")) o.log_level = normalize_log_level(result["log-level"].as<std::string>());
+  o.output_on_all_devices = result["output-on-all-devices"].as<bool>();
+  o.log_on_all_devices = result["log-on-all-devices"].as<bool>();
+  for (const auto& [key, value] : o.exports) {
+    auto clash = [&](const char* name, bool given, const char* option) {
+      if (key == name && given) {
+        throw InputError(fmt::format("-x {}=... and {} set the same variable; give one", key, option));
+      }
+    };
+    clash(env::fusion_threshold, o.fusion_threshold_kb.has_value(), "--fusion-threshold");
+    clash(env::log_level, o.log_level.has_value(), "--log-level");
+    clash(env::output_on_all_devices, o.output_on_all_devices, "--output-on-all-devices");
+    clash(env::log_on_all_devices, o.log_on_all_devices, "--log-on-all-devices");
+  }
+
+  if (result.count("mpirun")) {
+    o.mpirun = result["mpirun"].as<std::string>();
+    if (o.mpirun->empty()) throw InputError("--mpirun: the path is empty");
+  }
+  if (result.count("mpi-args")) {
+    try {
+      o.mpi_args = split_shell_words(result["mpi-args"].as<std::string>());
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--mpi-args: {}", e.what()));
+    }
+  }
+  o.dry_run = result["dry-run"].as<bool>();
+  if (result.count("topology")) {
+    o.topology = result["topology"].as<std::string>();
+    if (!o.dry_run) {
+      throw InputError("--topology describes a machine for planning only; use it with --dry-run");
+    }
+  }
+
+  if (sep == args.end()) {
+    throw InputError(fmt::format("no program to run: put '--' and the program after the options, as in: {}",
+                                 usage_line));
+  }
+  o.program.assign(sep + 1, args.end());
+  if (o.program.empty() || o.program.front().empty()) {
+    throw InputError(fmt::format("no program after '--': {}", usage_line));
+  }
+  return o;
+}
+
+std::string help_text() {
+  std::string text = make_parser().help();
+  text += R"(
+Every rank runs PROGRAM with TNT_RANK, TNT_SIZE, TNT_LOCAL_RANK, TNT_LOCAL_SIZE, TNT_DEVICE
+(cpu or cuda:K, K = local rank mod GPUs), TNT_LAUNCHER=1, and when pinned TNT_NUMA_NODE and
+TNT_NUM_THREADS. Ranks fill a host's slots before the next host; rank 0 is on the first host.
+Hosts: --hostfile, else -H, else the SLURM allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST), else
+this machine. Ranks per host: -n, else the host's slots, else SLURM_NTASKS_PER_NODE, else the
+GPUs of this node, else 1.
+
+Examples:
+  tarantella -- ./train                                one rank per GPU here (1 CPU rank without GPUs)
+  tarantella -n 2 -- ./train --batch_size=64           two ranks on this machine
+  tarantella -n 4 --no-gpu --pin-to-socket -- ./train  four CPU ranks, each on its own cores
+  tarantella --hostfile hostfiles/two-nodes --devices-per-node 4 -- ./train
+  tarantella -H node1,node2:2 -- ./train               node1 with the default, node2 with 2 ranks
+  sbatch -N 4 --wrap 'tarantella -- ./train'           inside SLURM: the allocation's nodes
+  tarantella --fusion-threshold 64 --log-level INFO -x OMP_NUM_THREADS=8 -- ./train
+  tarantella --mpi-args "--mca btl_tcp_if_include eth0" --hostfile hosts -- ./train
+  tarantella --dry-run -n 4 --pin-to-socket --topology "pack:2 numa:1 core:8 pu:2" -- ./train
+
+Exit status: 0 when every rank exited 0; otherwise the first failing rank's exit code (128+N
+for signal N) and a line naming that rank, its host and how it failed; 130 or 143 after
+SIGINT or SIGTERM (the whole job is stopped first); 2 for bad input, reported before anything
+starts.
+)";
+  return text;
+}
+
+}  // namespace tnt::launcher

@@ -1,0 +1,41 @@
+// The command line of `tarantella [options] -- PROGRAM [ARGS...]`, parsed and checked for
+// everything that can be judged without looking at the machine (the program's existence,
+// mpirun and the topology are checked by main before anything starts).
+#pragma once
+
+#include "binding.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tnt::launcher {
+
+struct Options {
+  std::optional<std::string> hostfile;
+  std::optional<std::string> hosts;   // -H list, unparsed (hostfile.hpp parses it)
+  std::optional<int> ranks_per_node;  // -n / --n-per-node / --devices-per-node
+  bool no_gpu = false;
+  std::optional<std::uint64_t> fusion_threshold_kb;
+  PinMode pin = PinMode::none;
+  std::vector<std::pair<std::string, std::string>> exports;  // -x, in the order given
+  std::optional<std::string> log_level;                      // DEBUG|INFO|WARNING|ERROR
+  bool output_on_all_devices = false;
+  bool log_on_all_devices = false;
+  std::optional<std::string> mpirun;
+  std::vector<std::string> mpi_args;  // --mpi-args, split into words
+  bool dry_run = false;
+  std::optional<std::string> topology;  // --topology, only with --dry-run
+  bool help = false;
+  bool version = false;
+  std::vector<std::string> program;  // PROGRAM ARGS... (everything after "--")
+};
+
+// `args` excludes argv[0]. Throws InputError with a message meant for the user.
+Options parse_command_line(const std::vector<std::string>& args);
+
+std::string help_text();
+
+}  // namespace tnt::launcher

@@ -1,0 +1,51 @@
+// The environment contract between the launcher and the runtime: every TNT_* name the
+// launcher exports or sets per rank is spelled here and nowhere else, so a rename is one
+// edit. The runtime declares the same names in runtime/include/tarantella/config.hpp.
+#pragma once
+
+#include <array>
+#include <string_view>
+
+namespace tnt::launcher::env {
+
+// Set by the per-rank step from Open MPI's view of the job.
+inline constexpr const char* rank = "TNT_RANK";
+inline constexpr const char* size = "TNT_SIZE";
+inline constexpr const char* local_rank = "TNT_LOCAL_RANK";
+inline constexpr const char* local_size = "TNT_LOCAL_SIZE";
+inline constexpr const char* device = "TNT_DEVICE";            // "cpu" or "cuda:K"
+inline constexpr const char* numa_node = "TNT_NUMA_NODE";      // only when pinned
+inline constexpr const char* num_threads = "TNT_NUM_THREADS";  // only when pinned
+
+// Exported to every rank by the launcher (the last three only when asked for).
+inline constexpr const char* launcher = "TNT_LAUNCHER";  // always "1"
+inline constexpr const char* fusion_threshold = "TNT_FUSION_THRESHOLD";
+inline constexpr const char* log_level = "TNT_LOG_LEVEL";
+inline constexpr const char* output_on_all_devices = "TNT_OUTPUT_ON_ALL_DEVICES";
+inline constexpr const char* log_on_all_devices = "TNT_LOG_ON_ALL_DEVICES";
+
+// Private to the launcher: where a rank's step reports a failed program. Removed from
+// the program's environment before it starts.
+inline constexpr const char* report_address = "TNT_LAUNCHER_REPORT";
+
+// Open MPI's per-process variables the per-rank step reads.
+inline constexpr const char* ompi_rank = "OMPI_COMM_WORLD_RANK";
+inline constexpr const char* ompi_size = "OMPI_COMM_WORLD_SIZE";
+inline constexpr const char* ompi_local_rank = "OMPI_COMM_WORLD_LOCAL_RANK";
+inline constexpr const char* ompi_local_size = "OMPI_COMM_WORLD_LOCAL_SIZE";
+
+inline constexpr std::string_view prefix = "TNT_";
+
+// Names a user may not set with -x: the per-rank step owns them, and a stale value from
+// an enclosing job must not leak into this one.
+inline constexpr std::array<std::string_view, 7> reserved = {
+    rank, size, local_rank, local_size, device, launcher, report_address};
+
+inline bool is_reserved(std::string_view name) {
+  for (auto r : reserved) {
+    if (r == name) return true;
+  }
+  return false;
+}
+
+}  // namespace tnt::launcher::env

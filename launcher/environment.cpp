@@ -1,0 +1,18 @@
+#include "environment.hpp"
+
+extern char** environ;
+
+namespace tnt::launcher {
+
+Environment current_environment() {
+  Environment env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string entry(*e);
+    auto eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return env;
+}
+
+}  // namespace tnt::launcher

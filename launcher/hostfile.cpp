@@ -1,0 +1,137 @@
+#include "hostfile.hpp"
+
+#include "error.hpp"
+#include "text.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace tnt::launcher {
+
+namespace {
+
+bool valid_host_name(std::string_view name) {
+  if (name.empty() || name.front() == '-' || name.front() == '.') return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+                    c == '.' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+int parse_slots(std::string_view text, const std::string& where) {
+  if (auto n = parse_count(text)) return *n;
+  throw InputError(fmt::format("{}: slots must be a positive integer, got '{}'", where, text));
+}
+
+// `host` or `host:N`
+HostEntry parse_host_token(std::string_view token, const std::string& where) {
+  HostEntry entry;
+  entry.origin = where;
+  auto colon = token.find(':');
+  std::string_view name = token.substr(0, colon);
+  if (colon != std::string_view::npos) entry.slots = parse_slots(token.substr(colon + 1), where);
+  if (!valid_host_name(name)) {
+    throw InputError(fmt::format("{}: '{}' is not a host name (letters, digits, '.', '-', '_')", where, name));
+  }
+  entry.name = std::string(name);
+  return entry;
+}
+
+void add_merging(HostList& list, HostEntry entry) {
+  for (auto& existing : list.hosts) {
+    if (existing.name != entry.name) continue;
+    if (existing.slots || entry.slots) existing.slots = existing.slots.value_or(1) + entry.slots.value_or(1);
+    list.warnings.push_back(fmt::format(
+        "{}: host '{}' is already listed ({}); merged into one entry{}", entry.origin, entry.name,
+        existing.origin, existing.slots ? fmt::format(" with slots={}", *existing.slots) : std::string()));
+    return;
+  }
+  list.hosts.push_back(std::move(entry));
+}
+
+}  // namespace
+
+HostList parse_hostfile(std::string_view text, std::string_view file_name) {
+  HostList list;
+  int line_no = 0;
+  for (auto line : split(text, '\n')) {
+    ++line_no;
+    const std::string where = fmt::format("hostfile '{}', line {}", file_name, line_no);
+    auto hash = line.find('#');
+    if (hash != std::string_view::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+
+    std::vector<std::string_view> tokens;
+    for (size_t i = 0; i < line.size();) {
+      while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+      size_t j = i;
+      while (j < line.size() && line[j] != ' ' && line[j] != '\t') ++j;
+      if (j > i) tokens.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    HostEntry entry = parse_host_token(tokens[0], where);
+    for (size_t t = 1; t < tokens.size(); ++t) {
+      if (starts_with(tokens[t], "slots=")) {
+        if (entry.slots) throw InputError(fmt::format("{}: slots given twice", where));
+        entry.slots = parse_slots(tokens[t].substr(6), where);
+      } else {
+        throw InputError(fmt::format("{}: unexpected '{}' (a line is 'host', 'host slots=N' or 'host:N')",
+                                     where, tokens[t]));
+      }
+    }
+    entry.origin = fmt::format("line {}", line_no);
+    add_merging(list, std::move(entry));
+  }
+  if (list.hosts.empty()) {
+    throw InputError(fmt::format("hostfile '{}' lists no hosts (only blank lines and comments)", file_name));
+  }
+  for (auto& w : list.warnings) w = fmt::format("hostfile '{}', {}", file_name, w);
+  return list;
+}
+
+HostList read_hostfile(const std::string& path) {
+  // open/read rather than ifstream, so that the message carries the real reason
+  // (ENOENT, EACCES, EISDIR).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(fmt::format("cannot read hostfile '{}': {}", path, std::strerror(errno)));
+  std::string text;
+  char buf[4096];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      throw InputError(fmt::format("cannot read hostfile '{}': {}", path, std::strerror(err)));
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return parse_hostfile(text, path);
+}
+
+HostList parse_host_list(std::string_view list) {
+  HostList out;
+  int item = 0;
+  for (auto token : split(list, ',')) {
+    ++item;
+    const std::string where = fmt::format("-H {}: item {}", list, item);
+    token = trim(token);
+    if (token.empty()) throw InputError(fmt::format("{} is empty", where));
+    HostEntry entry = parse_host_token(token, where);
+    entry.origin = fmt::format("item {}", item);
+    add_merging(out, std::move(entry));
+  }
+  for (auto& w : out.warnings) w = fmt::format("-H, {}", w);
+  return out;
+}
+
+}  // namespace tnt::launcher

@@ -1,0 +1,154 @@
+// tarantella: the launcher. Two programs in one binary: the launcher a user runs, and the
+// hidden per-rank step (first argument __tnt_rank_step) that mpirun runs on every rank.
+// Everything is checked before anything starts; only this file decides exit statuses.
+#include "cli.hpp"
+#include "env_names.hpp"
+#include "error.hpp"
+#include "exports.hpp"
+#include "gpus.hpp"
+#include "job.hpp"
+#include "mpirun_command.hpp"
+#include "paths.hpp"
+#include "plan.hpp"
+#include "rank_setup.hpp"
+#include "shell_words.hpp"
+
+#include <tarantella/build_config.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace tl = tnt::launcher;
+
+namespace {
+
+constexpr int exit_bad_input = 2;
+
+std::string this_host() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+void warn(const std::string& text) { std::fprintf(stderr, "tarantella: warning: %s\n", text.c_str()); }
+
+std::string version_text() {
+  std::string out = fmt::format("tarantella {}\n", TNT_VERSION);
+  if (TNT_WITH_CUDA_BUILD) {
+    out += fmt::format("  build: CUDA {}, cuDNN {}, NCCL {}\n", TNT_CUDA_VERSION, TNT_CUDNN_VERSION, TNT_NCCL_VERSION);
+  } else {
+    out += "  build: CPU only\n";
+  }
+  out += fmt::format("  MPI: {} (mpirun {})\n", TNT_MPI_VERSION, std::string(TNT_MPIEXEC).empty() ? "from PATH" : TNT_MPIEXEC);
+  out += fmt::format("  hwloc: {}\n", TNT_HWLOC_VERSION);
+  if (std::string(TNT_DNNL_VERSION).size()) out += fmt::format("  oneDNN: {}\n", TNT_DNNL_VERSION);
+  return out;
+}
+
+int launch(const std::vector<std::string>& args) {
+  const tl::Options options = tl::parse_command_line(args);
+  if (options.help) {
+    std::fputs(tl::help_text().c_str(), stdout);
+    return 0;
+  }
+  if (options.version) {
+    std::fputs(version_text().c_str(), stdout);
+    return 0;
+  }
+
+  const tl::Environment env = tl::current_environment();
+  tl::check_program(options.program.front(), env);
+  const std::string mpirun = tl::resolve_mpirun(options.mpirun, TNT_MPIEXEC, env);
+  const tl::HostSelection hosts = tl::select_hosts(options, env);
+  const int gpus = options.no_gpu ? 0 : tl::count_gpus(env);
+
+  std::optional<tl::NodeTopology> topology;
+  if (options.pin != tl::PinMode::none) {
+    topology = options.topology ? tl::load_topology(*options.topology) : tl::load_topology();
+    if (!options.dry_run && !topology->this_system) {
+      throw tl::InputError(fmt::format("--pin-to-socket: hwloc reports {} instead of this machine "
+                                       "(is HWLOC_SYNTHETIC or HWLOC_XMLFILE set?); cannot bind to it",
+                                       topology->source));
+    }
+  }
+  const std::string host = this_host();
+  const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
+  for (const auto& w : plan.warnings) warn(w);
+
+  tl::CommandSpec spec;
+  spec.mpirun = mpirun;
+  spec.as_root = ::geteuid() == 0;
+  spec.hosts = plan.hosts;
+  spec.exports = tl::rank_exports(options, env);
+  spec.pass_by_name.push_back(tl::env::report_address);
+  const bool remote = std::any_of(plan.hosts.begin(), plan.hosts.end(), [](auto& h) { return !h.local; });
+  if (remote) {
+    // Remote ranks start from a login environment; they need ours to find PROGRAM.
+    for (const char* name : {"PATH", "LD_LIBRARY_PATH"}) {
+      if (env.count(name)) spec.pass_by_name.push_back(name);
+    }
+  }
+  spec.mpi_args = options.mpi_args;
+  spec.self = tl::self_executable();
+  spec.step = {options.pin, plan.device, options.program};
+  const std::vector<std::string> command = tl::mpirun_command(spec);
+
+  if (options.dry_run) {
+    std::fputs(tl::format_plan(plan).c_str(), stdout);
+    std::fputs("command:\n", stdout);
+    std::fputs(tl::shell_join(command).c_str(), stdout);
+    std::fputs("\n", stdout);
+    return 0;
+  }
+
+  auto server = tl::ReportServer::open(host);
+  ::setenv(tl::env::report_address, server ? server->address().c_str() : "", 1);
+  std::fflush(stdout);
+  const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr);
+
+  if (result.interrupted_by) return 128 + *result.interrupted_by;
+  if (!result.failures.empty()) {
+    const tl::RankFailure& first = result.failures.front();
+    std::string more;
+    if (result.failures.size() > 1) {
+      more = fmt::format("; {} more rank{} ended abnormally after it", result.failures.size() - 1,
+                         result.failures.size() == 2 ? "" : "s");
+    }
+    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s%s\n", first.rank,
+                 first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
+    return tl::shell_status(first);
+  }
+  const int st = result.mpirun_status;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+  if (WIFSIGNALED(st)) {
+    std::fprintf(stderr, "tarantella: mpirun was killed by signal %d\n", WTERMSIG(st));
+    return 128 + WTERMSIG(st);
+  }
+  std::fprintf(stderr, "tarantella: mpirun failed with exit code %d (no rank reported a failure)\n",
+               WEXITSTATUS(st));
+  return WEXITSTATUS(st);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args.front() == tl::rank_step_flag) {
+    return tl::rank_step_main(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  try {
+    return launch(args);
+  } catch (const tl::InputError& e) {
+    std::fprintf(stderr, "tarantella: error: %s\n", e.what());
+    return exit_bad_input;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tarantella: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,34 @@
+// Finding executables the way execvp will, so that a missing program or mpirun is
+// reported by the launcher, before any rank starts, instead of once per rank.
+#pragma once
+
+#include "environment.hpp"
+
+#include <optional>
+#include <string>
+
+namespace tnt::launcher {
+
+enum class ExecutableProblem { none, not_found, not_executable, is_directory };
+
+struct ExecutableLookup {
+  std::string path;  // the resolved path when found
+  ExecutableProblem problem = ExecutableProblem::none;
+};
+
+// A name with '/' is a path (relative to the working directory); any other name is
+// searched in `path_env` (a PATH value).
+ExecutableLookup find_executable(const std::string& name, const std::string& path_env);
+
+// Throws InputError naming the program and what is wrong with it.
+void check_program(const std::string& program, const Environment& env);
+
+// mpirun: --mpirun if given, else the one tarantella was built against, else mpirun on PATH.
+// Throws InputError when none can be run.
+std::string resolve_mpirun(const std::optional<std::string>& requested, const std::string& built_with,
+                           const Environment& env);
+
+// Absolute path of the running launcher binary, which mpirun starts as the per-rank step.
+std::string self_executable();
+
+}  // namespace tnt::launcher

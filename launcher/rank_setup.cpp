@@ -1,0 +1,276 @@
+#include "rank_setup.hpp"
+
+#include "env_names.hpp"
+#include "error.hpp"
+#include "gpus.hpp"
+#include "report.hpp"
+#include "text.hpp"
+#include "topology.hpp"
+
+#include <numa.h>
+#include <numaif.h>
+#include <sched.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace tnt::launcher {
+
+namespace {
+
+int read_int(const Environment& env, const char* name) {
+  auto v = lookup(env, name);
+  if (!v) {
+    throw InputError(fmt::format("{} is not set: the per-rank step runs only under Open MPI's mpirun, "
+                                 "started by tarantella", name));
+  }
+  auto n = parse_unsigned(*v);
+  if (!n || *n > 100'000'000) throw InputError(fmt::format("{}='{}' is not a rank number", name, *v));
+  return static_cast<int>(*n);
+}
+
+void apply_binding(const RankBinding& b, PinMode mode) {
+  if (numa_available() < 0) throw SystemError("cannot bind: the kernel has no NUMA support (libnuma)");
+  // The step is single-threaded here, so what is set now is what the program inherits:
+  // the CPU mask and the memory policy both survive fork and exec.
+  bitmask* cpus = numa_allocate_cpumask();
+  for (unsigned cpu : b.cpus) numa_bitmask_setbit(cpus, cpu);
+  const int rc = numa_sched_setaffinity(0, cpus);
+  const int err = errno;
+  numa_free_cpumask(cpus);
+  if (rc != 0) {
+    throw SystemError(fmt::format("cannot bind to cpus {}: {}", format_cpu_list(b.cpus), std::strerror(err)));
+  }
+  bitmask* nodes = numa_allocate_nodemask();
+  numa_bitmask_setbit(nodes, b.numa_node);
+  if (mode == PinMode::socket) {
+    numa_set_preferred(static_cast<int>(b.numa_node));
+  } else {
+    numa_set_membind(nodes);
+  }
+  numa_free_nodemask(nodes);
+
+  // libnuma reports failures on stderr rather than to the caller, so read back what the
+  // kernel holds now: the rank must run exactly as the plan says, or not at all.
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  if (::sched_getaffinity(0, sizeof now, &now) != 0) throw system_error("sched_getaffinity");
+  std::vector<unsigned> got;
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &now)) got.push_back(c);
+  }
+  if (got != b.cpus) {
+    throw SystemError(fmt::format("bound to cpus {} instead of {}", format_cpu_list(got), format_cpu_list(b.cpus)));
+  }
+  int policy = -1;
+  unsigned long mask[16] = {};
+  if (::get_mempolicy(&policy, mask, sizeof(mask) * 8, nullptr, 0) != 0) throw system_error("get_mempolicy");
+  const int wanted = mode == PinMode::socket ? MPOL_PREFERRED : MPOL_BIND;
+  const bool on_node = b.numa_node < sizeof(mask) * 8 && ((mask[b.numa_node / 64] >> (b.numa_node % 64)) & 1UL) != 0;
+  const int mode_flags = (1 << 15) | (1 << 14) | (1 << 13);  // MPOL_F_STATIC/RELATIVE_NODES, NUMA_BALANCING
+  if ((policy & ~mode_flags) != wanted || !on_node) {
+    throw SystemError(fmt::format("cannot set the memory policy to {} on NUMA node {}",
+                                  mode == PinMode::socket ? "preferred" : "bind", b.numa_node));
+  }
+}
+
+std::string current_host() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// Signals mpirun may send to a rank that the program must get too.
+constexpr int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
+constexpr int stop_grace_ms = 2000;
+
+bool is_termination(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT; }
+
+[[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor) {
+  // Die with the step: without this a step killed by SIGKILL leaves its program behind.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != monitor) ::_exit(128 + SIGKILL);
+  for (int sig : forwarded) ::signal(sig, SIG_DFL);
+  ::signal(SIGCHLD, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  std::vector<char*> argv;
+  for (const auto& a : program) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execvp(argv[0], argv.data());
+  const int err = errno;
+  std::fprintf(stderr, "tarantella: cannot run '%s' on %s: %s\n", argv[0], current_host().c_str(), std::strerror(err));
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+// Leaves the way the program left, so mpirun's view of the rank is the program's.
+[[noreturn]] void exit_like(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    rlimit no_core{0, 0};
+    ::setrlimit(RLIMIT_CORE, &no_core);  // the program's core (if any) is the one that matters
+    ::signal(sig, SIG_DFL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    ::sigprocmask(SIG_UNBLOCK, &only, nullptr);
+    ::raise(sig);
+    ::_exit(128 + sig);
+  }
+  ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+int monitor(pid_t child, const sigset_t& handled) {
+  using Clock = std::chrono::steady_clock;
+  const pid_t parent = ::getppid();
+  bool stopping = false, killed = false;
+  Clock::time_point kill_at{};  // when a stopping program gets SIGKILL
+  auto stop = [&](int grace_ms) {
+    if (stopping) return;
+    stopping = true;
+    kill_at = Clock::now() + std::chrono::milliseconds(grace_ms);
+  };
+  while (true) {
+    timespec tick{0, 250'000'000};  // how often to notice that mpirun has gone
+    siginfo_t info{};
+    const int sig = ::sigtimedwait(&handled, &info, &tick);
+    if (sig == SIGCHLD || sig < 0) {
+      int status = 0;
+      if (::waitpid(child, &status, WNOHANG) == child) return status;
+    }
+    if (sig > 0 && sig != SIGCHLD) {
+      ::kill(child, sig);
+      if (is_termination(sig)) stop(stop_grace_ms);
+    }
+    if (sig < 0 && !stopping && ::getppid() != parent) {
+      // Orphaned: mpirun (or its daemon) is gone, so no one else will stop the program.
+      ::kill(child, SIGTERM);
+      stop(stop_grace_ms / 2);
+    }
+    if (stopping && !killed && Clock::now() >= kill_at) {
+      ::kill(child, SIGKILL);
+      killed = true;
+    }
+  }
+}
+
+}  // namespace
+
+RankIdentity rank_identity(const Environment& env) {
+  RankIdentity id;
+  id.rank = read_int(env, env::ompi_rank);
+  id.size = read_int(env, env::ompi_size);
+  id.local_rank = read_int(env, env::ompi_local_rank);
+  id.local_size = read_int(env, env::ompi_local_size);
+  if (id.rank >= id.size || id.local_rank >= id.local_size) {
+    throw InputError(fmt::format("inconsistent Open MPI rank variables: rank {} of {}, local rank {} of {}", id.rank,
+                                 id.size, id.local_rank, id.local_size));
+  }
+  return id;
+}
+
+std::vector<std::pair<std::string, std::string>> rank_variables(const RankIdentity& id, const std::string& device,
+                                                                 const std::optional<RankBinding>& binding) {
+  std::vector<std::pair<std::string, std::string>> v{
+      {env::rank, std::to_string(id.rank)},
+      {env::size, std::to_string(id.size)},
+      {env::local_rank, std::to_string(id.local_rank)},
+      {env::local_size, std::to_string(id.local_size)},
+      {env::device, device},
+      {env::launcher, "1"},
+  };
+  if (binding) {
+    v.emplace_back(env::numa_node, std::to_string(binding->numa_node));
+    v.emplace_back(env::num_threads, std::to_string(binding->cores));
+  }
+  return v;
+}
+
+namespace {
+
+int run_rank_step(const RankStepArgs& args, const Environment& env, const RankIdentity& id, const std::string& host) {
+
+  std::string device = "cpu";
+  if (args.device == DeviceKind::gpu) {
+    const int gpus = count_gpus(env);
+    if (gpus == 0) {
+      throw SystemError(fmt::format("rank {} on {}: the launcher planned GPU ranks, but this host has no GPU "
+                                    "(use --no-gpu for CPU ranks)", id.rank, host));
+    }
+    device = device_name(DeviceKind::gpu, id.local_rank, gpus);
+  }
+
+  std::optional<RankBinding> binding;
+  if (args.pin != PinMode::none) {
+    NodeTopology topology = load_topology();
+    if (!topology.this_system) {
+      throw SystemError(fmt::format("rank {} on {}: hwloc reports {} instead of this machine; cannot bind",
+                                    id.rank, host, topology.source));
+    }
+    binding = plan_node_bindings(topology, id.local_size).ranks[static_cast<size_t>(id.local_rank)];
+    apply_binding(*binding, args.pin);
+  }
+
+  for (const auto& [name, value] : rank_variables(id, device, binding)) ::setenv(name.c_str(), value.c_str(), 1);
+  const std::string report_to = lookup(env, env::report_address).value_or("");
+  ::unsetenv(env::report_address);
+
+  sigset_t handled;
+  sigemptyset(&handled);
+  for (int sig : forwarded) sigaddset(&handled, sig);
+  sigaddset(&handled, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &handled, nullptr);
+
+  const pid_t self = ::getpid();
+  if (std::getenv("TNT_EXPERIMENT_EXEC")) { std::vector<char*> argv; for (auto& a : args.program) argv.push_back(const_cast<char*>(a.c_str())); argv.push_back(nullptr); ::sigprocmask(SIG_UNBLOCK, &handled, nullptr); ::execvp(argv[0], argv.data()); }
+  const pid_t child = ::fork();
+  if (child < 0) throw system_error("fork");
+  if (child == 0) exec_program(args.program, self);
+
+  const int status = monitor(child, handled);
+  const bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  if (failed) {
+    RankFailure f{id.rank, id.local_rank, host, WIFSIGNALED(status),
+                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)};
+    if (report_to.empty() || !send_report(report_to, host, f)) {
+      std::fprintf(stderr, "tarantella: rank %d on %s: %s ended with %s\n", id.rank, host.c_str(),
+                   args.program.front().c_str(), describe_status(f).c_str());
+    }
+  }
+  exit_like(status);
+}
+
+}  // namespace
+
+int rank_step_main(const std::vector<std::string>& words) {
+  const Environment env = current_environment();
+  const std::string host = current_host();
+  RankIdentity id;
+  bool known = false;
+  try {
+    id = rank_identity(env);
+    known = true;
+    return run_rank_step(parse_rank_step_arguments(words), env, id, host);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tarantella: error: rank %s on %s: %s\n", known ? std::to_string(id.rank).c_str() : "?",
+                 host.c_str(), e.what());
+    // Counted as the rank failing with exit code 1, so the launcher names it.
+    const std::string report_to = lookup(env, env::report_address).value_or("");
+    if (known && !report_to.empty()) send_report(report_to, host, RankFailure{id.rank, id.local_rank, host, false, 1});
+    return 1;
+  }
+}
+
+}  // namespace tnt::launcher

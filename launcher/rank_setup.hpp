@@ -1,0 +1,41 @@
+// The per-rank step: what mpirun actually starts on every rank (the launcher binary with
+// the hidden first argument __tnt_rank_step). It reads the rank's place from Open MPI's
+// variables, picks the device, binds CPUs and memory when asked, sets the TNT_* contract
+// variables, and runs PROGRAM.
+//
+// PROGRAM runs as a child, not in place of the step, because the step has two more jobs
+// that need it alive: report the program's exact status to the launcher when it fails
+// (report.hpp), and make sure the program never outlives the job. Signals that mpirun
+// sends to the rank are passed on; the program dies with the step (PR_SET_PDEATHSIG); and
+// if mpirun itself disappears, the step stops the program. The step then exits exactly
+// as the program did (same code, or same signal), so mpirun sees no difference.
+#pragma once
+
+#include "binding.hpp"
+#include "environment.hpp"
+#include "mpirun_command.hpp"
+
+#include <optional>
+#include <string>
+
+namespace tnt::launcher {
+
+struct RankIdentity {
+  int rank = 0, size = 0, local_rank = 0, local_size = 0;
+};
+
+// From OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}. Throws InputError when they are
+// missing (the step was not started by Open MPI's mpirun).
+RankIdentity rank_identity(const Environment& env);
+
+// The variables this rank's program gets on top of what mpirun passed on, TNT_DEVICE
+// included. Pure, for tests.
+std::vector<std::pair<std::string, std::string>> rank_variables(const RankIdentity& id, const std::string& device,
+                                                                 const std::optional<RankBinding>& binding);
+
+// Runs the whole step from the words after __tnt_rank_step. Returns only when the rank
+// could not be set up (the exit status to use, after printing why and reporting it to the
+// launcher); once the program has started, the step exits the way the program did.
+int rank_step_main(const std::vector<std::string>& args);
+
+}  // namespace tnt::launcher

@@ -1,0 +1,185 @@
+#include "report.hpp"
+
+#include "text.hpp"
+
+#include <fmt/format.h>
+
+#include <arpa/inet.h>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <random>
+#include <sstream>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace tnt::launcher {
+
+namespace {
+
+constexpr const char* protocol = "tnt-report-1";
+constexpr int io_timeout_ms = 2000;
+
+using Clock = std::chrono::steady_clock;
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? static_cast<int>(left) : 0;
+}
+
+// Reads until '\n' or EOF, at most `limit` bytes, giving up at the deadline.
+std::string read_line(int fd, Clock::time_point deadline, size_t limit = 512) {
+  std::string line;
+  char c = 0;
+  while (line.size() < limit) {
+    pollfd p{fd, POLLIN, 0};
+    int r = ::poll(&p, 1, remaining_ms(deadline));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    ssize_t n = ::read(fd, &c, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 || c == '\n') break;
+    line += c;
+  }
+  return line;
+}
+
+std::optional<RankFailure> parse_report(const std::string& line, const std::string& token) {
+  std::istringstream in(line);
+  std::string proto, tok, kind;
+  RankFailure f;
+  if (!(in >> proto >> tok >> f.rank >> f.local_rank >> f.host >> kind >> f.code)) return std::nullopt;
+  if (proto != protocol || tok != token || (kind != "exit" && kind != "signal")) return std::nullopt;
+  f.signaled = kind == "signal";
+  return f;
+}
+
+std::string random_token() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}", rd(), rd());
+}
+
+}  // namespace
+
+std::string describe_status(const RankFailure& f) {
+  if (!f.signaled) return fmt::format("exit code {}", f.code);
+  const char* abbrev = ::sigabbrev_np(f.code);
+  return abbrev != nullptr ? fmt::format("signal {} (SIG{})", f.code, abbrev) : fmt::format("signal {}", f.code);
+}
+
+int shell_status(const RankFailure& f) {
+  if (f.signaled) return 128 + f.code;
+  return f.code != 0 ? f.code : 1;
+}
+
+ReportServer::ReportServer(int fd, std::string address, std::string token)
+    : fd_(fd), address_(std::move(address)), token_(std::move(token)) {}
+
+ReportServer::ReportServer(ReportServer&& other) noexcept
+    : fd_(other.fd_), address_(std::move(other.address_)), token_(std::move(other.token_)) {
+  other.fd_ = -1;
+}
+
+ReportServer::~ReportServer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::optional<ReportServer> ReportServer::open(const std::string& this_host) {
+  // IPv6 with v4-mapped addresses accepts both families; plain IPv4 where IPv6 is off.
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd >= 0) {
+    int off = 0;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+    sockaddr_in6 a{};
+    a.sin6_family = AF_INET6;
+    a.sin6_addr = in6addr_any;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  if (fd < 0) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return std::nullopt;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      return std::nullopt;
+    }
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  if (::listen(fd, 128) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  const int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                                : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  std::string token = random_token();
+  return ReportServer(fd, fmt::format("{}:{}:{}", this_host, port, token), token);
+}
+
+void ReportServer::accept_pending(std::vector<RankFailure>& out) {
+  while (true) {
+    int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (c < 0) {
+      if (errno == EINTR) continue;
+      return;  // EAGAIN: nothing queued
+    }
+    std::string line = read_line(c, Clock::now() + std::chrono::milliseconds(io_timeout_ms));
+    if (auto f = parse_report(line, token_)) out.push_back(std::move(*f));
+    ::close(c);  // the sender's cue that the report has been read
+  }
+}
+
+bool send_report(const std::string& address, const std::string& this_host, const RankFailure& f) {
+  // host:port:token, where the host may itself not contain ':' (IPv6 literals are not used).
+  auto parts = split(address, ':');
+  if (parts.size() != 3) return false;
+  const std::string host(parts[0]), port(parts[1]), token(parts[2]);
+  const std::string target = host == this_host ? "localhost" : host;
+
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(target.c_str(), port.c_str(), &hints, &res) != 0) return false;
+
+  const auto deadline = Clock::now() + std::chrono::milliseconds(io_timeout_ms);
+  bool sent = false;
+  for (addrinfo* ai = res; ai != nullptr && !sent; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) continue;
+    int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (::poll(&p, 1, remaining_ms(deadline)) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+          err == 0) {
+        r = 0;
+      }
+    }
+    if (r == 0) {
+      const std::string line = fmt::format("{} {} {} {} {} {} {}\n", protocol, token, f.rank, f.local_rank, f.host,
+                                           f.signaled ? "signal" : "exit", f.code);
+      // The socket is non-blocking, but one short line always fits a fresh send buffer.
+      if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
+        ::shutdown(fd, SHUT_WR);
+        read_line(fd, deadline);  // returns at EOF: the launcher has read the report
+        sent = true;
+      }
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return sent;
+}
+
+}  // namespace tnt::launcher

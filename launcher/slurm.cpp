@@ -1,0 +1,136 @@
+#include "slurm.hpp"
+
+#include "error.hpp"
+#include "text.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tnt::launcher {
+
+namespace {
+
+// One bracket body "01-04,07" -> {"01","02","03","04","07"}.
+std::vector<std::string> expand_ranges(std::string_view body, std::string_view whole) {
+  std::vector<std::string> out;
+  for (auto part : split(body, ',')) {
+    auto dash = part.find('-');
+    auto lo_text = part.substr(0, dash);
+    auto hi_text = dash == std::string_view::npos ? lo_text : part.substr(dash + 1);
+    auto lo = parse_unsigned(lo_text), hi = parse_unsigned(hi_text);
+    if (!lo || !hi || *hi < *lo) {
+      throw InputError(fmt::format("SLURM node list '{}': '{}' is not a number or a range lo-hi", whole, part));
+    }
+    if (*hi - *lo > 1'000'000) {
+      throw InputError(fmt::format("SLURM node list '{}': range '{}' is too large", whole, part));
+    }
+    const size_t width = lo_text.size();
+    for (auto v = *lo; v <= *hi; ++v) out.push_back(fmt::format("{:0{}}", v, width));
+  }
+  return out;
+}
+
+// One comma-free-at-top-level item such as "r[1-2]n[01-02]".
+void expand_item(std::string_view item, std::string_view whole, std::vector<std::string>& out) {
+  std::vector<std::string> names{""};
+  size_t i = 0;
+  while (i < item.size()) {
+    if (item[i] == '[') {
+      auto close = item.find(']', i);
+      if (close == std::string_view::npos) {
+        throw InputError(fmt::format("SLURM node list '{}': '[' without ']'", whole));
+      }
+      auto values = expand_ranges(item.substr(i + 1, close - i - 1), whole);
+      std::vector<std::string> next;
+      next.reserve(names.size() * values.size());
+      for (const auto& n : names) {
+        for (const auto& v : values) next.push_back(n + v);
+      }
+      names = std::move(next);
+      i = close + 1;
+    } else if (item[i] == ']') {
+      throw InputError(fmt::format("SLURM node list '{}': ']' without '['", whole));
+    } else {
+      auto next = item.find_first_of("[]", i);
+      auto literal = item.substr(i, next == std::string_view::npos ? std::string_view::npos : next - i);
+      for (auto& n : names) n += literal;
+      i = next == std::string_view::npos ? item.size() : next;
+    }
+  }
+  out.insert(out.end(), names.begin(), names.end());
+}
+
+}  // namespace
+
+std::vector<std::string> expand_nodelist(std::string_view list) {
+  std::vector<std::string> out;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= list.size(); ++i) {
+    if (i < list.size() && list[i] == '[') ++depth;
+    if (i < list.size() && list[i] == ']') --depth;
+    if (depth < 0) throw InputError(fmt::format("SLURM node list '{}': ']' without '['", list));
+    if (i == list.size() || (list[i] == ',' && depth == 0)) {
+      auto item = trim(list.substr(start, i - start));
+      if (item.empty()) throw InputError(fmt::format("SLURM node list '{}' has an empty item", list));
+      expand_item(item, list, out);
+      start = i + 1;
+    }
+  }
+  if (depth != 0) throw InputError(fmt::format("SLURM node list '{}': '[' without ']'", list));
+  return out;
+}
+
+std::vector<int> parse_tasks_per_node(std::string_view value, std::string_view name) {
+  std::vector<int> out;
+  for (auto part : split(value, ',')) {
+    part = trim(part);
+    int repeat = 1;
+    auto paren = part.find('(');
+    if (paren != std::string_view::npos) {
+      auto rep = part.substr(paren);
+      if (rep.size() < 4 || rep.substr(0, 2) != "(x" || rep.back() != ')') {
+        throw InputError(fmt::format("{}='{}': '{}' is not N or N(xM)", name, value, part));
+      }
+      auto m = parse_count(rep.substr(2, rep.size() - 3));
+      if (!m) throw InputError(fmt::format("{}='{}': '{}' is not N or N(xM)", name, value, part));
+      repeat = *m;
+      part = part.substr(0, paren);
+    }
+    auto n = parse_count(part);
+    if (!n) throw InputError(fmt::format("{}='{}': '{}' is not a positive number of tasks", name, value, part));
+    out.insert(out.end(), static_cast<size_t>(repeat), *n);
+  }
+  return out;
+}
+
+std::optional<SlurmAllocation> slurm_allocation(const Environment& env) {
+  auto job = lookup(env, "SLURM_JOB_ID");
+  if (!job) return std::nullopt;
+  SlurmAllocation a;
+  a.job_id = *job;
+  auto nodelist = lookup(env, "SLURM_JOB_NODELIST");
+  if (!nodelist) nodelist = lookup(env, "SLURM_NODELIST");  // the name before SLURM 20
+  if (!nodelist || trim(*nodelist).empty()) {
+    throw InputError(fmt::format("inside SLURM job {} but SLURM_JOB_NODELIST is not set; "
+                                 "give the hosts with --hostfile or -H", a.job_id));
+  }
+  a.nodes = expand_nodelist(trim(*nodelist));
+
+  if (auto tpn = lookup(env, "SLURM_NTASKS_PER_NODE"); tpn && !trim(*tpn).empty()) {
+    auto counts = parse_tasks_per_node(trim(*tpn), "SLURM_NTASKS_PER_NODE");
+    const bool uniform = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts.front(); });
+    if (uniform) {
+      a.tasks_per_node.assign(a.nodes.size(), counts.front());
+    } else if (counts.size() == a.nodes.size()) {
+      a.tasks_per_node = std::move(counts);
+    } else {
+      throw InputError(fmt::format("SLURM_NTASKS_PER_NODE='{}' gives {} counts for {} nodes", *tpn,
+                                   counts.size(), a.nodes.size()));
+    }
+  }
+  return a;
+}
+
+}  // namespace tnt::launcher

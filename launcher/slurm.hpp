@@ -1,0 +1,33 @@
+// Reading a SLURM allocation from the environment of a batch script or salloc shell.
+// SLURM writes node lists in its compressed form ("node[01-04,07],gpu5") and per-node task
+// counts in a run-length form ("4(x2),2"); both are expanded here.
+#pragma once
+
+#include "environment.hpp"
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tnt::launcher {
+
+// "node[01-04,07],gpu5" -> node01 node02 node03 node04 node07 gpu5. Zero padding is kept
+// (the width of a range's lower bound), several bracket groups multiply out
+// ("r[1-2]n[1-2]" -> r1n1 r1n2 r2n1 r2n2). Throws InputError.
+std::vector<std::string> expand_nodelist(std::string_view list);
+
+// "4" -> {4}; "4(x2),2" -> {4, 4, 2}. `name` is the variable, for messages. Throws InputError.
+std::vector<int> parse_tasks_per_node(std::string_view value, std::string_view name);
+
+struct SlurmAllocation {
+  std::string job_id;
+  std::vector<std::string> nodes;
+  std::vector<int> tasks_per_node;  // one per node, or empty when SLURM_NTASKS_PER_NODE is unset
+};
+
+// nullopt outside an allocation (no SLURM_JOB_ID). Throws InputError when the allocation's
+// variables cannot be read.
+std::optional<SlurmAllocation> slurm_allocation(const Environment& env);
+
+}  // namespace tnt::launcher

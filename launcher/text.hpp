@@ -1,0 +1,55 @@
+// Small string helpers shared by the parsers. Numbers are parsed strictly (no sign, no
+// spaces, no trailing garbage) because "4x" in a hostfile is a typo to report, not 4.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tnt::launcher {
+
+inline std::string_view trim(std::string_view s) {
+  const char* ws = " \t\r\n\f\v";
+  auto b = s.find_first_not_of(ws);
+  if (b == std::string_view::npos) return {};
+  auto e = s.find_last_not_of(ws);
+  return s.substr(b, e - b + 1);
+}
+
+inline std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (true) {
+    auto pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    if (pos == std::string_view::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+// Unsigned decimal digits only; nullopt on anything else or overflow.
+inline std::optional<std::uint64_t> parse_unsigned(std::string_view s) {
+  if (s.empty()) return std::nullopt;
+  std::uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// A count of ranks or slots: 1 .. 1'000'000 (a bound that catches pasted garbage long
+// before it becomes an allocation).
+inline std::optional<int> parse_count(std::string_view s) {
+  auto v = parse_unsigned(s);
+  if (!v || *v == 0 || *v > 1'000'000) return std::nullopt;
+  return static_cast<int>(*v);
+}
+
+inline bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
+}
+
+}  // namespace tnt::launcher

@@ -1,0 +1,171 @@
+// Callbacks with the Keras hooks. The logs a callback sees are GLOBAL: the training loop
+// allreduces each rank's sums before calling any hook, so every rank sees the same values.
+// A callback runs on the master only (default: progress, files) or on all ranks (anything
+// that changes what training does next: EarlyStopping, LearningRateScheduler,
+// TerminateOnNaN — otherwise ranks would disagree and the job would hang).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tnt {
+
+class Model;
+
+// Metric name -> value, e.g. {"loss", 0.31}, {"accuracy", 0.89}, {"val_loss", ...}.
+using Logs = std::map<std::string, double>;
+
+// What fit() tells callbacks before training starts.
+struct TrainParams {
+  int epochs = 0;           // last epoch index + 1
+  int initial_epoch = 0;
+  int64_t steps = 0;        // steps per epoch
+  int verbose = 1;
+  std::vector<std::string> metrics;  // names in display order
+};
+
+class Callback {
+ public:
+  enum class Ranks { master, all };
+  explicit Callback(Ranks ranks = Ranks::master) : ranks_(ranks) {}
+  virtual ~Callback() = default;
+
+  Ranks ranks() const { return ranks_; }
+  void set_model(Model* model) { model_ = model; }
+  void set_params(const TrainParams& params) { params_ = params; }
+
+  virtual void on_train_begin(const Logs&) {}
+  virtual void on_train_end(const Logs&) {}
+  virtual void on_epoch_begin(int /*epoch*/, const Logs&) {}
+  virtual void on_epoch_end(int /*epoch*/, const Logs&) {}
+  virtual void on_train_batch_begin(int64_t /*batch*/, const Logs&) {}
+  virtual void on_train_batch_end(int64_t /*batch*/, const Logs&) {}
+  virtual void on_test_begin(const Logs&) {}
+  virtual void on_test_end(const Logs&) {}
+
+ protected:
+  Ranks ranks_;
+  Model* model_ = nullptr;
+  TrainParams params_;
+};
+
+using CallbackPtr = std::shared_ptr<Callback>;
+
+// Epoch-end logs of a fit, returned by Model::fit.
+class History : public Callback {
+ public:
+  History() : Callback(Ranks::all) {}
+  void on_train_begin(const Logs&) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+  std::vector<int> epochs;
+  std::map<std::string, std::vector<double>> history;
+  // Last value of a metric; throws if it was never logged.
+  double last(const std::string& name) const;
+};
+
+// Keras-style progress: "12/469 [=>....] - ETA: 8s - loss: 0.5120 - accuracy: 0.8210" on a
+// terminal (redrawn in place); one line per epoch when stdout is not a terminal. verbose 0:
+// nothing, 1: bar, 2: a line per epoch.
+class ProgressBar : public Callback {
+ public:
+  ProgressBar() : Callback(Ranks::master) {}
+  void on_train_begin(const Logs&) override;
+  void on_epoch_begin(int epoch, const Logs&) override;
+  void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+
+ private:
+  std::string metrics_text(const Logs& logs, bool include_val) const;
+  bool tty_ = false;
+  double epoch_start_ = 0;
+  double last_draw_ = 0;
+};
+
+// Appends one row per epoch to a CSV file: epoch, then the logged metrics in sorted order.
+// The header is written when the file is created (append=false, or the file is new).
+class CSVLogger : public Callback {
+ public:
+  explicit CSVLogger(std::string path, bool append = false);
+  ~CSVLogger() override;
+  void on_train_begin(const Logs&) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+  void on_train_end(const Logs&) override;
+  // Columns fixed up front (else: taken from the first epoch's logs).
+  void set_columns(std::vector<std::string> columns) { columns_ = std::move(columns); }
+
+ private:
+  std::string path_;
+  bool append_;
+  std::vector<std::string> columns_;
+  std::FILE* file_ = nullptr;
+  bool header_written_ = false;
+};
+
+enum class MonitorMode { automatic, min, max };
+
+// Saves a checkpoint (weights, optimizer state, epoch, step) after each epoch, written by
+// the master atomically. path may contain "{epoch}" (1-based, as Keras). With
+// save_best_only, only when the monitored global metric improved.
+class ModelCheckpoint : public Callback {
+ public:
+  ModelCheckpoint(std::string path, std::string monitor = "val_loss", bool save_best_only = false,
+                  MonitorMode mode = MonitorMode::automatic);
+  void on_epoch_end(int epoch, const Logs& logs) override;
+  const std::string& last_path() const { return last_path_; }
+
+ private:
+  std::string path_, monitor_, last_path_;
+  bool save_best_only_;
+  MonitorMode mode_;
+  double best_;
+  bool have_best_ = false;
+};
+
+// Stops training when the monitored metric has not improved by min_delta for patience
+// epochs. Runs on every rank (the metric is global, so all ranks stop together).
+class EarlyStopping : public Callback {
+ public:
+  EarlyStopping(std::string monitor = "val_loss", double min_delta = 0.0, int patience = 0,
+                MonitorMode mode = MonitorMode::automatic);
+  void on_train_begin(const Logs&) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+  int stopped_epoch() const { return stopped_epoch_; }
+
+ private:
+  std::string monitor_;
+  double min_delta_;
+  int patience_;
+  MonitorMode mode_;
+  double best_ = 0;
+  bool have_best_ = false;
+  int wait_ = 0;
+  int stopped_epoch_ = -1;
+};
+
+// Sets the optimizer's learning rate at the start of every epoch from fn(epoch, current lr).
+class LearningRateScheduler : public Callback {
+ public:
+  explicit LearningRateScheduler(std::function<double(int, double)> fn);
+  void on_epoch_begin(int epoch, const Logs&) override;
+
+ private:
+  std::function<double(int, double)> fn_;
+};
+
+// Stops training as soon as the (global) loss is NaN or infinite.
+class TerminateOnNaN : public Callback {
+ public:
+  TerminateOnNaN() : Callback(Ranks::all) {}
+  void on_train_batch_end(int64_t batch, const Logs& logs) override;
+};
+
+// Whether `current` improves on `best` for metric `name` (mode automatic: "acc"/"accuracy"
+// in the name means higher is better, otherwise lower).
+bool metric_improved(const std::string& name, MonitorMode mode, double current, double best, double min_delta);
+
+}  // namespace tnt

@@ -1,0 +1,101 @@
+// Checkpoints as safetensors files.
+//
+// Format: an 8-byte little-endian header length N, N bytes of JSON, then the data buffer.
+// The JSON maps each tensor name to {"dtype": "F32", "shape": [...], "data_offsets":
+// [begin, end]} (offsets relative to the buffer start, tensors packed contiguously in the
+// order given) plus an optional "__metadata__" object of string -> string. The header is
+// padded with spaces to a multiple of 8 bytes. Data are little-endian, row-major.
+//
+// Conventions of a training checkpoint (written by Model, read by anyone): weights under
+// their PyTorch names and layouts ("conv1.weight" [out, in, kh, kw], "fc.weight"
+// [out, in], "bn1.running_mean"), so the file loads into the same PyTorch model;
+// optimizer state under "optimizer.<parameter name>.<slot>" (e.g. ".momentum", ".exp_avg");
+// the training position in the metadata as decimal strings (keys below); anything
+// structured as JSON text inside a metadata value.
+//
+// Writes are atomic: the file is written to a temporary file in the same directory
+// (".<name>.tmp-<pid>-XXXXXX"), flushed to disk (fsync of the file, then of the directory
+// after the rename) and renamed over the target, so a crash leaves either the old file or
+// the new one, never a truncated one. A successful write also removes temporary files
+// that earlier, crashed writes of the same target left behind. Only one process should
+// write a given path at a time: in a training job, the master rank.
+#pragma once
+
+#include "tarantella/tensor.hpp"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tnt {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+using Metadata = std::map<std::string, std::string>;
+
+// Metadata keys of a training checkpoint.
+namespace checkpoint_key {
+inline constexpr const char* format = "format";        // "pt", as PyTorch tools expect
+inline constexpr const char* epoch = "epoch";          // epochs completed
+inline constexpr const char* step = "step";            // optimizer steps taken in total
+inline constexpr const char* seed = "seed";            // the job's seed
+inline constexpr const char* generator = "generator";  // generator state (decimal or JSON)
+}  // namespace checkpoint_key
+
+// Tensors may be on any device (copied to the host one at a time). Names must be unique
+// and non-empty. Throws InputError naming the file when it cannot be created, Error when a
+// write fails; either way the target is untouched and no temporary file is left.
+void write_safetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+
+struct SafetensorsFile {
+  NamedTensors tensors;  // host tensors, in the order of their data in the file
+  Metadata metadata;
+};
+
+// Validates the whole header before reading data: the header length fits in the file, the
+// JSON parses, every dtype is known, shapes and offsets agree, offsets lie inside the
+// buffer and do not overlap, metadata values are strings. Errors are InputError naming the
+// file (and the tensor).
+SafetensorsFile read_safetensors(const std::string& path);
+
+struct LoadOptions {
+  bool allow_missing = false;     // destinations absent from the file keep their values
+  bool allow_unexpected = false;  // tensors of the file that no destination asks for
+};
+
+class Checkpoint {
+ public:
+  Checkpoint() = default;
+  static Checkpoint read(const std::string& path);
+  // Atomic write (see above); adds metadata "format": "pt" unless set.
+  void write(const std::string& path) const;
+
+  void add(const std::string& name, const Tensor& tensor);  // a name may be added once
+  bool contains(const std::string& name) const;
+  const Tensor& tensor(const std::string& name) const;  // InputError when absent
+  const NamedTensors& tensors() const { return tensors_; }
+
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  void set_metadata_int(const std::string& key, int64_t value) { metadata_[key] = std::to_string(value); }
+  bool has_metadata(const std::string& key) const { return metadata_.count(key) != 0; }
+  const std::string& metadata(const std::string& key) const;  // InputError when absent
+  int64_t metadata_int(const std::string& key) const;         // ... or not a decimal integer
+  const Metadata& metadata() const { return metadata_; }
+
+  // Copies each checkpoint tensor into the destination of the same name (a Tensor handle:
+  // the copy lands in the storage it shares, on any device). First checks everything and
+  // reports every mismatch in one InputError: missing names, unexpected names, wrong
+  // shapes, wrong dtypes. Nothing is copied unless all match.
+  void load_into(const NamedTensors& destinations, const LoadOptions& options = {}) const;
+
+  const std::string& path() const { return path_; }  // the file it was read from, if any
+
+ private:
+  std::string path_;
+  NamedTensors tensors_;
+  std::map<std::string, size_t> index_;  // name -> position in tensors_
+  Metadata metadata_;
+};
+
+}  // namespace tnt

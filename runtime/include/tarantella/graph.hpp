@@ -1,0 +1,161 @@
+// The model graph: Keras' functional API and Sequential.
+//
+//   auto x = tnt::Input({1, 28, 28});
+//   auto h = (*conv1)(x);                       // records a call; builds conv1's parameters
+//   auto y = (*add)({h, (*shortcut)(x)});       // any DAG: residual connections
+//   tnt::Network net({x}, {y}, "resnet");
+//
+// A call of a layer on symbolic tensors makes a node. The network orders its nodes by the
+// order in which they were made (a node's inputs always exist before it, so this is a
+// topological order that reads like the program). Forward runs the nodes in that order,
+// backward in the reverse one. A layer called at two places (or shared by two networks)
+// keeps one SavedState per call, and its parameter gradients add up over its calls; its
+// gradients are final after the backward of its FIRST call, which is where the gradient
+// hook fires (the Reducer starts communicating there, so the order of hooks follows the
+// reverse registration order that the Reducer's buckets use).
+//
+// Names: a layer's name is the prefix of its parameters' full names ("layer1.0.conv1" +
+// ".weight"), as in a PyTorch state_dict. Two different layers of one network may not
+// share a name. An unnamed layer gets one when a network is made: its position in a
+// Sequential ("0", "1", ... as nn.Sequential), or its type and a counter in a functional
+// network ("conv2d", "conv2d_1", as Keras).
+//
+// Layers are held by shared_ptr where the program gives one (Sequential::add, or a call of
+// a layer that lives in a shared_ptr when Layer derives from enable_shared_from_this);
+// otherwise a layer called through Layer::operator() must outlive the networks that use it.
+#pragma once
+
+#include "tarantella/layer.hpp"
+#include "tarantella/tensor.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tnt {
+
+namespace detail {
+struct GraphNode;
+}
+
+// One output of one node. The shape has -1 for the batch dimension (and for every other
+// dimension that follows the batch size).
+struct SymTensor {
+  std::shared_ptr<detail::GraphNode> node;
+  int index = 0;  // which output of the node
+
+  bool defined() const { return node != nullptr; }
+  const Shape& shape() const;
+  DType dtype() const;
+  std::string str() const;  // "(-1, 32, 28, 28) f32 from conv1"
+};
+
+// A symbolic input: per_sample_shape excludes the batch dimension.
+SymTensor Input(const Shape& per_sample_shape, DType dtype = DType::f32, const std::string& name = "");
+
+// Records a call of a layer held by shared_ptr (the network then keeps it alive).
+SymTensor call(const LayerPtr& layer, const SymTensor& input);
+std::vector<SymTensor> call(const LayerPtr& layer, const std::vector<SymTensor>& inputs);
+
+struct NamedParameter {
+  std::string name;  // full name: "<layer name>.<local name>"
+  Parameter* param;
+};
+
+// hook(param_index, param): param_index is the position in named_parameters().
+using GradientHook = std::function<void(size_t param_index, Parameter& param)>;
+
+class Network {
+ public:
+  Network(const std::vector<SymTensor>& inputs, const std::vector<SymTensor>& outputs,
+          std::string name = "network");
+  virtual ~Network();
+  Network(const Network&) = delete;
+  Network& operator=(const Network&) = delete;
+
+  const std::string& name() const { return name_; }
+
+  // Inputs in the order given at construction, with the batch dimension, on device().
+  // Keeps every call's SavedState for the following backward when keep_for_backward (by
+  // default: rc.training); otherwise each state is dropped as soon as its node has run.
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
+                              std::optional<bool> keep_for_backward = std::nullopt);
+
+  // One gradient per output (an undefined Tensor counts as zeros). ADDS to every
+  // parameter's grad (call zero_grad() first) and fires hook once per trainable parameter
+  // as soon as its gradient will not be written again in this pass. Returns the gradients
+  // of the inputs (undefined where no gradient flows). Releases the saved states.
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                               const GradientHook& hook = nullptr);
+
+  void zero_grad();
+  // Every parameter (trainable and frozen) and buffer, in registration order: layers in the
+  // order of their first call, each layer once, its tensors in creation order.
+  std::vector<NamedParameter> named_parameters();
+  std::vector<NamedParameter> named_buffers();
+  std::vector<NamedParameter> trainable_parameters();  // the subset that optimizers update
+  std::vector<Layer*> layers();  // each once, in registration order
+
+  void initialize(uint64_t seed);  // every layer from its initialisers, keyed by full names
+  void to(Device device);
+  Device device() const { return device_; }
+  int64_t parameter_count();
+  int64_t trainable_parameter_count();
+  std::string summary();
+
+  const std::vector<SymTensor>& inputs();
+  const std::vector<SymTensor>& outputs();
+
+ protected:
+  explicit Network(std::string name);  // a graph set later (Sequential)
+  void set_graph(const std::vector<SymTensor>& inputs, const std::vector<SymTensor>& outputs,
+                 bool sequential_names);
+  bool has_graph() const { return !nodes_.empty(); }
+  // Makes sure the graph exists; inputs are the first forward's inputs, or null.
+  virtual void prepare(const std::vector<Tensor>* inputs);
+
+ private:
+  std::string name_;
+  Device device_;
+  std::vector<SymTensor> inputs_, outputs_;
+  std::vector<std::shared_ptr<detail::GraphNode>> nodes_;  // topological order, inputs first
+  // Per node: (producing node, its output) of each input.
+  std::vector<std::vector<std::pair<size_t, int>>> node_inputs_;
+  std::vector<std::vector<int>> consumers_;   // per node output: how many inputs it feeds
+  std::vector<std::vector<bool>> pinned_;     // per node output: a network output
+  std::vector<size_t> output_node_;           // per network output: its node
+  std::vector<Layer*> layers_;                // unique, registration order
+  std::vector<size_t> layer_of_node_;         // index into layers_ (-1 for inputs)
+  std::vector<size_t> first_node_of_layer_;
+  std::vector<size_t> first_param_of_layer_;  // index into named_parameters()
+  std::vector<LayerPtr> owned_;
+  std::vector<SavedState> saved_;             // per node, from the last forward
+  std::vector<std::vector<Shape>> out_shapes_;  // per node output, from the last forward
+  std::vector<std::vector<DType>> out_dtypes_;
+  bool have_saved_ = false;
+};
+
+// A stack of single-input, single-output layers. The graph is made on first use: from the
+// first forward's input, or from build(). Unnamed layers are named by position.
+class Sequential : public Network {
+ public:
+  explicit Sequential(std::string name = "sequential");
+  Sequential(std::vector<LayerPtr> layers, std::string name = "sequential");
+  Sequential& add(LayerPtr layer);
+  void build(const Shape& per_sample_shape, DType dtype = DType::f32);
+  bool is_built() const { return has_graph(); }
+  size_t size() const { return pending_.size(); }
+
+ protected:
+  void prepare(const std::vector<Tensor>* inputs) override;
+
+ private:
+  std::vector<LayerPtr> pending_;
+};
+
+}  // namespace tnt

@@ -1,0 +1,34 @@
+// IDX files (the MNIST / Fashion-MNIST format), plain or gzip-compressed.
+//
+// Layout: two zero bytes, a type code, the number of dimensions d, then d big-endian
+// uint32 sizes, then the values in row-major order, big-endian. Type codes: 0x08 u8,
+// 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64. A gzip file is recognised by its first
+// two bytes (1f 8b), whatever its name.
+#pragma once
+
+#include "tarantella/tensor.hpp"
+
+#include <string>
+
+namespace tnt {
+
+// The file as a host tensor with the stored dimensions: u8 stays u8, i8 and i16 widen to
+// i32, i32/f32/f64 keep their type. Throws InputError naming the file when it is missing
+// or unreadable, is corrupt gzip, has a wrong magic number or type code, or holds fewer or
+// more data bytes than its dimensions say.
+Tensor read_idx(const std::string& path);
+
+// Writes t (host or device; u8, i32, f32 or f64) as an IDX file, gzip-compressed if asked.
+void write_idx(const std::string& path, const Tensor& t, bool gzip = false);
+
+struct MnistSplit {
+  Tensor images;  // f32 (N, 1, H, W), values in [0, 1] (bytes / 255)
+  Tensor labels;  // i64 (N,)
+};
+
+// Loads "<split>-images-idx3-ubyte" and "<split>-labels-idx1-ubyte" from dir, each either
+// plain or with ".gz" appended (split: "train" or "t10k"; "test" means "t10k"). Checks
+// that images are (N, H, W) u8, labels (N,) u8, and the counts agree.
+MnistSplit load_mnist_dir(const std::string& dir, const std::string& split);
+
+}  // namespace tnt

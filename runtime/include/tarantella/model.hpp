@@ -1,0 +1,150 @@
+// tnt::Model: the data-parallel training wrapper with Keras' interface.
+//
+//   auto net = std::make_shared<tnt::Sequential>(...);
+//   tnt::Model model(net, /*seed=*/42);
+//   model.compile(std::make_shared<tnt::Adam>(1e-3), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+//                 {std::make_shared<tnt::Accuracy>()});
+//   tnt::FitOptions fit;  fit.batch_size = 128;  fit.epochs = 5;  fit.validation_data = test;
+//   tnt::History history = model.fit(train, fit);
+//
+// Semantics, identical on 1 or p ranks:
+// - The user gives the GLOBAL batch size B. With distribute_dataset (default) each rank
+//   takes its contiguous slice of every global batch (sizes differ by one when p does not
+//   divide B). The loss of a step is the sum of per-sample losses over the global batch
+//   divided by the number of real samples in it, so each rank's gradient is already its
+//   share of the serial gradient: the allreduced SUM is the serial gradient, whatever the
+//   micro-batch sizes. A last partial batch is padded (zero-weight samples, default) or
+//   dropped (FitOptions::remainder).
+// - Before the first step the master broadcasts every parameter and buffer; all ranks then
+//   apply identical updates, so replicas never diverge. BatchNorm statistics stay local.
+// - Gradients reach the optimizer through the Reducer (fusion buckets, allreduced while
+//   backward continues).
+// - Logged metrics are global: each rank's sums are allreduced before any callback sees them.
+#pragma once
+
+#include "tarantella/callbacks.hpp"
+#include "tarantella/dataset.hpp"
+#include "tarantella/graph.hpp"
+#include "tarantella/loss.hpp"
+#include "tarantella/metrics.hpp"
+#include "tarantella/optim.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tnt {
+
+class Reducer;
+
+namespace detail {
+// A pass over this rank's batches: a distributed dataset, or the user's own micro-batches
+// (distribute_dataset = false) whose global size is summed every step.
+using NextBatch = std::function<std::optional<Batch>()>;
+}  // namespace detail
+
+struct FitOptions {
+  int epochs = 1;                      // train until this epoch index (exclusive)
+  int initial_epoch = 0;               // start here (resume)
+  int64_t batch_size = 0;              // GLOBAL batch size (required with distribute_dataset)
+  std::vector<CallbackPtr> callbacks;
+  std::optional<Dataset> validation_data;  // unbatched, like the training data
+  int64_t validation_batch_size = 0;   // global; 0 = batch_size
+  int validation_freq = 1;             // validate every this many epochs
+  int verbose = 1;                     // 0 silent, 1 progress bar, 2 one line per epoch
+  // true: each rank takes its slice of every global batch. false: the dataset already
+  // yields this rank's micro-batches (the user sharded by tnt::rank()/tnt::size()).
+  bool distribute_dataset = true;
+  int64_t micro_batch_size = 0;        // optional; must agree with the data when given
+  int64_t validation_micro_batch_size = 0;
+  Remainder remainder = Remainder::pad;
+  int prefetch = 2;                    // micro-batches prepared ahead on a background thread
+};
+
+struct EvaluateOptions {
+  int64_t batch_size = 0;              // GLOBAL
+  bool distribute_dataset = true;
+  int64_t micro_batch_size = 0;
+  int verbose = 0;
+};
+
+// Per-epoch timing of the step and of gradient communication (from the Reducer).
+struct EpochTiming {
+  int64_t steps = 0;
+  double step_seconds = 0;          // mean wall time of a training step
+  double backward_seconds = 0;      // mean time of backward
+  double comm_seconds = 0;          // mean time gradient buckets were in flight
+  double hidden_comm_seconds = 0;   // ... of which while backward was still running
+  double exposed_comm_seconds = 0;  // mean time the step waited for communication after backward
+  double hidden_fraction() const { return comm_seconds > 0 ? hidden_comm_seconds / comm_seconds : 1.0; }
+};
+
+class Model {
+ public:
+  // Moves the network to this rank's device (tnt::default_device()) and sets its initial
+  // weights from seed (identical on every rank; the master's are broadcast anyway).
+  Model(std::shared_ptr<Network> network, uint64_t seed = 0);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  void compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vector<MetricPtr> metrics = {});
+  bool compiled() const { return loss_ != nullptr; }
+
+  // Trains on an UNBATCHED dataset whose elements are {inputs..., target}.
+  History fit(const Dataset& data, FitOptions options);
+  // Trains on data already cut into global batches (advanced; see DistributedDataset).
+  History fit(const DistributedDataset& data, FitOptions options);
+
+  // Global loss and metrics over the dataset: {"loss": ..., "accuracy": ...}.
+  Logs evaluate(const Dataset& data, EvaluateOptions options);
+  // Outputs of the first network output for every element, in order, on the host. Every
+  // rank computes all of them (no distribution).
+  Tensor predict(const Dataset& data, int64_t batch_size);
+
+  // Weights only (parameters and buffers, PyTorch names). save_*: the master writes
+  // atomically; load_*: every rank reads and checks names, shapes and dtypes.
+  void save_weights(const std::string& path);
+  void load_weights(const std::string& path);
+  // Weights + optimizer state + epoch/step/seed (what ModelCheckpoint writes; resume with
+  // load_checkpoint and FitOptions::initial_epoch = the returned epoch).
+  void save_checkpoint(const std::string& path, int epoch);
+  int load_checkpoint(const std::string& path);
+
+  // For callbacks.
+  void stop_training() { stop_requested_ = true; }
+  bool stop_requested() const { return stop_requested_; }
+  double learning_rate() const;
+  void set_learning_rate(double lr);
+  int64_t global_step() const { return global_step_; }
+  Network& network() { return *network_; }
+  Optimizer& optimizer();
+  uint64_t seed() const { return seed_; }
+  const EpochTiming& last_epoch_timing() const { return timing_; }
+
+ private:
+  void broadcast_weights();
+  void check_compiled(const char* what) const;
+  History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
+                  const DistributedDataset* validation, FitOptions& options);
+  Logs run_evaluate(const detail::NextBatch& next);
+  std::vector<NamedTensor> checkpoint_tensors(bool with_optimizer);
+
+  std::shared_ptr<Network> network_;
+  std::shared_ptr<Optimizer> optimizer_;
+  LossPtr loss_;
+  std::vector<MetricPtr> metrics_;
+  std::unique_ptr<Reducer> reducer_;
+  uint64_t seed_;
+  int64_t global_step_ = 0;
+  int current_epoch_ = 0;
+  bool stop_requested_ = false;
+  bool weights_synced_ = false;
+  EpochTiming timing_;
+};
+
+}  // namespace tnt

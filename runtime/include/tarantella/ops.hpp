@@ -1,0 +1,23 @@
+// Small tensor ops the runtime needs on any device (optimisers, gradient checks,
+// TerminateOnNaN, metrics). In-place ops write through a const Tensor& (a Tensor is a
+// handle; const does not protect its data). Element-wise ops need equal element counts
+// and dtypes; floating dtypes are f32 on the CPU, f32/f16/bf16 on CUDA. Reductions
+// accumulate in double and return to the host.
+#pragma once
+
+#include "tarantella/tensor.hpp"
+
+namespace tnt::ops {
+
+void axpy(double alpha, const Tensor& x, const Tensor& y);  // y += alpha * x
+void scale(const Tensor& x, double alpha);                   // x *= alpha
+Tensor add(const Tensor& a, const Tensor& b);                // a + b, a new tensor
+void copy_cast(const Tensor& src, const Tensor& dst);         // same numel, same device, any dtypes
+Tensor cast(const Tensor& src, DType dtype);                  // a new tensor on src's device
+double sum(const Tensor& x);
+double sum_squares(const Tensor& x);
+bool has_non_finite(const Tensor& x);                         // any NaN or infinity
+Tensor argmax_rows(const Tensor& x);  // (..., K) -> (...) i64, first maximum of each row
+double item(const Tensor& x);         // the value of a 1-element tensor
+
+}  // namespace tnt::ops

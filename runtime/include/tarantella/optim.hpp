@@ -1,0 +1,163 @@
+// Optimizers with PyTorch's update rules (so a run can be compared with, and a checkpoint
+// moved to, PyTorch). For a parameter p with gradient g at learning rate lr (from the
+// schedule at the optimizer's step counter) and this parameter's update number t = 1, 2, ...:
+//
+// SGD(momentum mu, dampening d, weight_decay wd, nesterov):
+//   g <- g + wd * p
+//   b <- g                          on the first update (t = 1)
+//   b <- mu * b + (1 - d) * g       afterwards                        (only when mu != 0)
+//   g <- g + mu * b  if nesterov,  else  g <- b                       (only when mu != 0)
+//   p <- p - lr * g
+// (Keras' SGD keeps v = mu*v - lr*g; the two agree while lr is constant.)
+//
+// Adam(beta1, beta2, eps, weight_decay wd as L2):
+//   g <- g + wd * p
+//   m <- beta1 * m + (1 - beta1) * g
+//   v <- beta2 * v + (1 - beta2) * g^2
+//   p <- p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+// AdamW: the same without the L2 term, after a decoupled decay p <- p * (1 - lr * wd).
+//
+// State, for checkpoints, is exposed by name: "<param full name>.<slot>" with PyTorch's slot
+// names (momentum_buffer; exp_avg, exp_avg_sq) and "<param>.step" (the update count t, an
+// i64 tensor of one element on the host), plus the optimizer's own step counter.
+// State tensors live on their parameter's device and follow it when the model moves.
+#pragma once
+
+#include "tarantella/graph.hpp"
+#include "tarantella/schedule.hpp"
+#include "tarantella/tensor.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tnt {
+
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+// Which parameters weight decay applies to (by full name); empty = all of them. The TF
+// ResNet, for instance, leaves out BatchNorm's weight and bias.
+using DecayFilter = std::function<bool(const std::string& full_name)>;
+
+class Optimizer {
+ public:
+  explicit Optimizer(SchedulePtr schedule);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  virtual std::string type() const = 0;  // "SGD", "Adam", "AdamW"
+  virtual std::string describe() const;  // type, hyperparameters and schedule, for logs
+
+  // Updates every trainable parameter that has a gradient, at lr = learning_rate(), then
+  // advances the step counter. Parameters are told apart by their full names, so pass the
+  // same network's list every time (e.g. Network::trainable_parameters()).
+  void step(const std::vector<NamedParameter>& params);
+
+  double learning_rate() const;  // the rate the next step will use
+  // Replaces the schedule by a constant rate (what Keras' LR callbacks do).
+  void set_learning_rate(double lr);
+  void set_schedule(SchedulePtr schedule);
+  const LearningRateSchedule& schedule() const { return *schedule_; }
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t step);  // when resuming from a checkpoint
+
+  // Slot names of one parameter's state (without "step").
+  virtual std::vector<std::string> slot_names() const = 0;
+  // Creates the (zero) state of every parameter that does not have it yet, so that a
+  // checkpoint can be loaded into named_state() before the first step.
+  void init_state(const std::vector<NamedParameter>& params);
+  // "<param>.<slot>" for every slot, then "<param>.step", parameter by parameter in the
+  // order they were first seen. The tensors share storage with the state.
+  std::vector<NamedTensor> named_state() const;
+  // Copies value into the state called name (see named_state); throws InputError for a
+  // name that is not there or a value of another element count.
+  void load_state(const std::string& name, const Tensor& value);
+
+ protected:
+  struct ParamState {
+    std::string name;
+    std::vector<Tensor> slots;  // slot_names() order, same shape and device as the param
+    Tensor step;                // i64 (1,) on the host: this parameter's update count
+  };
+  // One update of one parameter: state.step already counts this update.
+  virtual void update(Parameter& param, ParamState& state, double lr, bool decay) = 0;
+  static int64_t param_step(const ParamState& state);
+
+  DecayFilter decay_filter_;  // set by the derived class from its options
+
+ private:
+  ParamState& state_for(const std::string& name, const Parameter& param);
+
+  SchedulePtr schedule_;
+  int64_t step_count_ = 0;
+  std::vector<ParamState> state_;
+  std::unordered_map<std::string, size_t> index_;
+};
+
+struct SgdOptions {
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  DecayFilter decay_filter;
+};
+
+class SGD : public Optimizer {
+ public:
+  SGD(SchedulePtr schedule, SgdOptions options = {});
+  SGD(double lr, SgdOptions options = {});
+  std::string type() const override { return "SGD"; }
+  std::string describe() const override;
+  std::vector<std::string> slot_names() const override;
+
+ protected:
+  void update(Parameter& param, ParamState& state, double lr, bool decay) override;
+
+ private:
+  SgdOptions options_;
+};
+
+struct AdamOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // L2 for Adam, decoupled for AdamW (PyTorch's default: 0.01)
+  DecayFilter decay_filter;
+};
+
+class Adam : public Optimizer {
+ public:
+  Adam(SchedulePtr schedule, AdamOptions options = {});
+  Adam(double lr, AdamOptions options = {});
+  std::string type() const override { return decoupled_ ? "AdamW" : "Adam"; }
+  std::string describe() const override;
+  std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+
+ protected:
+  Adam(SchedulePtr schedule, AdamOptions options, bool decoupled);
+  void update(Parameter& param, ParamState& state, double lr, bool decay) override;
+
+ private:
+  AdamOptions options_;
+  bool decoupled_;
+};
+
+class AdamW : public Adam {
+ public:
+  static AdamOptions default_options() {
+    AdamOptions o;
+    o.weight_decay = 0.01;
+    return o;
+  }
+  AdamW(SchedulePtr schedule, AdamOptions options = default_options());
+  AdamW(double lr, AdamOptions options = default_options());
+};
+
+}  // namespace tnt

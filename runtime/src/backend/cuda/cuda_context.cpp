@@ -1,0 +1,152 @@
+#include "backend/cuda/cuda_context.hpp"
+
+#include "backend/device_api.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+namespace tnt::cuda {
+
+namespace {
+
+// cuBLAS's recommended workspace on Hopper; smaller GPUs use less of it.
+constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+
+struct DeviceResources {
+  std::once_flag stream_once, cudnn_once, cublas_once, props_once;
+  cudaStream_t stream = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  int sm_count = 1;
+};
+
+// Never destroyed (see the header).
+DeviceResources& resources(int device) {
+  static DeviceResources* all = new DeviceResources[kMaxDevices];
+  TNT_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {} out of range [0, {})", device, kMaxDevices);
+  return all[device];
+}
+
+}  // namespace
+
+DeviceGuard::DeviceGuard(int device) {
+  TNT_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) {
+    TNT_CUDA_CHECK(cudaSetDevice(device));
+  } else {
+    previous_ = -1;  // nothing to restore
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+cudaStream_t compute_stream(int device) {
+  DeviceResources& r = resources(device);
+  std::call_once(r.stream_once, [&] {
+    DeviceGuard guard(device);
+    TNT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamDefault));
+  });
+  return r.stream;
+}
+
+cudnnHandle_t cudnn_handle(int device) {
+  DeviceResources& r = resources(device);
+  cudaStream_t stream = compute_stream(device);
+  std::call_once(r.cudnn_once, [&] {
+    DeviceGuard guard(device);
+    TNT_CUDNN_CHECK(cudnnCreate(&r.cudnn));
+    TNT_CUDNN_CHECK(cudnnSetStream(r.cudnn, stream));
+  });
+  return r.cudnn;
+}
+
+cublasHandle_t cublas_handle(int device) {
+  DeviceResources& r = resources(device);
+  cudaStream_t stream = compute_stream(device);
+  std::call_once(r.cublas_once, [&] {
+    DeviceGuard guard(device);
+    TNT_CUBLAS_CHECK(cublasCreate(&r.cublas));
+    // SetStream resets the workspace to cuBLAS's own pool, so the workspace comes after.
+    TNT_CUBLAS_CHECK(cublasSetStream(r.cublas, stream));
+    // A fixed workspace held for the life of the process: cuBLAS then never allocates
+    // during a step. It is taken once, outside the tensor statistics.
+    void* ws = nullptr;
+    TNT_CUDA_CHECK(cudaMalloc(&ws, kCublasWorkspaceBytes));
+    TNT_CUBLAS_CHECK(cublasSetWorkspace(r.cublas, ws, kCublasWorkspaceBytes));
+    // Plain FP32 products (no TF32) so that f32 results stay within FP32 rounding of the
+    // CPU engine's.
+    TNT_CUBLAS_CHECK(cublasSetMathMode(r.cublas, CUBLAS_DEFAULT_MATH));
+  });
+  return r.cublas;
+}
+
+void synchronize(int device) {
+  DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaStreamSynchronize(compute_stream(device)));
+}
+
+int device_of(const Tensor& t, const char* what) {
+  TNT_CHECK(t.defined(), "{}: undefined tensor", what);
+  TNT_CHECK(t.device().is_cuda(), "{}: tensor {} is not on a CUDA device", what, t.str());
+  return t.device().index;
+}
+
+int common_device(std::initializer_list<const Tensor*> tensors, const char* what) {
+  int device = -1;
+  for (const Tensor* t : tensors) {
+    if (!t || !t->defined()) continue;
+    int d = device_of(*t, what);
+    TNT_CHECK(device < 0 || d == device, "{}: tensors on different devices (cuda:{} and {})", what, device,
+              t->device().str());
+    device = d;
+  }
+  TNT_CHECK(device >= 0, "{}: no CUDA tensor given", what);
+  TNT_CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+
+Workspace::Workspace(size_t bytes, int device) : bytes_(bytes), device_(device) {
+  if (bytes > 0) ptr_ = backend::cuda_malloc(bytes, device);
+}
+
+Workspace::~Workspace() { release(); }
+
+Workspace::Workspace(Workspace&& other) noexcept : ptr_(other.ptr_), bytes_(other.bytes_), device_(other.device_) {
+  other.ptr_ = nullptr;
+  other.bytes_ = 0;
+}
+
+Workspace& Workspace::operator=(Workspace&& other) noexcept {
+  if (this != &other) {
+    release();
+    ptr_ = other.ptr_;
+    bytes_ = other.bytes_;
+    device_ = other.device_;
+    other.ptr_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void Workspace::release() {
+  if (ptr_) backend::cuda_free(ptr_, bytes_, device_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+unsigned grid_for(int64_t n, int block, int device) {
+  DeviceResources& r = resources(device);
+  std::call_once(r.props_once, [&] {
+    int sms = 1;
+    TNT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    r.sm_count = std::max(sms, 1);
+  });
+  int64_t needed = (n + block - 1) / block;
+  // 32 blocks per SM keep every SM busy for a grid-stride loop; more only adds launches.
+  int64_t cap = static_cast<int64_t>(r.sm_count) * 32;
+  return static_cast<unsigned>(std::clamp<int64_t>(needed, 1, cap));
+}
+
+}  // namespace tnt::cuda

@@ -1,0 +1,21 @@
+// Generic CUDA kernels on whole tensors (any shape, contiguous): fill and dtype casts.
+// Plain C++ declarations, so tests and the core can call them without the CUDA headers.
+// Every call is queued on the device's compute stream and returns without waiting.
+#pragma once
+
+#include "tarantella/tensor.hpp"
+
+namespace tnt::cuda {
+
+// Sets every element to value, converted to t's dtype exactly as the host does it
+// (core/half.hpp for f16/bf16, static_cast for the others).
+void fill(const Tensor& t, double value);
+
+// dst = src converted elementwise (same shape; any dtypes among f32, f64, f16, bf16, i32,
+// i64, u8). Float to f16/bf16 rounds to nearest even, like the host conversions; float
+// to integer truncates toward zero like static_cast.
+void cast(const Tensor& src, const Tensor& dst);
+// A new tensor on src's device with the given dtype.
+Tensor cast(const Tensor& src, DType dtype);
+
+}  // namespace tnt::cuda

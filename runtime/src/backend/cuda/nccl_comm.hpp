@@ -1,0 +1,61 @@
+// One NCCL communicator and the CUDA stream it runs on (CUDA builds only). Created in
+// nonblocking mode so that every wait, including initialisation, can keep a deadline: a
+// rank that never arrives makes the others fail with a CommError instead of hanging.
+// Interface without CUDA or NCCL types, so comm/ can include it in any translation unit.
+#pragma once
+
+#include "tarantella/dtype.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace tnt::backend {
+
+class NcclComm {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr size_t kIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
+  static void make_unique_id(char* id);   // id: (kIdBytes,)
+
+  // Collective over the size ranks that received the same id.
+  NcclComm(const char* id, int rank, int size, int device, const std::string& op, Clock::time_point deadline);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  void* stream() const { return stream_; }  // cudaStream_t (non-blocking)
+  int device() const { return device_; }
+
+  // Orders the NCCL stream after the work queued so far on `stream` (cudaStream_t;
+  // nullptr = the legacy default stream) or after `event` (cudaEvent_t).
+  void wait_stream(void* stream);
+  void wait_event(void* event);
+  void record(void* event);  // event (cudaEvent_t) completes when the NCCL stream gets here
+
+  // Enqueue on the NCCL stream; they return before the data moves.
+  void allreduce(void* data, size_t count, DType dtype, bool average, const std::string& op, Clock::time_point deadline);
+  void broadcast(void* data, size_t bytes, int root, const std::string& op, Clock::time_point deadline);
+  void allgather(const void* in, void* out, size_t bytes_per_rank, const std::string& op, Clock::time_point deadline);
+
+  // The host waits (polling) until `event`, or everything queued so far when event is
+  // null, has completed; at the deadline, or on an asynchronous NCCL error, the
+  // communicator is aborted and a CommError names op, this rank and the reason.
+  void synchronize(void* event, const std::string& op, Clock::time_point deadline);
+
+ private:
+  // Polls a nonblocking communicator until its last call has been set up.
+  void settle(const std::string& op, const char* call, Clock::time_point deadline);
+  [[noreturn]] void fail(const std::string& op, const std::string& why);
+
+  void* comm_ = nullptr;    // ncclComm_t
+  void* stream_ = nullptr;  // cudaStream_t
+  void* sync_event_ = nullptr;
+  void* order_event_ = nullptr;
+  int rank_ = 0;
+  int size_ = 1;
+  int device_ = 0;
+  bool aborted_ = false;
+};
+
+}  // namespace tnt::backend

@@ -1,0 +1,215 @@
+// CUDA engines of tarantella/ops.hpp. The caller (backend/cpu/ops_cpu.cpp) has checked
+// counts, dtypes and devices. Element-wise ops compute in float whatever the storage type;
+// reductions accumulate in double, per block in a fixed tree and across blocks in a
+// second one-block pass, so a result is the same run to run on one device.
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.hpp"
+#include "backend/device_api.hpp"
+#include "layers/cuda_engines.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace tnt::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void axpy_kernel(float alpha,
+                            const T* __restrict__ x,  // (n)
+                            T* __restrict__ y,        // (n)
+                            int64_t n) {
+  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(to_float(y[i]) + alpha * to_float(x[i])); }
+}
+
+template <typename T>
+__global__ void scale_kernel(T* __restrict__ x,  // (n)
+                             float alpha, int64_t n) {
+  TNT_KERNEL_LOOP(i, n) { x[i] = from_float<T>(to_float(x[i]) * alpha); }
+}
+
+template <typename T>
+__global__ void add_kernel(const T* __restrict__ a,  // (n)
+                           const T* __restrict__ b,  // (n)
+                           T* __restrict__ out,      // (n)
+                           int64_t n) {
+  TNT_KERNEL_LOOP(i, n) { out[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); }
+}
+
+struct Identity {
+  __device__ double operator()(double v) const { return v; }
+};
+struct Square {
+  __device__ double operator()(double v) const { return v * v; }
+};
+
+// partials[block] = sum over this block's grid-stride share of f(x).
+template <typename T, typename F>
+__global__ void reduce_partials_kernel(const T* __restrict__ x,  // (n)
+                                       int64_t n,
+                                       double* __restrict__ partials,  // (gridDim.x)
+                                       F f) {
+  __shared__ double scratch[kWarp];
+  double acc = 0.0;
+  TNT_KERNEL_LOOP(i, n) { acc += f(static_cast<double>(to_float(x[i]))); }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// One block: out[0] = sum of the partials in a fixed order.
+__global__ void reduce_final_kernel(const double* __restrict__ partials,  // (count)
+                                    int count, double* __restrict__ out) {
+  __shared__ double scratch[kWarp];
+  double acc = 0.0;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partials[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) out[0] = acc;
+}
+
+template <typename F>
+double reduce(const Tensor& x, F f, const char* what) {
+  int device = common_device({&x}, what);
+  int64_t n = x.numel();
+  if (n == 0) return 0.0;
+  unsigned grid = grid_for(n, kBlock, device);
+  cudaStream_t stream = compute_stream(device);
+  Workspace ws((grid + 1) * sizeof(double), device);
+  double* partials = ws.as<double>();  // (grid)
+  double* total = partials + grid;     // (1)
+  TNT_CUDA_DISPATCH_FLOAT(x.dtype(), what, {
+    reduce_partials_kernel<scalar_t, F>
+        <<<grid, kBlock, 0, stream>>>(static_cast<const scalar_t*>(x.raw()), n, partials, f);
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+  reduce_final_kernel<<<1, kBlock, 0, stream>>>(partials, static_cast<int>(grid), total);
+  TNT_CUDA_CHECK_LAUNCH();
+  double host = 0.0;
+  backend::cuda_copy(&host, Device::cpu(), total, Device::cuda(device), sizeof(double));
+  return host;
+}
+
+template <typename T>
+__global__ void non_finite_kernel(const T* __restrict__ x,  // (n)
+                                  int64_t n, int* __restrict__ flag) {
+  TNT_KERNEL_LOOP(i, n) {
+    if (!isfinite(to_float(x[i]))) *flag = 1;  // every writer writes 1: the race is benign
+  }
+}
+
+// One warp per row: the first maximum (smallest index among equal maxima).
+template <typename T>
+__global__ void argmax_rows_kernel(const T* __restrict__ x,  // (R, K)
+                                   int64_t rows, int64_t k,
+                                   int64_t* __restrict__ out) {  // (R)
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps_per_block = blockDim.x / kWarp;
+  for (int64_t r = blockIdx.x * warps_per_block + threadIdx.x / kWarp; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * warps_per_block) {
+    const T* row = x + r * k;
+    float best = -INFINITY;
+    int64_t best_j = k;  // k = "no element seen"
+    for (int64_t j = lane; j < k; j += kWarp) {
+      float v = to_float(row[j]);
+      if (best_j == k || v > best) {
+        best = v;
+        best_j = j;
+      }
+    }
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      float ov = __shfl_xor_sync(0xffffffffu, best, offset);
+      int64_t oj = __shfl_xor_sync(0xffffffffu, best_j, offset);
+      bool take = oj != k && (best_j == k || ov > best || (ov == best && oj < best_j));
+      if (take) {
+        best = ov;
+        best_j = oj;
+      }
+    }
+    if (lane == 0) out[r] = best_j;
+  }
+}
+
+}  // namespace
+
+void axpy(double alpha, const Tensor& x, const Tensor& y) {
+  int device = common_device({&x, &y}, "ops::axpy");
+  int64_t n = x.numel();
+  if (n == 0) return;
+  TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ops::axpy", {
+    axpy_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+        static_cast<float>(alpha), static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()), n);
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+}
+
+void scale(const Tensor& x, double alpha) {
+  int device = common_device({&x}, "ops::scale");
+  int64_t n = x.numel();
+  if (n == 0) return;
+  TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ops::scale", {
+    scale_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+        static_cast<scalar_t*>(x.raw()), static_cast<float>(alpha), n);
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+}
+
+void add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  int device = common_device({&a, &b, &out}, "ops::add");
+  int64_t n = a.numel();
+  if (n == 0) return;
+  TNT_CUDA_DISPATCH_FLOAT(a.dtype(), "ops::add", {
+    add_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+        static_cast<const scalar_t*>(a.raw()), static_cast<const scalar_t*>(b.raw()),
+        static_cast<scalar_t*>(out.raw()), n);
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+}
+
+void copy_cast(const Tensor& src, const Tensor& dst) {
+  int device = common_device({&src, &dst}, "ops::copy_cast");
+  if (src.numel() == 0) return;
+  if (src.dtype() == dst.dtype()) {
+    TNT_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice,
+                                   compute_stream(device)));
+    return;
+  }
+  cast(src, dst);
+}
+
+double sum(const Tensor& x) { return reduce(x, Identity{}, "ops::sum"); }
+
+double sum_squares(const Tensor& x) { return reduce(x, Square{}, "ops::sum_squares"); }
+
+bool has_non_finite(const Tensor& x) {
+  int device = common_device({&x}, "ops::has_non_finite");
+  DType d = x.dtype();
+  if (!(d == DType::f32 || d == DType::f16 || d == DType::bf16) || x.numel() == 0) return false;
+  int64_t n = x.numel();
+  cudaStream_t stream = compute_stream(device);
+  Workspace ws(sizeof(int), device);
+  TNT_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, sizeof(int), stream));
+  TNT_CUDA_DISPATCH_FLOAT(d, "ops::has_non_finite", {
+    non_finite_kernel<scalar_t>
+        <<<grid_for(n, kBlock, device), kBlock, 0, stream>>>(static_cast<const scalar_t*>(x.raw()), n, ws.as<int>());
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+  int flag = 0;
+  backend::cuda_copy(&flag, Device::cpu(), ws.data(), Device::cuda(device), sizeof(int));
+  return flag != 0;
+}
+
+void argmax_rows(const Tensor& x, const Tensor& out) {
+  int device = common_device({&x, &out}, "ops::argmax_rows");
+  TNT_CHECK(out.dtype() == DType::i64, "ops::argmax_rows: output must be i64, got {}", out.str());
+  int64_t k = x.dim(-1);
+  int64_t rows = k > 0 ? x.numel() / k : 0;
+  if (rows == 0) return;
+  constexpr int warps = kBlock / kWarp;
+  unsigned grid = grid_for(rows, warps, device);
+  TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ops::argmax_rows", {
+    argmax_rows_kernel<scalar_t><<<grid, kBlock, 0, compute_stream(device)>>>(
+        static_cast<const scalar_t*>(x.raw()), rows, k, static_cast<int64_t*>(out.raw()));
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tnt::cuda

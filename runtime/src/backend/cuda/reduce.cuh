@@ -1,0 +1,74 @@
+// Deterministic per-channel sums over a (outer, C, inner) tensor, for bias gradients
+// (Dense: (R, U, 1); Conv2D: (N, F, H*W)) and the BatchNorm inference backward.
+// out[c] = beta * out[c] + sum_{o, i} f(o, c, i): fixed summation trees, no atomics.
+#pragma once
+
+#include "backend/cuda/device_common.cuh"
+
+namespace tnt::cuda {
+
+constexpr int kColTileX = 32;  // columns per block (one warp wide: coalesced rows)
+constexpr int kColTileY = 8;   // row stripes per block
+
+// inner == 1: each block owns 32 adjacent columns; thread (x, y) sums rows y, y + 8, ...
+// of column x, then the 8 stripes are added in order.
+template <typename F>
+__global__ void column_sum_kernel(int64_t rows, int64_t cols, F f,
+                                  float beta, float* __restrict__ out) {  // (cols)
+  __shared__ float tile[kColTileY][kColTileX];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTileX + threadIdx.x;
+  float acc = 0.0f;
+  if (c < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kColTileY) acc += f(r * cols + c, c);
+  }
+  tile[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.0f;
+    for (int y = 0; y < kColTileY; ++y) total += tile[y][threadIdx.x];
+    out[c] = beta == 0.0f ? total : beta * out[c] + total;
+  }
+}
+
+// inner > 1: one block per channel (grid-stride over channels), threads stride over the
+// channel's outer * inner elements.
+template <typename F>
+__global__ void channel_sum_kernel(int64_t outer, int64_t channels, int64_t inner, F f,
+                                   float beta, float* __restrict__ out) {  // (channels)
+  __shared__ float scratch[kWarp];
+  const int64_t per_channel = outer * inner;
+  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
+    float acc = 0.0f;
+    for (int64_t j = threadIdx.x; j < per_channel; j += blockDim.x) {
+      const int64_t o = j / inner, i = j % inner;
+      acc += f((o * channels + c) * inner + i, c);
+    }
+    acc = block_sum(acc, scratch);
+    if (threadIdx.x == 0) out[c] = beta == 0.0f ? acc : beta * out[c] + acc;
+  }
+}
+
+// f(flat index, channel) -> float, summed per channel into out (f32, on the stream).
+template <typename F>
+void channel_sum(int64_t outer, int64_t channels, int64_t inner, F f, float beta, float* out, int device) {
+  if (channels == 0) return;
+  cudaStream_t stream = compute_stream(device);
+  if (inner == 1) {
+    dim3 block(kColTileX, kColTileY);
+    unsigned grid = static_cast<unsigned>((channels + kColTileX - 1) / kColTileX);
+    column_sum_kernel<F><<<grid, block, 0, stream>>>(outer, channels, f, beta, out);
+  } else {
+    unsigned grid = static_cast<unsigned>(channels < 65535 ? channels : 65535);
+    channel_sum_kernel<F><<<grid, kBlock, 0, stream>>>(outer, channels, inner, f, beta, out);
+  }
+  TNT_CUDA_CHECK_LAUNCH();
+}
+
+// The plain sum of a tensor's elements, read through its element type.
+template <typename T>
+struct LoadAsFloat {
+  const T* x;
+  __device__ float operator()(int64_t idx, int64_t) const { return to_float(x[idx]); }
+};
+
+}  // namespace tnt::cuda

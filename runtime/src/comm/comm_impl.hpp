@@ -1,0 +1,144 @@
+// What a Communicator holds, and the pieces its collectives share: MPI error checks that
+// name the operation, the polling wait with a deadline (every host collective is
+// nonblocking MPI + MPI_Test, so a missing rank becomes a CommError, not a hang), and the
+// arrivals side channel that tells a timed-out rank who never entered the collective.
+#pragma once
+
+#include "tarantella/comm.hpp"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tnt::backend {
+class NcclComm;
+}
+
+namespace tnt::detail {
+
+using Clock = std::chrono::steady_clock;
+
+// The side channel: an MPI window holding, for each rank, the number of the last
+// collective it entered on each of kSlots communicators (the world communicator is slot 0,
+// duplicates take the next slots in creation order, which every rank shares because
+// duplicate() is collective). Ranks only write their own entries; a timed-out rank reads
+// the others' with MPI_Rget, polled for a short while, so a rank stuck in computation does
+// not stall the error report. If the MPI library cannot create the window, the channel is
+// off and messages say the missing ranks are unknown.
+class Arrivals {
+ public:
+  static constexpr int kSlots = 64;
+  explicit Arrivals(MPI_Comm comm);  // collective over comm
+  ~Arrivals();                       // collective (MPI_Win_free); skipped after MPI_Finalize
+  Arrivals(const Arrivals&) = delete;
+  Arrivals& operator=(const Arrivals&) = delete;
+
+  bool enabled() const { return win_ != MPI_WIN_NULL; }
+  int next_slot();  // call in the same order on every rank
+  void publish(int slot, int64_t seq);
+  // Entry q: the last collective rank q entered on slot, or -1 when it did not answer
+  // within budget_s.
+  std::vector<int64_t> query(int slot, double budget_s) const;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Win win_ = MPI_WIN_NULL;
+  int64_t* base_ = nullptr;  // (kSlots,) this rank's entries
+  int size_ = 1;
+  int next_slot_ = 1;
+};
+
+// Host scratch memory that grows on demand (64-byte aligned).
+class Scratch {
+ public:
+  Scratch() = default;
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get(size_t bytes);
+  // After a failed collective a late message may still land in the buffer: forget it
+  // instead of freeing it.
+  void abandon();
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct NcclDeleter {
+  void operator()(backend::NcclComm* nccl) const;  // defined for both builds
+};
+
+struct CommImpl {
+  MPI_Comm comm = MPI_COMM_NULL;  // our own duplicate of the user's communicator
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  Device device;
+  double timeout_s = 600.0;
+  std::string config_algo;  // TNT_ALLREDUCE_ALGO as configured ("" = defaults)
+  size_t ring_segment_bytes = 256 * 1024;
+  int64_t small_bytes = kRingSmallBytes;  // below: recursive doubling inside "ring"
+  int tag_ub = 32767;
+  int64_t seq = 0;  // collectives entered
+  std::shared_ptr<Arrivals> arrivals;
+  int slot = 0;
+  bool broken = false;  // a collective failed; nothing more may run here
+  // Set by an owner that wants a waiting collective to give up (the Reducer's destructor).
+  std::atomic<bool>* cancel = nullptr;
+  Scratch scratch;
+  std::unique_ptr<backend::NcclComm, NcclDeleter> nccl;  // created by the first device collective
+
+  CommImpl();
+  ~CommImpl();
+
+  // Numbers the next collective and publishes it; throws if the communicator is broken.
+  int64_t enter(const char* op);
+  int tag(int64_t seq_number) const { return static_cast<int>(seq_number % tag_ub); }
+  Clock::time_point deadline() const;
+};
+
+// Waits for the requests of one collective, polling MPI_Test so that a deadline can be
+// kept; spins briefly, then yields the core (ranks are often oversubscribed in tests and
+// share cores with compute threads).
+class Waiter {
+ public:
+  Waiter(CommImpl& comm, std::string op);  // call after comm.enter()
+  const std::string& op() const { return op_; }
+  CommImpl& comm() const { return comm_; }
+
+  // peer/role describe whom the request waits on, for the timeout message (-1: unknown).
+  void wait(MPI_Request& request, int peer = -1, const char* role = nullptr);
+  void wait_all(std::span<MPI_Request> requests, int peer = -1, const char* role = nullptr);
+  // Throws a CommError naming the operation and rank when rc is not MPI_SUCCESS.
+  void check(int rc, const char* call) const;
+  [[noreturn]] void timed_out(int peer, const char* role) const;
+  Clock::time_point deadline() const { return deadline_; }
+
+ private:
+  CommImpl& comm_;
+  std::string op_;
+  int64_t seq_;
+  Clock::time_point deadline_;
+};
+
+// On the error path: cancels point-to-point requests that are still pending and lets go of
+// them, and marks the communicator broken.
+void abandon_requests(CommImpl& comm, std::span<MPI_Request> requests, bool point_to_point);
+
+// The NCCL communicator of w.comm(), created on first use: rank 0 makes the unique id, an
+// MPI broadcast (part of w's collective) hands it to the others. CUDA builds only.
+backend::NcclComm& ensure_nccl(Waiter& w);
+
+MPI_Datatype mpi_type(DType dtype);  // f32, f64, i32, i64 (and u8); throws otherwise
+std::string comm_error_prefix(const CommImpl& comm, const std::string& op);
+
+}  // namespace tnt::detail

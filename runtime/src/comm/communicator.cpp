@@ -1,0 +1,387 @@
+// Communicator: argument checks, algorithm choice, and the MPI (host) and NCCL (device)
+// paths. Host collectives are nonblocking MPI calls completed by a Waiter, so every one of
+// them keeps TNT_COLLECTIVE_TIMEOUT.
+#include "tarantella/comm.hpp"
+
+#include "comm/comm_impl.hpp"
+#include "comm/host_reduce.hpp"
+#include "comm/ring_allreduce.hpp"
+#include "tarantella/check.hpp"
+
+#ifdef TNT_WITH_CUDA
+#include "backend/cuda/nccl_comm.hpp"
+#endif
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace tnt {
+
+using detail::CommImpl;
+using detail::Waiter;
+
+namespace detail {
+
+void NcclDeleter::operator()(backend::NcclComm* nccl) const {
+#ifdef TNT_WITH_CUDA
+  delete nccl;
+#else
+  (void)nccl;  // never created without CUDA
+#endif
+}
+
+backend::NcclComm& ensure_nccl(Waiter& w) {
+#ifdef TNT_WITH_CUDA
+  CommImpl& c = w.comm();
+  if (!c.nccl) {
+    TNT_CHECK(c.device.is_cuda(), "{}: a device buffer, but this rank's device is {} (set TNT_DEVICE)", w.op(),
+              c.device.str());
+    char id[backend::NcclComm::kIdBytes] = {0};
+    if (c.rank == 0) backend::NcclComm::make_unique_id(id);
+    MPI_Request req = MPI_REQUEST_NULL;
+    w.check(MPI_Ibcast(id, sizeof(id), MPI_BYTE, 0, c.comm, &req), "MPI_Ibcast");
+    w.wait(req, 0, "(NCCL unique id from rank 0)");
+    c.nccl.reset(new backend::NcclComm(id, c.rank, c.size, c.device.index, w.op(), w.deadline()));
+  }
+  return *c.nccl;
+#else
+  throw Error(fmt::format("{}: device buffers need a libtarantella built with CUDA and NCCL; this one is CPU-only",
+                          w.op()));
+#endif
+}
+
+}  // namespace detail
+
+// ---- algorithms ------------------------------------------------------------------------
+
+AllreduceAlgo parse_allreduce_algo(const std::string& text) {
+  if (text.empty() || text == "auto") return AllreduceAlgo::automatic;
+  if (text == "ring") return AllreduceAlgo::ring;
+  if (text == "mpi") return AllreduceAlgo::mpi;
+  if (text == "nccl") return AllreduceAlgo::nccl;
+  throw InputError(fmt::format("allreduce algorithm '{}' is not ring, mpi or nccl", text));
+}
+
+const char* allreduce_algo_name(AllreduceAlgo algo) {
+  switch (algo) {
+    case AllreduceAlgo::automatic: return "auto";
+    case AllreduceAlgo::ring: return "ring";
+    case AllreduceAlgo::mpi: return "mpi";
+    case AllreduceAlgo::nccl: return "nccl";
+  }
+  return "?";
+}
+
+// ---- construction ----------------------------------------------------------------------
+
+namespace {
+
+void fill_ranks(CommImpl& c) {
+  TNT_MPI_CHECK(MPI_Comm_rank(c.comm, &c.rank));
+  TNT_MPI_CHECK(MPI_Comm_size(c.comm, &c.size));
+  MPI_Comm node;
+  TNT_MPI_CHECK(MPI_Comm_split_type(c.comm, MPI_COMM_TYPE_SHARED, c.rank, MPI_INFO_NULL, &node));
+  MPI_Comm_rank(node, &c.local_rank);
+  MPI_Comm_size(node, &c.local_size);
+  MPI_Comm_free(&node);
+  void* ub = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(c.comm, MPI_TAG_UB, &ub, &found);
+  if (found && ub) c.tag_ub = *static_cast<int*>(ub);
+}
+
+void check_count(const std::string& op, int64_t count) {
+  TNT_CHECK(count >= 0, "{}: negative element count {}", op, count);
+}
+
+}  // namespace
+
+Communicator::Communicator(std::unique_ptr<CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+std::unique_ptr<Communicator> Communicator::create_world(const Config& config, Device device) {
+  auto c = std::make_unique<CommImpl>();
+  TNT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->comm));
+  MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  fill_ranks(*c);
+  c->device = device;
+  c->timeout_s = config.collective_timeout_s;
+  c->config_algo = config.allreduce_algo;
+  c->ring_segment_bytes = static_cast<size_t>(std::max<int64_t>(1, config.ring_segment_kb)) * 1024;
+  parse_allreduce_algo(c->config_algo);  // validated by Config too; fails early here otherwise
+  c->arrivals = std::make_shared<detail::Arrivals>(c->comm);
+  c->slot = 0;
+  return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
+}
+
+std::unique_ptr<Communicator> Communicator::duplicate() const {
+  const CommImpl& p = *impl_;
+  TNT_CHECK(!p.broken, "duplicate on rank {}: this communicator is unusable after an earlier communication error",
+            p.rank);
+  auto c = std::make_unique<CommImpl>();
+  TNT_MPI_CHECK(MPI_Comm_dup(p.comm, &c->comm));
+  MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  fill_ranks(*c);
+  c->device = p.device;
+  c->timeout_s = p.timeout_s;
+  c->config_algo = p.config_algo;
+  c->ring_segment_bytes = p.ring_segment_bytes;
+  c->small_bytes = p.small_bytes;
+  c->arrivals = p.arrivals;
+  if (c->arrivals) {
+    c->slot = c->arrivals->next_slot();
+    c->arrivals->publish(c->slot, 0);
+  }
+  return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+int Communicator::local_rank() const { return impl_->local_rank; }
+int Communicator::local_size() const { return impl_->local_size; }
+Device Communicator::device() const { return impl_->device; }
+MPI_Comm Communicator::mpi_comm() const { return impl_->comm; }
+double Communicator::timeout() const { return impl_->timeout_s; }
+int64_t Communicator::collectives_entered() const { return impl_->seq; }
+
+void Communicator::set_timeout(double seconds) {
+  TNT_CHECK(seconds > 0, "collective timeout must be positive, got {} s", seconds);
+  impl_->timeout_s = seconds;
+}
+
+AllreduceAlgo Communicator::resolve(AllreduceAlgo algo, Device where) const {
+  if (algo == AllreduceAlgo::automatic) {
+    AllreduceAlgo configured = parse_allreduce_algo(impl_->config_algo);
+    bool fits = where.is_cpu() ? (configured == AllreduceAlgo::ring || configured == AllreduceAlgo::mpi)
+                               : configured == AllreduceAlgo::nccl;
+    if (fits) return configured;
+    return where.is_cpu() ? AllreduceAlgo::ring : AllreduceAlgo::nccl;
+  }
+  if (where.is_cpu()) {
+    TNT_CHECK(algo != AllreduceAlgo::nccl, "allreduce algorithm nccl needs a device buffer; this one is on the host");
+  } else {
+    TNT_CHECK(algo == AllreduceAlgo::nccl, "allreduce algorithm {} works on host buffers; a {} buffer needs nccl",
+              allreduce_algo_name(algo), where.str());
+  }
+  return algo;
+}
+
+// ---- allreduce -------------------------------------------------------------------------
+
+void Communicator::allreduce(Tensor& tensor, ReduceOp op, AllreduceAlgo algo) {
+  TNT_CHECK(tensor.defined(), "allreduce of an undefined tensor");
+  allreduce(tensor.raw(), tensor.numel(), tensor.dtype(), tensor.device(), op, algo);
+}
+
+void Communicator::allreduce(void* data, int64_t count, DType dtype, Device device, ReduceOp op, AllreduceAlgo algo) {
+  CommImpl& c = *impl_;
+  AllreduceAlgo a = resolve(algo, device);
+  std::string name = fmt::format("allreduce({}, {} x {})", allreduce_algo_name(a), count, dtype_name(dtype));
+  check_count(name, count);
+  TNT_CHECK(count == 0 || data != nullptr, "{}: null buffer", name);
+  bool average = op == ReduceOp::average;
+  TNT_CHECK(!average || comm::is_floating(dtype), "{}: an average needs a floating-point dtype, got {}", name,
+            dtype_name(dtype));
+  c.enter(name.c_str());
+  Waiter w(c, name);
+  switch (a) {
+    case AllreduceAlgo::ring: comm::ring_allreduce(w, data, count, dtype, average); return;
+    case AllreduceAlgo::mpi: {
+      TNT_CHECK(comm::host_reducible(dtype), "{}: host allreduce takes f32, f64, i32, i64, not {}", name,
+                dtype_name(dtype));
+      if (c.size == 1 || count == 0) return;
+      // MPI counts are int: large buffers go in pieces.
+      const int64_t piece = INT_MAX / 2;
+      char* p = static_cast<char*>(data);
+      const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
+      for (int64_t done = 0; done < count; done += piece) {
+        int n = static_cast<int>(std::min(piece, count - done));
+        MPI_Request req = MPI_REQUEST_NULL;
+        w.check(MPI_Iallreduce(MPI_IN_PLACE, p + done * elem, n, detail::mpi_type(dtype), MPI_SUM, c.comm, &req),
+                "MPI_Iallreduce");
+        try {
+          w.wait(req);
+        } catch (...) {
+          detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
+          throw;
+        }
+      }
+      if (average) comm::host_div(data, count, dtype, static_cast<double>(c.size));
+      return;
+    }
+    case AllreduceAlgo::nccl: {
+      if (count == 0) return;
+#ifdef TNT_WITH_CUDA
+      TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", name, device.str(),
+                c.device.str());
+      backend::NcclComm& nccl = detail::ensure_nccl(w);
+      nccl.wait_stream(nullptr);
+      nccl.allreduce(data, static_cast<size_t>(count), dtype, average, name, w.deadline());
+      nccl.synchronize(nullptr, name, w.deadline());
+#else
+      detail::ensure_nccl(w);  // throws: CPU-only build
+#endif
+      return;
+    }
+    case AllreduceAlgo::automatic: break;
+  }
+  TNT_THROW("{}: no algorithm", name);
+}
+
+// ---- broadcast -------------------------------------------------------------------------
+
+void Communicator::broadcast(Tensor& tensor, int root) {
+  TNT_CHECK(tensor.defined(), "broadcast of an undefined tensor");
+  broadcast(tensor.raw(), tensor.numel(), tensor.dtype(), tensor.device(), root);
+}
+
+void Communicator::broadcast(void* data, int64_t count, DType dtype, Device device, int root) {
+  CommImpl& c = *impl_;
+  std::string name = fmt::format("broadcast(root {}, {} x {}, {})", root, count, dtype_name(dtype), device.str());
+  check_count(name, count);
+  TNT_CHECK(root >= 0 && root < c.size, "{}: root {} is not a rank (0..{})", name, root, c.size - 1);
+  c.enter(name.c_str());
+  Waiter w(c, name);
+  if (c.size == 1 || count == 0) return;
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  if (device.is_cpu()) {
+    const int64_t piece = int64_t{1} << 30;
+    for (int64_t done = 0; done < bytes; done += piece) {
+      MPI_Request req = MPI_REQUEST_NULL;
+      w.check(MPI_Ibcast(static_cast<char*>(data) + done, static_cast<int>(std::min(piece, bytes - done)), MPI_BYTE,
+                         root, c.comm, &req),
+              "MPI_Ibcast");
+      try {
+        w.wait(req, root, "(root)");
+      } catch (...) {
+        detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
+        throw;
+      }
+    }
+    return;
+  }
+#ifdef TNT_WITH_CUDA
+  TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", name, device.str(),
+            c.device.str());
+  backend::NcclComm& nccl = detail::ensure_nccl(w);
+  nccl.wait_stream(nullptr);
+  nccl.broadcast(data, static_cast<size_t>(bytes), root, name, w.deadline());
+  nccl.synchronize(nullptr, name, w.deadline());
+#else
+  detail::ensure_nccl(w);  // throws: CPU-only build
+#endif
+}
+
+void Communicator::broadcast(std::string& text, int root) {
+  int64_t length = static_cast<int64_t>(text.size());
+  broadcast(&length, 1, DType::i64, Device::cpu(), root);
+  text.resize(static_cast<size_t>(length));
+  broadcast(text.data(), length, DType::u8, Device::cpu(), root);
+}
+
+// ---- allgather -------------------------------------------------------------------------
+
+Tensor Communicator::allgather(const Tensor& in) {
+  TNT_CHECK(in.defined(), "allgather of an undefined tensor");
+  Shape shape = in.shape();
+  shape.insert(shape.begin(), impl_->size);
+  Tensor out = Tensor::empty(shape, in.dtype(), in.device());
+  allgather(in.raw(), out.raw(), in.numel(), in.dtype(), in.device());
+  return out;
+}
+
+void Communicator::allgather(const void* in, void* out, int64_t count, DType dtype, Device device) {
+  CommImpl& c = *impl_;
+  std::string name = fmt::format("allgather({} x {}, {})", count, dtype_name(dtype), device.str());
+  check_count(name, count);
+  c.enter(name.c_str());
+  Waiter w(c, name);
+  const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    TNT_CHECK(bytes <= INT_MAX, "{}: {} bytes per rank is more than one MPI call takes", name, bytes);
+    MPI_Request req = MPI_REQUEST_NULL;
+    w.check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, c.comm, &req),
+            "MPI_Iallgather");
+    try {
+      w.wait(req);
+    } catch (...) {
+      detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
+      throw;
+    }
+    return;
+  }
+#ifdef TNT_WITH_CUDA
+  TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", name, device.str(),
+            c.device.str());
+  backend::NcclComm& nccl = detail::ensure_nccl(w);
+  nccl.wait_stream(nullptr);
+  nccl.allgather(in, out, static_cast<size_t>(bytes), name, w.deadline());
+  nccl.synchronize(nullptr, name, w.deadline());
+#else
+  (void)in;
+  (void)out;
+  detail::ensure_nccl(w);  // throws: CPU-only build
+#endif
+}
+
+std::vector<int64_t> Communicator::allgather(int64_t value) {
+  std::vector<int64_t> out(static_cast<size_t>(impl_->size));
+  allgather(&value, out.data(), 1, DType::i64, Device::cpu());
+  return out;
+}
+
+// ---- barrier and scalars ----------------------------------------------------------------
+
+void Communicator::barrier() {
+  CommImpl& c = *impl_;
+  c.enter("barrier");
+  Waiter w(c, "barrier");
+  MPI_Request req = MPI_REQUEST_NULL;
+  w.check(MPI_Ibarrier(c.comm, &req), "MPI_Ibarrier");
+  try {
+    w.wait(req);
+  } catch (...) {
+    detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
+    throw;
+  }
+}
+
+namespace {
+template <typename T>
+std::vector<T> small_allreduce(CommImpl& c, std::vector<T> values, MPI_Op mpi_op, const char* what) {
+  std::string name = fmt::format("{}({} value(s))", what, values.size());
+  c.enter(name.c_str());
+  Waiter w(c, name);
+  if (c.size == 1 || values.empty()) return values;
+  MPI_Request req = MPI_REQUEST_NULL;
+  w.check(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), detail::mpi_type(dtype_of<T>()),
+                         mpi_op, c.comm, &req),
+          "MPI_Iallreduce");
+  try {
+    w.wait(req);
+  } catch (...) {
+    // values' memory may still be written by the abandoned request: keep it alive.
+    static_cast<void>(new std::vector<T>(std::move(values)));
+    detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
+    throw;
+  }
+  return values;
+}
+}  // namespace
+
+std::vector<double> Communicator::allreduce_sum(std::vector<double> values) {
+  return small_allreduce(*impl_, std::move(values), MPI_SUM, "allreduce_sum");
+}
+std::vector<int64_t> Communicator::allreduce_sum(std::vector<int64_t> values) {
+  return small_allreduce(*impl_, std::move(values), MPI_SUM, "allreduce_sum");
+}
+std::vector<double> Communicator::allreduce_max(std::vector<double> values) {
+  return small_allreduce(*impl_, std::move(values), MPI_MAX, "allreduce_max");
+}
+std::vector<double> Communicator::allreduce_min(std::vector<double> values) {
+  return small_allreduce(*impl_, std::move(values), MPI_MIN, "allreduce_min");
+}
+
+}  // namespace tnt

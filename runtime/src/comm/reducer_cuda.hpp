@@ -1,0 +1,32 @@
+// The Reducer's device side (CUDA builds only; defined in reducer_cuda.cu): one kernel
+// launch packs, unpacks or scales a whole bucket, plus the few event calls the Reducer
+// needs. No CUDA types here, so reducer.cpp compiles in both builds.
+#pragma once
+
+#include "tarantella/dtype.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace tnt::comm::cuda {
+
+struct PackItem {
+  void* ptr = nullptr;  // the gradient, (count,) on the device
+  int64_t offset = 0;   // elements into the fused buffer
+  int64_t count = 0;
+};
+
+// fused[offset + i] = item[i] * scale for every item      // fused: (bucket elements,)
+void pack(const std::vector<PackItem>& items, void* fused, DType dtype, double scale, void* stream);
+// item[i] = fused[offset + i] * scale
+void unpack(const std::vector<PackItem>& items, const void* fused, DType dtype, double scale, void* stream);
+// data[i] *= scale                                          // data: (count,)
+void scale(void* data, int64_t count, DType dtype, double scale, void* stream);
+
+void set_device(int device);
+void* event_create();  // cudaEvent_t with timing
+void event_destroy(void* event);
+void event_record(void* event, void* stream);
+float event_elapsed_ms(void* from, void* to);  // both complete
+
+}  // namespace tnt::comm::cuda

@@ -1,0 +1,253 @@
+// Stages with threads: map on a pool of workers (output in input order) and prefetch on a
+// background thread.
+//
+// Parallel map: the workers take turns pulling from the upstream iterator (it is not
+// thread safe, so pulls are serialised and numbered in pull order), run fn outside any
+// lock and file the result under its number; next() hands results out by number. At most
+// `window` numbers are in flight beyond the next one to hand out, which bounds memory.
+// Errors, from fn or from upstream, are filed like results and rethrown by next() in
+// order. Destroying the iterator stops the workers after their current call and joins them.
+#include "data/dataset_node.hpp"
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <variant>
+
+namespace tnt {
+namespace {
+
+using detail::DatasetNode;
+using detail::ElementIterator;
+using detail::NodePtr;
+
+class InlineMapIterator : public ElementIterator {
+ public:
+  InlineMapIterator(std::unique_ptr<ElementIterator> up, MapFn fn) : up_(std::move(up)), fn_(std::move(fn)) {}
+  std::optional<Element> next() override {
+    auto e = up_->next();
+    if (!e) return std::nullopt;
+    return fn_(std::move(*e));
+  }
+  // One-to-one: skipping here skips upstream, so skipped elements are never mapped.
+  int64_t skip(int64_t n) override { return up_->skip(n); }
+
+ private:
+  std::unique_ptr<ElementIterator> up_;
+  MapFn fn_;
+};
+
+class ParallelMapIterator : public ElementIterator {
+ public:
+  ParallelMapIterator(std::unique_ptr<ElementIterator> up, MapFn fn, int workers)
+      : up_(std::move(up)), fn_(std::move(fn)), workers_(workers), window_(2 * static_cast<int64_t>(workers)) {}
+
+  ~ParallelMapIterator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  std::optional<Element> next() override {
+    if (threads_.empty()) {
+      for (int i = 0; i < workers_; ++i) threads_.emplace_back([this] { work(); });
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return done_.count(next_out_) || (end_ >= 0 && next_out_ >= end_); });
+    auto it = done_.find(next_out_);
+    if (it == done_.end()) return std::nullopt;
+    Result r = std::move(it->second);
+    done_.erase(it);
+    ++next_out_;
+    lock.unlock();
+    work_cv_.notify_all();  // the window moved
+    if (auto* err = std::get_if<std::exception_ptr>(&r)) std::rethrow_exception(*err);
+    return std::move(std::get<Element>(r));
+  }
+
+ private:
+  using Result = std::variant<Element, std::exception_ptr>;
+
+  void work() {
+    for (;;) {
+      std::unique_lock<std::mutex> pull(pull_mu_);
+      int64_t seq = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        work_cv_.wait(lock, [&] { return stop_ || end_ >= 0 || next_in_ < next_out_ + window_; });
+        if (stop_ || end_ >= 0) return;
+        seq = next_in_++;
+      }
+      std::optional<Element> in;
+      std::exception_ptr err;
+      try {
+        in = up_->next();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      pull.unlock();
+      if (!in) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (err) done_.emplace(seq, err);
+        end_ = err ? seq + 1 : seq;
+        done_cv_.notify_all();
+        work_cv_.notify_all();
+        return;
+      }
+      Result r;
+      try {
+        r = fn_(std::move(*in));
+      } catch (...) {
+        r = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.emplace(seq, std::move(r));
+      done_cv_.notify_all();
+    }
+  }
+
+  std::unique_ptr<ElementIterator> up_;
+  MapFn fn_;
+  int workers_;
+  int64_t window_;
+  std::vector<std::thread> threads_;
+
+  std::mutex pull_mu_;  // held while pulling from up_ (and numbering the pull)
+  std::mutex mu_;       // everything below
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  bool stop_ = false;
+  int64_t next_in_ = 0;   // number of the next pull
+  int64_t next_out_ = 0;  // number next() hands out next
+  int64_t end_ = -1;      // number at which the stream ends (known once upstream ended or failed)
+  std::map<int64_t, Result> done_;
+};
+
+class MapNode : public DatasetNode {
+ public:
+  MapNode(NodePtr up, MapFn fn, int workers) : up_(std::move(up)), fn_(std::move(fn)), workers_(workers) {
+    TNT_CHECK(static_cast<bool>(fn_), "Dataset::map: empty function");
+    if (workers_ < 1) throw InputError(fmt::format("Dataset::map: {} workers; at least 1 is needed", workers_));
+  }
+  std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
+    if (workers_ == 1) return std::make_unique<InlineMapIterator>(up_->iterate(epoch), fn_);
+    return std::make_unique<ParallelMapIterator>(up_->iterate(epoch), fn_, workers_);
+  }
+  int64_t cardinality() const override { return up_->cardinality(); }
+
+ private:
+  NodePtr up_;
+  MapFn fn_;
+  int workers_;
+};
+
+// Prefetch: one producer thread fills a bounded queue. The producer's exception is kept and
+// rethrown by next() after the elements produced before it.
+class PrefetchIterator : public ElementIterator {
+ public:
+  PrefetchIterator(std::unique_ptr<ElementIterator> up, int64_t capacity)
+      : up_(std::move(up)), capacity_(static_cast<size_t>(capacity)) {}
+
+  ~PrefetchIterator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    space_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  std::optional<Element> next() override {
+    if (!started_) {  // started on first use, so building an iterator costs nothing
+      started_ = true;
+      thread_ = std::thread([this] { produce(); });
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    data_cv_.wait(lock, [&] { return !queue_.empty() || finished_; });
+    if (!queue_.empty()) {
+      Element e = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      space_cv_.notify_one();
+      return e;
+    }
+    if (error_) {
+      auto err = std::exchange(error_, nullptr);
+      std::rethrow_exception(err);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  void produce() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        space_cv_.wait(lock, [&] { return stop_ || queue_.size() < capacity_; });
+        if (stop_) return;
+      }
+      std::optional<Element> e;
+      std::exception_ptr err;
+      try {
+        e = up_->next();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!e) {
+        error_ = err;
+        finished_ = true;
+        data_cv_.notify_all();
+        return;
+      }
+      queue_.push_back(std::move(*e));
+      data_cv_.notify_all();
+    }
+  }
+
+  std::unique_ptr<ElementIterator> up_;
+  size_t capacity_;
+  bool started_ = false;  // consumer side only
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable data_cv_;
+  std::condition_variable space_cv_;
+  std::deque<Element> queue_;
+  bool finished_ = false;  // the producer has ended (end of stream or error)
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+class PrefetchNode : public DatasetNode {
+ public:
+  PrefetchNode(NodePtr up, int64_t capacity) : up_(std::move(up)), capacity_(capacity) {
+    if (capacity_ < 1) throw InputError(fmt::format("Dataset::prefetch: buffer size {} must be at least 1", capacity_));
+  }
+  std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
+    return std::make_unique<PrefetchIterator>(up_->iterate(epoch), capacity_);
+  }
+  int64_t cardinality() const override { return up_->cardinality(); }
+
+ private:
+  NodePtr up_;
+  int64_t capacity_;
+};
+
+}  // namespace
+
+Dataset Dataset::map(MapFn fn, int workers) const {
+  return Dataset(std::make_shared<MapNode>(node_, std::move(fn), workers));
+}
+
+Dataset Dataset::prefetch(int64_t buffer_size) const {
+  return Dataset(std::make_shared<PrefetchNode>(node_, buffer_size));
+}
+
+}  // namespace tnt

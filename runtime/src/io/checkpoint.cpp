@@ -1,0 +1,104 @@
+// Checkpoint: named tensors plus string metadata, and the checked load into a model.
+#include "tarantella/checkpoint.hpp"
+
+#include <charconv>
+#include <set>
+
+namespace tnt {
+
+Checkpoint Checkpoint::read(const std::string& path) {
+  SafetensorsFile file = read_safetensors(path);
+  Checkpoint c;
+  c.path_ = path;
+  for (auto& [name, t] : file.tensors) c.add(name, t);
+  c.metadata_ = std::move(file.metadata);
+  return c;
+}
+
+void Checkpoint::write(const std::string& path) const {
+  Metadata meta = metadata_;
+  meta.emplace(checkpoint_key::format, "pt");
+  write_safetensors(path, tensors_, meta);
+}
+
+void Checkpoint::add(const std::string& name, const Tensor& tensor) {
+  TNT_CHECK(tensor.defined(), "Checkpoint::add: tensor '{}' is undefined", name);
+  TNT_CHECK(index_.emplace(name, tensors_.size()).second, "Checkpoint::add: tensor '{}' added twice", name);
+  tensors_.emplace_back(name, tensor);
+}
+
+bool Checkpoint::contains(const std::string& name) const { return index_.count(name) != 0; }
+
+const Tensor& Checkpoint::tensor(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    throw InputError(fmt::format("checkpoint '{}' has no tensor '{}'", path_.empty() ? "(in memory)" : path_, name));
+  }
+  return tensors_[it->second].second;
+}
+
+const std::string& Checkpoint::metadata(const std::string& key) const {
+  auto it = metadata_.find(key);
+  if (it == metadata_.end()) {
+    throw InputError(fmt::format("checkpoint '{}' has no metadata '{}'", path_.empty() ? "(in memory)" : path_, key));
+  }
+  return it->second;
+}
+
+int64_t Checkpoint::metadata_int(const std::string& key) const {
+  const std::string& text = metadata(key);
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw InputError(fmt::format("checkpoint '{}': metadata '{}' = '{}' is not a decimal integer",
+                                 path_.empty() ? "(in memory)" : path_, key, text));
+  }
+  return v;
+}
+
+void Checkpoint::load_into(const NamedTensors& destinations, const LoadOptions& options) const {
+  std::vector<std::string> missing, unexpected, wrong_shape, wrong_dtype;
+  std::set<std::string> wanted;
+  for (const auto& [name, dst] : destinations) {
+    TNT_CHECK(wanted.insert(name).second, "Checkpoint::load_into: destination '{}' given twice", name);
+    TNT_CHECK(dst.defined(), "Checkpoint::load_into: destination '{}' is undefined", name);
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      if (!options.allow_missing) missing.push_back(name);
+      continue;
+    }
+    const Tensor& src = tensors_[it->second].second;
+    if (src.shape() != dst.shape()) {
+      wrong_shape.push_back(fmt::format("{} (file {}, expected {})", name, shape_str(src.shape()), shape_str(dst.shape())));
+    }
+    if (src.dtype() != dst.dtype()) {
+      wrong_dtype.push_back(fmt::format("{} (file {}, expected {})", name, dtype_safetensors(src.dtype()),
+                                        dtype_safetensors(dst.dtype())));
+    }
+  }
+  if (!options.allow_unexpected) {
+    for (const auto& [name, t] : tensors_) {
+      if (!wanted.count(name)) unexpected.push_back(name);
+    }
+  }
+  if (!missing.empty() || !unexpected.empty() || !wrong_shape.empty() || !wrong_dtype.empty()) {
+    std::string msg = fmt::format("checkpoint '{}' does not match the model:", path_.empty() ? "(in memory)" : path_);
+    auto list = [&](const char* what, const std::vector<std::string>& items) {
+      if (!items.empty()) msg += fmt::format(" {} {}: {};", items.size(), what, fmt::join(items, ", "));
+    };
+    list("missing", missing);
+    list("unexpected", unexpected);
+    list("with a wrong shape", wrong_shape);
+    list("with a wrong dtype", wrong_dtype);
+    msg.pop_back();
+    throw InputError(msg);
+  }
+  for (const auto& [name, dst] : destinations) {
+    auto it = index_.find(name);
+    if (it == index_.end()) continue;
+    Tensor target = dst;  // a handle: copy_from writes into the storage dst shares
+    target.copy_from(tensors_[it->second].second);
+  }
+}
+
+}  // namespace tnt

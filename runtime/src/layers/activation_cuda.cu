@@ -1,0 +1,131 @@
+// ReLU and Softmax on CUDA.
+// ReLU is our element-wise kernel rather than cudnnActivation*: the contract fixes the
+// gradient at x == 0 to 0, which cuDNN does not document, and an element-wise pass is
+// memory-bound either way. Softmax along any axis is cuDNN's channel-mode softmax on the
+// (outer, K, inner, 1) view of the input, in its ACCURATE (max-subtracting) form.
+#include "backend/cuda/cudnn_util.hpp"
+#include "backend/cuda/device_common.cuh"
+#include "layers/cuda_engines.hpp"
+
+namespace tnt::cuda {
+
+namespace {
+
+template <typename T>
+__global__ void relu_forward_kernel(const T* __restrict__ x,  // (n)
+                                    T* __restrict__ y,        // (n)
+                                    int64_t n) {
+  TNT_KERNEL_LOOP(i, n) {
+    const float v = to_float(x[i]);
+    y[i] = v > 0.0f ? x[i] : from_float<T>(0.0f);
+  }
+}
+
+template <typename T>
+__global__ void relu_backward_kernel(const T* __restrict__ x,   // (n)
+                                     const T* __restrict__ dy,  // (n)
+                                     T* __restrict__ dx,        // (n)
+                                     int64_t n) {
+  TNT_KERNEL_LOOP(i, n) { dx[i] = to_float(x[i]) > 0.0f ? dy[i] : from_float<T>(0.0f); }
+}
+
+struct SoftmaxView {
+  int64_t outer = 1, k = 1, inner = 1;
+};
+
+SoftmaxView softmax_view(const Softmax& layer, const Tensor& x) {
+  const int nd = x.ndim();
+  int64_t axis = layer.axis() < 0 ? layer.axis() + nd : layer.axis();
+  TNT_CHECK(axis >= 0 && axis < nd, "Softmax '{}': axis {} out of range for input {}", layer.name(), layer.axis(),
+            x.str());
+  SoftmaxView v;
+  for (int i = 0; i < nd; ++i) {
+    if (i < axis) v.outer *= x.dim(i);
+    if (i > axis) v.inner *= x.dim(i);
+  }
+  v.k = x.dim(static_cast<int>(axis));
+  return v;
+}
+
+}  // namespace
+
+std::vector<Tensor> relu_forward(ReLU& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                 SavedState& saved) {
+  (void)layer;
+  (void)rc;
+  const Tensor& x = inputs.at(0);
+  int device = common_device({&x}, "ReLU");
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const int64_t n = x.numel();
+  if (n > 0) {
+    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ReLU", {
+      relu_forward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()), n);
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+  }
+  saved.tensors = {x};
+  return {y};
+}
+
+std::vector<Tensor> relu_backward(ReLU& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                  SavedState& saved) {
+  (void)rc;
+  TNT_CHECK(saved.tensors.size() == 1, "ReLU '{}': backward without a forward", layer.name());
+  const Tensor& x = saved.tensors[0];
+  const Tensor& dy = grad_outputs.at(0);
+  int device = common_device({&x, &dy}, "ReLU backward");
+  TNT_CHECK(dy.numel() == x.numel() && dy.dtype() == x.dtype(), "ReLU '{}': gradient {} for input {}", layer.name(),
+            dy.str(), x.str());
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const int64_t n = x.numel();
+  if (n > 0) {
+    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ReLU", {
+      relu_backward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(x.raw()), static_cast<const scalar_t*>(dy.raw()),
+          static_cast<scalar_t*>(dx.raw()), n);
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+  }
+  return {dx};
+}
+
+std::vector<Tensor> softmax_forward(Softmax& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                    SavedState& saved) {
+  (void)rc;
+  const Tensor& x = inputs.at(0);
+  int device = common_device({&x}, "Softmax");
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  if (x.numel() > 0) {
+    SoftmaxView v = softmax_view(layer, x);
+    TensorDescriptor desc;
+    set_nchw(desc, x.dtype(), v.outer, v.k, v.inner, 1, "Softmax");
+    TNT_CUDNN_CHECK(cudnnSoftmaxForward(cudnn_handle(device), CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL,
+                                        CudnnScalars::one(), desc, x.raw(), CudnnScalars::zero(), desc, y.raw()));
+  }
+  saved.tensors = {y};
+  return {y};
+}
+
+std::vector<Tensor> softmax_backward(Softmax& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                     SavedState& saved) {
+  (void)rc;
+  TNT_CHECK(saved.tensors.size() == 1, "Softmax '{}': backward without a forward", layer.name());
+  const Tensor& y = saved.tensors[0];
+  const Tensor& dy = grad_outputs.at(0);
+  int device = common_device({&y, &dy}, "Softmax backward");
+  TNT_CHECK(dy.shape() == y.shape() && dy.dtype() == y.dtype(), "Softmax '{}': gradient {} for output {}",
+            layer.name(), dy.str(), y.str());
+  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+  if (y.numel() > 0) {
+    SoftmaxView v = softmax_view(layer, y);
+    TensorDescriptor desc;
+    set_nchw(desc, y.dtype(), v.outer, v.k, v.inner, 1, "Softmax");
+    TNT_CUDNN_CHECK(cudnnSoftmaxBackward(cudnn_handle(device), CUDNN_SOFTMAX_ACCURATE, CUDNN_SOFTMAX_MODE_CHANNEL,
+                                         CudnnScalars::one(), desc, y.raw(), desc, dy.raw(), CudnnScalars::zero(),
+                                         desc, dx.raw()));
+  }
+  return {dx};
+}
+
+}  // namespace tnt::cuda

@@ -1,0 +1,101 @@
+// Dense on the CPU: three oneDNN matmuls (cached per shape). The weight is stored (units,
+// in) as PyTorch's Linear; forward multiplies by its transpose, which for oneDNN is the
+// same buffer described with swapped strides. The weight gradient accumulates through a
+// sum post-op, so a layer called twice adds both calls' gradients without a temporary.
+#include "tarantella/layers/dense.hpp"
+
+#include "backend/cpu/dnnl_context.hpp"
+#include "layers/cuda_engines.hpp"
+
+namespace tnt {
+
+Dense::Dense(int64_t units, DenseOptions options, std::string name)
+    : Layer(std::move(name)), units_(units), options_(options) {
+  default_name("dense");
+  TNT_CHECK(units > 0, "Dense '{}': units must be positive, got {}", name_, units);
+}
+
+std::vector<Shape> Dense::output_shapes(const std::vector<Shape>& in) const {
+  TNT_CHECK(in.size() == 1 && !in[0].empty(), "Dense '{}': expects one input of shape (..., in)", name_);
+  Shape out = in[0];
+  out.back() = units_;
+  return {out};
+}
+
+void Dense::build(const std::vector<Shape>& in) {
+  TNT_CHECK(in.size() == 1 && !in[0].empty() && in[0].back() > 0,
+            "Dense '{}': expects one input of shape (..., in) with in > 0", name_);
+  in_features_ = in[0].back();
+  weight_ = &add_parameter("weight", {units_, in_features_}, options_.kernel_initializer);
+  if (options_.use_bias) bias_ = &add_parameter("bias", {units_}, options_.bias_initializer);
+}
+
+std::vector<Tensor> Dense::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
+  check_inputs(inputs, 1);
+  const Tensor& x = inputs[0];
+  ensure_built({x.shape()});
+  TNT_CHECK(x.ndim() >= 1 && x.dim(-1) == in_features_, "Dense '{}': input {} does not end in {} features", name_,
+            x.str(), in_features_);
+  check_inputs(inputs, 1);
+  TNT_CUDA_DISPATCH(x.device(), cuda::dense_forward(*this, inputs, rc, saved));
+
+  const int64_t rows = x.numel() / in_features_;
+  Shape out_shape = x.shape();
+  out_shape.back() = units_;
+  Tensor y = Tensor::empty(out_shape, DType::f32);  // (R, units)
+  if (rows > 0) {
+    using namespace cpu;
+    dnnl::memory a = wrap(x, plain_desc({rows, in_features_}));  // (R, in)
+    // W^T: (in, units) over W's (units, in) buffer
+    dnnl::memory b = wrap(weight_->value, dnnl::memory::desc({in_features_, units_}, dnnl::memory::data_type::f32,
+                                                             dnnl::memory::dims{1, in_features_}));
+    dnnl::memory c = wrap(y, plain_desc({rows, units_}));  // (R, units)
+    if (bias_) {
+      dnnl::memory bias = wrap(bias_->value, plain_desc({1, units_}));  // (1, units)
+      matmul(a, b, &bias, c, false);
+    } else {
+      matmul(a, b, nullptr, c, false);
+    }
+  }
+  saved.tensors = {x};
+  return {y};
+}
+
+std::vector<Tensor> Dense::backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                    SavedState& saved) {
+  TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined(), "Dense '{}': backward needs one gradient", name_);
+  TNT_CHECK(!saved.tensors.empty(), "Dense '{}': backward without a forward", name_);
+  TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::dense_backward(*this, grad_outputs, rc, saved));
+  const Tensor& x = saved.tensors[0];
+  const Tensor& dy = grad_outputs[0];
+  const int64_t rows = x.numel() / in_features_;
+  TNT_CHECK(dy.numel() == rows * units_ && dy.dtype() == DType::f32, "Dense '{}': gradient {} for output ({}, {})",
+            name_, dy.str(), rows, units_);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32);  // (R, in)
+  if (rows == 0) return {dx};
+  using namespace cpu;
+  dnnl::memory dy_m = wrap(dy, plain_desc({rows, units_}));  // (R, units)
+  // dx (R, in) = dy (R, units) x W (units, in)
+  matmul(dy_m, wrap(weight_->value), nullptr, wrap(dx, plain_desc({rows, in_features_})), false);
+  // dW (units, in) += dy^T (units, R) x x (R, in)
+  dnnl::memory dy_t = wrap(dy, dnnl::memory::desc({units_, rows}, dnnl::memory::data_type::f32,
+                                                  dnnl::memory::dims{1, units_}));
+  matmul(dy_t, wrap(x, plain_desc({rows, in_features_})), nullptr, wrap(weight_->grad), true);
+  if (bias_) {
+    // db (units) += column sums of dy; each thread owns a block of columns, rows in order.
+    const float* g = dy.data<float>();  // (R, units)
+    float* db = bias_->grad.data<float>();
+    const int64_t n = units_, r = rows;
+#pragma omp parallel for schedule(static) if (n * r > 65536)
+    for (int64_t j0 = 0; j0 < n; j0 += 64) {
+      const int64_t j1 = std::min(n, j0 + 64);
+      float acc[64] = {};
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += g[i * n + j];
+      for (int64_t j = j0; j < j1; ++j) db[j] += acc[j - j0];
+    }
+  }
+  return {dx};
+}
+
+}  // namespace tnt

@@ -1,0 +1,126 @@
+// Dense on CUDA: cuBLAS products in FP32 compute (no TF32), bias by our kernels.
+//
+// cuBLAS is column-major; a row-major (R, C) matrix is the column-major (C, R) matrix, its
+// transpose. So the row-major product Y = X W^T is computed as the column-major
+// Y^T = W X^T, and likewise for the two gradients:
+//   forward   y^T  (U, R)  = W^T(T) (U, in) . x^T (in, R)      gemm(T, N, U, R, in)
+//   dx        dx^T (in, R) = W^T   (in, U) . dy^T (U, R)       gemm(N, N, in, R, U)
+//   dW       dW^T (in, U) += x^T   (in, R) . dy   (R, U)       gemm(N, T, in, U, R), beta 1
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.hpp"
+#include "backend/cuda/reduce.cuh"
+#include "layers/cuda_engines.hpp"
+
+#include <climits>
+
+namespace tnt::cuda {
+
+namespace {
+
+cudaDataType_t blas_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: TNT_THROW("Dense: dtype {} is not supported by the cuBLAS engine (f32, f16, bf16)", dtype_name(d));
+  }
+}
+
+int blas_dim(int64_t v) {
+  TNT_CHECK(v >= 0 && v <= INT_MAX, "Dense: dimension {} is too large for cuBLAS", v);
+  return static_cast<int>(v);
+}
+
+// Column-major C (m, n) = alpha op(A) op(B) + beta C, all of dtype d, FP32 accumulation.
+void gemm(int device, DType d, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+          const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc) {
+  const float alpha = 1.0f;
+  cudaDataType_t t = blas_dtype(d);
+  TNT_CUBLAS_CHECK(cublasGemmEx(cublas_handle(device), ta, tb, blas_dim(m), blas_dim(n), blas_dim(k), &alpha, a, t,
+                                blas_dim(lda), b, t, blas_dim(ldb), &beta, c, t, blas_dim(ldc), CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT));
+}
+
+template <typename T>
+__global__ void add_bias_rows_kernel(T* __restrict__ y,           // (R, U)
+                                     const T* __restrict__ bias,  // (U)
+                                     int64_t n, int64_t units) {
+  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(to_float(y[i]) + to_float(bias[i % units])); }
+}
+
+}  // namespace
+
+std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                  SavedState& saved) {
+  (void)rc;
+  const Tensor& x = inputs.at(0);         // (..., in)
+  const Tensor& w = layer.weight().value;  // (U, in)
+  Parameter* bias = layer.bias();          // (U)
+  int device = common_device({&x, &w}, "Dense");
+  TNT_CHECK(x.dtype() == w.dtype(), "Dense '{}': input {} and weight {} differ in dtype", layer.name(), x.str(),
+            w.str());
+  const int64_t in = layer.in_features(), units = layer.units();
+  TNT_CHECK(x.ndim() >= 1 && x.dim(-1) == in, "Dense '{}': input {} does not end in {} features", layer.name(),
+            x.str(), in);
+  const int64_t rows = in > 0 ? x.numel() / in : 0;
+  Shape out_shape = x.shape();
+  out_shape.back() = units;
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());  // (..., U)
+  if (rows > 0 && units > 0) {
+    if (in == 0) {
+      fill(y, 0.0);
+    } else {
+      gemm(device, x.dtype(), CUBLAS_OP_T, CUBLAS_OP_N, units, rows, in, w.raw(), in, x.raw(), in, 0.0f, y.raw(),
+           units);
+    }
+    if (bias) {
+      const int64_t n = y.numel();
+      TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Dense", {
+        add_bias_rows_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+            static_cast<scalar_t*>(y.raw()), static_cast<const scalar_t*>(bias->value.raw()), n, units);
+      });
+      TNT_CUDA_CHECK_LAUNCH();
+    }
+  }
+  saved.tensors = {x};
+  return {y};
+}
+
+std::vector<Tensor> dense_backward(Dense& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                   SavedState& saved) {
+  (void)rc;
+  TNT_CHECK(saved.tensors.size() == 1, "Dense '{}': backward without a forward", layer.name());
+  const Tensor& x = saved.tensors[0];        // (..., in)
+  const Tensor& dy = grad_outputs.at(0);     // (..., U)
+  const Tensor& w = layer.weight().value;    // (U, in)
+  const Tensor& dw = layer.weight().grad;    // (U, in)
+  Parameter* bias = layer.bias();
+  int device = common_device({&x, &dy, &w}, "Dense backward");
+  const int64_t in = layer.in_features(), units = layer.units();
+  const int64_t rows = in > 0 ? x.numel() / in : 0;
+  TNT_CHECK(dy.numel() == rows * units && dy.dtype() == x.dtype(), "Dense '{}': gradient {} for output of {} rows x {}",
+            layer.name(), dy.str(), rows, units);
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (..., in)
+  if (rows == 0 || in == 0) return {dx};
+  if (units == 0) {
+    fill(dx, 0.0);
+    return {dx};
+  }
+  gemm(device, x.dtype(), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, units, w.raw(), in, dy.raw(), units, 0.0f, dx.raw(),
+       in);
+  if (dw.defined()) {
+    gemm(device, x.dtype(), CUBLAS_OP_N, CUBLAS_OP_T, in, units, rows, x.raw(), in, dy.raw(), units, 1.0f, dw.raw(),
+         in);
+  }
+  if (bias && bias->grad.defined()) {
+    TNT_CHECK(bias->grad.dtype() == DType::f32, "Dense '{}': bias gradient must be f32, got {}", layer.name(),
+              bias->grad.str());
+    TNT_CUDA_DISPATCH_FLOAT(dy.dtype(), "Dense", {
+      channel_sum(rows, units, 1, LoadAsFloat<scalar_t>{static_cast<const scalar_t*>(dy.raw())}, 1.0f,
+                  static_cast<float*>(bias->grad.raw()), device);
+    });
+  }
+  return {dx};
+}
+
+}  // namespace tnt::cuda

@@ -1,0 +1,226 @@
+// Losses on CUDA, mirroring layers/losses.cpp: SavedState holds the same tensors (the
+// softmax probabilities and the labels; the difference p - t), so backward is one
+// element-wise pass. Per-row and total sums accumulate in double in fixed trees; the loss
+// is written as a 1-element f32 tensor on the device without a host round trip, except
+// that cross-entropy reads back one word to report a label outside [0, K) as the CPU does.
+#include "backend/cuda/device_common.cuh"
+#include "backend/device_api.hpp"
+#include "layers/cuda_engines.hpp"
+
+#include <memory>
+
+namespace tnt::cuda {
+
+namespace {
+
+struct CudaLossSaved {
+  double denominator = 1;  // what the summed loss was divided by
+};
+
+unsigned row_threads(int64_t k) {
+  int64_t t = (k + kWarp - 1) / kWarp * kWarp;
+  return static_cast<unsigned>(t < kBlock ? t : kBlock);
+}
+
+// One block per row (grid-stride over rows). probs = softmax(x); row_loss = lse -
+// (1 - s) x[label] - s / K * sum(x), 0 for ignored rows; bad labels lower *bad_row.
+template <typename T, typename L>
+__global__ void xent_forward_kernel(const T* __restrict__ logits,  // (R, K)
+                                    const L* __restrict__ labels,  // (R)
+                                    int64_t rows, int64_t k, double smoothing, int64_t ignore_index,
+                                    float* __restrict__ probs,             // (R, K)
+                                    double* __restrict__ row_loss,         // (R)
+                                    unsigned long long* __restrict__ bad_row) {  // (1)
+  __shared__ float fscratch[kWarp];
+  __shared__ double dscratch[kWarp];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = logits + r * k;
+    float* pr = probs + r * k;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) mx = fmaxf(mx, to_float(xr[j]));
+    mx = block_max(mx, fscratch, -INFINITY);
+    double z = 0.0, xsum = 0.0;
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+      const float v = to_float(xr[j]);
+      const float e = expf(v - mx);
+      pr[j] = e;
+      z += e;
+      xsum += v;
+    }
+    z = block_sum(z, dscratch);
+    xsum = block_sum(xsum, dscratch);
+    const float inv_z = static_cast<float>(1.0 / z);
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) pr[j] *= inv_z;
+    if (threadIdx.x == 0) {
+      const int64_t label = static_cast<int64_t>(labels[r]);
+      double loss = 0.0;
+      if (label != ignore_index) {
+        if (label < 0 || label >= k) {
+          atomicMin(bad_row, static_cast<unsigned long long>(r));
+        } else {
+          const double lse = static_cast<double>(mx) + log(z);
+          loss = lse - (1.0 - smoothing) * to_float(xr[label]) - smoothing / static_cast<double>(k) * xsum;
+        }
+      }
+      row_loss[r] = loss;
+    }
+  }
+}
+
+template <typename L>
+__global__ void xent_backward_kernel(const float* __restrict__ probs,  // (R, K)
+                                     const L* __restrict__ labels,     // (R)
+                                     int64_t rows, int64_t k, int64_t ignore_index, float f, float smooth, float hit,
+                                     float* __restrict__ grad) {  // (R, K)
+  const int64_t n = rows * k;
+  TNT_KERNEL_LOOP(i, n) {
+    const int64_t r = i / k, j = i % k;
+    const int64_t label = static_cast<int64_t>(labels[r]);
+    grad[i] = label == ignore_index ? 0.0f : (probs[i] - smooth - (j == label ? hit : 0.0f)) * f;
+  }
+}
+
+// One block: out[0] = float(sum(values) / denominator).
+__global__ void sum_divide_kernel(const double* __restrict__ values,  // (n)
+                                  int64_t n, double denominator, float* __restrict__ out) {
+  __shared__ double scratch[kWarp];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += values[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(acc / denominator);
+}
+
+// diff = p - t; partials[block] = sum of diff^2 over the block's share.
+template <typename T>
+__global__ void mse_forward_kernel(const T* __restrict__ p,  // (n)
+                                   const T* __restrict__ t,  // (n)
+                                   int64_t n, float* __restrict__ diff,  // (n)
+                                   double* __restrict__ partials) {      // (gridDim.x)
+  __shared__ double scratch[kWarp];
+  double acc = 0.0;
+  TNT_KERNEL_LOOP(i, n) {
+    const float d = to_float(p[i]) - to_float(t[i]);
+    diff[i] = d;
+    acc += static_cast<double>(d) * d;
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void scale_copy_kernel(const float* __restrict__ in,  // (n)
+                                  float f, int64_t n, float* __restrict__ out) {  // (n)
+  TNT_KERNEL_LOOP(i, n) { out[i] = in[i] * f; }
+}
+
+}  // namespace
+
+Tensor softmax_cross_entropy_forward(SoftmaxCrossEntropy& loss, const Tensor& logits, const Tensor& labels,
+                                     int64_t global_batch, SavedState& saved) {
+  int device = common_device({&logits, &labels}, "SoftmaxCrossEntropy");
+  const int64_t k = logits.dim(-1), rows = logits.numel() / k;
+  cudaStream_t stream = compute_stream(device);
+  Tensor probs = Tensor::empty({rows, k}, DType::f32, logits.device());  // (R, K)
+  Tensor result = Tensor::empty({1}, DType::f32, logits.device());
+  auto info = std::make_shared<CudaLossSaved>();
+  info->denominator = static_cast<double>(global_batch);
+  if (rows == 0) {
+    TNT_CUDA_CHECK(cudaMemsetAsync(result.raw(), 0, sizeof(float), stream));
+  } else {
+    Workspace ws(static_cast<size_t>(rows) * sizeof(double) + sizeof(unsigned long long), device);
+    double* row_loss = ws.as<double>();                                              // (R)
+    auto* bad_row = reinterpret_cast<unsigned long long*>(row_loss + rows);          // (1)
+    const unsigned long long none = ~0ull;  // all bytes 0xff
+    TNT_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, sizeof(none), stream));
+    const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+    TNT_CUDA_DISPATCH_FLOAT(logits.dtype(), "SoftmaxCrossEntropy", {
+      TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "SoftmaxCrossEntropy", {
+        xent_forward_kernel<scalar_t, label_t><<<grid, row_threads(k), 0, stream>>>(
+            static_cast<const scalar_t*>(logits.raw()), static_cast<const label_t*>(labels.raw()), rows, k,
+            loss.label_smoothing(), loss.ignore_index(), probs.data<float>(), row_loss, bad_row);
+      });
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+    sum_divide_kernel<<<1, kBlock, 0, stream>>>(row_loss, rows, info->denominator, result.data<float>());
+    TNT_CUDA_CHECK_LAUNCH();
+    unsigned long long bad = 0;
+    backend::cuda_copy(&bad, Device::cpu(), bad_row, logits.device(), sizeof(bad));
+    if (bad != none) {
+      const int64_t r = static_cast<int64_t>(bad);
+      const int64_t label = static_cast<int64_t>(labels.reshape({rows}).slice_rows(r, r + 1).to_double_vector().at(0));
+      throw InputError(fmt::format("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
+                                   label, r, k, k));
+    }
+  }
+  saved.tensors = {probs, labels};
+  saved.extra = info;
+  return result;
+}
+
+Tensor softmax_cross_entropy_backward(SoftmaxCrossEntropy& loss, SavedState& saved, double scale) {
+  const Tensor& probs = saved.tensors.at(0);   // (R, K)
+  const Tensor& labels = saved.tensors.at(1);  // (R)
+  int device = common_device({&probs, &labels}, "SoftmaxCrossEntropy backward");
+  const double denom = static_cast<const CudaLossSaved*>(saved.extra.get())->denominator;
+  const int64_t rows = probs.dim(0), k = probs.dim(1);
+  Tensor grad = Tensor::empty({rows, k}, DType::f32, probs.device());  // (R, K)
+  const int64_t n = rows * k;
+  if (n == 0) return grad;
+  // The same float factors as the CPU engine.
+  const float f = static_cast<float>(scale / denom);
+  const float smooth = static_cast<float>(loss.label_smoothing() / static_cast<double>(k));
+  const float hit = static_cast<float>(1.0 - loss.label_smoothing());
+  TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "SoftmaxCrossEntropy", {
+    xent_backward_kernel<label_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+        probs.data<float>(), static_cast<const label_t*>(labels.raw()), rows, k, loss.ignore_index(), f, smooth, hit,
+        grad.data<float>());
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+  return grad;
+}
+
+Tensor mean_squared_error_forward(MeanSquaredError& loss, const Tensor& predictions, const Tensor& targets,
+                                  int64_t global_batch, SavedState& saved) {
+  (void)loss;
+  int device = common_device({&predictions, &targets}, "MeanSquaredError");
+  const int64_t n_samples = predictions.dim(0), total_n = predictions.numel();
+  const int64_t per_sample = n_samples > 0 ? total_n / n_samples : 1;
+  cudaStream_t stream = compute_stream(device);
+  Tensor diff = Tensor::empty(predictions.shape(), DType::f32, predictions.device());  // p - t
+  Tensor result = Tensor::empty({1}, DType::f32, predictions.device());
+  auto info = std::make_shared<CudaLossSaved>();
+  info->denominator = static_cast<double>(global_batch) * static_cast<double>(per_sample);
+  if (total_n == 0) {
+    TNT_CUDA_CHECK(cudaMemsetAsync(result.raw(), 0, sizeof(float), stream));
+  } else {
+    const unsigned grid = grid_for(total_n, kBlock, device);
+    Workspace ws(grid * sizeof(double), device);
+    TNT_CUDA_DISPATCH_FLOAT(predictions.dtype(), "MeanSquaredError", {
+      mse_forward_kernel<scalar_t><<<grid, kBlock, 0, stream>>>(static_cast<const scalar_t*>(predictions.raw()),
+                                                                 static_cast<const scalar_t*>(targets.raw()), total_n,
+                                                                 diff.data<float>(), ws.as<double>());
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+    sum_divide_kernel<<<1, kBlock, 0, stream>>>(ws.as<double>(), grid, info->denominator, result.data<float>());
+    TNT_CUDA_CHECK_LAUNCH();
+  }
+  saved.tensors = {diff};
+  saved.extra = info;
+  return result;
+}
+
+Tensor mean_squared_error_backward(MeanSquaredError& loss, SavedState& saved, double scale) {
+  (void)loss;
+  const Tensor& diff = saved.tensors.at(0);
+  int device = common_device({&diff}, "MeanSquaredError backward");
+  const double denom = static_cast<const CudaLossSaved*>(saved.extra.get())->denominator;
+  Tensor grad = Tensor::empty(diff.shape(), DType::f32, diff.device());
+  const int64_t n = diff.numel();
+  if (n == 0) return grad;
+  const float f = static_cast<float>(2.0 * scale / denom);
+  scale_copy_kernel<<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(diff.data<float>(), f, n,
+                                                                                        grad.data<float>());
+  TNT_CUDA_CHECK_LAUNCH();
+  return grad;
+}
+
+}  // namespace tnt::cuda

@@ -1,0 +1,112 @@
+#include "tarantella/optim.hpp"
+
+#include "tarantella/check.hpp"
+
+#include <fmt/format.h>
+
+namespace tnt {
+
+Optimizer::Optimizer(SchedulePtr schedule) : schedule_(std::move(schedule)) {
+  TNT_CHECK(schedule_ != nullptr, "optimizer needs a learning-rate schedule, got null");
+}
+
+std::string Optimizer::describe() const { return fmt::format("{}(lr={})", type(), schedule_->describe()); }
+
+double Optimizer::learning_rate() const { return schedule_->lr(step_count_); }
+
+void Optimizer::set_learning_rate(double lr) { schedule_ = std::make_shared<ConstantSchedule>(lr); }
+
+void Optimizer::set_schedule(SchedulePtr schedule) {
+  TNT_CHECK(schedule != nullptr, "set_schedule: null schedule");
+  schedule_ = std::move(schedule);
+}
+
+void Optimizer::set_step_count(int64_t step) {
+  TNT_CHECK(step >= 0, "optimizer step count must be >= 0, got {}", step);
+  step_count_ = step;
+}
+
+int64_t Optimizer::param_step(const ParamState& state) { return state.step.data<int64_t>()[0]; }
+
+Optimizer::ParamState& Optimizer::state_for(const std::string& name, const Parameter& param) {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    ParamState st;
+    st.name = name;
+    for (size_t i = 0; i < slot_names().size(); ++i) {
+      st.slots.push_back(Tensor::zeros(param.value.shape(), param.value.dtype(), param.value.device()));
+    }
+    st.step = Tensor::zeros({1}, DType::i64);
+    index_.emplace(name, state_.size());
+    state_.push_back(std::move(st));
+    return state_.back();
+  }
+  ParamState& st = state_[it->second];
+  for (Tensor& slot : st.slots) {
+    TNT_CHECK(slot.shape() == param.value.shape(),
+              "{}: parameter '{}' has shape {} but its optimizer state has {}", type(), name,
+              shape_str(param.value.shape()), shape_str(slot.shape()));
+    // The model moved (Network::to) after the state was made: the state follows.
+    if (slot.device() != param.value.device()) slot = slot.to(param.value.device());
+  }
+  return st;
+}
+
+void Optimizer::step(const std::vector<NamedParameter>& params) {
+  const double lr = learning_rate();
+  for (const NamedParameter& np : params) {
+    Parameter& p = *np.param;
+    if (!p.trainable || !p.grad.defined()) continue;
+    TNT_CHECK(p.grad.shape() == p.value.shape() && p.grad.dtype() == p.value.dtype() &&
+                  p.grad.device() == p.value.device(),
+              "{}: gradient of '{}' is {}, but the parameter is {}", type(), np.name, p.grad.str(),
+              p.value.str());
+    ParamState& st = state_for(np.name, p);
+    st.step.data<int64_t>()[0] += 1;
+    const bool decay = !decay_filter_ || decay_filter_(np.name);
+    update(p, st, lr, decay);
+  }
+  ++step_count_;
+}
+
+void Optimizer::init_state(const std::vector<NamedParameter>& params) {
+  for (const NamedParameter& np : params) {
+    if (np.param->trainable) state_for(np.name, *np.param);
+  }
+}
+
+std::vector<NamedTensor> Optimizer::named_state() const {
+  std::vector<NamedTensor> out;
+  const std::vector<std::string> slots = slot_names();
+  for (const ParamState& st : state_) {
+    for (size_t i = 0; i < slots.size(); ++i) out.push_back({st.name + "." + slots[i], st.slots[i]});
+    out.push_back({st.name + ".step", st.step});
+  }
+  return out;
+}
+
+void Optimizer::load_state(const std::string& name, const Tensor& value) {
+  for (NamedTensor& nt : named_state()) {
+    if (nt.name != name) continue;
+    if (nt.tensor.numel() != value.numel()) {
+      throw InputError(fmt::format("optimizer state '{}' has {} elements, the value given has {}",
+                                   name, nt.tensor.numel(), value.numel()));
+    }
+    if (nt.tensor.dtype() == value.dtype()) {
+      nt.tensor.copy_from(value);
+    } else {
+      // A step count saved as another integer or float type (PyTorch keeps f32).
+      const std::vector<double> v = value.to_double_vector();
+      TNT_CHECK(nt.tensor.dtype() == DType::i64,
+                "optimizer state '{}' is {}, the value given is {}", name,
+                dtype_name(nt.tensor.dtype()), dtype_name(value.dtype()));
+      nt.tensor.data<int64_t>()[0] = static_cast<int64_t>(v.at(0));
+    }
+    return;
+  }
+  throw InputError(fmt::format(
+      "optimizer state '{}' matches no parameter slot of this {} (call init_state() with the "
+      "model's parameters before loading)", name, type()));
+}
+
+}  // namespace tnt

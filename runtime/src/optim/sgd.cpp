@@ -1,0 +1,77 @@
+#include "tarantella/optim.hpp"
+
+#include "optim/optim_cuda.hpp"
+
+#include <fmt/format.h>
+
+namespace tnt {
+
+namespace {
+
+// Below this many elements a parallel region costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
+void sgd_cpu(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
+             float dampening, float weight_decay, bool nesterov, bool first) {
+  // param, grad, buf: (n,)
+#pragma omp parallel for simd if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    float g = grad[i] + weight_decay * param[i];
+    if (buf != nullptr) {
+      const float b = first ? g : momentum * buf[i] + (1.0f - dampening) * g;
+      buf[i] = b;
+      g = nesterov ? g + momentum * b : b;
+    }
+    param[i] -= lr * g;
+  }
+}
+
+}  // namespace
+
+SGD::SGD(SchedulePtr schedule, SgdOptions options)
+    : Optimizer(std::move(schedule)), options_(std::move(options)) {
+  TNT_CHECK(options_.momentum >= 0, "SGD: momentum must be >= 0, got {}", options_.momentum);
+  TNT_CHECK(options_.weight_decay >= 0, "SGD: weight_decay must be >= 0, got {}", options_.weight_decay);
+  TNT_CHECK(!options_.nesterov || (options_.momentum > 0 && options_.dampening == 0),
+            "SGD: nesterov needs momentum > 0 and dampening 0 (momentum={}, dampening={})",
+            options_.momentum, options_.dampening);
+  decay_filter_ = options_.decay_filter;
+}
+
+SGD::SGD(double lr, SgdOptions options)
+    : SGD(std::make_shared<ConstantSchedule>(lr), std::move(options)) {}
+
+std::string SGD::describe() const {
+  return fmt::format("SGD(lr={}, momentum={}, dampening={}, weight_decay={}, nesterov={})",
+                     schedule().describe(), options_.momentum, options_.dampening,
+                     options_.weight_decay, options_.nesterov);
+}
+
+std::vector<std::string> SGD::slot_names() const {
+  if (options_.momentum == 0) return {};
+  return {"momentum_buffer"};
+}
+
+void SGD::update(Parameter& param, ParamState& state, double lr, bool decay) {
+  Tensor& p = param.value;
+  TNT_CHECK(p.dtype() == DType::f32, "SGD: parameter '{}' is {}; the update kernels take f32",
+            state.name, dtype_name(p.dtype()));
+  const bool first = param_step(state) == 1;
+  float* buf = state.slots.empty() ? nullptr : state.slots[0].data<float>();
+  const float wd = decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+  if (p.device().is_cpu()) {
+    sgd_cpu(p.data<float>(), param.grad.data<float>(), buf, p.numel(), static_cast<float>(lr),
+            static_cast<float>(options_.momentum), static_cast<float>(options_.dampening), wd,
+            options_.nesterov, first);
+    return;
+  }
+#ifdef TNT_WITH_CUDA
+  cuda::sgd_update(p.data<float>(), param.grad.data<float>(), buf, p.numel(), static_cast<float>(lr),
+                   static_cast<float>(options_.momentum), static_cast<float>(options_.dampening),
+                   wd, options_.nesterov, first, p.device().index);
+#else
+  TNT_THROW("SGD: parameter '{}' is on {}, but this build has no CUDA", state.name, p.device().str());
+#endif
+}
+
+}  // namespace tnt

@@ -1,0 +1,250 @@
+#include "tarantella/callbacks.hpp"
+
+#include "tarantella/check.hpp"
+#include "tarantella/log.hpp"
+#include "tarantella/model.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace tnt {
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string format_duration(double s) {
+  if (s >= 3600) return fmt::format("{}:{:02d}:{:02d}", int(s) / 3600, (int(s) / 60) % 60, int(s) % 60);
+  if (s >= 60) return fmt::format("{}:{:02d}", int(s) / 60, int(s) % 60);
+  return fmt::format("{:.0f}s", s);
+}
+
+bool higher_is_better(const std::string& name) {
+  return name.find("acc") != std::string::npos;
+}
+}  // namespace
+
+bool metric_improved(const std::string& name, MonitorMode mode, double current, double best, double min_delta) {
+  bool maximise = mode == MonitorMode::max || (mode == MonitorMode::automatic && higher_is_better(name));
+  return maximise ? current > best + min_delta : current < best - min_delta;
+}
+
+// ---- History -----------------------------------------------------------------------
+
+void History::on_train_begin(const Logs&) {
+  epochs.clear();
+  history.clear();
+}
+
+void History::on_epoch_end(int epoch, const Logs& logs) {
+  epochs.push_back(epoch);
+  for (const auto& [k, v] : logs) history[k].push_back(v);
+}
+
+double History::last(const std::string& name) const {
+  auto it = history.find(name);
+  TNT_CHECK(it != history.end() && !it->second.empty(), "History has no metric '{}'", name);
+  return it->second.back();
+}
+
+// ---- ProgressBar ---------------------------------------------------------------------
+
+void ProgressBar::on_train_begin(const Logs&) { tty_ = isatty(STDOUT_FILENO) == 1; }
+
+void ProgressBar::on_epoch_begin(int epoch, const Logs&) {
+  epoch_start_ = now_s();
+  last_draw_ = 0;
+  if (params_.verbose >= 1) print("Epoch {}/{}", epoch + 1, params_.epochs);
+}
+
+std::string ProgressBar::metrics_text(const Logs& logs, bool include_val) const {
+  std::string out;
+  for (const auto& [k, v] : logs) {
+    bool is_val = k.rfind("val_", 0) == 0;
+    if (is_val && !include_val) continue;
+    if (k == "learning_rate" || k == "seconds") continue;
+    out += fmt::format(" - {}: {:.4f}", k, v);
+  }
+  return out;
+}
+
+void ProgressBar::on_train_batch_end(int64_t batch, const Logs& logs) {
+  if (params_.verbose != 1 || !tty_) return;
+  double t = now_s();
+  int64_t done = batch + 1;
+  if (done != params_.steps && t - last_draw_ < 0.1) return;  // redraw at most 10 times a second
+  last_draw_ = t;
+  const int width = 30;
+  int64_t total = params_.steps > 0 ? params_.steps : done;
+  int filled = static_cast<int>(width * done / std::max<int64_t>(total, 1));
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < width) bar += '>';
+  bar.resize(width, '.');
+  double elapsed = t - epoch_start_;
+  double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0;
+  std::string line = fmt::format("\r{:>{}}/{} [{}] - ETA: {}{}", done, std::to_string(total).size(), total, bar,
+                                 format_duration(eta), metrics_text(logs, false));
+  std::fputs(line.c_str(), stdout);
+  std::fputs("\033[K", stdout);  // clear what a longer previous line left
+  std::fflush(stdout);
+}
+
+void ProgressBar::on_epoch_end(int, const Logs& logs) {
+  if (params_.verbose == 0) return;
+  double elapsed = now_s() - epoch_start_;
+  double per_step_ms = params_.steps > 0 ? elapsed * 1000.0 / static_cast<double>(params_.steps) : 0;
+  std::string line = fmt::format("{}/{} - {} {:.0f}ms/step{}", params_.steps, params_.steps, format_duration(elapsed),
+                                 per_step_ms, metrics_text(logs, true));
+  if (tty_ && params_.verbose == 1) {
+    std::fputs("\r\033[K", stdout);
+    std::fflush(stdout);
+  }
+  print("{}", line);
+}
+
+// ---- CSVLogger -----------------------------------------------------------------------
+
+CSVLogger::CSVLogger(std::string path, bool append) : path_(std::move(path)), append_(append) {}
+
+CSVLogger::~CSVLogger() {
+  if (file_) std::fclose(file_);
+}
+
+void CSVLogger::on_train_begin(const Logs&) {
+  bool exists = access(path_.c_str(), F_OK) == 0;
+  file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
+  if (!file_) throw InputError(fmt::format("CSVLogger: cannot open '{}' for writing", path_));
+  if (append_ && exists) {
+    // Keep the existing header: a resumed run appends rows in the same columns.
+    if (std::FILE* in = std::fopen(path_.c_str(), "r")) {
+      char buf[4096];
+      if (std::fgets(buf, sizeof buf, in) && columns_.empty()) {
+        std::string header(buf);
+        while (!header.empty() && (header.back() == '\n' || header.back() == '\r')) header.pop_back();
+        size_t pos = 0;
+        std::vector<std::string> cols;
+        while (pos <= header.size()) {
+          size_t comma = header.find(',', pos);
+          if (comma == std::string::npos) comma = header.size();
+          cols.push_back(header.substr(pos, comma - pos));
+          pos = comma + 1;
+        }
+        if (!cols.empty() && cols.front() == "epoch") cols.erase(cols.begin());
+        columns_ = cols;
+      }
+      std::fclose(in);
+    }
+  } else {
+    exists = false;
+  }
+  header_written_ = exists;
+}
+
+void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
+  if (!file_) return;
+  if (columns_.empty()) {
+    for (const auto& [k, v] : logs) columns_.push_back(k);
+  }
+  if (!header_written_) {
+    std::string header = "epoch";
+    for (const auto& c : columns_) header += "," + c;
+    std::fprintf(file_, "%s\n", header.c_str());
+    header_written_ = true;
+  }
+  std::string row = std::to_string(epoch + 1);
+  for (const auto& c : columns_) {
+    auto it = logs.find(c);
+    row += ",";
+    if (it != logs.end()) row += fmt::format("{:.6g}", it->second);
+  }
+  std::fprintf(file_, "%s\n", row.c_str());
+  std::fflush(file_);
+}
+
+void CSVLogger::on_train_end(const Logs&) {
+  if (file_) std::fclose(file_);
+  file_ = nullptr;
+}
+
+// ---- ModelCheckpoint -------------------------------------------------------------------
+
+ModelCheckpoint::ModelCheckpoint(std::string path, std::string monitor, bool save_best_only, MonitorMode mode)
+    : path_(std::move(path)), monitor_(std::move(monitor)), save_best_only_(save_best_only), mode_(mode), best_(0) {}
+
+void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
+  TNT_CHECK(model_, "ModelCheckpoint used outside Model::fit");
+  if (save_best_only_) {
+    auto it = logs.find(monitor_);
+    if (it == logs.end()) {
+      log_warning("ModelCheckpoint: metric '{}' is not logged this epoch; not saving", monitor_);
+      return;
+    }
+    if (have_best_ && !metric_improved(monitor_, mode_, it->second, best_, 0.0)) return;
+    best_ = it->second;
+    have_best_ = true;
+  }
+  std::string path = path_;
+  size_t pos = path.find("{epoch}");
+  if (pos != std::string::npos) path.replace(pos, 7, fmt::format("{:02d}", epoch + 1));
+  model_->save_checkpoint(path, epoch + 1);
+  last_path_ = path;
+}
+
+// ---- EarlyStopping ---------------------------------------------------------------------
+
+EarlyStopping::EarlyStopping(std::string monitor, double min_delta, int patience, MonitorMode mode)
+    : Callback(Ranks::all), monitor_(std::move(monitor)), min_delta_(std::fabs(min_delta)), patience_(patience), mode_(mode) {}
+
+void EarlyStopping::on_train_begin(const Logs&) {
+  have_best_ = false;
+  wait_ = 0;
+  stopped_epoch_ = -1;
+}
+
+void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
+  auto it = logs.find(monitor_);
+  if (it == logs.end()) {
+    log_warning("EarlyStopping: metric '{}' is not logged; available: {}", monitor_, logs.size());
+    return;
+  }
+  if (!have_best_ || metric_improved(monitor_, mode_, it->second, best_, min_delta_)) {
+    best_ = it->second;
+    have_best_ = true;
+    wait_ = 0;
+    return;
+  }
+  if (++wait_ > patience_) {
+    stopped_epoch_ = epoch;
+    TNT_CHECK(model_, "EarlyStopping used outside Model::fit");
+    model_->stop_training();
+    log_info("EarlyStopping: '{}' did not improve for {} epoch(s); stopping after epoch {}", monitor_, wait_, epoch + 1);
+  }
+}
+
+// ---- LearningRateScheduler ---------------------------------------------------------------
+
+LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> fn)
+    : Callback(Ranks::all), fn_(std::move(fn)) {}
+
+void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
+  TNT_CHECK(model_, "LearningRateScheduler used outside Model::fit");
+  double lr = fn_(epoch, model_->learning_rate());
+  TNT_CHECK(std::isfinite(lr) && lr >= 0, "LearningRateScheduler returned an invalid learning rate {}", lr);
+  model_->set_learning_rate(lr);
+}
+
+// ---- TerminateOnNaN ---------------------------------------------------------------------
+
+void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
+  auto it = logs.find("loss");
+  if (it != logs.end() && !std::isfinite(it->second)) {
+    log_error("TerminateOnNaN: loss is {} at batch {}; stopping", it->second, batch);
+    TNT_CHECK(model_, "TerminateOnNaN used outside Model::fit");
+    model_->stop_training();
+  }
+}
+
+}  // namespace tnt

@@ -1,0 +1,111 @@
+// TNT_COLLECTIVE_TIMEOUT: the last rank skips a collective; the others must fail within a
+// short timeout (1 s, set on a duplicate communicator) with a CommError that names the
+// operation and the rank that never joined. Each case uses a fresh duplicate (a failed
+// communicator is unusable), and all ranks meet again on the world communicator after it.
+#include "tarantella/comm.hpp"
+#include "tarantella/reducer.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace tnt;
+
+namespace {
+
+constexpr double kTimeout = 1.0;
+// Upper bound on how long a failing rank may take: the timeout, the 2 s the arrival query
+// may wait for silent ranks, and generous slack for 3 ranks sharing 2 busy cores.
+constexpr double kMaxSeconds = kTimeout + 2.0 + 10.0;
+
+void expect_timeout(const std::string& op_text, const std::function<void(Communicator&)>& op) {
+  Communicator& world = communicator();
+  const int p = world.size(), r = world.rank();
+  const int absent = p - 1;
+  auto comm = world.duplicate();
+  comm->set_timeout(kTimeout);
+  if (r != absent) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string msg;
+    try {
+      op(*comm);
+    } catch (const CommError& e) {
+      msg = e.what();
+    }
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("rank " << r << ": " << msg);
+    CHECK_THAT(msg, Catch::Contains(op_text));
+    CHECK_THAT(msg, Catch::Contains("did not complete within 1 s"));
+    CHECK_THAT(msg, Catch::Contains("rank(s) " + std::to_string(absent) + " never joined"));
+    CHECK(took >= kTimeout);
+    CHECK(took < kMaxSeconds);
+    // Unusable afterwards, with a message that says why.
+    CHECK_THROWS_WITH(comm->barrier(), Catch::Contains("unusable"));
+  }
+  world.barrier();
+}
+
+}  // namespace
+
+TEST_CASE("a rank that skips a collective makes the others fail in time", "[comm][timeout]") {
+  REQUIRE(communicator().size() >= 2);
+  std::vector<float> big(1 << 20, 1.0f), small(10, 1.0f), out(10 * 8);
+  SECTION("ring allreduce") {
+    expect_timeout("allreduce(ring, 1048576 x f32)", [&](Communicator& c) {
+      c.allreduce(big.data(), static_cast<int64_t>(big.size()), DType::f32, Device::cpu(), ReduceOp::sum,
+                  AllreduceAlgo::ring);
+    });
+  }
+  SECTION("ring allreduce, small-message path") {
+    expect_timeout("allreduce(ring, 10 x f32)", [&](Communicator& c) {
+      c.allreduce(small.data(), 10, DType::f32, Device::cpu(), ReduceOp::sum, AllreduceAlgo::ring);
+    });
+  }
+  SECTION("MPI allreduce") {
+    expect_timeout("allreduce(mpi, 10 x f32)", [&](Communicator& c) {
+      c.allreduce(small.data(), 10, DType::f32, Device::cpu(), ReduceOp::sum, AllreduceAlgo::mpi);
+    });
+  }
+  SECTION("broadcast") {
+    expect_timeout("broadcast(root 0", [&](Communicator& c) { c.broadcast(small.data(), 10, DType::f32, Device::cpu()); });
+  }
+  SECTION("allgather") {
+    expect_timeout("allgather(1 x f32", [&](Communicator& c) {
+      c.allgather(small.data(), out.data(), 1, DType::f32, Device::cpu());
+    });
+  }
+  SECTION("barrier") {
+    expect_timeout("barrier", [&](Communicator& c) { c.barrier(); });
+  }
+  SECTION("scalar sum") {
+    expect_timeout("allreduce_sum(1 value(s))", [&](Communicator& c) { c.allreduce_sum(1.0); });
+  }
+}
+
+TEST_CASE("a Reducer whose bucket never completes fails in finalize", "[comm][timeout]") {
+  Communicator& world = communicator();
+  const int p = world.size(), r = world.rank();
+  auto comm = world.duplicate();
+  comm->set_timeout(kTimeout);  // the Reducer's own duplicate inherits it
+  std::vector<std::pair<std::string, Tensor>> grads = {{"a", Tensor::zeros({1000})}, {"b", Tensor::zeros({1000})}};
+  {
+    Reducer reducer(*comm, grads, {.threshold_bytes = 0});
+    if (r != p - 1) {
+      std::string msg;
+      try {
+        reducer.finalize();
+      } catch (const CommError& e) {
+        msg = e.what();
+      }
+      INFO("rank " << r << ": " << msg);
+      CHECK_THAT(msg, Catch::Contains("allreduce(ring, 1000 x f32)"));
+      CHECK_THAT(msg, Catch::Contains("rank(s) " + std::to_string(p - 1) + " never joined"));
+      CHECK_THROWS_WITH(reducer.finalize(), Catch::Contains("unusable"));
+    }
+  }
+  world.barrier();
+}

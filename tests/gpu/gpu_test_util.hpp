@@ -1,0 +1,98 @@
+// Helpers of the GPU tests: reproducible random tensors, and the comparison
+// |gpu - cpu| <= atol + rtol * |cpu| that reports the worst element when it fails.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include "tarantella/init.hpp"
+#include "tarantella/tensor.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tnt::test {
+
+inline Device gpu() { return Device::cuda(0); }
+
+// Uniform in [lo, hi), a pure function of (key, index): the same on every run.
+inline Tensor random_tensor(const Shape& shape, const std::string& key, float lo = -1.0f, float hi = 1.0f) {
+  CounterRng rng(2024, key);
+  std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = lo + (hi - lo) * rng.uniform(i);
+  return Tensor::from_vector(v, shape);
+}
+
+inline Tensor random_labels(int64_t rows, int64_t classes, const std::string& key, DType dtype = DType::i64) {
+  CounterRng rng(2024, key);
+  Tensor t = Tensor::empty({rows}, dtype);
+  for (int64_t i = 0; i < rows; ++i) {
+    int64_t v = static_cast<int64_t>(rng.bits(static_cast<uint64_t>(i)) % static_cast<uint32_t>(classes));
+    if (dtype == DType::i32) {
+      t.data<int32_t>()[i] = static_cast<int32_t>(v);
+    } else {
+      t.data<int64_t>()[i] = v;
+    }
+  }
+  return t;
+}
+
+inline double max_abs(const Tensor& t) {
+  double m = 0;
+  for (double v : t.to_double_vector()) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// Every element within atol + rtol * |cpu|; on failure, says where and by how much.
+inline void require_close(const Tensor& gpu_result, const Tensor& cpu_result, double atol, double rtol,
+                          const std::string& what) {
+  INFO(what << ": gpu " << gpu_result.str() << " vs cpu " << cpu_result.str());
+  REQUIRE(gpu_result.defined());
+  REQUIRE(cpu_result.defined());
+  REQUIRE(gpu_result.numel() == cpu_result.numel());
+  std::vector<double> g = gpu_result.to_double_vector();
+  std::vector<double> c = cpu_result.to_double_vector();
+  int64_t bad = 0, worst = -1;
+  double worst_excess = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double err = std::fabs(g[i] - c[i]);
+    const double allowed = atol + rtol * std::fabs(c[i]);
+    const bool ok = err <= allowed || (std::isnan(g[i]) && std::isnan(c[i]));
+    if (!ok) {
+      ++bad;
+      const double excess = std::isfinite(err) ? err - allowed : INFINITY;
+      if (worst < 0 || excess > worst_excess) {
+        worst = static_cast<int64_t>(i);
+        worst_excess = excess;
+      }
+    }
+  }
+  if (bad > 0) {
+    INFO(bad << " of " << g.size() << " elements differ; worst at " << worst << ": gpu " << g[worst] << ", cpu "
+              << c[worst] << ", allowed " << atol + rtol * std::fabs(c[worst]));
+    CHECK(bad == 0);
+  }
+  REQUIRE(bad == 0);
+}
+
+inline void require_equal(const Tensor& gpu_result, const Tensor& cpu_result, const std::string& what) {
+  require_close(gpu_result, cpu_result, 0.0, 0.0, what);
+}
+
+// Worst-case rounding bound for a dot product of length k with |a| <= amax, |b| <= bmax:
+// each product carries a relative error of at most `unit` (2^-24 for FP32 inputs, 2^-10
+// for TF32 tensor cores, which round both inputs to 10 mantissa bits), and a float sum of
+// k terms errs by at most k * 2^-24 of the sum of their magnitudes, itself at most
+// k * amax * bmax. Both engines err, hence the factor 2. The bound is loose (errors of
+// random sign grow like sqrt(k)) but far below what an indexing bug produces.
+inline double dot_atol(int64_t k, double amax, double bmax, double unit) {
+  const double fp32 = std::ldexp(1.0, -24);
+  const double kd = static_cast<double>(k);
+  return 2.0 * (unit + kd * fp32) * kd * amax * bmax + 1e-30;
+}
+
+constexpr double kUnitFp32 = 5.9604644775390625e-08;  // 2^-24
+constexpr double kUnitTf32 = 9.765625e-04;            // 2^-10
+
+}  // namespace tnt::test

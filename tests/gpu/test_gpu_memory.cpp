@@ -1,0 +1,146 @@
+// The CUDA caching allocator and copies: size classes, reuse (no cudaMalloc in a steady
+// state loop, layers included), statistics, empty_cache, a clear OOM error, thread safety,
+// and exact host <-> device round trips.
+#include "gpu_test_util.hpp"
+
+#include "backend/cuda/allocator.hpp"
+#include "tarantella/layers.hpp"
+
+#include <thread>
+
+using namespace tnt;
+using tnt::test::gpu;
+
+TEST_CASE("allocator size classes: quarter steps between powers of two, at least 512 bytes", "[gpu][memory]") {
+  CHECK(cuda::allocator_block_size(0) == 512);
+  CHECK(cuda::allocator_block_size(1) == 512);
+  CHECK(cuda::allocator_block_size(512) == 512);
+  CHECK(cuda::allocator_block_size(513) == 1024);
+  CHECK(cuda::allocator_block_size(2048) == 2048);
+  CHECK(cuda::allocator_block_size(2049) == 2560);
+  CHECK(cuda::allocator_block_size((1u << 20) + 1) == (1u << 20) + (1u << 18));
+  for (size_t b : {3000ul, 70000ul, 123456789ul}) {
+    size_t s = cuda::allocator_block_size(b);
+    CHECK(s >= b);
+    CHECK(static_cast<double>(s) <= 1.25 * static_cast<double>(b) + 512);
+  }
+}
+
+TEST_CASE("a freed block is reused: no cudaMalloc in a steady-state loop", "[gpu][memory]") {
+  const int dev = 0;
+  // One "training step": tensors of assorted sizes, layer forward and backward passes
+  // (cuBLAS, cuDNN workspaces, our kernels), everything freed at the end of the step.
+  Dense dense(32, DenseOptions{}, "steady_dense");
+  Conv2D conv(8, 3, Conv2DOptions{.stride = 1, .padding = 1}, "steady_conv");
+  BatchNorm bn("steady_bn");
+  for (Layer* l : std::initializer_list<Layer*>{&dense, &conv, &bn}) l->to(gpu());
+  RunContext rc;
+  rc.training = true;
+  rc.device = gpu();
+  auto step = [&] {
+    std::vector<Tensor> scratch;
+    for (int64_t n : {1, 100, 4096, 100000, 3 << 20}) scratch.push_back(Tensor::zeros({n}, DType::f32, gpu()));
+    Tensor x = test::random_tensor({4, 16}, "steady_x").to(gpu());
+    SavedState sd;
+    Tensor y = dense.forward({x}, rc, sd)[0];
+    dense.backward({y}, rc, sd);
+    Tensor img = test::random_tensor({2, 3, 9, 9}, "steady_img").to(gpu());
+    SavedState sc, sb;
+    Tensor z = conv.forward({img}, rc, sc)[0];
+    Tensor zb = bn.forward({z}, rc, sb)[0];
+    Tensor dz = bn.backward({zb}, rc, sb)[0];
+    conv.backward({dz}, rc, sc);
+    return ops::sum(zb);  // waits for the step's work
+  };
+  step();  // fills the cache (and creates handles, plans)
+  step();
+  const cuda::AllocatorCounters before = cuda::allocator_counters(dev);
+  for (int i = 0; i < 5; ++i) step();
+  const cuda::AllocatorCounters after = cuda::allocator_counters(dev);
+  INFO("requests " << after.requests - before.requests << ", cache hits " << after.cache_hits - before.cache_hits);
+  CHECK(after.driver_mallocs == before.driver_mallocs);
+  CHECK(after.requests > before.requests);
+  CHECK(after.cache_hits - before.cache_hits == after.requests - before.requests);
+}
+
+TEST_CASE("memory statistics count tensor bytes; empty_cache returns cached blocks", "[gpu][memory]") {
+  const int dev = 0;
+  const MemoryStats base = memory_stats(gpu());
+  reset_peak_memory(gpu());
+  {
+    Tensor a = Tensor::empty({1000}, DType::f32, gpu());   // 4000 bytes
+    Tensor b = Tensor::empty({250}, DType::f64, gpu());    // 2000 bytes
+    MemoryStats s = memory_stats(gpu());
+    CHECK(s.current_bytes == base.current_bytes + 6000);
+    CHECK(s.peak_bytes >= s.current_bytes);
+    CHECK(s.reserved_bytes >= s.current_bytes);
+  }
+  MemoryStats after = memory_stats(gpu());
+  CHECK(after.current_bytes == base.current_bytes);
+  CHECK(after.peak_bytes >= base.current_bytes + 6000);
+  reset_peak_memory(gpu());
+  CHECK(memory_stats(gpu()).peak_bytes == base.current_bytes);
+
+  CHECK(cuda::allocator_counters(dev).cached_bytes > 0);
+  const uint64_t frees = cuda::allocator_counters(dev).driver_frees;
+  cuda::empty_cache(dev);
+  CHECK(cuda::allocator_counters(dev).cached_bytes == 0);
+  CHECK(cuda::allocator_counters(dev).driver_frees > frees);
+  CHECK(memory_stats(gpu()).reserved_bytes >= memory_stats(gpu()).current_bytes);
+  // Still usable after emptying.
+  Tensor c = Tensor::full({10}, 3.0, DType::f32, gpu());
+  CHECK(c.to_vector() == std::vector<float>(10, 3.0f));
+}
+
+TEST_CASE("an impossible allocation fails with a message naming the sizes", "[gpu][memory]") {
+  const int64_t huge = int64_t{1} << 50;  // 1 PiB
+  try {
+    Tensor t = Tensor::empty({huge}, DType::u8, gpu());
+    FAIL("allocating 1 PiB on the GPU succeeded");
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("out of GPU memory") != std::string::npos);
+    CHECK(msg.find("cuda:0") != std::string::npos);
+    CHECK(msg.find(std::to_string(huge)) != std::string::npos);
+  }
+  // The allocator keeps working after the failure.
+  Tensor ok = Tensor::full({4}, 1.5, DType::f32, gpu());
+  CHECK(ok.to_vector() == std::vector<float>(4, 1.5f));
+}
+
+TEST_CASE("the allocator is thread-safe", "[gpu][memory]") {
+  const MemoryStats base = memory_stats(gpu());
+  auto worker = [](int id) {
+    for (int i = 0; i < 500; ++i) {
+      Tensor t = Tensor::empty({static_cast<int64_t>(64 + (i * 37 + id * 101) % 5000)}, DType::f32, gpu());
+      (void)t;
+    }
+  };
+  std::thread a(worker, 1), b(worker, 2), c(worker, 3);
+  a.join();
+  b.join();
+  c.join();
+  CHECK(memory_stats(gpu()).current_bytes == base.current_bytes);
+}
+
+TEST_CASE("host <-> device copies are exact, for every dtype", "[gpu][memory]") {
+  Tensor host = test::random_tensor({3, 257}, "copy_roundtrip", -1e6f, 1e6f);
+  Tensor d1 = host.to(gpu());
+  Tensor d2 = d1.clone();  // device to device
+  Tensor back = d2.to(Device::cpu());
+  CHECK(back.to_vector() == host.to_vector());
+  CHECK(d2.device() == gpu());
+
+  Tensor ints = Tensor::empty({5}, DType::i64);
+  for (int64_t i = 0; i < 5; ++i) ints.data<int64_t>()[i] = (int64_t{1} << 40) + i;
+  CHECK(ints.to(gpu()).to(Device::cpu()).to_double_vector() == ints.to_double_vector());
+
+  Tensor z = Tensor::full({100}, 7.0, DType::f32, gpu());
+  z.zero_();
+  CHECK(z.to_vector() == std::vector<float>(100, 0.0f));
+
+  // Row slices share storage and copy at their offset.
+  Tensor rows = d1.slice_rows(1, 3);
+  CHECK(rows.to_vector() == host.slice_rows(1, 3).to_vector());
+}

@@ -1,0 +1,135 @@
+#include "cli.hpp"
+#include "error.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tnt::launcher;
+using Args = std::vector<std::string>;
+
+namespace {
+
+std::string error_of(const Args& args) {
+  try {
+    parse_command_line(args);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("cli: defaults and the program after --", "[cli]") {
+  auto o = parse_command_line({"--", "./train", "--batch_size=64", "-n", "3"});
+  CHECK(o.program == Args{"./train", "--batch_size=64", "-n", "3"});
+  CHECK_FALSE(o.ranks_per_node);
+  CHECK_FALSE(o.hostfile);
+  CHECK_FALSE(o.hosts);
+  CHECK_FALSE(o.no_gpu);
+  CHECK_FALSE(o.fusion_threshold_kb);
+  CHECK(o.pin == PinMode::none);
+  CHECK(o.exports.empty());
+  CHECK_FALSE(o.log_level);
+  CHECK_FALSE(o.dry_run);
+  CHECK(o.mpi_args.empty());
+}
+
+TEST_CASE("cli: every option", "[cli]") {
+  auto o = parse_command_line({"--hostfile", "hosts", "-n", "4", "--no-gpu", "--fusion-threshold", "64",
+                               "--pin-to-socket", "-x", "A=1", "-x", "B=x=y,z", "--log-level", "info",
+                               "--output-on-all-devices", "--log-on-all-devices", "--mpirun", "/opt/mpi/bin/mpirun",
+                               "--mpi-args", "--mca btl tcp,self '--tag-output'", "--dry-run", "--", "prog"});
+  CHECK(o.hostfile == "hosts");
+  CHECK(o.ranks_per_node == 4);
+  CHECK(o.no_gpu);
+  CHECK(o.fusion_threshold_kb == 64u);
+  CHECK(o.pin == PinMode::socket);
+  CHECK(o.exports == std::vector<std::pair<std::string, std::string>>{{"A", "1"}, {"B", "x=y,z"}});
+  CHECK(o.log_level == "INFO");
+  CHECK(o.output_on_all_devices);
+  CHECK(o.log_on_all_devices);
+  CHECK(o.mpirun == "/opt/mpi/bin/mpirun");
+  CHECK(o.mpi_args == Args{"--mca", "btl", "tcp,self", "--tag-output"});
+  CHECK(o.dry_run);
+  CHECK(o.program == Args{"prog"});
+}
+
+TEST_CASE("cli: the three names of ranks per node", "[cli]") {
+  CHECK(parse_command_line({"-n", "2", "--", "p"}).ranks_per_node == 2);
+  CHECK(parse_command_line({"-n3", "--", "p"}).ranks_per_node == 3);
+  CHECK(parse_command_line({"--n-per-node", "5", "--", "p"}).ranks_per_node == 5);
+  CHECK(parse_command_line({"--n-per-node=6", "--", "p"}).ranks_per_node == 6);
+  CHECK(parse_command_line({"--devices-per-node", "8", "--", "p"}).ranks_per_node == 8);
+  CHECK_THAT(error_of({"-n", "2", "--devices-per-node", "2", "--", "p"}),
+             Catch::Contains("-n/--n-per-node and --devices-per-node"));
+  CHECK_THAT(error_of({"-n", "2", "--n-per-node", "3", "--", "p"}), Catch::Contains("give one"));
+  CHECK_THAT(error_of({"-n", "0", "--", "p"}), Catch::Contains("positive integer"));
+  CHECK_THAT(error_of({"-n", "-2", "--", "p"}), Catch::Contains("positive integer"));
+  CHECK_THAT(error_of({"-n", "two", "--", "p"}), Catch::Contains("-n/--n-per-node two"));
+  CHECK_THAT(error_of({"--devices-per-node", "1.5", "--", "p"}), Catch::Contains("--devices-per-node 1.5"));
+  CHECK_THAT(error_of({"-n", "--", "p"}), Catch::Contains("n"));
+}
+
+TEST_CASE("cli: fusion threshold", "[cli]") {
+  CHECK(parse_command_line({"--fusion-threshold", "0", "--", "p"}).fusion_threshold_kb == 0u);
+  CHECK(parse_command_line({"--fusion-threshold=128", "--", "p"}).fusion_threshold_kb == 128u);
+  for (const char* bad : {"-1", "abc", "1.5", "", "12KB", "99999999999999999999"}) {
+    INFO(bad);
+    CHECK_THAT(error_of({std::string("--fusion-threshold=") + bad, "--", "p"}),
+               Catch::Contains("--fusion-threshold") && Catch::Contains("non-negative integer"));
+  }
+}
+
+TEST_CASE("cli: -x", "[cli]") {
+  auto o = parse_command_line({"-x", "A=", "-xB=2", "-x", "A=3", "--", "p"});
+  CHECK(o.exports == std::vector<std::pair<std::string, std::string>>{{"A", "3"}, {"B", "2"}});
+  CHECK_THAT(error_of({"-x", "NOEQUALS", "--", "p"}), Catch::Contains("-x NOEQUALS: expected KEY=VALUE"));
+  CHECK_THAT(error_of({"-x", "=v", "--", "p"}), Catch::Contains("not a valid environment variable name"));
+  CHECK_THAT(error_of({"-x", "1A=v", "--", "p"}), Catch::Contains("not a valid environment variable name"));
+  CHECK_THAT(error_of({"-x", "TNT_RANK=3", "--", "p"}), Catch::Contains("set by tarantella"));
+  CHECK_THAT(error_of({"-x", "TNT_FUSION_THRESHOLD=3", "--fusion-threshold", "4", "--", "p"}),
+             Catch::Contains("give one"));
+  CHECK(parse_command_line({"-x", "TNT_FUSION_THRESHOLD=3", "--", "p"}).exports.size() == 1);
+}
+
+TEST_CASE("cli: log level and pinning", "[cli]") {
+  CHECK(parse_command_line({"--log-level", "debug", "--", "p"}).log_level == "DEBUG");
+  CHECK(parse_command_line({"--log-level", "Warn", "--", "p"}).log_level == "WARNING");
+  CHECK(parse_command_line({"--log-level", "ERROR", "--", "p"}).log_level == "ERROR");
+  CHECK_THAT(error_of({"--log-level", "loud", "--", "p"}), Catch::Contains("DEBUG, INFO, WARNING or ERROR"));
+  CHECK(parse_command_line({"--pin-memory-to-socket", "--", "p"}).pin == PinMode::socket_strict);
+  CHECK(parse_command_line({"--pin-to-socket", "--pin-memory-to-socket", "--", "p"}).pin == PinMode::socket_strict);
+}
+
+TEST_CASE("cli: hosts", "[cli]") {
+  CHECK(parse_command_line({"-H", "a,b:2", "--", "p"}).hosts == "a,b:2");
+  CHECK(parse_command_line({"--hosts", "a", "--", "p"}).hosts == "a");
+  CHECK_THAT(error_of({"--hostfile", "f", "-H", "a", "--", "p"}), Catch::Contains("give one"));
+  CHECK_THAT(error_of({"-H", " ", "--", "p"}), Catch::Contains("empty"));
+}
+
+TEST_CASE("cli: the program and the separator", "[cli]") {
+  CHECK_THAT(error_of({"-n", "2"}), Catch::Contains("no program to run"));
+  CHECK_THAT(error_of({}), Catch::Contains("no program to run"));
+  CHECK_THAT(error_of({"-n", "2", "--"}), Catch::Contains("no program after '--'"));
+  CHECK_THAT(error_of({"-n", "2", "./train"}), Catch::Contains("put '--' before the program"));
+  CHECK_THAT(error_of({"--bogus", "--", "p"}), Catch::Contains("bogus"));
+  CHECK_THAT(error_of({"--mpirun", "", "--", "p"}), Catch::Contains("--mpirun"));
+  CHECK_THAT(error_of({"--mpi-args", "--mca 'unclosed", "--", "p"}), Catch::Contains("--mpi-args: unclosed '"));
+  CHECK_THAT(error_of({"--topology", "pack:2 pu:1", "--", "p"}), Catch::Contains("--dry-run"));
+  CHECK(parse_command_line({"--dry-run", "--topology", "pack:2 pu:1", "--", "p"}).topology == "pack:2 pu:1");
+}
+
+TEST_CASE("cli: help and version need no program", "[cli]") {
+  CHECK(parse_command_line({"--help"}).help);
+  CHECK(parse_command_line({"-h"}).help);
+  CHECK(parse_command_line({"--version"}).version);
+  const std::string help = help_text();
+  for (const char* option : {"--hostfile", "--hosts", "--n-per-node", "--devices-per-node", "--no-gpu",
+                             "--fusion-threshold", "--pin-to-socket", "--pin-memory-to-socket", "-x", "--log-level",
+                             "--output-on-all-devices", "--log-on-all-devices", "--mpirun", "--mpi-args",
+                             "--dry-run", "--version", "--help", "--topology", "SLURM", "Exit status"}) {
+    INFO(option);
+    CHECK_THAT(help, Catch::Contains(option));
+  }
+}

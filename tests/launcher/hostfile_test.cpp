@@ -1,0 +1,134 @@
+#include "error.hpp"
+#include "hostfile.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+using namespace tnt::launcher;
+
+namespace {
+
+std::string error_of(const std::string& text, const std::string& name = "hosts") {
+  try {
+    parse_hostfile(text, name);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string list_error_of(const std::string& list) {
+  try {
+    parse_host_list(list);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("hostfile: the three forms, comments and blank lines", "[hostfile]") {
+  const std::string text =
+      "# cluster A\n"
+      "\n"
+      "node1\n"
+      "node2 slots=4   # two sockets\n"
+      "  node3:2\n"
+      "\t\n"
+      "node4.example.org\tslots=1\r\n"
+      "#node5\n";
+  auto list = parse_hostfile(text, "hosts");
+  REQUIRE(list.hosts.size() == 4);
+  CHECK(list.warnings.empty());
+  CHECK(list.hosts[0].name == "node1");
+  CHECK_FALSE(list.hosts[0].slots);
+  CHECK(list.hosts[1].name == "node2");
+  CHECK(list.hosts[1].slots == 4);
+  CHECK(list.hosts[2].name == "node3");
+  CHECK(list.hosts[2].slots == 2);
+  CHECK(list.hosts[3].name == "node4.example.org");
+  CHECK(list.hosts[3].slots == 1);
+  CHECK(list.hosts[2].origin == "line 5");
+}
+
+TEST_CASE("hostfile: duplicates are merged with a warning", "[hostfile]") {
+  auto list = parse_hostfile("a slots=2\nb\na:3\nb\n", "f");
+  REQUIRE(list.hosts.size() == 2);
+  CHECK(list.hosts[0].name == "a");
+  CHECK(list.hosts[0].slots == 5);
+  CHECK(list.hosts[1].name == "b");
+  CHECK_FALSE(list.hosts[1].slots);  // neither line gave slots: -n or the default decides
+  REQUIRE(list.warnings.size() == 2);
+  CHECK_THAT(list.warnings[0], Catch::Contains("hostfile 'f', line 3: host 'a' is already listed (line 1)") &&
+                                   Catch::Contains("slots=5"));
+  CHECK_THAT(list.warnings[1], Catch::Contains("line 4: host 'b'"));
+}
+
+TEST_CASE("hostfile: every error names the file and the line", "[hostfile]") {
+  CHECK(error_of("a\nb slots=0\n") == "hostfile 'hosts', line 2: slots must be a positive integer, got '0'");
+  CHECK(error_of("a slots=abc") == "hostfile 'hosts', line 1: slots must be a positive integer, got 'abc'");
+  CHECK(error_of("\n\na slots=-1") == "hostfile 'hosts', line 3: slots must be a positive integer, got '-1'");
+  CHECK(error_of("a slots=") == "hostfile 'hosts', line 1: slots must be a positive integer, got ''");
+  CHECK(error_of("a slots=2.5") == "hostfile 'hosts', line 1: slots must be a positive integer, got '2.5'");
+  CHECK(error_of("a:") == "hostfile 'hosts', line 1: slots must be a positive integer, got ''");
+  CHECK(error_of("a:x") == "hostfile 'hosts', line 1: slots must be a positive integer, got 'x'");
+  CHECK(error_of("a:99999999999") == "hostfile 'hosts', line 1: slots must be a positive integer, got '99999999999'");
+  CHECK_THAT(error_of("a\n\nb max_slots=4"), Catch::StartsWith("hostfile 'hosts', line 3: unexpected 'max_slots=4'"));
+  CHECK_THAT(error_of("a:2 slots=3"), Catch::StartsWith("hostfile 'hosts', line 1: slots given twice"));
+  CHECK_THAT(error_of("a slots=2 slots=3"), Catch::StartsWith("hostfile 'hosts', line 1: slots given twice"));
+  CHECK_THAT(error_of("no/pe"), Catch::StartsWith("hostfile 'hosts', line 1: 'no/pe' is not a host name"));
+  CHECK_THAT(error_of("-n"), Catch::StartsWith("hostfile 'hosts', line 1: '-n' is not a host name"));
+  CHECK(error_of("# only comments\n\n   \n") == "hostfile 'hosts' lists no hosts (only blank lines and comments)");
+  CHECK(error_of("") == "hostfile 'hosts' lists no hosts (only blank lines and comments)");
+}
+
+TEST_CASE("hostfile: reading files", "[hostfile]") {
+  char dir_template[] = "/tmp/tnt_hostfile_XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template;
+  const std::string good = dir + "/good", empty = dir + "/empty", missing = dir + "/missing";
+  std::ofstream(good) << "n1 slots=2\nn2\n";
+  std::ofstream(empty) << "# nothing\n";
+
+  auto list = read_hostfile(good);
+  CHECK(list.hosts.size() == 2);
+  auto error_reading = [](const std::string& path) {
+    try {
+      read_hostfile(path);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  CHECK(error_reading(missing) == "cannot read hostfile '" + missing + "': No such file or directory");
+  CHECK(error_reading(dir) == "cannot read hostfile '" + dir + "': Is a directory");
+  CHECK_THAT(error_reading(empty), Catch::Contains("lists no hosts"));
+  if (::geteuid() != 0) {  // root reads files regardless of their mode
+    const std::string locked = dir + "/locked";
+    std::ofstream(locked) << "n1\n";
+    ::chmod(locked.c_str(), 0);
+    CHECK_THAT(error_reading(locked), Catch::Contains("Permission denied"));
+    std::remove(locked.c_str());
+  }
+  std::remove(good.c_str());
+  std::remove(empty.c_str());
+  ::rmdir(dir.c_str());
+}
+
+TEST_CASE("hostfile: the -H list", "[hostfile]") {
+  auto list = parse_host_list("h1,h2:4, h3 ,h1:2");
+  REQUIRE(list.hosts.size() == 3);
+  CHECK(list.hosts[0].name == "h1");
+  CHECK(list.hosts[0].slots == 3);  // 1 (no slots) + 2, as Open MPI counts
+  CHECK(list.hosts[1].slots == 4);
+  CHECK(list.hosts[2].name == "h3");
+  REQUIRE(list.warnings.size() == 1);
+  CHECK_THAT(list.warnings[0], Catch::Contains("-H, item 4: host 'h1' is already listed (item 1)"));
+  CHECK(list_error_of("h1,,h2") == "-H h1,,h2: item 2 is empty");
+  CHECK(list_error_of("h1,h2:0") == "-H h1,h2:0: item 2: slots must be a positive integer, got '0'");
+  CHECK_THAT(list_error_of("h1 h2"), Catch::Contains("'h1 h2' is not a host name"));
+}

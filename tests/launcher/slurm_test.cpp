@@ -1,0 +1,113 @@
+#include "error.hpp"
+#include "plan.hpp"
+#include "slurm.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tnt::launcher;
+using Names = std::vector<std::string>;
+
+namespace {
+
+std::string error_of(const std::string& list) {
+  try {
+    expand_nodelist(list);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("slurm: node list expansion", "[slurm]") {
+  CHECK(expand_nodelist("node1") == Names{"node1"});
+  CHECK(expand_nodelist("a,b,c") == Names{"a", "b", "c"});
+  CHECK(expand_nodelist("node[01-04,07],gpu5") == Names{"node01", "node02", "node03", "node04", "node07", "gpu5"});
+  CHECK(expand_nodelist("n[8-11]") == Names{"n8", "n9", "n10", "n11"});
+  CHECK(expand_nodelist("n[098-101]") == Names{"n098", "n099", "n100", "n101"});
+  CHECK(expand_nodelist("n[3]") == Names{"n3"});
+  CHECK(expand_nodelist("r[1-2]n[01-02]") == Names{"r1n01", "r1n02", "r2n01", "r2n02"});
+  CHECK(expand_nodelist("gpu-[1-2]-ib,cpu[5,7]") == Names{"gpu-1-ib", "gpu-2-ib", "cpu5", "cpu7"});
+  CHECK(expand_nodelist("a.example.org,b[0-1].example.org") ==
+        Names{"a.example.org", "b0.example.org", "b1.example.org"});
+}
+
+TEST_CASE("slurm: node list errors", "[slurm]") {
+  CHECK_THAT(error_of("node[1-3"), Catch::Contains("'[' without ']'"));
+  CHECK_THAT(error_of("node1-3]"), Catch::Contains("']' without '['"));
+  CHECK_THAT(error_of("node[3-1]"), Catch::Contains("'3-1' is not a number or a range"));
+  CHECK_THAT(error_of("node[a-b]"), Catch::Contains("'a-b'"));
+  CHECK_THAT(error_of("node[1,,2]"), Catch::Contains("''"));
+  CHECK_THAT(error_of("a,,b"), Catch::Contains("empty item"));
+  CHECK_THAT(error_of("node[1-3]"), Catch::Equals("(no error)"));
+}
+
+TEST_CASE("slurm: tasks per node", "[slurm]") {
+  CHECK(parse_tasks_per_node("4", "V") == std::vector<int>{4});
+  CHECK(parse_tasks_per_node("4(x2)", "V") == std::vector<int>{4, 4});
+  CHECK(parse_tasks_per_node("2(x3),1", "V") == std::vector<int>{2, 2, 2, 1});
+  CHECK_THROWS_AS(parse_tasks_per_node("x", "V"), InputError);
+  CHECK_THROWS_AS(parse_tasks_per_node("0", "V"), InputError);
+  CHECK_THROWS_AS(parse_tasks_per_node("4(2)", "V"), InputError);
+  CHECK_THROWS_WITH(parse_tasks_per_node("4(x)", "SLURM_NTASKS_PER_NODE"),
+                    Catch::Contains("SLURM_NTASKS_PER_NODE='4(x)'"));
+}
+
+TEST_CASE("slurm: the allocation from the environment", "[slurm]") {
+  CHECK_FALSE(slurm_allocation({{"SLURM_JOB_NODELIST", "a"}}));  // no job id: not inside an allocation
+
+  auto a = slurm_allocation({{"SLURM_JOB_ID", "42"}, {"SLURM_JOB_NODELIST", "n[1-3]"}});
+  REQUIRE(a);
+  CHECK(a->job_id == "42");
+  CHECK(a->nodes == Names{"n1", "n2", "n3"});
+  CHECK(a->tasks_per_node.empty());
+
+  auto b = slurm_allocation(
+      {{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_NTASKS_PER_NODE", "4(x2)"}});
+  REQUIRE(b);
+  CHECK(b->tasks_per_node == std::vector<int>{4, 4, 4});  // uniform: every node
+
+  auto c = slurm_allocation(
+      {{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_NTASKS_PER_NODE", "2(x2),1"}});
+  CHECK(c->tasks_per_node == std::vector<int>{2, 2, 1});
+
+  CHECK_THROWS_WITH(slurm_allocation({{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "n[1-3]"},
+                                      {"SLURM_NTASKS_PER_NODE", "2,1"}}),
+                    Catch::Contains("gives 2 counts for 3 nodes"));
+  CHECK_THROWS_WITH(slurm_allocation({{"SLURM_JOB_ID", "7"}}), Catch::Contains("SLURM_JOB_NODELIST is not set"));
+  auto old = slurm_allocation({{"SLURM_JOB_ID", "7"}, {"SLURM_NODELIST", "x[1-2]"}});
+  CHECK(old->nodes == Names{"x1", "x2"});
+}
+
+TEST_CASE("slurm: hosts and ranks per node inside an allocation", "[slurm][plan]") {
+  const Environment env{{"SLURM_JOB_ID", "9"}, {"SLURM_JOB_NODELIST", "gpu[01-02]"}, {"SLURM_NTASKS_PER_NODE", "3"}};
+  Options o;
+  o.program = {"p"};
+
+  auto sel = select_hosts(o, env);
+  CHECK(sel.source == "SLURM job 9");
+  auto plan = make_plan(o, sel, 0, nullptr, "gpu01");
+  REQUIRE(plan.hosts.size() == 2);
+  CHECK(plan.hosts[0].name == "gpu01");
+  CHECK(plan.hosts[0].ranks == 3);
+  CHECK(plan.hosts[0].local);
+  CHECK_FALSE(plan.hosts[1].local);
+  CHECK(plan.ranks.size() == 6);
+
+  o.ranks_per_node = 2;  // -n beats SLURM_NTASKS_PER_NODE
+  CHECK(make_plan(o, select_hosts(o, env), 0, nullptr, "x").hosts[1].ranks == 2);
+
+  o.ranks_per_node.reset();  // without SLURM_NTASKS_PER_NODE: the node's GPUs
+  Environment no_tasks = env;
+  no_tasks.erase("SLURM_NTASKS_PER_NODE");
+  auto gpu_plan = make_plan(o, select_hosts(o, no_tasks), 4, nullptr, "x");
+  CHECK(gpu_plan.hosts[0].ranks == 4);
+  CHECK(gpu_plan.device == DeviceKind::gpu);
+
+  o.hosts = "other";  // -H beats the allocation
+  CHECK(select_hosts(o, env).hosts.at(0).name == "other");
+  o.hosts.reset();
+  CHECK(select_hosts(o, {}).source == "this machine");
+  CHECK(select_hosts(o, {}).hosts.at(0).name == "localhost");
+}

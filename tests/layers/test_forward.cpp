@@ -1,0 +1,202 @@
+// Forward values against small hand-computed cases, BatchNorm statistics, Dropout.
+#include "gradcheck.hpp"
+
+#include "tarantella/layers.hpp"
+
+#include <cmath>
+
+using namespace tnt;
+
+namespace {
+std::vector<Tensor> run(Layer& layer, const std::vector<Tensor>& inputs, const RunContext& rc = {}) {
+  SavedState s;
+  return layer.forward(inputs, rc, s);
+}
+void check_values(const Tensor& t, const std::vector<float>& expected, double margin = 1e-5) {
+  std::vector<float> v = t.to_vector();
+  REQUIRE(v.size() == expected.size());
+  for (size_t i = 0; i < v.size(); ++i) CHECK(v[i] == Approx(expected[i]).margin(margin));
+}
+}  // namespace
+
+TEST_CASE("Dense forward: y = x W^T + b", "[forward]") {
+  Dense d(2, {}, "d");
+  d.ensure_built({{1, 2}});
+  d.weight().value.copy_from(Tensor::from_vector({1, 2, 3, 4}, {2, 2}));  // (out, in)
+  d.bias()->value.copy_from(Tensor::from_vector({1, -1}, {2}));
+  Tensor y = run(d, {Tensor::from_vector({1, 1, 2, 0}, {2, 2})})[0];
+  CHECK(y.shape() == Shape{2, 2});
+  check_values(y, {4, 6, 3, 5});
+  CHECK(d.weight().value.shape() == Shape{2, 2});
+  CHECK(d.named_parameters()[0].first == "d.weight");
+  CHECK(d.named_parameters()[1].first == "d.bias");
+  CHECK(d.parameter_count() == 6);
+}
+
+TEST_CASE("Conv2D forward with a known kernel", "[forward]") {
+  Tensor x = Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3});
+  SECTION("2x2 ones, no padding") {
+    Conv2D c(1, 2, {.use_bias = false}, "c");
+    c.ensure_built({x.shape()});
+    c.weight().value.fill_(1.0);
+    Tensor y = run(c, {x})[0];
+    CHECK(y.shape() == Shape{1, 1, 2, 2});
+    check_values(y, {12, 16, 24, 28});
+  }
+  SECTION("3x3 centre-right kernel, padding 1, stride 2, bias, two filters") {
+    Conv2D c(2, 3, {.stride = 2, .padding = 1}, "c2");
+    c.ensure_built({x.shape()});
+    // filter 0 picks the right neighbour (cross-correlation, not convolution); filter 1 sums all.
+    std::vector<float> w(18, 0.0f);
+    w[5] = 1;
+    for (int i = 9; i < 18; ++i) w[i] = 1;
+    c.weight().value.copy_from(Tensor::from_vector(w, {2, 1, 3, 3}));
+    c.bias()->value.copy_from(Tensor::from_vector({0.5f, -1}, {2}));
+    Tensor y = run(c, {x})[0];
+    CHECK(y.shape() == Shape{1, 2, 2, 2});
+    // outputs at input positions (0,0), (0,2), (2,0), (2,2)
+    check_values(y, {2.5f, 0.5f, 8.5f, 0.5f, 12 - 1, 16 - 1, 24 - 1, 28 - 1});
+    CHECK(c.weight().value.shape() == Shape{2, 1, 3, 3});  // PyTorch layout (out, in, kh, kw)
+  }
+  SECTION("bad input names the layer") {
+    Conv2D c(1, 5, "small");
+    CHECK_THROWS_WITH(run(c, {x}), Catch::Contains("small") && Catch::Contains("smaller than"));
+    Conv2D c2(1, 2, "rank");
+    CHECK_THROWS_WITH(run(c2, {Tensor::zeros({3, 3})}), Catch::Contains("(N, C, H, W)"));
+  }
+}
+
+TEST_CASE("Pooling forward values", "[forward]") {
+  Tensor x = Tensor::from_vector({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, {1, 1, 4, 4});
+  MaxPool2D mp(2, "mp");
+  check_values(run(mp, {x})[0], {6, 8, 14, 16});
+  AvgPool2D ap(2, "ap");
+  check_values(run(ap, {x})[0], {3.5f, 5.5f, 11.5f, 13.5f});
+  // 3x3 stride 2 padding 1 on 4x4: the corner window sees 4 real values, averaged over 4.
+  AvgPool2D ap3(3, 2, 1, "ap3");
+  Tensor y = run(ap3, {x})[0];
+  CHECK(y.shape() == Shape{1, 1, 2, 2});
+  check_values(y, {(1 + 2 + 5 + 6) / 4.0f, (2 + 3 + 4 + 6 + 7 + 8) / 6.0f, (5 + 6 + 9 + 10 + 13 + 14) / 6.0f,
+                   (6 + 7 + 8 + 10 + 11 + 12 + 14 + 15 + 16) / 9.0f});
+  MaxPool2D mp3(3, 2, 1, "mp3");
+  check_values(run(mp3, {Tensor::from_vector({-1, -2, -3, -4, -5, -6, -7, -8, -9}, {1, 1, 3, 3})})[0],
+               {-1, -2, -4, -5});  // padding never wins, even against negatives
+  GlobalAveragePool gap("gap");
+  Tensor g = run(gap, {x})[0];
+  CHECK(g.shape() == Shape{1, 1});
+  check_values(g, {8.5f});
+  CHECK_THROWS_WITH(MaxPool2D(2, 1, 2, "badpad"), Catch::Contains("badpad") && Catch::Contains("padding"));
+}
+
+TEST_CASE("MaxPool2D sends the gradient of a tie to one element", "[forward]") {
+  MaxPool2D mp(2, "tie");
+  Tensor x = Tensor::full({1, 1, 2, 2}, 3.0);
+  SavedState s;
+  mp.forward({x}, {}, s);
+  Tensor dx = mp.backward({Tensor::full({1, 1, 1, 1}, 1.0)}, {}, s)[0];
+  std::vector<float> v = dx.to_vector();
+  CHECK(v[0] + v[1] + v[2] + v[3] == 1.0f);
+  CHECK(v[0] == 1.0f);  // the first maximum in row-major order
+}
+
+TEST_CASE("ReLU, Softmax, Flatten, Add values", "[forward]") {
+  ReLU relu("r");
+  check_values(run(relu, {Tensor::from_vector({-1, 0, 2}, {3})})[0], {0, 0, 2});
+  Softmax sm("sm");
+  float e = std::exp(1.0f);
+  check_values(run(sm, {Tensor::from_vector({0, 1, 1000, 1000}, {2, 2})})[0], {1 / (1 + e), e / (1 + e), 0.5f, 0.5f});
+  Flatten f("f");
+  Tensor y = run(f, {Tensor::zeros({2, 3, 4, 5})})[0];
+  CHECK(y.shape() == Shape{2, 60});
+  Add add("add");
+  check_values(run(add, {Tensor::from_vector({1, 2}, {2}), Tensor::from_vector({10, 20}, {2})})[0], {11, 22});
+  CHECK_THROWS_WITH(run(add, {Tensor::zeros({2}), Tensor::zeros({3})}), Catch::Contains("add"));
+}
+
+TEST_CASE("BatchNorm: batch statistics, running averages, inference", "[forward]") {
+  BatchNorm bn({.momentum = 0.1, .epsilon = 1e-5}, "bn");
+  // channel 0: values 1..8, channel 1: 2 * (1..8); N = 2, H = 2, W = 2
+  std::vector<float> xs(16);
+  for (int n = 0; n < 2; ++n)
+    for (int c = 0; c < 2; ++c)
+      for (int i = 0; i < 4; ++i) xs[(n * 2 + c) * 4 + i] = static_cast<float>((c + 1) * (n * 4 + i + 1));
+  Tensor x = Tensor::from_vector(xs, {2, 2, 2, 2});
+  RunContext train;
+  train.training = true;
+  Tensor y = run(bn, {x}, train)[0];
+  std::vector<float> yv = y.to_vector();
+  for (int c = 0; c < 2; ++c) {
+    double mean = 0, var = 0;
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 4; ++i) mean += yv[(n * 2 + c) * 4 + i] / 8.0;
+    for (int n = 0; n < 2; ++n)
+      for (int i = 0; i < 4; ++i) var += std::pow(yv[(n * 2 + c) * 4 + i] - mean, 2) / 8.0;
+    CHECK(mean == Approx(0).margin(1e-6));
+    CHECK(var == Approx(1).epsilon(1e-4));  // biased variance 5.25 * c^2 + eps: 1 within 1e-5 / 5.25
+  }
+  // batch mean 4.5 c, unbiased variance 6 c^2 (8 values 1..8: 42 / 7)
+  check_values(bn.running_mean().value, {0.45f, 0.9f});
+  check_values(bn.running_var().value, {0.9f + 0.6f, 0.9f + 2.4f});
+  CHECK(bn.named_buffers()[0].first == "bn.running_mean");
+  CHECK(bn.named_buffers()[1].first == "bn.running_var");
+
+  // Inference: (x - running_mean) / sqrt(running_var + eps) * weight + bias
+  bn.weight()->value.copy_from(Tensor::from_vector({2, 1}, {2}));
+  bn.bias()->value.copy_from(Tensor::from_vector({1, 0}, {2}));
+  Tensor yi = run(bn, {x}, RunContext{})[0];
+  std::vector<float> yiv = yi.to_vector();
+  CHECK(yiv[0] == Approx((1 - 0.45) / std::sqrt(1.5 + 1e-5) * 2 + 1).epsilon(1e-6));
+  CHECK(yiv[4] == Approx((2 - 0.9) / std::sqrt(3.3 + 1e-5)).epsilon(1e-6));
+  check_values(bn.running_mean().value, {0.45f, 0.9f});  // inference leaves them alone
+
+  BatchNorm one("bn_one");
+  CHECK_THROWS_WITH(run(one, {Tensor::zeros({1, 3})}, train), Catch::Contains("more than one value"));
+}
+
+TEST_CASE("Dropout: scaling, determinism, rank independence", "[forward][dropout]") {
+  Dropout drop(0.3, "drop");
+  const int64_t n = 1000, d = 100;
+  Tensor x = Tensor::full({n, d}, 2.0);
+  RunContext rc;
+  rc.training = true;
+  rc.seed = 11;
+  rc.step = 5;
+  Tensor y1 = run(drop, {x}, rc)[0];
+  Tensor y2 = run(drop, {x}, rc)[0];
+  CHECK(y1.to_vector() == y2.to_vector());  // same (seed, name, step): same mask
+  std::vector<float> v = y1.to_vector();
+  int64_t kept = 0;
+  for (float f : v) {
+    CHECK((f == 0.0f || f == Approx(2.0 / 0.7).epsilon(1e-6)));
+    kept += f != 0.0f;
+  }
+  // Kept fraction: binomial(1e5, 0.7) has stddev 0.0014; 0.01 is seven of them.
+  CHECK(static_cast<double>(kept) / (n * d) == Approx(0.7).margin(0.01));
+
+  RunContext other = rc;
+  other.step = 6;
+  CHECK(run(drop, {x}, other)[0].to_vector() != v);  // a new step draws a new mask
+
+  // Rank r with samples [400, 1000) draws what a single rank drew for those samples.
+  RunContext part = rc;
+  part.sample_offset = 400;
+  std::vector<float> tail = run(drop, {x.slice_rows(400, 1000)}, part)[0].to_vector();
+  CHECK(std::equal(tail.begin(), tail.end(), v.begin() + 400 * d));
+
+  CHECK(run(drop, {x}, RunContext{})[0].to_vector() == x.to_vector());  // inference: identity
+  CHECK_THROWS_WITH(Dropout(1.0, "bad"), Catch::Contains("bad") && Catch::Contains("rate"));
+}
+
+TEST_CASE("layers check their inputs", "[forward]") {
+  Dense d(2, "dense_check");
+  CHECK_THROWS_WITH(run(d, {}), Catch::Contains("dense_check") && Catch::Contains("expects 1 input"));
+  std::vector<int32_t> ints{1, 2};
+  CHECK_THROWS_WITH(run(d, {Tensor::from_data(ints.data(), {1, 2})}), Catch::Contains("floating"));
+  run(d, {Tensor::zeros({1, 3})});
+  CHECK_THROWS_WITH(run(d, {Tensor::zeros({1, 4})}), Catch::Contains("3 features"));
+  ReLU unnamed;
+  CHECK(unnamed.name().rfind("relu", 0) == 0);
+  CHECK(unnamed.has_default_name());
+  unnamed.set_name("r1");
+  CHECK_FALSE(unnamed.has_default_name());
+}

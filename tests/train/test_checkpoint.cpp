@@ -1,0 +1,410 @@
+// safetensors checkpoints: round trips, the exact bytes of the format, a reader and a
+// writer in plain Python (struct + json, as the format is specified), every kind of broken
+// file, checked loading, and writers that die or fail half-way.
+#include <catch2/catch.hpp>
+
+#include "tarantella/checkpoint.hpp"
+
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace tnt;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tnt-ckpt-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::vector<std::string> names() const {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(path)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+};
+
+void write_bytes(const std::string& path, const Bytes& b) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  REQUIRE(f.good());
+}
+
+Bytes read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(f), {});
+}
+
+// A file from a header text and a data buffer, the header length field included.
+Bytes make_file(const std::string& header, const Bytes& data) {
+  Bytes out;
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(n >> (8 * i)));
+  out.insert(out.end(), header.begin(), header.end());
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+Tensor arange(const Shape& shape, DType dtype, double start = 0) {
+  Tensor f32 = Tensor::empty(shape, DType::f32);
+  for (int64_t i = 0; i < f32.numel(); ++i) f32.data<float>()[i] = static_cast<float>(start + i);
+  if (dtype == DType::f32) return f32;
+  Tensor t = Tensor::empty(shape, dtype);
+  // Integer-valued and small, so exact in every dtype (bf16 holds integers up to 256).
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    Tensor one = Tensor::full({}, start + i, dtype);
+    std::memcpy(static_cast<char*>(t.raw()) + i * dtype_size(dtype), one.raw(), dtype_size(dtype));
+  }
+  return t;
+}
+
+int run_python(const std::string& script_text, const std::string& args, const TempDir& dir) {
+  std::string script = dir.file("check.py");
+  std::ofstream(script) << script_text;
+  std::string cmd = "python3 '" + script + "' " + args;
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors round trip of every dtype, with metadata and order kept", "[checkpoint]") {
+  TempDir dir;
+  NamedTensors tensors = {
+      {"layer2.weight", arange({3, 2, 2, 2}, DType::f32, -5)},
+      {"layer1.bias", arange({4}, DType::f64, 1)},
+      {"h", arange({2, 3}, DType::f16, -3)},
+      {"b", arange({5}, DType::bf16, 100)},
+      {"i", arange({2, 2}, DType::i32, -2)},
+      {"step_count", arange({}, DType::i64, 12345)},
+      {"mask", arange({7}, DType::u8, 250 - 6)},
+      {"empty", Tensor::zeros({0, 3})},
+  };
+  Metadata meta = {{"epoch", "3"}, {"step", "1200"}, {"generator", "{\"state\": [1, 2]}"}};
+  std::string path = dir.file("model.safetensors");
+  write_safetensors(path, tensors, meta);
+  CHECK(dir.names() == std::vector<std::string>{"model.safetensors"});
+  SafetensorsFile f = read_safetensors(path);
+  CHECK(f.metadata == meta);
+  REQUIRE(f.tensors.size() == tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    CAPTURE(tensors[i].first);
+    CHECK(f.tensors[i].first == tensors[i].first);
+    CHECK(f.tensors[i].second.dtype() == tensors[i].second.dtype());
+    CHECK(f.tensors[i].second.shape() == tensors[i].second.shape());
+    CHECK(f.tensors[i].second.to_double_vector() == tensors[i].second.to_double_vector());
+  }
+  // Header length is a multiple of 8, so the buffer is aligned.
+  Bytes b = read_bytes(path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | b[i];
+  CHECK(n % 8 == 0);
+  CHECK_THROWS_AS(write_safetensors(dir.file("dup"), {{"a", Tensor::zeros({1})}, {"a", Tensor::zeros({1})}}), InputError);
+  CHECK_THROWS_AS(write_safetensors(dir.file("no-such-dir/x.safetensors"), tensors), InputError);
+}
+
+TEST_CASE("safetensors bytes are exactly as the format says", "[checkpoint]") {
+  TempDir dir;
+  std::string path = dir.file("tiny.safetensors");
+  write_safetensors(path, {{"a", Tensor::from_vector({1.0f, 2.0f}, {2})}, {"b", arange({}, DType::i64, 7)}},
+                    {{"format", "pt"}});
+  std::string header =
+      R"({"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+      R"("b":{"dtype":"I64","shape":[],"data_offsets":[8,16]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  Bytes data = {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40,  // 1.0f, 2.0f little-endian
+                7, 0, 0, 0, 0, 0, 0, 0};           // 7 as i64
+  CHECK(read_bytes(path) == make_file(header, data));
+}
+
+TEST_CASE("a Python reader (struct + json) understands our files, and we read its files", "[checkpoint][python]") {
+  TempDir dir;
+  std::string ours = dir.file("ours.safetensors");
+  Checkpoint c;
+  c.add("conv1.weight", arange({2, 1, 3, 3}, DType::f32, -9));
+  c.add("conv1.bias", arange({2}, DType::f32, 0.5));
+  c.add("fc.weight", arange({3, 4}, DType::bf16, -6));
+  c.add("fc.bias", arange({3}, DType::f16, 2));
+  c.add("bn.num_batches_tracked", arange({}, DType::i64, 42));
+  c.set_metadata_int("epoch", 7);
+  c.write(ours);
+
+  const char* script = R"PY(
+import json, struct, sys
+path, out = sys.argv[1], sys.argv[2]
+raw = open(path, 'rb').read()
+(n,) = struct.unpack('<Q', raw[:8])
+assert n % 8 == 0, 'header length not a multiple of 8'
+header = json.loads(raw[8:8 + n])
+buf = raw[8 + n:]
+meta = header.pop('__metadata__')
+assert meta == {'epoch': '7', 'format': 'pt'}, meta
+fmt = {'F32': ('f', 4), 'F16': ('e', 2), 'I64': ('q', 8)}
+def values(e):
+    b, end = e['data_offsets']
+    chunk = buf[b:end]
+    if e['dtype'] == 'BF16':
+        return [struct.unpack('<f', b'\x00\x00' + chunk[i:i + 2])[0] for i in range(0, len(chunk), 2)]
+    c, size = fmt[e['dtype']]
+    return list(struct.unpack('<%d%s' % (len(chunk) // size, c), chunk))
+def numel(shape):
+    k = 1
+    for d in shape: k *= d
+    return k
+want = {
+  'conv1.weight': ('F32', [2, 1, 3, 3], [float(v) for v in range(-9, 9)]),
+  'conv1.bias': ('F32', [2], [0.5, 1.5]),
+  'fc.weight': ('BF16', [3, 4], [float(v) for v in range(-6, 6)]),
+  'fc.bias': ('F16', [3], [2.0, 3.0, 4.0]),
+  'bn.num_batches_tracked': ('I64', [], [42]),
+}
+assert list(header) == list(want), list(header)
+end = 0
+for name, (dtype, shape, vals) in want.items():
+    e = header[name]
+    assert e['dtype'] == dtype and e['shape'] == shape, (name, e)
+    assert e['data_offsets'][0] == end, ('not packed', name)
+    end = e['data_offsets'][1]
+    assert values(e) == vals, (name, values(e))
+assert end == len(buf), 'trailing bytes'
+# And a file written the way the reference library lays it out: keys sorted in the
+# header, data in another order, no metadata.
+t = {'zeta': ('F32', [2], struct.pack('<2f', 1.25, -3.0)), 'alpha': ('I32', [3], struct.pack('<3i', 7, -8, 9))}
+h, data, off = {}, b'', 0
+for name in ['zeta', 'alpha']:
+    dtype, shape, blob = t[name]
+    h[name] = {'dtype': dtype, 'shape': shape, 'data_offsets': [off, off + len(blob)]}
+    off += len(blob); data += blob
+text = json.dumps(dict(sorted(h.items()))).encode()
+text += b' ' * ((8 - len(text) % 8) % 8)
+open(out, 'wb').write(struct.pack('<Q', len(text)) + text + data)
+)PY";
+  std::string theirs = dir.file("theirs.safetensors");
+  REQUIRE(run_python(script, "'" + ours + "' '" + theirs + "'", dir) == 0);
+  SafetensorsFile f = read_safetensors(theirs);
+  REQUIRE(f.tensors.size() == 2);
+  CHECK(f.tensors[0].first == "zeta");  // in data order
+  CHECK(f.tensors[0].second.to_vector() == std::vector<float>{1.25f, -3.0f});
+  CHECK(f.tensors[1].first == "alpha");
+  CHECK(f.tensors[1].second.dtype() == DType::i32);
+  CHECK(f.tensors[1].second.to_double_vector() == std::vector<double>{7, -8, 9});
+  CHECK(f.metadata.empty());
+}
+
+TEST_CASE("read_safetensors rejects broken files and names them", "[checkpoint]") {
+  TempDir dir;
+  auto expect_error = [&](const std::string& name, const Bytes& bytes, const std::string& what) {
+    std::string path = dir.file(name);
+    write_bytes(path, bytes);
+    CAPTURE(name);
+    CHECK_THROWS_AS(read_safetensors(path), InputError);
+    CHECK_THROWS_WITH(read_safetensors(path), Catch::Contains(path) && Catch::Contains(what));
+  };
+  Bytes eight(8, 0);
+  auto entry = [](const std::string& name, const std::string& dtype, const std::string& shape, uint64_t b, uint64_t e) {
+    return fmt::format(R"("{}":{{"dtype":"{}","shape":{},"data_offsets":[{},{}]}})", name, dtype, shape, b, e);
+  };
+  auto object = [](std::initializer_list<std::string> entries) { return fmt::format("{{{}}}", fmt::join(entries, ",")); };
+  expect_error("short", Bytes{1, 2, 3}, "too short");
+  Bytes huge = {0xff, 0, 0, 0, 0, 0, 0, 0, '{', '}'};
+  expect_error("long-header", huge, "exceeds");
+  expect_error("json", make_file("{\"a\": [1, ", {}), "not valid JSON");
+  expect_error("array", make_file("[1, 2]", {}), "not a JSON object");
+  expect_error("dtype", make_file(object({entry("w", "F8_E4M3", "[2]", 0, 2)}), Bytes(2)), "unsupported dtype 'F8_E4M3'");
+  expect_error("bounds", make_file(object({entry("w", "F32", "[2]", 0, 8)}), Bytes(4)), "outside the data buffer");
+  expect_error("size", make_file(object({entry("w", "F32", "[3]", 0, 8)}), Bytes(8)), "needs 12");
+  expect_error("reversed", make_file(object({entry("w", "U8", "[0]", 4, 0)}), Bytes(8)), "'w'");
+  expect_error("overlap",
+               make_file(object({entry("a", "F32", "[2]", 0, 8), entry("b", "F32", "[2]", 4, 12)}), Bytes(12)),
+               "overlap");
+  expect_error("negative", make_file(object({entry("w", "F32", "[-1]", 0, 0)}), {}), "non-negative");
+  expect_error("meta", make_file(R"({"__metadata__":{"epoch":3}})", {}), "metadata value of 'epoch'");
+  expect_error("no-offsets", make_file(R"({"w":{"dtype":"F32","shape":[1]}})", Bytes(4)), "data_offsets");
+  std::string missing = dir.file("missing.safetensors");
+  CHECK_THROWS_WITH(read_safetensors(missing), Catch::Contains(missing));
+  // A header that is fine reads fine (so the cases above fail for their own reason).
+  write_bytes(dir.file("fine"), make_file(object({entry("a", "F32", "[2]", 0, 8), entry("b", "U8", "[0]", 8, 8)}),
+                                          {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40}));
+  CHECK(read_safetensors(dir.file("fine")).tensors[0].second.to_vector() == std::vector<float>{1, 2});
+}
+
+TEST_CASE("Checkpoint::load_into reports every mismatch at once and copies nothing then", "[checkpoint]") {
+  TempDir dir;
+  Checkpoint saved;
+  saved.add("fc.weight", arange({3, 4}, DType::f32));
+  saved.add("fc.bias", arange({3}, DType::f32, 10));
+  saved.add("conv.weight", arange({2, 2}, DType::f32));
+  saved.add("optimizer.fc.weight.momentum", arange({3, 4}, DType::f32, 100));
+  saved.set_metadata_int(checkpoint_key::epoch, 4);
+  saved.set_metadata_int(checkpoint_key::step, 1000);
+  saved.set_metadata(checkpoint_key::generator, "18446744073709551615");
+  std::string path = dir.file("ckpt.safetensors");
+  saved.write(path);
+
+  Checkpoint c = Checkpoint::read(path);
+  CHECK(c.path() == path);
+  CHECK(c.metadata_int("epoch") == 4);
+  CHECK(c.metadata_int("step") == 1000);
+  CHECK(c.metadata("format") == "pt");
+  CHECK(c.metadata(checkpoint_key::generator) == "18446744073709551615");
+  CHECK_THROWS_WITH(c.metadata("seed"), Catch::Contains(path) && Catch::Contains("seed"));
+  CHECK_THROWS_AS(c.metadata_int("format"), InputError);
+
+  Tensor w = Tensor::zeros({3, 4}), b = Tensor::zeros({3}), m = Tensor::zeros({3, 4});
+  Tensor conv = Tensor::zeros({2, 2});
+  c.load_into({{"fc.weight", w}, {"fc.bias", b}, {"conv.weight", conv}, {"optimizer.fc.weight.momentum", m}});
+  CHECK(w.to_vector() == arange({3, 4}, DType::f32).to_vector());  // landed in w's own storage
+  CHECK(b.to_vector() == std::vector<float>{10, 11, 12});
+  CHECK(m.to_vector()[0] == 100);
+
+  Tensor w2 = Tensor::zeros({4, 3}), b2 = Tensor::zeros({3}, DType::f64), extra = Tensor::zeros({1});
+  try {
+    c.load_into({{"fc.weight", w2}, {"fc.bias", b2}, {"head.weight", extra}});
+    FAIL("load_into accepted a mismatching model");
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    CHECK_THAT(msg, Catch::Contains(path));
+    CHECK_THAT(msg, Catch::Contains("1 missing: head.weight"));
+    CHECK_THAT(msg, Catch::Contains("2 unexpected: conv.weight, optimizer.fc.weight.momentum"));
+    CHECK_THAT(msg, Catch::Contains("fc.weight (file (3, 4), expected (4, 3))"));
+    CHECK_THAT(msg, Catch::Contains("fc.bias (file F32, expected F64)"));
+  }
+  CHECK(w2.to_vector() == std::vector<float>(12, 0.0f));  // nothing copied
+  // Weights only: the optimizer state and the other layer may be ignored on request.
+  Tensor w3 = Tensor::zeros({3, 4}), b3 = Tensor::zeros({3}), head = Tensor::full({1}, 5.0);
+  LoadOptions lenient;
+  lenient.allow_unexpected = true;
+  lenient.allow_missing = true;
+  c.load_into({{"fc.weight", w3}, {"fc.bias", b3}, {"head.weight", head}}, lenient);
+  CHECK(b3.to_vector() == std::vector<float>{10, 11, 12});
+  CHECK(head.to_vector() == std::vector<float>{5});
+  CHECK_THROWS_AS(c.load_into({{"fc.weight", w3}, {"fc.bias", b3}}), InputError);  // strict by default
+}
+
+TEST_CASE("a writer killed half-way leaves the previous checkpoint, and the next write cleans up", "[checkpoint][crash]") {
+  TempDir dir;
+  std::string path = dir.file("ckpt.safetensors");
+  Tensor old_value = Tensor::full({256}, 1.0);
+  write_safetensors(path, {{"w", old_value}}, {{"step", "1"}});
+  Tensor big = Tensor::full({1 << 20}, 2.0);  // 4 MiB: far over the 1 MiB file-size limit below
+
+  // The child may write at most 1 MiB per file; going past it raises SIGXFSZ, whose default
+  // action kills the process in the middle of write(2), exactly like a crash.
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    rlimit fsize{1 << 20, 1 << 20}, core{0, 0};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    ::setrlimit(RLIMIT_CORE, &core);
+    ::signal(SIGXFSZ, SIG_DFL);
+    try {
+      write_safetensors(path, {{"w", big}}, {{"step", "2"}});
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGXFSZ);
+
+  // The partial temporary file is there, and the checkpoint is the old one, whole.
+  std::vector<std::string> names = dir.names();
+  REQUIRE(names.size() == 2);
+  CHECK(names[0].rfind(".ckpt.safetensors.tmp-" + std::to_string(pid) + "-", 0) == 0);
+  CHECK(fs::file_size(dir.path / names[0]) == (1u << 20));
+  SafetensorsFile f = read_safetensors(path);
+  CHECK(f.metadata.at("step") == "1");
+  CHECK(f.tensors.at(0).second.to_vector() == old_value.to_vector());
+
+  // The next successful write replaces it and removes the dead writer's temporary file.
+  write_safetensors(path, {{"w", Tensor::full({8}, 3.0)}}, {{"step", "3"}});
+  CHECK(dir.names() == std::vector<std::string>{"ckpt.safetensors"});
+  CHECK(read_safetensors(path).metadata.at("step") == "3");
+}
+
+TEST_CASE("a write that fails half-way throws and leaves no temporary file", "[checkpoint][crash]") {
+  TempDir dir;
+  std::string path = dir.file("ckpt.safetensors");
+  write_safetensors(path, {{"w", Tensor::full({16}, 1.0)}}, {{"step", "1"}});
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // With SIGXFSZ ignored, the write past the limit fails with EFBIG instead.
+    rlimit fsize{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    ::signal(SIGXFSZ, SIG_IGN);
+    try {
+      write_safetensors(path, {{"w", Tensor::full({1 << 20}, 2.0)}}, {{"step", "2"}});
+    } catch (const Error& e) {
+      ::_exit(std::strstr(e.what(), "failed") && std::strstr(e.what(), "ckpt.safetensors") ? 7 : 8);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 7);
+  CHECK(dir.names() == std::vector<std::string>{"ckpt.safetensors"});
+  CHECK(read_safetensors(path).metadata.at("step") == "1");
+}
+
+TEST_CASE("SIGKILL at a random moment of repeated writes never leaves a torn checkpoint", "[checkpoint][crash]") {
+  TempDir dir;
+  std::string path = dir.file("ckpt.safetensors");
+  write_safetensors(path, {{"w", Tensor::full({1 << 21}, 0.0)}}, {{"k", "0"}});
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    for (int k = 1;; ++k) {  // 8 MiB per write, each one fsynced, until killed
+      try {
+        write_safetensors(path, {{"w", Tensor::full({1 << 21}, double(k))}}, {{"k", std::to_string(k)}});
+      } catch (...) {
+        ::_exit(3);
+      }
+    }
+  }
+  // Kill it while a temporary file is being written (or soon after, if we miss it).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool saw_temp = false;
+  while (!saw_temp && std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir.path, ec)) {
+      if (e.path().filename().string().rfind(".ckpt", 0) == 0 && fs::file_size(e.path(), ec) > (1u << 20)) saw_temp = true;
+    }
+    if (!saw_temp) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFSIGNALED(status));
+  CHECK(saw_temp);
+
+  // Whatever is in place is one complete checkpoint: every value equals its metadata k.
+  SafetensorsFile f = read_safetensors(path);
+  double k = std::stod(f.metadata.at("k"));
+  std::vector<float> v = f.tensors.at(0).second.to_vector();
+  REQUIRE(v.size() == (1u << 21));
+  CHECK(std::all_of(v.begin(), v.end(), [&](float x) { return x == k; }));
+  write_safetensors(path, {{"w", Tensor::full({4}, 9.0)}}, {{"k", "9"}});
+  CHECK(dir.names() == std::vector<std::string>{"ckpt.safetensors"});
+}

@@ -1,0 +1,522 @@
+// Dataset pipelines on one process: sources, transformations, threads, and distribute()
+// with every rank simulated in this process (the MPI version is test_dataset_distributed).
+// Samples carry their index as an i64 column, so every check is exact.
+#include <catch2/catch.hpp>
+
+#include "tarantella/dataset.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <numeric>
+#include <set>
+#include <thread>
+
+using namespace tnt;
+
+namespace {
+
+// N samples: id i64 () = i, feature f32 (2,) = (i, -i).
+Dataset id_dataset(int64_t n) {
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  std::vector<float> feats;
+  for (int64_t i = 0; i < n; ++i) {
+    ids[i] = i;
+    feats.push_back(static_cast<float>(i));
+    feats.push_back(static_cast<float>(-i));
+  }
+  return Dataset::from_tensors({Tensor::from_data(ids.data(), {n}), Tensor::from_vector(feats, {n, 2})});
+}
+
+int64_t id_of(const Element& e) { return e.at(0).data<int64_t>()[0]; }
+
+std::vector<int64_t> ids_of(const Dataset& d, int64_t epoch = 0) {
+  std::vector<int64_t> out;
+  auto it = d.iterate(epoch);
+  while (auto e = it.next()) out.push_back(id_of(*e));
+  return out;
+}
+
+std::vector<int64_t> range(int64_t begin, int64_t end, int64_t step = 1) {
+  std::vector<int64_t> v;
+  for (int64_t i = begin; i < end; i += step) v.push_back(i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("from_tensors yields rows as elements", "[dataset]") {
+  Dataset d = id_dataset(5);
+  CHECK(d.cardinality() == 5);
+  auto it = d.iterate();
+  for (int64_t i = 0; i < 5; ++i) {
+    auto e = it.next();
+    REQUIRE(e);
+    REQUIRE(e->size() == 2);
+    CHECK((*e)[0].shape() == Shape{});
+    CHECK((*e)[1].shape() == Shape{2});
+    CHECK(id_of(*e) == i);
+    CHECK((*e)[1].to_vector() == std::vector<float>{float(i), float(-i)});
+  }
+  CHECK_FALSE(it.next());
+  CHECK_FALSE(it.next());  // stays at the end
+  CHECK(Dataset().cardinality() == 0);
+  CHECK_FALSE(Dataset().iterate().next());
+  CHECK_THROWS_AS(Dataset::from_tensors({Tensor::zeros({3}), Tensor::zeros({4, 2})}), Error);
+}
+
+TEST_CASE("batch stacks elements and handles the remainder", "[dataset]") {
+  Dataset d = id_dataset(7);
+  SECTION("keep the partial batch") {
+    Dataset b = d.batch(3);
+    CHECK(b.cardinality() == 3);
+    auto it = b.iterate();
+    auto b0 = it.next();
+    REQUIRE(b0);
+    CHECK((*b0)[0].shape() == Shape{3});
+    CHECK((*b0)[1].shape() == Shape{3, 2});
+    CHECK((*b0)[0].to_vector() == std::vector<float>{0, 1, 2});
+    CHECK((*b0)[1].to_vector() == std::vector<float>{0, 0, 1, -1, 2, -2});
+    REQUIRE(it.next());
+    auto b2 = it.next();
+    REQUIRE(b2);
+    CHECK((*b2)[0].to_vector() == std::vector<float>{6});
+    CHECK_FALSE(it.next());
+  }
+  SECTION("drop the partial batch") {
+    Dataset b = d.batch(3, true);
+    CHECK(b.cardinality() == 2);
+    auto it = b.iterate();
+    CHECK(it.next());
+    CHECK(it.next());
+    CHECK_FALSE(it.next());
+  }
+  SECTION("mismatched shapes are an error") {
+    Dataset bad = Dataset::generator([](int64_t) {
+      auto k = std::make_shared<int>(0);
+      return ElementFn([k]() -> std::optional<Element> {
+        if (*k >= 2) return std::nullopt;
+        return Element{Tensor::zeros({++*k})};
+      });
+    });
+    auto it = bad.batch(2).iterate();
+    CHECK_THROWS_WITH(it.next(), Catch::Contains("Dataset::batch") && Catch::Contains("column 0"));
+  }
+  CHECK_THROWS_AS(d.batch(0), InputError);
+}
+
+TEST_CASE("shuffle is a reproducible permutation that changes with the epoch", "[dataset]") {
+  Dataset d = id_dataset(100);
+  Dataset s = d.shuffle(100, 42);
+  CHECK(s.cardinality() == 100);
+  std::vector<int64_t> e0 = ids_of(s, 0);
+  std::vector<int64_t> sorted = e0;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == range(0, 100));
+  CHECK(e0 != range(0, 100));
+  CHECK(ids_of(s, 0) == e0);                        // same (seed, epoch): same order
+  CHECK(ids_of(d.shuffle(100, 42), 0) == e0);       // ... also from a dataset built again
+  CHECK(ids_of(s, 1) != e0);                        // new epoch: new order
+  CHECK(ids_of(d.shuffle(100, 43), 0) != e0);       // new seed: new order
+  CHECK(ids_of(d.shuffle(1, 42), 0) == range(0, 100));  // a buffer of one cannot reorder
+  // A small buffer only moves an element forward by less than the buffer size... and
+  // never emits an element before it was read: element at position k is <= k + buffer - 1.
+  std::vector<int64_t> w = ids_of(d.shuffle(4, 7), 0);
+  for (size_t k = 0; k < w.size(); ++k) CHECK(w[k] <= static_cast<int64_t>(k) + 3);
+  CHECK_THROWS_AS(d.shuffle(0, 1), InputError);
+}
+
+TEST_CASE("map keeps order on one or many workers and rethrows errors in order", "[dataset]") {
+  Dataset d = id_dataset(50);
+  auto square = [](Element e) {
+    int64_t i = id_of(e);
+    // Uneven work so that workers finish out of order.
+    std::this_thread::sleep_for(std::chrono::microseconds((i * 37) % 11 * 100));
+    return Element{Tensor::full({}, static_cast<double>(i * i), DType::i64)};
+  };
+  std::vector<int64_t> want;
+  for (int64_t i = 0; i < 50; ++i) want.push_back(i * i);
+  CHECK(ids_of(d.map(square)) == want);
+  CHECK(ids_of(d.map(square, 4)) == want);
+  // The first row of each batch of 8: the squares of 0, 8, 16, ...
+  CHECK(ids_of(d.map(square, 4).batch(8).map([](Element e) { return Element{e[0].slice_rows(0, 1).reshape({})}; })) ==
+        std::vector<int64_t>{0, 64, 256, 576, 1024, 1600, 2304});
+  CHECK(d.map(square, 3).cardinality() == 50);
+
+  auto fail_at_7 = [](Element e) {
+    if (id_of(e) == 7) throw InputError("sample 7 is broken");
+    return e;
+  };
+  for (int workers : {1, 3}) {
+    auto it = d.map(fail_at_7, workers).iterate();
+    for (int64_t i = 0; i < 7; ++i) {
+      auto e = it.next();
+      REQUIRE(e);
+      CHECK(id_of(*e) == i);
+    }
+    CHECK_THROWS_WITH(it.next(), "sample 7 is broken");
+  }
+  CHECK_THROWS_AS(d.map(square, 0), InputError);
+}
+
+TEST_CASE("a parallel map iterator destroyed mid-stream stops its workers", "[dataset]") {
+  std::atomic<int> calls{0};
+  Dataset endless = Dataset::generator([](int64_t) {
+    auto k = std::make_shared<int64_t>(0);
+    return ElementFn([k]() -> std::optional<Element> { return Element{Tensor::full({}, double((*k)++), DType::i64)}; });
+  });
+  {
+    auto it = endless.map([&](Element e) { ++calls; return e; }, 4).iterate();
+    for (int64_t i = 0; i < 10; ++i) CHECK(id_of(*it.next()) == i);
+  }  // joins here; a hang would time the test out
+  int after = calls.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(calls.load() == after);
+  CHECK(after <= 10 + 2 * 4 + 4);  // bounded by the in-flight window (2 x workers) plus running calls
+}
+
+TEST_CASE("prefetch gives the same elements and passes on errors", "[dataset]") {
+  Dataset d = id_dataset(30);
+  CHECK(ids_of(d.prefetch(3)) == range(0, 30));
+  CHECK(ids_of(d.shuffle(30, 5).map([](Element e) { return e; }, 2).prefetch(2), 3) ==
+        ids_of(d.shuffle(30, 5), 3));
+  Dataset failing = Dataset::generator([](int64_t) {
+    auto k = std::make_shared<int64_t>(0);
+    return ElementFn([k]() -> std::optional<Element> {
+      if (*k == 4) throw InputError("source failed at 4");
+      return Element{Tensor::full({}, double((*k)++), DType::i64)};
+    });
+  });
+  auto it = failing.prefetch(8).iterate();
+  for (int64_t i = 0; i < 4; ++i) CHECK(id_of(*it.next()) == i);
+  CHECK_THROWS_WITH(it.next(), "source failed at 4");
+  CHECK_FALSE(it.next());
+
+  // Destroying a prefetching iterator over an endless stream returns promptly.
+  Dataset endless = Dataset::synthetic({{{}, DType::i64, 0, 10}}, 1).repeat();
+  {
+    auto it2 = endless.prefetch(2).iterate();
+    CHECK(it2.next());
+  }
+  CHECK_THROWS_AS(d.prefetch(0), InputError);
+}
+
+TEST_CASE("shard, take, skip and repeat", "[dataset]") {
+  Dataset d = id_dataset(10);
+  CHECK(ids_of(d.shard(3, 0)) == std::vector<int64_t>{0, 3, 6, 9});
+  CHECK(ids_of(d.shard(3, 2)) == std::vector<int64_t>{2, 5, 8});
+  CHECK(d.shard(3, 0).cardinality() == 4);
+  CHECK(d.shard(3, 2).cardinality() == 3);
+  CHECK(d.shard(20, 15).cardinality() == 0);
+  CHECK(ids_of(d.shard(20, 15)).empty());
+  CHECK_THROWS_AS(d.shard(3, 3), InputError);
+
+  CHECK(ids_of(d.take(4)) == range(0, 4));
+  CHECK(ids_of(d.take(40)) == range(0, 10));
+  CHECK(d.take(40).cardinality() == 10);
+  CHECK(ids_of(d.skip(7)) == range(7, 10));
+  CHECK(d.skip(70).cardinality() == 0);
+  CHECK(ids_of(d.skip(2).take(3)) == range(2, 5));
+
+  std::vector<int64_t> twice = range(0, 10);
+  twice.insert(twice.end(), twice.begin(), twice.end());
+  CHECK(ids_of(d.repeat(2)) == twice);
+  CHECK(d.repeat(2).cardinality() == 20);
+  CHECK(d.repeat().cardinality() == -1);
+  CHECK(d.repeat().take(25).cardinality() == 25);
+  CHECK(ids_of(d.repeat().take(25)).size() == 25);
+  CHECK(Dataset().repeat().cardinality() == 0);
+  CHECK(ids_of(Dataset().repeat()).empty());  // an empty pass ends a forever-repeat
+
+  // A shuffle before repeat gives each pass its own order, reproducibly.
+  std::vector<int64_t> r = ids_of(d.shuffle(10, 9).repeat(2));
+  std::vector<int64_t> first(r.begin(), r.begin() + 10), second(r.begin() + 10, r.end());
+  CHECK(first != second);
+  CHECK(ids_of(d.shuffle(10, 9).repeat(2)) == r);
+  CHECK(ids_of(d.shuffle(10, 9).repeat(2), 1) != r);
+}
+
+TEST_CASE("synthetic data is deterministic and in range", "[dataset]") {
+  Dataset d = Dataset::synthetic({{{3, 4, 4}, DType::f32, -1.0, 1.0}, {{}, DType::i64, 0, 10}}, 64, 11);
+  CHECK(d.cardinality() == 64);
+  auto collect = [](const Dataset& ds) {
+    std::vector<std::vector<float>> v;
+    auto it = ds.iterate();
+    while (auto e = it.next()) {
+      CHECK((*e)[0].shape() == Shape{3, 4, 4});
+      std::vector<float> x = (*e)[0].to_vector();
+      float label = (*e)[1].to_vector()[0];
+      x.push_back(label);
+      v.push_back(x);
+    }
+    return v;
+  };
+  auto a = collect(d);
+  REQUIRE(a.size() == 64);
+  std::set<float> labels;
+  for (const auto& x : a) {
+    for (size_t j = 0; j + 1 < x.size(); ++j) {
+      CHECK(x[j] >= -1.0f);
+      CHECK(x[j] < 1.0f);
+    }
+    CHECK(x.back() == std::floor(x.back()));
+    CHECK(x.back() >= 0);
+    CHECK(x.back() < 10);
+    labels.insert(x.back());
+  }
+  CHECK(labels.size() >= 5);  // 64 draws from 10 classes: fewer than 5 distinct is ~1e-20 likely
+  CHECK(collect(d) == a);
+  // Element i does not depend on what was read before it.
+  auto tail = collect(d.skip(60));
+  CHECK(tail == std::vector<std::vector<float>>(a.begin() + 60, a.end()));
+  CHECK(collect(Dataset::synthetic({{{3, 4, 4}, DType::f32, -1.0, 1.0}, {{}, DType::i64, 0, 10}}, 64, 12)) != a);
+  CHECK_THROWS_AS(Dataset::synthetic({{{2}, DType::f32, 1.0, 1.0}}, 4), InputError);
+}
+
+TEST_CASE("generator and from_function sources", "[dataset]") {
+  Dataset g = Dataset::generator([](int64_t epoch) {
+    auto k = std::make_shared<int64_t>(0);
+    return ElementFn([k, epoch]() -> std::optional<Element> {
+      if (*k >= 3) return std::nullopt;
+      return Element{Tensor::full({}, double(100 * epoch + (*k)++), DType::i64)};
+    });
+  });
+  CHECK(g.cardinality() == -1);
+  CHECK(ids_of(g, 0) == std::vector<int64_t>{0, 1, 2});
+  CHECK(ids_of(g, 2) == std::vector<int64_t>{200, 201, 202});
+
+  std::vector<int64_t> built;
+  std::mutex mu;
+  Dataset f = Dataset::from_function(20, [&](int64_t i) {
+    std::lock_guard<std::mutex> lock(mu);
+    built.push_back(i);
+    return Element{Tensor::full({}, double(i), DType::i64)};
+  });
+  CHECK(ids_of(f.skip(15).shard(2, 1)) == std::vector<int64_t>{16, 18});
+  CHECK(built == std::vector<int64_t>{16, 18});  // skipped elements were never built
+}
+
+// ---- distribute, all ranks simulated here
+
+namespace {
+
+struct RankStep {
+  std::vector<int64_t> ids;  // every slot, padding included
+  std::vector<float> weights;
+  int64_t global_real = 0;
+};
+
+std::vector<RankStep> run_rank(const DistributedDataset& d, int64_t epoch) {
+  std::vector<RankStep> steps;
+  auto it = d.iterate(epoch);
+  while (auto b = it.next()) {
+    RankStep s;
+    for (float v : b->columns[0].to_vector()) s.ids.push_back(static_cast<int64_t>(v));
+    // the feature column travels with its id
+    std::vector<float> f = b->columns[1].to_vector();
+    for (size_t i = 0; i < s.ids.size(); ++i) CHECK(f[2 * i] == float(s.ids[i]));
+    s.weights = b->weights.to_vector();
+    s.global_real = b->global_real_samples;
+    CHECK(b->micro_batch_size == static_cast<int64_t>(s.ids.size()));
+    CHECK(b->step == static_cast<int64_t>(steps.size()));
+    CHECK(b->global_batch_size == d.global_batch_size());
+    int64_t real = 0;
+    for (float w : s.weights) real += w == 1.0f;
+    CHECK(b->real_samples == real);
+    steps.push_back(s);
+  }
+  return steps;
+}
+
+}  // namespace
+
+TEST_CASE("distribute splits every global batch across simulated ranks", "[dataset][distribute]") {
+  for (int p : {1, 2, 3, 4, 5}) {
+    for (int64_t B : {int64_t(p), int64_t(p) + 1, int64_t(2 * p - 1), int64_t(7), int64_t(12)}) {
+      if (B < p) continue;
+      for (int64_t N : {int64_t(0), int64_t(1), B - 1, B, B + 1, 3 * B, 3 * B + 2}) {
+        if (N < 0) continue;
+        for (Remainder rem : {Remainder::drop, Remainder::pad}) {
+          CAPTURE(p, B, N, rem == Remainder::pad);
+          Dataset base = id_dataset(N).shuffle(std::max<int64_t>(N, 1), 3);
+          std::vector<int64_t> order = ids_of(base, 1);  // the global sequence of epoch 1
+          int64_t full = N / B;
+          int64_t steps = rem == Remainder::drop ? full : (N + B - 1) / B;
+          std::vector<std::vector<RankStep>> ranks;
+          for (int r = 0; r < p; ++r) {
+            DistributedDataset d = base.distribute(B, r, p, rem);
+            CHECK(d.steps() == steps);
+            CHECK(d.micro_batch_size() == B / p + (r < B % p ? 1 : 0));
+            ranks.push_back(run_rank(d, 1));
+            REQUIRE(static_cast<int64_t>(ranks.back().size()) == steps);
+          }
+          for (int64_t s = 0; s < steps; ++s) {
+            int64_t real = std::min(B, N - s * B);
+            std::vector<int64_t> got;  // real ids in rank order
+            size_t min_size = SIZE_MAX, max_size = 0;
+            for (int r = 0; r < p; ++r) {
+              const RankStep& st = ranks[r][s];
+              CHECK(st.global_real == real);
+              min_size = std::min(min_size, st.ids.size());
+              max_size = std::max(max_size, st.ids.size());
+              for (size_t i = 0; i < st.ids.size(); ++i) {
+                if (st.weights[i] == 1.0f) {
+                  got.push_back(st.ids[i]);
+                } else {
+                  CHECK(st.weights[i] == 0.0f);
+                  // padding is a copy of a real sample of this epoch
+                  CHECK(std::find(order.begin(), order.end(), st.ids[i]) != order.end());
+                }
+              }
+              // real samples come first in a micro-batch
+              CHECK(std::is_sorted(st.weights.begin(), st.weights.end(), std::greater<float>()));
+            }
+            CHECK(max_size - min_size <= 1);
+            // The ranks' real samples, in rank order, are exactly this global batch.
+            std::vector<int64_t> want(order.begin() + s * B, order.begin() + s * B + real);
+            CHECK(got == want);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("distribute rejects a global batch smaller than the ranks", "[dataset][distribute]") {
+  Dataset d = id_dataset(10);
+  CHECK_THROWS_AS(d.distribute(3, 0, 4), InputError);
+  CHECK_THROWS_WITH(d.distribute(3, 1, 4),
+                    Catch::Contains("global batch size 3") && Catch::Contains("number of ranks 4"));
+  CHECK_THROWS_AS(d.distribute(0, 0, 1), InputError);
+  CHECK_THROWS_AS(d.distribute(4, 4, 4), InputError);
+  CHECK_THROWS_AS(micro_batch_size(2, 0, 3), InputError);
+  CHECK(micro_batch_size(10, 0, 4) == 3);
+  CHECK(micro_batch_size(10, 1, 4) == 3);
+  CHECK(micro_batch_size(10, 2, 4) == 2);
+  CHECK(micro_batch_offset(10, 2, 4) == 6);
+  CHECK(micro_batch_offset(10, 3, 4) == 8);
+}
+
+TEST_CASE("a map after distribute sees only this rank's samples", "[dataset][distribute]") {
+  const int p = 3;
+  const int64_t B = 7, N = 30;  // 4 full batches and a partial one of 2
+  for (Remainder rem : {Remainder::drop, Remainder::pad}) {
+    for (int workers : {1, 3}) {
+      std::set<int64_t> seen_all;
+      for (int r = 0; r < p; ++r) {
+        std::mutex mu;
+        std::vector<int64_t> built, mapped;
+        Dataset src = Dataset::from_function(N, [&](int64_t i) {
+          std::lock_guard<std::mutex> lock(mu);
+          built.push_back(i);
+          return Element{Tensor::full({}, double(i), DType::i64)};
+        });
+        DistributedDataset d = src.distribute(B, r, p, rem).map(
+            [&](Element e) {
+              std::lock_guard<std::mutex> lock(mu);
+              mapped.push_back(id_of(e));
+              return Element{e[0], Tensor::full({}, double(10 * id_of(e)), DType::i64)};
+            },
+            workers);
+        auto it = d.iterate();
+        std::vector<int64_t> mine;
+        while (auto b = it.next()) {
+          std::vector<float> ids = b->columns[0].to_vector(), tens = b->columns[1].to_vector();
+          for (size_t i = 0; i < ids.size(); ++i) {
+            CHECK(tens[i] == 10 * ids[i]);
+            if (b->weights.to_vector()[i] == 1.0f) mine.push_back(static_cast<int64_t>(ids[i]));
+          }
+        }
+        int64_t off = micro_batch_offset(B, r, p), b = micro_batch_size(B, r, p);
+        std::set<int64_t> expected, own_slots;
+        for (int64_t s = 0; s * B < N; ++s) {
+          for (int64_t i = s * B + off; i < std::min(s * B + off + b, N); ++i) {
+            own_slots.insert(i);
+            if (rem == Remainder::drop && (s + 1) * B > N) continue;
+            expected.insert(i);
+          }
+        }
+        CHECK(std::set<int64_t>(mine.begin(), mine.end()) == expected);
+        for (int64_t i : mine) CHECK(seen_all.insert(i).second);  // no sample on two ranks
+        std::set<int64_t> built_set(built.begin(), built.end()), mapped_set(mapped.begin(), mapped.end());
+        // Built: this rank's own slots only (with drop, also its slots of the partial last
+        // batch, read before the batch turns out to be partial); in pad mode a rank other
+        // than 0 also builds the first sample of the first batch (a possible padding
+        // source). Mapped: exactly the samples it keeps (padding copies its own samples).
+        std::set<int64_t> allowed = own_slots;
+        if (rem == Remainder::pad) allowed.insert(0);
+        for (int64_t i : built_set) {
+          CAPTURE(r, i, workers);
+          CHECK(allowed.count(i));
+        }
+        CHECK(mapped_set == expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("distribute with padding when the whole dataset is smaller than one batch", "[dataset][distribute]") {
+  // N = 2, B = 5, p = 3: ranks 1 and 2 have no real sample in the only (partial) batch and
+  // pad with the batch's first sample.
+  Dataset d = id_dataset(2);
+  for (int r = 0; r < 3; ++r) {
+    auto steps = run_rank(d.distribute(5, r, 3, Remainder::pad), 0);
+    REQUIRE(steps.size() == 1);
+    CHECK(steps[0].global_real == 2);
+    if (r == 0) {
+      CHECK(steps[0].ids == std::vector<int64_t>{0, 1});
+      CHECK(steps[0].weights == std::vector<float>{1, 1});
+    } else {
+      CHECK(steps[0].ids == std::vector<int64_t>(steps[0].ids.size(), 0));
+      CHECK(steps[0].weights == std::vector<float>(steps[0].ids.size(), 0.0f));
+    }
+    CHECK(run_rank(d.distribute(5, r, 3, Remainder::drop), 0).empty());
+  }
+}
+
+TEST_CASE("distribute of an already batched dataset", "[dataset][distribute]") {
+  const int p = 3;
+  const int64_t B = 8, N = 21;  // batches of 8, 8, 5
+  Dataset batched = id_dataset(N).batch(B);
+  for (Remainder rem : {Remainder::drop, Remainder::pad}) {
+    std::vector<std::vector<RankStep>> ranks;
+    for (int r = 0; r < p; ++r) {
+      auto d = DistributedDataset::from_batched(batched, B, r, p, rem).prefetch(2);
+      ranks.push_back(run_rank(d, 0));
+      CHECK(ranks.back().size() == (rem == Remainder::pad ? 3u : 2u));
+      CHECK_THROWS_AS(d.map([](Element e) { return e; }), Error);
+    }
+    for (size_t s = 0; s < ranks[0].size(); ++s) {
+      std::vector<int64_t> got;
+      for (int r = 0; r < p; ++r) {
+        for (size_t i = 0; i < ranks[r][s].ids.size(); ++i) {
+          if (ranks[r][s].weights[i] == 1.0f) got.push_back(ranks[r][s].ids[i]);
+        }
+        CHECK(ranks[r][s].global_real == std::min<int64_t>(B, N - int64_t(s) * B));
+      }
+      CHECK(got == range(int64_t(s) * B, std::min<int64_t>(N, int64_t(s + 1) * B)));
+    }
+  }
+  CHECK_THROWS_AS(run_rank(DistributedDataset::from_batched(id_dataset(N).batch(9), B, 0, p), 0), InputError);
+}
+
+TEST_CASE("distribute with prefetch and map is reproducible per epoch", "[dataset][distribute]") {
+  Dataset base = Dataset::synthetic({{{4}, DType::f32, 0, 1}, {{}, DType::i64, 0, 1000}}, 50, 5).shuffle(50, 8);
+  auto run = [&](int64_t epoch) {
+    std::vector<float> all;
+    auto d = base.distribute(6, 1, 4, Remainder::pad).map([](Element e) { return e; }, 2).prefetch(3);
+    auto it = d.iterate(epoch);
+    while (auto b = it.next()) {
+      auto v = b->columns[1].to_vector();
+      all.insert(all.end(), v.begin(), v.end());
+      auto w = b->weights.to_vector();
+      all.insert(all.end(), w.begin(), w.end());
+    }
+    return all;
+  };
+  auto a = run(0);
+  CHECK(a.size() == 9 * 2 * 2);  // ceil(50/6) = 9 steps of 2 samples (+ 2 weights)
+  CHECK(run(0) == a);
+  CHECK(run(1) != a);
+}

@@ -1,0 +1,228 @@
+// IDX files: hand-made bytes (plain and gzip, from zlib directly), our writer, every kind
+// of broken file, the MNIST directory loader, and the real Fashion-MNIST package.
+#include <catch2/catch.hpp>
+#include <zlib.h>
+
+#include "tarantella/idx.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <unistd.h>
+
+using namespace tnt;
+namespace fs = std::filesystem;
+
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "tnt-idx-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+void write_bytes(const std::string& path, const Bytes& b) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  REQUIRE(f.good());
+}
+
+Bytes read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(f), {});
+}
+
+Bytes gzip(const Bytes& raw) {
+  z_stream zs{};
+  REQUIRE(deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  Bytes out(deflateBound(&zs, raw.size()) + 64);
+  zs.next_in = const_cast<Bytef*>(raw.data());
+  zs.avail_in = static_cast<uInt>(raw.size());
+  zs.next_out = out.data();
+  zs.avail_out = static_cast<uInt>(out.size());
+  REQUIRE(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+// u8 (2, 3) = 1..6, exactly as the format lays it out.
+Bytes small_u8() { return {0, 0, 0x08, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6}; }
+
+}  // namespace
+
+TEST_CASE("read_idx reads hand-made files, plain and gzip, whatever their names", "[idx]") {
+  TempDir dir;
+  write_bytes(dir.file("a.idx"), small_u8());
+  write_bytes(dir.file("b.idx"), gzip(small_u8()));        // gzip without .gz in the name
+  write_bytes(dir.file("c.idx.gz"), small_u8());           // plain despite the name
+  for (const char* name : {"a.idx", "b.idx", "c.idx.gz"}) {
+    Tensor t = read_idx(dir.file(name));
+    CHECK(t.dtype() == DType::u8);
+    CHECK(t.shape() == Shape{2, 3});
+    CHECK(t.to_vector() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  }
+  // Big-endian values of the wider types: i16 -2 (ff fe), i32 258 (00 00 01 02),
+  // f32 1.5 (3f c0 00 00), f64 -2.0 (c0 00 ...), i8 -1 (ff).
+  write_bytes(dir.file("i16"), {0, 0, 0x0B, 1, 0, 0, 0, 1, 0xff, 0xfe});
+  write_bytes(dir.file("i32"), {0, 0, 0x0C, 1, 0, 0, 0, 1, 0, 0, 1, 2});
+  write_bytes(dir.file("f32"), {0, 0, 0x0D, 1, 0, 0, 0, 1, 0x3f, 0xc0, 0, 0});
+  write_bytes(dir.file("f64"), {0, 0, 0x0E, 1, 0, 0, 0, 1, 0xc0, 0, 0, 0, 0, 0, 0, 0});
+  write_bytes(dir.file("i8"), {0, 0, 0x09, 1, 0, 0, 0, 1, 0xff});
+  CHECK(read_idx(dir.file("i16")).to_double_vector() == std::vector<double>{-2});
+  CHECK(read_idx(dir.file("i16")).dtype() == DType::i32);
+  CHECK(read_idx(dir.file("i32")).to_double_vector() == std::vector<double>{258});
+  CHECK(read_idx(dir.file("f32")).to_double_vector() == std::vector<double>{1.5});
+  CHECK(read_idx(dir.file("f64")).to_double_vector() == std::vector<double>{-2.0});
+  CHECK(read_idx(dir.file("i8")).to_double_vector() == std::vector<double>{-1});
+  // Zero samples is a valid file.
+  write_bytes(dir.file("empty"), {0, 0, 0x08, 3, 0, 0, 0, 0, 0, 0, 0, 28, 0, 0, 0, 28});
+  CHECK(read_idx(dir.file("empty")).shape() == Shape{0, 28, 28});
+}
+
+TEST_CASE("write_idx round-trips through read_idx", "[idx]") {
+  TempDir dir;
+  std::vector<float> v(2 * 3 * 4);
+  std::iota(v.begin(), v.end(), -5.25f);
+  Tensor f = Tensor::from_vector(v, {2, 3, 4});
+  std::vector<int32_t> iv = {-70000, 0, 1, 70000};
+  Tensor i = Tensor::from_data(iv.data(), {4});
+  std::vector<uint8_t> uv = {0, 7, 255};
+  Tensor u = Tensor::from_data(uv.data(), {3});
+  for (bool gz : {false, true}) {
+    write_idx(dir.file("f"), f, gz);
+    write_idx(dir.file("i"), i, gz);
+    write_idx(dir.file("u"), u, gz);
+    CHECK((read_bytes(dir.file("f"))[0] == 0x1f) == gz);
+    Tensor f2 = read_idx(dir.file("f"));
+    CHECK(f2.shape() == f.shape());
+    CHECK(f2.to_vector() == v);
+    CHECK(read_idx(dir.file("i")).to_double_vector() == std::vector<double>{-70000, 0, 1, 70000});
+    CHECK(read_idx(dir.file("u")).to_vector() == std::vector<float>{0, 7, 255});
+  }
+  write_idx(dir.file("plain"), u);
+  CHECK(read_bytes(dir.file("plain")) == Bytes{0, 0, 0x08, 1, 0, 0, 0, 3, 0, 7, 255});
+  CHECK_THROWS_AS(write_idx(dir.file("x"), Tensor::zeros({2}, DType::i64)), InputError);
+}
+
+TEST_CASE("read_idx names the file in every error", "[idx]") {
+  TempDir dir;
+  auto expect_error = [&](const std::string& name, const Bytes& bytes, const std::string& what) {
+    std::string path = dir.file(name);
+    write_bytes(path, bytes);
+    CAPTURE(name);
+    CHECK_THROWS_AS(read_idx(path), InputError);
+    CHECK_THROWS_WITH(read_idx(path), Catch::Contains(path) && Catch::Contains(what));
+  };
+  Bytes good = small_u8();
+  Bytes truncated(good.begin(), good.end() - 2);
+  Bytes longer = good;
+  longer.push_back(9);
+  expect_error("truncated", truncated, "truncated");
+  expect_error("longer", longer, "length mismatch");
+  expect_error("magic", Bytes{1, 0, 0x08, 1, 0, 0, 0, 1, 5}, "wrong magic number");
+  expect_error("type", Bytes{0, 0, 0x07, 1, 0, 0, 0, 1, 5}, "unknown type code 0x07");
+  expect_error("short", Bytes{0, 0}, "truncated");
+  expect_error("header", Bytes{0, 0, 0x08, 3, 0, 0, 0, 1}, "truncated");
+  expect_error("empty", Bytes{}, "truncated");
+  expect_error("gz-truncated", gzip(truncated), "truncated");
+  expect_error("gz-longer", gzip(longer), "length mismatch");
+
+  // Broken gzip: the compressed stream cut short, and a flipped byte (caught by the
+  // deflate decoder or, failing that, by the CRC in the trailer).
+  std::vector<uint8_t> big(5000);
+  for (size_t k = 0; k < big.size(); ++k) big[k] = static_cast<uint8_t>((k * 7919) % 251);
+  Bytes raw = {0, 0, 0x08, 1, 0, 0, 0x13, 0x88};
+  raw.insert(raw.end(), big.begin(), big.end());
+  Bytes gz = gzip(raw);
+  write_bytes(dir.file("ok.gz"), gz);
+  CHECK(read_idx(dir.file("ok.gz")).numel() == 5000);
+  expect_error("cut.gz", Bytes(gz.begin(), gz.begin() + static_cast<std::ptrdiff_t>(gz.size() / 2)), "truncated gzip");
+  Bytes flipped = gz;
+  flipped[gz.size() / 2] ^= 0x5a;
+  expect_error("flip.gz", flipped, "gzip data");
+  Bytes garbage = gz;
+  garbage.push_back(0x00);
+  garbage.push_back(0x42);
+  expect_error("garbage.gz", garbage, "corrupt gzip");
+
+  std::string missing = dir.file("does-not-exist");
+  CHECK_THROWS_WITH(read_idx(missing), Catch::Contains(missing) && Catch::Contains("no such file"));
+}
+
+TEST_CASE("load_mnist_dir loads plain and gzip files and checks the counts", "[idx]") {
+  TempDir dir;
+  // 3 images of 2x2: pixel values 0, 51, 102, 255 ...; labels 4, 0, 9.
+  std::vector<uint8_t> px = {0, 51, 102, 255, 1, 2, 3, 4, 255, 255, 0, 0};
+  write_idx(dir.file("train-images-idx3-ubyte"), Tensor::from_data(px.data(), {3, 2, 2}));
+  std::vector<uint8_t> lb = {4, 0, 9};
+  write_idx(dir.file("train-labels-idx1-ubyte.gz"), Tensor::from_data(lb.data(), {3}), true);
+  MnistSplit s = load_mnist_dir(dir.path.string(), "train");
+  CHECK(s.images.shape() == Shape{3, 1, 2, 2});
+  CHECK(s.images.dtype() == DType::f32);
+  CHECK(s.labels.shape() == Shape{3});
+  CHECK(s.labels.dtype() == DType::i64);
+  std::vector<float> want;
+  for (uint8_t p : px) want.push_back(static_cast<float>(p) / 255.0f);
+  CHECK(s.images.to_vector() == want);
+  CHECK(s.labels.to_double_vector() == std::vector<double>{4, 0, 9});
+
+  // Counts that disagree, and a missing split.
+  std::vector<uint8_t> lb2 = {1, 2};
+  write_idx(dir.file("t10k-images-idx3-ubyte.gz"), Tensor::from_data(px.data(), {3, 2, 2}), true);
+  write_idx(dir.file("t10k-labels-idx1-ubyte"), Tensor::from_data(lb2.data(), {2}));
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "test"),
+                    Catch::Contains("3 images") && Catch::Contains("2 labels"));
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "val"), Catch::Contains("val-images-idx3-ubyte"));
+  // Labels stored as a 2-D file are rejected with the file's name.
+  write_idx(dir.file("odd-images-idx3-ubyte"), Tensor::from_data(px.data(), {3, 2, 2}));
+  write_idx(dir.file("odd-labels-idx1-ubyte"), Tensor::from_data(px.data(), {3, 4}));
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "odd"), Catch::Contains("odd-labels-idx1-ubyte"));
+}
+
+TEST_CASE("the Fashion-MNIST package loads", "[idx][fashion-mnist]") {
+  // Installed by scripts/setup (Debian package dataset-fashion-mnist).
+  const char* env = std::getenv("TNT_TEST_FASHION_MNIST_DIR");
+  std::string dir = env ? env : "/usr/share/datasets/fashion-mnist";
+  MnistSplit test = load_mnist_dir(dir, "t10k");
+  CHECK(test.images.shape() == Shape{10000, 1, 28, 28});
+  CHECK(test.labels.shape() == Shape{10000});
+  std::vector<double> labels = test.labels.to_double_vector();
+  std::vector<int> per_class(10, 0);
+  for (double l : labels) {
+    REQUIRE(l >= 0);
+    REQUIRE(l <= 9);
+    ++per_class[static_cast<int>(l)];
+  }
+  CHECK(per_class == std::vector<int>(10, 1000));  // the test split is balanced
+  CHECK(std::vector<double>(labels.begin(), labels.begin() + 4) == std::vector<double>{9, 2, 1, 1});
+
+  MnistSplit train = load_mnist_dir(dir, "train");
+  CHECK(train.images.shape() == Shape{60000, 1, 28, 28});
+  std::vector<double> tl = train.labels.to_double_vector();
+  CHECK(std::vector<double>(tl.begin(), tl.begin() + 10) == std::vector<double>{9, 0, 0, 3, 0, 2, 7, 2, 5, 5});
+  // The first training image's bytes sum to 76247; scaled by 1/255 in f32 the sum agrees to
+  // within 784 roundings of about 3e-8 relative each.
+  std::vector<float> first = train.images.slice_rows(0, 1).to_vector();
+  double sum = 0;
+  float lo = 1, hi = 0;
+  for (float x : first) {
+    sum += x;
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  CHECK(sum * 255.0 == Approx(76247.0).epsilon(1e-5));
+  CHECK(lo >= 0.0f);
+  CHECK(hi <= 1.0f);
+}

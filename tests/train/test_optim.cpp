@@ -1,0 +1,220 @@
+// Optimizer updates against values computed by hand (one step) and by PyTorch 1.13
+// (three steps, torch.optim with the same hyperparameters, f32; numbers pasted below).
+// A parameter p = (1, -2, 3) receives the gradients g1, g2, g3 below.
+#include <catch2/catch.hpp>
+
+#include "tarantella/optim.hpp"
+
+#include <cmath>
+#include <vector>
+
+using namespace tnt;
+using Catch::Approx;
+
+namespace {
+
+const std::vector<float> kP0 = {1.0f, -2.0f, 3.0f};
+const std::vector<std::vector<float>> kGrads = {{0.5f, 1.0f, -1.0f}, {-0.25f, 2.0f, 0.5f}, {1.0f, -1.0f, 0.125f}};
+
+struct Param {
+  Parameter p;
+  explicit Param(const std::vector<float>& value = kP0) {
+    p.name = "weight";
+    p.value = Tensor::from_vector(value, {static_cast<int64_t>(value.size())});
+    p.grad = Tensor::zeros(p.value.shape());
+  }
+  std::vector<NamedParameter> named() { return {{"fc.weight", &p}}; }
+  void set_grad(const std::vector<float>& g) { p.grad.copy_from(Tensor::from_vector(g, p.value.shape())); }
+};
+
+// |ours - torch| <= 2e-6: both run the same formula in f32 with a different operation order
+// (PyTorch lerps m and divides by sqrt(bc2)); after three steps on values of magnitude <= 3
+// that is a few ulps (ulp(3) = 2.4e-7).
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double tol = 2e-6) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(got[i] == Approx(want[i]).margin(tol));
+  }
+}
+
+std::vector<float> run_three_steps(Optimizer& opt, Param& param) {
+  for (const auto& g : kGrads) {
+    param.set_grad(g);
+    opt.step(param.named());
+  }
+  return param.p.value.to_vector();
+}
+
+// lr(step) = step + 1: shows which step each update used.
+class CountingSchedule : public LearningRateSchedule {
+ public:
+  double lr(int64_t step) const override { return static_cast<double>(step + 1); }
+  std::string describe() const override { return "Counting"; }
+};
+
+}  // namespace
+
+TEST_CASE("optim: SGD by hand") {
+  SECTION("plain") {
+    Param param;
+    SGD opt(0.1);
+    param.set_grad(kGrads[0]);
+    opt.step(param.named());
+    check_close(param.p.value.to_vector(), {0.95f, -2.1f, 3.1f}, 1e-7);
+    CHECK(opt.step_count() == 1);
+    CHECK(opt.named_state().size() == 1);  // only "fc.weight.step"
+  }
+  SECTION("momentum: b1 = g, b2 = 0.9 g + g, so p2 = p - 0.1 g - 0.19 g") {
+    Param param;
+    SGD opt(0.1, {.momentum = 0.9});
+    param.set_grad(kGrads[0]);
+    opt.step(param.named());
+    opt.step(param.named());
+    check_close(param.p.value.to_vector(), {1.0f - 0.145f, -2.29f, 3.29f}, 1e-6);
+  }
+  SECTION("nesterov: steps 1.9 g then 2.71 g") {
+    Param param;
+    SGD opt(0.1, {.momentum = 0.9, .nesterov = true});
+    param.set_grad(kGrads[0]);
+    opt.step(param.named());
+    check_close(param.p.value.to_vector(), {1.0f - 0.095f, -2.19f, 3.19f}, 1e-6);
+    opt.step(param.named());
+    check_close(param.p.value.to_vector(), {1.0f - 0.2305f, -2.461f, 3.461f}, 1e-6);
+  }
+  SECTION("weight decay: p - lr (g + wd p)") {
+    Param param;
+    SGD opt(0.1, {.weight_decay = 0.01});
+    param.set_grad(kGrads[0]);
+    opt.step(param.named());
+    check_close(param.p.value.to_vector(), {0.949f, -2.098f, 3.097f}, 1e-6);
+  }
+}
+
+TEST_CASE("optim: SGD against PyTorch") {
+  SECTION("nesterov with weight decay") {
+    Param param;
+    SGD opt(0.1, {.momentum = 0.9, .weight_decay = 0.01, .nesterov = true});
+    check_close(run_three_steps(opt, param), {0.698189199f, -2.67807865f, 3.15969586f});
+    std::vector<NamedTensor> state = opt.named_state();
+    REQUIRE(state.size() == 2);
+    CHECK(state[0].name == "fc.weight.momentum_buffer");
+    check_close(state[0].tensor.to_vector(), {1.20530367f, 1.54770982f, -0.150423124f});
+    CHECK(state[1].name == "fc.weight.step");
+    CHECK(state[1].tensor.to_double_vector() == std::vector<double>{3});
+  }
+  SECTION("dampening") {
+    Param param;
+    SGD opt(0.1, {.momentum = 0.9, .dampening = 0.5, .weight_decay = 0.01});
+    check_close(run_three_steps(opt, param), {0.834180892f, -2.40244436f, 3.20459914f});
+    check_close(opt.named_state()[0].tensor.to_vector(), {0.809446096f, 1.17293322f, -0.468474776f});
+  }
+}
+
+TEST_CASE("optim: Adam and AdamW") {
+  SECTION("Adam's first step moves each weight by lr against the sign of its gradient") {
+    // m_hat = g, v_hat = g^2 after bias correction, so the step is lr * g / (|g| + eps).
+    Param param;
+    Adam opt(0.1);
+    param.set_grad(kGrads[0]);
+    opt.step(param.named());
+    check_close(param.p.value.to_vector(), {0.9f, -2.1f, 3.1f}, 1e-6);
+  }
+  SECTION("AdamW's first step also decays: p (1 - lr wd) - lr sign(g)") {
+    Param param;
+    AdamW opt(0.1, {.weight_decay = 0.1});
+    param.set_grad(kGrads[0]);
+    opt.step(param.named());
+    check_close(param.p.value.to_vector(), {0.99f - 0.1f, -1.98f - 0.1f, 2.97f + 0.1f}, 1e-6);
+  }
+  SECTION("Adam with L2 against PyTorch") {
+    Param param;
+    Adam opt(0.1, {.weight_decay = 0.01});
+    check_close(run_three_steps(opt, param), {0.804614425f, -2.23720288f, 3.1316998f});
+    std::vector<NamedTensor> state = opt.named_state();
+    REQUIRE(state.size() == 3);
+    CHECK(state[0].name == "fc.weight.exp_avg");
+    CHECK(state[1].name == "fc.weight.exp_avg_sq");
+    CHECK(state[2].name == "fc.weight.step");
+    check_close(state[0].tensor.to_vector(), {0.120491229f, 0.155293554f, -0.0151569778f});
+    // v is ~1e-3: compare relatively, a few ulps.
+    std::vector<float> v = state[1].tensor.to_vector();
+    std::vector<float> want = {0.00133510353f, 0.00591541594f, 0.00124510622f};
+    for (size_t i = 0; i < 3; ++i) CHECK(v[i] == Approx(want[i]).epsilon(1e-5));
+  }
+  SECTION("AdamW against PyTorch") {
+    Param param;
+    AdamW opt(0.1, {.weight_decay = 0.1});
+    CHECK(opt.type() == "AdamW");
+    check_close(run_three_steps(opt, param), {0.780110538f, -2.17617011f, 3.04863048f});
+    check_close(opt.named_state()[0].tensor.to_vector(), {0.118000001f, 0.160999984f, -0.0234999955f});
+  }
+}
+
+TEST_CASE("optim: the schedule is read at the optimizer's step counter") {
+  Param param({0.0f});
+  SGD opt(std::make_shared<CountingSchedule>());
+  param.set_grad({1.0f});
+  CHECK(opt.learning_rate() == 1.0);
+  opt.step(param.named());  // lr 1
+  opt.step(param.named());  // lr 2
+  CHECK(param.p.value.to_vector()[0] == -3.0f);
+  CHECK(opt.learning_rate() == 3.0);
+  opt.set_learning_rate(0.5);  // a callback's override replaces the schedule
+  opt.step(param.named());
+  CHECK(param.p.value.to_vector()[0] == -3.5f);
+  CHECK(opt.step_count() == 3);
+  opt.set_step_count(10);
+  opt.set_schedule(std::make_shared<CountingSchedule>());
+  CHECK(opt.learning_rate() == 11.0);
+}
+
+TEST_CASE("optim: frozen parameters, missing gradients and the decay filter") {
+  Param frozen, plain, no_decay;
+  frozen.p.trainable = false;
+  plain.set_grad({1.0f, 1.0f, 1.0f});
+  no_decay.set_grad({1.0f, 1.0f, 1.0f});
+  frozen.set_grad({1.0f, 1.0f, 1.0f});
+  SGD opt(1.0, {.weight_decay = 0.5, .decay_filter = [](const std::string& name) {
+                  return name.find("bn") == std::string::npos;
+                }});
+  opt.step({{"frozen.weight", &frozen.p}, {"fc.weight", &plain.p}, {"bn.weight", &no_decay.p}});
+  CHECK(frozen.p.value.to_vector() == kP0);
+  check_close(plain.p.value.to_vector(), {1 - 1 - 0.5f, -2 - 1 + 1.0f, 3 - 1 - 1.5f}, 1e-7);
+  check_close(no_decay.p.value.to_vector(), {0.0f, -3.0f, 2.0f}, 1e-7);
+  CHECK(opt.named_state().size() == 2);  // the frozen parameter has no state
+}
+
+TEST_CASE("optim: state round trip for checkpoints") {
+  Param a, b;
+  Adam first(0.01);
+  a.set_grad(kGrads[0]);
+  first.step(a.named());
+  first.step(a.named());
+
+  // A fresh optimizer: make the state, load the saved one, then both continue identically.
+  b.p.value.copy_from(a.p.value);
+  Adam second(0.01);
+  CHECK(second.named_state().empty());
+  second.init_state(b.named());
+  REQUIRE(second.named_state().size() == 3);
+  for (const NamedTensor& t : first.named_state()) second.load_state(t.name, t.tensor);
+  second.set_step_count(first.step_count());
+  a.set_grad(kGrads[1]);
+  b.set_grad(kGrads[1]);
+  first.step(a.named());
+  second.step(b.named());
+  CHECK(a.p.value.to_vector() == b.p.value.to_vector());  // bitwise: the same arithmetic
+
+  CHECK_THROWS_AS(second.load_state("fc.bias.exp_avg", Tensor::zeros({3})), InputError);
+  CHECK_THROWS_WITH(second.load_state("fc.weight.exp_avg", Tensor::zeros({4})), Catch::Contains("3 elements"));
+  // A step count saved as f32 (PyTorch's habit) is accepted.
+  second.load_state("fc.weight.step", Tensor::full({1}, 7.0));
+  CHECK(second.named_state()[2].tensor.to_double_vector() == std::vector<double>{7});
+}
+
+TEST_CASE("optim: bad hyperparameters are reported") {
+  CHECK_THROWS_WITH(SGD(0.1, {.momentum = 0.0, .nesterov = true}), Catch::Contains("nesterov"));
+  CHECK_THROWS_WITH(Adam(0.1, {.beta1 = 1.0}), Catch::Contains("betas"));
+  CHECK_THROWS(SGD(-1.0));
+}

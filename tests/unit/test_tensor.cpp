@@ -1,0 +1,154 @@
+// Tensor core basics: shapes, views, fills, 16-bit conversions, configuration parsing.
+#include <catch2/catch.hpp>
+
+#include "core/half.hpp"
+#include "tarantella/config.hpp"
+#include "tarantella/tensor.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+using namespace tnt;
+
+TEST_CASE("shape, numel and str", "[tensor]") {
+  Tensor t = Tensor::zeros({2, 3, 4});
+  CHECK(t.numel() == 24);
+  CHECK(t.ndim() == 3);
+  CHECK(t.dim(-1) == 4);
+  CHECK(t.nbytes() == 96);
+  CHECK(t.str() == "f32(2, 3, 4) on cpu");
+  CHECK(shape_str({5}) == "(5,)");
+  CHECK_THROWS_WITH(t.dim(3), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(Tensor::empty({2, -1}), Catch::Contains("negative"));
+  CHECK_FALSE(Tensor().defined());
+  Tensor scalar = Tensor::full({}, 3.0);
+  CHECK(scalar.numel() == 1);
+  CHECK(Tensor::empty({0, 5}).numel() == 0);
+}
+
+TEST_CASE("reshape shares storage and infers -1", "[tensor]") {
+  Tensor t = Tensor::from_vector({0, 1, 2, 3, 4, 5}, {2, 3});
+  Tensor r = t.reshape({3, -1});
+  CHECK(r.shape() == Shape{3, 2});
+  r.data<float>()[0] = 42;
+  CHECK(t.data<float>()[0] == 42);
+  CHECK_THROWS_WITH(t.reshape({4, -1}), Catch::Contains("do not match"));
+  CHECK_THROWS_WITH(t.reshape({-1, -1}), Catch::Contains("more than one -1"));
+  CHECK_THROWS_WITH(t.reshape({7}), Catch::Contains("element counts differ"));
+}
+
+TEST_CASE("slice_rows and view bounds", "[tensor]") {
+  Tensor t = Tensor::from_vector({0, 1, 2, 3, 4, 5, 6, 7}, {4, 2});
+  Tensor s = t.slice_rows(1, 3);
+  CHECK(s.shape() == Shape{2, 2});
+  CHECK(s.to_vector() == std::vector<float>{2, 3, 4, 5});
+  s.fill_(9);
+  CHECK(t.to_vector() == std::vector<float>{0, 1, 9, 9, 9, 9, 6, 7});
+  CHECK(t.slice_rows(4, 4).numel() == 0);
+  CHECK_THROWS_WITH(t.slice_rows(3, 5), Catch::Contains("out of range"));
+  CHECK_THROWS(t.slice_rows(2, 1));
+  Tensor v = t.view({2}, DType::f32, 6 * sizeof(float));
+  CHECK(v.to_vector() == std::vector<float>{6, 7});
+  CHECK_THROWS_WITH(t.view({3}, DType::f32, 6 * sizeof(float)), Catch::Contains("exceeds"));
+  // A view of a slice is bounded by the storage, counted from the slice's offset.
+  CHECK_THROWS(s.view({8}, DType::f32, 0));
+  CHECK_THROWS_WITH(t.data<int32_t>(), Catch::Contains("accessed as"));
+}
+
+TEST_CASE("fill, zero, clone, copy_from, to_vector of every dtype", "[tensor]") {
+  for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
+    Tensor t = Tensor::full({3}, 2.0, d);
+    CHECK(t.to_double_vector() == std::vector<double>{2, 2, 2});
+    Tensor c = t.clone();
+    t.zero_();
+    CHECK(t.to_double_vector() == std::vector<double>{0, 0, 0});
+    CHECK(c.to_double_vector() == std::vector<double>{2, 2, 2});
+    t.copy_from(c);
+    CHECK(t.to_double_vector() == std::vector<double>{2, 2, 2});
+  }
+  CHECK_THROWS_WITH(Tensor::zeros({3}).copy_from(Tensor::zeros({4})), Catch::Contains("copy_from"));
+  CHECK_THROWS_WITH(Tensor::from_vector({1, 2}, {3}), Catch::Contains("2 values"));
+}
+
+TEST_CASE("bf16 and f16 conversions", "[tensor][half]") {
+  // Exactly representable values round-trip.
+  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 0.15625f, 1.0f / 1024, 384.0f}) {
+    CHECK(f16_to_float(float_to_f16(f)) == f);
+    CHECK(bf16_to_float(float_to_bf16(f)) == f);
+  }
+  CHECK(f16_to_float(float_to_f16(65504.0f)) == 65504.0f);  // f16's largest finite value
+  // Known encodings.
+  CHECK(float_to_f16(1.0f) == 0x3c00);
+  CHECK(float_to_f16(-2.0f) == 0xc000);
+  CHECK(float_to_bf16(1.0f) == 0x3f80);
+  // f16 subnormals: 2^-24 is the smallest.
+  CHECK(f16_to_float(float_to_f16(std::ldexp(1.0f, -24))) == std::ldexp(1.0f, -24));
+  CHECK(float_to_f16(std::ldexp(1.0f, -26)) == 0);  // below half the smallest: zero
+  // Overflow, infinity and NaN.
+  CHECK(std::isinf(f16_to_float(float_to_f16(70000.0f))));
+  CHECK(std::isinf(bf16_to_float(float_to_bf16(std::numeric_limits<float>::infinity()))));
+  CHECK(std::isnan(f16_to_float(float_to_f16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isnan(bf16_to_float(float_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  // Round to nearest even: 1 + 2^-11 lies halfway between two f16 values; it goes to 1.
+  CHECK(f16_to_float(float_to_f16(1.0f + std::ldexp(1.0f, -11))) == 1.0f);
+  CHECK(f16_to_float(float_to_f16(1.0f + 3 * std::ldexp(1.0f, -11))) == 1.0f + std::ldexp(1.0f, -9));
+  CHECK(bf16_to_float(float_to_bf16(1.0f + std::ldexp(1.0f, -8))) == 1.0f);
+  // Relative error of the round trip is at most half an ulp: 2^-11 (f16), 2^-8 (bf16).
+  for (float f = 0.001f; f < 60000.0f; f *= 1.37f) {
+    CHECK(std::fabs(f16_to_float(float_to_f16(f)) - f) <= f * std::ldexp(1.0f, -11) + std::ldexp(1.0f, -25));
+    CHECK(std::fabs(bf16_to_float(float_to_bf16(f)) - f) <= f * std::ldexp(1.0f, -8));
+  }
+  // Tensor fill/readback through 16-bit storage.
+  CHECK(Tensor::full({2}, 0.5, DType::f16).to_vector() == std::vector<float>{0.5f, 0.5f});
+}
+
+namespace {
+// Sets one variable for the scope of a test.
+struct ScopedEnv {
+  std::string name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+}  // namespace
+
+TEST_CASE("Config::from_env reads and rejects values", "[config]") {
+  {
+    ScopedEnv a("TNT_FUSION_THRESHOLD", "64"), b("TNT_DETERMINISTIC", "1"), c("TNT_COLLECTIVE_TIMEOUT", "2.5");
+    Config cfg = Config::from_env();
+    CHECK(cfg.fusion_threshold_kb == 64);
+    CHECK(cfg.deterministic);
+    CHECK(cfg.collective_timeout_s == 2.5);
+  }
+  {
+    ScopedEnv a("TNT_FUSION_THRESHOLD", "lots");
+    CHECK_THROWS_AS(Config::from_env(), InputError);
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_FUSION_THRESHOLD") && Catch::Contains("lots"));
+  }
+  {
+    ScopedEnv a("TNT_FUSION_THRESHOLD", "-3");
+    CHECK_THROWS_AS(Config::from_env(), InputError);
+  }
+  {
+    ScopedEnv a("TNT_DETERMINISTIC", "maybe");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_DETERMINISTIC") && Catch::Contains("maybe"));
+  }
+  {
+    ScopedEnv a("TNT_LOG_LEVEL", "LOUD");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("LOUD"));
+  }
+  {
+    ScopedEnv a("TNT_ALLREDUCE_ALGO", "tree");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("tree"));
+  }
+  {
+    ScopedEnv a("TNT_RING_SEGMENT", "0");
+    CHECK_THROWS_AS(Config::from_env(), InputError);
+  }
+  {
+    ScopedEnv a("TNT_COLLECTIVE_TIMEOUT", "soon");
+    CHECK_THROWS_AS(Config::from_env(), InputError);
+  }
+  CHECK(parse_log_level("info") == LogLevel::info);
+  CHECK(Config{}.table().find("TNT_FUSION_THRESHOLD") != std::string::npos);
+}

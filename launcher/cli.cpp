@@ -22,8 +22,8 @@ constexpr const char* usage_line = "tarantella [options] -- PROGRAM [ARGS...]";
 
 cxxopts::Options make_parser() {
   cxxopts::Options o("tarantella", "Runs PROGRAM data-parallel: one rank per device (GPU, or CPU socket) on every host.");
-  o.custom_help("[options] --");
-  o.positional_help("PROGRAM [ARGS...]");
+  o.custom_help("[options] -- PROGRAM [ARGS...]");
+  o.positional_help("");
   o.set_width(100);
   // Values are taken as strings and checked here, so that every message names the option
   // and says what a valid value looks like.
@@ -42,7 +42,7 @@ cxxopts::Options make_parser() {
       ("log-level", "DEBUG, INFO, WARNING or ERROR, exported as TNT_LOG_LEVEL", cxxopts::value<std::string>(), "LEVEL")
       ("output-on-all-devices", "Progress output from every rank, not only rank 0 (TNT_OUTPUT_ON_ALL_DEVICES=1)")
       ("log-on-all-devices", "Log lines from every rank (TNT_LOG_ON_ALL_DEVICES=1)")
-      ("x", "Export KEY=VALUE to every rank (repeatable); every TNT_* variable set here is exported too",
+      ("x", "Export KEY=VALUE to every rank (repeatable); every TNT_* variable of this environment is exported as well",
        cxxopts::value<std::string>(), "KEY=VALUE");
   o.add_options("Pinning")
       ("pin-to-socket", "Bind local rank i to NUMA node i mod K, memory preferred on that node")
@@ -103,8 +103,19 @@ Options parse_command_line(const std::vector<std::string>& args) {
   auto sep = std::find(args.begin(), args.end(), std::string("--"));
   std::vector<std::string> ours(args.begin(), sep);
 
+  // mpirun users write -xKEY=VALUE as often as -x KEY=VALUE; cxxopts' parser only takes
+  // the latter when the value contains '='.
+  std::vector<std::string> words;
+  for (const auto& a : ours) {
+    if (a.size() > 2 && a.compare(0, 2, "-x") == 0) {
+      words.push_back("-x");
+      words.push_back(a.substr(2));
+    } else {
+      words.push_back(a);
+    }
+  }
   std::vector<const char*> argv{"tarantella"};
-  for (const auto& a : ours) argv.push_back(a.c_str());
+  for (const auto& a : words) argv.push_back(a.c_str());
   auto parser = make_parser();
   cxxopts::ParseResult result;
   try {
@@ -211,7 +222,7 @@ Options parse_command_line(const std::vector<std::string>& args) {
 }
 
 std::string help_text() {
-  std::string text = make_parser().help();
+  std::string text = make_parser().help({"Hosts", "Ranks and devices", "Runtime", "Pinning", "MPI", "Information"});
   text += R"(
 Every rank runs PROGRAM with TNT_RANK, TNT_SIZE, TNT_LOCAL_RANK, TNT_LOCAL_SIZE, TNT_DEVICE
 (cpu or cuda:K, K = local rank mod GPUs), TNT_LAUNCHER=1, and when pinned TNT_NUMA_NODE and

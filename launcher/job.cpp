@@ -26,7 +26,6 @@ constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr auto stop_grace = std::chrono::milliseconds(3000);
 
 [[noreturn]] void exec_mpirun(const std::vector<std::string>& command, pid_t launcher, const sigset_t& original) {
-  ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != launcher) ::_exit(128 + SIGTERM);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
@@ -60,10 +59,9 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server)
     throw system_error("fork");
   }
   if (child == 0) exec_mpirun(command, self, original);
-  ::setpgid(child, child);  // also here, so that the group exists before any kill below
 
   JobResult result;
-  // When mpirun's group gets SIGKILL; max() while no stop is under way.
+  // When mpirun gets SIGKILL; max() while no stop is under way.
   Clock::time_point kill_at = Clock::time_point::max();
   bool done = false;
   while (!done) {
@@ -85,15 +83,16 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server)
       if (sig == SIGCHLD) continue;
       if (!result.interrupted_by) {
         result.interrupted_by = sig;
-        std::fprintf(stderr, "tarantella: %s received, stopping the job\n", ::sigabbrev_np(sig));
-        ::kill(child, SIGTERM);
+        std::fprintf(stderr, "tarantella: SIG%s received, stopping the job\n", ::sigabbrev_np(sig));
+        // SI_KERNEL: the terminal signalled the whole process group, mpirun included.
+        if (info.ssi_code != SI_KERNEL) ::kill(child, SIGTERM);
         kill_at = Clock::now() + stop_grace;
       } else {
-        ::kill(-child, SIGKILL);  // asked twice: no more waiting
+        ::kill(child, SIGKILL);  // asked twice: no more waiting
       }
     }
     if (Clock::now() >= kill_at) {
-      ::kill(-child, SIGKILL);
+      ::kill(child, SIGKILL);
       kill_at = Clock::time_point::max();
     }
     int status = 0;

@@ -1,8 +1,12 @@
-// Running the mpirun command and standing by until it ends. mpirun runs in its own process
-// group, so a Ctrl-C at the terminal reaches only the launcher, which then stops the job
-// exactly once (SIGTERM to mpirun, which stops every rank; SIGKILL to mpirun's group
-// after a grace period). mpirun also gets SIGTERM should the launcher itself die.
-// Meanwhile the launcher collects the ranks' failure reports (report.hpp).
+// Running the mpirun command and standing by until it ends. The launcher stops the job
+// exactly once when it gets SIGINT, SIGTERM, SIGHUP or SIGQUIT: mpirun stops every rank on
+// one SIGTERM, but on a second signal it exits at once and leaves its ranks behind. So a
+// signal that the terminal sent (Ctrl-C reaches the whole foreground process group, mpirun
+// included) is not passed on again; one sent to the launcher alone is passed on as SIGTERM.
+// mpirun stays in the launcher's process group so that it can still read a terminal's
+// input for rank 0. If mpirun has not finished 3 s later it is killed; the ranks' own steps
+// then stop their programs (rank_setup.hpp). mpirun also gets SIGTERM should the launcher
+// itself die. Meanwhile the launcher collects the ranks' failure reports (report.hpp).
 #pragma once
 
 #include "report.hpp"

@@ -234,7 +234,6 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   ::sigprocmask(SIG_BLOCK, &handled, nullptr);
 
   const pid_t self = ::getpid();
-  if (std::getenv("TNT_EXPERIMENT_EXEC")) { std::vector<char*> argv; for (auto& a : args.program) argv.push_back(const_cast<char*>(a.c_str())); argv.push_back(nullptr); ::sigprocmask(SIG_UNBLOCK, &handled, nullptr); ::execvp(argv[0], argv.data()); }
   const pid_t child = ::fork();
   if (child < 0) throw system_error("fork");
   if (child == 0) exec_program(args.program, self);

@@ -99,8 +99,8 @@ void check_plan(const Reducer& reducer, const std::vector<std::pair<std::string,
     CHECK(bytes == buckets[b].bytes);
     if (b + 1 < buckets.size()) CHECK(buckets[b].bytes >= threshold);  // all but the last reach it
     // Greedy: without its last gradient the bucket was still below the threshold.
-    CHECK(buckets[b].bytes - static_cast<int64_t>(grads[buckets[b].gradients.back()].second.nbytes()) < threshold ||
-          buckets[b].gradients.size() == 1);
+    int64_t before_last = buckets[b].bytes - static_cast<int64_t>(grads[buckets[b].gradients.back()].second.nbytes());
+    CHECK((before_last < threshold || buckets[b].gradients.size() == 1));
   }
   // Every rank made the same plan.
   std::hash<std::string> h;

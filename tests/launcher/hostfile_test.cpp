@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace tnt::launcher;
@@ -131,4 +132,17 @@ TEST_CASE("hostfile: the -H list", "[hostfile]") {
   CHECK(list_error_of("h1,,h2") == "-H h1,,h2: item 2 is empty");
   CHECK(list_error_of("h1,h2:0") == "-H h1,h2:0: item 2: slots must be a positive integer, got '0'");
   CHECK_THAT(list_error_of("h1 h2"), Catch::Contains("'h1 h2' is not a host name"));
+}
+
+TEST_CASE("hostfile: the examples in hostfiles/ parse", "[hostfile]") {
+  const std::string dir = std::string(TNT_SOURCE_DIR) + "/hostfiles/";
+  for (const char* name : {"two-nodes", "slots-form", "colon-form", "localhost"}) {
+    INFO(name);
+    HostList list;
+    REQUIRE_NOTHROW(list = read_hostfile(dir + name));
+    CHECK_FALSE(list.hosts.empty());
+    CHECK(list.warnings.empty());
+  }
+  CHECK(read_hostfile(dir + "slots-form").hosts.at(2).slots == 2);
+  CHECK(read_hostfile(dir + "colon-form").hosts.size() == 3);
 }

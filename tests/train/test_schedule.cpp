@@ -8,7 +8,7 @@
 #include <cmath>
 
 using namespace tnt;
-using Catch::Approx;
+
 
 TEST_CASE("schedule: constant") {
   ConstantSchedule s(0.125);

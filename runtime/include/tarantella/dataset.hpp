@@ -8,8 +8,8 @@
 //
 // Elements may share storage with the source (from_tensors hands out row views), so a map
 // function must return new tensors rather than write into its input. Source and map
-// functions may be called on other threads than the caller's (map workers, prefetch), but
-// never concurrently for one source.
+// functions may run on other threads than the caller's (map workers, prefetch); a source
+// is never called concurrently, a map function with workers > 1 is.
 //
 // Distribution (distribute(), below): the user gives the GLOBAL batch size B. Every rank
 // walks the same unbatched stream, cuts it into global batches of B consecutive elements

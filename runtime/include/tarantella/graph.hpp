@@ -5,24 +5,25 @@
 //   auto y = (*add)({h, (*shortcut)(x)});       // any DAG: residual connections
 //   tnt::Network net({x}, {y}, "resnet");
 //
-// A call of a layer on symbolic tensors makes a node. The network orders its nodes by the
-// order in which they were made (a node's inputs always exist before it, so this is a
-// topological order that reads like the program). Forward runs the nodes in that order,
-// backward in the reverse one. A layer called at two places (or shared by two networks)
-// keeps one SavedState per call, and its parameter gradients add up over its calls; its
-// gradients are final after the backward of its FIRST call, which is where the gradient
-// hook fires (the Reducer starts communicating there, so the order of hooks follows the
-// reverse registration order that the Reducer's buckets use).
+// A call of a layer on symbolic tensors makes a node. The network orders its nodes by a
+// depth-first walk from its outputs that puts every node after its inputs (visited in the
+// order they were passed), so the order depends only on the graph's structure: the same on
+// every rank whatever order the program made its calls in. Forward runs the nodes in that
+// order, backward in the reverse one. A layer called at two places (or shared by two
+// networks) keeps one SavedState per call, and its parameter gradients add up over its
+// calls; they are final after the backward of its FIRST call in this order, which is where
+// the gradient hook fires (the Reducer starts communicating there; hooks thus come roughly
+// in reverse registration order, the order of the Reducer's buckets).
 //
 // Names: a layer's name is the prefix of its parameters' full names ("layer1.0.conv1" +
-// ".weight"), as in a PyTorch state_dict. Two different layers of one network may not
-// share a name. An unnamed layer gets one when a network is made: its position in a
-// Sequential ("0", "1", ... as nn.Sequential), or its type and a counter in a functional
-// network ("conv2d", "conv2d_1", as Keras).
+// ".weight"; a composite layer's children add theirs), as in a PyTorch state_dict. Two
+// different layers of one network may not share a name. An unnamed layer gets a name when
+// a network is made: its position in a Sequential ("0", "1", ... as nn.Sequential), or its
+// type and a counter in a functional network ("conv2d", "conv2d_1", ... as Keras).
 //
-// Layers are held by shared_ptr where the program gives one (Sequential::add, or a call of
-// a layer that lives in a shared_ptr when Layer derives from enable_shared_from_this);
-// otherwise a layer called through Layer::operator() must outlive the networks that use it.
+// A network keeps alive every layer it calls that lives in a shared_ptr (Layer derives from
+// enable_shared_from_this); a layer that does not (on the stack, a plain member) must
+// outlive the networks that use it.
 #pragma once
 
 #include "tarantella/layer.hpp"
@@ -46,13 +47,19 @@ struct GraphNode;
 // One output of one node. The shape has -1 for the batch dimension (and for every other
 // dimension that follows the batch size).
 struct SymTensor {
+  SymTensor() = default;
+  SymTensor(std::shared_ptr<detail::GraphNode> node_, int index_) : node(std::move(node_)), index(index_) {}
+  // The one output of a call, so that `SymTensor y = (*add)({a, b});` reads as in Keras;
+  // throws when the call has several outputs.
+  SymTensor(const std::vector<SymTensor>& outputs);  // NOLINT(google-explicit-constructor)
+
   std::shared_ptr<detail::GraphNode> node;
   int index = 0;  // which output of the node
 
   bool defined() const { return node != nullptr; }
   const Shape& shape() const;
   DType dtype() const;
-  std::string str() const;  // "(-1, 32, 28, 28) f32 from conv1"
+  std::string str() const;  // "(None, 32, 28, 28) f32 from conv1"
 };
 
 // A symbolic input: per_sample_shape excludes the batch dimension.

@@ -49,6 +49,10 @@ struct RunContext {
 struct SavedState {
   std::vector<Tensor> tensors;   // what backward needs (inputs, outputs, masks, statistics)
   std::shared_ptr<void> extra;   // engine-specific state (primitive caches, descriptors)
+  // The caller sets this to false when no input of this call needs a gradient (a network's
+  // first layer: the images); a layer may then skip that work (the input gradient of the
+  // first convolution costs as much as its weight gradient) and return undefined tensors.
+  bool need_input_grads = true;
 };
 
 class Layer;

@@ -106,7 +106,7 @@ struct SgdOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
-  DecayFilter decay_filter;
+  DecayFilter decay_filter = nullptr;
 };
 
 class SGD : public Optimizer {
@@ -129,7 +129,7 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;  // L2 for Adam, decoupled for AdamW (PyTorch's default: 0.01)
-  DecayFilter decay_filter;
+  DecayFilter decay_filter = nullptr;
 };
 
 class Adam : public Optimizer {

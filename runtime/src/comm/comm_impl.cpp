@@ -143,10 +143,20 @@ CommImpl::~CommImpl() {
   if (comm != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&comm);
 }
 
-int64_t CommImpl::enter(const char* op) {
+std::string OpDesc::str() const {
+  std::string args;
+  auto add = [&](const std::string& part) { args += (args.empty() ? "" : ", ") + part; };
+  if (algo) add(algo);
+  if (root >= 0) add(fmt::format("root {}", root));
+  if (count >= 0) add(unit ? fmt::format("{} {}", count, unit) : fmt::format("{} x {}", count, dtype_name(dtype)));
+  if (show_device) add(device.str());
+  return args.empty() ? std::string(name) : fmt::format("{}({})", name, args);
+}
+
+int64_t CommImpl::enter(const OpDesc& op) {
   if (broken) {
     throw CommError(fmt::format("{} on rank {}: this communicator is unusable after an earlier communication error",
-                                op, rank));
+                                op.str(), rank));
   }
   ++seq;
   if (arrivals) arrivals->publish(slot, seq);
@@ -165,13 +175,13 @@ std::string comm_error_prefix(const CommImpl& comm, const std::string& op) {
 
 // ---- Waiter ---------------------------------------------------------------------------
 
-Waiter::Waiter(CommImpl& comm, std::string op)
-    : comm_(comm), op_(std::move(op)), seq_(comm.seq), deadline_(comm.deadline()) {}
+Waiter::Waiter(CommImpl& comm, const OpDesc& op)
+    : comm_(comm), op_(op), seq_(comm.seq), deadline_(comm.deadline()) {}
 
 void Waiter::check(int rc, const char* call) const {
   if (rc == MPI_SUCCESS) return;
   comm_.broken = true;
-  throw CommError(fmt::format("{}: MPI error in {}: {}", comm_error_prefix(comm_, op_), call, mpi_error_string(rc)));
+  throw CommError(fmt::format("{}: MPI error in {}: {}", comm_error_prefix(comm_, op_.str()), call, mpi_error_string(rc)));
 }
 
 void Waiter::wait(MPI_Request& request, int peer, const char* role) {
@@ -187,7 +197,7 @@ void Waiter::wait(MPI_Request& request, int peer, const char* role) {
     if (Clock::now() > deadline_) timed_out(peer, role);
     if (comm_.cancel && comm_.cancel->load(std::memory_order_relaxed)) {
       comm_.broken = true;
-      throw CommError(fmt::format("{}: cancelled", comm_error_prefix(comm_, op_)));
+      throw CommError(fmt::format("{}: cancelled", comm_error_prefix(comm_, op_.str())));
     }
     sched_yield();
   }
@@ -199,7 +209,7 @@ void Waiter::wait_all(std::span<MPI_Request> requests, int peer, const char* rol
 
 void Waiter::timed_out(int peer, const char* role) const {
   comm_.broken = true;
-  std::string msg = fmt::format("{} did not complete within {} s", comm_error_prefix(comm_, op_), comm_.timeout_s);
+  std::string msg = fmt::format("{} did not complete within {} s", comm_error_prefix(comm_, op_.str()), comm_.timeout_s);
   if (peer >= 0) msg += fmt::format("; waiting on rank {}{}{}", peer, role ? " " : "", role ? role : "");
   if (comm_.arrivals && comm_.arrivals->enabled()) {
     std::vector<int64_t> entered = comm_.arrivals->query(comm_.slot, 2.0);

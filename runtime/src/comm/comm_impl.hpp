@@ -72,6 +72,20 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
+// What a collective is, for messages. Formatted only when a message is needed, so that a
+// small collective pays nothing for it.
+struct OpDesc {
+  const char* name = "";
+  const char* algo = nullptr;  // allreduce algorithm, shown first
+  int root = -1;               // broadcast root (-1: not shown)
+  int64_t count = -1;          // elements (-1: not shown)
+  DType dtype = DType::f32;
+  const char* unit = nullptr;  // shown instead of "x dtype", e.g. "value(s)"
+  bool show_device = false;
+  Device device;
+  std::string str() const;  // "allreduce(ring, 10 x f32)", "broadcast(root 0, 3 x i64, cpu)"
+};
+
 struct NcclDeleter {
   void operator()(backend::NcclComm* nccl) const;  // defined for both builds
 };
@@ -101,7 +115,7 @@ struct CommImpl {
   ~CommImpl();
 
   // Numbers the next collective and publishes it; throws if the communicator is broken.
-  int64_t enter(const char* op);
+  int64_t enter(const OpDesc& op);
   int tag(int64_t seq_number) const { return static_cast<int>(seq_number % tag_ub); }
   Clock::time_point deadline() const;
 };
@@ -111,8 +125,8 @@ struct CommImpl {
 // share cores with compute threads).
 class Waiter {
  public:
-  Waiter(CommImpl& comm, std::string op);  // call after comm.enter()
-  const std::string& op() const { return op_; }
+  Waiter(CommImpl& comm, const OpDesc& op);  // call after comm.enter()
+  std::string op() const { return op_.str(); }
   CommImpl& comm() const { return comm_; }
 
   // peer/role describe whom the request waits on, for the timeout message (-1: unknown).
@@ -125,7 +139,7 @@ class Waiter {
 
  private:
   CommImpl& comm_;
-  std::string op_;
+  OpDesc op_;
   int64_t seq_;
   Clock::time_point deadline_;
 };

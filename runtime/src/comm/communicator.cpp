@@ -91,10 +91,6 @@ void fill_ranks(CommImpl& c) {
   if (found && ub) c.tag_ub = *static_cast<int*>(ub);
 }
 
-void check_count(const std::string& op, int64_t count) {
-  TNT_CHECK(count >= 0, "{}: negative element count {}", op, count);
-}
-
 }  // namespace
 
 Communicator::Communicator(std::unique_ptr<CommImpl> impl) : impl_(std::move(impl)) {}
@@ -177,18 +173,18 @@ void Communicator::allreduce(Tensor& tensor, ReduceOp op, AllreduceAlgo algo) {
 void Communicator::allreduce(void* data, int64_t count, DType dtype, Device device, ReduceOp op, AllreduceAlgo algo) {
   CommImpl& c = *impl_;
   AllreduceAlgo a = resolve(algo, device);
-  std::string name = fmt::format("allreduce({}, {} x {})", allreduce_algo_name(a), count, dtype_name(dtype));
-  check_count(name, count);
-  TNT_CHECK(count == 0 || data != nullptr, "{}: null buffer", name);
+  const detail::OpDesc desc{.name = "allreduce", .algo = allreduce_algo_name(a), .count = count, .dtype = dtype};
+  TNT_CHECK(count >= 0, "{}: negative element count", desc.str());
+  TNT_CHECK(count == 0 || data != nullptr, "{}: null buffer", desc.str());
   bool average = op == ReduceOp::average;
-  TNT_CHECK(!average || comm::is_floating(dtype), "{}: an average needs a floating-point dtype, got {}", name,
+  TNT_CHECK(!average || comm::is_floating(dtype), "{}: an average needs a floating-point dtype, got {}", desc.str(),
             dtype_name(dtype));
-  c.enter(name.c_str());
-  Waiter w(c, name);
+  c.enter(desc);
+  Waiter w(c, desc);
   switch (a) {
     case AllreduceAlgo::ring: comm::ring_allreduce(w, data, count, dtype, average); return;
     case AllreduceAlgo::mpi: {
-      TNT_CHECK(comm::host_reducible(dtype), "{}: host allreduce takes f32, f64, i32, i64, not {}", name,
+      TNT_CHECK(comm::host_reducible(dtype), "{}: host allreduce takes f32, f64, i32, i64, not {}", desc.str(),
                 dtype_name(dtype));
       if (c.size == 1 || count == 0) return;
       // MPI counts are int: large buffers go in pieces.
@@ -213,12 +209,12 @@ void Communicator::allreduce(void* data, int64_t count, DType dtype, Device devi
     case AllreduceAlgo::nccl: {
       if (count == 0) return;
 #ifdef TNT_WITH_CUDA
-      TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", name, device.str(),
+      TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", desc.str(), device.str(),
                 c.device.str());
       backend::NcclComm& nccl = detail::ensure_nccl(w);
       nccl.wait_stream(nullptr);
-      nccl.allreduce(data, static_cast<size_t>(count), dtype, average, name, w.deadline());
-      nccl.synchronize(nullptr, name, w.deadline());
+      nccl.allreduce(data, static_cast<size_t>(count), dtype, average, w.op(), w.deadline());
+      nccl.synchronize(nullptr, w.op(), w.deadline());
 #else
       detail::ensure_nccl(w);  // throws: CPU-only build
 #endif
@@ -226,7 +222,7 @@ void Communicator::allreduce(void* data, int64_t count, DType dtype, Device devi
     }
     case AllreduceAlgo::automatic: break;
   }
-  TNT_THROW("{}: no algorithm", name);
+  TNT_THROW("{}: no algorithm", desc.str());
 }
 
 // ---- broadcast -------------------------------------------------------------------------
@@ -238,11 +234,12 @@ void Communicator::broadcast(Tensor& tensor, int root) {
 
 void Communicator::broadcast(void* data, int64_t count, DType dtype, Device device, int root) {
   CommImpl& c = *impl_;
-  std::string name = fmt::format("broadcast(root {}, {} x {}, {})", root, count, dtype_name(dtype), device.str());
-  check_count(name, count);
-  TNT_CHECK(root >= 0 && root < c.size, "{}: root {} is not a rank (0..{})", name, root, c.size - 1);
-  c.enter(name.c_str());
-  Waiter w(c, name);
+  const detail::OpDesc desc{
+      .name = "broadcast", .root = root, .count = count, .dtype = dtype, .show_device = true, .device = device};
+  TNT_CHECK(count >= 0, "{}: negative element count", desc.str());
+  TNT_CHECK(root >= 0 && root < c.size, "{}: root {} is not a rank (0..{})", desc.str(), root, c.size - 1);
+  c.enter(desc);
+  Waiter w(c, desc);
   if (c.size == 1 || count == 0) return;
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
   if (device.is_cpu()) {
@@ -262,12 +259,12 @@ void Communicator::broadcast(void* data, int64_t count, DType dtype, Device devi
     return;
   }
 #ifdef TNT_WITH_CUDA
-  TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", name, device.str(),
+  TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", desc.str(), device.str(),
             c.device.str());
   backend::NcclComm& nccl = detail::ensure_nccl(w);
   nccl.wait_stream(nullptr);
-  nccl.broadcast(data, static_cast<size_t>(bytes), root, name, w.deadline());
-  nccl.synchronize(nullptr, name, w.deadline());
+  nccl.broadcast(data, static_cast<size_t>(bytes), root, w.op(), w.deadline());
+  nccl.synchronize(nullptr, w.op(), w.deadline());
 #else
   detail::ensure_nccl(w);  // throws: CPU-only build
 #endif
@@ -293,14 +290,14 @@ Tensor Communicator::allgather(const Tensor& in) {
 
 void Communicator::allgather(const void* in, void* out, int64_t count, DType dtype, Device device) {
   CommImpl& c = *impl_;
-  std::string name = fmt::format("allgather({} x {}, {})", count, dtype_name(dtype), device.str());
-  check_count(name, count);
-  c.enter(name.c_str());
-  Waiter w(c, name);
+  const detail::OpDesc desc{.name = "allgather", .count = count, .dtype = dtype, .show_device = true, .device = device};
+  TNT_CHECK(count >= 0, "{}: negative element count", desc.str());
+  c.enter(desc);
+  Waiter w(c, desc);
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
   if (bytes == 0) return;
   if (device.is_cpu()) {
-    TNT_CHECK(bytes <= INT_MAX, "{}: {} bytes per rank is more than one MPI call takes", name, bytes);
+    TNT_CHECK(bytes <= INT_MAX, "{}: {} bytes per rank is more than one MPI call takes", desc.str(), bytes);
     MPI_Request req = MPI_REQUEST_NULL;
     w.check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, c.comm, &req),
             "MPI_Iallgather");
@@ -313,12 +310,12 @@ void Communicator::allgather(const void* in, void* out, int64_t count, DType dty
     return;
   }
 #ifdef TNT_WITH_CUDA
-  TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", name, device.str(),
+  TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", desc.str(), device.str(),
             c.device.str());
   backend::NcclComm& nccl = detail::ensure_nccl(w);
   nccl.wait_stream(nullptr);
-  nccl.allgather(in, out, static_cast<size_t>(bytes), name, w.deadline());
-  nccl.synchronize(nullptr, name, w.deadline());
+  nccl.allgather(in, out, static_cast<size_t>(bytes), w.op(), w.deadline());
+  nccl.synchronize(nullptr, w.op(), w.deadline());
 #else
   (void)in;
   (void)out;
@@ -336,8 +333,9 @@ std::vector<int64_t> Communicator::allgather(int64_t value) {
 
 void Communicator::barrier() {
   CommImpl& c = *impl_;
-  c.enter("barrier");
-  Waiter w(c, "barrier");
+  const detail::OpDesc desc{.name = "barrier"};
+  c.enter(desc);
+  Waiter w(c, desc);
   MPI_Request req = MPI_REQUEST_NULL;
   w.check(MPI_Ibarrier(c.comm, &req), "MPI_Ibarrier");
   try {
@@ -351,9 +349,9 @@ void Communicator::barrier() {
 namespace {
 template <typename T>
 std::vector<T> small_allreduce(CommImpl& c, std::vector<T> values, MPI_Op mpi_op, const char* what) {
-  std::string name = fmt::format("{}({} value(s))", what, values.size());
-  c.enter(name.c_str());
-  Waiter w(c, name);
+  const detail::OpDesc desc{.name = what, .count = static_cast<int64_t>(values.size()), .unit = "value(s)"};
+  c.enter(desc);
+  Waiter w(c, desc);
   if (c.size == 1 || values.empty()) return values;
   MPI_Request req = MPI_REQUEST_NULL;
   w.check(MPI_Iallreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), detail::mpi_type(dtype_of<T>()),

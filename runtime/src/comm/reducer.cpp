@@ -317,7 +317,7 @@ struct Reducer::Impl {
     // Hand-off: the NCCL stream waits for the pack (recorded after it), then reduces.
     detail::CommImpl& c = comm->impl();
     std::string op = fmt::format("Reducer bucket {} ({} B)", b, bk.bytes);
-    c.enter(op.c_str());
+    c.enter(detail::OpDesc{.name = "Reducer bucket allreduce(nccl)", .count = count, .dtype = bk.dtype});
     backend::NcclComm& nccl = *c.nccl;
     comm::cuda::event_record(events[b].packed, stream);
     nccl.wait_event(events[b].packed);
@@ -390,8 +390,9 @@ Reducer::Reducer(Communicator& comm, std::vector<std::pair<std::string, Tensor>>
     if (m.any_device) {
 #ifdef TNT_WITH_CUDA
       detail::CommImpl& c = m.comm->impl();
-      c.enter("Reducer setup (NCCL communicator)");
-      detail::Waiter w(c, "Reducer setup (NCCL communicator)");
+      const detail::OpDesc desc{.name = "Reducer setup (NCCL communicator)"};
+      c.enter(desc);
+      detail::Waiter w(c, desc);
       detail::ensure_nccl(w);
 #else
       TNT_THROW("Reducer: device gradients need a libtarantella built with CUDA; this one is CPU-only");

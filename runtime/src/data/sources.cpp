@@ -71,25 +71,23 @@ void fill_synthetic(Tensor& t, const SyntheticColumn& spec, uint64_t key) {
   detail::SplitMix64 rng(key);
   int64_t n = t.numel();
   double lo = spec.low, span = spec.high - spec.low;
-  auto uniform = [&] { return static_cast<double>(rng.next() >> 11) * 0x1.0p-53; };  // [0, 1)
-  auto integer = [&] {
-    uint64_t range = static_cast<uint64_t>(std::max(1.0, std::floor(span)));
-    return static_cast<double>(static_cast<int64_t>(std::floor(lo)) + static_cast<int64_t>(rng.below(range)));
+  auto uniform = [&] { return lo + span * (static_cast<double>(rng.next() >> 11) * 0x1.0p-53); };  // [lo, hi)
+  uint64_t range = static_cast<uint64_t>(std::max(1.0, std::floor(span)));
+  int64_t base = static_cast<int64_t>(std::floor(lo));
+  auto integer = [&] { return base + static_cast<int64_t>(rng.below(range)); };
+  // The dtype is resolved once; the loops stay free of checks.
+  auto fill = [&](auto* p, auto draw) {
+    for (int64_t j = 0; j < n; ++j) p[j] = draw();
   };
-  for (int64_t j = 0; j < n; ++j) {
-    switch (spec.dtype) {
-      case DType::f32: t.data<float>()[j] = static_cast<float>(lo + span * uniform()); break;
-      case DType::f64: t.data<double>()[j] = lo + span * uniform(); break;
-      case DType::f16:
-        static_cast<uint16_t*>(t.raw())[j] = float_to_f16(static_cast<float>(lo + span * uniform()));
-        break;
-      case DType::bf16:
-        static_cast<uint16_t*>(t.raw())[j] = float_to_bf16(static_cast<float>(lo + span * uniform()));
-        break;
-      case DType::i32: t.data<int32_t>()[j] = static_cast<int32_t>(integer()); break;
-      case DType::i64: t.data<int64_t>()[j] = static_cast<int64_t>(integer()); break;
-      case DType::u8: t.data<uint8_t>()[j] = static_cast<uint8_t>(integer()); break;
-    }
+  void* raw = t.raw();
+  switch (spec.dtype) {
+    case DType::f32: fill(static_cast<float*>(raw), [&] { return static_cast<float>(uniform()); }); break;
+    case DType::f64: fill(static_cast<double*>(raw), uniform); break;
+    case DType::f16: fill(static_cast<uint16_t*>(raw), [&] { return float_to_f16(static_cast<float>(uniform())); }); break;
+    case DType::bf16: fill(static_cast<uint16_t*>(raw), [&] { return float_to_bf16(static_cast<float>(uniform())); }); break;
+    case DType::i32: fill(static_cast<int32_t*>(raw), [&] { return static_cast<int32_t>(integer()); }); break;
+    case DType::i64: fill(static_cast<int64_t*>(raw), integer); break;
+    case DType::u8: fill(static_cast<uint8_t*>(raw), [&] { return static_cast<uint8_t>(integer()); }); break;
   }
 }
 

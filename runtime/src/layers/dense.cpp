@@ -71,12 +71,14 @@ std::vector<Tensor> Dense::backward(const std::vector<Tensor>& grad_outputs, con
   const int64_t rows = x.numel() / in_features_;
   TNT_CHECK(dy.numel() == rows * units_ && dy.dtype() == DType::f32, "Dense '{}': gradient {} for output ({}, {})",
             name_, dy.str(), rows, units_);
-  Tensor dx = Tensor::empty(x.shape(), DType::f32);  // (R, in)
+  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), DType::f32) : Tensor();  // (R, in)
   if (rows == 0) return {dx};
   using namespace cpu;
-  dnnl::memory dy_m = wrap(dy, plain_desc({rows, units_}));  // (R, units)
-  // dx (R, in) = dy (R, units) x W (units, in)
-  matmul(dy_m, wrap(weight_->value), nullptr, wrap(dx, plain_desc({rows, in_features_})), false);
+  if (dx.defined()) {
+    // dx (R, in) = dy (R, units) x W (units, in)
+    matmul(wrap(dy, plain_desc({rows, units_})), wrap(weight_->value), nullptr,
+           wrap(dx, plain_desc({rows, in_features_})), false);
+  }
   // dW (units, in) += dy^T (units, R) x x (R, in)
   dnnl::memory dy_t = wrap(dy, dnnl::memory::desc({units_, rows}, dnnl::memory::data_type::f32,
                                                   dnnl::memory::dims{1, units_}));

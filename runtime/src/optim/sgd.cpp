@@ -12,13 +12,13 @@ namespace {
 constexpr int64_t kParallelMin = 1 << 15;
 
 void sgd_cpu(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
-             float dampening, float weight_decay, bool nesterov, bool first) {
+             float one_minus_dampening, float weight_decay, bool nesterov, bool first) {
   // param, grad, buf: (n,)
 #pragma omp parallel for simd if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     float g = grad[i] + weight_decay * param[i];
     if (buf != nullptr) {
-      const float b = first ? g : momentum * buf[i] + (1.0f - dampening) * g;
+      const float b = first ? g : momentum * buf[i] + one_minus_dampening * g;
       buf[i] = b;
       g = nesterov ? g + momentum * b : b;
     }
@@ -61,13 +61,13 @@ void SGD::update(Parameter& param, ParamState& state, double lr, bool decay) {
   const float wd = decay ? static_cast<float>(options_.weight_decay) : 0.0f;
   if (p.device().is_cpu()) {
     sgd_cpu(p.data<float>(), param.grad.data<float>(), buf, p.numel(), static_cast<float>(lr),
-            static_cast<float>(options_.momentum), static_cast<float>(options_.dampening), wd,
+            static_cast<float>(options_.momentum), static_cast<float>(1.0 - options_.dampening), wd,
             options_.nesterov, first);
     return;
   }
 #ifdef TNT_WITH_CUDA
   cuda::sgd_update(p.data<float>(), param.grad.data<float>(), buf, p.numel(), static_cast<float>(lr),
-                   static_cast<float>(options_.momentum), static_cast<float>(options_.dampening),
+                   static_cast<float>(options_.momentum), static_cast<float>(1.0 - options_.dampening),
                    wd, options_.nesterov, first, p.device().index);
 #else
   TNT_THROW("SGD: parameter '{}' is on {}, but this build has no CUDA", state.name, p.device().str());

@@ -122,6 +122,14 @@ void accumulate(Tensor& slot, const Tensor& grad) {
 // ---------------------------------------------------------------------------------------
 // Symbolic tensors and layer calls
 
+SymTensor::SymTensor(const std::vector<SymTensor>& outputs) {
+  TNT_CHECK(outputs.size() == 1,
+            "{} symbolic tensors where one was expected: take the outputs of a multi-output "
+            "layer as a std::vector<SymTensor>",
+            outputs.size());
+  *this = outputs[0];
+}
+
 const Shape& SymTensor::shape() const {
   TNT_CHECK(defined(), "shape() of an undefined SymTensor");
   return node->shapes.at(static_cast<size_t>(index));

@@ -22,6 +22,7 @@
 #include "comm/ring_allreduce.hpp"
 #include "core/half.hpp"
 #include "tarantella/comm.hpp"
+#include "tarantella/log.hpp"
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
 
@@ -195,11 +196,11 @@ void allreduce_mode(const cxxopts::ParseResult& args) {
   }
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
 
-  print("# tnt_allreduce_bench: {} rank(s), dtype {}, device {}, warmup {}, iters {}, check {}", p, dtype_name(dtype),
+  tnt::print("# tnt_allreduce_bench: {} rank(s), dtype {}, device {}, warmup {}, iters {}, check {}", p, dtype_name(dtype),
         device.str(), warmup, iters, check ? 1 : 0);
-  print("# busbw = algbw * 2(p-1)/p; time: mean per iteration of the slowest rank; ring(rd): the ring's");
-  print("# small-message path (recursive doubling below {} B); mpi-blocking: plain MPI_Allreduce", kRingSmallBytes);
-  print("# {:>12} {:>12} {:>5} {:>12} {:>11} {:>11} {:>11} {:>6}", "size", "count", "type", "algo", "time_us",
+  tnt::print("# busbw = algbw * 2(p-1)/p; time: mean per iteration of the slowest rank; ring(rd): the ring's");
+  tnt::print("# small-message path (recursive doubling below {} B); mpi-blocking: plain MPI_Allreduce", kRingSmallBytes);
+  tnt::print("# {:>12} {:>12} {:>5} {:>12} {:>11} {:>11} {:>11} {:>6}", "size", "count", "type", "algo", "time_us",
         "algbw_GBps", "busbw_GBps", "wrong");
   std::vector<int64_t> sizes;
   for (double b = static_cast<double>(std::max<int64_t>(min_bytes, elem)); b <= static_cast<double>(max_bytes) * 1.0000001;
@@ -217,17 +218,19 @@ void allreduce_mode(const cxxopts::ParseResult& args) {
     for (size_t k = 0; k < algos.size(); ++k) {
       Row row = runners[k].measure(count, warmup, n, check);
       std::string label = algos[k];
-      if (label == "ring" && device.is_cpu() && p > 1 && bytes < kRingSmallBytes) label = "ring(rd)";
+      if (label == "ring" && device.is_cpu() && comm::ring_uses_recursive_doubling(comm.impl(), count, dtype)) {
+        label = "ring(rd)";
+      }
       double algbw = row.time_us > 0 ? static_cast<double>(bytes) / row.time_us / 1e3 : 0;
-      print("  {:>12} {:>12} {:>5} {:>12} {:>11.2f} {:>11.3f} {:>11.3f} {:>6}", bytes, count, dtype_name(dtype), label,
+      tnt::print("  {:>12} {:>12} {:>5} {:>12} {:>11.2f} {:>11.3f} {:>11.3f} {:>6}", bytes, count, dtype_name(dtype), label,
             row.time_us, algbw, algbw * bus, check ? std::to_string(row.wrong) : "-");
     }
   }
-  print("# memcpy on every rank at once (the machine's copy bandwidth, for scale)");
+  tnt::print("# memcpy on every rank at once (the machine's copy bandwidth, for scale)");
   for (int64_t bytes : sizes) {
     double us = memcpy_us(bytes, warmup, iters, comm);
     double bw = us > 0 ? static_cast<double>(bytes) / us / 1e3 : 0;
-    print("  {:>12} {:>12} {:>5} {:>12} {:>11.2f} {:>11.3f} {:>11.3f} {:>6}", bytes, bytes / elem, dtype_name(dtype),
+    tnt::print("  {:>12} {:>12} {:>5} {:>12} {:>11.2f} {:>11.3f} {:>11.3f} {:>6}", bytes, bytes / elem, dtype_name(dtype),
           "memcpy", us, bw, bw, 0);
   }
 }
@@ -285,11 +288,11 @@ void reducer_mode(const cxxopts::ParseResult& args) {
     numel += shape_numel(shape);
   }
   const double bytes = static_cast<double>(numel) * 4;
-  print("# tnt_allreduce_bench --mode reducer: ResNet-50, {} gradient tensors, {} parameters ({:.1f} MB f32), {} "
+  tnt::print("# tnt_allreduce_bench --mode reducer: ResNet-50, {} gradient tensors, {} parameters ({:.1f} MB f32), {} "
         "rank(s), {}, algo {}, warmup {}, iters {}",
         grads.size(), numel, bytes / 1e6, p, device.str(), algo, warmup, iters);
-  print("# step: mark all ready in reverse order, then finalize; time: mean per step of the slowest rank");
-  print("# {:>12} {:>8} {:>10} {:>11} {:>11}", "threshold_B", "buckets", "step_ms", "algbw_GBps", "busbw_GBps");
+  tnt::print("# step: mark all ready in reverse order, then finalize; time: mean per step of the slowest rank");
+  tnt::print("# {:>12} {:>8} {:>10} {:>11} {:>11}", "threshold_B", "buckets", "step_ms", "algbw_GBps", "busbw_GBps");
   const double bus = p > 1 ? 2.0 * (p - 1) / p : 0.0;
   for (int64_t threshold : {int64_t{0}, int64_t{32} << 10, int64_t{1} << 20, int64_t{25} << 20, int64_t{128} << 20}) {
     Reducer reducer(comm, grads, {.threshold_bytes = threshold, .algo = parse_allreduce_algo(algo)});
@@ -304,7 +307,7 @@ void reducer_mode(const cxxopts::ParseResult& args) {
     double mine = std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / std::max(1, iters);
     double ms = comm.allreduce_max(mine);
     double algbw = ms > 0 ? bytes / ms / 1e6 : 0;
-    print("  {:>12} {:>8} {:>10.2f} {:>11.3f} {:>11.3f}", threshold, reducer.buckets().size(), ms, algbw, algbw * bus);
+    tnt::print("  {:>12} {:>8} {:>10.2f} {:>11.3f} {:>11.3f}", threshold, reducer.buckets().size(), ms, algbw, algbw * bus);
   }
 }
 
@@ -323,6 +326,9 @@ int main(int argc, char** argv) {
       ("dtype", "f32, f64, i32, i64 (host); f32, f16, bf16 (gpu)", cxxopts::value<std::string>()->default_value("f32"))
       ("device", "cpu or gpu", cxxopts::value<std::string>()->default_value("cpu"))
       ("mode", "allreduce or reducer", cxxopts::value<std::string>()->default_value("allreduce"))
+      ("ring-small", "tuning: bytes below which ring runs recursive doubling (default: the library's)",
+       cxxopts::value<int64_t>()->default_value("-1"))
+      ("ring-segment", "tuning: ring segment bytes (default: TNT_RING_SEGMENT)", cxxopts::value<int64_t>()->default_value("-1"))
       ("h,help", "this text");
   cxxopts::ParseResult args;
   try {
@@ -336,6 +342,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   return run_main(argc, argv, [&] {
+    detail::CommImpl& impl = communicator().impl();
+    if (args["ring-small"].as<int64_t>() >= 0) impl.small_bytes = args["ring-small"].as<int64_t>();
+    if (args["ring-segment"].as<int64_t>() > 0) {
+      impl.ring_segment_bytes = static_cast<size_t>(args["ring-segment"].as<int64_t>());
+    }
     std::string mode = args["mode"].as<std::string>();
     if (mode == "allreduce") {
       allreduce_mode(args);

@@ -9,6 +9,7 @@
 // samples_per_s=Y".
 #include "tarantella/graph.hpp"
 #include "tarantella/layers.hpp"
+#include "tarantella/log.hpp"
 #include "tarantella/optim.hpp"
 #include "tarantella/runtime.hpp"
 

@@ -1,0 +1,31 @@
+# fashion_mnist through the launcher on 2 ranks: bad input ends with a clear message and a
+# non-zero exit, never a hang; progress and files come from the master once. Each test is a
+# bash script that starts the job itself (it needs the launcher, not a bare mpirun).
+# The launcher's target is tarantella_launcher: the runtime library owns the name tarantella.
+if(NOT TARGET fashion_mnist OR NOT TARGET tarantella_launcher)
+  return()
+endif()
+
+set(_fm_env "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+set(_fm_bins $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:fashion_mnist>)
+
+foreach(_case missing_data_dir truncated_gzip truncated_idx corrupt_gzip batch_smaller_than_ranks
+              micro_batch_mismatch checkpoint_other_model)
+  add_test(NAME fashion_mnist.bad_input.${_case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_bad_input.sh ${_fm_bins} ${_case})
+  # The scripts' own guard (TNT_E2E_TIMEOUT, 90 s a run) ends a hang first; this is the
+  # backstop for the whole script (up to two runs).
+  set_tests_properties(fashion_mnist.bad_input.${_case} PROPERTIES
+                       TIMEOUT 240 ENVIRONMENT "${_fm_env}" LABELS e2e)
+endforeach()
+
+# VERBOSE EPOCHS: the line-per-epoch mode, the progress-bar mode with stdout not a
+# terminal, and two epochs for two rows in history.csv.
+foreach(_run "2;1" "1;1" "2;2")
+  list(GET _run 0 _verbose)
+  list(GET _run 1 _epochs)
+  set(_name fashion_mnist.master_output.verbose${_verbose}_epochs${_epochs})
+  add_test(NAME ${_name}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_master_output.sh ${_fm_bins} ${_verbose} ${_epochs})
+  set_tests_properties(${_name} PROPERTIES TIMEOUT 150 ENVIRONMENT "${_fm_env}" LABELS e2e)
+endforeach()

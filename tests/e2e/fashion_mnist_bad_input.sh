@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Bad input to fashion_mnist on 2 ranks through the launcher: each case must end with a
+# non-zero exit, a message that names the bad input, no hang and no process left behind.
+#
+#   fashion_mnist_bad_input.sh LAUNCHER PROGRAM CASE
+#
+# CASE: missing_data_dir, truncated_gzip, truncated_idx, corrupt_gzip,
+#       batch_smaller_than_ranks, micro_batch_mismatch, checkpoint_other_model
+source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
+[[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
+case_name=$3
+
+# Every run: 2 ranks, 1 thread each (the machine may have 2 cores only), small and quick.
+launch=(-n 2 -x TNT_NUM_THREADS=1)
+small=(--model=mlp --num_train_samples=256 --train_epochs=1 --verbose=0 --model_dir="$fm_tmp/model")
+
+# A copy of the data set to damage.
+copy_data() {
+  fm_need_data
+  mkdir -p "$fm_tmp/data"
+  cp "$fm_data"/*-idx?-ubyte* "$fm_tmp/data/"
+}
+
+# The checks every bad-input case shares.
+expect_failure() {
+  local name=$1
+  if [[ $fm_rc -eq 0 ]]; then
+    fm_fail "$name: exit status 0, expected non-zero"
+  elif [[ $fm_rc -ge 124 ]]; then
+    fm_fail "$name: exit status $fm_rc (a timeout or a signal), expected an error exit"
+  else
+    fm_pass "$name: exit status $fm_rc"
+  fi
+  # A clear message, not a crash.
+  if grep -Eq 'terminate called|Segmentation fault|core dumped|Assertion .* failed' <<<"$fm_out"; then
+    fm_fail "$name: the program crashed instead of reporting the error"
+  fi
+}
+
+case $case_name in
+  missing_data_dir)
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/no_such_dir"
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "--data_dir=$fm_tmp/no_such_dir" "the flag and the directory"
+    fm_expect_grep "$case_name" "no such directory" "the problem"
+    ;;
+
+  truncated_gzip)
+    # Half of the compressed training images: the gzip stream ends early.
+    copy_data
+    f=$fm_tmp/data/train-images-idx3-ubyte.gz
+    truncate -s $(($(stat -c %s "$f") / 2)) "$f"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/data"
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "$f" "the damaged file"
+    fm_expect_grep "$case_name" "truncated" "the problem"
+    ;;
+
+  truncated_idx)
+    # An uncompressed IDX file (which the loader prefers to the .gz beside it) cut short
+    # inside its data: the header promises 10000 labels, the file holds 5000.
+    copy_data
+    f=$fm_tmp/data/t10k-labels-idx1-ubyte
+    gunzip -c "$f.gz" >"$f"
+    truncate -s $((8 + 5000)) "$f"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/data"
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "'$f'" "the damaged file"
+    fm_expect_grep "$case_name" "truncated" "the problem"
+    ;;
+
+  corrupt_gzip)
+    # 64 bytes of zeros in the middle of the compressed test images: the deflate stream is
+    # invalid or its CRC-32 does not match.
+    copy_data
+    f=$fm_tmp/data/t10k-images-idx3-ubyte.gz
+    dd if=/dev/zero of="$f" bs=1 count=64 seek=$(($(stat -c %s "$f") / 2)) conv=notrunc status=none
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/data"
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "$f" "the damaged file"
+    fm_expect_grep "$case_name" "gzip" "the problem"
+    ;;
+
+  batch_smaller_than_ranks)
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --batch_size=1
+    expect_failure "$case_name"
+    fm_expect_grep "$case_name" "batch[ _]size[ =]1\b" "the batch size 1"
+    fm_expect_grep "$case_name" "ranks? 2|2 ranks" "the number of ranks"
+    ;;
+
+  micro_batch_mismatch)
+    # 128 over 2 ranks is 64 per rank.
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --batch_size=128 --micro_batch_size=60
+    expect_failure "$case_name"
+    fm_expect_grep "$case_name" "micro_batch_size[ =]60\b" "the micro-batch size"
+    fm_expect_grep "$case_name" "batch_size[ =]128\b" "the batch size"
+    ;;
+
+  checkpoint_other_model)
+    # An MLP checkpoint given to the CNN: conv1/conv2 are missing, fc3 is unexpected and
+    # fc1/fc2 have other shapes.
+    fm_run train_mlp "${launch[@]}" -- "${small[@]}"
+    if [[ $fm_rc -ne 0 || ! -f $fm_tmp/model/checkpoint.safetensors ]]; then
+      fm_fail "train_mlp: training the MLP to make a checkpoint failed (exit status $fm_rc)"
+      fm_finish
+    fi
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --model=cnn --train_epochs=2 --resume
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "$fm_tmp/model/checkpoint.safetensors" "the checkpoint"
+    fm_expect_grep "$case_name" "conv1\.weight" "a missing tensor (conv1.weight)"
+    fm_expect_grep "$case_name" "fc3\.weight" "an unexpected tensor (fc3.weight)"
+    fm_expect_grep "$case_name" "fc1\.weight" "a tensor of another shape (fc1.weight)"
+    ;;
+
+  *)
+    echo "unknown case '$case_name'" >&2
+    exit 2
+    ;;
+esac
+fm_finish

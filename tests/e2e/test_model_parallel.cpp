@@ -1,0 +1,252 @@
+// The training loop's data-parallel contract, checked on 1, 2 and 3 ranks (3 does not
+// divide the global batch of 32): p ranks on global batch B give the weights that a plain
+// serial loop gives on the same B samples; micro_batch_size and distribute_dataset=false
+// give the same; two runs with one seed are bitwise equal; a run resumed from a checkpoint
+// is bitwise equal to the uninterrupted one.
+#include <catch2/catch.hpp>
+
+#include "tarantella/tarantella.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+namespace {
+
+constexpr int64_t kSamples = 96;   // 3 global batches of 32
+constexpr int64_t kBatch = 32;
+constexpr uint64_t kSeed = 7;
+
+// A small CNN with every kind of layer whose gradient crosses ranks: conv, pooling, dense.
+std::shared_ptr<tnt::Sequential> make_net() {
+  auto net = std::make_shared<tnt::Sequential>("small_cnn");
+  tnt::Conv2DOptions pad;
+  pad.padding = 1;
+  net->add(std::make_shared<tnt::Conv2D>(4, 3, pad, "conv1"));
+  net->add(std::make_shared<tnt::ReLU>("relu1"));
+  net->add(std::make_shared<tnt::MaxPool2D>(2, "pool1"));
+  net->add(std::make_shared<tnt::Flatten>("flatten"));
+  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
+  net->add(std::make_shared<tnt::ReLU>("relu2"));
+  net->add(std::make_shared<tnt::Dense>(3, "fc2"));
+  net->build({1, 8, 8});
+  return net;
+}
+
+// Deterministic data: images from a counter-based generator, labels from a rule the
+// network can learn (which quadrant is brightest, mod 3).
+struct Data {
+  tnt::Tensor images;  // (N, 1, 8, 8)
+  tnt::Tensor labels;  // (N,) i64
+};
+
+Data make_data() {
+  Data d{tnt::Tensor::empty({kSamples, 1, 8, 8}), tnt::Tensor::empty({kSamples}, tnt::DType::i64)};
+  tnt::CounterRng rng(123, "test_model_parallel");
+  float* x = d.images.data<float>();
+  for (int64_t i = 0; i < d.images.numel(); ++i) x[i] = rng.uniform(static_cast<uint64_t>(i));
+  for (int64_t n = 0; n < kSamples; ++n) d.labels.data<int64_t>()[n] = n % 3;
+  return d;
+}
+
+std::vector<std::vector<double>> weights_of(tnt::Network& net) {
+  std::vector<std::vector<double>> w;
+  for (auto& p : net.named_parameters()) w.push_back(p.param->value.to_double_vector());
+  return w;
+}
+
+std::vector<std::vector<double>> train_with_model(int epochs, bool distribute, int64_t micro_batch) {
+  Data d = make_data();
+  auto net = make_net();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  tnt::FitOptions fit;
+  fit.epochs = epochs;
+  fit.verbose = 0;
+  fit.batch_size = kBatch;
+  fit.micro_batch_size = micro_batch;
+  fit.distribute_dataset = distribute;
+  if (distribute) {
+    model.fit(tnt::Dataset::from_tensors({d.images, d.labels}), fit);
+  } else {
+    // The user's own sharding: each rank's contiguous slice of every global batch.
+    int64_t b = tnt::micro_batch_size(kBatch, tnt::rank(), tnt::size());
+    int64_t off = tnt::micro_batch_offset(kBatch, tnt::rank(), tnt::size());
+    std::vector<int64_t> rows;
+    for (int64_t g = 0; g < kSamples; g += kBatch)
+      for (int64_t i = 0; i < b; ++i) rows.push_back(g + off + i);
+    tnt::Tensor xi = tnt::Tensor::empty({static_cast<int64_t>(rows.size()), 1, 8, 8});
+    tnt::Tensor yi = tnt::Tensor::empty({static_cast<int64_t>(rows.size())}, tnt::DType::i64);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      tnt::Tensor dst = xi.slice_rows(r, r + 1);
+      dst.copy_from(d.images.slice_rows(rows[r], rows[r] + 1));
+      yi.data<int64_t>()[r] = d.labels.data<int64_t>()[rows[r]];
+    }
+    fit.micro_batch_size = 0;
+    model.fit(tnt::Dataset::from_tensors({xi, yi}).batch(b), fit);
+  }
+  return weights_of(*net);
+}
+
+// The serial reference: no Model, no communication; one process on whole global batches.
+std::vector<std::vector<double>> train_serial(int epochs) {
+  Data d = make_data();
+  auto net = make_net();
+  net->initialize(kSeed);
+  tnt::SGD sgd(0.1);
+  tnt::SoftmaxCrossEntropy loss;
+  tnt::RunContext rc;
+  rc.training = true;
+  rc.seed = kSeed;
+  for (int e = 0; e < epochs; ++e) {
+    for (int64_t g = 0; g < kSamples; g += kBatch) {
+      net->zero_grad();
+      auto out = net->forward({d.images.slice_rows(g, g + kBatch)}, rc);
+      tnt::SavedState s;
+      loss.forward(out[0], d.labels.slice_rows(g, g + kBatch), kBatch, s);
+      net->backward({loss.backward(s)}, rc);
+      sgd.step(net->trainable_parameters());
+      ++rc.step;
+    }
+  }
+  return weights_of(*net);
+}
+
+// Sums over p ranks are taken in another order than the serial sum; after 6 SGD steps on
+// values of order 1 the differences stay within a few float ulps of the weights' scale.
+// rtol 1e-4 and atol 1e-5 leave room for that and fail on any real error (a wrong scale
+// factor or a missing rank's gradient moves weights by 1e-2 or more here).
+void require_close(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  REQUIRE(a.size() == b.size());
+  for (size_t t = 0; t < a.size(); ++t) {
+    REQUIRE(a[t].size() == b[t].size());
+    for (size_t i = 0; i < a[t].size(); ++i) {
+      INFO("tensor " << t << " element " << i << " on rank " << tnt::rank() << " of " << tnt::size());
+      REQUIRE(std::fabs(a[t][i] - b[t][i]) <= 1e-5 + 1e-4 * std::fabs(b[t][i]));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("p ranks on global batch B give the serial weights") {
+  auto serial = train_serial(2);
+  auto before = make_net();
+  before->initialize(kSeed);
+  // The test would pass vacuously if training changed nothing.
+  auto initial = weights_of(*before);
+  double moved = 0;
+  for (size_t t = 0; t < serial.size(); ++t)
+    for (size_t i = 0; i < serial[t].size(); ++i) moved = std::max(moved, std::fabs(serial[t][i] - initial[t][i]));
+  REQUIRE(moved > 1e-3);
+
+  SECTION("distributed dataset") { require_close(train_with_model(2, true, 0), serial); }
+  SECTION("with the matching micro_batch_size") {
+    require_close(train_with_model(2, true, tnt::micro_batch_size(kBatch, tnt::rank(), tnt::size())), serial);
+  }
+  SECTION("distribute_dataset=false with the user's own micro-batches") {
+    require_close(train_with_model(2, false, 0), serial);
+  }
+}
+
+TEST_CASE("a micro_batch_size that disagrees with the global batch is an error on every rank") {
+  Data d = make_data();
+  auto net = make_net();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.micro_batch_size = kBatch + 1;
+  fit.verbose = 0;
+  REQUIRE_THROWS_WITH(model.fit(tnt::Dataset::from_tensors({d.images, d.labels}), fit),
+                      Catch::Contains("micro_batch_size=33"));
+}
+
+TEST_CASE("fit before compile is an error") {
+  auto net = make_net();
+  tnt::Model model(net, kSeed);
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  Data d = make_data();
+  REQUIRE_THROWS_WITH(model.fit(tnt::Dataset::from_tensors({d.images, d.labels}), fit), Catch::Contains("compile"));
+}
+
+TEST_CASE("two runs with one seed give bitwise-equal weights") {
+  auto a = train_with_model(1, true, 0);
+  auto b = train_with_model(1, true, 0);
+  REQUIRE(a == b);
+}
+
+TEST_CASE("resuming from a checkpoint gives the uninterrupted run's weights bitwise") {
+  namespace fs = std::filesystem;
+  // One directory for the job, named by the master and shared (all ranks run on this host).
+  std::string dir;
+  if (tnt::is_master_rank()) {
+    char tmpl[] = "/tmp/tnt_resume_XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+  }
+  tnt::communicator().broadcast(dir);
+  const std::string path = dir + "/ck.safetensors";
+  Data d = make_data();
+  auto data = tnt::Dataset::from_tensors({d.images, d.labels}).shuffle(kSamples, 99);
+  auto make_model = [&](std::shared_ptr<tnt::Sequential> net) {
+    auto m = std::make_unique<tnt::Model>(net, kSeed);
+    m->compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+               {std::make_shared<tnt::Accuracy>()});
+    return m;
+  };
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+
+  auto full_net = make_net();
+  auto full = make_model(full_net);
+  fit.epochs = 3;
+  full->fit(data, fit);
+
+  auto first_net = make_net();
+  auto first = make_model(first_net);
+  fit.epochs = 1;
+  first->fit(data, fit);
+  first->save_checkpoint(path, 1);
+
+  auto resumed_net = make_net();
+  auto resumed = make_model(resumed_net);
+  int epoch = resumed->load_checkpoint(path);
+  REQUIRE(epoch == 1);
+  fit.initial_epoch = epoch;
+  fit.epochs = 3;
+  resumed->fit(data, fit);
+  REQUIRE(weights_of(*resumed_net) == weights_of(*full_net));
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) fs::remove_all(dir);
+}
+
+TEST_CASE("logged metrics are global and equal on every rank") {
+  Data d = make_data();
+  auto net = make_net();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+  tnt::History h = model.fit(tnt::Dataset::from_tensors({d.images, d.labels}), fit);
+  double loss = h.last("loss");
+  double acc = h.last("accuracy");
+  REQUIRE(std::isfinite(loss));
+  auto lo = tnt::communicator().allreduce_min(std::vector<double>{loss, acc});
+  auto hi = tnt::communicator().allreduce_max(std::vector<double>{loss, acc});
+  REQUIRE(lo == hi);
+  tnt::EvaluateOptions ev;
+  ev.batch_size = kBatch;
+  tnt::Logs e = model.evaluate(tnt::Dataset::from_tensors({d.images, d.labels}), ev);
+  auto elo = tnt::communicator().allreduce_min(std::vector<double>{e["loss"], e["accuracy"]});
+  auto ehi = tnt::communicator().allreduce_max(std::vector<double>{e["loss"], e["accuracy"]});
+  REQUIRE(elo == ehi);
+  // accuracy is a fraction of the 96 samples
+  REQUIRE(std::fabs(e["accuracy"] * kSamples - std::round(e["accuracy"] * kSamples)) < 1e-9);
+}

@@ -1,0 +1,377 @@
+// The launcher with the real Open MPI on this machine. Ranks run build/bin/tnt_rank_info
+// (which reports what each rank was given) or small shell programs; what they report is
+// checked against the plan that tnt_launcher_core computes for the same options. If the
+// ranks cannot start, these tests fail: nothing here is skipped.
+#include "binding.hpp"
+#include "cli.hpp"
+#include "gpus.hpp"
+#include "plan.hpp"
+#include "process.hpp"
+#include "topology.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <sched.h>
+#include <sstream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+using tnt_test::Env;
+using tnt_test::Outcome;
+using Json = nlohmann::json;
+namespace tl = tnt::launcher;
+
+namespace {
+
+const std::string launcher = TNT_LAUNCHER_BIN;
+const std::string rank_info = TNT_RANK_INFO_BIN;
+
+Outcome tarantella(const std::vector<std::string>& args, const Env& env = tnt_test::clean_environment(),
+                   std::chrono::milliseconds deadline = 90s) {
+  std::vector<std::string> argv{launcher};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return tnt_test::run(argv, env, deadline);
+}
+
+std::vector<Json> json_lines(const std::string& out) {
+  std::vector<Json> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.front() == '{') lines.push_back(Json::parse(line));
+  }
+  return lines;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+std::string own_affinity() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ::sched_getaffinity(0, sizeof set, &set);
+  std::vector<unsigned> cpus;
+  for (unsigned c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return tl::format_cpu_list(cpus);
+}
+
+// The plan for `args` as the launcher makes it on this machine.
+tl::LaunchPlan plan_for(const std::vector<std::string>& args, const Env& env) {
+  auto options = tl::parse_command_line(args);
+  auto hosts = tl::select_hosts(options, env);
+  std::optional<tl::NodeTopology> topo;
+  if (options.pin != tl::PinMode::none) topo = tl::load_topology();
+  return tl::make_plan(options, hosts, options.no_gpu ? 0 : tl::count_gpus(env), topo ? &*topo : nullptr,
+                       host_name());
+}
+
+// Runs tnt_rank_info --json under the launcher and checks every rank against the plan.
+std::vector<Json> run_and_check_against_plan(const std::vector<std::string>& options, const Env& env) {
+  std::vector<std::string> args = options;
+  args.insert(args.end(), {"--", rank_info, "--json"});
+  const Outcome o = tarantella(args, env);
+  INFO(o.describe());
+  REQUIRE(o.exited(0));
+  auto ranks = json_lines(o.out);
+  const auto plan = plan_for(args, env);
+  REQUIRE(ranks.size() == plan.ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const Json& got = ranks[r];
+    const tl::RankPlacement& want = plan.ranks[r];
+    INFO("rank " << r << ": " << got.dump());
+    CHECK(got["rank"] == want.rank);
+    CHECK(got["size"] == static_cast<int>(plan.ranks.size()));
+    CHECK(got["local_rank"] == want.local_rank);
+    CHECK(got["local_size"] == want.local_size);
+    CHECK(got["host"] == host_name());
+    CHECK(got["device"] == want.device);
+    const Json& e = got["env"];
+    CHECK(e["TNT_RANK"] == std::to_string(want.rank));
+    CHECK(e["TNT_SIZE"] == std::to_string(plan.ranks.size()));
+    CHECK(e["TNT_LOCAL_RANK"] == std::to_string(want.local_rank));
+    CHECK(e["TNT_LOCAL_SIZE"] == std::to_string(want.local_size));
+    CHECK(e["TNT_DEVICE"] == want.device);
+    CHECK(e["TNT_LAUNCHER"] == "1");
+    CHECK_FALSE(e.contains("TNT_LAUNCHER_REPORT"));  // the launcher's own, not the program's
+    if (want.binding) {
+      CHECK(got["cpus"] == tl::format_cpu_list(want.binding->cpus));
+      CHECK(got["numa_node"] == std::to_string(want.binding->numa_node));
+      CHECK(e["TNT_NUMA_NODE"] == std::to_string(want.binding->numa_node));
+      CHECK(e["TNT_NUM_THREADS"] == std::to_string(want.binding->cores));
+      const std::string policy = plan.pin == tl::PinMode::socket ? "preferred:" : "bind:";
+      CHECK(got["mempolicy"] == policy + std::to_string(want.binding->numa_node));
+    } else {
+      CHECK(got["cpus"] == own_affinity());  // unpinned: what the launcher had
+      CHECK(got["mempolicy"] == "default");
+      CHECK_FALSE(e.contains("TNT_NUMA_NODE"));
+      CHECK_FALSE(e.contains("TNT_NUM_THREADS"));
+    }
+  }
+  return ranks;
+}
+
+// How many cores this machine offers, as hwloc sees them.
+size_t core_count() {
+  size_t n = 0;
+  for (const auto& d : tl::load_topology().domains) n += d.cores.size();
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("integration: two ranks report what the plan says", "[integration]") {
+  run_and_check_against_plan({"-n", "2"}, tnt_test::clean_environment());
+}
+
+TEST_CASE("integration: --devices-per-node and oversubscription", "[integration]") {
+  // More ranks than this machine has cores must still start.
+  auto ranks = run_and_check_against_plan({"--devices-per-node", "3"}, tnt_test::clean_environment());
+  CHECK(ranks.size() == 3);
+}
+
+TEST_CASE("integration: the default is one rank here without GPUs", "[integration]") {
+  const Env env = tnt_test::clean_environment();
+  auto plan = plan_for({"--", "x"}, env);
+  auto ranks = run_and_check_against_plan({}, env);
+  CHECK(ranks.size() == plan.ranks.size());
+}
+
+TEST_CASE("integration: --pin-to-socket gives each rank its own cores", "[integration]") {
+  auto ranks = run_and_check_against_plan({"-n", "2", "--pin-to-socket"}, tnt_test::clean_environment());
+  REQUIRE(ranks.size() == 2);
+  if (core_count() >= 2) {
+    // On this 1-node, 2-core machine: one core each, different ones.
+    CHECK(ranks[0]["cpus"] != ranks[1]["cpus"]);
+    const auto t = tl::load_topology();
+    if (t.domains.size() == 1 && t.domains[0].cores.size() == 2) {
+      CHECK(ranks[0]["cpu_count"] == t.domains[0].cores[0].size());
+      CHECK(ranks[0]["env"]["TNT_NUM_THREADS"] == "1");
+      CHECK(ranks[1]["env"]["TNT_NUM_THREADS"] == "1");
+    }
+  }
+}
+
+TEST_CASE("integration: --pin-memory-to-socket binds memory strictly", "[integration]") {
+  auto ranks = run_and_check_against_plan({"-n", "2", "--pin-memory-to-socket"}, tnt_test::clean_environment());
+  for (const auto& r : ranks) CHECK_THAT(r["mempolicy"].get<std::string>(), Catch::StartsWith("bind:"));
+}
+
+TEST_CASE("integration: the environment every rank gets", "[integration]") {
+  Env env = tnt_test::clean_environment();
+  env["TNT_INHERITED"] = "from the launcher's environment";
+  env["TNT_RANK"] = "99";  // stale, from an enclosing job: must not leak
+  const std::vector<std::string> options{"-n",           "2",   "--fusion-threshold", "0", "--log-level", "info",
+                                         "--output-on-all-devices", "--log-on-all-devices", "-x", "TNT_EXTRA=a b",
+                                         "-x",           "PLAIN=yes"};
+  auto ranks = run_and_check_against_plan(options, env);
+  for (const auto& r : ranks) {
+    const Json& e = r["env"];
+    CHECK(e["TNT_FUSION_THRESHOLD"] == "0");
+    CHECK(e["TNT_LOG_LEVEL"] == "INFO");
+    CHECK(e["TNT_OUTPUT_ON_ALL_DEVICES"] == "1");
+    CHECK(e["TNT_LOG_ON_ALL_DEVICES"] == "1");
+    CHECK(e["TNT_EXTRA"] == "a b");
+    CHECK(e["TNT_INHERITED"] == "from the launcher's environment");
+  }
+  // A non-TNT -x variable reaches the program too.
+  auto o = tarantella({"-n", "2", "-x", "PLAIN=yes", "--", "/bin/sh", "-c", "echo \"rank $TNT_RANK PLAIN=$PLAIN\""});
+  INFO(o.describe());
+  REQUIRE(o.exited(0));
+  CHECK_THAT(o.out, Catch::Contains("rank 0 PLAIN=yes") && Catch::Contains("rank 1 PLAIN=yes"));
+}
+
+TEST_CASE("integration: success and the exit status of a failing rank", "[integration]") {
+  SECTION("every rank exits 0") {
+    auto o = tarantella({"-n", "2", "--", "/bin/true"});
+    INFO(o.describe());
+    CHECK(o.exited(0));
+  }
+  SECTION("rank 1 exits 3 while rank 0 sleeps") {
+    auto o = tarantella(
+        {"-n", "2", "--", "/bin/sh", "-c", "if [ \"$TNT_RANK\" = 1 ]; then exit 3; fi; exec sleep 30"});
+    INFO(o.describe());
+    CHECK(o.exited(3));
+    CHECK(o.seconds < 20);  // the sleeping rank was stopped, not waited for
+    CHECK_THAT(o.err, Catch::Contains("tarantella: rank 1 (host " + host_name() +
+                                      ", local rank 1) failed first: exit code 3"));
+  }
+  SECTION("rank 0 is killed by a signal") {
+    auto o = tarantella(
+        {"-n", "2", "--", "/bin/sh", "-c", "if [ \"$TNT_RANK\" = 0 ]; then kill -KILL $$; fi; exec sleep 30"});
+    INFO(o.describe());
+    CHECK(o.exited(128 + SIGKILL));
+    CHECK(o.seconds < 20);
+    CHECK_THAT(o.err, Catch::Contains("rank 0 (host " + host_name() + ", local rank 0) failed first: signal 9 (SIGKILL)"));
+  }
+  SECTION("every rank fails the same way") {
+    auto o = tarantella({"-n", "2", "--", "/bin/false"});
+    INFO(o.describe());
+    CHECK(o.exited(1));
+    CHECK_THAT(o.err, Catch::Contains("failed first: exit code 1"));
+  }
+}
+
+namespace {
+
+// Starts a 2-rank job of `program` (which must carry `marker` as an argument), waits until
+// both ranks' `name` processes run, sends `sig` to the launcher, and checks that the
+// launcher exits with 128+sig and that nothing carrying the marker is left 5 s later.
+void check_teardown(const std::vector<std::string>& program, const std::string& marker, const std::string& name,
+                    int sig) {
+  std::vector<std::string> argv{launcher, "-n", "2", "--"};
+  argv.insert(argv.end(), program.begin(), program.end());
+  tnt_test::Process job(argv, tnt_test::clean_environment());
+
+  auto running = [&] {
+    int n = 0;
+    for (pid_t p : tnt_test::processes_with_argument(marker)) n += tnt_test::process_name(p) == name;
+    return n;
+  };
+  const auto start_deadline = std::chrono::steady_clock::now() + 30s;
+  while (running() < 2 && std::chrono::steady_clock::now() < start_deadline) std::this_thread::sleep_for(50ms);
+  REQUIRE(running() == 2);  // both ranks started
+
+  const auto signalled = std::chrono::steady_clock::now();
+  job.signal(sig);
+  Outcome o = job.wait(60s);
+  const double stop_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  INFO(o.describe());
+  CHECK(o.exited(128 + sig));
+  CHECK(stop_seconds < 5.0);
+
+  std::vector<pid_t> left = tnt_test::processes_with_argument(marker);
+  while (!left.empty() && std::chrono::steady_clock::now() < signalled + 5s) {
+    std::this_thread::sleep_for(50ms);
+    left = tnt_test::processes_with_argument(marker);
+  }
+  std::string names;
+  for (pid_t p : left) names += fmt::format(" {}:{}", p, tnt_test::process_name(p));
+  INFO("left behind:" << names);
+  CHECK(left.empty());
+  for (pid_t p : left) ::kill(p, SIGKILL);  // do not leave them to the next test
+}
+
+}  // namespace
+
+TEST_CASE("integration: SIGINT and SIGTERM stop the whole job", "[integration][signals]") {
+  SECTION("SIGINT, program is sleep") {
+    const std::string seconds = "600." + std::to_string(::getpid());  // a valid sleep, and a unique marker
+    check_teardown({"/bin/sleep", seconds}, seconds, "sleep", SIGINT);
+  }
+  SECTION("SIGTERM, program is sleep") {
+    const std::string seconds = "601." + std::to_string(::getpid());
+    check_teardown({"/bin/sleep", seconds}, seconds, "sleep", SIGTERM);
+  }
+  SECTION("SIGINT, the program's own children go too") {
+    // sh waits for sleep (the trailing `true` stops sh from exec'ing it), so the sleep is a
+    // grandchild of the per-rank step.
+    const std::string seconds = "602." + std::to_string(::getpid());
+    check_teardown({"/bin/sh", "-c", "sleep " + seconds + "; true", "tnt-marker-" + seconds}, "tnt-marker-" + seconds,
+                   "sh", SIGINT);
+    CHECK(tnt_test::processes_with_argument(seconds).empty());
+  }
+}
+
+TEST_CASE("integration: bad input stops before anything starts", "[integration][errors]") {
+  auto fails_with = [](const std::vector<std::string>& args, const std::string& message) {
+    auto o = tarantella(args, tnt_test::clean_environment(), 20s);
+    INFO(o.describe());
+    CHECK(o.exited(2));
+    CHECK(o.seconds < 5);
+    CHECK_THAT(o.err, Catch::Contains("tarantella: error: " + message));
+    CHECK(o.out.empty());
+  };
+  fails_with({"-n", "2", "--", "/nonexistent/program"}, "program '/nonexistent/program': no such file");
+  fails_with({"-n", "2", "--", "no-such-program-tnt"}, "program 'no-such-program-tnt': not found in PATH");
+  fails_with({"--mpirun", "/nonexistent/mpirun", "--", "/bin/true"}, "--mpirun '/nonexistent/mpirun': no such file");
+  fails_with({"--hostfile", "/nonexistent/hosts", "--", "/bin/true"},
+             "cannot read hostfile '/nonexistent/hosts': No such file or directory");
+  fails_with({"-n", "2", "--n-per-node", "2", "--", "/bin/true"}, "ranks per node given 2 times");
+  fails_with({"--fusion-threshold", "-5", "--", "/bin/true"}, "--fusion-threshold -5");
+  fails_with({"-x", "NOVALUE", "--", "/bin/true"}, "-x NOVALUE: expected KEY=VALUE");
+  fails_with({"-n", "2", "/bin/true"}, "unexpected argument '/bin/true'");
+  fails_with({"-n", "2"}, "no program to run");
+  fails_with({"--dry-run", "--pin-to-socket", "--topology", "/nonexistent.xml", "--", "/bin/true"},
+             "cannot read topology '/nonexistent.xml'");
+
+  char path[] = "/tmp/tnt_hosts_XXXXXX";
+  int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  ::chmod(path, 0644);
+  fails_with({"-n", "2", "--", path}, std::string("program '") + path + "': '" + path + "' is not executable");
+
+  // A hostfile error names the file and the line.
+  std::ofstream(path) << "# hosts\nnode1\nnode2 slots=many\n";
+  fails_with({"--hostfile", path, "--", "/bin/true"},
+             std::string("hostfile '") + path + "', line 3: slots must be a positive integer, got 'many'");
+  std::ofstream(path) << "# nothing here\n";
+  fails_with({"--hostfile", path, "--", "/bin/true"}, std::string("hostfile '") + path + "' lists no hosts");
+  std::remove(path);
+
+  // Pinning needs this machine's topology; a synthetic one cannot be bound to.
+  Env synthetic = tnt_test::clean_environment();
+  synthetic["HWLOC_SYNTHETIC"] = "pack:2 numa:1 core:2 pu:1";
+  auto o = tarantella({"-n", "2", "--pin-to-socket", "--", "/bin/true"}, synthetic, 20s);
+  INFO(o.describe());
+  CHECK(o.exited(2));
+  CHECK_THAT(o.err, Catch::Contains("instead of this machine"));
+}
+
+TEST_CASE("integration: --dry-run prints the plan and the command and runs nothing", "[integration]") {
+  char dir[] = "/tmp/tnt_dry_XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string witness = std::string(dir) + "/ran";
+  auto o = tarantella({"--dry-run", "-n", "2", "--pin-to-socket", "--", "/usr/bin/touch", witness});
+  INFO(o.describe());
+  CHECK(o.exited(0));
+  struct stat st {};
+  CHECK(::stat(witness.c_str(), &st) != 0);
+  ::rmdir(dir);
+  CHECK_THAT(o.out, Catch::Contains("2 ranks on 1 host (hosts from this machine)"));
+  CHECK_THAT(o.out, Catch::Contains("rank  host       local_rank  device  numa_node  cores"));
+  CHECK_THAT(o.out, Catch::Contains("command:\n"));
+  CHECK_THAT(o.out, Catch::Contains("--host localhost:2 -np 2 --map-by slot --bind-to none"));
+  CHECK_THAT(o.out, Catch::Contains(launcher + " __tnt_rank_step --pin socket -- /usr/bin/touch " + witness));
+  if (::geteuid() == 0) CHECK_THAT(o.out, Catch::Contains("--allow-run-as-root"));
+
+  auto synthetic = tarantella({"--dry-run", "-H", "a,b", "-n", "4", "--pin-memory-to-socket", "--topology",
+                               "pack:2 numa:1 core:8 pu:2", "--", "/bin/true"});
+  INFO(synthetic.describe());
+  CHECK(synthetic.exited(0));
+  CHECK_THAT(synthetic.out, Catch::Contains("8 ranks on 2 hosts (hosts from -H)"));
+  CHECK_THAT(synthetic.out, Catch::Contains("     7  b              3  cpu             1  4 (cpus 24-31)"));
+  CHECK_THAT(synthetic.out, Catch::Contains("--host a:4,b:4 -np 8"));
+  CHECK_THAT(synthetic.out, Catch::Contains("-x PATH"));  // remote hosts get our PATH
+  CHECK_THAT(synthetic.err, Catch::Contains("4 ranks per node on 2 NUMA nodes"));
+}
+
+TEST_CASE("integration: --version and --help", "[integration]") {
+  auto v = tarantella({"--version"});
+  CHECK(v.exited(0));
+  CHECK_THAT(v.out, Catch::StartsWith("tarantella "));
+  CHECK_THAT(v.out, Catch::Contains("CPU only") || Catch::Contains("CUDA"));
+  CHECK_THAT(v.out, Catch::Contains("MPI: "));
+  auto h = tarantella({"--help"});
+  CHECK(h.exited(0));
+  CHECK_THAT(h.out, Catch::Contains("--pin-memory-to-socket") && Catch::Contains("Examples:"));
+}
+
+TEST_CASE("integration: tnt_rank_info's human-readable default", "[integration]") {
+  auto o = tarantella({"-n", "2", "--", rank_info});
+  INFO(o.describe());
+  REQUIRE(o.exited(0));
+  CHECK_THAT(o.out, Catch::Contains("rank  size  local") && Catch::Contains("TNT_RANK=1"));
+}

@@ -1,0 +1,144 @@
+// The smaller pieces: the failure report protocol, GPU counting rules, finding
+// executables, and the per-rank step's view of its rank.
+#include "env_names.hpp"
+#include "error.hpp"
+#include "gpus.hpp"
+#include "paths.hpp"
+#include "rank_setup.hpp"
+#include "report.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <poll.h>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace tnt::launcher;
+
+TEST_CASE("report: statuses in words", "[report]") {
+  CHECK(describe_status({1, 1, "h", false, 3}) == "exit code 3");
+  CHECK(describe_status({1, 1, "h", true, SIGKILL}) == "signal 9 (SIGKILL)");
+  CHECK(describe_status({1, 1, "h", true, SIGSEGV}) == "signal 11 (SIGSEGV)");
+  CHECK(shell_status({1, 1, "h", false, 3}) == 3);
+  CHECK(shell_status({1, 1, "h", true, SIGTERM}) == 143);
+}
+
+TEST_CASE("report: a failure sent by a rank reaches the launcher", "[report]") {
+  auto server = ReportServer::open("this-host");
+  REQUIRE(server);
+  CHECK_THAT(server->address(), Catch::StartsWith("this-host:"));
+
+  std::vector<RankFailure> got;
+  std::thread rank([&] {
+    CHECK(send_report(server->address(), "this-host", {3, 1, "node7", true, SIGABRT}));
+  });
+  // Accept as the launcher does: wait for the listening socket, then take what is queued.
+  for (int i = 0; i < 50 && got.empty(); ++i) {
+    pollfd p{server->fd(), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    server->accept_pending(got);
+  }
+  rank.join();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].rank == 3);
+  CHECK(got[0].local_rank == 1);
+  CHECK(got[0].host == "node7");
+  CHECK(got[0].signaled);
+  CHECK(got[0].code == SIGABRT);
+
+  // A wrong token is not a report.
+  std::string forged = server->address();
+  forged = forged.substr(0, forged.rfind(':') + 1) + "0000";
+  std::thread stranger([&] { send_report(forged, "this-host", {0, 0, "x", false, 1}); });
+  std::vector<RankFailure> none;
+  for (int i = 0; i < 20; ++i) {
+    pollfd p{server->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 100) > 0) {
+      server->accept_pending(none);
+      break;
+    }
+  }
+  stranger.join();
+  CHECK(none.empty());
+  CHECK_FALSE(send_report("garbage", "h", {}));
+}
+
+TEST_CASE("gpus: CUDA_VISIBLE_DEVICES limits the count", "[gpus]") {
+  CHECK(visible_gpu_count("", 4) == 0);
+  CHECK(visible_gpu_count("0,1", 4) == 2);
+  CHECK(visible_gpu_count("3", 4) == 1);
+  CHECK(visible_gpu_count("0,1,2,3,4,5", 4) == 4);
+  CHECK(visible_gpu_count("0,-1,2", 4) == 1);
+  CHECK(visible_gpu_count("GPU-8e2b,GPU-11aa", 8) == 2);
+  CHECK(count_gpus({{"CUDA_VISIBLE_DEVICES", ""}}) == 0);
+  CHECK(count_gpus({}) >= 0);  // whatever this machine has, without CUDA linked in
+}
+
+TEST_CASE("paths: finding executables like execvp", "[paths]") {
+  CHECK(find_executable("sh", "/nonexistent:/bin:/usr/bin").problem == ExecutableProblem::none);
+  CHECK(find_executable("sh", "/nonexistent").problem == ExecutableProblem::not_found);
+  CHECK(find_executable("/bin/sh", "").problem == ExecutableProblem::none);
+  CHECK(find_executable("/no/such/program", "/bin").problem == ExecutableProblem::not_found);
+  CHECK(find_executable("/tmp", "/bin").problem == ExecutableProblem::is_directory);
+
+  char path[] = "/tmp/tnt_not_exec_XXXXXX";
+  int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  ::close(fd);
+  ::chmod(path, 0644);
+  CHECK(find_executable(path, "").problem == ExecutableProblem::not_executable);
+  CHECK_THROWS_WITH(check_program(path, {{"PATH", "/bin"}}), Catch::Contains("is not executable"));
+  std::remove(path);
+
+  CHECK_THROWS_WITH(check_program("/no/such/program", {}), "program '/no/such/program': no such file");
+  CHECK_THROWS_WITH(check_program("no-such-program-xyz", {{"PATH", "/bin"}}),
+                    "program 'no-such-program-xyz': not found in PATH");
+  CHECK_NOTHROW(check_program("sh", {{"PATH", "/bin:/usr/bin"}}));
+
+}
+
+TEST_CASE("paths: choosing mpirun", "[paths]") {
+  const Environment no_path{{"PATH", "/nonexistent"}};
+  CHECK_THROWS_WITH(resolve_mpirun(std::nullopt, "", no_path), Catch::Contains("mpirun not found"));
+  CHECK(resolve_mpirun(std::nullopt, "/bin/sh", no_path) == "/bin/sh");  // the one built with
+  CHECK_THROWS_WITH(resolve_mpirun(std::string("/no/mpirun"), "/bin/sh", no_path),
+                    "--mpirun '/no/mpirun': no such file");
+  CHECK(resolve_mpirun(std::string("sh"), "", {{"PATH", "/bin"}}) == "/bin/sh");
+  CHECK(self_executable().find("test_launcher_unit") != std::string::npos);
+}
+
+TEST_CASE("rank setup: identity and variables", "[rank_setup]") {
+  const Environment env{{"OMPI_COMM_WORLD_RANK", "5"},
+                        {"OMPI_COMM_WORLD_SIZE", "8"},
+                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}};
+  auto id = rank_identity(env);
+  CHECK(id.rank == 5);
+  CHECK(id.size == 8);
+  CHECK(id.local_rank == 1);
+  CHECK(id.local_size == 4);
+  CHECK_THROWS_WITH(rank_identity({}), Catch::Contains("OMPI_COMM_WORLD_RANK is not set"));
+  const Environment bad{{"OMPI_COMM_WORLD_RANK", "9"},
+                        {"OMPI_COMM_WORLD_SIZE", "8"},
+                        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                        {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}};
+  CHECK_THROWS_WITH(rank_identity(bad), Catch::Contains("inconsistent"));
+
+  using Vars = std::vector<std::pair<std::string, std::string>>;
+  CHECK(rank_variables(id, "cuda:1", std::nullopt) == Vars{{"TNT_RANK", "5"},
+                                                          {"TNT_SIZE", "8"},
+                                                          {"TNT_LOCAL_RANK", "1"},
+                                                          {"TNT_LOCAL_SIZE", "4"},
+                                                          {"TNT_DEVICE", "cuda:1"},
+                                                          {"TNT_LAUNCHER", "1"}});
+  RankBinding b{1, {4, 5, 6, 7}, 4};
+  auto pinned = rank_variables(id, "cpu", b);
+  CHECK(pinned.at(6) == std::pair<std::string, std::string>{"TNT_NUMA_NODE", "1"});
+  CHECK(pinned.at(7) == std::pair<std::string, std::string>{"TNT_NUM_THREADS", "4"});
+  CHECK(env::is_reserved("TNT_DEVICE"));
+  CHECK_FALSE(env::is_reserved("TNT_FUSION_THRESHOLD"));
+}

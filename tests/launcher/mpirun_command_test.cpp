@@ -1,0 +1,110 @@
+#include "error.hpp"
+#include "exports.hpp"
+#include "mpirun_command.hpp"
+#include "shell_words.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tnt::launcher;
+using Words = std::vector<std::string>;
+
+TEST_CASE("mpirun command: one local host, two CPU ranks", "[mpirun]") {
+  CommandSpec spec;
+  spec.mpirun = "/usr/bin/mpirun";
+  spec.hosts = {{"localhost", 2, true}};
+  spec.exports = {{"TNT_LAUNCHER", "1"}};
+  spec.pass_by_name = {"TNT_LAUNCHER_REPORT"};
+  spec.self = "/opt/tnt/bin/tarantella";
+  spec.step.program = {"./train", "--epochs=1"};
+  CHECK(mpirun_command(spec) ==
+        Words{"/usr/bin/mpirun", "--host", "localhost:2", "-np", "2", "--map-by", "slot", "--bind-to", "none",
+              "-x", "TNT_LAUNCHER_REPORT", "-x", "TNT_LAUNCHER=1", "/opt/tnt/bin/tarantella", "__tnt_rank_step",
+              "--", "./train", "--epochs=1"});
+  spec.as_root = true;
+  CHECK(mpirun_command(spec)[1] == "--allow-run-as-root");
+}
+
+TEST_CASE("mpirun command: two hosts, GPU ranks, pinned, extra MPI arguments", "[mpirun]") {
+  CommandSpec spec;
+  spec.mpirun = "mpirun";
+  spec.hosts = {{"n1", 4, false}, {"n2", 3, false}};
+  spec.exports = {{"TNT_LAUNCHER", "1"}, {"TNT_FUSION_THRESHOLD", "0"}, {"OMP_NUM_THREADS", "8"}};
+  spec.pass_by_name = {"TNT_LAUNCHER_REPORT", "PATH"};
+  spec.mpi_args = {"--mca", "btl_tcp_if_include", "ib0"};
+  spec.self = "/t";
+  spec.step = {PinMode::socket_strict, DeviceKind::gpu, {"prog"}};
+  CHECK(shell_join(mpirun_command(spec)) ==
+        "mpirun --host n1:4,n2:3 -np 7 --map-by slot --bind-to none -x TNT_LAUNCHER_REPORT -x PATH "
+        "-x TNT_LAUNCHER=1 -x TNT_FUSION_THRESHOLD=0 -x OMP_NUM_THREADS=8 --mca btl_tcp_if_include ib0 "
+        "/t __tnt_rank_step --pin socket-strict --gpu -- prog");
+}
+
+TEST_CASE("mpirun command: from options to words", "[mpirun]") {
+  Options o = parse_command_line({"-n", "3", "--pin-to-socket", "--log-level", "info", "-x", "MSG=a b", "--mpi-args",
+                                  "--mca btl self,vader", "--", "sh", "-c", "echo $TNT_RANK"});
+  CommandSpec spec;
+  spec.mpirun = "/usr/bin/mpirun";
+  spec.hosts = {{"localhost", *o.ranks_per_node, true}};
+  spec.exports = rank_exports(o, {{"TNT_SEED", "7"}, {"HOME", "/root"}});
+  spec.mpi_args = o.mpi_args;
+  spec.self = "/b/tarantella";
+  spec.step = {o.pin, DeviceKind::cpu, o.program};
+  CHECK(shell_join(mpirun_command(spec)) ==
+        "/usr/bin/mpirun --host localhost:3 -np 3 --map-by slot --bind-to none -x TNT_LAUNCHER=1 "
+        "-x TNT_LOG_LEVEL=INFO -x TNT_SEED=7 -x 'MSG=a b' --mca btl self,vader /b/tarantella __tnt_rank_step "
+        "--pin socket -- sh -c 'echo $TNT_RANK'");
+}
+
+TEST_CASE("mpirun command: the per-rank step's arguments round-trip", "[mpirun]") {
+  for (auto pin : {PinMode::none, PinMode::socket, PinMode::socket_strict}) {
+    for (auto dev : {DeviceKind::cpu, DeviceKind::gpu}) {
+      RankStepArgs in{pin, dev, {"prog", "--", "-x"}};
+      auto words = rank_step_arguments(in);
+      REQUIRE(words.front() == rank_step_flag);
+      auto out = parse_rank_step_arguments(Words(words.begin() + 1, words.end()));
+      CHECK(out.pin == pin);
+      CHECK(out.device == dev);
+      CHECK(out.program == in.program);
+    }
+  }
+  CHECK_THROWS_AS(parse_rank_step_arguments({"--pin", "wrong", "--", "p"}), InputError);
+  CHECK_THROWS_AS(parse_rank_step_arguments({"--what", "--", "p"}), InputError);
+  CHECK_THROWS_AS(parse_rank_step_arguments({"--"}), InputError);
+  CHECK_THROWS_AS(parse_rank_step_arguments({}), InputError);
+}
+
+TEST_CASE("exports: order and precedence", "[exports]") {
+  Options o;
+  o.fusion_threshold_kb = 0;
+  o.output_on_all_devices = true;
+  o.exports = {{"A", "1"}, {"TNT_SEED", "from -x"}};
+  const Environment env{{"TNT_SEED", "from env"},     {"TNT_FUSION_THRESHOLD", "99"}, {"TNT_ZETA", "z"},
+                        {"TNT_RANK", "stale"},        {"TNT_LAUNCHER_REPORT", "x"},   {"PATH", "/bin"},
+                        {"TNT_ALPHA", "a"}};
+  CHECK(rank_exports(o, env) == std::vector<EnvVar>{{"TNT_LAUNCHER", "1"},
+                                                    {"TNT_FUSION_THRESHOLD", "0"},
+                                                    {"TNT_OUTPUT_ON_ALL_DEVICES", "1"},
+                                                    {"TNT_ALPHA", "a"},
+                                                    {"TNT_ZETA", "z"},
+                                                    {"A", "1"},
+                                                    {"TNT_SEED", "from -x"}});
+  Options plain;
+  CHECK(rank_exports(plain, {}) == std::vector<EnvVar>{{"TNT_LAUNCHER", "1"}});
+}
+
+TEST_CASE("shell words", "[mpirun]") {
+  CHECK(split_shell_words("") == Words{});
+  CHECK(split_shell_words("  a  b\tc ") == Words{"a", "b", "c"});
+  CHECK(split_shell_words("--mca btl 'tcp,self' \"x y\" z\\ w") == Words{"--mca", "btl", "tcp,self", "x y", "z w"});
+  CHECK(split_shell_words("a\"b\"'c'") == Words{"abc"});
+  CHECK(split_shell_words("\"a \\\"q\\\" \\n\"") == Words{"a \"q\" \\n"});
+  CHECK(split_shell_words("''") == Words{""});
+  CHECK_THROWS_AS(split_shell_words("'open"), InputError);
+  CHECK_THROWS_AS(split_shell_words("\"open"), InputError);
+  CHECK(shell_quote("plain-word_1.2/x:y,z=w") == "plain-word_1.2/x:y,z=w");
+  CHECK(shell_quote("") == "''");
+  CHECK(shell_quote("a b") == "'a b'");
+  CHECK(shell_quote("it's") == "'it'\\''s'");
+  const Words tricky{"a b", "it's", "$HOME", "", "x"};
+  CHECK(split_shell_words(shell_join(tricky)) == tricky);
+}

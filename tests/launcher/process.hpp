@@ -1,0 +1,59 @@
+// Running the launcher from a test: spawn with a chosen environment, capture stdout and
+// stderr, wait with a deadline, and send signals. A test that waits past its deadline
+// kills the whole process group it started and reports a timeout rather than hanging.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace tnt_test {
+
+using Env = std::map<std::string, std::string>;
+
+// This process's environment without any TNT_* variable, plus what root needs for Open MPI.
+Env clean_environment();
+
+struct Outcome {
+  int status = 0;  // as from waitpid
+  std::string out, err;
+  double seconds = 0;
+  bool timed_out = false;
+
+  bool exited(int code) const;
+  bool signaled(int sig) const;
+  std::string describe() const;  // for INFO(): status, stdout and stderr
+};
+
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const Env& env);
+  ~Process();
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const;
+  // Reads output until the process has exited and its output is closed, or the deadline.
+  Outcome wait(std::chrono::milliseconds deadline);
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1, err_ = -1;
+  std::chrono::steady_clock::time_point start_;
+  bool reaped_ = false;
+};
+
+Outcome run(const std::vector<std::string>& argv, const Env& env,
+            std::chrono::milliseconds deadline = std::chrono::seconds(60));
+
+// PIDs of live (non-zombie) processes whose command line contains `marker` as a whole
+// argument, the test process itself excluded.
+std::vector<pid_t> processes_with_argument(const std::string& marker);
+
+// The command name (/proc/PID/comm), empty when the process is gone.
+std::string process_name(pid_t pid);
+
+}  // namespace tnt_test

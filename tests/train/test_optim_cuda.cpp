@@ -1,0 +1,73 @@
+// The optimizers' CUDA update kernels against their CPU loops: the same parameters and
+// gradients on both devices, three steps, then |gpu - cpu| <= atol + rtol * |cpu| on the
+// parameters and on every state tensor. Both engines evaluate the same f32 formula with
+// the same precomputed scalars; they differ only where nvcc fuses a multiply and an add
+// (one rounding fewer) and in sqrt/division, which are correctly rounded on both. That is
+// a few ulps per step: rtol 1e-5 (~80 ulps) and atol 1e-7 for elements near zero.
+#include <catch2/catch.hpp>
+
+#include "../gpu/gpu_test_util.hpp"
+#include "tarantella/optim.hpp"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+using namespace tnt;
+
+namespace {
+
+void compare(const std::function<std::unique_ptr<Optimizer>()>& make, const std::string& what) {
+  REQUIRE(cuda_available());
+  // 100003 elements: a prime, above the CPU's parallel threshold, several grid strides.
+  const Shape shape{100003};
+  Parameter cpu, gpu;
+  cpu.value = test::random_tensor(shape, what + ".p");
+  cpu.grad = Tensor::zeros(shape);
+  gpu.value = cpu.value.to(test::gpu());
+  gpu.grad = Tensor::zeros(shape, DType::f32, test::gpu());
+  auto opt_cpu = make();
+  auto opt_gpu = make();
+  for (int step = 0; step < 3; ++step) {
+    Tensor g = test::random_tensor(shape, what + ".g" + std::to_string(step));
+    cpu.grad.copy_from(g);
+    gpu.grad.copy_from(g);
+    opt_cpu->step({{"w", &cpu}});
+    opt_gpu->step({{"w", &gpu}});
+  }
+  test::require_close(gpu.value, cpu.value, 1e-7, 1e-5, what + " parameters");
+  std::vector<NamedTensor> sc = opt_cpu->named_state(), sg = opt_gpu->named_state();
+  REQUIRE(sc.size() == sg.size());
+  for (size_t i = 0; i < sc.size(); ++i) {
+    CHECK(sg[i].name == sc[i].name);
+    test::require_close(sg[i].tensor, sc[i].tensor, 1e-7, 1e-5, what + " " + sc[i].name);
+  }
+  CHECK(sg[0].tensor.device() == (sg.size() > 1 ? test::gpu() : Device::cpu()));
+}
+
+}  // namespace
+
+TEST_CASE("optim cuda: SGD kernels match the CPU") {
+  compare([] { return std::make_unique<SGD>(0.1); }, "sgd");
+  compare([] { return std::make_unique<SGD>(0.1, SgdOptions{.momentum = 0.9, .weight_decay = 1e-4, .nesterov = true}); },
+          "sgd_nesterov");
+  compare([] { return std::make_unique<SGD>(0.1, SgdOptions{.momentum = 0.9, .dampening = 0.1}); }, "sgd_dampening");
+}
+
+TEST_CASE("optim cuda: Adam and AdamW kernels match the CPU") {
+  compare([] { return std::make_unique<Adam>(1e-2, AdamOptions{.weight_decay = 1e-2}); }, "adam");
+  compare([] { return std::make_unique<AdamW>(1e-2); }, "adamw");
+}
+
+TEST_CASE("optim cuda: state follows a parameter moved to the GPU") {
+  REQUIRE(cuda_available());
+  Parameter p;
+  p.value = test::random_tensor({17}, "move.p");
+  p.grad = test::random_tensor({17}, "move.g");
+  Adam opt(1e-3);
+  opt.step({{"w", &p}});
+  p.value = p.value.to(test::gpu());
+  p.grad = p.grad.to(test::gpu());
+  opt.step({{"w", &p}});
+  CHECK(opt.named_state()[0].tensor.device() == test::gpu());
+}

@@ -1,5 +1,7 @@
 #include "environment.hpp"
 
+#include <unistd.h>
+
 extern char** environ;
 
 namespace tnt::launcher {
@@ -13,6 +15,12 @@ Environment current_environment() {
     env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
   }
   return env;
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
 }
 
 }  // namespace tnt::launcher

@@ -13,6 +13,9 @@ using Environment = std::map<std::string, std::string>;
 
 Environment current_environment();
 
+// gethostname(): the name the launcher plans with and ranks report under.
+std::string this_host_name();
+
 inline std::optional<std::string> lookup(const Environment& env, const std::string& name) {
   auto it = env.find(name);
   if (it == env.end()) return std::nullopt;

@@ -30,12 +30,6 @@ namespace {
 
 constexpr int exit_bad_input = 2;
 
-std::string this_host() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
 void warn(const std::string& text) { std::fprintf(stderr, "tarantella: warning: %s\n", text.c_str()); }
 
 std::string version_text() {
@@ -77,7 +71,7 @@ int launch(const std::vector<std::string>& args) {
                                        topology->source));
     }
   }
-  const std::string host = this_host();
+  const std::string host = tl::this_host_name();
   const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
   for (const auto& w : plan.warnings) warn(w);
 

@@ -3,12 +3,11 @@
 #include "env_names.hpp"
 #include "error.hpp"
 #include "gpus.hpp"
+#include "native_libs.hpp"
 #include "report.hpp"
 #include "text.hpp"
 #include "topology.hpp"
 
-#include <numa.h>
-#include <numaif.h>
 #include <sched.h>
 
 #include <fmt/format.h>
@@ -40,25 +39,26 @@ int read_int(const Environment& env, const char* name) {
 }
 
 void apply_binding(const RankBinding& b, PinMode mode) {
-  if (numa_available() < 0) throw SystemError("cannot bind: the kernel has no NUMA support (libnuma)");
+  const Numa& numa = Numa::get();
+  if (numa.available() < 0) throw SystemError("cannot bind: the kernel has no NUMA support (libnuma)");
   // The step is single-threaded here, so what is set now is what the program inherits:
   // the CPU mask and the memory policy both survive fork and exec.
-  bitmask* cpus = numa_allocate_cpumask();
-  for (unsigned cpu : b.cpus) numa_bitmask_setbit(cpus, cpu);
-  const int rc = numa_sched_setaffinity(0, cpus);
+  bitmask* cpus = numa.allocate_cpumask();
+  for (unsigned cpu : b.cpus) numa.bitmask_setbit(cpus, cpu);
+  const int rc = numa.sched_setaffinity(0, cpus);
   const int err = errno;
-  numa_free_cpumask(cpus);
+  numa.bitmask_free(cpus);
   if (rc != 0) {
     throw SystemError(fmt::format("cannot bind to cpus {}: {}", format_cpu_list(b.cpus), std::strerror(err)));
   }
-  bitmask* nodes = numa_allocate_nodemask();
-  numa_bitmask_setbit(nodes, b.numa_node);
+  bitmask* nodes = numa.allocate_nodemask();
+  numa.bitmask_setbit(nodes, b.numa_node);
   if (mode == PinMode::socket) {
-    numa_set_preferred(static_cast<int>(b.numa_node));
+    numa.set_preferred(static_cast<int>(b.numa_node));
   } else {
-    numa_set_membind(nodes);
+    numa.set_membind(nodes);
   }
-  numa_free_nodemask(nodes);
+  numa.bitmask_free(nodes);
 
   // libnuma reports failures on stderr rather than to the caller, so read back what the
   // kernel holds now: the rank must run exactly as the plan says, or not at all.
@@ -74,7 +74,7 @@ void apply_binding(const RankBinding& b, PinMode mode) {
   }
   int policy = -1;
   unsigned long mask[16] = {};
-  if (::get_mempolicy(&policy, mask, sizeof(mask) * 8, nullptr, 0) != 0) throw system_error("get_mempolicy");
+  if (numa.get_mempolicy(&policy, mask, sizeof(mask) * 8, nullptr, 0) != 0) throw system_error("get_mempolicy");
   const int wanted = mode == PinMode::socket ? MPOL_PREFERRED : MPOL_BIND;
   const bool on_node = b.numa_node < sizeof(mask) * 8 && ((mask[b.numa_node / 64] >> (b.numa_node % 64)) & 1UL) != 0;
   const int mode_flags = (1 << 15) | (1 << 14) | (1 << 13);  // MPOL_F_STATIC/RELATIVE_NODES, NUMA_BALANCING
@@ -82,12 +82,6 @@ void apply_binding(const RankBinding& b, PinMode mode) {
     throw SystemError(fmt::format("cannot set the memory policy to {} on NUMA node {}",
                                   mode == PinMode::socket ? "preferred" : "bind", b.numa_node));
   }
-}
-
-std::string current_host() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
 }
 
 // Signals mpirun may send to a rank that the program must get too.
@@ -111,7 +105,7 @@ bool is_termination(int sig) { return sig == SIGINT || sig == SIGTERM || sig == 
   argv.push_back(nullptr);
   ::execvp(argv[0], argv.data());
   const int err = errno;
-  std::fprintf(stderr, "tarantella: cannot run '%s' on %s: %s\n", argv[0], current_host().c_str(), std::strerror(err));
+  std::fprintf(stderr, "tarantella: cannot run '%s' on %s: %s\n", argv[0], this_host_name().c_str(), std::strerror(err));
   ::_exit(err == ENOENT ? 127 : 126);
 }
 
@@ -201,7 +195,6 @@ std::vector<std::pair<std::string, std::string>> rank_variables(const RankIdenti
 namespace {
 
 int run_rank_step(const RankStepArgs& args, const Environment& env, const RankIdentity& id, const std::string& host) {
-
   std::string device = "cpu";
   if (args.device == DeviceKind::gpu) {
     const int gpus = count_gpus(env);
@@ -255,7 +248,7 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
 
 int rank_step_main(const std::vector<std::string>& words) {
   const Environment env = current_environment();
-  const std::string host = current_host();
+  const std::string host = this_host_name();
   RankIdentity id;
   bool known = false;
   try {

@@ -7,14 +7,15 @@
 #include <arpa/inet.h>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <random>
 #include <sstream>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -59,9 +60,14 @@ std::optional<RankFailure> parse_report(const std::string& line, const std::stri
   return f;
 }
 
+// getrandom(2) rather than std::random_device: the latter probes the CPU with cpuid,
+// which costs a VM exit on virtual machines, and this runs at every launch.
 std::string random_token() {
-  std::random_device rd;
-  return fmt::format("{:08x}{:08x}", rd(), rd());
+  std::uint64_t value = 0;
+  if (::getrandom(&value, sizeof value, 0) != static_cast<ssize_t>(sizeof value)) {
+    value = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^ static_cast<std::uint64_t>(::getpid());
+  }
+  return fmt::format("{:016x}", value);
 }
 
 }  // namespace

@@ -1,8 +1,7 @@
 #include "topology.hpp"
 
 #include "error.hpp"
-
-#include <hwloc.h>
+#include "native_libs.hpp"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -14,25 +13,26 @@ namespace tnt::launcher {
 namespace {
 
 struct TopologyDeleter {
-  void operator()(hwloc_topology* t) const { hwloc_topology_destroy(t); }
+  void operator()(hwloc_topology* t) const { Hwloc::get().topology_destroy(t); }
 };
 using TopologyPtr = std::unique_ptr<hwloc_topology, TopologyDeleter>;
 
 // Several NUMA nodes can share one set of cores (DRAM plus HBM or CXL memory behind the
 // same package); for pinning ranks to cores only the first of them is a distinct domain.
 NodeTopology extract(hwloc_topology_t topo, std::string source) {
+  const Hwloc& hw = Hwloc::get();
   NodeTopology out;
   out.source = std::move(source);
-  out.this_system = hwloc_topology_is_thissystem(topo) != 0;
+  out.this_system = hw.topology_is_thissystem(topo) != 0;
 
   std::vector<hwloc_const_cpuset_t> seen;
-  const int numa_count = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
-  const int pu_count = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+  const int numa_count = hw.nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  const int pu_count = hw.nbobjs_by_type(topo, HWLOC_OBJ_PU);
   for (int n = 0; n < numa_count; ++n) {
-    hwloc_obj_t numa = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(n));
-    if (numa == nullptr || numa->cpuset == nullptr || hwloc_bitmap_iszero(numa->cpuset)) continue;
+    hwloc_obj_t numa = hw.obj_by_type(topo, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(n));
+    if (numa == nullptr || numa->cpuset == nullptr || hw.bitmap_iszero(numa->cpuset)) continue;
     bool duplicate = false;
-    for (auto s : seen) duplicate = duplicate || hwloc_bitmap_isequal(s, numa->cpuset);
+    for (auto s : seen) duplicate = duplicate || hw.bitmap_isequal(s, numa->cpuset);
     if (duplicate) continue;
     seen.push_back(numa->cpuset);
 
@@ -40,8 +40,8 @@ NodeTopology extract(hwloc_topology_t topo, std::string source) {
     domain.os_index = numa->os_index;
     hwloc_obj_t current_core = nullptr;
     for (int p = 0; p < pu_count; ++p) {
-      hwloc_obj_t pu = hwloc_get_obj_by_type(topo, HWLOC_OBJ_PU, static_cast<unsigned>(p));
-      if (!hwloc_bitmap_isset(numa->cpuset, pu->os_index)) continue;
+      hwloc_obj_t pu = hw.obj_by_type(topo, HWLOC_OBJ_PU, static_cast<unsigned>(p));
+      if (!hw.bitmap_isset(numa->cpuset, pu->os_index)) continue;
       // A topology without a core level (some synthetic ones) counts each PU as a core.
       hwloc_obj_t core = hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_CORE, pu);
       if (core == nullptr || core != current_core || domain.cores.empty()) {
@@ -60,7 +60,7 @@ NodeTopology extract(hwloc_topology_t topo, std::string source) {
 
 TopologyPtr new_topology() {
   hwloc_topology_t raw = nullptr;
-  if (hwloc_topology_init(&raw) != 0) throw system_error("hwloc_topology_init");
+  if (Hwloc::get().topology_init(&raw) != 0) throw system_error("hwloc_topology_init");
   return TopologyPtr(raw);
 }
 
@@ -68,7 +68,7 @@ TopologyPtr new_topology() {
 
 NodeTopology load_topology() {
   auto topo = new_topology();
-  if (hwloc_topology_load(topo.get()) != 0) {
+  if (Hwloc::get().topology_load(topo.get()) != 0) {
     throw InputError(fmt::format("cannot read this machine's topology with hwloc: {}", std::strerror(errno)));
   }
   return extract(topo.get(), "this machine");
@@ -80,12 +80,12 @@ NodeTopology load_topology(std::string_view spec) {
   struct stat st {};
   std::string source;
   if (::stat(s.c_str(), &st) == 0) {
-    if (hwloc_topology_set_xml(topo.get(), s.c_str()) != 0) {
+    if (Hwloc::get().topology_set_xml(topo.get(), s.c_str()) != 0) {
       throw InputError(fmt::format("cannot read topology file '{}': not an hwloc XML file", s));
     }
     source = fmt::format("topology file '{}'", s);
   } else {
-    if (hwloc_topology_set_synthetic(topo.get(), s.c_str()) != 0) {
+    if (Hwloc::get().topology_set_synthetic(topo.get(), s.c_str()) != 0) {
       throw InputError(fmt::format(
           "cannot read topology '{}': no such file, and not a synthetic description such as "
           "\"pack:2 numa:1 core:8 pu:1\"",
@@ -93,7 +93,7 @@ NodeTopology load_topology(std::string_view spec) {
     }
     source = fmt::format("synthetic topology '{}'", s);
   }
-  if (hwloc_topology_load(topo.get()) != 0) {
+  if (Hwloc::get().topology_load(topo.get()) != 0) {
     throw InputError(fmt::format("cannot read {}: {}", source, std::strerror(errno)));
   }
   return extract(topo.get(), source);

@@ -13,7 +13,7 @@ foreach(_case missing_data_dir truncated_gzip truncated_idx corrupt_gzip batch_s
               micro_batch_mismatch checkpoint_other_model)
   add_test(NAME fashion_mnist.bad_input.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_bad_input.sh ${_fm_bins} ${_case})
-  # The scripts' own guard (TNT_E2E_TIMEOUT, 90 s a run) ends a hang first; this is the
+  # The scripts' own guard (TNT_E2E_TIMEOUT, 60 s a run) ends a hang first; this is the
   # backstop for the whole script (up to two runs).
   set_tests_properties(fashion_mnist.bad_input.${_case} PROPERTIES
                        TIMEOUT 240 ENVIRONMENT "${_fm_env}" LABELS e2e)

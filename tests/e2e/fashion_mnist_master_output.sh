@@ -27,8 +27,10 @@ expect_once() {
   if [[ $n -eq 1 ]]; then fm_pass "$name: '$2' appears once"; else fm_fail "$name: '$2' appears $n times, expected once"; fi
 }
 
+expect_once '^Model: ' "the model summary"
+expect_once '^2 ranks, global batch 64, 256 training samples' "2 ranks, global batch 64, ..."
 for ((e = 1; e <= epochs; e++)); do expect_once "^Epoch $e/$epochs\$" "Epoch $e/$epochs"; done
-expect_once "^Test loss: " "Test loss: ..."
+expect_once "^Test loss: .*\($epochs epochs?, 2 ranks\)\$" "Test loss: ... ($epochs epochs, 2 ranks)"
 # The line printed at the end of each epoch ("4/4 - 1s 20ms/step - loss: ...").
 n=$(count_lines "^[0-9]+/[0-9]+ - .*loss: ")
 if [[ $n -eq $epochs ]]; then
@@ -129,7 +131,7 @@ sys.exit(1 if problems else 0)
 EOF
   fm_pass "$name: checkpoint.safetensors parses and holds the MLP's tensors"
 else
-  fm_fail "$name: checkpoint.safetensors is malformed (see above)"
+  fm_fail "$name: checkpoint.safetensors: the problems are listed above"
 fi
 
 fm_finish

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tarantella/device.hpp"
 #include "tarantella/init.hpp"
 #include "tarantella/tensor.hpp"
 
@@ -14,7 +15,14 @@
 
 namespace tnt::test {
 
-inline Device gpu() { return Device::cuda(0); }
+// cuda:0, or a clear failure where this process cannot use a GPU.
+inline Device gpu() {
+  static const bool available = cuda_available();
+  if (!available) {
+    throw Error("no usable CUDA device: the gpu-labelled tests need one (scripts/gpu-check on a GPU machine)");
+  }
+  return Device::cuda(0);
+}
 
 // Uniform in [lo, hi), a pure function of (key, index): the same on every run.
 inline Tensor random_tensor(const Shape& shape, const std::string& key, float lo = -1.0f, float hi = 1.0f) {

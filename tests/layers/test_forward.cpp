@@ -4,6 +4,7 @@
 #include "tarantella/layers.hpp"
 
 #include <cmath>
+#include <limits>
 
 using namespace tnt;
 
@@ -99,6 +100,17 @@ TEST_CASE("MaxPool2D sends the gradient of a tie to one element", "[forward]") {
   CHECK(v[0] == 1.0f);  // the first maximum in row-major order
 }
 
+TEST_CASE("MaxPool2D propagates NaN (the 2x2 fast path and the general path)", "[forward]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  MaxPool2D fast(2, "nan2");
+  std::vector<float> y = run(fast, {Tensor::from_vector({1, 2, nan, 0, 5, 6, 7, 8}, {1, 1, 2, 4})})[0].to_vector();
+  CHECK(y[0] == 6);  // windows (1 2 / 5 6) and (nan 0 / 7 8)
+  CHECK(std::isnan(y[1]));
+  MaxPool2D general(3, 1, 1, "nan3");
+  std::vector<float> z = run(general, {Tensor::from_vector({nan, 1, 2, 3}, {1, 1, 2, 2})})[0].to_vector();
+  for (float v : z) CHECK(std::isnan(v));
+}
+
 TEST_CASE("ReLU, Softmax, Flatten, Add values", "[forward]") {
   ReLU relu("r");
   check_values(run(relu, {Tensor::from_vector({-1, 0, 2}, {3})})[0], {0, 0, 2});
@@ -165,11 +177,13 @@ TEST_CASE("Dropout: scaling, determinism, rank independence", "[forward][dropout
   Tensor y2 = run(drop, {x}, rc)[0];
   CHECK(y1.to_vector() == y2.to_vector());  // same (seed, name, step): same mask
   std::vector<float> v = y1.to_vector();
-  int64_t kept = 0;
+  int64_t kept = 0, neither = 0;
+  const float scaled = static_cast<float>(2.0 * (1.0 / 0.7));
   for (float f : v) {
-    CHECK((f == 0.0f || f == Approx(2.0 / 0.7).epsilon(1e-6)));
-    kept += f != 0.0f;
+    kept += f == scaled;
+    neither += f != scaled && f != 0.0f;
   }
+  CHECK(neither == 0);  // every element is dropped or scaled by 1 / (1 - rate)
   // Kept fraction: binomial(1e5, 0.7) has stddev 0.0014; 0.01 is seven of them.
   CHECK(static_cast<double>(kept) / (n * d) == Approx(0.7).margin(0.01));
 
@@ -199,4 +213,74 @@ TEST_CASE("layers check their inputs", "[forward]") {
   CHECK(unnamed.has_default_name());
   unnamed.set_name("r1");
   CHECK_FALSE(unnamed.has_default_name());
+}
+
+namespace {
+// A composite layer, as the Transformer's blocks will be: two Dense children.
+class Block : public Layer {
+ public:
+  explicit Block(std::string name) : Layer(std::move(name)) {
+    a_ = std::make_shared<Dense>(3, DenseOptions{}, "a");
+    b_ = std::make_shared<Dense>(2, DenseOptions{.use_bias = false}, "b");
+    add_child(a_);
+    add_child(b_);
+  }
+  std::string type() const override { return "Block"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& in) const override {
+    return b_->output_shapes(a_->output_shapes(in));
+  }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in, const RunContext& rc, SavedState& saved) override {
+    auto states = std::make_shared<std::pair<SavedState, SavedState>>();
+    auto h = a_->forward(in, rc, states->first);
+    auto y = b_->forward(h, rc, states->second);
+    saved.extra = states;
+    return y;
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const RunContext& rc, SavedState& saved) override {
+    auto states = std::static_pointer_cast<std::pair<SavedState, SavedState>>(saved.extra);
+    return a_->backward(b_->backward(g, rc, states->second), rc, states->first);
+  }
+  std::shared_ptr<Dense> a_, b_;
+};
+}  // namespace
+
+TEST_CASE("a composite layer nests its children's names", "[forward]") {
+  Block block("block");
+  block.a_->ensure_built({{1, 4}});
+  block.b_->ensure_built({{1, 3}});
+  std::vector<std::string> names;
+  for (auto& [n, p] : block.named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"block.a.weight", "block.a.bias", "block.b.weight"});
+  CHECK(block.parameter_count() == 4 * 3 + 3 + 3 * 2);
+  // Initialised under the full names: a standalone Dense called "block.a" draws the same.
+  block.initialize(5);
+  Dense alone(3, {}, "block.a");
+  alone.ensure_built({{1, 4}});
+  alone.initialize(5);
+  CHECK(alone.weight().value.to_vector() == block.a_->weight().value.to_vector());
+  RunContext rc;
+  rc.training = true;
+  test::check_layer(block, {test::random_tensor({2, 4}, 1, "x")}, rc);
+}
+
+TEST_CASE("CPU engines are bitwise reproducible", "[forward]") {
+  auto once = [] {
+    Conv2D conv(16, 3, {.padding = 1}, "det_conv");
+    BatchNorm bn("det_bn");
+    conv.ensure_built({{4, 8, 6, 6}});
+    conv.initialize(3);
+    RunContext rc;
+    rc.training = true;
+    SavedState s1, s2;
+    Tensor x = test::random_tensor({4, 8, 6, 6}, 1, "x");
+    Tensor h = conv.forward({x}, rc, s1)[0];
+    Tensor y = bn.forward({h}, rc, s2)[0];
+    Tensor dx = conv.backward(bn.backward({test::random_tensor(y.shape(), 2, "dy")}, rc, s2), rc, s1)[0];
+    std::vector<float> all = y.to_vector();
+    for (float v : dx.to_vector()) all.push_back(v);
+    for (float v : conv.weight().grad.to_vector()) all.push_back(v);
+    for (float v : bn.running_var().value.to_vector()) all.push_back(v);
+    return all;
+  };
+  CHECK(once() == once());
 }

@@ -43,8 +43,11 @@ TEST_CASE("gradient: Conv2D with stride, padding and bias", "[grad]") {
       conv.ensure_built({{2, t.c, t.h, t.w}});
       conv.initialize(3);
       if (t.bias) conv.bias()->value.copy_from(test::random_tensor({t.f}, 3, "b"));
-      // Sixteen channels make oneDNN choose blocked layouts (the reorder path).
-      test::check_layer(conv, {test::random_tensor({2, t.c, t.h, t.w}, 3, "x")}, training());
+      // Sixteen channels make oneDNN choose blocked layouts (the reorder path); there, every
+      // 7th element (a stride prime to every dimension) keeps the test fast.
+      GradCheck opt;
+      opt.every = t.c >= 16 ? 7 : 1;
+      test::check_layer(conv, {test::random_tensor({2, t.c, t.h, t.w}, 3, "x")}, training(), opt);
     }
   }
 }
@@ -172,5 +175,66 @@ TEST_CASE("backward adds parameter gradients over calls", "[grad]") {
       for (size_t i = 0; i < twice.size(); ++i) CHECK(twice[i] == Approx(2 * once[k][i]).margin(1e-6));
       ++k;
     }
+  }
+}
+
+namespace {
+// y = 2x whose backward claims 2.02 dy: a 1% error in one factor, which the checker must see.
+class SlightlyWrong : public Layer {
+ public:
+  SlightlyWrong() : Layer("wrong") {}
+  std::string type() const override { return "SlightlyWrong"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& in) const override { return in; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in, const RunContext&, SavedState&) override {
+    Tensor y = in[0].clone();
+    ops::scale(y, 2.0);
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const RunContext&, SavedState&) override {
+    Tensor d = g[0].clone();
+    ops::scale(d, 2.0 * factor);
+    return {d};
+  }
+  double factor = 1.0;
+};
+}  // namespace
+
+TEST_CASE("the gradient checker catches a wrong gradient", "[grad]") {
+  SlightlyWrong layer;
+  Tensor x = test::random_tensor({4, 5}, 1, "x");
+  Tensor w = test::random_tensor({4, 5}, 2, "w");
+  auto objective = [&] {
+    SavedState s;
+    return test::dot(layer.forward({x}, {}, s)[0], w);
+  };
+  SavedState s;
+  layer.forward({x}, {}, s);
+  CHECK(test::compare("right", x, layer.backward({w}, {}, s)[0], objective, {}, false) == 0);
+  layer.factor = 1.05;  // 5%: outside rtol = 2% for every element whose gradient exceeds 0.2
+  int wrong = test::compare("wrong", x, layer.backward({w}, {}, s)[0], objective, {}, false);
+  CHECK(wrong > 0);
+}
+
+TEST_CASE("need_input_grads = false skips input gradients, keeps parameter gradients", "[grad]") {
+  Conv2D conv(3, 3, {.padding = 1}, "conv_first");
+  Dense dense(4, {}, "dense_first");
+  Tensor x = test::random_tensor({2, 1, 5, 5}, 1, "x");
+  for (Layer* layer : std::vector<Layer*>{&conv, &dense}) {
+    Tensor in = layer == &dense ? x.reshape({2, 25}) : x;
+    RunContext rc;
+    rc.training = true;
+    SavedState full, skip;
+    Tensor y = layer->forward({in}, rc, full)[0];
+    Tensor dy = test::random_tensor(y.shape(), 3, "dy");
+    layer->zero_grad();
+    CHECK(layer->backward({dy}, rc, full)[0].defined());
+    std::vector<std::vector<float>> expected;
+    for (Parameter* p : layer->parameters()) expected.push_back(p->grad.to_vector());
+    layer->zero_grad();
+    layer->forward({in}, rc, skip);
+    skip.need_input_grads = false;
+    CHECK_FALSE(layer->backward({dy}, rc, skip)[0].defined());
+    size_t k = 0;
+    for (Parameter* p : layer->parameters()) CHECK(p->grad.to_vector() == expected[k++]);
   }
 }

@@ -109,8 +109,9 @@ class CSVLogger : public Callback {
 enum class MonitorMode { automatic, min, max };
 
 // Saves a checkpoint (weights, optimizer state, epoch, step) after each epoch, written by
-// the master atomically. path may contain "{epoch}" (1-based, as Keras). With
-// save_best_only, only when the monitored global metric improved.
+// the master atomically. path may contain "{epoch}" (1-based, two digits, as Keras). With
+// save_best_only, only when the monitored global metric improved. It runs on every rank
+// (the save is collective, so a failed write stops every rank, not only the master).
 class ModelCheckpoint : public Callback {
  public:
   ModelCheckpoint(std::string path, std::string monitor = "val_loss", bool save_best_only = false,

@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,8 +107,9 @@ class Model {
   // rank computes all of them (no distribution).
   Tensor predict(const Dataset& data, int64_t batch_size);
 
-  // Weights only (parameters and buffers, PyTorch names). save_*: the master writes
-  // atomically; load_*: every rank reads and checks names, shapes and dtypes.
+  // Weights only (parameters and buffers, PyTorch names). save_* are collective: the master
+  // writes atomically and every rank learns whether it worked (a failure throws on every
+  // rank); load_*: every rank reads and checks names, shapes and dtypes.
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
   // Weights + optimizer state + epoch/step/seed (what ModelCheckpoint writes; resume with
@@ -133,6 +135,8 @@ class Model {
                   const DistributedDataset* validation, FitOptions& options);
   Logs run_evaluate(const detail::NextBatch& next);
   std::vector<NamedTensor> checkpoint_tensors(bool with_optimizer);
+  void write_on_master(const std::string& path, const std::vector<NamedTensor>& tensors,
+                       const std::map<std::string, std::string>& metadata);
 
   std::shared_ptr<Network> network_;
   std::shared_ptr<Optimizer> optimizer_;

@@ -185,21 +185,25 @@ void Waiter::check(int rc, const char* call) const {
 }
 
 void Waiter::wait(MPI_Request& request, int peer, const char* role) {
-  // Spinning first keeps small messages fast; after that, yielding lets an oversubscribed
-  // neighbour (or this rank's compute threads) run.
-  constexpr int kSpins = 2000;
+  // Spin first: a peer that is running answers within microseconds, and giving the core
+  // away (sched_yield) on a busy machine can cost a whole scheduler time slice. After
+  // spin_us, yield on every round, so that oversubscribed ranks (tests) and this rank's
+  // compute threads get the core.
   int spins = 0;
+  Clock::time_point spin_until{};
   while (request != MPI_REQUEST_NULL) {
     int flag = 0;
     check(MPI_Test(&request, &flag, MPI_STATUS_IGNORE), "MPI_Test");
     if (flag) return;
-    if (++spins < kSpins) continue;
-    if (Clock::now() > deadline_) timed_out(peer, role);
+    if ((++spins & 63) != 0) continue;
+    Clock::time_point now = Clock::now();
+    if (spins == 64) spin_until = now + std::chrono::microseconds(comm_.spin_us);
+    if (now > deadline_) timed_out(peer, role);
     if (comm_.cancel && comm_.cancel->load(std::memory_order_relaxed)) {
       comm_.broken = true;
       throw CommError(fmt::format("{}: cancelled", comm_error_prefix(comm_, op_.str())));
     }
-    sched_yield();
+    if (now > spin_until) sched_yield();
   }
 }
 

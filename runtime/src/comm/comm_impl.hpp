@@ -82,7 +82,7 @@ struct OpDesc {
   DType dtype = DType::f32;
   const char* unit = nullptr;  // shown instead of "x dtype", e.g. "value(s)"
   bool show_device = false;
-  Device device;
+  Device device = Device::cpu();
   std::string str() const;  // "allreduce(ring, 10 x f32)", "broadcast(root 0, 3 x i64, cpu)"
 };
 
@@ -100,7 +100,9 @@ struct CommImpl {
   double timeout_s = 600.0;
   std::string config_algo;  // TNT_ALLREDUCE_ALGO as configured ("" = defaults)
   size_t ring_segment_bytes = 256 * 1024;
+  int64_t min_segment_bytes = 16 * 1024;  // the ring never cuts chunks finer than this
   int64_t small_bytes = kRingSmallBytes;  // below: recursive doubling inside "ring"
+  int64_t spin_us = 200;  // a wait polls this long before it starts yielding the core
   int tag_ub = 32767;
   int64_t seq = 0;  // collectives entered
   std::shared_ptr<Arrivals> arrivals;
@@ -121,8 +123,8 @@ struct CommImpl {
 };
 
 // Waits for the requests of one collective, polling MPI_Test so that a deadline can be
-// kept; spins briefly, then yields the core (ranks are often oversubscribed in tests and
-// share cores with compute threads).
+// kept; spins for CommImpl::spin_us, then yields the core between polls (ranks are often
+// oversubscribed in tests and share cores with compute threads).
 class Waiter {
  public:
   Waiter(CommImpl& comm, const OpDesc& op);  // call after comm.enter()

@@ -124,6 +124,8 @@ std::unique_ptr<Communicator> Communicator::duplicate() const {
   c->config_algo = p.config_algo;
   c->ring_segment_bytes = p.ring_segment_bytes;
   c->small_bytes = p.small_bytes;
+  c->min_segment_bytes = p.min_segment_bytes;
+  c->spin_us = p.spin_us;
   c->arrivals = p.arrivals;
   if (c->arrivals) {
     c->slot = c->arrivals->next_slot();

@@ -77,10 +77,10 @@ class Ring {
         tag_(c_.tag(c_.seq)) {
     seg_elems_ = std::max<int64_t>(1, static_cast<int64_t>(c_.ring_segment_bytes) / elem_);
     // A chunk smaller than a few segments would give no pipelining; cut it finer, but not
-    // below 4 KiB, where the per-message cost starts to dominate.
+    // below min_segment_bytes, where the cost per message starts to dominate.
     int64_t chunk_elems = chunks_.length(0);
-    int64_t min_elems = std::max<int64_t>(1, 4096 / elem_);
-    if (chunk_elems < 4 * seg_elems_) seg_elems_ = std::max(min_elems, (chunk_elems + 3) / 4);
+    int64_t min_elems = std::max<int64_t>(1, c_.min_segment_bytes / elem_);
+    if (chunk_elems < 4 * seg_elems_) seg_elems_ = std::min(seg_elems_, std::max(min_elems, (chunk_elems + 3) / 4));
     seg_base_.resize(static_cast<size_t>(p_) + 1, 0);
     for (int64_t c = 0; c < p_; ++c) seg_base_[static_cast<size_t>(c + 1)] = seg_base_[static_cast<size_t>(c)] + segments(c);
     sends_.assign(static_cast<size_t>(seg_base_.back()), MPI_REQUEST_NULL);

@@ -39,6 +39,12 @@ BnCache& cache_for(BatchNorm& layer, int64_t channels, Device device) {
   return c;
 }
 
+// SavedState: {x, batch mean, batch 1/std} in training, {x, -, -} in inference (three
+// entries and an extra, as BatchNorm::backward checks before it dispatches).
+struct BnSavedCuda {
+  bool training = false;
+};
+
 struct Dims {
   int64_t n = 0, c = 0, h = 1, w = 1;
 };
@@ -90,8 +96,11 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
   Dims d = dims_of(layer, x);
   const char* what = "BatchNorm";
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  auto info = std::make_shared<BnSavedCuda>();
+  info->training = rc.training;
+  saved.extra = info;
   if (x.numel() == 0) {
-    saved.tensors = {x};
+    saved.tensors = {x, Tensor(), Tensor()};
     return {y};
   }
   TensorDescriptor xd, bnd;
@@ -117,15 +126,16 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
     TNT_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(h, kMode, CudnnScalars::one(), CudnnScalars::zero(), xd,
                                                             x.raw(), xd, y.raw(), bnd, gamma.raw(), beta.raw(),
                                                             running_mean.raw(), running_var.raw(), layer.epsilon()));
-    saved.tensors = {x};
+    saved.tensors = {x, Tensor(), Tensor()};
   }
   return {y};
 }
 
 std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tensor>& grad_outputs,
                                         const RunContext& rc, SavedState& saved) {
-  (void)rc;  // the mode is the forward's: training iff batch statistics were saved
-  TNT_CHECK(!saved.tensors.empty(), "BatchNorm '{}': backward without a forward", layer.name());
+  (void)rc;  // the mode is the forward's
+  TNT_CHECK(saved.tensors.size() == 3 && saved.extra, "BatchNorm '{}': backward without a forward", layer.name());
+  const bool training = static_cast<const BnSavedCuda*>(saved.extra.get())->training;
   const Tensor& x = saved.tensors[0];     // (N, C, [H, W])
   const Tensor& dy = grad_outputs.at(0);  // like x
   int device = common_device({&x, &dy}, "BatchNorm backward");
@@ -140,7 +150,7 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
   const bool weight_grad = affine && layer.weight()->grad.defined();
   const bool bias_grad = affine && layer.bias()->grad.defined();
 
-  if (saved.tensors.size() == 3) {
+  if (training) {
     const Tensor& save_mean = saved.tensors[1];     // (C)
     const Tensor& save_inv_std = saved.tensors[2];  // (C)
     TensorDescriptor xd, bnd;

@@ -150,7 +150,7 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
   const int64_t n = x.dim(0), f = layer.filters();
   if (n == 0) {
     Shape out = layer.output_shapes({x.shape()}).at(0);
-    saved.tensors = {x};
+    saved.tensors = {x, Tensor()};
     return {Tensor::empty(out, x.dtype(), x.device())};
   }
   ConvPlan& plan = plan_for(layer, x, device);
@@ -168,14 +168,16 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
     TNT_CUDNN_CHECK(cudnnAddTensor(h, CudnnScalars::one(), plan.bias, bias->value.raw(), CudnnScalars::one(), plan.y,
                                    y.raw()));
   }
-  saved.tensors = {x};
+  // Two entries, as the CPU engine keeps (Conv2D::backward checks the count before it
+  // dispatches); the second is unused here.
+  saved.tensors = {x, Tensor()};
   return {y};
 }
 
 std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
                                     SavedState& saved) {
   (void)rc;
-  TNT_CHECK(saved.tensors.size() == 1, "Conv2D '{}': backward without a forward", layer.name());
+  TNT_CHECK(saved.tensors.size() == 2, "Conv2D '{}': backward without a forward", layer.name());
   const Tensor& x = saved.tensors[0];      // (N, C, H, W)
   const Tensor& dy = grad_outputs.at(0);   // (N, F, Ho, Wo)
   const Tensor& w = layer.weight().value;  // (F, C, k, k)

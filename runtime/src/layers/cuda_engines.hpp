@@ -7,7 +7,10 @@
 //   - the layer is built (parameters exist on the same device, grads allocated and zeroed
 //     once by Layer; backward ADDS into Parameter::grad, never overwrites);
 //   - SavedState is this engine's own (the CPU engine never reads or writes it);
-//   - layer.engine_cache(Device::Kind::cuda) is free for the engine's per-layer cache.
+//   - layer.engine_cache(Device::Kind::cuda) is free for the engine's per-layer cache;
+//   - saved.need_input_grads == false (set by the graph for a network's first layer) lets
+//     backward skip the input gradients and return undefined tensors (Conv2D and Dense
+//     do on the CPU; parameter gradients are still required).
 // Semantics are the CPU engine's (tests compare them with |gpu - cpu| <= atol + rtol|cpu|):
 //   Dense       y = x W^T + b over the last axis; x (..., in) -> (..., units); W (units, in).
 //   Conv2D      NCHW cross-correlation, square kernel/stride/symmetric padding, W (F, C, k, k).
@@ -18,12 +21,15 @@
 //               inference the running ones (a per-channel affine map).
 //   ReLU        gradient 0 at x == 0.
 //   Softmax     along layer.axis() (normalise negative axes by the input's rank).
-//   MaxPool2D   padding never wins; gradient to the FIRST maximum of a window (row-major).
+//   MaxPool2D   padding never wins; gradient to the FIRST maximum of a window (row-major);
+//               a NaN in a window is the output (as PyTorch).
 //   AvgPool2D   padded positions excluded from the divisor.
 //   GlobalAveragePool (N, C, H, W) -> (N, C).
 //   Dropout     training only (inference never reaches the engine): keep element i iff
 //               philox::uniform(layer.mask_key(rc), Dropout::mask_counter(rc, shape) + i)
 //               >= float(layer.rate()), kept values scaled by 1 / (1 - rate). See philox.hpp.
+//               The engine must leave saved.tensors or saved.extra non-empty (the mask):
+//               an empty SavedState tells backward that forward was the identity.
 //   Flatten, Add: no engine (reshape, and ops::add/copy, which dispatch themselves).
 //   SoftmaxCrossEntropy: logits (R, K) viewed from (..., K), labels (R) i32 or i64;
 //               loss = sum over rows with label != ignore_index of

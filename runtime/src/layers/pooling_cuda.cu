@@ -11,6 +11,8 @@
 #include "backend/cuda/device_common.cuh"
 #include "layers/cuda_engines.hpp"
 
+#include <memory>
+
 namespace tnt::cuda {
 
 namespace {
@@ -19,17 +21,17 @@ struct PoolGeometry {
   int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0, pool = 0, stride = 0, pad = 0;
 };
 
-PoolGeometry geometry(const Pool2DBase& layer, const Tensor& x) {
-  TNT_CHECK(x.ndim() == 4, "{} '{}': input {} is not (N, C, H, W)", layer.type(), layer.name(), x.str());
+PoolGeometry geometry(const Pool2DBase& layer, const Shape& x) {
+  TNT_CHECK(x.size() == 4, "{} '{}': input {} is not (N, C, H, W)", layer.type(), layer.name(), shape_str(x));
   PoolGeometry g;
-  g.n = x.dim(0);
-  g.c = x.dim(1);
-  g.h = x.dim(2);
-  g.w = x.dim(3);
+  g.n = x[0];
+  g.c = x[1];
+  g.h = x[2];
+  g.w = x[3];
   g.pool = layer.pool_size();
   g.stride = layer.stride() > 0 ? layer.stride() : layer.pool_size();
   g.pad = layer.padding();
-  Shape out = layer.output_shapes({x.shape()}).at(0);
+  Shape out = layer.output_shapes({x}).at(0);
   g.ho = out.at(2);
   g.wo = out.at(3);
   return g;
@@ -106,11 +108,12 @@ __global__ void gap_forward_kernel(const T* __restrict__ x,  // (N*C, HW)
   }
 }
 
+// dy * (1 / HW), the CPU engine's arithmetic.
 template <typename T>
 __global__ void gap_backward_kernel(const T* __restrict__ dy,  // (N*C)
-                                    int64_t total, int64_t hw,
+                                    int64_t total, int64_t hw, float inv_hw,
                                     T* __restrict__ dx) {  // (N*C, HW)
-  TNT_KERNEL_LOOP(i, total) { dx[i] = from_float<T>(to_float(dy[i / hw]) / static_cast<float>(hw)); }
+  TNT_KERNEL_LOOP(i, total) { dx[i] = from_float<T>(to_float(dy[i / hw]) * inv_hw); }
 }
 
 void set_avg_pool(const PoolingDescriptor& pd, const PoolGeometry& g) {
@@ -127,7 +130,7 @@ std::vector<Tensor> max_pool2d_forward(MaxPool2D& layer, const std::vector<Tenso
   (void)rc;
   const Tensor& x = inputs.at(0);  // (N, C, H, W)
   int device = common_device({&x}, "MaxPool2D");
-  PoolGeometry g = geometry(layer, x);
+  PoolGeometry g = geometry(layer, x.shape());
   TNT_CHECK(g.h * g.w <= INT32_MAX, "MaxPool2D '{}': plane of {} x {} too large", layer.name(), g.h, g.w);
   Tensor y = Tensor::empty({g.n, g.c, g.ho, g.wo}, x.dtype(), x.device());             // (N, C, Ho, Wo)
   Tensor argmax = Tensor::empty({g.n, g.c, g.ho, g.wo}, DType::i32, x.device());       // (N, C, Ho, Wo)
@@ -139,25 +142,27 @@ std::vector<Tensor> max_pool2d_forward(MaxPool2D& layer, const std::vector<Tenso
     });
     TNT_CUDA_CHECK_LAUNCH();
   }
-  saved.tensors = {x, argmax};
+  // Like the CPU engine: the argmax, and the input's shape in extra (x itself is not kept).
+  saved.tensors = {argmax};
+  saved.extra = std::make_shared<Shape>(x.shape());
   return {y};
 }
 
 std::vector<Tensor> max_pool2d_backward(MaxPool2D& layer, const std::vector<Tensor>& grad_outputs,
                                         const RunContext& rc, SavedState& saved) {
   (void)rc;
-  TNT_CHECK(saved.tensors.size() == 2, "MaxPool2D '{}': backward without a forward", layer.name());
-  const Tensor& x = saved.tensors[0];
-  const Tensor& argmax = saved.tensors[1];
+  TNT_CHECK(saved.tensors.size() == 1 && saved.extra, "MaxPool2D '{}': backward without a forward", layer.name());
+  const Tensor& argmax = saved.tensors[0];
+  const Shape& x_shape = *static_cast<const Shape*>(saved.extra.get());
   const Tensor& dy = grad_outputs.at(0);
-  int device = common_device({&x, &dy}, "MaxPool2D backward");
-  PoolGeometry g = geometry(layer, x);
-  TNT_CHECK(dy.shape() == argmax.shape() && dy.dtype() == x.dtype(), "MaxPool2D '{}': gradient {} for output {}",
-            layer.name(), dy.str(), shape_str(argmax.shape()));
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const int64_t total = x.numel();
+  int device = common_device({&argmax, &dy}, "MaxPool2D backward");
+  PoolGeometry g = geometry(layer, x_shape);
+  TNT_CHECK(dy.shape() == argmax.shape(), "MaxPool2D '{}': gradient {} for output {}", layer.name(), dy.str(),
+            shape_str(argmax.shape()));
+  Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
+  const int64_t total = dx.numel();
   if (total > 0) {
-    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "MaxPool2D", {
+    TNT_CUDA_DISPATCH_FLOAT(dy.dtype(), "MaxPool2D", {
       max_pool_backward_kernel<scalar_t><<<grid_for(total, kBlock, device), kBlock, 0, compute_stream(device)>>>(
           static_cast<const scalar_t*>(dy.raw()), argmax.data<int32_t>(), g, static_cast<scalar_t*>(dx.raw()));
     });
@@ -171,7 +176,7 @@ std::vector<Tensor> avg_pool2d_forward(AvgPool2D& layer, const std::vector<Tenso
   (void)rc;
   const Tensor& x = inputs.at(0);  // (N, C, H, W)
   int device = common_device({&x}, "AvgPool2D");
-  PoolGeometry g = geometry(layer, x);
+  PoolGeometry g = geometry(layer, x.shape());
   Tensor y = Tensor::empty({g.n, g.c, g.ho, g.wo}, x.dtype(), x.device());  // (N, C, Ho, Wo)
   if (y.numel() > 0) {
     PoolingDescriptor pd;
@@ -194,7 +199,7 @@ std::vector<Tensor> avg_pool2d_backward(AvgPool2D& layer, const std::vector<Tens
   const Tensor& y = saved.tensors[1];
   const Tensor& dy = grad_outputs.at(0);
   int device = common_device({&x, &dy}, "AvgPool2D backward");
-  PoolGeometry g = geometry(layer, x);
+  PoolGeometry g = geometry(layer, x.shape());
   TNT_CHECK(dy.shape() == y.shape() && dy.dtype() == x.dtype(), "AvgPool2D '{}': gradient {} for output {}",
             layer.name(), dy.str(), y.str());
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
@@ -230,25 +235,28 @@ std::vector<Tensor> global_average_pool_forward(GlobalAveragePool& layer, const 
     });
     TNT_CUDA_CHECK_LAUNCH();
   }
-  saved.tensors = {x};
+  // Like the CPU engine: backward needs only the input's shape.
+  saved.tensors.clear();
+  saved.extra = std::make_shared<Shape>(x.shape());
   return {y};
 }
 
 std::vector<Tensor> global_average_pool_backward(GlobalAveragePool& layer, const std::vector<Tensor>& grad_outputs,
                                                  const RunContext& rc, SavedState& saved) {
   (void)rc;
-  TNT_CHECK(saved.tensors.size() == 1, "GlobalAveragePool '{}': backward without a forward", layer.name());
-  const Tensor& x = saved.tensors[0];
-  const Tensor& dy = grad_outputs.at(0);  // (N, C)
-  int device = common_device({&x, &dy}, "GlobalAveragePool backward");
-  const int64_t hw = x.dim(2) * x.dim(3), total = x.numel();
-  TNT_CHECK(dy.numel() == x.dim(0) * x.dim(1) && dy.dtype() == x.dtype(),
-            "GlobalAveragePool '{}': gradient {} for input {}", layer.name(), dy.str(), x.str());
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  TNT_CHECK(saved.extra, "GlobalAveragePool '{}': backward without a forward", layer.name());
+  const Shape& xs = *static_cast<const Shape*>(saved.extra.get());  // (N, C, H, W)
+  const Tensor& dy = grad_outputs.at(0);                            // (N, C)
+  int device = common_device({&dy}, "GlobalAveragePool backward");
+  const int64_t hw = xs[2] * xs[3], total = shape_numel(xs);
+  TNT_CHECK(dy.numel() == xs[0] * xs[1], "GlobalAveragePool '{}': gradient {} for input {}", layer.name(), dy.str(),
+            shape_str(xs));
+  Tensor dx = Tensor::empty(xs, dy.dtype(), dy.device());
   if (total > 0) {
-    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "GlobalAveragePool", {
+    TNT_CUDA_DISPATCH_FLOAT(dy.dtype(), "GlobalAveragePool", {
       gap_backward_kernel<scalar_t><<<grid_for(total, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(dy.raw()), total, hw, static_cast<scalar_t*>(dx.raw()));
+          static_cast<const scalar_t*>(dy.raw()), total, hw, 1.0f / static_cast<float>(hw),
+          static_cast<scalar_t*>(dx.raw()));
     });
     TNT_CUDA_CHECK_LAUNCH();
   }

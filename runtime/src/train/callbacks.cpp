@@ -172,7 +172,12 @@ void CSVLogger::on_train_end(const Logs&) {
 // ---- ModelCheckpoint -------------------------------------------------------------------
 
 ModelCheckpoint::ModelCheckpoint(std::string path, std::string monitor, bool save_best_only, MonitorMode mode)
-    : path_(std::move(path)), monitor_(std::move(monitor)), save_best_only_(save_best_only), mode_(mode), best_(0) {}
+    : Callback(Ranks::all),
+      path_(std::move(path)),
+      monitor_(std::move(monitor)),
+      save_best_only_(save_best_only),
+      mode_(mode),
+      best_(0) {}
 
 void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
   TNT_CHECK(model_, "ModelCheckpoint used outside Model::fit");

@@ -466,8 +466,7 @@ NamedTensors as_named(const std::vector<NamedTensor>& v) {
 }  // namespace
 
 void Model::save_weights(const std::string& path) {
-  if (is_master_rank()) write_safetensors(path, as_named(checkpoint_tensors(false)), {{checkpoint_key::format, "pt"}});
-  communicator().barrier();
+  write_on_master(path, checkpoint_tensors(false), {{checkpoint_key::format, "pt"}});
 }
 
 void Model::load_weights(const std::string& path) {
@@ -479,17 +478,30 @@ void Model::load_weights(const std::string& path) {
 }
 
 void Model::save_checkpoint(const std::string& path, int epoch) {
+  Metadata md;
+  md[checkpoint_key::format] = "pt";
+  md[checkpoint_key::epoch] = std::to_string(epoch);
+  md[checkpoint_key::step] = std::to_string(global_step_);
+  md[checkpoint_key::seed] = std::to_string(seed_);
+  md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
+  md["ranks"] = std::to_string(size());
+  write_on_master(path, checkpoint_tensors(true), md);
+}
+
+// Collective: the master writes (atomically), then tells every rank whether it worked, so
+// a failed write (full disk, bad path) ends the job on every rank instead of only one.
+void Model::write_on_master(const std::string& path, const std::vector<NamedTensor>& tensors, const Metadata& md) {
+  std::string failure;
   if (is_master_rank()) {
-    Metadata md;
-    md[checkpoint_key::format] = "pt";
-    md[checkpoint_key::epoch] = std::to_string(epoch);
-    md[checkpoint_key::step] = std::to_string(global_step_);
-    md[checkpoint_key::seed] = std::to_string(seed_);
-    md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
-    md["ranks"] = std::to_string(size());
-    write_safetensors(path, as_named(checkpoint_tensors(true)), md);
+    try {
+      write_safetensors(path, as_named(tensors), md);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      if (failure.empty()) failure = "unknown error";
+    }
   }
-  communicator().barrier();
+  communicator().broadcast(failure, master_rank());
+  if (!failure.empty()) throw Error(fmt::format("writing checkpoint '{}' on the master failed: {}", path, failure));
 }
 
 int Model::load_checkpoint(const std::string& path) {

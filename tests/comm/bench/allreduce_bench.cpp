@@ -6,11 +6,13 @@
 //
 // allreduce mode: one row per size and algorithm,
 //   size count type algo time_us algbw_GBps busbw_GBps wrong
-// time_us is the mean over -n iterations of the slowest rank; algbw = size / time;
+// time_us: the mean over -n iterations of the slowest rank, median over -r rounds (the
+// algorithms take turns round by round, so load bursts on a shared machine hit each
+// alike); algbw = size / time;
 // busbw = algbw * 2(p-1)/p (what each rank's link carries in a ring, so numbers compare
 // across rank counts); wrong = elements that differ from the closed-form result in a
 // separate checked run (-c 1). Rows whose algo reads "ring(rd)" ran the ring's
-// small-message path (recursive doubling, below 16 KiB). "mpi-blocking" is plain
+// small-message path (recursive doubling, below kRingSmallBytes). "mpi-blocking" is plain
 // MPI_Allreduce (Open MPI's own choice of algorithm, no timeout), the reference;
 // "mpi" is the library's mpi path (MPI_Iallreduce polled against the timeout).
 // A memcpy row set follows: the machine's own copy bandwidth at each size, every rank
@@ -114,31 +116,41 @@ class AllreduceRunner {
     }
   }
 
-  Row measure(int64_t count, int warmup, int iters, bool check) {
-    Tensor t = Tensor::empty({count}, dtype_, device_);  // (count,)
-    Tensor host = Tensor::empty({count}, dtype_, Device::cpu());
-    fill_host(host.raw(), count, dtype_, comm_.rank());
-    t.copy_from(host);
-    for (int i = 0; i < warmup; ++i) run_once(t);
+  // Allocates and fills the buffer and runs the warmup iterations.
+  void prepare(int64_t count, int warmup) {
+    t_ = Tensor::empty({count}, dtype_, device_);  // (count,)
+    host_ = Tensor::empty({count}, dtype_, Device::cpu());
+    fill_host(host_.raw(), count, dtype_, comm_.rank());
+    t_.copy_from(host_);
+    for (int i = 0; i < warmup; ++i) run_once(t_);
+  }
+
+  // Mean time per iteration over iters iterations, of the slowest rank.
+  double time_us(int iters) {
     comm_.barrier();
     auto t0 = Clock::now();
-    for (int i = 0; i < iters; ++i) run_once(t);
+    for (int i = 0; i < iters; ++i) run_once(t_);
     double mine = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / std::max(1, iters);
-    Row row;
-    row.time_us = comm_.allreduce_max(mine);
-    if (check) {
-      t.copy_from(host);
-      run_once(t);
-      std::vector<double> got = t.to_double_vector();
-      int64_t wrong = 0;
-      for (int64_t i = 0; i < count; ++i) {
-        double expect = 0;
-        for (int q = 0; q < comm_.size(); ++q) expect += value(i, q);
-        wrong += got[static_cast<size_t>(i)] != expect;
-      }
-      row.wrong = comm_.allreduce_sum(wrong);
+    return comm_.allreduce_max(mine);
+  }
+
+  // Elements that differ from the closed form after one allreduce of fresh data, all ranks.
+  int64_t wrong() {
+    t_.copy_from(host_);
+    run_once(t_);
+    std::vector<double> got = t_.to_double_vector();
+    int64_t bad = 0;
+    for (int64_t i = 0; i < t_.numel(); ++i) {
+      double expect = 0;
+      for (int q = 0; q < comm_.size(); ++q) expect += value(i, q);
+      bad += got[static_cast<size_t>(i)] != expect;
     }
-    return row;
+    return comm_.allreduce_sum(bad);
+  }
+
+  void release() {
+    t_ = Tensor();
+    host_ = Tensor();
   }
 
  private:
@@ -156,7 +168,14 @@ class AllreduceRunner {
   std::string algo_;
   DType dtype_;
   Device device_;
+  Tensor t_, host_;
 };
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 double memcpy_us(int64_t bytes, int warmup, int iters, Communicator& comm) {
   std::vector<char> src(static_cast<size_t>(std::max<int64_t>(bytes, 1)), 1), dst(src.size(), 0);
@@ -181,6 +200,7 @@ void allreduce_mode(const cxxopts::ParseResult& args) {
   double factor = args["stepfactor"].as<double>();
   int warmup = args["warmup_iters"].as<int>();
   int iters = args["iters"].as<int>();
+  int rounds = std::max(1, args["rounds"].as<int>());
   bool check = args["check"].as<int>() != 0;
   DType dtype = dtype_from_name(args["dtype"].as<std::string>());
   std::string dev = args["device"].as<std::string>();
@@ -196,9 +216,10 @@ void allreduce_mode(const cxxopts::ParseResult& args) {
   }
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
 
-  tnt::print("# tnt_allreduce_bench: {} rank(s), dtype {}, device {}, warmup {}, iters {}, check {}", p, dtype_name(dtype),
-        device.str(), warmup, iters, check ? 1 : 0);
-  tnt::print("# busbw = algbw * 2(p-1)/p; time: mean per iteration of the slowest rank; ring(rd): the ring's");
+  tnt::print("# tnt_allreduce_bench: {} rank(s), dtype {}, device {}, warmup {}, iters {}, rounds {}, check {}", p,
+             dtype_name(dtype), device.str(), warmup, iters, rounds, check ? 1 : 0);
+  tnt::print("# busbw = algbw * 2(p-1)/p; time: median over rounds of the mean per iteration of the slowest rank;");
+  tnt::print("# ring(rd): the ring's");
   tnt::print("# small-message path (recursive doubling below {} B); mpi-blocking: plain MPI_Allreduce", kRingSmallBytes);
   tnt::print("# {:>12} {:>12} {:>5} {:>12} {:>11} {:>11} {:>11} {:>6}", "size", "count", "type", "algo", "time_us",
         "algbw_GBps", "busbw_GBps", "wrong");
@@ -215,15 +236,24 @@ void allreduce_mode(const cxxopts::ParseResult& args) {
     int64_t count = bytes / elem;
     // Fewer iterations for huge sizes keep a sweep to a few minutes on a small machine.
     int n = bytes >= (int64_t{32} << 20) ? std::max(2, iters / 4) : iters;
+    std::vector<std::vector<double>> times(algos.size());
+    for (auto& r : runners) r.prepare(count, warmup);
+    // Rounds interleave the algorithms, so a burst of load on a shared machine hits them
+    // alike; the median over rounds is reported.
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t k = 0; k < algos.size(); ++k) times[k].push_back(runners[k].time_us(n));
+    }
     for (size_t k = 0; k < algos.size(); ++k) {
-      Row row = runners[k].measure(count, warmup, n, check);
+      double us = median(times[k]);
+      int64_t bad = check ? runners[k].wrong() : 0;
+      runners[k].release();
       std::string label = algos[k];
       if (label == "ring" && device.is_cpu() && comm::ring_uses_recursive_doubling(comm.impl(), count, dtype)) {
         label = "ring(rd)";
       }
-      double algbw = row.time_us > 0 ? static_cast<double>(bytes) / row.time_us / 1e3 : 0;
+      double algbw = us > 0 ? static_cast<double>(bytes) / us / 1e3 : 0;
       tnt::print("  {:>12} {:>12} {:>5} {:>12} {:>11.2f} {:>11.3f} {:>11.3f} {:>6}", bytes, count, dtype_name(dtype), label,
-            row.time_us, algbw, algbw * bus, check ? std::to_string(row.wrong) : "-");
+                 us, algbw, algbw * bus, check ? std::to_string(bad) : "-");
     }
   }
   tnt::print("# memcpy on every rank at once (the machine's copy bandwidth, for scale)");
@@ -322,6 +352,8 @@ int main(int argc, char** argv) {
       ("w,warmup_iters", "untimed iterations per size", cxxopts::value<int>()->default_value("5"))
       ("n,iters", "timed iterations per size", cxxopts::value<int>()->default_value("20"))
       ("c,check", "1: check results in a separate run", cxxopts::value<int>()->default_value("1"))
+      ("r,rounds", "rounds of -n iterations per size, algorithms interleaved; the median is shown",
+       cxxopts::value<int>()->default_value("5"))
       ("algo", "ring, mpi, mpi-blocking or nccl; comma-separated for several", cxxopts::value<std::string>()->default_value("ring"))
       ("dtype", "f32, f64, i32, i64 (host); f32, f16, bf16 (gpu)", cxxopts::value<std::string>()->default_value("f32"))
       ("device", "cpu or gpu", cxxopts::value<std::string>()->default_value("cpu"))
@@ -329,6 +361,8 @@ int main(int argc, char** argv) {
       ("ring-small", "tuning: bytes below which ring runs recursive doubling (default: the library's)",
        cxxopts::value<int64_t>()->default_value("-1"))
       ("ring-segment", "tuning: ring segment bytes (default: TNT_RING_SEGMENT)", cxxopts::value<int64_t>()->default_value("-1"))
+      ("min-segment", "tuning: smallest ring segment bytes", cxxopts::value<int64_t>()->default_value("-1"))
+      ("spin-us", "tuning: microseconds a wait polls before yielding", cxxopts::value<int64_t>()->default_value("-1"))
       ("h,help", "this text");
   cxxopts::ParseResult args;
   try {
@@ -347,6 +381,8 @@ int main(int argc, char** argv) {
     if (args["ring-segment"].as<int64_t>() > 0) {
       impl.ring_segment_bytes = static_cast<size_t>(args["ring-segment"].as<int64_t>());
     }
+    if (args["min-segment"].as<int64_t>() > 0) impl.min_segment_bytes = args["min-segment"].as<int64_t>();
+    if (args["spin-us"].as<int64_t>() >= 0) impl.spin_us = args["spin-us"].as<int64_t>();
     std::string mode = args["mode"].as<std::string>();
     if (mode == "allreduce") {
       allreduce_mode(args);

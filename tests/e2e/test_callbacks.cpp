@@ -1,0 +1,172 @@
+// Callbacks inside Model::fit on several ranks: the master-only ones write once, the
+// all-rank ones make every rank act together (so nothing hangs).
+#include <catch2/catch.hpp>
+
+#include "tarantella/tarantella.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+std::shared_ptr<tnt::Sequential> make_net() {
+  auto net = std::make_shared<tnt::Sequential>("mlp");
+  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
+  net->add(std::make_shared<tnt::ReLU>("relu"));
+  net->add(std::make_shared<tnt::Dense>(2, "fc2"));
+  net->build({4});
+  return net;
+}
+
+// 64 samples of 4 features; label = whether the first feature is above 0.5.
+tnt::Dataset make_data() {
+  tnt::Tensor x = tnt::Tensor::empty({64, 4});
+  tnt::Tensor y = tnt::Tensor::empty({64}, tnt::DType::i64);
+  tnt::CounterRng rng(5, "callbacks");
+  for (int64_t i = 0; i < 64 * 4; ++i) x.data<float>()[i] = rng.uniform(static_cast<uint64_t>(i));
+  for (int64_t n = 0; n < 64; ++n) y.data<int64_t>()[n] = x.data<float>()[n * 4] > 0.5f ? 1 : 0;
+  return tnt::Dataset::from_tensors({x, y});
+}
+
+std::string job_dir() {
+  std::string dir;
+  if (tnt::is_master_rank()) {
+    char tmpl[] = "/tmp/tnt_callbacks_XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+  }
+  tnt::communicator().broadcast(dir);
+  return dir;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// Counts the hooks it sees.
+class Counter : public tnt::Callback {
+ public:
+  explicit Counter(Ranks r) : tnt::Callback(r) {}
+  void on_epoch_end(int, const tnt::Logs&) override { ++epochs; }
+  void on_train_batch_end(int64_t, const tnt::Logs&) override { ++batches; }
+  int epochs = 0;
+  int batches = 0;
+};
+
+}  // namespace
+
+TEST_CASE("CSVLogger and ModelCheckpoint write on the master only; History on every rank") {
+  const std::string dir = job_dir();
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 3;
+  fit.verbose = 0;
+  fit.validation_data = make_data();
+  auto master_counter = std::make_shared<Counter>(tnt::Callback::Ranks::master);
+  auto all_counter = std::make_shared<Counter>(tnt::Callback::Ranks::all);
+  auto checkpoint = std::make_shared<tnt::ModelCheckpoint>(dir + "/ck-{epoch}.safetensors", "val_loss");
+  fit.callbacks = {std::make_shared<tnt::CSVLogger>(dir + "/history.csv"), checkpoint, master_counter, all_counter};
+  tnt::History h = model.fit(make_data(), fit);
+
+  REQUIRE(h.epochs == std::vector<int>{0, 1, 2});
+  REQUIRE(h.history.at("loss").size() == 3);
+  REQUIRE(h.history.at("val_accuracy").size() == 3);
+  REQUIRE(all_counter->epochs == 3);
+  REQUIRE(all_counter->batches == 12);  // 64 samples / 16 per global batch * 3 epochs
+  REQUIRE(master_counter->epochs == (tnt::is_master_rank() ? 3 : 0));
+  tnt::communicator().barrier();
+  auto lines = lines_of(dir + "/history.csv");
+  REQUIRE(lines.size() == 4);  // header + 3 epochs, written once even with several ranks
+  REQUIRE(lines[0].rfind("epoch,", 0) == 0);
+  REQUIRE(lines[1].rfind("1,", 0) == 0);
+  REQUIRE(lines[3].rfind("3,", 0) == 0);
+  for (int e = 1; e <= 3; ++e) REQUIRE(std::filesystem::exists(fmt::format("{}/ck-{:02d}.safetensors", dir, e)));
+  // The checkpoint loads into a fresh model and holds the trained weights.
+  tnt::Model other(make_net(), 99);
+  other.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  REQUIRE(other.load_checkpoint(dir + "/ck-03.safetensors") == 3);
+  auto a = model.network().named_parameters();
+  auto b = other.network().named_parameters();
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(a[i].param->value.to_vector() == b[i].param->value.to_vector());
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("ModelCheckpoint with save_best_only writes only on improvement") {
+  const std::string dir = job_dir();
+  tnt::Model model(make_net(), 3);
+  // A learning rate of 0 never improves the loss after the first epoch.
+  model.compile(std::make_shared<tnt::SGD>(0.0), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 3;
+  fit.verbose = 0;
+  fit.callbacks = {std::make_shared<tnt::ModelCheckpoint>(dir + "/best-{epoch}.safetensors", "loss", true)};
+  model.fit(make_data(), fit);
+  tnt::communicator().barrier();
+  REQUIRE(std::filesystem::exists(dir + "/best-01.safetensors"));
+  REQUIRE_FALSE(std::filesystem::exists(dir + "/best-02.safetensors"));
+  REQUIRE_FALSE(std::filesystem::exists(dir + "/best-03.safetensors"));
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("EarlyStopping stops every rank after patience epochs without improvement") {
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.0), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 10;
+  fit.verbose = 0;
+  auto stop = std::make_shared<tnt::EarlyStopping>("loss", 0.0, 1);
+  fit.callbacks = {stop};
+  tnt::History h = model.fit(make_data(), fit);
+  // epoch 0 sets the best; 1 waits; 2 exceeds patience 1 and stops.
+  REQUIRE(h.epochs.size() == 3);
+  REQUIRE(stop->stopped_epoch() == 2);
+}
+
+TEST_CASE("LearningRateScheduler sets the rate each epoch and it is logged") {
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 3;
+  fit.verbose = 0;
+  fit.callbacks = {std::make_shared<tnt::LearningRateScheduler>([](int epoch, double) { return 0.1 / (1 << epoch); })};
+  tnt::History h = model.fit(make_data(), fit);
+  REQUIRE(h.history.at("learning_rate") == std::vector<double>{0.1, 0.05, 0.025});
+}
+
+TEST_CASE("TerminateOnNaN stops on a non-finite loss") {
+  tnt::Model model(make_net(), 3);
+  // An enormous learning rate makes the loss overflow within a few steps.
+  model.compile(std::make_shared<tnt::SGD>(1e30), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 50;
+  fit.verbose = 0;
+  auto counter = std::make_shared<Counter>(tnt::Callback::Ranks::all);
+  fit.callbacks = {std::make_shared<tnt::TerminateOnNaN>(), counter};
+  tnt::History h = model.fit(make_data(), fit);
+  REQUIRE(counter->batches < 50 * 4);
+  REQUIRE_FALSE(std::isfinite(h.last("loss")));
+}
+
+TEST_CASE("metric_improved follows the metric's direction") {
+  REQUIRE(tnt::metric_improved("val_loss", tnt::MonitorMode::automatic, 0.5, 0.6, 0.0));
+  REQUIRE_FALSE(tnt::metric_improved("val_loss", tnt::MonitorMode::automatic, 0.7, 0.6, 0.0));
+  REQUIRE(tnt::metric_improved("val_accuracy", tnt::MonitorMode::automatic, 0.7, 0.6, 0.0));
+  REQUIRE_FALSE(tnt::metric_improved("val_accuracy", tnt::MonitorMode::automatic, 0.65, 0.6, 0.1));
+  REQUIRE(tnt::metric_improved("x", tnt::MonitorMode::max, 2, 1, 0));
+}

@@ -1,7 +1,8 @@
-# Shared by the fashion_mnist end-to-end scripts (sourced, not run). Each script starts
-# the program on 2 ranks through the launcher inside a private temp dir; every command
-# line it starts names that dir, so a process still running with the dir in its command
-# line after the launcher returned is a stray rank left behind by the job.
+# Shared by the fashion_mnist end-to-end scripts (sourced, not run). Each script starts the
+# program through the launcher (2 ranks, except where a case says otherwise) with a private
+# temp dir on its command line; every command line it starts names that dir, so a process
+# still running with the dir in its command line after the launcher returned is a stray
+# rank left behind by the job.
 #
 #   source fashion_mnist_common.sh LAUNCHER PROGRAM
 #   fm_run NAME [LAUNCHER ARGS...] -- [PROGRAM ARGS...]   -> $fm_rc, $fm_out (stdout+stderr),

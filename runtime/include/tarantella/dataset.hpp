@@ -149,6 +149,7 @@ struct Batch {
                                     // sum(weight * loss) / global_real_samples on every rank
   int64_t global_batch_size = 0;    // B, as the user gave it
   int64_t step = 0;                 // index of the global batch in this pass
+  int64_t sample_offset = 0;        // index of this rank's first sample in the global batch
 };
 
 // A rank's view of a dataset cut into global batches. Every rank must build it from the

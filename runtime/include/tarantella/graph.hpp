@@ -101,6 +101,10 @@ class Network {
                                const GradientHook& hook = nullptr);
 
   void zero_grad();
+  // Whether backward() computes the gradients of the network's inputs (default true). The
+  // training loop turns it off: then the layers fed only by inputs skip that work and
+  // backward() returns undefined tensors for the inputs.
+  void set_input_gradients(bool enabled) { input_gradients_ = enabled; }
   // Every parameter (trainable and frozen) and buffer, in registration order: layers in the
   // order of their first call, each layer once, its tensors in creation order.
   std::vector<NamedParameter> named_parameters();
@@ -145,6 +149,7 @@ class Network {
   std::vector<std::vector<Shape>> out_shapes_;  // per node output, from the last forward
   std::vector<std::vector<DType>> out_dtypes_;
   bool have_saved_ = false;
+  bool input_gradients_ = true;
 };
 
 // A stack of single-input, single-output layers. The graph is made on first use: from the

@@ -47,6 +47,13 @@ Arrivals::Arrivals(MPI_Comm comm) : comm_(comm) {
   }
   base_ = static_cast<int64_t*>(base);
   std::fill(base_, base_ + kSlots, int64_t{0});
+  // In the unified memory model a plain store reaches remote readers eventually, which is
+  // all a report read seconds later needs; MPI_Win_sync would add ~0.1 us to every small
+  // collective. The separate model needs it.
+  int* model = nullptr;
+  int found = 0;
+  MPI_Win_get_attr(win_, MPI_WIN_MODEL, &model, &found);
+  needs_sync_ = !(found && model && *model == MPI_WIN_UNIFIED);
   MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
   if (MPI_Win_lock_all(MPI_MODE_NOCHECK, win_) != MPI_SUCCESS) {
     MPI_Win_free(&win_);
@@ -72,7 +79,7 @@ int Arrivals::next_slot() {
 void Arrivals::publish(int slot, int64_t seq) {
   if (!enabled()) return;
   std::atomic_ref<int64_t>(base_[slot]).store(seq, std::memory_order_release);
-  MPI_Win_sync(win_);
+  if (needs_sync_) MPI_Win_sync(win_);
 }
 
 std::vector<int64_t> Arrivals::query(int slot, double budget_s) const {
@@ -176,7 +183,12 @@ std::string comm_error_prefix(const CommImpl& comm, const std::string& op) {
 // ---- Waiter ---------------------------------------------------------------------------
 
 Waiter::Waiter(CommImpl& comm, const OpDesc& op)
-    : comm_(comm), op_(op), seq_(comm.seq), deadline_(comm.deadline()) {}
+    : comm_(comm), op_(op), seq_(comm.seq) {}
+
+Clock::time_point Waiter::deadline() const {
+  if (deadline_ == Clock::time_point{}) deadline_ = comm_.deadline();
+  return deadline_;
+}
 
 void Waiter::check(int rc, const char* call) const {
   if (rc == MPI_SUCCESS) return;
@@ -198,7 +210,7 @@ void Waiter::wait(MPI_Request& request, int peer, const char* role) {
     if ((++spins & 63) != 0) continue;
     Clock::time_point now = Clock::now();
     if (spins == 64) spin_until = now + std::chrono::microseconds(comm_.spin_us);
-    if (now > deadline_) timed_out(peer, role);
+    if (now > deadline()) timed_out(peer, role);
     if (comm_.cancel && comm_.cancel->load(std::memory_order_relaxed)) {
       comm_.broken = true;
       throw CommError(fmt::format("{}: cancelled", comm_error_prefix(comm_, op_.str())));

@@ -104,8 +104,8 @@ std::unique_ptr<Communicator> Communicator::create_world(const Config& config, D
   c->device = device;
   c->timeout_s = config.collective_timeout_s;
   c->config_algo = config.allreduce_algo;
+  c->configured = parse_allreduce_algo(c->config_algo);
   c->ring_segment_bytes = static_cast<size_t>(std::max<int64_t>(1, config.ring_segment_kb)) * 1024;
-  parse_allreduce_algo(c->config_algo);  // validated by Config too; fails early here otherwise
   c->arrivals = std::make_shared<detail::Arrivals>(c->comm);
   c->slot = 0;
   return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
@@ -122,6 +122,7 @@ std::unique_ptr<Communicator> Communicator::duplicate() const {
   c->device = p.device;
   c->timeout_s = p.timeout_s;
   c->config_algo = p.config_algo;
+  c->configured = p.configured;
   c->ring_segment_bytes = p.ring_segment_bytes;
   c->small_bytes = p.small_bytes;
   c->min_segment_bytes = p.min_segment_bytes;
@@ -150,7 +151,7 @@ void Communicator::set_timeout(double seconds) {
 
 AllreduceAlgo Communicator::resolve(AllreduceAlgo algo, Device where) const {
   if (algo == AllreduceAlgo::automatic) {
-    AllreduceAlgo configured = parse_allreduce_algo(impl_->config_algo);
+    AllreduceAlgo configured = impl_->configured;
     bool fits = where.is_cpu() ? (configured == AllreduceAlgo::ring || configured == AllreduceAlgo::mpi)
                                : configured == AllreduceAlgo::nccl;
     if (fits) return configured;

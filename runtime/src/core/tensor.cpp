@@ -1,7 +1,11 @@
 #include "tarantella/tensor.hpp"
 
 #include "core/half.hpp"
+#include "backend/device_api.hpp"
 #include "core/memory.hpp"
+#ifdef TNT_WITH_CUDA
+#include "backend/cuda/kernels.hpp"
+#endif
 
 #include <cstring>
 
@@ -133,14 +137,18 @@ void Tensor::zero_() {
   if (device().is_cpu()) {
     std::memset(raw(), 0, nbytes());
   } else {
-    fill_(0.0);
+    backend::cuda_memset_zero(raw(), nbytes(), device().index);
   }
 }
 
 void Tensor::fill_(double value) {
   if (!device().is_cpu()) {
+#ifdef TNT_WITH_CUDA
+    cuda::fill(*this, value);
+#else
     Tensor host = Tensor::full(shape_, value, dtype_, Device::cpu());
     copy_from(host);
+#endif
     return;
   }
   int64_t n = numel();

@@ -39,18 +39,19 @@ __global__ void xent_forward_kernel(const T* __restrict__ logits,  // (R, K)
     float mx = -INFINITY;
     for (int64_t j = threadIdx.x; j < k; j += blockDim.x) mx = fmaxf(mx, to_float(xr[j]));
     mx = block_max(mx, fscratch, -INFINITY);
+    // The CPU engine's arithmetic: e = exp(x - max) in double, stored as a float, then
+    // divided by the double sum; so the probabilities agree but for the order of the sum.
     double z = 0.0, xsum = 0.0;
     for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
       const float v = to_float(xr[j]);
-      const float e = expf(v - mx);
-      pr[j] = e;
+      const double e = exp(static_cast<double>(v) - static_cast<double>(mx));
+      pr[j] = static_cast<float>(e);
       z += e;
       xsum += v;
     }
     z = block_sum(z, dscratch);
     xsum = block_sum(xsum, dscratch);
-    const float inv_z = static_cast<float>(1.0 / z);
-    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) pr[j] *= inv_z;
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) pr[j] = static_cast<float>(static_cast<double>(pr[j]) / z);
     if (threadIdx.x == 0) {
       const int64_t label = static_cast<int64_t>(labels[r]);
       double loss = 0.0;

@@ -393,6 +393,13 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
     args.clear();
     for (const auto& [p, k] : node_inputs_[i]) args.push_back(values[p][static_cast<size_t>(k)]);
     saved_[i] = SavedState{};
+    if (!input_gradients_) {
+      // A layer fed only by the network's inputs (the first convolution on the images) need
+      // not compute gradients that nobody asked for.
+      bool only_inputs = true;
+      for (const auto& [p, k] : node_inputs_[i]) only_inputs = only_inputs && p < inputs_.size();
+      saved_[i].need_input_grads = !only_inputs;
+    }
     std::vector<Tensor> outs = layer->forward(args, rc, saved_[i]);
     TNT_CHECK(outs.size() == nodes_[i]->shapes.size(),
               "layer '{}' ({}) returned {} outputs, its call in network '{}' has {}", layer->name(),

@@ -45,7 +45,12 @@ class CallbackList {
 
 NextBatch distributed_source(const DistributedDataset& data, int64_t epoch) {
   auto it = std::make_shared<DistributedDataset::Iterator>(data.iterate(epoch));
-  return [it]() { return it->next(); };
+  int64_t offset = data.micro_batch_offset();
+  return [it, offset]() {
+    std::optional<Batch> b = it->next();
+    if (b) b->sample_offset = offset;
+    return b;
+  };
 }
 
 // The user's micro-batches: every element is {inputs..., target}, each (b, ...). All ranks
@@ -57,12 +62,21 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
   return [it, step, expected_micro]() -> std::optional<Batch> {
     std::optional<Element> e = it->next();
     int64_t b = e ? (e->empty() ? 0 : e->front().dim(0)) : 0;
-    std::vector<int64_t> agg = communicator().allreduce_sum(std::vector<int64_t>{e ? 1 : 0, b});
-    if (agg[0] != 0 && agg[0] != size()) {
+    // Every rank's micro-batch size (-1: none left) gives the global size and this rank's
+    // offset, and shows a rank that ran out early.
+    std::vector<int64_t> sizes = communicator().allgather(e ? b : int64_t{-1});
+    int64_t with_data = 0, global = 0, offset = 0;
+    for (int q = 0; q < static_cast<int>(sizes.size()); ++q) {
+      if (sizes[q] < 0) continue;
+      ++with_data;
+      global += sizes[q];
+      if (q < rank()) offset += sizes[q];
+    }
+    if (with_data != 0 && with_data != size()) {
       throw InputError(fmt::format(
           "distribute_dataset=false: the ranks ran out of micro-batches at different steps (step {}: {} of {} ranks "
           "still had data); every rank must yield the same number of micro-batches",
-          *step, agg[0], size()));
+          *step, with_data, size()));
     }
     if (!e) return std::nullopt;
     if (expected_micro > 0 && b != expected_micro) {
@@ -75,8 +89,9 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
     batch.weights = Tensor::full({b}, 1.0);
     batch.micro_batch_size = b;
     batch.real_samples = b;
-    batch.global_real_samples = agg[1];
-    batch.global_batch_size = agg[1];
+    batch.global_real_samples = global;
+    batch.global_batch_size = global;
+    batch.sample_offset = offset;
     batch.step = (*step)++;
     return batch;
   };
@@ -92,6 +107,7 @@ Model::Model(std::shared_ptr<Network> network, uint64_t seed) : network_(std::mo
   TNT_CHECK(network_, "Model needs a network");
   network_->to(default_device());
   network_->initialize(seed_);
+  network_->set_input_gradients(false);
 }
 
 Model::~Model() = default;
@@ -262,6 +278,7 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
       const int64_t b = batch->micro_batch_size;
 
       rc.step = global_step_;
+      rc.sample_offset = batch->sample_offset;
       network_->zero_grad();
       std::vector<Tensor> outputs = network_->forward(inputs, rc);
       Tensor& pred = outputs.at(0);

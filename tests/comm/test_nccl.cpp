@@ -71,7 +71,7 @@ TEST_CASE("Reducer over device gradients on one rank", "[comm][nccl][gpu][reduce
   REQUIRE(cuda_available());
   Communicator& comm = communicator();
   std::vector<std::pair<std::string, Tensor>> grads;
-  for (int i = 0; i < 6; ++i) grads.emplace_back("g" + std::to_string(i), on_gpu(pattern(1000 * (i + 1))));
+  for (int i = 0; i < 6; ++i) grads.emplace_back(fmt::format("g{}", i), on_gpu(pattern(1000 * (i + 1))));
   Reducer reducer(comm, grads, {.threshold_bytes = 8192});
   CHECK(reducer.buckets().size() > 1);
   reducer.set_local_factor(3.0);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 namespace tnt {
 
@@ -52,7 +53,15 @@ double History::last(const std::string& name) const {
 
 // ---- ProgressBar ---------------------------------------------------------------------
 
-void ProgressBar::on_train_begin(const Logs&) { tty_ = isatty(STDOUT_FILENO) == 1; }
+void ProgressBar::on_train_begin(const Logs&) {
+  // Under mpirun a rank's stdout is a pseudo-terminal even when the user's is a file or a
+  // pipe, so the launcher tells the ranks what the user's stdout is.
+  if (const char* v = std::getenv("TNT_STDOUT_IS_TTY")) {
+    tty_ = std::string(v) == "1";
+  } else {
+    tty_ = isatty(STDOUT_FILENO) == 1;
+  }
+}
 
 void ProgressBar::on_epoch_begin(int epoch, const Logs&) {
   epoch_start_ = now_s();

@@ -12,6 +12,10 @@
 #include <cmath>
 #include <functional>
 
+#ifdef TNT_WITH_CUDA
+#include "backend/cuda/cuda_context.hpp"
+#endif
+
 namespace tnt {
 
 namespace {
@@ -225,7 +229,12 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
   if (!reducer_) {
     std::vector<std::pair<std::string, Tensor>> grads;
     for (auto& np : trainable) grads.emplace_back(np.name, np.param->grad);
-    reducer_ = std::make_unique<Reducer>(comm, grads);
+    ReducerOptions ro;
+#ifdef TNT_WITH_CUDA
+    // The layers' engines produce gradients on the device's compute stream.
+    if (network_->device().is_cuda()) ro.cuda_stream = cuda::compute_stream(network_->device().index);
+#endif
+    reducer_ = std::make_unique<Reducer>(comm, grads, ro);
   }
 
   History history;

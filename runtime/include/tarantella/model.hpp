@@ -54,6 +54,8 @@ struct FitOptions {
   int64_t batch_size = 0;              // GLOBAL batch size (required with distribute_dataset)
   std::vector<CallbackPtr> callbacks;
   std::optional<Dataset> validation_data;  // unbatched, like the training data
+  // Or validation data already distributed (a pipeline that decodes after distribute()).
+  std::optional<DistributedDataset> distributed_validation_data;
   int64_t validation_batch_size = 0;   // global; 0 = batch_size
   int validation_freq = 1;             // validate every this many epochs
   int verbose = 1;                     // 0 silent, 1 progress bar, 2 one line per epoch
@@ -98,11 +100,15 @@ class Model {
 
   // Trains on an UNBATCHED dataset whose elements are {inputs..., target}.
   History fit(const Dataset& data, FitOptions options);
-  // Trains on data already cut into global batches (advanced; see DistributedDataset).
+  // Trains on data already distributed: data.distribute(B) followed by per-sample maps
+  // (decoding, augmentation) that then run only on this rank's samples. batch_size and
+  // micro_batch_size of options, when given, must agree with it.
   History fit(const DistributedDataset& data, FitOptions options);
 
   // Global loss and metrics over the dataset: {"loss": ..., "accuracy": ...}.
   Logs evaluate(const Dataset& data, EvaluateOptions options);
+  // ... on data already distributed (every rank must pass its own share of the same data).
+  Logs evaluate(const DistributedDataset& data);
   // Outputs of the first network output for every element, in order, on the host. Every
   // rank computes all of them (no distribution).
   Tensor predict(const Dataset& data, int64_t batch_size);

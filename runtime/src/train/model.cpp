@@ -186,6 +186,8 @@ History Model::fit(const Dataset& data, FitOptions options) {
                                      options.validation_micro_batch_size, vb, p));
       }
       val = options.validation_data->distribute(vb, rank(), p, Remainder::pad);
+    } else if (options.distributed_validation_data) {
+      val = *options.distributed_validation_data;
     }
     return run_fit([train](int64_t epoch) { return distributed_source(train, epoch); }, train.steps(),
                    val ? &*val : nullptr, options);
@@ -204,7 +206,17 @@ History Model::fit(const Dataset& data, FitOptions options) {
 
 History Model::fit(const DistributedDataset& data, FitOptions options) {
   check_compiled("fit");
-  return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(), nullptr, options);
+  if (options.batch_size > 0 && options.batch_size != data.global_batch_size()) {
+    throw InputError(fmt::format("fit: batch_size={} but the distributed dataset was cut into global batches of {}",
+                                 options.batch_size, data.global_batch_size()));
+  }
+  if (options.micro_batch_size > 0 && options.micro_batch_size != data.micro_batch_size()) {
+    throw InputError(fmt::format("fit: micro_batch_size={} but the distributed dataset gives rank {} {} samples",
+                                 options.micro_batch_size, rank(), data.micro_batch_size()));
+  }
+  const DistributedDataset* val =
+      options.distributed_validation_data ? &*options.distributed_validation_data : nullptr;
+  return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(), val, options);
 }
 
 History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, int64_t steps,
@@ -393,6 +405,12 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
     return run_evaluate(distributed_source(data.distribute(options.batch_size, rank(), p, Remainder::pad), 0));
   }
   return run_evaluate(user_source(data, 0, options.micro_batch_size));
+}
+
+Logs Model::evaluate(const DistributedDataset& data) {
+  check_compiled("evaluate");
+  if (!weights_synced_) broadcast_weights();
+  return run_evaluate(distributed_source(data, 0));
 }
 
 Logs Model::run_evaluate(const detail::NextBatch& next) {

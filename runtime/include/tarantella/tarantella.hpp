@@ -11,6 +11,7 @@
 #include "tarantella/dtype.hpp"
 #include "tarantella/graph.hpp"
 #include "tarantella/idx.hpp"
+#include "tarantella/imagenet.hpp"
 #include "tarantella/init.hpp"
 #include "tarantella/layer.hpp"
 #include "tarantella/layers.hpp"

@@ -1,0 +1,281 @@
+// ResNet-50 v1.5 on ImageNet, data parallel: the tutorial's headline program.
+//
+//   tarantella -n 4 -- build/bin/resnet50 --data_dir=/data/imagenet --batch_size=512
+//       --train_epochs=90 --epochs_between_evals=10   (one command line)
+//
+// The recipe is the TF Model Garden's / the Tarantella tutorial's: SGD with momentum 0.9,
+// weight decay 1e-4 on everything but BatchNorm, learning rate 0.1 per 256 samples scaled
+// linearly to the global batch, linear warmup, x0.1 at epochs 30, 60, 80.
+//
+// Synthetic data (--use_synthetic_data) measures throughput without I/O: a pool of random
+// images (at most one global batch, at most kMaxSyntheticPool) is generated once, and the
+// epoch of --synthetic_samples samples (ImageNet's 1,281,167 by default, so the schedule is
+// the real one) cycles through it. --train_steps ends the run early, on every rank.
+#include "resnet.hpp"
+
+#include <tarantella/tarantella.hpp>
+
+#include <cxxopts.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kImageNetTrainSamples = 1281167;
+constexpr int64_t kImageNetValSamples = 50000;
+// Bounds the memory of the synthetic pool: 256 images of 3x224x224 f32 are 154 MB.
+constexpr int64_t kMaxSyntheticPool = 256;
+
+// Random images in [-1, 1) (roughly what normalisation gives) and labels in
+// [0, num_classes); `count` elements cycling through a pool generated once.
+tnt::Dataset synthetic_imagenet(int64_t count, int64_t pool_size, int64_t image_size, int64_t num_classes,
+                                uint64_t seed) {
+  tnt::Dataset source = tnt::Dataset::synthetic(
+      {tnt::SyntheticColumn{{3, image_size, image_size}, tnt::DType::f32, -1.0, 1.0},  // (3, S, S)
+       tnt::SyntheticColumn{{}, tnt::DType::i64, 0.0, static_cast<double>(num_classes)}},  // ()
+      pool_size, seed);
+  auto pool = std::make_shared<std::vector<tnt::Element>>();
+  auto it = source.iterate(0);
+  while (auto e = it.next()) pool->push_back(std::move(*e));
+  return tnt::Dataset::from_function(count, [pool](int64_t i) {
+    return (*pool)[static_cast<size_t>(i % static_cast<int64_t>(pool->size()))];
+  });
+}
+
+// Ends fit() after a total number of steps. It changes what training does next, so it runs
+// on every rank (the step counter is the same on all of them).
+class StopAfterSteps : public tnt::Callback {
+ public:
+  explicit StopAfterSteps(int64_t steps) : tnt::Callback(Ranks::all), steps_(steps) {}
+  void on_train_batch_end(int64_t, const tnt::Logs&) override {
+    if (model_->global_step() >= steps_) model_->stop_training();
+  }
+
+ private:
+  int64_t steps_;
+};
+
+// Images per second from step timing (as the TF Model Garden's TimeHistory): the time
+// between the ends of consecutive steps of one epoch, so the first step of each epoch (warm
+// up, validation before it) is not counted. Prints every log_steps steps and a summary at
+// the end.
+class ThroughputLogger : public tnt::Callback {
+ public:
+  ThroughputLogger(int64_t global_batch, int64_t log_steps)
+      : tnt::Callback(Ranks::master), global_batch_(global_batch), log_steps_(log_steps) {}
+  void on_epoch_begin(int, const tnt::Logs&) override { have_last_ = false; }
+  void on_train_batch_end(int64_t, const tnt::Logs& logs) override {
+    double t = now();
+    if (have_last_) {
+      total_seconds_ += t - last_;
+      ++total_steps_;
+      window_seconds_ += t - last_;
+      ++window_steps_;
+    }
+    last_ = t;
+    have_last_ = true;
+    if (log_steps_ > 0 && window_steps_ >= log_steps_) {
+      auto loss = logs.find("loss");
+      tnt::print("step {}: {:.1f} images/s over the last {} steps, loss {:.4f}", model_->global_step(),
+                 images_per_second(window_seconds_, window_steps_), window_steps_,
+                 loss == logs.end() ? 0.0 : loss->second);
+      window_seconds_ = 0;
+      window_steps_ = 0;
+    }
+  }
+  void on_train_end(const tnt::Logs&) override {
+    if (total_steps_ == 0) {
+      tnt::print("images/s: not measured (fewer than 2 steps in an epoch)");
+      return;
+    }
+    tnt::print("images/s: {:.1f} (global batch {}, {} ranks, {} timed steps, {:.1f} ms/step)",
+               images_per_second(total_seconds_, total_steps_), global_batch_, tnt::size(), total_steps_,
+               1e3 * total_seconds_ / static_cast<double>(total_steps_));
+  }
+
+ private:
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  double images_per_second(double seconds, int64_t steps) const {
+    return seconds > 0 ? static_cast<double>(global_batch_ * steps) / seconds : 0.0;
+  }
+  int64_t global_batch_, log_steps_;
+  bool have_last_ = false;
+  double last_ = 0;
+  double total_seconds_ = 0, window_seconds_ = 0;
+  int64_t total_steps_ = 0, window_steps_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cxxopts::Options cli("resnet50",
+                       "Trains ResNet-50 v1.5 on ImageNet, data parallel over the ranks that tarantella starts.\n\n"
+                       "Examples:\n"
+                       "  tarantella -n 4 -- build/bin/resnet50 --data_dir=/data/imagenet --batch_size=512 \\\n"
+                       "      --train_epochs=90 --epochs_between_evals=10\n"
+                       "  tarantella -n 2 -- build/bin/resnet50 --use_synthetic_data --batch_size=256 --train_steps=100\n"
+                       "  build/bin/resnet50 --use_synthetic_data --image_size=64 --num_classes=10 --batch_size=32 \\\n"
+                       "      --train_steps=20 --log_steps=5   (a quick CPU throughput check)\n");
+  // clang-format off
+  cli.add_options()
+    ("data_dir", "ImageNet directory (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG)", cxxopts::value<std::string>()->default_value(""))
+    ("model_dir", "where history.csv, checkpoint.safetensors and model.safetensors go", cxxopts::value<std::string>()->default_value("./resnet50_model"))
+    ("batch_size", "GLOBAL batch size (split across the ranks)", cxxopts::value<int64_t>()->default_value("256"))
+    ("train_epochs", "epochs to train", cxxopts::value<int>()->default_value("90"))
+    ("epochs_between_evals", "evaluate (top-1, top-5) every this many epochs", cxxopts::value<int>()->default_value("1"))
+    ("enable_checkpoint_and_export", "checkpoint after every epoch, export the weights at the end", cxxopts::value<bool>()->default_value("false"))
+    ("use_synthetic_data", "random images instead of ImageNet (throughput measurements)", cxxopts::value<bool>()->default_value("false"))
+    ("synthetic_samples", "with --use_synthetic_data: training samples per epoch (ImageNet's size by default)", cxxopts::value<int64_t>()->default_value(std::to_string(kImageNetTrainSamples)))
+    ("synthetic_eval_samples", "with --use_synthetic_data: evaluation samples", cxxopts::value<int64_t>()->default_value(std::to_string(kImageNetValSamples)))
+    ("num_classes", "number of classes", cxxopts::value<int64_t>()->default_value("1000"))
+    ("image_size", "image height and width (at least 32; small values for CPU tests)", cxxopts::value<int64_t>()->default_value("224"))
+    ("base_learning_rate", "learning rate for a global batch of 256, scaled linearly to --batch_size", cxxopts::value<double>()->default_value("0.1"))
+    ("warmup_epochs", "epochs of linear learning-rate warmup", cxxopts::value<int64_t>()->default_value("5"))
+    ("label_smoothing", "label smoothing of the cross-entropy", cxxopts::value<double>()->default_value("0.0"))
+    ("zero_init_residual", "start the last BatchNorm of each block at 0", cxxopts::value<bool>()->default_value("false"))
+    ("dtype", "fp32, bf16 or fp16 (the last two: mixed precision, GPU only)", cxxopts::value<std::string>()->default_value("fp32"))
+    ("seed", "seed of weights and data", cxxopts::value<uint64_t>()->default_value("42"))
+    ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
+    ("log_steps", "print images/s every this many steps (0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
+    ("verbose", "0 silent, 1 progress bar, 2 a line per epoch", cxxopts::value<int>()->default_value("2"))
+    ("h,help", "this help");
+  // clang-format on
+
+  cxxopts::ParseResult args;
+  try {
+    args = cli.parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "resnet50: " << e.what() << " (see --help)\n";
+    return 2;
+  }
+  if (args.count("help")) {
+    std::cout << cli.help() << "\n";
+    return 0;
+  }
+
+  return tnt::run_main(argc, argv, [&] {
+    const std::string data_dir = args["data_dir"].as<std::string>();
+    const std::string model_dir = args["model_dir"].as<std::string>();
+    const int64_t batch_size = args["batch_size"].as<int64_t>();
+    const int epochs = args["train_epochs"].as<int>();
+    const int between_evals = args["epochs_between_evals"].as<int>();
+    const bool synthetic = args["use_synthetic_data"].as<bool>();
+    const int64_t synthetic_samples = args["synthetic_samples"].as<int64_t>();
+    const int64_t synthetic_eval_samples = args["synthetic_eval_samples"].as<int64_t>();
+    const int64_t num_classes = args["num_classes"].as<int64_t>();
+    const int64_t image_size = args["image_size"].as<int64_t>();
+    const double base_lr = args["base_learning_rate"].as<double>();
+    const int64_t warmup_epochs = args["warmup_epochs"].as<int64_t>();
+    const double label_smoothing = args["label_smoothing"].as<double>();
+    const std::string dtype = args["dtype"].as<std::string>();
+    const uint64_t seed = args["seed"].as<uint64_t>();
+    const int64_t train_steps = args["train_steps"].as<int64_t>();
+    const int64_t log_steps = args["log_steps"].as<int64_t>();
+    const int verbose = args["verbose"].as<int>();
+    const bool checkpoint_and_export = args["enable_checkpoint_and_export"].as<bool>();
+
+    if (batch_size <= 0) throw tnt::InputError(fmt::format("--batch_size={}: must be positive", batch_size));
+    if (epochs < 0) throw tnt::InputError(fmt::format("--train_epochs={}: must be at least 0", epochs));
+    if (between_evals <= 0) throw tnt::InputError(fmt::format("--epochs_between_evals={}: must be positive", between_evals));
+    if (num_classes < 2) throw tnt::InputError(fmt::format("--num_classes={}: must be at least 2", num_classes));
+    if (image_size < 32) throw tnt::InputError(fmt::format("--image_size={}: must be at least 32 (ResNet-50 downsamples by 32)", image_size));
+    if (!(base_lr > 0)) throw tnt::InputError(fmt::format("--base_learning_rate={}: must be positive", base_lr));
+    if (warmup_epochs < 0) throw tnt::InputError(fmt::format("--warmup_epochs={}: must be at least 0", warmup_epochs));
+    if (!(label_smoothing >= 0 && label_smoothing < 1)) throw tnt::InputError(fmt::format("--label_smoothing={}: must be in [0, 1)", label_smoothing));
+    if (train_steps < 0) throw tnt::InputError(fmt::format("--train_steps={}: must be at least 0", train_steps));
+    if (log_steps < 0) throw tnt::InputError(fmt::format("--log_steps={}: must be at least 0", log_steps));
+    if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
+      throw tnt::InputError(fmt::format("--dtype={}: expected fp32, bf16 or fp16", dtype));
+    }
+    if (dtype != "fp32") {
+      // Mixed precision (fp32 master weights, loss scaling for fp16) is a GPU feature; the
+      // training loop does not have it yet, and a silent fp32 run would mislead a benchmark.
+      if (!tnt::default_device().is_cuda()) {
+        throw tnt::InputError(fmt::format("--dtype={}: mixed precision needs a GPU build and a CUDA device; this rank runs "
+                                          "on the CPU, which supports only --dtype=fp32", dtype));
+      }
+      throw tnt::InputError(fmt::format("--dtype={}: mixed-precision training is not implemented yet; use --dtype=fp32", dtype));
+    }
+
+    // Data.
+    tnt::Dataset train_data, eval_data;
+    int64_t epoch_size = 0;
+    if (synthetic) {
+      if (synthetic_samples < batch_size) {
+        throw tnt::InputError(fmt::format("--synthetic_samples={}: smaller than one global batch (--batch_size={})",
+                                          synthetic_samples, batch_size));
+      }
+      if (synthetic_eval_samples < 1) {
+        throw tnt::InputError(fmt::format("--synthetic_eval_samples={}: must be positive", synthetic_eval_samples));
+      }
+      const int64_t pool = std::min(batch_size, kMaxSyntheticPool);
+      train_data = synthetic_imagenet(synthetic_samples, pool, image_size, num_classes, seed);
+      eval_data = synthetic_imagenet(synthetic_eval_samples, std::min(pool, synthetic_eval_samples), image_size,
+                                     num_classes, seed + 1);
+      epoch_size = synthetic_samples;
+    } else {
+      if (data_dir.empty()) {
+        throw tnt::InputError("--data_dir is missing: give the ImageNet directory, or --use_synthetic_data");
+      }
+      // The JPEG/TFRecord pipeline is a separate part of the runtime; until it is linked in,
+      // say so rather than fail later on a missing file.
+      throw tnt::InputError(fmt::format("--data_dir={}: the ImageNet input pipeline is not available in this build "
+                                        "(use --use_synthetic_data)", data_dir));
+    }
+
+    auto net = tnt_models::make_resnet50(num_classes, args["zero_init_residual"].as<bool>(), image_size);
+    tnt::Model model(net, seed);
+    tnt::SgdOptions sgd;
+    sgd.momentum = 0.9;
+    sgd.weight_decay = 1e-4;
+    sgd.decay_filter = [](const std::string& name) { return !tnt_models::is_batch_norm_parameter(name); };
+    auto schedule = tnt_models::make_lr_schedule(batch_size, epoch_size, warmup_epochs, base_lr);
+    model.compile(std::make_shared<tnt::SGD>(schedule, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>(label_smoothing),
+                  {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)});
+
+    std::error_code ec;
+    if (tnt::is_master_rank()) std::filesystem::create_directories(model_dir, ec);
+    if (ec) throw tnt::InputError(fmt::format("--model_dir={}: cannot create it: {}", model_dir, ec.message()));
+
+    if (verbose > 0) {
+      tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,
+                 image_size, image_size);
+      tnt::print("{} ranks, global batch {}, {} training samples per epoch{}, {}", tnt::size(), batch_size, epoch_size,
+                 synthetic ? " (synthetic)" : "", schedule->describe());
+    }
+
+    tnt::FitOptions fit;
+    fit.batch_size = batch_size;
+    fit.epochs = epochs;
+    fit.verbose = verbose;
+    fit.validation_data = eval_data;
+    fit.validation_freq = between_evals;
+    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv");
+    csv->set_columns({"loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy", "val_top5_accuracy",
+                      "learning_rate", "seconds"});
+    fit.callbacks = {csv, std::make_shared<ThroughputLogger>(batch_size, log_steps)};
+    if (train_steps > 0) fit.callbacks.push_back(std::make_shared<StopAfterSteps>(train_steps));
+    if (checkpoint_and_export) {
+      fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(model_dir + "/checkpoint.safetensors", "loss"));
+    }
+    tnt::History history = model.fit(train_data, fit);
+
+    if (checkpoint_and_export) {
+      // Weights only, under torchvision's names: loads into torchvision.models.resnet50.
+      model.save_weights(model_dir + "/model.safetensors");
+    }
+    if (!history.epochs.empty() && history.history.count("val_accuracy")) {
+      tnt::print("Evaluation: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, loss {:.4f} ({} steps, {} ranks)",
+                 history.last("val_accuracy"), history.last("val_top5_accuracy"), history.last("val_loss"),
+                 model.global_step(), tnt::size());
+    }
+  });
+}

@@ -1,0 +1,132 @@
+// ImageNet input pipeline: the two on-disk layouts people have, JPEG decoding with
+// libjpeg-turbo, and the standard training and evaluation preprocessing.
+//
+// Layouts (imagenet_dataset detects which one data_dir holds):
+//   folders   <data_dir>/train/<wnid>/*.JPEG, <data_dir>/val/<wnid>/*.JPEG. The class index
+//             is the position of the wnid among the sorted folder names; files are sorted
+//             by name within a class; extensions .jpeg/.jpg in any case.
+//   TFRecord  <data_dir>/train-00000-of-01024 ..., <data_dir>/validation-00000-of-00128 ...
+//             holding tf.train.Example records with image/encoded (bytes) and
+//             image/class/label (int64). Those labels are 1-based (0 is the "background"
+//             class of the Inception preprocessing scripts), so the element's label is
+//             file label - 1 by default; ImagenetOptions::one_based_labels = false keeps it.
+//
+// The source is random access: element p of a pass is built only when asked for, so
+// distribute() steps over the other ranks' samples without opening their files. Shuffle
+// with ImagenetOptions::shuffle (a full permutation per epoch, keyed by (seed, epoch)), not
+// with Dataset::shuffle, whose buffer would read every file on every rank.
+//
+// Undecoded element (what the source yields):
+//   0 bytes  u8 (n,)  the encoded image file
+//   1 label  i64 ()   class index in [0, classes)
+//   2 index  i64 ()   the sample's position in the sorted listing / the shards (unshuffled)
+//   3 epoch  i64 ()   the pass it was drawn in
+//   4 source u8 (m,)  where the bytes came from, UTF-8 ("path" or "'shard' at byte offset
+//                     N"), so that a decoding error in a map worker names the file
+// The preprocess map function keys its randomness by (seed, index, epoch) through
+// CounterRng, so a sample's crop and flip are the same in every run, on any number of ranks
+// and map workers, and differ from epoch to epoch. It returns {image f32 (3, S, S), label
+// i64 ()}.
+//
+//   auto train = tnt::imagenet_dataset(dir, "train", {.shuffle = true, .seed = 1})
+//                    .distribute(512, tnt::Remainder::drop)
+//                    .map(tnt::imagenet_preprocess(224, true, 1), 8)
+//                    .prefetch(4);
+#pragma once
+
+#include "tarantella/dataset.hpp"
+#include "tarantella/tensor.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tnt {
+
+struct ImagenetOptions {
+  bool shuffle = false;          // permute the samples in every epoch (by seed and epoch)
+  uint64_t seed = 0;
+  bool one_based_labels = true;  // TFRecord labels: true maps label L to L - 1
+  std::string layout = "auto";   // "auto", "folders" or "tfrecord"
+};
+
+// split: "train", or "val" / "validation" (folders: val/, else validation/; TFRecord:
+// validation-*). Throws InputError naming the directory when nothing usable is found.
+Dataset imagenet_dataset(const std::string& data_dir, const std::string& split,
+                         const ImagenetOptions& options = {});
+
+// The training (random resized crop, flip) or evaluation (resize, centre crop) map function;
+// see imagenet.cpp for the exact recipe. Input: an undecoded element as above; output
+// {image f32 (3, S, S), label i64 ()}. Thread-safe (map workers call it concurrently).
+MapFn imagenet_preprocess(int64_t image_size, bool training, uint64_t seed = 0);
+
+// ImageNet's per-channel statistics of [0, 1] RGB pixels.
+inline constexpr float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
+inline constexpr float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
+
+// ---- image folders
+struct ImageFolderListing {
+  std::vector<std::string> classes;  // sorted wnids
+  std::vector<std::string> files;    // every image, by class then by name
+  std::vector<int64_t> labels;       // (files,)
+};
+// Throws InputError naming the path: missing directory, no class folders, a class folder
+// without images.
+ImageFolderListing list_image_folder(const std::string& split_dir);
+Dataset image_folder_dataset(const std::string& split_dir, const ImagenetOptions& options = {});
+
+// ---- JPEG (libjpeg-turbo)
+// u8 (H', W', 3) RGB; grayscale and CMYK files are converted. `name` (a path) is what an
+// InputError names when the bytes are not a readable JPEG. scale_denom 2, 4 or 8 decodes
+// at 1/2, 1/4 or 1/8 size in the DCT domain (H' = ceil(H / scale_denom)), which is much
+// faster than decoding in full and then shrinking, and averages instead of aliasing.
+Tensor decode_jpeg(const uint8_t* data, size_t size, const std::string& name, int scale_denom = 1);
+struct JpegSize {
+  int64_t height = 0;
+  int64_t width = 0;
+};
+JpegSize jpeg_size(const uint8_t* data, size_t size, const std::string& name);  // header only
+// rgb: u8 (H, W, 3). For tests and for writing datasets.
+std::vector<uint8_t> encode_jpeg(const Tensor& rgb, int quality = 95);
+
+// ---- TFRecord
+// CRC-32C (Castagnoli), and the masked form TFRecord stores:
+// ((crc >> 15) | (crc << 17)) + 0xa282ead8.
+uint32_t crc32c(const uint8_t* data, size_t size, uint32_t crc = 0);
+uint32_t masked_crc32c(const uint8_t* data, size_t size);
+
+// tf.train.Example with the two features ImageNet shards carry.
+struct ImageExample {
+  std::vector<uint8_t> encoded;  // image/encoded
+  int64_t label = 0;             // image/class/label, as stored
+};
+std::vector<uint8_t> encode_example(const ImageExample& example);
+// `where` names the record in errors ("file at offset 123").
+ImageExample parse_example(const uint8_t* data, size_t size, const std::string& where);
+
+class TFRecordWriter {
+ public:
+  explicit TFRecordWriter(const std::string& path);
+  ~TFRecordWriter();
+  TFRecordWriter(const TFRecordWriter&) = delete;
+  TFRecordWriter& operator=(const TFRecordWriter&) = delete;
+  void write(const uint8_t* data, size_t size);
+  void write(const std::vector<uint8_t>& record) { write(record.data(), record.size()); }
+  void close();  // flushes; throws on a write error
+
+ private:
+  std::string path_;
+  struct Impl;
+  Impl* impl_ = nullptr;
+};
+
+// The byte offsets of the records of one file. Scans the headers once and checks every
+// length's CRC (the data CRC is checked when a record is read).
+std::vector<uint64_t> index_tfrecord(const std::string& path);
+// The record starting at `offset`, both CRCs checked. Errors name the file and offset.
+std::vector<uint8_t> read_tfrecord(const std::string& path, uint64_t offset);
+// Every record of shards, in file order, as a random-access source of ImageExamples
+// turned into undecoded elements (see above).
+Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetOptions& options = {});
+
+}  // namespace tnt

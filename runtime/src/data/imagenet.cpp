@@ -1,0 +1,404 @@
+// ImageNet sources (image folders, TFRecord shards) and the preprocessing map functions.
+//
+// Both sources are random access over a fixed sample list: a pass of epoch e yields
+// sample perm_e[p] at position p (perm_e the identity without shuffle), and builds it only
+// when asked for, so distribute() and skip() step over samples without reading them.
+//
+// Preprocessing follows torchvision's ImageNet recipe, with one difference: resizing is
+// bilinear interpolation at the sample point (as tf.image.resize without antialias and
+// OpenCV's INTER_LINEAR), not PIL's antialiased filter. A shrink by 2x or more happens
+// first in libjpeg's DCT domain (decode at 1/2, 1/4, 1/8: fast, and an average rather
+// than a sample), so only the last factor below 2 is plain bilinear.
+//   training    RandomResizedCrop(S, scale = (0.08, 1), ratio = (3/4, 4/3)): 10 attempts
+//               at an area fraction U(0.08, 1) and a log-uniform aspect ratio, accepted
+//               when the box fits; else the whole image clipped to the ratio range, centred.
+//               Then a horizontal flip with probability 1/2.
+//   evaluation  shorter side resized to R = round(S * 256 / 224) (the longer one to
+//               floor(R * long / short)), then the central S x S (offsets rounded).
+//   both        pixels / 255, minus kImagenetMean, divided by kImagenetStd; f32 (3, S, S).
+// Randomness: CounterRng(seed, key(index, epoch)), counters 4a..4a+3 for attempt a's
+// (scale, ratio, top, left) and 40 for the flip.
+#include "tarantella/imagenet.hpp"
+
+#include "data/dataset_node.hpp"
+#include "tarantella/init.hpp"
+#include "tarantella/log.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+namespace tnt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// One undecoded sample before it becomes an element.
+struct RawSample {
+  Tensor bytes;        // u8 (n,)
+  int64_t label = 0;
+  std::string source;  // the file (and record offset) it came from, for error messages
+};
+using ReadFn = std::function<RawSample(int64_t index)>;
+
+Tensor string_tensor(const std::string& s) {
+  return Tensor::from_data(reinterpret_cast<const uint8_t*>(s.data()), {static_cast<int64_t>(s.size())});
+}
+
+Tensor scalar_i64(int64_t v) { return Tensor::from_data(&v, {}); }
+
+class SampleIterator : public detail::ElementIterator {
+ public:
+  SampleIterator(std::shared_ptr<const std::vector<int64_t>> order, int64_t count, ReadFn read, int64_t epoch)
+      : order_(std::move(order)), count_(count), read_(std::move(read)), epoch_(epoch) {}
+  std::optional<Element> next() override {
+    if (pos_ >= count_) return std::nullopt;
+    int64_t index = order_ ? (*order_)[static_cast<size_t>(pos_)] : pos_;
+    ++pos_;
+    RawSample s = read_(index);
+    return Element{std::move(s.bytes), scalar_i64(s.label), scalar_i64(index), scalar_i64(epoch_),
+                   string_tensor(s.source)};
+  }
+  int64_t skip(int64_t n) override {
+    int64_t k = std::max<int64_t>(0, std::min(n, count_ - pos_));
+    pos_ += k;
+    return k;
+  }
+
+ private:
+  std::shared_ptr<const std::vector<int64_t>> order_;  // (count,) or null: identity
+  int64_t count_;
+  ReadFn read_;
+  int64_t epoch_;
+  int64_t pos_ = 0;
+};
+
+class SampleNode : public detail::DatasetNode {
+ public:
+  SampleNode(int64_t count, ReadFn read, bool shuffle, uint64_t seed)
+      : count_(count), read_(std::move(read)), shuffle_(shuffle), seed_(seed) {}
+  std::unique_ptr<detail::ElementIterator> iterate(int64_t epoch) const override {
+    std::shared_ptr<std::vector<int64_t>> order;
+    if (shuffle_) {
+      // Fisher-Yates driven by (seed, epoch): every rank computes the same permutation.
+      order = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(count_));
+      for (int64_t i = 0; i < count_; ++i) (*order)[static_cast<size_t>(i)] = i;
+      detail::SplitMix64 rng(detail::mix64(seed_ ^ 0x696d6167656e6574ull) + detail::mix64(static_cast<uint64_t>(epoch)));
+      for (int64_t i = count_ - 1; i > 0; --i)
+        std::swap((*order)[static_cast<size_t>(i)], (*order)[rng.below(static_cast<uint64_t>(i) + 1)]);
+    }
+    return std::make_unique<SampleIterator>(std::move(order), count_, read_, epoch);
+  }
+  int64_t cardinality() const override { return count_; }
+
+ private:
+  int64_t count_;
+  ReadFn read_;
+  bool shuffle_;
+  uint64_t seed_;
+};
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool is_jpeg_name(const fs::path& p) {
+  std::string ext = lower(p.extension().string());
+  return ext == ".jpeg" || ext == ".jpg";
+}
+
+Tensor read_whole_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("image '{}': cannot open: {}", path, std::strerror(errno)));
+  in.seekg(0, std::ios::end);
+  std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (size < 0) throw InputError(fmt::format("image '{}': cannot determine its size", path));
+  Tensor bytes = Tensor::empty({static_cast<int64_t>(size)}, DType::u8);  // (n,)
+  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data<uint8_t>()), size))
+    throw InputError(fmt::format("image '{}': read error", path));
+  return bytes;
+}
+
+struct SplitNames {
+  std::vector<std::string> folders;  // tried in order
+  std::string shard_prefix;
+};
+
+SplitNames split_names(const std::string& split) {
+  if (split == "train") return {{"train"}, "train"};
+  if (split == "val" || split == "validation") return {{"val", "validation"}, "validation"};
+  throw InputError(fmt::format("imagenet_dataset: split '{}' is not one of train, val, validation", split));
+}
+
+std::vector<std::string> find_shards(const std::string& data_dir, const std::string& prefix) {
+  std::vector<std::string> shards;
+  std::error_code ec;
+  if (!fs::is_directory(data_dir, ec)) return shards;
+  const std::regex pattern(prefix + "-([0-9]+)-of-([0-9]+)");
+  std::string total;
+  for (const auto& entry : fs::directory_iterator(data_dir, ec)) {
+    std::smatch m;
+    std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, m, pattern) || !entry.is_regular_file(ec)) continue;
+    shards.push_back(entry.path().string());
+    if (total.empty()) total = m[2].str();
+  }
+  std::sort(shards.begin(), shards.end());
+  if (!shards.empty() && static_cast<int64_t>(shards.size()) != std::stoll(total))
+    log_warning("imagenet_dataset: '{}' holds {} of the {} {} shards that the names announce", data_dir,
+                shards.size(), std::stoll(total), prefix);
+  return shards;
+}
+
+// ---- preprocessing
+
+// Bilinear resampling of the box (y0, x0, h, w) (source pixels, fractional allowed) to
+// S x S, sampling at pixel centres; source coordinates are clamped to the integer box
+// [clamp_y0, clamp_y1] x [clamp_x0, clamp_x1] (the crop for training: as if cropped first).
+// img: u8 (H, W, 3); out: f32 (3, S, S), normalised.
+void resample(const uint8_t* img, int64_t W, double y0, double x0, double h, double w, int64_t clamp_y0,
+              int64_t clamp_y1, int64_t clamp_x0, int64_t clamp_x1, int64_t S, bool flip, float* out) {
+  struct Tap {
+    int64_t i0, i1;
+    float f;
+  };
+  auto taps = [S](double start, double len, int64_t lo, int64_t hi) {
+    std::vector<Tap> t(static_cast<size_t>(S));
+    for (int64_t o = 0; o < S; ++o) {
+      double s = start + (static_cast<double>(o) + 0.5) * len / static_cast<double>(S) - 0.5;
+      s = std::clamp(s, static_cast<double>(lo), static_cast<double>(hi));
+      int64_t i0 = static_cast<int64_t>(std::floor(s));
+      t[static_cast<size_t>(o)] = {i0, std::min(i0 + 1, hi), static_cast<float>(s - static_cast<double>(i0))};
+    }
+    return t;
+  };
+  std::vector<Tap> ty = taps(y0, h, clamp_y0, clamp_y1), tx = taps(x0, w, clamp_x0, clamp_x1);
+  float scale[3], shift[3];  // v * scale + shift == (v / 255 - mean) / std
+  for (int c = 0; c < 3; ++c) {
+    scale[c] = 1.0f / (255.0f * kImagenetStd[c]);
+    shift[c] = -kImagenetMean[c] / kImagenetStd[c];
+  }
+  const int64_t plane = S * S;
+  for (int64_t oy = 0; oy < S; ++oy) {
+    const Tap& a = ty[static_cast<size_t>(oy)];
+    const uint8_t* r0 = img + a.i0 * W * 3;
+    const uint8_t* r1 = img + a.i1 * W * 3;
+    for (int64_t ox = 0; ox < S; ++ox) {
+      const Tap& b = tx[static_cast<size_t>(flip ? S - 1 - ox : ox)];
+      for (int c = 0; c < 3; ++c) {
+        float top = r0[b.i0 * 3 + c] + b.f * (static_cast<float>(r0[b.i1 * 3 + c]) - r0[b.i0 * 3 + c]);
+        float bot = r1[b.i0 * 3 + c] + b.f * (static_cast<float>(r1[b.i1 * 3 + c]) - r1[b.i0 * 3 + c]);
+        float v = top + a.f * (bot - top);
+        out[c * plane + oy * S + ox] = v * scale[c] + shift[c];
+      }
+    }
+  }
+}
+
+struct Box {
+  int64_t top, left, height, width;
+};
+
+Box random_resized_crop(int64_t H, int64_t W, const CounterRng& rng) {
+  const double area = static_cast<double>(H) * static_cast<double>(W);
+  const double log_lo = std::log(3.0 / 4.0), log_hi = std::log(4.0 / 3.0);
+  for (int a = 0; a < 10; ++a) {
+    double target = area * (0.08 + (1.0 - 0.08) * rng.uniform(4 * a + 0));
+    double ratio = std::exp(log_lo + (log_hi - log_lo) * rng.uniform(4 * a + 1));
+    int64_t w = std::llround(std::sqrt(target * ratio));
+    int64_t h = std::llround(std::sqrt(target / ratio));
+    if (w > 0 && h > 0 && w <= W && h <= H) {
+      int64_t top = static_cast<int64_t>(rng.uniform(4 * a + 2) * static_cast<double>(H - h + 1));
+      int64_t left = static_cast<int64_t>(rng.uniform(4 * a + 3) * static_cast<double>(W - w + 1));
+      return {std::min(top, H - h), std::min(left, W - w), h, w};
+    }
+  }
+  const double in_ratio = static_cast<double>(W) / static_cast<double>(H);
+  int64_t w = W, h = H;
+  if (in_ratio < 3.0 / 4.0) {
+    h = std::min<int64_t>(H, std::llround(static_cast<double>(W) / (3.0 / 4.0)));
+  } else if (in_ratio > 4.0 / 3.0) {
+    w = std::min<int64_t>(W, std::llround(static_cast<double>(H) * (4.0 / 3.0)));
+  }
+  return {(H - h) / 2, (W - w) / 2, h, w};
+}
+
+const Tensor& column(const Element& e, size_t i, DType dtype, int ndim, const char* what) {
+  TNT_CHECK(e.size() > i && e[i].defined() && e[i].dtype() == dtype && e[i].ndim() == ndim,
+            "imagenet_preprocess: element column {} ({}) is not a {} tensor of {} dimensions; the input "
+            "must be an undecoded ImageNet element (see tarantella/imagenet.hpp)",
+            i, what, dtype_name(dtype), ndim);
+  return e[i];
+}
+
+}  // namespace
+
+ImageFolderListing list_image_folder(const std::string& split_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(split_dir, ec))
+    throw InputError(fmt::format("image folder '{}': no such directory", split_dir));
+  ImageFolderListing out;
+  for (const auto& entry : fs::directory_iterator(split_dir, ec))
+    if (entry.is_directory(ec)) out.classes.push_back(entry.path().filename().string());
+  if (ec) throw InputError(fmt::format("image folder '{}': cannot list: {}", split_dir, ec.message()));
+  if (out.classes.empty())
+    throw InputError(fmt::format("image folder '{}': no class folders (expected <wnid>/*.JPEG)", split_dir));
+  std::sort(out.classes.begin(), out.classes.end());
+  for (size_t c = 0; c < out.classes.size(); ++c) {
+    fs::path dir = fs::path(split_dir) / out.classes[c];
+    std::vector<std::string> files;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+      if (is_jpeg_name(entry.path()) && entry.is_regular_file(ec)) files.push_back(entry.path().string());
+    if (ec) throw InputError(fmt::format("image folder '{}': cannot list: {}", dir.string(), ec.message()));
+    if (files.empty())
+      throw InputError(fmt::format("image folder '{}': class folder holds no .JPEG/.jpg images", dir.string()));
+    std::sort(files.begin(), files.end());
+    for (auto& f : files) {
+      out.files.push_back(std::move(f));
+      out.labels.push_back(static_cast<int64_t>(c));
+    }
+  }
+  return out;
+}
+
+Dataset image_folder_dataset(const std::string& split_dir, const ImagenetOptions& options) {
+  auto listing = std::make_shared<const ImageFolderListing>(list_image_folder(split_dir));
+  ReadFn read = [listing](int64_t i) {
+    const std::string& path = listing->files[static_cast<size_t>(i)];
+    return RawSample{read_whole_file(path), listing->labels[static_cast<size_t>(i)], path};
+  };
+  return Dataset(std::make_shared<SampleNode>(static_cast<int64_t>(listing->files.size()), std::move(read),
+                                              options.shuffle, options.seed));
+}
+
+Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetOptions& options) {
+  if (shards.empty()) throw InputError("tfrecord_dataset: no shard files given");
+  struct Index {
+    std::vector<std::string> shards;
+    std::vector<int64_t> first;     // (shards + 1,): index of each shard's first record
+    std::vector<uint64_t> offsets;  // (records,)
+  };
+  auto index = std::make_shared<Index>();
+  index->shards = shards;
+  index->first.push_back(0);
+  for (const auto& shard : shards) {
+    std::vector<uint64_t> offs = index_tfrecord(shard);
+    index->offsets.insert(index->offsets.end(), offs.begin(), offs.end());
+    index->first.push_back(static_cast<int64_t>(index->offsets.size()));
+  }
+  if (index->offsets.empty())
+    throw InputError(fmt::format("tfrecord_dataset: the {} shards from '{}' hold no records", shards.size(), shards[0]));
+  const bool one_based = options.one_based_labels;
+  std::shared_ptr<const Index> idx = index;
+  ReadFn read = [idx, one_based](int64_t i) {
+    size_t s = static_cast<size_t>(std::upper_bound(idx->first.begin(), idx->first.end(), i) - idx->first.begin() - 1);
+    const std::string& path = idx->shards[s];
+    uint64_t offset = idx->offsets[static_cast<size_t>(i)];
+    std::string where = fmt::format("'{}' at byte offset {}", path, offset);
+    std::vector<uint8_t> record = read_tfrecord(path, offset);
+    ImageExample ex = parse_example(record.data(), record.size(), where);
+    int64_t label = one_based ? ex.label - 1 : ex.label;
+    if (label < 0)
+      throw InputError(fmt::format("TFRecord {}: label {} is not 1-based (ImagenetOptions::one_based_labels)", where,
+                                   ex.label));
+    Tensor bytes = Tensor::from_data(ex.encoded.data(), {static_cast<int64_t>(ex.encoded.size())});  // (n,)
+    return RawSample{std::move(bytes), label, where};
+  };
+  return Dataset(std::make_shared<SampleNode>(static_cast<int64_t>(index->offsets.size()), std::move(read),
+                                              options.shuffle, options.seed));
+}
+
+Dataset imagenet_dataset(const std::string& data_dir, const std::string& split, const ImagenetOptions& options) {
+  const SplitNames names = split_names(split);
+  const std::string& layout = options.layout;
+  if (layout != "auto" && layout != "folders" && layout != "tfrecord")
+    throw InputError(fmt::format("imagenet_dataset: layout '{}' is not one of auto, folders, tfrecord", layout));
+  std::error_code ec;
+  if (!fs::is_directory(data_dir, ec))
+    throw InputError(fmt::format("imagenet_dataset: data directory '{}' does not exist", data_dir));
+  if (layout != "tfrecord") {
+    for (const auto& folder : names.folders) {
+      fs::path dir = fs::path(data_dir) / folder;
+      if (fs::is_directory(dir, ec)) return image_folder_dataset(dir.string(), options);
+    }
+  }
+  if (layout != "folders") {
+    std::vector<std::string> shards = find_shards(data_dir, names.shard_prefix);
+    if (!shards.empty()) return tfrecord_dataset(shards, options);
+  }
+  throw InputError(fmt::format(
+      "imagenet_dataset: '{}' holds no {} data: expected the folder '{}/{}/<wnid>/*.JPEG' or TFRecord shards "
+      "'{}/{}-00000-of-NNNNN'",
+      data_dir, split, data_dir, names.folders[0], data_dir, names.shard_prefix));
+}
+
+MapFn imagenet_preprocess(int64_t image_size, bool training, uint64_t seed) {
+  if (image_size < 1) throw InputError(fmt::format("imagenet_preprocess: image size {} must be positive", image_size));
+  const int64_t S = image_size;
+  // Evaluation's resize target: 256 for 224, scaled with the image size.
+  const int64_t R = std::max<int64_t>(S, std::llround(static_cast<double>(S) * 256.0 / 224.0));
+  return [S, R, training, seed](Element e) -> Element {
+    const Tensor& bytes = column(e, 0, DType::u8, 1, "bytes");
+    const int64_t label = column(e, 1, DType::i64, 0, "label").data<int64_t>()[0];
+    const int64_t index = column(e, 2, DType::i64, 0, "index").data<int64_t>()[0];
+    const int64_t epoch = column(e, 3, DType::i64, 0, "epoch").data<int64_t>()[0];
+    const Tensor& src = column(e, 4, DType::u8, 1, "source");
+    std::string source(reinterpret_cast<const char*>(src.data<uint8_t>()), static_cast<size_t>(src.numel()));
+
+    const uint8_t* data = bytes.data<uint8_t>();
+    const size_t size = static_cast<size_t>(bytes.numel());
+    const JpegSize js = jpeg_size(data, size, source);
+    const int64_t H = js.height, W = js.width;
+    // The box to resample in original pixels, and the (h, w) it must keep when shrunk in
+    // the DCT domain: the largest 1/d that still leaves at least the pixels the plain
+    // resize would have used, so the result only gets smoother, never coarser.
+    double y0 = 0, x0 = 0, bh = 0, bw = 0;
+    int64_t need_h = 0, need_w = 0;
+    int64_t clamp[4] = {0, H - 1, 0, W - 1};  // y_lo, y_hi, x_lo, x_hi in original pixels
+    bool flip = false;
+    if (training) {
+      uint64_t key = detail::mix64(detail::mix64(static_cast<uint64_t>(epoch)) + static_cast<uint64_t>(index));
+      CounterRng rng(seed, key);
+      Box b = random_resized_crop(H, W, rng);
+      flip = rng.uniform(40) < 0.5f;
+      y0 = static_cast<double>(b.top), x0 = static_cast<double>(b.left);
+      bh = static_cast<double>(b.height), bw = static_cast<double>(b.width);
+      clamp[0] = b.top, clamp[1] = b.top + b.height - 1, clamp[2] = b.left, clamp[3] = b.left + b.width - 1;
+      need_h = S * H / b.height, need_w = S * W / b.width;  // whole-image size at the crop's scale
+    } else {
+      int64_t rh = R, rw = R;  // the resized image (rh, rw)
+      if (W <= H) rh = R * H / W; else rw = R * W / H;
+      const int64_t top = std::llround(static_cast<double>(rh - S) / 2.0);
+      const int64_t left = std::llround(static_cast<double>(rw - S) / 2.0);
+      const double sy = static_cast<double>(H) / static_cast<double>(rh);
+      const double sx = static_cast<double>(W) / static_cast<double>(rw);
+      y0 = static_cast<double>(top) * sy, x0 = static_cast<double>(left) * sx;
+      bh = static_cast<double>(S) * sy, bw = static_cast<double>(S) * sx;
+      need_h = rh, need_w = rw;
+    }
+    int d = 1;
+    for (int cand : {8, 4, 2})
+      if (H / cand >= need_h && W / cand >= need_w) { d = cand; break; }
+    Tensor rgb = decode_jpeg(data, size, source, d);  // (Hs, Ws, 3)
+    const int64_t Hs = rgb.dim(0), Ws = rgb.dim(1);
+    const double fy = static_cast<double>(Hs) / static_cast<double>(H);
+    const double fx = static_cast<double>(Ws) / static_cast<double>(W);
+    auto lo = [](int64_t v, double f) { return static_cast<int64_t>(std::floor(static_cast<double>(v) * f)); };
+    auto hi = [](int64_t v, double f, int64_t n) {
+      return std::min<int64_t>(n - 1, static_cast<int64_t>(std::ceil(static_cast<double>(v + 1) * f)) - 1);
+    };
+    Tensor image = Tensor::empty({3, S, S});  // (3, S, S)
+    resample(rgb.data<uint8_t>(), Ws, y0 * fy, x0 * fx, bh * fy, bw * fx, lo(clamp[0], fy), hi(clamp[1], fy, Hs),
+             lo(clamp[2], fx), hi(clamp[3], fx, Ws), S, flip, image.data<float>());
+    return Element{std::move(image), scalar_i64(label)};
+  };
+}
+
+}  // namespace tnt

@@ -1,0 +1,21 @@
+# The ResNet-50 model (names, count, strides, forward/backward, a few training steps, the
+# learning-rate schedule) and the resnet50 program through the launcher on 2 ranks with
+# synthetic data. Everything runs at image size 32: a few seconds, not minutes.
+set(_rn_src ${PROJECT_SOURCE_DIR}/models/resnet50)
+tnt_add_test(NAME resnet50 SOURCES test_resnet50.cpp ${_rn_src}/resnet.cpp TIMEOUT 300 LABELS e2e)
+target_include_directories(test_resnet50 PRIVATE ${_rn_src})
+
+if(NOT TARGET resnet50 OR NOT TARGET tarantella_launcher)
+  return()
+endif()
+# Cases of resnet50_launcher.sh: a 2-rank synthetic run (exit 0, images/s, history.csv,
+# checkpoint), and the clear errors for --dtype=bf16 on the CPU and for --data_dir without
+# an ImageNet pipeline.
+foreach(_case synthetic_2_ranks dtype_needs_gpu no_imagenet_pipeline)
+  add_test(NAME resnet50.launcher.${_case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh
+                   $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:resnet50> ${_case})
+  set_tests_properties(resnet50.launcher.${_case} PROPERTIES
+                       TIMEOUT 180 LABELS e2e
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endforeach()

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# resnet50 through the launcher on 2 ranks, at image size 32.
+#
+#   resnet50_launcher.sh LAUNCHER PROGRAM CASE
+#
+# synthetic_2_ranks: synthetic data, 2 steps: exit 0, "images/s:" printed once (by the
+#   master), history.csv with its header and one row, checkpoint and exported weights.
+# dtype_needs_gpu: --dtype=bf16 on a CPU rank ends with an error naming --dtype and the GPU.
+# no_imagenet_pipeline: --data_dir without --use_synthetic_data ends with an error saying
+#   the ImageNet pipeline is not in this build.
+set -uo pipefail
+[[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
+launcher=$1
+program=$2
+case_name=$3
+for f in "$launcher" "$program"; do
+  [[ -x "$f" ]] || { echo "FAIL: $f is not an executable" >&2; exit 1; }
+done
+# A 2-step run at image size 32 takes about 5 s on a busy 2-core machine; longer is a hang.
+limit=${TNT_E2E_TIMEOUT:-90}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tnt_resnet50_e2e.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+run() {
+  echo "+ $launcher -n 2 -x TNT_NUM_THREADS=1 -- $program $*"
+  timeout -k 10 "$limit" "$launcher" -n 2 -x TNT_NUM_THREADS=1 -- "$program" "$@" \
+    </dev/null >"$tmp/stdout" 2>"$tmp/stderr"
+  rc=$?
+  out=$(cat "$tmp/stdout" "$tmp/stderr")
+  echo "--- exit status $rc; stdout:"
+  cat "$tmp/stdout"
+  echo "--- stderr:"
+  cat "$tmp/stderr"
+  echo "---"
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then fail "did not finish within ${limit}s (a hang)"; fi
+}
+
+expect_error() {  # REGEX WHAT: non-zero exit and an "error..." line matching REGEX
+  if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]]; then pass "non-zero exit ($rc)"; else fail "exit status $rc, expected a failure"; fi
+  if grep -E '^error' <<<"$out" | grep -Eq -- "$1"; then pass "the error names $2"; else fail "no 'error ...' line matches /$1/ ($2)"; fi
+}
+
+common=(--use_synthetic_data --image_size=32 --num_classes=10 --batch_size=4 --synthetic_eval_samples=8
+        --model_dir="$tmp/model" --log_steps=1)
+case $case_name in
+  synthetic_2_ranks)
+    run "${common[@]}" --train_steps=2 --enable_checkpoint_and_export
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    n=$(grep -Ec '^images/s: [0-9.]+ \(global batch 4, 2 ranks, 1 timed steps' <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "'images/s: ...' printed once"; else fail "'images/s: ... (global batch 4, 2 ranks, 1 timed steps' appears $n times, expected once"; fi
+    n=$(grep -Ec '^ResNet-50 v1.5: 23528522 parameters' <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "the parameter count is printed once"; else fail "'ResNet-50 v1.5: 23528522 parameters' appears $n times"; fi
+    csv=$tmp/model/history.csv
+    header="epoch,loss,accuracy,top5_accuracy,val_loss,val_accuracy,val_top5_accuracy,learning_rate,seconds"
+    if [[ -f $csv && $(head -n 1 "$csv") == "$header" && $(wc -l <"$csv") -eq 2 ]]; then
+      pass "history.csv has the header and one row"
+    else
+      fail "history.csv missing or not header + 1 row:"; cat "$csv" 2>/dev/null
+    fi
+    for f in checkpoint.safetensors model.safetensors; do
+      if [[ -s $tmp/model/$f ]]; then pass "$f written"; else fail "$f missing"; fi
+    done
+    ;;
+  dtype_needs_gpu)
+    run "${common[@]}" --train_steps=1 --dtype=bf16
+    expect_error '--dtype=bf16: .*GPU' "--dtype and the GPU"
+    ;;
+  no_imagenet_pipeline)
+    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model"
+    expect_error 'ImageNet input pipeline is not available' "the missing pipeline"
+    ;;
+  *)
+    echo "unknown case $case_name" >&2
+    exit 2
+    ;;
+esac
+if [[ $failures -gt 0 ]]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all checks passed"

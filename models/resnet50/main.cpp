@@ -11,8 +11,13 @@
 // images (at most one global batch, at most kMaxSyntheticPool) is generated once, and the
 // epoch of --synthetic_samples samples (ImageNet's 1,281,167 by default, so the schedule is
 // the real one) cycles through it. --train_steps ends the run early, on every rank.
+//
+// Real data (tarantella/imagenet.hpp): each rank lists the whole split, distribute() gives
+// it its slice of every global batch, and only then are its own samples decoded and
+// augmented, on --data_workers threads, so no rank reads another rank's files.
 #include "resnet.hpp"
 
+#include <tarantella/imagenet.hpp>
 #include <tarantella/tarantella.hpp>
 
 #include <cxxopts.hpp>
@@ -23,6 +28,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace {
@@ -145,6 +151,7 @@ int main(int argc, char** argv) {
     ("seed", "seed of weights and data", cxxopts::value<uint64_t>()->default_value("42"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
     ("log_steps", "print images/s every this many steps (0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
+    ("data_workers", "threads decoding and augmenting images on each rank", cxxopts::value<int>()->default_value("4"))
     ("verbose", "0 silent, 1 progress bar, 2 a line per epoch", cxxopts::value<int>()->default_value("2"))
     ("h,help", "this help");
   // clang-format on
@@ -180,6 +187,7 @@ int main(int argc, char** argv) {
     const int64_t train_steps = args["train_steps"].as<int64_t>();
     const int64_t log_steps = args["log_steps"].as<int64_t>();
     const int verbose = args["verbose"].as<int>();
+    const int data_workers = args["data_workers"].as<int>();
     const bool checkpoint_and_export = args["enable_checkpoint_and_export"].as<bool>();
 
     if (batch_size <= 0) throw tnt::InputError(fmt::format("--batch_size={}: must be positive", batch_size));
@@ -191,6 +199,7 @@ int main(int argc, char** argv) {
     if (warmup_epochs < 0) throw tnt::InputError(fmt::format("--warmup_epochs={}: must be at least 0", warmup_epochs));
     if (!(label_smoothing >= 0 && label_smoothing < 1)) throw tnt::InputError(fmt::format("--label_smoothing={}: must be in [0, 1)", label_smoothing));
     if (train_steps < 0) throw tnt::InputError(fmt::format("--train_steps={}: must be at least 0", train_steps));
+    if (data_workers < 1) throw tnt::InputError(fmt::format("--data_workers={}: must be at least 1", data_workers));
     if (log_steps < 0) throw tnt::InputError(fmt::format("--log_steps={}: must be at least 0", log_steps));
     if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
       throw tnt::InputError(fmt::format("--dtype={}: expected fp32, bf16 or fp16", dtype));
@@ -205,8 +214,10 @@ int main(int argc, char** argv) {
       throw tnt::InputError(fmt::format("--dtype={}: mixed-precision training is not implemented yet; use --dtype=fp32", dtype));
     }
 
-    // Data.
+    // Data: either unbatched datasets that fit() distributes (synthetic), or datasets
+    // already distributed and then decoded (ImageNet).
     tnt::Dataset train_data, eval_data;
+    std::optional<tnt::DistributedDataset> train_dist, eval_dist;
     int64_t epoch_size = 0;
     if (synthetic) {
       if (synthetic_samples < batch_size) {
@@ -225,10 +236,24 @@ int main(int argc, char** argv) {
       if (data_dir.empty()) {
         throw tnt::InputError("--data_dir is missing: give the ImageNet directory, or --use_synthetic_data");
       }
-      // The JPEG/TFRecord pipeline is a separate part of the runtime; until it is linked in,
-      // say so rather than fail later on a missing file.
-      throw tnt::InputError(fmt::format("--data_dir={}: the ImageNet input pipeline is not available in this build "
-                                        "(use --use_synthetic_data)", data_dir));
+      tnt::ImagenetOptions train_opts;
+      train_opts.shuffle = true;
+      train_opts.seed = seed;
+      tnt::Dataset train_files = tnt::imagenet_dataset(data_dir, "train", train_opts);
+      tnt::Dataset val_files = tnt::imagenet_dataset(data_dir, "val");
+      epoch_size = train_files.cardinality();
+      if (epoch_size < batch_size) {
+        throw tnt::InputError(fmt::format("--data_dir={}: {} training images, fewer than one global batch (--batch_size={})",
+                                          data_dir, epoch_size, batch_size));
+      }
+      // Training drops the last partial batch (as the tutorial); evaluation pads it, so
+      // every validation image counts exactly once.
+      train_dist = train_files.distribute(batch_size, tnt::Remainder::drop)
+                       .map(tnt::imagenet_preprocess(image_size, true, seed), data_workers)
+                       .prefetch(4);
+      eval_dist = val_files.distribute(batch_size, tnt::Remainder::pad)
+                      .map(tnt::imagenet_preprocess(image_size, false, seed), data_workers)
+                      .prefetch(4);
     }
 
     auto net = tnt_models::make_resnet50(num_classes, args["zero_init_residual"].as<bool>(), image_size);
@@ -256,7 +281,11 @@ int main(int argc, char** argv) {
     fit.batch_size = batch_size;
     fit.epochs = epochs;
     fit.verbose = verbose;
-    fit.validation_data = eval_data;
+    if (train_dist) {
+      fit.distributed_validation_data = eval_dist;
+    } else {
+      fit.validation_data = eval_data;
+    }
     fit.validation_freq = between_evals;
     auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv");
     csv->set_columns({"loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy", "val_top5_accuracy",
@@ -266,7 +295,7 @@ int main(int argc, char** argv) {
     if (checkpoint_and_export) {
       fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(model_dir + "/checkpoint.safetensors", "loss"));
     }
-    tnt::History history = model.fit(train_data, fit);
+    tnt::History history = train_dist ? model.fit(*train_dist, fit) : model.fit(train_data, fit);
 
     if (checkpoint_and_export) {
       // Weights only, under torchvision's names: loads into torchvision.models.resnet50.

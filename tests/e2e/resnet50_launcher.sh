@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # resnet50 through the launcher on 2 ranks, at image size 32.
 #
-#   resnet50_launcher.sh LAUNCHER PROGRAM CASE
+#   resnet50_launcher.sh LAUNCHER PROGRAM CASE [TEST_RESNET50]
 #
 # synthetic_2_ranks: synthetic data, 2 steps: exit 0, "images/s:" printed once (by the
 #   master), history.csv with its header and one row, checkpoint and exported weights.
 # dtype_needs_gpu: --dtype=bf16 on a CPU rank ends with an error naming --dtype and the GPU.
-# no_imagenet_pipeline: --data_dir without --use_synthetic_data ends with an error saying
-#   the ImageNet pipeline is not in this build.
+# imagenet_folders: a tiny ImageNet in the folder layout (written by TEST_RESNET50's hidden
+#   test case), one epoch of 3 steps and an evaluation: exit 0, history.csv with a
+#   validation accuracy.
+# missing_data_dir: --data_dir naming no directory ends with an error naming it.
 set -uo pipefail
-[[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
+[[ $# -eq 3 || $# -eq 4 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE [TEST_RESNET50]" >&2; exit 2; }
 launcher=$1
 program=$2
 case_name=$3
+writer=${4:-}
 for f in "$launcher" "$program"; do
   [[ -x "$f" ]] || { echo "FAIL: $f is not an executable" >&2; exit 1; }
 done
@@ -68,9 +71,25 @@ case $case_name in
     run "${common[@]}" --train_steps=1 --dtype=bf16
     expect_error '--dtype=bf16: .*GPU' "--dtype and the GPU"
     ;;
-  no_imagenet_pipeline)
-    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model"
-    expect_error 'ImageNet input pipeline is not available' "the missing pipeline"
+  imagenet_folders)
+    [[ -x $writer ]] || { echo "FAIL: imagenet_folders needs the test_resnet50 executable" >&2; exit 1; }
+    TNT_TINY_IMAGENET_DIR=$tmp/imagenet "$writer" "[.write_tiny_imagenet]" >"$tmp/writer.out" 2>&1 ||
+      { cat "$tmp/writer.out"; echo "FAIL: writing the tiny ImageNet"; exit 1; }
+    # 12 training images, global batch 4: 3 steps; 4 validation images: one batch.
+    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --data_workers=2 --log_steps=0
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    if grep -Eq '12 training samples per epoch' <<<"$out"; then pass "12 training samples"; else fail "no '12 training samples per epoch' line"; fi
+    csv=$tmp/model/history.csv
+    if [[ -f $csv ]] && awk -F, 'NR == 2 && $1 == 1 && $6 != "" && $6 >= 0 && $6 <= 1 { ok = 1 } END { exit !ok }' "$csv"; then
+      pass "history.csv has epoch 1 with a validation accuracy"
+    else
+      fail "history.csv missing or without val_accuracy in row 1:"; cat "$csv" 2>/dev/null
+    fi
+    ;;
+  missing_data_dir)
+    run --data_dir="$tmp/no_such_dir" --model_dir="$tmp/model"
+    expect_error "$tmp/no_such_dir" "the directory"
     ;;
   *)
     echo "unknown case $case_name" >&2

@@ -6,9 +6,13 @@
 
 #include "resnet.hpp"
 
+#include "tarantella/imagenet.hpp"
 #include "tarantella/tarantella.hpp"
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -229,4 +233,31 @@ TEST_CASE("resnet50: the tutorial's learning-rate schedule for a global batch of
 
   // An epoch smaller than the global batch is an error, not a schedule of zero-step epochs.
   CHECK_THROWS(tnt_models::make_lr_schedule(1024, 1000, 5, 0.1));
+}
+
+// Not run by default (the "." tag hides it): resnet50_launcher.sh calls it to write a tiny
+// ImageNet in the folder layout into $TNT_TINY_IMAGENET_DIR: train/ with 2 classes x 6
+// images, val/ with 2 classes x 2, each 40x48 (not square, larger than the crop of 32).
+// Each class has its own colour, so the images are not all alike.
+TEST_CASE("write a tiny ImageNet for the resnet50 program", "[.write_tiny_imagenet]") {
+  const char* dir = std::getenv("TNT_TINY_IMAGENET_DIR");
+  REQUIRE(dir != nullptr);
+  const std::string root = dir;
+  const char* wnids[] = {"n01440764", "n01443537"};
+  for (const auto& [split, per_class] : {std::pair<std::string, int>{"train", 6}, {"val", 2}}) {
+    for (int c = 0; c < 2; ++c) {
+      const std::string folder = root + "/" + split + "/" + wnids[c];
+      std::filesystem::create_directories(folder);
+      for (int i = 0; i < per_class; ++i) {
+        tnt::Tensor rgb = tnt::Tensor::empty({40, 48, 3}, tnt::DType::u8);  // (H, W, 3)
+        uint8_t* px = rgb.data<uint8_t>();
+        for (int64_t k = 0; k < rgb.numel(); ++k) {
+          px[k] = static_cast<uint8_t>((k % 3 == c ? 200 : 40) + (k * 7 + i * 13) % 50);
+        }
+        std::vector<uint8_t> jpeg = tnt::encode_jpeg(rgb);
+        std::ofstream(folder + "/" + std::to_string(i) + ".JPEG", std::ios::binary)
+            .write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
+      }
+    }
+  }
 }

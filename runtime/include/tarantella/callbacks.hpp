@@ -82,6 +82,7 @@ class ProgressBar : public Callback {
  private:
   std::string metrics_text(const Logs& logs, bool include_val) const;
   bool tty_ = false;
+  int64_t steps_done_ = 0;
   double epoch_start_ = 0;
   double last_draw_ = 0;
 };

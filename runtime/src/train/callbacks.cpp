@@ -66,6 +66,7 @@ void ProgressBar::on_train_begin(const Logs&) {
 void ProgressBar::on_epoch_begin(int epoch, const Logs&) {
   epoch_start_ = now_s();
   last_draw_ = 0;
+  steps_done_ = 0;
   if (params_.verbose >= 1) print("Epoch {}/{}", epoch + 1, params_.epochs);
 }
 
@@ -81,6 +82,7 @@ std::string ProgressBar::metrics_text(const Logs& logs, bool include_val) const 
 }
 
 void ProgressBar::on_train_batch_end(int64_t batch, const Logs& logs) {
+  steps_done_ = batch + 1;
   if (params_.verbose != 1 || !tty_) return;
   double t = now_s();
   int64_t done = batch + 1;
@@ -104,8 +106,10 @@ void ProgressBar::on_train_batch_end(int64_t batch, const Logs& logs) {
 void ProgressBar::on_epoch_end(int, const Logs& logs) {
   if (params_.verbose == 0) return;
   double elapsed = now_s() - epoch_start_;
-  double per_step_ms = params_.steps > 0 ? elapsed * 1000.0 / static_cast<double>(params_.steps) : 0;
-  std::string line = fmt::format("{}/{} - {} {:.0f}ms/step{}", params_.steps, params_.steps, format_duration(elapsed),
+  // Steps actually run: fewer than planned when training was stopped mid-epoch.
+  int64_t total = params_.steps > 0 ? params_.steps : steps_done_;
+  double per_step_ms = steps_done_ > 0 ? elapsed * 1000.0 / static_cast<double>(steps_done_) : 0;
+  std::string line = fmt::format("{}/{} - {} {:.0f}ms/step{}", steps_done_, total, format_duration(elapsed),
                                  per_step_ms, metrics_text(logs, true));
   if (tty_ && params_.verbose == 1) {
     std::fputs("\r\033[K", stdout);

@@ -9,6 +9,7 @@
 #include <cxxopts.hpp>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -17,31 +18,49 @@ namespace {
 
 constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
 
+// PyTorch's default initialisation of Conv2d and Linear (weight and bias uniform in
+// +-1/sqrt(fan_in)), so that this program starts like the PyTorch module it mirrors.
+tnt::Initializer torch_default(int64_t fan_in) {
+  double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+  return tnt::Initializer::uniform(-bound, bound);
+}
+
+std::shared_ptr<tnt::Conv2D> conv(int64_t in, int64_t out, const std::string& name) {
+  tnt::Conv2DOptions o;
+  o.padding = 1;
+  o.kernel_initializer = o.bias_initializer = torch_default(in * 3 * 3);
+  return std::make_shared<tnt::Conv2D>(out, 3, o, name);
+}
+
+std::shared_ptr<tnt::Dense> dense(int64_t in, int64_t out, const std::string& name) {
+  tnt::DenseOptions o;
+  o.kernel_initializer = o.bias_initializer = torch_default(in);
+  return std::make_shared<tnt::Dense>(out, o, name);
+}
+
 std::shared_ptr<tnt::Sequential> make_cnn() {
   auto net = std::make_shared<tnt::Sequential>("fashion_mnist_cnn");
-  tnt::Conv2DOptions pad1;
-  pad1.padding = 1;
-  net->add(std::make_shared<tnt::Conv2D>(32, 3, pad1, "conv1"));
+  net->add(conv(1, 32, "conv1"));
   net->add(std::make_shared<tnt::ReLU>("relu1"));
   net->add(std::make_shared<tnt::MaxPool2D>(2, "pool1"));
-  net->add(std::make_shared<tnt::Conv2D>(64, 3, pad1, "conv2"));
+  net->add(conv(32, 64, "conv2"));
   net->add(std::make_shared<tnt::ReLU>("relu2"));
   net->add(std::make_shared<tnt::MaxPool2D>(2, "pool2"));
   net->add(std::make_shared<tnt::Flatten>("flatten"));
-  net->add(std::make_shared<tnt::Dense>(128, "fc1"));
+  net->add(dense(3136, 128, "fc1"));
   net->add(std::make_shared<tnt::ReLU>("relu3"));
-  net->add(std::make_shared<tnt::Dense>(10, "fc2"));
+  net->add(dense(128, 10, "fc2"));
   return net;
 }
 
 std::shared_ptr<tnt::Sequential> make_mlp() {
   auto net = std::make_shared<tnt::Sequential>("fashion_mnist_mlp");
   net->add(std::make_shared<tnt::Flatten>("flatten"));
-  net->add(std::make_shared<tnt::Dense>(256, "fc1"));
+  net->add(dense(784, 256, "fc1"));
   net->add(std::make_shared<tnt::ReLU>("relu1"));
-  net->add(std::make_shared<tnt::Dense>(128, "fc2"));
+  net->add(dense(256, 128, "fc2"));
   net->add(std::make_shared<tnt::ReLU>("relu2"));
-  net->add(std::make_shared<tnt::Dense>(10, "fc3"));
+  net->add(dense(128, 10, "fc3"));
   return net;
 }
 

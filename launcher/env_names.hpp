@@ -24,6 +24,10 @@ inline constexpr const char* log_level = "TNT_LOG_LEVEL";
 inline constexpr const char* output_on_all_devices = "TNT_OUTPUT_ON_ALL_DEVICES";
 inline constexpr const char* log_on_all_devices = "TNT_LOG_ON_ALL_DEVICES";
 
+// Whether the launcher's stdout is a terminal ("1"/"0"): a rank's stdout under mpirun is a
+// pseudo-terminal either way, so progress bars ask this instead of isatty().
+inline constexpr const char* stdout_is_tty = "TNT_STDOUT_IS_TTY";
+
 // Private to the launcher: where a rank's step reports a failed program. Removed from
 // the program's environment before it starts.
 inline constexpr const char* report_address = "TNT_LAUNCHER_REPORT";
@@ -38,8 +42,8 @@ inline constexpr std::string_view prefix = "TNT_";
 
 // Names a user may not set with -x: the per-rank step owns them, and a stale value from
 // an enclosing job must not leak into this one.
-inline constexpr std::array<std::string_view, 7> reserved = {
-    rank, size, local_rank, local_size, device, launcher, report_address};
+inline constexpr std::array<std::string_view, 8> reserved = {
+    rank, size, local_rank, local_size, device, launcher, report_address, stdout_is_tty};
 
 inline bool is_reserved(std::string_view name) {
   for (auto r : reserved) {

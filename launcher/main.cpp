@@ -81,6 +81,8 @@ int launch(const std::vector<std::string>& args) {
   spec.hosts = plan.hosts;
   spec.exports = tl::rank_exports(options, env);
   spec.pass_by_name.push_back(tl::env::report_address);
+  ::setenv(tl::env::stdout_is_tty, ::isatty(STDOUT_FILENO) == 1 ? "1" : "0", 1);
+  spec.pass_by_name.push_back(tl::env::stdout_is_tty);
   const bool remote = std::any_of(plan.hosts.begin(), plan.hosts.end(), [](auto& h) { return !h.local; });
   if (remote) {
     // Remote ranks start from a login environment; they need ours to find PROGRAM.

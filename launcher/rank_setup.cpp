@@ -217,6 +217,9 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   }
 
   for (const auto& [name, value] : rank_variables(id, device, binding)) ::setenv(name.c_str(), value.c_str(), 1);
+  // OpenMP threads that spin while they wait take the cores that the gradient
+  // communication thread and the other ranks need; wait passively unless the user chose.
+  ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
   const std::string report_to = lookup(env, env::report_address).value_or("");
   ::unsetenv(env::report_address);
 

@@ -103,6 +103,10 @@ class ThroughputLogger : public tnt::Callback {
     tnt::print("images/s: {:.1f} (global batch {}, {} ranks, {} timed steps, {:.1f} ms/step)",
                images_per_second(total_seconds_, total_steps_), global_batch_, tnt::size(), total_steps_,
                1e3 * total_seconds_ / static_cast<double>(total_steps_));
+    if (tnt::default_device().is_cuda()) {
+      // What the caching allocator handed out at most (scripts/bench/resnet50_gpu reads it).
+      tnt::print("peak GPU memory: {} MiB", tnt::memory_stats(tnt::default_device()).peak_bytes >> 20);
+    }
   }
 
  private:

@@ -57,7 +57,7 @@ struct FitOptions {
   // Or validation data already distributed (a pipeline that decodes after distribute()).
   std::optional<DistributedDataset> distributed_validation_data;
   int64_t validation_batch_size = 0;   // global; 0 = batch_size
-  int validation_freq = 1;             // validate every this many epochs
+  int validation_freq = 1;             // validate after epochs k*freq (1-based), and after the last
   int verbose = 1;                     // 0 silent, 1 progress bar, 2 one line per epoch
   // true: each rank takes its slice of every global batch. false: the dataset already
   // yields this rank's micro-batches (the user sharded by tnt::rank()/tnt::size()).

@@ -367,7 +367,7 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
       timing_.exposed_comm_seconds /= n;
     }
     // Restore the metric objects to the global epoch values (for users reading them).
-    if (!logs.empty() && validation && (epoch + 1 - options.initial_epoch) % options.validation_freq == 0) {
+    if (!logs.empty() && validation && (epoch + 1) % options.validation_freq == 0) {
       Logs val = run_evaluate(distributed_source(*validation, 0));
       for (auto& [k, v] : val) logs["val_" + k] = v;
     } else if (validation && epoch + 1 == options.epochs) {

@@ -1,6 +1,7 @@
 // safetensors checkpoints: round trips, the exact bytes of the format, a reader and a
 // writer in plain Python (struct + json, as the format is specified), every kind of broken
 // file, checked loading, and writers that die or fail half-way.
+#include "temp_dir.hpp"
 #include <catch2/catch.hpp>
 
 #include "tarantella/checkpoint.hpp"
@@ -22,25 +23,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tnt-ckpt-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::vector<std::string> names() const {
-    std::vector<std::string> v;
-    for (const auto& e : fs::directory_iterator(path)) v.push_back(e.path().filename().string());
-    std::sort(v.begin(), v.end());
-    return v;
-  }
-};
+using TempDir = tnt::test::TempDir;
 
 void write_bytes(const std::string& path, const Bytes& b) {
   std::ofstream f(path, std::ios::binary);
@@ -87,7 +70,7 @@ int run_python(const std::string& script_text, const std::string& args, const Te
 }  // namespace
 
 TEST_CASE("safetensors round trip of every dtype, with metadata and order kept", "[checkpoint]") {
-  TempDir dir;
+  TempDir dir("tnt-ckpt");
   NamedTensors tensors = {
       {"layer2.weight", arange({3, 2, 2, 2}, DType::f32, -5)},
       {"layer1.bias", arange({4}, DType::f64, 1)},
@@ -122,7 +105,7 @@ TEST_CASE("safetensors round trip of every dtype, with metadata and order kept",
 }
 
 TEST_CASE("safetensors bytes are exactly as the format says", "[checkpoint]") {
-  TempDir dir;
+  TempDir dir("tnt-ckpt");
   std::string path = dir.file("tiny.safetensors");
   write_safetensors(path, {{"a", Tensor::from_vector({1.0f, 2.0f}, {2})}, {"b", arange({}, DType::i64, 7)}},
                     {{"format", "pt"}});
@@ -136,7 +119,7 @@ TEST_CASE("safetensors bytes are exactly as the format says", "[checkpoint]") {
 }
 
 TEST_CASE("a Python reader (struct + json) understands our files, and we read its files", "[checkpoint][python]") {
-  TempDir dir;
+  TempDir dir("tnt-ckpt");
   std::string ours = dir.file("ours.safetensors");
   Checkpoint c;
   c.add("conv1.weight", arange({2, 1, 3, 3}, DType::f32, -9));
@@ -210,7 +193,7 @@ open(out, 'wb').write(struct.pack('<Q', len(text)) + text + data)
 }
 
 TEST_CASE("read_safetensors rejects broken files and names them", "[checkpoint]") {
-  TempDir dir;
+  TempDir dir("tnt-ckpt");
   auto expect_error = [&](const std::string& name, const Bytes& bytes, const std::string& what) {
     std::string path = dir.file(name);
     write_bytes(path, bytes);
@@ -247,7 +230,7 @@ TEST_CASE("read_safetensors rejects broken files and names them", "[checkpoint]"
 }
 
 TEST_CASE("Checkpoint::load_into reports every mismatch at once and copies nothing then", "[checkpoint]") {
-  TempDir dir;
+  TempDir dir("tnt-ckpt");
   Checkpoint saved;
   saved.add("fc.weight", arange({3, 4}, DType::f32));
   saved.add("fc.bias", arange({3}, DType::f32, 10));
@@ -300,7 +283,7 @@ TEST_CASE("Checkpoint::load_into reports every mismatch at once and copies nothi
 }
 
 TEST_CASE("a writer killed half-way leaves the previous checkpoint, and the next write cleans up", "[checkpoint][crash]") {
-  TempDir dir;
+  TempDir dir("tnt-ckpt");
   std::string path = dir.file("ckpt.safetensors");
   Tensor old_value = Tensor::full({256}, 1.0);
   write_safetensors(path, {{"w", old_value}}, {{"step", "1"}});
@@ -343,7 +326,7 @@ TEST_CASE("a writer killed half-way leaves the previous checkpoint, and the next
 }
 
 TEST_CASE("a write that fails half-way throws and leaves no temporary file", "[checkpoint][crash]") {
-  TempDir dir;
+  TempDir dir("tnt-ckpt");
   std::string path = dir.file("ckpt.safetensors");
   write_safetensors(path, {{"w", Tensor::full({16}, 1.0)}}, {{"step", "1"}});
   pid_t pid = ::fork();
@@ -369,7 +352,7 @@ TEST_CASE("a write that fails half-way throws and leaves no temporary file", "[c
 }
 
 TEST_CASE("SIGKILL at a random moment of repeated writes never leaves a torn checkpoint", "[checkpoint][crash]") {
-  TempDir dir;
+  TempDir dir("tnt-ckpt");
   std::string path = dir.file("ckpt.safetensors");
   write_safetensors(path, {{"w", Tensor::full({1 << 21}, 0.0)}}, {{"k", "0"}});
   pid_t pid = ::fork();

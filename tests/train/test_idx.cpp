@@ -1,5 +1,6 @@
 // IDX files: hand-made bytes (plain and gzip, from zlib directly), our writer, every kind
 // of broken file, the MNIST directory loader, and the real Fashion-MNIST package.
+#include "temp_dir.hpp"
 #include <catch2/catch.hpp>
 #include <zlib.h>
 
@@ -18,19 +19,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tnt-idx-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using TempDir = tnt::test::TempDir;
 
 void write_bytes(const std::string& path, const Bytes& b) {
   std::ofstream f(path, std::ios::binary);
@@ -63,7 +52,7 @@ Bytes small_u8() { return {0, 0, 0x08, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5,
 }  // namespace
 
 TEST_CASE("read_idx reads hand-made files, plain and gzip, whatever their names", "[idx]") {
-  TempDir dir;
+  TempDir dir("tnt-idx");
   write_bytes(dir.file("a.idx"), small_u8());
   write_bytes(dir.file("b.idx"), gzip(small_u8()));        // gzip without .gz in the name
   write_bytes(dir.file("c.idx.gz"), small_u8());           // plain despite the name
@@ -92,7 +81,7 @@ TEST_CASE("read_idx reads hand-made files, plain and gzip, whatever their names"
 }
 
 TEST_CASE("write_idx round-trips through read_idx", "[idx]") {
-  TempDir dir;
+  TempDir dir("tnt-idx");
   std::vector<float> v(2 * 3 * 4);
   std::iota(v.begin(), v.end(), -5.25f);
   Tensor f = Tensor::from_vector(v, {2, 3, 4});
@@ -117,7 +106,7 @@ TEST_CASE("write_idx round-trips through read_idx", "[idx]") {
 }
 
 TEST_CASE("read_idx names the file in every error", "[idx]") {
-  TempDir dir;
+  TempDir dir("tnt-idx");
   auto expect_error = [&](const std::string& name, const Bytes& bytes, const std::string& what) {
     std::string path = dir.file(name);
     write_bytes(path, bytes);
@@ -162,7 +151,7 @@ TEST_CASE("read_idx names the file in every error", "[idx]") {
 }
 
 TEST_CASE("load_mnist_dir loads plain and gzip files and checks the counts", "[idx]") {
-  TempDir dir;
+  TempDir dir("tnt-idx");
   // 3 images of 2x2: pixel values 0, 51, 102, 255 ...; labels 4, 0, 9.
   std::vector<uint8_t> px = {0, 51, 102, 255, 1, 2, 3, 4, 255, 255, 0, 0};
   write_idx(dir.file("train-images-idx3-ubyte"), Tensor::from_data(px.data(), {3, 2, 2}));

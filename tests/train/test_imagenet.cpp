@@ -2,6 +2,7 @@
 // colour JPEGs of 32x40 in class folders (created out of order), and the same samples as
 // TFRecord shards written by our writer. A sample's colour encodes its class (red) and its
 // number within the class (green), so labels and order can be checked from the pixels.
+#include "temp_dir.hpp"
 #include <catch2/catch.hpp>
 #include <jpeglib.h>
 
@@ -38,18 +39,7 @@ constexpr int kBlue = 100;
 // quantisation step is 2, plus YCbCr rounding); 12 is well inside the spacing of 40.
 constexpr double kColourTol = 12.0;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tnt-imagenet-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using TempDir = tnt::test::TempDir;
 
 void write_bytes(const fs::path& path, const Bytes& b) {
   std::ofstream f(path, std::ios::binary);
@@ -246,7 +236,7 @@ TEST_CASE("JPEG encode/decode round trip and a non-JPEG input") {
 }
 
 TEST_CASE("image folders: listing, labels, shapes and pixels") {
-  TempDir tmp;
+  TempDir tmp("tnt-imagenet");
   write_folders(tmp.path, "train");
   write_folders(tmp.path, "val");
   ImageFolderListing listing = list_image_folder((tmp.path / "train").string());
@@ -289,7 +279,7 @@ TEST_CASE("image folders: listing, labels, shapes and pixels") {
 }
 
 TEST_CASE("image folders: clear errors") {
-  TempDir tmp;
+  TempDir tmp("tnt-imagenet");
   CHECK_THAT(error_of([&] { imagenet_dataset((tmp.path / "nope").string(), "train"); }),
              Catch::Contains("nope") && Catch::Contains("does not exist"));
   CHECK_THAT(error_of([&] { imagenet_dataset(tmp.path.string(), "train"); }),
@@ -320,7 +310,7 @@ TEST_CASE("image folders: clear errors") {
 }
 
 TEST_CASE("shuffle: a permutation per epoch, reproducible for a seed") {
-  TempDir tmp;
+  TempDir tmp("tnt-imagenet");
   write_folders(tmp.path, "train");
   auto order = [&](uint64_t seed, int64_t epoch) {
     std::vector<int64_t> ids;
@@ -345,7 +335,7 @@ TEST_CASE("shuffle: a permutation per epoch, reproducible for a seed") {
 }
 
 TEST_CASE("augmentation: reproducible per (seed, index, epoch), crops and flips vary") {
-  TempDir tmp;
+  TempDir tmp("tnt-imagenet");
   const int64_t h = 48, w = 64;
   fs::create_directories(tmp.path / "train" / "n00000001");
   write_bytes(tmp.path / "train" / "n00000001" / "a.JPEG", gradient_jpeg(h, w));
@@ -383,7 +373,7 @@ TEST_CASE("augmentation: reproducible per (seed, index, epoch), crops and flips 
 }
 
 TEST_CASE("distribute: disjoint rank shares covering the epoch; other ranks' files unread") {
-  TempDir tmp;
+  TempDir tmp("tnt-imagenet");
   write_folders(tmp.path, "train");
   const int64_t n = kClasses * kPerClass;
   Dataset raw = imagenet_dataset(tmp.path.string(), "train", {.shuffle = true, .seed = 11});
@@ -422,7 +412,7 @@ TEST_CASE("distribute: disjoint rank shares covering the epoch; other ranks' fil
 }
 
 TEST_CASE("TFRecord: writer, index, Example round trip, shard detection, labels") {
-  TempDir tmp;
+  TempDir tmp("tnt-imagenet");
   std::vector<fs::path> shards = write_shards(tmp.path, "train", 2);
   write_shards(tmp.path, "validation", 1);
 
@@ -463,7 +453,7 @@ TEST_CASE("TFRecord: writer, index, Example round trip, shard detection, labels"
 }
 
 TEST_CASE("TFRecord: corrupt records name the file and the byte offset") {
-  TempDir tmp;
+  TempDir tmp("tnt-imagenet");
   std::vector<fs::path> shards = write_shards(tmp.path, "train", 1);
   const std::string path = shards[0].string();
   std::vector<uint64_t> offsets = index_tfrecord(path);

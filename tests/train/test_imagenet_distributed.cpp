@@ -3,6 +3,7 @@
 // it shuffled through distribute() + map(), and the per-sample counts summed over the ranks
 // show that the rank shares are disjoint and cover the epoch. Labels are checked against
 // the pixels, which encode them.
+#include "temp_dir.hpp"
 #include <catch2/catch.hpp>
 
 #include "tarantella/comm.hpp"
@@ -21,18 +22,7 @@ namespace {
 constexpr int kSamples = 23;  // prime: global batches of 4 or 5 leave a partial last one
 constexpr int kClasses = 5;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "tnt-imagenet-mpi-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using TempDir = tnt::test::TempDir;
 
 int red_of(int label) { return 20 + 50 * label; }
 
@@ -53,7 +43,7 @@ void write_dataset(const fs::path& root) {
 }  // namespace
 
 TEST_CASE("imagenet TFRecords on ranks: disjoint shares that cover the epoch") {
-  TempDir tmp;
+  TempDir tmp("tnt-imagenet-mpi");
   write_dataset(tmp.path);
   const int p = tnt::size();
   for (Remainder remainder : {Remainder::drop, Remainder::pad}) {

@@ -101,6 +101,18 @@ class Network {
                                const GradientHook& hook = nullptr);
 
   void zero_grad();
+  // Mixed precision: dtype f32 (default), bf16 or f16. Floating network inputs (declared
+  // f32) are cast to dtype on entry; activations and their gradients are dtype between
+  // layers; floating outputs come back as f32, and gradients given for them (f32) are cast
+  // to dtype. Parameters and their gradients stay f32 (master weights); a parameter marked
+  // cast_for_compute (Conv2D, Dense weights) gets a dtype copy, Parameter::compute,
+  // refreshed from value at the start of every forward. On CUDA the engines compute in
+  // dtype (tensor cores, f32 accumulation; BatchNorm with f32 statistics and affine
+  // parameters, as cuDNN's mixed mode). The CPU engines compute in f32: there each layer's
+  // inputs are widened to f32 and its outputs rounded to dtype, so storage rounding and f16
+  // overflow happen as on the GPU while weights and products are not rounded.
+  void set_compute_dtype(DType dtype);
+  DType compute_dtype() const { return compute_dtype_; }
   // Whether backward() computes the gradients of the network's inputs (default true). The
   // training loop turns it off: then the layers fed only by inputs skip that work and
   // backward() returns undefined tensors for the inputs.
@@ -129,6 +141,7 @@ class Network {
   bool has_graph() const { return !nodes_.empty(); }
   // Makes sure the graph exists; inputs are the first forward's inputs, or null.
   virtual void prepare(const std::vector<Tensor>* inputs);
+  void refresh_compute_copies();
 
  private:
   std::string name_;
@@ -150,6 +163,7 @@ class Network {
   std::vector<std::vector<DType>> out_dtypes_;
   bool have_saved_ = false;
   bool input_gradients_ = true;
+  DType compute_dtype_ = DType::f32;
 };
 
 // A stack of single-input, single-output layers. The graph is made on first use: from the

@@ -33,7 +33,17 @@ struct Parameter {
   Tensor grad;        // same shape, dtype and device as value; undefined for buffers
   Initializer initializer;
   bool trainable = true;
+  // Mixed precision (Network::set_compute_dtype). A layer whose CUDA engine multiplies by
+  // this parameter in the compute dtype (Conv2D and Dense weights) sets cast_for_compute;
+  // the network then keeps `compute`, a copy of value in the compute dtype, refreshed from
+  // value at the start of every forward. value and grad stay f32 (the master weights).
+  bool cast_for_compute = false;
+  Tensor compute;
 };
+
+// The tensor an engine computing in `dtype` multiplies by: value itself when its dtype is
+// `dtype`, else the network's compute copy (checked: defined, same shape, that dtype).
+const Tensor& compute_value(const Parameter& param, DType dtype, const std::string& layer_name);
 
 // What a forward or backward pass needs to know besides its inputs.
 struct RunContext {

@@ -28,6 +28,7 @@
 #include "tarantella/loss.hpp"
 #include "tarantella/metrics.hpp"
 #include "tarantella/optim.hpp"
+#include "tarantella/precision.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -95,8 +96,13 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  void compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vector<MetricPtr> metrics = {});
+  // precision: f32 by default; bf16/f16 mixed precision with f32 master weights and, for
+  // f16, dynamic loss scaling (tarantella/precision.hpp). Every rank must pass the same.
+  void compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vector<MetricPtr> metrics = {},
+               Precision precision = {});
   bool compiled() const { return loss_ != nullptr; }
+  const Precision& precision() const { return precision_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
 
   // Trains on an UNBATCHED dataset whose elements are {inputs..., target}.
   History fit(const Dataset& data, FitOptions options);
@@ -155,6 +161,8 @@ class Model {
   bool stop_requested_ = false;
   bool weights_synced_ = false;
   EpochTiming timing_;
+  Precision precision_;
+  LossScaler scaler_;
 };
 
 }  // namespace tnt

@@ -7,6 +7,8 @@
 
 #include "tarantella/tensor.hpp"
 
+#include <vector>
+
 namespace tnt::ops {
 
 void axpy(double alpha, const Tensor& x, const Tensor& y);  // y += alpha * x
@@ -17,6 +19,8 @@ Tensor cast(const Tensor& src, DType dtype);                  // a new tensor on
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);
 bool has_non_finite(const Tensor& x);                         // any NaN or infinity
+// Any NaN or infinity in any of them (one device round trip on CUDA; all on one device).
+bool has_non_finite(const std::vector<Tensor>& xs);
 Tensor argmax_rows(const Tensor& x);  // (..., K) -> (...) i64, first maximum of each row
 double item(const Tensor& x);         // the value of a 1-element tensor
 

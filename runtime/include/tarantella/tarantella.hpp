@@ -20,6 +20,7 @@
 #include "tarantella/metrics.hpp"
 #include "tarantella/model.hpp"
 #include "tarantella/optim.hpp"
+#include "tarantella/precision.hpp"
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
 #include "tarantella/schedule.hpp"

@@ -4,6 +4,12 @@
 // factor = momentum. (N, C) inputs are the (N, C, 1, 1) case of the same mode.
 // Inference backward (the running statistics make the layer a per-channel affine map) is
 // ours: dx = dy * gamma / sqrt(var + eps), dgamma += sum dy * xhat, dbeta += sum dy.
+//
+// Mixed precision: an f16/bf16 input uses cuDNN's mixed mode. x, y, dy and dx are half
+// (their descriptors say so); the statistics, gamma, beta and their gradients stay f32,
+// because cudnnDeriveBNTensorDescriptor gives FLOAT for half data (our (C) tensors are f32
+// in every mode), and cuDNN computes in float. So dgamma/dbeta are accumulated (beta 1)
+// straight into the f32 master gradients, as for f32 inputs. bf16 needs cuDNN >= 8.1.
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"

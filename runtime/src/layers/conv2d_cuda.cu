@@ -11,8 +11,17 @@
 // Precision: f32 convolutions run with CUDNN_DEFAULT_MATH, which lets cuDNN use TF32
 // tensor cores on Ampere and later (PyTorch's default for convolutions): products carry
 // about 2^-10 relative error instead of 2^-24. Tests bound the difference accordingly.
+//
+// Mixed precision: an f16/bf16 input is convolved with the weight's compute copy
+// (compute_value) in tensor-op math with f32 accumulation (the descriptors' compute type is
+// float: cuDNN's "pseudo half" configurations); y and dx have the input's dtype. cuDNN
+// writes the filter gradient in the filter descriptor's dtype, so it goes into a temporary
+// half tensor (beta 0) that accumulate_as_float adds to the f32 master gradient. The f32
+// bias is added by our kernel in float before the half output is rounded (cudnnAddTensor
+// wants the bias in the output's dtype).
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"
 #include "layers/cuda_engines.hpp"
 #include "tarantella/runtime.hpp"
@@ -134,19 +143,26 @@ ConvPlan& plan_for(Conv2D& layer, const Tensor& x, int device) {
   return ref;
 }
 
+// y += bias per channel, in float, for half outputs.
+template <typename T>
+__global__ void add_channel_bias_kernel(T* __restrict__ y,               // (N, F, Ho*Wo)
+                                        const float* __restrict__ bias,  // (F)
+                                        int64_t n, int64_t channels, int64_t inner) {
+  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(to_float(y[i]) + bias[(i / inner) % channels]); }
+}
+
 }  // namespace
 
 std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                    SavedState& saved) {
   (void)rc;
-  const Tensor& x = inputs.at(0);          // (N, C, H, W)
-  const Tensor& w = layer.weight().value;  // (F, C, k, k)
-  Parameter* bias = layer.bias();          // (F)
+  const Tensor& x = inputs.at(0);  // (N, C, H, W)
+  // The f32 weight itself for an f32 input, else the network's half copy of it.
+  const Tensor& w = compute_value(layer.weight(), x.dtype(), layer.name());  // (F, C, k, k)
+  Parameter* bias = layer.bias();                                              // (F), f32
   int device = common_device({&x, &w}, "Conv2D");
   TNT_CHECK(x.ndim() == 4 && x.dim(1) == layer.in_channels(), "Conv2D '{}': input {} is not (N, {}, H, W)",
             layer.name(), x.str(), layer.in_channels());
-  TNT_CHECK(x.dtype() == w.dtype(), "Conv2D '{}': input {} and weight {} differ in dtype", layer.name(), x.str(),
-            w.str());
   const int64_t n = x.dim(0), f = layer.filters();
   if (n == 0) {
     Shape out = layer.output_shapes({x.shape()}).at(0);
@@ -163,10 +179,19 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
                                             y.raw()));
   }
   if (bias) {
-    TNT_CHECK(bias->value.dtype() == DType::f32 && x.dtype() == DType::f32,
-              "Conv2D '{}': the CUDA engine adds an f32 bias to f32 outputs only", layer.name());
-    TNT_CUDNN_CHECK(cudnnAddTensor(h, CudnnScalars::one(), plan.bias, bias->value.raw(), CudnnScalars::one(), plan.y,
-                                   y.raw()));
+    TNT_CHECK(bias->value.dtype() == DType::f32, "Conv2D '{}': the CUDA engine needs an f32 bias, got {}",
+              layer.name(), bias->value.str());
+    if (x.dtype() == DType::f32) {
+      TNT_CUDNN_CHECK(cudnnAddTensor(h, CudnnScalars::one(), plan.bias, bias->value.raw(), CudnnScalars::one(),
+                                     plan.y, y.raw()));
+    } else {
+      const int64_t total = y.numel(), inner = plan.ho * plan.wo;
+      TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Conv2D", {
+        add_channel_bias_kernel<scalar_t><<<grid_for(total, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+            static_cast<scalar_t*>(y.raw()), static_cast<const float*>(bias->value.raw()), total, f, inner);
+      });
+      TNT_CUDA_CHECK_LAUNCH();
+    }
   }
   // Two entries, as the CPU engine keeps (Conv2D::backward checks the count before it
   // dispatches); the second is unused here.
@@ -178,31 +203,46 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
                                     SavedState& saved) {
   (void)rc;
   TNT_CHECK(saved.tensors.size() == 2, "Conv2D '{}': backward without a forward", layer.name());
-  const Tensor& x = saved.tensors[0];      // (N, C, H, W)
-  const Tensor& dy = grad_outputs.at(0);   // (N, F, Ho, Wo)
-  const Tensor& w = layer.weight().value;  // (F, C, k, k)
-  const Tensor& dw = layer.weight().grad;  // (F, C, k, k)
+  const Tensor& x = saved.tensors[0];                                          // (N, C, H, W)
+  const Tensor& dy = grad_outputs.at(0);                                       // (N, F, Ho, Wo)
+  const Tensor& w = compute_value(layer.weight(), x.dtype(), layer.name());  // (F, C, k, k)
+  const Tensor& dw = layer.weight().grad;                                      // (F, C, k, k), f32
   Parameter* bias = layer.bias();
   int device = common_device({&x, &dy, &w}, "Conv2D backward");
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (N, C, H, W)
+  // The first layer of a network may skip its input gradient (SavedState::need_input_grads):
+  // for the convolution on the images it costs as much as the weight gradient.
+  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();  // (N, C, H, W)
   if (x.dim(0) == 0) return {dx};
   ConvPlan& plan = plan_for(layer, x, device);
   TNT_CHECK(dy.dtype() == x.dtype() && dy.shape() == Shape({x.dim(0), layer.filters(), plan.ho, plan.wo}),
-            "Conv2D '{}': gradient {} does not match the output ({}, {}, {}, {})", layer.name(), dy.str(), x.dim(0),
-            layer.filters(), plan.ho, plan.wo);
+            "Conv2D '{}': gradient {} does not match the output ({}, {}, {}, {}) {}", layer.name(), dy.str(),
+            x.dim(0), layer.filters(), plan.ho, plan.wo, dtype_name(x.dtype()));
   cudnnHandle_t h = cudnn_handle(device);
-  {
+  if (dx.defined()) {
     Workspace ws(plan.bwd_data_ws, device);
     TNT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, CudnnScalars::one(), plan.w, w.raw(), plan.y, dy.raw(),
                                                  plan.conv_bwd_data, plan.bwd_data_algo, ws.data(), ws.bytes(),
                                                  CudnnScalars::zero(), plan.x, dx.raw()));
   }
   if (dw.defined()) {
+    TNT_CHECK(dw.dtype() == DType::f32 || dw.dtype() == x.dtype(), "Conv2D '{}': weight gradient {} for input {}",
+              layer.name(), dw.str(), x.str());
     Workspace ws(plan.bwd_filter_ws, device);
-    // beta = 1: the gradient accumulates over the calls of a step.
-    TNT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, CudnnScalars::one(), plan.x, x.raw(), plan.y, dy.raw(),
-                                                   plan.conv_bwd_filter, plan.bwd_filter_algo, ws.data(), ws.bytes(),
-                                                   CudnnScalars::one(), plan.w, dw.raw()));
+    if (dw.dtype() == x.dtype()) {
+      // beta = 1: the gradient accumulates over the calls of a step.
+      TNT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, CudnnScalars::one(), plan.x, x.raw(), plan.y, dy.raw(),
+                                                     plan.conv_bwd_filter, plan.bwd_filter_algo, ws.data(),
+                                                     ws.bytes(), CudnnScalars::one(), plan.w, dw.raw()));
+    } else {
+      // Mixed precision: this call's gradient in the filter's (half) dtype, then added in
+      // float to the f32 master gradient. The temporary returns to the allocator's cache at
+      // scope exit, safely: the kernels that use it are queued on the compute stream.
+      Tensor part = Tensor::empty(dw.shape(), x.dtype(), x.device());  // (F, C, k, k)
+      TNT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, CudnnScalars::one(), plan.x, x.raw(), plan.y, dy.raw(),
+                                                     plan.conv_bwd_filter, plan.bwd_filter_algo, ws.data(),
+                                                     ws.bytes(), CudnnScalars::zero(), plan.w, part.raw()));
+      accumulate_as_float(part, dw);
+    }
   }
   if (bias && bias->grad.defined()) {
     TNT_CHECK(bias->grad.dtype() == DType::f32, "Conv2D '{}': bias gradient must be f32, got {}", layer.name(),

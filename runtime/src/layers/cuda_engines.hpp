@@ -10,7 +10,24 @@
 //   - layer.engine_cache(Device::Kind::cuda) is free for the engine's per-layer cache;
 //   - saved.need_input_grads == false (set by the graph for a network's first layer) lets
 //     backward skip the input gradients and return undefined tensors (Conv2D and Dense
-//     do on the CPU; parameter gradients are still required).
+//     do, on both engines; parameter gradients are still required).
+// Mixed precision (Network::set_compute_dtype; f16 or bf16 activations, f32 master weights):
+//   - A layer's activations, their gradients and its outputs have the dtype of its input x
+//     (f32, f16 or bf16); parameters, buffers and every Parameter::grad are f32 always.
+//   - Conv2D and Dense with a half x multiply by compute_value(layer.weight(), x.dtype(),
+//     layer.name()), the network's half copy of the weight (Parameter::compute); with an
+//     f32 x that is weight().value itself, and the f32 path is unchanged. Products run on
+//     tensor cores with f32 accumulation; results are rounded to x's dtype once.
+//   - The weight gradient is ACCUMULATED (+=) in f32: Dense by cublasGemmEx with half A/B
+//     and an f32 C (beta 1, never rounded to half); Conv2D through a temporary half filter
+//     gradient (cuDNN writes the filter descriptor's dtype) added with accumulate_as_float.
+//   - Biases are f32 and added in float before the half output is rounded; bias gradients
+//     are f32 channel sums of the half dy.
+//   - BatchNorm: cuDNN's mixed mode (x, y, dy, dx half; gamma, beta, statistics and their
+//     gradients f32).
+//   - ReLU, MaxPool2D, AvgPool2D, GlobalAveragePool, Softmax, Dropout compute in float and
+//     store in x's dtype; ops (axpy, scale, add, copy_cast, sums, has_non_finite) take f32,
+//     f16 and bf16. Losses and metrics get f32 (the network widens its outputs).
 // Semantics are the CPU engine's (tests compare them with |gpu - cpu| <= atol + rtol|cpu|):
 //   Dense       y = x W^T + b over the last axis; x (..., in) -> (..., units); W (units, in).
 //   Conv2D      NCHW cross-correlation, square kernel/stride/symmetric padding, W (F, C, k, k).
@@ -100,6 +117,7 @@ void copy_cast(const Tensor& src, const Tensor& dst);
 double sum(const Tensor& x);
 double sum_squares(const Tensor& x);
 bool has_non_finite(const Tensor& x);
+bool has_non_finite(const std::vector<Tensor>& xs);  // all on one CUDA device, floating
 void argmax_rows(const Tensor& x, const Tensor& out);  // x (R, K), out (R) i64
 
 }  // namespace tnt::cuda

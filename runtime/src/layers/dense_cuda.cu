@@ -6,6 +6,12 @@
 //   forward   y^T  (U, R)  = W^T(T) (U, in) . x^T (in, R)      gemm(T, N, U, R, in)
 //   dx        dx^T (in, R) = W^T   (in, U) . dy^T (U, R)       gemm(N, N, in, R, U)
 //   dW       dW^T (in, U) += x^T   (in, R) . dy   (R, U)       gemm(N, T, in, U, R), beta 1
+//
+// Mixed precision: with an f16/bf16 input the products take the weight's compute copy
+// (compute_value) and run on tensor cores with f32 accumulation; y and dx are in the input's
+// dtype. dW stays f32: cublasGemmEx takes half A and B with an f32 C, so the weight gradient
+// is accumulated (beta 1) straight into the f32 master gradient, never rounded to half. The
+// bias is f32 and is added in float before the output is rounded.
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"
@@ -31,21 +37,22 @@ int blas_dim(int64_t v) {
   return static_cast<int>(v);
 }
 
-// Column-major C (m, n) = alpha op(A) op(B) + beta C, all of dtype d, FP32 accumulation.
-void gemm(int device, DType d, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
-          const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc) {
+// Column-major C (m, n) = alpha op(A) op(B) + beta C with FP32 accumulation; A and B of
+// dtype ab, C of dtype c (equal, or half A/B with f32 C for the mixed weight gradient).
+void gemm(int device, DType ab, DType c_dtype, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
+          int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc) {
   const float alpha = 1.0f;
-  cudaDataType_t t = blas_dtype(d);
+  const cudaDataType_t t = blas_dtype(ab);
   TNT_CUBLAS_CHECK(cublasGemmEx(cublas_handle(device), ta, tb, blas_dim(m), blas_dim(n), blas_dim(k), &alpha, a, t,
-                                blas_dim(lda), b, t, blas_dim(ldb), &beta, c, t, blas_dim(ldc), CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
+                                blas_dim(lda), b, t, blas_dim(ldb), &beta, c, blas_dtype(c_dtype), blas_dim(ldc),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 template <typename T>
-__global__ void add_bias_rows_kernel(T* __restrict__ y,           // (R, U)
-                                     const T* __restrict__ bias,  // (U)
+__global__ void add_bias_rows_kernel(T* __restrict__ y,               // (R, U)
+                                     const float* __restrict__ bias,  // (U), f32 whatever y's dtype
                                      int64_t n, int64_t units) {
-  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(to_float(y[i]) + to_float(bias[i % units])); }
+  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(to_float(y[i]) + bias[i % units]); }
 }
 
 }  // namespace
@@ -53,12 +60,11 @@ __global__ void add_bias_rows_kernel(T* __restrict__ y,           // (R, U)
 std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                   SavedState& saved) {
   (void)rc;
-  const Tensor& x = inputs.at(0);         // (..., in)
-  const Tensor& w = layer.weight().value;  // (U, in)
-  Parameter* bias = layer.bias();          // (U)
+  const Tensor& x = inputs.at(0);  // (..., in)
+  // The f32 weight itself for an f32 input, else the network's half copy of it.
+  const Tensor& w = compute_value(layer.weight(), x.dtype(), layer.name());  // (U, in)
+  Parameter* bias = layer.bias();                                              // (U), f32
   int device = common_device({&x, &w}, "Dense");
-  TNT_CHECK(x.dtype() == w.dtype(), "Dense '{}': input {} and weight {} differ in dtype", layer.name(), x.str(),
-            w.str());
   const int64_t in = layer.in_features(), units = layer.units();
   TNT_CHECK(x.ndim() >= 1 && x.dim(-1) == in, "Dense '{}': input {} does not end in {} features", layer.name(),
             x.str(), in);
@@ -70,14 +76,16 @@ std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& input
     if (in == 0) {
       fill(y, 0.0);
     } else {
-      gemm(device, x.dtype(), CUBLAS_OP_T, CUBLAS_OP_N, units, rows, in, w.raw(), in, x.raw(), in, 0.0f, y.raw(),
-           units);
+      gemm(device, x.dtype(), x.dtype(), CUBLAS_OP_T, CUBLAS_OP_N, units, rows, in, w.raw(), in, x.raw(), in, 0.0f,
+           y.raw(), units);
     }
     if (bias) {
+      TNT_CHECK(bias->value.dtype() == DType::f32, "Dense '{}': the CUDA engine needs an f32 bias, got {}",
+                layer.name(), bias->value.str());
       const int64_t n = y.numel();
       TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Dense", {
         add_bias_rows_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-            static_cast<scalar_t*>(y.raw()), static_cast<const scalar_t*>(bias->value.raw()), n, units);
+            static_cast<scalar_t*>(y.raw()), static_cast<const float*>(bias->value.raw()), n, units);
       });
       TNT_CUDA_CHECK_LAUNCH();
     }
@@ -90,27 +98,32 @@ std::vector<Tensor> dense_backward(Dense& layer, const std::vector<Tensor>& grad
                                    SavedState& saved) {
   (void)rc;
   TNT_CHECK(saved.tensors.size() == 1, "Dense '{}': backward without a forward", layer.name());
-  const Tensor& x = saved.tensors[0];        // (..., in)
-  const Tensor& dy = grad_outputs.at(0);     // (..., U)
-  const Tensor& w = layer.weight().value;    // (U, in)
-  const Tensor& dw = layer.weight().grad;    // (U, in)
+  const Tensor& x = saved.tensors[0];                                          // (..., in)
+  const Tensor& dy = grad_outputs.at(0);                                       // (..., U)
+  const Tensor& w = compute_value(layer.weight(), x.dtype(), layer.name());  // (U, in)
+  const Tensor& dw = layer.weight().grad;                                      // (U, in), f32
   Parameter* bias = layer.bias();
   int device = common_device({&x, &dy, &w}, "Dense backward");
   const int64_t in = layer.in_features(), units = layer.units();
   const int64_t rows = in > 0 ? x.numel() / in : 0;
   TNT_CHECK(dy.numel() == rows * units && dy.dtype() == x.dtype(), "Dense '{}': gradient {} for output of {} rows x {}",
             layer.name(), dy.str(), rows, units);
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (..., in)
+  // The first layer of a network may skip its input gradient (SavedState::need_input_grads).
+  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();  // (..., in)
   if (rows == 0 || in == 0) return {dx};
   if (units == 0) {
-    fill(dx, 0.0);
+    if (dx.defined()) fill(dx, 0.0);
     return {dx};
   }
-  gemm(device, x.dtype(), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, units, w.raw(), in, dy.raw(), units, 0.0f, dx.raw(),
-       in);
+  if (dx.defined()) {
+    gemm(device, x.dtype(), x.dtype(), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, units, w.raw(), in, dy.raw(), units, 0.0f,
+         dx.raw(), in);
+  }
   if (dw.defined()) {
-    gemm(device, x.dtype(), CUBLAS_OP_N, CUBLAS_OP_T, in, units, rows, x.raw(), in, dy.raw(), units, 1.0f, dw.raw(),
-         in);
+    TNT_CHECK(dw.dtype() == DType::f32 || dw.dtype() == x.dtype(), "Dense '{}': weight gradient {} for input {}",
+              layer.name(), dw.str(), x.str());
+    gemm(device, x.dtype(), dw.dtype(), CUBLAS_OP_N, CUBLAS_OP_T, in, units, rows, x.raw(), in, dy.raw(), units, 1.0f,
+         dw.raw(), in);
   }
   if (bias && bias->grad.defined()) {
     TNT_CHECK(bias->grad.dtype() == DType::f32, "Dense '{}': bias gradient must be f32, got {}", layer.name(),

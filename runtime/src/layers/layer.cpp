@@ -16,6 +16,17 @@ void no_cuda_engine(const char* what) {
 }
 }  // namespace detail
 
+const Tensor& compute_value(const Parameter& param, DType dtype, const std::string& layer_name) {
+  if (param.value.dtype() == dtype) return param.value;
+  const Tensor& c = param.compute;
+  TNT_CHECK(c.defined() && c.dtype() == dtype && c.shape() == param.value.shape() &&
+                c.device() == param.value.device(),
+            "layer '{}': parameter '{}' is {} but the layer computes in {} and has no {} copy of it "
+            "(mixed precision needs Network::set_compute_dtype, which keeps these copies)",
+            layer_name, param.name, param.value.str(), dtype_name(dtype), dtype_name(dtype));
+  return c;
+}
+
 Layer::Layer(std::string name) : name_(std::move(name)) {}
 
 void Layer::default_name(const std::string& prefix) {
@@ -79,6 +90,7 @@ void Layer::to(Device device) {
   auto move = [&](Parameter& p) {
     if (p.value.defined() && p.value.device() != device) p.value = p.value.to(device);
     if (p.grad.defined() && p.grad.device() != device) p.grad = p.grad.to(device);
+    if (p.compute.defined() && p.compute.device() != device) p.compute = Tensor();  // remade by the network
   };
   for (auto& p : params_) move(*p);
   for (auto& p : buffers_) move(*p);

@@ -117,6 +117,13 @@ void accumulate(Tensor& slot, const Tensor& grad) {
   slot = slot.defined() ? ops::add(slot, grad) : grad;
 }
 
+bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
+
+// t in dtype `to` when t is floating in dtype `from`; anything else unchanged.
+Tensor convert(const Tensor& t, DType from, DType to) {
+  return t.defined() && t.dtype() == from && from != to ? ops::cast(t, to) : t;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -383,10 +390,16 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
               name_, device_.str(), layer->name(), layer->device().str());
   }
 
+  // Mixed precision (see set_compute_dtype): cdt between layers, f32 at the edges.
+  const DType cdt = compute_dtype_;
+  const bool mixed = cdt != DType::f32;
+  const bool emulate = mixed && device_.is_cpu();  // CPU engines compute in f32
+  if (mixed && device_.is_cuda()) refresh_compute_copies();
+
   const size_t n = nodes_.size();
   std::vector<std::vector<Tensor>> values(n);          // per node: its outputs, while needed
   std::vector<std::vector<int>> remaining = consumers_;  // per node output: uses still to run
-  for (size_t i = 0; i < inputs_.size(); ++i) values[i] = {inputs[i]};
+  for (size_t i = 0; i < inputs_.size(); ++i) values[i] = {convert(inputs[i], DType::f32, cdt)};
   std::vector<Tensor> args;
   for (size_t i = inputs_.size(); i < n; ++i) {
     Layer* layer = nodes_[i]->layer;
@@ -400,7 +413,13 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
       for (const auto& [p, k] : node_inputs_[i]) only_inputs = only_inputs && p < inputs_.size();
       saved_[i].need_input_grads = !only_inputs;
     }
+    if (emulate) {
+      for (Tensor& a : args) a = convert(a, cdt, DType::f32);
+    }
     std::vector<Tensor> outs = layer->forward(args, rc, saved_[i]);
+    if (emulate) {
+      for (Tensor& o : outs) o = convert(o, DType::f32, cdt);
+    }
     TNT_CHECK(outs.size() == nodes_[i]->shapes.size(),
               "layer '{}' ({}) returned {} outputs, its call in network '{}' has {}", layer->name(),
               layer->type(), outs.size(), name_, nodes_[i]->shapes.size());
@@ -426,7 +445,7 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
 
   std::vector<Tensor> result;
   for (size_t o = 0; o < outputs_.size(); ++o) {
-    result.push_back(values[output_node_[o]][static_cast<size_t>(outputs_[o].index)]);
+    result.push_back(convert(values[output_node_[o]][static_cast<size_t>(outputs_[o].index)], cdt, DType::f32));
   }
   return result;
 }
@@ -454,8 +473,12 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
       input_error("network '{}': gradient {} has shape {}, output {} has {}", name_, o,
                   shape_str(grad_outputs[o].shape()), o, shape_str(want));
     }
-    accumulate(grads[p][k], grad_outputs[o]);
+    // The outputs were handed out as f32; inside, gradients travel in the compute dtype.
+    const DType want_dtype = p < inputs_.size() ? grad_outputs[o].dtype() : out_dtypes_[p][k];
+    accumulate(grads[p][k], convert(grad_outputs[o], DType::f32, want_dtype));
   }
+  const DType cdt = compute_dtype_;
+  const bool emulate = cdt != DType::f32 && device_.is_cpu();
 
   for (size_t i = n; i-- > inputs_.size();) {
     Layer* layer = nodes_[i]->layer;
@@ -464,10 +487,16 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
       for (size_t k = 0; k < g.size(); ++k) {
         if (!g[k].defined()) g[k] = Tensor::zeros(out_shapes_[i][k], out_dtypes_[i][k], device_);
       }
+      if (emulate) {
+        for (Tensor& t : g) t = convert(t, cdt, DType::f32);
+      }
       std::vector<Tensor> gin = layer->backward(g, rc, saved_[i]);
       TNT_CHECK(gin.size() == node_inputs_[i].size(),
                 "layer '{}' ({}) returned {} input gradients for {} inputs", layer->name(),
                 layer->type(), gin.size(), node_inputs_[i].size());
+      if (emulate) {
+        for (Tensor& t : gin) t = convert(t, DType::f32, cdt);
+      }
       for (size_t j = 0; j < gin.size(); ++j) {
         if (!gin[j].defined()) continue;
         const auto& [p, k] = node_inputs_[i][j];
@@ -488,12 +517,41 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
   have_saved_ = false;
 
   std::vector<Tensor> input_grads;
-  for (size_t i = 0; i < inputs_.size(); ++i) input_grads.push_back(grads[i][0]);
+  for (size_t i = 0; i < inputs_.size(); ++i) input_grads.push_back(convert(grads[i][0], cdt, DType::f32));
   return input_grads;
 }
 
 // ---------------------------------------------------------------------------------------
 // Network: parameters, devices, summary
+
+void Network::set_compute_dtype(DType dtype) {
+  if (dtype != DType::f32 && !is_half(dtype)) {
+    input_error("network '{}': compute dtype {} is not supported (f32, bf16 or f16)", name_, dtype_name(dtype));
+  }
+  compute_dtype_ = dtype;
+  have_saved_ = false;  // a state saved in the other dtype must not meet this backward
+  if (dtype == DType::f32) {  // free the copies (layers_ is empty until the graph exists)
+    for (Layer* layer : layers_) {
+      for (Parameter* p : layer->parameters()) p->compute = Tensor();
+    }
+  }
+}
+
+// The compute-dtype copies of the weights, from the f32 masters, before every forward: the
+// optimizer may have changed the masters, and a cast of all of ResNet-50's weights costs
+// about as much as one of its smaller convolutions.
+void Network::refresh_compute_copies() {
+  for (Layer* layer : layers_) {
+    for (Parameter* p : layer->parameters()) {
+      if (!p->cast_for_compute || p->value.dtype() == compute_dtype_) continue;
+      if (!p->compute.defined() || p->compute.dtype() != compute_dtype_ || p->compute.shape() != p->value.shape() ||
+          p->compute.device() != p->value.device()) {
+        p->compute = Tensor::empty(p->value.shape(), compute_dtype_, p->value.device());
+      }
+      ops::copy_cast(p->value, p->compute);
+    }
+  }
+}
 
 void Network::zero_grad() {
   prepare(nullptr);

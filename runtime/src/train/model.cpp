@@ -116,8 +116,15 @@ Model::Model(std::shared_ptr<Network> network, uint64_t seed) : network_(std::mo
 
 Model::~Model() = default;
 
-void Model::compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vector<MetricPtr> metrics) {
+void Model::compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vector<MetricPtr> metrics,
+                    Precision precision) {
   if (!optimizer) throw InputError("Model::compile: no optimizer given");
+  const DType cdt = precision.compute_dtype;
+  if (cdt != DType::f32 && cdt != DType::bf16 && cdt != DType::f16) {
+    throw InputError(fmt::format("Model::compile: precision with compute dtype {}: expected f32, bf16 or f16",
+                                 dtype_name(cdt)));
+  }
+  LossScaler scaler(precision);  // validates the scaling options
   if (!loss) throw InputError("Model::compile: no loss given");
   for (const auto& m : metrics) {
     if (!m) throw InputError("Model::compile: a metric is null");
@@ -127,6 +134,14 @@ void Model::compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vec
   metrics_ = std::move(metrics);
   optimizer_->init_state(network_->trainable_parameters());
   reducer_.reset();
+  precision_ = precision;
+  scaler_ = scaler;
+  network_->set_compute_dtype(cdt);
+  if (precision_.mixed() && network_->device().is_cpu()) {
+    log_warning("mixed precision {} on the CPU is emulated: activations are stored in {}, but the CPU engines "
+                "compute in f32, so it is no faster than fp32 (meant for trying a GPU program out on a CPU)",
+                precision_.name(), dtype_name(cdt));
+  }
 }
 
 void Model::check_compiled(const char* what) const {
@@ -227,8 +242,27 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
   if (options.validation_freq <= 0) throw InputError("fit: validation_freq must be positive");
   Communicator& comm = communicator();
   if (!weights_synced_) broadcast_weights();
+  {
+    // Ranks that disagree on the precision would disagree on which steps to skip, and
+    // their replicas would drift apart without any error: refuse it up front.
+    const int64_t code = static_cast<int64_t>(precision_.compute_dtype) * 2 + (scaler_.enabled() ? 1 : 0);
+    std::vector<int64_t> codes = comm.allgather(code);
+    for (size_t r = 1; r < codes.size(); ++r) {
+      if (codes[r] == codes[0]) continue;
+      auto describe = [](int64_t c) {
+        Precision p;
+        p.compute_dtype = static_cast<DType>(c / 2);
+        return fmt::format("{} with loss scaling {}", p.name(), c % 2 ? "on" : "off");
+      };
+      throw InputError(fmt::format("fit: the ranks compiled the model with different precisions (rank 0: {}; rank {}: "
+                                   "{}); every rank must pass the same Precision to compile()",
+                                   describe(codes[0]), r, describe(codes[r])));
+    }
+  }
 
   std::vector<NamedParameter> trainable = network_->trainable_parameters();
+  std::vector<Tensor> trainable_grads;
+  for (auto& np : trainable) trainable_grads.push_back(np.param->grad);
   std::vector<NamedParameter> all_params = network_->named_parameters();
   // Hook indices are positions in named_parameters(); the Reducer knows trainable ones.
   std::vector<int64_t> reducer_slot(all_params.size(), -1);
@@ -309,7 +343,7 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
         SavedState ls;
         Tensor loss_t = loss_->forward(rows(pred, real), rows(target, real), batch->global_real_samples, ls);
         local_loss_sum = Loss::value(loss_t) * static_cast<double>(batch->global_real_samples);
-        Tensor g = loss_->backward(ls);
+        Tensor g = loss_->backward(ls, scaler_.scale());
         if (real == b) {
           grad_pred = g;
         } else {
@@ -327,11 +361,14 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
         if (slot >= 0) reducer_->mark_ready(static_cast<size_t>(slot));
       });
       double t_bwd_end = now_s();
-      // Each rank's loss is already divided by the GLOBAL count: the SUM is the serial gradient.
-      reducer_->finalize(1.0);
+      // Each rank's loss is already divided by the GLOBAL count: the SUM is the serial
+      // gradient (times the loss scale, which finalize divides out).
+      reducer_->finalize(1.0 / scaler_.scale());
       double t_comm_end = now_s();
       lr_used = optimizer_->learning_rate();
-      optimizer_->step(trainable);
+      // The summed gradients are bitwise equal on every rank, so every rank decides alike.
+      bool apply = !scaler_.enabled() || scaler_.update(ops::has_non_finite(trainable_grads));
+      if (apply) optimizer_->step(trainable);
       ++global_step_;
 
       loss_sum += local_loss_sum;
@@ -348,6 +385,7 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
         double total = global[2 + 2 * i], count = global[3 + 2 * i];
         logs[metrics_[i]->name()] = count > 0 ? total / count : 0.0;
       }
+      if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
       double t1 = now_s();
       timing_.steps++;
       timing_.step_seconds += t1 - t0;
@@ -529,6 +567,11 @@ void Model::save_checkpoint(const std::string& path, int epoch) {
   md[checkpoint_key::seed] = std::to_string(seed_);
   md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
   md["ranks"] = std::to_string(size());
+  md["precision"] = precision_.name();
+  if (scaler_.enabled()) {
+    md["loss_scale"] = fmt::format("{:.17g}", scaler_.scale());
+    md["loss_scale_good_steps"] = std::to_string(scaler_.good_steps());
+  }
   write_on_master(path, checkpoint_tensors(true), md);
 }
 
@@ -555,6 +598,27 @@ int Model::load_checkpoint(const std::string& path) {
   int64_t epoch = ck.metadata_int(checkpoint_key::epoch);
   global_step_ = ck.metadata_int(checkpoint_key::step);
   if (ck.has_metadata("optimizer_step")) optimizer_->set_step_count(ck.metadata_int("optimizer_step"));
+  // The scale continues where it was (a fresh 65536 would cost a few skipped steps); a
+  // checkpoint written without scaling leaves this run's initial scale.
+  if (scaler_.enabled() && ck.has_metadata("loss_scale")) {
+    const std::string text = ck.metadata("loss_scale");
+    double scale = 0;
+    try {
+      size_t used = 0;
+      scale = std::stod(text, &used);
+      if (used != text.size()) scale = 0;
+    } catch (const std::exception&) {
+      scale = 0;
+    }
+    if (!(scale > 0) || !std::isfinite(scale)) {
+      throw InputError(fmt::format("checkpoint '{}': metadata loss_scale='{}' is not a positive number", path, text));
+    }
+    int64_t good = ck.has_metadata("loss_scale_good_steps") ? ck.metadata_int("loss_scale_good_steps") : 0;
+    if (good < 0) {
+      throw InputError(fmt::format("checkpoint '{}': metadata loss_scale_good_steps={} is negative", path, good));
+    }
+    scaler_.set_state(scale, good);
+  }
   weights_synced_ = false;
   return static_cast<int>(epoch);
 }

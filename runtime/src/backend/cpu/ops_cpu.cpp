@@ -88,6 +88,18 @@ Tensor add(const Tensor& a, const Tensor& b) {
     detail::no_cuda_engine("ops::add");
 #endif
   }
+  if (a.dtype() == DType::f16 || a.dtype() == DType::bf16) {
+    // Mixed precision on the CPU (the network's emulation, see graph.hpp): gradients of
+    // branches meet in the compute dtype; add in f32, round once.
+    const void* ap = a.raw();
+    const void* bp = b.raw();
+    void* op = out.raw();
+    const DType d = a.dtype();
+    const int64_t n = a.numel();
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) store(op, d, i, static_cast<float>(load(ap, d, i)) + static_cast<float>(load(bp, d, i)));
+    return out;
+  }
   check_cpu_f32("add", a);
   const float* as = a.data<float>();
   const float* bs = b.data<float>();
@@ -157,6 +169,20 @@ bool has_non_finite(const Tensor& x) {
   TNT_CUDA_DISPATCH(x.device(), cuda::has_non_finite(x));
   if (!is_float(x.dtype())) return false;
   return reduce_host(x, [](double v) { return std::isfinite(v) ? 0.0 : 1.0; }) > 0;
+}
+
+bool has_non_finite(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return false;
+  for (const Tensor& x : xs) {
+    TNT_CHECK(x.defined(), "ops::has_non_finite: undefined tensor");
+    TNT_CHECK(x.device() == xs[0].device(), "ops::has_non_finite: tensors on {} and {}", xs[0].device().str(),
+              x.device().str());
+  }
+  TNT_CUDA_DISPATCH(xs[0].device(), cuda::has_non_finite(xs));
+  for (const Tensor& x : xs) {
+    if (has_non_finite(x)) return true;
+  }
+  return false;
 }
 
 Tensor argmax_rows(const Tensor& x) {

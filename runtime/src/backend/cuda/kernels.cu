@@ -52,6 +52,13 @@ __global__ void fill_kernel(W* __restrict__ out,  // (n)
   TNT_KERNEL_LOOP(i, n) { out[i] = pattern; }
 }
 
+template <typename S>
+__global__ void accumulate_as_float_kernel(const S* __restrict__ src,  // (n)
+                                           float* __restrict__ dst,    // (n)
+                                           int64_t n) {
+  TNT_KERNEL_LOOP(i, n) { dst[i] += to_float(src[i]); }
+}
+
 template <typename W>
 void launch_fill(const Tensor& t, const void* pattern, int device) {
   W word;
@@ -95,6 +102,20 @@ Tensor cast(const Tensor& src, DType dtype) {
   Tensor out = Tensor::empty(src.shape(), dtype, src.device());
   cast(src, out);
   return out;
+}
+
+void accumulate_as_float(const Tensor& src, const Tensor& dst) {
+  int device = common_device({&src, &dst}, "accumulate_as_float");
+  TNT_CHECK(dst.dtype() == DType::f32, "accumulate_as_float: the destination {} must be f32", dst.str());
+  TNT_CHECK(src.numel() == dst.numel(), "accumulate_as_float: {} into {}: element counts differ", src.str(),
+            dst.str());
+  const int64_t n = src.numel();
+  if (n == 0) return;
+  TNT_CUDA_DISPATCH_FLOAT(src.dtype(), "accumulate_as_float", {
+    accumulate_as_float_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+        static_cast<const scalar_t*>(src.raw()), static_cast<float*>(dst.raw()), n);
+  });
+  TNT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tnt::cuda

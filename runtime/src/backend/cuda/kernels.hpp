@@ -1,4 +1,5 @@
-// Generic CUDA kernels on whole tensors (any shape, contiguous): fill and dtype casts.
+// Generic CUDA kernels on whole tensors (any shape, contiguous): fill, dtype casts, and the
+// f32 accumulation of a half-precision result (mixed precision).
 // Plain C++ declarations, so tests and the core can call them without the CUDA headers.
 // Every call is queued on the device's compute stream and returns without waiting.
 #pragma once
@@ -17,5 +18,10 @@ void fill(const Tensor& t, double value);
 void cast(const Tensor& src, const Tensor& dst);
 // A new tensor on src's device with the given dtype.
 Tensor cast(const Tensor& src, DType dtype);
+
+// dst += float(src) elementwise: src f32, f16 or bf16, dst f32, equal element counts. How
+// a parameter gradient computed in the compute dtype (cuDNN's filter gradient has the
+// filter's dtype) is added to its f32 master gradient.
+void accumulate_as_float(const Tensor& src, const Tensor& dst);
 
 }  // namespace tnt::cuda

@@ -197,6 +197,37 @@ bool has_non_finite(const Tensor& x) {
   return flag != 0;
 }
 
+// The loss scaler's check of every gradient after the allreduce: one flag for all tensors,
+// one launch per tensor, all queued on the compute stream, and a single readback at the
+// end, so the host waits once per step instead of once per parameter.
+bool has_non_finite(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return false;
+  const int device = common_device({&xs[0]}, "ops::has_non_finite");
+  for (const Tensor& x : xs) {
+    TNT_CHECK(device_of(x, "ops::has_non_finite") == device,
+              "ops::has_non_finite: tensors on cuda:{} and {}: all must be on one device", device,
+              x.device().str());
+  }
+  cudaStream_t stream = compute_stream(device);
+  Workspace ws(sizeof(int), device);
+  int* flag = ws.as<int>();  // (1): 0, or 1 once any element is NaN or infinite
+  TNT_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream));
+  for (const Tensor& x : xs) {
+    const DType d = x.dtype();
+    const int64_t n = x.numel();
+    // Integer tensors cannot hold a NaN or infinity (the single-tensor version says false).
+    if (n == 0 || !(d == DType::f32 || d == DType::f16 || d == DType::bf16)) continue;
+    TNT_CUDA_DISPATCH_FLOAT(d, "ops::has_non_finite", {
+      non_finite_kernel<scalar_t>
+          <<<grid_for(n, kBlock, device), kBlock, 0, stream>>>(static_cast<const scalar_t*>(x.raw()), n, flag);
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+  }
+  int host = 0;
+  backend::cuda_copy(&host, Device::cpu(), flag, Device::cuda(device), sizeof(int));
+  return host != 0;
+}
+
 void argmax_rows(const Tensor& x, const Tensor& out) {
   int device = common_device({&x, &out}, "ops::argmax_rows");
   TNT_CHECK(out.dtype() == DType::i64, "ops::argmax_rows: output must be i64, got {}", out.str());

@@ -1,0 +1,351 @@
+// Mixed precision (tarantella/precision.hpp, Network::set_compute_dtype), on CPU ranks:
+// the parts that are shared with the GPU path. The CPU engines compute in f32, so here the
+// network stores activations and their gradients in bf16/f16 between layers (rounding and
+// f16 overflow as on the GPU), while the loss scaler, the skip decision, the unscaling in
+// the Reducer, the f32 master weights, the agreement of the ranks and the checkpointed scale
+// are the very code a GPU run uses. The half-precision engines themselves are checked
+// against the CPU by the gpu-labelled tests.
+#include <catch2/catch.hpp>
+
+#include "../support/temp_dir.hpp"
+#include "tarantella/tarantella.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace {
+
+constexpr int64_t kSamples = 96;  // 3 global batches of 32
+constexpr int64_t kBatch = 32;
+constexpr uint64_t kSeed = 11;
+
+std::shared_ptr<tnt::Sequential> make_net() {
+  auto net = std::make_shared<tnt::Sequential>("mp_cnn");
+  tnt::Conv2DOptions pad;
+  pad.padding = 1;
+  pad.use_bias = false;  // followed by batch norm, as in ResNet (its gradient would be noise)
+  net->add(std::make_shared<tnt::Conv2D>(4, 3, pad, "conv1"));
+  net->add(std::make_shared<tnt::BatchNorm>("bn1"));
+  net->add(std::make_shared<tnt::ReLU>("relu1"));
+  net->add(std::make_shared<tnt::MaxPool2D>(2, "pool1"));
+  net->add(std::make_shared<tnt::Flatten>("flatten"));
+  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
+  net->add(std::make_shared<tnt::ReLU>("relu2"));
+  net->add(std::make_shared<tnt::Dense>(3, "fc2"));
+  net->build({1, 8, 8});
+  return net;
+}
+
+tnt::SgdOptions momentum() {
+  tnt::SgdOptions o;
+  o.momentum = 0.9;
+  return o;
+}
+
+struct Data {
+  tnt::Tensor images;  // (N, 1, 8, 8)
+  tnt::Tensor labels;  // (N,) i64
+};
+
+Data make_data() {
+  Data d{tnt::Tensor::empty({kSamples, 1, 8, 8}), tnt::Tensor::empty({kSamples}, tnt::DType::i64)};
+  tnt::CounterRng rng(321, "test_mixed_precision");
+  float* x = d.images.data<float>();
+  for (int64_t i = 0; i < d.images.numel(); ++i) x[i] = rng.uniform(static_cast<uint64_t>(i));
+  // Label: which half of the image is brighter (learnable in a few steps).
+  for (int64_t n = 0; n < kSamples; ++n) {
+    double top = 0, bottom = 0;
+    for (int64_t i = 0; i < 32; ++i) top += x[n * 64 + i];
+    for (int64_t i = 32; i < 64; ++i) bottom += x[n * 64 + i];
+    d.labels.data<int64_t>()[n] = top > bottom ? 1 : 0;
+  }
+  return d;
+}
+
+std::vector<std::vector<double>> weights_of(tnt::Network& net) {
+  std::vector<std::vector<double>> w;
+  for (auto& p : net.named_parameters()) w.push_back(p.param->value.to_double_vector());
+  return w;
+}
+
+double max_abs_diff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {
+  REQUIRE(a.size() == b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].size() == b[i].size());
+    for (size_t j = 0; j < a[i].size(); ++j) m = std::max(m, std::abs(a[i][j] - b[i][j]));
+  }
+  return m;
+}
+
+// FNV-1a over the bytes of every parameter: equal on all ranks iff the replicas agree.
+int64_t weights_hash(tnt::Network& net) {
+  uint64_t h = 1469598103934665603ull;
+  for (auto& p : net.named_parameters()) {
+    std::vector<float> v = p.param->value.to_vector();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+    for (size_t i = 0; i < v.size() * sizeof(float); ++i) {
+      h ^= bytes[i];
+      h *= 1099511628211ull;
+    }
+  }
+  return static_cast<int64_t>(h);
+}
+
+void require_replicas_agree(tnt::Network& net) {
+  std::vector<int64_t> all = tnt::communicator().allgather(weights_hash(net));
+  for (size_t r = 1; r < all.size(); ++r) {
+    INFO("rank " << r << " holds different weights than rank 0");
+    REQUIRE(all[r] == all[0]);
+  }
+}
+
+struct Run {
+  tnt::History history;
+  std::vector<std::vector<double>> weights;
+};
+
+Run train(const tnt::Precision& precision, int epochs, tnt::Model** keep = nullptr) {
+  Data d = make_data();
+  auto net = make_net();
+  static std::unique_ptr<tnt::Model> last;  // kept for callers that inspect the model
+  last = std::make_unique<tnt::Model>(net, kSeed);
+  last->compile(std::make_shared<tnt::SGD>(0.05, momentum()), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()}, precision);
+  tnt::FitOptions fit;
+  fit.epochs = epochs;
+  fit.verbose = 0;
+  fit.batch_size = kBatch;
+  Run run;
+  run.history = last->fit(tnt::Dataset::from_tensors({d.images, d.labels}), fit);
+  run.weights = weights_of(*net);
+  if (keep != nullptr) *keep = last.get();
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("Precision names and which ones scale the loss", "[mixed_precision]") {
+  CHECK(tnt::Precision::from_name("fp32").compute_dtype == tnt::DType::f32);
+  CHECK(tnt::Precision::from_name("f32").compute_dtype == tnt::DType::f32);
+  CHECK(tnt::Precision::from_name("bf16").compute_dtype == tnt::DType::bf16);
+  CHECK(tnt::Precision::from_name("fp16").compute_dtype == tnt::DType::f16);
+  CHECK(tnt::Precision::from_name("f16").compute_dtype == tnt::DType::f16);
+  CHECK_THROWS_WITH(tnt::Precision::from_name("fp8"), Catch::Contains("'fp8'") && Catch::Contains("bf16"));
+  CHECK(tnt::Precision::from_name("fp16").scales_loss());
+  CHECK_FALSE(tnt::Precision::from_name("bf16").scales_loss());
+  CHECK_FALSE(tnt::Precision::from_name("fp32").scales_loss());
+  tnt::Precision p = tnt::Precision::from_name("bf16");
+  p.loss_scaling = tnt::LossScaling::dynamic;
+  CHECK(p.scales_loss());
+  p = tnt::Precision::from_name("fp16");
+  p.loss_scaling = tnt::LossScaling::none;
+  CHECK_FALSE(p.scales_loss());
+  CHECK(tnt::Precision::from_name("fp16").name() == "fp16");
+}
+
+TEST_CASE("LossScaler grows, backs off, skips, and gives up on divergence", "[mixed_precision]") {
+  tnt::Precision p = tnt::Precision::from_name("fp16");
+  p.initial_scale = 1024;
+  p.growth_interval = 3;
+  tnt::LossScaler s(p);
+  REQUIRE(s.enabled());
+  CHECK(s.scale() == 1024);
+  CHECK(s.update(false));
+  CHECK(s.update(false));
+  CHECK(s.scale() == 1024);
+  CHECK(s.good_steps() == 2);
+  CHECK(s.update(false));  // the third good step in a row
+  CHECK(s.scale() == 2048);
+  CHECK(s.good_steps() == 0);
+  CHECK_FALSE(s.update(true));  // overflow: skip and halve
+  CHECK(s.scale() == 1024);
+  CHECK(s.skipped_steps() == 1);
+  CHECK(s.update(false));
+  CHECK_FALSE(s.update(true));  // the good-step count starts over
+  CHECK(s.good_steps() == 0);
+  CHECK(s.scale() == 512);
+  // 512 = 2^9: 33 more halvings reach 2^-24 (still allowed), the 34th goes below it.
+  for (int i = 0; i < 33; ++i) REQUIRE_FALSE(s.update(true));
+  CHECK(s.scale() == std::ldexp(1.0, -24));
+  CHECK_THROWS_WITH(s.update(true), Catch::Contains("diverged"));
+
+  tnt::LossScaler off(tnt::Precision::from_name("bf16"));
+  CHECK_FALSE(off.enabled());
+  CHECK(off.scale() == 1.0);
+  CHECK(off.update(true));  // without scaling nothing is skipped
+
+  p.backoff_factor = 1.5;
+  CHECK_THROWS_AS(tnt::LossScaler(p), tnt::InputError);
+  p.backoff_factor = 0.5;
+  p.initial_scale = 0;
+  CHECK_THROWS_AS(tnt::LossScaler(p), tnt::InputError);
+}
+
+TEST_CASE("a network in bf16 or f16 on the CPU rounds between layers and keeps f32 masters", "[mixed_precision]") {
+  Data d = make_data();
+  tnt::Tensor x = d.images.slice_rows(0, 16);  // (16, 1, 8, 8)
+  tnt::RunContext rc;
+  rc.training = true;
+  auto net = make_net();
+  net->initialize(kSeed);
+  std::vector<tnt::Tensor> ref = net->forward({x}, rc);
+  net->zero_grad();
+  tnt::Tensor dy = tnt::Tensor::full({16, 3}, 1.0 / 16);
+  net->backward({dy}, rc);
+  std::vector<std::vector<double>> ref_grads;
+  for (auto& p : net->named_parameters()) ref_grads.push_back(p.param->grad.to_double_vector());
+  const std::vector<float> y32 = ref[0].to_vector();
+  double scale = 0;
+  for (float v : y32) scale = std::max(scale, std::abs(static_cast<double>(v)));
+
+  // Unit roundoff u (bf16 2^-9, f16 2^-12). 8 roundings lie on a path from the input to
+  // the logits (input, conv, bn, relu, pool, fc1, relu, fc2), each a relative error <= u
+  // carried on with a gain of about 1: 8 u of the largest logit (measured: 1.4 u, 0.5 u).
+  for (auto [dt, u] : {std::pair{tnt::DType::bf16, std::ldexp(1.0, -9)}, std::pair{tnt::DType::f16, std::ldexp(1.0, -12)}}) {
+    INFO("compute dtype " << tnt::dtype_name(dt));
+    net->set_compute_dtype(dt);
+    std::vector<tnt::Tensor> out = net->forward({x}, rc);
+    REQUIRE(out[0].dtype() == tnt::DType::f32);  // the loss sees f32
+    const std::vector<float> y = out[0].to_vector();
+    double worst = 0;
+    for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(y[i] - y32[i])));
+    CHECK(worst <= 8 * u * scale);
+    CHECK(worst > 0);  // the rounding really happened
+    net->zero_grad();
+    std::vector<tnt::Tensor> gin = net->backward({dy}, rc);
+    CHECK_FALSE((gin[0].defined() && gin[0].dtype() != tnt::DType::f32));
+    size_t i = 0;
+    for (auto& p : net->named_parameters()) {
+      INFO(p.name);
+      REQUIRE(p.param->value.dtype() == tnt::DType::f32);  // master weights
+      REQUIRE(p.param->grad.dtype() == tnt::DType::f32);
+      std::vector<double> g = p.param->grad.to_double_vector();
+      double gmax = 0, gdiff = 0;
+      for (size_t j = 0; j < g.size(); ++j) {
+        gmax = std::max(gmax, std::abs(ref_grads[i][j]));
+        gdiff = std::max(gdiff, std::abs(g[j] - ref_grads[i][j]));
+      }
+      // Gradients pass the same roundings twice (forward values, backward gradients), and
+      // the batch-norm backward subtracts two means from them, which cancels most digits of
+      // its scale and shift gradients: 256 u of the largest entry (measured: up to 125 u).
+      CHECK(gdiff <= 256 * u * gmax + 1e-7);
+      ++i;
+    }
+  }
+
+  // f16 overflows above 65504 where f32 does not: the inputs are stored in f16 on entry.
+  // (A linear model: ReLU would turn the NaN that inf - inf gives into 0.)
+  auto linear = std::make_shared<tnt::Sequential>(
+      std::vector<tnt::LayerPtr>{std::make_shared<tnt::Flatten>(), std::make_shared<tnt::Dense>(3)}, "linear");
+  linear->build({1, 8, 8});
+  tnt::Tensor big = tnt::Tensor::full({2, 1, 8, 8}, 1e5);
+  CHECK_FALSE(tnt::ops::has_non_finite(linear->forward({big}, rc)[0]));
+  linear->set_compute_dtype(tnt::DType::f16);
+  CHECK(tnt::ops::has_non_finite(linear->forward({big}, rc)[0]));
+  linear->set_compute_dtype(tnt::DType::bf16);  // bf16 has f32's range
+  CHECK_FALSE(tnt::ops::has_non_finite(linear->forward({big}, rc)[0]));
+  CHECK_THROWS_AS(net->set_compute_dtype(tnt::DType::i32), tnt::InputError);
+}
+
+TEST_CASE("fp16 and bf16 training on p ranks track fp32 and keep the replicas identical", "[mixed_precision]") {
+  Run f32 = train(tnt::Precision::from_name("fp32"), 4);
+  for (const char* name : {"bf16", "fp16"}) {
+    INFO("precision " << name);
+    tnt::Model* model = nullptr;
+    Run mp = train(tnt::Precision::from_name(name), 4, &model);
+    require_replicas_agree(model->network());
+    const auto& loss = mp.history.history.at("loss");
+    REQUIRE(loss.size() == 4);
+    CHECK(loss.back() < 0.8 * loss.front());  // it learns
+    // After 12 SGD steps with momentum the weights stay within 3e-2 (bf16) and 4e-3 (f16,
+    // 8 times finer) of fp32's, |w| being 0.3-1 here (measured: 6.2e-3 and 4.2e-4).
+    const bool fp16 = std::string(name) == "fp16";
+    CHECK(max_abs_diff(mp.weights, f32.weights) <= (fp16 ? 4e-3 : 3e-2));
+    CHECK(max_abs_diff(mp.weights, f32.weights) > 0);
+    CHECK(mp.history.history.count("loss_scale") == (fp16 ? 1u : 0u));
+    if (fp16) {
+      CHECK(model->loss_scaler().skipped_steps() == 0);  // 65536 is small enough here
+      CHECK(model->loss_scaler().scale() == 65536.0);
+    }
+  }
+}
+
+TEST_CASE("an overflowing fp16 step is skipped on every rank and the scale kept in checkpoints", "[mixed_precision]") {
+  tnt::Precision p = tnt::Precision::from_name("fp16");
+  // The loss gradient (about 0.67 / 32 for the true class at the start) times 2^24 is far
+  // above f16's 65504: it overflows when it enters the network, so the first steps are
+  // skipped until the scale has come down (to 2^21 or so).
+  p.initial_scale = std::ldexp(1.0, 24);
+  Data d = make_data();
+  auto net = make_net();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.05, momentum()), std::make_shared<tnt::SoftmaxCrossEntropy>(), {}, p);
+  std::vector<std::vector<double>> before = weights_of(*net);
+  tnt::FitOptions fit;
+  fit.epochs = 1;
+  fit.verbose = 0;
+  fit.batch_size = kBatch;
+  tnt::Dataset one_batch = tnt::Dataset::from_tensors({d.images.slice_rows(0, kBatch), d.labels.slice_rows(0, kBatch)});
+  model.fit(one_batch, fit);
+  CHECK(model.loss_scaler().skipped_steps() == 1);
+  CHECK(model.loss_scaler().scale() == std::ldexp(1.0, 23));
+  CHECK(max_abs_diff(weights_of(*net), before) == 0);  // no update at all
+  CHECK(model.global_step() == 1);                      // but the batch was consumed
+  require_replicas_agree(*net);
+
+  // Further steps come down to a usable scale and train; all ranks skip the same steps.
+  fit.epochs = 4;
+  fit.initial_epoch = 1;
+  tnt::History h = model.fit(tnt::Dataset::from_tensors({d.images, d.labels}), fit);
+  const int64_t skipped = model.loss_scaler().skipped_steps();
+  CHECK(skipped > 1);
+  CHECK(model.loss_scaler().scale() == std::ldexp(1.0, 24 - static_cast<int>(skipped)));
+  CHECK(max_abs_diff(weights_of(*net), before) > 0);
+  std::vector<int64_t> skips = tnt::communicator().allgather(skipped);
+  for (int64_t s : skips) CHECK(s == skipped);
+  require_replicas_agree(*net);
+
+  // The scale survives a checkpoint; a model compiled with the default scale takes it over.
+  tnt::test::TempDir dir("mixed_precision");
+  std::string base = dir.path.string();
+  tnt::communicator().broadcast(base, tnt::master_rank());  // the master's directory for all
+  const std::string path = base + "/ck.safetensors";
+  model.save_checkpoint(path, 4);
+  auto net2 = make_net();
+  tnt::Model model2(net2, kSeed + 1);
+  model2.compile(std::make_shared<tnt::SGD>(0.05, momentum()), std::make_shared<tnt::SoftmaxCrossEntropy>(), {},
+                 tnt::Precision::from_name("fp16"));
+  CHECK(model2.loss_scaler().scale() == 65536.0);
+  CHECK(model2.load_checkpoint(path) == 4);
+  CHECK(model2.loss_scaler().scale() == model.loss_scaler().scale());
+  CHECK(model2.loss_scaler().good_steps() == model.loss_scaler().good_steps());
+
+  // A damaged scale in the file is named.
+  tnt::Checkpoint ck = tnt::Checkpoint::read(path);
+  ck.set_metadata("loss_scale", "-3");
+  const std::string bad = base + "/bad.safetensors";
+  if (tnt::is_master_rank()) ck.write(bad);
+  tnt::communicator().barrier();
+  CHECK_THROWS_WITH(model2.load_checkpoint(bad), Catch::Contains("loss_scale='-3'"));
+  tnt::communicator().barrier();  // nobody reads the master's directory once it is removed
+}
+
+TEST_CASE("ranks that compile with different precisions are refused", "[mixed_precision]") {
+  // On one rank the same program must train: the check itself must not refuse agreement.
+  const bool disagree = tnt::size() >= 2;
+  Data d = make_data();
+  auto net = make_net();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.05), std::make_shared<tnt::SoftmaxCrossEntropy>(), {},
+                tnt::Precision::from_name(disagree && tnt::rank() == 1 ? "fp16" : "bf16"));
+  tnt::FitOptions fit;
+  fit.verbose = 0;
+  fit.batch_size = kBatch;
+  tnt::Dataset data = tnt::Dataset::from_tensors({d.images, d.labels});
+  if (disagree) {
+    CHECK_THROWS_WITH(model.fit(data, fit), Catch::Contains("different precisions") && Catch::Contains("rank 1: fp16"));
+  } else {
+    CHECK_NOTHROW(model.fit(data, fit));
+  }
+}

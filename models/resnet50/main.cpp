@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
     ("warmup_epochs", "epochs of linear learning-rate warmup", cxxopts::value<int64_t>()->default_value("5"))
     ("label_smoothing", "label smoothing of the cross-entropy", cxxopts::value<double>()->default_value("0.0"))
     ("zero_init_residual", "start the last BatchNorm of each block at 0", cxxopts::value<bool>()->default_value("false"))
-    ("dtype", "fp32, bf16 or fp16 (the last two: mixed precision, GPU only)", cxxopts::value<std::string>()->default_value("fp32"))
+    ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("seed", "seed of weights and data", cxxopts::value<uint64_t>()->default_value("42"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
     ("log_steps", "print images/s every this many steps (0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
@@ -208,15 +208,9 @@ int main(int argc, char** argv) {
     if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
       throw tnt::InputError(fmt::format("--dtype={}: expected fp32, bf16 or fp16", dtype));
     }
-    if (dtype != "fp32") {
-      // Mixed precision (fp32 master weights, loss scaling for fp16) is a GPU feature; the
-      // training loop does not have it yet, and a silent fp32 run would mislead a benchmark.
-      if (!tnt::default_device().is_cuda()) {
-        throw tnt::InputError(fmt::format("--dtype={}: mixed precision needs a GPU build and a CUDA device; this rank runs "
-                                          "on the CPU, which supports only --dtype=fp32", dtype));
-      }
-      throw tnt::InputError(fmt::format("--dtype={}: mixed-precision training is not implemented yet; use --dtype=fp32", dtype));
-    }
+    // bf16/fp16: mixed precision with f32 master weights (and loss scaling for fp16). On a
+    // CPU rank it is emulated (no faster than fp32); Model::compile says so.
+    const tnt::Precision precision = tnt::Precision::from_name(dtype);
 
     // Data: either unbatched datasets that fit() distributes (synthetic), or datasets
     // already distributed and then decoded (ImageNet).
@@ -268,7 +262,7 @@ int main(int argc, char** argv) {
     sgd.decay_filter = [](const std::string& name) { return !tnt_models::is_batch_norm_parameter(name); };
     auto schedule = tnt_models::make_lr_schedule(batch_size, epoch_size, warmup_epochs, base_lr);
     model.compile(std::make_shared<tnt::SGD>(schedule, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>(label_smoothing),
-                  {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)});
+                  {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)}, precision);
 
     std::error_code ec;
     if (tnt::is_master_rank()) std::filesystem::create_directories(model_dir, ec);
@@ -279,6 +273,10 @@ int main(int argc, char** argv) {
                  image_size, image_size);
       tnt::print("{} ranks, global batch {}, {} training samples per epoch{}, {}", tnt::size(), batch_size, epoch_size,
                  synthetic ? " (synthetic)" : "", schedule->describe());
+      if (precision.mixed()) {
+        tnt::print("precision: {} compute, fp32 master weights{}", precision.name(),
+                   precision.scales_loss() ? fmt::format(", dynamic loss scaling from {}", precision.initial_scale) : "");
+      }
     }
 
     tnt::FitOptions fit;
@@ -292,8 +290,10 @@ int main(int argc, char** argv) {
     }
     fit.validation_freq = between_evals;
     auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv");
-    csv->set_columns({"loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy", "val_top5_accuracy",
-                      "learning_rate", "seconds"});
+    std::vector<std::string> columns{"loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy",
+                                     "val_top5_accuracy", "learning_rate", "seconds"};
+    if (precision.scales_loss()) columns.push_back("loss_scale");
+    csv->set_columns(columns);
     fit.callbacks = {csv, std::make_shared<ThroughputLogger>(batch_size, log_steps)};
     if (train_steps > 0) fit.callbacks.push_back(std::make_shared<StopAfterSteps>(train_steps));
     if (checkpoint_and_export) {
@@ -304,6 +304,10 @@ int main(int argc, char** argv) {
     if (checkpoint_and_export) {
       // Weights only, under torchvision's names: loads into torchvision.models.resnet50.
       model.save_weights(model_dir + "/model.safetensors");
+    }
+    if (model.loss_scaler().enabled() && verbose > 0) {
+      tnt::print("loss scaling: final scale {}, {} of {} steps skipped for overflow", model.loss_scaler().scale(),
+                 model.loss_scaler().skipped_steps(), model.global_step());
     }
     if (!history.epochs.empty() && history.history.count("val_accuracy")) {
       tnt::print("Evaluation: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, loss {:.4f} ({} steps, {} ranks)",

@@ -13,9 +13,9 @@ if(NOT TARGET resnet50 OR NOT TARGET tarantella_launcher)
 endif()
 # Cases of resnet50_launcher.sh: a 2-rank synthetic run (exit 0, images/s, history.csv,
 # checkpoint), a 2-rank run on a tiny ImageNet in the folder layout (written by a hidden
-# case of test_resnet50), and the clear errors for --dtype=bf16 on the CPU and for a
-# missing --data_dir.
-foreach(_case synthetic_2_ranks imagenet_folders dtype_needs_gpu missing_data_dir)
+# case of test_resnet50), a 2-rank fp16 run (mixed precision, emulated on the CPU), and the
+# clear errors for a bad --dtype and a missing --data_dir.
+foreach(_case synthetic_2_ranks imagenet_folders dtype_fp16_2_ranks dtype_bad missing_data_dir)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:resnet50> ${_case}

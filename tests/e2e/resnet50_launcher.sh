@@ -5,7 +5,9 @@
 #
 # synthetic_2_ranks: synthetic data, 2 steps: exit 0, "images/s:" printed once (by the
 #   master), history.csv with its header and one row, checkpoint and exported weights.
-# dtype_needs_gpu: --dtype=bf16 on a CPU rank ends with an error naming --dtype and the GPU.
+# dtype_fp16_2_ranks: --dtype=fp16 on CPU ranks (emulated mixed precision): exit 0, the
+#   precision and the loss-scaling summary printed once, a loss_scale column in history.csv.
+# dtype_bad: --dtype=fp8 ends with an error naming --dtype and the choices.
 # imagenet_folders: a tiny ImageNet in the folder layout (written by TEST_RESNET50's hidden
 #   test case), one epoch of 3 steps and an evaluation: exit 0, history.csv with a
 #   validation accuracy.
@@ -67,9 +69,20 @@ case $case_name in
       if [[ -s $tmp/model/$f ]]; then pass "$f written"; else fail "$f missing"; fi
     done
     ;;
-  dtype_needs_gpu)
-    run "${common[@]}" --train_steps=1 --dtype=bf16
-    expect_error '--dtype=bf16: .*GPU' "--dtype and the GPU"
+  dtype_fp16_2_ranks)
+    run "${common[@]}" --train_steps=2 --dtype=fp16
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    n=$(grep -Ec '^precision: fp16 compute, fp32 master weights, dynamic loss scaling from 65536' <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "the precision is printed once"; else fail "'precision: fp16 compute, ...' appears $n times, expected once"; fi
+    n=$(grep -Ec '^loss scaling: final scale [0-9.e+]+, [0-9]+ of 2 steps skipped for overflow' <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "the loss-scaling summary is printed once"; else fail "'loss scaling: final scale ..., N of 2 steps skipped' appears $n times, expected once"; fi
+    if grep -q 'emulated' <<<"$out"; then pass "the CPU emulation is pointed out"; else fail "no warning that fp16 is emulated on the CPU"; fi
+    csv=$tmp/model/history.csv
+    if [[ -f $csv && $(head -n 1 "$csv") == *,loss_scale ]]; then pass "history.csv has a loss_scale column"; else fail "history.csv has no loss_scale column:"; head -n 1 "$csv" 2>/dev/null; fi
+    ;;
+  dtype_bad)
+    run "${common[@]}" --train_steps=1 --dtype=fp8
+    expect_error '--dtype=fp8: expected fp32, bf16 or fp16' "--dtype and the choices"
     ;;
   imagenet_folders)
     [[ -x $writer ]] || { echo "FAIL: imagenet_folders needs the test_resnet50 executable" >&2; exit 1; }

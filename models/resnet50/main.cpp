@@ -7,10 +7,11 @@
 // weight decay 1e-4 on everything but BatchNorm, learning rate 0.1 per 256 samples scaled
 // linearly to the global batch, linear warmup, x0.1 at epochs 30, 60, 80.
 //
-// Synthetic data (--use_synthetic_data) measures throughput without I/O: a pool of random
-// images (at most one global batch, at most kMaxSyntheticPool) is generated once, and the
-// epoch of --synthetic_samples samples (ImageNet's 1,281,167 by default, so the schedule is
-// the real one) cycles through it. --train_steps ends the run early, on every rank.
+// Synthetic data (--use_synthetic_data) measures throughput without I/O: each rank makes
+// its own micro-batch of random images once, on its device, and trains on it at every step
+// of an epoch of --synthetic_samples samples (ImageNet's 1,281,167 by default, so the
+// schedule is the real one); nothing is read, decoded or copied per step. Evaluation uses a
+// small host pool. --train_steps ends the run early, on every rank.
 //
 // Real data (tarantella/imagenet.hpp): each rank lists the whole split, distribute() gives
 // it its slice of every global batch, and only then are its own samples decoded and
@@ -52,6 +53,31 @@ tnt::Dataset synthetic_imagenet(int64_t count, int64_t pool_size, int64_t image_
   return tnt::Dataset::from_function(count, [pool](int64_t i) {
     return (*pool)[static_cast<size_t>(i % static_cast<int64_t>(pool->size()))];
   });
+}
+
+// This rank's rows of one global batch of synthetic samples, made once on `device`; the
+// epoch yields them at each of its `steps` steps (fit with distribute_dataset = false).
+tnt::Dataset synthetic_device_batches(int64_t global_batch, int64_t steps, int64_t image_size, int64_t num_classes,
+                                      uint64_t seed, tnt::Device device) {
+  const int64_t micro = tnt::micro_batch_size(global_batch, tnt::rank(), tnt::size());
+  const int64_t offset = tnt::micro_batch_offset(global_batch, tnt::rank(), tnt::size());
+  tnt::Dataset source = tnt::Dataset::synthetic(
+      {tnt::SyntheticColumn{{3, image_size, image_size}, tnt::DType::f32, -1.0, 1.0},  // (3, S, S)
+       tnt::SyntheticColumn{{}, tnt::DType::i64, 0.0, static_cast<double>(num_classes)}},  // ()
+      global_batch, seed);
+  auto it = source.skip(offset).take(micro).batch(micro).iterate(0);
+  std::optional<tnt::Element> host = it.next();
+  TNT_CHECK(host && host->size() == 2, "synthetic data: no batch of {} samples", micro);
+  auto batch = std::make_shared<tnt::Element>(tnt::Element{(*host)[0].to(device), (*host)[1].to(device)});
+  return tnt::Dataset::generator(
+      [batch, steps](int64_t) -> tnt::ElementFn {
+        auto done = std::make_shared<int64_t>(0);
+        return [batch, steps, done]() -> std::optional<tnt::Element> {
+          if ((*done)++ >= steps) return std::nullopt;
+          return *batch;
+        };
+      },
+      steps);
 }
 
 // Ends fit() after a total number of steps. It changes what training does next, so it runs
@@ -226,7 +252,8 @@ int main(int argc, char** argv) {
         throw tnt::InputError(fmt::format("--synthetic_eval_samples={}: must be positive", synthetic_eval_samples));
       }
       const int64_t pool = std::min(batch_size, kMaxSyntheticPool);
-      train_data = synthetic_imagenet(synthetic_samples, pool, image_size, num_classes, seed);
+      train_data = synthetic_device_batches(batch_size, synthetic_samples / batch_size, image_size, num_classes, seed,
+                                            tnt::default_device());
       eval_data = synthetic_imagenet(synthetic_eval_samples, std::min(pool, synthetic_eval_samples), image_size,
                                      num_classes, seed + 1);
       epoch_size = synthetic_samples;
@@ -281,6 +308,10 @@ int main(int argc, char** argv) {
 
     tnt::FitOptions fit;
     fit.batch_size = batch_size;
+    if (synthetic) {  // the data are this rank's micro-batches already
+      fit.distribute_dataset = false;
+      fit.micro_batch_size = tnt::micro_batch_size(batch_size, tnt::rank(), tnt::size());
+    }
     fit.epochs = epochs;
     fit.verbose = verbose;
     if (train_dist) {

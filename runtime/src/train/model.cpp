@@ -101,6 +101,10 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
   };
 }
 
+// A batch column on the model's device: data already there (synthetic batches made on the
+// GPU once) are used as they are; nothing in a step writes to its inputs.
+Tensor on_device(const Tensor& t, Device device) { return t.device() == device ? t : t.to(device); }
+
 // The real samples of a micro-batch are its first `real` rows (padding goes last, see
 // dataset.hpp), so losses and metrics look at a prefix.
 Tensor rows(const Tensor& t, int64_t n) { return n == t.dim(0) ? t : t.slice_rows(0, n); }
@@ -327,8 +331,8 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
                 "fit: each element must have {} input column(s) and a target; it has {} column(s)", n_in,
                 batch->columns.size());
       std::vector<Tensor> inputs;
-      for (size_t i = 0; i < n_in; ++i) inputs.push_back(batch->columns[i].to(rc.device));
-      Tensor target = batch->columns[n_in].to(rc.device);
+      for (size_t i = 0; i < n_in; ++i) inputs.push_back(on_device(batch->columns[i], rc.device));
+      Tensor target = on_device(batch->columns[n_in], rc.device);
       const int64_t real = batch->real_samples;
       const int64_t b = batch->micro_batch_size;
 

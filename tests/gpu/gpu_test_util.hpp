@@ -52,20 +52,28 @@ inline double max_abs(const Tensor& t) {
   return m;
 }
 
-// Every element within atol + rtol * |cpu|; on failure, says where and by how much.
-inline void require_close(const Tensor& gpu_result, const Tensor& cpu_result, double atol, double rtol,
-                          const std::string& what) {
+// Every element within atol + rtol * |cpu| + bound_factor * bound (bound: an elementwise
+// error scale with cpu's element count, such as the sums of |a| |b| behind each dot
+// product; undefined: none); on failure, says where and by how much.
+inline void require_within(const Tensor& gpu_result, const Tensor& cpu_result, double atol, double rtol,
+                           const Tensor& bound, double bound_factor, const std::string& what) {
   INFO(what << ": gpu " << gpu_result.str() << " vs cpu " << cpu_result.str());
   REQUIRE(gpu_result.defined());
   REQUIRE(cpu_result.defined());
   REQUIRE(gpu_result.numel() == cpu_result.numel());
   std::vector<double> g = gpu_result.to_double_vector();
   std::vector<double> c = cpu_result.to_double_vector();
+  std::vector<double> b;
+  if (bound.defined()) {
+    REQUIRE(bound.numel() == cpu_result.numel());
+    b = bound.to_double_vector();
+  }
+  auto allowed_at = [&](size_t i) { return atol + rtol * std::fabs(c[i]) + (b.empty() ? 0.0 : bound_factor * b[i]); };
   int64_t bad = 0, worst = -1;
   double worst_excess = 0;
   for (size_t i = 0; i < g.size(); ++i) {
     const double err = std::fabs(g[i] - c[i]);
-    const double allowed = atol + rtol * std::fabs(c[i]);
+    const double allowed = allowed_at(i);
     const bool ok = err <= allowed || (std::isnan(g[i]) && std::isnan(c[i]));
     if (!ok) {
       ++bad;
@@ -77,11 +85,18 @@ inline void require_close(const Tensor& gpu_result, const Tensor& cpu_result, do
     }
   }
   if (bad > 0) {
-    INFO(bad << " of " << g.size() << " elements differ; worst at " << worst << ": gpu " << g[worst] << ", cpu "
-              << c[worst] << ", allowed " << atol + rtol * std::fabs(c[worst]));
+    const auto w = static_cast<size_t>(worst);
+    INFO(bad << " of " << g.size() << " elements differ; worst at " << worst << ": gpu " << g[w] << ", cpu " << c[w]
+              << ", allowed " << allowed_at(w));
     CHECK(bad == 0);
   }
   REQUIRE(bad == 0);
+}
+
+// Every element within atol + rtol * |cpu|; on failure, says where and by how much.
+inline void require_close(const Tensor& gpu_result, const Tensor& cpu_result, double atol, double rtol,
+                          const std::string& what) {
+  require_within(gpu_result, cpu_result, atol, rtol, Tensor(), 0.0, what);
 }
 
 inline void require_equal(const Tensor& gpu_result, const Tensor& cpu_result, const std::string& what) {
@@ -102,5 +117,9 @@ inline double dot_atol(int64_t k, double amax, double bmax, double unit) {
 
 constexpr double kUnitFp32 = 5.9604644775390625e-08;  // 2^-24
 constexpr double kUnitTf32 = 9.765625e-04;            // 2^-10
+// Unit roundoff (half an ulp at 1, the largest relative error of one round-to-nearest) of
+// the half formats: bf16 keeps 8 significant bits, f16 11.
+constexpr double kUnitBf16 = 3.90625e-03;             // 2^-8
+constexpr double kUnitF16 = 4.8828125e-04;            // 2^-11
 
 }  // namespace tnt::test

@@ -25,9 +25,11 @@
 //     are f32 channel sums of the half dy.
 //   - BatchNorm: cuDNN's mixed mode (x, y, dy, dx half; gamma, beta, statistics and their
 //     gradients f32).
-//   - ReLU, MaxPool2D, AvgPool2D, GlobalAveragePool, Softmax, Dropout compute in float and
-//     store in x's dtype; ops (axpy, scale, add, copy_cast, sums, has_non_finite) take f32,
-//     f16 and bf16. Losses and metrics get f32 (the network widens its outputs).
+//   - ReLU, MaxPool2D, GlobalAveragePool and Dropout are our kernels: float arithmetic,
+//     results stored in x's dtype. Softmax and AvgPool2D are cuDNN's on half descriptors
+//     (its internal precision is not documented; tests allow half accumulation for pooling).
+//     ops (axpy, scale, add, copy_cast, sum, sum_squares, has_non_finite) take f32, f16 and
+//     bf16 and compute in float. Losses and metrics get f32 (the network widens its outputs).
 // Semantics are the CPU engine's (tests compare them with |gpu - cpu| <= atol + rtol|cpu|):
 //   Dense       y = x W^T + b over the last axis; x (..., in) -> (..., units); W (units, in).
 //   Conv2D      NCHW cross-correlation, square kernel/stride/symmetric padding, W (F, C, k, k).

@@ -199,10 +199,11 @@ TEST_CASE("a network in bf16 or f16 on the CPU rounds between layers and keeps f
   double scale = 0;
   for (float v : y32) scale = std::max(scale, std::abs(static_cast<double>(v)));
 
-  // Unit roundoff u (bf16 2^-9, f16 2^-12). 8 roundings lie on a path from the input to
+  // Unit roundoff u (bf16 2^-8, f16 2^-11). 8 roundings lie on a path from the input to
   // the logits (input, conv, bn, relu, pool, fc1, relu, fc2), each a relative error <= u
-  // carried on with a gain of about 1: 8 u of the largest logit (measured: 1.4 u, 0.5 u).
-  for (auto [dt, u] : {std::pair{tnt::DType::bf16, std::ldexp(1.0, -9)}, std::pair{tnt::DType::f16, std::ldexp(1.0, -12)}}) {
+  // carried on with a gain of about 1, partly cancelling: 4 u of the largest logit
+  // (measured: 0.7 u for bf16, 0.25 u for f16).
+  for (auto [dt, u] : {std::pair{tnt::DType::bf16, std::ldexp(1.0, -8)}, std::pair{tnt::DType::f16, std::ldexp(1.0, -11)}}) {
     INFO("compute dtype " << tnt::dtype_name(dt));
     net->set_compute_dtype(dt);
     std::vector<tnt::Tensor> out = net->forward({x}, rc);
@@ -210,7 +211,7 @@ TEST_CASE("a network in bf16 or f16 on the CPU rounds between layers and keeps f
     const std::vector<float> y = out[0].to_vector();
     double worst = 0;
     for (size_t i = 0; i < y.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(y[i] - y32[i])));
-    CHECK(worst <= 8 * u * scale);
+    CHECK(worst <= 4 * u * scale);
     CHECK(worst > 0);  // the rounding really happened
     net->zero_grad();
     std::vector<tnt::Tensor> gin = net->backward({dy}, rc);
@@ -228,8 +229,8 @@ TEST_CASE("a network in bf16 or f16 on the CPU rounds between layers and keeps f
       }
       // Gradients pass the same roundings twice (forward values, backward gradients), and
       // the batch-norm backward subtracts two means from them, which cancels most digits of
-      // its scale and shift gradients: 256 u of the largest entry (measured: up to 125 u).
-      CHECK(gdiff <= 256 * u * gmax + 1e-7);
+      // its scale and shift gradients: 128 u of the largest entry (measured: up to 62 u).
+      CHECK(gdiff <= 128 * u * gmax + 1e-7);
       ++i;
     }
   }

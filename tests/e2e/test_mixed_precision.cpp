@@ -202,7 +202,7 @@ TEST_CASE("a network in bf16 or f16 on the CPU rounds between layers and keeps f
   // Unit roundoff u (bf16 2^-8, f16 2^-11). 8 roundings lie on a path from the input to
   // the logits (input, conv, bn, relu, pool, fc1, relu, fc2), each a relative error <= u
   // carried on with a gain of about 1, partly cancelling: 4 u of the largest logit
-  // (measured: 0.7 u for bf16, 0.25 u for f16).
+  // (measured: 1.4 u for bf16, 0.9 u for f16).
   for (auto [dt, u] : {std::pair{tnt::DType::bf16, std::ldexp(1.0, -8)}, std::pair{tnt::DType::f16, std::ldexp(1.0, -11)}}) {
     INFO("compute dtype " << tnt::dtype_name(dt));
     net->set_compute_dtype(dt);
@@ -227,10 +227,11 @@ TEST_CASE("a network in bf16 or f16 on the CPU rounds between layers and keeps f
         gmax = std::max(gmax, std::abs(ref_grads[i][j]));
         gdiff = std::max(gdiff, std::abs(g[j] - ref_grads[i][j]));
       }
-      // Gradients pass the same roundings twice (forward values, backward gradients), and
-      // the batch-norm backward subtracts two means from them, which cancels most digits of
-      // its scale and shift gradients: 128 u of the largest entry (measured: up to 62 u).
-      CHECK(gdiff <= 128 * u * gmax + 1e-7);
+      // Gradients pass the same roundings twice (forward values, backward gradients), but
+      // their error is dominated by discrete events: a ReLU or max-pool input near a tie
+      // that rounding flips moves a whole contribution, so it does not scale with u. 6% of
+      // the largest entry (measured: 2.3% for bf16, 3% for f16, both in conv1.weight).
+      CHECK(gdiff <= 0.06 * gmax + 1e-7);
       ++i;
     }
   }
@@ -247,6 +248,29 @@ TEST_CASE("a network in bf16 or f16 on the CPU rounds between layers and keeps f
   linear->set_compute_dtype(tnt::DType::bf16);  // bf16 has f32's range
   CHECK_FALSE(tnt::ops::has_non_finite(linear->forward({big}, rc)[0]));
   CHECK_THROWS_AS(net->set_compute_dtype(tnt::DType::i32), tnt::InputError);
+
+  // A network input that is also an output: its gradient joins the one flowing back from
+  // the layer in the compute dtype, and comes back as f32. Gradients must be given in f32.
+  tnt::SymTensor in = tnt::Input({4});
+  auto dense = std::make_shared<tnt::Dense>(4, "dense");
+  tnt::Network both({in}, {in, (*dense)(in)}, "both");
+  both.set_compute_dtype(tnt::DType::bf16);
+  tnt::Tensor x4 = tnt::Tensor::full({2, 4}, 0.5);
+  std::vector<tnt::Tensor> outs = both.forward({x4}, rc);
+  REQUIRE((outs[0].dtype() == tnt::DType::f32 && outs[1].dtype() == tnt::DType::f32));
+  tnt::Tensor ones = tnt::Tensor::full({2, 4}, 1.0);
+  std::vector<tnt::Tensor> gx = both.backward({ones, ones}, rc);
+  REQUIRE(gx[0].dtype() == tnt::DType::f32);
+  // d/dx of sum(x) + sum(x W^T + b) = 1 + column sums of W, within bf16 rounding.
+  std::vector<float> w = dense->weight().value.to_vector();  // (4, 4)
+  std::vector<float> g = gx[0].to_vector();
+  for (int64_t j = 0; j < 4; ++j) {
+    double want = 1;
+    for (int64_t i = 0; i < 4; ++i) want += w[static_cast<size_t>(i * 4 + j)];
+    CHECK(std::abs(g[static_cast<size_t>(j)] - want) <= 4 * std::ldexp(1.0, -8) * (1 + std::abs(want)));
+  }
+  both.forward({x4}, rc);
+  CHECK_THROWS_WITH(both.backward({tnt::ops::cast(ones, tnt::DType::f16), ones}, rc), Catch::Contains("f32 gradients"));
 }
 
 TEST_CASE("fp16 and bf16 training on p ranks track fp32 and keep the replicas identical", "[mixed_precision]") {
@@ -274,6 +298,36 @@ TEST_CASE("fp16 and bf16 training on p ranks track fp32 and keep the replicas id
   }
 }
 
+TEST_CASE("one fp16 step moves the weights as one fp32 step does (the loss scale is divided out)", "[mixed_precision]") {
+  Data d = make_data();
+  tnt::Dataset one_batch = tnt::Dataset::from_tensors({d.images.slice_rows(0, kBatch), d.labels.slice_rows(0, kBatch)});
+  std::vector<std::vector<double>> before, delta[2];
+  int i = 0;
+  for (const char* name : {"fp32", "fp16"}) {
+    auto net = make_net();
+    tnt::Model model(net, kSeed);
+    model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>(), {},
+                  tnt::Precision::from_name(name));
+    before = weights_of(*net);
+    tnt::FitOptions fit;
+    fit.verbose = 0;
+    fit.batch_size = kBatch;
+    model.fit(one_batch, fit);
+    delta[i] = weights_of(*net);
+    for (size_t t = 0; t < delta[i].size(); ++t)
+      for (size_t j = 0; j < delta[i][t].size(); ++j) delta[i][t][j] -= before[t][j];
+    ++i;
+  }
+  double largest = 0;
+  for (const auto& t : delta[0])
+    for (double v : t) largest = std::max(largest, std::abs(v));
+  REQUIRE(largest > 0);
+  // Plain SGD: the step is lr times the gradient, so this compares the gradients. 6% of the
+  // largest entry, as for the network's gradients above (measured: 0.5%); a scale left
+  // in (65536) or divided out twice misses by orders of magnitude, a stray factor 2 by 100%.
+  CHECK(max_abs_diff(delta[1], delta[0]) <= 0.06 * largest);
+}
+
 TEST_CASE("an overflowing fp16 step is skipped on every rank and the scale kept in checkpoints", "[mixed_precision]") {
   tnt::Precision p = tnt::Precision::from_name("fp16");
   // The loss gradient (about 0.67 / 32 for the true class at the start) times 2^24 is far
@@ -295,6 +349,7 @@ TEST_CASE("an overflowing fp16 step is skipped on every rank and the scale kept 
   CHECK(model.loss_scaler().scale() == std::ldexp(1.0, 23));
   CHECK(max_abs_diff(weights_of(*net), before) == 0);  // no update at all
   CHECK(model.global_step() == 1);                      // but the batch was consumed
+  CHECK(model.optimizer().step_count() == 1);           // and the schedule moved on
   require_replicas_agree(*net);
 
   // Further steps come down to a usable scale and train; all ranks skip the same steps.
@@ -350,5 +405,18 @@ TEST_CASE("ranks that compile with different precisions are refused", "[mixed_pr
     CHECK_THROWS_WITH(model.fit(data, fit), Catch::Contains("different precisions") && Catch::Contains("rank 1: fp16"));
   } else {
     CHECK_NOTHROW(model.fit(data, fit));
+  }
+
+  // The same dtype, but another loss scale on rank 1 (another initial_scale, or a rank that
+  // resumed from another checkpoint): the summed gradients would mix two scales.
+  tnt::Precision p = tnt::Precision::from_name("fp16");
+  if (disagree && tnt::rank() == 1) p.initial_scale = 1024;
+  tnt::Model model2(make_net(), kSeed);
+  model2.compile(std::make_shared<tnt::SGD>(0.05), std::make_shared<tnt::SoftmaxCrossEntropy>(), {}, p);
+  if (disagree) {
+    CHECK_THROWS_WITH(model2.fit(data, fit), Catch::Contains("different precisions") &&
+                                                 Catch::Contains("rank 1: fp16 with loss scale 1024"));
+  } else {
+    CHECK_NOTHROW(model2.fit(data, fit));
   }
 }

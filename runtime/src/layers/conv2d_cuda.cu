@@ -17,8 +17,8 @@
 // float: cuDNN's "pseudo half" configurations); y and dx have the input's dtype. cuDNN
 // writes the filter gradient in the filter descriptor's dtype, so it goes into a temporary
 // half tensor (beta 0) that accumulate_as_float adds to the f32 master gradient. The f32
-// bias is added by our kernel in float before the half output is rounded (cudnnAddTensor
-// wants the bias in the output's dtype).
+// bias is added by our kernel in float to cuDNN's already rounded half output, so that
+// output is rounded twice (cudnnAddTensor wants the bias in the output's dtype).
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"

@@ -21,8 +21,8 @@
 //   - The weight gradient is ACCUMULATED (+=) in f32: Dense by cublasGemmEx with half A/B
 //     and an f32 C (beta 1, never rounded to half); Conv2D through a temporary half filter
 //     gradient (cuDNN writes the filter descriptor's dtype) added with accumulate_as_float.
-//   - Biases are f32 and added in float before the half output is rounded; bias gradients
-//     are f32 channel sums of the half dy.
+//   - Biases are f32 and added in float to the half product (one more rounding); bias
+//     gradients are f32 channel sums of the half dy.
 //   - BatchNorm: cuDNN's mixed mode (x, y, dy, dx half; gamma, beta, statistics and their
 //     gradients f32).
 //   - ReLU, MaxPool2D, GlobalAveragePool and Dropout are our kernels: float arithmetic,

@@ -11,7 +11,8 @@
 // (compute_value) and run on tensor cores with f32 accumulation; y and dx are in the input's
 // dtype. dW stays f32: cublasGemmEx takes half A and B with an f32 C, so the weight gradient
 // is accumulated (beta 1) straight into the f32 master gradient, never rounded to half. The
-// bias is f32 and is added in float before the output is rounded.
+// bias is f32 and is added in float to the product, which cuBLAS has already rounded to
+// half, so the output is rounded twice (about 1u more than one rounding).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"

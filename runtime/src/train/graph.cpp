@@ -473,8 +473,15 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
       input_error("network '{}': gradient {} has shape {}, output {} has {}", name_, o,
                   shape_str(grad_outputs[o].shape()), o, shape_str(want));
     }
-    // The outputs were handed out as f32; inside, gradients travel in the compute dtype.
-    const DType want_dtype = p < inputs_.size() ? grad_outputs[o].dtype() : out_dtypes_[p][k];
+    // The outputs were handed out as f32; inside, gradients travel in the compute dtype
+    // (also for an output that is a network input, which forward() cast on entry).
+    if (compute_dtype_ != DType::f32 && grad_outputs[o].dtype() != DType::f32) {
+      input_error("network '{}': gradient {} is {}; a network in mixed precision takes f32 gradients for its outputs",
+                  name_, o, grad_outputs[o].str());
+    }
+    const DType want_dtype = p < inputs_.size()
+                                 ? (inputs_[p].dtype() == DType::f32 ? compute_dtype_ : inputs_[p].dtype())
+                                 : out_dtypes_[p][k];
     accumulate(grads[p][k], convert(grad_outputs[o], DType::f32, want_dtype));
   }
   const DType cdt = compute_dtype_;

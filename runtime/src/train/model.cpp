@@ -247,20 +247,29 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
   Communicator& comm = communicator();
   if (!weights_synced_) broadcast_weights();
   {
-    // Ranks that disagree on the precision would disagree on which steps to skip, and
-    // their replicas would drift apart without any error: refuse it up front.
-    const int64_t code = static_cast<int64_t>(precision_.compute_dtype) * 2 + (scaler_.enabled() ? 1 : 0);
-    std::vector<int64_t> codes = comm.allgather(code);
-    for (size_t r = 1; r < codes.size(); ++r) {
-      if (codes[r] == codes[0]) continue;
-      auto describe = [](int64_t c) {
-        Precision p;
-        p.compute_dtype = static_cast<DType>(c / 2);
-        return fmt::format("{} with loss scaling {}", p.name(), c % 2 ? "on" : "off");
-      };
+    // Ranks that disagree on the precision or on the loss scale would sum gradients scaled
+    // differently and disagree on which steps to skip: their replicas would drift apart
+    // without any error. Refuse it up front (the scale itself too: a resumed rank may have
+    // read another checkpoint).
+    std::string mine = precision_.name();
+    if (scaler_.enabled()) {
+      mine += fmt::format(" with loss scale {} ({} good steps; x{} after {} good steps, x{} on overflow)", scaler_.scale(),
+                          scaler_.good_steps(), precision_.growth_factor, precision_.growth_interval,
+                          precision_.backoff_factor);
+    } else {
+      mine += " without loss scaling";
+    }
+    std::string master = mine;
+    comm.broadcast(master, 0);
+    std::vector<int64_t> differs = comm.allgather(int64_t{mine != master ? 1 : 0});
+    for (size_t r = 1; r < differs.size(); ++r) {
+      if (differs[r] == 0) continue;
+      std::string theirs = mine;
+      comm.broadcast(theirs, static_cast<int>(r));
       throw InputError(fmt::format("fit: the ranks compiled the model with different precisions (rank 0: {}; rank {}: "
-                                   "{}); every rank must pass the same Precision to compile()",
-                                   describe(codes[0]), r, describe(codes[r])));
+                                   "{}); every rank must pass the same Precision to compile() and load the same "
+                                   "checkpoint",
+                                   master, r, theirs));
     }
   }
 
@@ -372,7 +381,13 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
       lr_used = optimizer_->learning_rate();
       // The summed gradients are bitwise equal on every rank, so every rank decides alike.
       bool apply = !scaler_.enabled() || scaler_.update(ops::has_non_finite(trainable_grads));
-      if (apply) optimizer_->step(trainable);
+      if (apply) {
+        optimizer_->step(trainable);
+      } else {
+        // A skipped step still moves the schedule on (as Keras' LossScaleOptimizer and a
+        // PyTorch scheduler stepped every batch), so warmup and decay stay on their batches.
+        optimizer_->set_step_count(optimizer_->step_count() + 1);
+      }
       ++global_step_;
 
       loss_sum += local_loss_sum;

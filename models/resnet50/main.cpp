@@ -159,7 +159,9 @@ int main(int argc, char** argv) {
                        "      --train_epochs=90 --epochs_between_evals=10\n"
                        "  tarantella -n 2 -- build/bin/resnet50 --use_synthetic_data --batch_size=256 --train_steps=100\n"
                        "  build/bin/resnet50 --use_synthetic_data --image_size=64 --num_classes=10 --batch_size=32 \\\n"
-                       "      --train_steps=20 --log_steps=5   (a quick CPU throughput check)\n");
+                       "      --train_steps=20 --log_steps=5   (a quick CPU throughput check)\n"
+                       "  tarantella -- build/bin/resnet50 --use_synthetic_data --dtype=bf16 --train_steps=100\n"
+                       "      (mixed precision on a GPU: bf16 layers, fp32 master weights)\n");
   // clang-format off
   cli.add_options()
     ("data_dir", "ImageNet directory (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG)", cxxopts::value<std::string>()->default_value(""))

@@ -103,13 +103,13 @@ void require_replicas_agree(tnt::Network& net) {
 struct Run {
   tnt::History history;
   std::vector<std::vector<double>> weights;
+  std::unique_ptr<tnt::Model> model;  // for inspection; freed with the Run, before MPI ends
 };
 
-Run train(const tnt::Precision& precision, int epochs, tnt::Model** keep = nullptr) {
+Run train(const tnt::Precision& precision, int epochs) {
   Data d = make_data();
   auto net = make_net();
-  static std::unique_ptr<tnt::Model> last;  // kept for callers that inspect the model
-  last = std::make_unique<tnt::Model>(net, kSeed);
+  auto last = std::make_unique<tnt::Model>(net, kSeed);
   last->compile(std::make_shared<tnt::SGD>(0.05, momentum()), std::make_shared<tnt::SoftmaxCrossEntropy>(),
                 {std::make_shared<tnt::Accuracy>()}, precision);
   tnt::FitOptions fit;
@@ -119,7 +119,7 @@ Run train(const tnt::Precision& precision, int epochs, tnt::Model** keep = nullp
   Run run;
   run.history = last->fit(tnt::Dataset::from_tensors({d.images, d.labels}), fit);
   run.weights = weights_of(*net);
-  if (keep != nullptr) *keep = last.get();
+  run.model = std::move(last);
   return run;
 }
 
@@ -277,8 +277,8 @@ TEST_CASE("fp16 and bf16 training on p ranks track fp32 and keep the replicas id
   Run f32 = train(tnt::Precision::from_name("fp32"), 4);
   for (const char* name : {"bf16", "fp16"}) {
     INFO("precision " << name);
-    tnt::Model* model = nullptr;
-    Run mp = train(tnt::Precision::from_name(name), 4, &model);
+    Run mp = train(tnt::Precision::from_name(name), 4);
+    tnt::Model* model = mp.model.get();
     require_replicas_agree(model->network());
     const auto& loss = mp.history.history.at("loss");
     REQUIRE(loss.size() == 4);

@@ -176,6 +176,32 @@ TEST_CASE("a parallel map iterator destroyed mid-stream stops its workers", "[da
   CHECK(after <= 10 + 2 * 4 + 4);  // bounded by the in-flight window (2 x workers) plus running calls
 }
 
+TEST_CASE("a parallel map ends once when its workers race for the end of the stream", "[dataset]") {
+  // Regression: a worker that pulled the end used to release the pull lock before it
+  // recorded the end, so a second worker could pull past it and move the recorded end one
+  // further; next() then waited forever for a result nobody would file (seen as a timeout
+  // of this test binary under load). Many short streams on many workers make the workers
+  // meet at the end often; with the race the loop hangs, and ctest's timeout fails it.
+  for (int64_t n : {0, 1, 2, 5}) {
+    // A slow source, so that the other workers queue for the pull lock behind the one that
+    // pulls the end.
+    Dataset d = Dataset::from_function(n, [](int64_t i) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      return Element{Tensor::full({}, double(i), DType::i64)};
+    });
+    std::vector<int64_t> want;
+    for (int64_t i = 0; i < n; ++i) want.push_back(i);
+    for (int round = 0; round < 300; ++round) {
+      std::vector<int64_t> got = ids_of(d.map([](Element e) { return e; }, 8));
+      if (got != want) {
+        CAPTURE(n, round);
+        CHECK(got == want);
+        break;
+      }
+    }
+  }
+}
+
 TEST_CASE("prefetch gives the same elements and passes on errors", "[dataset]") {
   Dataset d = id_dataset(30);
   CHECK(ids_of(d.prefetch(3)) == range(0, 30));

@@ -92,8 +92,10 @@ class ParallelMapIterator : public ElementIterator {
       } catch (...) {
         err = std::current_exception();
       }
-      pull.unlock();
       if (!in) {
+        // The end is recorded before the pull lock is released: otherwise another worker
+        // could pull past the end, get a second end (or a stray element) and move end_
+        // beyond a number no worker will ever file, leaving next() waiting forever.
         std::lock_guard<std::mutex> lock(mu_);
         if (err) done_.emplace(seq, err);
         end_ = err ? seq + 1 : seq;
@@ -101,6 +103,7 @@ class ParallelMapIterator : public ElementIterator {
         work_cv_.notify_all();
         return;
       }
+      pull.unlock();
       Result r;
       try {
         r = fn_(std::move(*in));

@@ -2,7 +2,8 @@
 // divide the global batch of 32): p ranks on global batch B give the weights that a plain
 // serial loop gives on the same B samples; micro_batch_size and distribute_dataset=false
 // give the same; two runs with one seed are bitwise equal; a run resumed from a checkpoint
-// is bitwise equal to the uninterrupted one.
+// is bitwise equal to the uninterrupted one; a step that fails during backward leaves the
+// model able to fit again.
 #include <catch2/catch.hpp>
 
 #include "tarantella/tarantella.hpp"
@@ -223,6 +224,76 @@ TEST_CASE("resuming from a checkpoint gives the uninterrupted run's weights bitw
   REQUIRE(weights_of(*resumed_net) == weights_of(*full_net));
   tnt::communicator().barrier();
   if (tnt::is_master_rank()) fs::remove_all(dir);
+}
+
+namespace {
+
+// Identity, whose backward throws while `armed` is set: a step that fails in the middle of
+// backpropagation, after the layers above it have handed their gradients to the Reducer.
+class FailingBackward : public tnt::Layer {
+ public:
+  explicit FailingBackward(bool* armed) : tnt::Layer("failing_backward"), armed_(armed) {}
+  std::string type() const override { return "FailingBackward"; }
+  std::vector<tnt::Shape> output_shapes(const std::vector<tnt::Shape>& in) const override { return {in.at(0)}; }
+  std::vector<tnt::Tensor> forward(const std::vector<tnt::Tensor>& in, const tnt::RunContext&,
+                                   tnt::SavedState&) override {
+    return {in.at(0)};
+  }
+  std::vector<tnt::Tensor> backward(const std::vector<tnt::Tensor>& g, const tnt::RunContext&,
+                                    tnt::SavedState&) override {
+    if (*armed_) throw std::runtime_error("backward failed on purpose");
+    return {g.at(0)};
+  }
+
+ private:
+  bool* armed_;
+};
+
+std::shared_ptr<tnt::Sequential> make_net_with(std::shared_ptr<tnt::Layer> middle) {
+  auto net = std::make_shared<tnt::Sequential>("small_cnn");
+  tnt::Conv2DOptions pad;
+  pad.padding = 1;
+  net->add(std::make_shared<tnt::Conv2D>(4, 3, pad, "conv1"));
+  net->add(std::move(middle));
+  net->add(std::make_shared<tnt::ReLU>("relu1"));
+  net->add(std::make_shared<tnt::MaxPool2D>(2, "pool1"));
+  net->add(std::make_shared<tnt::Flatten>("flatten"));
+  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
+  net->add(std::make_shared<tnt::ReLU>("relu2"));
+  net->add(std::make_shared<tnt::Dense>(3, "fc2"));
+  net->build({1, 8, 8});
+  return net;
+}
+
+}  // namespace
+
+TEST_CASE("a step that fails during backward leaves the model usable for the next fit") {
+  // fc2's and fc1's gradients reach the Reducer before the failing layer throws, so the
+  // Reducer is left mid-step. The next fit() must start clean (it used to fail with
+  // "marked ready twice") and train exactly as a model that never failed: the failed step
+  // changed no weight and no optimizer state.
+  Data d = make_data();
+  auto data = tnt::Dataset::from_tensors({d.images, d.labels});
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+  auto train = [&](bool fail_first) {
+    bool armed = fail_first;
+    auto net = make_net_with(std::make_shared<FailingBackward>(&armed));
+    tnt::Model model(net, kSeed);
+    tnt::SgdOptions momentum;
+    momentum.momentum = 0.9;  // optimizer state, which the failed step must not touch either
+    model.compile(std::make_shared<tnt::SGD>(0.1, momentum), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    if (fail_first) {
+      REQUIRE_THROWS_WITH(model.fit(data, fit), Catch::Contains("backward failed on purpose"));
+      armed = false;
+    }
+    model.fit(data, fit);
+    return weights_of(*net);
+  };
+  auto clean = train(false);
+  auto after_failure = train(true);
+  REQUIRE(after_failure == clean);
 }
 
 TEST_CASE("logged metrics are global and equal on every rank") {

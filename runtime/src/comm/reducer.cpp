@@ -453,7 +453,14 @@ void Reducer::mark_ready(size_t index) {
   TNT_CHECK(!m.ready[index], "Reducer::mark_ready: gradient #{} '{}' marked ready twice in one step", index,
             m.names[index]);
   m.mark_locked(index);
-  m.launch_ready_locked();
+  try {
+    m.launch_ready_locked();
+  } catch (...) {
+    // A bucket counted as launched whose collective never started: finalize() would unpack
+    // an unsummed buffer, and the peers would pair later collectives with the wrong bucket.
+    m.broken = true;
+    throw;
+  }
 }
 
 void Reducer::mark_ready(const std::string& name) {

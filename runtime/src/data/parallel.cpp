@@ -169,8 +169,8 @@ class PrefetchIterator : public ElementIterator {
 
   std::optional<Element> next() override {
     if (!started_) {  // started on first use, so building an iterator costs nothing
+      thread_ = std::thread([this] { produce(); });  // may throw (no threads left): try again next time
       started_ = true;
-      thread_ = std::thread([this] { produce(); });
     }
     std::unique_lock<std::mutex> lock(mu_);
     data_cv_.wait(lock, [&] { return !queue_.empty() || finished_; });

@@ -368,16 +368,24 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
       } else {
         grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
       }
-      double t_bwd = now_s();
-      network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) {
-        int64_t slot = reducer_slot[index];
-        if (slot >= 0) reducer_->mark_ready(static_cast<size_t>(slot));
-      });
-      double t_bwd_end = now_s();
-      // Each rank's loss is already divided by the GLOBAL count: the SUM is the serial
-      // gradient (times the loss scale, which finalize divides out).
-      reducer_->finalize(1.0 / scaler_.scale());
-      double t_comm_end = now_s();
+      double t_bwd = now_s(), t_bwd_end = 0, t_comm_end = 0;
+      try {
+        network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) {
+          int64_t slot = reducer_slot[index];
+          if (slot >= 0) reducer_->mark_ready(static_cast<size_t>(slot));
+        });
+        t_bwd_end = now_s();
+        // Each rank's loss is already divided by the GLOBAL count: the SUM is the serial
+        // gradient (times the loss scale, which finalize divides out).
+        reducer_->finalize(1.0 / scaler_.scale());
+        t_comm_end = now_s();
+      } catch (...) {
+        // The Reducer may be left mid-step, its thread still reducing this step's buckets.
+        // Destroying it cancels them; the next fit() builds a fresh one (on every rank,
+        // since the peers fail this step too, on their collective timeout at the latest).
+        reducer_.reset();
+        throw;
+      }
       lr_used = optimizer_->learning_rate();
       // The summed gradients are bitwise equal on every rank, so every rank decides alike.
       bool apply = !scaler_.enabled() || scaler_.update(ops::has_non_finite(trainable_grads));

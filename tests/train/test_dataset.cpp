@@ -202,6 +202,87 @@ TEST_CASE("a parallel map ends once when its workers race for the end of the str
   }
 }
 
+TEST_CASE("a parallel map skips like a single-worker map", "[dataset]") {
+  // Counts the calls of the map function and of the source.
+  struct Counted {
+    std::mutex mu;
+    std::set<int64_t> built, mapped;
+  };
+  auto make = [](Counted& c, int64_t n, int64_t fail_at = -1) {
+    return Dataset::from_function(n, [&c](int64_t i) {
+             std::lock_guard<std::mutex> lock(c.mu);
+             c.built.insert(i);
+             return Element{Tensor::full({}, double(i), DType::i64)};
+           })
+        .map(
+            [&c, fail_at](Element e) {
+              int64_t i = id_of(e);
+              {
+                std::lock_guard<std::mutex> lock(c.mu);
+                c.mapped.insert(i);
+              }
+              if (i == fail_at) throw InputError(fmt::format("sample {} is broken", i));
+              return e;
+            },
+            4);
+  };
+  SECTION("skip before the first element maps nothing it skips") {
+    Counted c;
+    CHECK(ids_of(make(c, 50).skip(15)) == range(15, 50));
+    CHECK(*c.mapped.begin() == 15);
+    CHECK(*c.built.begin() == 15);
+  }
+  SECTION("skips mid-stream map at most the read-ahead window (2 x 4 workers) beyond what is kept") {
+    Counted c;
+    // shard(3, 0) keeps 0, 3, 6, ... by skipping 2 after each element it keeps (the
+    // window covers those 2, so here nearly everything is mapped: only the order counts).
+    CHECK(ids_of(make(c, 60).shard(3, 0)) == range(0, 60, 3));
+    // Distribute: 5 global batches of 24, 8 samples each for rank 1 of 3; per batch at most
+    // 8 read-ahead samples of other ranks are mapped (without skip(): all 120).
+    Counted d;
+    DistributedDataset dist = make(d, 120).distribute(24, 1, 3, Remainder::drop);
+    auto it = dist.iterate();
+    std::vector<int64_t> mine;
+    while (auto b = it.next())
+      for (float id : b->columns[0].to_vector()) mine.push_back(static_cast<int64_t>(id));
+    std::vector<int64_t> want;
+    for (int64_t g = 0; g < 120; g += 24)
+      for (int64_t i = 8; i < 16; ++i) want.push_back(g + i);
+    CHECK(mine == want);
+    CAPTURE(d.mapped.size());
+    CHECK(d.mapped.size() <= 5u * (8 + 8));
+    CHECK(d.built.size() <= 5u * (8 + 8));
+  }
+  SECTION("skipping to the end, and past it") {
+    Counted c;
+    auto it = make(c, 10).iterate();
+    CHECK(id_of(*it.next()) == 0);
+    CHECK(ids_of(make(c, 10).skip(10)).empty());
+    CHECK(ids_of(make(c, 10).skip(25)).empty());
+    CHECK(ids_of(make(c, 10).shard(4, 3)) == std::vector<int64_t>{3, 7});
+  }
+  SECTION("fn's error on a skipped element is not seen; on a kept one it is") {
+    Counted c;
+    CHECK(ids_of(make(c, 30, 7).shard(3, 0)) == range(0, 30, 3));  // 7 belongs to shard 1
+    Counted e;
+    CHECK_THROWS_WITH(ids_of(make(e, 30, 7).shard(3, 1)), "sample 7 is broken");
+  }
+  SECTION("an upstream error inside a skipped range is rethrown") {
+    // A generator cannot skip without producing, so element 8 is always produced (by a
+    // worker reading ahead or by the upstream skip) and its error must come out.
+    Dataset bad = Dataset::generator([](int64_t) {
+                    auto k = std::make_shared<int64_t>(0);
+                    return ElementFn([k]() -> std::optional<Element> {
+                      if (*k == 8) throw InputError("source broke at 8");
+                      if (*k >= 30) return std::nullopt;
+                      return Element{Tensor::full({}, double((*k)++), DType::i64)};
+                    });
+                  }).map([](Element e) { return e; }, 4);
+    CHECK_THROWS_WITH(ids_of(bad.shard(5, 0)), "source broke at 8");
+    CHECK_THROWS_WITH(ids_of(bad.skip(20)), "source broke at 8");
+  }
+}
+
 TEST_CASE("prefetch gives the same elements and passes on errors", "[dataset]") {
   Dataset d = id_dataset(30);
   CHECK(ids_of(d.prefetch(3)) == range(0, 30));

@@ -16,7 +16,9 @@
 // and keeps only its own contiguous slice of each: rank r keeps B/p + (r < B%p ? 1 : 0)
 // elements starting at r*(B/p) + min(r, B%p). It steps over the other ranks' elements
 // without mapping them, so the expensive per-sample work (decoding, augmentation) belongs
-// AFTER distribute: DistributedDataset::map runs only on this rank's samples.
+// AFTER distribute: DistributedDataset::map runs only on this rank's samples. (A
+// Dataset::map with k workers before distribute also maps what its workers read ahead, up
+// to 2k samples of other ranks per global batch; a prefetch before it reads everything.)
 //
 //   auto data = tnt::Dataset::from_tensors({images, labels})   // (N, 1, 28, 28), (N,)
 //                   .shuffle(60000, seed)

@@ -7,6 +7,11 @@
 // `window` numbers are in flight beyond the next one to hand out, which bounds memory.
 // Errors, from fn or from upstream, are filed like results and rethrown by next() in
 // order. Destroying the iterator stops the workers after their current call and joins them.
+// skip(n) (distribute() stepping over other ranks' elements) parks the workers, drops what
+// they had already read ahead and skips the rest upstream, so as with one worker those
+// elements are never mapped (only the read-ahead window may have been); an error of fn on a
+// dropped element is dropped with it, an upstream error is rethrown. The workers stay parked
+// until the next next(), so that back-to-back skips do not read ahead in between.
 #include "data/dataset_node.hpp"
 
 #include <condition_variable>
@@ -60,6 +65,10 @@ class ParallelMapIterator : public ElementIterator {
       for (int i = 0; i < workers_; ++i) threads_.emplace_back([this] { work(); });
     }
     std::unique_lock<std::mutex> lock(mu_);
+    if (parked_) {
+      parked_ = false;
+      work_cv_.notify_all();
+    }
     done_cv_.wait(lock, [&] { return done_.count(next_out_) || (end_ >= 0 && next_out_ >= end_); });
     auto it = done_.find(next_out_);
     if (it == done_.end()) return std::nullopt;
@@ -72,6 +81,51 @@ class ParallelMapIterator : public ElementIterator {
     return std::move(std::get<Element>(r));
   }
 
+  int64_t skip(int64_t n) override {
+    if (n <= 0) return 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      parked_ = true;  // a worker waiting for the window with the pull lock lets go of it
+    }
+    work_cv_.notify_all();
+    int64_t k = 0;
+    std::exception_ptr failure;
+    {
+      std::unique_lock<std::mutex> pull(pull_mu_);  // no worker numbers a pull from here on
+      std::unique_lock<std::mutex> lock(mu_);
+      auto limit = [&] { return end_ >= 0 ? end_ : next_in_; };
+      // Every numbered pull is either filed or running fn; wait for the running ones.
+      done_cv_.wait(lock, [&] { return static_cast<int64_t>(done_.size()) == limit() - next_out_; });
+      while (k < n && next_out_ < limit()) {
+        auto it = done_.find(next_out_);
+        bool upstream_error = next_out_ == upstream_error_seq_;
+        Result r = std::move(it->second);
+        done_.erase(it);
+        ++next_out_;
+        if (upstream_error) {
+          failure = std::get<std::exception_ptr>(r);
+          break;
+        }
+        ++k;  // an element, or fn's error on an element nobody will see
+      }
+      if (!failure && k < n && end_ < 0) {
+        lock.unlock();
+        int64_t got = 0;
+        try {
+          got = up_->skip(n - k);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        lock.lock();
+        k += got;
+        if (!failure && k < n) end_ = next_in_;  // upstream ended inside the skip
+      }
+    }
+    done_cv_.notify_all();
+    if (failure) std::rethrow_exception(failure);
+    return k;
+  }
+
  private:
   using Result = std::variant<Element, std::exception_ptr>;
 
@@ -81,8 +135,13 @@ class ParallelMapIterator : public ElementIterator {
       int64_t seq = 0;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        work_cv_.wait(lock, [&] { return stop_ || end_ >= 0 || next_in_ < next_out_ + window_; });
+        work_cv_.wait(lock, [&] { return stop_ || end_ >= 0 || parked_ || next_in_ < next_out_ + window_; });
         if (stop_ || end_ >= 0) return;
+        if (parked_) {  // skip() needs the pull lock: give it up and wait for the next next()
+          pull.unlock();
+          work_cv_.wait(lock, [&] { return stop_ || !parked_; });
+          continue;
+        }
         seq = next_in_++;
       }
       std::optional<Element> in;
@@ -97,7 +156,10 @@ class ParallelMapIterator : public ElementIterator {
         // could pull past the end, get a second end (or a stray element) and move end_
         // beyond a number no worker will ever file, leaving next() waiting forever.
         std::lock_guard<std::mutex> lock(mu_);
-        if (err) done_.emplace(seq, err);
+        if (err) {
+          done_.emplace(seq, err);
+          upstream_error_seq_ = seq;
+        }
         end_ = err ? seq + 1 : seq;
         done_cv_.notify_all();
         work_cv_.notify_all();
@@ -130,6 +192,8 @@ class ParallelMapIterator : public ElementIterator {
   int64_t next_in_ = 0;   // number of the next pull
   int64_t next_out_ = 0;  // number next() hands out next
   int64_t end_ = -1;      // number at which the stream ends (known once upstream ended or failed)
+  int64_t upstream_error_seq_ = -1;  // number filed with upstream's error (not fn's)
+  bool parked_ = false;              // set by skip(), cleared by next(): workers stay off the pull lock
   std::map<int64_t, Result> done_;
 };
 

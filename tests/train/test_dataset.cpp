@@ -273,13 +273,33 @@ TEST_CASE("a parallel map skips like a single-worker map", "[dataset]") {
     Dataset bad = Dataset::generator([](int64_t) {
                     auto k = std::make_shared<int64_t>(0);
                     return ElementFn([k]() -> std::optional<Element> {
-                      if (*k == 8) throw InputError("source broke at 8");
                       if (*k >= 30) return std::nullopt;
-                      return Element{Tensor::full({}, double((*k)++), DType::i64)};
+                      int64_t i = (*k)++;  // asked again after its error, it goes on with 9
+                      if (i == 8) throw InputError("source broke at 8");
+                      return Element{Tensor::full({}, double(i), DType::i64)};
                     });
                   }).map([](Element e) { return e; }, 4);
     CHECK_THROWS_WITH(ids_of(bad.shard(5, 0)), "source broke at 8");
     CHECK_THROWS_WITH(ids_of(bad.skip(20)), "source broke at 8");
+    // And the stream ends there, whether skip() met the error in the source (skip(12) as
+    // the first call) or a worker read it ahead (after shard's first next()).
+    for (const Dataset& d : {bad.skip(12), bad.shard(12, 0)}) {
+      auto it = d.iterate();
+      std::vector<int64_t> got;
+      bool threw = false;
+      for (int calls = 0; calls < 5; ++calls) {
+        try {
+          auto e = it.next();
+          if (!e) break;
+          got.push_back(id_of(*e));
+        } catch (const InputError& err) {
+          CHECK_THAT(err.what(), Catch::Contains("source broke at 8"));
+          threw = true;
+        }
+      }
+      CHECK(threw);
+      CHECK(got.size() <= 1u);  // element 0 for the shard; nothing from beyond the error
+    }
   }
 }
 

@@ -118,7 +118,9 @@ class ParallelMapIterator : public ElementIterator {
         }
         lock.lock();
         k += got;
-        if (!failure && k < n) end_ = next_in_;  // upstream ended inside the skip
+        // Upstream ended or failed inside the skip: the stream ends here, as it does when a
+        // worker meets the end or the error while reading ahead.
+        if (failure || k < n) end_ = next_in_;
       }
     }
     done_cv_.notify_all();

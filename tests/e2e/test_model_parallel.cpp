@@ -19,12 +19,14 @@ constexpr int64_t kSamples = 96;   // 3 global batches of 32
 constexpr int64_t kBatch = 32;
 constexpr uint64_t kSeed = 7;
 
-// A small CNN with every kind of layer whose gradient crosses ranks: conv, pooling, dense.
-std::shared_ptr<tnt::Sequential> make_net() {
+// A small CNN with every kind of layer whose gradient crosses ranks: conv, pooling, dense;
+// `after_conv`, if given, goes between conv1 and relu1.
+std::shared_ptr<tnt::Sequential> make_net(std::shared_ptr<tnt::Layer> after_conv = nullptr) {
   auto net = std::make_shared<tnt::Sequential>("small_cnn");
   tnt::Conv2DOptions pad;
   pad.padding = 1;
   net->add(std::make_shared<tnt::Conv2D>(4, 3, pad, "conv1"));
+  if (after_conv) net->add(std::move(after_conv));
   net->add(std::make_shared<tnt::ReLU>("relu1"));
   net->add(std::make_shared<tnt::MaxPool2D>(2, "pool1"));
   net->add(std::make_shared<tnt::Flatten>("flatten"));
@@ -249,22 +251,6 @@ class FailingBackward : public tnt::Layer {
   bool* armed_;
 };
 
-std::shared_ptr<tnt::Sequential> make_net_with(std::shared_ptr<tnt::Layer> middle) {
-  auto net = std::make_shared<tnt::Sequential>("small_cnn");
-  tnt::Conv2DOptions pad;
-  pad.padding = 1;
-  net->add(std::make_shared<tnt::Conv2D>(4, 3, pad, "conv1"));
-  net->add(std::move(middle));
-  net->add(std::make_shared<tnt::ReLU>("relu1"));
-  net->add(std::make_shared<tnt::MaxPool2D>(2, "pool1"));
-  net->add(std::make_shared<tnt::Flatten>("flatten"));
-  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
-  net->add(std::make_shared<tnt::ReLU>("relu2"));
-  net->add(std::make_shared<tnt::Dense>(3, "fc2"));
-  net->build({1, 8, 8});
-  return net;
-}
-
 }  // namespace
 
 TEST_CASE("a step that fails during backward leaves the model usable for the next fit") {
@@ -279,7 +265,7 @@ TEST_CASE("a step that fails during backward leaves the model usable for the nex
   fit.verbose = 0;
   auto train = [&](bool fail_first) {
     bool armed = fail_first;
-    auto net = make_net_with(std::make_shared<FailingBackward>(&armed));
+    auto net = make_net(std::make_shared<FailingBackward>(&armed));
     tnt::Model model(net, kSeed);
     tnt::SgdOptions momentum;
     momentum.momentum = 0.9;  // optimizer state, which the failed step must not touch either

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "tarantella/device.hpp"
-#include "tarantella/init.hpp"
+#include "tarantella/initializers.hpp"
 #include "tarantella/tensor.hpp"
 
 #include <cmath>

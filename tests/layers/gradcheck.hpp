@@ -13,7 +13,7 @@
 // the tests build their inputs with that margin.
 #pragma once
 
-#include "tarantella/init.hpp"
+#include "tarantella/initializers.hpp"
 #include "tarantella/layer.hpp"
 #include "tarantella/loss.hpp"
 

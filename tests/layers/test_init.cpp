@@ -2,7 +2,7 @@
 // independence of the construction order.
 #include "gradcheck.hpp"
 
-#include "layers/philox.hpp"
+#include "core/philox.hpp"
 #include "tarantella/layers.hpp"
 
 #include <cmath>

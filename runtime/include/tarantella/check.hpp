@@ -35,6 +35,17 @@ namespace detail {
 
 }  // namespace tnt
 
+// A mistake of the user (a flag, a file, a batch size, a checkpoint): InputError with the
+// message alone (no source location: it is about the input, not the code). Every check of
+// user input goes through these two.
+#define TNT_INPUT_ERROR(...) throw ::tnt::InputError(::fmt::format(__VA_ARGS__))
+
+#define TNT_INPUT_CHECK(cond, ...)                                   \
+  do {                                                               \
+    if (!(cond)) throw ::tnt::InputError(::fmt::format(__VA_ARGS__)); \
+  } while (0)
+
+// An internal error (a broken invariant, a failed library call): Error with file and line.
 #define TNT_THROW(...) ::tnt::detail::throw_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__))
 
 #define TNT_CHECK(cond, ...)                                                         \

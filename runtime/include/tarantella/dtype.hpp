@@ -13,6 +13,9 @@ const char* dtype_name(DType dtype);        // "f32", "bf16", ...
 const char* dtype_safetensors(DType dtype);  // "F32", "BF16", ...
 DType dtype_from_name(const std::string& name);  // accepts both spellings; throws otherwise
 
+constexpr bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+constexpr bool is_floating(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t); }
+
 template <typename T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }

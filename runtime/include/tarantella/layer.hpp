@@ -14,7 +14,7 @@
 // that a layer which only reshapes (Flatten) returns a view of its grad_output.
 #pragma once
 
-#include "tarantella/init.hpp"
+#include "tarantella/initializers.hpp"
 #include "tarantella/tensor.hpp"
 
 #include <cstdint>

@@ -180,7 +180,7 @@ void Communicator::allreduce(void* data, int64_t count, DType dtype, Device devi
   TNT_CHECK(count >= 0, "{}: negative element count", desc.str());
   TNT_CHECK(count == 0 || data != nullptr, "{}: null buffer", desc.str());
   bool average = op == ReduceOp::average;
-  TNT_CHECK(!average || comm::is_floating(dtype), "{}: an average needs a floating-point dtype, got {}", desc.str(),
+  TNT_CHECK(!average || is_floating(dtype), "{}: an average needs a floating-point dtype, got {}", desc.str(),
             dtype_name(dtype));
   c.enter(desc);
   Waiter w(c, desc);

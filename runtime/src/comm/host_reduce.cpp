@@ -45,10 +45,6 @@ bool host_reducible(DType dtype) {
   return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::i32 || dtype == DType::i64;
 }
 
-bool is_floating(DType dtype) {
-  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 || dtype == DType::bf16;
-}
-
 void host_sum(void* dst, const void* src, int64_t n, DType dtype) {
   switch (dtype) {
     case DType::f32: return sum_loop(static_cast<float*>(dst), static_cast<const float*>(src), n);

@@ -20,6 +20,5 @@ void host_scale_copy(void* dst, const void* src, int64_t n, DType dtype, double 
 void host_scale(void* data, int64_t n, DType dtype, double scale);
 
 bool host_reducible(DType dtype);  // f32, f64, i32, i64
-bool is_floating(DType dtype);
 
 }  // namespace tnt::comm

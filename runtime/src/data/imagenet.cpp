@@ -21,7 +21,7 @@
 #include "tarantella/imagenet.hpp"
 
 #include "data/dataset_node.hpp"
-#include "tarantella/init.hpp"
+#include "tarantella/random.hpp"
 #include "tarantella/log.hpp"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 #include "tarantella/layers/dropout.hpp"
 
 #include "layers/cuda_engines.hpp"
-#include "layers/philox.hpp"
+#include "core/philox.hpp"
 
 namespace tnt {
 

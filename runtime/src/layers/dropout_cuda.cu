@@ -1,11 +1,11 @@
 // Dropout on CUDA: the mask is drawn from the same Philox stream as on the CPU
-// (layers/philox.hpp, compiled for the device), keep iff uniform(key, base + i) >= rate,
+// (core/philox.hpp, compiled for the device), keep iff uniform(key, base + i) >= rate,
 // and kept values are multiplied by the same float scale, so y equals the CPU's bit for
 // bit. The mask is not stored: backward draws it again from (key, base), which the
 // forward leaves in SavedState::extra.
 #include "backend/cuda/device_common.cuh"
 #include "layers/cuda_engines.hpp"
-#include "layers/philox.hpp"
+#include "core/philox.hpp"
 
 #include <memory>
 

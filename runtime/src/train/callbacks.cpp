@@ -1,6 +1,7 @@
 #include "tarantella/callbacks.hpp"
 
 #include "tarantella/check.hpp"
+#include "core/clock.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/model.hpp"
 
@@ -13,10 +14,8 @@
 namespace tnt {
 
 namespace {
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
+using detail::now_s;
 std::string format_duration(double s) {
   if (s >= 3600) return fmt::format("{}:{:02d}:{:02d}", int(s) / 3600, (int(s) / 60) % 60, int(s) % 60);
   if (s >= 60) return fmt::format("{}:{:02d}", int(s) / 60, int(s) % 60);

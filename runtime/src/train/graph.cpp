@@ -56,10 +56,6 @@ std::string sym_shape_str(const Shape& s) {
   return out + ")";
 }
 
-bool is_floating(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
-}
-
 std::string with_commas(int64_t n) {
   std::string digits = std::to_string(n < 0 ? -n : n);
   std::string out;
@@ -116,8 +112,6 @@ void accumulate(Tensor& slot, const Tensor& grad) {
   // Out of place: grad may be the caller's tensor or a view (Flatten) of another gradient.
   slot = slot.defined() ? ops::add(slot, grad) : grad;
 }
-
-bool is_half(DType d) { return d == DType::f16 || d == DType::bf16; }
 
 // t in dtype `to` when t is floating in dtype `from`; anything else unchanged.
 Tensor convert(const Tensor& t, DType from, DType to) {

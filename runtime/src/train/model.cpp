@@ -3,6 +3,7 @@
 
 #include "tarantella/checkpoint.hpp"
 #include "tarantella/comm.hpp"
+#include "core/clock.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/ops.hpp"
 #include "tarantella/reducer.hpp"
@@ -20,11 +21,9 @@ namespace tnt {
 
 namespace {
 
-using detail::NextBatch;
+using detail::now_s;
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using detail::NextBatch;
 
 // Calls each callback that runs on this rank.
 class CallbackList {

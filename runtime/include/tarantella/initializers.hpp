@@ -1,6 +1,7 @@
-// Initialisers and the counter-based generator behind them. A value depends only on
-// (seed, key, index): initial weights depend on the seed and the parameter's full name, not
-// on the device, the number of ranks or the order in which layers were built.
+// Weight initialisers. A value depends only on (seed, parameter full name, index), through
+// the counter-based generator of tarantella/random.hpp: initial weights depend on the seed
+// and the parameter's full name, not on the device, the number of ranks or the order in
+// which layers were built.
 //
 // Conventions (fans from PyTorch layouts [out, in, k...]: fan_in = in * prod(k),
 // fan_out = out * prod(k); a 1-D tensor has fan_in = fan_out = its length):
@@ -13,30 +14,13 @@
 // not Keras' truncated normal with a corrected stddev.
 #pragma once
 
+#include "tarantella/random.hpp"
 #include "tarantella/tensor.hpp"
 
 #include <cstdint>
 #include <string>
 
 namespace tnt {
-
-// Stateless generator: Philox-4x32-10 with a 64-bit key derived from (seed, key string),
-// counter = element index. The exact bit recipe is in runtime/src/layers/philox.hpp, which
-// CUDA kernels share, so a mask drawn on the GPU equals the one drawn on the CPU.
-class CounterRng {
- public:
-  CounterRng(uint64_t seed, const std::string& key);
-  CounterRng(uint64_t seed, uint64_t key);
-  uint32_t bits(uint64_t counter) const;     // 32 random bits for element `counter`
-  float uniform(uint64_t counter) const;     // [0, 1), a multiple of 2^-24
-  double normal(uint64_t counter) const;     // standard normal (Box-Muller on one block)
-  uint64_t key() const { return key_; }      // the Philox key (for device kernels)
-
- private:
-  uint64_t key_;
-};
-
-uint64_t hash_string(const std::string& text);  // FNV-1a 64
 
 struct Initializer {
   enum class Kind {

@@ -3,10 +3,10 @@
 // truncated normal needs no sequential redraw: element i tries Philox blocks
 // (key, i, attempt = 0, 1, ...) in turn, each giving two Box-Muller normals, and takes the
 // first one inside the bounds, so each element stays independent of every other.
-#include "tarantella/init.hpp"
+#include "tarantella/initializers.hpp"
 
 #include "core/half.hpp"
-#include "layers/philox.hpp"
+#include "core/philox.hpp"
 #include "tarantella/check.hpp"
 
 #include <cmath>
@@ -17,31 +17,13 @@ namespace tnt {
 
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-constexpr double kTwoPow24 = 16777216.0;
-
-// Two independent standard normals from one Philox block.
-void box_muller(const uint32_t block[4], double& z0, double& z1) {
-  double u1 = (static_cast<double>(block[0] >> 8) + 1.0) / kTwoPow24;  // (0, 1]: log is finite
-  double u2 = static_cast<double>(block[1] >> 8) / kTwoPow24;
-  double r = std::sqrt(-2.0 * std::log(u1));
-  z0 = r * std::cos(2.0 * std::numbers::pi * u2);
-  z1 = r * std::sin(2.0 * std::numbers::pi * u2);
-}
-
 // Standard normal restricted to [-2, 2].
 double truncated_standard_normal(uint64_t key, uint64_t counter) {
   for (uint32_t attempt = 0;; ++attempt) {
     uint32_t block[4];
     philox::block(key, counter, attempt, block);
     double z0, z1;
-    box_muller(block, z0, z1);
+    philox::box_muller(block, z0, z1);
     if (std::fabs(z0) <= 2.0) return z0;
     if (std::fabs(z1) <= 2.0) return z1;
     // P(both outside) = 0.0455^2 ~ 0.2%: a few attempts at most in practice.
@@ -62,29 +44,6 @@ void fans(const Shape& shape, double& fan_in, double& fan_out) {
 }
 
 }  // namespace
-
-uint64_t hash_string(const std::string& text) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-CounterRng::CounterRng(uint64_t seed, uint64_t key) : key_(splitmix64(splitmix64(seed) ^ key)) {}
-CounterRng::CounterRng(uint64_t seed, const std::string& key) : CounterRng(seed, hash_string(key)) {}
-
-uint32_t CounterRng::bits(uint64_t counter) const { return philox::bits(key_, counter); }
-float CounterRng::uniform(uint64_t counter) const { return philox::uniform(key_, counter); }
-
-double CounterRng::normal(uint64_t counter) const {
-  uint32_t block[4];
-  philox::block(key_, counter, 0, block);
-  double z0, z1;
-  box_muller(block, z0, z1);
-  return z0;
-}
 
 std::string Initializer::str() const {
   switch (kind) {
@@ -151,7 +110,7 @@ void Initializer::apply(Tensor& t, uint64_t seed, const std::string& full_name) 
       uint32_t block[4];
       philox::block(key, c, 0, block);
       double z0, z1;
-      box_muller(block, z0, z1);
+      philox::box_muller(block, z0, z1);
       v = mean + stddev * z0;
     }
     switch (dt) {

@@ -13,6 +13,11 @@
 
 #include <cstdint>
 
+#if !defined(__CUDACC__)
+#include <cmath>
+#include <numbers>
+#endif
+
 #if defined(__CUDACC__)
 #define TNT_HD __host__ __device__ __forceinline__
 #else
@@ -67,5 +72,19 @@ TNT_HD uint32_t bits(uint64_t key, uint64_t counter) {
 TNT_HD float uniform(uint64_t key, uint64_t counter) {
   return static_cast<float>(bits(key, counter) >> 8) * (1.0f / 16777216.0f);
 }
+
+#if !defined(__CUDACC__)
+// Host only (double precision): the normal of the recipe above.
+inline constexpr double kTwoPow24 = 16777216.0;
+
+// Two independent standard normals from one Philox block.
+inline void box_muller(const uint32_t block[4], double& z0, double& z1) {
+  double u1 = (static_cast<double>(block[0] >> 8) + 1.0) / kTwoPow24;  // (0, 1]: log is finite
+  double u2 = static_cast<double>(block[1] >> 8) / kTwoPow24;
+  double r = std::sqrt(-2.0 * std::log(u1));
+  z0 = r * std::cos(2.0 * std::numbers::pi * u2);
+  z1 = r * std::sin(2.0 * std::numbers::pi * u2);
+}
+#endif
 
 }  // namespace tnt::philox

@@ -402,7 +402,7 @@ TEST_CASE("ranks that compile with different precisions are refused", "[mixed_pr
   fit.batch_size = kBatch;
   tnt::Dataset data = tnt::Dataset::from_tensors({d.images, d.labels});
   if (disagree) {
-    CHECK_THROWS_WITH(model.fit(data, fit), Catch::Contains("different precisions") && Catch::Contains("rank 1: fp16"));
+    CHECK_THROWS_WITH(model.fit(data, fit), Catch::Contains("different precisions") && Catch::Contains("rank(s) 1: fp16"));
   } else {
     CHECK_NOTHROW(model.fit(data, fit));
   }
@@ -415,7 +415,7 @@ TEST_CASE("ranks that compile with different precisions are refused", "[mixed_pr
   model2.compile(std::make_shared<tnt::SGD>(0.05), std::make_shared<tnt::SoftmaxCrossEntropy>(), {}, p);
   if (disagree) {
     CHECK_THROWS_WITH(model2.fit(data, fit), Catch::Contains("different precisions") &&
-                                                 Catch::Contains("rank 1: fp16 with loss scale 1024"));
+                                                 Catch::Contains("rank(s) 1: fp16 with loss scale 1024"));
   } else {
     CHECK_NOTHROW(model2.fit(data, fit));
   }

@@ -443,14 +443,16 @@ std::vector<RankStep> run_rank(const DistributedDataset& d, int64_t epoch) {
     // the feature column travels with its id
     std::vector<float> f = b->columns[1].to_vector();
     for (size_t i = 0; i < s.ids.size(); ++i) CHECK(f[2 * i] == float(s.ids[i]));
-    s.weights = b->weights.to_vector();
+    // Rows [0, real_samples) are real, the rest padding: 1 and 0 as per-row weights.
+    CHECK(b->real_samples >= 0);
+    CHECK(b->real_samples <= b->micro_batch_size);
+    s.weights.assign(static_cast<size_t>(b->micro_batch_size), 0.0f);
+    std::fill_n(s.weights.begin(), b->real_samples, 1.0f);
     s.global_real = b->global_real_samples;
     CHECK(b->micro_batch_size == static_cast<int64_t>(s.ids.size()));
     CHECK(b->step == static_cast<int64_t>(steps.size()));
     CHECK(b->global_batch_size == d.global_batch_size());
-    int64_t real = 0;
-    for (float w : s.weights) real += w == 1.0f;
-    CHECK(b->real_samples == real);
+    CHECK(b->sample_offset == d.micro_batch_offset());
     steps.push_back(s);
   }
   return steps;

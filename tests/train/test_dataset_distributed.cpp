@@ -31,7 +31,10 @@ std::vector<Step> run(const DistributedDataset& d, int64_t epoch) {
   while (auto b = it.next()) {
     Step s;
     for (double v : b->columns[0].to_double_vector()) s.ids.push_back(static_cast<int64_t>(v));
-    s.weights = b->weights.to_vector();
+    // Rows [0, real_samples) are real, the rest padding: 1 and 0 as per-row weights.
+    s.weights.assign(static_cast<size_t>(b->micro_batch_size), 0.0f);
+    std::fill_n(s.weights.begin(), b->real_samples, 1.0f);
+    CHECK(b->sample_offset == d.micro_batch_offset());
     s.global_real = b->global_real_samples;
     steps.push_back(s);
   }

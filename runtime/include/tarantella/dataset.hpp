@@ -142,13 +142,14 @@ int64_t micro_batch_size(int64_t global_batch, int rank, int size);
 int64_t micro_batch_offset(int64_t global_batch, int rank, int size);
 
 // One step's input on this rank.
+// Padding always goes last, so "which rows are real" has one encoding: rows [0, real_samples)
+// are real samples, the rest (up to micro_batch_size) are padding that must not count.
 struct Batch {
   std::vector<Tensor> columns;      // each (b, ...): this rank's slice of the global batch
-  Tensor weights;                   // f32 (b,): 1 for a real sample, 0 for padding
   int64_t micro_batch_size = 0;     // b, the same in every step of this rank
-  int64_t real_samples = 0;         // weights equal to 1 on this rank
+  int64_t real_samples = 0;         // the first real_samples rows are real, the rest padding
   int64_t global_real_samples = 0;  // real samples in the whole global batch: the loss is
-                                    // sum(weight * loss) / global_real_samples on every rank
+                                    // sum(loss of real rows) / global_real_samples on every rank
   int64_t global_batch_size = 0;    // B, as the user gave it
   int64_t step = 0;                 // index of the global batch in this pass
   int64_t sample_offset = 0;        // index of this rank's first sample in the global batch
@@ -169,13 +170,14 @@ class DistributedDataset {
  public:
   class Iterator {
    public:
-    Iterator(Dataset::Iterator inner, int64_t global_batch, int64_t micro_batch);
+    Iterator(Dataset::Iterator inner, int64_t global_batch, int64_t micro_batch, int64_t sample_offset);
     std::optional<Batch> next();
 
    private:
     Dataset::Iterator inner_;
     int64_t global_batch_;
     int64_t micro_batch_;
+    int64_t sample_offset_;
     int64_t step_ = 0;
   };
 

@@ -47,6 +47,7 @@ namespace detail {
 // A pass over this rank's batches: a distributed dataset, or the user's own micro-batches
 // (distribute_dataset = false) whose global size is summed every step.
 using NextBatch = std::function<std::optional<Batch>()>;
+class PassTotals;  // loss and metric sums of one pass (model.cpp)
 }  // namespace detail
 
 struct FitOptions {
@@ -85,6 +86,7 @@ struct EpochTiming {
   double hidden_comm_seconds = 0;   // ... of which while backward was still running
   double exposed_comm_seconds = 0;  // mean time the step waited for communication after backward
   double hidden_fraction() const { return comm_seconds > 0 ? hidden_comm_seconds / comm_seconds : 1.0; }
+  void finish();  // sums over the epoch's steps -> means
 };
 
 class Model {
@@ -141,11 +143,24 @@ class Model {
   const EpochTiming& last_epoch_timing() const { return timing_; }
 
  private:
+  struct StepInputs {
+    std::vector<Tensor> inputs;  // each (b, ...) on the model's device
+    Tensor target;               // (b, ...)
+  };
+
+  // The steps (Keras' train_step / test_step); the loops below run them.
+  void train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals);
+  void test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals);
+  StepInputs step_inputs(const Batch& batch, const char* what) const;
+
+  History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
+                  const std::optional<DistributedDataset>& validation, const FitOptions& options);
+  Logs run_evaluate(const detail::NextBatch& next);
+  std::optional<DistributedDataset> validation_set(const FitOptions& options) const;
+  void prepare_training();
+  void check_ranks_agree();
   void broadcast_weights();
   void check_compiled(const char* what) const;
-  History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
-                  const DistributedDataset* validation, FitOptions& options);
-  Logs run_evaluate(const detail::NextBatch& next);
   std::vector<NamedTensor> checkpoint_tensors(bool with_optimizer);
   void write_on_master(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata);
@@ -155,9 +170,10 @@ class Model {
   LossPtr loss_;
   std::vector<MetricPtr> metrics_;
   std::unique_ptr<Reducer> reducer_;
+  std::vector<NamedParameter> trainable_;  // in the graph hook's (and the Reducer's) order
+  std::vector<Tensor> trainable_grads_;    // their gradients, same order
   uint64_t seed_;
   int64_t global_step_ = 0;
-  int current_epoch_ = 0;
   bool stop_requested_ = false;
   bool weights_synced_ = false;
   EpochTiming timing_;

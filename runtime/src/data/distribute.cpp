@@ -301,11 +301,12 @@ int64_t DistributedDataset::steps() const { return steps_ < 0 ? -1 : steps_; }
 DistributedDataset::Iterator DistributedDataset::iterate(int64_t epoch) const {
   Dataset batches = from_batched_ ? batched_ : samples_.batch(micro_batch_);
   if (prefetch_ > 0) batches = batches.prefetch(prefetch_);
-  return Iterator(batches.iterate(epoch), global_batch_, micro_batch_);
+  return Iterator(batches.iterate(epoch), global_batch_, micro_batch_, offset_);
 }
 
-DistributedDataset::Iterator::Iterator(Dataset::Iterator inner, int64_t global_batch, int64_t micro_batch)
-    : inner_(std::move(inner)), global_batch_(global_batch), micro_batch_(micro_batch) {}
+DistributedDataset::Iterator::Iterator(Dataset::Iterator inner, int64_t global_batch, int64_t micro_batch,
+                                       int64_t sample_offset)
+    : inner_(std::move(inner)), global_batch_(global_batch), micro_batch_(micro_batch), sample_offset_(sample_offset) {}
 
 std::optional<Batch> DistributedDataset::Iterator::next() {
   auto e = inner_.next();
@@ -314,16 +315,22 @@ std::optional<Batch> DistributedDataset::Iterator::next() {
   Batch b;
   Tensor count = std::move(e->back());  // i64 (b,)
   e->pop_back();
-  b.weights = std::move(e->back());  // f32 (b,)
+  Tensor weights = std::move(e->back());  // f32 (b,): 1 real, 0 padding
   e->pop_back();
   b.columns = std::move(*e);
-  b.micro_batch_size = b.weights.dim(0);
+  b.micro_batch_size = weights.dim(0);
   TNT_CHECK(b.micro_batch_size == micro_batch_, "DistributedDataset: micro-batch of {} rows, expected {}",
             b.micro_batch_size, micro_batch_);
-  const float* w = b.weights.data<float>();
-  for (int64_t i = 0; i < b.micro_batch_size; ++i) b.real_samples += w[i] != 0.0f ? 1 : 0;
+  // The per-sample weights only carry "real or padding" through per-sample maps; padding
+  // is last (see the layout above), so from here on a count says it all.
+  const float* w = weights.data<float>();
+  while (b.real_samples < b.micro_batch_size && w[b.real_samples] != 0.0f) ++b.real_samples;
+  for (int64_t i = b.real_samples; i < b.micro_batch_size; ++i) {
+    TNT_CHECK(w[i] == 0.0f, "DistributedDataset: a real sample at row {} after padding at row {}", i, b.real_samples);
+  }
   b.global_real_samples = count.data<int64_t>()[0];
   b.global_batch_size = global_batch_;
+  b.sample_offset = sample_offset_;
   b.step = step_++;
   return b;
 }

@@ -9,21 +9,17 @@
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
 
-#include <chrono>
+#include "comm/agreement.hpp"
+
 #include <cmath>
 #include <functional>
-
-#ifdef TNT_WITH_CUDA
-#include "backend/cuda/cuda_context.hpp"
-#endif
 
 namespace tnt {
 
 namespace {
 
-using detail::now_s;
-
 using detail::NextBatch;
+using detail::now_s;
 
 // Calls each callback that runs on this rank.
 class CallbackList {
@@ -48,12 +44,7 @@ class CallbackList {
 
 NextBatch distributed_source(const DistributedDataset& data, int64_t epoch) {
   auto it = std::make_shared<DistributedDataset::Iterator>(data.iterate(epoch));
-  int64_t offset = data.micro_batch_offset();
-  return [it, offset]() {
-    std::optional<Batch> b = it->next();
-    if (b) b->sample_offset = offset;
-    return b;
-  };
+  return [it]() { return it->next(); };
 }
 
 // The user's micro-batches: every element is {inputs..., target}, each (b, ...). All ranks
@@ -75,21 +66,16 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
       global += sizes[q];
       if (q < rank()) offset += sizes[q];
     }
-    if (with_data != 0 && with_data != size()) {
-      throw InputError(fmt::format(
-          "distribute_dataset=false: the ranks ran out of micro-batches at different steps (step {}: {} of {} ranks "
-          "still had data); every rank must yield the same number of micro-batches",
-          *step, with_data, size()));
-    }
+    TNT_INPUT_CHECK(with_data == 0 || with_data == size(),
+                    "distribute_dataset=false: the ranks ran out of micro-batches at different steps (step {}: {} of {} "
+                    "ranks still had data); every rank must yield the same number of micro-batches",
+                    *step, with_data, size());
     if (!e) return std::nullopt;
-    if (expected_micro > 0 && b != expected_micro) {
-      throw InputError(fmt::format(
-          "micro_batch_size={} but the dataset yields micro-batches of {} samples on rank {} (step {})", expected_micro, b,
-          rank(), *step));
-    }
+    TNT_INPUT_CHECK(expected_micro <= 0 || b == expected_micro,
+                    "micro_batch_size={} but the dataset yields micro-batches of {} samples on rank {} (step {})",
+                    expected_micro, b, rank(), *step);
     Batch batch;
     batch.columns = std::move(*e);
-    batch.weights = Tensor::full({b}, 1.0);
     batch.micro_batch_size = b;
     batch.real_samples = b;
     batch.global_real_samples = global;
@@ -104,11 +90,67 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
 // GPU once) are used as they are; nothing in a step writes to its inputs.
 Tensor on_device(const Tensor& t, Device device) { return t.device() == device ? t : t.to(device); }
 
-// The real samples of a micro-batch are its first `real` rows (padding goes last, see
-// dataset.hpp), so losses and metrics look at a prefix.
+// The real samples of a micro-batch are its first `real` rows (see Batch), so losses and
+// metrics look at a prefix.
 Tensor rows(const Tensor& t, int64_t n) { return n == t.dim(0) ? t : t.slice_rows(0, n); }
 
 }  // namespace
+
+namespace detail {
+
+// Loss and metric sums of one pass (an epoch of fit, or an evaluation) on this rank;
+// global() sums them over the ranks, so every log line is the global value.
+class PassTotals {
+ public:
+  // restore: give the metric objects back the totals they had before (an evaluation inside
+  // fit must not disturb the epoch's training metrics).
+  PassTotals(const std::vector<MetricPtr>& metrics, bool restore) : metrics_(metrics), restore_(restore) {
+    for (auto& m : metrics_) {
+      saved_.emplace_back(m->total(), m->count());
+      m->reset();
+    }
+  }
+  ~PassTotals() {
+    if (!restore_) return;
+    for (size_t i = 0; i < metrics_.size(); ++i) metrics_[i]->set_totals(saved_[i].first, saved_[i].second);
+  }
+  PassTotals(const PassTotals&) = delete;
+  PassTotals& operator=(const PassTotals&) = delete;
+
+  // pred, target: (b, ...), of which the first `real` rows count; loss_sum: their summed loss.
+  void add(const Tensor& pred, const Tensor& target, int64_t real, double loss_sum) {
+    if (real == 0) return;
+    for (auto& m : metrics_) m->update(rows(pred, real), rows(target, real));
+    loss_sum_ += loss_sum;
+    samples_ += static_cast<double>(real);
+  }
+
+  // Collective: {"loss": global mean loss, <metric>: global value}.
+  Logs global() const {
+    std::vector<double> sums{loss_sum_, samples_};
+    for (auto& m : metrics_) {
+      sums.push_back(m->total());
+      sums.push_back(m->count());
+    }
+    std::vector<double> all = communicator().allreduce_sum(sums);
+    Logs logs;
+    logs["loss"] = all[1] > 0 ? all[0] / all[1] : 0.0;
+    for (size_t i = 0; i < metrics_.size(); ++i) {
+      const double total = all[2 + 2 * i], count = all[3 + 2 * i];
+      logs[metrics_[i]->name()] = count > 0 ? total / count : 0.0;
+    }
+    return logs;
+  }
+
+ private:
+  std::vector<MetricPtr> metrics_;
+  bool restore_;
+  std::vector<std::pair<double, double>> saved_;
+  double loss_sum_ = 0;  // sum of per-sample losses so far
+  double samples_ = 0;   // real samples so far
+};
+
+}  // namespace detail
 
 Model::Model(std::shared_ptr<Network> network, uint64_t seed) : network_(std::move(network)), seed_(seed) {
   TNT_CHECK(network_, "Model needs a network");
@@ -121,17 +163,13 @@ Model::~Model() = default;
 
 void Model::compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vector<MetricPtr> metrics,
                     Precision precision) {
-  if (!optimizer) throw InputError("Model::compile: no optimizer given");
+  TNT_INPUT_CHECK(optimizer != nullptr, "Model::compile: no optimizer given");
   const DType cdt = precision.compute_dtype;
-  if (cdt != DType::f32 && cdt != DType::bf16 && cdt != DType::f16) {
-    throw InputError(fmt::format("Model::compile: precision with compute dtype {}: expected f32, bf16 or f16",
-                                 dtype_name(cdt)));
-  }
+  TNT_INPUT_CHECK(cdt == DType::f32 || is_half(cdt),
+                  "Model::compile: precision with compute dtype {}: expected f32, bf16 or f16", dtype_name(cdt));
   LossScaler scaler(precision);  // validates the scaling options
-  if (!loss) throw InputError("Model::compile: no loss given");
-  for (const auto& m : metrics) {
-    if (!m) throw InputError("Model::compile: a metric is null");
-  }
+  TNT_INPUT_CHECK(loss != nullptr, "Model::compile: no loss given");
+  for (const auto& m : metrics) TNT_INPUT_CHECK(m != nullptr, "Model::compile: a metric is null");
   optimizer_ = std::move(optimizer);
   loss_ = std::move(loss);
   metrics_ = std::move(metrics);
@@ -148,7 +186,7 @@ void Model::compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vec
 }
 
 void Model::check_compiled(const char* what) const {
-  if (!compiled()) throw InputError(fmt::format("Model::{} called before Model::compile", what));
+  TNT_INPUT_CHECK(compiled(), "Model::{} called before Model::compile", what);
 }
 
 Optimizer& Model::optimizer() {
@@ -173,127 +211,188 @@ void Model::broadcast_weights() {
   weights_synced_ = true;
 }
 
+// ---------------------------------------------------------------------------------------
+// The steps
+
+Model::StepInputs Model::step_inputs(const Batch& batch, const char* what) const {
+  const size_t n_in = network_->inputs().size();
+  TNT_INPUT_CHECK(batch.columns.size() == n_in + 1,
+                  "{}: each element must have {} input column(s) and a target; it has {} column(s)", what, n_in,
+                  batch.columns.size());
+  const Device device = network_->device();
+  StepInputs in;
+  for (size_t i = 0; i < n_in; ++i) in.inputs.push_back(on_device(batch.columns[i], device));
+  in.target = on_device(batch.columns[n_in], device);
+  return in;
+}
+
+// One training step on this rank's micro-batch: forward, the loss of the GLOBAL batch (each
+// rank divides by the global count, so the SUM of the ranks' gradients is the serial
+// gradient), backward with the Reducer summing each gradient as soon as it is final, then
+// the same update on every rank.
+void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals) {
+  const double t0 = now_s();
+  StepInputs in = step_inputs(batch, "fit");
+  const int64_t real = batch.real_samples;
+  rc.step = global_step_;
+  rc.sample_offset = batch.sample_offset;
+  network_->zero_grad();
+  const Tensor pred = network_->forward(in.inputs, rc).at(0);
+
+  // Padding rows get a zero gradient: they are computed but never counted.
+  Tensor grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
+  if (real > 0) {
+    SavedState ls;
+    const int64_t global_real = batch.global_real_samples;
+    Tensor loss = loss_->forward(rows(pred, real), rows(in.target, real), global_real, ls);
+    Tensor g = loss_->backward(ls, scaler_.scale());
+    if (real == batch.micro_batch_size) {
+      grad_pred = g;
+    } else {
+      Tensor head = grad_pred.slice_rows(0, real);
+      head.copy_from(g);
+    }
+    totals.add(pred, in.target, real, Loss::value(loss) * static_cast<double>(global_real));
+  }
+
+  const double t_bwd = now_s();
+  double t_bwd_end = 0;
+  try {
+    network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) { reducer_->mark_ready(index); });
+    t_bwd_end = now_s();
+    reducer_->finalize(1.0 / scaler_.scale());  // the loss scale is divided out here
+  } catch (...) {
+    // The Reducer may be left mid-step, its thread still reducing this step's buckets.
+    // Destroying it cancels them; the next fit() builds a fresh one (on every rank,
+    // since the peers fail this step too, on their collective timeout at the latest).
+    reducer_.reset();
+    throw;
+  }
+  const double t_comm_end = now_s();
+
+  // The summed gradients are bitwise equal on every rank, so every rank decides alike.
+  if (!scaler_.enabled() || scaler_.update(ops::has_non_finite(trainable_grads_))) {
+    optimizer_->step(trainable_);
+  } else {
+    // A skipped step still moves the schedule on (as Keras' LossScaleOptimizer and a
+    // PyTorch scheduler stepped every batch), so warmup and decay stay on their batches.
+    optimizer_->set_step_count(optimizer_->step_count() + 1);
+  }
+  ++global_step_;
+
+  timing_.steps++;
+  timing_.step_seconds += now_s() - t0;
+  timing_.backward_seconds += t_bwd_end - t_bwd;
+  timing_.exposed_comm_seconds += t_comm_end - t_bwd_end;
+  timing_.comm_seconds += reducer_->last_step().comm_s();
+  timing_.hidden_comm_seconds += reducer_->last_step().hidden_s();
+}
+
+void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals) {
+  StepInputs in = step_inputs(batch, "evaluate");
+  const int64_t real = batch.real_samples;
+  const Tensor pred = network_->forward(in.inputs, rc, false).at(0);
+  if (real == 0) return;
+  SavedState ls;
+  // Divided by 1: this rank's plain sum of per-sample losses.
+  const double loss_sum = Loss::value(loss_->forward(rows(pred, real), rows(in.target, real), 1, ls));
+  totals.add(pred, in.target, real, loss_sum);
+}
+
+// ---------------------------------------------------------------------------------------
+// fit
+
+std::optional<DistributedDataset> Model::validation_set(const FitOptions& options) const {
+  if (options.distributed_validation_data) return *options.distributed_validation_data;
+  if (!options.validation_data) return std::nullopt;
+  const int p = size();
+  const int64_t vb = options.validation_batch_size > 0 ? options.validation_batch_size : options.batch_size;
+  TNT_INPUT_CHECK(vb >= p, "fit: the validation batch size {} is smaller than the number of ranks {}", vb, p);
+  TNT_INPUT_CHECK(options.validation_micro_batch_size <= 0 ||
+                      options.validation_micro_batch_size == micro_batch_size(vb, rank(), p),
+                  "fit: validation_micro_batch_size={} disagrees with validation batch size {} on {} ranks",
+                  options.validation_micro_batch_size, vb, p);
+  return options.validation_data->distribute(vb, rank(), p, Remainder::pad);
+}
+
 History Model::fit(const Dataset& data, FitOptions options) {
   check_compiled("fit");
   const int p = size();
-  if (options.distribute_dataset) {
-    if (options.batch_size <= 0) {
-      throw InputError(fmt::format("fit: batch_size={} (the GLOBAL batch size) must be positive", options.batch_size));
-    }
-    if (options.batch_size < p) {
-      throw InputError(fmt::format("fit: the global batch size {} is smaller than the number of ranks {}",
-                                   options.batch_size, p));
-    }
-    int64_t mine = micro_batch_size(options.batch_size, rank(), p);
-    if (options.micro_batch_size > 0 && options.micro_batch_size != mine) {
-      throw InputError(fmt::format(
-          "fit: micro_batch_size={} disagrees with batch_size={} on {} ranks (rank {} gets {} samples)",
-          options.micro_batch_size, options.batch_size, p, rank(), mine));
-    }
-    DistributedDataset train = data.distribute(options.batch_size, rank(), p, options.remainder);
-    if (options.prefetch > 0) train = train.prefetch(options.prefetch);
-    std::optional<DistributedDataset> val;
-    if (options.validation_data) {
-      int64_t vb = options.validation_batch_size > 0 ? options.validation_batch_size : options.batch_size;
-      if (vb < p) {
-        throw InputError(fmt::format("fit: the validation batch size {} is smaller than the number of ranks {}", vb, p));
-      }
-      int64_t vmine = micro_batch_size(vb, rank(), p);
-      if (options.validation_micro_batch_size > 0 && options.validation_micro_batch_size != vmine) {
-        throw InputError(fmt::format("fit: validation_micro_batch_size={} disagrees with validation batch size {} on {} ranks",
-                                     options.validation_micro_batch_size, vb, p));
-      }
-      val = options.validation_data->distribute(vb, rank(), p, Remainder::pad);
-    } else if (options.distributed_validation_data) {
-      val = *options.distributed_validation_data;
-    }
-    return run_fit([train](int64_t epoch) { return distributed_source(train, epoch); }, train.steps(),
-                   val ? &*val : nullptr, options);
+  if (!options.distribute_dataset) {
+    // The data are already this rank's micro-batches.
+    const int64_t micro = options.micro_batch_size;
+    return run_fit([data, micro](int64_t epoch) { return user_source(data, epoch, micro); }, data.cardinality(),
+                   validation_set(options), options);
   }
-  // distribute_dataset = false: the data are already this rank's micro-batches.
-  std::optional<DistributedDataset> val;
-  if (options.validation_data) {
-    int64_t vb = options.validation_batch_size > 0 ? options.validation_batch_size : options.batch_size;
-    if (vb < p) throw InputError(fmt::format("fit: validation batch size {} must be at least the number of ranks {}", vb, p));
-    val = options.validation_data->distribute(vb, rank(), p, Remainder::pad);
-  }
-  int64_t micro = options.micro_batch_size;
-  return run_fit([data, micro](int64_t epoch) { return user_source(data, epoch, micro); }, data.cardinality(),
-                 val ? &*val : nullptr, options);
+  TNT_INPUT_CHECK(options.batch_size > 0, "fit: batch_size={} (the GLOBAL batch size) must be positive",
+                  options.batch_size);
+  TNT_INPUT_CHECK(options.batch_size >= p, "fit: the global batch size {} is smaller than the number of ranks {}",
+                  options.batch_size, p);
+  const int64_t mine = micro_batch_size(options.batch_size, rank(), p);
+  TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == mine,
+                  "fit: micro_batch_size={} disagrees with batch_size={} on {} ranks (rank {} gets {} samples)",
+                  options.micro_batch_size, options.batch_size, p, rank(), mine);
+  DistributedDataset train = data.distribute(options.batch_size, rank(), p, options.remainder);
+  if (options.prefetch > 0) train = train.prefetch(options.prefetch);
+  return run_fit([train](int64_t epoch) { return distributed_source(train, epoch); }, train.steps(),
+                 validation_set(options), options);
 }
 
 History Model::fit(const DistributedDataset& data, FitOptions options) {
   check_compiled("fit");
-  if (options.batch_size > 0 && options.batch_size != data.global_batch_size()) {
-    throw InputError(fmt::format("fit: batch_size={} but the distributed dataset was cut into global batches of {}",
-                                 options.batch_size, data.global_batch_size()));
-  }
-  if (options.micro_batch_size > 0 && options.micro_batch_size != data.micro_batch_size()) {
-    throw InputError(fmt::format("fit: micro_batch_size={} but the distributed dataset gives rank {} {} samples",
-                                 options.micro_batch_size, rank(), data.micro_batch_size()));
-  }
-  const DistributedDataset* val =
-      options.distributed_validation_data ? &*options.distributed_validation_data : nullptr;
-  return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(), val, options);
+  TNT_INPUT_CHECK(options.batch_size <= 0 || options.batch_size == data.global_batch_size(),
+                  "fit: batch_size={} but the distributed dataset was cut into global batches of {}",
+                  options.batch_size, data.global_batch_size());
+  TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == data.micro_batch_size(),
+                  "fit: micro_batch_size={} but the distributed dataset gives rank {} {} samples",
+                  options.micro_batch_size, rank(), data.micro_batch_size());
+  std::optional<DistributedDataset> validation;
+  if (options.distributed_validation_data) validation = *options.distributed_validation_data;
+  return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(), validation,
+                 options);
 }
 
-History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, int64_t steps,
-                       const DistributedDataset* validation, FitOptions& options) {
-  if (options.epochs < options.initial_epoch) {
-    throw InputError(fmt::format("fit: epochs={} is smaller than initial_epoch={}", options.epochs, options.initial_epoch));
+// Ranks that disagree on the precision or on the loss scale would sum gradients scaled
+// differently and disagree on which steps to skip: their replicas would drift apart
+// without any error. Refuse it up front (the scale itself too: a resumed rank may have read
+// another checkpoint).
+void Model::check_ranks_agree() {
+  std::string mine = precision_.name();
+  if (scaler_.enabled()) {
+    mine += fmt::format(" with loss scale {} ({} good steps; x{} after {} good steps, x{} on overflow)",
+                        scaler_.scale(), scaler_.good_steps(), precision_.growth_factor, precision_.growth_interval,
+                        precision_.backoff_factor);
+  } else {
+    mine += " without loss scaling";
   }
-  if (options.validation_freq <= 0) throw InputError("fit: validation_freq must be positive");
-  Communicator& comm = communicator();
-  if (!weights_synced_) broadcast_weights();
-  {
-    // Ranks that disagree on the precision or on the loss scale would sum gradients scaled
-    // differently and disagree on which steps to skip: their replicas would drift apart
-    // without any error. Refuse it up front (the scale itself too: a resumed rank may have
-    // read another checkpoint).
-    std::string mine = precision_.name();
-    if (scaler_.enabled()) {
-      mine += fmt::format(" with loss scale {} ({} good steps; x{} after {} good steps, x{} on overflow)", scaler_.scale(),
-                          scaler_.good_steps(), precision_.growth_factor, precision_.growth_interval,
-                          precision_.backoff_factor);
-    } else {
-      mine += " without loss scaling";
-    }
-    std::string master = mine;
-    comm.broadcast(master, 0);
-    std::vector<int64_t> differs = comm.allgather(int64_t{mine != master ? 1 : 0});
-    for (size_t r = 1; r < differs.size(); ++r) {
-      if (differs[r] == 0) continue;
-      std::string theirs = mine;
-      comm.broadcast(theirs, static_cast<int>(r));
-      throw InputError(fmt::format("fit: the ranks compiled the model with different precisions (rank 0: {}; rank {}: "
-                                   "{}); every rank must pass the same Precision to compile() and load the same "
-                                   "checkpoint",
-                                   master, r, theirs));
-    }
+  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {mine})) {
+    TNT_INPUT_ERROR("fit: the ranks compiled the model with different precisions ({}); every rank must pass the "
+                    "same Precision to compile() and load the same checkpoint",
+                    d->describe());
   }
+}
 
-  std::vector<NamedParameter> trainable = network_->trainable_parameters();
-  std::vector<Tensor> trainable_grads;
-  for (auto& np : trainable) trainable_grads.push_back(np.param->grad);
-  std::vector<NamedParameter> all_params = network_->named_parameters();
-  // Hook indices are positions in named_parameters(); the Reducer knows trainable ones.
-  std::vector<int64_t> reducer_slot(all_params.size(), -1);
-  {
-    size_t t = 0;
-    for (size_t i = 0; i < all_params.size(); ++i) {
-      if (t < trainable.size() && all_params[i].param == trainable[t].param) reducer_slot[i] = static_cast<int64_t>(t++);
-    }
-  }
+// Everything a step needs that outlives it: the initial weights on every rank, one Reducer
+// over the trainable gradients (in the order the graph's hook numbers them).
+void Model::prepare_training() {
+  if (!weights_synced_) broadcast_weights();
+  check_ranks_agree();
+  trainable_ = network_->trainable_parameters();
+  trainable_grads_.clear();
+  for (auto& np : trainable_) trainable_grads_.push_back(np.param->grad);
   if (!reducer_) {
     std::vector<std::pair<std::string, Tensor>> grads;
-    for (auto& np : trainable) grads.emplace_back(np.name, np.param->grad);
-    ReducerOptions ro;
-#ifdef TNT_WITH_CUDA
-    // The layers' engines produce gradients on the device's compute stream.
-    if (network_->device().is_cuda()) ro.cuda_stream = cuda::compute_stream(network_->device().index);
-#endif
-    reducer_ = std::make_unique<Reducer>(comm, grads, ro);
+    for (auto& np : trainable_) grads.emplace_back(np.name, np.param->grad);
+    reducer_ = std::make_unique<Reducer>(communicator(), grads);
   }
+}
+
+History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t steps,
+                       const std::optional<DistributedDataset>& validation, const FitOptions& options) {
+  TNT_INPUT_CHECK(options.epochs >= options.initial_epoch, "fit: epochs={} is smaller than initial_epoch={}",
+                  options.epochs, options.initial_epoch);
+  TNT_INPUT_CHECK(options.validation_freq > 0, "fit: validation_freq must be positive");
+  prepare_training();
 
   History history;
   TrainParams params;
@@ -317,126 +416,29 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
   Logs logs;
   callbacks.each([&](Callback& c) { c.on_train_begin(logs); });
   for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_requested_; ++epoch) {
-    current_epoch_ = epoch;
-    double epoch_start = now_s();
+    const double epoch_start = now_s();
     logs.clear();
     callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, logs); });
-    for (auto& m : metrics_) m->reset();
-    double loss_sum = 0;     // this rank: sum of per-sample losses of the epoch so far
-    double sample_sum = 0;   // this rank: real samples so far
+    detail::PassTotals totals(metrics_, /*restore=*/false);
     timing_ = EpochTiming{};
     double lr_used = optimizer_->learning_rate();
 
     NextBatch next = source(epoch);
-    int64_t step = 0;
-    while (!stop_requested_) {
+    for (int64_t step = 0; !stop_requested_; ++step) {
       std::optional<Batch> batch = next();
       if (!batch) break;
       callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, logs); });
-      double t0 = now_s();
-      const size_t n_in = network_->inputs().size();
-      TNT_CHECK(batch->columns.size() == n_in + 1,
-                "fit: each element must have {} input column(s) and a target; it has {} column(s)", n_in,
-                batch->columns.size());
-      std::vector<Tensor> inputs;
-      for (size_t i = 0; i < n_in; ++i) inputs.push_back(on_device(batch->columns[i], rc.device));
-      Tensor target = on_device(batch->columns[n_in], rc.device);
-      const int64_t real = batch->real_samples;
-      const int64_t b = batch->micro_batch_size;
-
-      rc.step = global_step_;
-      rc.sample_offset = batch->sample_offset;
-      network_->zero_grad();
-      std::vector<Tensor> outputs = network_->forward(inputs, rc);
-      Tensor& pred = outputs.at(0);
-      Tensor grad_pred;
-      double local_loss_sum = 0;
-      if (real > 0) {
-        SavedState ls;
-        Tensor loss_t = loss_->forward(rows(pred, real), rows(target, real), batch->global_real_samples, ls);
-        local_loss_sum = Loss::value(loss_t) * static_cast<double>(batch->global_real_samples);
-        Tensor g = loss_->backward(ls, scaler_.scale());
-        if (real == b) {
-          grad_pred = g;
-        } else {
-          grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
-          Tensor head = grad_pred.slice_rows(0, real);
-          head.copy_from(g);
-        }
-        for (auto& m : metrics_) m->update(rows(pred, real), rows(target, real));
-      } else {
-        grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
-      }
-      double t_bwd = now_s(), t_bwd_end = 0, t_comm_end = 0;
-      try {
-        network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) {
-          int64_t slot = reducer_slot[index];
-          if (slot >= 0) reducer_->mark_ready(static_cast<size_t>(slot));
-        });
-        t_bwd_end = now_s();
-        // Each rank's loss is already divided by the GLOBAL count: the SUM is the serial
-        // gradient (times the loss scale, which finalize divides out).
-        reducer_->finalize(1.0 / scaler_.scale());
-        t_comm_end = now_s();
-      } catch (...) {
-        // The Reducer may be left mid-step, its thread still reducing this step's buckets.
-        // Destroying it cancels them; the next fit() builds a fresh one (on every rank,
-        // since the peers fail this step too, on their collective timeout at the latest).
-        reducer_.reset();
-        throw;
-      }
       lr_used = optimizer_->learning_rate();
-      // The summed gradients are bitwise equal on every rank, so every rank decides alike.
-      bool apply = !scaler_.enabled() || scaler_.update(ops::has_non_finite(trainable_grads));
-      if (apply) {
-        optimizer_->step(trainable);
-      } else {
-        // A skipped step still moves the schedule on (as Keras' LossScaleOptimizer and a
-        // PyTorch scheduler stepped every batch), so warmup and decay stay on their batches.
-        optimizer_->set_step_count(optimizer_->step_count() + 1);
-      }
-      ++global_step_;
-
-      loss_sum += local_loss_sum;
-      sample_sum += static_cast<double>(real);
-      std::vector<double> sums{loss_sum, sample_sum};
-      for (auto& m : metrics_) {
-        sums.push_back(m->total());
-        sums.push_back(m->count());
-      }
-      std::vector<double> global = comm.allreduce_sum(sums);
-      logs.clear();
-      logs["loss"] = global[1] > 0 ? global[0] / global[1] : 0.0;
-      for (size_t i = 0; i < metrics_.size(); ++i) {
-        double total = global[2 + 2 * i], count = global[3 + 2 * i];
-        logs[metrics_[i]->name()] = count > 0 ? total / count : 0.0;
-      }
+      train_step(*batch, rc, totals);
+      logs = totals.global();
       if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
-      double t1 = now_s();
-      timing_.steps++;
-      timing_.step_seconds += t1 - t0;
-      timing_.backward_seconds += t_bwd_end - t_bwd;
-      timing_.exposed_comm_seconds += t_comm_end - t_bwd_end;
-      timing_.comm_seconds += reducer_->last_step().comm_s();
-      timing_.hidden_comm_seconds += reducer_->last_step().hidden_s();
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
-      ++step;
     }
-    if (timing_.steps > 0) {
-      double n = static_cast<double>(timing_.steps);
-      timing_.step_seconds /= n;
-      timing_.backward_seconds /= n;
-      timing_.comm_seconds /= n;
-      timing_.hidden_comm_seconds /= n;
-      timing_.exposed_comm_seconds /= n;
-    }
-    // Restore the metric objects to the global epoch values (for users reading them).
-    if (!logs.empty() && validation && (epoch + 1) % options.validation_freq == 0) {
-      Logs val = run_evaluate(distributed_source(*validation, 0));
-      for (auto& [k, v] : val) logs["val_" + k] = v;
-    } else if (validation && epoch + 1 == options.epochs) {
-      Logs val = run_evaluate(distributed_source(*validation, 0));
-      for (auto& [k, v] : val) logs["val_" + k] = v;
+    timing_.finish();
+
+    const bool ran_steps = !logs.empty();
+    if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {
+      for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0))) logs["val_" + k] = v;
     }
     logs["learning_rate"] = lr_used;
     logs["seconds"] = now_s() - epoch_start;
@@ -452,79 +454,50 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
   return history;
 }
 
+void EpochTiming::finish() {
+  if (steps == 0) return;
+  const double n = static_cast<double>(steps);
+  step_seconds /= n;
+  backward_seconds /= n;
+  comm_seconds /= n;
+  hidden_comm_seconds /= n;
+  exposed_comm_seconds /= n;
+}
+
+// ---------------------------------------------------------------------------------------
+// evaluate and predict
+
 Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   check_compiled("evaluate");
+  if (!options.distribute_dataset) return run_evaluate(user_source(data, 0, options.micro_batch_size));
   const int p = size();
-  if (!weights_synced_) broadcast_weights();
-  if (options.distribute_dataset) {
-    if (options.batch_size < p) {
-      throw InputError(fmt::format("evaluate: the global batch size {} is smaller than the number of ranks {}",
-                                   options.batch_size, p));
-    }
-    int64_t mine = micro_batch_size(options.batch_size, rank(), p);
-    if (options.micro_batch_size > 0 && options.micro_batch_size != mine) {
-      throw InputError(fmt::format("evaluate: micro_batch_size={} disagrees with batch_size={} on {} ranks",
-                                   options.micro_batch_size, options.batch_size, p));
-    }
-    return run_evaluate(distributed_source(data.distribute(options.batch_size, rank(), p, Remainder::pad), 0));
-  }
-  return run_evaluate(user_source(data, 0, options.micro_batch_size));
+  TNT_INPUT_CHECK(options.batch_size >= p, "evaluate: the global batch size {} is smaller than the number of ranks {}",
+                  options.batch_size, p);
+  TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == micro_batch_size(options.batch_size, rank(), p),
+                  "evaluate: micro_batch_size={} disagrees with batch_size={} on {} ranks", options.micro_batch_size,
+                  options.batch_size, p);
+  return run_evaluate(distributed_source(data.distribute(options.batch_size, rank(), p, Remainder::pad), 0));
 }
 
 Logs Model::evaluate(const DistributedDataset& data) {
   check_compiled("evaluate");
-  if (!weights_synced_) broadcast_weights();
   return run_evaluate(distributed_source(data, 0));
 }
 
-Logs Model::run_evaluate(const detail::NextBatch& next) {
+Logs Model::run_evaluate(const NextBatch& next) {
+  if (!weights_synced_) broadcast_weights();
   RunContext rc;
   rc.training = false;
   rc.seed = seed_;
   rc.step = global_step_;
   rc.device = network_->device();
-  std::vector<MetricPtr> metrics = metrics_;
-  std::vector<std::pair<double, double>> saved_totals;
-  for (auto& m : metrics) {
-    saved_totals.emplace_back(m->total(), m->count());
-    m->reset();
-  }
-  double loss_sum = 0, samples = 0;
-  while (std::optional<Batch> batch = next()) {
-    const size_t n_in = network_->inputs().size();
-    TNT_CHECK(batch->columns.size() == n_in + 1, "evaluate: each element must have {} input column(s) and a target",
-              n_in);
-    std::vector<Tensor> inputs;
-    for (size_t i = 0; i < n_in; ++i) inputs.push_back(batch->columns[i].to(rc.device));
-    Tensor target = batch->columns[n_in].to(rc.device);
-    int64_t real = batch->real_samples;
-    std::vector<Tensor> out = network_->forward(inputs, rc, false);
-    if (real > 0) {
-      SavedState ls;
-      // Divide by 1 to get this rank's plain sum of per-sample losses.
-      loss_sum += Loss::value(loss_->forward(rows(out[0], real), rows(target, real), 1, ls));
-      for (auto& m : metrics) m->update(rows(out[0], real), rows(target, real));
-      samples += static_cast<double>(real);
-    }
-  }
-  std::vector<double> sums{loss_sum, samples};
-  for (auto& m : metrics) {
-    sums.push_back(m->total());
-    sums.push_back(m->count());
-  }
-  std::vector<double> global = communicator().allreduce_sum(sums);
-  Logs logs;
-  logs["loss"] = global[1] > 0 ? global[0] / global[1] : 0.0;
-  for (size_t i = 0; i < metrics.size(); ++i) {
-    double count = global[3 + 2 * i];
-    logs[metrics[i]->name()] = count > 0 ? global[2 + 2 * i] / count : 0.0;
-    metrics[i]->set_totals(saved_totals[i].first, saved_totals[i].second);
-  }
-  return logs;
+  detail::PassTotals totals(metrics_, /*restore=*/true);
+  while (std::optional<Batch> batch = next()) test_step(*batch, rc, totals);
+  return totals.global();
 }
 
 Tensor Model::predict(const Dataset& data, int64_t batch_size) {
-  if (batch_size <= 0) throw InputError(fmt::format("predict: batch_size={} must be positive", batch_size));
+  TNT_INPUT_CHECK(batch_size > 0, "predict: batch_size={} must be positive", batch_size);
   if (!weights_synced_) broadcast_weights();
   RunContext rc;
   rc.training = false;
@@ -535,14 +508,14 @@ Tensor Model::predict(const Dataset& data, int64_t batch_size) {
   auto it = data.batch(batch_size).iterate(0);
   const size_t n_in = network_->inputs().size();
   while (std::optional<Element> e = it.next()) {
-    TNT_CHECK(e->size() >= n_in, "predict: each element needs {} input column(s)", n_in);
+    TNT_INPUT_CHECK(e->size() >= n_in, "predict: each element needs {} input column(s)", n_in);
     std::vector<Tensor> inputs;
-    for (size_t i = 0; i < n_in; ++i) inputs.push_back((*e)[i].to(rc.device));
+    for (size_t i = 0; i < n_in; ++i) inputs.push_back(on_device((*e)[i], rc.device));
     Tensor out = network_->forward(inputs, rc, false).at(0).to(Device::cpu());
     rows_total += out.dim(0);
     parts.push_back(out);
   }
-  TNT_CHECK(!parts.empty(), "predict: the dataset is empty");
+  TNT_INPUT_CHECK(!parts.empty(), "predict: the dataset is empty");
   Shape shape = parts[0].shape();
   shape[0] = rows_total;
   Tensor result = Tensor::empty(shape, parts[0].dtype());
@@ -554,6 +527,9 @@ Tensor Model::predict(const Dataset& data, int64_t batch_size) {
   }
   return result;
 }
+
+// ---------------------------------------------------------------------------------------
+// Weights and checkpoints
 
 std::vector<NamedTensor> Model::checkpoint_tensors(bool with_optimizer) {
   std::vector<NamedTensor> out;

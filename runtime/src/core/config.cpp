@@ -13,7 +13,7 @@ void parse_value(const char* env, const std::string& text, int64_t& out) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || ptr != text.data() + text.size() || v < 0) {
-    throw InputError(fmt::format("{}='{}' is not a non-negative integer", env, text));
+    TNT_INPUT_ERROR("{}='{}' is not a non-negative integer", env, text);
   }
   out = v;
 }
@@ -22,7 +22,7 @@ void parse_value(const char* env, const std::string& text, double& out) {
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(v >= 0)) {
-    throw InputError(fmt::format("{}='{}' is not a non-negative number", env, text));
+    TNT_INPUT_ERROR("{}='{}' is not a non-negative number", env, text);
   }
   out = v;
 }
@@ -33,7 +33,7 @@ void parse_value(const char* env, const std::string& text, bool& out) {
   } else if (text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off" || text.empty()) {
     out = false;
   } else {
-    throw InputError(fmt::format("{}='{}' is not a boolean (1/0, true/false)", env, text));
+    TNT_INPUT_ERROR("{}='{}' is not a boolean (1/0, true/false)", env, text);
   }
 }
 
@@ -53,7 +53,7 @@ LogLevel parse_log_level(const std::string& text) {
   if (t == "INFO") return LogLevel::info;
   if (t == "WARNING" || t == "WARN") return LogLevel::warning;
   if (t == "ERROR") return LogLevel::error;
-  throw InputError(fmt::format("TNT_LOG_LEVEL='{}' is not DEBUG, INFO, WARNING or ERROR", text));
+  TNT_INPUT_ERROR("TNT_LOG_LEVEL='{}' is not DEBUG, INFO, WARNING or ERROR", text);
 }
 
 Config Config::from_env() {
@@ -65,9 +65,9 @@ Config Config::from_env() {
   parse_log_level(c.log_level);  // validate early
   if (!c.allreduce_algo.empty() && c.allreduce_algo != "ring" && c.allreduce_algo != "mpi" &&
       c.allreduce_algo != "nccl") {
-    throw InputError(fmt::format("TNT_ALLREDUCE_ALGO='{}' is not ring, mpi or nccl", c.allreduce_algo));
+    TNT_INPUT_ERROR("TNT_ALLREDUCE_ALGO='{}' is not ring, mpi or nccl", c.allreduce_algo);
   }
-  if (c.ring_segment_kb == 0) throw InputError("TNT_RING_SEGMENT must be at least 1 (KB)");
+  if (c.ring_segment_kb == 0) TNT_INPUT_ERROR("TNT_RING_SEGMENT must be at least 1 (KB)");
   return c;
 }
 

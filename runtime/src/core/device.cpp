@@ -21,7 +21,7 @@ Device Device::parse(const std::string& text) {
       if (ec == std::errc() && ptr == e && index >= 0 && b != e) return cuda(index);
     }
   }
-  throw InputError(fmt::format("device '{}' is not 'cpu', 'cuda' or 'cuda:K'", text));
+  TNT_INPUT_ERROR("device '{}' is not 'cpu', 'cuda' or 'cuda:K'", text);
 }
 
 std::string Device::str() const {

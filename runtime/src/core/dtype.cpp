@@ -47,7 +47,7 @@ DType dtype_from_name(const std::string& name) {
   for (DType d : {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
     if (name == dtype_name(d) || name == dtype_safetensors(d)) return d;
   }
-  throw InputError(fmt::format("unknown dtype '{}'", name));
+  TNT_INPUT_ERROR("unknown dtype '{}'", name);
 }
 
 }  // namespace tnt

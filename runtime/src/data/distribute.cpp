@@ -22,16 +22,16 @@ using detail::NodePtr;
 
 void check_distribution(int64_t global_batch, int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size) {
-    throw InputError(fmt::format("distribute: rank {} is not in [0, {})", rank, size));
+    TNT_INPUT_ERROR("distribute: rank {} is not in [0, {})", rank, size);
   }
   if (global_batch < 1) {
-    throw InputError(fmt::format("distribute: global batch size {} must be at least 1", global_batch));
+    TNT_INPUT_ERROR("distribute: global batch size {} must be at least 1", global_batch);
   }
   if (global_batch < size) {
-    throw InputError(fmt::format(
+    TNT_INPUT_ERROR(
         "distribute: global batch size {} is smaller than the number of ranks {}; every rank needs at "
         "least one sample per step, so use a global batch of at least {}",
-        global_batch, size, size));
+        global_batch, size, size);
   }
 }
 
@@ -176,10 +176,10 @@ class BatchedSliceIterator : public ElementIterator {
         TNT_CHECK(t.device().is_cpu(), "distribute: column {} is on {}; datasets hold host tensors", c,
                   t.device().str());
         if (t.ndim() < 1 || t.dim(0) != m || m > global_batch_) {
-          throw InputError(fmt::format(
+          TNT_INPUT_ERROR(
               "distribute: a batched dataset must yield columns of at most {} rows (the global batch) with a "
               "common first dimension; column {} is {}",
-              global_batch_, c, t.str()));
+              global_batch_, c, t.str());
         }
       }
       if (m == 0 || (m < global_batch_ && !pad_)) continue;  // a partial batch is dropped
@@ -289,7 +289,7 @@ DistributedDataset DistributedDataset::map(MapFn fn, int workers) const {
 
 DistributedDataset DistributedDataset::prefetch(int64_t buffer_size) const {
   if (buffer_size < 1) {
-    throw InputError(fmt::format("DistributedDataset::prefetch: buffer size {} must be at least 1", buffer_size));
+    TNT_INPUT_ERROR("DistributedDataset::prefetch: buffer size {} must be at least 1", buffer_size);
   }
   DistributedDataset d = *this;
   d.prefetch_ = buffer_size;

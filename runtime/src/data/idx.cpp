@@ -16,7 +16,7 @@ namespace {
 using Bytes = std::vector<uint8_t>;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw InputError(fmt::format("IDX file '{}': {}", path, what));
+  TNT_INPUT_ERROR("IDX file '{}': {}", path, what);
 }
 
 Bytes read_file(const std::string& path) {
@@ -197,7 +197,7 @@ void write_idx(const std::string& path, const Tensor& tensor, bool gzip) {
     case DType::i32: code = 0x0C; break;
     case DType::f32: code = 0x0D; break;
     case DType::f64: code = 0x0E; break;
-    default: throw InputError(fmt::format("write_idx '{}': IDX cannot hold {}", path, dtype_name(t.dtype())));
+    default: TNT_INPUT_ERROR("write_idx '{}': IDX cannot hold {}", path, dtype_name(t.dtype()));
   }
   TNT_CHECK(t.ndim() <= 255, "write_idx '{}': {} dimensions, IDX allows 255", path, t.ndim());
   Bytes raw = {0, 0, code, static_cast<uint8_t>(t.ndim())};
@@ -233,10 +233,10 @@ void write_idx(const std::string& path, const Tensor& tensor, bool gzip) {
     out = std::move(raw);
   }
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) throw InputError(fmt::format("write_idx '{}': cannot open for writing: {}", path, std::strerror(errno)));
+  if (!f) TNT_INPUT_ERROR("write_idx '{}': cannot open for writing: {}", path, std::strerror(errno));
   f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
   f.close();
-  if (!f) throw InputError(fmt::format("write_idx '{}': write failed", path));
+  if (!f) TNT_INPUT_ERROR("write_idx '{}': write failed", path);
 }
 
 MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name) {
@@ -247,8 +247,8 @@ MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name)
     std::error_code ec;
     if (std::filesystem::is_regular_file(plain, ec)) return plain.string();
     if (std::filesystem::is_regular_file(gz, ec)) return gz.string();
-    throw InputError(fmt::format("MNIST directory '{}': neither {} nor {} exists (split '{}')", dir, base,
-                                 base + ".gz", split_name));
+    TNT_INPUT_ERROR("MNIST directory '{}': neither {} nor {} exists (split '{}')", dir, base,
+                    base + ".gz", split_name);
   };
   std::string images_path = find(split + "-images-idx3-ubyte");
   std::string labels_path = find(split + "-labels-idx1-ubyte");
@@ -261,8 +261,8 @@ MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name)
     fail(labels_path, fmt::format("expected u8 labels (N,), found {}", labels.str()));
   }
   if (images.dim(0) != labels.dim(0)) {
-    throw InputError(fmt::format("MNIST directory '{}': {} has {} images but {} has {} labels", dir, images_path,
-                                 images.dim(0), labels_path, labels.dim(0)));
+    TNT_INPUT_ERROR("MNIST directory '{}': {} has {} images but {} has {} labels", dir, images_path,
+                    images.dim(0), labels_path, labels.dim(0));
   }
   int64_t n = images.dim(0), h = images.dim(1), w = images.dim(2);
   MnistSplit out;

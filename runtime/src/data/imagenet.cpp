@@ -115,14 +115,14 @@ bool is_jpeg_name(const fs::path& p) {
 
 Tensor read_whole_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("image '{}': cannot open: {}", path, std::strerror(errno)));
+  if (!in) TNT_INPUT_ERROR("image '{}': cannot open: {}", path, std::strerror(errno));
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);
-  if (size < 0) throw InputError(fmt::format("image '{}': cannot determine its size", path));
+  if (size < 0) TNT_INPUT_ERROR("image '{}': cannot determine its size", path);
   Tensor bytes = Tensor::empty({static_cast<int64_t>(size)}, DType::u8);  // (n,)
   if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data<uint8_t>()), size))
-    throw InputError(fmt::format("image '{}': read error", path));
+    TNT_INPUT_ERROR("image '{}': read error", path);
   return bytes;
 }
 
@@ -134,7 +134,7 @@ struct SplitNames {
 SplitNames split_names(const std::string& split) {
   if (split == "train") return {{"train"}, "train"};
   if (split == "val" || split == "validation") return {{"val", "validation"}, "validation"};
-  throw InputError(fmt::format("imagenet_dataset: split '{}' is not one of train, val, validation", split));
+  TNT_INPUT_ERROR("imagenet_dataset: split '{}' is not one of train, val, validation", split);
 }
 
 std::vector<std::string> find_shards(const std::string& data_dir, const std::string& prefix) {
@@ -243,22 +243,22 @@ const Tensor& column(const Element& e, size_t i, DType dtype, int ndim, const ch
 ImageFolderListing list_image_folder(const std::string& split_dir) {
   std::error_code ec;
   if (!fs::is_directory(split_dir, ec))
-    throw InputError(fmt::format("image folder '{}': no such directory", split_dir));
+    TNT_INPUT_ERROR("image folder '{}': no such directory", split_dir);
   ImageFolderListing out;
   for (const auto& entry : fs::directory_iterator(split_dir, ec))
     if (entry.is_directory(ec)) out.classes.push_back(entry.path().filename().string());
-  if (ec) throw InputError(fmt::format("image folder '{}': cannot list: {}", split_dir, ec.message()));
+  if (ec) TNT_INPUT_ERROR("image folder '{}': cannot list: {}", split_dir, ec.message());
   if (out.classes.empty())
-    throw InputError(fmt::format("image folder '{}': no class folders (expected <wnid>/*.JPEG)", split_dir));
+    TNT_INPUT_ERROR("image folder '{}': no class folders (expected <wnid>/*.JPEG)", split_dir);
   std::sort(out.classes.begin(), out.classes.end());
   for (size_t c = 0; c < out.classes.size(); ++c) {
     fs::path dir = fs::path(split_dir) / out.classes[c];
     std::vector<std::string> files;
     for (const auto& entry : fs::directory_iterator(dir, ec))
       if (is_jpeg_name(entry.path()) && entry.is_regular_file(ec)) files.push_back(entry.path().string());
-    if (ec) throw InputError(fmt::format("image folder '{}': cannot list: {}", dir.string(), ec.message()));
+    if (ec) TNT_INPUT_ERROR("image folder '{}': cannot list: {}", dir.string(), ec.message());
     if (files.empty())
-      throw InputError(fmt::format("image folder '{}': class folder holds no .JPEG/.jpg images", dir.string()));
+      TNT_INPUT_ERROR("image folder '{}': class folder holds no .JPEG/.jpg images", dir.string());
     std::sort(files.begin(), files.end());
     for (auto& f : files) {
       out.files.push_back(std::move(f));
@@ -279,7 +279,7 @@ Dataset image_folder_dataset(const std::string& split_dir, const ImagenetOptions
 }
 
 Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetOptions& options) {
-  if (shards.empty()) throw InputError("tfrecord_dataset: no shard files given");
+  if (shards.empty()) TNT_INPUT_ERROR("tfrecord_dataset: no shard files given");
   struct Index {
     std::vector<std::string> shards;
     std::vector<int64_t> first;     // (shards + 1,): index of each shard's first record
@@ -294,7 +294,7 @@ Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetO
     index->first.push_back(static_cast<int64_t>(index->offsets.size()));
   }
   if (index->offsets.empty())
-    throw InputError(fmt::format("tfrecord_dataset: the {} shards from '{}' hold no records", shards.size(), shards[0]));
+    TNT_INPUT_ERROR("tfrecord_dataset: the {} shards from '{}' hold no records", shards.size(), shards[0]);
   const bool one_based = options.one_based_labels;
   std::shared_ptr<const Index> idx = index;
   ReadFn read = [idx, one_based](int64_t i) {
@@ -306,8 +306,8 @@ Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetO
     ImageExample ex = parse_example(record.data(), record.size(), where);
     int64_t label = one_based ? ex.label - 1 : ex.label;
     if (label < 0)
-      throw InputError(fmt::format("TFRecord {}: label {} is not 1-based (ImagenetOptions::one_based_labels)", where,
-                                   ex.label));
+      TNT_INPUT_ERROR("TFRecord {}: label {} is not 1-based (ImagenetOptions::one_based_labels)", where,
+                      ex.label);
     Tensor bytes = Tensor::from_data(ex.encoded.data(), {static_cast<int64_t>(ex.encoded.size())});  // (n,)
     return RawSample{std::move(bytes), label, where};
   };
@@ -319,10 +319,10 @@ Dataset imagenet_dataset(const std::string& data_dir, const std::string& split, 
   const SplitNames names = split_names(split);
   const std::string& layout = options.layout;
   if (layout != "auto" && layout != "folders" && layout != "tfrecord")
-    throw InputError(fmt::format("imagenet_dataset: layout '{}' is not one of auto, folders, tfrecord", layout));
+    TNT_INPUT_ERROR("imagenet_dataset: layout '{}' is not one of auto, folders, tfrecord", layout);
   std::error_code ec;
   if (!fs::is_directory(data_dir, ec))
-    throw InputError(fmt::format("imagenet_dataset: data directory '{}' does not exist", data_dir));
+    TNT_INPUT_ERROR("imagenet_dataset: data directory '{}' does not exist", data_dir);
   if (layout != "tfrecord") {
     for (const auto& folder : names.folders) {
       fs::path dir = fs::path(data_dir) / folder;
@@ -333,14 +333,14 @@ Dataset imagenet_dataset(const std::string& data_dir, const std::string& split, 
     std::vector<std::string> shards = find_shards(data_dir, names.shard_prefix);
     if (!shards.empty()) return tfrecord_dataset(shards, options);
   }
-  throw InputError(fmt::format(
+  TNT_INPUT_ERROR(
       "imagenet_dataset: '{}' holds no {} data: expected the folder '{}/{}/<wnid>/*.JPEG' or TFRecord shards "
       "'{}/{}-00000-of-NNNNN'",
-      data_dir, split, data_dir, names.folders[0], data_dir, names.shard_prefix));
+      data_dir, split, data_dir, names.folders[0], data_dir, names.shard_prefix);
 }
 
 MapFn imagenet_preprocess(int64_t image_size, bool training, uint64_t seed) {
-  if (image_size < 1) throw InputError(fmt::format("imagenet_preprocess: image size {} must be positive", image_size));
+  if (image_size < 1) TNT_INPUT_ERROR("imagenet_preprocess: image size {} must be positive", image_size);
   const int64_t S = image_size;
   // Evaluation's resize target: 256 for 224, scaled with the image size.
   const int64_t R = std::max<int64_t>(S, std::llround(static_cast<double>(S) * 256.0 / 224.0));

@@ -110,7 +110,7 @@ void check_start_marker(const uint8_t* data, size_t size, const std::string& nam
   // The SOI marker check gives a plain message for the common case (a PNG or a text file
   // with a .JPEG name) instead of libjpeg's "Not a JPEG file: starts with 0x89 0x50".
   if (size < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF)
-    throw InputError(fmt::format("image '{}': not a JPEG file ({} bytes, no JPEG start marker)", name, size));
+    TNT_INPUT_ERROR("image '{}': not a JPEG file ({} bytes, no JPEG start marker)", name, size);
 }
 
 }  // namespace
@@ -125,7 +125,7 @@ JpegSize jpeg_size(const uint8_t* data, size_t size, const std::string& name) {
   Header header;
   bool ok = start_steps(&cinfo, &err, data, size, 0, &header);
   jpeg_destroy_decompress(&cinfo);
-  if (!ok) throw InputError(fmt::format("image '{}': cannot decode JPEG: {}", name, err.message));
+  if (!ok) TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, err.message);
   return {header.height, header.width};
 }
 
@@ -141,13 +141,13 @@ Tensor decode_jpeg(const uint8_t* data, size_t size, const std::string& name, in
   Header header;
   if (!start_steps(&cinfo, &err, data, size, scale_denom, &header)) {
     jpeg_destroy_decompress(&cinfo);
-    throw InputError(fmt::format("image '{}': cannot decode JPEG: {}", name, err.message));
+    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, err.message);
   }
   const int64_t h = header.height, w = header.width, ch = header.channels;
   Tensor raw = Tensor::empty({h, w, ch}, DType::u8);  // (H, W, 3 or 4)
   if (!scanline_steps(&cinfo, &err, raw.data<uint8_t>(), static_cast<size_t>(w * ch))) {
     jpeg_destroy_decompress(&cinfo);
-    throw InputError(fmt::format("image '{}': cannot decode JPEG: {}", name, err.message));
+    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, err.message);
   }
   jpeg_destroy_decompress(&cinfo);
   if (ch == 3) return raw;

@@ -203,7 +203,7 @@ class MapNode : public DatasetNode {
  public:
   MapNode(NodePtr up, MapFn fn, int workers) : up_(std::move(up)), fn_(std::move(fn)), workers_(workers) {
     TNT_CHECK(static_cast<bool>(fn_), "Dataset::map: empty function");
-    if (workers_ < 1) throw InputError(fmt::format("Dataset::map: {} workers; at least 1 is needed", workers_));
+    if (workers_ < 1) TNT_INPUT_ERROR("Dataset::map: {} workers; at least 1 is needed", workers_);
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     if (workers_ == 1) return std::make_unique<InlineMapIterator>(up_->iterate(epoch), fn_);
@@ -297,7 +297,7 @@ class PrefetchIterator : public ElementIterator {
 class PrefetchNode : public DatasetNode {
  public:
   PrefetchNode(NodePtr up, int64_t capacity) : up_(std::move(up)), capacity_(capacity) {
-    if (capacity_ < 1) throw InputError(fmt::format("Dataset::prefetch: buffer size {} must be at least 1", capacity_));
+    if (capacity_ < 1) TNT_INPUT_ERROR("Dataset::prefetch: buffer size {} must be at least 1", capacity_);
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<PrefetchIterator>(up_->iterate(epoch), capacity_);

@@ -95,11 +95,11 @@ class SyntheticNode : public DatasetNode {
  public:
   SyntheticNode(std::vector<SyntheticColumn> columns, int64_t count, uint64_t seed)
       : columns_(std::move(columns)), count_(count), seed_(seed) {
-    if (count_ < 0) throw InputError(fmt::format("Dataset::synthetic: count {} is negative", count_));
+    if (count_ < 0) TNT_INPUT_ERROR("Dataset::synthetic: count {} is negative", count_);
     for (size_t c = 0; c < columns_.size(); ++c) {
       if (!(columns_[c].high > columns_[c].low)) {
-        throw InputError(fmt::format("Dataset::synthetic: column {} has low {} >= high {}", c,
-                                     columns_[c].low, columns_[c].high));
+        TNT_INPUT_ERROR("Dataset::synthetic: column {} has low {} >= high {}", c,
+                        columns_[c].low, columns_[c].high);
       }
     }
   }
@@ -163,7 +163,7 @@ class GeneratorNode : public DatasetNode {
 class FunctionNode : public DatasetNode {
  public:
   FunctionNode(int64_t count, std::function<Element(int64_t)> get) : count_(count), get_(std::move(get)) {
-    if (count_ < 0) throw InputError(fmt::format("Dataset::from_function: count {} is negative", count_));
+    if (count_ < 0) TNT_INPUT_ERROR("Dataset::from_function: count {} is negative", count_);
     TNT_CHECK(static_cast<bool>(get_), "Dataset::from_function: empty function");
   }
   std::unique_ptr<ElementIterator> iterate(int64_t) const override {

@@ -52,12 +52,12 @@ uint32_t get_u32(const uint8_t* p) {
 }
 
 [[noreturn]] void corrupt(const std::string& path, uint64_t offset, const std::string& what) {
-  throw InputError(fmt::format("TFRecord file '{}': corrupt record at byte offset {}: {}", path, offset, what));
+  TNT_INPUT_ERROR("TFRecord file '{}': corrupt record at byte offset {}: {}", path, offset, what);
 }
 
 std::ifstream open_shard(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("TFRecord file '{}': cannot open: {}", path, std::strerror(errno)));
+  if (!in) TNT_INPUT_ERROR("TFRecord file '{}': cannot open: {}", path, std::strerror(errno));
   return in;
 }
 
@@ -80,7 +80,7 @@ bool read_header(std::ifstream& in, const std::string& path, uint64_t offset, ui
 uint64_t file_size_of(std::ifstream& in, const std::string& path) {
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
-  if (size < 0) throw InputError(fmt::format("TFRecord file '{}': cannot determine its size", path));
+  if (size < 0) TNT_INPUT_ERROR("TFRecord file '{}': cannot determine its size", path);
   return static_cast<uint64_t>(size);
 }
 
@@ -91,7 +91,7 @@ struct Reader {
   const std::string* where;
 
   [[noreturn]] void bad(const char* what) const {
-    throw InputError(fmt::format("tf.train.Example in {}: {}", *where, what));
+    TNT_INPUT_ERROR("tf.train.Example in {}: {}", *where, what);
   }
   bool done() const { return p >= end; }
   uint64_t varint() {
@@ -244,7 +244,7 @@ TFRecordWriter::TFRecordWriter(const std::string& path) : path_(path), impl_(new
   if (!impl_->file) {
     delete impl_;
     impl_ = nullptr;
-    throw InputError(fmt::format("TFRecord file '{}': cannot create: {}", path, std::strerror(errno)));
+    TNT_INPUT_ERROR("TFRecord file '{}': cannot create: {}", path, std::strerror(errno));
   }
 }
 
@@ -262,14 +262,14 @@ void TFRecordWriter::write(const uint8_t* data, size_t size) {
   bool ok = std::fwrite(header, 1, 12, impl_->file) == 12 &&
             (size == 0 || std::fwrite(data, 1, size, impl_->file) == size) &&
             std::fwrite(footer, 1, 4, impl_->file) == 4;
-  if (!ok) throw InputError(fmt::format("TFRecord file '{}': write error: {}", path_, std::strerror(errno)));
+  if (!ok) TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", path_, std::strerror(errno));
 }
 
 void TFRecordWriter::close() {
   if (!impl_ || !impl_->file) return;
   int rc = std::fclose(impl_->file);
   impl_->file = nullptr;
-  if (rc != 0) throw InputError(fmt::format("TFRecord file '{}': close failed: {}", path_, std::strerror(errno)));
+  if (rc != 0) TNT_INPUT_ERROR("TFRecord file '{}': close failed: {}", path_, std::strerror(errno));
 }
 
 std::vector<uint64_t> index_tfrecord(const std::string& path) {

@@ -78,7 +78,7 @@ class ShuffleIterator : public ElementIterator {
 class ShuffleNode : public DatasetNode {
  public:
   ShuffleNode(NodePtr up, int64_t buffer, uint64_t seed) : up_(std::move(up)), buffer_(buffer), seed_(seed) {
-    if (buffer_ < 1) throw InputError(fmt::format("Dataset::shuffle: buffer size {} must be at least 1", buffer_));
+    if (buffer_ < 1) TNT_INPUT_ERROR("Dataset::shuffle: buffer size {} must be at least 1", buffer_);
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<ShuffleIterator>(up_->iterate(epoch), buffer_, seed_, epoch);
@@ -119,7 +119,7 @@ class BatchIterator : public ElementIterator {
 class BatchNode : public DatasetNode {
  public:
   BatchNode(NodePtr up, int64_t size, bool drop) : up_(std::move(up)), size_(size), drop_(drop) {
-    if (size_ < 1) throw InputError(fmt::format("Dataset::batch: batch size {} must be at least 1", size_));
+    if (size_ < 1) TNT_INPUT_ERROR("Dataset::batch: batch size {} must be at least 1", size_);
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<BatchIterator>(up_->iterate(epoch), size_, drop_);
@@ -159,7 +159,7 @@ class ShardNode : public DatasetNode {
  public:
   ShardNode(NodePtr up, int64_t shards, int64_t index) : up_(std::move(up)), shards_(shards), index_(index) {
     if (shards_ < 1 || index_ < 0 || index_ >= shards_) {
-      throw InputError(fmt::format("Dataset::shard: index {} is not in [0, num_shards={})", index_, shards_));
+      TNT_INPUT_ERROR("Dataset::shard: index {} is not in [0, num_shards={})", index_, shards_);
     }
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
@@ -251,7 +251,7 @@ class TakeIterator : public ElementIterator {
 class TakeNode : public DatasetNode {
  public:
   TakeNode(NodePtr up, int64_t count) : up_(std::move(up)), count_(count) {
-    if (count_ < 0) throw InputError(fmt::format("Dataset::take: count {} is negative", count_));
+    if (count_ < 0) TNT_INPUT_ERROR("Dataset::take: count {} is negative", count_);
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<TakeIterator>(up_->iterate(epoch), count_);
@@ -292,7 +292,7 @@ class SkipIterator : public ElementIterator {
 class SkipNode : public DatasetNode {
  public:
   SkipNode(NodePtr up, int64_t count) : up_(std::move(up)), count_(count) {
-    if (count_ < 0) throw InputError(fmt::format("Dataset::skip: count {} is negative", count_));
+    if (count_ < 0) TNT_INPUT_ERROR("Dataset::skip: count {} is negative", count_);
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<SkipIterator>(up_->iterate(epoch), count_);

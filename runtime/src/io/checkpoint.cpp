@@ -32,7 +32,7 @@ bool Checkpoint::contains(const std::string& name) const { return index_.count(n
 const Tensor& Checkpoint::tensor(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) {
-    throw InputError(fmt::format("checkpoint '{}' has no tensor '{}'", path_.empty() ? "(in memory)" : path_, name));
+    TNT_INPUT_ERROR("checkpoint '{}' has no tensor '{}'", path_.empty() ? "(in memory)" : path_, name);
   }
   return tensors_[it->second].second;
 }
@@ -40,7 +40,7 @@ const Tensor& Checkpoint::tensor(const std::string& name) const {
 const std::string& Checkpoint::metadata(const std::string& key) const {
   auto it = metadata_.find(key);
   if (it == metadata_.end()) {
-    throw InputError(fmt::format("checkpoint '{}' has no metadata '{}'", path_.empty() ? "(in memory)" : path_, key));
+    TNT_INPUT_ERROR("checkpoint '{}' has no metadata '{}'", path_.empty() ? "(in memory)" : path_, key);
   }
   return it->second;
 }
@@ -50,8 +50,8 @@ int64_t Checkpoint::metadata_int(const std::string& key) const {
   int64_t v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw InputError(fmt::format("checkpoint '{}': metadata '{}' = '{}' is not a decimal integer",
-                                 path_.empty() ? "(in memory)" : path_, key, text));
+    TNT_INPUT_ERROR("checkpoint '{}': metadata '{}' = '{}' is not a decimal integer",
+                    path_.empty() ? "(in memory)" : path_, key, text);
   }
   return v;
 }
@@ -91,7 +91,7 @@ void Checkpoint::load_into(const NamedTensors& destinations, const LoadOptions& 
     list("with a wrong shape", wrong_shape);
     list("with a wrong dtype", wrong_dtype);
     msg.pop_back();
-    throw InputError(msg);
+    TNT_INPUT_ERROR("{}", msg);
   }
   for (const auto& [name, dst] : destinations) {
     auto it = index_.find(name);

@@ -33,7 +33,7 @@ using Json = nlohmann::ordered_json;
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
-  throw InputError(fmt::format("safetensors file '{}': {}", path, what));
+  TNT_INPUT_ERROR("safetensors file '{}': {}", path, what);
 }
 
 const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8};
@@ -121,12 +121,12 @@ std::string build_header(const NamedTensors& tensors, const Metadata& metadata, 
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     if (name.empty() || name == "__metadata__") {
-      throw InputError(fmt::format("write_safetensors '{}': invalid tensor name '{}'", path, name));
+      TNT_INPUT_ERROR("write_safetensors '{}': invalid tensor name '{}'", path, name);
     }
     if (!names.insert(name).second) {
-      throw InputError(fmt::format("write_safetensors '{}': tensor name '{}' appears twice", path, name));
+      TNT_INPUT_ERROR("write_safetensors '{}': tensor name '{}' appears twice", path, name);
     }
-    if (!t.defined()) throw InputError(fmt::format("write_safetensors '{}': tensor '{}' is undefined", path, name));
+    if (!t.defined()) TNT_INPUT_ERROR("write_safetensors '{}': tensor '{}' is undefined", path, name);
     Json entry = Json::object();
     entry["dtype"] = dtype_safetensors(t.dtype());
     entry["shape"] = t.shape();
@@ -146,17 +146,17 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::string base = target.filename().string();
-  if (base.empty()) throw InputError(fmt::format("write_safetensors '{}': not a file name", path));
+  if (base.empty()) TNT_INPUT_ERROR("write_safetensors '{}': not a file name", path);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    throw InputError(fmt::format("write_safetensors '{}': directory '{}' does not exist", path, dir.string()));
+    TNT_INPUT_ERROR("write_safetensors '{}': directory '{}' does not exist", path, dir.string());
   }
 
   std::string tmp = (dir / (temp_prefix(base) + std::to_string(::getpid()) + "-XXXXXX")).string();
   Fd fd(::mkstemp(tmp.data()));
   if (fd.get() < 0) {
-    throw InputError(fmt::format("write_safetensors '{}': cannot create a temporary file in '{}': {}", path,
-                                 dir.string(), std::strerror(errno)));
+    TNT_INPUT_ERROR("write_safetensors '{}': cannot create a temporary file in '{}': {}", path,
+                    dir.string(), std::strerror(errno));
   }
   try {
     // mkstemp makes 0600; a checkpoint is an ordinary file (0666 less the umask).

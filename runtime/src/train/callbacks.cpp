@@ -128,7 +128,7 @@ CSVLogger::~CSVLogger() {
 void CSVLogger::on_train_begin(const Logs&) {
   bool exists = access(path_.c_str(), F_OK) == 0;
   file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
-  if (!file_) throw InputError(fmt::format("CSVLogger: cannot open '{}' for writing", path_));
+  if (!file_) TNT_INPUT_ERROR("CSVLogger: cannot open '{}' for writing", path_);
   if (append_ && exists) {
     // Keep the existing header: a resumed run appends rows in the same columns.
     if (std::FILE* in = std::fopen(path_.c_str(), "r")) {

@@ -613,11 +613,11 @@ int Model::load_checkpoint(const std::string& path) {
       scale = 0;
     }
     if (!(scale > 0) || !std::isfinite(scale)) {
-      throw InputError(fmt::format("checkpoint '{}': metadata loss_scale='{}' is not a positive number", path, text));
+      TNT_INPUT_ERROR("checkpoint '{}': metadata loss_scale='{}' is not a positive number", path, text);
     }
     int64_t good = ck.has_metadata("loss_scale_good_steps") ? ck.metadata_int("loss_scale_good_steps") : 0;
     if (good < 0) {
-      throw InputError(fmt::format("checkpoint '{}': metadata loss_scale_good_steps={} is negative", path, good));
+      TNT_INPUT_ERROR("checkpoint '{}': metadata loss_scale_good_steps={} is negative", path, good);
     }
     scaler_.set_state(scale, good);
   }

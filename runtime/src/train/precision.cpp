@@ -16,7 +16,7 @@ Precision Precision::from_name(const std::string& name) {
   } else if (name == "fp16" || name == "f16") {
     p.compute_dtype = DType::f16;
   } else {
-    throw InputError(fmt::format("precision '{}': expected fp32, bf16 or fp16", name));
+    TNT_INPUT_ERROR("precision '{}': expected fp32, bf16 or fp16", name);
   }
   return p;
 }
@@ -47,16 +47,16 @@ LossScaler::LossScaler(const Precision& p)
       growth_interval_(p.growth_interval) {
   if (!enabled_) return;
   if (!(p.initial_scale > 0) || !std::isfinite(p.initial_scale)) {
-    throw InputError(fmt::format("loss scaling: initial_scale={} must be positive and finite", p.initial_scale));
+    TNT_INPUT_ERROR("loss scaling: initial_scale={} must be positive and finite", p.initial_scale);
   }
   if (!(p.growth_factor >= 1) || !std::isfinite(p.growth_factor)) {
-    throw InputError(fmt::format("loss scaling: growth_factor={} must be >= 1", p.growth_factor));
+    TNT_INPUT_ERROR("loss scaling: growth_factor={} must be >= 1", p.growth_factor);
   }
   if (!(p.backoff_factor > 0 && p.backoff_factor < 1)) {
-    throw InputError(fmt::format("loss scaling: backoff_factor={} must lie in (0, 1)", p.backoff_factor));
+    TNT_INPUT_ERROR("loss scaling: backoff_factor={} must lie in (0, 1)", p.backoff_factor);
   }
   if (p.growth_interval < 1) {
-    throw InputError(fmt::format("loss scaling: growth_interval={} must be positive", p.growth_interval));
+    TNT_INPUT_ERROR("loss scaling: growth_interval={} must be positive", p.growth_interval);
   }
 }
 

@@ -69,11 +69,6 @@ SymTensor Input(const Shape& per_sample_shape, DType dtype = DType::f32, const s
 SymTensor call(const LayerPtr& layer, const SymTensor& input);
 std::vector<SymTensor> call(const LayerPtr& layer, const std::vector<SymTensor>& inputs);
 
-struct NamedParameter {
-  std::string name;  // full name: "<layer name>.<local name>"
-  Parameter* param;
-};
-
 // hook(param_index, param): param_index is the position in named_parameters().
 using GradientHook = std::function<void(size_t param_index, Parameter& param)>;
 

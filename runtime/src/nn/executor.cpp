@@ -149,6 +149,10 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
   }
   const DType cdt = compute_dtype_;
   const bool emulate = cdt != DType::f32 && device_.is_cpu();
+  // Hook indices are positions in trainable_parameters(), counted now: a program may freeze
+  // or unfreeze a parameter (Parameter::trainable) after the network was made.
+  std::vector<size_t> first_trainable;  // per layer
+  if (hook) first_trainable = first_trainable_of_layers();
 
   for (size_t i = n; i-- > inputs_.size();) {
     Layer* layer = nodes_[i]->layer;
@@ -178,9 +182,9 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
     const size_t l = layer_of_node_[i];
     if (hook && first_node_of_layer_[l] == i) {
       // This was the layer's first call, hence its last backward: its gradients are final.
-      const std::vector<Parameter*> params = layer->parameters();
-      for (size_t q = 0; q < params.size(); ++q) {
-        if (params[q]->trainable) hook(first_param_of_layer_[l] + q, *params[q]);
+      size_t index = first_trainable[l];
+      for (Parameter* param : layer->parameters()) {
+        if (param->trainable) hook(index++, *param);
       }
     }
   }

@@ -161,13 +161,6 @@ void Network::set_graph(const std::vector<SymTensor>& inputs, const std::vector<
                     name_, layer->name(), it->second->type(), layer->type());
   }
 
-  first_param_of_layer_.clear();
-  size_t count = 0;
-  for (Layer* layer : layers_) {
-    first_param_of_layer_.push_back(count);
-    count += layer->parameters().size();
-  }
-
   device_ = layers_.empty() ? Device::cpu() : layers_[0]->device();
   for (Layer* layer : layers_) {
     TNT_INPUT_CHECK(layer->device() == device_,
@@ -210,6 +203,16 @@ std::vector<NamedParameter> Network::trainable_parameters() {
     if (np.param->trainable) out.push_back(std::move(np));
   }
   return out;
+}
+
+std::vector<size_t> Network::first_trainable_of_layers() {
+  std::vector<size_t> first;
+  size_t count = 0;
+  for (Layer* layer : layers_) {
+    first.push_back(count);
+    for (Parameter* p : layer->parameters()) count += p->trainable ? 1 : 0;
+  }
+  return first;
 }
 
 std::vector<Layer*> Network::layers() {

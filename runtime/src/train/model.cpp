@@ -275,15 +275,6 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
   std::vector<NamedParameter> trainable = network_->trainable_parameters();
   std::vector<Tensor> trainable_grads;
   for (auto& np : trainable) trainable_grads.push_back(np.param->grad);
-  std::vector<NamedParameter> all_params = network_->named_parameters();
-  // Hook indices are positions in named_parameters(); the Reducer knows trainable ones.
-  std::vector<int64_t> reducer_slot(all_params.size(), -1);
-  {
-    size_t t = 0;
-    for (size_t i = 0; i < all_params.size(); ++i) {
-      if (t < trainable.size() && all_params[i].param == trainable[t].param) reducer_slot[i] = static_cast<int64_t>(t++);
-    }
-  }
   if (!reducer_) {
     std::vector<std::pair<std::string, Tensor>> grads;
     for (auto& np : trainable) grads.emplace_back(np.name, np.param->grad);
@@ -369,10 +360,8 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
       }
       double t_bwd = now_s(), t_bwd_end = 0, t_comm_end = 0;
       try {
-        network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) {
-          int64_t slot = reducer_slot[index];
-          if (slot >= 0) reducer_->mark_ready(static_cast<size_t>(slot));
-        });
+        // Hook indices are positions among trainable parameters, the Reducer's order.
+        network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) { reducer_->mark_ready(index); });
         t_bwd_end = now_s();
         // Each rank's loss is already divided by the GLOBAL count: the SUM is the serial
         // gradient (times the loss scale, which finalize divides out).

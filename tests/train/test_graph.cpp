@@ -177,7 +177,7 @@ TEST_CASE("graph: a layer called twice accumulates, and its hook fires after its
   std::vector<Tensor> gin = net.backward({grad_out}, training(), [&](size_t index, Parameter& p) {
     order.push_back(index);
     at_hook.push_back(p.grad.data<float>()[0]);
-    CHECK(&p == named.at(index).param);
+    CHECK(&p == net.trainable_parameters().at(index).param);
   });
   // Backward runs add, s2, s1 (second call), s1 (first call): s2 is final first.
   CHECK(order == std::vector<size_t>{1, 0});
@@ -189,6 +189,41 @@ TEST_CASE("graph: a layer called twice accumulates, and its hook fires after its
   // Sum returns one tensor for both inputs; summing must not have written into it, nor into
   // the caller's gradient.
   CHECK(grad_out.to_vector() == filled(4, 1.0f));
+}
+
+TEST_CASE("graph: the hook's index is the position among trainable parameters, frozen ones skipped") {
+  // a -> frozen -> c: c's weight is named_parameters()[2] but trainable_parameters()[1],
+  // the slot the Model's Reducer registered it under.
+  auto a = std::make_shared<Scale>("a", 2.0f);
+  auto frozen = std::make_shared<Scale>("frozen", 3.0f);
+  auto c = std::make_shared<Scale>("c", 5.0f);
+  SymTensor x = Input({2});
+  Network net({x}, {call(c, call(frozen, call(a, x)))}, "partly_frozen");
+  frozen->parameters().at(0)->trainable = false;
+  const std::vector<NamedParameter> trainable = net.trainable_parameters();
+  REQUIRE(trainable.size() == 2);
+  REQUIRE(net.named_parameters().size() == 3);
+
+  net.forward({iota({1, 2})}, training());
+  net.zero_grad();
+  std::vector<size_t> order;
+  net.backward({Tensor::full({1, 2}, 1.0)}, training(), [&](size_t index, Parameter& p) {
+    order.push_back(index);
+    REQUIRE(index < trainable.size());
+    CHECK(&p == trainable[index].param);
+  });
+  CHECK(order == std::vector<size_t>{1, 0});  // c, then a; never the frozen weight
+
+  SECTION("unfreezing after the network was made renumbers the hooks as trainable_parameters()") {
+    frozen->parameters().at(0)->trainable = true;
+    net.forward({iota({1, 2})}, training());
+    order.clear();
+    net.backward({Tensor::full({1, 2}, 1.0)}, training(), [&](size_t index, Parameter& p) {
+      order.push_back(index);
+      CHECK(&p == net.trainable_parameters().at(index).param);
+    });
+    CHECK(order == std::vector<size_t>{2, 1, 0});
+  }
 }
 
 TEST_CASE("graph: a fan-out into one layer (sum(x, x)) sums both gradients") {

@@ -69,13 +69,11 @@ SymTensor Input(const Shape& per_sample_shape, DType dtype = DType::f32, const s
 SymTensor call(const LayerPtr& layer, const SymTensor& input);
 std::vector<SymTensor> call(const LayerPtr& layer, const std::vector<SymTensor>& inputs);
 
-struct NamedParameter {
-  std::string name;  // full name: "<layer name>.<local name>"
-  Parameter* param;
-};
-
-// hook(param_index, param): param_index is the position in named_parameters().
-using GradientHook = std::function<void(size_t param_index, Parameter& param)>;
+// hook(trainable_index, param), called for trainable parameters only: trainable_index is
+// the position of param in trainable_parameters() at the time of the backward. That is the
+// order in which the Model registers gradients with its Reducer, so the index goes to
+// Reducer::mark_ready as it is.
+using GradientHook = std::function<void(size_t trainable_index, Parameter& param)>;
 
 class Network {
  public:
@@ -144,6 +142,10 @@ class Network {
   void refresh_compute_copies();
 
  private:
+  // Per layer of layers(): the position in trainable_parameters() of its first trainable
+  // parameter (the count of trainable ones before it).
+  std::vector<size_t> first_trainable_of_layers();
+
   std::string name_;
   Device device_;
   std::vector<SymTensor> inputs_, outputs_;
@@ -156,7 +158,6 @@ class Network {
   std::vector<Layer*> layers_;                // unique, registration order
   std::vector<size_t> layer_of_node_;         // index into layers_ (-1 for inputs)
   std::vector<size_t> first_node_of_layer_;
-  std::vector<size_t> first_param_of_layer_;  // index into named_parameters()
   std::vector<LayerPtr> owned_;
   std::vector<SavedState> saved_;             // per node, from the last forward
   std::vector<std::vector<Shape>> out_shapes_;  // per node output, from the last forward

@@ -65,6 +65,12 @@ struct SavedState {
   bool need_input_grads = true;
 };
 
+// A parameter or buffer with its full name, as networks and optimizers list them.
+struct NamedParameter {
+  std::string name;  // full name: "<layer name>.<local name>"
+  Parameter* param;
+};
+
 class Layer;
 using LayerPtr = std::shared_ptr<Layer>;
 

@@ -23,7 +23,7 @@
 // State tensors live on their parameter's device and follow it when the model moves.
 #pragma once
 
-#include "tarantella/graph.hpp"
+#include "tarantella/layer.hpp"
 #include "tarantella/schedule.hpp"
 #include "tarantella/tensor.hpp"
 

@@ -1,20 +1,13 @@
 #include "tarantella/layer.hpp"
 
-#include "layers/cuda_engines.hpp"
 #include "tarantella/check.hpp"
+
+#include <fmt/format.h>
 
 #include <map>
 #include <mutex>
 
 namespace tnt {
-
-namespace detail {
-void no_cuda_engine(const char* what) {
-  throw Error(fmt::format("{}: the input is on a CUDA device, but this libtarantella was built without CUDA "
-                          "(configure with -DTNT_CUDA=ON on a machine with the CUDA toolkit, cuDNN and NCCL)",
-                          what));
-}
-}  // namespace detail
 
 const Tensor& compute_value(const Parameter& param, DType dtype, const std::string& layer_name) {
   if (param.value.dtype() == dtype) return param.value;
@@ -150,7 +143,7 @@ void Layer::check_inputs(const std::vector<Tensor>& inputs, size_t count) const 
     const Tensor& t = inputs[i];
     TNT_CHECK(t.defined(), "layer '{}' ({}): input {} is undefined", name_, type(), i);
     DType dt = t.dtype();
-    TNT_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16,
+    TNT_CHECK(dt == DType::f32 || is_half(dt),
               "layer '{}' ({}): input {} is {}, expected a floating tensor", name_, type(), i, t.str());
     TNT_CHECK(dt == DType::f32 || t.device().is_cuda(),
               "layer '{}' ({}): input {} is {}; CPU engines compute in f32", name_, type(), i, t.str());

@@ -1,8 +1,6 @@
 #include "tarantella/check.hpp"
 #include "tarantella/graph.hpp"
 
-#include <fmt/format.h>
-
 namespace tnt {
 
 Sequential::Sequential(std::string name) : Network(std::move(name)) {}
@@ -21,7 +19,7 @@ Sequential& Sequential::add(LayerPtr layer) {
 
 void Sequential::build(const Shape& per_sample_shape, DType dtype) {
   TNT_CHECK(!has_graph(), "Sequential '{}' is already built", name());
-  if (pending_.empty()) throw InputError(fmt::format("Sequential '{}' has no layers", name()));
+  TNT_INPUT_CHECK(!pending_.empty(), "Sequential '{}' has no layers", name());
   SymTensor x = Input(per_sample_shape, dtype, "input");
   SymTensor y = x;
   for (const LayerPtr& layer : pending_) y = call(layer, y);

@@ -315,7 +315,7 @@ struct Reducer::Impl {
       count = g.numel();
     }
     // Hand-off: the NCCL stream waits for the pack (recorded after it), then reduces.
-    detail::CommImpl& c = comm->impl();
+    detail::CommImpl& c = detail::impl_of(*comm);
     std::string op = fmt::format("Reducer bucket {} ({} B)", b, bk.bytes);
     c.enter(detail::OpDesc{.name = "Reducer bucket allreduce(nccl)", .count = count, .dtype = bk.dtype});
     backend::NcclComm& nccl = *c.nccl;
@@ -386,10 +386,10 @@ Reducer::Reducer(Communicator& comm, std::vector<std::pair<std::string, Tensor>>
 
   if (m.size > 1) {
     m.comm = comm.duplicate();
-    m.comm->impl().cancel = &m.cancel;
+    detail::impl_of(*m.comm).cancel = &m.cancel;
     if (m.any_device) {
 #ifdef TNT_WITH_CUDA
-      detail::CommImpl& c = m.comm->impl();
+      detail::CommImpl& c = detail::impl_of(*m.comm);
       const detail::OpDesc desc{.name = "Reducer setup (NCCL communicator)"};
       c.enter(desc);
       detail::Waiter w(c, desc);
@@ -532,7 +532,7 @@ void Reducer::finalize(std::optional<double> scale) {
       }
 #ifdef TNT_WITH_CUDA
       if (m.any_device) {
-        detail::CommImpl& c = m.comm->impl();
+        detail::CommImpl& c = detail::impl_of(*m.comm);
         for (size_t b = 0; b < m.buckets.size(); ++b) {
           if (!m.is_device(b)) continue;
           const Bucket& bk = m.buckets[b];

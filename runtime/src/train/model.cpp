@@ -13,10 +13,6 @@
 #include <cmath>
 #include <functional>
 
-#ifdef TNT_WITH_CUDA
-#include "backend/cuda/cuda_context.hpp"
-#endif
-
 namespace tnt {
 
 namespace {
@@ -287,12 +283,7 @@ History Model::run_fit(const std::function<detail::NextBatch(int64_t)>& source, 
   if (!reducer_) {
     std::vector<std::pair<std::string, Tensor>> grads;
     for (auto& np : trainable) grads.emplace_back(np.name, np.param->grad);
-    ReducerOptions ro;
-#ifdef TNT_WITH_CUDA
-    // The layers' engines produce gradients on the device's compute stream.
-    if (network_->device().is_cuda()) ro.cuda_stream = cuda::compute_stream(network_->device().index);
-#endif
-    reducer_ = std::make_unique<Reducer>(comm, grads, ro);
+    reducer_ = std::make_unique<Reducer>(comm, grads);
   }
 
   History history;

@@ -1,9 +1,9 @@
-// Pack/unpack kernels of the Reducer. A bucket's gradients are described by a small table
+// Pack/unpack kernels of the NCCL transport. A bucket's gradients are described by a small table
 // passed by value (kMaxItems per launch); blockIdx.y picks the gradient, the x blocks
 // stride over its elements. The arithmetic is in float (double for f64), so f16/bf16
 // gradients are scaled with one rounding.
 #include "backend/cuda/cuda_check.hpp"
-#include "comm/reducer_cuda.hpp"
+#include "comm/pack_cuda.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -92,8 +92,6 @@ void scale(void* data, int64_t count, DType dtype, double scale, void* stream) {
   std::vector<PackItem> one{PackItem{data, 0, count}};
   dispatch(one, data, dtype, scale, stream, false);
 }
-
-void set_device(int device) { TNT_CUDA_CHECK(cudaSetDevice(device)); }
 
 void* event_create() {
   cudaEvent_t e = nullptr;

@@ -21,7 +21,8 @@ backend::NcclComm& ensure_nccl(Waiter& w) {
     MPI_Request req = MPI_REQUEST_NULL;
     w.check(MPI_Ibcast(id, sizeof(id), MPI_BYTE, 0, c.comm, &req), "MPI_Ibcast");
     w.wait(req, 0, "(NCCL unique id from rank 0)");
-    c.nccl.reset(new backend::NcclComm(id, c.rank, c.size, c.device.index, w.op(), w.deadline()));
+    const auto close_timeout = c.deadline() - Clock::now();  // the collective timeout, capped like every deadline
+    c.nccl.reset(new backend::NcclComm(id, c.rank, c.size, c.device.index, w.op(), w.deadline(), close_timeout));
   }
   return *c.nccl;
 }

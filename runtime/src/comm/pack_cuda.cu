@@ -108,6 +108,8 @@ void event_record(void* event, void* stream) {
 }
 
 float event_elapsed_ms(void* from, void* to) {
+  TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(from)));
+  TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(to)));
   float ms = 0;
   TNT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
   return ms;

@@ -26,6 +26,9 @@ void scale(void* data, int64_t count, DType dtype, double scale, void* stream);
 void* event_create();  // cudaEvent_t with timing, on the current device
 void event_destroy(void* event);
 void event_record(void* event, void* stream);
-float event_elapsed_ms(void* from, void* to);  // both complete
+// Waits for both events first (cudaEventElapsedTime on an event not yet reached returns
+// cudaErrorNotReady). Only for events that cannot wait on a peer, or that a deadline-bound
+// wait (NcclComm::synchronize) has already seen complete.
+float event_elapsed_ms(void* from, void* to);
 
 }  // namespace tnt::comm::cuda

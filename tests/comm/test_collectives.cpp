@@ -104,7 +104,7 @@ TEST_CASE("communicator reports the job's ranks", "[comm]") {
   CHECK(comm.local_size() == tnt::local_size());
   CHECK(comm.is_master() == (comm.rank() == 0));
   CHECK(comm.timeout() == config().collective_timeout_s);
-  MPI_Comm world = comm.mpi_comm();
+  MPI_Comm world = detail::impl_of(comm).comm;
   int result = MPI_UNEQUAL;
   MPI_Comm_compare(world, MPI_COMM_WORLD, &result);
   CHECK(result == MPI_CONGRUENT);  // same ranks, own context: our tags never meet the user's
@@ -149,7 +149,7 @@ TEST_CASE("ring allreduce: both of its paths at every edge count", "[comm][allre
   // segments (the finest cut the ring makes), so that every count takes each path and
   // large ones stream many segments per chunk, with remainders.
   auto comm = communicator().duplicate();
-  detail::CommImpl& impl = comm->impl();
+  detail::CommImpl& impl = detail::impl_of(*comm);
   impl.ring_segment_bytes = 4096;
   for (int64_t small : {int64_t{0}, int64_t{1} << 40}) {
     impl.small_bytes = small;

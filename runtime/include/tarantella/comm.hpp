@@ -29,8 +29,6 @@
 #include "tarantella/dtype.hpp"
 #include "tarantella/tensor.hpp"
 
-#include <mpi.h>
-
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,6 +56,7 @@ inline constexpr int64_t kRingSmallBytes = 16 * 1024;
 
 namespace detail {
 struct CommImpl;
+struct CommAccess;  // comm/comm_impl.hpp: the runtime's and the tests' way to the internals
 }
 
 class Communicator {
@@ -78,7 +77,6 @@ class Communicator {
   static constexpr int master_rank() { return 0; }
   bool is_master() const { return rank() == master_rank(); }
   Device device() const;  // this rank's device; device collectives run there
-  MPI_Comm mpi_comm() const;
 
   // Seconds a collective may take before it fails (this object only; duplicates copy it).
   double timeout() const;
@@ -132,9 +130,8 @@ class Communicator {
     return static_cast<T>(allreduce_min(std::vector<double>{static_cast<double>(value)})[0]);
   }
 
-  detail::CommImpl& impl() const { return *impl_; }  // internal: comm/ and the Reducer
-
  private:
+  friend struct detail::CommAccess;
   explicit Communicator(std::unique_ptr<detail::CommImpl> impl);
   std::unique_ptr<detail::CommImpl> impl_;
 };

@@ -58,7 +58,9 @@ namespace tnt {
 struct ReducerOptions {
   int64_t threshold_bytes = -1;  // -1: TNT_FUSION_THRESHOLD (KB) of the configuration
   AllreduceAlgo algo = AllreduceAlgo::automatic;
-  void* cuda_stream = nullptr;   // compute stream (cudaStream_t) of device gradients; nullptr = legacy default
+  // Stream (cudaStream_t) that produces device gradients and receives the summed ones;
+  // nullptr = the layers' compute stream of the gradients' device (what training uses).
+  void* cuda_stream = nullptr;
   bool overlap = true;           // false: reduce every bucket inside finalize() (for comparisons)
 };
 

@@ -19,5 +19,8 @@ void cuda_memset_zero(void* ptr, size_t bytes, int device);
 MemoryStats cuda_memory_stats(int device);
 void cuda_reset_peak(int device);
 void cuda_set_device(int device);
+// The compute stream (cudaStream_t) of `device`: where every layer engine launches, so
+// work on another stream (NCCL's) that reads their results orders itself after it.
+void* cuda_compute_stream(int device);
 
 }  // namespace tnt::backend

@@ -1,5 +1,6 @@
 #include "comm/comm_impl.hpp"
 
+#include "comm/agreement.hpp"
 #include "tarantella/check.hpp"
 
 #include <sched.h>
@@ -23,12 +24,6 @@ std::string mpi_error_string(int rc) {
   int len = 0;
   MPI_Error_string(rc, text, &len);
   return std::string(text, static_cast<size_t>(len));
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out;
 }
 }  // namespace
 

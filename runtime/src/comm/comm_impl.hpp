@@ -88,7 +88,7 @@ struct OpDesc {
 };
 
 struct NcclDeleter {
-  void operator()(backend::NcclComm* nccl) const;  // defined for both builds
+  void operator()(backend::NcclComm* nccl) const;  // defined for both builds (see ensure_nccl)
 };
 
 struct CommImpl {
@@ -126,6 +126,13 @@ struct CommImpl {
   Clock::time_point deadline() const;
 };
 
+// The private way from a Communicator to its internals (comm/, the Reducer's transports,
+// tests and benchmarks); the public header names only this struct.
+struct CommAccess {
+  static CommImpl& impl(const Communicator& comm) { return *comm.impl_; }
+};
+inline CommImpl& impl_of(const Communicator& comm) { return CommAccess::impl(comm); }
+
 // Waits for the requests of one collective, polling MPI_Test so that a deadline can be
 // kept; spins for CommImpl::spin_us, then yields the core between polls (ranks are often
 // oversubscribed in tests and share cores with compute threads).
@@ -157,7 +164,8 @@ class Waiter {
 void abandon_requests(CommImpl& comm, std::span<MPI_Request> requests, bool point_to_point);
 
 // The NCCL communicator of w.comm(), created on first use: rank 0 makes the unique id, an
-// MPI broadcast (part of w's collective) hands it to the others. CUDA builds only.
+// MPI broadcast (part of w's collective) hands it to the others. CUDA builds
+// (comm/device_collectives_cuda.cpp); CPU-only builds throw (comm/nccl_stub.cpp).
 backend::NcclComm& ensure_nccl(Waiter& w);
 
 MPI_Datatype mpi_type(DType dtype);  // f32, f64, i32, i64 (and u8); throws otherwise

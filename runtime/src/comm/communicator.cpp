@@ -1,16 +1,15 @@
-// Communicator: argument checks, algorithm choice, and the MPI (host) and NCCL (device)
-// paths. Host collectives are nonblocking MPI calls completed by a Waiter, so every one of
-// them keeps TNT_COLLECTIVE_TIMEOUT.
+// Communicator: argument checks, algorithm choice, and the MPI (host) paths. Host
+// collectives are nonblocking MPI calls completed by a Waiter, so every one of them keeps
+// TNT_COLLECTIVE_TIMEOUT. A device buffer goes to comm/device_collectives.hpp (NCCL, or
+// the CPU-only build's error) as soon as its arguments are checked and the collective is
+// numbered: this file has no CUDA branch.
 #include "tarantella/comm.hpp"
 
 #include "comm/comm_impl.hpp"
+#include "comm/device_collectives.hpp"
 #include "comm/host_reduce.hpp"
 #include "comm/ring_allreduce.hpp"
 #include "tarantella/check.hpp"
-
-#ifdef TNT_WITH_CUDA
-#include "backend/cuda/nccl_comm.hpp"
-#endif
 
 #include <algorithm>
 #include <climits>
@@ -20,38 +19,6 @@ namespace tnt {
 
 using detail::CommImpl;
 using detail::Waiter;
-
-namespace detail {
-
-void NcclDeleter::operator()(backend::NcclComm* nccl) const {
-#ifdef TNT_WITH_CUDA
-  delete nccl;
-#else
-  (void)nccl;  // never created without CUDA
-#endif
-}
-
-backend::NcclComm& ensure_nccl(Waiter& w) {
-#ifdef TNT_WITH_CUDA
-  CommImpl& c = w.comm();
-  if (!c.nccl) {
-    TNT_CHECK(c.device.is_cuda(), "{}: a device buffer, but this rank's device is {} (set TNT_DEVICE)", w.op(),
-              c.device.str());
-    char id[backend::NcclComm::kIdBytes] = {0};
-    if (c.rank == 0) backend::NcclComm::make_unique_id(id);
-    MPI_Request req = MPI_REQUEST_NULL;
-    w.check(MPI_Ibcast(id, sizeof(id), MPI_BYTE, 0, c.comm, &req), "MPI_Ibcast");
-    w.wait(req, 0, "(NCCL unique id from rank 0)");
-    c.nccl.reset(new backend::NcclComm(id, c.rank, c.size, c.device.index, w.op(), w.deadline()));
-  }
-  return *c.nccl;
-#else
-  throw Error(fmt::format("{}: device buffers need a libtarantella built with CUDA and NCCL; this one is CPU-only",
-                          w.op()));
-#endif
-}
-
-}  // namespace detail
 
 // ---- algorithms ------------------------------------------------------------------------
 
@@ -89,6 +56,17 @@ void fill_ranks(CommImpl& c) {
   int found = 0;
   MPI_Comm_get_attr(c.comm, MPI_TAG_UB, &ub, &found);
   if (found && ub) c.tag_ub = *static_cast<int*>(ub);
+}
+
+// Completes one nonblocking MPI collective. On failure the request is left to MPI (a
+// collective request can be neither cancelled nor freed) and the communicator is broken.
+void complete(Waiter& w, MPI_Request& req, int peer = -1, const char* role = nullptr) {
+  try {
+    w.wait(req, peer, role);
+  } catch (...) {
+    detail::abandon_requests(w.comm(), std::span<MPI_Request>(&req, 1), false);
+    throw;
+  }
 }
 
 }  // namespace
@@ -140,7 +118,6 @@ int Communicator::size() const { return impl_->size; }
 int Communicator::local_rank() const { return impl_->local_rank; }
 int Communicator::local_size() const { return impl_->local_size; }
 Device Communicator::device() const { return impl_->device; }
-MPI_Comm Communicator::mpi_comm() const { return impl_->comm; }
 double Communicator::timeout() const { return impl_->timeout_s; }
 int64_t Communicator::collectives_entered() const { return impl_->seq; }
 
@@ -199,30 +176,14 @@ void Communicator::allreduce(void* data, int64_t count, DType dtype, Device devi
         MPI_Request req = MPI_REQUEST_NULL;
         w.check(MPI_Iallreduce(MPI_IN_PLACE, p + done * elem, n, detail::mpi_type(dtype), MPI_SUM, c.comm, &req),
                 "MPI_Iallreduce");
-        try {
-          w.wait(req);
-        } catch (...) {
-          detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
-          throw;
-        }
+        complete(w, req);
       }
       if (average) comm::host_div(data, count, dtype, static_cast<double>(c.size));
       return;
     }
-    case AllreduceAlgo::nccl: {
-      if (count == 0) return;
-#ifdef TNT_WITH_CUDA
-      TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", desc.str(), device.str(),
-                c.device.str());
-      backend::NcclComm& nccl = detail::ensure_nccl(w);
-      nccl.wait_stream(nullptr);
-      nccl.allreduce(data, static_cast<size_t>(count), dtype, average, w.op(), w.deadline());
-      nccl.synchronize(nullptr, w.op(), w.deadline());
-#else
-      detail::ensure_nccl(w);  // throws: CPU-only build
-#endif
+    case AllreduceAlgo::nccl:
+      if (count > 0) comm::device_allreduce(w, data, count, dtype, device, average);
       return;
-    }
     case AllreduceAlgo::automatic: break;
   }
   TNT_THROW("{}: no algorithm", desc.str());
@@ -245,32 +206,15 @@ void Communicator::broadcast(void* data, int64_t count, DType dtype, Device devi
   Waiter w(c, desc);
   if (c.size == 1 || count == 0) return;
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
-  if (device.is_cpu()) {
-    const int64_t piece = int64_t{1} << 30;
-    for (int64_t done = 0; done < bytes; done += piece) {
-      MPI_Request req = MPI_REQUEST_NULL;
-      w.check(MPI_Ibcast(static_cast<char*>(data) + done, static_cast<int>(std::min(piece, bytes - done)), MPI_BYTE,
-                         root, c.comm, &req),
-              "MPI_Ibcast");
-      try {
-        w.wait(req, root, "(root)");
-      } catch (...) {
-        detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
-        throw;
-      }
-    }
-    return;
+  if (!device.is_cpu()) return comm::device_broadcast(w, data, bytes, device, root);
+  const int64_t piece = int64_t{1} << 30;  // MPI counts are int
+  for (int64_t done = 0; done < bytes; done += piece) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    w.check(MPI_Ibcast(static_cast<char*>(data) + done, static_cast<int>(std::min(piece, bytes - done)), MPI_BYTE, root,
+                       c.comm, &req),
+            "MPI_Ibcast");
+    complete(w, req, root, "(root)");
   }
-#ifdef TNT_WITH_CUDA
-  TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", desc.str(), device.str(),
-            c.device.str());
-  backend::NcclComm& nccl = detail::ensure_nccl(w);
-  nccl.wait_stream(nullptr);
-  nccl.broadcast(data, static_cast<size_t>(bytes), root, w.op(), w.deadline());
-  nccl.synchronize(nullptr, w.op(), w.deadline());
-#else
-  detail::ensure_nccl(w);  // throws: CPU-only build
-#endif
 }
 
 void Communicator::broadcast(std::string& text, int root) {
@@ -299,31 +243,12 @@ void Communicator::allgather(const void* in, void* out, int64_t count, DType dty
   Waiter w(c, desc);
   const int64_t bytes = count * static_cast<int64_t>(dtype_size(dtype));
   if (bytes == 0) return;
-  if (device.is_cpu()) {
-    TNT_CHECK(bytes <= INT_MAX, "{}: {} bytes per rank is more than one MPI call takes", desc.str(), bytes);
-    MPI_Request req = MPI_REQUEST_NULL;
-    w.check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, c.comm, &req),
-            "MPI_Iallgather");
-    try {
-      w.wait(req);
-    } catch (...) {
-      detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
-      throw;
-    }
-    return;
-  }
-#ifdef TNT_WITH_CUDA
-  TNT_CHECK(device == c.device, "{}: the buffer is on {} but this rank's device is {}", desc.str(), device.str(),
-            c.device.str());
-  backend::NcclComm& nccl = detail::ensure_nccl(w);
-  nccl.wait_stream(nullptr);
-  nccl.allgather(in, out, static_cast<size_t>(bytes), w.op(), w.deadline());
-  nccl.synchronize(nullptr, w.op(), w.deadline());
-#else
-  (void)in;
-  (void)out;
-  detail::ensure_nccl(w);  // throws: CPU-only build
-#endif
+  if (!device.is_cpu()) return comm::device_allgather(w, in, out, bytes, device);
+  TNT_CHECK(bytes <= INT_MAX, "{}: {} bytes per rank is more than one MPI call takes", desc.str(), bytes);
+  MPI_Request req = MPI_REQUEST_NULL;
+  w.check(MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes), MPI_BYTE, c.comm, &req),
+          "MPI_Iallgather");
+  complete(w, req);
 }
 
 std::vector<int64_t> Communicator::allgather(int64_t value) {
@@ -341,12 +266,7 @@ void Communicator::barrier() {
   Waiter w(c, desc);
   MPI_Request req = MPI_REQUEST_NULL;
   w.check(MPI_Ibarrier(c.comm, &req), "MPI_Ibarrier");
-  try {
-    w.wait(req);
-  } catch (...) {
-    detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
-    throw;
-  }
+  complete(w, req);
 }
 
 namespace {
@@ -361,11 +281,10 @@ std::vector<T> small_allreduce(CommImpl& c, std::vector<T> values, MPI_Op mpi_op
                          mpi_op, c.comm, &req),
           "MPI_Iallreduce");
   try {
-    w.wait(req);
+    complete(w, req);
   } catch (...) {
     // values' memory may still be written by the abandoned request: keep it alive.
     static_cast<void>(new std::vector<T>(std::move(values)));
-    detail::abandon_requests(c, std::span<MPI_Request>(&req, 1), false);
     throw;
   }
   return values;

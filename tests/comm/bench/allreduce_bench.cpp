@@ -21,6 +21,7 @@
 // reducer mode: ResNet-50's 161 parameter tensors (torchvision resnet50 shapes, f32)
 // as host gradients; every step marks them ready in reverse registration order (as
 // backward would) and finalizes. One row per fusion threshold: time per step.
+#include "comm/comm_impl.hpp"
 #include "comm/ring_allreduce.hpp"
 #include "core/half.hpp"
 #include "tarantella/comm.hpp"
@@ -110,7 +111,7 @@ class AllreduceRunner {
     if (algo_ == "mpi-blocking") {
       TNT_CHECK(device_.is_cpu(), "mpi-blocking works on host buffers");
       TNT_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.raw(), static_cast<int>(t.numel()), mpi_type(), MPI_SUM,
-                                  comm_.mpi_comm()));
+                                  detail::impl_of(comm_).comm));
     } else {
       comm_.allreduce(t, ReduceOp::sum, parse_allreduce_algo(algo_));
     }
@@ -221,7 +222,7 @@ void allreduce_mode(const cxxopts::ParseResult& args) {
   tnt::print("# busbw = algbw * 2(p-1)/p; time: median over rounds of the mean per iteration of the slowest rank;");
   tnt::print("# ring(rd): the ring's small-message path (recursive doubling below {} B); mpi-blocking: plain "
              "MPI_Allreduce; mpi: MPI_Iallreduce polled against the timeout",
-             comm.impl().small_bytes);
+             detail::impl_of(comm).small_bytes);
   tnt::print("# {:>12} {:>12} {:>5} {:>12} {:>11} {:>11} {:>11} {:>6}", "size", "count", "type", "algo", "time_us",
              "algbw_GBps", "busbw_GBps", "wrong");
   std::vector<int64_t> sizes;
@@ -254,7 +255,7 @@ void allreduce_mode(const cxxopts::ParseResult& args) {
       int64_t bad = check ? runners[k].wrong() : 0;
       runners[k].release();
       std::string label = algos[k];
-      if (label == "ring" && device.is_cpu() && comm::ring_uses_recursive_doubling(comm.impl(), count, dtype)) {
+      if (label == "ring" && device.is_cpu() && comm::ring_uses_recursive_doubling(detail::impl_of(comm), count, dtype)) {
         label = "ring(rd)";
       }
       double algbw = us > 0 ? static_cast<double>(bytes) / us / 1e3 : 0;
@@ -382,7 +383,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   return run_main(argc, argv, [&] {
-    detail::CommImpl& impl = communicator().impl();
+    detail::CommImpl& impl = detail::impl_of(communicator());
     if (args["ring-small"].as<int64_t>() >= 0) impl.small_bytes = args["ring-small"].as<int64_t>();
     if (args["ring-segment"].as<int64_t>() > 0) {
       impl.ring_segment_bytes = static_cast<size_t>(args["ring-segment"].as<int64_t>());

@@ -150,3 +150,9 @@ unsigned grid_for(int64_t n, int block, int device) {
 }
 
 }  // namespace tnt::cuda
+
+namespace tnt::backend {
+
+void* cuda_compute_stream(int device) { return cuda::compute_stream(device); }
+
+}  // namespace tnt::backend

@@ -41,8 +41,8 @@ void NcclComm::make_unique_id(char* id) {
 }
 
 NcclComm::NcclComm(const char* id, int rank, int size, int device, const std::string& op,
-                   Clock::time_point deadline)
-    : rank_(rank), size_(size), device_(device) {
+                   Clock::time_point deadline, Clock::duration close_timeout)
+    : rank_(rank), size_(size), device_(device), close_timeout_(close_timeout) {
   TNT_CUDA_CHECK(cudaSetDevice(device));
   cudaStream_t stream = nullptr;
   // Non-blocking: the stream must not serialise with the legacy default stream, or the
@@ -71,9 +71,8 @@ NcclComm::NcclComm(const char* id, int rank, int size, int device, const std::st
 NcclComm::~NcclComm() {
   cudaSetDevice(device_);
   if (comm_ && !aborted_) {
-    // Work still queued (a step abandoned after an error elsewhere) may wait for a peer
-    // that never comes: abort rather than hang in the destructor.
-    if (cudaStreamQuery(as_stream(stream_)) == cudaSuccess) {
+    const bool idle = cudaStreamQuery(as_stream(stream_)) == cudaSuccess;
+    if (idle && finalized(Clock::now() + close_timeout_)) {
       ncclCommDestroy(as_comm(comm_));
     } else {
       ncclCommAbort(as_comm(comm_));
@@ -82,6 +81,18 @@ NcclComm::~NcclComm() {
   if (sync_event_) cudaEventDestroy(as_event(sync_event_));
   if (order_event_) cudaEventDestroy(as_event(order_event_));
   if (stream_) cudaStreamDestroy(as_stream(stream_));
+}
+
+bool NcclComm::finalized(Clock::time_point deadline) noexcept {
+  ncclResult_t rc = ncclCommFinalize(as_comm(comm_));
+  if (rc != ncclSuccess && rc != ncclInProgress) return false;
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(as_comm(comm_), &state) != ncclSuccess) return false;
+    if (state == ncclSuccess) return true;
+    if (state != ncclInProgress || Clock::now() > deadline) return false;
+    sched_yield();
+  }
 }
 
 void NcclComm::fail(const std::string& op, const std::string& why) {

@@ -18,8 +18,15 @@ class NcclComm {
   static constexpr size_t kIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
   static void make_unique_id(char* id);   // id: (kIdBytes,)
 
-  // Collective over the size ranks that received the same id.
-  NcclComm(const char* id, int rank, int size, int device, const std::string& op, Clock::time_point deadline);
+  // Collective over the size ranks that received the same id. close_timeout bounds the
+  // destructor's wait for the other ranks (see ~NcclComm).
+  NcclComm(const char* id, int rank, int size, int device, const std::string& op, Clock::time_point deadline,
+           Clock::duration close_timeout);
+  // With nothing left on the stream: ncclCommFinalize, polled until the communicator is
+  // quiescent on every rank, then ncclCommDestroy (NCCL's order for a nonblocking
+  // communicator). With work still queued (a step abandoned after an error elsewhere), an
+  // asynchronous error, or no quiescence within close_timeout: ncclCommAbort, so that a
+  // peer that never comes cannot hang the destructor.
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -46,6 +53,7 @@ class NcclComm {
  private:
   // Polls a nonblocking communicator until its last call has been set up.
   void settle(const std::string& op, const char* call, Clock::time_point deadline);
+  bool finalized(Clock::time_point deadline) noexcept;  // true: ready for ncclCommDestroy
   [[noreturn]] void fail(const std::string& op, const std::string& why);
 
   void* comm_ = nullptr;    // ncclComm_t
@@ -55,6 +63,7 @@ class NcclComm {
   int rank_ = 0;
   int size_ = 1;
   int device_ = 0;
+  Clock::duration close_timeout_{};
   bool aborted_ = false;
 };
 

@@ -19,5 +19,6 @@ void cuda_memset_zero(void*, size_t, int) { no_cuda(); }
 MemoryStats cuda_memory_stats(int) { return {}; }
 void cuda_reset_peak(int) {}
 void cuda_set_device(int) { no_cuda(); }
+void* cuda_compute_stream(int) { no_cuda(); }
 
 }  // namespace tnt::backend

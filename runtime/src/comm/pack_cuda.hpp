@@ -1,6 +1,6 @@
-// The Reducer's device side (CUDA builds only; defined in reducer_cuda.cu): one kernel
-// launch packs, unpacks or scales a whole bucket, plus the few event calls the Reducer
-// needs. No CUDA types here, so reducer.cpp compiles in both builds.
+// The NCCL transport's kernels (CUDA builds only; defined in pack_cuda.cu): one launch
+// packs, unpacks or scales a whole bucket, plus the few event calls the transport needs.
+// No CUDA types here, so the transport needs no CUDA header.
 #pragma once
 
 #include "tarantella/dtype.hpp"
@@ -23,10 +23,12 @@ void unpack(const std::vector<PackItem>& items, const void* fused, DType dtype, 
 // data[i] *= scale                                          // data: (count,)
 void scale(void* data, int64_t count, DType dtype, double scale, void* stream);
 
-void set_device(int device);
-void* event_create();  // cudaEvent_t with timing
+void* event_create();  // cudaEvent_t with timing, on the current device
 void event_destroy(void* event);
 void event_record(void* event, void* stream);
-float event_elapsed_ms(void* from, void* to);  // both complete
+// Waits for both events first (cudaEventElapsedTime on an event not yet reached returns
+// cudaErrorNotReady). Only for events that cannot wait on a peer, or that a deadline-bound
+// wait (NcclComm::synchronize) has already seen complete.
+float event_elapsed_ms(void* from, void* to);
 
 }  // namespace tnt::comm::cuda

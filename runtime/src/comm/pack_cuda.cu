@@ -1,9 +1,9 @@
-// Pack/unpack kernels of the Reducer. A bucket's gradients are described by a small table
+// Pack/unpack kernels of the NCCL transport. A bucket's gradients are described by a small table
 // passed by value (kMaxItems per launch); blockIdx.y picks the gradient, the x blocks
 // stride over its elements. The arithmetic is in float (double for f64), so f16/bf16
 // gradients are scaled with one rounding.
 #include "backend/cuda/cuda_check.hpp"
-#include "comm/reducer_cuda.hpp"
+#include "comm/pack_cuda.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -93,8 +93,6 @@ void scale(void* data, int64_t count, DType dtype, double scale, void* stream) {
   dispatch(one, data, dtype, scale, stream, false);
 }
 
-void set_device(int device) { TNT_CUDA_CHECK(cudaSetDevice(device)); }
-
 void* event_create() {
   cudaEvent_t e = nullptr;
   TNT_CUDA_CHECK(cudaEventCreate(&e));
@@ -110,6 +108,8 @@ void event_record(void* event, void* stream) {
 }
 
 float event_elapsed_ms(void* from, void* to) {
+  TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(from)));
+  TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(to)));
   float ms = 0;
   TNT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
   return ms;

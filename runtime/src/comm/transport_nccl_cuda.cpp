@@ -1,0 +1,144 @@
+// Device buckets (CUDA builds only: the _cuda.cpp rule in runtime/CMakeLists.txt). Nothing
+// here blocks the training thread until wait_all(): launch() enqueues the pack kernel on
+// the compute stream of the gradients' device (the stream their layers produced them on),
+// records an event after it, makes the NCCL stream wait for that event and enqueues the
+// allreduce there. wait_all() polls each bucket's last event against the collective
+// timeout; unpack() enqueues the unpack kernel on the compute stream, after which every
+// later kernel of the step sees the sums. Times come from events, on the GPU's clock.
+#include "backend/cuda/nccl_comm.hpp"
+#include "backend/device_api.hpp"
+#include "comm/comm_impl.hpp"
+#include "comm/pack_cuda.hpp"
+#include "comm/transport.hpp"
+#include "tarantella/check.hpp"
+
+#include <atomic>
+
+namespace tnt::comm {
+
+namespace {
+
+// A cudaEvent_t with timing, destroyed with its owner.
+class Event {
+ public:
+  Event() : event_(cuda::event_create()) {}
+  ~Event() { cuda::event_destroy(event_); }
+  Event(Event&& other) noexcept : event_(other.event_) { other.event_ = nullptr; }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event& operator=(Event&&) = delete;
+  void* get() const { return event_; }
+
+ private:
+  void* event_ = nullptr;
+};
+
+struct BucketEvents {
+  Event ready;   // compute stream: the bucket was complete
+  Event packed;  // compute stream, after the pack: the NCCL stream waits for it
+  Event start;   // NCCL stream: it reached the bucket
+  Event done;    // NCCL stream, after the allreduce
+};
+
+class NcclTransport final : public Transport {
+ public:
+  explicit NcclTransport(const TransportSetup& setup)
+      : device_(made_current(setup.plan.buckets.at(0).device)), buckets_(fuse_buckets(setup)) {
+    stream_ = setup.options.cuda_stream ? setup.options.cuda_stream : backend::cuda_compute_stream(device_.index);
+    events_.resize(buckets_.size());
+    if (setup.comm.size() == 1) return;  // nothing is ever sent
+    comm_ = setup.comm.duplicate();
+    detail::CommImpl& c = detail::impl_of(*comm_);
+    c.cancel = &cancel_;
+    const detail::OpDesc desc{.name = "Reducer setup (NCCL communicator)"};
+    c.enter(desc);
+    detail::Waiter w(c, desc);
+    nccl_ = &detail::ensure_nccl(w);
+  }
+
+  void begin_step(Clock::time_point) override { cuda::event_record(step_start_.get(), stream_); }
+
+  void launch(size_t b, double factor) override {
+    FusedBucket& bk = buckets_[b];
+    backend::cuda_set_device(device_.index);
+    cuda::event_record(events_[b].ready.get(), stream_);
+    Tensor& data = bk.fused.defined() ? bk.fused : bk.members[0];
+    if (bk.fused.defined()) {
+      cuda::pack(items(bk), bk.fused.raw(), bk.dtype, factor, stream_);
+    } else {
+      cuda::scale(data.raw(), data.numel(), data.dtype(), factor, stream_);
+    }
+    detail::CommImpl& c = detail::impl_of(*comm_);
+    c.enter(detail::OpDesc{.name = "Reducer bucket allreduce(nccl)", .count = data.numel(), .dtype = bk.dtype});
+    cuda::event_record(events_[b].packed.get(), stream_);
+    nccl_->wait_event(events_[b].packed.get());
+    cuda::event_record(events_[b].start.get(), nccl_->stream());
+    nccl_->allreduce(data.raw(), static_cast<size_t>(data.numel()), bk.dtype, false, bk.what, c.deadline());
+    nccl_->record(events_[b].done.get());
+  }
+
+  void end_backward() override { cuda::event_record(backward_end_.get(), stream_); }
+
+  void wait_all() override {
+    detail::CommImpl& c = detail::impl_of(*comm_);
+    for (size_t b = 0; b < buckets_.size(); ++b) nccl_->synchronize(events_[b].done.get(), buckets_[b].what, c.deadline());
+  }
+
+  void unpack(size_t b, double scale) override {
+    FusedBucket& bk = buckets_[b];
+    if (bk.fused.defined()) {
+      cuda::unpack(items(bk), bk.fused.raw(), bk.dtype, scale, stream_);
+    } else {
+      Tensor& g = bk.members[0];
+      cuda::scale(g.raw(), g.numel(), g.dtype(), scale, stream_);
+    }
+  }
+
+  void scale(size_t b, double factor) override {
+    for (Tensor& g : buckets_[b].members) cuda::scale(g.raw(), g.numel(), g.dtype(), factor, stream_);
+  }
+
+  void read_timing(StepTiming& timing) override {
+    auto s = [&](const Event& e) { return cuda::event_elapsed_ms(step_start_.get(), e.get()) / 1000.0; };
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      timing.buckets[b] = {s(events_[b].ready), s(events_[b].start), s(events_[b].done)};
+    }
+    timing.backward_end_s = s(backward_end_);
+  }
+
+  void cancel() override { cancel_ = true; }
+
+ private:
+  // Events and buffers belong to the device that is current when they are made.
+  static Device made_current(Device device) {
+    backend::cuda_set_device(device.index);
+    return device;
+  }
+
+  static std::vector<cuda::PackItem> items(const FusedBucket& bk) {
+    std::vector<cuda::PackItem> out;
+    for (size_t k = 0; k < bk.members.size(); ++k) {
+      out.push_back({bk.members[k].raw(), bk.offsets[k], bk.members[k].numel()});
+    }
+    return out;
+  }
+
+  // Declared in the order that makes destruction safe: the NCCL communicator goes first
+  // (aborted if work is unfinished), then the events its stream records, then the buffers.
+  Device device_;
+  void* stream_ = nullptr;  // cudaStream_t: the compute stream of device_ (or the options' override)
+  std::vector<FusedBucket> buckets_;
+  std::vector<BucketEvents> events_;  // (buckets,)
+  Event step_start_, backward_end_;   // compute stream
+  std::atomic<bool> cancel_{false};
+  std::unique_ptr<Communicator> comm_;  // our duplicate (more than one rank only)
+  backend::NcclComm* nccl_ = nullptr;   // comm_'s
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> make_nccl_transport(const TransportSetup& setup) {
+  return std::make_unique<NcclTransport>(setup);
+}
+
+}  // namespace tnt::comm

@@ -4,15 +4,13 @@
 //
 // The model is the CNN of the PyTorch tutorial (conv1, conv2, fc1, fc2) or an MLP (fc1, fc2,
 // fc3); parameter names match the same PyTorch module, so the checkpoint loads there.
+#include "common/flags.hpp"
+
 #include <tarantella/tarantella.hpp>
 
-#include <cxxopts.hpp>
-#include <sys/stat.h>
-
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <iostream>
+#include <optional>
 
 namespace {
 
@@ -67,77 +65,59 @@ std::shared_ptr<tnt::Sequential> make_mlp() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cxxopts::Options cli("fashion_mnist",
-                       "Trains a CNN or MLP on Fashion-MNIST, data parallel over the ranks that tarantella starts.\n\n"
-                       "Examples:\n"
-                       "  tarantella -n 2 -- build/bin/fashion_mnist\n"
-                       "  tarantella -n 2 -- build/bin/fashion_mnist --train_epochs=10 --batch_size=256\n"
-                       "  build/bin/fashion_mnist --model=mlp --num_train_samples=6000 --train_epochs=1\n"
-                       "  tarantella -n 2 -- build/bin/fashion_mnist --resume   (continue from model_dir)\n");
+  tnt_models::ProgramFlags flags(
+      "fashion_mnist", "Trains a CNN or MLP on Fashion-MNIST, data parallel over the ranks that tarantella starts.",
+      {"tarantella -n 2 -- build/bin/fashion_mnist",
+       "tarantella -n 2 -- build/bin/fashion_mnist --train_epochs=10 --batch_size=256",
+       "build/bin/fashion_mnist --model=mlp --num_train_samples=6000 --train_epochs=1",
+       "tarantella -n 2 -- build/bin/fashion_mnist --resume   (continue from model_dir)"},
+      {.data_dir = kDefaultDataDir,
+       .data_dir_help = "directory with the four Fashion-MNIST IDX files (plain or .gz)",
+       .model_dir = "./fashion_mnist_model",
+       .model_dir_help = "where history.csv and checkpoint.safetensors go",
+       .batch_size = 128,
+       .train_epochs = 5,
+       .epochs_between_evals_help = "evaluate on the test set every this many epochs",
+       .seed_help = "seed of weights and shuffling",
+       .verbose = 1});
   // clang-format off
-  cli.add_options()
-    ("data_dir", "directory with the four Fashion-MNIST IDX files (plain or .gz)", cxxopts::value<std::string>()->default_value(kDefaultDataDir))
+  flags.add_options()
     ("model", "cnn or mlp", cxxopts::value<std::string>()->default_value("cnn"))
-    ("batch_size", "GLOBAL batch size (split across the ranks)", cxxopts::value<int64_t>()->default_value("128"))
-    ("train_epochs", "epochs to train", cxxopts::value<int>()->default_value("5"))
-    ("epochs_between_evals", "evaluate on the test set every this many epochs", cxxopts::value<int>()->default_value("1"))
     ("optimizer", "adam or sgd", cxxopts::value<std::string>()->default_value("adam"))
     ("learning_rate", "learning rate (default: 0.001 for adam, 0.01 for sgd)", cxxopts::value<double>())
-    ("seed", "seed of weights and shuffling", cxxopts::value<uint64_t>()->default_value("42"))
-    ("model_dir", "where history.csv and checkpoint.safetensors go", cxxopts::value<std::string>()->default_value("./fashion_mnist_model"))
     ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
     ("num_train_samples", "use only the first N training samples (0 = all)", cxxopts::value<int64_t>()->default_value("0"))
-    ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"))
-    ("verbose", "0 silent, 1 progress bar, 2 a line per epoch", cxxopts::value<int>()->default_value("1"))
-    ("h,help", "this help");
+    ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"));
   // clang-format on
-
-  cxxopts::ParseResult args;
-  try {
-    args = cli.parse(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "fashion_mnist: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  if (args.count("help")) {
-    std::cout << cli.help() << "\n";
-    return 0;
-  }
+  if (std::optional<int> status = flags.parse(argc, argv)) return *status;
 
   return tnt::run_main(argc, argv, [&] {
-    const std::string data_dir = args["data_dir"].as<std::string>();
+    const cxxopts::ParseResult& args = flags.args();
     const std::string model_kind = args["model"].as<std::string>();
     const std::string opt_kind = args["optimizer"].as<std::string>();
-    const std::string model_dir = args["model_dir"].as<std::string>();
-    const int64_t batch_size = args["batch_size"].as<int64_t>();
-    const int epochs = args["train_epochs"].as<int>();
-    const int between_evals = args["epochs_between_evals"].as<int>();
-    const uint64_t seed = args["seed"].as<uint64_t>();
+    TNT_INPUT_CHECK(model_kind == "cnn" || model_kind == "mlp", "--model={}: expected cnn or mlp", model_kind);
+    TNT_INPUT_CHECK(opt_kind == "adam" || opt_kind == "sgd", "--optimizer={}: expected adam or sgd", opt_kind);
+    const tnt_models::CommonFlags common = flags.common();
     const int64_t num_train = args["num_train_samples"].as<int64_t>();
-    if (model_kind != "cnn" && model_kind != "mlp") throw tnt::InputError(fmt::format("--model={}: expected cnn or mlp", model_kind));
-    if (opt_kind != "adam" && opt_kind != "sgd") throw tnt::InputError(fmt::format("--optimizer={}: expected adam or sgd", opt_kind));
-    if (batch_size <= 0) throw tnt::InputError(fmt::format("--batch_size={}: must be positive", batch_size));
-    if (epochs < 0) throw tnt::InputError(fmt::format("--train_epochs={}: must be at least 0", epochs));
-    if (between_evals <= 0) throw tnt::InputError(fmt::format("--epochs_between_evals={}: must be positive", between_evals));
-    if (num_train < 0) throw tnt::InputError(fmt::format("--num_train_samples={}: must be at least 0", num_train));
-    if (!std::filesystem::is_directory(data_dir)) {
-      throw tnt::InputError(fmt::format("--data_dir={}: no such directory (install Debian's dataset-fashion-mnist, or point it at the IDX files)", data_dir));
-    }
+    TNT_INPUT_CHECK(num_train >= 0, "--num_train_samples={}: must be at least 0", num_train);
+    TNT_INPUT_CHECK(
+        std::filesystem::is_directory(common.data_dir),
+        "--data_dir={}: no such directory (install Debian's dataset-fashion-mnist, or point it at the IDX files)",
+        common.data_dir);
 
-    tnt::MnistSplit train = tnt::load_mnist_dir(data_dir, "train");
-    tnt::MnistSplit test = tnt::load_mnist_dir(data_dir, "t10k");
+    tnt::MnistSplit train = tnt::load_mnist_dir(common.data_dir, "train");
+    tnt::MnistSplit test = tnt::load_mnist_dir(common.data_dir, "t10k");
     if (num_train > 0 && num_train < train.images.dim(0)) {
       train.images = train.images.slice_rows(0, num_train);
       train.labels = train.labels.slice_rows(0, num_train);
     }
     const int64_t n_train = train.images.dim(0);
-    if (batch_size > n_train) {
-      throw tnt::InputError(fmt::format("--batch_size={} is larger than the {} training samples", batch_size, n_train));
-    }
+    TNT_INPUT_CHECK(common.batch_size <= n_train, "--batch_size={} is larger than the {} training samples",
+                    common.batch_size, n_train);
 
     auto net = model_kind == "cnn" ? make_cnn() : make_mlp();
     net->build({1, 28, 28});
-    tnt::Model model(net, seed);
+    tnt::Model model(net, common.seed);
     double lr = args.count("learning_rate") ? args["learning_rate"].as<double>() : (opt_kind == "adam" ? 1e-3 : 1e-2);
     std::shared_ptr<tnt::Optimizer> optimizer;
     if (opt_kind == "adam") {
@@ -149,47 +129,43 @@ int main(int argc, char** argv) {
     }
     model.compile(optimizer, std::make_shared<tnt::SoftmaxCrossEntropy>(), {std::make_shared<tnt::Accuracy>()});
 
-    std::error_code ec;
-    if (tnt::is_master_rank()) std::filesystem::create_directories(model_dir, ec);
-    if (ec) throw tnt::InputError(fmt::format("--model_dir={}: cannot create it: {}", model_dir, ec.message()));
-    const std::string checkpoint = model_dir + "/checkpoint.safetensors";
+    tnt_models::create_model_dir(common.model_dir);
+    const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
 
     int initial_epoch = 0;
     if (args["resume"].as<bool>()) {
-      if (!std::filesystem::exists(checkpoint)) {
-        throw tnt::InputError(fmt::format("--resume: no checkpoint at {}", checkpoint));
-      }
+      TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
       initial_epoch = model.load_checkpoint(checkpoint);
       tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
     }
 
-    if (tnt::is_master_rank() && args["verbose"].as<int>() > 0) {
+    if (tnt::is_master_rank() && common.verbose > 0) {
       tnt::print("{}", net->summary());
-      tnt::print("{} ranks, global batch {}, {} training samples, {} test samples", tnt::size(), batch_size, n_train,
-                 test.images.dim(0));
+      tnt::print("{} ranks, global batch {}, {} training samples, {} test samples", tnt::size(), common.batch_size,
+                 n_train, test.images.dim(0));
     }
 
-    auto train_data = tnt::Dataset::from_tensors({train.images, train.labels}).shuffle(n_train, seed);
+    auto train_data = tnt::Dataset::from_tensors({train.images, train.labels}).shuffle(n_train, common.seed);
     auto test_data = tnt::Dataset::from_tensors({test.images, test.labels});
 
     tnt::FitOptions fit;
-    fit.batch_size = batch_size;
-    fit.epochs = epochs;
+    fit.batch_size = common.batch_size;
+    fit.epochs = common.train_epochs;
     fit.initial_epoch = initial_epoch;
-    fit.verbose = args["verbose"].as<int>();
+    fit.verbose = common.verbose;
     fit.micro_batch_size = args["micro_batch_size"].as<int64_t>();
     fit.validation_data = test_data;
-    fit.validation_freq = between_evals;
-    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", initial_epoch > 0);
+    fit.validation_freq = common.epochs_between_evals;
+    auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", initial_epoch > 0);
     csv->set_columns({"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "seconds"});
     fit.callbacks = {csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss")};
     tnt::History history = model.fit(train_data, fit);
 
     tnt::EvaluateOptions ev;
-    ev.batch_size = batch_size;
+    ev.batch_size = common.batch_size;
     tnt::Logs result = model.evaluate(test_data, ev);
-    model.save_checkpoint(checkpoint, std::max(epochs, initial_epoch));
+    model.save_checkpoint(checkpoint, std::max(common.train_epochs, initial_epoch));
     tnt::print("Test loss: {:.4f}  test accuracy: {:.4f}  ({} epochs, {} ranks)", result["loss"], result["accuracy"],
-               epochs, tnt::size());
+               common.train_epochs, tnt::size());
   });
 }

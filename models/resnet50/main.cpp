@@ -18,16 +18,13 @@
 // augmented, on --data_workers threads, so no rank reads another rank's files.
 #include "resnet.hpp"
 
+#include "common/flags.hpp"
+
 #include <tarantella/imagenet.hpp>
 #include <tarantella/tarantella.hpp>
 
-#include <cxxopts.hpp>
-
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -152,23 +149,26 @@ class ThroughputLogger : public tnt::Callback {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cxxopts::Options cli("resnet50",
-                       "Trains ResNet-50 v1.5 on ImageNet, data parallel over the ranks that tarantella starts.\n\n"
-                       "Examples:\n"
-                       "  tarantella -n 4 -- build/bin/resnet50 --data_dir=/data/imagenet --batch_size=512 \\\n"
-                       "      --train_epochs=90 --epochs_between_evals=10\n"
-                       "  tarantella -n 2 -- build/bin/resnet50 --use_synthetic_data --batch_size=256 --train_steps=100\n"
-                       "  build/bin/resnet50 --use_synthetic_data --image_size=64 --num_classes=10 --batch_size=32 \\\n"
-                       "      --train_steps=20 --log_steps=5   (a quick CPU throughput check)\n"
-                       "  tarantella -- build/bin/resnet50 --use_synthetic_data --dtype=bf16 --train_steps=100\n"
-                       "      (mixed precision on a GPU: bf16 layers, fp32 master weights)\n");
+  tnt_models::ProgramFlags flags(
+      "resnet50", "Trains ResNet-50 v1.5 on ImageNet, data parallel over the ranks that tarantella starts.",
+      {"tarantella -n 4 -- build/bin/resnet50 --data_dir=/data/imagenet --batch_size=512 \\\n"
+       "--train_epochs=90 --epochs_between_evals=10",
+       "tarantella -n 2 -- build/bin/resnet50 --use_synthetic_data --batch_size=256 --train_steps=100",
+       "build/bin/resnet50 --use_synthetic_data --image_size=64 --num_classes=10 --batch_size=32 \\\n"
+       "--train_steps=20 --log_steps=5   (a quick CPU throughput check)",
+       "tarantella -- build/bin/resnet50 --use_synthetic_data --dtype=bf16 --train_steps=100\n"
+       "(mixed precision on a GPU: bf16 layers, fp32 master weights)"},
+      {.data_dir = "",
+       .data_dir_help = "ImageNet directory (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG)",
+       .model_dir = "./resnet50_model",
+       .model_dir_help = "where history.csv, checkpoint.safetensors and model.safetensors go",
+       .batch_size = 256,
+       .train_epochs = 90,
+       .epochs_between_evals_help = "evaluate (top-1, top-5) every this many epochs",
+       .seed_help = "seed of weights and data",
+       .verbose = 2});
   // clang-format off
-  cli.add_options()
-    ("data_dir", "ImageNet directory (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG)", cxxopts::value<std::string>()->default_value(""))
-    ("model_dir", "where history.csv, checkpoint.safetensors and model.safetensors go", cxxopts::value<std::string>()->default_value("./resnet50_model"))
-    ("batch_size", "GLOBAL batch size (split across the ranks)", cxxopts::value<int64_t>()->default_value("256"))
-    ("train_epochs", "epochs to train", cxxopts::value<int>()->default_value("90"))
-    ("epochs_between_evals", "evaluate (top-1, top-5) every this many epochs", cxxopts::value<int>()->default_value("1"))
+  flags.add_options()
     ("enable_checkpoint_and_export", "checkpoint after every epoch, export the weights at the end", cxxopts::value<bool>()->default_value("false"))
     ("use_synthetic_data", "random images instead of ImageNet (throughput measurements)", cxxopts::value<bool>()->default_value("false"))
     ("synthetic_samples", "with --use_synthetic_data: training samples per epoch (ImageNet's size by default)", cxxopts::value<int64_t>()->default_value(std::to_string(kImageNetTrainSamples)))
@@ -180,32 +180,15 @@ int main(int argc, char** argv) {
     ("label_smoothing", "label smoothing of the cross-entropy", cxxopts::value<double>()->default_value("0.0"))
     ("zero_init_residual", "start the last BatchNorm of each block at 0", cxxopts::value<bool>()->default_value("false"))
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
-    ("seed", "seed of weights and data", cxxopts::value<uint64_t>()->default_value("42"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
     ("log_steps", "print images/s every this many steps (0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
-    ("data_workers", "threads decoding and augmenting images on each rank", cxxopts::value<int>()->default_value("4"))
-    ("verbose", "0 silent, 1 progress bar, 2 a line per epoch", cxxopts::value<int>()->default_value("2"))
-    ("h,help", "this help");
+    ("data_workers", "threads decoding and augmenting images on each rank", cxxopts::value<int>()->default_value("4"));
   // clang-format on
-
-  cxxopts::ParseResult args;
-  try {
-    args = cli.parse(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << "resnet50: " << e.what() << " (see --help)\n";
-    return 2;
-  }
-  if (args.count("help")) {
-    std::cout << cli.help() << "\n";
-    return 0;
-  }
+  if (std::optional<int> status = flags.parse(argc, argv)) return *status;
 
   return tnt::run_main(argc, argv, [&] {
-    const std::string data_dir = args["data_dir"].as<std::string>();
-    const std::string model_dir = args["model_dir"].as<std::string>();
-    const int64_t batch_size = args["batch_size"].as<int64_t>();
-    const int epochs = args["train_epochs"].as<int>();
-    const int between_evals = args["epochs_between_evals"].as<int>();
+    const cxxopts::ParseResult& args = flags.args();
+    const tnt_models::CommonFlags common = flags.common();
     const bool synthetic = args["use_synthetic_data"].as<bool>();
     const int64_t synthetic_samples = args["synthetic_samples"].as<int64_t>();
     const int64_t synthetic_eval_samples = args["synthetic_eval_samples"].as<int64_t>();
@@ -215,27 +198,22 @@ int main(int argc, char** argv) {
     const int64_t warmup_epochs = args["warmup_epochs"].as<int64_t>();
     const double label_smoothing = args["label_smoothing"].as<double>();
     const std::string dtype = args["dtype"].as<std::string>();
-    const uint64_t seed = args["seed"].as<uint64_t>();
     const int64_t train_steps = args["train_steps"].as<int64_t>();
     const int64_t log_steps = args["log_steps"].as<int64_t>();
-    const int verbose = args["verbose"].as<int>();
     const int data_workers = args["data_workers"].as<int>();
     const bool checkpoint_and_export = args["enable_checkpoint_and_export"].as<bool>();
 
-    if (batch_size <= 0) throw tnt::InputError(fmt::format("--batch_size={}: must be positive", batch_size));
-    if (epochs < 0) throw tnt::InputError(fmt::format("--train_epochs={}: must be at least 0", epochs));
-    if (between_evals <= 0) throw tnt::InputError(fmt::format("--epochs_between_evals={}: must be positive", between_evals));
-    if (num_classes < 2) throw tnt::InputError(fmt::format("--num_classes={}: must be at least 2", num_classes));
-    if (image_size < 32) throw tnt::InputError(fmt::format("--image_size={}: must be at least 32 (ResNet-50 downsamples by 32)", image_size));
-    if (!(base_lr > 0)) throw tnt::InputError(fmt::format("--base_learning_rate={}: must be positive", base_lr));
-    if (warmup_epochs < 0) throw tnt::InputError(fmt::format("--warmup_epochs={}: must be at least 0", warmup_epochs));
-    if (!(label_smoothing >= 0 && label_smoothing < 1)) throw tnt::InputError(fmt::format("--label_smoothing={}: must be in [0, 1)", label_smoothing));
-    if (train_steps < 0) throw tnt::InputError(fmt::format("--train_steps={}: must be at least 0", train_steps));
-    if (data_workers < 1) throw tnt::InputError(fmt::format("--data_workers={}: must be at least 1", data_workers));
-    if (log_steps < 0) throw tnt::InputError(fmt::format("--log_steps={}: must be at least 0", log_steps));
-    if (dtype != "fp32" && dtype != "bf16" && dtype != "fp16") {
-      throw tnt::InputError(fmt::format("--dtype={}: expected fp32, bf16 or fp16", dtype));
-    }
+    TNT_INPUT_CHECK(num_classes >= 2, "--num_classes={}: must be at least 2", num_classes);
+    TNT_INPUT_CHECK(image_size >= 32, "--image_size={}: must be at least 32 (ResNet-50 downsamples by 32)", image_size);
+    TNT_INPUT_CHECK(base_lr > 0, "--base_learning_rate={}: must be positive", base_lr);
+    TNT_INPUT_CHECK(warmup_epochs >= 0, "--warmup_epochs={}: must be at least 0", warmup_epochs);
+    TNT_INPUT_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label_smoothing={}: must be in [0, 1)",
+                    label_smoothing);
+    TNT_INPUT_CHECK(train_steps >= 0, "--train_steps={}: must be at least 0", train_steps);
+    TNT_INPUT_CHECK(data_workers >= 1, "--data_workers={}: must be at least 1", data_workers);
+    TNT_INPUT_CHECK(log_steps >= 0, "--log_steps={}: must be at least 0", log_steps);
+    TNT_INPUT_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "fp16", "--dtype={}: expected fp32, bf16 or fp16",
+                    dtype);
     // bf16/fp16: mixed precision with f32 master weights (and loss scaling for fp16). On a
     // CPU rank it is emulated (no faster than fp32); Model::compile says so.
     const tnt::Precision precision = tnt::Precision::from_name(dtype);
@@ -246,62 +224,56 @@ int main(int argc, char** argv) {
     std::optional<tnt::DistributedDataset> train_dist, eval_dist;
     int64_t epoch_size = 0;
     if (synthetic) {
-      if (synthetic_samples < batch_size) {
-        throw tnt::InputError(fmt::format("--synthetic_samples={}: smaller than one global batch (--batch_size={})",
-                                          synthetic_samples, batch_size));
-      }
-      if (synthetic_eval_samples < 1) {
-        throw tnt::InputError(fmt::format("--synthetic_eval_samples={}: must be positive", synthetic_eval_samples));
-      }
-      const int64_t pool = std::min(batch_size, kMaxSyntheticPool);
-      train_data = synthetic_device_batches(batch_size, synthetic_samples / batch_size, image_size, num_classes, seed,
-                                            tnt::default_device());
+      TNT_INPUT_CHECK(synthetic_samples >= common.batch_size,
+                      "--synthetic_samples={}: smaller than one global batch (--batch_size={})", synthetic_samples,
+                      common.batch_size);
+      TNT_INPUT_CHECK(synthetic_eval_samples >= 1, "--synthetic_eval_samples={}: must be positive",
+                      synthetic_eval_samples);
+      const int64_t pool = std::min(common.batch_size, kMaxSyntheticPool);
+      train_data = synthetic_device_batches(common.batch_size, synthetic_samples / common.batch_size, image_size,
+                                            num_classes, common.seed, tnt::default_device());
       eval_data = synthetic_imagenet(synthetic_eval_samples, std::min(pool, synthetic_eval_samples), image_size,
-                                     num_classes, seed + 1);
+                                     num_classes, common.seed + 1);
       epoch_size = synthetic_samples;
     } else {
-      if (data_dir.empty()) {
-        throw tnt::InputError("--data_dir is missing: give the ImageNet directory, or --use_synthetic_data");
-      }
+      TNT_INPUT_CHECK(!common.data_dir.empty(),
+                      "--data_dir is missing: give the ImageNet directory, or --use_synthetic_data");
       tnt::ImagenetOptions train_opts;
       train_opts.shuffle = true;
-      train_opts.seed = seed;
-      tnt::Dataset train_files = tnt::imagenet_dataset(data_dir, "train", train_opts);
-      tnt::Dataset val_files = tnt::imagenet_dataset(data_dir, "val");
+      train_opts.seed = common.seed;
+      tnt::Dataset train_files = tnt::imagenet_dataset(common.data_dir, "train", train_opts);
+      tnt::Dataset val_files = tnt::imagenet_dataset(common.data_dir, "val");
       epoch_size = train_files.cardinality();
-      if (epoch_size < batch_size) {
-        throw tnt::InputError(fmt::format("--data_dir={}: {} training images, fewer than one global batch (--batch_size={})",
-                                          data_dir, epoch_size, batch_size));
-      }
+      TNT_INPUT_CHECK(epoch_size >= common.batch_size,
+                      "--data_dir={}: {} training images, fewer than one global batch (--batch_size={})",
+                      common.data_dir, epoch_size, common.batch_size);
       // Training drops the last partial batch (as the tutorial); evaluation pads it, so
       // every validation image counts exactly once.
-      train_dist = train_files.distribute(batch_size, tnt::Remainder::drop)
-                       .map(tnt::imagenet_preprocess(image_size, true, seed), data_workers)
+      train_dist = train_files.distribute(common.batch_size, tnt::Remainder::drop)
+                       .map(tnt::imagenet_preprocess(image_size, true, common.seed), data_workers)
                        .prefetch(4);
-      eval_dist = val_files.distribute(batch_size, tnt::Remainder::pad)
-                      .map(tnt::imagenet_preprocess(image_size, false, seed), data_workers)
+      eval_dist = val_files.distribute(common.batch_size, tnt::Remainder::pad)
+                      .map(tnt::imagenet_preprocess(image_size, false, common.seed), data_workers)
                       .prefetch(4);
     }
 
     auto net = tnt_models::make_resnet50(num_classes, args["zero_init_residual"].as<bool>(), image_size);
-    tnt::Model model(net, seed);
+    tnt::Model model(net, common.seed);
     tnt::SgdOptions sgd;
     sgd.momentum = 0.9;
     sgd.weight_decay = 1e-4;
     sgd.decay_filter = [](const std::string& name) { return !tnt_models::is_batch_norm_parameter(name); };
-    auto schedule = tnt_models::make_lr_schedule(batch_size, epoch_size, warmup_epochs, base_lr);
+    auto schedule = tnt_models::make_lr_schedule(common.batch_size, epoch_size, warmup_epochs, base_lr);
     model.compile(std::make_shared<tnt::SGD>(schedule, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>(label_smoothing),
                   {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)}, precision);
 
-    std::error_code ec;
-    if (tnt::is_master_rank()) std::filesystem::create_directories(model_dir, ec);
-    if (ec) throw tnt::InputError(fmt::format("--model_dir={}: cannot create it: {}", model_dir, ec.message()));
+    tnt_models::create_model_dir(common.model_dir);
 
-    if (verbose > 0) {
+    if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,
                  image_size, image_size);
-      tnt::print("{} ranks, global batch {}, {} training samples per epoch{}, {}", tnt::size(), batch_size, epoch_size,
-                 synthetic ? " (synthetic)" : "", schedule->describe());
+      tnt::print("{} ranks, global batch {}, {} training samples per epoch{}, {}", tnt::size(), common.batch_size,
+                 epoch_size, synthetic ? " (synthetic)" : "", schedule->describe());
       if (precision.mixed()) {
         tnt::print("precision: {} compute, fp32 master weights{}", precision.name(),
                    precision.scales_loss() ? fmt::format(", dynamic loss scaling from {}", precision.initial_scale) : "");
@@ -309,36 +281,37 @@ int main(int argc, char** argv) {
     }
 
     tnt::FitOptions fit;
-    fit.batch_size = batch_size;
+    fit.batch_size = common.batch_size;
     if (synthetic) {  // the data are this rank's micro-batches already
       fit.distribute_dataset = false;
-      fit.micro_batch_size = tnt::micro_batch_size(batch_size, tnt::rank(), tnt::size());
+      fit.micro_batch_size = tnt::micro_batch_size(common.batch_size, tnt::rank(), tnt::size());
     }
-    fit.epochs = epochs;
-    fit.verbose = verbose;
+    fit.epochs = common.train_epochs;
+    fit.verbose = common.verbose;
     if (train_dist) {
       fit.distributed_validation_data = eval_dist;
     } else {
       fit.validation_data = eval_data;
     }
-    fit.validation_freq = between_evals;
-    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv");
+    fit.validation_freq = common.epochs_between_evals;
+    auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv");
     std::vector<std::string> columns{"loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy",
                                      "val_top5_accuracy", "learning_rate", "seconds"};
     if (precision.scales_loss()) columns.push_back("loss_scale");
     csv->set_columns(columns);
-    fit.callbacks = {csv, std::make_shared<ThroughputLogger>(batch_size, log_steps)};
+    fit.callbacks = {csv, std::make_shared<ThroughputLogger>(common.batch_size, log_steps)};
     if (train_steps > 0) fit.callbacks.push_back(std::make_shared<StopAfterSteps>(train_steps));
     if (checkpoint_and_export) {
-      fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(model_dir + "/checkpoint.safetensors", "loss"));
+      fit.callbacks.push_back(
+          std::make_shared<tnt::ModelCheckpoint>(common.model_dir + "/checkpoint.safetensors", "loss"));
     }
     tnt::History history = train_dist ? model.fit(*train_dist, fit) : model.fit(train_data, fit);
 
     if (checkpoint_and_export) {
       // Weights only, under torchvision's names: loads into torchvision.models.resnet50.
-      model.save_weights(model_dir + "/model.safetensors");
+      model.save_weights(common.model_dir + "/model.safetensors");
     }
-    if (model.loss_scaler().enabled() && verbose > 0) {
+    if (model.loss_scaler().enabled() && common.verbose > 0) {
       tnt::print("loss scaling: final scale {}, {} of {} steps skipped for overflow", model.loss_scaler().scale(),
                  model.loss_scaler().skipped_steps(), model.global_step());
     }

@@ -1,0 +1,83 @@
+#include "common/flags.hpp"
+
+#include <tarantella/tarantella.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <system_error>
+
+namespace tnt_models {
+namespace {
+
+constexpr int kExitBadCommandLine = 2;
+
+std::string help_text(const std::string& summary, const std::vector<std::string>& examples) {
+  std::string text = summary + "\n\nExamples:\n";
+  for (const std::string& example : examples) {
+    std::istringstream lines(example);
+    std::string line;
+    bool first = true;
+    while (std::getline(lines, line)) {
+      text += (first ? "  " : "      ") + line + "\n";
+      first = false;
+    }
+  }
+  return text;
+}
+
+}  // namespace
+
+ProgramFlags::ProgramFlags(const std::string& program, const std::string& summary,
+                           const std::vector<std::string>& examples, const CommonFlagDefaults& defaults)
+    : program_(program), cli_(program, help_text(summary, examples)) {
+  // clang-format off
+  cli_.add_options()
+    ("data_dir", defaults.data_dir_help, cxxopts::value<std::string>()->default_value(defaults.data_dir))
+    ("model_dir", defaults.model_dir_help, cxxopts::value<std::string>()->default_value(defaults.model_dir))
+    ("batch_size", "GLOBAL batch size (split across the ranks)", cxxopts::value<int64_t>()->default_value(std::to_string(defaults.batch_size)))
+    ("train_epochs", "epochs to train", cxxopts::value<int>()->default_value(std::to_string(defaults.train_epochs)))
+    ("epochs_between_evals", defaults.epochs_between_evals_help, cxxopts::value<int>()->default_value("1"))
+    ("seed", defaults.seed_help, cxxopts::value<uint64_t>()->default_value("42"))
+    ("verbose", "0 silent, 1 progress bar, 2 a line per epoch", cxxopts::value<int>()->default_value(std::to_string(defaults.verbose)));
+  // clang-format on
+}
+
+std::optional<int> ProgramFlags::parse(int argc, char** argv) {
+  // Added here rather than with the shared flags so that --help lists it last.
+  cli_.add_options()("h,help", "this help");
+  try {
+    args_ = cli_.parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << program_ << ": " << e.what() << " (see --help)\n";
+    return kExitBadCommandLine;
+  }
+  if (args_.count("help")) {
+    std::cout << cli_.help() << "\n";
+    return 0;
+  }
+  return std::nullopt;
+}
+
+CommonFlags ProgramFlags::common() const {
+  CommonFlags f;
+  f.data_dir = args_["data_dir"].as<std::string>();
+  f.model_dir = args_["model_dir"].as<std::string>();
+  f.batch_size = args_["batch_size"].as<int64_t>();
+  f.train_epochs = args_["train_epochs"].as<int>();
+  f.epochs_between_evals = args_["epochs_between_evals"].as<int>();
+  f.seed = args_["seed"].as<uint64_t>();
+  f.verbose = args_["verbose"].as<int>();
+  TNT_INPUT_CHECK(f.batch_size > 0, "--batch_size={}: must be positive", f.batch_size);
+  TNT_INPUT_CHECK(f.train_epochs >= 0, "--train_epochs={}: must be at least 0", f.train_epochs);
+  TNT_INPUT_CHECK(f.epochs_between_evals > 0, "--epochs_between_evals={}: must be positive", f.epochs_between_evals);
+  return f;
+}
+
+void create_model_dir(const std::string& model_dir) {
+  std::error_code ec;
+  if (tnt::is_master_rank()) std::filesystem::create_directories(model_dir, ec);
+  TNT_INPUT_CHECK(!ec, "--model_dir={}: cannot create it: {}", model_dir, ec.message());
+}
+
+}  // namespace tnt_models

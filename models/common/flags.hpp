@@ -1,0 +1,84 @@
+// The command line that every training program shares: the flags of the original
+// tutorials (TF Model Garden style: --data_dir, --batch_size as the GLOBAL batch,
+// --train_epochs, ...), their checks, --help with examples, and the exit statuses.
+//
+// A program gives the defaults and words that differ between programs, adds its own flags,
+// parses before tnt::run_main (a bad command line is found on every rank alike, before MPI
+// starts), and reads the shared values inside run_main, where a bad value becomes an
+// InputError: "error: --flag=value: problem" and a non-zero exit on every rank.
+#pragma once
+
+// GCC 12 reports a false -Wrestrict inside cxxopts' integer parsing (GCC bug 105329),
+// depending on how a program's code gets inlined: silenced for this header alone.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wrestrict"
+#endif
+#include <cxxopts.hpp>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tnt_models {
+
+// What the shared flags look like in one program. --epochs_between_evals defaults to 1 and
+// --seed to 42 in every program, so only their words are the program's.
+struct CommonFlagDefaults {
+  std::string data_dir;
+  std::string data_dir_help;
+  std::string model_dir;
+  std::string model_dir_help;
+  int64_t batch_size = 0;
+  int train_epochs = 0;
+  std::string epochs_between_evals_help;
+  std::string seed_help;
+  int verbose = 1;
+};
+
+struct CommonFlags {
+  std::string data_dir;
+  std::string model_dir;
+  int64_t batch_size = 0;  // GLOBAL: split across the ranks
+  int train_epochs = 0;
+  int epochs_between_evals = 1;
+  uint64_t seed = 0;
+  int verbose = 1;
+};
+
+class ProgramFlags {
+ public:
+  // Each example is one command line; a '\n' in it continues it on an indented line.
+  ProgramFlags(const std::string& program, const std::string& summary, const std::vector<std::string>& examples,
+               const CommonFlagDefaults& defaults);
+  ProgramFlags(const ProgramFlags&) = delete;  // cxxopts' adders refer to cli_
+  ProgramFlags& operator=(const ProgramFlags&) = delete;
+
+  // The program's own flags; --help lists them after the shared ones.
+  cxxopts::OptionAdder add_options() { return cli_.add_options(); }
+
+  // An exit status when the program should end here: 0 after printing --help, 2 after a
+  // command line that does not parse ("<program>: <why> (see --help)" on stderr).
+  std::optional<int> parse(int argc, char** argv);
+
+  const cxxopts::ParseResult& args() const { return args_; }
+
+  // The shared values, checked in this order: --batch_size, --train_epochs,
+  // --epochs_between_evals. Throws tnt::InputError naming the first bad one.
+  CommonFlags common() const;
+
+ private:
+  std::string program_;
+  cxxopts::Options cli_;
+  cxxopts::ParseResult args_;
+};
+
+// Creates --model_dir on the master rank (the only rank that writes files). Throws
+// tnt::InputError naming the flag when it cannot.
+void create_model_dir(const std::string& model_dir);
+
+}  // namespace tnt_models

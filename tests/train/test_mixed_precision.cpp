@@ -7,7 +7,7 @@
 // against the CPU by the gpu-labelled tests.
 #include <catch2/catch.hpp>
 
-#include "../support/temp_dir.hpp"
+#include "temp_dir.hpp"
 #include "tarantella/tarantella.hpp"
 
 #include <cmath>

@@ -5,7 +5,7 @@
 // (outer, K, inner, 1) view of the input, in its ACCURATE (max-subtracting) form.
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 namespace tnt::cuda {
 

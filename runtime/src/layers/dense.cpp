@@ -5,7 +5,7 @@
 #include "tarantella/layers/dense.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 namespace tnt {
 

@@ -16,7 +16,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 #include <climits>
 

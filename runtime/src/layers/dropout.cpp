@@ -1,6 +1,6 @@
 #include "tarantella/layers/dropout.hpp"
 
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 #include "core/philox.hpp"
 
 namespace tnt {

@@ -4,7 +4,7 @@
 // bit. The mask is not stored: backward draws it again from (key, base), which the
 // forward leaves in SavedState::extra.
 #include "backend/cuda/device_common.cuh"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 #include "core/philox.hpp"
 
 #include <memory>

@@ -1,20 +1,11 @@
 #include "tarantella/layer.hpp"
 
-#include "layers/cuda_engines.hpp"
 #include "tarantella/check.hpp"
 
 #include <map>
 #include <mutex>
 
 namespace tnt {
-
-namespace detail {
-void no_cuda_engine(const char* what) {
-  throw Error(fmt::format("{}: the input is on a CUDA device, but this libtarantella was built without CUDA "
-                          "(configure with -DTNT_CUDA=ON on a machine with the CUDA toolkit, cuDNN and NCCL)",
-                          what));
-}
-}  // namespace detail
 
 const Tensor& compute_value(const Parameter& param, DType dtype, const std::string& layer_name) {
   if (param.value.dtype() == dtype) return param.value;

@@ -6,7 +6,7 @@
 #include "tarantella/layers/pooling.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 namespace tnt {
 

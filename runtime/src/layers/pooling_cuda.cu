@@ -9,7 +9,7 @@
 // GlobalAveragePool is ours (one warp per (n, c) plane).
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 #include <memory>
 

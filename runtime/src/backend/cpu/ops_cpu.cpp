@@ -4,7 +4,7 @@
 #include "tarantella/ops.hpp"
 
 #include "core/half.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 #include "tarantella/check.hpp"
 
 #include <cmath>

@@ -5,7 +5,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/device_api.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 #include <cmath>
 #include <limits>

@@ -4,7 +4,7 @@
 // (correct, counted, first bad row) come back to the host in one copy.
 #include "backend/cuda/device_common.cuh"
 #include "backend/device_api.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 namespace tnt::cuda {
 

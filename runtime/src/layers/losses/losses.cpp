@@ -2,7 +2,7 @@
 // any logit range) and keeps the softmax for backward, so backward is one pass.
 #include "tarantella/loss.hpp"
 
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 #include "tarantella/ops.hpp"
 
 #include <cmath>

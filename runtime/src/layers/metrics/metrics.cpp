@@ -1,6 +1,6 @@
 #include "tarantella/metrics.hpp"
 
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 namespace tnt {
 

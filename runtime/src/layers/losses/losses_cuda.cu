@@ -5,7 +5,7 @@
 // that cross-entropy reads back one word to report a label outside [0, K) as the CPU does.
 #include "backend/cuda/device_common.cuh"
 #include "backend/device_api.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 
 #include <memory>
 

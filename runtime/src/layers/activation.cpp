@@ -2,6 +2,7 @@
 #include "tarantella/layers/activation.hpp"
 
 #include "backend/dispatch.hpp"
+#include "layers/activation_cuda.hpp"
 
 #include <cmath>
 

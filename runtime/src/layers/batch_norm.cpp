@@ -5,6 +5,7 @@
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
+#include "layers/batch_norm_cuda.hpp"
 #include "tarantella/ops.hpp"
 
 namespace tnt {

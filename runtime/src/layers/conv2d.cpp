@@ -12,6 +12,7 @@
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
+#include "layers/conv2d_cuda.hpp"
 #include "tarantella/ops.hpp"
 
 namespace tnt {

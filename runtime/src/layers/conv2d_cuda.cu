@@ -19,11 +19,12 @@
 // half tensor (beta 0) that accumulate_as_float adds to the f32 master gradient. The f32
 // bias is added by our kernel in float to cuDNN's already rounded half output, so that
 // output is rounded twice (cudnnAddTensor wants the bias in the output's dtype).
+#include "layers/conv2d_cuda.hpp"
+
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"
-#include "backend/dispatch.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <array>

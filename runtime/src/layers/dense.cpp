@@ -6,6 +6,7 @@
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
+#include "layers/dense_cuda.hpp"
 
 namespace tnt {
 

@@ -2,6 +2,7 @@
 
 #include "backend/dispatch.hpp"
 #include "core/philox.hpp"
+#include "layers/dropout_cuda.hpp"
 
 namespace tnt {
 

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
+#include "layers/pooling_cuda.hpp"
 
 namespace tnt {
 

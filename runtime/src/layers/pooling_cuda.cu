@@ -7,9 +7,10 @@
 // overlapping windows (3x3 stride 2) stay deterministic.
 // AvgPool2D is cuDNN's average pooling excluding padding (deterministic in both passes).
 // GlobalAveragePool is ours (one warp per (n, c) plane).
+#include "layers/pooling_cuda.hpp"
+
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
-#include "backend/dispatch.hpp"
 
 #include <memory>
 

@@ -6,6 +6,8 @@
 #include "tarantella/layers.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <cmath>
+#include <limits>
 #include <memory>
 
 using namespace tnt;
@@ -258,6 +260,70 @@ TEST_CASE("MaxPool2D on CUDA: the first maximum wins, padding never does", "[gpu
   Tensor neg = Tensor::full({1, 1, 3, 3}, -2.0, DType::f32, gpu());
   std::vector<float> out = padded.forward({neg}, rc, s2)[0].to_vector();
   for (float v : out) CHECK(v == -2.0f);
+}
+
+TEST_CASE("MaxPool2D on CUDA: a NaN anywhere in a window is the output, as on the CPU", "[gpu][layers]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  {
+    // One window, the NaN third (the review's case: a kernel that lets only a leading NaN
+    // win outputs 3 here). The gradient goes to the NaN.
+    MaxPool2D pool(2, 2, 0, "nan_last");
+    pool.to(gpu());
+    SavedState s;
+    RunContext rc = context(true, gpu());
+    Tensor x = Tensor::from_vector({1.0f, 2.0f, nan, 3.0f}, {1, 1, 2, 2}).to(gpu());
+    std::vector<float> y = pool.forward({x}, rc, s)[0].to_vector();
+    REQUIRE(y.size() == 1);
+    CHECK(std::isnan(y[0]));
+    Tensor dx = pool.backward({Tensor::full({1, 1, 1, 1}, 3.0, DType::f32, gpu())}, rc, s)[0];
+    CHECK(dx.to_vector() == std::vector<float>{0.0f, 0.0f, 3.0f, 0.0f});
+  }
+  struct Case {
+    Shape x;
+    int64_t pool, stride, padding;
+    int64_t nan_every;  // a NaN at every nan_every-th element
+  };
+  // 2x2 stride 2 (the CPU's branch-free loop): windows of 4 on 8 x 8, a NaN every 5th
+  // element, so at most one per window and at every position within one. 3x3 windows with
+  // overlap and padding (the CPU's general loop): several NaNs in some windows.
+  for (const Case& c : {Case{{2, 3, 8, 8}, 2, 0, 0, 5}, Case{{2, 3, 9, 9}, 3, 2, 1, 7},
+                        Case{{1, 2, 7, 6}, 3, 1, 1, 11}}) {
+    INFO("input " << shape_str(c.x) << ", pool " << c.pool << ", stride " << c.stride << ", padding " << c.padding);
+    auto [a, b] = twins<MaxPool2D>({c.x}, c.pool, c.stride, c.padding, "maxpool_nan");
+    Tensor x = test::random_tensor(c.x, "maxpool_nan_x");
+    float* xs = x.data<float>();
+    for (int64_t i = c.nan_every / 2; i < x.numel(); i += c.nan_every) xs[i] = nan;
+    Run r = run_both(*a, *b, {x}, true, "maxpool_nan");
+    int64_t nans = 0;
+    for (float v : r.y_cpu[0].to_vector()) nans += std::isnan(v);
+    REQUIRE(nans > 0);  // the case tests something
+    // A selection: NaN exactly where the CPU has NaN (require_equal takes NaN == NaN),
+    // every other value equal.
+    require_equal(r.y_gpu[0], r.y_cpu[0], "y");
+    // The gradient goes to the same element on both sides (the window's first NaN); sums
+    // over overlapping windows as in the case without NaNs above.
+    require_close(r.dx_gpu[0], r.dx_cpu[0], 8 * 9 * kUnitFp32, 0, "dx");
+  }
+}
+
+TEST_CASE("ReLU on CUDA: NaN, infinities and signed zeros as on the CPU", "[gpu][layers]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> special = {nan, -nan, inf, -inf, 0.0f, -0.0f, 0.5f, -0.5f, 2.0f, -2.0f};
+  auto [a, b] = twins<ReLU>({{2, 10}}, "relu_special");
+  std::vector<float> v = special;
+  v.insert(v.end(), special.rbegin(), special.rend());
+  Run r = run_both(*a, *b, {Tensor::from_vector(v, {2, 10})}, true, "relu_special");
+  // The CPU engine's rule, y = x > 0 ? x : 0: a NaN gives 0, and so does its gradient.
+  require_equal(r.y_gpu[0], r.y_cpu[0], "y");
+  require_equal(r.dx_gpu[0], r.dx_cpu[0], "dx");
+  std::vector<float> y = r.y_gpu[0].to_vector(), dx = r.dx_gpu[0].to_vector();
+  for (size_t i : {size_t{0}, size_t{1}, size_t{18}, size_t{19}}) {
+    INFO("element " << i << " (NaN)");
+    CHECK(y[i] == 0.0f);  // also fails for a NaN, which require_equal lets pass on both sides
+    CHECK(dx[i] == 0.0f);
+  }
+  CHECK(y[2] == inf);
+  CHECK(y[3] == 0.0f);
 }
 
 TEST_CASE("AvgPool2D and GlobalAveragePool: CUDA engines match the CPU engines", "[gpu][layers]") {

@@ -114,8 +114,10 @@ struct MixedRun {
 
 // Forward and backward of a single-input layer: a (CPU, f32) on rounded values, b (GPU) in
 // `dtype`. Every parameter gradient starts from the same random values on both sides
-// (backward must ADD to them, in f32).
-MixedRun run_mixed(Layer& a, Layer& b, const Tensor& x, DType dtype, bool training, const std::string& key) {
+// (backward must ADD to them, in f32). need_input_grads false: as for a network's first
+// layer, backward returns no input gradient (dx_cpu and dx_gpu stay undefined).
+MixedRun run_mixed(Layer& a, Layer& b, const Tensor& x, DType dtype, bool training, const std::string& key,
+                   bool need_input_grads = true) {
   MixedRun r;
   auto pa = a.parameters(), pb = b.parameters();
   REQUIRE(pa.size() == pb.size());
@@ -129,6 +131,8 @@ MixedRun run_mixed(Layer& a, Layer& b, const Tensor& x, DType dtype, bool traini
   }
   r.x = rounded(x, dtype);
   SavedState sa, sb;
+  sa.need_input_grads = need_input_grads;
+  sb.need_input_grads = need_input_grads;
   std::vector<Tensor> ya = a.forward({r.x}, context(training, Device::cpu()), sa);
   std::vector<Tensor> yb = b.forward({half_on_gpu(r.x, dtype)}, context(training, gpu()), sb);
   REQUIRE(ya.size() == 1);
@@ -151,6 +155,10 @@ MixedRun run_mixed(Layer& a, Layer& b, const Tensor& x, DType dtype, bool traini
   std::vector<Tensor> dxb = b.backward({half_on_gpu(r.dy, dtype)}, context(training, gpu()), sb);
   REQUIRE(dxa.size() == 1);
   REQUIRE(dxb.size() == 1);
+  if (!need_input_grads) {
+    REQUIRE(!dxb[0].defined());
+    return r;
+  }
   r.dx_cpu = dxa[0];
   r.dx_gpu = dxb[0];
   REQUIRE(r.dx_gpu.dtype() == dtype);
@@ -192,6 +200,27 @@ AbsSums abs_sums(const MixedRun& r, const Tensor& w, Args... args) {
   out.dx = c->backward({abs_of(r.dy)}, rc, s)[0];
   out.dw = c->weight().grad.clone();
   return out;
+}
+
+// A network's first Conv2D (need_input_grads false, as the graph sets it) on 3 input channels
+// in `h`'s format. cuDNN may offer no backward-data algorithm for such a convolution (in
+// deterministic mode especially), and this layer never needs one: forward and backward must
+// run, return no dx, and match the f32 CPU engine (tolerances of the Conv2D case below).
+void check_first_layer_conv(const HalfFormat& h) {
+  INFO(dtype_name(h.dtype));
+  const Shape xs{4, 3, 16, 16};
+  const int64_t filters = 8, kernel = 3;
+  const Conv2DOptions opts{.stride = 1, .padding = 1, .use_bias = true};
+  auto [a, b] = twins<Conv2D>({xs}, filters, kernel, opts, "mp_first_conv");
+  set_both(*a->bias(), *b->bias(), "mp_first_conv_bias", -0.5f, 0.5f);
+  MixedRun r = run_mixed(*a, *b, test::random_tensor(xs, "mp_first_conv_x"), h.dtype, true, "mp_first_conv",
+                         /*need_input_grads=*/false);
+  AbsSums s = abs_sums<Conv2D>(r, a->weight().value, filters, kernel, opts, "mp_first_conv");
+  const Shape& ys = r.y_cpu.shape();
+  const int64_t k_fwd = xs[1] * kernel * kernel, k_filter = ys[0] * ys[2] * ys[3];
+  require_within(r.y_gpu, r.y_cpu, h.tiny, h.u, s.y, 3 * h.u + k_fwd * kAccumulation, "y");
+  require_within(b->weight().grad, a->weight().grad, h.tiny, kUlp, s.dw, 3 * h.u + k_filter * kAccumulation, "dW");
+  require_close(b->bias()->grad, a->bias()->grad, dot_atol(k_filter, 1, 1, kUnitFp32), kUlp, "db");
 }
 
 }  // namespace
@@ -258,6 +287,18 @@ TEST_CASE("Conv2D on CUDA in f16 and bf16 matches the f32 CPU engine", "[gpu][mi
       }
     }
   }
+}
+
+TEST_CASE("Conv2D on CUDA in f16 and bf16 as a first layer: no input gradient, none planned",
+          "[gpu][mixed_precision]") {
+  for (const HalfFormat& h : kFormats) check_first_layer_conv(h);
+}
+
+// Run by the CTest entry gpu_mixed_precision_deterministic with TNT_DETERMINISTIC=1, where
+// only deterministic algorithms count (fewer for half data with 3 channels).
+TEST_CASE("Conv2D on CUDA in f16 and bf16 as a first layer, deterministic mode", "[.deterministic]") {
+  REQUIRE(tnt::config().deterministic);
+  for (const HalfFormat& h : kFormats) check_first_layer_conv(h);
 }
 
 TEST_CASE("BatchNorm on CUDA in f16 and bf16 (cuDNN's mixed mode) matches the f32 CPU engine",

@@ -125,6 +125,17 @@ TEST_CASE("ReLU, Softmax, Flatten, Add values", "[forward]") {
   CHECK_THROWS_WITH(run(add, {Tensor::zeros({2}), Tensor::zeros({3})}), Catch::Contains("add"));
 }
 
+TEST_CASE("ReLU maps a NaN to 0 (y = x > 0 ? x : 0), and its gradient too", "[forward]") {
+  // The rule layers/activation_cuda.hpp states and the GPU tests hold the CUDA engine to.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  ReLU relu("r_nan");
+  SavedState s;
+  std::vector<float> y = relu.forward({Tensor::from_vector({nan, -nan, inf, -inf}, {4})}, {}, s)[0].to_vector();
+  CHECK(y == std::vector<float>{0.0f, 0.0f, inf, 0.0f});
+  std::vector<float> dx = relu.backward({Tensor::full({4}, 1.0)}, {}, s)[0].to_vector();
+  CHECK(dx == std::vector<float>{0.0f, 0.0f, 1.0f, 0.0f});
+}
+
 TEST_CASE("BatchNorm: batch statistics, running averages, inference", "[forward]") {
   BatchNorm bn({.momentum = 0.1, .epsilon = 1e-5}, "bn");
   // channel 0: values 1..8, channel 1: 2 * (1..8); N = 2, H = 2, W = 2

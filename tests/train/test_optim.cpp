@@ -6,6 +6,8 @@
 #include "tarantella/optim.hpp"
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 using namespace tnt;
@@ -217,4 +219,86 @@ TEST_CASE("optim: bad hyperparameters are reported") {
   CHECK_THROWS_WITH(SGD(0.1, {.momentum = 0.0, .nesterov = true}), Catch::Contains("nesterov"));
   CHECK_THROWS_WITH(Adam(0.1, {.beta1 = 1.0}), Catch::Contains("betas"));
   CHECK_THROWS(SGD(-1.0));
+}
+
+namespace {
+
+// splitmix64: inputs of the pinned-bits test that depend on nothing in the library.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [-scale, scale) times a magnitude from 1e-3 to 10, so that weight decay, eps
+// and the momentum terms all reach the low bits. Plain float arithmetic on exact values:
+// the same inputs on every machine.
+std::vector<float> pinned_values(int64_t n, uint64_t stream, float scale) {
+  constexpr float kMagnitude[] = {1e-3f, 1e-2f, 0.1f, 1.0f, 10.0f};
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t b = mix(stream * 0x100000000ull + static_cast<uint64_t>(i));
+    const float u = static_cast<float>(b >> 40) * 0x1p-24f;  // [0, 1), exact
+    v[static_cast<size_t>(i)] = (2.0f * u - 1.0f) * scale * kMagnitude[i % 5];
+  }
+  return v;
+}
+
+// FNV-1a over the float bits of the parameter and of every state slot.
+uint64_t fnv1a(uint64_t h, const std::vector<float>& values) {
+  for (float f : values) {
+    uint32_t bits = 0;
+    std::memcpy(&bits, &f, sizeof bits);
+    for (int byte = 0; byte < 4; ++byte) {
+      h ^= (bits >> (8 * byte)) & 0xffu;
+      h *= 0x100000001b3ull;
+    }
+  }
+  return h;
+}
+
+uint64_t pinned_hash(Optimizer& opt) {
+  // 100003: a prime (the vector loop's remainder runs) above the CPU loops' parallel
+  // threshold (sgd.cpp, adam.cpp: 2^15), so the threaded path is the one pinned.
+  const int64_t n = 100003;
+  Parameter p;
+  p.value = Tensor::from_vector(pinned_values(n, 1, 0.3f), {n});
+  p.grad = Tensor::zeros({n});
+  for (uint64_t step = 0; step < 3; ++step) {
+    p.grad.copy_from(Tensor::from_vector(pinned_values(n, 2 + step, 0.1f), {n}));
+    opt.step({{"w", &p}});
+  }
+  uint64_t h = fnv1a(0xcbf29ce484222325ull, p.value.to_vector());
+  for (const NamedTensor& t : opt.named_state()) {
+    if (t.tensor.dtype() == DType::f32) h = fnv1a(h, t.tensor.to_vector());
+  }
+  return h;
+}
+
+}  // namespace
+
+// The exact bits of every CPU update rule, pinned. The hashes were recorded from the update
+// loops as they were before the rules moved to optim/update_rules.hpp (commit 558d7d2), so
+// a change of any rule's arithmetic (an operation order, a float that was a double, a
+// scalar rounded differently) fails here even far below the tolerances of the checks
+// above. They hold for this toolchain: GCC contracts a * b + c into FMA instructions
+// under -march=x86-64-v3 (runtime/CMakeLists.txt). Another compiler or other flags may
+// change the bits with no rule changed; re-record them only once the PyTorch checks above
+// pass and the rules' source is known to be unchanged.
+TEST_CASE("optim: the CPU update rules' bits are pinned") {
+  SECTION("SGD") {
+    SGD plain(0.1);
+    CHECK(pinned_hash(plain) == 0x5ec9524e31692a85ull);
+    SGD damped(0.05, {.momentum = 0.9, .dampening = 0.1, .weight_decay = 1e-4});
+    CHECK(pinned_hash(damped) == 0xf4eeb92e13fd2ae4ull);
+    SGD nesterov(0.1, {.momentum = 0.9, .weight_decay = 1e-3, .nesterov = true});
+    CHECK(pinned_hash(nesterov) == 0xe08d4af63cd94acaull);
+  }
+  SECTION("Adam and AdamW") {
+    Adam adam(1e-2, {.weight_decay = 1e-2});
+    CHECK(pinned_hash(adam) == 0x6326df49064560b4ull);
+    AdamW adamw(3e-3, {.beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1});
+    CHECK(pinned_hash(adamw) == 0xd1623714c5cc277aull);
+  }
 }

@@ -1,9 +1,10 @@
 // The optimizers' CUDA update kernels against their CPU loops: the same parameters and
 // gradients on both devices, three steps, then |gpu - cpu| <= atol + rtol * |cpu| on the
-// parameters and on every state tensor. Both engines evaluate the same f32 formula with
-// the same precomputed scalars; they differ only where nvcc fuses a multiply and an add
-// (one rounding fewer) and in sqrt/division, which are correctly rounded on both. That is
-// a few ulps per step: rtol 1e-5 (~80 ulps) and atol 1e-7 for elements near zero.
+// parameters and on every state tensor. Both engines call the same rule per element
+// (optim/update_rules.hpp) with the same precomputed scalars; they differ only where one
+// compiler fuses a multiply and an add and the other does not (one rounding fewer), while
+// sqrt and division are correctly rounded on both. That is a few ulps per step: rtol 1e-5
+// (~80 ulps) and atol 1e-7 for elements near zero.
 #include <catch2/catch.hpp>
 
 #include "../gpu/gpu_test_util.hpp"

@@ -1,7 +1,8 @@
 // ReLU and Softmax on the CPU: plain loops (memory-bound; OpenMP over elements or rows).
 #include "tarantella/layers/activation.hpp"
 
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
+#include "layers/activation_cuda.hpp"
 
 #include <cmath>
 

@@ -3,9 +3,10 @@
 // gradient at x == 0 to 0, which cuDNN does not document, and an element-wise pass is
 // memory-bound either way. Softmax along any axis is cuDNN's channel-mode softmax on the
 // (outer, K, inner, 1) view of the input, in its ACCURATE (max-subtracting) form.
+#include "layers/activation_cuda.hpp"
+
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
-#include "layers/cuda_engines.hpp"
 
 namespace tnt::cuda {
 

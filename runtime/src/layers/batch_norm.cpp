@@ -4,7 +4,8 @@
 #include "tarantella/layers/batch_norm.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
+#include "layers/batch_norm_cuda.hpp"
 #include "tarantella/ops.hpp"
 
 namespace tnt {

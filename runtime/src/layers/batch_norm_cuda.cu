@@ -10,11 +10,13 @@
 // because cudnnDeriveBNTensorDescriptor gives FLOAT for half data (our (C) tensors are f32
 // in every mode), and cuDNN computes in float. So dgamma/dbeta are accumulated (beta 1)
 // straight into the f32 master gradients, as for f32 inputs. bf16 needs cuDNN >= 8.1.
+#include "layers/batch_norm_cuda.hpp"
+
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/ops_cuda.hpp"
 #include "backend/cuda/reduce.cuh"
-#include "layers/cuda_engines.hpp"
 
 #include <memory>
 

@@ -11,7 +11,8 @@
 #include "tarantella/layers/conv2d.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
+#include "layers/conv2d_cuda.hpp"
 #include "tarantella/ops.hpp"
 
 namespace tnt {

@@ -1,7 +1,11 @@
 // Conv2D on CUDA with cuDNN. For each input shape a plan (descriptors and the three
 // algorithms: forward, backward data, backward filter) is made once and cached in the
 // layer's CUDA engine cache; workspaces come from the caching allocator per call, so after
-// the first step they are cached blocks.
+// the first step they are cached blocks. A backward algorithm is chosen by the first
+// backward that runs it: a network's first layer never computes its input gradient
+// (SavedState::need_input_grads), and for some configurations (f16/bf16 with 3 input
+// channels, deterministic mode) cuDNN may offer no backward-data algorithm at all, which
+// must not stop a layer that never needs one.
 //
 // Algorithms come from cuDNN's heuristics (Get_v7), best first; we take the first that
 // succeeded, fits kMaxWorkspace and, in deterministic mode (TNT_DETERMINISTIC), is
@@ -19,11 +23,12 @@
 // half tensor (beta 0) that accumulate_as_float adds to the f32 master gradient. The f32
 // bias is added by our kernel in float to cuDNN's already rounded half output, so that
 // output is rounded twice (cudnnAddTensor wants the bias in the output's dtype).
+#include "layers/conv2d_cuda.hpp"
+
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"
-#include "layers/cuda_engines.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <array>
@@ -46,6 +51,7 @@ struct ConvPlan {
   cudnnConvolutionBwdDataAlgo_t bwd_data_algo{};
   cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo{};
   size_t fwd_ws = 0, bwd_data_ws = 0, bwd_filter_ws = 0;
+  bool has_bwd_data = false, has_bwd_filter = false;  // chosen yet (see the top)
   int64_t ho = 0, wo = 0;
 };
 
@@ -117,30 +123,40 @@ ConvPlan& plan_for(Conv2D& layer, const Tensor& x, int device) {
     TNT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, plan->x, plan->w, plan->conv_fwd, plan->y, p.algo,
                                                             &plan->fwd_ws));
   }
-  {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    TNT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, plan->w, plan->y, plan->conv_bwd_data, plan->x,
-                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
-    const auto& p = choose(perf, returned, "backward-data", layer, s);
-    plan->bwd_data_algo = p.algo;
-    TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv_bwd_data, p.mathType));
-    TNT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, plan->w, plan->y, plan->conv_bwd_data, plan->x,
-                                                                 p.algo, &plan->bwd_data_ws));
-  }
-  {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    TNT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, plan->x, plan->y, plan->conv_bwd_filter, plan->w,
-                                                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned,
-                                                                  perf));
-    const auto& p = choose(perf, returned, "backward-filter", layer, s);
-    plan->bwd_filter_algo = p.algo;
-    TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan->conv_bwd_filter, p.mathType));
-    TNT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, plan->x, plan->y, plan->conv_bwd_filter,
-                                                                   plan->w, p.algo, &plan->bwd_filter_ws));
-  }
   ConvPlan& ref = *plan;
   cache.plans.emplace(key, std::move(plan));
   return ref;
+}
+
+void plan_backward_data(ConvPlan& plan, const Conv2D& layer, const Shape& s, int device) {
+  if (plan.has_bwd_data) return;
+  cudnnHandle_t h = cudnn_handle(device);
+  int returned = 0;
+  cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+  TNT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, plan.w, plan.y, plan.conv_bwd_data, plan.x,
+                                                              CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &returned, perf));
+  const auto& p = choose(perf, returned, "backward-data", layer, s);
+  plan.bwd_data_algo = p.algo;
+  TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv_bwd_data, p.mathType));
+  TNT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(h, plan.w, plan.y, plan.conv_bwd_data, plan.x, p.algo,
+                                                               &plan.bwd_data_ws));
+  plan.has_bwd_data = true;
+}
+
+void plan_backward_filter(ConvPlan& plan, const Conv2D& layer, const Shape& s, int device) {
+  if (plan.has_bwd_filter) return;
+  cudnnHandle_t h = cudnn_handle(device);
+  int returned = 0;
+  cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+  TNT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, plan.x, plan.y, plan.conv_bwd_filter, plan.w,
+                                                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &returned,
+                                                                perf));
+  const auto& p = choose(perf, returned, "backward-filter", layer, s);
+  plan.bwd_filter_algo = p.algo;
+  TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(plan.conv_bwd_filter, p.mathType));
+  TNT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(h, plan.x, plan.y, plan.conv_bwd_filter, plan.w,
+                                                                 p.algo, &plan.bwd_filter_ws));
+  plan.has_bwd_filter = true;
 }
 
 // y += bias per channel, in float, for half outputs.
@@ -219,6 +235,7 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
             x.dim(0), layer.filters(), plan.ho, plan.wo, dtype_name(x.dtype()));
   cudnnHandle_t h = cudnn_handle(device);
   if (dx.defined()) {
+    plan_backward_data(plan, layer, x.shape(), device);
     Workspace ws(plan.bwd_data_ws, device);
     TNT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, CudnnScalars::one(), plan.w, w.raw(), plan.y, dy.raw(),
                                                  plan.conv_bwd_data, plan.bwd_data_algo, ws.data(), ws.bytes(),
@@ -227,6 +244,7 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
   if (dw.defined()) {
     TNT_CHECK(dw.dtype() == DType::f32 || dw.dtype() == x.dtype(), "Conv2D '{}': weight gradient {} for input {}",
               layer.name(), dw.str(), x.str());
+    plan_backward_filter(plan, layer, x.shape(), device);
     Workspace ws(plan.bwd_filter_ws, device);
     if (dw.dtype() == x.dtype()) {
       // beta = 1: the gradient accumulates over the calls of a step.

@@ -5,7 +5,8 @@
 #include "tarantella/layers/dense.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
+#include "layers/dense_cuda.hpp"
 
 namespace tnt {
 

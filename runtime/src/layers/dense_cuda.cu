@@ -13,10 +13,11 @@
 // is accumulated (beta 1) straight into the f32 master gradient, never rounded to half. The
 // bias is f32 and is added in float to the product, which cuBLAS has already rounded to
 // half, so the output is rounded twice (about 1u more than one rounding).
+#include "layers/dense_cuda.hpp"
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"
-#include "layers/cuda_engines.hpp"
 
 #include <climits>
 

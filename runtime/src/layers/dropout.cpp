@@ -1,7 +1,8 @@
 #include "tarantella/layers/dropout.hpp"
 
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
 #include "core/philox.hpp"
+#include "layers/dropout_cuda.hpp"
 
 namespace tnt {
 

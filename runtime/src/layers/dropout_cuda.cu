@@ -3,8 +3,9 @@
 // and kept values are multiplied by the same float scale, so y equals the CPU's bit for
 // bit. The mask is not stored: backward draws it again from (key, base), which the
 // forward leaves in SavedState::extra.
+#include "layers/dropout_cuda.hpp"
+
 #include "backend/cuda/device_common.cuh"
-#include "layers/cuda_engines.hpp"
 #include "core/philox.hpp"
 
 #include <memory>

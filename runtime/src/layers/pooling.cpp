@@ -6,7 +6,8 @@
 #include "tarantella/layers/pooling.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
+#include "layers/pooling_cuda.hpp"
 
 namespace tnt {
 

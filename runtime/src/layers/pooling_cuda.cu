@@ -1,15 +1,17 @@
 // Pooling on CUDA.
-// MaxPool2D is ours: the contract (padding never wins, the gradient goes to the FIRST
-// maximum of a window in row-major order) is exact only if we pick the argmax ourselves;
-// cuDNN does not document how it breaks ties, and ties are common after a ReLU. The
-// forward records each window's argmax; the backward gathers, for every input position,
-// the gradients of the windows whose argmax it is, in a fixed order: no atomics, so
-// overlapping windows (3x3 stride 2) stay deterministic.
+// MaxPool2D is ours: the contract (padding never wins, a NaN anywhere in a window is the
+// output, the gradient goes to the FIRST maximum of a window in row-major order, or to its
+// first NaN) is exact only if we pick the argmax ourselves; cuDNN does not document how it
+// breaks ties, and ties are common after a ReLU. The forward records each window's argmax;
+// the backward gathers, for every input position, the gradients of the windows whose argmax
+// it is, in a fixed order: no atomics, so overlapping windows (3x3 stride 2) stay
+// deterministic.
 // AvgPool2D is cuDNN's average pooling excluding padding (deterministic in both passes).
 // GlobalAveragePool is ours (one warp per (n, c) plane).
+#include "layers/pooling_cuda.hpp"
+
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
-#include "layers/cuda_engines.hpp"
 
 #include <memory>
 
@@ -55,7 +57,10 @@ __global__ void max_pool_forward_kernel(const T* __restrict__ x,  // (N, C, H, W
         const int64_t iw = ow * g.stride - g.pad + j;
         if (iw < 0 || iw >= g.w) continue;
         const float v = to_float(xp[ih * g.w + iw]);
-        if (best_at < 0 || v > best) {  // strict: the first maximum stays
+        // Strict, so the first maximum stays; a NaN beats any number (v > NaN is false, so
+        // without the second test a NaN after the first element would never win) and the
+        // first NaN stays, as in the CPU engine.
+        if (best_at < 0 || v > best || (v != v && best == best)) {
           best = v;
           best_at = static_cast<int32_t>(ih * g.w + iw);
         }

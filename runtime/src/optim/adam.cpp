@@ -1,10 +1,9 @@
 #include "tarantella/optim.hpp"
 
 #include "optim/optim_cuda.hpp"
+#include "optim/update_rules.hpp"
 
 #include <fmt/format.h>
-
-#include <cmath>
 
 namespace tnt {
 
@@ -12,20 +11,10 @@ namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;  // see sgd.cpp
 
-void adam_cpu(float* param, const float* grad, float* m, float* v, int64_t n, float beta1,
-              float omb1, float beta2, float omb2, float eps, float l2, float decay_factor, float step_size,
-              float inv_sqrt_bc2) {
+void adam_cpu(const optim::AdamRule& rule, float* param, const float* grad, float* m, float* v, int64_t n) {
   // param, grad, m, v: (n,)
 #pragma omp parallel for simd if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    const float p = param[i] * decay_factor;
-    const float g = grad[i] + l2 * p;
-    const float mi = beta1 * m[i] + omb1 * g;
-    const float vi = beta2 * v[i] + omb2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-  }
+  for (int64_t i = 0; i < n; ++i) optim::apply(rule, param[i], grad[i], m[i], v[i]);
 }
 
 }  // namespace
@@ -60,28 +49,17 @@ void Adam::update(Parameter& param, ParamState& state, double lr, bool decay) {
   Tensor& p = param.value;
   TNT_CHECK(p.dtype() == DType::f32, "{}: parameter '{}' is {}; the update kernels take f32", type(),
             state.name, dtype_name(p.dtype()));
-  const double t = static_cast<double>(param_step(state));
-  const double wd = decay ? options_.weight_decay : 0.0;
-  const float l2 = decoupled_ ? 0.0f : static_cast<float>(wd);
-  const float decay_factor = decoupled_ ? static_cast<float>(1.0 - lr * wd) : 1.0f;
-  const float step_size = static_cast<float>(lr / (1.0 - std::pow(options_.beta1, t)));
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(options_.beta2, t)));
-  const float b1 = static_cast<float>(options_.beta1);
-  const float b2 = static_cast<float>(options_.beta2);
-  // 1 - beta in double, then rounded: 1.0f - 0.999f would be off by 1.3e-5 relative.
-  const float omb1 = static_cast<float>(1.0 - options_.beta1);
-  const float omb2 = static_cast<float>(1.0 - options_.beta2);
-  const float eps = static_cast<float>(options_.eps);
+  const optim::AdamRule rule =
+      optim::adam_rule(lr, options_.beta1, options_.beta2, options_.eps, decay ? options_.weight_decay : 0.0,
+                       decoupled_, static_cast<double>(param_step(state)));
   if (p.device().is_cpu()) {
-    adam_cpu(p.data<float>(), param.grad.data<float>(), state.slots[0].data<float>(),
-             state.slots[1].data<float>(), p.numel(), b1, omb1, b2, omb2, eps, l2, decay_factor, step_size,
-             inv_sqrt_bc2);
+    adam_cpu(rule, p.data<float>(), param.grad.data<float>(), state.slots[0].data<float>(),
+             state.slots[1].data<float>(), p.numel());
     return;
   }
 #ifdef TNT_WITH_CUDA
-  cuda::adam_update(p.data<float>(), param.grad.data<float>(), state.slots[0].data<float>(),
-                    state.slots[1].data<float>(), p.numel(), b1, omb1, b2, omb2, eps, l2, decay_factor,
-                    step_size, inv_sqrt_bc2, p.device().index);
+  cuda::adam_update(rule, p.data<float>(), param.grad.data<float>(), state.slots[0].data<float>(),
+                    state.slots[1].data<float>(), p.numel(), p.device().index);
 #else
   TNT_THROW("{}: parameter '{}' is on {}, but this build has no CUDA", type(), state.name,
             p.device().str());

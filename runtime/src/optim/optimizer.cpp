@@ -88,25 +88,23 @@ std::vector<NamedTensor> Optimizer::named_state() const {
 void Optimizer::load_state(const std::string& name, const Tensor& value) {
   for (NamedTensor& nt : named_state()) {
     if (nt.name != name) continue;
-    if (nt.tensor.numel() != value.numel()) {
-      throw InputError(fmt::format("optimizer state '{}' has {} elements, the value given has {}",
-                                   name, nt.tensor.numel(), value.numel()));
-    }
+    TNT_INPUT_CHECK(nt.tensor.numel() == value.numel(), "optimizer state '{}' has {} elements, the value given has {}",
+                    name, nt.tensor.numel(), value.numel());
     if (nt.tensor.dtype() == value.dtype()) {
       nt.tensor.copy_from(value);
     } else {
       // A step count saved as another integer or float type (PyTorch keeps f32).
       const std::vector<double> v = value.to_double_vector();
-      TNT_CHECK(nt.tensor.dtype() == DType::i64,
-                "optimizer state '{}' is {}, the value given is {}", name,
-                dtype_name(nt.tensor.dtype()), dtype_name(value.dtype()));
+      TNT_INPUT_CHECK(nt.tensor.dtype() == DType::i64, "optimizer state '{}' is {}, the value given is {}", name,
+                      dtype_name(nt.tensor.dtype()), dtype_name(value.dtype()));
       nt.tensor.data<int64_t>()[0] = static_cast<int64_t>(v.at(0));
     }
     return;
   }
-  throw InputError(fmt::format(
+  TNT_INPUT_ERROR(
       "optimizer state '{}' matches no parameter slot of this {} (call init_state() with the "
-      "model's parameters before loading)", name, type()));
+      "model's parameters before loading)",
+      name, type());
 }
 
 }  // namespace tnt

@@ -1,6 +1,7 @@
 #include "tarantella/optim.hpp"
 
 #include "optim/optim_cuda.hpp"
+#include "optim/update_rules.hpp"
 
 #include <fmt/format.h>
 
@@ -11,19 +12,13 @@ namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
-void sgd_cpu(float* param, const float* grad, float* buf, int64_t n, float lr, float momentum,
-             float one_minus_dampening, float weight_decay, bool nesterov, bool first) {
-  // param, grad, buf: (n,)
+// One loop per case: with the buffer pointer's test a constant, the loop without momentum
+// vectorises.
+template <bool kMomentum>
+void sgd_cpu(const optim::SgdRule& rule, float* param, const float* grad, float* buf, int64_t n) {
+  // param, grad, buf: (n,); buf unused without momentum
 #pragma omp parallel for simd if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i] + weight_decay * param[i];
-    if (buf != nullptr) {
-      const float b = first ? g : momentum * buf[i] + one_minus_dampening * g;
-      buf[i] = b;
-      g = nesterov ? g + momentum * b : b;
-    }
-    param[i] -= lr * g;
-  }
+  for (int64_t i = 0; i < n; ++i) optim::apply(rule, param[i], grad[i], kMomentum ? buf + i : nullptr);
 }
 
 }  // namespace
@@ -58,17 +53,18 @@ void SGD::update(Parameter& param, ParamState& state, double lr, bool decay) {
             state.name, dtype_name(p.dtype()));
   const bool first = param_step(state) == 1;
   float* buf = state.slots.empty() ? nullptr : state.slots[0].data<float>();
-  const float wd = decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+  const optim::SgdRule rule = optim::sgd_rule(lr, options_.momentum, options_.dampening,
+                                              decay ? options_.weight_decay : 0.0, options_.nesterov, first);
   if (p.device().is_cpu()) {
-    sgd_cpu(p.data<float>(), param.grad.data<float>(), buf, p.numel(), static_cast<float>(lr),
-            static_cast<float>(options_.momentum), static_cast<float>(1.0 - options_.dampening), wd,
-            options_.nesterov, first);
+    if (buf != nullptr) {
+      sgd_cpu<true>(rule, p.data<float>(), param.grad.data<float>(), buf, p.numel());
+    } else {
+      sgd_cpu<false>(rule, p.data<float>(), param.grad.data<float>(), nullptr, p.numel());
+    }
     return;
   }
 #ifdef TNT_WITH_CUDA
-  cuda::sgd_update(p.data<float>(), param.grad.data<float>(), buf, p.numel(), static_cast<float>(lr),
-                   static_cast<float>(options_.momentum), static_cast<float>(1.0 - options_.dampening),
-                   wd, options_.nesterov, first, p.device().index);
+  cuda::sgd_update(rule, p.data<float>(), param.grad.data<float>(), buf, p.numel(), p.device().index);
 #else
   TNT_THROW("SGD: parameter '{}' is on {}, but this build has no CUDA", state.name, p.device().str());
 #endif

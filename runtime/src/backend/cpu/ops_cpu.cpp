@@ -3,8 +3,9 @@
 // result is reproducible run to run on one machine.
 #include "tarantella/ops.hpp"
 
+#include "backend/cuda/ops_cuda.hpp"
+#include "backend/dispatch.hpp"
 #include "core/half.hpp"
-#include "layers/cuda_engines.hpp"
 #include "tarantella/check.hpp"
 
 #include <cmath>

@@ -2,10 +2,11 @@
 // counts, dtypes and devices. Element-wise ops compute in float whatever the storage type;
 // reductions accumulate in double, per block in a fixed tree and across blocks in a
 // second one-block pass, so a result is the same run to run on one device.
+#include "backend/cuda/ops_cuda.hpp"
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/device_api.hpp"
-#include "layers/cuda_engines.hpp"
 
 #include <cmath>
 #include <limits>

@@ -1,6 +1,8 @@
 #include "tarantella/metrics.hpp"
 
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
+#include "layers/metrics/metrics_cuda.hpp"
+#include "tarantella/check.hpp"
 
 namespace tnt {
 
@@ -20,8 +22,8 @@ cuda::MetricCounts topk_correct_cpu(const Tensor& scores, const Tensor& labels, 
     const int64_t label = labels.dtype() == DType::i32 ? labels.data<int32_t>()[r] : labels.data<int64_t>()[r];
     if (label == ignore_index) continue;
     if (label < 0 || label >= classes) {
-      throw InputError(fmt::format("accuracy: label {} of sample {} is outside the {} classes [0, {})", label, r,
-                                   classes, classes));
+      TNT_INPUT_ERROR("accuracy: label {} of sample {} is outside the {} classes [0, {})", label, r, classes,
+                      classes);
     }
     const float* xr = x + r * classes;
     const float v = xr[label];

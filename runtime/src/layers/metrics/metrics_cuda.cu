@@ -1,10 +1,11 @@
 // Top-k accuracy on CUDA: one block per row counts the classes ranked before the label in
 // a stable descending order (higher score, or equal score and a smaller index), exactly as
-// layers/metrics.cpp does. Counts are integers, so their atomics are exact; the three words
+// metrics.cpp does. Counts are integers, so their atomics are exact; the three words
 // (correct, counted, first bad row) come back to the host in one copy.
+#include "layers/metrics/metrics_cuda.hpp"
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/device_api.hpp"
-#include "layers/cuda_engines.hpp"
 
 namespace tnt::cuda {
 
@@ -72,8 +73,7 @@ MetricCounts topk_correct(const Tensor& scores, const Tensor& labels, int64_t k,
   if (host.bad_row != ~0ull) {
     const int64_t r = static_cast<int64_t>(host.bad_row);
     const int64_t label = static_cast<int64_t>(labels.reshape({rows}).slice_rows(r, r + 1).to_double_vector().at(0));
-    throw InputError(
-        fmt::format("accuracy: label {} of sample {} is outside the {} classes [0, {})", label, r, classes, classes));
+    TNT_INPUT_ERROR("accuracy: label {} of sample {} is outside the {} classes [0, {})", label, r, classes, classes);
   }
   result.correct = static_cast<int64_t>(host.correct);
   result.count = static_cast<int64_t>(host.count);

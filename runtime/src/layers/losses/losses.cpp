@@ -2,7 +2,9 @@
 // any logit range) and keeps the softmax for backward, so backward is one pass.
 #include "tarantella/loss.hpp"
 
-#include "layers/cuda_engines.hpp"
+#include "backend/dispatch.hpp"
+#include "layers/losses/losses_cuda.hpp"
+#include "tarantella/check.hpp"
 #include "tarantella/ops.hpp"
 
 #include <cmath>
@@ -84,8 +86,8 @@ Tensor SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& labels, 
     total += lse - (1 - s) * xr[label] - s / static_cast<double>(k) * xsum;
   }
   if (bad_row >= 0) {
-    throw InputError(fmt::format("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
-                                 label_at(labels, bad_row), bad_row, k, k));
+    TNT_INPUT_ERROR("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
+                    label_at(labels, bad_row), bad_row, k, k);
   }
   auto info = std::make_shared<LossSaved>();
   info->denominator = static_cast<double>(global_batch);

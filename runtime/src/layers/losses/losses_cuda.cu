@@ -1,11 +1,12 @@
-// Losses on CUDA, mirroring layers/losses.cpp: SavedState holds the same tensors (the
+// Losses on CUDA, mirroring losses.cpp: SavedState holds the same tensors (the
 // softmax probabilities and the labels; the difference p - t), so backward is one
 // element-wise pass. Per-row and total sums accumulate in double in fixed trees; the loss
 // is written as a 1-element f32 tensor on the device without a host round trip, except
 // that cross-entropy reads back one word to report a label outside [0, K) as the CPU does.
+#include "layers/losses/losses_cuda.hpp"
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/device_api.hpp"
-#include "layers/cuda_engines.hpp"
 
 #include <memory>
 
@@ -148,8 +149,8 @@ Tensor softmax_cross_entropy_forward(SoftmaxCrossEntropy& loss, const Tensor& lo
     if (bad != none) {
       const int64_t r = static_cast<int64_t>(bad);
       const int64_t label = static_cast<int64_t>(labels.reshape({rows}).slice_rows(r, r + 1).to_double_vector().at(0));
-      throw InputError(fmt::format("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
-                                   label, r, k, k));
+      TNT_INPUT_ERROR("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})", label, r, k,
+                      k);
     }
   }
   saved.tensors = {probs, labels};

@@ -1,0 +1,24 @@
+// The CUDA engines of ReLU and Softmax (activation_cuda.cu), called by activation.cpp.
+// What every engine may assume, and the mixed-precision rules: backend/dispatch.hpp.
+// Semantics:
+//   ReLU     y = x > 0 ? x : 0, so a NaN gives 0 (unlike PyTorch, which keeps the NaN);
+//            gradient dy where x > 0, else 0 (0 at x == 0 and at a NaN).
+//   Softmax  along layer.axis() (negative axes count from the input's rank).
+#pragma once
+
+#include "tarantella/layers/activation.hpp"
+
+#include <vector>
+
+namespace tnt::cuda {
+
+std::vector<Tensor> relu_forward(ReLU& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                 SavedState& saved);
+std::vector<Tensor> relu_backward(ReLU& layer, const std::vector<Tensor>& grad_outputs,
+                                  const RunContext& rc, SavedState& saved);
+std::vector<Tensor> softmax_forward(Softmax& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                    SavedState& saved);
+std::vector<Tensor> softmax_backward(Softmax& layer, const std::vector<Tensor>& grad_outputs,
+                                     const RunContext& rc, SavedState& saved);
+
+}  // namespace tnt::cuda

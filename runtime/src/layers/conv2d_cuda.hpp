@@ -1,0 +1,19 @@
+// The CUDA engine of Conv2D (conv2d_cuda.cu), called by conv2d.cpp.
+// What every engine may assume, and the mixed-precision rules: backend/dispatch.hpp.
+// Semantics: NCHW cross-correlation, square kernel, stride and symmetric padding; x (N, C, H, W),
+// W (F, C, k, k), y (N, F, Ho, Wo). With saved.need_input_grads == false backward returns an
+// undefined dx and needs no backward-data algorithm.
+#pragma once
+
+#include "tarantella/layers/conv2d.hpp"
+
+#include <vector>
+
+namespace tnt::cuda {
+
+std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                   SavedState& saved);
+std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& grad_outputs,
+                                    const RunContext& rc, SavedState& saved);
+
+}  // namespace tnt::cuda

@@ -1,0 +1,21 @@
+// The CUDA engine of Dropout (dropout_cuda.cu), called by dropout.cpp.
+// What every engine may assume, and the mixed-precision rules: backend/dispatch.hpp.
+// Semantics: training only (inference never reaches the engine): keep element i iff
+// philox::uniform(layer.mask_key(rc), Dropout::mask_counter(rc, shape) + i) >= float(layer.rate()),
+// kept values scaled by 1 / (1 - rate) (core/philox.hpp). The engine must leave saved.tensors
+// or saved.extra non-empty (the mask): an empty SavedState tells backward that forward was the
+// identity.
+#pragma once
+
+#include "tarantella/layers/dropout.hpp"
+
+#include <vector>
+
+namespace tnt::cuda {
+
+std::vector<Tensor> dropout_forward(Dropout& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                    SavedState& saved);
+std::vector<Tensor> dropout_backward(Dropout& layer, const std::vector<Tensor>& grad_outputs,
+                                     const RunContext& rc, SavedState& saved);
+
+}  // namespace tnt::cuda

@@ -1,0 +1,120 @@
+// The optimizers' update rules, each written once: the CPU loops (sgd.cpp, adam.cpp) and the
+// CUDA kernels (optim_cuda.cu) call the same per-element function, compiled for host and
+// device like core/philox.hpp. The scalars of one step are derived once on the host, in
+// double and rounded to float once (as PyTorch), by sgd_rule() and adam_rule(); both engines
+// then do the same f32 arithmetic per element, in the same order.
+//
+// The engines can still differ in the last bits: each compiler fuses a * b + c into one FMA
+// where it finds the pattern (nvcc by default; GCC under -march=x86-64-v3, since C++ allows
+// contraction), while sqrt and division are correctly rounded on both.
+// tests/train/test_optim_cuda.cpp bounds that difference; tests/train/test_optim.cpp pins
+// the CPU's bits, so a changed expression here fails there.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#ifndef TNT_HD
+#if defined(__CUDACC__)
+#define TNT_HD __host__ __device__ __forceinline__
+#else
+#define TNT_HD inline
+#endif
+#endif
+
+namespace tnt::optim {
+
+// torch.optim.SGD, per element:
+//   g = grad + weight_decay * p
+//   with momentum: b = first ? g : momentum * b + (1 - dampening) * g
+//                  g = nesterov ? g + momentum * b : b
+//   p = p - lr * g
+struct SgdRule {
+  float lr = 0.0f;
+  float momentum = 0.0f;
+  float one_minus_dampening = 1.0f;
+  float weight_decay = 0.0f;  // 0 where the decay filter excludes the parameter
+  bool nesterov = false;
+  bool first = false;  // the parameter's first step: the buffer starts as g
+};
+
+// Host: one step's scalars. 1 - dampening is taken in double, then rounded.
+inline SgdRule sgd_rule(double lr, double momentum, double dampening, double weight_decay, bool nesterov,
+                        bool first) {
+  SgdRule r;
+  r.lr = static_cast<float>(lr);
+  r.momentum = static_cast<float>(momentum);
+  r.one_minus_dampening = static_cast<float>(1.0 - dampening);
+  r.weight_decay = static_cast<float>(weight_decay);
+  r.nesterov = nesterov;
+  r.first = first;
+  return r;
+}
+
+// buf: this element of the momentum buffer, or null when momentum == 0 (no buffer).
+TNT_HD void apply(const SgdRule& r, float& param, float grad, float* buf) {
+  float g = grad + r.weight_decay * param;
+  if (buf != nullptr) {
+    const float b = r.first ? g : r.momentum * *buf + r.one_minus_dampening * g;
+    *buf = b;
+    g = r.nesterov ? g + r.momentum * b : b;
+  }
+  param -= r.lr * g;
+}
+
+// torch.optim.Adam (L2: the decay is added to the gradient) and AdamW (decoupled: the
+// parameter shrinks first), per element at step t:
+//   p = p * decay_factor            decay_factor = 1 - lr * wd (AdamW), 1 (Adam)
+//   g = grad + l2 * p               l2 = wd (Adam), 0 (AdamW)
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g * g
+//   p = p - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps)
+//                                   step_size = lr / (1 - beta1^t), inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t)
+struct AdamRule {
+  float beta1 = 0.0f, one_minus_beta1 = 1.0f;
+  float beta2 = 0.0f, one_minus_beta2 = 1.0f;
+  float eps = 0.0f;
+  float l2 = 0.0f;
+  float decay_factor = 1.0f;
+  float step_size = 0.0f;
+  float inv_sqrt_bc2 = 1.0f;
+};
+
+// Host: one step's scalars at step t >= 1. weight_decay is 0 where the decay filter excludes
+// the parameter. Differences such as 1 - beta are taken in double, then rounded: 1.0f -
+// 0.999f would be off by 1.3e-5 relative.
+inline AdamRule adam_rule(double lr, double beta1, double beta2, double eps, double weight_decay, bool decoupled,
+                          double t) {
+  AdamRule r;
+  r.beta1 = static_cast<float>(beta1);
+  r.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  r.beta2 = static_cast<float>(beta2);
+  r.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  r.eps = static_cast<float>(eps);
+  r.l2 = decoupled ? 0.0f : static_cast<float>(weight_decay);
+  r.decay_factor = decoupled ? static_cast<float>(1.0 - lr * weight_decay) : 1.0f;
+  r.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
+  r.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(beta2, t)));
+  return r;
+}
+
+TNT_HD float sqrt_f32(float x) {
+#if defined(__CUDA_ARCH__)
+  return sqrtf(x);
+#else
+  return std::sqrt(x);
+#endif
+}
+
+// m, v: this element of exp_avg and exp_avg_sq.
+TNT_HD void apply(const AdamRule& r, float& param, float grad, float& m, float& v) {
+  const float p = param * r.decay_factor;
+  const float g = grad + r.l2 * p;
+  const float mi = r.beta1 * m + r.one_minus_beta1 * g;
+  const float vi = r.beta2 * v + r.one_minus_beta2 * g * g;
+  m = mi;
+  v = vi;
+  param = p - r.step_size * mi / (sqrt_f32(vi) * r.inv_sqrt_bc2 + r.eps);
+}
+
+}  // namespace tnt::optim

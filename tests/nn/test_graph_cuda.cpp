@@ -7,7 +7,7 @@
 // mistake (a missing branch, a gradient not summed) changes results by O(1).
 #include <catch2/catch.hpp>
 
-#include "../gpu/gpu_test_util.hpp"
+#include "gpu_test_util.hpp"
 #include "tarantella/graph.hpp"
 #include "tarantella/layers.hpp"
 

@@ -7,7 +7,7 @@
 // (~80 ulps) and atol 1e-7 for elements near zero.
 #include <catch2/catch.hpp>
 
-#include "../gpu/gpu_test_util.hpp"
+#include "gpu_test_util.hpp"
 #include "tarantella/optim.hpp"
 
 #include <functional>

@@ -27,7 +27,7 @@ AllreduceAlgo parse_allreduce_algo(const std::string& text) {
   if (text == "ring") return AllreduceAlgo::ring;
   if (text == "mpi") return AllreduceAlgo::mpi;
   if (text == "nccl") return AllreduceAlgo::nccl;
-  throw InputError(fmt::format("allreduce algorithm '{}' is not ring, mpi or nccl", text));
+  TNT_INPUT_ERROR("allreduce algorithm '{}' is not ring, mpi or nccl", text);
 }
 
 const char* allreduce_algo_name(AllreduceAlgo algo) {

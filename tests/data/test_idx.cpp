@@ -17,20 +17,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using tnt::test::Bytes;
+using tnt::test::read_bytes;
+using tnt::test::write_bytes;
 
 using TempDir = tnt::test::TempDir;
-
-void write_bytes(const std::string& path, const Bytes& b) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  REQUIRE(f.good());
-}
-
-Bytes read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(f), {});
-}
 
 Bytes gzip(const Bytes& raw) {
   z_stream zs{};

@@ -22,7 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using Bytes = std::vector<uint8_t>;
+using tnt::test::Bytes;
+using tnt::test::read_bytes;
+using tnt::test::write_bytes;
 
 constexpr int kClasses = 3;
 constexpr int kPerClass = 4;
@@ -40,17 +42,6 @@ constexpr int kBlue = 100;
 constexpr double kColourTol = 12.0;
 
 using TempDir = tnt::test::TempDir;
-
-void write_bytes(const fs::path& path, const Bytes& b) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
-  REQUIRE(f.good());
-}
-
-Bytes read_bytes(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  return Bytes(std::istreambuf_iterator<char>(f), {});
-}
 
 Bytes solid_jpeg(int r, int g, int b, int64_t h = kH, int64_t w = kW) {
   Tensor rgb = Tensor::empty({h, w, 3}, DType::u8);  // (H, W, 3)

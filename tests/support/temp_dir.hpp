@@ -1,16 +1,33 @@
-// A temporary directory for one test, removed with everything in it when the test ends.
+// Files for tests: a temporary directory for one test, removed with everything in it when
+// the test ends, and whole-file byte reads and writes.
 #pragma once
 
 #include <catch2/catch.hpp>
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <system_error>
 #include <vector>
 
 namespace tnt::test {
+
+using Bytes = std::vector<uint8_t>;
+
+inline void write_bytes(const std::filesystem::path& path, const Bytes& b) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  REQUIRE(f.good());
+}
+
+inline Bytes read_bytes(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(f), {});
+}
 
 struct TempDir {
   std::filesystem::path path;

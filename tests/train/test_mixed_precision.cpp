@@ -7,6 +7,7 @@
 // against the CPU by the gpu-labelled tests.
 #include <catch2/catch.hpp>
 
+#include "small_nets.hpp"
 #include "temp_dir.hpp"
 #include "tarantella/tarantella.hpp"
 
@@ -15,25 +16,15 @@
 
 namespace {
 
+using tnt::test::weights_of;
+
 constexpr int64_t kSamples = 96;  // 3 global batches of 32
 constexpr int64_t kBatch = 32;
 constexpr uint64_t kSeed = 11;
 
+// The shared small CNN with a BatchNorm after its bias-free convolution.
 std::shared_ptr<tnt::Sequential> make_net() {
-  auto net = std::make_shared<tnt::Sequential>("mp_cnn");
-  tnt::Conv2DOptions pad;
-  pad.padding = 1;
-  pad.use_bias = false;  // followed by batch norm, as in ResNet (its gradient would be noise)
-  net->add(std::make_shared<tnt::Conv2D>(4, 3, pad, "conv1"));
-  net->add(std::make_shared<tnt::BatchNorm>("bn1"));
-  net->add(std::make_shared<tnt::ReLU>("relu1"));
-  net->add(std::make_shared<tnt::MaxPool2D>(2, "pool1"));
-  net->add(std::make_shared<tnt::Flatten>("flatten"));
-  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
-  net->add(std::make_shared<tnt::ReLU>("relu2"));
-  net->add(std::make_shared<tnt::Dense>(3, "fc2"));
-  net->build({1, 8, 8});
-  return net;
+  return tnt::test::small_cnn("mp_cnn", /*conv_bias=*/false, std::make_shared<tnt::BatchNorm>("bn1"));
 }
 
 tnt::SgdOptions momentum() {
@@ -60,12 +51,6 @@ Data make_data() {
     d.labels.data<int64_t>()[n] = top > bottom ? 1 : 0;
   }
   return d;
-}
-
-std::vector<std::vector<double>> weights_of(tnt::Network& net) {
-  std::vector<std::vector<double>> w;
-  for (auto& p : net.named_parameters()) w.push_back(p.param->value.to_double_vector());
-  return w;
 }
 
 double max_abs_diff(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b) {

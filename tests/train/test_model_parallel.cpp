@@ -6,6 +6,7 @@
 // model able to fit again.
 #include <catch2/catch.hpp>
 
+#include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 
 #include <unistd.h>
@@ -15,6 +16,8 @@
 
 namespace {
 
+using tnt::test::weights_of;
+
 constexpr int64_t kSamples = 96;   // 3 global batches of 32
 constexpr int64_t kBatch = 32;
 constexpr uint64_t kSeed = 7;
@@ -22,19 +25,7 @@ constexpr uint64_t kSeed = 7;
 // A small CNN with every kind of layer whose gradient crosses ranks: conv, pooling, dense;
 // `after_conv`, if given, goes between conv1 and relu1.
 std::shared_ptr<tnt::Sequential> make_net(std::shared_ptr<tnt::Layer> after_conv = nullptr) {
-  auto net = std::make_shared<tnt::Sequential>("small_cnn");
-  tnt::Conv2DOptions pad;
-  pad.padding = 1;
-  net->add(std::make_shared<tnt::Conv2D>(4, 3, pad, "conv1"));
-  if (after_conv) net->add(std::move(after_conv));
-  net->add(std::make_shared<tnt::ReLU>("relu1"));
-  net->add(std::make_shared<tnt::MaxPool2D>(2, "pool1"));
-  net->add(std::make_shared<tnt::Flatten>("flatten"));
-  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
-  net->add(std::make_shared<tnt::ReLU>("relu2"));
-  net->add(std::make_shared<tnt::Dense>(3, "fc2"));
-  net->build({1, 8, 8});
-  return net;
+  return tnt::test::small_cnn("small_cnn", /*conv_bias=*/true, std::move(after_conv));
 }
 
 // Deterministic data: images from a counter-based generator, labels from a rule the
@@ -51,12 +42,6 @@ Data make_data() {
   for (int64_t i = 0; i < d.images.numel(); ++i) x[i] = rng.uniform(static_cast<uint64_t>(i));
   for (int64_t n = 0; n < kSamples; ++n) d.labels.data<int64_t>()[n] = n % 3;
   return d;
-}
-
-std::vector<std::vector<double>> weights_of(tnt::Network& net) {
-  std::vector<std::vector<double>> w;
-  for (auto& p : net.named_parameters()) w.push_back(p.param->value.to_double_vector());
-  return w;
 }
 
 std::vector<std::vector<double>> train_with_model(int epochs, bool distribute, int64_t micro_batch) {

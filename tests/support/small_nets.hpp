@@ -1,0 +1,43 @@
+// The small networks the training tests share, and a copy of a network's weights.
+#pragma once
+
+#include "tarantella/graph.hpp"
+#include "tarantella/layers.hpp"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tnt::test {
+
+// A small CNN for (N, 1, 8, 8) images and 3 classes with every kind of layer whose gradient
+// crosses ranks: conv1 (4 filters, 3x3, padding 1), `after_conv` if given, ReLU, max-pool,
+// dense 8, ReLU, dense 3. conv_bias=false suits a BatchNorm after the convolution (as in
+// ResNet, where the bias's gradient would be noise).
+inline std::shared_ptr<Sequential> small_cnn(const std::string& name, bool conv_bias = true,
+                                             LayerPtr after_conv = nullptr) {
+  auto net = std::make_shared<Sequential>(name);
+  Conv2DOptions pad;
+  pad.padding = 1;
+  pad.use_bias = conv_bias;
+  net->add(std::make_shared<Conv2D>(4, 3, pad, "conv1"));
+  if (after_conv) net->add(std::move(after_conv));
+  net->add(std::make_shared<ReLU>("relu1"));
+  net->add(std::make_shared<MaxPool2D>(2, "pool1"));
+  net->add(std::make_shared<Flatten>("flatten"));
+  net->add(std::make_shared<Dense>(8, "fc1"));
+  net->add(std::make_shared<ReLU>("relu2"));
+  net->add(std::make_shared<Dense>(3, "fc2"));
+  net->build({1, 8, 8});
+  return net;
+}
+
+// Every parameter's values, in named_parameters() order.
+inline std::vector<std::vector<double>> weights_of(Network& net) {
+  std::vector<std::vector<double>> w;
+  for (auto& p : net.named_parameters()) w.push_back(p.param->value.to_double_vector());
+  return w;
+}
+
+}  // namespace tnt::test

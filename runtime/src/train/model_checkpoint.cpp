@@ -1,0 +1,108 @@
+// tnt::Model's weights and checkpoints: PyTorch names and layouts (parameters, buffers,
+// then "optimizer.<state>"), the training position and the loss scale in the metadata. Saves
+// are collective (the master writes atomically; every rank learns whether it worked).
+#include "tarantella/model.hpp"
+
+#include "tarantella/checkpoint.hpp"
+#include "tarantella/comm.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <cmath>
+
+namespace tnt {
+
+std::vector<NamedTensor> Model::checkpoint_tensors(bool with_optimizer) {
+  std::vector<NamedTensor> out;
+  for (auto& p : network_->named_parameters()) out.push_back({p.name, p.param->value});
+  for (auto& b : network_->named_buffers()) out.push_back({b.name, b.param->value});
+  if (with_optimizer && optimizer_) {
+    for (auto& s : optimizer_->named_state()) out.push_back({"optimizer." + s.name, s.tensor});
+  }
+  return out;
+}
+
+namespace {
+NamedTensors as_named(const std::vector<NamedTensor>& v) {
+  NamedTensors out;
+  for (auto& t : v) out.emplace_back(t.name, t.tensor);
+  return out;
+}
+}  // namespace
+
+void Model::save_weights(const std::string& path) {
+  write_on_master(path, checkpoint_tensors(false), {{checkpoint_key::format, "pt"}});
+}
+
+void Model::load_weights(const std::string& path) {
+  Checkpoint ck = Checkpoint::read(path);
+  LoadOptions lo;
+  lo.allow_unexpected = true;  // a full checkpoint also holds optimizer state
+  ck.load_into(as_named(checkpoint_tensors(false)), lo);
+  weights_synced_ = false;
+}
+
+void Model::save_checkpoint(const std::string& path, int epoch) {
+  Metadata md;
+  md[checkpoint_key::format] = "pt";
+  md[checkpoint_key::epoch] = std::to_string(epoch);
+  md[checkpoint_key::step] = std::to_string(global_step_);
+  md[checkpoint_key::seed] = std::to_string(seed_);
+  md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
+  md["ranks"] = std::to_string(size());
+  md["precision"] = precision_.name();
+  if (scaler_.enabled()) {
+    md["loss_scale"] = fmt::format("{:.17g}", scaler_.scale());
+    md["loss_scale_good_steps"] = std::to_string(scaler_.good_steps());
+  }
+  write_on_master(path, checkpoint_tensors(true), md);
+}
+
+// Collective: the master writes (atomically), then tells every rank whether it worked, so
+// a failed write (full disk, bad path) ends the job on every rank instead of only one.
+void Model::write_on_master(const std::string& path, const std::vector<NamedTensor>& tensors, const Metadata& md) {
+  std::string failure;
+  if (is_master_rank()) {
+    try {
+      write_safetensors(path, as_named(tensors), md);
+    } catch (const std::exception& e) {
+      failure = e.what();
+      if (failure.empty()) failure = "unknown error";
+    }
+  }
+  communicator().broadcast(failure, master_rank());
+  if (!failure.empty()) throw Error(fmt::format("writing checkpoint '{}' on the master failed: {}", path, failure));
+}
+
+int Model::load_checkpoint(const std::string& path) {
+  check_compiled("load_checkpoint");
+  Checkpoint ck = Checkpoint::read(path);
+  ck.load_into(as_named(checkpoint_tensors(true)));
+  int64_t epoch = ck.metadata_int(checkpoint_key::epoch);
+  global_step_ = ck.metadata_int(checkpoint_key::step);
+  if (ck.has_metadata("optimizer_step")) optimizer_->set_step_count(ck.metadata_int("optimizer_step"));
+  // The scale continues where it was (a fresh 65536 would cost a few skipped steps); a
+  // checkpoint written without scaling leaves this run's initial scale.
+  if (scaler_.enabled() && ck.has_metadata("loss_scale")) {
+    const std::string text = ck.metadata("loss_scale");
+    double scale = 0;
+    try {
+      size_t used = 0;
+      scale = std::stod(text, &used);
+      if (used != text.size()) scale = 0;
+    } catch (const std::exception&) {
+      scale = 0;
+    }
+    if (!(scale > 0) || !std::isfinite(scale)) {
+      TNT_INPUT_ERROR("checkpoint '{}': metadata loss_scale='{}' is not a positive number", path, text);
+    }
+    int64_t good = ck.has_metadata("loss_scale_good_steps") ? ck.metadata_int("loss_scale_good_steps") : 0;
+    if (good < 0) {
+      TNT_INPUT_ERROR("checkpoint '{}': metadata loss_scale_good_steps={} is negative", path, good);
+    }
+    scaler_.set_state(scale, good);
+  }
+  weights_synced_ = false;
+  return static_cast<int>(epoch);
+}
+
+}  // namespace tnt

@@ -17,7 +17,7 @@ set -euo pipefail
 me=kit_chroot
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(cd "${1:?usage: kit_chroot.sh BUILD_DIR}" && pwd)
-cache=${TNT_KIT_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/tarantella/kit-root}
+cache=${TNT_KIT_ROOT:-${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/tarantella/kit-root}
 t_start=$SECONDS
 
 fail() {

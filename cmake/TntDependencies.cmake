@@ -145,7 +145,7 @@ endif()
 
 if(TNT_WITH_CUDA)
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "")
-    set(CMAKE_CUDA_ARCHITECTURES "80;90")
+    set(CMAKE_CUDA_ARCHITECTURES "${TNT_CUDA_ARCHITECTURES}")
   endif()
   enable_language(CUDA)
   # CMake 3.25 predates nvcc's C++20 support (CUDA 12+); teach it the flag.
@@ -159,7 +159,8 @@ if(TNT_WITH_CUDA)
   add_library(tnt_nccl INTERFACE)
   target_include_directories(tnt_nccl INTERFACE ${NCCL_INCLUDE_DIR})
   target_link_libraries(tnt_nccl INTERFACE ${NCCL_LIBRARY})
-  message(STATUS "tarantella: CUDA backend ON (architectures ${CMAKE_CUDA_ARCHITECTURES})")
+  message(STATUS "tarantella: CUDA backend ON (architectures ${CMAKE_CUDA_ARCHITECTURES}; "
+    "-DTNT_CUDA_ARCHITECTURES=\"80;90\" adds the A100)")
 else()
   message(STATUS "tarantella: CUDA backend OFF (CPU only)")
 endif()

@@ -3,6 +3,7 @@
 
 #include "tarantella/layers.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -109,6 +110,24 @@ TEST_CASE("MaxPool2D propagates NaN (the 2x2 fast path and the general path)", "
   MaxPool2D general(3, 1, 1, "nan3");
   std::vector<float> z = run(general, {Tensor::from_vector({nan, 1, 2, 3}, {1, 1, 2, 2})})[0].to_vector();
   for (float v : z) CHECK(std::isnan(v));
+}
+
+TEST_CASE("MaxPool2D sends the gradient of a window with several NaNs to the first one", "[forward]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Windows of the 2x2 stride-2 fast path: (nan nan / 1 2), (3 4 / nan nan), (5 nan / nan 6).
+  const std::vector<float> xs = {nan, nan, 3, 4, 5, nan,  //
+                                 1, 2, nan, nan, nan, 6};
+  const std::vector<int> first_nan = {0, 8, 5};  // row-major index of each window's first NaN
+  MaxPool2D mp(2, "nans");
+  SavedState s;
+  std::vector<float> y = mp.forward({Tensor::from_vector(xs, {1, 1, 2, 6})}, {}, s)[0].to_vector();
+  for (float v : y) CHECK(std::isnan(v));
+  std::vector<float> dx = mp.backward({Tensor::full({1, 1, 1, 3}, 1.0)}, {}, s)[0].to_vector();
+  for (size_t i = 0; i < dx.size(); ++i) {
+    INFO("element " << i);
+    const bool gets = std::find(first_nan.begin(), first_nan.end(), static_cast<int>(i)) != first_nan.end();
+    CHECK(dx[i] == (gets ? 1.0f : 0.0f));
+  }
 }
 
 TEST_CASE("ReLU, Softmax, Flatten, Add values", "[forward]") {

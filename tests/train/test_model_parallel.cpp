@@ -152,6 +152,63 @@ TEST_CASE("a micro_batch_size that disagrees with the global batch is an error o
                       Catch::Contains("micro_batch_size=33"));
 }
 
+TEST_CASE("validation_data and distributed_validation_data together are an error") {
+  Data d = make_data();
+  tnt::Model model(make_net(), kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+  tnt::Dataset data = tnt::Dataset::from_tensors({d.images, d.labels});
+  fit.validation_data = data;
+  fit.distributed_validation_data = data.distribute(kBatch, tnt::Remainder::pad);
+  REQUIRE_THROWS_WITH(model.fit(data, fit), Catch::Contains("pass one of them"));
+}
+
+// Freezing or unfreezing renumbers the trainable parameters between two fits: the Model
+// must reduce the new set (the Reducer of the first fit knew one gradient less).
+TEST_CASE("a parameter unfrozen between two fits is trained like the others") {
+  auto set_trainable = [](tnt::Network& net, bool on) {
+    for (auto& p : net.named_parameters()) {
+      if (p.name == "conv1.weight") p.param->trainable = on;
+    }
+  };
+  Data d = make_data();
+  // Serial reference: one epoch with conv1.weight frozen, one with it trained.
+  auto ref = make_net();
+  ref->initialize(kSeed);
+  tnt::SGD sgd(0.1);
+  tnt::SoftmaxCrossEntropy loss;
+  tnt::RunContext rc;
+  rc.training = true;
+  rc.seed = kSeed;
+  for (int e = 0; e < 2; ++e) {
+    set_trainable(*ref, e == 1);
+    for (int64_t g = 0; g < kSamples; g += kBatch) {
+      ref->zero_grad();
+      auto out = ref->forward({d.images.slice_rows(g, g + kBatch)}, rc);
+      tnt::SavedState s;
+      loss.forward(out[0], d.labels.slice_rows(g, g + kBatch), kBatch, s);
+      ref->backward({loss.backward(s)}, rc);
+      sgd.step(ref->trainable_parameters());
+      ++rc.step;
+    }
+  }
+
+  auto net = make_net();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+  tnt::Dataset data = tnt::Dataset::from_tensors({d.images, d.labels});
+  set_trainable(*net, false);
+  model.fit(data, fit);
+  set_trainable(*net, true);
+  model.fit(data, fit);
+  require_close(weights_of(*net), weights_of(*ref));
+}
+
 TEST_CASE("fit before compile is an error") {
   auto net = make_net();
   tnt::Model model(net, kSeed);

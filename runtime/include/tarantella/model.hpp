@@ -56,7 +56,8 @@ struct FitOptions {
   int64_t batch_size = 0;              // GLOBAL batch size (required with distribute_dataset)
   std::vector<CallbackPtr> callbacks;
   std::optional<Dataset> validation_data;  // unbatched, like the training data
-  // Or validation data already distributed (a pipeline that decodes after distribute()).
+  // Or validation data already distributed (a pipeline that decodes after distribute());
+  // at most one of the two.
   std::optional<DistributedDataset> distributed_validation_data;
   int64_t validation_batch_size = 0;   // global; 0 = batch_size
   int validation_freq = 1;             // validate after epochs k*freq (1-based), and after the last
@@ -172,6 +173,7 @@ class Model {
   std::unique_ptr<Reducer> reducer_;
   std::vector<NamedParameter> trainable_;  // in the graph hook's (and the Reducer's) order
   std::vector<Tensor> trainable_grads_;    // their gradients, same order
+  std::vector<const Parameter*> reducer_params_;  // the parameters reducer_ was built over
   uint64_t seed_;
   int64_t global_step_ = 0;
   bool stop_requested_ = false;

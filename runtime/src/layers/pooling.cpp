@@ -53,10 +53,12 @@ void max_pool_plain(const float* x, float* y, int32_t* arg, int64_t planes, int6
         const int32_t wi = static_cast<int32_t>(w);
         for (int64_t ow = 0; ow < wo; ++ow) {
           const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-          const bool pick_b = b > a || b != b;
+          // b wins a larger value, or a NaN when a is not one (the FIRST NaN takes the
+          // gradient, as in the general loop below and the CUDA engine).
+          const bool pick_b = b > a || (b != b && a == a);
           const float top = pick_b ? b : a;
           const int32_t top_i = pick_b ? 1 : 0;
-          const bool pick_d = d > c || d != d;
+          const bool pick_d = d > c || (d != d && c == c);
           const float bottom = pick_d ? d : c;
           const int32_t bottom_i = pick_d ? wi + 1 : wi;
           const bool pick_bottom = (bottom > top || bottom != bottom) && top == top;

@@ -4,8 +4,7 @@
 // Semantics:
 //   MaxPool2D          padding never wins; a NaN anywhere in a window is the output (as
 //                      PyTorch). The gradient goes to the window's FIRST maximum in row-major
-//                      order, or to its first NaN (the CPU's 2x2 stride-2 loop alone gives it
-//                      to the later of two NaNs side by side in one row).
+//                      order, or to its first NaN.
 //   AvgPool2D          padded positions are excluded from the divisor.
 //   GlobalAveragePool  (N, C, H, W) -> (N, C).
 #pragma once

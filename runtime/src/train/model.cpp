@@ -229,7 +229,6 @@ Model::StepInputs Model::step_inputs(const Batch& batch, const char* what) const
 // gradient), backward with the Reducer summing each gradient as soon as it is final, then
 // the same update on every rank.
 void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals) {
-  const double t0 = now_s();
   StepInputs in = step_inputs(batch, "fit");
   const int64_t real = batch.real_samples;
   rc.step = global_step_;
@@ -238,7 +237,8 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   const Tensor pred = network_->forward(in.inputs, rc).at(0);
 
   // Padding rows get a zero gradient: they are computed but never counted.
-  Tensor grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
+  Tensor grad_pred;
+  if (real < batch.micro_batch_size) grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
   if (real > 0) {
     SavedState ls;
     const int64_t global_real = batch.global_real_samples;
@@ -279,7 +279,6 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   ++global_step_;
 
   timing_.steps++;
-  timing_.step_seconds += now_s() - t0;
   timing_.backward_seconds += t_bwd_end - t_bwd;
   timing_.exposed_comm_seconds += t_comm_end - t_bwd_end;
   timing_.comm_seconds += reducer_->last_step().comm_s();
@@ -301,6 +300,8 @@ void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTota
 // fit
 
 std::optional<DistributedDataset> Model::validation_set(const FitOptions& options) const {
+  TNT_INPUT_CHECK(!(options.validation_data && options.distributed_validation_data),
+                  "fit: both validation_data and distributed_validation_data are given; pass one of them");
   if (options.distributed_validation_data) return *options.distributed_validation_data;
   if (!options.validation_data) return std::nullopt;
   const int p = size();
@@ -344,10 +345,8 @@ History Model::fit(const DistributedDataset& data, FitOptions options) {
   TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == data.micro_batch_size(),
                   "fit: micro_batch_size={} but the distributed dataset gives rank {} {} samples",
                   options.micro_batch_size, rank(), data.micro_batch_size());
-  std::optional<DistributedDataset> validation;
-  if (options.distributed_validation_data) validation = *options.distributed_validation_data;
-  return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(), validation,
-                 options);
+  return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(),
+                 validation_set(options), options);
 }
 
 // Ranks that disagree on the precision or on the loss scale would sum gradients scaled
@@ -378,7 +377,14 @@ void Model::prepare_training() {
   trainable_ = network_->trainable_parameters();
   trainable_grads_.clear();
   for (auto& np : trainable_) trainable_grads_.push_back(np.param->grad);
+  // A parameter frozen or unfrozen since the last fit renumbers the hook's indices: the
+  // Reducer must be built again over the new list (collective, as every rank changes alike;
+  // its fingerprint check catches ranks that did not).
+  std::vector<const Parameter*> params;
+  for (auto& np : trainable_) params.push_back(np.param);
+  if (reducer_ && reducer_params_ != params) reducer_.reset();
   if (!reducer_) {
+    reducer_params_ = params;
     std::vector<std::pair<std::string, Tensor>> grads;
     for (auto& np : trainable_) grads.emplace_back(np.name, np.param->grad);
     reducer_ = std::make_unique<Reducer>(communicator(), grads);
@@ -427,8 +433,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       if (!batch) break;
       callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, logs); });
       lr_used = optimizer_->learning_rate();
+      const double t0 = now_s();
       train_step(*batch, rc, totals);
       logs = totals.global();
+      timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
       if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
     }

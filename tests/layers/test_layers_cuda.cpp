@@ -482,7 +482,7 @@ TEST_CASE("Accuracy and top-k accuracy: CUDA counts equal the CPU counts", "[gpu
   CHECK(top1.count() == 2);
 }
 
-// Run by the CTest entry gpu_layers_deterministic with TNT_DETERMINISTIC=1: two identical
+// Run by the CTest entry layers_cuda_deterministic with TNT_DETERMINISTIC=1: two identical
 // backward passes give bitwise-equal gradients.
 TEST_CASE("deterministic mode: repeated backward passes are bitwise equal", "[.deterministic]") {
   REQUIRE(tnt::config().deterministic);

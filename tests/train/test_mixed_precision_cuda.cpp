@@ -294,7 +294,7 @@ TEST_CASE("Conv2D on CUDA in f16 and bf16 as a first layer: no input gradient, n
   for (const HalfFormat& h : kFormats) check_first_layer_conv(h);
 }
 
-// Run by the CTest entry gpu_mixed_precision_deterministic with TNT_DETERMINISTIC=1, where
+// Run by the CTest entry train_mixed_precision_cuda_deterministic with TNT_DETERMINISTIC=1, where
 // only deterministic algorithms count (fewer for half data with 3 channels).
 TEST_CASE("Conv2D on CUDA in f16 and bf16 as a first layer, deterministic mode", "[.deterministic]") {
   REQUIRE(tnt::config().deterministic);
@@ -319,7 +319,7 @@ TEST_CASE("BatchNorm on CUDA in f16 and bf16 (cuDNN's mixed mode) matches the f3
       const int64_t m = r.x.numel() / xs[1];  // values per channel
       // cuDNN reads the half x exactly and computes in float: the statistics differ from
       // the CPU's only by f32 summation order (1e-4 absolute, as in the f32 test of
-      // test_gpu_layers.cpp), and y and dx are rounded once to the half format.
+      // test_layers_cuda.cpp), and y and dx are rounded once to the half format.
       require_within(r.y_gpu, r.y_cpu, h.tiny + 1e-4, h.u + 1e-4, Tensor(), 0.0, "y");
       require_within(r.dx_gpu, r.dx_cpu, h.tiny + 1e-4, h.u + 1e-4, Tensor(), 0.0, "dx");
       // f32 sums of identical half values into the f32 gradients: the f32 test's bounds.

@@ -27,7 +27,7 @@
 //                   .prefetch(2);
 //   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
 //     auto it = data.iterate(epoch);
-//     while (auto batch = it.next()) { ... batch->columns, batch->weights ... }
+//     while (auto batch = it.next()) { ... batch->columns, batch->real_samples ... }
 //   }
 #pragma once
 

@@ -1,6 +1,6 @@
 // "Do all ranks hold the same list?": the one check behind every place where ranks must
 // agree before they start collectives that would otherwise hang on a mismatch (the
-// Reducer's gradient list, the Model's parameters). The caller turns a disagreement into
+// Reducer's gradient list, the Model's precision and loss scale). The caller turns a disagreement into
 // its own message and throws it on every rank.
 #pragma once
 

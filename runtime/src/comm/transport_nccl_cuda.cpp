@@ -44,6 +44,12 @@ class NcclTransport final : public Transport {
  public:
   explicit NcclTransport(const TransportSetup& setup)
       : device_(made_current(setup.plan.buckets.at(0).device)), buckets_(fuse_buckets(setup)) {
+    // One device per Reducer: every bucket is packed on that device's compute stream. (A
+    // rank's gradients live where its model does, so this holds on every rank or on none.)
+    for (const PlannedBucket& pb : setup.plan.buckets) {
+      TNT_CHECK(pb.device == device_, "Reducer: gradients on {} and on {}; one Reducer reduces the gradients of one device",
+                device_.str(), pb.device.str());
+    }
     stream_ = setup.options.cuda_stream ? setup.options.cuda_stream : backend::cuda_compute_stream(device_.index);
     events_.resize(buckets_.size());
     if (setup.comm.size() == 1) return;  // nothing is ever sent
@@ -106,7 +112,10 @@ class NcclTransport final : public Transport {
     timing.backward_end_s = s(backward_end_);
   }
 
-  void cancel() override { cancel_ = true; }
+  void cancel() override {
+    cancel_ = true;
+    if (nccl_) nccl_->abort_on_close();
+  }
 
  private:
   // Events and buffers belong to the device that is current when they are made.

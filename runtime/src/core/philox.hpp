@@ -11,6 +11,8 @@
 // Dropout keeps element i when uniform(key, offset + i) >= float(rate).
 #pragma once
 
+#include "core/host_device.hpp"
+
 #include <cstdint>
 
 #if !defined(__CUDACC__)
@@ -18,11 +20,6 @@
 #include <numbers>
 #endif
 
-#if defined(__CUDACC__)
-#define TNT_HD __host__ __device__ __forceinline__
-#else
-#define TNT_HD inline
-#endif
 
 namespace tnt::philox {
 

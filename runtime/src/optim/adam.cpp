@@ -1,5 +1,6 @@
 #include "tarantella/optim.hpp"
 
+#include "backend/dispatch.hpp"
 #include "optim/optim_cuda.hpp"
 #include "optim/update_rules.hpp"
 
@@ -52,18 +53,11 @@ void Adam::update(Parameter& param, ParamState& state, double lr, bool decay) {
   const optim::AdamRule rule =
       optim::adam_rule(lr, options_.beta1, options_.beta2, options_.eps, decay ? options_.weight_decay : 0.0,
                        decoupled_, static_cast<double>(param_step(state)));
-  if (p.device().is_cpu()) {
-    adam_cpu(rule, p.data<float>(), param.grad.data<float>(), state.slots[0].data<float>(),
-             state.slots[1].data<float>(), p.numel());
-    return;
-  }
-#ifdef TNT_WITH_CUDA
-  cuda::adam_update(rule, p.data<float>(), param.grad.data<float>(), state.slots[0].data<float>(),
-                    state.slots[1].data<float>(), p.numel(), p.device().index);
-#else
-  TNT_THROW("{}: parameter '{}' is on {}, but this build has no CUDA", type(), state.name,
-            p.device().str());
-#endif
+  TNT_CUDA_DISPATCH(p.device(), cuda::adam_update(rule, p.data<float>(), param.grad.data<float>(),
+                                                  state.slots[0].data<float>(), state.slots[1].data<float>(),
+                                                  p.numel(), p.device().index));
+  adam_cpu(rule, p.data<float>(), param.grad.data<float>(), state.slots[0].data<float>(),
+           state.slots[1].data<float>(), p.numel());
 }
 
 }  // namespace tnt

@@ -1,5 +1,6 @@
 #include "tarantella/optim.hpp"
 
+#include "backend/dispatch.hpp"
 #include "optim/optim_cuda.hpp"
 #include "optim/update_rules.hpp"
 
@@ -55,19 +56,13 @@ void SGD::update(Parameter& param, ParamState& state, double lr, bool decay) {
   float* buf = state.slots.empty() ? nullptr : state.slots[0].data<float>();
   const optim::SgdRule rule = optim::sgd_rule(lr, options_.momentum, options_.dampening,
                                               decay ? options_.weight_decay : 0.0, options_.nesterov, first);
-  if (p.device().is_cpu()) {
-    if (buf != nullptr) {
-      sgd_cpu<true>(rule, p.data<float>(), param.grad.data<float>(), buf, p.numel());
-    } else {
-      sgd_cpu<false>(rule, p.data<float>(), param.grad.data<float>(), nullptr, p.numel());
-    }
-    return;
+  TNT_CUDA_DISPATCH(p.device(),
+                    cuda::sgd_update(rule, p.data<float>(), param.grad.data<float>(), buf, p.numel(), p.device().index));
+  if (buf != nullptr) {
+    sgd_cpu<true>(rule, p.data<float>(), param.grad.data<float>(), buf, p.numel());
+  } else {
+    sgd_cpu<false>(rule, p.data<float>(), param.grad.data<float>(), nullptr, p.numel());
   }
-#ifdef TNT_WITH_CUDA
-  cuda::sgd_update(rule, p.data<float>(), param.grad.data<float>(), buf, p.numel(), p.device().index);
-#else
-  TNT_THROW("SGD: parameter '{}' is on {}, but this build has no CUDA", state.name, p.device().str());
-#endif
 }
 
 }  // namespace tnt

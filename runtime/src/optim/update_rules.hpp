@@ -7,20 +7,14 @@
 // The engines can still differ in the last bits: each compiler fuses a * b + c into one FMA
 // where it finds the pattern (nvcc by default; GCC under -march=x86-64-v3, since C++ allows
 // contraction), while sqrt and division are correctly rounded on both.
-// tests/train/test_optim_cuda.cpp bounds that difference; tests/train/test_optim.cpp pins
+// tests/optim/test_optim_cuda.cpp bounds that difference; tests/optim/test_optim.cpp pins
 // the CPU's bits, so a changed expression here fails there.
 #pragma once
 
+#include "core/host_device.hpp"
+
 #include <cmath>
 #include <cstdint>
-
-#ifndef TNT_HD
-#if defined(__CUDACC__)
-#define TNT_HD __host__ __device__ __forceinline__
-#else
-#define TNT_HD inline
-#endif
-#endif
 
 namespace tnt::optim {
 

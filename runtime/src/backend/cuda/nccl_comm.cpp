@@ -71,7 +71,7 @@ NcclComm::NcclComm(const char* id, int rank, int size, int device, const std::st
 NcclComm::~NcclComm() {
   cudaSetDevice(device_);
   if (comm_ && !aborted_) {
-    const bool idle = cudaStreamQuery(as_stream(stream_)) == cudaSuccess;
+    const bool idle = !abort_on_close_ && cudaStreamQuery(as_stream(stream_)) == cudaSuccess;
     if (idle && finalized(Clock::now() + close_timeout_)) {
       ncclCommDestroy(as_comm(comm_));
     } else {

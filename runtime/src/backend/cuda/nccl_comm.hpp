@@ -6,6 +6,7 @@
 
 #include "tarantella/dtype.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -30,6 +31,11 @@ class NcclComm {
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
+
+  // The owner gave up on this communicator (it left a step after an error): the destructor
+  // aborts at once instead of finalizing, so the original error reaches the caller without
+  // waiting close_timeout for peers that may never come.
+  void abort_on_close() { abort_on_close_ = true; }
 
   void* stream() const { return stream_; }  // cudaStream_t (non-blocking)
   int device() const { return device_; }
@@ -65,6 +71,7 @@ class NcclComm {
   int device_ = 0;
   Clock::duration close_timeout_{};
   bool aborted_ = false;
+  std::atomic<bool> abort_on_close_{false};
 };
 
 }  // namespace tnt::backend

@@ -44,9 +44,16 @@ Data make_data() {
   return d;
 }
 
-std::vector<std::vector<double>> train_with_model(int epochs, bool distribute, int64_t micro_batch) {
+// Dropout after conv1: its masks are keyed on each sample's index in the global batch
+// (RunContext::sample_offset), so p ranks draw the masks one process draws.
+std::shared_ptr<tnt::Layer> maybe_dropout(bool dropout) {
+  return dropout ? std::make_shared<tnt::Dropout>(0.25, "drop1") : nullptr;
+}
+
+std::vector<std::vector<double>> train_with_model(int epochs, bool distribute, int64_t micro_batch,
+                                                  bool dropout = false) {
   Data d = make_data();
-  auto net = make_net();
+  auto net = make_net(maybe_dropout(dropout));
   tnt::Model model(net, kSeed);
   model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>(),
                 {std::make_shared<tnt::Accuracy>()});
@@ -79,9 +86,9 @@ std::vector<std::vector<double>> train_with_model(int epochs, bool distribute, i
 }
 
 // The serial reference: no Model, no communication; one process on whole global batches.
-std::vector<std::vector<double>> train_serial(int epochs) {
+std::vector<std::vector<double>> train_serial(int epochs, bool dropout = false) {
   Data d = make_data();
-  auto net = make_net();
+  auto net = make_net(maybe_dropout(dropout));
   net->initialize(kSeed);
   tnt::SGD sgd(0.1);
   tnt::SoftmaxCrossEntropy loss;
@@ -137,6 +144,18 @@ TEST_CASE("p ranks on global batch B give the serial weights") {
   SECTION("distribute_dataset=false with the user's own micro-batches") {
     require_close(train_with_model(2, false, 0), serial);
   }
+}
+
+TEST_CASE("p ranks draw the serial dropout masks (each sample's offset in the global batch)") {
+  auto serial = train_serial(2, /*dropout=*/true);
+  // The masks matter: without them the weights differ.
+  auto plain = train_serial(2, /*dropout=*/false);
+  double differ = 0;
+  for (size_t t = 0; t < serial.size(); ++t)
+    for (size_t i = 0; i < serial[t].size(); ++i) differ = std::max(differ, std::fabs(serial[t][i] - plain[t][i]));
+  REQUIRE(differ > 1e-3);
+  SECTION("distributed dataset") { require_close(train_with_model(2, true, 0, true), serial); }
+  SECTION("distribute_dataset=false") { require_close(train_with_model(2, false, 0, true), serial); }
 }
 
 TEST_CASE("a micro_batch_size that disagrees with the global batch is an error on every rank") {

@@ -228,6 +228,22 @@ TEST_CASE("a parameter unfrozen between two fits is trained like the others") {
   require_close(weights_of(*net), weights_of(*ref));
 }
 
+TEST_CASE("an evaluation inside fit leaves the metric objects with the epoch's training totals") {
+  Data d = make_data();
+  tnt::Model model(make_net(), kSeed);
+  auto accuracy = std::make_shared<tnt::Accuracy>();
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>(), {accuracy});
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+  // Validation on the first global batch only: one step, against three of training.
+  fit.validation_data = tnt::Dataset::from_tensors({d.images.slice_rows(0, kBatch), d.labels.slice_rows(0, kBatch)});
+  tnt::History h = model.fit(tnt::Dataset::from_tensors({d.images, d.labels}), fit);
+  REQUIRE(h.history.count("val_accuracy") == 1);
+  // This rank's share of the epoch's training samples, not of the validation batch.
+  CHECK(accuracy->count() == static_cast<double>(3 * tnt::micro_batch_size(kBatch, tnt::rank(), tnt::size())));
+}
+
 TEST_CASE("fit before compile is an error") {
   auto net = make_net();
   tnt::Model model(net, kSeed);

@@ -112,7 +112,9 @@ enum class MonitorMode { automatic, min, max };
 // Saves a checkpoint (weights, optimizer state, epoch, step) after each epoch, written by
 // the master atomically. path may contain "{epoch}" (1-based, two digits, as Keras). With
 // save_best_only, only when the monitored global metric improved. It runs on every rank
-// (the save is collective, so a failed write stops every rank, not only the master).
+// (the save is collective, so a failed write stops every rank, not only the master). Weights
+// or optimizer state holding a NaN or an infinity are never written (Model::save_checkpoint
+// throws on every rank instead), so the last good checkpoint survives a diverged epoch.
 class ModelCheckpoint : public Callback {
  public:
   ModelCheckpoint(std::string path, std::string monitor = "val_loss", bool save_best_only = false,

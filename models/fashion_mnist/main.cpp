@@ -158,7 +158,10 @@ int main(int argc, char** argv) {
     fit.validation_freq = common.epochs_between_evals;
     auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", initial_epoch > 0);
     csv->set_columns({"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "seconds"});
-    fit.callbacks = {csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss")};
+    // A diverged run (NaN or infinite loss) ends here with an error naming the step, before
+    // the epoch's history row and checkpoint: exit status 1, the last good checkpoint kept.
+    auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
+    fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss")};
     tnt::History history = model.fit(train_data, fit);
 
     tnt::EvaluateOptions ev;

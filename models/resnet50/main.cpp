@@ -299,7 +299,10 @@ int main(int argc, char** argv) {
                                      "val_top5_accuracy", "learning_rate", "seconds"};
     if (precision.scales_loss()) columns.push_back("loss_scale");
     csv->set_columns(columns);
-    fit.callbacks = {csv, std::make_shared<ThroughputLogger>(common.batch_size, log_steps)};
+    // A diverged run (NaN or infinite loss) ends with an error naming the step and a non-zero
+    // exit, before the epoch's history row and checkpoint.
+    fit.callbacks = {std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise), csv,
+                     std::make_shared<ThroughputLogger>(common.batch_size, log_steps)};
     if (train_steps > 0) fit.callbacks.push_back(std::make_shared<StopAfterSteps>(train_steps));
     if (checkpoint_and_export) {
       fit.callbacks.push_back(

@@ -150,3 +150,34 @@ TEST_CASE("ModelCheckpoint: an epoch that diverged keeps the last good checkpoin
   other.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
   CHECK(other.load_checkpoint(ck) == 1);
 }
+
+TEST_CASE("TerminateOnNaN with Action::raise throws on every rank, naming the step and the epoch") {
+  JobDir dir;
+  const std::string ck = dir.path + "/checkpoint.safetensors", csv = dir.path + "/history.csv";
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(1e30), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
+  tnt::FitOptions fit = fit_options(50, {nan_guard, std::make_shared<tnt::CSVLogger>(csv),
+                                         std::make_shared<tnt::ModelCheckpoint>(ck, "loss")});
+  const std::string message = error_of([&] { model.fit(make_data(), fit); });
+  const int64_t step = model.global_step();
+  INFO(message);
+  CHECK(nan_guard->stopped_step() == step);
+  const int64_t epoch = (step - 1) / 4 + 1, batch = (step - 1) % 4 + 1;
+  CHECK_THAT(message, Catch::Contains(fmt::format("at step {} (epoch {}, batch {} of 4)", step, epoch, batch)) &&
+                          Catch::Contains("diverged"));
+  // Every rank stopped at the same step.
+  std::vector<int64_t> steps = tnt::communicator().allgather(step);
+  CHECK(std::count(steps.begin(), steps.end(), step) == tnt::size());
+  // It stopped before the epoch's end hooks: no checkpoint of the diverged model, and no
+  // history row for its epoch (at most rows for the epochs before).
+  tnt::communicator().barrier();
+  if (epoch == 1) CHECK_FALSE(std::filesystem::exists(ck));
+  if (tnt::is_master_rank() && std::filesystem::exists(csv)) {
+    std::ifstream in(csv);
+    int64_t lines = 0;
+    for (std::string l; std::getline(in, l);) ++lines;
+    CHECK(lines <= (epoch == 1 ? 0 : epoch));  // the header and epoch - 1 rows
+  }
+}

@@ -161,11 +161,27 @@ class LearningRateScheduler : public Callback {
   std::function<double(int, double)> fn_;
 };
 
-// Stops training as soon as the (global) loss is NaN or infinite.
+// Stops training as soon as the (global) loss is NaN or infinite, as Keras' TerminateOnNaN.
+// Action::stop (Keras' behaviour): fit() returns after that step; the epoch's end hooks
+// still run. Action::raise: fit() throws tnt::Error right away, naming the step, the epoch
+// and the loss, before any end-of-epoch hook (a checkpoint, a history row) sees the diverged
+// model; a program then ends with a non-zero exit (the training programs in models/ use it).
+// It runs on every rank, and every rank sees the same allreduced loss, so all stop (or
+// throw) at the same step.
 class TerminateOnNaN : public Callback {
  public:
-  TerminateOnNaN() : Callback(Ranks::all) {}
+  enum class Action { stop, raise };
+  explicit TerminateOnNaN(Action action = Action::stop) : Callback(Ranks::all), action_(action) {}
+  void on_epoch_begin(int epoch, const Logs&) override { epoch_ = epoch; }
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  // The global step (1-based, as Model::global_step() after it) that stopped training; -1
+  // while none did.
+  int64_t stopped_step() const { return stopped_step_; }
+
+ private:
+  Action action_;
+  int epoch_ = 0;
+  int64_t stopped_step_ = -1;
 };
 
 // Whether `current` improves on `best` for metric `name` (mode automatic: "acc"/"accuracy"

@@ -102,6 +102,31 @@ TEST_CASE("CSVLogger and ModelCheckpoint write on the master only; History on ev
   if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
 }
 
+// Run by the CTest entry train_callbacks_output_on_all_devices.np2 with
+// TNT_OUTPUT_ON_ALL_DEVICES=1 (what tarantella --output-on-all-devices sets): progress
+// callbacks then run on every rank, but a file is still written by the master alone.
+TEST_CASE("with output on all devices, CSVLogger still writes on the master only", "[.output_on_all_devices]") {
+  REQUIRE(tnt::config().output_on_all_devices);
+  const std::string dir = job_dir();
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 2;
+  fit.verbose = 0;
+  auto master_counter = std::make_shared<Counter>(tnt::Callback::Ranks::master);
+  // A path of its own on each rank: a rank that writes shows up as its file.
+  const std::string mine = fmt::format("{}/history-{}.csv", dir, tnt::rank());
+  fit.callbacks = {std::make_shared<tnt::CSVLogger>(mine), master_counter};
+  model.fit(make_data(), fit);
+  CHECK(master_counter->epochs == 2);  // progress-type callbacks: every rank
+  tnt::communicator().barrier();
+  CHECK(std::filesystem::exists(mine) == tnt::is_master_rank());
+  CHECK(lines_of(mine).size() == (tnt::is_master_rank() ? 3u : 0u));
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("ModelCheckpoint with save_best_only writes only on improvement") {
   const std::string dir = job_dir();
   tnt::Model model(make_net(), 3);

@@ -1,8 +1,10 @@
 // Callbacks with the Keras hooks. The logs a callback sees are GLOBAL: the training loop
 // allreduces each rank's sums before calling any hook, so every rank sees the same values.
-// A callback runs on the master only (default: progress, files) or on all ranks (anything
-// that changes what training does next: EarlyStopping, LearningRateScheduler,
-// TerminateOnNaN — otherwise ranks would disagree and the job would hang).
+// A callback runs on the master (default: progress output, which goes to every rank with
+// TNT_OUTPUT_ON_ALL_DEVICES), on the master alone whatever that setting (files: ranks
+// writing one path would race, and append twice), or on all ranks (anything that changes
+// what training does next: EarlyStopping, LearningRateScheduler, TerminateOnNaN — otherwise
+// ranks would disagree and the job would hang).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,9 @@ struct TrainParams {
 
 class Callback {
  public:
-  enum class Ranks { master, all };
+  // master: rank 0, or every rank with TNT_OUTPUT_ON_ALL_DEVICES (console output).
+  // master_only: rank 0 and no other, whatever the output setting (files). all: every rank.
+  enum class Ranks { master, master_only, all };
   explicit Callback(Ranks ranks = Ranks::master) : ranks_(ranks) {}
   virtual ~Callback() = default;
 
@@ -88,7 +92,8 @@ class ProgressBar : public Callback {
 };
 
 // Appends one row per epoch to a CSV file: epoch, then the logged metrics in sorted order.
-// The header is written when the file is created (append=false, or the file is new).
+// The header is written when the file is created (append=false, or the file is new). Only
+// the master writes it, even with TNT_OUTPUT_ON_ALL_DEVICES.
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string path, bool append = false);

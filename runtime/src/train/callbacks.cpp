@@ -119,7 +119,8 @@ void ProgressBar::on_epoch_end(int, const Logs& logs) {
 
 // ---- CSVLogger -----------------------------------------------------------------------
 
-CSVLogger::CSVLogger(std::string path, bool append) : path_(std::move(path)), append_(append) {}
+CSVLogger::CSVLogger(std::string path, bool append)
+    : Callback(Ranks::master_only), path_(std::move(path)), append_(append) {}
 
 CSVLogger::~CSVLogger() {
   if (file_) std::fclose(file_);

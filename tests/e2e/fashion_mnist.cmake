@@ -20,8 +20,9 @@ foreach(_case missing_data_dir truncated_gzip truncated_idx corrupt_gzip batch_s
 endforeach()
 
 # What a run leaves in --model_dir when it goes wrong (fashion_mnist_model_dir.sh): a
-# diverged run keeps the last good checkpoint.
-foreach(_case diverged)
+# diverged run keeps the last good checkpoint; history.csv has each epoch once (written by
+# the master alone, cut back to the checkpoint's epoch on --resume).
+foreach(_case diverged output_on_all_devices resume_after_crash)
   add_test(NAME fashion_mnist.model_dir.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_model_dir.sh ${_fm_bins} ${_case})
   set_tests_properties(fashion_mnist.model_dir.${_case} PROPERTIES

@@ -9,6 +9,11 @@
 #   diverged: a resumed run with an enormous learning rate ends with a non-zero exit and an
 #     error naming the step and the epoch; the checkpoint and history.csv of the good run
 #     are left as they were.
+#   output_on_all_devices: a resumed run with --output-on-all-devices prints progress on both
+#     ranks but history.csv gets each new row once (the master alone writes files).
+#   resume_after_crash: a crash between epoch 2's history row and its checkpoint (rebuilt
+#     by putting epoch 1's checkpoint back, and a row cut short), then --resume: history.csv
+#     has epochs 1, 2, 3 once each.
 source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
 [[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
 case_name=$3
@@ -60,6 +65,34 @@ case $case_name in
     if grep -q '^Test loss' <<<"$fm_out"; then fm_fail "$case_name: a test result was printed"; else fm_pass "$case_name: no test result"; fi
     same_file "$case_name" "$ckpt" "$fm_tmp/good.safetensors" "the checkpoint"
     same_file "$case_name" "$csv" "$fm_tmp/good.csv" "history.csv"
+    ;;
+
+  output_on_all_devices)
+    train_good good 1
+    fm_run "$case_name" "${launch[@]}" --output-on-all-devices -- "${small[@]}" --train_epochs=2 --resume --verbose=2
+    expect_exit "$case_name" 0
+    n=$(grep -c '^Epoch 2/2$' <<<"$fm_out")
+    if [[ $n -eq 2 ]]; then fm_pass "$case_name: progress from both ranks"; else fm_fail "$case_name: 'Epoch 2/2' printed $n times, expected 2 (one per rank)"; fi
+    got=$(csv_epochs)
+    if [[ $got == "1 2" ]]; then fm_pass "$case_name: history.csv rows 1 2"; else fm_fail "$case_name: history.csv rows are epochs '$got', expected '1 2'"; cat "$csv"; fi
+    ;;
+
+  resume_after_crash)
+    train_good good 1
+    cp "$ckpt" "$fm_tmp/epoch1.safetensors"
+    train_good two 2 --resume
+    cp "$fm_tmp/epoch1.safetensors" "$ckpt"
+    printf '3,0.4' >>"$csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=3 --resume
+    expect_exit "$case_name" 0
+    got=$(csv_epochs)
+    if [[ $got == "1 2 3" ]]; then
+      fm_pass "$case_name: history.csv rows 1 2 3"
+    else
+      fm_fail "$case_name: history.csv rows are epochs '$got', expected '1 2 3'"
+      cat "$csv"
+    fi
+    if ls -A "$model_dir" | grep -q 'tmp'; then fm_fail "$case_name: a temporary file was left in $model_dir"; fi
     ;;
 
   *)

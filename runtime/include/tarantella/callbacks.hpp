@@ -93,7 +93,9 @@ class ProgressBar : public Callback {
 
 // Appends one row per epoch to a CSV file: epoch, then the logged metrics in sorted order.
 // The header is written when the file is created (append=false, or the file is new). Only
-// the master writes it, even with TNT_OUTPUT_ON_ALL_DEVICES.
+// the master writes it, even with TNT_OUTPUT_ON_ALL_DEVICES. append=true continues the file
+// of a run resumed at fit's initial_epoch: rows of later epochs (written before the crash,
+// about to be redone) and a line cut short are removed first, the file replaced atomically.
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string path, bool append = false);

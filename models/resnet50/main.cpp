@@ -267,7 +267,10 @@ int main(int argc, char** argv) {
     model.compile(std::make_shared<tnt::SGD>(schedule, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>(label_smoothing),
                   {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)}, precision);
 
-    tnt_models::create_model_dir(common.model_dir);
+    // What an earlier run left there is replaced only with --overwrite.
+    tnt_models::prepare_model_dir({.path = common.model_dir,
+                                   .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
+                                   .overwrite = common.overwrite});
 
     if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,

@@ -14,6 +14,9 @@
 #   resume_after_crash: a crash between epoch 2's history row and its checkpoint (rebuilt
 #     by putting epoch 1's checkpoint back, and a row cut short), then --resume: history.csv
 #     has epochs 1, 2, 3 once each.
+#   existing_model_dir: a run without --resume in the directory of a trained model is
+#     refused before any training (non-zero exit, the directory and the choices named, both
+#     files left as they were); with --overwrite it trains from scratch in it.
 source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
 [[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
 case_name=$3
@@ -93,6 +96,25 @@ case $case_name in
       cat "$csv"
     fi
     if ls -A "$model_dir" | grep -q 'tmp'; then fm_fail "$case_name: a temporary file was left in $model_dir"; fi
+    ;;
+
+  existing_model_dir)
+    train_good good 1
+    cp "$ckpt" "$fm_tmp/good.safetensors"
+    cp "$csv" "$fm_tmp/good.csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=0
+    expect_exit "$case_name" failure
+    fm_expect_fixed "$case_name" "--model_dir=$model_dir already holds" "the directory"
+    fm_expect_grep "$case_name" "--resume.*--overwrite" "the choices"
+    n=$(grep -c '^error' <<<"$fm_out")
+    if [[ $n -eq 2 ]]; then fm_pass "$case_name: both ranks report it"; else fm_fail "$case_name: $n error lines, expected 2 (one per rank)"; fi
+    same_file "$case_name" "$ckpt" "$fm_tmp/good.safetensors" "the checkpoint"
+    same_file "$case_name" "$csv" "$fm_tmp/good.csv" "history.csv"
+    fm_run overwrite "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite --seed=7
+    expect_exit overwrite 0
+    got=$(csv_epochs)
+    if [[ $got == "1 2" ]]; then fm_pass "overwrite: history.csv rows 1 2"; else fm_fail "overwrite: history.csv rows are epochs '$got', expected '1 2'"; fi
+    if cmp -s "$ckpt" "$fm_tmp/good.safetensors"; then fm_fail "overwrite: the old checkpoint is still there"; else fm_pass "overwrite: a new checkpoint"; fi
     ;;
 
   *)

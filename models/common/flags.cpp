@@ -2,6 +2,8 @@
 
 #include <tarantella/tarantella.hpp>
 
+#include <fmt/ranges.h>
+
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -39,7 +41,8 @@ ProgramFlags::ProgramFlags(const std::string& program, const std::string& summar
     ("train_epochs", "epochs to train", cxxopts::value<int>()->default_value(std::to_string(defaults.train_epochs)))
     ("epochs_between_evals", defaults.epochs_between_evals_help, cxxopts::value<int>()->default_value("1"))
     ("seed", defaults.seed_help, cxxopts::value<uint64_t>()->default_value("42"))
-    ("verbose", "0 silent, 1 progress bar, 2 a line per epoch", cxxopts::value<int>()->default_value(std::to_string(defaults.verbose)));
+    ("verbose", "0 silent, 1 progress bar, 2 a line per epoch", cxxopts::value<int>()->default_value(std::to_string(defaults.verbose)))
+    ("overwrite", "replace the output of an earlier run in --model_dir (without it, such a directory is refused)", cxxopts::value<bool>()->default_value("false"));
   // clang-format on
 }
 
@@ -63,6 +66,7 @@ CommonFlags ProgramFlags::common() const {
   CommonFlags f;
   f.data_dir = args_["data_dir"].as<std::string>();
   f.model_dir = args_["model_dir"].as<std::string>();
+  f.overwrite = args_["overwrite"].as<bool>();
   f.batch_size = args_["batch_size"].as<int64_t>();
   f.train_epochs = args_["train_epochs"].as<int>();
   f.epochs_between_evals = args_["epochs_between_evals"].as<int>();
@@ -74,10 +78,44 @@ CommonFlags ProgramFlags::common() const {
   return f;
 }
 
-void create_model_dir(const std::string& model_dir) {
+namespace {
+
+// The master's verdict on --model_dir: "" when training may go ahead, else the message.
+std::string check_model_dir_on_master(const ModelDir& dir) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (tnt::is_master_rank()) std::filesystem::create_directories(model_dir, ec);
-  TNT_INPUT_CHECK(!ec, "--model_dir={}: cannot create it: {}", model_dir, ec.message());
+  fs::create_directories(dir.path, ec);
+  if (ec) return fmt::format("--model_dir={}: cannot create it: {}", dir.path, ec.message());
+  std::vector<std::string> found;
+  for (const std::string& name : dir.outputs) {
+    if (fs::exists(fs::path(dir.path) / name, ec)) found.push_back(name);
+  }
+  if (found.empty() || dir.resume) return "";
+  if (dir.overwrite) {
+    for (const std::string& name : found) {
+      fs::remove(fs::path(dir.path) / name, ec);
+      if (ec) return fmt::format("--overwrite: cannot remove {}/{}: {}", dir.path, name, ec.message());
+    }
+    return "";
+  }
+  return fmt::format("--model_dir={} already holds the output of an earlier run ({}): give {}--overwrite to replace "
+                     "it, or choose another --model_dir",
+                     dir.path, fmt::join(found, ", "),
+                     dir.can_resume ? "--resume to continue training from its checkpoint, " : "");
+}
+
+}  // namespace
+
+void prepare_model_dir(const ModelDir& dir) {
+  TNT_INPUT_CHECK(!(dir.resume && dir.overwrite),
+                  "--resume and --overwrite: give one of them (--resume continues the run in --model_dir={}, "
+                  "--overwrite replaces it)",
+                  dir.path);
+  // Only the master sees the directory for sure (other hosts may not share its file
+  // system), so it decides and the ranks learn its verdict: all of them stop, or none.
+  std::string verdict = tnt::is_master_rank() ? check_model_dir_on_master(dir) : "";
+  tnt::communicator().broadcast(verdict, tnt::master_rank());
+  if (!verdict.empty()) throw tnt::InputError(verdict);
 }
 
 }  // namespace tnt_models

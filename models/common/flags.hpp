@@ -43,6 +43,7 @@ struct CommonFlagDefaults {
 struct CommonFlags {
   std::string data_dir;
   std::string model_dir;
+  bool overwrite = false;  // replace what an earlier run left in model_dir
   int64_t batch_size = 0;  // GLOBAL: split across the ranks
   int train_epochs = 0;
   int epochs_between_evals = 1;
@@ -77,8 +78,22 @@ class ProgramFlags {
   cxxopts::ParseResult args_;
 };
 
-// Creates --model_dir on the master rank (the only rank that writes files). Throws
-// tnt::InputError naming the flag when it cannot.
-void create_model_dir(const std::string& model_dir);
+// How a program uses --model_dir.
+struct ModelDir {
+  std::string path;                  // --model_dir
+  std::vector<std::string> outputs;  // the files the program writes there
+  bool can_resume = false;           // the program has --resume
+  bool resume = false;               // ... and it was given
+  bool overwrite = false;            // --overwrite was given
+};
+
+// Collective, before any training: the master (the only rank that writes files) creates
+// the directory and looks for the outputs of an earlier run in it, and every rank gets its
+// verdict. A directory holding any of them is refused unless the run continues it
+// (--resume) or replaces it (--overwrite: the master then removes those outputs, so a run
+// that fails early leaves no mix of old and new). Throws tnt::InputError on every rank
+// alike, naming the directory and the choices, when it is refused, when it cannot be
+// created, or for --resume together with --overwrite.
+void prepare_model_dir(const ModelDir& dir);
 
 }  // namespace tnt_models

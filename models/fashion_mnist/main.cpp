@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
       {"tarantella -n 2 -- build/bin/fashion_mnist",
        "tarantella -n 2 -- build/bin/fashion_mnist --train_epochs=10 --batch_size=256",
        "build/bin/fashion_mnist --model=mlp --num_train_samples=6000 --train_epochs=1",
-       "tarantella -n 2 -- build/bin/fashion_mnist --resume   (continue from model_dir)"},
+       "tarantella -n 2 -- build/bin/fashion_mnist --resume   (continue from model_dir)",
+       "tarantella -n 2 -- build/bin/fashion_mnist --overwrite   (start again, replacing model_dir's run)"},
       {.data_dir = kDefaultDataDir,
        .data_dir_help = "directory with the four Fashion-MNIST IDX files (plain or .gz)",
        .model_dir = "./fashion_mnist_model",
@@ -129,11 +130,18 @@ int main(int argc, char** argv) {
     }
     model.compile(optimizer, std::make_shared<tnt::SoftmaxCrossEntropy>(), {std::make_shared<tnt::Accuracy>()});
 
-    tnt_models::create_model_dir(common.model_dir);
+    const bool resume = args["resume"].as<bool>();
+    // An earlier run's checkpoint and history are continued (--resume) or replaced
+    // (--overwrite), never silently overwritten.
+    tnt_models::prepare_model_dir({.path = common.model_dir,
+                                   .outputs = {"checkpoint.safetensors", "history.csv"},
+                                   .can_resume = true,
+                                   .resume = resume,
+                                   .overwrite = common.overwrite});
     const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
 
     int initial_epoch = 0;
-    if (args["resume"].as<bool>()) {
+    if (resume) {
       TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
       initial_epoch = model.load_checkpoint(checkpoint);
       tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
@@ -158,7 +166,10 @@ int main(int argc, char** argv) {
     fit.validation_freq = common.epochs_between_evals;
     auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", initial_epoch > 0);
     csv->set_columns({"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "seconds"});
-    fit.callbacks = {csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss")};
+    // A diverged run (NaN or infinite loss) ends here with an error naming the step, before
+    // the epoch's history row and checkpoint: exit status 1, the last good checkpoint kept.
+    auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
+    fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss")};
     tnt::History history = model.fit(train_data, fit);
 
     tnt::EvaluateOptions ev;

@@ -267,7 +267,10 @@ int main(int argc, char** argv) {
     model.compile(std::make_shared<tnt::SGD>(schedule, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>(label_smoothing),
                   {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)}, precision);
 
-    tnt_models::create_model_dir(common.model_dir);
+    // What an earlier run left there is replaced only with --overwrite.
+    tnt_models::prepare_model_dir({.path = common.model_dir,
+                                   .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
+                                   .overwrite = common.overwrite});
 
     if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,
@@ -299,7 +302,10 @@ int main(int argc, char** argv) {
                                      "val_top5_accuracy", "learning_rate", "seconds"};
     if (precision.scales_loss()) columns.push_back("loss_scale");
     csv->set_columns(columns);
-    fit.callbacks = {csv, std::make_shared<ThroughputLogger>(common.batch_size, log_steps)};
+    // A diverged run (NaN or infinite loss) ends with an error naming the step and a non-zero
+    // exit, before the epoch's history row and checkpoint.
+    fit.callbacks = {std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise), csv,
+                     std::make_shared<ThroughputLogger>(common.batch_size, log_steps)};
     if (train_steps > 0) fit.callbacks.push_back(std::make_shared<StopAfterSteps>(train_steps));
     if (checkpoint_and_export) {
       fit.callbacks.push_back(

@@ -19,6 +19,17 @@ foreach(_case missing_data_dir truncated_gzip truncated_idx corrupt_gzip batch_s
                        TIMEOUT 240 ENVIRONMENT "${_fm_env}" LABELS e2e)
 endforeach()
 
+# What a run leaves in --model_dir when it goes wrong (fashion_mnist_model_dir.sh): a
+# diverged run keeps the last good checkpoint; history.csv has each epoch once (written by
+# the master alone, cut back to the checkpoint's epoch on --resume); a trained model is
+# replaced only with --overwrite.
+foreach(_case diverged output_on_all_devices resume_after_crash existing_model_dir)
+  add_test(NAME fashion_mnist.model_dir.${_case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_model_dir.sh ${_fm_bins} ${_case})
+  set_tests_properties(fashion_mnist.model_dir.${_case} PROPERTIES
+                       TIMEOUT 240 ENVIRONMENT "${_fm_env}" LABELS e2e)
+endforeach()
+
 # VERBOSE EPOCHS: the line-per-epoch mode, the progress-bar mode with stdout not a
 # terminal, and two epochs for two rows in history.csv.
 foreach(_run "2;1" "1;1" "2;2")

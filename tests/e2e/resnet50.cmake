@@ -14,8 +14,10 @@ endif()
 # Cases of resnet50_launcher.sh: a 2-rank synthetic run (exit 0, images/s, history.csv,
 # checkpoint), a 2-rank run on a tiny ImageNet in the folder layout (written by a hidden
 # case of test_resnet50), a 2-rank fp16 run (mixed precision, emulated on the CPU), and the
-# clear errors for a bad --dtype and a missing --data_dir.
-foreach(_case synthetic_2_ranks imagenet_folders dtype_fp16_2_ranks dtype_bad missing_data_dir)
+# clear errors for a bad --dtype and a missing --data_dir; a diverged run stops with an error;
+# an earlier run's --model_dir is replaced only with --overwrite.
+foreach(_case synthetic_2_ranks imagenet_folders dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
+              existing_model_dir)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:resnet50> ${_case}

@@ -12,6 +12,10 @@
 #   test case), one epoch of 3 steps and an evaluation: exit 0, history.csv with a
 #   validation accuracy.
 # missing_data_dir: --data_dir naming no directory ends with an error naming it.
+# diverged: an enormous learning rate ends with an error naming the step and the epoch,
+#   and no evaluation result.
+# existing_model_dir: a second run in the first one's --model_dir is refused (naming the
+#   directory and --overwrite, history.csv left as it was); with --overwrite it runs.
 set -uo pipefail
 [[ $# -eq 3 || $# -eq 4 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE [TEST_RESNET50]" >&2; exit 2; }
 launcher=$1
@@ -103,6 +107,21 @@ case $case_name in
   missing_data_dir)
     run --data_dir="$tmp/no_such_dir" --model_dir="$tmp/model"
     expect_error "$tmp/no_such_dir" "the directory"
+    ;;
+  diverged)
+    run "${common[@]}" --train_steps=6 --base_learning_rate=1e30
+    expect_error "loss is -?(nan|inf) at step [0-9]+ \(epoch 1, batch [0-9]+ of [0-9]+\)" "the step and the epoch"
+    if grep -q '^Evaluation:' <<<"$out"; then fail "an evaluation result was printed"; else pass "no evaluation result"; fi
+    ;;
+  existing_model_dir)
+    run "${common[@]}" --train_steps=1
+    if [[ $rc -eq 0 && -f $tmp/model/history.csv ]]; then pass "first run"; else fail "the first run failed (exit $rc)"; fi
+    cp "$tmp/model/history.csv" "$tmp/first.csv"
+    run "${common[@]}" --train_steps=1
+    expect_error "--model_dir=$tmp/model already holds .*history.csv.*--overwrite" "the directory and --overwrite"
+    if cmp -s "$tmp/model/history.csv" "$tmp/first.csv"; then pass "history.csv left as it was"; else fail "history.csv changed"; fi
+    run "${common[@]}" --train_steps=1 --overwrite
+    if [[ $rc -eq 0 ]]; then pass "--overwrite: exit status 0"; else fail "--overwrite: exit status $rc"; fi
     ;;
   *)
     echo "unknown case $case_name" >&2

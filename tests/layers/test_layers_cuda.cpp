@@ -4,6 +4,7 @@
 #include "gpu_test_util.hpp"
 
 #include "tarantella/layers.hpp"
+#include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <cmath>
@@ -480,6 +481,40 @@ TEST_CASE("Accuracy and top-k accuracy: CUDA counts equal the CPU counts", "[gpu
   top1.update(scores.slice_rows(0, 2).to(gpu()), labels.slice_rows(0, 2).to(gpu()));
   CHECK(top1.total() == 1);  // row 0 loses the tie, row 1 hits
   CHECK(top1.count() == 2);
+}
+
+TEST_CASE("Accuracy on CUDA counts a row with a NaN or an infinity as wrong, as on the CPU", "[gpu][metrics]") {
+  // 300 classes: more than one warp per row, so the non-finite score sits in another
+  // thread than the label in most rows, and the block's reduction must carry it.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const int64_t rows = 64, classes = 300;
+  Tensor scores = test::random_tensor({rows, classes}, "acc_nan_scores");
+  Tensor labels = test::random_labels(rows, classes, "acc_nan_labels");
+  float* s = scores.data<float>();
+  int64_t* l = labels.data<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) s[r * classes + l[r]] = 10.0f;  // every label first
+  const float specials[] = {nan, -nan, inf, -inf};
+  for (int64_t r = 0; r < rows / 2; ++r) {  // the first half: one non-finite score each
+    const int64_t at = r % 4 == 0 ? l[r] : (l[r] + 1 + 37 * r) % classes;
+    s[r * classes + at] = specials[r % 4];
+  }
+  for (int64_t k : {1, 5}) {
+    INFO("k " << k);
+    TopKAccuracy cpu(k), cuda(k);
+    cpu.update(scores, labels);
+    cuda.update(scores.to(gpu()), labels.to(gpu()));
+    CHECK(cpu.total() == rows / 2);  // the finite half
+    CHECK(cuda.total() == cpu.total());
+    CHECK(cuda.count() == rows);
+  }
+  for (DType dt : {DType::f16, DType::bf16}) {  // the half types' NaN and infinity too
+    INFO(dtype_name(dt));
+    Accuracy cuda;
+    cuda.update(ops::cast(Tensor::full({8, classes}, nan, DType::f32).to(gpu()), dt),
+                Tensor::zeros({8}, DType::i64, gpu()));
+    CHECK(cuda.total() == 0);
+    CHECK(cuda.count() == 8);
+  }
 }
 
 // Run by the CTest entry layers_cuda_deterministic with TNT_DETERMINISTIC=1: two identical

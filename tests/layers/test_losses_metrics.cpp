@@ -106,6 +106,30 @@ TEST_CASE("accuracy and top-k accuracy", "[metrics]") {
   CHECK_THROWS_AS(acc.update(scores, labels64({3, 0, 0, 0})), InputError);
 }
 
+TEST_CASE("accuracy counts a row with a NaN or an infinity as wrong", "[metrics]") {
+  // A diverged model outputs NaN everywhere; every comparison with NaN is false, so a
+  // metric that only counts the classes scoring above the label would rank every label
+  // first and report 100%.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  Tensor scores = Tensor::from_vector({nan, nan, nan,      // all NaN
+                                       0.1f, 0.9f, nan,    // the label (1) wins, a NaN elsewhere
+                                       0.1f, inf, 0.2f,    // the label is an infinity
+                                       -inf, 0.5f, 0.2f,   // a -infinity behind the label
+                                       0.2f, 0.7f, 0.1f},  // finite: correct
+                                      {5, 3});
+  Tensor labels = labels64({0, 1, 1, 1, 1});
+  for (int64_t k : {1, 2, 3}) {
+    INFO("k " << k);
+    TopKAccuracy m(k);
+    m.update(scores, labels);
+    CHECK(m.count() == 5);
+    CHECK(m.total() == 1);  // only the finite row
+  }
+  Accuracy all_nan;
+  all_nan.update(Tensor::full({4, 10}, nan, DType::f32), labels64({0, 3, 9, 5}));
+  CHECK(all_nan.result() == 0);
+}
+
 TEST_CASE("ops", "[ops]") {
   Tensor x = Tensor::from_vector({1, -2, 3}, {3});
   Tensor y = Tensor::from_vector({10, 20, 30}, {3});

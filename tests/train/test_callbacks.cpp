@@ -102,6 +102,66 @@ TEST_CASE("CSVLogger and ModelCheckpoint write on the master only; History on ev
   if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
 }
 
+// Run by the CTest entry train_callbacks_output_on_all_devices.np2 with
+// TNT_OUTPUT_ON_ALL_DEVICES=1 (what tarantella --output-on-all-devices sets): progress
+// callbacks then run on every rank, but a file is still written by the master alone.
+TEST_CASE("with output on all devices, CSVLogger still writes on the master only", "[.output_on_all_devices]") {
+  REQUIRE(tnt::config().output_on_all_devices);
+  const std::string dir = job_dir();
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 2;
+  fit.verbose = 0;
+  auto master_counter = std::make_shared<Counter>(tnt::Callback::Ranks::master);
+  // A path of its own on each rank: a rank that writes shows up as its file.
+  const std::string mine = fmt::format("{}/history-{}.csv", dir, tnt::rank());
+  fit.callbacks = {std::make_shared<tnt::CSVLogger>(mine), master_counter};
+  model.fit(make_data(), fit);
+  CHECK(master_counter->epochs == 2);  // progress-type callbacks: every rank
+  tnt::communicator().barrier();
+  CHECK(std::filesystem::exists(mine) == tnt::is_master_rank());
+  CHECK(lines_of(mine).size() == (tnt::is_master_rank() ? 3u : 0u));
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("CSVLogger continuing a resumed run drops the rows of the epochs it redoes") {
+  const std::string dir = job_dir();
+  const std::string path = dir + "/history.csv";
+  // What a run that crashed after epoch 3's row, before epoch 3's checkpoint, leaves (the
+  // checkpoint says epoch 2), and a row cut short by the crash.
+  if (tnt::is_master_rank()) {
+    std::ofstream out(path);
+    out << "epoch,loss\n1,101\n2,102\n3,103\n4,10";
+  }
+  tnt::communicator().barrier();
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.initial_epoch = 2;
+  fit.epochs = 4;
+  fit.verbose = 0;
+  fit.callbacks = {std::make_shared<tnt::CSVLogger>(path, /*append=*/true)};
+  model.fit(make_data(), fit);
+  tnt::communicator().barrier();
+  const std::vector<std::string> lines = lines_of(path);
+  REQUIRE(lines.size() == 5);
+  CHECK(lines[0] == "epoch,loss");
+  CHECK(lines[1] == "1,101");
+  CHECK(lines[2] == "2,102");
+  CHECK(lines[3].rfind("3,", 0) == 0);
+  CHECK(lines[3] != "3,103");  // this run's epoch 3
+  CHECK(lines[4].rfind("4,", 0) == 0);
+  CHECK(lines[4].find("4,10") != 0);  // ... and not glued to the partial line
+  // The rewrite left no temporary file behind.
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 1);
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("ModelCheckpoint with save_best_only writes only on improvement") {
   const std::string dir = job_dir();
   tnt::Model model(make_net(), 3);

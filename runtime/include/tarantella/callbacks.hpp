@@ -1,8 +1,10 @@
 // Callbacks with the Keras hooks. The logs a callback sees are GLOBAL: the training loop
 // allreduces each rank's sums before calling any hook, so every rank sees the same values.
-// A callback runs on the master only (default: progress, files) or on all ranks (anything
-// that changes what training does next: EarlyStopping, LearningRateScheduler,
-// TerminateOnNaN — otherwise ranks would disagree and the job would hang).
+// A callback runs on the master (default: progress output, which goes to every rank with
+// TNT_OUTPUT_ON_ALL_DEVICES), on the master alone whatever that setting (files: ranks
+// writing one path would race, and append twice), or on all ranks (anything that changes
+// what training does next: EarlyStopping, LearningRateScheduler, TerminateOnNaN — otherwise
+// ranks would disagree and the job would hang).
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,9 @@ struct TrainParams {
 
 class Callback {
  public:
-  enum class Ranks { master, all };
+  // master: rank 0, or every rank with TNT_OUTPUT_ON_ALL_DEVICES (console output).
+  // master_only: rank 0 and no other, whatever the output setting (files). all: every rank.
+  enum class Ranks { master, master_only, all };
   explicit Callback(Ranks ranks = Ranks::master) : ranks_(ranks) {}
   virtual ~Callback() = default;
 
@@ -88,7 +92,10 @@ class ProgressBar : public Callback {
 };
 
 // Appends one row per epoch to a CSV file: epoch, then the logged metrics in sorted order.
-// The header is written when the file is created (append=false, or the file is new).
+// The header is written when the file is created (append=false, or the file is new). Only
+// the master writes it, even with TNT_OUTPUT_ON_ALL_DEVICES. append=true continues the file
+// of a run resumed at fit's initial_epoch: rows of later epochs (written before the crash,
+// about to be redone) and a line cut short are removed first, the file replaced atomically.
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string path, bool append = false);
@@ -112,7 +119,9 @@ enum class MonitorMode { automatic, min, max };
 // Saves a checkpoint (weights, optimizer state, epoch, step) after each epoch, written by
 // the master atomically. path may contain "{epoch}" (1-based, two digits, as Keras). With
 // save_best_only, only when the monitored global metric improved. It runs on every rank
-// (the save is collective, so a failed write stops every rank, not only the master).
+// (the save is collective, so a failed write stops every rank, not only the master). Weights
+// or optimizer state holding a NaN or an infinity are never written (Model::save_checkpoint
+// throws on every rank instead), so the last good checkpoint survives a diverged epoch.
 class ModelCheckpoint : public Callback {
  public:
   ModelCheckpoint(std::string path, std::string monitor = "val_loss", bool save_best_only = false,
@@ -159,11 +168,27 @@ class LearningRateScheduler : public Callback {
   std::function<double(int, double)> fn_;
 };
 
-// Stops training as soon as the (global) loss is NaN or infinite.
+// Stops training as soon as the (global) loss is NaN or infinite, as Keras' TerminateOnNaN.
+// Action::stop (Keras' behaviour): fit() returns after that step; the epoch's end hooks
+// still run. Action::raise: fit() throws tnt::Error right away, naming the step, the epoch
+// and the loss, before any end-of-epoch hook (a checkpoint, a history row) sees the diverged
+// model; a program then ends with a non-zero exit (the training programs in models/ use it).
+// It runs on every rank, and every rank sees the same allreduced loss, so all stop (or
+// throw) at the same step.
 class TerminateOnNaN : public Callback {
  public:
-  TerminateOnNaN() : Callback(Ranks::all) {}
+  enum class Action { stop, raise };
+  explicit TerminateOnNaN(Action action = Action::stop) : Callback(Ranks::all), action_(action) {}
+  void on_epoch_begin(int epoch, const Logs&) override { epoch_ = epoch; }
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  // The global step (1-based, as Model::global_step() after it) that stopped training; -1
+  // while none did.
+  int64_t stopped_step() const { return stopped_step_; }
+
+ private:
+  Action action_;
+  int epoch_ = 0;
+  int64_t stopped_step_ = -1;
 };
 
 // Whether `current` improves on `best` for metric `name` (mode automatic: "acc"/"accuracy"

@@ -20,7 +20,7 @@ namespace tnt {
     "a collective not complete after this long fails on the waiting ranks")                    \
   X(log_level, std::string, "TNT_LOG_LEVEL", "WARNING", "", "DEBUG|INFO|WARNING|ERROR")         \
   X(output_on_all_devices, bool, "TNT_OUTPUT_ON_ALL_DEVICES", false, "",                        \
-    "progress output and files from every rank, not only the master")                          \
+    "progress output from every rank, not only the master (files: the master's only)")         \
   X(log_on_all_devices, bool, "TNT_LOG_ON_ALL_DEVICES", false, "", "log lines from every rank")  \
   X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
   X(device, std::string, "TNT_DEVICE", "", "",                                                 \

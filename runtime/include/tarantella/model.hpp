@@ -124,7 +124,9 @@ class Model {
 
   // Weights only (parameters and buffers, PyTorch names). save_* are collective: the master
   // writes atomically and every rank learns whether it worked (a failure throws on every
-  // rank); load_*: every rank reads and checks names, shapes and dtypes.
+  // rank); load_*: every rank reads and checks names, shapes and dtypes. save_* refuse (throw
+  // tnt::Error on every rank, naming the tensor, and leave the file as it was) when any tensor
+  // they would write holds a NaN or an infinity: a diverged model never replaces a good one.
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
   // Weights + optimizer state + epoch/step/seed (what ModelCheckpoint writes; resume with

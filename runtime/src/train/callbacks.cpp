@@ -5,11 +5,17 @@
 #include "tarantella/log.hpp"
 #include "tarantella/model.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 namespace tnt {
 
@@ -119,23 +125,92 @@ void ProgressBar::on_epoch_end(int, const Logs& logs) {
 
 // ---- CSVLogger -----------------------------------------------------------------------
 
-CSVLogger::CSVLogger(std::string path, bool append) : path_(std::move(path)), append_(append) {}
+CSVLogger::CSVLogger(std::string path, bool append)
+    : Callback(Ranks::master_only), path_(std::move(path)), append_(append) {}
 
 CSVLogger::~CSVLogger() {
   if (file_) std::fclose(file_);
 }
 
+namespace {
+
+// The complete lines of a text file (each with its '\n'); a last line without one was cut
+// short by a crash mid-write and is left out. Empty when the file cannot be read.
+std::vector<std::string> complete_lines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path, std::ios::binary);
+  for (std::string line; std::getline(in, line);) {
+    if (in.eof()) break;  // no '\n' after it
+    lines.push_back(line + "\n");
+  }
+  return lines;
+}
+
+// Replaces path's content in one step: a temporary file in the same directory, flushed to
+// disk, renamed over it (the way checkpoints are written), so a crash leaves the old file
+// or the new one, never a mix.
+void replace_file(const std::string& path, const std::string& content) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  std::string tmp = (dir / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) TNT_INPUT_ERROR("CSVLogger: cannot create a temporary file beside '{}': {}", path, std::strerror(errno));
+  const mode_t mask = ::umask(0);  // mkstemp makes 0600; the log is an ordinary file
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const bool ok = done == content.size() && ::fsync(fd) == 0;
+  const int err = errno;
+  if (::close(fd) != 0 || !ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    ::unlink(tmp.c_str());
+    TNT_INPUT_ERROR("CSVLogger: cannot rewrite '{}': {}", path, std::strerror(e));
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);  // the new directory entry too; best effort, the data are in place
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
 void CSVLogger::on_train_begin(const Logs&) {
-  bool exists = access(path_.c_str(), F_OK) == 0;
-  file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
-  if (!file_) TNT_INPUT_ERROR("CSVLogger: cannot open '{}' for writing", path_);
-  if (append_ && exists) {
+  header_written_ = false;
+  if (append_ && access(path_.c_str(), F_OK) == 0) {
+    // A resumed run (initial_epoch = the checkpoint's epoch) redoes the epochs after it:
+    // their rows from the run that crashed go, so each epoch has one row. Rows are written
+    // before the epoch's checkpoint, so a crash between the two leaves one such row (and a
+    // crash mid-row a partial line, dropped as well). The file is replaced atomically.
+    std::vector<std::string> lines = complete_lines(path_);
+    std::string kept;
+    size_t dropped = 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const int epoch = i == 0 ? 0 : std::atoi(lines[i].c_str());  // the first column, 1-based
+      if (epoch > params_.initial_epoch) {
+        ++dropped;
+      } else {
+        kept += lines[i];
+      }
+    }
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path_, ec);
+    if (dropped > 0 || (!ec && size != kept.size())) replace_file(path_, kept);
+    if (dropped > 0) {
+      log_info("CSVLogger: removed {} row(s) of epochs after {} from '{}' (training resumes there)", dropped,
+               params_.initial_epoch, path_);
+    }
     // Keep the existing header: a resumed run appends rows in the same columns.
-    if (std::FILE* in = std::fopen(path_.c_str(), "r")) {
-      char buf[4096];
-      if (std::fgets(buf, sizeof buf, in) && columns_.empty()) {
-        std::string header(buf);
-        while (!header.empty() && (header.back() == '\n' || header.back() == '\r')) header.pop_back();
+    if (!lines.empty()) {
+      std::string header = lines.front();
+      while (!header.empty() && (header.back() == '\n' || header.back() == '\r')) header.pop_back();
+      if (columns_.empty()) {
         size_t pos = 0;
         std::vector<std::string> cols;
         while (pos <= header.size()) {
@@ -147,12 +222,11 @@ void CSVLogger::on_train_begin(const Logs&) {
         if (!cols.empty() && cols.front() == "epoch") cols.erase(cols.begin());
         columns_ = cols;
       }
-      std::fclose(in);
+      header_written_ = true;
     }
-  } else {
-    exists = false;
   }
-  header_written_ = exists;
+  file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
+  if (!file_) TNT_INPUT_ERROR("CSVLogger: cannot open '{}' for writing", path_);
 }
 
 void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
@@ -255,13 +329,24 @@ void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
 
 // ---- TerminateOnNaN ---------------------------------------------------------------------
 
+// The logged loss is the allreduced global mean, equal on every rank, and a sum is non-finite
+// whatever the order of its terms once one of them is (doubles do not overflow on losses),
+// so every rank takes this decision at the same step without a collective of its own.
 void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
   auto it = logs.find("loss");
-  if (it != logs.end() && !std::isfinite(it->second)) {
-    log_error("TerminateOnNaN: loss is {} at batch {}; stopping", it->second, batch);
-    TNT_CHECK(model_, "TerminateOnNaN used outside Model::fit");
-    model_->stop_training();
+  if (it == logs.end() || std::isfinite(it->second)) return;
+  TNT_CHECK(model_, "TerminateOnNaN used outside Model::fit");
+  stopped_step_ = model_->global_step();
+  const std::string of_steps = params_.steps > 0 ? fmt::format(" of {}", params_.steps) : "";
+  const std::string where = fmt::format("the loss is {} at step {} (epoch {}, batch {}{})", it->second, stopped_step_,
+                                        epoch_ + 1, batch + 1, of_steps);
+  if (action_ == Action::raise) {
+    throw Error(fmt::format("{}: the training diverged; stopped before the end of the epoch, so nothing was saved for "
+                            "it (TerminateOnNaN; a smaller learning rate may help)",
+                            where));
   }
+  log_error("TerminateOnNaN: {}; stopping", where);
+  model_->stop_training();
 }
 
 }  // namespace tnt

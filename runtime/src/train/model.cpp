@@ -19,13 +19,25 @@ namespace {
 using detail::NextBatch;
 using detail::now_s;
 
+bool runs_on_this_rank(Callback::Ranks ranks) {
+  switch (ranks) {
+    case Callback::Ranks::master:
+      return is_master_rank() || config().output_on_all_devices;
+    case Callback::Ranks::master_only:
+      return is_master_rank();
+    case Callback::Ranks::all:
+      return true;
+  }
+  return true;
+}
+
 // Calls each callback that runs on this rank.
 class CallbackList {
  public:
   CallbackList(std::vector<CallbackPtr> callbacks, Model* model, const TrainParams& params) {
     for (auto& cb : callbacks) {
       if (!cb) continue;
-      if (cb->ranks() == Callback::Ranks::master && !(is_master_rank() || config().output_on_all_devices)) continue;
+      if (!runs_on_this_rank(cb->ranks())) continue;
       cb->set_model(model);
       cb->set_params(params);
       list_.push_back(std::move(cb));

@@ -1,12 +1,16 @@
 // tnt::Model's weights and checkpoints: PyTorch names and layouts (parameters, buffers,
 // then "optimizer.<state>"), the training position and the loss scale in the metadata. Saves
-// are collective (the master writes atomically; every rank learns whether it worked).
+// are collective (the master writes atomically; every rank learns whether it worked). A
+// diverged model (a NaN or an infinity in any tensor) is never written: its file would
+// replace the last good checkpoint with one that cannot be trained on.
 #include "tarantella/model.hpp"
 
 #include "tarantella/checkpoint.hpp"
 #include "tarantella/comm.hpp"
+#include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace tnt {
@@ -22,6 +26,26 @@ std::vector<NamedTensor> Model::checkpoint_tensors(bool with_optimizer) {
 }
 
 namespace {
+
+// The name of the first tensor holding a NaN or an infinity, or "" when all are finite.
+// The usual answer comes from one fused check per device (one round trip on CUDA); only a
+// model that diverged is looked at tensor by tensor, to name the culprit.
+std::string first_non_finite(const std::vector<NamedTensor>& tensors) {
+  std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
+  for (const auto& t : tensors) {
+    auto it = std::find_if(by_device.begin(), by_device.end(), [&](const auto& g) { return g.first == t.tensor.device(); });
+    if (it == by_device.end()) it = by_device.insert(by_device.end(), {t.tensor.device(), {}});
+    it->second.push_back(t.tensor);
+  }
+  bool any = false;
+  for (const auto& [device, group] : by_device) any = any || ops::has_non_finite(group);
+  if (!any) return "";
+  for (const auto& t : tensors) {
+    if (ops::has_non_finite(t.tensor)) return t.name;
+  }
+  return "";
+}
+
 NamedTensors as_named(const std::vector<NamedTensor>& v) {
   NamedTensors out;
   for (auto& t : v) out.emplace_back(t.name, t.tensor);
@@ -59,18 +83,31 @@ void Model::save_checkpoint(const std::string& path, int epoch) {
 
 // Collective: the master writes (atomically), then tells every rank whether it worked, so
 // a failed write (full disk, bad path) ends the job on every rank instead of only one.
+//
+// The master also refuses to write non-finite tensors. That verdict needs no collective of
+// its own: it is about the master's tensors (the ones the file would hold; parameters and
+// optimizer state are bitwise equal on every rank anyway, while BatchNorm statistics are
+// each rank's own), and it reaches every rank in the broadcast below, which every rank waits
+// for in any case. So all ranks throw together, and the file on disk stays as it was.
 void Model::write_on_master(const std::string& path, const std::vector<NamedTensor>& tensors, const Metadata& md) {
-  std::string failure;
+  std::string failure;  // the whole message; empty when the file was written
   if (is_master_rank()) {
     try {
-      write_safetensors(path, as_named(tensors), md);
+      const std::string bad = first_non_finite(tensors);
+      if (!bad.empty()) {
+        failure = fmt::format("refusing to write checkpoint '{}': '{}' holds a NaN or an infinity (the training "
+                              "diverged); the file there, if any, is left as it was",
+                              path, bad);
+      } else {
+        write_safetensors(path, as_named(tensors), md);
+      }
     } catch (const std::exception& e) {
-      failure = e.what();
-      if (failure.empty()) failure = "unknown error";
+      failure = fmt::format("writing checkpoint '{}' on the master failed: {}", path,
+                            *e.what() ? e.what() : "unknown error");
     }
   }
   communicator().broadcast(failure, master_rank());
-  if (!failure.empty()) throw Error(fmt::format("writing checkpoint '{}' on the master failed: {}", path, failure));
+  if (!failure.empty()) throw Error(failure);
 }
 
 int Model::load_checkpoint(const std::string& path) {

@@ -4,6 +4,8 @@
 #include "layers/metrics/metrics_cuda.hpp"
 #include "tarantella/check.hpp"
 
+#include <cmath>
+
 namespace tnt {
 
 TopKAccuracy::TopKAccuracy(int64_t k, int64_t ignore_index) : k_(k), ignore_index_(ignore_index) {
@@ -28,8 +30,15 @@ cuda::MetricCounts topk_correct_cpu(const Tensor& scores, const Tensor& labels, 
     const float* xr = x + r * classes;
     const float v = xr[label];
     int64_t ahead = 0;  // classes ranked before the label in a stable descending order
-    for (int64_t j = 0; j < classes; ++j) ahead += xr[j] > v || (xr[j] == v && j < label);
-    c.correct += ahead < k;
+    bool finite = true;
+    for (int64_t j = 0; j < classes; ++j) {
+      ahead += xr[j] > v || (xr[j] == v && j < label);
+      finite = finite && std::isfinite(xr[j]);
+    }
+    // A NaN compares false with everything, so it never ranks ahead of the label: without
+    // this, a diverged model (NaN scores) would score 100%. No ranking exists in such a
+    // row, so it counts as wrong (an infinity too: it is as much a sign of divergence).
+    c.correct += finite && ahead < k;
     ++c.count;
   }
   return c;

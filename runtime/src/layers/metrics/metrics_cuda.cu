@@ -1,6 +1,7 @@
 // Top-k accuracy on CUDA: one block per row counts the classes ranked before the label in
 // a stable descending order (higher score, or equal score and a smaller index), exactly as
-// metrics.cpp does. Counts are integers, so their atomics are exact; the three words
+// metrics.cpp does; a row with a NaN or an infinity anywhere counts as wrong, as there.
+// Counts are integers, so their atomics are exact; the three words
 // (correct, counted, first bad row) come back to the host in one copy.
 #include "layers/metrics/metrics_cuda.hpp"
 
@@ -35,7 +36,10 @@ __global__ void topk_kernel(const T* __restrict__ scores,  // (R, K)
     long long ahead = 0;
     for (int64_t j = threadIdx.x; j < k_classes; j += blockDim.x) {
       const float s = to_float(xr[j]);
-      ahead += (s > v || (s == v && j < label)) ? 1 : 0;
+      // A non-finite score adds k, so the one block_sum below both ranks the label and
+      // rules the row out (ahead >= k: wrong); NaN alone would compare false and never
+      // count. At most K * k, far from overflowing.
+      ahead += !isfinite(s) ? k : ((s > v || (s == v && j < label)) ? 1 : 0);
     }
     ahead = block_sum(ahead, scratch);
     if (threadIdx.x == 0) {

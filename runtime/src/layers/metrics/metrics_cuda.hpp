@@ -1,7 +1,8 @@
 // The CUDA engine of the top-k accuracy metrics (metrics_cuda.cu), called by metrics.cpp.
 // Semantics (tarantella/metrics.hpp): a row counts as correct when the stable descending rank
-// of its label (higher score, or equal score and a smaller index, ranks first) is < k. A label
-// outside [0, K) (and != ignore_index) is an InputError naming it.
+// of its label (higher score, or equal score and a smaller index, ranks first) is < k, and
+// every score of the row is finite (a NaN or an infinity: wrong). A label outside [0, K) (and
+// != ignore_index) is an InputError naming it.
 #pragma once
 
 #include "tarantella/tensor.hpp"

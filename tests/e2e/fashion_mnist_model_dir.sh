@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# What fashion_mnist leaves in --model_dir when a run goes wrong, on 2 ranks through the
+# launcher: a good checkpoint is never lost, history.csv holds each epoch once and comes from
+# the master alone.
+#
+#   fashion_mnist_model_dir.sh LAUNCHER PROGRAM CASE
+#
+# CASE:
+#   diverged: a resumed run with an enormous learning rate ends with a non-zero exit and an
+#     error naming the step and the epoch; the checkpoint and history.csv of the good run
+#     are left as they were.
+#   output_on_all_devices: a resumed run with --output-on-all-devices prints progress on both
+#     ranks but history.csv gets each new row once (the master alone writes files).
+#   resume_after_crash: a crash between epoch 2's history row and its checkpoint (rebuilt
+#     by putting epoch 1's checkpoint back, and a row cut short), then --resume: history.csv
+#     has epochs 1, 2, 3 once each.
+#   existing_model_dir: a run without --resume in the directory of a trained model is
+#     refused before any training (non-zero exit, the directory and the choices named, both
+#     files left as they were); with --overwrite it trains from scratch in it.
+source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
+[[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
+case_name=$3
+fm_need_data
+
+launch=(-n 2 -x TNT_NUM_THREADS=1)
+model_dir=$fm_tmp/model
+small=(--model=mlp --num_train_samples=256 --batch_size=64 --verbose=0 --model_dir="$model_dir")
+ckpt=$model_dir/checkpoint.safetensors
+csv=$model_dir/history.csv
+
+# train_good NAME EPOCHS [ARGS...]: a run that must succeed (the case cannot go on otherwise).
+train_good() {
+  local name=$1 epochs=$2
+  shift 2
+  fm_run "$name" "${launch[@]}" -- "${small[@]}" --train_epochs="$epochs" "$@"
+  if [[ $fm_rc -ne 0 || ! -f $ckpt ]]; then
+    fm_fail "$name: training $epochs epoch(s) failed (exit status $fm_rc)"
+    fm_finish
+  fi
+}
+
+expect_exit() {  # NAME WANT: WANT is 0 or "failure" (an error exit, not a timeout or signal)
+  if [[ $2 == 0 ]]; then
+    if [[ $fm_rc -eq 0 ]]; then fm_pass "$1: exit status 0"; else fm_fail "$1: exit status $fm_rc, expected 0"; fi
+  elif [[ $fm_rc -ne 0 && $fm_rc -lt 124 ]]; then
+    fm_pass "$1: exit status $fm_rc"
+  else
+    fm_fail "$1: exit status $fm_rc, expected an error exit"
+  fi
+}
+
+same_file() {  # NAME FILE COPY WHAT
+  if cmp -s "$2" "$3"; then fm_pass "$1: $4 left as it was"; else fm_fail "$1: $4 changed"; fi
+}
+
+# The epochs (first column) of history.csv's rows, space-separated.
+csv_epochs() { awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$csv"; }
+
+case $case_name in
+  diverged)
+    train_good good 1
+    cp "$ckpt" "$fm_tmp/good.safetensors"
+    cp "$csv" "$fm_tmp/good.csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume --learning_rate=1e30
+    expect_exit "$case_name" failure
+    fm_expect_grep "$case_name" "loss is -?(nan|inf) at step [0-9]+ \(epoch 2, batch [0-9]+ of 4\)" "the step and the epoch"
+    fm_expect_grep "$case_name" "diverged" "what happened"
+    if grep -q '^Test loss' <<<"$fm_out"; then fm_fail "$case_name: a test result was printed"; else fm_pass "$case_name: no test result"; fi
+    same_file "$case_name" "$ckpt" "$fm_tmp/good.safetensors" "the checkpoint"
+    same_file "$case_name" "$csv" "$fm_tmp/good.csv" "history.csv"
+    ;;
+
+  output_on_all_devices)
+    train_good good 1
+    fm_run "$case_name" "${launch[@]}" --output-on-all-devices -- "${small[@]}" --train_epochs=2 --resume --verbose=2
+    expect_exit "$case_name" 0
+    n=$(grep -c '^Epoch 2/2$' <<<"$fm_out")
+    if [[ $n -eq 2 ]]; then fm_pass "$case_name: progress from both ranks"; else fm_fail "$case_name: 'Epoch 2/2' printed $n times, expected 2 (one per rank)"; fi
+    got=$(csv_epochs)
+    if [[ $got == "1 2" ]]; then fm_pass "$case_name: history.csv rows 1 2"; else fm_fail "$case_name: history.csv rows are epochs '$got', expected '1 2'"; cat "$csv"; fi
+    ;;
+
+  resume_after_crash)
+    train_good good 1
+    cp "$ckpt" "$fm_tmp/epoch1.safetensors"
+    train_good two 2 --resume
+    cp "$fm_tmp/epoch1.safetensors" "$ckpt"
+    printf '3,0.4' >>"$csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=3 --resume
+    expect_exit "$case_name" 0
+    got=$(csv_epochs)
+    if [[ $got == "1 2 3" ]]; then
+      fm_pass "$case_name: history.csv rows 1 2 3"
+    else
+      fm_fail "$case_name: history.csv rows are epochs '$got', expected '1 2 3'"
+      cat "$csv"
+    fi
+    if ls -A "$model_dir" | grep -q 'tmp'; then fm_fail "$case_name: a temporary file was left in $model_dir"; fi
+    ;;
+
+  existing_model_dir)
+    train_good good 1
+    cp "$ckpt" "$fm_tmp/good.safetensors"
+    cp "$csv" "$fm_tmp/good.csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=0
+    expect_exit "$case_name" failure
+    fm_expect_fixed "$case_name" "--model_dir=$model_dir already holds" "the directory"
+    fm_expect_grep "$case_name" "--resume.*--overwrite" "the choices"
+    n=$(grep -c '^error' <<<"$fm_out")
+    if [[ $n -eq 2 ]]; then fm_pass "$case_name: both ranks report it"; else fm_fail "$case_name: $n error lines, expected 2 (one per rank)"; fi
+    same_file "$case_name" "$ckpt" "$fm_tmp/good.safetensors" "the checkpoint"
+    same_file "$case_name" "$csv" "$fm_tmp/good.csv" "history.csv"
+    fm_run overwrite "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite --seed=7
+    expect_exit overwrite 0
+    got=$(csv_epochs)
+    if [[ $got == "1 2" ]]; then fm_pass "overwrite: history.csv rows 1 2"; else fm_fail "overwrite: history.csv rows are epochs '$got', expected '1 2'"; fi
+    if cmp -s "$ckpt" "$fm_tmp/good.safetensors"; then fm_fail "overwrite: the old checkpoint is still there"; else fm_pass "overwrite: a new checkpoint"; fi
+    ;;
+
+  *)
+    echo "unknown case '$case_name'" >&2
+    exit 2
+    ;;
+esac
+fm_finish

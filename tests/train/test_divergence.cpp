@@ -1,0 +1,183 @@
+// A training run that diverges (NaN or infinite loss and weights) on 1 and 2 ranks: every
+// rank stops at the same point with an error that says where, and nothing diverged is
+// written over a good checkpoint.
+#include <catch2/catch.hpp>
+
+#include "tarantella/tarantella.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace {
+
+std::shared_ptr<tnt::Sequential> make_net() {
+  auto net = std::make_shared<tnt::Sequential>("mlp");
+  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
+  net->add(std::make_shared<tnt::ReLU>("relu"));
+  net->add(std::make_shared<tnt::Dense>(2, "fc2"));
+  net->build({4});
+  return net;
+}
+
+// 64 samples of 4 features; label = whether the first feature is above 0.5.
+tnt::Dataset make_data() {
+  tnt::Tensor x = tnt::Tensor::empty({64, 4});
+  tnt::Tensor y = tnt::Tensor::empty({64}, tnt::DType::i64);
+  tnt::CounterRng rng(5, "divergence");
+  for (int64_t i = 0; i < 64 * 4; ++i) x.data<float>()[i] = rng.uniform(static_cast<uint64_t>(i));
+  for (int64_t n = 0; n < 64; ++n) y.data<int64_t>()[n] = x.data<float>()[n * 4] > 0.5f ? 1 : 0;
+  return tnt::Dataset::from_tensors({x, y});
+}
+
+tnt::FitOptions fit_options(int epochs, std::vector<tnt::CallbackPtr> callbacks) {
+  tnt::FitOptions fit;
+  fit.batch_size = 16;  // 4 steps an epoch
+  fit.epochs = epochs;
+  fit.verbose = 0;
+  fit.callbacks = std::move(callbacks);
+  return fit;
+}
+
+// A fresh directory named on every rank (created by the master), removed at the end.
+struct JobDir {
+  JobDir() {
+    if (tnt::is_master_rank()) {
+      char tmpl[] = "/tmp/tnt_divergence_XXXXXX";
+      REQUIRE(mkdtemp(tmpl) != nullptr);
+      path = tmpl;
+    }
+    tnt::communicator().broadcast(path);
+  }
+  ~JobDir() {
+    tnt::communicator().barrier();
+    if (tnt::is_master_rank()) std::filesystem::remove_all(path);
+  }
+  std::string path;
+};
+
+// The file's bytes on the master ("" elsewhere, and for a file that is not there).
+std::string master_bytes(const std::string& path) {
+  if (!tnt::is_master_rank() || !std::filesystem::exists(path)) return "";
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The message of the tnt::Error that f throws (a failed check when it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const tnt::Error& e) {
+    return e.what();
+  }
+  FAIL("no tnt::Error thrown");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("save_checkpoint and save_weights refuse a NaN or an infinity and leave the file as it was") {
+  JobDir dir;
+  const std::string ck = dir.path + "/checkpoint.safetensors", weights = dir.path + "/weights.safetensors";
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  model.fit(make_data(), fit_options(1, {}));  // Adam's moments hold values now
+  model.save_checkpoint(ck, 1);
+  tnt::communicator().barrier();
+  const std::string good = master_bytes(ck);
+  REQUIRE((!tnt::is_master_rank() || !good.empty()));
+
+  // One element of one parameter: every rank alike, as a diverged step leaves them.
+  float* w = model.network().named_parameters().at(2).param->value.data<float>();
+  REQUIRE(model.network().named_parameters().at(2).name == "fc2.weight");
+  const float saved = w[3];
+  w[3] = std::numeric_limits<float>::quiet_NaN();
+  std::string message = error_of([&] { model.save_checkpoint(ck, 2); });
+  CHECK_THAT(message, Catch::Contains("refusing to write checkpoint '" + ck + "'") && Catch::Contains("'fc2.weight'") &&
+                          Catch::Contains("NaN or an infinity"));
+  message = error_of([&] { model.save_weights(weights); });
+  CHECK_THAT(message, Catch::Contains(weights) && Catch::Contains("'fc2.weight'"));
+  w[3] = saved;
+
+  // The optimizer state alone.
+  std::vector<tnt::NamedTensor> state = model.optimizer().named_state();
+  REQUIRE_FALSE(state.empty());
+  float* m = state.front().tensor.data<float>();
+  m[0] = -std::numeric_limits<float>::infinity();
+  message = error_of([&] { model.save_checkpoint(ck, 2); });
+  CHECK_THAT(message, Catch::Contains("'optimizer." + state.front().name + "'"));
+  m[0] = 0.0f;
+
+  tnt::communicator().barrier();
+  CHECK(master_bytes(ck) == good);  // nothing replaced it
+  CHECK_FALSE(std::filesystem::exists(weights));
+  if (tnt::is_master_rank()) {  // no temporary file left behind either
+    CHECK(std::distance(std::filesystem::directory_iterator(dir.path), std::filesystem::directory_iterator()) == 1);
+  }
+  // Finite again: saved as usual.
+  model.save_checkpoint(ck, 2);
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) CHECK(master_bytes(ck) != good);
+}
+
+TEST_CASE("ModelCheckpoint: an epoch that diverged keeps the last good checkpoint") {
+  JobDir dir;
+  const std::string ck = dir.path + "/checkpoint.safetensors";
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  auto checkpoint = std::make_shared<tnt::ModelCheckpoint>(ck, "loss");
+  model.fit(make_data(), fit_options(1, {checkpoint}));
+  tnt::communicator().barrier();
+  const std::string good = master_bytes(ck);
+
+  // An enormous learning rate: the weights overflow within the epoch's 4 steps.
+  model.set_learning_rate(1e30);
+  tnt::FitOptions fit = fit_options(3, {checkpoint});
+  fit.initial_epoch = 1;
+  const std::string message = error_of([&] { model.fit(make_data(), fit); });
+  CHECK_THAT(message, Catch::Contains("refusing to write checkpoint '" + ck + "'"));
+  tnt::communicator().barrier();
+  CHECK(master_bytes(ck) == good);
+  tnt::Model other(make_net(), 99);
+  other.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  CHECK(other.load_checkpoint(ck) == 1);
+}
+
+TEST_CASE("TerminateOnNaN with Action::raise throws on every rank, naming the step and the epoch") {
+  JobDir dir;
+  const std::string ck = dir.path + "/checkpoint.safetensors", csv = dir.path + "/history.csv";
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(1e30), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
+  tnt::FitOptions fit = fit_options(50, {nan_guard, std::make_shared<tnt::CSVLogger>(csv),
+                                         std::make_shared<tnt::ModelCheckpoint>(ck, "loss")});
+  const std::string message = error_of([&] { model.fit(make_data(), fit); });
+  const int64_t step = model.global_step();
+  INFO(message);
+  CHECK(nan_guard->stopped_step() == step);
+  const int64_t epoch = (step - 1) / 4 + 1, batch = (step - 1) % 4 + 1;
+  CHECK_THAT(message, Catch::Contains(fmt::format("at step {} (epoch {}, batch {} of 4)", step, epoch, batch)) &&
+                          Catch::Contains("diverged"));
+  // Every rank stopped at the same step.
+  std::vector<int64_t> steps = tnt::communicator().allgather(step);
+  CHECK(std::count(steps.begin(), steps.end(), step) == tnt::size());
+  // It stopped before the epoch's end hooks: no checkpoint of the diverged model, and no
+  // history row for its epoch (at most rows for the epochs before).
+  tnt::communicator().barrier();
+  if (epoch == 1) CHECK_FALSE(std::filesystem::exists(ck));
+  if (tnt::is_master_rank() && std::filesystem::exists(csv)) {
+    std::ifstream in(csv);
+    int64_t lines = 0;
+    for (std::string l; std::getline(in, l);) ++lines;
+    CHECK(lines <= (epoch == 1 ? 0 : epoch));  // the header and epoch - 1 rows
+  }
+}

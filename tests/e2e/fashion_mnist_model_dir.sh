@@ -106,8 +106,10 @@ case $case_name in
     expect_exit "$case_name" failure
     fm_expect_fixed "$case_name" "--model_dir=$model_dir already holds" "the directory"
     fm_expect_grep "$case_name" "--resume.*--overwrite" "the choices"
+    # Every rank refuses, but the first one to fail ends the job (MPI_Abort), so the other's
+    # line may not get through before it is stopped: at least one, at most one per rank.
     n=$(grep -c '^error' <<<"$fm_out")
-    if [[ $n -eq 2 ]]; then fm_pass "$case_name: both ranks report it"; else fm_fail "$case_name: $n error lines, expected 2 (one per rank)"; fi
+    if [[ $n -ge 1 && $n -le 2 ]]; then fm_pass "$case_name: reported ($n error lines)"; else fm_fail "$case_name: $n error lines, expected 1 or 2"; fi
     same_file "$case_name" "$ckpt" "$fm_tmp/good.safetensors" "the checkpoint"
     same_file "$case_name" "$csv" "$fm_tmp/good.csv" "history.csv"
     fm_run overwrite "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite --seed=7

@@ -174,7 +174,8 @@ class LearningRateScheduler : public Callback {
 // and the loss, before any end-of-epoch hook (a checkpoint, a history row) sees the diverged
 // model; a program then ends with a non-zero exit (the training programs in models/ use it).
 // It runs on every rank, and every rank sees the same allreduced loss, so all stop (or
-// throw) at the same step.
+// throw) at the same step. A model with dynamic loss scaling (fp16) is left to its
+// LossScaler, which skips overflowing steps and fails when the scale underflows.
 class TerminateOnNaN : public Callback {
  public:
   enum class Action { stop, raise };

@@ -336,6 +336,10 @@ void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
   auto it = logs.find("loss");
   if (it == logs.end() || std::isfinite(it->second)) return;
   TNT_CHECK(model_, "TerminateOnNaN used outside Model::fit");
+  // With dynamic loss scaling (fp16) an overflowing step is expected: it is skipped, the
+  // scale halves, and a run that really diverged ends with the LossScaler's own error once
+  // the scale underflows. Its infinite loss is not a reason to stop here.
+  if (model_->loss_scaler().enabled()) return;
   stopped_step_ = model_->global_step();
   const std::string of_steps = params_.steps > 0 ? fmt::format(" of {}", params_.steps) : "";
   const std::string where = fmt::format("the loss is {} at step {} (epoch {}, batch {}{})", it->second, stopped_step_,

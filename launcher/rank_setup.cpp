@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
+#include <fstream>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -87,13 +89,32 @@ void apply_binding(const RankBinding& b, PinMode mode) {
 // Signals mpirun may send to a rank that the program must get too.
 constexpr int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
 constexpr int stop_grace_ms = 2000;
+// What the program leaves running when it ends gets SIGTERM, then SIGKILL this much later.
+constexpr int leftover_grace_ms = 1000;
 
 bool is_termination(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT; }
+
+// The program runs as the leader of its own process group (its id is the program's PID),
+// so everything it starts and does not move elsewhere can be signalled at once.
+//
+// Termination signals and SIGCONT go to the whole group, as a shell's job control does: a
+// program's helpers stop with it, and a stopped group resumes together. SIGUSR1 and SIGUSR2
+// (whose default action kills) go to the program alone, which decides what its helpers get.
+void forward(pid_t group, int sig) {
+  if (is_termination(sig) || sig == SIGCONT) {
+    ::kill(-group, sig);
+  } else {
+    ::kill(group, sig);
+  }
+}
 
 [[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor) {
   // Die with the step: without this a step killed by SIGKILL leaves its program behind.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != monitor) ::_exit(128 + SIGKILL);
+  // The step calls setpgid too; whichever runs first, the group exists before the program
+  // runs and before the step signals it.
+  ::setpgid(0, 0);
   for (int sig : forwarded) ::signal(sig, SIG_DFL);
   ::signal(SIGCHLD, SIG_DFL);
   sigset_t none;
@@ -126,6 +147,83 @@ bool is_termination(int sig) { return sig == SIGINT || sig == SIGTERM || sig == 
   ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 }
 
+// The step's children: the program, and (the step being a subreaper) every process the
+// program abandoned. /proc/self/task/TID/children lists them where the kernel offers it
+// (CONFIG_PROC_CHILDREN); otherwise every process's parent is read from /proc.
+std::vector<pid_t> own_children() {
+  std::vector<pid_t> out;
+  const pid_t self = ::getpid();
+  std::ifstream listed("/proc/self/task/" + std::to_string(self) + "/children");
+  if (listed) {
+    long pid = 0;
+    while (listed >> pid) out.push_back(static_cast<pid_t>(pid));
+    return out;
+  }
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (dirent* d = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(d->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::ifstream stat(std::string("/proc/") + d->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after the last ')'.
+    const auto paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(line.c_str() + paren + 1, " %c %ld", &state, &ppid) == 2 && ppid == self) {
+      out.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  ::closedir(proc);
+  return out;
+}
+
+// Reaps every child that has ended; returns the status of `program` when it is among them.
+std::optional<int> reap_children(pid_t program) {
+  std::optional<int> program_status;
+  int status = 0;
+  pid_t pid = 0;
+  while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    if (pid == program) program_status = status;
+  }
+  return program_status;
+}
+
+// After the program has ended: ends what it left running, that is its process group and
+// whatever was re-parented to the step, so that a rank leaves nothing behind (and mpirun,
+// which waits for a rank's output to close, is not kept waiting by a child that holds it).
+// SIGTERM (with SIGCONT, so that a stopped process can act on it), SIGKILL after the grace;
+// processes that even SIGKILL does not end within another grace (stuck in the kernel) are
+// left to the kernel rather than holding up the rank's exit.
+void end_leftovers(pid_t group) {
+  using Clock = std::chrono::steady_clock;
+  auto signal_all = [&](int sig) {
+    bool any = ::kill(-group, sig) == 0;
+    for (pid_t p : own_children()) any = (::kill(p, sig) == 0) || any;
+    return any;
+  };
+  reap_children(group);
+  if (!signal_all(SIGTERM)) return;
+  signal_all(SIGCONT);
+  const auto term_deadline = Clock::now() + std::chrono::milliseconds(leftover_grace_ms);
+  const auto give_up = term_deadline + std::chrono::milliseconds(leftover_grace_ms);
+  while (Clock::now() < give_up) {
+    reap_children(group);
+    const bool group_left = ::kill(-group, 0) == 0;
+    int ignored = 0;
+    const bool children_left = ::waitpid(-1, &ignored, WNOHANG) == 0;  // -1 (ECHILD): none at all
+    if (!group_left && !children_left) return;
+    // Past the grace, SIGKILL every round: killing a process re-parents its children to the
+    // step, and those must go too.
+    if (Clock::now() >= term_deadline) signal_all(SIGKILL);
+    timespec tick{0, 10'000'000};
+    ::nanosleep(&tick, nullptr);
+  }
+}
+
 int monitor(pid_t child, const sigset_t& handled) {
   using Clock = std::chrono::steady_clock;
   const pid_t parent = ::getppid();
@@ -141,20 +239,19 @@ int monitor(pid_t child, const sigset_t& handled) {
     siginfo_t info{};
     const int sig = ::sigtimedwait(&handled, &info, &tick);
     if (sig == SIGCHLD || sig < 0) {
-      int status = 0;
-      if (::waitpid(child, &status, WNOHANG) == child) return status;
+      if (auto status = reap_children(child)) return *status;
     }
     if (sig > 0 && sig != SIGCHLD) {
-      ::kill(child, sig);
+      forward(child, sig);
       if (is_termination(sig)) stop(stop_grace_ms);
     }
     if (sig < 0 && !stopping && ::getppid() != parent) {
       // Orphaned: mpirun (or its daemon) is gone, so no one else will stop the program.
-      ::kill(child, SIGTERM);
+      forward(child, SIGTERM);
       stop(stop_grace_ms / 2);
     }
     if (stopping && !killed && Clock::now() >= kill_at) {
-      ::kill(child, SIGKILL);
+      ::kill(-child, SIGKILL);
       killed = true;
     }
   }
@@ -229,10 +326,14 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   sigaddset(&handled, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &handled, nullptr);
 
+  // A subreaper: what the program starts and abandons is re-parented to the step rather
+  // than to init, so the step can still end it when the program is done.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const pid_t self = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) throw system_error("fork");
   if (child == 0) exec_program(args.program, self);
+  ::setpgid(child, child);
 
   const int status = monitor(child, handled);
   const bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
@@ -244,6 +345,7 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
                    args.program.front().c_str(), describe_status(f).c_str());
     }
   }
+  end_leftovers(child);
   exit_like(status);
 }
 

@@ -7,6 +7,7 @@
 #include "exports.hpp"
 #include "gpus.hpp"
 #include "job.hpp"
+#include "limits.hpp"
 #include "mpirun_command.hpp"
 #include "paths.hpp"
 #include "plan.hpp"
@@ -16,6 +17,7 @@
 #include <tarantella/build_config.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <csignal>
@@ -74,6 +76,14 @@ int launch(const std::vector<std::string>& args) {
   const std::string host = tl::this_host_name();
   const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
   for (const auto& w : plan.warnings) warn(w);
+  std::uint64_t local_ranks = 0;
+  for (const auto& h : plan.hosts) local_ranks += h.local ? static_cast<std::uint64_t>(h.ranks) : 0;
+  const std::vector<std::string> over = tl::limit_problems(local_ranks, tl::current_limits());
+  if (!over.empty()) {
+    // A dry run may be planning for another machine: there the limits are only a warning.
+    if (!options.dry_run) throw tl::InputError(fmt::format("{}", fmt::join(over, "; ")));
+    for (const auto& w : over) warn(w);
+  }
 
   tl::CommandSpec spec;
   spec.mpirun = mpirun;

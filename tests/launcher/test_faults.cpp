@@ -90,3 +90,20 @@ TEST_CASE("faults: a rank's program leaves no children behind", "[integration][f
   INFO("still running:" << pids);
   CHECK(left.empty());
 }
+
+TEST_CASE("faults: more local ranks than this machine's limits allow stops before anything starts",
+          "[integration][faults][limits]") {
+  // Under `ulimit -n 64` mpirun can start about 9 ranks; past that it printed "The system
+  // limit on number of pipes a process can open was reached" and hung. The shell lowers the
+  // limit for the launcher alone.
+  for (const std::string n : {"30", "100000"}) {
+    const std::vector<std::string> argv{"/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" -n " + n + " -- /bin/true",
+                                        launcher};
+    const Outcome o = tnt_test::run(argv, tnt_test::clean_environment(), 20s);
+    INFO(o.describe());
+    CHECK(o.exited(2));
+    CHECK(o.seconds < 5);
+    CHECK_THAT(o.err, Catch::Contains("tarantella: error: " + n + " ranks on this machine") &&
+                          Catch::Contains("RLIMIT_NOFILE") && Catch::Contains("is 64"));
+  }
+}

@@ -11,6 +11,7 @@
 #include "mpirun_command.hpp"
 #include "paths.hpp"
 #include "plan.hpp"
+#include "rank_watch.hpp"
 #include "rank_setup.hpp"
 #include "shell_words.hpp"
 
@@ -31,6 +32,8 @@ namespace tl = tnt::launcher;
 namespace {
 
 constexpr int exit_bad_input = 2;
+// The launcher ended the job because ranks did not start or end in time (as timeout(1)).
+constexpr int exit_timed_out = 124;
 
 void warn(const std::string& text) { std::fprintf(stderr, "tarantella: warning: %s\n", text.c_str()); }
 
@@ -59,6 +62,7 @@ int launch(const std::vector<std::string>& args) {
   }
 
   const tl::Environment env = tl::current_environment();
+  const tl::WatchLimits limits = tl::watch_limits(options, env);
   tl::check_program(options.program.front(), env);
   const std::string mpirun = tl::resolve_mpirun(options.mpirun, TNT_MPIEXEC, env);
   const tl::HostSelection hosts = tl::select_hosts(options, env);
@@ -115,12 +119,28 @@ int launch(const std::vector<std::string>& args) {
 
   auto server = tl::ReportServer::open(host);
   ::setenv(tl::env::report_address, server ? server->address().c_str() : "", 1);
+  // Without reports nothing can be watched: the job then runs as mpirun alone would.
+  std::optional<tl::RankWatch> watch;
+  if (server && limits.any()) {
+    std::vector<tl::RankSlot> slots;
+    // Named as the ranks name themselves in their reports: this machine by its own name.
+    for (const auto& r : plan.ranks) {
+      slots.push_back({r.rank, tl::is_local_host(r.host, host) ? host : r.host, r.local_rank});
+    }
+    watch.emplace(std::move(slots), limits, tl::Clock::now());
+  } else if (!server && limits.any()) {
+    warn("no socket for the ranks' reports: ranks that do not start or end in time will not be noticed");
+  }
   std::fflush(stdout);
-  const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr);
+  const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr);
 
   if (result.interrupted_by) return 128 + *result.interrupted_by;
+  // The watch printed why it ended the job; what the ranks reported while they were being
+  // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
+  if (result.verdict && result.verdict->reason != tl::RankWatch::Reason::teardown) return exit_timed_out;
+  if (result.verdict && result.failures.empty()) return exit_timed_out;
   if (!result.failures.empty()) {
-    const tl::RankFailure& first = result.failures.front();
+    const tl::RankReport& first = result.failures.front();
     std::string more;
     if (result.failures.size() > 1) {
       more = fmt::format("; {} more rank{} ended abnormally after it", result.failures.size() - 1,

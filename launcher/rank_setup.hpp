@@ -4,8 +4,9 @@
 // variables, and runs PROGRAM.
 //
 // PROGRAM runs as a child, not in place of the step, because the step has two more jobs
-// that need it alive: report the program's exact status to the launcher when it fails
-// (report.hpp), and make sure the program never outlives the job. Signals that mpirun
+// that need it alive: tell the launcher when the program has started, stops, continues and
+// ends, with its exact status (report.hpp), and make sure the program never outlives the
+// job. Signals that mpirun
 // sends to the rank are passed on; the program dies with the step (PR_SET_PDEATHSIG); and
 // if mpirun itself disappears, the step stops the program. The program leads its own
 // process group and the step is a subreaper (abandoned processes are re-parented to it),

@@ -26,6 +26,10 @@ TEST_CASE("report: statuses in words", "[report]") {
   CHECK(describe_status({1, 1, "h", true, SIGSEGV}) == "signal 11 (SIGSEGV)");
   CHECK(shell_status({1, 1, "h", false, 3}) == 3);
   CHECK(shell_status({1, 1, "h", true, SIGTERM}) == 143);
+  CHECK(signal_name(SIGSTOP) == "SIGSTOP");
+  CHECK_FALSE(RankReport{1, 1, "h", false, 0}.failed());
+  CHECK(RankReport{1, 1, "h", false, 2}.failed());
+  CHECK_FALSE(RankReport{1, 1, "h", false, 2, RankReport::Kind::stopped}.failed());
 }
 
 TEST_CASE("report: a failure sent by a rank reaches the launcher", "[report]") {
@@ -33,7 +37,7 @@ TEST_CASE("report: a failure sent by a rank reaches the launcher", "[report]") {
   REQUIRE(server);
   CHECK_THAT(server->address(), Catch::StartsWith("this-host:"));
 
-  std::vector<RankFailure> got;
+  std::vector<RankReport> got;
   std::thread rank([&] {
     CHECK(send_report(server->address(), "this-host", {3, 1, "node7", true, SIGABRT}));
   });
@@ -50,12 +54,38 @@ TEST_CASE("report: a failure sent by a rank reaches the launcher", "[report]") {
   CHECK(got[0].host == "node7");
   CHECK(got[0].signaled);
   CHECK(got[0].code == SIGABRT);
+  CHECK(got[0].kind == RankReport::Kind::ended);
+  CHECK(got[0].failed());
+
+  // Every kind of report, sent without waiting for the launcher, arrives in order; the
+  // launcher's own host is reached over loopback.
+  const std::vector<RankReport> sent = {
+      {2, 0, "this-host", false, 0, RankReport::Kind::started},
+      {2, 0, "this-host", false, SIGSTOP, RankReport::Kind::stopped},
+      {2, 0, "this-host", false, 0, RankReport::Kind::continued},
+      {2, 0, "this-host", false, 0, RankReport::Kind::ended},
+  };
+  for (const auto& r : sent) CHECK(send_report(server->address(), "this-host", r, false));
+  got.clear();
+  for (int i = 0; i < 50 && got.size() < sent.size(); ++i) {
+    pollfd p{server->fd(), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    server->accept_pending(got);
+  }
+  REQUIRE(got.size() == sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i].kind == sent[i].kind);
+    CHECK(got[i].code == sent[i].code);
+    CHECK(got[i].rank == 2);
+    CHECK_FALSE(got[i].failed());
+  }
 
   // A wrong token is not a report.
   std::string forged = server->address();
   forged = forged.substr(0, forged.rfind(':') + 1) + "0000";
   std::thread stranger([&] { send_report(forged, "this-host", {0, 0, "x", false, 1}); });
-  std::vector<RankFailure> none;
+  std::vector<RankReport> none;
   for (int i = 0; i < 20; ++i) {
     pollfd p{server->fd(), POLLIN, 0};
     if (::poll(&p, 1, 100) > 0) {

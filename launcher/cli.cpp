@@ -2,6 +2,7 @@
 
 #include "env_names.hpp"
 #include "error.hpp"
+#include "rank_watch.hpp"
 #include "shell_words.hpp"
 #include "text.hpp"
 
@@ -49,6 +50,15 @@ cxxopts::Options make_parser() {
       ("pin-memory-to-socket", "As --pin-to-socket, with memory allocated only on that node")
       ("topology", "Plan for this hwloc XML file or synthetic topology (\"pack:2 numa:1 core:8 pu:2\") "
        "instead of this machine; --dry-run only", cxxopts::value<std::string>(), "SPEC");
+  const std::string start_help = fmt::format(
+      "End the job when its ranks have not all started this long after the launch, or one is stopped then, "
+      "naming them (default: {}, else {:g}; 0: no limit)", env::start_timeout, default_start_timeout_s);
+  const std::string exit_help = fmt::format(
+      "End the job when it is still running this long after a rank's program ended, naming the ranks that did "
+      "not end (default: {}, else {:g}; 0: no limit)", env::exit_timeout, default_exit_timeout_s);
+  o.add_options("Watching the job")
+      ("start-timeout", start_help, cxxopts::value<std::string>(), "SECONDS")
+      ("exit-timeout", exit_help, cxxopts::value<std::string>(), "SECONDS");
   o.add_options("MPI")
       ("mpirun", "The MPI launcher to use (default: the mpirun tarantella was built with, else mpirun on PATH)",
        cxxopts::value<std::string>(), "PATH")
@@ -191,6 +201,15 @@ Options parse_command_line(const std::vector<std::string>& args) {
     clash(env::log_on_all_devices, o.log_on_all_devices, "--log-on-all-devices");
   }
 
+  auto seconds = [&](const char* flag) -> std::optional<double> {
+    if (!result.count(flag)) return std::nullopt;
+    const auto text = result[flag].as<std::string>();
+    if (auto v = parse_seconds(text)) return v;
+    throw InputError(fmt::format("--{} {}: must be a non-negative number of seconds (0: no limit)", flag, text));
+  };
+  o.start_timeout_s = seconds("start-timeout");
+  o.exit_timeout_s = seconds("exit-timeout");
+
   if (result.count("mpirun")) {
     o.mpirun = result["mpirun"].as<std::string>();
     if (o.mpirun->empty()) throw InputError("--mpirun: the path is empty");
@@ -222,7 +241,8 @@ Options parse_command_line(const std::vector<std::string>& args) {
 }
 
 std::string help_text() {
-  std::string text = make_parser().help({"Hosts", "Ranks and devices", "Runtime", "Pinning", "MPI", "Information"});
+  std::string text = make_parser().help(
+      {"Hosts", "Ranks and devices", "Runtime", "Pinning", "Watching the job", "MPI", "Information"});
   text += R"(
 Every rank runs PROGRAM with TNT_RANK, TNT_SIZE, TNT_LOCAL_RANK, TNT_LOCAL_SIZE, TNT_DEVICE
 (cpu or cuda:K, K = local rank mod GPUs), TNT_LAUNCHER=1, and when pinned TNT_NUMA_NODE and
@@ -244,8 +264,11 @@ Examples:
 
 Exit status: 0 when every rank exited 0; otherwise the first failing rank's exit code (128+N
 for signal N) and a line naming that rank, its host and how it failed; 130 or 143 after
-SIGINT or SIGTERM (the whole job is stopped first); 2 for bad input, reported before anything
-starts.
+SIGINT or SIGTERM (the whole job is stopped first); 124 when the launcher ended the job
+because ranks did not start, or did not end after another rank exited 0, in time (a line
+names them); 2 for bad input (also a plan this machine's open-file or process limits cannot
+hold), reported before anything starts. A rank's program is ended with anything it started
+and left running.
 )";
   return text;
 }

@@ -24,6 +24,8 @@ struct Options {
   std::optional<std::string> log_level;                      // DEBUG|INFO|WARNING|ERROR
   bool output_on_all_devices = false;
   bool log_on_all_devices = false;
+  std::optional<double> start_timeout_s;  // --start-timeout (rank_watch.hpp resolves the default)
+  std::optional<double> exit_timeout_s;   // --exit-timeout
   std::optional<std::string> mpirun;
   std::vector<std::string> mpi_args;  // --mpi-args, split into words
   bool dry_run = false;

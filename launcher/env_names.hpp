@@ -28,6 +28,11 @@ inline constexpr const char* log_on_all_devices = "TNT_LOG_ON_ALL_DEVICES";
 // pseudo-terminal either way, so progress bars ask this instead of isatty().
 inline constexpr const char* stdout_is_tty = "TNT_STDOUT_IS_TTY";
 
+// Read by the launcher itself: how long it waits for every rank to start, and for the job
+// to end once a rank has ended (seconds; --start-timeout and --exit-timeout override them).
+inline constexpr const char* start_timeout = "TNT_START_TIMEOUT";
+inline constexpr const char* exit_timeout = "TNT_EXIT_TIMEOUT";
+
 // Private to the launcher: where a rank's step reports a failed program. Removed from
 // the program's environment before it starts.
 inline constexpr const char* report_address = "TNT_LAUNCHER_REPORT";

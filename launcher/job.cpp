@@ -39,7 +39,7 @@ constexpr auto stop_grace = std::chrono::milliseconds(3000);
 
 }  // namespace
 
-JobResult run_job(const std::vector<std::string>& command, ReportServer* server) {
+JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch) {
   // An explicit kill must stop the job even when the shell started us with SIGINT
   // ignored (background jobs of scripts); a SIGHUP ignored by nohup stays ignored.
   for (int sig : {SIGINT, SIGTERM, SIGQUIT}) ::signal(sig, SIG_DFL);
@@ -63,19 +63,35 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server)
   JobResult result;
   // When mpirun gets SIGKILL; max() while no stop is under way.
   Clock::time_point kill_at = Clock::time_point::max();
+  auto stop_job = [&] {
+    ::kill(child, SIGTERM);
+    kill_at = Clock::now() + stop_grace;
+  };
+  auto take_reports = [&] {
+    std::vector<RankReport> reports;
+    server->accept_pending(reports);
+    const auto now = Clock::now();
+    for (const auto& r : reports) {
+      if (r.failed()) result.failures.push_back(r);
+      if (watch) watch->record(r, now);
+    }
+  };
   bool done = false;
   while (!done) {
     pollfd fds[2] = {{sfd, POLLIN, 0}, {server ? server->fd() : -1, POLLIN, 0}};
+    // Wake for the SIGKILL of a stop under way, or for the watch's next deadline.
+    Clock::time_point wake = kill_at;
+    if (watch && !result.interrupted_by && !result.verdict) wake = std::min(wake, watch->next_check());
     int timeout = -1;
-    if (kill_at != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()).count();
-      timeout = static_cast<int>(std::max<long long>(left, 0));
+    if (wake != Clock::time_point::max()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
+      timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, 24LL * 3600 * 1000));
     }
     if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {
       ::waitpid(child, &result.mpirun_status, 0);  // cannot watch any more: just wait
       break;
     }
-    if (server && (fds[1].revents & POLLIN)) server->accept_pending(result.failures);
+    if (server && (fds[1].revents & POLLIN)) take_reports();
 
     signalfd_siginfo info{};
     while (::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
@@ -84,11 +100,22 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server)
       if (!result.interrupted_by) {
         result.interrupted_by = sig;
         std::fprintf(stderr, "tarantella: SIG%s received, stopping the job\n", ::sigabbrev_np(sig));
-        // SI_KERNEL: the terminal signalled the whole process group, mpirun included.
-        if (info.ssi_code != SI_KERNEL) ::kill(child, SIGTERM);
-        kill_at = Clock::now() + stop_grace;
+        // SI_KERNEL: the terminal signalled the whole process group, mpirun included. A
+        // stop the watch began already runs its course: a second SIGTERM would make
+        // mpirun leave its ranks behind.
+        if (!result.verdict) {
+          if (info.ssi_code != SI_KERNEL) ::kill(child, SIGTERM);
+          kill_at = Clock::now() + stop_grace;
+        }
       } else {
         ::kill(child, SIGKILL);  // asked twice: no more waiting
+      }
+    }
+    if (watch && !result.interrupted_by && !result.verdict) {
+      if (auto verdict = watch->check(Clock::now())) {
+        std::fprintf(stderr, "tarantella: %s; ending the job\n", verdict->message.c_str());
+        result.verdict = std::move(verdict);
+        stop_job();
       }
     }
     if (Clock::now() >= kill_at) {
@@ -103,7 +130,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server)
   }
   // Reports are sent before a rank exits, and mpirun exits after its ranks: whatever is
   // left is already queued.
-  if (server) server->accept_pending(result.failures);
+  if (server) take_reports();
   ::close(sfd);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   return result;

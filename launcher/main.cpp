@@ -7,15 +7,18 @@
 #include "exports.hpp"
 #include "gpus.hpp"
 #include "job.hpp"
+#include "limits.hpp"
 #include "mpirun_command.hpp"
 #include "paths.hpp"
 #include "plan.hpp"
+#include "rank_watch.hpp"
 #include "rank_setup.hpp"
 #include "shell_words.hpp"
 
 #include <tarantella/build_config.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <csignal>
@@ -29,6 +32,8 @@ namespace tl = tnt::launcher;
 namespace {
 
 constexpr int exit_bad_input = 2;
+// The launcher ended the job because ranks did not start or end in time (as timeout(1)).
+constexpr int exit_timed_out = 124;
 
 void warn(const std::string& text) { std::fprintf(stderr, "tarantella: warning: %s\n", text.c_str()); }
 
@@ -57,6 +62,7 @@ int launch(const std::vector<std::string>& args) {
   }
 
   const tl::Environment env = tl::current_environment();
+  const tl::WatchLimits limits = tl::watch_limits(options, env);
   tl::check_program(options.program.front(), env);
   const std::string mpirun = tl::resolve_mpirun(options.mpirun, TNT_MPIEXEC, env);
   const tl::HostSelection hosts = tl::select_hosts(options, env);
@@ -74,6 +80,14 @@ int launch(const std::vector<std::string>& args) {
   const std::string host = tl::this_host_name();
   const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
   for (const auto& w : plan.warnings) warn(w);
+  std::uint64_t local_ranks = 0;
+  for (const auto& h : plan.hosts) local_ranks += h.local ? static_cast<std::uint64_t>(h.ranks) : 0;
+  const std::vector<std::string> over = tl::limit_problems(local_ranks, tl::current_limits());
+  if (!over.empty()) {
+    // A dry run may be planning for another machine: there the limits are only a warning.
+    if (!options.dry_run) throw tl::InputError(fmt::format("{}", fmt::join(over, "; ")));
+    for (const auto& w : over) warn(w);
+  }
 
   tl::CommandSpec spec;
   spec.mpirun = mpirun;
@@ -105,12 +119,28 @@ int launch(const std::vector<std::string>& args) {
 
   auto server = tl::ReportServer::open(host);
   ::setenv(tl::env::report_address, server ? server->address().c_str() : "", 1);
+  // Without reports nothing can be watched: the job then runs as mpirun alone would.
+  std::optional<tl::RankWatch> watch;
+  if (server && limits.any()) {
+    std::vector<tl::RankSlot> slots;
+    // Named as the ranks name themselves in their reports: this machine by its own name.
+    for (const auto& r : plan.ranks) {
+      slots.push_back({r.rank, tl::is_local_host(r.host, host) ? host : r.host, r.local_rank});
+    }
+    watch.emplace(std::move(slots), limits, tl::Clock::now());
+  } else if (!server && limits.any()) {
+    warn("no socket for the ranks' reports: ranks that do not start or end in time will not be noticed");
+  }
   std::fflush(stdout);
-  const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr);
+  const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr);
 
   if (result.interrupted_by) return 128 + *result.interrupted_by;
+  // The watch printed why it ended the job; what the ranks reported while they were being
+  // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
+  if (result.verdict && result.verdict->reason != tl::RankWatch::Reason::teardown) return exit_timed_out;
+  if (result.verdict && result.failures.empty()) return exit_timed_out;
   if (!result.failures.empty()) {
-    const tl::RankFailure& first = result.failures.front();
+    const tl::RankReport& first = result.failures.front();
     std::string more;
     if (result.failures.size() > 1) {
       more = fmt::format("; {} more rank{} ended abnormally after it", result.failures.size() - 1,

@@ -18,6 +18,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <functional>
+#include <fstream>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -87,13 +91,41 @@ void apply_binding(const RankBinding& b, PinMode mode) {
 // Signals mpirun may send to a rank that the program must get too.
 constexpr int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCONT};
 constexpr int stop_grace_ms = 2000;
+// What the program leaves running when it ends gets SIGTERM, then SIGKILL this much later.
+constexpr int leftover_grace_ms = 1000;
 
 bool is_termination(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT; }
 
-[[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor) {
+// The program runs as the leader of its own process group (its id is the program's PID),
+// so everything it starts and does not move elsewhere can be signalled at once.
+//
+// Termination signals and SIGCONT go to the whole group, as a shell's job control does: a
+// program's helpers stop with it, and a stopped group resumes together. SIGUSR1 and SIGUSR2
+// (whose default action kills) go to the program alone, which decides what its helpers get.
+// A termination signal is followed by SIGCONT, so that a stopped program acts on it.
+void forward(pid_t group, int sig) {
+  if (is_termination(sig) || sig == SIGCONT) {
+    ::kill(-group, sig);
+    if (sig != SIGCONT) ::kill(-group, SIGCONT);
+  } else {
+    ::kill(group, sig);
+  }
+}
+
+// `exec_status` is the write end of a close-on-exec pipe: it closes unwritten when exec
+// succeeds, and carries errno when the program could not be started.
+[[noreturn]] void not_started(int exec_status, int err, int code) {
+  [[maybe_unused]] auto n = ::write(exec_status, &err, sizeof err);
+  ::_exit(code);
+}
+
+[[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor, int exec_status) {
   // Die with the step: without this a step killed by SIGKILL leaves its program behind.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != monitor) ::_exit(128 + SIGKILL);
+  if (::getppid() != monitor) not_started(exec_status, ESRCH, 128 + SIGKILL);
+  // The step calls setpgid too; whichever runs first, the group exists before the program
+  // runs and before the step signals it.
+  ::setpgid(0, 0);
   for (int sig : forwarded) ::signal(sig, SIG_DFL);
   ::signal(SIGCHLD, SIG_DFL);
   sigset_t none;
@@ -106,7 +138,7 @@ bool is_termination(int sig) { return sig == SIGINT || sig == SIGTERM || sig == 
   ::execvp(argv[0], argv.data());
   const int err = errno;
   std::fprintf(stderr, "tarantella: cannot run '%s' on %s: %s\n", argv[0], this_host_name().c_str(), std::strerror(err));
-  ::_exit(err == ENOENT ? 127 : 126);
+  not_started(exec_status, err, err == ENOENT ? 127 : 126);
 }
 
 // Leaves the way the program left, so mpirun's view of the rank is the program's.
@@ -126,7 +158,138 @@ bool is_termination(int sig) { return sig == SIGINT || sig == SIGTERM || sig == 
   ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
 }
 
-int monitor(pid_t child, const sigset_t& handled) {
+// The step's children: the program, and (the step being a subreaper) every process the
+// program abandoned. /proc/self/task/TID/children lists them where the kernel offers it
+// (CONFIG_PROC_CHILDREN); otherwise every process's parent is read from /proc.
+std::vector<pid_t> own_children() {
+  std::vector<pid_t> out;
+  const pid_t self = ::getpid();
+  std::ifstream listed("/proc/self/task/" + std::to_string(self) + "/children");
+  if (listed) {
+    long pid = 0;
+    while (listed >> pid) out.push_back(static_cast<pid_t>(pid));
+    return out;
+  }
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (dirent* d = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(d->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::ifstream stat(std::string("/proc/") + d->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after the last ')'.
+    const auto paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(line.c_str() + paren + 1, " %c %ld", &state, &ppid) == 2 && ppid == self) {
+      out.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  ::closedir(proc);
+  return out;
+}
+
+// Reaps every child that has ended; returns the program's status once it has ended. The
+// program's stops and continues (WUNTRACED, WCONTINUED) go to `changed`.
+std::optional<int> reap_children(pid_t program, const std::function<void(int)>& changed = {}) {
+  std::optional<int> program_status;
+  int status = 0;
+  pid_t pid = 0;
+  while ((pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
+    if (pid != program) continue;  // a process the program abandoned: reaped, or its stop is not news
+    if (WIFSTOPPED(status) || WIFCONTINUED(status)) {
+      if (changed) changed(status);
+    } else {
+      program_status = status;
+    }
+  }
+  return program_status;
+}
+
+// The step's side of the report channel (report.hpp). `started` is retried for a while
+// when the launcher cannot be reached, because a launcher that never hears it ends the
+// job once its start timeout has passed.
+class Reporter {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Reporter(std::string address, const RankIdentity& id, std::string host)
+      : address_(std::move(address)), host_(std::move(host)), id_(id) {}
+
+  bool send(RankReport::Kind kind, bool signaled, int code, bool wait_until_read) {
+    if (address_.empty()) return false;
+    RankReport r{id_.rank, id_.local_rank, host_, signaled, code, kind};
+    return send_report(address_, host_, r, wait_until_read);
+  }
+
+  void started() {
+    if (address_.empty() || send(RankReport::Kind::started, false, 0, false)) return;
+    retries_left_ = started_retries;
+    next_try_ = Clock::now() + retry_interval;
+  }
+
+  // From the monitor's loop: tries `started` again when it is due.
+  void retry() {
+    if (retries_left_ == 0 || Clock::now() < next_try_) return;
+    if (send(RankReport::Kind::started, false, 0, false)) {
+      retries_left_ = 0;
+      return;
+    }
+    next_try_ = Clock::now() + retry_interval;
+    if (--retries_left_ == 0) {
+      std::fprintf(stderr, "tarantella: rank %d on %s cannot reach the launcher at %s to report its start; the "
+                   "launcher will end the job when its start timeout passes\n", id_.rank, host_.c_str(),
+                   address_.c_str());
+    }
+  }
+
+ private:
+  static constexpr int started_retries = 5;
+  static constexpr auto retry_interval = std::chrono::seconds(1);
+  std::string address_, host_;
+  RankIdentity id_;
+  int retries_left_ = 0;
+  Clock::time_point next_try_{};
+};
+
+// After the program has ended: ends what it left running, that is its process group and
+// whatever was re-parented to the step, so that a rank leaves nothing behind (and mpirun,
+// which waits for a rank's output to close, is not kept waiting by a child that holds it).
+// SIGTERM (with SIGCONT, so that a stopped process can act on it), SIGKILL after the grace;
+// processes that even SIGKILL does not end within another grace (stuck in the kernel) are
+// left to the kernel rather than holding up the rank's exit.
+void end_leftovers(pid_t group) {
+  using Clock = std::chrono::steady_clock;
+  auto signal_all = [&](int sig) {
+    bool any = ::kill(-group, sig) == 0;
+    for (pid_t p : own_children()) any = (::kill(p, sig) == 0) || any;
+    return any;
+  };
+  reap_children(group);
+  if (!signal_all(SIGTERM)) return;
+  signal_all(SIGCONT);
+  const auto term_deadline = Clock::now() + std::chrono::milliseconds(leftover_grace_ms);
+  const auto give_up = term_deadline + std::chrono::milliseconds(leftover_grace_ms);
+  while (Clock::now() < give_up) {
+    reap_children(group);
+    const bool group_left = ::kill(-group, 0) == 0;
+    int ignored = 0;
+    const bool children_left = ::waitpid(-1, &ignored, WNOHANG) != -1;  // -1 (ECHILD): none at all
+    if (!group_left && !children_left) return;
+    // Past the grace, SIGKILL every round: killing a process re-parents its children to the
+    // step, and those must go too.
+    if (Clock::now() >= term_deadline) signal_all(SIGKILL);
+    timespec tick{0, 10'000'000};
+    ::nanosleep(&tick, nullptr);
+  }
+}
+
+// Waits for the program to end, passing on signals, telling the launcher when the program
+// stops and continues, and stopping it when mpirun goes away. Returns its wait status.
+int monitor(pid_t child, const sigset_t& handled, Reporter& reporter) {
   using Clock = std::chrono::steady_clock;
   const pid_t parent = ::getppid();
   bool stopping = false, killed = false;
@@ -141,20 +304,27 @@ int monitor(pid_t child, const sigset_t& handled) {
     siginfo_t info{};
     const int sig = ::sigtimedwait(&handled, &info, &tick);
     if (sig == SIGCHLD || sig < 0) {
-      int status = 0;
-      if (::waitpid(child, &status, WNOHANG) == child) return status;
+      auto changed = [&](int status) {
+        if (WIFSTOPPED(status)) {
+          reporter.send(RankReport::Kind::stopped, false, WSTOPSIG(status), false);
+        } else {
+          reporter.send(RankReport::Kind::continued, false, 0, false);
+        }
+      };
+      if (auto status = reap_children(child, changed)) return *status;
     }
+    reporter.retry();
     if (sig > 0 && sig != SIGCHLD) {
-      ::kill(child, sig);
+      forward(child, sig);
       if (is_termination(sig)) stop(stop_grace_ms);
     }
     if (sig < 0 && !stopping && ::getppid() != parent) {
       // Orphaned: mpirun (or its daemon) is gone, so no one else will stop the program.
-      ::kill(child, SIGTERM);
+      forward(child, SIGTERM);
       stop(stop_grace_ms / 2);
     }
     if (stopping && !killed && Clock::now() >= kill_at) {
-      ::kill(child, SIGKILL);
+      ::kill(-child, SIGKILL);
       killed = true;
     }
   }
@@ -229,21 +399,42 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   sigaddset(&handled, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &handled, nullptr);
 
+  // A subreaper: what the program starts and abandons is re-parented to the step rather
+  // than to init, so the step can still end it when the program is done.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  int exec_status[2];
+  if (::pipe2(exec_status, O_CLOEXEC) != 0) throw system_error("pipe2");
   const pid_t self = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) throw system_error("fork");
-  if (child == 0) exec_program(args.program, self);
-
-  const int status = monitor(child, handled);
-  const bool failed = WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0);
-  if (failed) {
-    RankFailure f{id.rank, id.local_rank, host, WIFSIGNALED(status),
-                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)};
-    if (report_to.empty() || !send_report(report_to, host, f)) {
-      std::fprintf(stderr, "tarantella: rank %d on %s: %s ended with %s\n", id.rank, host.c_str(),
-                   args.program.front().c_str(), describe_status(f).c_str());
-    }
+  if (child == 0) {
+    ::close(exec_status[0]);
+    exec_program(args.program, self, exec_status[1]);
   }
+  ::setpgid(child, child);
+  ::close(exec_status[1]);
+  // End of file: exec succeeded and the program runs. (Signals are blocked, so the read is
+  // not interrupted; it waits only as long as the exec takes.)
+  int exec_errno = 0;
+  ssize_t n = 0;
+  do {
+    n = ::read(exec_status[0], &exec_errno, sizeof exec_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(exec_status[0]);
+  Reporter reporter(report_to, id, host);
+  if (n == 0) reporter.started();
+
+  const int status = monitor(child, handled, reporter);
+  const RankReport ended{id.rank, id.local_rank, host, WIFSIGNALED(status),
+                         WIFSIGNALED(status) ? WTERMSIG(status) : WIFEXITED(status) ? WEXITSTATUS(status) : 1};
+  // Every end is reported, so the launcher knows which ranks still run; a failure waits
+  // until the launcher has read it (report.hpp: the first report is the first failure).
+  const bool reported = reporter.send(RankReport::Kind::ended, ended.signaled, ended.code, ended.failed());
+  if (ended.failed() && !reported) {
+    std::fprintf(stderr, "tarantella: rank %d on %s: %s ended with %s\n", id.rank, host.c_str(),
+                 args.program.front().c_str(), describe_status(ended).c_str());
+  }
+  end_leftovers(child);
   exit_like(status);
 }
 
@@ -263,7 +454,7 @@ int rank_step_main(const std::vector<std::string>& words) {
                  host.c_str(), e.what());
     // Counted as the rank failing with exit code 1, so the launcher names it.
     const std::string report_to = lookup(env, env::report_address).value_or("");
-    if (known && !report_to.empty()) send_report(report_to, host, RankFailure{id.rank, id.local_rank, host, false, 1});
+    if (known && !report_to.empty()) send_report(report_to, host, RankReport{id.rank, id.local_rank, host, false, 1});
     return 1;
   }
 }

@@ -4,11 +4,15 @@
 // variables, and runs PROGRAM.
 //
 // PROGRAM runs as a child, not in place of the step, because the step has two more jobs
-// that need it alive: report the program's exact status to the launcher when it fails
-// (report.hpp), and make sure the program never outlives the job. Signals that mpirun
+// that need it alive: tell the launcher when the program has started, stops, continues and
+// ends, with its exact status (report.hpp), and make sure the program never outlives the
+// job. Signals that mpirun
 // sends to the rank are passed on; the program dies with the step (PR_SET_PDEATHSIG); and
-// if mpirun itself disappears, the step stops the program. The step then exits exactly
-// as the program did (same code, or same signal), so mpirun sees no difference.
+// if mpirun itself disappears, the step stops the program. The program leads its own
+// process group and the step is a subreaper (abandoned processes are re-parented to it),
+// so when the program ends, whatever it started and left running is ended too: a rank
+// leaves nothing behind. The step then exits exactly as the program did (same code, or
+// same signal), so mpirun sees no difference.
 #pragma once
 
 #include "binding.hpp"

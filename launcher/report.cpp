@@ -23,7 +23,7 @@ namespace tnt::launcher {
 
 namespace {
 
-constexpr const char* protocol = "tnt-report-1";
+constexpr const char* protocol = "tnt-report-2";
 constexpr int io_timeout_ms = 2000;
 
 using Clock = std::chrono::steady_clock;
@@ -50,14 +50,37 @@ std::string read_line(int fd, Clock::time_point deadline, size_t limit = 512) {
   return line;
 }
 
-std::optional<RankFailure> parse_report(const std::string& line, const std::string& token) {
+constexpr struct {
+  RankReport::Kind kind;
+  bool signaled;
+  const char* word;
+} kinds[] = {
+    {RankReport::Kind::ended, false, "exit"},          {RankReport::Kind::ended, true, "signal"},
+    {RankReport::Kind::started, false, "started"},     {RankReport::Kind::stopped, false, "stopped"},
+    {RankReport::Kind::continued, false, "continued"},
+};
+
+const char* kind_word(const RankReport& r) {
+  for (const auto& k : kinds) {
+    if (k.kind == r.kind && (k.kind != RankReport::Kind::ended || k.signaled == r.signaled)) return k.word;
+  }
+  return "exit";
+}
+
+std::optional<RankReport> parse_report(const std::string& line, const std::string& token) {
   std::istringstream in(line);
-  std::string proto, tok, kind;
-  RankFailure f;
-  if (!(in >> proto >> tok >> f.rank >> f.local_rank >> f.host >> kind >> f.code)) return std::nullopt;
-  if (proto != protocol || tok != token || (kind != "exit" && kind != "signal")) return std::nullopt;
-  f.signaled = kind == "signal";
-  return f;
+  std::string proto, tok, word;
+  RankReport r;
+  if (!(in >> proto >> tok >> r.rank >> r.local_rank >> r.host >> word >> r.code)) return std::nullopt;
+  if (proto != protocol || tok != token) return std::nullopt;
+  for (const auto& k : kinds) {
+    if (word == k.word) {
+      r.kind = k.kind;
+      r.signaled = k.signaled;
+      return r;
+    }
+  }
+  return std::nullopt;
 }
 
 // getrandom(2) rather than std::random_device: the latter probes the CPU with cpuid,
@@ -70,17 +93,48 @@ std::string random_token() {
   return fmt::format("{:016x}", value);
 }
 
-}  // namespace
-
-std::string describe_status(const RankFailure& f) {
-  if (!f.signaled) return fmt::format("exit code {}", f.code);
-  const char* abbrev = ::sigabbrev_np(f.code);
-  return abbrev != nullptr ? fmt::format("signal {} (SIG{})", f.code, abbrev) : fmt::format("signal {}", f.code);
+// Connects to `ai`, sends `line`, and with `wait_until_read` waits for the launcher to
+// close the connection (its sign that the line has been read).
+bool send_line(const addrinfo& ai, const std::string& line, Clock::time_point deadline, bool wait_until_read) {
+  int fd = ::socket(ai.ai_family, ai.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai.ai_protocol);
+  if (fd < 0) return false;
+  int rc = ::connect(fd, ai.ai_addr, ai.ai_addrlen);
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::poll(&p, 1, remaining_ms(deadline)) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
+        err == 0) {
+      rc = 0;
+    }
+  }
+  bool sent = false;
+  // The socket is non-blocking, but one short line always fits a fresh send buffer.
+  if (rc == 0 && ::send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
+    ::shutdown(fd, SHUT_WR);
+    if (wait_until_read) read_line(fd, deadline);  // returns at EOF: the launcher has read the report
+    sent = true;
+  }
+  ::close(fd);
+  return sent;
 }
 
-int shell_status(const RankFailure& f) {
-  if (f.signaled) return 128 + f.code;
-  return f.code != 0 ? f.code : 1;
+}  // namespace
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+std::string describe_status(const RankReport& r) {
+  if (!r.signaled) return fmt::format("exit code {}", r.code);
+  const char* abbrev = ::sigabbrev_np(r.code);
+  return abbrev != nullptr ? fmt::format("signal {} (SIG{})", r.code, abbrev) : fmt::format("signal {}", r.code);
+}
+
+int shell_status(const RankReport& r) {
+  if (r.signaled) return 128 + r.code;
+  return r.code != 0 ? r.code : 1;
 }
 
 ReportServer::ReportServer(int fd, std::string address, std::string token)
@@ -122,7 +176,9 @@ std::optional<ReportServer> ReportServer::open(const std::string& this_host) {
   }
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
-  if (::listen(fd, 128) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+  // As many pending connections as the kernel allows (net.core.somaxconn): every rank
+  // reports its start at about the same moment.
+  if (::listen(fd, SOMAXCONN) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
     ::close(fd);
     return std::nullopt;
   }
@@ -132,7 +188,7 @@ std::optional<ReportServer> ReportServer::open(const std::string& this_host) {
   return ReportServer(fd, fmt::format("{}:{}:{}", this_host, port, token), token);
 }
 
-void ReportServer::accept_pending(std::vector<RankFailure>& out) {
+void ReportServer::accept_pending(std::vector<RankReport>& out) {
   while (true) {
     int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) {
@@ -145,46 +201,41 @@ void ReportServer::accept_pending(std::vector<RankFailure>& out) {
   }
 }
 
-bool send_report(const std::string& address, const std::string& this_host, const RankFailure& f) {
+bool send_report(const std::string& address, const std::string& this_host, const RankReport& r,
+                 bool wait_until_read) {
   // host:port:token, where the host may itself not contain ':' (IPv6 literals are not used).
   auto parts = split(address, ':');
   if (parts.size() != 3) return false;
   const std::string host(parts[0]), port(parts[1]), token(parts[2]);
-  const std::string target = host == this_host ? "localhost" : host;
 
+  // The launcher's own host is reached over loopback without a name lookup (which would
+  // load the resolver's libraries into every step). The listening socket accepts IPv4
+  // and, where IPv6 exists, v4-mapped addresses, so 127.0.0.1 always works; ::1 is for a
+  // host whose IPv6 socket does not take v4-mapped connections.
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(target.c_str(), port.c_str(), &hints, &res) != 0) return false;
+  std::vector<addrinfo*> lists;  // each from one getaddrinfo, freed alike
+  if (host == this_host) {
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    for (const char* loopback : {"127.0.0.1", "::1"}) {
+      addrinfo* res = nullptr;
+      if (::getaddrinfo(loopback, port.c_str(), &hints, &res) == 0) lists.push_back(res);
+    }
+  } else {
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) == 0) lists.push_back(res);
+  }
 
+  const std::string line = fmt::format("{} {} {} {} {} {} {}\n", protocol, token, r.rank, r.local_rank, r.host,
+                                       kind_word(r), r.code);
   const auto deadline = Clock::now() + std::chrono::milliseconds(io_timeout_ms);
   bool sent = false;
-  for (addrinfo* ai = res; ai != nullptr && !sent; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) continue;
-    int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (r != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int err = 0;
-      socklen_t len = sizeof err;
-      if (::poll(&p, 1, remaining_ms(deadline)) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
-          err == 0) {
-        r = 0;
-      }
+  for (addrinfo* list : lists) {
+    for (addrinfo* ai = list; ai != nullptr && !sent; ai = ai->ai_next) {
+      sent = send_line(*ai, line, deadline, wait_until_read);
     }
-    if (r == 0) {
-      const std::string line = fmt::format("{} {} {} {} {} {} {}\n", protocol, token, f.rank, f.local_rank, f.host,
-                                           f.signaled ? "signal" : "exit", f.code);
-      // The socket is non-blocking, but one short line always fits a fresh send buffer.
-      if (::send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size())) {
-        ::shutdown(fd, SHUT_WR);
-        read_line(fd, deadline);  // returns at EOF: the launcher has read the report
-        sent = true;
-      }
-    }
-    ::close(fd);
   }
-  ::freeaddrinfo(res);
+  for (addrinfo* res : lists) ::freeaddrinfo(res);
   return sent;
 }
 

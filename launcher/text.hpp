@@ -3,6 +3,7 @@
 #pragma once
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -46,6 +47,17 @@ inline std::optional<int> parse_count(std::string_view s) {
   auto v = parse_unsigned(s);
   if (!v || *v == 0 || *v > 1'000'000) return std::nullopt;
   return static_cast<int>(*v);
+}
+
+// Seconds as a user writes them: a non-negative decimal number ("2", "0.5"), at most a year.
+inline std::optional<double> parse_seconds(std::string_view s) {
+  double v = 0;
+  const char* end = s.data() + s.size();
+  auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc() || ptr != end || !std::isfinite(v) || v < 0 || v > 366.0 * 86400) {
+    return std::nullopt;
+  }
+  return v;
 }
 
 inline bool starts_with(std::string_view s, std::string_view prefix) {

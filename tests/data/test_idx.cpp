@@ -8,8 +8,15 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <fstream>
+#include <chrono>
+#include <csignal>
 #include <fstream>
 #include <numeric>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 
 using namespace tnt;
@@ -39,6 +46,40 @@ Bytes gzip(const Bytes& raw) {
 
 // u8 (2, 3) = 1..6, exactly as the format lays it out.
 Bytes small_u8() { return {0, 0, 0x08, 2, 0, 0, 0, 2, 0, 0, 0, 3, 1, 2, 3, 4, 5, 6}; }
+
+// Runs `body` in a child process whose address space may grow by at most `headroom` bytes
+// beyond what it has at the fork, and returns the child's exit code (-1 when it had to be
+// killed). An allocation that a file cannot justify then fails inside the child (as
+// std::bad_alloc) instead of taking the machine's memory. The wait is bounded.
+int exit_code_with_memory_cap(size_t headroom, const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;  // first field: the address space in pages
+    const rlim_t cap = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) + headroom;
+    rlimit limit{cap, cap};
+    if (::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(90);
+    int code = 91;
+    try {
+      code = body();
+    } catch (...) {
+      code = 92;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 }  // namespace
 
@@ -137,8 +178,49 @@ TEST_CASE("read_idx names the file in every error", "[idx]") {
   garbage.push_back(0x42);
   expect_error("garbage.gz", garbage, "corrupt gzip");
 
+  // A gzip trailer (ISIZE, the uncompressed size mod 2^32) that claims 4 GiB for 18 bytes
+  // of data: the reader must not believe it, and must say which file lies.
+  Bytes liar = gzip(small_u8());
+  for (size_t k = liar.size() - 4; k < liar.size(); ++k) liar[k] = 0xff;
+  expect_error("liar.gz", liar, "gzip");
+
   std::string missing = dir.file("does-not-exist");
   CHECK_THROWS_WITH(read_idx(missing), Catch::Contains(missing) && Catch::Contains("no such file"));
+}
+
+TEST_CASE("read_idx allocates what a gzip file holds, not what its trailer claims", "[idx]") {
+  TempDir dir("tnt-idx");
+  Bytes liar = gzip(small_u8());
+  for (size_t k = liar.size() - 4; k < liar.size(); ++k) liar[k] = 0xff;  // ISIZE = 4 GiB - 1
+  const std::string path = dir.file("liar-images-idx3-ubyte.gz");
+  write_bytes(path, liar);
+  // 256 MiB of headroom: far more than 18 bytes need, far less than the trailer's 4 GiB.
+  const int code = exit_code_with_memory_cap(size_t{256} << 20, [&] {
+    try {
+      read_idx(path);
+      return 1;  // accepted a file whose trailer lies
+    } catch (const InputError& e) {
+      return std::string(e.what()).find(path) != std::string::npos ? 0 : 2;
+    } catch (const std::bad_alloc&) {
+      return 3;  // believed the trailer
+    }
+  });
+  INFO("child exit code " << code << " (0: InputError naming the file, 1: no error, 2: error without the "
+                          "file's name, 3: std::bad_alloc, 9x: the child's own set-up)");
+  CHECK(code == 0);
+
+  // The same data with an honest trailer, and a larger file whose honest size is many times
+  // the compressed size (so the buffer has to grow as data arrives), both read back exactly.
+  write_bytes(dir.file("honest.gz"), gzip(small_u8()));
+  CHECK(read_idx(dir.file("honest.gz")).to_vector() == std::vector<float>{1, 2, 3, 4, 5, 6});
+  Bytes zeros = {0, 0, 0x08, 1, 0, 0x10, 0, 0};  // u8 (1048576,), all zero: compresses ~1000:1
+  zeros.resize(zeros.size() + (size_t{1} << 20), 0);
+  zeros.back() = 7;
+  write_bytes(dir.file("zeros.gz"), gzip(zeros));
+  Tensor z = read_idx(dir.file("zeros.gz"));
+  REQUIRE(z.numel() == (int64_t{1} << 20));
+  CHECK(z.data<uint8_t>()[0] == 0);
+  CHECK(z.data<uint8_t>()[(1 << 20) - 1] == 7);
 }
 
 TEST_CASE("load_mnist_dir loads plain and gzip files and checks the counts", "[idx]") {

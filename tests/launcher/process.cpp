@@ -172,4 +172,35 @@ std::string process_name(pid_t pid) {
   return name;
 }
 
+bool alive_with_argument(pid_t pid, const std::string& marker) {
+  if (pid <= 0) return false;
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream stat(dir + "/stat");
+  std::string stat_line;
+  std::getline(stat, stat_line);
+  auto close_paren = stat_line.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= stat_line.size()) return false;
+  if (stat_line[close_paren + 2] == 'Z') return false;
+  std::ifstream cmdline(dir + "/cmdline");
+  std::string arg;
+  while (std::getline(cmdline, arg, '\0')) {
+    if (arg == marker) return true;
+  }
+  return false;
+}
+
+std::vector<pid_t> RecordedPids::alive() const {
+  std::vector<pid_t> out;
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    long pid = 0;
+    if (in >> pid && alive_with_argument(static_cast<pid_t>(pid), marker)) out.push_back(static_cast<pid_t>(pid));
+  }
+  return out;
+}
+
+RecordedPids::~RecordedPids() {
+  for (pid_t pid : alive()) ::kill(pid, SIGKILL);
+}
+
 }  // namespace tnt_test

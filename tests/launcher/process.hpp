@@ -56,4 +56,18 @@ std::vector<pid_t> processes_with_argument(const std::string& marker);
 // The command name (/proc/PID/comm), empty when the process is gone.
 std::string process_name(pid_t pid);
 
+// Whether `pid` is a live (non-zombie) process with `marker` among its arguments: a PID
+// that a test recorded, checked so that a reused PID never counts as the same process.
+bool alive_with_argument(pid_t pid, const std::string& marker);
+
+// Every PID recorded in `files` (one number per file, missing files skipped) that is still
+// alive with `marker` among its arguments; the guard kills those when it goes out of scope,
+// so a test that fails leaves nothing behind for the next one.
+struct RecordedPids {
+  std::vector<std::string> files;
+  std::string marker;
+  std::vector<pid_t> alive() const;
+  ~RecordedPids();
+};
+
 }  // namespace tnt_test

@@ -32,6 +32,20 @@ TEST_CASE("cli: defaults and the program after --", "[cli]") {
   CHECK_FALSE(o.log_level);
   CHECK_FALSE(o.dry_run);
   CHECK(o.mpi_args.empty());
+  CHECK_FALSE(o.start_timeout_s);
+  CHECK_FALSE(o.exit_timeout_s);
+}
+
+TEST_CASE("cli: --start-timeout and --exit-timeout", "[cli]") {
+  auto o = parse_command_line({"--start-timeout", "2.5", "--exit-timeout", "0", "--", "p"});
+  CHECK(o.start_timeout_s == 2.5);
+  CHECK(o.exit_timeout_s == 0.0);
+  CHECK(error_of({"--start-timeout", "-1", "--", "p"}) ==
+        "--start-timeout -1: must be a non-negative number of seconds (0: no limit)");
+  CHECK(error_of({"--exit-timeout", "later", "--", "p"}) ==
+        "--exit-timeout later: must be a non-negative number of seconds (0: no limit)");
+  CHECK_THAT(help_text(), Catch::Contains("--start-timeout SECONDS") && Catch::Contains("--exit-timeout SECONDS") &&
+                              Catch::Contains("124"));
 }
 
 TEST_CASE("cli: every option", "[cli]") {

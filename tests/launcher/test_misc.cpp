@@ -3,6 +3,7 @@
 #include "env_names.hpp"
 #include "error.hpp"
 #include "gpus.hpp"
+#include "limits.hpp"
 #include "paths.hpp"
 #include "rank_setup.hpp"
 #include "report.hpp"
@@ -25,6 +26,10 @@ TEST_CASE("report: statuses in words", "[report]") {
   CHECK(describe_status({1, 1, "h", true, SIGSEGV}) == "signal 11 (SIGSEGV)");
   CHECK(shell_status({1, 1, "h", false, 3}) == 3);
   CHECK(shell_status({1, 1, "h", true, SIGTERM}) == 143);
+  CHECK(signal_name(SIGSTOP) == "SIGSTOP");
+  CHECK_FALSE(RankReport{1, 1, "h", false, 0}.failed());
+  CHECK(RankReport{1, 1, "h", false, 2}.failed());
+  CHECK_FALSE(RankReport{1, 1, "h", false, 2, RankReport::Kind::stopped}.failed());
 }
 
 TEST_CASE("report: a failure sent by a rank reaches the launcher", "[report]") {
@@ -32,7 +37,7 @@ TEST_CASE("report: a failure sent by a rank reaches the launcher", "[report]") {
   REQUIRE(server);
   CHECK_THAT(server->address(), Catch::StartsWith("this-host:"));
 
-  std::vector<RankFailure> got;
+  std::vector<RankReport> got;
   std::thread rank([&] {
     CHECK(send_report(server->address(), "this-host", {3, 1, "node7", true, SIGABRT}));
   });
@@ -49,12 +54,38 @@ TEST_CASE("report: a failure sent by a rank reaches the launcher", "[report]") {
   CHECK(got[0].host == "node7");
   CHECK(got[0].signaled);
   CHECK(got[0].code == SIGABRT);
+  CHECK(got[0].kind == RankReport::Kind::ended);
+  CHECK(got[0].failed());
+
+  // Every kind of report, sent without waiting for the launcher, arrives in order; the
+  // launcher's own host is reached over loopback.
+  const std::vector<RankReport> sent = {
+      {2, 0, "this-host", false, 0, RankReport::Kind::started},
+      {2, 0, "this-host", false, SIGSTOP, RankReport::Kind::stopped},
+      {2, 0, "this-host", false, 0, RankReport::Kind::continued},
+      {2, 0, "this-host", false, 0, RankReport::Kind::ended},
+  };
+  for (const auto& r : sent) CHECK(send_report(server->address(), "this-host", r, false));
+  got.clear();
+  for (int i = 0; i < 50 && got.size() < sent.size(); ++i) {
+    pollfd p{server->fd(), POLLIN, 0};
+    ::poll(&p, 1, 100);
+    server->accept_pending(got);
+  }
+  REQUIRE(got.size() == sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    CAPTURE(i);
+    CHECK(got[i].kind == sent[i].kind);
+    CHECK(got[i].code == sent[i].code);
+    CHECK(got[i].rank == 2);
+    CHECK_FALSE(got[i].failed());
+  }
 
   // A wrong token is not a report.
   std::string forged = server->address();
   forged = forged.substr(0, forged.rfind(':') + 1) + "0000";
   std::thread stranger([&] { send_report(forged, "this-host", {0, 0, "x", false, 1}); });
-  std::vector<RankFailure> none;
+  std::vector<RankReport> none;
   for (int i = 0; i < 20; ++i) {
     pollfd p{server->fd(), POLLIN, 0};
     if (::poll(&p, 1, 100) > 0) {
@@ -141,4 +172,61 @@ TEST_CASE("rank setup: identity and variables", "[rank_setup]") {
   CHECK(pinned.at(7) == std::pair<std::string, std::string>{"TNT_NUM_THREADS", "4"});
   CHECK(env::is_reserved("TNT_DEVICE"));
   CHECK_FALSE(env::is_reserved("TNT_FUSION_THRESHOLD"));
+}
+
+TEST_CASE("limits: a plan is checked against open files, processes and PIDs", "[limits]") {
+  SystemLimits roomy;
+  roomy.open_files = roomy.open_files_hard = 1 << 20;
+  roomy.processes = 1 << 20;
+  roomy.pid_max = 4 << 20;
+  roomy.tasks_now = 300;
+  CHECK(limit_problems(0, roomy).empty());
+  CHECK(limit_problems(1000, roomy).empty());
+
+  // Exactly at the open-file need, and one rank past it.
+  SystemLimits files = roomy;
+  files.open_files = 5 * 8 + 32;
+  CHECK(limit_problems(8, files).empty());
+  auto p = limit_problems(9, files);
+  REQUIRE(p.size() == 1);
+  CHECK_THAT(p[0], Catch::StartsWith("9 ranks on this machine need about 77 open files in mpirun") &&
+                       Catch::Contains("RLIMIT_NOFILE, ulimit -n) is 72 (hard limit 1048576): raise it with "
+                                       "ulimit -n 77"));
+  files.open_files_hard = 72;
+  CHECK_THAT(limit_problems(9, files)[0], Catch::Contains("its hard limit only 72: ask for a higher hard limit"));
+
+  // RLIMIT_NPROC binds users, not root.
+  SystemLimits procs = roomy;
+  procs.processes = 100;
+  CHECK(limit_problems(50, procs).empty());
+  p = limit_problems(51, procs);
+  REQUIRE(p.size() == 1);
+  CHECK_THAT(p[0], Catch::Contains("at least 102 processes") && Catch::Contains("RLIMIT_NPROC, ulimit -u) is 100"));
+  procs.privileged = true;
+  CHECK(limit_problems(51, procs).empty());
+
+  // kernel.pid_max less what already runs; unknown (0) is not checked.
+  SystemLimits pids = roomy;
+  pids.pid_max = 32768;
+  pids.tasks_now = 768;
+  CHECK(limit_problems(16000, pids).empty());
+  p = limit_problems(16001, pids);
+  REQUIRE(p.size() == 1);
+  CHECK_THAT(p[0], Catch::Contains("kernel.pid_max is 32768 and 768 are in use, so at most 32000 more"));
+  pids.pid_max = 0;
+  CHECK(limit_problems(16001, pids).empty());
+
+  // Every limit at once: one line each. `tarantella -n 100000` on a common machine.
+  SystemLimits common;
+  common.open_files = 1024;
+  common.open_files_hard = 524288;
+  common.processes = 63000;
+  common.pid_max = 32768;
+  common.tasks_now = 200;
+  CHECK(limit_problems(100000, common).size() == 3);
+
+  // This machine's own values are read (whatever they are).
+  const SystemLimits here = current_limits();
+  CHECK(here.open_files > 0);
+  CHECK(here.open_files <= here.open_files_hard);
 }

@@ -35,17 +35,32 @@ Bytes read_file(const std::string& path) {
 
 bool is_gzip(const Bytes& b) { return b.size() >= 2 && b[0] == 0x1f && b[1] == 0x8b; }
 
+// The gzip trailer's ISIZE (uncompressed size mod 2^32) is written by whoever made the file
+// and checked by zlib only at the very end, so it is a hint for sizing the buffer, never a
+// size to allocate up front: deflate expands at most about 1032:1, so a trailer that claims
+// more than that is ignored, and the buffer starts at a few times the compressed size and
+// grows as data arrives. A trailer that disagrees with the data fails zlib's length check.
+constexpr size_t kDeflateMaxRatio = 1032;
+
+size_t gzip_size_hint(const Bytes& in) {
+  if (in.size() < 18) return 0;  // smaller than an empty gzip member: no trailer to read
+  const size_t isize = size_t{in[in.size() - 4]} | size_t{in[in.size() - 3]} << 8 |
+                       size_t{in[in.size() - 2]} << 16 | size_t{in[in.size() - 1]} << 24;
+  return isize <= in.size() * kDeflateMaxRatio ? isize : 0;
+}
+
 Bytes gunzip(const Bytes& in, const std::string& path) {
   z_stream zs{};
   // 16 + MAX_WBITS: gzip wrapper only, so the CRC and length in the trailer are checked.
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib inflateInit2 failed");
-  Bytes out;
-  // The trailer's ISIZE (uncompressed size mod 2^32) is a good first guess for the size.
-  size_t guess = in.size() >= 4 ? (size_t{in[in.size() - 4]} | size_t{in[in.size() - 3]} << 8 |
-                                   size_t{in[in.size() - 2]} << 16 | size_t{in[in.size() - 1]} << 24)
-                                : 0;
-  out.resize(std::max<size_t>(guess + 1, 1 << 16));
-  zs.next_in = const_cast<Bytef*>(in.data());
+  const size_t hint = gzip_size_hint(in);
+  // +1: with room left over after the last byte, inflate reaches Z_STREAM_END without a
+  // further resize.
+  auto grown = [&](size_t now) {
+    const size_t doubled = now * 2;
+    return hint >= now && hint < doubled ? hint + 1 : doubled;
+  };
+  Bytes out(std::max<size_t>(std::min(hint + 1, in.size() * 4), size_t{1} << 16));
   size_t consumed = 0;
   size_t produced = 0;
   std::string error;
@@ -71,7 +86,11 @@ Bytes gunzip(const Bytes& in, const std::string& path) {
       continue;
     }
     if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_STREAM_ERROR) {
-      error = fmt::format("corrupt gzip data ({})", zs.msg ? zs.msg : "invalid stream");
+      const std::string msg = zs.msg ? zs.msg : "invalid stream";
+      error = fmt::format("corrupt gzip data ({})", msg);
+      if (msg == "incorrect length check") {
+        error += fmt::format(": the trailer does not match the {} bytes the data holds", produced);
+      }
       break;
     }
     if (rc == Z_MEM_ERROR) {
@@ -79,7 +98,7 @@ Bytes gunzip(const Bytes& in, const std::string& path) {
       break;
     }
     if (produced == out.size()) {
-      out.resize(out.size() * 2);
+      out.resize(grown(out.size()));
       continue;
     }
     if (consumed == in.size()) {  // input used up before the end of the stream

@@ -1,0 +1,153 @@
+#include "rank_watch.hpp"
+
+#include "env_names.hpp"
+#include "error.hpp"
+#include "text.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace tnt::launcher {
+
+namespace {
+
+// A report names a rank; the plan has it, or it is not ours.
+bool in_plan(int rank, size_t size) { return rank >= 0 && static_cast<size_t>(rank) < size; }
+
+Seconds resolve(std::optional<double> flag_value, const Environment& env, const char* variable, double fallback) {
+  if (flag_value) return Seconds(*flag_value);
+  if (auto text = lookup(env, variable)) {
+    if (auto v = parse_seconds(*text)) return Seconds(*v);
+    throw InputError(fmt::format("{}='{}' is not a non-negative number of seconds (0: no limit)", variable, *text));
+  }
+  return Seconds(fallback);
+}
+
+}  // namespace
+
+WatchLimits watch_limits(const Options& options, const Environment& env) {
+  WatchLimits l;
+  l.start = resolve(options.start_timeout_s, env, env::start_timeout, default_start_timeout_s);
+  l.exit = resolve(options.exit_timeout_s, env, env::exit_timeout, default_exit_timeout_s);
+  return l;
+}
+
+std::string format_seconds(Seconds s) { return fmt::format("{:g}", s.count()); }
+
+RankWatch::RankWatch(std::vector<RankSlot> ranks, WatchLimits limits, Clock::time_point launched)
+    : slots_(std::move(ranks)), state_(slots_.size()), limits_(limits), launched_(launched) {}
+
+void RankWatch::record(const RankReport& r, Clock::time_point now) {
+  if (!in_plan(r.rank, state_.size())) return;
+  State& s = state_[static_cast<size_t>(r.rank)];
+  switch (r.kind) {
+    case RankReport::Kind::started: s.started = true; break;
+    case RankReport::Kind::stopped:
+      s.stopped = true;
+      s.stop_signal = r.code;
+      break;
+    case RankReport::Kind::continued: s.stopped = false; break;
+    case RankReport::Kind::ended:
+      s.ended = true;
+      s.stopped = false;
+      if (!first_end_) {
+        first_end_ = now;
+        first_end_rank_ = r.rank;
+      }
+      if (r.failed()) {
+        if (!first_failure_) first_failure_ = now;
+        failures_.push_back(r);
+      }
+      break;
+  }
+}
+
+std::string RankWatch::describe(const std::vector<int>& ranks) const {
+  // Enough to find the culprits on a large job without a line of thousands of ranks.
+  constexpr size_t shown = 8;
+  std::string out;
+  for (size_t i = 0; i < ranks.size() && i < shown; ++i) {
+    const RankSlot& s = slots_[static_cast<size_t>(ranks[i])];
+    if (i > 0) out += ", ";
+    const State& st = state_[static_cast<size_t>(ranks[i])];
+    const std::string stopped = st.stopped ? fmt::format(", stopped by {}", signal_name(st.stop_signal)) : "";
+    out += fmt::format("rank {} (host {}, local rank {}{})", s.rank, s.host, s.local_rank, stopped);
+  }
+  if (ranks.size() > shown) out += fmt::format(" and {} more", ranks.size() - shown);
+  return out;
+}
+
+Clock::time_point RankWatch::next_check() const {
+  if (decided_) return Clock::time_point::max();
+  Clock::time_point next = Clock::time_point::max();
+  auto after = [](Clock::time_point t, Seconds d) {
+    return t + std::chrono::duration_cast<Clock::duration>(d);
+  };
+  if (limits_.start.count() > 0 && !start_checked_) next = std::min(next, after(launched_, limits_.start));
+  if (limits_.exit.count() > 0 && first_end_) {
+    next = std::min(next, after(first_failure_ ? *first_failure_ : *first_end_, limits_.exit));
+  }
+  return next;
+}
+
+std::optional<RankWatch::Verdict> RankWatch::check(Clock::time_point now) {
+  if (decided_ || now < next_check()) return std::nullopt;
+  const auto ranks = static_cast<int>(slots_.size());
+  auto count = [&](size_t n) { return fmt::format("{} of {} rank{}", n, ranks, ranks == 1 ? "" : "s"); };
+
+  if (limits_.start.count() > 0 && !start_checked_ && now >= launched_ + std::chrono::duration_cast<Clock::duration>(limits_.start)) {
+    start_checked_ = true;
+    // After a failure mpirun stops the job itself (and the exit timeout bounds that):
+    // ranks it did not start then are not the news.
+    if (!first_failure_) {
+      std::vector<int> missing, stopped;
+      for (int r = 0; r < ranks; ++r) {
+        const State& s = state_[static_cast<size_t>(r)];
+        if (!s.started && !s.ended) missing.push_back(r);
+        if (s.stopped && !s.ended) stopped.push_back(r);
+      }
+      std::vector<std::string> parts;
+      const std::string limit = fmt::format("{} s (--start-timeout, {})", format_seconds(limits_.start),
+                                            env::start_timeout);
+      if (!missing.empty()) {
+        parts.push_back(fmt::format("{} did not start within {}: {}", count(missing.size()), limit, describe(missing)));
+      }
+      if (!stopped.empty()) {
+        parts.push_back(fmt::format("{} {} stopped {} after the launch: {}", count(stopped.size()),
+                                    stopped.size() == 1 ? "was" : "were", limit, describe(stopped)));
+      }
+      if (!parts.empty()) {
+        decided_ = true;
+        return Verdict{Reason::start, fmt::format("{}", fmt::join(parts, "; "))};
+      }
+    }
+  }
+
+  if (limits_.exit.count() > 0 && first_end_) {
+    const Clock::time_point since = first_failure_ ? *first_failure_ : *first_end_;
+    if (now < since + std::chrono::duration_cast<Clock::duration>(limits_.exit)) return std::nullopt;
+    decided_ = true;
+    const std::string later = fmt::format("{} s later (--exit-timeout, {})", format_seconds(limits_.exit),
+                                          env::exit_timeout);
+    if (!failures_.empty()) {
+      const RankReport& f = failures_.front();
+      return Verdict{Reason::teardown, fmt::format("{} failed first ({}), but {} mpirun still had not ended the job",
+                                                   describe({f.rank}), describe_status(f), later)};
+    }
+    std::vector<int> running;
+    for (int r = 0; r < ranks; ++r) {
+      if (!state_[static_cast<size_t>(r)].ended) running.push_back(r);
+    }
+    if (running.empty()) {
+      return Verdict{Reason::teardown, fmt::format("every rank's program has ended (the first: {}), but {} "
+                                                   "mpirun still had not",
+                                                   describe({first_end_rank_}), later)};
+    }
+    return Verdict{Reason::exit, fmt::format("{} exited 0, but {} {} still had not ended: {}",
+                                             describe({first_end_rank_}), later, count(running.size()),
+                                             describe(running))};
+  }
+  return std::nullopt;
+}
+
+}  // namespace tnt::launcher

@@ -1,0 +1,104 @@
+// Watching the ranks through their steps' reports (report.hpp) for the ways a job hangs
+// that neither mpirun nor the runtime notices. Open MPI's MPI_Init waits for every rank,
+// and the runtime's collective timeout starts only at the first collective, so:
+//
+// - a rank that never starts (its daemon or step never ran, mpirun gave up launching after
+//   an error of its own), or whose program is stopped (SIGSTOP, SIGTSTP) at start, keeps
+//   every other rank waiting forever. Start timeout: by this long after the launch every
+//   rank must have reported that its program started, and none may be stopped.
+// - a rank whose program exits 0 before MPI_Init (or without MPI at all) leaves the others
+//   waiting for it forever. Exit timeout: once any rank's program has ended, the job must
+//   end within this long. The same bound covers mpirun itself when a rank failed and
+//   mpirun, which should then stop the job within seconds, does not.
+//
+// When a limit passes, the launcher names the ranks (rank, host, local rank) and ends the
+// job it started. Pure: time is passed in, so the rules are unit-tested without processes.
+#pragma once
+
+#include "cli.hpp"
+#include "environment.hpp"
+#include "report.hpp"
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tnt::launcher {
+
+using Clock = std::chrono::steady_clock;
+using Seconds = std::chrono::duration<double>;
+
+// Long enough for Open MPI to start daemons over ssh on hundreds of nodes and for every step
+// to exec its program; the start is the exec, not the program's own set-up.
+inline constexpr double default_start_timeout_s = 120;
+// Long enough for a master rank that writes files or evaluates alone after the others
+// have ended; ranks that finish through MPI_Finalize end within moments of each other.
+inline constexpr double default_exit_timeout_s = 300;
+
+struct WatchLimits {
+  Seconds start{default_start_timeout_s};  // 0: no limit
+  Seconds exit{default_exit_timeout_s};    // 0: no limit
+  bool any() const { return start.count() > 0 || exit.count() > 0; }
+};
+
+// --start-timeout, else TNT_START_TIMEOUT, else the default; the same for the exit
+// timeout. Throws InputError naming the variable and its value.
+WatchLimits watch_limits(const Options& options, const Environment& env);
+
+// "2", "0.5", "120": seconds as the messages write them.
+std::string format_seconds(Seconds s);
+
+struct RankSlot {
+  int rank = 0;
+  std::string host;
+  int local_rank = 0;
+};
+
+class RankWatch {
+ public:
+  enum class Reason {
+    start,     // ranks did not start (or were stopped) in time
+    exit,      // a rank exited 0 and others did not end in time
+    teardown,  // a rank failed (or every rank ended) and mpirun did not end in time
+  };
+  struct Verdict {
+    Reason reason;
+    std::string message;  // names the ranks and the limit
+  };
+
+  RankWatch(std::vector<RankSlot> ranks, WatchLimits limits, Clock::time_point launched);
+
+  // Reports from ranks the plan does not have are ignored.
+  void record(const RankReport& report, Clock::time_point now);
+
+  // The verdict, once, when a limit has passed with the job still running; nullopt
+  // otherwise. Call it at (or after) next_check() and after every report.
+  std::optional<Verdict> check(Clock::time_point now);
+
+  // When check() may next have something to say; max() when never.
+  Clock::time_point next_check() const;
+
+  // Ended reports that were failures, in arrival order: the first failed first.
+  const std::vector<RankReport>& failures() const { return failures_; }
+
+ private:
+  struct State {
+    bool started = false, ended = false, stopped = false;
+    int stop_signal = 0;
+  };
+  std::string describe(const std::vector<int>& ranks) const;
+
+  std::vector<RankSlot> slots_;
+  std::vector<State> state_;
+  WatchLimits limits_;
+  Clock::time_point launched_;
+  std::optional<Clock::time_point> first_end_;      // the first ended report, any status
+  int first_end_rank_ = -1;
+  std::optional<Clock::time_point> first_failure_;  // the exit timer restarts at a failure
+  bool start_checked_ = false;
+  bool decided_ = false;
+  std::vector<RankReport> failures_;
+};
+
+}  // namespace tnt::launcher

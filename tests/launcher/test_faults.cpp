@@ -1,0 +1,222 @@
+// The launcher against ranks that misbehave: programs that leave children behind, ranks
+// that never start or stop at start, ranks that exit 0 while the others wait for them, and
+// plans that this machine's limits cannot hold. Every job here is short, every wait has a
+// deadline, and whatever a test starts is killed by a guard if the test fails.
+#include "process.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+using tnt_test::Env;
+using tnt_test::Outcome;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string launcher = TNT_LAUNCHER_BIN;
+const std::string rank_info = TNT_RANK_INFO_BIN;
+
+Outcome tarantella(const std::vector<std::string>& args, std::chrono::milliseconds deadline,
+                   const Env& env = tnt_test::clean_environment()) {
+  std::vector<std::string> argv{launcher};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return tnt_test::run(argv, env, deadline);
+}
+
+// A fresh directory for files the ranks write, removed with everything in it.
+struct ScratchDir {
+  fs::path path;
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "tnt_faults_XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  // An executable shell script.
+  std::string script(const std::string& name, const std::string& text) const {
+    const std::string f = file(name);
+    std::ofstream(f) << "#!/bin/sh\n" << text << "\n";
+    REQUIRE(::chmod(f.c_str(), 0755) == 0);
+    return f;
+  }
+};
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+std::string rank_name(int rank) { return fmt::format("rank {} (host {}, local rank {}", rank, host_name(), rank); }
+
+// Waits (at most 5 s) until no process carries `marker` as an argument; returns those left.
+std::vector<pid_t> left_with_argument(const std::string& marker) {
+  auto left = tnt_test::processes_with_argument(marker);
+  for (int i = 0; i < 100 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(50ms);
+    left = tnt_test::processes_with_argument(marker);
+  }
+  for (pid_t p : left) ::kill(p, SIGKILL);  // not to the next test
+  return left;
+}
+
+}  // namespace
+
+TEST_CASE("faults: a rank's program leaves no children behind", "[integration][faults]") {
+  ScratchDir dir;
+  // `sleep 300.PID` is a valid sleep whose argument marks it as this test's.
+  const std::string marker = "300." + std::to_string(::getpid());
+  tnt_test::RecordedPids children{{}, marker};
+  for (const char* kind : {"plain", "session", "holds-output"}) {
+    for (int r = 0; r < 2; ++r) children.files.push_back(dir.file(fmt::format("{}.{}", kind, r)));
+  }
+
+  SECTION("children with their output elsewhere, one of them in a session of its own") {
+    // setsid takes the second child out of the program's process group, so only the step's
+    // being a subreaper finds it once the program has exited.
+    const std::string script = fmt::format(
+        "sleep {0} >/dev/null 2>&1 & echo $! > {1}/plain.$TNT_RANK; "
+        "setsid sleep {0} >/dev/null 2>&1 </dev/null & echo $! > {1}/session.$TNT_RANK; exit 0",
+        marker, dir.path.string());
+    Outcome o = tarantella({"-n", "2", "--", "/bin/sh", "-c", script}, 30s);
+    INFO(o.describe());
+    CHECK(o.exited(0));
+    CHECK(o.seconds < 10);
+  }
+  SECTION("a child that keeps the rank's output open") {
+    // mpirun waits for a rank's output to close, so this job hung as long as the child ran.
+    const std::string script =
+        fmt::format("sleep {} & echo $! > {}/holds-output.$TNT_RANK; exit 0", marker, dir.path.string());
+    Outcome o = tarantella({"-n", "2", "--", "/bin/sh", "-c", script}, 30s);
+    INFO(o.describe());
+    CHECK(o.exited(0));
+    CHECK(o.seconds < 10);
+  }
+  size_t recorded = 0;
+  for (const auto& f : children.files) recorded += fs::exists(f);
+  CHECK(recorded >= 2);  // the programs ran and recorded their children
+  // The step ends the leftovers before it exits, so nothing may be alive once the launcher
+  // has returned; a short grace only absorbs /proc catching up.
+  auto left = children.alive();
+  for (int i = 0; i < 20 && !left.empty(); ++i) {
+    std::this_thread::sleep_for(50ms);
+    left = children.alive();
+  }
+  std::string pids;
+  for (pid_t p : left) pids += fmt::format(" {}", p);
+  INFO("still running:" << pids);
+  CHECK(left.empty());
+}
+
+TEST_CASE("faults: more local ranks than this machine's limits allow stops before anything starts",
+          "[integration][faults][limits]") {
+  // Under `ulimit -n 64` mpirun can start about 9 ranks; past that it printed "The system
+  // limit on number of pipes a process can open was reached" and hung. The shell lowers the
+  // limit for the launcher alone.
+  for (const std::string n : {"30", "100000"}) {
+    const std::vector<std::string> argv{"/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" -n " + n + " -- /bin/true",
+                                        launcher};
+    const Outcome o = tnt_test::run(argv, tnt_test::clean_environment(), 20s);
+    INFO(o.describe());
+    CHECK(o.exited(2));
+    CHECK(o.seconds < 5);
+    CHECK_THAT(o.err, Catch::Contains("tarantella: error: " + n + " ranks on this machine") &&
+                          Catch::Contains("RLIMIT_NOFILE") && Catch::Contains("is 64"));
+  }
+}
+
+TEST_CASE("faults: a rank stopped at start ends the job at the start timeout", "[integration][faults][watch]") {
+  // Rank 0 waits in MPI_Init for rank 1, which SIGSTOP holds before it gets there: the
+  // runtime's collective timeout has not begun, and before this job waited forever.
+  const std::string marker = "tnt-stopped-" + std::to_string(::getpid());
+  Env env = tnt_test::clean_environment();
+  env["TNT_START_TIMEOUT"] = "2";
+  const Outcome o = tarantella({"-n", "2", "--", "/bin/sh", "-c",
+                                "if [ \"$TNT_RANK\" = 1 ]; then kill -STOP $$; fi; exec \"$1\"", marker, rank_info},
+                               30s, env);
+  INFO(o.describe());
+  CHECK(o.exited(124));
+  CHECK(o.seconds < 10);
+  CHECK_THAT(o.err, Catch::Contains("1 of 2 ranks was stopped 2 s (--start-timeout, TNT_START_TIMEOUT) after the "
+                                    "launch: " + rank_name(1) + ", stopped by SIGSTOP); ending the job"));
+  CHECK(left_with_argument(marker).empty());
+}
+
+TEST_CASE("faults: a rank that exits 0 while the others wait for it", "[integration][faults][watch]") {
+  const std::string marker = "tnt-early-" + std::to_string(::getpid());
+  Env env = tnt_test::clean_environment();
+  env["TNT_EXIT_TIMEOUT"] = "2";
+  const Outcome o = tarantella({"-n", "2", "--", "/bin/sh", "-c",
+                                "if [ \"$TNT_RANK\" = 1 ]; then exit 0; fi; exec \"$1\"", marker, rank_info},
+                               30s, env);
+  INFO(o.describe());
+  CHECK(o.exited(124));
+  CHECK(o.seconds < 10);
+  CHECK_THAT(o.err, Catch::Contains(rank_name(1) + ") exited 0, but 2 s later (--exit-timeout, TNT_EXIT_TIMEOUT) "
+                                    "1 of 2 ranks still had not ended: " + rank_name(0) + "); ending the job"));
+  CHECK(left_with_argument(marker).empty());
+
+  // With the flag, and ranks that all end: no verdict, whatever the limits.
+  const Outcome fine = tarantella({"-n", "2", "--start-timeout", "1", "--exit-timeout", "1", "--", rank_info}, 30s);
+  INFO(fine.describe());
+  CHECK(fine.exited(0));
+  CHECK_THAT(fine.err, !Catch::Contains("ending the job"));
+}
+
+TEST_CASE("faults: ranks that never start, after mpirun reported a fatal error", "[integration][faults][watch]") {
+  // What mpirun did after "The system limit on number of pipes ... was reached": print the
+  // error and wait forever, with no rank started. A stand-in does exactly that.
+  ScratchDir dir;
+  const std::string marker = "300." + std::to_string(::getpid());
+  tnt_test::RecordedPids stand_in{{dir.file("mpirun.pid")}, marker};
+  const std::string fake = dir.script(
+      "mpirun", fmt::format("echo $$ > {}\n"
+                            "echo '[[1234,0],0] ORTE_ERROR_LOG: The system limit on number of pipes a process can "
+                            "open was reached' >&2\n"
+                            "exec sleep {}",
+                            dir.file("mpirun.pid"), marker));
+  Env env = tnt_test::clean_environment();
+  env["TNT_START_TIMEOUT"] = "2";
+  const Outcome o = tarantella({"-n", "2", "--mpirun", fake, "--", "/bin/true"}, 30s, env);
+  INFO(o.describe());
+  CHECK(o.exited(124));
+  CHECK(o.seconds < 10);
+  CHECK_THAT(o.err, Catch::Contains("2 of 2 ranks did not start within 2 s (--start-timeout, TNT_START_TIMEOUT): " +
+                                    rank_name(0) + "), " + rank_name(1) + "); ending the job"));
+  CHECK(fs::exists(dir.file("mpirun.pid")));
+  CHECK(stand_in.alive().empty());  // the launcher ended the mpirun it started
+}
+
+TEST_CASE("faults: mpirun that does not end the job after a rank failed", "[integration][faults][watch]") {
+  // The real mpirun runs the job (rank 1 fails, mpirun stops rank 0 and returns), then the
+  // stand-in lingers, deaf to SIGTERM: the launcher must not wait for it forever.
+  ScratchDir dir;
+  const std::string marker = "300." + std::to_string(::getpid());
+  tnt_test::RecordedPids stand_in{{dir.file("mpirun.pid")}, marker};
+  const std::string fake = dir.script(
+      "mpirun", fmt::format("echo $$ > {}\nmpirun \"$@\"\ntrap '' TERM\nexec sleep {}", dir.file("mpirun.pid"), marker));
+  Env env = tnt_test::clean_environment();
+  env["TNT_EXIT_TIMEOUT"] = "2";
+  const Outcome o = tarantella({"-n", "2", "--mpirun", fake, "--", "/bin/sh", "-c",
+                                "if [ \"$TNT_RANK\" = 1 ]; then exit 3; fi; exec sleep 30"},
+                               30s, env);
+  INFO(o.describe());
+  CHECK(o.exited(3));
+  CHECK(o.seconds < 15);
+  CHECK_THAT(o.err, Catch::Contains(rank_name(1) + ") failed first (exit code 3), but 2 s later (--exit-timeout, "
+                                    "TNT_EXIT_TIMEOUT) mpirun still had not ended the job; ending the job"));
+  CHECK_THAT(o.err, Catch::Contains("tarantella: " + rank_name(1) + ") failed first: exit code 3"));
+  CHECK(stand_in.alive().empty());
+}

@@ -1,0 +1,174 @@
+// The launcher's watch over the ranks (rank_watch.hpp), driven by hand-made reports and a
+// hand-moved clock: which verdict, when, and naming whom.
+#include "env_names.hpp"
+#include "error.hpp"
+#include "rank_watch.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include <csignal>
+
+using namespace tnt::launcher;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<RankSlot> three_ranks() { return {{0, "a", 0}, {1, "a", 1}, {2, "b", 0}}; }
+
+RankReport report(int rank, RankReport::Kind kind, int code = 0, bool signaled = false) {
+  const auto slots = three_ranks();
+  return RankReport{rank, slots[static_cast<size_t>(rank)].local_rank, slots[static_cast<size_t>(rank)].host,
+                    signaled, code, kind};
+}
+
+WatchLimits limits(double start_s, double exit_s) { return {Seconds(start_s), Seconds(exit_s)}; }
+
+const Clock::time_point t0 = Clock::now();
+
+}  // namespace
+
+TEST_CASE("watch: every rank starts in time, then the job ends normally", "[watch]") {
+  RankWatch w(three_ranks(), limits(10, 5), t0);
+  CHECK(w.next_check() == t0 + 10s);
+  for (int r = 0; r < 3; ++r) w.record(report(r, RankReport::Kind::started), t0 + 1s);
+  CHECK_FALSE(w.check(t0 + 9s));
+  CHECK_FALSE(w.check(t0 + 10s));  // the start check passes, once
+  CHECK(w.next_check() == Clock::time_point::max());
+  for (int r = 0; r < 3; ++r) w.record(report(r, RankReport::Kind::ended), t0 + 60s);
+  CHECK(w.failures().empty());
+  CHECK(w.next_check() == t0 + 65s);  // mpirun should be gone by then
+}
+
+TEST_CASE("watch: ranks that never start are named at the start timeout", "[watch]") {
+  RankWatch w(three_ranks(), limits(2, 0), t0);
+  w.record(report(0, RankReport::Kind::started), t0 + 100ms);
+  CHECK_FALSE(w.check(t0 + 1999ms));
+  auto v = w.check(t0 + 2s);
+  REQUIRE(v);
+  CHECK(v->reason == RankWatch::Reason::start);
+  CHECK(v->message == "2 of 3 ranks did not start within 2 s (--start-timeout, TNT_START_TIMEOUT): "
+                      "rank 1 (host a, local rank 1), rank 2 (host b, local rank 0)");
+  CHECK_FALSE(w.check(t0 + 3s));  // one verdict
+  CHECK(w.next_check() == Clock::time_point::max());
+}
+
+TEST_CASE("watch: a rank stopped at the start timeout counts as not running", "[watch]") {
+  RankWatch w(three_ranks(), limits(1.5, 0), t0);
+  for (int r = 0; r < 3; ++r) w.record(report(r, RankReport::Kind::started), t0);
+  w.record(report(1, RankReport::Kind::stopped, SIGSTOP), t0 + 10ms);
+  w.record(report(2, RankReport::Kind::stopped, SIGTSTP), t0 + 10ms);
+  w.record(report(2, RankReport::Kind::continued), t0 + 20ms);  // resumed: fine again
+  auto v = w.check(t0 + 1500ms);
+  REQUIRE(v);
+  CHECK(v->reason == RankWatch::Reason::start);
+  CHECK(v->message == "1 of 3 ranks was stopped 1.5 s (--start-timeout, TNT_START_TIMEOUT) after the launch: "
+                      "rank 1 (host a, local rank 1, stopped by SIGSTOP)");
+
+  // Both at once: one that never started and one that is stopped.
+  RankWatch both(three_ranks(), limits(1, 0), t0);
+  both.record(report(0, RankReport::Kind::started), t0);
+  both.record(report(0, RankReport::Kind::stopped, SIGSTOP), t0);
+  both.record(report(2, RankReport::Kind::started), t0);
+  auto b = both.check(t0 + 1s);
+  REQUIRE(b);
+  CHECK_THAT(b->message, Catch::StartsWith("1 of 3 ranks did not start within 1 s") &&
+                             Catch::Contains(": rank 1 (host a, local rank 1); 1 of 3 ranks was stopped") &&
+                             Catch::EndsWith("rank 0 (host a, local rank 0, stopped by SIGSTOP)"));
+}
+
+TEST_CASE("watch: a rank that exits 0 while others still run", "[watch]") {
+  RankWatch w(three_ranks(), limits(10, 3), t0);
+  for (int r = 0; r < 3; ++r) w.record(report(r, RankReport::Kind::started), t0);
+  w.record(report(1, RankReport::Kind::ended), t0 + 1s);  // before MPI_Init, say
+  CHECK(w.next_check() == t0 + 4s);
+  CHECK_FALSE(w.check(t0 + 3999ms));
+  auto v = w.check(t0 + 4s);
+  REQUIRE(v);
+  CHECK(v->reason == RankWatch::Reason::exit);
+  CHECK(v->message == "rank 1 (host a, local rank 1) exited 0, but 3 s later (--exit-timeout, TNT_EXIT_TIMEOUT) "
+                      "2 of 3 ranks still had not ended: rank 0 (host a, local rank 0), rank 2 (host b, local rank 0)");
+  CHECK(w.failures().empty());
+}
+
+TEST_CASE("watch: mpirun that does not end the job after a failure", "[watch]") {
+  RankWatch w(three_ranks(), limits(0, 3), t0);
+  w.record(report(2, RankReport::Kind::ended), t0 + 1s);
+  w.record(report(0, RankReport::Kind::ended, SIGSEGV, true), t0 + 2s);  // the timer restarts here
+  w.record(report(1, RankReport::Kind::ended, 3), t0 + 2500ms);
+  REQUIRE(w.failures().size() == 2);
+  CHECK(w.failures()[0].rank == 0);
+  CHECK(w.next_check() == t0 + 5s);
+  CHECK_FALSE(w.check(t0 + 4s));
+  auto v = w.check(t0 + 5s);
+  REQUIRE(v);
+  CHECK(v->reason == RankWatch::Reason::teardown);
+  CHECK(v->message == "rank 0 (host a, local rank 0) failed first (signal 11 (SIGSEGV)), but 3 s later "
+                      "(--exit-timeout, TNT_EXIT_TIMEOUT) mpirun still had not ended the job");
+
+  // Every rank ended 0 and mpirun lingers.
+  RankWatch all(three_ranks(), limits(0, 1), t0);
+  for (int r : {2, 0, 1}) all.record(report(r, RankReport::Kind::ended), t0);
+  auto a = all.check(t0 + 1s);
+  REQUIRE(a);
+  CHECK(a->reason == RankWatch::Reason::teardown);
+  CHECK_THAT(a->message, Catch::StartsWith("every rank's program has ended (the first: rank 2 (host b"));
+}
+
+TEST_CASE("watch: after a failure, ranks not yet started are not the news", "[watch]") {
+  RankWatch w(three_ranks(), limits(2, 30), t0);
+  w.record(report(0, RankReport::Kind::started), t0);
+  w.record(report(0, RankReport::Kind::ended, 1), t0 + 1s);
+  CHECK_FALSE(w.check(t0 + 2s));  // mpirun is stopping the job; the exit timeout bounds that
+  CHECK(w.next_check() == t0 + 31s);
+}
+
+TEST_CASE("watch: no limits, reports from outside the plan, and long lists", "[watch]") {
+  RankWatch none(three_ranks(), limits(0, 0), t0);
+  none.record(report(1, RankReport::Kind::ended), t0);
+  CHECK(none.next_check() == Clock::time_point::max());
+  CHECK_FALSE(none.check(t0 + 1000h));
+
+  RankWatch w(three_ranks(), limits(1, 0), t0);
+  w.record(RankReport{7, 0, "z", false, 0, RankReport::Kind::started}, t0);
+  w.record(RankReport{-1, 0, "z", false, 0, RankReport::Kind::ended}, t0);
+  CHECK(w.failures().empty());
+  auto v = w.check(t0 + 1s);
+  REQUIRE(v);
+  CHECK_THAT(v->message, Catch::StartsWith("3 of 3 ranks did not start"));
+
+  std::vector<RankSlot> many;
+  for (int r = 0; r < 100; ++r) many.push_back({r, fmt::format("h{}", r / 4), r % 4});
+  RankWatch big(many, limits(1, 0), t0);
+  auto b = big.check(t0 + 1s);
+  REQUIRE(b);
+  CHECK_THAT(b->message, Catch::Contains("100 of 100 ranks") &&
+                             Catch::Contains("rank 7 (host h1, local rank 3) and 92 more") &&
+                             !Catch::Contains("rank 8 "));
+}
+
+TEST_CASE("watch: limits from options, the environment, and the defaults", "[watch]") {
+  Options o;
+  auto l = watch_limits(o, {});
+  CHECK(l.start.count() == default_start_timeout_s);
+  CHECK(l.exit.count() == default_exit_timeout_s);
+  l = watch_limits(o, {{env::start_timeout, "2.5"}, {env::exit_timeout, "0"}});
+  CHECK(l.start.count() == 2.5);
+  CHECK(l.exit.count() == 0);
+  CHECK(l.any());
+  o.start_timeout_s = 7;
+  o.exit_timeout_s = 0;
+  l = watch_limits(o, {{env::start_timeout, "2.5"}, {env::exit_timeout, "9"}});  // the option wins
+  CHECK(l.start.count() == 7);
+  CHECK(l.exit.count() == 0);
+  o.start_timeout_s = 0;
+  CHECK_FALSE(watch_limits(o, {}).any());
+  for (const char* bad : {"", "-1", "soon", "1e9", "nan", "2s"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(watch_limits(Options{}, {{env::start_timeout, bad}}),
+                      fmt::format("TNT_START_TIMEOUT='{}' is not a non-negative number of seconds (0: no limit)", bad));
+  }
+  CHECK(format_seconds(Seconds(120)) == "120");
+  CHECK(format_seconds(Seconds(0.25)) == "0.25");
+}

@@ -1,8 +1,11 @@
-// The small networks the training tests share, and a copy of a network's weights.
+// The small networks and data sets the training tests share, and a copy of a network's
+// weights.
 #pragma once
 
+#include "tarantella/dataset.hpp"
 #include "tarantella/graph.hpp"
 #include "tarantella/layers.hpp"
+#include "tarantella/random.hpp"
 
 #include <memory>
 #include <string>
@@ -31,6 +34,27 @@ inline std::shared_ptr<Sequential> small_cnn(const std::string& name, bool conv_
   net->add(std::make_shared<Dense>(3, "fc2"));
   net->build({1, 8, 8});
   return net;
+}
+
+// An MLP for 4 features and 2 classes: fc1 (8), ReLU, fc2 (2).
+inline std::shared_ptr<Sequential> small_mlp() {
+  auto net = std::make_shared<Sequential>("mlp");
+  net->add(std::make_shared<Dense>(8, "fc1"));
+  net->add(std::make_shared<ReLU>("relu"));
+  net->add(std::make_shared<Dense>(2, "fc2"));
+  net->build({4});
+  return net;
+}
+
+// 64 samples of 4 features drawn with key `key`; label = whether the first feature is above
+// 0.5 (learnable in a few steps).
+inline Dataset threshold_data(const std::string& key) {
+  Tensor x = Tensor::empty({64, 4});
+  Tensor y = Tensor::empty({64}, DType::i64);
+  CounterRng rng(5, key);
+  for (int64_t i = 0; i < 64 * 4; ++i) x.data<float>()[i] = rng.uniform(static_cast<uint64_t>(i));
+  for (int64_t n = 0; n < 64; ++n) y.data<int64_t>()[n] = x.data<float>()[n * 4] > 0.5f ? 1 : 0;
+  return Dataset::from_tensors({x, y});
 }
 
 // Every parameter's values, in named_parameters() order.

@@ -2,6 +2,7 @@
 // all-rank ones make every rank act together (so nothing hangs).
 #include <catch2/catch.hpp>
 
+#include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 
 #include <unistd.h>
@@ -13,24 +14,9 @@
 
 namespace {
 
-std::shared_ptr<tnt::Sequential> make_net() {
-  auto net = std::make_shared<tnt::Sequential>("mlp");
-  net->add(std::make_shared<tnt::Dense>(8, "fc1"));
-  net->add(std::make_shared<tnt::ReLU>("relu"));
-  net->add(std::make_shared<tnt::Dense>(2, "fc2"));
-  net->build({4});
-  return net;
-}
+std::shared_ptr<tnt::Sequential> make_net() { return tnt::test::small_mlp(); }
 
-// 64 samples of 4 features; label = whether the first feature is above 0.5.
-tnt::Dataset make_data() {
-  tnt::Tensor x = tnt::Tensor::empty({64, 4});
-  tnt::Tensor y = tnt::Tensor::empty({64}, tnt::DType::i64);
-  tnt::CounterRng rng(5, "callbacks");
-  for (int64_t i = 0; i < 64 * 4; ++i) x.data<float>()[i] = rng.uniform(static_cast<uint64_t>(i));
-  for (int64_t n = 0; n < 64; ++n) y.data<int64_t>()[n] = x.data<float>()[n * 4] > 0.5f ? 1 : 0;
-  return tnt::Dataset::from_tensors({x, y});
-}
+tnt::Dataset make_data() { return tnt::test::threshold_data("callbacks"); }
 
 std::string job_dir() {
   std::string dir;

@@ -298,7 +298,9 @@ void EarlyStopping::on_train_begin(const Logs&) {
 void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
   auto it = logs.find(monitor_);
   if (it == logs.end()) {
-    log_warning("EarlyStopping: metric '{}' is not logged; available: {}", monitor_, logs.size());
+    std::string names;
+    for (const auto& [name, value] : logs) names += (names.empty() ? "" : ", ") + name;
+    log_warning("EarlyStopping: metric '{}' is not logged; available: {}", monitor_, names);
     return;
   }
   if (!have_best_ || metric_improved(monitor_, mode_, it->second, best_, min_delta_)) {

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <thread>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,6 +51,17 @@ void expect_timeout(const std::string& op_text, const std::function<void(Communi
 }
 
 }  // namespace
+
+TEST_CASE("a timeout of 0 means none: a late rank is waited for", "[comm][timeout]") {
+  Communicator& world = communicator();
+  auto comm = world.duplicate();
+  comm->set_timeout(0);
+  // The last rank joins 1.5 s late; with 0 read as "0 s" the others would fail at once.
+  if (comm->rank() == comm->size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  CHECK(comm->allreduce_sum(1.0) == static_cast<double>(comm->size()));
+  CHECK_THROWS_AS(comm->set_timeout(-1), InputError);
+  world.barrier();
+}
 
 TEST_CASE("a rank that skips a collective makes the others fail in time", "[comm][timeout]") {
   REQUIRE(communicator().size() >= 2);

@@ -78,7 +78,8 @@ class Communicator {
   bool is_master() const { return rank() == master_rank(); }
   Device device() const;  // this rank's device; device collectives run there
 
-  // Seconds a collective may take before it fails (this object only; duplicates copy it).
+  // Seconds a collective may take before it fails (this object only; duplicates copy it);
+  // 0 = no limit.
   double timeout() const;
   void set_timeout(double seconds);
   // Collectives entered so far on this communicator (they are numbered from 1).

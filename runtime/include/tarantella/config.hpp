@@ -17,7 +17,7 @@ namespace tnt {
   X(allreduce_algo, std::string, "TNT_ALLREDUCE_ALGO", "", "",                                 \
     "ring|mpi|nccl; empty = ring for host buffers, nccl for device buffers")                   \
   X(collective_timeout_s, double, "TNT_COLLECTIVE_TIMEOUT", 600.0, "s",                         \
-    "a collective not complete after this long fails on the waiting ranks")                    \
+    "a collective not complete after this long fails on the waiting ranks; 0 = never")        \
   X(log_level, std::string, "TNT_LOG_LEVEL", "WARNING", "", "DEBUG|INFO|WARNING|ERROR")         \
   X(output_on_all_devices, bool, "TNT_OUTPUT_ON_ALL_DEVICES", false, "",                        \
     "progress output from every rank, not only the master (files: the master's only)")         \

@@ -166,8 +166,8 @@ int64_t CommImpl::enter(const OpDesc& op) {
 }
 
 Clock::time_point CommImpl::deadline() const {
-  // Capped so that "no timeout" (a huge value) does not overflow the clock.
-  double s = std::min(timeout_s, 1.0e9);
+  // 0 means no timeout; capped so that a huge value does not overflow the clock.
+  double s = timeout_s > 0 ? std::min(timeout_s, 1.0e9) : 1.0e9;
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 

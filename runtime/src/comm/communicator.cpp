@@ -122,7 +122,7 @@ double Communicator::timeout() const { return impl_->timeout_s; }
 int64_t Communicator::collectives_entered() const { return impl_->seq; }
 
 void Communicator::set_timeout(double seconds) {
-  TNT_CHECK(seconds > 0, "collective timeout must be positive, got {} s", seconds);
+  TNT_INPUT_CHECK(seconds >= 0, "collective timeout must be 0 (none) or positive, got {} s", seconds);
   impl_->timeout_s = seconds;
 }
 

@@ -2,7 +2,8 @@
 // and cached per (T, D) and device, so both engines add the very same float values.
 #include "tarantella/layers/position_encoding.hpp"
 
-#include "tarantella/ops.hpp"
+#include "backend/dispatch.hpp"
+#include "layers/position_encoding_cuda.hpp"
 
 #include <cmath>
 #include <map>
@@ -55,18 +56,20 @@ const Tensor& PositionEncoding::table(int64_t length, int64_t hidden_size, Devic
   return it->second;
 }
 
-// x + P through ops (which dispatch by device and add in float for half x): P is broadcast
-// over the batch by adding it to each sequence's slice.
-std::vector<Tensor> PositionEncoding::forward(const std::vector<Tensor>& inputs, const RunContext&, SavedState& saved) {
+std::vector<Tensor> PositionEncoding::forward(const std::vector<Tensor>& inputs, const RunContext& rc,
+                                              SavedState& saved) {
   check_inputs(inputs, 1);
   const Tensor& x = inputs[0];  // (B, T, D)
   output_shapes({x.shape()});
   ensure_built({x.shape()});
-  const int64_t b = x.dim(0), t = x.dim(1), d = x.dim(2);
-  Tensor p = table(t, d, x.device());
-  if (p.dtype() != x.dtype()) p = ops::cast(p, x.dtype());
-  Tensor y = x.clone();  // (B, T, D)
-  for (int64_t i = 0; i < b; ++i) ops::axpy(1.0, p, y.slice_rows(i, i + 1).reshape({t, d}));
+  TNT_CUDA_DISPATCH(x.device(), cuda::position_encoding_forward(*this, inputs, rc, saved));
+  const int64_t td = x.dim(1) * x.dim(2), n = x.numel();
+  const float* p = table(x.dim(1), x.dim(2), x.device()).data<float>();  // (T, D)
+  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  const float* xs = x.data<float>();
+  float* ys = y.data<float>();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) ys[i] = xs[i] + p[i % td];
   saved.tensors.clear();
   return {y};
 }

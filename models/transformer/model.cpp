@@ -142,4 +142,22 @@ std::shared_ptr<tnt::Network> Transformer::training_network(int64_t source_lengt
                                         name);
 }
 
+std::shared_ptr<tnt::Network> Transformer::encoder_network(int64_t source_length, const std::string& name) {
+  TNT_INPUT_CHECK(source_length > 0, "Transformer: source length {} must be positive", source_length);
+  tnt::SymTensor src = tnt::Input({source_length}, tnt::DType::i64, "inputs");
+  return std::make_shared<tnt::Network>(std::vector<tnt::SymTensor>{src}, std::vector<tnt::SymTensor>{encode(src)},
+                                        name);
+}
+
+std::shared_ptr<tnt::Network> Transformer::decoder_network(int64_t source_length, int64_t target_length,
+                                                           const std::string& name) {
+  TNT_INPUT_CHECK(source_length > 0 && target_length > 0, "Transformer: sequence lengths {} and {} must be positive",
+                  source_length, target_length);
+  tnt::SymTensor tgt = tnt::Input({target_length}, tnt::DType::i64, "decoder_inputs");
+  tnt::SymTensor memory = tnt::Input({source_length, params_.hidden_size}, tnt::DType::f32, "memory");
+  tnt::SymTensor src = tnt::Input({source_length}, tnt::DType::i64, "inputs");
+  return std::make_shared<tnt::Network>(std::vector<tnt::SymTensor>{tgt, memory, src},
+                                        std::vector<tnt::SymTensor>{decode(tgt, memory, src)}, name);
+}
+
 }  // namespace tnt_models

@@ -73,6 +73,14 @@ class Transformer {
   std::shared_ptr<tnt::Network> training_network(int64_t source_length, int64_t target_length,
                                                   const std::string& name = "transformer");
 
+  // For decoding (beam search), over the same layers: src ids (B, S) -> memory (B, S, D);
+  // and {decoder ids (B, T), memory (B, S, D) f32, src ids (B, S)} -> logits (B, T, V).
+  // The decoder's self-attention is causal, so the logits at position t depend only on
+  // decoder ids 0..t: a prefix padded to T gives the prefix's next-token logits at its end.
+  std::shared_ptr<tnt::Network> encoder_network(int64_t source_length, const std::string& name = "encoder");
+  std::shared_ptr<tnt::Network> decoder_network(int64_t source_length, int64_t target_length,
+                                                const std::string& name = "decoder");
+
   const TransformerParams& params() const { return params_; }
   tnt::Embedding& embedding() { return *embedding_; }
 

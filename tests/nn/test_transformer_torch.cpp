@@ -44,6 +44,13 @@ TEST_CASE("the Transformer's checkpoint loads into the PyTorch module and gives 
   tnt::Tensor logits = net->forward({src_ids, dec_ids}, tnt::RunContext{}, false).at(0);
   REQUIRE(logits.shape() == tnt::Shape{2, t, 23});
 
+  // The decoding networks over the same layers give the same logits.
+  auto encoder = model.encoder_network(s);
+  auto decoder = model.decoder_network(s, t);
+  tnt::Tensor memory = encoder->forward({src_ids}, tnt::RunContext{}, false).at(0);
+  tnt::Tensor split = decoder->forward({dec_ids, memory, src_ids}, tnt::RunContext{}, false).at(0);
+  CHECK(split.to_vector() == logits.to_vector());
+
   tnt::Checkpoint ck;
   for (auto& np : net->named_parameters()) ck.add(np.name, np.param->value);
   ck.add("check.inputs", src_ids);

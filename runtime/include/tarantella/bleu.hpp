@@ -14,7 +14,8 @@
 //             match has 1/(2^k n) for its k-th such order; an order with no n-gram at all has
 //             precision 0 and drops out of the log sum, which is still divided by 4; brevity
 //             penalty exp(1 - r/c) when the translation is shorter (c < r), 0 when it is
-//             empty; rounded to float32, then times 100 in float32.
+//             empty; rounded to float32 (the reference returns np.float32), then times 100
+//             in double (what NumPy 1 makes of np.float32 * 100, and what it prints).
 #pragma once
 
 #include <string>
@@ -24,8 +25,8 @@
 namespace tnt {
 
 struct BleuScores {
-  float uncased = 0.0f;
-  float cased = 0.0f;
+  double uncased = 0.0;  // 0-100
+  double cased = 0.0;
 };
 
 // The tokens of one line (UTF-8), before any lower-casing.
@@ -38,8 +39,8 @@ double compute_bleu(const std::vector<std::vector<std::string>>& references,
                     bool use_brevity_penalty = true);
 
 // The reference's BLEU of two lists of lines: lower-cased unless case_sensitive, tokenized,
-// scored, x100 in float32. Throws InputError when the counts differ.
-float bleu_on_lines(const std::vector<std::string>& reference_lines,
+// scored, rounded to float32, x100. Throws InputError when the counts differ.
+double bleu_on_lines(const std::vector<std::string>& reference_lines,
                     const std::vector<std::string>& translation_lines, bool case_sensitive);
 
 // A file's lines as the reference reads them (see above). Errors name the file (and the
@@ -49,8 +50,8 @@ std::vector<std::string> read_bleu_lines(const std::string& path);
 // Both scores for two files; errors name the files and their line counts.
 BleuScores bleu_on_files(const std::string& reference_path, const std::string& translation_path);
 
-// A score as the reference prints it (Python's str of a numpy float32: shortest digits
-// that read back as the same float32, at least one decimal), e.g. "27.31987".
-std::string format_bleu(float score);
+// A score as the reference prints it (Python's repr of a float: the shortest digits that
+// read back as the same double, at least one decimal), e.g. "27.31987237930298".
+std::string format_bleu(double score);
 
 }  // namespace tnt

@@ -143,7 +143,7 @@ double compute_bleu(const std::vector<std::vector<std::string>>& references,
   return geo_mean * bp;
 }
 
-float bleu_on_lines(const std::vector<std::string>& reference_lines, const std::vector<std::string>& translation_lines,
+double bleu_on_lines(const std::vector<std::string>& reference_lines, const std::vector<std::string>& translation_lines,
                     bool case_sensitive) {
   TNT_INPUT_CHECK(reference_lines.size() == translation_lines.size(),
                   "BLEU: the reference has {} lines and the translation {} (blank lines at the start and end do "
@@ -162,7 +162,7 @@ float bleu_on_lines(const std::vector<std::string>& reference_lines, const std::
     hyps.push_back(tokens_of(translation_lines[i], i, "translation"));
   }
   float bleu = static_cast<float>(compute_bleu(refs, hyps));
-  return bleu * 100.0f;
+  return static_cast<double>(bleu) * 100.0;
 }
 
 std::vector<std::string> read_bleu_lines(const std::string& path) {
@@ -215,7 +215,7 @@ BleuScores bleu_on_files(const std::string& reference_path, const std::string& t
   return {bleu_on_lines(ref, hyp, false), bleu_on_lines(ref, hyp, true)};
 }
 
-std::string format_bleu(float score) {
+std::string format_bleu(double score) {
   std::string s = fmt::format("{}", score);
   if (s.find_first_of(".eni") == std::string::npos) s += ".0";
   return s;

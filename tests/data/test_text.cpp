@@ -135,6 +135,8 @@ TEST_CASE("subtokenizer: tokens, escapes and joins", "[text]") {
   CHECK(split_to_tokens("") == std::vector<std::string>{});
   CHECK(join_tokens({"the", "cat", "!"}) == "the cat!");
   CHECK(join_tokens({" ", "a", "  ", "b"}) == " a  b");
+  // Lines are stripped as Python strips them: Unicode whitespace, not only ASCII.
+  CHECK(strip_whitespace(" \t" + u8(U"\u3000x y\u00A0\u2028") + "\r\n") == "x y");
 
   // '_' -> \u, '\' -> \\, a character outside the alphabet -> \<decimal>;, then '_'.
   std::string alphabet = "abc\\u;0123456789_";

@@ -81,6 +81,9 @@ class Subtokenizer {
 std::vector<int64_t> trim_at_eos(const std::vector<int64_t>& ids);
 
 // ---- the pieces of the algorithm, public for tests and tools (UTF-8 in and out)
+// Python's str.strip(): Unicode whitespace removed at both ends (how the reference reads
+// each line of text). InputError for invalid UTF-8.
+std::string strip_whitespace(std::string_view text);
 std::vector<std::string> split_to_tokens(std::string_view text);
 std::string join_tokens(const std::vector<std::string>& tokens);
 // alphabet: the characters allowed unescaped (UTF-8 string of them); '\n' never is.

@@ -267,6 +267,11 @@ std::vector<int64_t> trim_at_eos(const std::vector<int64_t>& ids) {
   return out;
 }
 
+std::string strip_whitespace(std::string_view s) {
+  std::u32string s32 = text::utf8_decode(s, "text");
+  return text::utf8_encode(text::python_strip(s32));
+}
+
 std::vector<std::string> split_to_tokens(std::string_view s) {
   std::vector<std::string> out;
   for (const auto& t : text::split_tokens(text::utf8_decode(s, "text"))) out.push_back(text::utf8_encode(t));

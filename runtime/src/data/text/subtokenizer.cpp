@@ -114,27 +114,6 @@ std::u32string unescape(std::u32string_view s) {
   return out;
 }
 
-bool split_escaped(std::u32string_view token, const SubtokenIds& ids, size_t max_length,
-                   std::vector<std::pair<size_t, int64_t>>& out) {
-  size_t start = 0;
-  std::u32string key;
-  while (start < token.size()) {
-    bool found = false;
-    for (size_t end = std::min(token.size(), start + max_length); end > start; --end) {
-      key.assign(token.substr(start, end - start));
-      auto it = ids.find(key);
-      if (it != ids.end()) {
-        out.emplace_back(start, it->second);
-        start = end;
-        found = true;
-        break;
-      }
-    }
-    if (!found) return false;
-  }
-  return true;
-}
-
 }  // namespace text
 
 namespace {

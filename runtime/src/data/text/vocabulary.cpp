@@ -27,6 +27,9 @@
 namespace tnt {
 namespace {
 
+// Substring counts keyed by views into the escaped tokens (Builder::escaped, which outlives
+// every round), so that counting does not allocate a string per substring.
+using Counts = std::unordered_map<std::u32string_view, int64_t>;
 using TokenCounts = std::unordered_map<std::u32string, int64_t>;
 
 struct Builder {
@@ -37,12 +40,12 @@ struct Builder {
   std::vector<std::string>* log = nullptr;
 
   // One round's new list from the substring counts.
-  std::vector<std::u32string> new_list(TokenCounts& counts, int64_t min_count, size_t* max_length) const {
-    std::vector<std::vector<const std::u32string*>> buckets;  // by length
+  std::vector<std::u32string> new_list(Counts& counts, int64_t min_count, size_t* max_length) const {
+    std::vector<std::vector<std::u32string_view>> buckets;  // by length
     for (const auto& [s, c] : counts) {
       if (c < min_count) continue;
       if (buckets.size() <= s.size()) buckets.resize(s.size() + 1);
-      buckets[s.size()].push_back(&s);
+      buckets[s.size()].push_back(s);
     }
     // The reference takes len(buckets) - 1, which is -1 when nothing is kept and then fails
     // to split anything; single characters always split, so 1 is the floor here.
@@ -50,18 +53,19 @@ struct Builder {
     std::vector<std::pair<int64_t, std::u32string>> candidates;
     // Prefixes are shorter, so the order within one length does not matter.
     for (size_t len = buckets.size(); len-- > 1;) {
-      for (const std::u32string* s : buckets[len]) {
-        int64_t count = counts[*s];
+      for (std::u32string_view s : buckets[len]) {
+        int64_t count = counts[s];
         if (count < min_count) continue;  // its longer extensions took its count
-        bool single = len == 1 && alphabet.count((*s)[0]);
-        bool is_reserved = std::find(reserved.begin(), reserved.end(), *s) != reserved.end();
-        if (!single && !is_reserved) candidates.emplace_back(count, *s);
-        for (size_t end = 1; end < len; ++end) counts[s->substr(0, end)] -= count;
+        bool single = len == 1 && alphabet.count(s[0]);
+        bool is_reserved = std::find(reserved.begin(), reserved.end(), s) != reserved.end();
+        if (!single && !is_reserved) candidates.emplace_back(count, std::u32string(s));
+        for (size_t end = 1; end < len; ++end) counts[s.substr(0, end)] -= count;
       }
     }
     for (char32_t a : alphabet) {
-      auto it = counts.find(std::u32string(1, a));
-      candidates.emplace_back(it == counts.end() ? 0 : it->second, std::u32string(1, a));
+      std::u32string one(1, a);
+      auto it = counts.find(one);
+      candidates.emplace_back(it == counts.end() ? 0 : it->second, std::move(one));
     }
     std::sort(candidates.begin(), candidates.end(), [](const auto& x, const auto& y) {
       return x.first != y.first ? x.first > y.first : x.second > y.second;
@@ -77,16 +81,17 @@ struct Builder {
     size_t max_length = 1;
     std::vector<std::pair<size_t, int64_t>> pieces;
     for (int round = 0; round < iterations; ++round) {
-      text::SubtokenIds ids;
+      std::unordered_map<std::u32string_view, int64_t> ids;  // views into list
       for (size_t i = 0; i < list.size(); ++i) ids.emplace(list[i], static_cast<int64_t>(i));
-      TokenCounts counts;
+      Counts counts;
       for (const auto& [token, count] : escaped) {
         pieces.clear();
         bool ok = text::split_escaped(token, ids, max_length, pieces);
         TNT_CHECK(ok, "vocabulary building: a token does not split into the alphabet");
         for (const auto& piece : pieces) {
           size_t start = piece.first;
-          for (size_t end = start + 1; end <= token.size(); ++end) counts[token.substr(start, end - start)] += count;
+          std::u32string_view view(token);
+          for (size_t end = start + 1; end <= token.size(); ++end) counts[view.substr(start, end - start)] += count;
         }
       }
       list = new_list(counts, min_count, &max_length);

@@ -4,9 +4,11 @@
 #     and tarantella::rank_info (the executables), tarantella_WITH_CUDA.
 #   P/lib/pkgconfig/tarantella.pc
 # Public dependencies are what the public headers need: fmt (check.hpp's macros and
-# log.hpp's print/log templates format in the caller's code) and Threads. MPI, oneDNN, CUDA
-# and the rest stay private: libtarantella.so carries them as its own NEEDED entries and
-# finds them through its RPATH, so a consumer neither includes nor links them.
+# log.hpp's print/log templates format in the caller's code) and Threads. MPI, oneDNN,
+# protobuf, CUDA and the rest stay private: libtarantella.so carries them as its own NEEDED
+# entries and finds them through its RPATH, so a consumer neither includes nor links them.
+# (libtarantella is always a shared library; a static one would have to pass every private
+# dependency on, e.g. find_dependency(Protobuf) here, and export tnt_dnnl & co.)
 include(CMakePackageConfigHelpers)
 
 install(EXPORT tarantellaTargets

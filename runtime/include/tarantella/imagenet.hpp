@@ -36,6 +36,7 @@
 
 #include "tarantella/dataset.hpp"
 #include "tarantella/tensor.hpp"
+#include "tarantella/tfrecord.hpp"
 
 #include <cstdint>
 #include <string>
@@ -104,22 +105,7 @@ std::vector<uint8_t> encode_example(const ImageExample& example);
 // `where` names the record in errors ("file at offset 123").
 ImageExample parse_example(const uint8_t* data, size_t size, const std::string& where);
 
-class TFRecordWriter {
- public:
-  explicit TFRecordWriter(const std::string& path);
-  ~TFRecordWriter();
-  TFRecordWriter(const TFRecordWriter&) = delete;
-  TFRecordWriter& operator=(const TFRecordWriter&) = delete;
-  void write(const uint8_t* data, size_t size);
-  void write(const std::vector<uint8_t>& record) { write(record.data(), record.size()); }
-  void close();  // flushes; throws on a write error
-
- private:
-  std::string path_;
-  struct Impl;
-  Impl* impl_ = nullptr;
-};
-
+// TFRecordWriter, TFRecordReader, the general Example: tarantella/tfrecord.hpp.
 // The byte offsets of the records of one file. Scans the headers once and checks every
 // length's CRC (the data CRC is checked when a record is read).
 std::vector<uint64_t> index_tfrecord(const std::string& path);

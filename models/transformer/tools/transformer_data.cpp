@@ -115,19 +115,23 @@ Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std:
 void refuse_foreign_shards(const std::string& data_dir, const std::string& prefix,
                            const std::vector<std::string>& ours, bool overwrite) {
   std::error_code ec;
+  std::vector<fs::path> foreign;
   for (const auto& entry : fs::directory_iterator(data_dir, ec)) {
     std::string name = entry.path().filename().string();
     bool shard = name.rfind(prefix + "-train-", 0) == 0 || name.rfind(prefix + "-dev-", 0) == 0;
-    if (!shard) continue;
-    if (std::find(ours.begin(), ours.end(), entry.path().string()) != ours.end()) continue;
-    if (overwrite) {
-      fs::remove(entry.path(), ec);
-      continue;
-    }
-    TNT_INPUT_ERROR("--data_dir '{}' holds '{}' from an earlier run with other shard counts; the Transformer would "
-                    "read it with the new shards. Remove it, choose another --data_dir, or pass --overwrite",
-                    data_dir, name);
+    if (shard && std::find(ours.begin(), ours.end(), entry.path().string()) == ours.end())
+      foreign.push_back(entry.path());
   }
+  std::sort(foreign.begin(), foreign.end());
+  if (foreign.empty()) return;
+  if (overwrite) {
+    for (const auto& f : foreign) fs::remove(f, ec);
+    return;
+  }
+  TNT_INPUT_ERROR("--data_dir '{}' holds '{}'{} from an earlier run with other shard counts; the Transformer "
+                  "would read them with the new shards. Remove them, choose another --data_dir, or pass --overwrite",
+                  data_dir, foreign[0].filename().string(),
+                  foreign.size() > 1 ? fmt::format(" and {} more shards", foreign.size() - 1) : std::string());
 }
 
 }  // namespace

@@ -127,6 +127,12 @@ TEST_CASE("bleu: files as the reference reads them", "[bleu]") {
   CHECK(format_bleu(0.0) == "0.0");
   CHECK(format_bleu(static_cast<double>(0.25f) * 100) == "25.0");
   CHECK(format_bleu(12.5) == "12.5");
+  // Python's repr: fixed notation from 1e-4 up to 1e16, the shortest digits that read back.
+  CHECK(format_bleu(0.0001) == "0.0001");
+  CHECK(format_bleu(0.00001234) == "1.234e-05");
+  CHECK(format_bleu(1e16) == "1e+16");
+  CHECK(format_bleu(0.1 + 0.2) == "0.30000000000000004");
+  CHECK(format_bleu(89.67673778533936) == "89.67673778533936");
 
   // Different line counts: the message names both files and their counts.
   std::string shorter = write("short", "one line\n");

@@ -7,7 +7,9 @@
 #include "data/text/unicode.hpp"
 #include "tarantella/check.hpp"
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -216,9 +218,27 @@ BleuScores bleu_on_files(const std::string& reference_path, const std::string& t
 }
 
 std::string format_bleu(double score) {
-  std::string s = fmt::format("{}", score);
-  if (s.find_first_of(".eni") == std::string::npos) s += ".0";
-  return s;
+  // Python's repr: the shortest digits that read back as the same double, in fixed notation
+  // for decimal exponents -4..15 (with at least one decimal), else d.ddde-XX.
+  if (!std::isfinite(score)) return std::isnan(score) ? "nan" : (score > 0 ? "inf" : "-inf");
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, score, std::chars_format::scientific);
+  TNT_CHECK(ec == std::errc(), "format_bleu: to_chars failed");
+  std::string sci(buf, end);  // e.g. "-1.234e-04"
+  std::string sign;
+  if (sci[0] == '-') sign = "-", sci.erase(0, 1);
+  size_t e = sci.find('e');
+  std::string digits = sci.substr(0, e);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  int exp = std::stoi(sci.substr(e + 1));
+  if (exp < -4 || exp >= 16) {
+    std::string m = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "");
+    return fmt::format("{}{}e{}{:02d}", sign, m, exp < 0 ? '-' : '+', std::abs(exp));
+  }
+  if (exp < 0) return sign + "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
+  auto int_len = static_cast<size_t>(exp) + 1;
+  if (digits.size() <= int_len) return sign + digits + std::string(int_len - digits.size(), '0') + ".0";
+  return sign + digits.substr(0, int_len) + "." + digits.substr(int_len);
 }
 
 }  // namespace tnt

@@ -43,6 +43,7 @@ inline constexpr int64_t kEosId = 1;
 inline constexpr const char* kPadToken = "<pad>";
 inline constexpr const char* kEosToken = "<EOS>";
 
+// encode and decode are const and use no shared state: safe on several threads at once.
 class Subtokenizer {
  public:
   // subtokens: UTF-8, escaped as in a vocabulary file but without the quotes. "<pad>" and

@@ -12,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 namespace tnt {
 namespace text {
@@ -116,15 +115,6 @@ std::u32string unescape(std::u32string_view s) {
 
 }  // namespace text
 
-namespace {
-
-std::string printable(std::u32string_view s) {
-  std::string out = text::utf8_encode(s);
-  return out;
-}
-
-}  // namespace
-
 Subtokenizer::Subtokenizer(const std::vector<std::string>& subtokens) {
   const std::string reserved[2] = {kPadToken, kEosToken};
   subtokens_.assign(std::begin(reserved), std::end(reserved));
@@ -193,7 +183,7 @@ std::vector<int64_t> Subtokenizer::encode(std::string_view raw, bool add_eos) co
     if (!text::split_escaped(escaped, ids_, max_subtoken_length_, pieces))
       TNT_INPUT_ERROR("cannot encode the token \"{}\" with this vocabulary: it lacks a character of \"{}\" "
                       "(a vocabulary needs every escape character \\ u ; 0-9 as a subtoken of its own)",
-                      printable(token), printable(escaped));
+                      text::utf8_encode(token), text::utf8_encode(escaped));
     for (const auto& p : pieces) ids.push_back(p.second);
   }
   if (add_eos) ids.push_back(kEosId);

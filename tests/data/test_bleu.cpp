@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <random>
 
 using namespace tnt;
 namespace fs = std::filesystem;
@@ -154,4 +155,31 @@ TEST_CASE("bleu: files as the reference reads them", "[bleu]") {
     CHECK(std::string(e.what()) == "BLEU file '" + bad + "' line 2: invalid UTF-8 at byte 7");
   }
   CHECK_THROWS_AS(bleu_on_files(ref, (dir.path / "missing").string()), InputError);
+}
+
+TEST_CASE("bleu: random bytes are answered with a score or an InputError", "[bleu]") {
+  std::mt19937 rng(29);
+  // Whole characters (punctuation, digits, symbols, sigma, separators), and now and then
+  // (1 in 100) a raw byte that may break the UTF-8.
+  const std::vector<std::string> pieces = {" ", ".", ",", "1", "$", "a", "A", "\xC2\xA7", "\xE2\x82\xAC",
+                                           "\xCE\xA3", "\xC4\xB0", "\n", "\r", "\xE3\x80\x80"};
+  auto bytes = [&](size_t max_len) {
+    std::string s;
+    size_t n = rng() % (max_len + 1);
+    for (size_t i = 0; i < n; ++i) {
+      if (rng() % 100 == 0) s.push_back(static_cast<char>(rng() % 256));
+      else s += pieces[rng() % pieces.size()];
+    }
+    return s;
+  };
+  int scored = 0;
+  for (int i = 0; i < 1000; ++i) {
+    try {
+      double b = bleu_on_lines({bytes(30), bytes(30)}, {bytes(30), bytes(30)}, i % 2 == 0);
+      REQUIRE((b >= 0.0 && b <= 100.0));
+      ++scored;
+    } catch (const InputError&) {
+    }
+  }
+  CHECK(scored > 10);
 }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -350,5 +351,75 @@ TEST_CASE("vocabulary: properties on a generated corpus, and round trips", "[tex
     std::vector<int64_t> e = sub.encode(s);
     for (int64_t id : e) REQUIRE((id >= 2 && id < sub.vocab_size()));
     REQUIRE(sub.decode(e) == s);
+  }
+}
+
+TEST_CASE("subtokenizer: random bytes are answered with a result or an InputError", "[text]") {
+  // Random vocabulary files, texts and id lists, biased towards the bytes the parsers care
+  // about (quotes, newlines, backslashes, escape digits, UTF-8 lead and continuation
+  // bytes). Anything but success or InputError (another exception, a crash) fails.
+  test::TempDir dir;
+  fs::path path = dir.path / "vocab";
+  std::mt19937 rng(23);
+  // Whole characters, and now and then (1 in 100) a raw byte that may break the UTF-8.
+  const std::vector<std::string> pieces = {"'", "\n", "\\", "_", "u", ";", "0", "9", " ", "a", "b",
+                                           "\xC3\xA9", "\xE4\xB8\x80", "\xF0\x9F\x98\x80", "\xE2\x80\xA8"};
+  auto bytes = [&](size_t max_len, bool newlines = true) {
+    std::string s;
+    size_t n = rng() % (max_len + 1);
+    for (size_t i = 0; i < n; ++i) {
+      if (rng() % 100 == 0) {
+        s.push_back(static_cast<char>(rng() % 256));
+      } else {
+        const std::string& p = pieces[rng() % pieces.size()];
+        s += newlines || p != "\n" ? p : "x";
+      }
+    }
+    return s;
+  };
+  int parsed = 0, refused = 0;
+  for (int i = 0; i < 400; ++i) {
+    // Mostly well-formed lines with random content, sometimes raw bytes.
+    std::string content;
+    if (i % 4 == 0) {
+      content = bytes(80);
+    } else {
+      for (int l = 0; l < 8; ++l) content += "'" + bytes(4, false) + "'\n";
+    }
+    write_text(path, content);
+    std::optional<Subtokenizer> sub;
+    try {
+      sub.emplace(Subtokenizer::from_file(path.string()));
+      ++parsed;
+    } catch (const InputError&) {
+      ++refused;
+      continue;
+    }
+    for (int k = 0; k < 5; ++k) {
+      try {
+        std::vector<int64_t> ids = sub->encode(bytes(20));
+        for (int64_t id : ids) REQUIRE((id >= 0 && id < sub->vocab_size()));
+      } catch (const InputError&) {
+      }
+      std::vector<int64_t> ids;
+      for (int j = 0; j < 8; ++j) ids.push_back(static_cast<int64_t>(rng() % 40) - 2);
+      try {
+        (void)sub->decode(ids);
+      } catch (const InputError&) {
+      }
+    }
+  }
+  // Both outcomes happened, so both paths were exercised.
+  INFO(parsed << " files parsed, " << refused << " refused");
+  CHECK(parsed > 20);
+  CHECK(refused > 50);
+  for (int i = 0; i < 2000; ++i) {
+    std::string s = bytes(30);
+    try {
+      (void)unescape_token(s);
+      (void)split_to_tokens(s);
+      (void)strip_whitespace(s);
+    } catch (const InputError&) {
+    }
   }
 }

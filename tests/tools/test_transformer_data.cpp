@@ -175,6 +175,11 @@ TEST_CASE("transformer_data: bad input leaves nothing behind", "[tools]") {
   r = run_tool(tmp.path, fmt::format("--data_dir='{}' --train_source=x", out.string()));
   CHECK(r.status == 2);
   CHECK(r.output.find("--train_target is required") != std::string::npos);
+  r = run_tool(tmp.path, fmt::format("--data_dir='{0}' --train_source='{1}/a.en' --train_target='{1}/a.de' "
+                                     "--target_vocab_size=2",
+                                     out.string(), tmp.path.string()));
+  CHECK(r.status == 1);
+  CHECK(r.output.find("--target_vocab_size=2: must be larger than the 2 reserved tokens") != std::string::npos);
   r = run_tool(tmp.path, "--help");
   CHECK(r.status == 0);
   CHECK(r.output.find("Examples:") != std::string::npos);

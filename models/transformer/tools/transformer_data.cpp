@@ -196,6 +196,11 @@ int main(int argc, char** argv) {
     vo.threshold = args["threshold"].as<int64_t>();
     vo.min_count = args["min_count"].as<int64_t>();
     vo.file_byte_limit = args["file_byte_limit"].as<double>();
+    TNT_INPUT_CHECK(vo.target_size > 2, "--target_vocab_size={}: must be larger than the 2 reserved tokens",
+                    vo.target_size);
+    TNT_INPUT_CHECK(vo.threshold > 0, "--threshold={}: must be positive", vo.threshold);
+    TNT_INPUT_CHECK(vo.min_count >= 0, "--min_count={}: must be at least 0 (0 searches)", vo.min_count);
+    TNT_INPUT_CHECK(vo.file_byte_limit > 0, "--file_byte_limit={}: must be positive", vo.file_byte_limit);
     std::string vocab_file = args.count("vocab_file")
                                  ? args["vocab_file"].as<std::string>()
                                  : (fs::path(data_dir) / fmt::format("vocab.ende.{}", vo.target_size)).string();

@@ -55,8 +55,8 @@ std::u32string utf8_decode(std::string_view bytes, const std::string& where) {
       ++i;
       continue;
     }
-    int len;
-    char32_t c;
+    int len = 0;  // set below, or bad() throws
+    char32_t c = 0;
     if (b >= 0xC2 && b <= 0xDF) {
       len = 2, c = b & 0x1F;
     } else if (b >= 0xE0 && b <= 0xEF) {

@@ -130,9 +130,14 @@ def main():
     text = generate()
     if "--check" in sys.argv[1:]:
         with open(path, encoding="utf-8") as f:
-            same = f.read() == text
-        print(f"{path}: {'up to date' if same else 'DIFFERS from this Python'}")
-        return 0 if same else 1
+            committed = f.read()
+        if committed == text:
+            print(f"{path}: up to date (Unicode {unicodedata.unidata_version})")
+            return 0
+        version = committed.split("(Unicode ", 1)[-1].split(")", 1)[0]
+        print(f"{path}: differs from what {sys.executable} makes: the file has Unicode {version}, this "
+              f"Python {unicodedata.unidata_version}; run {sys.argv[0]} to regenerate it")
+        return 1
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)

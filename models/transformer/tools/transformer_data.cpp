@@ -101,7 +101,7 @@ Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std:
       }
       std::mt19937_64 rng(seed * 1000003 + i);
       std::shuffle(records.begin(), records.end(), rng);
-      std::string tmp = w.incomplete[i] + ".shuffled";
+      std::string tmp = w.incomplete[i] + ".tmp";  // skipped by readers, as .incomplete is
       tnt::TFRecordWriter out(tmp);
       for (const auto& r : records) out.write(r);
       out.close();
@@ -249,7 +249,7 @@ int main(int argc, char** argv) {
   for (const auto& f : incomplete) {
     std::error_code ec;
     fs::remove(f, ec);
-    fs::remove(f + ".shuffled", ec);
+    fs::remove(f + ".tmp", ec);
   }
   return status;
 }

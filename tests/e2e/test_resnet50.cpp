@@ -5,9 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include "resnet.hpp"
+#include "temp_dir.hpp"
+#include "tarantella/checkpoint.hpp"
 
 #include "tarantella/imagenet.hpp"
 #include "tarantella/tarantella.hpp"
+
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -185,6 +189,39 @@ TEST_CASE("resnet50: forward and backward at image size 32, batch 2, CPU") {
   CHECK(finite == 161);
   // Every parameter feeds the loss; only a degenerate network would give a zero gradient.
   CHECK(nonzero == 161);
+}
+
+// Issue: a checkpoint must load into torchvision's resnet50 with strict=True (BatchNorm's
+// num_batches_tracked included), and give the same eval-mode logits there. Two training
+// forwards first move the running statistics and the counters away from their initial
+// values; the file also holds the input and our logits. Needs Debian's python3-torch and
+// python3-torchvision (scripts/setup); without them the test fails.
+TEST_CASE("resnet50: a checkpoint loads strictly into torchvision and gives the same logits") {
+  const int64_t classes = 7;
+  auto net = tnt_models::make_resnet50(classes, false, 32);
+  net->initialize(5);
+  auto [images, labels] = fixed_data(2, 32, classes);
+  tnt::RunContext train;
+  train.training = true;
+  train.device = tnt::Device::cpu();
+  for (int k = 0; k < 2; ++k) net->forward({images}, train);
+  tnt::Tensor logits = net->forward({images}, tnt::RunContext{}, false).at(0);  // (N, K), eval mode
+  tnt::Checkpoint ck;
+  for (auto& p : net->named_parameters()) ck.add(p.name, p.param->value);
+  for (auto& b : net->named_buffers()) ck.add(b.name, b.param->value);
+  ck.add("check.input", images);
+  ck.add("check.logits", logits);
+  tnt::test::TempDir dir("tnt-resnet50-torchvision");
+  const std::string file = (dir.path / "check.safetensors").string();
+  ck.write(file);
+  const std::string cmd = fmt::format(
+      "for p in ${{PYTHON:-}} python3 /usr/bin/python3; do "
+      "if command -v \"$p\" >/dev/null && \"$p\" -c 'import torchvision' 2>/dev/null; then "
+      "exec \"$p\" '{}/scripts/resnet50_torchvision.py' --check '{}'; fi; done; "
+      "echo 'no Python with torch and torchvision (apt install python3-torchvision)' >&2; exit 3",
+      TNT_SOURCE_DIR, file);
+  INFO("command: " << cmd);
+  CHECK(std::system(cmd.c_str()) == 0);
 }
 
 TEST_CASE("resnet50: the loss goes down on a tiny fixed set") {

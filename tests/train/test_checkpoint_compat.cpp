@@ -1,0 +1,83 @@
+// Checkpoints of older releases: before BatchNorm kept PyTorch's num_batches_tracked, its
+// checkpoints had running_mean and running_var only. They must still load (weights, buffers
+// and training position), the counters keeping their values; any other missing tensor is
+// still an error naming it.
+#include <catch2/catch.hpp>
+
+#include "small_nets.hpp"
+#include "temp_dir.hpp"
+#include "tarantella/tarantella.hpp"
+
+namespace {
+
+std::shared_ptr<tnt::Sequential> bn_net() {
+  return tnt::test::small_cnn("compat", false, std::make_shared<tnt::BatchNorm>("bn1"));
+}
+
+tnt::Dataset images() {
+  std::vector<float> x(16 * 64);
+  std::vector<int32_t> y(16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 37) % 11) / 11.0f;
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int32_t>(i % 3);
+  return tnt::Dataset::from_tensors({tnt::Tensor::from_vector(x, {16, 1, 8, 8}), tnt::Tensor::from_data(y.data(), {16})});
+}
+
+}  // namespace
+
+TEST_CASE("a checkpoint without BatchNorm's num_batches_tracked loads; other missing tensors do not") {
+  tnt::test::TempDir dir("tnt-ckpt-compat");
+  const std::string now = (dir.path / "now.safetensors").string(), old = (dir.path / "old.safetensors").string();
+  tnt::Model trained(bn_net(), 3);
+  trained.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fo;
+  fo.batch_size = 8;
+  fo.epochs = 1;
+  fo.verbose = 0;
+  trained.fit(images(), fo);
+  trained.save_checkpoint(now, 1);
+  tnt::communicator().barrier();
+
+  // The same file as an older release wrote it.
+  tnt::Checkpoint full = tnt::Checkpoint::read(now);
+  REQUIRE(full.tensors().size() > 1);
+  tnt::Checkpoint older;
+  bool dropped = false;
+  for (const auto& [name, t] : full.tensors()) {
+    if (name == "bn1.num_batches_tracked") {
+      CHECK(t.data<int64_t>()[0] == 2);  // two training batches of 8 in the epoch
+      dropped = true;
+      continue;
+    }
+    older.add(name, t);
+  }
+  REQUIRE(dropped);
+  for (const auto& [k, v] : full.metadata()) older.set_metadata(k, v);
+  if (tnt::is_master_rank()) older.write(old);
+  tnt::communicator().barrier();
+
+  tnt::Model resumed(bn_net(), 4);
+  resumed.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  CHECK(resumed.load_checkpoint(old) == 1);
+  auto a = trained.network().named_parameters(), b = resumed.network().named_parameters();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i].param->value.to_vector() == b[i].param->value.to_vector());
+  auto find = [](tnt::Network& n, const std::string& name) {
+    for (auto& p : n.named_buffers())
+      if (p.name == name) return p.param;
+    FAIL("no buffer " << name);
+    return static_cast<tnt::Parameter*>(nullptr);
+  };
+  CHECK(find(resumed.network(), "bn1.running_mean")->value.to_vector() ==
+        find(trained.network(), "bn1.running_mean")->value.to_vector());
+  CHECK(find(resumed.network(), "bn1.num_batches_tracked")->value.data<int64_t>()[0] == 0);  // kept its value
+
+  // Any other tensor missing is still an error that names it.
+  tnt::Checkpoint broken;
+  for (const auto& [name, t] : full.tensors())
+    if (name != "bn1.running_var") broken.add(name, t);
+  for (const auto& [k, v] : full.metadata()) broken.set_metadata(k, v);
+  const std::string bad = (dir.path / "broken.safetensors").string();
+  if (tnt::is_master_rank()) broken.write(bad);
+  tnt::communicator().barrier();
+  CHECK_THROWS_WITH(resumed.load_checkpoint(bad), Catch::Contains("bn1.running_var"));
+}

@@ -33,9 +33,9 @@
 namespace tnt {
 
 // Collective. Starts recording steps first_step..last_step (1-based, inclusive) into path.
-// A timeline already started (TNT_TIMELINE, an earlier call) is kept; the call then only
-// warns. Throws InputError on every rank for an empty path or a bad window.
-void start_timeline(const std::string& path, int64_t first_step, int64_t last_step);
+// A timeline already started (TNT_TIMELINE, an earlier call) is kept; the call then warns
+// and returns false. Throws InputError on every rank for an empty path or a bad window.
+bool start_timeline(const std::string& path, int64_t first_step, int64_t last_step);
 // Collective. Merges what was recorded into the file and stops; nothing without a timeline.
 void stop_timeline();
 // "a-b" (or "a" for one step) -> {a, b}; InputError naming `what` otherwise.

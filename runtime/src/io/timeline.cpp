@@ -284,7 +284,7 @@ std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std
   return {a, b};
 }
 
-void start_timeline(const std::string& path, int64_t first_step, int64_t last_step) {
+bool start_timeline(const std::string& path, int64_t first_step, int64_t last_step) {
   TNT_INPUT_CHECK(!path.empty(), "start_timeline: the path is empty");
   TNT_INPUT_CHECK(first_step >= 1 && last_step >= first_step,
                   "start_timeline: steps {}-{}: expected 1 <= first <= last (steps count from 1)", first_step,
@@ -294,9 +294,10 @@ void start_timeline(const std::string& path, int64_t first_step, int64_t last_st
   if (c->timeline) {
     log_warning("start_timeline('{}'): a timeline into '{}' is already recording; keeping it", path,
                 c->timeline->path());
-    return;
+    return false;
   }
   c->timeline = std::make_shared<timeline::Recorder>(communicator(), path, first_step, last_step);
+  return true;
 }
 
 void stop_timeline() {

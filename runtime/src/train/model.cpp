@@ -375,6 +375,7 @@ History Model::fit(const DistributedDataset& data, FitOptions options) {
   TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == data.micro_batch_size(),
                   "fit: micro_batch_size={} but the distributed dataset gives rank {} {} samples",
                   options.micro_batch_size, rank(), data.micro_batch_size());
+  options.batch_size = data.global_batch_size();
   return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(),
                  validation_set(options), options);
 }
@@ -434,6 +435,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   params.epochs = options.epochs;
   params.initial_epoch = options.initial_epoch;
   params.steps = steps;
+  params.batch_size = options.distribute_dataset ? options.batch_size : 0;
   params.verbose = options.verbose;
   params.metrics.push_back("loss");
   for (auto& m : metrics_) params.metrics.push_back(m->name());

@@ -21,6 +21,7 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 namespace tnt {
 namespace timeline {
@@ -68,6 +69,10 @@ void agree_or_throw(Communicator& comm, const std::string& my_error, const std::
 }  // namespace
 
 std::string escape(std::string_view text) {
+  const bool plain = std::none_of(text.begin(), text.end(), [](char c) {
+    return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  });
+  if (plain) return std::string(text);
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
@@ -130,14 +135,15 @@ void Recorder::add(Lane lane, std::string name, const char* category, double t0,
   pending_.push_back({lane, std::move(name), category, t0, t1, step, std::move(args)});
 }
 
-std::string Recorder::format(const Event& e) const {
+void Recorder::format(const Event& e, std::string& out) const {
   const double ts = (e.t0 + offset_s_ - origin_s_) * 1e6;
   const double dur = std::max(0.0, e.t1 - e.t0) * 1e6;
-  return fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
-                     R"("args":{{"step":{}{}{}}}}},)"
-                     "\n",
-                     escape(e.name), e.category, rank_, static_cast<int>(e.lane), ts, dur, e.step,
-                     e.args.empty() ? "" : ",", e.args);
+  fmt::format_to(std::back_inserter(out),
+                 R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
+                 R"("args":{{"step":{}{}{}}}}},)"
+                 "\n",
+                 escape(e.name), e.category, rank_, static_cast<int>(e.lane), ts, dur, e.step,
+                 e.args.empty() ? "" : ",", e.args);
 }
 
 void Recorder::flush_part() {
@@ -148,7 +154,8 @@ void Recorder::flush_part() {
   }
   if (events.empty()) return;
   std::string text;
-  for (const Event& e : events) text += format(e);
+  text.reserve(events.size() * 160);
+  for (const Event& e : events) format(e, text);
   events_ += text;
   unmerged_ = true;
   if (!part_) {

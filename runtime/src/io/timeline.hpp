@@ -60,7 +60,7 @@ class Recorder {
     int64_t step;
     std::string args;
   };
-  std::string format(const Event& e) const;
+  void format(const Event& e, std::string& out) const;  // appends one line
   void flush_part();  // pending_ -> the part file
 
   std::string path_, part_path_, host_;

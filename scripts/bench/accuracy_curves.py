@@ -29,6 +29,7 @@ def parse_args():
     p.add_argument("--out", default="accuracy_results", help="directory for accuracy.csv, .md, PNG and PDF files")
     p.add_argument("--build-dir", default=os.environ.get("BUILD_DIR", ""), help="build directory (default: build/)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds one run may take")
+    p.add_argument("--from-csv", default="", help="plot an earlier run's accuracy.csv again instead of training")
     p.add_argument("program_args", nargs="*", help="after --: more flags for fashion_mnist")
     a = p.parse_args()
     try:
@@ -57,8 +58,13 @@ def main():
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     work = tempfile.mkdtemp(prefix="tnt_accuracy_")
     rows = []
+    if a.from_csv:
+        rows = [dict(r, ranks=int(r["ranks"]), global_batch=int(r["global_batch"]), epoch=int(r["epoch"]),
+                     **{k: float(r[k]) for k in ("accuracy", "val_accuracy", "loss", "val_loss", "learning_rate",
+                                                  "seconds")}) for r in csv.DictReader(open(a.from_csv))]
+        a.rank_list = sorted({r["ranks"] for r in rows})
     try:
-        for ranks in a.rank_list:
+        for ranks in ([] if a.from_csv else a.rank_list):
             batch = a.base_batch * ranks
             model_dir = os.path.join(work, "ranks_%d" % ranks)
             cmd = [launcher, "-n", str(ranks), "--", program, "--batch_size=%d" % batch,
@@ -89,7 +95,7 @@ def main():
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
-    lr_text = "learning rate scaled linearly (base batch 128)" if not a.no_scale_learning_rate else "learning rate fixed"
+    lr_text = "LR scaled linearly (base batch 128)" if not a.no_scale_learning_rate else "LR fixed"
     warm = ", %g warmup epoch(s)" % a.warmup_epochs if a.warmup_epochs else ""
     md = ["### fashion_mnist accuracy per scale (%d epochs, %s%s)" % (a.epochs, lr_text, warm), "",
           "| ranks | global batch | final train accuracy | final validation accuracy | best validation accuracy |",
@@ -113,6 +119,7 @@ def main():
         ax.plot([r["epoch"] for r in mine], [r["val_accuracy"] for r in mine], marker="s", label="validation")
         ax.set_xlabel("epoch")
         ax.set_ylabel("accuracy")
+        ax.xaxis.get_major_locator().set_params(integer=True)
         ax.set_title("%d rank(s), global batch %d" % (ranks, mine[0]["global_batch"]), fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend()
@@ -130,6 +137,7 @@ def main():
                 label="%d rank(s) validation" % ranks)
     ax.set_xlabel("epoch")
     ax.set_ylabel("accuracy")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title("fashion_mnist: %s%s" % (lr_text, warm), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

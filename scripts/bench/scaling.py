@@ -162,6 +162,7 @@ def main():
     print("scaling: %s, %s scaling, ranks %s, %d threads per rank, %d repeats, %d warmup + %d measured steps"
           % (a.program, mode, counts, threads, a.repeats, a.warmup, a.steps), flush=True)
     rows = []  # per step
+    load_before = os.getloadavg()[0]
     try:
         for ranks in counts:
             batch = a.global_batch or a.micro_batch * ranks
@@ -237,7 +238,8 @@ def main():
             s["ranks"], s["global_batch"], s["samples_per_s_mean"], s["samples_per_s_std"], s["step_ms_mean"],
             s["speedup"], 100 * s["efficiency"], hid))
     md += ["", "%d threads per rank; %d runs per rank count; %d measured steps per run after %d warmup steps; "
-           "mean and standard deviation over all measured steps." % (threads, a.repeats, a.steps, a.warmup), ""]
+           "mean and standard deviation over all measured steps. Load average (1 min) %.1f before, %.1f after, "
+           "on %d cores." % (threads, a.repeats, a.steps, a.warmup, load_before, os.getloadavg()[0], cores), ""]
     with open(os.path.join(a.out, "scaling.md"), "w") as f:
         f.write("\n".join(md))
     print("\n".join(md))

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -23,6 +24,14 @@
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// This process's CPU time (all threads): less disturbed by other work on a shared machine
+// than wall time, for one rank (with several, MPI's polling while waiting counts too).
+double cpu_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -70,11 +79,13 @@ int main(int argc, char** argv) {
     const std::string path = dir + "/trace.json";
 
     model.fit(data, fit);  // warm up: primitives, buffers, the Reducer
-    std::vector<double> off, on;
+    std::vector<double> off, on, cpu_off, cpu_on, step_off, step_on, merge;
     for (int r = 0; r < rounds; ++r) {
       tnt::communicator().barrier();
-      double t0 = now();
+      double t0 = now(), c0 = cpu_now();
       model.fit(data, fit);
+      cpu_off.push_back((cpu_now() - c0) / static_cast<double>(steps));
+      step_off.push_back(model.last_epoch_timing().step_seconds);
       tnt::communicator().barrier();
       off.push_back((now() - t0) / static_cast<double>(steps));
 
@@ -82,10 +93,15 @@ int main(int argc, char** argv) {
       tnt::start_timeline(path, first, first + steps - 1);
       tnt::communicator().barrier();
       t0 = now();
+      c0 = cpu_now();
       model.fit(data, fit);  // merges at its end
+      cpu_on.push_back((cpu_now() - c0) / static_cast<double>(steps));
+      step_on.push_back(model.last_epoch_timing().step_seconds);
       tnt::communicator().barrier();
       on.push_back((now() - t0) / static_cast<double>(steps));
-      tnt::stop_timeline();
+      const double m0 = now();
+      tnt::stop_timeline();  // merges everything again: the cost of one merge
+      merge.push_back(now() - m0);
     }
     // One event: a Span while recording, then its share of the flush to the part.
     const int kEvents = 200000;
@@ -113,6 +129,11 @@ int main(int argc, char** argv) {
       tnt::print("timeline on:  {:.3f} ms/step (median), {:.1f} events per step over all ranks", m_on * 1e3,
                  static_cast<double>(events) / static_cast<double>(steps));
       tnt::print("overhead: {:+.2f}% ({:+.1f} us/step)", 100.0 * (m_on - m_off) / m_off, (m_on - m_off) * 1e6);
+      tnt::print("training step alone (EpochTiming): off {:.3f} ms, on {:.3f} ms; one merge at the end of fit: {:.1f} ms",
+                 median(step_off) * 1e3, median(step_on) * 1e3, median(merge) * 1e3);
+      const double c_off = median(cpu_off), c_on = median(cpu_on);
+      tnt::print("rank 0 CPU time: off {:.3f} ms/step, on {:.3f} ms/step, overhead {:+.2f}%", c_off * 1e3, c_on * 1e3,
+                 100.0 * (c_on - c_off) / c_off);
       const double per_step = per_event * static_cast<double>(events) / static_cast<double>(steps * tnt::size());
       tnt::print("one event: {:.3f} us recorded and written; x {:.1f} events per step and rank = {:.1f} us/step "
                  "= {:.2f}% of the step without a timeline",

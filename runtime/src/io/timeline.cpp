@@ -112,17 +112,27 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
   comm.broadcast(&origin, 1, DType::f64, Device::cpu(), Communicator::master_rank());
   origin_s_ = origin;
 
+  // The master must be able to write beside path (it writes path at the end); another rank
+  // whose host does not have that directory (no shared file system) keeps its events in
+  // memory only: the merge gathers them through MPI.
   std::string error;
+  events_ = metadata(rank_, host_);
   part_ = std::fopen(part_path_.c_str(), "w");
-  if (!part_) {
-    error = fmt::format("timeline: cannot create '{}' (this rank's part of '{}'): {}", part_path_, path_,
-                        std::strerror(errno));
-  } else {
-    events_ = metadata(rank_, host_);
-    if (std::fputs("[\n", part_) < 0 || std::fputs(events_.c_str(), part_) < 0 || std::fflush(part_) != 0)
-      error = fmt::format("timeline: cannot write '{}': {}", part_path_, std::strerror(errno));
+  if (part_ && (std::fputs("[\n", part_) < 0 || std::fputs(events_.c_str(), part_) < 0 || std::fflush(part_) != 0)) {
+    std::fclose(part_);
+    part_ = nullptr;
   }
-  agree_or_throw(comm, error, fmt::format("timeline '{}': creating the per-rank parts", path_));
+  if (!part_) {
+    const std::string why = fmt::format("timeline: cannot write '{}' (rank {}'s part of '{}'): {}", part_path_, rank_,
+                                        path_, std::strerror(errno));
+    if (rank_ == Communicator::master_rank()) {
+      error = why;
+    } else {
+      log_warning("{}; its events are kept in memory until the merge", why);
+      part_failed_ = true;
+    }
+  }
+  agree_or_throw(comm, error, fmt::format("timeline '{}': the master cannot write there", path_));
 }
 
 Recorder::~Recorder() {
@@ -158,6 +168,7 @@ void Recorder::flush_part() {
   for (const Event& e : events) format(e, text);
   events_ += text;
   unmerged_ = true;
+  if (part_failed_) return;
   if (!part_) {
     // Removed by an earlier merge: the part starts again with everything so far.
     part_ = std::fopen(part_path_.c_str(), "w");

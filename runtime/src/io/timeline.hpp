@@ -74,6 +74,7 @@ class Recorder {
   std::vector<Event> pending_;  // not yet in the part file
   std::string events_;          // every formatted event of this rank (for the merge)
   std::FILE* part_ = nullptr;
+  bool part_failed_ = false;  // this rank cannot write its part (not the master): memory only
   bool unmerged_ = false;
 };
 

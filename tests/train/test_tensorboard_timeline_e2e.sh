@@ -6,7 +6,8 @@
 #   2. the timeline (TNT_TIMELINE_STEPS=3-5) is JSON, has a row and events for each rank, only
 #      steps 3-5, and no per-rank part is left;
 #   3. a run killed (SIGKILL) in its third epoch leaves event files that read back whole,
-#      with the first two epochs in them.
+#      with the first two epochs in them, and each rank's timeline part readable (Chrome's
+#      array form without its closing bracket) with that rank's events.
 #   test_tensorboard_timeline_e2e.sh LAUNCHER FASHION_MNIST
 set -uo pipefail
 launcher=$1
@@ -78,7 +79,8 @@ print("timeline: JSON, rows 'rank R on HOST', steps 3-5 only, allreduce events, 
 EOF
 
 # --- 3: killed in the third epoch ----------------------------------------------------------------
-setsid "$launcher" -n 2 -- "$program" "${common[@]}" --train_epochs 50 --model_dir "$tmp/killed" \
+TNT_TIMELINE_STEPS=1-100000 setsid "$launcher" --timeline "$tmp/killed_trace.json" -n 2 -- \
+  "$program" "${common[@]}" --train_epochs 50 --model_dir "$tmp/killed" \
   >"$tmp/killed.log" 2>&1 &
 job_pid=$!
 for _ in $(seq 1 $((limit * 10))); do
@@ -97,5 +99,16 @@ for split in train validation; do
   steps=$(grep -c '"epoch_loss"' <<<"$out")
   [[ $steps -ge 2 ]] || fail "$f: $steps epochs after the kill, expected at least 2: $out"
 done
+"$py" - "$tmp/killed_trace.json" <<'EOF' || fail "the killed run's timeline parts"
+import json, sys
+path = sys.argv[1]
+for rank in (0, 1):
+    text = open("%s.rank%d" % (path, rank)).read().rstrip().rstrip(",")
+    events = json.loads(text + "]")
+    steps = {e["args"]["step"] for e in events if e["ph"] == "X"}
+    assert all(e["pid"] == rank for e in events), rank
+    assert len(steps) >= 16, (rank, sorted(steps))  # two whole epochs of 8 steps, at least
+print("killed run: both ranks' timeline parts parse, with their steps")
+EOF
 echo "killed run: event files read back whole with the epochs before the kill"
 echo "PASS"

@@ -192,7 +192,8 @@ Options parse_command_line(const std::vector<std::string>& args) {
   if (result.count("log-level")) o.log_level = normalize_log_level(result["log-level"].as<std::string>());
   o.output_on_all_devices = result["output-on-all-devices"].as<bool>();
   o.log_on_all_devices = result["log-on-all-devices"].as<bool>();
-  for (const auto& [key, value] : o.exports) {
+  for (const auto& exported : o.exports) {
+    const std::string& key = exported.first;  // not a structured binding: clang 14's lambdas cannot capture one
     auto clash = [&](const char* name, bool given, const char* option) {
       if (key == name && given) {
         throw InputError(fmt::format("-x {}=... and {} set the same variable; give one", key, option));

@@ -11,6 +11,10 @@ namespace tnt::launcher {
 
 namespace {
 
+// No cluster has a million nodes; a list that expands beyond is a mistake (or an attack on
+// the launcher's memory: "n[0-999999]x[0-999999]" is a few bytes).
+constexpr size_t kMaxNodes = 1'000'000;
+
 // One bracket body "01-04,07" -> {"01","02","03","04","07"}.
 std::vector<std::string> expand_ranges(std::string_view body, std::string_view whole) {
   std::vector<std::string> out;
@@ -22,7 +26,7 @@ std::vector<std::string> expand_ranges(std::string_view body, std::string_view w
     if (!lo || !hi || *hi < *lo) {
       throw InputError(fmt::format("SLURM node list '{}': '{}' is not a number or a range lo-hi", whole, part));
     }
-    if (*hi - *lo > 1'000'000) {
+    if (*hi - *lo >= static_cast<decltype(*hi - *lo)>(kMaxNodes - out.size())) {
       throw InputError(fmt::format("SLURM node list '{}': range '{}' is too large", whole, part));
     }
     const size_t width = lo_text.size();
@@ -42,6 +46,9 @@ void expand_item(std::string_view item, std::string_view whole, std::vector<std:
         throw InputError(fmt::format("SLURM node list '{}': '[' without ']'", whole));
       }
       auto values = expand_ranges(item.substr(i + 1, close - i - 1), whole);
+      if (names.size() * values.size() + out.size() > kMaxNodes) {
+        throw InputError(fmt::format("SLURM node list '{}' names more than {} nodes", whole, kMaxNodes));
+      }
       std::vector<std::string> next;
       next.reserve(names.size() * values.size());
       for (const auto& n : names) {

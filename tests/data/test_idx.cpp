@@ -184,6 +184,15 @@ TEST_CASE("read_idx names the file in every error", "[idx]") {
   for (size_t k = liar.size() - 4; k < liar.size(); ++k) liar[k] = 0xff;
   expect_error("liar.gz", liar, "gzip");
 
+  // Found by fuzzing: 255 dimensions of 2^32 - 1 whose product wraps 128 bits around; the
+  // count saturates instead, so the file is "truncated", not a tensor of wrapped size.
+  Bytes wrap = {0, 0, 0x08, 255};
+  for (int k = 0; k < 255; ++k) wrap.insert(wrap.end(), {0xff, 0xff, 0xff, 0xff});
+  expect_error("wrap", wrap, "truncated");
+  Bytes zero_dim = {0, 0, 0x08, 3, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
+  write_bytes(dir.file("zero-dim"), zero_dim);
+  CHECK(read_idx(dir.file("zero-dim")).numel() == 0);  // an empty tensor is a valid file
+
   std::string missing = dir.file("does-not-exist");
   CHECK_THROWS_WITH(read_idx(missing), Catch::Contains(missing) && Catch::Contains("no such file"));
 }

@@ -219,6 +219,22 @@ TEST_CASE("JPEG encode/decode round trip and a non-JPEG input") {
   const Bytes png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13};
   std::string msg = error_of([&] { decode_jpeg(png.data(), png.size(), "pictures/cat.JPEG"); });
   CHECK_THAT(msg, Catch::Contains("pictures/cat.JPEG") && Catch::Contains("not a JPEG"));
+  // Found by fuzzing: a header that declares 60000 x 60000 pixels (libjpeg's own limit is
+  // 65500 a side) is refused before libjpeg allocates for it (our limit is 2^27 pixels).
+  // The SOF0 marker (ff c0) holds the height and width 5 and 7 bytes after it.
+  Bytes giant = jpeg;
+  for (size_t k = 0; k + 8 < giant.size(); ++k) {
+    if (giant[k] == 0xff && giant[k + 1] == 0xc0) {
+      for (size_t j = k + 5; j < k + 9; j += 2) {
+        giant[j] = 0xea;  // 0xea60 = 60000
+        giant[j + 1] = 0x60;
+      }
+      break;
+    }
+  }
+  CHECK(jpeg_size(giant.data(), giant.size(), "giant.jpg").height == 60000);  // the header alone is fine
+  msg = error_of([&] { decode_jpeg(giant.data(), giant.size(), "giant.jpg"); });
+  CHECK_THAT(msg, Catch::Contains("giant.jpg") && Catch::Contains("60000 x 60000") && Catch::Contains("limit"));
   // A JPEG cut after its first 200 bytes: libjpeg's own error, still an InputError.
   // Its tables take more than 200 bytes, so it ends before any image data.
   Bytes head(jpeg.begin(), jpeg.begin() + 200);

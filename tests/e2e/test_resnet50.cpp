@@ -62,10 +62,11 @@ TEST_CASE("resnet50: torchvision's parameter count, names and shapes with 1000 c
   CHECK(trainable.front().name == "conv1.weight");
   CHECK(trainable.back().name == "fc.bias");
   auto buffers = net->named_buffers();
-  CHECK(buffers.size() == 106);  // running_mean and running_var of each BatchNorm
+  // running_mean, running_var and num_batches_tracked of each BatchNorm (torchvision's 159)
+  CHECK(buffers.size() == 159);
   REQUIRE(!buffers.empty());
   CHECK(buffers.front().name == "bn1.running_mean");
-  CHECK(buffers.back().name == "layer4.2.bn3.running_var");
+  CHECK(buffers.back().name == "layer4.2.bn3.num_batches_tracked");
 
   auto params = shapes_of(net->named_parameters());
   auto bufs = shapes_of(buffers);

@@ -211,6 +211,11 @@ TEST_CASE("read_safetensors rejects broken files and names them", "[checkpoint]"
                "overlap");
   expect_error("negative", make_file(object({entry("w", "F32", "[-1]", 0, 0)}), {}), "non-negative");
   expect_error("meta", make_file(R"({"__metadata__":{"epoch":3}})", {}), "metadata value of 'epoch'");
+  // Found by fuzzing (scripts/fuzz): a number JSON cannot hold in a double is not a parse
+  // error but an out_of_range; a dimension over 2^63 beside a zero one.
+  expect_error("big-number", make_file(R"({"w":{"dtype":"F32","shape":[1e999999],"data_offsets":[0,0]}})", {}),
+               "not valid JSON");
+  expect_error("huge-dim", make_file(object({entry("w", "F32", "[0,18446744073709551615]", 0, 0)}), {}), "over 2^63");
   expect_error("no-offsets", make_file(R"({"w":{"dtype":"F32","shape":[1]}})", Bytes(4)), "data_offsets");
   std::string missing = dir.file("missing.safetensors");
   CHECK_THROWS_WITH(read_safetensors(missing), Catch::Contains(missing));

@@ -174,7 +174,7 @@ cuda_dirs=()
 while IFS= read -r soname; do
   [[ -n "$soname" && "$soname" != libcuda.so.1 ]] || continue
   path=$(ldd "$libtnt" | awk -v n="$soname" '$1 == n {print $3}')
-  [[ -n "$path" && -f "$path" ]] || path=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ {print $NF; exit}')
+  [[ -n "$path" && -f "$path" ]] || path=$(ldconfig -p | awk -v n="$soname" '$1 == n && /x86-64/ && !found {print $NF; found = 1}')
   [[ -n "$path" ]] || fail "the kit needs $soname from the machine, and this machine has none"
   d=$(dirname "$(readlink -f "$path")")
   case " ${cuda_dirs[*]} " in *" $d "*) ;; *) cuda_dirs+=("$d") ;; esac

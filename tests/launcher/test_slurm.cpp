@@ -41,6 +41,11 @@ TEST_CASE("slurm: node list errors", "[slurm]") {
   CHECK_THAT(error_of("node[1,,2]"), Catch::Contains("''"));
   CHECK_THAT(error_of("a,,b"), Catch::Contains("empty item"));
   CHECK_THAT(error_of("node[1-3]"), Catch::Equals("(no error)"));
+  // Found by fuzzing: each range was bounded but not their product or their sum, so a
+  // few bytes asked for gigabytes of names.
+  CHECK_THAT(error_of("r[1-1000]n[1-1000]x[1-2]"), Catch::Contains("more than 1000000 nodes"));
+  CHECK_THAT(error_of("n[0-999999,0-999999]"), Catch::Contains("too large"));
+  CHECK_THAT(error_of("r[1-1000]n[1-1000]"), Catch::Equals("(no error)"));  // exactly the limit
 }
 
 TEST_CASE("slurm: tasks per node", "[slurm]") {

@@ -181,6 +181,13 @@ TEST_CASE("BatchNorm: batch statistics, running averages, inference", "[forward]
   check_values(bn.running_var().value, {0.9f + 0.6f, 0.9f + 2.4f});
   CHECK(bn.named_buffers()[0].first == "bn.running_mean");
   CHECK(bn.named_buffers()[1].first == "bn.running_var");
+  // PyTorch's counter of training batches: i64, a scalar, in host memory; one training
+  // forward so far.
+  REQUIRE(bn.named_buffers().size() == 3);
+  CHECK(bn.named_buffers()[2].first == "bn.num_batches_tracked");
+  CHECK(bn.num_batches_tracked().value.dtype() == DType::i64);
+  CHECK(bn.num_batches_tracked().value.shape() == Shape{});
+  CHECK(bn.num_batches_tracked().value.data<int64_t>()[0] == 1);
 
   // Inference: (x - running_mean) / sqrt(running_var + eps) * weight + bias
   bn.weight()->value.copy_from(Tensor::from_vector({2, 1}, {2}));
@@ -190,6 +197,9 @@ TEST_CASE("BatchNorm: batch statistics, running averages, inference", "[forward]
   CHECK(yiv[0] == Approx((1 - 0.45) / std::sqrt(1.5 + 1e-5) * 2 + 1).epsilon(1e-6));
   CHECK(yiv[4] == Approx((2 - 0.9) / std::sqrt(3.3 + 1e-5)).epsilon(1e-6));
   check_values(bn.running_mean().value, {0.45f, 0.9f});  // inference leaves them alone
+  CHECK(bn.num_batches_tracked().value.data<int64_t>()[0] == 1);
+  run(bn, {x}, train);
+  CHECK(bn.num_batches_tracked().value.data<int64_t>()[0] == 2);
 
   BatchNorm one("bn_one");
   CHECK_THROWS_WITH(run(one, {Tensor::zeros({1, 3})}, train), Catch::Contains("more than one value"));

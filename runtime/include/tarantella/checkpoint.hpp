@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,9 @@ SafetensorsFile read_safetensors(const std::string& path);
 struct LoadOptions {
   bool allow_missing = false;     // destinations absent from the file keep their values
   bool allow_unexpected = false;  // tensors of the file that no destination asks for
+  // Destinations that may be absent from the file (they keep their values), e.g. buffers
+  // that older files of the same model did not have.
+  std::set<std::string> optional;
 };
 
 class Checkpoint {

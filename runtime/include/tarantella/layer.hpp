@@ -95,6 +95,13 @@ class Layer : public std::enable_shared_from_this<Layer> {
 
   // Shapes include the batch dimension (its value is whatever the caller gives).
   virtual std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const = 0;
+  // What the graph asks when it records a call. A layer whose output shape depends on its
+  // inputs' dtypes overrides it (Embedding: integer ids are looked up, floats projected).
+  virtual std::vector<Shape> output_shapes_for(const std::vector<Shape>& input_shapes,
+                                               const std::vector<DType>& input_dtypes) const {
+    (void)input_dtypes;
+    return output_shapes(input_shapes);
+  }
   // Creates parameters and buffers for these input shapes on device(), drawn from their
   // initialisers with seed 0 so that the layer is usable at once; initialize(seed) draws
   // them again from the run's seed and the full names.

@@ -21,6 +21,16 @@ class Loss {
                          SavedState& saved) = 0;
   virtual Tensor backward(SavedState& saved, double scale = 1.0) = 0;
   static double value(const Tensor& loss);  // the loss as a double (copies from the device)
+  // What global_batch counts. By default samples: Model passes the global number of real
+  // samples. A loss that averages over tokens returns true and counts the real tokens of
+  // its targets in count_tokens; Model then passes the sum of count_tokens over the ranks
+  // (one small allreduce per step), so p ranks on a global batch equal one rank on it, and
+  // logs the loss per token.
+  virtual bool normalizes_by_tokens() const { return false; }
+  virtual int64_t count_tokens(const Tensor& targets) const {
+    (void)targets;
+    return 0;
+  }
 };
 
 using LossPtr = std::shared_ptr<Loss>;
@@ -42,6 +52,32 @@ class SoftmaxCrossEntropy : public Loss {
  private:
   double label_smoothing_;
   int64_t ignore_index_;
+};
+
+// The Transformer's loss (TensorFlow Model Garden's padded_cross_entropy_loss): logits
+// (..., V), labels (...) i32 or i64 with pad_id (0) for padding. Per token with label y:
+//   q_j = 1 - s for j == y, s / (V - 1) otherwise (s = smoothing, 0.1),
+//   loss = -sum_j q_j log softmax(x)_j - c,  c = -((1 - s) ln(1 - s) + s ln(s / (V - 1) + 1e-20))
+// (c: the smallest value the first term can take, so a perfect prediction costs 0); padding
+// tokens count nothing. The sum is divided by global_batch, which counts TOKENS here
+// (normalizes_by_tokens; 0 means this call's own real tokens). Labels outside [0, V) are an
+// InputError. backward: (softmax(x) - q) * scale / global_batch on real tokens, 0 on padding.
+class LabelSmoothingCrossEntropy : public Loss {
+ public:
+  explicit LabelSmoothingCrossEntropy(double smoothing = 0.1, int64_t pad_id = 0);
+  std::string name() const override { return "label_smoothing_cross_entropy"; }
+  Tensor forward(const Tensor& logits, const Tensor& labels, int64_t global_batch, SavedState& saved) override;
+  Tensor backward(SavedState& saved, double scale = 1.0) override;
+  bool normalizes_by_tokens() const override { return true; }
+  int64_t count_tokens(const Tensor& labels) const override;  // labels != pad_id
+  double smoothing() const { return smoothing_; }
+  int64_t pad_id() const { return pad_id_; }
+  // The constant c above for V classes (0 without smoothing).
+  double min_entropy(int64_t vocab) const;
+
+ private:
+  double smoothing_;
+  int64_t pad_id_;
 };
 
 // Mean squared error: sum((p - t)^2) / (global_batch * D), D = elements per sample, so that

@@ -12,8 +12,13 @@
 namespace tnt {
 
 int64_t shape_numel(const Shape& shape) {
+  for (int64_t d : shape) {
+    if (d == 0) return 0;
+  }
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) {
+    TNT_CHECK(d > 0 && !__builtin_mul_overflow(n, d, &n), "shape {} has no valid element count", shape_str(shape));
+  }
   return n;
 }
 

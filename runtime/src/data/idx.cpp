@@ -4,6 +4,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -160,12 +161,18 @@ Tensor read_idx(const std::string& path) {
                            bytes.size()));
   }
   Shape shape;
+  // Saturates at "more than the file holds" (255 dimensions of 2^32 would wrap even 128
+  // bits around to a small number); a zero dimension makes it 0 whatever came before.
+  const unsigned __int128 more_than_file = static_cast<unsigned __int128>(bytes.size()) + 1;
   unsigned __int128 count = 1;
+  bool zero = false;
   for (size_t i = 0; i < ndim; ++i) {
     uint32_t d = be32(bytes.data() + 4 + 4 * i);
     shape.push_back(d);
-    count *= d;
+    zero = zero || d == 0;
+    count = std::min(count * d, more_than_file);
   }
+  if (zero) count = 0;
   unsigned __int128 need = count * type->size;
   size_t have = bytes.size() - header;
   if (need > have) {

@@ -15,6 +15,12 @@
 namespace tnt {
 namespace {
 
+// The largest image decoded: 2^27 pixels (11585 x 11585; 384 MiB as RGB). A JPEG of a few
+// hundred bytes can declare 65535 x 65535 pixels, and a progressive one makes libjpeg hold
+// the whole image's coefficients; believing such a header costs gigabytes per worker.
+// ImageNet's largest images are a few tens of megapixels.
+constexpr uint64_t kMaxJpegPixels = uint64_t{1} << 27;
+
 struct ErrorManager {
   jpeg_error_mgr pub;  // first member: libjpeg hands back a pointer to it
   std::jmp_buf jump;
@@ -56,6 +62,11 @@ bool start_steps(jpeg_decompress_struct* cinfo, ErrorManager* err, const uint8_t
     header->height = static_cast<int>(cinfo->image_height);
     header->width = static_cast<int>(cinfo->image_width);
     return true;
+  }
+  if (uint64_t{cinfo->image_width} * cinfo->image_height > kMaxJpegPixels) {
+    std::snprintf(err->message, sizeof err->message, "%u x %u pixels is more than the limit of %llu pixels",
+                  cinfo->image_width, cinfo->image_height, static_cast<unsigned long long>(kMaxJpegPixels));
+    return false;
   }
   cinfo->scale_num = 1;
   cinfo->scale_denom = static_cast<unsigned int>(scale_denom);

@@ -64,7 +64,7 @@ void Checkpoint::load_into(const NamedTensors& destinations, const LoadOptions& 
     TNT_CHECK(dst.defined(), "Checkpoint::load_into: destination '{}' is undefined", name);
     auto it = index_.find(name);
     if (it == index_.end()) {
-      if (!options.allow_missing) missing.push_back(name);
+      if (!options.allow_missing && !options.optional.count(name)) missing.push_back(name);
       continue;
     }
     const Tensor& src = tensors_[it->second].second;

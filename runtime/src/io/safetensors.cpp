@@ -216,7 +216,7 @@ SafetensorsFile read_safetensors(const std::string& path) {
   Json header;
   try {
     header = Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number too large
     bad_file(path, fmt::format("the header is not valid JSON: {}", e.what()));
   }
   if (!header.is_object()) bad_file(path, "the header is not a JSON object");
@@ -254,6 +254,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
     unsigned __int128 count = 1;
     for (const Json& d : v["shape"]) {
       if (!d.is_number_unsigned()) bad(fmt::format("shape {} has an entry that is not a non-negative integer", v["shape"].dump()));
+      // A zero dimension makes every count fine, so each dimension is bounded on its own.
+      if (d.get<uint64_t>() > 0x7fffffffffffffffu) {
+        bad(fmt::format("shape {} has a dimension over 2^63", v["shape"].dump()));
+      }
       e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
       count *= d.get<uint64_t>();
       if (count > buffer_size) bad(fmt::format("shape {} is larger than the data buffer", v["shape"].dump()));

@@ -1,8 +1,9 @@
-// ReLU and Softmax on the CPU: plain loops (memory-bound; OpenMP over elements or rows).
+// ReLU, GELU and Softmax on the CPU: plain loops (memory-bound; OpenMP over elements or rows).
 #include "tarantella/layers/activation.hpp"
 
 #include "backend/dispatch.hpp"
 #include "layers/activation_cuda.hpp"
+#include "layers/gelu_math.hpp"
 
 #include <cmath>
 
@@ -49,6 +50,50 @@ std::vector<Tensor> ReLU::backward(const std::vector<Tensor>& grad_outputs, cons
   const int64_t n = y.numel();
 #pragma omp parallel for simd schedule(static) if (n > kParallelMin)
   for (int64_t i = 0; i < n; ++i) d[i] = ys[i] > 0.0f ? g[i] : 0.0f;
+  return {dx};
+}
+
+GELU::GELU(bool approximate, std::string name) : Layer(std::move(name)), approximate_(approximate) {
+  default_name("gelu");
+}
+
+std::vector<Shape> GELU::output_shapes(const std::vector<Shape>& in) const {
+  TNT_CHECK(in.size() == 1, "GELU '{}': expects one input", name_);
+  return {in[0]};
+}
+
+std::vector<Tensor> GELU::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
+  check_inputs(inputs, 1);
+  ensure_built({inputs[0].shape()});
+  TNT_CUDA_DISPATCH(inputs[0].device(), cuda::gelu_forward(*this, inputs, rc, saved));
+  const Tensor& x = inputs[0];
+  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  const float* xs = x.data<float>();
+  float* ys = y.data<float>();
+  const int64_t n = x.numel();
+  const bool approx = approximate_;
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) ys[i] = gelu::value(xs[i], approx);
+  saved.tensors = {x};
+  return {y};
+}
+
+std::vector<Tensor> GELU::backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc, SavedState& saved) {
+  TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined(), "GELU '{}': backward needs one gradient", name_);
+  TNT_CHECK(saved.tensors.size() == 1, "GELU '{}': backward without a forward", name_);
+  TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::gelu_backward(*this, grad_outputs, rc, saved));
+  const Tensor& x = saved.tensors[0];
+  const Tensor& dy = grad_outputs[0];
+  TNT_CHECK(dy.numel() == x.numel() && dy.dtype() == DType::f32, "GELU '{}': gradient {} for input {}", name_,
+            dy.str(), x.str());
+  Tensor dx = Tensor::empty(x.shape(), DType::f32);
+  const float* xs = x.data<float>();
+  const float* g = dy.data<float>();
+  float* d = dx.data<float>();
+  const int64_t n = x.numel();
+  const bool approx = approximate_;
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) d[i] = g[i] * gelu::derivative(xs[i], approx);
   return {dx};
 }
 

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
+#include "layers/gelu_math.hpp"
 
 namespace tnt::cuda {
 
@@ -28,6 +29,21 @@ __global__ void relu_backward_kernel(const T* __restrict__ x,   // (n)
                                      T* __restrict__ dx,        // (n)
                                      int64_t n) {
   TNT_KERNEL_LOOP(i, n) { dx[i] = to_float(x[i]) > 0.0f ? dy[i] : from_float<T>(0.0f); }
+}
+
+template <typename T>
+__global__ void gelu_forward_kernel(const T* __restrict__ x,  // (n)
+                                    T* __restrict__ y,        // (n)
+                                    int64_t n, bool approximate) {
+  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(gelu::value(to_float(x[i]), approximate)); }
+}
+
+template <typename T>
+__global__ void gelu_backward_kernel(const T* __restrict__ x,   // (n)
+                                     const T* __restrict__ dy,  // (n)
+                                     T* __restrict__ dx,        // (n)
+                                     int64_t n, bool approximate) {
+  TNT_KERNEL_LOOP(i, n) { dx[i] = from_float<T>(to_float(dy[i]) * gelu::derivative(to_float(x[i]), approximate)); }
 }
 
 struct SoftmaxView {
@@ -85,6 +101,46 @@ std::vector<Tensor> relu_backward(ReLU& layer, const std::vector<Tensor>& grad_o
       relu_backward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
           static_cast<const scalar_t*>(x.raw()), static_cast<const scalar_t*>(dy.raw()),
           static_cast<scalar_t*>(dx.raw()), n);
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+  }
+  return {dx};
+}
+
+std::vector<Tensor> gelu_forward(GELU& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                 SavedState& saved) {
+  (void)rc;
+  const Tensor& x = inputs.at(0);
+  int device = common_device({&x}, "GELU");
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const int64_t n = x.numel();
+  if (n > 0) {
+    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "GELU", {
+      gelu_forward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()), n, layer.approximate());
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+  }
+  saved.tensors = {x};
+  return {y};
+}
+
+std::vector<Tensor> gelu_backward(GELU& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                  SavedState& saved) {
+  (void)rc;
+  TNT_CHECK(saved.tensors.size() == 1, "GELU '{}': backward without a forward", layer.name());
+  const Tensor& x = saved.tensors[0];
+  const Tensor& dy = grad_outputs.at(0);
+  int device = common_device({&x, &dy}, "GELU backward");
+  TNT_CHECK(dy.numel() == x.numel() && dy.dtype() == x.dtype(), "GELU '{}': gradient {} for input {}", layer.name(),
+            dy.str(), x.str());
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const int64_t n = x.numel();
+  if (n > 0) {
+    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "GELU", {
+      gelu_backward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(x.raw()), static_cast<const scalar_t*>(dy.raw()),
+          static_cast<scalar_t*>(dx.raw()), n, layer.approximate());
     });
     TNT_CUDA_CHECK_LAUNCH();
   }

@@ -3,6 +3,7 @@
 // Semantics:
 //   ReLU     y = x > 0 ? x : 0, so a NaN gives 0 (unlike PyTorch, which keeps the NaN);
 //            gradient dy where x > 0, else 0 (0 at x == 0 and at a NaN).
+//   GELU     layers/gelu_math.hpp, in float, on x of any floating dtype; stores x.
 //   Softmax  along layer.axis() (negative axes count from the input's rank).
 #pragma once
 
@@ -15,6 +16,10 @@ namespace tnt::cuda {
 std::vector<Tensor> relu_forward(ReLU& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                  SavedState& saved);
 std::vector<Tensor> relu_backward(ReLU& layer, const std::vector<Tensor>& grad_outputs,
+                                  const RunContext& rc, SavedState& saved);
+std::vector<Tensor> gelu_forward(GELU& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                 SavedState& saved);
+std::vector<Tensor> gelu_backward(GELU& layer, const std::vector<Tensor>& grad_outputs,
                                   const RunContext& rc, SavedState& saved);
 std::vector<Tensor> softmax_forward(Softmax& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                     SavedState& saved);

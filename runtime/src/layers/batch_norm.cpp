@@ -65,6 +65,15 @@ void BatchNorm::build(const std::vector<Shape>& in) {
   }
   running_mean_ = &add_buffer("running_mean", {num_features_}, Initializer::zeros());
   running_var_ = &add_buffer("running_var", {num_features_}, Initializer::ones());
+  num_batches_tracked_ = &add_buffer("num_batches_tracked", {}, Initializer::zeros(), DType::i64);
+  to(device());  // puts the counter in host memory
+}
+
+void BatchNorm::to(Device device) {
+  Layer::to(device);
+  if (num_batches_tracked_ && !num_batches_tracked_->value.device().is_cpu()) {
+    num_batches_tracked_->value = num_batches_tracked_->value.to(Device::cpu());
+  }
 }
 
 std::vector<Tensor> BatchNorm::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
@@ -79,6 +88,7 @@ std::vector<Tensor> BatchNorm::forward(const std::vector<Tensor>& inputs, const 
     TNT_CHECK(per_channel > 1, "BatchNorm '{}': training needs more than one value per channel, got input {}", name_,
               x.str());
   }
+  if (rc.training) ++num_batches_tracked_->value.data<int64_t>()[0];
   TNT_CUDA_DISPATCH(x.device(), cuda::batch_norm_forward(*this, inputs, rc, saved));
 
   // oneDNN wants at least (N, C, W): a (N, C) input is (N, C, 1).

@@ -39,15 +39,17 @@ Shape with_batch(const Shape& symbolic, int64_t batch) {
 std::vector<SymTensor> record_call(Layer* layer, LayerPtr owner, const std::vector<SymTensor>& inputs) {
   TNT_CHECK(!inputs.empty(), "layer '{}' ({}) called on no inputs", layer->name(), layer->type());
   std::vector<Shape> at1, at2;
+  std::vector<DType> dtypes;
   for (size_t i = 0; i < inputs.size(); ++i) {
     TNT_CHECK(inputs[i].defined(), "layer '{}' ({}): input {} is an undefined SymTensor",
               layer->name(), layer->type(), i);
     at1.push_back(with_batch(inputs[i].shape(), 1));
     at2.push_back(with_batch(inputs[i].shape(), 2));
+    dtypes.push_back(inputs[i].dtype());
   }
   layer->ensure_built(at1);
-  const std::vector<Shape> out1 = layer->output_shapes(at1);
-  const std::vector<Shape> out2 = layer->output_shapes(at2);
+  const std::vector<Shape> out1 = layer->output_shapes_for(at1, dtypes);
+  const std::vector<Shape> out2 = layer->output_shapes_for(at2, dtypes);
   TNT_CHECK(!out1.empty() && out1.size() == out2.size(), "layer '{}' ({}) reports no outputs",
             layer->name(), layer->type());
 

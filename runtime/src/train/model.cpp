@@ -131,11 +131,12 @@ class PassTotals {
   PassTotals& operator=(const PassTotals&) = delete;
 
   // pred, target: (b, ...), of which the first `real` rows count; loss_sum: their summed loss.
-  void add(const Tensor& pred, const Tensor& target, int64_t real, double loss_sum) {
+  // units: what the loss averages over (samples; tokens for a token-level loss), -1 = real.
+  void add(const Tensor& pred, const Tensor& target, int64_t real, double loss_sum, int64_t units = -1) {
     if (real == 0) return;
     for (auto& m : metrics_) m->update(rows(pred, real), rows(target, real));
     loss_sum_ += loss_sum;
-    samples_ += static_cast<double>(real);
+    samples_ += static_cast<double>(units < 0 ? real : units);
   }
 
   // Collective: {"loss": global mean loss, <metric>: global value}.
@@ -258,10 +259,14 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   // Padding rows get a zero gradient: they are computed but never counted.
   Tensor grad_pred;
   if (real < batch.micro_batch_size) grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
+  // A token-level loss is averaged over the global number of real tokens (loss.hpp).
+  const bool by_tokens = loss_->normalizes_by_tokens();
+  const int64_t units = by_tokens ? (real > 0 ? loss_->count_tokens(rows(in.target, real)) : 0) : real;
+  const int64_t global_units = by_tokens ? communicator().allreduce_sum(units) : batch.global_real_samples;
   if (real > 0) {
     Span span(Lane::compute, "loss");
     SavedState ls;
-    const int64_t global_real = batch.global_real_samples;
+    const int64_t global_real = std::max<int64_t>(global_units, 1);
     Tensor loss = loss_->forward(rows(pred, real), rows(in.target, real), global_real, ls);
     Tensor g = loss_->backward(ls, scaler_.scale());
     if (real == batch.micro_batch_size) {
@@ -270,7 +275,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
       Tensor head = grad_pred.slice_rows(0, real);
       head.copy_from(g);
     }
-    totals.add(pred, in.target, real, Loss::value(loss) * static_cast<double>(global_real));
+    totals.add(pred, in.target, real, Loss::value(loss) * static_cast<double>(global_real), units);
   }
 
   const double t_bwd = now_s();
@@ -323,7 +328,8 @@ void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTota
   SavedState ls;
   // Divided by 1: this rank's plain sum of per-sample losses.
   const double loss_sum = Loss::value(loss_->forward(rows(pred, real), rows(in.target, real), 1, ls));
-  totals.add(pred, in.target, real, loss_sum);
+  totals.add(pred, in.target, real, loss_sum,
+             loss_->normalizes_by_tokens() ? loss_->count_tokens(rows(in.target, real)) : real);
 }
 
 // ---------------------------------------------------------------------------------------

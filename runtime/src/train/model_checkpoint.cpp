@@ -46,6 +46,19 @@ std::string first_non_finite(const std::vector<NamedTensor>& tensors) {
   return "";
 }
 
+// Checkpoints written before BatchNorm kept PyTorch's num_batches_tracked lack it; they
+// still load (the counters keep their values).
+LoadOptions tolerant_of_older_files(const std::vector<NamedTensor>& v) {
+  LoadOptions lo;
+  const std::string suffix = ".num_batches_tracked";
+  for (const auto& t : v) {
+    if (t.name.size() >= suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      lo.optional.insert(t.name);
+    }
+  }
+  return lo;
+}
+
 NamedTensors as_named(const std::vector<NamedTensor>& v) {
   NamedTensors out;
   for (auto& t : v) out.emplace_back(t.name, t.tensor);
@@ -59,9 +72,10 @@ void Model::save_weights(const std::string& path) {
 
 void Model::load_weights(const std::string& path) {
   Checkpoint ck = Checkpoint::read(path);
-  LoadOptions lo;
+  auto tensors = checkpoint_tensors(false);
+  LoadOptions lo = tolerant_of_older_files(tensors);
   lo.allow_unexpected = true;  // a full checkpoint also holds optimizer state
-  ck.load_into(as_named(checkpoint_tensors(false)), lo);
+  ck.load_into(as_named(tensors), lo);
   weights_synced_ = false;
 }
 
@@ -113,7 +127,8 @@ void Model::write_on_master(const std::string& path, const std::vector<NamedTens
 int Model::load_checkpoint(const std::string& path) {
   check_compiled("load_checkpoint");
   Checkpoint ck = Checkpoint::read(path);
-  ck.load_into(as_named(checkpoint_tensors(true)));
+  auto tensors = checkpoint_tensors(true);
+  ck.load_into(as_named(tensors), tolerant_of_older_files(tensors));
   int64_t epoch = ck.metadata_int(checkpoint_key::epoch);
   global_step_ = ck.metadata_int(checkpoint_key::step);
   if (ck.has_metadata("optimizer_step")) optimizer_->set_step_count(ck.metadata_int("optimizer_step"));

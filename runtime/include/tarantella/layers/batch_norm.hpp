@@ -40,6 +40,11 @@ class BatchNorm : public Layer {
   Parameter* bias() { return bias_; }      // (C,); nullptr when not affine
   Parameter& running_mean() { return *running_mean_; }  // (C,)
   Parameter& running_var() { return *running_var_; }    // (C,)
+  // () i64: training forward passes so far, as PyTorch's buffer of the same name (so a
+  // checkpoint loads strictly into torch.nn.BatchNorm2d). It stays in host memory on every
+  // device: counting on the host costs nothing, reading it from a GPU would cost a sync.
+  Parameter& num_batches_tracked() { return *num_batches_tracked_; }
+  void to(Device device) override;
 
  private:
   BatchNormOptions options_;
@@ -48,6 +53,7 @@ class BatchNorm : public Layer {
   Parameter* bias_ = nullptr;
   Parameter* running_mean_ = nullptr;
   Parameter* running_var_ = nullptr;
+  Parameter* num_batches_tracked_ = nullptr;
 };
 
 }  // namespace tnt

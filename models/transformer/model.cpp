@@ -1,0 +1,163 @@
+#include "model.hpp"
+
+#include <tarantella/check.hpp>
+
+#include <functional>
+
+namespace tnt_models {
+
+TransformerParams transformer_params(const std::string& param_set) {
+  TransformerParams p;  // base
+  if (param_set == "base") return p;
+  if (param_set == "tiny") {
+    p.hidden_size = 32;
+    p.num_heads = 4;
+    p.filter_size = 256;
+    return p;
+  }
+  if (param_set == "big") {
+    p.hidden_size = 1024;
+    p.num_heads = 16;
+    p.filter_size = 4096;
+    return p;
+  }
+  TNT_INPUT_ERROR("--param_set={}: expected tiny, base or big", param_set);
+}
+
+// The layers of one encoder or decoder layer (cross_* only in the decoder).
+struct Transformer::Block {
+  std::shared_ptr<tnt::Layer> self_attn_norm, self_attn, self_attn_dropout, self_attn_residual;
+  std::shared_ptr<tnt::Layer> cross_attn_norm, cross_attn, cross_attn_dropout, cross_attn_residual;
+  std::shared_ptr<tnt::Layer> ffn_norm, linear1, relu, relu_dropout, linear2, ffn_dropout, ffn_residual;
+};
+
+Transformer::Transformer(const TransformerParams& p) : params_(p) {
+  TNT_INPUT_CHECK(p.vocab_size > 1 && p.hidden_size > 0 && p.num_hidden_layers > 0 && p.filter_size > 0,
+                  "Transformer: vocab_size {}, hidden_size {}, num_hidden_layers {} and filter_size {} must be "
+                  "positive (vocab_size > 1)",
+                  p.vocab_size, p.hidden_size, p.num_hidden_layers, p.filter_size);
+  TNT_INPUT_CHECK(p.num_heads > 0 && p.hidden_size % p.num_heads == 0 && p.hidden_size % 2 == 0,
+                  "Transformer: hidden_size {} must be even and a multiple of num_heads {}", p.hidden_size, p.num_heads);
+  for (double r : {p.layer_postprocess_dropout, p.attention_dropout, p.relu_dropout}) {
+    TNT_INPUT_CHECK(r >= 0 && r < 1, "Transformer: dropout rate {} is not in [0, 1)", r);
+  }
+  using namespace tnt;
+  embedding_ = std::make_shared<Embedding>(p.vocab_size, p.hidden_size, "embedding");
+  const double post = p.layer_postprocess_dropout;
+  for (const std::string stack : {"encoder", "decoder"}) {
+    const bool dec = stack == "decoder";
+    auto& blocks = dec ? decoder_ : encoder_;
+    for (int64_t i = 0; i < p.num_hidden_layers; ++i) {
+      const std::string at = stack + ".layers." + std::to_string(i) + ".";
+      auto b = std::make_shared<Block>();
+      b->self_attn_norm = std::make_shared<LayerNorm>(1e-6, at + "self_attn_norm");
+      b->self_attn = std::make_shared<MultiHeadAttention>(
+          p.hidden_size, MultiHeadAttentionOptions{.num_heads = p.num_heads, .dropout = p.attention_dropout,
+                                                   .causal = dec},
+          at + "self_attn");
+      b->self_attn_dropout = std::make_shared<Dropout>(post, at + "self_attn_dropout");
+      b->self_attn_residual = std::make_shared<Add>(at + "self_attn_residual");
+      if (dec) {
+        b->cross_attn_norm = std::make_shared<LayerNorm>(1e-6, at + "cross_attn_norm");
+        b->cross_attn = std::make_shared<MultiHeadAttention>(
+            p.hidden_size, MultiHeadAttentionOptions{.num_heads = p.num_heads, .dropout = p.attention_dropout},
+            at + "cross_attn");
+        b->cross_attn_dropout = std::make_shared<Dropout>(post, at + "cross_attn_dropout");
+        b->cross_attn_residual = std::make_shared<Add>(at + "cross_attn_residual");
+      }
+      b->ffn_norm = std::make_shared<LayerNorm>(1e-6, at + "ffn_norm");
+      b->linear1 = std::make_shared<Dense>(p.filter_size, at + "ffn.linear1");
+      b->relu = std::make_shared<ReLU>(at + "ffn.relu");
+      b->relu_dropout = std::make_shared<Dropout>(p.relu_dropout, at + "ffn.dropout");
+      b->linear2 = std::make_shared<Dense>(p.hidden_size, at + "ffn.linear2");
+      b->ffn_dropout = std::make_shared<Dropout>(post, at + "ffn_dropout");
+      b->ffn_residual = std::make_shared<Add>(at + "ffn_residual");
+      blocks.push_back(b);
+    }
+  }
+  encoder_norm_ = std::make_shared<LayerNorm>(1e-6, "encoder.norm");
+  decoder_norm_ = std::make_shared<LayerNorm>(1e-6, "decoder.norm");
+  encoder_position_ = std::make_shared<PositionEncoding>("encoder.position_encoding");
+  decoder_position_ = std::make_shared<PositionEncoding>("decoder.position_encoding");
+  encoder_dropout_ = std::make_shared<Dropout>(post, "encoder.dropout");
+  decoder_dropout_ = std::make_shared<Dropout>(post, "decoder.dropout");
+}
+
+// x + dropout(body(norm(x)))
+tnt::SymTensor Transformer::sublayer(const tnt::SymTensor& x, const std::shared_ptr<tnt::Layer>& norm,
+                                     const std::shared_ptr<tnt::Layer>& dropout,
+                                     const std::shared_ptr<tnt::Layer>& residual,
+                                     const std::function<tnt::SymTensor(const tnt::SymTensor&)>& body) {
+  using tnt::call;
+  return call(residual, std::vector<tnt::SymTensor>{x, call(dropout, body(call(norm, x)))});
+}
+
+tnt::SymTensor Transformer::embed(const std::string& stack, const tnt::SymTensor& ids) {
+  using tnt::call;
+  const bool dec = stack == "decoder";
+  tnt::SymTensor e = call(embedding_, ids);  // (B, T, D), scaled, 0 at padding
+  e = call(dec ? decoder_position_ : encoder_position_, e);
+  return call(dec ? decoder_dropout_ : encoder_dropout_, e);
+}
+
+tnt::SymTensor Transformer::encode(const tnt::SymTensor& src_ids) {
+  using tnt::call;
+  tnt::SymTensor x = embed("encoder", src_ids);  // (B, S, D)
+  for (const auto& b : encoder_) {
+    x = sublayer(x, b->self_attn_norm, b->self_attn_dropout, b->self_attn_residual, [&](const tnt::SymTensor& h) {
+      return tnt::SymTensor(call(b->self_attn, std::vector<tnt::SymTensor>{h, src_ids}));
+    });
+    x = sublayer(x, b->ffn_norm, b->ffn_dropout, b->ffn_residual, [&](const tnt::SymTensor& h) {
+      return call(b->linear2, call(b->relu_dropout, call(b->relu, call(b->linear1, h))));
+    });
+  }
+  return call(encoder_norm_, x);
+}
+
+tnt::SymTensor Transformer::decode(const tnt::SymTensor& decoder_ids, const tnt::SymTensor& memory,
+                                   const tnt::SymTensor& src_ids) {
+  using tnt::call;
+  tnt::SymTensor y = embed("decoder", decoder_ids);  // (B, T, D)
+  for (const auto& b : decoder_) {
+    y = sublayer(y, b->self_attn_norm, b->self_attn_dropout, b->self_attn_residual,
+                 [&](const tnt::SymTensor& h) { return call(b->self_attn, h); });
+    y = sublayer(y, b->cross_attn_norm, b->cross_attn_dropout, b->cross_attn_residual, [&](const tnt::SymTensor& h) {
+      return tnt::SymTensor(call(b->cross_attn, std::vector<tnt::SymTensor>{h, memory, src_ids}));
+    });
+    y = sublayer(y, b->ffn_norm, b->ffn_dropout, b->ffn_residual, [&](const tnt::SymTensor& h) {
+      return call(b->linear2, call(b->relu_dropout, call(b->relu, call(b->linear1, h))));
+    });
+  }
+  return call(embedding_, call(decoder_norm_, y));  // (B, T, V)
+}
+
+std::shared_ptr<tnt::Network> Transformer::training_network(int64_t source_length, int64_t target_length,
+                                                             const std::string& name) {
+  TNT_INPUT_CHECK(source_length > 0 && target_length > 0, "Transformer: sequence lengths {} and {} must be positive",
+                  source_length, target_length);
+  tnt::SymTensor src = tnt::Input({source_length}, tnt::DType::i64, "inputs");
+  tnt::SymTensor tgt = tnt::Input({target_length}, tnt::DType::i64, "decoder_inputs");
+  tnt::SymTensor logits = decode(tgt, encode(src), src);
+  return std::make_shared<tnt::Network>(std::vector<tnt::SymTensor>{src, tgt}, std::vector<tnt::SymTensor>{logits},
+                                        name);
+}
+
+std::shared_ptr<tnt::Network> Transformer::encoder_network(int64_t source_length, const std::string& name) {
+  TNT_INPUT_CHECK(source_length > 0, "Transformer: source length {} must be positive", source_length);
+  tnt::SymTensor src = tnt::Input({source_length}, tnt::DType::i64, "inputs");
+  return std::make_shared<tnt::Network>(std::vector<tnt::SymTensor>{src}, std::vector<tnt::SymTensor>{encode(src)},
+                                        name);
+}
+
+std::shared_ptr<tnt::Network> Transformer::decoder_network(int64_t source_length, int64_t target_length,
+                                                           const std::string& name) {
+  TNT_INPUT_CHECK(source_length > 0 && target_length > 0, "Transformer: sequence lengths {} and {} must be positive",
+                  source_length, target_length);
+  tnt::SymTensor tgt = tnt::Input({target_length}, tnt::DType::i64, "decoder_inputs");
+  tnt::SymTensor memory = tnt::Input({source_length, params_.hidden_size}, tnt::DType::f32, "memory");
+  tnt::SymTensor src = tnt::Input({source_length}, tnt::DType::i64, "inputs");
+  return std::make_shared<tnt::Network>(std::vector<tnt::SymTensor>{tgt, memory, src},
+                                        std::vector<tnt::SymTensor>{decode(tgt, memory, src)}, name);
+}
+
+}  // namespace tnt_models

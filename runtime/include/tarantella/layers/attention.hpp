@@ -1,0 +1,64 @@
+// Multi-head attention (the Transformer's; TensorFlow Model Garden's Attention with
+// PyTorch-style names). Inputs, by count and dtype:
+//   {x}                      self-attention, no padding mask (the decoder's, causal)
+//   {x, key_ids}             self-attention, keys j with key_ids[b, j] == 0 are padding
+//   {x, memory}              encoder-decoder attention, no padding mask
+//   {x, memory, key_ids}     encoder-decoder attention with the source's padding mask
+// x (B, Tq, D), memory (B, Tk, D) floating, key_ids (B, Tk) i32 or i64 (the token ids of the
+// keys' sequence; PAD = 0). Output (B, Tq, D).
+//
+//   q = x Wq^T, k = m Wk^T, v = m Wv^T         (Dense children without bias)
+//   per head h (depth d = D / heads): logits = (q_h d^-0.5) k_h^T + bias,
+//     bias = -1e9 where key j is padding, or j > i + (Tk - Tq) when causal (added in float,
+//     as TensorFlow adds its attention bias, so a fully masked row is uniform)
+//   p = softmax(logits); in training, dropout on p (Philox, keyed on the run's seed, the
+//     layer's name, the step and the global sample index, as Dropout is: p ranks draw what
+//     one rank draws); o_h = p v_h; y = concat_h(o_h) Wo^T.
+// Parameters: "<name>.q_proj.weight", "k_proj.weight", "v_proj.weight", "out_proj.weight",
+// each (D, D) as PyTorch's nn.Linear(D, D, bias=False) stores it (out, in); glorot_uniform.
+#pragma once
+
+#include "tarantella/layer.hpp"
+#include "tarantella/layers/dense.hpp"
+
+#include <memory>
+
+namespace tnt {
+
+struct MultiHeadAttentionOptions {
+  int64_t num_heads = 8;
+  double dropout = 0.0;  // on the attention probabilities, in training
+  bool causal = false;   // query i sees keys j <= i + (Tk - Tq)
+};
+
+class MultiHeadAttention : public Layer {
+ public:
+  MultiHeadAttention(int64_t hidden_size, MultiHeadAttentionOptions options = {}, std::string name = "");
+
+  std::string type() const override { return "MultiHeadAttention"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
+  void build(const std::vector<Shape>& input_shapes) override;
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
+                              SavedState& saved) override;
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                               SavedState& saved) override;
+
+  int64_t hidden_size() const { return hidden_; }
+  int64_t num_heads() const { return options_.num_heads; }
+  int64_t depth() const { return hidden_ / options_.num_heads; }
+  double dropout() const { return options_.dropout; }
+  bool causal() const { return options_.causal; }
+  // The Philox key of this step's attention-dropout mask.
+  uint64_t dropout_key(const RunContext& rc) const;
+  Dense& q_proj() { return *q_; }
+  Dense& k_proj() { return *k_; }
+  Dense& v_proj() { return *v_; }
+  Dense& out_proj() { return *o_; }
+
+ private:
+  int64_t hidden_;
+  MultiHeadAttentionOptions options_;
+  std::shared_ptr<Dense> q_, k_, v_, o_;
+};
+
+}  // namespace tnt

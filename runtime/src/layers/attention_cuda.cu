@@ -1,0 +1,220 @@
+// The attention core on CUDA (semantics in attention_cuda.hpp): head split/merge kernels,
+// cuBLAS strided batched products over the B*H heads, and one fused kernel (a warp per row
+// of logits) for bias + softmax + dropout, and one for its backward. The dropout mask is
+// not stored: the backward draws it again from the same Philox counters.
+#include "layers/attention_cuda.hpp"
+
+#include "core/philox.hpp"
+#include "layers/gemm_cuda.hpp"
+
+namespace tnt::cuda {
+
+namespace {
+
+constexpr float kMaskBias = -1e9f;
+constexpr int kRowsPerBlock = kBlock / kWarp;
+
+struct CudaCore {
+  AttentionCoreArgs args;
+  DType dtype = DType::f32;
+  Tensor qh, kh, vh;  // (B, H, Tq, d) scaled, (B, H, Tk, d) x2, in dtype
+  Tensor p, pd;       // (B, H, Tq, Tk) in dtype; pd is p without dropout
+};
+
+// (B, T, H*d) -> (B, H, T, d), times s.
+template <typename T>
+__global__ void split_heads_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t b, int64_t t, int64_t h,
+                                   int64_t d, float s) {
+  TNT_KERNEL_LOOP(i, b * t * h * d) {
+    const int64_t j = i % d, ti = (i / d) % t, hi = (i / (d * t)) % h, bi = i / (d * t * h);
+    dst[i] = from_float<T>(to_float(src[(bi * t + ti) * h * d + hi * d + j]) * s);
+  }
+}
+
+// (B, H, T, d) -> (B, T, H*d), times s.
+template <typename T>
+__global__ void merge_heads_kernel(const T* __restrict__ src, T* __restrict__ dst, int64_t b, int64_t t, int64_t h,
+                                   int64_t d, float s) {
+  TNT_KERNEL_LOOP(i, b * t * h * d) {
+    const int64_t j = i % d, hi = (i / d) % h, ti = (i / (d * h)) % t, bi = i / (d * h * t);
+    dst[i] = from_float<T>(to_float(src[((bi * h + hi) * t + ti) * d + j]) * s);
+  }
+}
+
+// One warp per row r of the logits (B*H*Tq rows of Tk): bias, softmax in float, dropout.
+template <typename T, typename I>
+__global__ void softmax_forward_kernel(const float* __restrict__ logits,  // (R, Tk)
+                                       const I* __restrict__ ids,         // (B, Tk) or null
+                                       T* __restrict__ p,                 // (R, Tk)
+                                       T* __restrict__ pd,                // (R, Tk) or null (no dropout)
+                                       AttentionCoreArgs a) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t rows = a.batch * a.heads * a.tq;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int64_t tk = a.tk, b = r / (a.heads * a.tq), i = r % a.tq;
+  const float* lr = logits + r * tk;
+  auto biased = [&](int64_t j) {
+    float l = lr[j];
+    const bool masked = (ids != nullptr && ids[b * tk + j] == 0) || (a.causal && j > i + (tk - a.tq));
+    return masked ? l + kMaskBias : l;
+  };
+  float mx = -INFINITY;
+  for (int64_t j = lane; j < tk; j += kWarp) mx = fmaxf(mx, biased(j));
+  mx = warp_max(mx);
+  float total = 0.0f;
+  for (int64_t j = lane; j < tk; j += kWarp) total += __expf(biased(j) - mx);
+  const float inv = 1.0f / warp_sum(total);
+  const float keep_scale = 1.0f / (1.0f - a.rate);
+  for (int64_t j = lane; j < tk; j += kWarp) {
+    const float v = __expf(biased(j) - mx) * inv;
+    p[r * tk + j] = from_float<T>(v);
+    if (pd != nullptr) {
+      const bool kept = philox::uniform(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate;
+      pd[r * tk + j] = from_float<T>(kept ? v * keep_scale : 0.0f);
+    }
+  }
+}
+
+// dl = p (dp - sum_j dp_j p_j), dp = dpd through the dropout mask (drawn again).
+template <typename T>
+__global__ void softmax_backward_kernel(const float* __restrict__ dpd,  // (R, Tk)
+                                        const T* __restrict__ p,        // (R, Tk)
+                                        T* __restrict__ dl,             // (R, Tk)
+                                        AttentionCoreArgs a) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t rows = a.batch * a.heads * a.tq;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int64_t tk = a.tk;
+  const bool dropout = a.rate > 0.0f;
+  const float keep_scale = dropout ? 1.0f / (1.0f - a.rate) : 1.0f;
+  auto dp = [&](int64_t j) {
+    const float g = dpd[r * tk + j];
+    if (!dropout) return g;
+    return philox::uniform(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate ? g * keep_scale : 0.0f;
+  };
+  float dot = 0.0f;
+  for (int64_t j = lane; j < tk; j += kWarp) dot += dp(j) * to_float(p[r * tk + j]);
+  dot = warp_sum(dot);
+  for (int64_t j = lane; j < tk; j += kWarp) {
+    const float pj = to_float(p[r * tk + j]);
+    dl[r * tk + j] = from_float<T>(pj * (dp(j) - dot));
+  }
+}
+
+template <typename T>
+void heads(bool split, const Tensor& src, const Tensor& dst, int64_t b, int64_t t, int64_t h, int64_t d, float s,
+           int device) {
+  const int64_t n = b * t * h * d;
+  if (n == 0) return;
+  if (split) {
+    split_heads_kernel<T><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+        static_cast<const T*>(src.raw()), static_cast<T*>(dst.raw()), b, t, h, d, s);
+  } else {
+    merge_heads_kernel<T><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+        static_cast<const T*>(src.raw()), static_cast<T*>(dst.raw()), b, t, h, d, s);
+  }
+  TNT_CUDA_CHECK_LAUNCH();
+}
+
+unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+}  // namespace
+
+Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
+                              const AttentionCoreArgs& a, std::shared_ptr<void>& state) {
+  int device = common_device({&q, &k, &v}, "MultiHeadAttention");
+  const DType dt = q.dtype();
+  TNT_CHECK(k.dtype() == dt && v.dtype() == dt, "MultiHeadAttention: q {}, k {}, v {} of different dtypes", q.str(),
+            k.str(), v.str());
+  auto s = std::make_shared<CudaCore>();
+  s->args = a;
+  s->dtype = dt;
+  const int64_t B = a.batch, H = a.heads, Tq = a.tq, Tk = a.tk, d = a.depth, D = H * d;
+  const Device dev = q.device();
+  s->qh = Tensor::empty({B, H, Tq, d}, dt, dev);
+  s->kh = Tensor::empty({B, H, Tk, d}, dt, dev);
+  s->vh = Tensor::empty({B, H, Tk, d}, dt, dev);
+  Tensor logits = Tensor::empty({B, H, Tq, Tk}, DType::f32, dev);
+  s->p = Tensor::empty({B, H, Tq, Tk}, dt, dev);
+  s->pd = a.rate > 0.0f ? Tensor::empty({B, H, Tq, Tk}, dt, dev) : s->p;
+  Tensor oh = Tensor::empty({B, H, Tq, d}, dt, dev);
+  Tensor o = Tensor::empty({B, Tq, D}, dt, dev);
+  const int64_t rows = B * H * Tq;
+  TNT_CUDA_DISPATCH_FLOAT(dt, "MultiHeadAttention", {
+    heads<scalar_t>(true, q, s->qh, B, Tq, H, d, a.scale, device);
+    heads<scalar_t>(true, k, s->kh, B, Tk, H, d, 1.0f, device);
+    heads<scalar_t>(true, v, s->vh, B, Tk, H, d, 1.0f, device);
+    // logits (B*H, Tq, Tk) = qh kh^T, f32
+    gemm_rm(device, dt, DType::f32, false, true, Tq, Tk, d, 1.0f, s->qh.raw(), Tq * d, s->kh.raw(), Tk * d, 0.0f,
+            logits.raw(), Tq * Tk, B * H);
+    if (rows > 0 && Tk > 0) {
+      auto* pd = a.rate > 0.0f ? static_cast<scalar_t*>(s->pd.raw()) : nullptr;
+      if (key_ids.defined()) {
+        TNT_CUDA_DISPATCH_LABEL(key_ids.dtype(), "MultiHeadAttention", {
+          softmax_forward_kernel<scalar_t, label_t><<<row_blocks(rows), kBlock, 0, compute_stream(device)>>>(
+              static_cast<const float*>(logits.raw()), static_cast<const label_t*>(key_ids.raw()),
+              static_cast<scalar_t*>(s->p.raw()), pd, a);
+        });
+      } else {
+        softmax_forward_kernel<scalar_t, int64_t><<<row_blocks(rows), kBlock, 0, compute_stream(device)>>>(
+            static_cast<const float*>(logits.raw()), nullptr, static_cast<scalar_t*>(s->p.raw()), pd, a);
+      }
+      TNT_CUDA_CHECK_LAUNCH();
+    }
+    // oh (B*H, Tq, d) = pd vh
+    gemm_rm(device, dt, dt, false, false, Tq, d, Tk, 1.0f, s->pd.raw(), Tq * Tk, s->vh.raw(), Tk * d, 0.0f, oh.raw(),
+            Tq * d, B * H);
+    heads<scalar_t>(false, oh, o, B, Tq, H, d, 1.0f, device);
+  });
+  state = s;
+  return o;
+}
+
+void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& state, Tensor& dq, Tensor& dk,
+                             Tensor& dv) {
+  const auto& s = *static_cast<const CudaCore*>(state.get());
+  const AttentionCoreArgs& a = s.args;
+  const DType dt = s.dtype;
+  int device = common_device({&d_o, &s.qh}, "MultiHeadAttention backward");
+  const int64_t B = a.batch, H = a.heads, Tq = a.tq, Tk = a.tk, d = a.depth, D = H * d;
+  TNT_CHECK(d_o.numel() == B * Tq * D && d_o.dtype() == dt, "MultiHeadAttention: gradient {} for ({}, {}, {}) {}",
+            d_o.str(), B, Tq, D, dtype_name(dt));
+  const Device dev = d_o.device();
+  Tensor doh = Tensor::empty({B, H, Tq, d}, dt, dev);
+  Tensor dvh = Tensor::empty({B, H, Tk, d}, dt, dev);
+  Tensor dpd = Tensor::empty({B, H, Tq, Tk}, DType::f32, dev);
+  Tensor dl = Tensor::empty({B, H, Tq, Tk}, dt, dev);
+  Tensor dqh = Tensor::empty({B, H, Tq, d}, dt, dev);
+  Tensor dkh = Tensor::empty({B, H, Tk, d}, dt, dev);
+  dq = Tensor::empty({B, Tq, D}, dt, dev);
+  dk = Tensor::empty({B, Tk, D}, dt, dev);
+  dv = Tensor::empty({B, Tk, D}, dt, dev);
+  const int64_t rows = B * H * Tq;
+  TNT_CUDA_DISPATCH_FLOAT(dt, "MultiHeadAttention", {
+    heads<scalar_t>(true, d_o, doh, B, Tq, H, d, 1.0f, device);
+    // dvh (B*H, Tk, d) = pd^T doh
+    gemm_rm(device, dt, dt, true, false, Tk, d, Tq, 1.0f, s.pd.raw(), Tq * Tk, doh.raw(), Tq * d, 0.0f, dvh.raw(),
+            Tk * d, B * H);
+    // dpd (B*H, Tq, Tk) = doh vh^T, f32
+    gemm_rm(device, dt, DType::f32, false, true, Tq, Tk, d, 1.0f, doh.raw(), Tq * d, s.vh.raw(), Tk * d, 0.0f,
+            dpd.raw(), Tq * Tk, B * H);
+    if (rows > 0 && Tk > 0) {
+      softmax_backward_kernel<scalar_t><<<row_blocks(rows), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const float*>(dpd.raw()), static_cast<const scalar_t*>(s.p.raw()),
+          static_cast<scalar_t*>(dl.raw()), a);
+      TNT_CUDA_CHECK_LAUNCH();
+    }
+    // dqh (B*H, Tq, d) = dl kh; dkh (B*H, Tk, d) = dl^T qh (qh carries the scale)
+    gemm_rm(device, dt, dt, false, false, Tq, d, Tk, 1.0f, dl.raw(), Tq * Tk, s.kh.raw(), Tk * d, 0.0f, dqh.raw(),
+            Tq * d, B * H);
+    gemm_rm(device, dt, dt, true, false, Tk, d, Tq, 1.0f, dl.raw(), Tq * Tk, s.qh.raw(), Tq * d, 0.0f, dkh.raw(),
+            Tk * d, B * H);
+    heads<scalar_t>(false, dqh, dq, B, Tq, H, d, a.scale, device);
+    heads<scalar_t>(false, dkh, dk, B, Tk, H, d, 1.0f, device);
+    heads<scalar_t>(false, dvh, dv, B, Tk, H, d, 1.0f, device);
+  });
+}
+
+}  // namespace tnt::cuda

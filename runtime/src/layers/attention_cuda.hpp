@@ -1,0 +1,42 @@
+// The attention core's engines: what lies between the projections (done by the Dense
+// children, which dispatch themselves) of MultiHeadAttention (attention.hpp). The CPU core
+// is in attention.cpp, the CUDA core in attention_cuda.cu.
+// Semantics of the core, per batch b and head h, d = depth, D = heads * d:
+//   q_h = q[b, :, h*d:(h+1)*d] * scale (scale = d^-0.5), likewise k_h, v_h unscaled
+//   logits (Tq, Tk) = q_h k_h^T + bias, bias -1e9 (float add) where key_ids[b, j] == 0 or,
+//     when causal, j > i + (Tk - Tq)
+//   p = softmax(logits) (float); pd = p * keep / (1 - rate) in training with rate > 0, keep
+//     iff philox::uniform(key, base + ((b*H + h)*Tq + i)*Tk + j) >= rate, else pd = p
+//   o[b, :, h*d:(h+1)*d] = pd v_h
+// Mixed precision (CUDA): q, k, v, o and their gradients in the input dtype; logits and
+// their gradients f32; p and pd stored in the input dtype for the products.
+#pragma once
+
+#include "tarantella/layers/attention.hpp"
+
+#include <memory>
+
+namespace tnt {
+
+struct AttentionCoreArgs {
+  int64_t batch = 0, tq = 0, tk = 0, heads = 0, depth = 0;
+  float scale = 1.0f;
+  bool causal = false;
+  float rate = 0.0f;   // dropout applied when > 0
+  uint64_t key = 0;    // Philox key of the dropout mask
+  uint64_t base = 0;   // counter of element 0 of this rank's probabilities
+};
+
+namespace cuda {
+
+// q (B, Tq, D), k, v (B, Tk, D), key_ids (B, Tk) or undefined -> o (B, Tq, D). state keeps
+// what the backward needs.
+Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
+                              const AttentionCoreArgs& args, std::shared_ptr<void>& state);
+// d_o (B, Tq, D) -> dq (B, Tq, D), dk, dv (B, Tk, D).
+void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& state, Tensor& dq, Tensor& dk,
+                             Tensor& dv);
+
+}  // namespace cuda
+
+}  // namespace tnt

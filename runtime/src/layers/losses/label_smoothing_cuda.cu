@@ -1,0 +1,156 @@
+// LabelSmoothingCrossEntropy on CUDA (semantics in label_smoothing_cuda.hpp): one block per
+// row for max, log-sum-exp and the row's loss; a one-block fixed-order sum for the total;
+// backward one element-wise pass from the logits and the row's lse.
+#include "layers/losses/label_smoothing_cuda.hpp"
+
+#include "backend/cuda/device_common.cuh"
+#include "backend/device_api.hpp"
+
+#include <memory>
+
+namespace tnt::cuda {
+
+namespace {
+
+struct SmoothSaved {
+  double denominator = 1;
+};
+
+unsigned row_threads(int64_t v) {
+  int64_t t = (v + kWarp - 1) / kWarp * kWarp;
+  return static_cast<unsigned>(t < kBlock ? t : kBlock);
+}
+
+template <typename T, typename L>
+__global__ void smooth_forward_kernel(const T* __restrict__ logits,  // (R, V)
+                                      const L* __restrict__ labels,  // (R)
+                                      int64_t rows, int64_t v, double conf, double low, double c, int64_t pad,
+                                      float* __restrict__ lse,               // (R)
+                                      double* __restrict__ row_loss,         // (R)
+                                      unsigned long long* __restrict__ bad_row) {  // (1)
+  __shared__ float fscratch[kWarp];
+  __shared__ double dscratch[kWarp];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* xr = logits + r * v;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) mx = fmaxf(mx, to_float(xr[j]));
+    mx = block_max(mx, fscratch, -INFINITY);
+    double z = 0.0, xsum = 0.0;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+      const float x = to_float(xr[j]);
+      // Each term in float (fast on every GPU; ~1e-7 relative), summed in double.
+      z += static_cast<double>(expf(x - mx));
+      xsum += x;
+    }
+    z = block_sum(z, dscratch);
+    xsum = block_sum(xsum, dscratch);
+    if (threadIdx.x == 0) {
+      const double l = static_cast<double>(mx) + log(z);
+      lse[r] = static_cast<float>(l);
+      const int64_t y = static_cast<int64_t>(labels[r]);
+      double loss = 0.0;
+      if (y != pad) {
+        if (y < 0 || y >= v) {
+          atomicMin(bad_row, static_cast<unsigned long long>(r));
+        } else {
+          const double xy = to_float(xr[y]);
+          loss = l - conf * xy - low * (xsum - xy) - c;
+        }
+      }
+      row_loss[r] = loss;
+    }
+  }
+}
+
+template <typename T, typename L>
+__global__ void smooth_backward_kernel(const T* __restrict__ logits,   // (R, V)
+                                       const L* __restrict__ labels,   // (R)
+                                       const float* __restrict__ lse,  // (R)
+                                       int64_t rows, int64_t v, int64_t pad, float f, float conf, float low,
+                                       float* __restrict__ grad) {  // (R, V)
+  TNT_KERNEL_LOOP(i, rows * v) {
+    const int64_t r = i / v, j = i % v;
+    const int64_t y = static_cast<int64_t>(labels[r]);
+    grad[i] = y == pad ? 0.0f : (expf(to_float(logits[i]) - lse[r]) - (j == y ? conf : low)) * f;
+  }
+}
+
+__global__ void sum_divide_kernel(const double* __restrict__ values,  // (n)
+                                  int64_t n, double denominator, float* __restrict__ out) {
+  __shared__ double scratch[kWarp];
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += values[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) out[0] = static_cast<float>(acc / denominator);
+}
+
+}  // namespace
+
+Tensor label_smoothing_forward(LabelSmoothingCrossEntropy& loss, const Tensor& logits, const Tensor& labels,
+                               int64_t global_batch, SavedState& saved) {
+  int device = common_device({&logits, &labels}, "LabelSmoothingCrossEntropy");
+  const int64_t v = logits.dim(-1), rows = logits.numel() / v;
+  cudaStream_t stream = compute_stream(device);
+  Tensor lse = Tensor::empty({rows}, DType::f32, logits.device());
+  Tensor result = Tensor::empty({1}, DType::f32, logits.device());
+  auto info = std::make_shared<SmoothSaved>();
+  info->denominator = static_cast<double>(global_batch);
+  if (rows == 0) {
+    TNT_CUDA_CHECK(cudaMemsetAsync(result.raw(), 0, sizeof(float), stream));
+  } else {
+    Workspace ws(static_cast<size_t>(rows) * sizeof(double) + sizeof(unsigned long long), device);
+    double* row_loss = ws.as<double>();                                      // (R)
+    auto* bad_row = reinterpret_cast<unsigned long long*>(row_loss + rows);  // (1)
+    const unsigned long long none = ~0ull;
+    TNT_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, sizeof(none), stream));
+    const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+    const double conf = 1.0 - loss.smoothing(), low = loss.smoothing() / static_cast<double>(v - 1);
+    TNT_CUDA_DISPATCH_FLOAT(logits.dtype(), "LabelSmoothingCrossEntropy", {
+      TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "LabelSmoothingCrossEntropy", {
+        smooth_forward_kernel<scalar_t, label_t><<<grid, row_threads(v), 0, stream>>>(
+            static_cast<const scalar_t*>(logits.raw()), static_cast<const label_t*>(labels.raw()), rows, v, conf, low,
+            loss.min_entropy(v), loss.pad_id(), lse.data<float>(), row_loss, bad_row);
+      });
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+    sum_divide_kernel<<<1, kBlock, 0, stream>>>(row_loss, rows, info->denominator, result.data<float>());
+    TNT_CUDA_CHECK_LAUNCH();
+    unsigned long long bad = 0;
+    backend::cuda_copy(&bad, Device::cpu(), bad_row, logits.device(), sizeof(bad));
+    if (bad != none) {
+      const int64_t r = static_cast<int64_t>(bad);
+      const int64_t label = static_cast<int64_t>(labels.reshape({rows}).slice_rows(r, r + 1).to_double_vector().at(0));
+      TNT_INPUT_ERROR("LabelSmoothingCrossEntropy: label {} of token {} is outside the vocabulary [0, {})", label, r,
+                      v);
+    }
+  }
+  saved.tensors = {logits, labels, lse};
+  saved.extra = info;
+  return result;
+}
+
+Tensor label_smoothing_backward(LabelSmoothingCrossEntropy& loss, SavedState& saved, double scale) {
+  const Tensor& logits = saved.tensors.at(0);
+  const Tensor& labels = saved.tensors.at(1);
+  const Tensor& lse = saved.tensors.at(2);
+  int device = common_device({&logits, &labels, &lse}, "LabelSmoothingCrossEntropy backward");
+  const double denom = static_cast<const SmoothSaved*>(saved.extra.get())->denominator;
+  const int64_t v = logits.dim(-1), rows = logits.numel() / v;
+  Tensor grad = Tensor::empty(logits.shape(), DType::f32, logits.device());
+  const int64_t n = rows * v;
+  if (n == 0) return grad;
+  const float f = static_cast<float>(scale / denom);
+  const float conf = static_cast<float>(1.0 - loss.smoothing());
+  const float low = static_cast<float>(loss.smoothing() / static_cast<double>(v - 1));
+  TNT_CUDA_DISPATCH_FLOAT(logits.dtype(), "LabelSmoothingCrossEntropy", {
+    TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "LabelSmoothingCrossEntropy", {
+      smooth_backward_kernel<scalar_t, label_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(logits.raw()), static_cast<const label_t*>(labels.raw()), lse.data<float>(),
+          rows, v, loss.pad_id(), f, conf, low, grad.data<float>());
+    });
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+  return grad;
+}
+
+}  // namespace tnt::cuda

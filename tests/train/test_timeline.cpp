@@ -203,6 +203,24 @@ TEST_CASE("timeline: merged trace, rows, window, buckets against backward") {
     // the allreduce overlaps backward in (nearly) every step, checked loosely for a busy machine.
     if (p > 1) CHECK(overlapping_steps >= 4);
   }
+  // One clock: an allreduce needs every rank, so each bucket's allreduce intervals of all
+  // ranks share a moment. Misaligned clocks (off by more than an allreduce lasts) would
+  // separate them. The clocks align to microseconds on one host; 1 us of slack for printing.
+  for (int64_t s = 3; p > 1 && s <= 10; ++s) {
+    std::map<int64_t, std::pair<double, double>> common;  // bucket -> latest start, earliest end
+    for (int r = 0; r < p; ++r) {
+      auto [lo, hi] = by[r][s].equal_range("allreduce");
+      for (auto it = lo; it != hi; ++it) {
+        const int64_t b = it->second.args["bucket"].get<int64_t>();
+        auto [c, fresh] = common.try_emplace(b, it->second.t0, it->second.t1);
+        if (!fresh) c->second = {std::max(c->second.first, it->second.t0), std::min(c->second.second, it->second.t1)};
+      }
+    }
+    for (const auto& [b, c] : common) {
+      INFO("step " << s << " bucket " << b << ": latest start " << c.first << " us, earliest end " << c.second);
+      CHECK(c.first <= c.second + 1.0);
+    }
+  }
   fs::remove_all(dir);
 }
 

@@ -20,7 +20,7 @@
 // renamed) and removes the parts.
 //
 // Clocks: every rank's timestamps are moved onto rank 0's steady clock when the recorder
-// starts (rank 0 broadcasts its clock 16 times; each rank keeps the largest difference
+// starts (16 times: a barrier, then rank 0 broadcasts its clock; each rank keeps the largest difference
 // "rank 0's clock - mine at receipt", which falls short of the true offset by the smallest
 // broadcast latency seen: microseconds on one host, tens of them over a network). Time 0 is
 // rank 0's clock when the recorder started.

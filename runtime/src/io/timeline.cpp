@@ -101,8 +101,11 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
 
   // Clock offset to rank 0 (see tarantella/timeline.hpp): the largest of the samples, each
   // a lower bound of the true offset.
+  // The barrier first: a rank still on its way to the broadcast would receive late and
+  // give a loose bound (rank 0 sends without waiting for the receivers).
   double best = -1e300;
   for (int k = 0; k < kClockRounds; ++k) {
+    comm.barrier();
     double t = detail::now_s();
     comm.broadcast(&t, 1, DType::f64, Device::cpu(), Communicator::master_rank());
     best = std::max(best, t - detail::now_s());
@@ -111,6 +114,7 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
   double origin = detail::now_s();
   comm.broadcast(&origin, 1, DType::f64, Device::cpu(), Communicator::master_rank());
   origin_s_ = origin;
+  log_debug("timeline: rank {} clock offset to rank 0: {:.1f} us", rank_, offset_s_ * 1e6);
 
   // The master must be able to write beside path (it writes path at the end); another rank
   // whose host does not have that directory (no shared file system) keeps its events in

@@ -177,7 +177,12 @@ def main():
                 prog_args = merged_args([f.format(**fields) for f in PROGRAMS[kind]], a.program_args)
                 cmd = [launcher, "--timeline", trace]
                 if hosts:
+                    # Whole nodes of per_node ranks, or part of one node.
+                    if ranks > per_node and ranks % per_node:
+                        fail("%d ranks is not a multiple of %d ranks per node (SLURM_NTASKS_PER_NODE)" % (ranks, per_node))
                     nodes = max(1, ranks // per_node)
+                    if nodes > len(hosts):
+                        fail("%d ranks need %d nodes; the allocation has %d" % (ranks, nodes, len(hosts)))
                     cmd += ["-H", ",".join(hosts[:nodes]), "-n", str(min(ranks, per_node))]
                 else:
                     cmd += ["-n", str(ranks)]

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 
 namespace tnt::launcher {
 
@@ -43,6 +44,8 @@ cxxopts::Options make_parser() {
       ("log-level", "DEBUG, INFO, WARNING or ERROR, exported as TNT_LOG_LEVEL", cxxopts::value<std::string>(), "LEVEL")
       ("output-on-all-devices", "Progress output from every rank, not only rank 0 (TNT_OUTPUT_ON_ALL_DEVICES=1)")
       ("log-on-all-devices", "Log lines from every rank (TNT_LOG_ON_ALL_DEVICES=1)")
+      ("timeline", "Write a Chrome trace of training steps TNT_TIMELINE_STEPS (default 1-10) to FILE, exported as "
+       "TNT_TIMELINE", cxxopts::value<std::string>(), "FILE")
       ("x", "Export KEY=VALUE to every rank (repeatable); every TNT_* variable of this environment is exported as well",
        cxxopts::value<std::string>(), "KEY=VALUE");
   o.add_options("Pinning")
@@ -200,6 +203,15 @@ Options parse_command_line(const std::vector<std::string>& args) {
     clash(env::log_level, o.log_level.has_value(), "--log-level");
     clash(env::output_on_all_devices, o.output_on_all_devices, "--output-on-all-devices");
     clash(env::log_on_all_devices, o.log_on_all_devices, "--log-on-all-devices");
+  }
+
+  if (result.count("timeline")) {
+    const auto path = result["timeline"].as<std::string>();
+    if (path.empty()) throw InputError("--timeline: the path is empty");
+    for (const auto& e : o.exports) {
+      if (e.first == "TNT_TIMELINE") throw InputError("-x TNT_TIMELINE=... and --timeline set the same variable; give one");
+    }
+    o.exports.emplace_back("TNT_TIMELINE", std::filesystem::absolute(path).string());
   }
 
   auto seconds = [&](const char* flag) -> std::optional<double> {

@@ -42,7 +42,8 @@ ProgramFlags::ProgramFlags(const std::string& program, const std::string& summar
     ("epochs_between_evals", defaults.epochs_between_evals_help, cxxopts::value<int>()->default_value("1"))
     ("seed", defaults.seed_help, cxxopts::value<uint64_t>()->default_value("42"))
     ("verbose", "0 silent, 1 progress bar, 2 a line per epoch", cxxopts::value<int>()->default_value(std::to_string(defaults.verbose)))
-    ("overwrite", "replace the output of an earlier run in --model_dir (without it, such a directory is refused)", cxxopts::value<bool>()->default_value("false"));
+    ("overwrite", "replace the output of an earlier run in --model_dir (without it, such a directory is refused)", cxxopts::value<bool>()->default_value("false"))
+    ("enable_tensorboard", "write TensorBoard event files to <model_dir>/train and <model_dir>/validation", cxxopts::value<bool>()->default_value("false"));
   // clang-format on
 }
 
@@ -72,6 +73,7 @@ CommonFlags ProgramFlags::common() const {
   f.epochs_between_evals = args_["epochs_between_evals"].as<int>();
   f.seed = args_["seed"].as<uint64_t>();
   f.verbose = args_["verbose"].as<int>();
+  f.enable_tensorboard = args_["enable_tensorboard"].as<bool>();
   TNT_INPUT_CHECK(f.batch_size > 0, "--batch_size={}: must be positive", f.batch_size);
   TNT_INPUT_CHECK(f.train_epochs >= 0, "--train_epochs={}: must be at least 0", f.train_epochs);
   TNT_INPUT_CHECK(f.epochs_between_evals > 0, "--epochs_between_evals={}: must be positive", f.epochs_between_evals);

@@ -49,6 +49,7 @@ struct CommonFlags {
   int epochs_between_evals = 1;
   uint64_t seed = 0;
   int verbose = 1;
+  bool enable_tensorboard = false;  // TensorBoard event files under model_dir/{train,validation}
 };
 
 class ProgramFlags {

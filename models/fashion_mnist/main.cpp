@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
     ("model", "cnn or mlp", cxxopts::value<std::string>()->default_value("cnn"))
     ("optimizer", "adam or sgd", cxxopts::value<std::string>()->default_value("adam"))
     ("learning_rate", "learning rate (default: 0.001 for adam, 0.01 for sgd)", cxxopts::value<double>())
+    ("scale_learning_rate", "scale the learning rate linearly with the global batch: lr * batch_size / 128", cxxopts::value<bool>()->default_value("false"))
+    ("warmup_epochs", "raise the learning rate linearly from 0 over this many epochs (0: none)", cxxopts::value<double>()->default_value("0"))
     ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
     ("num_train_samples", "use only the first N training samples (0 = all)", cxxopts::value<int64_t>()->default_value("0"))
     ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"));
@@ -120,13 +122,25 @@ int main(int argc, char** argv) {
     net->build({1, 28, 28});
     tnt::Model model(net, common.seed);
     double lr = args.count("learning_rate") ? args["learning_rate"].as<double>() : (opt_kind == "adam" ? 1e-3 : 1e-2);
+    TNT_INPUT_CHECK(lr > 0, "--learning_rate={}: must be positive", lr);
+    // The linear scaling rule (Goyal et al.): the rate grows with the global batch, from
+    // the rate given for a batch of 128.
+    if (args["scale_learning_rate"].as<bool>()) lr *= static_cast<double>(common.batch_size) / 128.0;
+    const double warmup_epochs = args["warmup_epochs"].as<double>();
+    TNT_INPUT_CHECK(warmup_epochs >= 0, "--warmup_epochs={}: must be at least 0", warmup_epochs);
+    // Steps a rank takes per epoch: the last partial batch is padded, so it is a step too.
+    const int64_t steps_per_epoch = (n_train + common.batch_size - 1) / common.batch_size;
+    const auto warmup_steps = static_cast<int64_t>(warmup_epochs * static_cast<double>(steps_per_epoch));
+    tnt::SchedulePtr schedule = warmup_steps > 0
+        ? tnt::SchedulePtr(std::make_shared<tnt::PiecewiseConstantWithWarmup>(std::vector<int64_t>{}, std::vector<double>{lr}, warmup_steps))
+        : tnt::SchedulePtr(std::make_shared<tnt::ConstantSchedule>(lr));
     std::shared_ptr<tnt::Optimizer> optimizer;
     if (opt_kind == "adam") {
-      optimizer = std::make_shared<tnt::Adam>(lr);
+      optimizer = std::make_shared<tnt::Adam>(schedule);
     } else {
       tnt::SgdOptions o;
       o.momentum = 0.9;
-      optimizer = std::make_shared<tnt::SGD>(lr, o);
+      optimizer = std::make_shared<tnt::SGD>(schedule, o);
     }
     model.compile(optimizer, std::make_shared<tnt::SoftmaxCrossEntropy>(), {std::make_shared<tnt::Accuracy>()});
 
@@ -170,6 +184,7 @@ int main(int argc, char** argv) {
     // the epoch's history row and checkpoint: exit status 1, the last good checkpoint kept.
     auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
     fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss")};
+    if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir));
     tnt::History history = model.fit(train_data, fit);
 
     tnt::EvaluateOptions ev;

@@ -307,6 +307,7 @@ int main(int argc, char** argv) {
     fit.callbacks = {std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise), csv,
                      std::make_shared<ThroughputLogger>(common.batch_size, log_steps)};
     if (train_steps > 0) fit.callbacks.push_back(std::make_shared<StopAfterSteps>(train_steps));
+    if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir));
     if (checkpoint_and_export) {
       fit.callbacks.push_back(
           std::make_shared<tnt::ModelCheckpoint>(common.model_dir + "/checkpoint.safetensors", "loss"));

@@ -27,6 +27,7 @@ struct TrainParams {
   int epochs = 0;           // last epoch index + 1
   int initial_epoch = 0;
   int64_t steps = 0;        // steps per epoch
+  int64_t batch_size = 0;   // GLOBAL batch size; 0 when the ranks' own micro-batches are used
   int verbose = 1;
   std::vector<std::string> metrics;  // names in display order
 };
@@ -190,6 +191,39 @@ class TerminateOnNaN : public Callback {
   Action action_;
   int epoch_ = 0;
   int64_t stopped_step_ = -1;
+};
+
+// Keras' TensorBoard callback: event files that TensorBoard reads, in log_dir/train and
+// log_dir/validation (events.out.tfevents.<time>.<host>). After each epoch, at step = epoch
+// (0-based, as Keras): "epoch_<name>" for every logged metric (the val_ ones in validation/,
+// without the prefix), and in train/ also epoch_step_time_ms (mean training step),
+// epoch_samples_per_second (global batch / step time, when the global batch is known) and,
+// with more than one rank, epoch_hidden_communication (the fraction of gradient
+// communication hidden behind backward, as the "x% hidden" line). update_freq = N > 0 adds
+// "batch_<name>" every N training steps (at the global step). Written by the master only,
+// flushed after every epoch: a crash leaves the whole records of the epochs before it.
+// profile_batch "a,b" (also "a-b" or "a"): a timeline of training steps a..b (1-based) into
+// log_dir/train/timeline.json, the recorder of tarantella/timeline.hpp; "" or "0": none.
+// Runs on every rank (the timeline and the directory check are collective).
+class TensorBoard : public Callback {
+ public:
+  explicit TensorBoard(std::string log_dir, int64_t update_freq = 0, std::string profile_batch = "");
+  ~TensorBoard() override;
+  void on_train_begin(const Logs&) override;
+  void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+  void on_train_end(const Logs&) override;
+  // The event files (the master's; empty elsewhere and before training).
+  std::string train_file() const;
+  std::string validation_file() const;
+
+ private:
+  struct Writers;
+  std::string log_dir_;
+  int64_t update_freq_;
+  std::string profile_batch_;
+  std::unique_ptr<Writers> writers_;
+  bool own_timeline_ = false;
 };
 
 // Whether `current` improves on `best` for metric `name` (mode automatic: "acc"/"accuracy"

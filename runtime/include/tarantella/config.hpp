@@ -22,6 +22,8 @@ namespace tnt {
   X(output_on_all_devices, bool, "TNT_OUTPUT_ON_ALL_DEVICES", false, "",                        \
     "progress output from every rank, not only the master (files: the master's only)")         \
   X(log_on_all_devices, bool, "TNT_LOG_ON_ALL_DEVICES", false, "", "log lines from every rank")  \
+  X(timeline, std::string, "TNT_TIMELINE", "", "", "Chrome trace file of a window of steps; empty = off") \
+  X(timeline_steps, std::string, "TNT_TIMELINE_STEPS", "1-10", "steps", "the timeline's window a-b (1-based)") \
   X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
   X(device, std::string, "TNT_DEVICE", "", "",                                                 \
     "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \

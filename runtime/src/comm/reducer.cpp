@@ -11,6 +11,7 @@
 #include "comm/agreement.hpp"
 #include "comm/bucket_plan.hpp"
 #include "comm/transport.hpp"
+#include "io/timeline.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/runtime.hpp"
 
@@ -102,7 +103,8 @@ struct Reducer::Impl {
     try {
       while (next_launch < buckets.size() && missing[next_launch] == 0) {
         size_t b = next_launch++;
-        if (size > 1) transport->launch(b, local_factor);
+        timeline::Span span(timeline::Lane::compute, "launch", [&] { return fmt::format(R"("bucket":{})", b); });
+      if (size > 1) transport->launch(b, local_factor);
       }
     } catch (...) {
       // A bucket counted as launched whose collective never started: finalize() would

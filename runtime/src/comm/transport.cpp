@@ -1,5 +1,6 @@
 #include "comm/transport.hpp"
 
+#include "io/timeline.hpp"
 #include "tarantella/check.hpp"
 
 namespace tnt::comm {
@@ -15,6 +16,9 @@ std::vector<FusedBucket> fuse_buckets(const TransportSetup& setup) {
     f.bytes = pb.bytes;
     f.algo = setup.comm.resolve(setup.options.algo, pb.device);
     f.what = fmt::format("Reducer bucket {} ({} B)", b, pb.bytes);
+    std::string names;
+    for (size_t g : pb.gradients) names += (names.empty() ? "" : ", ") + setup.names[g];
+    f.trace_args = fmt::format(R"("bucket":{},"bytes":{},"tensors":"{}")", b, pb.bytes, timeline::escape(names));
     if (pb.gradients.size() > 1) f.fused = Tensor::empty({pb.elements}, pb.dtype, pb.device);  // (bucket elements,)
     out.push_back(std::move(f));
   }

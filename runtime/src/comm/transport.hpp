@@ -46,6 +46,7 @@ struct FusedBucket {
   int64_t bytes = 0;
   AllreduceAlgo algo = AllreduceAlgo::automatic;
   std::string what;  // "Reducer bucket 3 (40960 B)", for messages
+  std::string trace_args;  // the timeline's args: bucket, bytes, tensors (io/timeline.hpp)
 };
 
 // The plan's buckets with their fused buffers allocated where the gradients live, and the

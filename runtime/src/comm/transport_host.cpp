@@ -7,6 +7,7 @@
 #include "comm/comm_impl.hpp"
 #include "comm/host_reduce.hpp"
 #include "comm/transport.hpp"
+#include "io/timeline.hpp"
 #include "tarantella/check.hpp"
 
 #include <atomic>
@@ -83,6 +84,7 @@ class HostTransport final : public Transport {
 
   void unpack(size_t b, double scale) override {
     FusedBucket& bk = buckets_[b];
+    timeline::Span span(timeline::Lane::compute, "unpack", [&] { return bk.trace_args; });
     if (!bk.fused.defined()) {
       Tensor& g = bk.members[0];
       host_scale(g.raw(), g.numel(), g.dtype(), scale);
@@ -124,15 +126,20 @@ class HostTransport final : public Transport {
     if (!bk.fused.defined()) {
       Tensor& g = bk.members[0];
       host_scale(g.raw(), g.numel(), g.dtype(), factor);
+      timeline::Span span(timeline::Lane::communication, "allreduce", [&] { return bk.trace_args; });
       comm_->allreduce(g.raw(), g.numel(), g.dtype(), Device::cpu(), ReduceOp::sum, bk.algo);
       return;
     }
     char* base = static_cast<char*>(bk.fused.raw());
     const size_t elem = dtype_size(bk.dtype);
-    for (size_t k = 0; k < bk.members.size(); ++k) {
-      const Tensor& g = bk.members[k];
-      host_scale_copy(base + static_cast<size_t>(bk.offsets[k]) * elem, g.raw(), g.numel(), g.dtype(), factor);
+    {
+      timeline::Span span(timeline::Lane::communication, "pack", [&] { return bk.trace_args; });
+      for (size_t k = 0; k < bk.members.size(); ++k) {
+        const Tensor& g = bk.members[k];
+        host_scale_copy(base + static_cast<size_t>(bk.offsets[k]) * elem, g.raw(), g.numel(), g.dtype(), factor);
+      }
     }
+    timeline::Span span(timeline::Lane::communication, "allreduce", [&] { return bk.trace_args; });
     comm_->allreduce(bk.fused.raw(), bk.fused.numel(), bk.dtype, Device::cpu(), ReduceOp::sum, bk.algo);
   }
 

@@ -10,6 +10,10 @@
 
 namespace tnt {
 
+namespace timeline {
+class Recorder;
+}
+
 struct RuntimeContext {
   Config config;
   int rank = 0;
@@ -20,6 +24,7 @@ struct RuntimeContext {
   int num_threads = 1;
   bool we_initialized_mpi = false;
   std::unique_ptr<Communicator> comm;
+  std::shared_ptr<timeline::Recorder> timeline;  // while a timeline records (io/timeline.hpp)
 };
 
 RuntimeContext* context_or_null();

@@ -2,6 +2,7 @@
 
 #include "tarantella/check.hpp"
 #include "core/clock.hpp"
+#include "io/timeline.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/model.hpp"
 
@@ -280,7 +281,10 @@ void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
   std::string path = path_;
   size_t pos = path.find("{epoch}");
   if (pos != std::string::npos) path.replace(pos, 7, fmt::format("{:02d}", epoch + 1));
-  model_->save_checkpoint(path, epoch + 1);
+  {
+    timeline::Span span(timeline::Lane::compute, "checkpoint write", [&] { return R"("path":")" + timeline::escape(path) + "\""; });
+    model_->save_checkpoint(path, epoch + 1);
+  }
   last_path_ = path;
 }
 

@@ -4,6 +4,7 @@
 
 #include "comm/agreement.hpp"
 #include "core/clock.hpp"
+#include "io/timeline.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/ops.hpp"
@@ -18,6 +19,8 @@ namespace {
 
 using detail::NextBatch;
 using detail::now_s;
+using timeline::Lane;
+using Span = timeline::Span;
 
 bool runs_on_this_rank(Callback::Ranks ranks) {
   switch (ranks) {
@@ -247,7 +250,11 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   rc.step = global_step_;
   rc.sample_offset = batch.sample_offset;
   network_->zero_grad();
-  const Tensor pred = network_->forward(in.inputs, rc).at(0);
+  Tensor pred;
+  {
+    Span span(Lane::compute, "forward");
+    pred = network_->forward(in.inputs, rc).at(0);
+  }
 
   // Padding rows get a zero gradient: they are computed but never counted.
   Tensor grad_pred;
@@ -257,6 +264,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   const int64_t units = by_tokens ? (real > 0 ? loss_->count_tokens(rows(in.target, real)) : 0) : real;
   const int64_t global_units = by_tokens ? communicator().allreduce_sum(units) : batch.global_real_samples;
   if (real > 0) {
+    Span span(Lane::compute, "loss");
     SavedState ls;
     const int64_t global_real = std::max<int64_t>(global_units, 1);
     Tensor loss = loss_->forward(rows(pred, real), rows(in.target, real), global_real, ls);
@@ -273,8 +281,16 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   const double t_bwd = now_s();
   double t_bwd_end = 0;
   try {
-    network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) { reducer_->mark_ready(index); });
+    {
+      Span span(Lane::compute, "backward");
+      timeline::LayerSpans layers(&trainable_);
+      network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) {
+        layers.gradient_ready(index);
+        reducer_->mark_ready(index);
+      });
+    }
     t_bwd_end = now_s();
+    Span span(Lane::compute, "wait for gradients");
     reducer_->finalize(1.0 / scaler_.scale());  // the loss scale is divided out here
   } catch (...) {
     // The Reducer may be left mid-step, its thread still reducing this step's buckets.
@@ -286,6 +302,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   const double t_comm_end = now_s();
 
   // The summed gradients are bitwise equal on every rank, so every rank decides alike.
+  Span span(Lane::compute, "optimizer");
   if (!scaler_.enabled() || scaler_.update(ops::has_non_finite(trainable_grads_))) {
     optimizer_->step(trainable_);
   } else {
@@ -305,6 +322,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
 void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals) {
   StepInputs in = step_inputs(batch, "evaluate");
   const int64_t real = batch.real_samples;
+  Span span(Lane::compute, "evaluation step");
   const Tensor pred = network_->forward(in.inputs, rc, false).at(0);
   if (real == 0) return;
   SavedState ls;
@@ -363,6 +381,7 @@ History Model::fit(const DistributedDataset& data, FitOptions options) {
   TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == data.micro_batch_size(),
                   "fit: micro_batch_size={} but the distributed dataset gives rank {} {} samples",
                   options.micro_batch_size, rank(), data.micro_batch_size());
+  options.batch_size = data.global_batch_size();
   return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(),
                  validation_set(options), options);
 }
@@ -390,6 +409,7 @@ void Model::check_ranks_agree() {
 // Everything a step needs that outlives it: the initial weights on every rank, one Reducer
 // over the trainable gradients (in the order the graph's hook numbers them).
 void Model::prepare_training() {
+  timeline::start_from_config(communicator());  // TNT_TIMELINE (collective, once)
   if (!weights_synced_) broadcast_weights();
   check_ranks_agree();
   trainable_ = network_->trainable_parameters();
@@ -421,6 +441,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   params.epochs = options.epochs;
   params.initial_epoch = options.initial_epoch;
   params.steps = steps;
+  params.batch_size = options.distribute_dataset ? options.batch_size : 0;
   params.verbose = options.verbose;
   params.metrics.push_back("loss");
   for (auto& m : metrics_) params.metrics.push_back(m->name());
@@ -447,13 +468,19 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
 
     NextBatch next = source(epoch);
     for (int64_t step = 0; !stop_requested_; ++step) {
+      const double t_input = now_s();
       std::optional<Batch> batch = next();
       if (!batch) break;
+      timeline::step_begin(global_step_ + 1, epoch, t_input);  // opens/closes the window; the input wait
+      Span step_span(Lane::compute, "step", [&] { return fmt::format(R"("epoch":{},"batch":{})", epoch, step); });
       callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, logs); });
       lr_used = optimizer_->learning_rate();
       const double t0 = now_s();
       train_step(*batch, rc, totals);
-      logs = totals.global();
+      {
+        Span span(Lane::compute, "metrics");
+        logs = totals.global();
+      }
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
       if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
@@ -462,6 +489,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
 
     const bool ran_steps = !logs.empty();
     if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {
+      Span span(Lane::compute, "evaluation");
       for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0))) logs["val_" + k] = v;
     }
     logs["learning_rate"] = lr_used;
@@ -472,9 +500,11 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
             epoch + 1, timing_.step_seconds * 1e3, timing_.backward_seconds * 1e3, timing_.comm_seconds * 1e3,
             timing_.exposed_comm_seconds * 1e3, timing_.hidden_fraction() * 100.0);
     }
+    Span span(Lane::compute, "epoch end callbacks");
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
   }
   callbacks.each([&](Callback& c) { c.on_train_end(logs); });
+  timeline::fit_end(communicator());  // collective: the master writes the timeline file
   return history;
 }
 

@@ -1,0 +1,333 @@
+// The timeline recorder (io/timeline.hpp, tarantella/timeline.hpp).
+//
+// Events are buffered per rank under a mutex (the compute and the communication thread both
+// add) and formatted when the window moves on to the next step: each line of the part file
+// is one event followed by a comma, after a first line "[", which is the form of Chrome's
+// JSON array format that is still valid without its closing bracket. The merge gathers the
+// same lines by broadcast from every rank (the parts may sit on other hosts' disks).
+#include "io/timeline.hpp"
+
+#include "core/context.hpp"
+#include "tarantella/check.hpp"
+#include "tarantella/comm.hpp"
+#include "tarantella/log.hpp"
+#include "tarantella/runtime.hpp"
+#include "tarantella/timeline.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <iterator>
+
+namespace tnt {
+namespace timeline {
+
+namespace {
+
+constexpr int kClockRounds = 16;
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+const char* lane_name(Lane lane) { return lane == Lane::compute ? "compute" : "communication"; }
+
+std::string metadata(int rank, const std::string& host) {
+  std::string out;
+  out += fmt::format(R"({{"name":"process_name","ph":"M","pid":{},"tid":0,"args":{{"name":"rank {} on {}"}}}},)"
+                     "\n",
+                     rank, rank, escape(host));
+  out += fmt::format(R"({{"name":"process_sort_index","ph":"M","pid":{},"tid":0,"args":{{"sort_index":{}}}}},)"
+                     "\n",
+                     rank, rank);
+  for (Lane lane : {Lane::compute, Lane::communication}) {
+    out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}"}}}},)"
+                       "\n",
+                       rank, static_cast<int>(lane), lane_name(lane));
+  }
+  return out;
+}
+
+// Every rank learns whether every rank managed; the ranks that did not name themselves.
+void agree_or_throw(Communicator& comm, const std::string& my_error, const std::string& what) {
+  std::vector<int64_t> failed = comm.allgather(int64_t{my_error.empty() ? 0 : 1});
+  std::string ranks;
+  for (size_t q = 0; q < failed.size(); ++q) {
+    if (failed[q]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+  }
+  if (ranks.empty()) return;
+  if (!my_error.empty()) TNT_INPUT_ERROR("{}", my_error);
+  TNT_INPUT_ERROR("{}: failed on rank(s) {}", what, ranks);
+}
+
+}  // namespace
+
+std::string escape(std::string_view text) {
+  const bool plain = std::none_of(text.begin(), text.end(), [](char c) {
+    return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+  });
+  if (plain) return std::string(text);
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step)
+    : path_(std::move(path)), first_step_(first_step), last_step_(last_step) {
+  rank_ = comm.rank();
+  size_ = comm.size();
+  host_ = host_name();
+  part_path_ = fmt::format("{}.rank{}", path_, rank_);
+
+  // Clock offset to rank 0 (see tarantella/timeline.hpp): the largest of the samples, each
+  // a lower bound of the true offset.
+  // The barrier first: a rank still on its way to the broadcast would receive late and
+  // give a loose bound (rank 0 sends without waiting for the receivers).
+  double best = -1e300;
+  for (int k = 0; k < kClockRounds; ++k) {
+    comm.barrier();
+    double t = detail::now_s();
+    comm.broadcast(&t, 1, DType::f64, Device::cpu(), Communicator::master_rank());
+    best = std::max(best, t - detail::now_s());
+  }
+  offset_s_ = rank_ == Communicator::master_rank() ? 0.0 : best;
+  double origin = detail::now_s();
+  comm.broadcast(&origin, 1, DType::f64, Device::cpu(), Communicator::master_rank());
+  origin_s_ = origin;
+  log_debug("timeline: rank {} clock offset to rank 0: {:.1f} us", rank_, offset_s_ * 1e6);
+
+  // The master must be able to write beside path (it writes path at the end); another rank
+  // whose host does not have that directory (no shared file system) keeps its events in
+  // memory only: the merge gathers them through MPI.
+  std::string error;
+  events_ = metadata(rank_, host_);
+  part_ = std::fopen(part_path_.c_str(), "w");
+  if (part_ && (std::fputs("[\n", part_) < 0 || std::fputs(events_.c_str(), part_) < 0 || std::fflush(part_) != 0)) {
+    std::fclose(part_);
+    part_ = nullptr;
+  }
+  if (!part_) {
+    const std::string why = fmt::format("timeline: cannot write '{}' (rank {}'s part of '{}'): {}", part_path_, rank_,
+                                        path_, std::strerror(errno));
+    if (rank_ == Communicator::master_rank()) {
+      error = why;
+    } else {
+      log_warning("{}; its events are kept in memory until the merge", why);
+      part_failed_ = true;
+    }
+  }
+  agree_or_throw(comm, error, fmt::format("timeline '{}': the master cannot write there", path_));
+}
+
+Recorder::~Recorder() {
+  if (part_) std::fclose(part_);
+}
+
+void Recorder::add(Lane lane, std::string name, const char* category, double t0, double t1, std::string args) {
+  const int64_t step = step_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lk(mu_);
+  pending_.push_back({lane, std::move(name), category, t0, t1, step, std::move(args)});
+}
+
+void Recorder::format(const Event& e, std::string& out) const {
+  const double ts = (e.t0 + offset_s_ - origin_s_) * 1e6;
+  const double dur = std::max(0.0, e.t1 - e.t0) * 1e6;
+  fmt::format_to(std::back_inserter(out),
+                 R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f},)"
+                 R"("args":{{"step":{}{}{}}}}},)"
+                 "\n",
+                 escape(e.name), e.category, rank_, static_cast<int>(e.lane), ts, dur, e.step,
+                 e.args.empty() ? "" : ",", e.args);
+}
+
+void Recorder::flush_part() {
+  std::vector<Event> events;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    events.swap(pending_);
+  }
+  if (events.empty()) return;
+  std::string text;
+  text.reserve(events.size() * 160);
+  for (const Event& e : events) format(e, text);
+  events_ += text;
+  unmerged_ = true;
+  if (part_failed_) return;
+  if (!part_) {
+    // Removed by an earlier merge: the part starts again with everything so far.
+    part_ = std::fopen(part_path_.c_str(), "w");
+    if (!part_) {
+      log_warning("timeline: cannot create '{}': {}; the merge at the end still has the events", part_path_,
+                  std::strerror(errno));
+      return;
+    }
+    std::fputs("[\n", part_);
+    std::fputs(events_.c_str(), part_);
+  } else {
+    std::fputs(text.c_str(), part_);
+  }
+  if (std::fflush(part_) != 0) log_warning("timeline: cannot write '{}': {}", part_path_, std::strerror(errno));
+}
+
+void Recorder::step_begin(int64_t step, int epoch, double input_start_s) {
+  const bool in = step >= first_step_ && step <= last_step_;
+  flush_part();
+  step_.store(step, std::memory_order_relaxed);
+  recording_.store(in, std::memory_order_relaxed);
+  if (in) add(Lane::compute, "input", "step", input_start_s, detail::now_s(), fmt::format(R"("epoch":{})", epoch));
+}
+
+void Recorder::merge(Communicator& comm) {
+  recording_.store(false, std::memory_order_relaxed);
+  flush_part();
+  std::string all;
+  for (int q = 0; q < size_; ++q) {
+    std::string part = q == rank_ ? events_ : std::string();
+    comm.broadcast(part, q);
+    if (rank_ == Communicator::master_rank()) all += part;
+  }
+  std::string error;
+  if (rank_ == Communicator::master_rank()) {
+    // Drop the last event's comma; the array and the object close after it.
+    while (!all.empty() && (all.back() == '\n' || all.back() == ',')) all.pop_back();
+    const std::string tmp = path_ + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    bool ok = f != nullptr;
+    if (ok) {
+      std::string text = "{\"traceEvents\":[\n" + all + "\n],\n\"displayTimeUnit\":\"ms\",\n";
+      text += fmt::format(
+          R"("otherData":{{"producer":"tarantella","ranks":{},"steps":"{}-{}",)"
+          R"x("clock":"steady clock of each rank, moved onto rank 0's (largest of {} broadcast samples)"}}}})x"
+          "\n",
+          size_, first_step_, last_step_, kClockRounds);
+      ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+      ok = (std::fclose(f) == 0) && ok;
+    }
+    if (ok) ok = std::rename(tmp.c_str(), path_.c_str()) == 0;
+    if (!ok) {
+      error = fmt::format("timeline: cannot write '{}': {}", path_, std::strerror(errno));
+      std::remove(tmp.c_str());
+    }
+  }
+  comm.broadcast(error, Communicator::master_rank());
+  if (!error.empty()) TNT_INPUT_ERROR("{} (the per-rank parts {}.rank<R> are left in place)", error, path_);
+  if (part_) {
+    std::fclose(part_);
+    part_ = nullptr;
+  }
+  std::remove(part_path_.c_str());
+  unmerged_ = false;
+}
+
+Recorder* current() {
+  RuntimeContext* c = context_or_null();
+  return c ? c->timeline.get() : nullptr;
+}
+
+Recorder* active() {
+  RuntimeContext* c = context_or_null();
+  if (!c || !c->timeline) return nullptr;
+  return c->timeline->recording() ? c->timeline.get() : nullptr;
+}
+
+void start_from_config(Communicator& comm) {
+  RuntimeContext* c = context_or_null();
+  if (!c || c->timeline || c->config.timeline.empty()) return;
+  auto [first, last] = parse_step_window(c->config.timeline_steps, "TNT_TIMELINE_STEPS");
+  c->timeline = std::make_shared<Recorder>(comm, c->config.timeline, first, last);
+}
+
+void step_begin(int64_t step, int epoch, double input_start_s) {
+  if (Recorder* r = current()) r->step_begin(step, epoch, input_start_s);
+}
+
+void fit_end(Communicator& comm) {
+  Recorder* r = current();
+  if (!r) return;
+  r->step_begin(0, 0, 0.0);  // the window closes with training (steps count from 1)
+  if (r->has_unmerged()) r->merge(comm);
+}
+
+void Span::begin(Lane lane, std::string_view name, std::string args) {
+  lane_ = lane;
+  name_ = name;
+  args_ = std::move(args);
+  t0_ = detail::now_s();
+}
+
+void Span::end() { recorder_->add(lane_, std::move(name_), "tarantella", t0_, detail::now_s(), std::move(args_)); }
+
+void LayerSpans::mark(size_t index) {
+  const std::string& full = (*params_)[index].name;
+  std::string layer = full.substr(0, full.rfind('.'));
+  if (layer == last_layer_) return;  // the layer's next parameter: the same moment
+  const double now = detail::now_s();
+  recorder_->add(Lane::compute, "backward " + layer, "backward", last_, now,
+                 fmt::format(R"("layer":"{}")", escape(layer)));
+  last_layer_ = std::move(layer);
+  last_ = now;
+}
+
+}  // namespace timeline
+
+std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std::string& what) {
+  auto number = [&](std::string_view s, int64_t& out) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size() && out >= 1;
+  };
+  int64_t a = 0, b = 0;
+  const size_t dash = text.find('-');
+  bool ok = dash == std::string::npos ? number(text, a) && number(text, b)
+                                      : number(std::string_view(text).substr(0, dash), a) &&
+                                            number(std::string_view(text).substr(dash + 1), b);
+  if (!ok || b < a)
+    TNT_INPUT_ERROR("{}='{}': expected a step window a-b with 1 <= a <= b (steps count from 1), or one step a", what,
+                    text);
+  return {a, b};
+}
+
+bool start_timeline(const std::string& path, int64_t first_step, int64_t last_step) {
+  TNT_INPUT_CHECK(!path.empty(), "start_timeline: the path is empty");
+  TNT_INPUT_CHECK(first_step >= 1 && last_step >= first_step,
+                  "start_timeline: steps {}-{}: expected 1 <= first <= last (steps count from 1)", first_step,
+                  last_step);
+  RuntimeContext* c = context_or_null();
+  TNT_CHECK(c, "tarantella is not initialised: call tnt::init() first");
+  if (c->timeline) {
+    log_warning("start_timeline('{}'): a timeline into '{}' is already recording; keeping it", path,
+                c->timeline->path());
+    return false;
+  }
+  c->timeline = std::make_shared<timeline::Recorder>(communicator(), path, first_step, last_step);
+  return true;
+}
+
+void stop_timeline() {
+  RuntimeContext* c = context_or_null();
+  if (!c || !c->timeline) return;
+  std::shared_ptr<timeline::Recorder> r = c->timeline;
+  c->timeline.reset();
+  r->merge(communicator());
+}
+
+}  // namespace tnt

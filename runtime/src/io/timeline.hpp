@@ -1,0 +1,143 @@
+// The timeline recorder behind tarantella/timeline.hpp, and the hooks the training step and
+// the transports call. Every hook first asks active(): without a timeline, or outside its
+// window, that is one load of the context pointer and one of a flag, and nothing else runs
+// (no clock read, no allocation), so a hook costs nothing that can be measured.
+//
+//   timeline::Span span(timeline::Lane::compute, "forward");   // a complete event, RAII
+//   timeline::Span span(timeline::Lane::communication, "allreduce", [&] { return args; });
+//
+// Events: Chrome's complete events ("ph": "X"), ts and dur in microseconds on rank 0's clock
+// (see tarantella/timeline.hpp), pid = rank, tid = the lane. Each event's args carry the
+// step it belongs to; a hook may add more (a JSON object's members, without braces).
+#pragma once
+
+#include "core/clock.hpp"
+#include "tarantella/layer.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tnt {
+class Communicator;
+}
+
+namespace tnt::timeline {
+
+enum class Lane : int { compute = 1, communication = 2 };
+
+class Recorder {
+ public:
+  // Collective over comm: aligns the clocks (see the header). window: 1-based, inclusive.
+  Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  bool recording() const { return recording_.load(std::memory_order_relaxed); }
+  const std::string& path() const { return path_; }
+
+  // The training loop: step `step` (1-based) of `epoch` (0-based) begins, its batch in hand
+  // since now (waited for since input_start_s). Opens or closes the window, appends the
+  // events before to this rank's part, and records the input wait when in the window.
+  void step_begin(int64_t step, int epoch, double input_start_s);
+  // Any thread. t0, t1: detail::now_s() seconds on this rank's clock.
+  void add(Lane lane, std::string name, const char* category, double t0, double t1, std::string args = {});
+  // Collective: every rank's events to the master, which writes path(); the parts are removed.
+  void merge(Communicator& comm);
+  bool has_unmerged() const { return unmerged_; }
+
+ private:
+  struct Event {
+    Lane lane;
+    std::string name;
+    const char* category;
+    double t0, t1;
+    int64_t step;
+    std::string args;
+  };
+  void format(const Event& e, std::string& out) const;  // appends one line
+  void flush_part();  // pending_ -> the part file
+
+  std::string path_, part_path_, host_;
+  int rank_ = 0, size_ = 1;
+  int64_t first_step_, last_step_;
+  double offset_s_ = 0;  // rank 0's clock - this rank's clock
+  double origin_s_ = 0;  // rank 0's clock at the start: time 0 of the trace
+  std::atomic<bool> recording_{false};
+  std::atomic<int64_t> step_{0};
+  std::mutex mu_;
+  std::vector<Event> pending_;  // not yet in the part file
+  std::string events_;          // every formatted event of this rank (for the merge)
+  std::FILE* part_ = nullptr;
+  bool part_failed_ = false;  // this rank cannot write its part (not the master): memory only
+  bool unmerged_ = false;
+};
+
+// The recorder when one records now, else nullptr.
+Recorder* active();
+// The recorder when one exists (recording or not), else nullptr.
+Recorder* current();
+
+// The training loop's hooks (nothing without a timeline). step_begin: see Recorder. start:
+// collective, TNT_TIMELINE from the configuration at the start of fit() (once).
+void start_from_config(Communicator& comm);
+void step_begin(int64_t step, int epoch, double input_start_s);
+// Collective, at the end of fit(): merges when anything new was recorded.
+void fit_end(Communicator& comm);
+
+// A complete event from construction to destruction, on this thread's lane.
+class Span {
+ public:
+  Span(Lane lane, std::string_view name) : recorder_(active()) {
+    if (recorder_) begin(lane, name, {});
+  }
+  // args: a callable returning the args' JSON members, called only when recording.
+  template <typename F>
+  Span(Lane lane, std::string_view name, F&& args) : recorder_(active()) {
+    if (recorder_) begin(lane, name, args());
+  }
+  ~Span() {
+    if (recorder_) end();
+  }
+  Span(const Span&) = delete;
+  Span& operator=(const Span&) = delete;
+
+ private:
+  void begin(Lane lane, std::string_view name, std::string args);
+  void end();
+  Recorder* recorder_;
+  Lane lane_ = Lane::compute;
+  std::string name_, args_;
+  double t0_ = 0;
+};
+
+// Backward per layer, from the gradient hook: the span of a layer ends when its gradients
+// are final and starts where the previous one ended (so it includes the parameter-free
+// layers before it, in backward order). params: the hook's indices' parameters, named
+// "<layer>.<param>".
+class LayerSpans {
+ public:
+  explicit LayerSpans(const std::vector<NamedParameter>* params) : recorder_(active()), params_(params) {
+    if (recorder_) last_ = detail::now_s();
+  }
+  void gradient_ready(size_t index) {
+    if (recorder_) mark(index);
+  }
+
+ private:
+  void mark(size_t index);
+  Recorder* recorder_;
+  const std::vector<NamedParameter>* params_;
+  std::string last_layer_;
+  double last_ = 0;
+};
+
+// JSON string contents (quotes, backslashes and control characters escaped).
+std::string escape(std::string_view text);
+
+}  // namespace tnt::timeline

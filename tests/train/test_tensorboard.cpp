@@ -1,0 +1,141 @@
+// The TensorBoard callback inside fit on 2 ranks: one event file per split, written by the
+// master alone, read back by tests/train/read_tfevents.py (code independent of ours, CRCs
+// checked): epoch scalars at steps 0 and 1, batch scalars every update_freq steps, the
+// profile_batch timeline; a log_dir that cannot be made fails on every rank.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "small_nets.hpp"
+#include "tarantella/tarantella.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string job_dir() {
+  std::string dir;
+  if (tnt::is_master_rank()) {
+    char tmpl[] = "/tmp/tnt_tensorboard_XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+  }
+  tnt::communicator().broadcast(dir);
+  return dir;
+}
+
+// step -> tag -> value, from read_tfevents.py's JSON lines.
+std::map<int64_t, std::map<std::string, double>> read_events(const fs::path& file) {
+  const std::string cmd = std::string("python3 ") + TNT_READ_TFEVENTS + " '" + file.string() + "'";
+  std::FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
+  REQUIRE(pclose(p) == 0);
+  std::map<int64_t, std::map<std::string, double>> events;
+  std::istringstream lines(out);
+  bool first = true;
+  for (std::string line; std::getline(lines, line);) {
+    json e = json::parse(line);
+    if (first) {
+      CHECK(e["file_version"] == "brain.Event:2");
+      first = false;
+      continue;
+    }
+    for (auto& [tag, value] : e["values"].items()) events[e["step"].get<int64_t>()][tag] = value.get<double>();
+  }
+  return events;
+}
+
+std::vector<fs::path> event_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  if (!fs::is_directory(dir)) return out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) out.push_back(e.path());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("TensorBoard: epoch and batch scalars, master only, profile_batch timeline") {
+  const std::string dir = job_dir();
+  tnt::Model model(tnt::test::small_mlp(), 5);
+  model.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  auto tb = std::make_shared<tnt::TensorBoard>(dir, /*update_freq=*/2, /*profile_batch=*/"2,3");
+  tnt::FitOptions fit;
+  fit.batch_size = 16;  // 64 samples: 4 steps an epoch
+  fit.epochs = 2;
+  fit.verbose = 0;
+  fit.validation_data = tnt::test::threshold_data("tb-val");
+  fit.callbacks = {tb};
+  tnt::History history = model.fit(tnt::test::threshold_data("tb"), fit);
+  CHECK(tb->train_file().empty() == !tnt::is_master_rank());
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) {
+    const auto train_files = event_files(fs::path(dir) / "train");
+    const auto val_files = event_files(fs::path(dir) / "validation");
+    REQUIRE(train_files.size() == 1);  // one writer: the master's
+    REQUIRE(val_files.size() == 1);
+    CHECK(train_files[0].string() == tb->train_file());
+    auto train = read_events(train_files[0]);
+    auto val = read_events(val_files[0]);
+    // Epochs at steps 0 and 1 and batches at global steps 2, 4, 6, 8 share the train file;
+    // steps 0 and 1 never collide with a batch step (update_freq 2 starts at 2).
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      INFO("epoch " << epoch);
+      // float32 in the file against the double of History: relative 1e-6 (float's 2^-24).
+      for (const char* name : {"loss", "accuracy", "learning_rate"}) {
+        const double want = history.history.at(name)[static_cast<size_t>(epoch)];
+        CHECK(train[epoch].at(std::string("epoch_") + name) == Approx(want).epsilon(1e-6));
+      }
+      for (const char* name : {"loss", "accuracy"}) {
+        const double want = history.history.at(std::string("val_") + name)[static_cast<size_t>(epoch)];
+        CHECK(val[epoch].at(std::string("epoch_") + name) == Approx(want).epsilon(1e-6));
+      }
+      CHECK(train[epoch].at("epoch_step_time_ms") > 0);
+      CHECK(train[epoch].at("epoch_samples_per_second") > 0);
+      CHECK(train[epoch].count("epoch_hidden_communication") == (tnt::size() > 1 ? 1u : 0u));
+    }
+    for (int64_t step : {2, 4, 6, 8}) {
+      INFO("step " << step);
+      CHECK(train[step].count("batch_loss") == 1);
+      CHECK(train[step].count("batch_accuracy") == 1);
+    }
+    CHECK(train.size() == 6);  // 2 epochs + 4 batch records, nothing else
+    // profile_batch "2,3": the timeline of steps 2 and 3.
+    std::ifstream in(fs::path(dir) / "train" / "timeline.json");
+    REQUIRE(in.good());
+    json trace = json::parse(in);
+    std::set<int64_t> steps;
+    for (const json& e : trace["traceEvents"]) {
+      if (e["ph"] == "X") steps.insert(e["args"]["step"].get<int64_t>());
+    }
+    CHECK(steps == std::set<int64_t>{2, 3});
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("TensorBoard: a log_dir that cannot be made fails on every rank") {
+  tnt::Model model(tnt::test::small_mlp(), 5);
+  model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 1;
+  fit.verbose = 0;
+  fit.callbacks = {std::make_shared<tnt::TensorBoard>("/proc/tnt-no-such-dir/logs")};
+  CHECK_THROWS_WITH(model.fit(tnt::test::threshold_data("tb"), fit), Catch::Contains("/proc/tnt-no-such-dir/logs"));
+  CHECK_THROWS_AS(tnt::TensorBoard(""), tnt::InputError);
+  CHECK_THROWS_AS(tnt::TensorBoard("x", -1), tnt::InputError);
+}

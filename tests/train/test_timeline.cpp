@@ -1,0 +1,237 @@
+// The timeline (tarantella/timeline.hpp) around Model::fit on 1 and 2 ranks: the merged file
+// is JSON in Chrome's trace-event form, every rank has its row and its events, the step
+// window is respected, each bucket's allreduce starts only after the backward of the layers
+// it holds and overlaps the rest of backward, a rank's part is readable mid-run, bad input
+// fails on every rank.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tarantella/tarantella.hpp"
+#include "tarantella/timeline.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string job_dir() {
+  std::string dir;
+  if (tnt::is_master_rank()) {
+    char tmpl[] = "/tmp/tnt_timeline_XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+  }
+  tnt::communicator().broadcast(dir);
+  return dir;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Wide enough that backward takes milliseconds and each weight is a bucket of its own
+// (4 MiB > the 32 KB fusion threshold): fc3's bucket is ready long before fc1's backward ends.
+std::shared_ptr<tnt::Sequential> wide_mlp() {
+  auto net = std::make_shared<tnt::Sequential>("wide");
+  net->add(std::make_shared<tnt::Dense>(1024, "fc1"));
+  net->add(std::make_shared<tnt::ReLU>("relu1"));
+  net->add(std::make_shared<tnt::Dense>(1024, "fc2"));
+  net->add(std::make_shared<tnt::ReLU>("relu2"));
+  net->add(std::make_shared<tnt::Dense>(1024, "fc3"));
+  net->add(std::make_shared<tnt::ReLU>("relu3"));
+  net->add(std::make_shared<tnt::Dense>(4, "fc4"));
+  net->build({32});
+  return net;
+}
+
+// 256 samples of 32 features, 4 classes.
+tnt::Dataset data(uint64_t key) {
+  tnt::Tensor x = tnt::Tensor::empty({256, 32});
+  tnt::Tensor y = tnt::Tensor::empty({256}, tnt::DType::i64);
+  tnt::CounterRng rng(key, "timeline");
+  for (int64_t i = 0; i < 256 * 32; ++i) x.data<float>()[i] = rng.uniform(static_cast<uint64_t>(i));
+  for (int64_t n = 0; n < 256; ++n) y.data<int64_t>()[n] = n % 4;
+  return tnt::Dataset::from_tensors({x, y});
+}
+
+// Reads this rank's part in the middle of the run (Chrome's array form, no closing bracket).
+class PartCheck : public tnt::Callback {
+ public:
+  PartCheck(std::string part, int64_t at_step) : Callback(Ranks::all), part_(std::move(part)), at_(at_step) {}
+  void on_train_batch_end(int64_t, const tnt::Logs&) override {
+    if (model_->global_step() != at_) return;
+    std::string text = read_file(part_);
+    while (!text.empty() && (text.back() == '\n' || text.back() == ',')) text.pop_back();
+    events = json::parse(text + "]");
+  }
+  json events;
+
+ private:
+  std::string part_;
+  int64_t at_;
+};
+
+const json* find_meta(const json& events, int pid, const std::string& name) {
+  for (const json& e : events) {
+    if (e["ph"] == "M" && e["pid"] == pid && e["name"] == name) return &e;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("timeline: merged trace, rows, window, buckets against backward") {
+  const std::string dir = job_dir();
+  const std::string path = dir + "/trace.json";
+  const int p = tnt::size();
+  tnt::Model model(wide_mlp(), 7);
+  model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  tnt::start_timeline(path, 3, 10);  // 8 steps a epoch: steps 3-8 of epoch 1, 9-10 of epoch 2
+  auto part = std::make_shared<PartCheck>(fmt::format("{}.rank{}", path, tnt::rank()), 5);
+  tnt::FitOptions fit;
+  fit.batch_size = 32;
+  fit.epochs = 2;
+  fit.verbose = 0;
+  fit.validation_data = data(2);
+  fit.callbacks = {part, std::make_shared<tnt::ModelCheckpoint>(dir + "/ckpt.safetensors", "loss")};
+  model.fit(data(1), fit);
+  tnt::stop_timeline();  // the file is already merged at the end of fit; this ends the recorder
+
+  // Mid-run (at the end of step 5), this rank's part held its steps 3 and 4: a step's events
+  // reach the part when the next step begins.
+  {
+    std::set<int64_t> steps;
+    for (const json& e : part->events) {
+      if (e["ph"] != "X") continue;
+      CHECK(e["pid"] == tnt::rank());
+      steps.insert(e["args"]["step"].get<int64_t>());
+    }
+    CHECK(steps == std::set<int64_t>{3, 4});
+    CHECK(find_meta(part->events, tnt::rank(), "process_name") != nullptr);
+  }
+  // The merge removed the parts.
+  CHECK_FALSE(fs::exists(fmt::format("{}.rank{}", path, tnt::rank())));
+  tnt::communicator().barrier();
+  if (!tnt::is_master_rank()) return;
+
+  json trace = json::parse(read_file(path));
+  const json& events = trace["traceEvents"];
+  REQUIRE(events.is_array());
+  char host[256] = {};
+  REQUIRE(gethostname(host, sizeof(host) - 1) == 0);
+  for (int r = 0; r < p; ++r) {
+    INFO("rank " << r);
+    const json* name = find_meta(events, r, "process_name");
+    REQUIRE(name != nullptr);
+    CHECK((*name)["args"]["name"] == fmt::format("rank {} on {}", r, host));
+  }
+
+  // Per rank and step: the compute phases, the backward spans of the layers, the buckets.
+  struct Span {
+    double t0, t1;
+    json args;
+  };
+  std::map<int, std::map<int64_t, std::multimap<std::string, Span>>> by;  // rank -> step -> name -> spans
+  std::set<int64_t> steps;
+  for (const json& e : events) {
+    if (e["ph"] != "X") continue;
+    const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
+    CHECK(dur >= 0);
+    const int64_t step = e["args"]["step"].get<int64_t>();
+    steps.insert(step);
+    by[e["pid"].get<int>()][step].insert({e["name"].get<std::string>(), Span{ts, ts + dur, e["args"]}});
+    // Every allreduce is on the communication thread (tid 2), every phase of the step on the compute one.
+    if (e["name"] == "allreduce" || e["name"] == "pack") CHECK(e["tid"] == 2);
+    if (e["name"] == "forward" || e["name"] == "optimizer") CHECK(e["tid"] == 1);
+  }
+  CHECK(steps == std::set<int64_t>{3, 4, 5, 6, 7, 8, 9, 10});  // the window, and nothing else
+  REQUIRE(static_cast<int>(by.size()) == p);
+
+  for (int r = 0; r < p; ++r) {
+    int overlapping_steps = 0;
+    for (int64_t s = 3; s <= 10; ++s) {
+      INFO("rank " << r << " step " << s);
+      const auto& ev = by[r][s];
+      for (const char* phase : {"step", "input", "forward", "loss", "backward", "wait for gradients", "optimizer",
+                                "metrics", "backward fc1", "backward fc2", "backward fc3", "backward fc4"})
+        CHECK(ev.count(phase) == 1);
+      // Epoch 1 ends with step 8: the evaluation and the checkpoint are in the window.
+      CHECK(ev.count("evaluation") == (s == 8 ? 1u : 0u));
+      CHECK(ev.count("checkpoint write") == (s == 8 ? 1u : 0u));
+      const Span& backward = ev.find("backward")->second;
+      const Span& step = ev.find("step")->second;
+      CHECK(ev.find("input")->second.t1 <= step.t0 + 0.001);
+      CHECK(step.t0 <= backward.t0);
+      CHECK(backward.t1 <= step.t1);
+      if (p == 1) {
+        CHECK(ev.count("allreduce") == 0);  // one rank sends nothing
+        continue;
+      }
+      // Buckets of >= 32 KB in reverse registration order: {fc4.*, fc3.bias, fc3.weight},
+      // {fc2.*}, {fc1.*}. Each allreduce starts after the backward of its bucket's last layer.
+      REQUIRE(ev.count("allreduce") == 3);
+      auto [lo, hi] = ev.equal_range("allreduce");
+      bool overlapped = false;
+      for (auto it = lo; it != hi; ++it) {
+        const Span& a = it->second;
+        CHECK(a.args["bytes"].get<int64_t>() > 0);
+        const std::string tensors = a.args["tensors"];
+        const size_t last = tensors.rfind(", ");
+        const std::string tail = last == std::string::npos ? tensors : tensors.substr(last + 2);
+        const std::string layer = tail.substr(0, tail.find('.'));
+        const Span& layer_span = ev.find("backward " + layer)->second;
+        INFO("bucket of " << tensors);
+        // Timestamps are printed to 1 ns; the same clock in one process.
+        CHECK(a.t0 >= layer_span.t1 - 0.001);
+        if (a.t0 < backward.t1) overlapped = true;
+      }
+      overlapping_steps += overlapped;
+    }
+    // fc4's and fc3's buckets are ready while fc2's and fc1's backward still run (ms each):
+    // the allreduce overlaps backward in (nearly) every step, checked loosely for a busy machine.
+    if (p > 1) CHECK(overlapping_steps >= 4);
+  }
+  // One clock: an allreduce needs every rank, so each bucket's allreduce intervals of all
+  // ranks share a moment. Misaligned clocks (off by more than an allreduce lasts) would
+  // separate them. The clocks align to microseconds on one host; 1 us of slack for printing.
+  for (int64_t s = 3; p > 1 && s <= 10; ++s) {
+    std::map<int64_t, std::pair<double, double>> common;  // bucket -> latest start, earliest end
+    for (int r = 0; r < p; ++r) {
+      auto [lo, hi] = by[r][s].equal_range("allreduce");
+      for (auto it = lo; it != hi; ++it) {
+        const int64_t b = it->second.args["bucket"].get<int64_t>();
+        auto [c, fresh] = common.try_emplace(b, it->second.t0, it->second.t1);
+        if (!fresh) c->second = {std::max(c->second.first, it->second.t0), std::min(c->second.second, it->second.t1)};
+      }
+    }
+    for (const auto& [b, c] : common) {
+      INFO("step " << s << " bucket " << b << ": latest start " << c.first << " us, earliest end " << c.second);
+      CHECK(c.first <= c.second + 1.0);
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("timeline: bad windows and paths fail on every rank") {
+  CHECK_THROWS_AS(tnt::parse_step_window("0-3", "TNT_TIMELINE_STEPS"), tnt::InputError);
+  CHECK_THROWS_AS(tnt::parse_step_window("5-2", "TNT_TIMELINE_STEPS"), tnt::InputError);
+  CHECK_THROWS_WITH(tnt::parse_step_window("x", "TNT_TIMELINE_STEPS"), Catch::Contains("TNT_TIMELINE_STEPS='x'"));
+  CHECK(tnt::parse_step_window("4", "w") == std::pair<int64_t, int64_t>{4, 4});
+  CHECK(tnt::parse_step_window("2-30", "w") == std::pair<int64_t, int64_t>{2, 30});
+  CHECK_THROWS_AS(tnt::start_timeline("/tmp/x.json", 0, 3), tnt::InputError);
+  CHECK_THROWS_WITH(tnt::start_timeline("/nonexistent-dir-tnt/trace.json", 1, 2),
+                    Catch::Contains("/nonexistent-dir-tnt/trace.json"));
+  tnt::stop_timeline();  // none: nothing to do
+}

@@ -270,8 +270,8 @@ Every rank runs PROGRAM with TNT_RANK, TNT_SIZE, TNT_LOCAL_RANK, TNT_LOCAL_SIZE,
 (cpu or cuda:K, K = local rank mod GPUs), TNT_LAUNCHER=1, and when pinned TNT_NUMA_NODE and
 TNT_NUM_THREADS. Ranks fill a host's slots before the next host; rank 0 is on the first host.
 Hosts: --hostfile, else -H, else the SLURM allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST), else
-this machine. Ranks per host: -n, else the host's slots, else SLURM_NTASKS_PER_NODE, else the
-GPUs of this node, else 1.
+this machine. Ranks per host: -n, else the host's slots, else the allocation's tasks on the
+node (SLURM_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE), else the GPUs of this node, else 1.
 
 Examples:
   tarantella -- ./train                                one rank per GPU here (1 CPU rank without GPUs)

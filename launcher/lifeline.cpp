@@ -125,6 +125,8 @@ std::vector<LostRank> Lifelines::service(LifelineClock::time_point now) {
     }
   }
   lines_.erase(std::remove_if(lines_.begin(), lines_.end(), [](const Line& l) { return l.fd < 0; }), lines_.end());
+  // Found at the same moment: in rank order.
+  std::sort(found.begin(), found.end(), [](const LostRank& a, const LostRank& b) { return a.rank < b.rank; });
   return found;
 }
 

@@ -75,7 +75,8 @@ void print_losses(const std::vector<tl::LostRank>& lost) {
       g->ranks.push_back(l.rank);
     }
   }
-  for (const auto& g : groups) {
+  for (auto& g : groups) {
+    std::sort(g.ranks.begin(), g.ranks.end());
     const bool one = g.ranks.size() == 1;
     std::fprintf(stderr, "tarantella: %s %s on %s: %s\n", one ? "rank" : "ranks", fmt::format("{}", fmt::join(g.ranks, ", ")).c_str(),
                  g.host.c_str(), tl::describe_lost(*g.first).c_str());

@@ -100,6 +100,10 @@ LifelineClock::time_point Lifelines::next_wake() const {
 
 std::vector<LostRank> Lifelines::service(LifelineClock::time_point now) {
   std::vector<LostRank> found;
+  if (last_service_ != LifelineClock::time_point{} && now - last_service_ > 3 * interval_) {
+    for (Line& l : lines_) l.last_heard = std::max(l.last_heard, now);  // the silence was ours
+  }
+  last_service_ = now;
   const bool beat = now >= next_beat_;
   if (beat) next_beat_ = now + interval_;
   const auto timeout = std::chrono::duration_cast<LifelineClock::duration>(as_ms(timeout_s_));
@@ -158,6 +162,10 @@ LifelineClient::~LifelineClient() {
 
 LifelineClient::State LifelineClient::service(LifelineClock::time_point now) {
   if (state_ != State::alive) return state_;
+  if (last_service_ != LifelineClock::time_point{} && now - last_service_ > 3 * interval_) {
+    last_heard_ = std::max(last_heard_, now);  // this step was not running: the silence was ours
+  }
+  last_service_ = now;
   bool heard = false;
   if (drain(fd_, heard) == Drained::closed) {
     state_ = State::closed;

@@ -18,7 +18,10 @@
 //   which would otherwise wait forever): a cut-off host is left with no process of the job.
 //
 // The timeout is --heartbeat-timeout (TNT_HEARTBEAT_TIMEOUT, default 15 s; 0 turns
-// lifelines off). Pure of processes: the sockets are given, time is passed in.
+// lifelines off). Silence is only counted while this side runs: after a gap of more than
+// three heartbeats between two service() calls (this process was stopped, or its machine
+// suspended) the other side is given a fresh timeout. Pure of processes: the sockets are
+// given, time is passed in.
 #pragma once
 
 #include "report.hpp"
@@ -70,6 +73,7 @@ class Lifelines {
   std::chrono::milliseconds interval_;
   std::vector<Line> lines_;
   LifelineClock::time_point next_beat_{};
+  LifelineClock::time_point last_service_{};  // a long gap since: this side was not running
 };
 
 // The step's side.
@@ -103,7 +107,7 @@ class LifelineClient {
   int fd_ = -1;
   double timeout_s_ = 0;
   std::chrono::milliseconds interval_{1000};
-  LifelineClock::time_point last_heard_{}, next_beat_{};
+  LifelineClock::time_point last_heard_{}, next_beat_{}, last_service_{};
   State state_ = State::none;
 };
 

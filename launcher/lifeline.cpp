@@ -144,7 +144,8 @@ LifelineClient::LifelineClient(const std::string& address, const std::string& th
   const auto now = LifelineClock::now();
   const int fd = connect_to_launcher(*parsed, this_host, now + std::chrono::seconds(3));
   if (fd < 0) return;
-  const std::string hello = fmt::format("{} {} {} {} {}\n", lifeline_protocol, parsed->token, rank, local_rank, this_host);
+  const std::string hello =
+      fmt::format("{} {} {} {} {}\n", lifeline_protocol, parsed->token, rank, local_rank, this_host);
   if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size())) {
     ::close(fd);
     return;

@@ -58,7 +58,7 @@ struct Attempt {
   bool interrupted = false;  // by the user's signal: not restarted
 };
 
-// "host h2 lost (ranks 1, 2)" lines for the ranks the job lost, grouped by host and kind.
+// "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost.
 void print_losses(const std::vector<tl::LostRank>& lost) {
   struct Group {
     std::string host;
@@ -78,8 +78,9 @@ void print_losses(const std::vector<tl::LostRank>& lost) {
   for (auto& g : groups) {
     std::sort(g.ranks.begin(), g.ranks.end());
     const bool one = g.ranks.size() == 1;
-    std::fprintf(stderr, "tarantella: %s %s on %s: %s\n", one ? "rank" : "ranks", fmt::format("{}", fmt::join(g.ranks, ", ")).c_str(),
-                 g.host.c_str(), tl::describe_lost(*g.first).c_str());
+    const std::string ranks = fmt::format("{}", fmt::join(g.ranks, ", "));
+    std::fprintf(stderr, "tarantella: %s %s on %s: %s\n", one ? "rank" : "ranks", ranks.c_str(), g.host.c_str(),
+                 tl::describe_lost(*g.first).c_str());
   }
 }
 
@@ -222,7 +223,9 @@ int launch(const std::vector<std::string>& args) {
   const std::vector<tl::RankSlot> slots = [&] {
     std::vector<tl::RankSlot> v;
     // Named as the ranks name themselves in their reports: this machine by its own name.
-    for (const auto& r : plan.ranks) v.push_back({r.rank, tl::is_local_host(r.host, host) ? host : r.host, r.local_rank});
+    for (const auto& r : plan.ranks) {
+      v.push_back({r.rank, tl::is_local_host(r.host, host) ? host : r.host, r.local_rank});
+    }
     return v;
   }();
   double heartbeat_s = limits.heartbeat.count();

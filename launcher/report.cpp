@@ -307,8 +307,8 @@ void ReportServer::accept_pending(std::vector<RankReport>& out, std::vector<Life
       std::istringstream in(line);
       std::string proto, tok;
       LifelineHello hello;
-      if (lifelines && (in >> proto >> tok >> hello.rank >> hello.local_rank >> hello.host) && proto == lifeline_protocol &&
-          tok == token_) {
+      const bool parsed = static_cast<bool>(in >> proto >> tok >> hello.rank >> hello.local_rank >> hello.host);
+      if (lifelines && parsed && proto == lifeline_protocol && tok == token_) {
         ::fcntl(c, F_SETFL, ::fcntl(c, F_GETFL) | O_NONBLOCK);
         hello.fd = c;
         lifelines->push_back(std::move(hello));

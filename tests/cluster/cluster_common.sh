@@ -64,13 +64,16 @@ cl_abort() {
 
 # One test bed per machine: CTest runs these tests one at a time (RESOURCE_LOCK), and this
 # lock keeps out the tests of another build or checkout running beside them. It is held by
-# a sleep of this test's own, so nothing the test starts inherits it.
+# a process of this test's own, which nothing the test starts inherits it from, and which
+# lets go within a second of the test's end, however the test ends (killed by a CTest
+# timeout too: the next test's `testbed up` then removes what it left).
 cl_lock() {
+  local test_pid=$$
   (
     exec 9>/run/tnt-testbed.lock
     flock -w 300 9 || exit 1
     echo locked
-    exec sleep 3600
+    while kill -0 "$test_pid" 2>/dev/null; do sleep 1; done
   ) >"$cl_tmp/lock" 2>&1 &
   cl_lock_pid=$!
   local end=$((SECONDS + 310))

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Training across hosts over TCP gives the weights of the same ranks on one host: 2 hosts
-# and 3 hosts with one rank each, and 2 ranks on one host + 1 on another, reached through
-# a hostfile in both of its forms, -H, and from outside every host; the --dry-run plan
-# table with remote hosts.
+# and 3 hosts with one rank each (the latter over a rate-limited network), and 2 ranks on
+# one host + 1 on another, reached through a hostfile in both of its forms, -H, and from
+# outside every host; the --dry-run plan table with remote hosts.
 #
 #   multi_host.sh LAUNCHER FASHION_MNIST
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
@@ -24,11 +24,13 @@ cl_same_weights two_hosts "$cl_tmp/one2" "$cl_tmp/two"
 
 # 3 hosts, 1 rank each, with -H, launched from this machine's own namespace: every host is
 # remote, and the ranks reach the launcher on the bridge's address (its host name resolves
-# to one they cannot route to).
+# to one they cannot route to). The network is rate-limited (1 Gbit/s, tc tbf) for it.
+"$cl_testbed" rate 1gbit || cl_fail "three_hosts: cannot rate-limit the test bed's links"
 cl_run three_hosts here 60 -H h1,h2,h3 -n 1 "${cl_launch[@]}" -- "${small[@]}" --model_dir="$cl_tmp/three"
 cl_expect_exit three_hosts 0
 cl_same_weights three_hosts "$cl_tmp/one3" "$cl_tmp/three"
 cl_expect_lacks three_hosts "cannot reach the launcher" "every rank reached the launcher"
+"$cl_testbed" rate off
 
 # 2 ranks on h1 and 1 on h2, from a hostfile in the host:N form.
 printf '# two ranks here, one there\nh1:2\nh2:1\n' >"$cl_tmp/colon-form"

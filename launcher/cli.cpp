@@ -2,6 +2,7 @@
 
 #include "env_names.hpp"
 #include "error.hpp"
+#include "lifeline.hpp"
 #include "rank_watch.hpp"
 #include "shell_words.hpp"
 #include "text.hpp"
@@ -59,10 +60,20 @@ cxxopts::Options make_parser() {
   const std::string exit_help = fmt::format(
       "End the job when it is still running this long after a rank's program ended, naming the ranks that did "
       "not end (default: {}, else {:g}; 0: no limit)", env::exit_timeout, default_exit_timeout_s);
+  const std::string heartbeat_help = fmt::format(
+      "End the job when a rank's host has not been heard from this long (down or cut off), naming it; each rank "
+      "ends its program when it has not heard from the launcher this long (default: {}, else {:g}; 0: off)",
+      env::heartbeat_timeout, default_heartbeat_timeout_s);
   o.add_options("Watching the job")
       ("start-timeout", start_help, cxxopts::value<std::string>(), "SECONDS")
-      ("exit-timeout", exit_help, cxxopts::value<std::string>(), "SECONDS");
+      ("exit-timeout", exit_help, cxxopts::value<std::string>(), "SECONDS")
+      ("heartbeat-timeout", heartbeat_help, cxxopts::value<std::string>(), "SECONDS")
+      ("max-restarts", "After a failure (a rank that fails, a lost host), start the whole job again, at most K "
+       "times; each rank gets TNT_RESTART (0, 1, ...) and programs continue from their checkpoint (default 0)",
+       cxxopts::value<std::string>(), "K");
   o.add_options("MPI")
+      ("launch-agent", "How mpirun reaches other hosts instead of plain ssh, e.g. \"ssh -p 2222 -i ~/.ssh/cluster\" "
+       "or a wrapper script (Open MPI's plm_rsh_agent)", cxxopts::value<std::string>(), "CMD")
       ("mpirun", "The MPI launcher to use (default: the mpirun tarantella was built with, else mpirun on PATH)",
        cxxopts::value<std::string>(), "PATH")
       ("mpi-args", "Extra arguments for mpirun, split like a shell would", cxxopts::value<std::string>(), "\"ARGS\"");
@@ -222,6 +233,17 @@ Options parse_command_line(const std::vector<std::string>& args) {
   };
   o.start_timeout_s = seconds("start-timeout");
   o.exit_timeout_s = seconds("exit-timeout");
+  o.heartbeat_timeout_s = seconds("heartbeat-timeout");
+  if (result.count("max-restarts")) {
+    const auto text = result["max-restarts"].as<std::string>();
+    auto k = parse_unsigned(text);
+    if (!k || *k > 1000) throw InputError(fmt::format("--max-restarts {}: must be an integer from 0 to 1000", text));
+    o.max_restarts = static_cast<int>(*k);
+  }
+  if (result.count("launch-agent")) {
+    o.launch_agent = std::string(trim(result["launch-agent"].as<std::string>()));
+    if (o.launch_agent->empty()) throw InputError("--launch-agent: the command is empty");
+  }
 
   if (result.count("mpirun")) {
     o.mpirun = result["mpirun"].as<std::string>();
@@ -261,8 +283,8 @@ Every rank runs PROGRAM with TNT_RANK, TNT_SIZE, TNT_LOCAL_RANK, TNT_LOCAL_SIZE,
 (cpu or cuda:K, K = local rank mod GPUs), TNT_LAUNCHER=1, and when pinned TNT_NUMA_NODE and
 TNT_NUM_THREADS. Ranks fill a host's slots before the next host; rank 0 is on the first host.
 Hosts: --hostfile, else -H, else the SLURM allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST), else
-this machine. Ranks per host: -n, else the host's slots, else SLURM_NTASKS_PER_NODE, else the
-GPUs of this node, else 1.
+this machine. Ranks per host: -n, else the host's slots, else the allocation's tasks on the
+node (SLURM_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE), else the GPUs of this node, else 1.
 
 Examples:
   tarantella -- ./train                                one rank per GPU here (1 CPU rank without GPUs)
@@ -273,15 +295,20 @@ Examples:
   sbatch -N 4 --wrap 'tarantella -- ./train'           inside SLURM: the allocation's nodes
   tarantella --fusion-threshold 64 --log-level INFO -x OMP_NUM_THREADS=8 -- ./train
   tarantella --mpi-args "--mca btl_tcp_if_include eth0" --hostfile hosts -- ./train
+  tarantella --launch-agent "ssh -p 2222" -H node1,node2 -- ./train   ssh on another port
+  tarantella --max-restarts 3 --hostfile hosts -- ./train --model_dir=run1   restart from checkpoints
   tarantella --dry-run -n 4 --pin-to-socket --topology "pack:2 numa:1 core:8 pu:2" -- ./train
 
 Exit status: 0 when every rank exited 0; otherwise the first failing rank's exit code (128+N
 for signal N) and a line naming that rank, its host and how it failed; 130 or 143 after
 SIGINT or SIGTERM (the whole job is stopped first); 124 when the launcher ended the job
 because ranks did not start, or did not end after another rank exited 0, in time (a line
-names them); 2 for bad input (also a plan this machine's open-file or process limits cannot
+names them); 1 when the first failure is a rank lost (its host, daemon or step died without
+a report) or unreachable (no heartbeat: host down or cut off), with lines naming the ranks
+and hosts; 2 for bad input (also a plan this machine's open-file or process limits cannot
 hold), reported before anything starts. A rank's program is ended with anything it started
-and left running.
+and left running. With --max-restarts, a failed job is started again (not after SIGINT or
+SIGTERM) and the status is the last attempt's.
 )";
   return text;
 }

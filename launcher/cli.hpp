@@ -26,6 +26,9 @@ struct Options {
   bool log_on_all_devices = false;
   std::optional<double> start_timeout_s;  // --start-timeout (rank_watch.hpp resolves the default)
   std::optional<double> exit_timeout_s;   // --exit-timeout
+  std::optional<double> heartbeat_timeout_s;  // --heartbeat-timeout (lifeline.hpp resolves the default)
+  int max_restarts = 0;                   // --max-restarts
+  std::optional<std::string> launch_agent;  // --launch-agent: Open MPI's plm_rsh_agent
   std::optional<std::string> mpirun;
   std::vector<std::string> mpi_args;  // --mpi-args, split into words
   bool dry_run = false;

@@ -32,6 +32,16 @@ inline constexpr const char* stdout_is_tty = "TNT_STDOUT_IS_TTY";
 // to end once a rank has ended (seconds; --start-timeout and --exit-timeout override them).
 inline constexpr const char* start_timeout = "TNT_START_TIMEOUT";
 inline constexpr const char* exit_timeout = "TNT_EXIT_TIMEOUT";
+// Seconds without a heartbeat after which a rank (or the launcher) counts as unreachable
+// (lifeline.hpp; --heartbeat-timeout overrides it; 0: no lifelines).
+inline constexpr const char* heartbeat_timeout = "TNT_HEARTBEAT_TIMEOUT";
+
+// Set by the launcher for every rank of every attempt: which attempt this is (0 for the
+// first, n for the n-th restart of --max-restarts), and an identifier of the launcher run
+// that stays the same across its restarts, so that a program can tell its own earlier
+// attempt's output from another run's (models/common: prepare_model_dir).
+inline constexpr const char* restart = "TNT_RESTART";
+inline constexpr const char* run_id = "TNT_RUN_ID";
 
 // Private to the launcher: where a rank's step reports a failed program. Removed from
 // the program's environment before it starts.
@@ -47,8 +57,8 @@ inline constexpr std::string_view prefix = "TNT_";
 
 // Names a user may not set with -x: the per-rank step owns them, and a stale value from
 // an enclosing job must not leak into this one.
-inline constexpr std::array<std::string_view, 8> reserved = {
-    rank, size, local_rank, local_size, device, launcher, report_address, stdout_is_tty};
+inline constexpr std::array<std::string_view, 10> reserved = {
+    rank, size, local_rank, local_size, device, launcher, report_address, stdout_is_tty, restart, run_id};
 
 inline bool is_reserved(std::string_view name) {
   for (auto r : reserved) {

@@ -1,6 +1,7 @@
 #include "job.hpp"
 
 #include "error.hpp"
+#include "rank_watch.hpp"
 
 #include <fmt/format.h>
 
@@ -24,6 +25,20 @@ using Clock = std::chrono::steady_clock;
 constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 // mpirun needs about a second to stop its ranks; past this it and its group are killed.
 constexpr auto stop_grace = std::chrono::milliseconds(3000);
+// mpirun notices a lost daemon itself and ends the job within about a second; past this
+// the launcher ends it.
+constexpr auto lost_grace = std::chrono::milliseconds(3000);
+
+// "rank 1 (host h2, local rank 0), rank 2 (host h2, local rank 1)", at most 8.
+std::string describe_ranks(const std::vector<LostRank>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size() && i < 8; ++i) {
+    out += fmt::format("{}rank {} (host {}, local rank {})", i ? ", " : "", ranks[i].rank, ranks[i].host,
+                       ranks[i].local_rank);
+  }
+  if (ranks.size() > 8) out += fmt::format(" and {} more", ranks.size() - 8);
+  return out;
+}
 
 [[noreturn]] void exec_mpirun(const std::vector<std::string>& command, pid_t launcher, const sigset_t& original) {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -39,7 +54,16 @@ constexpr auto stop_grace = std::chrono::milliseconds(3000);
 
 }  // namespace
 
-JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch) {
+std::vector<LostRank> JobResult::news() const {
+  std::vector<LostRank> out;
+  for (const Loss& l : lost) {
+    if (l.failures_before == 0 || l.rank.kind == LostRank::Kind::unreachable) out.push_back(l.rank);
+  }
+  return out;
+}
+
+JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
+                  Lifelines* lifelines) {
   // An explicit kill must stop the job even when the shell started us with SIGINT
   // ignored (background jobs of scripts); a SIGHUP ignored by nohup stays ignored.
   for (int sig : {SIGINT, SIGTERM, SIGQUIT}) ::signal(sig, SIG_DFL);
@@ -67,31 +91,86 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     ::kill(child, SIGTERM);
     kill_at = Clock::now() + stop_grace;
   };
+  // When the launcher ends a job whose ranks were lost, unless mpirun has by then.
+  Clock::time_point lost_stop_at = Clock::time_point::max();
+  bool ended = false;  // mpirun has exited: what the lifelines say now is no news
+  // Lifelines first: in the same wake-up, a rank lost is older news than the reports of
+  // the ranks that mpirun stopped because of it.
+  auto service_lifelines = [&] {
+    if (!lifelines) return;
+    const auto now = Clock::now();
+    std::vector<LostRank> unreachable;
+    for (LostRank& l : lifelines->service(now)) {
+      if (ended) continue;
+      if (watch) watch->record_lost(l, now);
+      result.lost.push_back({l, result.failures.size()});
+      if (l.kind == LostRank::Kind::unreachable) {
+        unreachable.push_back(l);
+      } else if (kill_at == Clock::time_point::max() && lost_stop_at == Clock::time_point::max()) {
+        lost_stop_at = now + lost_grace;
+      }
+    }
+    if (!unreachable.empty() && !result.interrupted_by) {
+      std::fprintf(stderr, "tarantella: %s unreachable: no heartbeat for %s s (--heartbeat-timeout, "
+                   "TNT_HEARTBEAT_TIMEOUT): the host is down or cut off from this one; ending the job\n",
+                   describe_ranks(unreachable).c_str(), format_seconds(Seconds(lifelines->timeout_s())).c_str());
+      // mpirun cannot reach the host either, and would wait for it forever. Once it is
+      // already ending the job after a failure, a signal only makes it crash on the way
+      // (Open MPI 4.1): it is killed at once. The ranks on the hosts that can be reached
+      // end with it (their steps see mpirun, or its daemon, gone); the cut-off ones are
+      // ended by their own steps.
+      if (!result.failures.empty() && kill_at == Clock::time_point::max()) {
+        ::kill(child, SIGKILL);
+        kill_at = Clock::time_point::max() - Clock::duration(1);  // a stop under way, nothing left to send
+      } else if (kill_at == Clock::time_point::max()) {
+        stop_job();
+      }
+    }
+  };
   auto take_reports = [&] {
     std::vector<RankReport> reports;
-    server->accept_pending(reports);
+    std::vector<LifelineHello> hellos;
+    server->accept_pending(reports, lifelines ? &hellos : nullptr);
     const auto now = Clock::now();
+    for (const auto& h : hellos) lifelines->adopt(h, now);
     for (const auto& r : reports) {
       if (r.failed()) result.failures.push_back(r);
       if (watch) watch->record(r, now);
     }
   };
   bool done = false;
+  std::vector<int> lifeline_fds;
+  std::vector<pollfd> fds;
   while (!done) {
-    pollfd fds[2] = {{sfd, POLLIN, 0}, {server ? server->fd() : -1, POLLIN, 0}};
-    // Wake for the SIGKILL of a stop under way, or for the watch's next deadline.
-    Clock::time_point wake = kill_at;
+    lifeline_fds.clear();
+    if (lifelines) lifelines->poll_fds(lifeline_fds);
+    fds.assign({{sfd, POLLIN, 0}, {server ? server->fd() : -1, POLLIN, 0}});
+    for (int fd : lifeline_fds) fds.push_back({fd, POLLIN, 0});
+    // Wake for the SIGKILL of a stop under way, for the watch's next deadline, for the
+    // lifelines' heartbeats and for a stop because ranks were lost.
+    Clock::time_point wake = std::min(kill_at, lost_stop_at);
     if (watch && !result.interrupted_by && !result.verdict) wake = std::min(wake, watch->next_check());
+    if (lifelines) wake = std::min(wake, lifelines->next_wake());
     int timeout = -1;
     if (wake != Clock::time_point::max()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
       timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, 24LL * 3600 * 1000));
     }
-    if (::poll(fds, 2, timeout) < 0 && errno != EINTR) {
+    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
       ::waitpid(child, &result.mpirun_status, 0);  // cannot watch any more: just wait
       break;
     }
+    service_lifelines();
     if (server && (fds[1].revents & POLLIN)) take_reports();
+    if (Clock::now() >= lost_stop_at) {
+      lost_stop_at = Clock::time_point::max();
+      if (kill_at == Clock::time_point::max() && !result.interrupted_by) {
+        std::fprintf(stderr, "tarantella: %s lost, and mpirun has not ended the job %lld s later; ending it\n",
+                     describe_ranks(result.news()).c_str(),
+                     static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(lost_grace).count()));
+        stop_job();
+      }
+    }
 
     signalfd_siginfo info{};
     while (::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
@@ -130,7 +209,9 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   }
   // Reports are sent before a rank exits, and mpirun exits after its ranks: whatever is
   // left is already queued.
+  service_lifelines();
   if (server) take_reports();
+  ended = true;
   ::close(sfd);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   return result;

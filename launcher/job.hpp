@@ -8,9 +8,13 @@
 // then stop their programs (rank_setup.hpp). mpirun also gets SIGTERM should the launcher
 // itself die. Meanwhile the launcher collects the ranks' reports (report.hpp) and, with a
 // RankWatch (rank_watch.hpp), ends the job the same way when ranks do not start, or do
-// not end, in time: it never waits forever on a job that cannot finish.
+// not end, in time: it never waits forever on a job that cannot finish. With lifelines
+// (lifeline.hpp) it also ends the job when ranks are lost (mpirun is given 3 s to do it
+// first: it notices a dead daemon itself) or unreachable (at once: mpirun would wait for
+// a cut-off host forever).
 #pragma once
 
+#include "lifeline.hpp"
 #include "rank_watch.hpp"
 #include "report.hpp"
 
@@ -25,10 +29,22 @@ struct JobResult {
   std::optional<int> interrupted_by;  // SIGINT, SIGTERM, SIGHUP or SIGQUIT received by the launcher
   std::optional<RankWatch::Verdict> verdict;  // the watch ended the job (already printed)
   std::vector<RankReport> failures;  // in the order they were reported; the first failed first
+  struct Loss {
+    LostRank rank;
+    size_t failures_before = 0;  // how many of `failures` had arrived when it was found
+  };
+  std::vector<Loss> lost;  // lost or unreachable ranks, in the order found
+
+  // A loss is news (a cause, not a consequence) when it came before any reported failure,
+  // or when the rank was unreachable (no teardown makes a host unreachable).
+  std::vector<LostRank> news() const;
+  // Whether the first failure of the job was a loss.
+  bool lost_first() const { return !lost.empty() && lost.front().failures_before == 0; }
 };
 
-// `server` may be null (no reports); `watch` may be null (nothing watched), and is only
-// useful with a server. Throws SystemError when mpirun cannot be started.
-JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch);
+// `server` may be null (no reports); `watch` and `lifelines` may be null (nothing watched),
+// and are only useful with a server. Throws SystemError when mpirun cannot be started.
+JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
+                  Lifelines* lifelines = nullptr);
 
 }  // namespace tnt::launcher

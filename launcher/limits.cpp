@@ -41,6 +41,17 @@ SystemLimits current_limits() {
   return l;
 }
 
+bool reserve_files(std::uint64_t files) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return true;  // cannot tell: go ahead
+  if (r.rlim_cur == RLIM_INFINITY || r.rlim_cur >= files) return true;
+  if (r.rlim_max != RLIM_INFINITY && r.rlim_max < files) return false;
+  // Only as far as needed: some programs close every descriptor up to the limit when they
+  // start a child, and pay for a huge one at every fork.
+  r.rlim_cur = static_cast<rlim_t>(files);
+  return ::setrlimit(RLIMIT_NOFILE, &r) == 0;
+}
+
 std::vector<std::string> limit_problems(std::uint64_t n, const SystemLimits& l) {
   std::vector<std::string> out;
   if (n == 0) return out;

@@ -33,6 +33,15 @@ inline constexpr std::uint64_t mpirun_files_base = 32;
 // program's own threads, which count against the same limits.
 inline constexpr std::uint64_t processes_per_rank = 2;
 
+// The launcher itself holds one descriptor per rank of the whole job (its lifeline,
+// lifeline.hpp) besides these few of its own.
+inline constexpr std::uint64_t launcher_files_base = 64;
+
+// Makes sure this process may open `files` descriptors, raising its soft RLIMIT_NOFILE up to
+// the hard limit when needed (what mpirun inherits grows too, which only helps). False
+// when even the hard limit is too low.
+bool reserve_files(std::uint64_t files);
+
 // One line per limit that `local_ranks` ranks on this machine would exceed; empty when
 // the plan fits.
 std::vector<std::string> limit_problems(std::uint64_t local_ranks, const SystemLimits& limits);

@@ -7,6 +7,7 @@
 #include "exports.hpp"
 #include "gpus.hpp"
 #include "job.hpp"
+#include "lifeline.hpp"
 #include "limits.hpp"
 #include "mpirun_command.hpp"
 #include "paths.hpp"
@@ -34,6 +35,8 @@ namespace {
 constexpr int exit_bad_input = 2;
 // The launcher ended the job because ranks did not start or end in time (as timeout(1)).
 constexpr int exit_timed_out = 124;
+// The first failure was a rank lost or unreachable: there is no exit status to pass on.
+constexpr int exit_lost = 1;
 
 void warn(const std::string& text) { std::fprintf(stderr, "tarantella: warning: %s\n", text.c_str()); }
 
@@ -48,6 +51,98 @@ std::string version_text() {
   out += fmt::format("  hwloc: {}\n", TNT_HWLOC_VERSION);
   if (std::string(TNT_DNNL_VERSION).size()) out += fmt::format("  oneDNN: {}\n", TNT_DNNL_VERSION);
   return out;
+}
+
+struct Attempt {
+  int status = 0;
+  bool interrupted = false;  // by the user's signal: not restarted
+};
+
+// "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost.
+void print_losses(const std::vector<tl::LostRank>& lost) {
+  struct Group {
+    std::string host;
+    tl::LostRank::Kind kind;
+    std::vector<int> ranks;
+    const tl::LostRank* first;
+  };
+  std::vector<Group> groups;
+  for (const auto& l : lost) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& x) { return x.host == l.host && x.kind == l.kind; });
+    if (g == groups.end()) {
+      groups.push_back({l.host, l.kind, {l.rank}, &l});
+    } else {
+      g->ranks.push_back(l.rank);
+    }
+  }
+  for (auto& g : groups) {
+    std::sort(g.ranks.begin(), g.ranks.end());
+    const bool one = g.ranks.size() == 1;
+    const std::string ranks = fmt::format("{}", fmt::join(g.ranks, ", "));
+    std::fprintf(stderr, "tarantella: %s %s on %s: %s\n", one ? "rank" : "ranks", ranks.c_str(), g.host.c_str(),
+                 tl::describe_lost(*g.first).c_str());
+  }
+}
+
+// One run of the job: the report server, the watch and the lifelines, mpirun, and the
+// account of how it ended (printed here).
+Attempt run_attempt(const std::vector<std::string>& command, const std::string& host,
+                    const std::vector<tl::RankSlot>& slots, const tl::WatchLimits& limits, double heartbeat_s) {
+  auto server = tl::ReportServer::open(host, heartbeat_s);
+  ::setenv(tl::env::report_address, server ? server->address().c_str() : "", 1);
+  // Without reports nothing can be watched: the job then runs as mpirun alone would.
+  std::optional<tl::RankWatch> watch;
+  if (server && limits.any()) {
+    watch.emplace(slots, limits, tl::Clock::now());
+  } else if (!server && limits.any()) {
+    warn("no socket for the ranks' reports: ranks that do not start or end in time will not be noticed");
+  }
+  std::optional<tl::Lifelines> lifelines;
+  if (server && heartbeat_s > 0) lifelines.emplace(heartbeat_s);
+  std::fflush(stdout);
+  const tl::JobResult result =
+      tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr, lifelines ? &*lifelines : nullptr);
+
+  if (result.interrupted_by) return {128 + *result.interrupted_by, true};
+  const std::vector<tl::LostRank> news = result.news();
+  // The watch printed why it ended the job; what the ranks reported while they were being
+  // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
+  if (result.verdict && result.verdict->reason != tl::RankWatch::Reason::teardown) return {exit_timed_out};
+  if (result.verdict && result.failures.empty() && result.lost.empty()) return {exit_timed_out};
+  if (result.lost_first()) {
+    const tl::LostRank& first = result.lost.front().rank;
+    // The first line names it; the lines below say what lost or unreachable means.
+    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s\n", first.rank,
+                 first.host.c_str(), first.local_rank,
+                 first.kind == tl::LostRank::Kind::lost ? "lost" : "unreachable");
+    print_losses(news);
+    return {exit_lost};
+  }
+  if (!result.failures.empty()) {
+    const tl::RankReport& first = result.failures.front();
+    std::string more;
+    if (result.failures.size() > 1) {
+      more = fmt::format("; {} more rank{} ended abnormally after it", result.failures.size() - 1,
+                         result.failures.size() == 2 ? "" : "s");
+    }
+    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s%s\n", first.rank,
+                 first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
+    print_losses(news);
+    return {tl::shell_status(first)};
+  }
+  if (!news.empty()) {
+    print_losses(news);
+    return {exit_lost};
+  }
+  const int st = result.mpirun_status;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return {0};
+  if (WIFSIGNALED(st)) {
+    std::fprintf(stderr, "tarantella: mpirun was killed by signal %d\n", WTERMSIG(st));
+    return {128 + WTERMSIG(st)};
+  }
+  std::fprintf(stderr, "tarantella: mpirun failed with exit code %d (no rank reported a failure)\n",
+               WEXITSTATUS(st));
+  return {WEXITSTATUS(st)};
 }
 
 int launch(const std::vector<std::string>& args) {
@@ -104,6 +199,14 @@ int launch(const std::vector<std::string>& args) {
       if (env.count(name)) spec.pass_by_name.push_back(name);
     }
   }
+  if (options.max_restarts > 0) {
+    // From the launcher's environment, per attempt: the command stays the same.
+    spec.pass_by_name.push_back(tl::env::restart);
+    spec.pass_by_name.push_back(tl::env::run_id);
+    ::setenv(tl::env::restart, "0", 1);
+    ::setenv(tl::env::run_id, tl::random_run_id().c_str(), 1);
+  }
+  spec.launch_agent = options.launch_agent;
   spec.mpi_args = options.mpi_args;
   spec.self = tl::self_executable();
   spec.step = {options.pin, plan.device, options.program};
@@ -117,48 +220,44 @@ int launch(const std::vector<std::string>& args) {
     return 0;
   }
 
-  auto server = tl::ReportServer::open(host);
-  ::setenv(tl::env::report_address, server ? server->address().c_str() : "", 1);
-  // Without reports nothing can be watched: the job then runs as mpirun alone would.
-  std::optional<tl::RankWatch> watch;
-  if (server && limits.any()) {
-    std::vector<tl::RankSlot> slots;
+  const std::vector<tl::RankSlot> slots = [&] {
+    std::vector<tl::RankSlot> v;
     // Named as the ranks name themselves in their reports: this machine by its own name.
     for (const auto& r : plan.ranks) {
-      slots.push_back({r.rank, tl::is_local_host(r.host, host) ? host : r.host, r.local_rank});
+      v.push_back({r.rank, tl::is_local_host(r.host, host) ? host : r.host, r.local_rank});
     }
-    watch.emplace(std::move(slots), limits, tl::Clock::now());
-  } else if (!server && limits.any()) {
-    warn("no socket for the ranks' reports: ranks that do not start or end in time will not be noticed");
+    return v;
+  }();
+  double heartbeat_s = limits.heartbeat.count();
+  if (heartbeat_s > 0 && !tl::reserve_files(plan.ranks.size() + tl::launcher_files_base)) {
+    warn(fmt::format("the open-file limit does not allow a lifeline for each of the {} ranks: lost or unreachable "
+                     "hosts will not be noticed by heartbeats (raise it with ulimit -n {})",
+                     plan.ranks.size(), plan.ranks.size() + tl::launcher_files_base));
+    heartbeat_s = 0;
   }
-  std::fflush(stdout);
-  const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr);
 
-  if (result.interrupted_by) return 128 + *result.interrupted_by;
-  // The watch printed why it ended the job; what the ranks reported while they were being
-  // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
-  if (result.verdict && result.verdict->reason != tl::RankWatch::Reason::teardown) return exit_timed_out;
-  if (result.verdict && result.failures.empty()) return exit_timed_out;
-  if (!result.failures.empty()) {
-    const tl::RankReport& first = result.failures.front();
-    std::string more;
-    if (result.failures.size() > 1) {
-      more = fmt::format("; {} more rank{} ended abnormally after it", result.failures.size() - 1,
-                         result.failures.size() == 2 ? "" : "s");
+  // --max-restarts: the same job again after a failure, until it succeeds or no restart is
+  // left. The user's signals end it at once.
+  for (int attempt = 0;; ++attempt) {
+    if (options.max_restarts > 0) ::setenv(tl::env::restart, std::to_string(attempt).c_str(), 1);
+    const Attempt a = run_attempt(command, host, slots, limits, heartbeat_s);
+    if (a.status == 0) {
+      if (attempt > 0) {
+        std::fprintf(stderr, "tarantella: the job succeeded after %d restart%s\n", attempt, attempt == 1 ? "" : "s");
+      }
+      return 0;
     }
-    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s%s\n", first.rank,
-                 first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
-    return tl::shell_status(first);
+    if (a.interrupted || attempt >= options.max_restarts) {
+      if (options.max_restarts > 0 && !a.interrupted) {
+        std::fprintf(stderr, "tarantella: the job failed with no restart left (%d of %d used)\n", attempt,
+                     options.max_restarts);
+      }
+      return a.status;
+    }
+    std::fprintf(stderr, "tarantella: restarting the whole job (restart %d of %d, TNT_RESTART=%d)\n", attempt + 1,
+                 options.max_restarts, attempt + 1);
+    std::fflush(stderr);
   }
-  const int st = result.mpirun_status;
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
-  if (WIFSIGNALED(st)) {
-    std::fprintf(stderr, "tarantella: mpirun was killed by signal %d\n", WTERMSIG(st));
-    return 128 + WTERMSIG(st);
-  }
-  std::fprintf(stderr, "tarantella: mpirun failed with exit code %d (no rank reported a failure)\n",
-               WEXITSTATUS(st));
-  return WEXITSTATUS(st);
 }
 
 }  // namespace

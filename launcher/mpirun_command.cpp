@@ -54,6 +54,7 @@ std::vector<std::string> mpirun_command(const CommandSpec& spec) {
     host_list += fmt::format("{}:{}", h.name, h.ranks);
   }
   cmd.insert(cmd.end(), {"--host", host_list, "-np", std::to_string(total), "--map-by", "slot", "--bind-to", "none"});
+  if (spec.launch_agent) cmd.insert(cmd.end(), {"--mca", "plm_rsh_agent", *spec.launch_agent});
   for (const auto& name : spec.pass_by_name) cmd.insert(cmd.end(), {"-x", name});
   for (const auto& [name, value] : spec.exports) cmd.insert(cmd.end(), {"-x", name + "=" + value});
   cmd.insert(cmd.end(), spec.mpi_args.begin(), spec.mpi_args.end());

@@ -8,6 +8,7 @@
 #include "exports.hpp"
 #include "plan.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct CommandSpec {
   std::vector<HostPlan> hosts;
   std::vector<EnvVar> exports;             // -x NAME=VALUE
   std::vector<std::string> pass_by_name;   // -x NAME: value from mpirun's own environment
+  std::optional<std::string> launch_agent;  // --mca plm_rsh_agent AGENT
   std::vector<std::string> mpi_args;       // --mpi-args, verbatim, after ours so they can override
   std::string self;                        // absolute path of this launcher binary
   RankStepArgs step;

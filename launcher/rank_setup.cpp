@@ -3,6 +3,7 @@
 #include "env_names.hpp"
 #include "error.hpp"
 #include "gpus.hpp"
+#include "lifeline.hpp"
 #include "native_libs.hpp"
 #include "report.hpp"
 #include "text.hpp"
@@ -287,11 +288,43 @@ void end_leftovers(pid_t group) {
   }
 }
 
+// A rank cut off from the launcher: its Open MPI daemon (the step's parent on a host other
+// than the launcher's) would wait for mpirun forever, so the step ends it once its own
+// program has ended: SIGTERM (the daemon then ends its other ranks' steps, which end their
+// programs), SIGKILL 2 s later. Only a parent that is an Open MPI daemon: mpirun, the
+// launcher's child, is left to the launcher.
+void end_cut_off_daemon(pid_t parent) {
+  if (parent <= 1 || ::getppid() != parent) return;
+  std::ifstream comm("/proc/" + std::to_string(parent) + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  if (name != "orted" && name != "prted") return;
+  using Clock = std::chrono::steady_clock;
+  ::kill(parent, SIGTERM);
+  const auto term_deadline = Clock::now() + std::chrono::seconds(2);
+  const auto give_up = term_deadline + std::chrono::seconds(1);
+  bool killed = false;
+  while (::getppid() == parent && Clock::now() < give_up) {
+    if (!killed && Clock::now() >= term_deadline) {
+      ::kill(parent, SIGKILL);
+      killed = true;
+    }
+    timespec tick{0, 20'000'000};
+    ::nanosleep(&tick, nullptr);
+  }
+}
+
 // Waits for the program to end, passing on signals, telling the launcher when the program
-// stops and continues, and stopping it when mpirun goes away. Returns its wait status.
-int monitor(pid_t child, const sigset_t& handled, Reporter& reporter) {
+// stops and continues, and stopping it when mpirun goes away or the lifeline says that the
+// launcher is gone or cut off (`launcher` then holds which). Returns its wait status.
+int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, LifelineClient& lifeline,
+            LifelineClient::State& launcher, const RankIdentity& id, const std::string& host) {
   using Clock = std::chrono::steady_clock;
   const pid_t parent = ::getppid();
+  // Often enough for the lifeline's heartbeats (a sixth of its timeout, at least 0.1 s).
+  const long tick_ns = lifeline.connected()
+                           ? std::min<long>(250'000'000, heartbeat_interval(lifeline.timeout_s()).count() * 1'000'000L)
+                           : 250'000'000;
   bool stopping = false, killed = false;
   Clock::time_point kill_at{};  // when a stopping program gets SIGKILL
   auto stop = [&](int grace_ms) {
@@ -300,7 +333,7 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter) {
     kill_at = Clock::now() + std::chrono::milliseconds(grace_ms);
   };
   while (true) {
-    timespec tick{0, 250'000'000};  // how often to notice that mpirun has gone
+    timespec tick{0, tick_ns};  // how often to notice that mpirun has gone
     siginfo_t info{};
     const int sig = ::sigtimedwait(&handled, &info, &tick);
     if (sig == SIGCHLD || sig < 0) {
@@ -322,6 +355,20 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter) {
       // Orphaned: mpirun (or its daemon) is gone, so no one else will stop the program.
       forward(child, SIGTERM);
       stop(stop_grace_ms / 2);
+    }
+    const auto state = lifeline.service(Clock::now());
+    if ((state == LifelineClient::State::closed || state == LifelineClient::State::unreachable) &&
+        launcher == LifelineClient::State::alive) {
+      launcher = state;
+      if (!stopping) {
+        std::fprintf(stderr, "tarantella: rank %d on %s: %s; ending its program\n", id.rank, host.c_str(),
+                     state == LifelineClient::State::closed
+                         ? "the launcher has gone (its lifeline closed)"
+                         : fmt::format("no heartbeat from the launcher for {:g} s (--heartbeat-timeout): it is down or "
+                                       "cut off from this host", lifeline.timeout_s()).c_str());
+        forward(child, SIGTERM);
+        stop(stop_grace_ms);
+      }
     }
     if (stopping && !killed && Clock::now() >= kill_at) {
       ::kill(-child, SIGKILL);
@@ -423,18 +470,39 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   ::close(exec_status[0]);
   Reporter reporter(report_to, id, host);
   if (n == 0) reporter.started();
+  const pid_t parent = ::getppid();
+  LifelineClient lifeline(n == 0 ? report_to : std::string(), host, id.rank, id.local_rank);
+  if (n == 0 && !lifeline.connected() && !report_to.empty()) {
+    if (auto a = parse_launcher_address(report_to); a && a->heartbeat_s > 0) {
+      std::fprintf(stderr, "tarantella: rank %d on %s cannot reach the launcher for its lifeline; if the launcher's "
+                   "host goes away, this rank will not notice\n", id.rank, host.c_str());
+    }
+  }
+  LifelineClient::State launcher = lifeline.connected() ? LifelineClient::State::alive : LifelineClient::State::none;
 
-  const int status = monitor(child, handled, reporter);
+  const int status = monitor(child, handled, reporter, lifeline, launcher, id, host);
   const RankReport ended{id.rank, id.local_rank, host, WIFSIGNALED(status),
                          WIFSIGNALED(status) ? WTERMSIG(status) : WIFEXITED(status) ? WEXITSTATUS(status) : 1};
+  const bool launcher_gone =
+      launcher == LifelineClient::State::closed || launcher == LifelineClient::State::unreachable;
   // Every end is reported, so the launcher knows which ranks still run; a failure waits
   // until the launcher has read it (report.hpp: the first report is the first failure).
-  const bool reported = reporter.send(RankReport::Kind::ended, ended.signaled, ended.code, ended.failed());
-  if (ended.failed() && !reported) {
+  // A launcher that is gone hears nothing.
+  const bool reported =
+      !launcher_gone && reporter.send(RankReport::Kind::ended, ended.signaled, ended.code, ended.failed());
+  if (!reported && launcher == LifelineClient::State::alive) {
+    // The report did not get through, though the lifeline has not yet timed out: a host
+    // cut off moments ago (whose program ended on its own collective timeout) looks like
+    // this. Ask the lifeline, for at most its timeout, before leaving the daemon behind.
+    launcher = lifeline.await_word();
+  }
+  if (ended.failed() && !reported && !launcher_gone) {
     std::fprintf(stderr, "tarantella: rank %d on %s: %s ended with %s\n", id.rank, host.c_str(),
                  args.program.front().c_str(), describe_status(ended).c_str());
   }
+  lifeline.farewell();
   end_leftovers(child);
+  if (launcher == LifelineClient::State::unreachable) end_cut_off_daemon(parent);
   exit_like(status);
 }
 

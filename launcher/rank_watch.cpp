@@ -29,6 +29,11 @@ WatchLimits watch_limits(const Options& options, const Environment& env) {
   WatchLimits l;
   l.start = resolve(options.start_timeout_s, env, env::start_timeout, default_start_timeout_s);
   l.exit = resolve(options.exit_timeout_s, env, env::exit_timeout, default_exit_timeout_s);
+  l.heartbeat = resolve(options.heartbeat_timeout_s, env, env::heartbeat_timeout, default_heartbeat_timeout_s);
+  if (l.heartbeat.count() > 0 && l.heartbeat.count() < 1) {
+    throw InputError(fmt::format("heartbeat timeout {} s (--heartbeat-timeout, {}): must be 0 (off) or at least 1 s",
+                                 format_seconds(l.heartbeat), env::heartbeat_timeout));
+  }
   return l;
 }
 
@@ -60,6 +65,19 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
       }
       break;
   }
+}
+
+void RankWatch::record_lost(const LostRank& l, Clock::time_point now) {
+  if (!in_plan(l.rank, state_.size())) return;
+  State& s = state_[static_cast<size_t>(l.rank)];
+  if (s.ended) return;
+  s.ended = true;
+  s.stopped = false;
+  if (!first_end_) {
+    first_end_ = now;
+    first_end_rank_ = l.rank;
+  }
+  if (!first_failure_) first_failure_ = now;
 }
 
 std::string RankWatch::describe(const std::vector<int>& ranks) const {

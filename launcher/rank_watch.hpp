@@ -17,6 +17,7 @@
 
 #include "cli.hpp"
 #include "environment.hpp"
+#include "lifeline.hpp"
 #include "report.hpp"
 
 #include <chrono>
@@ -39,11 +40,12 @@ inline constexpr double default_exit_timeout_s = 300;
 struct WatchLimits {
   Seconds start{default_start_timeout_s};  // 0: no limit
   Seconds exit{default_exit_timeout_s};    // 0: no limit
+  Seconds heartbeat{default_heartbeat_timeout_s};  // lifelines (lifeline.hpp); 0: none
   bool any() const { return start.count() > 0 || exit.count() > 0; }
 };
 
-// --start-timeout, else TNT_START_TIMEOUT, else the default; the same for the exit
-// timeout. Throws InputError naming the variable and its value.
+// --start-timeout, else TNT_START_TIMEOUT, else the default; the same for the exit and
+// heartbeat timeouts. Throws InputError naming the variable and its value.
 WatchLimits watch_limits(const Options& options, const Environment& env);
 
 // "2", "0.5", "120": seconds as the messages write them.
@@ -71,6 +73,8 @@ class RankWatch {
 
   // Reports from ranks the plan does not have are ignored.
   void record(const RankReport& report, Clock::time_point now);
+  // A rank that is gone without a report (lifeline.hpp): ended, and a failure.
+  void record_lost(const LostRank& lost, Clock::time_point now);
 
   // The verdict, once, when a limit has passed with the job still running; nullopt
   // otherwise. Call it at (or after) next_check() and after every report.

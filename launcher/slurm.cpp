@@ -125,17 +125,27 @@ std::optional<SlurmAllocation> slurm_allocation(const Environment& env) {
   }
   a.nodes = expand_nodelist(trim(*nodelist));
 
-  if (auto tpn = lookup(env, "SLURM_NTASKS_PER_NODE"); tpn && !trim(*tpn).empty()) {
-    auto counts = parse_tasks_per_node(trim(*tpn), "SLURM_NTASKS_PER_NODE");
+  // SLURM_TASKS_PER_NODE is what the allocation holds, per node ("2(x3),1" for -N 4 -n 7),
+  // and set in every job; SLURM_NTASKS_PER_NODE only with --ntasks-per-node, and then only
+  // the most a node may get (-N 3 -n 5 --ntasks-per-node=2 gives 2, 2, 1).
+  const char* name = "SLURM_TASKS_PER_NODE";
+  auto tpn = lookup(env, name);
+  if (!tpn || trim(*tpn).empty()) {
+    name = "SLURM_NTASKS_PER_NODE";
+    tpn = lookup(env, name);
+  }
+  if (tpn && !trim(*tpn).empty()) {
+    auto counts = parse_tasks_per_node(trim(*tpn), name);
     const bool uniform = std::all_of(counts.begin(), counts.end(), [&](int c) { return c == counts.front(); });
-    if (uniform) {
-      a.tasks_per_node.assign(a.nodes.size(), counts.front());
-    } else if (counts.size() == a.nodes.size()) {
+    if (counts.size() == a.nodes.size()) {
       a.tasks_per_node = std::move(counts);
+    } else if (uniform) {
+      a.tasks_per_node.assign(a.nodes.size(), counts.front());
     } else {
-      throw InputError(fmt::format("SLURM_NTASKS_PER_NODE='{}' gives {} counts for {} nodes", *tpn,
-                                   counts.size(), a.nodes.size()));
+      throw InputError(fmt::format("{}='{}' gives {} counts for {} nodes", name, *tpn, counts.size(),
+                                   a.nodes.size()));
     }
+    a.tasks_source = name;
   }
   return a;
 }

@@ -23,7 +23,10 @@ std::vector<int> parse_tasks_per_node(std::string_view value, std::string_view n
 struct SlurmAllocation {
   std::string job_id;
   std::vector<std::string> nodes;
-  std::vector<int> tasks_per_node;  // one per node, or empty when SLURM_NTASKS_PER_NODE is unset
+  // One per node: SLURM_TASKS_PER_NODE (the allocation's, set in every job: "2(x3),1"),
+  // else SLURM_NTASKS_PER_NODE (--ntasks-per-node); empty when neither is set.
+  std::vector<int> tasks_per_node;
+  std::string tasks_source;  // which of the two
 };
 
 // nullopt outside an allocation (no SLURM_JOB_ID). Throws InputError when the allocation's

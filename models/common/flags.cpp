@@ -4,7 +4,9 @@
 
 #include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <system_error>
@@ -82,42 +84,108 @@ CommonFlags ProgramFlags::common() const {
 
 namespace {
 
-// The master's verdict on --model_dir: "" when training may go ahead, else the message.
-std::string check_model_dir_on_master(const ModelDir& dir) {
+constexpr const char* kRunMarker = ".tarantella-run";
+
+// TNT_RESTART and TNT_RUN_ID, as the launcher set them (0 and "" outside a launch with
+// --max-restarts).
+int restart_number() {
+  const char* text = std::getenv("TNT_RESTART");
+  return text != nullptr ? std::atoi(text) : 0;
+}
+
+std::string run_id() {
+  const char* text = std::getenv("TNT_RUN_ID");
+  return text != nullptr ? text : "";
+}
+
+std::string read_marker(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / kRunMarker);
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// Written as a temporary file and renamed, so a crash leaves the old marker or the new one.
+std::string write_marker(const std::string& dir, const std::string& id) {
+  namespace fs = std::filesystem;
+  const fs::path path = fs::path(dir) / kRunMarker;
+  const fs::path tmp = fs::path(dir) / (std::string(kRunMarker) + ".new");
+  {
+    std::ofstream out(tmp);
+    out << id << "\n";
+    if (!out.flush()) return fmt::format("--model_dir={}: cannot write {}", dir, tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return fmt::format("--model_dir={}: cannot write {}: {}", dir, path.string(), ec.message());
+  return "";
+}
+
+struct Verdict {
+  std::string error;  // "" when training may go ahead
+  bool resume = false;
+};
+
+std::string remove_outputs(const ModelDir& dir, const std::vector<std::string>& found, const char* why) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const std::string& name : found) {
+    fs::remove(fs::path(dir.path) / name, ec);
+    if (ec) return fmt::format("{}: cannot remove {}/{}: {}", why, dir.path, name, ec.message());
+  }
+  return "";
+}
+
+// The master's verdict on --model_dir.
+Verdict check_model_dir_on_master(const ModelDir& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir.path, ec);
-  if (ec) return fmt::format("--model_dir={}: cannot create it: {}", dir.path, ec.message());
+  if (ec) return {fmt::format("--model_dir={}: cannot create it: {}", dir.path, ec.message())};
   std::vector<std::string> found;
   for (const std::string& name : dir.outputs) {
     if (fs::exists(fs::path(dir.path) / name, ec)) found.push_back(name);
   }
-  if (found.empty() || dir.resume) return "";
-  if (dir.overwrite) {
-    for (const std::string& name : found) {
-      fs::remove(fs::path(dir.path) / name, ec);
-      if (ec) return fmt::format("--overwrite: cannot remove {}/{}: {}", dir.path, name, ec.message());
-    }
-    return "";
+  const std::string id = run_id();
+  if (restart_number() > 0 && !id.empty() && read_marker(dir.path) == id) {
+    // A restart of this launch, in the directory its first attempt took.
+    if (!dir.checkpoint.empty() && fs::exists(fs::path(dir.path) / dir.checkpoint, ec)) return {"", true};
+    return {remove_outputs(dir, found, "restart")};
   }
-  return fmt::format("--model_dir={} already holds the output of an earlier run ({}): give {}--overwrite to replace "
-                     "it, or choose another --model_dir",
-                     dir.path, fmt::join(found, ", "),
-                     dir.can_resume ? "--resume to continue training from its checkpoint, " : "");
+  if (!found.empty() && !dir.resume && !dir.overwrite) {
+    return {fmt::format("--model_dir={} already holds the output of an earlier run ({}): give {}--overwrite to replace "
+                        "it, or choose another --model_dir",
+                        dir.path, fmt::join(found, ", "),
+                        dir.can_resume ? "--resume to continue training from its checkpoint, " : "")};
+  }
+  if (!found.empty() && dir.overwrite) {
+    if (std::string e = remove_outputs(dir, found, "--overwrite"); !e.empty()) return {e};
+  }
+  // This launch's from now on: its restarts continue here.
+  if (!id.empty()) {
+    if (std::string e = write_marker(dir.path, id); !e.empty()) return {e};
+  }
+  return {"", dir.resume};
 }
 
 }  // namespace
 
-void prepare_model_dir(const ModelDir& dir) {
+bool prepare_model_dir(const ModelDir& dir) {
   TNT_INPUT_CHECK(!(dir.resume && dir.overwrite),
                   "--resume and --overwrite: give one of them (--resume continues the run in --model_dir={}, "
                   "--overwrite replaces it)",
                   dir.path);
   // Only the master sees the directory for sure (other hosts may not share its file
   // system), so it decides and the ranks learn its verdict: all of them stop, or none.
-  std::string verdict = tnt::is_master_rank() ? check_model_dir_on_master(dir) : "";
-  tnt::communicator().broadcast(verdict, tnt::master_rank());
-  if (!verdict.empty()) throw tnt::InputError(verdict);
+  Verdict verdict = tnt::is_master_rank() ? check_model_dir_on_master(dir) : Verdict{};
+  tnt::communicator().broadcast(verdict.error, tnt::master_rank());
+  if (!verdict.error.empty()) throw tnt::InputError(verdict.error);
+  int64_t resume = verdict.resume ? 1 : 0;
+  tnt::communicator().broadcast(&resume, 1, tnt::DType::i64, tnt::Device::cpu(), tnt::master_rank());
+  if (resume != 0 && !dir.resume) {
+    tnt::print("Restart {} (TNT_RESTART): continuing from {}/{}", restart_number(), dir.path, dir.checkpoint);
+  }
+  return resume != 0;
 }
 
 }  // namespace tnt_models

@@ -86,6 +86,7 @@ struct ModelDir {
   bool can_resume = false;           // the program has --resume
   bool resume = false;               // ... and it was given
   bool overwrite = false;            // --overwrite was given
+  std::string checkpoint;            // which of `outputs` a restart continues from ("": none)
 };
 
 // Collective, before any training: the master (the only rank that writes files) creates
@@ -95,6 +96,15 @@ struct ModelDir {
 // that fails early leaves no mix of old and new). Throws tnt::InputError on every rank
 // alike, naming the directory and the choices, when it is refused, when it cannot be
 // created, or for --resume together with --overwrite.
-void prepare_model_dir(const ModelDir& dir);
+//
+// Restarts (tarantella --max-restarts): the launcher sets TNT_RUN_ID for every attempt of
+// one launch and TNT_RESTART to the attempt's number. The first attempt that gets past the
+// checks above marks the directory as its launch's (<path>/.tarantella-run holds the id).
+// A restart of the same launch in a directory so marked continues from `checkpoint` when it
+// exists (whatever --resume and --overwrite say: they were for the first attempt), and
+// otherwise starts over, replacing what the failed attempt left; a restart whose first
+// attempt never got that far (the directory was refused) is checked as a first attempt.
+// Returns whether training continues from the checkpoint: --resume, or such a restart.
+bool prepare_model_dir(const ModelDir& dir);
 
 }  // namespace tnt_models

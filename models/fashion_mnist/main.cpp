@@ -144,14 +144,14 @@ int main(int argc, char** argv) {
     }
     model.compile(optimizer, std::make_shared<tnt::SoftmaxCrossEntropy>(), {std::make_shared<tnt::Accuracy>()});
 
-    const bool resume = args["resume"].as<bool>();
-    // An earlier run's checkpoint and history are continued (--resume) or replaced
-    // (--overwrite), never silently overwritten.
-    tnt_models::prepare_model_dir({.path = common.model_dir,
-                                   .outputs = {"checkpoint.safetensors", "history.csv"},
-                                   .can_resume = true,
-                                   .resume = resume,
-                                   .overwrite = common.overwrite});
+    // An earlier run's checkpoint and history are continued (--resume, or a restart of
+    // tarantella --max-restarts) or replaced (--overwrite), never silently overwritten.
+    const bool resume = tnt_models::prepare_model_dir({.path = common.model_dir,
+                                                       .outputs = {"checkpoint.safetensors", "history.csv"},
+                                                       .can_resume = true,
+                                                       .resume = args["resume"].as<bool>(),
+                                                       .overwrite = common.overwrite,
+                                                       .checkpoint = "checkpoint.safetensors"});
     const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
 
     int initial_epoch = 0;

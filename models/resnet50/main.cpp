@@ -267,10 +267,16 @@ int main(int argc, char** argv) {
     model.compile(std::make_shared<tnt::SGD>(schedule, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>(label_smoothing),
                   {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)}, precision);
 
-    // What an earlier run left there is replaced only with --overwrite.
-    tnt_models::prepare_model_dir({.path = common.model_dir,
-                                   .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
-                                   .overwrite = common.overwrite});
+    // What an earlier run left there is replaced only with --overwrite; a restart of
+    // tarantella --max-restarts continues from the checkpoint (with
+    // --enable_checkpoint_and_export; without, it starts over).
+    const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
+    const bool resume = tnt_models::prepare_model_dir(
+        {.path = common.model_dir,
+         .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
+         .overwrite = common.overwrite,
+         .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : ""});
+    const int initial_epoch = resume ? model.load_checkpoint(checkpoint) : 0;
 
     if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,
@@ -290,6 +296,7 @@ int main(int argc, char** argv) {
       fit.micro_batch_size = tnt::micro_batch_size(common.batch_size, tnt::rank(), tnt::size());
     }
     fit.epochs = common.train_epochs;
+    fit.initial_epoch = initial_epoch;
     fit.verbose = common.verbose;
     if (train_dist) {
       fit.distributed_validation_data = eval_dist;
@@ -297,7 +304,7 @@ int main(int argc, char** argv) {
       fit.validation_data = eval_data;
     }
     fit.validation_freq = common.epochs_between_evals;
-    auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv");
+    auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", initial_epoch > 0);
     std::vector<std::string> columns{"loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy",
                                      "val_top5_accuracy", "learning_rate", "seconds"};
     if (precision.scales_loss()) columns.push_back("loss_scale");
@@ -309,8 +316,7 @@ int main(int argc, char** argv) {
     if (train_steps > 0) fit.callbacks.push_back(std::make_shared<StopAfterSteps>(train_steps));
     if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir));
     if (checkpoint_and_export) {
-      fit.callbacks.push_back(
-          std::make_shared<tnt::ModelCheckpoint>(common.model_dir + "/checkpoint.safetensors", "loss"));
+      fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"));
     }
     tnt::History history = train_dist ? model.fit(*train_dist, fit) : model.fit(train_data, fit);
 

@@ -147,3 +147,22 @@ TEST_CASE("cli: help and version need no program", "[cli]") {
     CHECK_THAT(help, Catch::Contains(option));
   }
 }
+
+TEST_CASE("cli: --heartbeat-timeout, --max-restarts and --launch-agent", "[cli]") {
+  auto o = parse_command_line({"--heartbeat-timeout", "30", "--max-restarts", "3", "--launch-agent",
+                               "ssh -p 2222 -i /keys/cluster", "--", "p"});
+  CHECK(o.heartbeat_timeout_s == 30.0);
+  CHECK(o.max_restarts == 3);
+  CHECK(o.launch_agent == "ssh -p 2222 -i /keys/cluster");
+  auto d = parse_command_line({"--", "p"});
+  CHECK_FALSE(d.heartbeat_timeout_s);
+  CHECK(d.max_restarts == 0);
+  CHECK_FALSE(d.launch_agent);
+  CHECK(error_of({"--max-restarts", "-1", "--", "p"}) == "--max-restarts -1: must be an integer from 0 to 1000");
+  CHECK(error_of({"--max-restarts", "many", "--", "p"}) == "--max-restarts many: must be an integer from 0 to 1000");
+  CHECK(error_of({"--launch-agent", " ", "--", "p"}) == "--launch-agent: the command is empty");
+  CHECK(error_of({"--heartbeat-timeout", "soon", "--", "p"}) ==
+        "--heartbeat-timeout soon: must be a non-negative number of seconds (0: no limit)");
+  CHECK_THAT(help_text(), Catch::Contains("--heartbeat-timeout SECONDS") && Catch::Contains("--max-restarts K") &&
+                              Catch::Contains("--launch-agent CMD") && Catch::Contains("TNT_RESTART"));
+}

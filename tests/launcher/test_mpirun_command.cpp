@@ -22,6 +22,10 @@ TEST_CASE("mpirun command: one local host, two CPU ranks", "[mpirun]") {
               "--", "./train", "--epochs=1"});
   spec.as_root = true;
   CHECK(mpirun_command(spec)[1] == "--allow-run-as-root");
+  // --launch-agent: Open MPI's rsh agent, one word however many it holds, before -x.
+  spec.launch_agent = "ssh -p 2222";
+  const Words with_agent = mpirun_command(spec);
+  CHECK(Words(with_agent.begin() + 10, with_agent.begin() + 13) == Words{"--mca", "plm_rsh_agent", "ssh -p 2222"});
 }
 
 TEST_CASE("mpirun command: two hosts, GPU ranks, pinned, extra MPI arguments", "[mpirun]") {

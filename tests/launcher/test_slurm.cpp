@@ -83,6 +83,22 @@ TEST_CASE("slurm: the allocation from the environment", "[slurm]") {
   CHECK_THROWS_WITH(slurm_allocation({{"SLURM_JOB_ID", "7"}}), Catch::Contains("SLURM_JOB_NODELIST is not set"));
   auto old = slurm_allocation({{"SLURM_JOB_ID", "7"}, {"SLURM_NODELIST", "x[1-2]"}});
   CHECK(old->nodes == Names{"x1", "x2"});
+
+  // Without --ntasks-per-node only SLURM_TASKS_PER_NODE is set: sbatch -N 4 -n 7.
+  auto d = slurm_allocation(
+      {{"SLURM_JOB_ID", "8"}, {"SLURM_JOB_NODELIST", "n[1-4]"}, {"SLURM_TASKS_PER_NODE", "2(x3),1"}});
+  REQUIRE(d);
+  CHECK(d->tasks_per_node == std::vector<int>{2, 2, 2, 1});
+  CHECK(d->tasks_source == "SLURM_TASKS_PER_NODE");
+  // Both set (sbatch -N 3 -n 5 --ntasks-per-node=2): --ntasks-per-node is only the most a
+  // node may get; the allocation's own count wins.
+  auto e = slurm_allocation({{"SLURM_JOB_ID", "8"}, {"SLURM_JOB_NODELIST", "n[1-3]"},
+                             {"SLURM_NTASKS_PER_NODE", "2"}, {"SLURM_TASKS_PER_NODE", "2(x2),1"}});
+  CHECK(e->tasks_per_node == std::vector<int>{2, 2, 1});
+  CHECK(e->tasks_source == "SLURM_TASKS_PER_NODE");
+  CHECK_THROWS_WITH(slurm_allocation({{"SLURM_JOB_ID", "8"}, {"SLURM_JOB_NODELIST", "n[1-3]"},
+                                      {"SLURM_TASKS_PER_NODE", "2,1"}}),
+                    Catch::Contains("SLURM_TASKS_PER_NODE='2,1' gives 2 counts for 3 nodes"));
 }
 
 TEST_CASE("slurm: hosts and ranks per node inside an allocation", "[slurm][plan]") {
@@ -103,7 +119,17 @@ TEST_CASE("slurm: hosts and ranks per node inside an allocation", "[slurm][plan]
   o.ranks_per_node = 2;  // -n beats SLURM_NTASKS_PER_NODE
   CHECK(make_plan(o, select_hosts(o, env), 0, nullptr, "x").hosts[1].ranks == 2);
 
-  o.ranks_per_node.reset();  // without SLURM_NTASKS_PER_NODE: the node's GPUs
+  // SLURM_TASKS_PER_NODE, per node.
+  Environment uneven = env;
+  uneven.erase("SLURM_NTASKS_PER_NODE");
+  uneven["SLURM_TASKS_PER_NODE"] = "2,1";
+  o.ranks_per_node.reset();
+  auto uneven_plan = make_plan(o, select_hosts(o, uneven), 0, nullptr, "gpu01");
+  CHECK(uneven_plan.hosts[0].ranks == 2);
+  CHECK(uneven_plan.hosts[1].ranks == 1);
+  CHECK(uneven_plan.ranks.size() == 3);
+
+  // Without either: the node's GPUs.
   Environment no_tasks = env;
   no_tasks.erase("SLURM_NTASKS_PER_NODE");
   auto gpu_plan = make_plan(o, select_hosts(o, no_tasks), 4, nullptr, "x");

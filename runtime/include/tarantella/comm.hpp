@@ -19,8 +19,9 @@
 // A collective that does not complete within timeout() seconds (TNT_COLLECTIVE_TIMEOUT,
 // default 600, or set_timeout) throws CommError on the ranks that wait, naming the
 // operation, its number on this communicator, and, where it can be known, the ranks that
-// never entered it (a small MPI window in which each rank publishes the number of the last
-// collective it entered; ranks are asked only after the deadline). After a CommError the
+// never entered it or could not be asked, with their hosts when the job spans several
+// (each rank answers "the last collective I entered" on a small TCP socket of its own,
+// beside MPI; ranks are asked only after the deadline). After a CommError the
 // communicator, and the buffer of the failed call, must not be used again: end the job.
 #pragma once
 

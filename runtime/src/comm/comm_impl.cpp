@@ -3,10 +3,21 @@
 #include "comm/agreement.hpp"
 #include "tarantella/check.hpp"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -27,42 +38,124 @@ std::string mpi_error_string(int rc) {
 }
 }  // namespace
 
-// ---- Arrivals -------------------------------------------------------------------------
+// ---- Arrivals ------------------------------------------------------------------------
 
-Arrivals::Arrivals(MPI_Comm comm) : comm_(comm) {
+namespace {
+
+constexpr int kMaxAddrs = 8;
+constexpr int kHostChars = 64;
+
+// What each rank tells the others about its channel (exchanged with one MPI_Allgather).
+struct ChannelRecord {
+  uint32_t addrs[kMaxAddrs];  // IPv4, network order
+  uint16_t port;              // 0: no channel
+  uint8_t n_addrs;
+  char host[kHostChars + 1];
+};
+
+std::string own_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+// This host's IPv4 addresses other than loopback, of interfaces that are up.
+std::vector<uint32_t> own_addresses() {
+  std::vector<uint32_t> out;
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a != nullptr && out.size() < kMaxAddrs; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    const uint32_t addr = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
+    if (std::find(out.begin(), out.end(), addr) == out.end()) out.push_back(addr);
+  }
+  ::freeifaddrs(list);
+  return out;
+}
+
+uint64_t random_token() {
+  uint64_t value = 0;
+  if (::getrandom(&value, sizeof value, 0) != static_cast<ssize_t>(sizeof value)) {
+    value = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ull ^
+            static_cast<uint64_t>(::getpid());
+  }
+  return value;
+}
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? static_cast<int>(std::min<long long>(left, 60'000)) : 0;
+}
+
+}  // namespace
+
+Arrivals::Arrivals(MPI_Comm comm) : seqs_(new std::atomic<int64_t>[kSlots]) {
+  for (int i = 0; i < kSlots; ++i) seqs_[i].store(0, std::memory_order_relaxed);
+  MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
-  void* base = nullptr;
-  // The communicator returns errors instead of aborting (tnt::init sets MPI_ERRORS_RETURN),
-  // so a library without a usable one-sided component just leaves the channel off.
-  int rc = MPI_Win_allocate(static_cast<MPI_Aint>(kSlots * sizeof(int64_t)), sizeof(int64_t), MPI_INFO_NULL,
-                            comm, &base, &win_);
-  if (rc != MPI_SUCCESS) {
-    win_ = MPI_WIN_NULL;
+
+  ChannelRecord mine{};
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof a;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 64) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+      mine.port = ntohs(a.sin_port);
+      listen_fd_ = fd;
+    } else {
+      ::close(fd);
+    }
+  }
+  const std::vector<uint32_t> addrs = own_addresses();
+  mine.n_addrs = static_cast<uint8_t>(addrs.size());
+  std::copy(addrs.begin(), addrs.end(), mine.addrs);
+  const std::string host = own_host_name();
+  std::snprintf(mine.host, sizeof mine.host, "%s", host.c_str());
+
+  // The same token on every rank: rank 0's.
+  token_ = rank_ == 0 ? random_token() : 0;
+  MPI_Bcast(&token_, 1, MPI_UINT64_T, 0, comm);
+  std::vector<ChannelRecord> all(static_cast<size_t>(size_));
+  if (MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm) != MPI_SUCCESS) {
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    listen_fd_ = -1;
+    all.assign(all.size(), ChannelRecord{});
+  }
+  peers_.resize(all.size());
+  for (size_t q = 0; q < all.size(); ++q) {
+    Peer& p = peers_[q];
+    all[q].host[kHostChars] = '\0';
+    p.host = all[q].host;
+    p.port = all[q].port;
+    // Ranks that call themselves by this rank's host name are reached over loopback first
+    // (they share its network); every rank also by the addresses it listed.
+    if (p.host == host) p.addrs.push_back(htonl(INADDR_LOOPBACK));
+    const int n = std::min<int>(all[q].n_addrs, kMaxAddrs);
+    p.addrs.insert(p.addrs.end(), all[q].addrs, all[q].addrs + n);
+    one_host_ = one_host_ && p.host == host;
+  }
+  if (listen_fd_ < 0) return;
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
     return;
   }
-  base_ = static_cast<int64_t*>(base);
-  std::fill(base_, base_ + kSlots, int64_t{0});
-  // In the unified memory model a plain store reaches remote readers eventually, which is
-  // all a report read seconds later needs; MPI_Win_sync would add ~0.1 us to every small
-  // collective. The separate model needs it.
-  int* model = nullptr;
-  int found = 0;
-  MPI_Win_get_attr(win_, MPI_WIN_MODEL, &model, &found);
-  needs_sync_ = !(found && model && *model == MPI_WIN_UNIFIED);
-  MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN);
-  if (MPI_Win_lock_all(MPI_MODE_NOCHECK, win_) != MPI_SUCCESS) {
-    MPI_Win_free(&win_);
-    win_ = MPI_WIN_NULL;
-    base_ = nullptr;
-  }
-  // Every rank must have zeroed its entries before anyone may read them.
-  MPI_Barrier(comm);
+  server_ = std::thread([this] { serve(); });
 }
 
 Arrivals::~Arrivals() {
-  if (win_ == MPI_WIN_NULL || mpi_finalized()) return;
-  MPI_Win_unlock_all(win_);
-  MPI_Win_free(&win_);
+  if (server_.joinable()) {
+    const uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+    server_.join();
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
 int Arrivals::next_slot() {
@@ -71,49 +164,126 @@ int Arrivals::next_slot() {
   return s;
 }
 
-void Arrivals::publish(int slot, int64_t seq) {
-  if (!enabled()) return;
-  std::atomic_ref<int64_t>(base_[slot]).store(seq, std::memory_order_release);
-  if (needs_sync_) MPI_Win_sync(win_);
+// The answering thread: one query per connection, "TOKEN SLOT\n" -> "SEQ\n". Queries come
+// only after a timeout, so they are answered one after another; a client that sends
+// nothing is given up after half a second.
+void Arrivals::serve() {
+  const std::string token = fmt::format("{:016x}", token_);
+  while (true) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0) continue;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(500);
+    std::string line;
+    char buf[64];
+    while (line.find('\n') == std::string::npos && line.size() < 64) {
+      pollfd p{c, POLLIN, 0};
+      if (::poll(&p, 1, remaining_ms(deadline)) <= 0) break;
+      const ssize_t n = ::read(c, buf, sizeof buf);
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    char got[17] = {};
+    int slot = -1;
+    if (std::sscanf(line.c_str(), "%16s %d", got, &slot) == 2 && token == got && slot >= 0 && slot < kSlots) {
+      const std::string answer = fmt::format("{}\n", seqs_[slot].load(std::memory_order_acquire));
+      [[maybe_unused]] auto n = ::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+    }
+    ::close(c);
+  }
 }
 
 std::vector<int64_t> Arrivals::query(int slot, double budget_s) const {
   std::vector<int64_t> out(static_cast<size_t>(size_), -1);
+  out[static_cast<size_t>(rank_)] = seqs_[slot].load(std::memory_order_acquire);
   if (!enabled()) return out;
-  // The answers land in heap memory that is deliberately leaked when a rank does not
-  // answer in time: its MPI_Rget may still complete later.
-  auto* values = new int64_t[static_cast<size_t>(size_)];
-  std::vector<MPI_Request> requests(static_cast<size_t>(size_), MPI_REQUEST_NULL);
-  for (int q = 0; q < size_; ++q) {
-    values[q] = -1;
-    if (MPI_Rget(&values[q], 1, MPI_INT64_T, q, slot, 1, MPI_INT64_T, win_, &requests[static_cast<size_t>(q)]) !=
-        MPI_SUCCESS) {
-      requests[static_cast<size_t>(q)] = MPI_REQUEST_NULL;
-    }
-  }
-  auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget_s));
-  std::vector<bool> done(static_cast<size_t>(size_), false);
-  int pending = size_;
-  while (pending > 0 && Clock::now() < deadline) {
-    pending = 0;
-    for (int q = 0; q < size_; ++q) {
-      auto i = static_cast<size_t>(q);
-      if (done[i]) continue;
-      int flag = 0;
-      if (requests[i] == MPI_REQUEST_NULL || MPI_Test(&requests[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-        done[i] = true;  // no answer possible
-        continue;
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget_s));
+  const std::string request = fmt::format("{:016x} {}\n", token_, slot);
+
+  // One attempt per (rank, address), all under way at once, the first answer per rank wins;
+  // ranks are asked in waves so that a large job does not run out of file descriptors.
+  struct Attempt {
+    int fd = -1;
+    int rank = 0;
+    bool sent = false;
+    std::string reply;
+  };
+  constexpr int kWave = 256;
+  for (int first = 0; first < size_; first += kWave) {
+    std::vector<Attempt> attempts;
+    for (int q = first; q < std::min(size_, first + kWave); ++q) {
+      const Peer& p = peers_[static_cast<size_t>(q)];
+      if (q == rank_ || p.port == 0) continue;
+      for (uint32_t addr : p.addrs) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) continue;
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(p.port);
+        a.sin_addr.s_addr = addr;
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
+          ::close(fd);
+          continue;
+        }
+        attempts.push_back({fd, q, false, {}});
       }
-      if (flag) {
-        done[i] = true;
-        out[i] = values[q];
-      } else {
-        ++pending;
+    }
+    auto drop = [](Attempt& t) {
+      if (t.fd >= 0) ::close(t.fd);
+      t.fd = -1;
+    };
+    while (true) {
+      std::vector<pollfd> fds;
+      std::vector<size_t> which;
+      for (size_t i = 0; i < attempts.size(); ++i) {
+        Attempt& t = attempts[i];
+        if (t.fd < 0) continue;
+        if (out[static_cast<size_t>(t.rank)] >= 0) {  // answered on another address
+          drop(t);
+          continue;
+        }
+        fds.push_back({t.fd, static_cast<short>(t.sent ? POLLIN : POLLOUT), 0});
+        which.push_back(i);
+      }
+      if (fds.empty()) break;
+      const int ready = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) break;  // out of time: the rest did not answer
+      for (size_t k = 0; k < fds.size(); ++k) {
+        if (fds[k].revents == 0) continue;
+        Attempt& t = attempts[which[k]];
+        if (!t.sent) {
+          int err = 0;
+          socklen_t len = sizeof err;
+          if (::getsockopt(t.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0 ||
+              ::send(t.fd, request.data(), request.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+            drop(t);
+            continue;
+          }
+          t.sent = true;
+          continue;
+        }
+        char buf[64];
+        const ssize_t n = ::read(t.fd, buf, sizeof buf);
+        if (n > 0) t.reply.append(buf, static_cast<size_t>(n));
+        if (t.reply.find('\n') != std::string::npos) {
+          long long v = -1;
+          if (std::sscanf(t.reply.c_str(), "%lld", &v) == 1 && v >= 0) out[static_cast<size_t>(t.rank)] = v;
+          drop(t);
+        } else if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
+          drop(t);  // closed without an answer: a wrong token, or not our rank at that address
+        }
       }
     }
-    if (pending > 0) sched_yield();
+    for (Attempt& t : attempts) drop(t);
   }
-  if (pending == 0) delete[] values;
   return out;
 }
 
@@ -223,7 +393,8 @@ void Waiter::timed_out(int peer, const char* role) const {
   std::string msg = fmt::format("{} did not complete within {} s", comm_error_prefix(comm_, op_.str()), comm_.timeout_s);
   if (peer >= 0) msg += fmt::format("; waiting on rank {}{}{}", peer, role ? " " : "", role ? role : "");
   if (comm_.arrivals && comm_.arrivals->enabled()) {
-    std::vector<int64_t> entered = comm_.arrivals->query(comm_.slot, 2.0);
+    const Arrivals& arrivals = *comm_.arrivals;
+    std::vector<int64_t> entered = arrivals.query(comm_.slot, 2.0);
     std::vector<int> missing, silent;
     for (int q = 0; q < comm_.size; ++q) {
       int64_t e = entered[static_cast<size_t>(q)];
@@ -233,14 +404,27 @@ void Waiter::timed_out(int peer, const char* role) const {
         missing.push_back(q);
       }
     }
+    // Across hosts, each rank with its host: "1 (host h2), 3 (host h3)".
+    auto ranks = [&](const std::vector<int>& list) {
+      if (arrivals.one_host()) return rank_list(list);
+      std::string out;
+      for (size_t i = 0; i < list.size(); ++i) {
+        out += fmt::format("{}{} (host {})", i ? ", " : "", list[i], arrivals.host(list[i]));
+      }
+      return out;
+    };
     if (!missing.empty()) {
-      msg += fmt::format("; rank(s) {} never joined it", rank_list(missing));
+      msg += fmt::format("; rank(s) {} never joined it", ranks(missing));
     } else if (silent.empty()) {
       msg += "; every rank entered it (one may be stuck inside, or ranks disagree on its arguments)";
     }
-    if (!silent.empty()) msg += fmt::format("; rank(s) {} did not answer the arrival query", rank_list(silent));
+    if (!silent.empty()) {
+      msg += fmt::format("; rank(s) {} did not answer the arrival query (unreachable: host down or cut off, or the "
+                         "process stopped or gone)",
+                         ranks(silent));
+    }
   } else {
-    msg += "; which ranks never joined is unknown (no MPI one-sided support for the arrival channel)";
+    msg += "; which ranks never joined is unknown (the arrival channel has no socket)";
   }
   msg += " (TNT_COLLECTIVE_TIMEOUT)";
   throw CommError(msg);

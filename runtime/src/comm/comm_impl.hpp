@@ -1,7 +1,8 @@
 // What a Communicator holds, and the pieces its collectives share: MPI error checks that
 // name the operation, the polling wait with a deadline (every host collective is
 // nonblocking MPI + MPI_Test, so a missing rank becomes a CommError, not a hang), and the
-// arrivals side channel that tells a timed-out rank who never entered the collective.
+// arrivals side channel (TCP, beside MPI) that tells a timed-out rank who never entered the
+// collective.
 #pragma once
 
 #include "tarantella/comm.hpp"
@@ -15,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tnt::backend {
@@ -25,35 +27,53 @@ namespace tnt::detail {
 
 using Clock = std::chrono::steady_clock;
 
-// The side channel: an MPI window holding, for each rank, the number of the last
-// collective it entered on each of kSlots communicators (the world communicator is slot 0,
-// duplicates take the next slots in creation order, which every rank shares because
-// duplicate() is collective). Ranks only write their own entries; a timed-out rank reads
-// the others' with MPI_Rget, polled for a short while, so a rank stuck in computation does
-// not stall the error report. If the MPI library cannot create the window, the channel is
-// off and messages say the missing ranks are unknown.
+// The side channel that tells a timed-out rank who never entered the collective. Each rank
+// keeps, for each of kSlots communicators, the number of the last collective it entered (the
+// world communicator is slot 0, duplicates take the next slots in creation order, which
+// every rank shares because duplicate() is collective); entering a collective is one atomic
+// store. A thread of each rank answers queries for these numbers on a TCP socket of its own
+// (port and addresses exchanged once, when the world communicator is made), so the channel
+// needs nothing of MPI: it works over any network, between hosts too, and a rank stuck in
+// computation still answers. A timed-out rank asks every other rank at once, for a short
+// while; a rank that cannot be reached (its host is down or cut off, it is stopped or gone)
+// does not answer. If the socket cannot be made, the channel is off and messages say the
+// missing ranks are unknown.
 class Arrivals {
  public:
   static constexpr int kSlots = 64;
   explicit Arrivals(MPI_Comm comm);  // collective over comm
-  ~Arrivals();                       // collective (MPI_Win_free); skipped after MPI_Finalize
+  ~Arrivals();                       // local: stops this rank's answering thread
   Arrivals(const Arrivals&) = delete;
   Arrivals& operator=(const Arrivals&) = delete;
 
-  bool enabled() const { return win_ != MPI_WIN_NULL; }
+  bool enabled() const { return listen_fd_ >= 0; }
   int next_slot();  // call in the same order on every rank
-  void publish(int slot, int64_t seq);
+  void publish(int slot, int64_t seq) { seqs_[slot].store(seq, std::memory_order_release); }
   // Entry q: the last collective rank q entered on slot, or -1 when it did not answer
   // within budget_s.
   std::vector<int64_t> query(int slot, double budget_s) const;
+  // Rank q's host name, as it calls itself; and whether all ranks are on one host.
+  const std::string& host(int q) const { return peers_[static_cast<size_t>(q)].host; }
+  bool one_host() const { return one_host_; }
 
  private:
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Win win_ = MPI_WIN_NULL;
-  int64_t* base_ = nullptr;  // (kSlots,) this rank's entries
+  struct Peer {
+    uint16_t port = 0;             // 0: no channel on that rank
+    std::vector<uint32_t> addrs;   // IPv4, network order; loopback first for this host's ranks
+    std::string host;
+  };
+  void serve();
+
+  int rank_ = 0;
   int size_ = 1;
   int next_slot_ = 1;
-  bool needs_sync_ = true;  // separate memory model: stores need MPI_Win_sync
+  uint64_t token_ = 0;  // the job's, so that a stray connection cannot pose as a query
+  std::unique_ptr<std::atomic<int64_t>[]> seqs_;  // (kSlots,) this rank's entries
+  std::vector<Peer> peers_;
+  bool one_host_ = true;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: the destructor wakes the thread with it
+  std::thread server_;
 };
 
 // Host scratch memory that grows on demand (64-byte aligned).

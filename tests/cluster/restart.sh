@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Automatic restart (tarantella --max-restarts): rank 1's program on h2 is killed in the
+# middle of epoch 2 of 3. The launcher starts the whole job again, fashion_mnist continues
+# from epoch 1's checkpoint, and the run ends with the weights of an uninterrupted one,
+# bitwise, reporting one restart. A job that fails with no restart left ends as without
+# --max-restarts, with the last attempt's status.
+#
+#   restart.sh LAUNCHER FASHION_MNIST
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
+cl_up 2
+
+# About 1.5 s an epoch on two hosts sharing two cores; evaluation only at the end.
+run=(--model=mlp --num_train_samples=12288 --batch_size=64 --train_epochs=3 --epochs_between_evals=3 --verbose=2)
+cl_run uninterrupted h1 90 -H h1,h2 "${cl_launch[@]}" -- "${run[@]}" --model_dir="$cl_tmp/uninterrupted"
+cl_expect_exit uninterrupted 0
+
+(
+  # Epoch 1's checkpoint is written: epoch 2 has begun. A moment into it, rank 1 dies.
+  end=$((SECONDS + 60))
+  while ((SECONDS < end)) && [[ ! -f $cl_tmp/restarted/checkpoint.safetensors ]]; do sleep 0.05; done
+  # Half an epoch later (epoch 1 took the seconds in its history row): mid epoch 2.
+  half=$(awk -F, 'NR == 2 { s = $NF / 2; print (s < 0.2 ? 0.2 : s) }' "$cl_tmp/restarted/history.csv")
+  sleep "${half:-0.5}"
+  pid=$(cl_programs_on h2 | head -n 1)
+  if [[ -n $pid ]]; then
+    echo "killing rank 1's program (pid $pid on h2)"
+    kill -KILL "$pid"
+  fi
+) &
+killer=$!
+cl_run restarted h1 120 -H h1,h2 --max-restarts 1 "${cl_launch[@]}" -- "${run[@]}" --model_dir="$cl_tmp/restarted"
+wait "$killer"
+cl_expect_exit restarted 0
+cl_expect_contains restarted "tarantella: rank 1 (host h2, local rank 0) failed first: signal 9 (SIGKILL)" \
+  "the first attempt's failure is named"
+cl_expect_contains restarted "tarantella: restarting the whole job (restart 1 of 1, TNT_RESTART=1)" "one restart"
+cl_expect_contains restarted "Resuming from $cl_tmp/restarted/checkpoint.safetensors at epoch 1" \
+  "the restart continues from epoch 1's checkpoint (the kill came in epoch 2)"
+cl_expect_contains restarted "tarantella: the job succeeded after 1 restart" "the launcher reports the restart"
+cl_same_weights restarted "$cl_tmp/uninterrupted" "$cl_tmp/restarted"
+if [[ $(awk -F, 'NR > 1 { printf "%s ", $1 }' "$cl_tmp/restarted/history.csv") == "1 2 3 " ]]; then
+  cl_pass "restarted: history.csv has epochs 1 2 3 once each"
+else
+  cl_fail "restarted: history.csv rows: $(awk -F, 'NR > 1 { printf "%s ", $1 }' "$cl_tmp/restarted/history.csv")"
+fi
+
+# No restart left: every attempt fails; the last one's status, and a line that says so.
+cl_run no_restart_left h1 60 -H h1 -n 1 --max-restarts 1 "${cl_launch[@]}" -- --data_dir="$cl_tmp/no-such-dir" \
+  --model_dir="$cl_tmp/none"
+cl_expect_exit no_restart_left 1
+if [[ $(grep -c "tarantella: restarting the whole job" <<<"$cl_out") -eq 1 ]]; then
+  cl_pass "no_restart_left: restarted once"
+else
+  cl_fail "no_restart_left: restarted $(grep -c "tarantella: restarting the whole job" <<<"$cl_out") times, expected 1"
+fi
+cl_expect_contains no_restart_left "tarantella: the job failed with no restart left (1 of 1 used)" "no restart left"
+cl_expect_no_processes 5 restart
+cl_finish

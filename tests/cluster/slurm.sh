@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# The batch scripts of scripts/slurm on a real SLURM cluster that the test starts on the
+# test bed (scripts/testbed slurm up: munged, slurmctld, one slurmd per host). The scripts
+# are submitted as users would, with sbatch options on the command line and the program's
+# arguments after the script; nothing in them is edited.
+#
+#   slurm.sh LAUNCHER FASHION_MNIST RESNET50 CASE
+#
+# CASE:
+#   jobs: fashion_mnist.sbatch on 2 nodes (--ntasks-per-node=1) gives the weights of 2 ranks
+#     on one host and prints the plan first; on 3 nodes with -n 5 (no --ntasks-per-node, so
+#     no SLURM_NTASKS_PER_NODE; SLURM_TASKS_PER_NODE is "2(x2),1") it runs 2 + 2 + 1 ranks
+#     and gives the weights of 5 ranks on one host.
+#   scaling: scaling.sbatch runs fashion_mnist on 1 and 2 nodes and prints the table;
+#     resnet50.sbatch (GPU nodes; GPUs here in name only, so CPU ranks) runs a few steps.
+#   scancel: a 2-node fashion_mnist job cancelled mid-run leaves no process on any node.
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
+[[ $# -eq 4 ]] || { echo "usage: $0 LAUNCHER FASHION_MNIST RESNET50 CASE" >&2; exit 2; }
+case_name=$4
+[[ -x $cl_resnet50 ]] || cl_abort "$cl_resnet50 is not an executable (build resnet50)"
+cl_up 3
+slurm_out=$("$cl_testbed" slurm up 2>&1) || { echo "$slurm_out"; cl_abort "cannot start SLURM on the test bed"; }
+export SLURM_CONF
+SLURM_CONF=$("$cl_testbed" slurm conf)
+# What the jobs inherit (sbatch passes this environment on): the programs on PATH, one
+# thread per rank.
+bin_dirs=$(for f in "$cl_launcher" "$cl_program" "$cl_resnet50"; do cd "$(dirname "$f")" && pwd; done | tr '\n' :)
+export PATH="$bin_dirs$PATH"
+export TNT_NUM_THREADS=1
+scripts=$cl_root/scripts/slurm
+small=(--model=mlp --num_train_samples=512 --batch_size=64 --train_epochs=1 --verbose=0)
+
+# submit NAME SBATCH_ARGS... -- SCRIPT ARGS...: sbatch, the job id in $job.
+submit() {
+  local name=$1
+  shift
+  echo "+ sbatch $*"
+  job=$(cd "$cl_tmp" && timeout 30 sbatch --parsable -o "$cl_tmp/$name.out" "$@") || cl_abort "$name: sbatch failed"
+  job=${job%%;*}
+}
+
+# finish NAME LIMIT: waits for $job to leave the queue; $state and $cl_out then hold its end.
+finish() {
+  local name=$1 limit=$2
+  local end=$((SECONDS + limit))
+  while ((SECONDS < end)) && [[ -n $(timeout 10 squeue -h -j "$job" -o %T 2>/dev/null) ]]; do sleep 0.5; done
+  state=$(timeout 10 scontrol show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+  if [[ -n $(timeout 10 squeue -h -j "$job" -o %T 2>/dev/null) ]]; then
+    cl_fail "$name: job $job still in the queue after ${limit}s"
+    timeout 10 scancel "$job"
+  fi
+  cl_out=$(cat "$cl_tmp/$name.out" 2>/dev/null)
+  echo "--- $name: job $job ended $state; its output:"
+  grep -v '^ *$' <<<"$cl_out" | tail -n 40
+  if [[ $state != COMPLETED ]]; then
+    echo "--- $name: what SLURM says"
+    timeout 10 scontrol show job "$job" 2>&1 | grep -E 'JobState|ExitCode|Reason|WorkDir|StdOut'
+    tail -n 8 "$(dirname "$SLURM_CONF")"/log/slurmctld.log "$(dirname "$SLURM_CONF")"/log/slurmd.h1.log 2>&1
+  fi
+  echo "---"
+}
+
+expect_completed() {
+  if [[ $state == COMPLETED ]]; then cl_pass "$1: the job completed"; else cl_fail "$1: the job ended $state"; fi
+}
+
+case $case_name in
+  jobs)
+    # The references: the same ranks on one host.
+    cl_run one_host_2 here 60 -n 2 -x TNT_NUM_THREADS=1 -- "${small[@]}" --model_dir="$cl_tmp/one2"
+    cl_expect_exit one_host_2 0
+    cl_run one_host_5 here 90 -n 5 -x TNT_NUM_THREADS=1 -- "${small[@]}" --model_dir="$cl_tmp/one5"
+    cl_expect_exit one_host_5 0
+
+    submit two_nodes -N 2 --ntasks-per-node=1 "$scripts/fashion_mnist.sbatch" "${small[@]}" --model_dir="$cl_tmp/two"
+    finish two_nodes 60
+    expect_completed two_nodes
+    cl_expect_contains two_nodes "2 ranks on 2 hosts (hosts from SLURM job $job)" "the plan comes first"
+    if grep -Eq '^ +1 +h2 +0 +cpu' <<<"$cl_out"; then cl_pass "two_nodes: the plan puts rank 1 on h2"; else cl_fail "two_nodes: no plan row for rank 1 on h2"; fi
+    cl_expect_contains two_nodes "Test loss:" "the program ran"
+    cl_same_weights two_nodes "$cl_tmp/one2" "$cl_tmp/two"
+
+    submit uneven -N 3 -n 5 "$scripts/fashion_mnist.sbatch" "${small[@]}" --model_dir="$cl_tmp/uneven"
+    finish uneven 90
+    expect_completed uneven
+    cl_expect_contains uneven "(tasks per node: 2(x2),1)" "SLURM_TASKS_PER_NODE has the run-length form"
+    cl_expect_contains uneven "5 ranks on 3 hosts (hosts from SLURM job $job)" "5 ranks on 3 hosts"
+    cl_expect_contains uneven "--host h1:2,h2:2,h3:1" "2 + 2 + 1 ranks"
+    cl_same_weights uneven "$cl_tmp/one5" "$cl_tmp/uneven"
+    ;;
+
+  scaling)
+    SCALING_PROGRAM=fashion_mnist SCALING_DIR=$cl_tmp/scaling \
+      submit scaling -N 2 "$scripts/scaling.sbatch" "${small[@]}"
+    finish scaling 90
+    expect_completed scaling
+    cl_expect_contains scaling "=== 2 node(s), 2 rank(s): plan" "the plan before each run"
+    if grep -Eq '^ +1 +1 +[0-9.]+ +- +0$' <<<"$cl_out" && grep -Eq '^ +2 +2 +[0-9.]+ +- +0$' <<<"$cl_out"; then
+      cl_pass "scaling: the table has the 1-node and the 2-node run, both exit 0"
+    else
+      cl_fail "scaling: the table lacks a successful 1-node or 2-node row"
+    fi
+
+    # The GPU script as it is; only resources this cluster can give are changed.
+    submit resnet50 -N 2 --ntasks-per-node=1 --gpus-per-node=1 --cpus-per-task=1 "$scripts/resnet50.sbatch" \
+      --use_synthetic_data --image_size=32 --num_classes=10 --batch_size=4 --synthetic_samples=8 \
+      --synthetic_eval_samples=4 --train_steps=2 --train_epochs=1 --log_steps=0 --model_dir="$cl_tmp/resnet50"
+    finish resnet50 90
+    expect_completed resnet50
+    cl_expect_contains resnet50 "2 ranks on 2 hosts (hosts from SLURM job $job)" "the plan comes first"
+    cl_expect_contains resnet50 "ResNet-50 v1.5" "resnet50 ran"
+    ;;
+
+  scancel)
+    submit cancelled -N 2 --ntasks-per-node=1 "$scripts/fashion_mnist.sbatch" --model=mlp --num_train_samples=16384 \
+      --batch_size=64 --train_epochs=50 --verbose=0 --model_dir="$cl_tmp/cancelled"
+    cl_wait_for_programs h1 40 1 && cl_wait_for_programs h2 20 1 || cl_abort "cancelled: the job's ranks never ran"
+    sleep 1
+    echo "+ scancel $job"
+    timeout 30 scancel "$job" || cl_fail "cancelled: scancel failed"
+    # SLURM sends SIGTERM, and SIGKILL KillWait (5 s) later.
+    cl_expect_no_processes 15 cancelled
+    finish cancelled 30
+    if [[ $state == CANCELLED ]]; then cl_pass "cancelled: the job ended CANCELLED"; else cl_fail "cancelled: the job ended $state"; fi
+    ;;
+
+  *)
+    echo "unknown case '$case_name'" >&2
+    exit 2
+    ;;
+esac
+cl_finish

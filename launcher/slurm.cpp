@@ -14,6 +14,15 @@ namespace {
 // No cluster has a million nodes; a list that expands beyond is a mistake (or an attack on
 // the launcher's memory: "n[0-999999]x[0-999999]" is a few bytes).
 constexpr size_t kMaxNodes = 1'000'000;
+// A host name has at most 253 characters (DNS); with the node count this bounds the memory
+// an expansion may take, whatever the list's literal parts hold.
+constexpr size_t kMaxNameLength = 253;
+
+void check_name_length(size_t length, std::string_view whole) {
+  if (length > kMaxNameLength) {
+    throw InputError(fmt::format("SLURM node list '{}' makes a node name longer than {} characters", whole, kMaxNameLength));
+  }
+}
 
 // One bracket body "01-04,07" -> {"01","02","03","04","07"}.
 std::vector<std::string> expand_ranges(std::string_view body, std::string_view whole) {
@@ -52,7 +61,10 @@ void expand_item(std::string_view item, std::string_view whole, std::vector<std:
       std::vector<std::string> next;
       next.reserve(names.size() * values.size());
       for (const auto& n : names) {
-        for (const auto& v : values) next.push_back(n + v);
+        for (const auto& v : values) {
+          check_name_length(n.size() + v.size(), whole);
+          next.push_back(n + v);
+        }
       }
       names = std::move(next);
       i = close + 1;
@@ -61,7 +73,10 @@ void expand_item(std::string_view item, std::string_view whole, std::vector<std:
     } else {
       auto next = item.find_first_of("[]", i);
       auto literal = item.substr(i, next == std::string_view::npos ? std::string_view::npos : next - i);
-      for (auto& n : names) n += literal;
+      for (auto& n : names) {
+        check_name_length(n.size() + literal.size(), whole);
+        n += literal;
+      }
       i = next == std::string_view::npos ? item.size() : next;
     }
   }

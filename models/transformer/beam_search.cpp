@@ -32,9 +32,19 @@ double length_penalty(int64_t length, double alpha) {
 
 std::vector<Hypothesis> beam_search(int64_t batch, int64_t vocab, int64_t max_decode_length, const NextLogProbs& next,
                                     const BeamSearchOptions& options) {
+  return beam_search(vocab, std::vector<int64_t>(static_cast<size_t>(batch), max_decode_length), next, options);
+}
+
+std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& max_decode_lengths,
+                                    const NextLogProbs& next, const BeamSearchOptions& options) {
   const int64_t k = options.beam_size;
+  const int64_t batch = static_cast<int64_t>(max_decode_lengths.size());
   TNT_INPUT_CHECK(k >= 1, "beam search: beam size {} must be positive", k);
-  TNT_INPUT_CHECK(max_decode_length >= 1, "beam search: max decode length {} must be positive", max_decode_length);
+  int64_t max_decode_length = 0;
+  for (int64_t m : max_decode_lengths) {
+    TNT_INPUT_CHECK(m >= 1, "beam search: max decode length {} must be positive", m);
+    max_decode_length = std::max(max_decode_length, m);
+  }
   TNT_CHECK(vocab > options.eos_id, "beam search: vocabulary of {} has no EOS id {}", vocab, options.eos_id);
   // alive[b][j], finished[b][j]: item b's beams. One live start sequence [0] per item; the
   // other slots are placeholders that never win (log probability -inf).
@@ -44,7 +54,6 @@ std::vector<Hypothesis> beam_search(int64_t batch, int64_t vocab, int64_t max_de
     for (auto& beam : a) beam.seq = {0};
     a[0].log_prob = 0;
   }
-  const double max_penalty = length_penalty(max_decode_length, options.alpha);
   for (int64_t step = 0; step < max_decode_length; ++step) {
     const int64_t t = step + 1;  // prefix length, the leading 0 included
     std::vector<int64_t> ids(static_cast<size_t>(batch * k * t));  // (batch * k, t)
@@ -56,14 +65,17 @@ std::vector<Hypothesis> beam_search(int64_t batch, int64_t vocab, int64_t max_de
               lp.size(), batch * k, vocab);
     bool all_bounded = true;
     for (int64_t b = 0; b < batch; ++b) {
+      if (step >= max_decode_lengths[b]) continue;  // this item is done; the others go on
       // The 2k best extensions of the alive beams.
       std::vector<Candidate> cand;
       cand.reserve(static_cast<size_t>(k * vocab));
       for (int64_t j = 0; j < k; ++j) {
         const double base = alive[b][j].log_prob;
         if (base == kNegInf) continue;
-        for (int64_t v = 0; v < vocab; ++v)
-          cand.push_back({j * vocab + v, base + static_cast<double>(lp[static_cast<size_t>((b * k + j) * vocab + v)])});
+        for (int64_t v = 0; v < vocab; ++v) {
+          const double x = base + static_cast<double>(lp[static_cast<size_t>((b * k + j) * vocab + v)]);
+          if (x != kNegInf) cand.push_back({j * vocab + v, x});  // an impossible token is no candidate
+        }
       }
       const size_t keep = std::min(cand.size(), static_cast<size_t>(2 * k));
       std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(keep), cand.end(),
@@ -99,8 +111,9 @@ std::vector<Hypothesis> beam_search(int64_t batch, int64_t vocab, int64_t max_de
       finished[b] = std::move(new_finished);
       // Can an alive beam still beat the worst finished one? Not once its log probability
       // over the largest length penalty is below it (log probabilities only fall).
-      const double best_alive = alive[b][0].log_prob / max_penalty;
-      const bool bounded = !finished[b].empty() && finished[b].back().score > best_alive;
+      const double best_alive = alive[b][0].log_prob / length_penalty(max_decode_lengths[b], options.alpha);
+      const bool bounded =
+          step + 1 >= max_decode_lengths[b] || (!finished[b].empty() && finished[b].back().score > best_alive);
       all_bounded = all_bounded && bounded;
     }
     if (all_bounded) break;
@@ -161,6 +174,9 @@ std::vector<Hypothesis> Translator::translate_batch(const std::vector<std::vecto
   const int64_t hidden = model_.params().hidden_size;
   int64_t s = 1;
   for (const auto& src : sources) s = std::max<int64_t>(s, static_cast<int64_t>(src.size()));
+  std::vector<int64_t> max_lengths;  // each sentence's own: the result does not depend on the batch
+  for (const auto& src : sources)
+    max_lengths.push_back(std::max<int64_t>(1, static_cast<int64_t>(src.size())) + extra_decode_length_);
   const tnt::Device device = tnt::default_device();
   // Sources padded to the longest (B, S), and once more per beam (B * k, S).
   tnt::Tensor src = tnt::Tensor::zeros({batch, s}, tnt::DType::i64);
@@ -199,7 +215,7 @@ std::vector<Hypothesis> Translator::translate_batch(const std::vector<std::vecto
     }
     return lp;
   };
-  return beam_search(batch, vocab, s + extra_decode_length_, next, options_);
+  return beam_search(vocab, max_lengths, next, options_);
 }
 
 std::vector<std::vector<int64_t>> Translator::translate(const std::vector<std::vector<int64_t>>& sources,

@@ -54,6 +54,11 @@ using NextLogProbs = std::function<std::vector<float>(const std::vector<int64_t>
 // (item b's beams are rows b*beam .. b*beam+beam-1).
 std::vector<Hypothesis> beam_search(int64_t batch, int64_t vocab, int64_t max_decode_length, const NextLogProbs& next,
                                     const BeamSearchOptions& options = {});
+// The same with a max decode length per item (the Translator gives each sentence its own
+// source length + extra_decode_length, where TF takes the batch's padded length, so that a
+// translation does not depend on the sentences it is batched with).
+std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& max_decode_lengths,
+                                    const NextLogProbs& next, const BeamSearchOptions& options = {});
 
 // Sentences sorted by length (longest first, stable), cut into batches of at most
 // batch_size: each batch a list of indices into the input.

@@ -218,9 +218,10 @@ int main(int argc, char** argv) {
        "--data_dir=$WMT14_PATH --vocab_file=$WMT14_PATH/vocab.ende.32768 \\\n"
        "--bleu_ref=$WMT14_PATH/newstest2014.de --bleu_source=$WMT14_PATH/newstest2014.en \\\n"
        "--param_set=big --train_epochs=30 --epochs_between_evals=30 --batch_size=32736",
-       "scripts/make_demo_corpus demo --convert   (a small generated English-German corpus)",
-       "tarantella -n 2 -- build/bin/transformer --data_dir=demo --vocab_file=demo/vocab.ende.1000 \\\n"
-       "--bleu_source=demo/dev.en --bleu_ref=demo/dev.de --param_set=tiny --max_length=32 --batch_size=2048",
+       "scripts/demo transformer   (generates a small English-German corpus, trains tiny on 2 ranks)",
+       "tarantella -n 2 -- build/bin/transformer --data_dir=transformer_demo/data \\\n"
+       "--vocab_file=transformer_demo/data/vocab.ende.1000 --bleu_source=transformer_demo/dev.en \\\n"
+       "--bleu_ref=transformer_demo/dev.de --param_set=tiny --max_length=24 --batch_size=1536",
        "tarantella -n 2 -- build/bin/transformer ... --resume   (continue the run in --model_dir)",
        "tarantella -n 4 -- build/bin/transformer ... --auto_data_dist=false   (manual sharding by rank)"},
       {.data_dir = "",

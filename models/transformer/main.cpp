@@ -81,7 +81,13 @@ std::vector<std::string> read_source_lines(const std::string& path, const std::s
   size_t start = 0;
   while (true) {
     const size_t end = text.find('\n', start);
-    lines.push_back(tnt::strip_whitespace(std::string_view(text).substr(start, end == std::string::npos ? std::string::npos : end - start)));
+    const std::string_view line =
+        std::string_view(text).substr(start, end == std::string::npos ? std::string::npos : end - start);
+    try {
+      lines.push_back(tnt::strip_whitespace(line));
+    } catch (const tnt::InputError& e) {
+      TNT_INPUT_ERROR("--{}={}: line {}: {}", flag, path, lines.size() + 1, e.what());
+    }
     if (end == std::string::npos) break;
     start = end + 1;
   }
@@ -243,7 +249,7 @@ int main(int argc, char** argv) {
     ("num_sentences", "sentence pairs per epoch (the first ones that fit max_length); 0 = all", cxxopts::value<int64_t>()->default_value("10000"))
     ("auto_data_dist", "let fit() split every global batch over the ranks (false: each rank takes its own sentences and the ranks must divide the batch)", cxxopts::value<bool>()->default_value("true"))
     ("decode_batch_size", "sentences per beam-search batch", cxxopts::value<int64_t>()->default_value("32"))
-    ("decode_max_length", "source sentences are cut to this many subtokens for decoding", cxxopts::value<int64_t>()->default_value("97"))
+    ("decode_max_length", "source sentences are cut to this many subtokens (EOS included) for decoding; 0 = no cut, as TensorFlow's translate_file", cxxopts::value<int64_t>()->default_value("0"))
     ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
     ("vocab_size", "default: the vocabulary file's size (a larger value pads the embedding)", cxxopts::value<int64_t>())
     ("hidden_size", "model width (param set)", cxxopts::value<int64_t>())
@@ -312,7 +318,8 @@ int main(int argc, char** argv) {
     const bool resume = args["resume"].as<bool>();
     TNT_INPUT_CHECK(num_sentences >= 0, "--num_sentences={}: must be at least 0 (0 = all)", num_sentences);
     TNT_INPUT_CHECK(decode_batch_size >= 1, "--decode_batch_size={}: must be positive", decode_batch_size);
-    TNT_INPUT_CHECK(decode_max_length >= 1, "--decode_max_length={}: must be positive", decode_max_length);
+    TNT_INPUT_CHECK(decode_max_length == 0 || decode_max_length >= 2,
+                    "--decode_max_length={}: must be 0 (no cut) or at least 2 (a subtoken and EOS)", decode_max_length);
     TNT_INPUT_CHECK(common.batch_size >= p.max_length,
                     "--batch_size={}: fewer tokens than --max_length={} (a global batch holds batch_size // max_length "
                     "sentences); use at least {}",
@@ -362,7 +369,8 @@ int main(int argc, char** argv) {
       TNT_INPUT_CHECK(!lines.empty(), "--bleu_source={}: no sentence", bleu.source);
       for (const std::string& line : lines) {
         std::vector<int64_t> ids = tokenizer.encode(line);
-        if (static_cast<int64_t>(ids.size()) > decode_max_length - 1) ids.resize(static_cast<size_t>(decode_max_length - 1));
+        if (decode_max_length > 0 && static_cast<int64_t>(ids.size()) > decode_max_length - 1)
+          ids.resize(static_cast<size_t>(decode_max_length - 1));
         ids.push_back(tnt::kEosId);
         bleu.encoded.push_back(std::move(ids));
       }

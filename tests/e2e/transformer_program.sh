@@ -12,6 +12,8 @@
 #   the flag and the numbers; 8 sentences run.
 # bad_param_set, missing_vocab_file, batch_below_max_length: an error naming the flag and a
 #   non-zero exit.
+# bleu_files_mismatch: --bleu_source and --bleu_ref of different line counts, or one
+#   without the other, are refused before training.
 # resume: a second run in the same --model_dir is refused without --resume or --overwrite;
 #   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once.
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
@@ -155,6 +157,15 @@ case $case_name in
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --batch_size=100 --max_length=256 \
       --model_dir="$tmp/m"
     expect_error "--batch_size=100: fewer tokens than --max_length=256" "--batch_size and --max_length"
+    ;;
+  bleu_files_mismatch)
+    corpus 20 5
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --bleu_source="$tmp/corpus/dev.en" \
+      --bleu_ref="$tmp/corpus/train.de" --model_dir="$tmp/m"
+    expect_error "--bleu_source=$tmp/corpus/dev.en has 5 lines, --bleu_ref=$tmp/corpus/train.de has 20" "both files and their line counts"
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --bleu_source="$tmp/corpus/dev.en" \
+      --model_dir="$tmp/m"
+    expect_error "--bleu_source and --bleu_ref: give both" "the missing --bleu_ref"
     ;;
   learns_demo)
     corpus 400 20

@@ -17,7 +17,8 @@
 # resume: a second run in the same --model_dir is refused without --resume or --overwrite;
 #   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once.
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
-#   both BLEU lines are printed, translations.txt has one line per source line.
+#   both BLEU lines are printed, translations.txt has one line per source line, and
+#   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
 set -uo pipefail
 [[ $# -eq 5 ]] || { echo "usage: $0 LAUNCHER TRANSFORMER TRANSFORMER_DATA SOURCE_DIR CASE" >&2; exit 2; }
 launcher=$1
@@ -193,6 +194,21 @@ case $case_name in
       fail "translations.txt missing or not 20 lines"
     fi
     if [[ ! -e $tmp/m/translations.txt.tmp ]]; then pass "no temporary left"; else fail "translations.txt.tmp left behind"; fi
+    # The exported weights load strictly into the PyTorch module of the same structure.
+    torch_python=""
+    for p in ${PYTHON:-} python3 /usr/bin/python3; do
+      if command -v "$p" >/dev/null && "$p" -c "import torch" 2>/dev/null; then torch_python=$p; break; fi
+    done
+    v=$(sed -n 's/^Transformer (tiny): .* parameters, vocabulary \([0-9]*\),.*/\1/p' <<<"$out")
+    if [[ -z $torch_python ]]; then
+      fail "no Python with torch (set PYTHON=, or apt install python3-torch)"
+    elif "$torch_python" "$src_dir/scripts/transformer_torch.py" --checkpoint "$tmp/m/model.safetensors" \
+        --param_set tiny --num_hidden_layers 2 --vocab_size "$v" >"$tmp/torch.out" 2>&1; then
+      pass "model.safetensors loads into scripts/transformer_torch.py ($(tail -1 "$tmp/torch.out"))"
+    else
+      cat "$tmp/torch.out"
+      fail "model.safetensors does not load into scripts/transformer_torch.py"
+    fi
     ;;
   resume)
     corpus 100 5

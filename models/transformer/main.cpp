@@ -1,0 +1,474 @@
+// The Transformer (TF Model Garden's transformer v2, the Tarantella tutorial's second program)
+// on TensorFlow's translation data, data parallel:
+//
+//   tarantella --hostfile ./hostfile --devices-per-node 4 -- build/bin/transformer
+//       --data_dir=$WMT14_PATH --vocab_file=$WMT14_PATH/vocab.ende.32768
+//       --bleu_ref=$WMT14_PATH/newstest2014.de --bleu_source=$WMT14_PATH/newstest2014.en
+//       --param_set=big --train_epochs=30 --epochs_between_evals=30 --batch_size=32736
+//   (one command line)
+//
+// --batch_size counts TOKENS: a global batch holds batch_size // max_length sentences, each
+// padded to max_length. With --auto_data_dist (default) fit() splits every global batch over
+// the ranks, unevenly when they do not divide it, and the loss is averaged over the GLOBAL
+// number of real target tokens, so p ranks give one rank's result. With
+// --auto_data_dist=false every rank takes its own sentences (the tutorial's manual mode),
+// and a batch the ranks do not divide is refused.
+//
+// As the tutorial writes it, training is fit(initial_epoch, epochs) in a loop with an
+// evaluation after every --epochs_between_evals epochs: the source file is translated by
+// beam search (models/transformer/beam_search.hpp) and scored with BLEU against the
+// reference. All ranks decode (batch i of the length-sorted sentences on rank i % p) and the
+// master gathers, writes <model_dir>/translations.txt and prints the scores; no rank waits
+// on a collective for longer than the imbalance of that split.
+#include "beam_search.hpp"
+#include "model.hpp"
+
+#include "common/flags.hpp"
+
+#include <tarantella/bleu.hpp>
+#include <tarantella/tarantella.hpp>
+#include <tarantella/text.hpp>
+#include <tarantella/translation.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// One training sample (or batch) {inputs (..., T), targets (..., T)} of i32 ids ->
+// {inputs, decoder inputs = targets shifted right (0 first, the last id dropped), targets},
+// all i64, as the training network takes them.
+tnt::Element add_decoder_inputs(tnt::Element e) {
+  TNT_CHECK(e.size() == 2, "translation sample: {} columns, expected inputs and targets", e.size());
+  const tnt::Tensor& src = e[0];
+  const tnt::Tensor& tgt = e[1];
+  const int64_t t = tgt.shape().back();
+  const int64_t rows = tgt.numel() / t;
+  tnt::Tensor src64 = tnt::Tensor::empty(src.shape(), tnt::DType::i64);
+  tnt::Tensor tgt64 = tnt::Tensor::empty(tgt.shape(), tnt::DType::i64);
+  tnt::Tensor dec64 = tnt::Tensor::empty(tgt.shape(), tnt::DType::i64);
+  for (int64_t i = 0; i < src.numel(); ++i) src64.data<int64_t>()[i] = src.data<int32_t>()[i];
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* in = tgt.data<int32_t>() + r * t;
+    int64_t* out = tgt64.data<int64_t>() + r * t;
+    int64_t* dec = dec64.data<int64_t>() + r * t;
+    dec[0] = 0;
+    for (int64_t i = 0; i < t; ++i) {
+      out[i] = in[i];
+      if (i + 1 < t) dec[i + 1] = in[i];
+    }
+  }
+  return {src64, dec64, tgt64};
+}
+
+// Lines as TF's translate_file reads them: split at '\n', each stripped, a last empty one
+// (the file's final newline) dropped.
+std::vector<std::string> read_source_lines(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  TNT_INPUT_CHECK(in.good(), "--{}={}: cannot read the file", flag, path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (true) {
+    const size_t end = text.find('\n', start);
+    const std::string_view line =
+        std::string_view(text).substr(start, end == std::string::npos ? std::string::npos : end - start);
+    try {
+      lines.push_back(tnt::strip_whitespace(line));
+    } catch (const tnt::InputError& e) {
+      TNT_INPUT_ERROR("--{}={}: line {}: {}", flag, path, lines.size() + 1, e.what());
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  return lines;
+}
+
+// Tokens per second of training (padded tokens: sentences * max_length, what the step
+// computes on), from the time between consecutive step ends of an epoch.
+class TokenThroughput : public tnt::Callback {
+ public:
+  TokenThroughput(int64_t sentences, int64_t max_length)
+      : tnt::Callback(Ranks::master), sentences_(sentences), max_length_(max_length) {}
+  void on_epoch_begin(int, const tnt::Logs&) override { have_last_ = false; }
+  void on_train_batch_end(int64_t, const tnt::Logs&) override {
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (have_last_) {
+      seconds_ += t - last_;
+      ++steps_;
+    }
+    last_ = t;
+    have_last_ = true;
+  }
+  void on_train_end(const tnt::Logs&) override {
+    if (steps_ == 0) return;
+    const double tokens = static_cast<double>(sentences_ * max_length_ * steps_);
+    tnt::print("tokens/s: {:.0f} ({} sentences x {} tokens per global batch, {} ranks, {} timed steps, {:.1f} ms/step)",
+               tokens / seconds_, sentences_, max_length_, tnt::size(), steps_,
+               1e3 * seconds_ / static_cast<double>(steps_));
+  }
+
+ private:
+  int64_t sentences_, max_length_;
+  bool have_last_ = false;
+  double last_ = 0, seconds_ = 0;
+  int64_t steps_ = 0;
+};
+
+std::string serialize_translations(const std::vector<std::vector<int64_t>>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i].empty()) continue;
+    fmt::format_to(std::back_inserter(out), "{}:", i);
+    for (int64_t id : ids[i]) fmt::format_to(std::back_inserter(out), " {}", id);
+    out.push_back('\n');
+  }
+  return out;
+}
+
+void deserialize_translations(const std::string& text, std::vector<std::vector<int64_t>>& ids) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t colon = line.find(':');
+    TNT_CHECK(colon != std::string::npos, "translations from another rank: bad line '{}'", line);
+    const size_t idx = std::stoul(line.substr(0, colon));
+    TNT_CHECK(idx < ids.size(), "translations from another rank: sentence {} of {}", idx, ids.size());
+    std::istringstream nums(line.substr(colon + 1));
+    int64_t v;
+    ids[idx].clear();
+    while (nums >> v) ids[idx].push_back(v);
+  }
+}
+
+struct BleuInputs {
+  std::string source, reference;
+  std::vector<std::vector<int64_t>> encoded;  // source lines, EOS-terminated, cut to decode_max_length
+};
+
+// Translates the BLEU source on all ranks, gathers on the master, which writes
+// <model_dir>/translations.txt atomically and prints the scores. Collective.
+void evaluate_bleu(tnt_models::Translator& translator, const tnt::Subtokenizer& tokenizer, const BleuInputs& bleu,
+                   int64_t decode_batch_size, const std::string& model_dir) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::vector<int64_t>> mine;
+  std::string failure;
+  try {
+    mine = translator.translate(bleu.encoded, decode_batch_size, tnt::rank(), tnt::size());
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  // Every rank's translations (or its error) reach every rank, one broadcast per rank.
+  std::vector<std::vector<int64_t>> all(bleu.encoded.size());
+  std::string first_failure;
+  for (int r = 0; r < tnt::size(); ++r) {
+    std::string blob = r == tnt::rank() ? (failure.empty() ? "ok\n" + serialize_translations(mine) : "error\n" + failure) : "";
+    tnt::communicator().broadcast(blob, r);
+    if (blob.rfind("error\n", 0) == 0) {
+      if (first_failure.empty()) first_failure = fmt::format("translating on rank {}: {}", r, blob.substr(6));
+    } else if (tnt::is_master_rank()) {
+      deserialize_translations(blob.substr(3), all);
+    }
+  }
+  if (!first_failure.empty()) throw tnt::Error(first_failure);
+
+  std::string verdict;  // the master's: "" or what went wrong
+  if (tnt::is_master_rank()) {
+    try {
+      const std::string path = model_dir + "/translations.txt";
+      const std::string tmp = path + ".tmp";
+      {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        TNT_INPUT_CHECK(out.good(), "--model_dir={}: cannot write {}", model_dir, tmp);
+        for (const auto& ids : all) out << tokenizer.decode(ids) << "\n";
+        out.flush();
+        TNT_INPUT_CHECK(out.good(), "--model_dir={}: writing {} failed", model_dir, tmp);
+      }
+      fs::rename(tmp, path);
+      const tnt::BleuScores scores = tnt::bleu_on_files(bleu.reference, path);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      tnt::print("Translated {} sentences of {} in {:.1f} s ({} ranks) into {}", all.size(), bleu.source, seconds,
+                 tnt::size(), path);
+      tnt::print("Bleu score (uncased): {}", tnt::format_bleu(scores.uncased));
+      tnt::print("Bleu score (cased): {}", tnt::format_bleu(scores.cased));
+    } catch (const std::exception& e) {
+      verdict = e.what();
+      if (verdict.empty()) verdict = "evaluation failed";
+    }
+  }
+  tnt::communicator().broadcast(verdict, tnt::master_rank());
+  if (!verdict.empty()) throw tnt::InputError(verdict);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const tnt_models::TransformerParams base;
+  tnt_models::ProgramFlags flags(
+      "transformer",
+      "Trains the Transformer (TF Model Garden's transformer v2) on TensorFlow's translation data (TFRecord shards and "
+      "a subword vocabulary), data parallel over the ranks that tarantella starts; evaluates BLEU with beam search.\n"
+      "--batch_size counts TOKENS: a global batch holds batch_size // max_length sentences.",
+      {"tarantella --hostfile ./hostfile --devices-per-node 4 -- build/bin/transformer \\\n"
+       "--data_dir=$WMT14_PATH --vocab_file=$WMT14_PATH/vocab.ende.32768 \\\n"
+       "--bleu_ref=$WMT14_PATH/newstest2014.de --bleu_source=$WMT14_PATH/newstest2014.en \\\n"
+       "--param_set=big --train_epochs=30 --epochs_between_evals=30 --batch_size=32736",
+       "scripts/demo transformer   (generates a small English-German corpus, trains tiny on 2 ranks)",
+       "tarantella -n 2 -- build/bin/transformer --data_dir=transformer_demo/data \\\n"
+       "--vocab_file=transformer_demo/data/vocab.ende.1000 --bleu_source=transformer_demo/dev.en \\\n"
+       "--bleu_ref=transformer_demo/dev.de --param_set=tiny --max_length=24 --batch_size=1536",
+       "tarantella -n 2 -- build/bin/transformer ... --resume   (continue the run in --model_dir)",
+       "tarantella -n 4 -- build/bin/transformer ... --auto_data_dist=false   (manual sharding by rank)"},
+      {.data_dir = "",
+       .data_dir_help = "directory with the TFRecord shards *train* and *dev* (as TensorFlow's data_download.py or "
+                        "build/bin/transformer_data write them)",
+       .model_dir = "./transformer_model",
+       .model_dir_help = "where history.csv, checkpoint.safetensors, model.safetensors and translations.txt go",
+       .batch_size = 4096,
+       .train_epochs = 1,
+       .epochs_between_evals_help = "translate --bleu_source and print BLEU every this many epochs",
+       .seed_help = "seed of weights, dropout and shuffling",
+       .verbose = 2});
+  // clang-format off
+  flags.add_options()
+    ("vocab_file", "subtoken vocabulary (TensorFlow's format, e.g. vocab.ende.32768)", cxxopts::value<std::string>()->default_value(""))
+    ("bleu_source", "source sentences to translate for BLEU (one per line)", cxxopts::value<std::string>()->default_value(""))
+    ("bleu_ref", "reference translations of --bleu_source (one per line)", cxxopts::value<std::string>()->default_value(""))
+    ("param_set", "tiny, base or big (the Model Garden's sets; the flags below override single values)", cxxopts::value<std::string>()->default_value("big"))
+    ("num_sentences", "sentence pairs per epoch (the first ones that fit max_length); 0 = all", cxxopts::value<int64_t>()->default_value("10000"))
+    ("auto_data_dist", "let fit() split every global batch over the ranks (false: each rank takes its own sentences and the ranks must divide the batch)", cxxopts::value<bool>()->default_value("true"))
+    ("decode_batch_size", "sentences per beam-search batch", cxxopts::value<int64_t>()->default_value("32"))
+    ("decode_max_length", "source sentences are cut to this many subtokens (EOS included) for decoding; 0 = no cut, as TensorFlow's translate_file", cxxopts::value<int64_t>()->default_value("0"))
+    ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
+    ("vocab_size", "default: the vocabulary file's size (a larger value pads the embedding)", cxxopts::value<int64_t>())
+    ("hidden_size", "model width (param set)", cxxopts::value<int64_t>())
+    ("num_hidden_layers", "layers per stack (param set)", cxxopts::value<int64_t>())
+    ("num_heads", "attention heads (param set)", cxxopts::value<int64_t>())
+    ("filter_size", "feed-forward width (param set)", cxxopts::value<int64_t>())
+    ("layer_postprocess_dropout", "dropout after each sublayer and the embedding (0.1)", cxxopts::value<double>())
+    ("attention_dropout", "dropout of the attention weights (0.1)", cxxopts::value<double>())
+    ("relu_dropout", "dropout inside the feed-forward block (0.1)", cxxopts::value<double>())
+    ("label_smoothing", "label smoothing of the loss (0.1)", cxxopts::value<double>())
+    ("learning_rate", "scale of the schedule scale * hidden^-0.5 * min(1, step/warmup) / sqrt(max(step, warmup)) (2.0)", cxxopts::value<double>())
+    ("learning_rate_warmup_steps", "warmup steps of the schedule (16000)", cxxopts::value<int64_t>())
+    ("optimizer_adam_beta1", "Adam beta1 (0.9)", cxxopts::value<double>())
+    ("optimizer_adam_beta2", "Adam beta2 (0.997)", cxxopts::value<double>())
+    ("optimizer_adam_epsilon", "Adam epsilon (1e-9)", cxxopts::value<double>())
+    ("max_length", "longest sentence (subtokens, EOS included) kept for training; every sentence is padded to it", cxxopts::value<int64_t>()->default_value(std::to_string(base.max_length)))
+    ("extra_decode_length", "beam search decodes up to the source length plus this (50)", cxxopts::value<int64_t>())
+    ("beam_size", "beams of the search (4)", cxxopts::value<int64_t>())
+    ("alpha", "length penalty exponent: ((5 + length) / 6)^alpha (0.6)", cxxopts::value<double>());
+  // clang-format on
+  if (std::optional<int> status = flags.parse(argc, argv)) return *status;
+
+  return tnt::run_main(argc, argv, [&] {
+    const cxxopts::ParseResult& args = flags.args();
+    // Flags are checked in the order a user reads them: the model, the data, the run.
+    tnt_models::TransformerParams p = tnt_models::transformer_params(args["param_set"].as<std::string>());
+    auto override_int = [&](const char* name, int64_t& field, int64_t min) {
+      if (args.count(name)) field = args[name].as<int64_t>();
+      TNT_INPUT_CHECK(field >= min, "--{}={}: must be at least {}", name, field, min);
+    };
+    auto override_double = [&](const char* name, double& field, double lo, double hi, bool hi_open) {
+      if (args.count(name)) field = args[name].as<double>();
+      TNT_INPUT_CHECK(field >= lo && (hi_open ? field < hi : field <= hi), "--{}={}: must be in [{}, {}{}", name, field,
+                      lo, hi, hi_open ? ")" : "]");
+    };
+    override_int("hidden_size", p.hidden_size, 2);
+    override_int("num_hidden_layers", p.num_hidden_layers, 1);
+    override_int("num_heads", p.num_heads, 1);
+    override_int("filter_size", p.filter_size, 1);
+    TNT_INPUT_CHECK(p.hidden_size % 2 == 0 && p.hidden_size % p.num_heads == 0,
+                    "--hidden_size={}: must be even and a multiple of --num_heads={}", p.hidden_size, p.num_heads);
+    override_double("layer_postprocess_dropout", p.layer_postprocess_dropout, 0, 1, true);
+    override_double("attention_dropout", p.attention_dropout, 0, 1, true);
+    override_double("relu_dropout", p.relu_dropout, 0, 1, true);
+    override_double("label_smoothing", p.label_smoothing, 0, 1, true);
+    override_double("learning_rate", p.learning_rate, 0, 1e30, false);
+    TNT_INPUT_CHECK(p.learning_rate > 0, "--learning_rate={}: must be positive", p.learning_rate);
+    override_int("learning_rate_warmup_steps", p.learning_rate_warmup_steps, 1);
+    override_double("optimizer_adam_beta1", p.optimizer_adam_beta1, 0, 1, true);
+    override_double("optimizer_adam_beta2", p.optimizer_adam_beta2, 0, 1, true);
+    override_double("optimizer_adam_epsilon", p.optimizer_adam_epsilon, 0, 1, false);
+    TNT_INPUT_CHECK(p.optimizer_adam_epsilon > 0, "--optimizer_adam_epsilon={}: must be positive",
+                    p.optimizer_adam_epsilon);
+    p.max_length = args["max_length"].as<int64_t>();
+    TNT_INPUT_CHECK(p.max_length >= 2, "--max_length={}: must be at least 2 (a word and EOS)", p.max_length);
+    override_int("extra_decode_length", p.extra_decode_length, 0);
+    override_int("beam_size", p.beam_size, 1);
+    override_double("alpha", p.alpha, 0, 1e6, false);
+
+    const tnt_models::CommonFlags common = flags.common();
+    const std::string param_set = args["param_set"].as<std::string>();
+    const int64_t num_sentences = args["num_sentences"].as<int64_t>();
+    const bool auto_dist = args["auto_data_dist"].as<bool>();
+    const int64_t decode_batch_size = args["decode_batch_size"].as<int64_t>();
+    const int64_t decode_max_length = args["decode_max_length"].as<int64_t>();
+    const bool resume = args["resume"].as<bool>();
+    TNT_INPUT_CHECK(num_sentences >= 0, "--num_sentences={}: must be at least 0 (0 = all)", num_sentences);
+    TNT_INPUT_CHECK(decode_batch_size >= 1, "--decode_batch_size={}: must be positive", decode_batch_size);
+    TNT_INPUT_CHECK(decode_max_length == 0 || decode_max_length >= 2,
+                    "--decode_max_length={}: must be 0 (no cut) or at least 2 (a subtoken and EOS)", decode_max_length);
+    TNT_INPUT_CHECK(common.batch_size >= p.max_length,
+                    "--batch_size={}: fewer tokens than --max_length={} (a global batch holds batch_size // max_length "
+                    "sentences); use at least {}",
+                    common.batch_size, p.max_length, p.max_length);
+    const int64_t sentences = tnt::sentences_per_batch(common.batch_size, p.max_length);
+    TNT_INPUT_CHECK(sentences >= tnt::size(),
+                    "--batch_size={}: {} sentences per global batch (batch_size // max_length = {} // {}), fewer than "
+                    "the {} ranks",
+                    common.batch_size, sentences, common.batch_size, p.max_length, tnt::size());
+    if (!auto_dist) {
+      TNT_INPUT_CHECK(sentences % tnt::size() == 0,
+                      "--auto_data_dist=false: a global batch of {} sentences (--batch_size={} // --max_length={}) does "
+                      "not split evenly over {} ranks ({} % {} = {}); give a --batch_size whose sentence count the "
+                      "ranks divide, or use --auto_data_dist=true (the default), which splits it unevenly with the "
+                      "same result",
+                      sentences, common.batch_size, p.max_length, tnt::size(), sentences, tnt::size(),
+                      sentences % tnt::size());
+    }
+
+    // The vocabulary and the BLEU files, before any training.
+    const std::string vocab_file = args["vocab_file"].as<std::string>();
+    TNT_INPUT_CHECK(!vocab_file.empty(), "--vocab_file is missing: give the subtoken vocabulary (e.g. "
+                                         "$DATA/vocab.ende.32768)");
+    TNT_INPUT_CHECK(fs::is_regular_file(vocab_file), "--vocab_file={}: no such file", vocab_file);
+    const tnt::Subtokenizer tokenizer = tnt::Subtokenizer::from_file(vocab_file);
+    const int64_t file_vocab = tokenizer.vocab_size();
+    p.vocab_size = file_vocab;
+    if (args.count("vocab_size")) {
+      p.vocab_size = args["vocab_size"].as<int64_t>();
+      TNT_INPUT_CHECK(p.vocab_size >= file_vocab, "--vocab_size={}: smaller than the {} subtokens of --vocab_file={}",
+                      p.vocab_size, file_vocab, vocab_file);
+    }
+    TNT_INPUT_CHECK(p.vocab_size > 2, "--vocab_file={}: {} subtokens, too few for a model", vocab_file, p.vocab_size);
+
+    BleuInputs bleu{args["bleu_source"].as<std::string>(), args["bleu_ref"].as<std::string>(), {}};
+    TNT_INPUT_CHECK(bleu.source.empty() == bleu.reference.empty(),
+                    "--bleu_source and --bleu_ref: give both (the sentences to translate and their references) or "
+                    "neither");
+    const bool with_bleu = !bleu.source.empty();
+    if (with_bleu) {
+      TNT_INPUT_CHECK(fs::is_regular_file(bleu.source), "--bleu_source={}: no such file", bleu.source);
+      TNT_INPUT_CHECK(fs::is_regular_file(bleu.reference), "--bleu_ref={}: no such file", bleu.reference);
+      const std::vector<std::string> lines = read_source_lines(bleu.source, "bleu_source");
+      const size_t refs = tnt::read_bleu_lines(bleu.reference).size();
+      TNT_INPUT_CHECK(lines.size() == refs, "--bleu_source={} has {} lines, --bleu_ref={} has {}: they must match",
+                      bleu.source, lines.size(), bleu.reference, refs);
+      TNT_INPUT_CHECK(!lines.empty(), "--bleu_source={}: no sentence", bleu.source);
+      for (const std::string& line : lines) {
+        std::vector<int64_t> ids = tokenizer.encode(line);
+        if (decode_max_length > 0 && static_cast<int64_t>(ids.size()) > decode_max_length - 1)
+          ids.resize(static_cast<size_t>(decode_max_length - 1));
+        ids.push_back(tnt::kEosId);
+        bleu.encoded.push_back(std::move(ids));
+      }
+    }
+
+    // The data.
+    TNT_INPUT_CHECK(!common.data_dir.empty(), "--data_dir is missing: give the directory of the TFRecord shards");
+    TNT_INPUT_CHECK(fs::is_directory(common.data_dir), "--data_dir={}: no such directory", common.data_dir);
+    tnt::TranslationOptions topts{.max_length = p.max_length, .num_sentences = num_sentences, .shuffle = true,
+                                  .seed = common.seed};
+    const tnt::TranslationData data = tnt::read_translation(common.data_dir, "train", topts);
+    TNT_INPUT_CHECK(data.size() >= sentences,
+                    "--data_dir={}: {} training sentences fit --max_length={}, fewer than one global batch of {} "
+                    "(--batch_size={})",
+                    common.data_dir, data.size(), p.max_length, sentences, common.batch_size);
+    {
+      // Ids beyond the vocabulary mean the data was made with another one.
+      int64_t max_id = 0;
+      for (const tnt::Tensor* t : {&data.inputs, &data.targets})
+        for (int64_t i = 0; i < t->numel(); ++i) max_id = std::max<int64_t>(max_id, t->data<int32_t>()[i]);
+      TNT_INPUT_CHECK(max_id < p.vocab_size,
+                      "--data_dir={}: the data hold the id {}, beyond the {} subtokens of --vocab_file={} (data and "
+                      "vocabulary do not belong together)",
+                      common.data_dir, max_id, p.vocab_size, vocab_file);
+    }
+
+    // The model, loss, optimizer (Adam and the Transformer's schedule).
+    tnt_models::Transformer transformer(p);
+    auto net = transformer.training_network(p.max_length, p.max_length);
+    tnt::Model model(net, common.seed);
+    auto schedule = std::make_shared<tnt::InverseSqrtWithWarmup>(p.hidden_size, p.learning_rate_warmup_steps,
+                                                                  p.learning_rate);
+    tnt::AdamOptions adam;
+    adam.beta1 = p.optimizer_adam_beta1;
+    adam.beta2 = p.optimizer_adam_beta2;
+    adam.eps = p.optimizer_adam_epsilon;
+    model.compile(std::make_shared<tnt::Adam>(schedule, adam),
+                  std::make_shared<tnt::LabelSmoothingCrossEntropy>(p.label_smoothing));
+
+    tnt_models::prepare_model_dir({.path = common.model_dir,
+                                   .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors",
+                                               "translations.txt"},
+                                   .can_resume = true,
+                                   .resume = resume,
+                                   .overwrite = common.overwrite});
+    const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
+    int initial_epoch = 0;
+    if (resume) {
+      TNT_INPUT_CHECK(fs::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
+      initial_epoch = model.load_checkpoint(checkpoint);
+      tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
+    }
+
+    if (common.verbose > 0) {
+      tnt::print("Transformer ({}): {} parameters, vocabulary {}, hidden {}, {} + {} layers, {} heads, filter {}",
+                 param_set, net->parameter_count(), p.vocab_size, p.hidden_size, p.num_hidden_layers,
+                 p.num_hidden_layers, p.num_heads, p.filter_size);
+      tnt::print("{} ranks, global batch {} tokens = {} sentences of {}, {} training sentences per epoch ({} read, {} "
+                 "longer than max_length dropped), {} data distribution, {}",
+                 tnt::size(), common.batch_size, sentences, p.max_length, data.size(), data.records_read,
+                 data.dropped_too_long, auto_dist ? "automatic" : "manual", schedule->describe());
+    }
+
+    tnt::FitOptions fit;
+    fit.batch_size = sentences;
+    fit.verbose = common.verbose;
+    fit.remainder = tnt::Remainder::drop;  // as the manual mode: every step a full global batch
+    tnt::Dataset train;
+    if (auto_dist) {
+      train = tnt::translation_dataset(data, topts).map(add_decoder_inputs);
+    } else {
+      fit.distribute_dataset = false;
+      fit.micro_batch_size = sentences / tnt::size();
+      train = tnt::translation_dataset_by_rank(data, sentences, tnt::rank(), tnt::size(), topts).map(add_decoder_inputs);
+    }
+
+    tnt_models::Translator translator(
+        transformer, tnt_models::BeamSearchOptions{.beam_size = p.beam_size, .alpha = p.alpha, .eos_id = tnt::kEosId},
+        p.extra_decode_length);
+    auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
+    auto throughput = std::make_shared<TokenThroughput>(sentences, p.max_length);
+    // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.
+    for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
+      fit.initial_epoch = epoch;
+      fit.epochs = std::min(epoch + common.epochs_between_evals, common.train_epochs);
+      auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", epoch > 0);
+      csv->set_columns({"loss", "learning_rate", "seconds"});
+      fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};
+      model.fit(train, fit);
+      if (model.stop_requested()) break;
+      if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
+    }
+    if (initial_epoch >= common.train_epochs && with_bleu) {
+      tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}): evaluating", initial_epoch,
+                 common.train_epochs);
+      evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
+    }
+    // Weights only, under the PyTorch module's names (scripts/transformer_torch.py).
+    model.save_weights(common.model_dir + "/model.safetensors");
+  });
+}

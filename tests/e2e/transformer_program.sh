@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# build/bin/transformer through the launcher, on a small corpus made by
+# scripts/make_demo_corpus and build/bin/transformer_data.
+#
+#   transformer_program.sh LAUNCHER TRANSFORMER TRANSFORMER_DATA SOURCE_DIR CASE
+#
+# ranks_1_2_3: a global batch of 7 sentences (which 2 and 3 ranks do not divide), 3 Adam
+#   steps with dropout: the weights of 2 and 3 ranks equal those of 1 rank within the
+#   tolerance below; a run on another batch (6 sentences) differs by far more, so the
+#   comparison can fail.
+# manual_indivisible: --auto_data_dist=false with 7 sentences on 2 ranks is refused, naming
+#   the flag and the numbers; 8 sentences run.
+# bad_param_set, missing_vocab_file, batch_below_max_length: an error naming the flag and a
+#   non-zero exit.
+# bleu_files_mismatch: --bleu_source and --bleu_ref of different line counts, or one
+#   without the other, are refused before training.
+# resume: a second run in the same --model_dir is refused without --resume or --overwrite;
+#   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once.
+# learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
+#   both BLEU lines are printed, translations.txt has one line per source line, and
+#   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
+set -uo pipefail
+[[ $# -eq 5 ]] || { echo "usage: $0 LAUNCHER TRANSFORMER TRANSFORMER_DATA SOURCE_DIR CASE" >&2; exit 2; }
+launcher=$1
+program=$2
+data_tool=$3
+src_dir=$4
+case_name=$5
+for f in "$launcher" "$program" "$data_tool"; do
+  [[ -x "$f" ]] || { echo "FAIL: $f is not an executable" >&2; exit 1; }
+done
+# Each run takes 3 to 20 s on a busy 2-core machine; longer is a hang.
+limit=${TNT_E2E_TIMEOUT:-90}
+# make_demo_corpus needs only the standard library: any Python 3.
+python=${PYTHON:-python3}
+command -v "$python" >/dev/null || python=/usr/bin/python3
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tnt_transformer_e2e.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# corpus TRAIN DEV: text in $tmp/corpus, shards and vocabulary in $tmp/corpus/data (the
+# shards go beside no text file: the reader takes every file whose name contains "train").
+corpus() {
+  "$python" "$src_dir/scripts/make_demo_corpus" "$tmp/corpus" --train "$1" --dev "$2" >"$tmp/corpus.log" 2>&1 &&
+    "$data_tool" --data_dir="$tmp/corpus/data" --train_source="$tmp/corpus/train.en" \
+      --train_target="$tmp/corpus/train.de" --dev_source="$tmp/corpus/dev.en" --dev_target="$tmp/corpus/dev.de" \
+      --target_vocab_size=1000 --train_shards=2 >>"$tmp/corpus.log" 2>&1 ||
+    { cat "$tmp/corpus.log"; echo "FAIL: making the corpus"; exit 1; }
+  vocab=$tmp/corpus/data/vocab.ende.1000
+}
+
+# run NP ARGS...: the program on NP ranks (one compute thread each).
+run() {
+  local np=$1
+  shift
+  echo "+ $launcher -n $np -x TNT_NUM_THREADS=1 -- $program $*"
+  timeout -k 10 "$limit" "$launcher" -n "$np" -x TNT_NUM_THREADS=1 -- "$program" "$@" \
+    </dev/null >"$tmp/stdout" 2>"$tmp/stderr"
+  rc=$?
+  out=$(cat "$tmp/stdout" "$tmp/stderr")
+  echo "--- exit status $rc; stdout:"
+  cat "$tmp/stdout"
+  echo "--- stderr:"
+  cat "$tmp/stderr"
+  echo "---"
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then fail "did not finish within ${limit}s (a hang)"; fi
+}
+
+expect_error() {  # REGEX WHAT: non-zero exit and an "error..." line matching REGEX
+  if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]]; then pass "non-zero exit ($rc)"; else fail "exit status $rc, expected a failure"; fi
+  if grep -E '^error' <<<"$out" | grep -Eq -- "$1"; then pass "the error names $2"; else fail "no 'error ...' line matches /$1/ ($2)"; fi
+}
+
+# max_abs_diff A B: the largest |a - b| over the tensors of two safetensors files (f32).
+max_abs_diff() {
+  "$python" - "$1" "$2" <<'EOF'
+import json, struct, sys
+from array import array
+def load(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "F32":
+            continue
+        a = array("f")
+        a.frombytes(data[t["data_offsets"][0]:t["data_offsets"][1]])
+        out[name] = a
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+if sorted(a) != sorted(b) or not a:
+    sys.exit("the files hold different tensors")
+print(max(abs(x - y) for name in a for x, y in zip(a[name], b[name])))
+EOF
+}
+
+# A small model (2 + 2 layers of the tiny set) for speed; dropout stays on (0.1).
+small=(--param_set=tiny --num_hidden_layers=2 --max_length=24 --verbose=2)
+case $case_name in
+  ranks_1_2_3)
+    corpus 100 10
+    # 7 sentences per global batch (168 // 24), 21 sentences: 3 steps; warmup 10 steps.
+    common=(--data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --train_epochs=1
+            --learning_rate_warmup_steps=10)
+    for np in 1 2 3; do
+      run "$np" "${common[@]}" --batch_size=168 --num_sentences=21 --model_dir="$tmp/np$np"
+      if [[ $rc -eq 0 && -s $tmp/np$np/model.safetensors ]]; then pass "$np ranks: exit 0, weights written"; else fail "$np ranks: exit $rc or no model.safetensors"; fi
+      if grep -q "global batch 168 tokens = 7 sentences of 24, 21 training sentences" <<<"$out"; then pass "$np ranks: 7 sentences per batch"; else fail "$np ranks: no '7 sentences of 24, 21 training sentences' line"; fi
+    done
+    # Another global batch (6 sentences, 18 in all: 3 steps): the control.
+    run 1 "${common[@]}" --batch_size=144 --num_sentences=18 --model_dir="$tmp/control"
+    # Tolerance: the ranks sum their gradients in another order than one rank (and the
+    # attention's products see other batch sizes), so gradients differ in the last float
+    # bits; Adam's first steps are about lr * sign(g) with lr about 0.01 here, so a weight
+    # whose gradient is within rounding of 0 can move differently by up to 2 lr = 0.02 in
+    # principle; the largest difference seen is 4e-7 (no gradient is that close to 0 here).
+    # 1e-5 leaves room for other machines' rounding; the control (one sentence less per
+    # batch) differs by 0.07.
+    tol=1e-5
+    for np in 2 3; do
+      d=$(max_abs_diff "$tmp/np1/model.safetensors" "$tmp/np$np/model.safetensors")
+      if awk -v d="$d" -v t="$tol" 'BEGIN { exit !(d != "" && d <= t) }'; then pass "1 vs $np ranks: max |dw| = $d <= $tol"; else fail "1 vs $np ranks: max |dw| = $d > $tol"; fi
+    done
+    d=$(max_abs_diff "$tmp/np1/model.safetensors" "$tmp/control/model.safetensors")
+    if awk -v d="$d" 'BEGIN { exit !(d != "" && d > 1e-3) }'; then pass "control (another batch): max |dw| = $d > 1e-3"; else fail "control: max |dw| = $d, expected > 1e-3 (the comparison could not fail)"; fi
+    ;;
+  manual_indivisible)
+    corpus 100 10
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=168 --num_sentences=21 \
+      --auto_data_dist=false --model_dir="$tmp/m"
+    expect_error "--auto_data_dist=false: a global batch of 7 sentences \(--batch_size=168 // --max_length=24\) does not split evenly over 2 ranks" "the flag, the batch and the ranks"
+    # Both ranks find it before any collective; the first to report ends the job, so the
+    # other's line may be cut off: at least one rank-qualified line is required.
+    if grep -Eq '^error \(rank [01] of 2\): --auto_data_dist=false' <<<"$out"; then pass "reported by a rank"; else fail "no 'error (rank r of 2)' line"; fi
+    if [[ ! -e $tmp/m/history.csv ]]; then pass "no history.csv"; else fail "history.csv written by a refused run"; fi
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=192 --num_sentences=16 \
+      --auto_data_dist=false --model_dir="$tmp/m2"
+    if [[ $rc -eq 0 ]] && grep -q "manual data distribution" <<<"$out"; then pass "8 sentences on 2 ranks, manual: exit 0"; else fail "manual mode with 8 sentences: exit $rc"; fi
+    ;;
+  bad_param_set)
+    corpus 20 5
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=huge --model_dir="$tmp/m"
+    expect_error "--param_set=huge: expected tiny, base or big" "--param_set and the choices"
+    ;;
+  missing_vocab_file)
+    corpus 20 5
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$tmp/no_such_vocab" "${small[@]}" --model_dir="$tmp/m"
+    expect_error "--vocab_file=$tmp/no_such_vocab: no such file" "--vocab_file and the path"
+    run 2 --data_dir="$tmp/corpus/data" "${small[@]}" --model_dir="$tmp/m"
+    expect_error "--vocab_file is missing" "the missing --vocab_file"
+    ;;
+  batch_below_max_length)
+    corpus 20 5
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --batch_size=100 --max_length=256 \
+      --model_dir="$tmp/m"
+    expect_error "--batch_size=100: fewer tokens than --max_length=256" "--batch_size and --max_length"
+    ;;
+  bleu_files_mismatch)
+    corpus 20 5
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --bleu_source="$tmp/corpus/dev.en" \
+      --bleu_ref="$tmp/corpus/train.de" --model_dir="$tmp/m"
+    expect_error "--bleu_source=$tmp/corpus/dev.en has 5 lines, --bleu_ref=$tmp/corpus/train.de has 20" "both files and their line counts"
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --bleu_source="$tmp/corpus/dev.en" \
+      --model_dir="$tmp/m"
+    expect_error "--bleu_source and --bleu_ref: give both" "the missing --bleu_ref"
+    ;;
+  learns_demo)
+    corpus 400 20
+    # 32 sentences per global batch: 12 steps an epoch; evaluation after epochs 3 and 6.
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=768 --num_sentences=400 \
+      --train_epochs=6 --epochs_between_evals=3 --learning_rate_warmup_steps=30 --decode_batch_size=8 \
+      --bleu_source="$tmp/corpus/dev.en" --bleu_ref="$tmp/corpus/dev.de" --model_dir="$tmp/m"
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    csv=$tmp/m/history.csv
+    if [[ -f $csv && $(wc -l <"$csv") -eq 7 ]]; then pass "history.csv has 6 epochs"; else fail "history.csv missing or not 6 rows:"; cat "$csv" 2>/dev/null; fi
+    # The first epoch's mean loss per token is about 4.6 (ln of the vocabulary is 6); a model
+    # that learns nothing stays there, this one reaches about 60% of it in 6 epochs.
+    if awk -F, 'NR == 2 { first = $2 } NR == 7 { last = $2 } END { exit !(first > 0 && last < 0.7 * first) }' "$csv"; then
+      pass "the loss falls below 70% of the first epoch's: $(cut -d, -f2 "$csv" | tr '\n' ' ')"
+    else
+      fail "the loss does not fall clearly: $(cut -d, -f2 "$csv" | tr '\n' ' ')"
+    fi
+    for kind in uncased cased; do
+      n=$(grep -Ec "^Bleu score \($kind\): [0-9]+\.[0-9]+" <<<"$out")
+      if [[ $n -eq 2 ]]; then pass "'Bleu score ($kind)' printed twice (2 evaluations, master only)"; else fail "'Bleu score ($kind): X' appears $n times, expected 2"; fi
+    done
+    if [[ -f $tmp/m/translations.txt && $(wc -l <"$tmp/m/translations.txt") -eq 20 ]]; then
+      pass "translations.txt has 20 lines"
+    else
+      fail "translations.txt missing or not 20 lines"
+    fi
+    if [[ ! -e $tmp/m/translations.txt.tmp ]]; then pass "no temporary left"; else fail "translations.txt.tmp left behind"; fi
+    # The exported weights load strictly into the PyTorch module of the same structure.
+    torch_python=""
+    for p in ${PYTHON:-} python3 /usr/bin/python3; do
+      if command -v "$p" >/dev/null && "$p" -c "import torch" 2>/dev/null; then torch_python=$p; break; fi
+    done
+    v=$(sed -n 's/^Transformer (tiny): .* parameters, vocabulary \([0-9]*\),.*/\1/p' <<<"$out")
+    if [[ -z $torch_python ]]; then
+      fail "no Python with torch (set PYTHON=, or apt install python3-torch)"
+    elif "$torch_python" "$src_dir/scripts/transformer_torch.py" --checkpoint "$tmp/m/model.safetensors" \
+        --param_set tiny --num_hidden_layers 2 --vocab_size "$v" >"$tmp/torch.out" 2>&1; then
+      pass "model.safetensors loads into scripts/transformer_torch.py ($(tail -1 "$tmp/torch.out"))"
+    else
+      cat "$tmp/torch.out"
+      fail "model.safetensors does not load into scripts/transformer_torch.py"
+    fi
+    ;;
+  resume)
+    corpus 100 5
+    common=(--data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=192 --num_sentences=32
+            --learning_rate_warmup_steps=10 --model_dir="$tmp/m")
+    run 2 "${common[@]}" --train_epochs=2
+    if [[ $rc -eq 0 && -s $tmp/m/checkpoint.safetensors ]]; then pass "first run: exit 0, checkpoint"; else fail "first run: exit $rc or no checkpoint"; fi
+    run 2 "${common[@]}" --train_epochs=3
+    expect_error "--model_dir=$tmp/m already holds .*--resume.*--overwrite" "the directory, --resume and --overwrite"
+    run 2 "${common[@]}" --train_epochs=3 --resume
+    if [[ $rc -eq 0 ]] && grep -q "Resuming from $tmp/m/checkpoint.safetensors at epoch 2" <<<"$out"; then pass "--resume continues at epoch 2"; else fail "--resume: exit $rc or no 'Resuming ... at epoch 2'"; fi
+    if [[ $(cut -d, -f1 "$tmp/m/history.csv" | tr '\n' ' ') == "epoch 1 2 3 " ]]; then pass "history.csv has epochs 1, 2, 3 once each"; else fail "history.csv: $(cut -d, -f1 "$tmp/m/history.csv" | tr '\n' ' ')"; fi
+    ;;
+  *)
+    echo "unknown case $case_name" >&2
+    exit 2
+    ;;
+esac
+if [[ $failures -gt 0 ]]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all checks passed"

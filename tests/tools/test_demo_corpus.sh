@@ -23,6 +23,6 @@ check "parallel lines" 300 "$(wc -l < "$tmp/a/train.de")"
 check "dev lines" 30 "$(wc -l < "$tmp/a/dev.de")"
 check "no dev sentence in train" 0 "$(grep -cxFf "$tmp/a/dev.en" "$tmp/a/train.en")"
 check "converted" "vocab.ende.1000 wmt32k-dev-00001-of-00001 wmt32k-train-00001-of-00004 wmt32k-train-00002-of-00004 wmt32k-train-00003-of-00004 wmt32k-train-00004-of-00004" \
-  "$(cd "$tmp/b" && ls vocab* wmt32k* | tr '\n' ' ' | sed 's/ $//')"
+  "$(cd "$tmp/b/data" && ls vocab* wmt32k* | tr '\n' ' ' | sed 's/ $//')"
 echo "$fails failed"
 [[ $fails -eq 0 ]]

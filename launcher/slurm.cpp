@@ -11,9 +11,9 @@ namespace tnt::launcher {
 
 namespace {
 
-// No cluster has a million nodes; a list that expands beyond is a mistake (or an attack on
-// the launcher's memory: "n[0-999999]x[0-999999]" is a few bytes).
-constexpr size_t kMaxNodes = 1'000'000;
+// The largest machines have some 160,000 nodes; a list that expands beyond 200,000 is a
+// mistake (or an attack on the launcher's memory: "n[0-999999]x[0-999999]" is a few bytes).
+constexpr size_t kMaxNodes = 200'000;
 // A host name has at most 253 characters (DNS); with the node count this bounds the memory
 // an expansion may take, whatever the list's literal parts hold.
 constexpr size_t kMaxNameLength = 253;

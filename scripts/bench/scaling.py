@@ -13,6 +13,8 @@ import csv
 import json
 import math
 import os
+import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -57,6 +59,9 @@ def parse_args():
     p.add_argument("--out", default="scaling_results", help="directory for scaling.csv, scaling_steps.csv, .md, .png")
     p.add_argument("--title", default="", help="plot title (default: program and mode)")
     p.add_argument("--build-dir", default=os.environ.get("BUILD_DIR", ""), help="build directory (default: build/)")
+    p.add_argument("--launcher", default="", help="the tarantella launcher (default: BUILD_DIR/bin/tarantella)")
+    p.add_argument("--launcher-options", default="",
+                   help="more launcher options, one string split as a shell would (e.g. '--fusion-threshold 512')")
     p.add_argument("--timeout", type=float, default=1800, help="seconds one run may take")
     p.add_argument("program_args", nargs="*", help="after --: more flags for the program (override the defaults)")
     a = p.parse_args()
@@ -76,6 +81,19 @@ def slurm_hosts():
     if out.returncode != 0:
         fail("scontrol show hostnames: " + out.stderr.strip())
     return out.stdout.split()
+
+
+def slurm_ranks_per_node():
+    """Ranks per node inside SLURM: SLURM_NTASKS_PER_NODE (set with --ntasks-per-node), else the
+    allocation's SLURM_TASKS_PER_NODE ("2(x3),1"), which must then be the same on every node."""
+    given = os.environ.get("SLURM_NTASKS_PER_NODE", "")
+    if given:
+        return int(given.split("(")[0].split(",")[0])
+    groups = os.environ.get("SLURM_TASKS_PER_NODE", "1")
+    counts = {int(m.group(1)) for m in re.finditer(r"(\d+)(\(x\d+\))?(,|$)", groups)}
+    if len(counts) != 1:
+        fail("SLURM_TASKS_PER_NODE=%s: the nodes have different task counts; give --ntasks-per-node" % groups)
+    return counts.pop()
 
 
 def rank_counts(a, per_node, hosts):
@@ -138,15 +156,16 @@ def main():
     a = parse_args()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     bin_dir = os.path.join(a.build_dir or os.path.join(root, "build"), "bin")
-    launcher = os.path.join(bin_dir, "tarantella")
-    kind = a.program if a.program in ("fashion_mnist", "resnet50") else "other"
+    launcher = a.launcher or os.path.join(bin_dir, "tarantella")
+    base_name = os.path.basename(a.program)
+    kind = base_name if base_name in ("fashion_mnist", "resnet50") else "other"
     program = a.program if os.path.sep in a.program else os.path.join(bin_dir, a.program)
     for f in (launcher, program):
         if not os.access(f, os.X_OK):
             fail("%s not found or not executable (build it, or set --build-dir / BUILD_DIR)" % f)
 
     hosts = slurm_hosts()
-    per_node = int(os.environ.get("SLURM_NTASKS_PER_NODE", "1").split("(")[0]) if hosts else 1
+    per_node = slurm_ranks_per_node() if hosts else 1
     counts = rank_counts(a, per_node, hosts)
     cores = os.cpu_count() or 1
     threads = a.threads_per_rank or max(1, cores // (max(counts) if not hosts else per_node))
@@ -160,7 +179,7 @@ def main():
     env["TNT_TIMELINE_STEPS"] = "%d-%d" % (first, last)
 
     print("scaling: %s, %s scaling, ranks %s, %d threads per rank, %d repeats, %d warmup + %d measured steps"
-          % (a.program, mode, counts, threads, a.repeats, a.warmup, a.steps), flush=True)
+          % (base_name, mode, counts, threads, a.repeats, a.warmup, a.steps), flush=True)
     rows = []  # per step
     load_before = os.getloadavg()[0]
     try:
@@ -175,7 +194,7 @@ def main():
                 fields = dict(batch=batch, samples=batch * steps_run, eval_samples=batch, steps=steps_run,
                               model_dir=model_dir)
                 prog_args = merged_args([f.format(**fields) for f in PROGRAMS[kind]], a.program_args)
-                cmd = [launcher, "--timeline", trace]
+                cmd = [launcher, "--timeline", trace] + shlex.split(a.launcher_options)
                 if hosts:
                     # Whole nodes of per_node ranks, or part of one node.
                     if ranks > per_node and ranks % per_node:
@@ -185,8 +204,10 @@ def main():
                         fail("%d ranks need %d nodes; the allocation has %d" % (ranks, nodes, len(hosts)))
                     cmd += ["-H", ",".join(hosts[:nodes]), "-n", str(min(ranks, per_node))]
                 else:
+                    nodes = 1
                     cmd += ["-n", str(ranks)]
                 cmd += ["--", program] + prog_args
+                print("  run: " + " ".join(shlex.quote(x) for x in cmd), flush=True)
                 try:
                     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=a.timeout)
                 except subprocess.TimeoutExpired:
@@ -196,7 +217,7 @@ def main():
                                                               (run.stdout + run.stderr)[-4000:]))
                 stats = step_stats(trace, first, last)
                 for step, (seconds, hidden) in sorted(stats.items()):
-                    rows.append(dict(program=a.program, mode=mode, ranks=ranks, repeat=rep, step=step,
+                    rows.append(dict(program=base_name, mode=mode, nodes=nodes, ranks=ranks, repeat=rep, step=step,
                                      global_batch=batch, step_ms=seconds * 1e3, samples_per_s=batch / seconds,
                                      hidden_fraction="" if hidden is None else hidden))
                 mean = statistics.mean(batch / s for s, _ in stats.values())
@@ -221,7 +242,7 @@ def main():
             base = (ranks, mean)
         speedup = mean / base[1]
         ideal = ranks / base[0]  # weak: throughput grows with the ranks; strong: so does the speed of a step
-        summary.append(dict(program=a.program, mode=mode, ranks=ranks, global_batch=mine[0]["global_batch"],
+        summary.append(dict(program=base_name, mode=mode, nodes=mine[0]["nodes"], ranks=ranks, global_batch=mine[0]["global_batch"],
                             threads_per_rank=threads, steps=len(tput), samples_per_s_mean=mean,
                             samples_per_s_std=std, step_ms_mean=statistics.mean(r["step_ms"] for r in mine),
                             speedup=speedup, efficiency=speedup / ideal,
@@ -231,7 +252,7 @@ def main():
         w.writeheader()
         w.writerows(summary)
 
-    title = a.title or "%s, %s scaling (%s)" % (a.program, mode,
+    title = a.title or "%s, %s scaling (%s)" % (base_name, mode,
                                                 "global batch %d" % a.global_batch if a.global_batch
                                                 else "%d samples per rank" % a.micro_batch)
     md = ["### " + title, "",

@@ -11,7 +11,9 @@
 #     on one host and prints the plan first; on 3 nodes with -n 5 (no --ntasks-per-node, so
 #     no SLURM_NTASKS_PER_NODE; SLURM_TASKS_PER_NODE is "2(x2),1") it runs 2 + 2 + 1 ranks
 #     and gives the weights of 5 ranks on one host.
-#   scaling: scaling.sbatch runs fashion_mnist on 1 and 2 nodes and prints the table;
+#   scaling: scaling.sbatch runs fashion_mnist on 1 and 2 nodes and prints the table; with
+#     SCALING_TOOL=bench it runs scripts/bench/scaling on 1 and 2 nodes, whose scaling.csv
+#     (nodes and ranks 1 and 2), scaling.md and scaling.png (a PNG) are checked;
 #     resnet50.sbatch (GPU nodes; GPUs here in name only, so CPU ranks) runs a few steps.
 #   scancel: a 2-node fashion_mnist job cancelled mid-run leaves no process on any node.
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
@@ -99,6 +101,40 @@ case $case_name in
       cl_pass "scaling: the table has the 1-node and the 2-node run, both exit 0"
     else
       cl_fail "scaling: the table lacks a successful 1-node or 2-node row"
+    fi
+
+    # The same series through scripts/bench/scaling (one run per scale, 2 measured steps).
+    SCALING_TOOL=bench SCALING_PROGRAM=fashion_mnist SCALING_DIR=$cl_tmp/bench \
+      SCALING_BENCH_OPTIONS="--repeats 1 --warmup 1 --steps 2 --micro-batch 16 --timeout 60" \
+      submit bench -N 2 "$scripts/scaling.sbatch" --model=mlp
+    finish bench 90
+    expect_completed bench
+    cl_expect_contains bench "with $cl_root/scripts/slurm/../bench/scaling: nodes 1 2, ranks 1,2" \
+      "the bench engine, found beside the submitted script, with ranks 1 and 2"
+    if grep -Eq -- '^  run: .*/tarantella --timeline [^ ]+ -H [^ ,]+,[^ ,]+ -n 1 -- ' <<<"$cl_out"; then
+      cl_pass "bench: the 2-rank run went to two hosts of the allocation, one rank each"
+    else
+      cl_fail "bench: no run on two hosts (-H A,B -n 1) in the output"
+    fi
+    if check=$(/usr/bin/python3 - "$cl_tmp/bench" <<'EOF2' 2>&1
+import csv, math, os, sys
+out = sys.argv[1]
+rows = list(csv.DictReader(open(os.path.join(out, "scaling.csv"))))
+assert [(int(r["nodes"]), int(r["ranks"])) for r in rows] == [(1, 1), (2, 2)], rows
+for r in rows:
+    for n in ("samples_per_s_mean", "step_ms_mean", "speedup", "efficiency"):
+        assert math.isfinite(float(r[n])) and float(r[n]) > 0, (n, r)
+    assert int(r["steps"]) == 2 and int(r["global_batch"]) == 16 * int(r["ranks"]), r
+md = open(os.path.join(out, "scaling.md")).read()
+assert "\n| 1 | 16 |" in md and "\n| 2 | 32 |" in md, md
+png = open(os.path.join(out, "scaling.png"), "rb").read()
+assert len(png) > 1000 and png[:8] == b"\x89PNG\r\n\x1a\n", len(png)
+print("rows", [(r["nodes"], r["ranks"], r["samples_per_s_mean"]) for r in rows], "png", len(png), "bytes")
+EOF2
+    ); then
+      cl_pass "bench: scaling.csv has the 1-node and 2-node rows, scaling.md the table, scaling.png is a PNG ($check)"
+    else
+      cl_fail "bench: the output files do not check out: $check"
     fi
 
     # The GPU script as it is; only resources this cluster can give are changed.

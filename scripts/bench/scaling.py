@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 PROGRAMS = {
-    # name: (flags per run; format fields: batch, samples, eval_samples, steps, model_dir)
+    # name: (flags per run; format fields: batch, samples, eval_samples, sentences, steps, model_dir)
     "fashion_mnist": [
         "--batch_size={batch}", "--train_epochs=1", "--num_train_samples={samples}", "--verbose=0",
         "--model_dir={model_dir}",
@@ -31,6 +31,12 @@ PROGRAMS = {
         "--use_synthetic_data", "--batch_size={batch}", "--train_epochs=1", "--synthetic_samples={samples}",
         "--synthetic_eval_samples={eval_samples}", "--image_size=64", "--num_classes=10", "--log_steps=0",
         "--verbose=0", "--model_dir={model_dir}",
+    ],
+    # --batch_size and --micro-batch count tokens (sentences padded to --max_length), so the
+    # throughput is tokens/s; {sentences} = sentences per step x steps.
+    "transformer": [
+        "--batch_size={batch}", "--train_epochs=1", "--num_sentences={sentences}", "--verbose=0",
+        "--model_dir={model_dir}",
     ],
     # Any other program: it must take --batch_size (global), --train_steps and --model_dir.
     "other": ["--batch_size={batch}", "--train_steps={steps}", "--verbose=0", "--model_dir={model_dir}"],
@@ -158,7 +164,12 @@ def main():
     bin_dir = os.path.join(a.build_dir or os.path.join(root, "build"), "bin")
     launcher = a.launcher or os.path.join(bin_dir, "tarantella")
     base_name = os.path.basename(a.program)
-    kind = base_name if base_name in ("fashion_mnist", "resnet50") else "other"
+    kind = base_name if base_name in PROGRAMS and base_name != "other" else "other"
+    unit = "tokens/s" if kind == "transformer" else "samples/s"
+    max_length = 256  # the transformer's default
+    for x in a.program_args:
+        if x.startswith("--max_length="):
+            max_length = int(x.split("=", 1)[1])
     program = a.program if os.path.sep in a.program else os.path.join(bin_dir, a.program)
     for f in (launcher, program):
         if not os.access(f, os.X_OK):
@@ -192,6 +203,7 @@ def main():
                 model_dir = os.path.join(work, "model_%d_%d" % (ranks, rep))
                 steps_run = last + 1  # one more, so the window's last step is a whole one
                 fields = dict(batch=batch, samples=batch * steps_run, eval_samples=batch, steps=steps_run,
+                              sentences=batch // max_length * steps_run,
                               model_dir=model_dir)
                 prog_args = merged_args([f.format(**fields) for f in PROGRAMS[kind]], a.program_args)
                 cmd = [launcher, "--timeline", trace] + shlex.split(a.launcher_options)
@@ -221,7 +233,7 @@ def main():
                                      global_batch=batch, step_ms=seconds * 1e3, samples_per_s=batch / seconds,
                                      hidden_fraction="" if hidden is None else hidden))
                 mean = statistics.mean(batch / s for s, _ in stats.values())
-                print("  %d rank(s), global batch %d, repeat %d: %.1f samples/s" % (ranks, batch, rep + 1, mean),
+                print("  %d rank(s), global batch %d, repeat %d: %.1f %s" % (ranks, batch, rep + 1, mean, unit),
                       flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -254,10 +266,11 @@ def main():
 
     title = a.title or "%s, %s scaling (%s)" % (base_name, mode,
                                                 "global batch %d" % a.global_batch if a.global_batch
-                                                else "%d samples per rank" % a.micro_batch)
+                                                else "%d %s per rank" % (a.micro_batch, unit.split("/")[0]))
     md = ["### " + title, "",
-          "| ranks | global batch | samples/s (mean ± std) | step ms | speed-up | efficiency | comm. hidden |",
+          "| ranks | global batch | %s (mean ± std) | step ms | speed-up | efficiency | comm. hidden |",
           "|---:|---:|---:|---:|---:|---:|---:|"]
+    md[2] = md[2] % unit
     for s in summary:
         hid = "%.0f%%" % (100 * s["hidden_fraction"]) if s["hidden_fraction"] != "" else "-"
         md.append("| %d | %d | %.1f ± %.1f | %.1f | %.2f | %.0f%% | %s |" % (
@@ -281,7 +294,7 @@ def main():
     ideal_t = [t0 * x / b0 for x in xs]
     ax1.plot(xs, ideal_t, "--", color="gray", label="ideal")
     ax1.set_xlabel("ranks")
-    ax1.set_ylabel("samples/s")
+    ax1.set_ylabel(unit)
     ax1.set_ylim(bottom=0)
     ax1.set_xscale("log", base=2)
     ax1.set_xticks(xs, [str(x) for x in xs])

@@ -3,7 +3,9 @@
 # (fashion_mnist's MLP, a few steps): each writes its CSV, Markdown and PNG (and PDF) files,
 # and the files parse: the CSV has a row per rank count with positive, finite numbers (and
 # speed-up 1 at 1 rank), the pictures are images matplotlib reads back, the PDFs are PDFs.
-# The full series is a benchmark (docs/scaling.md), not this test.
+# scripts/bench/scaling also runs the transformer (tiny, on scripts/make_demo_corpus' data;
+# batches in tokens) on 1 and 2 ranks. The full series is a benchmark (docs/scaling.md), not
+# this test.
 #   test_bench_scripts.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
 src=$1
@@ -21,6 +23,12 @@ py=/usr/bin/python3
 timeout -k 5 "$limit" "$src/scripts/bench/scaling" --build-dir "$build" --program fashion_mnist --ranks 1,2 \
   --repeats 2 --warmup 1 --steps 2 --micro-batch 16 --out "$tmp/scaling" -- --model=mlp \
   || fail "scripts/bench/scaling failed (status $?)"
+timeout -k 5 60 "$src/scripts/make_demo_corpus" "$tmp/corpus" --convert >"$tmp/corpus.log" 2>&1 \
+  || { cat "$tmp/corpus.log"; fail "scripts/make_demo_corpus failed (status $?)"; }
+timeout -k 5 "$limit" "$src/scripts/bench/scaling" --build-dir "$build" --program transformer --ranks 1,2 \
+  --repeats 1 --warmup 1 --steps 2 --micro-batch 384 --out "$tmp/transformer" -- --data_dir="$tmp/corpus/data" \
+  --vocab_file="$tmp/corpus/data/vocab.ende.1000" --param_set=tiny --max_length=24 \
+  || fail "scripts/bench/scaling --program transformer failed (status $?)"
 timeout -k 5 "$limit" "$src/scripts/bench/accuracy_curves" --build-dir "$build" --ranks 1,2 --epochs 2 \
   --warmup-epochs 1 --out "$tmp/accuracy" -- --model=mlp --num_train_samples=512 \
   || fail "scripts/bench/accuracy_curves failed (status $?)"
@@ -56,6 +64,15 @@ assert len(steps) == 8 and sorted({int(s["step"]) for s in steps}) == [2, 3], st
 md = open(os.path.join(out, "scaling", "scaling.md")).read()
 assert md.count("\n| 1 | 16 |") == 1 and md.count("\n| 2 | 32 |") == 1, md
 image(os.path.join(out, "scaling", "scaling.png"))
+
+rows = list(csv.DictReader(open(os.path.join(out, "transformer", "scaling.csv"))))
+assert [(r["program"], int(r["ranks"])) for r in rows] == [("transformer", 1), ("transformer", 2)], rows
+for r in rows:
+    positive(r, "samples_per_s_mean", "step_ms_mean", "speedup", "efficiency")
+    assert int(r["steps"]) == 2 and int(r["global_batch"]) == 384 * int(r["ranks"]), r
+md = open(os.path.join(out, "transformer", "scaling.md")).read()
+assert "tokens/s" in md and "\n| 1 | 384 |" in md and "\n| 2 | 768 |" in md, md
+image(os.path.join(out, "transformer", "scaling.png"))
 
 acc = list(csv.DictReader(open(os.path.join(out, "accuracy", "accuracy.csv"))))
 assert [(int(r["ranks"]), int(r["epoch"])) for r in acc] == [(1, 1), (1, 2), (2, 1), (2, 2)], acc

@@ -284,7 +284,7 @@ std::vector<T> small_allreduce(CommImpl& c, std::vector<T> values, MPI_Op mpi_op
     complete(w, req);
   } catch (...) {
     // values' memory may still be written by the abandoned request: keep it alive.
-    static_cast<void>(new std::vector<T>(std::move(values)));
+    detail::give_up_to_mpi(new std::vector<T>(std::move(values)));
     throw;
   }
   return values;

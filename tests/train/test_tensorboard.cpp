@@ -2,6 +2,7 @@
 // master alone, read back by tests/train/read_tfevents.py (code independent of ours, CRCs
 // checked): epoch scalars at steps 0 and 1, batch scalars every update_freq steps, the
 // profile_batch timeline; a log_dir that cannot be made fails on every rank.
+#include "job_dir.hpp"
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -22,16 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string job_dir() {
-  std::string dir;
-  if (tnt::is_master_rank()) {
-    char tmpl[] = "/tmp/tnt_tensorboard_XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-  }
-  tnt::communicator().broadcast(dir);
-  return dir;
-}
+std::string job_dir() { return tnt::test::job_dir("tnt_tensorboard"); }
 
 // step -> tag -> value, from read_tfevents.py's JSON lines.
 std::map<int64_t, std::map<std::string, double>> read_events(const fs::path& file) {

@@ -3,6 +3,7 @@
 // window is respected, each bucket's allreduce starts only after the backward of the layers
 // it holds and overlaps the rest of backward, a rank's part is readable mid-run, bad input
 // fails on every rank.
+#include "job_dir.hpp"
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -22,16 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string job_dir() {
-  std::string dir;
-  if (tnt::is_master_rank()) {
-    char tmpl[] = "/tmp/tnt_timeline_XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir = tmpl;
-  }
-  tnt::communicator().broadcast(dir);
-  return dir;
-}
+std::string job_dir() { return tnt::test::job_dir("tnt_timeline"); }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

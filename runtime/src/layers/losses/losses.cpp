@@ -179,7 +179,7 @@ Tensor SoftmaxCrossEntropy::backward(SavedState& saved, double scale) {
   const float smooth = static_cast<float>(label_smoothing_ / static_cast<double>(k));
   const float hit = static_cast<float>(1.0 - label_smoothing_);
   const float* w = saved.tensors.size() == 3 ? saved.tensors[2].data<float>() : nullptr;  // (N)
-  const int64_t rows_per_sample = w ? rows / saved.tensors[2].dim(0) : 1;
+  const int64_t rows_per_sample = w && saved.tensors[2].dim(0) > 0 ? rows / saved.tensors[2].dim(0) : 1;
 #pragma omp parallel for schedule(static) if (rows * k > 32768)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t label = label_at(labels, r);

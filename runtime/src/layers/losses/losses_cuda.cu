@@ -1,9 +1,9 @@
-// Losses on CUDA, mirroring losses.cpp: SavedState holds the same tensors (the
-// softmax probabilities, the labels and the sample weights; each element's weighted slope),
-// so backward is one element-wise pass. Per-row and total sums accumulate in double in fixed trees; the loss
-// is written as a 1-element f32 tensor on the device without a host round trip, except
-// that cross-entropy (binary cross-entropy) reads back one word to report a label outside
-// [0, K) (a target outside [0, 1]) as the CPU does.
+// Losses on CUDA, mirroring losses.cpp: SavedState holds the same tensors (the softmax
+// probabilities, the labels and the sample weights; each element's weighted slope), so
+// backward is one element-wise pass. Per-row and total sums accumulate in double in fixed
+// trees; the loss is written as a 1-element f32 tensor on the device without a host round
+// trip, except that cross-entropy (binary cross-entropy) reads back one word to report a
+// label outside [0, K) (a target outside [0, 1]) as the CPU does.
 #include "layers/losses/losses_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"

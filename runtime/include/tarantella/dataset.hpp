@@ -2,10 +2,10 @@
 //
 // An element is a std::vector<Tensor> of columns (e.g. {image (C, H, W), label ()}) on the
 // host; for Model a last column after the target may hold the sample's loss weight, f32 ()
-// (see Batch::sample_weights). A Dataset is an immutable description (copying it is cheap: the stages are shared);
-// iterate(epoch) starts a fresh pass. Every random choice depends only on (seed, epoch), so
-// a pass is reproducible: the same dataset built the same way gives the same elements in
-// the same order on every rank and in every run.
+// (see Batch::sample_weights). A Dataset is an immutable description (copying it is cheap:
+// the stages are shared); iterate(epoch) starts a fresh pass. Every random choice depends
+// only on (seed, epoch), so a pass is reproducible: the same dataset built the same way
+// gives the same elements in the same order on every rank and in every run.
 //
 // Elements may share storage with the source (from_tensors hands out row views), so a map
 // function must return new tensors rather than write into its input. Source and map

@@ -39,7 +39,7 @@ class Loss {
                                   int64_t global_batch, SavedState& saved);
   // For class weights (Keras' class_weight): the class of each sample, from host targets.
   // Losses whose targets are not one class per sample refuse with an InputError that names
-  // the loss and the reason (the default: every loss but the two below).
+  // the loss and the reason (the default; SoftmaxCrossEntropy and BinaryCrossEntropy override).
   virtual std::vector<int64_t> sample_classes(const Tensor& targets) const;
   // What global_batch counts. By default samples: Model passes the global number of real
   // samples. A loss that averages over tokens returns true and counts the real tokens of

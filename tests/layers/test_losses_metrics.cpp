@@ -395,7 +395,8 @@ TEST_CASE("bad targets of the new losses are input errors naming the problem", "
   for (Loss* loss : std::vector<Loss*>{&bce, &mae, &huber}) {
     INFO(loss->name());
     CHECK_THROWS_AS(loss_of(*loss, x, Tensor::zeros({2, 2}), 0), InputError);
-    CHECK_THROWS_WITH(loss_of(*loss, x, Tensor::zeros({2, 2}), 0), Catch::Contains("(2, 2)") && Catch::Contains("do not match"));
+    CHECK_THROWS_WITH(loss_of(*loss, x, Tensor::zeros({2, 2}), 0),
+                      Catch::Contains("(2, 2)") && Catch::Contains("do not match"));
     CHECK_THROWS_AS(loss_of(*loss, x, Tensor::zeros({3, 2}), 0), InputError);
     CHECK_THROWS_AS(loss_of(*loss, x, Tensor::zeros({2, 3}, DType::i64), 0), InputError);
   }
@@ -415,7 +416,8 @@ TEST_CASE("bad targets of the new losses are input errors naming the problem", "
   CHECK_THROWS_WITH(Huber(-1.0), Catch::Contains("delta -1"));
   // Sample weights: one f32 per sample.
   SavedState s;
-  CHECK_THROWS_WITH(mae.forward_weighted(x, t, weights_tensor({1, 1, 1}), 2, s), Catch::Contains("one weight per sample"));
+  CHECK_THROWS_WITH(mae.forward_weighted(x, t, weights_tensor({1, 1, 1}), 2, s),
+                    Catch::Contains("one weight per sample"));
 }
 
 TEST_CASE("sample weights: ones equal none, a zero drops the sample, global_batch stays", "[loss][weights]") {

@@ -172,7 +172,7 @@ class Model {
 
   History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
                   const std::optional<DistributedDataset>& validation, const FitOptions& options);
-  Logs run_evaluate(const detail::NextBatch& next, const ClassWeight& class_weight = {});
+  Logs run_evaluate(const detail::NextBatch& source, const ClassWeight& class_weight = {});
   std::optional<DistributedDataset> validation_set(const FitOptions& options) const;
   void prepare_training();
   void check_ranks_agree();

@@ -20,6 +20,17 @@
 // - Gradients reach the optimizer through the Reducer (fusion buckets, allreduced while
 //   backward continues).
 // - Logged metrics are global: each rank's sums are allreduced before any callback sees them.
+// - Sample weights (Keras' sample_weight and class_weight): an element {inputs..., target,
+//   sample_weight} (weight f32 ()) weights its sample's loss; FitOptions::class_weight and
+//   EvaluateOptions::class_weight weight it by its label (Loss::sample_classes); given both,
+//   the two multiply (as in Keras). The loss stays sum(w_i * l_i) / global real samples
+//   (loss.hpp), in fit, in evaluate and in the logged "loss"; so weights of 1 equal none and
+//   p ranks equal one. Metrics are NOT weighted (as Keras' `metrics`, unlike its
+//   `weighted_metrics`). Validation in fit uses the validation data's own sample weights,
+//   never the training class_weight (Keras). A weight that is negative or not finite, a
+//   class_weight on a loss without class labels, or weights on a loss that does not support
+//   them is an InputError on every rank; while weights are in use the ranks agree on that
+//   once a step (one small allgather).
 #pragma once
 
 #include "tarantella/callbacks.hpp"
@@ -69,6 +80,7 @@ struct FitOptions {
   int64_t validation_micro_batch_size = 0;
   Remainder remainder = Remainder::pad;
   int prefetch = 2;                    // micro-batches prepared ahead on a background thread
+  ClassWeight class_weight;            // class -> loss weight (absent classes: 1); see above
 };
 
 struct EvaluateOptions {
@@ -76,6 +88,7 @@ struct EvaluateOptions {
   bool distribute_dataset = true;
   int64_t micro_batch_size = 0;
   int verbose = 0;
+  ClassWeight class_weight;            // as FitOptions::class_weight
 };
 
 // Per-epoch timing of the step and of gradient communication (from the Reducer).
@@ -149,6 +162,7 @@ class Model {
   struct StepInputs {
     std::vector<Tensor> inputs;  // each (b, ...) on the model's device
     Tensor target;               // (b, ...)
+    Tensor weights;              // (real) f32 on the device: Batch::sample_weights; undefined: none
   };
 
   // The steps (Keras' train_step / test_step); the loops below run them.
@@ -158,7 +172,7 @@ class Model {
 
   History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
                   const std::optional<DistributedDataset>& validation, const FitOptions& options);
-  Logs run_evaluate(const detail::NextBatch& next);
+  Logs run_evaluate(const detail::NextBatch& source, const ClassWeight& class_weight = {});
   std::optional<DistributedDataset> validation_set(const FitOptions& options) const;
   void prepare_training();
   void check_ranks_agree();

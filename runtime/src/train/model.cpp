@@ -11,6 +11,7 @@
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <cmath>
 #include <functional>
 
 namespace tnt {
@@ -106,6 +107,62 @@ Tensor on_device(const Tensor& t, Device device) { return t.device() == device ?
 // The real samples of a micro-batch are its first `real` rows (see Batch), so losses and
 // metrics look at a prefix.
 Tensor rows(const Tensor& t, int64_t n) { return n == t.dim(0) ? t : t.slice_rows(0, n); }
+
+// The batch's sample weights (b,) f32 on the host: its weight column (taken out of
+// batch.columns) times the class weights of its labels; padding rows weigh 0.
+Tensor batch_sample_weights(Batch& batch, size_t n_in, const Loss& loss, const ClassWeight& class_weight,
+                            const char* what) {
+  TNT_INPUT_CHECK(loss.supports_sample_weights(), "{}: {} does not support sample weights (given by {})", what,
+                  loss.name(), class_weight.empty() ? "the data's weight column" : "class_weight");
+  const int64_t b = batch.micro_batch_size, real = batch.real_samples;
+  std::vector<double> w(static_cast<size_t>(b), 1.0);
+  if (batch.columns.size() == n_in + 2) {
+    Tensor column = batch.columns.back();
+    batch.columns.pop_back();
+    TNT_INPUT_CHECK(column.ndim() >= 1 && column.dim(0) == b && column.numel() == b,
+                    "{}: the sample weight column (column {}, after the target) must hold one number per sample; it "
+                    "is {}",
+                    what, n_in + 1, column.str());
+    w = column.to_double_vector();
+  }
+  if (!class_weight.empty()) {
+    std::vector<double> cw = sample_weights_for_classes(loss, rows(batch.columns.at(n_in), real), class_weight);
+    for (int64_t i = 0; i < real; ++i) w[i] *= cw[i];
+  }
+  Tensor weights = Tensor::zeros({b}, DType::f32);  // (b,)
+  for (int64_t i = 0; i < real; ++i) {
+    TNT_INPUT_CHECK(std::isfinite(w[i]) && w[i] >= 0,
+                    "{}: sample weight {} of sample {} in global batch {} is not finite and >= 0", what, w[i],
+                    batch.sample_offset + i, batch.step);
+    weights.data<float>()[i] = static_cast<float>(w[i]);
+  }
+  return weights;
+}
+
+// Moves each batch's weights into Batch::sample_weights (see model.hpp). A bad weight is seen
+// on one rank only, so the ranks agree on every weighted batch, and all of them throw.
+NextBatch with_sample_weights(NextBatch next, size_t n_in, const LossPtr& loss, const ClassWeight& class_weight,
+                              const char* what) {
+  check_class_weight(class_weight);  // the same options on every rank
+  return [next = std::move(next), n_in, loss, class_weight, what]() -> std::optional<Batch> {
+    std::optional<Batch> batch = next();
+    if (!batch || (batch->columns.size() != n_in + 2 && class_weight.empty())) return batch;
+    std::string problem;
+    try {
+      batch->sample_weights = batch_sample_weights(*batch, n_in, *loss, class_weight, what);
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+    std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {problem});
+    if (!problem.empty() && !d) TNT_INPUT_ERROR("{}", problem);
+    if (d) {
+      for (const auto& [text, ranks] : d->groups) {
+        if (!text.empty()) TNT_INPUT_ERROR("{} (on rank(s) {})", text, detail::rank_list(ranks));
+      }
+    }
+    return batch;
+  };
+}
 
 }  // namespace
 
@@ -231,12 +288,14 @@ void Model::broadcast_weights() {
 Model::StepInputs Model::step_inputs(const Batch& batch, const char* what) const {
   const size_t n_in = network_->inputs().size();
   TNT_INPUT_CHECK(batch.columns.size() == n_in + 1,
-                  "{}: each element must have {} input column(s) and a target; it has {} column(s)", what, n_in,
-                  batch.columns.size());
+                  "{}: each element must have {} input column(s), a target and optionally a sample weight; it has {} "
+                  "column(s)",
+                  what, n_in, batch.columns.size());
   const Device device = network_->device();
   StepInputs in;
   for (size_t i = 0; i < n_in; ++i) in.inputs.push_back(on_device(batch.columns[i], device));
   in.target = on_device(batch.columns[n_in], device);
+  if (batch.sample_weights.defined()) in.weights = on_device(rows(batch.sample_weights, batch.real_samples), device);
   return in;
 }
 
@@ -267,7 +326,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
     Span span(Lane::compute, "loss");
     SavedState ls;
     const int64_t global_real = std::max<int64_t>(global_units, 1);
-    Tensor loss = loss_->forward(rows(pred, real), rows(in.target, real), global_real, ls);
+    Tensor loss = loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, global_real, ls);
     Tensor g = loss_->backward(ls, scaler_.scale());
     if (real == batch.micro_batch_size) {
       grad_pred = g;
@@ -327,7 +386,8 @@ void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTota
   if (real == 0) return;
   SavedState ls;
   // Divided by 1: this rank's plain sum of per-sample losses.
-  const double loss_sum = Loss::value(loss_->forward(rows(pred, real), rows(in.target, real), 1, ls));
+  const double loss_sum =
+      Loss::value(loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, 1, ls));
   totals.add(pred, in.target, real, loss_sum,
              loss_->normalizes_by_tokens() ? loss_->count_tokens(rows(in.target, real)) : real);
 }
@@ -466,7 +526,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     timing_ = EpochTiming{};
     double lr_used = optimizer_->learning_rate();
 
-    NextBatch next = source(epoch);
+    NextBatch next = with_sample_weights(source(epoch), network_->inputs().size(), loss_, options.class_weight, "fit");
     for (int64_t step = 0; !stop_requested_; ++step) {
       const double t_input = now_s();
       std::optional<Batch> batch = next();
@@ -523,14 +583,17 @@ void EpochTiming::finish() {
 
 Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   check_compiled("evaluate");
-  if (!options.distribute_dataset) return run_evaluate(user_source(data, 0, options.micro_batch_size));
+  if (!options.distribute_dataset) {
+    return run_evaluate(user_source(data, 0, options.micro_batch_size), options.class_weight);
+  }
   const int p = size();
   TNT_INPUT_CHECK(options.batch_size >= p, "evaluate: the global batch size {} is smaller than the number of ranks {}",
                   options.batch_size, p);
   TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == micro_batch_size(options.batch_size, rank(), p),
                   "evaluate: micro_batch_size={} disagrees with batch_size={} on {} ranks", options.micro_batch_size,
                   options.batch_size, p);
-  return run_evaluate(distributed_source(data.distribute(options.batch_size, rank(), p, Remainder::pad), 0));
+  return run_evaluate(distributed_source(data.distribute(options.batch_size, rank(), p, Remainder::pad), 0),
+                      options.class_weight);
 }
 
 Logs Model::evaluate(const DistributedDataset& data) {
@@ -538,7 +601,7 @@ Logs Model::evaluate(const DistributedDataset& data) {
   return run_evaluate(distributed_source(data, 0));
 }
 
-Logs Model::run_evaluate(const NextBatch& next) {
+Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weight) {
   if (!weights_synced_) broadcast_weights();
   RunContext rc;
   rc.training = false;
@@ -546,6 +609,7 @@ Logs Model::run_evaluate(const NextBatch& next) {
   rc.step = global_step_;
   rc.device = network_->device();
   detail::PassTotals totals(metrics_, /*restore=*/true);
+  NextBatch next = with_sample_weights(source, network_->inputs().size(), loss_, class_weight, "evaluate");
   while (std::optional<Batch> batch = next()) test_step(*batch, rc, totals);
   return totals.global();
 }

@@ -83,9 +83,17 @@ class Optimizer {
   void step(const std::vector<NamedParameter>& params);
 
   double learning_rate() const;  // the rate the next step will use
-  // Replaces the schedule by a constant rate (what Keras' LR callbacks do).
+  // Replaces the schedule by a constant rate (what Keras' LR callbacks do); the rate given is
+  // the rate, so a factor set by set_lr_factor is folded into it (reset to 1).
   void set_learning_rate(double lr);
   void set_schedule(SchedulePtr schedule);
+  // A factor on the schedule (ReduceLROnPlateau's): with s the schedule's rate at the step,
+  // learning_rate() = min(s, max(factor * s, floor)), so a schedule keeps its shape (warmup,
+  // decay) scaled down, the factor never takes it below floor nor lifts it above s. factor
+  // 1 (the default) leaves the schedule's rate as it is, bit for bit. Not in checkpoints.
+  void set_lr_factor(double factor, double floor = 0.0);
+  double lr_factor() const { return lr_factor_; }
+  double lr_floor() const { return lr_floor_; }
   const LearningRateSchedule& schedule() const { return *schedule_; }
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t step);  // when resuming from a checkpoint
@@ -123,6 +131,8 @@ class Optimizer {
   ParamState& state_for(const std::string& name, const Parameter& param);
 
   SchedulePtr schedule_;
+  double lr_factor_ = 1.0;
+  double lr_floor_ = 0.0;
   GradientClipping clipping_;
   int64_t step_count_ = 0;
   std::vector<ParamState> state_;

@@ -5,6 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace tnt {
 
 Optimizer::Optimizer(SchedulePtr schedule) : schedule_(std::move(schedule)) {
@@ -24,9 +27,25 @@ void Optimizer::set_clipping(const GradientClipping& clipping) {
   clipping_ = clipping;
 }
 
-double Optimizer::learning_rate() const { return schedule_->lr(step_count_); }
+double Optimizer::learning_rate() const {
+  const double s = schedule_->lr(step_count_);
+  if (lr_factor_ == 1.0) return s;
+  return std::min(s, std::max(lr_factor_ * s, lr_floor_));
+}
 
-void Optimizer::set_learning_rate(double lr) { schedule_ = std::make_shared<ConstantSchedule>(lr); }
+void Optimizer::set_learning_rate(double lr) {
+  schedule_ = std::make_shared<ConstantSchedule>(lr);
+  lr_factor_ = 1.0;
+  lr_floor_ = 0.0;
+}
+
+void Optimizer::set_lr_factor(double factor, double floor) {
+  TNT_INPUT_CHECK(std::isfinite(factor) && factor > 0 && factor <= 1,
+                  "{}: learning-rate factor {} must be in (0, 1]", type(), factor);
+  TNT_INPUT_CHECK(std::isfinite(floor) && floor >= 0, "{}: learning-rate floor {} must be >= 0", type(), floor);
+  lr_factor_ = factor;
+  lr_floor_ = floor;
+}
 
 void Optimizer::set_schedule(SchedulePtr schedule) {
   TNT_CHECK(schedule != nullptr, "set_schedule: null schedule");

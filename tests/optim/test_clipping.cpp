@@ -1,6 +1,6 @@
 // Gradient clipping (GradientClipping in tarantella/optim.hpp). On parameters that start at 0
 // with SGD at lr 1 the update is p = -g exactly, so a step shows the clipped gradient itself,
-// which is compared with the formula computed here. Then Model::fit on 1 and 2 ranks against
+// which is compared with the formula computed here. Then Model::fit on 1-3 ranks against
 // a serial loop that clips with its own code, and with fp16 loss scaling (clipping sees the
 // unscaled gradient). The thresholds' checks are InputErrors.
 #include <catch2/catch.hpp>

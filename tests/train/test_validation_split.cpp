@@ -1,4 +1,4 @@
-// FitOptions::validation_split on 1 and 2 ranks: the last fraction of the global data set
+// FitOptions::validation_split on 1-3 ranks: the last fraction of the global data set
 // (Keras' floor(n * (1 - split)) first samples train) is held out and validated on. The
 // held-out samples here are far from the others, with inverted labels, so training on any
 // of them would move the weights; the run must equal a serial loop on the first samples

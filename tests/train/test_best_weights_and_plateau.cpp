@@ -1,5 +1,6 @@
 // EarlyStopping(restore_best_weights) and ReduceLROnPlateau, on 1 and 2 ranks: the weights
-// fit leaves are those of the best epoch, bit for bit, on every rank; ReduceLROnPlateau's
+// fit leaves are those of the best epoch, bit for bit, on every rank (and BatchNorm's
+// running statistics those each rank had then); ReduceLROnPlateau's
 // rule on a crafted metric sequence (worked out by hand below), and inside fit on top of a
 // schedule, every rank with the same rates.
 #include <catch2/catch.hpp>
@@ -18,12 +19,23 @@ using Weights = std::vector<std::vector<double>>;
 
 constexpr int64_t kBatch = 16;  // 4 steps per epoch over threshold_data's 64 samples
 
-// The weights at the end of every epoch, as the test's own record.
+// Every buffer's values (BatchNorm's running statistics), in named_buffers() order.
+Weights buffers_of(tnt::Network& net) {
+  Weights b;
+  for (auto& p : net.named_buffers()) b.push_back(p.param->value.to_double_vector());
+  return b;
+}
+
+// The weights and buffers at the end of every epoch, as the test's own record.
 class WeightsRecorder : public tnt::Callback {
  public:
   WeightsRecorder() : tnt::Callback(Ranks::all) {}
-  void on_epoch_end(int, const tnt::Logs&) override { epochs.push_back(weights_of(model_->network())); }
+  void on_epoch_end(int, const tnt::Logs&) override {
+    epochs.push_back(weights_of(model_->network()));
+    buffers.push_back(buffers_of(model_->network()));
+  }
   std::vector<Weights> epochs;
+  std::vector<Weights> buffers;
 };
 
 // Every rank holds the same values, bit for bit.
@@ -39,31 +51,53 @@ void require_equal_on_all_ranks(const Weights& w) {
 
 struct EarlyStoppingRun {
   tnt::History history;
-  Weights final_weights;
-  std::vector<Weights> recorded;
+  Weights final_weights, final_buffers;
+  std::vector<Weights> recorded, recorded_buffers;
   int best_epoch = -1;
   int stopped_epoch = -1;
 };
 
+// 64 images (1, 8, 8) for small_cnn, labelled by which half is brighter.
+tnt::Dataset image_data() {
+  tnt::Tensor x = tnt::Tensor::empty({64, 1, 8, 8});
+  tnt::Tensor y = tnt::Tensor::empty({64}, tnt::DType::i64);
+  tnt::CounterRng rng(17, "restore_images");
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = rng.uniform(static_cast<uint64_t>(i));
+  for (int64_t n = 0; n < 64; ++n) {
+    double top = 0, bottom = 0;
+    for (int64_t i = 0; i < 32; ++i) top += x.data<float>()[n * 64 + i];
+    for (int64_t i = 32; i < 64; ++i) bottom += x.data<float>()[n * 64 + i];
+    y.data<int64_t>()[n] = top > bottom ? 1 : 0;
+  }
+  return tnt::Dataset::from_tensors({x, y});
+}
+
 // Validation on the training data; epoch 2 trains at a rate 40 times too high, which throws
-// the model off its best and takes several epochs to recover from.
-EarlyStoppingRun run_early_stopping(int epochs, int patience, bool restore) {
-  auto net = tnt::test::small_mlp();
+// the model off its best and takes several epochs to recover from. batchnorm: the small CNN
+// with a BatchNorm (buffers to restore too) on images, else the MLP.
+EarlyStoppingRun run_early_stopping(int epochs, int patience, bool restore, bool batchnorm = false) {
+  std::shared_ptr<tnt::Network> net =
+      batchnorm ? std::shared_ptr<tnt::Network>(
+                      tnt::test::small_cnn("bn_cnn", false, std::make_shared<tnt::BatchNorm>("bn1")))
+                : tnt::test::small_mlp();
+  const tnt::Dataset data = batchnorm ? image_data() : tnt::test::threshold_data("restore");
   tnt::Model model(net, 5);
   model.compile(std::make_shared<tnt::SGD>(0.5), std::make_shared<tnt::SoftmaxCrossEntropy>());
   tnt::FitOptions fit;
   fit.batch_size = kBatch;
   fit.epochs = epochs;
   fit.verbose = 0;
-  fit.validation_data = tnt::test::threshold_data("restore");
+  fit.validation_data = data;
   auto stop = std::make_shared<tnt::EarlyStopping>("val_loss", 0.0, patience, tnt::MonitorMode::automatic, restore);
   auto recorder = std::make_shared<WeightsRecorder>();
   fit.callbacks = {std::make_shared<tnt::LearningRateScheduler>([](int epoch, double) { return epoch == 2 ? 20.0 : 0.5; }),
                    stop, recorder};
   EarlyStoppingRun run;
-  run.history = model.fit(tnt::test::threshold_data("restore"), fit);
+  run.history = model.fit(data, fit);
   run.final_weights = weights_of(*net);
+  run.final_buffers = buffers_of(*net);
   run.recorded = recorder->epochs;
+  run.recorded_buffers = recorder->buffers;
   run.best_epoch = stop->best_epoch();
   run.stopped_epoch = stop->stopped_epoch();
   return run;
@@ -98,6 +132,16 @@ TEST_CASE("EarlyStopping with restore_best_weights leaves the best epoch's weigh
     REQUIRE(best < 3);
     REQUIRE(run.recorded.back() != run.recorded[best]);
     REQUIRE(run.final_weights == run.recorded[best]);
+    require_equal_on_all_ranks(run.final_weights);
+  }
+  SECTION("with BatchNorm: its running statistics come back too (each rank's own)") {
+    const EarlyStoppingRun run = run_early_stopping(12, 2, true, /*batchnorm=*/true);
+    REQUIRE(run.stopped_epoch >= 0);
+    const int best = best_in_history(run.history);
+    REQUIRE(best < run.stopped_epoch);
+    REQUIRE(run.recorded_buffers.back() != run.recorded_buffers[best]);
+    REQUIRE(run.final_weights == run.recorded[best]);
+    REQUIRE(run.final_buffers == run.recorded_buffers[best]);
     require_equal_on_all_ranks(run.final_weights);
   }
   SECTION("without restore_best_weights the last epoch's weights stay") {

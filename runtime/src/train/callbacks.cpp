@@ -415,12 +415,12 @@ void ReduceLROnPlateau::on_epoch_end(int epoch, const Logs& logs) {
   const double lr = opt.learning_rate();
   if (!(lr > min_lr_)) return;
   opt.set_lr_factor(opt.lr_factor() * factor_, min_lr_);
+  log_info("ReduceLROnPlateau: '{}' did not improve for {} epoch(s); after epoch {} the learning rate goes from {} to "
+           "{}",
+           monitor_, wait_, epoch + 1, lr, opt.learning_rate());
   cooldown_left_ = cooldown_;
   wait_ = 0;
   ++reductions_;
-  log_info("ReduceLROnPlateau: '{}' did not improve for {} epoch(s); after epoch {} the learning rate goes from {} to "
-           "{}",
-           monitor_, patience_, epoch + 1, lr, opt.learning_rate());
 }
 
 // ---- LearningRateScheduler ---------------------------------------------------------------

@@ -2,7 +2,7 @@
 // with SGD at lr 1 the update is p = -g exactly, so a step shows the clipped gradient itself,
 // which is compared with the formula computed here. Then Model::fit on 1-3 ranks against
 // a serial loop that clips with its own code, and with fp16 loss scaling (clipping sees the
-// unscaled gradient). The thresholds' checks are InputErrors.
+// unscaled gradient). Bad thresholds, and ranks that clip differently, are InputErrors.
 #include <catch2/catch.hpp>
 
 #include "small_nets.hpp"
@@ -308,4 +308,24 @@ TEST_CASE("clipping in fit with fp16 loss scaling acts on the unscaled gradient"
   // A limit the unscaled gradients exceed does change the run (the clipping is in place).
   CHECK(max_abs_diff(fit_clipped({.value = ref.max_abs_grad / 4}, 1, fp16), plain) > 1e-4);
   require_replicas_equal(with_limit);
+}
+
+TEST_CASE("clipping that differs between ranks is an input error on every rank") {
+  // Rank r clips at 1 + r: on one rank they agree and fit runs; on more, every rank fails
+  // before the first step, naming the thresholds.
+  auto net = test::small_mlp();
+  Model model(net, kSeed);
+  model.compile(std::make_shared<SGD>(kLr, SgdOptions{.clipping = {.norm = 1.0 + rank()}}),
+                std::make_shared<SoftmaxCrossEntropy>());
+  FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+  if (size() == 1) {
+    CHECK_NOTHROW(model.fit(test::threshold_data("clip"), fit));
+  } else {
+    CHECK_THROWS_AS(model.fit(test::threshold_data("clip"), fit), InputError);
+    CHECK_THROWS_WITH(model.fit(test::threshold_data("clip"), fit),
+                      Catch::Contains("clip gradients differently") && Catch::Contains("clip_norm=1") &&
+                          Catch::Contains("clip_norm=2"));
+  }
 }

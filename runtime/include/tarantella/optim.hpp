@@ -26,7 +26,8 @@
 // step() on the gradients step() is given, before any update rule (so before weight decay
 // is added, as torch.nn.utils.clip_grad_norm_ before optimizer.step()). In Model::fit those
 // are the allreduced global gradients with the loss scale already divided out, bitwise equal
-// on every rank, so every rank clips alike; a step the loss scaler skips is never clipped.
+// on every rank, so every rank clips alike (fit refuses ranks whose GradientClipping
+// differ); a step the loss scaler skips is never clipped.
 #pragma once
 
 #include "tarantella/layer.hpp"

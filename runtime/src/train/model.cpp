@@ -439,7 +439,15 @@ void Model::check_ranks_agree() {
   } else {
     mine += " without loss scaling";
   }
-  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {mine})) {
+  // Clipping that differs between ranks would change the update on some of them only: the
+  // replicas would drift apart just as silently.
+  const GradientClipping& clip = optimizer_->clipping();
+  const std::string clipping = "gradient clipping: " + (clip.active() ? clip.describe() : std::string("none"));
+  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {mine, clipping})) {
+    TNT_INPUT_CHECK(d->entry != 1,
+                    "fit: the ranks' optimizers clip gradients differently ({}); every rank must pass the same "
+                    "GradientClipping",
+                    d->describe());
     TNT_INPUT_ERROR("fit: the ranks compiled the model with different precisions ({}); every rank must pass the "
                     "same Precision to compile() and load the same checkpoint",
                     d->describe());

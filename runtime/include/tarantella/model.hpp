@@ -70,6 +70,13 @@ struct FitOptions {
   // Or validation data already distributed (a pipeline that decodes after distribute());
   // at most one of the two.
   std::optional<DistributedDataset> distributed_validation_data;
+  // Or, as Keras: hold out the LAST fraction (in (0, 1)) of the training data, in the order
+  // the dataset yields it, and validate on it. The split is of the global data set (the same
+  // samples whatever the number of ranks): floor(n * (1 - split)) samples train, the rest
+  // validate. The dataset must have a known size and the same order every epoch (no
+  // shuffle() in it: the held-out part would change). Not with validation_data or
+  // distributed_validation_data, nor with distribute_dataset=false or a DistributedDataset.
+  double validation_split = 0.0;
   int64_t validation_batch_size = 0;   // global; 0 = batch_size
   int validation_freq = 1;             // validate after epochs k*freq (1-based), and after the last
   int verbose = 1;                     // 0 silent, 1 progress bar, 2 one line per epoch
@@ -154,6 +161,10 @@ class Model {
   void set_learning_rate(double lr);
   int64_t global_step() const { return global_step_; }
   Network& network() { return *network_; }
+  // Keras' model.summary(), as text (print it with tnt::print, on the master): the
+  // network's table (Network::summary: each layer's name, type, output shape and parameter
+  // count; total, trainable and non-trainable counts), then what compile() chose.
+  std::string summary();
   Optimizer& optimizer();
   uint64_t seed() const { return seed_; }
   const EpochTiming& last_epoch_timing() const { return timing_; }

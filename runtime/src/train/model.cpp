@@ -260,6 +260,17 @@ void Model::check_compiled(const char* what) const {
   TNT_INPUT_CHECK(compiled(), "Model::{} called before Model::compile", what);
 }
 
+std::string Model::summary() {
+  std::string out = network_->summary();
+  if (!compiled()) return out + "Not compiled\n";
+  std::string metrics;
+  for (const auto& m : metrics_) metrics += (metrics.empty() ? "" : ", ") + m->name();
+  out += fmt::format("Optimizer: {}\nLoss: {}\nMetrics: {}\nPrecision: {}\nRanks: {} (data parallel)\n",
+                     optimizer_->describe(), loss_->name(), metrics.empty() ? "none" : metrics, precision_.name(),
+                     size());
+  return out;
+}
+
 Optimizer& Model::optimizer() {
   check_compiled("optimizer");
   return *optimizer_;
@@ -410,8 +421,33 @@ std::optional<DistributedDataset> Model::validation_set(const FitOptions& option
   return options.validation_data->distribute(vb, rank(), p, Remainder::pad);
 }
 
-History Model::fit(const Dataset& data, FitOptions options) {
+namespace {
+
+// FitOptions::validation_split: the first floor(n * (1 - split)) elements train, the rest
+// become options.validation_data (Keras' rounding).
+Dataset split_off_validation(const Dataset& data, FitOptions& options) {
+  const double split = options.validation_split;
+  TNT_INPUT_CHECK(split > 0 && split < 1, "fit: validation_split={} must be in (0, 1)", split);
+  TNT_INPUT_CHECK(!options.validation_data && !options.distributed_validation_data,
+                  "fit: validation_split={} and validation data are both given; pass one of them", split);
+  TNT_INPUT_CHECK(options.distribute_dataset,
+                  "fit: validation_split={} needs distribute_dataset=true (the split is of the global data set)", split);
+  const int64_t n = data.cardinality();
+  TNT_INPUT_CHECK(n >= 0, "fit: validation_split={} needs a dataset of known size; this one's is unknown", split);
+  const auto n_train = static_cast<int64_t>(std::floor(static_cast<double>(n) * (1.0 - split)));
+  TNT_INPUT_CHECK(n_train > 0 && n_train < n,
+                  "fit: validation_split={} of {} samples leaves {} for training and {} for validation; both need "
+                  "at least one",
+                  split, n, n_train, n - n_train);
+  options.validation_data = data.skip(n_train);
+  return data.take(n_train);
+}
+
+}  // namespace
+
+History Model::fit(const Dataset& all_data, FitOptions options) {
   check_compiled("fit");
+  const Dataset data = options.validation_split != 0 ? split_off_validation(all_data, options) : all_data;
   const int p = size();
   if (!options.distribute_dataset) {
     // The data are already this rank's micro-batches.
@@ -435,6 +471,9 @@ History Model::fit(const Dataset& data, FitOptions options) {
 
 History Model::fit(const DistributedDataset& data, FitOptions options) {
   check_compiled("fit");
+  TNT_INPUT_CHECK(options.validation_split == 0,
+                  "fit: validation_split={} needs the unbatched dataset, not one already distributed",
+                  options.validation_split);
   TNT_INPUT_CHECK(options.batch_size <= 0 || options.batch_size == data.global_batch_size(),
                   "fit: batch_size={} but the distributed dataset was cut into global batches of {}",
                   options.batch_size, data.global_batch_size());
@@ -459,7 +498,15 @@ void Model::check_ranks_agree() {
   } else {
     mine += " without loss scaling";
   }
-  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {mine})) {
+  // Clipping that differs between ranks would change the update on some of them only: the
+  // replicas would drift apart just as silently.
+  const GradientClipping& clip = optimizer_->clipping();
+  const std::string clipping = "gradient clipping: " + (clip.active() ? clip.describe() : std::string("none"));
+  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {mine, clipping})) {
+    TNT_INPUT_CHECK(d->entry != 1,
+                    "fit: the ranks' optimizers clip gradients differently ({}); every rank must pass the same "
+                    "GradientClipping",
+                    d->describe());
     TNT_INPUT_ERROR("fit: the ranks compiled the model with different precisions ({}); every rank must pass the "
                     "same Precision to compile() and load the same checkpoint",
                     d->describe());

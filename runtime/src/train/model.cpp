@@ -3,6 +3,7 @@
 #include "tarantella/model.hpp"
 
 #include "comm/agreement.hpp"
+#include "comm/collective_scope.hpp"
 #include "core/clock.hpp"
 #include "io/timeline.hpp"
 #include "tarantella/comm.hpp"
@@ -12,6 +13,8 @@
 #include "tarantella/runtime.hpp"
 
 #include <functional>
+#include <optional>
+#include <typeinfo>
 
 namespace tnt {
 
@@ -34,7 +37,9 @@ bool runs_on_this_rank(Callback::Ranks ranks) {
   return true;
 }
 
-// Calls each callback that runs on this rank.
+// Calls each callback that runs on this rank. One that does not run on every rank runs
+// inside a SomeRanksRegion: a collective it starts fails at once, naming the callback,
+// instead of leaving the other ranks waiting for it.
 class CallbackList {
  public:
   CallbackList(std::vector<CallbackPtr> callbacks, Model* model, const TrainParams& params) {
@@ -43,16 +48,27 @@ class CallbackList {
       if (!runs_on_this_rank(cb->ranks())) continue;
       cb->set_model(model);
       cb->set_params(params);
+      names_.push_back(fmt::format("callback '{}'", detail::readable_type_name(typeid(*cb).name())));
       list_.push_back(std::move(cb));
     }
   }
   template <typename F>
   void each(F&& f) {
-    for (auto& cb : list_) f(*cb);
+    for (size_t i = 0; i < list_.size(); ++i) {
+      Callback& cb = *list_[i];
+      std::optional<detail::SomeRanksRegion> region;
+      if (cb.ranks() == Callback::Ranks::master) {
+        region.emplace(names_[i], "the master only (Ranks::master; every rank only with TNT_OUTPUT_ON_ALL_DEVICES)");
+      } else if (cb.ranks() == Callback::Ranks::master_only) {
+        region.emplace(names_[i], "the master only (Ranks::master_only)");
+      }
+      f(cb);
+    }
   }
 
  private:
   std::vector<CallbackPtr> list_;
+  std::vector<std::string> names_;  // for messages, beside list_
 };
 
 NextBatch distributed_source(const DistributedDataset& data, int64_t epoch) {

@@ -4,7 +4,8 @@
 // fix, and that TNT_COLLECTIVE_TIMEOUT=0 waits for a late rank.
 //
 //   test_comm_collective_job master_callback PATH   a master-only callback calls save_weights
-//   test_comm_collective_job master_allreduce       user code under is_master_rank()
+//   test_comm_collective_job master_save PATH       save_weights under is_master_rank()
+//   test_comm_collective_job master_allreduce       an allreduce under is_master_rank()
 //   test_comm_collective_job late_rank              the last rank joins 2 s late
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
@@ -37,6 +38,17 @@ void master_callback(const std::string& path) {
   model.fit(tnt::test::threshold_data("collective_job"), fit);
 }
 
+void master_save(const std::string& path) {
+  tnt::Model model(tnt::test::small_mlp(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  if (tnt::is_master_rank()) model.save_weights(path);
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 2;
+  fit.verbose = 0;
+  model.fit(tnt::test::threshold_data("collective_job"), fit);
+}
+
 void master_allreduce() {
   // Only the master sums (an MPI allreduce); every rank then reduces a tensor (the ring):
   // the two calls cannot match, so both sides wait until they look at each other.
@@ -61,12 +73,14 @@ int main(int argc, char** argv) {
   return tnt::run_main(argc, argv, [&] {
     if (which == "master_callback" && !path.empty()) {
       master_callback(path);
+    } else if (which == "master_save" && !path.empty()) {
+      master_save(path);
     } else if (which == "master_allreduce") {
       master_allreduce();
     } else if (which == "late_rank") {
       late_rank();
     } else {
-      TNT_INPUT_ERROR("usage: {} master_callback PATH | master_allreduce | late_rank", argv[0]);
+      TNT_INPUT_ERROR("usage: {} master_callback PATH | master_save PATH | master_allreduce | late_rank", argv[0]);
     }
   });
 }

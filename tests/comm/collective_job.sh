@@ -6,7 +6,7 @@
 # refused on every rank.
 #
 #   collective_job.sh CASE NP PROGRAM MPIRUN [MPIRUN FLAGS...]
-#   CASE: master_callback, master_allreduce, timeout_zero, bad_timeout
+#   CASE: master_callback, master_save, master_allreduce, timeout_zero, bad_timeout
 set -uo pipefail
 [[ $# -ge 4 ]] || { echo "usage: $0 CASE NP PROGRAM MPIRUN [FLAGS...]" >&2; exit 2; }
 case_name=$1
@@ -116,6 +116,14 @@ case $case_name in
     expect_error "$case_name" "the ranks called different collectives"
     expect_error "$case_name" "allreduce_sum(2 value(s))"
     expect_error "$case_name" "allreduce(ring, 4 x f32)"
+    expect_error "$case_name" "Callback::Ranks::all"
+    ;;
+  master_save)
+    # save_weights under is_master_rank(): the master's broadcasts meet the others' first
+    # collectives of fit, which MPI reports as an error at once; the message must say why.
+    run "$case_name" 600 master_save
+    expect_fast_failure "$case_name"
+    expect_error "$case_name" "the ranks called different collectives: as collective #1, rank(s) 0 called broadcast(root 0, 1 x i64, cpu) in save_weights"
     expect_error "$case_name" "Callback::Ranks::all"
     ;;
   timeout_zero)

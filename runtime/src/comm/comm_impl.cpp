@@ -446,7 +446,8 @@ Clock::time_point Waiter::deadline() const {
 void Waiter::check(int rc, const char* call) const {
   if (rc == MPI_SUCCESS) return;
   comm_.broken = true;
-  throw CommError(fmt::format("{}: MPI error in {}: {}", comm_error_prefix(comm_, op_.str()), call, mpi_error_string(rc)));
+  throw CommError(fmt::format("{}: MPI error in {}: {}{}", comm_error_prefix(comm_, op_.str()), call,
+                              mpi_error_string(rc), mismatch_note()));
 }
 
 void Waiter::wait(MPI_Request& request, int peer, const char* role) {
@@ -492,6 +493,17 @@ RankListFormat rank_list_format(const Arrivals& arrivals) {
 // within milliseconds; one that does not (stopped, cut off) is the timeout's business.
 constexpr double kCheckBudgetS = 0.5;
 }  // namespace
+
+std::string Waiter::mismatch_note() const {
+  if (!comm_.arrivals || !comm_.arrivals->enabled() || comm_.size == 1) return "";
+  const Arrivals& arrivals = *comm_.arrivals;
+  const std::vector<RankPosition> where = arrivals.query(comm_.slot, kCheckBudgetS);
+  const std::optional<Mismatch> m = find_mismatch(where);
+  if (!m) return "";
+  const RankListFormat format = rank_list_format(arrivals);
+  return fmt::format(". The likely cause: the ranks called different collectives: {}. Where each rank is: {}. Fix: {}",
+                     describe_mismatch(*m, format), describe_positions(where, format), kMismatchFix);
+}
 
 void Waiter::check_peers(Clock::time_point now) {
   check_interval_s_ = std::min(check_interval_s_ * 2, kMaxCheckInterval);

@@ -212,7 +212,8 @@ class Waiter {
   // peer/role describe whom the request waits on, for the timeout message (-1: unknown).
   void wait(MPI_Request& request, int peer = -1, const char* role = nullptr);
   void wait_all(std::span<MPI_Request> requests, int peer = -1, const char* role = nullptr);
-  // Throws a CommError naming the operation and rank when rc is not MPI_SUCCESS.
+  // Throws a CommError naming the operation and rank when rc is not MPI_SUCCESS, and the
+  // ranks' different collectives when that is why (MPI matched two different calls).
   void check(int rc, const char* call) const;
   [[noreturn]] void timed_out(int peer, const char* role) const;
   Clock::time_point deadline() const;
@@ -221,6 +222,8 @@ class Waiter {
   // After the grace period: asks the other ranks where they are; throws a CommError when
   // they called different collectives.
   void check_peers(Clock::time_point now);
+  // "": the ranks agree (or cannot be asked); else ". The likely cause: ..." with the fix.
+  std::string mismatch_note() const;
 
   CommImpl& comm_;
   OpDesc op_;

@@ -31,6 +31,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // speed claim.
 constexpr double kFastSeconds = 30.0;
 
+// This rank's arrival channel (shared by all its communicators): queries it answered.
+int64_t queries_answered(const Communicator& comm) { return detail::impl_of(comm).arrivals->queries_answered(); }
+
 }  // namespace
 
 TEST_CASE("a collective called on some ranks only fails fast, naming each side's call", "[comm][mismatch]") {
@@ -66,16 +69,37 @@ TEST_CASE("a collective called on some ranks only fails fast, naming each side's
   world.barrier();
 }
 
+TEST_CASE("ranks that arrive together are never asked where they are", "[comm][mismatch]") {
+  Communicator& world = communicator();
+  auto comm = world.duplicate();
+  REQUIRE(detail::impl_of(*comm).arrivals->enabled());
+  comm->barrier();
+  const int64_t before = queries_answered(*comm);
+  std::vector<float> grad(1000, 1.0f);
+  for (int i = 0; i < 50; ++i) {
+    CHECK(comm->allreduce_sum(1.0) == static_cast<double>(comm->size()));
+    comm->allreduce(grad.data(), static_cast<int64_t>(grad.size()), DType::f32, Device::cpu());
+  }
+  comm->barrier();
+  // Each rank's own count: nobody waited past the grace, so nobody asked.
+  CHECK(queries_answered(*comm) == before);
+  world.barrier();
+}
+
 TEST_CASE("a rank that is late but within the timeout is no mismatch", "[comm][mismatch]") {
   Communicator& world = communicator();
+  const int late = world.size() - 1;
   auto comm = world.duplicate();
   // The late rank sleeps 3 s: past the 1.5 s grace (the others ask where it is and find it
   // in no collective), well inside the 8 s timeout.
   comm->set_timeout(8);
   comm->barrier();
-  if (comm->rank() == comm->size() - 1) std::this_thread::sleep_for(std::chrono::seconds(3));
+  const int64_t before = queries_answered(*comm);
+  if (comm->rank() == late) std::this_thread::sleep_for(std::chrono::seconds(3));
   CHECK(comm->allreduce_sum(1.0) == static_cast<double>(comm->size()));
   CHECK(comm->allreduce_sum(2.0) == 2.0 * comm->size());
+  // The others did ask it (and went on waiting).
+  if (comm->rank() == late) CHECK(queries_answered(*comm) > before);
   world.barrier();
 }
 

@@ -259,6 +259,7 @@ void Arrivals::serve() {
     int slot = -1;
     if (std::sscanf(line.c_str(), "%16s %d", got, &slot) == 2 && token == got && slot >= 0 && slot < kSlots) {
       send_all(c, answer(slot), deadline);
+      answered_.fetch_add(1, std::memory_order_relaxed);
     }
     ::close(c);
   }

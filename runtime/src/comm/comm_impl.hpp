@@ -95,6 +95,8 @@ class Arrivals {
   // Rank q's host name, as it calls itself; and whether all ranks are on one host.
   const std::string& host(int q) const { return peers_[static_cast<size_t>(q)].host; }
   bool one_host() const { return one_host_; }
+  // Queries this rank has answered: none while every collective completes within the grace.
+  int64_t queries_answered() const { return answered_.load(std::memory_order_relaxed); }
 
  private:
   struct Peer {
@@ -124,6 +126,7 @@ class Arrivals {
   bool one_host_ = true;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: the destructor wakes the thread with it
+  std::atomic<int64_t> answered_{0};
   std::thread server_;
 };
 

@@ -37,9 +37,7 @@ bool runs_on_this_rank(Callback::Ranks ranks) {
   return true;
 }
 
-// Calls each callback that runs on this rank. One that does not run on every rank runs
-// inside a SomeRanksRegion: a collective it starts fails at once, naming the callback,
-// instead of leaving the other ranks waiting for it.
+// Calls each callback that runs on this rank.
 class CallbackList {
  public:
   CallbackList(std::vector<CallbackPtr> callbacks, Model* model, const TrainParams& params) {
@@ -48,7 +46,8 @@ class CallbackList {
       if (!runs_on_this_rank(cb->ranks())) continue;
       cb->set_model(model);
       cb->set_params(params);
-      names_.push_back(fmt::format("callback '{}'", detail::readable_type_name(typeid(*cb).name())));
+      const Callback& named = *cb;
+      names_.push_back(fmt::format("callback '{}'", detail::readable_type_name(typeid(named).name())));
       list_.push_back(std::move(cb));
     }
   }
@@ -56,9 +55,11 @@ class CallbackList {
   void each(F&& f) {
     for (size_t i = 0; i < list_.size(); ++i) {
       Callback& cb = *list_[i];
+      // One that does not run on every rank runs inside a SomeRanksRegion: a collective it
+      // starts fails at once, naming it, instead of leaving the other ranks waiting for it.
       std::optional<detail::SomeRanksRegion> region;
       if (cb.ranks() == Callback::Ranks::master) {
-        region.emplace(names_[i], "the master only (Ranks::master; every rank only with TNT_OUTPUT_ON_ALL_DEVICES)");
+        region.emplace(names_[i], "the master only (Ranks::master; every rank only when TNT_OUTPUT_ON_ALL_DEVICES=1)");
       } else if (cb.ranks() == Callback::Ranks::master_only) {
         region.emplace(names_[i], "the master only (Ranks::master_only)");
       }
@@ -67,8 +68,8 @@ class CallbackList {
   }
 
  private:
-  std::vector<CallbackPtr> list_;
   std::vector<std::string> names_;  // for messages, beside list_
+  std::vector<CallbackPtr> list_;
 };
 
 NextBatch distributed_source(const DistributedDataset& data, int64_t epoch) {

@@ -22,7 +22,10 @@ RankPosition at(int64_t entered, int64_t done, std::vector<std::pair<int64_t, st
 
 std::string plain(const std::vector<int>& ranks) {
   std::string out;
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + std::to_string(ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(ranks[i]);
+  }
   return out;
 }
 
@@ -46,7 +49,14 @@ TEST_CASE("a position survives the wire form; junk does not decode") {
   CHECK(back.recent[0].text == "a b c");
 
   RankPosition untouched = at(1, 1, {});
-  for (const char* junk : {"", "5\n", "x y\n", "-1 0\n", "3 2 1\n", "3 2\nnot a record\n", "3 2\n0\tk\tt\n"}) {
+  // The same answer cut short, at every length before its end mark ".", never decodes.
+  const std::string whole = encode(p);
+  for (size_t n = 0; n + 2 < whole.size(); ++n) {
+    INFO(whole.substr(0, n));
+    CHECK_FALSE(decode(whole.substr(0, n), back));
+  }
+  for (const char* junk : {"", "5\n.\n", "x y\n.\n", "-1 0\n.\n", "3 2 1\n.\n", "3 2\nnot a record\n.\n",
+                           "3 2\n0\tk\tt\n.\n", "3 2\n.\nafter the end\n"}) {
     INFO(junk);
     CHECK_FALSE(decode(junk, untouched));
   }

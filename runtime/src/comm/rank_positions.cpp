@@ -38,7 +38,7 @@ std::string RankPosition::str() const {
 std::string encode(const RankPosition& position) {
   std::string out = fmt::format("{} {}\n", position.entered, position.done);
   for (const OpRecord& r : position.recent) out += fmt::format("{}\t{}\t{}\n", r.seq, one_field(r.key), one_field(r.text));
-  return out;
+  return out + ".\n";  // the end: an answer cut short (a send given up) does not decode
 }
 
 bool decode(const std::string& text, RankPosition& out) {
@@ -52,7 +52,12 @@ bool decode(const std::string& text, RankPosition& out) {
   p.answered = true;
   p.entered = entered;
   p.done = done;
-  while (std::getline(in, line)) {
+  bool ended = false;
+  while (!ended && std::getline(in, line)) {
+    if (line == ".") {
+      ended = true;
+      continue;
+    }
     const size_t a = line.find('\t');
     const size_t b = a == std::string::npos ? a : line.find('\t', a + 1);
     if (b == std::string::npos) return false;
@@ -68,6 +73,7 @@ bool decode(const std::string& text, RankPosition& out) {
     r.text = line.substr(b + 1);
     p.recent.push_back(std::move(r));
   }
+  if (!ended || std::getline(in, line)) return false;
   out = std::move(p);
   return true;
 }

@@ -36,8 +36,8 @@ struct RankPosition {
   std::string str() const;
 };
 
-// The wire form the arrival channel sends: "entered done\n" then "seq\tkey\ttext\n" per
-// record. decode() returns false on anything else.
+// The wire form the arrival channel sends: "entered done\n", "seq\tkey\ttext\n" per record,
+// then ".\n". decode() returns false on anything else (an answer cut short, too).
 std::string encode(const RankPosition& position);
 bool decode(const std::string& text, RankPosition& out);
 

@@ -34,6 +34,8 @@ SomeRanksRegion::~SomeRanksRegion() { t_region = previous_; }
 
 const char* current_collective_label() { return t_label; }
 
+bool inside_some_ranks_region() { return t_region != nullptr; }
+
 void refuse_collective_here(const std::string& call) {
   if (t_region == nullptr) return;
   TNT_INPUT_ERROR("{} is a collective (every rank must call it), but it was called from {}, which runs on {}: the "

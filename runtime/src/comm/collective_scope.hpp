@@ -45,6 +45,7 @@ class SomeRanksRegion {
 
 // The innermost CollectiveLabel of this thread, or nullptr.
 const char* current_collective_label();
+bool inside_some_ranks_region();
 // Throws InputError when this thread is inside a SomeRanksRegion: call names the collective.
 void refuse_collective_here(const std::string& call);
 

@@ -25,6 +25,7 @@ limit_s=120
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tnt_collective_job.XXXXXX")
 failures=0
+wrap=()  # a command around each rank (bad_timeout)
 # Every rank's command line names $tmp: a process that still shows it after mpirun
 # returned is a rank left behind.
 strays() { pgrep -f -- "$tmp" || true; }
@@ -45,11 +46,11 @@ pass() { echo "ok: $*"; }
 # run NAME TIMEOUT_VALUE PROGRAM_CASE -> $rc, $out, $errors (the "error ..." lines), $seconds
 run() {
   local name=$1 timeout_value=$2 program_case=$3
-  echo "+ TNT_COLLECTIVE_TIMEOUT=$timeout_value ${mpirun[*]} -np $np $program $program_case $tmp/weights.safetensors"
+  echo "+ TNT_COLLECTIVE_TIMEOUT=$timeout_value ${mpirun[*]} -np $np ${wrap[*]} $program $program_case $tmp/weights.safetensors"
   local start end
   start=$(date +%s.%N)
   out=$(TNT_COLLECTIVE_TIMEOUT=$timeout_value timeout -k 10 "$limit_s" "${mpirun[@]}" -np "$np" \
-          "$program" "$program_case" "$tmp/weights.safetensors" </dev/null 2>&1)
+          "${wrap[@]}" "$program" "$program_case" "$tmp/weights.safetensors" </dev/null 2>&1)
   rc=$?
   end=$(date +%s.%N)
   seconds=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", b - a}')
@@ -138,9 +139,20 @@ case $case_name in
     fi
     ;;
   bad_timeout)
+    # Each rank must refuse the value itself. mpirun stops the others when the first one
+    # exits, which would hide their own messages, so it is told to let every rank end by
+    # itself (its own exit status then says nothing), and each rank's status is printed by
+    # a shell around it.
+    mpirun+=(--mca orte_abort_on_non_zero_status 0)
+    wrap=(bash -c '"$0" "$@"; echo "status of a rank: $?"')
     for value in -1 soon nan; do
       run "$case_name $value" "$value" late_rank
-      if [[ $rc -ne 0 ]]; then pass "$case_name $value: exit status $rc"; else fail "$case_name $value: exit status 0"; fi
+      n=$(grep -c "^status of a rank: 1\$" <<<"$out")
+      if [[ $n -eq $np ]]; then
+        pass "$case_name $value: every rank ($np) exits with status 1"
+      else
+        fail "$case_name $value: $n of $np ranks exit with status 1"
+      fi
       n=$(grep -Fc -- "TNT_COLLECTIVE_TIMEOUT='$value' is not a non-negative number" <<<"$errors")
       if [[ $n -eq $np ]]; then
         pass "$case_name $value: every rank ($np) names the variable and the value"

@@ -69,6 +69,30 @@ TEST_CASE("a collective called on some ranks only fails fast, naming each side's
   world.barrier();
 }
 
+TEST_CASE("a timeout shorter than the grace names the different calls too", "[comm][mismatch][timeout]") {
+  Communicator& world = communicator();
+  auto comm = world.duplicate();
+  comm->set_timeout(1.0);  // below the 1.5 s grace: the timeout's own query finds the mismatch
+  std::string msg;
+  try {
+    if (comm->is_master()) {
+      comm->allreduce_sum(std::vector<double>{1.0, 2.0});
+    } else {
+      Tensor t = Tensor::full({4}, 1.0);
+      comm->allreduce(t);
+    }
+  } catch (const CommError& e) {
+    msg = e.what();
+  }
+  INFO("rank " << comm->rank() << ": " << msg);
+  CHECK_THAT(msg, Catch::Contains("did not complete within 1 s"));
+  CHECK_THAT(msg, Catch::Contains("; the ranks called different collectives: as collective #1, rank(s) 0 called "
+                                  "allreduce_sum(2 value(s)) and rank(s) 1"));
+  CHECK_THAT(msg, Catch::Contains("; fix: every rank must call the same collectives in the same order"));
+  CHECK_THAT(msg, !Catch::Contains("never joined"));  // every rank entered #1, each its own call
+  world.barrier();
+}
+
 TEST_CASE("ranks that arrive together are never asked where they are", "[comm][mismatch]") {
   Communicator& world = communicator();
   auto comm = world.duplicate();

@@ -1,7 +1,9 @@
 // Collectives that not every rank calls (comm/rank_positions.hpp, comm/collective_scope.hpp):
-// a mismatch fails fast on every rank that waits, naming each side's call; a rank that is
-// merely late is waited for; a real stall still waits for the timeout and then says where
-// each rank is; a collective inside code that runs on some ranks only is refused at once.
+// a mismatch fails fast on every rank that waits, naming each side's call; ranks that arrive
+// together are never asked anything; a rank that is merely late is waited for; a real stall
+// still waits for the timeout and then says where each rank is; the broadcast root blames
+// the absent rank, not itself; a collective inside code that runs on some ranks only is
+// refused at once.
 // Each case works on a fresh duplicate (a failed communicator is unusable), and all ranks
 // meet again on the world communicator after it.
 #include "comm/collective_scope.hpp"

@@ -3,6 +3,7 @@
 #include "tarantella/model.hpp"
 
 #include "comm/agreement.hpp"
+#include "comm/collective_scope.hpp"
 #include "core/clock.hpp"
 #include "io/timeline.hpp"
 #include "tarantella/comm.hpp"
@@ -13,6 +14,8 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
+#include <typeinfo>
 
 namespace tnt {
 
@@ -44,15 +47,29 @@ class CallbackList {
       if (!runs_on_this_rank(cb->ranks())) continue;
       cb->set_model(model);
       cb->set_params(params);
+      const Callback& named = *cb;
+      names_.push_back(fmt::format("callback '{}'", detail::readable_type_name(typeid(named).name())));
       list_.push_back(std::move(cb));
     }
   }
   template <typename F>
   void each(F&& f) {
-    for (auto& cb : list_) f(*cb);
+    for (size_t i = 0; i < list_.size(); ++i) {
+      Callback& cb = *list_[i];
+      // One that does not run on every rank runs inside a SomeRanksRegion: a collective it
+      // starts fails at once, naming it, instead of leaving the other ranks waiting for it.
+      std::optional<detail::SomeRanksRegion> region;
+      if (cb.ranks() == Callback::Ranks::master) {
+        region.emplace(names_[i], "the master only (Ranks::master; every rank only when TNT_OUTPUT_ON_ALL_DEVICES=1)");
+      } else if (cb.ranks() == Callback::Ranks::master_only) {
+        region.emplace(names_[i], "the master only (Ranks::master_only)");
+      }
+      f(cb);
+    }
   }
 
  private:
+  std::vector<std::string> names_;  // for messages, beside list_
   std::vector<CallbackPtr> list_;
 };
 

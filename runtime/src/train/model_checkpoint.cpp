@@ -5,6 +5,7 @@
 // replace the last good checkpoint with one that cannot be trained on.
 #include "tarantella/model.hpp"
 
+#include "comm/collective_scope.hpp"
 #include "tarantella/checkpoint.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/ops.hpp"
@@ -67,6 +68,7 @@ NamedTensors as_named(const std::vector<NamedTensor>& v) {
 }  // namespace
 
 void Model::save_weights(const std::string& path) {
+  const detail::CollectiveLabel label("save_weights");
   write_on_master(path, checkpoint_tensors(false), {{checkpoint_key::format, "pt"}});
 }
 
@@ -80,6 +82,7 @@ void Model::load_weights(const std::string& path) {
 }
 
 void Model::save_checkpoint(const std::string& path, int epoch) {
+  const detail::CollectiveLabel label("save_checkpoint");
   Metadata md;
   md[checkpoint_key::format] = "pt";
   md[checkpoint_key::epoch] = std::to_string(epoch);

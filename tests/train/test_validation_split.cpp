@@ -172,4 +172,10 @@ TEST_CASE("validation_split's bad uses are input errors on every rank") {
     return []() -> std::optional<tnt::Element> { return std::nullopt; };
   });
   fails_with(unknown, "needs a dataset of known size", stream);
+  // A shuffle anywhere upstream, even under a map, changes the held-out samples per epoch.
+  tnt::FitOptions shuffled;
+  shuffled.validation_split = kSplit;
+  fails_with(shuffled, "shuffled every epoch", all.shuffle(kSamples, 3).map([](tnt::Element e) { return e; }));
+  CHECK_FALSE(all.map([](tnt::Element e) { return e; }).take(10).reshuffles_each_epoch());
+  CHECK(all.shuffle(4, 1).take(10).reshuffles_each_epoch());
 }

@@ -127,6 +127,9 @@ class Dataset {
 
   // Elements per pass; -1 when unknown or infinite.
   int64_t cardinality() const;
+  // Whether the order of elements changes from epoch to epoch (shuffle() in the pipeline, or
+  // a source that shuffles itself, such as ImageNet's sample list).
+  bool reshuffles_each_epoch() const;
   Iterator iterate(int64_t epoch = 0) const;
 
   // Internal: datasets are built from stages defined in runtime/src/data.

@@ -451,6 +451,14 @@ Dataset split_off_validation(const Dataset& data, FitOptions& options) {
                   "fit: validation_split={} needs distribute_dataset=true (the split is of the global data set)", split);
   const int64_t n = data.cardinality();
   TNT_INPUT_CHECK(n >= 0, "fit: validation_split={} needs a dataset of known size; this one's is unknown", split);
+  // Split after a per-epoch shuffle, the held-out samples would change every epoch and be
+  // trained on in the others. Keras splits before shuffling; here the user's pipeline
+  // decides the order, so the user splits.
+  TNT_INPUT_CHECK(!data.reshuffles_each_epoch(),
+                  "fit: validation_split={} on a dataset that is shuffled every epoch would validate on samples "
+                  "trained on in other epochs; split before shuffling: train on data.take(k).shuffle(...) and pass "
+                  "data.skip(k) as validation_data",
+                  split);
   const auto n_train = static_cast<int64_t>(std::floor(static_cast<double>(n) * (1.0 - split)));
   TNT_INPUT_CHECK(n_train > 0 && n_train < n,
                   "fit: validation_split={} of {} samples leaves {} for training and {} for validation; both need "

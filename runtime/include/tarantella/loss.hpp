@@ -1,8 +1,12 @@
 // Losses. forward() returns the loss as a 1-element f32 tensor on the predictions' device:
 // the SUM of the per-sample losses of this rank's samples divided by `global_batch`, the
-// number the caller supplies (the GLOBAL batch size in data-parallel training, so that the
-// allreduced gradients equal the serial ones; 0 means this call's own sample count).
-// backward() returns d(loss)/d(predictions) times `scale` (loss scaling).
+// number the caller supplies; 0 means this call's own sample count. Model passes:
+//   - in training, the number of real samples of the GLOBAL batch (or its real tokens, see
+//     normalizes_by_tokens), so that the allreduced gradients equal the serial ones;
+//   - in evaluation (evaluate, and validation inside fit), 1: the plain sum of this rank's
+//     per-sample losses, which Model sums over the ranks and divides by the global count.
+// forward() only ever sees real samples: the padding rows of a last partial batch are cut
+// off before the call. backward() returns d(loss)/d(predictions) times `scale` (loss scaling).
 //
 // Sample weights (Keras' sample_weight): forward_weighted() multiplies sample i's loss by
 // w_i and still divides the sum by global_batch, sum_i(w_i * l_i) / global_batch (not by the

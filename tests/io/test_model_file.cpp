@@ -110,7 +110,9 @@ Tensor random_tensor(const Shape& shape, const std::string& key) {
 Tensor random_labels(int64_t n, int64_t classes, const std::string& key) {
   Tensor y = Tensor::empty({n}, DType::i64);
   CounterRng rng(4, key);
-  for (int64_t i = 0; i < n; ++i) y.data<int64_t>()[i] = static_cast<int64_t>(rng.bits(static_cast<uint64_t>(i)) % classes);
+  for (int64_t i = 0; i < n; ++i) {
+    y.data<int64_t>()[i] = static_cast<int64_t>(rng.bits(static_cast<uint64_t>(i)) % classes);
+  }
   return y;
 }
 
@@ -620,12 +622,14 @@ TEST_CASE("bad model files are InputErrors naming the file and the problem, on e
     CHECK_THAT(with_text("{\"layers\": [1, 2"), Catch::Contains("not valid JSON"));
     CHECK_THAT(with_text("[1, 2, 3]"), Catch::Contains("not a JSON object"));
     CHECK_THAT(with_text("{\"hello\": 1}"), Catch::Contains("not a tarantella model architecture"));
-    CHECK_THAT(with_text("{\"format\": \"tarantella.model\", \"format_version\": 1}"), Catch::Contains("has no 'class'"));
+    CHECK_THAT(with_text("{\"format\": \"tarantella.model\", \"format_version\": 1}"),
+               Catch::Contains("has no 'class'"));
   }
   SECTION("a graph that does not hold together") {
     const std::string bad = dir.file("graph.safetensors");
     write_edited(good, bad, [](json& a) { a["nodes"][1]["inputs"][0][0] = 2; });  // from a later node
-    CHECK_THAT(load_error(bad), Catch::Contains("nodes[1].inputs[0][0] = 2 is not a node before this one (an index below 1)"));
+    CHECK_THAT(load_error(bad),
+               Catch::Contains("nodes[1].inputs[0][0] = 2 is not a node before this one (an index below 1)"));
     write_edited(good, bad, [](json& a) { a["nodes"][1]["layer"] = "nobody"; });
     CHECK_THAT(load_error(bad), Catch::Contains("calls layer 'nobody', which is not among the layers"));
     write_edited(good, bad, [](json& a) { a["layers"][0]["config"]["units"] = -4; });

@@ -45,7 +45,8 @@ tnt::Tensor ids(int64_t length, const std::string& key) {
   for (int64_t n = 0; n < kSamples; ++n) {
     const int64_t len = 2 + static_cast<int64_t>(rng.bits(static_cast<uint64_t>(n * 100)) % (length - 1));
     for (int64_t i = 0; i < len; ++i) {
-      t.data<int64_t>()[n * length + i] = 2 + static_cast<int64_t>(rng.bits(static_cast<uint64_t>(n * 100 + 1 + i)) % (kVocab - 2));
+      const uint64_t draw = rng.bits(static_cast<uint64_t>(n * 100 + 1 + i));
+      t.data<int64_t>()[n * length + i] = 2 + static_cast<int64_t>(draw % (kVocab - 2));
     }
   }
   return t;

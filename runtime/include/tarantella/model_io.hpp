@@ -79,8 +79,9 @@ using LayerToConfig = std::function<LayerConfig(const Layer& layer)>;
 using LayerFromConfig = std::function<LayerPtr(const std::string& name, const LayerConfig& config)>;
 
 // Registers a type of layer by the name its type() returns (again: replaces the functions).
-// The built-in types cannot be replaced. Needs tnt::init; not thread-safe (register at the
-// start of the program).
+// The built-in types cannot be replaced. Needs tnt::init (registrations live in the runtime
+// context, until tnt::finalize); not thread-safe: register at the start of the program, on
+// every rank that saves or loads.
 void register_layer_type(const std::string& type, LayerToConfig to_config, LayerFromConfig from_config);
 bool layer_type_registered(const std::string& type);
 

@@ -43,7 +43,8 @@ std::string write_file(const std::string& path, const NamedTensors& tensors, con
   } catch (const InputError& e) {
     return fmt::format("Iwriting model file '{}' failed: {}", path, e.what());
   } catch (const std::exception& e) {
-    return fmt::format("Ewriting model file '{}' on the master failed: {}", path, *e.what() ? e.what() : "unknown error");
+    return fmt::format("Ewriting model file '{}' on the master failed: {}", path,
+                       *e.what() ? e.what() : "unknown error");
   }
   return "";
 }

@@ -370,7 +370,8 @@ json architecture_of(Network& net) {
   bool sequential = false;
   if (auto* seq = dynamic_cast<Sequential*>(&net)) {
     TNT_INPUT_CHECK(seq->is_built(),
-                    "Sequential '{}' is not built: call build(input shape) or run it once before saving it", net.name());
+                    "Sequential '{}' is not built: call build(input shape) or run it once before saving it",
+                    net.name());
     sequential = true;
   }
   json layers = json::array();
@@ -536,7 +537,9 @@ std::shared_ptr<Network> make_network(const json& arch) {
     const json& refs = array_member(node, "inputs", where);
     TNT_INPUT_CHECK(!refs.empty(), "{} calls layer '{}' on no inputs", where, name);
     std::vector<SymTensor> inputs;
-    for (size_t k = 0; k < refs.size(); ++k) inputs.push_back(output_ref(refs[k], made, fmt::format("{}.inputs[{}]", where, k)));
+    for (size_t k = 0; k < refs.size(); ++k) {
+      inputs.push_back(output_ref(refs[k], made, fmt::format("{}.inputs[{}]", where, k)));
+    }
     try {
       made.push_back(call(it->second, inputs));
     } catch (const InputError&) {
@@ -642,7 +645,8 @@ Initializer LayerConfig::get_initializer(const std::string& key) const {
 
 void register_layer_type(const std::string& type, LayerToConfig to_config, LayerFromConfig from_config) {
   TNT_INPUT_CHECK(!type.empty(), "register_layer_type: the type name is empty");
-  TNT_INPUT_CHECK(to_config && from_config, "register_layer_type(\"{}\"): to_config and from_config must be given", type);
+  TNT_INPUT_CHECK(to_config && from_config, "register_layer_type(\"{}\"): to_config and from_config must be given",
+                  type);
   TNT_INPUT_CHECK(find_builtin(type) == nullptr,
                   "register_layer_type(\"{}\"): '{}' is a built-in layer type and cannot be replaced", type, type);
   RuntimeContext* ctx = context_or_null();

@@ -313,7 +313,11 @@ TEST_CASE("BatchNorm and Dropout round trip: running statistics, step counters, 
   check_round_trip(model, dir.file("bn2.safetensors"), data, n, adam);
 }
 
-TEST_CASE("every built-in layer's configuration round trips, initialisers included") {
+namespace {
+
+// Every built-in layer type, each with non-default arguments, in one network of two inputs
+// (an image, token ids) and two outputs.
+std::shared_ptr<Network> every_layer_network() {
   // Image branch: every layer with non-default arguments.
   SymTensor img = Input({3, 9, 9}, DType::f32, "image");
   Conv2DOptions co;
@@ -350,7 +354,14 @@ TEST_CASE("every built-in layer's configuration round trips, initialisers includ
   m = call(std::make_shared<Add>("residual"), std::vector<SymTensor>{e, m});
   m = call(std::make_shared<GELU>(false, "gelu"), m);
   m = call(embedding, m);  // the same matrix projects back: (N, 4, 11)
-  Network net({img, ids}, {a, m}, "everything");
+  return std::make_shared<Network>(std::vector<SymTensor>{img, ids}, std::vector<SymTensor>{a, m}, "everything");
+}
+
+}  // namespace
+
+TEST_CASE("every built-in layer's configuration round trips, initialisers included") {
+  auto original = every_layer_network();
+  Network& net = *original;
 
   const std::string text = model_to_json(net);
   std::shared_ptr<Network> back = model_from_json(text);
@@ -410,6 +421,36 @@ TEST_CASE("every built-in layer's configuration round trips, initialisers includ
   CHECK(bitwise_equal(ya[0], yb[0]));
   CHECK(bitwise_equal(ya[1], yb[1]));
   CHECK(yb[1].shape() == Shape{2, 4, 11});
+}
+
+TEST_CASE("any one field of an architecture changed gives a network or an InputError, never another error") {
+  // A small in-process fuzzer over the JSON structure: every leaf of the every-layer
+  // network's architecture replaced in turn by values of every JSON kind. Each result either
+  // loads or is refused with an InputError; anything else escaping (a JSON library error, an
+  // internal Error, a crash) fails. Sizes stay small so that no replacement allocates much.
+  const json base = json::parse(model_to_json(*every_layer_network()));
+  const json flat = base.flatten();
+  const std::vector<json> replacements = {nullptr, -1, 0, 3, 1.5, "x", json::array(), json::object(), true};
+  int loaded = 0, refused = 0;
+  for (const auto& leaf : flat.items()) {
+    for (const json& r : replacements) {
+      json changed = base;
+      changed[json::json_pointer(leaf.key())] = r;
+      const std::string text = changed.dump();
+      INFO(leaf.key() << " = " << r.dump());
+      try {
+        model_from_json(text);
+        ++loaded;
+      } catch (const InputError& e) {
+        CHECK_THAT(e.what(), Catch::StartsWith("model JSON: "));
+        ++refused;
+      } catch (const std::exception& e) {
+        FAIL("not an InputError: " << e.what());
+      }
+    }
+  }
+  CHECK(refused > 0);
+  CHECK(loaded > 0);  // some changes are harmless (another rate, a name), and load
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include "tarantella/graph.hpp"
 #include "tarantella/initializers.hpp"
 #include "tarantella/layer.hpp"
+#include "tarantella/model.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -33,8 +34,6 @@
 #include <vector>
 
 namespace tnt {
-
-class Model;
 
 // A layer's configuration: its constructor's arguments by name (the name of the layer itself
 // is kept apart). Values are booleans, integers, floating numbers, strings, integer lists or

@@ -12,6 +12,7 @@
 #define CXXOPTS_NO_REGEX true
 #include <cxxopts.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -181,6 +182,21 @@ Options parse_command_line(const std::vector<std::string>& args) {
   if (rank_flags > 1) {
     throw InputError(fmt::format("ranks per node given {} times ({}); -n, --n-per-node and --devices-per-node "
                                  "are the same option, give one", rank_flags, rank_flag_names));
+  }
+
+  // cxxopts keeps the last of an option given twice: a user who wrote two hostfiles (or two
+  // --mpirun) meant one of them, and the launcher cannot know which.
+  for (const char* key : {"hostfile", "hosts", "fusion-threshold", "log-level", "timeline", "topology",
+                          "start-timeout", "exit-timeout", "heartbeat-timeout", "max-restarts", "launch-agent",
+                          "mpirun", "mpi-args"}) {
+    std::vector<std::string> values;
+    for (const auto& kv : result.arguments()) {
+      if (kv.key() == key) values.push_back(fmt::format("'{}'", excerpt(kv.value(), 80)));
+    }
+    if (values.size() > 1) {
+      throw InputError(fmt::format("{}{} given {} times ({}); give it once", std::string(key) == "hosts" ? "-H/" : "",
+                                   std::string("--") + key, values.size(), fmt::join(values, ", ")));
+    }
   }
 
   if (result.count("hostfile")) o.hostfile = result["hostfile"].as<std::string>();

@@ -134,6 +134,22 @@ TEST_CASE("cli: the program and the separator", "[cli]") {
   CHECK(parse_command_line({"--dry-run", "--topology", "pack:2 pu:1", "--", "p"}).topology == "pack:2 pu:1");
 }
 
+TEST_CASE("cli: an option that takes a value is given once", "[cli]") {
+  // cxxopts would keep the last one silently; which one the user meant is unknown.
+  CHECK(error_of({"--hostfile", "a", "--hostfile", "b", "--", "p"}) ==
+        "--hostfile given 2 times ('a', 'b'); give it once");
+  CHECK(error_of({"-H", "n1", "--hosts", "n2", "--", "p"}) == "-H/--hosts given 2 times ('n1', 'n2'); give it once");
+  CHECK(error_of({"--mpirun", "m1", "--mpirun", "m2", "--mpirun", "m3", "--", "p"}) ==
+        "--mpirun given 3 times ('m1', 'm2', 'm3'); give it once");
+  CHECK(error_of({"--start-timeout", "1", "--start-timeout", "2", "--", "p"}) ==
+        "--start-timeout given 2 times ('1', '2'); give it once");
+  // -x is repeatable, and a flag without a value given twice is harmless.
+  CHECK(parse_command_line({"-x", "A=1", "-x", "B=2", "--no-gpu", "--no-gpu", "--", "p"}).exports.size() == 2);
+  // Stray words before '--' are refused, naming the first.
+  CHECK(error_of({"--hostfile", "a", "stray", "--", "p"}) ==
+        "unexpected argument 'stray': put '--' before the program, as in: tarantella [options] -- PROGRAM [ARGS...]");
+}
+
 TEST_CASE("cli: help and version need no program", "[cli]") {
   CHECK(parse_command_line({"--help"}).help);
   CHECK(parse_command_line({"-h"}).help);

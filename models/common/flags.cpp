@@ -200,6 +200,9 @@ CommonFlags ProgramFlags::common() const {
   f.verbose = args_["verbose"].as<int>();
   f.enable_tensorboard = args_["enable_tensorboard"].as<bool>();
   TNT_INPUT_CHECK(f.batch_size > 0, "--batch_size={}: must be positive", f.batch_size);
+  TNT_INPUT_CHECK(f.batch_size >= tnt::size(),
+                  "--batch_size={}: smaller than the {} ranks (the global batch gives each rank at least one sample)",
+                  f.batch_size, tnt::size());
   TNT_INPUT_CHECK(f.train_epochs >= 0, "--train_epochs={}: must be at least 0", f.train_epochs);
   TNT_INPUT_CHECK(f.epochs_between_evals > 0, "--epochs_between_evals={}: must be positive", f.epochs_between_evals);
   TNT_INPUT_CHECK(f.verbose >= 0 && f.verbose <= 2, "--verbose={}: expected 0 (silent), 1 (progress bar) or 2 (a line per "

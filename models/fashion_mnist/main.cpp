@@ -101,10 +101,21 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(model_kind == "cnn" || model_kind == "mlp", "--model={}: expected cnn or mlp", model_kind);
     TNT_INPUT_CHECK(opt_kind == "adam" || opt_kind == "sgd", "--optimizer={}: expected adam or sgd", opt_kind);
     const tnt_models::CommonFlags common = flags.common();
+    const int64_t micro_batch = args["micro_batch_size"].as<int64_t>();
+    // Checked here, alike on every rank (fit() checks each rank's own share, naming no flag).
+    TNT_INPUT_CHECK(micro_batch >= 0, "--micro_batch_size={}: must be positive (or 0: batch_size / ranks)", micro_batch);
+    const int64_t share = common.batch_size / tnt::size();
+    const bool even = common.batch_size % tnt::size() == 0;
+    if (micro_batch != 0 && even) {
+      TNT_INPUT_CHECK(micro_batch == share, "--micro_batch_size={}: must be 0 or --batch_size={} / {} ranks = {}",
+                      micro_batch, common.batch_size, tnt::size(), share);
+    }
+    TNT_INPUT_CHECK(micro_batch == 0 || even,
+                    "--micro_batch_size={}: must be 0 when --batch_size={} does not divide evenly over {} ranks (they "
+                    "take {} or {} samples)",
+                    micro_batch, common.batch_size, tnt::size(), share, share + 1);
     const int64_t num_train = args["num_train_samples"].as<int64_t>();
     TNT_INPUT_CHECK(num_train >= 0, "--num_train_samples={}: must be at least 0", num_train);
-    const int64_t micro_batch = args["micro_batch_size"].as<int64_t>();
-    TNT_INPUT_CHECK(micro_batch >= 0, "--micro_batch_size={}: must be positive (or 0: batch_size / ranks)", micro_batch);
     TNT_INPUT_CHECK(
         std::filesystem::is_directory(common.data_dir),
         "--data_dir={}: no such directory (install Debian's dataset-fashion-mnist, or point it at the IDX files)",

@@ -6,7 +6,7 @@
 #
 # CASE: missing_data_dir, truncated_gzip, truncated_idx, corrupt_gzip,
 #       batch_smaller_than_ranks, micro_batch_mismatch, checkpoint_other_model,
-#       negative_micro_batch, too_many_train_samples, resume_other_seed,
+#       micro_batch_uneven, negative_micro_batch, too_many_train_samples, resume_other_seed,
 #       checkpoint_negative_epoch
 #
 # Every case also checks that Open MPI's own account of the failure (the MPI_ABORT banner,
@@ -113,6 +113,7 @@ case $case_name in
     expect_failure "$case_name"
     fm_expect_grep "$case_name" "batch[ _]size[ =]1\b" "the batch size 1"
     fm_expect_grep "$case_name" "ranks? 2|2 ranks" "the number of ranks"
+    fm_expect_fixed "$case_name" "--batch_size=1: smaller than the 2 ranks" "the flag and the ranks"
     ;;
 
   micro_batch_mismatch)
@@ -121,6 +122,18 @@ case $case_name in
     expect_failure "$case_name"
     fm_expect_grep "$case_name" "micro_batch_size[ =]60\b" "the micro-batch size"
     fm_expect_grep "$case_name" "batch_size[ =]128\b" "the batch size"
+    # The flags, not the library's names for them ("fit: micro_batch_size=...").
+    fm_expect_fixed "$case_name" "--micro_batch_size=60: must be 0 or --batch_size=128 / 2 ranks = 64" "the flags"
+    ;;
+
+  micro_batch_uneven)
+    # 127 over 2 ranks is 64 and 63: a --micro_batch_size of 63 fits rank 1 only, and is
+    # refused by both ranks alike.
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --batch_size=127 --micro_batch_size=63
+    expect_failure "$case_name"
+    msg="--micro_batch_size=63: must be 0 when --batch_size=127 does not divide evenly over 2 ranks (they take 63 or 64 samples)"
+    n=$(grep -cFx -e "error (rank 0 of 2): $msg" -e "error (rank 1 of 2): $msg" <<<"$fm_out")
+    if [[ $n -eq 2 ]]; then fm_pass "$case_name: both ranks refuse it alike"; else fm_fail "$case_name: '$msg' from $n ranks, expected 2"; fi
     ;;
 
   checkpoint_other_model)

@@ -127,7 +127,6 @@ TEST_CASE("cli: the program and the separator", "[cli]") {
   CHECK_THAT(error_of({}), Catch::Contains("no program to run"));
   CHECK_THAT(error_of({"-n", "2", "--"}), Catch::Contains("no program after '--'"));
   CHECK_THAT(error_of({"-n", "2", "./train"}), Catch::Contains("put '--' before the program"));
-  CHECK_THAT(error_of({"--bogus", "--", "p"}), Catch::Contains("bogus"));
   CHECK_THAT(error_of({"--mpirun", "", "--", "p"}), Catch::Contains("--mpirun"));
   CHECK_THAT(error_of({"--mpi-args", "--mca 'unclosed", "--", "p"}), Catch::Contains("--mpi-args: unclosed '"));
   CHECK_THAT(error_of({"--topology", "pack:2 pu:1", "--", "p"}), Catch::Contains("--dry-run"));
@@ -148,6 +147,20 @@ TEST_CASE("cli: an option that takes a value is given once", "[cli]") {
   // Stray words before '--' are refused, naming the first.
   CHECK(error_of({"--hostfile", "a", "stray", "--", "p"}) ==
         "unexpected argument 'stray': put '--' before the program, as in: tarantella [options] -- PROGRAM [ARGS...]");
+}
+
+TEST_CASE("cli: every option error names the option as written", "[cli]") {
+  // cxxopts alone said "Argument 'maybe' failed to parse" and "Option 'bogus' does not
+  // exist", in typographic quotes.
+  CHECK(error_of({"--no-gpu=maybe", "--", "p"}) == "--no-gpu: takes no value (or true or false), got 'maybe'");
+  CHECK(parse_command_line({"--no-gpu=true", "--", "p"}).no_gpu);
+  CHECK_FALSE(parse_command_line({"--no-gpu=false", "--", "p"}).no_gpu);
+  CHECK(error_of({"--bogus", "--", "p"}) == "--bogus: no such option (see tarantella --help)");
+  CHECK(error_of({"-q", "--", "p"}) == "-q: no such option (see tarantella --help)");
+  CHECK(error_of({"-n", "2", "--hostfile"}) == "--hostfile: missing its value");
+  CHECK(error_of({"-n"}) == "-n: missing its value");
+  CHECK(parse_command_line({"-n2", "--", "p"}).ranks_per_node == 2);
+  CHECK(parse_command_line({"--hostfile=f", "--", "p"}).hostfile == "f");
 }
 
 TEST_CASE("cli: help and version need no program", "[cli]") {

@@ -35,7 +35,7 @@ constexpr auto lost_grace = std::chrono::milliseconds(3000);
 constexpr auto partial_line_wait = std::chrono::milliseconds(100);
 // After mpirun exited, what is left of its standard error is read for at most this long
 // (a process it started on another host may still hold the pipe open).
-constexpr auto stderr_drain = std::chrono::milliseconds(2000);
+constexpr auto stderr_drain = std::chrono::milliseconds(1000);
 
 // Writes all of `text` to the launcher's standard error, as far as it takes it.
 void write_stderr(const std::string& text) {

@@ -129,7 +129,13 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       const ssize_t n = ::read(err_fd, buf, sizeof buf);
       if (n > 0) {
         write_stderr(filter.feed(std::string_view(buf, static_cast<size_t>(n))));
-        flush_at = filter.pending() ? Clock::now() + partial_line_wait : Clock::time_point::max();
+        // Counted from when the text began to wait: a progress bar that redraws its line
+        // without a newline is still shown at that pace.
+        if (!filter.pending()) {
+          flush_at = Clock::time_point::max();
+        } else if (flush_at == Clock::time_point::max()) {
+          flush_at = Clock::now() + partial_line_wait;
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -216,7 +222,12 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, 24LL * 3600 * 1000));
     }
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
-      ::waitpid(child, &result.mpirun_status, 0);  // cannot watch any more: just wait
+      // Cannot watch any more: just wait, still relaying mpirun's standard error (a full
+      // pipe would stop mpirun, and this wait with it).
+      while (::waitpid(child, &result.mpirun_status, WNOHANG) == 0) {
+        relay();
+        ::usleep(10000);
+      }
       break;
     }
     relay();

@@ -106,7 +106,8 @@ std::string flag_value_problem(FlagKind kind, const std::string& text) {
       char* end = nullptr;
       errno = 0;
       const double value = std::strtod(begin, &end);
-      const bool whole = !text.empty() && end == begin + text.size() && !std::isspace(static_cast<unsigned char>(text[0]));
+      const bool whole =
+          !text.empty() && end == begin + text.size() && !std::isspace(static_cast<unsigned char>(text[0]));
       if (!whole || errno == ERANGE || !std::isfinite(value)) return "expected a finite number (such as 0.5 or 1e-3)";
       return "";
     }
@@ -205,8 +206,8 @@ CommonFlags ProgramFlags::common() const {
                   f.batch_size, tnt::size());
   TNT_INPUT_CHECK(f.train_epochs >= 0, "--train_epochs={}: must be at least 0", f.train_epochs);
   TNT_INPUT_CHECK(f.epochs_between_evals > 0, "--epochs_between_evals={}: must be positive", f.epochs_between_evals);
-  TNT_INPUT_CHECK(f.verbose >= 0 && f.verbose <= 2, "--verbose={}: expected 0 (silent), 1 (progress bar) or 2 (a line per "
-                  "epoch)", f.verbose);
+  TNT_INPUT_CHECK(f.verbose >= 0 && f.verbose <= 2,
+                  "--verbose={}: expected 0 (silent), 1 (progress bar) or 2 (a line per epoch)", f.verbose);
   return f;
 }
 

@@ -103,7 +103,8 @@ int main(int argc, char** argv) {
     const tnt_models::CommonFlags common = flags.common();
     const int64_t micro_batch = args["micro_batch_size"].as<int64_t>();
     // Checked here, alike on every rank (fit() checks each rank's own share, naming no flag).
-    TNT_INPUT_CHECK(micro_batch >= 0, "--micro_batch_size={}: must be positive (or 0: batch_size / ranks)", micro_batch);
+    TNT_INPUT_CHECK(micro_batch >= 0, "--micro_batch_size={}: must be positive (or 0: batch_size / ranks)",
+                    micro_batch);
     const int64_t share = common.batch_size / tnt::size();
     const bool even = common.batch_size % tnt::size() == 0;
     if (micro_batch != 0 && even) {

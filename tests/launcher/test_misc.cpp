@@ -154,7 +154,8 @@ TEST_CASE("paths: a script whose interpreter does not exist", "[paths]") {
                                                    "was not found");
   // What the per-rank step says when exec fails on a host where the launcher's check could
   // not look (ENOENT would otherwise blame the script).
-  CHECK(exec_failure_reason(script, ENOENT) == "its interpreter '/nonexistent/interp' (named on its #! line) was not found");
+  CHECK(exec_failure_reason(script, ENOENT) ==
+        "its interpreter '/nonexistent/interp' (named on its #! line) was not found");
   CHECK(exec_failure_reason(script, EACCES) == std::strerror(EACCES));
   CHECK(exec_failure_reason("/no/such/program", ENOENT) == std::strerror(ENOENT));
   write_script("#! /bin/sh\necho hi\n");

@@ -420,6 +420,7 @@ int main(int argc, char** argv) {
     int initial_epoch = 0;
     if (resume) {
       TNT_INPUT_CHECK(fs::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
+      tnt_models::check_resume_seed(checkpoint, common.seed);
       initial_epoch = model.load_checkpoint(checkpoint);
       tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
     }

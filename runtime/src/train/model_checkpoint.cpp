@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace tnt {
 
@@ -133,6 +134,9 @@ int Model::load_checkpoint(const std::string& path) {
   auto tensors = checkpoint_tensors(true);
   ck.load_into(as_named(tensors), tolerant_of_older_files(tensors));
   int64_t epoch = ck.metadata_int(checkpoint_key::epoch);
+  TNT_INPUT_CHECK(epoch >= 0 && epoch <= std::numeric_limits<int>::max(),
+                  "checkpoint '{}': metadata epoch={} is not a number of epochs completed (0 to {})", path, epoch,
+                  std::numeric_limits<int>::max());
   global_step_ = ck.metadata_int(checkpoint_key::step);
   if (ck.has_metadata("optimizer_step")) optimizer_->set_step_count(ck.metadata_int("optimizer_step"));
   // The scale continues where it was (a fresh 65536 would cost a few skipped steps); a

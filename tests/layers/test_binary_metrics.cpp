@@ -259,5 +259,6 @@ TEST_CASE("binary metrics: a target other than 0 or 1 is an InputError naming it
   CHECK_THAT(input_error([&] { AUC().update(column({0.1f}), column({nan})); }), Catch::Contains("target nan"));
   CHECK_THAT(input_error([] { BinaryPrecision({.threshold = 1.5}); }),
              Catch::Contains("precision") && Catch::Contains("threshold 1.5"));
-  CHECK_THAT(input_error([] { AUC(0); }), Catch::Contains("auc") && Catch::Contains("bins"));
+  CHECK_THAT(input_error([] { AUC(0); }), Catch::Contains("auc") && Catch::Contains("bins") && Catch::Contains("0"));
+  CHECK_THAT(input_error([] { AUC(2000000); }), Catch::Contains("auc") && Catch::Contains("2000000"));
 }

@@ -108,7 +108,7 @@ class BinaryRecall : public Metric {
 // half the fraction of (positive, negative) pairs that share a bin. 0 while either class has
 // no element. A NaN prediction is ranked as wrong as the bins allow: a positive's goes to the
 // lowest bin, a negative's to the highest. targets and from_logits as BinaryMetricOptions
-// (the threshold is unused). bins: 200 by default (Keras' num_thresholds), at least 1.
+// (the threshold is unused). bins: 200 by default (Keras' num_thresholds), 1 to 10^6.
 class AUC : public Metric {
  public:
   explicit AUC(int64_t bins = 200, bool from_logits = false);

@@ -160,7 +160,9 @@ void BinaryRecall::update(const Tensor& predictions, const Tensor& targets) {
 }
 
 AUC::AUC(int64_t bins, bool from_logits) : bins_(bins), from_logits_(from_logits) {
-  TNT_INPUT_CHECK(bins >= 1, "auc: bins must be at least 1, got {}", bins);
+  // The histogram is 2 x bins doubles on every rank and in every allreduce: a million bins
+  // (16 MB) is far finer than any data set needs.
+  TNT_INPUT_CHECK(bins >= 1 && bins <= 1000000, "auc: bins must be in [1, 1000000], got {}", bins);
   histogram_.assign(static_cast<size_t>(2 * bins_), 0.0);
 }
 

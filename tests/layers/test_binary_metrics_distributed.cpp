@@ -22,17 +22,17 @@ struct Data {
   tnt::Tensor x, y;  // (N, 1) each, f32
 };
 
-Data make_data() {
+Data make_data(int64_t n = kSamples) {
   tnt::CounterRng rng(9, "binary_metrics_distributed");
   Data d;
-  for (int64_t i = 0; i < kSamples; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     // Scores above 0 (a padded zero row would land in bin 0, so counting one shows).
     const float s = 0.01f + 0.98f * rng.uniform(static_cast<uint64_t>(2 * i));
     d.scores.push_back(s);
     d.labels.push_back(rng.uniform(static_cast<uint64_t>(2 * i + 1)) < 0.2 + 0.6 * s ? 1 : 0);
   }
-  d.x = tnt::Tensor::from_vector(d.scores, {kSamples, 1});
-  d.y = tnt::Tensor::from_vector(std::vector<float>(d.labels.begin(), d.labels.end()), {kSamples, 1});
+  d.x = tnt::Tensor::from_vector(d.scores, {n, 1});
+  d.y = tnt::Tensor::from_vector(std::vector<float>(d.labels.begin(), d.labels.end()), {n, 1});
   return d;
 }
 
@@ -94,12 +94,15 @@ TEST_CASE("evaluate logs global precision, recall and AUC, equal to one process'
 
 TEST_CASE("fit logs them under their names, for training and validation", "[metrics][binary][mpi]") {
   const Data d = make_data();
-  auto model = identity_model(metrics());
+  const std::vector<tnt::MetricPtr> ms = metrics();
+  auto model = identity_model(ms);
   tnt::FitOptions fit;
   fit.batch_size = kBatch;
   fit.epochs = 2;
   fit.verbose = 0;
-  fit.validation_data = tnt::Dataset::from_tensors({d.x, d.y});
+  // Validation on other samples (the first 50), so that its sums differ from training's.
+  const Data dv = make_data(50);
+  fit.validation_data = tnt::Dataset::from_tensors({dv.x, dv.y});
   const tnt::History h = model->fit(tnt::Dataset::from_tensors({d.x, d.y}), fit);
   for (int epoch = 0; epoch < 2; ++epoch) {
     INFO("epoch " << epoch);
@@ -111,6 +114,14 @@ TEST_CASE("fit logs them under their names, for training and validation", "[metr
       validation[name] = h.history.at(std::string("val_") + name).at(static_cast<size_t>(epoch));
     }
     check_logs(train, d);
-    check_logs(validation, d);
+    check_logs(validation, dv);
+  }
+  // The validation pass gave the metric objects back their training sums (AUC: the whole
+  // histogram): summed over the ranks, they are one process's sums over the last epoch.
+  const std::vector<tnt::MetricPtr> single = metrics();  // one process, all the samples
+  for (size_t i = 0; i < ms.size(); ++i) {
+    INFO(ms[i]->name());
+    single[i]->update(d.x, d.y);
+    CHECK(tnt::communicator().allreduce_sum(ms[i]->sums()) == single[i]->sums());
   }
 }

@@ -1,8 +1,9 @@
 // Sigmoid, Tanh and LeakyReLU: the CUDA engines against the CPU engines on the same inputs,
-// forward and backward, including NaN and infinities (label gpu).
+// forward and backward, including NaN and infinities and half inputs (label gpu).
 #include "gpu_test_util.hpp"
 
 #include "tarantella/layers.hpp"
+#include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <cmath>
@@ -100,6 +101,43 @@ TEST_CASE("Sigmoid, Tanh and LeakyReLU on CUDA: NaN and infinities as on the CPU
       if (!std::isnan(yc[i])) CHECK(yg[i] == Approx(yc[i]).margin(1e-6));
       CHECK(std::isnan(dg[i]) == std::isnan(dc[i]));
       if (!std::isnan(dc[i])) CHECK(dg[i] == Approx(dc[i]).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("Sigmoid, Tanh and LeakyReLU on CUDA: f16 and bf16 inputs against the f32 CPU engine", "[gpu][layers]") {
+  for (DType dt : {DType::f16, DType::bf16}) {
+    // u: the half type's unit roundoff. The device computes in float from the half x and
+    // rounds y once to the half type; the CPU engine gets the same half values widened, so
+    // y differs by that rounding: u relative (plus float ulps, far smaller).
+    const double u = dt == DType::f16 ? test::kUnitF16 : test::kUnitBf16;
+    INFO(dtype_name(dt));
+    const Tensor x_half = ops::cast(test::random_tensor({4, 300}, "act_half_x", -6.0f, 6.0f), dt);
+    const Tensor dy_half = ops::cast(test::random_tensor({4, 300}, "act_half_dy"), dt);
+    const Tensor x = ops::cast(x_half, DType::f32), dy = ops::cast(dy_half, DType::f32);
+    struct Case {
+      std::shared_ptr<Layer> cpu, cuda;
+      double dx_atol;  // see below
+    };
+    // Backward on the device starts from the half y (Sigmoid, Tanh), off by u |y| <= u: the
+    // derivative y (1 - y) moves by at most |1 - 2y| <= 1 times that, 1 - y^2 by |2y| <= 2
+    // times; times |dy| <= 1, plus dx's own rounding (the rtol). LeakyReLU's branch and
+    // factor are exact.
+    std::vector<Case> cases = {{std::make_shared<Sigmoid>("s"), std::make_shared<Sigmoid>("s"), 2 * u},
+                               {std::make_shared<Tanh>("t"), std::make_shared<Tanh>("t"), 3 * u},
+                               {std::make_shared<LeakyReLU>(0.3, "l"), std::make_shared<LeakyReLU>(0.3, "l"), 0.0}};
+    for (Case& c : cases) {
+      INFO(c.cpu->type());
+      c.cuda->to(gpu());
+      SavedState sc, sg;
+      const Tensor y_cpu = c.cpu->forward({x}, context(Device::cpu()), sc)[0];
+      const Tensor y_gpu = c.cuda->forward({x_half.to(gpu())}, context(gpu()), sg)[0];
+      REQUIRE(y_gpu.dtype() == dt);
+      require_close(ops::cast(y_gpu, DType::f32), y_cpu, 1e-6, 2 * u, "y");
+      const Tensor dx_cpu = c.cpu->backward({dy}, context(Device::cpu()), sc)[0];
+      const Tensor dx_gpu = c.cuda->backward({dy_half.to(gpu())}, context(gpu()), sg)[0];
+      REQUIRE(dx_gpu.dtype() == dt);
+      require_close(ops::cast(dx_gpu, DType::f32), dx_cpu, c.dx_atol + 1e-6, 2 * u, "dx");
     }
   }
 }

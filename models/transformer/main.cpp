@@ -251,6 +251,7 @@ int main(int argc, char** argv) {
     ("decode_batch_size", "sentences per beam-search batch", cxxopts::value<int64_t>()->default_value("32"))
     ("decode_max_length", "source sentences are cut to this many subtokens (EOS included) for decoding; 0 = no cut, as TensorFlow's translate_file", cxxopts::value<int64_t>()->default_value("0"))
     ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
+    ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("vocab_size", "default: the vocabulary file's size (a larger value pads the embedding)", cxxopts::value<int64_t>())
     ("hidden_size", "model width (param set)", cxxopts::value<int64_t>())
     ("num_hidden_layers", "layers per stack (param set)", cxxopts::value<int64_t>())
@@ -316,6 +317,12 @@ int main(int argc, char** argv) {
     const int64_t decode_batch_size = args["decode_batch_size"].as<int64_t>();
     const int64_t decode_max_length = args["decode_max_length"].as<int64_t>();
     const bool resume = args["resume"].as<bool>();
+    const std::string dtype = args["dtype"].as<std::string>();
+    TNT_INPUT_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "fp16", "--dtype={}: expected fp32, bf16 or fp16",
+                    dtype);
+    // bf16/fp16: layers compute in half precision, weights, gradients, the allreduce and
+    // Adam stay fp32 (and fp16 scales the loss). On a CPU rank this is emulated.
+    const tnt::Precision precision = tnt::Precision::from_name(dtype);
     TNT_INPUT_CHECK(num_sentences >= 0, "--num_sentences={}: must be at least 0 (0 = all)", num_sentences);
     TNT_INPUT_CHECK(decode_batch_size >= 1, "--decode_batch_size={}: must be positive", decode_batch_size);
     TNT_INPUT_CHECK(decode_max_length == 0 || decode_max_length >= 2,
@@ -408,7 +415,7 @@ int main(int argc, char** argv) {
     adam.beta2 = p.optimizer_adam_beta2;
     adam.eps = p.optimizer_adam_epsilon;
     model.compile(std::make_shared<tnt::Adam>(schedule, adam),
-                  std::make_shared<tnt::LabelSmoothingCrossEntropy>(p.label_smoothing));
+                  std::make_shared<tnt::LabelSmoothingCrossEntropy>(p.label_smoothing), {}, precision);
 
     // Continues an earlier run's checkpoint: --resume, or a restart of the same launch
     // (tarantella --max-restarts) after a rank or host failed.
@@ -437,6 +444,10 @@ int main(int argc, char** argv) {
                  "longer than max_length dropped), {} data distribution, {}",
                  tnt::size(), common.batch_size, sentences, p.max_length, data.size(), data.records_read,
                  data.dropped_too_long, auto_dist ? "automatic" : "manual", schedule->describe());
+      if (precision.mixed()) {
+        tnt::print("precision: {} compute, fp32 master weights{}", precision.name(),
+                   precision.scales_loss() ? fmt::format(", dynamic loss scaling from {}", precision.initial_scale) : "");
+      }
     }
 
     tnt::FitOptions fit;

@@ -108,8 +108,10 @@ int main(int argc, char** argv) {
         "--data_dir={}: no such directory (install Debian's dataset-fashion-mnist, or point it at the IDX files)",
         common.data_dir);
 
-    tnt::MnistSplit train = tnt::load_mnist_dir(common.data_dir, "train");
-    tnt::MnistSplit test = tnt::load_mnist_dir(common.data_dir, "t10k");
+    // Labels outside the 10 classes and images of another size are named with their file.
+    const tnt::MnistExpect expect{.num_classes = 10, .height = 28, .width = 28};
+    tnt::MnistSplit train = tnt::load_mnist_dir(common.data_dir, "train", expect);
+    tnt::MnistSplit test = tnt::load_mnist_dir(common.data_dir, "t10k", expect);
     if (num_train > 0 && num_train < train.images.dim(0)) {
       train.images = train.images.slice_rows(0, num_train);
       train.labels = train.labels.slice_rows(0, num_train);

@@ -38,6 +38,20 @@ if [[ $n -eq $epochs ]]; then
 else
   fm_fail "$name: $n end-of-epoch lines ('N/N - ... loss: ...'), expected $epochs (one per epoch)"
 fi
+# Each epoch's validation is announced, and its time is reported apart from the training
+# steps' time per step ("4/4 - 0s 20ms/step - ... - evaluation: 1s").
+n=$(count_lines '^Evaluating on 10000 samples \(157 steps, global batch 64\)$')
+if [[ $n -eq $epochs ]]; then
+  fm_pass "$name: $n evaluation announcements for $epochs epochs"
+else
+  fm_fail "$name: $n lines 'Evaluating on 10000 samples (157 steps, global batch 64)', expected $epochs"
+fi
+n=$(count_lines '^4/4 - [0-9:]+s? [0-9]+ms/step - .*val_loss: [0-9.]+ - evaluation: [0-9:]+s?$')
+if [[ $n -eq $epochs ]]; then
+  fm_pass "$name: the epoch lines give the training time per step and the evaluation's time apart"
+else
+  fm_fail "$name: $n epoch lines '4/4 - ... ms/step - ... - evaluation: ...', expected $epochs"
+fi
 if grep -q $'\r' "$fm_stdout"; then
   fm_fail "$name: stdout is not a terminal, yet the output contains carriage returns (a progress bar)"
 else

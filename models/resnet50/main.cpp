@@ -243,8 +243,12 @@ int main(int argc, char** argv) {
       tnt::ImagenetOptions train_opts;
       train_opts.shuffle = true;
       train_opts.seed = common.seed;
+      // Labels beyond --num_classes are named with their folder or record when read.
+      train_opts.num_classes = num_classes;
+      tnt::ImagenetOptions val_opts;
+      val_opts.num_classes = num_classes;
       tnt::Dataset train_files = tnt::imagenet_dataset(common.data_dir, "train", train_opts);
-      tnt::Dataset val_files = tnt::imagenet_dataset(common.data_dir, "val");
+      tnt::Dataset val_files = tnt::imagenet_dataset(common.data_dir, "val", val_opts);
       epoch_size = train_files.cardinality();
       TNT_INPUT_CHECK(epoch_size >= common.batch_size,
                       "--data_dir={}: {} training images, fewer than one global batch (--batch_size={})",

@@ -297,6 +297,45 @@ TEST_CASE("a stop signal ends the bar's line, stops the drawing, and reaches the
   ::sigaction(SIGINT, &before, nullptr);
 }
 
+TEST_CASE("two bars at once (a user's beside fit's own): the signal reaches the program's handler once") {
+  ScopedEnv tty("TNT_STDOUT_IS_TTY", "1");
+  struct sigaction mine {}, before {}, term_before {};
+  mine.sa_handler = program_handler;
+  sigemptyset(&mine.sa_mask);
+  REQUIRE(::sigaction(SIGINT, &mine, &before) == 0);
+  REQUIRE(::sigaction(SIGTERM, nullptr, &term_before) == 0);  // the test framework's
+  g_program_handler_calls = 0;
+  {
+    Harness first(params(10)), second(params(10));
+    first.bar.on_train_begin({});
+    second.bar.on_train_begin({});
+    first.bar.on_epoch_begin(0, {});
+    first.clock += 1.0;
+    first.bar.on_train_batch_end(0, {{"loss", 1.0}});
+    REQUIRE(std::raise(SIGINT) == 0);
+    CHECK(g_program_handler_calls == 1);
+    second.bar.on_train_end({});
+    first.bar.on_train_end({});
+  }
+  struct sigaction now {};
+  REQUIRE(::sigaction(SIGINT, nullptr, &now) == 0);
+  CHECK(now.sa_handler == program_handler);
+  // Without a signal: each bar's end leaves the program's handler in place.
+  {
+    Harness first(params(10)), second(params(10));
+    first.bar.on_train_begin({});
+    second.bar.on_train_begin({});
+    second.bar.on_train_end({});
+    first.bar.on_train_end({});
+  }
+  REQUIRE(::sigaction(SIGINT, nullptr, &now) == 0);
+  CHECK(now.sa_handler == program_handler);
+  struct sigaction term {};
+  REQUIRE(::sigaction(SIGTERM, nullptr, &term) == 0);
+  CHECK(term.sa_handler == term_before.sa_handler);
+  ::sigaction(SIGINT, &before, nullptr);
+}
+
 TEST_CASE("without a handler of the program's, SIGINT still ends the process, its bar's line ended") {
   ScopedEnv tty("TNT_STDOUT_IS_TTY", "1");
   std::FILE* file = std::tmpfile();

@@ -131,6 +131,7 @@ class ProgressBar : public Callback {
   int width_ = 80;
   bool in_fit_ = false;
   bool catching_ = false;
+  bool owns_handler_ = false;   // this bar installed the signal handler (not another bar)
   int64_t steps_done_ = 0;
   int64_t epoch_steps_ = 0;     // the steps this epoch will run
   double epoch_start_ = 0;

@@ -129,6 +129,19 @@ void ProgressBar::detect_output() {
 void ProgressBar::catch_signals(bool on) {
   if (on == catching_) return;
   if (on) {
+    auto ours = [](int sig) {
+      struct sigaction current {};
+      return ::sigaction(sig, nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) &&
+             current.sa_sigaction == on_stop_signal;
+    };
+    if (ours(SIGINT) || ours(SIGTERM)) {
+      // Another bar (a user's, beside fit's own) has the handler: one is enough, and a
+      // second would save the first as "what was there before" and call itself.
+      catching_ = true;
+      owns_handler_ = false;
+      return;
+    }
+    owns_handler_ = true;
     g_bar_interrupted = 0;
     g_bar_line_open = 0;
     g_bar_fd = ::fileno(options_.out);
@@ -141,7 +154,7 @@ void ProgressBar::catch_signals(bool on) {
     // A program that ignores them keeps ignoring them.
     if (g_old_sigint.sa_handler == SIG_IGN) ::sigaction(SIGINT, &g_old_sigint, nullptr);
     if (g_old_sigterm.sa_handler == SIG_IGN) ::sigaction(SIGTERM, &g_old_sigterm, nullptr);
-  } else {
+  } else if (owns_handler_) {
     struct sigaction current {};
     // Give back what was there, unless the handler already did (the signal came).
     if (::sigaction(SIGINT, nullptr, &current) == 0 && current.sa_sigaction == on_stop_signal) {

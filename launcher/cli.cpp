@@ -12,10 +12,12 @@
 #define CXXOPTS_NO_REGEX true
 #include <cxxopts.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <map>
 
 namespace tnt::launcher {
 
@@ -119,6 +121,42 @@ std::pair<std::string, std::string> parse_export(const std::string& text) {
   return {key, text.substr(eq + 1)};
 }
 
+// cxxopts' own messages name no option when a value does not parse ("Argument 'maybe'
+// failed to parse"), and quote with typographic quotes: the words are checked here first,
+// as cxxopts reads them, so that every message names the option as the user wrote it.
+void check_words(const cxxopts::Options& parser, const std::vector<std::string>& words) {
+  std::map<std::string, bool> takes_value;  // every name, short and long, without dashes
+  for (const auto& group : parser.groups()) {
+    for (const auto& o : parser.group_help(group).options) {
+      if (!o.s.empty()) takes_value[o.s] = !o.is_boolean;
+      for (const auto& l : o.l) takes_value[l] = !o.is_boolean;
+    }
+  }
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (word.size() < 2 || word[0] != '-') continue;  // a stray word: refused after parsing
+    const bool long_form = word[1] == '-';
+    const size_t eq = long_form ? word.find('=') : std::string::npos;
+    const std::string name = long_form ? word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)
+                                       : word.substr(1, 1);
+    const std::string shown = (long_form ? "--" : "-") + name;
+    const auto option = takes_value.find(name);
+    if (option == takes_value.end()) {
+      throw InputError(fmt::format("{}: no such option (see tarantella --help)", excerpt(shown, 80)));
+    }
+    if (!option->second) {
+      const std::string value = eq == std::string::npos ? "true" : word.substr(eq + 1);
+      if (value != "true" && value != "false") {
+        throw InputError(fmt::format("{}: takes no value (or true or false), got '{}'", shown, excerpt(value, 80)));
+      }
+      continue;
+    }
+    if (eq != std::string::npos || (!long_form && word.size() > 2)) continue;  // --name=value, -n2
+    if (i + 1 == words.size()) throw InputError(fmt::format("{}: missing its value", shown));
+    ++i;
+  }
+}
+
 }  // namespace
 
 Options parse_command_line(const std::vector<std::string>& args) {
@@ -141,6 +179,7 @@ Options parse_command_line(const std::vector<std::string>& args) {
   std::vector<const char*> argv{"tarantella"};
   for (const auto& a : words) argv.push_back(a.c_str());
   auto parser = make_parser();
+  check_words(parser, words);
   cxxopts::ParseResult result;
   try {
     result = parser.parse(static_cast<int>(argv.size()), argv.data());
@@ -181,6 +220,21 @@ Options parse_command_line(const std::vector<std::string>& args) {
   if (rank_flags > 1) {
     throw InputError(fmt::format("ranks per node given {} times ({}); -n, --n-per-node and --devices-per-node "
                                  "are the same option, give one", rank_flags, rank_flag_names));
+  }
+
+  // cxxopts keeps the last of an option given twice: a user who wrote two hostfiles (or two
+  // --mpirun) meant one of them, and the launcher cannot know which.
+  for (const char* key : {"hostfile", "hosts", "fusion-threshold", "log-level", "timeline", "topology",
+                          "start-timeout", "exit-timeout", "heartbeat-timeout", "max-restarts", "launch-agent",
+                          "mpirun", "mpi-args"}) {
+    std::vector<std::string> values;
+    for (const auto& kv : result.arguments()) {
+      if (kv.key() == key) values.push_back(fmt::format("'{}'", excerpt(kv.value(), 80)));
+    }
+    if (values.size() > 1) {
+      throw InputError(fmt::format("{}{} given {} times ({}); give it once", std::string(key) == "hosts" ? "-H/" : "",
+                                   std::string("--") + key, values.size(), fmt::join(values, ", ")));
+    }
   }
 
   if (result.count("hostfile")) o.hostfile = result["hostfile"].as<std::string>();

@@ -14,6 +14,10 @@ namespace tnt::launcher {
 
 namespace {
 
+// Far more than any cluster's host list; a file beyond it (a device, a binary given by
+// mistake) is refused before it is read to its end, which for /dev/zero never comes.
+constexpr size_t max_hostfile_bytes = 16 * 1024 * 1024;
+
 bool valid_host_name(std::string_view name) {
   if (name.empty() || name.front() == '-' || name.front() == '.') return false;
   for (char c : name) {
@@ -26,7 +30,7 @@ bool valid_host_name(std::string_view name) {
 
 int parse_slots(std::string_view text, const std::string& where) {
   if (auto n = parse_count(text)) return *n;
-  throw InputError(fmt::format("{}: slots must be a positive integer, got '{}'", where, text));
+  throw InputError(fmt::format("{}: slots must be a positive integer, got '{}'", where, excerpt(text)));
 }
 
 // `host` or `host:N`
@@ -37,7 +41,8 @@ HostEntry parse_host_token(std::string_view token, const std::string& where) {
   std::string_view name = token.substr(0, colon);
   if (colon != std::string_view::npos) entry.slots = parse_slots(token.substr(colon + 1), where);
   if (!valid_host_name(name)) {
-    throw InputError(fmt::format("{}: '{}' is not a host name (letters, digits, '.', '-', '_')", where, name));
+    throw InputError(
+        fmt::format("{}: '{}' is not a host name (letters, digits, '.', '-', '_')", where, excerpt(name)));
   }
   entry.name = std::string(name);
   return entry;
@@ -83,7 +88,7 @@ HostList parse_hostfile(std::string_view text, std::string_view file_name) {
         entry.slots = parse_slots(tokens[t].substr(6), where);
       } else {
         throw InputError(fmt::format("{}: unexpected '{}' (a line is 'host', 'host slots=N' or 'host:N')",
-                                     where, tokens[t]));
+                                     where, excerpt(tokens[t])));
       }
     }
     entry.origin = fmt::format("line {}", line_no);
@@ -113,6 +118,11 @@ HostList read_hostfile(const std::string& path) {
     }
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max_hostfile_bytes) {
+      ::close(fd);
+      throw InputError(fmt::format("hostfile '{}' is larger than {} KiB: not a list of hosts", path,
+                                   max_hostfile_bytes / 1024));
+    }
   }
   ::close(fd);
   return parse_hostfile(text, path);
@@ -123,7 +133,7 @@ HostList parse_host_list(std::string_view list) {
   int item = 0;
   for (auto token : split(list, ',')) {
     ++item;
-    const std::string where = fmt::format("-H {}: item {}", list, item);
+    const std::string where = fmt::format("-H {}: item {}", excerpt(list, 80), item);
     token = trim(token);
     if (token.empty()) throw InputError(fmt::format("{} is empty", where));
     HostEntry entry = parse_host_token(token, where);

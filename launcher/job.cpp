@@ -1,6 +1,7 @@
 #include "job.hpp"
 
 #include "error.hpp"
+#include "mpirun_output.hpp"
 #include "rank_watch.hpp"
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -28,6 +30,23 @@ constexpr auto stop_grace = std::chrono::milliseconds(3000);
 // mpirun notices a lost daemon itself and ends the job within about a second; past this
 // the launcher ends it.
 constexpr auto lost_grace = std::chrono::milliseconds(3000);
+// A partial line of mpirun's standard error waits this long for the rest before it is
+// passed on as it is.
+constexpr auto partial_line_wait = std::chrono::milliseconds(100);
+// After mpirun exited, what is left of its standard error is read for at most this long
+// (a process it started on another host may still hold the pipe open).
+constexpr auto stderr_drain = std::chrono::milliseconds(1000);
+
+// Writes all of `text` to the launcher's standard error, as far as it takes it.
+void write_stderr(const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // closed or broken: nobody to tell
+    done += static_cast<size_t>(n);
+  }
+}
 
 // "rank 1 (host h2, local rank 0), rank 2 (host h2, local rank 1)", at most 8.
 std::string describe_ranks(const std::vector<LostRank>& ranks) {
@@ -40,10 +59,13 @@ std::string describe_ranks(const std::vector<LostRank>& ranks) {
   return out;
 }
 
-[[noreturn]] void exec_mpirun(const std::vector<std::string>& command, pid_t launcher, const sigset_t& original) {
+[[noreturn]] void exec_mpirun(const std::vector<std::string>& command, pid_t launcher, const sigset_t& original,
+                              int stderr_pipe) {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != launcher) ::_exit(128 + SIGTERM);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);  // ignored by the launcher alone (an ignored signal stays so across exec)
+  ::dup2(stderr_pipe, STDERR_FILENO);
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -76,13 +98,56 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   const int sfd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) throw system_error("signalfd");
 
+  // mpirun's standard error comes through the launcher (mpirun_output.hpp); its standard
+  // output and input stay the user's, terminal or not.
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(sfd);
+    throw system_error("pipe2");
+  }
+  // A user's stderr that is a closed pipe must not kill the launcher in the middle of a job.
+  ::signal(SIGPIPE, SIG_IGN);
   const pid_t self = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
     ::close(sfd);
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
     throw system_error("fork");
   }
-  if (child == 0) exec_mpirun(command, self, original);
+  if (child == 0) exec_mpirun(command, self, original, err_pipe[1]);
+  ::close(err_pipe[1]);
+  int err_fd = err_pipe[0];
+  ::fcntl(err_fd, F_SETFL, ::fcntl(err_fd, F_GETFL) | O_NONBLOCK);
+  MpirunOutputFilter filter;
+  // When a partial line (or a separator) that waits in the filter is passed on as it is.
+  Clock::time_point flush_at = Clock::time_point::max();
+  auto relay = [&] {
+    char buf[4096];
+    // Bounded, so that a flood of output does not keep the loop from the job's events.
+    for (int reads = 0; err_fd >= 0 && reads < 64; ++reads) {
+      const ssize_t n = ::read(err_fd, buf, sizeof buf);
+      if (n > 0) {
+        write_stderr(filter.feed(std::string_view(buf, static_cast<size_t>(n))));
+        // Counted from when the text began to wait: a progress bar that redraws its line
+        // without a newline is still shown at that pace.
+        if (!filter.pending()) {
+          flush_at = Clock::time_point::max();
+        } else if (flush_at == Clock::time_point::max()) {
+          flush_at = Clock::now() + partial_line_wait;
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) break;
+      ::close(err_fd);  // end of file: nothing will come any more
+      err_fd = -1;
+    }
+    if (filter.pending() && (err_fd < 0 || Clock::now() >= flush_at)) {
+      write_stderr(filter.flush());
+      flush_at = Clock::time_point::max();
+    }
+  };
 
   JobResult result;
   // When mpirun gets SIGKILL; max() while no stop is under way.
@@ -144,11 +209,11 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   while (!done) {
     lifeline_fds.clear();
     if (lifelines) lifelines->poll_fds(lifeline_fds);
-    fds.assign({{sfd, POLLIN, 0}, {server ? server->fd() : -1, POLLIN, 0}});
+    fds.assign({{sfd, POLLIN, 0}, {server ? server->fd() : -1, POLLIN, 0}, {err_fd, POLLIN, 0}});
     for (int fd : lifeline_fds) fds.push_back({fd, POLLIN, 0});
     // Wake for the SIGKILL of a stop under way, for the watch's next deadline, for the
     // lifelines' heartbeats and for a stop because ranks were lost.
-    Clock::time_point wake = std::min(kill_at, lost_stop_at);
+    Clock::time_point wake = std::min({kill_at, lost_stop_at, flush_at});
     if (watch && !result.interrupted_by && !result.verdict) wake = std::min(wake, watch->next_check());
     if (lifelines) wake = std::min(wake, lifelines->next_wake());
     int timeout = -1;
@@ -157,9 +222,15 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, 24LL * 3600 * 1000));
     }
     if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
-      ::waitpid(child, &result.mpirun_status, 0);  // cannot watch any more: just wait
+      // Cannot watch any more: just wait, still relaying mpirun's standard error (a full
+      // pipe would stop mpirun, and this wait with it).
+      while (::waitpid(child, &result.mpirun_status, WNOHANG) == 0) {
+        relay();
+        ::usleep(10000);
+      }
       break;
     }
+    relay();
     service_lifelines();
     if (server && (fds[1].revents & POLLIN)) take_reports();
     if (Clock::now() >= lost_stop_at) {
@@ -207,6 +278,18 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       done = true;
     }
   }
+  // The rest of mpirun's standard error, before the launcher's own account of the job.
+  const auto drain_until = Clock::now() + stderr_drain;
+  while (err_fd >= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_until - Clock::now()).count();
+    if (left <= 0) break;
+    pollfd pfd{err_fd, POLLIN, 0};
+    if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
+    relay();
+  }
+  if (err_fd >= 0) ::close(err_fd);
+  write_stderr(filter.flush());
+  result.mpirun_messages = filter.held_back();
   // Reports are sent before a rank exits, and mpirun exits after its ranks: whatever is
   // left is already queued.
   service_lifelines();

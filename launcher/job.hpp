@@ -11,7 +11,8 @@
 // not end, in time: it never waits forever on a job that cannot finish. With lifelines
 // (lifeline.hpp) it also ends the job when ranks are lost (mpirun is given 3 s to do it
 // first: it notices a dead daemon itself) or unreachable (at once: mpirun would wait for
-// a cut-off host forever).
+// a cut-off host forever). mpirun's standard error reaches the user through the launcher,
+// without Open MPI's restatement of a failure the launcher names itself (mpirun_output.hpp).
 #pragma once
 
 #include "lifeline.hpp"
@@ -34,6 +35,10 @@ struct JobResult {
     size_t failures_before = 0;  // how many of `failures` had arrived when it was found
   };
   std::vector<Loss> lost;  // lost or unreachable ranks, in the order found
+  // What mpirun wrote about the failure that the launcher reports itself (the MPI_ABORT
+  // banner and the like, mpirun_output.hpp): held back from the user's terminal, to be
+  // printed when the launcher has no account of its own.
+  std::string mpirun_messages;
 
   // A loss is news (a cause, not a consequence) when it came before any reported failure,
   // or when the rank was unreachable (no teardown makes a host unreachable).

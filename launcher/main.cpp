@@ -105,6 +105,10 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
       tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr, lifelines ? &*lifelines : nullptr);
 
   if (result.interrupted_by) return {128 + *result.interrupted_by, true};
+  // What mpirun said about a failure is held back when a rank's program ended with its
+  // own message and the launcher names that rank below; otherwise (ranks that did not
+  // start, lost hosts, mpirun failing by itself) it may be the only account there is.
+  if (result.failures.empty() || result.lost_first()) std::fputs(result.mpirun_messages.c_str(), stderr);
   const std::vector<tl::LostRank> news = result.news();
   // The watch printed why it ended the job; what the ranks reported while they were being
   // stopped is a consequence, not news. A teardown verdict follows a failure, which is.

@@ -5,7 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,11 +54,48 @@ ExecutableLookup find_executable(const std::string& name, const std::string& pat
   return first_problem;
 }
 
+std::optional<std::string> missing_interpreter(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  // The kernel reads at most this much of a "#!" line (BINPRM_BUF_SIZE).
+  char head[256];
+  ssize_t n = 0;
+  do {
+    n = ::read(fd, head, sizeof head);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n < 2 || head[0] != '#' || head[1] != '!') return std::nullopt;
+  std::string_view line(head + 2, static_cast<size_t>(n) - 2);
+  line = line.substr(0, line.find('\n'));
+  line = trim(line);
+  const std::string interpreter(line.substr(0, line.find_first_of(" \t")));
+  struct stat st {};
+  if (interpreter.empty() || ::stat(interpreter.c_str(), &st) == 0 || errno != ENOENT) return std::nullopt;
+  return interpreter;
+}
+
+std::string exec_failure_reason(const std::string& program, int err) {
+  if (err == ENOENT) {
+    const char* path_env = std::getenv("PATH");
+    const auto found = find_executable(program, path_env ? path_env : "/usr/local/bin:/usr/bin:/bin");
+    if (found.problem == ExecutableProblem::none) {
+      if (auto interpreter = missing_interpreter(found.path)) {
+        return fmt::format("its interpreter '{}' (named on its #! line) was not found", excerpt(*interpreter, 200));
+      }
+    }
+  }
+  return std::strerror(err);
+}
+
 void check_program(const std::string& program, const Environment& env) {
   auto found = find_executable(program, lookup(env, "PATH").value_or("/usr/local/bin:/usr/bin:/bin"));
   if (found.problem != ExecutableProblem::none) {
     throw InputError(problem_text(fmt::format("program '{}'", program), found,
                                   program.find('/') == std::string::npos));
+  }
+  if (auto interpreter = missing_interpreter(found.path)) {
+    throw InputError(fmt::format("program '{}': its interpreter '{}' (named on its #! line) was not found", program,
+                                 excerpt(*interpreter, 200)));
   }
 }
 

@@ -20,7 +20,17 @@ struct ExecutableLookup {
 // searched in `path_env` (a PATH value).
 ExecutableLookup find_executable(const std::string& name, const std::string& path_env);
 
-// Throws InputError naming the program and what is wrong with it.
+// The interpreter that the script at `path` names on its "#!" line, when that interpreter
+// does not exist (execve then fails with ENOENT, as if the script itself were missing);
+// nullopt for anything else (no such file, no "#!" line, an interpreter that exists).
+std::optional<std::string> missing_interpreter(const std::string& path);
+
+// Why `program` could not be started when exec failed with `err`: the interpreter of a
+// script that names a missing one, else strerror(err).
+std::string exec_failure_reason(const std::string& program, int err);
+
+// Throws InputError naming the program and what is wrong with it (also a script whose
+// interpreter does not exist).
 void check_program(const std::string& program, const Environment& env);
 
 // mpirun: --mpirun if given, else the one tarantella was built against, else mpirun on PATH.

@@ -5,6 +5,7 @@
 #include "gpus.hpp"
 #include "lifeline.hpp"
 #include "native_libs.hpp"
+#include "paths.hpp"
 #include "report.hpp"
 #include "text.hpp"
 #include "topology.hpp"
@@ -138,7 +139,8 @@ void forward(pid_t group, int sig) {
   argv.push_back(nullptr);
   ::execvp(argv[0], argv.data());
   const int err = errno;
-  std::fprintf(stderr, "tarantella: cannot run '%s' on %s: %s\n", argv[0], this_host_name().c_str(), std::strerror(err));
+  std::fprintf(stderr, "tarantella: cannot run '%s' on %s: %s\n", argv[0], this_host_name().c_str(),
+               exec_failure_reason(program.front(), err).c_str());
   not_started(exec_status, err, err == ENOENT ? 127 : 126);
 }
 

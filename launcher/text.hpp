@@ -64,4 +64,22 @@ inline bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
 
+// A piece of a user's file or argument as a message quotes it: at most `max` bytes, bytes
+// outside printable ASCII as \xNN, "..." when cut. A binary file given as a hostfile must
+// not write its bytes to the user's terminal, nor a megabyte line into one message.
+inline std::string excerpt(std::string_view s, size_t max = 40) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < max; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += {'\\', 'x', hex[c >> 4], hex[c & 0xf]};
+    }
+  }
+  if (s.size() > max) out += "...";
+  return out;
+}
+
 }  // namespace tnt::launcher

@@ -3,13 +3,19 @@
 #include <tarantella/tarantella.hpp>
 
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <system_error>
+#include <type_traits>
 
 namespace tnt_models {
 namespace {
@@ -30,13 +36,90 @@ std::string help_text(const std::string& summary, const std::vector<std::string>
   return text;
 }
 
+// Whole decimal numbers only ("-3", "42"), in T's range.
+template <typename T>
+std::string whole_number_problem(const std::string& text) {
+  // 64-bit signed: the flag's own check says what range makes sense.
+  const std::string expected =
+      std::is_same_v<T, int64_t> ? std::string("expected a whole number")
+                                 : fmt::format("expected a whole number from {} to {}", std::numeric_limits<T>::min(),
+                                               std::numeric_limits<T>::max());
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) return expected;
+  return "";
+}
+
+// Whether this process is the first rank of a job, or runs alone. Before MPI starts, the
+// rank is only known from the environment: the launcher's TNT_RANK, else Open MPI's.
+bool first_rank() {
+  for (const char* name : {"TNT_RANK", "OMPI_COMM_WORLD_RANK"}) {
+    if (const char* text = std::getenv(name)) return std::string(text) == "0";
+  }
+  return true;
+}
+
 }  // namespace
+
+FlagAdder& FlagAdder::operator()(const std::string& name, const std::string& help,
+                                 const std::shared_ptr<const cxxopts::Value>& value) {
+  namespace v = cxxopts::values;
+  FlagKind kind = FlagKind::text;
+  if (std::dynamic_pointer_cast<const v::standard_value<bool>>(value)) {
+    kind = FlagKind::boolean;
+  } else if (std::dynamic_pointer_cast<const v::standard_value<int>>(value)) {
+    kind = FlagKind::int32;
+  } else if (std::dynamic_pointer_cast<const v::standard_value<int64_t>>(value)) {
+    kind = FlagKind::int64;
+  } else if (std::dynamic_pointer_cast<const v::standard_value<uint64_t>>(value)) {
+    kind = FlagKind::uint64;
+  } else if (std::dynamic_pointer_cast<const v::standard_value<double>>(value)) {
+    kind = FlagKind::real;
+  }
+  // "h,help": a short and a long name of one flag.
+  std::istringstream names(name);
+  for (std::string n; std::getline(names, n, ',');) kinds_[n] = kind;
+  adder_(name, help, value);
+  return *this;
+}
+
+std::string flag_value_problem(FlagKind kind, const std::string& text) {
+  switch (kind) {
+    case FlagKind::text: return "";
+    case FlagKind::boolean: {
+      bool b = false;
+      try {
+        cxxopts::values::parse_value(text, b);
+      } catch (const std::exception&) {
+        return "expected true or false";
+      }
+      return "";
+    }
+    case FlagKind::int32: return whole_number_problem<int>(text);
+    case FlagKind::int64: return whole_number_problem<int64_t>(text);
+    case FlagKind::uint64: return whole_number_problem<uint64_t>(text);
+    case FlagKind::real: {
+      // strtod, not from_chars: it reads what a user writes ("1e-3", ".5", "+2"); the
+      // whole text must be the number, and it must be finite.
+      const char* begin = text.c_str();
+      char* end = nullptr;
+      errno = 0;
+      const double value = std::strtod(begin, &end);
+      const bool whole =
+          !text.empty() && end == begin + text.size() && !std::isspace(static_cast<unsigned char>(text[0]));
+      if (!whole || errno == ERANGE || !std::isfinite(value)) return "expected a finite number (such as 0.5 or 1e-3)";
+      return "";
+    }
+  }
+  return "";
+}
 
 ProgramFlags::ProgramFlags(const std::string& program, const std::string& summary,
                            const std::vector<std::string>& examples, const CommonFlagDefaults& defaults)
     : program_(program), cli_(program, help_text(summary, examples)) {
   // clang-format off
-  cli_.add_options()
+  add_options()
     ("data_dir", defaults.data_dir_help, cxxopts::value<std::string>()->default_value(defaults.data_dir))
     ("model_dir", defaults.model_dir_help, cxxopts::value<std::string>()->default_value(defaults.model_dir))
     ("batch_size", "GLOBAL batch size (split across the ranks)", cxxopts::value<int64_t>()->default_value(std::to_string(defaults.batch_size)))
@@ -49,13 +132,54 @@ ProgramFlags::ProgramFlags(const std::string& program, const std::string& summar
   // clang-format on
 }
 
+std::string ProgramFlags::first_problem(int argc, char** argv) const {
+  // The command line as cxxopts reads it: --name=value, or --name value for a flag that
+  // is not true/false; everything after "--" is positional (and refused after parsing).
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    if (word.size() < 2 || word[0] != '-') continue;
+    const bool long_form = word[1] == '-';
+    const size_t eq = word.find('=');
+    const std::string name =
+        long_form ? word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2) : word.substr(1, 1);
+    const std::string shown = (long_form ? "--" : "-") + name;
+    const auto kind = kinds_.find(name);
+    if (kind == kinds_.end()) return fmt::format("{}: no such flag", shown);
+    if (!long_form) continue;  // -h
+    std::string value;
+    if (eq != std::string::npos) {
+      value = word.substr(eq + 1);
+    } else if (kind->second == FlagKind::boolean) {
+      continue;
+    } else if (i + 1 == argc) {
+      return fmt::format("{}: missing its value (write {}=VALUE)", shown, shown);
+    } else {
+      value = argv[++i];
+    }
+    if (std::string problem = flag_value_problem(kind->second, value); !problem.empty()) {
+      return fmt::format("{}={}: {}", shown, value, problem);
+    }
+  }
+  return "";
+}
+
 std::optional<int> ProgramFlags::parse(int argc, char** argv) {
   // Added here rather than with the shared flags so that --help lists it last.
-  cli_.add_options()("h,help", "this help");
-  try {
-    args_ = cli_.parse(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << program_ << ": " << e.what() << " (see --help)\n";
+  add_options()("h,help", "this help");
+  std::string error = first_problem(argc, argv);
+  if (error.empty()) {
+    try {
+      args_ = cli_.parse(argc, argv);
+      if (!args_.unmatched().empty()) {
+        error = fmt::format("unexpected argument '{}': flags are written --name=value", args_.unmatched().front());
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!error.empty()) {
+    if (first_rank()) std::cerr << program_ << ": " << error << " (see --help)\n";
     return kExitBadCommandLine;
   }
   if (args_.count("help")) {
@@ -77,8 +201,13 @@ CommonFlags ProgramFlags::common() const {
   f.verbose = args_["verbose"].as<int>();
   f.enable_tensorboard = args_["enable_tensorboard"].as<bool>();
   TNT_INPUT_CHECK(f.batch_size > 0, "--batch_size={}: must be positive", f.batch_size);
+  TNT_INPUT_CHECK(f.batch_size >= tnt::size(),
+                  "--batch_size={}: smaller than the {} ranks (the global batch gives each rank at least one sample)",
+                  f.batch_size, tnt::size());
   TNT_INPUT_CHECK(f.train_epochs >= 0, "--train_epochs={}: must be at least 0", f.train_epochs);
   TNT_INPUT_CHECK(f.epochs_between_evals > 0, "--epochs_between_evals={}: must be positive", f.epochs_between_evals);
+  TNT_INPUT_CHECK(f.verbose >= 0 && f.verbose <= 2,
+                  "--verbose={}: expected 0 (silent), 1 (progress bar) or 2 (a line per epoch)", f.verbose);
   return f;
 }
 
@@ -169,6 +298,38 @@ Verdict check_model_dir_on_master(const ModelDir& dir) {
 }
 
 }  // namespace
+
+namespace {
+
+// The "__metadata__" of a safetensors file's JSON header (checkpoint.hpp: an 8-byte
+// little-endian length, then the JSON); empty when the header cannot be read.
+nlohmann::json checkpoint_metadata(const std::string& path) {
+  // Far beyond any header of ours; a larger length means a damaged file, for the loader.
+  constexpr uint64_t kMaxHeader = 100 << 20;
+  std::ifstream in(path, std::ios::binary);
+  unsigned char len_bytes[8] = {};
+  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return {};
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+  if (len == 0 || len > kMaxHeader) return {};
+  std::string header(len, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(len))) return {};
+  nlohmann::json json = nlohmann::json::parse(header, nullptr, false);
+  if (!json.is_object() || !json.contains("__metadata__") || !json["__metadata__"].is_object()) return {};
+  return json["__metadata__"];
+}
+
+}  // namespace
+
+void check_resume_seed(const std::string& checkpoint, uint64_t seed) {
+  const nlohmann::json metadata = checkpoint_metadata(checkpoint);
+  if (!metadata.contains(tnt::checkpoint_key::seed) || !metadata[tnt::checkpoint_key::seed].is_string()) return;
+  const std::string stored = metadata[tnt::checkpoint_key::seed].get<std::string>();
+  TNT_INPUT_CHECK(stored == std::to_string(seed),
+                  "--seed={}: the run being resumed ({}) was trained with --seed={}; give --seed={} to continue it, "
+                  "or --overwrite to start a new run",
+                  seed, checkpoint, stored, stored);
+}
 
 bool prepare_model_dir(const ModelDir& dir) {
   TNT_INPUT_CHECK(!(dir.resume && dir.overwrite),

@@ -20,6 +20,8 @@
 #endif
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +54,29 @@ struct CommonFlags {
   bool enable_tensorboard = false;  // TensorBoard event files under model_dir/{train,validation}
 };
 
+// What a flag's value must look like, taken from its cxxopts value type, so that a value
+// that does not parse is reported as "--flag=value: expected ..." rather than cxxopts' own
+// "Argument 'value' failed to parse", which names no flag.
+enum class FlagKind { text, boolean, int32, int64, uint64, real };
+
+// cxxopts' OptionAdder, recording the kind of each flag it adds.
+class FlagAdder {
+ public:
+  FlagAdder(cxxopts::OptionAdder adder, std::map<std::string, FlagKind>& kinds) : adder_(adder), kinds_(kinds) {}
+  FlagAdder& operator()(const std::string& name, const std::string& help,
+                        const std::shared_ptr<const cxxopts::Value>& value = cxxopts::value<bool>());
+
+ private:
+  cxxopts::OptionAdder adder_;
+  std::map<std::string, FlagKind>& kinds_;
+};
+
+// Why `text` is no value of a flag of `kind` ("expected a finite number"), or "" when it
+// is one. Stricter than cxxopts, which reads "1.5abc" as 1.5 and "0x10" as 16: a number is
+// written in decimal, whole; a real number is finite (nan and inf make no sense for any
+// flag here).
+std::string flag_value_problem(FlagKind kind, const std::string& text);
+
 class ProgramFlags {
  public:
   // Each example is one command line; a '\n' in it continues it on an indented line.
@@ -61,22 +86,31 @@ class ProgramFlags {
   ProgramFlags& operator=(const ProgramFlags&) = delete;
 
   // The program's own flags; --help lists them after the shared ones.
-  cxxopts::OptionAdder add_options() { return cli_.add_options(); }
+  FlagAdder add_options() { return FlagAdder(cli_.add_options(), kinds_); }
 
   // An exit status when the program should end here: 0 after printing --help, 2 after a
-  // command line that does not parse ("<program>: <why> (see --help)" on stderr).
+  // command line that does not parse ("<program>: <why> (see --help)" on stderr): a value
+  // that is not one of its flag's ("--batch_size=abc: expected a whole number"), an unknown
+  // flag, a flag without its value, a stray word (every flag is --name=value). Every rank ends so; only the
+  // first prints it (TNT_RANK, else Open MPI's rank, unset or 0), once for the whole job.
   std::optional<int> parse(int argc, char** argv);
 
   const cxxopts::ParseResult& args() const { return args_; }
 
   // The shared values, checked in this order: --batch_size, --train_epochs,
-  // --epochs_between_evals. Throws tnt::InputError naming the first bad one.
+  // --epochs_between_evals, --verbose. Throws tnt::InputError naming the first bad one.
   CommonFlags common() const;
 
  private:
+  // What is wrong with the first flag on the command line that cxxopts would refuse
+  // without naming it well: an unknown flag, a missing value, a value not of its kind
+  // ("--flag=value: expected ..."); "" when there is none.
+  std::string first_problem(int argc, char** argv) const;
+
   std::string program_;
   cxxopts::Options cli_;
   cxxopts::ParseResult args_;
+  std::map<std::string, FlagKind> kinds_;
 };
 
 // How a program uses --model_dir.
@@ -106,5 +140,12 @@ struct ModelDir {
 // attempt never got that far (the directory was refused) is checked as a first attempt.
 // Returns whether training continues from the checkpoint: --resume, or such a restart.
 bool prepare_model_dir(const ModelDir& dir);
+
+// Before a run continues from `checkpoint`: the seed that the run which wrote it was given
+// (its metadata "seed") must be this run's --seed, or the continued run would shuffle and
+// initialise unlike the one it claims to continue. Throws tnt::InputError naming both
+// seeds and the file. Reads only the file's header; a file without a seed, or one that
+// cannot be read, is left to Model::load_checkpoint to accept or refuse.
+void check_resume_seed(const std::string& checkpoint, uint64_t seed);
 
 }  // namespace tnt_models

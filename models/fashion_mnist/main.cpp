@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     ("scale_learning_rate", "scale the learning rate linearly with the global batch: lr * batch_size / 128", cxxopts::value<bool>()->default_value("false"))
     ("warmup_epochs", "raise the learning rate linearly from 0 over this many epochs (0: none)", cxxopts::value<double>()->default_value("0"))
     ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
-    ("num_train_samples", "use only the first N training samples (0 = all)", cxxopts::value<int64_t>()->default_value("0"))
+    ("num_train_samples", "use only the first N training samples (0 = all; more than the training set holds is refused)", cxxopts::value<int64_t>()->default_value("0"))
     ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"));
   // clang-format on
   if (std::optional<int> status = flags.parse(argc, argv)) return *status;
@@ -101,6 +101,20 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(model_kind == "cnn" || model_kind == "mlp", "--model={}: expected cnn or mlp", model_kind);
     TNT_INPUT_CHECK(opt_kind == "adam" || opt_kind == "sgd", "--optimizer={}: expected adam or sgd", opt_kind);
     const tnt_models::CommonFlags common = flags.common();
+    const int64_t micro_batch = args["micro_batch_size"].as<int64_t>();
+    // Checked here, alike on every rank (fit() checks each rank's own share, naming no flag).
+    TNT_INPUT_CHECK(micro_batch >= 0, "--micro_batch_size={}: must be positive (or 0: batch_size / ranks)",
+                    micro_batch);
+    const int64_t share = common.batch_size / tnt::size();
+    const bool even = common.batch_size % tnt::size() == 0;
+    if (micro_batch != 0 && even) {
+      TNT_INPUT_CHECK(micro_batch == share, "--micro_batch_size={}: must be 0 or --batch_size={} / {} ranks = {}",
+                      micro_batch, common.batch_size, tnt::size(), share);
+    }
+    TNT_INPUT_CHECK(micro_batch == 0 || even,
+                    "--micro_batch_size={}: must be 0 when --batch_size={} does not divide evenly over {} ranks (they "
+                    "take {} or {} samples)",
+                    micro_batch, common.batch_size, tnt::size(), share, share + 1);
     const int64_t num_train = args["num_train_samples"].as<int64_t>();
     TNT_INPUT_CHECK(num_train >= 0, "--num_train_samples={}: must be at least 0", num_train);
     TNT_INPUT_CHECK(
@@ -112,6 +126,10 @@ int main(int argc, char** argv) {
     const tnt::MnistExpect expect{.num_classes = 10, .height = 28, .width = 28};
     tnt::MnistSplit train = tnt::load_mnist_dir(common.data_dir, "train", expect);
     tnt::MnistSplit test = tnt::load_mnist_dir(common.data_dir, "t10k", expect);
+    // More samples than there are would silently train on fewer than asked for.
+    TNT_INPUT_CHECK(num_train <= train.images.dim(0),
+                    "--num_train_samples={}: the training set in --data_dir={} holds only {} samples (0 = all)",
+                    num_train, common.data_dir, train.images.dim(0));
     if (num_train > 0 && num_train < train.images.dim(0)) {
       train.images = train.images.slice_rows(0, num_train);
       train.labels = train.labels.slice_rows(0, num_train);
@@ -159,6 +177,7 @@ int main(int argc, char** argv) {
     int initial_epoch = 0;
     if (resume) {
       TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
+      tnt_models::check_resume_seed(checkpoint, common.seed);
       initial_epoch = model.load_checkpoint(checkpoint);
       tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
     }
@@ -177,7 +196,7 @@ int main(int argc, char** argv) {
     fit.epochs = common.train_epochs;
     fit.initial_epoch = initial_epoch;
     fit.verbose = common.verbose;
-    fit.micro_batch_size = args["micro_batch_size"].as<int64_t>();
+    fit.micro_batch_size = micro_batch;
     fit.validation_data = test_data;
     fit.validation_freq = common.epochs_between_evals;
     auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", initial_epoch > 0);

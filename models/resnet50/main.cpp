@@ -36,6 +36,12 @@ constexpr int64_t kImageNetTrainSamples = 1281167;
 constexpr int64_t kImageNetValSamples = 50000;
 // Bounds the memory of the synthetic pool: 256 images of 3x224x224 f32 are 154 MB.
 constexpr int64_t kMaxSyntheticPool = 256;
+// Sane limits of the flags that size resources: a batch of 1024x1024 images already
+// needs gigabytes per sample through the network, and a rank has no use for more decoding
+// threads than 256. Beyond them a typo would end in an allocation or thread failure that
+// names no flag.
+constexpr int64_t kMaxImageSize = 1024;
+constexpr int kMaxDataWorkers = 256;
 
 // Random images in [-1, 1) (roughly what normalisation gives) and labels in
 // [0, num_classes); `count` elements cycling through a pool generated once.
@@ -173,7 +179,7 @@ int main(int argc, char** argv) {
     ("synthetic_samples", "with --use_synthetic_data: training samples per epoch (ImageNet's size by default)", cxxopts::value<int64_t>()->default_value(std::to_string(kImageNetTrainSamples)))
     ("synthetic_eval_samples", "with --use_synthetic_data: evaluation samples (default: ImageNet's 50,000 per 1,281,167 training samples, in proportion to an epoch's training samples: --synthetic_samples, or --train_steps x --batch_size when fewer; at least one global batch)", cxxopts::value<int64_t>())
     ("num_classes", "number of classes", cxxopts::value<int64_t>()->default_value("1000"))
-    ("image_size", "image height and width (at least 32; small values for CPU tests)", cxxopts::value<int64_t>()->default_value("224"))
+    ("image_size", "image height and width (32 to 1024; small values for CPU tests)", cxxopts::value<int64_t>()->default_value("224"))
     ("base_learning_rate", "learning rate for a global batch of 256, scaled linearly to --batch_size", cxxopts::value<double>()->default_value("0.1"))
     ("warmup_epochs", "epochs of linear learning-rate warmup", cxxopts::value<int64_t>()->default_value("5"))
     ("label_smoothing", "label smoothing of the cross-entropy", cxxopts::value<double>()->default_value("0.0"))
@@ -181,7 +187,7 @@ int main(int argc, char** argv) {
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
     ("log_steps", "print images/s every this many steps (0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
-    ("data_workers", "threads decoding and augmenting images on each rank", cxxopts::value<int>()->default_value("4"));
+    ("data_workers", "threads decoding and augmenting images on each rank (1 to 256)", cxxopts::value<int>()->default_value("4"));
   // clang-format on
   if (std::optional<int> status = flags.parse(argc, argv)) return *status;
 
@@ -204,12 +210,14 @@ int main(int argc, char** argv) {
 
     TNT_INPUT_CHECK(num_classes >= 2, "--num_classes={}: must be at least 2", num_classes);
     TNT_INPUT_CHECK(image_size >= 32, "--image_size={}: must be at least 32 (ResNet-50 downsamples by 32)", image_size);
+    TNT_INPUT_CHECK(image_size <= kMaxImageSize, "--image_size={}: must be at most {}", image_size, kMaxImageSize);
     TNT_INPUT_CHECK(base_lr > 0, "--base_learning_rate={}: must be positive", base_lr);
     TNT_INPUT_CHECK(warmup_epochs >= 0, "--warmup_epochs={}: must be at least 0", warmup_epochs);
     TNT_INPUT_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label_smoothing={}: must be in [0, 1)",
                     label_smoothing);
     TNT_INPUT_CHECK(train_steps >= 0, "--train_steps={}: must be at least 0", train_steps);
-    TNT_INPUT_CHECK(data_workers >= 1, "--data_workers={}: must be at least 1", data_workers);
+    TNT_INPUT_CHECK(data_workers >= 1 && data_workers <= kMaxDataWorkers, "--data_workers={}: must be from 1 to {}",
+                    data_workers, kMaxDataWorkers);
     TNT_INPUT_CHECK(log_steps >= 0, "--log_steps={}: must be at least 0", log_steps);
     TNT_INPUT_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "fp16", "--dtype={}: expected fp32, bf16 or fp16",
                     dtype);

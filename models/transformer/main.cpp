@@ -410,16 +410,21 @@ int main(int argc, char** argv) {
     model.compile(std::make_shared<tnt::Adam>(schedule, adam),
                   std::make_shared<tnt::LabelSmoothingCrossEntropy>(p.label_smoothing));
 
-    tnt_models::prepare_model_dir({.path = common.model_dir,
-                                   .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors",
-                                               "translations.txt"},
-                                   .can_resume = true,
-                                   .resume = resume,
-                                   .overwrite = common.overwrite});
+    // Continues an earlier run's checkpoint: --resume, or a restart of the same launch
+    // (tarantella --max-restarts) after a rank or host failed.
+    const bool continue_run =
+        tnt_models::prepare_model_dir({.path = common.model_dir,
+                                       .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors",
+                                                   "translations.txt"},
+                                       .can_resume = true,
+                                       .resume = resume,
+                                       .overwrite = common.overwrite,
+                                       .checkpoint = "checkpoint.safetensors"});
     const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
     int initial_epoch = 0;
-    if (resume) {
+    if (continue_run) {
       TNT_INPUT_CHECK(fs::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
+      tnt_models::check_resume_seed(checkpoint, common.seed);
       initial_epoch = model.load_checkpoint(checkpoint);
       tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
     }

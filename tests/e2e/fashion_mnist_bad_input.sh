@@ -5,8 +5,13 @@
 #   fashion_mnist_bad_input.sh LAUNCHER PROGRAM CASE
 #
 # CASE: missing_data_dir, truncated_gzip, truncated_idx, corrupt_gzip,
-#       batch_smaller_than_ranks, micro_batch_mismatch, checkpoint_other_model, label_out_of_range,
-#       wrong_image_size
+#       batch_smaller_than_ranks, micro_batch_mismatch, checkpoint_other_model,
+#       micro_batch_uneven, negative_micro_batch, too_many_train_samples, resume_other_seed,
+#       checkpoint_negative_epoch, label_out_of_range, wrong_image_size
+#
+# Every case also checks that Open MPI's own account of the failure (the MPI_ABORT banner,
+# ORTE_ERROR_LOG lines naming its source files, "Primary job terminated normally") stays
+# out of the output: the ranks' messages and the launcher's line say what happened.
 source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
 [[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
 case_name=$3
@@ -35,6 +40,27 @@ expect_failure() {
   # A clear message, not a crash.
   if grep -Eq 'terminate called|Segmentation fault|core dumped|Assertion .* failed' <<<"$fm_out"; then
     fm_fail "$name: the program crashed instead of reporting the error"
+  fi
+  if grep -Eq 'MPI_ABORT|ORTE_ERROR_LOG|Primary job|exited with non-zero status|orte_base_help_aggregate' <<<"$fm_out"
+  then
+    fm_fail "$name: Open MPI's banner or log lines in the output"
+  else
+    fm_pass "$name: no Open MPI banner or log line"
+  fi
+  if grep -Eq 'tarantella: rank [01] \(host .*\) failed first: exit code [1-9]' <<<"$fm_out"; then
+    fm_pass "$name: the launcher names the rank that failed first"
+  else
+    fm_fail "$name: no 'tarantella: rank N (host ...) failed first: exit code ...' line"
+  fi
+}
+
+# Trains the MLP for one epoch on 1 rank with the given extra flags, for a checkpoint in
+# $fm_tmp/model (which job wrote it does not matter to the cases that use it).
+train_checkpoint() {
+  fm_run train_mlp -n 1 -x TNT_NUM_THREADS=1 -- "${small[@]}" "$@"
+  if [[ $fm_rc -ne 0 || ! -f $fm_tmp/model/checkpoint.safetensors ]]; then
+    fm_fail "train_mlp: training the MLP to make a checkpoint failed (exit status $fm_rc)"
+    fm_finish
   fi
 }
 
@@ -114,6 +140,7 @@ case $case_name in
     expect_failure "$case_name"
     fm_expect_grep "$case_name" "batch[ _]size[ =]1\b" "the batch size 1"
     fm_expect_grep "$case_name" "ranks? 2|2 ranks" "the number of ranks"
+    fm_expect_fixed "$case_name" "--batch_size=1: smaller than the 2 ranks" "the flag and the ranks"
     ;;
 
   micro_batch_mismatch)
@@ -122,23 +149,90 @@ case $case_name in
     expect_failure "$case_name"
     fm_expect_grep "$case_name" "micro_batch_size[ =]60\b" "the micro-batch size"
     fm_expect_grep "$case_name" "batch_size[ =]128\b" "the batch size"
+    # The flags, not the library's names for them ("fit: micro_batch_size=...").
+    fm_expect_fixed "$case_name" "--micro_batch_size=60: must be 0 or --batch_size=128 / 2 ranks = 64" "the flags"
+    ;;
+
+  micro_batch_uneven)
+    # 127 over 2 ranks is 64 and 63: a --micro_batch_size of 63 fits rank 1 only, and is
+    # refused by both ranks alike.
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --batch_size=127 --micro_batch_size=63
+    expect_failure "$case_name"
+    msg="--micro_batch_size=63: must be 0 when --batch_size=127 does not divide evenly over 2 ranks (they take 63 or 64 samples)"
+    n=$(grep -cFx -e "error (rank 0 of 2): $msg" -e "error (rank 1 of 2): $msg" <<<"$fm_out")
+    if [[ $n -eq 2 ]]; then fm_pass "$case_name: both ranks refuse it alike"; else fm_fail "$case_name: '$msg' from $n ranks, expected 2"; fi
     ;;
 
   checkpoint_other_model)
     # An MLP checkpoint given to the CNN: conv1/conv2 are missing, fc3 is unexpected and
     # fc1/fc2 have other shapes. The MLP trains on 1 rank: which job wrote a checkpoint does
     # not matter here, and the 2-rank training has its own test (master_output).
-    fm_run train_mlp -n 1 -x TNT_NUM_THREADS=1 -- "${small[@]}"
-    if [[ $fm_rc -ne 0 || ! -f $fm_tmp/model/checkpoint.safetensors ]]; then
-      fm_fail "train_mlp: training the MLP to make a checkpoint failed (exit status $fm_rc)"
-      fm_finish
-    fi
+    train_checkpoint
     fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --model=cnn --train_epochs=2 --resume
     expect_failure "$case_name"
     fm_expect_fixed "$case_name" "$fm_tmp/model/checkpoint.safetensors" "the checkpoint"
     fm_expect_grep "$case_name" "conv1\.weight" "a missing tensor (conv1.weight)"
     fm_expect_grep "$case_name" "fc3\.weight" "an unexpected tensor (fc3.weight)"
     fm_expect_grep "$case_name" "fc1\.weight" "a tensor of another shape (fc1.weight)"
+    ;;
+
+  negative_micro_batch)
+    # Taken before as "not given" (0): a negative per-rank batch is a mistake.
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --micro_batch_size=-3
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "--micro_batch_size=-3: must be positive (or 0: batch_size / ranks)" "the flag"
+    ;;
+
+  too_many_train_samples)
+    # More samples than the training set holds trained on all of them, silently.
+    fm_need_data
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --num_train_samples=60001
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "--num_train_samples=60001: the training set in --data_dir=$fm_data holds only 60000 samples" \
+      "the flag and the size of the training set"
+    ;;
+
+  resume_other_seed)
+    # The checkpoint records the seed of the run that wrote it.
+    train_checkpoint --seed=7
+    cp "$fm_tmp/model/checkpoint.safetensors" "$fm_tmp/checkpoint.before"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --seed=8 --train_epochs=2 --resume
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" \
+      "--seed=8: the run being resumed ($fm_tmp/model/checkpoint.safetensors) was trained with --seed=7; give --seed=7" \
+      "both seeds and the checkpoint"
+    if cmp -s "$fm_tmp/checkpoint.before" "$fm_tmp/model/checkpoint.safetensors"; then
+      fm_pass "$case_name: the checkpoint is left as it was"
+    else
+      fm_fail "$case_name: the checkpoint changed"
+    fi
+    # The same seed continues it.
+    fm_run resume_same_seed "${launch[@]}" -- "${small[@]}" --seed=7 --train_epochs=2 --resume
+    if [[ $fm_rc -eq 0 ]]; then fm_pass "resume_same_seed: exit status 0"; else fm_fail "resume_same_seed: exit status $fm_rc"; fi
+    ;;
+
+  checkpoint_negative_epoch)
+    # A checkpoint whose metadata says epoch -5 (damaged, or written by something else):
+    # refused at load, naming the file, rather than training from "epoch -5".
+    train_checkpoint
+    python=${PYTHON:-python3}
+    command -v "$python" >/dev/null || python=/usr/bin/python3
+    "$python" - "$fm_tmp/model/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = open(path, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+header["__metadata__"]["epoch"] = "-5"
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" \
+      "checkpoint '$fm_tmp/model/checkpoint.safetensors': metadata epoch=-5 is not a number of epochs completed" \
+      "the file and the epoch"
     ;;
 
   *)

@@ -15,7 +15,8 @@
 # bleu_files_mismatch: --bleu_source and --bleu_ref of different line counts, or one
 #   without the other, are refused before training.
 # resume: a second run in the same --model_dir is refused without --resume or --overwrite;
-#   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once.
+#   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once;
+#   a restart of the same launch (TNT_RUN_ID, TNT_RESTART=1) continues without --resume.
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
 #   both BLEU lines are printed, translations.txt has one line per source line, and
 #   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
@@ -221,6 +222,15 @@ case $case_name in
     run 2 "${common[@]}" --train_epochs=3 --resume
     if [[ $rc -eq 0 ]] && grep -q "Resuming from $tmp/m/checkpoint.safetensors at epoch 2" <<<"$out"; then pass "--resume continues at epoch 2"; else fail "--resume: exit $rc or no 'Resuming ... at epoch 2'"; fi
     if [[ $(cut -d, -f1 "$tmp/m/history.csv" | tr '\n' ' ') == "epoch 1 2 3 " ]]; then pass "history.csv has epochs 1, 2, 3 once each"; else fail "history.csv: $(cut -d, -f1 "$tmp/m/history.csv" | tr '\n' ' ')"; fi
+    # A restart of the same launch (what tarantella --max-restarts sets for each attempt)
+    # continues from the checkpoint without --resume; the first attempt starts fresh.
+    export TNT_RUN_ID=transformer-e2e-launch
+    common=("${common[@]/--model_dir=*/--model_dir=$tmp/r}")
+    TNT_RESTART=0 run 2 "${common[@]}" --train_epochs=2
+    if [[ $rc -eq 0 && -s $tmp/r/checkpoint.safetensors ]]; then pass "attempt 0: exit 0, checkpoint"; else fail "attempt 0: exit $rc or no checkpoint"; fi
+    TNT_RESTART=1 run 2 "${common[@]}" --train_epochs=3
+    if [[ $rc -eq 0 ]] && grep -q "Resuming from $tmp/r/checkpoint.safetensors at epoch 2" <<<"$out"; then pass "restart 1 continues at epoch 2"; else fail "restart 1: exit $rc or no 'Resuming ... at epoch 2'"; fi
+    unset TNT_RUN_ID
     ;;
   *)
     echo "unknown case $case_name" >&2

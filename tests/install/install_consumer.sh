@@ -130,5 +130,25 @@ for prog in "$tmp/cmake-build/prog" "$tmp/prog_pc"; do
   done
 done
 
+# --- the example project of docs/coming-from.md ---------------------------------------------
+# A custom layer with a CPU and a CUDA engine (the CUDA one compiles when the installed
+# library has CUDA), a custom loss and metric, trained on 2 ranks; its checkpoint is read by
+# the example's 40-line Python reader into PyTorch with strict=True, whose predictions must
+# match the ones the program wrote.
+example_src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../examples/custom_layer" && pwd)
+cp -r "$example_src" "$tmp/example"
+step "configure examples/custom_layer" "$cmake" -S "$tmp/example" -B "$tmp/example-build" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+step "build examples/custom_layer" "$cmake" --build "$tmp/example-build"
+if grep -q 'TNT_WITH_CUDA_BUILD 1' "$prefix/include/tarantella/build_config.hpp"; then
+  if [[ -n $(find "$tmp/example-build" -name 'scaled_tanh_cuda.cu.o') ]]; then pass "the example's CUDA engine compiled"; else fail "the library has CUDA but the example's CUDA engine was not built"; fi
+fi
+mkdir -p "$tmp/example-out"
+run "examples/custom_layer on 2 ranks" "$prefix/bin/tarantella" -n 2 -x TNT_NUM_THREADS=1 -- \
+  "$tmp/example-build/custom_layer" "$tmp/example-out"
+if grep -q '^ranks 2: final loss' <<<"$out"; then pass "example: trained on 2 ranks"; else fail "example: no 'ranks 2: final loss' line"; fi
+python=$(PATH=/usr/bin:$PATH command -v python3)
+run "read_checkpoint.py loads the example's checkpoint into PyTorch" "$python" "$tmp/example/read_checkpoint.py" "$tmp/example-out"
+
 if [[ $failures -gt 0 ]]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all checks passed"

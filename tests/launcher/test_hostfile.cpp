@@ -87,6 +87,22 @@ TEST_CASE("hostfile: every error names the file and the line", "[hostfile]") {
   CHECK(error_of("") == "hostfile 'hosts' lists no hosts (only blank lines and comments)");
 }
 
+TEST_CASE("hostfile: binary garbage is quoted as a short, escaped excerpt", "[hostfile]") {
+  std::string garbage = "\x7f" "ELF\x02\x01\x01";
+  garbage += std::string("\0\xff\x1b[2J", 6);
+  garbage += std::string(5000, 'A');
+  const std::string e = error_of(garbage);
+  CHECK(e == "hostfile 'hosts', line 1: '\\x7fELF\\x02\\x01\\x01\\x00\\xff\\x1b[2J" + std::string(27, 'A') +
+                 "...' is not a host name (letters, digits, '.', '-', '_')");
+  // Nothing but printable ASCII reaches the terminal.
+  for (char c : e) CHECK((c >= 0x20 && c < 0x7f));
+  CHECK(error_of("node1 slots=\x01\x02") ==
+        "hostfile 'hosts', line 1: slots must be a positive integer, got '\\x01\\x02'");
+  CHECK(error_of("node1 \x1b]0;title\x07") ==
+        "hostfile 'hosts', line 1: unexpected '\\x1b]0;title\\x07' (a line is 'host', 'host slots=N' or 'host:N')");
+  CHECK(list_error_of("n1,\x01") == "-H n1,\\x01: item 2: '\\x01' is not a host name (letters, digits, '.', '-', '_')");
+}
+
 TEST_CASE("hostfile: reading files", "[hostfile]") {
   char dir_template[] = "/tmp/tnt_hostfile_XXXXXX";
   REQUIRE(::mkdtemp(dir_template) != nullptr);
@@ -108,6 +124,8 @@ TEST_CASE("hostfile: reading files", "[hostfile]") {
   CHECK(error_reading(missing) == "cannot read hostfile '" + missing + "': No such file or directory");
   CHECK(error_reading(dir) == "cannot read hostfile '" + dir + "': Is a directory");
   CHECK_THAT(error_reading(empty), Catch::Contains("lists no hosts"));
+  // A device that never ends is refused, not read forever.
+  CHECK(error_reading("/dev/zero") == "hostfile '/dev/zero' is larger than 16384 KiB: not a list of hosts");
   if (::geteuid() != 0) {  // root reads files regardless of their mode
     const std::string locked = dir + "/locked";
     std::ofstream(locked) << "n1\n";

@@ -11,8 +11,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <poll.h>
 #include <sys/stat.h>
@@ -135,6 +137,35 @@ TEST_CASE("paths: finding executables like execvp", "[paths]") {
                     "program 'no-such-program-xyz': not found in PATH");
   CHECK_NOTHROW(check_program("sh", {{"PATH", "/bin:/usr/bin"}}));
 
+}
+
+TEST_CASE("paths: a script whose interpreter does not exist", "[paths]") {
+  char dir[] = "/tmp/tnt_interp_XXXXXX";
+  REQUIRE(::mkdtemp(dir) != nullptr);
+  const std::string script = std::string(dir) + "/job.sh";
+  auto write_script = [&](const std::string& text) {
+    std::ofstream(script) << text;
+    ::chmod(script.c_str(), 0755);
+  };
+  write_script("#!/nonexistent/interp -x\necho hi\n");
+  CHECK(missing_interpreter(script) == "/nonexistent/interp");
+  CHECK_THROWS_WITH(check_program(script, {}), "program '" + script +
+                                                   "': its interpreter '/nonexistent/interp' (named on its #! line) "
+                                                   "was not found");
+  // What the per-rank step says when exec fails on a host where the launcher's check could
+  // not look (ENOENT would otherwise blame the script).
+  CHECK(exec_failure_reason(script, ENOENT) ==
+        "its interpreter '/nonexistent/interp' (named on its #! line) was not found");
+  CHECK(exec_failure_reason(script, EACCES) == std::strerror(EACCES));
+  CHECK(exec_failure_reason("/no/such/program", ENOENT) == std::strerror(ENOENT));
+  write_script("#! /bin/sh\necho hi\n");
+  CHECK_FALSE(missing_interpreter(script));
+  CHECK_NOTHROW(check_program(script, {}));
+  write_script("echo no interpreter line\n");
+  CHECK_FALSE(missing_interpreter(script));
+  CHECK_FALSE(missing_interpreter("/no/such/script"));
+  std::remove(script.c_str());
+  ::rmdir(dir);
 }
 
 TEST_CASE("paths: choosing mpirun", "[paths]") {

@@ -72,3 +72,15 @@ TEST_CASE("optim cuda: state follows a parameter moved to the GPU") {
   opt.step({{"w", &p}});
   CHECK(opt.named_state()[0].tensor.device() == test::gpu());
 }
+
+// Clipping on the GPU: the value kernel against the CPU loop, and the norms from the CUDA
+// reduction (another summation order than the CPU's, so the factor may differ in its last
+// f32 bit: within the rtol above). random_tensor's 100003 elements have norms far above
+// these limits, so every step is clipped.
+TEST_CASE("optim cuda: gradient clipping matches the CPU") {
+  compare([] { return std::make_unique<SGD>(0.1, SgdOptions{.clipping = {.value = 0.25}}); }, "clip_value");
+  compare([] { return std::make_unique<SGD>(0.1, SgdOptions{.momentum = 0.9, .clipping = {.norm = 1.0}}); },
+          "clip_norm");
+  compare([] { return std::make_unique<Adam>(1e-2, AdamOptions{.clipping = {.value = 0.5, .global_norm = 2.0}}); },
+          "clip_global_norm");
+}

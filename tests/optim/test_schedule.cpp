@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "tarantella/check.hpp"
+#include "tarantella/optim.hpp"
 #include "tarantella/schedule.hpp"
 
 #include <cmath>
@@ -81,4 +82,38 @@ TEST_CASE("schedule: inverse square root with warmup (Transformer)") {
   }
   InverseSqrtWithWarmup scaled(512, 16000, 2.0);  // the TF official big model's setting
   CHECK(scaled.lr(16000) == Approx(2.0 / std::sqrt(512.0 * 16000.0)).epsilon(1e-14));
+}
+
+// Optimizer::set_lr_factor (ReduceLROnPlateau's reductions) on a schedule: with s the
+// schedule's rate, min(s, max(factor * s, floor)). Powers of two keep the products exact.
+TEST_CASE("schedule: an optimizer's learning-rate factor scales the schedule, floored, never above it") {
+  auto cosine = std::make_shared<CosineSchedule>(0.5, 100, 0.0, 10);
+  SGD sgd(cosine);
+  auto rate_at = [&](int64_t step) {
+    sgd.set_step_count(step);
+    return sgd.learning_rate();
+  };
+  for (int64_t step : {0, 5, 10, 50, 100}) {
+    INFO("step " << step);
+    sgd.set_lr_factor(1.0);
+    CHECK(rate_at(step) == cosine->lr(step));  // factor 1: the schedule, bit for bit
+    sgd.set_lr_factor(0.25);
+    CHECK(rate_at(step) == 0.25 * cosine->lr(step));  // warmup and decay keep their shape
+    sgd.set_lr_factor(0.25, 0.05);
+    // The floor holds the reduced rate at 0.05, but never lifts it above the schedule
+    // (0 at step 0 and at the end, 0.25 in mid-warmup).
+    CHECK(rate_at(step) == std::min(cosine->lr(step), std::max(0.25 * cosine->lr(step), 0.05)));
+  }
+  // Worked out: warmup s = 0.5 * step / 10.
+  sgd.set_lr_factor(0.25, 0.05);
+  CHECK(rate_at(0) == 0.0);     // s = 0: the floor does not lift it
+  CHECK(rate_at(2) == 0.05);    // s = 0.1, 0.25 s = 0.025: floored
+  CHECK(rate_at(5) == 0.0625);  // s = 0.25, 0.25 s = 0.0625: above the floor
+  // set_learning_rate gives the rate itself: the factor is folded in (reset to 1).
+  sgd.set_learning_rate(0.125);
+  CHECK(sgd.lr_factor() == 1.0);
+  CHECK(sgd.learning_rate() == 0.125);
+  CHECK_THROWS_AS(sgd.set_lr_factor(0.0), InputError);
+  CHECK_THROWS_AS(sgd.set_lr_factor(1.5), InputError);
+  CHECK_THROWS_AS(sgd.set_lr_factor(0.5, -1.0), InputError);
 }

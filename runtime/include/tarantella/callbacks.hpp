@@ -7,6 +7,8 @@
 // ranks would disagree and the job would hang).
 #pragma once
 
+#include "tarantella/tensor.hpp"
+
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -191,23 +193,66 @@ class ModelCheckpoint : public Callback {
 
 // Stops training when the monitored metric has not improved by min_delta for patience
 // epochs. Runs on every rank (the metric is global, so all ranks stop together).
+// restore_best_weights: the weights (parameters and buffers) at the end of the best epoch
+// are kept, and put back at the end of training, whether it stopped early or ran all its
+// epochs (Keras restores only when it stopped; a run that ended on a worse epoch wants the
+// best one just as much). Every rank keeps its own copy, so every rank restores the same
+// parameters (BatchNorm's statistics, local to each rank, come back as that rank had them).
 class EarlyStopping : public Callback {
  public:
   EarlyStopping(std::string monitor = "val_loss", double min_delta = 0.0, int patience = 0,
-                MonitorMode mode = MonitorMode::automatic);
+                MonitorMode mode = MonitorMode::automatic, bool restore_best_weights = false);
   void on_train_begin(const Logs&) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  void on_train_end(const Logs&) override;
   int stopped_epoch() const { return stopped_epoch_; }
+  int best_epoch() const { return best_epoch_; }  // 0-based; -1 before the metric was seen
 
  private:
   std::string monitor_;
   double min_delta_;
   int patience_;
   MonitorMode mode_;
+  bool restore_best_weights_;
+  double best_ = 0;
+  bool have_best_ = false;
+  int best_epoch_ = -1;
+  int wait_ = 0;
+  int stopped_epoch_ = -1;
+  std::vector<Tensor> best_weights_;  // named_parameters() then named_buffers(), on their devices
+};
+
+// Keras' ReduceLROnPlateau: once the monitored metric has not improved by min_delta for
+// patience epochs, the learning rate is multiplied by factor (in (0, 1)), never below min_lr;
+// then cooldown epochs pass before epochs without improvement count again. It composes with
+// the optimizer's schedule as a factor on top of it (Optimizer::set_lr_factor): a warmup or
+// a decay keeps its shape, scaled by factor^k after k reductions, floored at min_lr; a
+// reduction is made only while the current rate is above min_lr. The history's
+// "learning_rate" is the rate each epoch trained with (Keras' "lr"), so a reduction at the
+// end of epoch k shows in the row of epoch k + 1. Runs on every rank: the metric is global
+// (allreduced, equal on every rank), so every rank reduces at the same epoch.
+// Bad arguments are an InputError naming the argument.
+class ReduceLROnPlateau : public Callback {
+ public:
+  ReduceLROnPlateau(std::string monitor = "val_loss", double factor = 0.1, int patience = 10, double min_delta = 1e-4,
+                    int cooldown = 0, double min_lr = 0.0, MonitorMode mode = MonitorMode::automatic);
+  void on_train_begin(const Logs&) override;
+  void on_epoch_end(int epoch, const Logs& logs) override;
+  int reductions() const { return reductions_; }  // made in this fit
+
+ private:
+  std::string monitor_;
+  double factor_;
+  int patience_;
+  double min_delta_;
+  int cooldown_;
+  double min_lr_;
+  MonitorMode mode_;
   double best_ = 0;
   bool have_best_ = false;
   int wait_ = 0;
-  int stopped_epoch_ = -1;
+  int cooldown_left_ = 0;
+  int reductions_ = 0;
 };
 
 // Sets the optimizer's learning rate at the start of every epoch from fn(epoch, current lr).

@@ -9,7 +9,8 @@
 // Conventions of a training checkpoint (written by Model, read by anyone): weights under
 // their PyTorch names and layouts ("conv1.weight" [out, in, kh, kw], "fc.weight"
 // [out, in], "bn1.running_mean"), so the file loads into the same PyTorch model;
-// optimizer state under "optimizer.<parameter name>.<slot>" (e.g. ".momentum", ".exp_avg");
+// optimizer state under "optimizer.<parameter name>.<slot>" with PyTorch's slot names (SGD:
+// ".momentum_buffer"; Adam: ".exp_avg", ".exp_avg_sq", ".step");
 // the training position in the metadata as decimal strings (keys below); anything
 // structured as JSON text inside a metadata value.
 //

@@ -17,12 +17,22 @@
 // Every call returns when the data is complete on this rank (device collectives: the
 // host waits for the NCCL stream, so the result is visible to every stream afterwards).
 // A collective that does not complete within timeout() seconds (TNT_COLLECTIVE_TIMEOUT,
-// default 600, or set_timeout) throws CommError on the ranks that wait, naming the
-// operation, its number on this communicator, and, where it can be known, the ranks that
-// never entered it or could not be asked, with their hosts when the job spans several
-// (each rank answers "the last collective I entered" on a small TCP socket of its own,
-// beside MPI; ranks are asked only after the deadline). After a CommError the
-// communicator, and the buffer of the failed call, must not be used again: end the job.
+// default 600, or set_timeout; 0 = no timeout) throws CommError on the ranks that wait,
+// naming the operation, its number on this communicator, where it can be known the ranks
+// that never entered it or could not be asked, with their hosts when the job spans
+// several, and where each rank is: in which collective, or in none since which one. Each
+// rank answers "the collectives I entered and finished last, and what they were" on a
+// small TCP socket of its own, beside MPI.
+//
+// A broken contract fails sooner. A host collective still waiting after 1.5 s asks the
+// other ranks (then again after 3, 6, ... up to every 30 s; a collective whose ranks
+// arrive together never asks): if two ranks called different collectives under one
+// number (a collective under is_master_rank(), say), it throws CommError at once naming
+// both calls and the fix; ranks that are merely late are waited for. A collective started
+// inside a callback that does not run on every rank (Callback::Ranks other than all)
+// throws InputError on this rank before it is numbered, naming the callback. After a
+// CommError the communicator, and the buffer of the failed call, must not be used again:
+// end the job.
 #pragma once
 
 #include "tarantella/config.hpp"

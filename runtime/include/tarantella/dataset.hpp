@@ -1,10 +1,11 @@
 // Datasets: lazy, value-type pipelines of elements, and their distribution across ranks.
 //
 // An element is a std::vector<Tensor> of columns (e.g. {image (C, H, W), label ()}) on the
-// host. A Dataset is an immutable description (copying it is cheap: the stages are shared);
-// iterate(epoch) starts a fresh pass. Every random choice depends only on (seed, epoch), so
-// a pass is reproducible: the same dataset built the same way gives the same elements in
-// the same order on every rank and in every run.
+// host; for Model a last column after the target may hold the sample's loss weight, f32 ()
+// (see Batch::sample_weights). A Dataset is an immutable description (copying it is cheap:
+// the stages are shared); iterate(epoch) starts a fresh pass. Every random choice depends
+// only on (seed, epoch), so a pass is reproducible: the same dataset built the same way
+// gives the same elements in the same order on every rank and in every run.
 //
 // Elements may share storage with the source (from_tensors hands out row views), so a map
 // function must return new tensors rather than write into its input. Source and map
@@ -126,6 +127,9 @@ class Dataset {
 
   // Elements per pass; -1 when unknown or infinite.
   int64_t cardinality() const;
+  // Whether the order of elements changes from epoch to epoch (shuffle() in the pipeline, or
+  // a source that shuffles itself, such as ImageNet's sample list).
+  bool reshuffles_each_epoch() const;
   Iterator iterate(int64_t epoch = 0) const;
 
   // Internal: datasets are built from stages defined in runtime/src/data.
@@ -153,6 +157,12 @@ struct Batch {
   int64_t global_batch_size = 0;    // B, as the user gave it
   int64_t step = 0;                 // index of the global batch in this pass
   int64_t sample_offset = 0;        // index of this rank's first sample in the global batch
+  // Per-sample loss weights (b,) f32 on the host, undefined: all 1. The datasets leave it
+  // undefined: a sample weight is one more column of an element, {inputs..., target,
+  // sample_weight} (Keras' (x, y, sample_weight)), so it stays with its sample through
+  // shuffle, distribute and map, and a padding row copies a real row's weight but is still
+  // not real. Model moves that column here (times FitOptions::class_weight, model.hpp).
+  Tensor sample_weights;
 };
 
 // A rank's view of a dataset cut into global batches. Every rank must build it from the

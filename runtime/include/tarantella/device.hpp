@@ -23,6 +23,11 @@ struct Device {
 // True when this build has the CUDA backend AND a CUDA device can be used at run time.
 bool cuda_available();
 int cuda_device_count();  // 0 on CPU-only builds
+// The stream (a cudaStream_t) every engine of libtarantella launches on for this CUDA
+// device. A custom layer's CUDA kernels go on it too: they are then ordered with the other
+// layers and with the gradient allreduce, and need no synchronisation of their own.
+// Throws tnt::Error for a CPU device or in a build without CUDA.
+void* cuda_stream(Device device);
 
 struct MemoryStats {
   size_t current_bytes = 0;  // handed out to tensors now

@@ -1,15 +1,28 @@
 // Losses. forward() returns the loss as a 1-element f32 tensor on the predictions' device:
 // the SUM of the per-sample losses of this rank's samples divided by `global_batch`, the
-// number the caller supplies (the GLOBAL batch size in data-parallel training, so that the
-// allreduced gradients equal the serial ones; 0 means this call's own sample count).
-// backward() returns d(loss)/d(predictions) times `scale` (loss scaling).
+// number the caller supplies; 0 means this call's own sample count. Model passes:
+//   - in training, the number of real samples of the GLOBAL batch (or its real tokens, see
+//     normalizes_by_tokens), so that the allreduced gradients equal the serial ones;
+//   - in evaluation (evaluate, and validation inside fit), 1: the plain sum of this rank's
+//     per-sample losses, which Model sums over the ranks and divides by the global count.
+// forward() only ever sees real samples: the padding rows of a last partial batch are cut
+// off before the call. backward() returns d(loss)/d(predictions) times `scale` (loss scaling).
+//
+// Sample weights (Keras' sample_weight): forward_weighted() multiplies sample i's loss by
+// w_i and still divides the sum by global_batch, sum_i(w_i * l_i) / global_batch (not by the
+// sum of the weights), so weights of 1 equal no weights, a weight of 0 takes the sample out of
+// the sum (and its gradient is 0) while global_batch stays, and p ranks on a global batch
+// equal one rank. backward() after it returns each sample's gradient times w_i. A sample of
+// weight 0 contributes exactly 0 even when its own loss is infinite.
 #pragma once
 
 #include "tarantella/layer.hpp"
 #include "tarantella/tensor.hpp"
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace tnt {
 
@@ -21,6 +34,17 @@ class Loss {
                          SavedState& saved) = 0;
   virtual Tensor backward(SavedState& saved, double scale = 1.0) = 0;
   static double value(const Tensor& loss);  // the loss as a double (copies from the device)
+  // sample_weights: (N) f32 on the predictions' device, N = predictions.dim(0), each finite
+  // and >= 0 (the caller checks; Model does, on the host); undefined = no weights (forward).
+  // Losses that do not support weights (supports_sample_weights() false) refuse defined
+  // weights with an InputError naming the loss.
+  virtual bool supports_sample_weights() const { return false; }
+  virtual Tensor forward_weighted(const Tensor& predictions, const Tensor& targets, const Tensor& sample_weights,
+                                  int64_t global_batch, SavedState& saved);
+  // For class weights (Keras' class_weight): the class of each sample, from host targets.
+  // Losses whose targets are not one class per sample refuse with an InputError that names
+  // the loss and the reason (the default; SoftmaxCrossEntropy and BinaryCrossEntropy override).
+  virtual std::vector<int64_t> sample_classes(const Tensor& targets) const;
   // What global_batch counts. By default samples: Model passes the global number of real
   // samples. A loss that averages over tokens returns true and counts the real tokens of
   // its targets in count_tokens; Model then passes the sum of count_tokens over the ranks
@@ -39,13 +63,18 @@ using LossPtr = std::shared_ptr<Loss>;
 // row of K logits is one sample (for (B, T, K) the caller passes the token count as
 // global_batch). Label smoothing s: the target is (1 - s) * onehot + s / K (Keras). Labels
 // equal to ignore_index contribute nothing (padding tokens); other labels must lie in
-// [0, K), else an InputError names the label.
+// [0, K), else an InputError names the label. A sample weight applies to every row of its
+// sample. sample_classes: labels (N) or (N, 1), one per sample.
 class SoftmaxCrossEntropy : public Loss {
  public:
   explicit SoftmaxCrossEntropy(double label_smoothing = 0.0, int64_t ignore_index = -100);
   std::string name() const override { return "softmax_cross_entropy"; }
   Tensor forward(const Tensor& logits, const Tensor& labels, int64_t global_batch, SavedState& saved) override;
   Tensor backward(SavedState& saved, double scale = 1.0) override;
+  bool supports_sample_weights() const override { return true; }
+  Tensor forward_weighted(const Tensor& logits, const Tensor& labels, const Tensor& sample_weights,
+                          int64_t global_batch, SavedState& saved) override;
+  std::vector<int64_t> sample_classes(const Tensor& labels) const override;
   double label_smoothing() const { return label_smoothing_; }
   int64_t ignore_index() const { return ignore_index_; }
 
@@ -80,13 +109,74 @@ class LabelSmoothingCrossEntropy : public Loss {
   int64_t pad_id_;
 };
 
-// Mean squared error: sum((p - t)^2) / (global_batch * D), D = elements per sample, so that
-// global_batch == N gives PyTorch's MSELoss(reduction='mean'). targets: f32, p's shape.
+// The element-wise losses below share one contract. predictions: (N, ...) f32 (f16/bf16 on
+// CUDA); targets: f32 with N rows and as many elements as the predictions ((N, 1)
+// predictions take (N) targets too), else an InputError names both shapes. With d = p - t
+// per element, the loss is sum(w_n * f(d)) / (global_batch * D), D = elements per sample,
+// so global_batch == N without weights gives PyTorch's reduction='mean'. The per-element
+// rules f, f' are written once for both engines (losses/pointwise_rules.hpp).
+
+// Mean squared error: f = d^2, f' = 2d.
 class MeanSquaredError : public Loss {
  public:
   std::string name() const override { return "mean_squared_error"; }
   Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override;
   Tensor backward(SavedState& saved, double scale = 1.0) override;
+  bool supports_sample_weights() const override { return true; }
+  Tensor forward_weighted(const Tensor& predictions, const Tensor& targets, const Tensor& sample_weights,
+                          int64_t global_batch, SavedState& saved) override;
 };
+
+// Mean absolute error: f = |d|, f' = sign(d), 0 at d = 0 (as PyTorch's L1Loss).
+class MeanAbsoluteError : public Loss {
+ public:
+  std::string name() const override { return "mean_absolute_error"; }
+  Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override;
+  Tensor backward(SavedState& saved, double scale = 1.0) override;
+  bool supports_sample_weights() const override { return true; }
+  Tensor forward_weighted(const Tensor& predictions, const Tensor& targets, const Tensor& sample_weights,
+                          int64_t global_batch, SavedState& saved) override;
+};
+
+// Huber loss with threshold delta > 0 (an InputError otherwise): f = d^2 / 2 for |d| <= delta,
+// delta * (|d| - delta / 2) beyond; f' = d, resp. delta * sign(d). Both pieces meet with
+// equal value and slope at |d| = delta (Keras' Huber, PyTorch's HuberLoss).
+class Huber : public Loss {
+ public:
+  explicit Huber(double delta = 1.0);
+  std::string name() const override { return "huber"; }
+  Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override;
+  Tensor backward(SavedState& saved, double scale = 1.0) override;
+  bool supports_sample_weights() const override { return true; }
+  Tensor forward_weighted(const Tensor& predictions, const Tensor& targets, const Tensor& sample_weights,
+                          int64_t global_batch, SavedState& saved) override;
+  double delta() const { return delta_; }
+
+ private:
+  double delta_;
+};
+
+// Binary cross-entropy on logits x with targets t in [0, 1] (a target outside, or NaN, is an
+// InputError naming it): f = max(x, 0) - x t + log(1 + exp(-|x|)), which equals
+// -t log(sigmoid(x)) - (1 - t) log(1 - sigmoid(x)) but never overflows, whatever |x|;
+// f' = sigmoid(x) - t. sample_classes: one target per sample, each exactly 0 or 1.
+class BinaryCrossEntropy : public Loss {
+ public:
+  std::string name() const override { return "binary_cross_entropy"; }
+  Tensor forward(const Tensor& logits, const Tensor& targets, int64_t global_batch, SavedState& saved) override;
+  Tensor backward(SavedState& saved, double scale = 1.0) override;
+  bool supports_sample_weights() const override { return true; }
+  Tensor forward_weighted(const Tensor& logits, const Tensor& targets, const Tensor& sample_weights,
+                          int64_t global_batch, SavedState& saved) override;
+  std::vector<int64_t> sample_classes(const Tensor& targets) const override;
+};
+
+// Keras' class_weight: class index -> weight. sample_weights_for_classes gives sample i the
+// weight of its class (loss.sample_classes(targets)); classes absent from the map weigh 1.
+// Keys must be >= 0 and weights finite and >= 0, else an InputError names the class.
+using ClassWeight = std::map<int64_t, double>;
+void check_class_weight(const ClassWeight& class_weight);
+std::vector<double> sample_weights_for_classes(const Loss& loss, const Tensor& targets,
+                                               const ClassWeight& class_weight);
 
 }  // namespace tnt

@@ -20,6 +20,17 @@
 // - Gradients reach the optimizer through the Reducer (fusion buckets, allreduced while
 //   backward continues).
 // - Logged metrics are global: each rank's sums are allreduced before any callback sees them.
+// - Sample weights (Keras' sample_weight and class_weight): an element {inputs..., target,
+//   sample_weight} (weight f32 ()) weights its sample's loss; FitOptions::class_weight and
+//   EvaluateOptions::class_weight weight it by its label (Loss::sample_classes); given both,
+//   the two multiply (as in Keras). The loss stays sum(w_i * l_i) / global real samples
+//   (loss.hpp), in fit, in evaluate and in the logged "loss"; so weights of 1 equal none and
+//   p ranks equal one. Metrics are NOT weighted (as Keras' `metrics`, unlike its
+//   `weighted_metrics`). Validation in fit uses the validation data's own sample weights,
+//   never the training class_weight (Keras). A weight that is negative or not finite, a
+//   class_weight on a loss without class labels, or weights on a loss that does not support
+//   them is an InputError on every rank; while weights are in use the ranks agree on that
+//   once a step (one small allgather).
 #pragma once
 
 #include "tarantella/callbacks.hpp"
@@ -60,6 +71,13 @@ struct FitOptions {
   // Or validation data already distributed (a pipeline that decodes after distribute());
   // at most one of the two.
   std::optional<DistributedDataset> distributed_validation_data;
+  // Or, as Keras: hold out the LAST fraction (in (0, 1)) of the training data, in the order
+  // the dataset yields it, and validate on it. The split is of the global data set (the same
+  // samples whatever the number of ranks): floor(n * (1 - split)) samples train, the rest
+  // validate. The dataset must have a known size and the same order every epoch (no
+  // shuffle() in it: the held-out part would change). Not with validation_data or
+  // distributed_validation_data, nor with distribute_dataset=false or a DistributedDataset.
+  double validation_split = 0.0;
   int64_t validation_batch_size = 0;   // global; 0 = batch_size
   int validation_freq = 1;             // validate after epochs k*freq (1-based), and after the last
   int verbose = 1;                     // 0 silent, 1 progress bar, 2 one line per epoch
@@ -70,6 +88,7 @@ struct FitOptions {
   int64_t validation_micro_batch_size = 0;
   Remainder remainder = Remainder::pad;
   int prefetch = 2;                    // micro-batches prepared ahead on a background thread
+  ClassWeight class_weight;            // class -> loss weight (absent classes: 1); see above
   // Training ends once global_step() reaches this (the whole run's steps, a resumed run's
   // included); 0 = no limit. The progress bar counts the steps that will run.
   int64_t max_steps = 0;
@@ -80,6 +99,7 @@ struct EvaluateOptions {
   bool distribute_dataset = true;
   int64_t micro_batch_size = 0;
   int verbose = 0;                     // 1: announced, with a progress bar; 2: announced, a result line
+  ClassWeight class_weight;            // as FitOptions::class_weight
 };
 
 // Per-epoch timing of the step and of gradient communication (from the Reducer).
@@ -145,6 +165,10 @@ class Model {
   void set_learning_rate(double lr);
   int64_t global_step() const { return global_step_; }
   Network& network() { return *network_; }
+  // Keras' model.summary(), as text (print it with tnt::print, on the master): the
+  // network's table (Network::summary: each layer's name, type, output shape and parameter
+  // count; total, trainable and non-trainable counts), then what compile() chose.
+  std::string summary();
   Optimizer& optimizer();
   uint64_t seed() const { return seed_; }
   const EpochTiming& last_epoch_timing() const { return timing_; }
@@ -153,6 +177,7 @@ class Model {
   struct StepInputs {
     std::vector<Tensor> inputs;  // each (b, ...) on the model's device
     Tensor target;               // (b, ...)
+    Tensor weights;              // (real) f32 on the device: Batch::sample_weights; undefined: none
   };
 
   // The steps (Keras' train_step / test_step); the loops below run them.
@@ -162,7 +187,7 @@ class Model {
 
   History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
                   const std::optional<DistributedDataset>& validation, const FitOptions& options);
-  Logs run_evaluate(const detail::NextBatch& next, const EvalParams& eval = {},
+  Logs run_evaluate(const detail::NextBatch& source, const ClassWeight& class_weight = {}, const EvalParams& eval = {},
                     detail::CallbackList* callbacks = nullptr);
   std::optional<DistributedDataset> validation_set(const FitOptions& options) const;
   void prepare_training();

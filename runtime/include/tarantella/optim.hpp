@@ -21,6 +21,13 @@
 // names (momentum_buffer; exp_avg, exp_avg_sq) and "<param>.step" (the update count t, an
 // i64 tensor of one element on the host), plus the optimizer's own step counter.
 // State tensors live on their parameter's device and follow it when the model moves.
+//
+// Gradient clipping (GradientClipping, Keras' clipvalue / clipnorm / global_clipnorm) acts in
+// step() on the gradients step() is given, before any update rule (so before weight decay
+// is added, as torch.nn.utils.clip_grad_norm_ before optimizer.step()). In Model::fit those
+// are the allreduced global gradients with the loss scale already divided out, bitwise equal
+// on every rank, so every rank clips alike (fit refuses ranks whose GradientClipping
+// differ); a step the loss scaler skips is never clipped.
 #pragma once
 
 #include "tarantella/layer.hpp"
@@ -30,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,6 +52,21 @@ struct NamedTensor {
 // Which parameters weight decay applies to (by full name); empty = all of them. The TF
 // ResNet, for instance, leaves out BatchNorm's weight and bias.
 using DecayFilter = std::function<bool(const std::string& full_name)>;
+
+// Each threshold, when given, must be positive (an InputError otherwise); norm and
+// global_norm exclude each other (as in Keras). Order: the norm (per tensor or global)
+// first, then the value. A gradient within a threshold is left untouched, bit for bit.
+struct GradientClipping {
+  // Each element into [-value, value] (a NaN stays NaN).
+  std::optional<double> value = std::nullopt;
+  // Each tensor g with |g|_2 > norm becomes g * norm / |g|_2.
+  std::optional<double> norm = std::nullopt;
+  // All gradients together: with n = sqrt(sum of |g|_2^2 over every parameter step()
+  // updates), if n > global_norm every g becomes g * global_norm / n.
+  std::optional<double> global_norm = std::nullopt;
+  bool active() const { return value || norm || global_norm; }
+  std::string describe() const;  // "clip_value=0.5, clip_global_norm=1"; "" when inactive
+};
 
 class Optimizer {
  public:
@@ -61,12 +84,24 @@ class Optimizer {
   void step(const std::vector<NamedParameter>& params);
 
   double learning_rate() const;  // the rate the next step will use
-  // Replaces the schedule by a constant rate (what Keras' LR callbacks do).
+  // Replaces the schedule by a constant rate (what Keras' LR callbacks do); the rate given is
+  // the rate, so a factor set by set_lr_factor is folded into it (reset to 1).
   void set_learning_rate(double lr);
   void set_schedule(SchedulePtr schedule);
+  // A factor on the schedule (ReduceLROnPlateau's): with s the schedule's rate at the step,
+  // learning_rate() = min(s, max(factor * s, floor)), so a schedule keeps its shape (warmup,
+  // decay) scaled down, the factor never takes it below floor nor lifts it above s. factor
+  // 1 (the default) leaves the schedule's rate as it is, bit for bit. Not in checkpoints.
+  void set_lr_factor(double factor, double floor = 0.0);
+  double lr_factor() const { return lr_factor_; }
+  double lr_floor() const { return lr_floor_; }
   const LearningRateSchedule& schedule() const { return *schedule_; }
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t step);  // when resuming from a checkpoint
+  // Throws InputError (naming the threshold) for a non-positive threshold or for norm and
+  // global_norm together.
+  void set_clipping(const GradientClipping& clipping);
+  const GradientClipping& clipping() const { return clipping_; }
 
   // Slot names of one parameter's state (without "step").
   virtual std::vector<std::string> slot_names() const = 0;
@@ -89,6 +124,7 @@ class Optimizer {
   // One update of one parameter: state.step already counts this update.
   virtual void update(Parameter& param, ParamState& state, double lr, bool decay) = 0;
   static int64_t param_step(const ParamState& state);
+  std::string clipping_suffix() const;  // ", clip_norm=1" for describe(); "" without clipping
 
   DecayFilter decay_filter_;  // set by the derived class from its options
 
@@ -96,6 +132,9 @@ class Optimizer {
   ParamState& state_for(const std::string& name, const Parameter& param);
 
   SchedulePtr schedule_;
+  double lr_factor_ = 1.0;
+  double lr_floor_ = 0.0;
+  GradientClipping clipping_;
   int64_t step_count_ = 0;
   std::vector<ParamState> state_;
   std::unordered_map<std::string, size_t> index_;
@@ -107,6 +146,7 @@ struct SgdOptions {
   double weight_decay = 0.0;
   bool nesterov = false;
   DecayFilter decay_filter = nullptr;
+  GradientClipping clipping = {};
 };
 
 class SGD : public Optimizer {
@@ -130,6 +170,7 @@ struct AdamOptions {
   double eps = 1e-8;
   double weight_decay = 0.0;  // L2 for Adam, decoupled for AdamW (PyTorch's default: 0.01)
   DecayFilter decay_filter = nullptr;
+  GradientClipping clipping = {};
 };
 
 class Adam : public Optimizer {

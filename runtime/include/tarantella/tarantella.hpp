@@ -19,6 +19,7 @@
 #include "tarantella/loss.hpp"
 #include "tarantella/metrics.hpp"
 #include "tarantella/model.hpp"
+#include "tarantella/model_io.hpp"
 #include "tarantella/optim.hpp"
 #include "tarantella/precision.hpp"
 #include "tarantella/random.hpp"

@@ -19,6 +19,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <iterator>
+#include <optional>
 #include <thread>
 
 namespace tnt::detail {
@@ -88,10 +91,30 @@ int remaining_ms(Clock::time_point deadline) {
   return left > 0 ? static_cast<int>(std::min<long long>(left, 60'000)) : 0;
 }
 
+// A position is at most kHistory lines of about a hundred characters; more is not ours.
+constexpr size_t kMaxAnswer = 64 * 1024;
+
+// On a nonblocking socket: the answer may be larger than one send takes.
+void send_all(int fd, const std::string& data, Clock::time_point deadline) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, remaining_ms(deadline)) > 0) continue;
+    }
+    return;
+  }
+}
+
 }  // namespace
 
-Arrivals::Arrivals(MPI_Comm comm) : seqs_(new std::atomic<int64_t>[kSlots]) {
-  for (int i = 0; i < kSlots; ++i) seqs_[i].store(0, std::memory_order_relaxed);
+Arrivals::Arrivals(MPI_Comm comm) : slots_(new Slot[kSlots]) {
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
 
@@ -164,9 +187,52 @@ int Arrivals::next_slot() {
   return s;
 }
 
-// The answering thread: one query per connection, "TOKEN SLOT\n" -> "SEQ\n". Queries come
-// only after a timeout, so they are answered one after another; a client that sends
-// nothing is given up after half a second.
+void Arrivals::reset(int slot) {
+  Slot& s = slots_[slot];
+  std::lock_guard lock(s.mutex);
+  s.entered = 0;
+  s.done = 0;
+  for (Entry& e : s.history) e.seq = 0;
+}
+
+void Arrivals::enter(int slot, int64_t seq, const OpDesc& op) {
+  Slot& s = slots_[slot];
+  std::lock_guard lock(s.mutex);
+  s.entered = seq;
+  s.history[seq % kHistory] = {seq, op};
+}
+
+void Arrivals::finish(int slot, int64_t seq) {
+  Slot& s = slots_[slot];
+  std::lock_guard lock(s.mutex);
+  s.done = std::max(s.done, seq);
+}
+
+RankPosition Arrivals::local(int slot) const {
+  Entry history[kHistory];
+  RankPosition p;
+  {
+    const Slot& s = slots_[slot];
+    std::lock_guard lock(s.mutex);
+    p.entered = s.entered;
+    p.done = s.done;
+    std::copy(std::begin(s.history), std::end(s.history), history);
+  }
+  // Formatted outside the lock: the collective thread never waits for a message.
+  p.answered = true;
+  for (int64_t seq = std::max<int64_t>(1, p.entered - kHistory + 1); seq <= p.entered; ++seq) {
+    const Entry& e = history[seq % kHistory];
+    if (e.seq == seq) p.recent.push_back({seq, e.op.key(), e.op.str()});
+  }
+  return p;
+}
+
+std::string Arrivals::answer(int slot) const { return encode(local(slot)); }
+
+// The answering thread: one query per connection, "TOKEN SLOT\n" -> the position in
+// encode()'s form, then the connection is closed. Queries come only from ranks that have
+// waited past the grace period, so they are answered one after another; a client that
+// sends nothing is given up after half a second.
 void Arrivals::serve() {
   const std::string token = fmt::format("{:016x}", token_);
   while (true) {
@@ -192,16 +258,16 @@ void Arrivals::serve() {
     char got[17] = {};
     int slot = -1;
     if (std::sscanf(line.c_str(), "%16s %d", got, &slot) == 2 && token == got && slot >= 0 && slot < kSlots) {
-      const std::string answer = fmt::format("{}\n", seqs_[slot].load(std::memory_order_acquire));
-      [[maybe_unused]] auto n = ::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+      send_all(c, answer(slot), deadline);
+      answered_.fetch_add(1, std::memory_order_relaxed);
     }
     ::close(c);
   }
 }
 
-std::vector<int64_t> Arrivals::query(int slot, double budget_s) const {
-  std::vector<int64_t> out(static_cast<size_t>(size_), -1);
-  out[static_cast<size_t>(rank_)] = seqs_[slot].load(std::memory_order_acquire);
+std::vector<RankPosition> Arrivals::query(int slot, double budget_s) const {
+  std::vector<RankPosition> out(static_cast<size_t>(size_));
+  out[static_cast<size_t>(rank_)] = local(slot);
   if (!enabled()) return out;
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(budget_s));
@@ -245,7 +311,7 @@ std::vector<int64_t> Arrivals::query(int slot, double budget_s) const {
       for (size_t i = 0; i < attempts.size(); ++i) {
         Attempt& t = attempts[i];
         if (t.fd < 0) continue;
-        if (out[static_cast<size_t>(t.rank)] >= 0) {  // answered on another address
+        if (out[static_cast<size_t>(t.rank)].answered) {  // answered on another address
           drop(t);
           continue;
         }
@@ -270,15 +336,17 @@ std::vector<int64_t> Arrivals::query(int slot, double budget_s) const {
           t.sent = true;
           continue;
         }
-        char buf[64];
+        // The answer ends when the other side closes; a wrong token or another program at
+        // that address closes without one (decode fails).
+        char buf[4096];
         const ssize_t n = ::read(t.fd, buf, sizeof buf);
-        if (n > 0) t.reply.append(buf, static_cast<size_t>(n));
-        if (t.reply.find('\n') != std::string::npos) {
-          long long v = -1;
-          if (std::sscanf(t.reply.c_str(), "%lld", &v) == 1 && v >= 0) out[static_cast<size_t>(t.rank)] = v;
+        if (n > 0 && t.reply.size() < kMaxAnswer) {
+          t.reply.append(buf, static_cast<size_t>(n));
+        } else if (n == 0) {
+          decode(t.reply, out[static_cast<size_t>(t.rank)]);
           drop(t);
-        } else if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) {
-          drop(t);  // closed without an answer: a wrong token, or not our rank at that address
+        } else if (n > 0 || !(errno == EAGAIN || errno == EINTR)) {
+          drop(t);
         }
       }
     }
@@ -325,7 +393,15 @@ std::string OpDesc::str() const {
   if (root >= 0) add(fmt::format("root {}", root));
   if (count >= 0) add(unit ? fmt::format("{} {}", count, unit) : fmt::format("{} x {}", count, dtype_name(dtype)));
   if (show_device) add(device.str());
-  return args.empty() ? std::string(name) : fmt::format("{}({})", name, args);
+  std::string out = args.empty() ? std::string(name) : fmt::format("{}({})", name, args);
+  if (label) out += fmt::format(" in {}", label);
+  return out;
+}
+
+std::string OpDesc::key() const {
+  // The device's kind, not its index: each rank has its own GPU.
+  return fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", name, algo ? algo : "", root, count, dtype_name(dtype), unit ? unit : "",
+                     show_device ? (device.is_cpu() ? "cpu" : "cuda") : "", label ? label : "");
 }
 
 int64_t CommImpl::enter(const OpDesc& op) {
@@ -333,8 +409,10 @@ int64_t CommImpl::enter(const OpDesc& op) {
     throw CommError(fmt::format("{} on rank {}: this communicator is unusable after an earlier communication error",
                                 op.str(), rank));
   }
+  // (The text is made only inside a region: a collective pays one thread-local read.)
+  if (inside_some_ranks_region()) refuse_collective_here(op.str());
   ++seq;
-  if (arrivals) arrivals->publish(slot, seq);
+  if (arrivals) arrivals->enter(slot, seq, op);
   return seq;
 }
 
@@ -351,17 +429,27 @@ std::string comm_error_prefix(const CommImpl& comm, const std::string& op) {
 // ---- Waiter ---------------------------------------------------------------------------
 
 Waiter::Waiter(CommImpl& comm, const OpDesc& op)
-    : comm_(comm), op_(op), seq_(comm.seq) {}
+    : comm_(comm), op_(op), seq_(comm.seq), uncaught_(std::uncaught_exceptions()),
+      check_interval_s_(comm.mismatch_grace_s) {}
+
+Waiter::~Waiter() {
+  if (comm_.arrivals && std::uncaught_exceptions() == uncaught_) comm_.arrivals->finish(comm_.slot, seq_);
+}
 
 Clock::time_point Waiter::deadline() const {
-  if (deadline_ == Clock::time_point{}) deadline_ = comm_.deadline();
+  if (deadline_ == Clock::time_point{}) {
+    const Clock::time_point now = Clock::now();
+    deadline_ = comm_.deadline();
+    next_check_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(check_interval_s_));
+  }
   return deadline_;
 }
 
 void Waiter::check(int rc, const char* call) const {
   if (rc == MPI_SUCCESS) return;
   comm_.broken = true;
-  throw CommError(fmt::format("{}: MPI error in {}: {}", comm_error_prefix(comm_, op_.str()), call, mpi_error_string(rc)));
+  throw CommError(fmt::format("{}: MPI error in {}: {}{}", comm_error_prefix(comm_, op_.str()), call,
+                              mpi_error_string(rc), mismatch_note()));
 }
 
 void Waiter::wait(MPI_Request& request, int peer, const char* role) {
@@ -379,6 +467,7 @@ void Waiter::wait(MPI_Request& request, int peer, const char* role) {
     Clock::time_point now = Clock::now();
     if (spins == 64) spin_until = now + std::chrono::microseconds(comm_.spin_us);
     if (now > deadline()) timed_out(peer, role);
+    if (now > next_check_) check_peers(now);
     if (comm_.cancel && comm_.cancel->load(std::memory_order_relaxed)) {
       comm_.broken = true;
       throw CommError(fmt::format("{}: cancelled", comm_error_prefix(comm_, op_.str())));
@@ -391,34 +480,74 @@ void Waiter::wait_all(std::span<MPI_Request> requests, int peer, const char* rol
   for (MPI_Request& r : requests) wait(r, peer, role);
 }
 
+namespace {
+// Across hosts, each rank with its host: "1 (host h2), 3 (host h3)".
+RankListFormat rank_list_format(const Arrivals& arrivals) {
+  return [&arrivals](const std::vector<int>& list) {
+    if (arrivals.one_host()) return rank_list(list);
+    std::string out;
+    for (size_t i = 0; i < list.size(); ++i) out += fmt::format("{}{} (host {})", i ? ", " : "", list[i], arrivals.host(list[i]));
+    return out;
+  };
+}
+
+// How long a check for a mismatch may wait for answers. Ranks that are running answer
+// within milliseconds; one that does not (stopped, cut off) is the timeout's business.
+constexpr double kCheckBudgetS = 0.5;
+}  // namespace
+
+std::string Waiter::mismatch_note() const {
+  if (!comm_.arrivals || !comm_.arrivals->enabled() || comm_.size == 1) return "";
+  const Arrivals& arrivals = *comm_.arrivals;
+  const std::vector<RankPosition> where = arrivals.query(comm_.slot, kCheckBudgetS);
+  const std::optional<Mismatch> m = find_mismatch(where);
+  if (!m) return "";
+  const RankListFormat format = rank_list_format(arrivals);
+  return fmt::format(". The likely cause: the ranks called different collectives: {}. Where each rank is: {}. Fix: {}",
+                     describe_mismatch(*m, format), describe_positions(where, format), kMismatchFix);
+}
+
+void Waiter::check_peers(Clock::time_point now) {
+  check_interval_s_ = std::min(check_interval_s_ * 2, kMaxCheckInterval);
+  next_check_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(check_interval_s_));
+  if (!comm_.arrivals || !comm_.arrivals->enabled() || comm_.size == 1) return;
+  const Arrivals& arrivals = *comm_.arrivals;
+  const std::vector<RankPosition> where = arrivals.query(comm_.slot, kCheckBudgetS);
+  const std::optional<Mismatch> m = find_mismatch(where);
+  if (!m) {
+    // The query's time is not the collective's: look again a full interval from now.
+    next_check_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(check_interval_s_));
+    return;
+  }
+  comm_.broken = true;
+  const RankListFormat format = rank_list_format(arrivals);
+  throw CommError(fmt::format("{}: the ranks called different collectives: {}. Where each rank is: {}. Fix: {}",
+                              comm_error_prefix(comm_, op_.str()), describe_mismatch(*m, format),
+                              describe_positions(where, format), kMismatchFix));
+}
+
 void Waiter::timed_out(int peer, const char* role) const {
   comm_.broken = true;
   std::string msg = fmt::format("{} did not complete within {} s", comm_error_prefix(comm_, op_.str()), comm_.timeout_s);
-  if (peer >= 0) msg += fmt::format("; waiting on rank {}{}{}", peer, role ? " " : "", role ? role : "");
+  if (peer >= 0 && peer != comm_.rank) msg += fmt::format("; waiting on rank {}{}{}", peer, role ? " " : "", role ? role : "");
   if (comm_.arrivals && comm_.arrivals->enabled()) {
     const Arrivals& arrivals = *comm_.arrivals;
-    std::vector<int64_t> entered = arrivals.query(comm_.slot, 2.0);
+    const RankListFormat ranks = rank_list_format(arrivals);
+    std::vector<RankPosition> where = arrivals.query(comm_.slot, 2.0);
     std::vector<int> missing, silent;
     for (int q = 0; q < comm_.size; ++q) {
-      int64_t e = entered[static_cast<size_t>(q)];
-      if (e < 0) {
+      const RankPosition& e = where[static_cast<size_t>(q)];
+      if (!e.answered) {
         silent.push_back(q);
-      } else if (e < seq_) {
+      } else if (e.entered < seq_) {
         missing.push_back(q);
       }
     }
-    // Across hosts, each rank with its host: "1 (host h2), 3 (host h3)".
-    auto ranks = [&](const std::vector<int>& list) {
-      if (arrivals.one_host()) return rank_list(list);
-      std::string out;
-      for (size_t i = 0; i < list.size(); ++i) {
-        out += fmt::format("{}{} (host {})", i ? ", " : "", list[i], arrivals.host(list[i]));
-      }
-      return out;
-    };
+    const std::optional<Mismatch> m = find_mismatch(where);
+    if (m) msg += fmt::format("; the ranks called different collectives: {}", describe_mismatch(*m, ranks));
     if (!missing.empty()) {
       msg += fmt::format("; rank(s) {} never joined it", ranks(missing));
-    } else if (silent.empty()) {
+    } else if (silent.empty() && !m) {
       msg += "; every rank entered it (one may be stuck inside, or ranks disagree on its arguments)";
     }
     if (!silent.empty()) {
@@ -426,6 +555,8 @@ void Waiter::timed_out(int peer, const char* role) const {
                          "process stopped or gone)",
                          ranks(silent));
     }
+    msg += fmt::format("; where each rank is: {}", describe_positions(where, ranks));
+    if (m) msg += fmt::format("; fix: {}", kMismatchFix);
   } else {
     msg += "; which ranks never joined is unknown (the arrival channel has no socket)";
   }

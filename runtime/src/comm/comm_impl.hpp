@@ -1,10 +1,12 @@
 // What a Communicator holds, and the pieces its collectives share: MPI error checks that
 // name the operation, the polling wait with a deadline (every host collective is
 // nonblocking MPI + MPI_Test, so a missing rank becomes a CommError, not a hang), and the
-// arrivals side channel (TCP, beside MPI) that tells a timed-out rank who never entered the
-// collective.
+// arrivals side channel (TCP, beside MPI) that tells a waiting rank where every other rank
+// is: which collectives it entered and finished, and what they were.
 #pragma once
 
+#include "comm/collective_scope.hpp"
+#include "comm/rank_positions.hpp"
 #include "tarantella/comm.hpp"
 
 #include <mpi.h>
@@ -14,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
@@ -41,20 +44,40 @@ inline void give_up_to_mpi(const void* p) {
 
 using Clock = std::chrono::steady_clock;
 
-// The side channel that tells a timed-out rank who never entered the collective. Each rank
-// keeps, for each of kSlots communicators, the number of the last collective it entered (the
-// world communicator is slot 0, duplicates take the next slots in creation order, which
-// every rank shares because duplicate() is collective); entering a collective is one atomic
-// store. A thread of each rank answers queries for these numbers on a TCP socket of its own
-// (port and addresses exchanged once, when the world communicator is made), so the channel
-// needs nothing of MPI: it works over any network, between hosts too, and a rank stuck in
-// computation still answers. A timed-out rank asks every other rank at once, for a short
-// while; a rank that cannot be reached (its host is down or cut off, it is stopped or gone)
-// does not answer. If the socket cannot be made, the channel is off and messages say the
-// missing ranks are unknown.
+// What a collective is, for messages. Formatted only when a message is needed, so that a
+// small collective pays nothing for it.
+struct OpDesc {
+  const char* name = "";
+  const char* algo = nullptr;  // allreduce algorithm, shown first
+  int root = -1;               // broadcast root (-1: not shown)
+  int64_t count = -1;          // elements (-1: not shown)
+  DType dtype = DType::f32;
+  const char* unit = nullptr;  // shown instead of "x dtype", e.g. "value(s)"
+  bool show_device = false;
+  Device device = Device::cpu();
+  const char* label = current_collective_label();  // the runtime call it is part of, if any
+  // "allreduce(ring, 10 x f32)", "broadcast(root 0, 3 x i64, cpu) in save_weights"
+  std::string str() const;
+  // What every rank's call must agree on (str() less the device index, which differs).
+  std::string key() const;
+};
+
+// The side channel that tells a waiting rank where the others are. Each rank keeps, for
+// each of kSlots communicators, the number of the last collective it entered and of the last
+// it finished, and what its last kHistory collectives were (the world communicator is slot
+// 0, duplicates take the next slots in creation order, which every rank shares because
+// duplicate() is collective); entering or finishing a collective is a short store under an
+// uncontended lock. A thread of each rank answers queries for these on a TCP socket of its
+// own (port and addresses exchanged once, when the world communicator is made), so the
+// channel needs nothing of MPI: it works over any network, between hosts too, and a rank
+// stuck in computation still answers. A waiting rank asks every other rank at once, for a
+// short while, and only after a grace period (see Waiter); a rank that cannot be reached
+// (its host is down or cut off, it is stopped or gone) does not answer. If the socket cannot
+// be made, the channel is off and messages say where the other ranks are is unknown.
 class Arrivals {
  public:
   static constexpr int kSlots = 64;
+  static constexpr int kHistory = 16;
   explicit Arrivals(MPI_Comm comm);  // collective over comm
   ~Arrivals();                       // local: stops this rank's answering thread
   Arrivals(const Arrivals&) = delete;
@@ -62,13 +85,18 @@ class Arrivals {
 
   bool enabled() const { return listen_fd_ >= 0; }
   int next_slot();  // call in the same order on every rank
-  void publish(int slot, int64_t seq) { seqs_[slot].store(seq, std::memory_order_release); }
-  // Entry q: the last collective rank q entered on slot, or -1 when it did not answer
-  // within budget_s.
-  std::vector<int64_t> query(int slot, double budget_s) const;
+  void reset(int slot);  // a new communicator takes the slot: nothing entered yet
+  void enter(int slot, int64_t seq, const OpDesc& op);
+  void finish(int slot, int64_t seq);
+  RankPosition local(int slot) const;  // this rank's own
+  // Entry q: rank q's position on slot (answered == false when it did not answer within
+  // budget_s); this rank's own entry is local(slot).
+  std::vector<RankPosition> query(int slot, double budget_s) const;
   // Rank q's host name, as it calls itself; and whether all ranks are on one host.
   const std::string& host(int q) const { return peers_[static_cast<size_t>(q)].host; }
   bool one_host() const { return one_host_; }
+  // Queries this rank has answered: none while every collective completes within the grace.
+  int64_t queries_answered() const { return answered_.load(std::memory_order_relaxed); }
 
  private:
   struct Peer {
@@ -76,17 +104,29 @@ class Arrivals {
     std::vector<uint32_t> addrs;   // IPv4, network order; loopback first for this host's ranks
     std::string host;
   };
+  struct Entry {
+    int64_t seq = 0;  // 0: empty
+    OpDesc op;
+  };
+  struct Slot {
+    mutable std::mutex mutex;
+    int64_t entered = 0;
+    int64_t done = 0;
+    Entry history[kHistory];  // collective seq at [seq % kHistory]
+  };
   void serve();
+  std::string answer(int slot) const;  // the wire form of local(slot)
 
   int rank_ = 0;
   int size_ = 1;
   int next_slot_ = 1;
   uint64_t token_ = 0;  // the job's, so that a stray connection cannot pose as a query
-  std::unique_ptr<std::atomic<int64_t>[]> seqs_;  // (kSlots,) this rank's entries
+  std::unique_ptr<Slot[]> slots_;  // (kSlots,) this rank's positions
   std::vector<Peer> peers_;
   bool one_host_ = true;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: the destructor wakes the thread with it
+  std::atomic<int64_t> answered_{0};
   std::thread server_;
 };
 
@@ -107,20 +147,6 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
-// What a collective is, for messages. Formatted only when a message is needed, so that a
-// small collective pays nothing for it.
-struct OpDesc {
-  const char* name = "";
-  const char* algo = nullptr;  // allreduce algorithm, shown first
-  int root = -1;               // broadcast root (-1: not shown)
-  int64_t count = -1;          // elements (-1: not shown)
-  DType dtype = DType::f32;
-  const char* unit = nullptr;  // shown instead of "x dtype", e.g. "value(s)"
-  bool show_device = false;
-  Device device = Device::cpu();
-  std::string str() const;  // "allreduce(ring, 10 x f32)", "broadcast(root 0, 3 x i64, cpu)"
-};
-
 struct NcclDeleter {
   void operator()(backend::NcclComm* nccl) const;  // defined for both builds (see ensure_nccl)
 };
@@ -133,6 +159,11 @@ struct CommImpl {
   int local_size = 1;
   Device device;
   double timeout_s = 600.0;
+  // A rank that has waited this long in a collective asks the others where they are, and
+  // fails at once if they called different collectives (then again after twice as long, up
+  // to kMaxCheckInterval). Short next to any timeout worth setting, long next to a
+  // collective whose ranks arrive together, so that such collectives never pay for it.
+  double mismatch_grace_s = 1.5;
   std::string config_algo;  // TNT_ALLREDUCE_ALGO as configured ("" = defaults)
   AllreduceAlgo configured = AllreduceAlgo::automatic;  // config_algo, parsed
   size_t ring_segment_bytes = 256 * 1024;
@@ -154,7 +185,8 @@ struct CommImpl {
   CommImpl();
   ~CommImpl();
 
-  // Numbers the next collective and publishes it; throws if the communicator is broken.
+  // Numbers the next collective and publishes it; throws if the communicator is broken, or
+  // (InputError) inside code that runs on some ranks only (collective_scope.hpp).
   int64_t enter(const OpDesc& op);
   int tag(int64_t seq_number) const { return static_cast<int>(seq_number % tag_ub); }
   Clock::time_point deadline() const;
@@ -172,25 +204,39 @@ inline CommImpl& impl_of(const Communicator& comm) { return CommAccess::impl(com
 // oversubscribed in tests and share cores with compute threads).
 class Waiter {
  public:
+  static constexpr double kMaxCheckInterval = 30.0;
   Waiter(CommImpl& comm, const OpDesc& op);  // call after comm.enter()
+  ~Waiter();  // publishes the collective as finished, unless it is left by an exception
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
   std::string op() const { return op_.str(); }
   CommImpl& comm() const { return comm_; }
 
   // peer/role describe whom the request waits on, for the timeout message (-1: unknown).
   void wait(MPI_Request& request, int peer = -1, const char* role = nullptr);
   void wait_all(std::span<MPI_Request> requests, int peer = -1, const char* role = nullptr);
-  // Throws a CommError naming the operation and rank when rc is not MPI_SUCCESS.
+  // Throws a CommError naming the operation and rank when rc is not MPI_SUCCESS, and the
+  // ranks' different collectives when that is why (MPI matched two different calls).
   void check(int rc, const char* call) const;
   [[noreturn]] void timed_out(int peer, const char* role) const;
   Clock::time_point deadline() const;
 
  private:
+  // After the grace period: asks the other ranks where they are; throws a CommError when
+  // they called different collectives.
+  void check_peers(Clock::time_point now);
+  // "": the ranks agree (or cannot be asked); else ". The likely cause: ..." with the fix.
+  std::string mismatch_note() const;
+
   CommImpl& comm_;
   OpDesc op_;
   int64_t seq_;
+  int uncaught_;  // std::uncaught_exceptions() at the start
   // Set at the first poll that finds the request incomplete (a clock read is not free,
-  // and most small collectives complete before); deadline() sets it when asked first.
+  // and most small collectives complete before); deadline() sets them when asked first.
   mutable Clock::time_point deadline_{};
+  mutable Clock::time_point next_check_{};
+  double check_interval_s_ = 0;
 };
 
 // On the error path: cancels point-to-point requests that are still pending and lets go of

@@ -105,10 +105,11 @@ std::unique_ptr<Communicator> Communicator::duplicate() const {
   c->small_bytes = p.small_bytes;
   c->min_segment_bytes = p.min_segment_bytes;
   c->spin_us = p.spin_us;
+  c->mismatch_grace_s = p.mismatch_grace_s;
   c->arrivals = p.arrivals;
   if (c->arrivals) {
     c->slot = c->arrivals->next_slot();
-    c->arrivals->publish(c->slot, 0);
+    c->arrivals->reset(c->slot);
   }
   return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
 }
@@ -213,7 +214,8 @@ void Communicator::broadcast(void* data, int64_t count, DType dtype, Device devi
     w.check(MPI_Ibcast(static_cast<char*>(data) + done, static_cast<int>(std::min(piece, bytes - done)), MPI_BYTE, root,
                        c.comm, &req),
             "MPI_Ibcast");
-    complete(w, req, root, "(root)");
+    // The root waits on the others, never on itself: its message names them (arrivals).
+    complete(w, req, c.rank == root ? -1 : root, "(root)");
   }
 }
 

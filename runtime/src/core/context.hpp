@@ -14,6 +14,10 @@ namespace timeline {
 class Recorder;
 }
 
+namespace detail {
+struct LayerTypeRegistry;  // nn/serialize.cpp
+}
+
 struct RuntimeContext {
   Config config;
   int rank = 0;
@@ -25,6 +29,7 @@ struct RuntimeContext {
   bool we_initialized_mpi = false;
   std::unique_ptr<Communicator> comm;
   std::shared_ptr<timeline::Recorder> timeline;  // while a timeline records (io/timeline.hpp)
+  std::shared_ptr<detail::LayerTypeRegistry> layer_types;  // tnt::register_layer_type's (model_io.hpp)
 };
 
 RuntimeContext* context_or_null();

@@ -31,6 +31,11 @@ std::string Device::str() const {
 bool cuda_available() { return backend::cuda_built() && backend::cuda_device_count() > 0; }
 int cuda_device_count() { return backend::cuda_built() ? backend::cuda_device_count() : 0; }
 
+void* cuda_stream(Device device) {
+  TNT_CHECK(device.is_cuda(), "cuda_stream: {} is not a CUDA device", device.str());
+  return backend::cuda_compute_stream(device.index);
+}
+
 MemoryStats memory_stats(Device device) {
   return device.is_cpu() ? host_memory_stats() : backend::cuda_memory_stats(device.index);
 }

@@ -30,6 +30,8 @@ int64_t Dataset::cardinality() const {
   return n < 0 ? -1 : n;
 }
 
+bool Dataset::reshuffles_each_epoch() const { return node_->reshuffles(); }
+
 Dataset::Iterator Dataset::iterate(int64_t epoch) const { return Iterator(node_->iterate(epoch)); }
 
 Dataset::Iterator::Iterator(std::unique_ptr<detail::ElementIterator> impl) : impl_(std::move(impl)) {}

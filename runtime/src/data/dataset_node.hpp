@@ -32,6 +32,8 @@ class DatasetNode {
   virtual ~DatasetNode() = default;
   virtual std::unique_ptr<ElementIterator> iterate(int64_t epoch) const = 0;
   virtual int64_t cardinality() const = 0;  // >= 0, kInfinite or kUnknown
+  // Whether the order of elements differs between epochs (a shuffle here or upstream).
+  virtual bool reshuffles() const { return false; }
 };
 
 using NodePtr = std::shared_ptr<const DatasetNode>;

@@ -132,6 +132,7 @@ class RankSliceNode : public DatasetNode {
     return std::make_unique<RankSliceIterator>(up_->iterate(epoch), global_batch_, offset_, micro_,
                                                remainder_ == Remainder::pad);
   }
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override {
     int64_t s = steps_for(up_->cardinality(), global_batch_, remainder_);
     return s < 0 ? s : s * micro_;
@@ -212,6 +213,7 @@ class BatchedSliceNode : public DatasetNode {
                                                   remainder_ == Remainder::pad);
   }
   // Without looking at the batches it is not known how many are partial.
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     return n == kInfinite ? kInfinite : (remainder_ == Remainder::pad ? n : kUnknown);

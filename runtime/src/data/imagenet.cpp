@@ -95,6 +95,7 @@ class SampleNode : public detail::DatasetNode {
     return std::make_unique<SampleIterator>(std::move(order), count_, read_, epoch);
   }
   int64_t cardinality() const override { return count_; }
+  bool reshuffles() const override { return shuffle_; }
 
  private:
   int64_t count_;

@@ -209,6 +209,7 @@ class MapNode : public DatasetNode {
     if (workers_ == 1) return std::make_unique<InlineMapIterator>(up_->iterate(epoch), fn_);
     return std::make_unique<ParallelMapIterator>(up_->iterate(epoch), fn_, workers_);
   }
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override { return up_->cardinality(); }
 
  private:
@@ -302,6 +303,7 @@ class PrefetchNode : public DatasetNode {
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<PrefetchIterator>(up_->iterate(epoch), capacity_);
   }
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override { return up_->cardinality(); }
 
  private:

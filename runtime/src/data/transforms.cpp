@@ -83,6 +83,7 @@ class ShuffleNode : public DatasetNode {
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<ShuffleIterator>(up_->iterate(epoch), buffer_, seed_, epoch);
   }
+  bool reshuffles() const override { return true; }  // its order depends on the epoch
   int64_t cardinality() const override { return up_->cardinality(); }
 
  private:
@@ -124,6 +125,7 @@ class BatchNode : public DatasetNode {
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<BatchIterator>(up_->iterate(epoch), size_, drop_);
   }
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     if (n < 0) return n;
@@ -165,6 +167,7 @@ class ShardNode : public DatasetNode {
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<ShardIterator>(up_->iterate(epoch), shards_, index_);
   }
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     if (n < 0) return n;
@@ -215,6 +218,7 @@ class RepeatNode : public DatasetNode {
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<RepeatIterator>(up_, count_, epoch);
   }
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     if (n == 0 || count_ == 0) return 0;
@@ -256,6 +260,7 @@ class TakeNode : public DatasetNode {
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<TakeIterator>(up_->iterate(epoch), count_);
   }
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     if (n == kInfinite) return count_;
@@ -297,6 +302,7 @@ class SkipNode : public DatasetNode {
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<SkipIterator>(up_->iterate(epoch), count_);
   }
+  bool reshuffles() const override { return up_->reshuffles(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     return n < 0 ? n : std::max<int64_t>(0, n - count_);

@@ -28,6 +28,7 @@ Adam::Adam(SchedulePtr schedule, AdamOptions options, bool decoupled)
   TNT_CHECK(options_.weight_decay >= 0, "{}: weight_decay must be >= 0, got {}", type(),
             options_.weight_decay);
   decay_filter_ = options_.decay_filter;
+  set_clipping(options_.clipping);
 }
 
 Adam::Adam(SchedulePtr schedule, AdamOptions options) : Adam(std::move(schedule), std::move(options), false) {}
@@ -41,9 +42,9 @@ AdamW::AdamW(double lr, AdamOptions options)
     : Adam(std::make_shared<ConstantSchedule>(lr), std::move(options), true) {}
 
 std::string Adam::describe() const {
-  return fmt::format("{}(lr={}, betas=({}, {}), eps={}, weight_decay={})", type(),
+  return fmt::format("{}(lr={}, betas=({}, {}), eps={}, weight_decay={}{})", type(),
                      schedule().describe(), options_.beta1, options_.beta2, options_.eps,
-                     options_.weight_decay);
+                     options_.weight_decay, clipping_suffix());
 }
 
 void Adam::update(Parameter& param, ParamState& state, double lr, bool decay) {

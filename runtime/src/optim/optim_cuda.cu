@@ -1,4 +1,4 @@
-// Elementwise optimizer updates on CUDA: one grid-stride loop per optimizer around the rule
+// Elementwise optimizer updates on CUDA (and clipping by value): one grid-stride loop per rule
 // of optim/update_rules.hpp. Each element is independent, so results do not depend on the
 // launch configuration.
 #include "optim/optim_cuda.hpp"
@@ -34,6 +34,14 @@ __global__ void adam_kernel(optim::AdamRule rule,
   }
 }
 
+__global__ void clip_value_kernel(float* __restrict__ grad,  // (n)
+                                  float limit, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    grad[i] = optim::clip_value(grad[i], limit);
+  }
+}
+
 }  // namespace
 
 void sgd_update(const optim::SgdRule& rule, float* param, const float* grad, float* buf, int64_t n, int device) {
@@ -49,6 +57,13 @@ void adam_update(const optim::AdamRule& rule, float* param, const float* grad, f
   DeviceGuard guard(device);
   adam_kernel<<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(rule, param, grad, exp_avg,
                                                                                  exp_avg_sq, n);
+  TNT_CUDA_CHECK_LAUNCH();
+}
+
+void clip_value(float* grad, float limit, int64_t n, int device) {
+  if (n == 0) return;
+  DeviceGuard guard(device);
+  clip_value_kernel<<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(grad, limit, n);
   TNT_CUDA_CHECK_LAUNCH();
 }
 

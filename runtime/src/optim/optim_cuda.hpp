@@ -16,4 +16,7 @@ void sgd_update(const optim::SgdRule& rule, float* param, const float* grad, flo
 void adam_update(const optim::AdamRule& rule, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                  int64_t n, int device);
 
+// grad: (n,), each element clipped into [-limit, limit] in place.
+void clip_value(float* grad, float limit, int64_t n, int device);
+
 }  // namespace tnt::cuda

@@ -1,8 +1,12 @@
 #include "tarantella/optim.hpp"
 
+#include "optim/clip.hpp"
 #include "tarantella/check.hpp"
 
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
 
 namespace tnt {
 
@@ -10,11 +14,38 @@ Optimizer::Optimizer(SchedulePtr schedule) : schedule_(std::move(schedule)) {
   TNT_CHECK(schedule_ != nullptr, "optimizer needs a learning-rate schedule, got null");
 }
 
-std::string Optimizer::describe() const { return fmt::format("{}(lr={})", type(), schedule_->describe()); }
+std::string Optimizer::describe() const {
+  return fmt::format("{}(lr={}{})", type(), schedule_->describe(), clipping_suffix());
+}
 
-double Optimizer::learning_rate() const { return schedule_->lr(step_count_); }
+std::string Optimizer::clipping_suffix() const {
+  return clipping_.active() ? ", " + clipping_.describe() : std::string();
+}
 
-void Optimizer::set_learning_rate(double lr) { schedule_ = std::make_shared<ConstantSchedule>(lr); }
+void Optimizer::set_clipping(const GradientClipping& clipping) {
+  check_clipping(clipping);
+  clipping_ = clipping;
+}
+
+double Optimizer::learning_rate() const {
+  const double s = schedule_->lr(step_count_);
+  if (lr_factor_ == 1.0) return s;
+  return std::min(s, std::max(lr_factor_ * s, lr_floor_));
+}
+
+void Optimizer::set_learning_rate(double lr) {
+  schedule_ = std::make_shared<ConstantSchedule>(lr);
+  lr_factor_ = 1.0;
+  lr_floor_ = 0.0;
+}
+
+void Optimizer::set_lr_factor(double factor, double floor) {
+  TNT_INPUT_CHECK(std::isfinite(factor) && factor > 0 && factor <= 1,
+                  "{}: learning-rate factor {} must be in (0, 1]", type(), factor);
+  TNT_INPUT_CHECK(std::isfinite(floor) && floor >= 0, "{}: learning-rate floor {} must be >= 0", type(), floor);
+  lr_factor_ = factor;
+  lr_floor_ = floor;
+}
 
 void Optimizer::set_schedule(SchedulePtr schedule) {
   TNT_CHECK(schedule != nullptr, "set_schedule: null schedule");
@@ -54,6 +85,7 @@ Optimizer::ParamState& Optimizer::state_for(const std::string& name, const Param
 
 void Optimizer::step(const std::vector<NamedParameter>& params) {
   const double lr = learning_rate();
+  std::vector<const NamedParameter*> updated;
   for (const NamedParameter& np : params) {
     Parameter& p = *np.param;
     if (!p.trainable || !p.grad.defined()) continue;
@@ -61,6 +93,17 @@ void Optimizer::step(const std::vector<NamedParameter>& params) {
                   p.grad.device() == p.value.device(),
               "{}: gradient of '{}' is {}, but the parameter is {}", type(), np.name, p.grad.str(),
               p.value.str());
+    updated.push_back(&np);
+  }
+  if (clipping_.active()) {
+    // Before any update: the global norm is over every gradient of this step.
+    std::vector<Tensor> grads;
+    for (const NamedParameter* np : updated) grads.push_back(np->param->grad);
+    clip_gradients(clipping_, grads);
+  }
+  for (const NamedParameter* np_ptr : updated) {
+    const NamedParameter& np = *np_ptr;
+    Parameter& p = *np.param;
     ParamState& st = state_for(np.name, p);
     st.step.data<int64_t>()[0] += 1;
     const bool decay = !decay_filter_ || decay_filter_(np.name);

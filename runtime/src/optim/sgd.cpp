@@ -32,15 +32,16 @@ SGD::SGD(SchedulePtr schedule, SgdOptions options)
             "SGD: nesterov needs momentum > 0 and dampening 0 (momentum={}, dampening={})",
             options_.momentum, options_.dampening);
   decay_filter_ = options_.decay_filter;
+  set_clipping(options_.clipping);
 }
 
 SGD::SGD(double lr, SgdOptions options)
     : SGD(std::make_shared<ConstantSchedule>(lr), std::move(options)) {}
 
 std::string SGD::describe() const {
-  return fmt::format("SGD(lr={}, momentum={}, dampening={}, weight_decay={}, nesterov={})",
+  return fmt::format("SGD(lr={}, momentum={}, dampening={}, weight_decay={}, nesterov={}{})",
                      schedule().describe(), options_.momentum, options_.dampening,
-                     options_.weight_decay, options_.nesterov);
+                     options_.weight_decay, options_.nesterov, clipping_suffix());
 }
 
 std::vector<std::string> SGD::slot_names() const {

@@ -111,4 +111,8 @@ TNT_HD void apply(const AdamRule& r, float& param, float grad, float& m, float& 
   param = p - r.step_size * mi / (sqrt_f32(vi) * r.inv_sqrt_bc2 + r.eps);
 }
 
+// Gradient clipping by value (optim/clip.cpp): g into [-limit, limit]. Comparisons, not
+// fmin/fmax, so that a NaN stays NaN for the loss scaler to see.
+TNT_HD float clip_value(float g, float limit) { return g > limit ? limit : (g < -limit ? -limit : g); }
+
 }  // namespace tnt::optim

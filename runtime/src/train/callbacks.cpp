@@ -493,14 +493,34 @@ void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
 
 // ---- EarlyStopping ---------------------------------------------------------------------
 
-EarlyStopping::EarlyStopping(std::string monitor, double min_delta, int patience, MonitorMode mode)
-    : Callback(Ranks::all), monitor_(std::move(monitor)), min_delta_(std::fabs(min_delta)), patience_(patience), mode_(mode) {}
+EarlyStopping::EarlyStopping(std::string monitor, double min_delta, int patience, MonitorMode mode,
+                             bool restore_best_weights)
+    : Callback(Ranks::all),
+      monitor_(std::move(monitor)),
+      min_delta_(std::fabs(min_delta)),
+      patience_(patience),
+      mode_(mode),
+      restore_best_weights_(restore_best_weights) {}
 
 void EarlyStopping::on_train_begin(const Logs&) {
   have_best_ = false;
+  best_epoch_ = -1;
   wait_ = 0;
   stopped_epoch_ = -1;
+  best_weights_.clear();
 }
+
+namespace {
+
+// Every weight of the model in a fixed order: parameters, then buffers.
+std::vector<Tensor> model_weights(Model& model) {
+  std::vector<Tensor> out;
+  for (auto& p : model.network().named_parameters()) out.push_back(p.param->value);
+  for (auto& b : model.network().named_buffers()) out.push_back(b.param->value);
+  return out;
+}
+
+}  // namespace
 
 void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
   auto it = logs.find(monitor_);
@@ -513,7 +533,18 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
   if (!have_best_ || metric_improved(monitor_, mode_, it->second, best_, min_delta_)) {
     best_ = it->second;
     have_best_ = true;
+    best_epoch_ = epoch;
     wait_ = 0;
+    if (restore_best_weights_) {
+      TNT_CHECK(model_, "EarlyStopping used outside Model::fit");
+      std::vector<Tensor> weights = model_weights(*model_);
+      if (best_weights_.size() != weights.size()) {
+        best_weights_.clear();
+        for (const Tensor& w : weights) best_weights_.push_back(w.clone());
+      } else {
+        for (size_t i = 0; i < weights.size(); ++i) best_weights_[i].copy_from(weights[i]);
+      }
+    }
     return;
   }
   if (++wait_ > patience_) {
@@ -522,6 +553,77 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
     model_->stop_training();
     log_info("EarlyStopping: '{}' did not improve for {} epoch(s); stopping after epoch {}", monitor_, wait_, epoch + 1);
   }
+}
+
+void EarlyStopping::on_train_end(const Logs&) {
+  if (!restore_best_weights_ || best_weights_.empty()) return;
+  TNT_CHECK(model_, "EarlyStopping used outside Model::fit");
+  std::vector<Tensor> weights = model_weights(*model_);
+  TNT_CHECK(weights.size() == best_weights_.size(),
+            "EarlyStopping: the model has {} weight tensors now but had {} at its best epoch", weights.size(),
+            best_weights_.size());
+  for (size_t i = 0; i < weights.size(); ++i) weights[i].copy_from(best_weights_[i]);
+  log_info("EarlyStopping: restored the weights of epoch {} ('{}' = {})", best_epoch_ + 1, monitor_, best_);
+  best_weights_.clear();  // the copies are not needed any more
+}
+
+// ---- ReduceLROnPlateau -------------------------------------------------------------------
+
+ReduceLROnPlateau::ReduceLROnPlateau(std::string monitor, double factor, int patience, double min_delta, int cooldown,
+                                     double min_lr, MonitorMode mode)
+    : Callback(Ranks::all),
+      monitor_(std::move(monitor)),
+      factor_(factor),
+      patience_(patience),
+      min_delta_(std::fabs(min_delta)),
+      cooldown_(cooldown),
+      min_lr_(min_lr),
+      mode_(mode) {
+  TNT_INPUT_CHECK(factor > 0 && factor < 1, "ReduceLROnPlateau: factor={} must be in (0, 1)", factor);
+  TNT_INPUT_CHECK(patience >= 0, "ReduceLROnPlateau: patience={} must be >= 0", patience);
+  TNT_INPUT_CHECK(cooldown >= 0, "ReduceLROnPlateau: cooldown={} must be >= 0", cooldown);
+  TNT_INPUT_CHECK(std::isfinite(min_lr) && min_lr >= 0, "ReduceLROnPlateau: min_lr={} must be >= 0", min_lr);
+  TNT_INPUT_CHECK(std::isfinite(min_delta), "ReduceLROnPlateau: min_delta={} must be finite", min_delta);
+}
+
+void ReduceLROnPlateau::on_train_begin(const Logs&) {
+  // As Keras: the counters start again with each fit; a reduced rate stays reduced.
+  have_best_ = false;
+  wait_ = 0;
+  cooldown_left_ = 0;
+  reductions_ = 0;
+}
+
+// Keras' order: a cooldown epoch clears the wait first; an improvement resets it; otherwise,
+// outside a cooldown, the epoch counts and patience of them reduce the rate.
+void ReduceLROnPlateau::on_epoch_end(int epoch, const Logs& logs) {
+  auto it = logs.find(monitor_);
+  if (it == logs.end()) {
+    log_warning("ReduceLROnPlateau: metric '{}' is not logged this epoch; the learning rate stays", monitor_);
+    return;
+  }
+  if (cooldown_left_ > 0) {
+    --cooldown_left_;
+    wait_ = 0;
+  }
+  if (!have_best_ || metric_improved(monitor_, mode_, it->second, best_, min_delta_)) {
+    best_ = it->second;
+    have_best_ = true;
+    wait_ = 0;
+    return;
+  }
+  if (cooldown_left_ > 0 || ++wait_ < patience_) return;
+  TNT_CHECK(model_, "ReduceLROnPlateau used outside Model::fit");
+  Optimizer& opt = model_->optimizer();
+  const double lr = opt.learning_rate();
+  if (!(lr > min_lr_)) return;
+  opt.set_lr_factor(opt.lr_factor() * factor_, min_lr_);
+  log_info("ReduceLROnPlateau: '{}' did not improve for {} epoch(s); after epoch {} the learning rate goes from {} to "
+           "{}",
+           monitor_, wait_, epoch + 1, lr, opt.learning_rate());
+  cooldown_left_ = cooldown_;
+  wait_ = 0;
+  ++reductions_;
 }
 
 // ---- LearningRateScheduler ---------------------------------------------------------------

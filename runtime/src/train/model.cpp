@@ -3,6 +3,7 @@
 #include "tarantella/model.hpp"
 
 #include "comm/agreement.hpp"
+#include "comm/collective_scope.hpp"
 #include "core/clock.hpp"
 #include "io/timeline.hpp"
 #include "tarantella/comm.hpp"
@@ -11,7 +12,10 @@
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <cmath>
 #include <functional>
+#include <optional>
+#include <typeinfo>
 
 namespace tnt {
 
@@ -45,15 +49,29 @@ class detail::CallbackList {
       if (!runs_on_this_rank(cb->ranks())) continue;
       cb->set_model(model);
       cb->set_params(params);
+      const Callback& named = *cb;
+      names_.push_back(fmt::format("callback '{}'", detail::readable_type_name(typeid(named).name())));
       list_.push_back(std::move(cb));
     }
   }
   template <typename F>
   void each(F&& f) {
-    for (auto& cb : list_) f(*cb);
+    for (size_t i = 0; i < list_.size(); ++i) {
+      Callback& cb = *list_[i];
+      // One that does not run on every rank runs inside a SomeRanksRegion: a collective it
+      // starts fails at once, naming it, instead of leaving the other ranks waiting for it.
+      std::optional<detail::SomeRanksRegion> region;
+      if (cb.ranks() == Callback::Ranks::master) {
+        region.emplace(names_[i], "the master only (Ranks::master; every rank only when TNT_OUTPUT_ON_ALL_DEVICES=1)");
+      } else if (cb.ranks() == Callback::Ranks::master_only) {
+        region.emplace(names_[i], "the master only (Ranks::master_only)");
+      }
+      f(cb);
+    }
   }
 
  private:
+  std::vector<std::string> names_;  // for messages, beside list_
   std::vector<CallbackPtr> list_;
 };
 
@@ -110,6 +128,62 @@ Tensor on_device(const Tensor& t, Device device) { return t.device() == device ?
 // The real samples of a micro-batch are its first `real` rows (see Batch), so losses and
 // metrics look at a prefix.
 Tensor rows(const Tensor& t, int64_t n) { return n == t.dim(0) ? t : t.slice_rows(0, n); }
+
+// The batch's sample weights (b,) f32 on the host: its weight column (taken out of
+// batch.columns) times the class weights of its labels; padding rows weigh 0.
+Tensor batch_sample_weights(Batch& batch, size_t n_in, const Loss& loss, const ClassWeight& class_weight,
+                            const char* what) {
+  TNT_INPUT_CHECK(loss.supports_sample_weights(), "{}: {} does not support sample weights (given by {})", what,
+                  loss.name(), class_weight.empty() ? "the data's weight column" : "class_weight");
+  const int64_t b = batch.micro_batch_size, real = batch.real_samples;
+  std::vector<double> w(static_cast<size_t>(b), 1.0);
+  if (batch.columns.size() == n_in + 2) {
+    Tensor column = batch.columns.back();
+    batch.columns.pop_back();
+    TNT_INPUT_CHECK(column.ndim() >= 1 && column.dim(0) == b && column.numel() == b,
+                    "{}: the sample weight column (column {}, after the target) must hold one number per sample; it "
+                    "is {}",
+                    what, n_in + 1, column.str());
+    w = column.to_double_vector();
+  }
+  if (!class_weight.empty()) {
+    std::vector<double> cw = sample_weights_for_classes(loss, rows(batch.columns.at(n_in), real), class_weight);
+    for (int64_t i = 0; i < real; ++i) w[i] *= cw[i];
+  }
+  Tensor weights = Tensor::zeros({b}, DType::f32);  // (b,)
+  for (int64_t i = 0; i < real; ++i) {
+    TNT_INPUT_CHECK(std::isfinite(w[i]) && w[i] >= 0,
+                    "{}: sample weight {} of sample {} in global batch {} is not finite and >= 0", what, w[i],
+                    batch.sample_offset + i, batch.step);
+    weights.data<float>()[i] = static_cast<float>(w[i]);
+  }
+  return weights;
+}
+
+// Moves each batch's weights into Batch::sample_weights (see model.hpp). A bad weight is seen
+// on one rank only, so the ranks agree on every weighted batch, and all of them throw.
+NextBatch with_sample_weights(NextBatch next, size_t n_in, const LossPtr& loss, const ClassWeight& class_weight,
+                              const char* what) {
+  check_class_weight(class_weight);  // the same options on every rank
+  return [next = std::move(next), n_in, loss, class_weight, what]() -> std::optional<Batch> {
+    std::optional<Batch> batch = next();
+    if (!batch || (batch->columns.size() != n_in + 2 && class_weight.empty())) return batch;
+    std::string problem;
+    try {
+      batch->sample_weights = batch_sample_weights(*batch, n_in, *loss, class_weight, what);
+    } catch (const InputError& e) {
+      problem = e.what();
+    }
+    std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {problem});
+    if (!problem.empty() && !d) TNT_INPUT_ERROR("{}", problem);
+    if (d) {
+      for (const auto& [text, ranks] : d->groups) {
+        if (!text.empty()) TNT_INPUT_ERROR("{} (on rank(s) {})", text, detail::rank_list(ranks));
+      }
+    }
+    return batch;
+  };
+}
 
 }  // namespace
 
@@ -207,6 +281,17 @@ void Model::check_compiled(const char* what) const {
   TNT_INPUT_CHECK(compiled(), "Model::{} called before Model::compile", what);
 }
 
+std::string Model::summary() {
+  std::string out = network_->summary();
+  if (!compiled()) return out + "Not compiled\n";
+  std::string metrics;
+  for (const auto& m : metrics_) metrics += (metrics.empty() ? "" : ", ") + m->name();
+  out += fmt::format("Optimizer: {}\nLoss: {}\nMetrics: {}\nPrecision: {}\nRanks: {} (data parallel)\n",
+                     optimizer_->describe(), loss_->name(), metrics.empty() ? "none" : metrics, precision_.name(),
+                     size());
+  return out;
+}
+
 Optimizer& Model::optimizer() {
   check_compiled("optimizer");
   return *optimizer_;
@@ -235,12 +320,14 @@ void Model::broadcast_weights() {
 Model::StepInputs Model::step_inputs(const Batch& batch, const char* what) const {
   const size_t n_in = network_->inputs().size();
   TNT_INPUT_CHECK(batch.columns.size() == n_in + 1,
-                  "{}: each element must have {} input column(s) and a target; it has {} column(s)", what, n_in,
-                  batch.columns.size());
+                  "{}: each element must have {} input column(s), a target and optionally a sample weight; it has {} "
+                  "column(s)",
+                  what, n_in, batch.columns.size());
   const Device device = network_->device();
   StepInputs in;
   for (size_t i = 0; i < n_in; ++i) in.inputs.push_back(on_device(batch.columns[i], device));
   in.target = on_device(batch.columns[n_in], device);
+  if (batch.sample_weights.defined()) in.weights = on_device(rows(batch.sample_weights, batch.real_samples), device);
   return in;
 }
 
@@ -271,7 +358,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
     Span span(Lane::compute, "loss");
     SavedState ls;
     const int64_t global_real = std::max<int64_t>(global_units, 1);
-    Tensor loss = loss_->forward(rows(pred, real), rows(in.target, real), global_real, ls);
+    Tensor loss = loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, global_real, ls);
     Tensor g = loss_->backward(ls, scaler_.scale());
     if (real == batch.micro_batch_size) {
       grad_pred = g;
@@ -331,7 +418,8 @@ void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTota
   if (real == 0) return;
   SavedState ls;
   // Divided by 1: this rank's plain sum of per-sample losses.
-  const double loss_sum = Loss::value(loss_->forward(rows(pred, real), rows(in.target, real), 1, ls));
+  const double loss_sum =
+      Loss::value(loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, 1, ls));
   totals.add(pred, in.target, real, loss_sum,
              loss_->normalizes_by_tokens() ? loss_->count_tokens(rows(in.target, real)) : real);
 }
@@ -354,8 +442,41 @@ std::optional<DistributedDataset> Model::validation_set(const FitOptions& option
   return options.validation_data->distribute(vb, rank(), p, Remainder::pad);
 }
 
-History Model::fit(const Dataset& data, FitOptions options) {
+namespace {
+
+// FitOptions::validation_split: the first floor(n * (1 - split)) elements train, the rest
+// become options.validation_data (Keras' rounding).
+Dataset split_off_validation(const Dataset& data, FitOptions& options) {
+  const double split = options.validation_split;
+  TNT_INPUT_CHECK(split > 0 && split < 1, "fit: validation_split={} must be in (0, 1)", split);
+  TNT_INPUT_CHECK(!options.validation_data && !options.distributed_validation_data,
+                  "fit: validation_split={} and validation data are both given; pass one of them", split);
+  TNT_INPUT_CHECK(options.distribute_dataset,
+                  "fit: validation_split={} needs distribute_dataset=true (the split is of the global data set)", split);
+  const int64_t n = data.cardinality();
+  TNT_INPUT_CHECK(n >= 0, "fit: validation_split={} needs a dataset of known size; this one's is unknown", split);
+  // Split after a per-epoch shuffle, the held-out samples would change every epoch and be
+  // trained on in the others. Keras splits before shuffling; here the user's pipeline
+  // decides the order, so the user splits.
+  TNT_INPUT_CHECK(!data.reshuffles_each_epoch(),
+                  "fit: validation_split={} on a dataset that is shuffled every epoch would validate on samples "
+                  "trained on in other epochs; split before shuffling: train on data.take(k).shuffle(...) and pass "
+                  "data.skip(k) as validation_data",
+                  split);
+  const auto n_train = static_cast<int64_t>(std::floor(static_cast<double>(n) * (1.0 - split)));
+  TNT_INPUT_CHECK(n_train > 0 && n_train < n,
+                  "fit: validation_split={} of {} samples leaves {} for training and {} for validation; both need "
+                  "at least one",
+                  split, n, n_train, n - n_train);
+  options.validation_data = data.skip(n_train);
+  return data.take(n_train);
+}
+
+}  // namespace
+
+History Model::fit(const Dataset& all_data, FitOptions options) {
   check_compiled("fit");
+  const Dataset data = options.validation_split != 0 ? split_off_validation(all_data, options) : all_data;
   const int p = size();
   if (!options.distribute_dataset) {
     // The data are already this rank's micro-batches.
@@ -379,6 +500,9 @@ History Model::fit(const Dataset& data, FitOptions options) {
 
 History Model::fit(const DistributedDataset& data, FitOptions options) {
   check_compiled("fit");
+  TNT_INPUT_CHECK(options.validation_split == 0,
+                  "fit: validation_split={} needs the unbatched dataset, not one already distributed",
+                  options.validation_split);
   TNT_INPUT_CHECK(options.batch_size <= 0 || options.batch_size == data.global_batch_size(),
                   "fit: batch_size={} but the distributed dataset was cut into global batches of {}",
                   options.batch_size, data.global_batch_size());
@@ -403,7 +527,15 @@ void Model::check_ranks_agree() {
   } else {
     mine += " without loss scaling";
   }
-  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {mine})) {
+  // Clipping that differs between ranks would change the update on some of them only: the
+  // replicas would drift apart just as silently.
+  const GradientClipping& clip = optimizer_->clipping();
+  const std::string clipping = "gradient clipping: " + (clip.active() ? clip.describe() : std::string("none"));
+  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {mine, clipping})) {
+    TNT_INPUT_CHECK(d->entry != 1,
+                    "fit: the ranks' optimizers clip gradients differently ({}); every rank must pass the same "
+                    "GradientClipping",
+                    d->describe());
     TNT_INPUT_ERROR("fit: the ranks compiled the model with different precisions ({}); every rank must pass the "
                     "same Precision to compile() and load the same checkpoint",
                     d->describe());
@@ -472,7 +604,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     timing_ = EpochTiming{};
     double lr_used = optimizer_->learning_rate();
 
-    NextBatch next = source(epoch);
+    NextBatch next = with_sample_weights(source(epoch), network_->inputs().size(), loss_, options.class_weight, "fit");
     for (int64_t step = 0; !stop_requested_; ++step) {
       const double t_input = now_s();
       std::optional<Batch> batch = next();
@@ -502,7 +634,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       eval.batch_size = validation->global_batch_size();
       if (options.validation_data) eval.samples = options.validation_data->cardinality();
       eval.verbose = options.verbose;
-      for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0), eval, &callbacks)) logs["val_" + k] = v;
+      for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0), {}, eval, &callbacks)) logs["val_" + k] = v;
     }
     logs["learning_rate"] = lr_used;
     logs["seconds"] = now_s() - epoch_start;
@@ -542,7 +674,8 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   detail::CallbackList callbacks(bar, this, TrainParams{});
   if (!options.distribute_dataset) {
     eval.steps = data.cardinality();  // the ranks' own micro-batches: one a step
-    return run_evaluate(user_source(data, 0, options.micro_batch_size), eval, &callbacks);
+    return run_evaluate(user_source(data, 0, options.micro_batch_size), options.class_weight, eval,
+                        &callbacks);
   }
   const int p = size();
   TNT_INPUT_CHECK(options.batch_size >= p, "evaluate: the global batch size {} is smaller than the number of ranks {}",
@@ -554,7 +687,7 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   eval.steps = distributed.steps();
   eval.batch_size = options.batch_size;
   eval.samples = data.cardinality();
-  return run_evaluate(distributed_source(distributed, 0), eval, &callbacks);
+  return run_evaluate(distributed_source(distributed, 0), options.class_weight, eval, &callbacks);
 }
 
 Logs Model::evaluate(const DistributedDataset& data) {
@@ -564,7 +697,8 @@ Logs Model::evaluate(const DistributedDataset& data) {
 
 // callbacks: on_test_begin, on_test_batch_end (empty logs: no collective per step) and
 // on_test_end (the global results) with eval as their EvalParams.
-Logs Model::run_evaluate(const NextBatch& next, const EvalParams& eval, detail::CallbackList* callbacks) {
+Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weight, const EvalParams& eval,
+                         detail::CallbackList* callbacks) {
   if (!weights_synced_) broadcast_weights();
   RunContext rc;
   rc.training = false;
@@ -572,6 +706,7 @@ Logs Model::run_evaluate(const NextBatch& next, const EvalParams& eval, detail::
   rc.step = global_step_;
   rc.device = network_->device();
   detail::PassTotals totals(metrics_, /*restore=*/true);
+  NextBatch next = with_sample_weights(source, network_->inputs().size(), loss_, class_weight, "evaluate");
   const Logs none;
   auto each = [&](auto&& f) {
     if (callbacks) callbacks->each(f);

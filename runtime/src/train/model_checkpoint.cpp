@@ -5,6 +5,7 @@
 // replace the last good checkpoint with one that cannot be trained on.
 #include "tarantella/model.hpp"
 
+#include "comm/collective_scope.hpp"
 #include "tarantella/checkpoint.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/ops.hpp"
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace tnt {
 
@@ -67,6 +69,7 @@ NamedTensors as_named(const std::vector<NamedTensor>& v) {
 }  // namespace
 
 void Model::save_weights(const std::string& path) {
+  const detail::CollectiveLabel label("save_weights");
   write_on_master(path, checkpoint_tensors(false), {{checkpoint_key::format, "pt"}});
 }
 
@@ -80,6 +83,7 @@ void Model::load_weights(const std::string& path) {
 }
 
 void Model::save_checkpoint(const std::string& path, int epoch) {
+  const detail::CollectiveLabel label("save_checkpoint");
   Metadata md;
   md[checkpoint_key::format] = "pt";
   md[checkpoint_key::epoch] = std::to_string(epoch);
@@ -130,6 +134,9 @@ int Model::load_checkpoint(const std::string& path) {
   auto tensors = checkpoint_tensors(true);
   ck.load_into(as_named(tensors), tolerant_of_older_files(tensors));
   int64_t epoch = ck.metadata_int(checkpoint_key::epoch);
+  TNT_INPUT_CHECK(epoch >= 0 && epoch <= std::numeric_limits<int>::max(),
+                  "checkpoint '{}': metadata epoch={} is not a number of epochs completed (0 to {})", path, epoch,
+                  std::numeric_limits<int>::max());
   global_step_ = ck.metadata_int(checkpoint_key::step);
   if (ck.has_metadata("optimizer_step")) optimizer_->set_step_count(ck.metadata_int("optimizer_step"));
   // The scale continues where it was (a fresh 65536 would cost a few skipped steps); a

@@ -35,6 +35,7 @@ class BatchNorm : public Layer {
   double momentum() const { return options_.momentum; }
   double epsilon() const { return options_.epsilon; }
   bool affine() const { return options_.affine; }
+  const BatchNormOptions& options() const { return options_; }  // as given (model files save them)
   int64_t num_features() const { return num_features_; }  // C, known once built
   Parameter* weight() { return weight_; }  // (C,); nullptr when not affine
   Parameter* bias() { return bias_; }      // (C,); nullptr when not affine

@@ -35,6 +35,7 @@ class Conv2D : public Layer {
   int64_t stride() const { return options_.stride; }
   int64_t padding() const { return options_.padding; }
   bool use_bias() const { return options_.use_bias; }
+  const Conv2DOptions& options() const { return options_; }  // as given (model files save them)
   Parameter& weight() { return *weight_; }  // (F, C, k, k)
   Parameter* bias() { return bias_; }       // (F,); nullptr without bias
 

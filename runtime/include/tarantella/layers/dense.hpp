@@ -28,6 +28,7 @@ class Dense : public Layer {
   int64_t units() const { return units_; }
   int64_t in_features() const { return in_features_; }  // known once built
   bool use_bias() const { return options_.use_bias; }
+  const DenseOptions& options() const { return options_; }  // as given (model files save them)
   Parameter& weight() { return *weight_; }  // (units, in)
   Parameter* bias() { return bias_; }       // (units,); nullptr without bias
 

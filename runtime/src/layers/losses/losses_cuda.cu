@@ -1,8 +1,9 @@
-// Losses on CUDA, mirroring losses.cpp: SavedState holds the same tensors (the
-// softmax probabilities and the labels; the difference p - t), so backward is one
-// element-wise pass. Per-row and total sums accumulate in double in fixed trees; the loss
-// is written as a 1-element f32 tensor on the device without a host round trip, except
-// that cross-entropy reads back one word to report a label outside [0, K) as the CPU does.
+// Losses on CUDA, mirroring losses.cpp: SavedState holds the same tensors (the softmax
+// probabilities, the labels and the sample weights; each element's weighted slope), so
+// backward is one element-wise pass. Per-row and total sums accumulate in double in fixed
+// trees; the loss is written as a 1-element f32 tensor on the device without a host round
+// trip, except that cross-entropy (binary cross-entropy) reads back one word to report a
+// label outside [0, K) (a target outside [0, 1]) as the CPU does.
 #include "layers/losses/losses_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
@@ -28,6 +29,8 @@ unsigned row_threads(int64_t k) {
 template <typename T, typename L>
 __global__ void xent_forward_kernel(const T* __restrict__ logits,  // (R, K)
                                     const L* __restrict__ labels,  // (R)
+                                    const float* __restrict__ weights,  // (N) or null: all 1
+                                    int64_t rows_per_sample,            // R / N
                                     int64_t rows, int64_t k, double smoothing, int64_t ignore_index,
                                     float* __restrict__ probs,             // (R, K)
                                     double* __restrict__ row_loss,         // (R)
@@ -62,6 +65,7 @@ __global__ void xent_forward_kernel(const T* __restrict__ logits,  // (R, K)
         } else {
           const double lse = static_cast<double>(mx) + log(z);
           loss = lse - (1.0 - smoothing) * to_float(xr[label]) - smoothing / static_cast<double>(k) * xsum;
+          if (weights) loss = losses::weighted(loss, weights[r / rows_per_sample]);
         }
       }
       row_loss[r] = loss;
@@ -72,13 +76,17 @@ __global__ void xent_forward_kernel(const T* __restrict__ logits,  // (R, K)
 template <typename L>
 __global__ void xent_backward_kernel(const float* __restrict__ probs,  // (R, K)
                                      const L* __restrict__ labels,     // (R)
+                                     const float* __restrict__ weights,  // (N) or null: all 1
+                                     int64_t rows_per_sample,            // R / N
                                      int64_t rows, int64_t k, int64_t ignore_index, float f, float smooth, float hit,
                                      float* __restrict__ grad) {  // (R, K)
   const int64_t n = rows * k;
   TNT_KERNEL_LOOP(i, n) {
     const int64_t r = i / k, j = i % k;
     const int64_t label = static_cast<int64_t>(labels[r]);
-    grad[i] = label == ignore_index ? 0.0f : (probs[i] - smooth - (j == label ? hit : 0.0f)) * f;
+    float g = label == ignore_index ? 0.0f : (probs[i] - smooth - (j == label ? hit : 0.0f)) * f;
+    if (weights) g = losses::weighted(g, weights[r / rows_per_sample]);
+    grad[i] = g;
   }
 }
 
@@ -92,18 +100,32 @@ __global__ void sum_divide_kernel(const double* __restrict__ values,  // (n)
   if (threadIdx.x == 0) out[0] = static_cast<float>(acc / denominator);
 }
 
-// diff = p - t; partials[block] = sum of diff^2 over the block's share.
+// slope = w_n f'(p, t); partials[block] = sum of w_n f(p, t) over the block's share;
+// *bad = the lowest element whose BinaryCrossEntropy target is outside [0, 1].
 template <typename T>
-__global__ void mse_forward_kernel(const T* __restrict__ p,  // (n)
-                                   const T* __restrict__ t,  // (n)
-                                   int64_t n, float* __restrict__ diff,  // (n)
-                                   double* __restrict__ partials) {      // (gridDim.x)
+__global__ void pointwise_forward_kernel(losses::PointwiseRule rule,
+                                         const T* __restrict__ p,            // (n)
+                                         const float* __restrict__ t,        // (n)
+                                         const float* __restrict__ weights,  // (N) or null: all 1
+                                         int64_t per_sample,                 // D = n / N
+                                         int64_t n, float* __restrict__ slope,  // (n)
+                                         double* __restrict__ partials,        // (gridDim.x)
+                                         unsigned long long* __restrict__ bad) {  // (1)
   __shared__ double scratch[kWarp];
   double acc = 0.0;
+  const bool logistic = rule.kind == losses::Pointwise::logistic;
   TNT_KERNEL_LOOP(i, n) {
-    const float d = to_float(p[i]) - to_float(t[i]);
-    diff[i] = d;
-    acc += static_cast<double>(d) * d;
+    const float ti = t[i];
+    if (logistic && !losses::valid_probability(ti)) atomicMin(bad, static_cast<unsigned long long>(i));
+    const losses::PointwiseTerm term = rule(to_float(p[i]), ti);
+    if (weights) {
+      const float w = weights[i / per_sample];
+      slope[i] = losses::weighted(term.slope, w);
+      acc += losses::weighted(term.value, w);
+    } else {
+      slope[i] = term.slope;
+      acc += term.value;
+    }
   }
   acc = block_sum(acc, scratch);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
@@ -117,9 +139,11 @@ __global__ void scale_copy_kernel(const float* __restrict__ in,  // (n)
 }  // namespace
 
 Tensor softmax_cross_entropy_forward(SoftmaxCrossEntropy& loss, const Tensor& logits, const Tensor& labels,
-                                     int64_t global_batch, SavedState& saved) {
+                                     const Tensor& sample_weights, int64_t global_batch, SavedState& saved) {
   int device = common_device({&logits, &labels}, "SoftmaxCrossEntropy");
   const int64_t k = logits.dim(-1), rows = logits.numel() / k;
+  const float* weights = sample_weights.defined() ? sample_weights.data<float>() : nullptr;  // (N)
+  const int64_t rows_per_sample = logits.dim(0) > 0 ? rows / logits.dim(0) : 1;
   cudaStream_t stream = compute_stream(device);
   Tensor probs = Tensor::empty({rows, k}, DType::f32, logits.device());  // (R, K)
   Tensor result = Tensor::empty({1}, DType::f32, logits.device());
@@ -137,8 +161,9 @@ Tensor softmax_cross_entropy_forward(SoftmaxCrossEntropy& loss, const Tensor& lo
     TNT_CUDA_DISPATCH_FLOAT(logits.dtype(), "SoftmaxCrossEntropy", {
       TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "SoftmaxCrossEntropy", {
         xent_forward_kernel<scalar_t, label_t><<<grid, row_threads(k), 0, stream>>>(
-            static_cast<const scalar_t*>(logits.raw()), static_cast<const label_t*>(labels.raw()), rows, k,
-            loss.label_smoothing(), loss.ignore_index(), probs.data<float>(), row_loss, bad_row);
+            static_cast<const scalar_t*>(logits.raw()), static_cast<const label_t*>(labels.raw()), weights,
+            rows_per_sample, rows, k, loss.label_smoothing(), loss.ignore_index(), probs.data<float>(), row_loss,
+            bad_row);
       });
     });
     TNT_CUDA_CHECK_LAUNCH();
@@ -154,6 +179,7 @@ Tensor softmax_cross_entropy_forward(SoftmaxCrossEntropy& loss, const Tensor& lo
     }
   }
   saved.tensors = {probs, labels};
+  if (sample_weights.defined()) saved.tensors.push_back(sample_weights);
   saved.extra = info;
   return result;
 }
@@ -171,23 +197,25 @@ Tensor softmax_cross_entropy_backward(SoftmaxCrossEntropy& loss, SavedState& sav
   const float f = static_cast<float>(scale / denom);
   const float smooth = static_cast<float>(loss.label_smoothing() / static_cast<double>(k));
   const float hit = static_cast<float>(1.0 - loss.label_smoothing());
+  const float* weights = saved.tensors.size() == 3 ? saved.tensors[2].data<float>() : nullptr;  // (N)
+  const int64_t rows_per_sample = weights ? rows / saved.tensors[2].dim(0) : 1;
   TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "SoftmaxCrossEntropy", {
     xent_backward_kernel<label_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-        probs.data<float>(), static_cast<const label_t*>(labels.raw()), rows, k, loss.ignore_index(), f, smooth, hit,
-        grad.data<float>());
+        probs.data<float>(), static_cast<const label_t*>(labels.raw()), weights, rows_per_sample, rows, k,
+        loss.ignore_index(), f, smooth, hit, grad.data<float>());
   });
   TNT_CUDA_CHECK_LAUNCH();
   return grad;
 }
 
-Tensor mean_squared_error_forward(MeanSquaredError& loss, const Tensor& predictions, const Tensor& targets,
-                                  int64_t global_batch, SavedState& saved) {
-  (void)loss;
-  int device = common_device({&predictions, &targets}, "MeanSquaredError");
+Tensor pointwise_loss_forward(const char* what, const losses::PointwiseRule& rule, const Tensor& predictions,
+                              const Tensor& targets, const Tensor& sample_weights, int64_t global_batch,
+                              SavedState& saved) {
+  int device = common_device({&predictions, &targets}, what);
   const int64_t n_samples = predictions.dim(0), total_n = predictions.numel();
   const int64_t per_sample = n_samples > 0 ? total_n / n_samples : 1;
   cudaStream_t stream = compute_stream(device);
-  Tensor diff = Tensor::empty(predictions.shape(), DType::f32, predictions.device());  // p - t
+  Tensor slope = Tensor::empty(predictions.shape(), DType::f32, predictions.device());  // w_n f'(p, t)
   Tensor result = Tensor::empty({1}, DType::f32, predictions.device());
   auto info = std::make_shared<CudaLossSaved>();
   info->denominator = static_cast<double>(global_batch) * static_cast<double>(per_sample);
@@ -195,31 +223,45 @@ Tensor mean_squared_error_forward(MeanSquaredError& loss, const Tensor& predicti
     TNT_CUDA_CHECK(cudaMemsetAsync(result.raw(), 0, sizeof(float), stream));
   } else {
     const unsigned grid = grid_for(total_n, kBlock, device);
-    Workspace ws(grid * sizeof(double), device);
-    TNT_CUDA_DISPATCH_FLOAT(predictions.dtype(), "MeanSquaredError", {
-      mse_forward_kernel<scalar_t><<<grid, kBlock, 0, stream>>>(static_cast<const scalar_t*>(predictions.raw()),
-                                                                 static_cast<const scalar_t*>(targets.raw()), total_n,
-                                                                 diff.data<float>(), ws.as<double>());
+    Workspace ws(grid * sizeof(double) + sizeof(unsigned long long), device);
+    double* partials = ws.as<double>();                                     // (grid)
+    auto* bad = reinterpret_cast<unsigned long long*>(partials + grid);     // (1)
+    const unsigned long long none = ~0ull;  // all bytes 0xff
+    TNT_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof(none), stream));
+    const float* weights = sample_weights.defined() ? sample_weights.data<float>() : nullptr;
+    TNT_CUDA_DISPATCH_FLOAT(predictions.dtype(), what, {
+      pointwise_forward_kernel<scalar_t><<<grid, kBlock, 0, stream>>>(
+          rule, static_cast<const scalar_t*>(predictions.raw()), targets.data<float>(), weights, per_sample, total_n,
+          slope.data<float>(), partials, bad);
     });
     TNT_CUDA_CHECK_LAUNCH();
-    sum_divide_kernel<<<1, kBlock, 0, stream>>>(ws.as<double>(), grid, info->denominator, result.data<float>());
+    sum_divide_kernel<<<1, kBlock, 0, stream>>>(partials, grid, info->denominator, result.data<float>());
     TNT_CUDA_CHECK_LAUNCH();
+    if (rule.kind == losses::Pointwise::logistic) {
+      unsigned long long first_bad = 0;
+      backend::cuda_copy(&first_bad, Device::cpu(), bad, predictions.device(), sizeof(first_bad));
+      if (first_bad != none) {
+        const int64_t i = static_cast<int64_t>(first_bad);
+        const double t = targets.reshape({total_n}).slice_rows(i, i + 1).to_double_vector().at(0);
+        TNT_INPUT_ERROR("{}: target {} of sample {} (element {}) is outside [0, 1]", what, t, i / per_sample, i);
+      }
+    }
   }
-  saved.tensors = {diff};
+  saved.tensors = {slope};
   saved.extra = info;
   return result;
 }
 
-Tensor mean_squared_error_backward(MeanSquaredError& loss, SavedState& saved, double scale) {
-  (void)loss;
-  const Tensor& diff = saved.tensors.at(0);
-  int device = common_device({&diff}, "MeanSquaredError backward");
+Tensor pointwise_loss_backward(SavedState& saved, double scale) {
+  const Tensor& slope = saved.tensors.at(0);
+  int device = common_device({&slope}, "loss backward");
   const double denom = static_cast<const CudaLossSaved*>(saved.extra.get())->denominator;
-  Tensor grad = Tensor::empty(diff.shape(), DType::f32, diff.device());
-  const int64_t n = diff.numel();
+  Tensor grad = Tensor::empty(slope.shape(), DType::f32, slope.device());
+  const int64_t n = slope.numel();
   if (n == 0) return grad;
-  const float f = static_cast<float>(2.0 * scale / denom);
-  scale_copy_kernel<<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(diff.data<float>(), f, n,
+  // The CPU engine's float factor and product.
+  const float f = static_cast<float>(scale / denom);
+  scale_copy_kernel<<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(slope.data<float>(), f, n,
                                                                                         grad.data<float>());
   TNT_CUDA_CHECK_LAUNCH();
   return grad;

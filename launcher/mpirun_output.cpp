@@ -1,0 +1,116 @@
+#include "mpirun_output.hpp"
+
+#include "text.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace tnt::launcher {
+
+namespace {
+
+// Open MPI's help blocks are framed by a line of 74 dashes; shorter runs of dashes are a
+// program's own.
+bool is_separator(std::string_view line) {
+  line = trim(line);
+  return line.size() >= 40 && std::all_of(line.begin(), line.end(), [](char c) { return c == '-'; });
+}
+
+// The first line of each block that only restates a failure the launcher reports itself
+// (Open MPI 4.1's help-mpi-api.txt, help-errmgr-base.txt and help-orterun.txt; "%s" there
+// is mpirun's own name, so the texts are matched after it).
+bool opens_failure_block(std::string_view line) {
+  for (std::string_view text : {"MPI_ABORT was invoked on rank ", "Primary job  terminated normally",
+                                "Primary job terminated normally",
+                                " detected that one or more processes exited with non-zero status",
+                                " noticed that process rank ", " noticed that the job aborted",
+                                " has exited due to process rank ", " has exited due to a process exiting without"}) {
+    if (line.find(text) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+// Lines that Open MPI's daemons print about the same failure: "[host:pid] [[job,0],0]
+// ORTE_ERROR_LOG: ... in file ../../../orte/util/show_help.c at line 507", and the notes
+// "[host:pid] 1 more process has sent help message help-mpi-api.txt / mpi-abort" and
+// "[host:pid] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error
+// messages".
+bool is_noise_line(std::string_view line) {
+  if (line.empty() || line.front() != '[') return false;
+  return line.find("] ORTE_ERROR_LOG: ") != std::string_view::npos ||
+         (line.find(" sent help message ") != std::string_view::npos &&
+          line.find(" more process") != std::string_view::npos) ||
+         line.find("Set MCA parameter \"orte_base_help_aggregate\" to 0") != std::string_view::npos;
+}
+
+// A framed block longer than this is no restated failure: it is passed on.
+constexpr size_t max_block_lines = 40;
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l;
+  return out;
+}
+
+}  // namespace
+
+void MpirunOutputFilter::hold(const std::string& text) {
+  const size_t room = held_limit - std::min(held_limit, held_.size());
+  held_ += text.substr(0, room);
+  dropped_bytes_ += text.size() - std::min(room, text.size());
+}
+
+// `text` is one whole line, its newline included.
+void MpirunOutputFilter::line(std::string text, std::string& out) {
+  if (!block_.empty()) {
+    if (block_.size() == 1 && !opens_failure_block(text)) {
+      // A separator that opens something else: pass it on, and read this line afresh.
+      out += block_.front();
+      block_.clear();
+    } else {
+      block_.push_back(std::move(text));
+      if (is_separator(block_.back())) {
+        hold(joined(block_));
+        block_.clear();
+      } else if (block_.size() > max_block_lines) {
+        out += joined(block_);
+        block_.clear();
+      }
+      return;
+    }
+  }
+  if (is_separator(text)) {
+    block_.push_back(std::move(text));
+  } else if (is_noise_line(text)) {
+    hold(text);
+  } else {
+    out += text;
+  }
+}
+
+std::string MpirunOutputFilter::feed(std::string_view bytes) {
+  std::string out;
+  partial_.append(bytes);
+  size_t start = 0;
+  for (size_t nl = partial_.find('\n'); nl != std::string::npos; nl = partial_.find('\n', start)) {
+    line(partial_.substr(start, nl + 1 - start), out);
+    start = nl + 1;
+  }
+  partial_.erase(0, start);
+  return out;
+}
+
+std::string MpirunOutputFilter::flush() {
+  std::string out = joined(block_) + partial_;
+  block_.clear();
+  partial_.clear();
+  return out;
+}
+
+std::string MpirunOutputFilter::held_back() const {
+  if (dropped_bytes_ == 0) return held_;
+  return held_ + fmt::format("[{} more bytes of mpirun's messages not shown]\n", dropped_bytes_);
+}
+
+}  // namespace tnt::launcher

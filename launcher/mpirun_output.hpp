@@ -1,0 +1,49 @@
+// mpirun's standard error, as the launcher relays it to the user. When a rank fails, Open
+// MPI adds its own account: the MPI_ABORT banner ("MPI_ABORT was invoked on rank 0 ...
+// NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes ..."), "Primary job
+// terminated normally, but 1 process returned a non-zero exit code", "mpirun detected that
+// one or more processes exited with non-zero status", ORTE_ERROR_LOG lines that name Open
+// MPI's source files, notes about aggregated help messages. The program has said what went
+// wrong, and the launcher names the rank that failed first; those blocks only bury both.
+//
+// The filter holds them back and passes everything else on unchanged, in order. What it
+// held back is not lost: when the launcher has no account of its own (no rank reported a
+// failure, mpirun failed by itself), it prints it after all.
+//
+// Open MPI writes each help message between two separator lines of dashes, in one write.
+// A separator is held only until the next line shows whether a known block follows, and a
+// line without its newline only until more output comes or the caller flushes (a program's
+// prompt is not kept from the user).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tnt::launcher {
+
+class MpirunOutputFilter {
+ public:
+  // Bytes read from mpirun's standard error; returns what to write to the user's now.
+  std::string feed(std::string_view bytes);
+  // Whether something waits for more output (a partial line, a separator).
+  bool pending() const { return !partial_.empty() || !block_.empty(); }
+  // Gives out what waits, as it is: nothing more came for a while, or mpirun's output ended.
+  std::string flush();
+  // What was held back, in order (at most `held_limit` bytes; more is counted, not kept).
+  std::string held_back() const;
+
+  static constexpr size_t held_limit = 64 * 1024;
+
+ private:
+  void line(std::string text, std::string& out);
+  void hold(const std::string& text);
+
+  std::string partial_;              // the last line, until its newline comes
+  std::vector<std::string> block_;   // a block that began with a separator, being read
+  std::string held_;
+  size_t dropped_bytes_ = 0;         // held back beyond held_limit
+};
+
+}  // namespace tnt::launcher

@@ -1,0 +1,16 @@
+// Gradient clipping of GradientClipping (tarantella/optim.hpp), in place, on CPU or CUDA.
+#pragma once
+
+#include "tarantella/optim.hpp"
+
+#include <vector>
+
+namespace tnt {
+
+// InputError for a non-positive (or NaN) threshold, or norm and global_norm together.
+void check_clipping(const GradientClipping& clipping);
+
+// grads: the gradients of one step, all f32 on one device; global_norm is taken over all of them.
+void clip_gradients(const GradientClipping& clipping, const std::vector<Tensor>& grads);
+
+}  // namespace tnt

@@ -1,0 +1,101 @@
+// The filter of mpirun's standard error (mpirun_output.hpp), on Open MPI 4.1's own texts as
+// mpirun prints them when a rank fails.
+#include "mpirun_output.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace tnt::launcher;
+
+namespace {
+
+const std::string dashes(74, '-');
+
+const std::string abort_banner = dashes + "\n" +
+                                 "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD\n"
+                                 "with errorcode 1.\n"
+                                 "\n"
+                                 "NOTE: invoking MPI_ABORT causes Open MPI to kill all MPI processes.\n"
+                                 "You may or may not see output from other processes, depending on\n"
+                                 "exactly when Open MPI kills them.\n" +
+                                 dashes + "\n";
+const std::string error_log =
+    "[vm:20499] [[15597,0],0] ORTE_ERROR_LOG: Out of resource in file ../../../orte/util/show_help.c at line 507\n";
+const std::string primary_job = dashes + "\n" +
+                                "Primary job  terminated normally, but 1 process returned\n"
+                                "a non-zero exit code. Per user-direction, the job has been aborted.\n" +
+                                dashes + "\n";
+const std::string non_zero = dashes + "\n" +
+                             "mpirun detected that one or more processes exited with non-zero status, thus causing\n"
+                             "the job to be terminated. The first process to do so was:\n"
+                             "\n"
+                             "  Process name: [[8647,1],0]\n"
+                             "  Exit code:    2\n" +
+                             dashes + "\n";
+const std::string aggregate = "[vm:20499] 1 more process has sent help message help-mpi-api.txt / mpi-abort\n"
+                              "[vm:20499] Set MCA parameter \"orte_base_help_aggregate\" to 0 to see all help / error "
+                              "messages\n";
+
+// Everything the filter gives out for `input` fed in pieces of `piece` bytes, then flushed.
+std::string relayed(MpirunOutputFilter& f, const std::string& input, size_t piece) {
+  std::string out;
+  for (size_t i = 0; i < input.size(); i += piece) out += f.feed(input.substr(i, piece));
+  return out + f.flush();
+}
+
+}  // namespace
+
+TEST_CASE("mpirun output: Open MPI's account of a failure is held back, the program's passes", "[mpirun_output]") {
+  const std::string program = "error (rank 0 of 2): --model=foo: expected cnn or mlp\n";
+  const std::string input = program + abort_banner + error_log + aggregate + primary_job + non_zero;
+  for (size_t piece : {size_t{1}, size_t{7}, size_t{4096}}) {
+    INFO("fed in pieces of " << piece);
+    MpirunOutputFilter f;
+    CHECK(relayed(f, input, piece) == program);
+    CHECK(f.held_back() == abort_banner + error_log + aggregate + primary_job + non_zero);
+  }
+}
+
+TEST_CASE("mpirun output: everything else passes on unchanged and in order", "[mpirun_output]") {
+  // Another help message of Open MPI (why a job could not start) is the only account there
+  // is; a program's own separators, and lines in brackets, are the program's.
+  const std::string cannot_start = dashes + "\n" +
+                                   "mpirun was unable to start the specified application as it encountered an\n"
+                                   "error:\n" +
+                                   dashes + "\n";
+  const std::string input = "step 1\n" + cannot_start + "-----\n" + dashes + "\n" + dashes + "\nsummary\n" +
+                            "[rank 0] ORTE_ERROR_LOG is a word in this line\n" + "tail without newline";
+  for (size_t piece : {size_t{1}, size_t{5}, size_t{4096}}) {
+    INFO("fed in pieces of " << piece);
+    MpirunOutputFilter f;
+    CHECK(relayed(f, input, piece) == input);
+    CHECK(f.held_back().empty());
+  }
+}
+
+TEST_CASE("mpirun output: a separator or a partial line waits only until flushed", "[mpirun_output]") {
+  MpirunOutputFilter f;
+  CHECK(f.feed(dashes + "\n").empty());  // it may open a failure block: held for now
+  CHECK(f.pending());
+  CHECK(f.flush() == dashes + "\n");
+  CHECK_FALSE(f.pending());
+  CHECK(f.feed("Enter a value: ").empty());
+  CHECK(f.flush() == "Enter a value: ");
+  // A block that never ends (mpirun killed while writing) is passed on at the end.
+  CHECK(f.feed(dashes + "\nMPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\n").empty());
+  CHECK(f.flush() == dashes + "\nMPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\n");
+  CHECK(f.held_back().empty());
+}
+
+TEST_CASE("mpirun output: what is held back is bounded", "[mpirun_output]") {
+  MpirunOutputFilter f;
+  std::string input;
+  while (input.size() <= MpirunOutputFilter::held_limit) input += error_log;
+  CHECK(f.feed(input).empty());
+  const std::string held = f.held_back();
+  CHECK(held.size() < MpirunOutputFilter::held_limit + 100);
+  CHECK_THAT(held, Catch::EndsWith(
+                       std::to_string(input.size() - MpirunOutputFilter::held_limit) +
+                       " more bytes of mpirun's messages not shown]\n"));
+}

@@ -94,10 +94,10 @@ class History : public Callback {
 // 80). When stdout is not a terminal nothing is redrawn: a line at each tenth of the epoch
 // and one at its end. verbose 0: nothing, 1: bar, 2: a line per epoch. The bar counts the
 // steps that will run (fewer with FitOptions::max_steps). An evaluation is announced
-// ("Evaluating on 10000 samples (40 steps of 256)") and has a bar of its own; the epoch line
-// gives the training time per step, evaluation apart. On SIGINT or SIGTERM the bar stops
-// drawing and its line is ended, then the signal does what it did before (by default: the
-// program ends).
+// ("Evaluating on 10000 samples (157 steps, global batch 64)") and has a bar of its own;
+// the epoch line gives the training time per step, evaluation apart. On SIGINT or SIGTERM
+// the bar stops drawing and its line is ended, then the signal does what it did before (by
+// default: the program ends).
 struct ProgressBarOptions {
   std::FILE* out = stdout;
   std::function<double()> clock;  // seconds; empty: a steady clock (tests pass their own)
@@ -123,7 +123,7 @@ class ProgressBar : public Callback {
   double now() const;
   void detect_output();
   void catch_signals(bool on);
-  void draw(int64_t done, int64_t total, double start, const std::string& metrics, bool force);
+  void draw(int64_t done, int64_t total, double start, const std::string& metrics);
   void end_line();
   void write(const std::string& text);
   std::string metrics_text(const Logs& logs, bool include_val) const;

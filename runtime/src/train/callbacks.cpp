@@ -223,11 +223,11 @@ std::string ProgressBar::metrics_text(const Logs& logs, bool include_val) const 
 // times a second, never wider than the terminal (a wrapped line could not be redrawn).
 // Otherwise: a line of its own at each tenth of the total (none for fewer than 10 steps,
 // whose end line comes soon enough).
-void ProgressBar::draw(int64_t done, int64_t total, double start, const std::string& metrics, bool force) {
+void ProgressBar::draw(int64_t done, int64_t total, double start, const std::string& metrics) {
   if (g_bar_interrupted && catching_) return;
   const double t = now();
   if (tty_) {
-    if (!force && done != total && t - last_draw_ < 0.1) return;
+    if (done != total && t - last_draw_ < 0.1) return;
   } else {
     if (total < 10 || done >= total) return;
     if (next_line_ == 0) next_line_ = (total + 9) / 10;
@@ -266,7 +266,7 @@ void ProgressBar::on_train_batch_end(int64_t batch, const Logs& logs) {
   train_seconds_ = now() - epoch_start_;
   if (params_.verbose != 1) return;
   const int64_t total = epoch_steps_ > 0 ? std::max(epoch_steps_, steps_done_) : steps_done_;
-  draw(steps_done_, total, epoch_start_, metrics_text(logs, false), false);
+  draw(steps_done_, total, epoch_start_, metrics_text(logs, false));
 }
 
 void ProgressBar::on_epoch_end(int, const Logs& logs) {
@@ -307,7 +307,7 @@ void ProgressBar::on_test_batch_end(int64_t batch, const Logs&) {
   eval_steps_done_ = batch + 1;
   if (params_.verbose != 1) return;
   const int64_t total = eval_params_.steps > 0 ? std::max(eval_params_.steps, eval_steps_done_) : eval_steps_done_;
-  draw(eval_steps_done_, total, eval_start_, "", false);
+  draw(eval_steps_done_, total, eval_start_, "");
 }
 
 void ProgressBar::on_test_end(const Logs& logs) {

@@ -210,6 +210,7 @@ int main(int argc, char** argv) {
 
     tnt::EvaluateOptions ev;
     ev.batch_size = common.batch_size;
+    ev.verbose = common.verbose;  // announced, like fit's validation passes
     tnt::Logs result = model.evaluate(test_data, ev);
     model.save_checkpoint(checkpoint, std::max(common.train_epochs, initial_epoch));
     tnt::print("Test loss: {:.4f}  test accuracy: {:.4f}  ({} epochs, {} ranks)", result["loss"], result["accuracy"],

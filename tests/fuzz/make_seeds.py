@@ -142,6 +142,16 @@ def main():
     # BLEU input: lines of a reference or translation file
     put("bleu", "text", "Das Haus ist klein.\nThe house is small , isn't it?\n"
         "Gutach: Noch mehr Sicherheit für Fußgänger\n\n1 , 000 Euro ( 3 %)\n")
+    csv_seeds()
+
+
+def csv_seeds():
+    # CSV: the first byte is fuzz_csv's option bits, the rest the file.
+    put("csv", "header", b"\x00" + b"x,y,z\n1,0,2.5\n-3.25,1,4\n")
+    put("csv", "quoted-crlf", b"\x20" + b'# comment\r\n"x","y"\r\n"1,5",2\r\n\r\n"a ""q""\r\nb",3\r\n')
+    put("csv", "no-header-f32", b"\x0b" + b"0.5,1,2\n1.5,3,4\n")
+    put("csv", "semicolon", b"\x10" + b"x;y\n 1 ; 2\n+3;-4\n")
+    put("csv", "bad-label", b"\x00" + b"x,y\n1,2147483648\n")
 
 
 if __name__ == "__main__":

@@ -334,6 +334,9 @@ std::shared_ptr<Network> every_layer_network() {
   a = call(std::make_shared<MaxPool2D>(3, 2, 1, "max"), a);  // (N, 5, 3, 3)
   a = call(std::make_shared<AvgPool2D>(2, 1, 0, "avg"), a);  // (N, 5, 2, 2)
   a = call(std::make_shared<ReLU>("relu"), a);
+  a = call(std::make_shared<Sigmoid>("sigmoid"), a);
+  a = call(std::make_shared<Tanh>("tanh"), a);
+  a = call(std::make_shared<LeakyReLU>(0.125, "leaky"), a);
   a = call(std::make_shared<GlobalAveragePool>("gap"), a);   // (N, 5)
   a = call(std::make_shared<Flatten>("flatten"), a);
   DenseOptions dopt;
@@ -368,7 +371,7 @@ TEST_CASE("every built-in layer's configuration round trips, initialisers includ
   CHECK(model_to_json(*back) == text);
   std::map<std::string, Layer*> by_name;
   for (Layer* l : back->layers()) by_name[l->name()] = l;
-  REQUIRE(by_name.size() == 16);
+  REQUIRE(by_name.size() == 19);
 
   auto& conv = dynamic_cast<Conv2D&>(*by_name.at("conv"));
   CHECK(conv.filters() == 5);
@@ -386,6 +389,9 @@ TEST_CASE("every built-in layer's configuration round trips, initialisers includ
   auto& av = dynamic_cast<AvgPool2D&>(*by_name.at("avg"));
   CHECK((av.pool_size() == 2 && av.stride() == 1 && av.padding() == 0));
   CHECK(by_name.at("relu")->type() == "ReLU");
+  CHECK(by_name.at("sigmoid")->type() == "Sigmoid");
+  CHECK(by_name.at("tanh")->type() == "Tanh");
+  CHECK(dynamic_cast<LeakyReLU&>(*by_name.at("leaky")).alpha() == 0.125);
   CHECK(by_name.at("gap")->type() == "GlobalAveragePool");
   CHECK(by_name.at("flatten")->type() == "Flatten");
   auto& dense = dynamic_cast<Dense&>(*by_name.at("dense"));

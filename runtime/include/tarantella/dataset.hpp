@@ -97,6 +97,35 @@ class Dataset {
   // A random-access source of count elements: get(i) builds element i on demand, and the
   // elements that distribute() or skip() step over are never built.
   static Dataset from_function(int64_t count, std::function<Element(int64_t index)> get);
+  // A CSV file (RFC 4180: fields separated by `delimiter`, optionally in double quotes, which
+  // may hold delimiters and line breaks, "" for a quote; LF or CRLF line ends), read and
+  // checked whole when called, so a bad file fails here, on every rank that reads it.
+  // Blank lines (empty or only spaces, tabs, CR) and lines starting with `comment` (at the
+  // start of a record, '\0': none) are skipped. Element: {features (F,) f32} and, with label
+  // columns, the label: () for one column, (L,) for several, in label_dtype (i32: integers
+  // as written, 3 or 3.0; f32). Columns are chosen by header name or 0-based index; features
+  // empty = every column not a label. Unselected columns are not read (they may hold text).
+  // Numbers may carry surrounding spaces; an empty, non-numeric or non-finite field, a row
+  // with another field count than the first, an unknown column, a file without data rows,
+  // an i32 label that is fractional or out of range: an InputError naming the file, the
+  // line and the column.
+  struct CsvColumn {
+    CsvColumn(std::string column_name) : name(std::move(column_name)) {}
+    CsvColumn(const char* column_name) : name(column_name) {}
+    CsvColumn(int column_index) : index(column_index) {}
+    std::string name;    // by header name, or
+    int64_t index = -1;  // by position (0-based)
+  };
+  struct CsvOptions {
+    bool header = true;  // the first record names the columns
+    std::vector<CsvColumn> features;
+    std::vector<CsvColumn> labels;
+    DType label_dtype = DType::i32;  // or f32
+    char delimiter = ',';
+    char comment = '#';
+  };
+  static Dataset from_csv(const std::string& path);  // header, every column a feature
+  static Dataset from_csv(const std::string& path, const CsvOptions& options);
 
   // ---- transformations (each returns a new Dataset; this one is unchanged)
   // Buffered shuffle: keeps buffer_size elements and emits a random one of them (uniform

@@ -1,8 +1,9 @@
-// ReLU, GELU and Softmax on the CPU: plain loops (memory-bound; OpenMP over elements or rows).
+// The activations on the CPU: plain loops (memory-bound; OpenMP over elements or rows).
 #include "tarantella/layers/activation.hpp"
 
 #include "backend/dispatch.hpp"
 #include "layers/activation_cuda.hpp"
+#include "layers/activation_math.hpp"
 #include "layers/gelu_math.hpp"
 
 #include <cmath>
@@ -97,6 +98,120 @@ std::vector<Tensor> GELU::backward(const std::vector<Tensor>& grad_outputs, cons
   return {dx};
 }
 
+namespace {
+
+// The element-wise activations added after ReLU and GELU share these: y = f(x) forward,
+// dx = dy * g(s) backward, s being the tensor forward saved (x or y, as g needs).
+template <typename F>
+Tensor map_elements(const Tensor& x, F f) {
+  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  const float* xs = x.data<float>();
+  float* ys = y.data<float>();
+  const int64_t n = x.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) ys[i] = f(xs[i]);
+  return y;
+}
+
+template <typename G>
+Tensor chain_rule(const char* type, const std::string& name, const Tensor& s, const Tensor& dy, G g) {
+  TNT_CHECK(dy.numel() == s.numel() && dy.dtype() == DType::f32, "{} '{}': gradient {} for a tensor {}", type, name,
+            dy.str(), s.str());
+  Tensor dx = Tensor::empty(s.shape(), DType::f32);
+  const float* ss = s.data<float>();
+  const float* gs = dy.data<float>();
+  float* d = dx.data<float>();
+  const int64_t n = s.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) d[i] = gs[i] * g(ss[i]);
+  return dx;
+}
+
+void check_backward(const char* type, const std::string& name, const std::vector<Tensor>& grad_outputs,
+                    const SavedState& saved) {
+  TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined(), "{} '{}': backward needs one gradient", type, name);
+  TNT_CHECK(saved.tensors.size() == 1, "{} '{}': backward without a forward", type, name);
+}
+
+}  // namespace
+
+Sigmoid::Sigmoid(std::string name) : Layer(std::move(name)) { default_name("sigmoid"); }
+
+std::vector<Shape> Sigmoid::output_shapes(const std::vector<Shape>& in) const {
+  TNT_CHECK(in.size() == 1, "Sigmoid '{}': expects one input", name_);
+  return {in[0]};
+}
+
+std::vector<Tensor> Sigmoid::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
+  check_inputs(inputs, 1);
+  ensure_built({inputs[0].shape()});
+  TNT_CUDA_DISPATCH(inputs[0].device(), cuda::sigmoid_forward(*this, inputs, rc, saved));
+  Tensor y = map_elements(inputs[0], [](float x) { return act::sigmoid(x); });
+  saved.tensors = {y};
+  return {y};
+}
+
+std::vector<Tensor> Sigmoid::backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                      SavedState& saved) {
+  check_backward("Sigmoid", name_, grad_outputs, saved);
+  TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::sigmoid_backward(*this, grad_outputs, rc, saved));
+  return {chain_rule("Sigmoid", name_, saved.tensors[0], grad_outputs[0],
+                     [](float y) { return act::sigmoid_derivative(y); })};
+}
+
+Tanh::Tanh(std::string name) : Layer(std::move(name)) { default_name("tanh"); }
+
+std::vector<Shape> Tanh::output_shapes(const std::vector<Shape>& in) const {
+  TNT_CHECK(in.size() == 1, "Tanh '{}': expects one input", name_);
+  return {in[0]};
+}
+
+std::vector<Tensor> Tanh::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
+  check_inputs(inputs, 1);
+  ensure_built({inputs[0].shape()});
+  TNT_CUDA_DISPATCH(inputs[0].device(), cuda::tanh_forward(*this, inputs, rc, saved));
+  Tensor y = map_elements(inputs[0], [](float x) { return act::tanh_value(x); });
+  saved.tensors = {y};
+  return {y};
+}
+
+std::vector<Tensor> Tanh::backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc, SavedState& saved) {
+  check_backward("Tanh", name_, grad_outputs, saved);
+  TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::tanh_backward(*this, grad_outputs, rc, saved));
+  return {chain_rule("Tanh", name_, saved.tensors[0], grad_outputs[0],
+                     [](float y) { return act::tanh_derivative(y); })};
+}
+
+LeakyReLU::LeakyReLU(double alpha, std::string name) : Layer(std::move(name)), alpha_(alpha) {
+  default_name("leaky_relu");
+  TNT_INPUT_CHECK(std::isfinite(alpha) && alpha >= 0.0, "LeakyReLU '{}': alpha must be finite and >= 0, got {}",
+                  name_, alpha);
+}
+
+std::vector<Shape> LeakyReLU::output_shapes(const std::vector<Shape>& in) const {
+  TNT_CHECK(in.size() == 1, "LeakyReLU '{}': expects one input", name_);
+  return {in[0]};
+}
+
+std::vector<Tensor> LeakyReLU::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
+  check_inputs(inputs, 1);
+  ensure_built({inputs[0].shape()});
+  TNT_CUDA_DISPATCH(inputs[0].device(), cuda::leaky_relu_forward(*this, inputs, rc, saved));
+  const float alpha = static_cast<float>(alpha_);
+  Tensor y = map_elements(inputs[0], [alpha](float x) { return act::leaky_relu(x, alpha); });
+  saved.tensors = {inputs[0]};  // the branch needs x: y > 0 does not tell x == 0 from x < 0 when alpha is 0
+  return {y};
+}
+
+std::vector<Tensor> LeakyReLU::backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                        SavedState& saved) {
+  check_backward("LeakyReLU", name_, grad_outputs, saved);
+  TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::leaky_relu_backward(*this, grad_outputs, rc, saved));
+  const float alpha = static_cast<float>(alpha_);
+  return {chain_rule("LeakyReLU", name_, saved.tensors[0], grad_outputs[0],
+                     [alpha](float x) { return act::leaky_relu_derivative(x, alpha); })};
+}
+
 Softmax::Softmax(int64_t axis, std::string name) : Layer(std::move(name)), axis_(axis) { default_name("softmax"); }
 
 std::vector<Shape> Softmax::output_shapes(const std::vector<Shape>& in) const {
@@ -177,6 +292,19 @@ std::vector<Tensor> Softmax::backward(const std::vector<Tensor>& grad_outputs, c
     for (int64_t j = 0; j < k; ++j) ds[base + j * inner] = ys[base + j * inner] * (gs[base + j * inner] - d);
   }
   return {dx};
+}
+
+std::shared_ptr<Layer> make_activation(const std::string& activation, std::string name) {
+  if (activation == "relu") return std::make_shared<ReLU>(std::move(name));
+  if (activation == "gelu") return std::make_shared<GELU>(true, std::move(name));
+  if (activation == "gelu_exact") return std::make_shared<GELU>(false, std::move(name));
+  if (activation == "sigmoid") return std::make_shared<Sigmoid>(std::move(name));
+  if (activation == "tanh") return std::make_shared<Tanh>(std::move(name));
+  if (activation == "leaky_relu") return std::make_shared<LeakyReLU>(std::move(name));
+  if (activation == "softmax") return std::make_shared<Softmax>(std::move(name));
+  TNT_INPUT_ERROR("activation '{}' is unknown: expected one of relu, gelu, gelu_exact, sigmoid, tanh, leaky_relu, "
+                  "softmax",
+                  activation);
 }
 
 }  // namespace tnt

@@ -1,12 +1,15 @@
-// ReLU and Softmax on CUDA.
+// The activations on CUDA.
 // ReLU is our element-wise kernel rather than cudnnActivation*: the contract fixes the
 // gradient at x == 0 to 0, which cuDNN does not document, and an element-wise pass is
 // memory-bound either way. Softmax along any axis is cuDNN's channel-mode softmax on the
-// (outer, K, inner, 1) view of the input, in its ACCURATE (max-subtracting) form.
+// (outer, K, inner, 1) view of the input, in its ACCURATE (max-subtracting) form. Sigmoid,
+// Tanh and LeakyReLU are one element-wise kernel over a functor each, the functions of
+// layers/activation_math.hpp that the CPU loops call too.
 #include "layers/activation_cuda.hpp"
 
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
+#include "layers/activation_math.hpp"
 #include "layers/gelu_math.hpp"
 
 namespace tnt::cuda {
@@ -44,6 +47,81 @@ __global__ void gelu_backward_kernel(const T* __restrict__ x,   // (n)
                                      T* __restrict__ dx,        // (n)
                                      int64_t n, bool approximate) {
   TNT_KERNEL_LOOP(i, n) { dx[i] = from_float<T>(to_float(dy[i]) * gelu::derivative(to_float(x[i]), approximate)); }
+}
+
+// y = f(x) in float, stored in T.
+template <typename T, typename F>
+__global__ void map_kernel(const T* __restrict__ x,  // (n)
+                           T* __restrict__ y,        // (n)
+                           int64_t n, F f) {
+  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(f(to_float(x[i]))); }
+}
+
+// dx = dy * g(s) in float, s the tensor forward saved.
+template <typename T, typename G>
+__global__ void chain_kernel(const T* __restrict__ s,   // (n)
+                             const T* __restrict__ dy,  // (n)
+                             T* __restrict__ dx,        // (n)
+                             int64_t n, G g) {
+  TNT_KERNEL_LOOP(i, n) { dx[i] = from_float<T>(to_float(dy[i]) * g(to_float(s[i]))); }
+}
+
+struct SigmoidOp {
+  __device__ float operator()(float x) const { return act::sigmoid(x); }
+};
+struct SigmoidGrad {
+  __device__ float operator()(float y) const { return act::sigmoid_derivative(y); }
+};
+struct TanhOp {
+  __device__ float operator()(float x) const { return act::tanh_value(x); }
+};
+struct TanhGrad {
+  __device__ float operator()(float y) const { return act::tanh_derivative(y); }
+};
+struct LeakyOp {
+  float alpha;
+  __device__ float operator()(float x) const { return act::leaky_relu(x, alpha); }
+};
+struct LeakyGrad {
+  float alpha;
+  __device__ float operator()(float x) const { return act::leaky_relu_derivative(x, alpha); }
+};
+
+template <typename F>
+Tensor map_elements(const Tensor& x, const char* what, F f) {
+  int device = common_device({&x}, what);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const int64_t n = x.numel();
+  if (n > 0) {
+    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), what, {
+      map_kernel<scalar_t, F><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()), n, f);
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+  }
+  return y;
+}
+
+template <typename G>
+Tensor chain_rule(const Layer& layer, const char* what, const SavedState& saved, const std::vector<Tensor>& grad_outputs,
+                  G g) {
+  TNT_CHECK(saved.tensors.size() == 1, "{} '{}': backward without a forward", what, layer.name());
+  const Tensor& s = saved.tensors[0];
+  const Tensor& dy = grad_outputs.at(0);
+  int device = common_device({&s, &dy}, what);
+  TNT_CHECK(dy.numel() == s.numel() && dy.dtype() == s.dtype(), "{} '{}': gradient {} for a tensor {}", what,
+            layer.name(), dy.str(), s.str());
+  Tensor dx = Tensor::empty(s.shape(), s.dtype(), s.device());
+  const int64_t n = s.numel();
+  if (n > 0) {
+    TNT_CUDA_DISPATCH_FLOAT(s.dtype(), what, {
+      chain_kernel<scalar_t, G><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(s.raw()), static_cast<const scalar_t*>(dy.raw()),
+          static_cast<scalar_t*>(dx.raw()), n, g);
+    });
+    TNT_CUDA_CHECK_LAUNCH();
+  }
+  return dx;
 }
 
 struct SoftmaxView {
@@ -145,6 +223,50 @@ std::vector<Tensor> gelu_backward(GELU& layer, const std::vector<Tensor>& grad_o
     TNT_CUDA_CHECK_LAUNCH();
   }
   return {dx};
+}
+
+std::vector<Tensor> sigmoid_forward(Sigmoid& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                    SavedState& saved) {
+  (void)layer;
+  (void)rc;
+  Tensor y = map_elements(inputs.at(0), "Sigmoid", SigmoidOp{});
+  saved.tensors = {y};
+  return {y};
+}
+
+std::vector<Tensor> sigmoid_backward(Sigmoid& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                     SavedState& saved) {
+  (void)rc;
+  return {chain_rule(layer, "Sigmoid", saved, grad_outputs, SigmoidGrad{})};
+}
+
+std::vector<Tensor> tanh_forward(Tanh& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                 SavedState& saved) {
+  (void)layer;
+  (void)rc;
+  Tensor y = map_elements(inputs.at(0), "Tanh", TanhOp{});
+  saved.tensors = {y};
+  return {y};
+}
+
+std::vector<Tensor> tanh_backward(Tanh& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                  SavedState& saved) {
+  (void)rc;
+  return {chain_rule(layer, "Tanh", saved, grad_outputs, TanhGrad{})};
+}
+
+std::vector<Tensor> leaky_relu_forward(LeakyReLU& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                       SavedState& saved) {
+  (void)rc;
+  Tensor y = map_elements(inputs.at(0), "LeakyReLU", LeakyOp{static_cast<float>(layer.alpha())});
+  saved.tensors = {inputs.at(0)};
+  return {y};
+}
+
+std::vector<Tensor> leaky_relu_backward(LeakyReLU& layer, const std::vector<Tensor>& grad_outputs,
+                                        const RunContext& rc, SavedState& saved) {
+  (void)rc;
+  return {chain_rule(layer, "LeakyReLU", saved, grad_outputs, LeakyGrad{static_cast<float>(layer.alpha())})};
 }
 
 std::vector<Tensor> softmax_forward(Softmax& layer, const std::vector<Tensor>& inputs, const RunContext& rc,

@@ -1,9 +1,11 @@
-// The CUDA engines of ReLU and Softmax (activation_cuda.cu), called by activation.cpp.
+// The CUDA engines of the activations (activation_cuda.cu), called by activation.cpp.
 // What every engine may assume, and the mixed-precision rules: backend/dispatch.hpp.
 // Semantics:
 //   ReLU     y = x > 0 ? x : 0, so a NaN gives 0 (unlike PyTorch, which keeps the NaN);
 //            gradient dy where x > 0, else 0 (0 at x == 0 and at a NaN).
 //   GELU     layers/gelu_math.hpp, in float, on x of any floating dtype; stores x.
+//   Sigmoid, Tanh, LeakyReLU  layers/activation_math.hpp, in float, on x of any floating
+//            dtype, results in x's dtype; Sigmoid and Tanh store y, LeakyReLU stores x.
 //   Softmax  along layer.axis() (negative axes count from the input's rank).
 #pragma once
 
@@ -21,6 +23,18 @@ std::vector<Tensor> gelu_forward(GELU& layer, const std::vector<Tensor>& inputs,
                                  SavedState& saved);
 std::vector<Tensor> gelu_backward(GELU& layer, const std::vector<Tensor>& grad_outputs,
                                   const RunContext& rc, SavedState& saved);
+std::vector<Tensor> sigmoid_forward(Sigmoid& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                    SavedState& saved);
+std::vector<Tensor> sigmoid_backward(Sigmoid& layer, const std::vector<Tensor>& grad_outputs,
+                                     const RunContext& rc, SavedState& saved);
+std::vector<Tensor> tanh_forward(Tanh& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                 SavedState& saved);
+std::vector<Tensor> tanh_backward(Tanh& layer, const std::vector<Tensor>& grad_outputs,
+                                  const RunContext& rc, SavedState& saved);
+std::vector<Tensor> leaky_relu_forward(LeakyReLU& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
+                                       SavedState& saved);
+std::vector<Tensor> leaky_relu_backward(LeakyReLU& layer, const std::vector<Tensor>& grad_outputs,
+                                        const RunContext& rc, SavedState& saved);
 std::vector<Tensor> softmax_forward(Softmax& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                     SavedState& saved);
 std::vector<Tensor> softmax_backward(Softmax& layer, const std::vector<Tensor>& grad_outputs,

@@ -254,6 +254,17 @@ LayerPtr attention_from(const std::string& name, const LayerConfig& c) {
 const std::vector<BuiltinType>& builtin_types() {
   static const std::vector<BuiltinType> types = {
       plain<ReLU>("ReLU"),
+      plain<Sigmoid>("Sigmoid"),
+      plain<Tanh>("Tanh"),
+      {"LeakyReLU",
+       {[](const Layer& l) {
+          LayerConfig c;
+          c.set_double("alpha", as<LeakyReLU>(l).alpha());
+          return c;
+        },
+        [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+          return std::make_shared<LeakyReLU>(c.get_double("alpha"), name);
+        }}},
       plain<Add>("Add"),
       plain<Flatten>("Flatten"),
       plain<GlobalAveragePool>("GlobalAveragePool"),

@@ -197,13 +197,13 @@ class PassTotals {
   // fit must not disturb the epoch's training metrics).
   PassTotals(const std::vector<MetricPtr>& metrics, bool restore) : metrics_(metrics), restore_(restore) {
     for (auto& m : metrics_) {
-      saved_.emplace_back(m->total(), m->count());
+      saved_.push_back(m->sums());
       m->reset();
     }
   }
   ~PassTotals() {
     if (!restore_) return;
-    for (size_t i = 0; i < metrics_.size(); ++i) metrics_[i]->set_totals(saved_[i].first, saved_[i].second);
+    for (size_t i = 0; i < metrics_.size(); ++i) metrics_[i]->set_sums(saved_[i]);
   }
   PassTotals(const PassTotals&) = delete;
   PassTotals& operator=(const PassTotals&) = delete;
@@ -221,15 +221,17 @@ class PassTotals {
   Logs global() const {
     std::vector<double> sums{loss_sum_, samples_};
     for (auto& m : metrics_) {
-      sums.push_back(m->total());
-      sums.push_back(m->count());
+      const std::vector<double> s = m->sums();  // 2 for most metrics, a histogram for AUC
+      sums.insert(sums.end(), s.begin(), s.end());
     }
     std::vector<double> all = communicator().allreduce_sum(sums);
     Logs logs;
     logs["loss"] = all[1] > 0 ? all[0] / all[1] : 0.0;
-    for (size_t i = 0; i < metrics_.size(); ++i) {
-      const double total = all[2 + 2 * i], count = all[3 + 2 * i];
-      logs[metrics_[i]->name()] = count > 0 ? total / count : 0.0;
+    auto at = all.begin() + 2;
+    for (auto& m : metrics_) {
+      const auto end = at + static_cast<std::ptrdiff_t>(m->sums().size());
+      logs[m->name()] = m->value_of(std::vector<double>(at, end));
+      at = end;
     }
     return logs;
   }
@@ -237,7 +239,7 @@ class PassTotals {
  private:
   std::vector<MetricPtr> metrics_;
   bool restore_;
-  std::vector<std::pair<double, double>> saved_;
+  std::vector<std::vector<double>> saved_;
   double loss_sum_ = 0;  // sum of per-sample losses so far
   double samples_ = 0;   // real samples so far
 };

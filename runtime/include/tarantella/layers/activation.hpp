@@ -1,7 +1,17 @@
-// Element-wise and normalising activations: ReLU, GELU, Softmax (along one axis).
+// Element-wise and normalising activations: ReLU, GELU, Sigmoid, Tanh, LeakyReLU, Softmax
+// (along one axis), and make_activation() to pick one by name.
+//
+// NaN and infinities. The piecewise ones choose their branch with the comparison x > 0, so a
+// NaN takes the non-positive branch: ReLU's is the constant 0 (a NaN gives 0, gradient 0),
+// LeakyReLU's is alpha * x (a NaN stays NaN, gradient alpha * dy). The smooth ones propagate
+// a NaN in value and gradient, and saturate at the infinities: sigmoid(+-inf) = 1 and 0,
+// tanh(+-inf) = +-1, both with gradient 0 there (never NaN).
 #pragma once
 
 #include "tarantella/layer.hpp"
+
+#include <memory>
+#include <string>
 
 namespace tnt {
 
@@ -36,6 +46,51 @@ class GELU : public Layer {
   bool approximate_;
 };
 
+// y = 1 / (1 + exp(-x)), computed as exp(x) / (1 + exp(x)) for x < 0 so that neither tail
+// overflows; dy/dx = y (1 - y), from the saved output.
+class Sigmoid : public Layer {
+ public:
+  explicit Sigmoid(std::string name = "");
+  std::string type() const override { return "Sigmoid"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
+                              SavedState& saved) override;
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                               SavedState& saved) override;
+};
+
+// y = tanh(x); dy/dx = 1 - y^2, from the saved output.
+class Tanh : public Layer {
+ public:
+  explicit Tanh(std::string name = "");
+  std::string type() const override { return "Tanh"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
+                              SavedState& saved) override;
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                               SavedState& saved) override;
+};
+
+// y = x > 0 ? x : alpha x; the gradient at x == 0 is alpha (the x <= 0 branch, as ReLU's 0).
+// alpha defaults to 0.3, the default of Keras' LeakyReLU layer (PyTorch's is 0.01: pass it
+// to match a PyTorch model). alpha must be finite and >= 0 (an InputError otherwise).
+class LeakyReLU : public Layer {
+ public:
+  static constexpr double kDefaultAlpha = 0.3;
+  explicit LeakyReLU(double alpha = kDefaultAlpha, std::string name = "");
+  explicit LeakyReLU(std::string name) : LeakyReLU(kDefaultAlpha, std::move(name)) {}
+  std::string type() const override { return "LeakyReLU"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
+  std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
+                              SavedState& saved) override;
+  std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                               SavedState& saved) override;
+  double alpha() const { return alpha_; }
+
+ private:
+  double alpha_;
+};
+
 // y = exp(x - max) / sum(exp(x - max)) along `axis` (negative counts from the end).
 // Backward: dx = y * (dy - sum(dy * y)) along the axis.
 class Softmax : public Layer {
@@ -53,5 +108,10 @@ class Softmax : public Layer {
  private:
   int64_t axis_;
 };
+
+// An activation layer by its name, for programs that take the activation as a flag:
+// "relu", "gelu" (tanh form), "gelu_exact", "sigmoid", "tanh", "leaky_relu" (alpha 0.3),
+// "softmax" (last axis). Another name is an InputError that lists these.
+std::shared_ptr<Layer> make_activation(const std::string& activation, std::string name = "");
 
 }  // namespace tnt

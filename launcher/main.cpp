@@ -25,6 +25,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -196,6 +197,11 @@ int launch(const std::vector<std::string>& args) {
   spec.pass_by_name.push_back(tl::env::report_address);
   ::setenv(tl::env::stdout_is_tty, ::isatty(STDOUT_FILENO) == 1 ? "1" : "0", 1);
   spec.pass_by_name.push_back(tl::env::stdout_is_tty);
+  // A rank's pseudo-terminal has no size: progress bars fit the user's terminal by COLUMNS.
+  if (struct winsize ws {}; ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) {
+    ::setenv("COLUMNS", std::to_string(ws.ws_col).c_str(), 1);
+  }
+  if (std::getenv("COLUMNS")) spec.pass_by_name.push_back("COLUMNS");
   const bool remote = std::any_of(plan.hosts.begin(), plan.hosts.end(), [](auto& h) { return !h.local; });
   if (remote) {
     // Remote ranks start from a login environment; they need ours to find PROGRAM.

@@ -122,8 +122,10 @@ int main(int argc, char** argv) {
         "--data_dir={}: no such directory (install Debian's dataset-fashion-mnist, or point it at the IDX files)",
         common.data_dir);
 
-    tnt::MnistSplit train = tnt::load_mnist_dir(common.data_dir, "train");
-    tnt::MnistSplit test = tnt::load_mnist_dir(common.data_dir, "t10k");
+    // Labels outside the 10 classes and images of another size are named with their file.
+    const tnt::MnistExpect expect{.num_classes = 10, .height = 28, .width = 28};
+    tnt::MnistSplit train = tnt::load_mnist_dir(common.data_dir, "train", expect);
+    tnt::MnistSplit test = tnt::load_mnist_dir(common.data_dir, "t10k", expect);
     // More samples than there are would silently train on fewer than asked for.
     TNT_INPUT_CHECK(num_train <= train.images.dim(0),
                     "--num_train_samples={}: the training set in --data_dir={} holds only {} samples (0 = all)",
@@ -208,6 +210,7 @@ int main(int argc, char** argv) {
 
     tnt::EvaluateOptions ev;
     ev.batch_size = common.batch_size;
+    ev.verbose = common.verbose;  // announced, like fit's validation passes
     tnt::Logs result = model.evaluate(test_data, ev);
     model.save_checkpoint(checkpoint, std::max(common.train_epochs, initial_epoch));
     tnt::print("Test loss: {:.4f}  test accuracy: {:.4f}  ({} epochs, {} ranks)", result["loss"], result["accuracy"],

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -58,6 +59,17 @@ tnt::Dataset synthetic_imagenet(int64_t count, int64_t pool_size, int64_t image_
   });
 }
 
+// Evaluation samples in ImageNet's proportion to the samples of an epoch that is trained
+// (fewer with --train_steps), at least one global batch: a short throughput run does not
+// spend minutes evaluating 50,000 images, and the full schedule evaluates ImageNet's number.
+int64_t default_synthetic_eval_samples(int64_t epoch_samples, int64_t train_steps, int64_t global_batch) {
+  int64_t trained = epoch_samples;
+  if (train_steps > 0 && train_steps <= trained / global_batch) trained = train_steps * global_batch;
+  const double share = static_cast<double>(kImageNetValSamples) / static_cast<double>(kImageNetTrainSamples);
+  const auto samples = static_cast<int64_t>(std::ceil(static_cast<double>(trained) * share - 1e-9));
+  return std::max(samples, global_batch);
+}
+
 // This rank's rows of one global batch of synthetic samples, made once on `device`; the
 // epoch yields them at each of its `steps` steps (fit with distribute_dataset = false).
 tnt::Dataset synthetic_device_batches(int64_t global_batch, int64_t steps, int64_t image_size, int64_t num_classes,
@@ -82,19 +94,6 @@ tnt::Dataset synthetic_device_batches(int64_t global_batch, int64_t steps, int64
       },
       steps);
 }
-
-// Ends fit() after a total number of steps. It changes what training does next, so it runs
-// on every rank (the step counter is the same on all of them).
-class StopAfterSteps : public tnt::Callback {
- public:
-  explicit StopAfterSteps(int64_t steps) : tnt::Callback(Ranks::all), steps_(steps) {}
-  void on_train_batch_end(int64_t, const tnt::Logs&) override {
-    if (model_->global_step() >= steps_) model_->stop_training();
-  }
-
- private:
-  int64_t steps_;
-};
 
 // Images per second from step timing (as the TF Model Garden's TimeHistory): the time
 // between the ends of consecutive steps of one epoch, so the first step of each epoch (warm
@@ -178,7 +177,7 @@ int main(int argc, char** argv) {
     ("enable_checkpoint_and_export", "checkpoint after every epoch, export the weights at the end", cxxopts::value<bool>()->default_value("false"))
     ("use_synthetic_data", "random images instead of ImageNet (throughput measurements)", cxxopts::value<bool>()->default_value("false"))
     ("synthetic_samples", "with --use_synthetic_data: training samples per epoch (ImageNet's size by default)", cxxopts::value<int64_t>()->default_value(std::to_string(kImageNetTrainSamples)))
-    ("synthetic_eval_samples", "with --use_synthetic_data: evaluation samples", cxxopts::value<int64_t>()->default_value(std::to_string(kImageNetValSamples)))
+    ("synthetic_eval_samples", "with --use_synthetic_data: evaluation samples (default: ImageNet's 50,000 per 1,281,167 training samples, in proportion to an epoch's training samples: --synthetic_samples, or --train_steps x --batch_size when fewer; at least one global batch)", cxxopts::value<int64_t>())
     ("num_classes", "number of classes", cxxopts::value<int64_t>()->default_value("1000"))
     ("image_size", "image height and width (32 to 1024; small values for CPU tests)", cxxopts::value<int64_t>()->default_value("224"))
     ("base_learning_rate", "learning rate for a global batch of 256, scaled linearly to --batch_size", cxxopts::value<double>()->default_value("0.1"))
@@ -197,7 +196,7 @@ int main(int argc, char** argv) {
     const tnt_models::CommonFlags common = flags.common();
     const bool synthetic = args["use_synthetic_data"].as<bool>();
     const int64_t synthetic_samples = args["synthetic_samples"].as<int64_t>();
-    const int64_t synthetic_eval_samples = args["synthetic_eval_samples"].as<int64_t>();
+    const bool eval_samples_given = args.count("synthetic_eval_samples") > 0;
     const int64_t num_classes = args["num_classes"].as<int64_t>();
     const int64_t image_size = args["image_size"].as<int64_t>();
     const double base_lr = args["base_learning_rate"].as<double>();
@@ -235,6 +234,9 @@ int main(int argc, char** argv) {
       TNT_INPUT_CHECK(synthetic_samples >= common.batch_size,
                       "--synthetic_samples={}: smaller than one global batch (--batch_size={})", synthetic_samples,
                       common.batch_size);
+      const int64_t synthetic_eval_samples =
+          eval_samples_given ? args["synthetic_eval_samples"].as<int64_t>()
+                             : default_synthetic_eval_samples(synthetic_samples, train_steps, common.batch_size);
       TNT_INPUT_CHECK(synthetic_eval_samples >= 1, "--synthetic_eval_samples={}: must be positive",
                       synthetic_eval_samples);
       const int64_t pool = std::min(common.batch_size, kMaxSyntheticPool);
@@ -249,8 +251,12 @@ int main(int argc, char** argv) {
       tnt::ImagenetOptions train_opts;
       train_opts.shuffle = true;
       train_opts.seed = common.seed;
+      // Labels beyond --num_classes are named with their folder or record when read.
+      train_opts.num_classes = num_classes;
+      tnt::ImagenetOptions val_opts;
+      val_opts.num_classes = num_classes;
       tnt::Dataset train_files = tnt::imagenet_dataset(common.data_dir, "train", train_opts);
-      tnt::Dataset val_files = tnt::imagenet_dataset(common.data_dir, "val");
+      tnt::Dataset val_files = tnt::imagenet_dataset(common.data_dir, "val", val_opts);
       epoch_size = train_files.cardinality();
       TNT_INPUT_CHECK(epoch_size >= common.batch_size,
                       "--data_dir={}: {} training images, fewer than one global batch (--batch_size={})",
@@ -321,7 +327,7 @@ int main(int argc, char** argv) {
     // exit, before the epoch's history row and checkpoint.
     fit.callbacks = {std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise), csv,
                      std::make_shared<ThroughputLogger>(common.batch_size, log_steps)};
-    if (train_steps > 0) fit.callbacks.push_back(std::make_shared<StopAfterSteps>(train_steps));
+    fit.max_steps = train_steps;
     if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir));
     if (checkpoint_and_export) {
       fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"));

@@ -262,6 +262,31 @@ TEST_CASE("load_mnist_dir loads plain and gzip files and checks the counts", "[i
   CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "odd"), Catch::Contains("odd-labels-idx1-ubyte"));
 }
 
+TEST_CASE("load_mnist_dir names the file and the sample of a label outside the classes, and images of another size",
+          "[idx]") {
+  TempDir dir("tnt-idx");
+  std::vector<uint8_t> px(4 * 3 * 2, 7);  // 4 images of 3x2
+  write_idx(dir.file("train-images-idx3-ubyte"), Tensor::from_data(px.data(), {4, 3, 2}));
+  std::vector<uint8_t> lb = {9, 0, 12, 3};
+  const std::string labels = dir.file("train-labels-idx1-ubyte.gz");
+  write_idx(labels, Tensor::from_data(lb.data(), {4}), true);
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "train"),
+                    Catch::Equals("IDX file '" + labels + "': label 12 of sample 2 (0-based) is outside the 10 classes [0, 10)"));
+  // More classes allowed (EMNIST), or none checked.
+  MnistSplit s = load_mnist_dir(dir.path.string(), "train", {.num_classes = 13});
+  CHECK(s.labels.to_double_vector() == std::vector<double>{9, 0, 12, 3});
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "train", {.num_classes = 12}),
+                    Catch::Contains("label 12 of sample 2 (0-based) is outside the 12 classes [0, 12)"));
+  CHECK_NOTHROW(load_mnist_dir(dir.path.string(), "train", {.num_classes = 0}));
+  // Image size.
+  const std::string images = dir.file("train-images-idx3-ubyte");
+  CHECK_NOTHROW(load_mnist_dir(dir.path.string(), "train", {.num_classes = 13, .height = 3, .width = 2}));
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "train", {.num_classes = 13, .height = 28, .width = 28}),
+                    Catch::Equals("IDX file '" + images + "': its images are 3x2, expected 28x28"));
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "train", {.num_classes = 13, .height = 3, .width = 5}),
+                    Catch::Contains("its images are 3x2, expected 3x5"));
+}
+
 TEST_CASE("the Fashion-MNIST package loads", "[idx][fashion-mnist]") {
   // Installed by scripts/setup (Debian package dataset-fashion-mnist).
   const char* env = std::getenv("TNT_TEST_FASHION_MNIST_DIR");

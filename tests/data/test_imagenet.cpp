@@ -459,6 +459,33 @@ TEST_CASE("TFRecord: writer, index, Example round trip, shard detection, labels"
   CHECK(imagenet_dataset(tmp.path.string(), "train", {.layout = "tfrecord"}).cardinality() == 12);
 }
 
+TEST_CASE("labels beyond the model's classes name the folder, or the record's file and offset") {
+  TempDir tmp("tnt-imagenet");
+  write_folders(tmp.path, "train");
+  const std::string split_dir = (tmp.path / "train").string();
+  // 3 class folders: labels 0..2. With 2 classes, the third folder (sorted) has no label.
+  CHECK(error_of([&] { image_folder_dataset(split_dir, {.num_classes = 2}); }) ==
+        fmt::format("image folder '{}': 3 class folders, more than the model's 2 classes (folder '{}' would be label "
+                    "2, outside [0, 2))",
+                    split_dir, kWnids[2]));
+  CHECK(imagenet_dataset(tmp.path.string(), "train", {.num_classes = 3}).cardinality() == kClasses * kPerClass);
+  CHECK_THAT(error_of([&] { imagenet_dataset(tmp.path.string(), "train", {.num_classes = 1}); }),
+             Catch::Contains("3 class folders, more than the model's 1 classes"));
+
+  // TFRecord: 1-based labels 1..3 in one shard of 12 records, the last class's from record 8.
+  std::vector<fs::path> shards = write_shards(tmp.path, "validation", 1);
+  const std::string path = shards[0].string();
+  const std::vector<uint64_t> offsets = index_tfrecord(path);
+  Dataset d = imagenet_dataset(tmp.path.string(), "val", {.layout = "tfrecord", .num_classes = 2});
+  auto it = d.iterate(0);
+  for (int i = 0; i < 2 * kPerClass; ++i) REQUIRE(it.next());
+  CHECK(error_of([&] { it.next(); }) ==
+        fmt::format("TFRecord '{}' at byte offset {} (record 8 of the shard): label 3 is outside the model's 2 classes "
+                    "(1 to 2, 1-based)",
+                    path, offsets[8]));
+  CHECK(collect(imagenet_dataset(tmp.path.string(), "val", {.layout = "tfrecord", .num_classes = 3})).size() == 12);
+}
+
 TEST_CASE("TFRecord: corrupt records name the file and the byte offset") {
   TempDir tmp("tnt-imagenet");
   std::vector<fs::path> shards = write_shards(tmp.path, "train", 1);

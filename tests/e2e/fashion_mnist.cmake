@@ -11,7 +11,7 @@ set(_fm_bins $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:fashion_mnist>)
 
 foreach(_case missing_data_dir truncated_gzip truncated_idx corrupt_gzip batch_smaller_than_ranks
               micro_batch_mismatch checkpoint_other_model micro_batch_uneven negative_micro_batch too_many_train_samples
-              resume_other_seed checkpoint_negative_epoch)
+              resume_other_seed checkpoint_negative_epoch label_out_of_range wrong_image_size)
   add_test(NAME fashion_mnist.bad_input.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_bad_input.sh ${_fm_bins} ${_case})
   # The scripts' own guard (TNT_E2E_TIMEOUT, 60 s a run) ends a hang first; this is the
@@ -41,3 +41,10 @@ foreach(_run "2;1" "1;1" "2;2")
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_master_output.sh ${_fm_bins} ${_verbose} ${_epochs})
   set_tests_properties(${_name} PROPERTIES TIMEOUT 150 ENVIRONMENT "${_fm_env}" LABELS e2e)
 endforeach()
+
+# On a terminal (script(1), 60 columns): the bar fits the width the launcher passes on, the
+# evaluation is announced with its own bar, the epoch line times training and evaluation
+# apart; SIGINT to the launcher ends the bar's line and the job (exit status 130).
+add_test(NAME fashion_mnist.terminal
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_terminal.sh ${_fm_bins})
+set_tests_properties(fashion_mnist.terminal PROPERTIES TIMEOUT 200 ENVIRONMENT "${_fm_env}" LABELS e2e)

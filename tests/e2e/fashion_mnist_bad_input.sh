@@ -7,7 +7,7 @@
 # CASE: missing_data_dir, truncated_gzip, truncated_idx, corrupt_gzip,
 #       batch_smaller_than_ranks, micro_batch_mismatch, checkpoint_other_model,
 #       micro_batch_uneven, negative_micro_batch, too_many_train_samples, resume_other_seed,
-#       checkpoint_negative_epoch
+#       checkpoint_negative_epoch, label_out_of_range, wrong_image_size
 #
 # Every case also checks that Open MPI's own account of the failure (the MPI_ABORT banner,
 # ORTE_ERROR_LOG lines naming its source files, "Primary job terminated normally") stays
@@ -106,6 +106,33 @@ case $case_name in
     expect_failure "$case_name"
     fm_expect_fixed "$case_name" "$f" "the damaged file"
     fm_expect_grep "$case_name" "gzip" "the problem"
+    ;;
+
+  label_out_of_range)
+    # Label 12 (of 10 classes) at sample 5 of the test labels: named with its file and
+    # sample when the data are loaded, on every rank, not at a training step.
+    copy_data
+    f=$fm_tmp/data/t10k-labels-idx1-ubyte
+    gunzip -c "$f.gz" >"$f"
+    printf '\x0c' | dd of="$f" bs=1 seek=$((8 + 5)) conv=notrunc status=none
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/data"
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "'$f': label 12 of sample 5 (0-based) is outside the 10 classes" \
+      "the file, the label and the sample"
+    ;;
+
+  wrong_image_size)
+    # Test images of 32x32 (the model takes 28x28): named with their file.
+    copy_data
+    f=$fm_tmp/data/t10k-images-idx3-ubyte
+    rm "$f.gz"
+    { printf '\x00\x00\x08\x03\x00\x00\x00\x02\x00\x00\x00\x20\x00\x00\x00\x20'; head -c 2048 /dev/zero; } >"$f"
+    f2=$fm_tmp/data/t10k-labels-idx1-ubyte
+    { printf '\x00\x00\x08\x01\x00\x00\x00\x02\x01\x02'; } >"$f2"
+    rm "$f2.gz"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/data"
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "'$f': its images are 32x32, expected 28x28" "the file and the sizes"
     ;;
 
   batch_smaller_than_ranks)

@@ -32,11 +32,28 @@ expect_once '^2 ranks, global batch 64, 256 training samples' "2 ranks, global b
 for ((e = 1; e <= epochs; e++)); do expect_once "^Epoch $e/$epochs\$" "Epoch $e/$epochs"; done
 expect_once "^Test loss: .*\($epochs epochs?, 2 ranks\)\$" "Test loss: ... ($epochs epochs, 2 ranks)"
 # The line printed at the end of each epoch ("4/4 - 1s 20ms/step - loss: ...").
-n=$(count_lines "^[0-9]+/[0-9]+ - .*loss: ")
+n=$(count_lines "^4/4 - .*loss: ")
 if [[ $n -eq $epochs ]]; then
   fm_pass "$name: $n end-of-epoch lines for $epochs epochs"
 else
   fm_fail "$name: $n end-of-epoch lines ('N/N - ... loss: ...'), expected $epochs (one per epoch)"
+fi
+# Each epoch's validation and the final test evaluation are announced, and the validation's
+# time is reported apart from the training steps' time per step ("4/4 - 0s 20ms/step - ... -
+# evaluation: 1s"); the test evaluation ends with its own line ("157/157 - ... - loss: ...").
+n=$(count_lines '^Evaluating on 10000 samples \(157 steps, global batch 64\)$')
+if [[ $n -eq $((epochs + 1)) ]]; then
+  fm_pass "$name: $n evaluation announcements for $epochs epochs and the test"
+else
+  fm_fail "$name: $n lines 'Evaluating on 10000 samples (157 steps, global batch 64)', expected $((epochs + 1))"
+fi
+expect_once '^157/157 - [0-9:]+s? [0-9]+ms/step - accuracy: [0-9.]+ - loss: [0-9.]+$' "the test evaluation's line"
+
+n=$(count_lines '^4/4 - [0-9:]+s? [0-9]+ms/step - .*val_loss: [0-9.]+ - evaluation: [0-9:]+s?$')
+if [[ $n -eq $epochs ]]; then
+  fm_pass "$name: the epoch lines give the training time per step and the evaluation's time apart"
+else
+  fm_fail "$name: $n epoch lines '4/4 - ... ms/step - ... - evaluation: ...', expected $epochs"
 fi
 if grep -q $'\r' "$fm_stdout"; then
   fm_fail "$name: stdout is not a terminal, yet the output contains carriage returns (a progress bar)"

@@ -16,9 +16,10 @@ endif()
 # checkpoint), a 2-rank run on a tiny ImageNet in the folder layout (written by a hidden
 # case of test_resnet50), a 2-rank fp16 run (mixed precision, emulated on the CPU), and the
 # clear errors for a bad --dtype and a missing --data_dir; a diverged run stops with an error;
-# an earlier run's --model_dir is replaced only with --overwrite.
+# an earlier run's --model_dir is replaced only with --overwrite; without
+# --synthetic_eval_samples the evaluation is proportionate to what is trained.
 foreach(_case synthetic_2_ranks imagenet_folders dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
-              existing_model_dir)
+              existing_model_dir synthetic_eval_default)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:resnet50> ${_case}
@@ -27,3 +28,6 @@ foreach(_case synthetic_2_ranks imagenet_folders dtype_fp16_2_ranks dtype_bad mi
                        TIMEOUT 180 LABELS e2e
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endforeach()
+# 26 training steps (to train more than 25 global batches' worth, so that the proportion
+# gives more than one batch) and a 2-step run.
+set_tests_properties(resnet50.launcher.synthetic_eval_default PROPERTIES TIMEOUT 300)

@@ -14,6 +14,9 @@
 # missing_data_dir: --data_dir naming no directory ends with an error naming it.
 # diverged: an enormous learning rate ends with an error naming the step and the epoch,
 #   and no evaluation result.
+# synthetic_eval_default: without --synthetic_eval_samples, the evaluation is proportionate
+#   to what is trained (ImageNet's 50,000 per 1,281,167, at least one global batch), and
+#   announced; the epoch line counts the --train_steps that run.
 # existing_model_dir: a second run in the first one's --model_dir is refused (naming the
 #   directory and --overwrite, history.csv left as it was); with --overwrite it runs.
 set -uo pipefail
@@ -112,6 +115,24 @@ case $case_name in
     run "${common[@]}" --train_steps=6 --base_learning_rate=1e30
     expect_error "loss is -?(nan|inf) at step [0-9]+ \(epoch 1, batch [0-9]+ of [0-9]+\)" "the step and the epoch"
     if grep -q '^Evaluation:' <<<"$out"; then fail "an evaluation result was printed"; else pass "no evaluation result"; fi
+    ;;
+  synthetic_eval_default)
+    # 26 steps of 4: 104 samples trained, 104 * 50000 / 1281167 = 4.06: 5 samples, 2 steps.
+    limit=${TNT_E2E_TIMEOUT:-150}  # 26 steps: about 35 s on a busy 2-core machine
+    base=(--use_synthetic_data --image_size=32 --num_classes=10 --model_dir="$tmp/model" --log_steps=0 --overwrite)
+    run "${base[@]}" --batch_size=4 --train_steps=26
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    n=$(grep -Ec '^Evaluating on 5 samples \(2 steps, global batch 4\)$' <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "5 evaluation samples, announced once"; else fail "'Evaluating on 5 samples (2 steps, global batch 4)' appears $n times, expected once"; fi
+    n=$(grep -Ec '^26/26 - .* - evaluation: ' <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "the epoch line counts the 26 steps that ran"; else fail "no epoch line '26/26 - ... - evaluation: ...'"; fi
+    # 2 steps of 6: 12 samples trained, 0.5 evaluation samples: one global batch.
+    run "${base[@]}" --batch_size=6 --train_steps=2
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    if grep -Eq '^Evaluating on 6 samples \(1 step, global batch 6\)$' <<<"$out"; then pass "at least one global batch"; else fail "no 'Evaluating on 6 samples (1 step, global batch 6)'"; fi
+    # The rule is in --help.
+    "$program" --help >"$tmp/help" 2>&1
+    if tr -s ' \n' ' ' <"$tmp/help" | grep -q "50,000 per 1,281,167"; then pass "--help states the rule"; else fail "--help does not state the default of --synthetic_eval_samples"; fi
     ;;
   existing_model_dir)
     run "${common[@]}" --train_steps=1

@@ -278,6 +278,47 @@ TEST_CASE("Checkpoint::load_into reports every mismatch at once and copies nothi
   CHECK_THROWS_AS(c.load_into({{"fc.weight", w3}, {"fc.bias", b3}}), InputError);  // strict by default
 }
 
+TEST_CASE("a checkpoint of another model: each kind counted, 10 mismatching tensors named", "[checkpoint]") {
+  // 300 tensors in the file and 200 other ones in the model (another network: the message
+  // once listed all 500 names, on every rank).
+  Checkpoint c;
+  for (int i = 0; i < 300; ++i) c.add(fmt::format("file_layer{}.weight", i), Tensor::zeros({2}));
+  c.add("shared.weight", Tensor::zeros({3, 4}));
+  NamedTensors model;
+  for (int i = 0; i < 200; ++i) model.emplace_back(fmt::format("model_layer{}.weight", i), Tensor::zeros({2}));
+  model.emplace_back("shared.weight", Tensor::zeros({4, 3}));
+  try {
+    c.load_into(model);
+    FAIL("load_into accepted another model's checkpoint");
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK_THAT(msg, Catch::Contains("(in memory)"));
+    // The 10 names shared out in turn: 5 missing, 4 unexpected, the 1 of a wrong shape.
+    CHECK_THAT(msg, Catch::Contains("200 missing: model_layer0.weight, model_layer1.weight, model_layer2.weight, "
+                                    "model_layer3.weight, model_layer4.weight, and 195 more;"));
+    CHECK_THAT(msg, Catch::Contains(" 300 unexpected: file_layer0.weight, file_layer1.weight, file_layer2.weight, "
+                                    "file_layer3.weight, and 296 more;"));
+    CHECK_THAT(msg, Catch::EndsWith(" 1 with a wrong shape: shared.weight (file (3, 4), expected (4, 3))"));
+    size_t names = 0;
+    for (size_t at = 0; (at = msg.find(".weight", at)) != std::string::npos; ++at) ++names;
+    CHECK(names == 10);
+    CHECK(msg.size() < 400);
+  }
+  // A few mismatches of several kinds: all named while there are at most 10.
+  Checkpoint small;
+  small.add("a", Tensor::zeros({1}));
+  small.add("b", Tensor::zeros({1}));
+  Tensor wrong = Tensor::zeros({2});
+  CHECK_THROWS_WITH(small.load_into({{"a", wrong}, {"c", Tensor::zeros({1})}}),
+                    Catch::EndsWith(": 1 missing: c; 1 unexpected: b; 1 with a wrong shape: a (file (1,), expected (2,))"));
+  // Of one kind only: its first 10.
+  NamedTensors others;
+  for (int i = 0; i < 12; ++i) others.emplace_back(fmt::format("m{}", i), Tensor::zeros({1}));
+  CHECK_THROWS_WITH(Checkpoint().load_into(others),
+                    Catch::EndsWith(": 12 missing: m0, m1, m2, m3, m4, m5, m6, m7, m8, m9, and 2 more"));
+}
+
 TEST_CASE("a writer killed half-way leaves the previous checkpoint, and the next write cleans up", "[checkpoint][crash]") {
   TempDir dir("tnt-ckpt");
   std::string path = dir.file("ckpt.safetensors");

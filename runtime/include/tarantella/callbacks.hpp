@@ -29,9 +29,18 @@ struct TrainParams {
   int epochs = 0;           // last epoch index + 1
   int initial_epoch = 0;
   int64_t steps = 0;        // steps per epoch
+  int64_t max_steps = 0;    // FitOptions::max_steps: training ends at this global step; 0 = none
   int64_t batch_size = 0;   // GLOBAL batch size; 0 when the ranks' own micro-batches are used
   int verbose = 1;
   std::vector<std::string> metrics;  // names in display order
+};
+
+// What fit() (before a validation pass) or evaluate() tells callbacks before on_test_begin.
+struct EvalParams {
+  int64_t steps = -1;       // global batches; -1 unknown
+  int64_t batch_size = 0;   // GLOBAL batch size; 0 unknown (the ranks' own micro-batches)
+  int64_t samples = -1;     // samples evaluated; -1 unknown
+  int verbose = 0;          // evaluate()'s verbose (fit's validation: fit's)
 };
 
 class Callback {
@@ -45,6 +54,7 @@ class Callback {
   Ranks ranks() const { return ranks_; }
   void set_model(Model* model) { model_ = model; }
   void set_params(const TrainParams& params) { params_ = params; }
+  void set_eval_params(const EvalParams& params) { eval_params_ = params; }
 
   virtual void on_train_begin(const Logs&) {}
   virtual void on_train_end(const Logs&) {}
@@ -52,13 +62,17 @@ class Callback {
   virtual void on_epoch_end(int /*epoch*/, const Logs&) {}
   virtual void on_train_batch_begin(int64_t /*batch*/, const Logs&) {}
   virtual void on_train_batch_end(int64_t /*batch*/, const Logs&) {}
+  // An evaluation: fit's validation pass, or evaluate(). Batch logs are empty (metrics are
+  // summed over the ranks once, at the end); on_test_end gets the global results.
   virtual void on_test_begin(const Logs&) {}
+  virtual void on_test_batch_end(int64_t /*batch*/, const Logs&) {}
   virtual void on_test_end(const Logs&) {}
 
  protected:
   Ranks ranks_;
   Model* model_ = nullptr;
   TrainParams params_;
+  EvalParams eval_params_;
 };
 
 using CallbackPtr = std::shared_ptr<Callback>;
@@ -75,23 +89,60 @@ class History : public Callback {
   double last(const std::string& name) const;
 };
 
-// Keras-style progress: "12/469 [=>....] - ETA: 8s - loss: 0.5120 - accuracy: 0.8210" on a
-// terminal (redrawn in place); one line per epoch when stdout is not a terminal. verbose 0:
-// nothing, 1: bar, 2: a line per epoch.
+// Keras-style progress: "12/469 [=>....] - ETA: 8s - loss: 0.5120 - accuracy: 0.8210",
+// redrawn in place on a terminal and cut to its width (the terminal's, else COLUMNS, else
+// 80). When stdout is not a terminal nothing is redrawn: a line at each tenth of the epoch
+// and one at its end. verbose 0: nothing, 1: bar, 2: a line per epoch. The bar counts the
+// steps that will run (fewer with FitOptions::max_steps). An evaluation is announced
+// ("Evaluating on 10000 samples (157 steps, global batch 64)") and has a bar of its own;
+// the epoch line gives the training time per step, evaluation apart. On SIGINT or SIGTERM
+// the bar stops drawing and its line is ended, then the signal does what it did before (by
+// default: the program ends).
+struct ProgressBarOptions {
+  std::FILE* out = stdout;
+  std::function<double()> clock;  // seconds; empty: a steady clock (tests pass their own)
+};
+
 class ProgressBar : public Callback {
  public:
-  ProgressBar() : Callback(Ranks::master) {}
+  explicit ProgressBar(ProgressBarOptions options = {});
+  ~ProgressBar() override;
   void on_train_begin(const Logs&) override;
+  void on_train_end(const Logs&) override;
   void on_epoch_begin(int epoch, const Logs&) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  void on_test_begin(const Logs&) override;
+  void on_test_batch_end(int64_t batch, const Logs& logs) override;
+  void on_test_end(const Logs& logs) override;
+  // What the bar decided about its output (after on_train_begin or on_test_begin).
+  bool redraws() const { return tty_; }
+  int width() const { return width_; }
 
  private:
+  double now() const;
+  void detect_output();
+  void catch_signals(bool on);
+  void draw(int64_t done, int64_t total, double start, const std::string& metrics);
+  void end_line();
+  void write(const std::string& text);
   std::string metrics_text(const Logs& logs, bool include_val) const;
+
+  ProgressBarOptions options_;
   bool tty_ = false;
+  int width_ = 80;
+  bool in_fit_ = false;
+  bool catching_ = false;
+  bool owns_handler_ = false;   // this bar installed the signal handler (not another bar)
   int64_t steps_done_ = 0;
+  int64_t epoch_steps_ = 0;     // the steps this epoch will run
   double epoch_start_ = 0;
+  double train_seconds_ = 0;    // the epoch's training steps (evaluation apart)
   double last_draw_ = 0;
+  int64_t next_line_ = 0;       // not a terminal: the step of the next progress line
+  double eval_start_ = 0;
+  double eval_seconds_ = -1;    // the epoch's evaluation; -1: none
+  int64_t eval_steps_done_ = 0;
 };
 
 // Appends one row per epoch to a CSV file: epoch, then the logged metrics in sorted order.

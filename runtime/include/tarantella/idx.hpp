@@ -8,6 +8,7 @@
 
 #include "tarantella/tensor.hpp"
 
+#include <cstdint>
 #include <string>
 
 namespace tnt {
@@ -26,9 +27,18 @@ struct MnistSplit {
   Tensor labels;  // i64 (N,)
 };
 
+// What a program expects of the files: a label outside [0, num_classes) or images of
+// another size end the load with an error naming the file (and the sample, for a label),
+// instead of failing at a training step. 0: not checked.
+struct MnistExpect {
+  int64_t num_classes = 10;  // MNIST and Fashion-MNIST have 10
+  int64_t height = 0;        // image rows (28 in both)
+  int64_t width = 0;
+};
+
 // Loads "<split>-images-idx3-ubyte" and "<split>-labels-idx1-ubyte" from dir, each either
 // plain or with ".gz" appended (split: "train" or "t10k"; "test" means "t10k"). Checks
-// that images are (N, H, W) u8, labels (N,) u8, and the counts agree.
-MnistSplit load_mnist_dir(const std::string& dir, const std::string& split);
+// that images are (N, H, W) u8, labels (N,) u8, the counts agree, and what `expect` says.
+MnistSplit load_mnist_dir(const std::string& dir, const std::string& split, const MnistExpect& expect = {});
 
 }  // namespace tnt

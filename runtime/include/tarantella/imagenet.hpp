@@ -49,6 +49,10 @@ struct ImagenetOptions {
   uint64_t seed = 0;
   bool one_based_labels = true;  // TFRecord labels: true maps label L to L - 1
   std::string layout = "auto";   // "auto", "folders" or "tfrecord"
+  // The model's classes: a label beyond them (more class folders, a TFRecord label too
+  // large) is an error naming the folder, or the record's file and offset, where it is
+  // read, not at a training step. 0: not checked.
+  int64_t num_classes = 0;
 };
 
 // split: "train", or "val" / "validation" (folders: val/, else validation/; TFRecord:

@@ -59,6 +59,7 @@ namespace detail {
 // (distribute_dataset = false) whose global size is summed every step.
 using NextBatch = std::function<std::optional<Batch>()>;
 class PassTotals;  // loss and metric sums of one pass (model.cpp)
+class CallbackList;  // the callbacks that run on this rank (model.cpp)
 }  // namespace detail
 
 struct FitOptions {
@@ -88,13 +89,16 @@ struct FitOptions {
   Remainder remainder = Remainder::pad;
   int prefetch = 2;                    // micro-batches prepared ahead on a background thread
   ClassWeight class_weight;            // class -> loss weight (absent classes: 1); see above
+  // Training ends once global_step() reaches this (the whole run's steps, a resumed run's
+  // included); 0 = no limit. The progress bar counts the steps that will run.
+  int64_t max_steps = 0;
 };
 
 struct EvaluateOptions {
   int64_t batch_size = 0;              // GLOBAL
   bool distribute_dataset = true;
   int64_t micro_batch_size = 0;
-  int verbose = 0;
+  int verbose = 0;                     // 1: announced, with a progress bar; 2: announced, a result line
   ClassWeight class_weight;            // as FitOptions::class_weight
 };
 
@@ -183,7 +187,8 @@ class Model {
 
   History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
                   const std::optional<DistributedDataset>& validation, const FitOptions& options);
-  Logs run_evaluate(const detail::NextBatch& source, const ClassWeight& class_weight = {});
+  Logs run_evaluate(const detail::NextBatch& source, const ClassWeight& class_weight = {}, const EvalParams& eval = {},
+                    detail::CallbackList* callbacks = nullptr);
   std::optional<DistributedDataset> validation_set(const FitOptions& options) const;
   void prepare_training();
   void check_ranks_agree();

@@ -265,7 +265,7 @@ void write_idx(const std::string& path, const Tensor& tensor, bool gzip) {
   if (!f) TNT_INPUT_ERROR("write_idx '{}': write failed", path);
 }
 
-MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name) {
+MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name, const MnistExpect& expect) {
   std::string split = split_name == "test" ? "t10k" : split_name;
   auto find = [&](const std::string& base) {
     std::filesystem::path plain = std::filesystem::path(dir) / base;
@@ -291,13 +291,26 @@ MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name)
                     images.dim(0), labels_path, labels.dim(0));
   }
   int64_t n = images.dim(0), h = images.dim(1), w = images.dim(2);
+  if ((expect.height > 0 && h != expect.height) || (expect.width > 0 && w != expect.width)) {
+    fail(images_path, fmt::format("its images are {}x{}, expected {}x{}", h, w,
+                                  expect.height > 0 ? std::to_string(expect.height) : std::string("any"),
+                                  expect.width > 0 ? std::to_string(expect.width) : std::string("any")));
+  }
+  const uint8_t* lb = labels.data<uint8_t>();
+  if (expect.num_classes > 0) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (lb[i] >= expect.num_classes) {
+        fail(labels_path, fmt::format("label {} of sample {} (0-based) is outside the {} classes [0, {})", lb[i], i,
+                                      expect.num_classes, expect.num_classes));
+      }
+    }
+  }
   MnistSplit out;
   out.images = Tensor::empty({n, 1, h, w}, DType::f32);  // (N, 1, H, W)
   out.labels = Tensor::empty({n}, DType::i64);           // (N,)
   const uint8_t* px = images.data<uint8_t>();
   float* dst = out.images.data<float>();
   for (int64_t i = 0; i < images.numel(); ++i) dst[i] = static_cast<float>(px[i]) / 255.0f;
-  const uint8_t* lb = labels.data<uint8_t>();
   for (int64_t i = 0; i < n; ++i) out.labels.data<int64_t>()[i] = lb[i];
   return out;
 }

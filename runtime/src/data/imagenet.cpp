@@ -271,6 +271,13 @@ ImageFolderListing list_image_folder(const std::string& split_dir) {
 
 Dataset image_folder_dataset(const std::string& split_dir, const ImagenetOptions& options) {
   auto listing = std::make_shared<const ImageFolderListing>(list_image_folder(split_dir));
+  const auto folders = static_cast<int64_t>(listing->classes.size());
+  if (options.num_classes > 0 && folders > options.num_classes) {
+    const std::string& first = listing->classes[static_cast<size_t>(options.num_classes)];
+    TNT_INPUT_ERROR("image folder '{}': {} class folders, more than the model's {} classes (folder '{}' would be "
+                    "label {}, outside [0, {}))",
+                    split_dir, folders, options.num_classes, first, options.num_classes, options.num_classes);
+  }
   ReadFn read = [listing](int64_t i) {
     const std::string& path = listing->files[static_cast<size_t>(i)];
     return RawSample{read_whole_file(path), listing->labels[static_cast<size_t>(i)], path};
@@ -297,8 +304,9 @@ Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetO
   if (index->offsets.empty())
     TNT_INPUT_ERROR("tfrecord_dataset: the {} shards from '{}' hold no records", shards.size(), shards[0]);
   const bool one_based = options.one_based_labels;
+  const int64_t classes = options.num_classes;
   std::shared_ptr<const Index> idx = index;
-  ReadFn read = [idx, one_based](int64_t i) {
+  ReadFn read = [idx, one_based, classes](int64_t i) {
     size_t s = static_cast<size_t>(std::upper_bound(idx->first.begin(), idx->first.end(), i) - idx->first.begin() - 1);
     const std::string& path = idx->shards[s];
     uint64_t offset = idx->offsets[static_cast<size_t>(i)];
@@ -309,6 +317,11 @@ Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetO
     if (label < 0)
       TNT_INPUT_ERROR("TFRecord {}: label {} is not 1-based (ImagenetOptions::one_based_labels)", where,
                       ex.label);
+    if (classes > 0 && label >= classes) {
+      TNT_INPUT_ERROR("TFRecord {} (record {} of the shard): label {} is outside the model's {} classes ({})", where,
+                      i - idx->first[s], ex.label, classes,
+                      one_based ? fmt::format("1 to {}, 1-based", classes) : fmt::format("0 to {}", classes - 1));
+    }
     Tensor bytes = Tensor::from_data(ex.encoded.data(), {static_cast<int64_t>(ex.encoded.size())});  // (n,)
     return RawSample{std::move(bytes), label, where};
   };

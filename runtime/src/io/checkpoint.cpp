@@ -1,6 +1,7 @@
 // Checkpoint: named tensors plus string metadata, and the checked load into a model.
 #include "tarantella/checkpoint.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <set>
 
@@ -83,8 +84,28 @@ void Checkpoint::load_into(const NamedTensors& destinations, const LoadOptions& 
   }
   if (!missing.empty() || !unexpected.empty() || !wrong_shape.empty() || !wrong_dtype.empty()) {
     std::string msg = fmt::format("checkpoint '{}' does not match the model:", path_.empty() ? "(in memory)" : path_);
+    // Each kind's count, and kMaxNamed names in all, shared out in turn so that every kind
+    // has at least one: a checkpoint of another model would otherwise list every tensor,
+    // on every rank.
+    constexpr size_t kMaxNamed = 10;
+    const std::vector<std::string>* kinds[] = {&missing, &unexpected, &wrong_shape, &wrong_dtype};
+    size_t shown[4] = {0, 0, 0, 0};
+    for (size_t named = 0, last = 1; named < kMaxNamed && last != named;) {
+      last = named;
+      for (size_t k = 0; k < 4 && named < kMaxNamed; ++k) {
+        if (shown[k] < kinds[k]->size()) {
+          ++shown[k];
+          ++named;
+        }
+      }
+    }
+    size_t kind = 0;
     auto list = [&](const char* what, const std::vector<std::string>& items) {
-      if (!items.empty()) msg += fmt::format(" {} {}: {};", items.size(), what, fmt::join(items, ", "));
+      const size_t n = shown[kind++];
+      if (items.empty()) return;
+      std::vector<std::string> names(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(n));
+      if (n < items.size()) names.push_back(fmt::format("and {} more", items.size() - n));
+      msg += fmt::format(" {} {}: {};", items.size(), what, fmt::join(names, ", "));
     };
     list("missing", missing);
     list("unexpected", unexpected);

@@ -38,8 +38,10 @@ bool runs_on_this_rank(Callback::Ranks ranks) {
   return true;
 }
 
+}  // namespace
+
 // Calls each callback that runs on this rank.
-class CallbackList {
+class detail::CallbackList {
  public:
   CallbackList(std::vector<CallbackPtr> callbacks, Model* model, const TrainParams& params) {
     for (auto& cb : callbacks) {
@@ -72,6 +74,8 @@ class CallbackList {
   std::vector<std::string> names_;  // for messages, beside list_
   std::vector<CallbackPtr> list_;
 };
+
+namespace {
 
 NextBatch distributed_source(const DistributedDataset& data, int64_t epoch) {
   auto it = std::make_shared<DistributedDataset::Iterator>(data.iterate(epoch));
@@ -575,6 +579,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   params.epochs = options.epochs;
   params.initial_epoch = options.initial_epoch;
   params.steps = steps;
+  params.max_steps = options.max_steps;
   params.batch_size = options.distribute_dataset ? options.batch_size : 0;
   params.verbose = options.verbose;
   params.metrics.push_back("loss");
@@ -582,9 +587,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   std::vector<CallbackPtr> cbs = options.callbacks;
   cbs.insert(cbs.begin(), std::shared_ptr<Callback>(&history, [](Callback*) {}));
   if (options.verbose > 0) cbs.push_back(std::make_shared<ProgressBar>());
-  CallbackList callbacks(cbs, this, params);
+  detail::CallbackList callbacks(cbs, this, params);
 
-  stop_requested_ = false;
+  // A run resumed at or past max_steps trains no further.
+  stop_requested_ = options.max_steps > 0 && global_step_ >= options.max_steps;
   RunContext rc;
   rc.training = true;
   rc.seed = seed_;
@@ -618,13 +624,19 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
       if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
+      if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
     timing_.finish();
 
     const bool ran_steps = !logs.empty();
     if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {
       Span span(Lane::compute, "evaluation");
-      for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0))) logs["val_" + k] = v;
+      EvalParams eval;
+      eval.steps = validation->steps();
+      eval.batch_size = validation->global_batch_size();
+      if (options.validation_data) eval.samples = options.validation_data->cardinality();
+      eval.verbose = options.verbose;
+      for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0), {}, eval, &callbacks)) logs["val_" + k] = v;
     }
     logs["learning_rate"] = lr_used;
     logs["seconds"] = now_s() - epoch_start;
@@ -657,8 +669,15 @@ void EpochTiming::finish() {
 
 Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   check_compiled("evaluate");
+  EvalParams eval;
+  eval.verbose = options.verbose;
+  std::vector<CallbackPtr> bar;
+  if (options.verbose > 0) bar.push_back(std::make_shared<ProgressBar>());
+  detail::CallbackList callbacks(bar, this, TrainParams{});
   if (!options.distribute_dataset) {
-    return run_evaluate(user_source(data, 0, options.micro_batch_size), options.class_weight);
+    eval.steps = data.cardinality();  // the ranks' own micro-batches: one a step
+    return run_evaluate(user_source(data, 0, options.micro_batch_size), options.class_weight, eval,
+                        &callbacks);
   }
   const int p = size();
   TNT_INPUT_CHECK(options.batch_size >= p, "evaluate: the global batch size {} is smaller than the number of ranks {}",
@@ -666,8 +685,11 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == micro_batch_size(options.batch_size, rank(), p),
                   "evaluate: micro_batch_size={} disagrees with batch_size={} on {} ranks", options.micro_batch_size,
                   options.batch_size, p);
-  return run_evaluate(distributed_source(data.distribute(options.batch_size, rank(), p, Remainder::pad), 0),
-                      options.class_weight);
+  DistributedDataset distributed = data.distribute(options.batch_size, rank(), p, Remainder::pad);
+  eval.steps = distributed.steps();
+  eval.batch_size = options.batch_size;
+  eval.samples = data.cardinality();
+  return run_evaluate(distributed_source(distributed, 0), options.class_weight, eval, &callbacks);
 }
 
 Logs Model::evaluate(const DistributedDataset& data) {
@@ -675,7 +697,10 @@ Logs Model::evaluate(const DistributedDataset& data) {
   return run_evaluate(distributed_source(data, 0));
 }
 
-Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weight) {
+// callbacks: on_test_begin, on_test_batch_end (empty logs: no collective per step) and
+// on_test_end (the global results) with eval as their EvalParams.
+Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weight, const EvalParams& eval,
+                         detail::CallbackList* callbacks) {
   if (!weights_synced_) broadcast_weights();
   RunContext rc;
   rc.training = false;
@@ -684,8 +709,21 @@ Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weigh
   rc.device = network_->device();
   detail::PassTotals totals(metrics_, /*restore=*/true);
   NextBatch next = with_sample_weights(source, network_->inputs().size(), loss_, class_weight, "evaluate");
-  while (std::optional<Batch> batch = next()) test_step(*batch, rc, totals);
-  return totals.global();
+  const Logs none;
+  auto each = [&](auto&& f) {
+    if (callbacks) callbacks->each(f);
+  };
+  each([&](Callback& c) {
+    c.set_eval_params(eval);
+    c.on_test_begin(none);
+  });
+  for (int64_t step = 0; std::optional<Batch> batch = next(); ++step) {
+    test_step(*batch, rc, totals);
+    each([&](Callback& c) { c.on_test_batch_end(step, none); });
+  }
+  Logs logs = totals.global();
+  each([&](Callback& c) { c.on_test_end(logs); });
+  return logs;
 }
 
 Tensor Model::predict(const Dataset& data, int64_t batch_size) {

@@ -1,0 +1,63 @@
+// CSVLogger driven directly (no MPI): a file it cannot open is named with the reason.
+// Tests run as root, so a directory without write permission would not fail: the paths
+// here fail for everyone (a regular file as a directory, a missing parent).
+#include <catch2/catch.hpp>
+
+#include "tarantella/callbacks.hpp"
+#include "tarantella/check.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/tnt_csv_logger_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+}  // namespace
+
+TEST_CASE("CSVLogger: a path it cannot open is named with the system's reason") {
+  const std::string dir = temp_dir();
+  const std::string file = dir + "/plain_file";
+  std::ofstream(file) << "x\n";
+
+  SECTION("a regular file where a directory should be") {
+    const std::string path = file + "/history.csv";
+    tnt::CSVLogger csv(path);
+    CHECK_THROWS_MATCHES(csv.on_train_begin({}), tnt::InputError,
+                         Catch::Message("CSVLogger: cannot open '" + path + "' for writing: Not a directory"));
+  }
+  SECTION("a parent directory that does not exist") {
+    const std::string path = dir + "/no_such_dir/history.csv";
+    tnt::CSVLogger csv(path);
+    CHECK_THROWS_MATCHES(csv.on_train_begin({}), tnt::InputError,
+                         Catch::Message("CSVLogger: cannot open '" + path + "' for writing: No such file or directory"));
+  }
+  SECTION("appending (a resumed run) to a path under a regular file") {
+    const std::string path = file + "/history.csv";
+    tnt::CSVLogger csv(path, /*append=*/true);
+    CHECK_THROWS_MATCHES(csv.on_train_begin({}), tnt::InputError,
+                         Catch::Message("CSVLogger: cannot open '" + path + "' for writing: Not a directory"));
+  }
+  SECTION("a path that works writes its rows") {
+    const std::string path = dir + "/history.csv";
+    tnt::CSVLogger csv(path);
+    csv.on_train_begin({});
+    csv.on_epoch_end(0, {{"loss", 0.5}});
+    csv.on_train_end({});
+    std::ifstream in(path);
+    std::string header, row;
+    std::getline(in, header);
+    std::getline(in, row);
+    CHECK(header == "epoch,loss");
+    CHECK(row == "1,0.5");
+  }
+  std::filesystem::remove_all(dir);
+}

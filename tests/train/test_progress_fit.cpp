@@ -1,0 +1,233 @@
+// Progress inside Model::fit and Model::evaluate on 1 and 2 ranks: FitOptions::max_steps
+// ends training at the same step on every rank and the bar counts exactly the steps that
+// run; every rank's callbacks see the evaluation hooks (with its steps, global batch and
+// samples) once per validation pass; the announcement and the result lines come from the
+// master alone.
+#include <catch2/catch.hpp>
+
+#include "small_nets.hpp"
+#include "tarantella/tarantella.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+// The program's stdout (fd 1) goes to a file while the object lives; text() reads it.
+class CapturedStdout {
+ public:
+  CapturedStdout() {
+    char tmpl[] = "/tmp/tnt_progress_fit_XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    REQUIRE(fd >= 0);
+    path_ = tmpl;
+    std::fflush(stdout);
+    saved_ = ::dup(STDOUT_FILENO);
+    REQUIRE(::dup2(fd, STDOUT_FILENO) == STDOUT_FILENO);
+    ::close(fd);
+  }
+  ~CapturedStdout() {
+    restore();
+    std::remove(path_.c_str());
+  }
+  std::string text() {
+    restore();
+    std::ifstream in(path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  void restore() {
+    if (saved_ < 0) return;
+    std::fflush(stdout);
+    ::dup2(saved_, STDOUT_FILENO);
+    ::close(saved_);
+    saved_ = -1;
+  }
+  std::string path_;
+  int saved_ = -1;
+};
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// Lines that start with `prefix`.
+std::vector<std::string> starting(const std::vector<std::string>& lines, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& l : lines) {
+    if (l.rfind(prefix, 0) == 0) out.push_back(l);
+  }
+  return out;
+}
+
+// Records the evaluation hooks on every rank.
+class EvalRecorder : public tnt::Callback {
+ public:
+  EvalRecorder() : tnt::Callback(Ranks::all) {}
+  void on_test_begin(const tnt::Logs&) override {
+    ++begins;
+    params.push_back(eval_params_);
+    batches.push_back(0);
+  }
+  void on_test_batch_end(int64_t batch, const tnt::Logs& logs) override {
+    CHECK(batch == batches.back());
+    CHECK(logs.empty());
+    ++batches.back();
+  }
+  void on_test_end(const tnt::Logs& logs) override {
+    ++ends;
+    results.push_back(logs);
+  }
+  int begins = 0, ends = 0;
+  std::vector<tnt::EvalParams> params;
+  std::vector<int64_t> batches;
+  std::vector<tnt::Logs> results;
+};
+
+std::unique_ptr<tnt::Model> make_model() {
+  auto model = std::make_unique<tnt::Model>(tnt::test::small_mlp(), 11);
+  model->compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                 {std::make_shared<tnt::Accuracy>()});
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("max_steps ends training at that global step on every rank; the bar counts the steps that run") {
+  ::setenv("TNT_STDOUT_IS_TTY", "0", 1);
+  auto model = make_model();
+  tnt::FitOptions fit;
+  fit.batch_size = 16;  // 64 samples: 4 steps an epoch
+  fit.epochs = 5;
+  fit.max_steps = 6;
+  fit.verbose = 2;
+  std::string out;
+  tnt::History history;
+  {
+    CapturedStdout capture;
+    history = model->fit(tnt::test::threshold_data("progress"), fit);
+    out = capture.text();
+  }
+  CHECK(model->global_step() == 6);
+  CHECK(history.epochs == std::vector<int>{0, 1});
+  std::vector<std::string> lines = lines_of(out);
+  if (tnt::is_master_rank()) {
+    CHECK(starting(lines, "Epoch ") == std::vector<std::string>{"Epoch 1/5", "Epoch 2/5"});
+    REQUIRE(starting(lines, "4/4 - ").size() == 1);
+    REQUIRE(starting(lines, "2/2 - ").size() == 1);  // not "2/4": the epoch that max_steps cuts
+  } else {
+    CHECK(out.empty());
+  }
+
+  // Resumed at the limit: nothing more runs. A higher limit: the steps left.
+  {
+    CapturedStdout capture;
+    tnt::History again = model->fit(tnt::test::threshold_data("progress"), fit);
+    CHECK(again.epochs.empty());
+    CHECK(capture.text().empty());
+  }
+  CHECK(model->global_step() == 6);
+  fit.initial_epoch = 1;
+  fit.max_steps = 9;
+  {
+    CapturedStdout capture;
+    tnt::History more = model->fit(tnt::test::threshold_data("progress"), fit);
+    out = capture.text();
+    CHECK(more.epochs == std::vector<int>{1});
+  }
+  CHECK(model->global_step() == 9);
+  if (tnt::is_master_rank()) {
+    CHECK(starting(lines_of(out), "3/3 - ").size() == 1);
+  }
+}
+
+TEST_CASE("fit's validation passes: hooks on every rank with the pass's size; announced by the master") {
+  ::setenv("TNT_STDOUT_IS_TTY", "0", 1);
+  auto model = make_model();
+  auto recorder = std::make_shared<EvalRecorder>();
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 3;
+  fit.verbose = 1;
+  fit.validation_freq = 2;  // after epochs 2 and 3 (the last)
+  fit.validation_batch_size = 10;
+  fit.validation_data = tnt::test::threshold_data("progress-validation").take(45);
+  fit.callbacks = {recorder};
+  std::string out;
+  tnt::History history;
+  {
+    CapturedStdout capture;
+    history = model->fit(tnt::test::threshold_data("progress"), fit);
+    out = capture.text();
+  }
+  CHECK(recorder->begins == 2);
+  CHECK(recorder->ends == 2);
+  REQUIRE(recorder->params.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(recorder->params[i].steps == 5);  // 45 samples in global batches of 10, the last padded
+    CHECK(recorder->params[i].batch_size == 10);
+    CHECK(recorder->params[i].samples == 45);
+    CHECK(recorder->params[i].verbose == 1);
+    CHECK(recorder->batches[i] == 5);
+    // on_test_end gets the global results, the ones fit logs as val_.
+    CHECK(recorder->results[i].at("loss") == history.history.at("val_loss")[i]);
+  }
+  std::vector<std::string> lines = lines_of(out);
+  if (tnt::is_master_rank()) {
+    CHECK(starting(lines, "Evaluating on 45 samples (5 steps, global batch 10)").size() == 2);
+    // Epoch 1 has no validation: its line has no evaluation time.
+    std::vector<std::string> ends = starting(lines, "4/4 - ");
+    REQUIRE(ends.size() == 3);
+    CHECK(ends[0].find("evaluation") == std::string::npos);
+    CHECK(ends[1].find(" - evaluation: ") != std::string::npos);
+    CHECK(ends[2].find(" - evaluation: ") != std::string::npos);
+  } else {
+    CHECK(out.empty());
+  }
+}
+
+TEST_CASE("evaluate with verbose announces the pass and prints its results on the master; silent by default") {
+  ::setenv("TNT_STDOUT_IS_TTY", "0", 1);
+  auto model = make_model();
+  const tnt::Dataset data = tnt::test::threshold_data("progress-evaluate");
+  tnt::EvaluateOptions ev;
+  ev.batch_size = 8;
+  std::string out;
+  tnt::Logs quiet, loud;
+  {
+    CapturedStdout capture;
+    quiet = model->evaluate(data, ev);
+    out = capture.text();
+  }
+  CHECK(out.empty());
+  ev.verbose = 1;
+  {
+    CapturedStdout capture;
+    loud = model->evaluate(data, ev);
+    out = capture.text();
+  }
+  CHECK(loud == quiet);
+  if (tnt::is_master_rank()) {
+    std::vector<std::string> lines = lines_of(out);
+    REQUIRE(lines.size() == 2);
+    CHECK(lines[0] == "Evaluating on 64 samples (8 steps, global batch 8)");
+    CHECK(lines[1].rfind("8/8 - ", 0) == 0);
+    CHECK(lines[1].find(fmt::format(" - accuracy: {:.4f} - loss: {:.4f}", loud.at("accuracy"), loud.at("loss"))) !=
+          std::string::npos);
+  } else {
+    CHECK(out.empty());
+  }
+}

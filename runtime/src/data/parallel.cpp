@@ -272,7 +272,9 @@ class PrefetchIterator : public ElementIterator {
       }
       std::lock_guard<std::mutex> lock(mu_);
       if (!e) {
-        error_ = err;
+        // Moved, not copied: this thread keeps no reference, so the exception is destroyed
+        // by the consumer that rethrows it, never here after the hand-over.
+        error_ = std::move(err);
         finished_ = true;
         data_cv_.notify_all();
         return;

@@ -261,6 +261,10 @@ void step_begin(int64_t step, int epoch, double input_start_s) {
   if (Recorder* r = current()) r->step_begin(step, epoch, input_start_s);
 }
 
+void epoch_end() {
+  if (Recorder* r = current()) r->epoch_end();
+}
+
 void fit_end(Communicator& comm) {
   Recorder* r = current();
   if (!r) return;

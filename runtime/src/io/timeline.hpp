@@ -45,6 +45,10 @@ class Recorder {
   // since now (waited for since input_start_s). Opens or closes the window, appends the
   // events before to this rank's part, and records the input wait when in the window.
   void step_begin(int64_t step, int epoch, double input_start_s);
+  // The epoch's training steps are done (before validation and the callbacks that write
+  // history.csv): appends the events so far to the part, so that a run killed after a history
+  // row has that epoch's steps on disk.
+  void epoch_end() { flush_part(); }
   // Any thread. t0, t1: detail::now_s() seconds on this rank's clock.
   void add(Lane lane, std::string name, const char* category, double t0, double t1, std::string args = {});
   // Collective: every rank's events to the master, which writes path(); the parts are removed.
@@ -87,6 +91,7 @@ Recorder* current();
 // collective, TNT_TIMELINE from the configuration at the start of fit() (once).
 void start_from_config(Communicator& comm);
 void step_begin(int64_t step, int epoch, double input_start_s);
+void epoch_end();
 // Collective, at the end of fit(): merges when anything new was recorded.
 void fit_end(Communicator& comm);
 

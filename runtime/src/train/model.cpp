@@ -627,6 +627,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
     timing_.finish();
+    // The epoch's step events on disk before its history row: here, before the validation's
+    // collectives, so that every rank has written its part before the master can finish the
+    // epoch and write the row.
+    timeline::epoch_end();
 
     const bool ran_steps = !logs.empty();
     if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {

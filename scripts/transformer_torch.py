@@ -166,6 +166,36 @@ DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32
           "F16": np.float16}
 
 
+def smoothed_loss(logits, labels, smoothing=0.1):
+    """The program's training loss, for the benchmarks: -sum_j q_j log p_j with q = 1 - s on
+    the label and s / (V - 1) elsewhere, over non-padding tokens (label 0), per token. The
+    constant minimum entropy changes no gradient and is left out; computed in fp32."""
+    v = logits.shape[-1]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    conf = 1.0 - smoothing
+    low = smoothing / (v - 1)
+    xent = -(conf - low) * logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - low * logp.sum(-1)
+    mask = (labels != 0).float()
+    return (xent * mask).sum() / mask.sum()
+
+
+def random_batch(sentences, max_length, vocab_size, device="cpu"):
+    """(source, decoder input, target) ids of `sentences` sentences padded to max_length, each
+    of a length drawn in [max_length/4, max_length] ending in EOS (1); the decoder input is the
+    target shifted right. For the benchmarks: the compute is that of the padded batch."""
+    b, t = sentences, max_length
+    src = torch.zeros(b, t, dtype=torch.long)
+    tgt = torch.zeros(b, t, dtype=torch.long)
+    for i in range(b):
+        for ids in (src, tgt):
+            n = int(torch.randint(max(2, t // 4), t + 1, ()))
+            ids[i, : n - 1] = torch.randint(2, vocab_size, (n - 1,))
+            ids[i, n - 1] = 1
+    dec = torch.zeros_like(tgt)
+    dec[:, 1:] = tgt[:, :-1]
+    return src.to(device), dec.to(device), tgt.to(device)
+
+
 def read_safetensors(path):
     """(tensors by name, metadata) of a safetensors file (the format of checkpoint.hpp)."""
     with open(path, "rb") as f:

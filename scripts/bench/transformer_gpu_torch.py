@@ -16,19 +16,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from transformer_torch import PARAM_SETS, Transformer  # noqa: E402
-
-
-def smoothed_loss(logits, labels, smoothing=0.1):
-    # -sum_j q_j log p_j with q = conf on the label and low elsewhere (the constant minimum
-    # entropy changes no gradient and is left out); in fp32, as autocast does for log_softmax.
-    v = logits.shape[-1]
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    conf = 1.0 - smoothing
-    low = smoothing / (v - 1)
-    xent = -(conf - low) * logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - low * logp.sum(-1)
-    mask = (labels != 0).float()
-    return (xent * mask).sum() / mask.sum()
+from transformer_torch import PARAM_SETS, Transformer, random_batch, smoothed_loss  # noqa: E402
 
 
 def main():
@@ -51,19 +39,8 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.997), eps=1e-9)
     b, t = a.sentences, a.max_length
 
-    def batch():
-        src = torch.zeros(b, t, dtype=torch.long)
-        tgt = torch.zeros(b, t, dtype=torch.long)
-        for i in range(b):
-            for ids in (src, tgt):
-                n = int(torch.randint(max(2, t // 4), t + 1, ()))
-                ids[i, : n - 1] = torch.randint(2, a.vocab_size, (n - 1,))
-                ids[i, n - 1] = 1
-        dec = torch.zeros_like(tgt)
-        dec[:, 1:] = tgt[:, :-1]
-        return src.to(dev), dec.to(dev), tgt.to(dev)
 
-    batches = [batch() for _ in range(4)]
+    batches = [random_batch(b, t, a.vocab_size, dev) for _ in range(4)]
 
     def step(k):
         src, dec, tgt = batches[k % len(batches)]

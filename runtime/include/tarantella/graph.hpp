@@ -111,6 +111,15 @@ class Network {
   // overflow happen as on the GPU while weights and products are not rounded.
   void set_compute_dtype(DType dtype);
   DType compute_dtype() const { return compute_dtype_; }
+  // Memory format of 4-D activations between the layers that support it (default
+  // contiguous). channels_last: Conv2D outputs are channels_last, layers that support the
+  // format keep it, and the executor converts inputs (forward) and output gradients
+  // (backward) of the other layers to contiguous, so conversions happen at the edges of
+  // the convolutional part only (the images before the first Conv2D, the features after
+  // the last pooling). Network inputs and outputs are always contiguous. Parameters keep
+  // PyTorch's layouts (checkpoints unchanged); a CUDA Conv2D keeps its own KRSC copy.
+  void set_memory_format(MemoryFormat format);
+  MemoryFormat memory_format() const { return memory_format_; }
   // Whether backward() computes the gradients of the network's inputs (default true). The
   // training loop turns it off: then the layers fed only by inputs skip that work and
   // backward() returns undefined tensors for the inputs.
@@ -165,6 +174,7 @@ class Network {
   bool have_saved_ = false;
   bool input_gradients_ = true;
   DType compute_dtype_ = DType::f32;
+  MemoryFormat memory_format_ = MemoryFormat::contiguous;
 };
 
 // A stack of single-input, single-output layers. The graph is made on first use: from the

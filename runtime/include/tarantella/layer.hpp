@@ -54,6 +54,10 @@ struct RunContext {
   // random counters by it, so p ranks on B samples draw the same masks as 1 rank on B.
   int64_t sample_offset = 0;
   Device device;         // the model's device
+  // The network's memory format for 4-D activations (Network::set_memory_format): what a
+  // Conv2D produces. Layers that keep their input's format (BatchNorm, pooling,
+  // activations, Add, Dropout) follow their input instead.
+  MemoryFormat memory_format = MemoryFormat::contiguous;
 };
 
 struct SavedState {
@@ -133,6 +137,13 @@ class Layer : public std::enable_shared_from_this<Layer> {
   Device device() const { return device_; }
   // Number of elements of all parameters (not buffers).
   int64_t parameter_count();
+
+  // Whether this layer's engines take and return 4-D tensors in `format` (see tensor.hpp).
+  // The executor gives every other layer contiguous inputs and gradients, so a layer that
+  // does not override this never sees channels_last; one that does must accept both
+  // formats, return gradients in the format of the forward's inputs, and expect output
+  // gradients in the format of its outputs (the executor converts them).
+  virtual bool supports_memory_format(MemoryFormat format) const { return format == MemoryFormat::contiguous; }
 
   // Per-layer cache for an engine (cuDNN descriptors, chosen algorithms); its owner casts.
   std::shared_ptr<void>& engine_cache(Device::Kind kind) {

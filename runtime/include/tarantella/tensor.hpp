@@ -1,6 +1,7 @@
-// Tensor: a shape, a dtype, a device and shared ownership of contiguous storage.
-// Images are NCHW. Copies between host and device are explicit (to(), copy_from()).
-// reshape() and view() share storage; clone() copies.
+// Tensor: a shape, a dtype, a device, a memory format and shared ownership of storage.
+// Images are NCHW: shapes are always logical (N, C, H, W), whatever the memory format.
+// Copies between host and device are explicit (to(), copy_from()). reshape() and view()
+// share storage; clone() copies.
 #pragma once
 
 #include "tarantella/check.hpp"
@@ -17,6 +18,23 @@
 namespace tnt {
 
 using Shape = std::vector<int64_t>;
+
+// How the elements of a 4-D tensor lie in memory. `contiguous`: row-major in the logical
+// shape (N, C, H, W). `channels_last`: row-major in (N, H, W, C), what cuDNN calls NHWC and
+// PyTorch channels_last; tensor cores run convolutions in it without transposes. Only
+// 4-D tensors can be channels_last. What keeps the format:
+//   - element-wise ops (the result has the format of the first operand), clone(), to(),
+//     slice_rows() (N is outermost in both), fill_/zero_;
+//   - copy_from() copies logical contents, converting when the formats differ;
+//   - to_vector()/to_double_vector() return the logical (N, C, H, W) order;
+//   - reshape() to another shape needs a contiguous tensor (contiguous() first); view() is a
+//     byte view and always contiguous (fusion buffers).
+// Networks keep 4-D activations channels_last between the layers that support it when asked
+// (Network::set_memory_format); the executor converts at the other layers.
+enum class MemoryFormat : uint8_t { contiguous, channels_last };
+const char* memory_format_name(MemoryFormat format);  // "contiguous", "channels_last"
+// Parses those names and PyTorch's/TensorFlow's: "channels_first" = contiguous; throws InputError.
+MemoryFormat parse_memory_format(const std::string& text);
 int64_t shape_numel(const Shape& shape);
 std::string shape_str(const Shape& shape);  // "(N, 3, 224, 224)"-style: "(32, 3, 224, 224)"
 
@@ -41,8 +59,11 @@ class Tensor {
  public:
   Tensor() = default;
 
-  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
-  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // format channels_last needs a 4-D shape.
+  static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
+                      MemoryFormat format = MemoryFormat::contiguous);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
+                      MemoryFormat format = MemoryFormat::contiguous);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32,
                      Device device = Device::cpu());
   // Host f32 tensor holding a copy of values (size must equal the shape's element count).
@@ -62,7 +83,9 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
-  std::string str() const;  // "f32(2, 3) on cpu"
+  MemoryFormat memory_format() const { return format_; }
+  bool is_channels_last() const { return format_ == MemoryFormat::channels_last; }
+  std::string str() const;  // "f32(2, 3) on cpu", "f32(2, 3, 4, 4) channels_last on cuda:0"
 
   void* raw() const;
   template <typename T>
@@ -78,6 +101,11 @@ class Tensor {
   Tensor slice_rows(int64_t begin, int64_t end) const;
   // Same storage, different dtype/shape at a byte offset (for fusion buffers); bounds-checked.
   Tensor view(const Shape& shape, DType dtype, size_t byte_offset) const;
+
+  // This tensor in `format`: itself (shared) when it already is, else a converted copy on
+  // the same device (a tensor that is not 4-D is only ever contiguous).
+  Tensor to_memory_format(MemoryFormat format) const;
+  Tensor contiguous() const { return to_memory_format(MemoryFormat::contiguous); }
 
   Tensor to(Device device) const;  // copy to device (a copy even when the device is the same)
   Tensor clone() const;
@@ -97,6 +125,7 @@ class Tensor {
   size_t offset_ = 0;  // bytes into storage
   Shape shape_;
   DType dtype_ = DType::f32;
+  MemoryFormat format_ = MemoryFormat::contiguous;
 };
 
 }  // namespace tnt

@@ -5,6 +5,7 @@
 #include "core/memory.hpp"
 #ifdef TNT_WITH_CUDA
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/layout.hpp"
 #endif
 
 #include <cstring>
@@ -32,23 +33,82 @@ std::string shape_str(const Shape& shape) {
   return s + ")";
 }
 
+const char* memory_format_name(MemoryFormat format) {
+  return format == MemoryFormat::channels_last ? "channels_last" : "contiguous";
+}
+
+MemoryFormat parse_memory_format(const std::string& text) {
+  if (text == "contiguous" || text == "channels_first" || text == "nchw") return MemoryFormat::contiguous;
+  if (text == "channels_last" || text == "nhwc") return MemoryFormat::channels_last;
+  TNT_INPUT_ERROR("memory format '{}' is not 'channels_first' (also 'contiguous', 'nchw') or 'channels_last' "
+                  "(also 'nhwc')",
+                  text);
+}
+
+namespace {
+
+// Host conversion between the two formats, element by element of `Bytes` bytes.
+template <size_t Bytes>
+void convert_format_host(const char* src, char* dst, int64_t n, int64_t c, int64_t hw, bool to_channels_last) {
+  for (int64_t i = 0; i < n; ++i) {
+    const char* s = src + static_cast<size_t>(i * c * hw) * Bytes;
+    char* d = dst + static_cast<size_t>(i * c * hw) * Bytes;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t p = 0; p < hw; ++p) {
+        const int64_t nchw = ch * hw + p, nhwc = p * c + ch;
+        const int64_t from = to_channels_last ? nchw : nhwc, to = to_channels_last ? nhwc : nchw;
+        std::memcpy(d + static_cast<size_t>(to) * Bytes, s + static_cast<size_t>(from) * Bytes, Bytes);
+      }
+    }
+  }
+}
+
+// dst (same shape, dtype, device as src, other format) = src.
+void convert_format(const Tensor& src, const Tensor& dst) {
+  const int64_t n = src.dim(0), c = src.dim(1), hw = src.dim(2) * src.dim(3);
+  if (src.numel() == 0) return;
+  if (!src.device().is_cpu()) {
+#ifdef TNT_WITH_CUDA
+    cuda::convert_memory_format(src, dst);
+    return;
+#else
+    TNT_THROW("memory format conversion on {} needs a CUDA build", src.device().str());
+#endif
+  }
+  const bool to_cl = dst.is_channels_last();
+  const auto* s = static_cast<const char*>(src.raw());
+  auto* d = static_cast<char*>(dst.raw());
+  switch (dtype_size(src.dtype())) {
+    case 1: convert_format_host<1>(s, d, n, c, hw, to_cl); break;
+    case 2: convert_format_host<2>(s, d, n, c, hw, to_cl); break;
+    case 4: convert_format_host<4>(s, d, n, c, hw, to_cl); break;
+    case 8: convert_format_host<8>(s, d, n, c, hw, to_cl); break;
+    default: TNT_THROW("memory format conversion: unsupported element size {}", dtype_size(src.dtype()));
+  }
+}
+
+}  // namespace
+
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   data_ = device_alloc(bytes, device);
 }
 
 Storage::~Storage() { device_free(data_, bytes_, device_); }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
   for (int64_t d : shape) TNT_CHECK(d >= 0, "negative dimension in shape {}", shape_str(shape));
+  TNT_CHECK(format == MemoryFormat::contiguous || shape.size() == 4, "a channels_last tensor must be 4-D, not {}",
+            shape_str(shape));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
+  t.format_ = format;
   t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  Tensor t = empty(shape, dtype, device);
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
+  Tensor t = empty(shape, dtype, device, format);
   t.zero_();
   return t;
 }
@@ -73,7 +133,8 @@ int64_t Tensor::dim(int i) const {
 }
 
 std::string Tensor::str() const {
-  return fmt::format("{}{} on {}", dtype_name(dtype_), shape_str(shape_), device().str());
+  return fmt::format("{}{}{} on {}", dtype_name(dtype_), shape_str(shape_),
+                     is_channels_last() ? " channels_last" : "", device().str());
 }
 
 void* Tensor::raw() const {
@@ -98,6 +159,9 @@ Tensor Tensor::reshape(const Shape& shape) const {
     s[infer] = numel() / known;
   }
   TNT_CHECK(shape_numel(s) == numel(), "reshape {} -> {}: element counts differ", shape_str(shape_), shape_str(s));
+  if (s == shape_) return *this;
+  TNT_CHECK(!is_channels_last(), "reshape {} -> {}: the tensor is channels_last; call contiguous() first",
+            shape_str(shape_), shape_str(s));
   Tensor t = *this;
   t.shape_ = s;
   return t;
@@ -122,11 +186,20 @@ Tensor Tensor::view(const Shape& shape, DType dtype, size_t byte_offset) const {
   t.offset_ += byte_offset;
   t.shape_ = shape;
   t.dtype_ = dtype;
+  t.format_ = MemoryFormat::contiguous;
+  return t;
+}
+
+Tensor Tensor::to_memory_format(MemoryFormat format) const {
+  if (format == format_ || !defined()) return *this;
+  if (format == MemoryFormat::channels_last && ndim() != 4) return *this;
+  Tensor t = empty(shape_, dtype_, device(), format);
+  convert_format(*this, t);
   return t;
 }
 
 Tensor Tensor::to(Device device) const {
-  Tensor t = empty(shape_, dtype_, device);
+  Tensor t = empty(shape_, dtype_, device, format_);
   t.copy_from(*this);
   return t;
 }
@@ -135,6 +208,13 @@ Tensor Tensor::clone() const { return to(device()); }
 
 void Tensor::copy_from(const Tensor& src) {
   TNT_CHECK(src.numel() == numel() && src.dtype() == dtype_, "copy_from: {} into {}", src.str(), str());
+  if (src.memory_format() != format_) {
+    TNT_CHECK(src.shape() == shape_, "copy_from: {} into {}: other memory format and shape", src.str(), str());
+    // Convert on the source's device, then copy the bytes.
+    Tensor converted = src.to_memory_format(format_);
+    device_copy(raw(), device(), converted.raw(), converted.device(), nbytes());
+    return;
+  }
   device_copy(raw(), device(), src.raw(), src.device(), nbytes());
 }
 
@@ -169,7 +249,7 @@ void Tensor::fill_(double value) {
 }
 
 std::vector<double> Tensor::to_double_vector() const {
-  Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  Tensor host = (device().is_cpu() ? *this : to(Device::cpu())).contiguous();
   int64_t n = numel();
   std::vector<double> out(static_cast<size_t>(n));
   const void* p = host.raw();
@@ -189,7 +269,7 @@ std::vector<double> Tensor::to_double_vector() const {
 
 std::vector<float> Tensor::to_vector() const {
   if (dtype_ == DType::f32) {
-    Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+    Tensor host = (device().is_cpu() ? *this : to(Device::cpu())).contiguous();
     const float* p = host.data<float>();
     return std::vector<float>(p, p + numel());
   }

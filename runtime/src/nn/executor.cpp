@@ -207,6 +207,11 @@ void Network::set_compute_dtype(DType dtype) {
   }
 }
 
+void Network::set_memory_format(MemoryFormat format) {
+  memory_format_ = format;
+  have_saved_ = false;
+}
+
 // The compute-dtype copies of the weights, from the f32 masters, before every forward: the
 // optimizer may have changed the masters, and a cast of all of ResNet-50's weights costs
 // about as much as one of its smaller convolutions.

@@ -3,6 +3,7 @@
 //
 //   tnt_allreduce_bench -b 8 -e 128M -f 2 -w 5 -n 20 -c 1 --algo ring,mpi --dtype f32 --device cpu
 //   tnt_allreduce_bench --mode reducer -w 3 -n 10
+//   tnt_allreduce_bench --mode reducer --algo nccl --device gpu -w 3 -n 20   (the GPU kit)
 //
 // allreduce mode: one row per size and algorithm,
 //   size count type algo time_us algbw_GBps busbw_GBps wrong
@@ -331,7 +332,8 @@ void reducer_mode(const cxxopts::ParseResult& args) {
   tnt::print("# step: mark all ready in reverse order, then finalize; time: mean per step of the slowest rank");
   tnt::print("# {:>12} {:>8} {:>10} {:>11} {:>11}", "threshold_B", "buckets", "step_ms", "algbw_GBps", "busbw_GBps");
   const double bus = p > 1 ? 2.0 * (p - 1) / p : 0.0;
-  for (int64_t threshold : {int64_t{0}, int64_t{32} << 10, int64_t{1} << 20, int64_t{25} << 20, int64_t{128} << 20}) {
+  for (int64_t threshold : {int64_t{0}, int64_t{32} << 10, int64_t{256} << 10, int64_t{1} << 20, int64_t{4} << 20,
+                            int64_t{25} << 20, int64_t{128} << 20}) {
     Reducer reducer(comm, grads, {.threshold_bytes = threshold, .algo = parse_allreduce_algo(algo)});
     auto step = [&] {
       for (size_t i = grads.size(); i-- > 0;) reducer.mark_ready(i);

@@ -2,8 +2,9 @@
 //   - per parameter: one grid-stride loop per rule of optim/update_rules.hpp and tensor;
 //   - multi-tensor: one launch for all tensors of a step, one block per row of the table
 //     of optim/multi_tensor.hpp, each block a plain loop over its chunk.
-// Each element goes through the same rule either way, and each element is independent, so
-// the two give the same bits whatever the launch configuration.
+// Each element goes through the same rule either way (one compiled element loop shared by
+// both kernels), and each element is independent, so the two give the same bits whatever
+// the launch configuration.
 //
 // Norms for clipping are sums of squares in double without atomics: each chunk of
 // kChunkElements is summed by one block (thread j takes elements j, j + 256, ..., then
@@ -24,15 +25,39 @@ namespace tnt::cuda {
 
 namespace {
 
+// The element loops of the rules, each compiled once (__noinline__) and called by both the
+// per-parameter and the multi-tensor kernel: the same instructions, hence the same bits.
+// Inlined into two kernels, nvcc would be free to fuse the multiply-adds of each copy
+// differently. One call per thread and kernel, so the call costs nothing that shows.
+// Elements first, first + stride, ... below n.
+__device__ __noinline__ void sgd_elements(optim::SgdRule rule,
+                                          float* __restrict__ param,       // (n)
+                                          const float* __restrict__ grad,  // (n)
+                                          float* __restrict__ buf,         // (n), or null without momentum
+                                          int64_t first, int64_t n, int64_t stride) {
+  for (int64_t i = first; i < n; i += stride) {
+    optim::apply(rule, param[i], grad[i], buf != nullptr ? buf + i : nullptr);
+  }
+}
+
+__device__ __noinline__ void adam_elements(optim::AdamRule rule,
+                                           float* __restrict__ param,       // (n)
+                                           const float* __restrict__ grad,  // (n)
+                                           float* __restrict__ m,           // (n)
+                                           float* __restrict__ v,           // (n)
+                                           int64_t first, int64_t n, int64_t stride) {
+  for (int64_t i = first; i < n; i += stride) optim::apply(rule, param[i], grad[i], m[i], v[i]);
+}
+
+__device__ int64_t grid_first() { return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+__device__ int64_t grid_stride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
 __global__ void sgd_kernel(optim::SgdRule rule,
                            float* __restrict__ param,       // (n)
                            const float* __restrict__ grad,  // (n)
                            float* __restrict__ buf,         // (n), or null without momentum
                            int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    optim::apply(rule, param[i], grad[i], buf != nullptr ? buf + i : nullptr);
-  }
+  sgd_elements(rule, param, grad, buf, grid_first(), n, grid_stride());
 }
 
 __global__ void adam_kernel(optim::AdamRule rule,
@@ -41,25 +66,21 @@ __global__ void adam_kernel(optim::AdamRule rule,
                             float* __restrict__ m,           // (n)
                             float* __restrict__ v,           // (n)
                             int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    optim::apply(rule, param[i], grad[i], m[i], v[i]);
-  }
+  adam_elements(rule, param, grad, m, v, grid_first(), n, grid_stride());
 }
 
+// Comparisons only: no rounding for a compiler to treat differently.
 __global__ void clip_value_kernel(float* __restrict__ grad,  // (n)
                                   float limit, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    grad[i] = optim::clip_value(grad[i], limit);
-  }
+  for (int64_t i = grid_first(); i < n; i += grid_stride()) grad[i] = optim::clip_value(grad[i], limit);
 }
 
 // ---- sums of squares, chunk by chunk ----
 
 // The squares of one chunk, x: (count), in double; every thread gets the sum. blockDim.x is
-// kBlock in every caller, so the tree, and the result, is the same in both paths.
-__device__ double chunk_squares(const float* __restrict__ x, int64_t count, double* scratch) {
+// kBlock in every caller, so the tree, and the result, is the same in both paths (compiled
+// once, as the element loops above).
+__device__ __noinline__ double chunk_squares(const float* __restrict__ x, int64_t count, double* scratch) {
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
     const double v = static_cast<double>(x[i]);
@@ -103,21 +124,15 @@ struct AdamRules {
 __global__ void mt_sgd_kernel(const optim::MtChunk* __restrict__ chunks,  // (gridDim.x)
                               SgdRules rules) {
   const optim::MtChunk c = chunks[blockIdx.x];
-  const optim::SgdRule rule = rules.r[c.rule];
   // c.param, c.grad, c.slot0 (momentum buffer or null): (c.count)
-  for (int64_t i = threadIdx.x; i < c.count; i += blockDim.x) {
-    optim::apply(rule, c.param[i], c.grad[i], c.slot0 != nullptr ? c.slot0 + i : nullptr);
-  }
+  sgd_elements(rules.r[c.rule], c.param, c.grad, c.slot0, threadIdx.x, c.count, blockDim.x);
 }
 
 __global__ void mt_adam_kernel(const optim::MtChunk* __restrict__ chunks,  // (gridDim.x)
                                AdamRules rules) {
   const optim::MtChunk c = chunks[blockIdx.x];
-  const optim::AdamRule rule = rules.r[c.rule];
   // c.param, c.grad, c.slot0 (exp_avg), c.slot1 (exp_avg_sq): (c.count)
-  for (int64_t i = threadIdx.x; i < c.count; i += blockDim.x) {
-    optim::apply(rule, c.param[i], c.grad[i], c.slot0[i], c.slot1[i]);
-  }
+  adam_elements(rules.r[c.rule], c.param, c.grad, c.slot0, c.slot1, threadIdx.x, c.count, blockDim.x);
 }
 
 __global__ void mt_squares_kernel(const optim::MtChunk* __restrict__ chunks,  // (gridDim.x)

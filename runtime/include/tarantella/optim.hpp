@@ -28,6 +28,10 @@
 // are the allreduced global gradients with the loss scale already divided out, bitwise equal
 // on every rank, so every rank clips alike (fit refuses ranks whose GradientClipping
 // differ); a step the loss scaler skips is never clipped.
+//
+// On a CUDA device a step updates all its parameters in one kernel launch (and clips them in
+// at most three), through a table of the parameters that is kept while they stay the same;
+// the result is bitwise that of one launch per parameter.
 #pragma once
 
 #include "tarantella/layer.hpp"
@@ -145,9 +149,9 @@ class Optimizer {
  private:
   ParamState& state_for(const std::string& name, const Parameter& param);
 
+  bool multi_tensor_ = true;  // see set_multi_tensor
   // The uploaded table of the last multi-tensor step (made on first use; shared_ptr because
   // the type is internal to the runtime).
-  bool multi_tensor_ = true;
   std::shared_ptr<optim::MultiTensorCache> multi_tensor_cache_;
 
   SchedulePtr schedule_;

@@ -28,6 +28,10 @@
 // are the allreduced global gradients with the loss scale already divided out, bitwise equal
 // on every rank, so every rank clips alike (fit refuses ranks whose GradientClipping
 // differ); a step the loss scaler skips is never clipped.
+//
+// On a CUDA device a step updates all its parameters in one kernel launch (and clips them in
+// at most three), through a table of the parameters that is kept while they stay the same;
+// the result is bitwise that of one launch per parameter.
 #pragma once
 
 #include "tarantella/layer.hpp"
@@ -43,6 +47,11 @@
 #include <vector>
 
 namespace tnt {
+
+namespace optim {
+class MultiTensorCache;
+struct MultiTensorStep;
+}  // namespace optim
 
 struct NamedTensor {
   std::string name;
@@ -123,6 +132,15 @@ class Optimizer {
   };
   // One update of one parameter: state.step already counts this update.
   virtual void update(Parameter& param, ParamState& state, double lr, bool decay) = 0;
+  // The same update of every parameter of a step at once, on one CUDA device, through the
+  // table of optim/multi_tensor.hpp (one launch per step instead of one per parameter).
+  // Returns false where the optimizer has no such path (the default); step() then calls
+  // update() per parameter. step() offers it only when every parameter, gradient and slot
+  // is f32 on one CUDA device and the parameters fall into at most optim::kMaxRules rules.
+  virtual bool update_multi_tensor(const optim::MultiTensorStep& step, double lr);
+  // Off: every step takes the per-parameter path (update() and per-tensor clipping), e.g. to
+  // compare the two. On by default.
+  void set_multi_tensor(bool enabled) { multi_tensor_ = enabled; }
   static int64_t param_step(const ParamState& state);
   std::string clipping_suffix() const;  // ", clip_norm=1" for describe(); "" without clipping
 
@@ -130,6 +148,11 @@ class Optimizer {
 
  private:
   ParamState& state_for(const std::string& name, const Parameter& param);
+
+  bool multi_tensor_ = true;  // see set_multi_tensor
+  // The uploaded table of the last multi-tensor step (made on first use; shared_ptr because
+  // the type is internal to the runtime).
+  std::shared_ptr<optim::MultiTensorCache> multi_tensor_cache_;
 
   SchedulePtr schedule_;
   double lr_factor_ = 1.0;
@@ -159,6 +182,7 @@ class SGD : public Optimizer {
 
  protected:
   void update(Parameter& param, ParamState& state, double lr, bool decay) override;
+  bool update_multi_tensor(const optim::MultiTensorStep& step, double lr) override;
 
  private:
   SgdOptions options_;
@@ -184,6 +208,7 @@ class Adam : public Optimizer {
  protected:
   Adam(SchedulePtr schedule, AdamOptions options, bool decoupled);
   void update(Parameter& param, ParamState& state, double lr, bool decay) override;
+  bool update_multi_tensor(const optim::MultiTensorStep& step, double lr) override;
 
  private:
   AdamOptions options_;

@@ -1,6 +1,7 @@
 #include "tarantella/optim.hpp"
 
 #include "backend/dispatch.hpp"
+#include "optim/multi_tensor.hpp"
 #include "optim/optim_cuda.hpp"
 #include "optim/update_rules.hpp"
 
@@ -16,6 +17,12 @@ void adam_cpu(const optim::AdamRule& rule, float* param, const float* grad, floa
   // param, grad, m, v: (n,)
 #pragma omp parallel for simd if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) optim::apply(rule, param[i], grad[i], m[i], v[i]);
+}
+
+void adam_multi_tensor(const optim::MtLaunch& launch, const std::vector<optim::AdamRule>& rules) {
+  TNT_CUDA_DISPATCH(launch.device,
+                    cuda::multi_tensor_adam(launch, rules.data(), static_cast<int>(rules.size())));
+  TNT_THROW("Adam: a multi-tensor step for parameters on {}: only CUDA has one", launch.device.str());
 }
 
 }  // namespace
@@ -59,6 +66,18 @@ void Adam::update(Parameter& param, ParamState& state, double lr, bool decay) {
                                                   p.numel(), p.device().index));
   adam_cpu(rule, p.data<float>(), param.grad.data<float>(), state.slots[0].data<float>(),
            state.slots[1].data<float>(), p.numel());
+}
+
+// The rules of update() for each class of parameters (decay or not, update count t), in
+// one launch.
+bool Adam::update_multi_tensor(const optim::MultiTensorStep& step, double lr) {
+  std::vector<optim::AdamRule> rules;
+  for (const optim::RuleClass& c : step.classes) {
+    rules.push_back(optim::adam_rule(lr, options_.beta1, options_.beta2, options_.eps,
+                                     c.decay ? options_.weight_decay : 0.0, decoupled_, static_cast<double>(c.t)));
+  }
+  adam_multi_tensor(step.launch, rules);
+  return true;
 }
 
 }  // namespace tnt

@@ -1,8 +1,10 @@
 // Gradient clipping (optim.hpp): by norm per tensor or over all gradients, then by value.
-// Norms are ops::sum_squares (double accumulation, fixed order on a device), so ranks that
-// hold bitwise-equal gradients on like devices compute the same factor and clip alike. A
+// Norms are sums of squares in double in a fixed order (on the CPU ops::sum_squares; on CUDA
+// chunk by chunk, optim_cuda.cu, the same sums per tensor as the multi-tensor path), so ranks
+// that hold bitwise-equal gradients on like devices compute the same factor and clip alike. A
 // gradient within its threshold is not touched at all: clipping that does not bite leaves
-// the step bit for bit as without it.
+// the step bit for bit as without it. A step whose tensors form a multi-tensor table
+// (Optimizer::step) clips them all in the launches of cuda::multi_tensor_clip instead.
 #include "optim/clip.hpp"
 
 #include "backend/dispatch.hpp"
@@ -29,6 +31,14 @@ void clip_value(const Tensor& grad, double limit) {
   TNT_CUDA_DISPATCH(grad.device(), cuda::clip_value(g, v, n, grad.device().index));
 #pragma omp parallel for simd if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) g[i] = optim::clip_value(g[i], v);
+}
+
+double squares_of(const Tensor& grad) {
+  TNT_CHECK(!grad.device().is_cuda() || grad.dtype() == DType::f32,
+            "gradient clipping on CUDA takes f32 gradients, got {}", grad.str());
+  TNT_CUDA_DISPATCH(grad.device(), cuda::sum_squares_chunked(grad.data<float>(), grad.numel(), optim::kChunkElements,
+                                                             grad.device().index));
+  return ops::sum_squares(grad);
 }
 
 // Scales by limit / norm when norm exceeds limit. A non-finite norm is left alone: the loss
@@ -67,16 +77,21 @@ void check_clipping(const GradientClipping& c) {
 
 void clip_gradients(const GradientClipping& c, const std::vector<Tensor>& grads) {
   if (c.norm) {
-    for (const Tensor& g : grads) clip_to_norm({g}, std::sqrt(ops::sum_squares(g)), *c.norm);
+    for (const Tensor& g : grads) clip_to_norm({g}, std::sqrt(squares_of(g)), *c.norm);
   }
   if (c.global_norm) {
     double squares = 0;
-    for (const Tensor& g : grads) squares += ops::sum_squares(g);
+    for (const Tensor& g : grads) squares += squares_of(g);
     clip_to_norm(grads, std::sqrt(squares), *c.global_norm);
   }
   if (c.value) {
     for (const Tensor& g : grads) clip_value(g, *c.value);
   }
+}
+
+void clip_gradients(const GradientClipping& c, const optim::MtLaunch& launch) {
+  TNT_CHECK(launch.device.is_cuda(), "multi-tensor clipping of gradients on {}: only CUDA has it", launch.device.str());
+  TNT_CUDA_DISPATCH(launch.device, cuda::multi_tensor_clip(launch, {c.value, c.norm, c.global_norm}));
 }
 
 }  // namespace tnt

@@ -1,12 +1,14 @@
 #include "tarantella/optim.hpp"
 
 #include "optim/clip.hpp"
+#include "optim/multi_tensor.hpp"
 #include "tarantella/check.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace tnt {
 
@@ -83,6 +85,45 @@ Optimizer::ParamState& Optimizer::state_for(const std::string& name, const Param
   return st;
 }
 
+bool Optimizer::update_multi_tensor(const optim::MultiTensorStep&, double) { return false; }
+
+namespace {
+
+// The step's tensors as a multi-tensor table sees them, or nothing where the table cannot
+// hold them: a parameter, gradient or slot that is not f32 on the one CUDA device of the
+// step (mixed devices, the CPU engine), layouts that differ, more than two slots.
+std::optional<std::vector<optim::MtTensor>> table_rows(const std::vector<Parameter*>& params,
+                                                       const std::vector<const std::vector<Tensor>*>& slots,
+                                                       Device& device) {
+  if (params.empty()) return std::nullopt;
+  device = params[0]->value.device();
+  if (!device.is_cuda()) return std::nullopt;
+  const MemoryFormat format = params[0]->value.memory_format();
+  auto fits = [&](const Tensor& t) {
+    return t.dtype() == DType::f32 && t.device() == device && t.memory_format() == format;
+  };
+  std::vector<optim::MtTensor> rows;
+  rows.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = *params[i];
+    const std::vector<Tensor>& s = *slots[i];
+    if (s.size() > 2 || !fits(p.value) || !fits(p.grad)) return std::nullopt;
+    for (const Tensor& slot : s) {
+      if (!fits(slot)) return std::nullopt;
+    }
+    optim::MtTensor row;
+    row.param = p.value.data<float>();
+    row.grad = p.grad.data<float>();
+    row.slot0 = s.size() > 0 ? s[0].data<float>() : nullptr;
+    row.slot1 = s.size() > 1 ? s[1].data<float>() : nullptr;
+    row.numel = p.value.numel();
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace
+
 void Optimizer::step(const std::vector<NamedParameter>& params) {
   const double lr = learning_rate();
   std::vector<const NamedParameter*> updated;
@@ -95,19 +136,51 @@ void Optimizer::step(const std::vector<NamedParameter>& params) {
               p.value.str());
     updated.push_back(&np);
   }
+  // The state of every parameter first (state_for may add to state_, which moves its
+  // elements: pointers into it are taken after).
+  for (const NamedParameter* np : updated) state_for(np->name, *np->param);
+  std::vector<Parameter*> ps;
+  std::vector<ParamState*> states;
+  std::vector<const std::vector<Tensor>*> slots;
+  std::vector<optim::RuleClass> classes;  // (decay, t after this update) per parameter
+  for (const NamedParameter* np : updated) {
+    ParamState* st = &state_[index_.at(np->name)];
+    ps.push_back(np->param);
+    states.push_back(st);
+    slots.push_back(&st->slots);
+    classes.push_back({!decay_filter_ || decay_filter_(np->name), param_step(*st) + 1});
+  }
+
+  // One table for the clipping and the update, where the step fits one (else nothing: the
+  // per-parameter path below, as without the table).
+  std::optional<optim::MultiTensorStep> mt;
+  if (multi_tensor_) {
+    Device device;
+    std::optional<std::vector<optim::MtTensor>> rows = table_rows(ps, slots, device);
+    std::vector<int32_t> rule_of;
+    std::vector<optim::RuleClass> distinct = optim::rule_classes(classes, rule_of);
+    if (rows && distinct.size() <= static_cast<size_t>(optim::kMaxRules)) {
+      for (size_t i = 0; i < rows->size(); ++i) (*rows)[i].rule = rule_of[i];
+      if (!multi_tensor_cache_) multi_tensor_cache_ = std::make_shared<optim::MultiTensorCache>();
+      mt.emplace();
+      mt->launch = multi_tensor_cache_->launch_for(*rows, device);
+      mt->classes = std::move(distinct);
+    }
+  }
+
   if (clipping_.active()) {
     // Before any update: the global norm is over every gradient of this step.
-    std::vector<Tensor> grads;
-    for (const NamedParameter* np : updated) grads.push_back(np->param->grad);
-    clip_gradients(clipping_, grads);
+    if (mt) {
+      clip_gradients(clipping_, mt->launch);
+    } else {
+      std::vector<Tensor> grads;
+      for (const Parameter* p : ps) grads.push_back(p->grad);
+      clip_gradients(clipping_, grads);
+    }
   }
-  for (const NamedParameter* np_ptr : updated) {
-    const NamedParameter& np = *np_ptr;
-    Parameter& p = *np.param;
-    ParamState& st = state_for(np.name, p);
-    st.step.data<int64_t>()[0] += 1;
-    const bool decay = !decay_filter_ || decay_filter_(np.name);
-    update(p, st, lr, decay);
+  for (ParamState* st : states) st->step.data<int64_t>()[0] += 1;
+  if (!mt || !update_multi_tensor(*mt, lr)) {
+    for (size_t i = 0; i < ps.size(); ++i) update(*ps[i], *states[i], lr, classes[i].decay);
   }
   ++step_count_;
 }

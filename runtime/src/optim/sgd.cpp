@@ -1,6 +1,7 @@
 #include "tarantella/optim.hpp"
 
 #include "backend/dispatch.hpp"
+#include "optim/multi_tensor.hpp"
 #include "optim/optim_cuda.hpp"
 #include "optim/update_rules.hpp"
 
@@ -20,6 +21,12 @@ void sgd_cpu(const optim::SgdRule& rule, float* param, const float* grad, float*
   // param, grad, buf: (n,); buf unused without momentum
 #pragma omp parallel for simd if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) optim::apply(rule, param[i], grad[i], kMomentum ? buf + i : nullptr);
+}
+
+void sgd_multi_tensor(const optim::MtLaunch& launch, const std::vector<optim::SgdRule>& rules) {
+  TNT_CUDA_DISPATCH(launch.device,
+                    cuda::multi_tensor_sgd(launch, rules.data(), static_cast<int>(rules.size())));
+  TNT_THROW("SGD: a multi-tensor step for parameters on {}: only CUDA has one", launch.device.str());
 }
 
 }  // namespace
@@ -64,6 +71,18 @@ void SGD::update(Parameter& param, ParamState& state, double lr, bool decay) {
   } else {
     sgd_cpu<false>(rule, p.data<float>(), param.grad.data<float>(), nullptr, p.numel());
   }
+}
+
+// The rules of update() for each class of parameters (decay or not, first update or not),
+// in one launch.
+bool SGD::update_multi_tensor(const optim::MultiTensorStep& step, double lr) {
+  std::vector<optim::SgdRule> rules;
+  for (const optim::RuleClass& c : step.classes) {
+    rules.push_back(optim::sgd_rule(lr, options_.momentum, options_.dampening, c.decay ? options_.weight_decay : 0.0,
+                                    options_.nesterov, c.t == 1));
+  }
+  sgd_multi_tensor(step.launch, rules);
+  return true;
 }
 
 }  // namespace tnt

@@ -19,6 +19,7 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/sort_bits.hpp"
 #include "layers/gemm_cuda.hpp"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -201,13 +202,6 @@ __global__ void scatter_kernel(const T* __restrict__ dy,              // (R, D)
 // Threads per block of the row kernels: the columns, in whole warps, at most kBlock.
 int row_block(int64_t d) { return static_cast<int>(std::min<int64_t>(kBlock, (d + kWarp - 1) / kWarp * kWarp)); }
 
-// Bits that tell apart the keys 0 .. vocab - 1 (the radix sort looks at no others).
-int key_bits(int64_t vocab) {
-  int bits = 1;
-  while (bits < 32 && (static_cast<uint64_t>(vocab - 1) >> bits) != 0) ++bits;
-  return bits;
-}
-
 void queue_id_check(const Tensor& ids, int64_t vocab, IdCheck& check, int device) {
   cudaStream_t stream = compute_stream(device);
   const int64_t rows = ids.numel();
@@ -321,7 +315,7 @@ std::vector<Tensor> embedding_backward(Embedding& layer, const std::vector<Tenso
           static_cast<const label_t*>(s.ids.raw()), rows, v, keys_in, rows_in);
     });
     TNT_CUDA_CHECK_LAUNCH();
-    const int bits = key_bits(v);
+    const int bits = radix_key_bits(static_cast<uint64_t>(v - 1));  // keys are < v: no other bit differs
     const int items = static_cast<int>(rows);
     size_t temp_bytes = 0;
     TNT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in, keys_out, rows_in, rows_out, items,

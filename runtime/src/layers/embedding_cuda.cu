@@ -37,6 +37,7 @@ constexpr unsigned long long kNoBadId = ~0ull;  // the "position" of a check tha
 
 // The result of one lookup call's device check of its ids, and the means to read it late.
 struct IdCheck {
+  int device = 0;                      // the event's device: a check is reused only there
   unsigned long long* host = nullptr;  // pinned (2): first bad position (kNoBadId: none), that id
   cudaEvent_t done = nullptr;          // recorded after the copy into `host`
   uint64_t call = 0;                   // which lookup call of the layer (1, 2, ...)
@@ -46,7 +47,7 @@ struct IdCheck {
   unsigned long long position = 0;
   bool reported = false;  // thrown once already (by the next call or by backward)
 
-  IdCheck() {
+  explicit IdCheck(int on_device) : device(on_device) {
     TNT_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), 2 * sizeof(unsigned long long),
                                  cudaHostAllocDefault));
     TNT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -117,16 +118,16 @@ void report_finished_checks(Embedding& layer, EmbeddingCache& cache) {
   }
 }
 
-// A check object for a new call: a read one that only the cache still holds (its call's
-// SavedState is gone), else a new one.
-std::shared_ptr<IdCheck> acquire_check(EmbeddingCache& cache) {
+// A check object for a new call on `device` (current): a read one that only the cache still
+// holds (its call's SavedState is gone), else a new one.
+std::shared_ptr<IdCheck> acquire_check(EmbeddingCache& cache, int device) {
   for (const std::shared_ptr<IdCheck>& c : cache.checks) {
-    if (!c->pending && c.use_count() == 1 && (!c->bad || c->reported)) {
+    if (c->device == device && !c->pending && c.use_count() == 1 && (!c->bad || c->reported)) {
       c->bad = c->reported = false;
       return c;
     }
   }
-  cache.checks.push_back(std::make_shared<IdCheck>());
+  cache.checks.push_back(std::make_shared<IdCheck>(device));
   return cache.checks.back();
 }
 
@@ -242,7 +243,7 @@ std::vector<Tensor> embedding_forward(Embedding& layer, const std::vector<Tensor
     s->lookup = true;
     s->rows = rows;
     s->ids = x;
-    s->check = acquire_check(cache);
+    s->check = acquire_check(cache, device);
     s->check->call = ++cache.calls;
     queue_id_check(x, v, *s->check, device);
     // Half activations when the network keeps a half copy of the weight (mixed precision).

@@ -10,9 +10,9 @@
 #include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,7 +22,6 @@ using tnt::test::dot_atol;
 using tnt::test::gpu;
 using tnt::test::kUnitFp32;
 using tnt::test::require_close;
-using tnt::test::require_equal;
 
 namespace {
 

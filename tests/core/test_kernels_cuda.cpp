@@ -1,11 +1,19 @@
 // Generic CUDA kernels against the host: fill and f32 <-> f16/bf16 casts bit for bit
 // (both sides round to nearest even), and tarantella/ops.hpp on CUDA against the CPU.
+// The vectorised element-wise kernels (backend/cuda/vector_io.cuh) on aligned tensors (the
+// 16-byte path) and on views at byte offsets 2, 4 and 8 (the scalar path), for element
+// counts around the vector width, bit for bit against host arithmetic, with guard bytes
+// around each view that must stay untouched.
 #include "gpu_test_util.hpp"
 
+#include "backend/cuda/elementwise_plan.hpp"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/ops_cuda.hpp"
 #include "core/half.hpp"
 #include "tarantella/ops.hpp"
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 
@@ -172,4 +180,250 @@ TEST_CASE("ops on CUDA match the CPU engine", "[gpu][kernels][ops]") {
     ops::copy_cast(x.to(gpu()), dst);
     test::require_equal(dst, x, "copy_cast");
   }
+}
+
+// ---- The vectorised element-wise kernels: vector path, scalar path, tails ----
+
+namespace {
+
+const std::vector<int64_t> kCounts = {0, 1, 7, 8, 9, 1023, 4096 + 3};
+constexpr uint8_t kGuard = 0xa5;
+constexpr size_t kGuardBytes = 32;  // a multiple of 16: offset 0 stays 16-byte aligned
+
+// A tensor's values placed in a GPU byte buffer at `offset` bytes past a 16-byte aligned
+// address, with guard bytes on both sides. Offset 0: every kernel takes the vector path;
+// 2, 4, 8: the scalar path (one misaligned pointer is enough).
+struct Placed {
+  Tensor buffer;  // u8 on the GPU
+  size_t start = 0;
+  Tensor view;
+};
+
+Placed place(const Tensor& host, size_t offset) {
+  Placed p;
+  p.buffer = Tensor::empty({static_cast<int64_t>(host.nbytes() + 2 * kGuardBytes + 16)}, DType::u8, gpu());
+  const auto base = reinterpret_cast<std::uintptr_t>(p.buffer.raw());
+  p.start = (16 - base % 16) % 16 + kGuardBytes + offset;
+  p.buffer.copy_from(Tensor::full({p.buffer.numel()}, kGuard, DType::u8));
+  p.view = p.buffer.view(host.shape(), host.dtype(), p.start);
+  if (host.numel() > 0) p.view.copy_from(host);
+  REQUIRE(cuda::aligned_for_vectors(p.view.raw()) == (offset % 16 == 0));
+  return p;
+}
+
+// The view's bytes; fails if a kernel wrote outside the view.
+std::vector<uint8_t> bytes_of(const Placed& p) {
+  Tensor h = p.buffer.to(Device::cpu());
+  const auto* b = static_cast<const uint8_t*>(h.raw());
+  const size_t end = p.start + p.view.nbytes();
+  size_t touched = 0;
+  for (size_t i = 0; i < static_cast<size_t>(h.numel()); ++i) {
+    if ((i < p.start || i >= end) && b[i] != kGuard) ++touched;
+  }
+  CHECK(touched == 0);
+  return std::vector<uint8_t>(b + p.start, b + end);
+}
+
+std::vector<uint8_t> bytes_of(const Tensor& host) {
+  const auto* b = static_cast<const uint8_t*>(host.raw());
+  return std::vector<uint8_t>(b, b + host.nbytes());
+}
+
+// Offsets at which every operand's elements stay naturally aligned (a view of f32 at byte
+// offset 2 could not be read at all): the element size must divide the offset.
+std::vector<size_t> offsets_for(size_t widest_element) {
+  std::vector<size_t> out;
+  for (size_t o : {size_t{0}, size_t{2}, size_t{4}, size_t{8}}) {
+    if (o % widest_element == 0) out.push_back(o);
+  }
+  return out;
+}
+
+// Host element access in float for f32, f16, bf16 (the rounding of from_float on the device:
+// to nearest even, as float_to_f16/float_to_bf16).
+float get(const Tensor& h, int64_t i) {
+  switch (h.dtype()) {
+    case DType::f32: return static_cast<const float*>(h.raw())[i];
+    case DType::f16: return f16_to_float(static_cast<const uint16_t*>(h.raw())[i]);
+    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(h.raw())[i]);
+    default: FAIL("unexpected dtype " << dtype_name(h.dtype())); return 0.0f;
+  }
+}
+
+void put(const Tensor& h, int64_t i, float v) {
+  switch (h.dtype()) {
+    case DType::f32: static_cast<float*>(h.raw())[i] = v; break;
+    case DType::f16: static_cast<uint16_t*>(h.raw())[i] = float_to_f16(v); break;
+    case DType::bf16: static_cast<uint16_t*>(h.raw())[i] = float_to_bf16(v); break;
+    default: FAIL("unexpected dtype " << dtype_name(h.dtype()));
+  }
+}
+
+// Random values of dtype dt on the host, exactly representable in dt.
+Tensor random_of(DType dt, int64_t n, const std::string& key) {
+  Tensor f = test::random_tensor({n}, key, -3.0f, 3.0f);
+  return dt == DType::f32 ? f : ops::cast(f, dt);
+}
+
+const std::vector<DType> kFloats = {DType::f32, DType::f16, DType::bf16};
+
+}  // namespace
+
+TEST_CASE("fill: vector and scalar paths write the host's bytes, nothing around them", "[gpu][kernels][vector]") {
+  for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i32, DType::u8}) {
+    for (int64_t n : kCounts) {
+      for (size_t offset : offsets_for(dtype_size(dt))) {
+        INFO(dtype_name(dt) << " n " << n << " offset " << offset);
+        Tensor expected = Tensor::full({n}, 3.0, dt);
+        Placed p = place(Tensor::zeros({n}, dt), offset);
+        cuda::fill(p.view, 3.0);
+        CHECK(bytes_of(p) == bytes_of(expected));
+      }
+    }
+  }
+}
+
+TEST_CASE("casts: vector and scalar paths equal the host conversions bit for bit", "[gpu][kernels][vector]") {
+  const std::vector<std::pair<DType, DType>> pairs = {
+      {DType::f32, DType::f16}, {DType::f32, DType::bf16}, {DType::f16, DType::f32}, {DType::bf16, DType::f32},
+      {DType::f16, DType::bf16}, {DType::f32, DType::f64}, {DType::f32, DType::i32}, {DType::f32, DType::u8}};
+  for (auto [from, to] : pairs) {
+    for (int64_t n : kCounts) {
+      // u8: values in [0, 200) (a negative float to u8 is undefined behaviour in C++).
+      Tensor src = to == DType::u8 ? test::random_tensor({n}, "cast_u8", 0.0f, 200.0f)
+                                   : ops::cast(test::random_tensor({n}, "cast_vec", -1000.0f, 1000.0f), from);
+      const Tensor expected = ops::cast(src, to);  // the CPU engine: the host conversions
+      const size_t widest = std::max(dtype_size(from), dtype_size(to));
+      for (size_t offset : offsets_for(widest)) {
+        // Both operands at the offset, and the output alone moved (the input aligned).
+        for (bool only_out : {false, true}) {
+          if (only_out && offset == 0) continue;
+          INFO(dtype_name(from) << " -> " << dtype_name(to) << " n " << n << " offset " << offset
+                                << (only_out ? " (output only)" : ""));
+          Placed in = place(src, only_out ? 0 : offset);
+          Placed out = place(Tensor::zeros({n}, to), offset);
+          cuda::cast(in.view, out.view);
+          CHECK(bytes_of(out) == bytes_of(expected));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("accumulate_as_float: dst + float(src), bit for bit on both paths", "[gpu][kernels][vector]") {
+  for (DType dt : kFloats) {
+    for (int64_t n : kCounts) {
+      const Tensor src = random_of(dt, n, "acc_src");
+      const Tensor dst = test::random_tensor({n}, "acc_dst");
+      Tensor expected = dst.clone();
+      for (int64_t i = 0; i < n; ++i) put(expected, i, get(dst, i) + get(src, i));  // one float addition
+      for (size_t offset : offsets_for(4)) {
+        INFO(dtype_name(dt) << " n " << n << " offset " << offset);
+        Placed s = place(src, offset);
+        Placed d = place(dst, offset);
+        cuda::accumulate_as_float(s.view, d.view);
+        CHECK(bytes_of(d) == bytes_of(expected));
+      }
+    }
+  }
+}
+
+TEST_CASE("axpy, scale, add: vector and scalar paths equal host arithmetic bit for bit", "[gpu][kernels][vector]") {
+  // The device rounds once per op as the host lines below do: axpy is one fused multiply-add
+  // (written as such in ops_cuda.cu), scale one product, add one sum, then the rounding to
+  // the storage type.
+  const float alpha = 0.75f, factor = -1.25f;
+  for (DType dt : kFloats) {
+    for (int64_t n : kCounts) {
+      const Tensor x = random_of(dt, n, "vec_x"), y = random_of(dt, n, "vec_y");
+      Tensor axpy_ref = y.clone(), scale_ref = x.clone(), add_ref = x.clone();
+      for (int64_t i = 0; i < n; ++i) {
+        put(axpy_ref, i, std::fma(alpha, get(x, i), get(y, i)));
+        put(scale_ref, i, get(x, i) * factor);
+        put(add_ref, i, get(x, i) + get(y, i));
+      }
+      for (size_t offset : offsets_for(dtype_size(dt))) {
+        INFO(dtype_name(dt) << " n " << n << " offset " << offset);
+        {
+          Placed px = place(x, offset), py = place(y, offset);
+          cuda::axpy(alpha, px.view, py.view);
+          CHECK(bytes_of(py) == bytes_of(axpy_ref));
+        }
+        {
+          Placed px = place(x, offset);
+          cuda::scale(px.view, factor);
+          CHECK(bytes_of(px) == bytes_of(scale_ref));
+        }
+        {
+          // a misaligned, b aligned: one operand is enough to take the scalar path.
+          Placed pa = place(x, offset), pb = place(y, 0), out = place(Tensor::zeros({n}, dt), offset);
+          cuda::add(pa.view, pb.view, out.view);
+          CHECK(bytes_of(out) == bytes_of(add_ref));
+        }
+        {
+          // In place: out is a.
+          Placed pa = place(x, offset), pb = place(y, offset);
+          cuda::add(pa.view, pb.view, pa.view);
+          CHECK(bytes_of(pa) == bytes_of(add_ref));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("element-wise kernels over more elements than one grid covers", "[gpu][kernels][vector]") {
+  // 5,000,003 f32: more 4-element steps than any device's grid_for cap (32 blocks of 256
+  // threads per SM), so every thread loops, plus a tail of 3.
+  const int64_t n = 5000003;
+  const Tensor x = test::random_tensor({n}, "big_x");
+  Tensor expected = x.clone();
+  for (int64_t i = 0; i < n; ++i) static_cast<float*>(expected.raw())[i] = static_cast<const float*>(x.raw())[i] * 0.5f;
+  Tensor d = x.to(gpu());
+  REQUIRE(cuda::aligned_for_vectors(d.raw()));
+  cuda::scale(d, 0.5);
+  CHECK(bytes_of(d.to(Device::cpu())) == bytes_of(expected));
+}
+
+TEST_CASE("element-wise kernels with 64-bit indices (2^32 + 5 elements)", "[gpu][kernels][vector]") {
+  // n + threads >= 2^32: the plan picks 64-bit indices. 4 GiB of u8, filled with 16-byte
+  // stores; windows at the start, across 2^32 and at the end (the tail of 5) are read back.
+  const int64_t n = (int64_t{1} << 32) + 5;
+  Tensor big = Tensor::empty({n}, DType::u8, gpu());
+  cuda::fill(big, 7.0);
+  for (int64_t start : {int64_t{0}, (int64_t{1} << 32) - 64, n - 64}) {
+    INFO("window at " << start);
+    const std::vector<double> window = big.view({64}, DType::u8, static_cast<size_t>(start)).to_double_vector();
+    CHECK(window == std::vector<double>(64, 7.0));
+  }
+}
+
+TEST_CASE("casts and add keep the memory format; mixed formats are converted or refused", "[gpu][kernels][format]") {
+  const Tensor x = test::random_tensor({2, 3, 4, 5}, "format_x");
+  const Tensor y = test::random_tensor({2, 3, 4, 5}, "format_y");
+  const Tensor xc = x.to(gpu()).to_memory_format(MemoryFormat::channels_last);
+  const Tensor yc = y.to(gpu()).to_memory_format(MemoryFormat::channels_last);
+  REQUIRE(xc.is_channels_last());
+
+  const Tensor h = cuda::cast(xc, DType::bf16);
+  CHECK(h.is_channels_last());
+  CHECK(bytes_of(h.contiguous().to(Device::cpu())) == bytes_of(ops::cast(x, DType::bf16)));
+
+  // A contiguous destination gets the logical order.
+  Tensor dst = Tensor::empty(x.shape(), DType::f16, gpu());
+  cuda::cast(xc, dst);
+  CHECK(bytes_of(dst.to(Device::cpu())) == bytes_of(ops::cast(x, DType::f16)));
+  // copy_cast with equal dtypes and different formats converts rather than copying bytes.
+  Tensor same = Tensor::empty(x.shape(), DType::f32, gpu());
+  cuda::copy_cast(xc, same);
+  CHECK(bytes_of(same.to(Device::cpu())) == bytes_of(x));
+
+  Tensor sum = Tensor::empty(x.shape(), DType::f32, gpu(), MemoryFormat::channels_last);
+  cuda::add(xc, yc, sum);
+  CHECK(bytes_of(sum.contiguous().to(Device::cpu())) == bytes_of(ops::add(x, y)));
+  // Element i of a channels_last tensor is not element i of a contiguous one.
+  Tensor plain = Tensor::empty(x.shape(), DType::f32, gpu());
+  CHECK_THROWS_WITH(cuda::add(xc, y.to(gpu()), plain), Catch::Contains("different memory formats"));
+  CHECK_THROWS_WITH(cuda::axpy(1.0, xc, y.to(gpu())), Catch::Contains("different memory formats"));
+  CHECK_THROWS_WITH(cuda::accumulate_as_float(xc, Tensor::zeros(x.shape(), DType::f32, gpu())),
+                    Catch::Contains("memory formats differ"));
 }

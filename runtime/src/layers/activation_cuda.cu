@@ -2,13 +2,15 @@
 // ReLU is our element-wise kernel rather than cudnnActivation*: the contract fixes the
 // gradient at x == 0 to 0, which cuDNN does not document, and an element-wise pass is
 // memory-bound either way. Softmax along any axis is cuDNN's channel-mode softmax on the
-// (outer, K, inner, 1) view of the input, in its ACCURATE (max-subtracting) form. Sigmoid,
-// Tanh and LeakyReLU are one element-wise kernel over a functor each, the functions of
-// layers/activation_math.hpp that the CPU loops call too.
+// (outer, K, inner, 1) view of the input as stored (channels_last too), in its ACCURATE
+// (max-subtracting) form. Sigmoid, Tanh and LeakyReLU are one element-wise kernel over a
+// functor each, the functions of layers/activation_math.hpp that the CPU loops call too.
+// Every output has its input's memory format.
 #include "layers/activation_cuda.hpp"
 
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/vector_io.cuh"
 #include "layers/activation_math.hpp"
 #include "layers/gelu_math.hpp"
 
@@ -16,55 +18,49 @@ namespace tnt::cuda {
 
 namespace {
 
+// Each activation is a functor over elements, run by launch_elementwise
+// (backend/cuda/vector_io.cuh): 16-byte accesses where the pointers allow, and per element
+// exactly the arithmetic of the former scalar kernels, so results are bit for bit theirs.
+// Outputs take the input's memory format; element-wise math does not care which it is, as
+// long as two tensors that meet (dy and x in backward) share it.
+
 template <typename T>
-__global__ void relu_forward_kernel(const T* __restrict__ x,  // (n)
-                                    T* __restrict__ y,        // (n)
-                                    int64_t n) {
-  TNT_KERNEL_LOOP(i, n) {
-    const float v = to_float(x[i]);
-    y[i] = v > 0.0f ? x[i] : from_float<T>(0.0f);
+struct ReluForward {
+  __device__ T operator()(int64_t, T x) const { return to_float(x) > 0.0f ? x : from_float<T>(0.0f); }
+};
+
+template <typename T>
+struct ReluBackward {  // (x, dy) -> dx
+  __device__ T operator()(int64_t, T x, T dy) const { return to_float(x) > 0.0f ? dy : from_float<T>(0.0f); }
+};
+
+template <typename T>
+struct GeluForward {
+  bool approximate;
+  __device__ T operator()(int64_t, T x) const { return from_float<T>(gelu::value(to_float(x), approximate)); }
+};
+
+template <typename T>
+struct GeluBackward {  // (x, dy) -> dx
+  bool approximate;
+  __device__ T operator()(int64_t, T x, T dy) const {
+    return from_float<T>(to_float(dy) * gelu::derivative(to_float(x), approximate));
   }
-}
-
-template <typename T>
-__global__ void relu_backward_kernel(const T* __restrict__ x,   // (n)
-                                     const T* __restrict__ dy,  // (n)
-                                     T* __restrict__ dx,        // (n)
-                                     int64_t n) {
-  TNT_KERNEL_LOOP(i, n) { dx[i] = to_float(x[i]) > 0.0f ? dy[i] : from_float<T>(0.0f); }
-}
-
-template <typename T>
-__global__ void gelu_forward_kernel(const T* __restrict__ x,  // (n)
-                                    T* __restrict__ y,        // (n)
-                                    int64_t n, bool approximate) {
-  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(gelu::value(to_float(x[i]), approximate)); }
-}
-
-template <typename T>
-__global__ void gelu_backward_kernel(const T* __restrict__ x,   // (n)
-                                     const T* __restrict__ dy,  // (n)
-                                     T* __restrict__ dx,        // (n)
-                                     int64_t n, bool approximate) {
-  TNT_KERNEL_LOOP(i, n) { dx[i] = from_float<T>(to_float(dy[i]) * gelu::derivative(to_float(x[i]), approximate)); }
-}
+};
 
 // y = f(x) in float, stored in T.
 template <typename T, typename F>
-__global__ void map_kernel(const T* __restrict__ x,  // (n)
-                           T* __restrict__ y,        // (n)
-                           int64_t n, F f) {
-  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(f(to_float(x[i]))); }
-}
+struct MapFloat {
+  F f;
+  __device__ T operator()(int64_t, T x) const { return from_float<T>(f(to_float(x))); }
+};
 
 // dx = dy * g(s) in float, s the tensor forward saved.
 template <typename T, typename G>
-__global__ void chain_kernel(const T* __restrict__ s,   // (n)
-                             const T* __restrict__ dy,  // (n)
-                             T* __restrict__ dx,        // (n)
-                             int64_t n, G g) {
-  TNT_KERNEL_LOOP(i, n) { dx[i] = from_float<T>(to_float(dy[i]) * g(to_float(s[i]))); }
-}
+struct ChainFloat {  // (s, dy) -> dx
+  G g;
+  __device__ T operator()(int64_t, T s, T dy) const { return from_float<T>(to_float(dy) * g(to_float(s))); }
+};
 
 struct SigmoidOp {
   __device__ float operator()(float x) const { return act::sigmoid(x); }
@@ -87,58 +83,85 @@ struct LeakyGrad {
   __device__ float operator()(float x) const { return act::leaky_relu_derivative(x, alpha); }
 };
 
+// y (x's shape, dtype and memory format) = Op<scalar_t>(x) element-wise.
+template <template <typename> class Op, typename... Args>
+Tensor unary(const Tensor& x, const char* what, Args... args) {
+  int device = common_device({&x}, what);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
+  TNT_CUDA_DISPATCH_FLOAT(x.dtype(), what, {
+    launch_elementwise(device, x.numel(), Op<scalar_t>{args...}, static_cast<scalar_t*>(y.raw()),
+                       static_cast<const scalar_t*>(x.raw()));
+  });
+  return y;
+}
+
+// dx (s's shape, dtype and memory format) = Op<scalar_t>(s, dy) element-wise, s the tensor
+// forward saved.
+template <template <typename> class Op, typename... Args>
+Tensor with_gradient(const Layer& layer, const char* what, const Tensor& s, const Tensor& dy, Args... args) {
+  int device = common_device({&s, &dy}, what);
+  TNT_CHECK(dy.numel() == s.numel() && dy.dtype() == s.dtype(), "{} '{}': gradient {} for a tensor {}", what,
+            layer.name(), dy.str(), s.str());
+  TNT_CHECK(dy.memory_format() == s.memory_format(),
+            "{} '{}': gradient {} and saved tensor {} have different memory formats", what, layer.name(), dy.str(),
+            s.str());
+  Tensor dx = Tensor::empty(s.shape(), s.dtype(), s.device(), s.memory_format());
+  TNT_CUDA_DISPATCH_FLOAT(s.dtype(), what, {
+    launch_elementwise(device, s.numel(), Op<scalar_t>{args...}, static_cast<scalar_t*>(dx.raw()),
+                       static_cast<const scalar_t*>(s.raw()), static_cast<const scalar_t*>(dy.raw()));
+  });
+  return dx;
+}
+
+template <typename F>
+struct MapWith {
+  template <typename T>
+  using type = MapFloat<T, F>;
+};
+
+template <typename G>
+struct ChainWith {
+  template <typename T>
+  using type = ChainFloat<T, G>;
+};
+
 template <typename F>
 Tensor map_elements(const Tensor& x, const char* what, F f) {
-  int device = common_device({&x}, what);
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const int64_t n = x.numel();
-  if (n > 0) {
-    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), what, {
-      map_kernel<scalar_t, F><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()), n, f);
-    });
-    TNT_CUDA_CHECK_LAUNCH();
-  }
-  return y;
+  return unary<MapWith<F>::template type>(x, what, f);
 }
 
 template <typename G>
 Tensor chain_rule(const Layer& layer, const char* what, const SavedState& saved, const std::vector<Tensor>& grad_outputs,
                   G g) {
   TNT_CHECK(saved.tensors.size() == 1, "{} '{}': backward without a forward", what, layer.name());
-  const Tensor& s = saved.tensors[0];
-  const Tensor& dy = grad_outputs.at(0);
-  int device = common_device({&s, &dy}, what);
-  TNT_CHECK(dy.numel() == s.numel() && dy.dtype() == s.dtype(), "{} '{}': gradient {} for a tensor {}", what,
-            layer.name(), dy.str(), s.str());
-  Tensor dx = Tensor::empty(s.shape(), s.dtype(), s.device());
-  const int64_t n = s.numel();
-  if (n > 0) {
-    TNT_CUDA_DISPATCH_FLOAT(s.dtype(), what, {
-      chain_kernel<scalar_t, G><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(s.raw()), static_cast<const scalar_t*>(dy.raw()),
-          static_cast<scalar_t*>(dx.raw()), n, g);
-    });
-    TNT_CUDA_CHECK_LAUNCH();
-  }
-  return dx;
+  return with_gradient<ChainWith<G>::template type>(layer, what, saved.tensors[0], grad_outputs.at(0), g);
 }
 
 struct SoftmaxView {
   int64_t outer = 1, k = 1, inner = 1;
 };
 
+// The softmax axis in storage order: (outer, K, inner) over the dimensions as they lie in
+// memory, so that cuDNN's channel softmax on that NCHW view runs along the layer's axis.
+// A channels_last tensor stores its logical (N, C, H, W) as (N, H, W, C).
 SoftmaxView softmax_view(const Softmax& layer, const Tensor& x) {
   const int nd = x.ndim();
   int64_t axis = layer.axis() < 0 ? layer.axis() + nd : layer.axis();
   TNT_CHECK(axis >= 0 && axis < nd, "Softmax '{}': axis {} out of range for input {}", layer.name(), layer.axis(),
             x.str());
-  SoftmaxView v;
-  for (int i = 0; i < nd; ++i) {
-    if (i < axis) v.outer *= x.dim(i);
-    if (i > axis) v.inner *= x.dim(i);
+  Shape stored = x.shape();
+  int64_t stored_axis = axis;
+  if (x.is_channels_last()) {
+    stored = {x.dim(0), x.dim(2), x.dim(3), x.dim(1)};
+    constexpr int64_t position[4] = {0, 3, 1, 2};  // logical dimension -> its place in (N, H, W, C)
+    stored_axis = position[axis];
   }
-  v.k = x.dim(static_cast<int>(axis));
+  SoftmaxView v;
+  for (int64_t i = 0; i < static_cast<int64_t>(stored.size()); ++i) {
+    if (i < stored_axis) v.outer *= stored[i];
+    if (i > stored_axis) v.inner *= stored[i];
+  }
+  v.k = stored[stored_axis];
   return v;
 }
 
@@ -149,16 +172,7 @@ std::vector<Tensor> relu_forward(ReLU& layer, const std::vector<Tensor>& inputs,
   (void)layer;
   (void)rc;
   const Tensor& x = inputs.at(0);
-  int device = common_device({&x}, "ReLU");
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const int64_t n = x.numel();
-  if (n > 0) {
-    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ReLU", {
-      relu_forward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()), n);
-    });
-    TNT_CUDA_CHECK_LAUNCH();
-  }
+  Tensor y = unary<ReluForward>(x, "ReLU");
   saved.tensors = {x};
   return {y};
 }
@@ -167,38 +181,14 @@ std::vector<Tensor> relu_backward(ReLU& layer, const std::vector<Tensor>& grad_o
                                   SavedState& saved) {
   (void)rc;
   TNT_CHECK(saved.tensors.size() == 1, "ReLU '{}': backward without a forward", layer.name());
-  const Tensor& x = saved.tensors[0];
-  const Tensor& dy = grad_outputs.at(0);
-  int device = common_device({&x, &dy}, "ReLU backward");
-  TNT_CHECK(dy.numel() == x.numel() && dy.dtype() == x.dtype(), "ReLU '{}': gradient {} for input {}", layer.name(),
-            dy.str(), x.str());
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const int64_t n = x.numel();
-  if (n > 0) {
-    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ReLU", {
-      relu_backward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(x.raw()), static_cast<const scalar_t*>(dy.raw()),
-          static_cast<scalar_t*>(dx.raw()), n);
-    });
-    TNT_CUDA_CHECK_LAUNCH();
-  }
-  return {dx};
+  return {with_gradient<ReluBackward>(layer, "ReLU backward", saved.tensors[0], grad_outputs.at(0))};
 }
 
 std::vector<Tensor> gelu_forward(GELU& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                  SavedState& saved) {
   (void)rc;
   const Tensor& x = inputs.at(0);
-  int device = common_device({&x}, "GELU");
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const int64_t n = x.numel();
-  if (n > 0) {
-    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "GELU", {
-      gelu_forward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()), n, layer.approximate());
-    });
-    TNT_CUDA_CHECK_LAUNCH();
-  }
+  Tensor y = unary<GeluForward>(x, "GELU", layer.approximate());
   saved.tensors = {x};
   return {y};
 }
@@ -207,22 +197,8 @@ std::vector<Tensor> gelu_backward(GELU& layer, const std::vector<Tensor>& grad_o
                                   SavedState& saved) {
   (void)rc;
   TNT_CHECK(saved.tensors.size() == 1, "GELU '{}': backward without a forward", layer.name());
-  const Tensor& x = saved.tensors[0];
-  const Tensor& dy = grad_outputs.at(0);
-  int device = common_device({&x, &dy}, "GELU backward");
-  TNT_CHECK(dy.numel() == x.numel() && dy.dtype() == x.dtype(), "GELU '{}': gradient {} for input {}", layer.name(),
-            dy.str(), x.str());
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  const int64_t n = x.numel();
-  if (n > 0) {
-    TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "GELU", {
-      gelu_backward_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(x.raw()), static_cast<const scalar_t*>(dy.raw()),
-          static_cast<scalar_t*>(dx.raw()), n, layer.approximate());
-    });
-    TNT_CUDA_CHECK_LAUNCH();
-  }
-  return {dx};
+  return {with_gradient<GeluBackward>(layer, "GELU backward", saved.tensors[0], grad_outputs.at(0),
+                                      layer.approximate())};
 }
 
 std::vector<Tensor> sigmoid_forward(Sigmoid& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
@@ -274,7 +250,7 @@ std::vector<Tensor> softmax_forward(Softmax& layer, const std::vector<Tensor>& i
   (void)rc;
   const Tensor& x = inputs.at(0);
   int device = common_device({&x}, "Softmax");
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
   if (x.numel() > 0) {
     SoftmaxView v = softmax_view(layer, x);
     TensorDescriptor desc;
@@ -293,9 +269,10 @@ std::vector<Tensor> softmax_backward(Softmax& layer, const std::vector<Tensor>& 
   const Tensor& y = saved.tensors[0];
   const Tensor& dy = grad_outputs.at(0);
   int device = common_device({&y, &dy}, "Softmax backward");
-  TNT_CHECK(dy.shape() == y.shape() && dy.dtype() == y.dtype(), "Softmax '{}': gradient {} for output {}",
-            layer.name(), dy.str(), y.str());
-  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
+  TNT_CHECK(dy.shape() == y.shape() && dy.dtype() == y.dtype() && dy.memory_format() == y.memory_format(),
+            "Softmax '{}': gradient {} for output {} (shape, dtype and memory format must match)", layer.name(),
+            dy.str(), y.str());
+  Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device(), y.memory_format());
   if (y.numel() > 0) {
     SoftmaxView v = softmax_view(layer, y);
     TensorDescriptor desc;

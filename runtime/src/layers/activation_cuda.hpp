@@ -7,6 +7,8 @@
 //   Sigmoid, Tanh, LeakyReLU  layers/activation_math.hpp, in float, on x of any floating
 //            dtype, results in x's dtype; Sigmoid and Tanh store y, LeakyReLU stores x.
 //   Softmax  along layer.axis() (negative axes count from the input's rank).
+// Memory formats: every output takes its input's (channels_last stays channels_last); a
+// backward needs dy in the format of the tensor forward saved (else an Error).
 #pragma once
 
 #include "tarantella/layers/activation.hpp"

@@ -1,11 +1,20 @@
 // Dropout on CUDA: the mask is drawn from the same Philox stream as on the CPU
-// (core/philox.hpp, compiled for the device), keep iff uniform(key, base + i) >= rate,
-// and kept values are multiplied by the same float scale, so y equals the CPU's bit for
-// bit. The mask is not stored: backward draws it again from (key, base), which the
-// forward leaves in SavedState::extra.
+// (core/philox.hpp, compiled for the device), keep iff uniform(key, base + i) >= rate with
+// i the element's LOGICAL index (row-major in the logical shape), and kept values are
+// multiplied by the same float scale, so y equals the CPU's bit for bit. The mask is not
+// stored: backward draws it again from (key, base), which the forward leaves in
+// SavedState::extra.
+//
+// The kernel is a functor run by launch_elementwise (backend/cuda/vector_io.cuh): 16-byte
+// accesses when aligned. The counter depends only on the element's index, never on how
+// elements are grouped into vectors, so the vector and scalar paths drop the same elements.
+// A channels_last tensor (storage (N, H, W, C)) maps each storage index back to its logical
+// (N, C, H, W) index before drawing, so its mask is the contiguous tensor's, element for
+// element; that mapping divides in 32 bits when the element count allows, else in 64.
 #include "layers/dropout_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/vector_io.cuh"
 #include "core/philox.hpp"
 
 #include <memory>
@@ -22,25 +31,61 @@ struct DropoutSaved {
   Shape shape;
 };
 
-template <typename T>
-__global__ void dropout_kernel(const T* __restrict__ in,  // (n): x forward, dy backward
-                               T* __restrict__ out,       // (n)
-                               int64_t n, uint64_t key, uint64_t base, float rate, float keep_scale) {
-  TNT_KERNEL_LOOP(i, n) {
-    const bool keep = philox::uniform(key, base + static_cast<uint64_t>(i)) >= rate;
-    out[i] = keep ? from_float<T>(to_float(in[i]) * keep_scale) : from_float<T>(0.0f);
+// Logical index = storage index (contiguous tensors).
+struct StorageOrder {
+  __device__ uint64_t operator()(int64_t i) const { return static_cast<uint64_t>(i); }
+};
+
+// Storage index in (N, H, W, C) -> logical index in (N, C, H, W). I: uint32_t or uint64_t.
+template <typename I>
+struct ChannelsLastOrder {
+  I c, h, w;
+  __device__ uint64_t operator()(int64_t i) const {
+    I s = static_cast<I>(i);
+    const I ch = s % c;
+    s /= c;
+    const I x = s % w;
+    s /= w;
+    const I y = s % h;
+    const I n = s / h;
+    return ((static_cast<uint64_t>(n) * c + ch) * h + y) * w + x;
   }
+};
+
+// in: x forward, dy backward.
+template <typename T, typename Order>
+struct DropoutOp {
+  uint64_t key, base;
+  float rate, keep_scale;
+  Order order;
+  __device__ T operator()(int64_t i, T in) const {
+    const bool keep = philox::uniform(key, base + order(i)) >= rate;
+    return keep ? from_float<T>(to_float(in) * keep_scale) : from_float<T>(0.0f);
+  }
+};
+
+template <typename T, typename Order>
+void launch_with(const DropoutSaved& s, const Tensor& in, const Tensor& out, int device, Order order) {
+  launch_elementwise(device, in.numel(), DropoutOp<T, Order>{s.key, s.base, s.rate, s.keep_scale, order},
+                     static_cast<T*>(out.raw()), static_cast<const T*>(in.raw()));
 }
 
 void launch(const DropoutSaved& s, const Tensor& in, const Tensor& out, int device) {
   const int64_t n = in.numel();
   if (n == 0) return;
   TNT_CUDA_DISPATCH_FLOAT(in.dtype(), "Dropout", {
-    dropout_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-        static_cast<const scalar_t*>(in.raw()), static_cast<scalar_t*>(out.raw()), n, s.key, s.base, s.rate,
-        s.keep_scale);
+    if (!in.is_channels_last()) {
+      launch_with<scalar_t>(s, in, out, device, StorageOrder{});
+    } else if (n < (int64_t{1} << 32)) {
+      const auto c = static_cast<uint32_t>(in.dim(1)), h = static_cast<uint32_t>(in.dim(2)),
+                 w = static_cast<uint32_t>(in.dim(3));
+      launch_with<scalar_t>(s, in, out, device, ChannelsLastOrder<uint32_t>{c, h, w});
+    } else {
+      const auto c = static_cast<uint64_t>(in.dim(1)), h = static_cast<uint64_t>(in.dim(2)),
+                 w = static_cast<uint64_t>(in.dim(3));
+      launch_with<scalar_t>(s, in, out, device, ChannelsLastOrder<uint64_t>{c, h, w});
+    }
   });
-  TNT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -55,13 +100,15 @@ std::vector<Tensor> dropout_forward(Dropout& layer, const std::vector<Tensor>& i
   s->rate = static_cast<float>(layer.rate());
   s->keep_scale = static_cast<float>(1.0 / (1.0 - layer.rate()));
   s->shape = x.shape();
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
   launch(*s, x, y, device);
   saved.tensors.clear();
   saved.extra = s;
   return {y};
 }
 
+// The mask is a function of the logical index, so dy may come in either memory format; dx
+// takes dy's.
 std::vector<Tensor> dropout_backward(Dropout& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
                                      SavedState& saved) {
   (void)rc;  // the mask is the forward's, whatever rc says now
@@ -71,7 +118,10 @@ std::vector<Tensor> dropout_backward(Dropout& layer, const std::vector<Tensor>& 
   int device = common_device({&dy}, "Dropout backward");
   TNT_CHECK(shape_numel(s.shape) == dy.numel(), "Dropout '{}': gradient {} for output {}", layer.name(), dy.str(),
             shape_str(s.shape));
-  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  TNT_CHECK(!dy.is_channels_last() || dy.shape() == s.shape,
+            "Dropout '{}': channels_last gradient {} for output {}: shapes must match", layer.name(), dy.str(),
+            shape_str(s.shape));
+  Tensor dx = Tensor::empty(dy.shape(), dy.dtype(), dy.device(), dy.memory_format());
   launch(s, dy, dx, device);
   return {dx};
 }

@@ -2,7 +2,9 @@
 // What every engine may assume, and the mixed-precision rules: backend/dispatch.hpp.
 // Semantics: training only (inference never reaches the engine): keep element i iff
 // philox::uniform(layer.mask_key(rc), Dropout::mask_counter(rc, shape) + i) >= float(layer.rate()),
-// kept values scaled by 1 / (1 - rate) (core/philox.hpp). The engine must leave saved.tensors
+// kept values scaled by 1 / (1 - rate) (core/philox.hpp), i the element's LOGICAL index (so a
+// channels_last tensor gets the contiguous tensor's mask); y and dx take the memory format of
+// x and dy. The engine must leave saved.tensors
 // or saved.extra non-empty (the mask): an empty SavedState tells backward that forward was the
 // identity.
 #pragma once

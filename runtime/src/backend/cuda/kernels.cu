@@ -1,5 +1,10 @@
+// Generic kernels on whole tensors: fill, casts, accumulate_as_float. Each is one functor
+// over the elements, run by launch_elementwise (backend/cuda/vector_io.cuh): 16-byte accesses
+// when every pointer is aligned, the scalar loop otherwise, the same per-element function
+// either way, so a result never depends on the alignment of a view.
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/vector_io.cuh"
 
 #include <cstring>
 #include <type_traits>
@@ -39,34 +44,28 @@ __device__ __forceinline__ D convert(S v) {
 }
 
 template <typename D, typename S>
-__global__ void cast_kernel(const S* __restrict__ src,  // (n)
-                            D* __restrict__ dst,        // (n)
-                            int64_t n) {
-  TNT_KERNEL_LOOP(i, n) { dst[i] = convert<D>(src[i]); }
-}
+struct Convert {
+  __device__ D operator()(int64_t, S v) const { return convert<D>(v); }
+};
 
-// Elements are copied as raw words of their size: the pattern was made on the host.
+// Elements are written as raw words of their size: the pattern was made on the host.
 template <typename W>
-__global__ void fill_kernel(W* __restrict__ out,  // (n)
-                            W pattern, int64_t n) {
-  TNT_KERNEL_LOOP(i, n) { out[i] = pattern; }
-}
+struct FillWord {
+  W pattern;
+  __device__ W operator()(int64_t) const { return pattern; }
+};
 
+// dst + float(src), one float addition as `dst[i] += to_float(src[i])` was.
 template <typename S>
-__global__ void accumulate_as_float_kernel(const S* __restrict__ src,  // (n)
-                                           float* __restrict__ dst,    // (n)
-                                           int64_t n) {
-  TNT_KERNEL_LOOP(i, n) { dst[i] += to_float(src[i]); }
-}
+struct AccumulateAsFloat {
+  __device__ float operator()(int64_t, float dst, S src) const { return dst + to_float(src); }
+};
 
 template <typename W>
 void launch_fill(const Tensor& t, const void* pattern, int device) {
   W word;
   std::memcpy(&word, pattern, sizeof(W));
-  int64_t n = t.numel();
-  fill_kernel<W><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(static_cast<W*>(t.raw()),
-                                                                                     word, n);
-  TNT_CUDA_CHECK_LAUNCH();
+  launch_elementwise(device, t.numel(), FillWord<W>{word}, static_cast<W*>(t.raw()));
 }
 
 }  // namespace
@@ -74,7 +73,8 @@ void launch_fill(const Tensor& t, const void* pattern, int device) {
 void fill(const Tensor& t, double value) {
   int device = common_device({&t}, "fill");
   if (t.numel() == 0) return;
-  // The host makes the element's bytes, so a GPU fill equals a CPU fill bit for bit.
+  // The host makes the element's bytes, so a GPU fill equals a CPU fill bit for bit. Every
+  // element gets the same value, so the memory format does not matter.
   Tensor one = Tensor::full({1}, value, t.dtype(), Device::cpu());
   switch (dtype_size(t.dtype())) {
     case 1: launch_fill<uint8_t>(t, one.raw(), device); break;
@@ -90,16 +90,21 @@ void cast(const Tensor& src, const Tensor& dst) {
   TNT_CHECK(src.numel() == dst.numel(), "cast: {} into {}: element counts differ", src.str(), dst.str());
   int64_t n = src.numel();
   if (n == 0) return;
-  unsigned grid = grid_for(n, kBlock, device);
-  cudaStream_t stream = compute_stream(device);
-  TNT_CUDA_DISPATCH_ANY(src.dtype(), S, TNT_CUDA_DISPATCH_ANY(dst.dtype(), D, {
-    cast_kernel<D, S><<<grid, kBlock, 0, stream>>>(static_cast<const S*>(src.raw()), static_cast<D*>(dst.raw()), n);
+  // Element i of one buffer is element i of the other only in one memory format: a source
+  // in the other format is converted first (as copy_from does: logical order is kept), then
+  // cast element-wise. A channels_last dst is 4-D; a source that is not (contiguous, then)
+  // takes dst's shape for the conversion.
+  Tensor from = src;
+  if (src.memory_format() != dst.memory_format()) {
+    from = (src.ndim() == 4 ? src : src.reshape(dst.shape())).to_memory_format(dst.memory_format());
+  }
+  TNT_CUDA_DISPATCH_ANY(from.dtype(), S, TNT_CUDA_DISPATCH_ANY(dst.dtype(), D, {
+    launch_elementwise(device, n, Convert<D, S>{}, static_cast<D*>(dst.raw()), static_cast<const S*>(from.raw()));
   }));
-  TNT_CUDA_CHECK_LAUNCH();
 }
 
 Tensor cast(const Tensor& src, DType dtype) {
-  Tensor out = Tensor::empty(src.shape(), dtype, src.device());
+  Tensor out = Tensor::empty(src.shape(), dtype, src.device(), src.memory_format());
   cast(src, out);
   return out;
 }
@@ -109,13 +114,16 @@ void accumulate_as_float(const Tensor& src, const Tensor& dst) {
   TNT_CHECK(dst.dtype() == DType::f32, "accumulate_as_float: the destination {} must be f32", dst.str());
   TNT_CHECK(src.numel() == dst.numel(), "accumulate_as_float: {} into {}: element counts differ", src.str(),
             dst.str());
+  TNT_CHECK(src.memory_format() == dst.memory_format(),
+            "accumulate_as_float: {} into {}: memory formats differ (element i would not be element i)", src.str(),
+            dst.str());
   const int64_t n = src.numel();
   if (n == 0) return;
+  float* d = static_cast<float*>(dst.raw());
   TNT_CUDA_DISPATCH_FLOAT(src.dtype(), "accumulate_as_float", {
-    accumulate_as_float_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-        static_cast<const scalar_t*>(src.raw()), static_cast<float*>(dst.raw()), n);
+    launch_elementwise(device, n, AccumulateAsFloat<scalar_t>{}, d, static_cast<const float*>(d),
+                       static_cast<const scalar_t*>(src.raw()));
   });
-  TNT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tnt::cuda

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
+#include "backend/cuda/vector_io.cuh"
 #include "backend/device_api.hpp"
 
 #include <cmath>
@@ -15,26 +16,34 @@ namespace tnt::cuda {
 
 namespace {
 
+// The element-wise ops are functors run by launch_elementwise (backend/cuda/vector_io.cuh):
+// 16-byte accesses where the pointers allow, the same per-element arithmetic either way.
+
+// y + alpha x with one rounding: written as an explicit fused multiply-add, which is what
+// nvcc's default contraction made of the former `to_float(y) + alpha * to_float(x)`, so the
+// result does not depend on compiler flags and a host std::fma reproduces it.
 template <typename T>
-__global__ void axpy_kernel(float alpha,
-                            const T* __restrict__ x,  // (n)
-                            T* __restrict__ y,        // (n)
-                            int64_t n) {
-  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(to_float(y[i]) + alpha * to_float(x[i])); }
-}
+struct Axpy {
+  float alpha;
+  __device__ T operator()(int64_t, T y, T x) const { return from_float<T>(__fmaf_rn(alpha, to_float(x), to_float(y))); }
+};
 
 template <typename T>
-__global__ void scale_kernel(T* __restrict__ x,  // (n)
-                             float alpha, int64_t n) {
-  TNT_KERNEL_LOOP(i, n) { x[i] = from_float<T>(to_float(x[i]) * alpha); }
-}
+struct Scale {
+  float alpha;
+  __device__ T operator()(int64_t, T x) const { return from_float<T>(to_float(x) * alpha); }
+};
 
 template <typename T>
-__global__ void add_kernel(const T* __restrict__ a,  // (n)
-                           const T* __restrict__ b,  // (n)
-                           T* __restrict__ out,      // (n)
-                           int64_t n) {
-  TNT_KERNEL_LOOP(i, n) { out[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); }
+struct Add {
+  __device__ T operator()(int64_t, T a, T b) const { return from_float<T>(to_float(a) + to_float(b)); }
+};
+
+// Two tensors meeting element by element must share a memory format, else element i of one
+// is not element i of the other.
+void check_same_format(const Tensor& a, const Tensor& b, const char* what) {
+  TNT_CHECK(a.memory_format() == b.memory_format(), "{}: {} and {} have different memory formats", what, a.str(),
+            b.str());
 }
 
 struct Identity {
@@ -133,42 +142,38 @@ __global__ void argmax_rows_kernel(const T* __restrict__ x,  // (R, K)
 
 void axpy(double alpha, const Tensor& x, const Tensor& y) {
   int device = common_device({&x, &y}, "ops::axpy");
-  int64_t n = x.numel();
-  if (n == 0) return;
+  check_same_format(x, y, "ops::axpy");
   TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ops::axpy", {
-    axpy_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-        static_cast<float>(alpha), static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()), n);
+    auto* yp = static_cast<scalar_t*>(y.raw());
+    launch_elementwise(device, x.numel(), Axpy<scalar_t>{static_cast<float>(alpha)}, yp,
+                       static_cast<const scalar_t*>(yp), static_cast<const scalar_t*>(x.raw()));
   });
-  TNT_CUDA_CHECK_LAUNCH();
 }
 
 void scale(const Tensor& x, double alpha) {
   int device = common_device({&x}, "ops::scale");
-  int64_t n = x.numel();
-  if (n == 0) return;
   TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "ops::scale", {
-    scale_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-        static_cast<scalar_t*>(x.raw()), static_cast<float>(alpha), n);
+    auto* xp = static_cast<scalar_t*>(x.raw());
+    launch_elementwise(device, x.numel(), Scale<scalar_t>{static_cast<float>(alpha)}, xp,
+                       static_cast<const scalar_t*>(xp));
   });
-  TNT_CUDA_CHECK_LAUNCH();
 }
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
   int device = common_device({&a, &b, &out}, "ops::add");
-  int64_t n = a.numel();
-  if (n == 0) return;
+  check_same_format(a, b, "ops::add");
+  check_same_format(a, out, "ops::add");
   TNT_CUDA_DISPATCH_FLOAT(a.dtype(), "ops::add", {
-    add_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-        static_cast<const scalar_t*>(a.raw()), static_cast<const scalar_t*>(b.raw()),
-        static_cast<scalar_t*>(out.raw()), n);
+    launch_elementwise(device, a.numel(), Add<scalar_t>{}, static_cast<scalar_t*>(out.raw()),
+                       static_cast<const scalar_t*>(a.raw()), static_cast<const scalar_t*>(b.raw()));
   });
-  TNT_CUDA_CHECK_LAUNCH();
 }
 
 void copy_cast(const Tensor& src, const Tensor& dst) {
   int device = common_device({&src, &dst}, "ops::copy_cast");
   if (src.numel() == 0) return;
-  if (src.dtype() == dst.dtype()) {
+  // A byte copy only when the bytes mean the same elements; cast converts formats.
+  if (src.dtype() == dst.dtype() && src.memory_format() == dst.memory_format()) {
     TNT_CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice,
                                    compute_stream(device)));
     return;

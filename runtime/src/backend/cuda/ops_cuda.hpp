@@ -1,7 +1,8 @@
 // The CUDA engines of tarantella/ops.hpp (ops_cuda.cu), called by backend/cpu/ops_cpu.cpp,
 // which has checked the arguments: all tensors on one CUDA device, equal element counts,
-// equal dtypes except for copy_cast, out tensors allocated. Plain C++ declarations (no CUDA
-// types), so the CPU side includes them in every build.
+// equal dtypes except for copy_cast, out tensors allocated. The element-wise ones (axpy,
+// add) also need equal memory formats and say so otherwise; copy_cast converts formats.
+// Plain C++ declarations (no CUDA types), so the CPU side includes them in every build.
 #pragma once
 
 #include "tarantella/tensor.hpp"

@@ -194,7 +194,10 @@ TEST_CASE("beam search over a tiny Transformer finds the exhaustive best", "[tra
   init(model, 2, 11);
   // Sources of 2 ids (a word and EOS): max decode length 2 + 1 = 3 tokens.
   std::vector<std::vector<int64_t>> sources{{2, kEos}, {3, kEos}, {4, kEos}, {0, kEos}};
-  tnt_models::Translator translator(model, {.beam_size = 40, .alpha = 0.6, .eos_id = kEos}, extra);
+  // With the key/value cache (the default) and without (the whole prefix every step).
+  const bool decode_cache = GENERATE(true, false);
+  INFO("decode_cache " << decode_cache);
+  tnt_models::Translator translator(model, {.beam_size = 40, .alpha = 0.6, .eos_id = kEos}, extra, decode_cache);
   std::vector<Hypothesis> got = translator.translate_batch(sources);
   REQUIRE(got.size() == sources.size());
   const int64_t s = 2;

@@ -13,6 +13,11 @@ set_property(TEST transformer_beam_search APPEND PROPERTY ENVIRONMENT TNT_NUM_TH
 tnt_add_test(NAME transformer_decode_cache SOURCES transformer_decode_cache.cpp LIBS tnt_transformer TIMEOUT 120
              LABELS e2e)
 set_property(TEST transformer_decode_cache APPEND PROPERTY ENVIRONMENT TNT_NUM_THREADS=1)
+if(TNT_WITH_CUDA)
+  # The cached decoding path on CUDA against the CPU.
+  tnt_add_test(NAME transformer_decode_cache_cuda SOURCES transformer_decode_cache_cuda.cpp LIBS tnt_transformer
+               TIMEOUT 120 LABELS gpu)
+endif()
 
 if(NOT TARGET transformer OR NOT TARGET tarantella_launcher OR NOT TARGET transformer_data)
   return()

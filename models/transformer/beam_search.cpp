@@ -225,7 +225,7 @@ std::vector<Hypothesis> Translator::translate_batch(const std::vector<std::vecto
   if (decode_cache_) cache = model_.start_decoding(memory_dev, src_dev, rc);
 
   auto next = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& parents, int64_t rows, int64_t t) {
-    tnt::Tensor logits;      // (B * k, positions, V)
+    tnt::Tensor logits;     // (B * k, positions, V)
     int64_t positions = t;  // the uncached decoder gives every position's logits, the last is wanted
     if (decode_cache_) {
       TNT_CHECK(cache.length == t - 1, "beam search: the decoder cache holds {} positions at step {}", cache.length, t);

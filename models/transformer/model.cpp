@@ -194,9 +194,8 @@ Transformer::DecoderCache Transformer::start_decoding(const tnt::Tensor& memory,
   move_to(*embedding_, device);
   move_to(*decoder_norm_, device);
   for (const auto& b : decoder_) {
-    for (const auto& layer : {b->self_attn_norm, b->self_attn, b->self_attn_residual, b->cross_attn_norm,
-                              b->cross_attn, b->cross_attn_residual, b->ffn_norm, b->linear1, b->relu, b->linear2,
-                              b->ffn_residual})
+    for (const auto& layer : {b->self_attn_norm, b->self_attn, b->self_attn_residual, b->cross_attn_norm, b->cross_attn,
+                              b->cross_attn_residual, b->ffn_norm, b->linear1, b->relu, b->linear2, b->ffn_residual})
       move_to(*layer, device);
   }
   DecoderCache cache;
@@ -212,10 +211,10 @@ tnt::Tensor Transformer::decode_step(DecoderCache& cache, const tnt::Tensor& las
   TNT_CHECK(!rc.training, "Transformer: incremental decoding is for inference, not a training step");
   TNT_CHECK(cache.self.size() == decoder_.size() && cache.cross.size() == decoder_.size() && cache.src_ids.defined(),
             "Transformer: a decoder cache that start_decoding did not make");
-  TNT_CHECK(last_ids.defined() && last_ids.ndim() == 2 && last_ids.dim(1) == 1 &&
-                last_ids.dim(0) == cache.src_ids.dim(0),
-            "Transformer: decode_step takes one id per row, ({}, 1), got {}", cache.src_ids.dim(0),
-            last_ids.defined() ? last_ids.str() : "none");
+  TNT_CHECK(
+      last_ids.defined() && last_ids.ndim() == 2 && last_ids.dim(1) == 1 && last_ids.dim(0) == cache.src_ids.dim(0),
+      "Transformer: decode_step takes one id per row, ({}, 1), got {}", cache.src_ids.dim(0),
+      last_ids.defined() ? last_ids.str() : "none");
   const int64_t rows = last_ids.dim(0), d = params_.hidden_size, t = cache.length;
   // y = embedding(id) + P[t]: the table the decoder's PositionEncoding layer adds (the same
   // function builds it, so the same floats), only its row t; grown in doublings.

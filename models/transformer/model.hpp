@@ -90,9 +90,9 @@ class Transformer {
   // The state of incremental decoding for B rows (beam search: batch x beam).
   struct DecoderCache {
     std::vector<tnt::AttentionCache> self, cross;  // per decoder layer: (B, t, D), (B, S, D)
-    tnt::Tensor src_ids;                            // (B, S): the padding mask of the memory
-    int64_t length = 0;                             // positions decoded so far (t)
-    tnt::Tensor positions;                          // position encoding table (>= t + 1, D), host
+    tnt::Tensor src_ids;                           // (B, S): the padding mask of the memory
+    int64_t length = 0;                            // positions decoded so far (t)
+    tnt::Tensor positions;                         // position encoding table (>= t + 1, D), host
   };
   // memory (B, S, D) f32 and src ids (B, S), on rc.device: projects the memory into every
   // decoder layer's encoder-decoder keys and values. rc.training must be false.

@@ -105,10 +105,10 @@ TEST_CASE("decode_step gives decode()'s logits at every position, rows reordered
         model.decode_step(cache, tnt::Tensor::from_data(last.data(), {rows, 1}), parents, inference());  // (rows, 1, V)
     REQUIRE(got.shape() == tnt::Shape{rows, 1, vocab});
     CHECK(cache.length == t);
-    const tnt::Tensor want = model.decoder_network(s, t)
-                                 ->forward({tnt::Tensor::from_data(ids.data(), {rows, t}), memory, src_ids},
-                                           inference(), false)
-                                 .at(0);  // (rows, t, V)
+    const tnt::Tensor want =
+        model.decoder_network(s, t)
+            ->forward({tnt::Tensor::from_data(ids.data(), {rows, t}), memory, src_ids}, inference(), false)
+            .at(0);  // (rows, t, V)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t v = 0; v < vocab; ++v) {
         const double a = got.data<float>()[r * vocab + v], b = want.data<float>()[(r * t + t - 1) * vocab + v];
@@ -137,8 +137,8 @@ TEST_CASE("cached and uncached beam search give the same translations", "[transf
   };
   // eos_scale 0 leaves EOS a logit of 0 (some searches end by EOS, some at the maximum
   // length); 3 lets EOS compete like every other token.
-  const std::vector<Case> cases{{9, 4, 4, 12, 0.0f}, {9, 1, 4, 12, 0.0f}, {13, 4, 6, 31, 0.0f},
-                                {13, 1, 3, 32, 3.0f}, {7, 4, 5, 33, 3.0f},  {20, 4, 8, 34, 0.0f}};
+  const std::vector<Case> cases{{9, 4, 4, 12, 0.0f},  {9, 1, 4, 12, 0.0f}, {13, 4, 6, 31, 0.0f},
+                                {13, 1, 3, 32, 3.0f}, {7, 4, 5, 33, 3.0f}, {20, 4, 8, 34, 0.0f}};
   const std::vector<std::vector<std::vector<int64_t>>> batches{
       {{2, kEos}, {3, 4, 5, 6, kEos}, {7, kEos}, {8, 2, kEos}},
       {{5, 5, 3, 2, kEos}, {6, kEos}, {2, 3, kEos}},
@@ -201,6 +201,5 @@ TEST_CASE("decoding with the cache checks its inputs", "[transformer][cache]") {
   // A parent outside the rows, and the wrong number of ids.
   CHECK_THROWS_AS(model.decode_step(cache, tnt::Tensor::from_data(first.data(), {2, 1}), {0, 2}, inference()),
                   tnt::Error);
-  CHECK_THROWS_AS(model.decode_step(cache, tnt::Tensor::from_data(first.data(), {1, 1}), {0}, inference()),
-                  tnt::Error);
+  CHECK_THROWS_AS(model.decode_step(cache, tnt::Tensor::from_data(first.data(), {1, 1}), {0}, inference()), tnt::Error);
 }

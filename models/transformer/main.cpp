@@ -16,10 +16,11 @@
 //
 // As the tutorial writes it, training is fit(initial_epoch, epochs) in a loop with an
 // evaluation after every --epochs_between_evals epochs: the source file is translated by
-// beam search (models/transformer/beam_search.hpp) and scored with BLEU against the
-// reference. All ranks decode (batch i of the length-sorted sentences on rank i % p) and the
-// master gathers, writes <model_dir>/translations.txt and prints the scores; no rank waits
-// on a collective for longer than the imbalance of that split.
+// beam search (models/transformer/beam_search.hpp; with a key/value cache unless
+// --decode_cache=false) and scored with BLEU against the reference. All ranks decode (batch
+// i of the length-sorted sentences on rank i % p) and the master gathers, writes
+// <model_dir>/translations.txt and prints the scores; no rank waits on a collective for
+// longer than the imbalance of that split.
 #include "beam_search.hpp"
 #include "model.hpp"
 

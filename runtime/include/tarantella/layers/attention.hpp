@@ -76,10 +76,11 @@ class MultiHeadAttention : public Layer {
   // memory (B, Tk, D) -> its keys and values (B, Tk, D).
   AttentionCache project(const Tensor& memory, const RunContext& rc);
   // x (B, 1, D), one new position per row. Row b of the new cache is row parents[b] of the
-  // old one (0 <= parents[b] < the old row count; parents empty keeps the rows as they are)
-  // followed by x's keys and values, so the cache grows to (B, T + 1, D). Returns the
-  // attention of x over all T + 1 positions, (B, 1, D), as the causal forward() gives at
-  // the last position of the whole sequence.
+  // old one (0 <= parents[b] < the old row count; parents empty keeps the rows as they are;
+  // ignored while the cache is empty) followed by x's keys and values, so the cache grows to
+  // (B, T + 1, D): a new tensor, written once (as much work as the attention over it). The
+  // result is the attention of x over all T + 1 positions, (B, 1, D), as the causal
+  // forward() gives at the last position of the whole sequence.
   Tensor step(const Tensor& x, AttentionCache& cache, const std::vector<int64_t>& parents, const RunContext& rc);
   // x (B, Tq, D) over a cache (B, Tk, D), keys j with key_ids[b, j] == 0 masked when key_ids
   // (B, Tk) is defined; no causal mask. -> (B, Tq, D).

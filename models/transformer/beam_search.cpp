@@ -17,6 +17,7 @@ struct Beam {
   std::vector<int64_t> seq;  // with the leading 0
   double log_prob = kNegInf;
   double score = kNegInf;  // finished: normalised score
+  int64_t parent = 0;      // alive: the row (item * beam + j) of the step that made it
 };
 
 struct Candidate {
@@ -37,6 +38,16 @@ std::vector<Hypothesis> beam_search(int64_t batch, int64_t vocab, int64_t max_de
 
 std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& max_decode_lengths,
                                     const NextLogProbs& next, const BeamSearchOptions& options) {
+  return beam_search(
+      vocab, max_decode_lengths,
+      [&](const std::vector<int64_t>& ids, const std::vector<int64_t>&, int64_t rows, int64_t t) {
+        return next(ids, rows, t);
+      },
+      options);
+}
+
+std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& max_decode_lengths,
+                                    const NextLogProbsWithParents& next, const BeamSearchOptions& options) {
   const int64_t k = options.beam_size;
   const int64_t batch = static_cast<int64_t>(max_decode_lengths.size());
   TNT_INPUT_CHECK(k >= 1, "beam search: beam size {} must be positive", k);
@@ -57,15 +68,21 @@ std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& m
   for (int64_t step = 0; step < max_decode_length; ++step) {
     const int64_t t = step + 1;  // prefix length, the leading 0 included
     std::vector<int64_t> ids(static_cast<size_t>(batch * k * t));  // (batch * k, t)
+    std::vector<int64_t> parents;                                   // (batch * k), from the second step on
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t j = 0; j < k; ++j)
+      for (int64_t j = 0; j < k; ++j) {
         std::copy(alive[b][j].seq.begin(), alive[b][j].seq.end(), ids.begin() + (b * k + j) * t);
-    const std::vector<float> lp = next(ids, batch * k, t);  // (batch * k, vocab)
+        if (step > 0) parents.push_back(alive[b][j].parent);
+      }
+    const std::vector<float> lp = next(ids, parents, batch * k, t);  // (batch * k, vocab)
     TNT_CHECK(static_cast<int64_t>(lp.size()) == batch * k * vocab, "beam search: {} log probabilities for {} rows of {}",
               lp.size(), batch * k, vocab);
     bool all_bounded = true;
     for (int64_t b = 0; b < batch; ++b) {
-      if (step >= max_decode_lengths[b]) continue;  // this item is done; the others go on
+      if (step >= max_decode_lengths[b]) {  // this item is done; the others go on
+        for (int64_t j = 0; j < k; ++j) alive[b][j].parent = b * k + j;  // its rows continue themselves
+        continue;
+      }
       // The 2k best extensions of the alive beams.
       std::vector<Candidate> cand;
       cand.reserve(static_cast<size_t>(k * vocab));
@@ -88,6 +105,7 @@ std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& m
       for (const Candidate& c : cand) {
         Beam beam;
         beam.seq = alive[b][c.flat / vocab].seq;
+        beam.parent = b * k + c.flat / vocab;
         const int64_t token = c.flat % vocab;
         beam.seq.push_back(token);
         beam.log_prob = c.log_prob;
@@ -102,6 +120,7 @@ std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& m
         Beam beam;
         beam.seq = alive[b][0].seq;
         beam.seq.push_back(0);
+        beam.parent = b * k;
         new_alive.push_back(std::move(beam));
       }
       std::stable_sort(new_finished.begin(), new_finished.end(),
@@ -145,8 +164,9 @@ std::vector<std::vector<int64_t>> length_sorted_batches(const std::vector<std::v
   return batches;
 }
 
-Translator::Translator(Transformer& model, const BeamSearchOptions& options, int64_t extra_decode_length)
-    : model_(model), options_(options), extra_decode_length_(extra_decode_length) {}
+Translator::Translator(Transformer& model, const BeamSearchOptions& options, int64_t extra_decode_length,
+                       bool decode_cache)
+    : model_(model), options_(options), extra_decode_length_(extra_decode_length), decode_cache_(decode_cache) {}
 
 std::shared_ptr<tnt::Network> Translator::encoder(int64_t s) {
   auto& net = encoders_[s];
@@ -199,13 +219,28 @@ std::vector<Hypothesis> Translator::translate_batch(const std::vector<std::vecto
   const tnt::Tensor memory_dev = memory_tiled.to(device);
   const tnt::Tensor src_dev = src_tiled.to(device);
 
-  auto next = [&](const std::vector<int64_t>& ids, int64_t rows, int64_t t) {
-    const tnt::Tensor dec = tnt::Tensor::from_data(ids.data(), {rows, t});  // (B * k, t)
-    const tnt::Tensor logits =
-        decoder(s, t)->forward({dec.to(device), memory_dev, src_dev}, rc, false).at(0).to(tnt::Device::cpu());
+  // With the cache, the decoder state of every row (its layers' keys and values) follows
+  // the beams: the search names each row's parent, decode_step reorders and extends.
+  Transformer::DecoderCache cache;
+  if (decode_cache_) cache = model_.start_decoding(memory_dev, src_dev, rc);
+
+  auto next = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& parents, int64_t rows, int64_t t) {
+    tnt::Tensor logits;     // (B * k, positions, V)
+    int64_t positions = t;  // the uncached decoder gives every position's logits, the last is wanted
+    if (decode_cache_) {
+      TNT_CHECK(cache.length == t - 1, "beam search: the decoder cache holds {} positions at step {}", cache.length, t);
+      std::vector<int64_t> last(static_cast<size_t>(rows));  // (B * k): position t - 1 of every row
+      for (int64_t r = 0; r < rows; ++r) last[static_cast<size_t>(r)] = ids[static_cast<size_t>(r * t + t - 1)];
+      const tnt::Tensor last_ids = tnt::Tensor::from_data(last.data(), {rows, 1});
+      logits = model_.decode_step(cache, last_ids.to(device), parents, rc).to(tnt::Device::cpu());
+      positions = 1;
+    } else {
+      const tnt::Tensor dec = tnt::Tensor::from_data(ids.data(), {rows, t});  // (B * k, t)
+      logits = decoder(s, t)->forward({dec.to(device), memory_dev, src_dev}, rc, false).at(0).to(tnt::Device::cpu());
+    }
     std::vector<float> lp(static_cast<size_t>(rows * vocab));  // (B * k, V): log_softmax of the last position
     for (int64_t r = 0; r < rows; ++r) {
-      const float* x = logits.data<float>() + (r * t + t - 1) * vocab;
+      const float* x = logits.data<float>() + (r * positions + positions - 1) * vocab;
       double mx = x[0];
       for (int64_t v = 1; v < vocab; ++v) mx = std::max(mx, static_cast<double>(x[v]));
       double sum = 0;

@@ -12,9 +12,20 @@
 // over the length penalty of max_decode_length). The result is the best finished sequence,
 // or the best alive one when none finished.
 //
-// The decoder is recomputed over the whole prefix at every step (the causal self-attention
-// makes the last position's logits those of the prefix): simple and exact, quadratic in the
-// output length; a key/value cache is a later optimisation.
+// The model is asked, per step, for the next-token log probabilities of every alive row;
+// it is also told which row of the previous step each row extends (its parent), because the
+// beams are reordered every step. The Translator decodes in one of two ways:
+//   - with the key/value cache (default, --decode_cache=true): per decoder layer the
+//     self-attention keys and values of the tokens so far are kept per row; each step
+//     gathers them by parent, embeds only the last token and runs the decoder on that one
+//     position (Transformer::decode_step), attending over the cache; the encoder-decoder
+//     keys and values of the memory are projected once per batch. Linear in the output
+//     length per step.
+//   - without (--decode_cache=false): the decoder is recomputed over the whole prefix (the
+//     causal self-attention makes the last position's logits those of the prefix), quadratic
+//     per step; kept as the reference the cached path is tested against.
+// Both compute the same sums in other blockings, so their log probabilities agree to float
+// rounding (tests/e2e/transformer_decode_cache.cpp: same tokens, scores within 1e-5).
 #pragma once
 
 #include "model.hpp"
@@ -50,6 +61,12 @@ struct Hypothesis {
 // probabilities of the next token, (rows, vocab) row-major.
 using NextLogProbs = std::function<std::vector<float>(const std::vector<int64_t>& ids, int64_t rows, int64_t t)>;
 
+// The same, also given for every row the row of the previous step it extends (parents, rows
+// values in [0, rows), item b's rows always from item b's; empty at the first step), for a
+// model that keeps per-row state such as a key/value cache.
+using NextLogProbsWithParents = std::function<std::vector<float>(
+    const std::vector<int64_t>& ids, const std::vector<int64_t>& parents, int64_t rows, int64_t t)>;
+
 // The search for `batch` items; rows of ids handed to next are item-major
 // (item b's beams are rows b*beam .. b*beam+beam-1).
 std::vector<Hypothesis> beam_search(int64_t batch, int64_t vocab, int64_t max_decode_length, const NextLogProbs& next,
@@ -59,17 +76,22 @@ std::vector<Hypothesis> beam_search(int64_t batch, int64_t vocab, int64_t max_de
 // translation does not depend on the sentences it is batched with).
 std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& max_decode_lengths,
                                     const NextLogProbs& next, const BeamSearchOptions& options = {});
+std::vector<Hypothesis> beam_search(int64_t vocab, const std::vector<int64_t>& max_decode_lengths,
+                                    const NextLogProbsWithParents& next, const BeamSearchOptions& options = {});
 
 // Sentences sorted by length (longest first, stable), cut into batches of at most
 // batch_size: each batch a list of indices into the input.
 std::vector<std::vector<int64_t>> length_sorted_batches(const std::vector<std::vector<int64_t>>& sources,
                                                         int64_t batch_size);
 
-// Translation with a Transformer's weights: encoder_network once per batch, decoder_network
-// on the growing prefix. Networks are made per (source length, prefix length) and kept.
+// Translation with a Transformer's weights: encoder_network once per batch, then with
+// decode_cache Transformer::start_decoding once and decode_step per step, else
+// decoder_network on the growing prefix. Networks are made per (source length, prefix
+// length) and kept.
 class Translator {
  public:
-  Translator(Transformer& model, const BeamSearchOptions& options, int64_t extra_decode_length);
+  Translator(Transformer& model, const BeamSearchOptions& options, int64_t extra_decode_length,
+             bool decode_cache = true);
 
   // sources: subtoken ids, each ending in EOS (an empty one gets an EOS). Returns, in the
   // order of sources, each best hypothesis' ids with EOS and what follows removed. Only the
@@ -87,6 +109,7 @@ class Translator {
   Transformer& model_;
   BeamSearchOptions options_;
   int64_t extra_decode_length_;
+  bool decode_cache_;
   std::map<int64_t, std::shared_ptr<tnt::Network>> encoders_;
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<tnt::Network>> decoders_;
 };

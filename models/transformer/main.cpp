@@ -16,10 +16,11 @@
 //
 // As the tutorial writes it, training is fit(initial_epoch, epochs) in a loop with an
 // evaluation after every --epochs_between_evals epochs: the source file is translated by
-// beam search (models/transformer/beam_search.hpp) and scored with BLEU against the
-// reference. All ranks decode (batch i of the length-sorted sentences on rank i % p) and the
-// master gathers, writes <model_dir>/translations.txt and prints the scores; no rank waits
-// on a collective for longer than the imbalance of that split.
+// beam search (models/transformer/beam_search.hpp; with a key/value cache unless
+// --decode_cache=false) and scored with BLEU against the reference. All ranks decode (batch
+// i of the length-sorted sentences on rank i % p) and the master gathers, writes
+// <model_dir>/translations.txt and prints the scores; no rank waits on a collective for
+// longer than the imbalance of that split.
 #include "beam_search.hpp"
 #include "model.hpp"
 
@@ -249,6 +250,7 @@ int main(int argc, char** argv) {
     ("num_sentences", "sentence pairs per epoch (the first ones that fit max_length); 0 = all", cxxopts::value<int64_t>()->default_value("10000"))
     ("auto_data_dist", "let fit() split every global batch over the ranks (false: each rank takes its own sentences and the ranks must divide the batch)", cxxopts::value<bool>()->default_value("true"))
     ("decode_batch_size", "sentences per beam-search batch", cxxopts::value<int64_t>()->default_value("32"))
+    ("decode_cache", "beam search keeps each decoder layer's keys and values of the tokens so far and runs the decoder on the new position only (false: recomputes the whole prefix every step, the reference)", cxxopts::value<bool>()->default_value("true"))
     ("decode_max_length", "source sentences are cut to this many subtokens (EOS included) for decoding; 0 = no cut, as TensorFlow's translate_file", cxxopts::value<int64_t>()->default_value("0"))
     ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
@@ -316,6 +318,7 @@ int main(int argc, char** argv) {
     const bool auto_dist = args["auto_data_dist"].as<bool>();
     const int64_t decode_batch_size = args["decode_batch_size"].as<int64_t>();
     const int64_t decode_max_length = args["decode_max_length"].as<int64_t>();
+    const bool decode_cache = args["decode_cache"].as<bool>();
     const bool resume = args["resume"].as<bool>();
     const std::string dtype = args["dtype"].as<std::string>();
     TNT_INPUT_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "fp16", "--dtype={}: expected fp32, bf16 or fp16",
@@ -465,7 +468,7 @@ int main(int argc, char** argv) {
 
     tnt_models::Translator translator(
         transformer, tnt_models::BeamSearchOptions{.beam_size = p.beam_size, .alpha = p.alpha, .eos_id = tnt::kEosId},
-        p.extra_decode_length);
+        p.extra_decode_length, decode_cache);
     auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
     auto throughput = std::make_shared<TokenThroughput>(sentences, p.max_length);
     // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.

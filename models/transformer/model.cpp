@@ -1,7 +1,10 @@
 #include "model.hpp"
 
 #include <tarantella/check.hpp>
+#include <tarantella/ops.hpp>
 
+#include <algorithm>
+#include <cstring>
 #include <functional>
 
 namespace tnt_models {
@@ -158,6 +161,85 @@ std::shared_ptr<tnt::Network> Transformer::decoder_network(int64_t source_length
   tnt::SymTensor src = tnt::Input({source_length}, tnt::DType::i64, "inputs");
   return std::make_shared<tnt::Network>(std::vector<tnt::SymTensor>{tgt, memory, src},
                                         std::vector<tnt::SymTensor>{decode(tgt, memory, src)}, name);
+}
+
+// ---------------------------------------------------------------------------------------
+// Incremental decoding
+
+namespace {
+
+// One inference call of a layer, its single output.
+tnt::Tensor run(tnt::Layer& layer, const std::vector<tnt::Tensor>& inputs, const tnt::RunContext& rc) {
+  tnt::SavedState saved;
+  saved.need_input_grads = false;
+  return layer.forward(inputs, rc, saved).at(0);
+}
+
+void move_to(tnt::Layer& layer, tnt::Device device) {
+  if (layer.device() != device) layer.to(device);
+}
+
+}  // namespace
+
+Transformer::DecoderCache Transformer::start_decoding(const tnt::Tensor& memory, const tnt::Tensor& src_ids,
+                                                      const tnt::RunContext& rc) {
+  TNT_CHECK(!rc.training, "Transformer: incremental decoding is for inference, not a training step");
+  TNT_CHECK(memory.defined() && src_ids.defined() && memory.ndim() == 3 && memory.dim(2) == params_.hidden_size &&
+                src_ids.ndim() == 2 && src_ids.dim(0) == memory.dim(0) && src_ids.dim(1) == memory.dim(1),
+            "Transformer: decoding needs memory (B, S, {}) and source ids (B, S), got {} and {}", params_.hidden_size,
+            memory.defined() ? memory.str() : "none", src_ids.defined() ? src_ids.str() : "none");
+  // The layers decode_step calls, on the memory's device (the networks of the uncached path
+  // move them the same way).
+  const tnt::Device device = memory.device();
+  move_to(*embedding_, device);
+  move_to(*decoder_norm_, device);
+  for (const auto& b : decoder_) {
+    for (const auto& layer : {b->self_attn_norm, b->self_attn, b->self_attn_residual, b->cross_attn_norm, b->cross_attn,
+                              b->cross_attn_residual, b->ffn_norm, b->linear1, b->relu, b->linear2, b->ffn_residual})
+      move_to(*layer, device);
+  }
+  DecoderCache cache;
+  cache.src_ids = src_ids;
+  cache.self.resize(decoder_.size());
+  for (const auto& b : decoder_)  // (B, S, D) keys and values per layer, once
+    cache.cross.push_back(static_cast<tnt::MultiHeadAttention&>(*b->cross_attn).project(memory, rc));
+  return cache;
+}
+
+tnt::Tensor Transformer::decode_step(DecoderCache& cache, const tnt::Tensor& last_ids,
+                                     const std::vector<int64_t>& parents, const tnt::RunContext& rc) {
+  TNT_CHECK(!rc.training, "Transformer: incremental decoding is for inference, not a training step");
+  TNT_CHECK(cache.self.size() == decoder_.size() && cache.cross.size() == decoder_.size() && cache.src_ids.defined(),
+            "Transformer: a decoder cache that start_decoding did not make");
+  TNT_CHECK(
+      last_ids.defined() && last_ids.ndim() == 2 && last_ids.dim(1) == 1 && last_ids.dim(0) == cache.src_ids.dim(0),
+      "Transformer: decode_step takes one id per row, ({}, 1), got {}", cache.src_ids.dim(0),
+      last_ids.defined() ? last_ids.str() : "none");
+  const int64_t rows = last_ids.dim(0), d = params_.hidden_size, t = cache.length;
+  // y = embedding(id) + P[t]: the table the decoder's PositionEncoding layer adds (the same
+  // function builds it, so the same floats), only its row t; grown in doublings.
+  if (!cache.positions.defined() || cache.positions.dim(0) <= t)
+    cache.positions = tnt::position_encoding(std::max<int64_t>(64, 2 * (t + 1)), d);
+  tnt::Tensor y = run(*embedding_, {last_ids}, rc);  // (B, 1, D), scaled, 0 at padding
+  tnt::Tensor p = tnt::Tensor::empty({rows, 1, d});  // (B, 1, D): P[t] on every row
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(p.data<float>() + r * d, cache.positions.data<float>() + t * d, static_cast<size_t>(d) * sizeof(float));
+  tnt::ops::axpy(1.0, y.device().is_cpu() ? p : p.to(y.device()), y);
+  for (size_t i = 0; i < decoder_.size(); ++i) {
+    const Block& b = *decoder_[i];
+    auto& self_attn = static_cast<tnt::MultiHeadAttention&>(*b.self_attn);
+    auto& cross_attn = static_cast<tnt::MultiHeadAttention&>(*b.cross_attn);
+    // As decode(): y + body(norm(y)) per sublayer, dropout being the identity.
+    tnt::Tensor h = run(*b.self_attn_norm, {y}, rc);
+    y = run(*b.self_attn_residual, {y, self_attn.step(h, cache.self[i], parents, rc)}, rc);
+    h = run(*b.cross_attn_norm, {y}, rc);
+    y = run(*b.cross_attn_residual, {y, cross_attn.attend(h, cache.cross[i], cache.src_ids, rc)}, rc);
+    h = run(*b.ffn_norm, {y}, rc);
+    h = run(*b.linear2, {run(*b.relu, {run(*b.linear1, {h}, rc)}, rc)}, rc);
+    y = run(*b.ffn_residual, {y, h}, rc);
+  }
+  cache.length = t + 1;
+  return run(*embedding_, {run(*decoder_norm_, {y}, rc)}, rc);  // (B, 1, V)
 }
 
 }  // namespace tnt_models

@@ -19,6 +19,12 @@
 // decoder.layers.<i> as the encoder's plus cross_attn_norm and cross_attn; decoder.norm.
 // The decoder input is the target shifted right (a 0 first, the last token dropped); the
 // data pipeline makes it.
+//
+// Incremental decoding (start_decoding, decode_step) computes decode() one position at a
+// time over the same layers: per decoder layer the self-attention keeps the keys and values
+// of the positions so far (tnt::AttentionCache) and attends the new position over them; the
+// encoder-decoder attention's keys and values of the memory are projected once. Dropout is
+// the identity there (inference), so it is skipped.
 #pragma once
 
 #include <tarantella/graph.hpp>
@@ -80,6 +86,23 @@ class Transformer {
   std::shared_ptr<tnt::Network> encoder_network(int64_t source_length, const std::string& name = "encoder");
   std::shared_ptr<tnt::Network> decoder_network(int64_t source_length, int64_t target_length,
                                                 const std::string& name = "decoder");
+
+  // The state of incremental decoding for B rows (beam search: batch x beam).
+  struct DecoderCache {
+    std::vector<tnt::AttentionCache> self, cross;  // per decoder layer: (B, t, D), (B, S, D)
+    tnt::Tensor src_ids;                           // (B, S): the padding mask of the memory
+    int64_t length = 0;                            // positions decoded so far (t)
+    tnt::Tensor positions;                         // position encoding table (>= t + 1, D), host
+  };
+  // memory (B, S, D) f32 and src ids (B, S), on rc.device: projects the memory into every
+  // decoder layer's encoder-decoder keys and values. rc.training must be false.
+  DecoderCache start_decoding(const tnt::Tensor& memory, const tnt::Tensor& src_ids, const tnt::RunContext& rc);
+  // last_ids (B, 1) i64 on rc.device: the token at position t of every row; row b continues
+  // row parents[b] of the previous step (empty: row b; ignored at t = 0). Parents must keep
+  // a row's source: the encoder-decoder caches are not reordered. Returns the logits of
+  // position t, (B, 1, V), what decode() gives at position t of the whole prefix.
+  tnt::Tensor decode_step(DecoderCache& cache, const tnt::Tensor& last_ids, const std::vector<int64_t>& parents,
+                          const tnt::RunContext& rc);
 
   const TransformerParams& params() const { return params_; }
   tnt::Embedding& embedding() { return *embedding_; }

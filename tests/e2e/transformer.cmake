@@ -1,4 +1,5 @@
 # The Transformer program: beam search against exhaustive search (transformer_beam_search),
+# decoding with the key/value cache against the uncached reference (transformer_decode_cache),
 # and build/bin/transformer through the launcher (transformer_program.sh): 1, 2 and 3 ranks
 # give the same weights, manual distribution refuses a batch the ranks do not divide, bad
 # flags fail naming the flag, and a small generated corpus is learned (loss falls, BLEU
@@ -9,12 +10,20 @@ endif()
 tnt_add_test(NAME transformer_beam_search SOURCES transformer_beam_search.cpp LIBS tnt_transformer TIMEOUT 120
              LABELS e2e)
 set_property(TEST transformer_beam_search APPEND PROPERTY ENVIRONMENT TNT_NUM_THREADS=1)
+tnt_add_test(NAME transformer_decode_cache SOURCES transformer_decode_cache.cpp LIBS tnt_transformer TIMEOUT 120
+             LABELS e2e)
+set_property(TEST transformer_decode_cache APPEND PROPERTY ENVIRONMENT TNT_NUM_THREADS=1)
+if(TNT_WITH_CUDA)
+  # The cached decoding path on CUDA against the CPU.
+  tnt_add_test(NAME transformer_decode_cache_cuda SOURCES transformer_decode_cache_cuda.cpp LIBS tnt_transformer
+               TIMEOUT 120 LABELS gpu)
+endif()
 
 if(NOT TARGET transformer OR NOT TARGET tarantella_launcher OR NOT TARGET transformer_data)
   return()
 endif()
 foreach(_case ranks_1_2_3 manual_indivisible bad_param_set missing_vocab_file batch_below_max_length learns_demo
-              resume bleu_files_mismatch dtype)
+              resume bleu_files_mismatch dtype decode_cache)
   add_test(NAME transformer.program.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/transformer_program.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:transformer> $<TARGET_FILE:transformer_data>

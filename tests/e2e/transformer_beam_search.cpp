@@ -149,6 +149,48 @@ TEST_CASE("a narrow beam keeps finished sequences and stops when no alive beam c
   CHECK(got[0].ids == std::vector<int64_t>(5, 2));
 }
 
+TEST_CASE("each row's parent is the row of the previous step it extends", "[transformer][beam]") {
+  // The invariant a key/value cache relies on: row r's prefix without its last token is
+  // the whole prefix of row parents[r] one step earlier. Items with other maximum lengths,
+  // so that some stop while the others go on (their rows must continue themselves).
+  const int64_t vocab = 6, k = 3;
+  std::vector<int64_t> previous;  // (rows, t - 1) of the previous step
+  int64_t checked = 0, moved = 0, steps = 0;
+  auto next = [&](const std::vector<int64_t>& ids, const std::vector<int64_t>& parents, int64_t rows, int64_t t) {
+    ++steps;
+    if (t == 1) {
+      CHECK(parents.empty());
+    } else {
+      REQUIRE(static_cast<int64_t>(parents.size()) == rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t p = parents[r];
+        REQUIRE(p >= 0);
+        REQUIRE(p < rows);
+        CHECK(p / k == r / k);  // within the item
+        CHECK(std::equal(ids.begin() + r * t, ids.begin() + r * t + t - 1, previous.begin() + p * (t - 1)));
+        ++checked;
+        moved += p != r;
+      }
+    }
+    previous = ids;
+    std::vector<float> out;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<int64_t> prefix(ids.begin() + r * t, ids.begin() + (r + 1) * t);
+      std::vector<double> lp = made_up(static_cast<uint64_t>(r / k), prefix, vocab, 3.0);
+      lp[kEos] -= 3.0;  // rarer EOS: longer searches
+      for (double v : lp) out.push_back(static_cast<float>(v));
+    }
+    return out;
+  };
+  const std::vector<int64_t> max_lengths{2, 7, 4, 7};
+  auto got = tnt_models::beam_search(
+      vocab, max_lengths, tnt_models::NextLogProbsWithParents(next), {.beam_size = k, .alpha = 0.6, .eos_id = kEos});
+  REQUIRE(got.size() == max_lengths.size());
+  INFO(steps << " steps, " << checked << " rows checked, " << moved << " continued another row");
+  CHECK(steps >= 4);
+  CHECK(moved >= 3);  // the beams were reordered, so the check above means something
+}
+
 TEST_CASE("length-sorted batches", "[transformer][beam]") {
   std::vector<std::vector<int64_t>> src{{1, 1, 1}, {1, 1, 1, 1, 1}, {1}, {1, 1, 1, 1, 1}, {1, 1}};
   auto batches = tnt_models::length_sorted_batches(src, 2);
@@ -194,7 +236,10 @@ TEST_CASE("beam search over a tiny Transformer finds the exhaustive best", "[tra
   init(model, 2, 11);
   // Sources of 2 ids (a word and EOS): max decode length 2 + 1 = 3 tokens.
   std::vector<std::vector<int64_t>> sources{{2, kEos}, {3, kEos}, {4, kEos}, {0, kEos}};
-  tnt_models::Translator translator(model, {.beam_size = 40, .alpha = 0.6, .eos_id = kEos}, extra);
+  // With the key/value cache (the default) and without (the whole prefix every step).
+  const bool decode_cache = GENERATE(true, false);
+  INFO("decode_cache " << decode_cache);
+  tnt_models::Translator translator(model, {.beam_size = 40, .alpha = 0.6, .eos_id = kEos}, extra, decode_cache);
   std::vector<Hypothesis> got = translator.translate_batch(sources);
   REQUIRE(got.size() == sources.size());
   const int64_t s = 2;

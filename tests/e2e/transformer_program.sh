@@ -19,6 +19,10 @@
 #   a restart of the same launch (TNT_RUN_ID, TNT_RESTART=1) continues without --resume.
 # dtype: --dtype=bf16 (emulated mixed precision on CPU ranks) trains, says so, and its first
 #   epoch's loss is within 2% of fp32's; --dtype=fp8 is refused naming the flag.
+# decode_cache: a short training on 2 ranks translates the dev sentences with the key/value
+#   cache (the default); the same checkpoint evaluated again with --decode_cache=false (the
+#   uncached reference) writes the very same translations.txt, and the translations are not
+#   all alike (else the comparison would mean little).
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
 #   both BLEU lines are printed, translations.txt has one line per source line, and
 #   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
@@ -255,6 +259,32 @@ case $case_name in
     fi
     run 2 "${common[@]}" --model_dir="$tmp/bad" --dtype=fp8
     expect_error "--dtype=fp8: expected fp32, bf16 or fp16" "--dtype and the choices"
+    ;;
+  decode_cache)
+    corpus 400 20
+    common=(--data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=768 --num_sentences=400
+            --train_epochs=8 --epochs_between_evals=8 --learning_rate_warmup_steps=30 --decode_batch_size=8
+            --bleu_source="$tmp/corpus/dev.en" --bleu_ref="$tmp/corpus/dev.de" --model_dir="$tmp/m")
+    run 2 "${common[@]}"
+    if [[ $rc -eq 0 && -s $tmp/m/translations.txt ]]; then pass "with the cache: exit 0, translations.txt"; else fail "with the cache: exit $rc or no translations.txt"; fi
+    cp "$tmp/m/translations.txt" "$tmp/cached.txt" 2>/dev/null
+    # The checkpoint is at epoch 8 = --train_epochs: nothing to train, only the evaluation.
+    run 2 "${common[@]}" --resume --decode_cache=false
+    if [[ $rc -eq 0 ]] && grep -q "Nothing to train" <<<"$out"; then pass "without the cache: evaluation only, exit 0"; else fail "without the cache: exit $rc or no 'Nothing to train' line"; fi
+    if [[ -s $tmp/m/translations.txt ]] && cmp -s "$tmp/cached.txt" "$tmp/m/translations.txt"; then
+      pass "translations.txt is the same with and without the cache"
+    else
+      fail "translations.txt differs with and without the cache:"
+      diff "$tmp/cached.txt" "$tmp/m/translations.txt" | head -20
+    fi
+    n=$(grep -v '^$' "$tmp/cached.txt" 2>/dev/null | sort -u | wc -l)
+    if [[ $n -ge 5 ]]; then pass "$n distinct non-empty translations of 20"; else fail "only $n distinct non-empty translations"; fi
+    run 2 "${common[@]}" --resume --decode_cache=maybe
+    if [[ $rc -ne 0 && $rc -ne 124 && $rc -ne 137 ]] && grep -q -- "--decode_cache=maybe: expected true or false" <<<"$out"; then
+      pass "--decode_cache=maybe is refused, naming the flag"
+    else
+      fail "--decode_cache=maybe: exit $rc, or no '--decode_cache=maybe: expected true or false' line"
+    fi
     ;;
   *)
     echo "unknown case $case_name" >&2

@@ -235,6 +235,50 @@ TEST_CASE("MultiHeadAttention: dropout follows the step and keeps the expectatio
   CHECK(s3 != inference);
 }
 
+TEST_CASE("MultiHeadAttention: incremental step and attend give forward()'s outputs", "[transformer][cache]") {
+  auto a = attention("attn_step", {.num_heads = 2, .causal = true});
+  const int64_t rows = 3, d = 8, steps = 5;
+  // Each step row r continues row parents[r] of the previous step (duplicates and swaps, as
+  // beam search reorders beams); seq holds every row's whole input sequence so far.
+  const std::vector<std::vector<int64_t>> parents{{}, {0, 0, 2}, {2, 1, 0}, {1, 1, 1}, {0, 2, 1}};
+  std::vector<std::vector<float>> seq(rows);
+  AttentionCache cache;
+  for (int64_t t = 1; t <= steps; ++t) {
+    const Tensor x = test::random_tensor({rows, 1, d}, 20 + t, "x_step");  // (B, 1, D)
+    std::vector<std::vector<float>> next(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      next[r] = t == 1 ? std::vector<float>{} : seq[parents[t - 1][r]];
+      next[r].insert(next[r].end(), x.data<float>() + r * d, x.data<float>() + (r + 1) * d);
+    }
+    seq = next;
+    std::vector<float> all;
+    for (const auto& s : seq) all.insert(all.end(), s.begin(), s.end());
+    std::vector<float> want = forward1(*a, {Tensor::from_vector(all, {rows, t, d})});  // (B, t, D), causal
+    std::vector<float> got = a->step(x, cache, parents[t - 1], RunContext{}).to_vector();  // (B, 1, D)
+    REQUIRE(cache.length() == t);
+    REQUIRE(got.size() == static_cast<size_t>(rows * d));
+    // The same sums with other matrix shapes (Tq 1 against t): float rounding only, on
+    // outputs of O(1).
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < d; ++i) CHECK(got[r * d + i] == Approx(want[(r * t + t - 1) * d + i]).margin(1e-6));
+  }
+  // attend() over a projected memory with padding = forward({x, memory, ids}).
+  auto c = attention("attn_cross", {.num_heads = 2});
+  const Tensor x = test::random_tensor({2, 3, d}, 30, "x_attend");
+  const Tensor mem = test::random_tensor({2, 4, d}, 30, "mem_attend");
+  const Tensor ids = ids64({3, 5, 1, 0, 2, 1, 0, 0}, {2, 4});
+  std::vector<float> want = forward1(*c, {x, mem, ids});
+  std::vector<float> got = c->attend(x, c->project(mem, RunContext{}), ids, RunContext{}).to_vector();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(1e-6));
+  // Misuse is refused: in training, several positions at once, a parent outside the cache.
+  RunContext train = training();
+  CHECK_THROWS_AS(a->step(test::random_tensor({rows, 1, d}, 31, "x"), cache, {}, train), Error);
+  CHECK_THROWS_AS(a->step(test::random_tensor({rows, 2, d}, 31, "x"), cache, {}, RunContext{}), Error);
+  CHECK_THROWS_AS(a->step(test::random_tensor({rows, 1, d}, 31, "x"), cache, {0, 1, 3}, RunContext{}), Error);
+  CHECK(cache.length() == steps);  // untouched by the refused calls
+}
+
 TEST_CASE("Position encoding: TensorFlow's sin half then cos half", "[transformer]") {
   const int64_t t = 50, d = 8, n = 4;
   Tensor p = position_encoding(t, d);

@@ -202,6 +202,58 @@ TEST_CASE("MultiHeadAttention and Embedding in bf16 on CUDA against the f32 CPU"
   require_close(e_gpu, e_cpu, 0, kUnitBf16, "lookup bf16");
 }
 
+TEST_CASE("MultiHeadAttention: incremental decoding on CUDA matches the CPU", "[gpu][transformer][cache]") {
+  auto [a, b] = twins<MultiHeadAttention>({{1, 1, 32}}, int64_t{32},
+                                          MultiHeadAttentionOptions{.num_heads = 4, .causal = true},
+                                          std::string("attn_step"));
+  const RunContext cpu_rc = context(false, Device::cpu()), gpu_rc = context(false, gpu());
+  // Rows reordered every step as beam search does (duplicates, swaps, a row dropped).
+  const std::vector<std::vector<int64_t>> parents{{}, {0, 0, 2, 3}, {3, 1, 0, 2}, {1, 1, 1, 0}, {2, 3, 0, 1}};
+  AttentionCache ca, cb;
+  for (size_t t = 0; t < parents.size(); ++t) {
+    INFO("step " << t);
+    const Tensor x = test::random_tensor({4, 1, 32}, "step_x" + std::to_string(t));
+    const Tensor y_cpu = a->step(x, ca, parents[t], cpu_rc);
+    const Tensor y_gpu = b->step(x.to(gpu()), cb, parents[t], gpu_rc);
+    REQUIRE(cb.length() == static_cast<int64_t>(t + 1));
+    REQUIRE(cb.k.device() == gpu());
+    // The cache: projections of the same inputs (FP32 products of 32 terms, cuBLAS against
+    // oneDNN), gathered by the same parents: a wrong gather moves whole rows by O(1).
+    const double wmax = max_abs(a->k_proj().weight().value);
+    require_close(cb.k, ca.k, dot_atol(32, 1, wmax, kUnitFp32), 0, "cached keys");
+    require_close(cb.v, ca.v, dot_atol(32, 1, wmax, kUnitFp32), 0, "cached values");
+    // As the core test above: FP32 products and __expf against std::exp, O(1) values.
+    require_close(y_gpu, y_cpu, 1e-4, 1e-4, "step y");
+  }
+  // attend() over a projected memory with a padding mask.
+  const Tensor x = test::random_tensor({3, 2, 32}, "attend_x");
+  const Tensor mem = test::random_tensor({3, 6, 32}, "attend_mem");
+  const Tensor ids = ids64({4, 4, 4, 4, 4, 4, 5, 5, 5, 0, 0, 0, 6, 0, 0, 0, 0, 0}, {3, 6});
+  const Tensor y_cpu = a->attend(x, a->project(mem, cpu_rc), ids, cpu_rc);
+  const Tensor y_gpu = b->attend(x.to(gpu()), b->project(mem.to(gpu()), gpu_rc), ids.to(gpu()), gpu_rc);
+  require_close(y_gpu, y_cpu, 1e-4, 1e-4, "attend y");
+}
+
+TEST_CASE("MultiHeadAttention: incremental decoding in bf16 on CUDA against the f32 CPU", "[gpu][transformer][cache]") {
+  auto [a, b] = twins<MultiHeadAttention>({{1, 1, 32}}, int64_t{32},
+                                          MultiHeadAttentionOptions{.num_heads = 4, .causal = true},
+                                          std::string("attn_step_bf16"));
+  for (Parameter* p : b->parameters()) p->compute = ops::cast(p->value, DType::bf16);
+  const RunContext cpu_rc = context(false, Device::cpu()), gpu_rc = context(false, gpu());
+  const std::vector<std::vector<int64_t>> parents{{}, {1, 0}, {1, 1}, {0, 1}};
+  AttentionCache ca, cb;
+  for (size_t t = 0; t < parents.size(); ++t) {
+    INFO("step " << t);
+    const Tensor x = test::random_tensor({2, 1, 32}, "step_bf16_x" + std::to_string(t));
+    const Tensor y_cpu = a->step(x, ca, parents[t], cpu_rc);
+    const Tensor y_gpu = b->step(ops::cast(x.to(gpu()), DType::bf16), cb, parents[t], gpu_rc);
+    CHECK(cb.k.dtype() == DType::bf16);
+    // As the bf16 forward test above: ~8 roundings to 8 significant bits of O(0.5) values.
+    require_close(ops::cast(y_gpu, DType::f32), y_cpu, 3e-2, 3e-2, "step y bf16");
+    require_close(ops::cast(cb.v, DType::f32), ca.v, 3e-2, 3e-2, "cached values bf16");
+  }
+}
+
 TEST_CASE("PositionEncoding and GELU: CUDA engines match the CPU", "[gpu][transformer]") {
   auto [pa, pb] = twins<PositionEncoding>({{2, 9, 16}}, std::string("pe"));
   Run r = run_both(*pa, *pb, {test::random_tensor({2, 9, 16}, "pe_x")}, true, "pe");

@@ -5,6 +5,10 @@
 // The CPU core copies q, k, v into per-head contiguous (B, H, T, d) buffers (q scaled), so
 // that every product is one oneDNN batched matmul over B*H matrices with at most a stride
 // swap; softmax and dropout are loops over rows (OpenMP).
+//
+// Incremental decoding (project, step, attend) runs the same projections and the same core
+// engines on fewer positions; only the cache's reorder-and-append is its own (a row copy
+// per engine: cache_append below and in attention_cuda.cu).
 #include "tarantella/layers/attention.hpp"
 
 #include "backend/dispatch.hpp"
@@ -15,6 +19,7 @@
 #include "tarantella/random.hpp"
 
 #include <cmath>
+#include <cstring>
 
 namespace tnt {
 
@@ -193,6 +198,35 @@ Tensor sum_defined(std::initializer_list<Tensor> ts) {
   return out;
 }
 
+// The core on q's device.
+Tensor core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
+                    const AttentionCoreArgs& a, std::shared_ptr<void>& state, const char* what) {
+  (void)what;  // named only in a build without CUDA
+  if (q.device().is_cuda()) {
+#ifdef TNT_WITH_CUDA
+    return cuda::attention_core_forward(q, k, v, key_ids, a, state);
+#else
+    detail::no_cuda_engine(what);
+#endif
+  }
+  return cpu_core_forward(q, k, v, key_ids, a, state);
+}
+
+// (B, T + 1, D): row b is old's row parents[b] (T positions), then fresh's row b (1 position).
+Tensor cpu_cache_append(const Tensor& old, const std::vector<int64_t>& parents, const Tensor& fresh) {
+  const int64_t B = fresh.dim(0), T = old.dim(1), D = fresh.dim(2);
+  Tensor out = Tensor::empty({B, T + 1, D});
+  const float* os = old.data<float>();
+  const float* fs = fresh.data<float>();
+  float* ys = out.data<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    std::memcpy(ys + b * (T + 1) * D, os + parents[static_cast<size_t>(b)] * T * D,
+                static_cast<size_t>(T * D) * sizeof(float));
+    std::memcpy(ys + (b * (T + 1) + T) * D, fs + b * D, static_cast<size_t>(D) * sizeof(float));
+  }
+  return out;
+}
+
 }  // namespace
 
 MultiHeadAttention::MultiHeadAttention(int64_t hidden_size, MultiHeadAttentionOptions options, std::string name)
@@ -286,16 +320,7 @@ std::vector<Tensor> MultiHeadAttention::forward(const std::vector<Tensor>& input
     a.key = dropout_key(rc);
     a.base = static_cast<uint64_t>(rc.sample_offset) * static_cast<uint64_t>(a.heads * a.tq * a.tk);
   }
-  Tensor o;
-  if (s->cuda) {
-#ifdef TNT_WITH_CUDA
-    o = cuda::attention_core_forward(q, k, v, key_ids, a, s->core);
-#else
-    detail::no_cuda_engine("MultiHeadAttention::forward");
-#endif
-  } else {
-    o = cpu_core_forward(q, k, v, key_ids, a, s->core);
-  }
+  Tensor o = core_forward(q, k, v, key_ids, a, s->core, "MultiHeadAttention::forward");
   Tensor y = o_->forward({o}, rc, s->o)[0];  // (B, Tq, D)
   saved.tensors.clear();
   saved.extra = s;
@@ -331,6 +356,107 @@ std::vector<Tensor> MultiHeadAttention::backward(const std::vector<Tensor>& grad
   }
   if (s.ids) grads.emplace_back();
   return grads;
+}
+
+// ---------------------------------------------------------------------------------------
+// Incremental decoding
+
+void MultiHeadAttention::check_incremental(const Tensor& x, const RunContext& rc, const char* what) {
+  TNT_CHECK(!rc.training, "MultiHeadAttention '{}': {} is for inference (a training step has no cache)", name_, what);
+  TNT_CHECK(x.defined() && x.ndim() == 3 && x.dim(2) == hidden_ && !is_id_type(x.dtype()),
+            "MultiHeadAttention '{}': {} needs a floating (B, T, {}), got {}", name_, what, hidden_,
+            x.defined() ? x.str() : std::string("an undefined tensor"));
+  ensure_built({x.shape()});
+  TNT_CHECK(x.device() == device(), "MultiHeadAttention '{}': {} input on {}, the layer on {}", name_, what,
+            x.device().str(), device().str());
+}
+
+AttentionCache MultiHeadAttention::project(const Tensor& memory, const RunContext& rc) {
+  check_incremental(memory, rc, "project");
+  SavedState sk, sv;
+  sk.need_input_grads = sv.need_input_grads = false;
+  AttentionCache cache;
+  cache.k = k_->forward({memory}, rc, sk)[0];  // (B, Tk, D)
+  cache.v = v_->forward({memory}, rc, sv)[0];  // (B, Tk, D)
+  return cache;
+}
+
+Tensor MultiHeadAttention::attend(const Tensor& x, const AttentionCache& cache, const Tensor& key_ids,
+                                  const RunContext& rc) {
+  check_incremental(x, rc, "attend");
+  TNT_CHECK(cache.k.defined() && cache.v.defined() && cache.k.ndim() == 3 && cache.k.shape() == cache.v.shape() &&
+                cache.k.dim(0) == x.dim(0) && cache.k.dim(2) == hidden_ && cache.k.device() == x.device() &&
+                cache.k.dtype() == x.dtype() && cache.v.dtype() == x.dtype(),
+            "MultiHeadAttention '{}': a cache of keys {} and values {} does not fit x {}", name_,
+            cache.k.defined() ? cache.k.str() : "none", cache.v.defined() ? cache.v.str() : "none", x.str());
+  if (key_ids.defined()) {
+    TNT_CHECK(is_id_type(key_ids.dtype()) && key_ids.ndim() == 2 && key_ids.dim(0) == cache.k.dim(0) &&
+                  key_ids.dim(1) == cache.k.dim(1) && key_ids.device() == x.device(),
+              "MultiHeadAttention '{}': key ids {} do not match the cached keys {}", name_, key_ids.str(),
+              cache.k.str());
+  }
+  SavedState sq, so;
+  sq.need_input_grads = so.need_input_grads = false;
+  const Tensor q = q_->forward({x}, rc, sq)[0];  // (B, Tq, D)
+  AttentionCoreArgs a;
+  a.batch = x.dim(0);
+  a.tq = x.dim(1);
+  a.tk = cache.k.dim(1);
+  a.heads = options_.num_heads;
+  a.depth = depth();
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.depth)));
+  a.causal = false;  // the cache holds only positions a query may see
+  std::shared_ptr<void> state;
+  const Tensor o = core_forward(q, cache.k, cache.v, key_ids, a, state, "MultiHeadAttention::attend");
+  return o_->forward({o}, rc, so)[0];  // (B, Tq, D)
+}
+
+Tensor MultiHeadAttention::step(const Tensor& x, AttentionCache& cache, const std::vector<int64_t>& parents,
+                                const RunContext& rc) {
+  check_incremental(x, rc, "step");
+  TNT_CHECK(x.dim(1) == 1, "MultiHeadAttention '{}': step takes one new position per row, got {}", name_, x.str());
+  const int64_t rows = x.dim(0), length = cache.length();
+  SavedState sk, sv;
+  sk.need_input_grads = sv.need_input_grads = false;
+  Tensor k = k_->forward({x}, rc, sk)[0];  // (B, 1, D)
+  Tensor v = v_->forward({x}, rc, sv)[0];  // (B, 1, D)
+  if (length == 0) {  // the first position: nothing to reorder
+    cache.k = k;
+    cache.v = v;
+  } else {
+    TNT_CHECK(cache.v.defined() && cache.k.ndim() == 3 && cache.k.shape() == cache.v.shape() &&
+                  cache.k.dim(2) == hidden_ && cache.k.device() == x.device() && cache.k.dtype() == k.dtype() &&
+                  cache.v.dtype() == k.dtype(),
+              "MultiHeadAttention '{}': a cache of keys {} and values {} does not fit x {}", name_, cache.k.str(),
+              cache.v.defined() ? cache.v.str() : "none", x.str());
+    const int64_t old_rows = cache.k.dim(0);
+    std::vector<int64_t> from = parents;
+    if (from.empty()) {
+      TNT_CHECK(old_rows == rows, "MultiHeadAttention '{}': {} new rows without parents for a cache of {} rows", name_,
+                rows, old_rows);
+      for (int64_t b = 0; b < rows; ++b) from.push_back(b);
+    }
+    TNT_CHECK(static_cast<int64_t>(from.size()) == rows, "MultiHeadAttention '{}': {} parents for {} rows", name_,
+              from.size(), rows);
+    for (int64_t p : from) {
+      TNT_CHECK(p >= 0 && p < old_rows, "MultiHeadAttention '{}': parent row {} outside the cache's {} rows", name_, p,
+                old_rows);
+    }
+    if (x.device().is_cuda()) {
+#ifdef TNT_WITH_CUDA
+      const Tensor index = Tensor::from_data(from.data(), {rows}).to(x.device());
+      cache.k = cuda::attention_cache_append(cache.k, index, k);
+      cache.v = cuda::attention_cache_append(cache.v, index, v);
+#else
+      detail::no_cuda_engine("MultiHeadAttention::step");
+#endif
+    } else {
+      TNT_CHECK(k.dtype() == DType::f32, "MultiHeadAttention '{}': the CPU cache holds f32, got {}", name_, k.str());
+      cache.k = cpu_cache_append(cache.k, from, k);
+      cache.v = cpu_cache_append(cache.v, from, v);
+    }
+  }
+  return attend(x, cache, Tensor(), rc);
 }
 
 }  // namespace tnt

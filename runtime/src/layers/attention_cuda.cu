@@ -1,7 +1,8 @@
 // The attention core on CUDA (semantics in attention_cuda.hpp): head split/merge kernels,
 // cuBLAS strided batched products over the B*H heads, and one fused kernel (a warp per row
 // of logits) for bias + softmax + dropout, and one for its backward. The dropout mask is
-// not stored: the backward draws it again from the same Philox counters.
+// not stored: the backward draws it again from the same Philox counters. Incremental
+// decoding runs the same core; its cache update is one copy kernel (cache_append_kernel).
 #include "layers/attention_cuda.hpp"
 
 #include "core/philox.hpp"
@@ -118,6 +119,20 @@ void heads(bool split, const Tensor& src, const Tensor& dst, int64_t b, int64_t 
   TNT_CUDA_CHECK_LAUNCH();
 }
 
+// out (B, T + 1, D): out[b, t, :] = old[parents[b], t, :] for t < T, fresh[b, 0, :] at t = T.
+// One thread per output element; parents were checked on the host to lie in [0, B0).
+template <typename E>
+__global__ void cache_append_kernel(const E* __restrict__ old,            // (B0, T, D)
+                                    const int64_t* __restrict__ parents,  // (B)
+                                    const E* __restrict__ fresh,          // (B, 1, D)
+                                    E* __restrict__ out,                  // (B, T + 1, D)
+                                    int64_t b, int64_t t, int64_t d) {
+  TNT_KERNEL_LOOP(i, b * (t + 1) * d) {
+    const int64_t j = i % d, ti = (i / d) % (t + 1), bi = i / (d * (t + 1));
+    out[i] = ti < t ? old[(parents[bi] * t + ti) * d + j] : fresh[bi * d + j];
+  }
+}
+
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 }  // namespace
@@ -215,6 +230,24 @@ void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& sta
     heads<scalar_t>(false, dkh, dk, B, Tk, H, d, 1.0f, device);
     heads<scalar_t>(false, dvh, dv, B, Tk, H, d, 1.0f, device);
   });
+}
+
+Tensor attention_cache_append(const Tensor& old, const Tensor& parents, const Tensor& fresh) {
+  const int device = common_device({&old, &parents, &fresh}, "MultiHeadAttention cache");
+  TNT_CHECK(old.ndim() == 3 && fresh.ndim() == 3 && fresh.dim(1) == 1 && fresh.dim(2) == old.dim(2) &&
+                fresh.dtype() == old.dtype() && parents.dtype() == DType::i64 && parents.numel() == fresh.dim(0),
+            "MultiHeadAttention cache: cannot append {} to {} with parents {}", fresh.str(), old.str(), parents.str());
+  const int64_t B = fresh.dim(0), T = old.dim(1), D = old.dim(2);
+  Tensor out = Tensor::empty({B, T + 1, D}, old.dtype(), old.device());
+  const int64_t n = B * (T + 1) * D;
+  if (n == 0) return out;
+  TNT_CUDA_DISPATCH_FLOAT(old.dtype(), "MultiHeadAttention cache", {
+    cache_append_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+        static_cast<const scalar_t*>(old.raw()), static_cast<const int64_t*>(parents.raw()),
+        static_cast<const scalar_t*>(fresh.raw()), static_cast<scalar_t*>(out.raw()), B, T, D);
+  });
+  TNT_CUDA_CHECK_LAUNCH();
+  return out;
 }
 
 }  // namespace tnt::cuda

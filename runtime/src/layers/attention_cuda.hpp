@@ -33,6 +33,10 @@ namespace cuda {
 // what the backward needs.
 Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
                               const AttentionCoreArgs& args, std::shared_ptr<void>& state);
+// Incremental decoding's cache update: old (B0, T, D), parents (B) i64 with values in
+// [0, B0) (checked by the caller), fresh (B, 1, D) of old's dtype -> (B, T + 1, D), row b
+// being old's row parents[b] then fresh's row b. A copy; the old cache is left as it was.
+Tensor attention_cache_append(const Tensor& old, const Tensor& parents, const Tensor& fresh);
 // d_o (B, Tq, D) -> dq (B, Tq, D), dk, dv (B, Tk, D).
 void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& state, Tensor& dq, Tensor& dk,
                              Tensor& dv);

@@ -16,12 +16,22 @@
 //     one rank draws); o_h = p v_h; y = concat_h(o_h) Wo^T.
 // Parameters: "<name>.q_proj.weight", "k_proj.weight", "v_proj.weight", "out_proj.weight",
 // each (D, D) as PyTorch's nn.Linear(D, D, bias=False) stores it (out, in); glorot_uniform.
+//
+// Incremental decoding (beam search with a key/value cache; inference only, no dropout,
+// nothing kept for a backward) uses the same weights and the same core engines through
+// three more entry points: project() turns a memory into projected keys and values once
+// (encoder-decoder attention: once per source batch); step() appends one new position's
+// keys and values to a self-attention cache, its rows first reordered (each row continues
+// a parent row of the previous step, as beam search reorders its beams), and attends the
+// new position over the whole cache; attend() attends queries over a cache. No causal mask
+// is needed: the cache holds only the past and the new position.
 #pragma once
 
 #include "tarantella/layer.hpp"
 #include "tarantella/layers/dense.hpp"
 
 #include <memory>
+#include <vector>
 
 namespace tnt {
 
@@ -29,6 +39,13 @@ struct MultiHeadAttentionOptions {
   int64_t num_heads = 8;
   double dropout = 0.0;  // on the attention probabilities, in training
   bool causal = false;   // query i sees keys j <= i + (Tk - Tq)
+};
+
+// Projected keys and values for incremental decoding: k = m Wk^T, v = m Wv^T, each (B, T, D)
+// on the layer's device, the layout the core takes. Empty (T = 0) before the first step.
+struct AttentionCache {
+  Tensor k, v;
+  int64_t length() const { return k.defined() ? k.dim(1) : 0; }
 };
 
 class MultiHeadAttention : public Layer {
@@ -55,7 +72,24 @@ class MultiHeadAttention : public Layer {
   Dense& v_proj() { return *v_; }
   Dense& out_proj() { return *o_; }
 
+  // Incremental decoding (see the top of the file); rc.training must be false.
+  // memory (B, Tk, D) -> its keys and values (B, Tk, D).
+  AttentionCache project(const Tensor& memory, const RunContext& rc);
+  // x (B, 1, D), one new position per row. Row b of the new cache is row parents[b] of the
+  // old one (0 <= parents[b] < the old row count; parents empty keeps the rows as they are;
+  // ignored while the cache is empty) followed by x's keys and values, so the cache grows to
+  // (B, T + 1, D): a new tensor, written once (as much work as the attention over it). The
+  // result is the attention of x over all T + 1 positions, (B, 1, D), as the causal
+  // forward() gives at the last position of the whole sequence.
+  Tensor step(const Tensor& x, AttentionCache& cache, const std::vector<int64_t>& parents, const RunContext& rc);
+  // x (B, Tq, D) over a cache (B, Tk, D), keys j with key_ids[b, j] == 0 masked when key_ids
+  // (B, Tk) is defined; no causal mask. -> (B, Tq, D).
+  Tensor attend(const Tensor& x, const AttentionCache& cache, const Tensor& key_ids, const RunContext& rc);
+
  private:
+  // Incremental entry points: inference, x floating (B, T, hidden) on the layer's device.
+  void check_incremental(const Tensor& x, const RunContext& rc, const char* what);
+
   int64_t hidden_;
   MultiHeadAttentionOptions options_;
   std::shared_ptr<Dense> q_, k_, v_, o_;

@@ -400,15 +400,15 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
   saved.extra = info;
   // The images before the first convolution of a channels_last network: converted once.
   Tensor x = input.to_memory_format(format);  // (N, C, H, W) in `format`
+  // KRSC for channels_last (see the top); kept for backward.
+  Tensor w_used = format == MemoryFormat::channels_last ? w.to_memory_format(format) : w;  // (F, C, k, k)
   const int64_t n = x.dim(0), f = layer.filters();
   if (n == 0) {
     Shape out = layer.output_shapes({x.shape()}).at(0);
-    saved.tensors = {x, Tensor()};
+    saved.tensors = {x, format == MemoryFormat::channels_last ? w_used : Tensor()};
     return {Tensor::empty(out, x.dtype(), x.device(), format)};
   }
   ConvPlan& plan = plan_for(layer, x, format, device);
-  // KRSC for channels_last (see the top); kept for backward.
-  Tensor w_used = format == MemoryFormat::channels_last ? w.to_memory_format(format) : w;  // (F, C, k, k)
   if (!plan.has_fwd) choose_algorithm<Forward>(plan, layer, x.shape(), Operands{x.raw(), w_used.raw(), nullptr}, device);
   Tensor y = Tensor::empty({n, f, plan.ho, plan.wo}, x.dtype(), x.device(), format);  // (N, F, Ho, Wo)
   {

@@ -21,8 +21,8 @@
 // that the persistent mode "imposes some limits on the range of values" (it reduces with
 // scaled integers), and does not document its determinism, so in deterministic mode
 // (TNT_DETERMINISTIC) NHWC takes the plain spatial calls above with NHWC descriptors. So
-// does an NHWC input when cuDNN refuses the Ex calls for it (not supported: a warning, once
-// per layer). Inference forward is cudnnBatchNormalizationForwardInference with NHWC
+// does an NHWC input when cuDNN refuses the Ex calls for it (its checks say not supported
+// or a bad parameter, before any work: a warning, once per layer). Inference forward is cudnnBatchNormalizationForwardInference with NHWC
 // descriptors; our inference backward has an NHWC kernel and column sums.
 #include "layers/batch_norm_cuda.hpp"
 
@@ -198,13 +198,16 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
         saved.tensors = {x, save_mean, save_inv_std};
         return {y};
       }
-      // Refused before any work: the plain call below does the step.
-      TNT_CHECK(st == CUDNN_STATUS_NOT_SUPPORTED, "BatchNorm '{}': cudnnBatchNormalizationForwardTrainingEx for {}: {}",
-                layer.name(), x.str(), cudnnGetErrorString(st));
+      // Refused by cuDNN's checks, before any work (cuDNN 9 statuses carry their category
+      // in the thousands): the plain call below does the step. Anything else is an error.
+      const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(st));
+      TNT_CHECK(category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM,
+                "BatchNorm '{}': cudnnBatchNormalizationForwardTrainingEx for {}: {}", layer.name(), x.str(),
+                cudnnGetErrorString(st));
       if (!cache.warned_ex) {
         cache.warned_ex = true;
-        log_warning("BatchNorm '{}': cuDNN does not support its persistent NHWC mode for {}; using the plain mode",
-                    layer.name(), x.str());
+        log_warning("BatchNorm '{}': cuDNN refuses its persistent NHWC mode for {} ({}); using the plain mode",
+                    layer.name(), x.str(), cudnnGetErrorString(st));
       }
     }
     TNT_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(

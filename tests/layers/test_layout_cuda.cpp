@@ -314,7 +314,7 @@ TEST_CASE("BatchNorm in channels_last matches the CPU engine", "[gpu][layout]") 
   };
   // C = 64 and 32 where cuDNN's NHWC kernels apply; odd C and sizes; inference (ours).
   const std::vector<Case> cases = {{{4, 5, 6, 7}, true, true, DType::f32},   {{4, 3, 5, 5}, true, false, DType::f32},
-                                   {{8, 64, 7, 7}, true, true, DType::f32},  {{4, 5, 6, 7}, false, true, DType::f32},
+                                   {{4, 64, 6, 7}, true, true, DType::f32},  {{4, 5, 6, 7}, false, true, DType::f32},
                                    {{3, 32, 5, 3}, false, true, DType::f32}, {{4, 32, 6, 6}, true, true, DType::bf16},
                                    {{2, 64, 5, 5}, false, true, DType::bf16}};
   for (const Case& c : cases) {
@@ -336,12 +336,13 @@ TEST_CASE("BatchNorm in channels_last matches the CPU engine", "[gpu][layout]") 
     Run r = run_both(*a, *b, x, o, "bn");
     CHECK(r.y_gpu.is_channels_last());
     CHECK(r.dx_gpu.is_channels_last());
-    const int64_t m = x.numel() / ch;  // values per channel (at most 3136 here)
-    // f32: mean and variance are float sums of m values computed differently on the two
-    // sides, relative error <= m * 2^-24 ~ 2e-4 at m = 3136, which moves a normalised value
-    // (|xhat| <= 4 here, |gamma| <= 0.5) by at most ~4e-4: atol 5e-4 (1e-4 where m <= 210).
+    const int64_t m = x.numel() / ch;  // values per channel
+    REQUIRE(m <= 168);                 // the bound below
+    // f32 (as in test_layers_cuda.cpp): mean and variance are float sums of m values computed
+    // differently on the two sides, relative error <= m * 2^-24 ~ 1e-5, which moves a
+    // normalised value (|xhat| <= 4 here, |gamma| <= 0.5) by well under 1e-4.
     // bf16: y and dx are rounded to bf16 once more: 2^-8 relative, doubled for slack.
-    const double stat = m > 210 ? 5e-4 : 1e-4;
+    const double stat = 1e-4;
     const double rtol = c.dtype == DType::f32 ? 1e-4 : 2 * kUnitBf16;
     require_close(r.y_gpu, r.y_cpu, stat, rtol, "y");
     require_close(r.dx_gpu, r.dx_cpu, stat, rtol, "dx");
@@ -351,10 +352,10 @@ TEST_CASE("BatchNorm in channels_last matches the CPU engine", "[gpu][layout]") 
       require_close(param(*b, "weight").grad, param(*a, "weight").grad, atol, kUlp, "dgamma");
       require_close(param(*b, "bias").grad, param(*a, "bias").grad, dot_atol(m, 1, 1, kUnitFp32), kUlp, "dbeta");
     }
-    // Running statistics: (1 - momentum) * old + momentum * batch (unbiased variance), with
-    // the batch statistics' error above (inputs are the same numbers on both sides).
-    require_close(param(*b, "running_mean").value, param(*a, "running_mean").value, stat / 10, 1e-5, "running_mean");
-    require_close(param(*b, "running_var").value, param(*a, "running_var").value, stat / 10, 1e-5, "running_var");
+    // Running statistics: 0.9 * old + 0.1 * batch (unbiased variance), the same 1e-5 argument
+    // (inputs are the same numbers on both sides in bf16 too).
+    require_close(param(*b, "running_mean").value, param(*a, "running_mean").value, 1e-5, 1e-5, "running_mean");
+    require_close(param(*b, "running_var").value, param(*a, "running_var").value, 1e-5, 1e-5, "running_var");
   }
 }
 

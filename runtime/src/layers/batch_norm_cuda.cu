@@ -22,8 +22,9 @@
 // scaled integers), and does not document its determinism, so in deterministic mode
 // (TNT_DETERMINISTIC) NHWC takes the plain spatial calls above with NHWC descriptors. So
 // does an NHWC input when cuDNN refuses the Ex calls for it (its checks say not supported
-// or a bad parameter, before any work: a warning, once per layer). Inference forward is cudnnBatchNormalizationForwardInference with NHWC
-// descriptors; our inference backward has an NHWC kernel and column sums.
+// or a bad parameter, before any work: a warning, once per layer). Inference forward is
+// cudnnBatchNormalizationForwardInference with NHWC descriptors; our inference backward has
+// an NHWC kernel and column sums.
 #include "layers/batch_norm_cuda.hpp"
 
 #include "backend/cuda/cudnn_util.hpp"

@@ -48,9 +48,10 @@ struct Problem {
   }
   std::string str() const {
     static const char* const directions[] = {"forward", "backward-data", "backward-filter"};
-    return fmt::format("{} on device {}: x ({}, {}, {}, {}) * {} filters {}x{} stride {} padding {}, dtype {}, format {}, math {}{}",
-                       directions[static_cast<int>(direction)], device, n, c, h, w, filters, kernel, kernel, stride, padding,
-                       dtype, format, math, deterministic ? ", deterministic" : "");
+    return fmt::format(
+        "{} on device {}: x ({}, {}, {}, {}) * {} filters {}x{} stride {} padding {}, dtype {}, format {}, math {}{}",
+        directions[static_cast<int>(direction)], device, n, c, h, w, filters, kernel, kernel, stride, padding, dtype,
+        format, math, deterministic ? ", deterministic" : "");
   }
 };
 

@@ -409,7 +409,8 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
     return {Tensor::empty(out, x.dtype(), x.device(), format)};
   }
   ConvPlan& plan = plan_for(layer, x, format, device);
-  if (!plan.has_fwd) choose_algorithm<Forward>(plan, layer, x.shape(), Operands{x.raw(), w_used.raw(), nullptr}, device);
+  if (!plan.has_fwd)
+    choose_algorithm<Forward>(plan, layer, x.shape(), Operands{x.raw(), w_used.raw(), nullptr}, device);
   Tensor y = Tensor::empty({n, f, plan.ho, plan.wo}, x.dtype(), x.device(), format);  // (N, F, Ho, Wo)
   {
     Workspace ws(plan.fwd_ws, device);

@@ -451,7 +451,8 @@ std::vector<Tensor> global_average_pool_forward(GlobalAveragePool& layer, const 
       if (x.is_channels_last()) {
         const dim3 grid(static_cast<unsigned>((channels + kColTileX - 1) / kColTileX),
                         static_cast<unsigned>(std::min<int64_t>(images, 65535)));
-        gap_forward_nhwc_kernel<scalar_t><<<grid, dim3(kColTileX, kColTileY), 0, stream>>>(xp, images, hw, channels, yp);
+        gap_forward_nhwc_kernel<scalar_t>
+            <<<grid, dim3(kColTileX, kColTileY), 0, stream>>>(xp, images, hw, channels, yp);
       } else {
         constexpr int warps = kBlock / kWarp;
         const unsigned grid = grid_for(planes, warps, device);

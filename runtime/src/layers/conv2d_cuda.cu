@@ -14,7 +14,9 @@
 // PyTorch's layouts), so every forward makes a KRSC copy of compute_value(weight) (a 4-D
 // (F, C, k, k) tensor converted to channels_last IS KRSC) and keeps it in SavedState for
 // the backward; the filter gradient is computed in KRSC into a temporary and added (as
-// float, transposed on the fly) to the contiguous f32 master gradient. An input in the
+// float, transposed on the fly) to the contiguous f32 master gradient. A 1x1 filter is the
+// same bytes in both layouts ((F, C, 1, 1) = (F, 1, 1, C)): no copy, and its gradient
+// takes the contiguous path (ResNet-50 has 36 such convolutions of 53). An input in the
 // other format (the network's images before the first convolution) is converted once; dx
 // is returned in that input's format. dy must be in y's format (the executor's contract).
 //
@@ -99,6 +101,7 @@ struct ConvCache {
 struct ConvSavedCuda {
   MemoryFormat input_format = MemoryFormat::contiguous;  // dx is returned in it
   MemoryFormat format = MemoryFormat::contiguous;        // the plan's: x, y, dy
+  bool krsc_copy = false;  // the filter in SavedState is a KRSC copy (channels_last, k > 1)
 };
 
 // The process-wide autotune results (see the top): algorithm and math type per problem.
@@ -397,11 +400,12 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
   auto info = std::make_shared<ConvSavedCuda>();
   info->input_format = input.memory_format();
   info->format = format;
+  info->krsc_copy = format == MemoryFormat::channels_last && layer.kernel_size() > 1;
   saved.extra = info;
   // The images before the first convolution of a channels_last network: converted once.
   Tensor x = input.to_memory_format(format);  // (N, C, H, W) in `format`
-  // KRSC for channels_last (see the top); kept for backward.
-  Tensor w_used = format == MemoryFormat::channels_last ? w.to_memory_format(format) : w;  // (F, C, k, k)
+  // KRSC for channels_last (see the top; a 1x1 filter's bytes already are); kept for backward.
+  Tensor w_used = info->krsc_copy ? w.to_memory_format(format) : w;  // (F, C, k, k)
   const int64_t n = x.dim(0), f = layer.filters();
   if (n == 0) {
     Shape out = layer.output_shapes({x.shape()}).at(0);
@@ -424,7 +428,7 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
     add_bias(plan, y, bias->value, device);
   }
   // Two entries, as the CPU engine keeps (Conv2D::backward checks the count before it
-  // dispatches): x in the plan's format, and the KRSC filter (channels_last only).
+  // dispatches): x in the plan's format, and the filter in KRSC (channels_last only).
   saved.tensors = {x, format == MemoryFormat::channels_last ? w_used : Tensor()};
   return {y};
 }
@@ -437,7 +441,7 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
   const Tensor& x = saved.tensors[0];     // (N, C, H, W) in info.format
   const Tensor& dy = grad_outputs.at(0);  // (N, F, Ho, Wo) in info.format
   const bool nhwc = info.format == MemoryFormat::channels_last;
-  // The weight as the forward used it: the saved KRSC copy, or the compute value itself.
+  // The weight as the forward used it: the saved KRSC one, or the compute value itself.
   const Tensor& w = nhwc ? saved.tensors[1] : compute_value(layer.weight(), x.dtype(), layer.name());  // (F, C, k, k)
   const Tensor& dw = layer.weight().grad;  // (F, C, k, k), f32, contiguous
   Parameter* bias = layer.bias();
@@ -465,14 +469,16 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
                                                  CudnnScalars::zero(), plan.x, dx.raw()));
   }
   if (dw.defined()) {
-    TNT_CHECK(dw.dtype() == DType::f32 || (!nhwc && dw.dtype() == x.dtype()),
+    TNT_CHECK(dw.dtype() == DType::f32 || (!info.krsc_copy && dw.dtype() == x.dtype()),
               "Conv2D '{}': weight gradient {} for input {}", layer.name(), dw.str(), x.str());
     TNT_CHECK(!dw.is_channels_last(), "Conv2D '{}': the weight gradient {} must be contiguous", layer.name(),
               dw.str());
     if (!plan.has_bwd_filter)
       choose_algorithm<BackwardFilter>(plan, layer, x.shape(), Operands{x.raw(), nullptr, dy.raw()}, device);
     Workspace ws(plan.bwd_filter_ws, device);
-    if (!nhwc && dw.dtype() == x.dtype()) {
+    // A filter gradient in KCRS, or a 1x1 one in KRSC (the same bytes), goes straight into
+    // the master gradient when the dtypes agree.
+    if (!info.krsc_copy && dw.dtype() == x.dtype()) {
       // beta = 1: the gradient accumulates over the calls of a step.
       TNT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, CudnnScalars::one(), plan.x, x.raw(), plan.y, dy.raw(),
                                                      plan.conv_bwd_filter, plan.bwd_filter_algo, ws.data(),
@@ -482,11 +488,12 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
       // float to the f32 master gradient (transposed on the way for KRSC). The temporary
       // returns to the allocator's cache at scope exit, safely: the kernels that use it
       // are queued on the compute stream.
-      Tensor part = Tensor::empty(dw.shape(), x.dtype(), x.device(), info.format);  // (F, C, k, k)
+      const MemoryFormat part_format = info.krsc_copy ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+      Tensor part = Tensor::empty(dw.shape(), x.dtype(), x.device(), part_format);  // (F, C, k, k)
       TNT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, CudnnScalars::one(), plan.x, x.raw(), plan.y, dy.raw(),
                                                      plan.conv_bwd_filter, plan.bwd_filter_algo, ws.data(),
                                                      ws.bytes(), CudnnScalars::zero(), plan.w, part.raw()));
-      if (nhwc) {
+      if (info.krsc_copy) {
         accumulate_converted_as_float(part, dw);
       } else {
         accumulate_as_float(part, dw);

@@ -133,9 +133,9 @@ void set_conv(const ConvolutionDescriptor& conv, const Conv2D& layer, DType dtyp
   TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, initial_math(dtype)));
 }
 
-// Picks the first acceptable entry of a heuristics list (best first).
+// The first acceptable entry of a heuristics list (best first); nullptr when none is.
 template <typename Perf>
-const Perf& choose(const Perf* perf, int count, const char* direction, const Conv2D& layer, const Shape& x_shape) {
+const Perf* choose(const Perf* perf, int count) {
   const bool deterministic = tnt::config().deterministic;
   for (int pass = 0; pass < 2; ++pass) {
     for (int i = 0; i < count; ++i) {
@@ -143,11 +143,10 @@ const Perf& choose(const Perf* perf, int count, const char* direction, const Con
       if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
       // First pass: within the workspace limit; second: the best there is.
       if (pass == 0 && perf[i].memory > kMaxWorkspace) continue;
-      return perf[i];
+      return &perf[i];
     }
   }
-  TNT_THROW("Conv2D '{}': cuDNN offers no {}{} algorithm for input {}", layer.name(),
-            deterministic ? "deterministic " : "", direction, shape_str(x_shape));
+  return nullptr;
 }
 
 // The first (fastest: cuDNN sorts timings) entry of a timing list that ran, fits `limit`
@@ -253,7 +252,9 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
   typename Dir::Perf perf[Dir::kCount];
   int returned = 0;
   Dir::heuristics(h, plan, perf, &returned);
-  typename Dir::Perf chosen = choose(perf, returned, Dir::kName, layer, x_shape);
+  const typename Dir::Perf* heuristic = choose(perf, returned);
+  const typename Dir::Perf* timed_choice = nullptr;
+  typename Dir::Perf chosen{};
   if (plan.autotune) {
     Problem problem = plan.problem;
     problem.direction = Dir::kDirection;
@@ -263,6 +264,7 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
     if (it != cache.choices.end()) {
       chosen.algo = static_cast<typename Dir::Algo>(it->second.algo);
       chosen.mathType = it->second.math;
+      timed_choice = &chosen;
     } else {
       // The workspace: the largest any listed algorithm wants within the limit, so that
       // every algorithm that may be chosen can run in the timing.
@@ -276,12 +278,26 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
       typename Dir::Perf timed[Dir::kCount];
       int timed_count = 0;
       Dir::find(h, plan, operands, scratch.data(), timed, &timed_count, ws);
-      if (const auto* best = fastest(timed, timed_count, limit)) chosen = *best;
-      cache.choices.emplace(problem.key(), Choice{static_cast<int>(chosen.algo), chosen.mathType});
       cache.searches.fetch_add(1);
-      log_debug("Conv2D '{}': timed {} algorithms for {}: algorithm {} (math {})", layer.name(), timed_count,
-                problem.str(), static_cast<int>(chosen.algo), static_cast<int>(chosen.mathType));
+      if (const auto* best = fastest(timed, timed_count, limit)) {
+        chosen = *best;
+        timed_choice = &chosen;
+      } else if (heuristic) {
+        chosen = *heuristic;  // cached too: timing again would find nothing again
+      }
+      if (timed_choice || heuristic) {
+        cache.choices.emplace(problem.key(), Choice{static_cast<int>(chosen.algo), chosen.mathType});
+        log_debug("Conv2D '{}': timed {} algorithms for {}: algorithm {} (math {}){}", layer.name(), timed_count,
+                  problem.str(), static_cast<int>(chosen.algo), static_cast<int>(chosen.mathType),
+                  timed_choice ? "" : ", the heuristics' (none timed qualified)");
+      }
     }
+  }
+  if (!timed_choice) {
+    TNT_CHECK(heuristic != nullptr, "Conv2D '{}': cuDNN offers no {}{} algorithm for input {} ({})", layer.name(),
+              tnt::config().deterministic ? "deterministic " : "", Dir::kName, shape_str(x_shape),
+              memory_format_name(plan.format));
+    chosen = *heuristic;
   }
   TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(Dir::conv(plan), chosen.mathType));
   Dir::set(h, plan, chosen.algo);

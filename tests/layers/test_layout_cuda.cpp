@@ -17,7 +17,6 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <optional>
 
 using namespace tnt;
 using tnt::test::dot_atol;
@@ -471,69 +470,68 @@ TEST_CASE("GlobalAveragePool on CUDA: channels_last, and the contiguous word-siz
   }
 }
 
-TEST_CASE("Conv2D autotuning: timed once per problem, shared by equal layers; TNT_CUDNN_AUTOTUNE", "[gpu][layout]") {
-  // Unique shapes (no other case uses them), so the process-wide cache starts empty for them.
-  const char* before = std::getenv("TNT_CUDNN_AUTOTUNE");
-  const std::optional<std::string> saved_env = before ? std::optional<std::string>(before) : std::nullopt;
-  auto restore = [&] {
-    if (saved_env) {
-      setenv("TNT_CUDNN_AUTOTUNE", saved_env->c_str(), 1);
-    } else {
-      unsetenv("TNT_CUDNN_AUTOTUNE");
+namespace {
+
+// One forward and backward of a fresh Conv2D (12 filters, 3x3, padding 1) on both engines,
+// compared as in the cases above; returns how many problems this process has timed after.
+int64_t autotune_step(const Shape& xs, const std::string& name) {
+  auto [a, b] = twins<Conv2D>(xs, 12, 3, Conv2DOptions{.stride = 1, .padding = 1}, name);
+  Tensor x = test::random_tensor(xs, name + "_x");
+  Options o;
+  Run r = run_both(*a, *b, x, o, name);
+  const double xmax = max_abs(x), wmax = max_abs(a->weight().value);
+  // TF32 products, as in the cases above.
+  require_close(r.y_gpu, r.y_cpu, dot_atol(xs[1] * 9, xmax, wmax, kUnitTf32), 0, "y");
+  require_close(r.dx_gpu, r.dx_cpu, dot_atol(12 * 9, 1.0, wmax, kUnitTf32), 0, "dx");
+  require_close(b->weight().grad, a->weight().grad, dot_atol(xs[0] * xs[2] * xs[3], xmax, 1.0, kUnitTf32), kUlp,
+                "dW");
+  return cuda::conv2d_autotune_searches();
+}
+
+}  // namespace
+
+TEST_CASE("Conv2D autotuning: each problem timed once per direction, shared by equal layers", "[gpu][layout]") {
+  const char* env = std::getenv("TNT_CUDNN_AUTOTUNE");
+  INFO("TNT_CUDNN_AUTOTUNE=" << (env ? env : "(unset)"));
+  REQUIRE((env == nullptr || std::string(env) == "1"));  // on, the default
+  // A shape no other case uses, so the process-wide cache has no entry for it yet.
+  const int64_t start = cuda::conv2d_autotune_searches();
+  CHECK(autotune_step({3, 7, 13, 12}, "tuned_a") - start == 3);  // forward, backward data, backward filter
+  // A second layer with the same problem (another name and weights, the same shapes):
+  // nothing timed again.
+  CHECK(autotune_step({3, 7, 13, 12}, "tuned_b") - start == 3);
+  // Another shape is another problem.
+  CHECK(autotune_step({3, 7, 13, 11}, "tuned_c") - start == 6);
+}
+
+// Run by the CTest entry layers_layout_cuda_autotune_off with TNT_CUDNN_AUTOTUNE=0.
+TEST_CASE("TNT_CUDNN_AUTOTUNE=0: cuDNN's heuristics, nothing timed, the same results", "[.autotune_off]") {
+  const char* env = std::getenv("TNT_CUDNN_AUTOTUNE");
+  REQUIRE(env != nullptr);
+  REQUIRE(std::string(env) == "0");
+  CHECK(autotune_step({3, 7, 13, 12}, "heuristic_a") == 0);
+  CHECK(autotune_step({2, 5, 9, 9}, "heuristic_b") == 0);
+}
+
+// Run by the CTest entry layers_layout_cuda_autotune_bad with TNT_CUDNN_AUTOTUNE=maybe.
+TEST_CASE("A bad TNT_CUDNN_AUTOTUNE is refused with a message naming it", "[.autotune_bad]") {
+  const char* env = std::getenv("TNT_CUDNN_AUTOTUNE");
+  REQUIRE(env != nullptr);
+  REQUIRE(std::string(env) == "maybe");
+  for (int attempt = 0; attempt < 2; ++attempt) {  // refused again, not only the first time
+    INFO("attempt " << attempt);
+    Conv2D conv(4, 3, Conv2DOptions{.padding = 1}, "bad_env");
+    conv.to(gpu());
+    SavedState s;
+    try {
+      conv.forward({test::random_tensor({1, 2, 5, 5}, "bad_env_x").to(gpu())}, context(true, gpu()), s);
+      FAIL("TNT_CUDNN_AUTOTUNE=maybe was accepted");
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      INFO(msg);
+      CHECK(msg.find("TNT_CUDNN_AUTOTUNE='maybe'") != std::string::npos);
     }
-  };
-  auto one_step = [](const Shape& xs, const std::string& name, int64_t* searches_after) {
-    auto [a, b] = twins<Conv2D>(xs, 12, 3, Conv2DOptions{.stride = 1, .padding = 1}, name);
-    Tensor x = test::random_tensor(xs, name + "_x");
-    Options o;
-    Run r = run_both(*a, *b, x, o, name);
-    *searches_after = cuda::conv2d_autotune_searches();
-    const double xmax = max_abs(x), wmax = max_abs(a->weight().value);
-    require_close(r.y_gpu, r.y_cpu, dot_atol(xs[1] * 9, xmax, wmax, kUnitTf32), 0, "y");  // TF32, as above
-    require_close(r.dx_gpu, r.dx_cpu, dot_atol(12 * 9, 1.0, wmax, kUnitTf32), 0, "dx");
-    require_close(b->weight().grad, a->weight().grad, dot_atol(xs[0] * xs[2] * xs[3], xmax, 1.0, kUnitTf32), kUlp,
-                  "dW");
-  };
-  try {
-    {
-      INFO("TNT_CUDNN_AUTOTUNE=1: forward, backward data and backward filter each timed once");
-      setenv("TNT_CUDNN_AUTOTUNE", "1", 1);
-      const int64_t start = cuda::conv2d_autotune_searches();
-      int64_t after = 0;
-      one_step({3, 7, 13, 12}, "tuned_a", &after);
-      CHECK(after - start == 3);
-      // A second layer with the same problem (another name, the same shapes): no timing.
-      one_step({3, 7, 13, 12}, "tuned_b", &after);
-      CHECK(after - start == 3);
-    }
-    {
-      INFO("TNT_CUDNN_AUTOTUNE=0: cuDNN's heuristics, nothing timed");
-      setenv("TNT_CUDNN_AUTOTUNE", "0", 1);
-      const int64_t start = cuda::conv2d_autotune_searches();
-      int64_t after = 0;
-      one_step({3, 7, 13, 11}, "heuristic", &after);
-      CHECK(after == start);
-    }
-    for (const char* bad : {"2", "yes", "", " 1"}) {
-      INFO("TNT_CUDNN_AUTOTUNE='" << bad << "' is refused");
-      setenv("TNT_CUDNN_AUTOTUNE", bad, 1);
-      Conv2D conv(4, 3, Conv2DOptions{.padding = 1}, "bad_env");
-      conv.to(gpu());
-      SavedState s;
-      try {
-        conv.forward({test::random_tensor({1, 2, 5, 5}, "bad_env_x").to(gpu())}, context(true, gpu()), s);
-        FAIL("accepted");
-      } catch (const InputError& e) {
-        const std::string msg = e.what();
-        INFO(msg);
-        CHECK(msg.find("TNT_CUDNN_AUTOTUNE") != std::string::npos);
-      }
-    }
-  } catch (...) {
-    restore();
-    throw;
   }
-  restore();
 }
 
 // Run by the CTest entry layout_cuda_deterministic with TNT_DETERMINISTIC=1 and

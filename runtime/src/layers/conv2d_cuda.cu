@@ -29,8 +29,8 @@
 // (conv2d_autotune.hpp: device, shapes, geometry, dtype, format, math, determinism,
 // direction), so ResNet-50's repeated layer shapes are timed once. Timing runs real kernels
 // (milliseconds per problem, once), and the fastest algorithm for the shapes of a real
-// network is often not the heuristics' first. TNT_CUDNN_AUTOTUNE=0 (read when a plan is
-// made) takes cuDNN's heuristics instead (Get_v7, best first): the first that succeeded,
+// network is often not the heuristics' first. TNT_CUDNN_AUTOTUNE=0 (read and checked once,
+// when the process makes its first plan) takes cuDNN's heuristics instead (Get_v7, best first): the first that succeeded,
 // fits kMaxWorkspace and, in deterministic mode, is deterministic. If timing leaves no
 // acceptable algorithm, the heuristics decide too.
 //
@@ -87,7 +87,7 @@ struct ConvPlan {
   bool has_fwd = false, has_bwd_data = false, has_bwd_filter = false;  // chosen yet (see the top)
   int64_t ho = 0, wo = 0;
   size_t x_bytes = 0, y_bytes = 0, w_bytes = 0;  // scratch outputs of the timing runs
-  bool autotune = true;                          // TNT_CUDNN_AUTOTUNE when the plan was made
+  bool autotune = true;                          // TNT_CUDNN_AUTOTUNE
   Problem problem;                               // the autotune key, less the direction
 };
 
@@ -119,6 +119,13 @@ struct AutotuneCache {
 AutotuneCache& autotune_cache() {
   static AutotuneCache* cache = new AutotuneCache();  // never destroyed: used until exit
   return *cache;
+}
+
+// TNT_CUDNN_AUTOTUNE, read and checked once, by the first plan. A bad value fails that
+// plan, and every later one: a static whose initialisation throws is initialised again.
+bool autotune_enabled() {
+  static const bool enabled = conv_autotune::parse_autotune(std::getenv(conv_autotune::kEnv));
+  return enabled;
 }
 
 cudnnMathType_t initial_math(DType dtype) {
@@ -331,7 +338,7 @@ ConvPlan& plan_for(Conv2D& layer, const Tensor& x, MemoryFormat format, int devi
   plan->x_bytes = static_cast<size_t>(shape_numel(s)) * elem;
   plan->y_bytes = static_cast<size_t>(int64_t{n} * co * ho * wo) * elem;
   plan->w_bytes = static_cast<size_t>(f * s[1] * k * k) * elem;
-  plan->autotune = conv_autotune::parse_autotune(std::getenv(conv_autotune::kEnv));
+  plan->autotune = autotune_enabled();
   Problem& p = plan->problem;
   p.device = device;
   p.n = s[0];

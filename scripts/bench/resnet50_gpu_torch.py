@@ -2,7 +2,9 @@
 """The PyTorch side of scripts/bench/resnet50_gpu: ResNet-50 v1.5 training steps on one GPU
 with synthetic data generated once on the device, the same recipe as build/bin/resnet50
 (SGD momentum 0.9, weight decay 1e-4 on everything but BatchNorm, softmax cross-entropy
-with the same label smoothing), batch 256, NCHW.
+with the same label smoothing), batch 256, in either memory format: channels_last (the model
+and the input .to(memory_format=torch.channels_last): NHWC activations and filters, what
+ours does with --data_format=channels_last) or channels_first (NCHW).
 
 Precision as ours: fp32 lets cuDNN convolutions use TF32 (our convolutions ask cuDNN for
 its default math, which allows TF32 on Ampere and newer) but keeps matrix products (the
@@ -13,7 +15,7 @@ weights), the usual PyTorch mixed precision. cuDNN picks algorithms by its heuri
 The model is torchvision.models.resnet50 when torchvision imports, else the ResNet-50 v1.5
 below (same layers, names and parameter count). Warm-up steps are not timed; the timed
 steps run back to back and are timed between two device synchronisations. Prints one line:
-  RESULT framework=pytorch model=torchvision dtype=fp32 batch=256 steps=50 images_per_s=...
+  RESULT framework=pytorch model=torchvision dtype=fp32 format=channels_last batch=256 steps=50 images_per_s=...
          peak_allocated_mib=... peak_reserved_mib=... gpu="..."
 """
 import argparse
@@ -103,6 +105,7 @@ def main():
     ap.add_argument("--image_size", type=int, default=224)
     ap.add_argument("--num_classes", type=int, default=1000)
     ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    ap.add_argument("--memory_format", choices=["channels_last", "channels_first"], default="channels_last")
     ap.add_argument("--steps", type=int, default=50, help="timed steps")
     ap.add_argument("--warmup", type=int, default=11, help="untimed steps before them")
     ap.add_argument("--label_smoothing", type=float, default=0.0)
@@ -128,7 +131,8 @@ def main():
         n = sum(p.numel() for p in model.parameters())
         if n != RESNET50_PARAMETERS:
             sys.exit(f"resnet50_gpu_torch: the {which} model has {n} parameters, expected {RESNET50_PARAMETERS}")
-    model = model.to(dev, memory_format=torch.contiguous_format).train()  # NCHW, as ours
+    memory_format = torch.channels_last if a.memory_format == "channels_last" else torch.contiguous_format
+    model = model.to(dev, memory_format=memory_format).train()  # as ours with --data_format
 
     # Weight decay on everything but BatchNorm, as models/resnet50.
     bn_params = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
@@ -142,6 +146,7 @@ def main():
     # One batch generated once on the device: random images in [-1, 1), random labels.
     g = torch.Generator(device=dev).manual_seed(a.seed)
     x = torch.rand(a.batch, 3, a.image_size, a.image_size, device=dev, generator=g) * 2 - 1  # (N, 3, S, S)
+    x = x.contiguous(memory_format=memory_format)
     y = torch.randint(0, a.num_classes, (a.batch,), device=dev, generator=g)  # (N,)
 
     use_bf16 = a.dtype == "bf16"
@@ -171,7 +176,8 @@ def main():
 
     mib = 1024.0 * 1024.0
     name = torch.cuda.get_device_name(dev).replace('"', "'")
-    print(f"RESULT framework=pytorch model={which} dtype={a.dtype} batch={a.batch} steps={a.steps} "
+    print(f"RESULT framework=pytorch model={which} dtype={a.dtype} format={a.memory_format} batch={a.batch} "
+          f"steps={a.steps} "
           f"warmup={a.warmup} images_per_s={a.batch * a.steps / seconds:.1f} "
           f"ms_per_step={1e3 * seconds / a.steps:.2f} "
           f"peak_allocated_mib={torch.cuda.max_memory_allocated(dev) / mib:.0f} "

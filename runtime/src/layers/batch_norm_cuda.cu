@@ -10,6 +10,21 @@
 // because cudnnDeriveBNTensorDescriptor gives FLOAT for half data (our (C) tensors are f32
 // in every mode), and cuDNN computes in float. So dgamma/dbeta are accumulated (beta 1)
 // straight into the f32 master gradients, as for f32 inputs. bf16 needs cuDNN >= 8.1.
+//
+// Memory formats: y and dx have x's format, dy must have it too (the executor's contract).
+// A contiguous input takes the calls above, unchanged. A channels_last (NHWC) input trains
+// through cudnnBatchNormalizationForwardTrainingEx / BackwardEx in
+// CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode with CUDNN_BATCHNORM_OPS_BN (no fused add or
+// activation): cuDNN's fast NHWC kernels. They need a workspace per call and a reserve
+// space that forward fills and backward reads (kept with the saved state). The same
+// running-statistics contract holds (factor = momentum, unbiased variance). cuDNN warns
+// that the persistent mode "imposes some limits on the range of values" (it reduces with
+// scaled integers), and does not document its determinism, so in deterministic mode
+// (TNT_DETERMINISTIC) NHWC takes the plain spatial calls above with NHWC descriptors. So
+// does an NHWC input when cuDNN refuses the Ex calls for it (its checks say not supported
+// or a bad parameter, before any work: a warning, once per layer). Inference forward is
+// cudnnBatchNormalizationForwardInference with NHWC descriptors; our inference backward has
+// an NHWC kernel and column sums.
 #include "layers/batch_norm_cuda.hpp"
 
 #include "backend/cuda/cudnn_util.hpp"
@@ -17,6 +32,8 @@
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/ops_cuda.hpp"
 #include "backend/cuda/reduce.cuh"
+#include "tarantella/log.hpp"
+#include "tarantella/runtime.hpp"
 
 #include <memory>
 
@@ -25,11 +42,15 @@ namespace tnt::cuda {
 namespace {
 
 constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL;
+// NHWC training (see the top).
+constexpr cudnnBatchNormMode_t kModeNhwc = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+constexpr cudnnBatchNormOps_t kOps = CUDNN_BATCHNORM_OPS_BN;
 
 // gamma = 1, beta = 0 for a layer without affine parameters (cuDNN needs both), and the
 // discarded parameter gradients.
 struct BnCache {
   Tensor ones, zeros, dscale, dbias;  // (C) each, f32
+  bool warned_ex = false;             // the Ex calls were refused once (see the top)
 };
 
 BnCache& cache_for(BatchNorm& layer, int64_t channels, Device device) {
@@ -51,6 +72,8 @@ BnCache& cache_for(BatchNorm& layer, int64_t channels, Device device) {
 // entries and an extra, as BatchNorm::backward checks before it dispatches).
 struct BnSavedCuda {
   bool training = false;
+  bool ex = false;  // trained by the Ex calls (NHWC, persistent mode)
+  Tensor reserve;   // their reserve space (u8), which BackwardEx reads
 };
 
 struct Dims {
@@ -71,6 +94,14 @@ Dims dims_of(const BatchNorm& layer, const Tensor& x) {
   return d;
 }
 
+// x's descriptor: (N, C, H, W) in x's format, or (N, C, 1, 1) for an (N, C) input.
+void set_x_desc(const TensorDescriptor& xd, const Tensor& x, const Dims& d) {
+  set_4d(xd, x.dtype(), x.memory_format(), d.n, d.c, d.h, d.w, "BatchNorm");
+}
+
+// Whether an NHWC training step tries the Ex calls (see the top).
+bool try_ex(const Tensor& x) { return x.is_channels_last() && !tnt::config().deterministic; }
+
 template <typename T>
 __global__ void bn_inference_dx_kernel(const T* __restrict__ dy,        // (N, C, HW)
                                        const float* __restrict__ gamma,  // (C)
@@ -83,6 +114,26 @@ __global__ void bn_inference_dx_kernel(const T* __restrict__ dy,        // (N, C
   }
 }
 
+// The same for NHWC, seen as (rows, C) with rows = N*H*W: block (32, 8), thread x along
+// the channels (coalesced), thread y along the rows; no division per element.
+constexpr int kRowsPerBlock = 8;
+
+template <typename T>
+__global__ void bn_inference_dx_nhwc_kernel(const T* __restrict__ dy,        // (N*H*W, C)
+                                            const float* __restrict__ gamma,  // (C)
+                                            const float* __restrict__ var,    // (C)
+                                            float eps, int64_t rows, int64_t channels,
+                                            T* __restrict__ dx) {  // (N*H*W, C)
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) {
+      const int64_t i = r * channels + c;
+      dx[i] = from_float<T>(to_float(dy[i]) * gamma[c] / sqrtf(var[c] + eps));
+    }
+  }
+}
+
+// Indexed by (flat index, channel): the same functor serves NCHW and NHWC.
 template <typename T>
 struct DyTimesXhat {
   const T* dy;       // (N, C, HW)
@@ -102,8 +153,7 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
   const Tensor& x = inputs.at(0);  // (N, C) or (N, C, H, W)
   int device = common_device({&x}, "BatchNorm");
   Dims d = dims_of(layer, x);
-  const char* what = "BatchNorm";
-  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
   auto info = std::make_shared<BnSavedCuda>();
   info->training = rc.training;
   saved.extra = info;
@@ -112,7 +162,7 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
     return {y};
   }
   TensorDescriptor xd, bnd;
-  set_nchw(xd, x.dtype(), d.n, d.c, d.h, d.w, what);
+  set_x_desc(xd, x, d);
   TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, kMode));
   BnCache& cache = cache_for(layer, d.c, x.device());
   const Tensor& gamma = layer.affine() ? layer.weight()->value : cache.ones;  // (C)
@@ -125,6 +175,42 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
               layer.name(), x.str());
     Tensor save_mean = Tensor::empty({d.c}, DType::f32, x.device());     // (C)
     Tensor save_inv_std = Tensor::empty({d.c}, DType::f32, x.device());  // (C)
+    if (try_ex(x)) {
+      // z, its descriptor and the activation are unused with CUDNN_BATCHNORM_OPS_BN: null.
+      TensorDescriptor bnd_ex;
+      TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd_ex, xd, kModeNhwc));
+      size_t ws_bytes = 0, reserve_bytes = 0;
+      cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kModeNhwc, kOps, xd, nullptr, xd,
+                                                                                 bnd_ex, nullptr, &ws_bytes);
+      if (st == CUDNN_STATUS_SUCCESS)
+        st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kModeNhwc, kOps, nullptr, xd, &reserve_bytes);
+      Tensor reserve = Tensor::empty({static_cast<int64_t>(reserve_bytes)}, DType::u8, x.device());
+      if (st == CUDNN_STATUS_SUCCESS) {
+        Workspace ws(ws_bytes, device);
+        st = cudnnBatchNormalizationForwardTrainingEx(
+            h, kModeNhwc, kOps, CudnnScalars::one(), CudnnScalars::zero(), xd, x.raw(), nullptr, nullptr, xd, y.raw(),
+            bnd_ex, gamma.raw(), beta.raw(), layer.momentum(), running_mean.raw(), running_var.raw(),
+            layer.epsilon(), save_mean.raw(), save_inv_std.raw(), nullptr, ws.data(), ws.bytes(),
+            reserve_bytes > 0 ? reserve.raw() : nullptr, reserve_bytes);
+      }
+      if (st == CUDNN_STATUS_SUCCESS) {
+        info->ex = true;
+        info->reserve = reserve;
+        saved.tensors = {x, save_mean, save_inv_std};
+        return {y};
+      }
+      // Refused by cuDNN's checks, before any work (cuDNN 9 statuses carry their category
+      // in the thousands): the plain call below does the step. Anything else is an error.
+      const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(st));
+      TNT_CHECK(category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM,
+                "BatchNorm '{}': cudnnBatchNormalizationForwardTrainingEx for {}: {}", layer.name(), x.str(),
+                cudnnGetErrorString(st));
+      if (!cache.warned_ex) {
+        cache.warned_ex = true;
+        log_warning("BatchNorm '{}': cuDNN refuses its persistent NHWC mode for {} ({}); using the plain mode",
+                    layer.name(), x.str(), cudnnGetErrorString(st));
+      }
+    }
     TNT_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
         h, kMode, CudnnScalars::one(), CudnnScalars::zero(), xd, x.raw(), xd, y.raw(), bnd, gamma.raw(), beta.raw(),
         layer.momentum(), running_mean.raw(), running_var.raw(), layer.epsilon(), save_mean.raw(),
@@ -149,8 +235,12 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
   int device = common_device({&x, &dy}, "BatchNorm backward");
   TNT_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype(), "BatchNorm '{}': gradient {} for input {}",
             layer.name(), dy.str(), x.str());
+  TNT_CHECK(dy.memory_format() == x.memory_format(),
+            "BatchNorm '{}': gradient {} is not {} like the layer's output (the executor gives every output gradient "
+            "its output's memory format)",
+            layer.name(), dy.str(), memory_format_name(x.memory_format()));
   Dims d = dims_of(layer, x);
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
   if (x.numel() == 0) return {dx};
   BnCache& cache = cache_for(layer, d.c, x.device());
   const bool affine = layer.affine();
@@ -159,20 +249,37 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
   const bool bias_grad = affine && layer.bias()->grad.defined();
 
   if (training) {
+    const auto& info = *static_cast<const BnSavedCuda*>(saved.extra.get());
     const Tensor& save_mean = saved.tensors[1];     // (C)
     const Tensor& save_inv_std = saved.tensors[2];  // (C)
     TensorDescriptor xd, bnd;
-    set_nchw(xd, x.dtype(), d.n, d.c, d.h, d.w, "BatchNorm");
-    TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, kMode));
+    set_x_desc(xd, x, d);
+    TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, info.ex ? kModeNhwc : kMode));
     // cuDNN writes both parameter gradients with one beta: accumulate (beta 1) into the
     // layer's when both exist, else write both into scratch and add what is needed.
     const bool direct = weight_grad && bias_grad;
     void* dscale = direct ? layer.weight()->grad.raw() : cache.dscale.raw();
     void* dbias = direct ? layer.bias()->grad.raw() : cache.dbias.raw();
-    TNT_CUDNN_CHECK(cudnnBatchNormalizationBackward(
-        cudnn_handle(device), kMode, CudnnScalars::one(), CudnnScalars::zero(), CudnnScalars::one(),
-        direct ? CudnnScalars::one() : CudnnScalars::zero(), xd, x.raw(), xd, dy.raw(), xd, dx.raw(), bnd, gamma.raw(),
-        dscale, dbias, layer.epsilon(), save_mean.raw(), save_inv_std.raw()));
+    const float* beta_param = direct ? CudnnScalars::one() : CudnnScalars::zero();
+    cudnnHandle_t h = cudnn_handle(device);
+    if (info.ex) {
+      // y, z, dz, the bias and the activation are unused with CUDNN_BATCHNORM_OPS_BN: null.
+      size_t ws_bytes = 0;
+      TNT_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kModeNhwc, kOps, xd, xd, xd, nullptr, xd,
+                                                                        bnd, nullptr, &ws_bytes));
+      Workspace ws(ws_bytes, device);
+      const size_t reserve_bytes = static_cast<size_t>(info.reserve.numel());
+      TNT_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+          h, kModeNhwc, kOps, CudnnScalars::one(), CudnnScalars::zero(), CudnnScalars::one(), beta_param, xd, x.raw(),
+          nullptr, nullptr, xd, dy.raw(), nullptr, nullptr, xd, dx.raw(), bnd, gamma.raw(), nullptr, dscale, dbias,
+          layer.epsilon(), save_mean.raw(), save_inv_std.raw(), nullptr, ws.data(), ws.bytes(),
+          reserve_bytes > 0 ? info.reserve.raw() : nullptr, reserve_bytes));
+    } else {
+      TNT_CUDNN_CHECK(cudnnBatchNormalizationBackward(h, kMode, CudnnScalars::one(), CudnnScalars::zero(),
+                                                      CudnnScalars::one(), beta_param, xd, x.raw(), xd, dy.raw(), xd,
+                                                      dx.raw(), bnd, gamma.raw(), dscale, dbias, layer.epsilon(),
+                                                      save_mean.raw(), save_inv_std.raw()));
+    }
     if (!direct) {
       if (weight_grad) axpy(1.0, cache.dscale, layer.weight()->grad);
       if (bias_grad) axpy(1.0, cache.dbias, layer.bias()->grad);
@@ -185,23 +292,35 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
   const Tensor& var = layer.running_var().value;    // (C)
   const float eps = static_cast<float>(layer.epsilon());
   const int64_t inner = d.h * d.w, n = x.numel();
+  const bool nhwc = x.is_channels_last();
+  const int64_t rows = d.n * inner;  // NHWC: (N*H*W, C)
   TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "BatchNorm", {
     const scalar_t* dyp = static_cast<const scalar_t*>(dy.raw());
-    bn_inference_dx_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-        dyp, static_cast<const float*>(gamma.raw()), static_cast<const float*>(var.raw()), eps, n, d.c, inner,
-        static_cast<scalar_t*>(dx.raw()));
+    const float* gp = static_cast<const float*>(gamma.raw());
+    const float* vp = static_cast<const float*>(var.raw());
+    if (nhwc) {
+      bn_inference_dx_nhwc_kernel<scalar_t>
+          <<<grid_for(rows, kRowsPerBlock, device), dim3(kWarp, kRowsPerBlock), 0, compute_stream(device)>>>(
+              dyp, gp, vp, eps, rows, d.c, static_cast<scalar_t*>(dx.raw()));
+    } else {
+      bn_inference_dx_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          dyp, gp, vp, eps, n, d.c, inner, static_cast<scalar_t*>(dx.raw()));
+    }
     TNT_CUDA_CHECK_LAUNCH();
+    // Per-channel sums: over (N, C, HW) planes, or down the columns of (N*H*W, C).
+    auto per_channel = [&](auto f, float* out) {
+      if (nhwc) {
+        column_sum(rows, d.c, f, 1.0f, out, device);
+      } else {
+        channel_sum(d.n, d.c, inner, f, 1.0f, out, device);
+      }
+    };
     if (weight_grad) {
-      channel_sum(d.n, d.c, inner,
-                  DyTimesXhat<scalar_t>{dyp, static_cast<const scalar_t*>(x.raw()),
-                                        static_cast<const float*>(mean.raw()), static_cast<const float*>(var.raw()),
-                                        eps},
-                  1.0f, static_cast<float*>(layer.weight()->grad.raw()), device);
+      per_channel(DyTimesXhat<scalar_t>{dyp, static_cast<const scalar_t*>(x.raw()),
+                                        static_cast<const float*>(mean.raw()), vp, eps},
+                  static_cast<float*>(layer.weight()->grad.raw()));
     }
-    if (bias_grad) {
-      channel_sum(d.n, d.c, inner, LoadAsFloat<scalar_t>{dyp}, 1.0f, static_cast<float*>(layer.bias()->grad.raw()),
-                  device);
-    }
+    if (bias_grad) per_channel(LoadAsFloat<scalar_t>{dyp}, static_cast<float*>(layer.bias()->grad.raw()));
   });
   return {dx};
 }

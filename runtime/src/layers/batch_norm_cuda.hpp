@@ -5,6 +5,7 @@
 // variance (N*H*W / (N*H*W - 1)); updated in forward(training). Inference: the running
 // statistics. Backward in training uses the batch statistics; in inference the running ones
 // (a per-channel affine map).
+// Memory formats: a 4-D x in either format; y and dx in x's, dy in x's too.
 #pragma once
 
 #include "tarantella/layers/batch_norm.hpp"

@@ -3,6 +3,9 @@
 // Semantics: NCHW cross-correlation, square kernel, stride and symmetric padding; x (N, C, H, W),
 // W (F, C, k, k), y (N, F, Ho, Wo). With saved.need_input_grads == false backward returns an
 // undefined dx and needs no backward-data algorithm.
+// Memory formats: y is in rc.memory_format; x may be in either format (converted), dx is in
+// x's format, dy must be in y's. Algorithms are timed once per problem unless
+// TNT_CUDNN_AUTOTUNE=0 (conv2d_cuda.cu's header).
 #pragma once
 
 #include "tarantella/layers/conv2d.hpp"
@@ -15,5 +18,8 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
                                    SavedState& saved);
 std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& grad_outputs,
                                     const RunContext& rc, SavedState& saved);
+// How many (problem, direction) pairs this process has timed so far (tests: the cache of
+// timed choices is shared, TNT_CUDNN_AUTOTUNE=0 times nothing).
+int64_t conv2d_autotune_searches();
 
 }  // namespace tnt::cuda

@@ -7,12 +7,25 @@
 // it is, in a fixed order: no atomics, so overlapping windows (3x3 stride 2) stay
 // deterministic.
 // AvgPool2D is cuDNN's average pooling excluding padding (deterministic in both passes).
-// GlobalAveragePool is ours (one warp per (n, c) plane).
+// GlobalAveragePool is ours (one warp per (n, c) plane, 16-byte loads and stores where the
+// planes are aligned to them).
+//
+// Memory formats: every engine takes either format and returns its output and dx in the
+// input's (GlobalAveragePool's (N, C) output is the same in both); dy must be in the
+// output's format (the executor's contract). The NHWC max-pool kernels index outputs and
+// inputs by (n, h, w, c), so neighbouring threads touch neighbouring channels (coalesced);
+// argmax keeps its meaning (ih * W + iw within the window's (n, c) plane) and the same
+// contract. AvgPool2D gives cuDNN NHWC descriptors. NHWC global average pooling sums the
+// columns of each image's (H*W, C) matrix, 32 channels per block, in a fixed order.
 #include "layers/pooling_cuda.hpp"
 
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/reduce.cuh"
 
+#include <algorithm>
+#include <climits>
+#include <cstring>
 #include <memory>
 
 namespace tnt::cuda {
@@ -97,28 +110,182 @@ __global__ void max_pool_backward_kernel(const T* __restrict__ dy,             /
   }
 }
 
-// One warp per (n, c) plane of hw elements.
-template <typename T>
+// The same for NHWC: x (N, H, W, C), y and argmax (N, Ho, Wo, C), argmax as above. I is
+// the index type: int32_t when every index of x and y fits (the host checks), which makes
+// the four divisions per element 32-bit ones (a 64-bit division is a long software
+// sequence on the GPU, and ResNet's pooling runs over 10^8 elements), else int64_t.
+template <typename I>
+struct PoolIndex {
+  I n, c, h, w, ho, wo, pool, stride, pad;
+  explicit PoolIndex(const PoolGeometry& g)
+      : n(static_cast<I>(g.n)), c(static_cast<I>(g.c)), h(static_cast<I>(g.h)), w(static_cast<I>(g.w)),
+        ho(static_cast<I>(g.ho)), wo(static_cast<I>(g.wo)), pool(static_cast<I>(g.pool)),
+        stride(static_cast<I>(g.stride)), pad(static_cast<I>(g.pad)) {}
+};
+
+template <typename T, typename I>
+__global__ void max_pool_forward_nhwc_kernel(const T* __restrict__ x,  // (N, H, W, C)
+                                             PoolIndex<I> g,
+                                             T* __restrict__ y,               // (N, Ho, Wo, C)
+                                             int32_t* __restrict__ argmax) {  // (N, Ho, Wo, C)
+  const I total = g.n * g.ho * g.wo * g.c;
+  for (I o = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); o < total;
+       o += static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x)) {
+    const I c = o % g.c, pixel = o / g.c;
+    const I ow = pixel % g.wo, oh = (pixel / g.wo) % g.ho, image = pixel / (g.wo * g.ho);
+    const T* xp = x + image * g.h * g.w * g.c + c;  // element (ih, iw) at xp[(ih * W + iw) * C]
+    float best = 0.0f;
+    int32_t best_at = -1;
+    for (I i = 0; i < g.pool; ++i) {
+      const I ih = oh * g.stride - g.pad + i;
+      if (ih < 0 || ih >= g.h) continue;
+      for (I j = 0; j < g.pool; ++j) {
+        const I iw = ow * g.stride - g.pad + j;
+        if (iw < 0 || iw >= g.w) continue;
+        const float v = to_float(xp[(ih * g.w + iw) * g.c]);
+        // The NCHW kernel's rule: strict, so the first maximum stays; the first NaN wins.
+        if (best_at < 0 || v > best || (v != v && best == best)) {
+          best = v;
+          best_at = static_cast<int32_t>(ih * g.w + iw);
+        }
+      }
+    }
+    y[o] = best_at < 0 ? from_float<T>(0.0f) : xp[static_cast<I>(best_at) * g.c];
+    argmax[o] = best_at;
+  }
+}
+
+template <typename T, typename I>
+__global__ void max_pool_backward_nhwc_kernel(const T* __restrict__ dy,             // (N, Ho, Wo, C)
+                                              const int32_t* __restrict__ argmax,  // (N, Ho, Wo, C)
+                                              PoolIndex<I> g,
+                                              T* __restrict__ dx) {  // (N, H, W, C)
+  const I total = g.n * g.h * g.w * g.c;
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total;
+       i += static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x)) {
+    const I c = i % g.c, pixel = i / g.c;
+    const I iw = pixel % g.w, ih = (pixel / g.w) % g.h, image = pixel / (g.w * g.h);
+    const int32_t here = static_cast<int32_t>(ih * g.w + iw);
+    // The windows containing (ih, iw), as in the NCHW kernel, in the same order.
+    const I oh0 = ih + g.pad < g.pool ? 0 : (ih + g.pad - g.pool) / g.stride + 1;
+    const I oh1 = min((ih + g.pad) / g.stride, g.ho - 1);
+    const I ow0 = iw + g.pad < g.pool ? 0 : (iw + g.pad - g.pool) / g.stride + 1;
+    const I ow1 = min((iw + g.pad) / g.stride, g.wo - 1);
+    const I base = image * g.ho * g.wo;
+    float acc = 0.0f;
+    for (I oh = oh0; oh <= oh1; ++oh) {
+      for (I ow = ow0; ow <= ow1; ++ow) {
+        const I o = (base + oh * g.wo + ow) * g.c + c;
+        if (argmax[o] == here) acc += to_float(dy[o]);
+      }
+    }
+    dx[i] = from_float<T>(acc);
+  }
+}
+
+// Whether every index of x and y of a pooling fits int32_t, with room for the grid-stride
+// loop's last step (o + blockDim * gridDim must not overflow).
+bool fits_int32(const PoolGeometry& g) {
+  const int64_t largest = std::max(g.n * g.c * g.h * g.w, g.n * g.c * g.ho * g.wo);
+  return largest <= INT32_MAX / 2;
+}
+
+// Contiguous global average pooling: one warp per (n, c) plane of hw elements. With
+// kVector every plane starts on a 16-byte boundary and holds whole 16-byte words (the host
+// checks), and lanes load 16 bytes at a time.
+template <typename T, bool kVector>
 __global__ void gap_forward_kernel(const T* __restrict__ x,  // (N*C, HW)
                                    int64_t planes, int64_t hw,
                                    T* __restrict__ y) {  // (N*C)
+  constexpr int kPerWord = 16 / sizeof(T);
   const int lane = threadIdx.x % kWarp;
   const int64_t warps_per_block = blockDim.x / kWarp;
   for (int64_t p = blockIdx.x * warps_per_block + threadIdx.x / kWarp; p < planes;
        p += static_cast<int64_t>(gridDim.x) * warps_per_block) {
     float acc = 0.0f;
-    for (int64_t j = lane; j < hw; j += kWarp) acc += to_float(x[p * hw + j]);
+    if (kVector) {
+      const uint4* words = reinterpret_cast<const uint4*>(x + p * hw);
+      for (int64_t j = lane; j < hw / kPerWord; j += kWarp) {
+        const uint4 word = words[j];
+        T v[kPerWord];
+        memcpy(v, &word, sizeof(word));
+        for (int k = 0; k < kPerWord; ++k) acc += to_float(v[k]);
+      }
+    } else {
+      for (int64_t j = lane; j < hw; j += kWarp) acc += to_float(x[p * hw + j]);
+    }
     acc = warp_sum(acc);
     if (lane == 0) y[p] = from_float<T>(acc / static_cast<float>(hw));
   }
 }
 
-// dy * (1 / HW), the CPU engine's arithmetic.
-template <typename T>
+// dy * (1 / HW), the CPU engine's arithmetic: one warp per plane, one product per plane.
+template <typename T, bool kVector>
 __global__ void gap_backward_kernel(const T* __restrict__ dy,  // (N*C)
-                                    int64_t total, int64_t hw, float inv_hw,
+                                    int64_t planes, int64_t hw, float inv_hw,
                                     T* __restrict__ dx) {  // (N*C, HW)
-  TNT_KERNEL_LOOP(i, total) { dx[i] = from_float<T>(to_float(dy[i / hw]) * inv_hw); }
+  constexpr int kPerWord = 16 / sizeof(T);
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps_per_block = blockDim.x / kWarp;
+  for (int64_t p = blockIdx.x * warps_per_block + threadIdx.x / kWarp; p < planes;
+       p += static_cast<int64_t>(gridDim.x) * warps_per_block) {
+    const T value = from_float<T>(to_float(dy[p]) * inv_hw);
+    if (kVector) {
+      T v[kPerWord];
+      for (int k = 0; k < kPerWord; ++k) v[k] = value;
+      uint4 word;
+      memcpy(&word, v, sizeof(word));
+      uint4* words = reinterpret_cast<uint4*>(dx + p * hw);
+      for (int64_t j = lane; j < hw / kPerWord; j += kWarp) words[j] = word;
+    } else {
+      for (int64_t j = lane; j < hw; j += kWarp) dx[p * hw + j] = value;
+    }
+  }
+}
+
+// Whether the planes of hw elements of a tensor at `data` suit gap_*_kernel<T, true>.
+template <typename T>
+bool gap_vector(const void* data, int64_t hw) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && (hw * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+}
+
+// NHWC global average pooling: block (x, image) sums the 32 channels from blockIdx.x * 32
+// over the image's HW rows, thread y taking rows y, y + 8, ..., then the 8 stripes in order.
+template <typename T>
+__global__ void gap_forward_nhwc_kernel(const T* __restrict__ x,  // (N, HW, C)
+                                        int64_t images, int64_t hw, int64_t channels,
+                                        T* __restrict__ y) {  // (N, C)
+  __shared__ float tile[kColTileY][kColTileX];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTileX + threadIdx.x;
+  for (int64_t image = blockIdx.y; image < images; image += gridDim.y) {
+    const T* xi = x + image * hw * channels;
+    float acc = 0.0f;
+    if (c < channels) {
+      for (int64_t p = threadIdx.y; p < hw; p += kColTileY) acc += to_float(xi[p * channels + c]);
+    }
+    tile[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < channels) {
+      float total = 0.0f;
+      for (int k = 0; k < kColTileY; ++k) total += tile[k][threadIdx.x];
+      y[image * channels + c] = from_float<T>(total / static_cast<float>(hw));
+    }
+    __syncthreads();  // the next image overwrites the tile
+  }
+}
+
+// NHWC backward: dx seen as (N*HW, C) rows; thread x along the channels, one division per
+// row (the image), none per element.
+template <typename T>
+__global__ void gap_backward_nhwc_kernel(const T* __restrict__ dy,  // (N, C)
+                                         int64_t rows, int64_t hw, int64_t channels, float inv_hw,
+                                         T* __restrict__ dx) {  // (N*HW, C)
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    const T* dyi = dy + (r / hw) * channels;
+    T* dxr = dx + r * channels;
+    for (int64_t c = threadIdx.x; c < channels; c += blockDim.x) dxr[c] = from_float<T>(to_float(dyi[c]) * inv_hw);
+  }
 }
 
 void set_avg_pool(const PoolingDescriptor& pd, const PoolGeometry& g) {
@@ -133,21 +300,34 @@ void set_avg_pool(const PoolingDescriptor& pd, const PoolGeometry& g) {
 std::vector<Tensor> max_pool2d_forward(MaxPool2D& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                        SavedState& saved) {
   (void)rc;
-  const Tensor& x = inputs.at(0);  // (N, C, H, W)
+  const Tensor& x = inputs.at(0);  // (N, C, H, W), either format
   int device = common_device({&x}, "MaxPool2D");
   PoolGeometry g = geometry(layer, x.shape());
   TNT_CHECK(g.h * g.w <= INT32_MAX, "MaxPool2D '{}': plane of {} x {} too large", layer.name(), g.h, g.w);
-  Tensor y = Tensor::empty({g.n, g.c, g.ho, g.wo}, x.dtype(), x.device());             // (N, C, Ho, Wo)
-  Tensor argmax = Tensor::empty({g.n, g.c, g.ho, g.wo}, DType::i32, x.device());       // (N, C, Ho, Wo)
+  const MemoryFormat format = x.memory_format();
+  Tensor y = Tensor::empty({g.n, g.c, g.ho, g.wo}, x.dtype(), x.device(), format);        // (N, C, Ho, Wo)
+  Tensor argmax = Tensor::empty({g.n, g.c, g.ho, g.wo}, DType::i32, x.device(), format);  // (N, C, Ho, Wo)
   const int64_t total = y.numel();
   if (total > 0) {
+    const unsigned grid = grid_for(total, kBlock, device);
+    cudaStream_t stream = compute_stream(device);
     TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "MaxPool2D", {
-      max_pool_forward_kernel<scalar_t><<<grid_for(total, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(x.raw()), g, static_cast<scalar_t*>(y.raw()), argmax.data<int32_t>());
+      const scalar_t* xp = static_cast<const scalar_t*>(x.raw());
+      scalar_t* yp = static_cast<scalar_t*>(y.raw());
+      if (x.is_channels_last() && fits_int32(g)) {
+        max_pool_forward_nhwc_kernel<scalar_t, int32_t>
+            <<<grid, kBlock, 0, stream>>>(xp, PoolIndex<int32_t>(g), yp, argmax.data<int32_t>());
+      } else if (x.is_channels_last()) {
+        max_pool_forward_nhwc_kernel<scalar_t, int64_t>
+            <<<grid, kBlock, 0, stream>>>(xp, PoolIndex<int64_t>(g), yp, argmax.data<int32_t>());
+      } else {
+        max_pool_forward_kernel<scalar_t><<<grid, kBlock, 0, stream>>>(xp, g, yp, argmax.data<int32_t>());
+      }
     });
     TNT_CUDA_CHECK_LAUNCH();
   }
-  // Like the CPU engine: the argmax, and the input's shape in extra (x itself is not kept).
+  // Like the CPU engine: the argmax (in y's format), and the input's shape in extra (x
+  // itself is not kept).
   saved.tensors = {argmax};
   saved.extra = std::make_shared<Shape>(x.shape());
   return {y};
@@ -157,19 +337,34 @@ std::vector<Tensor> max_pool2d_backward(MaxPool2D& layer, const std::vector<Tens
                                         const RunContext& rc, SavedState& saved) {
   (void)rc;
   TNT_CHECK(saved.tensors.size() == 1 && saved.extra, "MaxPool2D '{}': backward without a forward", layer.name());
-  const Tensor& argmax = saved.tensors[0];
+  const Tensor& argmax = saved.tensors[0];  // (N, C, Ho, Wo) in the forward's format
   const Shape& x_shape = *static_cast<const Shape*>(saved.extra.get());
   const Tensor& dy = grad_outputs.at(0);
   int device = common_device({&argmax, &dy}, "MaxPool2D backward");
   PoolGeometry g = geometry(layer, x_shape);
   TNT_CHECK(dy.shape() == argmax.shape(), "MaxPool2D '{}': gradient {} for output {}", layer.name(), dy.str(),
             shape_str(argmax.shape()));
-  Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device());
+  TNT_CHECK(dy.memory_format() == argmax.memory_format(),
+            "MaxPool2D '{}': gradient {} is not {} like the layer's output (the executor gives every output "
+            "gradient its output's memory format)",
+            layer.name(), dy.str(), memory_format_name(argmax.memory_format()));
+  Tensor dx = Tensor::empty(x_shape, dy.dtype(), dy.device(), argmax.memory_format());
   const int64_t total = dx.numel();
   if (total > 0) {
+    const unsigned grid = grid_for(total, kBlock, device);
+    cudaStream_t stream = compute_stream(device);
     TNT_CUDA_DISPATCH_FLOAT(dy.dtype(), "MaxPool2D", {
-      max_pool_backward_kernel<scalar_t><<<grid_for(total, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(dy.raw()), argmax.data<int32_t>(), g, static_cast<scalar_t*>(dx.raw()));
+      const scalar_t* dyp = static_cast<const scalar_t*>(dy.raw());
+      scalar_t* dxp = static_cast<scalar_t*>(dx.raw());
+      if (dx.is_channels_last() && fits_int32(g)) {
+        max_pool_backward_nhwc_kernel<scalar_t, int32_t>
+            <<<grid, kBlock, 0, stream>>>(dyp, argmax.data<int32_t>(), PoolIndex<int32_t>(g), dxp);
+      } else if (dx.is_channels_last()) {
+        max_pool_backward_nhwc_kernel<scalar_t, int64_t>
+            <<<grid, kBlock, 0, stream>>>(dyp, argmax.data<int32_t>(), PoolIndex<int64_t>(g), dxp);
+      } else {
+        max_pool_backward_kernel<scalar_t><<<grid, kBlock, 0, stream>>>(dyp, argmax.data<int32_t>(), g, dxp);
+      }
     });
     TNT_CUDA_CHECK_LAUNCH();
   }
@@ -179,16 +374,17 @@ std::vector<Tensor> max_pool2d_backward(MaxPool2D& layer, const std::vector<Tens
 std::vector<Tensor> avg_pool2d_forward(AvgPool2D& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                        SavedState& saved) {
   (void)rc;
-  const Tensor& x = inputs.at(0);  // (N, C, H, W)
+  const Tensor& x = inputs.at(0);  // (N, C, H, W), either format
   int device = common_device({&x}, "AvgPool2D");
   PoolGeometry g = geometry(layer, x.shape());
-  Tensor y = Tensor::empty({g.n, g.c, g.ho, g.wo}, x.dtype(), x.device());  // (N, C, Ho, Wo)
+  const MemoryFormat format = x.memory_format();
+  Tensor y = Tensor::empty({g.n, g.c, g.ho, g.wo}, x.dtype(), x.device(), format);  // (N, C, Ho, Wo)
   if (y.numel() > 0) {
     PoolingDescriptor pd;
     set_avg_pool(pd, g);
     TensorDescriptor xd, yd;
-    set_nchw(xd, x.dtype(), g.n, g.c, g.h, g.w, "AvgPool2D");
-    set_nchw(yd, x.dtype(), g.n, g.c, g.ho, g.wo, "AvgPool2D");
+    set_4d(xd, x.dtype(), format, g.n, g.c, g.h, g.w, "AvgPool2D");
+    set_4d(yd, x.dtype(), format, g.n, g.c, g.ho, g.wo, "AvgPool2D");
     TNT_CUDNN_CHECK(cudnnPoolingForward(cudnn_handle(device), pd, CudnnScalars::one(), xd, x.raw(),
                                         CudnnScalars::zero(), yd, y.raw()));
   }
@@ -207,7 +403,12 @@ std::vector<Tensor> avg_pool2d_backward(AvgPool2D& layer, const std::vector<Tens
   PoolGeometry g = geometry(layer, x.shape());
   TNT_CHECK(dy.shape() == y.shape() && dy.dtype() == x.dtype(), "AvgPool2D '{}': gradient {} for output {}",
             layer.name(), dy.str(), y.str());
-  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  const MemoryFormat format = x.memory_format();
+  TNT_CHECK(dy.memory_format() == format,
+            "AvgPool2D '{}': gradient {} is not {} like the layer's output (the executor gives every output "
+            "gradient its output's memory format)",
+            layer.name(), dy.str(), memory_format_name(format));
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), format);
   if (x.numel() == 0) return {dx};
   if (y.numel() == 0) {
     TNT_CUDA_CHECK(cudaMemsetAsync(dx.raw(), 0, dx.nbytes(), compute_stream(device)));
@@ -216,33 +417,57 @@ std::vector<Tensor> avg_pool2d_backward(AvgPool2D& layer, const std::vector<Tens
   PoolingDescriptor pd;
   set_avg_pool(pd, g);
   TensorDescriptor xd, yd;
-  set_nchw(xd, x.dtype(), g.n, g.c, g.h, g.w, "AvgPool2D");
-  set_nchw(yd, x.dtype(), g.n, g.c, g.ho, g.wo, "AvgPool2D");
+  set_4d(xd, x.dtype(), format, g.n, g.c, g.h, g.w, "AvgPool2D");
+  set_4d(yd, x.dtype(), format, g.n, g.c, g.ho, g.wo, "AvgPool2D");
   TNT_CUDNN_CHECK(cudnnPoolingBackward(cudnn_handle(device), pd, CudnnScalars::one(), yd, y.raw(), yd, dy.raw(), xd,
                                        x.raw(), CudnnScalars::zero(), xd, dx.raw()));
   return {dx};
 }
 
+namespace {
+
+// What GlobalAveragePool's backward needs: the input's shape and format.
+struct GapSaved {
+  Shape shape;  // (N, C, H, W)
+  MemoryFormat format = MemoryFormat::contiguous;
+};
+
+}  // namespace
+
 std::vector<Tensor> global_average_pool_forward(GlobalAveragePool& layer, const std::vector<Tensor>& inputs,
                                                 const RunContext& rc, SavedState& saved) {
   (void)rc;
-  const Tensor& x = inputs.at(0);  // (N, C, H, W)
+  const Tensor& x = inputs.at(0);  // (N, C, H, W), either format
   int device = common_device({&x}, "GlobalAveragePool");
   TNT_CHECK(x.ndim() == 4, "GlobalAveragePool '{}': input {} is not (N, C, H, W)", layer.name(), x.str());
-  const int64_t planes = x.dim(0) * x.dim(1), hw = x.dim(2) * x.dim(3);
-  Tensor y = Tensor::empty({x.dim(0), x.dim(1)}, x.dtype(), x.device());  // (N, C)
+  const int64_t images = x.dim(0), channels = x.dim(1), planes = images * channels, hw = x.dim(2) * x.dim(3);
+  Tensor y = Tensor::empty({images, channels}, x.dtype(), x.device());  // (N, C), the same in both formats
   if (planes > 0) {
     TNT_CHECK(hw > 0, "GlobalAveragePool '{}': input {} has empty planes", layer.name(), x.str());
-    constexpr int warps = kBlock / kWarp;
+    cudaStream_t stream = compute_stream(device);
     TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "GlobalAveragePool", {
-      gap_forward_kernel<scalar_t><<<grid_for(planes, warps, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(x.raw()), planes, hw, static_cast<scalar_t*>(y.raw()));
+      const scalar_t* xp = static_cast<const scalar_t*>(x.raw());
+      scalar_t* yp = static_cast<scalar_t*>(y.raw());
+      if (x.is_channels_last()) {
+        const dim3 grid(static_cast<unsigned>((channels + kColTileX - 1) / kColTileX),
+                        static_cast<unsigned>(std::min<int64_t>(images, 65535)));
+        gap_forward_nhwc_kernel<scalar_t>
+            <<<grid, dim3(kColTileX, kColTileY), 0, stream>>>(xp, images, hw, channels, yp);
+      } else {
+        constexpr int warps = kBlock / kWarp;
+        const unsigned grid = grid_for(planes, warps, device);
+        if (gap_vector<scalar_t>(xp, hw)) {
+          gap_forward_kernel<scalar_t, true><<<grid, kBlock, 0, stream>>>(xp, planes, hw, yp);
+        } else {
+          gap_forward_kernel<scalar_t, false><<<grid, kBlock, 0, stream>>>(xp, planes, hw, yp);
+        }
+      }
     });
     TNT_CUDA_CHECK_LAUNCH();
   }
-  // Like the CPU engine: backward needs only the input's shape.
+  // Like the CPU engine: backward needs only the input's shape (and here its format).
   saved.tensors.clear();
-  saved.extra = std::make_shared<Shape>(x.shape());
+  saved.extra = std::make_shared<GapSaved>(GapSaved{x.shape(), x.memory_format()});
   return {y};
 }
 
@@ -250,18 +475,33 @@ std::vector<Tensor> global_average_pool_backward(GlobalAveragePool& layer, const
                                                  const RunContext& rc, SavedState& saved) {
   (void)rc;
   TNT_CHECK(saved.extra, "GlobalAveragePool '{}': backward without a forward", layer.name());
-  const Shape& xs = *static_cast<const Shape*>(saved.extra.get());  // (N, C, H, W)
-  const Tensor& dy = grad_outputs.at(0);                            // (N, C)
+  const auto& info = *static_cast<const GapSaved*>(saved.extra.get());
+  const Shape& xs = info.shape;           // (N, C, H, W)
+  const Tensor& dy = grad_outputs.at(0);  // (N, C)
   int device = common_device({&dy}, "GlobalAveragePool backward");
-  const int64_t hw = xs[2] * xs[3], total = shape_numel(xs);
-  TNT_CHECK(dy.numel() == xs[0] * xs[1], "GlobalAveragePool '{}': gradient {} for input {}", layer.name(), dy.str(),
-            shape_str(xs));
-  Tensor dx = Tensor::empty(xs, dy.dtype(), dy.device());
+  const int64_t hw = xs[2] * xs[3], total = shape_numel(xs), channels = xs[1];
+  TNT_CHECK(dy.numel() == xs[0] * xs[1] && !dy.is_channels_last(), "GlobalAveragePool '{}': gradient {} for input {}",
+            layer.name(), dy.str(), shape_str(xs));
+  Tensor dx = Tensor::empty(xs, dy.dtype(), dy.device(), info.format);
   if (total > 0) {
+    const float inv_hw = 1.0f / static_cast<float>(hw);
+    cudaStream_t stream = compute_stream(device);
     TNT_CUDA_DISPATCH_FLOAT(dy.dtype(), "GlobalAveragePool", {
-      gap_backward_kernel<scalar_t><<<grid_for(total, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(dy.raw()), total, hw, 1.0f / static_cast<float>(hw),
-          static_cast<scalar_t*>(dx.raw()));
+      const scalar_t* dyp = static_cast<const scalar_t*>(dy.raw());
+      scalar_t* dxp = static_cast<scalar_t*>(dx.raw());
+      if (dx.is_channels_last()) {
+        const int64_t rows = xs[0] * hw;  // (N*HW, C)
+        gap_backward_nhwc_kernel<scalar_t><<<grid_for(rows, kColTileY, device), dim3(kWarp, kColTileY), 0, stream>>>(
+            dyp, rows, hw, channels, inv_hw, dxp);
+      } else {
+        const int64_t planes = xs[0] * channels;
+        const unsigned grid = grid_for(planes, kBlock / kWarp, device);
+        if (gap_vector<scalar_t>(dxp, hw)) {
+          gap_backward_kernel<scalar_t, true><<<grid, kBlock, 0, stream>>>(dyp, planes, hw, inv_hw, dxp);
+        } else {
+          gap_backward_kernel<scalar_t, false><<<grid, kBlock, 0, stream>>>(dyp, planes, hw, inv_hw, dxp);
+        }
+      }
     });
     TNT_CUDA_CHECK_LAUNCH();
   }

@@ -7,6 +7,8 @@
 //                      order, or to its first NaN.
 //   AvgPool2D          padded positions are excluded from the divisor.
 //   GlobalAveragePool  (N, C, H, W) -> (N, C).
+// Memory formats: inputs in either format; outputs (but GlobalAveragePool's (N, C)) and dx
+// in the input's, dy in the output's.
 #pragma once
 
 #include "tarantella/layers/pooling.hpp"

@@ -66,6 +66,24 @@ inline void set_nchw(const TensorDescriptor& desc, DType dtype, int64_t n, int64
                                              cudnn_dim(c, what), cudnn_dim(h, what), cudnn_dim(w, what)));
 }
 
+// A packed 4-D tensor descriptor of the logical shape (N, C, H, W) stored in `format`
+// (contiguous: NCHW; channels_last: NHWC). cuDNN takes the dimensions in NCHW order for both.
+inline void set_4d(const TensorDescriptor& desc, DType dtype, MemoryFormat format, int64_t n, int64_t c, int64_t h,
+                   int64_t w, const char* what) {
+  const cudnnTensorFormat_t f = format == MemoryFormat::channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  TNT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(desc, f, cudnn_dtype(dtype, what), cudnn_dim(n, what),
+                                             cudnn_dim(c, what), cudnn_dim(h, what), cudnn_dim(w, what)));
+}
+
+// A filter (K, C, R, S) stored in `format`: contiguous is KCRS (PyTorch's (F, C, k, k)),
+// channels_last is KRSC (cuDNN's NHWC filter format). Dimensions in KCRS order for both.
+inline void set_filter(const FilterDescriptor& desc, DType dtype, MemoryFormat format, int64_t k, int64_t c,
+                       int64_t r, int64_t s, const char* what) {
+  const cudnnTensorFormat_t f = format == MemoryFormat::channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  TNT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(desc, cudnn_dtype(dtype, what), f, cudnn_dim(k, what),
+                                             cudnn_dim(c, what), cudnn_dim(r, what), cudnn_dim(s, what)));
+}
+
 // The scaling factors of cuDNN calls: float for float/half/bf16 data (double only for
 // double data, which the engines do not use).
 struct CudnnScalars {

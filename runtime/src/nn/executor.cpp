@@ -243,9 +243,9 @@ void Network::set_compute_dtype(DType dtype) {
 void Network::set_memory_format(MemoryFormat format) {
   TNT_INPUT_CHECK(format == MemoryFormat::contiguous || format == MemoryFormat::channels_last,
                   "network '{}': memory format {} is unknown", name_, static_cast<int>(format));
+  if (format == MemoryFormat::channels_last && has_graph()) check_memory_format();  // before: a refusal changes nothing
   memory_format_ = format;
   have_saved_ = false;  // a state saved in the other format must not meet this backward
-  if (format == MemoryFormat::channels_last && has_graph()) check_memory_format();
 }
 
 void Network::check_memory_format() const {

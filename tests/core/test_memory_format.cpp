@@ -91,7 +91,8 @@ TEST_CASE("to_memory_format is a no-op for tensors that are not 4-D", "[memory_f
 TEST_CASE("reshape of a channels_last tensor is refused with a message", "[memory_format]") {
   Tensor cl = Tensor::zeros({2, 3, 4, 5}, DType::f32, Device::cpu(), MemoryFormat::channels_last);
   CHECK_THROWS_WITH(cl.reshape({2, 60}),
-                    Catch::Contains("reshape (2, 3, 4, 5) -> (2, 60): the tensor is channels_last; call contiguous() first"));
+                    Catch::Contains("reshape (2, 3, 4, 5) -> (2, 60): the tensor is channels_last; "
+                                    "call contiguous() first"));
   CHECK_THROWS_WITH(cl.reshape({2, -1}), Catch::Contains("call contiguous() first"));
   // To its own shape it is the tensor itself; after contiguous() any shape goes.
   CHECK(cl.reshape({2, 3, 4, 5}).is_channels_last());

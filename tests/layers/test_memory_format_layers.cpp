@@ -37,8 +37,8 @@ struct Run {
 // A fresh layer from make(), inputs xs (contiguous) converted to in_formats, forward and
 // backward with rc.memory_format = net; dy (contiguous, random) is handed over in the
 // format of y, as the executor does.
-Run run(const std::function<LayerPtr()>& make, const std::vector<Tensor>& xs, const std::vector<MemoryFormat>& in_formats,
-        MemoryFormat net, bool training = true) {
+Run run(const std::function<LayerPtr()>& make, const std::vector<Tensor>& xs,
+        const std::vector<MemoryFormat>& in_formats, MemoryFormat net, bool training = true) {
   LayerPtr layer = make();
   RunContext rc;
   rc.training = training;
@@ -172,7 +172,8 @@ TEST_CASE("memory format: MaxPool2D in channels_last gives the same bits", "[mem
   };
   // The 2x2/2 fast path of the NCHW loop, 3x3/2 with padding (ResNet's stem), stride 1,
   // and sizes that leave rows and columns out.
-  for (Case t : {Case{2, 2, 0, 6, 6}, Case{2, 2, 0, 5, 7}, Case{3, 2, 1, 7, 5}, Case{3, 1, 1, 4, 6}, Case{3, 3, 0, 8, 7}}) {
+  for (Case t :
+       {Case{2, 2, 0, 6, 6}, Case{2, 2, 0, 5, 7}, Case{3, 2, 1, 7, 5}, Case{3, 1, 1, 4, 6}, Case{3, 3, 0, 8, 7}}) {
     DYNAMIC_SECTION("k" << t.k << " s" << t.s << " p" << t.p << " " << t.h << "x" << t.w) {
       auto make = [t] { return std::make_shared<MaxPool2D>(t.k, t.s, t.p, "pool"); };
       SECTION("distinct values") { check_formats(make, test::distinct_values({2, 3, t.h, t.w}, 7, 0.01), false, 0, 0); }

@@ -76,7 +76,9 @@ SymTensor conv(const SymTensor& x, int64_t filters, int64_t k, int64_t stride, c
   o.use_bias = false;
   return call(std::make_shared<Conv2D>(filters, k, o, name), x);
 }
-SymTensor bn(const SymTensor& x, const std::string& name) { return call(std::make_shared<BatchNorm>(BatchNormOptions{}, name), x); }
+SymTensor bn(const SymTensor& x, const std::string& name) {
+  return call(std::make_shared<BatchNorm>(BatchNormOptions{}, name), x);
+}
 SymTensor relu(const SymTensor& x, const std::string& name) { return call(std::make_shared<ReLU>(name), x); }
 SymTensor add(const SymTensor& a, const SymTensor& b, const std::string& name) {
   return call(std::make_shared<Add>(name), std::vector<SymTensor>{a, b});
@@ -167,7 +169,9 @@ Diff compare_passes(const Pass& a, const Pass& b, double atol, double rtol) {
   Diff d;
   compare(d, "output", a.y, b.y, atol, rtol);
   compare(d, "input gradient", a.dx, b.dx, atol, rtol);
-  for (size_t i = 0; i < a.grads.size(); ++i) compare(d, "gradient " + std::to_string(i), a.grads[i], b.grads[i], atol, rtol);
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    compare(d, "gradient " + std::to_string(i), a.grads[i], b.grads[i], atol, rtol);
+  }
   for (size_t i = 0; i < a.buffers.size(); ++i) {
     compare(d, "buffer " + std::to_string(i), a.buffers[i], b.buffers[i], atol, rtol);
   }
@@ -275,7 +279,8 @@ TEST_CASE("channels_last is refused where it changes nothing", "[memory_format]"
   seq.add(std::make_shared<Dense>(2, DenseOptions{}, "fc"));
   seq.set_memory_format(MemoryFormat::channels_last);
   RunContext rc;
-  CHECK_THROWS_WITH(seq.forward({Tensor::zeros({1, 4})}, rc), Catch::Contains("network 'seq': memory format channels_last"));
+  CHECK_THROWS_WITH(seq.forward({Tensor::zeros({1, 4})}, rc),
+                    Catch::Contains("network 'seq': memory format channels_last"));
 
   CHECK_THROWS_WITH(parse_memory_format("NHWC8"), Catch::Contains("memory format 'NHWC8' is not 'channels_first'"));
 }

@@ -16,6 +16,11 @@
 // Real data (tarantella/imagenet.hpp): each rank lists the whole split, distribute() gives
 // it its slice of every global batch, and only then are its own samples decoded and
 // augmented, on --data_workers threads, so no rank reads another rank's files.
+//
+// --data_format (the Model Garden's flag): channels_last keeps the activations NHWC between
+// the convolutional layers (Network::set_memory_format), what tensor cores run without
+// transposes; the default is channels_last on a GPU and channels_first on a CPU rank, where
+// oneDNN reorders to its own blocked layouts anyway. Weights and checkpoints are the same.
 #include "resnet.hpp"
 
 #include "common/flags.hpp"
@@ -162,7 +167,9 @@ int main(int argc, char** argv) {
        "build/bin/resnet50 --use_synthetic_data --image_size=64 --num_classes=10 --batch_size=32 \\\n"
        "--train_steps=20 --log_steps=5   (a quick CPU throughput check)",
        "tarantella -- build/bin/resnet50 --use_synthetic_data --dtype=bf16 --train_steps=100\n"
-       "(mixed precision on a GPU: bf16 layers, fp32 master weights)"},
+       "(mixed precision on a GPU: bf16 layers, fp32 master weights)",
+       "build/bin/resnet50 --use_synthetic_data --image_size=64 --batch_size=32 --train_steps=20 \\\n"
+       "--data_format=channels_last   (NHWC activations on the CPU too)"},
       {.data_dir = "",
        .data_dir_help = "ImageNet directory (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG)",
        .model_dir = "./resnet50_model",
@@ -184,6 +191,7 @@ int main(int argc, char** argv) {
     ("warmup_epochs", "epochs of linear learning-rate warmup", cxxopts::value<int64_t>()->default_value("5"))
     ("label_smoothing", "label smoothing of the cross-entropy", cxxopts::value<double>()->default_value("0.0"))
     ("zero_init_residual", "start the last BatchNorm of each block at 0", cxxopts::value<bool>()->default_value("false"))
+    ("data_format", "channels_first or channels_last (also nchw/contiguous, nhwc): the memory format of the activations; default channels_last when the model runs on a GPU, channels_first on a CPU", cxxopts::value<std::string>()->default_value(""))
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
     ("log_steps", "print images/s every this many steps (0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
@@ -203,6 +211,7 @@ int main(int argc, char** argv) {
     const int64_t warmup_epochs = args["warmup_epochs"].as<int64_t>();
     const double label_smoothing = args["label_smoothing"].as<double>();
     const std::string dtype = args["dtype"].as<std::string>();
+    const std::string data_format = args["data_format"].as<std::string>();
     const int64_t train_steps = args["train_steps"].as<int64_t>();
     const int64_t log_steps = args["log_steps"].as<int64_t>();
     const int data_workers = args["data_workers"].as<int>();
@@ -224,6 +233,16 @@ int main(int argc, char** argv) {
     // bf16/fp16: mixed precision with f32 master weights (and loss scaling for fp16). On a
     // CPU rank it is emulated (no faster than fp32); Model::compile says so.
     const tnt::Precision precision = tnt::Precision::from_name(dtype);
+    tnt::MemoryFormat memory_format =
+        tnt::default_device().is_cuda() ? tnt::MemoryFormat::channels_last : tnt::MemoryFormat::contiguous;
+    if (!data_format.empty()) {
+      try {
+        memory_format = tnt::parse_memory_format(data_format);
+      } catch (const tnt::InputError&) {
+        TNT_INPUT_ERROR("--data_format={}: expected channels_first or channels_last (also nchw, contiguous, nhwc)",
+                        data_format);
+      }
+    }
 
     // Data: either unbatched datasets that fit() distributes (synthetic), or datasets
     // already distributed and then decoded (ImageNet).
@@ -272,6 +291,7 @@ int main(int argc, char** argv) {
     }
 
     auto net = tnt_models::make_resnet50(num_classes, args["zero_init_residual"].as<bool>(), image_size);
+    net->set_memory_format(memory_format);
     tnt::Model model(net, common.seed);
     tnt::SgdOptions sgd;
     sgd.momentum = 0.9;
@@ -297,6 +317,8 @@ int main(int argc, char** argv) {
                  image_size, image_size);
       tnt::print("{} ranks, global batch {}, {} training samples per epoch{}, {}", tnt::size(), common.batch_size,
                  epoch_size, synthetic ? " (synthetic)" : "", schedule->describe());
+      tnt::print("data format: {}", memory_format == tnt::MemoryFormat::channels_last ? "channels_last"
+                                                                                       : "channels_first");
       if (precision.mixed()) {
         tnt::print("precision: {} compute, fp32 master weights{}", precision.name(),
                    precision.scales_loss() ? fmt::format(", dynamic loss scaling from {}", precision.initial_scale) : "");

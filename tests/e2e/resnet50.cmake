@@ -17,9 +17,10 @@ endif()
 # case of test_resnet50), a 2-rank fp16 run (mixed precision, emulated on the CPU), and the
 # clear errors for a bad --dtype and a missing --data_dir; a diverged run stops with an error;
 # an earlier run's --model_dir is replaced only with --overwrite; without
-# --synthetic_eval_samples the evaluation is proportionate to what is trained.
+# --synthetic_eval_samples the evaluation is proportionate to what is trained; --data_format
+# channels_last gives channels_first's loss.
 foreach(_case synthetic_2_ranks imagenet_folders dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
-              existing_model_dir synthetic_eval_default)
+              existing_model_dir synthetic_eval_default data_format)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:resnet50> ${_case}

@@ -113,11 +113,21 @@ class Network {
   DType compute_dtype() const { return compute_dtype_; }
   // Memory format of 4-D activations between the layers that support it (default
   // contiguous). channels_last: Conv2D outputs are channels_last, layers that support the
-  // format keep it, and the executor converts inputs (forward) and output gradients
-  // (backward) of the other layers to contiguous, so conversions happen at the edges of
-  // the convolutional part only (the images before the first Conv2D, the features after
-  // the last pooling). Network inputs and outputs are always contiguous. Parameters keep
-  // PyTorch's layouts (checkpoints unchanged); a CUDA Conv2D keeps its own KRSC copy.
+  // format keep it (Layer::supports_memory_format), and the executor converts inputs
+  // (forward) and output gradients (backward) of the other layers to contiguous, so
+  // conversions happen at the edges of the convolutional part only. Cost: the images in
+  // front of the first Conv2D are read by it in either format (it reorders them anyway),
+  // and one conversion of the features at each place where a channels_last tensor meets a
+  // layer without support (ResNet-50: none, GlobalAveragePool takes it and gives (N, C));
+  // backward mirrors it, the gradient of each output being converted to that output's
+  // format before its layer's backward, and each input gradient to the format of what it
+  // is the gradient of before it is summed. The results equal the contiguous network's up
+  // to the summation order the engines pick per format. Network outputs and input gradients
+  // come back contiguous; mixed-precision casts keep the format. Parameters keep PyTorch's
+  // layouts (checkpoints unchanged); a CUDA Conv2D keeps its own KRSC copy.
+  // channels_last is refused (InputError) for a network in which it changes nothing: no
+  // layer that supports it has a 4-D input or output (checked here once the graph exists,
+  // else at the first forward).
   void set_memory_format(MemoryFormat format);
   MemoryFormat memory_format() const { return memory_format_; }
   // Whether backward() computes the gradients of the network's inputs (default true). The
@@ -151,6 +161,8 @@ class Network {
   void refresh_compute_copies();
 
  private:
+  // Refuses channels_last for a graph in which no layer that supports it sees a 4-D tensor.
+  void check_memory_format() const;
   // Per layer of layers(): the position in trainable_parameters() of its first trainable
   // parameter (the count of trainable ones before it).
   std::vector<size_t> first_trainable_of_layers();
@@ -171,6 +183,7 @@ class Network {
   std::vector<SavedState> saved_;             // per node, from the last forward
   std::vector<std::vector<Shape>> out_shapes_;  // per node output, from the last forward
   std::vector<std::vector<DType>> out_dtypes_;
+  std::vector<std::vector<MemoryFormat>> out_formats_;  // per node output (inputs too): as produced
   bool have_saved_ = false;
   bool input_gradients_ = true;
   DType compute_dtype_ = DType::f32;

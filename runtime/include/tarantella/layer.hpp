@@ -55,8 +55,9 @@ struct RunContext {
   int64_t sample_offset = 0;
   Device device;         // the model's device
   // The network's memory format for 4-D activations (Network::set_memory_format): what a
-  // Conv2D produces. Layers that keep their input's format (BatchNorm, pooling,
-  // activations, Add, Dropout) follow their input instead.
+  // Conv2D produces. Layers that keep their input's format (BatchNorm, pooling, the
+  // element-wise activations, Add) follow their input instead; a layer that does not
+  // support channels_last is given contiguous tensors whatever this says.
   MemoryFormat memory_format = MemoryFormat::contiguous;
 };
 

@@ -3,6 +3,12 @@
 // handle; const does not protect its data). Element-wise ops need equal element counts
 // and dtypes; floating dtypes are f32 on the CPU, f32/f16/bf16 on CUDA. Reductions
 // accumulate in double and return to the host.
+//
+// Memory formats (tensor.hpp): add() and cast() return the format of their (first) operand;
+// where two operands differ in format (4-D, same shape), the other one is converted first:
+// add(a, b) to a's, axpy(x, y) and copy_cast(src, dst) to y's and dst's. Operands that
+// differ in format and shape are refused. Reductions do not depend on the format;
+// argmax_rows takes rows along the logical last dimension.
 #pragma once
 
 #include "tarantella/tensor.hpp"

@@ -28,7 +28,11 @@ using Shape = std::vector<int64_t>;
 //   - copy_from() copies logical contents, converting when the formats differ;
 //   - to_vector()/to_double_vector() return the logical (N, C, H, W) order;
 //   - reshape() to another shape needs a contiguous tensor (contiguous() first); view() is a
-//     byte view and always contiguous (fusion buffers).
+//     byte view and always contiguous (fusion buffers): a view of a channels_last tensor
+//     sees its elements in memory (N, H, W, C) order;
+//   - ops (ops.hpp) convert a second operand to the first's format, and refuse operands
+//     that differ in format and shape; a layer gets channels_last tensors only when it
+//     says it supports them (Layer::supports_memory_format).
 // Networks keep 4-D activations channels_last between the layers that support it when asked
 // (Network::set_memory_format); the executor converts at the other layers.
 enum class MemoryFormat : uint8_t { contiguous, channels_last };

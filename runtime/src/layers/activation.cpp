@@ -1,4 +1,8 @@
 // The activations on the CPU: plain loops (memory-bound; OpenMP over elements or rows).
+// The element-wise ones keep their input's memory format (y, dx like x; the output gradient
+// is brought to it, a no-op for the executor's): the loops run over memory in any order.
+// Softmax works along a logical axis and takes contiguous tensors only (the default of
+// Layer::supports_memory_format).
 #include "tarantella/layers/activation.hpp"
 
 #include "backend/dispatch.hpp"
@@ -26,7 +30,7 @@ std::vector<Tensor> ReLU::forward(const std::vector<Tensor>& inputs, const RunCo
   ensure_built({inputs[0].shape()});
   TNT_CUDA_DISPATCH(inputs[0].device(), cuda::relu_forward(*this, inputs, rc, saved));
   const Tensor& x = inputs[0];
-  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
   const float* xs = x.data<float>();
   float* ys = y.data<float>();
   const int64_t n = x.numel();
@@ -41,10 +45,10 @@ std::vector<Tensor> ReLU::backward(const std::vector<Tensor>& grad_outputs, cons
   TNT_CHECK(saved.tensors.size() == 1, "ReLU '{}': backward without a forward", name_);
   TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::relu_backward(*this, grad_outputs, rc, saved));
   const Tensor& y = saved.tensors[0];
-  const Tensor& dy = grad_outputs[0];
+  const Tensor dy = grad_outputs[0].to_memory_format(y.memory_format());
   TNT_CHECK(dy.numel() == y.numel() && dy.dtype() == DType::f32, "ReLU '{}': gradient {} for output {}", name_,
             dy.str(), y.str());
-  Tensor dx = Tensor::empty(y.shape(), DType::f32);
+  Tensor dx = Tensor::empty(y.shape(), DType::f32, Device::cpu(), y.memory_format());
   const float* ys = y.data<float>();
   const float* g = dy.data<float>();
   float* d = dx.data<float>();
@@ -68,7 +72,7 @@ std::vector<Tensor> GELU::forward(const std::vector<Tensor>& inputs, const RunCo
   ensure_built({inputs[0].shape()});
   TNT_CUDA_DISPATCH(inputs[0].device(), cuda::gelu_forward(*this, inputs, rc, saved));
   const Tensor& x = inputs[0];
-  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
   const float* xs = x.data<float>();
   float* ys = y.data<float>();
   const int64_t n = x.numel();
@@ -84,10 +88,10 @@ std::vector<Tensor> GELU::backward(const std::vector<Tensor>& grad_outputs, cons
   TNT_CHECK(saved.tensors.size() == 1, "GELU '{}': backward without a forward", name_);
   TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::gelu_backward(*this, grad_outputs, rc, saved));
   const Tensor& x = saved.tensors[0];
-  const Tensor& dy = grad_outputs[0];
+  const Tensor dy = grad_outputs[0].to_memory_format(x.memory_format());
   TNT_CHECK(dy.numel() == x.numel() && dy.dtype() == DType::f32, "GELU '{}': gradient {} for input {}", name_,
             dy.str(), x.str());
-  Tensor dx = Tensor::empty(x.shape(), DType::f32);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
   const float* xs = x.data<float>();
   const float* g = dy.data<float>();
   float* d = dx.data<float>();
@@ -104,7 +108,7 @@ namespace {
 // dx = dy * g(s) backward, s being the tensor forward saved (x or y, as g needs).
 template <typename F>
 Tensor map_elements(const Tensor& x, F f) {
-  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
   const float* xs = x.data<float>();
   float* ys = y.data<float>();
   const int64_t n = x.numel();
@@ -114,10 +118,11 @@ Tensor map_elements(const Tensor& x, F f) {
 }
 
 template <typename G>
-Tensor chain_rule(const char* type, const std::string& name, const Tensor& s, const Tensor& dy, G g) {
+Tensor chain_rule(const char* type, const std::string& name, const Tensor& s, const Tensor& dy_any, G g) {
+  const Tensor dy = dy_any.to_memory_format(s.memory_format());
   TNT_CHECK(dy.numel() == s.numel() && dy.dtype() == DType::f32, "{} '{}': gradient {} for a tensor {}", type, name,
             dy.str(), s.str());
-  Tensor dx = Tensor::empty(s.shape(), DType::f32);
+  Tensor dx = Tensor::empty(s.shape(), DType::f32, Device::cpu(), s.memory_format());
   const float* ss = s.data<float>();
   const float* gs = dy.data<float>();
   float* d = dx.data<float>();

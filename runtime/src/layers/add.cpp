@@ -1,3 +1,6 @@
+// Add: the sum of two or more tensors of one shape. Memory formats: the sum has the first
+// input's format (ops::add converts the others), and each input gradient comes back in
+// that input's format.
 #include "tarantella/layers/add.hpp"
 
 #include "tarantella/ops.hpp"
@@ -24,19 +27,25 @@ std::vector<Tensor> Add::forward(const std::vector<Tensor>& inputs, const RunCon
               inputs[0].str());
   ensure_built(shapes);
   Tensor y = ops::add(inputs[0], inputs[1]);
-  for (size_t i = 2; i < inputs.size(); ++i) ops::axpy(1.0, inputs[i], y);
+  for (size_t i = 2; i < inputs.size(); ++i) ops::axpy(1.0, inputs[i].to_memory_format(y.memory_format()), y);
   saved.tensors.clear();
-  saved.extra = std::make_shared<size_t>(inputs.size());
+  auto formats = std::make_shared<std::vector<MemoryFormat>>();  // per input
+  for (const Tensor& t : inputs) formats->push_back(t.memory_format());
+  saved.extra = formats;
   return {y};
 }
 
 std::vector<Tensor> Add::backward(const std::vector<Tensor>& grad_outputs, const RunContext&, SavedState& saved) {
   TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined() && saved.extra,
             "Add '{}': backward needs one gradient and a forward", name_);
-  const size_t n = *std::static_pointer_cast<size_t>(saved.extra);
-  // Each input gets its own copy: the caller may accumulate into a returned gradient.
-  std::vector<Tensor> grads{grad_outputs[0].clone()};
-  for (size_t i = 1; i < n; ++i) grads.push_back(grad_outputs[0].clone());
+  const auto& formats = *std::static_pointer_cast<std::vector<MemoryFormat>>(saved.extra);
+  // Each input gets its own copy (the caller may accumulate into a returned gradient), in
+  // that input's format: a conversion is a copy too.
+  std::vector<Tensor> grads;
+  for (MemoryFormat f : formats) {
+    const Tensor& dy = grad_outputs[0];
+    grads.push_back(dy.memory_format() == f ? dy.clone() : dy.to_memory_format(f));
+  }
   return grads;
 }
 

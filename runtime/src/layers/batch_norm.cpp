@@ -1,6 +1,8 @@
 // BatchNorm on the CPU: oneDNN batch normalisation (training: batch statistics out;
 // inference: running statistics in, as use_global_stats) and its backward. oneDNN returns
 // the biased batch variance; the running variance takes the unbiased one (PyTorch).
+// A channels_last input is described to oneDNN with its NHWC strides; y and dx take x's
+// format, and so should the output gradient (the executor converts; a stray one is converted).
 #include "tarantella/layers/batch_norm.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
@@ -24,13 +26,14 @@ struct BnSaved {
   bool training = false;
 };
 
-std::shared_ptr<BnPrims> bn_prims(const Shape& x, float eps, bool affine, bool global_stats) {
-  std::string key = fmt::format("batch_norm|{}|{}|{}|{}", cpu::key_of(x), eps, affine, global_stats);
+std::shared_ptr<BnPrims> bn_prims(const Shape& x, MemoryFormat format, float eps, bool affine, bool global_stats) {
+  std::string key = fmt::format("batch_norm|{}|{}|{}|{}|{}", cpu::key_of(x), memory_format_name(format), eps, affine,
+                                global_stats);
   return cpu::dnnl_cached<BnPrims>(key, [&] {
     auto flags = affine ? (dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift)
                         : dnnl::normalization_flags::none;
     if (global_stats) flags = flags | dnnl::normalization_flags::use_global_stats;
-    dnnl::memory::desc md = cpu::plain_desc(x);
+    dnnl::memory::desc md = cpu::plain_desc(x, format);
     dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_training, md, eps, flags);
     dnnl::batch_normalization_forward::primitive_desc fwd_pd(fd, cpu::dnnl_engine());
     dnnl::batch_normalization_backward::desc bd(affine ? dnnl::prop_kind::backward : dnnl::prop_kind::backward_data,
@@ -94,8 +97,9 @@ std::vector<Tensor> BatchNorm::forward(const std::vector<Tensor>& inputs, const 
   // oneDNN wants at least (N, C, W): a (N, C) input is (N, C, 1).
   Shape shape = x.shape();
   if (shape.size() == 2) shape.push_back(1);
-  auto prims = bn_prims(shape, static_cast<float>(options_.epsilon), options_.affine, !rc.training);
-  Tensor y = Tensor::empty(x.shape(), DType::f32);
+  auto prims =
+      bn_prims(shape, x.memory_format(), static_cast<float>(options_.epsilon), options_.affine, !rc.training);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
   Tensor mean = rc.training ? Tensor::empty({num_features_}, DType::f32) : running_mean_->value;  // (C)
   Tensor var = rc.training ? Tensor::empty({num_features_}, DType::f32) : running_var_->value;    // (C)
   if (per_channel > 0) {
@@ -136,12 +140,12 @@ std::vector<Tensor> BatchNorm::backward(const std::vector<Tensor>& grad_outputs,
   TNT_CHECK(saved.tensors.size() == 3 && saved.extra, "BatchNorm '{}': backward without a forward", name_);
   TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::batch_norm_backward(*this, grad_outputs, rc, saved));
   const Tensor& x = saved.tensors[0];
-  const Tensor& dy = grad_outputs[0];
+  const Tensor dy = grad_outputs[0].to_memory_format(x.memory_format());  // the executor's already is
   TNT_CHECK(dy.shape() == x.shape() && dy.dtype() == DType::f32, "BatchNorm '{}': gradient {} for output {}", name_,
             dy.str(), x.str());
   auto s = std::static_pointer_cast<BnSaved>(saved.extra);
   const auto& pd = s->prims->bwd_pd;
-  Tensor dx = Tensor::empty(x.shape(), DType::f32);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
   if (x.numel() == 0) return {dx};
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, cpu::wrap(x, pd.src_desc())},
                                              {DNNL_ARG_MEAN, cpu::wrap(saved.tensors[1], pd.mean_desc())},

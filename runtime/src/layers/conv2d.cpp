@@ -8,6 +8,11 @@
 // Fashion-MNIST CNN (it pads 1 input channel to 16) and is less accurate. oneDNN's CPU
 // convolutions partition work statically, so with a fixed thread count every run gives
 // the same bits: TNT_DETERMINISTIC needs nothing more here.
+//
+// Memory formats: x and dx may be contiguous (NCHW) or channels_last (NHWC); y is in the
+// network's format (rc.memory_format), dx in x's. The user tensors are described with their
+// strides (cpu::plain_desc), so the primitives (chosen with format_tag::any, hence the same
+// for both formats) only see other reorders at their edges; the arithmetic is the same.
 #include "tarantella/layers/conv2d.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
@@ -113,7 +118,7 @@ std::vector<Tensor> Conv2D::forward(const std::vector<Tensor>& inputs, const Run
   Shape y_shape = output_shapes({x.shape()})[0];
   TNT_CUDA_DISPATCH(x.device(), cuda::conv2d_forward(*this, inputs, rc, saved));
 
-  Tensor y = Tensor::empty(y_shape, DType::f32);  // (N, F, Ho, Wo)
+  Tensor y = Tensor::empty(y_shape, DType::f32, Device::cpu(), rc.memory_format);  // (N, F, Ho, Wo)
   saved.tensors = {x, Tensor()};
   if (x.dim(0) == 0) return {y};
   auto prims = conv_prims(x.shape(), filters_, kernel_, options_.stride, options_.padding, bias_ != nullptr);
@@ -137,11 +142,13 @@ std::vector<Tensor> Conv2D::backward(const std::vector<Tensor>& grad_outputs, co
   TNT_CHECK(saved.tensors.size() == 2, "Conv2D '{}': backward without a forward", name_);
   TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::conv2d_backward(*this, grad_outputs, rc, saved));
   const Tensor& x = saved.tensors[0];  // (N, C, H, W)
-  const Tensor& dy = grad_outputs[0];  // (N, F, Ho, Wo)
+  const Tensor& dy = grad_outputs[0];  // (N, F, Ho, Wo), either format (described with its strides)
   Shape y_shape = output_shapes({x.shape()})[0];
   TNT_CHECK(dy.shape() == y_shape && dy.dtype() == DType::f32, "Conv2D '{}': gradient {} for output {}", name_,
             dy.str(), shape_str(y_shape));
-  Tensor dx = Tensor::empty(saved.need_input_grads ? x.shape() : Shape{0}, DType::f32);  // (N, C, H, W)
+  // (N, C, H, W), in x's format
+  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format())
+                                     : Tensor::empty({0}, DType::f32);
   if (x.dim(0) == 0) return {dx};
   auto prims = std::static_pointer_cast<ConvPrims>(saved.extra);
 

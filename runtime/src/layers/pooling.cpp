@@ -3,6 +3,13 @@
 // times faster than oneDNN 2.6's pooling, which is built for blocked layouts, and it fixes
 // the tie rule (the first maximum in row-major order). Average pooling uses oneDNN
 // (primitives cached per shape). GlobalAveragePool: a plain loop.
+//
+// Memory formats: y and dx take x's format. Channels_last max pooling is its own loop over
+// (N, Ho, Wo) with the channels innermost, visiting each window in the same row-major order
+// with the same comparisons, so values, ties, NaN rule and argmax (the index within the
+// (H, W) plane, laid out like y) are those of the NCHW loop; its backward adds the gradients
+// of one input element in the same order too, so both formats give the same bits. Average
+// pooling hands oneDNN the NHWC strides.
 #include "tarantella/layers/pooling.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
@@ -20,11 +27,12 @@ struct PoolPrims {  // average pooling
   dnnl::pooling_backward bwd;
 };
 
-std::shared_ptr<PoolPrims> pool_prims(bool max, const Shape& x, const Shape& y, int64_t k, int64_t s, int64_t p) {
-  std::string key = fmt::format("pool|{}|{}|{}|{}|{}", max, cpu::key_of(x), k, s, p);
+std::shared_ptr<PoolPrims> pool_prims(bool max, const Shape& x, const Shape& y, MemoryFormat format, int64_t k,
+                                      int64_t s, int64_t p) {
+  std::string key = fmt::format("pool|{}|{}|{}|{}|{}|{}", max, cpu::key_of(x), memory_format_name(format), k, s, p);
   return cpu::dnnl_cached<PoolPrims>(key, [&] {
     const auto alg = max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
-    dnnl::memory::desc src = cpu::plain_desc(x), dst = cpu::plain_desc(y);
+    dnnl::memory::desc src = cpu::plain_desc(x, format), dst = cpu::plain_desc(y, format);
     dnnl::memory::dims strides{s, s}, kernel{k, k}, pad{p, p};
     dnnl::pooling_forward::desc fd(dnnl::prop_kind::forward_training, alg, src, dst, strides, kernel, pad, pad);
     dnnl::pooling_forward::primitive_desc fwd_pd(fd, cpu::dnnl_engine());
@@ -103,16 +111,75 @@ void max_pool_plain_backward(const float* dy, const int32_t* arg, float* dx, int
   }
 }
 
-// Max: saved = {argmax (N, C, Ho, Wo) i32}, extra = input shape.
+// Channels_last: y (N, Ho, Wo, C) = max over windows of x (N, H, W, C); arg (N, Ho, Wo, C)
+// holds the winning index within the (H, W) plane. The window is visited as in
+// max_pool_plain's general loop (rows, then columns; the first element starts), with the
+// same comparison per channel, so each channel's result and argmax are the NCHW loop's.
+void max_pool_nhwc(const float* x, float* y, int32_t* arg, int64_t n, int64_t c, int64_t h, int64_t w, int64_t ho,
+                   int64_t wo, int64_t k, int64_t s, int64_t p) {
+  const int64_t rows = n * ho;
+#pragma omp parallel for schedule(static) if (rows * wo * c * k * k > 32768)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / ho, oh = r % ho;
+    const float* xb = x + b * h * w * c;
+    const int64_t h0 = std::max<int64_t>(oh * s - p, 0), h1 = std::min(oh * s - p + k, h);
+    for (int64_t ow = 0; ow < wo; ++ow) {
+      const int64_t w0 = std::max<int64_t>(ow * s - p, 0), w1 = std::min(ow * s - p + k, w);
+      float* yo = y + ((b * ho + oh) * wo + ow) * c;
+      int32_t* ao = arg + ((b * ho + oh) * wo + ow) * c;
+      const float* first = xb + (h0 * w + w0) * c;
+      const auto first_i = static_cast<int32_t>(h0 * w + w0);
+      for (int64_t ch = 0; ch < c; ++ch) {
+        yo[ch] = first[ch];
+        ao[ch] = first_i;
+      }
+      for (int64_t i = h0; i < h1; ++i) {
+        for (int64_t j = w0; j < w1; ++j) {
+          const float* xp = xb + (i * w + j) * c;
+          const auto idx = static_cast<int32_t>(i * w + j);
+          for (int64_t ch = 0; ch < c; ++ch) {
+            const float v = xp[ch], best = yo[ch];
+            const bool take = v > best || (v != v && best == best);  // a NaN wins, as in PyTorch
+            yo[ch] = take ? v : best;
+            ao[ch] = take ? idx : ao[ch];
+          }
+        }
+      }
+    }
+  }
+}
+
+// dx (N, H, W, C) = dy (N, Ho, Wo, C) scattered to the recorded argmax positions; per input
+// element the additions come in increasing output position, as in max_pool_plain_backward.
+void max_pool_nhwc_backward(const float* dy, const int32_t* arg, float* dx, int64_t n, int64_t c, int64_t hw,
+                            int64_t ohw) {
+#pragma omp parallel for schedule(static) if (n * hw * c > 32768)
+  for (int64_t b = 0; b < n; ++b) {
+    float* db = dx + b * hw * c;
+    std::fill(db, db + hw * c, 0.0f);
+    const float* gb = dy + b * ohw * c;
+    const int32_t* ab = arg + b * ohw * c;
+    for (int64_t o = 0; o < ohw; ++o) {
+      for (int64_t ch = 0; ch < c; ++ch) db[static_cast<int64_t>(ab[o * c + ch]) * c + ch] += gb[o * c + ch];
+    }
+  }
+}
+
+// Max: saved = {argmax (N, C, Ho, Wo) i32 in x's format}, extra = input shape.
 // Avg: saved = {x}, extra = the oneDNN primitives.
 std::vector<Tensor> pool_forward(bool max, int64_t k, int64_t s, int64_t p, const Tensor& x, const Shape& y_shape,
                                  SavedState& saved) {
-  Tensor y = Tensor::empty(y_shape, DType::f32);  // (N, C, Ho, Wo)
+  const MemoryFormat format = x.memory_format();
+  Tensor y = Tensor::empty(y_shape, DType::f32, Device::cpu(), format);  // (N, C, Ho, Wo)
   if (max) {
-    Tensor arg = Tensor::empty(y_shape, DType::i32);  // (N, C, Ho, Wo)
-    if (x.numel() > 0)
+    Tensor arg = Tensor::empty(y_shape, DType::i32, Device::cpu(), format);  // (N, C, Ho, Wo)
+    if (x.numel() > 0 && x.is_channels_last()) {
+      max_pool_nhwc(x.data<float>(), y.data<float>(), arg.data<int32_t>(), x.dim(0), x.dim(1), x.dim(2), x.dim(3),
+                    y_shape[2], y_shape[3], k, s, p);
+    } else if (x.numel() > 0) {
       max_pool_plain(x.data<float>(), y.data<float>(), arg.data<int32_t>(), x.dim(0) * x.dim(1), x.dim(2),
                      x.dim(3), y_shape[2], y_shape[3], k, s, p);
+    }
     saved.tensors = {arg};
     saved.extra = std::make_shared<Shape>(x.shape());
     return {y};
@@ -120,20 +187,28 @@ std::vector<Tensor> pool_forward(bool max, int64_t k, int64_t s, int64_t p, cons
   saved.tensors = {x};
   saved.extra.reset();
   if (x.numel() == 0) return {y};
-  auto prims = pool_prims(false, x.shape(), y_shape, k, s, p);
+  auto prims = pool_prims(false, x.shape(), y_shape, format, k, s, p);
   cpu::execute(prims->fwd, {{DNNL_ARG_SRC, cpu::wrap(x)}, {DNNL_ARG_DST, cpu::wrap(y)}});
   saved.extra = prims;
   return {y};
 }
 
-std::vector<Tensor> pool_backward(const Pool2DBase& layer, bool max, const Tensor& dy, SavedState& saved) {
+std::vector<Tensor> pool_backward(const Pool2DBase& layer, bool max, const Tensor& dy_any, SavedState& saved) {
   TNT_CHECK(saved.tensors.size() == 1, "{} '{}': backward without a forward", layer.type(), layer.name());
   const Shape x_shape = max ? *std::static_pointer_cast<Shape>(saved.extra) : saved.tensors[0].shape();
   const Shape y_shape = layer.output_shapes({x_shape})[0];
-  TNT_CHECK(dy.shape() == y_shape && dy.dtype() == DType::f32, "{} '{}': gradient {} for output {}", layer.type(),
-            layer.name(), dy.str(), shape_str(y_shape));
-  Tensor dx = Tensor::empty(x_shape, DType::f32);  // (N, C, H, W)
+  TNT_CHECK(dy_any.shape() == y_shape && dy_any.dtype() == DType::f32, "{} '{}': gradient {} for output {}",
+            layer.type(), layer.name(), dy_any.str(), shape_str(y_shape));
+  // x's format (that of the saved argmax or input); the executor's gradient already is.
+  const MemoryFormat format = saved.tensors[0].memory_format();
+  const Tensor dy = dy_any.to_memory_format(format);
+  Tensor dx = Tensor::empty(x_shape, DType::f32, Device::cpu(), format);  // (N, C, H, W)
   if (dx.numel() == 0) return {dx};
+  if (max && format == MemoryFormat::channels_last) {
+    max_pool_nhwc_backward(dy.data<float>(), saved.tensors[0].data<int32_t>(), dx.data<float>(), x_shape[0],
+                           x_shape[1], x_shape[2] * x_shape[3], y_shape[2] * y_shape[3]);
+    return {dx};
+  }
   if (max) {
     max_pool_plain_backward(dy.data<float>(), saved.tensors[0].data<int32_t>(), dx.data<float>(),
                             x_shape[0] * x_shape[1], x_shape[2] * x_shape[3], y_shape[2] * y_shape[3]);
@@ -233,17 +308,34 @@ std::vector<Tensor> GlobalAveragePool::forward(const std::vector<Tensor>& inputs
   TNT_CUDA_DISPATCH(inputs[0].device(), cuda::global_average_pool_forward(*this, inputs, rc, saved));
   const Tensor& x = inputs[0];
   const int64_t planes = y_shape[0] * y_shape[1], hw = x.dim(2) * x.dim(3);
-  Tensor y = Tensor::empty(y_shape, DType::f32);  // (N, C)
-  const float* xs = x.data<float>();  // (N*C, H*W)
+  Tensor y = Tensor::empty(y_shape, DType::f32);  // (N, C): 2-D, always contiguous
+  const float* xs = x.data<float>();
   float* ys = y.data<float>();
+  if (x.is_channels_last()) {
+    // xs (N, H*W, C): each (n, c) sums its H*W values in the same order as below, so the
+    // result has the same bits; the channel loop is innermost for contiguous reads.
+    const int64_t n = y_shape[0], c = y_shape[1];
 #pragma omp parallel for schedule(static) if (planes * hw > 32768)
-  for (int64_t i = 0; i < planes; ++i) {
-    float acc = 0;
-    for (int64_t j = 0; j < hw; ++j) acc += xs[i * hw + j];
-    ys[i] = acc / static_cast<float>(hw);
+    for (int64_t b = 0; b < n; ++b) {
+      float* yb = ys + b * c;
+      std::fill(yb, yb + c, 0.0f);
+      const float* xb = xs + b * hw * c;
+      for (int64_t j = 0; j < hw; ++j)
+        for (int64_t ch = 0; ch < c; ++ch) yb[ch] += xb[j * c + ch];
+      for (int64_t ch = 0; ch < c; ++ch) yb[ch] /= static_cast<float>(hw);
+    }
+  } else {
+    // xs (N*C, H*W)
+#pragma omp parallel for schedule(static) if (planes * hw > 32768)
+    for (int64_t i = 0; i < planes; ++i) {
+      float acc = 0;
+      for (int64_t j = 0; j < hw; ++j) acc += xs[i * hw + j];
+      ys[i] = acc / static_cast<float>(hw);
+    }
   }
   saved.tensors.clear();
-  saved.extra = std::make_shared<Shape>(x.shape());  // backward needs only the shape
+  // Backward needs only the shape and the format of x.
+  saved.extra = std::make_shared<std::pair<Shape, MemoryFormat>>(x.shape(), x.memory_format());
   return {y};
 }
 
@@ -252,15 +344,23 @@ std::vector<Tensor> GlobalAveragePool::backward(const std::vector<Tensor>& grad_
   TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined() && saved.extra,
             "GlobalAveragePool '{}': backward needs one gradient and a forward", name_);
   TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::global_average_pool_backward(*this, grad_outputs, rc, saved));
-  const Shape xs = *std::static_pointer_cast<Shape>(saved.extra);
+  const auto& [xs, format] = *std::static_pointer_cast<std::pair<Shape, MemoryFormat>>(saved.extra);
   const Tensor& dy = grad_outputs[0];
   TNT_CHECK(dy.shape() == Shape({xs[0], xs[1]}) && dy.dtype() == DType::f32,
             "GlobalAveragePool '{}': gradient {} for output ({}, {})", name_, dy.str(), xs[0], xs[1]);
   const int64_t planes = xs[0] * xs[1], hw = xs[2] * xs[3];
-  Tensor dx = Tensor::empty(xs, DType::f32);  // (N, C, H, W)
-  const float* g = dy.data<float>();
+  Tensor dx = Tensor::empty(xs, DType::f32, Device::cpu(), format);  // (N, C, H, W) in x's format
+  const float* g = dy.data<float>();  // (N, C)
   float* d = dx.data<float>();
   const float inv = 1.0f / static_cast<float>(hw);
+  if (format == MemoryFormat::channels_last) {
+    const int64_t c = xs[1];
+#pragma omp parallel for schedule(static) if (planes * hw > 32768)
+    for (int64_t b = 0; b < xs[0]; ++b)
+      for (int64_t j = 0; j < hw; ++j)
+        for (int64_t ch = 0; ch < c; ++ch) d[(b * hw + j) * c + ch] = g[b * c + ch] * inv;
+    return {dx};
+  }
 #pragma omp parallel for schedule(static) if (planes * hw > 32768)
   for (int64_t i = 0; i < planes; ++i)
     for (int64_t j = 0; j < hw; ++j) d[i * hw + j] = g[i] * inv;

@@ -8,6 +8,12 @@
 //
 // The gradient hook fires for a layer's parameters right after the backward of its FIRST
 // call in the order, its last backward in this pass: from there on nothing writes them.
+//
+// Memory formats (see Network::set_memory_format): every layer runs with rc.memory_format =
+// the network's format; a channels_last tensor reaches only layers that support it (the
+// others get a contiguous copy, of inputs in forward and of output gradients in backward).
+// The format of every node output is recorded in forward, and every gradient is summed in
+// the format of the tensor it belongs to.
 #include "nn/graph_node.hpp"
 
 #include "tarantella/check.hpp"
@@ -19,12 +25,22 @@ namespace tnt {
 
 namespace {
 
-void accumulate(Tensor& slot, const Tensor& grad) {
+// slot += grad, both ending in `format` (that of the tensor they are the gradient of).
+void accumulate(Tensor& slot, const Tensor& grad, MemoryFormat format) {
   // Out of place: grad may be the caller's tensor or a view (Flatten) of another gradient.
-  slot = slot.defined() ? ops::add(slot, grad) : grad;
+  // to_memory_format shares what is already in format; ops::add makes a new tensor.
+  const Tensor g = grad.to_memory_format(format);
+  slot = slot.defined() ? ops::add(slot.to_memory_format(format), g) : g;
 }
 
-// t in dtype `to` when t is floating in dtype `from`; anything else unchanged.
+// What a layer gets: t itself when the layer takes its format, else a contiguous copy.
+Tensor for_layer(const Layer& layer, const Tensor& t) {
+  if (!t.defined() || !t.is_channels_last() || layer.supports_memory_format(MemoryFormat::channels_last)) return t;
+  return t.contiguous();
+}
+
+// t in dtype `to` when t is floating in dtype `from`; anything else unchanged. The memory
+// format stays (ops::cast keeps it).
 Tensor convert(const Tensor& t, DType from, DType to) {
   return t.defined() && t.dtype() == from && from != to ? ops::cast(t, to) : t;
 }
@@ -34,6 +50,7 @@ Tensor convert(const Tensor& t, DType from, DType to) {
 std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                                      std::optional<bool> keep_for_backward) {
   prepare(&inputs);
+  if (memory_format_ == MemoryFormat::channels_last) check_memory_format();
   const bool keep = keep_for_backward.value_or(rc.training);
   TNT_INPUT_CHECK(inputs.size() == inputs_.size(), "network '{}' takes {} inputs, got {}", name_, inputs_.size(),
                   inputs.size());
@@ -64,15 +81,20 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
   const bool emulate = mixed && device_.is_cpu();  // CPU engines compute in f32
   if (mixed && device_.is_cuda()) refresh_compute_copies();
 
+  RunContext lrc = rc;  // what the layers see
+  lrc.memory_format = memory_format_;
   const size_t n = nodes_.size();
   std::vector<std::vector<Tensor>> values(n);          // per node: its outputs, while needed
   std::vector<std::vector<int>> remaining = consumers_;  // per node output: uses still to run
-  for (size_t i = 0; i < inputs_.size(); ++i) values[i] = {convert(inputs[i], DType::f32, cdt)};
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    values[i] = {convert(inputs[i], DType::f32, cdt)};
+    out_formats_[i] = {inputs[i].memory_format()};
+  }
   std::vector<Tensor> args;
   for (size_t i = inputs_.size(); i < n; ++i) {
     Layer* layer = nodes_[i]->layer;
     args.clear();
-    for (const auto& [p, k] : node_inputs_[i]) args.push_back(values[p][static_cast<size_t>(k)]);
+    for (const auto& [p, k] : node_inputs_[i]) args.push_back(for_layer(*layer, values[p][static_cast<size_t>(k)]));
     saved_[i] = SavedState{};
     if (!input_gradients_) {
       // A layer fed only by the network's inputs (the first convolution on the images) need
@@ -84,7 +106,7 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
     if (emulate) {
       for (Tensor& a : args) a = convert(a, cdt, DType::f32);
     }
-    std::vector<Tensor> outs = layer->forward(args, rc, saved_[i]);
+    std::vector<Tensor> outs = layer->forward(args, lrc, saved_[i]);
     if (emulate) {
       for (Tensor& o : outs) o = convert(o, DType::f32, cdt);
     }
@@ -94,9 +116,11 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
     args.clear();
     out_shapes_[i].clear();
     out_dtypes_[i].clear();
+    out_formats_[i].clear();
     for (const Tensor& t : outs) {
       out_shapes_[i].push_back(t.shape());
       out_dtypes_[i].push_back(t.dtype());
+      out_formats_[i].push_back(t.memory_format());
     }
     values[i] = std::move(outs);
     // Free activations nobody else needs (backward keeps what it needs in saved_).
@@ -113,7 +137,8 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
 
   std::vector<Tensor> result;
   for (size_t o = 0; o < outputs_.size(); ++o) {
-    result.push_back(convert(values[output_node_[o]][static_cast<size_t>(outputs_[o].index)], cdt, DType::f32));
+    result.push_back(
+        convert(values[output_node_[o]][static_cast<size_t>(outputs_[o].index)], cdt, DType::f32).contiguous());
   }
   return result;
 }
@@ -145,8 +170,10 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
     const DType want_dtype = p < inputs_.size()
                                  ? (inputs_[p].dtype() == DType::f32 ? compute_dtype_ : inputs_[p].dtype())
                                  : out_dtypes_[p][k];
-    accumulate(grads[p][k], convert(grad_outputs[o], DType::f32, want_dtype));
+    accumulate(grads[p][k], convert(grad_outputs[o], DType::f32, want_dtype), out_formats_[p][k]);
   }
+  RunContext lrc = rc;  // what the layers see
+  lrc.memory_format = memory_format_;
   const DType cdt = compute_dtype_;
   const bool emulate = cdt != DType::f32 && device_.is_cpu();
   // Hook indices are positions in trainable_parameters(), counted now: a program may freeze
@@ -159,12 +186,15 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
     std::vector<Tensor>& g = grads[i];
     if (std::any_of(g.begin(), g.end(), [](const Tensor& t) { return t.defined(); })) {
       for (size_t k = 0; k < g.size(); ++k) {
-        if (!g[k].defined()) g[k] = Tensor::zeros(out_shapes_[i][k], out_dtypes_[i][k], device_);
+        // In the format of output k (accumulate put it there), contiguous for a layer without
+        // channels_last support (whose outputs are contiguous anyway).
+        if (!g[k].defined()) g[k] = Tensor::zeros(out_shapes_[i][k], out_dtypes_[i][k], device_, out_formats_[i][k]);
+        g[k] = for_layer(*layer, g[k]);
       }
       if (emulate) {
         for (Tensor& t : g) t = convert(t, cdt, DType::f32);
       }
-      std::vector<Tensor> gin = layer->backward(g, rc, saved_[i]);
+      std::vector<Tensor> gin = layer->backward(g, lrc, saved_[i]);
       TNT_CHECK(gin.size() == node_inputs_[i].size(),
                 "layer '{}' ({}) returned {} input gradients for {} inputs", layer->name(),
                 layer->type(), gin.size(), node_inputs_[i].size());
@@ -174,7 +204,8 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
       for (size_t j = 0; j < gin.size(); ++j) {
         if (!gin[j].defined()) continue;
         const auto& [p, k] = node_inputs_[i][j];
-        accumulate(grads[p][static_cast<size_t>(k)], gin[j]);
+        const auto ku = static_cast<size_t>(k);
+        accumulate(grads[p][ku], gin[j], out_formats_[p][ku]);
       }
     }
     saved_[i] = SavedState{};
@@ -191,7 +222,9 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
   have_saved_ = false;
 
   std::vector<Tensor> input_grads;
-  for (size_t i = 0; i < inputs_.size(); ++i) input_grads.push_back(convert(grads[i][0], cdt, DType::f32));
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    input_grads.push_back(convert(grads[i][0], cdt, DType::f32).contiguous());
+  }
   return input_grads;
 }
 
@@ -208,8 +241,29 @@ void Network::set_compute_dtype(DType dtype) {
 }
 
 void Network::set_memory_format(MemoryFormat format) {
+  TNT_INPUT_CHECK(format == MemoryFormat::contiguous || format == MemoryFormat::channels_last,
+                  "network '{}': memory format {} is unknown", name_, static_cast<int>(format));
+  if (format == MemoryFormat::channels_last && has_graph()) check_memory_format();  // before: a refusal changes nothing
   memory_format_ = format;
-  have_saved_ = false;
+  have_saved_ = false;  // a state saved in the other format must not meet this backward
+}
+
+void Network::check_memory_format() const {
+  for (size_t i = inputs_.size(); i < nodes_.size(); ++i) {
+    const Layer* layer = nodes_[i]->layer;
+    if (!layer->supports_memory_format(MemoryFormat::channels_last)) continue;
+    bool four_d = std::any_of(nodes_[i]->shapes.begin(), nodes_[i]->shapes.end(),
+                              [](const Shape& s) { return s.size() == 4; });
+    for (const auto& [p, k] : node_inputs_[i]) {
+      const std::vector<Shape>& shapes = nodes_[p]->shapes;
+      four_d = four_d || shapes[static_cast<size_t>(k)].size() == 4;
+    }
+    if (four_d) return;
+  }
+  TNT_INPUT_ERROR("network '{}': memory format channels_last changes nothing here: none of its layers that support "
+                  "it (Conv2D, BatchNorm, pooling, element-wise activations, Add) has a 4-D input or output; keep "
+                  "channels_first (contiguous)",
+                  name_);
 }
 
 // The compute-dtype copies of the weights, from the f32 masters, before every forward: the

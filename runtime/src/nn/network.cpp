@@ -171,6 +171,7 @@ void Network::set_graph(const std::vector<SymTensor>& inputs, const std::vector<
   saved_.assign(n, {});
   out_shapes_.assign(n, {});
   out_dtypes_.assign(n, {});
+  out_formats_.assign(n, {});
   have_saved_ = false;
 }
 

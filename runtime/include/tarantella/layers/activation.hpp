@@ -20,6 +20,7 @@ class ReLU : public Layer {
  public:
   explicit ReLU(std::string name = "");
   std::string type() const override { return "ReLU"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
@@ -35,6 +36,7 @@ class GELU : public Layer {
   explicit GELU(bool approximate = true, std::string name = "");
   explicit GELU(std::string name) : GELU(true, std::move(name)) {}
   std::string type() const override { return "GELU"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
@@ -52,6 +54,7 @@ class Sigmoid : public Layer {
  public:
   explicit Sigmoid(std::string name = "");
   std::string type() const override { return "Sigmoid"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
@@ -64,6 +67,7 @@ class Tanh : public Layer {
  public:
   explicit Tanh(std::string name = "");
   std::string type() const override { return "Tanh"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
@@ -80,6 +84,7 @@ class LeakyReLU : public Layer {
   explicit LeakyReLU(double alpha = kDefaultAlpha, std::string name = "");
   explicit LeakyReLU(std::string name) : LeakyReLU(kDefaultAlpha, std::move(name)) {}
   std::string type() const override { return "LeakyReLU"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;

@@ -25,6 +25,7 @@ class BatchNorm : public Layer {
   explicit BatchNorm(std::string name) : BatchNorm(BatchNormOptions{}, std::move(name)) {}
 
   std::string type() const override { return "BatchNorm"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // keeps its input's format
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   void build(const std::vector<Shape>& input_shapes) override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,

@@ -22,6 +22,7 @@ class Conv2D : public Layer {
       : Conv2D(filters, kernel_size, Conv2DOptions{}, std::move(name)) {}
 
   std::string type() const override { return "Conv2D"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // produces rc.memory_format
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   void build(const std::vector<Shape>& input_shapes) override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,

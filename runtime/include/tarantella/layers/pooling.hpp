@@ -28,6 +28,7 @@ class MaxPool2D : public Pool2DBase {
   explicit MaxPool2D(int64_t pool_size, int64_t stride = 0, int64_t padding = 0, std::string name = "");
   MaxPool2D(int64_t pool_size, std::string name) : MaxPool2D(pool_size, 0, 0, std::move(name)) {}
   std::string type() const override { return "MaxPool2D"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // keep their input's format
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
@@ -39,6 +40,7 @@ class AvgPool2D : public Pool2DBase {
   explicit AvgPool2D(int64_t pool_size, int64_t stride = 0, int64_t padding = 0, std::string name = "");
   AvgPool2D(int64_t pool_size, std::string name) : AvgPool2D(pool_size, 0, 0, std::move(name)) {}
   std::string type() const override { return "AvgPool2D"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // keep their input's format
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
@@ -50,6 +52,7 @@ class GlobalAveragePool : public Layer {
  public:
   explicit GlobalAveragePool(std::string name = "");
   std::string type() const override { return "GlobalAveragePool"; }
+  bool supports_memory_format(MemoryFormat) const override { return true; }  // an (N, C) result from either
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;

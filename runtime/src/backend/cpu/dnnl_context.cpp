@@ -38,9 +38,16 @@ void dnnl_cache_insert(const std::string& key, std::shared_ptr<void> value) {
 
 dnnl::memory::dims dnnl_dims(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
 
-dnnl::memory::desc plain_desc(const Shape& shape) {
+dnnl::memory::desc plain_desc(const Shape& shape, MemoryFormat format) {
   dnnl::memory::dims dims = dnnl_dims(shape);
   dnnl::memory::dims strides(dims.size());
+  if (format == MemoryFormat::channels_last) {
+    TNT_CHECK(shape.size() == 4, "a channels_last descriptor needs a 4-D shape, not {}", shape_str(shape));
+    // (N, C, H, W) logical, NHWC in memory: C varies fastest, then W, H, N.
+    const int64_t c = dims[1], h = dims[2], w = dims[3];
+    strides = {h * w * c, 1, w * c, c};
+    return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+  }
   int64_t s = 1;
   for (size_t i = dims.size(); i-- > 0;) {
     strides[i] = s;
@@ -49,12 +56,14 @@ dnnl::memory::desc plain_desc(const Shape& shape) {
   return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
 }
 
+dnnl::memory::desc plain_desc(const Tensor& t) { return plain_desc(t.shape(), t.memory_format()); }
+
 dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& desc) {
   TNT_CHECK(t.device().is_cpu() && t.dtype() == DType::f32, "oneDNN engine given {}", t.str());
   return dnnl::memory(desc, dnnl_engine(), t.raw());
 }
 
-dnnl::memory wrap(const Tensor& t) { return wrap(t, plain_desc(t.shape())); }
+dnnl::memory wrap(const Tensor& t) { return wrap(t, plain_desc(t)); }
 
 dnnl::memory scratch(const dnnl::memory::desc& desc, Tensor& owner) {
   size_t bytes = desc.get_size();

@@ -31,11 +31,14 @@ std::shared_ptr<T> dnnl_cached(const std::string& key, Make make) {
 }
 
 dnnl::memory::dims dnnl_dims(const Shape& shape);
-// A plain row-major f32 descriptor of shape (nchw, oihw, nc, ...).
-dnnl::memory::desc plain_desc(const Shape& shape);
+// A plain row-major f32 descriptor of shape (nchw, oihw, nc, ...); with channels_last (a
+// 4-D shape only), the logical dims (N, C, H, W) with the strides of NHWC memory: oneDNN
+// takes the logical order and the strides, so primitives see the same dims in both formats.
+dnnl::memory::desc plain_desc(const Shape& shape, MemoryFormat format = MemoryFormat::contiguous);
+dnnl::memory::desc plain_desc(const Tensor& t);  // for t's shape and memory format
 // Wraps a host f32 tensor's storage (no copy).
 dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& desc);
-dnnl::memory wrap(const Tensor& t);  // with plain_desc(t.shape())
+dnnl::memory wrap(const Tensor& t);  // with plain_desc(t): the tensor's own format
 
 // Memory in `desc`: src itself when its layout already matches, else a new buffer filled
 // by a reorder. keep (optional) receives the tensor owning the new buffer.

@@ -1,6 +1,11 @@
 // tarantella/ops.hpp: argument checks, the CUDA dispatch, and the CPU loops. Reductions
 // accumulate in double in a fixed order per thread count (static OpenMP schedule), so a
 // result is reproducible run to run on one machine.
+//
+// Memory formats (tensor.hpp): the element-wise loops run over memory, so two operands must
+// lie in one format; where they do not, the second is converted to the first's (to the
+// destination's for axpy and copy_cast) before the loop or the CUDA dispatch. Reductions
+// do not care about order beyond rounding, and argmax_rows works on a contiguous copy.
 #include "tarantella/ops.hpp"
 
 #include "backend/cuda/ops_cuda.hpp"
@@ -53,6 +58,14 @@ void store(void* p, DType d, int64_t i, double v) {
   }
 }
 
+// b in a's memory format (b itself when it already is); formats differ only for 4-D tensors
+// of one shape, anything else is refused with both named.
+Tensor same_format(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.memory_format() == b.memory_format()) return b;
+  TNT_CHECK(a.shape() == b.shape(), "ops::{}: {} and {} differ in memory format and shape", op, a.str(), b.str());
+  return b.to_memory_format(a.memory_format());
+}
+
 // The conversion as a template argument, so that it is inlined into the loop.
 template <auto Convert, typename From, typename To>
 void convert_loop(const From* from, To* to, int64_t n) {
@@ -62,8 +75,9 @@ void convert_loop(const From* from, To* to, int64_t n) {
 
 }  // namespace
 
-void axpy(double alpha, const Tensor& x, const Tensor& y) {
-  check_same("axpy", x, y);
+void axpy(double alpha, const Tensor& x_any, const Tensor& y) {
+  check_same("axpy", x_any, y);
+  const Tensor x = same_format("axpy", y, x_any);
   TNT_CUDA_DISPATCH(x.device(), cuda::axpy(alpha, x, y));
   check_cpu_f32("axpy", x);
   const float* xs = x.data<float>();  // (n)
@@ -85,9 +99,10 @@ void scale(const Tensor& x, double alpha) {
   for (int64_t i = 0; i < n; ++i) xs[i] *= a;
 }
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  check_same("add", a, b);
-  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
+Tensor add(const Tensor& a, const Tensor& b_any) {
+  check_same("add", a, b_any);
+  const Tensor b = same_format("add", a, b_any);
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device(), a.memory_format());
   if (a.device().is_cuda()) {
 #ifdef TNT_WITH_CUDA
     cuda::add(a, b, out);
@@ -118,8 +133,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-void copy_cast(const Tensor& src, const Tensor& dst) {
-  check_same("copy_cast", src, dst, false);
+void copy_cast(const Tensor& src_any, const Tensor& dst) {
+  check_same("copy_cast", src_any, dst, false);
+  const Tensor src = same_format("copy_cast", dst, src_any);
   TNT_CUDA_DISPATCH(src.device(), cuda::copy_cast(src, dst));
   if (src.dtype() == dst.dtype()) {
     std::memcpy(dst.raw(), src.raw(), src.nbytes());
@@ -142,7 +158,7 @@ void copy_cast(const Tensor& src, const Tensor& dst) {
 
 Tensor cast(const Tensor& src, DType dtype) {
   TNT_CHECK(src.defined(), "ops::cast: undefined tensor");
-  Tensor out = Tensor::empty(src.shape(), dtype, src.device());
+  Tensor out = Tensor::empty(src.shape(), dtype, src.device(), src.memory_format());
   copy_cast(src, out);
   return out;
 }
@@ -200,9 +216,11 @@ bool has_non_finite(const std::vector<Tensor>& xs) {
   return false;
 }
 
-Tensor argmax_rows(const Tensor& x) {
-  TNT_CHECK(x.defined() && x.ndim() >= 1 && x.dim(-1) > 0, "ops::argmax_rows: needs a tensor (..., K) with K > 0, got {}",
-            x.defined() ? x.str() : std::string("undefined"));
+Tensor argmax_rows(const Tensor& x_any) {
+  TNT_CHECK(x_any.defined() && x_any.ndim() >= 1 && x_any.dim(-1) > 0,
+            "ops::argmax_rows: needs a tensor (..., K) with K > 0, got {}",
+            x_any.defined() ? x_any.str() : std::string("undefined"));
+  const Tensor x = x_any.contiguous();  // rows along the logical last dimension
   Shape out_shape(x.shape().begin(), x.shape().end() - 1);
   Tensor out = Tensor::empty(out_shape, DType::i64, x.device());
   if (x.device().is_cuda()) {

@@ -228,8 +228,9 @@ void Communicator::broadcast(std::string& text, int root) {
 
 // ---- allgather -------------------------------------------------------------------------
 
-Tensor Communicator::allgather(const Tensor& in) {
-  TNT_CHECK(in.defined(), "allgather of an undefined tensor");
+Tensor Communicator::allgather(const Tensor& in_any) {
+  TNT_CHECK(in_any.defined(), "allgather of an undefined tensor");
+  const Tensor in = in_any.contiguous();  // rows of the result are in logical order
   Shape shape = in.shape();
   shape.insert(shape.begin(), impl_->size);
   Tensor out = Tensor::empty(shape, in.dtype(), in.device());

@@ -170,12 +170,9 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
     write_all(fd.get(), len, 8, tmp);
     write_all(fd.get(), header.data(), header.size(), tmp);
     for (const auto& [name, t] : tensors) {
-      if (t.device().is_cpu()) {
-        write_all(fd.get(), t.raw(), t.nbytes(), tmp);
-      } else {
-        Tensor host = t.to(Device::cpu());
-        write_all(fd.get(), host.raw(), host.nbytes(), tmp);
-      }
+      // Files hold the logical (row-major) order, whatever the tensor's memory format.
+      const Tensor host = (t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous();
+      write_all(fd.get(), host.raw(), host.nbytes(), tmp);
     }
     if (::fsync(fd.get()) != 0) TNT_THROW("fsync of '{}' failed: {}", tmp, std::strerror(errno));
     if (::close(fd.release()) != 0) TNT_THROW("closing '{}' failed: {}", tmp, std::strerror(errno));

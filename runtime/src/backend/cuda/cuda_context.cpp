@@ -13,8 +13,9 @@ namespace {
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;
 
 struct DeviceResources {
-  std::once_flag stream_once, cudnn_once, cublas_once, props_once;
+  std::once_flag stream_once, copy_once, cudnn_once, cublas_once, props_once;
   cudaStream_t stream = nullptr;
+  cudaStream_t copy = nullptr;
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
   int sm_count = 1;
@@ -49,6 +50,19 @@ cudaStream_t compute_stream(int device) {
     TNT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamDefault));
   });
   return r.stream;
+}
+
+cudaStream_t copy_stream(int device) {
+  DeviceResources& r = resources(device);
+  std::call_once(r.copy_once, [&] {
+    DeviceGuard guard(device);
+    TNT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
+  });
+  return r.copy;
+}
+
+cudaStream_t stream_of(backend::CudaStream stream, int device) {
+  return stream == backend::CudaStream::copy ? copy_stream(device) : compute_stream(device);
 }
 
 cudnnHandle_t cudnn_handle(int device) {
@@ -154,5 +168,35 @@ unsigned grid_for(int64_t n, int block, int device) {
 namespace tnt::backend {
 
 void* cuda_compute_stream(int device) { return cuda::compute_stream(device); }
+
+void* cuda_event_create(int device) {
+  cuda::DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  // Without timing: recording and waiting are then cheapest.
+  TNT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return event;
+}
+
+void cuda_event_destroy(void* event, int device) {
+  if (!event) return;
+  cuda::DeviceGuard guard(device);
+  // Called from destructors: an error is cleared, not thrown.
+  if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) cudaGetLastError();
+}
+
+void cuda_event_record(void* event, CudaStream stream, int device) {
+  cuda::DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), cuda::stream_of(stream, device)));
+}
+
+void cuda_stream_wait(CudaStream stream, void* event, int device) {
+  cuda::DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream_of(stream, device), static_cast<cudaEvent_t>(event), 0));
+}
+
+void cuda_event_synchronize(void* event, int device) {
+  cuda::DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+}
 
 }  // namespace tnt::backend

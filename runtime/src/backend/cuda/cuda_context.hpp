@@ -14,6 +14,7 @@
 #pragma once
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/device_api.hpp"
 #include "tarantella/device.hpp"
 #include "tarantella/tensor.hpp"
 
@@ -41,6 +42,11 @@ class DeviceGuard {
 };
 
 cudaStream_t compute_stream(int device);
+// The copy stream: input batches go to the device on it while the compute stream runs
+// (train/staging.hpp). Non-blocking (it never waits for the legacy default stream); every
+// use is ordered against the compute stream by events.
+cudaStream_t copy_stream(int device);
+cudaStream_t stream_of(backend::CudaStream stream, int device);
 cudnnHandle_t cudnn_handle(int device);    // bound to compute_stream(device)
 cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device), workspace from the cache
 void synchronize(int device);              // waits for the compute stream

@@ -59,6 +59,7 @@ namespace detail {
 // (distribute_dataset = false) whose global size is summed every step.
 using NextBatch = std::function<std::optional<Batch>()>;
 class PassTotals;  // loss and metric sums of one pass (model.cpp)
+class InputStager;  // input batches staged on a CUDA device (train/staging.hpp)
 class CallbackList;  // the callbacks that run on this rank (model.cpp)
 }  // namespace detail
 
@@ -183,7 +184,8 @@ class Model {
   // The steps (Keras' train_step / test_step); the loops below run them.
   void train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals);
   void test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals);
-  StepInputs step_inputs(const Batch& batch, const char* what) const;
+  // staging: the pass's stager when the batch was staged (its copies are taken), else null.
+  StepInputs step_inputs(const Batch& batch, const char* what, detail::InputStager* staging) const;
 
   History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
                   const std::optional<DistributedDataset>& validation, const FitOptions& options);

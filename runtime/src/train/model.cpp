@@ -213,7 +213,8 @@ NextBatch with_staging(NextBatch next, const std::shared_ptr<detail::InputStager
 
 // The stager of a pass on `device`: CUDA with TNT_PINNED_STAGING not 0.
 std::shared_ptr<detail::InputStager> stager_for(Device device) {
-  if (!device.is_cuda() || !detail::pinned_staging_enabled()) return nullptr;
+  const bool enabled = detail::pinned_staging_enabled();  // validated on every device
+  if (!device.is_cuda() || !enabled) return nullptr;
   return std::make_shared<detail::InputStager>(device);
 }
 

@@ -69,8 +69,8 @@ TEST_CASE("a bad target found at the step's readback is the same InputError on e
   const int64_t micro = n / p;
   const int bad_rank = static_cast<int>(7 / micro);
   const int64_t element = 7 - bad_rank * micro;  // within that rank's micro-batch
-  std::string expected =
-      "precision: target 0.5 of element " + std::to_string(element) + " is not 0 or 1 (binary metrics take 0/1 targets)";
+  std::string expected = "precision: target 0.5 of element " + std::to_string(element) +
+                         " is not 0 or 1 (binary metrics take 0/1 targets)";
   if (p > 1) expected += " (on rank(s) " + std::to_string(bad_rank) + ")";
   try {
     model.fit(tnt::Dataset::from_tensors({x, y}), fit);

@@ -521,7 +521,8 @@ void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTota
   SavedState ls;
   // Divided by 1: this rank's plain sum of per-sample losses.
   const Tensor loss = loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, 1, ls);
-  totals.add(pred, in.target, real, loss, 1.0, step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real));
+  const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
+  totals.add(pred, in.target, real, loss, 1.0, units);
   totals.finish_step();  // one readback a step
 }
 

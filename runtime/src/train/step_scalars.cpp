@@ -132,7 +132,9 @@ std::string StepScalars::flush() {
   return error;
 }
 
-int64_t bad_index(const uint64_t* words) { return words[0] == StepScalars::kNone ? -1 : static_cast<int64_t>(words[0]); }
+int64_t bad_index(const uint64_t* words) {
+  return words[0] == StepScalars::kNone ? -1 : static_cast<int64_t>(words[0]);
+}
 
 double bad_value(const uint64_t* words) {
   double v = 0;

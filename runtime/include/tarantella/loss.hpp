@@ -8,6 +8,11 @@
 // forward() only ever sees real samples: the padding rows of a last partial batch are cut
 // off before the call. backward() returns d(loss)/d(predictions) times `scale` (loss scaling).
 //
+// On CUDA the checks of the labels (targets) run on the device. Called directly, forward()
+// throws their InputError before it returns; inside Model's steps the check is read with the
+// step's other device results in one copy at the step's end, and the error is raised there,
+// on every rank (model.hpp).
+//
 // Sample weights (Keras' sample_weight): forward_weighted() multiplies sample i's loss by
 // w_i and still divides the sum by global_batch, sum_i(w_i * l_i) / global_batch (not by the
 // sum of the weights), so weights of 1 equal no weights, a weight of 0 takes the sample out of

@@ -31,6 +31,13 @@
 //   class_weight on a loss without class labels, or weights on a loss that does not support
 //   them is an InputError on every rank; while weights are in use the ranks agree on that
 //   once a step (one small allgather).
+// - Device I/O of a step (CUDA): the next batch is copied to the device from page-locked
+//   memory on a second stream while the current step computes (TNT_PINNED_STAGING=0: plain
+//   copies; the results are bitwise the same), and the step's device results (the loss, the
+//   metrics' counts, label checks, the loss scaler's overflow flag) come back to the host in
+//   ONE copy at its end. A bad label found there does not stop that step's update (every
+//   rank applies it, so replicas stay equal); it is an InputError on every rank when the
+//   step's logs are agreed, right after the step (in evaluate: after the last step).
 #pragma once
 
 #include "tarantella/callbacks.hpp"

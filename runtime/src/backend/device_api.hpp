@@ -19,8 +19,11 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
 void cuda_memset_zero(void* ptr, size_t bytes, int device);
 // Every byte of [ptr, ptr + bytes) set to `byte` (0 or 0xff), on the compute stream.
 void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device);
-// How many cuda_copy calls on `device` wrote to host memory: each one is a host wait for the
-// device (a debug counter; tests count a training step's readbacks with it).
+// Debug counters (tests count a training step's with them): every time the host waited for
+// `device` through this API (cuda_copy, which always waits; cuda_event_synchronize; the
+// backend's synchronize), and of those the device-to-host copies (cuda_copy to host memory).
+// Waits inside other libraries (NCCL's, polled by comm/) are not counted.
+int64_t cuda_host_waits(int device);
 int64_t cuda_readbacks(int device);
 
 // The streams a caller may queue on: the compute stream, and the copy stream on which input

@@ -3,6 +3,7 @@
 #include "backend/device_api.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 namespace tnt::cuda {
@@ -16,6 +17,8 @@ struct DeviceResources {
   std::once_flag stream_once, copy_once, cudnn_once, cublas_once, props_once;
   cudaStream_t stream = nullptr;
   cudaStream_t copy = nullptr;
+  std::atomic<int64_t> host_waits{0};  // see count_host_wait
+  std::atomic<int64_t> readbacks{0};
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
   int sm_count = 1;
@@ -99,6 +102,13 @@ cublasHandle_t cublas_handle(int device) {
 void synchronize(int device) {
   DeviceGuard guard(device);
   TNT_CUDA_CHECK(cudaStreamSynchronize(compute_stream(device)));
+  count_host_wait(device, false);
+}
+
+void count_host_wait(int device, bool readback) {
+  DeviceResources& r = resources(device);
+  r.host_waits.fetch_add(1, std::memory_order_relaxed);
+  if (readback) r.readbacks.fetch_add(1, std::memory_order_relaxed);
 }
 
 int device_of(const Tensor& t, const char* what) {
@@ -197,6 +207,11 @@ void cuda_stream_wait(CudaStream stream, void* event, int device) {
 void cuda_event_synchronize(void* event, int device) {
   cuda::DeviceGuard guard(device);
   TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  cuda::count_host_wait(device, false);
 }
+
+int64_t cuda_host_waits(int device) { return cuda::resources(device).host_waits.load(std::memory_order_relaxed); }
+
+int64_t cuda_readbacks(int device) { return cuda::resources(device).readbacks.load(std::memory_order_relaxed); }
 
 }  // namespace tnt::backend

@@ -50,6 +50,9 @@ cudaStream_t stream_of(backend::CudaStream stream, int device);
 cudnnHandle_t cudnn_handle(int device);    // bound to compute_stream(device)
 cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device), workspace from the cache
 void synchronize(int device);              // waits for the compute stream
+// The debug counters of backend::cuda_host_waits and cuda_readbacks: one host wait for
+// `device`, a device-to-host copy when readback.
+void count_host_wait(int device, bool readback);
 
 // The CUDA ordinal of a tensor, checking that it lives on a CUDA device.
 int device_of(const Tensor& t, const char* what);

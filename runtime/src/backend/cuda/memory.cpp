@@ -18,7 +18,6 @@
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/device_api.hpp"
 
-#include <atomic>
 #include <bit>
 #include <cstdio>
 #include <mutex>
@@ -53,14 +52,6 @@ Pool& pool(int device) {
   TNT_CHECK(device >= 0 && device < cuda::kMaxDevices, "CUDA device index {} out of range [0, {})", device,
             cuda::kMaxDevices);
   return pools[device];
-}
-
-// cuda_copy calls that wrote to host memory, per device (never destroyed, as the pools).
-std::atomic<int64_t>& readback_counter(int device) {
-  static auto* counters = new std::atomic<int64_t>[cuda::kMaxDevices]();
-  TNT_CHECK(device >= 0 && device < cuda::kMaxDevices, "CUDA device index {} out of range [0, {})", device,
-            cuda::kMaxDevices);
-  return counters[device];
 }
 
 std::string mib(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
@@ -165,10 +156,8 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
   // for, so the host API stays synchronous.
   TNT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
   TNT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (!dst_device.is_cuda()) readback_counter(device).fetch_add(1, std::memory_order_relaxed);
+  cuda::count_host_wait(device, /*readback=*/!dst_device.is_cuda());
 }
-
-int64_t cuda_readbacks(int device) { return readback_counter(device).load(std::memory_order_relaxed); }
 
 void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device) {
   if (bytes == 0) return;

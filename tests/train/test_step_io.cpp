@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -191,14 +192,40 @@ TEST_CASE("step readback: a bad label raises the direct call's message at the fl
   }
 }
 
-TEST_CASE("step readback: the CPU losses still check their labels at once inside a scope") {
-  // Their backward indexes by the label: a bad one must not get that far.
-  StepScalars s(Device::cpu());
-  StepScalars::Scope scope(s);
+TEST_CASE("step readback: the CPU losses' input errors wait for the flush inside a scope, are at once outside") {
   SoftmaxCrossEntropy ce;
+  LabelSmoothingCrossEntropy smooth(0.1);
+  BinaryCrossEntropy bce;
+  const std::string ce_message = "SoftmaxCrossEntropy: label 5 of sample 1 is outside the 3 classes [0, 3)";
+  const std::string smooth_message = "LabelSmoothingCrossEntropy: label -2 of token 0 is outside the vocabulary [0, 3)";
+  const std::string bce_message = "BinaryCrossEntropy: target 1.5 of sample 1 (element 1) is outside [0, 1]";
+  Tensor logits = Tensor::from_vector({0.5f, -1, 2, 1, 0, -0.5f}, {2, 3});
+  Tensor bce_logits = Tensor::from_vector({0.3f, -0.2f}, {2, 1});
+  Tensor bce_targets = Tensor::from_vector({1, 1.5f}, {2, 1});
   SavedState saved;
-  CHECK_THROWS_WITH(ce.forward(Tensor::zeros({2, 3}), labels64({0, 5}), 2, saved),
-                    "SoftmaxCrossEntropy: label 5 of sample 1 is outside the 3 classes [0, 3)");
+  CHECK_THROWS_WITH(ce.forward(logits, labels64({0, 5}), 2, saved), ce_message);
+  CHECK_THROWS_WITH(smooth.forward(logits, labels64({-2, 1}), 2, saved), smooth_message);
+  CHECK_THROWS_WITH(bce.forward(bce_logits, bce_targets, 2, saved), bce_message);
+
+  StepScalars s(Device::cpu());
+  std::vector<Tensor> grads;
+  {
+    StepScalars::Scope scope(s);
+    SavedState a, b, c;
+    // Each goes on with the good elements; backward is finite and leaves the bad row out
+    // of the label term (a row of LabelSmoothingCrossEntropy: all 0).
+    Tensor la = ce.forward(logits, labels64({0, 5}), 2, a);
+    Tensor lb = smooth.forward(logits, labels64({-2, 1}), 2, b);
+    Tensor lc = bce.forward(bce_logits, bce_targets, 2, c);
+    for (const Tensor& l : {la, lb, lc}) CHECK(std::isfinite(Loss::value(l)));
+    grads = {ce.backward(a), smooth.backward(b), bce.backward(c)};
+  }
+  for (const Tensor& g : grads) {
+    for (double v : g.to_double_vector()) CHECK(std::isfinite(v));
+  }
+  std::vector<double> smooth_row0 = grads[1].slice_rows(0, 1).to_double_vector();
+  CHECK(smooth_row0 == std::vector<double>(3, 0.0));
+  CHECK(s.flush() == ce_message);  // the first of the three
 }
 
 // ---------------------------------------------------------------------------------------

@@ -82,3 +82,40 @@ TEST_CASE("a bad target found at the step's readback is the same InputError on e
   std::vector<double> w = net->named_parameters().at(0).param->value.to_double_vector();
   CHECK(tnt::communicator().allreduce_min(w) == tnt::communicator().allreduce_max(w));
 }
+
+TEST_CASE("a bad label of a CPU loss is the same InputError on every rank (not a hang)") {
+  // The CPU engine raises it with the step's results (detail::raise_input_error), so the
+  // ranks without it do not wait in the gradient allreduce for one that stopped.
+  tnt::Dataset data = tnt::test::threshold_data("bad label");
+  auto it = data.batch(64).iterate(0);
+  tnt::Element e = *it.next();
+  tnt::Tensor y = e.at(1).clone();
+  y.data<int64_t>()[50] = 9;  // global sample 50: on the last rank of 2 or 3
+  auto net = tnt::test::small_mlp();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  tnt::FitOptions fit;
+  fit.batch_size = 64;
+  fit.verbose = 0;
+  const int p = tnt::size();
+  int bad_rank = 0;
+  int64_t offset = 0;
+  for (int r = 0; r < p; ++r) {
+    const int64_t mine = tnt::micro_batch_size(64, r, p);
+    if (50 < offset + mine) {
+      bad_rank = r;
+      break;
+    }
+    offset += mine;
+  }
+  std::string expected = "SoftmaxCrossEntropy: label 9 of sample " + std::to_string(50 - offset) +
+                         " is outside the 2 classes [0, 2)";
+  if (p > 1) expected += " (on rank(s) " + std::to_string(bad_rank) + ")";
+  try {
+    model.fit(tnt::Dataset::from_tensors({e.at(0), y}), fit);
+    FAIL("no InputError");
+  } catch (const tnt::InputError& err) {
+    CHECK(std::string(err.what()) == expected);
+  }
+}

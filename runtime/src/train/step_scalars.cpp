@@ -142,6 +142,12 @@ double bad_value(const uint64_t* words) {
   return v;
 }
 
+void raise_input_error(const std::string& message) {
+  StepScalars* step = StepScalars::current();
+  if (!step || !step->device().is_cpu()) throw InputError(message);
+  step->reserve(1, 0, [message](const uint64_t*) { throw InputError(message); });
+}
+
 void defer_has_non_finite(StepScalars& scalars, const std::vector<Tensor>& xs, std::function<void(bool)> consume) {
   for (const Tensor& x : xs) {
     TNT_CHECK(x.defined() && x.device() == scalars.device(), "defer_has_non_finite: a tensor on {}, the step on {}",

@@ -117,6 +117,12 @@ class StepScalars {
 int64_t bad_index(const uint64_t* words);
 double bad_value(const uint64_t* words);  // the value at bad_index (its double's bits in word 1)
 
+// A CPU engine's InputError (a bad label or target): inside a step on the CPU it is raised
+// with the step's other results at the flush, as the CUDA engines' are, so that Model raises
+// it on every rank; outside a step it is thrown at once. The engine must be able to go on
+// computing with the bad element (skipping it) when this returns.
+void raise_input_error(const std::string& message);
+
 // ops::has_non_finite(xs) for the step's flush: consume(any NaN or infinity) then; all xs on
 // scalars.device(). On CUDA one flag word written by one kernel per tensor.
 void defer_has_non_finite(StepScalars& scalars, const std::vector<Tensor>& xs, std::function<void(bool)> consume);

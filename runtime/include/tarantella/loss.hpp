@@ -8,10 +8,10 @@
 // forward() only ever sees real samples: the padding rows of a last partial batch are cut
 // off before the call. backward() returns d(loss)/d(predictions) times `scale` (loss scaling).
 //
-// On CUDA the checks of the labels (targets) run on the device. Called directly, forward()
-// throws their InputError before it returns; inside Model's steps the check is read with the
-// step's other device results in one copy at the step's end, and the error is raised there,
-// on every rank (model.hpp).
+// A bad label (target) is an InputError. Called directly, forward() throws it before it
+// returns. Inside Model's steps it is raised at the step's end with the step's other results
+// (on CUDA the check runs on the device and is read in the step's one copy), on every rank
+// (model.hpp); forward() and backward() meanwhile leave the bad element out.
 //
 // Sample weights (Keras' sample_weight): forward_weighted() multiplies sample i's loss by
 // w_i and still divides the sum by global_batch, sum_i(w_i * l_i) / global_batch (not by the

@@ -35,9 +35,10 @@
 //   memory on a second stream while the current step computes (TNT_PINNED_STAGING=0: plain
 //   copies; the results are bitwise the same), and the step's device results (the loss, the
 //   metrics' counts, label checks, the loss scaler's overflow flag) come back to the host in
-//   ONE copy at its end. A bad label found there does not stop that step's update (every
-//   rank applies it, so replicas stay equal); it is an InputError on every rank when the
-//   step's logs are agreed, right after the step (in evaluate: after the last step).
+//   ONE copy at its end. A bad label or target found by the loss or a metric (on any
+//   device) does not stop that step's update (every rank applies it, so replicas stay
+//   equal); it is an InputError on every rank when the step's logs are agreed, right after
+//   the step (in evaluate: after the last step).
 #pragma once
 
 #include "tarantella/callbacks.hpp"

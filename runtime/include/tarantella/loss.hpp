@@ -8,6 +8,11 @@
 // forward() only ever sees real samples: the padding rows of a last partial batch are cut
 // off before the call. backward() returns d(loss)/d(predictions) times `scale` (loss scaling).
 //
+// A bad label (target) is an InputError. Called directly, forward() throws it before it
+// returns. Inside Model's steps it is raised at the step's end with the step's other results
+// (on CUDA the check runs on the device and is read in the step's one copy), on every rank
+// (model.hpp); forward() and backward() meanwhile leave the bad element out.
+//
 // Sample weights (Keras' sample_weight): forward_weighted() multiplies sample i's loss by
 // w_i and still divides the sum by global_batch, sum_i(w_i * l_i) / global_batch (not by the
 // sum of the weights), so weights of 1 equal no weights, a weight of 0 takes the sample out of

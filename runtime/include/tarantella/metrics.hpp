@@ -4,7 +4,10 @@
 // makes the logged value with value_of(global sums), so it is the global value on every
 // rank, and p ranks give exactly what one rank gives on the same samples (the sums are
 // integer counts, exact in double up to 2^53). update() works on any device (the CUDA
-// engine returns its counts to the host).
+// engine returns its counts to the host). Inside Model's steps the built-in metrics' counts
+// (and their label and target checks) are read with the step's other device results in one
+// copy at the step's end, so the sums change then, not when update() returns; called
+// directly, update() has added its counts (or thrown) when it returns.
 #pragma once
 
 #include "tarantella/tensor.hpp"

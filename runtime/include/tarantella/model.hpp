@@ -31,6 +31,14 @@
 //   class_weight on a loss without class labels, or weights on a loss that does not support
 //   them is an InputError on every rank; while weights are in use the ranks agree on that
 //   once a step (one small allgather).
+// - Device I/O of a step (CUDA): the next batch is copied to the device from page-locked
+//   memory on a second stream while the current step computes (TNT_PINNED_STAGING=0: plain
+//   copies; the results are bitwise the same), and the step's device results (the loss, the
+//   metrics' counts, label checks, the loss scaler's overflow flag) come back to the host in
+//   ONE copy at its end. A bad label or target found by the loss or a metric (on any
+//   device) does not stop that step's update (every rank applies it, so replicas stay
+//   equal); it is an InputError on every rank when the step's logs are agreed, right after
+//   the step (in evaluate: after the last step).
 #pragma once
 
 #include "tarantella/callbacks.hpp"
@@ -59,6 +67,7 @@ namespace detail {
 // (distribute_dataset = false) whose global size is summed every step.
 using NextBatch = std::function<std::optional<Batch>()>;
 class PassTotals;  // loss and metric sums of one pass (model.cpp)
+class InputStager;  // input batches staged on a CUDA device (train/staging.hpp)
 class CallbackList;  // the callbacks that run on this rank (model.cpp)
 }  // namespace detail
 
@@ -183,7 +192,8 @@ class Model {
   // The steps (Keras' train_step / test_step); the loops below run them.
   void train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals);
   void test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals);
-  StepInputs step_inputs(const Batch& batch, const char* what) const;
+  // staging: the pass's stager when the batch was staged (its copies are taken), else null.
+  StepInputs step_inputs(const Batch& batch, const char* what, detail::InputStager* staging) const;
 
   History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
                   const std::optional<DistributedDataset>& validation, const FitOptions& options);

@@ -6,6 +6,7 @@
 #include "tarantella/device.hpp"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tnt::backend {
 
@@ -16,6 +17,32 @@ void cuda_free(void* ptr, size_t bytes, int device);
 // Copy between any two places (host or device); synchronous with respect to the host.
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 void cuda_memset_zero(void* ptr, size_t bytes, int device);
+// Every byte of [ptr, ptr + bytes) set to `byte` (0 or 0xff), on the compute stream.
+void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device);
+// Debug counters (tests count a training step's with them): every time the host waited for
+// `device` through this API (cuda_copy, which always waits; cuda_event_synchronize; the
+// backend's synchronize), and of those the device-to-host copies (cuda_copy to host memory).
+// Waits inside other libraries (NCCL's, polled by comm/) are not counted.
+int64_t cuda_host_waits(int device);
+int64_t cuda_readbacks(int device);
+
+// The streams a caller may queue on: the compute stream, and the copy stream on which input
+// batches go to the device while the compute stream runs the step before (train/staging.hpp).
+enum class CudaStream { compute, copy };
+// Asynchronous copy queued on `stream` of `device`: host to device (from page-locked host
+// memory, else the driver stages it and the copy is not asynchronous) or device to device.
+// The caller orders it with events and keeps both buffers alive until it has run.
+void cuda_copy_async(void* dst, const void* src, size_t bytes, CudaStream stream, int device);
+// Page-locked host memory (cudaHostAlloc), freed with cuda_host_free.
+void* cuda_host_alloc(size_t bytes);
+void cuda_host_free(void* ptr);
+// Events (cudaEvent_t, created without timing); opaque to the core.
+void* cuda_event_create(int device);
+void cuda_event_destroy(void* event, int device);
+void cuda_event_record(void* event, CudaStream stream, int device);
+// Later work queued on `stream` waits for the event's work; the host does not wait.
+void cuda_stream_wait(CudaStream stream, void* event, int device);
+void cuda_event_synchronize(void* event, int device);  // the host waits for the event's work
 MemoryStats cuda_memory_stats(int device);
 void cuda_reset_peak(int device);
 void cuda_set_device(int device);

@@ -11,6 +11,8 @@
 #include "tarantella/ops.hpp"
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
+#include "train/staging.hpp"
+#include "train/step_scalars.hpp"
 
 #include <cmath>
 #include <functional>
@@ -185,17 +187,54 @@ NextBatch with_sample_weights(NextBatch next, size_t n_in, const LossPtr& loss, 
   };
 }
 
+// Stages each batch on the device one batch ahead (train/staging.hpp): the batch handed out
+// was queued to the device before the step before it ran, and the next one is queued now,
+// before this one's step. So every rank fetches batch k + 1 before step k: the batch
+// sources' own collectives (sizes, sample-weight checks) stay in the same order on every rank.
+NextBatch with_staging(NextBatch next, const std::shared_ptr<detail::InputStager>& stager) {
+  if (!stager) return next;
+  auto ahead = std::make_shared<std::optional<Batch>>();
+  auto started = std::make_shared<bool>(false);
+  return [next = std::move(next), stager, ahead, started]() -> std::optional<Batch> {
+    stager->step_queued();  // the last batch's step is queued: its slot may be refilled later
+    if (!*started) {
+      *started = true;
+      *ahead = next();
+      if (*ahead) stager->stage(**ahead);
+    }
+    std::optional<Batch> current = std::move(*ahead);
+    ahead->reset();
+    if (!current) return current;
+    *ahead = next();
+    if (*ahead) stager->stage(**ahead);
+    return current;
+  };
+}
+
+// The stager of a pass on `device`: CUDA with TNT_PINNED_STAGING not 0.
+std::shared_ptr<detail::InputStager> stager_for(Device device) {
+  const bool enabled = detail::pinned_staging_enabled();  // validated on every device
+  if (!device.is_cuda() || !enabled) return nullptr;
+  return std::make_shared<detail::InputStager>(device);
+}
+
 }  // namespace
 
 namespace detail {
 
 // Loss and metric sums of one pass (an epoch of fit, or an evaluation) on this rank;
 // global() sums them over the ranks, so every log line is the global value.
+//
+// A step's device results (the loss, the metrics' counts, label checks, the loss scaler's
+// overflow flag) are words of scalars() (train/step_scalars.hpp), read back once when the
+// step calls finish_step(). A bad label found there is kept, and global() raises it on every
+// rank (its allreduce carries a flag; the message comes from the rank(s) that found it).
 class PassTotals {
  public:
   // restore: give the metric objects back the totals they had before (an evaluation inside
-  // fit must not disturb the epoch's training metrics).
-  PassTotals(const std::vector<MetricPtr>& metrics, bool restore) : metrics_(metrics), restore_(restore) {
+  // fit must not disturb the epoch's training metrics). device: the model's.
+  PassTotals(const std::vector<MetricPtr>& metrics, bool restore, Device device, InputStager* staging = nullptr)
+      : metrics_(metrics), restore_(restore), scalars_(device), staging_(staging) {
     for (auto& m : metrics_) {
       saved_.push_back(m->sums());
       m->reset();
@@ -208,26 +247,41 @@ class PassTotals {
   PassTotals(const PassTotals&) = delete;
   PassTotals& operator=(const PassTotals&) = delete;
 
-  // pred, target: (b, ...), of which the first `real` rows count; loss_sum: their summed loss.
-  // units: what the loss averages over (samples; tokens for a token-level loss), -1 = real.
-  void add(const Tensor& pred, const Tensor& target, int64_t real, double loss_sum, int64_t units = -1) {
+  StepScalars& scalars() { return scalars_; }
+  InputStager* staging() const { return staging_; }
+
+  // pred, target: (b, ...), of which the first `real` rows count; the metrics' counts arrive
+  // at finish_step(). loss: the step's loss tensor, times `factor` its rows' summed loss.
+  // units: what the loss averages over (samples; tokens for a token-level loss).
+  void add(const Tensor& pred, const Tensor& target, int64_t real, const Tensor& loss, double factor, int64_t units) {
     if (real == 0) return;
+    if (loss.device() == scalars_.device() && loss.dtype() == DType::f32 && loss.numel() == 1) {
+      scalars_.read_f32(loss, [this, factor](double v) { loss_sum_ += v * factor; });
+    } else {
+      loss_sum_ += Loss::value(loss) * factor;  // a loss of the user's that returns something else
+    }
     for (auto& m : metrics_) m->update(rows(pred, real), rows(target, real));
-    loss_sum_ += loss_sum;
-    samples_ += static_cast<double>(units < 0 ? real : units);
+    samples_ += static_cast<double>(units);
+  }
+
+  // The step's one readback; its consumers add the loss and the counts.
+  void finish_step() {
+    const std::string problem = scalars_.flush();
+    if (!problem.empty() && error_.empty()) error_ = problem;
   }
 
   // Collective: {"loss": global mean loss, <metric>: global value}.
   Logs global() const {
-    std::vector<double> sums{loss_sum_, samples_};
+    std::vector<double> sums{loss_sum_, samples_, error_.empty() ? 0.0 : 1.0};
     for (auto& m : metrics_) {
       const std::vector<double> s = m->sums();  // 2 for most metrics, a histogram for AUC
       sums.insert(sums.end(), s.begin(), s.end());
     }
     std::vector<double> all = communicator().allreduce_sum(sums);
+    if (all[2] > 0) raise_error();
     Logs logs;
     logs["loss"] = all[1] > 0 ? all[0] / all[1] : 0.0;
-    auto at = all.begin() + 2;
+    auto at = all.begin() + 3;
     for (auto& m : metrics_) {
       const auto end = at + static_cast<std::ptrdiff_t>(m->sums().size());
       logs[m->name()] = m->value_of(std::vector<double>(at, end));
@@ -237,11 +291,25 @@ class PassTotals {
   }
 
  private:
+  // Collective, when some rank's step found bad input: every rank throws, with the message
+  // of the rank(s) that found it (plain when all ranks found the same, as on one rank).
+  [[noreturn]] void raise_error() const {
+    std::optional<Disagreement> d = find_disagreement(communicator(), {error_});
+    if (!d) TNT_INPUT_ERROR("{}", error_);
+    for (const auto& [text, ranks] : d->groups) {
+      if (!text.empty()) TNT_INPUT_ERROR("{} (on rank(s) {})", text, rank_list(ranks));
+    }
+    TNT_THROW("a step's input error was announced but no rank holds its message");
+  }
+
   std::vector<MetricPtr> metrics_;
   bool restore_;
   std::vector<std::vector<double>> saved_;
   double loss_sum_ = 0;  // sum of per-sample losses so far
   double samples_ = 0;   // real samples so far
+  StepScalars scalars_;
+  InputStager* staging_;
+  std::string error_;  // the first bad input a step's readback found on this rank
 };
 
 }  // namespace detail
@@ -319,26 +387,45 @@ void Model::broadcast_weights() {
 // ---------------------------------------------------------------------------------------
 // The steps
 
-Model::StepInputs Model::step_inputs(const Batch& batch, const char* what) const {
+Model::StepInputs Model::step_inputs(const Batch& batch, const char* what, detail::InputStager* staging) const {
   const size_t n_in = network_->inputs().size();
   TNT_INPUT_CHECK(batch.columns.size() == n_in + 1,
                   "{}: each element must have {} input column(s), a target and optionally a sample weight; it has {} "
                   "column(s)",
                   what, n_in, batch.columns.size());
   const Device device = network_->device();
+  // Staged: copies already queued on the copy stream, which the compute stream now waits for.
+  std::vector<Tensor> columns = staging ? staging->take(batch) : batch.columns;
+  if (!staging) columns.push_back(batch.sample_weights);
   StepInputs in;
-  for (size_t i = 0; i < n_in; ++i) in.inputs.push_back(on_device(batch.columns[i], device));
-  in.target = on_device(batch.columns[n_in], device);
-  if (batch.sample_weights.defined()) in.weights = on_device(rows(batch.sample_weights, batch.real_samples), device);
+  for (size_t i = 0; i < n_in; ++i) in.inputs.push_back(on_device(columns[i], device));
+  in.target = on_device(columns[n_in], device);
+  if (columns[n_in + 1].defined()) in.weights = on_device(rows(columns[n_in + 1], batch.real_samples), device);
   return in;
 }
+
+namespace {
+
+// The real units of a step (loss.hpp): samples, or for a token-level loss the real tokens,
+// counted from the batch's host target column when it has one, so that no device read is
+// needed (the count goes into an allreduce before the loss, so it cannot wait for the step's
+// one readback at the end).
+// batch_target: the batch's own target column; device_target: the step's copy of it.
+int64_t step_units(const Loss& loss, const Tensor& batch_target, const Tensor& device_target, int64_t real) {
+  if (!loss.normalizes_by_tokens()) return real;
+  if (real == 0) return 0;
+  return loss.count_tokens(rows(batch_target.device().is_cpu() ? batch_target : device_target, real));
+}
+
+}  // namespace
 
 // One training step on this rank's micro-batch: forward, the loss of the GLOBAL batch (each
 // rank divides by the global count, so the SUM of the ranks' gradients is the serial
 // gradient), backward with the Reducer summing each gradient as soon as it is final, then
 // the same update on every rank.
 void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals) {
-  StepInputs in = step_inputs(batch, "fit");
+  StepInputs in = step_inputs(batch, "fit", totals.staging());
+  detail::StepScalars::Scope readback(totals.scalars());  // the losses' and metrics' results
   const int64_t real = batch.real_samples;
   rc.step = global_step_;
   rc.sample_offset = batch.sample_offset;
@@ -354,7 +441,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   if (real < batch.micro_batch_size) grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
   // A token-level loss is averaged over the global number of real tokens (loss.hpp).
   const bool by_tokens = loss_->normalizes_by_tokens();
-  const int64_t units = by_tokens ? (real > 0 ? loss_->count_tokens(rows(in.target, real)) : 0) : real;
+  const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
   const int64_t global_units = by_tokens ? communicator().allreduce_sum(units) : batch.global_real_samples;
   if (real > 0) {
     Span span(Lane::compute, "loss");
@@ -368,7 +455,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
       Tensor head = grad_pred.slice_rows(0, real);
       head.copy_from(g);
     }
-    totals.add(pred, in.target, real, Loss::value(loss) * static_cast<double>(global_real), units);
+    totals.add(pred, in.target, real, loss, static_cast<double>(global_real), units);
   }
 
   const double t_bwd = now_s();
@@ -394,9 +481,21 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   }
   const double t_comm_end = now_s();
 
+  // The step's one readback: the loss, the metrics' counts and checks, the overflow flag. A
+  // bad label found there does not stop the update: every rank applies it alike (replicas
+  // stay equal), and the logs' allreduce right after raises the error on every rank.
+  bool overflow = false;
+  if (scaler_.enabled()) {
+    detail::defer_has_non_finite(totals.scalars(), trainable_grads_, [&overflow](bool found) { overflow = found; });
+  }
+  {
+    Span span(Lane::compute, "step results");
+    totals.finish_step();
+  }
+
   // The summed gradients are bitwise equal on every rank, so every rank decides alike.
   Span span(Lane::compute, "optimizer");
-  if (!scaler_.enabled() || scaler_.update(ops::has_non_finite(trainable_grads_))) {
+  if (!scaler_.enabled() || scaler_.update(overflow)) {
     optimizer_->step(trainable_);
   } else {
     // A skipped step still moves the schedule on (as Keras' LossScaleOptimizer and a
@@ -413,17 +512,18 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
 }
 
 void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals) {
-  StepInputs in = step_inputs(batch, "evaluate");
+  StepInputs in = step_inputs(batch, "evaluate", totals.staging());
+  detail::StepScalars::Scope readback(totals.scalars());
   const int64_t real = batch.real_samples;
   Span span(Lane::compute, "evaluation step");
   const Tensor pred = network_->forward(in.inputs, rc, false).at(0);
   if (real == 0) return;
   SavedState ls;
   // Divided by 1: this rank's plain sum of per-sample losses.
-  const double loss_sum =
-      Loss::value(loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, 1, ls));
-  totals.add(pred, in.target, real, loss_sum,
-             loss_->normalizes_by_tokens() ? loss_->count_tokens(rows(in.target, real)) : real);
+  const Tensor loss = loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, 1, ls);
+  const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
+  totals.add(pred, in.target, real, loss, 1.0, units);
+  totals.finish_step();  // one readback a step
 }
 
 // ---------------------------------------------------------------------------------------
@@ -595,6 +695,8 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   rc.training = true;
   rc.seed = seed_;
   rc.device = network_->device();
+  // Kept for the whole fit: its page-locked buffers are allocated once.
+  const std::shared_ptr<detail::InputStager> stager = stager_for(rc.device);
 
   Logs logs;
   callbacks.each([&](Callback& c) { c.on_train_begin(logs); });
@@ -602,11 +704,12 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     const double epoch_start = now_s();
     logs.clear();
     callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, logs); });
-    detail::PassTotals totals(metrics_, /*restore=*/false);
+    detail::PassTotals totals(metrics_, /*restore=*/false, rc.device, stager.get());
     timing_ = EpochTiming{};
     double lr_used = optimizer_->learning_rate();
 
-    NextBatch next = with_sample_weights(source(epoch), network_->inputs().size(), loss_, options.class_weight, "fit");
+    NextBatch next = with_staging(
+        with_sample_weights(source(epoch), network_->inputs().size(), loss_, options.class_weight, "fit"), stager);
     for (int64_t step = 0; !stop_requested_; ++step) {
       const double t_input = now_s();
       std::optional<Batch> batch = next();
@@ -626,6 +729,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
+    if (stager) stager->end_pass();
     timing_.finish();
     // The epoch's step events on disk before its history row: here, before the validation's
     // collectives, so that every rank has written its part before the master can finish the
@@ -711,8 +815,10 @@ Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weigh
   rc.seed = seed_;
   rc.step = global_step_;
   rc.device = network_->device();
-  detail::PassTotals totals(metrics_, /*restore=*/true);
-  NextBatch next = with_sample_weights(source, network_->inputs().size(), loss_, class_weight, "evaluate");
+  const std::shared_ptr<detail::InputStager> stager = stager_for(rc.device);
+  detail::PassTotals totals(metrics_, /*restore=*/true, rc.device, stager.get());
+  NextBatch next =
+      with_staging(with_sample_weights(source, network_->inputs().size(), loss_, class_weight, "evaluate"), stager);
   const Logs none;
   auto each = [&](auto&& f) {
     if (callbacks) callbacks->each(f);
@@ -725,6 +831,7 @@ Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weigh
     test_step(*batch, rc, totals);
     each([&](Callback& c) { c.on_test_batch_end(step, none); });
   }
+  if (stager) stager->end_pass();
   Logs logs = totals.global();
   each([&](Callback& c) { c.on_test_end(logs); });
   return logs;

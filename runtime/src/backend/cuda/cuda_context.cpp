@@ -3,6 +3,7 @@
 #include "backend/device_api.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 namespace tnt::cuda {
@@ -13,8 +14,11 @@ namespace {
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;
 
 struct DeviceResources {
-  std::once_flag stream_once, cudnn_once, cublas_once, props_once;
+  std::once_flag stream_once, copy_once, cudnn_once, cublas_once, props_once;
   cudaStream_t stream = nullptr;
+  cudaStream_t copy = nullptr;
+  std::atomic<int64_t> host_waits{0};  // see count_host_wait
+  std::atomic<int64_t> readbacks{0};
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
   int sm_count = 1;
@@ -51,6 +55,19 @@ cudaStream_t compute_stream(int device) {
   return r.stream;
 }
 
+cudaStream_t copy_stream(int device) {
+  DeviceResources& r = resources(device);
+  std::call_once(r.copy_once, [&] {
+    DeviceGuard guard(device);
+    TNT_CUDA_CHECK(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
+  });
+  return r.copy;
+}
+
+cudaStream_t stream_of(backend::CudaStream stream, int device) {
+  return stream == backend::CudaStream::copy ? copy_stream(device) : compute_stream(device);
+}
+
 cudnnHandle_t cudnn_handle(int device) {
   DeviceResources& r = resources(device);
   cudaStream_t stream = compute_stream(device);
@@ -85,6 +102,13 @@ cublasHandle_t cublas_handle(int device) {
 void synchronize(int device) {
   DeviceGuard guard(device);
   TNT_CUDA_CHECK(cudaStreamSynchronize(compute_stream(device)));
+  count_host_wait(device, false);
+}
+
+void count_host_wait(int device, bool readback) {
+  DeviceResources& r = resources(device);
+  r.host_waits.fetch_add(1, std::memory_order_relaxed);
+  if (readback) r.readbacks.fetch_add(1, std::memory_order_relaxed);
 }
 
 int device_of(const Tensor& t, const char* what) {
@@ -154,5 +178,40 @@ unsigned grid_for(int64_t n, int block, int device) {
 namespace tnt::backend {
 
 void* cuda_compute_stream(int device) { return cuda::compute_stream(device); }
+
+void* cuda_event_create(int device) {
+  cuda::DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  // Without timing: recording and waiting are then cheapest.
+  TNT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return event;
+}
+
+void cuda_event_destroy(void* event, int device) {
+  if (!event) return;
+  cuda::DeviceGuard guard(device);
+  // Called from destructors: an error is cleared, not thrown.
+  if (cudaEventDestroy(static_cast<cudaEvent_t>(event)) != cudaSuccess) cudaGetLastError();
+}
+
+void cuda_event_record(void* event, CudaStream stream, int device) {
+  cuda::DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), cuda::stream_of(stream, device)));
+}
+
+void cuda_stream_wait(CudaStream stream, void* event, int device) {
+  cuda::DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaStreamWaitEvent(cuda::stream_of(stream, device), static_cast<cudaEvent_t>(event), 0));
+}
+
+void cuda_event_synchronize(void* event, int device) {
+  cuda::DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  cuda::count_host_wait(device, false);
+}
+
+int64_t cuda_host_waits(int device) { return cuda::resources(device).host_waits.load(std::memory_order_relaxed); }
+
+int64_t cuda_readbacks(int device) { return cuda::resources(device).readbacks.load(std::memory_order_relaxed); }
 
 }  // namespace tnt::backend

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "backend/cuda/cuda_check.hpp"
+#include "backend/device_api.hpp"
 #include "tarantella/device.hpp"
 #include "tarantella/tensor.hpp"
 
@@ -41,9 +42,17 @@ class DeviceGuard {
 };
 
 cudaStream_t compute_stream(int device);
+// The copy stream: input batches go to the device on it while the compute stream runs
+// (train/staging.hpp). Non-blocking (it never waits for the legacy default stream); every
+// use is ordered against the compute stream by events.
+cudaStream_t copy_stream(int device);
+cudaStream_t stream_of(backend::CudaStream stream, int device);
 cudnnHandle_t cudnn_handle(int device);    // bound to compute_stream(device)
 cublasHandle_t cublas_handle(int device);  // bound to compute_stream(device), workspace from the cache
 void synchronize(int device);              // waits for the compute stream
+// The debug counters of backend::cuda_host_waits and cuda_readbacks: one host wait for
+// `device`, a device-to-host copy when readback.
+void count_host_wait(int device, bool readback);
 
 // The CUDA ordinal of a tensor, checking that it lives on a CUDA device.
 int device_of(const Tensor& t, const char* what);

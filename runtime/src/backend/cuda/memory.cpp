@@ -156,6 +156,41 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
   // for, so the host API stays synchronous.
   TNT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
   TNT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cuda::count_host_wait(device, /*readback=*/!dst_device.is_cuda());
+}
+
+void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device) {
+  if (bytes == 0) return;
+  TNT_CHECK(byte >= 0 && byte <= 0xff, "cuda_fill_bytes: {} is not a byte value", byte);
+  cuda::DeviceGuard guard(device);
+  // Stream-ordered like cuda_memset_zero: the kernels that then write these bytes come after.
+  TNT_CUDA_CHECK(cudaMemsetAsync(ptr, byte, bytes, cuda::compute_stream(device)));
+}
+
+void cuda_copy_async(void* dst, const void* src, size_t bytes, CudaStream stream, int device) {
+  if (bytes == 0) return;
+  cuda::DeviceGuard guard(device);
+  // cudaMemcpyDefault: the direction follows from the pointers (unified addressing). From
+  // page-locked host memory the copy is queued and the call returns at once.
+  TNT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda::stream_of(stream, device)));
+}
+
+void* cuda_host_alloc(size_t bytes) {
+  void* ptr = nullptr;
+  const cudaError_t err = cudaHostAlloc(&ptr, bytes == 0 ? 1 : bytes, cudaHostAllocDefault);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    TNT_THROW("could not allocate {} bytes ({}) of page-locked host memory for input staging: {} (set "
+              "TNT_PINNED_STAGING=0 to copy inputs from ordinary memory)",
+              bytes, mib(bytes), cudaGetErrorString(err));
+  }
+  return ptr;
+}
+
+void cuda_host_free(void* ptr) {
+  if (!ptr) return;
+  // Called from destructors: an error (the runtime shutting down) is cleared, not thrown.
+  if (cudaFreeHost(ptr) != cudaSuccess) cudaGetLastError();
 }
 
 void cuda_memset_zero(void* ptr, size_t bytes, int device) {

@@ -20,5 +20,16 @@ MemoryStats cuda_memory_stats(int) { return {}; }
 void cuda_reset_peak(int) {}
 void cuda_set_device(int) { no_cuda(); }
 void* cuda_compute_stream(int) { no_cuda(); }
+void cuda_fill_bytes(void*, int, size_t, int) { no_cuda(); }
+int64_t cuda_host_waits(int) { return 0; }
+int64_t cuda_readbacks(int) { return 0; }
+void cuda_copy_async(void*, const void*, size_t, CudaStream, int) { no_cuda(); }
+void* cuda_host_alloc(size_t) { no_cuda(); }
+void cuda_host_free(void*) {}
+void* cuda_event_create(int) { no_cuda(); }
+void cuda_event_destroy(void*, int) {}
+void cuda_event_record(void*, CudaStream, int) { no_cuda(); }
+void cuda_stream_wait(CudaStream, void*, int) { no_cuda(); }
+void cuda_event_synchronize(void*, int) { no_cuda(); }
 
 }  // namespace tnt::backend

@@ -7,6 +7,7 @@
 #include "backend/dispatch.hpp"
 #include "layers/losses/label_smoothing_cuda.hpp"
 #include "tarantella/check.hpp"
+#include "train/step_scalars.hpp"
 
 #include <cmath>
 
@@ -92,8 +93,10 @@ Tensor LabelSmoothingCrossEntropy::forward(const Tensor& logits, const Tensor& l
     total += l - conf * xr[y] - low * (xsum - xr[y]) - c;
   }
   if (bad_row >= 0) {
-    TNT_INPUT_ERROR("LabelSmoothingCrossEntropy: label {} of token {} is outside the vocabulary [0, {})",
-                    label_at(labels, bad_row), bad_row, v);
+    // Its row counted nothing, and backward leaves it at 0 (below).
+    detail::raise_input_error(
+        fmt::format("LabelSmoothingCrossEntropy: label {} of token {} is outside the vocabulary [0, {})",
+                    label_at(labels, bad_row), bad_row, v));
   }
   auto info = std::make_shared<SmoothSaved>();
   info->denominator = static_cast<double>(global_batch);
@@ -120,7 +123,9 @@ Tensor LabelSmoothingCrossEntropy::backward(SavedState& saved, double scale) {
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t y = label_at(labels, r);
     float* gr = g + r * v;
-    if (y == pad_id_) {
+    // A label outside [0, V) only gets here inside a step whose error is raised at its end
+    // (raise_input_error): its row must not be indexed by it.
+    if (y == pad_id_ || y < 0 || y >= v) {
       for (int64_t j = 0; j < v; ++j) gr[j] = 0.0f;
       continue;
     }

@@ -5,6 +5,8 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/device_api.hpp"
+#include "train/step_scalars.cuh"
+#include "train/step_scalars.hpp"
 
 #include <memory>
 
@@ -98,11 +100,16 @@ Tensor label_smoothing_forward(LabelSmoothingCrossEntropy& loss, const Tensor& l
   if (rows == 0) {
     TNT_CUDA_CHECK(cudaMemsetAsync(result.raw(), 0, sizeof(float), stream));
   } else {
-    Workspace ws(static_cast<size_t>(rows) * sizeof(double) + sizeof(unsigned long long), device);
-    double* row_loss = ws.as<double>();                                      // (R)
-    auto* bad_row = reinterpret_cast<unsigned long long*>(row_loss + rows);  // (1)
-    const unsigned long long none = ~0ull;
-    TNT_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, sizeof(none), stream));
+    detail::StepScalars::For out(logits.device());
+    // (first row with a label outside the vocabulary, that label): the step's readback
+    uint64_t* check = out->reserve(0, 2, [v](const uint64_t* w) {
+      if (detail::bad_index(w) < 0) return;
+      TNT_INPUT_ERROR("LabelSmoothingCrossEntropy: label {} of token {} is outside the vocabulary [0, {})",
+                      static_cast<int64_t>(detail::bad_value(w)), detail::bad_index(w), v);
+    });
+    auto* bad_row = reinterpret_cast<unsigned long long*>(check);
+    Workspace ws(static_cast<size_t>(rows) * sizeof(double), device);
+    double* row_loss = ws.as<double>();  // (R)
     const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
     const double conf = 1.0 - loss.smoothing(), low = loss.smoothing() / static_cast<double>(v - 1);
     TNT_CUDA_DISPATCH_FLOAT(logits.dtype(), "LabelSmoothingCrossEntropy", {
@@ -115,14 +122,9 @@ Tensor label_smoothing_forward(LabelSmoothingCrossEntropy& loss, const Tensor& l
     TNT_CUDA_CHECK_LAUNCH();
     sum_divide_kernel<<<1, kBlock, 0, stream>>>(row_loss, rows, info->denominator, result.data<float>());
     TNT_CUDA_CHECK_LAUNCH();
-    unsigned long long bad = 0;
-    backend::cuda_copy(&bad, Device::cpu(), bad_row, logits.device(), sizeof(bad));
-    if (bad != none) {
-      const int64_t r = static_cast<int64_t>(bad);
-      const int64_t label = static_cast<int64_t>(labels.reshape({rows}).slice_rows(r, r + 1).to_double_vector().at(0));
-      TNT_INPUT_ERROR("LabelSmoothingCrossEntropy: label {} of token {} is outside the vocabulary [0, {})", label, r,
-                      v);
-    }
+    TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "LabelSmoothingCrossEntropy",
+                            { value_at_bad(static_cast<const label_t*>(labels.raw()), check, device); });
+    out.finish();
   }
   saved.tensors = {logits, labels, lse};
   saved.extra = info;

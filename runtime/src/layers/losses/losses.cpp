@@ -9,6 +9,7 @@
 #include "layers/losses/pointwise_rules.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/ops.hpp"
+#include "train/step_scalars.hpp"
 
 #include <cmath>
 
@@ -153,8 +154,10 @@ Tensor SoftmaxCrossEntropy::forward_weighted(const Tensor& logits, const Tensor&
     total += w ? losses::weighted(row_loss, w[r / rows_per_sample]) : row_loss;
   }
   if (bad_row >= 0) {
-    TNT_INPUT_ERROR("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
-                    label_at(labels, bad_row), bad_row, k, k);
+    // Its row counted nothing; backward gives it no label term (it never indexes by it).
+    detail::raise_input_error(
+        fmt::format("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
+                    label_at(labels, bad_row), bad_row, k, k));
   }
   auto info = std::make_shared<LossSaved>();
   info->denominator = static_cast<double>(global_batch);
@@ -227,7 +230,10 @@ Tensor pointwise_forward(const char* what, const losses::PointwiseRule& rule, co
   if (rule.kind == losses::Pointwise::logistic) {
     for (int64_t i = 0; i < total_n; ++i) {
       if (!losses::valid_probability(t[i])) {
-        TNT_INPUT_ERROR("{}: target {} of sample {} (element {}) is outside [0, 1]", what, t[i], i / per_sample, i);
+        // The rule stays finite for any target: the step can go on until the error is raised.
+        detail::raise_input_error(
+            fmt::format("{}: target {} of sample {} (element {}) is outside [0, 1]", what, t[i], i / per_sample, i));
+        break;
       }
     }
   }

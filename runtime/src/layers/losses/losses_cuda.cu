@@ -2,14 +2,19 @@
 // probabilities, the labels and the sample weights; each element's weighted slope), so
 // backward is one element-wise pass. Per-row and total sums accumulate in double in fixed
 // trees; the loss is written as a 1-element f32 tensor on the device without a host round
-// trip, except that cross-entropy (binary cross-entropy) reads back one word to report a
-// label outside [0, K) (a target outside [0, 1]) as the CPU does.
+// trip. A label outside [0, K) (a target outside [0, 1] for binary cross-entropy) is found
+// on the device: the first one's index and value go to two words of the step's readback
+// (train/step_scalars.hpp), and the host raises the CPU engine's InputError when it reads
+// them: inside a training step at the step's one copy, in a direct call before it returns.
 #include "layers/losses/losses_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/device_api.hpp"
+#include "train/step_scalars.cuh"
+#include "train/step_scalars.hpp"
 
 #include <memory>
+#include <string>
 
 namespace tnt::cuda {
 
@@ -152,11 +157,16 @@ Tensor softmax_cross_entropy_forward(SoftmaxCrossEntropy& loss, const Tensor& lo
   if (rows == 0) {
     TNT_CUDA_CHECK(cudaMemsetAsync(result.raw(), 0, sizeof(float), stream));
   } else {
-    Workspace ws(static_cast<size_t>(rows) * sizeof(double) + sizeof(unsigned long long), device);
-    double* row_loss = ws.as<double>();                                              // (R)
-    auto* bad_row = reinterpret_cast<unsigned long long*>(row_loss + rows);          // (1)
-    const unsigned long long none = ~0ull;  // all bytes 0xff
-    TNT_CUDA_CHECK(cudaMemsetAsync(bad_row, 0xff, sizeof(none), stream));
+    detail::StepScalars::For out(logits.device());
+    // (first row with a bad label, that label)
+    uint64_t* check = out->reserve(0, 2, [k](const uint64_t* w) {
+      if (detail::bad_index(w) < 0) return;
+      TNT_INPUT_ERROR("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
+                      static_cast<int64_t>(detail::bad_value(w)), detail::bad_index(w), k, k);
+    });
+    auto* bad_row = reinterpret_cast<unsigned long long*>(check);
+    Workspace ws(static_cast<size_t>(rows) * sizeof(double), device);
+    double* row_loss = ws.as<double>();  // (R)
     const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
     TNT_CUDA_DISPATCH_FLOAT(logits.dtype(), "SoftmaxCrossEntropy", {
       TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "SoftmaxCrossEntropy", {
@@ -169,14 +179,9 @@ Tensor softmax_cross_entropy_forward(SoftmaxCrossEntropy& loss, const Tensor& lo
     TNT_CUDA_CHECK_LAUNCH();
     sum_divide_kernel<<<1, kBlock, 0, stream>>>(row_loss, rows, info->denominator, result.data<float>());
     TNT_CUDA_CHECK_LAUNCH();
-    unsigned long long bad = 0;
-    backend::cuda_copy(&bad, Device::cpu(), bad_row, logits.device(), sizeof(bad));
-    if (bad != none) {
-      const int64_t r = static_cast<int64_t>(bad);
-      const int64_t label = static_cast<int64_t>(labels.reshape({rows}).slice_rows(r, r + 1).to_double_vector().at(0));
-      TNT_INPUT_ERROR("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})", label, r, k,
-                      k);
-    }
+    TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "SoftmaxCrossEntropy",
+                            { value_at_bad(static_cast<const label_t*>(labels.raw()), check, device); });
+    out.finish();
   }
   saved.tensors = {probs, labels};
   if (sample_weights.defined()) saved.tensors.push_back(sample_weights);
@@ -223,11 +228,21 @@ Tensor pointwise_loss_forward(const char* what, const losses::PointwiseRule& rul
     TNT_CUDA_CHECK(cudaMemsetAsync(result.raw(), 0, sizeof(float), stream));
   } else {
     const unsigned grid = grid_for(total_n, kBlock, device);
-    Workspace ws(grid * sizeof(double) + sizeof(unsigned long long), device);
-    double* partials = ws.as<double>();                                     // (grid)
-    auto* bad = reinterpret_cast<unsigned long long*>(partials + grid);     // (1)
-    const unsigned long long none = ~0ull;  // all bytes 0xff
-    TNT_CUDA_CHECK(cudaMemsetAsync(bad, 0xff, sizeof(none), stream));
+    Workspace ws(grid * sizeof(double), device);
+    double* partials = ws.as<double>();  // (grid)
+    // Only binary cross-entropy checks its targets: (first bad element, its target).
+    const bool logistic = rule.kind == losses::Pointwise::logistic;
+    detail::StepScalars::For out(predictions.device());
+    uint64_t* check = nullptr;
+    if (logistic) {
+      check = out->reserve(0, 2, [what = std::string(what), per_sample](const uint64_t* w) {
+        const int64_t i = detail::bad_index(w);
+        if (i < 0) return;
+        TNT_INPUT_ERROR("{}: target {} of sample {} (element {}) is outside [0, 1]", what, detail::bad_value(w),
+                        i / per_sample, i);
+      });
+    }
+    auto* bad = reinterpret_cast<unsigned long long*>(check);  // null: the kernel checks nothing
     const float* weights = sample_weights.defined() ? sample_weights.data<float>() : nullptr;
     TNT_CUDA_DISPATCH_FLOAT(predictions.dtype(), what, {
       pointwise_forward_kernel<scalar_t><<<grid, kBlock, 0, stream>>>(
@@ -237,15 +252,8 @@ Tensor pointwise_loss_forward(const char* what, const losses::PointwiseRule& rul
     TNT_CUDA_CHECK_LAUNCH();
     sum_divide_kernel<<<1, kBlock, 0, stream>>>(partials, grid, info->denominator, result.data<float>());
     TNT_CUDA_CHECK_LAUNCH();
-    if (rule.kind == losses::Pointwise::logistic) {
-      unsigned long long first_bad = 0;
-      backend::cuda_copy(&first_bad, Device::cpu(), bad, predictions.device(), sizeof(first_bad));
-      if (first_bad != none) {
-        const int64_t i = static_cast<int64_t>(first_bad);
-        const double t = targets.reshape({total_n}).slice_rows(i, i + 1).to_double_vector().at(0);
-        TNT_INPUT_ERROR("{}: target {} of sample {} (element {}) is outside [0, 1]", what, t, i / per_sample, i);
-      }
-    }
+    if (logistic) value_at_bad(targets.data<float>(), check, device);
+    out.finish();
   }
   saved.tensors = {slope};
   saved.extra = info;

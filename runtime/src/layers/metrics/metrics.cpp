@@ -1,14 +1,34 @@
+// Metrics: the CPU engines, and the host half of both engines. An update's results (counts,
+// and the first bad label or target) are words of the step's readback (train/step_scalars.hpp):
+// in a training step they are read once at the step's end, in a direct call before update()
+// returns; either way the same consumer checks them and adds the counts to the sums.
 #include "tarantella/metrics.hpp"
 
 #include "backend/dispatch.hpp"
 #include "layers/metrics/binary_math.hpp"
 #include "layers/metrics/metrics_cuda.hpp"
 #include "tarantella/check.hpp"
+#include "train/step_scalars.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 
 namespace tnt {
+
+namespace {
+
+// A check pair (train/step_scalars.hpp) written on the host: the first bad element wins,
+// as the CUDA kernels' atomicMin.
+void set_bad(uint64_t* check, int64_t index, double value) {
+  const auto i = static_cast<uint64_t>(index);
+  if (check[0] != detail::StepScalars::kNone && check[0] <= i) return;
+  check[0] = i;
+  std::memcpy(&check[1], &value, sizeof(double));
+}
+
+}  // namespace
 
 void Metric::set_sums(const std::vector<double>& sums) {
   TNT_CHECK(sums.size() == 2, "{}: set_sums with {} sums, expected (total, count)", name(), sums.size());
@@ -29,16 +49,16 @@ std::string TopKAccuracy::name() const { return fmt::format("top{}_accuracy", k_
 
 namespace {
 
-cuda::MetricCounts topk_correct_cpu(const Tensor& scores, const Tensor& labels, int64_t k, int64_t ignore_index) {
+// The CPU engine of topk_correct, writing the same words (metrics_cuda.hpp) on the host.
+void topk_correct_cpu(const Tensor& scores, const Tensor& labels, int64_t k, int64_t ignore_index, uint64_t* words) {
   const int64_t classes = scores.dim(-1), rows = scores.numel() / classes;
   const float* x = scores.data<float>();  // (R, K)
-  cuda::MetricCounts c;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t label = labels.dtype() == DType::i32 ? labels.data<int32_t>()[r] : labels.data<int64_t>()[r];
     if (label == ignore_index) continue;
     if (label < 0 || label >= classes) {
-      TNT_INPUT_ERROR("accuracy: label {} of sample {} is outside the {} classes [0, {})", label, r, classes,
-                      classes);
+      set_bad(words + cuda::kTopkWords, r, static_cast<double>(label));
+      continue;
     }
     const float* xr = x + r * classes;
     const float v = xr[label];
@@ -51,15 +71,14 @@ cuda::MetricCounts topk_correct_cpu(const Tensor& scores, const Tensor& labels, 
     // A NaN compares false with everything, so it never ranks ahead of the label: without
     // this, a diverged model (NaN scores) would score 100%. No ranking exists in such a
     // row, so it counts as wrong (an infinity too: it is as much a sign of divergence).
-    c.correct += finite && ahead < k;
-    ++c.count;
+    words[0] += finite && ahead < k;
+    ++words[1];
   }
-  return c;
 }
 
-cuda::MetricCounts topk_dispatch(const Tensor& scores, const Tensor& labels, int64_t k, int64_t ignore_index) {
-  TNT_CUDA_DISPATCH(scores.device(), cuda::topk_correct(scores, labels, k, ignore_index));
-  return topk_correct_cpu(scores, labels, k, ignore_index);
+void topk_words(const Tensor& scores, const Tensor& labels, int64_t k, int64_t ignore_index, uint64_t* words) {
+  TNT_CUDA_DISPATCH(scores.device(), cuda::topk_correct(scores, labels, k, ignore_index, words));
+  topk_correct_cpu(scores, labels, k, ignore_index, words);
 }
 
 }  // namespace
@@ -77,9 +96,20 @@ void TopKAccuracy::update(const Tensor& predictions, const Tensor& labels) {
             predictions.device().str(), labels.device().str());
   TNT_CHECK(predictions.dtype() == DType::f32 || predictions.device().is_cuda(),
             "{}: the CPU engine computes in f32, got {}", name(), predictions.str());
-  cuda::MetricCounts c = topk_dispatch(predictions, labels, k_, ignore_index_);
-  total_ += static_cast<double>(c.correct);
-  count_ += static_cast<double>(c.count);
+  const int64_t classes = predictions.dim(-1);
+  detail::StepScalars::For out(predictions.device());
+  uint64_t* words = out->reserve(cuda::kTopkWords, 2, [this, classes](const uint64_t* w) {
+    // The check first: an update that fails adds nothing.
+    if (const int64_t r = detail::bad_index(w + cuda::kTopkWords); r >= 0) {
+      const auto label = static_cast<int64_t>(detail::bad_value(w + cuda::kTopkWords));
+      TNT_INPUT_ERROR("accuracy: label {} of sample {} is outside the {} classes [0, {})", label, r, classes,
+                      classes);
+    }
+    total_ += static_cast<double>(w[0]);
+    count_ += static_cast<double>(w[1]);
+  });
+  topk_words(predictions, labels, k_, ignore_index_, words);
+  out.finish();
 }
 
 namespace {
@@ -97,18 +127,26 @@ void check_binary_inputs(const std::string& metric, const Tensor& predictions, c
             "{}: the CPU engine computes in f32, got {}", metric, predictions.str());
 }
 
-[[noreturn]] void bad_target(const std::string& metric, double value, int64_t index) {
-  TNT_INPUT_ERROR("{}: target {} of element {} is not 0 or 1 (binary metrics take 0/1 targets)", metric, value,
-                  index);
+// The binary metrics' check pair (the first target that is not 0 or 1, its value), read
+// before the counts: an update that fails adds nothing.
+void check_targets(const std::string& metric, const uint64_t* check) {
+  if (const int64_t i = detail::bad_index(check); i >= 0) {
+    TNT_INPUT_ERROR("{}: target {} of element {} is not 0 or 1 (binary metrics take 0/1 targets)", metric,
+                    detail::bad_value(check), i);
+  }
 }
 
-// Calls visit(i, positive) for each element, positive being its target class.
+// Calls visit(i, positive) for each element with a target of 0 or 1 (positive: 1); the first
+// other one goes to the check pair.
 template <typename Visit>
-void for_each_target(const std::string& metric, const Tensor& targets, Visit visit) {
+void for_each_target(const Tensor& targets, uint64_t* check, Visit visit) {
   auto walk = [&](const auto* t) {
     for (int64_t i = 0; i < targets.numel(); ++i) {
       const int c = binary::target_class(t[i]);
-      if (c < 0) bad_target(metric, static_cast<double>(t[i]), i);
+      if (c < 0) {
+        set_bad(check, i, static_cast<double>(t[i]));
+        continue;
+      }
       visit(i, c == 1);
     }
   };
@@ -119,17 +157,29 @@ void for_each_target(const std::string& metric, const Tensor& targets, Visit vis
   }
 }
 
-cuda::ConfusionCounts confusion(const std::string& metric, const Tensor& predictions, const Tensor& targets,
-                                const BinaryMetricOptions& o) {
+// The confusion cells of predictions against targets, given to add (binary::Cell order) when
+// the words are read.
+void confusion(const std::string& metric, const Tensor& predictions, const Tensor& targets,
+               const BinaryMetricOptions& o, std::function<void(const uint64_t* cells)> add) {
   check_binary_inputs(metric, predictions, targets);
-  TNT_CUDA_DISPATCH(predictions.device(),
-                    cuda::confusion_counts(metric, predictions, targets, o.threshold, o.from_logits));
-  cuda::ConfusionCounts c;
-  const float* p = predictions.data<float>();  // (n)
-  for_each_target(metric, targets, [&](int64_t i, bool positive) {
-    ++c.counts[binary::cell(binary::probability(p[i], o.from_logits), positive, o.threshold)];
+  detail::StepScalars::For out(predictions.device());
+  uint64_t* words = out->reserve(cuda::kConfusionWords, 2, [metric, add = std::move(add)](const uint64_t* w) {
+    check_targets(metric, w + cuda::kConfusionWords);
+    add(w);
   });
-  return c;
+  if (predictions.device().is_cuda()) {
+#ifdef TNT_WITH_CUDA
+    cuda::confusion_counts(metric, predictions, targets, o.threshold, o.from_logits, words);
+#else
+    detail::no_cuda_engine(metric.c_str());
+#endif
+  } else {
+    const float* p = predictions.data<float>();  // (n)
+    for_each_target(targets, words + cuda::kConfusionWords, [&](int64_t i, bool positive) {
+      ++words[binary::cell(binary::probability(p[i], o.from_logits), positive, o.threshold)];
+    });
+  }
+  out.finish();
 }
 
 void check_options(const std::string& metric, const BinaryMetricOptions& o) {
@@ -144,9 +194,10 @@ BinaryPrecision::BinaryPrecision(BinaryMetricOptions options) : options_(options
 }
 
 void BinaryPrecision::update(const Tensor& predictions, const Tensor& targets) {
-  const cuda::ConfusionCounts c = confusion(name(), predictions, targets, options_);
-  total_ += static_cast<double>(c.counts[binary::kTruePositive]);
-  count_ += static_cast<double>(c.counts[binary::kTruePositive] + c.counts[binary::kFalsePositive]);
+  confusion(name(), predictions, targets, options_, [this](const uint64_t* c) {
+    total_ += static_cast<double>(c[binary::kTruePositive]);
+    count_ += static_cast<double>(c[binary::kTruePositive] + c[binary::kFalsePositive]);
+  });
 }
 
 BinaryRecall::BinaryRecall(BinaryMetricOptions options) : options_(options) {
@@ -154,9 +205,10 @@ BinaryRecall::BinaryRecall(BinaryMetricOptions options) : options_(options) {
 }
 
 void BinaryRecall::update(const Tensor& predictions, const Tensor& targets) {
-  const cuda::ConfusionCounts c = confusion(name(), predictions, targets, options_);
-  total_ += static_cast<double>(c.counts[binary::kTruePositive]);
-  count_ += static_cast<double>(c.counts[binary::kTruePositive] + c.counts[binary::kFalseNegative]);
+  confusion(name(), predictions, targets, options_, [this](const uint64_t* c) {
+    total_ += static_cast<double>(c[binary::kTruePositive]);
+    count_ += static_cast<double>(c[binary::kTruePositive] + c[binary::kFalseNegative]);
+  });
 }
 
 AUC::AUC(int64_t bins, bool from_logits) : bins_(bins), from_logits_(from_logits) {
@@ -168,12 +220,27 @@ AUC::AUC(int64_t bins, bool from_logits) : bins_(bins), from_logits_(from_logits
 
 void AUC::update(const Tensor& predictions, const Tensor& targets) {
   check_binary_inputs(name(), predictions, targets);
-  TNT_CUDA_DISPATCH(predictions.device(), cuda::auc_histogram(predictions, targets, bins_, from_logits_, histogram_));
-  const float* p = predictions.data<float>();  // (n)
-  for_each_target(name(), targets, [&](int64_t i, bool positive) {
-    const int64_t b = binary::bin(binary::probability(p[i], from_logits_), positive, bins_);
-    histogram_[static_cast<size_t>((positive ? 0 : bins_) + b)] += 1.0;
+  const size_t cells = histogram_.size();  // 2 x bins
+  detail::StepScalars::For out(predictions.device());
+  uint64_t* words = out->reserve(cells, 2, [this, cells](const uint64_t* w) {
+    check_targets(name(), w + cells);
+    // Integer counts, exact in double: the same sums as adding 1 per element.
+    for (size_t k = 0; k < cells; ++k) histogram_[k] += static_cast<double>(w[k]);
   });
+  if (predictions.device().is_cuda()) {
+#ifdef TNT_WITH_CUDA
+    cuda::auc_histogram(predictions, targets, bins_, from_logits_, words);
+#else
+    detail::no_cuda_engine("auc");
+#endif
+  } else {
+    const float* p = predictions.data<float>();  // (n)
+    for_each_target(targets, words + cells, [&](int64_t i, bool positive) {
+      const int64_t b = binary::bin(binary::probability(p[i], from_logits_), positive, bins_);
+      ++words[(positive ? 0 : bins_) + b];
+    });
+  }
+  out.finish();
 }
 
 std::vector<double> AUC::sums() const { return histogram_; }

@@ -1,17 +1,16 @@
 // Top-k accuracy on CUDA: one block per row counts the classes ranked before the label in
 // a stable descending order (higher score, or equal score and a smaller index), exactly as
 // metrics.cpp does; a row with a NaN or an infinity anywhere counts as wrong, as there.
-// Counts are integers, so their atomics are exact; the three words
-// (correct, counted, first bad row) come back to the host in one copy.
+// Counts are integers, so their atomics are exact; the words (correct, counted, first bad
+// row, its label) are the step's readback's (train/step_scalars.hpp), read by metrics.cpp.
 #include "layers/metrics/metrics_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
-#include "backend/device_api.hpp"
 #include "layers/metrics/binary_math.hpp"
+#include "train/step_scalars.cuh"
 
 #include <functional>
 #include <string>
-#include <vector>
 
 namespace tnt::cuda {
 
@@ -21,6 +20,7 @@ struct Counts {
   unsigned long long correct;
   unsigned long long count;
   unsigned long long bad_row;  // ~0 when every label was valid
+  unsigned long long bad_label;  // written by value_at_bad
 };
 
 template <typename T, typename L>
@@ -56,16 +56,13 @@ __global__ void topk_kernel(const T* __restrict__ scores,  // (R, K)
 
 }  // namespace
 
-MetricCounts topk_correct(const Tensor& scores, const Tensor& labels, int64_t k, int64_t ignore_index) {
+void topk_correct(const Tensor& scores, const Tensor& labels, int64_t k, int64_t ignore_index, uint64_t* words) {
   int device = common_device({&scores, &labels}, "accuracy");
   const int64_t classes = scores.dim(-1), rows = scores.numel() / classes;
-  MetricCounts result;
-  if (rows == 0) return result;
+  if (rows == 0) return;
   cudaStream_t stream = compute_stream(device);
-  Workspace ws(sizeof(Counts), device);
-  Counts* counts = ws.as<Counts>();
-  TNT_CUDA_CHECK(cudaMemsetAsync(counts, 0, 2 * sizeof(unsigned long long), stream));
-  TNT_CUDA_CHECK(cudaMemsetAsync(&counts->bad_row, 0xff, sizeof(unsigned long long), stream));
+  static_assert(sizeof(Counts) == (kTopkWords + 2) * sizeof(uint64_t), "Counts is the words' layout");
+  Counts* counts = reinterpret_cast<Counts*>(words);  // filled (0, 0, ~0, ~0) by the reservation
   int64_t t = (classes + kWarp - 1) / kWarp * kWarp;
   const unsigned threads = static_cast<unsigned>(t < kBlock ? t : kBlock);
   const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
@@ -77,23 +74,15 @@ MetricCounts topk_correct(const Tensor& scores, const Tensor& labels, int64_t k,
     });
   });
   TNT_CUDA_CHECK_LAUNCH();
-  Counts host{};
-  backend::cuda_copy(&host, Device::cpu(), counts, scores.device(), sizeof(Counts));
-  if (host.bad_row != ~0ull) {
-    const int64_t r = static_cast<int64_t>(host.bad_row);
-    const int64_t label = static_cast<int64_t>(labels.reshape({rows}).slice_rows(r, r + 1).to_double_vector().at(0));
-    TNT_INPUT_ERROR("accuracy: label {} of sample {} is outside the {} classes [0, {})", label, r, classes, classes);
-  }
-  result.correct = static_cast<int64_t>(host.correct);
-  result.count = static_cast<int64_t>(host.count);
-  return result;
+  TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "accuracy",
+                          { value_at_bad(static_cast<const label_t*>(labels.raw()), words + kTopkWords, device); });
 }
 
 }  // namespace tnt::cuda
 
 // BinaryPrecision, BinaryRecall and AUC on CUDA: a grid-stride loop applies binary_math.hpp's rules to
 // each element; the counts (integers, so their atomics are exact and the order does not
-// matter) and the first bad target's index come back to the host in one copy.
+// matter) and the first bad target's index and value go to the step's readback words.
 namespace tnt::cuda {
 
 namespace {
@@ -148,27 +137,16 @@ __global__ void histogram_kernel(const T* __restrict__ predictions,  // (n)
     }                                                                                   \
   })
 
-// Counts from the device: `words` counters followed by the first bad target's index (~0 when
-// every target was 0 or 1), which becomes the InputError the CPU engine raises.
-std::vector<unsigned long long> run_counting(const std::string& metric, const Tensor& targets, int64_t words,
-                                             int device, const std::function<void(unsigned long long*)>& launch) {
-  cudaStream_t stream = compute_stream(device);
-  const size_t bytes = static_cast<size_t>(words + 1) * sizeof(unsigned long long);
-  Workspace ws(bytes, device);
-  unsigned long long* out = ws.as<unsigned long long>();
-  TNT_CUDA_CHECK(cudaMemsetAsync(out, 0, bytes - sizeof(unsigned long long), stream));
-  TNT_CUDA_CHECK(cudaMemsetAsync(out + words, 0xff, sizeof(unsigned long long), stream));
-  launch(out);
-  TNT_CUDA_CHECK_LAUNCH();
-  std::vector<unsigned long long> host(static_cast<size_t>(words + 1));
-  backend::cuda_copy(host.data(), Device::cpu(), out, targets.device(), bytes);
-  if (host.back() != ~0ull) {
-    const int64_t i = static_cast<int64_t>(host.back());
-    const double value = targets.reshape({targets.numel()}).slice_rows(i, i + 1).to_double_vector().at(0);
-    TNT_INPUT_ERROR("{}: target {} of element {} is not 0 or 1 (binary metrics take 0/1 targets)", metric, value, i);
+// After the counting kernel: the value of the first bad target, into the check pair that
+// follows the `counters` words.
+void value_of_bad_target(const Tensor& targets, uint64_t* words, int64_t counters, int device) {
+  uint64_t* check = words + counters;
+  if (targets.dtype() == DType::f32) {
+    value_at_bad(targets.data<float>(), check, device);
+  } else {
+    TNT_CUDA_DISPATCH_LABEL(targets.dtype(), "binary metric",
+                            { value_at_bad(static_cast<const label_t*>(targets.raw()), check, device); });
   }
-  host.pop_back();
-  return host;
 }
 
 unsigned grid_of(int64_t n) {
@@ -178,37 +156,33 @@ unsigned grid_of(int64_t n) {
 
 }  // namespace
 
-ConfusionCounts confusion_counts(const std::string& metric, const Tensor& predictions, const Tensor& targets,
-                                 double threshold, bool from_logits) {
+void confusion_counts(const std::string& metric, const Tensor& predictions, const Tensor& targets, double threshold,
+                      bool from_logits, uint64_t* words) {
   int device = common_device({&predictions, &targets}, metric.c_str());
-  ConfusionCounts result;
   const int64_t n = predictions.numel();
-  if (n == 0) return result;
-  std::vector<unsigned long long> c = run_counting(metric, targets, 4, device, [&](unsigned long long* out) {
-    TNT_BINARY_DISPATCH(predictions, targets, metric.c_str(), {
-      confusion_kernel<scalar_t, target_t><<<grid_of(n), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(predictions.raw()), static_cast<const target_t*>(targets.raw()), n, threshold,
-          from_logits, out);
-    });
+  if (n == 0) return;
+  auto* out = reinterpret_cast<unsigned long long*>(words);  // (4 cells, first bad index)
+  TNT_BINARY_DISPATCH(predictions, targets, metric.c_str(), {
+    confusion_kernel<scalar_t, target_t><<<grid_of(n), kBlock, 0, compute_stream(device)>>>(
+        static_cast<const scalar_t*>(predictions.raw()), static_cast<const target_t*>(targets.raw()), n, threshold,
+        from_logits, out);
   });
-  for (int k = 0; k < 4; ++k) result.counts[k] = static_cast<int64_t>(c[static_cast<size_t>(k)]);
-  return result;
+  TNT_CUDA_CHECK_LAUNCH();
+  value_of_bad_target(targets, words, kConfusionWords, device);
 }
 
-void auc_histogram(const Tensor& predictions, const Tensor& targets, int64_t bins, bool from_logits,
-                   std::vector<double>& hist) {
+void auc_histogram(const Tensor& predictions, const Tensor& targets, int64_t bins, bool from_logits, uint64_t* words) {
   int device = common_device({&predictions, &targets}, "auc");
   const int64_t n = predictions.numel();
-  TNT_CHECK(static_cast<int64_t>(hist.size()) == 2 * bins, "auc: histogram of {} for {} bins", hist.size(), bins);
   if (n == 0) return;
-  std::vector<unsigned long long> h = run_counting("auc", targets, 2 * bins, device, [&](unsigned long long* out) {
-    TNT_BINARY_DISPATCH(predictions, targets, "auc", {
-      histogram_kernel<scalar_t, target_t><<<grid_of(n), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const scalar_t*>(predictions.raw()), static_cast<const target_t*>(targets.raw()), n, bins,
-          from_logits, out);
-    });
+  auto* out = reinterpret_cast<unsigned long long*>(words);  // (2 * bins histogram, first bad index)
+  TNT_BINARY_DISPATCH(predictions, targets, "auc", {
+    histogram_kernel<scalar_t, target_t><<<grid_of(n), kBlock, 0, compute_stream(device)>>>(
+        static_cast<const scalar_t*>(predictions.raw()), static_cast<const target_t*>(targets.raw()), n, bins,
+        from_logits, out);
   });
-  for (size_t k = 0; k < hist.size(); ++k) hist[k] += static_cast<double>(h[k]);
+  TNT_CUDA_CHECK_LAUNCH();
+  value_of_bad_target(targets, words, 2 * bins, device);
 }
 
 }  // namespace tnt::cuda

@@ -1,0 +1,191 @@
+// A training step's I/O on CUDA (label gpu): input staging (page-locked ring, copy stream,
+// events; train/staging.hpp) against plain Tensor::to copies, and the step's single readback
+// (train/step_scalars.hpp).
+//
+// No tolerances here: staging changes only how the same bytes reach the device, and the
+// readback only when the same device results are read, so losses, metrics and weights must
+// be bitwise equal between the two modes, and integer metric counts equal the CPU engine's.
+#include "gpu_test_util.hpp"
+
+#include "backend/device_api.hpp"
+#include "small_nets.hpp"
+#include "tarantella/tarantella.hpp"
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace tnt;
+
+namespace {
+
+constexpr uint64_t kSeed = 5;
+
+// Sets TNT_PINNED_STAGING for the scope (Model reads it at each fit and evaluate).
+class StagingMode {
+ public:
+  explicit StagingMode(bool on) {
+    const char* old = std::getenv("TNT_PINNED_STAGING");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv("TNT_PINNED_STAGING", on ? "1" : "0", 1);
+  }
+  ~StagingMode() {
+    if (had_) {
+      ::setenv("TNT_PINNED_STAGING", old_.c_str(), 1);
+    } else {
+      ::unsetenv("TNT_PINNED_STAGING");
+    }
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+// The host waits and readbacks (device-to-host copies) counted by the device API between the
+// start and the end of each step: the step itself and its logs' allreduce (host memory on
+// one rank). The next batch is fetched (and staged) before the start.
+class WaitCounter : public Callback {
+ public:
+  std::vector<int64_t> readbacks, waits;
+  void on_train_batch_begin(int64_t, const Logs&) override {
+    readbacks_ = backend::cuda_readbacks(0);
+    waits_ = backend::cuda_host_waits(0);
+  }
+  void on_train_batch_end(int64_t, const Logs&) override {
+    readbacks.push_back(backend::cuda_readbacks(0) - readbacks_);
+    waits.push_back(backend::cuda_host_waits(0) - waits_);
+  }
+
+ private:
+  int64_t readbacks_ = 0, waits_ = 0;
+};
+
+struct Run {
+  std::vector<double> losses, accuracies, val_losses;
+  std::vector<std::vector<double>> weights;
+  std::vector<int64_t> readbacks, waits;
+};
+
+// 64 samples, global batch 24: steps of 24, 24 and a last one of 16 real samples padded to
+// 24, for 2 epochs, with validation (batches of 20: another shape) after each.
+Run fit_mlp(bool staging, const Precision& precision) {
+  StagingMode mode(staging);
+  (void)test::gpu();
+  auto net = test::small_mlp();
+  Model model(net, kSeed);
+  REQUIRE(model.network().device().is_cuda());
+  model.compile(std::make_shared<SGD>(0.1), std::make_shared<SoftmaxCrossEntropy>(),
+                {std::make_shared<Accuracy>()}, precision);
+  auto counter = std::make_shared<WaitCounter>();
+  FitOptions fit;
+  fit.batch_size = 24;
+  fit.epochs = 2;
+  fit.verbose = 0;
+  fit.validation_data = test::threshold_data("validation");
+  fit.validation_batch_size = 20;
+  fit.callbacks = {counter};
+  History h = model.fit(test::threshold_data("train"), fit);
+  Run r;
+  r.losses = h.history.at("loss");
+  r.accuracies = h.history.at("accuracy");
+  r.val_losses = h.history.at("val_loss");
+  r.weights = test::weights_of(*net);
+  r.readbacks = counter->readbacks;
+  r.waits = counter->waits;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("staged inputs and plain copies give bitwise-equal losses, metrics and weights", "[gpu]") {
+  for (const char* dtype : {"fp32", "fp16"}) {
+    INFO("precision " << dtype);
+    const Precision precision = Precision::from_name(dtype);
+    const Run staged = fit_mlp(true, precision);
+    const Run plain = fit_mlp(false, precision);
+    REQUIRE(staged.losses.size() == 2);
+    CHECK(staged.losses == plain.losses);
+    CHECK(staged.accuracies == plain.accuracies);
+    CHECK(staged.val_losses == plain.val_losses);
+    CHECK(staged.weights == plain.weights);
+  }
+}
+
+TEST_CASE("a training step reads the device back once; staged inputs cost it no host wait", "[gpu]") {
+  // Before the merged readback this step read back 3 times (the cross-entropy's label check,
+  // the loss value, the accuracy's counts), 4 with loss scaling (the overflow flag). This
+  // model (Dense, ReLU, SGD without clipping) reads nothing else back.
+  for (const char* dtype : {"fp32", "fp16"}) {
+    for (bool staging : {true, false}) {
+      INFO("precision " << dtype << ", staging " << staging);
+      const Run r = fit_mlp(staging, Precision::from_name(dtype));
+      REQUIRE(r.readbacks.size() == 6);  // 3 steps x 2 epochs
+      REQUIRE(r.waits.size() == 6);
+      for (size_t i = 0; i < r.readbacks.size(); ++i) {
+        INFO("step " << i);
+        CHECK(r.readbacks[i] == 1);
+        // The full steps (the third of each epoch is padded, and Tensor::copy_from of its
+        // real rows' gradient waits too): the readback alone when staged; plain copies add
+        // one wait per column (images and labels), as Tensor::to waits for its copy.
+        if (i % 3 != 2) CHECK(r.waits[i] == (staging ? 1 : 3));
+      }
+    }
+  }
+}
+
+TEST_CASE("on CUDA, evaluate's metric counts equal the CPU engine's on the same predictions", "[gpu]") {
+  (void)test::gpu();
+  auto net = test::small_mlp();
+  Model model(net, kSeed);
+  REQUIRE(model.network().device().is_cuda());
+  model.compile(std::make_shared<SGD>(0.1), std::make_shared<SoftmaxCrossEntropy>(),
+                {std::make_shared<Accuracy>(), std::make_shared<TopKAccuracy>(2)});
+  Dataset data = test::threshold_data("evaluate");
+  EvaluateOptions ev;
+  ev.batch_size = 16;  // 4 steps, 4 readbacks, their counts summed
+  Logs logs = model.evaluate(data, ev);
+  // predict's outputs (in evaluate's batches of 16: the same kernels) on the host: the CPU
+  // engine counts the same scores.
+  Tensor scores = model.predict(data, 16);
+  REQUIRE(scores.device().is_cpu());
+  Tensor labels = data.batch(64).iterate(0).next()->at(1);
+  Accuracy acc;
+  TopKAccuracy top2(2);
+  acc.update(scores, labels);
+  top2.update(scores, labels);
+  CHECK(logs.at("accuracy") == acc.result());
+  CHECK(logs.at("top2_accuracy") == top2.result());
+}
+
+TEST_CASE("a bad label found at the step's readback is the direct call's InputError", "[gpu]") {
+  const Device device = test::gpu();
+  Tensor x = test::random_tensor({8, 4}, "bad label");
+  Tensor y = test::random_labels(8, 2, "bad label");
+  y.data<int64_t>()[5] = 7;
+  std::string direct;
+  try {
+    SoftmaxCrossEntropy ce;
+    SavedState saved;
+    ce.forward(Tensor::zeros({8, 2}, DType::f32, device), y.to(device), 8, saved);
+    FAIL("no InputError from the direct call");
+  } catch (const InputError& e) {
+    direct = e.what();
+  }
+  CHECK(direct == "SoftmaxCrossEntropy: label 7 of sample 5 is outside the 2 classes [0, 2)");
+  auto net = test::small_mlp();
+  Model model(net, kSeed);
+  model.compile(std::make_shared<SGD>(0.1), std::make_shared<SoftmaxCrossEntropy>(), {std::make_shared<Accuracy>()});
+  FitOptions fit;
+  fit.batch_size = 8;
+  fit.verbose = 0;
+  try {
+    model.fit(Dataset::from_tensors({x, y}), fit);
+    FAIL("no InputError from fit");
+  } catch (const InputError& e) {
+    // The loss's check comes first (registered before the accuracy's, which finds it too).
+    CHECK(std::string(e.what()) == direct);
+  }
+}

@@ -7,6 +7,7 @@
 
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
+#include "temp_dir.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -228,4 +229,36 @@ TEST_CASE("ReduceLROnPlateau in fit scales the schedule, identically on every ra
   CHECK(model.optimizer().lr_factor() == std::pow(0.5, epochs - 1));
   require_equal_on_all_ranks(h.history.at("learning_rate"));
   require_equal_on_all_ranks(weights_of(*net));
+
+  // The factor survives a checkpoint: a resumed run goes on at the reduced rate.
+  tnt::test::TempDir dir("plateau");
+  std::string base = dir.path.string();
+  tnt::communicator().broadcast(base, tnt::master_rank());  // the master's directory for all
+  const std::string path = base + "/ck.safetensors";
+  model.save_checkpoint(path, epochs);
+  tnt::Model resumed(tnt::test::small_mlp(), 9);
+  resumed.compile(std::make_shared<tnt::SGD>(schedule), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  REQUIRE(resumed.optimizer().lr_factor() == 1.0);
+  CHECK(resumed.load_checkpoint(path) == epochs);
+  CHECK(resumed.optimizer().lr_factor() == model.optimizer().lr_factor());
+  CHECK(resumed.optimizer().lr_floor() == model.optimizer().lr_floor());
+  CHECK(resumed.learning_rate() == model.learning_rate());
+
+  // A damaged factor in the file is named; a checkpoint without one resets the factor to 1.
+  tnt::Checkpoint ck = tnt::Checkpoint::read(path);
+  ck.set_metadata("lr_factor", "1.5");
+  const std::string bad = base + "/bad.safetensors";
+  const std::string plain = base + "/plain.safetensors";
+  if (tnt::is_master_rank()) {
+    ck.write(bad);
+    tnt::Checkpoint without = tnt::Checkpoint::read(path);
+    without.erase_metadata("lr_factor");
+    without.erase_metadata("lr_floor");
+    without.write(plain);
+  }
+  tnt::communicator().barrier();
+  CHECK_THROWS_WITH(resumed.load_checkpoint(bad), Catch::Contains("lr_factor='1.5'"));
+  CHECK(resumed.load_checkpoint(plain) == epochs);
+  CHECK(resumed.optimizer().lr_factor() == 1.0);
+  tnt::communicator().barrier();  // nobody reads the master's directory once it is removed
 }

@@ -230,7 +230,9 @@ class EarlyStopping : public Callback {
 // reduction is made only while the current rate is above min_lr. The history's
 // "learning_rate" is the rate each epoch trained with (Keras' "lr"), so a reduction at the
 // end of epoch k shows in the row of epoch k + 1. Runs on every rank: the metric is global
-// (allreduced, equal on every rank), so every rank reduces at the same epoch.
+// (allreduced, equal on every rank), so every rank reduces at the same epoch. The factor
+// is in the model's checkpoints, so a resumed run keeps the reduced rate (the callback's own
+// patience and best value start afresh, as in Keras).
 // Bad arguments are an InputError naming the argument.
 class ReduceLROnPlateau : public Callback {
  public:

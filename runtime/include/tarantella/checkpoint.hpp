@@ -84,6 +84,7 @@ class Checkpoint {
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   void set_metadata_int(const std::string& key, int64_t value) { metadata_[key] = std::to_string(value); }
   bool has_metadata(const std::string& key) const { return metadata_.count(key) != 0; }
+  void erase_metadata(const std::string& key) { metadata_.erase(key); }
   const std::string& metadata(const std::string& key) const;  // InputError when absent
   int64_t metadata_int(const std::string& key) const;         // ... or not a decimal integer
   const Metadata& metadata() const { return metadata_; }

@@ -100,7 +100,8 @@ class Optimizer {
   // A factor on the schedule (ReduceLROnPlateau's): with s the schedule's rate at the step,
   // learning_rate() = min(s, max(factor * s, floor)), so a schedule keeps its shape (warmup,
   // decay) scaled down, the factor never takes it below floor nor lifts it above s. factor
-  // 1 (the default) leaves the schedule's rate as it is, bit for bit. Not in checkpoints.
+  // 1 (the default) leaves the schedule's rate as it is, bit for bit. Model checkpoints keep
+  // factor and floor (metadata lr_factor, lr_floor).
   void set_lr_factor(double factor, double floor = 0.0);
   double lr_factor() const { return lr_factor_; }
   double lr_floor() const { return lr_floor_; }

@@ -61,6 +61,22 @@ LoadOptions tolerant_of_older_files(const std::vector<NamedTensor>& v) {
   return lo;
 }
 
+// A finite number written with {:.17g}; anything else is an InputError naming file and key.
+double metadata_number(const Checkpoint& ck, const std::string& key, const std::string& path) {
+  const std::string& text = ck.metadata(key);
+  double value = 0;
+  bool ok = false;
+  try {
+    size_t used = 0;
+    value = std::stod(text, &used);
+    ok = used == text.size() && std::isfinite(value);
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  TNT_INPUT_CHECK(ok, "checkpoint '{}': metadata {}='{}' is not a finite number", path, key, text);
+  return value;
+}
+
 NamedTensors as_named(const std::vector<NamedTensor>& v) {
   NamedTensors out;
   for (auto& t : v) out.emplace_back(t.name, t.tensor);
@@ -92,6 +108,12 @@ void Model::save_checkpoint(const std::string& path, int epoch) {
   md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
   md["ranks"] = std::to_string(size());
   md["precision"] = precision_.name();
+  // ReduceLROnPlateau's factor on the schedule (Optimizer::set_lr_factor): a resumed run goes
+  // on at the reduced rate, as a Keras optimizer's saved learning rate does.
+  if (optimizer_ && (optimizer_->lr_factor() != 1.0 || optimizer_->lr_floor() != 0.0)) {
+    md["lr_factor"] = fmt::format("{:.17g}", optimizer_->lr_factor());
+    md["lr_floor"] = fmt::format("{:.17g}", optimizer_->lr_floor());
+  }
   if (scaler_.enabled()) {
     md["loss_scale"] = fmt::format("{:.17g}", scaler_.scale());
     md["loss_scale_good_steps"] = std::to_string(scaler_.good_steps());
@@ -139,19 +161,20 @@ int Model::load_checkpoint(const std::string& path) {
                   std::numeric_limits<int>::max());
   global_step_ = ck.metadata_int(checkpoint_key::step);
   if (ck.has_metadata("optimizer_step")) optimizer_->set_step_count(ck.metadata_int("optimizer_step"));
+  // The learning-rate factor of ReduceLROnPlateau (absent: none, factor 1).
+  const double lr_factor = ck.has_metadata("lr_factor") ? metadata_number(ck, "lr_factor", path) : 1.0;
+  const double lr_floor = ck.has_metadata("lr_floor") ? metadata_number(ck, "lr_floor", path) : 0.0;
+  TNT_INPUT_CHECK(lr_factor > 0 && lr_factor <= 1, "checkpoint '{}': metadata lr_factor='{}' is not in (0, 1]", path,
+                  ck.metadata("lr_factor"));
+  TNT_INPUT_CHECK(lr_floor >= 0, "checkpoint '{}': metadata lr_floor='{}' is negative", path,
+                  ck.metadata("lr_floor"));
+  optimizer_->set_lr_factor(lr_factor, lr_floor);
   // The scale continues where it was (a fresh 65536 would cost a few skipped steps); a
   // checkpoint written without scaling leaves this run's initial scale.
   if (scaler_.enabled() && ck.has_metadata("loss_scale")) {
     const std::string text = ck.metadata("loss_scale");
-    double scale = 0;
-    try {
-      size_t used = 0;
-      scale = std::stod(text, &used);
-      if (used != text.size()) scale = 0;
-    } catch (const std::exception&) {
-      scale = 0;
-    }
-    if (!(scale > 0) || !std::isfinite(scale)) {
+    const double scale = metadata_number(ck, "loss_scale", path);
+    if (!(scale > 0)) {
       TNT_INPUT_ERROR("checkpoint '{}': metadata loss_scale='{}' is not a positive number", path, text);
     }
     int64_t good = ck.has_metadata("loss_scale_good_steps") ? ck.metadata_int("loss_scale_good_steps") : 0;

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -212,6 +213,48 @@ void evaluate_bleu(tnt_models::Translator& translator, const tnt::Subtokenizer& 
   if (!verdict.empty()) throw tnt::InputError(verdict);
 }
 
+// Before anything big is allocated: whether the model's training state and one step's
+// activations fit the rank's memory (the host's, shared by its local ranks; or the GPU's).
+// A lower bound: the weights with their gradients and Adam's moments (and the half copy in
+// mixed precision), the activations every layer must keep for backward (below), the
+// attention weights of every attention (encoder self, decoder self, encoder-decoder: heads x
+// max_length^2 per sentence and layer) and the logits with their gradient. A model that passes may still not fit; one that
+// fails cannot, and would otherwise end in the kernel's out-of-memory killer (no message).
+void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences, bool half, int64_t batch_size) {
+  const tnt::Device device = tnt::default_device();
+  const tnt::MemoryStats memory = tnt::memory_stats(device);
+  if (memory.total_bytes == 0) return;  // unknown: nothing to compare with
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const int ranks_here = device.is_cpu() ? std::max(1, tnt::local_size()) : 1;
+  const double capacity = static_cast<double>(memory.total_bytes) / ranks_here;
+  const double params = static_cast<double>(tnt_models::transformer_parameter_count(p));
+  const double state = params * (half ? 18.0 : 16.0);
+  const double rows = std::ceil(static_cast<double>(sentences) / tnt::size());
+  const double t = static_cast<double>(p.max_length), elt = half ? 2.0 : 4.0;
+  // Per layer pair and token, what backward must keep at the least: the encoder layer's
+  // input, its two LayerNorm outputs, q, k, v and the attention's output, the FFN's hidden
+  // activation before and after ReLU; the decoder layer's the same plus the encoder-decoder
+  // attention's: 16 hidden + 2 filter values. The attention weights once per attention
+  // (twice with attention dropout: before and after it).
+  const double attention_copies = p.attention_dropout > 0 ? 2.0 : 1.0;
+  const double layers = static_cast<double>(p.num_hidden_layers);
+  const double h = static_cast<double>(p.hidden_size), f = static_cast<double>(p.filter_size);
+  const double step = rows * elt *
+                      (3.0 * attention_copies * layers * static_cast<double>(p.num_heads) * t * t +
+                       layers * t * (16.0 * h + 2.0 * f) + 2.0 * t * static_cast<double>(p.vocab_size));
+  TNT_INPUT_CHECK(state + step <= capacity,
+                  "the model and one training step need at least {:.1f} GiB per rank, more than the {:.1f} GiB of {}: "
+                  "{:.0f} parameters (--hidden_size={}, --filter_size={}, --num_hidden_layers={}, {} subtokens) take "
+                  "{:.1f} GiB with their gradients and Adam's moments, and one step's activations, attention weights "
+                  "(--num_heads={}) and logits for {:.0f} sentences of --max_length={} tokens (--batch_size={} over {} "
+                  "ranks) take {:.1f} GiB; make the model or the batch smaller",
+                  (state + step) / gib, capacity / gib,
+                  device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
+                                  : fmt::format("{}'s memory", device.str()),
+                  params, p.hidden_size, p.filter_size, p.num_hidden_layers, p.vocab_size, state / gib, p.num_heads,
+                  rows, p.max_length, batch_size, tnt::size(), step / gib);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -279,19 +322,22 @@ int main(int argc, char** argv) {
     const cxxopts::ParseResult& args = flags.args();
     // Flags are checked in the order a user reads them: the model, the data, the run.
     tnt_models::TransformerParams p = tnt_models::transformer_params(args["param_set"].as<std::string>());
-    auto override_int = [&](const char* name, int64_t& field, int64_t min) {
+    // Upper bounds far above any real model's (Transformer-big: hidden 1024, filter 4096, 6
+    // layers, 16 heads) that keep the size arithmetic of a typo from overflowing; whether a
+    // model within them fits the memory is checked once the vocabulary is known.
+    auto override_int = [&](const char* name, int64_t& field, int64_t min, int64_t max) {
       if (args.count(name)) field = args[name].as<int64_t>();
-      TNT_INPUT_CHECK(field >= min, "--{}={}: must be at least {}", name, field, min);
+      TNT_INPUT_CHECK(field >= min && field <= max, "--{}={}: must be in [{}, {}]", name, field, min, max);
     };
     auto override_double = [&](const char* name, double& field, double lo, double hi, bool hi_open) {
       if (args.count(name)) field = args[name].as<double>();
       TNT_INPUT_CHECK(field >= lo && (hi_open ? field < hi : field <= hi), "--{}={}: must be in [{}, {}{}", name, field,
                       lo, hi, hi_open ? ")" : "]");
     };
-    override_int("hidden_size", p.hidden_size, 2);
-    override_int("num_hidden_layers", p.num_hidden_layers, 1);
-    override_int("num_heads", p.num_heads, 1);
-    override_int("filter_size", p.filter_size, 1);
+    override_int("hidden_size", p.hidden_size, 2, 65536);
+    override_int("num_hidden_layers", p.num_hidden_layers, 1, 1024);
+    override_int("num_heads", p.num_heads, 1, 4096);
+    override_int("filter_size", p.filter_size, 1, 1 << 20);
     TNT_INPUT_CHECK(p.hidden_size % 2 == 0 && p.hidden_size % p.num_heads == 0,
                     "--hidden_size={}: must be even and a multiple of --num_heads={}", p.hidden_size, p.num_heads);
     override_double("layer_postprocess_dropout", p.layer_postprocess_dropout, 0, 1, true);
@@ -300,16 +346,17 @@ int main(int argc, char** argv) {
     override_double("label_smoothing", p.label_smoothing, 0, 1, true);
     override_double("learning_rate", p.learning_rate, 0, 1e30, false);
     TNT_INPUT_CHECK(p.learning_rate > 0, "--learning_rate={}: must be positive", p.learning_rate);
-    override_int("learning_rate_warmup_steps", p.learning_rate_warmup_steps, 1);
+    override_int("learning_rate_warmup_steps", p.learning_rate_warmup_steps, 1, int64_t{1} << 40);
     override_double("optimizer_adam_beta1", p.optimizer_adam_beta1, 0, 1, true);
     override_double("optimizer_adam_beta2", p.optimizer_adam_beta2, 0, 1, true);
     override_double("optimizer_adam_epsilon", p.optimizer_adam_epsilon, 0, 1, false);
     TNT_INPUT_CHECK(p.optimizer_adam_epsilon > 0, "--optimizer_adam_epsilon={}: must be positive",
                     p.optimizer_adam_epsilon);
     p.max_length = args["max_length"].as<int64_t>();
-    TNT_INPUT_CHECK(p.max_length >= 2, "--max_length={}: must be at least 2 (a word and EOS)", p.max_length);
-    override_int("extra_decode_length", p.extra_decode_length, 0);
-    override_int("beam_size", p.beam_size, 1);
+    TNT_INPUT_CHECK(p.max_length >= 2 && p.max_length <= 65536,
+                    "--max_length={}: must be in [2, 65536] (at least a word and EOS)", p.max_length);
+    override_int("extra_decode_length", p.extra_decode_length, 0, 65536);
+    override_int("beam_size", p.beam_size, 1, 1024);
     override_double("alpha", p.alpha, 0, 1e6, false);
 
     const tnt_models::CommonFlags common = flags.common();
@@ -327,9 +374,11 @@ int main(int argc, char** argv) {
     // Adam stay fp32 (and fp16 scales the loss). On a CPU rank this is emulated.
     const tnt::Precision precision = tnt::Precision::from_name(dtype);
     TNT_INPUT_CHECK(num_sentences >= 0, "--num_sentences={}: must be at least 0 (0 = all)", num_sentences);
-    TNT_INPUT_CHECK(decode_batch_size >= 1, "--decode_batch_size={}: must be positive", decode_batch_size);
-    TNT_INPUT_CHECK(decode_max_length == 0 || decode_max_length >= 2,
-                    "--decode_max_length={}: must be 0 (no cut) or at least 2 (a subtoken and EOS)", decode_max_length);
+    TNT_INPUT_CHECK(decode_batch_size >= 1 && decode_batch_size <= 65536, "--decode_batch_size={}: must be in [1, 65536]",
+                    decode_batch_size);
+    TNT_INPUT_CHECK(decode_max_length == 0 || (decode_max_length >= 2 && decode_max_length <= 65536),
+                    "--decode_max_length={}: must be 0 (no cut) or in [2, 65536] (at least a subtoken and EOS)",
+                    decode_max_length);
     TNT_INPUT_CHECK(common.batch_size >= p.max_length,
                     "--batch_size={}: fewer tokens than --max_length={} (a global batch holds batch_size // max_length "
                     "sentences); use at least {}",
@@ -363,6 +412,9 @@ int main(int argc, char** argv) {
                       p.vocab_size, file_vocab, vocab_file);
     }
     TNT_INPUT_CHECK(p.vocab_size > 2, "--vocab_file={}: {} subtokens, too few for a model", vocab_file, p.vocab_size);
+    TNT_INPUT_CHECK(p.vocab_size <= (int64_t{1} << 24), "--vocab_size={}: must be at most {}", p.vocab_size,
+                    int64_t{1} << 24);
+    check_fits_memory(p, sentences, precision.mixed(), common.batch_size);
 
     BleuInputs bleu{args["bleu_source"].as<std::string>(), args["bleu_ref"].as<std::string>(), {}};
     TNT_INPUT_CHECK(bleu.source.empty() == bleu.reference.empty(),

@@ -34,6 +34,13 @@ struct Transformer::Block {
   std::shared_ptr<tnt::Layer> ffn_norm, linear1, relu, relu_dropout, linear2, ffn_dropout, ffn_residual;
 };
 
+int64_t transformer_parameter_count(const TransformerParams& p) {
+  const int64_t h = p.hidden_size, f = p.filter_size, layers = p.num_hidden_layers;
+  const int64_t attention = 4 * h * h, ffn = h * f + f + f * h + h, norm = 2 * h;
+  const int64_t encoder_layer = attention + ffn + 2 * norm, decoder_layer = 2 * attention + ffn + 3 * norm;
+  return p.vocab_size * h + layers * (encoder_layer + decoder_layer) + 2 * norm;
+}
+
 Transformer::Transformer(const TransformerParams& p) : params_(p) {
   TNT_INPUT_CHECK(p.vocab_size > 1 && p.hidden_size > 0 && p.num_hidden_layers > 0 && p.filter_size > 0,
                   "Transformer: vocab_size {}, hidden_size {}, num_hidden_layers {} and filter_size {} must be "

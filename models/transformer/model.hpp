@@ -64,6 +64,13 @@ struct TransformerParams {
 // 6 + 6 layers each. Anything else is an InputError naming the three.
 TransformerParams transformer_params(const std::string& param_set);
 
+// The parameters of the model these params make (what Network::parameter_count() reports
+// once it is built), counted without building it: the shared [vocab, hidden] embedding;
+// per encoder layer self-attention (4 hidden^2, no bias), the FFN (two Dense with bias) and
+// two LayerNorms; per decoder layer also the encoder-decoder attention and a third
+// LayerNorm; a final LayerNorm per stack.
+int64_t transformer_parameter_count(const TransformerParams& p);
+
 class Transformer {
  public:
   explicit Transformer(const TransformerParams& params);

@@ -203,3 +203,25 @@ TEST_CASE("decoding with the cache checks its inputs", "[transformer][cache]") {
                   tnt::Error);
   CHECK_THROWS_AS(model.decode_step(cache, tnt::Tensor::from_data(first.data(), {1, 1}), {0}, inference()), tnt::Error);
 }
+
+// The program refuses a model too big for the memory from this count, before building it
+// (models/transformer/main.cpp), so it must be the built network's count exactly.
+TEST_CASE("transformer_parameter_count is the built network's parameter count", "[transformer]") {
+  std::vector<tnt_models::TransformerParams> sets = {tnt_models::transformer_params("tiny"),
+                                                     tnt_models::transformer_params("base")};
+  sets[0].vocab_size = 1000;
+  sets[1].vocab_size = 33708;
+  tnt_models::TransformerParams odd = tiny(97);
+  odd.hidden_size = 48;
+  odd.num_heads = 6;
+  odd.filter_size = 80;
+  odd.num_hidden_layers = 3;
+  sets.push_back(odd);
+  for (const tnt_models::TransformerParams& p : sets) {
+    Transformer model(p);
+    auto net = model.training_network(4, 4);
+    CAPTURE(p.hidden_size, p.filter_size, p.num_hidden_layers, p.vocab_size);
+    CHECK(net->parameter_count() == tnt_models::transformer_parameter_count(p));
+  }
+  CHECK(tnt_models::transformer_parameter_count(sets[1]) > 60000000);  // Transformer-base: about 61M
+}

@@ -160,6 +160,23 @@ case $case_name in
     run 2 --data_dir="$tmp/corpus/data" "${small[@]}" --model_dir="$tmp/m"
     expect_error "--vocab_file is missing" "the missing --vocab_file"
     ;;
+  model_too_big)
+    corpus 20 5
+    # A model whose weights alone (hidden 65536: 3e11 parameters, 4.6 TiB with gradients and
+    # Adam) exceed any machine, and one whose step does (max_length 65536: attention weights
+    # of 65536^2 per head); both refused before anything is allocated, on both ranks.
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --hidden_size=65536 --model_dir="$tmp/m"
+    expect_error "the model and one training step need at least [0-9.]+ GiB per rank, more than the [0-9.]+ GiB of this host's memory shared by its 2 rank\(s\): [0-9]+ parameters \(--hidden_size=65536" "the size, the memory and --hidden_size"
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --max_length=65536 \
+      --batch_size=131072 --model_dir="$tmp/m"
+    expect_error "need at least .* for 1 sentences of --max_length=65536 tokens \(--batch_size=131072 over 2 ranks\)" "--max_length and --batch_size"
+    if [[ ! -e $tmp/m/history.csv ]]; then pass "no history.csv"; else fail "history.csv written by a refused run"; fi
+    # Sizes beyond the flags' bounds are refused by name.
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --num_hidden_layers=100000 --model_dir="$tmp/m"
+    expect_error "--num_hidden_layers=100000: must be in \[1, 1024\]" "--num_hidden_layers and its bounds"
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --beam_size=5000 --model_dir="$tmp/m"
+    expect_error "--beam_size=5000: must be in \[1, 1024\]" "--beam_size and its bounds"
+    ;;
   batch_below_max_length)
     corpus 20 5
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --batch_size=100 --max_length=256 \

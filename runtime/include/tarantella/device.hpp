@@ -33,6 +33,8 @@ struct MemoryStats {
   size_t current_bytes = 0;  // handed out to tensors now
   size_t peak_bytes = 0;     // most ever handed out at once
   size_t reserved_bytes = 0; // held by the caching allocator (GPU)
+  size_t total_bytes = 0;    // the device's capacity: the host's physical memory, the GPU's
+                             // global memory (0 where unknown)
 };
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);

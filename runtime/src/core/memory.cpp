@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <unistd.h>
+
 namespace tnt {
 
 namespace {
@@ -93,6 +95,8 @@ MemoryStats host_memory_stats() {
     std::lock_guard<std::mutex> lock(c.mutex);
     s.reserved_bytes = s.current_bytes + c.cached_bytes;
   }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) s.total_bytes = static_cast<size_t>(pages) * static_cast<size_t>(page);
   return s;
 }
 

@@ -43,6 +43,7 @@ struct Pool {
   size_t peak = 0;
   size_t reserved = 0;
   size_t cached = 0;
+  size_t total = 0;  // the device's global memory, asked once (memory_stats)
   cuda::AllocatorCounters counters;
 };
 
@@ -208,6 +209,11 @@ MemoryStats cuda_memory_stats(int device) {
   s.current_bytes = p.current;
   s.peak_bytes = p.peak;
   s.reserved_bytes = p.reserved;
+  if (p.total == 0) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) p.total = prop.totalGlobalMem;
+  }
+  s.total_bytes = p.total;
   return s;
 }
 

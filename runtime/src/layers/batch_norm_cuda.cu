@@ -245,6 +245,7 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
   BnCache& cache = cache_for(layer, d.c, x.device());
   const bool affine = layer.affine();
   const Tensor& gamma = affine ? layer.weight()->value : cache.ones;  // (C)
+  const Tensor& beta = affine ? layer.bias()->value : cache.zeros;    // (C), BackwardEx only
   const bool weight_grad = affine && layer.weight()->grad.defined();
   const bool bias_grad = affine && layer.bias()->grad.defined();
 
@@ -263,7 +264,9 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
     const float* beta_param = direct ? CudnnScalars::one() : CudnnScalars::zero();
     cudnnHandle_t h = cudnn_handle(device);
     if (info.ex) {
-      // y, z, dz, the bias and the activation are unused with CUDNN_BATCHNORM_OPS_BN: null.
+      // y, z, dz and the activation are unused with CUDNN_BATCHNORM_OPS_BN: null. The bias
+      // is documented as used only with an activation too, but it exists, and a null one is
+      // a BAD_PARAM risk with no fallback here (forward already took the Ex path): passed.
       size_t ws_bytes = 0;
       TNT_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kModeNhwc, kOps, xd, xd, xd, nullptr, xd,
                                                                         bnd, nullptr, &ws_bytes));
@@ -271,7 +274,7 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
       const size_t reserve_bytes = static_cast<size_t>(info.reserve.numel());
       TNT_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
           h, kModeNhwc, kOps, CudnnScalars::one(), CudnnScalars::zero(), CudnnScalars::one(), beta_param, xd, x.raw(),
-          nullptr, nullptr, xd, dy.raw(), nullptr, nullptr, xd, dx.raw(), bnd, gamma.raw(), nullptr, dscale, dbias,
+          nullptr, nullptr, xd, dy.raw(), nullptr, nullptr, xd, dx.raw(), bnd, gamma.raw(), beta.raw(), dscale, dbias,
           layer.epsilon(), save_mean.raw(), save_inv_std.raw(), nullptr, ws.data(), ws.bytes(),
           reserve_bytes > 0 ? info.reserve.raw() : nullptr, reserve_bytes));
     } else {

@@ -148,6 +148,10 @@ void InputStager::stage(const Batch& batch) {
   if (weights) host.push_back(batch.sample_weights);
   const size_t slot = ring_->begin_fill();
   std::vector<Column>& cols = columns_[slot];
+  // Columns dropped (a batch with fewer columns than this slot's last, e.g. no sample
+  // weights now): their page-locked buffers are freed here, Column does not own them. Their
+  // last copy is over (begin_fill waited for it).
+  for (size_t i = host.size(); i < cols.size(); ++i) backend::cuda_host_free(cols[i].pinned);
   cols.resize(host.size());
   has_weights_[slot] = weights;
   std::vector<Tensor> sources(host.size());

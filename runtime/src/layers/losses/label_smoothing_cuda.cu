@@ -73,7 +73,10 @@ __global__ void smooth_backward_kernel(const T* __restrict__ logits,   // (R, V)
   TNT_KERNEL_LOOP(i, rows * v) {
     const int64_t r = i / v, j = i % v;
     const int64_t y = static_cast<int64_t>(labels[r]);
-    grad[i] = y == pad ? 0.0f : (expf(to_float(logits[i]) - lse[r]) - (j == y ? conf : low)) * f;
+    // A label outside [0, V) reaches here inside a step whose error is raised at its end:
+    // its row is left at 0, as the CPU engine leaves it (the forward counted nothing for it).
+    const bool skip = y == pad || y < 0 || y >= v;
+    grad[i] = skip ? 0.0f : (expf(to_float(logits[i]) - lse[r]) - (j == y ? conf : low)) * f;
   }
 }
 

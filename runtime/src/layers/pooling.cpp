@@ -344,7 +344,11 @@ std::vector<Tensor> GlobalAveragePool::backward(const std::vector<Tensor>& grad_
   TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined() && saved.extra,
             "GlobalAveragePool '{}': backward needs one gradient and a forward", name_);
   TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::global_average_pool_backward(*this, grad_outputs, rc, saved));
-  const auto& [xs, format] = *std::static_pointer_cast<std::pair<Shape, MemoryFormat>>(saved.extra);
+  // Plain variables, not a structured binding: OpenMP regions below use them (clang cannot
+  // capture a binding there).
+  const auto& shape_and_format = *std::static_pointer_cast<std::pair<Shape, MemoryFormat>>(saved.extra);
+  const Shape& xs = shape_and_format.first;
+  const MemoryFormat format = shape_and_format.second;
   const Tensor& dy = grad_outputs[0];
   TNT_CHECK(dy.shape() == Shape({xs[0], xs[1]}) && dy.dtype() == DType::f32,
             "GlobalAveragePool '{}': gradient {} for output ({}, {})", name_, dy.str(), xs[0], xs[1]);

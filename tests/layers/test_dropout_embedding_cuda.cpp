@@ -20,22 +20,14 @@
 using namespace tnt;
 using tnt::test::dot_atol;
 using tnt::test::gpu;
+using tnt::test::kUlp;
 using tnt::test::kUnitFp32;
 using tnt::test::require_close;
 
 namespace {
 
-constexpr double kUlp = 1.1920928955078125e-07;  // 2^-23: one float ulp at 1
 
-RunContext context(bool training, Device device) {
-  RunContext rc;
-  rc.training = training;
-  rc.seed = 99;
-  rc.step = 4;
-  rc.sample_offset = 3;
-  rc.device = device;
-  return rc;
-}
+RunContext context(bool training, Device device) { return tnt::test::layer_context(training, device, 3); }
 
 // The values of `host` in a GPU buffer at `offset` bytes past a 16-byte aligned address
 // (offset 0: the vector path; 2, 4, 8: the scalar path).

@@ -21,6 +21,7 @@
 using namespace tnt;
 using tnt::test::dot_atol;
 using tnt::test::gpu;
+using tnt::test::kUlp;
 using tnt::test::kUnitBf16;
 using tnt::test::kUnitFp32;
 using tnt::test::kUnitTf32;
@@ -30,17 +31,11 @@ using tnt::test::require_equal;
 
 namespace {
 
-constexpr double kUlp = 1.1920928955078125e-07;  // 2^-23: one float ulp at 1
 constexpr MemoryFormat kNhwc = MemoryFormat::channels_last;
 constexpr MemoryFormat kNchw = MemoryFormat::contiguous;
 
 RunContext context(bool training, Device device, MemoryFormat format = kNchw) {
-  RunContext rc;
-  rc.training = training;
-  rc.seed = 99;
-  rc.step = 4;
-  rc.sample_offset = 5;
-  rc.device = device;
+  RunContext rc = tnt::test::layer_context(training, device);
   rc.memory_format = format;
   return rc;
 }

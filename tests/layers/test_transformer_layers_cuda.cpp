@@ -14,6 +14,7 @@
 using namespace tnt;
 using tnt::test::dot_atol;
 using tnt::test::gpu;
+using tnt::test::kUlp;
 using tnt::test::kUnitBf16;
 using tnt::test::kUnitFp32;
 using tnt::test::max_abs;
@@ -22,17 +23,8 @@ using tnt::test::require_equal;
 
 namespace {
 
-constexpr double kUlp = 1.1920928955078125e-07;  // 2^-23: one float ulp at 1
 
-RunContext context(bool training, Device device) {
-  RunContext rc;
-  rc.training = training;
-  rc.seed = 99;
-  rc.step = 4;
-  rc.sample_offset = 3;
-  rc.device = device;
-  return rc;
-}
+RunContext context(bool training, Device device) { return tnt::test::layer_context(training, device, 3); }
 
 // Two copies of one layer (same name, so the same initial weights), one per device.
 template <typename L, typename... Args>

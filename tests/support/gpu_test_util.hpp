@@ -6,6 +6,7 @@
 
 #include "tarantella/device.hpp"
 #include "tarantella/initializers.hpp"
+#include "tarantella/layer.hpp"
 #include "tarantella/tensor.hpp"
 
 #include <cmath>
@@ -116,6 +117,19 @@ inline double dot_atol(int64_t k, double amax, double bmax, double unit) {
 }
 
 constexpr double kUnitFp32 = 5.9604644775390625e-08;  // 2^-24
+constexpr double kUlp = 1.1920928955078125e-07;       // 2^-23: one float ulp at 1
+
+// The run context of the CPU-against-CUDA layer tests: seed 99, step 4, and a sample offset
+// that is not 0, so that Dropout's counters are offset as on a rank other than the first.
+inline RunContext layer_context(bool training, Device device, int64_t sample_offset = 5) {
+  RunContext rc;
+  rc.training = training;
+  rc.seed = 99;
+  rc.step = 4;
+  rc.sample_offset = sample_offset;
+  rc.device = device;
+  return rc;
+}
 constexpr double kUnitTf32 = 9.765625e-04;            // 2^-10
 // Unit roundoff (half an ulp at 1, the largest relative error of one round-to-nearest) of
 // the half formats: bf16 keeps 8 significant bits, f16 11.

@@ -40,6 +40,7 @@
 using namespace tnt;
 using tnt::test::dot_atol;
 using tnt::test::gpu;
+using tnt::test::kUlp;
 using tnt::test::kUnitBf16;
 using tnt::test::kUnitF16;
 using tnt::test::kUnitFp32;
@@ -50,7 +51,6 @@ using tnt::test::require_within;
 
 namespace {
 
-constexpr double kUlp = 1.1920928955078125e-07;     // 2^-23: one float ulp at 1
 const double kAccumulation = std::ldexp(1.0, -22);  // per term of an f32 sum, both sides (see the top)
 
 struct HalfFormat {
@@ -64,15 +64,7 @@ const HalfFormat kFormats[] = {
     {DType::f16, kUnitF16, 5.9604644775390625e-08},  // 2^-24
 };
 
-RunContext context(bool training, Device device) {
-  RunContext rc;
-  rc.training = training;
-  rc.seed = 99;
-  rc.step = 4;
-  rc.sample_offset = 5;
-  rc.device = device;
-  return rc;
-}
+RunContext context(bool training, Device device) { return tnt::test::layer_context(training, device); }
 
 // The f32 values that a tensor rounded to `dtype` holds (on the host).
 Tensor rounded(const Tensor& x, DType dtype) { return ops::cast(ops::cast(x, dtype), DType::f32); }

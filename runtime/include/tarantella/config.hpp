@@ -30,7 +30,13 @@ namespace tnt {
   X(num_threads, int64_t, "TNT_NUM_THREADS", 0, "threads",                                     \
     "CPU compute threads per rank; 0 = the cores of the rank's affinity mask")                 \
   X(ring_segment_kb, int64_t, "TNT_RING_SEGMENT", 256, "KB",                                    \
-    "segment size of the ring allreduce pipeline")
+    "segment size of the ring allreduce pipeline")                                            \
+  X(cudnn_autotune, bool, "TNT_CUDNN_AUTOTUNE", true, "",                                       \
+    "time cuDNN's convolution algorithms once per shape; 0 = cuDNN's heuristics")              \
+  X(pinned_staging, bool, "TNT_PINNED_STAGING", true, "",                                       \
+    "copy GPU inputs through page-locked buffers on a copy stream; 0 = plain copies")          \
+  X(fused_attention, bool, "TNT_FUSED_ATTENTION", false, "",                                    \
+    "one fused CUDA kernel for attention (bf16/fp16); 0 = cuBLAS products and a softmax kernel")
 
 struct Config {
 #define TNT_CONFIG_FIELD(field, type, env, def, unit, help) type field = def;

@@ -194,6 +194,91 @@ TEST_CASE("the broadcast root's timeout message names the ranks that did not joi
   world.barrier();
 }
 
+// Waits on work that MPI does not see (the Reducer's NCCL buckets, the device collectives)
+// run the same checks through Waiter::poll, between their own polls of the GPU: shown here
+// on CPU ranks with a wait on work that never completes, as on the NCCL path, where a
+// Waiter is made for a bucket entered earlier (the constructor with the bucket's number).
+namespace {
+// Polls w until it throws (bounded: a CommError is expected long before); the message.
+std::string poll_until_thrown(detail::Waiter& w) {
+  const auto give_up = std::chrono::steady_clock::now() + Seconds(120);
+  try {
+    while (std::chrono::steady_clock::now() < give_up) {
+      w.poll(std::chrono::steady_clock::now());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } catch (const CommError& e) {
+    return e.what();
+  }
+  return "(poll never threw)";
+}
+}  // namespace
+
+TEST_CASE("a wait outside MPI (the NCCL path) names a different collective on the other ranks",
+          "[comm][mismatch][nccl_wait]") {
+  Communicator& world = communicator();
+  auto comm = world.duplicate();
+  comm->set_timeout(600);
+  detail::CommImpl& c = detail::impl_of(*comm);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  if (comm->is_master()) {
+    // A bucket launched (numbered #1), then waited for later, as NcclTransport does.
+    const detail::OpDesc op{.name = "Reducer bucket allreduce(nccl)", .count = 1000, .dtype = DType::bf16};
+    const int64_t seq = c.enter(op);
+    REQUIRE(seq == 1);
+    detail::Waiter w(c, op, seq);
+    msg = poll_until_thrown(w);
+  } else {
+    try {
+      comm->barrier();
+    } catch (const CommError& e) {
+      msg = e.what();
+    }
+  }
+  const double took = seconds_since(t0);
+  INFO("rank " << comm->rank() << " after " << took << " s: " << msg);
+  CHECK_THAT(msg, Catch::Contains("as collective #1, rank(s) 0 called Reducer bucket allreduce(nccl)"));
+  CHECK_THAT(msg, Catch::Contains(fmt::format("and rank(s) {} called barrier", world.size() == 2 ? "1" : "1, 2")));
+  if (comm->is_master()) CHECK_THAT(msg, Catch::Contains("(collective #1 of this communicator) on rank 0"));
+  CHECK(took < kFastSeconds);
+  world.barrier();
+}
+
+TEST_CASE("a wait outside MPI (the NCCL path) names the ranks that never launched the bucket",
+          "[comm][mismatch][nccl_wait][timeout]") {
+  Communicator& world = communicator();
+  const int p = world.size();
+  auto comm = world.duplicate();
+  constexpr double kTimeout = 3.0;
+  comm->set_timeout(kTimeout);
+  detail::CommImpl& c = detail::impl_of(*comm);
+  comm->barrier();  // #1
+  if (comm->is_master()) {
+    // Buckets #2 and #3 launched; the wait is for #2, so the message names #2, not the
+    // communicator's last number.
+    const detail::OpDesc op{.name = "Reducer bucket allreduce(nccl)", .count = 64, .dtype = DType::f32};
+    const int64_t first = c.enter(op);
+    c.enter(op);
+    const auto t0 = std::chrono::steady_clock::now();
+    detail::Waiter w(c, op, first);
+    const std::string msg = poll_until_thrown(w);
+    const double took = seconds_since(t0);
+    INFO("after " << took << " s: " << msg);
+    CHECK_THAT(msg, Catch::Contains("Reducer bucket allreduce(nccl)"));
+    CHECK_THAT(msg, Catch::Contains("(collective #2 of this communicator) on rank 0"));
+    CHECK_THAT(msg, Catch::Contains("did not complete within 3 s"));
+    CHECK_THAT(msg, Catch::Contains(fmt::format("rank(s) {} never joined it", p == 2 ? "1" : "1, 2")));
+    CHECK_THAT(msg, Catch::Contains("in no collective (last finished: #1 barrier)"));
+    CHECK(took >= kTimeout);
+    CHECK(took < kTimeout + 2.0 + 10.0);
+  } else {
+    // Computing, never in a collective: only the timeout ends the master's wait.
+    std::this_thread::sleep_for(Seconds(kTimeout + 2.0));
+  }
+  world.barrier();
+}
+
 TEST_CASE("a collective inside code that runs on some ranks only is refused at once", "[comm][mismatch]") {
   Communicator& world = communicator();
   auto comm = world.duplicate();

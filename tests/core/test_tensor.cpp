@@ -119,6 +119,15 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK(cfg.fusion_threshold_kb == 64);
     CHECK(cfg.deterministic);
     CHECK(cfg.collective_timeout_s == 2.5);
+    CHECK_FALSE(cfg.fused_attention);  // off until the fused kernel has been measured on a GPU
+  }
+  {
+    ScopedEnv a("TNT_FUSED_ATTENTION", "1");
+    CHECK(Config::from_env().fused_attention);
+  }
+  {
+    ScopedEnv a("TNT_FUSED_ATTENTION", "fast");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_FUSED_ATTENTION='fast' is not a boolean"));
   }
   {
     ScopedEnv a("TNT_FUSION_THRESHOLD", "lots");

@@ -1,34 +1,65 @@
 // Host logic of the CUDA Conv2D's autotuning (layers/conv2d_autotune.hpp), testable without
-// a GPU: the TNT_CUDNN_AUTOTUNE parser and the key of the process-wide cache of timed
+// a GPU: the TNT_CUDNN_AUTOTUNE knob and the key of the process-wide cache of timed
 // algorithm choices.
 #include <catch2/catch.hpp>
 
 #include "layers/conv2d_autotune.hpp"
+#include "tarantella/config.hpp"
 
+#include <cstdlib>
 #include <set>
 #include <string>
 
 using tnt::conv_autotune::Direction;
-using tnt::conv_autotune::parse_autotune;
 using tnt::conv_autotune::Problem;
 
-TEST_CASE("TNT_CUDNN_AUTOTUNE: unset or 1 times the algorithms, 0 takes the heuristics", "[layers][autotune]") {
-  CHECK(parse_autotune(nullptr));
-  CHECK(parse_autotune("1"));
-  CHECK_FALSE(parse_autotune("0"));
+namespace {
+// Sets one variable for the scope, restoring what was there.
+struct ScopedEnv {
+  std::string name, old;
+  bool had = false;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    if (const char* o = std::getenv(n)) {
+      had = true;
+      old = o;
+    }
+    ::setenv(n, v, 1);
+  }
+  ~ScopedEnv() {
+    if (had) {
+      ::setenv(name.c_str(), old.c_str(), 1);
+    } else {
+      ::unsetenv(name.c_str());
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("TNT_CUDNN_AUTOTUNE: on by default, 0 takes the heuristics, shown in the configuration",
+          "[layers][autotune]") {
+  ::unsetenv("TNT_CUDNN_AUTOTUNE");
+  CHECK(tnt::Config::from_env().cudnn_autotune);
+  for (const char* off : {"0", "false", "off"}) {
+    ScopedEnv e("TNT_CUDNN_AUTOTUNE", off);
+    CHECK_FALSE(tnt::Config::from_env().cudnn_autotune);
+  }
+  ScopedEnv e("TNT_CUDNN_AUTOTUNE", "1");
+  CHECK(tnt::Config::from_env().cudnn_autotune);
+  CHECK(tnt::Config{}.table().find("TNT_CUDNN_AUTOTUNE") != std::string::npos);
 }
 
-TEST_CASE("TNT_CUDNN_AUTOTUNE: any other value is refused with a message naming it", "[layers][autotune]") {
-  for (const char* bad : {"", "2", "yes", "true", "on", " 1", "1 ", "01", "-1"}) {
+TEST_CASE("TNT_CUDNN_AUTOTUNE: any other value is refused at start with a message naming it",
+          "[layers][autotune]") {
+  for (const char* bad : {"2", "maybe", " 1", "1 ", "01", "-1"}) {
     INFO("value '" << bad << "'");
+    ScopedEnv e("TNT_CUDNN_AUTOTUNE", bad);
     try {
-      parse_autotune(bad);
+      (void)tnt::Config::from_env();
       FAIL("accepted");
-    } catch (const tnt::InputError& e) {
-      const std::string msg = e.what();
+    } catch (const tnt::InputError& err) {
+      const std::string msg = err.what();
       INFO(msg);
-      CHECK(msg.find("TNT_CUDNN_AUTOTUNE") != std::string::npos);
-      CHECK(msg.find(std::string("'") + bad + "'") != std::string::npos);
+      CHECK(msg.find(std::string("TNT_CUDNN_AUTOTUNE='") + bad + "' is not a boolean") != std::string::npos);
     }
   }
 }

@@ -508,27 +508,6 @@ TEST_CASE("TNT_CUDNN_AUTOTUNE=0: cuDNN's heuristics, nothing timed, the same res
   CHECK(autotune_step({2, 5, 9, 9}, "heuristic_b") == 0);
 }
 
-// Run by the CTest entry layers_layout_cuda_autotune_bad with TNT_CUDNN_AUTOTUNE=maybe.
-TEST_CASE("A bad TNT_CUDNN_AUTOTUNE is refused with a message naming it", "[.autotune_bad]") {
-  const char* env = std::getenv("TNT_CUDNN_AUTOTUNE");
-  REQUIRE(env != nullptr);
-  REQUIRE(std::string(env) == "maybe");
-  for (int attempt = 0; attempt < 2; ++attempt) {  // refused again, not only the first time
-    INFO("attempt " << attempt);
-    Conv2D conv(4, 3, Conv2DOptions{.padding = 1}, "bad_env");
-    conv.to(gpu());
-    SavedState s;
-    try {
-      conv.forward({test::random_tensor({1, 2, 5, 5}, "bad_env_x").to(gpu())}, context(true, gpu()), s);
-      FAIL("TNT_CUDNN_AUTOTUNE=maybe was accepted");
-    } catch (const InputError& e) {
-      const std::string msg = e.what();
-      INFO(msg);
-      CHECK(msg.find("TNT_CUDNN_AUTOTUNE='maybe'") != std::string::npos);
-    }
-  }
-}
-
 // Run by the CTest entry layout_cuda_deterministic with TNT_DETERMINISTIC=1 and
 // TNT_CUDNN_AUTOTUNE=1: a channels_last Conv2D -> BatchNorm -> MaxPool2D step twice, from the
 // same weights; every gradient bitwise equal (the algorithms are timed in the first run and

@@ -6,6 +6,7 @@
 #include "train/step_scalars.hpp"
 
 #include "tarantella/check.hpp"
+#include "tarantella/config.hpp"
 #include "tarantella/loss.hpp"
 #include "tarantella/metrics.hpp"
 
@@ -324,9 +325,12 @@ TEST_CASE("TNT_PINNED_STAGING is 1 by default, 0 turns staging off, anything els
   CHECK(!detail::pinned_staging_enabled());
   ::setenv("TNT_PINNED_STAGING", "1", 1);
   CHECK(detail::pinned_staging_enabled());
+  ::setenv("TNT_PINNED_STAGING", "off", 1);  // the spelling of every boolean knob
+  CHECK(!detail::pinned_staging_enabled());
   ::setenv("TNT_PINNED_STAGING", "yes please", 1);
   CHECK_THROWS_WITH(detail::pinned_staging_enabled(),
-                    Catch::StartsWith("TNT_PINNED_STAGING='yes please' is not 0 or 1"));
+                    Catch::StartsWith("TNT_PINNED_STAGING='yes please' is not a boolean"));
+  CHECK_THROWS_WITH(Config::from_env(), Catch::StartsWith("TNT_PINNED_STAGING='yes please' is not a boolean"));
   if (old) {
     ::setenv("TNT_PINNED_STAGING", saved.c_str(), 1);
   } else {

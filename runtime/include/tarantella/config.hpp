@@ -53,6 +53,11 @@ struct Config {
   std::string table() const;      // the resolved set, one knob a line
 };
 
+// The one spelling of a boolean knob: 1/true/TRUE/yes/on or 0/false/FALSE/no/off/"" (off);
+// anything else is an InputError naming env and text. For modules that read their knob
+// again later (Config::from_env has checked it at start).
+bool parse_bool_knob(const char* env, const std::string& text);
+
 enum class LogLevel { debug = 0, info = 1, warning = 2, error = 3 };
 LogLevel parse_log_level(const std::string& text);  // throws InputError
 

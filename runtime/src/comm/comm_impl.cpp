@@ -422,8 +422,9 @@ Clock::time_point CommImpl::deadline() const {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-std::string comm_error_prefix(const CommImpl& comm, const std::string& op) {
-  return fmt::format("{} (collective #{} of this communicator) on rank {} of {}", op, comm.seq, comm.rank, comm.size);
+std::string comm_error_prefix(const CommImpl& comm, const std::string& op, int64_t seq) {
+  return fmt::format("{} (collective #{} of this communicator) on rank {} of {}", op, seq >= 0 ? seq : comm.seq,
+                     comm.rank, comm.size);
 }
 
 // ---- Waiter ---------------------------------------------------------------------------
@@ -431,6 +432,12 @@ std::string comm_error_prefix(const CommImpl& comm, const std::string& op) {
 Waiter::Waiter(CommImpl& comm, const OpDesc& op)
     : comm_(comm), op_(op), seq_(comm.seq), uncaught_(std::uncaught_exceptions()),
       check_interval_s_(comm.mismatch_grace_s) {}
+
+Waiter::Waiter(CommImpl& comm, const OpDesc& op, int64_t seq)
+    : comm_(comm), op_(op), seq_(seq), uncaught_(std::uncaught_exceptions()),
+      check_interval_s_(comm.mismatch_grace_s) {}
+
+std::string Waiter::prefix() const { return comm_error_prefix(comm_, op_.str(), seq_); }
 
 Waiter::~Waiter() {
   if (comm_.arrivals && std::uncaught_exceptions() == uncaught_) comm_.arrivals->finish(comm_.slot, seq_);
@@ -448,7 +455,7 @@ Clock::time_point Waiter::deadline() const {
 void Waiter::check(int rc, const char* call) const {
   if (rc == MPI_SUCCESS) return;
   comm_.broken = true;
-  throw CommError(fmt::format("{}: MPI error in {}: {}{}", comm_error_prefix(comm_, op_.str()), call,
+  throw CommError(fmt::format("{}: MPI error in {}: {}{}", prefix(), call,
                               mpi_error_string(rc), mismatch_note()));
 }
 
@@ -466,13 +473,17 @@ void Waiter::wait(MPI_Request& request, int peer, const char* role) {
     if ((++spins & 63) != 0) continue;
     Clock::time_point now = Clock::now();
     if (spins == 64) spin_until = now + std::chrono::microseconds(comm_.spin_us);
-    if (now > deadline()) timed_out(peer, role);
-    if (now > next_check_) check_peers(now);
-    if (comm_.cancel && comm_.cancel->load(std::memory_order_relaxed)) {
-      comm_.broken = true;
-      throw CommError(fmt::format("{}: cancelled", comm_error_prefix(comm_, op_.str())));
-    }
+    poll(now, peer, role);
     if (now > spin_until) sched_yield();
+  }
+}
+
+void Waiter::poll(Clock::time_point now, int peer, const char* role) {
+  if (now > deadline()) timed_out(peer, role);
+  if (now > next_check_) check_peers(now);
+  if (comm_.cancel && comm_.cancel->load(std::memory_order_relaxed)) {
+    comm_.broken = true;
+    throw CommError(fmt::format("{}: cancelled", prefix()));
   }
 }
 
@@ -522,13 +533,13 @@ void Waiter::check_peers(Clock::time_point now) {
   comm_.broken = true;
   const RankListFormat format = rank_list_format(arrivals);
   throw CommError(fmt::format("{}: the ranks called different collectives: {}. Where each rank is: {}. Fix: {}",
-                              comm_error_prefix(comm_, op_.str()), describe_mismatch(*m, format),
+                              prefix(), describe_mismatch(*m, format),
                               describe_positions(where, format), kMismatchFix));
 }
 
 void Waiter::timed_out(int peer, const char* role) const {
   comm_.broken = true;
-  std::string msg = fmt::format("{} did not complete within {} s", comm_error_prefix(comm_, op_.str()), comm_.timeout_s);
+  std::string msg = fmt::format("{} did not complete within {} s", prefix(), comm_.timeout_s);
   if (peer >= 0 && peer != comm_.rank) msg += fmt::format("; waiting on rank {}{}{}", peer, role ? " " : "", role ? role : "");
   if (comm_.arrivals && comm_.arrivals->enabled()) {
     const Arrivals& arrivals = *comm_.arrivals;

@@ -206,6 +206,9 @@ class Waiter {
  public:
   static constexpr double kMaxCheckInterval = 30.0;
   Waiter(CommImpl& comm, const OpDesc& op);  // call after comm.enter()
+  // For collective number seq, entered earlier and waited for now (work queued on a device
+  // stream: the Reducer's NCCL buckets).
+  Waiter(CommImpl& comm, const OpDesc& op, int64_t seq);
   ~Waiter();  // publishes the collective as finished, unless it is left by an exception
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;
@@ -215,6 +218,12 @@ class Waiter {
   // peer/role describe whom the request waits on, for the timeout message (-1: unknown).
   void wait(MPI_Request& request, int peer = -1, const char* role = nullptr);
   void wait_all(std::span<MPI_Request> requests, int peer = -1, const char* role = nullptr);
+  // One round of a wait on work that MPI does not see (an NCCL stream; `wait` uses it for
+  // MPI requests): past the deadline throws timed_out; after the grace, and then at growing
+  // intervals, asks the other ranks where they are and throws when they called different
+  // collectives; throws when the owner cancelled. The caller polls its own work between
+  // rounds and cleans up its side (aborts the NCCL communicator) when this throws.
+  void poll(Clock::time_point now, int peer = -1, const char* role = nullptr);
   // Throws a CommError naming the operation and rank when rc is not MPI_SUCCESS, and the
   // ranks' different collectives when that is why (MPI matched two different calls).
   void check(int rc, const char* call) const;
@@ -227,6 +236,7 @@ class Waiter {
   void check_peers(Clock::time_point now);
   // "": the ranks agree (or cannot be asked); else ". The likely cause: ..." with the fix.
   std::string mismatch_note() const;
+  std::string prefix() const;  // comm_error_prefix for this collective's number
 
   CommImpl& comm_;
   OpDesc op_;
@@ -249,6 +259,7 @@ void abandon_requests(CommImpl& comm, std::span<MPI_Request> requests, bool poin
 backend::NcclComm& ensure_nccl(Waiter& w);
 
 MPI_Datatype mpi_type(DType dtype);  // f32, f64, i32, i64 (and u8); throws otherwise
-std::string comm_error_prefix(const CommImpl& comm, const std::string& op);
+// "op (collective #seq of this communicator) on rank r of n"; seq defaults to the last entered.
+std::string comm_error_prefix(const CommImpl& comm, const std::string& op, int64_t seq = -1);
 
 }  // namespace tnt::detail

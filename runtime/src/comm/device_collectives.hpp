@@ -8,11 +8,18 @@
 // deadline). Call after comm.enter(). No CUDA types here.
 #pragma once
 
+#include "backend/cuda/nccl_comm.hpp"
 #include "comm/comm_impl.hpp"
 
 #include <cstdint>
 
 namespace tnt::comm {
+
+// How a wait on NCCL work of collective w ends when it does not complete: w's deadline,
+// and w's rounds of asking the other ranks where they are (Waiter::poll), so that a
+// missing rank or a different collective is named, as on the MPI paths. w must outlive
+// the wait.
+backend::NcclComm::Watch nccl_watch(detail::Waiter& w);
 
 // data: (count,) of dtype, in place; average divides by the number of ranks.
 void device_allreduce(detail::Waiter& w, void* data, int64_t count, DType dtype, Device device, bool average);

@@ -22,7 +22,7 @@ backend::NcclComm& ensure_nccl(Waiter& w) {
     w.check(MPI_Ibcast(id, sizeof(id), MPI_BYTE, 0, c.comm, &req), "MPI_Ibcast");
     w.wait(req, 0, "(NCCL unique id from rank 0)");
     const auto close_timeout = c.deadline() - Clock::now();  // the collective timeout, capped like every deadline
-    c.nccl.reset(new backend::NcclComm(id, c.rank, c.size, c.device.index, w.op(), w.deadline(), close_timeout));
+    c.nccl.reset(new backend::NcclComm(id, c.rank, c.size, c.device.index, w.op(), comm::nccl_watch(w), close_timeout));
   }
   return *c.nccl;
 }
@@ -30,6 +30,10 @@ backend::NcclComm& ensure_nccl(Waiter& w) {
 }  // namespace detail
 
 namespace comm {
+
+backend::NcclComm::Watch nccl_watch(detail::Waiter& w) {
+  return {w.deadline(), [&w](backend::NcclComm::Clock::time_point now) { w.poll(now); }};
+}
 
 namespace {
 
@@ -44,25 +48,25 @@ void on_nccl(detail::Waiter& w, Device device, Enqueue enqueue) {
   // the compute stream was created.
   nccl.wait_stream(backend::cuda_compute_stream(device.index));
   enqueue(nccl);
-  nccl.synchronize(nullptr, w.op(), w.deadline());
+  nccl.synchronize(nullptr, w.op(), nccl_watch(w));
 }
 
 }  // namespace
 
 void device_allreduce(detail::Waiter& w, void* data, int64_t count, DType dtype, Device device, bool average) {
   on_nccl(w, device, [&](backend::NcclComm& nccl) {
-    nccl.allreduce(data, static_cast<size_t>(count), dtype, average, w.op(), w.deadline());
+    nccl.allreduce(data, static_cast<size_t>(count), dtype, average, w.op(), nccl_watch(w));
   });
 }
 
 void device_broadcast(detail::Waiter& w, void* data, int64_t bytes, Device device, int root) {
   on_nccl(w, device,
-          [&](backend::NcclComm& nccl) { nccl.broadcast(data, static_cast<size_t>(bytes), root, w.op(), w.deadline()); });
+          [&](backend::NcclComm& nccl) { nccl.broadcast(data, static_cast<size_t>(bytes), root, w.op(), nccl_watch(w)); });
 }
 
 void device_allgather(detail::Waiter& w, const void* in, void* out, int64_t bytes_per_rank, Device device) {
   on_nccl(w, device, [&](backend::NcclComm& nccl) {
-    nccl.allgather(in, out, static_cast<size_t>(bytes_per_rank), w.op(), w.deadline());
+    nccl.allgather(in, out, static_cast<size_t>(bytes_per_rank), w.op(), nccl_watch(w));
   });
 }
 

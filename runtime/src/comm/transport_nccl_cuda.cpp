@@ -8,6 +8,7 @@
 #include "backend/cuda/nccl_comm.hpp"
 #include "backend/device_api.hpp"
 #include "comm/comm_impl.hpp"
+#include "comm/device_collectives.hpp"
 #include "comm/pack_cuda.hpp"
 #include "comm/transport.hpp"
 #include "io/timeline.hpp"
@@ -39,6 +40,8 @@ struct BucketEvents {
   Event packed;  // compute stream, after the pack: the NCCL stream waits for it
   Event start;   // NCCL stream: it reached the bucket
   Event done;    // NCCL stream, after the allreduce
+  detail::OpDesc op;  // the bucket's collective, numbered seq on the Reducer's communicator
+  int64_t seq = 0;
 };
 
 class NcclTransport final : public Transport {
@@ -79,10 +82,13 @@ class NcclTransport final : public Transport {
       cuda::scale(data.raw(), data.numel(), data.dtype(), factor, stream_);
     }
     detail::CommImpl& c = detail::impl_of(*comm_);
-    c.enter(detail::OpDesc{.name = "Reducer bucket allreduce(nccl)", .count = data.numel(), .dtype = bk.dtype});
+    events_[b].op = detail::OpDesc{.name = "Reducer bucket allreduce(nccl)", .count = data.numel(), .dtype = bk.dtype};
+    events_[b].seq = c.enter(events_[b].op);
     cuda::event_record(events_[b].packed.get(), stream_);
     nccl_->wait_event(events_[b].packed.get());
     cuda::event_record(events_[b].start.get(), nccl_->stream());
+    // Setting the call up (NCCL may connect to its peers here on first use) keeps the plain
+    // deadline; wait_all watches where the ranks are.
     nccl_->allreduce(data.raw(), static_cast<size_t>(data.numel()), bk.dtype, false, bk.what, c.deadline());
     nccl_->record(events_[b].done.get());
   }
@@ -91,7 +97,13 @@ class NcclTransport final : public Transport {
 
   void wait_all() override {
     detail::CommImpl& c = detail::impl_of(*comm_);
-    for (size_t b = 0; b < buckets_.size(); ++b) nccl_->synchronize(events_[b].done.get(), buckets_[b].what, c.deadline());
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      // A Waiter for the bucket's collective number: at the deadline it names the ranks that
+      // never launched this bucket, after the grace it finds ranks that called another
+      // collective, and when the bucket completes it publishes it as finished.
+      detail::Waiter w(c, events_[b].op, events_[b].seq);
+      nccl_->synchronize(events_[b].done.get(), buckets_[b].what, comm::nccl_watch(w));
+    }
   }
 
   void unpack(size_t b, double scale) override {

@@ -27,15 +27,7 @@ void parse_value(const char* env, const std::string& text, double& out) {
   out = v;
 }
 
-void parse_value(const char* env, const std::string& text, bool& out) {
-  if (text == "1" || text == "true" || text == "TRUE" || text == "yes" || text == "on") {
-    out = true;
-  } else if (text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off" || text.empty()) {
-    out = false;
-  } else {
-    TNT_INPUT_ERROR("{}='{}' is not a boolean (1/0, true/false)", env, text);
-  }
-}
+void parse_value(const char* env, const std::string& text, bool& out) { out = parse_bool_knob(env, text); }
 
 void parse_value(const char*, const std::string& text, std::string& out) { out = text; }
 
@@ -45,6 +37,12 @@ std::string value_str(bool v) { return v ? "1" : "0"; }
 std::string value_str(const std::string& v) { return v.empty() ? "(default)" : v; }
 
 }  // namespace
+
+bool parse_bool_knob(const char* env, const std::string& text) {
+  if (text == "1" || text == "true" || text == "TRUE" || text == "yes" || text == "on") return true;
+  if (text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off" || text.empty()) return false;
+  TNT_INPUT_ERROR("{}='{}' is not a boolean (1/0, true/false)", env, text);
+}
 
 LogLevel parse_log_level(const std::string& text) {
   std::string t;

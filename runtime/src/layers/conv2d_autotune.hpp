@@ -1,6 +1,6 @@
 // Host-side pieces of the CUDA Conv2D's algorithm autotuning (conv2d_cuda.cu), kept apart
-// so that CPU-only builds unit-test them: the TNT_CUDNN_AUTOTUNE switch and the key under
-// which a timed choice is cached for the whole process.
+// so that CPU-only builds unit-test them: the key under which a timed choice is cached for
+// the whole process. (The switch, TNT_CUDNN_AUTOTUNE, is the Config knob cudnn_autotune.)
 #pragma once
 
 #include "tarantella/check.hpp"
@@ -10,20 +10,6 @@
 #include <string>
 
 namespace tnt::conv_autotune {
-
-constexpr const char* kEnv = "TNT_CUDNN_AUTOTUNE";
-
-// The value of TNT_CUDNN_AUTOTUNE (nullptr: unset): "1" (the default) times cuDNN's
-// algorithms once per problem, "0" takes cuDNN's heuristics. Anything else is refused.
-inline bool parse_autotune(const char* value) {
-  if (value == nullptr) return true;
-  const std::string v = value;
-  if (v == "1") return true;
-  if (v == "0") return false;
-  TNT_INPUT_ERROR("{}='{}' is not 0 (take cuDNN's heuristic choice of convolution algorithms) or 1 (time them "
-                  "once per problem, the default)",
-                  kEnv, v);
-}
 
 enum class Direction : int64_t { forward = 0, backward_data = 1, backward_filter = 2 };
 

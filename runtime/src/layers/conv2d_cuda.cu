@@ -29,8 +29,8 @@
 // (conv2d_autotune.hpp: device, shapes, geometry, dtype, format, math, determinism,
 // direction), so ResNet-50's repeated layer shapes are timed once. Timing runs real kernels
 // (milliseconds per problem, once), and the fastest algorithm for the shapes of a real
-// network is often not the heuristics' first. TNT_CUDNN_AUTOTUNE=0 (read and checked once,
-// when the process makes its first plan) takes cuDNN's heuristics instead (Get_v7, best first): the first that succeeded,
+// network is often not the heuristics' first. TNT_CUDNN_AUTOTUNE=0 (a Config knob, read
+// once per process) takes cuDNN's heuristics instead (Get_v7, best first): the first that succeeded,
 // fits kMaxWorkspace and, in deterministic mode, is deterministic. If timing leaves no
 // acceptable algorithm, the heuristics decide too.
 //
@@ -121,12 +121,8 @@ AutotuneCache& autotune_cache() {
   return *cache;
 }
 
-// TNT_CUDNN_AUTOTUNE, read and checked once, by the first plan. A bad value fails that
-// plan, and every later one: a static whose initialisation throws is initialised again.
-bool autotune_enabled() {
-  static const bool enabled = conv_autotune::parse_autotune(std::getenv(conv_autotune::kEnv));
-  return enabled;
-}
+// TNT_CUDNN_AUTOTUNE: the Config knob, checked when the process reads its configuration.
+bool autotune_enabled() { return tnt::config().cudnn_autotune; }
 
 cudnnMathType_t initial_math(DType dtype) {
   // Tensor cores for f16/bf16; for f32 the default (TF32 allowed, see the top).

@@ -2,6 +2,7 @@
 
 #include "backend/device_api.hpp"
 #include "tarantella/check.hpp"
+#include "tarantella/config.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -88,13 +89,7 @@ void StagingRing::drain() {
 
 bool pinned_staging_enabled() {
   const char* v = std::getenv("TNT_PINNED_STAGING");
-  if (!v) return true;
-  const std::string text(v);
-  if (text == "1") return true;
-  if (text == "0") return false;
-  TNT_INPUT_ERROR("TNT_PINNED_STAGING='{}' is not 0 or 1 (1, the default: stage input batches in page-locked "
-                  "memory and copy them on a second stream; 0: copy them with Tensor::to)",
-                  text);
+  return v == nullptr || parse_bool_knob("TNT_PINNED_STAGING", v);
 }
 
 namespace {

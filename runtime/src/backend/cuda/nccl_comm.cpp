@@ -41,7 +41,7 @@ void NcclComm::make_unique_id(char* id) {
 }
 
 NcclComm::NcclComm(const char* id, int rank, int size, int device, const std::string& op,
-                   Clock::time_point deadline, Clock::duration close_timeout)
+                   const Watch& watch, Clock::duration close_timeout)
     : rank_(rank), size_(size), device_(device), close_timeout_(close_timeout) {
   TNT_CUDA_CHECK(cudaSetDevice(device));
   cudaStream_t stream = nullptr;
@@ -65,7 +65,7 @@ NcclComm::NcclComm(const char* id, int rank, int size, int device, const std::st
   if (rc != ncclSuccess && rc != ncclInProgress) {
     fail(op, fmt::format("ncclCommInitRankConfig failed: {} {}", ncclGetErrorString(rc), ncclGetLastError(nullptr)));
   }
-  settle(op, "ncclCommInitRankConfig", deadline);
+  settle(op, "ncclCommInitRankConfig", watch);
 }
 
 NcclComm::~NcclComm() {
@@ -103,7 +103,26 @@ void NcclComm::fail(const std::string& op, const std::string& why) {
   throw CommError(fmt::format("{} on rank {} of {} (NCCL, cuda:{}): {}", op, rank_, size_, device_, why));
 }
 
-void NcclComm::settle(const std::string& op, const char* call, Clock::time_point deadline) {
+void NcclComm::watch_round(const std::string& op, const char* call, const Watch& watch) {
+  const Clock::time_point now = Clock::now();
+  if (watch.check) {
+    try {
+      watch.check(now);
+    } catch (...) {
+      if (comm_ && !aborted_) {
+        ncclCommAbort(as_comm(comm_));
+        aborted_ = true;
+      }
+      throw;
+    }
+  }
+  if (now > watch.deadline) {
+    fail(op, call ? fmt::format("{} did not complete in time (TNT_COLLECTIVE_TIMEOUT); a rank may not have joined", call)
+                  : "did not complete within TNT_COLLECTIVE_TIMEOUT; a rank may not have joined");
+  }
+}
+
+void NcclComm::settle(const std::string& op, const char* call, const Watch& watch) {
   TNT_CHECK(!aborted_, "{}: the NCCL communicator was aborted after an earlier error", op);
   for (;;) {
     ncclResult_t state = ncclSuccess;
@@ -113,9 +132,7 @@ void NcclComm::settle(const std::string& op, const char* call, Clock::time_point
     if (state != ncclInProgress) {
       fail(op, fmt::format("{}: {} {}", call, ncclGetErrorString(state), ncclGetLastError(as_comm(comm_))));
     }
-    if (Clock::now() > deadline) {
-      fail(op, fmt::format("{} did not complete in time (TNT_COLLECTIVE_TIMEOUT); a rank may not have joined", call));
-    }
+    watch_round(op, call, watch);
     sched_yield();
   }
 }
@@ -132,7 +149,7 @@ void NcclComm::wait_event(void* event) {
 void NcclComm::record(void* event) { TNT_CUDA_CHECK(cudaEventRecord(as_event(event), as_stream(stream_))); }
 
 void NcclComm::allreduce(void* data, size_t count, DType dtype, bool average, const std::string& op,
-                         Clock::time_point deadline) {
+                         const Watch& watch) {
   TNT_CHECK(!aborted_, "{}: the NCCL communicator was aborted after an earlier error", op);
   TNT_CUDA_CHECK(cudaSetDevice(device_));
   ncclResult_t rc = ncclAllReduce(data, data, count, nccl_type(dtype, op), average ? ncclAvg : ncclSum,
@@ -140,31 +157,31 @@ void NcclComm::allreduce(void* data, size_t count, DType dtype, bool average, co
   if (rc != ncclSuccess && rc != ncclInProgress) {
     fail(op, fmt::format("ncclAllReduce: {} {}", ncclGetErrorString(rc), ncclGetLastError(as_comm(comm_))));
   }
-  settle(op, "ncclAllReduce", deadline);
+  settle(op, "ncclAllReduce", watch);
 }
 
-void NcclComm::broadcast(void* data, size_t bytes, int root, const std::string& op, Clock::time_point deadline) {
+void NcclComm::broadcast(void* data, size_t bytes, int root, const std::string& op, const Watch& watch) {
   TNT_CHECK(!aborted_, "{}: the NCCL communicator was aborted after an earlier error", op);
   TNT_CUDA_CHECK(cudaSetDevice(device_));
   ncclResult_t rc = ncclBroadcast(data, data, bytes, ncclUint8, root, as_comm(comm_), as_stream(stream_));
   if (rc != ncclSuccess && rc != ncclInProgress) {
     fail(op, fmt::format("ncclBroadcast: {} {}", ncclGetErrorString(rc), ncclGetLastError(as_comm(comm_))));
   }
-  settle(op, "ncclBroadcast", deadline);
+  settle(op, "ncclBroadcast", watch);
 }
 
 void NcclComm::allgather(const void* in, void* out, size_t bytes_per_rank, const std::string& op,
-                         Clock::time_point deadline) {
+                         const Watch& watch) {
   TNT_CHECK(!aborted_, "{}: the NCCL communicator was aborted after an earlier error", op);
   TNT_CUDA_CHECK(cudaSetDevice(device_));
   ncclResult_t rc = ncclAllGather(in, out, bytes_per_rank, ncclUint8, as_comm(comm_), as_stream(stream_));
   if (rc != ncclSuccess && rc != ncclInProgress) {
     fail(op, fmt::format("ncclAllGather: {} {}", ncclGetErrorString(rc), ncclGetLastError(as_comm(comm_))));
   }
-  settle(op, "ncclAllGather", deadline);
+  settle(op, "ncclAllGather", watch);
 }
 
-void NcclComm::synchronize(void* event, const std::string& op, Clock::time_point deadline) {
+void NcclComm::synchronize(void* event, const std::string& op, const Watch& watch) {
   TNT_CHECK(!aborted_, "{}: the NCCL communicator was aborted after an earlier error", op);
   TNT_CUDA_CHECK(cudaSetDevice(device_));
   cudaEvent_t e = as_event(event);
@@ -183,9 +200,7 @@ void NcclComm::synchronize(void* event, const std::string& op, Clock::time_point
     if (state != ncclSuccess && state != ncclInProgress) {
       fail(op, fmt::format("asynchronous NCCL error: {} {}", ncclGetErrorString(state), ncclGetLastError(as_comm(comm_))));
     }
-    if (Clock::now() > deadline) {
-      fail(op, "did not complete within TNT_COLLECTIVE_TIMEOUT; a rank may not have joined (NCCL cannot tell which)");
-    }
+    watch_round(op, nullptr, watch);
     sched_yield();
   }
 }

@@ -9,19 +9,32 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <utility>
 
 namespace tnt::backend {
 
 class NcclComm {
  public:
   using Clock = std::chrono::steady_clock;
+  // How a wait ends besides success: the deadline, and a check run on every round of the
+  // wait (may be empty). The collectives' check (detail::Waiter::poll) asks the other ranks
+  // where they are and throws, naming the ranks that never joined or that called another
+  // collective; NCCL itself cannot tell which rank is missing. When the check throws, the
+  // communicator is aborted and its exception goes on.
+  struct Watch {
+    Clock::time_point deadline;
+    std::function<void(Clock::time_point)> check;
+    Watch(Clock::time_point d) : deadline(d) {}  // NOLINT: a plain deadline is a Watch
+    Watch(Clock::time_point d, std::function<void(Clock::time_point)> c) : deadline(d), check(std::move(c)) {}
+  };
   static constexpr size_t kIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
   static void make_unique_id(char* id);   // id: (kIdBytes,)
 
   // Collective over the size ranks that received the same id. close_timeout bounds the
   // destructor's wait for the other ranks (see ~NcclComm).
-  NcclComm(const char* id, int rank, int size, int device, const std::string& op, Clock::time_point deadline,
+  NcclComm(const char* id, int rank, int size, int device, const std::string& op, const Watch& watch,
            Clock::duration close_timeout);
   // With nothing left on the stream: ncclCommFinalize, polled until the communicator is
   // quiescent on every rank, then ncclCommDestroy (NCCL's order for a nonblocking
@@ -47,18 +60,22 @@ class NcclComm {
   void record(void* event);  // event (cudaEvent_t) completes when the NCCL stream gets here
 
   // Enqueue on the NCCL stream; they return before the data moves.
-  void allreduce(void* data, size_t count, DType dtype, bool average, const std::string& op, Clock::time_point deadline);
-  void broadcast(void* data, size_t bytes, int root, const std::string& op, Clock::time_point deadline);
-  void allgather(const void* in, void* out, size_t bytes_per_rank, const std::string& op, Clock::time_point deadline);
+  void allreduce(void* data, size_t count, DType dtype, bool average, const std::string& op, const Watch& watch);
+  void broadcast(void* data, size_t bytes, int root, const std::string& op, const Watch& watch);
+  void allgather(const void* in, void* out, size_t bytes_per_rank, const std::string& op, const Watch& watch);
 
   // The host waits (polling) until `event`, or everything queued so far when event is
-  // null, has completed; at the deadline, or on an asynchronous NCCL error, the
-  // communicator is aborted and a CommError names op, this rank and the reason.
-  void synchronize(void* event, const std::string& op, Clock::time_point deadline);
+  // null, has completed; when the watch's check throws, at the deadline, or on an
+  // asynchronous NCCL error, the communicator is aborted and a CommError names op, this
+  // rank and the reason.
+  void synchronize(void* event, const std::string& op, const Watch& watch);
 
  private:
   // Polls a nonblocking communicator until its last call has been set up.
-  void settle(const std::string& op, const char* call, Clock::time_point deadline);
+  void settle(const std::string& op, const char* call, const Watch& watch);
+  // One round of a wait: runs the watch's check (aborting before its exception goes on),
+  // then fails at the deadline, naming call (an NCCL function; nullptr: the queued work).
+  void watch_round(const std::string& op, const char* call, const Watch& watch);
   bool finalized(Clock::time_point deadline) noexcept;  // true: ready for ncclCommDestroy
   [[noreturn]] void fail(const std::string& op, const std::string& why);
 

@@ -230,4 +230,23 @@ TEST_CASE("evaluate with verbose announces the pass and prints its results on th
   } else {
     CHECK(out.empty());
   }
+  // The same on a dataset already distributed (its sample count is not known there).
+  const tnt::DistributedDataset dist = data.distribute(8, tnt::rank(), tnt::size(), tnt::Remainder::pad);
+  tnt::EvaluateOptions dv;
+  dv.verbose = 1;
+  tnt::Logs from_dist;
+  {
+    CapturedStdout capture;
+    from_dist = model->evaluate(dist, dv);
+    out = capture.text();
+  }
+  CHECK(from_dist == quiet);
+  if (tnt::is_master_rank()) {
+    std::vector<std::string> lines = lines_of(out);
+    REQUIRE(lines.size() == 2);
+    CHECK(lines[0] == "Evaluating (8 steps, global batch 8)");
+    CHECK(lines[1].rfind("8/8 - ", 0) == 0);
+  } else {
+    CHECK(out.empty());
+  }
 }

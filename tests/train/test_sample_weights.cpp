@@ -278,6 +278,48 @@ TEST_CASE("evaluate's weighted loss is sum(w_i l_i) / N; its metrics are unweigh
   CHECK(val_loss == Approx(again).epsilon(1e-6));
 }
 
+TEST_CASE("evaluate on a dataset already distributed: the same results, class weights and checks") {
+  Data d = make_data();
+  tnt::Model model(tnt::test::small_mlp(), kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.2), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  tnt::EvaluateOptions options;
+  options.batch_size = kBatch;
+  const tnt::Dataset plain = tnt::Dataset::from_tensors({d.x, d.y});
+  // distribute() pads the last global batch as evaluate(Dataset) does: the same batches, so
+  // the same sums in the same order on every rank: equal, not only close.
+  const tnt::DistributedDataset dist = plain.distribute(kBatch, tnt::rank(), tnt::size(), tnt::Remainder::pad);
+  const tnt::Logs a = model.evaluate(plain, options);
+  const tnt::Logs b = model.evaluate(dist);
+  CHECK(a.at("loss") == b.at("loss"));
+  CHECK(a.at("accuracy") == b.at("accuracy"));
+
+  // class_weight reaches the distributed path (it changes the loss, and equals the column).
+  const tnt::ClassWeight cw{{0, 4.0}, {1, 0.25}};
+  tnt::EvaluateOptions with_classes;
+  with_classes.class_weight = cw;
+  const double by_classes = model.evaluate(dist, with_classes).at("loss");
+  CHECK(by_classes != b.at("loss"));
+  const tnt::DistributedDataset with_column = tnt::Dataset::from_tensors({d.x, d.y, class_column(d, cw)})
+                                                  .distribute(kBatch, tnt::rank(), tnt::size(), tnt::Remainder::pad);
+  CHECK(by_classes == model.evaluate(with_column).at("loss"));
+
+  // Sizes that disagree with the data, and distribute_dataset=false, are refused on every rank.
+  tnt::EvaluateOptions bad;
+  bad.batch_size = kBatch * 2;
+  std::string msg = input_error_of([&] { model.evaluate(dist, bad); });
+  CHECK(msg.find("evaluate: batch_size=32 but the distributed dataset was cut into global batches of 16") !=
+        std::string::npos);
+  bad = {};
+  bad.micro_batch_size = dist.micro_batch_size() + 1;
+  msg = input_error_of([&] { model.evaluate(dist, bad); });
+  CHECK(msg.find("evaluate: micro_batch_size=") != std::string::npos);
+  bad = {};
+  bad.distribute_dataset = false;
+  msg = input_error_of([&] { model.evaluate(dist, bad); });
+  CHECK(msg.find("distribute_dataset=false with a dataset already distributed") != std::string::npos);
+}
+
 TEST_CASE("a bad sample weight on one rank is an input error on every rank") {
   Data d = make_data();
   // Sample 15 is the last of global batch 0: on the last rank.

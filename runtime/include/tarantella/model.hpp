@@ -150,7 +150,10 @@ class Model {
   // Global loss and metrics over the dataset: {"loss": ..., "accuracy": ...}.
   Logs evaluate(const Dataset& data, EvaluateOptions options);
   // ... on data already distributed (every rank must pass its own share of the same data).
-  Logs evaluate(const DistributedDataset& data);
+  // verbose and class_weight as above; batch_size and micro_batch_size, when given, must
+  // agree with the data's (as in fit); distribute_dataset=false is refused (the data is
+  // distributed already).
+  Logs evaluate(const DistributedDataset& data, EvaluateOptions options = {});
   // Outputs of the first network output for every element, in order, on the host. Every
   // rank computes all of them (no distribution).
   Tensor predict(const Dataset& data, int64_t batch_size);

@@ -800,9 +800,25 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   return run_evaluate(distributed_source(distributed, 0), options.class_weight, eval, &callbacks);
 }
 
-Logs Model::evaluate(const DistributedDataset& data) {
+Logs Model::evaluate(const DistributedDataset& data, EvaluateOptions options) {
   check_compiled("evaluate");
-  return run_evaluate(distributed_source(data, 0));
+  TNT_INPUT_CHECK(options.distribute_dataset,
+                  "evaluate: distribute_dataset=false with a dataset already distributed (pass the unbatched "
+                  "Dataset to evaluate each rank's own micro-batches)");
+  TNT_INPUT_CHECK(options.batch_size <= 0 || options.batch_size == data.global_batch_size(),
+                  "evaluate: batch_size={} but the distributed dataset was cut into global batches of {}",
+                  options.batch_size, data.global_batch_size());
+  TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == data.micro_batch_size(),
+                  "evaluate: micro_batch_size={} but the distributed dataset gives rank {} {} samples",
+                  options.micro_batch_size, rank(), data.micro_batch_size());
+  EvalParams eval;
+  eval.verbose = options.verbose;
+  eval.steps = data.steps();
+  eval.batch_size = data.global_batch_size();
+  std::vector<CallbackPtr> bar;
+  if (options.verbose > 0) bar.push_back(std::make_shared<ProgressBar>());
+  detail::CallbackList callbacks(bar, this, TrainParams{});
+  return run_evaluate(distributed_source(data, 0), options.class_weight, eval, &callbacks);
 }
 
 // callbacks: on_test_begin, on_test_batch_end (empty logs: no collective per step) and

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""The PyTorch side of scripts/bench/resnet50_cpu: ResNet-50 v1.5 training steps on the CPU
+in one process, with the recipe of build/bin/resnet50 (SGD momentum 0.9, weight decay 1e-4
+on everything but BatchNorm, softmax cross-entropy), on one synthetic batch made once
+(random images in [-1, 1), random labels), NCHW, float32, --threads intra-op threads.
+
+The model is torchvision's resnet50 when torchvision imports, else the ResNet-50 v1.5 of
+resnet50_gpu_torch.py beside this file (same layers and parameter count). The first
+--warmup steps are not timed. Prints one line:
+  RESULT framework=pytorch threads=2 image_size=64 batch=32 steps=5 images_per_s=... ms_per_step=...
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resnet50_gpu_torch import RESNET50_PARAMETERS, make_model  # noqa: E402
+
+
+def blas_library():
+    """The BLAS this process loaded (Debian's torch uses the libblas.so.3 alternative, which is
+    OpenBLAS when libopenblas0-pthread is installed and the slow reference BLAS otherwise)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "blas" in line and "/" in line}
+    except OSError:
+        return "unknown"
+    real = sorted({os.path.realpath(p) for p in paths})
+    if any("openblas" in p for p in real):
+        return "openblas"
+    return "reference" if real else "none"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--image_size", type=int, default=64)
+    ap.add_argument("--num_classes", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=42)
+    a = ap.parse_args()
+    if a.steps < 1 or a.warmup < 0 or a.batch < 1 or a.threads < 1 or a.image_size < 32:
+        sys.exit("resnet50_cpu_torch: need --steps >= 1, --warmup >= 0, --batch >= 1, --threads >= 1, "
+                 "--image_size >= 32")
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+
+    model, which = make_model(a.num_classes)
+    if a.num_classes == 1000:
+        n = sum(p.numel() for p in model.parameters())
+        if n != RESNET50_PARAMETERS:
+            sys.exit(f"resnet50_cpu_torch: the {which} model has {n} parameters, expected {RESNET50_PARAMETERS}")
+    model.train()
+    bn_params = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                 for p in m.parameters()}
+    decay = [p for p in model.parameters() if id(p) not in bn_params]
+    no_decay = [p for p in model.parameters() if id(p) in bn_params]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                          lr=a.lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(a.seed)
+    x = torch.rand(a.batch, 3, a.image_size, a.image_size, generator=g) * 2 - 1  # (N, 3, S, S)
+    y = torch.randint(0, a.num_classes, (a.batch,), generator=g)  # (N,)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(a.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        loss = step()
+    seconds = time.perf_counter() - t0
+    if loss.item() != loss.item():
+        sys.exit("resnet50_cpu_torch: the loss is NaN")
+    print(f"RESULT framework=pytorch model={which} threads={a.threads} image_size={a.image_size} batch={a.batch} "
+          f"steps={a.steps} images_per_s={a.batch * a.steps / seconds:.1f} ms_per_step={1e3 * seconds / a.steps:.1f} "
+          f"torch={torch.__version__} blas={blas_library()}")
+
+
+if __name__ == "__main__":
+    main()

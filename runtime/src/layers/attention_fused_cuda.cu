@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
     // O (16, D) += P (16, 64) V (64, D)
     accumulate<T, D>(o_acc + w0 * L::o, p_t + w0 * L::p, v_t);
   }
-  __syncwarp();
+  __syncthreads();  // every lane sees the accumulators and row statistics (and the zeroing, always)
   T* o = static_cast<T*>(p.out);
   for (int r = w0; r < w0 + 16; ++r) {
     const int64_t i = q0 + r;
@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
     accumulate<T, D>(dv_acc + w0 * L::o, pd_t + w0 * L::p, do_t);
     accumulate<T, D>(dk_acc + w0 * L::o, ds_t + w0 * L::p, q_t);
   }
-  __syncwarp();
+  __syncthreads();  // every lane sees the accumulators (and the zeroing, always)
   T* dk = static_cast<T*>(p.out);
   T* dv = static_cast<T*>(p.out2);
   for (int r = w0; r < w0 + 16; ++r) {
@@ -484,7 +484,7 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
     // dQ (16, D) += dS (16, 64) K (64, D)
     accumulate<T, D>(dq_acc + w0 * L::o, ds_t + w0 * L::p, k_t);
   }
-  __syncwarp();
+  __syncthreads();  // every lane sees the accumulator (and the zeroing, always)
   T* dq = static_cast<T*>(p.out);
   for (int r = w0; r < w0 + 16; ++r) {
     const int64_t i = q0 + r;

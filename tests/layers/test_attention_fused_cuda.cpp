@@ -153,10 +153,44 @@ double max_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
+// |a - b| <= atol everywhere, as CHECK (not REQUIRE): one GPU run should report every
+// failing case and output, each with its count and worst element as (b, t, column).
+void check_close(const Tensor& a, const Tensor& b, double atol, const std::string& what) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  REQUIRE(x.size() == y.size());
+  int64_t bad = 0;
+  size_t worst = 0;
+  double worst_err = -1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double err = std::fabs(x[i] - y[i]);
+    if (!(err <= atol)) {
+      ++bad;
+      if (!(err <= worst_err)) {
+        worst = i;
+        worst_err = err;
+      }
+    }
+  }
+  std::string at;
+  if (bad > 0) {
+    size_t rest = worst;
+    std::vector<int64_t> idx(a.shape().size());
+    for (size_t d = idx.size(); d-- > 0;) {
+      idx[d] = static_cast<int64_t>(rest % static_cast<size_t>(a.shape()[d]));
+      rest /= static_cast<size_t>(a.shape()[d]);
+    }
+    for (size_t d = 0; d < idx.size(); ++d) at += (d ? ", " : "(") + std::to_string(idx[d]);
+    at += ")";
+  }
+  INFO(what << ": " << bad << " of " << x.size() << " elements differ by more than " << atol << "; worst at " << at
+            << ": " << (bad ? x[worst] : 0.0) << " against " << (bad ? y[worst] : 0.0));
+  CHECK(bad == 0);
+}
+
 // One output of both engines against each other and against the f32 reference.
 void compare(const Tensor& fused, const Tensor& unfused, const Tensor& ref, double unit, const std::string& what) {
   const double scale = max_abs(ref);
-  require_close(fused, unfused, kUnits * unit * scale + kFloor, 0.0, what + " fused vs unfused");
+  check_close(fused, unfused, kUnits * unit * scale + kFloor, what + " fused vs unfused");
   const double err_fused = max_diff(fused, ref), err_unfused = max_diff(unfused, ref);
   INFO(what << ": max |fused - f32| " << err_fused << ", max |unfused - f32| " << err_unfused << ", scale "
             << scale);
@@ -171,9 +205,10 @@ void check_case(const Case& c) {
   const Result fused = run(in, a, AttentionEngine::fused, c.dtype);
   const Result unfused = run(in, a, AttentionEngine::unfused, c.dtype);
   const Result ref = run(in, a, AttentionEngine::unfused, DType::f32);
-  REQUIRE(fused.fused);
-  REQUIRE_FALSE(unfused.fused);
-  REQUIRE_FALSE(ref.fused);
+  CHECK_FALSE(unfused.fused);
+  CHECK_FALSE(ref.fused);
+  CHECK(fused.fused);
+  if (!fused.fused) return;
   const double u = unit_of(c.dtype);
   compare(fused.o, unfused.o, ref.o, u, "o");
   compare(fused.dq, unfused.dq, ref.dq, u, "dq");
@@ -181,10 +216,10 @@ void check_case(const Case& c) {
   compare(fused.dv, unfused.dv, ref.dv, u, "dv");
   // No atomics: a second run gives the same bits.
   const Result again = run(in, a, AttentionEngine::fused, c.dtype);
-  require_equal(again.o, fused.o, "o again");
-  require_equal(again.dq, fused.dq, "dq again");
-  require_equal(again.dk, fused.dk, "dk again");
-  require_equal(again.dv, fused.dv, "dv again");
+  check_close(again.o, fused.o, 0.0, "o again");
+  check_close(again.dq, fused.dq, 0.0, "dq again");
+  check_close(again.dk, fused.dk, 0.0, "dk again");
+  check_close(again.dv, fused.dv, 0.0, "dv again");
   if (c.rate > 0.0f) {
     // The comparison above could fail: without dropout the outputs move by more than
     // its tolerance, so agreeing within it means the same mask.

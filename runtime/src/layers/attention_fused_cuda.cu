@@ -94,7 +94,7 @@ struct FusedParams {
   int d;  // depth, <= the kernel's D
   float scale;
   bool causal;
-  bool skip_causal;  // key tiles wholly past the causal bound skipped (see causal_skip_exact)
+  bool skip_causal;  // key tiles wholly past the causal bound skipped (attention_fused.hpp)
   float rate;
   uint64_t key, base;
 };
@@ -227,8 +227,8 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
     row_l[r] = 0.0f;
   }
   // Causal without padding and Tq <= Tk: key tiles past the last row's bound hold only
-  // hidden keys, whose probabilities are exactly 0 (exp of about -1e9).
-  const int64_t k_end = p.skip_causal ? min(tk, q0 + kTile + (tk - tq)) : tk;
+  // hidden keys, whose probabilities are exactly 0 (attention_fused.hpp).
+  const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
   for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous tile's k_t, v_t, pad are no longer read
     load_tile<T, D>(static_cast<const T*>(p.k) + (b * tk + k0) * row_stride + h * p.d, row_stride, tk - k0, p.d, k_t,
@@ -348,9 +348,8 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
     dk_acc[idx] = 0.0f;
     dv_acc[idx] = 0.0f;
   }
-  // The first query row that sees key k0 when causal tiles are skipped: i + (Tk - Tq) >= k0.
-  int64_t q_begin = 0;
-  if (p.skip_causal) q_begin = max(int64_t{0}, k0 - (tk - tq)) / kTile * kTile;
+  // With causal skipping, from the tile of the first query row that sees key k0.
+  const int64_t q_begin = fused_attention_query_begin(p.skip_causal, k0, tq, tk);
   for (int64_t q0 = q_begin; q0 < tq; q0 += kTile) {
     __syncthreads();  // the previous query tile is no longer read (and the loads above are done)
     load_tile<T, D>(static_cast<const T*>(p.q) + (b * tq + q0) * row_stride + h * p.d, row_stride, tq - q0, p.d, q_t,
@@ -451,7 +450,7 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
     q_delta[c] = valid ? p.delta[bh * tq + i] : 0.0f;
   }
   for (int idx = threadIdx.x; idx < kTile * L::o; idx += kThreads) dq_acc[idx] = 0.0f;
-  const int64_t k_end = p.skip_causal ? min(tk, q0 + kTile + (tk - tq)) : tk;
+  const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
   for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous key tile is no longer read
     load_tile<T, D>(static_cast<const T*>(p.k) + (b * tk + k0) * row_stride + h * p.d, row_stride, tk - k0, p.d, k_t,
@@ -495,14 +494,6 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
 #endif
 }
 
-// Skipping the key tiles past the causal bound is exact only where every query row keeps
-// at least one visible key, so that the skipped keys' probabilities are exactly 0: no
-// padding ids, and Tq <= Tk (then row i sees keys 0 .. i + Tk - Tq >= 0). Otherwise a row
-// whose keys are all hidden gets the near-uniform softmax over ALL keys, skipped ones too.
-bool causal_skip_exact(const AttentionCoreArgs& a, const Tensor& key_ids) {
-  return a.causal && !key_ids.defined() && a.tq <= a.tk;
-}
-
 FusedParams make_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
                         const AttentionCoreArgs& a) {
   FusedParams p{};
@@ -521,7 +512,7 @@ FusedParams make_params(const Tensor& q, const Tensor& k, const Tensor& v, const
   p.d = static_cast<int>(a.depth);
   p.scale = a.scale;
   p.causal = a.causal;
-  p.skip_causal = causal_skip_exact(a, key_ids);
+  p.skip_causal = fused_attention_causal_skip(a.causal, key_ids.defined(), a.tq, a.tk);
   p.rate = a.rate;
   p.key = a.key;
   p.base = a.base;

@@ -3,9 +3,11 @@
 // on Transformer-big shapes in bf16: B = 64 sentences, H = 16 heads of depth 64, T = 256.
 // Times with CUDA events on the compute stream, 3 warm-up and 20 timed iterations; one line
 // per case that a person can read and scripts/gpu-check can collect:
-//   attention case=self B=64 H=16 Tq=256 Tk=256 d=64 fused_ms=... unfused_ms=... speedup=...
-// (ms: mean per iteration; speedup: unfused / fused; fused=no if the fused engine did not
-// apply on this device, when both columns time the unfused one).
+//   attention case=self B=64 H=16 Tq=256 Tk=256 d=64 dtype=bf16 fused=yes fused_ms=...
+//     unfused_ms=... speedup=... fwd_fused_ms=... fwd_unfused_ms=...
+// (ms: mean per iteration of forward + backward, fwd_: of the forward alone; speedup:
+// unfused / fused; fused=no if the fused engine did not apply on this device, when both
+// columns time the unfused one).
 #include "backend/cuda/cuda_context.hpp"
 #include "layers/attention_cuda.hpp"
 #include "tarantella/device.hpp"
@@ -51,8 +53,8 @@ struct Timing {
   bool fused = false;
 };
 
-Timing time_engine(const BenchCase& c, cuda::AttentionEngine engine, const Tensor& q, const Tensor& k, const Tensor& v,
-                   const Tensor& ids, const Tensor& d_o) {
+Timing time_engine(const BenchCase& c, cuda::AttentionEngine engine, bool backward, const Tensor& q, const Tensor& k,
+                   const Tensor& v, const Tensor& ids, const Tensor& d_o) {
   AttentionCoreArgs a;
   a.batch = c.batch;
   a.tq = c.tq;
@@ -74,8 +76,10 @@ Timing time_engine(const BenchCase& c, cuda::AttentionEngine engine, const Tenso
     std::shared_ptr<void> state;
     Tensor o = cuda::attention_core_forward(q, k, v, ids, a, state, engine);
     t.fused = cuda::attention_core_fused(state);
-    Tensor dq, dk, dv;
-    cuda::attention_core_backward(d_o, state, dq, dk, dv);
+    if (backward) {
+      Tensor dq, dk, dv;
+      cuda::attention_core_backward(d_o, state, dq, dk, dv);
+    }
   }
   cudaEventRecord(stop, stream);
   cudaEventSynchronize(stop);
@@ -114,13 +118,16 @@ int main(int argc, char** argv) {
           for (int64_t j = 0; j < c.tk; ++j) idv[static_cast<size_t>(b * c.tk + j)] = j < c.tk - b % 32 ? 1 + j % 7 : 0;
         ids = Tensor::from_data(idv.data(), {c.batch, c.tk}).to(dev);
       }
-      const Timing fused = time_engine(c, cuda::AttentionEngine::fused, q, k, v, ids, d_o);
-      const Timing unfused = time_engine(c, cuda::AttentionEngine::unfused, q, k, v, ids, d_o);
+      const Timing fused = time_engine(c, cuda::AttentionEngine::fused, true, q, k, v, ids, d_o);
+      const Timing unfused = time_engine(c, cuda::AttentionEngine::unfused, true, q, k, v, ids, d_o);
+      const Timing fwd_fused = time_engine(c, cuda::AttentionEngine::fused, false, q, k, v, ids, d_o);
+      const Timing fwd_unfused = time_engine(c, cuda::AttentionEngine::unfused, false, q, k, v, ids, d_o);
       std::printf("attention case=%s B=%lld H=%lld Tq=%lld Tk=%lld d=%lld dtype=bf16 fused=%s fused_ms=%.3f "
-                  "unfused_ms=%.3f speedup=%.2f\n",
+                  "unfused_ms=%.3f speedup=%.2f fwd_fused_ms=%.3f fwd_unfused_ms=%.3f\n",
                   c.name.c_str(), static_cast<long long>(c.batch), static_cast<long long>(c.heads),
                   static_cast<long long>(c.tq), static_cast<long long>(c.tk), static_cast<long long>(c.depth),
-                  fused.fused ? "yes" : "no", fused.ms, unfused.ms, unfused.ms / fused.ms);
+                  fused.fused ? "yes" : "no", fused.ms, unfused.ms, unfused.ms / fused.ms, fwd_fused.ms,
+                  fwd_unfused.ms);
       std::fflush(stdout);
     }
   });

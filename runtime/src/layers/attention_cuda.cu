@@ -3,10 +3,18 @@
 // of logits) for bias + softmax + dropout, and one for its backward. The dropout mask is
 // not stored: the backward draws it again from the same Philox counters. Incremental
 // decoding runs the same core; its cache update is one copy kernel (cache_append_kernel).
+// With TNT_FUSED_ATTENTION on, bf16/f16 cores of depth 16..128 run the fused engine
+// (attention_fused_cuda.cu) instead: no (B, H, Tq, Tk) tensors at all.
 #include "layers/attention_cuda.hpp"
 
 #include "core/philox.hpp"
+#include "layers/attention_fused.hpp"
+#include "layers/attention_fused_cuda.hpp"
 #include "layers/gemm_cuda.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <atomic>
+#include <cstdint>
 
 namespace tnt::cuda {
 
@@ -18,9 +26,30 @@ constexpr int kRowsPerBlock = kBlock / kWarp;
 struct CudaCore {
   AttentionCoreArgs args;
   DType dtype = DType::f32;
+  bool fused = false;
+  // Unfused engine:
   Tensor qh, kh, vh;  // (B, H, Tq, d) scaled, (B, H, Tk, d) x2, in dtype
   Tensor p, pd;       // (B, H, Tq, Tk) in dtype; pd is p without dropout
+  // Fused engine: the inputs themselves (held, not copied), the output and per row (B, H,
+  // Tq, 2) its max logit and 1 / sum (attention_fused_cuda.hpp).
+  Tensor q, k, v, key_ids, o, stats;
 };
+
+std::atomic<int64_t> fused_calls{0};
+
+bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; }
+
+// The engine choice (see AttentionEngine): the fused kernels load 16 bytes at a time, so
+// the tensors must start 16-byte aligned (allocations are; an odd view falls back).
+bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionCoreArgs& a, AttentionEngine engine,
+               int device) {
+  if (engine == AttentionEngine::unfused) return false;
+  if (engine == AttentionEngine::config && !tnt::config().fused_attention) return false;
+  return fused_attention_applies(q.dtype(), a.batch, a.heads, a.tq, a.tk, a.depth) &&
+         q.numel() == a.batch * a.tq * a.heads * a.depth && k.numel() == a.batch * a.tk * a.heads * a.depth &&
+         v.numel() == k.numel() && aligned16(q) && aligned16(k) && aligned16(v) &&
+         fused_attention_fits(a.depth, device);
+}
 
 // (B, T, H*d) -> (B, H, T, d), times s.
 template <typename T>
@@ -138,7 +167,7 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPe
 }  // namespace
 
 Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
-                              const AttentionCoreArgs& a, std::shared_ptr<void>& state) {
+                              const AttentionCoreArgs& a, std::shared_ptr<void>& state, AttentionEngine engine) {
   int device = common_device({&q, &k, &v}, "MultiHeadAttention");
   const DType dt = q.dtype();
   TNT_CHECK(k.dtype() == dt && v.dtype() == dt, "MultiHeadAttention: q {}, k {}, v {} of different dtypes", q.str(),
@@ -146,6 +175,17 @@ Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   auto s = std::make_shared<CudaCore>();
   s->args = a;
   s->dtype = dt;
+  if (use_fused(q, k, v, a, engine, device)) {
+    s->fused = true;
+    s->q = q;
+    s->k = k;
+    s->v = v;
+    s->key_ids = key_ids;
+    fused_attention_forward(q, k, v, key_ids, a, s->o, s->stats, device);
+    ++fused_calls;
+    state = s;
+    return s->o;
+  }
   const int64_t B = a.batch, H = a.heads, Tq = a.tq, Tk = a.tk, d = a.depth, D = H * d;
   const Device dev = q.device();
   s->qh = Tensor::empty({B, H, Tq, d}, dt, dev);
@@ -192,10 +232,17 @@ void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& sta
   const auto& s = *static_cast<const CudaCore*>(state.get());
   const AttentionCoreArgs& a = s.args;
   const DType dt = s.dtype;
-  int device = common_device({&d_o, &s.qh}, "MultiHeadAttention backward");
+  int device = common_device({&d_o, s.fused ? &s.q : &s.qh}, "MultiHeadAttention backward");
   const int64_t B = a.batch, H = a.heads, Tq = a.tq, Tk = a.tk, d = a.depth, D = H * d;
   TNT_CHECK(d_o.numel() == B * Tq * D && d_o.dtype() == dt, "MultiHeadAttention: gradient {} for ({}, {}, {}) {}",
             d_o.str(), B, Tq, D, dtype_name(dt));
+  if (s.fused) {
+    // The gradient may be a view at any offset: the fused kernels need 16-byte alignment.
+    const Tensor g = aligned16(d_o) ? d_o : d_o.clone();
+    fused_attention_backward(s.q, s.k, s.v, s.key_ids, s.o, s.stats, g, a, dq, dk, dv, device);
+    ++fused_calls;
+    return;
+  }
   const Device dev = d_o.device();
   Tensor doh = Tensor::empty({B, H, Tq, d}, dt, dev);
   Tensor dvh = Tensor::empty({B, H, Tk, d}, dt, dev);
@@ -231,6 +278,12 @@ void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& sta
     heads<scalar_t>(false, dvh, dv, B, Tk, H, d, 1.0f, device);
   });
 }
+
+bool attention_core_fused(const std::shared_ptr<void>& state) {
+  return state != nullptr && static_cast<const CudaCore*>(state.get())->fused;
+}
+
+int64_t attention_fused_calls() { return fused_calls.load(); }
 
 Tensor attention_cache_append(const Tensor& old, const Tensor& parents, const Tensor& fresh) {
   const int device = common_device({&old, &parents, &fresh}, "MultiHeadAttention cache");

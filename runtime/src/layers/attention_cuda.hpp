@@ -29,10 +29,22 @@ struct AttentionCoreArgs {
 
 namespace cuda {
 
+// Which engine runs the core. `config`: the fused one (attention_fused_cuda.cu) where
+// TNT_FUSED_ATTENTION is on and it applies (attention_fused.hpp), else the unfused one.
+// `fused`: the fused one wherever it applies, whatever the knob says; `unfused`: never
+// fused. The knob is read once per process, so tests compare both engines through this.
+enum class AttentionEngine { config, fused, unfused };
+
 // q (B, Tq, D), k, v (B, Tk, D), key_ids (B, Tk) or undefined -> o (B, Tq, D). state keeps
-// what the backward needs.
+// what the backward needs, and which engine ran.
 Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
-                              const AttentionCoreArgs& args, std::shared_ptr<void>& state);
+                              const AttentionCoreArgs& args, std::shared_ptr<void>& state,
+                              AttentionEngine engine = AttentionEngine::config);
+// Whether the fused engine ran the forward that made this state.
+bool attention_core_fused(const std::shared_ptr<void>& state);
+// Forward and backward calls of the fused engine in this process so far: lets a test see
+// that TNT_FUSED_ATTENTION reached a layer. Nothing else reads it.
+int64_t attention_fused_calls();
 // Incremental decoding's cache update: old (B0, T, D), parents (B) i64 with values in
 // [0, B0) (checked by the caller), fresh (B, 1, D) of old's dtype -> (B, T + 1, D), row b
 // being old's row parents[b] then fresh's row b. A copy; the old cache is left as it was.

@@ -1,0 +1,29 @@
+// The fused CUDA engine of the attention core (semantics in attention_cuda.hpp), for bf16
+// and f16 with depth a multiple of 16 up to 128 (attention_fused.hpp). It reads q, k, v in
+// their (B, T, H*d) layouts and never forms the (B, H, Tq, Tk) logits; attention_cuda.cu
+// decides when it runs. Include from .cu files only.
+#pragma once
+
+#include "layers/attention_cuda.hpp"
+
+namespace tnt::cuda {
+
+// Whether `device` can run the kernels of this depth: compute capability 8.0 or newer
+// (bf16 tensor cores) and enough opt-in shared memory per block (the depth-128 backward
+// needs about 187 KB, more than an A100 gives).
+bool fused_attention_fits(int64_t depth, int device);
+
+// q (B, Tq, D), k, v (B, Tk, D) in bf16/f16, key_ids (B, Tk) i32/i64 or undefined ->
+// o (B, Tq, D) and stats (B, H, Tq, 2) f32: per query row the running maximum of its
+// logits and 1 / (sum of exp(logit - maximum)), which the backward needs to rebuild the
+// probabilities. (Not the log-sum-exp m + log(sum): where every key of a row is padding,
+// m is about -1e9 and adding log(sum) to it would round away.)
+void fused_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
+                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, int device);
+
+// d_o (B, Tq, D) -> dq (B, Tq, D), dk, dv (B, Tk, D); q, k, v, key_ids, o, stats as above.
+void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
+                              const Tensor& o, const Tensor& stats, const Tensor& d_o, const AttentionCoreArgs& a,
+                              Tensor& dq, Tensor& dk, Tensor& dv, int device);
+
+}  // namespace tnt::cuda

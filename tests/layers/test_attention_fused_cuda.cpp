@@ -1,0 +1,331 @@
+// The fused CUDA attention engine (attention_fused_cuda.cu) against the unfused one
+// (attention_cuda.cu) on the same device and inputs: forward o and backward dq, dk, dv, in
+// bf16 and f16, over depths, masks, odd lengths, decoding and dropout. Both half engines
+// are also measured against the unfused engine in f32 on the same (rounded) inputs, and
+// the fused one must not be much worse than the unfused one. Label gpu: needs a GPU.
+//
+// Tolerances. Inputs are uniform in [-1, 1]. Both half engines compute the logits and
+// every product in f32 (cuBLAS or WMMA accumulators) from the same rounded q * scale, k, v,
+// dO; they differ in where they round to the half format: the unfused engine rounds the
+// normalised probabilities p, dS and each product's output, the fused one rounds
+// unnormalised probabilities exp(l - m_running), dS and only the final outputs. Each such
+// rounding is a relative error of at most one unit u (2^-8 bf16, 2^-11 f16) of a term, and
+// every output element is a convex-like combination (o: weights summing to 1; dv: column
+// sums of p; dq, dk: sums of |dS| <= 2 max|dP|) of such terms, so each engine is off by a
+// few u times the output's scale. We allow kUnits = 8 units of max|reference| between the
+// engines (4 roundings on each side), per element. A wrong mask, tile tail, scale or
+// dropout draw moves outputs by a sizeable fraction of their scale: the dropout case
+// below checks that rate 0.1 against rate 0 differs by more than this tolerance, so the
+// comparison can fail. And the fused engine must be within 2x the unfused engine's own
+// error against f32, plus 2 u of scale (both see the same input roundings).
+#include "gpu_test_util.hpp"
+
+#include "layers/attention_cuda.hpp"
+#include "layers/attention_fused.hpp"
+#include "tarantella/layers.hpp"
+#include "tarantella/ops.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace tnt;
+using cuda::AttentionEngine;
+using tnt::test::gpu;
+using tnt::test::kUnitBf16;
+using tnt::test::kUnitF16;
+using tnt::test::max_abs;
+using tnt::test::require_close;
+using tnt::test::require_equal;
+
+namespace {
+
+constexpr double kUnits = 8.0;  // allowed difference between the engines, in units of max|ref|
+// Absolute floor: where a sum cancels exactly in exact arithmetic (Tq = Tk = 1: dS = p (dP -
+// dO.O) = 0), the engines keep f32 rounding residue of 64-term dot products (~1e-5 of the
+// terms' sum ~16, times scale): far below 1e-4, which is itself far below real outputs.
+constexpr double kFloor = 1e-4;
+
+enum class Ids { none, i32, i64 };
+
+struct Case {
+  DType dtype;
+  int64_t batch, heads, tq, tk, depth;
+  bool causal = false;
+  Ids ids = Ids::none;
+  float rate = 0.0f;
+};
+
+std::string describe(const Case& c) {
+  return std::string(dtype_name(c.dtype)) + " B" + std::to_string(c.batch) + " H" + std::to_string(c.heads) + " Tq" +
+         std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " d" + std::to_string(c.depth) +
+         (c.causal ? " causal" : "") + (c.ids == Ids::i32 ? " ids32" : c.ids == Ids::i64 ? " ids64" : "") +
+         " rate " + std::to_string(c.rate);
+}
+
+double unit_of(DType dt) { return dt == DType::bf16 ? kUnitBf16 : kUnitF16; }
+
+// Key ids (B, Tk): batch row 1 is all padding (its softmax is the near-uniform one over
+// -1e9-biased logits); row 2 starts with 2/3 of Tk padding keys (with Tk = 300, whole key
+// tiles of padding come before the first real key: the running max must forget them);
+// the others end in b % 3 padding keys and have one in the middle.
+Tensor make_ids(const Case& c) {
+  std::vector<int64_t> v(static_cast<size_t>(c.batch * c.tk));
+  for (int64_t b = 0; b < c.batch; ++b) {
+    for (int64_t j = 0; j < c.tk; ++j) {
+      const bool pad = b == 1 || (b == 2 && j < c.tk * 2 / 3) || j >= c.tk - b % 3 || (c.tk > 2 && j == c.tk / 2);
+      v[static_cast<size_t>(b * c.tk + j)] = pad ? 0 : 1 + j % 5;
+    }
+  }
+  if (c.ids == Ids::i32) {
+    std::vector<int32_t> v32(v.begin(), v.end());
+    return Tensor::from_data(v32.data(), {c.batch, c.tk}).to(gpu());
+  }
+  return Tensor::from_data(v.data(), {c.batch, c.tk}).to(gpu());
+}
+
+struct Inputs {
+  Tensor q, k, v, ids, d_o;  // on the GPU, in the case's dtype (ids i32/i64 or undefined)
+};
+
+Inputs make_inputs(const Case& c, const std::string& key) {
+  const int64_t D = c.heads * c.depth;
+  auto half = [&](const Shape& s, const std::string& name) {
+    return ops::cast(test::random_tensor(s, key + name).to(gpu()), c.dtype);
+  };
+  Inputs in;
+  in.q = half({c.batch, c.tq, D}, "_q");
+  in.k = half({c.batch, c.tk, D}, "_k");
+  in.v = half({c.batch, c.tk, D}, "_v");
+  in.d_o = half({c.batch, c.tq, D}, "_do");
+  if (c.ids != Ids::none) in.ids = make_ids(c);
+  return in;
+}
+
+AttentionCoreArgs args_of(const Case& c, float rate) {
+  AttentionCoreArgs a;
+  a.batch = c.batch;
+  a.tq = c.tq;
+  a.tk = c.tk;
+  a.heads = c.heads;
+  a.depth = c.depth;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.depth));
+  a.causal = c.causal;
+  a.rate = rate;
+  a.key = 0x5eed1234abcdULL;
+  a.base = 777;  // not 0: as on a rank other than the first
+  return a;
+}
+
+struct Result {
+  bool fused = false;
+  Tensor o, dq, dk, dv;  // f32 on the host
+};
+
+Tensor host_f32(const Tensor& t) { return ops::cast(t, DType::f32).to(Device::cpu()); }
+
+// Forward and backward of the core, inputs cast to `dtype` (f32: the reference).
+Result run(const Inputs& in, const AttentionCoreArgs& a, AttentionEngine engine, DType dtype) {
+  auto as = [&](const Tensor& t) { return t.dtype() == dtype ? t : ops::cast(t, dtype); };
+  std::shared_ptr<void> state;
+  const Tensor o = cuda::attention_core_forward(as(in.q), as(in.k), as(in.v), in.ids, a, state, engine);
+  Result r;
+  r.fused = cuda::attention_core_fused(state);
+  Tensor dq, dk, dv;
+  cuda::attention_core_backward(as(in.d_o), state, dq, dk, dv);
+  REQUIRE(o.dtype() == dtype);
+  REQUIRE(dq.dtype() == dtype);
+  r.o = host_f32(o);
+  r.dq = host_f32(dq);
+  r.dk = host_f32(dk);
+  r.dv = host_f32(dv);
+  return r;
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  REQUIRE(x.size() == y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+// |a - b| <= atol everywhere, as CHECK (not REQUIRE): one GPU run should report every
+// failing case and output, each with its count and worst element as (b, t, column).
+void check_close(const Tensor& a, const Tensor& b, double atol, const std::string& what) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  REQUIRE(x.size() == y.size());
+  int64_t bad = 0;
+  size_t worst = 0;
+  double worst_err = -1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double err = std::fabs(x[i] - y[i]);
+    if (!(err <= atol)) {
+      ++bad;
+      if (!(err <= worst_err)) {
+        worst = i;
+        worst_err = err;
+      }
+    }
+  }
+  std::string at;
+  if (bad > 0) {
+    size_t rest = worst;
+    std::vector<int64_t> idx(a.shape().size());
+    for (size_t d = idx.size(); d-- > 0;) {
+      idx[d] = static_cast<int64_t>(rest % static_cast<size_t>(a.shape()[d]));
+      rest /= static_cast<size_t>(a.shape()[d]);
+    }
+    for (size_t d = 0; d < idx.size(); ++d) at += (d ? ", " : "(") + std::to_string(idx[d]);
+    at += ")";
+  }
+  INFO(what << ": " << bad << " of " << x.size() << " elements differ by more than " << atol << "; worst at " << at
+            << ": " << (bad ? x[worst] : 0.0) << " against " << (bad ? y[worst] : 0.0));
+  CHECK(bad == 0);
+}
+
+// One output of both engines against each other and against the f32 reference.
+void compare(const Tensor& fused, const Tensor& unfused, const Tensor& ref, double unit, const std::string& what) {
+  const double scale = max_abs(ref);
+  check_close(fused, unfused, kUnits * unit * scale + kFloor, what + " fused vs unfused");
+  const double err_fused = max_diff(fused, ref), err_unfused = max_diff(unfused, ref);
+  INFO(what << ": max |fused - f32| " << err_fused << ", max |unfused - f32| " << err_unfused << ", scale "
+            << scale);
+  CHECK(err_fused <= 2.0 * err_unfused + 2.0 * unit * scale + kFloor);
+}
+
+void check_case(const Case& c) {
+  INFO(describe(c));
+  REQUIRE(fused_attention_applies(c.dtype, c.batch, c.heads, c.tq, c.tk, c.depth));
+  const Inputs in = make_inputs(c, "fa" + std::to_string(c.tq) + "_" + std::to_string(c.tk));
+  const AttentionCoreArgs a = args_of(c, c.rate);
+  const Result fused = run(in, a, AttentionEngine::fused, c.dtype);
+  const Result unfused = run(in, a, AttentionEngine::unfused, c.dtype);
+  const Result ref = run(in, a, AttentionEngine::unfused, DType::f32);
+  CHECK_FALSE(unfused.fused);
+  CHECK_FALSE(ref.fused);
+  CHECK(fused.fused);
+  if (!fused.fused) return;
+  const double u = unit_of(c.dtype);
+  compare(fused.o, unfused.o, ref.o, u, "o");
+  compare(fused.dq, unfused.dq, ref.dq, u, "dq");
+  compare(fused.dk, unfused.dk, ref.dk, u, "dk");
+  compare(fused.dv, unfused.dv, ref.dv, u, "dv");
+  // No atomics: a second run gives the same bits.
+  const Result again = run(in, a, AttentionEngine::fused, c.dtype);
+  check_close(again.o, fused.o, 0.0, "o again");
+  check_close(again.dq, fused.dq, 0.0, "dq again");
+  check_close(again.dk, fused.dk, 0.0, "dk again");
+  check_close(again.dv, fused.dv, 0.0, "dv again");
+  if (c.rate > 0.0f) {
+    // The comparison above could fail: without dropout the outputs move by more than
+    // its tolerance, so agreeing within it means the same mask.
+    const Result plain = run(in, args_of(c, 0.0f), AttentionEngine::fused, c.dtype);
+    CHECK(max_diff(plain.o, fused.o) > kUnits * u * max_abs(ref.o) + kFloor);
+    CHECK(max_diff(plain.dv, fused.dv) > kUnits * u * max_abs(ref.dv) + kFloor);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Fused attention matches the unfused engine: depths and masks", "[gpu][attention]") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    // Self-attention with padding (batch row 1 all padding), cross lengths not multiples
+    // of the 64-row tile, every kernel depth and two padded depths (16 -> 32, 48 -> 64).
+    check_case({dt, 3, 2, 37, 50, 64, false, Ids::i64});
+    check_case({dt, 2, 3, 50, 37, 32, false, Ids::i32});
+    check_case({dt, 2, 2, 37, 50, 128, false, Ids::i64});
+    check_case({dt, 2, 2, 45, 45, 16, false, Ids::i32});
+    check_case({dt, 2, 2, 70, 70, 48, false, Ids::none});
+  }
+}
+
+TEST_CASE("Fused attention matches the unfused engine: causal, decoding, long and tiny", "[gpu][attention]") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    // Causal, Tq < Tk without ids: key tiles past the diagonal are skipped.
+    check_case({dt, 2, 2, 37, 50, 64, true});
+    check_case({dt, 2, 2, 300, 300, 64, true});
+    // Causal, Tq > Tk: the first rows see no key (near-uniform rows); no skipping.
+    check_case({dt, 2, 2, 50, 37, 64, true});
+    // Causal with padding: no skipping (a row may see only padding).
+    check_case({dt, 3, 2, 37, 50, 32, true, Ids::i32});
+    // Decoding: one query over a cache of 300 (5 key tiles, the last partial), and 1 x 1.
+    check_case({dt, 3, 2, 1, 300, 64, false, Ids::i64});
+    check_case({dt, 3, 2, 1, 37, 64, true});
+    check_case({dt, 1, 2, 1, 1, 64});
+    // Many query and key tiles, cross-attention.
+    check_case({dt, 3, 2, 130, 300, 128, false, Ids::i64});
+  }
+}
+
+TEST_CASE("Fused attention matches the unfused engine under dropout 0.1 (the same mask)", "[gpu][attention]") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    check_case({dt, 3, 2, 37, 50, 64, false, Ids::i64, 0.1f});
+    check_case({dt, 2, 2, 100, 100, 64, true, Ids::none, 0.1f});
+    check_case({dt, 2, 2, 1, 70, 32, false, Ids::i32, 0.1f});
+  }
+}
+
+TEST_CASE("Fused attention does not run where it does not apply", "[gpu][attention]") {
+  // f32, and the `tiny` model's depth 8 in bf16: the unfused engine runs even when the
+  // fused one is asked for, with the same results as asking for the unfused one.
+  for (const Case& c : {Case{DType::f32, 2, 2, 9, 11, 64}, Case{DType::bf16, 2, 4, 9, 11, 8},
+                        Case{DType::f16, 2, 2, 9, 11, 24}}) {
+    INFO(describe(c));
+    const Inputs in = make_inputs(c, "fa_off");
+    const AttentionCoreArgs a = args_of(c, 0.0f);
+    const int64_t calls = cuda::attention_fused_calls();
+    const Result asked = run(in, a, AttentionEngine::fused, c.dtype);
+    const Result unfused = run(in, a, AttentionEngine::unfused, c.dtype);
+    CHECK_FALSE(asked.fused);
+    CHECK(cuda::attention_fused_calls() == calls);
+    require_equal(asked.o, unfused.o, "o");
+    require_equal(asked.dq, unfused.dq, "dq");
+  }
+  // And the knob is off by default: this process runs without TNT_FUSED_ATTENTION.
+  if (std::getenv("TNT_FUSED_ATTENTION") == nullptr) {
+    CHECK_FALSE(tnt::config().fused_attention);
+    const Case c{DType::bf16, 2, 2, 9, 11, 64};
+    const Inputs in = make_inputs(c, "fa_default");
+    CHECK_FALSE(run(in, args_of(c, 0.0f), AttentionEngine::config, c.dtype).fused);
+  }
+}
+
+// Run by the CTest entry layers_attention_fused_cuda_env with TNT_FUSED_ATTENTION=1: the
+// whole MultiHeadAttention layer in bf16 (depth 64 / 4 = 16, padded to the 32 kernel)
+// takes the fused core, and matches the f32 CPU layer (the CPU core of attention.cpp).
+TEST_CASE("TNT_FUSED_ATTENTION=1: MultiHeadAttention runs the fused core, against the f32 CPU", "[.fused_env]") {
+  const char* env = std::getenv("TNT_FUSED_ATTENTION");
+  REQUIRE(env != nullptr);
+  REQUIRE(std::string(env) == "1");
+  REQUIRE(tnt::config().fused_attention);
+  const MultiHeadAttentionOptions options{.num_heads = 4, .causal = true};
+  auto a = std::make_shared<MultiHeadAttention>(int64_t{64}, options, std::string("attn_fused"));
+  auto b = std::make_shared<MultiHeadAttention>(int64_t{64}, options, std::string("attn_fused"));
+  b->to(gpu());
+  a->ensure_built({{1, 1, 64}});
+  b->ensure_built({{1, 1, 64}});
+  a->initialize(11);
+  b->initialize(11);
+  for (Parameter* p : b->parameters()) p->compute = ops::cast(p->value, DType::bf16);
+  const Tensor x = test::random_tensor({2, 37, 64}, "fused_env_x");
+  const int64_t calls = cuda::attention_fused_calls();
+  SavedState sa, sb;
+  const Tensor y_cpu = a->forward({x}, test::layer_context(true, Device::cpu()), sa)[0];
+  const Tensor y_gpu = b->forward({ops::cast(x.to(gpu()), DType::bf16)}, test::layer_context(true, gpu()), sb)[0];
+  CHECK(cuda::attention_fused_calls() == calls + 1);
+  CHECK(y_gpu.dtype() == DType::bf16);
+  // As the layer's bf16 test in test_transformer_layers_cuda.cpp: x, the weights, q, k, v,
+  // p and o each rounded once to 8 significant bits, through products of <= 64 terms of
+  // O(0.3); outputs O(0.5): 3e-2 is ~8 roundings' worth, far below a wrong path's O(1).
+  require_close(host_f32(y_gpu), y_cpu, 3e-2, 3e-2, "y bf16 fused");
+  const Tensor dy = ops::cast(test::random_tensor(y_cpu.shape(), "fused_env_dy").to(gpu()), DType::bf16);
+  const std::vector<Tensor> dx = b->backward({dy}, test::layer_context(true, gpu()), sb);
+  CHECK(cuda::attention_fused_calls() == calls + 2);
+  REQUIRE(dx.size() >= 1);
+  REQUIRE(dx[0].defined());
+  for (double v : host_f32(dx[0]).to_double_vector()) REQUIRE(std::isfinite(v));
+}

@@ -36,7 +36,7 @@ namespace tnt {
   X(pinned_staging, bool, "TNT_PINNED_STAGING", true, "",                                       \
     "copy GPU inputs through page-locked buffers on a copy stream; 0 = plain copies")          \
   X(fused_attention, bool, "TNT_FUSED_ATTENTION", false, "",                                    \
-    "one fused CUDA kernel for attention (bf16/fp16); 0 = cuBLAS products and a softmax kernel")
+    "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel")
 
 struct Config {
 #define TNT_CONFIG_FIELD(field, type, env, def, unit, help) type field = def;

@@ -235,8 +235,13 @@ void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences
   // input, its two LayerNorm outputs, q, k, v and the attention's output, the FFN's hidden
   // activation before and after ReLU; the decoder layer's the same plus the encoder-decoder
   // attention's: 16 hidden + 2 filter values. The attention weights once per attention
-  // (twice with attention dropout: before and after it).
-  const double attention_copies = p.attention_dropout > 0 ? 2.0 : 1.0;
+  // (twice with attention dropout: before and after it), except where the fused CUDA
+  // attention runs (TNT_FUSED_ATTENTION on a GPU in bf16/fp16 with a head depth of 16 to 128
+  // in steps of 16, the runtime's rule in layers/attention_fused.hpp): it keeps none.
+  const int64_t depth = p.num_heads > 0 ? p.hidden_size / p.num_heads : 0;
+  const bool fused = tnt::config().fused_attention && device.is_cuda() && half && depth >= 16 && depth <= 128 &&
+                     depth % 16 == 0;
+  const double attention_copies = fused ? 0.0 : p.attention_dropout > 0 ? 2.0 : 1.0;
   const double layers = static_cast<double>(p.num_hidden_layers);
   const double h = static_cast<double>(p.hidden_size), f = static_cast<double>(p.filter_size);
   const double step = rows * elt *

@@ -22,6 +22,8 @@ inline int64_t fused_attention_kernel_depth(int64_t depth) {
   return depth <= 32 ? 32 : depth <= 64 ? 64 : 128;
 }
 
+// (models/transformer/main.cpp's memory check repeats the dtype and depth rule: with the
+// fused engine no attention weights are kept for backward.)
 // bf16 or f16 (the tensor-core inputs), depth a multiple of 16 up to 128, at least one
 // batch row, head, query and key; the grids (B*H blocks in x, ceil(T / 64) tiles in y) must
 // fit CUDA's limits. The device's shared memory is checked separately, at the launch

@@ -250,3 +250,17 @@ TEST_CASE("evaluate with verbose announces the pass and prints its results on th
     CHECK(out.empty());
   }
 }
+
+TEST_CASE("the epoch timing line: the allreduce, the share while backward ran, and the wait after it, apart") {
+  tnt::EpochTiming t;
+  t.steps = 1;
+  t.step_seconds = 0.0412;
+  t.backward_seconds = 0.0201;
+  t.comm_seconds = 0.008;
+  t.hidden_comm_seconds = 0.006;
+  t.exposed_comm_seconds = 0.0025;
+  CHECK(tnt::describe_epoch_timing(3, t, 2) ==
+        "epoch 3: 41.2 ms/step, backward 20.1 ms; gradient allreduce 8.0 ms a step, 75% of it while backward ran; "
+        "after backward the step waited 2.5 ms for its gradients");
+  CHECK(tnt::describe_epoch_timing(1, t, 1) == "epoch 1: 41.2 ms/step, backward 20.1 ms (1 rank: no gradient allreduce)");
+}

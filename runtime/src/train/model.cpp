@@ -748,18 +748,25 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     }
     logs["learning_rate"] = lr_used;
     logs["seconds"] = now_s() - epoch_start;
-    if (options.verbose >= 2 || log_enabled(LogLevel::info)) {
-      print("epoch {}: {:.1f} ms/step, backward {:.1f} ms, gradient allreduce {:.1f} ms of which {:.1f} ms exposed "
-            "({:.0f}% hidden behind backward)",
-            epoch + 1, timing_.step_seconds * 1e3, timing_.backward_seconds * 1e3, timing_.comm_seconds * 1e3,
-            timing_.exposed_comm_seconds * 1e3, timing_.hidden_fraction() * 100.0);
-    }
+    if (options.verbose >= 2 || log_enabled(LogLevel::info)) print("{}", describe_epoch_timing(epoch + 1, timing_, size()));
     Span span(Lane::compute, "epoch end callbacks");
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
   }
   callbacks.each([&](Callback& c) { c.on_train_end(logs); });
   timeline::fit_end(communicator());  // collective: the master writes the timeline file
   return history;
+}
+
+std::string describe_epoch_timing(int epoch, const EpochTiming& t, int ranks) {
+  std::string line = fmt::format("epoch {}: {:.1f} ms/step, backward {:.1f} ms", epoch, t.step_seconds * 1e3,
+                                 t.backward_seconds * 1e3);
+  if (ranks <= 1) return line + " (1 rank: no gradient allreduce)";
+  // The buckets' allreduce time (summed over buckets) and the share of it before backward
+  // ended; the wait after backward is the step's own time (it includes unpacking and is not
+  // a part of the allreduce time, so the two are reported apart).
+  return line + fmt::format("; gradient allreduce {:.1f} ms a step, {:.0f}% of it while backward ran; after "
+                            "backward the step waited {:.1f} ms for its gradients",
+                            t.comm_seconds * 1e3, t.hidden_fraction() * 100.0, t.exposed_comm_seconds * 1e3);
 }
 
 void EpochTiming::finish() {

@@ -126,6 +126,18 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK(Config::from_env().fused_attention);
   }
   {
+    ScopedEnv a("TNT_NUM_THREADS", "20000");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_NUM_THREADS=20000 is more than 1024"));
+  }
+  {
+    ScopedEnv a("TNT_NUM_THREADS", "1024");
+    CHECK(Config::from_env().num_threads == 1024);
+  }
+  {
+    ScopedEnv a("TNT_TIMELINE_STEPS", "10-1");  // no TNT_TIMELINE: still checked
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_TIMELINE_STEPS='10-1'"));
+  }
+  {
     ScopedEnv a("TNT_FUSED_ATTENTION", "fast");
     CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_FUSED_ATTENTION='fast' is not a boolean"));
   }
@@ -159,5 +171,14 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK_THROWS_AS(Config::from_env(), InputError);
   }
   CHECK(parse_log_level("info") == LogLevel::info);
+  // Typos of knobs are named with the knob meant; the launcher's and scripts' own variables
+  // and names far from any knob are not.
+  const std::vector<std::string> typos =
+      Config::misspelled({"TNT_FUSIO_THRESHOLD", "TNT_NUM_THREAD", "TNT_FUSION_THRESHOLD", "TNT_RANK", "TNT_ALPHA",
+                          "PATH", "TNT_DETERMINSTIC", "TNT_GPU_KIT"});
+  REQUIRE(typos.size() == 3);
+  CHECK(typos[0] == "TNT_FUSIO_THRESHOLD is not a tarantella variable (ignored); did you mean TNT_FUSION_THRESHOLD?");
+  CHECK(typos[1] == "TNT_NUM_THREAD is not a tarantella variable (ignored); did you mean TNT_NUM_THREADS?");
+  CHECK(typos[2] == "TNT_DETERMINSTIC is not a tarantella variable (ignored); did you mean TNT_DETERMINISTIC?");
   CHECK(Config{}.table().find("TNT_FUSION_THRESHOLD") != std::string::npos);
 }

@@ -7,7 +7,9 @@
 #      steps 3-5, and no per-rank part is left;
 #   3. a run killed (SIGKILL) in its third epoch leaves event files that read back whole,
 #      with the first two epochs in them, and each rank's timeline part readable (Chrome's
-#      array form without its closing bracket) with that rank's events.
+#      array form without its closing bracket) with that rank's events;
+#   4. a window the run never reaches (TNT_TIMELINE_STEPS=100-200, 2 steps run) is one warning
+#      naming it, and leaves no file.
 #   test_tensorboard_timeline_e2e.sh LAUNCHER FASHION_MNIST
 set -uo pipefail
 launcher=$1
@@ -111,4 +113,15 @@ for rank in (0, 1):
 print("killed run: both ranks' timeline parts parse, with their steps")
 EOF
 echo "killed run: event files read back whole with the epochs before the kill"
+
+# --- 4: a window the run never reaches ------------------------------------------------------------
+out=$(TNT_TIMELINE_STEPS=100-200 timeout -k 5 "$limit" "$launcher" --timeline "$tmp/unreached.json" -n 2 -- \
+  "$program" --num_train_samples 256 --batch_size 128 --verbose 0 --train_epochs 1 --model_dir "$tmp/unreached" 2>&1) ||
+  fail "the run with an unreached window failed: $out"
+grep -q "timeline: nothing recorded for '$tmp/unreached.json': the window opens at step 100 (TNT_TIMELINE_STEPS), and training has run 2 step(s) so far" <<<"$out" ||
+  fail "no warning about the unreached window: $out"
+[[ $(grep -c "timeline: nothing recorded" <<<"$out") -eq 1 ]] || fail "the warning is not printed once: $out"
+left=$(ls "$tmp"/unreached.json* 2>/dev/null)
+[[ -z "$left" ]] || fail "files left by a timeline that recorded nothing: $left"
+echo "unreached window: one warning, no part files left"
 echo "PASS"

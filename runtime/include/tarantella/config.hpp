@@ -39,6 +39,9 @@ namespace tnt {
     "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel")
 
 struct Config {
+  // TNT_NUM_THREADS above this is refused: more compute threads than any machine gives one
+  // rank only time-slices them (OpenMP then fails to create them or crashes well before).
+  static constexpr int64_t kMaxThreads = 1024;
 #define TNT_CONFIG_FIELD(field, type, env, def, unit, help) type field = def;
   TNT_CONFIG_KNOBS(TNT_CONFIG_FIELD)
 #undef TNT_CONFIG_FIELD
@@ -51,6 +54,12 @@ struct Config {
   };
   std::vector<Row> rows() const;  // for printing
   std::string table() const;      // the resolved set, one knob a line
+
+  // For each name of `names` (variables of the environment) that starts with TNT_, is not a
+  // variable of this project, and is within two edits of a knob above: "TNT_FUSIO_THRESHOLD
+  // is not a tarantella variable (ignored); did you mean TNT_FUSION_THRESHOLD?". A typo
+  // would otherwise leave the default in place without a word.
+  static std::vector<std::string> misspelled(const std::vector<std::string>& names);
 };
 
 // The one spelling of a boolean knob: 1/true/TRUE/yes/on or 0/false/FALSE/no/off/"" (off);

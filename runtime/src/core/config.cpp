@@ -1,7 +1,9 @@
 #include "tarantella/config.hpp"
 
 #include "tarantella/check.hpp"
+#include "tarantella/timeline.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 
@@ -44,6 +46,60 @@ bool parse_bool_knob(const char* env, const std::string& text) {
   TNT_INPUT_ERROR("{}='{}' is not a boolean (1/0, true/false)", env, text);
 }
 
+namespace {
+// Edits (insert, delete, replace) between a and b, counted up to limit + 1.
+size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) > limit) return limit + 1;
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// TNT_* variables that are not knobs: set by the launcher for each rank, or read by the
+// project's scripts and tests. Never reported as typos.
+constexpr const char* kOtherVariables[] = {
+    "TNT_RANK", "TNT_SIZE", "TNT_LOCAL_RANK", "TNT_LOCAL_SIZE", "TNT_NUMA_NODE", "TNT_RUN_ID", "TNT_RESTART",
+    "TNT_LAUNCHER", "TNT_LAUNCHER_REPORT", "TNT_START_TIMEOUT", "TNT_HEARTBEAT_TIMEOUT", "TNT_EXIT_TIMEOUT",
+    "TNT_STDOUT_IS_TTY", "TNT_GPU_KIT", "TNT_DEMO_DIR", "TNT_FASHION_MNIST_DIR", "TNT_TINY_IMAGENET_DIR",
+    "TNT_MPIEXEC", "TNT_SETUP_BENCH", "TNT_E2E_TIMEOUT", "TNT_SEED"};
+}  // namespace
+
+std::vector<std::string> Config::misspelled(const std::vector<std::string>& names) {
+  std::vector<std::string> knobs;
+#define TNT_CONFIG_NAME(field, type, env, def, unit, help) knobs.emplace_back(env);
+  TNT_CONFIG_KNOBS(TNT_CONFIG_NAME)
+#undef TNT_CONFIG_NAME
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    if (name.rfind("TNT_", 0) != 0) continue;
+    if (std::find(knobs.begin(), knobs.end(), name) != knobs.end()) continue;
+    if (std::any_of(std::begin(kOtherVariables), std::end(kOtherVariables),
+                    [&](const char* other) { return name == other; })) {
+      continue;
+    }
+    const std::string* best = nullptr;
+    size_t best_distance = 3;
+    for (const std::string& knob : knobs) {
+      const size_t d = edit_distance(name, knob, 2);
+      if (d < best_distance) {
+        best_distance = d;
+        best = &knob;
+      }
+    }
+    if (best) out.push_back(fmt::format("{} is not a tarantella variable (ignored); did you mean {}?", name, *best));
+  }
+  return out;
+}
+
 LogLevel parse_log_level(const std::string& text) {
   std::string t;
   for (char c : text) t += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -66,6 +122,12 @@ Config Config::from_env() {
     TNT_INPUT_ERROR("TNT_ALLREDUCE_ALGO='{}' is not ring, mpi or nccl", c.allreduce_algo);
   }
   if (c.ring_segment_kb == 0) TNT_INPUT_ERROR("TNT_RING_SEGMENT must be at least 1 (KB)");
+  // Checked whether or not a timeline is asked for: a bad window is a mistake either way.
+  (void)parse_step_window(c.timeline_steps, "TNT_TIMELINE_STEPS");
+  if (c.num_threads > kMaxThreads) {
+    TNT_INPUT_ERROR("TNT_NUM_THREADS={} is more than {} compute threads per rank (0: the cores the rank may run on)",
+                    c.num_threads, kMaxThreads);
+  }
   return c;
 }
 

@@ -8,6 +8,7 @@
 
 #include <mpi.h>
 #include <sched.h>
+#include <unistd.h>  // environ
 
 #include <cstdio>
 #include <cstdlib>
@@ -60,26 +61,57 @@ void init(int* argc, char*** argv) {
   MPI_Comm_size(node, &c->local_size);
   MPI_Comm_free(&node);
 
-  if (!c->config.device.empty()) {
-    c->device = Device::parse(c->config.device);
+  const std::string& asked = c->config.device;
+  if (!asked.empty()) {
+    try {
+      c->device = Device::parse(asked);
+    } catch (const InputError&) {
+      TNT_INPUT_ERROR("TNT_DEVICE='{}' is not cpu, cuda, cuda:K, gpu or gpu:K", asked);
+    }
   } else if (cuda_available()) {
     c->device = Device::cuda(c->local_rank % cuda_device_count());
   } else {
     c->device = Device::cpu();
   }
   if (c->device.is_cuda()) {
-    TNT_CHECK(backend::cuda_built(), "TNT_DEVICE={} but this libtarantella was built without CUDA", c->device.str());
-    TNT_CHECK(c->device.index < backend::cuda_device_count(), "TNT_DEVICE={} but this node has {} CUDA device(s)",
-              c->device.str(), backend::cuda_device_count());
+    TNT_INPUT_CHECK(backend::cuda_built(), "TNT_DEVICE={} asks for a GPU, but this libtarantella was built without CUDA",
+                    asked);
+    TNT_INPUT_CHECK(c->device.index < backend::cuda_device_count(),
+                    "TNT_DEVICE={} asks for GPU {}, but this node has {} CUDA device(s)", asked, c->device.index,
+                    backend::cuda_device_count());
     backend::cuda_set_device(c->device.index);
   }
+  // nccl reduces device buffers only: on a CPU rank it could never apply.
+  TNT_INPUT_CHECK(!(c->config.allreduce_algo == "nccl" && c->device.is_cpu()),
+                  "TNT_ALLREDUCE_ALGO=nccl needs a GPU rank, but this rank's device is cpu{}; use ring or mpi on CPU "
+                  "ranks",
+                  asked.empty() ? " (no usable GPU)" : fmt::format(" (TNT_DEVICE={})", asked));
   c->num_threads = c->config.num_threads > 0 ? static_cast<int>(c->config.num_threads) : affinity_cores();
 #ifdef _OPENMP
   omp_set_num_threads(c->num_threads);
 #endif
   g_context = std::move(c);
   g_context->comm = Communicator::create_world(g_context->config, g_context->device);
+  if (const int cores = affinity_cores(); g_context->config.num_threads > cores) {
+    log_warning("TNT_NUM_THREADS={} is more than the {} core(s) rank {} may run on: its compute threads will take "
+                "turns on them, which is slower than {} thread(s)",
+                g_context->config.num_threads, cores, g_context->rank, cores);
+  }
 
+  if (g_context->device.is_cuda() && !g_context->config.allreduce_algo.empty() &&
+      g_context->config.allreduce_algo != "nccl") {
+    log_warning("TNT_ALLREDUCE_ALGO={} applies to host buffers; this rank's gradients are on {} and are reduced with "
+                "nccl",
+                g_context->config.allreduce_algo, g_context->device.str());
+  }
+  {
+    std::vector<std::string> names;
+    for (char** e = environ; e && *e; ++e) {
+      const std::string entry(*e);
+      names.push_back(entry.substr(0, entry.find('=')));
+    }
+    for (const std::string& line : Config::misspelled(names)) log_warning("{}", line);
+  }
   if (is_master_rank() && log_enabled(LogLevel::info)) {
     log_line(LogLevel::info,
              fmt::format("tarantella {} ({}), {} rank(s), device of rank 0: {}, {} thread(s)\n{}", TNT_VERSION,

@@ -141,6 +141,9 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
 
 Recorder::~Recorder() {
   if (part_) std::fclose(part_);
+  // A part holding nothing that the trace lacks (no step of the window recorded, or all of
+  // it merged) is removed; one with unmerged events stays: a run that ended early keeps them.
+  if (!unmerged_ && !part_failed_) std::remove(part_path_.c_str());
 }
 
 void Recorder::add(Lane lane, std::string name, const char* category, double t0, double t1, std::string args) {
@@ -191,6 +194,7 @@ void Recorder::flush_part() {
 
 void Recorder::step_begin(int64_t step, int epoch, double input_start_s) {
   const bool in = step >= first_step_ && step <= last_step_;
+  if (step > last_step_seen_) last_step_seen_ = step;
   flush_part();
   step_.store(step, std::memory_order_relaxed);
   recording_.store(in, std::memory_order_relaxed);
@@ -269,7 +273,14 @@ void fit_end(Communicator& comm) {
   Recorder* r = current();
   if (!r) return;
   r->step_begin(0, 0, 0.0);  // the window closes with training (steps count from 1)
-  if (r->has_unmerged()) r->merge(comm);
+  if (r->has_unmerged()) {
+    r->merge(comm);
+  } else if (r->last_step_seen() < r->first_step() && comm.rank() == Communicator::master_rank()) {
+    // Steps are the same on every rank: the master alone says it.
+    log_warning("timeline: nothing recorded for '{}': the window opens at step {} (TNT_TIMELINE_STEPS), and "
+                "training has run {} step(s) so far",
+                r->path(), r->first_step(), r->last_step_seen());
+  }
 }
 
 void Span::begin(Lane lane, std::string_view name, std::string args) {

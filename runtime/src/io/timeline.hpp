@@ -34,7 +34,7 @@ class Recorder {
  public:
   // Collective over comm: aligns the clocks (see the header). window: 1-based, inclusive.
   Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step);
-  ~Recorder();
+  ~Recorder();  // removes this rank's part unless it holds events not merged yet
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
@@ -54,6 +54,8 @@ class Recorder {
   // Collective: every rank's events to the master, which writes path(); the parts are removed.
   void merge(Communicator& comm);
   bool has_unmerged() const { return unmerged_; }
+  int64_t first_step() const { return first_step_; }
+  int64_t last_step_seen() const { return last_step_seen_; }  // the highest step begun (0: none)
 
  private:
   struct Event {
@@ -80,6 +82,7 @@ class Recorder {
   std::FILE* part_ = nullptr;
   bool part_failed_ = false;  // this rank cannot write its part (not the master): memory only
   bool unmerged_ = false;
+  int64_t last_step_seen_ = 0;
 };
 
 // The recorder when one records now, else nullptr.

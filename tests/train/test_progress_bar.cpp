@@ -136,13 +136,14 @@ TEST_CASE("on a terminal the bar is redrawn in place and never wider than the te
     // The bar proper (30 characters) appears when there is room for it, with the counts.
     if (columns == 200) {
       CHECK(bars == drawn.size() - 2);
-      CHECK(out.find("100/200 [===============>..............] - ETA: 1:40 - accuracy: 0.2500") != std::string::npos);
+      CHECK(out.find("100/200 [===============>..............] - ETA: 1:40 - loss: 0.5000 - accuracy: 0.2500") !=
+            std::string::npos);
     }
     // 40 columns: a bar of 17, the metrics cut at the edge.
     if (columns == 40) CHECK(out.find("\r100/200 [========>........] - ETA: 1:40\033[K") != std::string::npos);
     // The epoch's line replaces the bar and ends with a newline.
     CHECK(out.substr(out.size() - 1) == "\n");
-    CHECK(drawn.back().rfind("200/200 - 3:20 1000ms/step - accuracy: 0.2500", 0) == 0);
+    CHECK(drawn.back().rfind("200/200 - 3:20 1000ms/step - loss: 0.5000 - accuracy: 0.2500", 0) == 0);
   }
 }
 
@@ -213,7 +214,13 @@ TEST_CASE("the time per step is the training steps'; an evaluation is announced 
   }
   h.bar.on_test_end({{"loss", 0.75}});
   h.clock += 3.0;  // other epoch-end work
-  h.bar.on_epoch_end(0, {{"loss", 0.5}, {"val_loss", 0.75}});
+  h.bar.on_epoch_end(0, {{"accuracy", 0.25},
+                         {"loss", 0.5},
+                         {"top5_accuracy", 0.875},
+                         {"val_accuracy", 0.375},
+                         {"val_loss", 0.75},
+                         {"learning_rate", 0.001},
+                         {"seconds", 4.5}});
   h.bar.on_train_end({});
   std::vector<std::string> lines = split(h.output(), '\n');
   REQUIRE(lines.size() == 13);
@@ -221,7 +228,9 @@ TEST_CASE("the time per step is the training steps'; an evaluation is announced 
   CHECK(lines[2] == " 4/40 [===>..........................] - ETA: 18s");  // the evaluation's own bar
   CHECK(lines[10] == "36/40 [===========================>..] - ETA: 2s");
   // 4 steps in 1 s: 250 ms/step, not (1 + 1 + 20 + 3) s / 4.
-  CHECK(lines[11] == "4/4 - 1s 250ms/step - loss: 0.5000 - val_loss: 0.7500 - evaluation: 20s");
+  // Keras' order: the loss first, then the metrics, then the same for the validation.
+  CHECK(lines[11] == "4/4 - 1s 250ms/step - loss: 0.5000 - accuracy: 0.2500 - top5_accuracy: 0.8750 - val_loss: 0.7500 "
+                     "- val_accuracy: 0.3750 - evaluation: 20s");
 }
 
 TEST_CASE("evaluate() alone: the announcement, a bar on a terminal, and a line with its results") {
@@ -244,7 +253,7 @@ TEST_CASE("evaluate() alone: the announcement, a bar on a terminal, and a line w
   const std::string out = h.output();
   CHECK(out.rfind("Evaluating (3 steps)\n\r1/3 [", 0) == 0);
   CHECK(out.find("\r3/3 [==============================] - ETA: 0s\033[K") != std::string::npos);
-  const std::string end = "\r\033[K3/3 - 6s 2000ms/step - accuracy: 0.8750 - loss: 0.1250\n";
+  const std::string end = "\r\033[K3/3 - 6s 2000ms/step - loss: 0.1250 - accuracy: 0.8750\n";
   REQUIRE(out.size() > end.size());
   CHECK(out.substr(out.size() - end.size()) == end);
 }

@@ -225,7 +225,7 @@ TEST_CASE("evaluate with verbose announces the pass and prints its results on th
     REQUIRE(lines.size() == 2);
     CHECK(lines[0] == "Evaluating on 64 samples (8 steps, global batch 8)");
     CHECK(lines[1].rfind("8/8 - ", 0) == 0);
-    CHECK(lines[1].find(fmt::format(" - accuracy: {:.4f} - loss: {:.4f}", loud.at("accuracy"), loud.at("loss"))) !=
+    CHECK(lines[1].find(fmt::format(" - loss: {:.4f} - accuracy: {:.4f}", loud.at("loss"), loud.at("accuracy"))) !=
           std::string::npos);
   } else {
     CHECK(out.empty());

@@ -209,13 +209,20 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs&) {
 }
 
 std::string ProgressBar::metrics_text(const Logs& logs, bool include_val) const {
+  // Keras' order: the loss, then the metrics; then the validation's loss and metrics.
+  // (Logs is sorted by name, so the metrics come alphabetically.)
   std::string out;
-  for (const auto& [k, v] : logs) {
-    bool is_val = k.rfind("val_", 0) == 0;
-    if (is_val && !include_val) continue;
-    if (k == "learning_rate" || k == "seconds") continue;
-    out += fmt::format(" - {}: {:.4f}", k, v);
-  }
+  auto part = [&](bool val) {
+    const std::string loss = val ? "val_loss" : "loss";
+    if (auto it = logs.find(loss); it != logs.end()) out += fmt::format(" - {}: {:.4f}", loss, it->second);
+    for (const auto& [k, v] : logs) {
+      if ((k.rfind("val_", 0) == 0) != val || k == loss) continue;
+      if (k == "learning_rate" || k == "seconds") continue;
+      out += fmt::format(" - {}: {:.4f}", k, v);
+    }
+  };
+  part(false);
+  if (include_val) part(true);
   return out;
 }
 

@@ -47,9 +47,9 @@ if [[ $n -eq $((epochs + 1)) ]]; then
 else
   fm_fail "$name: $n lines 'Evaluating on 10000 samples (157 steps, global batch 64)', expected $((epochs + 1))"
 fi
-expect_once '^157/157 - [0-9:]+s? [0-9]+ms/step - accuracy: [0-9.]+ - loss: [0-9.]+$' "the test evaluation's line"
+expect_once '^157/157 - [0-9:]+s? [0-9]+ms/step - loss: [0-9.]+ - accuracy: [0-9.]+$' "the test evaluation's line"
 
-n=$(count_lines '^4/4 - [0-9:]+s? [0-9]+ms/step - .*val_loss: [0-9.]+ - evaluation: [0-9:]+s?$')
+n=$(count_lines '^4/4 - [0-9:]+s? [0-9]+ms/step - loss: .*val_loss: [0-9.]+ - val_accuracy: [0-9.]+ - evaluation: [0-9:]+s?$')
 if [[ $n -eq $epochs ]]; then
   fm_pass "$name: the epoch lines give the training time per step and the evaluation's time apart"
 else

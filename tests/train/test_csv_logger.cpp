@@ -1,4 +1,5 @@
-// CSVLogger driven directly (no MPI): a file it cannot open is named with the reason.
+// CSVLogger driven directly (no MPI): a file it cannot open is named with the reason, no
+// file from a fit without epochs, no rows appended to a file of another format.
 // Tests run as root, so a directory without write permission would not fail: the paths
 // here fail for everyone (a regular file as a directory, a missing parent).
 #include <catch2/catch.hpp>
@@ -58,6 +59,24 @@ TEST_CASE("CSVLogger: a path it cannot open is named with the system's reason") 
     std::getline(in, row);
     CHECK(header == "epoch,loss");
     CHECK(row == "1,0.5");
+  }
+  SECTION("a fit that ends before its first epoch does leaves no file") {
+    const std::string path = dir + "/never.csv";
+    tnt::CSVLogger csv(path);
+    csv.on_train_begin({});
+    csv.on_train_end({});
+    CHECK_FALSE(std::filesystem::exists(path));
+  }
+  SECTION("a resumed run refuses to append to a file that is not a history of this logger") {
+    const std::string path = dir + "/other.csv";
+    std::ofstream(path) << "step;value\n1;2\n";
+    tnt::CSVLogger csv(path, /*append=*/true);
+    CHECK_THROWS_WITH(csv.on_train_begin({}), Catch::Contains("CSVLogger: '" + path +
+                                                              "' does not begin with the header this logger writes"));
+    std::ifstream in(path);
+    std::string first;
+    std::getline(in, first);
+    CHECK(first == "step;value");  // left as it was
   }
   std::filesystem::remove_all(dir);
 }

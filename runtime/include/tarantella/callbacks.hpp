@@ -149,7 +149,10 @@ class ProgressBar : public Callback {
 // The header is written when the file is created (append=false, or the file is new). Only
 // the master writes it, even with TNT_OUTPUT_ON_ALL_DEVICES. append=true continues the file
 // of a run resumed at fit's initial_epoch: rows of later epochs (written before the crash,
-// about to be redone) and a line cut short are removed first, the file replaced atomically.
+// about to be redone) and a line cut short are removed first, the file replaced atomically;
+// a file that does not begin with the header this logger writes is refused. The file is
+// made when the first epoch ends (a run that ends sooner leaves none); fit checks at its
+// start that it can be written.
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string path, bool append = false);
@@ -164,8 +167,10 @@ class CSVLogger : public Callback {
   std::string path_;
   bool append_;
   std::vector<std::string> columns_;
-  std::FILE* file_ = nullptr;
+  std::FILE* file_ = nullptr;  // opened at the first row
   bool header_written_ = false;
+  bool open_ = false;      // inside fit
+  bool truncate_ = false;  // the first row replaces the file (append == false)
 };
 
 enum class MonitorMode { automatic, min, max };

@@ -421,6 +421,10 @@ void CSVLogger::on_train_begin(const Logs&) {
     if (!lines.empty()) {
       std::string header = lines.front();
       while (!header.empty() && (header.back() == '\n' || header.back() == '\r')) header.pop_back();
+      TNT_INPUT_CHECK(header == "epoch" || header.rfind("epoch,", 0) == 0,
+                      "CSVLogger: '{}' does not begin with the header this logger writes ('epoch,...'; it begins "
+                      "'{}'), so rows cannot be appended to it: move it away, or start over (--overwrite)",
+                      path_, header.substr(0, 60));
       if (columns_.empty()) {
         size_t pos = 0;
         std::vector<std::string> cols;
@@ -436,12 +440,39 @@ void CSVLogger::on_train_begin(const Logs&) {
       header_written_ = true;
     }
   }
-  file_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
-  if (!file_) TNT_INPUT_ERROR("CSVLogger: cannot open '{}' for writing: {}", path_, std::strerror(errno));
+  // The file is made when the first row is written, so that a run that ends before its
+  // first epoch does (nothing to train, interrupted) leaves no empty history behind; whether
+  // it can be written is checked now, before any training.
+  std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  const auto file_status = std::filesystem::status(path_, ec);
+  const auto dir_status = std::filesystem::status(dir, ec);
+  int why = 0;  // errno of the open that would fail
+  if (std::filesystem::exists(file_status)) {
+    if (std::filesystem::is_directory(file_status)) {
+      why = EISDIR;
+    } else if (access(path_.c_str(), W_OK) != 0) {
+      why = errno;
+    }
+  } else if (!std::filesystem::exists(dir_status)) {
+    why = ENOENT;
+  } else if (!std::filesystem::is_directory(dir_status)) {
+    why = ENOTDIR;
+  } else if (access(dir.c_str(), W_OK) != 0) {
+    why = errno;
+  }
+  if (why != 0) TNT_INPUT_ERROR("CSVLogger: cannot open '{}' for writing: {}", path_, std::strerror(why));
+  truncate_ = !append_;
+  open_ = true;
 }
 
 void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
-  if (!file_) return;
+  if (!open_) return;
+  if (!file_) {
+    file_ = std::fopen(path_.c_str(), truncate_ ? "w" : "a");
+    if (!file_) TNT_INPUT_ERROR("CSVLogger: cannot open '{}' for writing: {}", path_, std::strerror(errno));
+  }
   if (columns_.empty()) {
     for (const auto& [k, v] : logs) columns_.push_back(k);
   }
@@ -464,6 +495,7 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
 void CSVLogger::on_train_end(const Logs&) {
   if (file_) std::fclose(file_);
   file_ = nullptr;
+  open_ = false;
 }
 
 // ---- ModelCheckpoint -------------------------------------------------------------------

@@ -168,7 +168,9 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPe
 
 Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
                               const AttentionCoreArgs& a, std::shared_ptr<void>& state, AttentionEngine engine) {
-  int device = common_device({&q, &k, &v}, "MultiHeadAttention");
+  // The ids too: host ids would be read by the kernels as device memory.
+  int device = key_ids.defined() ? common_device({&q, &k, &v, &key_ids}, "MultiHeadAttention")
+                                 : common_device({&q, &k, &v}, "MultiHeadAttention");
   const DType dt = q.dtype();
   TNT_CHECK(k.dtype() == dt && v.dtype() == dt, "MultiHeadAttention: q {}, k {}, v {} of different dtypes", q.str(),
             k.str(), v.str());

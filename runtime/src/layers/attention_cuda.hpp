@@ -8,8 +8,8 @@
 //   p = softmax(logits) (float); pd = p * keep / (1 - rate) in training with rate > 0, keep
 //     iff philox::uniform(key, base + ((b*H + h)*Tq + i)*Tk + j) >= rate, else pd = p
 //   o[b, :, h*d:(h+1)*d] = pd v_h
-// Mixed precision (CUDA): q, k, v, o and their gradients in the input dtype; logits and
-// their gradients f32; p and pd stored in the input dtype for the products.
+// Mixed precision (CUDA): q, k, v, o and their gradients in the input dtype; logits f32;
+// p, pd and the logits' gradients stored in the input dtype for the products (f32 sums).
 #pragma once
 
 #include "tarantella/layers/attention.hpp"
@@ -36,7 +36,9 @@ namespace cuda {
 enum class AttentionEngine { config, fused, unfused };
 
 // q (B, Tq, D), k, v (B, Tk, D), key_ids (B, Tk) or undefined -> o (B, Tq, D). state keeps
-// what the backward needs, and which engine ran.
+// what the backward needs, and which engine ran. The fused engine keeps q, k, v, key_ids and
+// the returned o themselves, not copies: none of them may be changed in place before the
+// backward (MultiHeadAttention only reads them).
 Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
                               const AttentionCoreArgs& args, std::shared_ptr<void>& state,
                               AttentionEngine engine = AttentionEngine::config);

@@ -31,7 +31,11 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
 #include <type_traits>
+#include <utility>
 
 namespace tnt::cuda {
 
@@ -259,7 +263,8 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
         const float e = __expf(x[t] - m_new);  // 0 past Tk
         sum += e;
         float pd = e;
-        if (dropout) pd = (k0 + c < tk && kept(p, bh, i, k0 + c)) ? e * keep_scale : 0.0f;
+        // (No draw where nothing is kept anyway: a zero probability, or a row past Tq.)
+        if (dropout) pd = (e != 0.0f && i < tq && kept(p, bh, i, k0 + c)) ? e * keep_scale : 0.0f;
         p_t[r * L::p + c] = from_float<T>(pd);
       }
       sum = warp_sum(sum);
@@ -380,7 +385,7 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
           float dp = dp_t[r * L::s + c];
           pd = prob;
           if (dropout) {
-            const bool keep = kept(p, bh, i, j);
+            const bool keep = prob != 0.0f && kept(p, bh, i, j);  // prob 0: dS and Pd are 0 either way
             pd = keep ? prob * keep_scale : 0.0f;
             dp = keep ? dp * keep_scale : 0.0f;
           }
@@ -473,7 +478,7 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
         if (i < tq && j < tk) {
           const float prob = __expf(biased(p, s_tile[r * L::s + c], pad[c] != 0, i, j) - q_m[r]) * q_inv[r];
           float dp = dp_tile[r * L::s + c];
-          if (dropout) dp = kept(p, bh, i, j) ? dp * keep_scale : 0.0f;
+          if (dropout) dp = prob != 0.0f && kept(p, bh, i, j) ? dp * keep_scale : 0.0f;
           ds = prob * (dp - q_delta[r]);
         }
         ds_t[r * L::p + c] = from_float<T>(ds);
@@ -519,9 +524,20 @@ FusedParams make_params(const Tensor& q, const Tensor& k, const Tensor& v, const
   return p;
 }
 
+// The opt-in shared memory of a kernel is set once per device (a host call per launch
+// otherwise: three per attention layer and step).
 template <typename Kernel>
 void launch(Kernel kernel, dim3 grid, size_t smem, int device, const FusedParams& p) {
-  TNT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  static std::mutex mu;
+  static std::set<std::pair<const void*, int>> done;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const std::pair<const void*, int> key{reinterpret_cast<const void*>(kernel), device};
+    if (!done.count(key)) {
+      TNT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      done.insert(key);
+    }
+  }
   kernel<<<grid, kThreads, smem, compute_stream(device)>>>(p);
   TNT_CUDA_CHECK_LAUNCH();
 }
@@ -557,10 +573,22 @@ size_t largest_smem(int64_t kernel_depth) {
 bool fused_attention_fits(int64_t depth, int device) {
   const int64_t kd = fused_attention_kernel_depth(depth);
   if (kd == 0) return false;
-  int major = 0, optin = 0;
-  TNT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  TNT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return major >= 8 && largest_smem(kd) <= static_cast<size_t>(optin);
+  // The device's attributes, asked once per device (this runs at every forward).
+  static std::mutex mu;
+  static std::map<int, std::pair<int, int>> known;  // device -> (compute capability major, opt-in bytes)
+  std::pair<int, int> attrs;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(device);
+    if (it == known.end()) {
+      int major = 0, optin = 0;
+      TNT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+      TNT_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      it = known.emplace(device, std::make_pair(major, optin)).first;
+    }
+    attrs = it->second;
+  }
+  return attrs.first >= 8 && largest_smem(kd) <= static_cast<size_t>(attrs.second);
 }
 
 void fused_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,

@@ -73,7 +73,9 @@ cxxopts::Options make_parser() {
       ("exit-timeout", exit_help, cxxopts::value<std::string>(), "SECONDS")
       ("heartbeat-timeout", heartbeat_help, cxxopts::value<std::string>(), "SECONDS")
       ("max-restarts", "After a failure (a rank that fails, a lost host), start the whole job again, at most K "
-       "times; each rank gets TNT_RESTART (0, 1, ...) and programs continue from their checkpoint (default 0)",
+       "times; each rank gets TNT_RESTART (0, 1, ...) and programs continue from their checkpoint. Not after a "
+       "failure that a restart would repeat: a usage error (exit code 2) or a program that could not start "
+       "(default 0)",
        cxxopts::value<std::string>(), "K");
   o.add_options("MPI")
       ("launch-agent", "How mpirun reaches other hosts instead of plain ssh, e.g. \"ssh -p 2222 -i ~/.ssh/cluster\" "
@@ -387,8 +389,9 @@ names them); 1 when the first failure is a rank lost (its host, daemon or step d
 a report) or unreachable (no heartbeat: host down or cut off), with lines naming the ranks
 and hosts; 2 for bad input (also a plan this machine's open-file or process limits cannot
 hold), reported before anything starts. A rank's program is ended with anything it started
-and left running. With --max-restarts, a failed job is started again (not after SIGINT or
-SIGTERM) and the status is the last attempt's.
+and left running. With --max-restarts, a failed job is started again, and the status is the
+last attempt's; not after SIGINT or SIGTERM, nor when a restart would fail the same way: the
+first failing rank exited 2 (a usage error) or its program could not start.
 )";
   return text;
 }

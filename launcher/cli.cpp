@@ -84,7 +84,8 @@ cxxopts::Options make_parser() {
        cxxopts::value<std::string>(), "PATH")
       ("mpi-args", "Extra arguments for mpirun, split like a shell would", cxxopts::value<std::string>(), "\"ARGS\"");
   o.add_options("Information")
-      ("dry-run", "Print the plan (rank, host, local rank, device, NUMA node, cores) and the exact command; run nothing")
+      ("dry-run", "Print the plan (rank, host, local rank, device, NUMA node, cores) and the exact command; run "
+       "nothing. PROGRAM need not exist here, nor the plan fit this machine's limits: only warnings")
       ("version", "Version and build configuration")
       ("h,help", "This help");
   return o;

@@ -169,7 +169,13 @@ int launch(const std::vector<std::string>& args) {
 
   const tl::Environment env = tl::current_environment();
   const tl::WatchLimits limits = tl::watch_limits(options, env);
-  tl::check_program(options.program.front(), env);
+  try {
+    tl::check_program(options.program.front(), env);
+  } catch (const tl::InputError& e) {
+    // A dry run only prints the plan, maybe for another machine (as with the limits below).
+    if (!options.dry_run) throw;
+    warn(fmt::format("{} (a run stops here; --dry-run only prints the plan)", e.what()));
+  }
   const std::string mpirun = tl::resolve_mpirun(options.mpirun, TNT_MPIEXEC, env);
   const tl::HostSelection hosts = tl::select_hosts(options, env);
   const int gpus = options.no_gpu ? 0 : tl::count_gpus(env);

@@ -141,6 +141,13 @@ std::string ProgramFlags::first_problem(int argc, char** argv) const {
     if (word.size() < 2 || word[0] != '-') continue;
     const bool long_form = word[1] == '-';
     const size_t eq = word.find('=');
+    // absl and the original tutorials take -batch_size=64 as well: name the fix.
+    if (!long_form && word.size() > 2) {
+      const std::string single = word.substr(1, eq == std::string::npos ? std::string::npos : eq - 1);
+      if (single.size() > 1 && kinds_.count(single)) {
+        return fmt::format("{}: flags take two dashes: -{}", word, word);
+      }
+    }
     const std::string name =
         long_form ? word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2) : word.substr(1, 1);
     const std::string shown = (long_form ? "--" : "-") + name;

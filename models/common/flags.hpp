@@ -91,7 +91,8 @@ class ProgramFlags {
   // An exit status when the program should end here: 0 after printing --help, 2 after a
   // command line that does not parse ("<program>: <why> (see --help)" on stderr): a value
   // that is not one of its flag's ("--batch_size=abc: expected a whole number"), an unknown
-  // flag, a flag without its value, a stray word (every flag is --name=value). Every rank ends so; only the
+  // flag ("-batch_size=64: flags take two dashes: --batch_size=64" for one written with absl's
+  // single dash), a flag without its value, a stray word (every flag is --name=value). Every rank ends so; only the
   // first prints it (TNT_RANK, else Open MPI's rank, unset or 0), once for the whole job.
   std::optional<int> parse(int argc, char** argv);
 

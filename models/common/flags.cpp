@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -289,6 +290,15 @@ Verdict check_model_dir_on_master(const ModelDir& dir) {
     return {remove_outputs(dir, found, "restart")};
   }
   if (!found.empty() && !dir.resume && !dir.overwrite) {
+    // A run stopped before its first checkpoint (interrupted in epoch 1) leaves a history
+    // but nothing to continue from: --resume would only fail there.
+    const bool resumable =
+        dir.can_resume && !dir.checkpoint.empty() && std::find(found.begin(), found.end(), dir.checkpoint) != found.end();
+    if (dir.can_resume && !resumable) {
+      return {fmt::format("--model_dir={} holds an earlier run's {} but no checkpoint to resume from ({}): give "
+                          "--overwrite to replace it, or choose another --model_dir",
+                          dir.path, fmt::join(found, ", "), dir.checkpoint.empty() ? "none is written" : dir.checkpoint)};
+    }
     return {fmt::format("--model_dir={} already holds the output of an earlier run ({}): give {}--overwrite to replace "
                         "it, or choose another --model_dir",
                         dir.path, fmt::join(found, ", "),

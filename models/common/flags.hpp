@@ -129,8 +129,9 @@ struct ModelDir {
 // verdict. A directory holding any of them is refused unless the run continues it
 // (--resume) or replaces it (--overwrite: the master then removes those outputs, so a run
 // that fails early leaves no mix of old and new). Throws tnt::InputError on every rank
-// alike, naming the directory and the choices, when it is refused, when it cannot be
-// created, or for --resume together with --overwrite.
+// alike, naming the directory and the choices (--resume only when `checkpoint` is there: a
+// run stopped in its first epoch leaves a history.csv and nothing to resume from), when it is
+// refused, when it cannot be created, or for --resume together with --overwrite.
 //
 // Restarts (tarantella --max-restarts): the launcher sets TNT_RUN_ID for every attempt of
 // one launch and TNT_RESTART to the attempt's number. The first attempt that gets past the

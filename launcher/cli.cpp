@@ -37,7 +37,8 @@ cxxopts::Options make_parser() {
        cxxopts::value<std::string>(), "FILE")
       ("H,hosts", "The same inline, comma-separated: -H node1,node2:4", cxxopts::value<std::string>(), "LIST");
   o.add_options("Ranks and devices")
-      ("n,n-per-node", "Ranks per node (default: the GPUs of this node, or 1 CPU rank without GPUs)",
+      ("n,n-per-node", "Ranks per node, on every host; not the total, unlike mpirun's -np (default: the host's "
+       "slots, else the SLURM allocation's tasks on the node, else the GPUs of this node, else 1 CPU rank)",
        cxxopts::value<std::string>(), "N")
       ("devices-per-node", "Alias of -n (the original Tarantella's name)", cxxopts::value<std::string>(), "N")
       ("no-gpu", "Run CPU ranks even where GPUs exist");
@@ -64,14 +65,17 @@ cxxopts::Options make_parser() {
       "not end (default: {}, else {:g}; 0: no limit)", env::exit_timeout, default_exit_timeout_s);
   const std::string heartbeat_help = fmt::format(
       "End the job when a rank's host has not been heard from this long (down or cut off), naming it; each rank "
-      "ends its program when it has not heard from the launcher this long (default: {}, else {:g}; 0: off)",
+      "ends its program when it has not heard from the launcher this long (default: {}, else {:g}; 0: off; else at "
+      "least 1)",
       env::heartbeat_timeout, default_heartbeat_timeout_s);
   o.add_options("Watching the job")
       ("start-timeout", start_help, cxxopts::value<std::string>(), "SECONDS")
       ("exit-timeout", exit_help, cxxopts::value<std::string>(), "SECONDS")
       ("heartbeat-timeout", heartbeat_help, cxxopts::value<std::string>(), "SECONDS")
       ("max-restarts", "After a failure (a rank that fails, a lost host), start the whole job again, at most K "
-       "times; each rank gets TNT_RESTART (0, 1, ...) and programs continue from their checkpoint (default 0)",
+       "times; each rank gets TNT_RESTART (0, 1, ...) and programs continue from their checkpoint. Not after a "
+       "failure that a restart would repeat: a usage error (exit code 2) or a program that could not start "
+       "(default 0)",
        cxxopts::value<std::string>(), "K");
   o.add_options("MPI")
       ("launch-agent", "How mpirun reaches other hosts instead of plain ssh, e.g. \"ssh -p 2222 -i ~/.ssh/cluster\" "
@@ -80,7 +84,8 @@ cxxopts::Options make_parser() {
        cxxopts::value<std::string>(), "PATH")
       ("mpi-args", "Extra arguments for mpirun, split like a shell would", cxxopts::value<std::string>(), "\"ARGS\"");
   o.add_options("Information")
-      ("dry-run", "Print the plan (rank, host, local rank, device, NUMA node, cores) and the exact command; run nothing")
+      ("dry-run", "Print the plan (rank, host, local rank, device, NUMA node, cores) and the exact command; run "
+       "nothing. PROGRAM need not exist here, nor the plan fit this machine's limits: only warnings")
       ("version", "Version and build configuration")
       ("h,help", "This help");
   return o;
@@ -121,6 +126,29 @@ std::pair<std::string, std::string> parse_export(const std::string& text) {
   return {key, text.substr(eq + 1)};
 }
 
+// mpirun's and horovodrun's -np N counts ranks in all; cxxopts would read "-np" as -n with
+// the value "p" and leave N a stray word. Said here, with what tarantella takes instead.
+// `i` is the word's index; a value in the next word is consumed.
+std::optional<std::string> total_ranks_habit(const std::vector<std::string>& words, size_t i) {
+  const std::string& word = words[i];
+  const size_t dashes = word.compare(0, 2, "--") == 0 ? 2 : 1;
+  if (word.compare(dashes, 2, "np") != 0) return std::nullopt;
+  const std::string flag = word.substr(0, dashes + 2);
+  std::string count = word.substr(dashes + 2);  // -np4, -np=4
+  if (!count.empty() && count.front() == '=') count.erase(0, 1);
+  auto digits = [](const std::string& t) {
+    return std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  if (!digits(count)) return std::nullopt;  // another word that starts with -np
+  if (count.empty() && i + 1 < words.size() && !words[i + 1].empty() && digits(words[i + 1])) count = words[i + 1];
+  const std::string n = count.empty() ? "N" : excerpt(count, 20);
+  return fmt::format("{}{}: tarantella has no {} (mpirun's and horovodrun's number of ranks in all): its -n is ranks "
+                     "per node, on every host. For {} ranks in all: -n {} on this machine alone, or give each host "
+                     "its ranks, -H host1:K1,host2:K2 with K1 + K2 = {} (or a hostfile of 'host slots=K' lines); "
+                     "--dry-run shows the plan",
+                     flag, count.empty() ? "" : " " + n, flag, n, n, n);
+}
+
 // cxxopts' own messages name no option when a value does not parse ("Argument 'maybe'
 // failed to parse"), and quote with typographic quotes: the words are checked here first,
 // as cxxopts reads them, so that every message names the option as the user wrote it.
@@ -135,6 +163,7 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
     if (word.size() < 2 || word[0] != '-') continue;  // a stray word: refused after parsing
+    if (auto habit = total_ranks_habit(words, i)) throw InputError(*habit);
     const bool long_form = word[1] == '-';
     const size_t eq = long_form ? word.find('=') : std::string::npos;
     const std::string name = long_form ? word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)
@@ -361,8 +390,9 @@ names them); 1 when the first failure is a rank lost (its host, daemon or step d
 a report) or unreachable (no heartbeat: host down or cut off), with lines naming the ranks
 and hosts; 2 for bad input (also a plan this machine's open-file or process limits cannot
 hold), reported before anything starts. A rank's program is ended with anything it started
-and left running. With --max-restarts, a failed job is started again (not after SIGINT or
-SIGTERM) and the status is the last attempt's.
+and left running. With --max-restarts, a failed job is started again, and the status is the
+last attempt's; not after SIGINT or SIGTERM, nor when a restart would fail the same way: the
+first failing rank exited 2 (a usage error) or its program could not start.
 )";
   return text;
 }

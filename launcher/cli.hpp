@@ -1,6 +1,7 @@
 // The command line of `tarantella [options] -- PROGRAM [ARGS...]`, parsed and checked for
 // everything that can be judged without looking at the machine (the program's existence,
-// mpirun and the topology are checked by main before anything starts).
+// mpirun and the topology are checked by main before anything starts; with --dry-run a
+// missing program is only a warning).
 #pragma once
 
 #include "binding.hpp"

@@ -84,6 +84,28 @@ std::vector<LostRank> JobResult::news() const {
   return out;
 }
 
+std::string restart_futility(const JobResult& result) {
+  if (result.interrupted_by || result.failures.empty() || result.lost_first()) return "";
+  // The watch ended the job: ranks that did not start or end in time may on another try.
+  if (result.verdict && result.verdict->reason != RankWatch::Reason::teardown) return "";
+  const RankReport& first = result.failures.front();
+  const std::string who =
+      fmt::format("rank {} (host {}, local rank {})", first.rank, first.host, first.local_rank);
+  // 126 and 127: exec failed (as in a shell); 1: the step could not set the rank up (no
+  // GPU where the plan has GPU ranks, a topology it cannot bind to). Either is said on the
+  // rank's stderr. Anything else before a start (the step killed) may not happen again.
+  const bool setup_code = !first.signaled && (first.code == 1 || first.code == 126 || first.code == 127);
+  if (result.started.count(first.rank) == 0 && setup_code) {
+    return fmt::format("{} could not start its program ({}), and a restart would start it the same way", who,
+                       describe_status(first));
+  }
+  if (!first.signaled && first.code == usage_exit_code) {
+    return fmt::format("{} exited with code {}, a usage error (its command line or input was refused), which a "
+                       "restart would repeat", who, usage_exit_code);
+  }
+  return "";
+}
+
 JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
                   Lifelines* lifelines) {
   // An explicit kill must stop the job even when the shell started us with SIGINT
@@ -200,6 +222,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     for (const auto& h : hellos) lifelines->adopt(h, now);
     for (const auto& r : reports) {
       if (r.failed()) result.failures.push_back(r);
+      if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
       if (watch) watch->record(r, now);
     }
   };

@@ -20,6 +20,7 @@
 #include "report.hpp"
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@ struct JobResult {
     size_t failures_before = 0;  // how many of `failures` had arrived when it was found
   };
   std::vector<Loss> lost;  // lost or unreachable ranks, in the order found
+  std::set<int> started;   // ranks whose program started (exec succeeded), from their reports
   // What mpirun wrote about the failure that the launcher reports itself (the MPI_ABORT
   // banner and the like, mpirun_output.hpp): held back from the user's terminal, to be
   // printed when the launcher has no account of its own.
@@ -46,6 +48,19 @@ struct JobResult {
   // Whether the first failure of the job was a loss.
   bool lost_first() const { return !lost.empty() && lost.front().failures_before == 0; }
 };
+
+// The exit code of a usage error: a command line or input refused before any work, by
+// the training programs (models/common/flags.hpp), by tarantella itself, and by convention
+// (getopt tools, shells). A restart gets the same command line and fails the same way.
+inline constexpr int usage_exit_code = 2;
+
+// Why starting the job again after it ended as `result` says would only fail the same way:
+// the first failure is a rank that exited with usage_exit_code, or one whose program never
+// started (exec failed: not found or not executable on its host, 127 or 126; the rank's
+// setup failed, 1).
+// "" when a restart may help (a crash, a signal, a lost host, a timeout, any other code).
+// Pure, for tests.
+std::string restart_futility(const JobResult& result);
 
 // `server` may be null (no reports); `watch` and `lifelines` may be null (nothing watched),
 // and are only useful with a server. Throws SystemError when mpirun cannot be started.

@@ -57,6 +57,7 @@ std::string version_text() {
 struct Attempt {
   int status = 0;
   bool interrupted = false;  // by the user's signal: not restarted
+  std::string futile;        // why a restart would fail the same way (tl::restart_futility); "": it may not
 };
 
 // "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost.
@@ -85,8 +86,55 @@ void print_losses(const std::vector<tl::LostRank>& lost) {
   }
 }
 
+// The account of how a job that was not interrupted ended (printed here), and its status.
+int job_status(const tl::JobResult& result) {
+  // What mpirun said about a failure is held back when a rank's program ended with its
+  // own message and the launcher names that rank below; otherwise (ranks that did not
+  // start, lost hosts, mpirun failing by itself) it may be the only account there is.
+  if (result.failures.empty() || result.lost_first()) std::fputs(result.mpirun_messages.c_str(), stderr);
+  const std::vector<tl::LostRank> news = result.news();
+  // The watch printed why it ended the job; what the ranks reported while they were being
+  // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
+  if (result.verdict && result.verdict->reason != tl::RankWatch::Reason::teardown) return exit_timed_out;
+  if (result.verdict && result.failures.empty() && result.lost.empty()) return exit_timed_out;
+  if (result.lost_first()) {
+    const tl::LostRank& first = result.lost.front().rank;
+    // The first line names it; the lines below say what lost or unreachable means.
+    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s\n", first.rank,
+                 first.host.c_str(), first.local_rank,
+                 first.kind == tl::LostRank::Kind::lost ? "lost" : "unreachable");
+    print_losses(news);
+    return exit_lost;
+  }
+  if (!result.failures.empty()) {
+    const tl::RankReport& first = result.failures.front();
+    std::string more;
+    if (result.failures.size() > 1) {
+      more = fmt::format("; {} more rank{} ended abnormally after it", result.failures.size() - 1,
+                         result.failures.size() == 2 ? "" : "s");
+    }
+    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s%s\n", first.rank,
+                 first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
+    print_losses(news);
+    return tl::shell_status(first);
+  }
+  if (!news.empty()) {
+    print_losses(news);
+    return exit_lost;
+  }
+  const int st = result.mpirun_status;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+  if (WIFSIGNALED(st)) {
+    std::fprintf(stderr, "tarantella: mpirun was killed by signal %d\n", WTERMSIG(st));
+    return 128 + WTERMSIG(st);
+  }
+  std::fprintf(stderr, "tarantella: mpirun failed with exit code %d (no rank reported a failure)\n",
+               WEXITSTATUS(st));
+  return WEXITSTATUS(st);
+}
+
 // One run of the job: the report server, the watch and the lifelines, mpirun, and the
-// account of how it ended (printed here).
+// account of how it ended.
 Attempt run_attempt(const std::vector<std::string>& command, const std::string& host,
                     const std::vector<tl::RankSlot>& slots, const tl::WatchLimits& limits, double heartbeat_s) {
   auto server = tl::ReportServer::open(host, heartbeat_s);
@@ -104,50 +152,8 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
   const tl::JobResult result =
       tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr, lifelines ? &*lifelines : nullptr);
 
-  if (result.interrupted_by) return {128 + *result.interrupted_by, true};
-  // What mpirun said about a failure is held back when a rank's program ended with its
-  // own message and the launcher names that rank below; otherwise (ranks that did not
-  // start, lost hosts, mpirun failing by itself) it may be the only account there is.
-  if (result.failures.empty() || result.lost_first()) std::fputs(result.mpirun_messages.c_str(), stderr);
-  const std::vector<tl::LostRank> news = result.news();
-  // The watch printed why it ended the job; what the ranks reported while they were being
-  // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
-  if (result.verdict && result.verdict->reason != tl::RankWatch::Reason::teardown) return {exit_timed_out};
-  if (result.verdict && result.failures.empty() && result.lost.empty()) return {exit_timed_out};
-  if (result.lost_first()) {
-    const tl::LostRank& first = result.lost.front().rank;
-    // The first line names it; the lines below say what lost or unreachable means.
-    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s\n", first.rank,
-                 first.host.c_str(), first.local_rank,
-                 first.kind == tl::LostRank::Kind::lost ? "lost" : "unreachable");
-    print_losses(news);
-    return {exit_lost};
-  }
-  if (!result.failures.empty()) {
-    const tl::RankReport& first = result.failures.front();
-    std::string more;
-    if (result.failures.size() > 1) {
-      more = fmt::format("; {} more rank{} ended abnormally after it", result.failures.size() - 1,
-                         result.failures.size() == 2 ? "" : "s");
-    }
-    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s%s\n", first.rank,
-                 first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
-    print_losses(news);
-    return {tl::shell_status(first)};
-  }
-  if (!news.empty()) {
-    print_losses(news);
-    return {exit_lost};
-  }
-  const int st = result.mpirun_status;
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return {0};
-  if (WIFSIGNALED(st)) {
-    std::fprintf(stderr, "tarantella: mpirun was killed by signal %d\n", WTERMSIG(st));
-    return {128 + WTERMSIG(st)};
-  }
-  std::fprintf(stderr, "tarantella: mpirun failed with exit code %d (no rank reported a failure)\n",
-               WEXITSTATUS(st));
-  return {WEXITSTATUS(st)};
+  if (result.interrupted_by) return {128 + *result.interrupted_by, true, ""};
+  return {job_status(result), false, tl::restart_futility(result)};
 }
 
 int launch(const std::vector<std::string>& args) {
@@ -163,7 +169,13 @@ int launch(const std::vector<std::string>& args) {
 
   const tl::Environment env = tl::current_environment();
   const tl::WatchLimits limits = tl::watch_limits(options, env);
-  tl::check_program(options.program.front(), env);
+  try {
+    tl::check_program(options.program.front(), env);
+  } catch (const tl::InputError& e) {
+    // A dry run only prints the plan, maybe for another machine (as with the limits below).
+    if (!options.dry_run) throw;
+    warn(fmt::format("{} (a run stops here; --dry-run only prints the plan)", e.what()));
+  }
   const std::string mpirun = tl::resolve_mpirun(options.mpirun, TNT_MPIEXEC, env);
   const tl::HostSelection hosts = tl::select_hosts(options, env);
   const int gpus = options.no_gpu ? 0 : tl::count_gpus(env);
@@ -262,6 +274,11 @@ int launch(const std::vector<std::string>& args) {
         std::fprintf(stderr, "tarantella: the job failed with no restart left (%d of %d used)\n", attempt,
                      options.max_restarts);
       }
+      return a.status;
+    }
+    if (!a.futile.empty()) {
+      std::fprintf(stderr, "tarantella: no restart tried (%d of %d left): %s\n", options.max_restarts - attempt,
+                   options.max_restarts, a.futile.c_str());
       return a.status;
     }
     std::fprintf(stderr, "tarantella: restarting the whole job (restart %d of %d, TNT_RESTART=%d)\n", attempt + 1,

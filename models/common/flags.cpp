@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -141,6 +142,13 @@ std::string ProgramFlags::first_problem(int argc, char** argv) const {
     if (word.size() < 2 || word[0] != '-') continue;
     const bool long_form = word[1] == '-';
     const size_t eq = word.find('=');
+    // absl and the original tutorials take -batch_size=64 as well: name the fix.
+    if (!long_form && word.size() > 2) {
+      const std::string single = word.substr(1, eq == std::string::npos ? std::string::npos : eq - 1);
+      if (single.size() > 1 && kinds_.count(single)) {
+        return fmt::format("{}: flags take two dashes: -{}", word, word);
+      }
+    }
     const std::string name =
         long_form ? word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2) : word.substr(1, 1);
     const std::string shown = (long_form ? "--" : "-") + name;
@@ -282,6 +290,15 @@ Verdict check_model_dir_on_master(const ModelDir& dir) {
     return {remove_outputs(dir, found, "restart")};
   }
   if (!found.empty() && !dir.resume && !dir.overwrite) {
+    // A run stopped before its first checkpoint (interrupted in epoch 1) leaves a history
+    // but nothing to continue from: --resume would only fail there.
+    const bool resumable =
+        dir.can_resume && !dir.checkpoint.empty() && std::find(found.begin(), found.end(), dir.checkpoint) != found.end();
+    if (dir.can_resume && !resumable) {
+      return {fmt::format("--model_dir={} holds an earlier run's {} but no checkpoint to resume from ({}): give "
+                          "--overwrite to replace it, or choose another --model_dir",
+                          dir.path, fmt::join(found, ", "), dir.checkpoint.empty() ? "none is written" : dir.checkpoint)};
+    }
     return {fmt::format("--model_dir={} already holds the output of an earlier run ({}): give {}--overwrite to replace "
                         "it, or choose another --model_dir",
                         dir.path, fmt::join(found, ", "),

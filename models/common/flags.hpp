@@ -91,7 +91,8 @@ class ProgramFlags {
   // An exit status when the program should end here: 0 after printing --help, 2 after a
   // command line that does not parse ("<program>: <why> (see --help)" on stderr): a value
   // that is not one of its flag's ("--batch_size=abc: expected a whole number"), an unknown
-  // flag, a flag without its value, a stray word (every flag is --name=value). Every rank ends so; only the
+  // flag ("-batch_size=64: flags take two dashes: --batch_size=64" for one written with absl's
+  // single dash), a flag without its value, a stray word (every flag is --name=value). Every rank ends so; only the
   // first prints it (TNT_RANK, else Open MPI's rank, unset or 0), once for the whole job.
   std::optional<int> parse(int argc, char** argv);
 
@@ -128,8 +129,9 @@ struct ModelDir {
 // verdict. A directory holding any of them is refused unless the run continues it
 // (--resume) or replaces it (--overwrite: the master then removes those outputs, so a run
 // that fails early leaves no mix of old and new). Throws tnt::InputError on every rank
-// alike, naming the directory and the choices, when it is refused, when it cannot be
-// created, or for --resume together with --overwrite.
+// alike, naming the directory and the choices (--resume only when `checkpoint` is there: a
+// run stopped in its first epoch leaves a history.csv and nothing to resume from), when it is
+// refused, when it cannot be created, or for --resume together with --overwrite.
 //
 // Restarts (tarantella --max-restarts): the launcher sets TNT_RUN_ID for every attempt of
 // one launch and TNT_RESTART to the attempt's number. The first attempt that gets past the

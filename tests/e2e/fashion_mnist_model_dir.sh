@@ -17,6 +17,10 @@
 #   existing_model_dir: a run without --resume in the directory of a trained model is
 #     refused before any training (non-zero exit, the directory and the choices named, both
 #     files left as they were); with --overwrite it trains from scratch in it.
+#   interrupted_first_epoch: what a run stopped in epoch 1 leaves (an empty history.csv, no
+#     checkpoint) is refused without suggesting --resume, which would only fail there: the
+#     message says there is no checkpoint to resume from and offers --overwrite; --overwrite
+#     then trains.
 source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
 [[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
 case_name=$3
@@ -117,6 +121,26 @@ case $case_name in
     got=$(csv_epochs)
     if [[ $got == "1 2" ]]; then fm_pass "overwrite: history.csv rows 1 2"; else fm_fail "overwrite: history.csv rows are epochs '$got', expected '1 2'"; fi
     if cmp -s "$ckpt" "$fm_tmp/good.safetensors"; then fm_fail "overwrite: the old checkpoint is still there"; else fm_pass "overwrite: a new checkpoint"; fi
+    ;;
+
+  interrupted_first_epoch)
+    # As SIGINT in epoch 1 leaves it: CSVLogger has opened history.csv, no epoch has ended.
+    mkdir -p "$model_dir"
+    : >"$csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=1
+    expect_exit "$case_name" failure
+    fm_expect_fixed "$case_name" "--model_dir=$model_dir holds an earlier run's history.csv but no checkpoint to resume \
+from (checkpoint.safetensors): give --overwrite to replace it, or choose another --model_dir" "the directory and the choices"
+    if grep -q -- "--resume" <<<"$fm_err"; then
+      fm_fail "$case_name: --resume suggested where there is no checkpoint"
+    else
+      fm_pass "$case_name: --resume not suggested"
+    fi
+    [[ -s $csv || -e $ckpt ]] && fm_fail "$case_name: the refused run wrote to the directory"
+    fm_run overwrite "${launch[@]}" -- "${small[@]}" --train_epochs=1 --overwrite
+    expect_exit overwrite 0
+    got=$(csv_epochs)
+    if [[ $got == "1" && -f $ckpt ]]; then fm_pass "overwrite: trained epoch 1"; else fm_fail "overwrite: history.csv rows '$got', checkpoint $([[ -f $ckpt ]] && echo present || echo missing)"; fi
     ;;
 
   *)

@@ -8,7 +8,8 @@
 #
 # not_a_value: values that are not of the flag's kind (nan, inf, words, 1.5abc, a negative
 #   seed, a number beyond the flag's range, a word for true/false), in all three programs.
-# unknown_or_incomplete: an unknown flag, a flag without its value, a stray word.
+# unknown_or_incomplete: an unknown flag, a flag without its value, a stray word, a flag
+#   written with one dash as absl takes it (-batch_size=64).
 # out_of_range: values that parse but make no sense: --verbose=7, resnet50's --image_size and
 #   --data_workers beyond their documented limits (which would otherwise end in an
 #   allocation or thread failure that names no flag).
@@ -84,6 +85,10 @@ case $case_name in
     expect fashion_mnist 2 "unexpected argument 'stray': flags are written --name=value" stray
     expect resnet50 2 "unexpected argument 'extra': flags are written --name=value" --use_synthetic_data extra
     expect transformer 2 "-q: no such flag" -q
+    expect fashion_mnist 2 "-batch_size=64: flags take two dashes: --batch_size=64" -batch_size=64
+    expect resnet50 2 "-use_synthetic_data: flags take two dashes: --use_synthetic_data" -use_synthetic_data
+    expect transformer 2 "-help: flags take two dashes: --help" -help
+    expect fashion_mnist 2 "-x: no such flag" -xbatch_size=64
     ;;
   out_of_range)
     expect fashion_mnist 1 "--verbose=7: expected 0 (silent), 1 (progress bar) or 2 (a line per epoch)" --verbose=7

@@ -195,3 +195,31 @@ TEST_CASE("cli: --heartbeat-timeout, --max-restarts and --launch-agent", "[cli]"
   CHECK_THAT(help_text(), Catch::Contains("--heartbeat-timeout SECONDS") && Catch::Contains("--max-restarts K") &&
                               Catch::Contains("--launch-agent CMD") && Catch::Contains("TNT_RESTART"));
 }
+
+TEST_CASE("cli: mpirun's -np is named, with tarantella's ways to a total", "[cli]") {
+  for (const Args& args : {Args{"-np", "4", "--", "p"}, Args{"-np4", "--", "p"}, Args{"--np", "4", "--", "p"},
+                           Args{"--np=4", "--", "p"}}) {
+    const std::string e = error_of(args);
+    INFO(args.front());
+    CHECK_THAT(e, Catch::Contains("4: tarantella has no -"));
+    CHECK_THAT(e, Catch::Contains("its -n is ranks per node"));
+    CHECK_THAT(e, Catch::Contains("For 4 ranks in all: -n 4 on this machine alone"));
+    CHECK_THAT(e, Catch::Contains("-H host1:K1,host2:K2 with K1 + K2 = 4"));
+  }
+  CHECK_THAT(error_of({"-np", "--", "p"}), Catch::StartsWith("-np: tarantella has no -np"));
+  // -n with a value that merely starts with p is still -n's to judge.
+  CHECK(error_of({"-npx", "--", "p"}) == "-n/--n-per-node px: ranks per node must be a positive integer");
+}
+
+TEST_CASE("cli: --help says where -n's default comes from and --heartbeat-timeout's bounds", "[cli]") {
+  // As one line: cxxopts wraps the descriptions at 100 columns.
+  std::string help;
+  for (char c : help_text()) {
+    const bool space = c == ' ' || c == '\n';
+    if (!space || (!help.empty() && help.back() != ' ')) help += space ? ' ' : c;
+  }
+  CHECK_THAT(help, Catch::Contains("Ranks per node, on every host; not the total, unlike mpirun's -np"));
+  CHECK_THAT(help, Catch::Contains("(default: the host's slots, else the SLURM allocation's tasks on the node, else "
+                                   "the GPUs of this node, else 1 CPU rank)"));
+  CHECK_THAT(help, Catch::Contains("0: off; else at least 1)"));
+}

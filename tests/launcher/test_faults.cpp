@@ -220,3 +220,43 @@ TEST_CASE("faults: mpirun that does not end the job after a rank failed", "[inte
   CHECK_THAT(o.err, Catch::Contains("tarantella: " + rank_name(1) + ") failed first: exit code 3"));
   CHECK(stand_in.alive().empty());
 }
+
+TEST_CASE("faults: --max-restarts does not restart what a restart would repeat", "[integration][faults][restart]") {
+  ScratchDir dir;
+  // Each run appends a line: the count says how many attempts there were.
+  const std::string runs = dir.file("runs");
+  const std::string usage = dir.script("usage", fmt::format("echo ran >> {}\necho 'usage: bad flag' >&2\nexit 2", runs));
+  const Outcome o = tarantella({"--max-restarts", "2", "-n", "2", "--", usage}, 60s);
+  INFO(o.describe());
+  CHECK(o.exited(2));
+  CHECK_THAT(o.err, !Catch::Contains("restarting the whole job") && !Catch::Contains("no restart left"));
+  CHECK_THAT(o.err, Catch::Contains("tarantella: no restart tried (2 of 2 left): rank ") &&
+                        Catch::Contains(" exited with code 2, a usage error (its command line or input was "
+                                        "refused), which a restart would repeat"));
+  std::ifstream in(runs);
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) ++lines;
+  CHECK(lines == 2);  // one attempt of 2 ranks
+
+  // A script whose interpreter exists but cannot be executed passes the launcher's check
+  // and fails at exec on every rank (126).
+  const std::string interpreter = dir.file("interpreter");
+  std::ofstream(interpreter) << "#!/bin/sh\nexit 0\n";
+  const std::string program = dir.file("program");
+  std::ofstream(program) << "#!" << interpreter << "\n";
+  REQUIRE(::chmod(program.c_str(), 0755) == 0);
+  const Outcome never = tarantella({"--max-restarts", "1", "-n", "2", "--", program}, 60s);
+  INFO(never.describe());
+  CHECK(never.exited(126));
+  CHECK_THAT(never.err, !Catch::Contains("restarting the whole job"));
+  CHECK_THAT(never.err, Catch::Contains("tarantella: no restart tried (1 of 1 left): rank ") &&
+                            Catch::Contains(" could not start its program (exit code 126), and a restart would "
+                                            "start it the same way"));
+
+  // Any other failure is restarted as before.
+  const Outcome other = tarantella({"--max-restarts", "1", "-n", "2", "--", "/bin/sh", "-c", "exit 3"}, 60s);
+  INFO(other.describe());
+  CHECK(other.exited(3));
+  CHECK_THAT(other.err, Catch::Contains("restarting the whole job (restart 1 of 1, TNT_RESTART=1)") &&
+                            Catch::Contains("the job failed with no restart left (1 of 1 used)"));
+}

@@ -7,6 +7,7 @@
 #include "gpus.hpp"
 #include "plan.hpp"
 #include "process.hpp"
+#include "shell_words.hpp"
 #include "topology.hpp"
 
 #include <catch2/catch.hpp>
@@ -16,6 +17,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <sched.h>
 #include <sstream>
 #include <sys/stat.h>
@@ -365,6 +367,44 @@ TEST_CASE("integration: --dry-run prints the plan and the command and runs nothi
   CHECK_THAT(synthetic.out, Catch::Contains("--host a:4,b:4 -np 8"));
   CHECK_THAT(synthetic.out, Catch::Contains("-x PATH"));  // remote hosts get our PATH
   CHECK_THAT(synthetic.err, Catch::Contains("4 ranks per node on 2 NUMA nodes"));
+}
+
+// Every hostfiles/ example names the command it is for in a comment ("#   tarantella ...",
+// optionally "-> N + M = K ranks"): as a dry run, each plans, even for a program that
+// exists only on the cluster (./train), and gives the ranks it says.
+TEST_CASE("integration: the hostfiles/ comments' commands plan as a dry run", "[integration]") {
+  const std::string dir = std::string(TNT_SOURCE_DIR) + "/hostfiles/";
+  const std::regex comment(R"(^#\s+tarantella (.*?)(?:\s+->.*= (\d+) ranks)?\s*$)");
+  int commands = 0;
+  for (const char* name : {"two-nodes", "slots-form", "colon-form", "localhost"}) {
+    std::ifstream in(dir + name);
+    REQUIRE(in);
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (!std::regex_match(line, m, comment)) continue;
+      INFO(name << ": " << line);
+      ++commands;
+      std::vector<std::string> args = tl::split_shell_words(m[1].str());
+      for (auto& a : args) {
+        if (a.rfind("hostfiles/", 0) == 0) a = std::string(TNT_SOURCE_DIR) + "/" + a;
+      }
+      if (std::find(args.begin(), args.end(), "--dry-run") == args.end()) args.insert(args.begin(), "--dry-run");
+      const Outcome o = tarantella(args, tnt_test::clean_environment(), 20s);
+      INFO(o.describe());
+      CHECK(o.exited(0));
+      CHECK_THAT(o.out, Catch::Contains("command:\n"));
+      if (m[2].matched) CHECK_THAT(o.out, Catch::StartsWith(m[2].str() + " ranks on "));
+    }
+  }
+  CHECK(commands >= 4);
+  // A real run still refuses a program that is not there.
+  const Outcome run = tarantella({"--hostfile", dir + "colon-form", "--", "./no-such-train-tnt"});
+  CHECK(run.exited(2));
+  CHECK_THAT(run.err, Catch::Contains("tarantella: error: program './no-such-train-tnt': no such file"));
+  const Outcome dry = tarantella({"--dry-run", "-n", "2", "--", "./no-such-train-tnt"});
+  CHECK(dry.exited(0));
+  CHECK_THAT(dry.err, Catch::Contains("tarantella: warning: program './no-such-train-tnt': no such file (a run stops "
+                                      "here; --dry-run only prints the plan)"));
 }
 
 TEST_CASE("integration: --version and --help", "[integration]") {

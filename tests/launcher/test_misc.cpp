@@ -3,6 +3,7 @@
 #include "env_names.hpp"
 #include "error.hpp"
 #include "gpus.hpp"
+#include "job.hpp"
 #include "limits.hpp"
 #include "paths.hpp"
 #include "rank_setup.hpp"
@@ -265,4 +266,39 @@ TEST_CASE("limits: a plan is checked against open files, processes and PIDs", "[
   const SystemLimits here = current_limits();
   CHECK(here.open_files > 0);
   CHECK(here.open_files <= here.open_files_hard);
+}
+
+TEST_CASE("restart: a failure that a restart would repeat is named; others are not", "[restart]") {
+  JobResult r;
+  CHECK(restart_futility(r).empty());  // no failure at all
+  r.started = {0, 1};
+  r.failures = {{1, 1, "h2", false, 2}, {0, 0, "h1", true, SIGTERM}};
+  CHECK(restart_futility(r) == "rank 1 (host h2, local rank 1) exited with code 2, a usage error (its command line or "
+                               "input was refused), which a restart would repeat");
+  r.failures.front().code = 3;
+  CHECK(restart_futility(r).empty());
+  r.failures.front().signaled = true;  // signal 3 (SIGQUIT), not exit code 2 or 3
+  r.failures.front().code = 2;
+  CHECK(restart_futility(r).empty());
+  // A rank whose program never started: exec failed (127, 126) or the step's setup (1).
+  r.started = {0};
+  for (int code : {127, 126, 1}) {
+    r.failures.front() = {1, 1, "h2", false, code};
+    CHECK(restart_futility(r) == fmt::format("rank 1 (host h2, local rank 1) could not start its program (exit code "
+                                             "{}), and a restart would start it the same way", code));
+  }
+  r.failures.front() = {1, 1, "h2", true, SIGKILL};  // the step itself killed: may not happen again
+  CHECK(restart_futility(r).empty());
+  // A loss first, a timeout or the user's signal: a restart may help, or is not wanted.
+  r.failures.front() = {1, 1, "h2", false, 2};
+  r.lost.push_back({LostRank{1, 0, "h3"}, 0});
+  CHECK(restart_futility(r).empty());
+  r.lost.clear();
+  r.verdict = RankWatch::Verdict{RankWatch::Reason::start, "late"};
+  CHECK(restart_futility(r).empty());
+  r.verdict = RankWatch::Verdict{RankWatch::Reason::teardown, "mpirun lingered"};
+  CHECK_FALSE(restart_futility(r).empty());
+  r.verdict.reset();
+  r.interrupted_by = SIGINT;
+  CHECK(restart_futility(r).empty());
 }

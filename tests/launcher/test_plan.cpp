@@ -1,7 +1,15 @@
 #include "error.hpp"
 #include "plan.hpp"
+#include "shell_words.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <unistd.h>
 
 using namespace tnt::launcher;
 
@@ -130,4 +138,52 @@ TEST_CASE("plan: local hosts", "[plan]") {
   CHECK(is_local_host("vm.cluster", "vm"));
   CHECK(is_local_host("vm", "vm.cluster"));
   CHECK_FALSE(is_local_host("vm2", "vm"));
+}
+
+// docs/coming-from.md maps other launchers' command lines to tarantella's: each row whose
+// left side asks for a number of ranks (-np N, --nproc_per_node N on one machine), with
+// hosts (-H a:2,b:2) or without, must plan that many ranks on those hosts.
+TEST_CASE("plan: docs/coming-from.md's launcher mappings give the ranks they claim", "[plan][docs]") {
+  std::ifstream doc(std::string(TNT_SOURCE_DIR) + "/docs/coming-from.md");
+  REQUIRE(doc);
+  const std::regex row(R"(^\| (.*) \| `tarantella ([^`]*)` \|$)");
+  const std::regex total(R"((?:-np|--nproc_per_node) (\d+))");
+  const std::regex host_list(R"( -H ([^ `]+))");
+  int rows = 0;
+  for (std::string line; std::getline(doc, line);) {
+    std::smatch m, count, hosts;
+    if (!std::regex_match(line, m, row)) continue;
+    const std::string theirs = m[1], ours = m[2];
+    if (!std::regex_search(theirs, count, total)) continue;
+    INFO(line);
+    ++rows;
+    std::vector<std::string> args = split_shell_words(ours);
+    const auto sep = std::find(args.begin(), args.end(), "--");
+    REQUIRE(sep != args.end());
+    args.erase(sep + 1, args.end());
+    args.push_back("./train");
+    Options o = parse_command_line(args);
+    std::vector<std::string> named;  // the left side's hosts, in order
+    if (std::regex_search(theirs, hosts, host_list)) {
+      for (const auto& h : parse_host_list(hosts[1].str()).hosts) named.push_back(h.name);
+    }
+    // A hostfile in a mapping stands for the left side's hosts, one name per line.
+    const std::string hostfile = "/tmp/tnt_coming_from_hosts." + std::to_string(::getpid());
+    if (o.hostfile) {
+      std::ofstream(hostfile) << fmt::format("{}\n", fmt::join(named, "\n"));
+      o.hostfile = hostfile;
+    }
+    const LaunchPlan plan = make_plan(o, select_hosts(o, {}), 0, nullptr, "here");
+    CHECK(plan.ranks.size() == std::stoul(count[1]));
+    std::vector<std::string> planned;
+    for (const auto& h : plan.hosts) planned.push_back(h.name);
+    std::remove(hostfile.c_str());
+    if (!named.empty()) {
+      CHECK(planned == named);
+    } else {
+      CHECK(planned.size() == 1);
+      CHECK(plan.hosts.at(0).local);
+    }
+  }
+  CHECK(rows >= 3);
 }

@@ -206,6 +206,13 @@ int launch(const std::vector<std::string>& args) {
   spec.as_root = ::geteuid() == 0;
   spec.hosts = plan.hosts;
   spec.exports = tl::rank_exports(options, env);
+  // TNT_DEVICE of this environment is not passed on (the per-rank step sets each rank's):
+  // say so, unless this launcher runs inside a rank of another job, whose value is stale.
+  if (auto it = env.find(tl::env::device); it != env.end() && env.find(tl::env::launcher) == env.end()) {
+    warn(fmt::format("{}={} in this environment is not passed on: the launcher gives each rank its device (cuda:K "
+                     "by local rank where GPUs exist, else cpu; --no-gpu for CPU ranks on a GPU machine)",
+                     tl::env::device, it->second));
+  }
   spec.pass_by_name.push_back(tl::env::report_address);
   ::setenv(tl::env::stdout_is_tty, ::isatty(STDOUT_FILENO) == 1 ? "1" : "0", 1);
   spec.pass_by_name.push_back(tl::env::stdout_is_tty);

@@ -194,6 +194,22 @@ TEST_CASE("integration: the environment every rank gets", "[integration]") {
   CHECK_THAT(o.out, Catch::Contains("rank 0 PLAIN=yes") && Catch::Contains("rank 1 PLAIN=yes"));
 }
 
+TEST_CASE("integration: a TNT_DEVICE of the environment is named as not passed on", "[integration]") {
+  Env env = tnt_test::clean_environment();
+  env["TNT_DEVICE"] = "cuda:3";
+  auto o = tarantella({"-n", "1", "--", "/bin/sh", "-c", "echo \"device $TNT_DEVICE\""}, env);
+  INFO(o.describe());
+  REQUIRE(o.exited(0));
+  CHECK_THAT(o.err, Catch::Contains("tarantella: warning: TNT_DEVICE=cuda:3 in this environment is not passed on"));
+  CHECK_THAT(o.out, !Catch::Contains("device cuda:3"));
+  // Inside a rank of another job (TNT_LAUNCHER set) the value is that job's: no warning.
+  env["TNT_LAUNCHER"] = "1";
+  auto nested = tarantella({"-n", "1", "--", "/bin/true"}, env);
+  INFO(nested.describe());
+  REQUIRE(nested.exited(0));
+  CHECK_THAT(nested.err, !Catch::Contains("TNT_DEVICE"));
+}
+
 TEST_CASE("integration: success and the exit status of a failing rank", "[integration]") {
   SECTION("every rank exits 0") {
     auto o = tarantella({"-n", "2", "--", "/bin/true"});

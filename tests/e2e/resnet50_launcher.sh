@@ -11,6 +11,8 @@
 # imagenet_folders: a tiny ImageNet in the folder layout (written by TEST_RESNET50's hidden
 #   test case), one epoch of 3 steps and an evaluation: exit 0, history.csv with a
 #   validation accuracy.
+# truncated_jpeg: the tiny ImageNet with one training JPEG cut to 90% of its bytes ends
+#   with an error naming the file ("Premature end of JPEG file"), not a silent run.
 # missing_data_dir: --data_dir naming no directory ends with an error naming it.
 # diverged: an enormous learning rate ends with an error naming the step and the epoch,
 #   and no evaluation result.
@@ -109,6 +111,21 @@ case $case_name in
     else
       fail "history.csv missing or without val_accuracy in row 1:"; cat "$csv" 2>/dev/null
     fi
+    ;;
+  truncated_jpeg)
+    # One training image cut short inside its image data (libjpeg only warns and pads it
+    # with grey): the run ends with an error naming the file, on every rank's behalf.
+    [[ -x $writer ]] || { echo "FAIL: truncated_jpeg needs the test_resnet50 executable" >&2; exit 1; }
+    TNT_TINY_IMAGENET_DIR=$tmp/imagenet "$writer" "[.write_tiny_imagenet]" >"$tmp/writer.out" 2>&1 ||
+      { cat "$tmp/writer.out"; echo "FAIL: writing the tiny ImageNet"; exit 1; }
+    bad=$tmp/imagenet/train/n01443537/3.JPEG
+    size=$(stat -c %s "$bad")
+    truncate -s $((size * 9 / 10)) "$bad"
+    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --data_workers=2 --log_steps=0
+    expect_error "image '$bad': cannot decode JPEG: Premature end of JPEG file" "the file and the problem"
+    if grep -q '\.cpp:[0-9]' <<<"$out"; then fail "a source location in the output"; else pass "no source location"; fi
+    if [[ ! -e $tmp/model/history.csv ]] || [[ $(wc -l <"$tmp/model/history.csv") -le 1 ]]; then pass "no epoch recorded"; else fail "an epoch was recorded in history.csv"; fi
     ;;
   missing_data_dir)
     run --data_dir="$tmp/no_such_dir" --model_dir="$tmp/model"

@@ -11,7 +11,7 @@
 # manual_indivisible: --auto_data_dist=false with 7 sentences on 2 ranks is refused, naming
 #   the flag and the numbers; 8 sentences run.
 # bad_param_set, missing_vocab_file, batch_below_max_length: an error naming the flag and a
-#   non-zero exit.
+#   non-zero exit (batch_below_max_length also: one sentence per batch for 2 ranks).
 # bleu_files_mismatch: --bleu_source and --bleu_ref of different line counts, or one
 #   without the other, are refused before training.
 # resume: a second run in the same --model_dir is refused without --resume or --overwrite;
@@ -23,6 +23,11 @@
 #   cache (the default); the same checkpoint evaluated again with --decode_cache=false (the
 #   uncached reference) writes the very same translations.txt, and the translations are not
 #   all alike (else the comparison would mean little).
+# empty_translation: an untrained model whose last translation is empty: BLEU is scored,
+#   translations.txt has a line per source line, model.safetensors is written, and "Nothing
+#   to train" says the initial weights are evaluated (there is no checkpoint).
+# evaluation_fails: a failed evaluation after training (translations.txt cannot be written)
+#   ends with an error naming --model_dir, and model.safetensors is there.
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
 #   both BLEU lines are printed, translations.txt has one line per source line, and
 #   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
@@ -169,7 +174,7 @@ case $case_name in
     expect_error "the model and one training step need at least [0-9.]+ GiB per rank, more than the [0-9.]+ GiB of this host's memory shared by its 2 rank\(s\): [0-9]+ parameters \(--hidden_size=65536" "the size, the memory and --hidden_size"
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --max_length=65536 \
       --batch_size=131072 --model_dir="$tmp/m"
-    expect_error "need at least .* for 1 sentences of --max_length=65536 tokens \(--batch_size=131072 over 2 ranks\)" "--max_length and --batch_size"
+    expect_error "need at least .* for 1 sentence of --max_length=65536 tokens \(--batch_size=131072 over 2 ranks\)" "--max_length and --batch_size"
     if [[ ! -e $tmp/m/history.csv ]]; then pass "no history.csv"; else fail "history.csv written by a refused run"; fi
     # Sizes beyond the flags' bounds are refused by name.
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --num_hidden_layers=100000 --model_dir="$tmp/m"
@@ -182,6 +187,10 @@ case $case_name in
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --batch_size=100 --max_length=256 \
       --model_dir="$tmp/m"
     expect_error "--batch_size=100: fewer tokens than --max_length=256" "--batch_size and --max_length"
+    # One sentence per global batch, for 2 ranks.
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --batch_size=24 --max_length=24 \
+      --model_dir="$tmp/m"
+    expect_error "--batch_size=24: 1 sentence per global batch \(batch_size // max_length = 24 // 24\), fewer than the 2 ranks" "the sentences per batch and the ranks"
     ;;
   bleu_files_mismatch)
     corpus 20 5
@@ -301,6 +310,52 @@ case $case_name in
       pass "--decode_cache=maybe is refused, naming the flag"
     else
       fail "--decode_cache=maybe: exit $rc, or no '--decode_cache=maybe: expected true or false' line"
+    fi
+    ;;
+  empty_translation)
+    # The demo's corpus (600 pairs, 20 dev) and model (tiny, 6 + 6 layers) untrained: its
+    # translation of the last dev sentence is empty. That is a line scoring nothing, not a
+    # reason to fail after training: compute_bleu.py on the file would drop the blank last
+    # line and find 19 lines against 20.
+    corpus 600 20
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --bleu_source="$tmp/corpus/dev.en" \
+      --bleu_ref="$tmp/corpus/dev.de" --param_set=tiny --max_length=24 --batch_size=1536 --train_epochs=0 \
+      --model_dir="$tmp/m"
+    t=$tmp/m/translations.txt
+    # The premise: an empty translation at the file's start or end (else this case tests
+    # nothing and needs another corpus or seed).
+    if [[ -f $t ]] && { [[ -z $(head -n 1 "$t") ]] || [[ -z $(tail -n 1 "$t") ]]; }; then
+      pass "an empty translation at the start or end of translations.txt"
+    else
+      fail "premise: no empty first or last translation (the case needs another corpus or seed)"
+    fi
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    if [[ -f $t && $(wc -l <"$t") -eq 20 ]]; then pass "translations.txt has 20 lines, one per source line"; else fail "translations.txt missing or not 20 lines"; fi
+    for kind in uncased cased; do
+      if grep -Eq "^Bleu score \($kind\): [0-9]+\.[0-9]+" <<<"$out"; then pass "Bleu score ($kind) printed"; else fail "no 'Bleu score ($kind)'"; fi
+    done
+    if [[ -s $tmp/m/model.safetensors ]]; then pass "model.safetensors written"; else fail "no model.safetensors"; fi
+    # No checkpoint: the weights evaluated are the initial ones, not a checkpoint's.
+    if grep -q '^Nothing to train (--train_epochs=0): evaluating the initial weights$' <<<"$out"; then
+      pass "'Nothing to train' says what is evaluated"
+    else
+      fail "no 'Nothing to train (--train_epochs=0): evaluating the initial weights'"
+    fi
+    ;;
+  evaluation_fails)
+    # An evaluation that fails (translations.txt cannot be written: a directory stands where
+    # its temporary goes) ends the run with an error naming --model_dir, and the trained
+    # weights are in model.safetensors all the same.
+    corpus 64 5
+    mkdir -p "$tmp/m/translations.txt.tmp"
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=192 --num_sentences=64 \
+      --train_epochs=1 --bleu_source="$tmp/corpus/dev.en" --bleu_ref="$tmp/corpus/dev.de" --model_dir="$tmp/m"
+    expect_error "--model_dir=$tmp/m: cannot write $tmp/m/translations.txt.tmp" "--model_dir and the file"
+    if [[ -s $tmp/m/model.safetensors ]]; then pass "model.safetensors written before the evaluation"; else fail "no model.safetensors after a failed evaluation"; fi
+    if grep -q '^tokens/s: [0-9]* (8 sentences x 24 tokens per global batch, 2 ranks, 7 timed steps, ' <<<"$out"; then
+      pass "tokens/s line"
+    else
+      fail "no 'tokens/s: N (8 sentences x 24 tokens per global batch, 2 ranks, 7 timed steps, ...'"
     fi
     ;;
   *)

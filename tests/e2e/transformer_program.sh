@@ -28,6 +28,8 @@
 #   to train" says the initial weights are evaluated (there is no checkpoint).
 # evaluation_fails: a failed evaluation after training (translations.txt cannot be written)
 #   ends with an error naming --model_dir, and model.safetensors is there.
+# data_tool_inputs: transformer_data refuses train or dev files of different lengths before
+#   writing anything (no vocabulary left for a rerun to reuse); the corrected run builds it.
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
 #   both BLEU lines are printed, translations.txt has one line per source line, and
 #   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
@@ -357,6 +359,53 @@ case $case_name in
     else
       fail "no 'tokens/s: N (8 sentences x 24 tokens per global batch, 2 ranks, 7 timed steps, ...'"
     fi
+    ;;
+  data_tool_inputs)
+    # transformer_data checks its inputs before it writes anything: a target file one line
+    # short (train, then dev) is refused naming both files, and leaves no vocabulary and no
+    # shard; the corrected rerun builds the vocabulary from the right files instead of
+    # reusing one made from the wrong ones.
+    "$python" "$src_dir/scripts/make_demo_corpus" "$tmp/corpus" --train 100 --dev 5 >"$tmp/corpus.log" 2>&1 ||
+      { cat "$tmp/corpus.log"; echo "FAIL: making the corpus"; exit 1; }
+    c=$tmp/corpus
+    head -n 99 "$c/train.de" >"$c/short.de"
+    head -n 4 "$c/dev.de" >"$c/short_dev.de"
+    data_run() {  # ARGS...: transformer_data into $tmp/d
+      echo "+ $data_tool $*"
+      "$data_tool" --data_dir="$tmp/d" --target_vocab_size=1000 --train_shards=2 "$@" >"$tmp/stdout" 2>&1
+      rc=$?
+      out=$(cat "$tmp/stdout")
+      echo "--- exit status $rc:"
+      echo "$out"
+      echo "---"
+    }
+    nothing_written() {  # WHAT
+      if [[ ! -e $tmp/d/vocab.ende.1000 && -z $(ls "$tmp/d" 2>/dev/null) ]]; then pass "$1: nothing written"; else fail "$1: left $(ls "$tmp/d" 2>/dev/null | tr '\n' ' ')"; fi
+    }
+    data_run --train_source="$c/train.en" --train_target="$c/short.de" --dev_source="$c/dev.en" --dev_target="$c/dev.de"
+    if [[ $rc -ne 0 ]] && grep -q -- "the train files differ in length: '$c/short.de' ends after 99 lines (--train_target), '$c/train.en' has 100 lines (--train_source)" <<<"$out"; then
+      pass "train: refused, naming both files and their lengths"
+    else
+      fail "train: exit $rc, or no 'the train files differ in length: '.../short.de' ends after 99 lines (--train_target), ... has 100 lines (--train_source)'"
+    fi
+    nothing_written train
+    data_run --train_source="$c/train.en" --train_target="$c/train.de" --dev_source="$c/dev.en" --dev_target="$c/short_dev.de"
+    if [[ $rc -ne 0 ]] && grep -q -- "the dev files differ in length: '$c/short_dev.de' ends after 4 lines (--dev_target), '$c/dev.en' has 5 lines (--dev_source)" <<<"$out"; then
+      pass "dev: refused, naming both files and their lengths"
+    else
+      fail "dev: exit $rc, or no 'the dev files differ in length: ...'"
+    fi
+    nothing_written dev
+    data_run --train_source="$c/train.en" --train_target="$c/train.de" --dev_source="$c/dev.en" --dev_target="$c/dev.de" \
+      --dev_shards=1
+    if [[ $rc -eq 0 ]]; then pass "corrected: exit 0"; else fail "corrected: exit $rc"; fi
+    if grep -q "^vocabulary: building it from $c/train.en and $c/train.de" <<<"$out" && [[ -s $tmp/d/vocab.ende.1000 ]]; then
+      pass "corrected: the vocabulary is built, not reused"
+    else
+      fail "corrected: no 'vocabulary: building it from ...', or no vocabulary file"
+    fi
+    if grep -Eq '^dev: 5 sentence pairs \(.*\) in 1 shard wmt32k-dev-\*$' <<<"$out"; then pass "'in 1 shard'"; else fail "no 'dev: 5 sentence pairs (...) in 1 shard wmt32k-dev-*'"; fi
+    if ls "$tmp/d" | grep -q incomplete; then fail "an .incomplete file left"; else pass "no .incomplete file left"; fi
     ;;
   *)
     echo "unknown case $case_name" >&2

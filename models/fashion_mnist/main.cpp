@@ -122,8 +122,8 @@ int main(int argc, char** argv) {
     const int64_t share = common.batch_size / tnt::size();
     const bool even = common.batch_size % tnt::size() == 0;
     if (micro_batch != 0 && even) {
-      TNT_INPUT_CHECK(micro_batch == share, "--micro_batch_size={}: must be 0 or --batch_size={} / {} ranks = {}",
-                      micro_batch, common.batch_size, tnt::size(), share);
+      TNT_INPUT_CHECK(micro_batch == share, "--micro_batch_size={}: must be 0 or --batch_size={} / {} = {}",
+                      micro_batch, common.batch_size, tnt_models::count_of(tnt::size(), "rank"), share);
     }
     TNT_INPUT_CHECK(micro_batch == 0 || even,
                     "--micro_batch_size={}: must be 0 when --batch_size={} does not divide evenly over {} ranks (they "

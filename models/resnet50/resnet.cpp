@@ -1,5 +1,7 @@
 #include "resnet.hpp"
 
+#include "common/wording.hpp"
+
 #include <tarantella/check.hpp>
 #include <tarantella/layers.hpp>
 
@@ -124,8 +126,8 @@ std::string describe_lr_schedule(int64_t global_batch, int64_t epoch_size, int64
     steps.push_back(std::to_string(e * steps_per_epoch));
   }
   const std::string warmup =
-      warmup_epochs > 0 ? fmt::format(", linear warmup over {} epoch{} = {} steps", warmup_epochs,
-                                      warmup_epochs == 1 ? "" : "s", warmup_epochs * steps_per_epoch)
+      warmup_epochs > 0 ? fmt::format(", linear warmup over {} = {}", count_of(warmup_epochs, "epoch"),
+                                      count_of(warmup_epochs * steps_per_epoch, "step"))
                         : std::string(", no warmup");
   return fmt::format("{:g} ({:g} per 256 images, global batch {}){}, then {} after epochs {} = steps {}", rate,
                      base_lr_per_256, global_batch, warmup, fmt::join(later, ", "), fmt::join(epochs, ", "),

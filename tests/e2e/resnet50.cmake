@@ -3,7 +3,7 @@
 # synthetic data. Everything runs at image size 32: a few seconds, not minutes.
 set(_rn_src ${PROJECT_SOURCE_DIR}/models/resnet50)
 tnt_add_test(NAME resnet50 SOURCES test_resnet50.cpp ${_rn_src}/resnet.cpp TIMEOUT 300 LABELS e2e)
-target_include_directories(test_resnet50 PRIVATE ${_rn_src})
+target_include_directories(test_resnet50 PRIVATE ${_rn_src} ${PROJECT_SOURCE_DIR}/models)  # common/wording.hpp
 target_compile_definitions(test_resnet50 PRIVATE TNT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # One thread: on a loaded 2-core machine oneDNN's OpenMP threads wait on each other, and the
 # file took 57 s with 2 threads against 12 s with 1 (load average 4.5).

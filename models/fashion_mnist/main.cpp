@@ -5,6 +5,7 @@
 // The model is the CNN of the PyTorch tutorial (conv1, conv2, fc1, fc2) or an MLP (fc1, fc2,
 // fc3); parameter names match the same PyTorch module, so the checkpoint loads there.
 #include "common/flags.hpp"
+#include "common/wording.hpp"
 
 #include <tarantella/tarantella.hpp>
 
@@ -62,6 +63,19 @@ std::shared_ptr<tnt::Sequential> make_mlp() {
   return net;
 }
 
+// The logs of the last epoch that ended (the same on every rank: they are allreduced, so
+// every rank decides alike whether to evaluate again).
+class LastEpochLogs : public tnt::Callback {
+ public:
+  LastEpochLogs() : tnt::Callback(Ranks::all) {}
+  void on_epoch_end(int e, const tnt::Logs& l) override {
+    epoch = e;
+    logs = l;
+  }
+  int epoch = -1;  // 0-based; -1: none ended
+  tnt::Logs logs;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,8 +122,8 @@ int main(int argc, char** argv) {
     const int64_t share = common.batch_size / tnt::size();
     const bool even = common.batch_size % tnt::size() == 0;
     if (micro_batch != 0 && even) {
-      TNT_INPUT_CHECK(micro_batch == share, "--micro_batch_size={}: must be 0 or --batch_size={} / {} ranks = {}",
-                      micro_batch, common.batch_size, tnt::size(), share);
+      TNT_INPUT_CHECK(micro_batch == share, "--micro_batch_size={}: must be 0 or --batch_size={} / {} = {}",
+                      micro_batch, common.batch_size, tnt_models::count_of(tnt::size(), "rank"), share);
     }
     TNT_INPUT_CHECK(micro_batch == 0 || even,
                     "--micro_batch_size={}: must be 0 when --batch_size={} does not divide evenly over {} ranks (they "
@@ -184,7 +198,8 @@ int main(int argc, char** argv) {
 
     if (tnt::is_master_rank() && common.verbose > 0) {
       tnt::print("{}", net->summary());
-      tnt::print("{} ranks, global batch {}, {} training samples, {} test samples", tnt::size(), common.batch_size,
+      tnt::print("{}, global batch {}, {} training samples, {} test samples",
+                 tnt_models::count_of(tnt::size(), "rank"), common.batch_size,
                  n_train, test.images.dim(0));
     }
 
@@ -204,16 +219,26 @@ int main(int argc, char** argv) {
     // A diverged run (NaN or infinite loss) ends here with an error naming the step, before
     // the epoch's history row and checkpoint: exit status 1, the last good checkpoint kept.
     auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
-    fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss")};
+    auto last_epoch = std::make_shared<LastEpochLogs>();
+    fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), last_epoch};
     if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir));
     tnt::History history = model.fit(train_data, fit);
 
-    tnt::EvaluateOptions ev;
-    ev.batch_size = common.batch_size;
-    ev.verbose = common.verbose;  // announced, like fit's validation passes
-    tnt::Logs result = model.evaluate(test_data, ev);
+    // The last epoch validated on the test set with the final weights (fit validates after
+    // the last epoch whatever --epochs_between_evals says): its numbers are the test result.
+    // Only when no epoch ran here (a --resume at --train_epochs) is the test set evaluated.
+    tnt::Logs result;
+    const tnt::Logs& last = last_epoch->logs;
+    if (last_epoch->epoch + 1 == common.train_epochs && last.count("val_loss") && last.count("val_accuracy")) {
+      result = {{"loss", last.at("val_loss")}, {"accuracy", last.at("val_accuracy")}};
+    } else {
+      tnt::EvaluateOptions ev;
+      ev.batch_size = common.batch_size;
+      ev.verbose = common.verbose;  // announced, like fit's validation passes
+      result = model.evaluate(test_data, ev);
+    }
     model.save_checkpoint(checkpoint, std::max(common.train_epochs, initial_epoch));
-    tnt::print("Test loss: {:.4f}  test accuracy: {:.4f}  ({} epochs, {} ranks)", result["loss"], result["accuracy"],
-               common.train_epochs, tnt::size());
+    tnt::print("Test loss: {:.4f}  test accuracy: {:.4f}  ({}, {})", result["loss"], result["accuracy"],
+               tnt_models::count_of(common.train_epochs, "epoch"), tnt_models::count_of(tnt::size(), "rank"));
   });
 }

@@ -25,6 +25,7 @@
 #include "resnet.hpp"
 
 #include "common/flags.hpp"
+#include "common/wording.hpp"
 
 #include <tarantella/imagenet.hpp>
 #include <tarantella/tarantella.hpp>
@@ -103,13 +104,18 @@ tnt::Dataset synthetic_device_batches(int64_t global_batch, int64_t steps, int64
 
 // Images per second from step timing (as the TF Model Garden's TimeHistory): the time
 // between the ends of consecutive steps of one epoch, so the first step of each epoch (warm
-// up, validation before it) is not counted. Prints every log_steps steps and a summary at
-// the end.
+// up, validation before it) is not counted. Prints every log_steps timed steps, a window
+// that never spans two epochs ("step 11: ... over the last 10 steps (2 to 11)": steps are
+// counted from 1 over the whole run, as the epoch line's), and a summary at the end.
 class ThroughputLogger : public tnt::Callback {
  public:
   ThroughputLogger(int64_t global_batch, int64_t log_steps)
       : tnt::Callback(Ranks::master), global_batch_(global_batch), log_steps_(log_steps) {}
-  void on_epoch_begin(int, const tnt::Logs&) override { have_last_ = false; }
+  void on_epoch_begin(int, const tnt::Logs&) override {
+    have_last_ = false;
+    window_seconds_ = 0;
+    window_steps_ = 0;
+  }
   void on_train_batch_end(int64_t, const tnt::Logs& logs) override {
     double t = now();
     if (have_last_) {
@@ -122,8 +128,11 @@ class ThroughputLogger : public tnt::Callback {
     have_last_ = true;
     if (log_steps_ > 0 && window_steps_ >= log_steps_) {
       auto loss = logs.find("loss");
-      tnt::print("step {}: {:.1f} images/s over the last {} steps, loss {:.4f}", model_->global_step(),
-                 images_per_second(window_seconds_, window_steps_), window_steps_,
+      // global_step() counts this step already: the window is its last window_steps_ steps.
+      const int64_t last = model_->global_step();
+      tnt::print("step {}: {:.1f} images/s over the last {}{}, loss {:.4f}", last,
+                 images_per_second(window_seconds_, window_steps_), tnt_models::count_of(window_steps_, "step"),
+                 window_steps_ > 1 ? fmt::format(" ({} to {})", last - window_steps_ + 1, last) : std::string(),
                  loss == logs.end() ? 0.0 : loss->second);
       window_seconds_ = 0;
       window_steps_ = 0;
@@ -134,9 +143,9 @@ class ThroughputLogger : public tnt::Callback {
       tnt::print("images/s: not measured (fewer than 2 steps in an epoch)");
       return;
     }
-    tnt::print("images/s: {:.1f} (global batch {}, {} ranks, {} timed steps, {:.1f} ms/step)",
-               images_per_second(total_seconds_, total_steps_), global_batch_, tnt::size(), total_steps_,
-               1e3 * total_seconds_ / static_cast<double>(total_steps_));
+    tnt::print("images/s: {:.1f} (global batch {}, {}, {}, {:.1f} ms/step)",
+               images_per_second(total_seconds_, total_steps_), global_batch_, tnt_models::count_of(tnt::size(), "rank"),
+               tnt_models::count_of(total_steps_, "timed step"), 1e3 * total_seconds_ / static_cast<double>(total_steps_));
     if (tnt::default_device().is_cuda()) {
       // What the caching allocator handed out at most (scripts/bench/resnet50_gpu reads it).
       tnt::print("peak GPU memory: {} MiB", tnt::memory_stats(tnt::default_device()).peak_bytes >> 20);
@@ -172,7 +181,9 @@ int main(int argc, char** argv) {
        "build/bin/resnet50 --use_synthetic_data --image_size=64 --batch_size=32 --train_steps=20 \\\n"
        "--data_format=channels_first   (NCHW activations instead of the default NHWC)"},
       {.data_dir = "",
-       .data_dir_help = "ImageNet directory (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG)",
+       .data_dir_help = "ImageNet directory: JPEG class folders (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG), or "
+                        "TFRecord shards (train-00000-of-01024 ..., validation-00000-of-00128 ...; labels 1-based, "
+                        "as the Inception scripts write them)",
        .model_dir = "./resnet50_model",
        .model_dir_help = "where history.csv, checkpoint.safetensors and model.safetensors go",
        .batch_size = 256,
@@ -195,7 +206,7 @@ int main(int argc, char** argv) {
     ("data_format", "channels_first or channels_last (also nchw/contiguous, nhwc): the memory format of the activations between the convolutional layers (default channels_last, faster on GPUs and CPUs)", cxxopts::value<std::string>()->default_value(""))
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
-    ("log_steps", "print images/s every this many steps (0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
+    ("log_steps", "print images/s every this many timed steps (an epoch's first step is not timed; 0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
     ("data_workers", "threads decoding and augmenting images on each rank (1 to 256)", cxxopts::value<int>()->default_value("4"));
   // clang-format on
   if (std::optional<int> status = flags.parse(argc, argv)) return *status;
@@ -221,6 +232,23 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(num_classes >= 2, "--num_classes={}: must be at least 2", num_classes);
     TNT_INPUT_CHECK(image_size >= 32, "--image_size={}: must be at least 32 (ResNet-50 downsamples by 32)", image_size);
     TNT_INPUT_CHECK(image_size <= kMaxImageSize, "--image_size={}: must be at most {}", image_size, kMaxImageSize);
+    {
+      // BatchNorm normalises each rank's micro-batch by its own statistics, which need more
+      // than one value per channel: in the last stage (layer4, maps of ceil(S / 32) pixels a
+      // side) a micro-batch of one 1x1 map has one. The smallest micro-batch is B // p (the
+      // ranks take B // p or B // p + 1 when p does not divide B); B < p is fit()'s error.
+      const int64_t map = (image_size + 31) / 32;
+      const int64_t smallest = common.batch_size / tnt::size();
+      const int64_t largest = (common.batch_size + tnt::size() - 1) / tnt::size();
+      TNT_INPUT_CHECK(smallest == 0 || smallest * map * map > 1,
+                      "--batch_size={} over {} gives {} a micro-batch of {}, and --image_size={} gives the last "
+                      "stage (layer4) feature maps of {}x{}: BatchNorm's training statistics need more than one value per "
+                      "channel (micro-batch x feature map > 1); give --batch_size at least {} (2 images per rank) or "
+                      "--image_size above 32",
+                      common.batch_size, tnt_models::count_of(tnt::size(), "rank"),
+                      smallest == largest ? "each rank" : "a rank", tnt_models::count_of(smallest, "image"), image_size,
+                      map, map, 2 * tnt::size());
+    }
     TNT_INPUT_CHECK(base_lr > 0, "--base_learning_rate={}: must be positive", base_lr);
     TNT_INPUT_CHECK(warmup_epochs >= 0, "--warmup_epochs={}: must be at least 0", warmup_epochs);
     TNT_INPUT_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label_smoothing={}: must be in [0, 1)",
@@ -249,6 +277,7 @@ int main(int argc, char** argv) {
     tnt::Dataset train_data, eval_data;
     std::optional<tnt::DistributedDataset> train_dist, eval_dist;
     int64_t epoch_size = 0;
+    int64_t eval_samples = 0;  // for the last line
     if (synthetic) {
       TNT_INPUT_CHECK(synthetic_samples >= common.batch_size,
                       "--synthetic_samples={}: smaller than one global batch (--batch_size={})", synthetic_samples,
@@ -264,6 +293,7 @@ int main(int argc, char** argv) {
       eval_data = synthetic_imagenet(synthetic_eval_samples, std::min(pool, synthetic_eval_samples), image_size,
                                      num_classes, common.seed + 1);
       epoch_size = synthetic_samples;
+      eval_samples = synthetic_eval_samples;
     } else {
       TNT_INPUT_CHECK(!common.data_dir.empty(),
                       "--data_dir is missing: give the ImageNet directory, or --use_synthetic_data");
@@ -277,6 +307,7 @@ int main(int argc, char** argv) {
       tnt::Dataset train_files = tnt::imagenet_dataset(common.data_dir, "train", train_opts);
       tnt::Dataset val_files = tnt::imagenet_dataset(common.data_dir, "val", val_opts);
       epoch_size = train_files.cardinality();
+      eval_samples = val_files.cardinality();
       TNT_INPUT_CHECK(epoch_size >= common.batch_size,
                       "--data_dir={}: {} training images, fewer than one global batch (--batch_size={})",
                       common.data_dir, epoch_size, common.batch_size);
@@ -315,8 +346,10 @@ int main(int argc, char** argv) {
     if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,
                  image_size, image_size);
-      tnt::print("{} ranks, global batch {}, {} training samples per epoch{}, {}", tnt::size(), common.batch_size,
-                 epoch_size, synthetic ? " (synthetic)" : "", schedule->describe());
+      tnt::print("{}, global batch {}, {} training samples per epoch{}", tnt_models::count_of(tnt::size(), "rank"),
+                 common.batch_size, epoch_size, synthetic ? " (synthetic)" : "");
+      tnt::print("learning rate: {}",
+                 tnt_models::describe_lr_schedule(common.batch_size, epoch_size, warmup_epochs, base_lr));
       tnt::print("data format: {}", memory_format == tnt::MemoryFormat::channels_last ? "channels_last"
                                                                                        : "channels_first");
       if (precision.mixed()) {
@@ -361,13 +394,15 @@ int main(int argc, char** argv) {
       model.save_weights(common.model_dir + "/model.safetensors");
     }
     if (model.loss_scaler().enabled() && common.verbose > 0) {
-      tnt::print("loss scaling: final scale {}, {} of {} steps skipped for overflow", model.loss_scaler().scale(),
-                 model.loss_scaler().skipped_steps(), model.global_step());
+      tnt::print("loss scaling: final scale {}, {} of {} skipped for overflow", model.loss_scaler().scale(),
+                 model.loss_scaler().skipped_steps(), tnt_models::count_of(model.global_step(), "step"));
     }
     if (!history.epochs.empty() && history.history.count("val_accuracy")) {
-      tnt::print("Evaluation: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, loss {:.4f} ({} steps, {} ranks)",
+      // The last validation, on the weights after the run's training steps.
+      tnt::print("Evaluation: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, loss {:.4f} ({}, after {}, {})",
                  history.last("val_accuracy"), history.last("val_top5_accuracy"), history.last("val_loss"),
-                 model.global_step(), tnt::size());
+                 tnt_models::count_of(eval_samples, "image"), tnt_models::count_of(model.global_step(), "training step"),
+                 tnt_models::count_of(tnt::size(), "rank"));
     }
   });
 }

@@ -1,5 +1,7 @@
 #include "resnet.hpp"
 
+#include "common/wording.hpp"
+
 #include <tarantella/check.hpp>
 #include <tarantella/layers.hpp>
 
@@ -96,12 +98,40 @@ bool is_batch_norm_parameter(const std::string& full_name) {
   return layer.size() >= 13 && layer.compare(layer.size() - 13, 13, ".downsample.1") == 0;
 }
 
+namespace {
+// The tutorial's boundaries (epochs) and the multipliers of the scaled rate between them.
+const std::vector<int64_t> kBoundaryEpochs = {30, 60, 80};
+const std::vector<double> kMultipliers = {1.0, 0.1, 0.01, 0.001};
+}  // namespace
+
 tnt::SchedulePtr make_lr_schedule(int64_t global_batch, int64_t epoch_size, int64_t warmup_epochs,
                                   double base_lr_per_256) {
   TNT_CHECK(global_batch > 0 && epoch_size >= global_batch,
             "make_lr_schedule: an epoch of {} samples holds no global batch of {}", epoch_size, global_batch);
-  return tnt::PiecewiseConstantWithWarmup::from_epochs(global_batch, epoch_size, warmup_epochs, {30, 60, 80},
-                                                       {1.0, 0.1, 0.01, 0.001}, base_lr_per_256);
+  return tnt::PiecewiseConstantWithWarmup::from_epochs(global_batch, epoch_size, warmup_epochs, kBoundaryEpochs,
+                                                       kMultipliers, base_lr_per_256);
+}
+
+std::string describe_lr_schedule(int64_t global_batch, int64_t epoch_size, int64_t warmup_epochs,
+                                 double base_lr_per_256) {
+  TNT_CHECK(global_batch > 0 && epoch_size >= global_batch,
+            "describe_lr_schedule: an epoch of {} samples holds no global batch of {}", epoch_size, global_batch);
+  // The same arithmetic as PiecewiseConstantWithWarmup::from_epochs.
+  const int64_t steps_per_epoch = epoch_size / global_batch;
+  const double rate = base_lr_per_256 * static_cast<double>(global_batch) / 256.0;
+  std::vector<std::string> later, epochs, steps;
+  for (size_t i = 1; i < kMultipliers.size(); ++i) later.push_back(fmt::format("{:g}", rate * kMultipliers[i]));
+  for (int64_t e : kBoundaryEpochs) {
+    epochs.push_back(std::to_string(e));
+    steps.push_back(std::to_string(e * steps_per_epoch));
+  }
+  const std::string warmup =
+      warmup_epochs > 0 ? fmt::format(", linear warmup over {} = {}", count_of(warmup_epochs, "epoch"),
+                                      count_of(warmup_epochs * steps_per_epoch, "step"))
+                        : std::string(", no warmup");
+  return fmt::format("{:g} ({:g} per 256 images, global batch {}){}, then {} after epochs {} = steps {}", rate,
+                     base_lr_per_256, global_batch, warmup, fmt::join(later, ", "), fmt::join(epochs, ", "),
+                     fmt::join(steps, ", "));
 }
 
 }  // namespace tnt_models

@@ -35,4 +35,11 @@ bool is_batch_norm_parameter(const std::string& full_name);
 tnt::SchedulePtr make_lr_schedule(int64_t global_batch, int64_t epoch_size, int64_t warmup_epochs,
                                   double base_lr_per_256);
 
+// make_lr_schedule's schedule in words, numbers in the shortest form ({:g}: 0.00125, not
+// 0.0012500000000000002): "0.0125 (0.1 per 256 images, global batch 32), linear warmup over
+// 5 epochs = 20 steps, then 0.00125, 0.000125, 1.25e-05 after epochs 30, 60, 80 = steps 120,
+// 240, 320".
+std::string describe_lr_schedule(int64_t global_batch, int64_t epoch_size, int64_t warmup_epochs,
+                                 double base_lr_per_256);
+
 }  // namespace tnt_models

@@ -19,12 +19,17 @@
 // beam search (models/transformer/beam_search.hpp; with a key/value cache unless
 // --decode_cache=false) and scored with BLEU against the reference. All ranks decode (batch
 // i of the length-sorted sentences on rank i % p) and the master gathers, writes
-// <model_dir>/translations.txt and prints the scores; no rank waits on a collective for
-// longer than the imbalance of that split.
+// <model_dir>/translations.txt (one line per source line) and prints the scores of the
+// translations it holds against the reference's lines (an empty translation is a line that
+// scores nothing; read back from the file, compute_bleu.py would drop it at the file's
+// start or end); no rank waits on a collective for longer than the imbalance of that split.
+// <model_dir>/model.safetensors is written after every fit() call, before its evaluation,
+// so a failed evaluation cannot lose the trained weights.
 #include "beam_search.hpp"
 #include "model.hpp"
 
 #include "common/flags.hpp"
+#include "common/wording.hpp"
 
 #include <tarantella/bleu.hpp>
 #include <tarantella/tarantella.hpp>
@@ -116,8 +121,9 @@ class TokenThroughput : public tnt::Callback {
   void on_train_end(const tnt::Logs&) override {
     if (steps_ == 0) return;
     const double tokens = static_cast<double>(sentences_ * max_length_ * steps_);
-    tnt::print("tokens/s: {:.0f} ({} sentences x {} tokens per global batch, {} ranks, {} timed steps, {:.1f} ms/step)",
-               tokens / seconds_, sentences_, max_length_, tnt::size(), steps_,
+    tnt::print("tokens/s: {:.0f} ({} x {} per global batch, {}, {}, {:.1f} ms/step)", tokens / seconds_,
+               tnt_models::count_of(sentences_, "sentence"), tnt_models::count_of(max_length_, "token"),
+               tnt_models::count_of(tnt::size(), "rank"), tnt_models::count_of(steps_, "timed step"),
                1e3 * seconds_ / static_cast<double>(steps_));
   }
 
@@ -157,10 +163,12 @@ void deserialize_translations(const std::string& text, std::vector<std::vector<i
 struct BleuInputs {
   std::string source, reference;
   std::vector<std::vector<int64_t>> encoded;  // source lines, EOS-terminated, cut to decode_max_length
+  std::vector<std::string> reference_lines;   // as compute_bleu.py reads the reference
 };
 
 // Translates the BLEU source on all ranks, gathers on the master, which writes
-// <model_dir>/translations.txt atomically and prints the scores. Collective.
+// <model_dir>/translations.txt atomically (one line per source line, empty ones included)
+// and prints the scores of its translations against the reference's lines. Collective.
 void evaluate_bleu(tnt_models::Translator& translator, const tnt::Subtokenizer& tokenizer, const BleuInputs& bleu,
                    int64_t decode_batch_size, const std::string& model_dir) {
   const auto start = std::chrono::steady_clock::now();
@@ -190,20 +198,27 @@ void evaluate_bleu(tnt_models::Translator& translator, const tnt::Subtokenizer& 
     try {
       const std::string path = model_dir + "/translations.txt";
       const std::string tmp = path + ".tmp";
+      std::vector<std::string> translations;
+      translations.reserve(all.size());
+      for (const auto& ids : all) translations.push_back(tokenizer.decode(ids));
       {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         TNT_INPUT_CHECK(out.good(), "--model_dir={}: cannot write {}", model_dir, tmp);
-        for (const auto& ids : all) out << tokenizer.decode(ids) << "\n";
+        for (const std::string& line : translations) out << line << "\n";
         out.flush();
         TNT_INPUT_CHECK(out.good(), "--model_dir={}: writing {} failed", model_dir, tmp);
       }
       fs::rename(tmp, path);
-      const tnt::BleuScores scores = tnt::bleu_on_files(bleu.reference, path);
+      // The translations in hand, line i for source line i (an empty one scores nothing),
+      // not the file read back: compute_bleu.py's reading strips blank lines at the file's
+      // ends, which would misalign the lines after an empty first or last translation.
+      const double uncased = tnt::bleu_on_lines(bleu.reference_lines, translations, /*case_sensitive=*/false);
+      const double cased = tnt::bleu_on_lines(bleu.reference_lines, translations, /*case_sensitive=*/true);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      tnt::print("Translated {} sentences of {} in {:.1f} s ({} ranks) into {}", all.size(), bleu.source, seconds,
-                 tnt::size(), path);
-      tnt::print("Bleu score (uncased): {}", tnt::format_bleu(scores.uncased));
-      tnt::print("Bleu score (cased): {}", tnt::format_bleu(scores.cased));
+      tnt::print("Translated {} of {} in {:.1f} s ({}) into {}", tnt_models::count_of(static_cast<int64_t>(all.size()), "sentence"),
+                 bleu.source, seconds, tnt_models::count_of(tnt::size(), "rank"), path);
+      tnt::print("Bleu score (uncased): {}", tnt::format_bleu(uncased));
+      tnt::print("Bleu score (cased): {}", tnt::format_bleu(cased));
     } catch (const std::exception& e) {
       verdict = e.what();
       if (verdict.empty()) verdict = "evaluation failed";
@@ -251,13 +266,14 @@ void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences
                   "the model and one training step need at least {:.1f} GiB per rank, more than the {:.1f} GiB of {}: "
                   "{:.0f} parameters (--hidden_size={}, --filter_size={}, --num_hidden_layers={}, {} subtokens) take "
                   "{:.1f} GiB with their gradients and Adam's moments, and one step's activations, attention weights "
-                  "(--num_heads={}) and logits for {:.0f} sentences of --max_length={} tokens (--batch_size={} over {} "
-                  "ranks) take {:.1f} GiB; make the model or the batch smaller",
+                  "(--num_heads={}) and logits for {} of --max_length={} tokens (--batch_size={} over {}) take {:.1f} "
+                  "GiB; make the model or the batch smaller",
                   (state + step) / gib, capacity / gib,
                   device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
                                   : fmt::format("{}'s memory", device.str()),
                   params, p.hidden_size, p.filter_size, p.num_hidden_layers, p.vocab_size, state / gib, p.num_heads,
-                  rows, p.max_length, batch_size, tnt::size(), step / gib);
+                  tnt_models::count_of(static_cast<int64_t>(rows), "sentence"), p.max_length, batch_size,
+                  tnt_models::count_of(tnt::size(), "rank"), step / gib);
 }
 
 }  // namespace
@@ -390,9 +406,9 @@ int main(int argc, char** argv) {
                     common.batch_size, p.max_length, p.max_length);
     const int64_t sentences = tnt::sentences_per_batch(common.batch_size, p.max_length);
     TNT_INPUT_CHECK(sentences >= tnt::size(),
-                    "--batch_size={}: {} sentences per global batch (batch_size // max_length = {} // {}), fewer than "
-                    "the {} ranks",
-                    common.batch_size, sentences, common.batch_size, p.max_length, tnt::size());
+                    "--batch_size={}: {} per global batch (batch_size // max_length = {} // {}), fewer than the {}",
+                    common.batch_size, tnt_models::count_of(sentences, "sentence"), common.batch_size, p.max_length,
+                    tnt_models::count_of(tnt::size(), "rank"));
     if (!auto_dist) {
       TNT_INPUT_CHECK(sentences % tnt::size() == 0,
                       "--auto_data_dist=false: a global batch of {} sentences (--batch_size={} // --max_length={}) does "
@@ -421,7 +437,7 @@ int main(int argc, char** argv) {
                     int64_t{1} << 24);
     check_fits_memory(p, sentences, precision.mixed(), common.batch_size);
 
-    BleuInputs bleu{args["bleu_source"].as<std::string>(), args["bleu_ref"].as<std::string>(), {}};
+    BleuInputs bleu{args["bleu_source"].as<std::string>(), args["bleu_ref"].as<std::string>(), {}, {}};
     TNT_INPUT_CHECK(bleu.source.empty() == bleu.reference.empty(),
                     "--bleu_source and --bleu_ref: give both (the sentences to translate and their references) or "
                     "neither");
@@ -430,7 +446,8 @@ int main(int argc, char** argv) {
       TNT_INPUT_CHECK(fs::is_regular_file(bleu.source), "--bleu_source={}: no such file", bleu.source);
       TNT_INPUT_CHECK(fs::is_regular_file(bleu.reference), "--bleu_ref={}: no such file", bleu.reference);
       const std::vector<std::string> lines = read_source_lines(bleu.source, "bleu_source");
-      const size_t refs = tnt::read_bleu_lines(bleu.reference).size();
+      bleu.reference_lines = tnt::read_bleu_lines(bleu.reference);
+      const size_t refs = bleu.reference_lines.size();
       TNT_INPUT_CHECK(lines.size() == refs, "--bleu_source={} has {} lines, --bleu_ref={} has {}: they must match",
                       bleu.source, lines.size(), bleu.reference, refs);
       TNT_INPUT_CHECK(!lines.empty(), "--bleu_source={}: no sentence", bleu.source);
@@ -500,9 +517,10 @@ int main(int argc, char** argv) {
       tnt::print("Transformer ({}): {} parameters, vocabulary {}, hidden {}, {} + {} layers, {} heads, filter {}",
                  param_set, net->parameter_count(), p.vocab_size, p.hidden_size, p.num_hidden_layers,
                  p.num_hidden_layers, p.num_heads, p.filter_size);
-      tnt::print("{} ranks, global batch {} tokens = {} sentences of {}, {} training sentences per epoch ({} read, {} "
+      tnt::print("{}, global batch {} tokens = {} of {}, {} training sentences per epoch ({} read, {} "
                  "longer than max_length dropped), {} data distribution, {}",
-                 tnt::size(), common.batch_size, sentences, p.max_length, data.size(), data.records_read,
+                 tnt_models::count_of(tnt::size(), "rank"), common.batch_size,
+                 tnt_models::count_of(sentences, "sentence"), p.max_length, data.size(), data.records_read,
                  data.dropped_too_long, auto_dist ? "automatic" : "manual", schedule->describe());
       if (precision.mixed()) {
         tnt::print("precision: {} compute, fp32 master weights{}", precision.name(),
@@ -528,6 +546,9 @@ int main(int argc, char** argv) {
         p.extra_decode_length, decode_cache);
     auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
     auto throughput = std::make_shared<TokenThroughput>(sentences, p.max_length);
+    // Weights only, under the PyTorch module's names (scripts/transformer_torch.py). Written
+    // before each evaluation: an evaluation that fails cannot lose the trained weights.
+    const std::string weights = common.model_dir + "/model.safetensors";
     // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.
     for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
       fit.initial_epoch = epoch;
@@ -536,15 +557,21 @@ int main(int argc, char** argv) {
       csv->set_columns({"loss", "learning_rate", "seconds"});
       fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};
       model.fit(train, fit);
+      model.save_weights(weights);
       if (model.stop_requested()) break;
       if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
     }
-    if (initial_epoch >= common.train_epochs && with_bleu) {
-      tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}): evaluating", initial_epoch,
-                 common.train_epochs);
-      evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
+    if (initial_epoch >= common.train_epochs) {
+      model.save_weights(weights);
+      if (with_bleu) {
+        if (continue_run) {
+          tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}): evaluating its weights",
+                     initial_epoch, common.train_epochs);
+        } else {
+          tnt::print("Nothing to train (--train_epochs={}): evaluating the initial weights", common.train_epochs);
+        }
+        evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
+      }
     }
-    // Weights only, under the PyTorch module's names (scripts/transformer_torch.py).
-    model.save_weights(common.model_dir + "/model.safetensors");
   });
 }

@@ -159,6 +159,14 @@ TEST_CASE("read_idx names the file in every error", "[idx]") {
   expect_error("empty", Bytes{}, "truncated");
   expect_error("gz-truncated", gzip(truncated), "truncated");
   expect_error("gz-longer", gzip(longer), "length mismatch");
+  // The numbers are the header's, not clamped to the file's size: 10000 labels declared,
+  // 5000 bytes there (the first 5008 bytes of a t10k labels file); 3 f64 values in 2 bytes.
+  Bytes cut_labels = {0, 0, 0x08, 1, 0, 0, 0x27, 0x10};
+  cut_labels.resize(8 + 5000, 7);
+  expect_error("cut-labels", cut_labels,
+               "truncated: 10000 values of u8 with dimensions (10000,) need 10000 data bytes, the file has 5000");
+  expect_error("cut-f64", Bytes{0, 0, 0x0E, 1, 0, 0, 0, 3, 1, 2},
+               "truncated: 3 values of f64 with dimensions (3,) need 24 data bytes, the file has 2");
 
   // Broken gzip: the compressed stream cut short, and a flipped byte (caught by the
   // deflate decoder or, failing that, by the CRC in the trailer).
@@ -188,7 +196,8 @@ TEST_CASE("read_idx names the file in every error", "[idx]") {
   // count saturates instead, so the file is "truncated", not a tensor of wrapped size.
   Bytes wrap = {0, 0, 0x08, 255};
   for (int k = 0; k < 255; ++k) wrap.insert(wrap.end(), {0xff, 0xff, 0xff, 0xff});
-  expect_error("wrap", wrap, "truncated");
+  expect_error("wrap", wrap, "truncated: dimensions (4294967295, 4294967295, ");
+  expect_error("wrap-end", wrap, ") of u8 need more than 2^64 data bytes, the file has 0");
   Bytes zero_dim = {0, 0, 0x08, 3, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff};
   write_bytes(dir.file("zero-dim"), zero_dim);
   CHECK(read_idx(dir.file("zero-dim")).numel() == 0);  // an empty tensor is a valid file

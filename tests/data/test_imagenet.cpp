@@ -240,6 +240,32 @@ TEST_CASE("JPEG encode/decode round trip and a non-JPEG input") {
   Bytes head(jpeg.begin(), jpeg.begin() + 200);
   msg = error_of([&] { decode_jpeg(head.data(), head.size(), "cut.jpg"); });
   CHECK_THAT(msg, Catch::Contains("cut.jpg"));
+  // Cut inside its image data: libjpeg only warns ("Premature end of JPEG file") and pads
+  // the rest with grey; PIL and TensorFlow refuse such a file, and so do we. A noisy image,
+  // so that the entropy-coded data are long enough to cut inside.
+  Tensor noise = Tensor::empty({64, 64, 3}, DType::u8);  // (H, W, 3)
+  for (int64_t i = 0; i < noise.numel(); ++i) noise.data<uint8_t>()[i] = static_cast<uint8_t>((i * 7919) % 251);
+  Bytes noisy = encode_jpeg(noise, 95);
+  REQUIRE(noisy.size() > 2000);
+  decode_jpeg(noisy.data(), noisy.size(), "noisy.jpg");  // whole: fine
+  Bytes cut_data(noisy.begin(), noisy.end() - static_cast<std::ptrdiff_t>(noisy.size() / 10));
+  msg = error_of([&] { decode_jpeg(cut_data.data(), cut_data.size(), "train/n01/cut_data.JPEG"); });
+  CHECK_THAT(msg, Catch::Contains("image 'train/n01/cut_data.JPEG'") && Catch::Contains("Premature end of JPEG file"));
+  CHECK_THROWS_AS(decode_jpeg(cut_data.data(), cut_data.size(), "cut_data.JPEG"), InputError);
+  for (int d : {2, 8}) CHECK_THROWS_AS(decode_jpeg(cut_data.data(), cut_data.size(), "cut_data.JPEG", d), InputError);
+  // Only the end marker missing (the last 2 bytes): libjpeg's decoder reads ahead past the
+  // last code and warns too; PIL refuses it as well ("image file is truncated (0 bytes not
+  // processed)").
+  Bytes no_eoi(noisy.begin(), noisy.end() - 2);
+  CHECK_THROWS_AS(decode_jpeg(no_eoi.data(), no_eoi.size(), "no_eoi.JPEG"), InputError);
+  // Damaged in the middle: a run of 0xff 0xd0 bytes (restart markers where none belong).
+  Bytes garbled = noisy;
+  for (size_t k = noisy.size() / 2; k < noisy.size() / 2 + 64; k += 2) {
+    garbled[k] = 0xff;
+    garbled[k + 1] = 0xd3;
+  }
+  msg = error_of([&] { decode_jpeg(garbled.data(), garbled.size(), "garbled.JPEG"); });
+  CHECK_THAT(msg, Catch::Contains("image 'garbled.JPEG'") && Catch::Contains("Corrupt JPEG data"));
 }
 
 TEST_CASE("image folders: listing, labels, shapes and pixels") {

@@ -24,8 +24,9 @@ endforeach()
 # diverged run keeps the last good checkpoint; history.csv has each epoch once (written by
 # the master alone, cut back to the checkpoint's epoch on --resume); a trained model is
 # replaced only with --overwrite; a run interrupted before its first checkpoint is not
-# offered --resume.
-foreach(_case diverged output_on_all_devices resume_after_crash existing_model_dir interrupted_first_epoch)
+# offered --resume; a --resume with nothing to train evaluates the test set.
+foreach(_case diverged output_on_all_devices resume_after_crash existing_model_dir interrupted_first_epoch
+        resume_nothing_to_train)
   add_test(NAME fashion_mnist.model_dir.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_model_dir.sh ${_fm_bins} ${_case})
   set_tests_properties(fashion_mnist.model_dir.${_case} PROPERTIES

@@ -14,6 +14,9 @@
 #   resume_after_crash: a crash between epoch 2's history row and its checkpoint (rebuilt
 #     by putting epoch 1's checkpoint back, and a row cut short), then --resume: history.csv
 #     has epochs 1, 2, 3 once each.
+#   resume_nothing_to_train: --resume at the checkpoint's epoch trains nothing; the test set
+#     is then evaluated (once), giving the first run's result (which reused its last
+#     validation).
 #   existing_model_dir: a run without --resume in the directory of a trained model is
 #     refused before any training (non-zero exit, the directory and the choices named, both
 #     files left as they were); with --overwrite it trains from scratch in it.
@@ -61,6 +64,18 @@ same_file() {  # NAME FILE COPY WHAT
 csv_epochs() { awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$csv"; }
 
 case $case_name in
+  resume_nothing_to_train)
+    train_good first 1 --verbose=2
+    first=$(sed -nE 's/^(Test loss: .*)  \(1 epoch, 2 ranks\)$/\1/p' <<<"$fm_out")
+    # The checkpoint is at epoch 1 = --train_epochs: no epoch runs, so no validation to
+    # reuse: the test set is evaluated once, with the checkpoint's weights.
+    fm_run resumed "${launch[@]}" -- "${small[@]}" --train_epochs=1 --resume --verbose=2
+    expect_exit resumed 0
+    n=$(grep -Ec '^Evaluating on 10000 samples' <<<"$fm_out")
+    if [[ $n -eq 1 ]]; then fm_pass "resumed: the test set evaluated once"; else fm_fail "resumed: $n evaluations, expected 1"; fi
+    again=$(sed -nE 's/^(Test loss: .*)  \(1 epoch, 2 ranks\)$/\1/p' <<<"$fm_out")
+    if [[ -n $first && $first == "$again" ]]; then fm_pass "resumed: the same test result ($again)"; else fm_fail "resumed: '$again', the first run's '$first'"; fi
+    ;;
   diverged)
     train_good good 1
     cp "$ckpt" "$fm_tmp/good.safetensors"

@@ -3,7 +3,7 @@
 # synthetic data. Everything runs at image size 32: a few seconds, not minutes.
 set(_rn_src ${PROJECT_SOURCE_DIR}/models/resnet50)
 tnt_add_test(NAME resnet50 SOURCES test_resnet50.cpp ${_rn_src}/resnet.cpp TIMEOUT 300 LABELS e2e)
-target_include_directories(test_resnet50 PRIVATE ${_rn_src})
+target_include_directories(test_resnet50 PRIVATE ${_rn_src} ${PROJECT_SOURCE_DIR}/models)  # common/wording.hpp
 target_compile_definitions(test_resnet50 PRIVATE TNT_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 # One thread: on a loaded 2-core machine oneDNN's OpenMP threads wait on each other, and the
 # file took 57 s with 2 threads against 12 s with 1 (load average 4.5).
@@ -13,13 +13,14 @@ if(NOT TARGET resnet50 OR NOT TARGET tarantella_launcher)
   return()
 endif()
 # Cases of resnet50_launcher.sh: a 2-rank synthetic run (exit 0, images/s, history.csv,
-# checkpoint), a 2-rank run on a tiny ImageNet in the folder layout (written by a hidden
-# case of test_resnet50), a 2-rank fp16 run (mixed precision, emulated on the CPU), and the
+# checkpoint), its step logs, schedule and evaluation line, a micro-batch of one 32x32 image
+# refused by name, a 2-rank run on a tiny ImageNet in the folder layout (written by a hidden
+# case of test_resnet50) and the same with a truncated JPEG (an error naming it), a 2-rank fp16 run (mixed precision, emulated on the CPU), and the
 # clear errors for a bad --dtype and a missing --data_dir; a diverged run stops with an error;
 # an earlier run's --model_dir is replaced only with --overwrite; without
 # --synthetic_eval_samples the evaluation is proportionate to what is trained; --data_format
 # channels_last gives channels_first's loss.
-foreach(_case synthetic_2_ranks imagenet_folders dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
+foreach(_case synthetic_2_ranks log_steps micro_batch_of_one imagenet_folders truncated_jpeg dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
               existing_model_dir synthetic_eval_default data_format)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh

@@ -5,13 +5,22 @@
 #
 # synthetic_2_ranks: synthetic data, 2 steps: exit 0, "images/s:" printed once (by the
 #   master), history.csv with its header and one row, checkpoint and exported weights.
+# log_steps: 5 steps logged every 2: the windows (steps 2-3, 4-5: an epoch's first step is
+#   not timed) named by their steps; the schedule in shortest numbers; the evaluation line
+#   gives its images and the training steps.
+# micro_batch_of_one: --batch_size=2 (or 3) on 2 ranks at --image_size=32 is refused before
+#   training, naming the flags (BatchNorm would see one value per channel in layer4);
+#   --image_size=64 trains.
 # dtype_fp16_2_ranks: --dtype=fp16 on CPU ranks (emulated mixed precision): exit 0, the
 #   precision and the loss-scaling summary printed once, a loss_scale column in history.csv.
 # dtype_bad: --dtype=fp8 ends with an error naming --dtype and the choices.
 # imagenet_folders: a tiny ImageNet in the folder layout (written by TEST_RESNET50's hidden
 #   test case), one epoch of 3 steps and an evaluation: exit 0, history.csv with a
 #   validation accuracy.
-# missing_data_dir: --data_dir naming no directory ends with an error naming it.
+# truncated_jpeg: the tiny ImageNet with one training JPEG cut to 90% of its bytes ends
+#   with an error naming the file ("Premature end of JPEG file"), not a silent run.
+# missing_data_dir: --data_dir naming no directory ends with an error naming it; --help
+#   names both layouts (JPEG folders, TFRecord shards).
 # diverged: an enormous learning rate ends with an error naming the step and the epoch,
 #   and no evaluation result.
 # synthetic_eval_default: without --synthetic_eval_samples, the evaluation is proportionate
@@ -64,8 +73,8 @@ case $case_name in
   synthetic_2_ranks)
     run "${common[@]}" --train_steps=2 --enable_checkpoint_and_export
     if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
-    n=$(grep -Ec '^images/s: [0-9.]+ \(global batch 4, 2 ranks, 1 timed steps' <<<"$out")
-    if [[ $n -eq 1 ]]; then pass "'images/s: ...' printed once"; else fail "'images/s: ... (global batch 4, 2 ranks, 1 timed steps' appears $n times, expected once"; fi
+    n=$(grep -Ec '^images/s: [0-9.]+ \(global batch 4, 2 ranks, 1 timed step, ' <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "'images/s: ...' printed once"; else fail "'images/s: ... (global batch 4, 2 ranks, 1 timed step, ' appears $n times, expected once"; fi
     n=$(grep -Ec '^ResNet-50 v1.5: 23528522 parameters' <<<"$out")
     if [[ $n -eq 1 ]]; then pass "the parameter count is printed once"; else fail "'ResNet-50 v1.5: 23528522 parameters' appears $n times"; fi
     csv=$tmp/model/history.csv
@@ -78,6 +87,39 @@ case $case_name in
     for f in checkpoint.safetensors model.safetensors; do
       if [[ -s $tmp/model/$f ]]; then pass "$f written"; else fail "$f missing"; fi
     done
+    ;;
+  log_steps)
+    # 5 steps, a log every 2 timed steps: step 1 is not timed, so the windows are steps 2-3
+    # and 4-5, named by the step that ends them.
+    run "${common[@]}" --train_steps=5 --log_steps=2
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    logs=$(grep -E '^step [0-9]+: ' <<<"$out" | sed -E 's/: [0-9.]+ images\/s/: R images\/s/; s/loss [0-9.]+/loss L/')
+    want=$'step 3: R images/s over the last 2 steps (2 to 3), loss L\nstep 5: R images/s over the last 2 steps (4 to 5), loss L'
+    if [[ $logs == "$want" ]]; then pass "the step logs name their windows"; else fail "step logs: '$logs', expected '$want'"; fi
+    if grep -Eq '^images/s: [0-9.]+ \(global batch 4, 2 ranks, 4 timed steps, ' <<<"$out"; then pass "4 timed steps in all"; else fail "no 'images/s: ... 4 timed steps'"; fi
+    # The schedule in shortest numbers: 0.1 * 4 / 256 = 0.0015625; times 0.1 is
+    # 0.00015625000000000003 in full.
+    lr_line="learning rate: 0.0015625 (0.1 per 256 images, global batch 4), linear warmup over 5 epochs = 1601455 steps, then 0.00015625, 1.5625e-05, 1.5625e-06 after epochs 30, 60, 80 = steps 9608730, 19217460, 25623280"
+    if grep -qxF "$lr_line" <<<"$out"; then pass "the schedule is printed in shortest numbers"; else fail "no line '$lr_line'"; fi
+    # The evaluation's own size, not the training steps, and the steps said as such.
+    if grep -Eq '^Evaluation: top-1 accuracy [0-9.]+, top-5 accuracy [0-9.]+, loss [0-9.]+ \(8 images, after 5 training steps, 2 ranks\)$' <<<"$out"; then
+      pass "the evaluation line gives its images and the training steps"
+    else
+      fail "no 'Evaluation: ... (8 images, after 5 training steps, 2 ranks)'"
+    fi
+    ;;
+  micro_batch_of_one)
+    # One 32x32 image per rank leaves layer4's BatchNorm one value per channel: refused
+    # before anything runs, naming the flags; also where only one rank gets a single image.
+    run "${common[@]}" --train_steps=1 --batch_size=2
+    expect_error "^error \(rank [01] of 2\): --batch_size=2 over 2 ranks gives each rank a micro-batch of 1 image, and --image_size=32 gives the last stage \(layer4\) feature maps of 1x1: .*give --batch_size at least 4" "--batch_size, the ranks and --image_size"
+    if grep -q '\.cpp:[0-9]' <<<"$out"; then fail "a source location in the output"; else pass "no source location"; fi
+    if grep -q '^Epoch 1' <<<"$out"; then fail "training started"; else pass "refused before training"; fi
+    run "${common[@]}" --train_steps=1 --batch_size=3
+    expect_error "--batch_size=3 over 2 ranks gives a rank a micro-batch of 1 image" "the uneven split"
+    # 64x64 images give 2x2 maps: one image per rank trains.
+    run "${common[@]}" --train_steps=1 --batch_size=2 --image_size=64 --synthetic_eval_samples=2 --overwrite
+    if [[ $rc -eq 0 ]]; then pass "one 64x64 image per rank trains"; else fail "--batch_size=2 --image_size=64: exit $rc"; fi
     ;;
   dtype_fp16_2_ranks)
     run "${common[@]}" --train_steps=2 --dtype=fp16
@@ -110,9 +152,31 @@ case $case_name in
       fail "history.csv missing or without val_accuracy in row 1:"; cat "$csv" 2>/dev/null
     fi
     ;;
+  truncated_jpeg)
+    # One training image cut short inside its image data (libjpeg only warns and pads it
+    # with grey): the run ends with an error naming the file, on every rank's behalf.
+    [[ -x $writer ]] || { echo "FAIL: truncated_jpeg needs the test_resnet50 executable" >&2; exit 1; }
+    TNT_TINY_IMAGENET_DIR=$tmp/imagenet "$writer" "[.write_tiny_imagenet]" >"$tmp/writer.out" 2>&1 ||
+      { cat "$tmp/writer.out"; echo "FAIL: writing the tiny ImageNet"; exit 1; }
+    bad=$tmp/imagenet/train/n01443537/3.JPEG
+    size=$(stat -c %s "$bad")
+    truncate -s $((size * 9 / 10)) "$bad"
+    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --data_workers=2 --log_steps=0
+    expect_error "image '$bad': cannot decode JPEG: Premature end of JPEG file" "the file and the problem"
+    if grep -q '\.cpp:[0-9]' <<<"$out"; then fail "a source location in the output"; else pass "no source location"; fi
+    if [[ ! -e $tmp/model/history.csv ]] || [[ $(wc -l <"$tmp/model/history.csv") -le 1 ]]; then pass "no epoch recorded"; else fail "an epoch was recorded in history.csv"; fi
+    ;;
   missing_data_dir)
     run --data_dir="$tmp/no_such_dir" --model_dir="$tmp/model"
     expect_error "$tmp/no_such_dir" "the directory"
+    # --help names both layouts --data_dir reads.
+    "$program" --help >"$tmp/help" 2>&1
+    if tr -s ' \n' ' ' <"$tmp/help" | grep -q "JPEG class folders (train/<wnid>/\*.JPEG, val/<wnid>/\*.JPEG), or TFRecord shards (train-00000-of-01024"; then
+      pass "--help names the folder and TFRecord layouts of --data_dir"
+    else
+      fail "--help does not name both layouts of --data_dir"
+    fi
     ;;
   diverged)
     run "${common[@]}" --train_steps=6 --base_learning_rate=1e30

@@ -191,6 +191,32 @@ TEST_CASE("resnet50: forward and backward at image size 32, batch 2, CPU") {
   CHECK(nonzero == 161);
 }
 
+// One image per rank at image size 32: layer4's 1x1 maps give BatchNorm one value per
+// channel, which training cannot normalise. That is the user's choice of batch and image
+// size: an InputError naming the layer, the shape and the remedy, without a source location.
+TEST_CASE("resnet50: BatchNorm refuses one value per channel in training as an input error") {
+  auto net = tnt_models::make_resnet50(7, false, 32);
+  net->initialize(3);
+  auto [images, labels] = fixed_data(1, 32, 7);
+  tnt::RunContext rc;
+  rc.training = true;
+  rc.device = tnt::Device::cpu();
+  std::string message;
+  try {
+    net->forward({images}, rc);
+  } catch (const tnt::InputError& e) {
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = std::string("not an InputError: ") + e.what();
+  }
+  CHECK_THAT(message, Catch::StartsWith("BatchNorm 'layer4.0.bn2': training needs more than one value per channel, "
+                                        "got input f32(1, 512, 1, 1)") &&
+                          Catch::Contains("the batch per rank (1) times the feature map (1x1) must exceed 1"));
+  CHECK_THAT(message, !Catch::Contains(".cpp"));
+  rc.training = false;  // evaluation uses the running statistics: one image is fine
+  CHECK(net->forward({images}, rc)[0].shape() == tnt::Shape{1, 7});
+}
+
 // Issue: a checkpoint must load into torchvision's resnet50 with strict=True (BatchNorm's
 // num_batches_tracked included), and give the same eval-mode logits there. Two training
 // forwards first move the running statistics and the counters away from their initial
@@ -271,6 +297,15 @@ TEST_CASE("resnet50: the tutorial's learning-rate schedule for a global batch of
 
   // An epoch smaller than the global batch is an error, not a schedule of zero-step epochs.
   CHECK_THROWS(tnt_models::make_lr_schedule(1024, 1000, 5, 0.1));
+
+  // The schedule as the program prints it: shortest numbers (0.0125 * 0.1 is
+  // 0.0012500000000000002 in full), the same steps as above.
+  CHECK(tnt_models::describe_lr_schedule(1024, 1281167, 5, 0.1) ==
+        "0.4 (0.1 per 256 images, global batch 1024), linear warmup over 5 epochs = 6255 steps, then 0.04, 0.004, "
+        "0.0004 after epochs 30, 60, 80 = steps 37530, 75060, 100080");
+  CHECK(tnt_models::describe_lr_schedule(32, 1281167, 0, 0.1) ==
+        "0.0125 (0.1 per 256 images, global batch 32), no warmup, then 0.00125, 0.000125, 1.25e-05 after epochs 30, "
+        "60, 80 = steps 1201080, 2402160, 3202880");
 }
 
 // Not run by default (the "." tag hides it): resnet50_launcher.sh calls it to write a tiny

@@ -11,7 +11,7 @@
 # manual_indivisible: --auto_data_dist=false with 7 sentences on 2 ranks is refused, naming
 #   the flag and the numbers; 8 sentences run.
 # bad_param_set, missing_vocab_file, batch_below_max_length: an error naming the flag and a
-#   non-zero exit.
+#   non-zero exit (batch_below_max_length also: one sentence per batch for 2 ranks).
 # bleu_files_mismatch: --bleu_source and --bleu_ref of different line counts, or one
 #   without the other, are refused before training.
 # resume: a second run in the same --model_dir is refused without --resume or --overwrite;
@@ -23,6 +23,13 @@
 #   cache (the default); the same checkpoint evaluated again with --decode_cache=false (the
 #   uncached reference) writes the very same translations.txt, and the translations are not
 #   all alike (else the comparison would mean little).
+# empty_translation: an untrained model whose last translation is empty: BLEU is scored,
+#   translations.txt has a line per source line, model.safetensors is written, and "Nothing
+#   to train" says the initial weights are evaluated (there is no checkpoint).
+# evaluation_fails: a failed evaluation after training (translations.txt cannot be written)
+#   ends with an error naming --model_dir, and model.safetensors is there.
+# data_tool_inputs: transformer_data refuses train or dev files of different lengths before
+#   writing anything (no vocabulary left for a rerun to reuse); the corrected run builds it.
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
 #   both BLEU lines are printed, translations.txt has one line per source line, and
 #   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
@@ -169,7 +176,7 @@ case $case_name in
     expect_error "the model and one training step need at least [0-9.]+ GiB per rank, more than the [0-9.]+ GiB of this host's memory shared by its 2 rank\(s\): [0-9]+ parameters \(--hidden_size=65536" "the size, the memory and --hidden_size"
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --max_length=65536 \
       --batch_size=131072 --model_dir="$tmp/m"
-    expect_error "need at least .* for 1 sentences of --max_length=65536 tokens \(--batch_size=131072 over 2 ranks\)" "--max_length and --batch_size"
+    expect_error "need at least .* for 1 sentence of --max_length=65536 tokens \(--batch_size=131072 over 2 ranks\)" "--max_length and --batch_size"
     if [[ ! -e $tmp/m/history.csv ]]; then pass "no history.csv"; else fail "history.csv written by a refused run"; fi
     # Sizes beyond the flags' bounds are refused by name.
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --num_hidden_layers=100000 --model_dir="$tmp/m"
@@ -182,6 +189,10 @@ case $case_name in
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --batch_size=100 --max_length=256 \
       --model_dir="$tmp/m"
     expect_error "--batch_size=100: fewer tokens than --max_length=256" "--batch_size and --max_length"
+    # One sentence per global batch, for 2 ranks.
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --param_set=tiny --batch_size=24 --max_length=24 \
+      --model_dir="$tmp/m"
+    expect_error "--batch_size=24: 1 sentence per global batch \(batch_size // max_length = 24 // 24\), fewer than the 2 ranks" "the sentences per batch and the ranks"
     ;;
   bleu_files_mismatch)
     corpus 20 5
@@ -302,6 +313,99 @@ case $case_name in
     else
       fail "--decode_cache=maybe: exit $rc, or no '--decode_cache=maybe: expected true or false' line"
     fi
+    ;;
+  empty_translation)
+    # The demo's corpus (600 pairs, 20 dev) and model (tiny, 6 + 6 layers) untrained: its
+    # translation of the last dev sentence is empty. That is a line scoring nothing, not a
+    # reason to fail after training: compute_bleu.py on the file would drop the blank last
+    # line and find 19 lines against 20.
+    corpus 600 20
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" --bleu_source="$tmp/corpus/dev.en" \
+      --bleu_ref="$tmp/corpus/dev.de" --param_set=tiny --max_length=24 --batch_size=1536 --train_epochs=0 \
+      --model_dir="$tmp/m"
+    t=$tmp/m/translations.txt
+    # The premise: an empty translation at the file's start or end (else this case tests
+    # nothing and needs another corpus or seed).
+    if [[ -f $t ]] && { [[ -z $(head -n 1 "$t") ]] || [[ -z $(tail -n 1 "$t") ]]; }; then
+      pass "an empty translation at the start or end of translations.txt"
+    else
+      fail "premise: no empty first or last translation (the case needs another corpus or seed)"
+    fi
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    if [[ -f $t && $(wc -l <"$t") -eq 20 ]]; then pass "translations.txt has 20 lines, one per source line"; else fail "translations.txt missing or not 20 lines"; fi
+    for kind in uncased cased; do
+      if grep -Eq "^Bleu score \($kind\): [0-9]+\.[0-9]+" <<<"$out"; then pass "Bleu score ($kind) printed"; else fail "no 'Bleu score ($kind)'"; fi
+    done
+    if [[ -s $tmp/m/model.safetensors ]]; then pass "model.safetensors written"; else fail "no model.safetensors"; fi
+    # No checkpoint: the weights evaluated are the initial ones, not a checkpoint's.
+    if grep -q '^Nothing to train (--train_epochs=0): evaluating the initial weights$' <<<"$out"; then
+      pass "'Nothing to train' says what is evaluated"
+    else
+      fail "no 'Nothing to train (--train_epochs=0): evaluating the initial weights'"
+    fi
+    ;;
+  evaluation_fails)
+    # An evaluation that fails (translations.txt cannot be written: a directory stands where
+    # its temporary goes) ends the run with an error naming --model_dir, and the trained
+    # weights are in model.safetensors all the same.
+    corpus 64 5
+    mkdir -p "$tmp/m/translations.txt.tmp"
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=192 --num_sentences=64 \
+      --train_epochs=1 --bleu_source="$tmp/corpus/dev.en" --bleu_ref="$tmp/corpus/dev.de" --model_dir="$tmp/m"
+    expect_error "--model_dir=$tmp/m: cannot write $tmp/m/translations.txt.tmp" "--model_dir and the file"
+    if [[ -s $tmp/m/model.safetensors ]]; then pass "model.safetensors written before the evaluation"; else fail "no model.safetensors after a failed evaluation"; fi
+    if grep -q '^tokens/s: [0-9]* (8 sentences x 24 tokens per global batch, 2 ranks, 7 timed steps, ' <<<"$out"; then
+      pass "tokens/s line"
+    else
+      fail "no 'tokens/s: N (8 sentences x 24 tokens per global batch, 2 ranks, 7 timed steps, ...'"
+    fi
+    ;;
+  data_tool_inputs)
+    # transformer_data checks its inputs before it writes anything: a target file one line
+    # short (train, then dev) is refused naming both files, and leaves no vocabulary and no
+    # shard; the corrected rerun builds the vocabulary from the right files instead of
+    # reusing one made from the wrong ones.
+    "$python" "$src_dir/scripts/make_demo_corpus" "$tmp/corpus" --train 100 --dev 5 >"$tmp/corpus.log" 2>&1 ||
+      { cat "$tmp/corpus.log"; echo "FAIL: making the corpus"; exit 1; }
+    c=$tmp/corpus
+    head -n 99 "$c/train.de" >"$c/short.de"
+    head -n 4 "$c/dev.de" >"$c/short_dev.de"
+    data_run() {  # ARGS...: transformer_data into $tmp/d
+      echo "+ $data_tool $*"
+      "$data_tool" --data_dir="$tmp/d" --target_vocab_size=1000 --train_shards=2 "$@" >"$tmp/stdout" 2>&1
+      rc=$?
+      out=$(cat "$tmp/stdout")
+      echo "--- exit status $rc:"
+      echo "$out"
+      echo "---"
+    }
+    nothing_written() {  # WHAT
+      if [[ ! -e $tmp/d/vocab.ende.1000 && -z $(ls "$tmp/d" 2>/dev/null) ]]; then pass "$1: nothing written"; else fail "$1: left $(ls "$tmp/d" 2>/dev/null | tr '\n' ' ')"; fi
+    }
+    data_run --train_source="$c/train.en" --train_target="$c/short.de" --dev_source="$c/dev.en" --dev_target="$c/dev.de"
+    if [[ $rc -ne 0 ]] && grep -q -- "the train files differ in length: '$c/short.de' ends after 99 lines (--train_target), '$c/train.en' has 100 lines (--train_source)" <<<"$out"; then
+      pass "train: refused, naming both files and their lengths"
+    else
+      fail "train: exit $rc, or no 'the train files differ in length: '.../short.de' ends after 99 lines (--train_target), ... has 100 lines (--train_source)'"
+    fi
+    nothing_written train
+    data_run --train_source="$c/train.en" --train_target="$c/train.de" --dev_source="$c/dev.en" --dev_target="$c/short_dev.de"
+    if [[ $rc -ne 0 ]] && grep -q -- "the dev files differ in length: '$c/short_dev.de' ends after 4 lines (--dev_target), '$c/dev.en' has 5 lines (--dev_source)" <<<"$out"; then
+      pass "dev: refused, naming both files and their lengths"
+    else
+      fail "dev: exit $rc, or no 'the dev files differ in length: ...'"
+    fi
+    nothing_written dev
+    data_run --train_source="$c/train.en" --train_target="$c/train.de" --dev_source="$c/dev.en" --dev_target="$c/dev.de" \
+      --dev_shards=1
+    if [[ $rc -eq 0 ]]; then pass "corrected: exit 0"; else fail "corrected: exit $rc"; fi
+    if grep -q "^vocabulary: building it from $c/train.en and $c/train.de" <<<"$out" && [[ -s $tmp/d/vocab.ende.1000 ]]; then
+      pass "corrected: the vocabulary is built, not reused"
+    else
+      fail "corrected: no 'vocabulary: building it from ...', or no vocabulary file"
+    fi
+    if grep -Eq '^dev: 5 sentence pairs \(.*\) in 1 shard wmt32k-dev-\*$' <<<"$out"; then pass "'in 1 shard'"; else fail "no 'dev: 5 sentence pairs (...) in 1 shard wmt32k-dev-*'"; fi
+    if ls "$tmp/d" | grep -q incomplete; then fail "an .incomplete file left"; else pass "no .incomplete file left"; fi
     ;;
   *)
     echo "unknown case $case_name" >&2

@@ -8,8 +8,13 @@
 // As there: each line is stripped of surrounding whitespace, sentence i goes to shard
 // i mod shards, and the records of each training shard are then shuffled. Shards are
 // written as <name>.incomplete and renamed when all are complete, so an interrupted run
-// leaves no shard that looks finished.
+// leaves no shard that looks finished. The inputs are checked (readable, source and target
+// of equal length) before anything is written, and a vocabulary built here is written the
+// same way, renamed only once the shards are complete: a failed run leaves none behind for a
+// corrected rerun to pick up as if it were built from the right files.
 #include "tool_main.hpp"
+
+#include "common/wording.hpp"
 
 #include <tarantella/text.hpp>
 #include <tarantella/tfrecord.hpp>
@@ -111,6 +116,39 @@ Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std:
   return w;
 }
 
+// Lines as write_split reads them (std::getline: a last line without a newline counts).
+int64_t count_lines(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TNT_INPUT_ERROR("--{} '{}': cannot open: {}", flag, path, std::strerror(errno));
+  int64_t lines = 0;
+  char last = '\n';
+  std::vector<char> buffer(1 << 16);
+  while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0) {
+    const auto n = static_cast<size_t>(in.gcount());
+    lines += std::count(buffer.data(), buffer.data() + n, '\n');
+    last = buffer[n - 1];
+  }
+  if (in.bad()) TNT_INPUT_ERROR("--{} '{}': read error", flag, path);
+  return lines + (last != '\n' ? 1 : 0);
+}
+
+// Source and target of a split hold the same number of lines (line i translates line i).
+void check_split(const Split& split) {
+  const int64_t source = count_lines(split.source, split.tag + "_source");
+  const int64_t target = count_lines(split.target, split.tag + "_target");
+  TNT_INPUT_CHECK(source > 0, "--{}_source '{}': no lines", split.tag, split.source);
+  if (source != target) {
+    const bool source_short = source < target;
+    TNT_INPUT_ERROR("the {} files differ in length: '{}' ends after {} (--{}_{}), '{}' has {} (--{}_{}); line i of "
+                    "the source must be translated on line i of the target (nothing was written)",
+                    split.tag, source_short ? split.source : split.target,
+                    tnt_models::count_of(std::min(source, target), "line"), split.tag,
+                    source_short ? "source" : "target", source_short ? split.target : split.source,
+                    tnt_models::count_of(std::max(source, target), "line"), split.tag,
+                    source_short ? "target" : "source");
+  }
+}
+
 // Shards of an earlier run with another count would be read together with the new ones.
 void refuse_foreign_shards(const std::string& data_dir, const std::string& prefix,
                            const std::vector<std::string>& ours, bool overwrite) {
@@ -145,7 +183,8 @@ int main(int argc, char** argv) {
       "records with int64 lists \"inputs\" and \"targets\" (subtoken ids ending in EOS = 1), and the\n"
       "vocabulary. The vocabulary file is used when it exists; otherwise it is built from the training\n"
       "text (both sides; the min_count search for --target_vocab_size, or a fixed --min_count; the\n"
-      "original script uses --min_count=6 unless told to search) and written there.",
+      "original script uses --min_count=6 unless told to search) and written there once the shards are\n"
+      "complete. Source and target files of different lengths are refused before anything is written.",
       {"build/bin/transformer_data --data_dir=data --train_source=train.en --train_target=train.de \\\n"
        "      --dev_source=newstest2013.en --dev_target=newstest2013.de",
        "build/bin/transformer_data --data_dir=demo --train_source=demo/train.en --train_target=demo/train.de \\\n"
@@ -201,19 +240,24 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(vo.threshold > 0, "--threshold={}: must be positive", vo.threshold);
     TNT_INPUT_CHECK(vo.min_count >= 0, "--min_count={}: must be at least 0 (0 searches)", vo.min_count);
     TNT_INPUT_CHECK(vo.file_byte_limit > 0, "--file_byte_limit={}: must be positive", vo.file_byte_limit);
-    std::string vocab_file = args.count("vocab_file")
-                                 ? args["vocab_file"].as<std::string>()
-                                 : (fs::path(data_dir) / fmt::format("vocab.ende.{}", vo.target_size)).string();
     std::vector<Split> splits = {{"train", args["train_source"].as<std::string>(),
                                   args["train_target"].as<std::string>(), train_shards, true}};
     if (args.count("dev_source"))
       splits.push_back({"dev", args["dev_source"].as<std::string>(), args["dev_target"].as<std::string>(), dev_shards, false});
+    // The inputs first: no vocabulary or shard is written for files that do not fit together.
+    for (const auto& sp : splits) check_split(sp);
+    std::string vocab_file = args.count("vocab_file")
+                                 ? args["vocab_file"].as<std::string>()
+                                 : (fs::path(data_dir) / fmt::format("vocab.ende.{}", vo.target_size)).string();
     std::vector<std::string> ours;
     for (const auto& sp : splits)
       for (int i = 0; i < sp.shards; ++i)
         ours.push_back((fs::path(data_dir) / shard_name(prefix, sp.tag, i + 1, sp.shards)).string());
     refuse_foreign_shards(data_dir, prefix, ours, args["overwrite"].as<bool>());
 
+    // A vocabulary built here goes to <vocab_file>.incomplete, renamed with the shards.
+    std::string new_vocab;
+    size_t new_vocab_size = 0;
     if (fs::exists(vocab_file)) {
       fmt::print("vocabulary: using {}\n", vocab_file);
     } else {
@@ -222,10 +266,12 @@ int main(int argc, char** argv) {
       auto counts = tnt::count_tokens({splits[0].source, splits[0].target}, vo.file_byte_limit);
       auto list = tnt::build_vocabulary(counts, vo, &log);
       for (const auto& l : log) fmt::print("  {}\n", l);
-      tnt::Subtokenizer(list).save(vocab_file);
-      fmt::print("vocabulary: {} subtokens written to {}\n", list.size(), vocab_file);
+      new_vocab = vocab_file + ".incomplete";
+      incomplete.push_back(new_vocab);
+      tnt::Subtokenizer(list).save(new_vocab);
+      new_vocab_size = list.size();
     }
-    tnt::Subtokenizer sub = tnt::Subtokenizer::from_file(vocab_file);
+    tnt::Subtokenizer sub = tnt::Subtokenizer::from_file(new_vocab.empty() ? vocab_file : new_vocab);
 
     std::vector<Written> written;
     for (const auto& sp : splits) {
@@ -235,16 +281,20 @@ int main(int argc, char** argv) {
                              ".incomplete");
       written.push_back(write_split(sp, sub, data_dir, prefix, args["seed"].as<uint64_t>()));
     }
-    // Every shard complete: into place.
+    // Every shard complete: into place, the vocabulary with them.
     for (const auto& w : written)
       for (size_t i = 0; i < w.files.size(); ++i) fs::rename(w.incomplete[i], w.files[i]);
+    if (!new_vocab.empty()) {
+      fs::rename(new_vocab, vocab_file);
+      fmt::print("vocabulary: {} subtokens written to {}\n", new_vocab_size, vocab_file);
+    }
     incomplete.clear();
     for (size_t k = 0; k < splits.size(); ++k)
-      fmt::print("{}: {} sentence pairs ({:.1f} source and {:.1f} target ids each, EOS included) in {} shards "
-                 "{}-{}-*\n",
-                 splits[k].tag, written[k].pairs, static_cast<double>(written[k].source_ids) / written[k].pairs,
-                 static_cast<double>(written[k].target_ids) / written[k].pairs, splits[k].shards, prefix,
-                 splits[k].tag);
+      fmt::print("{}: {} ({:.1f} source and {:.1f} target ids each, EOS included) in {} {}-{}-*\n", splits[k].tag,
+                 tnt_models::count_of(written[k].pairs, "sentence pair"),
+                 static_cast<double>(written[k].source_ids) / written[k].pairs,
+                 static_cast<double>(written[k].target_ids) / written[k].pairs,
+                 tnt_models::count_of(splits[k].shards, "shard"), prefix, splits[k].tag);
   });
   for (const auto& f : incomplete) {
     std::error_code ec;

@@ -161,21 +161,27 @@ Tensor read_idx(const std::string& path) {
                            bytes.size()));
   }
   Shape shape;
-  // Saturates at "more than the file holds" (255 dimensions of 2^32 would wrap even 128
-  // bits around to a small number); a zero dimension makes it 0 whatever came before.
-  const unsigned __int128 more_than_file = static_cast<unsigned __int128>(bytes.size()) + 1;
+  // The product of up to 255 dimensions of 2^32 would wrap even 128 bits around to a small
+  // number, so it saturates once it passes 2^64 values (more than any file holds: the file
+  // is then "truncated"); below that it is exact and the message gives the real numbers. A
+  // zero dimension makes it 0 whatever came before.
+  constexpr unsigned __int128 kHuge = static_cast<unsigned __int128>(UINT64_MAX) + 1;
   unsigned __int128 count = 1;
   bool zero = false;
   for (size_t i = 0; i < ndim; ++i) {
     uint32_t d = be32(bytes.data() + 4 + 4 * i);
     shape.push_back(d);
     zero = zero || d == 0;
-    count = std::min(count * d, more_than_file);
+    count = std::min(count * d, kHuge);  // count <= 2^64 and d < 2^32: no wrap
   }
   if (zero) count = 0;
-  unsigned __int128 need = count * type->size;
-  size_t have = bytes.size() - header;
+  const unsigned __int128 need = count * type->size;
+  const size_t have = bytes.size() - header;
   if (need > have) {
+    if (need >= kHuge) {
+      fail(path, fmt::format("truncated: dimensions {} of {} need more than 2^64 data bytes, the file has {}",
+                             shape_str(shape), type->name, have));
+    }
     fail(path, fmt::format("truncated: {} values of {} with dimensions {} need {} data bytes, the file has {}",
                            static_cast<uint64_t>(count), type->name, shape_str(shape), static_cast<uint64_t>(need),
                            have));

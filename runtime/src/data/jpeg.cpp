@@ -1,6 +1,7 @@
 // JPEG through libjpeg-turbo. libjpeg reports a fatal error by calling error_exit, whose
 // default ends the process; ours longjmps back to the function that set the jump point,
-// which then throws an InputError naming the file. A longjmp must not cross a live C++
+// which then throws an InputError naming the file; so do the warnings that mean the image
+// data are damaged (corrupts_pixels below), which libjpeg itself only prints. A longjmp must not cross a live C++
 // object, so the functions that call libjpeg (the *_steps below) hold only C structs and
 // raw pointers; the Tensor they fill is created by their caller.
 #include "tarantella/imagenet.hpp"
@@ -11,6 +12,7 @@
 #include <cstring>
 
 #include <jpeglib.h>
+#include <jerror.h>  // the JWRN_ codes of the warnings
 
 namespace tnt {
 namespace {
@@ -33,14 +35,38 @@ void on_error(j_common_ptr cinfo) {
   std::longjmp(err->jump, 1);
 }
 
-// Warnings (e.g. a truncated file that libjpeg pads with grey) are not printed: a training
-// run over a million files must not flood stderr, and the image is still usable.
-void on_message(j_common_ptr) {}
+// libjpeg's warnings that mean the pixels are not the file's: the data end early (libjpeg
+// pads the rest with grey), a bad entropy code, a lost restart marker, an inconsistent
+// progressive sequence. They are errors, as in PIL ("image file is truncated") and
+// TensorFlow: a damaged file must not train silently. The other warnings (extraneous bytes
+// between markers, an unknown JFIF version or Adobe transform, a bad ICC profile) leave the
+// image intact and are not printed: a run over a million files must not flood stderr.
+bool corrupts_pixels(int msg_code) {
+  switch (msg_code) {
+    case JWRN_JPEG_EOF:          // "Premature end of JPEG file"
+    case JWRN_HIT_MARKER:        // "Corrupt JPEG data: premature end of data segment"
+    case JWRN_HUFF_BAD_CODE:     // "Corrupt JPEG data: bad Huffman code"
+    case JWRN_ARITH_BAD_CODE:    // "Corrupt JPEG data: bad arithmetic code"
+    case JWRN_MUST_RESYNC:       // "Corrupt JPEG data: found marker ... instead of RST..."
+    case JWRN_BOGUS_PROGRESSION: // "Inconsistent progression sequence ..."
+    case JWRN_NOT_SEQUENTIAL:    // "Invalid SOS parameters for sequential JPEG"
+      return true;
+    default:
+      return false;
+  }
+}
+
+// msg_level -1 is a warning, 0 and up trace messages (never printed).
+void on_message(j_common_ptr cinfo, int msg_level) {
+  if (msg_level >= 0) return;
+  if (corrupts_pixels(cinfo->err->msg_code)) on_error(cinfo);
+  ++cinfo->err->num_warnings;
+}
 
 void install(ErrorManager& err) {
   jpeg_std_error(&err.pub);
   err.pub.error_exit = on_error;
-  err.pub.output_message = on_message;
+  err.pub.emit_message = on_message;
   err.message[0] = '\0';
 }
 

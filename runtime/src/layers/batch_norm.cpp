@@ -87,9 +87,16 @@ std::vector<Tensor> BatchNorm::forward(const std::vector<Tensor>& inputs, const 
   check_inputs(inputs, 1);
   TNT_CHECK(x.dim(1) == num_features_, "BatchNorm '{}': built for {} channels, got {}", name_, num_features_, x.str());
   const int64_t per_channel = x.numel() / num_features_;  // N * H * W
-  if (rc.training) {
-    TNT_CHECK(per_channel > 1, "BatchNorm '{}': training needs more than one value per channel, got input {}", name_,
-              x.str());
+  if (rc.training && per_channel <= 1) {
+    // A user's choice (the batch per rank, the image size), not a bug: no source location.
+    std::string map = "1";
+    if (x.ndim() > 2) {
+      map.clear();
+      for (int64_t d = 2; d < x.ndim(); ++d) map += fmt::format("{}{}", d > 2 ? "x" : "", x.dim(d));
+    }
+    TNT_INPUT_ERROR("BatchNorm '{}': training needs more than one value per channel, got input {}: the batch per rank "
+                    "({}) times the feature map ({}) must exceed 1; give each rank a larger batch or larger inputs",
+                    name_, x.str(), x.dim(0), map);
   }
   if (rc.training) ++num_batches_tracked_->value.data<int64_t>()[0];
   TNT_CUDA_DISPATCH(x.device(), cuda::batch_norm_forward(*this, inputs, rc, saved));

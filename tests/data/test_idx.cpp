@@ -6,6 +6,7 @@
 
 #include "tarantella/idx.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
@@ -161,8 +162,9 @@ TEST_CASE("read_idx names the file in every error", "[idx]") {
   expect_error("gz-longer", gzip(longer), "length mismatch");
   // The numbers are the header's, not clamped to the file's size: 10000 labels declared,
   // 5000 bytes there (the first 5008 bytes of a t10k labels file); 3 f64 values in 2 bytes.
-  Bytes cut_labels = {0, 0, 0x08, 1, 0, 0, 0x27, 0x10};
-  cut_labels.resize(8 + 5000, 7);
+  Bytes cut_labels(8 + 5000, 7);
+  const Bytes label_header = {0, 0, 0x08, 1, 0, 0, 0x27, 0x10};
+  std::copy(label_header.begin(), label_header.end(), cut_labels.begin());
   expect_error("cut-labels", cut_labels,
                "truncated: 10000 values of u8 with dimensions (10000,) need 10000 data bytes, the file has 5000");
   expect_error("cut-f64", Bytes{0, 0, 0x0E, 1, 0, 0, 0, 3, 1, 2},
@@ -172,8 +174,10 @@ TEST_CASE("read_idx names the file in every error", "[idx]") {
   // deflate decoder or, failing that, by the CRC in the trailer).
   std::vector<uint8_t> big(5000);
   for (size_t k = 0; k < big.size(); ++k) big[k] = static_cast<uint8_t>((k * 7919) % 251);
-  Bytes raw = {0, 0, 0x08, 1, 0, 0, 0x13, 0x88};
-  raw.insert(raw.end(), big.begin(), big.end());
+  const Bytes raw_header = {0, 0, 0x08, 1, 0, 0, 0x13, 0x88};
+  Bytes raw(raw_header.size() + big.size());
+  std::copy(raw_header.begin(), raw_header.end(), raw.begin());
+  std::copy(big.begin(), big.end(), raw.begin() + static_cast<std::ptrdiff_t>(raw_header.size()));
   Bytes gz = gzip(raw);
   write_bytes(dir.file("ok.gz"), gz);
   CHECK(read_idx(dir.file("ok.gz")).numel() == 5000);

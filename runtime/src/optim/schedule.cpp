@@ -60,7 +60,7 @@ double PiecewiseConstantWithWarmup::lr(int64_t step) const {
 }
 
 std::string PiecewiseConstantWithWarmup::describe() const {
-  return fmt::format("PiecewiseConstantWithWarmup(boundaries=[{}], values=[{}], warmup_steps={})",
+  return fmt::format("PiecewiseConstantWithWarmup(boundaries=[{}], values=[{:g}], warmup_steps={})",
                      fmt::join(boundaries_, ", "), fmt::join(values_, ", "), warmup_steps_);
 }
 

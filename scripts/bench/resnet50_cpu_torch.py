@@ -2,7 +2,9 @@
 """The PyTorch side of scripts/bench/resnet50_cpu: ResNet-50 v1.5 training steps on the CPU
 in one process, with the recipe of build/bin/resnet50 (SGD momentum 0.9, weight decay 1e-4
 on everything but BatchNorm, softmax cross-entropy), on one synthetic batch made once
-(random images in [-1, 1), random labels), NCHW, float32, --threads intra-op threads.
+(random images in [-1, 1), random labels), float32, --threads intra-op threads, in
+--memory_format channels_last (model and input .to(memory_format=torch.channels_last), as
+ours by default) or channels_first (NCHW).
 
 The model is torchvision's resnet50 when torchvision imports, else the ResNet-50 v1.5 of
 resnet50_gpu_torch.py beside this file (same layers and parameter count). The first
@@ -45,6 +47,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--memory_format", choices=["channels_last", "channels_first"], default="channels_last")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.batch < 1 or a.threads < 1 or a.image_size < 32:
         sys.exit("resnet50_cpu_torch: need --steps >= 1, --warmup >= 0, --batch >= 1, --threads >= 1, "
@@ -57,7 +60,8 @@ def main():
         n = sum(p.numel() for p in model.parameters())
         if n != RESNET50_PARAMETERS:
             sys.exit(f"resnet50_cpu_torch: the {which} model has {n} parameters, expected {RESNET50_PARAMETERS}")
-    model.train()
+    fmt = torch.channels_last if a.memory_format == "channels_last" else torch.contiguous_format
+    model = model.to(memory_format=fmt).train()
     bn_params = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
                  for p in m.parameters()}
     decay = [p for p in model.parameters() if id(p) not in bn_params]
@@ -67,6 +71,7 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(a.seed)
     x = torch.rand(a.batch, 3, a.image_size, a.image_size, generator=g) * 2 - 1  # (N, 3, S, S)
+    x = x.contiguous(memory_format=fmt)
     y = torch.randint(0, a.num_classes, (a.batch,), generator=g)  # (N,)
 
     def step():
@@ -84,7 +89,7 @@ def main():
     seconds = time.perf_counter() - t0
     if loss.item() != loss.item():
         sys.exit("resnet50_cpu_torch: the loss is NaN")
-    print(f"RESULT framework=pytorch model={which} threads={a.threads} image_size={a.image_size} batch={a.batch} "
+    print(f"RESULT framework=pytorch model={which} format={a.memory_format} threads={a.threads} image_size={a.image_size} batch={a.batch} "
           f"steps={a.steps} images_per_s={a.batch * a.steps / seconds:.1f} ms_per_step={1e3 * seconds / a.steps:.1f} "
           f"torch={torch.__version__} blas={blas_library()}")
 

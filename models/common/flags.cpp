@@ -187,7 +187,8 @@ std::optional<int> ProgramFlags::parse(int argc, char** argv) {
     }
   }
   if (!error.empty()) {
-    if (first_rank()) std::cerr << program_ << ": " << error << " (see --help)\n";
+    // One write: mpirun's own lines about the ending job must not land inside this one.
+    if (first_rank()) std::cerr << (program_ + ": " + error + " (see --help)\n") << std::flush;
     return kExitBadCommandLine;
   }
   if (args_.count("help")) {

@@ -39,7 +39,7 @@ inline std::optional<int> parse(const std::string& tool, cxxopts::Options& cli, 
   try {
     args = cli.parse(argc, argv);
   } catch (const std::exception& e) {
-    std::cerr << tool << ": " << e.what() << " (see --help)\n";
+    std::cerr << (tool + ": " + e.what() + " (see --help)\n") << std::flush;  // one write
     return kExitBadCommandLine;
   }
   if (args.count("help")) {
@@ -51,7 +51,7 @@ inline std::optional<int> parse(const std::string& tool, cxxopts::Options& cli, 
 
 // A bad command line found after parsing (a missing flag, a bad value).
 inline int usage_error(const std::string& tool, const std::string& what) {
-  std::cerr << tool << ": " << what << " (see --help)\n";
+  std::cerr << (tool + ": " + what + " (see --help)\n") << std::flush;  // one write
   return kExitBadCommandLine;
 }
 

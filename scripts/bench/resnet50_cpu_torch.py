@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from resnet50_gpu_torch import RESNET50_PARAMETERS, make_model  # noqa: E402
+from resnet50_gpu_torch import RESNET50_PARAMETERS, make_model, ours_sgd  # noqa: E402
 
 
 def blas_library():
@@ -62,12 +62,7 @@ def main():
             sys.exit(f"resnet50_cpu_torch: the {which} model has {n} parameters, expected {RESNET50_PARAMETERS}")
     fmt = torch.channels_last if a.memory_format == "channels_last" else torch.contiguous_format
     model = model.to(memory_format=fmt).train()
-    bn_params = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
-                 for p in m.parameters()}
-    decay = [p for p in model.parameters() if id(p) not in bn_params]
-    no_decay = [p for p in model.parameters() if id(p) in bn_params]
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                          lr=a.lr, momentum=0.9)
+    opt = ours_sgd(model, a.lr)
     loss_fn = nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(a.seed)
     x = torch.rand(a.batch, 3, a.image_size, a.image_size, generator=g) * 2 - 1  # (N, 3, S, S)

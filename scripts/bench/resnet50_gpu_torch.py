@@ -99,6 +99,16 @@ def make_model(num_classes):
         return ResNet50(num_classes), "handwritten"
 
 
+def ours_sgd(model, lr):
+    """SGD as models/resnet50 trains: momentum 0.9, weight decay 1e-4 on everything but BatchNorm."""
+    bn_params = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+                 for p in m.parameters()}
+    decay = [p for p in model.parameters() if id(p) not in bn_params]
+    no_decay = [p for p in model.parameters() if id(p) in bn_params]
+    return torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                           lr=lr, momentum=0.9)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batch", type=int, default=256)
@@ -134,13 +144,7 @@ def main():
     memory_format = torch.channels_last if a.memory_format == "channels_last" else torch.contiguous_format
     model = model.to(dev, memory_format=memory_format).train()  # as ours with --data_format
 
-    # Weight decay on everything but BatchNorm, as models/resnet50.
-    bn_params = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
-                 for p in m.parameters()}
-    decay = [p for p in model.parameters() if id(p) not in bn_params]
-    no_decay = [p for p in model.parameters() if id(p) in bn_params]
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                          lr=a.lr, momentum=0.9)
+    opt = ours_sgd(model, a.lr)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=a.label_smoothing)
 
     # One batch generated once on the device: random images in [-1, 1), random labels.

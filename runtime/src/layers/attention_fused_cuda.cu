@@ -126,6 +126,27 @@ __device__ void load_tile(const T* __restrict__ src, int64_t row_stride, int64_t
   }
 }
 
+// Rows [t0, t0 + 64) of head h of batch row b of a (B, t, H*d) tensor -> a tile (load_tile).
+template <typename T, int D>
+__device__ void load_head_tile(const FusedParams& p, const void* src, int64_t b, int64_t h, int64_t t, int64_t t0,
+                               T* dst, float s, bool scaled) {
+  const int64_t row_stride = p.heads * p.d;
+  load_tile<T, D>(static_cast<const T*>(src) + (b * t + t0) * row_stride + h * p.d, row_stride, t - t0, p.d, dst, s,
+                  scaled);
+}
+
+// The backward's per-row values of query rows [q0, q0 + 64) of head bh: the forward's row
+// max and 1 / row sum, and delta (0 past Tq).
+__device__ void load_row_stats(const FusedParams& p, int64_t bh, int64_t q0, float* m, float* inv, float* delta) {
+  for (int c = threadIdx.x; c < kTile; c += kThreads) {
+    const int64_t i = q0 + c;
+    const bool valid = i < p.tq;
+    m[c] = valid ? p.stats[(bh * p.tq + i) * 2] : 0.0f;
+    inv[c] = valid ? p.stats[(bh * p.tq + i) * 2 + 1] : 0.0f;
+    delta[c] = valid ? p.delta[bh * p.tq + i] : 0.0f;
+  }
+}
+
 // pad[c] = 1 where key k0 + c of batch row b is padding (id 0); 0 past Tk (those keys are
 // excluded separately).
 __device__ void load_pad(const FusedParams& p, int64_t b, int64_t k0, uint8_t* pad) {
@@ -223,8 +244,7 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
 
-  load_tile<T, D>(static_cast<const T*>(p.q) + (b * tq + q0) * row_stride + h * p.d, row_stride, tq - q0, p.d, q_t,
-                  p.scale, true);
+  load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
   for (int idx = threadIdx.x; idx < kTile * L::o; idx += kThreads) o_acc[idx] = 0.0f;
   for (int r = threadIdx.x; r < kTile; r += kThreads) {
     row_m[r] = -INFINITY;
@@ -235,10 +255,8 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
   const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
   for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous tile's k_t, v_t, pad are no longer read
-    load_tile<T, D>(static_cast<const T*>(p.k) + (b * tk + k0) * row_stride + h * p.d, row_stride, tk - k0, p.d, k_t,
-                    1.0f, false);
-    load_tile<T, D>(static_cast<const T*>(p.v) + (b * tk + k0) * row_stride + h * p.d, row_stride, tk - k0, p.d, v_t,
-                    1.0f, false);
+    load_head_tile<T, D>(p, p.k, b, h, tk, k0, k_t, 1.0f, false);
+    load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
     load_pad(p, b, k0, pad);
     __syncthreads();
     // S (16 rows of this warp, 64 keys) = Q K^T
@@ -344,10 +362,8 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
 
-  load_tile<T, D>(static_cast<const T*>(p.k) + (b * tk + k0) * row_stride + h * p.d, row_stride, tk - k0, p.d, k_t,
-                  1.0f, false);
-  load_tile<T, D>(static_cast<const T*>(p.v) + (b * tk + k0) * row_stride + h * p.d, row_stride, tk - k0, p.d, v_t,
-                  1.0f, false);
+  load_head_tile<T, D>(p, p.k, b, h, tk, k0, k_t, 1.0f, false);
+  load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
   load_pad(p, b, k0, pad);
   for (int idx = threadIdx.x; idx < kTile * L::o; idx += kThreads) {
     dk_acc[idx] = 0.0f;
@@ -357,17 +373,9 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
   const int64_t q_begin = fused_attention_query_begin(p.skip_causal, k0, tq, tk);
   for (int64_t q0 = q_begin; q0 < tq; q0 += kTile) {
     __syncthreads();  // the previous query tile is no longer read (and the loads above are done)
-    load_tile<T, D>(static_cast<const T*>(p.q) + (b * tq + q0) * row_stride + h * p.d, row_stride, tq - q0, p.d, q_t,
-                    p.scale, true);
-    load_tile<T, D>(static_cast<const T*>(p.d_o) + (b * tq + q0) * row_stride + h * p.d, row_stride, tq - q0, p.d,
-                    do_t, 1.0f, false);
-    for (int c = threadIdx.x; c < kTile; c += kThreads) {
-      const int64_t i = q0 + c;
-      const bool valid = i < tq;
-      q_m[c] = valid ? p.stats[(bh * tq + i) * 2] : 0.0f;
-      q_inv[c] = valid ? p.stats[(bh * tq + i) * 2 + 1] : 0.0f;
-      q_delta[c] = valid ? p.delta[bh * tq + i] : 0.0f;
-    }
+    load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
+    load_head_tile<T, D>(p, p.d_o, b, h, tq, q0, do_t, 1.0f, false);
+    load_row_stats(p, bh, q0, q_m, q_inv, q_delta);
     __syncthreads();
     // S^T (16 keys of this warp, 64 queries) = K Q^T; dP^T = V dO^T
     scores<T, D>(k_t + w0 * L::h, q_t, s_t + w0 * L::s);
@@ -443,25 +451,15 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
 
-  load_tile<T, D>(static_cast<const T*>(p.q) + (b * tq + q0) * row_stride + h * p.d, row_stride, tq - q0, p.d, q_t,
-                  p.scale, true);
-  load_tile<T, D>(static_cast<const T*>(p.d_o) + (b * tq + q0) * row_stride + h * p.d, row_stride, tq - q0, p.d, do_t,
-                  1.0f, false);
-  for (int c = threadIdx.x; c < kTile; c += kThreads) {
-    const int64_t i = q0 + c;
-    const bool valid = i < tq;
-    q_m[c] = valid ? p.stats[(bh * tq + i) * 2] : 0.0f;
-    q_inv[c] = valid ? p.stats[(bh * tq + i) * 2 + 1] : 0.0f;
-    q_delta[c] = valid ? p.delta[bh * tq + i] : 0.0f;
-  }
+  load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
+  load_head_tile<T, D>(p, p.d_o, b, h, tq, q0, do_t, 1.0f, false);
+  load_row_stats(p, bh, q0, q_m, q_inv, q_delta);
   for (int idx = threadIdx.x; idx < kTile * L::o; idx += kThreads) dq_acc[idx] = 0.0f;
   const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
   for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous key tile is no longer read
-    load_tile<T, D>(static_cast<const T*>(p.k) + (b * tk + k0) * row_stride + h * p.d, row_stride, tk - k0, p.d, k_t,
-                    1.0f, false);
-    load_tile<T, D>(static_cast<const T*>(p.v) + (b * tk + k0) * row_stride + h * p.d, row_stride, tk - k0, p.d, v_t,
-                    1.0f, false);
+    load_head_tile<T, D>(p, p.k, b, h, tk, k0, k_t, 1.0f, false);
+    load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
     load_pad(p, b, k0, pad);
     __syncthreads();
     // S (16 queries of this warp, 64 keys) = Q K^T; dP = dO V^T

@@ -46,7 +46,7 @@ cxxopts::Options make_parser() {
       ("fusion-threshold", "Gradient fusion bucket size in KB, exported as TNT_FUSION_THRESHOLD (0 disables fusion)",
        cxxopts::value<std::string>(), "KB")
       ("log-level", "DEBUG, INFO, WARNING or ERROR, exported as TNT_LOG_LEVEL", cxxopts::value<std::string>(), "LEVEL")
-      ("output-on-all-devices", "Progress output from every rank, not only rank 0 (TNT_OUTPUT_ON_ALL_DEVICES=1)")
+      ("output-on-all-devices", "Progress output from every rank, not only rank 0, each line tagged \"[rank R] \" (TNT_OUTPUT_ON_ALL_DEVICES=1)")
       ("log-on-all-devices", "Log lines from every rank (TNT_LOG_ON_ALL_DEVICES=1)")
       ("timeline", "Write a Chrome trace of training steps TNT_TIMELINE_STEPS (default 1-10) to FILE, exported as "
        "TNT_TIMELINE", cxxopts::value<std::string>(), "FILE")

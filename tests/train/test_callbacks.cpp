@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -109,6 +111,65 @@ TEST_CASE("with output on all devices, CSVLogger still writes on the master only
   tnt::communicator().barrier();
   CHECK(std::filesystem::exists(mine) == tnt::is_master_rank());
   CHECK(lines_of(mine).size() == (tnt::is_master_rank() ? 3u : 0u));
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
+}
+
+// Also under TNT_OUTPUT_ON_ALL_DEVICES=1: the ranks' lines land mixed on one terminal, so
+// each starts with the rank's tag, and the bar is not redrawn in place even on a terminal
+// (two ranks' bars on one line would overwrite each other). Fails if either line lacks the
+// tag or the bar redraws.
+TEST_CASE("with output on all devices, every line of print() and of the bar names its rank",
+          "[.output_on_all_devices]") {
+  REQUIRE(tnt::config().output_on_all_devices);
+  const std::string tag = fmt::format("[rank {}] ", tnt::rank());
+  CHECK(tnt::output_tag() == tag);
+  const std::string dir = job_dir();
+  const std::string path = fmt::format("{}/out-{}.txt", dir, tnt::rank());
+
+  // print(): stdout goes to a file for the call; a message of two lines gets two tags.
+  std::fflush(stdout);
+  const int saved = ::dup(1);
+  REQUIRE(saved >= 0);
+  std::FILE* file = std::fopen(path.c_str(), "w+");
+  REQUIRE(file != nullptr);
+  REQUIRE(::dup2(::fileno(file), 1) == 1);
+  tnt::print("first\nsecond");
+  std::fflush(stdout);
+  REQUIRE(::dup2(saved, 1) == 1);
+  ::close(saved);
+
+  // The bar, told that stdout is a terminal, still writes whole lines, each tagged.
+  ::setenv("TNT_STDOUT_IS_TTY", "1", 1);
+  double clock = 0;
+  tnt::ProgressBar bar(tnt::ProgressBarOptions{file, [&clock] { return clock; }});
+  tnt::TrainParams params;
+  params.epochs = 1;
+  params.steps = 20;
+  params.verbose = 1;
+  bar.set_params(params);
+  bar.on_train_begin({});
+  CHECK_FALSE(bar.redraws());
+  bar.on_epoch_begin(0, {});
+  for (int64_t step = 0; step < 20; ++step) {
+    clock += 0.5;
+    bar.on_train_batch_end(step, {{"loss", 0.5}});
+  }
+  bar.on_epoch_end(0, {{"loss", 0.5}});
+  bar.on_train_end({});
+  ::unsetenv("TNT_STDOUT_IS_TTY");
+  std::fclose(file);
+
+  const std::vector<std::string> lines = lines_of(path);
+  REQUIRE(lines.size() >= 5);  // 2 printed, "Epoch 1/1", the tenths' lines, the epoch's line
+  CHECK(lines[0] == tag + "first");
+  CHECK(lines[1] == tag + "second");
+  CHECK(lines[2] == tag + "Epoch 1/1");
+  for (const std::string& line : lines) {
+    INFO(line);
+    CHECK(line.rfind(tag, 0) == 0);
+    CHECK(line.find('\r') == std::string::npos);
+  }
   tnt::communicator().barrier();
   if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
 }

@@ -97,7 +97,9 @@ class History : public Callback {
 // ("Evaluating on 10000 samples (157 steps, global batch 64)") and has a bar of its own;
 // the epoch line gives the training time per step, evaluation apart. On SIGINT or SIGTERM
 // the bar stops drawing and its line is ended, then the signal does what it did before (by
-// default: the program ends).
+// default: the program ends). With output on all ranks (TNT_OUTPUT_ON_ALL_DEVICES=1, several
+// ranks) each line starts with the rank's tag ("[rank 1] ", output_tag()) and nothing is
+// redrawn even on a terminal: several ranks' bars on one line would overwrite each other.
 struct ProgressBarOptions {
   std::FILE* out = stdout;
   std::function<double()> clock;  // seconds; empty: a steady clock (tests pass their own)
@@ -131,6 +133,7 @@ class ProgressBar : public Callback {
   ProgressBarOptions options_;
   bool tty_ = false;
   int width_ = 80;
+  std::string tag_;             // output_tag(), before each line
   bool in_fit_ = false;
   bool catching_ = false;
   bool owns_handler_ = false;   // this bar installed the signal handler (not another bar)

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 
 namespace tnt {
 
@@ -17,6 +18,14 @@ int current_rank() {
     if (const char* s = std::getenv(v)) return std::atoi(s);
   }
   return 0;
+}
+
+int current_size() {
+  if (RuntimeContext* c = context_or_null()) return c->size;
+  for (const char* v : {"TNT_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  }
+  return 1;
 }
 
 const char* level_name(LogLevel l) {
@@ -51,10 +60,27 @@ void log_line(LogLevel level, const std::string& message) {
 
 bool output_enabled() { return config().output_on_all_devices || current_rank() == master_rank(); }
 
+std::string output_tag() {
+  const int p = current_size();
+  if (!config().output_on_all_devices || p <= 1) return "";
+  return fmt::format("[rank {:>{}}] ", current_rank(), std::to_string(p - 1).size());
+}
+
 void print_line(const std::string& message) {
+  // Tagged line by line (a model's summary is one message of many lines), in one write.
+  const std::string tag = output_tag();
+  std::string text;
+  size_t start = 0;
+  while (true) {
+    const size_t end = message.find('\n', start);
+    text += tag;
+    text.append(message, start, end == std::string::npos ? std::string::npos : end - start);
+    text += '\n';
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
   std::lock_guard<std::mutex> lock(g_print_mutex);
-  std::fputs(message.c_str(), stdout);
-  std::fputc('\n', stdout);
+  std::fputs(text.c_str(), stdout);
   std::fflush(stdout);
 }
 

@@ -124,6 +124,8 @@ void ProgressBar::detect_output() {
     width_ = c ? std::atoi(c) : 0;
   }
   if (width_ <= 0) width_ = 80;
+  tag_ = output_tag();
+  if (!tag_.empty()) tty_ = false;
 }
 
 void ProgressBar::catch_signals(bool on) {
@@ -170,7 +172,8 @@ void ProgressBar::catch_signals(bool on) {
 }
 
 void ProgressBar::write(const std::string& text) {
-  std::fputs(text.c_str(), options_.out);
+  // Without redrawing, each write is one whole line.
+  std::fputs((tag_ + text).c_str(), options_.out);
   std::fflush(options_.out);
 }
 

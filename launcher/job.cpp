@@ -312,6 +312,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   }
   if (err_fd >= 0) ::close(err_fd);
   write_stderr(filter.flush());
+  write_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line
   result.mpirun_messages = filter.held_back();
   // Reports are sent before a rank exits, and mpirun exits after its ranks: whatever is
   // left is already queued.

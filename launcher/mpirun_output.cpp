@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace tnt::launcher {
 
@@ -47,6 +48,48 @@ bool is_noise_line(std::string_view line) {
 // A framed block longer than this is no restated failure: it is passed on.
 constexpr size_t max_block_lines = 40;
 
+// "error (rank R of P): message\n", as tnt::run_main prints a rank's error: R, P and the
+// message, or nothing.
+struct RankErrorLine {
+  std::string rank, size, message;
+};
+std::optional<RankErrorLine> rank_error_line(std::string_view line) {
+  constexpr std::string_view head = "error (rank ";
+  if (line.substr(0, head.size()) != head) return std::nullopt;
+  auto digits = [&](size_t at) {
+    size_t end = at;
+    while (end < line.size() && line[end] >= '0' && line[end] <= '9') ++end;
+    return end;
+  };
+  // Up to 9 digits each: ranks of any real job, and never too long for a long.
+  const size_t rank_end = digits(head.size());
+  if (rank_end == head.size() || rank_end - head.size() > 9 || line.substr(rank_end, 4) != " of ") {
+    return std::nullopt;
+  }
+  const size_t size_end = digits(rank_end + 4);
+  if (size_end == rank_end + 4 || size_end - rank_end - 4 > 9 || line.substr(size_end, 3) != "): ") {
+    return std::nullopt;
+  }
+  return RankErrorLine{std::string(line.substr(head.size(), rank_end - head.size())),
+                       std::string(line.substr(rank_end + 4, size_end - rank_end - 4)),
+                       std::string(line.substr(size_end + 3))};
+}
+
+// 1, 2, 3, 5, 7, 8 -> "1-3, 5, 7-8".
+std::string rank_ranges(std::vector<long> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 std::string joined(const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& l : lines) out += l;
@@ -61,8 +104,38 @@ void MpirunOutputFilter::hold(const std::string& text) {
   dropped_bytes_ += text.size() - std::min(room, text.size());
 }
 
+// Whether `text` (a whole line) repeats an earlier rank's error, or continues one that does
+// (indented); a rank's first error line is remembered.
+bool MpirunOutputFilter::repeated_error(const std::string& text) {
+  if (in_repeat_ && text.size() > 2 && text[0] == ' ' && text[1] == ' ') return true;
+  in_repeat_ = false;
+  std::optional<RankErrorLine> e = rank_error_line(text);
+  if (!e) return false;
+  for (RankError& known : errors_) {
+    if (known.size != e->size || known.message != e->message) continue;
+    if (known.first == e->rank) return false;  // the same rank twice: its own lines
+    known.repeated_by.push_back(std::stol(e->rank));
+    in_repeat_ = true;
+    return true;
+  }
+  if (errors_.size() < max_distinct_errors) errors_.push_back({e->size, e->message, e->rank, {}});
+  return false;
+}
+
+std::string MpirunOutputFilter::finish() {
+  std::string out;
+  for (const RankError& e : errors_) {
+    if (e.repeated_by.empty()) continue;
+    out += fmt::format("error (rank{} {} of {}): the same error as rank {}\n", e.repeated_by.size() > 1 ? "s" : "",
+                       rank_ranges(e.repeated_by), e.size, e.first);
+  }
+  errors_.clear();
+  return out;
+}
+
 // `text` is one whole line, its newline included.
 void MpirunOutputFilter::line(std::string text, std::string& out) {
+  if (block_.empty() && repeated_error(text)) return;
   if (!block_.empty()) {
     if (block_.size() == 1 && !opens_failure_block(text)) {
       // A separator that opens something else: pass it on, and read this line afresh.

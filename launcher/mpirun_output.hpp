@@ -14,6 +14,11 @@
 // A separator is held only until the next line shows whether a known block follows, and a
 // line without its newline only until more output comes or the caller flushes (a program's
 // prompt is not kept from the user).
+//
+// A refusal that every rank makes alike ("error (rank 5 of 512): --data_dir=...: no such
+// directory") would fill the screen at scale: the first rank's line passes, the same line
+// from other ranks (and its indented continuation lines) is held, and at the job's end
+// finish() gives one line naming them: "error (ranks 1-511 of 512): the same error as rank 0".
 #pragma once
 
 #include <cstddef>
@@ -33,10 +38,20 @@ class MpirunOutputFilter {
   std::string flush();
   // What was held back, in order (at most `held_limit` bytes; more is counted, not kept).
   std::string held_back() const;
+  // At the job's end (after the last flush): a line per error that other ranks repeated.
+  std::string finish();
 
   static constexpr size_t held_limit = 64 * 1024;
+  static constexpr size_t max_distinct_errors = 256;  // more distinct ones pass on as they are
 
  private:
+  struct RankError {
+    std::string size;     // "2" of "error (rank 0 of 2): ..."
+    std::string message;  // what follows "): ", its newline included
+    std::string first;    // the rank whose line passed
+    std::vector<long> repeated_by;
+  };
+  bool repeated_error(const std::string& text);
   void line(std::string text, std::string& out);
   void hold(const std::string& text);
 
@@ -44,6 +59,8 @@ class MpirunOutputFilter {
   std::vector<std::string> block_;   // a block that began with a separator, being read
   std::string held_;
   size_t dropped_bytes_ = 0;         // held back beyond held_limit
+  std::vector<RankError> errors_;
+  bool in_repeat_ = false;           // the last line was a repeated error: its continuation goes too
 };
 
 }  // namespace tnt::launcher

@@ -93,8 +93,9 @@ case $case_name in
     train_good good 1
     fm_run "$case_name" "${launch[@]}" --output-on-all-devices -- "${small[@]}" --train_epochs=2 --resume --verbose=2
     expect_exit "$case_name" 0
-    n=$(grep -c '^Epoch 2/2$' <<<"$fm_out")
-    if [[ $n -eq 2 ]]; then fm_pass "$case_name: progress from both ranks"; else fm_fail "$case_name: 'Epoch 2/2' printed $n times, expected 2 (one per rank)"; fi
+    # Each rank's lines carry its tag, so that mixed on one terminal they can be told apart.
+    n=$(grep -c -e '^\[rank 0\] Epoch 2/2$' -e '^\[rank 1\] Epoch 2/2$' <<<"$fm_out")
+    if [[ $n -eq 2 ]]; then fm_pass "$case_name: progress from both ranks, tagged"; else fm_fail "$case_name: '[rank R] Epoch 2/2' printed $n times, expected 2 (one per rank)"; fi
     got=$(csv_epochs)
     if [[ $got == "1 2" ]]; then fm_pass "$case_name: history.csv rows 1 2"; else fm_fail "$case_name: history.csv rows are epochs '$got', expected '1 2'"; cat "$csv"; fi
     ;;

@@ -46,9 +46,10 @@ expect() {
   if [[ $rc -eq $status ]]; then pass "$what: exit status $rc"; else fail "$what: exit status $rc, expected $status"; fi
   local n
   n=$(grep -cFx -e "$name: $message (see --help)" -e "error (rank 0 of 2): $message" -e "error (rank 1 of 2): $message" \
-    "$tmp/stderr")
+    -e "error (rank 1 of 2): the same error as rank 0" -e "error (rank 0 of 2): the same error as rank 1" "$tmp/stderr")
   # A command line is refused before MPI starts: one line for the job. A value refused
-  # inside the program: one line per rank, each naming its rank.
+  # inside the program: one line per rank, each naming its rank (the launcher shows the
+  # message once and names the rank that repeated it).
   local want=1
   [[ $status -ne 2 ]] && want=2
   if [[ $n -eq $want ]]; then

@@ -99,3 +99,35 @@ TEST_CASE("mpirun output: what is held back is bounded", "[mpirun_output]") {
                        std::to_string(input.size() - MpirunOutputFilter::held_limit) +
                        " more bytes of mpirun's messages not shown]\n"));
 }
+
+TEST_CASE("mpirun output: an error that several ranks print alike is shown once, the others named at the end",
+          "[mpirun_output]") {
+  const std::string msg = "--data_dir=/x: no such directory\n";
+  // Ranks 3, 0, 1, 2, 5 refuse alike (in the order their lines come); rank 4 says something
+  // else, rank 6 has a message of two lines (its continuation indented, as run_main writes
+  // it) that rank 7 repeats; a line that only looks like an error passes.
+  const std::string input = "error (rank 3 of 8): " + msg + "step 1\n" + "error (rank 0 of 8): " + msg +
+                            "error (rank 4 of 8): checkpoint: other model\n" + "error (rank 1 of 8): " + msg +
+                            "error (rank 6 of 8): two lines:\n  the second\n" + "error (rank 2 of 8): " + msg +
+                            "error (rank 7 of 8): two lines:\n  the second\n" + "error (rank 5 of 8): " + msg +
+                            "error (rank x of 8): " + msg + "error (rank 3 of 8): " + msg;
+  for (size_t piece : {size_t{1}, size_t{9}, size_t{4096}}) {
+    INFO("fed in pieces of " << piece);
+    MpirunOutputFilter f;
+    CHECK(relayed(f, input, piece) == "error (rank 3 of 8): " + msg + "step 1\n" +
+                                          "error (rank 4 of 8): checkpoint: other model\n" +
+                                          "error (rank 6 of 8): two lines:\n  the second\n" + "error (rank x of 8): " +
+                                          msg + "error (rank 3 of 8): " + msg);
+    CHECK(f.finish() ==
+          "error (ranks 0-2, 5 of 8): the same error as rank 3\nerror (rank 7 of 8): the same error as rank 6\n");
+    CHECK(f.finish().empty());  // said once
+    CHECK(f.held_back().empty());
+  }
+}
+
+TEST_CASE("mpirun output: without repeats, finish() adds nothing", "[mpirun_output]") {
+  MpirunOutputFilter f;
+  const std::string input = "error (rank 0 of 2): a\nerror (rank 1 of 2): b\n  indented line of rank 1\n";
+  CHECK(relayed(f, input, 4096) == input);
+  CHECK(f.finish().empty());
+}

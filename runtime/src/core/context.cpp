@@ -159,10 +159,17 @@ int run_main(int argc, char** argv, const std::function<void()>& body) {
   } catch (const std::exception& e) {
     int r = g_context ? g_context->rank : 0;
     int p = g_context ? g_context->size : 1;
+    // A message of several lines continues indented, so that the launcher can tell its
+    // lines from other ranks' (it shows an error that several ranks repeat once).
+    std::string message = e.what();
+    while (!message.empty() && message.back() == '\n') message.pop_back();
+    for (size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n', at + 3)) {
+      message.insert(at + 1, "  ");
+    }
     if (p > 1) {
-      std::fprintf(stderr, "error (rank %d of %d): %s\n", r, p, e.what());
+      std::fprintf(stderr, "error (rank %d of %d): %s\n", r, p, message.c_str());
     } else {
-      std::fprintf(stderr, "error: %s\n", e.what());
+      std::fprintf(stderr, "error: %s\n", message.c_str());
     }
     std::fflush(stderr);
     int mpi_ready = 0, mpi_done = 0;

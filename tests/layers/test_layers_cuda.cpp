@@ -100,7 +100,10 @@ TEST_CASE("Dense: CUDA engine matches the CPU engine", "[gpu][layers]") {
     int64_t units;
     bool bias;
   };
-  for (const Case& c : {Case{{4, 33}, 10, false}, Case{{5, 7, 16}, 9, true}, Case{{1, 1}, 3, true}}) {
+  // 600 rows: more than one 256-row stripe, so the bias gradient takes column_sum's two
+  // passes (reduce.cuh).
+  for (const Case& c : {Case{{4, 33}, 10, false}, Case{{5, 7, 16}, 9, true}, Case{{1, 1}, 3, true},
+                        Case{{600, 33}, 10, true}}) {
     INFO("input " << shape_str(c.x) << ", units " << c.units);
     auto [a, b] = twins<Dense>({c.x}, c.units, DenseOptions{.use_bias = c.bias}, "dense");
     Tensor x = test::random_tensor(c.x, "dense_x");

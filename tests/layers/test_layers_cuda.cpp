@@ -199,6 +199,23 @@ TEST_CASE("ReLU: CUDA engine equals the CPU engine, gradient 0 at 0", "[gpu][lay
   for (int i = 0; i < 300; i += 7) CHECK(dx[i] == 0.0f);
 }
 
+TEST_CASE("ReLU on CUDA keeps its output for backward, as the CPU engine does", "[gpu][layers]") {
+  // Keeping x instead held one more activation per ReLU until backward (the BatchNorm
+  // outputs of ResNet-50), while y is kept by the next layer anyway.
+  for (bool on_gpu : {false, true}) {
+    INFO((on_gpu ? "cuda" : "cpu"));
+    const Device device = on_gpu ? gpu() : Device::cpu();
+    ReLU relu("relu_saved");
+    relu.to(device);
+    SavedState s;
+    const Tensor x = test::random_tensor({4, 9}, "relu_saved_x").to(device);
+    const Tensor y = relu.forward({x}, context(true, device), s)[0];
+    REQUIRE(s.tensors.size() == 1);
+    CHECK(s.tensors[0].raw() == y.raw());
+    CHECK(s.tensors[0].raw() != x.raw());
+  }
+}
+
 TEST_CASE("Softmax: CUDA engine matches the CPU engine along any axis", "[gpu][layers]") {
   struct Case {
     Shape x;

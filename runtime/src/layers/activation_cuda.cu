@@ -174,8 +174,8 @@ std::vector<Tensor> relu_forward(ReLU& layer, const std::vector<Tensor>& inputs,
   const Tensor& x = inputs.at(0);
   Tensor y = unary<ReluForward>(x, "ReLU");
   // y, as the CPU engine keeps: y > 0 exactly where x > 0 (a NaN gives 0 in both), and the
-  // next layer keeps y anyway, whereas keeping x held one more activation per ReLU alive
-  // until backward (in ResNet-50, every BatchNorm output).
+  // next layer (a convolution, mostly) keeps y anyway, whereas keeping x held one more
+  // activation per ReLU alive until backward (in ResNet-50, the BatchNorm outputs).
   saved.tensors = {y};
   return {y};
 }

@@ -175,6 +175,33 @@ TEST_CASE("ops on CUDA match the CPU engine", "[gpu][kernels][ops]") {
     CHECK(g.to_double_vector()[1] == 0);
   }
 
+  SECTION("argmax_rows: NaN as on the CPU (a NaN never wins, but at index 0)") {
+    // The CPU keeps j when row[j] > row[best]: a NaN never takes over, a leading NaN is
+    // never replaced. On the GPU a lane that met a NaN first used to keep it, beat nothing
+    // and was beaten by nothing, so the warp's butterfly lost other lanes' maxima through it.
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    Tensor t = x.clone();
+    float* p = t.data<float>();
+    p[2 * 129 + 0] = nan;  // row 2: a leading NaN -> 0
+    p[2 * 129 + 50] = 9.0f;
+    p[3 * 129 + 8] = nan;  // row 3: lane 8 meets a NaN; lane 24 holds the maximum -> 24
+    p[3 * 129 + 24] = 9.0f;
+    for (int64_t j = 0; j < 129; ++j) p[4 * 129 + j] = nan;  // row 4: all NaN -> 0
+    p[5 * 129 + 1] = nan;  // row 5: lane 1's first element NaN, its third the maximum -> 65
+    p[5 * 129 + 65] = 9.0f;
+    p[6 * 129 + 128] = nan;  // row 6: a trailing NaN and a tie at 3 and 35 -> 3
+    p[6 * 129 + 3] = 9.0f;
+    p[6 * 129 + 35] = 9.0f;
+    Tensor c = ops::argmax_rows(t);
+    const std::vector<double> cpu = c.to_double_vector();
+    REQUIRE(cpu[2] == 0);
+    REQUIRE(cpu[3] == 24);
+    REQUIRE(cpu[4] == 0);
+    REQUIRE(cpu[5] == 65);
+    REQUIRE(cpu[6] == 3);
+    test::require_equal(ops::argmax_rows(t.to(gpu())), c, "argmax_rows with NaN");
+  }
+
   SECTION("copy_cast with equal dtypes copies") {
     Tensor dst = Tensor::empty(shape, DType::f32, gpu());
     ops::copy_cast(x.to(gpu()), dst);

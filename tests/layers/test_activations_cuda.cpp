@@ -337,3 +337,32 @@ TEST_CASE("Softmax on CUDA along any axis of a channels_last tensor", "[gpu][lay
     require_close(dx_gpu.contiguous(), dx_cpu, 4.0 * rel, 4.0 * rel, "dx");
   }
 }
+
+TEST_CASE("Softmax on CUDA: f16 and bf16 inputs against the f32 CPU engine", "[gpu][layers]") {
+  // cuDNN's softmax on half data (the transformer's and any mixed-precision network's): the
+  // same half x on both sides, widened for the CPU. cuDNN does not document its internal
+  // precision on half data: allow half arithmetic throughout, K + 2 roundings of the half
+  // unit u for y (the K-term sum, exp, the division), twice that for dx.
+  for (DType dt : {DType::f16, DType::bf16}) {
+    const double u = dt == DType::f16 ? test::kUnitF16 : test::kUnitBf16;
+    for (const auto& [shape, axis] : {std::pair{Shape{6, 10}, int64_t{-1}}, std::pair{Shape{3, 37, 4}, int64_t{1}}}) {
+      INFO(dtype_name(dt) << " " << shape_str(shape) << " axis " << axis);
+      const Tensor x_half = ops::cast(test::random_tensor(shape, "softmax_half_x", -4.0f, 4.0f), dt);
+      const Tensor dy_half = ops::cast(test::random_tensor(shape, "softmax_half_dy"), dt);
+      const Tensor x = ops::cast(x_half, DType::f32), dy = ops::cast(dy_half, DType::f32);
+      const int64_t k = shape[static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(shape.size()) : axis)];
+      const double rel = static_cast<double>(k + 2) * u;
+      Softmax cpu(axis, "softmax"), cuda(axis, "softmax");
+      cuda.to(gpu());
+      SavedState sc, sg;
+      const Tensor y_cpu = cpu.forward({x}, context(Device::cpu()), sc)[0];
+      const Tensor y_gpu = cuda.forward({x_half.to(gpu())}, context(gpu()), sg)[0];
+      REQUIRE(y_gpu.dtype() == dt);
+      require_close(ops::cast(y_gpu, DType::f32), y_cpu, rel, rel, "y");
+      const Tensor dx_cpu = cpu.backward({dy}, context(Device::cpu()), sc)[0];
+      const Tensor dx_gpu = cuda.backward({dy_half.to(gpu())}, context(gpu()), sg)[0];
+      REQUIRE(dx_gpu.dtype() == dt);
+      require_close(ops::cast(dx_gpu, DType::f32), dx_cpu, 2 * rel, 2 * rel, "dx");
+    }
+  }
+}

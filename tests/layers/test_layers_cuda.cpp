@@ -100,7 +100,10 @@ TEST_CASE("Dense: CUDA engine matches the CPU engine", "[gpu][layers]") {
     int64_t units;
     bool bias;
   };
-  for (const Case& c : {Case{{4, 33}, 10, false}, Case{{5, 7, 16}, 9, true}, Case{{1, 1}, 3, true}}) {
+  // 600 rows: more than one 256-row stripe, so the bias gradient takes column_sum's two
+  // passes (reduce.cuh).
+  for (const Case& c : {Case{{4, 33}, 10, false}, Case{{5, 7, 16}, 9, true}, Case{{1, 1}, 3, true},
+                        Case{{600, 33}, 10, true}}) {
     INFO("input " << shape_str(c.x) << ", units " << c.units);
     auto [a, b] = twins<Dense>({c.x}, c.units, DenseOptions{.use_bias = c.bias}, "dense");
     Tensor x = test::random_tensor(c.x, "dense_x");
@@ -194,6 +197,23 @@ TEST_CASE("ReLU: CUDA engine equals the CPU engine, gradient 0 at 0", "[gpu][lay
   require_equal(r.dx_gpu[0], r.dx_cpu[0], "dx");
   std::vector<float> dx = r.dx_gpu[0].to_vector();
   for (int i = 0; i < 300; i += 7) CHECK(dx[i] == 0.0f);
+}
+
+TEST_CASE("ReLU on CUDA keeps its output for backward, as the CPU engine does", "[gpu][layers]") {
+  // Keeping x instead held one more activation per ReLU until backward (the BatchNorm
+  // outputs of ResNet-50), while y is kept by the next layer anyway.
+  for (bool on_gpu : {false, true}) {
+    INFO((on_gpu ? "cuda" : "cpu"));
+    const Device device = on_gpu ? gpu() : Device::cpu();
+    ReLU relu("relu_saved");
+    relu.to(device);
+    SavedState s;
+    const Tensor x = test::random_tensor({4, 9}, "relu_saved_x").to(device);
+    const Tensor y = relu.forward({x}, context(true, device), s)[0];
+    REQUIRE(s.tensors.size() == 1);
+    CHECK(s.tensors[0].raw() == y.raw());
+    CHECK(s.tensors[0].raw() != x.raw());
+  }
 }
 
 TEST_CASE("Softmax: CUDA engine matches the CPU engine along any axis", "[gpu][layers]") {

@@ -23,6 +23,7 @@ using tnt::test::dot_atol;
 using tnt::test::gpu;
 using tnt::test::kUlp;
 using tnt::test::kUnitBf16;
+using tnt::test::kUnitF16;
 using tnt::test::kUnitFp32;
 using tnt::test::kUnitTf32;
 using tnt::test::max_abs;
@@ -187,7 +188,7 @@ TEST_CASE("accumulate_converted_as_float adds a KRSC gradient to a contiguous f3
   }
 }
 
-TEST_CASE("Conv2D in channels_last matches the CPU engine (f32 with TF32, bf16)", "[gpu][layout]") {
+TEST_CASE("Conv2D in channels_last matches the CPU engine (f32 with TF32, bf16, f16)", "[gpu][layout]") {
   struct Case {
     Shape x;
     int64_t filters, kernel, stride, padding;
@@ -200,7 +201,9 @@ TEST_CASE("Conv2D in channels_last matches the CPU engine (f32 with TF32, bf16)"
       {{1, 2, 7, 7}, 3, 1, 1, 0, true, true},      {{2, 16, 9, 9}, 32, 1, 2, 0, false, true},
       {{2, 3, 23, 21}, 16, 7, 2, 3, false, false}, {{3, 8, 8, 8}, 4, 5, 2, 2, true, true},
       {{2, 32, 7, 7}, 24, 3, 1, 1, true, true}};
-  for (DType dt : {DType::f32, DType::bf16}) {
+  // f16: the mixed-precision path of ResNet-50's --dtype fp16 (cuDNN's pseudo-half
+  // configuration, tensor-op math), including the 3-channel first layer.
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (const Case& c : cases) {
       INFO(dtype_name(dt) << " input " << shape_str(c.x) << ", filters " << c.filters << ", kernel " << c.kernel
                           << ", stride " << c.stride << ", padding " << c.padding
@@ -220,9 +223,11 @@ TEST_CASE("Conv2D in channels_last matches the CPU engine (f32 with TF32, bf16)"
       // test_layers_cuda.cpp). bf16: inputs and weights are the same bf16 numbers on both
       // sides, products are exact in f32 for implicit-GEMM kernels, but a transform-based
       // algorithm may round its transformed operands to bf16: 2^-8 per product, and the
-      // result is rounded to bf16 once (twice with a bias): 2 * 2^-8 relative.
-      const double unit = dt == DType::f32 ? kUnitTf32 : kUnitBf16;
-      const double rtol = dt == DType::f32 ? 0.0 : 2 * kUnitBf16;
+      // result is rounded to bf16 once (twice with a bias): 2 * 2^-8 relative. f16 alike
+      // with its own unit, 2^-11.
+      const double half_unit = dt == DType::f16 ? kUnitF16 : kUnitBf16;
+      const double unit = dt == DType::f32 ? kUnitTf32 : half_unit;
+      const double rtol = dt == DType::f32 ? 0.0 : 2 * half_unit;
       const int64_t k_fwd = c.x[1] * c.kernel * c.kernel;
       require_close(r.y_gpu, r.y_cpu, dot_atol(k_fwd, xmax, wmax, unit), rtol, "y");
       if (c.need_input_grads) {
@@ -311,7 +316,7 @@ TEST_CASE("BatchNorm in channels_last matches the CPU engine", "[gpu][layout]") 
   const std::vector<Case> cases = {{{4, 5, 6, 7}, true, true, DType::f32},   {{4, 3, 5, 5}, true, false, DType::f32},
                                    {{4, 64, 6, 7}, true, true, DType::f32},  {{4, 5, 6, 7}, false, true, DType::f32},
                                    {{3, 32, 5, 3}, false, true, DType::f32}, {{4, 32, 6, 6}, true, true, DType::bf16},
-                                   {{2, 64, 5, 5}, false, true, DType::bf16}};
+                                   {{2, 64, 5, 5}, false, true, DType::bf16}, {{4, 32, 6, 6}, true, true, DType::f16}};
   for (const Case& c : cases) {
     INFO(dtype_name(c.dtype) << " input " << shape_str(c.x) << (c.training ? ", training" : ", inference")
                              << (c.affine ? "" : ", no affine"));
@@ -336,7 +341,8 @@ TEST_CASE("BatchNorm in channels_last matches the CPU engine", "[gpu][layout]") 
     // f32 (as in test_layers_cuda.cpp): mean and variance are float sums of m values computed
     // differently on the two sides, relative error <= m * 2^-24 ~ 1e-5, which moves a
     // normalised value (|xhat| <= 4 here, |gamma| <= 0.5) by well under 1e-4.
-    // bf16: y and dx are rounded to bf16 once more: 2^-8 relative, doubled for slack.
+    // bf16: y and dx are rounded to bf16 once more: 2^-8 relative, doubled for slack (f16,
+    // 2^-11, takes the same looser bound).
     const double stat = 1e-4;
     const double rtol = c.dtype == DType::f32 ? 1e-4 : 2 * kUnitBf16;
     require_close(r.y_gpu, r.y_cpu, stat, rtol, "y");

@@ -30,8 +30,8 @@ struct ReluForward {
 };
 
 template <typename T>
-struct ReluBackward {  // (x, dy) -> dx
-  __device__ T operator()(int64_t, T x, T dy) const { return to_float(x) > 0.0f ? dy : from_float<T>(0.0f); }
+struct ReluBackward {  // (y, dy) -> dx; y > 0 exactly where x > 0
+  __device__ T operator()(int64_t, T y, T dy) const { return to_float(y) > 0.0f ? dy : from_float<T>(0.0f); }
 };
 
 template <typename T>
@@ -173,7 +173,10 @@ std::vector<Tensor> relu_forward(ReLU& layer, const std::vector<Tensor>& inputs,
   (void)rc;
   const Tensor& x = inputs.at(0);
   Tensor y = unary<ReluForward>(x, "ReLU");
-  saved.tensors = {x};
+  // y, as the CPU engine keeps: y > 0 exactly where x > 0 (a NaN gives 0 in both), and the
+  // next layer (a convolution, mostly) keeps y anyway, whereas keeping x held one more
+  // activation per ReLU alive until backward (in ResNet-50, the BatchNorm outputs).
+  saved.tensors = {y};
   return {y};
 }
 

@@ -2,7 +2,8 @@
 // What every engine may assume, and the mixed-precision rules: backend/dispatch.hpp.
 // Semantics:
 //   ReLU     y = x > 0 ? x : 0, so a NaN gives 0 (unlike PyTorch, which keeps the NaN);
-//            gradient dy where x > 0, else 0 (0 at x == 0 and at a NaN).
+//            gradient dy where x > 0, else 0 (0 at x == 0 and at a NaN); stores y, as the
+//            CPU engine does (y > 0 exactly where x > 0).
 //   GELU     layers/gelu_math.hpp, in float, on x of any floating dtype; stores x.
 //   Sigmoid, Tanh, LeakyReLU  layers/activation_math.hpp, in float, on x of any floating
 //            dtype, results in x's dtype; Sigmoid and Tanh store y, LeakyReLU stores x.

@@ -106,7 +106,12 @@ __global__ void non_finite_kernel(const T* __restrict__ x,  // (n)
   }
 }
 
-// One warp per row: the first maximum (smallest index among equal maxima).
+// One warp per row: the first maximum (smallest index among equal maxima), with the CPU
+// engine's NaN rule. The CPU scans j = 1, 2, ... keeping j when row[j] > row[best]; a NaN
+// never compares greater, so it never takes over, and a NaN at index 0 is never replaced.
+// Hence: row[0] NaN -> 0; else the first maximum of the non-NaN elements (row[0] is one).
+// Each lane skips its NaNs: a lane holding a NaN would beat nothing and let nothing beat
+// it, and the butterfly below would then lose another lane's maximum through it.
 template <typename T>
 __global__ void argmax_rows_kernel(const T* __restrict__ x,  // (R, K)
                                    int64_t rows, int64_t k,
@@ -120,6 +125,7 @@ __global__ void argmax_rows_kernel(const T* __restrict__ x,  // (R, K)
     int64_t best_j = k;  // k = "no element seen"
     for (int64_t j = lane; j < k; j += kWarp) {
       float v = to_float(row[j]);
+      if (v != v) continue;  // NaN: never the CPU's answer but at index 0 (below)
       if (best_j == k || v > best) {
         best = v;
         best_j = j;
@@ -134,7 +140,10 @@ __global__ void argmax_rows_kernel(const T* __restrict__ x,  // (R, K)
         best_j = oj;
       }
     }
-    if (lane == 0) out[r] = best_j;
+    if (lane == 0) {
+      const float first = to_float(row[0]);
+      out[r] = (best_j == k || first != first) ? 0 : best_j;  // all NaN, or a leading NaN: 0
+    }
   }
 }
 

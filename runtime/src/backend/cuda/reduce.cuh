@@ -52,19 +52,22 @@ __global__ void channel_sum_kernel(int64_t outer, int64_t channels, int64_t inne
   }
 }
 
+template <typename F>
+void column_sum(int64_t rows, int64_t cols, F f, float beta, float* out, int device);
+
 // f(flat index, channel) -> float, summed per channel into out (f32, on the stream).
+// inner == 1 is the (outer, channels) matrix of column_sum: its two passes, because one
+// pass gives only ceil(channels / 32) blocks (16 for a LayerNorm of width 512, 3 for 96
+// units) to sum every row, however many there are (Dense's and LayerNorm's B*T rows).
 template <typename F>
 void channel_sum(int64_t outer, int64_t channels, int64_t inner, F f, float beta, float* out, int device) {
   if (channels == 0) return;
-  cudaStream_t stream = compute_stream(device);
   if (inner == 1) {
-    dim3 block(kColTileX, kColTileY);
-    unsigned grid = static_cast<unsigned>((channels + kColTileX - 1) / kColTileX);
-    column_sum_kernel<F><<<grid, block, 0, stream>>>(outer, channels, f, beta, out);
-  } else {
-    unsigned grid = static_cast<unsigned>(channels < 65535 ? channels : 65535);
-    channel_sum_kernel<F><<<grid, kBlock, 0, stream>>>(outer, channels, inner, f, beta, out);
+    column_sum(outer, channels, f, beta, out, device);
+    return;
   }
+  const unsigned grid = static_cast<unsigned>(channels < 65535 ? channels : 65535);
+  channel_sum_kernel<F><<<grid, kBlock, 0, compute_stream(device)>>>(outer, channels, inner, f, beta, out);
   TNT_CUDA_CHECK_LAUNCH();
 }
 

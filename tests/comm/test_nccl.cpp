@@ -4,6 +4,7 @@
 // results are compared exactly. (With one rank the Reducer scales in place; its NCCL
 // hand-off needs two ranks, hence two GPUs, and is compile-checked only.)
 #include "tarantella/comm.hpp"
+#include "tarantella/ops.hpp"
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
 
@@ -52,6 +53,25 @@ TEST_CASE("NCCL allreduce on one rank, f32/f16/bf16", "[comm][nccl][gpu]") {
   }
   Tensor empty = Tensor::empty({0}, DType::f32, gpu());
   comm.allreduce(empty);
+}
+
+// NcclComm::synchronize polls cudaEventQuery; a "not ready" answer left as the thread's last
+// error would make the next launch check (cudaGetLastError) throw for a kernel that was
+// fine. Here the NCCL stream waits behind ~20 passes over 1 GiB on the compute stream, so
+// the host polls "not ready" many times before each allreduce completes.
+TEST_CASE("a polled NCCL wait leaves no stale error for the next kernel launch", "[comm][nccl][gpu]") {
+  REQUIRE(cuda_available());
+  Communicator& comm = communicator();
+  Tensor big = Tensor::full({int64_t{1} << 28}, 1.0, DType::f32, gpu());  // 1 GiB
+  const std::vector<float> v = pattern(1000);
+  Tensor t = on_gpu(v);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 20; ++i) ops::scale(big, 1.0);
+    comm.allreduce(t);
+    CHECK_NOTHROW(ops::scale(t, 1.0));
+    CHECK_NOTHROW(Tensor::full({4}, 2.0, DType::f32, gpu()));
+  }
+  CHECK(t.to_vector() == v);
 }
 
 TEST_CASE("NCCL broadcast and allgather on one rank", "[comm][nccl][gpu]") {

@@ -1,6 +1,6 @@
 // LayerNorm on CUDA: fused kernels, one warp per row (a row is read twice from L1/L2 for a
 // centred variance, never staged in shared memory, so any D works). Weight and bias
-// gradients are deterministic column sums (reduce.cuh).
+// gradients are deterministic two-pass column sums (reduce.cuh's column_sum).
 #include "layers/layer_norm_cuda.hpp"
 
 #include "backend/cuda/reduce.cuh"
@@ -124,9 +124,12 @@ std::vector<Tensor> layer_norm_backward(LayerNorm& layer, const std::vector<Tens
     layer_norm_backward_kernel<scalar_t><<<row_blocks(rows), kBlock, 0, compute_stream(device)>>>(
         xs, gs, static_cast<const float*>(layer.weight().value.raw()), st, static_cast<scalar_t*>(dx.raw()), rows, d);
     TNT_CUDA_CHECK_LAUNCH();
-    channel_sum(rows, d, 1, DyXhat<scalar_t>{xs, gs, st, d}, 1.0f, static_cast<float*>(layer.weight().grad.raw()),
-                device);
-    channel_sum(rows, d, 1, LoadAsFloat<scalar_t>{gs}, 1.0f, static_cast<float*>(layer.bias().grad.raw()), device);
+    // column_sum, not channel_sum(rows, d, 1, ...): that one gives each 32 columns ONE block
+    // that walks every row (D = 1024: 32 blocks on a 132-SM GPU, each reading 16k rows);
+    // column_sum cuts the rows into stripes first, so the whole GPU takes part.
+    column_sum(rows, d, DyXhat<scalar_t>{xs, gs, st, d}, 1.0f, static_cast<float*>(layer.weight().grad.raw()),
+               device);
+    column_sum(rows, d, LoadAsFloat<scalar_t>{gs}, 1.0f, static_cast<float*>(layer.bias().grad.raw()), device);
   });
   return {dx};
 }

@@ -72,6 +72,8 @@ NcclComm::~NcclComm() {
   cudaSetDevice(device_);
   if (comm_ && !aborted_) {
     const bool idle = !abort_on_close_ && cudaStreamQuery(as_stream(stream_)) == cudaSuccess;
+    // A "not ready" answer must not linger as the thread's last error (see synchronize).
+    if (!idle) (void)cudaGetLastError();
     if (idle && finalized(Clock::now() + close_timeout_)) {
       ncclCommDestroy(as_comm(comm_));
     } else {
@@ -195,6 +197,10 @@ void NcclComm::synchronize(void* event, const std::string& op, const Watch& watc
     cudaError_t q = cudaEventQuery(e);
     if (q == cudaSuccess) return;
     if (q != cudaErrorNotReady) fail(op, fmt::format("CUDA error while waiting: {}", cudaGetErrorString(q)));
+    // "Not ready" is a status, not an error: clear it, or the next kernel launch's check
+    // (TNT_CUDA_CHECK_LAUNCH reads cudaGetLastError) could report it as a failed launch.
+    // embedding_cuda.cu's polling of its id checks does the same.
+    (void)cudaGetLastError();
     ncclResult_t state = ncclSuccess;
     ncclCommGetAsyncError(as_comm(comm_), &state);
     if (state != ncclSuccess && state != ncclInProgress) {

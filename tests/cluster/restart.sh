@@ -2,8 +2,9 @@
 # Automatic restart (tarantella --max-restarts): rank 1's program on h2 is killed in the
 # middle of epoch 2 of 3. The launcher starts the whole job again, fashion_mnist continues
 # from epoch 1's checkpoint, and the run ends with the weights of an uninterrupted one,
-# bitwise, reporting one restart. A job that fails with no restart left ends as without
-# --max-restarts, with the last attempt's status.
+# bitwise, reporting one restart. Input the program refuses (exit status 2) is not
+# restarted. A job that fails with no restart left ends as without --max-restarts, with the
+# last attempt's status.
 #
 #   restart.sh LAUNCHER FASHION_MNIST
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
@@ -44,10 +45,43 @@ else
   cl_fail "restarted: history.csv rows: $(awk -F, 'NR > 1 { printf "%s ", $1 }' "$cl_tmp/restarted/history.csv")"
 fi
 
-# No restart left: every attempt fails; the last one's status, and a line that says so.
-cl_run no_restart_left h1 60 -H h1 -n 1 --max-restarts 1 "${cl_launch[@]}" -- --data_dir="$cl_tmp/no-such-dir" \
+# Input the program refuses (a --data_dir that does not exist: exit status 2) is not
+# restarted: a restart would only be refused the same way.
+cl_run input_error h1 60 -H h1 -n 1 --max-restarts 1 "${cl_launch[@]}" -- --data_dir="$cl_tmp/no-such-dir" \
   --model_dir="$cl_tmp/none"
-cl_expect_exit no_restart_left 1
+cl_expect_exit input_error 2
+if [[ $(grep -c "tarantella: restarting the whole job" <<<"$cl_out") -eq 0 ]]; then
+  cl_pass "input_error: not restarted"
+else
+  cl_fail "input_error: restarted $(grep -c "tarantella: restarting the whole job" <<<"$cl_out") times, expected none"
+fi
+cl_expect_contains input_error "tarantella: no restart tried (1 of 1 left): rank 0 (host h1, local rank 0) exited with code 2" \
+  "the launcher says why it does not restart"
+
+# No restart left: every attempt fails (its program killed by SIGUSR1, which ends a process
+# without a core file, 0.3 s after it appears, before any checkpoint); the last attempt's
+# status, and a line that says so.
+(
+  end=$((SECONDS + 50))
+  last="" killed=0
+  while ((SECONDS < end && killed < 2)); do
+    pid=$(cl_programs_on h1 | head -n 1)
+    if [[ -n $pid && $pid != "$last" ]]; then
+      sleep 0.3
+      if kill -USR1 "$pid" 2>/dev/null; then
+        echo "killed attempt $((killed + 1))'s program (pid $pid on h1)"
+        killed=$((killed + 1))
+      fi
+      last=$pid
+    fi
+    sleep 0.1
+  done
+) &
+killer=$!
+cl_run no_restart_left h1 60 -H h1 -n 1 --max-restarts 1 "${cl_launch[@]}" -- "${run[@]}" \
+  --model_dir="$cl_tmp/no_restart_left"
+wait "$killer"
+cl_expect_exit no_restart_left 138
 if [[ $(grep -c "tarantella: restarting the whole job" <<<"$cl_out") -eq 1 ]]; then
   cl_pass "no_restart_left: restarted once"
 else

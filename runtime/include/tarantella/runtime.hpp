@@ -29,8 +29,12 @@ Device default_device();  // this rank's device (TNT_DEVICE or the default rule)
 int num_threads();        // CPU compute threads this rank uses
 Communicator& communicator();
 
+// The exit status of a rank whose input was refused (tnt::InputError), the same as that of a
+// refused command line; any other error exits 1.
+inline constexpr int kExitInputError = 2;
+
 // Runs body between init and finalize, and turns an exception into a message on stderr
-// ("error: ...") and a non-zero exit. When the job has several ranks and only some fail,
+// ("error: ...") and a non-zero exit: kExitInputError for an InputError, 1 otherwise. When the job has several ranks and only some fail,
 // MPI_Abort ends the others so that nothing hangs. Use from a program's main:
 //   int main(int argc, char** argv) { return tnt::run_main(argc, argv, [&] { ... }); }
 int run_main(int argc, char** argv, const std::function<void()>& body);

@@ -175,11 +175,14 @@ int run_main(int argc, char** argv, const std::function<void()>& body) {
     int mpi_ready = 0, mpi_done = 0;
     MPI_Initialized(&mpi_ready);
     MPI_Finalized(&mpi_done);
+    // Input the program refuses (a flag's value, a data file, a checkpoint) exits 2, as a
+    // refused command line does: the launcher then knows a restart would fail the same way.
+    const int status = dynamic_cast<const InputError*>(&e) ? kExitInputError : 1;
     // Other ranks may be waiting in a collective this rank will never join: end the job
     // rather than let it hang.
-    if (mpi_ready && !mpi_done && p > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    if (mpi_ready && !mpi_done && p > 1) MPI_Abort(MPI_COMM_WORLD, status);
     finalize();
-    return 1;
+    return status;
   }
 }
 

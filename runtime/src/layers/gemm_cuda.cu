@@ -1,6 +1,7 @@
 // See gemm_cuda.hpp.
 #include "layers/gemm_cuda.hpp"
 
+#include <algorithm>
 #include <climits>
 
 namespace tnt::cuda {
@@ -28,8 +29,9 @@ void gemm_rm(int device, DType ab, DType c_dtype, bool trans_a, bool trans_b, in
              int64_t stride_c, int64_t batch) {
   if (batch == 0 || m == 0 || n == 0) return;
   const cudaDataType_t t = blas_type(ab);
-  // Row-major leading dimensions (stored row lengths).
-  const int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
+  // Row-major leading dimensions (stored row lengths). k may be 0 (attention over an empty
+  // memory: C = beta C), and cuBLAS refuses a leading dimension below 1.
+  const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n), ldc = n;
   // Column-major C^T (N, M) = op(B)^T (N, K) op(A)^T (K, M).
   TNT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas_handle(device), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(n),

@@ -1,5 +1,5 @@
 // TNT_NCCL_CHECK: reports file, line, the call, NCCL's error string and its last error
-// message, and throws tnt::CommError. ncclInProgress is not an error (nonblocking
+// message, and throws tnt::Error. ncclInProgress is not an error (nonblocking
 // communicators return it while work is still being set up; the caller polls).
 #pragma once
 

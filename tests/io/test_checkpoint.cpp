@@ -6,11 +6,13 @@
 
 #include "tarantella/checkpoint.hpp"
 
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <thread>
@@ -276,6 +278,46 @@ TEST_CASE("Checkpoint::load_into reports every mismatch at once and copies nothi
   CHECK(b3.to_vector() == std::vector<float>{10, 11, 12});
   CHECK(head.to_vector() == std::vector<float>{5});
   CHECK_THROWS_AS(c.load_into({{"fc.weight", w3}, {"fc.bias", b3}}), InputError);  // strict by default
+}
+
+TEST_CASE("Checkpoint::load_into refuses a NaN or an infinity in a tensor that loads", "[checkpoint]") {
+  TempDir dir("tnt-ckpt-nan");
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (float bad : {nan, -inf}) {
+    INFO("bad value " << bad);
+    Checkpoint saved;
+    Tensor w = arange({3, 4}, DType::f32);
+    w.data<float>()[7] = bad;  // one value, mid-tensor: the check must read every float
+    saved.add("fc.bias", arange({3}, DType::f32, 10));
+    saved.add("fc.weight", w);
+    saved.add("steps", arange({1}, DType::i64));
+    const std::string path = dir.file("bad.safetensors");
+    saved.write(path);  // Checkpoint::write writes what it is given
+    Checkpoint c = Checkpoint::read(path);
+
+    Tensor w2 = Tensor::zeros({3, 4}), b2 = Tensor::zeros({3}), s2 = Tensor::zeros({1}, DType::i64);
+    try {
+      c.load_into({{"fc.bias", b2}, {"fc.weight", w2}, {"steps", s2}});
+      FAIL("load_into accepted a NaN or an infinity");
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      CHECK_THAT(msg, Catch::Contains(path));
+      CHECK_THAT(msg, Catch::Contains("'fc.weight'"));
+      CHECK_THAT(msg, Catch::Contains("NaN or an infinity"));
+    }
+    CHECK(b2.to_vector() == std::vector<float>(3, 0.0f));  // nothing copied, not even the good tensor
+    // A bad tensor that does not load does not matter.
+    LoadOptions weights_only;
+    weights_only.allow_unexpected = true;
+    c.load_into({{"fc.bias", b2}}, weights_only);
+    CHECK(b2.to_vector() == std::vector<float>{10, 11, 12});
+    // On request it loads as it is.
+    LoadOptions as_is;
+    as_is.allow_non_finite = true;
+    c.load_into({{"fc.bias", b2}, {"fc.weight", w2}, {"steps", s2}}, as_is);
+    CHECK(std::isinf(w2.to_vector()[7]) == std::isinf(bad));
+    CHECK(std::isnan(w2.to_vector()[7]) == std::isnan(bad));
+  }
 }
 
 TEST_CASE("a checkpoint of another model: each kind counted, 10 mismatching tensors named", "[checkpoint]") {

@@ -8,6 +8,8 @@
 #include "temp_dir.hpp"
 #include "tarantella/tarantella.hpp"
 
+#include <limits>
+
 namespace {
 
 std::shared_ptr<tnt::Sequential> bn_net() {
@@ -80,4 +82,64 @@ TEST_CASE("a checkpoint without BatchNorm's num_batches_tracked loads; other mis
   if (tnt::is_master_rank()) broken.write(bad);
   tnt::communicator().barrier();
   CHECK_THROWS_WITH(resumed.load_checkpoint(bad), Catch::Contains("bn1.running_var"));
+}
+
+// A checkpoint holding a NaN or an infinity (a damaged file: the savers never write one) is
+// refused when it loads, naming file and tensor, instead of training on and failing at the
+// next save. Weights and optimizer state alike; every rank reads the file and throws alike.
+TEST_CASE("a checkpoint holding a NaN or an infinity does not load") {
+  tnt::test::TempDir dir("tnt-ckpt-nan");
+  const std::string good = (dir.path / "good.safetensors").string();
+  tnt::SgdOptions momentum;
+  momentum.momentum = 0.9;  // optimizer state to spoil
+  tnt::Model trained(bn_net(), 3);
+  trained.compile(std::make_shared<tnt::SGD>(0.1, momentum), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fo;
+  fo.batch_size = 8;
+  fo.epochs = 1;
+  fo.verbose = 0;
+  trained.fit(images(), fo);
+  trained.save_checkpoint(good, 1);
+  tnt::communicator().barrier();
+  tnt::Checkpoint full = tnt::Checkpoint::read(good);
+
+  // The first parameter, then the first optimizer state tensor, with one value spoiled.
+  std::string weight, state;
+  for (const auto& [name, t] : full.tensors()) {
+    if (t.dtype() != tnt::DType::f32) continue;
+    if (weight.empty() && name.rfind("optimizer.", 0) != 0) weight = name;
+    if (state.empty() && name.rfind("optimizer.", 0) == 0) state = name;
+  }
+  REQUIRE(!weight.empty());
+  REQUIRE(!state.empty());
+  for (const std::string& spoiled : {weight, state}) {
+    INFO("spoiled: " << spoiled);
+    tnt::Checkpoint bad_ck;
+    for (const auto& [name, t] : full.tensors()) {
+      tnt::Tensor copy = t.clone();
+      if (name == spoiled) copy.data<float>()[copy.numel() / 2] = std::numeric_limits<float>::quiet_NaN();
+      bad_ck.add(name, copy);
+    }
+    for (const auto& [k, v] : full.metadata()) bad_ck.set_metadata(k, v);
+    const std::string bad = (dir.path / "bad.safetensors").string();
+    if (tnt::is_master_rank()) bad_ck.write(bad);
+    tnt::communicator().barrier();
+
+    tnt::Model resumed(bn_net(), 4);
+    resumed.compile(std::make_shared<tnt::SGD>(0.1, momentum), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    try {
+      resumed.load_checkpoint(bad);
+      FAIL("load_checkpoint accepted a NaN");
+    } catch (const tnt::InputError& e) {
+      CHECK_THAT(e.what(), Catch::Contains(bad) && Catch::Contains("'" + spoiled + "'") &&
+                               Catch::Contains("NaN or an infinity"));
+    }
+    // load_weights skips the optimizer state: a spoiled state does not stop it.
+    if (spoiled == weight) {
+      CHECK_THROWS_AS(resumed.load_weights(bad), tnt::InputError);
+    } else {
+      resumed.load_weights(bad);
+    }
+    tnt::communicator().barrier();
+  }
 }

@@ -118,7 +118,7 @@ echo "killed run: event files read back whole with the epochs before the kill"
 out=$(TNT_TIMELINE_STEPS=100-200 timeout -k 5 "$limit" "$launcher" --timeline "$tmp/unreached.json" -n 2 -- \
   "$program" --num_train_samples 256 --batch_size 128 --verbose 0 --train_epochs 1 --model_dir "$tmp/unreached" 2>&1) ||
   fail "the run with an unreached window failed: $out"
-grep -q "timeline: nothing recorded for '$tmp/unreached.json': the window opens at step 100 (TNT_TIMELINE_STEPS), and training has run 2 step(s) so far" <<<"$out" ||
+grep -q "timeline: nothing recorded for '$tmp/unreached.json': the window 100-200 (TNT_TIMELINE_STEPS) opens at step 100, and training has run 2 step(s) so far" <<<"$out" ||
   fail "no warning about the unreached window: $out"
 [[ $(grep -c "timeline: nothing recorded" <<<"$out") -eq 1 ]] || fail "the warning is not printed once: $out"
 left=$(ls "$tmp"/unreached.json* 2>/dev/null)

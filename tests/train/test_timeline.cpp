@@ -2,7 +2,9 @@
 // is JSON in Chrome's trace-event form, every rank has its row and its events, the step
 // window is respected, each bucket's allreduce starts only after the backward of the layers
 // it holds and overlaps the rest of backward, a rank's part is readable mid-run, bad input
-// fails on every rank.
+// fails on every rank, a resumed run records its own first steps unless TNT_TIMELINE_STEPS
+// says otherwise (and then a window it passed is a warning), a directory as the path fails
+// before training.
 #include "job_dir.hpp"
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -10,7 +12,14 @@
 #include "tarantella/tarantella.hpp"
 #include "tarantella/timeline.hpp"
 
+#include "core/context.hpp"
+
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
 
 #include <filesystem>
 #include <fstream>
@@ -81,7 +90,172 @@ const json* find_meta(const json& events, int pid, const std::string& name) {
   return nullptr;
 }
 
+// TNT_TIMELINE and TNT_TIMELINE_STEPS as tnt::init read them, and the environment, set for
+// one test and restored after it (the recorder is made at the start of fit()).
+class TimelineConfig {
+ public:
+  TimelineConfig(const std::string& path, const char* steps) {
+    tnt::Config& c = tnt::context_or_null()->config;
+    saved_ = {c.timeline, c.timeline_steps};
+    if (const char* e = std::getenv("TNT_TIMELINE_STEPS")) saved_env_ = e;
+    had_env_ = std::getenv("TNT_TIMELINE_STEPS") != nullptr;
+    c.timeline = path;
+    c.timeline_steps = steps ? steps : "1-10";
+    if (steps) {
+      setenv("TNT_TIMELINE_STEPS", steps, 1);
+    } else {
+      unsetenv("TNT_TIMELINE_STEPS");
+    }
+  }
+  ~TimelineConfig() {
+    // As at the end of a program: fit() merged what it recorded; the recorder goes, with
+    // its part when that holds nothing unmerged (stop_timeline would write a file anyway).
+    tnt::communicator().barrier();
+    tnt::context_or_null()->timeline.reset();
+    tnt::Config& c = tnt::context_or_null()->config;
+    c.timeline = saved_.first;
+    c.timeline_steps = saved_.second;
+    if (had_env_) {
+      setenv("TNT_TIMELINE_STEPS", saved_env_.c_str(), 1);
+    } else {
+      unsetenv("TNT_TIMELINE_STEPS");
+    }
+  }
+
+ private:
+  std::pair<std::string, std::string> saved_;
+  std::string saved_env_;
+  bool had_env_ = false;
+};
+
+// What this process writes to stderr (the log) while f runs.
+template <typename F>
+std::string stderr_of(const std::string& file, F&& f) {
+  std::fflush(stderr);
+  std::cerr.flush();
+  const int saved = dup(2);
+  const int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  REQUIRE(fd >= 0);
+  dup2(fd, 2);
+  close(fd);
+  try {
+    f();
+  } catch (...) {
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    throw;
+  }
+  std::fflush(stderr);
+  std::cerr.flush();
+  dup2(saved, 2);
+  close(saved);
+  return read_file(file);
+}
+
+std::shared_ptr<tnt::Sequential> small_mlp() {
+  auto net = std::make_shared<tnt::Sequential>("small");
+  net->add(std::make_shared<tnt::Dense>(16, "fc1"));
+  net->add(std::make_shared<tnt::ReLU>("relu1"));
+  net->add(std::make_shared<tnt::Dense>(4, "fc2"));
+  net->build({32});
+  return net;
+}
+
+std::unique_ptr<tnt::Model> small_model() {
+  auto model = std::make_unique<tnt::Model>(small_mlp(), 7);
+  model->compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  return model;
+}
+
+tnt::FitOptions small_fit(int initial_epoch, int epochs) {
+  tnt::FitOptions fit;
+  fit.batch_size = 32;  // 8 steps an epoch
+  fit.initial_epoch = initial_epoch;
+  fit.epochs = epochs;
+  fit.verbose = 0;
+  return fit;
+}
+
+std::set<int64_t> steps_in(const json& trace) {
+  std::set<int64_t> steps;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") steps.insert(e["args"]["step"].get<int64_t>());
+  }
+  return steps;
+}
+
 }  // namespace
+
+TEST_CASE("timeline: a resumed run records its own first steps unless TNT_TIMELINE_STEPS is given") {
+  const std::string dir = job_dir();
+  const std::string ckpt = dir + "/ckpt.safetensors";
+  {
+    auto first = small_model();
+    first->fit(data(1), small_fit(0, 1));  // steps 1-8
+    first->save_checkpoint(ckpt, 1);
+  }
+
+  SECTION("TNT_TIMELINE_STEPS unset: the first 10 steps of this run") {
+    const std::string path = dir + "/resumed.json";
+    TimelineConfig config(path, nullptr);
+    auto resumed = small_model();
+    REQUIRE(resumed->load_checkpoint(ckpt) == 1);
+    resumed->fit(data(1), small_fit(1, 3));  // steps 9-24
+    tnt::communicator().barrier();
+    if (tnt::is_master_rank()) {
+      const json trace = json::parse(read_file(path));
+      CHECK(steps_in(trace) == std::set<int64_t>{9, 10, 11, 12, 13, 14, 15, 16, 17, 18});
+      CHECK(trace["otherData"]["steps"] == "9-18");
+    }
+  }
+  SECTION("TNT_TIMELINE_STEPS given and passed before the run began: one warning naming both, no file") {
+    const std::string path = dir + "/passed.json";
+    std::string log;
+    {
+      TimelineConfig config(path, "2-5");
+      auto resumed = small_model();
+      REQUIRE(resumed->load_checkpoint(ckpt) == 1);
+      log = stderr_of(fmt::format("{}/stderr.rank{}", dir, tnt::rank()), [&] {
+        resumed->fit(data(1), small_fit(1, 2));  // steps 9-16
+      });
+    }  // the recorder ends: its part, holding no step, is removed
+    tnt::communicator().barrier();
+    if (tnt::is_master_rank()) {
+      INFO(log);
+      CHECK_THAT(log, Catch::Contains("timeline: nothing recorded for '" + path + "': the window 2-5 "
+                                      "(TNT_TIMELINE_STEPS) had passed when this run began at step 9 (it ran steps 9-16"));
+      CHECK_THAT(log, Catch::Contains("set TNT_TIMELINE_STEPS to steps from 9 on"));
+    }
+    CHECK_FALSE(fs::exists(path));
+    CHECK_FALSE(fs::exists(fmt::format("{}.rank{}", path, tnt::rank())));
+  }
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) fs::remove_all(dir);
+}
+
+TEST_CASE("timeline: a directory as the path fails on every rank before any step, writing nothing") {
+  const std::string dir = job_dir();  // exists on every rank (one host)
+  {
+    TimelineConfig config(dir, nullptr);
+    auto model = small_model();
+    try {
+      model->fit(data(1), small_fit(0, 1));
+      FAIL("fit accepted a directory as the timeline's path");
+    } catch (const tnt::InputError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("TNT_TIMELINE='" + dir + "'") && Catch::Contains("names a directory") &&
+                               Catch::Contains(dir + "/trace.json"));
+    }
+    CHECK(model->global_step() == 0);  // before any step
+    CHECK_FALSE(fs::exists(fmt::format("{}.rank{}", dir, tnt::rank())));
+  }
+  CHECK_THROWS_WITH(tnt::start_timeline(dir, 1, 2),
+                    Catch::Contains("start_timeline's path '" + dir + "'") && Catch::Contains("names a directory"));
+  CHECK_THROWS_WITH(tnt::start_timeline(dir + "/not-yet/", 1, 2), Catch::Contains("names a directory"));
+  CHECK_FALSE(fs::exists(fmt::format("{}.rank{}", dir, tnt::rank())));
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) fs::remove_all(dir);
+}
 
 TEST_CASE("timeline: merged trace, rows, window, buckets against backward") {
   const std::string dir = job_dir();

@@ -67,6 +67,9 @@ struct LoadOptions {
   // Destinations that may be absent from the file (they keep their values), e.g. buffers
   // that older files of the same model did not have.
   std::set<std::string> optional;
+  // A tensor that loads and holds a NaN or an infinity is refused (InputError naming the
+  // file and the tensor), as the savers refuse to write one; true loads it as it is.
+  bool allow_non_finite = false;
 };
 
 class Checkpoint {
@@ -92,7 +95,8 @@ class Checkpoint {
   // Copies each checkpoint tensor into the destination of the same name (a Tensor handle:
   // the copy lands in the storage it shares, on any device). First checks everything and
   // reports every mismatch in one InputError: missing names, unexpected names, wrong
-  // shapes, wrong dtypes. Nothing is copied unless all match.
+  // shapes, wrong dtypes. Then refuses a NaN or an infinity in a tensor that would load
+  // (LoadOptions::allow_non_finite). Nothing is copied unless all match.
   void load_into(const NamedTensors& destinations, const LoadOptions& options = {}) const;
 
   const std::string& path() const { return path_; }  // the file it was read from, if any

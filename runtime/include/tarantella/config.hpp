@@ -23,7 +23,8 @@ namespace tnt {
     "progress output from every rank, not only the master (files: the master's only)")         \
   X(log_on_all_devices, bool, "TNT_LOG_ON_ALL_DEVICES", false, "", "log lines from every rank")  \
   X(timeline, std::string, "TNT_TIMELINE", "", "", "Chrome trace file of a window of steps; empty = off") \
-  X(timeline_steps, std::string, "TNT_TIMELINE_STEPS", "1-10", "steps", "the timeline's window a-b (1-based)") \
+  X(timeline_steps, std::string, "TNT_TIMELINE_STEPS", "1-10", "steps",                         \
+    "the timeline's window a-b (1-based, over the whole run); unset = this run's first 10 steps")  \
   X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
   X(device, std::string, "TNT_DEVICE", "", "",                                                 \
     "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \

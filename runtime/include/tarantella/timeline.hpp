@@ -9,9 +9,14 @@
 //   tarantella --timeline trace.json -n 2 -- build/bin/fashion_mnist     (the launcher)
 //   TNT_TIMELINE=trace.json TNT_TIMELINE_STEPS=20-30 build/bin/fashion_mnist
 // or by the TensorBoard callback's profile_batch. Steps count from 1 over the whole run (a
-// resumed run goes on counting). The window opens when its first step begins and closes
+// resumed run goes on counting). With TNT_TIMELINE but no TNT_TIMELINE_STEPS the window is
+// the first 10 steps this process trains (steps 49-58 of a run resumed after step 48); a
+// window given (TNT_TIMELINE_STEPS, start_timeline, profile_batch) is taken as it is, and
+// one that records nothing (not reached, or passed before the run began) is a warning that
+// names it and the steps run. The window opens when its first step begins and closes
 // when the step after its last begins (or training ends), so an evaluation or checkpoint
-// right after the last step is in it.
+// right after the last step is in it. A path that names a directory is an InputError on
+// every rank when the recorder starts (at the start of fit()), before anything is written.
 //
 // Each rank appends its events to PATH.rank<R> after every step of the window (the JSON
 // array form Chrome reads without its closing bracket: a rank that dies leaves the parts of
@@ -34,7 +39,8 @@ namespace tnt {
 
 // Collective. Starts recording steps first_step..last_step (1-based, inclusive) into path.
 // A timeline already started (TNT_TIMELINE, an earlier call) is kept; the call then warns
-// and returns false. Throws InputError on every rank for an empty path or a bad window.
+// and returns false. Throws InputError on every rank for an empty path, a path naming a
+// directory, or a bad window.
 bool start_timeline(const std::string& path, int64_t first_step, int64_t last_step);
 // Collective. Merges what was recorded into the file and stops; nothing without a timeline.
 void stop_timeline();

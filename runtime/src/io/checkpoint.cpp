@@ -1,6 +1,8 @@
 // Checkpoint: named tensors plus string metadata, and the checked load into a model.
 #include "tarantella/checkpoint.hpp"
 
+#include "tarantella/ops.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <set>
@@ -113,6 +115,19 @@ void Checkpoint::load_into(const NamedTensors& destinations, const LoadOptions& 
     list("with a wrong dtype", wrong_dtype);
     msg.pop_back();
     TNT_INPUT_ERROR("{}", msg);
+  }
+  // The savers never write a NaN or an infinity (Model::save_checkpoint, tnt::save_model):
+  // such a value in a file is damage or another writer's diverged run, and loaded it would
+  // only fail later, at the next save, after a history row for an epoch without checkpoint.
+  // One pass over the tensors that load; every rank reads the same file and throws alike.
+  if (!options.allow_non_finite) {
+    for (const auto& [name, dst] : destinations) {
+      auto it = index_.find(name);
+      if (it == index_.end() || !ops::has_non_finite(tensors_[it->second].second)) continue;
+      TNT_INPUT_ERROR("checkpoint '{}': tensor '{}' holds a NaN or an infinity (a damaged file, or one written "
+                      "after the training diverged); nothing was loaded",
+                      path_.empty() ? "(in memory)" : path_, name);
+    }
   }
   for (const auto& [name, dst] : destinations) {
     auto it = index_.find(name);

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iterator>
@@ -92,12 +93,28 @@ std::string escape(std::string_view text) {
   return out;
 }
 
-Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step)
-    : path_(std::move(path)), first_step_(first_step), last_step_(last_step) {
+Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step, Origin origin)
+    : path_(std::move(path)), first_step_(first_step), last_step_(last_step), origin_(std::move(origin)) {
   rank_ = comm.rank();
   size_ = comm.size();
   host_ = host_name();
   part_path_ = fmt::format("{}.rank{}", path_, rank_);
+
+  // A directory would fail only at the merge, after training, with the parts left beside it.
+  // Any rank that sees one (or a path ending in '/') stops every rank, before anything is
+  // written; the message is the same everywhere.
+  {
+    std::error_code ec;
+    const bool directory = path_.back() == '/' || std::filesystem::is_directory(path_, ec);
+    const std::vector<int64_t> seen = comm.allgather(int64_t{directory ? 1 : 0});
+    if (std::any_of(seen.begin(), seen.end(), [](int64_t x) { return x != 0; })) {
+      const std::filesystem::path dir(path_);
+      TNT_INPUT_ERROR("timeline: {} names a directory; the trace is one file: give a file name, such as '{}' "
+                      "(nothing recorded, nothing written)",
+                      origin_.path_text.empty() ? fmt::format("'{}'", path_) : origin_.path_text,
+                      ((dir.has_filename() ? dir : dir.parent_path()) / "trace.json").string());
+    }
+  }
 
   // Clock offset to rank 0 (see tarantella/timeline.hpp): the largest of the samples, each
   // a lower bound of the true offset.
@@ -111,9 +128,9 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
     best = std::max(best, t - detail::now_s());
   }
   offset_s_ = rank_ == Communicator::master_rank() ? 0.0 : best;
-  double origin = detail::now_s();
-  comm.broadcast(&origin, 1, DType::f64, Device::cpu(), Communicator::master_rank());
-  origin_s_ = origin;
+  double time0 = detail::now_s();
+  comm.broadcast(&time0, 1, DType::f64, Device::cpu(), Communicator::master_rank());
+  origin_s_ = time0;
   log_debug("timeline: rank {} clock offset to rank 0: {:.1f} us", rank_, offset_s_ * 1e6);
 
   // The master must be able to write beside path (it writes path at the end); another rank
@@ -193,12 +210,50 @@ void Recorder::flush_part() {
 }
 
 void Recorder::step_begin(int64_t step, int epoch, double input_start_s) {
+  if (step > 0 && first_step_seen_ == 0) {
+    first_step_seen_ = step;
+    if (origin_.window_from_first_step && step > 1) {
+      // A resumed run: the default window is this run's first steps, not the whole run's.
+      first_step_ += step - 1;
+      last_step_ += step - 1;
+      if (rank_ == Communicator::master_rank())
+        log_info("timeline: recording steps {}-{} into '{}', the first {} of this run (it starts at step {}: steps "
+                 "count over the whole run; {} chooses others)",
+                 first_step_, last_step_, path_, last_step_ - first_step_ + 1, step, origin_.window_from);
+    }
+  }
   const bool in = step >= first_step_ && step <= last_step_;
+  if (in) recorded_ = true;
   if (step > last_step_seen_) last_step_seen_ = step;
   flush_part();
   step_.store(step, std::memory_order_relaxed);
   recording_.store(in, std::memory_order_relaxed);
   if (in) add(Lane::compute, "input", "step", input_start_s, detail::now_s(), fmt::format(R"("epoch":{})", epoch));
+}
+
+void Recorder::warn_if_window_missed() {
+  // Steps are the same on every rank: the master alone says it.
+  if (recorded_ || warned_ || rank_ != Communicator::master_rank()) return;
+  warned_ = true;
+  const std::string window = fmt::format("the window {}-{} ({})", first_step_, last_step_, origin_.window_from);
+  if (first_step_seen_ == 0) {
+    log_warning("timeline: nothing recorded for '{}': this run has trained no step so far ({})", path_, window);
+    return;
+  }
+  if (last_step_seen_ < first_step_) {
+    log_warning("timeline: nothing recorded for '{}': {} opens at step {}, and training has run {} step(s) so far",
+                path_, window, first_step_, last_step_seen_);
+    return;
+  }
+  // The window had passed before this run's first step: a resumed run goes on counting.
+  const bool env = origin_.window_from == "TNT_TIMELINE_STEPS";
+  log_warning("timeline: nothing recorded for '{}': {} had passed when this run began at step {} (it ran steps "
+              "{}-{}; steps count over the whole run, and a resumed run goes on from its checkpoint's step){}",
+              path_, window, first_step_seen_, first_step_seen_, last_step_seen_,
+              env ? fmt::format("; set TNT_TIMELINE_STEPS to steps from {} on, or leave it unset to record the first "
+                                "10 steps of the run",
+                                first_step_seen_)
+                  : "");
 }
 
 void Recorder::merge(Communicator& comm) {
@@ -258,7 +313,14 @@ void start_from_config(Communicator& comm) {
   RuntimeContext* c = context_or_null();
   if (!c || c->timeline || c->config.timeline.empty()) return;
   auto [first, last] = parse_step_window(c->config.timeline_steps, "TNT_TIMELINE_STEPS");
-  c->timeline = std::make_shared<Recorder>(comm, c->config.timeline, first, last);
+  Origin origin;
+  origin.path_text = fmt::format("TNT_TIMELINE='{}' (tarantella --timeline)", c->config.timeline);
+  origin.window_from = "TNT_TIMELINE_STEPS";
+  // Unset, the window is the first steps this run trains: someone who asked for a trace of a
+  // resumed run wants one, not a warning that steps 1-10 were run by an earlier process.
+  // Given, it is taken as given (a resumed run that began after it gets a warning).
+  origin.window_from_first_step = std::getenv("TNT_TIMELINE_STEPS") == nullptr;
+  c->timeline = std::make_shared<Recorder>(comm, c->config.timeline, first, last, std::move(origin));
 }
 
 void step_begin(int64_t step, int epoch, double input_start_s) {
@@ -275,11 +337,8 @@ void fit_end(Communicator& comm) {
   r->step_begin(0, 0, 0.0);  // the window closes with training (steps count from 1)
   if (r->has_unmerged()) {
     r->merge(comm);
-  } else if (r->last_step_seen() < r->first_step() && comm.rank() == Communicator::master_rank()) {
-    // Steps are the same on every rank: the master alone says it.
-    log_warning("timeline: nothing recorded for '{}': the window opens at step {} (TNT_TIMELINE_STEPS), and "
-                "training has run {} step(s) so far",
-                r->path(), r->first_step(), r->last_step_seen());
+  } else {
+    r->warn_if_window_missed();
   }
 }
 
@@ -333,7 +392,9 @@ bool start_timeline(const std::string& path, int64_t first_step, int64_t last_st
                 c->timeline->path());
     return false;
   }
-  c->timeline = std::make_shared<timeline::Recorder>(communicator(), path, first_step, last_step);
+  timeline::Origin origin;
+  origin.path_text = fmt::format("start_timeline's path '{}'", path);
+  c->timeline = std::make_shared<timeline::Recorder>(communicator(), path, first_step, last_step, std::move(origin));
   return true;
 }
 

@@ -30,10 +30,20 @@ namespace tnt::timeline {
 
 enum class Lane : int { compute = 1, communication = 2 };
 
+// Where a recorder's path and window came from, for its messages; and whether the window
+// counts from the first step the recorder sees (TNT_TIMELINE_STEPS unset: a resumed run
+// records its own first steps, not steps that an earlier process ran).
+struct Origin {
+  std::string path_text;                       // e.g. "TNT_TIMELINE='t.json'"; empty: the path quoted
+  std::string window_from = "start_timeline";  // "TNT_TIMELINE_STEPS", ...
+  bool window_from_first_step = false;
+};
+
 class Recorder {
  public:
-  // Collective over comm: aligns the clocks (see the header). window: 1-based, inclusive.
-  Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step);
+  // Collective over comm: refuses a path that is a directory (every rank alike, nothing
+  // written), then aligns the clocks (see the header). window: 1-based, inclusive.
+  Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step, Origin origin = {});
   ~Recorder();  // removes this rank's part unless it holds events not merged yet
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -54,8 +64,14 @@ class Recorder {
   // Collective: every rank's events to the master, which writes path(); the parts are removed.
   void merge(Communicator& comm);
   bool has_unmerged() const { return unmerged_; }
+  // The window (moved to the first step seen when it counts from there).
   int64_t first_step() const { return first_step_; }
-  int64_t last_step_seen() const { return last_step_seen_; }  // the highest step begun (0: none)
+  int64_t last_step() const { return last_step_; }
+  int64_t first_step_seen() const { return first_step_seen_; }  // the lowest step begun (0: none)
+  int64_t last_step_seen() const { return last_step_seen_; }    // the highest step begun (0: none)
+  // Master only, once: nothing recorded although steps ran (a window not reached yet, or
+  // passed before this run began), named with this run's steps and what chose the window.
+  void warn_if_window_missed();
 
  private:
   struct Event {
@@ -82,7 +98,10 @@ class Recorder {
   std::FILE* part_ = nullptr;
   bool part_failed_ = false;  // this rank cannot write its part (not the master): memory only
   bool unmerged_ = false;
-  int64_t last_step_seen_ = 0;
+  Origin origin_;
+  bool recorded_ = false;  // a step of the window has begun
+  bool warned_ = false;
+  int64_t first_step_seen_ = 0, last_step_seen_ = 0;
 };
 
 // The recorder when one records now, else nullptr.

@@ -280,7 +280,15 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
       Workspace scratch(Dir::output_bytes(plan), device);  // never the real output (see the top)
       typename Dir::Perf timed[Dir::kCount];
       int timed_count = 0;
-      Dir::find(h, plan, operands, scratch.data(), timed, &timed_count, ws);
+      try {
+        Dir::find(h, plan, operands, scratch.data(), timed, &timed_count, ws);
+      } catch (const Error& e) {
+        // The timing itself refused (a status of cuDNN's, not of one algorithm): the
+        // heuristics choose, as the top of this file says, and training goes on.
+        timed_count = 0;
+        log_warning("Conv2D '{}': timing the {} algorithms for {} failed ({}); cuDNN's heuristics choose",
+                    layer.name(), Dir::kName, problem.str(), e.what());
+      }
       cache.searches.fetch_add(1);
       if (const auto* best = fastest(timed, timed_count, limit)) {
         chosen = *best;

@@ -551,6 +551,9 @@ int main(int argc, char** argv) {
     // Weights only, under the PyTorch module's names (scripts/transformer_torch.py). Written
     // before each evaluation: an evaluation that fails cannot lose the trained weights.
     const std::string weights = common.model_dir + "/model.safetensors";
+    // One writer for the whole run: its event files span the fit() calls of the loop.
+    const auto tensorboard =
+        common.enable_tensorboard ? std::make_shared<tnt::TensorBoard>(common.model_dir) : nullptr;
     // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.
     for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
       fit.initial_epoch = epoch;
@@ -558,6 +561,7 @@ int main(int argc, char** argv) {
       auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", epoch > 0);
       csv->set_columns({"loss", "learning_rate", "seconds"});
       fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};
+      if (tensorboard) fit.callbacks.push_back(tensorboard);
       model.fit(train, fit);
       model.save_weights(weights);
       if (model.stop_requested()) break;

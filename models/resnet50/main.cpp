@@ -17,6 +17,10 @@
 // it its slice of every global batch, and only then are its own samples decoded and
 // augmented, on --data_workers threads, so no rank reads another rank's files.
 //
+// --enable_checkpoint_and_export writes <model_dir>/checkpoint.safetensors after every epoch;
+// --resume continues from it as fashion_mnist and the transformer do (epoch, optimizer step
+// and so the learning-rate schedule; the data's order is a function of the seed and epoch).
+//
 // --data_format (the Model Garden's flag): channels_last keeps the activations NHWC between
 // the convolutional layers (Network::set_memory_format), what tensor cores run without
 // transposes, and what oneDNN's CPU convolutions run fastest here too (about 1.2x NCHW on

@@ -2,14 +2,16 @@
 // loss (log-cosh) and a custom metric (the fraction of predictions within 0.1 of the
 // target), data-parallel on however many ranks it is started with:
 //   tarantella -n 2 -- ./custom_layer OUT_DIR
-// The master writes OUT_DIR/weights.safetensors and OUT_DIR/predictions.txt (the model's
+// The master creates OUT_DIR if needed and writes OUT_DIR/weights.safetensors and OUT_DIR/predictions.txt (the model's
 // output on the first 16 samples, one per line), which read_checkpoint.py checks against
 // a PyTorch model loaded from the checkpoint.
 #include "scaled_tanh.hpp"
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 
 namespace {
 
@@ -61,6 +63,19 @@ int main(int argc, char** argv) {
   return tnt::run_main(argc, argv, [&] {
     TNT_INPUT_CHECK(argc == 2, "usage: custom_layer OUT_DIR");
     const std::string out = argv[1];
+    // The master writes the files, so it makes OUT_DIR (and its parents), before training
+    // rather than failing after it; every rank learns whether that worked.
+    std::string problem;
+    if (tnt::is_master_rank()) {
+      std::error_code ec;
+      if (std::filesystem::exists(out, ec) && !std::filesystem::is_directory(out, ec)) {
+        problem = fmt::format("OUT_DIR {}: is a file, expected a directory", out);
+      } else if (std::filesystem::create_directories(out, ec); ec) {
+        problem = fmt::format("OUT_DIR {}: cannot create it: {}", out, ec.message());
+      }
+    }
+    tnt::communicator().broadcast(problem, tnt::master_rank());
+    if (!problem.empty()) throw tnt::InputError(problem);
 
     // y = 0.8 tanh(x0 - 0.5 x1 + 0.25 x2), x on a grid: learnable by the model exactly.
     const int64_t n = 512;

@@ -264,10 +264,34 @@ struct Verdict {
   bool resume = false;
 };
 
+// The TensorBoard event files a program's run left (TensorBoard callback: events.out.tfevents.*
+// in <model_dir>/train and <model_dir>/validation), relative to the directory. Nothing else
+// there is the program's: other files stay.
+std::vector<std::string> event_files(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const char* sub : {"train", "validation"}) {
+    std::error_code ec;
+    if (!fs::is_directory(fs::path(path) / sub, ec)) continue;
+    for (fs::directory_iterator it(fs::path(path) / sub, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("events.out.tfevents.", 0) == 0 && it->is_regular_file(ec)) {
+        files.push_back(std::string(sub) + "/" + name);
+      }
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Removes the outputs found and the earlier run's TensorBoard event files, so that a run
+// started again shows in TensorBoard alone.
 std::string remove_outputs(const ModelDir& dir, const std::vector<std::string>& found, const char* why) {
   namespace fs = std::filesystem;
+  std::vector<std::string> names = found;
+  for (std::string& name : event_files(dir.path)) names.push_back(std::move(name));
   std::error_code ec;
-  for (const std::string& name : found) {
+  for (const std::string& name : names) {
     fs::remove(fs::path(dir.path) / name, ec);
     if (ec) return fmt::format("{}: cannot remove {}/{}: {}", why, dir.path, name, ec.message());
   }
@@ -278,6 +302,18 @@ std::string remove_outputs(const ModelDir& dir, const std::vector<std::string>& 
 Verdict check_model_dir_on_master(const ModelDir& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  const bool exists = fs::exists(dir.path, ec);
+  if (exists && !fs::is_directory(dir.path, ec)) {
+    return {fmt::format("--model_dir={}: is a file, expected a directory", dir.path)};
+  }
+  // A run to continue must be there: a misspelt --model_dir is named, not created empty.
+  // (A restart of tarantella --max-restarts gets here too: its directory exists, or its
+  // first attempt never got past this check.)
+  if (!exists && dir.resume) {
+    return {fmt::format("--model_dir={}: no such directory, so no run to continue (--resume); give the directory "
+                        "of the earlier run, or leave out --resume to start one there",
+                        dir.path)};
+  }
   fs::create_directories(dir.path, ec);
   if (ec) return {fmt::format("--model_dir={}: cannot create it: {}", dir.path, ec.message())};
   std::vector<std::string> found;
@@ -305,7 +341,7 @@ Verdict check_model_dir_on_master(const ModelDir& dir) {
                         dir.path, fmt::join(found, ", "),
                         dir.can_resume ? "--resume to continue training from its checkpoint, " : "")};
   }
-  if (!found.empty() && dir.overwrite) {
+  if (dir.overwrite) {
     if (std::string e = remove_outputs(dir, found, "--overwrite"); !e.empty()) return {e};
   }
   // This launch's from now on: its restarts continue here.
@@ -347,6 +383,36 @@ void check_resume_seed(const std::string& checkpoint, uint64_t seed) {
                   "--seed={}: the run being resumed ({}) was trained with --seed={}; give --seed={} to continue it, "
                   "or --overwrite to start a new run",
                   seed, checkpoint, stored, stored);
+}
+
+namespace {
+
+// What `path` is not, for a flag that needs a `want` ("file" or "directory"); "" when it is one.
+std::string path_kind_problem(const std::string& path, bool want_directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) return want_directory ? "no such directory" : "no such file";
+  if (want_directory) {
+    if (fs::is_directory(st)) return "";
+    return fs::is_regular_file(st) ? "is a file, expected a directory" : "is not a directory";
+  }
+  if (fs::is_regular_file(st)) return "";
+  return fs::is_directory(st) ? "is a directory, expected a file" : "is not a regular file";
+}
+
+}  // namespace
+
+void check_file_flag(const std::string& flag, const std::string& path, const std::string& hint) {
+  const std::string problem = path_kind_problem(path, false);
+  TNT_INPUT_CHECK(problem.empty(), "--{}={}: {}{}", flag, path, problem,
+                  problem == "no such file" && !hint.empty() ? " " + hint : "");
+}
+
+void check_directory_flag(const std::string& flag, const std::string& path, const std::string& hint) {
+  const std::string problem = path_kind_problem(path, true);
+  TNT_INPUT_CHECK(problem.empty(), "--{}={}: {}{}", flag, path, problem,
+                  problem == "no such directory" && !hint.empty() ? " " + hint : "");
 }
 
 bool prepare_model_dir(const ModelDir& dir) {

@@ -127,8 +127,11 @@ struct ModelDir {
 // Collective, before any training: the master (the only rank that writes files) creates
 // the directory and looks for the outputs of an earlier run in it, and every rank gets its
 // verdict. A directory holding any of them is refused unless the run continues it
-// (--resume) or replaces it (--overwrite: the master then removes those outputs, so a run
-// that fails early leaves no mix of old and new). Throws tnt::InputError on every rank
+// (--resume) or replaces it (--overwrite: the master then removes those outputs and the
+// TensorBoard event files events.out.tfevents.* in <path>/train and <path>/validation, and
+// nothing else, so a run that fails early leaves no mix of old and new, and TensorBoard
+// shows the new run alone). With --resume the directory must exist (nothing is created);
+// a path that is a file is refused. Throws tnt::InputError on every rank
 // alike, naming the directory and the choices (--resume only when `checkpoint` is there: a
 // run stopped in its first epoch leaves a history.csv and nothing to resume from), when it is
 // refused, when it cannot be created, or for --resume together with --overwrite.
@@ -142,6 +145,12 @@ struct ModelDir {
 // attempt never got that far (the directory was refused) is checked as a first attempt.
 // Returns whether training continues from the checkpoint: --resume, or such a restart.
 bool prepare_model_dir(const ModelDir& dir);
+
+// A flag naming a file (a directory) that must exist: throws tnt::InputError
+// "--flag=path: no such file" (followed by `hint`), or, where the path is the other kind,
+// "is a directory, expected a file" ("is a file, expected a directory").
+void check_file_flag(const std::string& flag, const std::string& path, const std::string& hint = "");
+void check_directory_flag(const std::string& flag, const std::string& path, const std::string& hint = "");
 
 // Before a run continues from `checkpoint`: the seed that the run which wrote it was given
 // (its metadata "seed") must be this run's --seed, or the continued run would shuffle and

@@ -131,10 +131,8 @@ int main(int argc, char** argv) {
                     micro_batch, common.batch_size, tnt::size(), share, share + 1);
     const int64_t num_train = args["num_train_samples"].as<int64_t>();
     TNT_INPUT_CHECK(num_train >= 0, "--num_train_samples={}: must be at least 0", num_train);
-    TNT_INPUT_CHECK(
-        std::filesystem::is_directory(common.data_dir),
-        "--data_dir={}: no such directory (install Debian's dataset-fashion-mnist, or point it at the IDX files)",
-        common.data_dir);
+    tnt_models::check_directory_flag(
+        "data_dir", common.data_dir, "(install Debian's dataset-fashion-mnist, or point it at the IDX files)");
 
     // Labels outside the 10 classes and images of another size are named with their file.
     const tnt::MnistExpect expect{.num_classes = 10, .height = 28, .width = 28};
@@ -222,11 +220,23 @@ int main(int argc, char** argv) {
     auto last_epoch = std::make_shared<LastEpochLogs>();
     fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), last_epoch};
     if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir));
-    tnt::History history = model.fit(train_data, fit);
+    // A checkpoint at or beyond --train_epochs has nothing left to train: its weights are
+    // evaluated (as the transformer does), rather than fit() refusing epochs < initial_epoch.
+    if (initial_epoch >= common.train_epochs) {
+      if (resume) {
+        tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}): evaluating its weights",
+                   initial_epoch, common.train_epochs);
+      } else {
+        tnt::print("Nothing to train (--train_epochs={}): evaluating the initial weights", common.train_epochs);
+      }
+    } else {
+      model.fit(train_data, fit);
+    }
 
     // The last epoch validated on the test set with the final weights (fit validates after
     // the last epoch whatever --epochs_between_evals says): its numbers are the test result.
-    // Only when no epoch ran here (a --resume at --train_epochs) is the test set evaluated.
+    // Only when no epoch ran here (a --resume at or beyond --train_epochs) is the test set
+    // evaluated.
     tnt::Logs result;
     const tnt::Logs& last = last_epoch->logs;
     if (last_epoch->epoch + 1 == common.train_epochs && last.count("val_loss") && last.count("val_accuracy")) {
@@ -237,8 +247,9 @@ int main(int argc, char** argv) {
       ev.verbose = common.verbose;  // announced, like fit's validation passes
       result = model.evaluate(test_data, ev);
     }
-    model.save_checkpoint(checkpoint, std::max(common.train_epochs, initial_epoch));
+    const int epochs_trained = std::max(common.train_epochs, initial_epoch);
+    model.save_checkpoint(checkpoint, epochs_trained);
     tnt::print("Test loss: {:.4f}  test accuracy: {:.4f}  ({}, {})", result["loss"], result["accuracy"],
-               tnt_models::count_of(common.train_epochs, "epoch"), tnt_models::count_of(tnt::size(), "rank"));
+               tnt_models::count_of(epochs_trained, "epoch"), tnt_models::count_of(tnt::size(), "rank"));
   });
 }

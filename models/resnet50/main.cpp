@@ -17,6 +17,10 @@
 // it its slice of every global batch, and only then are its own samples decoded and
 // augmented, on --data_workers threads, so no rank reads another rank's files.
 //
+// --enable_checkpoint_and_export writes <model_dir>/checkpoint.safetensors after every epoch;
+// --resume continues from it as fashion_mnist and the transformer do (epoch, optimizer step
+// and so the learning-rate schedule; the data's order is a function of the seed and epoch).
+//
 // --data_format (the Model Garden's flag): channels_last keeps the activations NHWC between
 // the convolutional layers (Network::set_memory_format), what tensor cores run without
 // transposes, and what oneDNN's CPU convolutions run fastest here too (about 1.2x NCHW on
@@ -31,8 +35,10 @@
 #include <tarantella/tarantella.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -179,7 +185,9 @@ int main(int argc, char** argv) {
        "tarantella -- build/bin/resnet50 --use_synthetic_data --dtype=bf16 --train_steps=100\n"
        "(mixed precision on a GPU: bf16 layers, fp32 master weights)",
        "build/bin/resnet50 --use_synthetic_data --image_size=64 --batch_size=32 --train_steps=20 \\\n"
-       "--data_format=channels_first   (NCHW activations instead of the default NHWC)"},
+       "--data_format=channels_first   (NCHW activations instead of the default NHWC)",
+       "tarantella -n 4 -- build/bin/resnet50 --data_dir=/data/imagenet --enable_checkpoint_and_export \\\n"
+       "--resume   (continue the run in --model_dir from its checkpoint)"},
       {.data_dir = "",
        .data_dir_help = "ImageNet directory: JPEG class folders (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG), or "
                         "TFRecord shards (train-00000-of-01024 ..., validation-00000-of-00128 ...; labels 1-based, "
@@ -194,6 +202,7 @@ int main(int argc, char** argv) {
   // clang-format off
   flags.add_options()
     ("enable_checkpoint_and_export", "checkpoint after every epoch, export the weights at the end", cxxopts::value<bool>()->default_value("false"))
+    ("resume", "continue from <model_dir>/checkpoint.safetensors (with --enable_checkpoint_and_export)", cxxopts::value<bool>()->default_value("false"))
     ("use_synthetic_data", "random images instead of ImageNet (throughput measurements)", cxxopts::value<bool>()->default_value("false"))
     ("synthetic_samples", "with --use_synthetic_data: training samples per epoch (ImageNet's size by default)", cxxopts::value<int64_t>()->default_value(std::to_string(kImageNetTrainSamples)))
     ("synthetic_eval_samples", "with --use_synthetic_data: evaluation samples (default: ImageNet's 50,000 per 1,281,167 training samples, in proportion to an epoch's training samples: --synthetic_samples, or --train_steps x --batch_size when fewer; at least one global batch)", cxxopts::value<int64_t>())
@@ -228,6 +237,11 @@ int main(int argc, char** argv) {
     const int64_t log_steps = args["log_steps"].as<int64_t>();
     const int data_workers = args["data_workers"].as<int>();
     const bool checkpoint_and_export = args["enable_checkpoint_and_export"].as<bool>();
+    const bool resume_flag = args["resume"].as<bool>();
+    // Without checkpoints the continued run would leave the old one behind its history.
+    TNT_INPUT_CHECK(!resume_flag || checkpoint_and_export,
+                    "--resume: needs --enable_checkpoint_and_export (a run continues from its checkpoint and "
+                    "writes the next ones)");
 
     TNT_INPUT_CHECK(num_classes >= 2, "--num_classes={}: must be at least 2", num_classes);
     TNT_INPUT_CHECK(image_size >= 32, "--image_size={}: must be at least 32 (ResNet-50 downsamples by 32)", image_size);
@@ -297,6 +311,7 @@ int main(int argc, char** argv) {
     } else {
       TNT_INPUT_CHECK(!common.data_dir.empty(),
                       "--data_dir is missing: give the ImageNet directory, or --use_synthetic_data");
+      tnt_models::check_directory_flag("data_dir", common.data_dir);
       tnt::ImagenetOptions train_opts;
       train_opts.shuffle = true;
       train_opts.seed = common.seed;
@@ -332,16 +347,26 @@ int main(int argc, char** argv) {
     model.compile(std::make_shared<tnt::SGD>(schedule, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>(label_smoothing),
                   {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)}, precision);
 
-    // What an earlier run left there is replaced only with --overwrite; a restart of
-    // tarantella --max-restarts continues from the checkpoint (with
-    // --enable_checkpoint_and_export; without, it starts over).
+    // What an earlier run left there is continued (--resume, or a restart of tarantella
+    // --max-restarts) from the checkpoint, with --enable_checkpoint_and_export (without, a
+    // restart starts over), or replaced (--overwrite), never silently overwritten.
     const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
     const bool resume = tnt_models::prepare_model_dir(
         {.path = common.model_dir,
          .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
+         .can_resume = checkpoint_and_export,
+         .resume = resume_flag,
          .overwrite = common.overwrite,
          .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : ""});
-    const int initial_epoch = resume ? model.load_checkpoint(checkpoint) : 0;
+    int initial_epoch = 0;
+    if (resume) {
+      TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
+      tnt_models::check_resume_seed(checkpoint, common.seed);
+      // The optimizer's step (and so the learning-rate schedule) and the epoch continue;
+      // the data's order is a function of the seed and the epoch.
+      initial_epoch = model.load_checkpoint(checkpoint);
+      tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
+    }
 
     if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,
@@ -387,7 +412,22 @@ int main(int argc, char** argv) {
     if (checkpoint_and_export) {
       fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"));
     }
-    tnt::History history = train_dist ? model.fit(*train_dist, fit) : model.fit(train_data, fit);
+    tnt::History history;
+    std::optional<tnt::Logs> evaluated;  // when nothing is trained: the checkpoint's weights evaluated
+    if (initial_epoch >= common.train_epochs) {
+      if (resume) {
+        tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}): evaluating its weights",
+                   initial_epoch, common.train_epochs);
+      } else {
+        tnt::print("Nothing to train (--train_epochs={}): evaluating the initial weights", common.train_epochs);
+      }
+      tnt::EvaluateOptions ev;
+      ev.batch_size = common.batch_size;
+      ev.verbose = common.verbose;
+      evaluated = eval_dist ? model.evaluate(*eval_dist, ev) : model.evaluate(eval_data, ev);
+    } else {
+      history = train_dist ? model.fit(*train_dist, fit) : model.fit(train_data, fit);
+    }
 
     if (checkpoint_and_export) {
       // Weights only, under torchvision's names: loads into torchvision.models.resnet50.
@@ -397,12 +437,17 @@ int main(int argc, char** argv) {
       tnt::print("loss scaling: final scale {}, {} of {} skipped for overflow", model.loss_scaler().scale(),
                  model.loss_scaler().skipped_steps(), tnt_models::count_of(model.global_step(), "step"));
     }
-    if (!history.epochs.empty() && history.history.count("val_accuracy")) {
+    std::optional<std::array<double, 3>> result;  // top-1, top-5, loss
+    if (evaluated) {
+      result = {evaluated->at("accuracy"), evaluated->at("top5_accuracy"), evaluated->at("loss")};
+    } else if (!history.epochs.empty() && history.history.count("val_accuracy")) {
       // The last validation, on the weights after the run's training steps.
+      result = {history.last("val_accuracy"), history.last("val_top5_accuracy"), history.last("val_loss")};
+    }
+    if (result) {
       tnt::print("Evaluation: top-1 accuracy {:.4f}, top-5 accuracy {:.4f}, loss {:.4f} ({}, after {}, {})",
-                 history.last("val_accuracy"), history.last("val_top5_accuracy"), history.last("val_loss"),
-                 tnt_models::count_of(eval_samples, "image"), tnt_models::count_of(model.global_step(), "training step"),
-                 tnt_models::count_of(tnt::size(), "rank"));
+                 (*result)[0], (*result)[1], (*result)[2], tnt_models::count_of(eval_samples, "image"),
+                 tnt_models::count_of(model.global_step(), "training step"), tnt_models::count_of(tnt::size(), "rank"));
     }
   });
 }

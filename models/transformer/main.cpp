@@ -425,7 +425,7 @@ int main(int argc, char** argv) {
     const std::string vocab_file = args["vocab_file"].as<std::string>();
     TNT_INPUT_CHECK(!vocab_file.empty(), "--vocab_file is missing: give the subtoken vocabulary (e.g. "
                                          "$DATA/vocab.ende.32768)");
-    TNT_INPUT_CHECK(fs::is_regular_file(vocab_file), "--vocab_file={}: no such file", vocab_file);
+    tnt_models::check_file_flag("vocab_file", vocab_file);
     const tnt::Subtokenizer tokenizer = tnt::Subtokenizer::from_file(vocab_file);
     const int64_t file_vocab = tokenizer.vocab_size();
     p.vocab_size = file_vocab;
@@ -445,8 +445,8 @@ int main(int argc, char** argv) {
                     "neither");
     const bool with_bleu = !bleu.source.empty();
     if (with_bleu) {
-      TNT_INPUT_CHECK(fs::is_regular_file(bleu.source), "--bleu_source={}: no such file", bleu.source);
-      TNT_INPUT_CHECK(fs::is_regular_file(bleu.reference), "--bleu_ref={}: no such file", bleu.reference);
+      tnt_models::check_file_flag("bleu_source", bleu.source);
+      tnt_models::check_file_flag("bleu_ref", bleu.reference);
       const std::vector<std::string> lines = read_source_lines(bleu.source, "bleu_source");
       bleu.reference_lines = tnt::read_bleu_lines(bleu.reference);
       const size_t refs = bleu.reference_lines.size();
@@ -464,7 +464,7 @@ int main(int argc, char** argv) {
 
     // The data.
     TNT_INPUT_CHECK(!common.data_dir.empty(), "--data_dir is missing: give the directory of the TFRecord shards");
-    TNT_INPUT_CHECK(fs::is_directory(common.data_dir), "--data_dir={}: no such directory", common.data_dir);
+    tnt_models::check_directory_flag("data_dir", common.data_dir);
     tnt::TranslationOptions topts{.max_length = p.max_length, .num_sentences = num_sentences, .shuffle = true,
                                   .seed = common.seed};
     const tnt::TranslationData data = tnt::read_translation(common.data_dir, "train", topts);
@@ -551,6 +551,9 @@ int main(int argc, char** argv) {
     // Weights only, under the PyTorch module's names (scripts/transformer_torch.py). Written
     // before each evaluation: an evaluation that fails cannot lose the trained weights.
     const std::string weights = common.model_dir + "/model.safetensors";
+    // One writer for the whole run: its event files span the fit() calls of the loop.
+    const auto tensorboard =
+        common.enable_tensorboard ? std::make_shared<tnt::TensorBoard>(common.model_dir) : nullptr;
     // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.
     for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
       fit.initial_epoch = epoch;
@@ -558,6 +561,7 @@ int main(int argc, char** argv) {
       auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", epoch > 0);
       csv->set_columns({"loss", "learning_rate", "seconds"});
       fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};
+      if (tensorboard) fit.callbacks.push_back(tensorboard);
       model.fit(train, fit);
       model.save_weights(weights);
       if (model.stop_requested()) break;
@@ -565,15 +569,16 @@ int main(int argc, char** argv) {
     }
     if (initial_epoch >= common.train_epochs) {
       model.save_weights(weights);
-      if (with_bleu) {
-        if (continue_run) {
-          tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}): evaluating its weights",
-                     initial_epoch, common.train_epochs);
-        } else {
-          tnt::print("Nothing to train (--train_epochs={}): evaluating the initial weights", common.train_epochs);
-        }
-        evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
+      // Said as fashion_mnist and resnet50 say it; only the BLEU evaluation is optional here.
+      const char* then = with_bleu ? ": evaluating its weights" : "";
+      if (continue_run) {
+        tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}){}", initial_epoch,
+                   common.train_epochs, then);
+      } else {
+        tnt::print("Nothing to train (--train_epochs={}){}", common.train_epochs,
+                   with_bleu ? ": evaluating the initial weights" : "");
       }
+      if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
     }
   });
 }

@@ -24,6 +24,13 @@
 #     checkpoint) is refused without suggesting --resume, which would only fail there: the
 #     message says there is no checkpoint to resume from and offers --overwrite; --overwrite
 #     then trains.
+#   resume_below_checkpoint: --resume with --train_epochs below the checkpoint's epoch trains
+#     nothing, says so naming both, and evaluates the checkpoint's weights (exit 0, the
+#     checkpoint and history.csv left as they were).
+#   overwrite_tensorboard: --overwrite removes the earlier run's TensorBoard event files
+#     (train/ and validation/ then hold the new run's alone) and nothing else of the user's.
+#   resume_missing_model_dir: --resume in a --model_dir that does not exist fails naming it
+#     and creates nothing; a --model_dir that is a file is refused as such.
 source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
 [[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
 case_name=$3
@@ -157,6 +164,58 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     expect_exit overwrite 0
     got=$(csv_epochs)
     if [[ $got == "1" && -f $ckpt ]]; then fm_pass "overwrite: trained epoch 1"; else fm_fail "overwrite: history.csv rows '$got', checkpoint $([[ -f $ckpt ]] && echo present || echo missing)"; fi
+    ;;
+
+  resume_below_checkpoint)
+    train_good good 2
+    cp "$ckpt" "$fm_tmp/good.safetensors"
+    cp "$csv" "$fm_tmp/good.csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=1 --resume
+    expect_exit "$case_name" 0
+    line="Nothing to train (the checkpoint is at epoch 2, --train_epochs=1): evaluating its weights"
+    if grep -qxF "$line" <<<"$fm_out"; then fm_pass "$case_name: '$line'"; else fm_fail "$case_name: no line '$line'"; fi
+    if grep -Eq '^Test loss: [0-9.]+  test accuracy: [0-9.]+  \(2 epochs, 2 ranks\)$' <<<"$fm_out"; then
+      fm_pass "$case_name: the test result of the 2 epochs"
+    else
+      fm_fail "$case_name: no 'Test loss: ... (2 epochs, 2 ranks)'"
+    fi
+    same_file "$case_name" "$csv" "$fm_tmp/good.csv" "history.csv"
+    epoch=$(head -c 4096 "$ckpt" | grep -ao '"epoch":"[0-9]*"')
+    if [[ $epoch == '"epoch":"2"' ]]; then fm_pass "$case_name: the checkpoint still at epoch 2"; else fm_fail "$case_name: checkpoint metadata $epoch, expected epoch 2"; fi
+    ;;
+
+  overwrite_tensorboard)
+    train_good first 1 --enable_tensorboard
+    # The user's own files beside the event files stay.
+    echo notes >"$model_dir/train/notes.txt"
+    echo notes >"$model_dir/validation/events.txt"
+    echo notes >"$model_dir/notes.txt"
+    events() { find "$model_dir/train" "$model_dir/validation" -name 'events.out.tfevents.*' | sort; }
+    old=$(events)
+    if [[ $(wc -l <<<"$old") -eq 2 ]]; then fm_pass "first: an event file in train/ and one in validation/"; else fm_fail "first: event files '$old'"; fi
+    train_good second 1 --enable_tensorboard --overwrite
+    n_train=$(find "$model_dir/train" -name 'events.out.tfevents.*' | wc -l)
+    n_val=$(find "$model_dir/validation" -name 'events.out.tfevents.*' | wc -l)
+    if [[ $n_train -eq 1 && $n_val -eq 1 ]]; then
+      fm_pass "second: one event file in train/ and one in validation/ (the earlier run's removed)"
+    else
+      fm_fail "second: $n_train event files in train/, $n_val in validation/, expected 1 and 1"
+    fi
+    for f in train/notes.txt validation/events.txt notes.txt; do
+      if [[ -f $model_dir/$f ]]; then fm_pass "second: $f kept"; else fm_fail "second: $f removed"; fi
+    done
+    ;;
+
+  resume_missing_model_dir)
+    absent=$fm_tmp/absent/model
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --model_dir="$absent" --train_epochs=1 --resume
+    expect_exit "$case_name" failure
+    fm_expect_fixed "$case_name" "--model_dir=$absent: no such directory" "the directory"
+    if [[ -e $fm_tmp/absent ]]; then fm_fail "$case_name: $fm_tmp/absent was created"; else fm_pass "$case_name: nothing created"; fi
+    : >"$fm_tmp/a_file"
+    fm_run model_dir_file "${launch[@]}" -- "${small[@]}" --model_dir="$fm_tmp/a_file" --train_epochs=1
+    expect_exit model_dir_file failure
+    fm_expect_fixed model_dir_file "--model_dir=$fm_tmp/a_file: is a file, expected a directory" "what the path is"
     ;;
 
   *)

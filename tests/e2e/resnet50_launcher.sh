@@ -28,6 +28,13 @@
 #   announced; the epoch line counts the --train_steps that run.
 # existing_model_dir: a second run in the first one's --model_dir is refused (naming the
 #   directory and --overwrite, history.csv left as it was); with --overwrite it runs.
+# resume: --resume continues a run written with --enable_checkpoint_and_export: 1 epoch,
+#   then --resume to 2, gives the weights, training losses and learning rates of 2 epochs
+#   straight, history.csv epochs 1 2 and a checkpoint at epoch 2; --resume below the
+#   checkpoint's epoch trains nothing and evaluates its weights.
+# resume_refused: --resume without --enable_checkpoint_and_export, together with
+#   --overwrite, in a --model_dir that does not exist (nothing created), and on a checkpoint
+#   of another model (--num_classes) ends with an error naming the flags or the file.
 # data_format: 2 steps with the default format (channels_last, on CPU ranks too, announced)
 #   and 2 with --data_format=channels_first give the same loss within 1e-3; --help shows the
 #   flag and its default; a bad value ends with an error naming --data_format.
@@ -231,6 +238,69 @@ case $case_name in
     if tr -s ' \n' ' ' <"$tmp/help" | grep -q "(default channels_last, faster on GPUs and CPUs)"; then pass "--help states the default"; else fail "--help does not state the default of --data_format"; fi
     run "${common[@]}" --train_steps=1 --data_format=nhwc8
     expect_error '--data_format=nhwc8: expected channels_first or channels_last' "--data_format and the choices"
+    ;;
+  resume)
+    # 2 steps an epoch; the validation is left out of the comparison: BatchNorm's running
+    # statistics are each rank's own, and only the master's are in the checkpoint.
+    rs=(--use_synthetic_data --image_size=32 --num_classes=10 --batch_size=8 --synthetic_samples=16
+        --synthetic_eval_samples=8 --log_steps=0 --verbose=0 --enable_checkpoint_and_export)
+    run "${rs[@]}" --model_dir="$tmp/resumed" --train_epochs=1
+    if [[ $rc -eq 0 ]]; then pass "epoch 1: exit status 0"; else fail "epoch 1: exit status $rc"; fi
+    run "${rs[@]}" --model_dir="$tmp/resumed" --train_epochs=2 --resume
+    if [[ $rc -eq 0 ]]; then pass "--resume: exit status 0"; else fail "--resume: exit status $rc"; fi
+    if grep -qxF "Resuming from $tmp/resumed/checkpoint.safetensors at epoch 1" <<<"$out"; then
+      pass "--resume continues from epoch 1"
+    else
+      fail "no 'Resuming from $tmp/resumed/checkpoint.safetensors at epoch 1'"
+    fi
+    run "${rs[@]}" --model_dir="$tmp/straight" --train_epochs=2
+    if [[ $rc -eq 0 ]]; then pass "2 epochs straight: exit status 0"; else fail "2 epochs straight: exit status $rc"; fi
+    if cmp -s "$tmp/resumed/model.safetensors" "$tmp/straight/model.safetensors"; then
+      pass "the same weights as 2 epochs straight"
+    else
+      fail "the weights differ from 2 epochs straight"
+    fi
+    # epoch, loss, accuracy, top5_accuracy, learning_rate
+    train_columns() { awk -F, '{ print $1, $2, $3, $4, $8 }' "$1/history.csv" 2>/dev/null; }
+    got=$(train_columns "$tmp/resumed")
+    want=$(train_columns "$tmp/straight")
+    if [[ -n $want && $got == "$want" && $(wc -l <"$tmp/resumed/history.csv") -eq 3 ]]; then
+      pass "history.csv: epochs 1 2 with the losses and learning rates of 2 epochs straight"
+    else
+      fail "history.csv: '$got', expected '$want'"
+    fi
+    epoch=$(head -c 4096 "$tmp/resumed/checkpoint.safetensors" | grep -ao '"epoch":"[0-9]*"')
+    if [[ $epoch == '"epoch":"2"' ]]; then pass "the checkpoint is at epoch 2"; else fail "checkpoint metadata $epoch, expected epoch 2"; fi
+    # Below the checkpoint's epoch: nothing to train, its weights evaluated, nothing changed.
+    cp "$tmp/resumed/history.csv" "$tmp/two.csv"
+    run "${rs[@]}" --model_dir="$tmp/resumed" --train_epochs=1 --resume
+    if [[ $rc -eq 0 ]]; then pass "--resume --train_epochs=1: exit status 0"; else fail "--resume --train_epochs=1: exit status $rc"; fi
+    if grep -qxF "Nothing to train (the checkpoint is at epoch 2, --train_epochs=1): evaluating its weights" <<<"$out"; then
+      pass "nothing to train, said once"
+    else
+      fail "no 'Nothing to train (the checkpoint is at epoch 2, --train_epochs=1): evaluating its weights'"
+    fi
+    if grep -Eq '^Evaluation: top-1 accuracy [0-9.]+, .* \(8 images, after 4 training steps, 2 ranks\)$' <<<"$out"; then
+      pass "the checkpoint's weights evaluated"
+    else
+      fail "no 'Evaluation: ... (8 images, after 4 training steps, 2 ranks)'"
+    fi
+    if cmp -s "$tmp/resumed/history.csv" "$tmp/two.csv"; then pass "history.csv left as it was"; else fail "history.csv changed"; fi
+    ;;
+  resume_refused)
+    rs=(--use_synthetic_data --image_size=32 --num_classes=10 --batch_size=8 --synthetic_samples=16
+        --synthetic_eval_samples=8 --log_steps=0 --verbose=0)
+    run "${rs[@]}" --model_dir="$tmp/model" --train_epochs=1 --enable_checkpoint_and_export
+    if [[ $rc -eq 0 ]]; then pass "first run"; else fail "the first run failed (exit $rc)"; fi
+    run "${rs[@]}" --model_dir="$tmp/model" --train_epochs=2 --resume
+    expect_error "--resume: needs --enable_checkpoint_and_export" "--resume and the flag it needs"
+    run "${rs[@]}" --model_dir="$tmp/model" --train_epochs=2 --resume --overwrite --enable_checkpoint_and_export
+    expect_error "--resume and --overwrite: give one of them" "both flags"
+    run "${rs[@]}" --model_dir="$tmp/absent/model" --train_epochs=2 --resume --enable_checkpoint_and_export
+    expect_error "--model_dir=$tmp/absent/model: no such directory" "the directory"
+    if [[ -e $tmp/absent ]]; then fail "$tmp/absent was created"; else pass "nothing created"; fi
+    run "${rs[@]}" --model_dir="$tmp/model" --train_epochs=2 --resume --enable_checkpoint_and_export --num_classes=5
+    expect_error "checkpoint '$tmp/model/checkpoint.safetensors' does not match the model" "the checkpoint"
     ;;
   existing_model_dir)
     run "${common[@]}" --train_steps=1

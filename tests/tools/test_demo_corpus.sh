@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/make_demo_corpus: the same seed gives the same files, dev pairs are not training
-# pairs, and --convert makes a data directory with the vocabulary and shards.
+# pairs, and --convert makes a data directory with the vocabulary and shards, on which the
+# transformer trains (and writes TensorBoard event files with --enable_tensorboard).
 #   test_demo_corpus.sh REPO_ROOT BUILD_DIR
 set -uo pipefail
 root=$1
@@ -24,5 +25,13 @@ check "dev lines" 30 "$(wc -l < "$tmp/a/dev.de")"
 check "no dev sentence in train" 0 "$(grep -cxFf "$tmp/a/dev.en" "$tmp/a/train.en")"
 check "converted" "vocab.ende.1000 wmt32k-dev-00001-of-00001 wmt32k-train-00001-of-00004 wmt32k-train-00002-of-00004 wmt32k-train-00003-of-00004 wmt32k-train-00004-of-00004" \
   "$(cd "$tmp/b/data" && ls vocab* wmt32k* | tr '\n' ' ' | sed 's/ $//')"
+# The converted corpus trains the transformer (one process, a small model, 3 steps), whose
+# --enable_tensorboard writes the event files there as in the other programs.
+"$BUILD_DIR/bin/transformer" --data_dir="$tmp/b/data" --vocab_file="$tmp/b/data/vocab.ende.1000" --param_set=tiny \
+  --num_hidden_layers=2 --max_length=24 --batch_size=168 --num_sentences=21 --train_epochs=1 --verbose=0 \
+  --enable_tensorboard --model_dir="$tmp/model" > "$tmp/train.log" 2>&1
+check "the transformer trains on it" 0 $?
+check "--enable_tensorboard: event files in train/ and validation/" "1 1" \
+  "$(ls "$tmp/model/train" 2>/dev/null | grep -c '^events.out.tfevents') $(ls "$tmp/model/validation" 2>/dev/null | grep -c '^events.out.tfevents')"
 echo "$fails failed"
 [[ $fails -eq 0 ]]

@@ -60,8 +60,9 @@ struct Attempt {
   std::string futile;        // why a restart would fail the same way (tl::restart_futility); "": it may not
 };
 
-// "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost.
-void print_losses(const std::vector<tl::LostRank>& lost) {
+// "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost; the
+// ranks that went with the launcher's own stop of the job (`stopped`) are said to have.
+void print_losses(const std::vector<tl::LostRank>& lost, bool stopped = false) {
   struct Group {
     std::string host;
     tl::LostRank::Kind kind;
@@ -81,8 +82,10 @@ void print_losses(const std::vector<tl::LostRank>& lost) {
     std::sort(g.ranks.begin(), g.ranks.end());
     const bool one = g.ranks.size() == 1;
     const std::string ranks = fmt::format("{}", fmt::join(g.ranks, ", "));
+    const std::string what = stopped ? "ended by the launcher's stop of the job (not a cause of the failure)"
+                                     : tl::describe_lost(*g.first);
     std::fprintf(stderr, "tarantella: %s %s on %s: %s\n", one ? "rank" : "ranks", ranks.c_str(), g.host.c_str(),
-                 tl::describe_lost(*g.first).c_str());
+                 what.c_str());
   }
 }
 
@@ -104,6 +107,7 @@ int job_status(const tl::JobResult& result) {
                  first.host.c_str(), first.local_rank,
                  first.kind == tl::LostRank::Kind::lost ? "lost" : "unreachable");
     print_losses(news);
+    print_losses(result.stopped_with_job(), true);
     return exit_lost;
   }
   if (!result.failures.empty()) {
@@ -120,6 +124,7 @@ int job_status(const tl::JobResult& result) {
   }
   if (!news.empty()) {
     print_losses(news);
+    print_losses(result.stopped_with_job(), true);
     return exit_lost;
   }
   const int st = result.mpirun_status;

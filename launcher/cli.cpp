@@ -236,6 +236,13 @@ Options parse_command_line(const std::vector<std::string>& args) {
       const std::string flag = key == "n-per-node" ? "-n/--n-per-node" : "--devices-per-node";
       rank_flag_names += (rank_flag_names.empty() ? "" : " and ") + flag;
       o.ranks_per_node = parse_ranks_per_node(flag, value);
+      o.ranks_flag = key == "devices-per-node" ? "--devices-per-node" : "-n";
+      // cxxopts names -n by its long name: the words say which one the user wrote.
+      if (key == "n-per-node" && std::any_of(words.begin(), words.end(), [](const std::string& w) {
+            return w == "--n-per-node" || w.rfind("--n-per-node=", 0) == 0;
+          })) {
+        o.ranks_flag = "--n-per-node";
+      }
     } else if (key == "x") {
       auto kvp = parse_export(value);
       auto same = std::find_if(o.exports.begin(), o.exports.end(), [&](auto& e) { return e.first == kvp.first; });

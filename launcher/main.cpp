@@ -182,6 +182,7 @@ int launch(const std::vector<std::string>& args) {
     warn(fmt::format("{} (a run stops here; --dry-run only prints the plan)", e.what()));
   }
   const std::string mpirun = tl::resolve_mpirun(options.mpirun, TNT_MPIEXEC, env);
+  if (options.launch_agent) tl::check_launch_agent(*options.launch_agent, env);
   const tl::HostSelection hosts = tl::select_hosts(options, env);
   const int gpus = options.no_gpu ? 0 : tl::count_gpus(env);
 

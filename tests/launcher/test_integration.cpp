@@ -323,6 +323,9 @@ TEST_CASE("integration: bad input stops before anything starts", "[integration][
   fails_with({"-n", "2", "--", "/nonexistent/program"}, "program '/nonexistent/program': no such file");
   fails_with({"-n", "2", "--", "no-such-program-tnt"}, "program 'no-such-program-tnt': not found in PATH");
   fails_with({"--mpirun", "/nonexistent/mpirun", "--", "/bin/true"}, "--mpirun '/nonexistent/mpirun': no such file");
+  // Even a run on this machine alone: mpirun refuses to start without its agent (exit 243).
+  fails_with({"-n", "2", "--launch-agent", "nosuchagent-tnt -x", "--", "/bin/true"},
+             "--launch-agent 'nosuchagent-tnt -x': its program 'nosuchagent-tnt': not found in PATH");
   fails_with({"--hostfile", "/nonexistent/hosts", "--", "/bin/true"},
              "cannot read hostfile '/nonexistent/hosts': No such file or directory");
   fails_with({"-n", "2", "--n-per-node", "2", "--", "/bin/true"}, "ranks per node given 2 times");

@@ -327,6 +327,8 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   write_stderr(filter.flush());
   write_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line
   result.mpirun_messages = filter.held_back();
+  result.host_problems = filter.host_problems();
+  result.daemons_failed = filter.daemons_failed();
   // Reports are sent before a rank exits, and mpirun exits after its ranks: whatever is
   // left is already queued.
   service_lifelines();

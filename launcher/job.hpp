@@ -16,6 +16,7 @@
 #pragma once
 
 #include "lifeline.hpp"
+#include "mpirun_output.hpp"
 #include "rank_watch.hpp"
 #include "report.hpp"
 
@@ -44,6 +45,10 @@ struct JobResult {
   // banner and the like, mpirun_output.hpp): held back from the user's terminal, to be
   // printed when the launcher has no account of its own.
   std::string mpirun_messages;
+  // Hosts that the launch agent could not reach, as it said (mpirun_output.hpp), and
+  // whether Open MPI said that it could not start its daemons.
+  std::vector<HostProblem> host_problems;
+  bool daemons_failed = false;
 
   // A loss is news (a cause, not a consequence) when it came before any reported failure
   // and before the launcher began to end the job, or when the rank was unreachable (no

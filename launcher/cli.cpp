@@ -236,6 +236,13 @@ Options parse_command_line(const std::vector<std::string>& args) {
       const std::string flag = key == "n-per-node" ? "-n/--n-per-node" : "--devices-per-node";
       rank_flag_names += (rank_flag_names.empty() ? "" : " and ") + flag;
       o.ranks_per_node = parse_ranks_per_node(flag, value);
+      o.ranks_flag = key == "devices-per-node" ? "--devices-per-node" : "-n";
+      // cxxopts names -n by its long name: the words say which one the user wrote.
+      if (key == "n-per-node" && std::any_of(words.begin(), words.end(), [](const std::string& w) {
+            return w == "--n-per-node" || w.rfind("--n-per-node=", 0) == 0;
+          })) {
+        o.ranks_flag = "--n-per-node";
+      }
     } else if (key == "x") {
       auto kvp = parse_export(value);
       auto same = std::find_if(o.exports.begin(), o.exports.end(), [&](auto& e) { return e.first == kvp.first; });
@@ -388,7 +395,9 @@ SIGINT or SIGTERM (the whole job is stopped first); 124 when the launcher ended 
 because ranks did not start, or did not end after another rank exited 0, in time (a line
 names them); 1 when the first failure is a rank lost (its host, daemon or step died without
 a report) or unreachable (no heartbeat: host down or cut off), with lines naming the ranks
-and hosts; 2 for bad input (also a plan this machine's open-file or process limits cannot
+and hosts, and when mpirun could not start its daemon on a host (a line names the host and
+what the launch agent said); 2 for bad input (also a host name that does not resolve, a
+--launch-agent that cannot be run, a plan this machine's open-file or process limits cannot
 hold), reported before anything starts. A rank's program is ended with anything it started
 and left running. With --max-restarts, a failed job is started again, and the status is the
 last attempt's; not after SIGINT or SIGTERM, nor when a restart would fail the same way: the

@@ -18,6 +18,7 @@ struct Options {
   std::optional<std::string> hostfile;
   std::optional<std::string> hosts;   // -H list, unparsed (hostfile.hpp parses it)
   std::optional<int> ranks_per_node;  // -n / --n-per-node / --devices-per-node
+  std::string ranks_flag = "-n";      // which of the three the user wrote, for messages
   bool no_gpu = false;
   std::optional<std::uint64_t> fusion_threshold_kb;
   PinMode pin = PinMode::none;

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -37,6 +38,12 @@ int parse_slots(std::string_view text, const std::string& where) {
 HostEntry parse_host_token(std::string_view token, const std::string& where) {
   HostEntry entry;
   entry.origin = where;
+  // "::1", "fe80::1", "[::1]:2": the colons would be read as "host:N". The report and
+  // lifeline addresses the ranks are given hold no IPv6 literals either.
+  if (token.front() == '[' || std::count(token.begin(), token.end(), ':') > 1) {
+    throw InputError(fmt::format("{}: '{}' looks like an IPv6 address, which is not supported here: give the "
+                                 "host's name (or an IPv4 address)", where, excerpt(token)));
+  }
   auto colon = token.find(':');
   std::string_view name = token.substr(0, colon);
   if (colon != std::string_view::npos) entry.slots = parse_slots(token.substr(colon + 1), where);

@@ -79,7 +79,15 @@ std::string describe_ranks(const std::vector<LostRank>& ranks) {
 std::vector<LostRank> JobResult::news() const {
   std::vector<LostRank> out;
   for (const Loss& l : lost) {
-    if (l.failures_before == 0 || l.rank.kind == LostRank::Kind::unreachable) out.push_back(l.rank);
+    if ((l.failures_before == 0 && !l.in_stop) || l.rank.kind == LostRank::Kind::unreachable) out.push_back(l.rank);
+  }
+  return out;
+}
+
+std::vector<LostRank> JobResult::stopped_with_job() const {
+  std::vector<LostRank> out;
+  for (const Loss& l : lost) {
+    if (l.in_stop && l.failures_before == 0 && l.rank.kind == LostRank::Kind::lost) out.push_back(l.rank);
   }
   return out;
 }
@@ -174,7 +182,10 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   JobResult result;
   // When mpirun gets SIGKILL; max() while no stop is under way.
   Clock::time_point kill_at = Clock::time_point::max();
+  // The launcher has begun to end the job: ranks lost from now on went with that stop.
+  bool stopping = false;
   auto stop_job = [&] {
+    stopping = true;
     ::kill(child, SIGTERM);
     kill_at = Clock::now() + stop_grace;
   };
@@ -190,7 +201,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     for (LostRank& l : lifelines->service(now)) {
       if (ended) continue;
       if (watch) watch->record_lost(l, now);
-      result.lost.push_back({l, result.failures.size()});
+      result.lost.push_back({l, result.failures.size(), stopping});
       if (l.kind == LostRank::Kind::unreachable) {
         unreachable.push_back(l);
       } else if (kill_at == Clock::time_point::max() && lost_stop_at == Clock::time_point::max()) {
@@ -207,6 +218,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       // end with it (their steps see mpirun, or its daemon, gone); the cut-off ones are
       // ended by their own steps.
       if (!result.failures.empty() && kill_at == Clock::time_point::max()) {
+        stopping = true;
         ::kill(child, SIGKILL);
         kill_at = Clock::time_point::max() - Clock::duration(1);  // a stop under way, nothing left to send
       } else if (kill_at == Clock::time_point::max()) {
@@ -272,6 +284,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       if (sig == SIGCHLD) continue;
       if (!result.interrupted_by) {
         result.interrupted_by = sig;
+        stopping = true;
         std::fprintf(stderr, "tarantella: SIG%s received, stopping the job\n", ::sigabbrev_np(sig));
         // SI_KERNEL: the terminal signalled the whole process group, mpirun included. A
         // stop the watch began already runs its course: a second SIGTERM would make
@@ -314,6 +327,8 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   write_stderr(filter.flush());
   write_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line
   result.mpirun_messages = filter.held_back();
+  result.host_problems = filter.host_problems();
+  result.daemons_failed = filter.daemons_failed();
   // Reports are sent before a rank exits, and mpirun exits after its ranks: whatever is
   // left is already queued.
   service_lifelines();

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "lifeline.hpp"
+#include "mpirun_output.hpp"
 #include "rank_watch.hpp"
 #include "report.hpp"
 
@@ -34,6 +35,9 @@ struct JobResult {
   struct Loss {
     LostRank rank;
     size_t failures_before = 0;  // how many of `failures` had arrived when it was found
+    // Found after the launcher had begun to end the job (after another rank was lost or
+    // unreachable, a watch verdict, the user's signal): the launcher's own stop took it.
+    bool in_stop = false;
   };
   std::vector<Loss> lost;  // lost or unreachable ranks, in the order found
   std::set<int> started;   // ranks whose program started (exec succeeded), from their reports
@@ -41,12 +45,23 @@ struct JobResult {
   // banner and the like, mpirun_output.hpp): held back from the user's terminal, to be
   // printed when the launcher has no account of its own.
   std::string mpirun_messages;
+  // Hosts that the launch agent could not reach, as it said (mpirun_output.hpp), and
+  // whether Open MPI said that it could not start its daemons.
+  std::vector<HostProblem> host_problems;
+  bool daemons_failed = false;
 
-  // A loss is news (a cause, not a consequence) when it came before any reported failure,
-  // or when the rank was unreachable (no teardown makes a host unreachable).
+  // A loss is news (a cause, not a consequence) when it came before any reported failure
+  // and before the launcher began to end the job, or when the rank was unreachable (no
+  // teardown makes a host unreachable).
   std::vector<LostRank> news() const;
+  // The ranks whose lifelines closed while the launcher was ending the job: taken down by
+  // that stop, not a cause of it.
+  std::vector<LostRank> stopped_with_job() const;
   // Whether the first failure of the job was a loss.
-  bool lost_first() const { return !lost.empty() && lost.front().failures_before == 0; }
+  bool lost_first() const {
+    return !lost.empty() && lost.front().failures_before == 0 &&
+           (!lost.front().in_stop || lost.front().rank.kind == LostRank::Kind::unreachable);
+  }
 };
 
 // The exit code of a usage error: a command line or input refused before any work, by

@@ -6,6 +6,7 @@
 #include "error.hpp"
 #include "exports.hpp"
 #include "gpus.hpp"
+#include "host_names.hpp"
 #include "job.hpp"
 #include "lifeline.hpp"
 #include "limits.hpp"
@@ -60,8 +61,9 @@ struct Attempt {
   std::string futile;        // why a restart would fail the same way (tl::restart_futility); "": it may not
 };
 
-// "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost.
-void print_losses(const std::vector<tl::LostRank>& lost) {
+// "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost; the
+// ranks that went with the launcher's own stop of the job (`stopped`) are said to have.
+void print_losses(const std::vector<tl::LostRank>& lost, bool stopped = false) {
   struct Group {
     std::string host;
     tl::LostRank::Kind kind;
@@ -81,13 +83,39 @@ void print_losses(const std::vector<tl::LostRank>& lost) {
     std::sort(g.ranks.begin(), g.ranks.end());
     const bool one = g.ranks.size() == 1;
     const std::string ranks = fmt::format("{}", fmt::join(g.ranks, ", "));
+    const std::string what = stopped ? "ended by the launcher's stop of the job (not a cause of the failure)"
+                                     : tl::describe_lost(*g.first);
     std::fprintf(stderr, "tarantella: %s %s on %s: %s\n", one ? "rank" : "ranks", ranks.c_str(), g.host.c_str(),
-                 tl::describe_lost(*g.first).c_str());
+                 what.c_str());
   }
 }
 
+// mpirun could not start the job on some hosts: a line per host that the launch agent said
+// it could not reach, and why. `hosts`: the plan's other hosts. False when nobody said which.
+bool print_unreached_hosts(const tl::JobResult& result, const std::vector<std::string>& hosts) {
+  bool any = false;
+  for (const auto& p : result.host_problems) {
+    // A program of the job may use ssh itself: only the plan's hosts count, unless Open MPI
+    // said its daemons did not start (the agent may know a host by another name).
+    if (!result.daemons_failed && std::find(hosts.begin(), hosts.end(), p.host) == hosts.end()) continue;
+    std::fprintf(stderr, "tarantella: host %s could not be reached, so mpirun could not start its daemon there: %s\n",
+                 p.host.c_str(), p.said.c_str());
+    any = true;
+  }
+  return any;
+}
+
 // The account of how a job that was not interrupted ended (printed here), and its status.
-int job_status(const tl::JobResult& result) {
+// `hosts`: the plan's hosts other than this machine.
+int job_status(const tl::JobResult& result, const std::vector<std::string>& hosts) {
+  const int st = result.mpirun_status;
+  const bool mpirun_failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  // Hosts mpirun could not start on: the launcher names them, and Open MPI's list of
+  // possible causes is no news after that.
+  if (mpirun_failed && result.failures.empty() && result.lost.empty() && !result.verdict &&
+      (result.daemons_failed || !result.host_problems.empty()) && print_unreached_hosts(result, hosts)) {
+    return exit_lost;
+  }
   // What mpirun said about a failure is held back when a rank's program ended with its
   // own message and the launcher names that rank below; otherwise (ranks that did not
   // start, lost hosts, mpirun failing by itself) it may be the only account there is.
@@ -104,6 +132,7 @@ int job_status(const tl::JobResult& result) {
                  first.host.c_str(), first.local_rank,
                  first.kind == tl::LostRank::Kind::lost ? "lost" : "unreachable");
     print_losses(news);
+    print_losses(result.stopped_with_job(), true);
     return exit_lost;
   }
   if (!result.failures.empty()) {
@@ -120,10 +149,19 @@ int job_status(const tl::JobResult& result) {
   }
   if (!news.empty()) {
     print_losses(news);
+    print_losses(result.stopped_with_job(), true);
     return exit_lost;
   }
-  const int st = result.mpirun_status;
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+  if (!mpirun_failed) return 0;
+  if (result.daemons_failed) {
+    std::string names;
+    for (size_t i = 0; i < hosts.size() && i < 8; ++i) names += (i ? ", " : "") + hosts[i];
+    if (hosts.size() > 8) names += fmt::format(" and {} more", hosts.size() - 8);
+    std::fprintf(stderr, "tarantella: mpirun could not start its daemons on %s%s (Open MPI's account above); "
+                 "check that each can be reached with the launch agent (ssh HOST, or --launch-agent)\n",
+                 hosts.empty() ? "some hosts" : "one or more of the hosts ", names.c_str());
+    return exit_lost;
+  }
   if (WIFSIGNALED(st)) {
     std::fprintf(stderr, "tarantella: mpirun was killed by signal %d\n", WTERMSIG(st));
     return 128 + WTERMSIG(st);
@@ -153,7 +191,11 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
       tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr, lifelines ? &*lifelines : nullptr);
 
   if (result.interrupted_by) return {128 + *result.interrupted_by, true, ""};
-  return {job_status(result), false, tl::restart_futility(result)};
+  std::vector<std::string> others;
+  for (const auto& s : slots) {
+    if (s.host != host && std::find(others.begin(), others.end(), s.host) == others.end()) others.push_back(s.host);
+  }
+  return {job_status(result, others), false, tl::restart_futility(result)};
 }
 
 int launch(const std::vector<std::string>& args) {
@@ -177,6 +219,7 @@ int launch(const std::vector<std::string>& args) {
     warn(fmt::format("{} (a run stops here; --dry-run only prints the plan)", e.what()));
   }
   const std::string mpirun = tl::resolve_mpirun(options.mpirun, TNT_MPIEXEC, env);
+  if (options.launch_agent) tl::check_launch_agent(*options.launch_agent, env);
   const tl::HostSelection hosts = tl::select_hosts(options, env);
   const int gpus = options.no_gpu ? 0 : tl::count_gpus(env);
 
@@ -192,6 +235,10 @@ int launch(const std::vector<std::string>& args) {
   const std::string host = tl::this_host_name();
   const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
   for (const auto& w : plan.warnings) warn(w);
+  // A dry run may plan for hosts that only another machine knows.
+  if (!options.dry_run) {
+    for (const auto& w : tl::check_host_names(hosts, plan, tl::resolve_name)) warn(w);
+  }
   std::uint64_t local_ranks = 0;
   for (const auto& h : plan.hosts) local_ranks += h.local ? static_cast<std::uint64_t>(h.ranks) : 0;
   const std::vector<std::string> over = tl::limit_problems(local_ranks, tl::current_limits());

@@ -26,7 +26,8 @@ bool opens_failure_block(std::string_view line) {
                                 "Primary job terminated normally",
                                 " detected that one or more processes exited with non-zero status",
                                 " noticed that process rank ", " noticed that the job aborted",
-                                " has exited due to process rank ", " has exited due to a process exiting without"}) {
+                                " has exited due to process rank ", " has exited due to a process exiting without",
+                                "ORTE was unable to reliably start one or more daemons"}) {
     if (line.find(text) != std::string_view::npos) return true;
   }
   return false;
@@ -96,7 +97,46 @@ std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
+constexpr std::string_view daemons_failed_text = "ORTE was unable to reliably start one or more daemons";
+
+// A host name as ssh prints it: no spaces, not empty, within a sane length.
+bool plausible_host(std::string_view name) {
+  return !name.empty() && name.size() <= 255 && name.find_first_of(" \t") == std::string_view::npos;
+}
+
 }  // namespace
+
+std::optional<HostProblem> host_problem(std::string_view line) {
+  line = trim(line);
+  const std::string said(line);
+  // OpenSSH: "ssh: Could not resolve hostname NAME: REASON"
+  constexpr std::string_view resolve = "ssh: Could not resolve hostname ";
+  if (starts_with(line, resolve)) {
+    std::string_view rest = line.substr(resolve.size());
+    std::string_view name = rest.substr(0, rest.find(": "));
+    if (plausible_host(name) && name.size() < rest.size()) return HostProblem{std::string(name), said};
+  }
+  // "ssh: connect to host NAME port 22: Connection refused" (or timed out, No route to host)
+  constexpr std::string_view connect = "ssh: connect to host ";
+  if (starts_with(line, connect)) {
+    std::string_view rest = line.substr(connect.size());
+    const size_t port = rest.find(" port ");
+    if (port != std::string_view::npos && plausible_host(rest.substr(0, port)) &&
+        rest.find(": ", port) != std::string_view::npos) {
+      return HostProblem{std::string(rest.substr(0, port)), said};
+    }
+  }
+  // "USER@NAME: Permission denied (publickey,password)."
+  const size_t denied = line.find(": Permission denied");
+  const size_t at = line.substr(0, denied).rfind('@');
+  if (denied != std::string_view::npos && at != std::string_view::npos && at > 0) {
+    std::string_view name = line.substr(at + 1, denied - at - 1);
+    if (plausible_host(name) && line.substr(0, at).find(' ') == std::string_view::npos) {
+      return HostProblem{std::string(name), said};
+    }
+  }
+  return std::nullopt;
+}
 
 void MpirunOutputFilter::hold(const std::string& text) {
   const size_t room = held_limit - std::min(held_limit, held_.size());
@@ -135,6 +175,12 @@ std::string MpirunOutputFilter::finish() {
 
 // `text` is one whole line, its newline included.
 void MpirunOutputFilter::line(std::string text, std::string& out) {
+  if (text.find(daemons_failed_text) != std::string::npos) daemons_failed_ = true;
+  if (auto p = host_problem(text)) {
+    const bool known = std::any_of(host_problems_.begin(), host_problems_.end(),
+                                   [&](const HostProblem& h) { return h.host == p->host; });
+    if (!known && host_problems_.size() < max_distinct_errors) host_problems_.push_back(std::move(*p));
+  }
   if (block_.empty() && repeated_error(text)) return;
   if (!block_.empty()) {
     if (block_.size() == 1 && !opens_failure_block(text)) {

@@ -15,6 +15,12 @@
 // line without its newline only until more output comes or the caller flushes (a program's
 // prompt is not kept from the user).
 //
+// When mpirun cannot start its daemon on a host, Open MPI's block "ORTE was unable to
+// reliably start one or more daemons" (a list of possible causes, none of them named) is
+// held back too, and the filter keeps what the launch agent said about which host it could
+// not reach and why (host_problem()): the launcher names the host in one line, and prints
+// the block only when it cannot.
+//
 // A refusal that every rank makes alike ("error (rank 5 of 512): --data_dir=...: no such
 // directory") would fill the screen at scale: the first rank's line passes, the same line
 // from other ranks (and its indented continuation lines) is held, and at the job's end
@@ -22,11 +28,23 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace tnt::launcher {
+
+// A host that mpirun could not start its daemon on, as ssh (or an agent like it) said:
+// "ssh: Could not resolve hostname h2: ...", "ssh: connect to host h2 port 22: Connection
+// refused", "user@h2: Permission denied (publickey)."
+struct HostProblem {
+  std::string host;
+  std::string said;  // the line, without its newline
+};
+
+// The host problem a line of mpirun's standard error reports, if any. Pure, for tests.
+std::optional<HostProblem> host_problem(std::string_view line);
 
 class MpirunOutputFilter {
  public:
@@ -40,6 +58,12 @@ class MpirunOutputFilter {
   std::string held_back() const;
   // At the job's end (after the last flush): a line per error that other ranks repeated.
   std::string finish();
+
+  // Hosts whose launch agent said why it could not reach them (each host once, in order).
+  const std::vector<HostProblem>& host_problems() const { return host_problems_; }
+  // Whether Open MPI said that it could not start its daemons ("ORTE was unable to
+  // reliably start one or more daemons"); that block is held back.
+  bool daemons_failed() const { return daemons_failed_; }
 
   static constexpr size_t held_limit = 64 * 1024;
   static constexpr size_t max_distinct_errors = 256;  // more distinct ones pass on as they are
@@ -60,7 +84,9 @@ class MpirunOutputFilter {
   std::string held_;
   size_t dropped_bytes_ = 0;         // held back beyond held_limit
   std::vector<RankError> errors_;
-  bool in_repeat_ = false;           // the last line was a repeated error: its continuation goes too
+  bool in_repeat_ = false;
+  std::vector<HostProblem> host_problems_;
+  bool daemons_failed_ = false;           // the last line was a repeated error: its continuation goes too
 };
 
 }  // namespace tnt::launcher

@@ -1,5 +1,7 @@
 #include "paths.hpp"
 
+#include "shell_words.hpp"
+
 #include "error.hpp"
 #include "text.hpp"
 
@@ -117,6 +119,35 @@ std::string resolve_mpirun(const std::optional<std::string>& requested, const st
         "mpirun not found in PATH: install Open MPI (Debian package openmpi-bin) or give --mpirun PATH");
   }
   return found.path;
+}
+
+void check_launch_agent(const std::string& agent, const Environment& env) {
+  const std::string path = lookup(env, "PATH").value_or("/usr/local/bin:/usr/bin:/bin");
+  std::vector<std::string> programs;
+  for (auto alternative : split(agent, ':')) {
+    std::vector<std::string> words;
+    try {
+      words = split_shell_words(alternative);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("--launch-agent '{}': {}", excerpt(agent, 200), e.what()));
+    }
+    if (words.empty()) {
+      throw InputError(fmt::format("--launch-agent '{}': an alternative between ':' is empty", excerpt(agent, 200)));
+    }
+    programs.push_back(words.front());
+  }
+  std::string first_problem;
+  for (const std::string& program : programs) {
+    const auto found = find_executable(program, path);
+    if (found.problem == ExecutableProblem::none) return;
+    if (first_problem.empty()) {
+      first_problem = problem_text(fmt::format("--launch-agent '{}': its program '{}'", excerpt(agent, 200),
+                                               excerpt(program, 200)),
+                                   found, program.find('/') == std::string::npos);
+    }
+  }
+  throw InputError(fmt::format("{} (mpirun runs it to start ranks on other hosts, and refuses to start "
+                               "without it)", first_problem));
 }
 
 std::string self_executable() {

@@ -38,6 +38,13 @@ void check_program(const std::string& program, const Environment& env);
 std::string resolve_mpirun(const std::optional<std::string>& requested, const std::string& built_with,
                            const Environment& env);
 
+// --launch-agent: the program of the command (its first word) must be one that mpirun can
+// run, or even a job on this machine alone fails (Open MPI sets up its rsh launcher before
+// it knows that no other host is needed). Open MPI's "ssh : rsh" form (alternatives, the
+// first found is used) passes when any of them is found. Throws InputError naming
+// --launch-agent, the program and the problem.
+void check_launch_agent(const std::string& agent, const Environment& env);
+
 // Absolute path of the running launcher binary, which mpirun starts as the per-rank step.
 std::string self_executable();
 

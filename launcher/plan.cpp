@@ -70,7 +70,8 @@ LaunchPlan make_plan(const Options& options, const HostSelection& hosts, int gpu
     plan.hosts.push_back({h.name, ranks, is_local_host(h.name, this_host)});
   }
   if (slots_overridden) {
-    plan.warnings.push_back(fmt::format("-n {} overrides the slots given for the hosts", *options.ranks_per_node));
+    plan.warnings.push_back(fmt::format("{} {} overrides the slots given for the hosts", options.ranks_flag,
+                                        *options.ranks_per_node));
   }
 
   int max_per_host = 0;

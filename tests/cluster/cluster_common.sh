@@ -27,6 +27,7 @@ cl_data=${TNT_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The ranks' threads: 1 each (the machine may have 2 cores for all hosts together).
 cl_launch=(-x TNT_NUM_THREADS=1 --launch-agent "$cl_agent")
+cl_wrap=()
 cl_failures=0
 cl_tmp=$(mktemp -d "${TMPDIR:-/tmp}/tnt_cluster.XXXXXX")
 chmod 755 "$cl_tmp"
@@ -106,6 +107,8 @@ cl_run() {
   [[ $# -gt 0 ]] && shift
   local where=()
   [[ $on != here ]] && where=("$cl_testbed" exec "$on")
+  # cl_wrap: a command the launcher runs under (set by a test, empty by default).
+  where=(${cl_wrap[@]+"${cl_wrap[@]}"} ${where[@]+"${where[@]}"})
   echo "+ [$on] tarantella ${largs[*]} -- fashion_mnist $*"
   local start
   start=$(date +%s.%N)

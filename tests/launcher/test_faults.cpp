@@ -260,3 +260,32 @@ TEST_CASE("faults: --max-restarts does not restart what a restart would repeat",
   CHECK_THAT(other.err, Catch::Contains("restarting the whole job (restart 1 of 1, TNT_RESTART=1)") &&
                             Catch::Contains("the job failed with no restart left (1 of 1 used)"));
 }
+
+TEST_CASE("faults: after a rank goes silent only that rank is blamed, not those the stop took",
+          "[integration][faults][lifeline]") {
+  // Rank 1's step is held by SIGSTOP once its lifeline is up: no heartbeat, so the launcher
+  // finds it unreachable and ends the job. Rank 0's program ignores SIGTERM, so its step is
+  // killed in that stop and its lifeline closes without a farewell: a consequence of the
+  // stop, which must not be reported as a host or daemon that died.
+  const std::string marker = "tnt-silent-" + std::to_string(::getpid());
+  ScratchDir dir;
+  const std::string step_file = dir.file("step1");
+  const Outcome o = tarantella({"-n", "2", "--heartbeat-timeout", "2", "--", "/bin/sh", "-c",
+                                "trap '' TERM; if [ \"$TNT_RANK\" = 1 ]; then echo $PPID > \"$1\"; sleep 1; "
+                                "kill -STOP $PPID; fi; while :; do sleep 0.2; done",
+                                marker, step_file},
+                               40s);
+  // The stopped step goes on (it finds the launcher gone and ends its program), whatever
+  // the outcome.
+  if (std::ifstream f{step_file}; f) {
+    pid_t step = 0;
+    if (f >> step && step > 0 && tnt_test::alive_with_argument(step, marker)) ::kill(step, SIGCONT);
+  }
+  INFO(o.describe());
+  CHECK(o.exited(1));
+  CHECK_THAT(o.err, Catch::Contains(rank_name(1) + ") failed first: unreachable"));
+  CHECK_THAT(o.err, Catch::Contains("rank 1 on " + host_name() + ": unreachable ("));
+  CHECK_THAT(o.err, !Catch::Contains("rank 0 on " + host_name() + ": lost"));
+  CHECK_THAT(o.err, Catch::Contains("rank 0 on " + host_name() + ": ended by the launcher's stop of the job"));
+  CHECK(left_with_argument(marker).empty());
+}

@@ -87,6 +87,17 @@ TEST_CASE("hostfile: every error names the file and the line", "[hostfile]") {
   CHECK(error_of("") == "hostfile 'hosts' lists no hosts (only blank lines and comments)");
 }
 
+TEST_CASE("hostfile: an IPv6 address is refused as such, naming the line", "[hostfile]") {
+  const std::string refusal = "looks like an IPv6 address, which is not supported here: give the host's name";
+  CHECK(error_of("a\n::1 slots=2\n") == "hostfile 'hosts', line 2: '::1' " + refusal + " (or an IPv4 address)");
+  CHECK_THAT(error_of("fe80::1:2"), Catch::StartsWith("hostfile 'hosts', line 1: 'fe80::1:2' " + refusal));
+  CHECK_THAT(error_of("[::1]:2"), Catch::StartsWith("hostfile 'hosts', line 1: '[::1]:2' " + refusal));
+  CHECK_THAT(error_of("2001:db8::7 slots=1"), Catch::StartsWith("hostfile 'hosts', line 1: '2001:db8::7' " + refusal));
+  // -H too; one colon stays "host:N".
+  CHECK_THAT(list_error_of("a,::1"), Catch::StartsWith("-H a,::1: item 2: '::1' " + refusal));
+  CHECK(parse_hostfile("10.0.0.1:2", "hosts").hosts.at(0).slots == 2);
+}
+
 TEST_CASE("hostfile: binary garbage is quoted as a short, escaped excerpt", "[hostfile]") {
   std::string garbage = "\x7f" "ELF\x02\x01\x01";
   garbage += std::string("\0\xff\x1b[2J", 6);

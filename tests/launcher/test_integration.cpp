@@ -323,6 +323,9 @@ TEST_CASE("integration: bad input stops before anything starts", "[integration][
   fails_with({"-n", "2", "--", "/nonexistent/program"}, "program '/nonexistent/program': no such file");
   fails_with({"-n", "2", "--", "no-such-program-tnt"}, "program 'no-such-program-tnt': not found in PATH");
   fails_with({"--mpirun", "/nonexistent/mpirun", "--", "/bin/true"}, "--mpirun '/nonexistent/mpirun': no such file");
+  // Even a run on this machine alone: mpirun refuses to start without its agent (exit 243).
+  fails_with({"-n", "2", "--launch-agent", "nosuchagent-tnt -x", "--", "/bin/true"},
+             "--launch-agent 'nosuchagent-tnt -x': its program 'nosuchagent-tnt': not found in PATH");
   fails_with({"--hostfile", "/nonexistent/hosts", "--", "/bin/true"},
              "cannot read hostfile '/nonexistent/hosts': No such file or directory");
   fails_with({"-n", "2", "--n-per-node", "2", "--", "/bin/true"}, "ranks per node given 2 times");
@@ -439,4 +442,33 @@ TEST_CASE("integration: tnt_rank_info's human-readable default", "[integration]"
   INFO(o.describe());
   REQUIRE(o.exited(0));
   CHECK_THAT(o.out, Catch::Contains("rank  size  local") && Catch::Contains("TNT_RANK=1"));
+}
+
+TEST_CASE("integration: a host that mpirun cannot reach is named, with the reason", "[integration][errors]") {
+  // 127.0.0.2 is loopback but not this machine's name: mpirun starts a daemon there through
+  // its launch agent. Port 1 of loopback has nothing listening: ssh is refused at once, and
+  // nothing beyond this machine is contacted.
+  REQUIRE(tnt_test::run({"/bin/sh", "-c", "command -v ssh"}, tnt_test::clean_environment(), 10s).exited(0));
+  SECTION("ssh says why") {
+    auto o = tarantella({"-H", "127.0.0.2", "--launch-agent", "ssh -p 1 -o BatchMode=yes -o ConnectTimeout=5",
+                         "--", rank_info},
+                        tnt_test::clean_environment(), 60s);
+    INFO(o.describe());
+    CHECK(o.exited(1));
+    CHECK_THAT(o.err, Catch::Contains("tarantella: host 127.0.0.2 could not be reached, so mpirun could not start "
+                                      "its daemon there: ssh: connect to host 127.0.0.2 port 1: Connection refused\n"));
+    // Open MPI's list of possible causes says less than that line.
+    CHECK_THAT(o.err, !Catch::Contains("ORTE was unable to reliably start one or more daemons"));
+    CHECK_THAT(o.err, !Catch::Contains("mpirun failed with exit code"));
+  }
+  SECTION("an agent that fails without a word") {
+    auto o = tarantella({"-H", "127.0.0.2", "--launch-agent", "false", "--", rank_info},
+                        tnt_test::clean_environment(), 60s);
+    INFO(o.describe());
+    CHECK(o.exited(1));
+    CHECK_THAT(o.err, Catch::Contains("ORTE was unable to reliably start one or more daemons"));
+    CHECK_THAT(o.err, Catch::Contains("tarantella: mpirun could not start its daemons on one or more of the hosts "
+                                      "127.0.0.2 (Open MPI's account above)"));
+    CHECK_THAT(o.err, !Catch::Contains("mpirun failed with exit code"));
+  }
 }

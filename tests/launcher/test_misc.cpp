@@ -179,6 +179,21 @@ TEST_CASE("paths: choosing mpirun", "[paths]") {
   CHECK(self_executable().find("test_launcher_unit") != std::string::npos);
 }
 
+TEST_CASE("paths: checking --launch-agent", "[paths]") {
+  const Environment bin{{"PATH", "/bin:/usr/bin"}};
+  CHECK_NOTHROW(check_launch_agent("sh -c true", bin));
+  CHECK_NOTHROW(check_launch_agent("/bin/sh", bin));
+  CHECK_NOTHROW(check_launch_agent("nosuchagent-tnt : sh", bin));  // Open MPI's alternatives: one is enough
+  CHECK_THROWS_WITH(check_launch_agent("nosuchagent-tnt -x", bin),
+                    Catch::StartsWith("--launch-agent 'nosuchagent-tnt -x': its program 'nosuchagent-tnt': not "
+                                      "found in PATH (mpirun runs it"));
+  CHECK_THROWS_WITH(check_launch_agent("/no/such/ssh -p 2222", bin),
+                    Catch::StartsWith("--launch-agent '/no/such/ssh -p 2222': its program '/no/such/ssh': no such file"));
+  CHECK_THROWS_WITH(check_launch_agent("/ -p 1", bin), Catch::Contains("its program '/': '/' is a directory"));
+  CHECK_THROWS_WITH(check_launch_agent("ssh : ", bin), Catch::Contains("an alternative between ':' is empty"));
+  CHECK_THROWS_WITH(check_launch_agent("ssh 'unclosed", bin), Catch::StartsWith("--launch-agent 'ssh 'unclosed': "));
+}
+
 TEST_CASE("rank setup: identity and variables", "[rank_setup]") {
   const Environment env{{"OMPI_COMM_WORLD_RANK", "5"},
                         {"OMPI_COMM_WORLD_SIZE", "8"},

@@ -131,3 +131,59 @@ TEST_CASE("mpirun output: without repeats, finish() adds nothing", "[mpirun_outp
   CHECK(relayed(f, input, 4096) == input);
   CHECK(f.finish().empty());
 }
+
+namespace {
+
+// Open MPI 4.1 (help-plm-base.txt, no-local-orted... daemons), as mpirun prints it when
+// the launch agent could not start its daemon on a host.
+const std::string daemons_block = dashes + "\n" +
+                                  "ORTE was unable to reliably start one or more daemons.\n"
+                                  "This usually is caused by:\n"
+                                  "\n"
+                                  "* not finding the required libraries and/or binaries on\n"
+                                  "  one or more nodes. Please check your PATH and LD_LIBRARY_PATH\n"
+                                  "  settings, or configure OMPI with --enable-orterun-prefix-by-default\n"
+                                  "\n"
+                                  "* lack of authority to execute on one or more specified nodes.\n"
+                                  "  Please verify your allocation and authorities.\n" +
+                                  dashes + "\n";
+
+}  // namespace
+
+TEST_CASE("mpirun output: the hosts that the launch agent could not reach, and why", "[mpirun_output]") {
+  auto host_of = [](const std::string& line) {
+    auto p = host_problem(line);
+    return p ? p->host : std::string("-");
+  };
+  CHECK(host_of("ssh: Could not resolve hostname nosuchhost.invalid: Name or service not known\n") ==
+        "nosuchhost.invalid");
+  CHECK(host_of("ssh: Could not resolve hostname h2: Temporary failure in name resolution") == "h2");
+  CHECK(host_of("ssh: connect to host 10.0.0.7 port 22: Connection refused\n") == "10.0.0.7");
+  CHECK(host_of("ssh: connect to host h3 port 2222: Connection timed out") == "h3");
+  CHECK(host_of("root@h4: Permission denied (publickey,password).") == "h4");
+  CHECK(host_problem("ssh: connect to host 10.0.0.7 port 22: Connection refused")->said ==
+        "ssh: connect to host 10.0.0.7 port 22: Connection refused");
+  // Not a host problem.
+  CHECK(host_of("error (rank 0 of 2): Permission denied: /data") == "-");
+  CHECK(host_of("cannot open file: Permission denied") == "-");
+  CHECK(host_of("ssh: connect to host") == "-");
+  CHECK(host_of("Host key verification failed.") == "-");
+
+  MpirunOutputFilter f;
+  const std::string ssh_line = "ssh: connect to host h2 port 22: Connection refused\n";
+  // The agent's own line passes; Open MPI's list of possible causes is held back.
+  CHECK(f.feed(ssh_line + daemons_block) == ssh_line);
+  CHECK(f.flush().empty());
+  CHECK(f.daemons_failed());
+  REQUIRE(f.host_problems().size() == 1);
+  CHECK(f.host_problems()[0].host == "h2");
+  CHECK(f.held_back() == daemons_block);
+  // The same host again is not a second problem.
+  f.feed(ssh_line);
+  CHECK(f.host_problems().size() == 1);
+
+  MpirunOutputFilter quiet;
+  CHECK(quiet.feed("a rank's line\n") == "a rank's line\n");
+  CHECK_FALSE(quiet.daemons_failed());
+  CHECK(quiet.host_problems().empty());
+}

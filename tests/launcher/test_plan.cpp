@@ -60,6 +60,18 @@ TEST_CASE("plan: -n beats slots, with a warning", "[plan]") {
   CHECK_THAT(plan.warnings[0], Catch::Contains("-n 2 overrides the slots"));
 }
 
+TEST_CASE("plan: the warning about slots names the flag the user wrote", "[plan]") {
+  for (const char* flag : {"-n", "--n-per-node", "--devices-per-node"}) {
+    const Options o = parse_command_line({flag, "3", "--", "prog"});
+    auto plan = make_plan(o, hosts_of("a:2,b:2"), 0, nullptr, "x");
+    REQUIRE(plan.warnings.size() == 1);
+    CHECK(plan.warnings[0] == fmt::format("{} 3 overrides the slots given for the hosts", flag));
+  }
+  const Options eq = parse_command_line({"--devices-per-node=3", "--", "prog"});
+  CHECK_THAT(make_plan(eq, hosts_of("a:2"), 0, nullptr, "x").warnings.at(0),
+             Catch::StartsWith("--devices-per-node 3 overrides"));
+}
+
 TEST_CASE("plan: GPUs", "[plan]") {
   SECTION("default: one rank per GPU of this node") {
     auto plan = make_plan(options_with(), hosts_of("a,b"), 4, nullptr, "a");

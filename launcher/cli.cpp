@@ -48,7 +48,8 @@ cxxopts::Options make_parser() {
       ("log-level", "DEBUG, INFO, WARNING or ERROR, exported as TNT_LOG_LEVEL", cxxopts::value<std::string>(), "LEVEL")
       ("output-on-all-devices", "Progress output from every rank, not only rank 0, each line tagged \"[rank R] \" (TNT_OUTPUT_ON_ALL_DEVICES=1)")
       ("log-on-all-devices", "Log lines from every rank (TNT_LOG_ON_ALL_DEVICES=1)")
-      ("timeline", "Write a Chrome trace of training steps TNT_TIMELINE_STEPS (default 1-10) to FILE, exported as "
+      ("timeline", "Write a Chrome trace of training steps TNT_TIMELINE_STEPS (default: the first 10 steps the run "
+       "trains) to FILE, exported as "
        "TNT_TIMELINE", cxxopts::value<std::string>(), "FILE")
       ("x", "Export KEY=VALUE to every rank (repeatable); every TNT_* variable of this environment is exported as well",
        cxxopts::value<std::string>(), "KEY=VALUE");
@@ -80,6 +81,8 @@ cxxopts::Options make_parser() {
   o.add_options("MPI")
       ("launch-agent", "How mpirun reaches other hosts instead of plain ssh, e.g. \"ssh -p 2222 -i ~/.ssh/cluster\" "
        "or a wrapper script (Open MPI's plm_rsh_agent)", cxxopts::value<std::string>(), "CMD")
+      ("skip-host-lookup", "Do not look up the hosts' names before the launch (names that only the launch agent "
+       "knows: an ssh alias, containers)")
       ("mpirun", "The MPI launcher to use (default: the mpirun tarantella was built with, else mpirun on PATH)",
        cxxopts::value<std::string>(), "PATH")
       ("mpi-args", "Extra arguments for mpirun, split like a shell would", cxxopts::value<std::string>(), "\"ARGS\"");
@@ -347,6 +350,7 @@ Options parse_command_line(const std::vector<std::string>& args) {
     }
   }
   o.dry_run = result["dry-run"].as<bool>();
+  o.skip_host_lookup = result["skip-host-lookup"].as<bool>();
   if (result.count("topology")) {
     o.topology = result["topology"].as<std::string>();
     if (!o.dry_run) {

@@ -34,6 +34,7 @@ struct Options {
   std::optional<std::string> mpirun;
   std::vector<std::string> mpi_args;  // --mpi-args, split into words
   bool dry_run = false;
+  bool skip_host_lookup = false;  // --skip-host-lookup: names only the launch agent knows
   std::optional<std::string> topology;  // --topology, only with --dry-run
   bool help = false;
   bool version = false;

@@ -123,7 +123,8 @@ std::vector<std::string> check_host_names(const HostSelection& hosts, const Laun
       if (unknown.size() > 8) text += fmt::format("\n  and {} more", unknown.size() - 8);
     }
     throw InputError(text + (unknown.size() == 1 ? "; " : "\n") +
-                     "fix the name, or make it resolvable on this machine (DNS, /etc/hosts)");
+                     "fix the name, or make it resolvable on this machine (DNS, /etc/hosts), or give "
+                     "--skip-host-lookup if only the launch agent knows it (an ssh alias, a container)");
   }
   if (!unanswered.empty()) {
     std::string names;

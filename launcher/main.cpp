@@ -235,8 +235,9 @@ int launch(const std::vector<std::string>& args) {
   const std::string host = tl::this_host_name();
   const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
   for (const auto& w : plan.warnings) warn(w);
-  // A dry run may plan for hosts that only another machine knows.
-  if (!options.dry_run) {
+  // A dry run may plan for hosts that only another machine knows, and a launch agent may
+  // know names that the resolver does not (--skip-host-lookup).
+  if (!options.dry_run && !options.skip_host_lookup) {
     for (const auto& w : tl::check_host_names(hosts, plan, tl::resolve_name)) warn(w);
   }
   std::uint64_t local_ranks = 0;

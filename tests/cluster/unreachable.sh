@@ -7,6 +7,7 @@
 #   (a mount namespace with its own nsswitch.conf), so no name server is ever asked.
 # - a host that resolves but refuses ssh (h2 of the test bed, on a port nothing listens
 #   on): exit 1 and a line naming h2 and what ssh said.
+# - with --skip-host-lookup the name is not looked up: the launch itself fails.
 #
 #   unreachable.sh LAUNCHER FASHION_MNIST
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
@@ -31,6 +32,15 @@ cl_run unknown_in_list here 30 -H h1,h2,typo.invalid:2 "${cl_launch[@]}" -- "${s
 cl_expect_exit unknown_in_list 2
 cl_expect_contains unknown_in_list "tarantella: error: -H, item 3: host 'typo.invalid' is not a known host name (" \
   "the unknown name and its -H item are named"
+# --skip-host-lookup: the name goes to the launch agent as it is (a name only it may know),
+# and the job fails there instead, as a host that cannot be reached (exit 1).
+cl_run unknown_skipped here 60 --skip-host-lookup -H h1,typo.invalid:1 "${cl_launch[@]}" -- "${small[@]}"
+cl_expect_lacks unknown_skipped "is not a known host name" "no lookup before the launch"
+if [[ $cl_rc -ne 0 && $cl_rc -ne 2 && $cl_rc -lt 124 ]]; then
+  cl_pass "unknown_skipped: the launch fails there (exit status $cl_rc)"
+else
+  cl_fail "unknown_skipped: exit status $cl_rc, expected a failure to reach the host (1)"
+fi
 cl_wrap=()
 cl_expect_no_processes 5 unknown
 

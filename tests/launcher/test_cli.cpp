@@ -52,7 +52,8 @@ TEST_CASE("cli: every option", "[cli]") {
   auto o = parse_command_line({"--hostfile", "hosts", "-n", "4", "--no-gpu", "--fusion-threshold", "64",
                                "--pin-to-socket", "-x", "A=1", "-x", "B=x=y,z", "--log-level", "info",
                                "--output-on-all-devices", "--log-on-all-devices", "--mpirun", "/opt/mpi/bin/mpirun",
-                               "--mpi-args", "--mca btl tcp,self '--tag-output'", "--dry-run", "--", "prog"});
+                               "--mpi-args", "--mca btl tcp,self '--tag-output'", "--dry-run", "--skip-host-lookup",
+                               "--", "prog"});
   CHECK(o.hostfile == "hosts");
   CHECK(o.ranks_per_node == 4);
   CHECK(o.no_gpu);
@@ -65,6 +66,7 @@ TEST_CASE("cli: every option", "[cli]") {
   CHECK(o.mpirun == "/opt/mpi/bin/mpirun");
   CHECK(o.mpi_args == Args{"--mca", "btl", "tcp,self", "--tag-output"});
   CHECK(o.dry_run);
+  CHECK(o.skip_host_lookup);
   CHECK(o.program == Args{"prog"});
 }
 

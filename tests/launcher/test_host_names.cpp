@@ -49,7 +49,8 @@ TEST_CASE("host names: an unknown host is refused, naming it and where it was li
   const auto hosts = from_hostfile("n1\nnosuchhost.invalid:1\n");
   CHECK(refusal(hosts, stand_in({"n1"})) ==
         "hostfile 'hosts', line 2: host 'nosuchhost.invalid' is not a known host name (Name or service not "
-        "known); fix the name, or make it resolvable on this machine (DNS, /etc/hosts)");
+        "known); fix the name, or make it resolvable on this machine (DNS, /etc/hosts), or give --skip-host-lookup if "
+        "only the launch agent knows it (an ssh alias, a container)");
 
   HostList list = parse_host_list("n1,a.invalid,b.invalid:2");
   const HostSelection h{"-H", list.hosts, {}, {}};

@@ -84,9 +84,9 @@ class MpirunOutputFilter {
   std::string held_;
   size_t dropped_bytes_ = 0;         // held back beyond held_limit
   std::vector<RankError> errors_;
-  bool in_repeat_ = false;
+  bool in_repeat_ = false;           // the last line was a repeated error: its continuation goes too
   std::vector<HostProblem> host_problems_;
-  bool daemons_failed_ = false;           // the last line was a repeated error: its continuation goes too
+  bool daemons_failed_ = false;      // "ORTE was unable to reliably start one or more daemons" seen
 };
 
 }  // namespace tnt::launcher

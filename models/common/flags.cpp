@@ -433,4 +433,22 @@ bool prepare_model_dir(const ModelDir& dir) {
   return resume != 0;
 }
 
+int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed) {
+  TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
+  check_resume_seed(checkpoint, seed);
+  const int epoch = model.load_checkpoint(checkpoint);
+  tnt::print("Resuming from {} at epoch {}", checkpoint, epoch);
+  return epoch;
+}
+
+void print_nothing_to_train(bool resumed, int initial_epoch, int train_epochs, bool evaluates) {
+  if (resumed) {
+    tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}){}", initial_epoch, train_epochs,
+               evaluates ? ": evaluating its weights" : "");
+  } else {
+    tnt::print("Nothing to train (--train_epochs={}){}", train_epochs,
+               evaluates ? ": evaluating the initial weights" : "");
+  }
+}
+
 }  // namespace tnt_models

@@ -26,6 +26,10 @@
 #include <string>
 #include <vector>
 
+namespace tnt {
+class Model;
+}
+
 namespace tnt_models {
 
 // What the shared flags look like in one program. --epochs_between_evals defaults to 1 and
@@ -158,5 +162,15 @@ void check_directory_flag(const std::string& flag, const std::string& path, cons
 // seeds and the file. Reads only the file's header; a file without a seed, or one that
 // cannot be read, is left to Model::load_checkpoint to accept or refuse.
 void check_resume_seed(const std::string& checkpoint, uint64_t seed);
+
+// --resume: the checkpoint must exist and carry this run's --seed (check_resume_seed); loads
+// it into `model` (weights, optimizer state and step, so the learning-rate schedule goes on)
+// and says so. Returns the epoch the run continues from.
+int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed);
+
+// "Nothing to train (the checkpoint is at epoch 3, --train_epochs=2): evaluating its weights"
+// when a run starts at or beyond --train_epochs (`evaluates`: whether weights are evaluated
+// then; the line ends after the parenthesis otherwise).
+void print_nothing_to_train(bool resumed, int initial_epoch, int train_epochs, bool evaluates = true);
 
 }  // namespace tnt_models

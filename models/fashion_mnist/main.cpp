@@ -187,12 +187,7 @@ int main(int argc, char** argv) {
     const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
 
     int initial_epoch = 0;
-    if (resume) {
-      TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
-      tnt_models::check_resume_seed(checkpoint, common.seed);
-      initial_epoch = model.load_checkpoint(checkpoint);
-      tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
-    }
+    if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
 
     if (tnt::is_master_rank() && common.verbose > 0) {
       tnt::print("{}", net->summary());
@@ -223,12 +218,7 @@ int main(int argc, char** argv) {
     // A checkpoint at or beyond --train_epochs has nothing left to train: its weights are
     // evaluated (as the transformer does), rather than fit() refusing epochs < initial_epoch.
     if (initial_epoch >= common.train_epochs) {
-      if (resume) {
-        tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}): evaluating its weights",
-                   initial_epoch, common.train_epochs);
-      } else {
-        tnt::print("Nothing to train (--train_epochs={}): evaluating the initial weights", common.train_epochs);
-      }
+      tnt_models::print_nothing_to_train(resume, initial_epoch, common.train_epochs);
     } else {
       model.fit(train_data, fit);
     }

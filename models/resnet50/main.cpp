@@ -359,14 +359,8 @@ int main(int argc, char** argv) {
          .overwrite = common.overwrite,
          .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : ""});
     int initial_epoch = 0;
-    if (resume) {
-      TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
-      tnt_models::check_resume_seed(checkpoint, common.seed);
-      // The optimizer's step (and so the learning-rate schedule) and the epoch continue;
-      // the data's order is a function of the seed and the epoch.
-      initial_epoch = model.load_checkpoint(checkpoint);
-      tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
-    }
+    // The data's order is a function of the seed and the epoch: it continues too.
+    if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
 
     if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,
@@ -415,12 +409,7 @@ int main(int argc, char** argv) {
     tnt::History history;
     std::optional<tnt::Logs> evaluated;  // when nothing is trained: the checkpoint's weights evaluated
     if (initial_epoch >= common.train_epochs) {
-      if (resume) {
-        tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}): evaluating its weights",
-                   initial_epoch, common.train_epochs);
-      } else {
-        tnt::print("Nothing to train (--train_epochs={}): evaluating the initial weights", common.train_epochs);
-      }
+      tnt_models::print_nothing_to_train(resume, initial_epoch, common.train_epochs);
       tnt::EvaluateOptions ev;
       ev.batch_size = common.batch_size;
       ev.verbose = common.verbose;

@@ -508,12 +508,7 @@ int main(int argc, char** argv) {
                                        .checkpoint = "checkpoint.safetensors"});
     const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
     int initial_epoch = 0;
-    if (continue_run) {
-      TNT_INPUT_CHECK(fs::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
-      tnt_models::check_resume_seed(checkpoint, common.seed);
-      initial_epoch = model.load_checkpoint(checkpoint);
-      tnt::print("Resuming from {} at epoch {}", checkpoint, initial_epoch);
-    }
+    if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
 
     if (common.verbose > 0) {
       tnt::print("Transformer ({}): {} parameters, vocabulary {}, hidden {}, {} + {} layers, {} heads, filter {}",
@@ -570,14 +565,7 @@ int main(int argc, char** argv) {
     if (initial_epoch >= common.train_epochs) {
       model.save_weights(weights);
       // Said as fashion_mnist and resnet50 say it; only the BLEU evaluation is optional here.
-      const char* then = with_bleu ? ": evaluating its weights" : "";
-      if (continue_run) {
-        tnt::print("Nothing to train (the checkpoint is at epoch {}, --train_epochs={}){}", initial_epoch,
-                   common.train_epochs, then);
-      } else {
-        tnt::print("Nothing to train (--train_epochs={}){}", common.train_epochs,
-                   with_bleu ? ": evaluating the initial weights" : "");
-      }
+      tnt_models::print_nothing_to_train(continue_run, initial_epoch, common.train_epochs, with_bleu);
       if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
     }
   });

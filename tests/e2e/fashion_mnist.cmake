@@ -24,9 +24,11 @@ endforeach()
 # diverged run keeps the last good checkpoint; history.csv has each epoch once (written by
 # the master alone, cut back to the checkpoint's epoch on --resume); a trained model is
 # replaced only with --overwrite; a run interrupted before its first checkpoint is not
-# offered --resume; a --resume with nothing to train evaluates the test set.
+# offered --resume; a --resume with nothing to train evaluates the test set, also below the
+# checkpoint's epoch; --overwrite removes the earlier run's TensorBoard events (nothing else);
+# --resume with a --model_dir that does not exist creates nothing.
 foreach(_case diverged output_on_all_devices resume_after_crash existing_model_dir interrupted_first_epoch
-        resume_nothing_to_train)
+        resume_nothing_to_train resume_below_checkpoint overwrite_tensorboard resume_missing_model_dir)
   add_test(NAME fashion_mnist.model_dir.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_model_dir.sh ${_fm_bins} ${_case})
   set_tests_properties(fashion_mnist.model_dir.${_case} PROPERTIES

@@ -19,9 +19,10 @@ endif()
 # clear errors for a bad --dtype and a missing --data_dir; a diverged run stops with an error;
 # an earlier run's --model_dir is replaced only with --overwrite; without
 # --synthetic_eval_samples the evaluation is proportionate to what is trained; --data_format
-# channels_last gives channels_first's loss.
+# channels_last gives channels_first's loss; --resume continues a run bitwise, and is refused
+# without --enable_checkpoint_and_export or with --overwrite.
 foreach(_case synthetic_2_ranks log_steps micro_batch_of_one imagenet_folders truncated_jpeg dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
-              existing_model_dir synthetic_eval_default data_format)
+              existing_model_dir synthetic_eval_default data_format resume resume_refused)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:resnet50> ${_case}

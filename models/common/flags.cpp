@@ -40,16 +40,21 @@ std::string help_text(const std::string& summary, const std::vector<std::string>
 // Whole decimal numbers only ("-3", "42"), in T's range.
 template <typename T>
 std::string whole_number_problem(const std::string& text) {
-  // 64-bit signed: the flag's own check says what range makes sense.
-  const std::string expected =
-      std::is_same_v<T, int64_t> ? std::string("expected a whole number")
-                                 : fmt::format("expected a whole number from {} to {}", std::numeric_limits<T>::min(),
-                                               std::numeric_limits<T>::max());
+  // Unsigned: the type's range is the flag's. Signed: the flag's own check says what range
+  // makes sense (most take no negative number), so only the bound that was passed is named.
   T value{};
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) return expected;
-  return "";
+  if (!text.empty() && ec == std::errc() && ptr == end) return "";
+  if constexpr (std::is_unsigned_v<T>) {
+    return fmt::format("expected a whole number from 0 to {}", std::numeric_limits<T>::max());
+  } else {
+    if (ec == std::errc::result_out_of_range && ptr == end) {
+      return text.front() == '-' ? fmt::format("expected a whole number, at least {}", std::numeric_limits<T>::min())
+                                 : fmt::format("expected a whole number, at most {}", std::numeric_limits<T>::max());
+    }
+    return "expected a whole number";
+  }
 }
 
 // Whether this process is the first rank of a job, or runs alone. Before MPI starts, the

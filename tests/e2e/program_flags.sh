@@ -74,8 +74,12 @@ case $case_name in
       --learning_rate 1.5abc
     expect fashion_mnist 2 "--batch_size=abc: expected a whole number" --batch_size=abc
     expect fashion_mnist 2 "--seed=-1: expected a whole number from 0 to 18446744073709551615" --seed=-1
-    expect fashion_mnist 2 "--train_epochs=99999999999: expected a whole number from -2147483648 to 2147483647" \
+    expect fashion_mnist 2 "--train_epochs=99999999999: expected a whole number, at most 2147483647" \
       --train_epochs=99999999999
+    expect fashion_mnist 2 "--train_epochs=1e3: expected a whole number" --train_epochs=1e3
+    expect resnet50 2 "--batch_size=-99999999999999999999: expected a whole number, at least -9223372036854775808" \
+      --use_synthetic_data \
+      --batch_size=-99999999999999999999
     expect fashion_mnist 2 "--resume=maybe: expected true or false" --resume=maybe
     expect resnet50 2 "--base_learning_rate=inf: expected a finite number (such as 0.5 or 1e-3)" \
       --use_synthetic_data --base_learning_rate=inf

@@ -9,6 +9,8 @@
 #include "tarantella/tarantella.hpp"
 
 #include <limits>
+#include <memory>
+#include <string>
 
 namespace {
 
@@ -24,20 +26,28 @@ tnt::Dataset images() {
   return tnt::Dataset::from_tensors({tnt::Tensor::from_vector(x, {16, 1, 8, 8}), tnt::Tensor::from_data(y.data(), {16})});
 }
 
+// bn_net trained for one epoch with `sgd` (whose momentum, if any, is optimizer state), its
+// checkpoint written to `path` on every rank.
+std::unique_ptr<tnt::Model> trained_and_saved(const std::string& path, tnt::SgdOptions sgd = {}) {
+  auto model = std::make_unique<tnt::Model>(bn_net(), 3);
+  model->compile(std::make_shared<tnt::SGD>(0.1, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fo;
+  fo.batch_size = 8;
+  fo.epochs = 1;
+  fo.verbose = 0;
+  model->fit(images(), fo);
+  model->save_checkpoint(path, 1);
+  tnt::communicator().barrier();
+  return model;
+}
+
 }  // namespace
 
 TEST_CASE("a checkpoint without BatchNorm's num_batches_tracked loads; other missing tensors do not") {
   tnt::test::TempDir dir("tnt-ckpt-compat");
   const std::string now = (dir.path / "now.safetensors").string(), old = (dir.path / "old.safetensors").string();
-  tnt::Model trained(bn_net(), 3);
-  trained.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
-  tnt::FitOptions fo;
-  fo.batch_size = 8;
-  fo.epochs = 1;
-  fo.verbose = 0;
-  trained.fit(images(), fo);
-  trained.save_checkpoint(now, 1);
-  tnt::communicator().barrier();
+  const std::unique_ptr<tnt::Model> model = trained_and_saved(now);
+  tnt::Model& trained = *model;
 
   // The same file as an older release wrote it.
   tnt::Checkpoint full = tnt::Checkpoint::read(now);
@@ -92,15 +102,7 @@ TEST_CASE("a checkpoint holding a NaN or an infinity does not load") {
   const std::string good = (dir.path / "good.safetensors").string();
   tnt::SgdOptions momentum;
   momentum.momentum = 0.9;  // optimizer state to spoil
-  tnt::Model trained(bn_net(), 3);
-  trained.compile(std::make_shared<tnt::SGD>(0.1, momentum), std::make_shared<tnt::SoftmaxCrossEntropy>());
-  tnt::FitOptions fo;
-  fo.batch_size = 8;
-  fo.epochs = 1;
-  fo.verbose = 0;
-  trained.fit(images(), fo);
-  trained.save_checkpoint(good, 1);
-  tnt::communicator().barrier();
+  trained_and_saved(good, momentum);
   tnt::Checkpoint full = tnt::Checkpoint::read(good);
 
   // The first parameter, then the first optimizer state tensor, with one value spoiled.

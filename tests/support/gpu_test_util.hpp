@@ -53,9 +53,22 @@ inline double max_abs(const Tensor& t) {
   return m;
 }
 
+// The rule of every GPU-against-CPU comparison, for one element. A non-finite CPU value is
+// matched exactly: the same infinity, or a NaN for a NaN; the tolerance `allowed` applies to
+// finite values only (an infinite CPU value would otherwise make atol + rtol * |cpu|
+// infinite and let any GPU value pass, and equal infinities give inf - inf = NaN). A finite
+// CPU value needs a finite GPU value within `allowed`.
+inline bool element_matches(double gpu, double cpu, double allowed) {
+  if (std::isnan(cpu)) return std::isnan(gpu);
+  if (std::isinf(cpu)) return gpu == cpu;
+  if (!std::isfinite(gpu)) return false;
+  return std::fabs(gpu - cpu) <= allowed;
+}
+
 // Every element within atol + rtol * |cpu| + bound_factor * bound (bound: an elementwise
 // error scale with cpu's element count, such as the sums of |a| |b| behind each dot
-// product; undefined: none); on failure, says where and by how much.
+// product; undefined: none), non-finite CPU values matched exactly (element_matches); on
+// failure, says where and by how much.
 inline void require_within(const Tensor& gpu_result, const Tensor& cpu_result, double atol, double rtol,
                            const Tensor& bound, double bound_factor, const std::string& what) {
   INFO(what << ": gpu " << gpu_result.str() << " vs cpu " << cpu_result.str());
@@ -69,16 +82,19 @@ inline void require_within(const Tensor& gpu_result, const Tensor& cpu_result, d
     REQUIRE(bound.numel() == cpu_result.numel());
     b = bound.to_double_vector();
   }
-  auto allowed_at = [&](size_t i) { return atol + rtol * std::fabs(c[i]) + (b.empty() ? 0.0 : bound_factor * b[i]); };
+  auto allowed_at = [&](size_t i) {
+    if (!std::isfinite(c[i])) return 0.0;  // matched exactly
+    return atol + rtol * std::fabs(c[i]) + (b.empty() ? 0.0 : bound_factor * b[i]);
+  };
   int64_t bad = 0, worst = -1;
   double worst_excess = 0;
   for (size_t i = 0; i < g.size(); ++i) {
-    const double err = std::fabs(g[i] - c[i]);
     const double allowed = allowed_at(i);
-    const bool ok = err <= allowed || (std::isnan(g[i]) && std::isnan(c[i]));
-    if (!ok) {
+    if (!element_matches(g[i], c[i], allowed)) {
       ++bad;
-      const double excess = std::isfinite(err) ? err - allowed : INFINITY;
+      // A mismatch of non-finite values ranks above every finite excess.
+      const double err = std::fabs(g[i] - c[i]);
+      const double excess = std::isfinite(err) && std::isfinite(c[i]) ? err - allowed : INFINITY;
       if (worst < 0 || excess > worst_excess) {
         worst = static_cast<int64_t>(i);
         worst_excess = excess;
@@ -88,7 +104,7 @@ inline void require_within(const Tensor& gpu_result, const Tensor& cpu_result, d
   if (bad > 0) {
     const auto w = static_cast<size_t>(worst);
     INFO(bad << " of " << g.size() << " elements differ; worst at " << worst << ": gpu " << g[w] << ", cpu " << c[w]
-              << ", allowed " << allowed_at(w));
+              << (std::isfinite(c[w]) ? ", allowed " : ", needed exactly ") << (std::isfinite(c[w]) ? allowed_at(w) : c[w]));
     CHECK(bad == 0);
   }
   REQUIRE(bad == 0);

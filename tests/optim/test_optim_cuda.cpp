@@ -1,10 +1,8 @@
 // The optimizers' CUDA update kernels against their CPU loops: the same parameters and
-// gradients on both devices, three steps, then |gpu - cpu| <= atol + rtol * |cpu| on the
-// parameters and on every state tensor. Both engines call the same rule per element
-// (optim/update_rules.hpp) with the same precomputed scalars; they differ only where one
-// compiler fuses a multiply and an add and the other does not (one rounding fewer), while
-// sqrt and division are correctly rounded on both. That is a few ulps per step: rtol 1e-5
-// (~80 ulps) and atol 1e-7 for elements near zero.
+// gradients on both devices, three steps, then bitwise equal parameters and state tensors.
+// Both engines call the same rule per element (optim/update_rules.hpp) with the same
+// precomputed scalars, rounding after every operation on both (no fused multiply-add on
+// either), and sqrt and division are correctly rounded on both: any difference is a bug.
 #include <catch2/catch.hpp>
 
 #include "gpu_test_util.hpp"
@@ -36,12 +34,12 @@ void compare(const std::function<std::unique_ptr<Optimizer>()>& make, const std:
     opt_cpu->step({{"w", &cpu}});
     opt_gpu->step({{"w", &gpu}});
   }
-  test::require_close(gpu.value, cpu.value, 1e-7, 1e-5, what + " parameters");
+  test::require_equal(gpu.value, cpu.value, what + " parameters");
   std::vector<NamedTensor> sc = opt_cpu->named_state(), sg = opt_gpu->named_state();
   REQUIRE(sc.size() == sg.size());
   for (size_t i = 0; i < sc.size(); ++i) {
     CHECK(sg[i].name == sc[i].name);
-    test::require_close(sg[i].tensor, sc[i].tensor, 1e-7, 1e-5, what + " " + sc[i].name);
+    test::require_equal(sg[i].tensor, sc[i].tensor, what + " " + sc[i].name);
   }
   CHECK(sg[0].tensor.device() == (sg.size() > 1 ? test::gpu() : Device::cpu()));
 }

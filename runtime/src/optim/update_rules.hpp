@@ -4,11 +4,14 @@
 // double and rounded to float once (as PyTorch), by sgd_rule() and adam_rule(); both engines
 // then do the same f32 arithmetic per element, in the same order.
 //
-// The engines can still differ in the last bits: each compiler fuses a * b + c into one FMA
-// where it finds the pattern (nvcc by default; GCC under -march=x86-64-v3, since C++ allows
-// contraction), while sqrt and division are correctly rounded on both.
-// tests/optim/test_optim_cuda.cpp bounds that difference; tests/optim/test_optim.cpp pins
-// the CPU's bits, so a changed expression here fails there.
+// The two engines are bitwise equal: every multiply and add of a rule goes through mul() and
+// add() below, which the device compiles to __fmul_rn/__fadd_rn (never fused into an FMA,
+// which nvcc does by default) and the host to plain float operations in files built with
+// -ffp-contract=off (runtime/CMakeLists.txt; GCC would fuse under -march=x86-64-v3). sqrt and
+// division are correctly rounded on both. A fused a * b + c skips a rounding, which under
+// cancellation (momentum * buf + g of opposite signs) is a relative difference of 1e-5 and
+// more; tests/optim/test_optim_cuda.cpp therefore compares bit for bit, and
+// tests/optim/test_optim.cpp pins the CPU's bits, so a changed expression here fails there.
 #pragma once
 
 #include "core/host_device.hpp"
@@ -17,6 +20,29 @@
 #include <cstdint>
 
 namespace tnt::optim {
+
+// One rounding per operation on both engines (see the top of the file).
+TNT_HD float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+TNT_HD float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+TNT_HD float sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
 
 // torch.optim.SGD, per element:
 //   g = grad + weight_decay * p
@@ -47,13 +73,13 @@ inline SgdRule sgd_rule(double lr, double momentum, double dampening, double wei
 
 // buf: this element of the momentum buffer, or null when momentum == 0 (no buffer).
 TNT_HD void apply(const SgdRule& r, float& param, float grad, float* buf) {
-  float g = grad + r.weight_decay * param;
+  float g = add(grad, mul(r.weight_decay, param));
   if (buf != nullptr) {
-    const float b = r.first ? g : r.momentum * *buf + r.one_minus_dampening * g;
+    const float b = r.first ? g : add(mul(r.momentum, *buf), mul(r.one_minus_dampening, g));
     *buf = b;
-    g = r.nesterov ? g + r.momentum * b : b;
+    g = r.nesterov ? add(g, mul(r.momentum, b)) : b;
   }
-  param -= r.lr * g;
+  param = sub(param, mul(r.lr, g));
 }
 
 // torch.optim.Adam (L2: the decay is added to the gradient) and AdamW (decoupled: the
@@ -102,13 +128,13 @@ TNT_HD float sqrt_f32(float x) {
 
 // m, v: this element of exp_avg and exp_avg_sq.
 TNT_HD void apply(const AdamRule& r, float& param, float grad, float& m, float& v) {
-  const float p = param * r.decay_factor;
-  const float g = grad + r.l2 * p;
-  const float mi = r.beta1 * m + r.one_minus_beta1 * g;
-  const float vi = r.beta2 * v + r.one_minus_beta2 * g * g;
+  const float p = mul(param, r.decay_factor);
+  const float g = add(grad, mul(r.l2, p));
+  const float mi = add(mul(r.beta1, m), mul(r.one_minus_beta1, g));
+  const float vi = add(mul(r.beta2, v), mul(mul(r.one_minus_beta2, g), g));
   m = mi;
   v = vi;
-  param = p - r.step_size * mi / (sqrt_f32(vi) * r.inv_sqrt_bc2 + r.eps);
+  param = sub(p, mul(r.step_size, mi) / add(mul(sqrt_f32(vi), r.inv_sqrt_bc2), r.eps));
 }
 
 // Gradient clipping by value (optim/clip.cpp): g into [-limit, limit]. Comparisons, not

@@ -27,6 +27,8 @@
 #include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -223,10 +225,22 @@ void check_case(const Case& c) {
   CHECK_FALSE(ref.fused);
   // Where the GPU's shared memory is too small for this depth's kernels (depth 128 on an
   // A100, 64 on sm_86/89), the unfused engine runs instead: then that is what is checked.
+  // On the GPUs this build targets first (Hopper: 227 KB of shared memory per block) every
+  // depth the kernels take fits, so a fallback there is a failure, not a pass.
   const bool fits = cuda::fused_attention_fits(c.depth, gpu().index);
-  if (!fits) WARN(describe(c) << ": the fused kernels do not fit this GPU's shared memory; the unfused engine ran");
   CHECK(fused.fused == fits);
-  if (!fused.fused) return;
+  if (!fits) {
+    int major = 0;
+    REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu().index) == cudaSuccess);
+    WARN(describe(c) << ": the fused kernels do not fit this GPU's shared memory; the unfused engine ran");
+    CHECK(major < 9);
+    // What ran instead is the unfused engine, bit for bit.
+    check_close(fused.o, unfused.o, 0.0, "o (fallback)");
+    check_close(fused.dq, unfused.dq, 0.0, "dq (fallback)");
+    check_close(fused.dk, unfused.dk, 0.0, "dk (fallback)");
+    check_close(fused.dv, unfused.dv, 0.0, "dv (fallback)");
+    return;
+  }
   const double u = unit_of(c.dtype);
   compare(fused.o, unfused.o, ref.o, u, "o");
   compare(fused.dq, unfused.dq, ref.dq, u, "dq");

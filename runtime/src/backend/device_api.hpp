@@ -14,13 +14,15 @@ bool cuda_built();
 int cuda_device_count();
 void* cuda_malloc(size_t bytes, int device);  // through the caching allocator
 void cuda_free(void* ptr, size_t bytes, int device);
-// Copy between any two places (host or device); synchronous with respect to the host.
+// Copy between any two places (host or device). Synchronous with respect to the host when
+// either side is host memory or the devices differ; a copy within one device is queued on
+// its compute stream, ordered before every later kernel there, and the host does not wait.
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 void cuda_memset_zero(void* ptr, size_t bytes, int device);
 // Every byte of [ptr, ptr + bytes) set to `byte` (0 or 0xff), on the compute stream.
 void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device);
 // Debug counters (tests count a training step's with them): every time the host waited for
-// `device` through this API (cuda_copy, which always waits; cuda_event_synchronize; the
+// `device` through this API (cuda_copy, except within one device; cuda_event_synchronize; the
 // backend's synchronize), and of those the device-to-host copies (cuda_copy to host memory).
 // Waits inside other libraries (NCCL's, polled by comm/) are not counted.
 int64_t cuda_host_waits(int device);

@@ -153,9 +153,15 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
   }
   cuda::DeviceGuard guard(device);
   cudaStream_t stream = cuda::compute_stream(device);
-  // Stream-ordered after the kernels that produced src (or last used dst), then waited
-  // for, so the host API stays synchronous.
+  // Stream-ordered after the kernels that produced src (or last used dst).
   TNT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+  // Within one device nothing on the host touches either buffer, and every kernel that
+  // reads dst (or reuses src's block from the caching allocator) is queued on the same
+  // stream after the copy: no wait. Tensor::clone and the gradient copies of Add::backward
+  // ran one host wait each (about 32 per ResNet-50 step) before.
+  if (dst_device == src_device) return;
+  // A host buffer may be read or freed as soon as this returns (and a page-locked one is
+  // copied from only when the stream gets there): the host waits.
   TNT_CUDA_CHECK(cudaStreamSynchronize(stream));
   cuda::count_host_wait(device, /*readback=*/!dst_device.is_cuda());
 }

@@ -32,7 +32,7 @@ tnt_build_with_progress() {
   ((tty)) && printf '\r\033[K'
   if ((status != 0)); then
     echo "$title: FAILED after $((SECONDS - start)) s (exit $status); the errors (whole log: $log):" >&2
-    grep -aE -A3 '(error|Error [0-9]+|undefined reference|fatal)' "$log" | head -60 >&2 || true
+    grep -aE -A3 '(error|Error [0-9]+|undefined reference|fatal)' "$log" | awk '!seen[$0]++' | head -60 >&2 || true
     echo "--- the log's last lines:" >&2
     tail -15 "$log" >&2
     return "$status"

@@ -7,8 +7,8 @@
 using tnt::test::element_matches;
 
 namespace {
-constexpr double inf = std::numeric_limits<double>::infinity();
-const double nan = std::numeric_limits<double>::quiet_NaN();
+constexpr double pinf = std::numeric_limits<double>::infinity();
+const double qnan = std::numeric_limits<double>::quiet_NaN();
 }  // namespace
 
 TEST_CASE("GPU comparison: finite values within the tolerance, and only those", "[compare]") {
@@ -19,25 +19,25 @@ TEST_CASE("GPU comparison: finite values within the tolerance, and only those", 
 }
 
 TEST_CASE("GPU comparison: a non-finite CPU value is matched exactly", "[compare]") {
-  // Equal infinities match (inf - inf is NaN: the old rule failed them).
-  CHECK(element_matches(inf, inf, 1e-3));
-  CHECK(element_matches(-inf, -inf, 1e-3));
+  // Equal infinities match (pinf - pinf is NaN: the old rule failed them).
+  CHECK(element_matches(pinf, pinf, 1e-3));
+  CHECK(element_matches(-pinf, -pinf, 1e-3));
   // Anything else against an infinity fails, however large the tolerance (the old rule
-  // allowed rtol * inf = inf, so 1.0 or -inf passed against +inf).
-  CHECK_FALSE(element_matches(1.0, inf, inf));
-  CHECK_FALSE(element_matches(-inf, inf, 1e-3));
-  CHECK_FALSE(element_matches(nan, inf, 1e-3));
-  CHECK_FALSE(element_matches(3e38, inf, 1e-3));
+  // allowed rtol * pinf = pinf, so 1.0 or -pinf passed against +pinf).
+  CHECK_FALSE(element_matches(1.0, pinf, pinf));
+  CHECK_FALSE(element_matches(-pinf, pinf, 1e-3));
+  CHECK_FALSE(element_matches(qnan, pinf, 1e-3));
+  CHECK_FALSE(element_matches(3e38, pinf, 1e-3));
   // NaN matches only NaN.
-  CHECK(element_matches(nan, nan, 0.0));
-  CHECK_FALSE(element_matches(0.0, nan, 1e9));
-  CHECK_FALSE(element_matches(inf, nan, 1e9));
+  CHECK(element_matches(qnan, qnan, 0.0));
+  CHECK_FALSE(element_matches(0.0, qnan, 1e9));
+  CHECK_FALSE(element_matches(pinf, qnan, 1e9));
 }
 
 TEST_CASE("GPU comparison: a finite CPU value needs a finite GPU value", "[compare]") {
-  CHECK_FALSE(element_matches(inf, 1.0, inf));
-  CHECK_FALSE(element_matches(nan, 1.0, inf));
-  CHECK_FALSE(element_matches(-inf, -1e300, 1e300));
+  CHECK_FALSE(element_matches(pinf, 1.0, pinf));
+  CHECK_FALSE(element_matches(qnan, 1.0, pinf));
+  CHECK_FALSE(element_matches(-pinf, -1e300, 1e300));
 }
 
 TEST_CASE("GPU comparison: require_close over tensors passes matching non-finite values", "[compare]") {

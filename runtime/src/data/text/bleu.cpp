@@ -232,7 +232,9 @@ std::string format_bleu(double score) {
   digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
   int exp = std::stoi(sci.substr(e + 1));
   if (exp < -4 || exp >= 16) {
-    std::string m = digits.substr(0, 1) + (digits.size() > 1 ? "." + digits.substr(1) : "");
+    // Appended, not "." + substr: GCC 12 warns (-Wrestrict, a false positive) on that operator+.
+    std::string m = digits.substr(0, 1);
+    if (digits.size() > 1) m.append(".").append(digits, 1, std::string::npos);
     return fmt::format("{}{}e{}{:02d}", sign, m, exp < 0 ? '-' : '+', std::abs(exp));
   }
   if (exp < 0) return sign + "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;

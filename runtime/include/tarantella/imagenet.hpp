@@ -22,7 +22,10 @@
 // The source is random access: element p of a pass is built only when asked for, so
 // distribute() steps over the other ranks' samples without opening their files. Shuffle
 // with ImagenetOptions::shuffle (a full permutation per epoch, keyed by (seed, epoch)), not
-// with Dataset::shuffle, whose buffer would read every file on every rank.
+// with Dataset::shuffle, whose buffer would read every file on every rank. For the same
+// reason the shards are read by record offset rather than through Dataset::interleave
+// (which walks files in order, so every rank would read every record, and whose order
+// is not a full permutation); so they must be uncompressed (GZIP shards: an error saying so).
 //
 // Undecoded element (what the source yields):
 //   0 bytes  u8 (n,)  the encoded image file

@@ -191,7 +191,11 @@ int main(int argc, char** argv) {
       {.data_dir = "",
        .data_dir_help = "ImageNet directory: JPEG class folders (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG), or "
                         "TFRecord shards (train-00000-of-01024 ..., validation-00000-of-00128 ...; labels 1-based, "
-                        "as the Inception scripts write them)",
+                        "as the Inception scripts write them), or what tensorflow_datasets' download_and_prepare "
+                        "--datasets=imagenet2012 --data_dir=DIR writes (give DIR, DIR/imagenet2012 or a version "
+                        "folder such as DIR/imagenet2012/5.1.0; the highest version is read; labels 0-based). "
+                        "Tried in that order; the layout found is printed. Example: "
+                        "--data_dir=$TNT_DATASETS_PATH",
        .model_dir = "./resnet50_model",
        .model_dir_help = "where history.csv, checkpoint.safetensors and model.safetensors go",
        .batch_size = 256,
@@ -319,8 +323,11 @@ int main(int argc, char** argv) {
       train_opts.num_classes = num_classes;
       tnt::ImagenetOptions val_opts;
       val_opts.num_classes = num_classes;
-      tnt::Dataset train_files = tnt::imagenet_dataset(common.data_dir, "train", train_opts);
-      tnt::Dataset val_files = tnt::imagenet_dataset(common.data_dir, "val", val_opts);
+      const tnt::ImagenetLayout train_layout = tnt::find_imagenet_layout(common.data_dir, "train");
+      const tnt::ImagenetLayout val_layout = tnt::find_imagenet_layout(common.data_dir, "val");
+      if (common.verbose > 0) tnt::print("{}\n{}", train_layout.describe(), val_layout.describe());
+      tnt::Dataset train_files = tnt::imagenet_dataset(train_layout, train_opts);
+      tnt::Dataset val_files = tnt::imagenet_dataset(val_layout, val_opts);
       epoch_size = train_files.cardinality();
       eval_samples = val_files.cardinality();
       TNT_INPUT_CHECK(epoch_size >= common.batch_size,

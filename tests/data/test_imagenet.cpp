@@ -544,3 +544,118 @@ TEST_CASE("TFRecord: corrupt records name the file and the byte offset") {
   msg = error_of([&] { index_tfrecord(path); });
   CHECK_THAT(msg, Catch::Contains(fmt::format("byte offset {}", offsets.back())));
 }
+
+namespace {
+
+// The 12 samples as tensorflow_datasets writes them into `version_dir`:
+// imagenet2012-<split>.tfrecord-0000s-of-0000n, features image and label (0-based, plus
+// `label_shift` so that two versions can be told apart), and the folder's JSON files.
+void write_tfds(const fs::path& version_dir, const std::string& split, int shards, int label_shift = 0) {
+  fs::create_directories(version_dir);
+  write_bytes(version_dir / "dataset_info.json", Bytes{'{', '}'});
+  write_bytes(version_dir / "features.json", Bytes{'{', '}'});
+  const int total = kClasses * kPerClass;
+  for (int s = 0; s < shards; ++s) {
+    TFRecordWriter w((version_dir / fmt::format("imagenet2012-{}.tfrecord-{:05d}-of-{:05d}", split, s, shards)).string());
+    for (int i = s * total / shards; i < (s + 1) * total / shards; ++i) {
+      int c = i / kPerClass, k = i % kPerClass;
+      Bytes jpeg = solid_jpeg(red_of(c), green_of(k), kBlue);
+      Example ex;
+      ex.bytes_features["image"] = {std::string(jpeg.begin(), jpeg.end())};
+      ex.bytes_features["file_name"] = {fmt::format("{}_{}.JPEG", kWnids[c], k)};
+      ex.int64_features["label"] = {c + label_shift};
+      w.write(serialize_example(ex));
+    }
+    w.close();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("tensorflow_datasets layout: data_dir, dataset folder or version folder; the highest version") {
+  TempDir tmp("tnt-imagenet");
+  const fs::path dataset = tmp.path / "imagenet2012";
+  // 5.9.0 and 5.10.0: numerically 5.10.0 is newer, as text it is not. 5.9.0's labels are
+  // shifted by 100 so that reading it shows.
+  write_tfds(dataset / "5.9.0", "train", 2, 100);
+  write_tfds(dataset / "5.10.0", "train", 3);
+  write_tfds(dataset / "5.10.0", "validation", 1);
+  fs::create_directories(dataset / "5.10.0.incomplete7XYZ");  // a download in progress: not a version
+  fs::create_directories(tmp.path / "downloads");
+
+  for (const fs::path& dir : {tmp.path, dataset}) {
+    INFO("data_dir " << dir);
+    ImagenetLayout l = find_imagenet_layout(dir.string(), "train");
+    CHECK(l.kind == "tfds");
+    CHECK(l.version == "5.10.0");
+    CHECK(l.dir == (dataset / "5.10.0").string());
+    REQUIRE(l.shards.size() == 3);
+    CHECK(l.shards[2] == (dataset / "5.10.0" / "imagenet2012-train.tfrecord-00002-of-00003").string());
+    CHECK(l.describe() == fmt::format("train data: tensorflow_datasets version 5.10.0 in '{}' (3 shards; features "
+                                      "image, label 0-based)",
+                                      l.dir));
+    for (const char* split : {"train", "val"}) {
+      // Labels as stored (0-based), even with one_based_labels left at its default.
+      auto out = collect(imagenet_dataset(dir.string(), split).map(imagenet_preprocess(8, false), 2));
+      REQUIRE(out.size() == static_cast<size_t>(kClasses * kPerClass));
+      for (int i = 0; i < kClasses * kPerClass; ++i) {
+        REQUIRE(scalar(out[i][1]) == i / kPerClass);
+        CHECK(check_solid(out[i][0], scalar(out[i][1])) == i % kPerClass);
+      }
+    }
+  }
+  // A version folder itself is read as given, even an older one.
+  ImagenetLayout old = find_imagenet_layout((dataset / "5.9.0").string(), "train");
+  CHECK(old.version == "5.9.0");
+  CHECK(scalar(collect(imagenet_dataset((dataset / "5.9.0").string(), "train"))[0][1]) == 100);
+  // layout = "tfds" skips the others; folders still win with auto.
+  write_folders(tmp.path, "train");
+  CHECK(find_imagenet_layout(tmp.path.string(), "train").kind == "folders");
+  CHECK(find_imagenet_layout(tmp.path.string(), "train", "tfds").kind == "tfds");
+  CHECK(imagenet_dataset(tmp.path.string(), "train", {.layout = "tfds"}).cardinality() == 12);
+  // The Model Garden layout is named as such.
+  TempDir garden("tnt-imagenet");
+  write_shards(garden.path, "train", 2);
+  ImagenetLayout g = find_imagenet_layout(garden.path.string(), "train");
+  CHECK(g.kind == "tfrecord");
+  CHECK_THAT(g.describe(), Catch::Contains("TF Model Garden") && Catch::Contains("2 shards"));
+}
+
+TEST_CASE("tensorflow_datasets and Model Garden layouts: errors name the folder and what was expected") {
+  TempDir tmp("tnt-imagenet");
+  const fs::path dataset = tmp.path / "imagenet2012";
+  // The newest version has no train files (only its JSON files and validation).
+  write_tfds(dataset / "5.0.0", "train", 1);
+  write_tfds(dataset / "5.1.0", "validation", 1);
+  const std::string v510 = (dataset / "5.1.0").string();
+  CHECK(error_of([&] { find_imagenet_layout(tmp.path.string(), "train"); }) ==
+        fmt::format("tensorflow_datasets version folder '{}' holds no train files (expected "
+                    "imagenet2012-train.tfrecord-00000-of-NNNNN ...)",
+                    v510));
+  // A missing shard, and shards that disagree on their count.
+  write_tfds(dataset / "5.1.0", "train", 3);
+  fs::remove(dataset / "5.1.0" / "imagenet2012-train.tfrecord-00001-of-00003");
+  CHECK(error_of([&] { find_imagenet_layout(tmp.path.string(), "train"); }) ==
+        fmt::format("'{}': <dataset>-train.tfrecord shard 00001 of 00003 is missing (2 of 3 present)", v510));
+  write_bytes(dataset / "5.1.0" / "imagenet2012-train.tfrecord-00001-of-00004", Bytes{});
+  CHECK_THAT(error_of([&] { find_imagenet_layout(tmp.path.string(), "train"); }),
+             Catch::Contains(v510) && Catch::Contains("disagree on their count") && Catch::Contains("says 4"));
+  // A dataset folder without any version folder.
+  TempDir empty("tnt-imagenet");
+  fs::create_directories(empty.path / "imagenet2012");
+  CHECK_THAT(error_of([&] { find_imagenet_layout(empty.path.string(), "train"); }),
+             Catch::Contains((empty.path / "imagenet2012").string()) && Catch::Contains("no version folder"));
+  // Model Garden: a missing shard is an error too (it used to be a warning).
+  TempDir garden("tnt-imagenet");
+  write_shards(garden.path, "train", 3);
+  fs::remove(garden.path / "train-00002-of-00003");
+  CHECK(error_of([&] { imagenet_dataset(garden.path.string(), "train"); }) ==
+        fmt::format("'{}': train-NNNNN-of-MMMMM shard 00002 of 00003 is missing (2 of 3 present)", garden.path.string()));
+  // Nothing at all: all three layouts are named.
+  TempDir nothing("tnt-imagenet");
+  CHECK_THAT(error_of([&] { imagenet_dataset(nothing.path.string(), "train"); }),
+             Catch::Contains("train/<wnid>/*.JPEG") && Catch::Contains("train-00000-of-NNNNN") &&
+                 Catch::Contains("imagenet2012/<version>/imagenet2012-train.tfrecord-00000-of-NNNNN"));
+  CHECK_THAT(error_of([&] { find_imagenet_layout(nothing.path.string(), "train", "jpeg"); }),
+             Catch::Contains("'jpeg'"));
+}

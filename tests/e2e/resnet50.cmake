@@ -15,13 +15,13 @@ endif()
 # Cases of resnet50_launcher.sh: a 2-rank synthetic run (exit 0, images/s, history.csv,
 # checkpoint), its step logs, schedule and evaluation line, a micro-batch of one 32x32 image
 # refused by name, a 2-rank run on a tiny ImageNet in the folder layout (written by a hidden
-# case of test_resnet50) and the same with a truncated JPEG (an error naming it), a 2-rank fp16 run (mixed precision, emulated on the CPU), and the
+# case of test_resnet50), the same as tensorflow_datasets writes it, and the same with a truncated JPEG (an error naming it), a 2-rank fp16 run (mixed precision, emulated on the CPU), and the
 # clear errors for a bad --dtype and a missing --data_dir; a diverged run stops with an error;
 # an earlier run's --model_dir is replaced only with --overwrite; without
 # --synthetic_eval_samples the evaluation is proportionate to what is trained; --data_format
 # channels_last gives channels_first's loss; --resume continues a run bitwise, and is refused
 # without --enable_checkpoint_and_export or with --overwrite.
-foreach(_case synthetic_2_ranks log_steps micro_batch_of_one imagenet_folders truncated_jpeg dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
+foreach(_case synthetic_2_ranks log_steps micro_batch_of_one imagenet_folders imagenet_tfds truncated_jpeg dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
               existing_model_dir synthetic_eval_default data_format resume resume_refused)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh

@@ -17,6 +17,9 @@
 # imagenet_folders: a tiny ImageNet in the folder layout (written by TEST_RESNET50's hidden
 #   test case), one epoch of 3 steps and an evaluation: exit 0, history.csv with a
 #   validation accuracy.
+# imagenet_tfds: the tiny ImageNet as tensorflow_datasets writes it (two versions, the
+#   older unreadable for 2 classes): exit 0, the layout named once, an evaluation; then a
+#   missing shard is named.
 # truncated_jpeg: the tiny ImageNet with one training JPEG cut to 90% of its bytes ends
 #   with an error naming the file ("Premature end of JPEG file"), not a silent run.
 # missing_data_dir: --data_dir naming no directory ends with an error naming it; --help
@@ -158,6 +161,32 @@ case $case_name in
     else
       fail "history.csv missing or without val_accuracy in row 1:"; cat "$csv" 2>/dev/null
     fi
+    ;;
+  imagenet_tfds)
+    # The same tiny ImageNet as tensorflow_datasets writes it (imagenet2012/5.1.0 beside an
+    # older 5.0.0 whose labels no model of 2 classes has), --data_dir the folder given to
+    # download_and_prepare, as in the tutorial.
+    [[ -x $writer ]] || { echo "FAIL: imagenet_tfds needs the test_resnet50 executable" >&2; exit 1; }
+    TNT_TINY_IMAGENET_LAYOUT=tfds TNT_TINY_IMAGENET_DIR=$tmp/datasets "$writer" "[.write_tiny_imagenet]" \
+      >"$tmp/writer.out" 2>&1 || { cat "$tmp/writer.out"; echo "FAIL: writing the tiny ImageNet"; exit 1; }
+    run --data_dir="$tmp/datasets" --model_dir="$tmp/model" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --data_workers=2 --log_steps=0
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    if grep -Eq '12 training samples per epoch' <<<"$out"; then pass "12 training samples"; else fail "no '12 training samples per epoch' line"; fi
+    n=$(grep -c "train data: tensorflow_datasets version 5.1.0 in '$tmp/datasets/imagenet2012/5.1.0' (2 shards" <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "the layout found printed once"; else fail "the train layout line printed $n times"; fi
+    if grep -q "validation data: tensorflow_datasets version 5.1.0" <<<"$out"; then pass "validation layout"; else fail "no validation layout line"; fi
+    csv=$tmp/model/history.csv
+    if [[ -f $csv ]] && awk -F, 'NR == 2 && $1 == 1 && $6 != "" && $6 >= 0 && $6 <= 1 { ok = 1 } END { exit !ok }' "$csv"; then
+      pass "history.csv has epoch 1 with a validation accuracy"
+    else
+      fail "history.csv missing or without val_accuracy in row 1:"; cat "$csv" 2>/dev/null
+    fi
+    # A missing shard of the newest version is named, not read around.
+    rm "$tmp/datasets/imagenet2012/5.1.0/imagenet2012-train.tfrecord-00001-of-00002"
+    run --data_dir="$tmp/datasets" --model_dir="$tmp/model2" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --data_workers=2 --log_steps=0
+    expect_error "shard 00001 of 00002 is missing" "the missing shard"
     ;;
   truncated_jpeg)
     # One training image cut short inside its image data (libjpeg only warns and pads it

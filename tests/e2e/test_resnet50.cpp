@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <map>
 #include <string>
@@ -312,15 +313,36 @@ TEST_CASE("resnet50: the tutorial's learning-rate schedule for a global batch of
 // ImageNet in the folder layout into $TNT_TINY_IMAGENET_DIR: train/ with 2 classes x 6
 // images, val/ with 2 classes x 2, each 40x48 (not square, larger than the crop of 32).
 // Each class has its own colour, so the images are not all alike.
+// With TNT_TINY_IMAGENET_LAYOUT=tfds the same images go into what tensorflow_datasets
+// writes: imagenet2012/5.1.0/imagenet2012-{train,validation}.tfrecord-0000s-of-00002 with
+// features image and label (0-based), beside an older version 5.0.0 whose labels (7) are
+// beyond the 2 classes, so a run that read it would fail.
 TEST_CASE("write a tiny ImageNet for the resnet50 program", "[.write_tiny_imagenet]") {
   const char* dir = std::getenv("TNT_TINY_IMAGENET_DIR");
   REQUIRE(dir != nullptr);
   const std::string root = dir;
+  const char* layout = std::getenv("TNT_TINY_IMAGENET_LAYOUT");
+  const bool tfds = layout != nullptr && std::string(layout) == "tfds";
   const char* wnids[] = {"n01440764", "n01443537"};
   for (const auto& [split, per_class] : {std::pair<std::string, int>{"train", 6}, {"val", 2}}) {
+    std::vector<std::unique_ptr<tnt::TFRecordWriter>> shards, old;
+    if (tfds) {
+      const std::string name = split == "train" ? "train" : "validation";
+      for (const char* version : {"5.1.0", "5.0.0"}) {
+        const std::string folder = root + "/imagenet2012/" + version;
+        std::filesystem::create_directories(folder);
+        std::ofstream(folder + "/dataset_info.json") << "{}\n";
+        for (int s = 0; s < 2; ++s) {
+          auto w = std::make_unique<tnt::TFRecordWriter>(
+              fmt::format("{}/imagenet2012-{}.tfrecord-{:05d}-of-00002", folder, name, s));
+          (std::string(version) == "5.1.0" ? shards : old).push_back(std::move(w));
+        }
+      }
+    }
+    int written = 0;
     for (int c = 0; c < 2; ++c) {
       const std::string folder = root + "/" + split + "/" + wnids[c];
-      std::filesystem::create_directories(folder);
+      if (!tfds) std::filesystem::create_directories(folder);
       for (int i = 0; i < per_class; ++i) {
         tnt::Tensor rgb = tnt::Tensor::empty({40, 48, 3}, tnt::DType::u8);  // (H, W, 3)
         uint8_t* px = rgb.data<uint8_t>();
@@ -328,9 +350,22 @@ TEST_CASE("write a tiny ImageNet for the resnet50 program", "[.write_tiny_imagen
           px[k] = static_cast<uint8_t>((k % 3 == c ? 200 : 40) + (k * 7 + i * 13) % 50);
         }
         std::vector<uint8_t> jpeg = tnt::encode_jpeg(rgb);
+        if (tfds) {
+          tnt::Example ex;
+          ex.bytes_features["image"] = {std::string(jpeg.begin(), jpeg.end())};
+          ex.bytes_features["file_name"] = {fmt::format("{}_{}.JPEG", wnids[c], i)};
+          ex.int64_features["label"] = {c};
+          const size_t s = static_cast<size_t>(written++ % 2);
+          shards[s]->write(tnt::serialize_example(ex));
+          ex.int64_features["label"] = {7};
+          old[s]->write(tnt::serialize_example(ex));
+          continue;
+        }
         std::ofstream(folder + "/" + std::to_string(i) + ".JPEG", std::ios::binary)
             .write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
       }
     }
+    for (auto& w : shards) w->close();
+    for (auto& w : old) w->close();
   }
 }

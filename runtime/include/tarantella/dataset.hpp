@@ -33,6 +33,7 @@
 #pragma once
 
 #include "tarantella/tensor.hpp"
+#include "tarantella/tfrecord.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -124,6 +125,15 @@ class Dataset {
     char delimiter = ',';
     char comment = '#';
   };
+  // TFRecord files read in order, one element {record u8 (n,)} per record (tf.data's
+  // TFRecordDataset(files, compression_type)). Errors name the file, the record and its
+  // offset. skip() steps over records without keeping them (uncompressed files: seeking past
+  // the data). See tarantella/tfrecord.hpp for GZIP and its detection.
+  static Dataset from_tfrecord(std::vector<std::string> files,
+                               TFRecordCompression compression = TFRecordCompression::detect);
+  // One element {u8 (n,)} per string, e.g. the file names that interleave() opens;
+  // element_string() reads such a column back.
+  static Dataset from_strings(std::vector<std::string> strings);
   static Dataset from_csv(const std::string& path);  // header, every column a feature
   static Dataset from_csv(const std::string& path, const CsvOptions& options);
 
@@ -137,6 +147,36 @@ class Dataset {
   // Stacks batch_size consecutive elements: each column (S...) becomes (b, S...). The last
   // batch has fewer rows unless drop_remainder.
   Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
+  // tf.data's interleave(map_func, cycle_length, block_length, num_parallel_calls,
+  // deterministic): fn turns each element of this dataset (say a file name) into a dataset
+  // (say its records); cycle_length of those are open at a time, and the output takes
+  // block_length elements from each in turn. A finished one's slot gets the next element's
+  // dataset when the cycle comes back to it (the order tf.data gives). Every opened dataset
+  // is iterated with this pass's epoch.
+  //   auto records = tnt::Dataset::from_strings(files)
+  //                      .interleave([](const tnt::Element& f) {
+  //                        return tnt::Dataset::from_tfrecord({tnt::element_string(f[0])});
+  //                      }, {.cycle_length = 4, .block_length = 16, .num_parallel_calls = 4});
+  // num_parallel_calls > 1: that many threads read ahead, up to block_length elements from
+  // each open dataset and from the next cycle_length datasets to be opened (opened early, in
+  // order, on the caller's thread); the output order is still exactly the sequential one,
+  // in every run. deterministic = false lets next() take from another open dataset while
+  // the one whose turn it is has nothing ready (tf.data's deterministic=False): the same
+  // elements, in an order that depends on timing.
+  // Composes with distribute() like any stage: every rank walks the same interleaved stream
+  // and steps over other ranks' elements (read inline, with the opened datasets' skip(),
+  // which for from_tfrecord keeps no record; with read-ahead threads, read and dropped), and
+  // the order depends only on the input and the epoch, so a run resumed at an epoch sees
+  // the same order. To read only a share of the FILES on each rank instead, shard() the file list
+  // before interleave (tf.data's FILE auto-sharding); the batches then differ with the rank
+  // count. Cardinality: unknown (it is the opened datasets' sum).
+  struct InterleaveOptions {
+    int64_t cycle_length = 1;
+    int64_t block_length = 1;
+    int num_parallel_calls = 1;  // 1: read inline, on the caller's thread
+    bool deterministic = true;
+  };
+  Dataset interleave(std::function<Dataset(const Element&)> fn, InterleaveOptions options) const;
   // Elements index, index + num_shards, index + 2*num_shards, ...
   Dataset shard(int64_t num_shards, int64_t index) const;
   // count passes over this dataset (-1: forever). Pass k of epoch e iterates this dataset
@@ -168,6 +208,9 @@ class Dataset {
  private:
   std::shared_ptr<const detail::DatasetNode> node_;
 };
+
+// The bytes of a u8 (n,) tensor (an element of from_strings()) as a string.
+std::string element_string(const Tensor& bytes);
 
 // Rank r's part of a global batch of B: B/p + (r < B%p ? 1 : 0) samples, starting at
 // r*(B/p) + min(r, B%p). Throws InputError when B < p (some rank would get no sample).

@@ -1,20 +1,31 @@
 // ImageNet input pipeline: the two on-disk layouts people have, JPEG decoding with
 // libjpeg-turbo, and the standard training and evaluation preprocessing.
 //
-// Layouts (imagenet_dataset detects which one data_dir holds):
+// Layouts (find_imagenet_layout finds which one data_dir holds, tried in this order):
 //   folders   <data_dir>/train/<wnid>/*.JPEG, <data_dir>/val/<wnid>/*.JPEG. The class index
 //             is the position of the wnid among the sorted folder names; files are sorted
 //             by name within a class; extensions .jpeg/.jpg in any case.
-//   TFRecord  <data_dir>/train-00000-of-01024 ..., <data_dir>/validation-00000-of-00128 ...
-//             holding tf.train.Example records with image/encoded (bytes) and
-//             image/class/label (int64). Those labels are 1-based (0 is the "background"
-//             class of the Inception preprocessing scripts), so the element's label is
-//             file label - 1 by default; ImagenetOptions::one_based_labels = false keeps it.
+//   tfrecord  TF Model Garden shards: <data_dir>/train-00000-of-01024 ...,
+//             <data_dir>/validation-00000-of-00128 ... holding tf.train.Example records
+//             with image/encoded (bytes) and image/class/label (int64). Those labels are
+//             1-based (0 is the "background" class of the Inception preprocessing scripts),
+//             so the element's label is file label - 1 by default;
+//             ImagenetOptions::one_based_labels = false keeps it.
+//   tfds      what tensorflow_datasets' download_and_prepare --datasets=imagenet2012
+//             --data_dir=D writes: D/imagenet2012/<version>/imagenet2012-train.tfrecord-
+//             00000-of-01024 ..., imagenet2012-validation.tfrecord-... (beside
+//             dataset_info.json), with features image (bytes) and label (int64, 0-based,
+//             always taken as is). data_dir may be D, D/imagenet2012 or a version folder;
+//             of several versions the highest (numerically: 5.10.0 > 5.9.0) is read.
+// The shards of a split must be complete: every NNNNN of MMMMM present, one MMMMM.
 //
 // The source is random access: element p of a pass is built only when asked for, so
 // distribute() steps over the other ranks' samples without opening their files. Shuffle
 // with ImagenetOptions::shuffle (a full permutation per epoch, keyed by (seed, epoch)), not
-// with Dataset::shuffle, whose buffer would read every file on every rank.
+// with Dataset::shuffle, whose buffer would read every file on every rank. For the same
+// reason the shards are read by record offset rather than through Dataset::interleave
+// (which walks files in order, so every rank would read every record, and whose order
+// is not a full permutation); so they must be uncompressed (GZIP shards: an error saying so).
 //
 // Undecoded element (what the source yields):
 //   0 bytes  u8 (n,)  the encoded image file
@@ -48,15 +59,35 @@ struct ImagenetOptions {
   bool shuffle = false;          // permute the samples in every epoch (by seed and epoch)
   uint64_t seed = 0;
   bool one_based_labels = true;  // TFRecord labels: true maps label L to L - 1
-  std::string layout = "auto";   // "auto", "folders" or "tfrecord"
+  std::string layout = "auto";   // "auto", "folders", "tfrecord" (Model Garden) or "tfds"
   // The model's classes: a label beyond them (more class folders, a TFRecord label too
   // large) is an error naming the folder, or the record's file and offset, where it is
   // read, not at a training step. 0: not checked.
   int64_t num_classes = 0;
+  // The Example features of a TFRecord sample (tfrecord_dataset); the tfds layout sets
+  // image and label.
+  std::string image_feature = "image/encoded";
+  std::string label_feature = "image/class/label";
 };
 
+// Where one split's files are.
+struct ImagenetLayout {
+  std::string kind;                 // "folders", "tfrecord" or "tfds"
+  std::string split;                // "train" or "validation" ("val" for folders)
+  std::string dir;                  // the split folder (folders), or the folder of the shards
+  std::vector<std::string> shards;  // TFRecord layouts: every shard, sorted
+  std::string version;              // tfds: the version folder's name, e.g. "5.1.0"
+  std::string describe() const;     // one line for the log, naming the kind and the folder
+};
+// layout as ImagenetOptions::layout. InputError naming the folder and what was expected:
+// nothing usable, a TFDS dataset folder without version folders, a version folder without
+// the split's files, shards that disagree on their count or miss one (named NNNNN of MMMMM).
+ImagenetLayout find_imagenet_layout(const std::string& data_dir, const std::string& split,
+                                    const std::string& layout = "auto");
+Dataset imagenet_dataset(const ImagenetLayout& layout, const ImagenetOptions& options = {});
+
 // split: "train", or "val" / "validation" (folders: val/, else validation/; TFRecord:
-// validation-*). Throws InputError naming the directory when nothing usable is found.
+// validation-*). find_imagenet_layout, then the dataset of what it found.
 Dataset imagenet_dataset(const std::string& data_dir, const std::string& split,
                          const ImagenetOptions& options = {});
 
@@ -108,6 +139,9 @@ struct ImageExample {
 std::vector<uint8_t> encode_example(const ImageExample& example);
 // `where` names the record in errors ("file at offset 123").
 ImageExample parse_example(const uint8_t* data, size_t size, const std::string& where);
+// The same with other feature names (TFDS: "image", "label").
+ImageExample parse_example(const uint8_t* data, size_t size, const std::string& where,
+                           const std::string& image_feature, const std::string& label_feature);
 
 // TFRecordWriter, TFRecordReader, the general Example: tarantella/tfrecord.hpp.
 // The byte offsets of the records of one file. Scans the headers once and checks every

@@ -138,24 +138,123 @@ SplitNames split_names(const std::string& split) {
   TNT_INPUT_ERROR("imagenet_dataset: split '{}' is not one of train, val, validation", split);
 }
 
-std::vector<std::string> find_shards(const std::string& data_dir, const std::string& prefix) {
+// The files of `dir` whose names match `pattern` (groups: shard number, shard count), all
+// of them or none: they must agree on the count and leave no number out. `what` is the
+// name pattern, for messages. Sorted.
+std::vector<std::string> find_shards(const std::string& dir, const std::regex& pattern, const std::string& what) {
   std::vector<std::string> shards;
   std::error_code ec;
-  if (!fs::is_directory(data_dir, ec)) return shards;
-  const std::regex pattern(prefix + "-([0-9]+)-of-([0-9]+)");
-  std::string total;
-  for (const auto& entry : fs::directory_iterator(data_dir, ec)) {
+  if (!fs::is_directory(dir, ec)) return shards;
+  struct Shard {
+    int64_t number, count;
+    std::string name;
+  };
+  std::vector<Shard> found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, pattern) || !entry.is_regular_file(ec)) continue;
-    shards.push_back(entry.path().string());
-    if (total.empty()) total = m[2].str();
+    if (m[1].length() > 9 || m[2].length() > 9)
+      TNT_INPUT_ERROR("'{}': shard '{}' has a number too large to be a shard number", dir, name);
+    found.push_back({std::stoll(m[1].str()), std::stoll(m[2].str()), name});
   }
-  std::sort(shards.begin(), shards.end());
-  if (!shards.empty() && static_cast<int64_t>(shards.size()) != std::stoll(total))
-    log_warning("imagenet_dataset: '{}' holds {} of the {} {} shards that the names announce", data_dir,
-                shards.size(), std::stoll(total), prefix);
+  if (found.empty()) return shards;
+  std::sort(found.begin(), found.end(), [](const Shard& a, const Shard& b) { return a.name < b.name; });
+  const int64_t count = found[0].count;
+  std::vector<bool> seen(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  for (const Shard& f : found) {
+    if (f.count != count)
+      TNT_INPUT_ERROR("'{}': the {} shards disagree on their count: '{}' says {}, '{}' says {}", dir, what,
+                      found[0].name, count, f.name, f.count);
+    if (f.number >= count)
+      TNT_INPUT_ERROR("'{}': shard '{}' is numbered beyond its count {} (numbers run from 0)", dir, f.name, count);
+    seen[static_cast<size_t>(f.number)] = true;
+    shards.push_back((fs::path(dir) / f.name).string());
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    if (!seen[static_cast<size_t>(i)])
+      TNT_INPUT_ERROR("'{}': {} shard {:05d} of {:05d} is missing ({} of {} present)", dir, what, i, count,
+                      found.size(), count);
+  }
   return shards;
+}
+
+std::regex model_garden_pattern(const std::string& prefix) { return std::regex(prefix + "-([0-9]+)-of-([0-9]+)"); }
+// TFDS: <dataset>-<split>.tfrecord-NNNNN-of-MMMMM.
+std::regex tfds_pattern(const std::string& split) {
+  return std::regex("[^/]+-" + split + "\\.tfrecord-([0-9]+)-of-([0-9]+)");
+}
+
+// A TFDS version folder's name: numbers separated by dots (5.1.0). Numeric parts, or empty.
+std::vector<int64_t> version_parts(const std::string& name) {
+  static const std::regex pattern("[0-9]{1,9}(\\.[0-9]{1,9})*");
+  std::vector<int64_t> parts;
+  if (!std::regex_match(name, pattern)) return parts;
+  size_t at = 0;
+  while (at <= name.size()) {
+    size_t dot = name.find('.', at);
+    if (dot == std::string::npos) dot = name.size();
+    parts.push_back(std::stoll(name.substr(at, dot - at)));
+    at = dot + 1;
+  }
+  return parts;
+}
+
+// The highest version folder in `dir` ("" when none).
+std::string latest_version(const std::string& dir) {
+  std::error_code ec;
+  std::string best;
+  std::vector<int64_t> best_parts;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    std::vector<int64_t> parts = version_parts(name);
+    if (parts.empty() || !entry.is_directory(ec)) continue;
+    if (best.empty() || parts > best_parts) best = name, best_parts = parts;
+  }
+  return best;
+}
+
+bool has_version_folder(const std::string& dir) { return !latest_version(dir).empty(); }
+
+// The tfds layout of data_dir (the --data_dir of download_and_prepare, the dataset folder
+// or a version folder); kind empty when data_dir looks like none of them.
+ImagenetLayout find_tfds(const std::string& data_dir, const std::string& split) {
+  ImagenetLayout out;
+  std::error_code ec;
+  const std::regex pattern = tfds_pattern(split);
+  std::string version_dir;
+  bool holds_split_files = false;
+  for (const auto& entry : fs::directory_iterator(data_dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (std::regex_match(name, pattern) || name == "dataset_info.json" || name == "features.json")
+      holds_split_files = true;
+  }
+  if (holds_split_files) {
+    version_dir = data_dir;
+  } else {
+    std::string dataset_dir;
+    if (fs::is_directory(fs::path(data_dir) / "imagenet2012", ec))
+      dataset_dir = (fs::path(data_dir) / "imagenet2012").string();
+    else if (has_version_folder(data_dir))
+      dataset_dir = data_dir;
+    if (dataset_dir.empty()) return out;
+    const std::string version = latest_version(dataset_dir);
+    if (version.empty())
+      TNT_INPUT_ERROR("tensorflow_datasets folder '{}' holds no version folder (expected one such as 5.1.0/ with "
+                      "imagenet2012-{}.tfrecord-00000-of-NNNNN files)",
+                      dataset_dir, split);
+    version_dir = (fs::path(dataset_dir) / version).string();
+  }
+  out.kind = "tfds";
+  out.split = split;
+  out.dir = version_dir;
+  out.version = fs::path(version_dir).filename().string();
+  out.shards = find_shards(version_dir, pattern, fmt::format("<dataset>-{}.tfrecord", split));
+  if (out.shards.empty())
+    TNT_INPUT_ERROR("tensorflow_datasets version folder '{}' holds no {} files (expected "
+                    "imagenet2012-{}.tfrecord-00000-of-NNNNN ...)",
+                    version_dir, split, split);
+  return out;
 }
 
 // ---- preprocessing
@@ -305,18 +404,19 @@ Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetO
     TNT_INPUT_ERROR("tfrecord_dataset: the {} shards from '{}' hold no records", shards.size(), shards[0]);
   const bool one_based = options.one_based_labels;
   const int64_t classes = options.num_classes;
+  const std::string image_feature = options.image_feature, label_feature = options.label_feature;
   std::shared_ptr<const Index> idx = index;
-  ReadFn read = [idx, one_based, classes](int64_t i) {
+  ReadFn read = [idx, one_based, classes, image_feature, label_feature](int64_t i) {
     size_t s = static_cast<size_t>(std::upper_bound(idx->first.begin(), idx->first.end(), i) - idx->first.begin() - 1);
     const std::string& path = idx->shards[s];
     uint64_t offset = idx->offsets[static_cast<size_t>(i)];
     std::string where = fmt::format("'{}' at byte offset {}", path, offset);
     std::vector<uint8_t> record = read_tfrecord(path, offset);
-    ImageExample ex = parse_example(record.data(), record.size(), where);
+    ImageExample ex = parse_example(record.data(), record.size(), where, image_feature, label_feature);
     int64_t label = one_based ? ex.label - 1 : ex.label;
     if (label < 0)
-      TNT_INPUT_ERROR("TFRecord {}: label {} is not 1-based (ImagenetOptions::one_based_labels)", where,
-                      ex.label);
+      TNT_INPUT_ERROR("TFRecord {}: label {} is {}", where, ex.label,
+                      one_based ? "not 1-based (ImagenetOptions::one_based_labels)" : "negative");
     if (classes > 0 && label >= classes) {
       TNT_INPUT_ERROR("TFRecord {} (record {} of the shard): label {} is outside the model's {} classes ({})", where,
                       i - idx->first[s], ex.label, classes,
@@ -329,28 +429,60 @@ Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetO
                                               options.shuffle, options.seed));
 }
 
-Dataset imagenet_dataset(const std::string& data_dir, const std::string& split, const ImagenetOptions& options) {
+std::string ImagenetLayout::describe() const {
+  if (kind == "folders") return fmt::format("{} data: JPEG class folders in '{}'", split, dir);
+  const std::string shard_count = fmt::format("{} shard{}", shards.size(), shards.size() == 1 ? "" : "s");
+  if (kind == "tfds")
+    return fmt::format("{} data: tensorflow_datasets version {} in '{}' ({}; features image, label 0-based)", split,
+                       version, dir, shard_count);
+  return fmt::format("{} data: TF Model Garden TFRecord shards in '{}' ({}; features image/encoded, "
+                     "image/class/label 1-based)",
+                     split, dir, shard_count);
+}
+
+ImagenetLayout find_imagenet_layout(const std::string& data_dir, const std::string& split, const std::string& layout) {
   const SplitNames names = split_names(split);
-  const std::string& layout = options.layout;
-  if (layout != "auto" && layout != "folders" && layout != "tfrecord")
-    TNT_INPUT_ERROR("imagenet_dataset: layout '{}' is not one of auto, folders, tfrecord", layout);
+  if (layout != "auto" && layout != "folders" && layout != "tfrecord" && layout != "tfds")
+    TNT_INPUT_ERROR("imagenet_dataset: layout '{}' is not one of auto, folders, tfrecord, tfds", layout);
   std::error_code ec;
   if (!fs::is_directory(data_dir, ec))
     TNT_INPUT_ERROR("imagenet_dataset: data directory '{}' does not exist", data_dir);
-  if (layout != "tfrecord") {
+  ImagenetLayout out;
+  if (layout == "auto" || layout == "folders") {
     for (const auto& folder : names.folders) {
       fs::path dir = fs::path(data_dir) / folder;
-      if (fs::is_directory(dir, ec)) return image_folder_dataset(dir.string(), options);
+      if (fs::is_directory(dir, ec)) return {"folders", folder, dir.string(), {}, ""};
     }
   }
-  if (layout != "folders") {
-    std::vector<std::string> shards = find_shards(data_dir, names.shard_prefix);
-    if (!shards.empty()) return tfrecord_dataset(shards, options);
+  if (layout == "auto" || layout == "tfrecord") {
+    std::vector<std::string> shards = find_shards(
+        data_dir, model_garden_pattern(names.shard_prefix), fmt::format("{}-NNNNN-of-MMMMM", names.shard_prefix));
+    if (!shards.empty()) return {"tfrecord", names.shard_prefix, data_dir, std::move(shards), ""};
+  }
+  if (layout == "auto" || layout == "tfds") {
+    out = find_tfds(data_dir, names.shard_prefix);
+    if (!out.kind.empty()) return out;
   }
   TNT_INPUT_ERROR(
-      "imagenet_dataset: '{}' holds no {} data: expected the folder '{}/{}/<wnid>/*.JPEG' or TFRecord shards "
-      "'{}/{}-00000-of-NNNNN'",
-      data_dir, split, data_dir, names.folders[0], data_dir, names.shard_prefix);
+      "imagenet_dataset: '{}' holds no {} data: expected the folder '{}/{}/<wnid>/*.JPEG', TFRecord shards "
+      "'{}/{}-00000-of-NNNNN', or tensorflow_datasets' '{}/imagenet2012/<version>/imagenet2012-{}.tfrecord-00000-of-"
+      "NNNNN'",
+      data_dir, split, data_dir, names.folders[0], data_dir, names.shard_prefix, data_dir, names.shard_prefix);
+}
+
+Dataset imagenet_dataset(const ImagenetLayout& layout, const ImagenetOptions& options) {
+  if (layout.kind == "folders") return image_folder_dataset(layout.dir, options);
+  ImagenetOptions opts = options;
+  if (layout.kind == "tfds") {
+    opts.image_feature = "image";
+    opts.label_feature = "label";
+    opts.one_based_labels = false;
+  }
+  return tfrecord_dataset(layout.shards, opts);
+}
+
+Dataset imagenet_dataset(const std::string& data_dir, const std::string& split, const ImagenetOptions& options) {
+  return imagenet_dataset(find_imagenet_layout(data_dir, split, options.layout), options);
 }
 
 MapFn imagenet_preprocess(int64_t image_size, bool training, uint64_t seed) {

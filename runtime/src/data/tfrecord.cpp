@@ -8,6 +8,11 @@
 // seeks over the data, so a shard is scanned at a fraction of its reading cost) and
 // read_tfrecord (one record at a known offset, both CRCs) share check_header.
 //
+// GZIP files (TFRecordCompression): the sequential reader and writer put a zlib gzip
+// stream (inflateInit2/deflateInit2 with 16 + MAX_WBITS) between the framing and the file,
+// so the same framing code runs on uncompressed bytes either way; see tfrecord.hpp for
+// detection and for how lengths are bounded.
+//
 // Example bytes are parsed and written by the protobuf library with our subset of
 // TensorFlow's messages (runtime/proto/tf_subset.proto).
 #include "tarantella/tfrecord.hpp"
@@ -18,10 +23,12 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cctype>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -66,18 +73,29 @@ uint32_t masked_crc_of(std::string_view data) {
   return masked_crc32c(reinterpret_cast<const uint8_t*>(data.data()), data.size());
 }
 
+constexpr size_t kChunkBytes = size_t{1} << 16;  // file reads and inflate pieces
+
+bool has_gzip_magic(const uint8_t* p, size_t n) { return n >= 3 && p[0] == 0x1f && p[1] == 0x8b && p[2] == 0x08; }
+
 [[noreturn]] void corrupt(const std::string& path, uint64_t offset, const std::string& what) {
   TNT_INPUT_ERROR("TFRecord file '{}': corrupt record at byte offset {}: {}", path, offset, what);
 }
 
 // The header of the record at `offset`, with `remaining` bytes from there to the end of the
-// file (>= 12): checks the length's CRC and that data and footer fit; returns the length.
+// file (>= 12): checks the length's CRC and that data and footer fit. Returns what is wrong,
+// or "" with *length set.
+std::string header_problem(const uint8_t* header, uint64_t offset, uint64_t remaining, uint64_t* length) {
+  if (masked_crc32c(header, 8) != get_u32(header + 8)) return "length CRC-32C mismatch";
+  *length = get_u64(header);
+  if (*length > remaining - kHeaderBytes || remaining - kHeaderBytes - *length < kFooterBytes)
+    return fmt::format("length {} runs past the end of the file ({} bytes)", *length, offset + remaining);
+  return "";
+}
+
 uint64_t check_header(const uint8_t* header, const std::string& path, uint64_t offset, uint64_t remaining) {
-  if (masked_crc32c(header, 8) != get_u32(header + 8)) corrupt(path, offset, "length CRC-32C mismatch");
-  const uint64_t length = get_u64(header);
-  if (length > remaining - kHeaderBytes || remaining - kHeaderBytes - length < kFooterBytes)
-    corrupt(path, offset,
-            fmt::format("length {} runs past the end of the file ({} bytes)", length, offset + remaining));
+  uint64_t length = 0;
+  std::string problem = header_problem(header, offset, remaining, &length);
+  if (!problem.empty()) corrupt(path, offset, problem);
   return length;
 }
 
@@ -147,18 +165,73 @@ uint32_t masked_crc32c(const uint8_t* data, size_t size) {
 
 // ---- writer
 
+TFRecordCompression parse_tfrecord_compression(const std::string& text) {
+  std::string t;
+  for (char c : text) t += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (t.empty() || t == "NONE") return TFRecordCompression::none;
+  if (t == "GZIP") return TFRecordCompression::gzip;
+  if (t == "DETECT") return TFRecordCompression::detect;
+  TNT_INPUT_ERROR("TFRecord compression '{}': expected NONE, GZIP or DETECT", text);
+}
+
 struct TFRecordWriter::Impl {
   std::string path;
   std::FILE* file = nullptr;
+  bool gzip = false;
+  z_stream zs{};
+  std::vector<uint8_t> out;  // deflate's output buffer
+
+  void fail() { TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", path, std::strerror(errno)); }
+  void put(const void* data, size_t n) {
+    if (n == 0) return;
+    if (!gzip) {
+      if (std::fwrite(data, 1, n, file) != n) fail();
+      return;
+    }
+    zs.next_in = static_cast<Bytef*>(const_cast<void*>(data));
+    zs.avail_in = static_cast<uInt>(n);  // records above 4 GiB are not written (protobufs stop at 2)
+    TNT_CHECK(n <= UINT32_MAX, "TFRecordWriter '{}': a record of {} bytes is too long to compress", path, n);
+    deflate_all(Z_NO_FLUSH);
+  }
+  // Runs deflate until it has taken all input (and, for a flush, emitted everything).
+  void deflate_all(int flush) {
+    for (;;) {
+      zs.next_out = out.data();
+      zs.avail_out = static_cast<uInt>(out.size());
+      int rc = deflate(&zs, flush);
+      TNT_CHECK(rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR, "TFRecordWriter '{}': deflate failed ({})",
+                path, rc);
+      size_t have = out.size() - zs.avail_out;
+      if (have > 0 && std::fwrite(out.data(), 1, have, file) != have) fail();
+      if (flush == Z_FINISH ? rc == Z_STREAM_END : (zs.avail_in == 0 && zs.avail_out != 0)) return;
+    }
+  }
 };
 
-TFRecordWriter::TFRecordWriter(const std::string& path) : impl_(std::make_unique<Impl>()) {
+TFRecordWriter::TFRecordWriter(const std::string& path, TFRecordCompression compression)
+    : impl_(std::make_unique<Impl>()) {
+  TNT_CHECK(compression != TFRecordCompression::detect, "TFRecordWriter '{}': compression must be none or gzip", path);
   impl_->path = path;
   impl_->file = std::fopen(path.c_str(), "wb");
   if (!impl_->file) TNT_INPUT_ERROR("TFRecord file '{}': cannot create: {}", path, std::strerror(errno));
+  if (compression == TFRecordCompression::gzip) {
+    impl_->gzip = true;
+    impl_->out.resize(kChunkBytes);
+    // 16 + MAX_WBITS: a gzip header and trailer around the deflate data, as TensorFlow writes.
+    if (deflateInit2(&impl_->zs, 6, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+      std::fclose(impl_->file);
+      impl_->file = nullptr;
+      TNT_CHECK(false, "TFRecordWriter '{}': deflateInit2 failed", path);
+    }
+  }
 }
 
 TFRecordWriter::~TFRecordWriter() {
+  try {
+    close();
+  } catch (...) {  // a destructor does not throw; close() reports errors
+  }
+  if (impl_->gzip) deflateEnd(&impl_->zs);
   if (impl_->file) std::fclose(impl_->file);
 }
 
@@ -168,23 +241,34 @@ void TFRecordWriter::write(std::string_view data) {
   put_u64(header, data.size());
   put_u32(header + 8, masked_crc32c(header, 8));
   put_u32(footer, masked_crc_of(data));
-  bool ok = std::fwrite(header, 1, kHeaderBytes, impl_->file) == kHeaderBytes &&
-            (data.empty() || std::fwrite(data.data(), 1, data.size(), impl_->file) == data.size()) &&
-            std::fwrite(footer, 1, kFooterBytes, impl_->file) == kFooterBytes;
-  if (!ok) TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", impl_->path, std::strerror(errno));
+  impl_->put(header, kHeaderBytes);
+  impl_->put(data.data(), data.size());
+  impl_->put(footer, kFooterBytes);
 }
 
 void TFRecordWriter::flush() {
   TNT_CHECK(impl_->file, "TFRecordWriter '{}': already closed", impl_->path);
+  // Z_SYNC_FLUSH: everything written so far inflates; the stream is finished by close().
+  if (impl_->gzip) impl_->deflate_all(Z_SYNC_FLUSH);
   if (std::fflush(impl_->file) != 0)
     TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", impl_->path, std::strerror(errno));
 }
 
 void TFRecordWriter::close() {
   if (!impl_->file) return;
-  int rc = std::fclose(impl_->file);
+  std::FILE* file = impl_->file;
+  if (impl_->gzip) {
+    try {
+      impl_->deflate_all(Z_FINISH);
+    } catch (...) {
+      impl_->file = nullptr;
+      std::fclose(file);
+      throw;
+    }
+  }
   impl_->file = nullptr;
-  if (rc != 0) TNT_INPUT_ERROR("TFRecord file '{}': close failed: {}", impl_->path, std::strerror(errno));
+  if (std::fclose(file) != 0)
+    TNT_INPUT_ERROR("TFRecord file '{}': close failed: {}", impl_->path, std::strerror(errno));
 }
 
 // ---- sequential reader
@@ -192,51 +276,195 @@ void TFRecordWriter::close() {
 struct TFRecordReader::Impl {
   std::string path;
   std::FILE* file = nullptr;
-  uint64_t offset = 0;  // of the next record
+  bool gzip = false;
+  uint64_t offset = 0;  // of the next record, in the uncompressed stream
+  int64_t index = 0;    // of the next record
+  // gzip only
+  z_stream zs{};
+  bool z_ready = false;
+  bool z_done = false;       // the stream's end marker (and trailer) has been read
+  bool file_ended = false;
+  std::vector<uint8_t> in;   // compressed bytes read from the file, not yet inflated
+  std::vector<char> scratch;  // skip()'s destination
+
+  [[noreturn]] void fail(const std::string& what) const {
+    TNT_INPUT_ERROR("TFRecord file '{}': corrupt record {} at byte offset {}{}: {}", path, index, offset,
+                    gzip ? " of the uncompressed stream" : "", what);
+  }
+
+  // Up to n bytes of the uncompressed stream; fewer only where it ends.
+  size_t read(void* dst, size_t n) {
+    if (!gzip) {
+      size_t got = std::fread(dst, 1, n, file);
+      if (std::ferror(file)) fail(fmt::format("read error: {}", std::strerror(errno)));
+      return got;
+    }
+    size_t got = 0;
+    while (got < n && !z_done) {
+      if (zs.avail_in == 0 && !file_ended) {
+        size_t r = std::fread(in.data(), 1, in.size(), file);
+        if (std::ferror(file)) fail(fmt::format("read error: {}", std::strerror(errno)));
+        if (r < in.size()) file_ended = true;
+        zs.next_in = in.data();
+        zs.avail_in = static_cast<uInt>(r);
+      }
+      zs.next_out = static_cast<Bytef*>(dst) + got;
+      zs.avail_out = static_cast<uInt>(std::min<size_t>(n - got, UINT32_MAX));
+      const uInt before = zs.avail_out;
+      int rc = inflate(&zs, Z_NO_FLUSH);
+      got += before - zs.avail_out;
+      if (rc == Z_STREAM_END) {
+        // A file of several gzip members (cat a.gz b.gz) is one stream, as for gunzip.
+        const int c = zs.avail_in > 0 ? 0 : std::fgetc(file);
+        if (zs.avail_in == 0 && c == EOF) {
+          z_done = true;
+        } else {
+          if (zs.avail_in == 0) std::ungetc(c, file);  // only a byte fgetc took goes back
+          inflateReset(&zs);
+        }
+      } else if (rc == Z_BUF_ERROR && zs.avail_in == 0 && file_ended) {
+        fail("the gzip stream is truncated (the file ends before the stream's end)");
+      } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        fail(fmt::format("the gzip stream is corrupt ({})", zs.msg ? zs.msg : zError(rc)));
+      }
+    }
+    return got;
+  }
+
+  // The next record's length, its header checked; false at a clean end.
+  bool header(uint64_t* length) {
+    uint8_t h[kHeaderBytes];
+    size_t got = read(h, kHeaderBytes);
+    if (got == 0) return false;
+    if (got < kHeaderBytes) fail(fmt::format("truncated: {} bytes where a 12-byte header starts", got));
+    if (gzip) {
+      if (masked_crc32c(h, 8) != get_u32(h + 8)) fail("length CRC-32C mismatch");
+      *length = get_u64(h);
+      // Nothing to compare with but sanity: the record grows only as it inflates anyway.
+      if (*length > kMaxRecordBytes)
+        fail(fmt::format("length {} is more than the {} bytes a record may have", *length, kMaxRecordBytes));
+      return true;
+    }
+    // The file's size now (a writer may still be appending) bounds the length before the
+    // data is allocated.
+    struct stat st {};
+    if (fstat(fileno(file), &st) != 0)
+      TNT_INPUT_ERROR("TFRecord file '{}': cannot determine its size: {}", path, std::strerror(errno));
+    const uint64_t size = std::max(static_cast<uint64_t>(st.st_size), offset + kHeaderBytes);
+    std::string problem = header_problem(h, offset, size - offset, length);
+    if (!problem.empty()) fail(problem);
+    return true;
+  }
+
+  void finish(uint64_t length, uint32_t crc, const uint8_t* footer) {
+    if (((crc >> 15) | (crc << 17)) + 0xa282ead8u != get_u32(footer)) fail("data CRC-32C mismatch");
+    offset += kHeaderBytes + length + kFooterBytes;
+    ++index;
+  }
+  [[noreturn]] void truncated(uint64_t length) const {
+    fail(fmt::format("truncated: the {} ends inside a record of {} bytes", gzip ? "stream" : "file", length));
+  }
 };
 
-TFRecordReader::TFRecordReader(const std::string& path) : impl_(std::make_unique<Impl>()) {
-  impl_->path = path;
-  impl_->file = std::fopen(path.c_str(), "rb");
-  if (!impl_->file) TNT_INPUT_ERROR("TFRecord file '{}': cannot open: {}", path, std::strerror(errno));
+TFRecordReader::TFRecordReader(const std::string& path, TFRecordCompression compression)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& r = *impl_;
+  r.path = path;
+  r.file = std::fopen(path.c_str(), "rb");
+  if (!r.file) TNT_INPUT_ERROR("TFRecord file '{}': cannot open: {}", path, std::strerror(errno));
   struct stat st {};
-  if (fstat(fileno(impl_->file), &st) != 0 || !S_ISREG(st.st_mode)) {
-    std::fclose(impl_->file);
-    impl_->file = nullptr;
+  if (fstat(fileno(r.file), &st) != 0 || !S_ISREG(st.st_mode)) {
+    std::fclose(r.file);
+    r.file = nullptr;
     TNT_INPUT_ERROR("TFRecord file '{}': not a regular file", path);
+  }
+  if (compression != TFRecordCompression::none) {
+    uint8_t head[kHeaderBytes];
+    const size_t got = std::fread(head, 1, kHeaderBytes, r.file);
+    std::rewind(r.file);
+    const bool magic = has_gzip_magic(head, got);
+    if (compression == TFRecordCompression::gzip && got > 0 && !magic) {
+      std::fclose(r.file);
+      r.file = nullptr;
+      TNT_INPUT_ERROR("TFRecord file '{}': compression GZIP was given, but the file does not start with gzip's "
+                      "magic bytes 1f 8b 08",
+                      path);
+    }
+    // A gzip header whose bytes 8..11 are the masked CRC of bytes 0..7 is a 1 in 2^32
+    // accident; an uncompressed first record whose length starts 1f 8b 08 is not.
+    const bool valid_record = got == kHeaderBytes && masked_crc32c(head, 8) == get_u32(head + 8);
+    r.gzip = compression == TFRecordCompression::gzip || (magic && !valid_record);
+  }
+  if (r.gzip) {
+    r.in.resize(kChunkBytes);
+    if (inflateInit2(&r.zs, 16 + MAX_WBITS) != Z_OK) {
+      std::fclose(r.file);
+      r.file = nullptr;
+      TNT_CHECK(false, "TFRecordReader '{}': inflateInit2 failed", path);
+    }
+    r.z_ready = true;
   }
 }
 
 TFRecordReader::~TFRecordReader() {
+  if (impl_->z_ready) inflateEnd(&impl_->zs);
   if (impl_->file) std::fclose(impl_->file);
 }
 
 bool TFRecordReader::next(std::string& data) {
   Impl& r = *impl_;
-  uint8_t header[kHeaderBytes];
-  size_t got = std::fread(header, 1, kHeaderBytes, r.file);
-  if (std::ferror(r.file)) corrupt(r.path, r.offset, fmt::format("read error: {}", std::strerror(errno)));
-  if (got == 0) return false;
-  if (got < kHeaderBytes)
-    corrupt(r.path, r.offset, fmt::format("truncated: {} bytes where a 12-byte header starts", got));
-  // The file's size now (a writer may still be appending) bounds the length before the
-  // data is allocated.
-  struct stat st {};
-  if (fstat(fileno(r.file), &st) != 0)
-    TNT_INPUT_ERROR("TFRecord file '{}': cannot determine its size: {}", r.path, std::strerror(errno));
-  const uint64_t size = std::max(static_cast<uint64_t>(st.st_size), r.offset + kHeaderBytes);
-  const uint64_t length = check_header(header, r.path, r.offset, size - r.offset);
-  data.resize(length);
+  uint64_t length = 0;
+  if (!r.header(&length)) return false;
   uint8_t footer[kFooterBytes];
-  if ((length > 0 && std::fread(data.data(), 1, length, r.file) != length) ||
-      std::fread(footer, 1, kFooterBytes, r.file) != kFooterBytes)
-    corrupt(r.path, r.offset, fmt::format("truncated: the file ends inside a record of {} bytes", length));
-  if (masked_crc_of(data) != get_u32(footer)) corrupt(r.path, r.offset, "data CRC-32C mismatch");
-  r.offset += kHeaderBytes + length + kFooterBytes;
+  if (!r.gzip) {
+    data.resize(length);
+    if ((length > 0 && r.read(data.data(), length) != length) || r.read(footer, kFooterBytes) != kFooterBytes)
+      r.truncated(length);
+  } else {
+    // In pieces: memory follows what the stream really holds, not what the header claims.
+    data.clear();
+    while (data.size() < length) {
+      const size_t at = data.size();
+      const size_t piece = static_cast<size_t>(std::min<uint64_t>(length - at, kChunkBytes * 16));
+      data.resize(at + piece);
+      if (r.read(data.data() + at, piece) != piece) r.truncated(length);
+    }
+    if (r.read(footer, kFooterBytes) != kFooterBytes) r.truncated(length);
+  }
+  r.finish(length, crc32c(reinterpret_cast<const uint8_t*>(data.data()), data.size()), footer);
+  return true;
+}
+
+bool TFRecordReader::skip() {
+  Impl& r = *impl_;
+  uint64_t length = 0;
+  if (!r.header(&length)) return false;
+  uint8_t footer[kFooterBytes];
+  if (!r.gzip) {
+    // check_header has made sure the data and footer are in the file.
+    if (std::fseek(r.file, static_cast<long>(length + kFooterBytes), SEEK_CUR) != 0) r.truncated(length);
+    r.offset += kHeaderBytes + length + kFooterBytes;
+    ++r.index;
+    return true;
+  }
+  r.scratch.resize(kChunkBytes);
+  uint32_t crc = 0;
+  for (uint64_t left = length; left > 0;) {
+    const size_t piece = static_cast<size_t>(std::min<uint64_t>(left, kChunkBytes));
+    if (r.read(r.scratch.data(), piece) != piece) r.truncated(length);
+    crc = crc32c(reinterpret_cast<const uint8_t*>(r.scratch.data()), piece, crc);
+    left -= piece;
+  }
+  if (r.read(footer, kFooterBytes) != kFooterBytes) r.truncated(length);
+  r.finish(length, crc, footer);
   return true;
 }
 
 uint64_t TFRecordReader::offset() const { return impl_->offset; }
+int64_t TFRecordReader::index() const { return impl_->index; }
+TFRecordCompression TFRecordReader::compression() const {
+  return impl_->gzip ? TFRecordCompression::gzip : TFRecordCompression::none;
+}
 const std::string& TFRecordReader::path() const { return impl_->path; }
 
 // ---- random access (ImageNet shards)
@@ -244,6 +472,17 @@ const std::string& TFRecordReader::path() const { return impl_->path; }
 std::vector<uint64_t> index_tfrecord(const std::string& path) {
   std::ifstream in = open_shard(path);
   const uint64_t size = file_size_of(in, path);
+  if (size >= kHeaderBytes) {
+    uint8_t head[kHeaderBytes];
+    in.seekg(0);
+    const bool read = static_cast<bool>(in.read(reinterpret_cast<char*>(head), kHeaderBytes));
+    in.clear();
+    if (read && has_gzip_magic(head, kHeaderBytes) &&
+        masked_crc32c(head, 8) != get_u32(head + 8))
+      TNT_INPUT_ERROR("TFRecord file '{}': GZIP-compressed; reading records by offset (the ImageNet shards) needs "
+                      "uncompressed files (gunzip it, or read it in order: Dataset::from_tfrecord)",
+                      path);
+  }
   std::vector<uint64_t> offsets;
   uint64_t offset = 0, length = 0;
   while (read_header(in, path, offset, size, &length)) {
@@ -321,18 +560,23 @@ std::vector<uint8_t> encode_example(const ImageExample& example) {
 }
 
 ImageExample parse_example(const uint8_t* data, size_t size, const std::string& where) {
+  return parse_example(data, size, where, "image/encoded", "image/class/label");
+}
+
+ImageExample parse_example(const uint8_t* data, size_t size, const std::string& where,
+                           const std::string& image_feature, const std::string& label_feature) {
   tfpb::Example proto = parse_example_proto(data, size, where);
   const auto& features = proto.features().feature();
   ImageExample ex;
   // A repeated field's last value wins, as before the protobuf library did the parsing.
-  auto image = features.find("image/encoded");
+  auto image = features.find(image_feature);
   if (image == features.end() || !image->second.has_bytes_list() || image->second.bytes_list().value().empty())
-    TNT_INPUT_ERROR("tf.train.Example in {}: no image/encoded bytes_list feature", where);
+    TNT_INPUT_ERROR("tf.train.Example in {}: no {} bytes_list feature", where, image_feature);
   const std::string& encoded = *image->second.bytes_list().value().rbegin();
   ex.encoded.assign(encoded.begin(), encoded.end());
-  auto label = features.find("image/class/label");
+  auto label = features.find(label_feature);
   if (label == features.end() || !label->second.has_int64_list() || label->second.int64_list().value().empty())
-    TNT_INPUT_ERROR("tf.train.Example in {}: no image/class/label int64_list feature", where);
+    TNT_INPUT_ERROR("tf.train.Example in {}: no {} int64_list feature", where, label_feature);
   ex.label = *label->second.int64_list().value().rbegin();
   return ex;
 }

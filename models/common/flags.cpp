@@ -230,8 +230,8 @@ void add_callback_flags(ProgramFlags& flags, const std::string& unit, const std:
   flags.add_options()
     ("profile_steps", "with --enable_tensorboard: record a timeline (Chrome's trace format) of these training "
                       "steps, counted from this run's first step, into <model_dir>/train/plugins/profile/<time>/ "
-                      "as timeline.trace.json, as TensorBoard's profile_batch: a step N or a range N,M; 0 = none. Default "
-                      "with --enable_tensorboard: 2 (the second step; the first one warms up). Open the file in "
+                      "as timeline.trace.json, as TensorBoard's profile_batch: a step N or a range N,M; 0 = none. "
+                      "Default with --enable_tensorboard: 2 (the second step; the first one warms up). Open the file in "
                       "https://ui.perfetto.dev or chrome://tracing. A timeline asked for with TNT_TIMELINE (tarantella "
                       "--timeline) takes its place. Example: --enable_tensorboard --profile_steps=5,8",
      cxxopts::value<std::string>())

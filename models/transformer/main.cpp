@@ -577,9 +577,9 @@ int main(int argc, char** argv) {
     // before each evaluation: an evaluation that fails cannot lose the trained weights.
     const std::string weights = common.model_dir + "/model.safetensors";
     // One writer for the whole run: its event files span the fit() calls of the loop.
-    const auto tensorboard =
-        common.enable_tensorboard ? std::make_shared<tnt::TensorBoard>(common.model_dir, 0, callback_flags.profile_steps)
-                                  : nullptr;
+    const auto tensorboard = common.enable_tensorboard
+                                 ? std::make_shared<tnt::TensorBoard>(common.model_dir, 0, callback_flags.profile_steps)
+                                 : nullptr;
     // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.
     for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
       fit.initial_epoch = epoch;

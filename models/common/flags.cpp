@@ -225,6 +225,68 @@ CommonFlags ProgramFlags::common() const {
   return f;
 }
 
+void add_callback_flags(ProgramFlags& flags, const std::string& unit, const std::string& unit_note) {
+  // clang-format off
+  flags.add_options()
+    ("profile_steps", "with --enable_tensorboard: record a timeline (Chrome's trace format) of these training "
+                      "steps, counted from this run's first step, into <model_dir>/train/plugins/profile/<time>/ "
+                      "as timeline.trace.json, as TensorBoard's profile_batch: a step N or a range N,M; 0 = none. "
+                      "Default with --enable_tensorboard: 2 (the second step; the first one warms up). Open the file in "
+                      "https://ui.perfetto.dev or chrome://tracing. A timeline asked for with TNT_TIMELINE (tarantella "
+                      "--timeline) takes its place. Example: --enable_tensorboard --profile_steps=5,8",
+     cxxopts::value<std::string>())
+    ("enable_time_history", fmt::format("print the {} per second of all ranks together every --log_steps training "
+                                        "steps, and at the end their average without the first --log_steps steps "
+                                        "(warm-up), as the Model Garden's TimeHistory{}. Example: "
+                                        "--enable_time_history --log_steps=50",
+                                        unit, unit_note.empty() ? "" : "; " + unit_note),
+     cxxopts::value<bool>()->default_value("false"));
+  // clang-format on
+}
+
+namespace {
+
+// "N", "N,M" or "N-M" with 1 <= N <= M, or "0": whether `text` is one.
+bool valid_step_window(const std::string& text) {
+  if (text == "0") return true;
+  const size_t sep = text.find_first_of(",-");
+  auto number = [](std::string_view s, int64_t& out) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return !s.empty() && ec == std::errc() && p == s.data() + s.size() && out >= 1;
+  };
+  int64_t a = 0, b = 0;
+  if (sep == std::string::npos) return number(text, a);
+  return number(std::string_view(text).substr(0, sep), a) && number(std::string_view(text).substr(sep + 1), b) &&
+         a <= b;
+}
+
+}  // namespace
+
+CallbackFlags callback_flags(const ProgramFlags& flags, const CommonFlags& common) {
+  const cxxopts::ParseResult& args = flags.args();
+  CallbackFlags f;
+  f.time_history = args["enable_time_history"].as<bool>();
+  f.log_steps = args["log_steps"].as<int64_t>();
+  if (args.count("profile_steps")) {
+    const std::string text = args["profile_steps"].as<std::string>();
+    TNT_INPUT_CHECK(valid_step_window(text),
+                    "--profile_steps={}: expected a step N or a range of steps N,M with 1 <= N <= M (steps count "
+                    "from 1), or 0 for none",
+                    text);
+    TNT_INPUT_CHECK(text == "0" || common.enable_tensorboard,
+                    "--profile_steps={}: needs --enable_tensorboard (the timeline goes into its directory, "
+                    "<model_dir>/train/plugins/profile/)",
+                    text);
+    if (text != "0") f.profile_steps = text;
+  } else if (common.enable_tensorboard) {
+    f.profile_steps = "2";
+  }
+  TNT_INPUT_CHECK(!f.time_history || f.log_steps >= 1,
+                  "--log_steps={}: --enable_time_history prints every --log_steps steps; give at least 1",
+                  f.log_steps);
+  return f;
+}
+
 namespace {
 
 constexpr const char* kRunMarker = ".tarantella-run";

@@ -118,6 +118,26 @@ class ProgramFlags {
   std::map<std::string, FlagKind> kinds_;
 };
 
+// The tutorials' callbacks, in the programs that offer them (resnet50, transformer):
+// --profile_steps, Keras' TensorBoard(profile_batch=2) as the ResNet-50 tutorial passes it,
+// and --enable_time_history, the Model Garden's TimeHistory as the Transformer tutorial
+// enables it. A program that adds them also has --log_steps (TimeHistory's interval).
+struct CallbackFlags {
+  std::string profile_steps;  // TensorBoard's profile_batch: "N" or "N,M"; "" = none
+  bool time_history = false;
+  int64_t log_steps = 0;      // --log_steps
+};
+
+// Adds --profile_steps and --enable_time_history to --help; `unit` is what TimeHistory
+// counts ("images", "tokens"), `unit_note` what a program says about it ("" = nothing).
+void add_callback_flags(ProgramFlags& flags, const std::string& unit, const std::string& unit_note = "");
+
+// The values, checked (throws tnt::InputError naming the flag): --profile_steps is a step
+// N >= 1 or a range N,M with N <= M (also N-M), or 0 for none; unset, it is 2 with
+// --enable_tensorboard (the trace goes into TensorBoard's directory, so without it only 0 is
+// accepted); --enable_time_history needs --log_steps >= 1.
+CallbackFlags callback_flags(const ProgramFlags& flags, const CommonFlags& common);
+
 // How a program uses --model_dir.
 struct ModelDir {
   std::string path;                  // --model_dir

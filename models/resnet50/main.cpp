@@ -112,11 +112,13 @@ tnt::Dataset synthetic_device_batches(int64_t global_batch, int64_t steps, int64
 // between the ends of consecutive steps of one epoch, so the first step of each epoch (warm
 // up, validation before it) is not counted. Prints every log_steps timed steps, a window
 // that never spans two epochs ("step 11: ... over the last 10 steps (2 to 11)": steps are
-// counted from 1 over the whole run, as the epoch line's), and a summary at the end.
+// counted from 1 over the whole run, as the epoch line's), and a summary at the end. With
+// --enable_time_history the TimeHistory callback prints the rates instead (summary = false:
+// only the peak memory line is left here).
 class ThroughputLogger : public tnt::Callback {
  public:
-  ThroughputLogger(int64_t global_batch, int64_t log_steps)
-      : tnt::Callback(Ranks::master), global_batch_(global_batch), log_steps_(log_steps) {}
+  ThroughputLogger(int64_t global_batch, int64_t log_steps, bool summary = true)
+      : tnt::Callback(Ranks::master), global_batch_(global_batch), log_steps_(log_steps), summary_(summary) {}
   void on_epoch_begin(int, const tnt::Logs&) override {
     have_last_ = false;
     window_seconds_ = 0;
@@ -145,13 +147,16 @@ class ThroughputLogger : public tnt::Callback {
     }
   }
   void on_train_end(const tnt::Logs&) override {
-    if (total_steps_ == 0) {
+    if (summary_ && total_steps_ == 0) {
       tnt::print("images/s: not measured (fewer than 2 steps in an epoch)");
       return;
     }
-    tnt::print("images/s: {:.1f} (global batch {}, {}, {}, {:.1f} ms/step)",
-               images_per_second(total_seconds_, total_steps_), global_batch_, tnt_models::count_of(tnt::size(), "rank"),
-               tnt_models::count_of(total_steps_, "timed step"), 1e3 * total_seconds_ / static_cast<double>(total_steps_));
+    if (summary_) {
+      tnt::print("images/s: {:.1f} (global batch {}, {}, {}, {:.1f} ms/step)",
+                 images_per_second(total_seconds_, total_steps_), global_batch_,
+                 tnt_models::count_of(tnt::size(), "rank"), tnt_models::count_of(total_steps_, "timed step"),
+                 1e3 * total_seconds_ / static_cast<double>(total_steps_));
+    }
     if (tnt::default_device().is_cuda()) {
       // What the caching allocator handed out at most (scripts/bench/resnet50_gpu reads it).
       tnt::print("peak GPU memory: {} MiB", tnt::memory_stats(tnt::default_device()).peak_bytes >> 20);
@@ -166,6 +171,7 @@ class ThroughputLogger : public tnt::Callback {
     return seconds > 0 ? static_cast<double>(global_batch_ * steps) / seconds : 0.0;
   }
   int64_t global_batch_, log_steps_;
+  bool summary_;
   bool have_last_ = false;
   double last_ = 0;
   double total_seconds_ = 0, window_seconds_ = 0;
@@ -187,7 +193,10 @@ int main(int argc, char** argv) {
        "build/bin/resnet50 --use_synthetic_data --image_size=64 --batch_size=32 --train_steps=20 \\\n"
        "--data_format=channels_first   (NCHW activations instead of the default NHWC)",
        "tarantella -n 4 -- build/bin/resnet50 --data_dir=/data/imagenet --enable_checkpoint_and_export \\\n"
-       "--resume   (continue the run in --model_dir from its checkpoint)"},
+       "--resume   (continue the run in --model_dir from its checkpoint)",
+       "build/bin/resnet50 --use_synthetic_data --image_size=64 --batch_size=32 --train_steps=20 \\\n"
+       "--enable_tensorboard --profile_steps=2,3 --enable_time_history --log_steps=5\n"
+       "(TensorBoard, a timeline of steps 2-3, images/s every 5 steps)"},
       {.data_dir = "",
        .data_dir_help = "ImageNet directory: JPEG class folders (train/<wnid>/*.JPEG, val/<wnid>/*.JPEG), or "
                         "TFRecord shards (train-00000-of-01024 ..., validation-00000-of-00128 ...; labels 1-based, "
@@ -222,6 +231,7 @@ int main(int argc, char** argv) {
     ("log_steps", "print images/s every this many timed steps (an epoch's first step is not timed; 0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
     ("data_workers", "threads decoding and augmenting images on each rank (1 to 256)", cxxopts::value<int>()->default_value("4"));
   // clang-format on
+  tnt_models::add_callback_flags(flags, "images");
   if (std::optional<int> status = flags.parse(argc, argv)) return *status;
 
   return tnt::run_main(argc, argv, [&] {
@@ -275,6 +285,7 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(data_workers >= 1 && data_workers <= kMaxDataWorkers, "--data_workers={}: must be from 1 to {}",
                     data_workers, kMaxDataWorkers);
     TNT_INPUT_CHECK(log_steps >= 0, "--log_steps={}: must be at least 0", log_steps);
+    const tnt_models::CallbackFlags callback_flags = tnt_models::callback_flags(flags, common);
     TNT_INPUT_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "fp16", "--dtype={}: expected fp32, bf16 or fp16",
                     dtype);
     // bf16/fp16: mixed precision with f32 master weights (and loss scaling for fp16). On a
@@ -406,10 +417,19 @@ int main(int argc, char** argv) {
     csv->set_columns(columns);
     // A diverged run (NaN or infinite loss) ends with an error naming the step and a non-zero
     // exit, before the epoch's history row and checkpoint.
+    // --enable_time_history: TimeHistory's lines replace the logger's, which keeps its memory line.
     fit.callbacks = {std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise), csv,
-                     std::make_shared<ThroughputLogger>(common.batch_size, log_steps)};
+                     std::make_shared<ThroughputLogger>(common.batch_size, callback_flags.time_history ? 0 : log_steps,
+                                                        !callback_flags.time_history)};
+    if (callback_flags.time_history) {
+      tnt::TimeHistoryOptions time_options;
+      time_options.unit = "images";
+      fit.callbacks.push_back(std::make_shared<tnt::TimeHistory>(common.batch_size, log_steps, time_options));
+    }
     fit.max_steps = train_steps;
-    if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir));
+    if (common.enable_tensorboard) {
+      fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir, 0, callback_flags.profile_steps));
+    }
     if (checkpoint_and_export) {
       fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"));
     }

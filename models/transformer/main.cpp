@@ -134,6 +134,24 @@ class TokenThroughput : public tnt::Callback {
   int64_t steps_ = 0;
 };
 
+// The Transformer's loss, keeping what it divides by: the real (not padding) target tokens
+// of the step's GLOBAL batch, which Model sums over the ranks before the loss runs
+// (loss.hpp's normalizes_by_tokens). --enable_time_history counts them, so that its tokens/s
+// are those of the sentences and not of their padding.
+class TokenCountingLoss : public tnt::LabelSmoothingCrossEntropy {
+ public:
+  using tnt::LabelSmoothingCrossEntropy::LabelSmoothingCrossEntropy;
+  tnt::Tensor forward(const tnt::Tensor& logits, const tnt::Tensor& labels, int64_t global_tokens,
+                      tnt::SavedState& saved) override {
+    last_tokens_ = global_tokens;
+    return tnt::LabelSmoothingCrossEntropy::forward(logits, labels, global_tokens, saved);
+  }
+  int64_t last_tokens() const { return last_tokens_; }
+
+ private:
+  int64_t last_tokens_ = 0;
+};
+
 std::string serialize_translations(const std::vector<std::vector<int64_t>>& ids) {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -296,7 +314,9 @@ int main(int argc, char** argv) {
        "--vocab_file=transformer_demo/data/vocab.ende.1000 --bleu_source=transformer_demo/dev.en \\\n"
        "--bleu_ref=transformer_demo/dev.de --param_set=tiny --max_length=24 --batch_size=1536",
        "tarantella -n 2 -- build/bin/transformer ... --resume   (continue the run in --model_dir)",
-       "tarantella -n 4 -- build/bin/transformer ... --auto_data_dist=false   (manual sharding by rank)"},
+       "tarantella -n 4 -- build/bin/transformer ... --auto_data_dist=false   (manual sharding by rank)",
+       "tarantella -n 2 -- build/bin/transformer ... --enable_time_history --log_steps=10 --enable_tensorboard \\\n"
+       "--profile_steps=2,3   (real tokens/s every 10 steps; a timeline of steps 2-3)"},
       {.data_dir = "",
        .data_dir_help = "directory with the TFRecord shards *train* and *dev* (as TensorFlow's data_download.py or "
                         "build/bin/transformer_data write them)",
@@ -337,8 +357,10 @@ int main(int argc, char** argv) {
     ("max_length", "longest sentence (subtokens, EOS included) kept for training; every sentence is padded to it", cxxopts::value<int64_t>()->default_value(std::to_string(base.max_length)))
     ("extra_decode_length", "beam search decodes up to the source length plus this (50)", cxxopts::value<int64_t>())
     ("beam_size", "beams of the search (4)", cxxopts::value<int64_t>())
-    ("alpha", "length penalty exponent: ((5 + length) / 6)^alpha (0.6)", cxxopts::value<double>());
+    ("alpha", "length penalty exponent: ((5 + length) / 6)^alpha (0.6)", cxxopts::value<double>())
+    ("log_steps", "with --enable_time_history: print tokens/s every this many training steps", cxxopts::value<int64_t>()->default_value("100"));
   // clang-format on
+  tnt_models::add_callback_flags(flags, "tokens", "real target tokens, padding not counted");
   if (std::optional<int> status = flags.parse(argc, argv)) return *status;
 
   return tnt::run_main(argc, argv, [&] {
@@ -383,6 +405,7 @@ int main(int argc, char** argv) {
     override_double("alpha", p.alpha, 0, 1e6, false);
 
     const tnt_models::CommonFlags common = flags.common();
+    const tnt_models::CallbackFlags callback_flags = tnt_models::callback_flags(flags, common);
     const std::string param_set = args["param_set"].as<std::string>();
     const int64_t num_sentences = args["num_sentences"].as<int64_t>();
     const bool auto_dist = args["auto_data_dist"].as<bool>();
@@ -493,8 +516,8 @@ int main(int argc, char** argv) {
     adam.beta1 = p.optimizer_adam_beta1;
     adam.beta2 = p.optimizer_adam_beta2;
     adam.eps = p.optimizer_adam_epsilon;
-    model.compile(std::make_shared<tnt::Adam>(schedule, adam),
-                  std::make_shared<tnt::LabelSmoothingCrossEntropy>(p.label_smoothing), {}, precision);
+    auto loss = std::make_shared<TokenCountingLoss>(p.label_smoothing);
+    model.compile(std::make_shared<tnt::Adam>(schedule, adam), loss, {}, precision);
 
     // Continues an earlier run's checkpoint: --resume, or a restart of the same launch
     // (tarantella --max-restarts) after a rank or host failed.
@@ -542,13 +565,21 @@ int main(int argc, char** argv) {
         transformer, tnt_models::BeamSearchOptions{.beam_size = p.beam_size, .alpha = p.alpha, .eos_id = tnt::kEosId},
         p.extra_decode_length, decode_cache);
     auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
-    auto throughput = std::make_shared<TokenThroughput>(sentences, p.max_length);
+    // --enable_time_history: TimeHistory's real tokens/s replace the padded tokens/s line.
+    std::shared_ptr<tnt::Callback> throughput = std::make_shared<TokenThroughput>(sentences, p.max_length);
+    if (callback_flags.time_history) {
+      tnt::TimeHistoryOptions time_options;
+      time_options.unit = "tokens";
+      time_options.step_units = [loss] { return static_cast<double>(loss->last_tokens()); };
+      throughput = std::make_shared<tnt::TimeHistory>(sentences, callback_flags.log_steps, time_options);
+    }
     // Weights only, under the PyTorch module's names (scripts/transformer_torch.py). Written
     // before each evaluation: an evaluation that fails cannot lose the trained weights.
     const std::string weights = common.model_dir + "/model.safetensors";
     // One writer for the whole run: its event files span the fit() calls of the loop.
-    const auto tensorboard =
-        common.enable_tensorboard ? std::make_shared<tnt::TensorBoard>(common.model_dir) : nullptr;
+    const auto tensorboard = common.enable_tensorboard
+                                 ? std::make_shared<tnt::TensorBoard>(common.model_dir, 0, callback_flags.profile_steps)
+                                 : nullptr;
     // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.
     for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
       fit.initial_epoch = epoch;

@@ -4,7 +4,7 @@
 if(NOT TARGET fashion_mnist OR NOT TARGET resnet50 OR NOT TARGET transformer OR NOT TARGET tarantella_launcher)
   return()
 endif()
-foreach(_case not_a_value unknown_or_incomplete out_of_range)
+foreach(_case not_a_value unknown_or_incomplete out_of_range callback_flags)
   add_test(NAME program_flags.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/program_flags.sh $<TARGET_FILE:tarantella_launcher>
                    $<TARGET_FILE:fashion_mnist> $<TARGET_FILE:resnet50> $<TARGET_FILE:transformer> ${_case})

@@ -14,6 +14,10 @@
 # out_of_range: values that parse but make no sense: --verbose=7, resnet50's --image_size and
 #   --data_workers beyond their documented limits (which would otherwise end in an
 #   allocation or thread failure that names no flag).
+# callback_flags: resnet50's and the transformer's --profile_steps and --enable_time_history:
+#   --help documents both with an example; a window that is no step or range, a range
+#   backwards, a window without --enable_tensorboard, and --enable_time_history with
+#   --log_steps=0 are refused naming the flag.
 set -uo pipefail
 [[ $# -eq 5 ]] || { echo "usage: $0 LAUNCHER FASHION_MNIST RESNET50 TRANSFORMER CASE" >&2; exit 2; }
 launcher=$1
@@ -104,6 +108,33 @@ case $case_name in
     expect fashion_mnist 2 "--verbose=7: expected 0 (silent), 1 (progress bar) or 2 (a line per epoch)" --verbose=7
     expect resnet50 2 "--image_size=100000: must be at most 1024" --use_synthetic_data --image_size=100000
     expect resnet50 2 "--data_workers=100000: must be from 1 to 256" --use_synthetic_data --data_workers=100000
+    ;;
+  callback_flags)
+    for name in resnet50 transformer; do
+      # cxxopts wraps the descriptions: one line, single spaces.
+      help=$("${program[$name]}" --help 2>&1 | tr '\n' ' ' | tr -s ' ')
+      for want in "--profile_steps" "Example: --enable_tensorboard --profile_steps=5,8" "--enable_time_history" \
+        "Example: --enable_time_history --log_steps=50" "--log_steps"; do
+        if grep -qF -- "$want" <<<"$help"; then pass "$name --help: '$want'"; else fail "$name --help lacks '$want'"; fi
+      done
+      # The examples at the top show both flags in a command line.
+      if "${program[$name]}" --help 2>&1 | sed -n '/^Examples:/,/^Usage:/p' | grep -q -- "--enable_time_history"; then
+        pass "$name --help: an example command line with --enable_time_history"
+      else
+        fail "$name --help: no example command line with --enable_time_history"
+      fi
+    done
+    per_rank=1
+    window="expected a step N or a range of steps N,M with 1 <= N <= M (steps count from 1), or 0 for none"
+    expect resnet50 2 "--profile_steps=abc: $window" --use_synthetic_data --enable_tensorboard --profile_steps=abc
+    expect resnet50 2 "--profile_steps=3,2: $window" --use_synthetic_data --enable_tensorboard --profile_steps=3,2
+    expect transformer 2 "--profile_steps=0,4: $window" --enable_tensorboard --profile_steps=0,4
+    expect transformer 2 "--profile_steps=2: needs --enable_tensorboard (the timeline goes into its directory, <model_dir>/train/plugins/profile/)" \
+      --profile_steps=2
+    expect transformer 2 "--log_steps=0: --enable_time_history prints every --log_steps steps; give at least 1" \
+      --enable_time_history --log_steps=0
+    expect resnet50 2 "--log_steps=0: --enable_time_history prints every --log_steps steps; give at least 1" \
+      --use_synthetic_data --enable_time_history --log_steps=0
     ;;
   *)
     echo "unknown case '$case_name'" >&2

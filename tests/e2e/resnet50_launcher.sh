@@ -38,6 +38,12 @@
 # resume_refused: --resume without --enable_checkpoint_and_export, together with
 #   --overwrite, in a --model_dir that does not exist (nothing created), and on a checkpoint
 #   of another model (--num_classes) ends with an error naming the flags or the file.
+# profile_steps: --enable_tensorboard --profile_steps=2 leaves one trace,
+#   <model_dir>/train/plugins/profile/<run>/timeline.trace.json, valid JSON whose spans are all
+#   of step 2, from both ranks, and the master names it once; --profile_steps=0 leaves none;
+#   unset, --enable_tensorboard profiles step 2, and --enable_time_history --log_steps=1 prints
+#   a TimeHistory line per step and the average without step 1, in place of the program's
+#   own images/s lines.
 # data_format: 2 steps with the default format (channels_last, on CPU ranks too, announced)
 #   and 2 with --data_format=channels_first give the same loss within 1e-3; --help shows the
 #   flag and its default; a bad value ends with an error naming --data_format.
@@ -340,6 +346,51 @@ case $case_name in
     if cmp -s "$tmp/model/history.csv" "$tmp/first.csv"; then pass "history.csv left as it was"; else fail "history.csv changed"; fi
     run "${common[@]}" --train_steps=1 --overwrite
     if [[ $rc -eq 0 ]]; then pass "--overwrite: exit status 0"; else fail "--overwrite: exit status $rc"; fi
+    ;;
+  profile_steps)
+    synth=(--use_synthetic_data --image_size=32 --num_classes=10 --batch_size=4 --synthetic_eval_samples=8)
+    # trace_of DIR: the one file under DIR/train/plugins/profile, or "" (with a failure) when
+    # there is not exactly one.
+    trace_of() {
+      local files
+      mapfile -t files < <(find "$1/train/plugins/profile" -type f 2>/dev/null)
+      if [[ ${#files[@]} -eq 1 && ${files[0]} == "$1"/train/plugins/profile/*/timeline.trace.json ]]; then
+        echo "${files[0]}"
+      else
+        echo "FAIL: expected one trace $1/train/plugins/profile/<run>/timeline.trace.json, found: ${files[*]:-none}" >&2
+      fi
+    }
+    # steps_and_ranks FILE: "<steps of the spans> <ranks>" ("2 0,1"), or why it is no trace.
+    steps_and_ranks() {
+      python3 - "$1" <<'EOF'
+import json, sys
+spans = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+print(",".join(map(str, sorted({e["args"]["step"] for e in spans}))), ",".join(map(str, sorted({e["pid"] for e in spans}))))
+EOF
+    }
+    run "${synth[@]}" --model_dir="$tmp/p2" --train_steps=3 --log_steps=1 --enable_tensorboard --profile_steps=2
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    trace=$(trace_of "$tmp/p2")
+    if [[ -n $trace ]]; then
+      got=$(steps_and_ranks "$trace" 2>&1)
+      if [[ $got == "2 0,1" ]]; then pass "the trace holds spans of step 2 alone, from ranks 0 and 1"; else fail "trace spans (steps ranks): '$got', expected '2 0,1'"; fi
+      n=$(grep -cFx "TensorBoard: the timeline of step 2 is in $trace (open it in https://ui.perfetto.dev or chrome://tracing)" <<<"$out")
+      if [[ $n -eq 1 ]]; then pass "the master names the trace once"; else fail "the line naming $trace appears $n times, expected once"; fi
+    else
+      fail "--profile_steps=2: no trace"
+    fi
+    run "${synth[@]}" --model_dir="$tmp/p0" --train_steps=3 --log_steps=1 --enable_tensorboard --profile_steps=0
+    if [[ $rc -eq 0 ]]; then pass "--profile_steps=0: exit status 0"; else fail "--profile_steps=0: exit status $rc"; fi
+    if [[ -d $tmp/p0/train && ! -e $tmp/p0/train/plugins ]]; then pass "--profile_steps=0: event files, no profile"; else fail "--profile_steps=0: no train/ or a train/plugins/ left"; fi
+    if grep -q 'TensorBoard: the timeline' <<<"$out"; then fail "--profile_steps=0: a trace announced"; else pass "--profile_steps=0: no trace announced"; fi
+    run "${synth[@]}" --model_dir="$tmp/pd" --train_steps=3 --log_steps=1 --enable_tensorboard --enable_time_history
+    if [[ $rc -eq 0 ]]; then pass "default: exit status 0"; else fail "default: exit status $rc"; fi
+    trace=$(trace_of "$tmp/pd")
+    if [[ -n $trace && $(steps_and_ranks "$trace" 2>&1) == "2 0,1" ]]; then pass "default: step 2 profiled"; else fail "default: no trace of step 2"; fi
+    lines=$(grep -E '^TimeHistory: ' <<<"$out" | sed -E 's/[0-9]+\.[0-9]+ images\/s/R images\/s/; s/in [0-9.]+ s/in S s/')
+    want=$'TimeHistory: steps 1-1: R images/s (4 images in S s)\nTimeHistory: steps 2-2: R images/s (4 images in S s)\nTimeHistory: steps 3-3: R images/s (4 images in S s)\nTimeHistory: R images/s on average over steps 2-3 (8 images in S s; steps 1-1 left out as warm-up)'
+    if [[ $lines == "$want" ]]; then pass "TimeHistory: a line per step and the average without step 1, once"; else fail "TimeHistory lines: '$lines', expected '$want'"; fi
+    if grep -Eq '^images/s: |^step [0-9]+: .* images/s' <<<"$out"; then fail "the program's own images/s lines beside TimeHistory's"; else pass "no second images/s line"; fi
     ;;
   *)
     echo "unknown case $case_name" >&2

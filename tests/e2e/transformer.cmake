@@ -3,7 +3,8 @@
 # and build/bin/transformer through the launcher (transformer_program.sh): 1, 2 and 3 ranks
 # give the same weights, manual distribution refuses a batch the ranks do not divide, bad
 # flags fail naming the flag, and a small generated corpus is learned (loss falls, BLEU
-# printed, translations.txt written). Each case runs in well under a minute.
+# printed, translations.txt written), --enable_time_history prints real tokens/s. Each case
+# runs in well under a minute.
 if(NOT TARGET tnt_transformer)
   return()
 endif()
@@ -24,7 +25,7 @@ if(NOT TARGET transformer OR NOT TARGET tarantella_launcher OR NOT TARGET transf
 endif()
 foreach(_case ranks_1_2_3 manual_indivisible bad_param_set missing_vocab_file batch_below_max_length learns_demo
               resume bleu_files_mismatch dtype decode_cache model_too_big empty_translation evaluation_fails
-              data_tool_inputs)
+              data_tool_inputs time_history)
   add_test(NAME transformer.program.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/transformer_program.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:transformer> $<TARGET_FILE:transformer_data>

@@ -30,6 +30,10 @@
 #   ends with an error naming --model_dir, and model.safetensors is there.
 # data_tool_inputs: transformer_data refuses train or dev files of different lengths before
 #   writing anything (no vocabulary left for a rerun to reuse); the corrected run builds it.
+# time_history: --enable_time_history --log_steps=1 on 3 steps of 7 sentences of 24: a
+#   TimeHistory line per step whose tokens are the real target tokens of the GLOBAL batch
+#   (fewer than the 168 padded ones, and the same on 1 and 2 ranks, which split the batches
+#   differently), the average without step 1, and no padded "tokens/s:" line beside it.
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
 #   both BLEU lines are printed, translations.txt has one line per source line, and
 #   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
@@ -202,6 +206,28 @@ case $case_name in
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --bleu_source="$tmp/corpus/dev.en" \
       --model_dir="$tmp/m"
     expect_error "--bleu_source and --bleu_ref: give both" "the missing --bleu_ref"
+    ;;
+  time_history)
+    corpus 100 10
+    common=(--data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --train_epochs=1 --batch_size=168
+            --num_sentences=21 --learning_rate_warmup_steps=10 --enable_time_history --log_steps=1)
+    for np in 1 2; do
+      run "$np" "${common[@]}" --model_dir="$tmp/th$np"
+      if [[ $rc -eq 0 ]]; then pass "$np rank(s): exit status 0"; else fail "$np rank(s): exit status $rc"; fi
+      # "TimeHistory: steps K-K: R tokens/s (N tokens in S s)" -> "K N"
+      steps=$(sed -nE 's/^TimeHistory: steps ([0-9]+)-[0-9]+: [0-9.]+ tokens\/s \(([0-9]+) tokens in [0-9.]+ s\)$/\1 \2/p' <<<"$out")
+      if [[ $(cut -d' ' -f1 <<<"$steps" | tr '\n' ' ') == "1 2 3 " ]]; then pass "$np rank(s): a line for each of steps 1, 2, 3"; else fail "$np rank(s): TimeHistory step lines: '$steps'"; fi
+      if awk '{ if (!($2 > 0 && $2 < 168)) bad = 1 } END { exit bad || NR != 3 }' <<<"$steps"; then
+        pass "$np rank(s): each step's tokens are real ones, fewer than the 168 padded: $(cut -d' ' -f2 <<<"$steps" | tr '\n' ' ')"
+      else
+        fail "$np rank(s): step tokens not in (0, 168): '$steps'"
+      fi
+      tokens[$np]=$steps
+      n=$(grep -Ec '^TimeHistory: [0-9.]+ tokens/s on average over steps 2-3 \([0-9]+ tokens in [0-9.]+ s; steps 1-1 left out as warm-up\)$' <<<"$out")
+      if [[ $n -eq 1 ]]; then pass "$np rank(s): the average over steps 2-3, once"; else fail "$np rank(s): the average line appears $n times, expected once"; fi
+      if grep -q '^tokens/s: ' <<<"$out"; then fail "$np rank(s): the padded tokens/s line beside TimeHistory's"; else pass "$np rank(s): no second tokens/s line"; fi
+    done
+    if [[ -n ${tokens[1]} && ${tokens[1]} == "${tokens[2]}" ]]; then pass "1 and 2 ranks count the same global tokens"; else fail "tokens per step: 1 rank '${tokens[1]}', 2 ranks '${tokens[2]}'"; fi
     ;;
   learns_demo)
     corpus 400 20

@@ -1,13 +1,17 @@
 // The TensorBoard callback inside fit on 2 ranks: one event file per split, written by the
 // master alone, read back by tests/train/read_tfevents.py (code independent of ours, CRCs
 // checked): epoch scalars at steps 0 and 1, batch scalars every update_freq steps, the
-// profile_batch timeline; a log_dir that cannot be made fails on every rank.
+// profile_batch timeline in train/plugins/profile/<run>/timeline.trace.json (counted from the
+// callback's first step, written as soon as its window closes, once over several fit()
+// calls, nothing left for a window never reached, and a timeline already recording wins);
+// a log_dir that cannot be made fails on every rank.
 #include "job_dir.hpp"
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
+#include "tarantella/timeline.hpp"
 
 #include <unistd.h>
 
@@ -47,6 +51,33 @@ std::map<int64_t, std::map<std::string, double>> read_events(const fs::path& fil
     for (auto& [tag, value] : e["values"].items()) events[e["step"].get<int64_t>()][tag] = value.get<double>();
   }
   return events;
+}
+
+// The steps of a trace's complete events ("ph": "X").
+std::set<int64_t> trace_steps(const fs::path& file) {
+  std::ifstream in(file);
+  REQUIRE(in.good());
+  json trace = json::parse(in);
+  std::set<int64_t> steps;
+  for (const json& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") steps.insert(e["args"]["step"].get<int64_t>());
+  }
+  return steps;
+}
+
+// Every file under dir/train/plugins/profile (none when it does not exist).
+std::vector<fs::path> profile_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  const fs::path root = dir / "train" / "plugins" / "profile";
+  if (!fs::exists(root)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_regular_file()) out.push_back(e.path());
+  }
+  return out;
+}
+
+tnt::Model small_model() {
+  return tnt::Model(tnt::test::small_mlp(), 5);
 }
 
 std::vector<fs::path> event_files(const fs::path& dir) {
@@ -106,15 +137,106 @@ TEST_CASE("TensorBoard: epoch and batch scalars, master only, profile_batch time
       CHECK(train[step].count("batch_accuracy") == 1);
     }
     CHECK(train.size() == 6);  // 2 epochs + 4 batch records, nothing else
-    // profile_batch "2,3": the timeline of steps 2 and 3.
-    std::ifstream in(fs::path(dir) / "train" / "timeline.json");
-    REQUIRE(in.good());
-    json trace = json::parse(in);
-    std::set<int64_t> steps;
-    for (const json& e : trace["traceEvents"]) {
-      if (e["ph"] == "X") steps.insert(e["args"]["step"].get<int64_t>());
-    }
-    CHECK(steps == std::set<int64_t>{2, 3});
+    // profile_batch "2,3": the timeline of steps 2 and 3, alone in its run's directory.
+    const std::vector<fs::path> profiles = profile_files(dir);
+    REQUIRE(profiles.size() == 1);
+    CHECK(profiles[0].string() == tb->profile_file());
+    CHECK(profiles[0].filename() == "timeline.trace.json");
+    CHECK(profiles[0].parent_path().parent_path() == fs::path(dir) / "train" / "plugins" / "profile");
+    CHECK(trace_steps(profiles[0]) == std::set<int64_t>{2, 3});
+    fs::remove_all(dir);
+  }
+}
+
+// Checks, when the step after the profile's window begins, that its file is there already.
+class ProfileWritten : public tnt::Callback {
+ public:
+  ProfileWritten(std::shared_ptr<tnt::TensorBoard> tb, int64_t after) : Callback(Ranks::all), tb_(tb), after_(after) {}
+  void on_train_batch_end(int64_t, const tnt::Logs&) override {
+    if (model_->global_step() != after_ + 1) return;
+    seen = !tb_->profile_file().empty() && fs::exists(tb_->profile_file());
+  }
+  bool seen = false;
+
+ private:
+  std::shared_ptr<tnt::TensorBoard> tb_;
+  int64_t after_;
+};
+
+TEST_CASE("TensorBoard: profile_batch counts from the callback's first step and is written when its window closes") {
+  const std::string dir = job_dir();
+  tnt::Model model = small_model();
+  model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;  // 64 samples: 4 steps an epoch
+  fit.epochs = 1;
+  fit.verbose = 0;
+  model.fit(tnt::test::threshold_data("tb"), fit);  // steps 1-4, without the callback
+  REQUIRE(model.global_step() == 4);
+
+  // Its step 2 is the run's step 6 (a resumed run profiles its own second step, as Keras).
+  auto tb = std::make_shared<tnt::TensorBoard>(dir + "/a", 0, "2");
+  auto written = std::make_shared<ProfileWritten>(tb, 6);
+  fit.callbacks = {tb, written};
+  fit.epochs = 2;
+  fit.initial_epoch = 1;
+  model.fit(tnt::test::threshold_data("tb"), fit);
+  CHECK(written->seen);  // before training ended
+  if (tnt::is_master_rank()) {
+    const std::vector<fs::path> profiles = profile_files(dir + "/a");
+    REQUIRE(profiles.size() == 1);
+    CHECK(trace_steps(profiles[0]) == std::set<int64_t>{6});
+  }
+
+  // A window that training never reaches leaves no file and no empty directory.
+  auto never = std::make_shared<tnt::TensorBoard>(dir + "/b", 0, "50");
+  fit.callbacks = {never};
+  fit.epochs = 3;
+  fit.initial_epoch = 2;
+  model.fit(tnt::test::threshold_data("tb"), fit);
+  CHECK(never->profile_file().empty());
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) {
+    CHECK(!fs::exists(fs::path(dir) / "b" / "train" / "plugins"));
+    CHECK(fs::exists(fs::path(dir) / "b" / "train"));  // the event files are there
+  }
+
+  // Several fit() calls with one callback (the transformer's loop): the window "5" is the
+  // fifth step the callback trains, in its second fit, recorded once.
+  auto loop = std::make_shared<tnt::TensorBoard>(dir + "/c", 0, "5");
+  fit.callbacks = {loop};
+  for (int epoch = 3; epoch < 6; ++epoch) {
+    fit.initial_epoch = epoch;
+    fit.epochs = epoch + 1;
+    model.fit(tnt::test::threshold_data("tb"), fit);  // 4 steps each: 13-16, 17-20, 21-24
+  }
+  CHECK(!loop->profile_file().empty());
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) {
+    const std::vector<fs::path> profiles = profile_files(dir + "/c");
+    REQUIRE(profiles.size() == 1);
+    CHECK(trace_steps(profiles[0]) == std::set<int64_t>{17});
+    fs::remove_all(dir);
+  }
+}
+
+TEST_CASE("TensorBoard: a timeline already recording (TNT_TIMELINE, start_timeline) wins over profile_batch") {
+  const std::string dir = job_dir();
+  tnt::Model model = small_model();
+  model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  REQUIRE(tnt::start_timeline(dir + "/user.json", 1, 3));
+  auto tb = std::make_shared<tnt::TensorBoard>(dir + "/tb", 0, "2");
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 1;
+  fit.verbose = 0;
+  fit.callbacks = {tb};
+  model.fit(tnt::test::threshold_data("tb"), fit);
+  tnt::stop_timeline();
+  CHECK(tb->profile_file().empty());
+  if (tnt::is_master_rank()) {
+    CHECK(profile_files(dir + "/tb").empty());
+    CHECK(trace_steps(dir + "/user.json") == std::set<int64_t>{1, 2, 3});
     fs::remove_all(dir);
   }
 }
@@ -130,4 +252,7 @@ TEST_CASE("TensorBoard: a log_dir that cannot be made fails on every rank") {
   CHECK_THROWS_WITH(model.fit(tnt::test::threshold_data("tb"), fit), Catch::Contains("/proc/tnt-no-such-dir/logs"));
   CHECK_THROWS_AS(tnt::TensorBoard(""), tnt::InputError);
   CHECK_THROWS_AS(tnt::TensorBoard("x", -1), tnt::InputError);
+  CHECK_THROWS_WITH(tnt::TensorBoard("x", 0, "3,2"), Catch::Contains("profile_batch '3,2'"));
+  CHECK_THROWS_WITH(tnt::TensorBoard("x", 0, "two"), Catch::Contains("profile_batch 'two'"));
+  CHECK_NOTHROW(tnt::TensorBoard("x", 0, "0"));
 }

@@ -308,28 +308,104 @@ class TerminateOnNaN : public Callback {
 // communication hidden behind backward, as the "x% hidden" line). update_freq = N > 0 adds
 // "batch_<name>" every N training steps (at the global step). Written by the master only,
 // flushed after every epoch: a crash leaves the whole records of the epochs before it.
-// profile_batch "a,b" (also "a-b" or "a"): a timeline of training steps a..b (1-based) into
-// log_dir/train/timeline.json, the recorder of tarantella/timeline.hpp; "" or "0": none.
+//
+// profile_batch "a,b" (also "a-b" or "a"; "" or "0": none), as Keras' profile_batch: a
+// timeline (the recorder of tarantella/timeline.hpp, Chrome's trace format) of training steps
+// a..b, counted from 1 at the first step this callback trains (a resumed run profiles its
+// own second step, not the run's; later fit() calls with the same callback go on counting,
+// and the window is recorded once). It goes where Keras' profiler puts its traces, so that
+// a user looks for it there: log_dir/train/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/
+// timeline.trace.json (open it in https://ui.perfetto.dev or chrome://tracing). The file is
+// written as soon as the window closes (when the step after it begins, or training ends), and
+// the master prints where it is. A timeline already recording when training starts
+// (TNT_TIMELINE, tarantella --timeline, or start_timeline) wins: the run records one
+// timeline, the one asked for from outside the program; the master then warns that the
+// profile is not written and names the file that has the steps instead.
 // Runs on every rank (the timeline and the directory check are collective).
 class TensorBoard : public Callback {
  public:
   explicit TensorBoard(std::string log_dir, int64_t update_freq = 0, std::string profile_batch = "");
   ~TensorBoard() override;
   void on_train_begin(const Logs&) override;
+  void on_train_batch_begin(int64_t batch, const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs&) override;
   // The event files (the master's; empty elsewhere and before training).
   std::string train_file() const;
   std::string validation_file() const;
+  // The profile's trace once written (every rank knows the path); empty before, or when
+  // none was recorded.
+  const std::string& profile_file() const { return profile_file_; }
 
  private:
   struct Writers;
+  void finish_profile();
   std::string log_dir_;
   int64_t update_freq_;
-  std::string profile_batch_;
+  int64_t profile_first_ = 0, profile_last_ = 0;  // the window as given; 0: none
+  int64_t profile_base_ = -1;  // global steps trained before this callback's first fit
+  enum class Profile { pending, recording, done } profile_ = Profile::pending;
+  std::string profile_path_, profile_file_;
   std::unique_ptr<Writers> writers_;
-  bool own_timeline_ = false;
+};
+
+// The TF Model Garden's TimeHistory: the global training rate (examples, images or tokens
+// per second of all ranks together), printed every log_steps training steps for the steps
+// since the last line, and at the end of each fit() the average over the run so far without
+// its first log_steps steps (warm-up: the first steps allocate, tune and fill pipelines).
+//   TimeHistory: steps 101-200: 1234.5 examples/s (6400 examples in 5.184 s)
+//   TimeHistory: 1250.2 examples/s on average over steps 101-1000 (...; steps 1-100 left out as warm-up)
+// A step's time runs from the end of the step before it in the same epoch, or from the
+// epoch's beginning for its first step, to its end: it includes waiting for input, but not
+// what happens between epochs (validation, checkpoints), so an interval spanning an epoch's
+// end is not slowed by the evaluation. Steps are counted over the fit() calls of one
+// callback (a program that calls fit() in a loop keeps one) and named by Model's global step.
+// The units of a step: batch_size (the GLOBAL batch), or what options.step_units returns
+// (for example the real tokens of a batch without its padding; it is called on the ranks this
+// callback runs on, right after the step, and must not be collective). Runs on the master
+// (and every rank with TNT_OUTPUT_ON_ALL_DEVICES, each line tagged). The numbers stay in
+// intervals() for a program to keep or write elsewhere. Bad arguments are an InputError.
+struct TimeHistoryOptions {
+  std::string unit = "examples";             // the word in the lines: examples, images, tokens
+  std::function<double()> step_units;        // the units of the step just ended; empty: batch_size
+  std::FILE* out = stdout;
+  std::function<double()> clock;             // seconds; empty: a steady clock (tests pass their own)
+};
+
+class TimeHistory : public Callback {
+ public:
+  struct Interval {
+    int64_t first_step = 0, last_step = 0;  // global steps, inclusive
+    double seconds = 0;
+    double units = 0;
+    double rate() const { return seconds > 0 ? units / seconds : 0.0; }
+  };
+  TimeHistory(int64_t batch_size, int64_t log_steps, TimeHistoryOptions options = {});
+  void on_train_begin(const Logs&) override;
+  void on_epoch_begin(int epoch, const Logs&) override;
+  void on_train_batch_end(int64_t batch, const Logs&) override;
+  void on_train_end(const Logs&) override;
+  // Every interval printed so far, in order.
+  const std::vector<Interval>& intervals() const { return intervals_; }
+  // The steps after the first log_steps (the warm-up), through the last step so far; its
+  // seconds are 0 while there are none.
+  Interval after_warmup() const { return after_warmup_; }
+
+ private:
+  double now() const;
+  void write(const std::string& line);
+
+  int64_t batch_size_, log_steps_;
+  TimeHistoryOptions options_;
+  int64_t steps_ = 0;       // steps seen, over all fit() calls
+  int64_t step_number_ = 0; // the global step of the last one
+  bool have_ref_ = false;
+  double ref_ = 0;          // the end of the last step, or the epoch's beginning
+  Interval open_;           // the interval being measured
+  Interval warmup_;         // the first log_steps steps
+  Interval after_warmup_;
+  std::vector<Interval> intervals_;
 };
 
 // Whether `current` improves on `best` for metric `name` (mode automatic: "acc"/"accuracy"

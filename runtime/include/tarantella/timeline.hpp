@@ -8,10 +8,11 @@
 // Usually switched on from outside the program:
 //   tarantella --timeline trace.json -n 2 -- build/bin/fashion_mnist     (the launcher)
 //   TNT_TIMELINE=trace.json TNT_TIMELINE_STEPS=20-30 build/bin/fashion_mnist
-// or by the TensorBoard callback's profile_batch. Steps count from 1 over the whole run (a
-// resumed run goes on counting). With TNT_TIMELINE but no TNT_TIMELINE_STEPS the window is
-// the first 10 steps this process trains (steps 49-58 of a run resumed after step 48); a
-// window given (TNT_TIMELINE_STEPS, start_timeline, profile_batch) is taken as it is, and
+// or by the TensorBoard callback's profile_batch (the programs' --profile_steps), whose
+// window counts from the callback's first step (callbacks.hpp). Steps count from 1 over the
+// whole run (a resumed run goes on counting). With TNT_TIMELINE but no TNT_TIMELINE_STEPS the
+// window is the first 10 steps this process trains (steps 49-58 of a run resumed after step
+// 48); a window given (TNT_TIMELINE_STEPS, start_timeline) is taken as it is, and
 // one that records nothing (not reached, or passed before the run began) is a warning that
 // names it and the steps run. The window opens when its first step begins and closes
 // when the step after its last begins (or training ends), so an evaluation or checkpoint

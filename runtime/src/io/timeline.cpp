@@ -342,6 +342,10 @@ void fit_end(Communicator& comm) {
   }
 }
 
+void discard() {
+  if (RuntimeContext* c = context_or_null()) c->timeline.reset();
+}
+
 void Span::begin(Lane lane, std::string_view name, std::string args) {
   lane_ = lane;
   name_ = name;

@@ -116,6 +116,9 @@ void step_begin(int64_t step, int epoch, double input_start_s);
 void epoch_end();
 // Collective, at the end of fit(): merges when anything new was recorded.
 void fit_end(Communicator& comm);
+// Every rank alike: lets the recorder go without writing its file (a window that training
+// has not reached: an empty trace would say nothing). Its parts are removed.
+void discard();
 
 // A complete event from construction to destruction, on this thread's lane.
 class Span {

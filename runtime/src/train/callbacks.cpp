@@ -337,6 +337,76 @@ void ProgressBar::on_test_end(const Logs& logs) {
   }
 }
 
+// ---- TimeHistory ----------------------------------------------------------------------
+
+TimeHistory::TimeHistory(int64_t batch_size, int64_t log_steps, TimeHistoryOptions options)
+    : Callback(Ranks::master), batch_size_(batch_size), log_steps_(log_steps), options_(std::move(options)) {
+  TNT_INPUT_CHECK(log_steps_ >= 1, "TimeHistory: log_steps={} must be at least 1", log_steps_);
+  TNT_INPUT_CHECK(batch_size_ >= 1 || options_.step_units,
+                  "TimeHistory: batch_size={} must be at least 1 (or step_units given)", batch_size_);
+  TNT_INPUT_CHECK(!options_.unit.empty(), "TimeHistory: the unit's word is empty");
+  if (!options_.out) options_.out = stdout;
+}
+
+double TimeHistory::now() const { return options_.clock ? options_.clock() : now_s(); }
+
+void TimeHistory::write(const std::string& line) {
+  std::fputs((output_tag() + line + "\n").c_str(), options_.out);
+  std::fflush(options_.out);
+}
+
+void TimeHistory::on_train_begin(const Logs&) { have_ref_ = false; }
+
+void TimeHistory::on_epoch_begin(int, const Logs&) {
+  ref_ = now();
+  have_ref_ = true;
+}
+
+void TimeHistory::on_train_batch_end(int64_t, const Logs&) {
+  const double t = now();
+  // Without an epoch's beginning (hooks driven by hand) the first step has no start: it
+  // starts the clock and counts no time.
+  const double seconds = have_ref_ ? t - ref_ : 0.0;
+  ref_ = t;
+  have_ref_ = true;
+  const double units = options_.step_units ? options_.step_units() : static_cast<double>(batch_size_);
+  ++steps_;
+  step_number_ = model_ ? model_->global_step() : step_number_ + 1;
+
+  if (open_.first_step == 0) open_.first_step = step_number_;
+  open_.last_step = step_number_;
+  open_.seconds += seconds;
+  open_.units += units;
+  if (steps_ > log_steps_) {
+    if (after_warmup_.first_step == 0) after_warmup_.first_step = step_number_;
+    after_warmup_.last_step = step_number_;
+    after_warmup_.seconds += seconds;
+    after_warmup_.units += units;
+  }
+  if (steps_ % log_steps_ != 0) return;
+  intervals_.push_back(open_);
+  if (intervals_.size() == 1) warmup_ = open_;
+  const Interval& i = open_;
+  write(fmt::format("TimeHistory: steps {}-{}: {:.1f} {}/s ({:.0f} {} in {:.3f} s)", i.first_step, i.last_step,
+                    i.rate(), options_.unit, i.units, options_.unit, i.seconds));
+  open_ = Interval{};
+}
+
+void TimeHistory::on_train_end(const Logs&) {
+  if (steps_ == 0) return;
+  const Interval& a = after_warmup_;
+  if (a.first_step == 0) {
+    write(fmt::format("TimeHistory: no average yet: the {} trained so far are the first interval of {} (warm-up, "
+                      "left out); train more steps than log_steps",
+                      steps_ == 1 ? std::string("1 step") : fmt::format("{} steps", steps_), log_steps_));
+    return;
+  }
+  write(fmt::format("TimeHistory: {:.1f} {}/s on average over steps {}-{} ({:.0f} {} in {:.3f} s; steps {}-{} left "
+                    "out as warm-up)",
+                    a.rate(), options_.unit, a.first_step, a.last_step, a.units, options_.unit, a.seconds,
+                    warmup_.first_step, warmup_.last_step));
+}
+
 // ---- CSVLogger -----------------------------------------------------------------------
 
 CSVLogger::CSVLogger(std::string path, bool append)

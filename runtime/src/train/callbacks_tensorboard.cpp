@@ -1,6 +1,10 @@
 // The TensorBoard callback (callbacks.hpp): event files through io/tensorboard, written by
-// the master; the profile through the timeline recorder.
+// the master; the profile through the timeline recorder, started when training starts and
+// merged into its file as soon as its window has passed, so that a long run's profile can be
+// looked at while it trains on.
 #include "io/tensorboard.hpp"
+#include "io/timeline.hpp"
+#include "tarantella/log.hpp"
 #include "tarantella/callbacks.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/comm.hpp"
@@ -9,6 +13,10 @@
 #include "tarantella/timeline.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
 
 namespace tnt {
 
@@ -17,11 +25,39 @@ struct TensorBoard::Writers {
   Writers(const std::string& dir) : train(dir + "/train"), validation(dir + "/validation") {}
 };
 
+namespace {
+
+// The name of a profile's run directory, as Keras' profiler names it: the local time.
+std::string profile_run_name() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y_%m_%d_%H_%M_%S", &tm);
+  return buf;
+}
+
+std::string steps_text(int64_t first, int64_t last) {
+  return first == last ? fmt::format("step {}", first) : fmt::format("steps {}-{}", first, last);
+}
+
+}  // namespace
+
 TensorBoard::TensorBoard(std::string log_dir, int64_t update_freq, std::string profile_batch)
-    : Callback(Ranks::all), log_dir_(std::move(log_dir)), update_freq_(update_freq), profile_batch_(std::move(profile_batch)) {
+    : Callback(Ranks::all), log_dir_(std::move(log_dir)), update_freq_(update_freq) {
   TNT_INPUT_CHECK(!log_dir_.empty(), "TensorBoard: log_dir is empty");
   TNT_INPUT_CHECK(update_freq_ >= 0, "TensorBoard: update_freq={} must be 0 (per epoch) or a number of steps",
                   update_freq_);
+  std::string window = profile_batch;
+  window.erase(std::remove_if(window.begin(), window.end(), [](unsigned char c) { return std::isspace(c); }),
+               window.end());
+  std::replace(window.begin(), window.end(), ',', '-');
+  if (!window.empty() && window != "0" && window != "0-0") {
+    std::tie(profile_first_, profile_last_) =
+        parse_step_window(window, fmt::format("TensorBoard profile_batch '{}'", profile_batch));
+  } else {
+    profile_ = Profile::done;
+  }
 }
 
 TensorBoard::~TensorBoard() = default;
@@ -42,12 +78,53 @@ void TensorBoard::on_train_begin(const Logs&) {
   communicator().broadcast(error, master_rank());
   if (!error.empty()) TNT_INPUT_ERROR("{}", error);
 
-  std::string window = profile_batch_;
-  std::replace(window.begin(), window.end(), ',', '-');
-  if (!window.empty() && window != "0" && window != "0-0") {
-    auto [first, last] = parse_step_window(window, "TensorBoard profile_batch");
-    own_timeline_ = start_timeline(log_dir_ + "/train/timeline.json", first, last);
+  if (profile_ != Profile::pending) return;
+  // The window counts the steps this callback trains (Keras' profile_batch counts the
+  // batches of its fit): a resumed run profiles its own steps.
+  if (profile_base_ < 0) profile_base_ = model_->global_step();
+  const int64_t first = profile_base_ + profile_first_, last = profile_base_ + profile_last_;
+  if (timeline::Recorder* other = timeline::current()) {
+    // Every rank sees the same recorder (TNT_TIMELINE reaches every rank alike).
+    if (is_master_rank())
+      log_warning("TensorBoard: the profile of {} is not recorded into '{}': a timeline is already recording "
+                  "(TNT_TIMELINE or tarantella --timeline, or start_timeline) into '{}', steps {}-{}, and a run "
+                  "records one timeline; unset TNT_TIMELINE to have the profile in the TensorBoard directory",
+                  steps_text(first, last), log_dir_ + "/train/plugins/profile/", other->path(), other->first_step(),
+                  other->last_step());
+    profile_ = Profile::done;
+    return;
   }
+  // The master names the run (hosts' clocks may differ by a second) and makes its directory
+  // before any rank opens its part of the trace there.
+  std::string run = is_master_rank() ? profile_run_name() : std::string();
+  communicator().broadcast(run, master_rank());
+  const std::string dir = log_dir_ + "/train/plugins/profile/" + run;
+  error.clear();
+  if (is_master_rank()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) error = fmt::format("TensorBoard: cannot create '{}' for the profile: {}", dir, ec.message());
+  }
+  communicator().broadcast(error, master_rank());
+  if (!error.empty()) TNT_INPUT_ERROR("{}", error);
+  profile_path_ = dir + "/timeline.trace.json";
+  if (start_timeline(profile_path_, first, last)) profile_ = Profile::recording;
+}
+
+void TensorBoard::on_train_batch_begin(int64_t, const Logs&) {
+  // The recorder stopped recording when this step began (timeline::step_begin comes before
+  // the hooks), so no span of this step holds it: it can be merged and let go now.
+  if (profile_ == Profile::recording && model_->global_step() >= profile_base_ + profile_last_) finish_profile();
+}
+
+void TensorBoard::finish_profile() {
+  profile_ = Profile::done;
+  stop_timeline();  // collective: the master writes the file
+  profile_file_ = profile_path_;
+  const int64_t last = std::min(profile_base_ + profile_last_, model_->global_step());
+  if (is_master_rank())
+    print("TensorBoard: the timeline of {} is in {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+          steps_text(profile_base_ + profile_first_, last), profile_file_);
 }
 
 void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
@@ -87,10 +164,27 @@ void TensorBoard::on_train_end(const Logs&) {
     writers_->train.flush();
     writers_->validation.flush();
   }
-  if (own_timeline_) {
-    stop_timeline();  // collective: every rank started it
-    own_timeline_ = false;
+  if (profile_ != Profile::recording) return;
+  timeline::Recorder* r = timeline::current();
+  if (r && r->last_step_seen() >= r->first_step()) {
+    finish_profile();  // the window, or what training reached of it
+    return;
   }
+  // Not reached: no empty trace is written. The next fit() with this callback (a program
+  // that trains in a loop of fit() calls) starts the recorder again and may reach it.
+  timeline::discard();
+  profile_ = Profile::pending;
+  communicator().barrier();  // every rank's part is gone: the run's directory is empty
+  if (is_master_rank()) {
+    // Empty directories only (remove() leaves one that holds anything).
+    std::error_code ec;
+    std::filesystem::path dir = std::filesystem::path(profile_path_).parent_path();
+    for (int up = 0; up < 3 && std::filesystem::remove(dir, ec); ++up) dir = dir.parent_path();
+  }
+  if (is_master_rank())
+    log_warning("TensorBoard: the profile of {} is not recorded (yet): training has run through step {}; a later "
+                "fit() with this callback records it if it gets there",
+                steps_text(profile_base_ + profile_first_, profile_base_ + profile_last_), model_->global_step());
 }
 
 }  // namespace tnt

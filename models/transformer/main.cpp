@@ -15,8 +15,7 @@
 // rank takes sentences // ranks sentences a step, the data batched by that many and the
 // batches dealt to the ranks in turn; when the ranks do not divide the sentences, a global
 // batch is that many times the ranks, fewer sentences than --batch_size gives (said once at
-// the start). --micro_batch_size
-// (tokens per rank) sets --batch_size to micro_batch_size x ranks.
+// the start). --micro_batch_size (tokens per rank) sets --batch_size to micro x ranks.
 //
 // As the tutorial writes it, training is fit(initial_epoch, epochs) in a loop with an
 // evaluation after every --epochs_between_evals epochs: the source file is translated by

@@ -194,9 +194,10 @@ class Model {
   // dataset's order, on the host: (N, ...). Distributed as evaluate (every rank must call
   // it): each rank runs its slice of every global batch, padding rows are dropped, and the
   // rows are gathered (one allgather of every rank's rows, in chunks) onto the master or onto
-  // every rank (PredictOptions::gather). The rows equal one rank's predict on the same data:
-  // a row's output does not depend on the other rows of its batch (no BatchNorm statistics
-  // in inference). InputError on every rank for an empty dataset.
+  // every rank (PredictOptions::gather). The rows equal one rank's predict on the same data,
+  // bitwise on the CPU engines, where a row's output does not depend on the other rows of
+  // its batch (tested); a GPU library may pick another algorithm for the smaller
+  // micro-batches and change the last bits. InputError on every rank for an empty dataset.
   Tensor predict(const Dataset& data, PredictOptions options);
   // The local form: this rank alone predicts every element, in batches of batch_size (no
   // collective; what predict did before it was distributed). Equals

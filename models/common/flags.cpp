@@ -1,5 +1,7 @@
 #include "common/flags.hpp"
 
+#include "common/wording.hpp"
+
 #include <tarantella/tarantella.hpp>
 
 #include <fmt/ranges.h>
@@ -136,6 +138,10 @@ ProgramFlags::ProgramFlags(const std::string& program, const std::string& summar
     ("overwrite", "replace the output of an earlier run in --model_dir (without it, such a directory is refused)", cxxopts::value<bool>()->default_value("false"))
     ("enable_tensorboard", "write TensorBoard event files to <model_dir>/train and <model_dir>/validation", cxxopts::value<bool>()->default_value("false"));
   // clang-format on
+  if (!defaults.micro_batch_size_help.empty()) {
+    micro_batch_flag_ = true;
+    add_options()("micro_batch_size", defaults.micro_batch_size_help, cxxopts::value<int64_t>()->default_value("0"));
+  }
 }
 
 std::string ProgramFlags::first_problem(int argc, char** argv) const {
@@ -214,6 +220,24 @@ CommonFlags ProgramFlags::common() const {
   f.seed = args_["seed"].as<uint64_t>();
   f.verbose = args_["verbose"].as<int>();
   f.enable_tensorboard = args_["enable_tensorboard"].as<bool>();
+  if (micro_batch_flag_) {
+    // Weak scaling without arithmetic: the per-rank batch stays, the global one grows with
+    // the ranks, and what the program derives from the global batch (the learning rate)
+    // follows it.
+    const int64_t micro = args_["micro_batch_size"].as<int64_t>();
+    const int p = tnt::size();
+    TNT_INPUT_CHECK(micro >= 0, "--micro_batch_size={}: must be positive (or 0: --batch_size alone)", micro);
+    TNT_INPUT_CHECK(micro <= std::numeric_limits<int64_t>::max() / p,
+                    "--micro_batch_size={}: too large ({} ranks times it overflows)", micro, p);
+    if (micro > 0) {
+      TNT_INPUT_CHECK(args_.count("batch_size") == 0 || f.batch_size == micro * p,
+                      "--batch_size={} and --micro_batch_size={} disagree: on {} the global batch is "
+                      "--micro_batch_size x ranks = {}; give one of the two",
+                      f.batch_size, micro, count_of(p, "rank"), micro * p);
+      f.batch_size = micro * p;
+      f.micro_batch_size = micro;
+    }
+  }
   TNT_INPUT_CHECK(f.batch_size > 0, "--batch_size={}: must be positive", f.batch_size);
   TNT_INPUT_CHECK(f.batch_size >= tnt::size(),
                   "--batch_size={}: smaller than the {} ranks (the global batch gives each rank at least one sample)",

@@ -44,13 +44,17 @@ struct CommonFlagDefaults {
   std::string epochs_between_evals_help;
   std::string seed_help;
   int verbose = 1;
+  // Non-empty: the program takes --micro_batch_size (per rank, in --batch_size's unit; the
+  // global batch is then micro_batch_size x ranks), with this help text.
+  std::string micro_batch_size_help;
 };
 
 struct CommonFlags {
   std::string data_dir;
   std::string model_dir;
   bool overwrite = false;  // replace what an earlier run left in model_dir
-  int64_t batch_size = 0;  // GLOBAL: split across the ranks
+  int64_t batch_size = 0;  // GLOBAL: split across the ranks (micro_batch_size x ranks when that is given)
+  int64_t micro_batch_size = 0;  // --micro_batch_size as given; 0: not given (or not the program's)
   int train_epochs = 0;
   int epochs_between_evals = 1;
   uint64_t seed = 0;
@@ -102,8 +106,10 @@ class ProgramFlags {
 
   const cxxopts::ParseResult& args() const { return args_; }
 
-  // The shared values, checked in this order: --batch_size, --train_epochs,
-  // --epochs_between_evals, --verbose. Throws tnt::InputError naming the first bad one.
+  // The shared values, checked in this order: --micro_batch_size (where the program takes
+  // it), --batch_size, --train_epochs, --epochs_between_evals, --verbose. Throws
+  // tnt::InputError naming the first bad one. --micro_batch_size=m sets batch_size to m x
+  // ranks; given together with --batch_size, the two must agree.
   CommonFlags common() const;
 
  private:
@@ -113,6 +119,7 @@ class ProgramFlags {
   std::string first_problem(int argc, char** argv) const;
 
   std::string program_;
+  bool micro_batch_flag_ = false;  // the program takes --micro_batch_size
   cxxopts::Options cli_;
   cxxopts::ParseResult args_;
   std::map<std::string, FlagKind> kinds_;

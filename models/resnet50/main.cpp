@@ -211,7 +211,13 @@ int main(int argc, char** argv) {
        .train_epochs = 90,
        .epochs_between_evals_help = "evaluate (top-1, top-5) every this many epochs",
        .seed_help = "seed of weights and data",
-       .verbose = 2});
+       .verbose = 2,
+       .micro_batch_size_help =
+           "images per rank and step: the global batch is then micro_batch_size x ranks, and the learning rate "
+           "(--base_learning_rate per 256) follows it, so a weak-scaling series keeps this flag and changes only "
+           "the ranks; e.g. tarantella -n 4 -- build/bin/resnet50 --use_synthetic_data --micro_batch_size=64 "
+           "trains on global batches of 256 at learning rate 0.1. 0: --batch_size alone; given with --batch_size, "
+           "batch_size must be micro_batch_size x ranks"});
   // clang-format off
   flags.add_options()
     ("enable_checkpoint_and_export", "checkpoint after every epoch, export the weights at the end", cxxopts::value<bool>()->default_value("false"))
@@ -383,8 +389,12 @@ int main(int argc, char** argv) {
     if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,
                  image_size, image_size);
-      tnt::print("{}, global batch {}, {} training samples per epoch{}", tnt_models::count_of(tnt::size(), "rank"),
-                 common.batch_size, epoch_size, synthetic ? " (synthetic)" : "");
+      tnt::print("{}, global batch {}{}, {} training samples per epoch{}", tnt_models::count_of(tnt::size(), "rank"),
+                 common.batch_size,
+                 common.micro_batch_size > 0 ? fmt::format(" (--micro_batch_size={} x {})", common.micro_batch_size,
+                                                           tnt_models::count_of(tnt::size(), "rank"))
+                                             : std::string(),
+                 epoch_size, synthetic ? " (synthetic)" : "");
       tnt::print("learning rate: {}",
                  tnt_models::describe_lr_schedule(common.batch_size, epoch_size, warmup_epochs, base_lr));
       tnt::print("data format: {}", memory_format == tnt::MemoryFormat::channels_last ? "channels_last"

@@ -11,8 +11,11 @@
 // padded to max_length. With --auto_data_dist (default) fit() splits every global batch over
 // the ranks, unevenly when they do not divide it, and the loss is averaged over the GLOBAL
 // number of real target tokens, so p ranks give one rank's result. With
-// --auto_data_dist=false every rank takes its own sentences (the tutorial's manual mode),
-// and a batch the ranks do not divide is refused.
+// --auto_data_dist=false (the tutorial's manual mode, fit's distribute_dataset=false) every
+// rank takes sentences // ranks sentences a step, the data batched by that many and the
+// batches dealt to the ranks in turn; when the ranks do not divide the sentences, a global
+// batch is that many times the ranks, fewer sentences than --batch_size gives (said once at
+// the start). --micro_batch_size (tokens per rank) sets --batch_size to micro x ranks.
 //
 // As the tutorial writes it, training is fit(initial_epoch, epochs) in a loop with an
 // evaluation after every --epochs_between_evals epochs: the source file is translated by
@@ -326,7 +329,13 @@ int main(int argc, char** argv) {
        .train_epochs = 1,
        .epochs_between_evals_help = "translate --bleu_source and print BLEU every this many epochs",
        .seed_help = "seed of weights, dropout and shuffling",
-       .verbose = 2});
+       .verbose = 2,
+       .micro_batch_size_help =
+           "TOKENS per rank and step: the global batch is then micro_batch_size x ranks tokens, (micro_batch_size x "
+           "ranks) // max_length sentences, so a weak-scaling series keeps this flag and changes only the ranks; "
+           "e.g. tarantella -n 4 -- build/bin/transformer ... --micro_batch_size=4096 trains on global batches of "
+           "16384 tokens. 0: --batch_size alone; given with --batch_size, batch_size must be micro_batch_size x "
+           "ranks"});
   // clang-format off
   flags.add_options()
     ("vocab_file", "subtoken vocabulary (TensorFlow's format, e.g. vocab.ende.32768)", cxxopts::value<std::string>()->default_value(""))
@@ -334,7 +343,7 @@ int main(int argc, char** argv) {
     ("bleu_ref", "reference translations of --bleu_source (one per line)", cxxopts::value<std::string>()->default_value(""))
     ("param_set", "tiny, base or big (the Model Garden's sets; the flags below override single values)", cxxopts::value<std::string>()->default_value("big"))
     ("num_sentences", "sentence pairs per epoch (the first ones that fit max_length); 0 = all", cxxopts::value<int64_t>()->default_value("10000"))
-    ("auto_data_dist", "let fit() split every global batch over the ranks (false: each rank takes its own sentences and the ranks must divide the batch)", cxxopts::value<bool>()->default_value("true"))
+    ("auto_data_dist", "let fit() split every global batch over the ranks (false: the tutorial's manual sharding: each rank takes sentences // ranks sentences a step, so a global batch the ranks do not divide shrinks to the nearest multiple of the ranks)", cxxopts::value<bool>()->default_value("true"))
     ("decode_batch_size", "sentences per beam-search batch", cxxopts::value<int64_t>()->default_value("32"))
     ("decode_cache", "beam search keeps each decoder layer's keys and values of the tokens so far and runs the decoder on the new position only (false: recomputes the whole prefix every step, the reference)", cxxopts::value<bool>()->default_value("true"))
     ("decode_max_length", "source sentences are cut to this many subtokens (EOS included) for decoding; 0 = no cut, as TensorFlow's translate_file", cxxopts::value<int64_t>()->default_value("0"))
@@ -434,15 +443,10 @@ int main(int argc, char** argv) {
                     "--batch_size={}: {} per global batch (batch_size // max_length = {} // {}), fewer than the {}",
                     common.batch_size, tnt_models::count_of(sentences, "sentence"), common.batch_size, p.max_length,
                     tnt_models::count_of(tnt::size(), "rank"));
-    if (!auto_dist) {
-      TNT_INPUT_CHECK(sentences % tnt::size() == 0,
-                      "--auto_data_dist=false: a global batch of {} sentences (--batch_size={} // --max_length={}) does "
-                      "not split evenly over {} ranks ({} % {} = {}); give a --batch_size whose sentence count the "
-                      "ranks divide, or use --auto_data_dist=true (the default), which splits it unevenly with the "
-                      "same result",
-                      sentences, common.batch_size, p.max_length, tnt::size(), sentences, tnt::size(),
-                      sentences % tnt::size());
-    }
+    // Manual distribution takes what the tutorial's pipeline takes: sentences // ranks per
+    // rank, so a global batch of micro x ranks sentences.
+    const int64_t manual_micro = sentences / tnt::size();
+    const int64_t step_sentences = auto_dist ? sentences : manual_micro * tnt::size();
 
     // The vocabulary and the BLEU files, before any training.
     const std::string vocab_file = args["vocab_file"].as<std::string>();
@@ -549,16 +553,32 @@ int main(int argc, char** argv) {
     }
 
     tnt::FitOptions fit;
-    fit.batch_size = sentences;
+    fit.batch_size = step_sentences;
     fit.verbose = common.verbose;
     fit.remainder = tnt::Remainder::drop;  // as the manual mode: every step a full global batch
     tnt::Dataset train;
     if (auto_dist) {
       train = tnt::translation_dataset(data, topts).map(add_decoder_inputs);
     } else {
+      if (step_sentences != sentences) {
+        tnt::print("--auto_data_dist=false: {} per global batch (--batch_size={} // --max_length={}) do not split "
+                   "evenly over {}: each rank takes {} // {} = {} a step, so a global batch is {}, not {} (as the "
+                   "tutorial's manual pipeline; --auto_data_dist=true splits all {} unevenly over the ranks)",
+                   tnt_models::count_of(sentences, "sentence"), common.batch_size, p.max_length,
+                   tnt_models::count_of(tnt::size(), "rank"), sentences, tnt::size(),
+                   tnt_models::count_of(manual_micro, "sentence"), tnt_models::count_of(step_sentences, "sentence"),
+                   sentences, sentences);
+      }
       fit.distribute_dataset = false;
-      fit.micro_batch_size = sentences / tnt::size();
-      train = tnt::translation_dataset_by_rank(data, sentences, tnt::rank(), tnt::size(), topts).map(add_decoder_inputs);
+      fit.micro_batch_size = manual_micro;
+      // The tutorial's pipeline: batches of micro sentences, batch i to rank i % ranks;
+      // whole global batches only, so that every rank has the same number of steps.
+      const int64_t whole = data.size() / step_sentences * step_sentences;
+      train = tnt::translation_dataset(data, topts)
+                  .take(whole)
+                  .batch(manual_micro, /*drop_remainder=*/true)
+                  .shard(tnt::size(), tnt::rank())
+                  .map(add_decoder_inputs);
     }
 
     tnt_models::Translator translator(
@@ -566,12 +586,12 @@ int main(int argc, char** argv) {
         p.extra_decode_length, decode_cache);
     auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
     // --enable_time_history: TimeHistory's real tokens/s replace the padded tokens/s line.
-    std::shared_ptr<tnt::Callback> throughput = std::make_shared<TokenThroughput>(sentences, p.max_length);
+    std::shared_ptr<tnt::Callback> throughput = std::make_shared<TokenThroughput>(step_sentences, p.max_length);
     if (callback_flags.time_history) {
       tnt::TimeHistoryOptions time_options;
       time_options.unit = "tokens";
       time_options.step_units = [loss] { return static_cast<double>(loss->last_tokens()); };
-      throughput = std::make_shared<tnt::TimeHistory>(sentences, callback_flags.log_steps, time_options);
+      throughput = std::make_shared<tnt::TimeHistory>(step_sentences, callback_flags.log_steps, time_options);
     }
     // Weights only, under the PyTorch module's names (scripts/transformer_torch.py). Written
     // before each evaluation: an evaluation that fails cannot lose the trained weights.

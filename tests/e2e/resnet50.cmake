@@ -36,3 +36,13 @@ endforeach()
 # 26 training steps (to train more than 25 global batches' worth, so that the proportion
 # gives more than one batch) and a 2-step run.
 set_tests_properties(resnet50.launcher.synthetic_eval_default PROPERTIES TIMEOUT 300)
+# --micro_batch_size on 2 and 3 ranks (resnet50_micro_batch.sh): the global batch is micro x
+# ranks (the same history as --batch_size of that), disagreeing flags refused naming both.
+foreach(_np 2 3)
+  add_test(NAME resnet50.micro_batch_size.np${_np}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_micro_batch.sh $<TARGET_FILE:tarantella_launcher>
+                   $<TARGET_FILE:resnet50> ${_np})
+  set_tests_properties(resnet50.micro_batch_size.np${_np} PROPERTIES
+                       TIMEOUT 300 LABELS e2e PROCESSORS ${_np}
+                       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endforeach()

@@ -1,7 +1,7 @@
 # The Transformer program: beam search against exhaustive search (transformer_beam_search),
 # decoding with the key/value cache against the uncached reference (transformer_decode_cache),
 # and build/bin/transformer through the launcher (transformer_program.sh): 1, 2 and 3 ranks
-# give the same weights, manual distribution refuses a batch the ranks do not divide, bad
+# give the same weights, manual distribution floors a batch the ranks do not divide, bad
 # flags fail naming the flag, and a small generated corpus is learned (loss falls, BLEU
 # printed, translations.txt written), --enable_time_history prints real tokens/s. Each case
 # runs in well under a minute.
@@ -34,3 +34,11 @@ foreach(_case ranks_1_2_3 manual_indivisible bad_param_set missing_vocab_file ba
                        TIMEOUT 240 LABELS e2e
                        ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endforeach()
+# --micro_batch_size (tokens per rank) on 2 and 3 ranks: the run of --batch_size micro x ranks.
+add_test(NAME transformer.program.micro_batch_size
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/transformer_program.sh
+                 $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:transformer> $<TARGET_FILE:transformer_data>
+                 ${PROJECT_SOURCE_DIR} micro_batch_size)
+set_tests_properties(transformer.program.micro_batch_size PROPERTIES
+                     TIMEOUT 300 LABELS e2e
+                     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")

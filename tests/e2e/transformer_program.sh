@@ -8,8 +8,11 @@
 #   steps with dropout: the weights of 2 and 3 ranks equal those of 1 rank within the
 #   tolerance below; a run on another batch (6 sentences) differs by far more, so the
 #   comparison can fail.
-# manual_indivisible: --auto_data_dist=false with 7 sentences on 2 ranks is refused, naming
-#   the flag and the numbers; 8 sentences run.
+# manual_indivisible: --auto_data_dist=false with 7 sentences on 2 and 3 ranks takes 7 // p
+#   sentences per rank (the tutorial's pipeline), says so once, and gives one rank's weights
+#   on global batches of 6; 8 sentences on 2 ranks run without that message.
+# micro_batch_size: --micro_batch_size (tokens per rank) on 2 and 3 ranks is --batch_size of
+#   micro x ranks; disagreeing with --batch_size is refused naming both.
 # bad_param_set, missing_vocab_file, batch_below_max_length: an error naming the flag and a
 #   non-zero exit (batch_below_max_length also: one sentence per batch for 2 ranks).
 # bleu_files_mismatch: --bleu_source and --bleu_ref of different line counts, or one
@@ -148,16 +151,57 @@ case $case_name in
     ;;
   manual_indivisible)
     corpus 100 10
-    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=168 --num_sentences=21 \
-      --auto_data_dist=false --model_dir="$tmp/m"
-    expect_error "--auto_data_dist=false: a global batch of 7 sentences \(--batch_size=168 // --max_length=24\) does not split evenly over 2 ranks" "the flag, the batch and the ranks"
-    # Both ranks find it before any collective; the first to report ends the job, so the
-    # other's line may be cut off: at least one rank-qualified line is required.
-    if grep -Eq '^error \(rank [01] of 2\): --auto_data_dist=false' <<<"$out"; then pass "reported by a rank"; else fail "no 'error (rank r of 2)' line"; fi
-    if [[ ! -e $tmp/m/history.csv ]]; then pass "no history.csv"; else fail "history.csv written by a refused run"; fi
+    # The tutorial's manual pipeline: 7 sentences per global batch (168 // 24) on 2 and 3
+    # ranks give each rank 7 // p sentences a step (3 and 2), so global batches of 6, said
+    # once with the numbers; 21 sentences make 3 steps. The result is one rank's on global
+    # batches of 6 (144 // 24) with automatic distribution, within ranks_1_2_3's tolerance
+    # (the same samples in every step; the control there shows 6 against 7 sentences
+    # differ by 0.07).
+    common=(--data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --train_epochs=1
+            --learning_rate_warmup_steps=10 --num_sentences=21)
+    run 1 "${common[@]}" --batch_size=144 --model_dir="$tmp/np1"
+    if [[ $rc -eq 0 ]]; then pass "1 rank, 6 sentences: exit 0"; else fail "1 rank, 6 sentences: exit $rc"; fi
+    tol=1e-5
+    for np in 2 3; do
+      run "$np" "${common[@]}" --batch_size=168 --auto_data_dist=false --model_dir="$tmp/np$np"
+      if [[ $rc -eq 0 && -s $tmp/np$np/model.safetensors ]]; then pass "$np ranks, manual, 7 sentences: exit 0"; else fail "$np ranks, manual: exit $rc or no model.safetensors"; fi
+      micro=$((7 / np))
+      msg="--auto_data_dist=false: 7 sentences per global batch (--batch_size=168 // --max_length=24) do not split evenly over $np ranks: each rank takes 7 // $np = $micro sentences a step, so a global batch is 6 sentences, not 7 (as the tutorial's manual pipeline; --auto_data_dist=true splits all 7 unevenly over the ranks)"
+      n=$(grep -cxF -- "$msg" <<<"$out")
+      if [[ $n -eq 1 ]]; then pass "$np ranks: the floor is said once"; else fail "$np ranks: '$msg' printed $n times, expected once"; fi
+      d=$(max_abs_diff "$tmp/np1/model.safetensors" "$tmp/np$np/model.safetensors")
+      if awk -v d="$d" -v t="$tol" 'BEGIN { exit !(d != "" && d <= t) }'; then pass "$np ranks manual vs 1 rank on 6 sentences: max |dw| = $d <= $tol"; else fail "$np ranks manual vs 1 rank on 6 sentences: max |dw| = $d > $tol"; fi
+    done
+    # Sentences the ranks divide: nothing to say.
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=192 --num_sentences=16 \
       --auto_data_dist=false --model_dir="$tmp/m2"
     if [[ $rc -eq 0 ]] && grep -q "manual data distribution" <<<"$out"; then pass "8 sentences on 2 ranks, manual: exit 0"; else fail "manual mode with 8 sentences: exit $rc"; fi
+    if ! grep -q "do not split evenly" <<<"$out"; then pass "8 sentences on 2 ranks: no floor message"; else fail "a floor message for 8 sentences on 2 ranks"; fi
+    ;;
+  micro_batch_size)
+    corpus 100 10
+    # --micro_batch_size counts tokens per rank: 84 on 2 ranks and 56 on 3 are --batch_size=168,
+    # 7 sentences. On 2 ranks the very run of --batch_size=168 (the same weights bitwise); on
+    # 3 ranks its weights within ranks_1_2_3's tolerance.
+    common=(--data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --train_epochs=1
+            --learning_rate_warmup_steps=10 --num_sentences=21)
+    run 2 "${common[@]}" --batch_size=168 --model_dir="$tmp/global"
+    if [[ $rc -eq 0 ]]; then pass "--batch_size=168 on 2 ranks: exit 0"; else fail "--batch_size=168: exit $rc"; fi
+    for np in 2 3; do
+      micro=$((168 / np))
+      run "$np" "${common[@]}" --micro_batch_size=$micro --model_dir="$tmp/micro$np"
+      if [[ $rc -eq 0 && -s $tmp/micro$np/model.safetensors ]]; then pass "--micro_batch_size=$micro on $np ranks: exit 0"; else fail "--micro_batch_size=$micro on $np ranks: exit $rc"; fi
+      if grep -q "^$np ranks, global batch 168 tokens = 7 sentences of 24" <<<"$out"; then pass "$np ranks: global batch 168 tokens"; else fail "$np ranks: no '$np ranks, global batch 168 tokens = 7 sentences of 24' line"; fi
+      d=$(max_abs_diff "$tmp/global/model.safetensors" "$tmp/micro$np/model.safetensors")
+      want=1e-5
+      [[ $np -eq 2 ]] && want=0
+      if awk -v d="$d" -v t="$want" 'BEGIN { exit !(d != "" && d <= t) }'; then pass "$np ranks: max |dw| = $d <= $want against --batch_size=168"; else fail "$np ranks: max |dw| = $d > $want against --batch_size=168"; fi
+    done
+    run 2 "${common[@]}" --batch_size=100 --micro_batch_size=84 --model_dir="$tmp/refused"
+    expect_error "--batch_size=100 and --micro_batch_size=84 disagree: on 2 ranks the global batch is --micro_batch_size x ranks = 168; give one of the two" "both flags"
+    if [[ $rc -eq 2 ]]; then pass "exit status 2"; else fail "exit status $rc, expected 2"; fi
+    help=$("$program" --help 2>&1)
+    if grep -q -- "--micro_batch_size" <<<"$help"; then pass "--help lists --micro_batch_size"; else fail "--help has no --micro_batch_size"; fi
     ;;
   bad_param_set)
     corpus 20 5

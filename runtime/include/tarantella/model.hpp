@@ -15,6 +15,13 @@
 //   share of the serial gradient: the allreduced SUM is the serial gradient, whatever the
 //   micro-batch sizes. A last partial batch is padded (zero-weight samples, default) or
 //   dropped (FitOptions::remainder).
+// - Local batch sizes (Tarantella's micro_batch_size, to scale the global batch with the
+//   ranks): with batch_size = 0 and micro_batch_size = m, fit, evaluate and predict batch the
+//   unbatched dataset with the global batch m x p themselves (every rank takes m samples a
+//   step), and FitOptions::validation_micro_batch_size does the same for the validation
+//   data. Given both, micro_batch_size must be this rank's share of batch_size (the ranks
+//   check that together, so a mismatch is an InputError on every rank); neither is an
+//   InputError naming both.
 // - Before the first step the master broadcasts every parameter and buffer; all ranks then
 //   apply identical updates, so replicas never diverge. BatchNorm statistics stay local.
 // - Gradients reach the optimizer through the Reducer (fusion buckets, allreduced while
@@ -74,7 +81,9 @@ class CallbackList;  // the callbacks that run on this rank (model.cpp)
 struct FitOptions {
   int epochs = 1;                      // train until this epoch index (exclusive)
   int initial_epoch = 0;               // start here (resume)
-  int64_t batch_size = 0;              // GLOBAL batch size (required with distribute_dataset)
+  // GLOBAL batch size; 0: micro_batch_size x ranks (one of the two is required with
+  // distribute_dataset; see "Local batch sizes" above).
+  int64_t batch_size = 0;
   std::vector<CallbackPtr> callbacks;
   std::optional<Dataset> validation_data;  // unbatched, like the training data
   // Or validation data already distributed (a pipeline that decodes after distribute());
@@ -87,14 +96,18 @@ struct FitOptions {
   // shuffle() in it: the held-out part would change). Not with validation_data or
   // distributed_validation_data, nor with distribute_dataset=false or a DistributedDataset.
   double validation_split = 0.0;
-  int64_t validation_batch_size = 0;   // global; 0 = batch_size
+  // Global; 0: validation_micro_batch_size x ranks when that is given, else batch_size.
+  int64_t validation_batch_size = 0;
   int validation_freq = 1;             // validate after epochs k*freq (1-based), and after the last
   int verbose = 1;                     // 0 silent, 1 progress bar, 2 one line per epoch
   // true: each rank takes its slice of every global batch. false: the dataset already
   // yields this rank's micro-batches (the user sharded by tnt::rank()/tnt::size()).
   bool distribute_dataset = true;
-  int64_t micro_batch_size = 0;        // optional; must agree with the data when given
-  int64_t validation_micro_batch_size = 0;
+  // Per rank. Alone (batch_size 0) it sets the global batch, micro_batch_size x ranks; with
+  // batch_size it must be this rank's share of it; with distribute_dataset=false it must
+  // equal the size of every micro-batch the data yield.
+  int64_t micro_batch_size = 0;
+  int64_t validation_micro_batch_size = 0;  // as micro_batch_size, for the validation data
   Remainder remainder = Remainder::pad;
   int prefetch = 2;                    // micro-batches prepared ahead on a background thread
   ClassWeight class_weight;            // class -> loss weight (absent classes: 1); see above
@@ -104,11 +117,29 @@ struct FitOptions {
 };
 
 struct EvaluateOptions {
-  int64_t batch_size = 0;              // GLOBAL
+  int64_t batch_size = 0;              // GLOBAL; 0: micro_batch_size x ranks
   bool distribute_dataset = true;
-  int64_t micro_batch_size = 0;
+  int64_t micro_batch_size = 0;        // as FitOptions::micro_batch_size
   int verbose = 0;                     // 1: announced, with a progress bar; 2: announced, a result line
   ClassWeight class_weight;            // as FitOptions::class_weight
+};
+
+// Which ranks get predict's outputs.
+enum class Gather {
+  master,  // the master returns all of them; the other ranks an undefined Tensor
+  all,     // every rank returns all of them
+};
+
+struct PredictOptions {
+  int64_t batch_size = 0;          // GLOBAL; 0: micro_batch_size x ranks
+  int64_t micro_batch_size = 0;    // as FitOptions::micro_batch_size
+  // true: each rank predicts its slice of every global batch (as evaluate), and the outputs
+  // are gathered in the dataset's order. false: the dataset yields this rank's own batches,
+  // predicted here alone (no collective once the master's weights were broadcast, which the
+  // model's first fit, evaluate or predict does on every rank: then callable on one rank);
+  // batch_size and micro_batch_size must then be 0, and gather is not used.
+  bool distribute_dataset = true;
+  Gather gather = Gather::all;
 };
 
 // Per-epoch timing of the step and of gradient communication (from the Reducer).
@@ -159,8 +190,18 @@ class Model {
   // agree with the data's (as in fit); distribute_dataset=false is refused (the data is
   // distributed already).
   Logs evaluate(const DistributedDataset& data, EvaluateOptions options = {});
-  // Outputs of the first network output for every element, in order, on the host. Every
-  // rank computes all of them (no distribution).
+  // Outputs of the first network output for every element of an UNBATCHED dataset, in the
+  // dataset's order, on the host: (N, ...). Distributed as evaluate (every rank must call
+  // it): each rank runs its slice of every global batch, padding rows are dropped, and the
+  // rows are gathered (one allgather of every rank's rows, in chunks) onto the master or onto
+  // every rank (PredictOptions::gather). The rows equal one rank's predict on the same data,
+  // bitwise on the CPU engines, where a row's output does not depend on the other rows of
+  // its batch (tested); a GPU library may pick another algorithm for the smaller
+  // micro-batches and change the last bits. InputError on every rank for an empty dataset.
+  Tensor predict(const Dataset& data, PredictOptions options);
+  // The local form: this rank alone predicts every element, in batches of batch_size (no
+  // collective; what predict did before it was distributed). Equals
+  // predict(data.batch(batch_size), {.distribute_dataset = false}).
   Tensor predict(const Dataset& data, int64_t batch_size);
 
   // Weights only (parameters and buffers, PyTorch names). save_* are collective: the master
@@ -208,6 +249,10 @@ class Model {
   Logs run_evaluate(const detail::NextBatch& source, const ClassWeight& class_weight = {}, const EvalParams& eval = {},
                     detail::CallbackList* callbacks = nullptr);
   std::optional<DistributedDataset> validation_set(const FitOptions& options) const;
+  // This rank's outputs of the first network output for the real rows of every batch of
+  // `next`, stacked (R, ...). global_real, when given: the global batches' real sample
+  // counts are appended.
+  Tensor predict_rows(const detail::NextBatch& next, const char* what, std::vector<int64_t>* global_real);
   void prepare_training();
   void check_ranks_agree();
   void broadcast_weights();

@@ -14,8 +14,13 @@
 #include "train/staging.hpp"
 #include "train/step_scalars.hpp"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <typeinfo>
 
@@ -216,6 +221,51 @@ std::shared_ptr<detail::InputStager> stager_for(Device device) {
   const bool enabled = detail::pinned_staging_enabled();  // validated on every device
   if (!device.is_cuda() || !enabled) return nullptr;
   return std::make_shared<detail::InputStager>(device);
+}
+
+// "v" when every rank holds v, else "v0, v1, ... (ranks 0 to p-1)".
+std::string per_rank(const std::vector<int64_t>& values) {
+  if (std::all_of(values.begin(), values.end(), [&](int64_t v) { return v == values.front(); })) {
+    return std::to_string(values.front());
+  }
+  return fmt::format("{} (ranks 0 to {})", fmt::join(values, ", "), values.size() - 1);
+}
+
+// The global batch of a distributed pass ("Local batch sizes" in model.hpp): `batch` as
+// given, or `micro` x ranks when only that is given; batch_name and micro_name are the
+// options' names for messages. Collective when batch is given: with a batch the ranks do not
+// divide, their shares differ, so a micro_batch_size may fit some ranks only; every rank
+// looks at every rank's value, and all of them throw alike (none waits for the others in
+// the pass's first collective).
+int64_t global_batch_of(const char* what, const char* batch_name, int64_t batch, const char* micro_name,
+                        int64_t micro) {
+  const int p = size();
+  TNT_INPUT_CHECK(batch >= 0, "{}: {}={} must be positive (the GLOBAL batch size), or 0 to use {} x ranks", what,
+                  batch_name, batch, micro_name);
+  TNT_INPUT_CHECK(micro >= 0, "{}: {}={} must be positive (per rank), or 0", what, micro_name, micro);
+  if (batch == 0) {
+    TNT_INPUT_CHECK(micro > 0,
+                    "{}: {}=0 and {}=0: give {} (the GLOBAL batch, split over the ranks) or {} (per rank: the "
+                    "dataset is then batched with {} x ranks)",
+                    what, batch_name, micro_name, batch_name, micro_name, micro_name);
+    TNT_INPUT_CHECK(micro <= std::numeric_limits<int64_t>::max() / p, "{}: {}={} x {} ranks is too large", what,
+                    micro_name, micro, p);
+    return micro * p;
+  }
+  TNT_INPUT_CHECK(batch >= p, "{}: the global batch size {} is smaller than the number of ranks {}", what, batch, p);
+  const std::vector<int64_t> micros = communicator().allgather(micro);
+  std::vector<int64_t> shares;
+  bool agree = true;
+  for (int q = 0; q < p; ++q) {
+    shares.push_back(micro_batch_size(batch, q, p));
+    agree = agree && (micros[q] == 0 || micros[q] == shares.back());
+  }
+  TNT_INPUT_CHECK(agree,
+                  "{}: {}={} disagrees with {}={}: over {} that is {} samples per rank; give one of the two ({}=0 "
+                  "batches with {} x ranks)",
+                  what, micro_name, per_rank(micros), batch_name, batch, p == 1 ? "1 rank" : fmt::format("{} ranks", p),
+                  per_rank(shares), batch_name, micro_name);
+  return batch;
 }
 
 }  // namespace
@@ -535,12 +585,14 @@ std::optional<DistributedDataset> Model::validation_set(const FitOptions& option
   if (options.distributed_validation_data) return *options.distributed_validation_data;
   if (!options.validation_data) return std::nullopt;
   const int p = size();
-  const int64_t vb = options.validation_batch_size > 0 ? options.validation_batch_size : options.batch_size;
-  TNT_INPUT_CHECK(vb >= p, "fit: the validation batch size {} is smaller than the number of ranks {}", vb, p);
-  TNT_INPUT_CHECK(options.validation_micro_batch_size <= 0 ||
-                      options.validation_micro_batch_size == micro_batch_size(vb, rank(), p),
-                  "fit: validation_micro_batch_size={} disagrees with validation batch size {} on {} ranks",
-                  options.validation_micro_batch_size, vb, p);
+  int64_t vb = 0;
+  if (options.validation_batch_size != 0 || options.validation_micro_batch_size != 0) {
+    vb = global_batch_of("fit", "validation_batch_size", options.validation_batch_size,
+                         "validation_micro_batch_size", options.validation_micro_batch_size);
+  } else {
+    vb = options.batch_size;
+    TNT_INPUT_CHECK(vb >= p, "fit: the validation batch size {} is smaller than the number of ranks {}", vb, p);
+  }
   return options.validation_data->distribute(vb, rank(), p, Remainder::pad);
 }
 
@@ -586,14 +638,9 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
     return run_fit([data, micro](int64_t epoch) { return user_source(data, epoch, micro); }, data.cardinality(),
                    validation_set(options), options);
   }
-  TNT_INPUT_CHECK(options.batch_size > 0, "fit: batch_size={} (the GLOBAL batch size) must be positive",
-                  options.batch_size);
-  TNT_INPUT_CHECK(options.batch_size >= p, "fit: the global batch size {} is smaller than the number of ranks {}",
-                  options.batch_size, p);
-  const int64_t mine = micro_batch_size(options.batch_size, rank(), p);
-  TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == mine,
-                  "fit: micro_batch_size={} disagrees with batch_size={} on {} ranks (rank {} gets {} samples)",
-                  options.micro_batch_size, options.batch_size, p, rank(), mine);
+  // The global batch is also what callbacks and the validation default see.
+  options.batch_size =
+      global_batch_of("fit", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
   DistributedDataset train = data.distribute(options.batch_size, rank(), p, options.remainder);
   if (options.prefetch > 0) train = train.prefetch(options.prefetch);
   return run_fit([train](int64_t epoch) { return distributed_source(train, epoch); }, train.steps(),
@@ -794,15 +841,11 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
     return run_evaluate(user_source(data, 0, options.micro_batch_size), options.class_weight, eval,
                         &callbacks);
   }
-  const int p = size();
-  TNT_INPUT_CHECK(options.batch_size >= p, "evaluate: the global batch size {} is smaller than the number of ranks {}",
-                  options.batch_size, p);
-  TNT_INPUT_CHECK(options.micro_batch_size <= 0 || options.micro_batch_size == micro_batch_size(options.batch_size, rank(), p),
-                  "evaluate: micro_batch_size={} disagrees with batch_size={} on {} ranks", options.micro_batch_size,
-                  options.batch_size, p);
-  DistributedDataset distributed = data.distribute(options.batch_size, rank(), p, Remainder::pad);
+  const int64_t global =
+      global_batch_of("evaluate", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
+  DistributedDataset distributed = data.distribute(global, rank(), size(), Remainder::pad);
   eval.steps = distributed.steps();
-  eval.batch_size = options.batch_size;
+  eval.batch_size = global;
   eval.samples = data.cardinality();
   return run_evaluate(distributed_source(distributed, 0), options.class_weight, eval, &callbacks);
 }
@@ -860,36 +903,160 @@ Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weigh
   return logs;
 }
 
-Tensor Model::predict(const Dataset& data, int64_t batch_size) {
-  TNT_INPUT_CHECK(batch_size > 0, "predict: batch_size={} must be positive", batch_size);
+namespace {
+
+// Rows [at, at + rows) of `into` (R, ...) from `part` (rows, ...), both on the host.
+void copy_rows(Tensor& into, int64_t at, const Tensor& part) {
+  if (part.dim(0) == 0) return;
+  Tensor dst = into.slice_rows(at, at + part.dim(0));
+  dst.copy_from(part);
+}
+
+// The parts stacked along their first dimension: (sum of rows, ...).
+Tensor stack_rows(const std::vector<Tensor>& parts) {
+  Shape shape = parts.at(0).shape();
+  shape[0] = 0;
+  for (const Tensor& part : parts) shape[0] += part.dim(0);
+  Tensor result = Tensor::empty(shape, parts[0].dtype());
+  int64_t at = 0;
+  for (const Tensor& part : parts) {
+    copy_rows(result, at, part);
+    at += part.dim(0);
+  }
+  return result;
+}
+
+// Bytes of one allgather round of predict's outputs per rank: below MPI's int count, and
+// small enough that a rank which does not keep the rows (Gather::master) holds little.
+constexpr int64_t kGatherChunkBytes = int64_t{64} << 20;
+
+// Every rank's `mine` (rows_q, S...), in rank order, on the ranks that keep them (empty
+// tensors elsewhere). Collective: the ranks' row counts first, then rounds of one allgather
+// each, of at most kGatherChunkBytes per rank.
+std::vector<Tensor> gather_rows(const Tensor& mine, bool keep) {
+  Communicator& comm = communicator();
+  const int p = size();
+  const std::vector<int64_t> rows = comm.allgather(mine.dim(0));
+  // The row shape is the network output's, alike on every rank; a rank without real rows
+  // (all padding) still has it from its empty tensor.
+  const Shape row_shape = mine.shape();
+  int64_t elems = 1;
+  for (size_t d = 1; d < row_shape.size(); ++d) elems *= row_shape[d];
+  const int64_t bytes_per_row = elems * static_cast<int64_t>(dtype_size(mine.dtype()));
+  std::vector<Tensor> all(static_cast<size_t>(p));
+  if (keep) {
+    for (int q = 0; q < p; ++q) {
+      Shape shape = row_shape;
+      shape[0] = rows[q];
+      all[q] = Tensor::empty(shape, mine.dtype());
+    }
+  }
+  const int64_t most = *std::max_element(rows.begin(), rows.end());
+  const int64_t chunk = std::max<int64_t>(1, kGatherChunkBytes / std::max<int64_t>(bytes_per_row, 1));
+  std::vector<uint8_t> send(static_cast<size_t>(std::min(most, chunk) * bytes_per_row));
+  std::vector<uint8_t> received(send.size() * static_cast<size_t>(p));
+  const auto* from = static_cast<const uint8_t*>(mine.raw());
+  for (int64_t start = 0; start < most; start += chunk) {
+    const int64_t n = std::min(chunk, most - start);
+    const int64_t own = std::clamp<int64_t>(mine.dim(0) - start, 0, n);
+    if (own > 0) std::memcpy(send.data(), from + start * bytes_per_row, static_cast<size_t>(own * bytes_per_row));
+    comm.allgather(send.data(), received.data(), n * bytes_per_row, DType::u8, Device::cpu());
+    if (!keep) continue;
+    for (int q = 0; q < p; ++q) {
+      const int64_t theirs = std::clamp<int64_t>(rows[q] - start, 0, n);
+      if (theirs == 0) continue;
+      auto* to = static_cast<uint8_t*>(all[q].raw());
+      std::memcpy(to + start * bytes_per_row, received.data() + static_cast<size_t>(q * n * bytes_per_row),
+                  static_cast<size_t>(theirs * bytes_per_row));
+    }
+  }
+  return all;
+}
+
+}  // namespace
+
+Tensor Model::predict_rows(const detail::NextBatch& next, const char* what, std::vector<int64_t>* global_real) {
   if (!weights_synced_) broadcast_weights();
   RunContext rc;
   rc.training = false;
   rc.seed = seed_;
   rc.device = network_->device();
-  std::vector<Tensor> parts;
-  int64_t rows_total = 0;
-  auto it = data.batch(batch_size).iterate(0);
   const size_t n_in = network_->inputs().size();
-  while (std::optional<Element> e = it.next()) {
-    TNT_INPUT_CHECK(e->size() >= n_in, "predict: each element needs {} input column(s)", n_in);
+  std::vector<Tensor> parts;  // this rank's real rows of each step
+  while (std::optional<Batch> batch = next()) {
+    TNT_INPUT_CHECK(batch->columns.size() >= n_in, "{}: each element needs {} input column(s); it has {}", what,
+                    n_in, batch->columns.size());
     std::vector<Tensor> inputs;
-    for (size_t i = 0; i < n_in; ++i) inputs.push_back(on_device((*e)[i], rc.device));
-    Tensor out = network_->forward(inputs, rc, false).at(0).to(Device::cpu());
-    rows_total += out.dim(0);
-    parts.push_back(out);
+    for (size_t i = 0; i < n_in; ++i) inputs.push_back(on_device(batch->columns[i], rc.device));
+    Tensor out = network_->forward(inputs, rc, false).at(0).to(Device::cpu());  // (b, ...)
+    parts.push_back(rows(out, batch->real_samples).contiguous());
+    if (global_real) global_real->push_back(batch->global_real_samples);
   }
-  TNT_INPUT_CHECK(!parts.empty(), "predict: the dataset is empty");
-  Shape shape = parts[0].shape();
-  shape[0] = rows_total;
-  Tensor result = Tensor::empty(shape, parts[0].dtype());
+  TNT_INPUT_CHECK(!parts.empty(), "{}: the dataset is empty", what);
+  return stack_rows(parts);
+}
+
+Tensor Model::predict(const Dataset& data, PredictOptions options) {
+  if (!options.distribute_dataset) {
+    TNT_INPUT_CHECK(options.batch_size == 0 && options.micro_batch_size == 0,
+                    "predict: distribute_dataset=false predicts the dataset's own batches on this rank; batch_size={} "
+                    "and micro_batch_size={} must be 0",
+                    options.batch_size, options.micro_batch_size);
+    auto it = std::make_shared<Dataset::Iterator>(data.iterate(0));
+    return predict_rows(
+        [it]() -> std::optional<Batch> {
+          std::optional<Element> e = it->next();
+          if (!e) return std::nullopt;
+          Batch b;
+          b.columns = std::move(*e);
+          b.micro_batch_size = b.real_samples = b.columns.empty() ? 0 : b.columns.front().dim(0);
+          return b;
+        },
+        "predict", nullptr);
+  }
+  const int p = size();
+  const int64_t global =
+      global_batch_of("predict", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
+  const DistributedDataset distributed = data.distribute(global, rank(), p, Remainder::pad);
+  std::vector<int64_t> step_real;  // real samples of each global batch, alike on every rank
+  const Tensor mine = predict_rows(distributed_source(distributed, 0), "predict", &step_real);
+  const bool keep = options.gather == Gather::all || is_master_rank();
+  const std::vector<Tensor> all = gather_rows(mine, keep);
+  if (!keep) return Tensor();
+  // Global batch s holds rank q's rows at offset(q), as many as are real there: the
+  // dataset's order is step by step, rank by rank.
+  std::vector<int64_t> micro(static_cast<size_t>(p)), offset(static_cast<size_t>(p)), taken(static_cast<size_t>(p), 0);
+  for (int q = 0; q < p; ++q) {
+    micro[q] = micro_batch_size(global, q, p);
+    offset[q] = micro_batch_offset(global, q, p);
+  }
+  int64_t total = 0;
+  for (int64_t n : step_real) total += n;
+  Shape shape = mine.shape();
+  shape[0] = total;
+  Tensor result = Tensor::empty(shape, mine.dtype());
   int64_t at = 0;
-  for (auto& part : parts) {
-    Tensor dst = result.slice_rows(at, at + part.dim(0));
-    dst.copy_from(part);
-    at += part.dim(0);
+  for (int64_t n : step_real) {
+    for (int q = 0; q < p; ++q) {
+      const int64_t count = std::clamp<int64_t>(n - offset[q], 0, micro[q]);
+      if (count == 0) continue;
+      copy_rows(result, at, all[q].slice_rows(taken[q], taken[q] + count));
+      taken[q] += count;
+      at += count;
+    }
+  }
+  TNT_CHECK(at == total, "predict: gathered {} of {} rows", at, total);
+  for (int q = 0; q < p; ++q) {
+    TNT_CHECK(taken[q] == all[q].dim(0), "predict: rank {} sent {} rows, {} placed", q, all[q].dim(0), taken[q]);
   }
   return result;
+}
+
+Tensor Model::predict(const Dataset& data, int64_t batch_size) {
+  TNT_INPUT_CHECK(batch_size > 0, "predict: batch_size={} must be positive", batch_size);
+  PredictOptions local;
+  local.distribute_dataset = false;
+  return predict(data.batch(batch_size), local);
 }
 
 }  // namespace tnt

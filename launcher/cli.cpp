@@ -37,10 +37,17 @@ cxxopts::Options make_parser() {
        cxxopts::value<std::string>(), "FILE")
       ("H,hosts", "The same inline, comma-separated: -H node1,node2:4", cxxopts::value<std::string>(), "LIST");
   o.add_options("Ranks and devices")
-      ("n,n-per-node", "Ranks per node, on every host; not the total, unlike mpirun's -np (default: the host's "
+      ("n,n-per-node", "Ranks per node, on every host; not in all as mpirun's -n (that is -np here) (default: the host's "
        "slots, else the SLURM allocation's tasks on the node, else the GPUs of this node, else 1 CPU rank)",
        cxxopts::value<std::string>(), "N")
       ("devices-per-node", "Alias of -n (the original Tarantella's name)", cxxopts::value<std::string>(), "N")
+      ("npernode", "Alias of -n (the original Tarantella's other name, and Open MPI's; -npernode too)",
+       cxxopts::value<std::string>(), "N")
+      ("np", "Ranks in all, as mpirun's and horovodrun's -np N (also -np N, -npN, -np=N): they fill the first "
+       "host's slots, then the next host's; without --hostfile, -H or SLURM, N ranks on this machine. Not with -n",
+       cxxopts::value<std::string>(), "N")
+      ("oversubscribe", "With -np: allow more ranks than the hosts' slots, the extra ones spread evenly over the "
+       "hosts (as Open MPI does)")
       ("no-gpu", "Run CPU ranks even where GPUs exist");
   o.add_options("Runtime")
       ("fusion-threshold", "Gradient fusion bucket size in KB, exported as TNT_FUSION_THRESHOLD (0 disables fusion)",
@@ -129,27 +136,46 @@ std::pair<std::string, std::string> parse_export(const std::string& text) {
   return {key, text.substr(eq + 1)};
 }
 
-// mpirun's and horovodrun's -np N counts ranks in all; cxxopts would read "-np" as -n with
-// the value "p" and leave N a stray word. Said here, with what tarantella takes instead.
-// `i` is the word's index; a value in the next word is consumed.
-std::optional<std::string> total_ranks_habit(const std::vector<std::string>& words, size_t i) {
-  const std::string& word = words[i];
-  const size_t dashes = word.compare(0, 2, "--") == 0 ? 2 : 1;
-  if (word.compare(dashes, 2, "np") != 0) return std::nullopt;
-  const std::string flag = word.substr(0, dashes + 2);
-  std::string count = word.substr(dashes + 2);  // -np4, -np=4
-  if (!count.empty() && count.front() == '=') count.erase(0, 1);
-  auto digits = [](const std::string& t) {
-    return std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+// mpirun's and horovodrun's -np N, in the spellings they take: -np N, -np=N, -npN, and
+// --np N, --np=N. cxxopts would read "-np" as -n with the value "p", so these words are
+// taken out before it sees them. Open MPI's -npernode becomes --npernode for the same reason.
+struct TotalRanksWord {
+  std::string flag;   // "-np" or "--np", as written
+  std::string value;  // unchecked
+};
+
+std::vector<TotalRanksWord> take_total_ranks(std::vector<std::string>& words) {
+  std::vector<TotalRanksWord> found;
+  std::vector<std::string> rest;
+  auto digits = [](std::string_view t) {
+    return !t.empty() && std::all_of(t.begin(), t.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
   };
-  if (!digits(count)) return std::nullopt;  // another word that starts with -np
-  if (count.empty() && i + 1 < words.size() && !words[i + 1].empty() && digits(words[i + 1])) count = words[i + 1];
-  const std::string n = count.empty() ? "N" : excerpt(count, 20);
-  return fmt::format("{}{}: tarantella has no {} (mpirun's and horovodrun's number of ranks in all): its -n is ranks "
-                     "per node, on every host. For {} ranks in all: -n {} on this machine alone, or give each host "
-                     "its ranks, -H host1:K1,host2:K2 with K1 + K2 = {} (or a hostfile of 'host slots=K' lines); "
-                     "--dry-run shows the plan",
-                     flag, count.empty() ? "" : " " + n, flag, n, n, n);
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& word = words[i];
+    if (word == "-npernode" || word.rfind("-npernode=", 0) == 0) {
+      rest.push_back("-" + word);
+      continue;
+    }
+    const size_t dashes = word.compare(0, 2, "--") == 0 ? 2 : 1;
+    if (word.size() < dashes + 2 || word[0] != '-' || word.compare(dashes, 2, "np") != 0) {
+      rest.push_back(word);
+      continue;
+    }
+    const std::string flag = word.substr(0, dashes + 2);
+    const std::string tail = word.substr(dashes + 2);
+    if (tail.empty()) {
+      if (i + 1 == words.size()) throw InputError(fmt::format("{}: missing its value (the number of ranks in all)", flag));
+      found.push_back({flag, words[++i]});
+    } else if (tail.front() == '=') {
+      found.push_back({flag, tail.substr(1)});
+    } else if (dashes == 1 && digits(tail)) {
+      found.push_back({flag, tail});
+    } else {
+      rest.push_back(word);  // -npx: -n's value, to be judged there; --npx: no such option
+    }
+  }
+  words = std::move(rest);
+  return found;
 }
 
 // cxxopts' own messages name no option when a value does not parse ("Argument 'maybe'
@@ -166,7 +192,6 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
     if (word.size() < 2 || word[0] != '-') continue;  // a stray word: refused after parsing
-    if (auto habit = total_ranks_habit(words, i)) throw InputError(*habit);
     const bool long_form = word[1] == '-';
     const size_t eq = long_form ? word.find('=') : std::string::npos;
     const std::string name = long_form ? word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)
@@ -208,6 +233,7 @@ Options parse_command_line(const std::vector<std::string>& args) {
       words.push_back(a);
     }
   }
+  const std::vector<TotalRanksWord> total_words = take_total_ranks(words);
   std::vector<const char*> argv{"tarantella"};
   for (const auto& a : words) argv.push_back(a.c_str());
   auto parser = make_parser();
@@ -234,12 +260,12 @@ Options parse_command_line(const std::vector<std::string>& args) {
   for (const auto& kv : result.arguments()) {
     const std::string& key = kv.key();
     const std::string& value = kv.value();
-    if (key == "n-per-node" || key == "devices-per-node") {
+    if (key == "n-per-node" || key == "devices-per-node" || key == "npernode") {
       ++rank_flags;
-      const std::string flag = key == "n-per-node" ? "-n/--n-per-node" : "--devices-per-node";
+      const std::string flag = key == "n-per-node" ? "-n/--n-per-node" : "--" + key;
       rank_flag_names += (rank_flag_names.empty() ? "" : " and ") + flag;
       o.ranks_per_node = parse_ranks_per_node(flag, value);
-      o.ranks_flag = key == "devices-per-node" ? "--devices-per-node" : "-n";
+      o.ranks_flag = key == "n-per-node" ? "-n" : "--" + key;
       // cxxopts names -n by its long name: the words say which one the user wrote.
       if (key == "n-per-node" && std::any_of(words.begin(), words.end(), [](const std::string& w) {
             return w == "--n-per-node" || w.rfind("--n-per-node=", 0) == 0;
@@ -257,8 +283,33 @@ Options parse_command_line(const std::vector<std::string>& args) {
     }
   }
   if (rank_flags > 1) {
-    throw InputError(fmt::format("ranks per node given {} times ({}); -n, --n-per-node and --devices-per-node "
-                                 "are the same option, give one", rank_flags, rank_flag_names));
+    throw InputError(fmt::format("ranks per node given {} times ({}); -n, --n-per-node, --devices-per-node and "
+                                 "--npernode are the same option, give one", rank_flags, rank_flag_names));
+  }
+  if (total_words.size() > 1) {
+    std::vector<std::string> given;
+    for (const auto& w : total_words) given.push_back(fmt::format("{} {}", w.flag, excerpt(w.value, 20)));
+    throw InputError(fmt::format("the number of ranks in all given {} times ({}); give it once", total_words.size(),
+                                 fmt::join(given, ", ")));
+  }
+  if (!total_words.empty()) {
+    const TotalRanksWord& w = total_words.front();
+    o.total_ranks_flag = w.flag;
+    if (auto n = parse_count(w.value)) {
+      o.total_ranks = *n;
+    } else {
+      throw InputError(fmt::format("{} {}: the number of ranks in all must be a positive integer (at most 1000000)", w.flag,
+                                   excerpt(w.value, 40)));
+    }
+    if (o.ranks_per_node) {
+      throw InputError(fmt::format("{} {} and {} {} both set the number of ranks: {} counts them in all (placed "
+                                   "over the hosts by their slots), {} on every host; give one",
+                                   w.flag, *o.total_ranks, o.ranks_flag, *o.ranks_per_node, w.flag, o.ranks_flag));
+    }
+  }
+  o.oversubscribe = result["oversubscribe"].as<bool>();
+  if (o.oversubscribe && !o.total_ranks) {
+    throw InputError("--oversubscribe only applies to -np (ranks in all); ranks per node (-n) are placed as given");
   }
 
   // cxxopts keeps the last of an option given twice: a user who wrote two hostfiles (or two
@@ -379,12 +430,18 @@ TNT_NUM_THREADS. Ranks fill a host's slots before the next host; rank 0 is on th
 Hosts: --hostfile, else -H, else the SLURM allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST), else
 this machine. Ranks per host: -n, else the host's slots, else the allocation's tasks on the
 node (SLURM_TASKS_PER_NODE, else SLURM_NTASKS_PER_NODE), else the GPUs of this node, else 1.
+With -np N those counts are the hosts' slots: N ranks fill the first host's, then the next
+host's; hosts left over get no rank; more than all the slots is an error unless
+--oversubscribe. Without --hostfile, -H or SLURM, -np N is N ranks on this machine.
 
 Examples:
   tarantella -- ./train                                one rank per GPU here (1 CPU rank without GPUs)
   tarantella -n 2 -- ./train --batch_size=64           two ranks on this machine
   tarantella -n 4 --no-gpu --pin-to-socket -- ./train  four CPU ranks, each on its own cores
   tarantella --hostfile hostfiles/two-nodes --devices-per-node 4 -- ./train
+  tarantella --hostfile hostfile --npernode 2 --pin-to-socket -- ./train   2 ranks a host, a socket each
+  tarantella -np 4 -- ./pi                             4 ranks on this machine, as mpirun -np 4
+  tarantella -np 6 -H node1:4,node2:4 -- ./train       6 ranks in all: 4 on node1, 2 on node2
   tarantella -H node1,node2:2 -- ./train               node1 with the default, node2 with 2 ranks
   sbatch -N 4 --wrap 'tarantella -- ./train'           inside SLURM: the allocation's nodes
   tarantella --fusion-threshold 64 --log-level INFO -x OMP_NUM_THREADS=8 -- ./train

@@ -17,8 +17,13 @@ namespace tnt::launcher {
 struct Options {
   std::optional<std::string> hostfile;
   std::optional<std::string> hosts;   // -H list, unparsed (hostfile.hpp parses it)
-  std::optional<int> ranks_per_node;  // -n / --n-per-node / --devices-per-node
-  std::string ranks_flag = "-n";      // which of the three the user wrote, for messages
+  std::optional<int> ranks_per_node;  // -n / --n-per-node / --devices-per-node / --npernode
+  std::string ranks_flag = "-n";      // which of them the user wrote, for messages
+  // mpirun's and horovodrun's -np N: N ranks in all, placed over the hosts by their slots
+  // (plan.hpp). Not together with ranks per node.
+  std::optional<int> total_ranks;
+  std::string total_ranks_flag = "-np";  // -np or --np, as written
+  bool oversubscribe = false;            // -np may exceed the hosts' slots
   bool no_gpu = false;
   std::optional<std::uint64_t> fusion_threshold_kb;
   PinMode pin = PinMode::none;

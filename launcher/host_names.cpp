@@ -85,10 +85,15 @@ std::vector<std::string> check_host_names(const HostSelection& hosts, const Laun
                                           const NameResolver& resolve, std::chrono::milliseconds limit) {
   auto s = std::make_shared<Lookups>();
   std::vector<const HostEntry*> entries;
-  for (size_t i = 0; i < hosts.hosts.size() && i < plan.hosts.size(); ++i) {
-    if (plan.hosts[i].local) continue;
-    entries.push_back(&hosts.hosts[i]);
-    s->names.push_back(hosts.hosts[i].name);
+  // By name: the plan leaves out the hosts that -np gives no rank, so the lists need not
+  // line up (a host is listed once: hostfile.hpp merges repeats).
+  for (const auto& planned : plan.hosts) {
+    if (planned.local) continue;
+    auto entry = std::find_if(hosts.hosts.begin(), hosts.hosts.end(),
+                              [&](const HostEntry& h) { return h.name == planned.name; });
+    if (entry == hosts.hosts.end()) continue;
+    entries.push_back(&*entry);
+    s->names.push_back(entry->name);
   }
   if (entries.empty()) return {};
   s->results.resize(s->names.size());

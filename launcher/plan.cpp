@@ -29,9 +29,39 @@ HostSelection select_hosts(const Options& options, const Environment& env) {
   } else {
     s.source = "this machine";
     s.hosts.push_back({"localhost", std::nullopt, "default"});
+    s.this_machine = true;
   }
   return s;
 }
+
+std::optional<std::vector<int>> place_by_slot(int total, const std::vector<int>& slots, bool oversubscribe) {
+  std::vector<int> ranks(slots.size(), 0);
+  long long left = total;
+  for (size_t i = 0; i < slots.size() && left > 0; ++i) {
+    ranks[i] = static_cast<int>(std::min<long long>(slots[i], left));
+    left -= ranks[i];
+  }
+  if (left == 0) return ranks;
+  if (!oversubscribe || slots.empty()) return std::nullopt;
+  const long long hosts = static_cast<long long>(slots.size());
+  for (size_t i = 0; i < slots.size(); ++i) {
+    ranks[i] += static_cast<int>(left / hosts + (static_cast<long long>(i) < left % hosts ? 1 : 0));
+  }
+  return ranks;
+}
+
+namespace {
+
+// "a 4, b 2" for the first few hosts of a long list.
+std::string list_hosts(const std::vector<std::string>& items) {
+  constexpr size_t shown = 8;
+  std::string out;
+  for (size_t i = 0; i < items.size() && i < shown; ++i) out += (i ? ", " : "") + items[i];
+  if (items.size() > shown) out += fmt::format(" and {} more", items.size() - shown);
+  return out;
+}
+
+}  // namespace
 
 bool is_local_host(const std::string& name, const std::string& this_host) {
   if (name == "localhost" || name == "127.0.0.1" || name == this_host) return true;
@@ -53,25 +83,66 @@ LaunchPlan make_plan(const Options& options, const HostSelection& hosts, int gpu
   plan.pin = options.pin;
   plan.warnings = hosts.warnings;
 
-  bool slots_overridden = false;
+  // A host's slots: its ranks unless -n or -np says otherwise.
+  std::vector<int> slots;
   for (size_t i = 0; i < hosts.hosts.size(); ++i) {
     const HostEntry& h = hosts.hosts[i];
-    int ranks = 0;
-    if (options.ranks_per_node) {
-      ranks = *options.ranks_per_node;
-      slots_overridden = slots_overridden || (h.slots && *h.slots != ranks);
-    } else if (h.slots) {
-      ranks = *h.slots;
+    if (h.slots) {
+      slots.push_back(*h.slots);
     } else if (!hosts.slurm_tasks.empty()) {
-      ranks = hosts.slurm_tasks[i];
+      slots.push_back(hosts.slurm_tasks[i]);
     } else {
-      ranks = gpus > 0 && !options.no_gpu ? gpus : 1;
+      slots.push_back(gpus > 0 && !options.no_gpu ? gpus : 1);
     }
-    plan.hosts.push_back({h.name, ranks, is_local_host(h.name, this_host)});
   }
-  if (slots_overridden) {
-    plan.warnings.push_back(fmt::format("{} {} overrides the slots given for the hosts", options.ranks_flag,
-                                        *options.ranks_per_node));
+
+  std::vector<int> counts = slots;
+  if (options.total_ranks) {
+    const int total = *options.total_ranks;
+    const std::string& flag = options.total_ranks_flag;
+    if (total <= 0) {
+      throw InputError(fmt::format("{} {}: the number of ranks in all must be a positive integer", flag, total));
+    }
+    if (hosts.this_machine) {
+      counts.assign(1, total);  // as mpirun -np N without hosts: all N here
+    } else if (auto placed = place_by_slot(total, slots, options.oversubscribe)) {
+      counts = std::move(*placed);
+    } else {
+      long long all = 0;
+      std::vector<std::string> each;
+      for (size_t i = 0; i < slots.size(); ++i) {
+        all += slots[i];
+        each.push_back(fmt::format("{} {}", hosts.hosts[i].name, slots[i]));
+      }
+      throw InputError(fmt::format(
+          "{} {}: more ranks than the {} slot{} of the hosts from {} ({}); give at most {}, or --oversubscribe to "
+          "spread the other {} over the hosts as well",
+          flag, total, all, all == 1 ? "" : "s", hosts.source, list_hosts(each), all, total - all));
+    }
+  } else if (options.ranks_per_node) {
+    counts.assign(hosts.hosts.size(), *options.ranks_per_node);
+    const bool overridden = std::any_of(hosts.hosts.begin(), hosts.hosts.end(), [&](const HostEntry& h) {
+      return h.slots && *h.slots != *options.ranks_per_node;
+    });
+    if (overridden) {
+      plan.warnings.push_back(fmt::format("{} {} overrides the slots given for the hosts", options.ranks_flag,
+                                          *options.ranks_per_node));
+    }
+  }
+
+  std::vector<std::string> idle;  // hosts that -np leaves without a rank
+  for (size_t i = 0; i < hosts.hosts.size(); ++i) {
+    const std::string& name = hosts.hosts[i].name;
+    if (counts[i] == 0) {
+      idle.push_back(name);
+    } else {
+      plan.hosts.push_back({name, counts[i], is_local_host(name, this_host)});
+    }
+  }
+  if (!idle.empty()) {
+    plan.warnings.push_back(fmt::format("{} {} fills the slots of {} of the {} hosts from {}; no rank on {}",
+                                        options.total_ranks_flag, *options.total_ranks, plan.hosts.size(),
+                                        hosts.hosts.size(), hosts.source, list_hosts(idle)));
   }
 
   int max_per_host = 0;

@@ -1,6 +1,8 @@
 // The launch plan: which hosts, how many ranks on each, and for every rank its host, local
 // rank, device and (when pinned) NUMA node and cores. Ranks fill a host before the next
-// one, so rank 0 (the master) is on the first host. The plan is computed once in the
+// one, so rank 0 (the master) is on the first host. A host's count is -n, else its slots
+// (the hostfile's, the SLURM allocation's tasks, the GPUs, 1); with -np N the slots are
+// filled in host order until N ranks are placed, as Open MPI's by-slot mapping does. The plan is computed once in the
 // launcher, printed by --dry-run, and turned into the mpirun command; each rank's own step
 // recomputes its device and binding on its own node with the same functions.
 #pragma once
@@ -25,6 +27,7 @@ struct HostSelection {
   std::vector<HostEntry> hosts;      // in order; rank 0 goes to the first
   std::vector<int> slurm_tasks;      // SLURM_NTASKS_PER_NODE per host, or empty
   std::vector<std::string> warnings;
+  bool this_machine = false;         // no hosts given: -np N puts all N here
 };
 
 // --hostfile, else -H, else the SLURM allocation, else this machine. Reads the hostfile.
@@ -61,6 +64,13 @@ struct LaunchPlan {
 // `this_host` is gethostname(), to mark the local host. Throws InputError.
 LaunchPlan make_plan(const Options& options, const HostSelection& hosts, int gpus,
                      const NodeTopology* topology, const std::string& this_host);
+
+// Open MPI's by-slot placement of `total` ranks over hosts with `slots` each: fill the first
+// host's slots, then the next host's. With `oversubscribe`, the ranks beyond all the slots
+// are spread evenly over the hosts, the first hosts taking one more for the remainder (as
+// Open MPI's by-slot mapper does). nullopt when `total` exceeds the slots without
+// `oversubscribe`; hosts left over get 0.
+std::optional<std::vector<int>> place_by_slot(int total, const std::vector<int>& slots, bool oversubscribe);
 
 // "cuda:K" for GPU ranks (K = local_rank mod gpus), "cpu" otherwise.
 std::string device_name(DeviceKind kind, int local_rank, int gpus);

@@ -4,22 +4,29 @@
 # are submitted as users would, with sbatch options on the command line and the program's
 # arguments after the script; nothing in them is edited.
 #
-#   slurm.sh LAUNCHER FASHION_MNIST RESNET50 CASE
+#   slurm.sh LAUNCHER FASHION_MNIST RESNET50 TRANSFORMER CASE
 #
 # CASE:
 #   jobs: fashion_mnist.sbatch on 2 nodes (--ntasks-per-node=1) gives the weights of 2 ranks
 #     on one host and prints the plan first; on 3 nodes with -n 5 (no --ntasks-per-node, so
 #     no SLURM_NTASKS_PER_NODE; SLURM_TASKS_PER_NODE is "2(x2),1") it runs 2 + 2 + 1 ranks
-#     and gives the weights of 5 ranks on one host.
+#     and gives the weights of 5 ranks on one host. That job is submitted as from a checkout
+#     whose build/bin has the programs, with none of them on PATH: the script finds them
+#     there (SLURM_SUBMIT_DIR); submitted from elsewhere, it fails with a message naming
+#     where it looked.
 #   scaling: scaling.sbatch runs fashion_mnist on 1 and 2 nodes and prints the table; with
 #     SCALING_TOOL=bench it runs scripts/bench/scaling on 1 and 2 nodes, whose scaling.csv
 #     (nodes and ranks 1 and 2), scaling.md and scaling.png (a PNG) are checked;
-#     resnet50.sbatch (GPU nodes; GPUs here in name only, so CPU ranks) runs a few steps.
+#     resnet50.sbatch (GPU nodes; GPUs here in name only, so CPU ranks) runs a few steps;
+#     transformer.sbatch, submitted from the checkout without PATH, plans 2 ranks on 2 nodes
+#     and runs transformer --help there, and without arguments or WMT14_PATH it says so.
 #   scancel: a 2-node fashion_mnist job cancelled mid-run leaves no process on any node.
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
-[[ $# -eq 4 ]] || { echo "usage: $0 LAUNCHER FASHION_MNIST RESNET50 CASE" >&2; exit 2; }
-case_name=$4
+[[ $# -eq 5 ]] || { echo "usage: $0 LAUNCHER FASHION_MNIST RESNET50 TRANSFORMER CASE" >&2; exit 2; }
+cl_transformer=$4
+case_name=$5
 [[ -x $cl_resnet50 ]] || cl_abort "$cl_resnet50 is not an executable (build resnet50)"
+[[ -x $cl_transformer ]] || cl_abort "$cl_transformer is not an executable (build transformer)"
 cl_up 3
 slurm_out=$("$cl_testbed" slurm up 2>&1) || { echo "$slurm_out"; cl_abort "cannot start SLURM on the test bed"; }
 export SLURM_CONF
@@ -27,17 +34,28 @@ SLURM_CONF=$("$cl_testbed" slurm conf)
 # What the jobs inherit (sbatch passes this environment on): the programs on PATH, one
 # thread per rank.
 bin_dirs=$(for f in "$cl_launcher" "$cl_program" "$cl_resnet50"; do cd "$(dirname "$f")" && pwd; done | tr '\n' :)
+# PATH as it was, less any directory that has the programs: for jobs that must find them in
+# the checkout they were submitted from.
+bare_path=$(tr : '\n' <<<"$PATH" | while read -r d; do
+  [[ -x $d/tarantella || -x $d/fashion_mnist || -x $d/resnet50 || -x $d/transformer ]] || echo "$d"
+done | paste -sd: -)
+# A checkout as a user has one: the programs in build/bin.
+checkout=$cl_tmp/checkout
+mkdir -p "$checkout/build/bin"
+for f in "$cl_launcher" "$cl_program" "$cl_resnet50" "$cl_transformer"; do ln -s "$f" "$checkout/build/bin/"; done
 export PATH="$bin_dirs$PATH"
 export TNT_NUM_THREADS=1
 scripts=$cl_root/scripts/slurm
 small=(--model=mlp --num_train_samples=512 --batch_size=64 --train_epochs=1 --verbose=0)
 
-# submit NAME SBATCH_ARGS... -- SCRIPT ARGS...: sbatch, the job id in $job.
+# submit NAME SBATCH_ARGS... -- SCRIPT ARGS...: sbatch from $cl_tmp (or $submit_dir), the
+# job id in $job.
 submit() {
   local name=$1
   shift
-  echo "+ sbatch $*"
-  job=$(cd "$cl_tmp" && timeout 30 sbatch --parsable -o "$cl_tmp/$name.out" "$@") || cl_abort "$name: sbatch failed"
+  echo "+ (cd ${submit_dir:-$cl_tmp} && sbatch $*)"
+  job=$(cd "${submit_dir:-$cl_tmp}" && timeout 30 sbatch --parsable -o "$cl_tmp/$name.out" "$@") ||
+    cl_abort "$name: sbatch failed"
   job=${job%%;*}
 }
 
@@ -82,13 +100,23 @@ case $case_name in
     cl_expect_contains two_nodes "Test loss:" "the program ran"
     cl_same_weights two_nodes "$cl_tmp/one2" "$cl_tmp/two"
 
-    submit uneven -N 3 -n 5 "$scripts/fashion_mnist.sbatch" "${small[@]}" --model_dir="$cl_tmp/uneven"
+    # From the checkout, with nothing on PATH: the programs of its build/bin.
+    PATH=$bare_path submit_dir=$checkout \
+      submit uneven -N 3 -n 5 "$scripts/fashion_mnist.sbatch" "${small[@]}" --model_dir="$cl_tmp/uneven"
     finish uneven 90
     expect_completed uneven
+    cl_expect_contains uneven "$checkout/build/bin/fashion_mnist" "the program of the checkout's build/bin ran"
     cl_expect_contains uneven "(tasks per node: 2(x2),1)" "SLURM_TASKS_PER_NODE has the run-length form"
     cl_expect_contains uneven "5 ranks on 3 hosts (hosts from SLURM job $job)" "5 ranks on 3 hosts"
     cl_expect_contains uneven "--host h1:2,h2:2,h3:1" "2 + 2 + 1 ranks"
     cl_same_weights uneven "$cl_tmp/one5" "$cl_tmp/uneven"
+
+    # From a directory without build/bin, with nothing on PATH: a message, not "command not found".
+    PATH=$bare_path submit not_found -N 1 "$scripts/fashion_mnist.sbatch" "${small[@]}"
+    finish not_found 30
+    if [[ $state == FAILED ]]; then cl_pass "not_found: the job failed"; else cl_fail "not_found: the job ended $state"; fi
+    cl_expect_contains not_found "fashion_mnist.sbatch: tarantella is neither on PATH nor in $cl_tmp/build/bin; submit from the checkout whose build/bin has it, put its directory on PATH, or set TARANTELLA=/path/to/tarantella" \
+      "the message says where it looked and what to do"
     ;;
 
   scaling)
@@ -145,6 +173,21 @@ EOF2
     expect_completed resnet50
     cl_expect_contains resnet50 "2 ranks on 2 hosts (hosts from SLURM job $job)" "the plan comes first"
     cl_expect_contains resnet50 "ResNet-50 v1.5" "resnet50 ran"
+
+    # The Transformer's script as it is, from the checkout with nothing on PATH: the plan,
+    # then the program's --help on 2 ranks (no data here for a training run).
+    PATH=$bare_path submit_dir=$checkout submit transformer -N 2 --ntasks-per-node=1 --gpus-per-node=1 \
+      --cpus-per-task=1 "$scripts/transformer.sbatch" --help
+    finish transformer 60
+    expect_completed transformer
+    cl_expect_contains transformer "2 ranks on 2 hosts (hosts from SLURM job $job)" "the plan comes first"
+    cl_expect_contains transformer "$checkout/build/bin/transformer --help" "the checkout's transformer"
+    cl_expect_contains transformer "--param_set" "transformer ran and printed its help"
+    PATH=$bare_path submit_dir=$checkout submit transformer_no_data -N 1 --ntasks-per-node=1 \
+      --gpus-per-node=1 --cpus-per-task=1 "$scripts/transformer.sbatch"
+    finish transformer_no_data 30
+    if [[ $state == FAILED ]]; then cl_pass "transformer_no_data: the job failed"; else cl_fail "transformer_no_data: the job ended $state"; fi
+    cl_expect_contains transformer_no_data "transformer.sbatch: no arguments and no WMT14_PATH" "it says what is missing"
     ;;
 
   scancel)

@@ -198,19 +198,61 @@ TEST_CASE("cli: --heartbeat-timeout, --max-restarts and --launch-agent", "[cli]"
                               Catch::Contains("--launch-agent CMD") && Catch::Contains("TNT_RESTART"));
 }
 
-TEST_CASE("cli: mpirun's -np is named, with tarantella's ways to a total", "[cli]") {
-  for (const Args& args : {Args{"-np", "4", "--", "p"}, Args{"-np4", "--", "p"}, Args{"--np", "4", "--", "p"},
-                           Args{"--np=4", "--", "p"}}) {
-    const std::string e = error_of(args);
+TEST_CASE("cli: -np N is ranks in all, in mpirun's and horovodrun's spellings", "[cli]") {
+  for (const Args& args : {Args{"-np", "4", "--", "p"}, Args{"-np4", "--", "p"}, Args{"-np=4", "--", "p"},
+                           Args{"--np", "4", "--", "p"}, Args{"--np=4", "--", "p"}}) {
     INFO(args.front());
-    CHECK_THAT(e, Catch::Contains("4: tarantella has no -"));
-    CHECK_THAT(e, Catch::Contains("its -n is ranks per node"));
-    CHECK_THAT(e, Catch::Contains("For 4 ranks in all: -n 4 on this machine alone"));
-    CHECK_THAT(e, Catch::Contains("-H host1:K1,host2:K2 with K1 + K2 = 4"));
+    const Options o = parse_command_line(args);
+    CHECK(o.total_ranks == 4);
+    CHECK_FALSE(o.ranks_per_node);
+    CHECK_FALSE(o.oversubscribe);
+    CHECK(o.program == Args{"p"});
+    CHECK(o.total_ranks_flag == (args.front().rfind("--", 0) == 0 ? "--np" : "-np"));
   }
-  CHECK_THAT(error_of({"-np", "--", "p"}), Catch::StartsWith("-np: tarantella has no -np"));
+  const Options o = parse_command_line({"--hostfile", "h", "-np", "6", "--oversubscribe", "--", "p", "-np", "2"});
+  CHECK(o.total_ranks == 6);
+  CHECK(o.oversubscribe);
+  CHECK(o.program == Args{"p", "-np", "2"});  // the program's words stay the program's
+
+  CHECK(error_of({"-np", "0", "--", "p"}) == "-np 0: the number of ranks in all must be a positive integer (at most 1000000)");
+  CHECK(error_of({"--np=-2", "--", "p"}) == "--np -2: the number of ranks in all must be a positive integer (at most 1000000)");
+  CHECK(error_of({"-np", "four", "--", "p"}) == "-np four: the number of ranks in all must be a positive integer (at most 1000000)");
+  CHECK(error_of({"-np=", "--", "p"}) == "-np : the number of ranks in all must be a positive integer (at most 1000000)");
+  CHECK(error_of({"-np", "--", "p"}) == "-np: missing its value (the number of ranks in all)");
+  CHECK(error_of({"-np", "2", "-np", "3", "--", "p"}) == "the number of ranks in all given 2 times (-np 2, -np 3); give it once");
   // -n with a value that merely starts with p is still -n's to judge.
   CHECK(error_of({"-npx", "--", "p"}) == "-n/--n-per-node px: ranks per node must be a positive integer");
+  CHECK(error_of({"--npx", "--", "p"}) == "--npx: no such option (see tarantella --help)");
+  CHECK(error_of({"--oversubscribe", "--", "p"}) ==
+        "--oversubscribe only applies to -np (ranks in all); ranks per node (-n) are placed as given");
+  CHECK(error_of({"-n", "2", "--oversubscribe", "--", "p"}) ==
+        "--oversubscribe only applies to -np (ranks in all); ranks per node (-n) are placed as given");
+}
+
+TEST_CASE("cli: -np with ranks per node is an error naming both", "[cli]") {
+  CHECK(error_of({"-np", "4", "-n", "2", "--", "p"}) ==
+        "-np 4 and -n 2 both set the number of ranks: -np counts them in all (placed over the hosts by their slots), "
+        "-n on every host; give one");
+  CHECK_THAT(error_of({"--npernode", "2", "-np4", "--", "p"}), Catch::StartsWith("-np 4 and --npernode 2 both set"));
+  CHECK_THAT(error_of({"--np=4", "--devices-per-node", "2", "--", "p"}),
+             Catch::StartsWith("--np 4 and --devices-per-node 2 both set"));
+  CHECK_THAT(error_of({"-np", "4", "--n-per-node=2", "--", "p"}), Catch::StartsWith("-np 4 and --n-per-node 2 both set"));
+}
+
+TEST_CASE("cli: --npernode, Tarantella's spelling of ranks per node", "[cli]") {
+  // The advanced topics' pinning example, word for word but for the program.
+  const Options o = parse_command_line({"--hostfile", "hostfile", "--npernode", "2", "--pin-to-socket", "--", "model"});
+  CHECK(o.ranks_per_node == 2);
+  CHECK(o.ranks_flag == "--npernode");
+  CHECK(o.hostfile == "hostfile");
+  CHECK(o.pin == PinMode::socket);
+  CHECK(o.program == Args{"model"});
+  CHECK(parse_command_line({"--npernode=3", "--", "p"}).ranks_per_node == 3);
+  CHECK(parse_command_line({"-npernode", "5", "--", "p"}).ranks_per_node == 5);  // Open MPI's single dash
+  CHECK(error_of({"--npernode", "0", "--", "p"}) == "--npernode 0: ranks per node must be a positive integer");
+  CHECK_THAT(error_of({"--npernode", "2", "-n", "2", "--", "p"}),
+             Catch::Contains("(--npernode and -n/--n-per-node); -n, --n-per-node, --devices-per-node and --npernode "
+                             "are the same option, give one"));
 }
 
 TEST_CASE("cli: --help says where -n's default comes from and --heartbeat-timeout's bounds", "[cli]") {
@@ -220,7 +262,13 @@ TEST_CASE("cli: --help says where -n's default comes from and --heartbeat-timeou
     const bool space = c == ' ' || c == '\n';
     if (!space || (!help.empty() && help.back() != ' ')) help += space ? ' ' : c;
   }
-  CHECK_THAT(help, Catch::Contains("Ranks per node, on every host; not the total, unlike mpirun's -np"));
+  CHECK_THAT(help, Catch::Contains("Ranks per node, on every host; not in all as mpirun's -n (that is -np here)"));
+  CHECK_THAT(help, Catch::Contains("--npernode N Alias of -n"));
+  CHECK_THAT(help, Catch::Contains("--np N Ranks in all, as mpirun's and horovodrun's -np N"));
+  CHECK_THAT(help, Catch::Contains("--oversubscribe With -np: allow more ranks than the hosts' slots"));
+  CHECK_THAT(help, Catch::Contains("tarantella --hostfile hostfile --npernode 2 --pin-to-socket -- ./train"));
+  CHECK_THAT(help, Catch::Contains("tarantella -np 4 -- ./pi 4 ranks on this machine, as mpirun -np 4"));
+  CHECK_THAT(help, Catch::Contains("tarantella -np 6 -H node1:4,node2:4 -- ./train 6 ranks in all: 4 on node1, 2 on node2"));
   CHECK_THAT(help, Catch::Contains("(default: the host's slots, else the SLURM allocation's tasks on the node, else "
                                    "the GPUs of this node, else 1 CPU rank)"));
   CHECK_THAT(help, Catch::Contains("0: off; else at least 1)"));

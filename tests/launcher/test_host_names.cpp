@@ -106,3 +106,18 @@ TEST_CASE("host names: many hosts are looked up a few at a time", "[host_names]"
   CHECK_THAT(refusal(hosts, stand_in(known, &asked)), Catch::StartsWith("hostfile 'hosts', line 101: host 'typo.invalid'"));
   CHECK(asked == 101);
 }
+
+TEST_CASE("host names: a host that -np leaves without a rank is not looked up", "[host_names][np]") {
+  HostList list = parse_host_list("n1:2,n2:2,gone.invalid:2");
+  const HostSelection hosts{"-H", list.hosts, {}, {}};
+  Options o;
+  o.total_ranks = 3;
+  std::atomic<int> asked{0};
+  const LaunchPlan plan = make_plan(o, hosts, 0, nullptr, "here");
+  REQUIRE(plan.hosts.size() == 2);
+  CHECK(check_host_names(hosts, plan, stand_in({"n1", "n2"}, &asked), 2000ms).empty());
+  CHECK(asked == 2);
+  o.total_ranks = 5;  // now gone.invalid has a rank, and is refused by its own line
+  CHECK_THROWS_WITH(check_host_names(hosts, make_plan(o, hosts, 0, nullptr, "here"), stand_in({"n1", "n2"}), 2000ms),
+                    Catch::StartsWith("-H, item 3: host 'gone.invalid' is not a known host name"));
+}

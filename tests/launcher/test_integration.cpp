@@ -143,6 +143,33 @@ TEST_CASE("integration: --devices-per-node and oversubscription", "[integration]
   CHECK(ranks.size() == 3);
 }
 
+TEST_CASE("integration: -np N ranks in all, and the tutorial's --npernode", "[integration][np]") {
+  const Env env = tnt_test::clean_environment();
+  // No hosts: N ranks here, as mpirun -np N.
+  CHECK(run_and_check_against_plan({"-np", "3"}, env).size() == 3);
+  // Fewer than the host's slots: the first N of them.
+  CHECK(run_and_check_against_plan({"-np2", "-H", "localhost:5"}, env).size() == 2);
+  // A SLURM allocation of this node with 4 tasks: -np 3 takes 3 of them.
+  Env slurm = env;
+  slurm["SLURM_JOB_ID"] = "77";
+  slurm["SLURM_JOB_NODELIST"] = host_name();
+  slurm["SLURM_TASKS_PER_NODE"] = "4";
+  CHECK(run_and_check_against_plan({"-np", "3"}, slurm).size() == 3);
+
+  // Tarantella's advanced-topics pinning example, with this machine in the hostfile.
+  const std::string hostfile = fmt::format("/tmp/tnt_npernode_hosts.{}", ::getpid());
+  std::ofstream(hostfile) << "localhost\n";
+  CHECK(run_and_check_against_plan({"--hostfile", hostfile, "--npernode", "2", "--pin-to-socket"}, env).size() == 2);
+  std::remove(hostfile.c_str());
+
+  // More than the slots: refused before anything starts, with the numbers.
+  const Outcome over = tarantella({"-np", "3", "-H", "localhost:2", "--", rank_info});
+  INFO(over.describe());
+  CHECK(over.exited(2));
+  CHECK_THAT(over.err, Catch::Contains("-np 3: more ranks than the 2 slots of the hosts from -H (localhost 2)"));
+  CHECK(run_and_check_against_plan({"-np", "3", "-H", "localhost:2", "--oversubscribe"}, env).size() == 3);
+}
+
 TEST_CASE("integration: the default is one rank here without GPUs", "[integration]") {
   const Env env = tnt_test::clean_environment();
   auto plan = plan_for({"--", "x"}, env);

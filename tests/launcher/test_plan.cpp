@@ -1,4 +1,5 @@
 #include "error.hpp"
+#include "mpirun_command.hpp"
 #include "plan.hpp"
 #include "shell_words.hpp"
 
@@ -198,4 +199,155 @@ TEST_CASE("plan: docs/coming-from.md's launcher mappings give the ranks they cla
     }
   }
   CHECK(rows >= 3);
+}
+
+namespace {
+
+Options total_of(int n, bool oversubscribe = false) {
+  Options o = options_with();
+  o.total_ranks = n;
+  o.oversubscribe = oversubscribe;
+  return o;
+}
+
+std::vector<std::pair<std::string, int>> per_host(const LaunchPlan& plan) {
+  std::vector<std::pair<std::string, int>> out;
+  for (const auto& h : plan.hosts) out.emplace_back(h.name, h.ranks);
+  return out;
+}
+
+using PerHost = std::vector<std::pair<std::string, int>>;
+
+}  // namespace
+
+TEST_CASE("plan: by-slot placement, the pure rule", "[plan][np]") {
+  using V = std::vector<int>;
+  CHECK(place_by_slot(6, {4, 2, 3}, false) == V{4, 2, 0});  // fills a host before the next
+  CHECK(place_by_slot(3, {4, 2, 3}, false) == V{3, 0, 0});  // fewer than the first host's slots
+  CHECK(place_by_slot(9, {4, 2, 3}, false) == V{4, 2, 3});  // all the slots
+  CHECK(place_by_slot(5, {1, 3, 1}, false) == V{1, 3, 1});
+  CHECK_FALSE(place_by_slot(10, {4, 2, 3}, false));       // more than the slots
+  CHECK(place_by_slot(0, {4, 2}, false) == V{0, 0});
+  // Oversubscribed: the 4 beyond the 9 slots spread evenly, the first hosts taking the remainder.
+  CHECK(place_by_slot(13, {4, 2, 3}, true) == V{6, 3, 4});
+  CHECK(place_by_slot(9, {4, 2, 3}, true) == V{4, 2, 3});  // not oversubscribed: the same as without
+  CHECK(place_by_slot(7, {1}, true) == V{7});
+  CHECK_FALSE(place_by_slot(1, {}, true));
+}
+
+TEST_CASE("plan: -np N over hosts with uneven slots", "[plan][np]") {
+  const HostSelection hosts = hosts_of("a:4,b:2,c:3");
+  SECTION("N below the first host's slots: all on the first, a warning names the idle hosts") {
+    const LaunchPlan plan = make_plan(total_of(3), hosts, 0, nullptr, "x");
+    CHECK(per_host(plan) == PerHost{{"a", 3}});
+    REQUIRE(plan.ranks.size() == 3);
+    CHECK(plan.ranks[2].local_rank == 2);
+    CHECK(plan.ranks[2].local_size == 3);
+    REQUIRE(plan.warnings.size() == 1);
+    CHECK(plan.warnings[0] == "-np 3 fills the slots of 1 of the 3 hosts from -H; no rank on b, c");
+  }
+  SECTION("N across hosts: ranks, local ranks and local sizes follow each host's count") {
+    const LaunchPlan plan = make_plan(total_of(7), hosts, 0, nullptr, "x");
+    CHECK(per_host(plan) == PerHost{{"a", 4}, {"b", 2}, {"c", 1}});
+    REQUIRE(plan.ranks.size() == 7);
+    const char* host[] = {"a", "a", "a", "a", "b", "b", "c"};
+    const int local[] = {0, 1, 2, 3, 0, 1, 0};
+    const int local_size[] = {4, 4, 4, 4, 2, 2, 1};
+    for (int r = 0; r < 7; ++r) {
+      INFO("rank " << r);
+      CHECK(plan.ranks[r].rank == r);
+      CHECK(plan.ranks[r].host == host[r]);
+      CHECK(plan.ranks[r].local_rank == local[r]);
+      CHECK(plan.ranks[r].local_size == local_size[r]);
+    }
+    CHECK(plan.warnings.empty());
+    const std::string table = format_plan(plan);
+    CHECK_THAT(table, Catch::StartsWith("7 ranks on 3 hosts (hosts from -H); CPU ranks; not pinned\n"));
+  }
+  SECTION("N equal to all the slots") {
+    const LaunchPlan plan = make_plan(total_of(9), hosts, 0, nullptr, "x");
+    CHECK(per_host(plan) == PerHost{{"a", 4}, {"b", 2}, {"c", 3}});
+    CHECK(plan.warnings.empty());
+  }
+  SECTION("N over all the slots: an error with the numbers, unless --oversubscribe") {
+    CHECK_THROWS_WITH(make_plan(total_of(10), hosts, 0, nullptr, "x"),
+                      "-np 10: more ranks than the 9 slots of the hosts from -H (a 4, b 2, c 3); give at most 9, or "
+                      "--oversubscribe to spread the other 1 over the hosts as well");
+    const LaunchPlan plan = make_plan(total_of(10, true), hosts, 0, nullptr, "x");
+    CHECK(per_host(plan) == PerHost{{"a", 5}, {"b", 2}, {"c", 3}});
+    CHECK(plan.ranks.at(4).local_size == 5);
+  }
+  SECTION("N = 0 is refused (the command line refuses it first)") {
+    CHECK_THROWS_WITH(make_plan(total_of(0), hosts, 0, nullptr, "x"),
+                      "-np 0: the number of ranks in all must be a positive integer");
+  }
+  SECTION("the flag as written names itself") {
+    Options o = total_of(20);
+    o.total_ranks_flag = "--np";
+    CHECK_THROWS_WITH(make_plan(o, hosts, 0, nullptr, "x"), Catch::StartsWith("--np 20: more ranks than the 9 slots"));
+  }
+}
+
+TEST_CASE("plan: -np N without hosts is N ranks on this machine", "[plan][np]") {
+  const HostSelection here = select_hosts(options_with(), {});
+  CHECK(here.this_machine);
+  const LaunchPlan plan = make_plan(total_of(5), here, 0, nullptr, "vm");
+  CHECK(per_host(plan) == PerHost{{"localhost", 5}});
+  CHECK(plan.hosts[0].local);
+  CHECK(plan.warnings.empty());
+  // With GPUs the count decides as -n does: 2 ranks on a 4-GPU node are GPU ranks.
+  const LaunchPlan gpu = make_plan(total_of(2), here, 4, nullptr, "vm");
+  CHECK(gpu.device == DeviceKind::gpu);
+  CHECK(gpu.ranks[1].device == "cuda:1");
+  CHECK_FALSE(hosts_of("a").this_machine);
+}
+
+TEST_CASE("plan: -np N over hosts without slots counts the GPUs, else 1 per host", "[plan][np]") {
+  CHECK(per_host(make_plan(total_of(3), hosts_of("a,b,c,d"), 0, nullptr, "x")) == PerHost{{"a", 1}, {"b", 1}, {"c", 1}});
+  const LaunchPlan gpu = make_plan(total_of(6), hosts_of("a,b"), 4, nullptr, "x");
+  CHECK(per_host(gpu) == PerHost{{"a", 4}, {"b", 2}});
+  CHECK(gpu.device == DeviceKind::gpu);
+  CHECK(gpu.ranks[5].device == "cuda:1");  // local rank 1 on b
+  CHECK_THROWS_WITH(make_plan(total_of(9), hosts_of("a,b"), 4, nullptr, "x"),
+                    Catch::StartsWith("-np 9: more ranks than the 8 slots of the hosts from -H (a 4, b 4)"));
+}
+
+TEST_CASE("plan: -np N in a SLURM allocation fills the allocation's tasks per node", "[plan][np]") {
+  const Environment env{{"SLURM_JOB_ID", "42"}, {"SLURM_JOB_NODELIST", "n[1-3]"}, {"SLURM_TASKS_PER_NODE", "2(x2),1"}};
+  const HostSelection hosts = select_hosts(options_with(), env);
+  CHECK_FALSE(hosts.this_machine);
+  CHECK(per_host(make_plan(total_of(3), hosts, 0, nullptr, "x")) == PerHost{{"n1", 2}, {"n2", 1}});
+  const LaunchPlan all = make_plan(total_of(5), hosts, 0, nullptr, "x");
+  CHECK(per_host(all) == PerHost{{"n1", 2}, {"n2", 2}, {"n3", 1}});
+  CHECK(all.warnings.empty());
+  CHECK_THROWS_WITH(make_plan(total_of(8), hosts, 0, nullptr, "x"),
+                    "-np 8: more ranks than the 5 slots of the hosts from SLURM job 42 (n1 2, n2 2, n3 1); give at "
+                    "most 5, or --oversubscribe to spread the other 3 over the hosts as well");
+  CHECK(per_host(make_plan(total_of(8, true), hosts, 0, nullptr, "x")) == PerHost{{"n1", 3}, {"n2", 3}, {"n3", 2}});
+  CHECK_THAT(make_plan(total_of(1), hosts, 0, nullptr, "x").warnings.at(0),
+             Catch::Contains("fills the slots of 1 of the 3 hosts from SLURM job 42; no rank on n2, n3"));
+}
+
+TEST_CASE("plan: pinning with different ranks per host binds each host by its own count", "[plan][np]") {
+  auto topo = load_topology("pack:2 numa:1 core:8 pu:1");
+  Options o = total_of(5);
+  o.pin = PinMode::socket;
+  const LaunchPlan plan = make_plan(o, hosts_of("a:4,b:4"), 0, &topo, "a");
+  CHECK(per_host(plan) == PerHost{{"a", 4}, {"b", 1}});
+  // Four ranks share a's two NUMA nodes (4 cores each); b's only rank has a whole node.
+  CHECK(plan.ranks[3].binding->numa_node == 1);
+  CHECK(plan.ranks[3].binding->cores == 4);
+  CHECK(plan.ranks[4].binding->numa_node == 0);
+  CHECK(plan.ranks[4].binding->cores == 8);
+}
+
+TEST_CASE("plan: the command gives mpirun each host's own count", "[plan][np]") {
+  const LaunchPlan plan = make_plan(total_of(7), hosts_of("a:4,b:2,c:3"), 0, nullptr, "x");
+  CommandSpec spec;
+  spec.mpirun = "mpirun";
+  spec.hosts = plan.hosts;
+  spec.self = "tarantella";
+  spec.step.program = {"p"};
+  const std::string cmd = shell_join(mpirun_command(spec));
+  CHECK_THAT(cmd, Catch::Contains("--host a:4,b:2,c:1 -np 7 --map-by slot"));
 }

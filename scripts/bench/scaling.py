@@ -47,22 +47,33 @@ def fail(message):
     sys.exit("scaling: " + message)
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description as written; every option's default in its help line, unless the line
+    already says what the default is (a computed one)."""
+
+    def _get_help_string(self, action):
+        h = action.help or ""
+        if "default" not in h and action.option_strings and action.default not in (None, argparse.SUPPRESS):
+            h += " (default: %(default)s)"
+        return h
+
+
 def parse_args():
     p = argparse.ArgumentParser(prog="scripts/bench/scaling", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--program", default="fashion_mnist",
                    help="fashion_mnist, resnet50 (synthetic data), or a path/name of another program in the build")
     p.add_argument("--ranks", default="", help="comma-separated rank counts (default: 1, 2, 4, ... up to --max-ranks)")
     p.add_argument("--max-ranks", type=int, default=0,
                    help="largest rank count (default: the SLURM allocation's tasks, else this machine's cores)")
     p.add_argument("--micro-batch", type=int, default=64, help="weak scaling: samples per rank and step")
-    p.add_argument("--global-batch", type=int, default=0, help="strong scaling: this global batch at every rank count")
+    p.add_argument("--global-batch", type=int, default=0, help="strong scaling: this global batch at every rank count (0: weak scaling, --micro-batch per rank)")
     p.add_argument("--repeats", type=int, default=3, help="runs per rank count")
     p.add_argument("--warmup", type=int, default=3, help="steps not measured at the start of each run")
     p.add_argument("--steps", type=int, default=10, help="measured steps per run")
     p.add_argument("--threads-per-rank", type=int, default=0,
                    help="TNT_NUM_THREADS of each rank (default: cores / largest rank count, at least 1)")
-    p.add_argument("--out", default="scaling_results", help="directory for scaling.csv, scaling_steps.csv, .md, .png")
+    p.add_argument("--out", default="scaling_results", help="directory for scaling.csv, scaling_steps.csv, .md, .png and .pdf")
     p.add_argument("--title", default="", help="plot title (default: program and mode)")
     p.add_argument("--build-dir", default=os.environ.get("BUILD_DIR", ""), help="build directory (default: build/)")
     p.add_argument("--launcher", default="", help="the tarantella launcher (default: BUILD_DIR/bin/tarantella)")
@@ -311,8 +322,9 @@ def main():
     ax2.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(os.path.join(a.out, "scaling.png"))
-    print("scaling: wrote %s/{scaling.csv,scaling_steps.csv,scaling.md,scaling.png}" % a.out)
+    for ext in ("png", "pdf"):
+        fig.savefig(os.path.join(a.out, "scaling." + ext))
+    print("scaling: wrote %s/{scaling.csv,scaling_steps.csv,scaling.md,scaling.png,scaling.pdf}" % a.out)
 
 
 if __name__ == "__main__":

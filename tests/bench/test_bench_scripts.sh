@@ -64,6 +64,8 @@ assert len(steps) == 8 and sorted({int(s["step"]) for s in steps}) == [2, 3], st
 md = open(os.path.join(out, "scaling", "scaling.md")).read()
 assert md.count("\n| 1 | 16 |") == 1 and md.count("\n| 2 | 32 |") == 1, md
 image(os.path.join(out, "scaling", "scaling.png"))
+with open(os.path.join(out, "scaling", "scaling.pdf"), "rb") as f:
+    assert f.read(5) == b"%PDF-", "scaling.pdf: not a PDF"
 
 rows = list(csv.DictReader(open(os.path.join(out, "transformer", "scaling.csv"))))
 assert [(r["program"], int(r["ranks"])) for r in rows] == [("transformer", 1), ("transformer", 2)], rows

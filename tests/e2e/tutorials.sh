@@ -77,7 +77,7 @@ has() {
   if grep -qE -- "$1" <<<"$out"; then pass "$2"; else fail "$2: no line matching '$1'"; fi
 }
 
-fm_small=(--model=mlp --num_train_samples=512 --num_test_samples=256 --train_epochs=1 --batch_size=64)
+fm_small=(--model=mlp --num_train_samples=512 --train_epochs=1 --batch_size=64)
 
 case $case_name in
   resnet50)
@@ -128,7 +128,7 @@ case $case_name in
                      --enable_time_history --log_steps=2 \
                      --model_dir="$tmp/transformer_model" --num_hidden_layers=2 --max_length=24
     expect_ok "the Transformer tutorial's command"
-    has "BLEU" "BLEU printed after training"
+    has "Bleu score \(uncased\)" "BLEU printed after training"
     has "TimeHistory: steps" "--enable_time_history's rate lines"
     if [[ -s $tmp/transformer_model/model.safetensors ]]; then pass "weights written"; else fail "no model.safetensors"; fi
     ;;
@@ -136,7 +136,7 @@ case $case_name in
     run tarantella --hostfile hostfile --fusion-threshold=64 -x TNT_LOG_LEVEL=INFO \
       -- fashion_mnist "${fm_small[@]}" --model_dir="$tmp/fm"
     expect_ok "--fusion-threshold=64"
-    has "fusion.?threshold.*64" "the ranks use a fusion threshold of 64 KB"
+    has "TNT_FUSION_THRESHOLD +64 KB" "the ranks use a fusion threshold of 64 KB (the resolved configuration)"
     ;;
   pinning)
     run tarantella --hostfile hostfile --npernode 2 --pin-to-socket --dry-run -- fashion_mnist
@@ -154,8 +154,10 @@ case $case_name in
     run tarantella --hostfile hostfile --devices-per-node 2 -- resnet50 --batch_size=4 "${common[@]}" \
       --model_dir="$tmp/global"
     expect_ok "--batch_size=4 on 2 ranks"
-    if [[ -s $tmp/micro/history.csv ]] && cmp -s "$tmp/micro/history.csv" "$tmp/global/history.csv"; then
-      pass "micro 2 x 2 ranks is the run of global batch 4 (history.csv identical)"
+    # history.csv without its last column (the epoch's seconds).
+    strip() { awk -F, -v OFS=, '{ NF--; print }' "$1"; }
+    if [[ -s $tmp/micro/history.csv ]] && [[ "$(strip "$tmp/micro/history.csv")" == "$(strip "$tmp/global/history.csv")" ]]; then
+      pass "micro 2 x 2 ranks is the run of global batch 4 (history.csv identical but for the seconds)"
     else
       fail "history.csv of --micro_batch_size=2 differs from --batch_size=4's"
     fi

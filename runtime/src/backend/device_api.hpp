@@ -45,6 +45,14 @@ void cuda_event_record(void* event, CudaStream stream, int device);
 // Later work queued on `stream` waits for the event's work; the host does not wait.
 void cuda_stream_wait(CudaStream stream, void* event, int device);
 void cuda_event_synchronize(void* event, int device);  // the host waits for the event's work
+// Timed events, for the timeline's GPU lanes (io/timeline_gpu.hpp): destroyed with
+// cuda_event_destroy, recorded with cuda_event_record.
+void* cuda_timed_event_create(int device);
+// Whether the event's work is done; never waits, and a "not yet" leaves no error behind for
+// the next launch check.
+bool cuda_event_query(void* event, int device);
+// Milliseconds from one complete timed event to another (negative when `to` ran first).
+double cuda_event_elapsed_ms(void* from, void* to, int device);
 MemoryStats cuda_memory_stats(int device);
 void cuda_reset_peak(int device);
 void cuda_set_device(int device);

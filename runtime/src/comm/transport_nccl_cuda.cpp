@@ -66,8 +66,7 @@ class NcclTransport final : public Transport {
     nccl_ = &detail::ensure_nccl(w);
   }
 
-  void begin_step(Clock::time_point t0) override {
-    t0_s_ = std::chrono::duration<double>(t0.time_since_epoch()).count();
+  void begin_step(Clock::time_point) override {
     cuda::event_record(step_start_.get(), stream_);
   }
 
@@ -124,8 +123,12 @@ class NcclTransport final : public Transport {
     auto s = [&](const Event& e) { return cuda::event_elapsed_ms(step_start_.get(), e.get()) / 1000.0; };
     for (size_t b = 0; b < buckets_.size(); ++b) {
       timing.buckets[b] = {s(events_[b].ready), s(events_[b].start), s(events_[b].done)};
-      // The GPU's times, placed after the host's step start (the step-start event ran no earlier).
-      if (auto* r = timeline::active()) r->add(timeline::Lane::communication, "allreduce (NCCL stream)", "comm", t0_s_ + s(events_[b].start), t0_s_ + s(events_[b].done), buckets_[b].trace_args);
+      // The GPU comm lane: from the NCCL stream reaching the bucket to its sum (wait_all
+      // waited for both events).
+      if (auto* r = timeline::active()) {
+        r->device_span_complete(timeline::Lane::gpu_comm, "allreduce", events_[b].start.get(), events_[b].done.get(),
+                                buckets_[b].trace_args);
+      }
     }
     timing.backward_end_s = s(backward_end_);
   }
@@ -157,7 +160,6 @@ class NcclTransport final : public Transport {
   std::vector<FusedBucket> buckets_;
   std::vector<BucketEvents> events_;  // (buckets,)
   Event step_start_, backward_end_;   // compute stream
-  double t0_s_ = 0;                   // the host's clock (detail::now_s) when the step began
   std::atomic<bool> cancel_{false};
   std::unique_ptr<Communicator> comm_;  // our duplicate (more than one rank only)
   backend::NcclComm* nccl_ = nullptr;   // comm_'s

@@ -8,6 +8,7 @@
 #include "io/timeline.hpp"
 
 #include "core/context.hpp"
+#include "io/timeline_gpu.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/log.hpp"
@@ -37,7 +38,21 @@ std::string host_name() {
   return buf;
 }
 
-const char* lane_name(Lane lane) { return lane == Lane::compute ? "compute" : "communication"; }
+const char* lane_name(Lane lane) {
+  switch (lane) {
+    case Lane::compute: return "compute";
+    case Lane::communication: return "communication";
+    case Lane::gpu_compute: return "GPU compute";
+    case Lane::gpu_comm: return "GPU comm";
+  }
+  return "?";
+}
+
+std::string thread_name(int rank, Lane lane) {
+  return fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}"}}}},)"
+                     "\n",
+                     rank, static_cast<int>(lane), lane_name(lane));
+}
 
 std::string metadata(int rank, const std::string& host) {
   std::string out;
@@ -47,11 +62,7 @@ std::string metadata(int rank, const std::string& host) {
   out += fmt::format(R"({{"name":"process_sort_index","ph":"M","pid":{},"tid":0,"args":{{"sort_index":{}}}}},)"
                      "\n",
                      rank, rank);
-  for (Lane lane : {Lane::compute, Lane::communication}) {
-    out += fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"{}"}}}},)"
-                       "\n",
-                       rank, static_cast<int>(lane), lane_name(lane));
-  }
+  for (Lane lane : {Lane::compute, Lane::communication}) out += thread_name(rank, lane);
   return out;
 }
 
@@ -189,6 +200,7 @@ void Recorder::flush_part() {
   if (events.empty()) return;
   std::string text;
   text.reserve(events.size() * 160);
+  text.swap(gpu_metadata_);  // the GPU lanes' names, once they exist
   for (const Event& e : events) format(e, text);
   events_ += text;
   unmerged_ = true;
@@ -209,7 +221,41 @@ void Recorder::flush_part() {
   if (std::fflush(part_) != 0) log_warning("timeline: cannot write '{}': {}", part_path_, std::strerror(errno));
 }
 
-void Recorder::step_begin(int64_t step, int epoch, double input_start_s) {
+void Recorder::use_device_events(std::unique_ptr<DeviceEvents> events) {
+  gpu_ = std::make_unique<GpuLanes>(std::move(events));
+  gpu_metadata_ = thread_name(rank_, Lane::gpu_compute) + thread_name(rank_, Lane::gpu_comm);
+}
+
+void* Recorder::device_mark() { return gpu_ ? gpu_->mark() : nullptr; }
+
+void Recorder::device_span(Lane lane, std::string name, void* begin, void* end, std::string args) {
+  if (gpu_) gpu_->add(lane, std::move(name), begin, end, std::move(args));
+}
+
+void Recorder::device_span_complete(Lane lane, std::string name, void* begin, void* end, std::string args) {
+  if (gpu_) gpu_->add_complete(lane, std::move(name), begin, end, std::move(args));
+}
+
+void Recorder::gpu_event(GpuEvent e) {
+  std::lock_guard<std::mutex> lk(mu_);
+  pending_.push_back({e.lane, std::move(e.name), "gpu", e.t0, e.t1, e.step, std::move(e.args)});
+}
+
+void Recorder::readback_begin() {
+  if (gpu_) gpu_->readback_begin();
+}
+
+void Recorder::readback_end() {
+  if (gpu_) gpu_->readback_end(detail::now_s(), [this](GpuEvent e) { gpu_event(std::move(e)); });
+}
+
+void Recorder::finish_gpu() {
+  if (!gpu_ || gpu_->idle()) return;
+  gpu_->finish([] { return detail::now_s(); }, [this](GpuEvent e) { gpu_event(std::move(e)); });
+  if (gpu_->dropped() > 0) log_debug("timeline: {} GPU span(s) could not be measured", gpu_->dropped());
+}
+
+void Recorder::step_begin(int64_t step, int epoch, double input_start_s, Device device) {
   if (step > 0 && first_step_seen_ == 0) {
     first_step_seen_ = step;
     if (origin_.window_from_first_step && step > 1) {
@@ -225,10 +271,13 @@ void Recorder::step_begin(int64_t step, int epoch, double input_start_s) {
   const bool in = step >= first_step_ && step <= last_step_;
   if (in) recorded_ = true;
   if (step > last_step_seen_) last_step_seen_ = step;
+  if (!in) finish_gpu();  // the host waits for the GPU once, after the window
   flush_part();
   step_.store(step, std::memory_order_relaxed);
   recording_.store(in, std::memory_order_relaxed);
+  if (in && !gpu_ && device.is_cuda()) use_device_events(cuda_events(device.index));
   if (in) add(Lane::compute, "input", "step", input_start_s, detail::now_s(), fmt::format(R"("epoch":{})", epoch));
+  if (in && gpu_) gpu_->step_begin(step, detail::now_s());
 }
 
 void Recorder::warn_if_window_missed() {
@@ -258,6 +307,7 @@ void Recorder::warn_if_window_missed() {
 
 void Recorder::merge(Communicator& comm) {
   recording_.store(false, std::memory_order_relaxed);
+  finish_gpu();
   flush_part();
   std::string all;
   for (int q = 0; q < size_; ++q) {
@@ -323,8 +373,8 @@ void start_from_config(Communicator& comm) {
   c->timeline = std::make_shared<Recorder>(comm, c->config.timeline, first, last, std::move(origin));
 }
 
-void step_begin(int64_t step, int epoch, double input_start_s) {
-  if (Recorder* r = current()) r->step_begin(step, epoch, input_start_s);
+void step_begin(int64_t step, int epoch, double input_start_s, Device device) {
+  if (Recorder* r = current()) r->step_begin(step, epoch, input_start_s, device);
 }
 
 void epoch_end() {
@@ -346,22 +396,36 @@ void discard() {
   if (RuntimeContext* c = context_or_null()) c->timeline.reset();
 }
 
-void Span::begin(Lane lane, std::string_view name, std::string args) {
+void Span::begin(Lane lane, std::string_view name, std::string args, bool device) {
   lane_ = lane;
   name_ = name;
   args_ = std::move(args);
   t0_ = detail::now_s();
+  if (device) device_begin_ = recorder_->device_mark();
 }
 
-void Span::end() { recorder_->add(lane_, std::move(name_), "tarantella", t0_, detail::now_s(), std::move(args_)); }
+void Span::end() {
+  const double t1 = detail::now_s();
+  if (device_begin_) recorder_->device_span(Lane::gpu_compute, name_, device_begin_, recorder_->device_mark(), args_);
+  recorder_->add(lane_, std::move(name_), "tarantella", t0_, t1, std::move(args_));
+}
+
+LayerSpans::~LayerSpans() {
+  if (recorder_ && last_device_) recorder_->device_span(Lane::gpu_compute, {}, last_device_, nullptr, {});
+}
 
 void LayerSpans::mark(size_t index) {
   const std::string& full = (*params_)[index].name;
   std::string layer = full.substr(0, full.rfind('.'));
   if (layer == last_layer_) return;  // the layer's next parameter: the same moment
   const double now = detail::now_s();
-  recorder_->add(Lane::compute, "backward " + layer, "backward", last_, now,
-                 fmt::format(R"("layer":"{}")", escape(layer)));
+  std::string args = fmt::format(R"("layer":"{}")", escape(layer));
+  if (last_device_) {
+    // Two events a layer: one span's end and the next one's begin are each the pool's.
+    recorder_->device_span(Lane::gpu_compute, "backward " + layer, last_device_, recorder_->device_mark(), args);
+    last_device_ = recorder_->device_mark();
+  }
+  recorder_->add(Lane::compute, "backward " + layer, "backward", last_, now, std::move(args));
   last_layer_ = std::move(layer);
   last_ = now;
 }

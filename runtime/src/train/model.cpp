@@ -482,7 +482,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   network_->zero_grad();
   Tensor pred;
   {
-    Span span(Lane::compute, "forward");
+    Span span(Lane::compute, "forward", timeline::on_device);
     pred = network_->forward(in.inputs, rc).at(0);
   }
 
@@ -494,7 +494,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
   const int64_t global_units = by_tokens ? communicator().allreduce_sum(units) : batch.global_real_samples;
   if (real > 0) {
-    Span span(Lane::compute, "loss");
+    Span span(Lane::compute, "loss", timeline::on_device);
     SavedState ls;
     const int64_t global_real = std::max<int64_t>(global_units, 1);
     Tensor loss = loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, global_real, ls);
@@ -512,7 +512,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   double t_bwd_end = 0;
   try {
     {
-      Span span(Lane::compute, "backward");
+      Span span(Lane::compute, "backward", timeline::on_device);
       timeline::LayerSpans layers(&trainable_);
       network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) {
         layers.gradient_ready(index);
@@ -540,11 +540,12 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   }
   {
     Span span(Lane::compute, "step results");
+    timeline::Readback anchor;  // the GPU lanes' clock (io/timeline_gpu.hpp); no wait of its own
     totals.finish_step();
   }
 
   // The summed gradients are bitwise equal on every rank, so every rank decides alike.
-  Span span(Lane::compute, "optimizer");
+  Span span(Lane::compute, "optimizer", timeline::on_device);
   if (!scaler_.enabled() || scaler_.update(overflow)) {
     optimizer_->step(trainable_);
   } else {
@@ -565,7 +566,7 @@ void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTota
   StepInputs in = step_inputs(batch, "evaluate", totals.staging());
   detail::StepScalars::Scope readback(totals.scalars());
   const int64_t real = batch.real_samples;
-  Span span(Lane::compute, "evaluation step");
+  Span span(Lane::compute, "evaluation step", timeline::on_device);
   const Tensor pred = network_->forward(in.inputs, rc, false).at(0);
   if (real == 0) return;
   SavedState ls;
@@ -761,8 +762,9 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       const double t_input = now_s();
       std::optional<Batch> batch = next();
       if (!batch) break;
-      timeline::step_begin(global_step_ + 1, epoch, t_input);  // opens/closes the window; the input wait
-      Span step_span(Lane::compute, "step", [&] { return fmt::format(R"("epoch":{},"batch":{})", epoch, step); });
+      // Opens/closes the window; the input wait; on a GPU the step's reference event.
+      timeline::step_begin(global_step_ + 1, epoch, t_input, network_->device());
+      Span step_span(Lane::compute, "step", timeline::on_device, [&] { return fmt::format(R"("epoch":{},"batch":{})", epoch, step); });
       callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, logs); });
       lr_used = optimizer_->learning_rate();
       const double t0 = now_s();

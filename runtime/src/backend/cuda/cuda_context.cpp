@@ -210,6 +210,32 @@ void cuda_event_synchronize(void* event, int device) {
   cuda::count_host_wait(device, false);
 }
 
+void* cuda_timed_event_create(int device) {
+  cuda::DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  TNT_CUDA_CHECK(cudaEventCreate(&event));
+  return event;
+}
+
+bool cuda_event_query(void* event, int device) {
+  cuda::DeviceGuard guard(device);
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaSuccess) return true;
+  // "Not ready" would otherwise stay the thread's last error, and the next kernel's launch
+  // check (cudaGetLastError) would report it.
+  cudaGetLastError();
+  if (e == cudaErrorNotReady) return false;
+  TNT_CUDA_CHECK(e);
+  return false;
+}
+
+double cuda_event_elapsed_ms(void* from, void* to, int device) {
+  cuda::DeviceGuard guard(device);
+  float ms = 0;
+  TNT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
+  return ms;
+}
+
 int64_t cuda_host_waits(int device) { return cuda::resources(device).host_waits.load(std::memory_order_relaxed); }
 
 int64_t cuda_readbacks(int device) { return cuda::resources(device).readbacks.load(std::memory_order_relaxed); }

@@ -21,7 +21,8 @@
 #   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once;
 #   a restart of the same launch (TNT_RUN_ID, TNT_RESTART=1) continues without --resume.
 # dtype: --dtype=bf16 (emulated mixed precision on CPU ranks) trains, says so, and its first
-#   epoch's loss is within 2% of fp32's; --dtype=fp8 is refused naming the flag.
+#   epoch's loss is within 2% of fp32's while its weights differ from fp32's (bf16 was
+#   used); --dtype=fp8 is refused naming the flag.
 # decode_cache: a short training on 2 ranks translates the dev sentences with the key/value
 #   cache (the default); the same checkpoint evaluated again with --decode_cache=false (the
 #   uncached reference) writes the very same translations.txt, and the translations are not
@@ -354,6 +355,15 @@ case $case_name in
       pass "epoch-1 loss fp32 $l32, bf16 $l16 (within 2%)"
     else
       fail "epoch-1 loss fp32 '$l32', bf16 '$l16': more than 2% apart"
+    fi
+    # ... but not equal: two fp32 runs with one seed give bitwise-equal weights on CPU, so a
+    # --dtype=bf16 that is silently ignored would leave the weights identical. Rounding the
+    # activations to bf16 moves some weight by far more than 1e-5 after this epoch.
+    d=$(max_abs_diff "$tmp/fp32/model.safetensors" "$tmp/bf16/model.safetensors" 2>&1)
+    if awk -v d="$d" 'BEGIN { exit !(d + 0 > 1e-5) }' 2>/dev/null && [[ $d =~ ^[0-9.e+-]+$ ]]; then
+      pass "bf16 weights differ from fp32's (largest difference $d)"
+    else
+      fail "bf16 weights do not differ from fp32's by more than 1e-5 (largest difference: $d): was bf16 used?"
     fi
     run 2 "${common[@]}" --model_dir="$tmp/bad" --dtype=fp8
     expect_error "--dtype=fp8: expected fp32, bf16 or fp16" "--dtype and the choices"

@@ -29,7 +29,8 @@ done
 # A refused command line ends within a second or two; longer is a hang.
 limit=${TNT_E2E_TIMEOUT:-60}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tnt_flags_e2e.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/strays.sh"
+trap 'kill -9 $(e2e_strays "$tmp") 2>/dev/null; rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
@@ -51,6 +52,7 @@ expect() {
   cat "$tmp/stderr"
   echo "---"
   local what="$name $*"
+  e2e_no_strays "$tmp" || fail "$what: ranks left running after the launcher returned"
   if [[ $rc -eq $status ]]; then pass "$what: exit status $rc"; else fail "$what: exit status $rc, expected $status"; fi
   local n
   n=$(grep -cFx -e "$name: $message (see --help)" -e "error (rank 0 of 2): $message" -e "error (rank 1 of 2): $message" \

@@ -59,7 +59,8 @@ done
 # A 2-step run at image size 32 takes about 5 s on a busy 2-core machine; longer is a hang.
 limit=${TNT_E2E_TIMEOUT:-90}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tnt_resnet50_e2e.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/strays.sh"
+trap 'kill -9 $(e2e_strays "$tmp") 2>/dev/null; rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
@@ -76,6 +77,9 @@ run() {
   cat "$tmp/stderr"
   echo "---"
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then fail "did not finish within ${limit}s (a hang)"; fi
+  e2e_no_strays "$tmp" || fail "ranks left running after the launcher returned"
+  # The check above finds a rank by $tmp on its command line: a case must name it.
+  [[ "$*" == *"$tmp"* ]] || fail "the command line names no path under $tmp: ranks left behind would go unseen"
 }
 
 expect_error() {  # REGEX WHAT: non-zero exit and an "error..." line matching REGEX

@@ -21,7 +21,8 @@
 #   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once;
 #   a restart of the same launch (TNT_RUN_ID, TNT_RESTART=1) continues without --resume.
 # dtype: --dtype=bf16 (emulated mixed precision on CPU ranks) trains, says so, and its first
-#   epoch's loss is within 2% of fp32's; --dtype=fp8 is refused naming the flag.
+#   epoch's loss is within 2% of fp32's while its weights differ from fp32's (bf16 was
+#   used); --dtype=fp8 is refused naming the flag.
 # decode_cache: a short training on 2 ranks translates the dev sentences with the key/value
 #   cache (the default); the same checkpoint evaluated again with --decode_cache=false (the
 #   uncached reference) writes the very same translations.txt, and the translations are not
@@ -56,7 +57,8 @@ limit=${TNT_E2E_TIMEOUT:-90}
 python=${PYTHON:-python3}
 command -v "$python" >/dev/null || python=/usr/bin/python3
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tnt_transformer_e2e.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/strays.sh"
+trap 'kill -9 $(e2e_strays "$tmp") 2>/dev/null; rm -rf "$tmp"' EXIT
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
@@ -87,6 +89,9 @@ run() {
   cat "$tmp/stderr"
   echo "---"
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then fail "did not finish within ${limit}s (a hang)"; fi
+  e2e_no_strays "$tmp" || fail "ranks left running after the launcher returned"
+  # The check above finds a rank by $tmp on its command line: a case must name it.
+  [[ "$*" == *"$tmp"* ]] || fail "the command line names no path under $tmp: ranks left behind would go unseen"
 }
 
 expect_error() {  # REGEX WHAT: non-zero exit and an "error..." line matching REGEX
@@ -354,6 +359,15 @@ case $case_name in
       pass "epoch-1 loss fp32 $l32, bf16 $l16 (within 2%)"
     else
       fail "epoch-1 loss fp32 '$l32', bf16 '$l16': more than 2% apart"
+    fi
+    # ... but not equal: two fp32 runs with one seed give bitwise-equal weights on CPU, so a
+    # --dtype=bf16 that is silently ignored would leave the weights identical. Rounding the
+    # activations to bf16 moves some weight by far more than 1e-5 after this epoch.
+    d=$(max_abs_diff "$tmp/fp32/model.safetensors" "$tmp/bf16/model.safetensors" 2>&1)
+    if awk -v d="$d" 'BEGIN { exit !(d + 0 > 1e-5) }' 2>/dev/null && [[ $d =~ ^[0-9.e+-]+$ ]]; then
+      pass "bf16 weights differ from fp32's (largest difference $d)"
+    else
+      fail "bf16 weights do not differ from fp32's by more than 1e-5 (largest difference: $d): was bf16 used?"
     fi
     run 2 "${common[@]}" --model_dir="$tmp/bad" --dtype=fp8
     expect_error "--dtype=fp8: expected fp32, bf16 or fp16" "--dtype and the choices"

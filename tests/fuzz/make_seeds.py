@@ -143,9 +143,47 @@ def main():
     put("bleu", "text", "Das Haus ist klein.\nThe house is small , isn't it?\n"
         "Gutach: Noch mehr Sicherheit für Fußgänger\n\n1 , 000 Euro ( 3 %)\n")
     csv_seeds()
+    more_seeds()
 
 
-def csv_seeds():
+def more_seeds():
+    # Seeds added after the first 10-minute runs, for the paths the first ones left out
+    # (none of them needs PIL, so `make_seeds.py more` writes only these).
+    # BLEU: every line boundary str.splitlines() knows, symbols and punctuation classes,
+    # non-Latin scripts, numbers with separators, lines of 4 tokens or more (the target's
+    # "exactly 100" check), leading and trailing blank space that strip() removes.
+    put("bleu", "boundaries", "eins zwei drei vier\r\nfive six seven eight\rneun\x0bzehn\x0celf\x1czwölf\x1d"
+        "a\x1eb\u0085c\u2028d\u2029e\n")
+    put("bleu", "symbols", "€5 + 3$ = 8 ± 1 ; «Zitat» — „so“ (ok) [1] {2} <3> 100% #tag @me ^_^ ~x~ `q` |p|\n"
+        "1,000.5 3.14 -2 +7 1e-3 2:30 4/5\n")
+    put("bleu", "scripts", "\u3000  東京は大きい。 Москва — столица. Αθήνα! مرحبا؟ שלום. 안녕하세요?\n\t \n")
+    put("bleu", "long", "".join(f"line {i} has four tokens at least , really .\n" for i in range(40)))
+    put("bleu", "case", "The THE the ThE\nÉTÉ été Été\nİstanbul ISTANBUL ß SS\n")
+    # Vocabularies: numeric escapes (\<code>;), escaped underscores and backslashes, long
+    # subtokens, duplicates, CRLF line ends, a line without quotes.
+    put("vocab", "numeric", "'<pad>'\n'<EOS>'\n'\\233;_'\n'\\65;\\66;'\n'a\\u'\n'\\\\_'\n'Straße_'\n'_'\n"
+        + "".join(f"'{c}'\n" for c in "abcdeST_\\u;0123456789"))
+    put("vocab", "long", "'<pad>'\n'<EOS>'\n" + "".join(f"'{w}_'\n" for w in
+        ("internationalisation", "Sicherheitsmaßnahmen", "the", "the", "Haus", "house")) +
+        "".join(f"'{c}'\n" for c in "abcdefghijklmnopqrstuvwxyzäöüßHST_\\u;0123456789 "))
+    put("vocab", "crlf", "'<pad>'\r\n'<EOS>'\r\n'x_'\r\nunquoted\r\n'y'\r\n")
+    # TFRecord: a float list, several features of every kind, unpacked int64s, a bad CRC,
+    # a record cut short, and an empty record.
+    rich = example({"image/encoded": ("bytes", [b"\xff\xd8\xff\xd9"]), "image/class/label": ("int64", [1]),
+                    "image/height": ("int64", [8]), "image/format": ("bytes", [b"JPEG"]),
+                    "targets": ("int64", [3, 1 << 40, 1])})
+    put("tfrecord", "features", tfrecord([rich, example({"inputs": ("int64", [])})]))
+    good = tfrecord([rich])
+    put("tfrecord", "bad-crc", good[:-1] + bytes([good[-1] ^ 1]))
+    put("tfrecord", "cut-short", good[: len(good) // 2])
+    put("tfrecord", "empty-record", tfrecord([b""]))
+    # IDX: i32 and f64 elements, three dimensions, a header claiming more than the file holds.
+    put("idx", "i32-3d", struct.pack(">I", 0x0C03) + struct.pack(">III", 2, 1, 2) + struct.pack(">4i", 1, -1, 7, 0))
+    put("idx", "f64", struct.pack(">I", 0x0E01) + struct.pack(">I", 2) + struct.pack(">2d", 0.25, -8))
+    put("idx", "short", struct.pack(">I", 0x0803) + struct.pack(">III", 1000, 28, 28) + bytes(50))
+    # SLURM: leading zeros of different widths, nested-looking brackets, counts with (xN).
+    put("slurm", "widths", "n[8-12],m[098-101],k7\n3(x2),1")
+    put("slurm", "singles", "a[1],b[2,4],c\n1,1,1,1")
     # CSV: the first byte is fuzz_csv's option bits, the rest the file.
     put("csv", "header", b"\x00" + b"x,y,z\n1,0,2.5\n-3.25,1,4\n")
     put("csv", "quoted-crlf", b"\x20" + b'# comment\r\n"x","y"\r\n"1,5",2\r\n\r\n"a ""q""\r\nb",3\r\n')
@@ -155,4 +193,6 @@ def csv_seeds():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["more"]:
+        sys.exit(more_seeds())
     sys.exit(main())

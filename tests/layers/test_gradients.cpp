@@ -179,7 +179,7 @@ TEST_CASE("backward adds parameter gradients over calls", "[grad]") {
 }
 
 namespace {
-// y = 2x whose backward claims 2.02 dy: a 1% error in one factor, which the checker must see.
+// y = 2x whose backward claims 2 * factor * dy: a wrong factor the checker must see.
 class SlightlyWrong : public Layer {
  public:
   SlightlyWrong() : Layer("wrong") {}
@@ -210,9 +210,69 @@ TEST_CASE("the gradient checker catches a wrong gradient", "[grad]") {
   SavedState s;
   layer.forward({x}, {}, s);
   CHECK(test::compare("right", x, layer.backward({w}, {}, s)[0], objective, {}, false) == 0);
-  layer.factor = 1.05;  // 5%: outside rtol = 2% for every element whose gradient exceeds 0.2
+  layer.factor = 1.002;  // 0.2%: the largest elements are off by 4 times rtol = 5e-4
   int wrong = test::compare("wrong", x, layer.backward({w}, {}, s)[0], objective, {}, false);
   CHECK(wrong > 0);
+}
+
+namespace {
+// LabelSmoothingCrossEntropy's forward (targets 1 - s and s / (K - 1)) with the backward
+// of a loss that spreads s / K over the other classes: the forward/backward mismatch an
+// audit once slipped past the checker (its tolerance was 2e-3 + 2e-2 |analytic|).
+class SmoothingOverK : public Loss {
+ public:
+  explicit SmoothingOverK(double s) : s_(s), inner_(s) {}
+  std::string name() const override { return "smoothing_over_k"; }
+  Tensor forward(const Tensor& logits, const Tensor& labels, int64_t global_batch, SavedState& saved) override {
+    labels_ = labels;
+    global_batch_ = global_batch;
+    return inner_.forward(logits, labels, global_batch, saved);
+  }
+  Tensor backward(SavedState& saved, double scale = 1.0) override {
+    Tensor g = inner_.backward(saved, scale);  // (R, K)
+    const int64_t k = g.dim(-1), rows = g.numel() / k;
+    const double shift = (s_ / static_cast<double>(k - 1) - s_ / static_cast<double>(k)) * scale /
+                         static_cast<double>(global_batch_);
+    float* d = g.data<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < k; ++j)
+        if (j != labels_.data<int64_t>()[r]) d[r * k + j] += static_cast<float>(shift);
+    return g;
+  }
+
+ private:
+  double s_;
+  LabelSmoothingCrossEntropy inner_;
+  Tensor labels_;
+  int64_t global_batch_ = 1;
+};
+}  // namespace
+
+TEST_CASE("the gradient checker catches a label-smoothing forward/backward mismatch", "[grad]") {
+  // K = 5, s = 0.1: the mismatch is 0.1/4 - 0.1/5 = 0.005 per token over the 9 tokens, 0.6%
+  // of the largest gradient (about 0.1): 12 times rtol.
+  std::vector<int64_t> l{2, 0, 4, 1, 3, 0};
+  const Tensor labels = Tensor::from_data(l.data(), {2, 3});
+  Tensor logits = test::random_tensor({2, 3, 5}, 7, "logits", -2.0, 2.0);
+  for (bool mismatched : {false, true}) {
+    INFO("mismatched " << mismatched);
+    LabelSmoothingCrossEntropy right(0.1);
+    SmoothingOverK wrong(0.1);
+    Loss& loss = mismatched ? static_cast<Loss&>(wrong) : static_cast<Loss&>(right);
+    SavedState saved;
+    loss.forward(logits, labels, 9, saved);
+    Tensor grad = loss.backward(saved);
+    auto objective = [&] {
+      SavedState s;
+      return Loss::value(loss.forward(logits, labels, 9, s));
+    };
+    const int failures = test::compare(loss.name(), logits, grad, objective, {}, false);
+    if (mismatched) {
+      CHECK(failures > 0);
+    } else {
+      CHECK(failures == 0);
+    }
+  }
 }
 
 TEST_CASE("need_input_grads = false skips input gradients, keeps parameter gradients", "[grad]") {

@@ -144,14 +144,26 @@ TEST_CASE("tiny Transformer: p ranks on a global batch give the serial weights",
 
 TEST_CASE("tiny Transformer in emulated bf16 follows the f32 run", "[nn][transformer][mpi]") {
   std::vector<double> f32, bf16;
-  train_with_model(2, &f32);
-  train_with_model(2, &bf16, "bf16");
+  const auto w32 = train_with_model(2, &f32);
+  const auto w16 = train_with_model(2, &bf16, "bf16");
   REQUIRE(bf16.size() == 2);
   // Activations rounded to bf16 (8 significant bits) between layers: the per-token loss,
   // about 2 here, moves by under 1e-2; 2% is far from a broken path (a lost mask or an
   // f32/bf16 mix-up changes it by O(1)), and the loss must still fall.
   for (size_t e = 0; e < 2; ++e) CHECK(bf16[e] == Approx(f32[e]).epsilon(0.02));
   CHECK(bf16[1] < bf16[0]);
+  // ... and bf16 must have been used at all: two f32 runs with one seed are bitwise equal
+  // (the last case of this file), so any difference is the rounding's. Rounding each
+  // activation to 2^-9 relative moved some weight by 8e-3 after the 4 steps at lr 0.5
+  // (measured); 1e-4 is far below that and far above f32's own noise (0: deterministic
+  // engines). A bf16 flag silently ignored leaves the two runs bitwise equal.
+  double moved = 0;
+  REQUIRE(w16.size() == w32.size());
+  for (size_t t = 0; t < w32.size(); ++t)
+    for (size_t i = 0; i < w32[t].size(); ++i) moved = std::max(moved, std::fabs(w16[t][i] - w32[t][i]));
+  INFO("largest |w_bf16 - w_f32| " << moved);
+  CHECK(moved > 1e-4);
+  CHECK(bf16[0] != f32[0]);
 }
 
 TEST_CASE("tiny Transformer: two runs with one seed give bitwise equal weights", "[nn][transformer][mpi]") {

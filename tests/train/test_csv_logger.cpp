@@ -7,12 +7,19 @@
 #include "tarantella/callbacks.hpp"
 #include "tarantella/check.hpp"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -78,5 +85,123 @@ TEST_CASE("CSVLogger: a path it cannot open is named with the system's reason") 
     std::getline(in, first);
     CHECK(first == "step;value");  // left as it was
   }
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Temporary files the rewrite leaves beside the history (".history.csv.tmp-...").
+std::vector<std::string> temps_beside(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".history.csv.tmp-", 0) == 0) names.push_back(name);
+  }
+  return names;
+}
+
+// Forks a process that resumes `path` at initial_epoch (the rewrite of on_train_begin) and,
+// when kill_after >= 0, SIGKILLs it that many seconds after it is about to begin. Returns
+// the seconds from that moment to its end (killed or not).
+double resume_in_child(const std::string& path, int initial_epoch, double kill_after) {
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(ready[0]);
+    tnt::CSVLogger csv(path, /*append=*/true);
+    tnt::TrainParams params;
+    params.epochs = initial_epoch + 1;
+    params.initial_epoch = initial_epoch;
+    csv.set_params(params);
+    const char go = 1;
+    if (::write(ready[1], &go, 1) != 1) ::_exit(4);
+    try {
+      csv.on_train_begin({});
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char go = 0;
+  REQUIRE(::read(ready[0], &go, 1) == 1);
+  ::close(ready[0]);
+  const auto start = std::chrono::steady_clock::now();
+  if (kill_after >= 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kill_after));
+    ::kill(pid, SIGKILL);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (kill_after < 0) {
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+  }
+  return seconds;
+}
+
+}  // namespace
+
+TEST_CASE("CSVLogger: a resumed run killed while it rewrites history.csv leaves the old file or the new one",
+          "[crash]") {
+  // 200,000 epochs (4.6 MB) resumed at epoch 100,000: the rewrite reads them, writes half
+  // back and syncs it, about 0.1 s in all on this machine's disk. Kills are spread evenly
+  // over the time a whole resume takes (measured first), so some land while the new file is
+  // being written (its temporary file is then left behind, which shows where the kill
+  // landed) and others before and after. Each time, history.csv must be exactly the old
+  // file or exactly the new one.
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/history.csv";
+  const int rows = 200000, resume_at = rows / 2;
+  std::string old_text = "epoch,loss,accuracy\n", new_text;
+  for (int e = 1; e <= rows; ++e) {
+    if (e == resume_at + 1) new_text = old_text;
+    old_text += std::to_string(e) + ",0.123456,0.654321\n";
+  }
+  auto write_old = [&] {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << old_text;
+    for (const std::string& t : temps_beside(dir)) std::filesystem::remove(dir + "/" + t);
+  };
+  write_old();
+  double whole = 0;  // the longest of three undisturbed resumes
+  for (int i = 0; i < 3; ++i) {
+    write_old();
+    whole = std::max(whole, resume_in_child(path, resume_at, -1));
+    REQUIRE(read_all(path) == new_text);  // the rewrite itself, undisturbed
+  }
+
+  // Sweeps of 20 kills spread over 1.5 times that, until kills have landed before, inside
+  // and after the rewrite (a busy machine stretches the timing; 10 sweeps at most).
+  int old_seen = 0, new_seen = 0, inside = 0, kills = 0;
+  for (int sweep = 0; sweep < 10 && !(old_seen > 0 && new_seen > 0 && inside > 1); ++sweep) {
+    for (int k = 0; k < 20; ++k, ++kills) {
+      write_old();
+      const double at = 1.5 * whole * (k + 0.5) / 20;
+      resume_in_child(path, resume_at, at);
+      const std::string text = read_all(path);
+      const bool is_old = text == old_text, is_new = text == new_text;
+      if (!is_old && !is_new) {
+        FAIL_CHECK("killed " << at << " s into a resume: history.csv is neither the old file nor the new one: "
+                             << text.size() << " bytes (old " << old_text.size() << ", new " << new_text.size() << ")");
+      }
+      old_seen += is_old;
+      new_seen += is_new;
+      inside += !temps_beside(dir).empty();
+    }
+  }
+  INFO(kills << " kills: old file " << old_seen << ", new file " << new_seen << ", killed inside the rewrite " << inside
+             << "; an undisturbed resume took " << whole << " s");
+  // The kills must have hit the rewrite itself, or this proved nothing.
+  CHECK(inside > 1);
+  CHECK(old_seen > 0);
+  CHECK(new_seen > 0);
   std::filesystem::remove_all(dir);
 }

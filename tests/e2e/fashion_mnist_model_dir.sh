@@ -34,7 +34,8 @@
 #   default_run_dirs: without --model_dir, each run gets its own ./fashion_mnist_model/run-*
 #     (named at the start; latest links to the newest), so a second run is not refused and
 #     leaves the first's files as they were; --resume without --model_dir continues the
-#     newest run that has a checkpoint.
+#     newest run that has a checkpoint; a restart (TNT_RUN_ID, TNT_RESTART) goes on in its
+#     first attempt's run directory.
 #   overwrite_symlinked_train: a train/ that is a symbolic link to another directory is
 #     refused (exit 2, naming it), also with --overwrite, which removes nothing through it.
 #   dangling_history_link: a history.csv that is a dangling symbolic link is refused (exit 2),
@@ -258,6 +259,18 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     if grep -qF "continuing ./fashion_mnist_model/$second (the newest run under ./fashion_mnist_model with a checkpoint)" <<<"$fm_out"; then fm_pass "resumed: continues $second, named"; else fm_fail "resumed: no line naming $second as the run continued"; fi
     got=$(awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$base/$second/history.csv")
     if [[ $got == "1 2" ]]; then fm_pass "resumed: $second/history.csv rows 1 2"; else fm_fail "resumed: $second/history.csv rows '$got', expected '1 2'"; fi
+    # A restart of tarantella --max-restarts (the variables it sets for each attempt) goes on
+    # in its first attempt's run directory, not in a new one.
+    TNT_RUN_ID=fm-e2e-launch TNT_RESTART=0 fm_run attempt0 "${launch[@]}" -- "${plain[@]}" --train_epochs=1
+    expect_exit attempt0 0
+    attempt=$(sed -nE 's|^Writing to \./fashion_mnist_model/(run-[^ ]*) .*|\1|p' <<<"$fm_out")
+    TNT_RUN_ID=fm-e2e-launch TNT_RESTART=1 fm_run attempt1 "${launch[@]}" -- "${plain[@]}" --train_epochs=2
+    expect_exit attempt1 0
+    if [[ -n $attempt ]] && grep -qF "Restart 1 (TNT_RESTART): continuing from ./fashion_mnist_model/$attempt/checkpoint.safetensors" <<<"$fm_out"; then
+      fm_pass "attempt1: continues $attempt"
+    else
+      fm_fail "attempt1: does not continue the first attempt's run directory '$attempt'"
+    fi
     ;;
 
   overwrite_symlinked_train)

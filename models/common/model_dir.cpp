@@ -105,7 +105,17 @@ LockResult lock_dir(const std::string& dir) {
     }
     return {nullptr, fmt::format("--model_dir={}: cannot create its lock file {}: {}", dir, path, std::strerror(errno))};
   }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  // A restart of tarantella --max-restarts starts once the failed attempt's job has ended,
+  // but its master may take a moment longer to be gone from the process table of a loaded
+  // host: a restart waits up to 10 s for it to let go.
+  const int tries = restart_number() > 0 ? 50 : 1;
+  int locked = -1;
+  for (int i = 0; i < tries; ++i) {
+    locked = ::flock(fd, LOCK_EX | LOCK_NB);
+    if (locked == 0 || errno != EWOULDBLOCK || i + 1 == tries) break;
+    ::usleep(200 * 1000);
+  }
+  if (locked != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK) {
       char text[512] = {};

@@ -129,7 +129,11 @@ ProgramFlags::ProgramFlags(const std::string& program, const std::string& summar
   // clang-format off
   add_options()
     ("data_dir", defaults.data_dir_help, cxxopts::value<std::string>()->default_value(defaults.data_dir))
-    ("model_dir", defaults.model_dir_help, cxxopts::value<std::string>()->default_value(defaults.model_dir))
+    ("model_dir", fmt::format("{}; not given: a new directory {}/run-YYYYmmdd-HHMMSS for each run ({}/latest links "
+                              "to the newest), and --resume continues the newest run there that has a checkpoint. "
+                              "Example: --model_dir=runs/a",
+                              defaults.model_dir_help, defaults.model_dir, defaults.model_dir),
+     cxxopts::value<std::string>()->default_value(defaults.model_dir))
     ("batch_size", "GLOBAL batch size (split across the ranks)", cxxopts::value<int64_t>()->default_value(std::to_string(defaults.batch_size)))
     ("train_epochs", "epochs to train", cxxopts::value<int>()->default_value(std::to_string(defaults.train_epochs)))
     ("epochs_between_evals", defaults.epochs_between_evals_help, cxxopts::value<int>()->default_value("1"))
@@ -213,6 +217,7 @@ CommonFlags ProgramFlags::common() const {
   CommonFlags f;
   f.data_dir = args_["data_dir"].as<std::string>();
   f.model_dir = args_["model_dir"].as<std::string>();
+  f.model_dir_given = args_.count("model_dir") > 0;
   f.overwrite = args_["overwrite"].as<bool>();
   f.batch_size = args_["batch_size"].as<int64_t>();
   f.train_epochs = args_["train_epochs"].as<int>();
@@ -313,139 +318,6 @@ CallbackFlags callback_flags(const ProgramFlags& flags, const CommonFlags& commo
 
 namespace {
 
-constexpr const char* kRunMarker = ".tarantella-run";
-
-// TNT_RESTART and TNT_RUN_ID, as the launcher set them (0 and "" outside a launch with
-// --max-restarts).
-int restart_number() {
-  const char* text = std::getenv("TNT_RESTART");
-  return text != nullptr ? std::atoi(text) : 0;
-}
-
-std::string run_id() {
-  const char* text = std::getenv("TNT_RUN_ID");
-  return text != nullptr ? text : "";
-}
-
-std::string read_marker(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / kRunMarker);
-  std::string id;
-  std::getline(in, id);
-  return id;
-}
-
-// Written as a temporary file and renamed, so a crash leaves the old marker or the new one.
-std::string write_marker(const std::string& dir, const std::string& id) {
-  namespace fs = std::filesystem;
-  const fs::path path = fs::path(dir) / kRunMarker;
-  const fs::path tmp = fs::path(dir) / (std::string(kRunMarker) + ".new");
-  {
-    std::ofstream out(tmp);
-    out << id << "\n";
-    if (!out.flush()) return fmt::format("--model_dir={}: cannot write {}", dir, tmp.string());
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return fmt::format("--model_dir={}: cannot write {}: {}", dir, path.string(), ec.message());
-  return "";
-}
-
-struct Verdict {
-  std::string error;  // "" when training may go ahead
-  bool resume = false;
-};
-
-// The TensorBoard event files a program's run left (TensorBoard callback: events.out.tfevents.*
-// in <model_dir>/train and <model_dir>/validation), relative to the directory. Nothing else
-// there is the program's: other files stay.
-std::vector<std::string> event_files(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> files;
-  for (const char* sub : {"train", "validation"}) {
-    std::error_code ec;
-    if (!fs::is_directory(fs::path(path) / sub, ec)) continue;
-    for (fs::directory_iterator it(fs::path(path) / sub, ec), end; !ec && it != end; it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (name.rfind("events.out.tfevents.", 0) == 0 && it->is_regular_file(ec)) {
-        files.push_back(std::string(sub) + "/" + name);
-      }
-    }
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-// Removes the outputs found and the earlier run's TensorBoard event files, so that a run
-// started again shows in TensorBoard alone.
-std::string remove_outputs(const ModelDir& dir, const std::vector<std::string>& found, const char* why) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> names = found;
-  for (std::string& name : event_files(dir.path)) names.push_back(std::move(name));
-  std::error_code ec;
-  for (const std::string& name : names) {
-    fs::remove(fs::path(dir.path) / name, ec);
-    if (ec) return fmt::format("{}: cannot remove {}/{}: {}", why, dir.path, name, ec.message());
-  }
-  return "";
-}
-
-// The master's verdict on --model_dir.
-Verdict check_model_dir_on_master(const ModelDir& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const bool exists = fs::exists(dir.path, ec);
-  if (exists && !fs::is_directory(dir.path, ec)) {
-    return {fmt::format("--model_dir={}: is a file, expected a directory", dir.path)};
-  }
-  // A run to continue must be there: a misspelt --model_dir is named, not created empty.
-  // (A restart of tarantella --max-restarts gets here too: its directory exists, or its
-  // first attempt never got past this check.)
-  if (!exists && dir.resume) {
-    return {fmt::format("--model_dir={}: no such directory, so no run to continue (--resume); give the directory "
-                        "of the earlier run, or leave out --resume to start one there",
-                        dir.path)};
-  }
-  fs::create_directories(dir.path, ec);
-  if (ec) return {fmt::format("--model_dir={}: cannot create it: {}", dir.path, ec.message())};
-  std::vector<std::string> found;
-  for (const std::string& name : dir.outputs) {
-    if (fs::exists(fs::path(dir.path) / name, ec)) found.push_back(name);
-  }
-  const std::string id = run_id();
-  if (restart_number() > 0 && !id.empty() && read_marker(dir.path) == id) {
-    // A restart of this launch, in the directory its first attempt took.
-    if (!dir.checkpoint.empty() && fs::exists(fs::path(dir.path) / dir.checkpoint, ec)) return {"", true};
-    return {remove_outputs(dir, found, "restart")};
-  }
-  if (!found.empty() && !dir.resume && !dir.overwrite) {
-    // A run stopped before its first checkpoint (interrupted in epoch 1) leaves a history
-    // but nothing to continue from: --resume would only fail there.
-    const bool resumable =
-        dir.can_resume && !dir.checkpoint.empty() && std::find(found.begin(), found.end(), dir.checkpoint) != found.end();
-    if (dir.can_resume && !resumable) {
-      return {fmt::format("--model_dir={} holds an earlier run's {} but no checkpoint to resume from ({}): give "
-                          "--overwrite to replace it, or choose another --model_dir",
-                          dir.path, fmt::join(found, ", "), dir.checkpoint.empty() ? "none is written" : dir.checkpoint)};
-    }
-    return {fmt::format("--model_dir={} already holds the output of an earlier run ({}): give {}--overwrite to replace "
-                        "it, or choose another --model_dir",
-                        dir.path, fmt::join(found, ", "),
-                        dir.can_resume ? "--resume to continue training from its checkpoint, " : "")};
-  }
-  if (dir.overwrite) {
-    if (std::string e = remove_outputs(dir, found, "--overwrite"); !e.empty()) return {e};
-  }
-  // This launch's from now on: its restarts continue here.
-  if (!id.empty()) {
-    if (std::string e = write_marker(dir.path, id); !e.empty()) return {e};
-  }
-  return {"", dir.resume};
-}
-
-}  // namespace
-
-namespace {
-
 // The "__metadata__" of a safetensors file's JSON header (checkpoint.hpp: an 8-byte
 // little-endian length, then the JSON); empty when the header cannot be read.
 nlohmann::json checkpoint_metadata(const std::string& path) {
@@ -504,24 +376,6 @@ void check_directory_flag(const std::string& flag, const std::string& path, cons
   const std::string problem = path_kind_problem(path, true);
   TNT_INPUT_CHECK(problem.empty(), "--{}={}: {}{}", flag, path, problem,
                   problem == "no such directory" && !hint.empty() ? " " + hint : "");
-}
-
-bool prepare_model_dir(const ModelDir& dir) {
-  TNT_INPUT_CHECK(!(dir.resume && dir.overwrite),
-                  "--resume and --overwrite: give one of them (--resume continues the run in --model_dir={}, "
-                  "--overwrite replaces it)",
-                  dir.path);
-  // Only the master sees the directory for sure (other hosts may not share its file
-  // system), so it decides and the ranks learn its verdict: all of them stop, or none.
-  Verdict verdict = tnt::is_master_rank() ? check_model_dir_on_master(dir) : Verdict{};
-  tnt::communicator().broadcast(verdict.error, tnt::master_rank());
-  if (!verdict.error.empty()) throw tnt::InputError(verdict.error);
-  int64_t resume = verdict.resume ? 1 : 0;
-  tnt::communicator().broadcast(&resume, 1, tnt::DType::i64, tnt::Device::cpu(), tnt::master_rank());
-  if (resume != 0 && !dir.resume) {
-    tnt::print("Restart {} (TNT_RESTART): continuing from {}/{}", restart_number(), dir.path, dir.checkpoint);
-  }
-  return resume != 0;
 }
 
 int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed) {

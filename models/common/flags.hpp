@@ -19,6 +19,8 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include "common/model_dir.hpp"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -51,7 +53,8 @@ struct CommonFlagDefaults {
 
 struct CommonFlags {
   std::string data_dir;
-  std::string model_dir;
+  std::string model_dir;         // --model_dir, or its default
+  bool model_dir_given = false;  // on the command line; else model_dir is the base of a new run directory (model_dir.hpp)
   bool overwrite = false;  // replace what an earlier run left in model_dir
   int64_t batch_size = 0;  // GLOBAL: split across the ranks (micro_batch_size x ranks when that is given)
   int64_t micro_batch_size = 0;  // --micro_batch_size as given; 0: not given (or not the program's)
@@ -145,37 +148,6 @@ void add_callback_flags(ProgramFlags& flags, const std::string& unit, const std:
 // accepted); --enable_time_history needs --log_steps >= 1.
 CallbackFlags callback_flags(const ProgramFlags& flags, const CommonFlags& common);
 
-// How a program uses --model_dir.
-struct ModelDir {
-  std::string path;                  // --model_dir
-  std::vector<std::string> outputs;  // the files the program writes there
-  bool can_resume = false;           // the program has --resume
-  bool resume = false;               // ... and it was given
-  bool overwrite = false;            // --overwrite was given
-  std::string checkpoint;            // which of `outputs` a restart continues from ("": none)
-};
-
-// Collective, before any training: the master (the only rank that writes files) creates
-// the directory and looks for the outputs of an earlier run in it, and every rank gets its
-// verdict. A directory holding any of them is refused unless the run continues it
-// (--resume) or replaces it (--overwrite: the master then removes those outputs and the
-// TensorBoard event files events.out.tfevents.* in <path>/train and <path>/validation, and
-// nothing else, so a run that fails early leaves no mix of old and new, and TensorBoard
-// shows the new run alone). With --resume the directory must exist (nothing is created);
-// a path that is a file is refused. Throws tnt::InputError on every rank
-// alike, naming the directory and the choices (--resume only when `checkpoint` is there: a
-// run stopped in its first epoch leaves a history.csv and nothing to resume from), when it is
-// refused, when it cannot be created, or for --resume together with --overwrite.
-//
-// Restarts (tarantella --max-restarts): the launcher sets TNT_RUN_ID for every attempt of
-// one launch and TNT_RESTART to the attempt's number. The first attempt that gets past the
-// checks above marks the directory as its launch's (<path>/.tarantella-run holds the id).
-// A restart of the same launch in a directory so marked continues from `checkpoint` when it
-// exists (whatever --resume and --overwrite say: they were for the first attempt), and
-// otherwise starts over, replacing what the failed attempt left; a restart whose first
-// attempt never got that far (the directory was refused) is checked as a first attempt.
-// Returns whether training continues from the checkpoint: --resume, or such a restart.
-bool prepare_model_dir(const ModelDir& dir);
 
 // A flag naming a file (a directory) that must exist: throws tnt::InputError
 // "--flag=path: no such file" (followed by `hint`), or, where the path is the other kind,

@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
       {"tarantella -n 2 -- build/bin/fashion_mnist",
        "tarantella -n 2 -- build/bin/fashion_mnist --train_epochs=10 --batch_size=256",
        "build/bin/fashion_mnist --model=mlp --num_train_samples=6000 --train_epochs=1",
-       "tarantella -n 2 -- build/bin/fashion_mnist --resume   (continue from model_dir)",
-       "tarantella -n 2 -- build/bin/fashion_mnist --overwrite   (start again, replacing model_dir's run)"},
+       "tarantella -n 2 -- build/bin/fashion_mnist --resume   (continue the newest run)",
+       "tarantella -n 2 -- build/bin/fashion_mnist --model_dir=runs/a --overwrite   (start again in runs/a, replacing its run)"},
       {.data_dir = kDefaultDataDir,
        .data_dir_help = "directory with the four Fashion-MNIST IDX files (plain or .gz)",
        .model_dir = "./fashion_mnist_model",
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
     ("learning_rate", "learning rate (default: 0.001 for adam, 0.01 for sgd)", cxxopts::value<double>())
     ("scale_learning_rate", "scale the learning rate linearly with the global batch: lr * batch_size / 128", cxxopts::value<bool>()->default_value("false"))
     ("warmup_epochs", "raise the learning rate linearly from 0 over this many epochs (0: none)", cxxopts::value<double>()->default_value("0"))
-    ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
+    ("resume", "continue from <model_dir>/checkpoint.safetensors (without --model_dir: the newest run's)", cxxopts::value<bool>()->default_value("false"))
     ("num_train_samples", "use only the first N training samples (0 = all; more than the training set holds is refused)", cxxopts::value<int64_t>()->default_value("0"))
     ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"));
   // clang-format on
@@ -178,13 +178,16 @@ int main(int argc, char** argv) {
 
     // An earlier run's checkpoint and history are continued (--resume, or a restart of
     // tarantella --max-restarts) or replaced (--overwrite), never silently overwritten.
-    const bool resume = tnt_models::prepare_model_dir({.path = common.model_dir,
-                                                       .outputs = {"checkpoint.safetensors", "history.csv"},
-                                                       .can_resume = true,
-                                                       .resume = args["resume"].as<bool>(),
-                                                       .overwrite = common.overwrite,
-                                                       .checkpoint = "checkpoint.safetensors"});
-    const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
+    const tnt_models::RunDir run = tnt_models::prepare_model_dir({.path = common.model_dir,
+                                                                  .given = common.model_dir_given,
+                                                                  .outputs = {"checkpoint.safetensors", "history.csv"},
+                                                                  .can_resume = true,
+                                                                  .resume = args["resume"].as<bool>(),
+                                                                  .overwrite = common.overwrite,
+                                                                  .checkpoint = "checkpoint.safetensors"});
+    const bool resume = run.resume;
+    const std::string& model_dir = run.path;
+    const std::string checkpoint = model_dir + "/checkpoint.safetensors";
 
     int initial_epoch = 0;
     if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
@@ -207,14 +210,14 @@ int main(int argc, char** argv) {
     fit.micro_batch_size = micro_batch;
     fit.validation_data = test_data;
     fit.validation_freq = common.epochs_between_evals;
-    auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", initial_epoch > 0);
+    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", initial_epoch > 0);
     csv->set_columns({"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "seconds"});
     // A diverged run (NaN or infinite loss) ends here with an error naming the step, before
     // the epoch's history row and checkpoint: exit status 1, the last good checkpoint kept.
     auto nan_guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
     auto last_epoch = std::make_shared<LastEpochLogs>();
     fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), last_epoch};
-    if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir));
+    if (common.enable_tensorboard) fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(model_dir));
     // A checkpoint at or beyond --train_epochs has nothing left to train: its weights are
     // evaluated (as the transformer does), rather than fit() refusing epochs < initial_epoch.
     if (initial_epoch >= common.train_epochs) {

@@ -374,14 +374,17 @@ int main(int argc, char** argv) {
     // What an earlier run left there is continued (--resume, or a restart of tarantella
     // --max-restarts) from the checkpoint, with --enable_checkpoint_and_export (without, a
     // restart starts over), or replaced (--overwrite), never silently overwritten.
-    const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
-    const bool resume = tnt_models::prepare_model_dir(
+    const tnt_models::RunDir run = tnt_models::prepare_model_dir(
         {.path = common.model_dir,
+         .given = common.model_dir_given,
          .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
          .can_resume = checkpoint_and_export,
          .resume = resume_flag,
          .overwrite = common.overwrite,
          .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : ""});
+    const bool resume = run.resume;
+    const std::string& model_dir = run.path;
+    const std::string checkpoint = model_dir + "/checkpoint.safetensors";
     int initial_epoch = 0;
     // The data's order is a function of the seed and the epoch: it continues too.
     if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
@@ -420,7 +423,7 @@ int main(int argc, char** argv) {
       fit.validation_data = eval_data;
     }
     fit.validation_freq = common.epochs_between_evals;
-    auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", initial_epoch > 0);
+    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", initial_epoch > 0);
     std::vector<std::string> columns{"loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy",
                                      "val_top5_accuracy", "learning_rate", "seconds"};
     if (precision.scales_loss()) columns.push_back("loss_scale");
@@ -438,7 +441,7 @@ int main(int argc, char** argv) {
     }
     fit.max_steps = train_steps;
     if (common.enable_tensorboard) {
-      fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(common.model_dir, 0, callback_flags.profile_steps));
+      fit.callbacks.push_back(std::make_shared<tnt::TensorBoard>(model_dir, 0, callback_flags.profile_steps));
     }
     if (checkpoint_and_export) {
       fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"));
@@ -457,7 +460,7 @@ int main(int argc, char** argv) {
 
     if (checkpoint_and_export) {
       // Weights only, under torchvision's names: loads into torchvision.models.resnet50.
-      model.save_weights(common.model_dir + "/model.safetensors");
+      model.save_weights(model_dir + "/model.safetensors");
     }
     if (model.loss_scaler().enabled() && common.verbose > 0) {
       tnt::print("loss scaling: final scale {}, {} of {} skipped for overflow", model.loss_scaler().scale(),

@@ -525,15 +525,18 @@ int main(int argc, char** argv) {
 
     // Continues an earlier run's checkpoint: --resume, or a restart of the same launch
     // (tarantella --max-restarts) after a rank or host failed.
-    const bool continue_run =
+    const tnt_models::RunDir run =
         tnt_models::prepare_model_dir({.path = common.model_dir,
+                                       .given = common.model_dir_given,
                                        .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors",
                                                    "translations.txt"},
                                        .can_resume = true,
                                        .resume = resume,
                                        .overwrite = common.overwrite,
                                        .checkpoint = "checkpoint.safetensors"});
-    const std::string checkpoint = common.model_dir + "/checkpoint.safetensors";
+    const bool continue_run = run.resume;
+    const std::string& model_dir = run.path;
+    const std::string checkpoint = model_dir + "/checkpoint.safetensors";
     int initial_epoch = 0;
     if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
 
@@ -595,29 +598,29 @@ int main(int argc, char** argv) {
     }
     // Weights only, under the PyTorch module's names (scripts/transformer_torch.py). Written
     // before each evaluation: an evaluation that fails cannot lose the trained weights.
-    const std::string weights = common.model_dir + "/model.safetensors";
+    const std::string weights = model_dir + "/model.safetensors";
     // One writer for the whole run: its event files span the fit() calls of the loop.
     const auto tensorboard = common.enable_tensorboard
-                                 ? std::make_shared<tnt::TensorBoard>(common.model_dir, 0, callback_flags.profile_steps)
+                                 ? std::make_shared<tnt::TensorBoard>(model_dir, 0, callback_flags.profile_steps)
                                  : nullptr;
     // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.
     for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
       fit.initial_epoch = epoch;
       fit.epochs = std::min(epoch + common.epochs_between_evals, common.train_epochs);
-      auto csv = std::make_shared<tnt::CSVLogger>(common.model_dir + "/history.csv", epoch > 0);
+      auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", epoch > 0);
       csv->set_columns({"loss", "learning_rate", "seconds"});
       fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};
       if (tensorboard) fit.callbacks.push_back(tensorboard);
       model.fit(train, fit);
       model.save_weights(weights);
       if (model.stop_requested()) break;
-      if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
+      if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, model_dir);
     }
     if (initial_epoch >= common.train_epochs) {
       model.save_weights(weights);
       // Said as fashion_mnist and resnet50 say it; only the BLEU evaluation is optional here.
       tnt_models::print_nothing_to_train(continue_run, initial_epoch, common.train_epochs, with_bleu);
-      if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, common.model_dir);
+      if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, model_dir);
     }
   });
 }

@@ -31,6 +31,21 @@
 #     (train/ and validation/ then hold the new run's alone) and nothing else of the user's.
 #   resume_missing_model_dir: --resume in a --model_dir that does not exist fails naming it
 #     and creates nothing; a --model_dir that is a file is refused as such.
+#   default_run_dirs: without --model_dir, each run gets its own ./fashion_mnist_model/run-*
+#     (named at the start; latest links to the newest), so a second run is not refused and
+#     leaves the first's files as they were; --resume without --model_dir continues the
+#     newest run that has a checkpoint; a restart (TNT_RUN_ID, TNT_RESTART) goes on in its
+#     first attempt's run directory.
+#   overwrite_symlinked_train: a train/ that is a symbolic link to another directory is
+#     refused (exit 2, naming it), also with --overwrite, which removes nothing through it.
+#   dangling_history_link: a history.csv that is a dangling symbolic link is refused (exit 2),
+#     and no file appears where it points.
+#   concurrent_runs: a second run on a --model_dir in use is refused (exit 2) naming the
+#     first run's process; after that process is killed (SIGKILL), the directory is free.
+#   resume_other_columns: a resumed run whose history.csv has other columns is refused,
+#     naming the file, which stays as it was.
+#   resume_missing_history: a resumed run whose history.csv is gone says so, and starts a
+#     new one at the resumed epoch.
 source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
 [[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE" >&2; exit 2; }
 case_name=$3
@@ -216,6 +231,117 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     fm_run model_dir_file "${launch[@]}" -- "${small[@]}" --model_dir="$fm_tmp/a_file" --train_epochs=1
     expect_exit model_dir_file failure
     fm_expect_fixed model_dir_file "--model_dir=$fm_tmp/a_file: is a file, expected a directory" "what the path is"
+    ;;
+
+  default_run_dirs)
+    # The default directory is relative: run from the test's own directory. The data go
+    # through a link in it, so that every command line names the test's directory.
+    cd "$fm_tmp" || exit 1
+    ln -s "$fm_data" "$fm_tmp/data"
+    plain=(--model=mlp --num_train_samples=256 --batch_size=64 --verbose=0 --data_dir="$fm_tmp/data")
+    base=$fm_tmp/fashion_mnist_model
+    fm_run first "${launch[@]}" -- "${plain[@]}" --train_epochs=1
+    expect_exit first 0
+    first=$(sed -nE 's|^Writing to \./fashion_mnist_model/(run-[0-9]{8}-[0-9]{6}(-[0-9]+)?) .*|\1|p' <<<"$fm_out")
+    if [[ -n $first && -f $base/$first/checkpoint.safetensors ]]; then fm_pass "first: named $first, wrote there"; else fm_fail "first: no 'Writing to ./fashion_mnist_model/run-...' line naming a directory with a checkpoint"; fi
+    cp "$base/$first/checkpoint.safetensors" "$fm_tmp/first.safetensors"
+    fm_run second "${launch[@]}" -- "${plain[@]}" --train_epochs=1 --seed=7
+    expect_exit second 0
+    second=$(sed -nE 's|^Writing to \./fashion_mnist_model/(run-[^ ]*) .*|\1|p' <<<"$fm_out")
+    if [[ -n $second && $second != "$first" && -f $base/$second/history.csv ]]; then fm_pass "second: its own directory $second"; else fm_fail "second: directory '$second' (the first's: '$first')"; fi
+    same_file second "$base/$first/checkpoint.safetensors" "$fm_tmp/first.safetensors" "the first run's checkpoint"
+    if [[ $(readlink "$base/latest") == "$second" ]]; then fm_pass "latest -> $second"; else fm_fail "latest -> '$(readlink "$base/latest")', expected $second"; fi
+    # A newer run without a checkpoint (one that failed before its first epoch ended) is
+    # passed over.
+    mkdir "$base/run-99991231-235959"
+    fm_run resumed "${launch[@]}" -- "${plain[@]}" --train_epochs=2 --resume --seed=7
+    expect_exit resumed 0
+    if grep -qF "continuing ./fashion_mnist_model/$second (the newest run under ./fashion_mnist_model with a checkpoint)" <<<"$fm_out"; then fm_pass "resumed: continues $second, named"; else fm_fail "resumed: no line naming $second as the run continued"; fi
+    got=$(awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$base/$second/history.csv")
+    if [[ $got == "1 2" ]]; then fm_pass "resumed: $second/history.csv rows 1 2"; else fm_fail "resumed: $second/history.csv rows '$got', expected '1 2'"; fi
+    # A restart of tarantella --max-restarts (the variables it sets for each attempt) goes on
+    # in its first attempt's run directory, not in a new one.
+    TNT_RUN_ID=fm-e2e-launch TNT_RESTART=0 fm_run attempt0 "${launch[@]}" -- "${plain[@]}" --train_epochs=1
+    expect_exit attempt0 0
+    attempt=$(sed -nE 's|^Writing to \./fashion_mnist_model/(run-[^ ]*) .*|\1|p' <<<"$fm_out")
+    TNT_RUN_ID=fm-e2e-launch TNT_RESTART=1 fm_run attempt1 "${launch[@]}" -- "${plain[@]}" --train_epochs=2
+    expect_exit attempt1 0
+    if [[ -n $attempt ]] && grep -qF "Restart 1 (TNT_RESTART): continuing from ./fashion_mnist_model/$attempt/checkpoint.safetensors" <<<"$fm_out"; then
+      fm_pass "attempt1: continues $attempt"
+    else
+      fm_fail "attempt1: does not continue the first attempt's run directory '$attempt'"
+    fi
+    ;;
+
+  overwrite_symlinked_train)
+    train_good first 1
+    mkdir -p "$fm_tmp/unrelated"
+    echo keep >"$fm_tmp/unrelated/events.out.tfevents.1.host"
+    ln -s "$fm_tmp/unrelated" "$model_dir/train"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=1 --overwrite
+    if [[ $fm_rc -eq 2 ]]; then fm_pass "$case_name: exit status 2"; else fm_fail "$case_name: exit status $fm_rc, expected 2"; fi
+    fm_expect_fixed "$case_name" "$model_dir/train is a symbolic link (to $fm_tmp/unrelated)" "the link"
+    if [[ -f $fm_tmp/unrelated/events.out.tfevents.1.host ]]; then fm_pass "$case_name: the file behind the link kept"; else fm_fail "$case_name: the file behind the link was removed"; fi
+    ;;
+
+  dangling_history_link)
+    mkdir -p "$model_dir"
+    ln -s "$fm_tmp/elsewhere.csv" "$csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=1
+    if [[ $fm_rc -eq 2 ]]; then fm_pass "$case_name: exit status 2"; else fm_fail "$case_name: exit status $fm_rc, expected 2"; fi
+    fm_expect_fixed "$case_name" "$csv is a symbolic link (to $fm_tmp/elsewhere.csv)" "the link"
+    if [[ -e $fm_tmp/elsewhere.csv ]]; then fm_fail "$case_name: a file was written where the link points"; else fm_pass "$case_name: nothing written where the link points"; fi
+    ;;
+
+  concurrent_runs)
+    # The first run trains long enough (200 epochs of 4 steps) to be running when the
+    # second starts; its first history row says it is past the directory's checks.
+    timeout -k 5 "$fm_limit" "$fm_launcher" "${launch[@]}" -- "$fm_program" "${small[@]}" --train_epochs=200 \
+      </dev/null >"$fm_tmp/first.out" 2>&1 &
+    first_job=$!
+    # While it runs, its processes are not the second run's strays.
+    fm_strays() {
+      local p
+      for p in $(pgrep -f -- "$fm_tmp"); do
+        tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qF -- "--train_epochs=200" || echo "$p"
+      done
+    }
+    for _ in $(seq 200); do [[ -s $csv ]] && break; sleep 0.2; done
+    [[ -s $csv ]] || fm_fail "first: no history row after 40 s"
+    fm_run second "${launch[@]}" -- "${small[@]}" --train_epochs=1 --overwrite
+    if [[ $fm_rc -eq 2 ]]; then fm_pass "second: exit status 2"; else fm_fail "second: exit status $fm_rc, expected 2"; fi
+    owner=$(sed -nE 's/.*another run is using it \(process ([0-9]+) on .*/\1/p' <<<"$fm_err" | head -1)
+    if [[ -n $owner ]] && grep -q -- "$fm_program" "/proc/$owner/cmdline" 2>/dev/null; then
+      fm_pass "second: names the first run's process ($owner)"
+    else
+      fm_fail "second: names process '$owner', which is not a running $fm_program"
+    fi
+    # A crash leaves no stale lock: the kernel drops it with the process.
+    [[ -n $owner ]] && kill -9 "$owner"
+    wait "$first_job"
+    fm_strays() { pgrep -f -- "$fm_tmp" || true; }
+    fm_run third "${launch[@]}" -- "${small[@]}" --train_epochs=1 --overwrite
+    expect_exit third 0
+    ;;
+
+  resume_other_columns)
+    train_good first 1
+    sed -i '1s/.*/epoch,loss,accuracy,val_loss/' "$csv"
+    cp "$csv" "$fm_tmp/before.csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
+    if [[ $fm_rc -eq 2 ]]; then fm_pass "$case_name: exit status 2"; else fm_fail "$case_name: exit status $fm_rc, expected 2"; fi
+    fm_expect_fixed "$case_name" "CSVLogger: '$csv' has the columns epoch,loss,accuracy,val_loss but this run logs" "the file and the columns"
+    same_file "$case_name" "$csv" "$fm_tmp/before.csv" "history.csv"
+    ;;
+
+  resume_missing_history)
+    train_good first 1
+    rm "$csv"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
+    expect_exit "$case_name" 0
+    if grep -qF "CSVLogger: '$csv' is missing: the history of this resumed run starts at epoch 2" <<<"$fm_out"; then fm_pass "$case_name: said so"; else fm_fail "$case_name: no line saying history.csv is missing"; fi
+    got=$(csv_epochs)
+    if [[ $got == "2" ]]; then fm_pass "$case_name: a new history.csv from epoch 2"; else fm_fail "$case_name: history.csv rows '$got', expected '2'"; fi
     ;;
 
   *)

@@ -36,6 +36,11 @@ endforeach()
 # 26 training steps (to train more than 25 global batches' worth, so that the proportion
 # gives more than one batch) and a 2-step run.
 set_tests_properties(resnet50.launcher.synthetic_eval_default PROPERTIES TIMEOUT 300)
+# A history.csv that can no longer be written (RLIMIT_FSIZE, as a full disk) ends the run with
+# an error naming it (history_write_fails.sh).
+add_test(NAME resnet50.history_write_fails
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/history_write_fails.sh $<TARGET_FILE:resnet50>)
+set_tests_properties(resnet50.history_write_fails PROPERTIES TIMEOUT 300 LABELS e2e ENVIRONMENT TNT_NUM_THREADS=1)
 # --micro_batch_size on 2 and 3 ranks (resnet50_micro_batch.sh): the global batch is micro x
 # ranks (the same history as --batch_size of that), disagreeing flags refused naming both.
 foreach(_np 2 3)

@@ -1,5 +1,7 @@
 // CSVLogger driven directly (no MPI): a file it cannot open is named with the reason, no
-// file from a fit without epochs, no rows appended to a file of another format.
+// file from a fit without epochs, no rows appended to a file of another format or other
+// columns, nothing written through a dangling link or into a FIFO, a failed write is an
+// error, a resumed run whose history is missing says so.
 // Tests run as root, so a directory without write permission would not fail: the paths
 // here fail for everyone (a regular file as a directory, a missing parent).
 #include <catch2/catch.hpp>
@@ -8,11 +10,14 @@
 #include "tarantella/check.hpp"
 
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -27,6 +32,31 @@ std::string temp_dir() {
   char tmpl[] = "/tmp/tnt_csv_logger_XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
   return tmpl;
+}
+
+// What `f` writes to stderr (the log's warnings go there).
+template <typename F>
+std::string captured_stderr(F&& f) {
+  std::fflush(stderr);
+  char tmpl[] = "/tmp/tnt_csv_logger_stderr_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  const int saved = ::dup(STDERR_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  f();
+  std::fflush(stderr);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ::close(fd);
+  std::ifstream in(tmpl);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(tmpl);
+  return text;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -89,11 +119,6 @@ TEST_CASE("CSVLogger: a path it cannot open is named with the system's reason") 
 }
 
 namespace {
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // Temporary files the rewrite leaves beside the history (".history.csv.tmp-...").
 std::vector<std::string> temps_beside(const std::string& dir) {
@@ -203,5 +228,100 @@ TEST_CASE("CSVLogger: a resumed run killed while it rewrites history.csv leaves 
   CHECK(inside > 1);
   CHECK(old_seen > 0);
   CHECK(new_seen > 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("CSVLogger: nothing is written through a dangling link or into a special file") {
+  const std::string dir = temp_dir();
+  SECTION("a dangling symbolic link is refused, and no file appears where it points") {
+    const std::string target = dir + "/elsewhere.csv";
+    const std::string path = dir + "/history.csv";
+    std::filesystem::create_symlink(target, path);
+    tnt::CSVLogger csv(path);
+    bool refused = false;
+    try {
+      csv.on_train_begin({});
+      csv.on_epoch_end(0, {{"loss", 0.5}});
+      csv.on_train_end({});
+    } catch (const tnt::InputError& e) {
+      refused = true;
+      CHECK_THAT(e.what(), Catch::Contains("'" + path + "' is a symbolic link to '" + target + "', which does not exist"));
+    }
+    CHECK(refused);
+    CHECK_FALSE(std::filesystem::exists(target));
+  }
+  SECTION("a FIFO is refused at the start, not waited on") {
+    const std::string path = dir + "/history.csv";
+    REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+    tnt::CSVLogger csv(path);
+    CHECK_THROWS_WITH(csv.on_train_begin({}), Catch::Contains("'" + path + "' is not a regular file"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("CSVLogger: a row that cannot be written is an error, not a silently short history") {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/history.csv";
+  // A file size limit below the header's length makes the first write fail with EFBIG, as a
+  // full disk would with ENOSPC. SIGXFSZ (which would end the test) is ignored meanwhile.
+  rlimit old_limit{};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old_limit) == 0);
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  tnt::CSVLogger csv(path);
+  csv.on_train_begin({});
+  rlimit small = old_limit;
+  small.rlim_cur = 8;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  std::string message;
+  try {
+    csv.on_epoch_end(0, {{"loss", 0.5}, {"accuracy", 0.25}});
+  } catch (const tnt::Error& e) {
+    message = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  CHECK_THAT(message, Catch::Contains("CSVLogger: writing epoch 1's row to '" + path + "' failed: File too large"));
+  csv.on_train_end({});
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("CSVLogger: a resumed run appends only rows that fit the history's header") {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/history.csv";
+  tnt::TrainParams params;
+  params.initial_epoch = 1;
+  SECTION("other columns are refused, naming the file, which stays as it was") {
+    const std::string before = "epoch,loss,accuracy\n1,0.5,0.7\n";
+    std::ofstream(path) << before;
+    tnt::CSVLogger csv(path, /*append=*/true);
+    csv.set_params(params);
+    csv.set_columns({"loss", "learning_rate", "seconds"});
+    CHECK_THROWS_WITH(csv.on_train_begin({}),
+                      Catch::Contains("CSVLogger: '" + path + "' has the columns epoch,loss,accuracy but this run logs "
+                                      "epoch,loss,learning_rate,seconds"));
+    CHECK(read_all(path) == before);
+  }
+  SECTION("the same columns are appended to") {
+    std::ofstream(path) << "epoch,loss,accuracy\n1,0.5,0.7\n";
+    tnt::CSVLogger csv(path, /*append=*/true);
+    csv.set_params(params);
+    csv.set_columns({"loss", "accuracy"});
+    csv.on_train_begin({});
+    csv.on_epoch_end(1, {{"loss", 0.25}, {"accuracy", 0.75}});
+    csv.on_train_end({});
+    CHECK(read_all(path) == "epoch,loss,accuracy\n1,0.5,0.7\n2,0.25,0.75\n");
+  }
+  SECTION("a missing history is named in a warning, and a new one starts") {
+    params.initial_epoch = 3;
+    tnt::CSVLogger csv(path, /*append=*/true);
+    csv.set_params(params);
+    csv.set_columns({"loss"});
+    const std::string said = captured_stderr([&] { csv.on_train_begin({}); });
+    CHECK_THAT(said, Catch::Contains("CSVLogger: '" + path + "' is missing: the history of this resumed run starts at "
+                                     "epoch 4, without the rows of epochs 1 to 3"));
+    csv.on_epoch_end(3, {{"loss", 0.125}});
+    csv.on_train_end({});
+    CHECK(read_all(path) == "epoch,loss\n4,0.125\n");
+  }
   std::filesystem::remove_all(dir);
 }

@@ -153,9 +153,12 @@ class ProgressBar : public Callback {
 // the master writes it, even with TNT_OUTPUT_ON_ALL_DEVICES. append=true continues the file
 // of a run resumed at fit's initial_epoch: rows of later epochs (written before the crash,
 // about to be redone) and a line cut short are removed first, the file replaced atomically;
-// a file that does not begin with the header this logger writes is refused. The file is
-// made when the first epoch ends (a run that ends sooner leaves none); fit checks at its
-// start that it can be written.
+// a file that does not begin with the header this logger writes, or whose columns are not
+// the ones set with set_columns, is refused; a missing one is a warning (the history then
+// starts at the resumed epoch). The file is made when the first epoch ends (a run that ends
+// sooner leaves none); fit checks at its start that it can be written, and refuses a
+// dangling symbolic link (the rows would create a file where it points) and a path that is
+// not a regular file. A row that cannot be written (a full disk) throws tnt::Error.
 class CSVLogger : public Callback {
  public:
   explicit CSVLogger(std::string path, bool append = false);

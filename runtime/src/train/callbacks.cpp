@@ -6,6 +6,8 @@
 #include "tarantella/log.hpp"
 #include "tarantella/model.hpp"
 
+#include <fmt/ranges.h>
+
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -467,6 +469,31 @@ void replace_file(const std::string& path, const std::string& content) {
 
 void CSVLogger::on_train_begin(const Logs&) {
   header_written_ = false;
+  {
+    // A dangling link would have the rows written wherever it points, creating a file
+    // there; a FIFO would block the run, a device swallow the history.
+    std::error_code ec;
+    const auto link_status = std::filesystem::symlink_status(path_, ec);
+    if (std::filesystem::is_symlink(link_status)) {
+      std::error_code link_ec;
+      const auto target = std::filesystem::read_symlink(path_, link_ec);
+      TNT_INPUT_CHECK(std::filesystem::exists(std::filesystem::status(path_, ec)),
+                      "CSVLogger: '{}' is a symbolic link to '{}', which does not exist: writing the history would "
+                      "create a file there; remove the link, or give the path of the file itself",
+                      path_, link_ec ? std::string("?") : target.string());
+    }
+    const auto status = std::filesystem::status(path_, ec);
+    TNT_INPUT_CHECK(!std::filesystem::exists(status) || std::filesystem::is_regular_file(status) ||
+                        std::filesystem::is_directory(status),
+                    "CSVLogger: '{}' is not a regular file (a FIFO, socket or device): the history goes into a file "
+                    "of its own",
+                    path_);
+  }
+  if (append_ && params_.initial_epoch > 0 && access(path_.c_str(), F_OK) != 0) {
+    log_warning("CSVLogger: '{}' is missing: the history of this resumed run starts at epoch {}, without the rows "
+                "of epochs 1 to {}",
+                path_, params_.initial_epoch + 1, params_.initial_epoch);
+  }
   if (append_ && access(path_.c_str(), F_OK) == 0) {
     // A resumed run (initial_epoch = the checkpoint's epoch) redoes the epochs after it:
     // their rows from the run that crashed go, so each epoch has one row. Rows are written
@@ -498,18 +525,22 @@ void CSVLogger::on_train_begin(const Logs&) {
                       "CSVLogger: '{}' does not begin with the header this logger writes ('epoch,...'; it begins "
                       "'{}'), so rows cannot be appended to it: move it away, or start over (--overwrite)",
                       path_, header.substr(0, 60));
-      if (columns_.empty()) {
-        size_t pos = 0;
-        std::vector<std::string> cols;
-        while (pos <= header.size()) {
-          size_t comma = header.find(',', pos);
-          if (comma == std::string::npos) comma = header.size();
-          cols.push_back(header.substr(pos, comma - pos));
-          pos = comma + 1;
-        }
-        if (!cols.empty() && cols.front() == "epoch") cols.erase(cols.begin());
-        columns_ = cols;
+      size_t pos = 0;
+      std::vector<std::string> cols;
+      while (pos <= header.size()) {
+        size_t comma = header.find(',', pos);
+        if (comma == std::string::npos) comma = header.size();
+        cols.push_back(header.substr(pos, comma - pos));
+        pos = comma + 1;
       }
+      if (!cols.empty() && cols.front() == "epoch") cols.erase(cols.begin());
+      // Rows in other columns than the header's would put each value under another name.
+      TNT_INPUT_CHECK(columns_.empty() || columns_ == cols,
+                      "CSVLogger: '{}' has the columns epoch,{} but this run logs epoch,{}: its rows would not fit "
+                      "under that header; move the file away (a new history starts), or continue with the settings "
+                      "of the run that wrote it",
+                      path_, fmt::join(cols, ","), fmt::join(columns_, ","));
+      if (columns_.empty()) columns_ = cols;
       header_written_ = true;
     }
   }
@@ -546,13 +577,22 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
     file_ = std::fopen(path_.c_str(), truncate_ ? "w" : "a");
     if (!file_) TNT_INPUT_ERROR("CSVLogger: cannot open '{}' for writing: {}", path_, std::strerror(errno));
   }
+  // A history that silently lost rows (a full disk, a file size limit) would pass for a
+  // complete one: the run ends with the reason instead.
+  const auto failed = [&](int err) {
+    std::fclose(file_);
+    file_ = nullptr;
+    open_ = false;
+    throw Error(fmt::format("CSVLogger: writing epoch {}'s row to '{}' failed: {}", epoch + 1, path_,
+                            std::strerror(err)));
+  };
   if (columns_.empty()) {
     for (const auto& [k, v] : logs) columns_.push_back(k);
   }
   if (!header_written_) {
     std::string header = "epoch";
     for (const auto& c : columns_) header += "," + c;
-    std::fprintf(file_, "%s\n", header.c_str());
+    if (std::fprintf(file_, "%s\n", header.c_str()) < 0) failed(errno);
     header_written_ = true;
   }
   std::string row = std::to_string(epoch + 1);
@@ -561,8 +601,8 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
     row += ",";
     if (it != logs.end()) row += fmt::format("{:.6g}", it->second);
   }
-  std::fprintf(file_, "%s\n", row.c_str());
-  std::fflush(file_);
+  if (std::fprintf(file_, "%s\n", row.c_str()) < 0) failed(errno);
+  if (std::fflush(file_) != 0) failed(errno);
 }
 
 void CSVLogger::on_train_end(const Logs&) {

@@ -1,0 +1,425 @@
+#include "common/model_dir.hpp"
+
+#include <tarantella/tarantella.hpp>
+
+#include <fmt/ranges.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+namespace tnt_models {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kRunMarker = ".tarantella-run";
+constexpr const char* kLockFile = ".tarantella-lock";
+constexpr const char* kLatest = "latest";
+constexpr const char* kRunPrefix = "run-";
+
+// TNT_RESTART and TNT_RUN_ID, as the launcher set them (0 and "" outside a launch with
+// --max-restarts).
+int restart_number() {
+  const char* text = std::getenv("TNT_RESTART");
+  return text != nullptr ? std::atoi(text) : 0;
+}
+
+std::string run_id() {
+  const char* text = std::getenv("TNT_RUN_ID");
+  return text != nullptr ? text : "";
+}
+
+std::string read_marker(const std::string& dir) {
+  std::ifstream in(fs::path(dir) / kRunMarker);
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+// Written as a temporary file and renamed, so a crash leaves the old marker or the new one.
+std::string write_marker(const std::string& dir, const std::string& id) {
+  const fs::path path = fs::path(dir) / kRunMarker;
+  const fs::path tmp = fs::path(dir) / (std::string(kRunMarker) + ".new");
+  {
+    std::ofstream out(tmp);
+    out << id << "\n";
+    if (!out.flush()) return fmt::format("--model_dir={}: cannot write {}", dir, tmp.string());
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return fmt::format("--model_dir={}: cannot write {}: {}", dir, path.string(), ec.message());
+  return "";
+}
+
+bool is_link(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_symlink(fs::symlink_status(path, ec));
+}
+
+// The master's lock on a run's directory: an flock(2) on <dir>/.tarantella-lock, which
+// holds the owner's process id and host. The kernel drops it when the process ends, however
+// it ends, so a crashed run leaves no stale lock; the file itself stays (removing it would
+// let a third run lock a new file while the second still holds the old one).
+class DirLock {
+ public:
+  explicit DirLock(int fd) : fd_(fd) {}
+  ~DirLock() { ::close(fd_); }
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+std::string this_host() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "this host";
+  return name;
+}
+
+struct LockResult {
+  std::shared_ptr<void> lock;  // null: not locked
+  std::string error;           // another run holds it, or the file cannot be used
+};
+
+LockResult lock_dir(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kLockFile).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return {nullptr, fmt::format("--model_dir={}: {} is a symbolic link; a run writes nothing through a link "
+                                   "in its directory: remove it, or choose another --model_dir",
+                                   dir, path)};
+    }
+    return {nullptr, fmt::format("--model_dir={}: cannot create its lock file {}: {}", dir, path, std::strerror(errno))};
+  }
+  // A restart of tarantella --max-restarts starts once the failed attempt's job has ended,
+  // but its master may take a moment longer to be gone from the process table of a loaded
+  // host: a restart waits up to 10 s for it to let go.
+  const int tries = restart_number() > 0 ? 50 : 1;
+  int locked = -1;
+  for (int i = 0; i < tries; ++i) {
+    locked = ::flock(fd, LOCK_EX | LOCK_NB);
+    if (locked == 0 || errno != EWOULDBLOCK || i + 1 == tries) break;
+    ::usleep(200 * 1000);
+  }
+  if (locked != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK) {
+      char text[512] = {};
+      const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
+      ::close(fd);
+      std::string owner = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+      while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+      const size_t space = owner.find(' ');
+      const std::string who = owner.empty() ? std::string("another process")
+                              : space == std::string::npos
+                                  ? fmt::format("process {}", owner)
+                                  : fmt::format("process {} on {}", owner.substr(0, space), owner.substr(space + 1));
+      return {nullptr, fmt::format("--model_dir={}: another run is using it ({}, holding {}); two runs in one "
+                                   "directory would mix their files: wait for it to end, or choose another --model_dir",
+                                   dir, who, path)};
+    }
+    // A file system without flock (some network mounts): the run goes on unguarded.
+    ::close(fd);
+    tnt::log_warning("--model_dir={}: cannot lock {} ({}): a second run started there at the same time would not "
+                     "be noticed",
+                     dir, path, std::strerror(err));
+    return {};
+  }
+  const std::string owner = fmt::format("{} {}\n", ::getpid(), this_host());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, owner.data(), owner.size(), 0) != static_cast<ssize_t>(owner.size())) {
+    tnt::log_warning("--model_dir={}: cannot write the owner into {}: {}", dir, path, std::strerror(errno));
+  }
+  return {std::make_shared<DirLock>(fd), ""};
+}
+
+// The TensorBoard event files a program's run left (TensorBoard callback: events.out.tfevents.*
+// in <model_dir>/train and <model_dir>/validation), relative to the directory. Nothing else
+// there is the program's: other files stay. train/ and validation/ that are symbolic links
+// were refused before (check_links), and an entry is removed, never followed.
+std::vector<std::string> event_files(const std::string& path) {
+  std::vector<std::string> files;
+  for (const char* sub : {"train", "validation"}) {
+    std::error_code ec;
+    if (!fs::is_directory(fs::symlink_status(fs::path(path) / sub, ec))) continue;
+    for (fs::directory_iterator it(fs::path(path) / sub, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("events.out.tfevents.", 0) == 0 && fs::is_regular_file(it->symlink_status(ec))) {
+        files.push_back(std::string(sub) + "/" + name);
+      }
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Removes the outputs found and the earlier run's TensorBoard event files, so that a run
+// started again shows in TensorBoard alone.
+std::string remove_outputs(const std::string& path, const std::vector<std::string>& found, const char* why) {
+  std::vector<std::string> names = found;
+  for (std::string& name : event_files(path)) names.push_back(std::move(name));
+  std::error_code ec;
+  for (const std::string& name : names) {
+    fs::remove(fs::path(path) / name, ec);
+    if (ec) return fmt::format("{}: cannot remove {}/{}: {}", why, path, name, ec.message());
+  }
+  return "";
+}
+
+// A run writes (and --overwrite removes) only inside its directory: an output, or the
+// TensorBoard directories, that is a symbolic link would take that out of it (a link to
+// another directory, or a dangling one that a write would create somewhere else).
+std::string check_links(const std::string& path, const std::vector<std::string>& outputs) {
+  std::vector<std::string> names = outputs;
+  for (const char* name : {"train", "validation", kRunMarker}) names.emplace_back(name);
+  for (const std::string& name : names) {
+    const fs::path p = fs::path(path) / name;
+    if (!is_link(p)) continue;
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(p, ec);
+    return fmt::format("--model_dir={}: {} is a symbolic link (to {}); a run writes and removes files only inside its "
+                       "directory, never through a link: remove the link, or choose another --model_dir",
+                       path, p.string(), ec ? std::string("?") : target.string());
+  }
+  return "";
+}
+
+// "run-20260101-120000" and "run-20260101-120000-3": (time, number) to order them by; false
+// for other names.
+bool run_key(const std::string& name, std::string& time, long& number) {
+  if (name.rfind(kRunPrefix, 0) != 0) return false;
+  const std::string rest = name.substr(std::strlen(kRunPrefix));
+  if (rest.size() < 15 || rest[8] != '-') return false;
+  time = rest.substr(0, 15);
+  number = 1;
+  if (rest.size() > 15) {
+    if (rest[15] != '-' || rest.size() == 16) return false;
+    char* end = nullptr;
+    number = std::strtol(rest.c_str() + 16, &end, 10);
+    if (*end != '\0') return false;
+  }
+  return true;
+}
+
+// The run directories under `base`, oldest first.
+std::vector<std::string> run_dirs(const std::string& base) {
+  std::vector<std::pair<std::pair<std::string, long>, std::string>> runs;
+  std::error_code ec;
+  for (fs::directory_iterator it(base, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string time;
+    long number = 0;
+    const std::string name = it->path().filename().string();
+    if (run_key(name, time, number) && fs::is_directory(it->symlink_status(ec))) {
+      runs.push_back({{time, number}, (fs::path(base) / name).string()});
+    }
+  }
+  std::sort(runs.begin(), runs.end());
+  std::vector<std::string> paths;
+  for (auto& r : runs) paths.push_back(std::move(r.second));
+  return paths;
+}
+
+// Points <base>/latest at `name`: a new link renamed over the old one, so a reader sees the
+// old or the new. A `latest` that is not a link (the user's own file) is left alone.
+void point_latest(const std::string& base, const std::string& name) {
+  const fs::path latest = fs::path(base) / kLatest;
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(latest, ec);
+  if (fs::exists(st) && !fs::is_symlink(st)) {
+    tnt::log_warning("{} is not a symbolic link: not pointing it at the new run {}", latest.string(), name);
+    return;
+  }
+  const fs::path tmp = fs::path(base) / fmt::format(".latest.{}", ::getpid());
+  fs::remove(tmp, ec);
+  fs::create_directory_symlink(name, tmp, ec);
+  if (!ec) fs::rename(tmp, latest, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    tnt::log_warning("cannot point {} at {}", latest.string(), name);
+  }
+}
+
+// A new directory <base>/run-YYYYmmdd-HHMMSS[-N] (mkdir is atomic, so two runs started in
+// the same second get different ones).
+std::string new_run_dir(const std::string& base, std::string& error) {
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  if (ec || !fs::is_directory(base, ec)) {
+    error = fmt::format("--model_dir not given, and its default {} cannot be made a directory: {}", base,
+                        ec ? ec.message() : std::string("it is a file"));
+    return "";
+  }
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
+  for (int n = 1; n < 1000; ++n) {
+    const std::string name = n == 1 ? fmt::format("{}{}", kRunPrefix, stamp) : fmt::format("{}{}-{}", kRunPrefix, stamp, n);
+    const std::string path = (fs::path(base) / name).string();
+    if (::mkdir(path.c_str(), 0777) == 0) {
+      point_latest(base, name);
+      return path;
+    }
+    if (errno != EEXIST) {
+      error = fmt::format("--model_dir not given: cannot create the run directory {}: {}", path, std::strerror(errno));
+      return "";
+    }
+  }
+  error = fmt::format("--model_dir not given: {} holds 999 runs of this second already", base);
+  return "";
+}
+
+struct Verdict {
+  Verdict() = default;
+  Verdict(std::string e, bool r = false, std::string p = "", std::string n = "")  // NOLINT: {error} reads well
+      : error(std::move(e)), resume(r), path(std::move(p)), note(std::move(n)) {}
+  std::string error;  // "" when training may go ahead
+  bool resume = false;
+  std::string path;   // the run's directory
+  std::string note;   // what the master says about the directory ("" = nothing)
+};
+
+// Where a run without --model_dir goes: a new run directory, or, for --resume, the newest
+// run with a checkpoint, or, for a restart, the directory its first attempt marked.
+Verdict choose_run_dir(const ModelDir& dir) {
+  const std::string id = run_id();
+  if (restart_number() > 0 && !id.empty()) {
+    for (const std::string& path : run_dirs(dir.path)) {
+      if (read_marker(path) == id) return {"", false, path, ""};
+    }
+  }
+  if (dir.resume) {
+    const std::vector<std::string> runs = run_dirs(dir.path);
+    for (auto it = runs.rbegin(); it != runs.rend(); ++it) {
+      std::error_code ec;
+      if (fs::exists(fs::path(*it) / dir.checkpoint, ec)) {
+        return {"", false, *it,
+                fmt::format("--resume without --model_dir: continuing {} (the newest run under {} with a checkpoint)",
+                            *it, dir.path)};
+      }
+    }
+    // A run of a version that wrote into the default directory itself.
+    std::error_code ec;
+    if (!dir.checkpoint.empty() && fs::exists(fs::path(dir.path) / dir.checkpoint, ec)) {
+      return {"", false, dir.path, fmt::format("--resume without --model_dir: continuing the run in {}", dir.path)};
+    }
+    return {fmt::format("--resume without --model_dir: no run under {} has a checkpoint ({}) to continue; give "
+                        "--model_dir=DIR of the run to continue, or leave out --resume to start a new one",
+                        dir.path, dir.checkpoint.empty() ? std::string("none is written") : dir.checkpoint)};
+  }
+  Verdict v;
+  v.path = new_run_dir(dir.path, v.error);
+  if (v.error.empty()) {
+    v.note = fmt::format("Writing to {} (a new directory for each run without --model_dir; {}/{} is the newest)",
+                         v.path, dir.path, kLatest);
+  }
+  return v;
+}
+
+// The master's verdict on the directory `path` (--model_dir, or the run directory chosen).
+Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, std::shared_ptr<void>& lock) {
+  std::error_code ec;
+  const bool exists = fs::exists(path, ec);
+  if (exists && !fs::is_directory(path, ec)) {
+    return {fmt::format("--model_dir={}: is a file, expected a directory", path)};
+  }
+  // A run to continue must be there: a misspelt --model_dir is named, not created empty.
+  // (A restart of tarantella --max-restarts gets here too: its directory exists, or its
+  // first attempt never got past this check.)
+  if (!exists && dir.resume) {
+    return {fmt::format("--model_dir={}: no such directory, so no run to continue (--resume); give the directory "
+                        "of the earlier run, or leave out --resume to start one there",
+                        path)};
+  }
+  fs::create_directories(path, ec);
+  if (ec) return {fmt::format("--model_dir={}: cannot create it: {}", path, ec.message())};
+  // Locked before anything is looked at: two runs started together cannot both find the
+  // directory free.
+  LockResult locked = lock_dir(path);
+  if (!locked.error.empty()) return {locked.error};
+  lock = locked.lock;
+  if (std::string e = check_links(path, dir.outputs); !e.empty()) return {e};
+  std::vector<std::string> found;
+  for (const std::string& name : dir.outputs) {
+    if (fs::exists(fs::path(path) / name, ec)) found.push_back(name);
+  }
+  const std::string id = run_id();
+  if (restart_number() > 0 && !id.empty() && read_marker(path) == id) {
+    // A restart of this launch, in the directory its first attempt took.
+    if (!dir.checkpoint.empty() && fs::exists(fs::path(path) / dir.checkpoint, ec)) return {"", true, path};
+    return {remove_outputs(path, found, "restart"), false, path};
+  }
+  if (!found.empty() && !dir.resume && !dir.overwrite) {
+    // A run stopped before its first checkpoint (interrupted in epoch 1) leaves a history
+    // but nothing to continue from: --resume would only fail there.
+    const bool resumable =
+        dir.can_resume && !dir.checkpoint.empty() && std::find(found.begin(), found.end(), dir.checkpoint) != found.end();
+    if (dir.can_resume && !resumable) {
+      return {fmt::format("--model_dir={} holds an earlier run's {} but no checkpoint to resume from ({}): give "
+                          "--overwrite to replace it, or choose another --model_dir",
+                          path, fmt::join(found, ", "), dir.checkpoint.empty() ? "none is written" : dir.checkpoint)};
+    }
+    return {fmt::format("--model_dir={} already holds the output of an earlier run ({}): give {}--overwrite to replace "
+                        "it, or choose another --model_dir",
+                        path, fmt::join(found, ", "),
+                        dir.can_resume ? "--resume to continue training from its checkpoint, " : "")};
+  }
+  if (dir.overwrite) {
+    if (std::string e = remove_outputs(path, found, "--overwrite"); !e.empty()) return {e};
+  }
+  // This launch's from now on: its restarts continue here.
+  if (!id.empty()) {
+    if (std::string e = write_marker(path, id); !e.empty()) return {e};
+  }
+  return {"", dir.resume, path};
+}
+
+Verdict decide_on_master(const ModelDir& dir, std::shared_ptr<void>& lock) {
+  if (dir.given) return check_model_dir_on_master(dir, dir.path, lock);
+  Verdict chosen = choose_run_dir(dir);
+  if (!chosen.error.empty()) return chosen;
+  Verdict v = check_model_dir_on_master(dir, chosen.path, lock);
+  v.note = chosen.note;
+  return v;
+}
+
+}  // namespace
+
+RunDir prepare_model_dir(const ModelDir& dir) {
+  TNT_INPUT_CHECK(!(dir.resume && dir.overwrite),
+                  "--resume and --overwrite: give one of them (--resume continues the run in --model_dir={}, "
+                  "--overwrite replaces it)",
+                  dir.path);
+  // Only the master sees the directory for sure (other hosts may not share its file
+  // system), so it decides and the ranks learn its verdict: all of them stop, or none.
+  RunDir run;
+  Verdict verdict = tnt::is_master_rank() ? decide_on_master(dir, run.lock) : Verdict{};
+  tnt::communicator().broadcast(verdict.error, tnt::master_rank());
+  if (!verdict.error.empty()) throw tnt::InputError(verdict.error);
+  tnt::communicator().broadcast(verdict.path, tnt::master_rank());
+  int64_t resume = verdict.resume ? 1 : 0;
+  tnt::communicator().broadcast(&resume, 1, tnt::DType::i64, tnt::Device::cpu(), tnt::master_rank());
+  if (!verdict.note.empty()) tnt::print("{}", verdict.note);
+  if (resume != 0 && !dir.resume) {
+    tnt::print("Restart {} (TNT_RESTART): continuing from {}/{}", restart_number(), verdict.path, dir.checkpoint);
+  }
+  run.path = verdict.path;
+  run.resume = resume != 0;
+  return run;
+}
+
+}  // namespace tnt_models

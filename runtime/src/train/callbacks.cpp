@@ -28,8 +28,11 @@ namespace {
 
 using detail::now_s;
 std::string format_duration(double s) {
-  if (s >= 3600) return fmt::format("{}:{:02d}:{:02d}", int(s) / 3600, (int(s) / 60) % 60, int(s) % 60);
-  if (s >= 60) return fmt::format("{}:{:02d}", int(s) / 60, int(s) % 60);
+  // Whole seconds in 64 bits: an ETA of a huge evaluation (10^11 samples) overflowed int.
+  if (!(s < 1e15)) return s > 0 ? std::string("a very long time") : std::string("?");
+  const auto t = static_cast<int64_t>(s);
+  if (s >= 3600) return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
+  if (s >= 60) return fmt::format("{}:{:02d}", t / 60, t % 60);
   return fmt::format("{:.0f}s", s);
 }
 

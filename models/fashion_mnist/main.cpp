@@ -138,6 +138,9 @@ int main(int argc, char** argv) {
     const tnt::MnistExpect expect{.num_classes = 10, .height = 28, .width = 28};
     tnt::MnistSplit train = tnt::load_mnist_dir(common.data_dir, "train", expect);
     tnt::MnistSplit test = tnt::load_mnist_dir(common.data_dir, "t10k", expect);
+    // An accuracy over no samples would read as 0, a model that learnt nothing.
+    TNT_INPUT_CHECK(test.images.dim(0) > 0,
+                    "--data_dir={}: the test set (t10k-images-idx3-ubyte[.gz]) holds no samples", common.data_dir);
     // More samples than there are would silently train on fewer than asked for.
     TNT_INPUT_CHECK(num_train <= train.images.dim(0),
                     "--num_train_samples={}: the training set in --data_dir={} holds only {} samples (0 = all)",

@@ -178,6 +178,68 @@ class ThroughputLogger : public tnt::Callback {
   int64_t total_steps_ = 0, window_steps_ = 0;
 };
 
+// What one image leaves for backward at the least: the output of every convolution (each
+// feeds a BatchNorm, whose backward needs it), counted over ResNet-50 v1.5's layers at the
+// image size: the stem (64 channels at S/2), then per stage (S/4, S/8, S/16, S/32; widths 64
+// to 512, 3/4/6/3 bottlenecks) each bottleneck's 1x1 (at the stage's input size in the first
+// block: v1.5 strides on the 3x3), 3x3 and expanding 1x1, and the first block's projection.
+// 11.1 million values at 224x224: about 44 MB in fp32, a third of what a framework keeps.
+int64_t conv_output_values_per_image(int64_t image_size) {
+  auto half = [](int64_t s) { return (s + 1) / 2; };  // a stride-2 convolution or pooling, padded
+  int64_t s = half(image_size);
+  int64_t values = 64 * s * s;  // conv1
+  s = half(s);                  // max pool
+  const int64_t widths[4] = {64, 128, 256, 512}, blocks[4] = {3, 4, 6, 3};
+  for (int stage = 0; stage < 4; ++stage) {
+    const int64_t w = widths[stage], in = s;
+    if (stage > 0) s = half(s);
+    for (int64_t b = 0; b < blocks[stage]; ++b) {
+      const int64_t first_in = b == 0 ? in : s;
+      values += w * first_in * first_in + w * s * s + 4 * w * s * s;  // conv1, conv2, conv3
+      if (b == 0) values += 4 * w * s * s;                              // downsample
+    }
+  }
+  return values;
+}
+
+// Before anything big is allocated (the synthetic batch alone is micro-batch x 3 x S x S
+// floats): whether the model and one training step can fit the rank's memory (the host's,
+// shared by its local ranks; or the GPU's). A lower bound, so a run refused here could never
+// have run, and the rest end in the kernel's out-of-memory killer without a word: the
+// parameters with their gradients and SGD's momentum (the classifier grows with
+// --num_classes), the convolution outputs of the largest micro-batch, its logits, its input
+// images, and with synthetic data the batch made once and the evaluation pool.
+void check_fits_memory(int64_t image_size, int64_t global_batch, int64_t num_classes, bool synthetic, bool half) {
+  const tnt::Device device = tnt::default_device();
+  const tnt::MemoryStats memory = tnt::memory_stats(device);
+  if (memory.total_bytes == 0) return;  // unknown: nothing to compare with
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const int ranks_here = device.is_cpu() ? std::max(1, tnt::local_size()) : 1;
+  const double capacity = static_cast<double>(memory.total_bytes) / ranks_here;
+  const double micro = static_cast<double>((global_batch + tnt::size() - 1) / tnt::size());
+  const double classes = static_cast<double>(num_classes), s2 = static_cast<double>(image_size * image_size);
+  // ResNet-50's 23.5 million parameters without the classifier, and the classifier's.
+  const double params = 23'508'032.0 + 2049.0 * classes;
+  const double state = params * 12.0;  // f32 weights, gradients, momentum
+  const double elt = half ? 2.0 : 4.0;
+  const double step = micro * (elt * static_cast<double>(conv_output_values_per_image(image_size)) +
+                               4.0 * (2.0 * classes + 3.0 * s2));
+  const double data = synthetic ? 4.0 * 3.0 * s2 * (micro + static_cast<double>(std::min<int64_t>(global_batch, kMaxSyntheticPool)))
+                                : 0.0;
+  const double need = state + step + data;
+  TNT_INPUT_CHECK(need <= capacity,
+                  "--image_size={}, --batch_size={} over {} (a micro-batch of {}) and --num_classes={} need at least "
+                  "{:.1f} GiB per rank, more than the {:.1f} GiB of {}: {:.1f} GiB for the parameters with their "
+                  "gradients and momentum, {:.1f} GiB for one step's activations ({:.1f} MB an image at {}x{}){}; make "
+                  "the batch, the images or the classes fewer",
+                  image_size, global_batch, tnt_models::count_of(tnt::size(), "rank"), static_cast<int64_t>(micro),
+                  num_classes, need / gib, capacity / gib,
+                  device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
+                                  : fmt::format("{}'s memory", device.str()),
+                  state / gib, step / gib, step / micro / 1e6, image_size, image_size,
+                  synthetic ? fmt::format(", {:.1f} GiB for the synthetic images", data / gib) : std::string());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -231,7 +293,7 @@ int main(int argc, char** argv) {
     ("warmup_epochs", "epochs of linear learning-rate warmup", cxxopts::value<int64_t>()->default_value("5"))
     ("label_smoothing", "label smoothing of the cross-entropy", cxxopts::value<double>()->default_value("0.0"))
     ("zero_init_residual", "start the last BatchNorm of each block at 0", cxxopts::value<bool>()->default_value("false"))
-    ("data_format", "channels_first or channels_last (also nchw/contiguous, nhwc): the memory format of the activations between the convolutional layers (default channels_last, faster on GPUs and CPUs)", cxxopts::value<std::string>()->default_value(""))
+    ("data_format", "channels_first or channels_last (also nchw/contiguous, nhwc): the memory format of the activations between the convolutional layers (channels_last is faster on GPUs and CPUs)", cxxopts::value<std::string>()->default_value("channels_last"))
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
     ("log_steps", "print images/s every this many timed steps (an epoch's first step is not timed; 0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
@@ -298,14 +360,18 @@ int main(int argc, char** argv) {
     // CPU rank it is emulated (no faster than fp32); Model::compile says so.
     const tnt::Precision precision = tnt::Precision::from_name(dtype);
     tnt::MemoryFormat memory_format = tnt::MemoryFormat::channels_last;
-    if (!data_format.empty()) {
-      try {
-        memory_format = tnt::parse_memory_format(data_format);
-      } catch (const tnt::InputError&) {
-        TNT_INPUT_ERROR("--data_format={}: expected channels_first or channels_last (also nchw, contiguous, nhwc)",
-                        data_format);
-      }
+    try {
+      memory_format = tnt::parse_memory_format(data_format);
+    } catch (const tnt::InputError&) {
+      TNT_INPUT_ERROR("--data_format={}: expected channels_first or channels_last (also nchw, contiguous, nhwc)",
+                      data_format);
     }
+    if (synthetic) {
+      TNT_INPUT_CHECK(synthetic_samples >= common.batch_size,
+                      "--synthetic_samples={}: smaller than one global batch (--batch_size={})", synthetic_samples,
+                      common.batch_size);
+    }
+    check_fits_memory(image_size, common.batch_size, num_classes, synthetic, precision.mixed());
 
     // Data: either unbatched datasets that fit() distributes (synthetic), or datasets
     // already distributed and then decoded (ImageNet).
@@ -314,9 +380,6 @@ int main(int argc, char** argv) {
     int64_t epoch_size = 0;
     int64_t eval_samples = 0;  // for the last line
     if (synthetic) {
-      TNT_INPUT_CHECK(synthetic_samples >= common.batch_size,
-                      "--synthetic_samples={}: smaller than one global batch (--batch_size={})", synthetic_samples,
-                      common.batch_size);
       const int64_t synthetic_eval_samples =
           eval_samples_given ? args["synthetic_eval_samples"].as<int64_t>()
                              : default_synthetic_eval_samples(synthetic_samples, train_steps, common.batch_size);
@@ -342,11 +405,19 @@ int main(int argc, char** argv) {
       val_opts.num_classes = num_classes;
       const tnt::ImagenetLayout train_layout = tnt::find_imagenet_layout(common.data_dir, "train");
       const tnt::ImagenetLayout val_layout = tnt::find_imagenet_layout(common.data_dir, "val");
+      // Class folders: val/ is labelled by the names of train/'s folders, so a val/ that
+      // lacks a class does not shift the labels of the ones after it.
+      if (train_layout.kind == "folders" && val_layout.kind == "folders") {
+        val_opts.class_names = tnt::image_folder_classes(train_layout.dir);
+      }
       if (common.verbose > 0) tnt::print("{}\n{}", train_layout.describe(), val_layout.describe());
       tnt::Dataset train_files = tnt::imagenet_dataset(train_layout, train_opts);
       tnt::Dataset val_files = tnt::imagenet_dataset(val_layout, val_opts);
       epoch_size = train_files.cardinality();
       eval_samples = val_files.cardinality();
+      // An accuracy over no images would read as 0, a model that learnt nothing.
+      TNT_INPUT_CHECK(eval_samples > 0, "--data_dir={}: the validation split ({}) holds no images", common.data_dir,
+                      val_layout.describe());
       TNT_INPUT_CHECK(epoch_size >= common.batch_size,
                       "--data_dir={}: {} training images, fewer than one global batch (--batch_size={})",
                       common.data_dir, epoch_size, common.batch_size);

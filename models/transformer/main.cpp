@@ -82,8 +82,7 @@ tnt::Element add_decoder_inputs(tnt::Element e) {
 // Lines as TF's translate_file reads them: split at '\n', each stripped, a last empty one
 // (the file's final newline) dropped.
 std::vector<std::string> read_source_lines(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  TNT_INPUT_CHECK(in.good(), "--{}={}: cannot read the file", flag, path);
+  std::ifstream in = tnt::open_regular_file(path, "--" + flag);
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
@@ -299,6 +298,39 @@ void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences
                   tnt_models::count_of(tnt::size(), "rank"), step / gib);
 }
 
+// Before training: whether decoding the source line `line` of `file` (its `length` subtokens,
+// EOS included) can fit the rank's memory, so that an over-long line (a whole document on one
+// line) is refused at the start, naming it, rather than failing after the training with an
+// allocation of terabytes. A lower bound for a decode batch of `batch` sentences padded to
+// this one: the encoder's attention weights (heads x length^2 per sentence), and for each of
+// the beam's hypotheses the decoder's key/value cache over length + extra_decode_length
+// positions and the encoder-decoder attention over the source.
+void check_decode_fits_memory(const tnt_models::TransformerParams& p, int64_t length, int64_t batch,
+                              const std::string& file, int64_t line) {
+  const tnt::Device device = tnt::default_device();
+  const tnt::MemoryStats memory = tnt::memory_stats(device);
+  if (memory.total_bytes == 0) return;
+  const int ranks_here = device.is_cpu() ? std::max(1, tnt::local_size()) : 1;
+  const double capacity = static_cast<double>(memory.total_bytes) / ranks_here;
+  const double l = static_cast<double>(length), b = static_cast<double>(batch), elt = 4.0;
+  const double decode = l + static_cast<double>(p.extra_decode_length);
+  const double heads = static_cast<double>(p.num_heads), beam = static_cast<double>(p.beam_size);
+  const double need = b * elt *
+                      (heads * l * l + beam * static_cast<double>(p.num_hidden_layers) *
+                                           (2.0 * decode * static_cast<double>(p.hidden_size) + heads * l));
+  if (need <= capacity) return;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  TNT_INPUT_ERROR("--bleu_source={} line {}: {} subtokens; decoding it in a batch of {} (--decode_batch_size) needs at "
+                  "least {:.1f} GiB (attention of --num_heads={} over {}^2 positions, a key/value cache of --beam_size={} "
+                  "over {} + --extra_decode_length={} positions), more than the {:.1f} GiB of {}: cut the sources "
+                  "with --decode_max_length (e.g. --decode_max_length={}), or split that line",
+                  file, line, length, batch, need / gib, p.num_heads, length, p.beam_size, length,
+                  p.extra_decode_length, capacity / gib,
+                  device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
+                                  : fmt::format("{}'s memory", device.str()),
+                  std::max<int64_t>(p.max_length, 2));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -480,11 +512,13 @@ int main(int argc, char** argv) {
       TNT_INPUT_CHECK(lines.size() == refs, "--bleu_source={} has {} lines, --bleu_ref={} has {}: they must match",
                       bleu.source, lines.size(), bleu.reference, refs);
       TNT_INPUT_CHECK(!lines.empty(), "--bleu_source={}: no sentence", bleu.source);
-      for (const std::string& line : lines) {
-        std::vector<int64_t> ids = tokenizer.encode(line);
+      for (size_t i = 0; i < lines.size(); ++i) {
+        std::vector<int64_t> ids = tokenizer.encode(lines[i]);
         if (decode_max_length > 0 && static_cast<int64_t>(ids.size()) > decode_max_length - 1)
           ids.resize(static_cast<size_t>(decode_max_length - 1));
         ids.push_back(tnt::kEosId);
+        check_decode_fits_memory(p, static_cast<int64_t>(ids.size()), std::min<int64_t>(decode_batch_size, lines.size()),
+                                 bleu.source, static_cast<int64_t>(i + 1));
         bleu.encoded.push_back(std::move(ids));
       }
     }
@@ -607,6 +641,7 @@ int main(int argc, char** argv) {
     for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
       fit.initial_epoch = epoch;
       fit.epochs = std::min(epoch + common.epochs_between_evals, common.train_epochs);
+      fit.total_epochs = common.train_epochs;  // one count over the loop: "Epoch 4/6" after "3/6"
       auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", epoch > 0);
       csv->set_columns({"loss", "learning_rate", "seconds"});
       fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <numeric>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -334,4 +335,54 @@ TEST_CASE("the Fashion-MNIST package loads", "[idx][fashion-mnist]") {
   CHECK(sum * 255.0 == Approx(76247.0).epsilon(1e-5));
   CHECK(lo >= 0.0f);
   CHECK(hi <= 1.0f);
+}
+
+// A gzip bomb: a header that says 10 images of 28x28 (7,856 bytes in all) in a file that
+// inflates to 64 MiB of zeros (about 64 KB compressed). The reader stops once the data pass
+// what the header gives, with a message naming the file, instead of inflating all of it
+// (the case: 6.4 GB and a bare std::bad_alloc). Run with 32 MiB of headroom: today's
+// whole-file inflation needs twice that. And a header whose counts no gzip file of its size
+// can hold (10^9 images) is refused before anything is inflated past the header.
+TEST_CASE("read_idx stops inflating where the header's size ends, and bounds its counts", "[idx]") {
+  TempDir dir("tnt-idx");
+  Bytes bomb = {0, 0, 0x08, 3, 0, 0, 0, 10, 0, 0, 0, 28, 0, 0, 0, 28};
+  bomb.resize(size_t{64} << 20, 0);
+  const std::string path = dir.file("bomb-images-idx3-ubyte.gz");
+  write_bytes(path, gzip(bomb));
+  const int code = exit_code_with_memory_cap(size_t{32} << 20, [&] {
+    try {
+      read_idx(path);
+      return 1;
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      return what.find(path) != std::string::npos && what.find("more than the 7856 bytes its header gives") !=
+                 std::string::npos ? 0 : 2;
+    } catch (const std::bad_alloc&) {
+      return 3;  // inflated past the header's size
+    }
+  });
+  INFO("child exit code " << code << " (0: InputError naming the file and the header's size, 1: no error, 2: another "
+                          "message, 3: std::bad_alloc, 9x: the child's own set-up)");
+  CHECK(code == 0);
+
+  // 10^9 images of 28x28 claimed by a file of a few dozen bytes.
+  Bytes claim = {0, 0, 0x08, 3, 0x3b, 0x9a, 0xca, 0x00, 0, 0, 0, 28, 0, 0, 0, 28, 1, 2, 3};
+  const std::string claim_path = dir.file("claim.gz");
+  write_bytes(claim_path, gzip(claim));
+  CHECK_THROWS_WITH(read_idx(claim_path),
+                    Catch::Contains(claim_path) && Catch::Contains("(1000000000, 28, 28) of u8") &&
+                        Catch::Contains("inflates to at most"));
+}
+
+// Special files given as data: /dev/zero would be read without end, a FIFO's open waits for
+// a writer that never comes (CTest's timeout ends that test), a directory is no data.
+TEST_CASE("read_idx refuses what is not a regular file, naming it", "[idx]") {
+  TempDir dir("tnt-idx");
+  const std::string fifo = dir.file("fifo-images-idx3-ubyte");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {std::string("/dev/zero"), fifo, dir.path.string()}) {
+    CAPTURE(path);
+    CHECK_THROWS_AS(read_idx(path), InputError);
+    CHECK_THROWS_WITH(read_idx(path), Catch::Contains(path) && Catch::Contains("not a regular file"));
+  }
 }

@@ -441,7 +441,7 @@ TEST_CASE("distribute: disjoint rank shares covering the epoch; other ranks' fil
                auto it1 = raw.distribute(4, 1, 2).iterate(0);
                while (it1.next()) {}
              }),
-             Catch::Contains("cannot open"));
+             Catch::Contains("': no such file"));
 }
 
 TEST_CASE("TFRecord: writer, index, Example round trip, shard detection, labels") {
@@ -658,4 +658,38 @@ TEST_CASE("tensorflow_datasets and Model Garden layouts: errors name the folder 
                  Catch::Contains("imagenet2012/<version>/imagenet2012-train.tfrecord-00000-of-NNNNN"));
   CHECK_THAT(error_of([&] { find_imagenet_layout(nothing.path.string(), "train", "jpeg"); }),
              Catch::Contains("'jpeg'"));
+}
+
+// A validation split whose class folders are not the training split's: without the training
+// split's names, its sorted folders are labels 0, 1, ... of its own, so a missing class
+// shifts every later label by one (what resnet50 did before). With class_names (the
+// training split's) the labels go by name, and a folder of a class the training split lacks
+// is refused, naming it.
+TEST_CASE("image folders: another split labelled by the training split's class names") {
+  TempDir tmp("tnt-imagenet");
+  write_folders(tmp.path, "train");
+  write_folders(tmp.path, "val");
+  fs::remove_all(tmp.path / "val" / kWnids[0]);
+  const std::vector<std::string> train_classes = image_folder_classes((tmp.path / "train").string());
+  REQUIRE(train_classes == std::vector<std::string>(kWnids, kWnids + kClasses));
+
+  ImagenetOptions by_name;
+  by_name.class_names = train_classes;
+  const auto labels = [](const Dataset& d) {
+    std::vector<int64_t> out;
+    for (const Element& e : collect(d)) out.push_back(scalar(e[1]));
+    return out;
+  };
+  std::vector<int64_t> expected;
+  for (int c = 1; c < kClasses; ++c) expected.insert(expected.end(), kPerClass, c);
+  CHECK(labels(image_folder_dataset((tmp.path / "val").string(), by_name)) == expected);
+  // Its own folders alone: the shift that class_names prevents.
+  CHECK(labels(image_folder_dataset((tmp.path / "val").string())).front() == 0);
+
+  fs::create_directories(tmp.path / "val" / "n99999999");
+  fs::copy_file(tmp.path / "val" / kWnids[1] / "img_0.JPEG", tmp.path / "val" / "n99999999" / "img_0.JPEG");
+  CHECK_THROWS_AS(image_folder_dataset((tmp.path / "val").string(), by_name), InputError);
+  CHECK_THROWS_WITH(image_folder_dataset((tmp.path / "val").string(), by_name),
+                    Catch::Contains((tmp.path / "val").string()) &&
+                        Catch::Contains("1 class folder is not among the training split's 3 classes: 'n99999999'"));
 }

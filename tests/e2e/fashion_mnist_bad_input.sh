@@ -7,7 +7,8 @@
 # CASE: missing_data_dir, truncated_gzip, truncated_idx, corrupt_gzip,
 #       batch_smaller_than_ranks, micro_batch_mismatch, checkpoint_other_model,
 #       micro_batch_uneven, negative_micro_batch, too_many_train_samples, resume_other_seed,
-#       checkpoint_negative_epoch, label_out_of_range, wrong_image_size
+#       checkpoint_negative_epoch, label_out_of_range, wrong_image_size, checkpoint_negative_step,
+#       empty_test_set, gzip_bomb
 #
 # Every case also checks that Open MPI's own account of the failure (the MPI_ABORT banner,
 # ORTE_ERROR_LOG lines naming its source files, "Primary job terminated normally") stays
@@ -235,6 +236,59 @@ PY
     fm_expect_fixed "$case_name" \
       "checkpoint '$fm_tmp/model/checkpoint.safetensors': metadata epoch=-5 is not a number of epochs completed" \
       "the file and the epoch"
+    ;;
+
+  checkpoint_negative_step)
+    # step=-1 in a checkpoint: an input error naming the file (exit 2, which the launcher
+    # does not restart), not the optimizer's internal check.
+    train_checkpoint
+    python=${PYTHON:-python3}
+    command -v "$python" >/dev/null || python=/usr/bin/python3
+    "$python" - "$fm_tmp/model/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+data = open(path, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+header["__metadata__"]["step"] = "-1"
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" \
+      "checkpoint '$fm_tmp/model/checkpoint.safetensors': metadata step=-1 is not a number of steps taken" \
+      "the file and the step"
+    if grep -Eq 'failed first: exit code 2\b' <<<"$fm_out"; then
+      fm_pass "$case_name: exit code 2 (an input error)"
+    else
+      fm_fail "$case_name: the rank's exit code is not 2 (an input error)"
+    fi
+    ;;
+
+  empty_test_set)
+    # A test set of 0 images (valid IDX files): refused, naming it, not "test accuracy 0".
+    copy_data
+    rm -f "$fm_tmp"/data/t10k-*
+    printf '\x00\x00\x08\x03\x00\x00\x00\x00\x00\x00\x00\x1c\x00\x00\x00\x1c' >"$fm_tmp/data/t10k-images-idx3-ubyte"
+    printf '\x00\x00\x08\x01\x00\x00\x00\x00' >"$fm_tmp/data/t10k-labels-idx1-ubyte"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/data"
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "--data_dir=$fm_tmp/data: the test set (t10k-images-idx3-ubyte[.gz]) holds no samples" \
+      "the folder and the empty test set"
+    ;;
+
+  gzip_bomb)
+    # Test labels whose header says 10000 but which inflate to 256 MiB: refused once the
+    # data pass the header's size, naming the file, instead of inflating all of it.
+    copy_data
+    f=$fm_tmp/data/t10k-labels-idx1-ubyte.gz
+    { gunzip -c "$f"; head -c $((256 << 20)) /dev/zero; } | gzip -1 >"$f.new" && mv "$f.new" "$f"
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/data"
+    expect_failure "$case_name"
+    fm_expect_fixed "$case_name" "IDX file '$f': length mismatch: it inflates to more than the 10008 bytes its header gives" \
+      "the file and the header's size"
     ;;
 
   *)

@@ -24,7 +24,8 @@ endif()
 # of its steps in the TensorBoard directory (none with 0), and --enable_time_history prints
 # the images/s of each --log_steps interval.
 foreach(_case synthetic_2_ranks log_steps micro_batch_of_one imagenet_folders imagenet_tfds truncated_jpeg dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
-              existing_model_dir synthetic_eval_default data_format resume resume_refused profile_steps)
+              existing_model_dir synthetic_eval_default data_format resume resume_refused profile_steps
+              memory_estimate imagenet_val_classes)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:resnet50> ${_case}

@@ -44,9 +44,13 @@
 #   unset, --enable_tensorboard profiles step 2, and --enable_time_history --log_steps=1 prints
 #   a TimeHistory line per step and the average without step 1, in place of the program's
 #   own images/s lines.
+# memory_estimate: --image_size=1024 --batch_size=100000, and --num_classes=2000000000, are
+#   refused before training, naming the flags and the estimate against the host's memory.
+# imagenet_val_classes: a val/ class folder that train/ lacks is refused, naming it; a val/
+#   lacking one of train/'s classes trains.
 # data_format: 2 steps with the default format (channels_last, on CPU ranks too, announced)
 #   and 2 with --data_format=channels_first give the same loss within 1e-3; --help shows the
-#   flag and its default; a bad value ends with an error naming --data_format.
+#   flag and its one default; a bad value ends with an error naming --data_format.
 set -uo pipefail
 [[ $# -eq 3 || $# -eq 4 ]] || { echo "usage: $0 LAUNCHER PROGRAM CASE [TEST_RESNET50]" >&2; exit 2; }
 launcher=$1
@@ -239,6 +243,9 @@ case $case_name in
     if [[ $n -eq 1 ]]; then pass "5 evaluation samples, announced once"; else fail "'Evaluating on 5 samples (2 steps, global batch 4)' appears $n times, expected once"; fi
     n=$(grep -Ec '^26/26 - .* - evaluation: ' <<<"$out")
     if [[ $n -eq 1 ]]; then pass "the epoch line counts the 26 steps that ran"; else fail "no epoch line '26/26 - ... - evaluation: ...'"; fi
+    # The epochs that run (one, not the default --train_epochs=90), and where the run stops.
+    n=$(grep -Ec '^Epoch 1/1 \(26 of 320291 steps: the run stops at step 26\)$' <<<"$out")
+    if [[ $n -eq 1 ]]; then pass "'Epoch 1/1 (26 of 320291 steps: ...)'"; else fail "no 'Epoch 1/1 (26 of 320291 steps: the run stops at step 26)' line"; fi
     # 2 steps of 6: 12 samples trained, 0.5 evaluation samples: one global batch.
     run "${base[@]}" --batch_size=6 --train_steps=2
     if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
@@ -274,9 +281,40 @@ case $case_name in
     fi
     "$program" --help >"$tmp/help" 2>&1
     if tr -s ' \n' ' ' <"$tmp/help" | grep -q -- "--data_format=channels_first"; then pass "--help has an example"; else fail "--help has no --data_format example"; fi
-    if tr -s ' \n' ' ' <"$tmp/help" | grep -q "(default channels_last, faster on GPUs and CPUs)"; then pass "--help states the default"; else fail "--help does not state the default of --data_format"; fi
+    # One default, stated once (it said "default channels_last" in the text and (default: "")).
+    entry=$(tr -s ' \n' ' ' <"$tmp/help" | grep -o -- '--data_format arg .*--dtype arg' || true)
+    if grep -q '(default: channels_last)' <<<"$entry"; then pass "--help states the default"; else fail "--help does not state the default of --data_format: $entry"; fi
+    if [[ $(grep -o 'default' <<<"$entry" | wc -l) -eq 1 ]]; then pass "--help states one default"; else fail "--data_format's help names a default more than once: $entry"; fi
     run "${common[@]}" --train_steps=1 --data_format=nhwc8
     expect_error '--data_format=nhwc8: expected channels_first or channels_last' "--data_format and the choices"
+    ;;
+  memory_estimate)
+    # Runs that cannot fit the host's memory are refused before anything is allocated,
+    # naming the flags and the estimate, with an input error's exit 2 (before: the kernel's
+    # OOM killer, or a bare std::bad_alloc).
+    run --use_synthetic_data --image_size=1024 --batch_size=100000 --model_dir="$tmp/model" --train_steps=1
+    expect_error '--image_size=1024, --batch_size=100000 over 2 ranks \(a micro-batch of 50000\) and --num_classes=1000 need at least [0-9.]+ GiB per rank, more than the [0-9.]+ GiB of this host' "the flags and the estimate"
+    if grep -Eq 'failed first: exit code 2\b' <<<"$out"; then pass "exit code 2"; else fail "the rank's exit code is not 2"; fi
+    run --use_synthetic_data --image_size=32 --batch_size=4 --num_classes=2000000000 --model_dir="$tmp/model" --train_steps=1
+    expect_error '--num_classes=2000000000 need at least' "--num_classes"
+    if grep -q '^Epoch 1' <<<"$out"; then fail "training started"; else pass "refused before training"; fi
+    ;;
+  imagenet_val_classes)
+    # val/ holding a class folder that train/ lacks: refused, naming it, rather than given
+    # the label of whatever folder sorts there. val/ lacking one of train/'s classes trains:
+    # its images are labelled by their folders' names.
+    [[ -x $writer ]] || { echo "FAIL: imagenet_val_classes needs the test_resnet50 executable" >&2; exit 1; }
+    TNT_TINY_IMAGENET_DIR=$tmp/imagenet "$writer" "[.write_tiny_imagenet]" >"$tmp/writer.out" 2>&1 ||
+      { cat "$tmp/writer.out"; echo "FAIL: writing the tiny ImageNet"; exit 1; }
+    mv "$tmp/imagenet/val/n01440764" "$tmp/imagenet/val/n09999999"
+    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --data_workers=2 --log_steps=0
+    expect_error "image folder '$tmp/imagenet/val': 1 class folder is not among the training split's 2 classes: 'n09999999'" "the folder and the class"
+    if grep -q '^Epoch 1' <<<"$out"; then fail "training started"; else pass "refused before training"; fi
+    rm -r "$tmp/imagenet/val/n09999999"
+    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --data_workers=2 --log_steps=0 --overwrite
+    if [[ $rc -eq 0 ]]; then pass "val/ with one of train/'s classes trains"; else fail "exit status $rc"; fi
     ;;
   resume)
     # 2 steps an epoch; the validation is left out of the comparison: BatchNorm's running

@@ -25,7 +25,7 @@ if(NOT TARGET transformer OR NOT TARGET tarantella_launcher OR NOT TARGET transf
 endif()
 foreach(_case ranks_1_2_3 manual_indivisible bad_param_set missing_vocab_file batch_below_max_length learns_demo
               resume bleu_files_mismatch dtype decode_cache model_too_big empty_translation evaluation_fails
-              data_tool_inputs time_history)
+              data_tool_inputs time_history long_source_line epoch_count)
   add_test(NAME transformer.program.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/transformer_program.sh
                    $<TARGET_FILE:tarantella_launcher> $<TARGET_FILE:transformer> $<TARGET_FILE:transformer_data>

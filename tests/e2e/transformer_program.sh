@@ -38,6 +38,10 @@
 #   TimeHistory line per step whose tokens are the real target tokens of the GLOBAL batch
 #   (fewer than the 168 padded ones, and the same on 1 and 2 ranks, which split the batches
 #   differently), the average without step 1, and no padded "tokens/s:" line beside it.
+# long_source_line: a --bleu_source line of 2 MB is refused before training, naming the
+#   file and the line (decoding it would need terabytes); --decode_max_length cuts it.
+# epoch_count: --train_epochs=3 --epochs_between_evals=2 counts Epoch 1/3, 2/3, 3/3 over the
+#   fit() calls of the loop.
 # learns_demo: a few epochs of a small model on 400 sentence pairs: the loss falls clearly,
 #   both BLEU lines are printed, translations.txt has one line per source line, and
 #   model.safetensors loads strictly into scripts/transformer_torch.py (Python with torch).
@@ -255,6 +259,32 @@ case $case_name in
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --bleu_source="$tmp/corpus/dev.en" \
       --model_dir="$tmp/m"
     expect_error "--bleu_source and --bleu_ref: give both" "the missing --bleu_ref"
+    ;;
+  long_source_line)
+    # A --bleu_source line of 2 MB (a document without newlines): decoding it would need
+    # terabytes (attention over its length squared), so it is refused before training,
+    # naming the file and the line, rather than failing after training in the allocation.
+    corpus 20 5
+    { head -n 2 "$tmp/corpus/dev.en"; "$python" -c 'print("the dog " * 250000)'; } >"$tmp/long.en"
+    head -n 3 "$tmp/corpus/dev.de" >"$tmp/long.de"
+    run 1 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --bleu_source="$tmp/long.en" \
+      --bleu_ref="$tmp/long.de" --model_dir="$tmp/m"
+    expect_error "--bleu_source=$tmp/long.en line 3: [0-9]+ subtokens; decoding it .* needs at least [0-9.]+ GiB .* --decode_max_length" "the file, the line and the way out"
+    if grep -q '^Epoch 1' <<<"$out"; then fail "training started"; else pass "refused before training"; fi
+    if grep -Eq 'failed first: exit code 2\b|exit status 2' <<<"$out" || [[ $rc -eq 2 ]]; then pass "exit code 2"; else fail "not an input error's exit code 2"; fi
+    # With --decode_max_length the line is cut and the run goes on past that check.
+    run 1 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --bleu_source="$tmp/long.en" \
+      --bleu_ref="$tmp/long.de" --model_dir="$tmp/m2" --decode_max_length=24 --train_epochs=0 --batch_size=168
+    if [[ $rc -eq 0 ]]; then pass "--decode_max_length=24: runs"; else fail "--decode_max_length=24: exit status $rc"; fi
+    ;;
+  epoch_count)
+    # fit() runs in pieces of --epochs_between_evals epochs: one count over the whole run.
+    corpus 20 5
+    run 1 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=168 --num_sentences=21 \
+      --train_epochs=3 --epochs_between_evals=2 --model_dir="$tmp/m"
+    if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
+    epochs=$(grep -E '^Epoch [0-9]+/[0-9]+' <<<"$out" | tr '\n' ' ')
+    if [[ $epochs == "Epoch 1/3 Epoch 2/3 Epoch 3/3 " ]]; then pass "Epoch 1/3 2/3 3/3"; else fail "epoch lines '$epochs', expected 'Epoch 1/3 Epoch 2/3 Epoch 3/3'"; fi
     ;;
   time_history)
     corpus 100 10

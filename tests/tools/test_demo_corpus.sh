@@ -25,6 +25,10 @@ check "dev lines" 30 "$(wc -l < "$tmp/a/dev.de")"
 check "no dev sentence in train" 0 "$(grep -cxFf "$tmp/a/dev.en" "$tmp/a/train.en")"
 check "converted" "vocab.ende.1000 wmt32k-dev-00001-of-00001 wmt32k-train-00001-of-00004 wmt32k-train-00002-of-00004 wmt32k-train-00003-of-00004 wmt32k-train-00004-of-00004" \
   "$(cd "$tmp/b/data" && ls vocab* wmt32k* | tr '\n' ' ' | sed 's/ $//')"
+# The demo's text has fewer subtokens than --target_vocab_size=1000 even at min_count 1: the
+# tool says what the file holds, beside its name (vocab.ende.1000, what was asked for).
+check "the vocabulary's shortfall is said" 1 \
+  "$(grep -cE '^vocabulary: [0-9]+ subtokens written to .*vocab\.ende\.1000 \(short of --target_vocab_size=1000 by more than --threshold=327: the training text holds no more subtokens' "$tmp/log")"
 # The converted corpus trains the transformer (one process, a small model, 3 steps), whose
 # --enable_tensorboard writes the event files there as in the other programs.
 "$BUILD_DIR/bin/transformer" --data_dir="$tmp/b/data" --vocab_file="$tmp/b/data/vocab.ende.1000" --param_set=tiny \

@@ -145,3 +145,41 @@ TEST_CASE("a checkpoint holding a NaN or an infinity does not load") {
     tnt::communicator().barrier();
   }
 }
+
+// The training position in a checkpoint's metadata is a count: a damaged or hand-edited file
+// whose step, optimizer step or epoch is negative or beyond any real run is refused when it
+// loads as an input error naming the file and the key (the programs then exit 2, and the
+// launcher does not restart a job that would read the same file again), not an internal
+// check deep in the optimizer, nor a run that counts on from step -1.
+TEST_CASE("checkpoint metadata out of range is an input error naming the file") {
+  tnt::test::TempDir dir("tnt-ckpt-position");
+  const std::string good = (dir.path / "good.safetensors").string();
+  trained_and_saved(good);
+  const tnt::Checkpoint full = tnt::Checkpoint::read(good);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"step", "-1"},           {"step", "9223372036854775807"}, {"optimizer_step", "-1"},
+      {"optimizer_step", "99999999999999999"}, {"epoch", "-3"},   {"epoch", "2147483647"},
+      {"epoch", "1000000001"}};
+  for (const auto& [key, value] : cases) {
+    INFO(key << "=" << value);
+    tnt::Checkpoint bad_ck;
+    for (const auto& [name, t] : full.tensors()) bad_ck.add(name, t);
+    for (const auto& [k, v] : full.metadata()) bad_ck.set_metadata(k, v);
+    bad_ck.set_metadata(key, value);
+    const std::string bad = (dir.path / "bad.safetensors").string();
+    if (tnt::is_master_rank()) bad_ck.write(bad);
+    tnt::communicator().barrier();
+    tnt::Model resumed(bn_net(), 4);
+    resumed.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    try {
+      resumed.load_checkpoint(bad);
+      FAIL("loaded");
+    } catch (const tnt::InputError& e) {
+      const std::string what = e.what();
+      CHECK_THAT(what, Catch::Contains(bad) && Catch::Contains(key + "=" + value));
+    } catch (const std::exception& e) {
+      FAIL("not an input error: " << e.what());
+    }
+    tnt::communicator().barrier();
+  }
+}

@@ -325,3 +325,24 @@ TEST_CASE("CSVLogger: a resumed run appends only rows that fit the history's hea
   }
   std::filesystem::remove_all(dir);
 }
+
+// A FIFO or a device as the history of a resumed run: reading its rows back would wait for a
+// writer forever (the FIFO; this test then hangs until CTest's timeout) or read without end
+// (/dev/zero). Refused instead, naming the file and its kind, before any training.
+TEST_CASE("CSVLogger: a history that is not a regular file is refused, naming it") {
+  const std::string dir = temp_dir();
+  const std::string fifo = dir + "/history.csv";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero")}) {
+    INFO(path);
+    tnt::CSVLogger logger(path, /*append=*/true);
+    tnt::TrainParams params;
+    params.epochs = 2;
+    params.initial_epoch = 1;
+    logger.set_params(params);
+    CHECK_THROWS_AS(logger.on_train_begin({}), tnt::InputError);
+    CHECK_THROWS_WITH(logger.on_train_begin({}),
+                      Catch::Contains("'" + path + "'") && Catch::Contains("not a regular file"));
+  }
+  std::filesystem::remove_all(dir);
+}

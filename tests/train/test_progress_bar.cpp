@@ -375,3 +375,66 @@ TEST_CASE("without a handler of the program's, SIGINT still ends the process, it
   CHECK(text.rfind("Epoch 1/1\n\r 1/10 [", 0) == 0);
   CHECK(text.substr(text.size() - 4) == "\033[K\n");
 }
+
+// A phase with slow steps is never silent where nothing is redrawn: at verbose 2 (one line
+// an epoch, the programs' default) and when not on a terminal, a line comes once 15 s have
+// passed without one, for training and for an evaluation alike. (Before: nothing between
+// "Epoch 1/1" and the epoch's end, 47 s for 20 steps of ResNet-50 on a CPU.)
+TEST_CASE("slow steps: a line at least every quiet_seconds where nothing is redrawn") {
+  for (const char* tty : {"1", "0"}) {
+    for (int verbose : {1, 2}) {
+      if (std::string(tty) == "1" && verbose == 1) continue;  // redrawn in place: never silent
+      INFO("tty " << tty << ", verbose " << verbose);
+      ScopedEnv env("TNT_STDOUT_IS_TTY", tty);
+      Harness h(params(8, verbose));  // fewer than 10 steps: no tenth lines
+      h.bar.on_train_begin({});
+      h.bar.on_epoch_begin(0, {});
+      for (int64_t b = 0; b < 8; ++b) {
+        h.clock += 6.0;  // 48 s in all: lines at 18 s (step 3), 36 s (step 6)
+        h.bar.on_train_batch_end(b, {{"loss", 1.0}});
+      }
+      tnt::EvalParams eval;
+      eval.steps = 4;
+      eval.verbose = verbose;
+      h.bar.set_eval_params(eval);
+      h.bar.on_test_begin({});
+      for (int64_t b = 0; b < 4; ++b) {
+        h.clock += 10.0;  // lines at 20 s (step 2), 40 s would be the end: its own line
+        h.bar.on_test_batch_end(b, {});
+      }
+      h.bar.on_test_end({{"loss", 1.0}});
+      h.bar.on_epoch_end(0, {{"loss", 1.0}, {"val_loss", 1.0}});
+      h.bar.on_train_end({});
+      const std::vector<std::string> lines = split(h.output(), '\n');
+      REQUIRE(lines.size() >= 6);
+      CHECK(lines[0] == "Epoch 1/1");
+      CHECK(lines[1].rfind("3/8 [", 0) == 0);
+      CHECK(lines[1].find("ETA: 30s - loss: 1.0000") != std::string::npos);
+      CHECK(lines[2].rfind("6/8 [", 0) == 0);
+      CHECK(lines[3] == "Evaluating (4 steps)");
+      CHECK(lines[4].rfind("2/4 [", 0) == 0);
+      CHECK(lines[5].rfind("8/8 - 48s 6000ms/step", 0) == 0);
+    }
+  }
+  // quiet_seconds = 0: the old behaviour, nothing but the epoch's lines.
+  ScopedEnv env("TNT_STDOUT_IS_TTY", "0");
+  std::FILE* file = std::tmpfile();
+  double clock = 0;
+  {
+    tnt::ProgressBar bar(tnt::ProgressBarOptions{file, [&clock] { return clock; }, 0.0});
+    bar.set_params(params(8, 2));
+    bar.on_train_begin({});
+    bar.on_epoch_begin(0, {});
+    for (int64_t b = 0; b < 8; ++b) {
+      clock += 60.0;
+      bar.on_train_batch_end(b, {{"loss", 1.0}});
+    }
+    bar.on_epoch_end(0, {{"loss", 1.0}});
+    bar.on_train_end({});
+  }
+  std::rewind(file);
+  char buf[256] = {};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, file);
+  std::fclose(file);
+  CHECK(std::string(buf, n) == "Epoch 1/1\n8/8 - 8:00 60000ms/step - loss: 1.0000\n");
+}

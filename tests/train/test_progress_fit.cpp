@@ -125,7 +125,9 @@ TEST_CASE("max_steps ends training at that global step on every rank; the bar co
   CHECK(history.epochs == std::vector<int>{0, 1});
   std::vector<std::string> lines = lines_of(out);
   if (tnt::is_master_rank()) {
-    CHECK(starting(lines, "Epoch ") == std::vector<std::string>{"Epoch 1/5", "Epoch 2/5"});
+    // The epochs that run, not FitOptions::epochs: the step limit falls in the second.
+    CHECK(starting(lines, "Epoch ") ==
+          std::vector<std::string>{"Epoch 1/2", "Epoch 2/2 (2 of 4 steps: the run stops at step 6)"});
     REQUIRE(starting(lines, "4/4 - ").size() == 1);
     REQUIRE(starting(lines, "2/2 - ").size() == 1);  // not "2/4": the epoch that max_steps cuts
   } else {
@@ -151,7 +153,36 @@ TEST_CASE("max_steps ends training at that global step on every rank; the bar co
   CHECK(model->global_step() == 9);
   if (tnt::is_master_rank()) {
     CHECK(starting(lines_of(out), "3/3 - ").size() == 1);
+    CHECK(starting(lines_of(out), "Epoch ") ==
+          std::vector<std::string>{"Epoch 2/2 (3 of 4 steps: the run stops at step 9)"});
   }
+}
+
+// A program that calls fit in pieces (the Transformer: fit to epoch 2, its own evaluation,
+// fit from 2 to 4) counts its epochs over the whole run: 1/4 ... 4/4, not 1/2 then 3/4. A
+// step limit far beyond the run's epochs leaves the count alone.
+TEST_CASE("FitOptions::total_epochs: one epoch count over fit called in pieces") {
+  ::setenv("TNT_STDOUT_IS_TTY", "0", 1);
+  auto model = make_model();
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.verbose = 2;
+  fit.total_epochs = 4;
+  fit.max_steps = 1000;
+  std::vector<std::string> epochs;
+  for (int from = 0; from < 4; from += 2) {
+    fit.initial_epoch = from;
+    fit.epochs = from + 2;
+    CapturedStdout capture;
+    model->fit(tnt::test::threshold_data("progress"), fit);
+    for (const std::string& l : starting(lines_of(capture.text()), "Epoch ")) epochs.push_back(l);
+  }
+  if (tnt::is_master_rank()) {
+    CHECK(epochs == std::vector<std::string>{"Epoch 1/4", "Epoch 2/4", "Epoch 3/4", "Epoch 4/4"});
+  }
+  fit.initial_epoch = 4;
+  fit.epochs = 5;
+  CHECK_THROWS_AS(model->fit(tnt::test::threshold_data("progress"), fit), tnt::InputError);  // total_epochs < epochs
 }
 
 TEST_CASE("fit's validation passes: hooks on every rank with the pass's size; announced by the master") {

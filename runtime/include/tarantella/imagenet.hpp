@@ -68,6 +68,11 @@ struct ImagenetOptions {
   // image and label.
   std::string image_feature = "image/encoded";
   std::string label_feature = "image/class/label";
+  // Image folders: the class names in label order (the training split's folders, from
+  // image_folder_classes), so that another split gets the same label for the same class
+  // folder whatever folders it lacks; a folder that is not one of them is refused, naming
+  // it. Empty: the split's own folders, sorted, are labels 0, 1, ...
+  std::vector<std::string> class_names{};
 };
 
 // Where one split's files are.
@@ -109,6 +114,9 @@ struct ImageFolderListing {
 // Throws InputError naming the path: missing directory, no class folders, a class folder
 // without images.
 ImageFolderListing list_image_folder(const std::string& split_dir);
+// The class folders of a split, sorted (what list_image_folder's classes are), without
+// listing their images.
+std::vector<std::string> image_folder_classes(const std::string& split_dir);
 Dataset image_folder_dataset(const std::string& split_dir, const ImagenetOptions& options = {});
 
 // ---- JPEG (libjpeg-turbo)

@@ -114,6 +114,10 @@ struct FitOptions {
   // Training ends once global_step() reaches this (the whole run's steps, a resumed run's
   // included); 0 = no limit. The progress bar counts the steps that will run.
   int64_t max_steps = 0;
+  // For the progress display only, when a program calls fit in pieces (fit to epoch 3, an
+  // evaluation of its own, fit from 3 to 6, ...): the whole run's epochs, so that the count
+  // reads 1/6 ... 6/6 over the pieces rather than 1/3 then 4/6. 0: epochs.
+  int total_epochs = 0;
 };
 
 struct EvaluateOptions {

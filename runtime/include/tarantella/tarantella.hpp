@@ -9,6 +9,7 @@
 #include "tarantella/dataset.hpp"
 #include "tarantella/device.hpp"
 #include "tarantella/dtype.hpp"
+#include "tarantella/files.hpp"
 #include "tarantella/graph.hpp"
 #include "tarantella/idx.hpp"
 #include "tarantella/imagenet.hpp"

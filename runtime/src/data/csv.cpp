@@ -4,6 +4,7 @@
 // parsed into one (N, F) feature tensor and one label tensor, and the dataset is
 // from_tensors over them.
 #include "tarantella/check.hpp"
+#include "tarantella/files.hpp"
 #include "tarantella/dataset.hpp"
 
 #include <cerrno>
@@ -23,11 +24,7 @@ namespace tnt {
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) TNT_INPUT_ERROR("CSV file '{}': no such file", path);
-  if (std::filesystem::is_directory(path, ec)) TNT_INPUT_ERROR("CSV file '{}': is a directory", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TNT_INPUT_ERROR("CSV file '{}': cannot open: {}", path, std::strerror(errno));
+  std::ifstream in = open_regular_file(path, "CSV file");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) TNT_INPUT_ERROR("CSV file '{}': read error", path);
   return text;

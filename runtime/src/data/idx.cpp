@@ -1,6 +1,10 @@
 // IDX reader and writer (format in tarantella/idx.hpp). The whole file is read, gunzipped
-// in memory when it starts with the gzip magic, and validated before any value is used.
+// in memory when it starts with the gzip magic (no further than its header says), and
+// validated before any value is used.
 #include "tarantella/idx.hpp"
+
+#include "tarantella/device.hpp"
+#include "tarantella/files.hpp"
 
 #include <zlib.h>
 
@@ -9,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <vector>
 
 namespace tnt {
@@ -21,97 +26,16 @@ using Bytes = std::vector<uint8_t>;
 }
 
 Bytes read_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) fail(path, "no such file");
-  if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, fmt::format("cannot open: {}", std::strerror(errno)));
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  Bytes bytes(static_cast<size_t>(std::max<std::streamoff>(size, 0)));
-  if (!bytes.empty() && !in.read(reinterpret_cast<char*>(bytes.data()), size)) fail(path, "read error");
+  const uint64_t size = check_regular_file(path, "IDX file");
+  std::ifstream in = open_regular_file(path, "IDX file");
+  Bytes bytes(static_cast<size_t>(size));
+  if (!bytes.empty() && !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {
+    fail(path, "read error");
+  }
   return bytes;
 }
 
 bool is_gzip(const Bytes& b) { return b.size() >= 2 && b[0] == 0x1f && b[1] == 0x8b; }
-
-// The gzip trailer's ISIZE (uncompressed size mod 2^32) is written by whoever made the file
-// and checked by zlib only at the very end, so it is a hint for sizing the buffer, never a
-// size to allocate up front: deflate expands at most about 1032:1, so a trailer that claims
-// more than that is ignored, and the buffer starts at a few times the compressed size and
-// grows as data arrives. A trailer that disagrees with the data fails zlib's length check.
-constexpr size_t kDeflateMaxRatio = 1032;
-
-size_t gzip_size_hint(const Bytes& in) {
-  if (in.size() < 18) return 0;  // smaller than an empty gzip member: no trailer to read
-  const size_t isize = size_t{in[in.size() - 4]} | size_t{in[in.size() - 3]} << 8 |
-                       size_t{in[in.size() - 2]} << 16 | size_t{in[in.size() - 1]} << 24;
-  return isize <= in.size() * kDeflateMaxRatio ? isize : 0;
-}
-
-Bytes gunzip(const Bytes& in, const std::string& path) {
-  z_stream zs{};
-  // 16 + MAX_WBITS: gzip wrapper only, so the CRC and length in the trailer are checked.
-  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib inflateInit2 failed");
-  const size_t hint = gzip_size_hint(in);
-  // +1: with room left over after the last byte, inflate reaches Z_STREAM_END without a
-  // further resize.
-  auto grown = [&](size_t now) {
-    const size_t doubled = now * 2;
-    return hint >= now && hint < doubled ? hint + 1 : doubled;
-  };
-  Bytes out(std::max<size_t>(std::min(hint + 1, in.size() * 4), size_t{1} << 16));
-  size_t consumed = 0;
-  size_t produced = 0;
-  std::string error;
-  for (;;) {
-    size_t in_chunk = std::min<size_t>(in.size() - consumed, 1u << 30);
-    size_t out_room = std::min<size_t>(out.size() - produced, 1u << 30);
-    zs.next_in = const_cast<Bytef*>(in.data() + consumed);
-    zs.avail_in = static_cast<uInt>(in_chunk);
-    zs.next_out = out.data() + produced;
-    zs.avail_out = static_cast<uInt>(out_room);
-    int rc = inflate(&zs, Z_NO_FLUSH);
-    consumed += in_chunk - zs.avail_in;
-    produced += out_room - zs.avail_out;
-    if (rc == Z_STREAM_END) {
-      if (consumed == in.size()) break;
-      // Another gzip member may follow (what `cat a.gz b.gz` makes).
-      Bytes rest(in.begin() + static_cast<std::ptrdiff_t>(consumed), in.begin() + static_cast<std::ptrdiff_t>(std::min(consumed + 2, in.size())));
-      if (!is_gzip(rest)) {
-        error = fmt::format("corrupt gzip data: {} bytes of garbage after the compressed stream", in.size() - consumed);
-        break;
-      }
-      inflateReset(&zs);
-      continue;
-    }
-    if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_STREAM_ERROR) {
-      const std::string msg = zs.msg ? zs.msg : "invalid stream";
-      error = fmt::format("corrupt gzip data ({})", msg);
-      if (msg == "incorrect length check") {
-        error += fmt::format(": the trailer does not match the {} bytes the data holds", produced);
-      }
-      break;
-    }
-    if (rc == Z_MEM_ERROR) {
-      error = "out of memory while decompressing";
-      break;
-    }
-    if (produced == out.size()) {
-      out.resize(grown(out.size()));
-      continue;
-    }
-    if (consumed == in.size()) {  // input used up before the end of the stream
-      error = "truncated gzip data (the compressed stream ends early)";
-      break;
-    }
-  }
-  inflateEnd(&zs);
-  if (!error.empty()) fail(path, error);
-  out.resize(produced);
-  return out;
-}
 
 struct IdxType {
   uint8_t code;
@@ -129,6 +53,142 @@ uint32_t be32(const uint8_t* p) {
   return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | uint32_t{p[3]};
 }
 
+// The product of up to 255 dimensions of 2^32 would wrap even 128 bits around to a small
+// number, so counts saturate once they pass 2^64 values (more than any file holds: the file
+// is then "truncated"); below that they are exact and messages give the real numbers.
+constexpr unsigned __int128 kHuge = static_cast<unsigned __int128>(UINT64_MAX) + 1;
+
+struct IdxHeader {
+  const IdxType* type = nullptr;
+  Shape shape;
+  size_t bytes = 0;               // the header's own: 4 + 4 * ndim
+  unsigned __int128 values = 0;   // the product of the dimensions (saturated at kHuge)
+  unsigned __int128 data_bytes() const { return std::min(values * type->size, kHuge); }
+  unsigned __int128 file_bytes() const { return std::min(data_bytes() + bytes, kHuge); }
+};
+
+// The header from the first n bytes of the (inflated) file; nullopt while n is too short
+// to hold it. A wrong magic number or type code fails as soon as its 4 bytes are there.
+std::optional<IdxHeader> parse_header(const uint8_t* b, size_t n, const std::string& path) {
+  if (n < 4) return std::nullopt;
+  if (b[0] != 0 || b[1] != 0) {
+    fail(path, fmt::format("wrong magic number {:02x} {:02x} {:02x} {:02x}: an IDX file starts with 00 00 <type> <ndim>",
+                           b[0], b[1], b[2], b[3]));
+  }
+  IdxHeader h;
+  for (const IdxType& t : kTypes) {
+    if (t.code == b[2]) h.type = &t;
+  }
+  if (!h.type) fail(path, fmt::format("wrong magic number: unknown type code 0x{:02x}", b[2]));
+  const size_t ndim = b[3];
+  h.bytes = 4 + 4 * ndim;
+  if (n < h.bytes) return std::nullopt;
+  h.values = 1;
+  bool zero = false;
+  for (size_t i = 0; i < ndim; ++i) {
+    const uint32_t d = be32(b + 4 + 4 * i);
+    h.shape.push_back(d);
+    zero = zero || d == 0;
+    h.values = std::min(h.values * d, kHuge);  // values <= 2^64 and d < 2^32: no wrap
+  }
+  if (zero) h.values = 0;  // a zero dimension makes it 0 whatever came before
+  return h;
+}
+
+// deflate expands at most about 1032:1, so a gzip file of n bytes inflates to at most
+// n * 1032: a header that promises more is a truncated file, known before inflating on. The
+// gzip trailer's ISIZE is never trusted for sizing (it is checked by zlib only at the end).
+constexpr size_t kDeflateMaxRatio = 1032;
+
+// Inflates a gzip file (one or several members, as `cat a.gz b.gz` makes), checking the IDX
+// header as soon as it has come out: the output never grows past the size the header gives
+// (one byte more tells that the file holds more than its header says: it is refused there,
+// without inflating the rest), so a small file that inflates to gigabytes costs no more
+// memory than its header announced, and that was bounded against the host's memory first.
+Bytes gunzip(const Bytes& in, const std::string& path) {
+  z_stream zs{};
+  // 16 + MAX_WBITS: gzip wrapper only, so the CRC and length in the trailer are checked.
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) fail(path, "zlib inflateInit2 failed");
+  Bytes out(size_t{1} << 16);  // grows by doubling, up to what the header allows
+  size_t limit = SIZE_MAX;     // the header's file size + 1, once known
+  bool header_seen = false;
+  size_t consumed = 0;
+  size_t produced = 0;
+  std::string error;
+  try {
+    for (;;) {
+      size_t in_chunk = std::min<size_t>(in.size() - consumed, 1u << 30);
+      size_t out_room = std::min<size_t>(out.size() - produced, 1u << 30);
+      zs.next_in = const_cast<Bytef*>(in.data() + consumed);
+      zs.avail_in = static_cast<uInt>(in_chunk);
+      zs.next_out = out.data() + produced;
+      zs.avail_out = static_cast<uInt>(out_room);
+      int rc = inflate(&zs, Z_NO_FLUSH);
+      consumed += in_chunk - zs.avail_in;
+      produced += out_room - zs.avail_out;
+      if (!header_seen) {
+        if (std::optional<IdxHeader> h = parse_header(out.data(), produced, path)) {
+          header_seen = true;
+          const unsigned __int128 want = h->file_bytes();
+          const unsigned __int128 most = static_cast<unsigned __int128>(in.size()) * kDeflateMaxRatio;
+          if (want > most) {
+            fail(path, fmt::format("truncated: its header gives dimensions {} of {}, {} bytes, and a gzip file of {} "
+                                   "bytes inflates to at most {}",
+                                   shape_str(h->shape), h->type->name,
+                                   want >= kHuge ? std::string("more than 2^64") : std::to_string(static_cast<uint64_t>(want)),
+                                   in.size(), static_cast<uint64_t>(most)));
+          }
+          limit = static_cast<size_t>(want) + 1;
+        }
+      }
+      if (produced >= limit) {
+        error = fmt::format("length mismatch: it inflates to more than the {} bytes its header gives; not read further",
+                            limit - 1);
+        break;
+      }
+      if (rc == Z_STREAM_END) {
+        if (consumed == in.size()) break;
+        // Another gzip member may follow.
+        Bytes rest(in.begin() + static_cast<std::ptrdiff_t>(consumed),
+                   in.begin() + static_cast<std::ptrdiff_t>(std::min(consumed + 2, in.size())));
+        if (!is_gzip(rest)) {
+          error = fmt::format("corrupt gzip data: {} bytes of garbage after the compressed stream", in.size() - consumed);
+          break;
+        }
+        inflateReset(&zs);
+        continue;
+      }
+      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_STREAM_ERROR) {
+        const std::string msg = zs.msg ? zs.msg : "invalid stream";
+        error = fmt::format("corrupt gzip data ({})", msg);
+        if (msg == "incorrect length check") {
+          error += fmt::format(": the trailer does not match the {} bytes the data holds", produced);
+        }
+        break;
+      }
+      if (rc == Z_MEM_ERROR) {
+        error = "out of memory while decompressing";
+        break;
+      }
+      if (produced == out.size()) {
+        out.resize(std::min(out.size() * 2, limit));
+        continue;
+      }
+      if (consumed == in.size()) {  // input used up before the end of the stream
+        error = "truncated gzip data (the compressed stream ends early)";
+        break;
+      }
+    }
+  } catch (...) {
+    inflateEnd(&zs);
+    throw;
+  }
+  inflateEnd(&zs);
+  if (!error.empty()) fail(path, error);
+  out.resize(produced);
+  return out;
+}
+
 uint64_t be_bits(const uint8_t* p, size_t n) {
   uint64_t v = 0;
   for (size_t i = 0; i < n; ++i) v = v << 8 | p[i];
@@ -144,39 +204,20 @@ void put_be(Bytes& out, uint64_t v, size_t n) {
 Tensor read_idx(const std::string& path) {
   Bytes bytes = read_file(path);
   if (is_gzip(bytes)) bytes = gunzip(bytes, path);
-  if (bytes.size() < 4) fail(path, fmt::format("truncated: {} bytes, shorter than the 4-byte magic number", bytes.size()));
-  if (bytes[0] != 0 || bytes[1] != 0) {
-    fail(path, fmt::format("wrong magic number {:02x} {:02x} {:02x} {:02x}: an IDX file starts with 00 00 <type> <ndim>",
-                           bytes[0], bytes[1], bytes[2], bytes[3]));
+  std::optional<IdxHeader> header = parse_header(bytes.data(), bytes.size(), path);
+  if (!header) {
+    if (bytes.size() < 4) {
+      fail(path, fmt::format("truncated: {} bytes, shorter than the 4-byte magic number", bytes.size()));
+    }
+    fail(path, fmt::format("truncated: the header of {} dimensions needs {} bytes, the file has {}", bytes[3],
+                           4 + 4 * size_t{bytes[3]}, bytes.size()));
   }
-  const IdxType* type = nullptr;
-  for (const IdxType& t : kTypes) {
-    if (t.code == bytes[2]) type = &t;
-  }
-  if (!type) fail(path, fmt::format("wrong magic number: unknown type code 0x{:02x}", bytes[2]));
-  size_t ndim = bytes[3];
-  size_t header = 4 + 4 * ndim;
-  if (bytes.size() < header) {
-    fail(path, fmt::format("truncated: the header of {} dimensions needs {} bytes, the file has {}", ndim, header,
-                           bytes.size()));
-  }
-  Shape shape;
-  // The product of up to 255 dimensions of 2^32 would wrap even 128 bits around to a small
-  // number, so it saturates once it passes 2^64 values (more than any file holds: the file
-  // is then "truncated"); below that it is exact and the message gives the real numbers. A
-  // zero dimension makes it 0 whatever came before.
-  constexpr unsigned __int128 kHuge = static_cast<unsigned __int128>(UINT64_MAX) + 1;
-  unsigned __int128 count = 1;
-  bool zero = false;
-  for (size_t i = 0; i < ndim; ++i) {
-    uint32_t d = be32(bytes.data() + 4 + 4 * i);
-    shape.push_back(d);
-    zero = zero || d == 0;
-    count = std::min(count * d, kHuge);  // count <= 2^64 and d < 2^32: no wrap
-  }
-  if (zero) count = 0;
-  const unsigned __int128 need = count * type->size;
-  const size_t have = bytes.size() - header;
+  const IdxType* type = header->type;
+  const Shape& shape = header->shape;
+  const size_t head = header->bytes;
+  const unsigned __int128 count = header->values;
+  const unsigned __int128 need = header->data_bytes();
+  const size_t have = bytes.size() - head;
   if (need > have) {
     if (need >= kHuge) {
       fail(path, fmt::format("truncated: dimensions {} of {} need more than 2^64 data bytes, the file has {}",
@@ -191,8 +232,18 @@ Tensor read_idx(const std::string& path) {
                            shape_str(shape), type->name, static_cast<uint64_t>(need), have,
                            have - static_cast<uint64_t>(need)));
   }
+  // The tensor beside the bytes already read (i8 and i16 widen to 4 bytes a value).
+  const uint64_t tensor_bytes = static_cast<uint64_t>(count) * dtype_size(type->dtype);
+  const MemoryStats memory = memory_stats(Device::cpu());
+  if (memory.total_bytes > 0 && tensor_bytes + bytes.size() > memory.total_bytes) {
+    fail(path, fmt::format("dimensions {} need {:.1f} GiB as a tensor of {} beside the {:.1f} GiB read, more than this "
+                           "host's {:.1f} GiB of memory",
+                           shape_str(shape), static_cast<double>(tensor_bytes) / (1 << 30), dtype_name(type->dtype),
+                           static_cast<double>(bytes.size()) / (1 << 30),
+                           static_cast<double>(memory.total_bytes) / (1 << 30)));
+  }
   Tensor t = Tensor::empty(shape, type->dtype);
-  const uint8_t* src = bytes.data() + header;
+  const uint8_t* src = bytes.data() + head;
   int64_t n = t.numel();
   switch (type->code) {
     case 0x08: std::memcpy(t.raw(), src, static_cast<size_t>(n)); break;

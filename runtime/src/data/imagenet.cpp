@@ -19,12 +19,14 @@
 // Randomness: CounterRng(seed, key(index, epoch)), counters 4a..4a+3 for attempt a's
 // (scale, ratio, top, left) and 40 for the flip.
 #include "tarantella/imagenet.hpp"
+#include "tarantella/files.hpp"
 
 #include "data/dataset_node.hpp"
 #include "tarantella/random.hpp"
 #include "tarantella/log.hpp"
 
 #include <algorithm>
+#include <map>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -115,8 +117,7 @@ bool is_jpeg_name(const fs::path& p) {
 }
 
 Tensor read_whole_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TNT_INPUT_ERROR("image '{}': cannot open: {}", path, std::strerror(errno));
+  std::ifstream in = open_regular_file(path, "image");
   in.seekg(0, std::ios::end);
   std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);
@@ -340,17 +341,24 @@ const Tensor& column(const Element& e, size_t i, DType dtype, int ndim, const ch
 
 }  // namespace
 
-ImageFolderListing list_image_folder(const std::string& split_dir) {
+std::vector<std::string> image_folder_classes(const std::string& split_dir) {
   std::error_code ec;
   if (!fs::is_directory(split_dir, ec))
     TNT_INPUT_ERROR("image folder '{}': no such directory", split_dir);
-  ImageFolderListing out;
+  std::vector<std::string> classes;
   for (const auto& entry : fs::directory_iterator(split_dir, ec))
-    if (entry.is_directory(ec)) out.classes.push_back(entry.path().filename().string());
+    if (entry.is_directory(ec)) classes.push_back(entry.path().filename().string());
   if (ec) TNT_INPUT_ERROR("image folder '{}': cannot list: {}", split_dir, ec.message());
-  if (out.classes.empty())
+  if (classes.empty())
     TNT_INPUT_ERROR("image folder '{}': no class folders (expected <wnid>/*.JPEG)", split_dir);
-  std::sort(out.classes.begin(), out.classes.end());
+  std::sort(classes.begin(), classes.end());
+  return classes;
+}
+
+ImageFolderListing list_image_folder(const std::string& split_dir) {
+  std::error_code ec;
+  ImageFolderListing out;
+  out.classes = image_folder_classes(split_dir);
   for (size_t c = 0; c < out.classes.size(); ++c) {
     fs::path dir = fs::path(split_dir) / out.classes[c];
     std::vector<std::string> files;
@@ -369,7 +377,33 @@ ImageFolderListing list_image_folder(const std::string& split_dir) {
 }
 
 Dataset image_folder_dataset(const std::string& split_dir, const ImagenetOptions& options) {
-  auto listing = std::make_shared<const ImageFolderListing>(list_image_folder(split_dir));
+  ImageFolderListing own = list_image_folder(split_dir);
+  if (!options.class_names.empty()) {
+    // Labels by name: a validation split that lacks some of the training classes must not
+    // shift the labels of the classes after them.
+    std::map<std::string, int64_t> index;
+    for (size_t c = 0; c < options.class_names.size(); ++c) index.emplace(options.class_names[c], c);
+    std::vector<std::string> unknown;
+    std::vector<int64_t> label_of(own.classes.size(), -1);
+    for (size_t c = 0; c < own.classes.size(); ++c) {
+      if (auto it = index.find(own.classes[c]); it != index.end()) {
+        label_of[c] = it->second;
+      } else {
+        unknown.push_back("'" + own.classes[c] + "'");
+      }
+    }
+    if (!unknown.empty()) {
+      const size_t shown = std::min<size_t>(unknown.size(), 5);
+      TNT_INPUT_ERROR("image folder '{}': {} class folder{} not among the training split's {} classes: {}{} (each "
+                      "class of this split must have its folder, of the same name, in the training split)",
+                      split_dir, unknown.size(), unknown.size() == 1 ? " is" : "s are", options.class_names.size(),
+                      fmt::join(unknown.begin(), unknown.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                      unknown.size() > shown ? fmt::format(" and {} more", unknown.size() - shown) : std::string());
+    }
+    for (int64_t& label : own.labels) label = label_of[static_cast<size_t>(label)];
+    own.classes = options.class_names;
+  }
+  auto listing = std::make_shared<const ImageFolderListing>(std::move(own));
   const auto folders = static_cast<int64_t>(listing->classes.size());
   if (options.num_classes > 0 && folders > options.num_classes) {
     const std::string& first = listing->classes[static_cast<size_t>(options.num_classes)];

@@ -16,6 +16,7 @@
 // Example bytes are parsed and written by the protobuf library with our subset of
 // TensorFlow's messages (runtime/proto/tf_subset.proto).
 #include "tarantella/tfrecord.hpp"
+#include "tarantella/files.hpp"
 
 #include "tarantella/check.hpp"
 #include "tarantella/imagenet.hpp"
@@ -100,9 +101,7 @@ uint64_t check_header(const uint8_t* header, const std::string& path, uint64_t o
 }
 
 std::ifstream open_shard(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TNT_INPUT_ERROR("TFRecord file '{}': cannot open: {}", path, std::strerror(errno));
-  return in;
+  return open_regular_file(path, "TFRecord file");
 }
 
 uint64_t file_size_of(std::ifstream& in, const std::string& path) {
@@ -370,6 +369,7 @@ TFRecordReader::TFRecordReader(const std::string& path, TFRecordCompression comp
     : impl_(std::make_unique<Impl>()) {
   Impl& r = *impl_;
   r.path = path;
+  check_regular_file(path, "TFRecord file");  // before fopen: a FIFO's open would wait for a writer
   r.file = std::fopen(path.c_str(), "rb");
   if (!r.file) TNT_INPUT_ERROR("TFRecord file '{}': cannot open: {}", path, std::strerror(errno));
   struct stat st {};

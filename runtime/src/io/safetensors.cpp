@@ -5,6 +5,7 @@
 // the directory entry too (fsync of the directory); otherwise a power cut could leave
 // the new name pointing at an empty file.
 #include "tarantella/checkpoint.hpp"
+#include "tarantella/files.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -192,6 +193,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
+  check_regular_file(path, "safetensors file");  // before open: a FIFO's would wait for a writer
   Fd fd(::open(path.c_str(), O_RDONLY));
   if (fd.get() < 0) bad_file(path, fmt::format("cannot open: {}", std::strerror(errno)));
   struct stat st {};

@@ -1,6 +1,7 @@
 #include "tarantella/callbacks.hpp"
 
 #include "tarantella/check.hpp"
+#include "tarantella/files.hpp"
 #include "core/clock.hpp"
 #include "io/timeline.hpp"
 #include "tarantella/log.hpp"
@@ -29,8 +30,11 @@ namespace {
 
 using detail::now_s;
 std::string format_duration(double s) {
-  if (s >= 3600) return fmt::format("{}:{:02d}:{:02d}", int(s) / 3600, (int(s) / 60) % 60, int(s) % 60);
-  if (s >= 60) return fmt::format("{}:{:02d}", int(s) / 60, int(s) % 60);
+  // Whole seconds in 64 bits: an ETA of a huge evaluation (10^11 samples) overflowed int.
+  if (!(s < 1e15)) return s > 0 ? std::string("a very long time") : std::string("?");
+  const auto t = static_cast<int64_t>(s);
+  if (s >= 3600) return fmt::format("{}:{:02d}:{:02d}", t / 3600, (t / 60) % 60, t % 60);
+  if (s >= 60) return fmt::format("{}:{:02d}", t / 60, t % 60);
   return fmt::format("{:.0f}s", s);
 }
 
@@ -177,6 +181,7 @@ void ProgressBar::write(const std::string& text) {
   // Without redrawing, each write is one whole line.
   std::fputs((tag_ + text).c_str(), options_.out);
   std::fflush(options_.out);
+  last_line_ = now();
 }
 
 void ProgressBar::end_line() {
@@ -210,7 +215,22 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs&) {
     epoch_steps_ = epoch_steps_ > 0 ? std::min(epoch_steps_, left) : left;
   }
   next_line_ = 0;
-  if (params_.verbose >= 1) write(fmt::format("Epoch {}/{}\n", epoch + 1, params_.epochs));
+  if (params_.verbose == 0) return;
+  if (epoch == params_.initial_epoch || last_epoch_ == 0) {
+    // The epochs this run will do: up to the whole run's last (fit in pieces), or to the
+    // one where the step limit falls, when the epoch's steps are known.
+    last_epoch_ = std::max(params_.total_epochs, params_.epochs);
+    if (params_.max_steps > 0 && params_.steps > 0 && model_) {
+      const int64_t left = std::max<int64_t>(params_.max_steps - model_->global_step(), 0);
+      const int64_t epochs_left = (left + params_.steps - 1) / params_.steps;
+      last_epoch_ = static_cast<int>(std::min<int64_t>(last_epoch_, epoch + std::max<int64_t>(epochs_left, 1)));
+    }
+  }
+  std::string limit;
+  if (params_.steps > 0 && epoch_steps_ < params_.steps) {
+    limit = fmt::format(" ({} of {} steps: the run stops at step {})", epoch_steps_, params_.steps, params_.max_steps);
+  }
+  write(fmt::format("Epoch {}/{}{}\n", epoch + 1, std::max(last_epoch_, epoch + 1), limit));
 }
 
 std::string ProgressBar::metrics_text(const Logs& logs, bool include_val) const {
@@ -234,20 +254,34 @@ std::string ProgressBar::metrics_text(const Logs& logs, bool include_val) const 
 // "done/total [====>.....] - ETA: 8s<metrics>". On a terminal: redrawn in place, at most 10
 // times a second, never wider than the terminal (a wrapped line could not be redrawn).
 // Otherwise: a line of its own at each tenth of the total (none for fewer than 10 steps,
-// whose end line comes soon enough).
-void ProgressBar::draw(int64_t done, int64_t total, double start, const std::string& metrics) {
+// whose end line comes soon enough), and whenever quiet_seconds passed without a line (the
+// only lines at verbose 2, timed_only). total 0: not known (a dataset of unknown size).
+void ProgressBar::draw(int64_t done, int64_t total, double start, const std::string& metrics, bool timed_only) {
   if (g_bar_interrupted && catching_) return;
   const double t = now();
-  if (tty_) {
+  const bool lines = !tty_ || timed_only;
+  const bool known = total > 0;
+  if (!known) total = done;  // as many as have run
+  if (!lines) {
     if (done != total && t - last_draw_ < 0.1) return;
   } else {
-    if (total < 10 || done >= total) return;
-    if (next_line_ == 0) next_line_ = (total + 9) / 10;
-    if (done < next_line_) return;
-    while (next_line_ <= done) next_line_ += (total + 9) / 10;
+    if (known && done >= total) return;  // the end line comes next
+    bool tenth = false;
+    if (!timed_only && known && total >= 10) {
+      if (next_line_ == 0) next_line_ = (total + 9) / 10;
+      tenth = done >= next_line_;
+      while (next_line_ <= done) next_line_ += (total + 9) / 10;
+    }
+    const bool quiet = options_.quiet_seconds > 0 && t - last_line_ >= options_.quiet_seconds;
+    if (!tenth && !quiet) return;
   }
   last_draw_ = t;
   const double elapsed = t - start;
+  if (lines && !known) {
+    write(fmt::format("{} - {}{}\n", done == 1 ? std::string("1 step") : fmt::format("{} steps", done),
+                      format_duration(elapsed), metrics));
+    return;
+  }
   const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0;
   const std::string count = fmt::format("{:>{}}/{}", done, std::to_string(total).size(), total);
   const std::string eta_text = " - ETA: " + format_duration(eta);
@@ -264,7 +298,7 @@ void ProgressBar::draw(int64_t done, int64_t total, double start, const std::str
     line += " [" + bar + "]";
   }
   line += eta_text + metrics;
-  if (!tty_) {
+  if (lines) {
     write(line + "\n");
     return;
   }
@@ -276,9 +310,9 @@ void ProgressBar::draw(int64_t done, int64_t total, double start, const std::str
 void ProgressBar::on_train_batch_end(int64_t batch, const Logs& logs) {
   steps_done_ = batch + 1;
   train_seconds_ = now() - epoch_start_;
-  if (params_.verbose != 1) return;
-  const int64_t total = epoch_steps_ > 0 ? std::max(epoch_steps_, steps_done_) : steps_done_;
-  draw(steps_done_, total, epoch_start_, metrics_text(logs, false));
+  if (params_.verbose == 0) return;
+  const int64_t total = epoch_steps_ > 0 ? std::max(epoch_steps_, steps_done_) : 0;  // 0: unknown
+  draw(steps_done_, total, epoch_start_, metrics_text(logs, false), params_.verbose >= 2);
 }
 
 void ProgressBar::on_epoch_end(int, const Logs& logs) {
@@ -317,9 +351,9 @@ void ProgressBar::on_test_begin(const Logs&) {
 
 void ProgressBar::on_test_batch_end(int64_t batch, const Logs&) {
   eval_steps_done_ = batch + 1;
-  if (params_.verbose != 1) return;
-  const int64_t total = eval_params_.steps > 0 ? std::max(eval_params_.steps, eval_steps_done_) : eval_steps_done_;
-  draw(eval_steps_done_, total, eval_start_, "");
+  if (params_.verbose == 0) return;
+  const int64_t total = eval_params_.steps > 0 ? std::max(eval_params_.steps, eval_steps_done_) : 0;  // 0: unknown
+  draw(eval_steps_done_, total, eval_start_, "", params_.verbose >= 2);
 }
 
 void ProgressBar::on_test_end(const Logs& logs) {

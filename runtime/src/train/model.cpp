@@ -720,11 +720,14 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   TNT_INPUT_CHECK(options.epochs >= options.initial_epoch, "fit: epochs={} is smaller than initial_epoch={}",
                   options.epochs, options.initial_epoch);
   TNT_INPUT_CHECK(options.validation_freq > 0, "fit: validation_freq must be positive");
+  TNT_INPUT_CHECK(options.total_epochs == 0 || options.total_epochs >= options.epochs,
+                  "fit: total_epochs={} is smaller than epochs={}", options.total_epochs, options.epochs);
   prepare_training();
 
   History history;
   TrainParams params;
   params.epochs = options.epochs;
+  params.total_epochs = options.total_epochs;
   params.initial_epoch = options.initial_epoch;
   params.steps = steps;
   params.max_steps = options.max_steps;

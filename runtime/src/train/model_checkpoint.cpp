@@ -153,14 +153,23 @@ void Model::write_on_master(const std::string& path, const std::vector<NamedTens
 int Model::load_checkpoint(const std::string& path) {
   check_compiled("load_checkpoint");
   Checkpoint ck = Checkpoint::read(path);
+  // The training position is checked before anything is copied: a damaged file leaves the
+  // model as it was. The bounds are far beyond any real run (a billion epochs; 10^15 steps,
+  // a million steps a second for 30 years) and keep epoch + 1 and step arithmetic in range.
+  constexpr int64_t kMaxEpochs = 1'000'000'000, kMaxSteps = 1'000'000'000'000'000;
+  auto count = [&](const char* key, int64_t max, const char* what) {
+    const int64_t v = ck.metadata_int(key);
+    TNT_INPUT_CHECK(v >= 0 && v <= max, "checkpoint '{}': metadata {}={} is not a number of {} (0 to {})", path, key,
+                    v, what, max);
+    return v;
+  };
+  const int64_t epoch = count(checkpoint_key::epoch, kMaxEpochs, "epochs completed");
+  const int64_t step = count(checkpoint_key::step, kMaxSteps, "steps taken");
+  const int64_t optimizer_step = ck.has_metadata("optimizer_step") ? count("optimizer_step", kMaxSteps, "steps taken") : -1;
   auto tensors = checkpoint_tensors(true);
   ck.load_into(as_named(tensors), tolerant_of_older_files(tensors));
-  int64_t epoch = ck.metadata_int(checkpoint_key::epoch);
-  TNT_INPUT_CHECK(epoch >= 0 && epoch <= std::numeric_limits<int>::max(),
-                  "checkpoint '{}': metadata epoch={} is not a number of epochs completed (0 to {})", path, epoch,
-                  std::numeric_limits<int>::max());
-  global_step_ = ck.metadata_int(checkpoint_key::step);
-  if (ck.has_metadata("optimizer_step")) optimizer_->set_step_count(ck.metadata_int("optimizer_step"));
+  global_step_ = step;
+  if (optimizer_step >= 0) optimizer_->set_step_count(optimizer_step);
   // The learning-rate factor of ReduceLROnPlateau (absent: none, factor 1).
   const double lr_factor = ck.has_metadata("lr_factor") ? metadata_number(ck, "lr_factor", path) : 1.0;
   const double lr_floor = ck.has_metadata("lr_floor") ? metadata_number(ck, "lr_floor", path) : 0.0;

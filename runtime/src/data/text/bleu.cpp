@@ -3,6 +3,7 @@
 // right), because a match consumes both characters it looked at: in "a.," only "." gets
 // spaces from the first pass, the "," is the second pass's.
 #include "tarantella/bleu.hpp"
+#include "tarantella/files.hpp"
 
 #include "data/text/unicode.hpp"
 #include "tarantella/check.hpp"
@@ -168,8 +169,7 @@ double bleu_on_lines(const std::vector<std::string>& reference_lines, const std:
 }
 
 std::vector<std::string> read_bleu_lines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TNT_INPUT_ERROR("BLEU: cannot open '{}': {}", path, std::strerror(errno));
+  std::ifstream in = open_regular_file(path, "BLEU: text file");
   std::stringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) TNT_INPUT_ERROR("BLEU: read error in '{}'", path);

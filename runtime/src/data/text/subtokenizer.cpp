@@ -2,6 +2,7 @@
 // tarantella/text.hpp). Text is handled as code points, because the reference counts
 // lengths (the longest subtoken, escapes) in characters, not bytes.
 #include "tarantella/text.hpp"
+#include "tarantella/files.hpp"
 
 #include "data/text/subtoken_algo.hpp"
 #include "data/text/unicode.hpp"
@@ -137,8 +138,7 @@ Subtokenizer::Subtokenizer(const std::vector<std::string>& subtokens) {
 }
 
 Subtokenizer Subtokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) TNT_INPUT_ERROR("vocabulary file '{}': cannot open: {}", path, std::strerror(errno));
+  std::ifstream in = open_regular_file(path, "vocabulary file");
   std::vector<std::string> subtokens;
   std::string line;
   int64_t line_no = 0;

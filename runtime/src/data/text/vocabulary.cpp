@@ -16,6 +16,7 @@
 #include "data/text/subtoken_algo.hpp"
 #include "data/text/unicode.hpp"
 #include "tarantella/check.hpp"
+#include "tarantella/files.hpp"
 #include "tarantella/text.hpp"
 
 #include <algorithm>
@@ -118,11 +119,8 @@ std::unordered_map<std::string, int64_t> count_tokens(const std::vector<std::str
   TNT_INPUT_CHECK(file_byte_limit > 0, "file byte limit {}: must be positive", file_byte_limit);
   TokenCounts counts;
   for (const auto& path : files) {
-    std::error_code ec;
-    auto size = std::filesystem::file_size(path, ec);
-    if (ec) TNT_INPUT_ERROR("text file '{}': {}", path, ec.message());
-    std::ifstream in(path, std::ios::binary);
-    if (!in) TNT_INPUT_ERROR("text file '{}': cannot open: {}", path, std::strerror(errno));
+    const uint64_t size = check_regular_file(path, "text file");
+    std::ifstream in = open_regular_file(path, "text file");
     double budget = file_byte_limit;
     auto lines_to_skip = static_cast<int64_t>(static_cast<double>(size) / (budget * 2));
     int64_t counter = 0;

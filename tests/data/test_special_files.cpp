@@ -1,0 +1,62 @@
+// Every reader of a file a user names refuses what is not a regular file, naming the file:
+// /dev/zero would be read without end (a vocabulary or a CSV of unbounded size), a FIFO's
+// open waits for a writer that never comes (before the fix such a test hangs until CTest's
+// timeout ends it), a directory is no data. One helper (tarantella/files.hpp) decides, so
+// the message is the same everywhere: "<what> '<path>': not a regular file (<kind>)".
+#include "temp_dir.hpp"
+#include <catch2/catch.hpp>
+
+#include "tarantella/bleu.hpp"
+#include "tarantella/checkpoint.hpp"
+#include "tarantella/dataset.hpp"
+#include "tarantella/files.hpp"
+#include "tarantella/imagenet.hpp"
+#include "tarantella/text.hpp"
+#include "tarantella/tfrecord.hpp"
+
+#include <sys/stat.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Reader {
+  const char* name;
+  std::function<void(const std::string&)> read;
+};
+
+}  // namespace
+
+TEST_CASE("readers of users' files refuse special files, naming them and their kind", "[files]") {
+  tnt::test::TempDir dir("tnt-special");
+  const std::string fifo = dir.file("fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string directory = dir.path.string();
+  const std::vector<std::pair<std::string, std::string>> specials = {
+      {"/dev/zero", "a character device"}, {fifo, "a FIFO"}, {directory, "a directory"}};
+  const std::vector<Reader> readers = {
+      {"CSV", [](const std::string& p) { tnt::Dataset::from_csv(p); }},
+      {"TFRecordReader", [](const std::string& p) { tnt::TFRecordReader r(p); }},
+      {"index_tfrecord", [](const std::string& p) { tnt::index_tfrecord(p); }},
+      {"vocabulary", [](const std::string& p) { tnt::Subtokenizer::from_file(p); }},
+      {"count_tokens", [](const std::string& p) { tnt::count_tokens({p}, 1e6); }},
+      {"BLEU lines", [](const std::string& p) { tnt::read_bleu_lines(p); }},
+      {"checkpoint", [](const std::string& p) { tnt::Checkpoint::read(p); }},
+      {"check_regular_file", [](const std::string& p) { tnt::check_regular_file(p, "history"); }},
+  };
+  for (const Reader& reader : readers) {
+    for (const auto& [path, kind] : specials) {
+      INFO(reader.name << " on " << path);
+      CHECK_THROWS_AS(reader.read(path), tnt::InputError);
+      CHECK_THROWS_WITH(reader.read(path), Catch::Contains("'" + path + "'") &&
+                                               Catch::Contains("not a regular file (" + kind));
+    }
+  }
+  const std::string missing = dir.file("missing");
+  CHECK_THROWS_WITH(tnt::check_regular_file(missing, "--vocab_file"),
+                    Catch::Equals("--vocab_file '" + missing + "': no such file"));
+  tnt::test::write_bytes(dir.file("plain"), {1, 2, 3});
+  CHECK(tnt::check_regular_file(dir.file("plain"), "data") == 3);
+}

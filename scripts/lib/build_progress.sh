@@ -2,6 +2,7 @@
 # progress instead: on a terminal one line that updates in place, elsewhere (CI, a pipe) a
 # line at each tenth done and at least once a minute, so no long build is silent and no
 # no-change build floods the screen. On failure the compiler's errors and the log's tail.
+# Safe under `set -euo pipefail` (the callers' mode): no command here may fail the caller.
 #   tnt_build_with_progress TITLE LOG COMMAND...
 tnt_build_with_progress() {
   local title=$1 log=$2
@@ -16,9 +17,9 @@ tnt_build_with_progress() {
   local shown=-1 last_line=$SECONDS pct=0 what="" line
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1
-    line=$(grep -aE '^\[ *[0-9]+%\] (Building|Linking|Generating)' "$log" | tail -1)
+    line=$(grep -aE '^\[ *[0-9]+%\] (Building|Linking|Generating)' "$log" | tail -1 || true)
     [[ -z "$line" ]] && continue
-    pct=$(sed -E 's/^\[ *([0-9]+)%\].*/\1/' <<<"$line")
+    pct=$(sed -E 's/^\[ *([0-9]+)%\].*/\1/' <<<"$line" || true)
     what=$(sed -E 's/^\[ *[0-9]+%\] //; s/^(Building|Linking) [A-Z+]+ (object|shared library|executable|static library) //' <<<"$line")
     if ((tty)); then
       printf '\r\033[K%s: %3d%% [%ds] %s' "$title" "$pct" $((SECONDS - start)) "${what:0:60}"

@@ -235,6 +235,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     for (const auto& r : reports) {
       if (r.failed()) result.failures.push_back(r);
       if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
+      result.reported.insert(r.rank);
       if (watch) watch->record(r, now);
     }
   };

@@ -41,6 +41,7 @@ struct JobResult {
   };
   std::vector<Loss> lost;  // lost or unreachable ranks, in the order found
   std::set<int> started;   // ranks whose program started (exec succeeded), from their reports
+  std::set<int> reported;  // ranks that sent any report at all: evidence that their step ran
   // What mpirun wrote about the failure that the launcher reports itself (the MPI_ABORT
   // banner and the like, mpirun_output.hpp): held back from the user's terminal, to be
   // printed when the launcher has no account of its own.

@@ -289,3 +289,40 @@ TEST_CASE("faults: after a rank goes silent only that rank is blamed, not those 
   CHECK_THAT(o.err, Catch::Contains("rank 0 on " + host_name() + ": ended by the launcher's stop of the job"));
   CHECK(left_with_argument(marker).empty());
 }
+
+TEST_CASE("faults: an mpirun that exits 0 without running anything is no success", "[integration][faults]") {
+  // `--mpirun /bin/true` exited 0 as if the job had run. Each rank's step reports its
+  // program's start and end; a rank that never did is named.
+  const Outcome o = tarantella({"-n", "2", "--mpirun", "/bin/true", "--", "/bin/true"}, 30s);
+  INFO(o.describe());
+  CHECK(o.exited(1));
+  CHECK_THAT(o.err, Catch::Contains("tarantella: /bin/true exited 0, but 2 of 2 ranks never started: " + rank_name(0) +
+                                    "), " + rank_name(1) + "); nothing of the job ran there"));
+  // The real mpirun, a rank that does run: still a success.
+  const Outcome fine = tarantella({"-n", "2", "--", "/bin/true"}, 30s);
+  INFO(fine.describe());
+  CHECK(fine.exited(0));
+  CHECK(fine.err.empty());
+}
+
+TEST_CASE("faults: ranks that make the same usage error are not called abnormal", "[integration][faults]") {
+  // Every rank waits for the others before it fails (and ignores the SIGTERM of mpirun's
+  // stop), so that all of them end with their own status and none with the stop's.
+  ScratchDir dir;
+  auto all_fail = [&](int ranks, const std::string& how) {
+    return fmt::format("trap '' TERM; touch {0}/$TNT_RANK.{1}; while [ $(ls {0} | grep -c '[.]{1}$') -lt {2} ]; "
+                       "do sleep 0.01; done; {3}", dir.path.string(), how.size(), ranks, how);
+  };
+  const Outcome o = tarantella(
+      {"-n", "3", "--", "/bin/sh", "-c", all_fail(3, "echo \"usage: bad flag (rank $TNT_RANK)\" >&2; exit 2")}, 30s);
+  INFO(o.describe());
+  CHECK(o.exited(2));
+  CHECK_THAT(o.err, Catch::Contains("failed first: exit code 2; 2 more ranks ended with the same usage error"));
+  CHECK_THAT(o.err, !Catch::Contains("abnormally"));
+  // A failure like the first that is no usage error is "the same way".
+  const Outcome same = tarantella({"-n", "2", "--", "/bin/sh", "-c", all_fail(2, "exit 1")}, 30s);
+  INFO(same.describe());
+  CHECK(same.exited(1));
+  CHECK_THAT(same.err, Catch::Contains("failed first: exit code 1; 1 more rank ended the same way"));
+  CHECK_THAT(same.err, !Catch::Contains("abnormally"));
+}

@@ -2,6 +2,7 @@
 
 #include "error.hpp"
 #include "mpirun_output.hpp"
+#include "processes.hpp"
 #include "rank_watch.hpp"
 
 #include <fmt/format.h>
@@ -36,6 +37,9 @@ constexpr auto partial_line_wait = std::chrono::milliseconds(100);
 // After mpirun exited, what is left of its standard error is read for at most this long
 // (a process it started on another host may still hold the pipe open).
 constexpr auto stderr_drain = std::chrono::milliseconds(1000);
+// What mpirun left behind gets SIGTERM, then SIGKILL this much later: enough for a rank's
+// step, which ends its program on SIGTERM within its own 2 s grace.
+constexpr auto leftover_grace = std::chrono::milliseconds(3000);
 
 // Writes all of `text` to the launcher's standard error, as far as it takes it.
 void write_stderr(const std::string& text) {
@@ -137,6 +141,10 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   }
   // A user's stderr that is a closed pipe must not kill the launcher in the middle of a job.
   ::signal(SIGPIPE, SIG_IGN);
+  // What mpirun leaves behind when it ends or is killed (a launch agent still waiting on a
+  // host that never answered, ranks' steps still ending their programs) is re-parented to
+  // the launcher instead of init, and ended with the job (processes.hpp).
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const pid_t self = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
@@ -335,6 +343,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   service_lifelines();
   if (server) take_reports();
   ended = true;
+  end_children(0, leftover_grace);
   ::close(sfd);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   return result;

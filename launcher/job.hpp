@@ -6,7 +6,9 @@
 // mpirun stays in the launcher's process group so that it can still read a terminal's
 // input for rank 0. If mpirun has not finished 3 s later it is killed; the ranks' own steps
 // then stop their programs (rank_setup.hpp). mpirun also gets SIGTERM should the launcher
-// itself die. Meanwhile the launcher collects the ranks' reports (report.hpp) and, with a
+// itself die. The launcher is a subreaper: whatever mpirun leaves running when it ends (a
+// launch agent still trying to reach a host, a rank's step still ending its program) is
+// re-parented to it and ended, SIGTERM then SIGKILL, before run_job returns. Meanwhile the launcher collects the ranks' reports (report.hpp) and, with a
 // RankWatch (rank_watch.hpp), ends the job the same way when ranks do not start, or do
 // not end, in time: it never waits forever on a job that cannot finish. With lifelines
 // (lifeline.hpp) it also ends the job when ranks are lost (mpirun is given 3 s to do it

@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -264,9 +266,11 @@ TEST_CASE("faults: --max-restarts does not restart what a restart would repeat",
 TEST_CASE("faults: after a rank goes silent only that rank is blamed, not those the stop took",
           "[integration][faults][lifeline]") {
   // Rank 1's step is held by SIGSTOP once its lifeline is up: no heartbeat, so the launcher
-  // finds it unreachable and ends the job. Rank 0's program ignores SIGTERM, so its step is
-  // killed in that stop and its lifeline closes without a farewell: a consequence of the
-  // stop, which must not be reported as a host or daemon that died.
+  // finds it unreachable and ends the job. Rank 0's program ignores SIGTERM, so the stop
+  // ends it with SIGKILL: a consequence of the stop, which must not be reported as a host
+  // or daemon that died, nor as a failure of its own. (Before the step had a back half
+  // that mpirun does not kill, rank 0's step died in the stop and its lifeline closed
+  // without a farewell; the launcher then said it "ended by the launcher's stop".)
   const std::string marker = "tnt-silent-" + std::to_string(::getpid());
   ScratchDir dir;
   const std::string step_file = dir.file("step1");
@@ -286,7 +290,7 @@ TEST_CASE("faults: after a rank goes silent only that rank is blamed, not those 
   CHECK_THAT(o.err, Catch::Contains(rank_name(1) + ") failed first: unreachable"));
   CHECK_THAT(o.err, Catch::Contains("rank 1 on " + host_name() + ": unreachable ("));
   CHECK_THAT(o.err, !Catch::Contains("rank 0 on " + host_name() + ": lost"));
-  CHECK_THAT(o.err, Catch::Contains("rank 0 on " + host_name() + ": ended by the launcher's stop of the job"));
+  CHECK_THAT(o.err, !Catch::Contains(rank_name(0) + ") failed"));
   CHECK(left_with_argument(marker).empty());
 }
 
@@ -325,4 +329,110 @@ TEST_CASE("faults: ranks that make the same usage error are not called abnormal"
   CHECK(same.exited(1));
   CHECK_THAT(same.err, Catch::Contains("failed first: exit code 1; 1 more rank ended the same way"));
   CHECK_THAT(same.err, !Catch::Contains("abnormally"));
+}
+
+namespace {
+
+// A 2-rank job whose program starts a child that ignores SIGTERM (as a data loader or a
+// shell's `trap '' TERM` would) and then waits; rank 1 fails after `fail_after` if given.
+// Returns once both children run.
+struct StubbornJob {
+  std::string marker;
+  std::unique_ptr<tnt_test::Process> job;
+
+  explicit StubbornJob(const std::string& tag, const std::string& rank1 = "") {
+    marker = fmt::format("30{}.{}", tag, ::getpid());  // a valid sleep, and this test's mark
+    const std::string program = fmt::format(
+        "sh -c 'trap \"\" TERM; exec sleep {0}' & {1} sleep {0}; true", marker, rank1);
+    job = std::make_unique<tnt_test::Process>(
+        std::vector<std::string>{launcher, "-n", "2", "--", "/bin/sh", "-c", program, marker},
+        tnt_test::clean_environment());
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (stubborn_children() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  }
+  // The children that ignore SIGTERM: `sleep MARKER` processes with SIGTERM ignored.
+  int stubborn_children() const {
+    int n = 0;
+    for (pid_t p : tnt_test::processes_with_argument(marker)) {
+      if (tnt_test::process_name(p) != "sleep") continue;
+      std::ifstream status("/proc/" + std::to_string(p) + "/status");
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("SigIgn:", 0) == 0) n += (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1;
+      }
+    }
+    return n;
+  }
+};
+
+// Whatever carries `marker` 10 s after `since`, killed (not left to the next test). The
+// rank's own stop takes at most about 4 s: mpirun's 1 s before it kills the step's front,
+// the back's 2 s grace before SIGKILL to the program's group, 1 s for leftovers.
+std::vector<pid_t> left_after(const std::string& marker, std::chrono::steady_clock::time_point since) {
+  std::vector<pid_t> left = tnt_test::processes_with_argument(marker);
+  while (!left.empty() && std::chrono::steady_clock::now() < since + 10s) {
+    std::this_thread::sleep_for(50ms);
+    left = tnt_test::processes_with_argument(marker);
+  }
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  return left;
+}
+
+std::string describe_pids(const std::vector<pid_t>& pids) {
+  std::string out;
+  for (pid_t p : pids) out += fmt::format(" {}:{}", p, tnt_test::process_name(p));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("faults: a program's child that ignores SIGTERM does not outlive the job",
+          "[integration][faults][cleanup]") {
+  // Before, the step that mpirun started was killed 1 s after mpirun's SIGTERM, its
+  // program with it (PR_SET_PDEATHSIG), and the program's children, re-parented to init,
+  // lived on. Now mpirun only kills the step's front; the back ends the program's group.
+  for (int sig : {SIGINT, SIGTERM, SIGKILL}) {
+    INFO("signal to the launcher: SIG" << ::sigabbrev_np(sig));
+    StubbornJob job(std::to_string(sig));
+    REQUIRE(job.stubborn_children() == 2);
+    const auto signalled = std::chrono::steady_clock::now();
+    job.job->signal(sig);
+    const Outcome o = job.job->wait(30s);
+    INFO(o.describe());
+    CHECK((sig == SIGKILL ? o.signaled(SIGKILL) : o.exited(128 + sig)));
+    const auto left = left_after(job.marker, signalled);
+    INFO("left behind:" << describe_pids(left));
+    CHECK(left.empty());
+  }
+  SECTION("another rank fails") {
+    StubbornJob job("99", "if [ \"$TNT_RANK\" = 1 ]; then sleep 1; exit 3; fi;");
+    REQUIRE(job.stubborn_children() == 2);
+    const Outcome o = job.job->wait(30s);
+    const auto ended = std::chrono::steady_clock::now();
+    INFO(o.describe());
+    CHECK(o.exited(3));
+    const auto left = left_after(job.marker, ended);
+    INFO("left behind:" << describe_pids(left));
+    CHECK(left.empty());
+  }
+}
+
+TEST_CASE("faults: a launch agent to a host that never answers does not outlive the launcher",
+          "[integration][faults][cleanup]") {
+  // A stand-in for `ssh HOST orted ...` to a host that swallows the connection: it ignores
+  // SIGTERM and waits. The start timeout ends the job; mpirun, stopped, left its agent
+  // running (re-parented to init) until the launcher became a subreaper that ends it.
+  ScratchDir dir;
+  const std::string marker = "3002." + std::to_string(::getpid());
+  const std::string agent = dir.script("agent", fmt::format("trap '' TERM\nexec sleep {}", marker));
+  Env env = tnt_test::clean_environment();
+  env["TNT_START_TIMEOUT"] = "2";
+  const Outcome o = tarantella({"-H", "127.0.0.2", "--launch-agent", agent, "--", "/bin/true"}, 60s, env);
+  INFO(o.describe());
+  CHECK(o.exited(124));
+  CHECK_THAT(o.err, Catch::Contains("1 of 1 rank did not start within 2 s"));
+  // Nothing is waited for: whatever is left now, the launcher left.
+  const auto left = tnt_test::processes_with_argument(marker);
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  INFO("left behind:" << describe_pids(left));
+  CHECK(left.empty());
 }

@@ -39,6 +39,9 @@ constexpr int exit_bad_input = 2;
 constexpr int exit_timed_out = 124;
 // The first failure was a rank lost or unreachable: there is no exit status to pass on.
 constexpr int exit_lost = 1;
+// A rank's program ended without joining the job while the others waited for it (no
+// timeout: the launcher knew at once).
+constexpr int exit_left = 1;
 // mpirun said the job succeeded, but some ranks never ran.
 constexpr int exit_not_run = 1;
 
@@ -127,6 +130,7 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
   const std::vector<tl::LostRank> news = result.news();
   // The watch printed why it ended the job; what the ranks reported while they were being
   // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
+  if (result.verdict && result.verdict->reason == tl::RankWatch::Reason::left) return exit_left;
   if (result.verdict && result.verdict->reason != tl::RankWatch::Reason::teardown) return exit_timed_out;
   if (result.verdict && result.failures.empty() && result.lost.empty()) return exit_timed_out;
   if (result.lost_first()) {

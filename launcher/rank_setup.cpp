@@ -122,7 +122,8 @@ void forward(pid_t group, int sig) {
   ::_exit(code);
 }
 
-[[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor, int exec_status) {
+[[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor, int exec_status,
+                                int join_fd) {
   // Die with the step: without this a step killed by SIGKILL leaves its program behind.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != monitor) not_started(exec_status, ESRCH, 128 + SIGKILL);
@@ -134,6 +135,7 @@ void forward(pid_t group, int sig) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (join_fd >= 0) ::fcntl(join_fd, F_SETFD, 0);  // the one descriptor the program inherits
 
   std::vector<char*> argv;
   for (const auto& a : program) argv.push_back(const_cast<char*>(a.c_str()));
@@ -225,6 +227,47 @@ class Reporter {
   Clock::time_point next_try_{};
 };
 
+// The runtime's word that it enters MPI_Init ('e') and has left it ('j'), on the pipe
+// whose write end the program inherits (env::join_fd), passed on to the launcher once each.
+class JoinWatch {
+ public:
+  explicit JoinWatch(int fd) : fd_(fd) {}
+  ~JoinWatch() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  JoinWatch(const JoinWatch&) = delete;
+  JoinWatch& operator=(const JoinWatch&) = delete;
+
+  // Reads what is there without waiting.
+  void poll(Reporter& reporter) {
+    char buf[16];
+    while (fd_ >= 0) {
+      const ssize_t n = ::read(fd_, buf, sizeof buf);
+      if (n > 0) {
+        for (ssize_t i = 0; i < n; ++i) {
+          if ((buf[i] == 'e' || buf[i] == 'j') && !joining_) {
+            joining_ = true;
+            reporter.send(RankReport::Kind::joining, false, 0, false);
+          }
+          if (buf[i] == 'j' && !joined_) {
+            joined_ = true;
+            reporter.send(RankReport::Kind::joined, false, 0, false);
+          }
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      ::close(fd_);  // end of file: nothing holds the write end any more
+      fd_ = -1;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool joining_ = false, joined_ = false;
+};
+
 // After the program has ended: ends what it left running, that is its process group and
 // whatever was re-parented to the step, so that a rank leaves nothing behind (and mpirun,
 // which waits for a rank's output to close, is not kept waiting by a child that holds it).
@@ -285,7 +328,7 @@ void end_cut_off_daemon(pid_t front, pid_t daemon) {
 // Waits for the program to end, passing on signals, telling the launcher when the program
 // stops and continues, and stopping it when mpirun goes away or the lifeline says that the
 // launcher is gone or cut off (`launcher` then holds which). Returns its wait status.
-int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, LifelineClient& lifeline,
+int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch& join, LifelineClient& lifeline,
             LifelineClient::State& launcher, const RankIdentity& id, const std::string& host) {
   using Clock = std::chrono::steady_clock;
   const pid_t parent = ::getppid();
@@ -315,6 +358,7 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, LifelineCl
       if (auto status = reap_children(child, changed)) return *status;
     }
     reporter.retry();
+    join.poll(reporter);
     if (sig > 0 && sig != SIGCHLD) {
       forward(child, sig);
       if (is_termination(sig)) stop(stop_grace_ms);
@@ -433,13 +477,22 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   int exec_status[2];
   if (::pipe2(exec_status, O_CLOEXEC) != 0) throw system_error("pipe2");
+  // Without the pipe the rank is only watched as a program without the runtime is.
+  int join[2] = {-1, -1};
+  if (!report_to.empty() && ::pipe2(join, O_CLOEXEC | O_NONBLOCK) == 0) {
+    ::setenv(env::join_fd, std::to_string(join[1]).c_str(), 1);
+  } else {
+    ::unsetenv(env::join_fd);
+  }
   const pid_t self = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) throw system_error("fork");
   if (child == 0) {
     ::close(exec_status[0]);
-    exec_program(args.program, self, exec_status[1]);
+    exec_program(args.program, self, exec_status[1], join[1]);
   }
+  if (join[1] >= 0) ::close(join[1]);
+  JoinWatch join_watch(join[0]);
   ::setpgid(child, child);
   ::close(exec_status[1]);
   // End of file: exec succeeded and the program runs. (Signals are blocked, so the read is
@@ -461,7 +514,8 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   }
   LifelineClient::State launcher = lifeline.connected() ? LifelineClient::State::alive : LifelineClient::State::none;
 
-  const int status = monitor(child, handled, reporter, lifeline, launcher, id, host);
+  const int status = monitor(child, handled, reporter, join_watch, lifeline, launcher, id, host);
+  join_watch.poll(reporter);  // what the program said just before it ended comes before its end
   const RankReport ended{id.rank, id.local_rank, host, WIFSIGNALED(status),
                          WIFSIGNALED(status) ? WTERMSIG(status) : WIFEXITED(status) ? WEXITSTATUS(status) : 1};
   const bool launcher_gone =

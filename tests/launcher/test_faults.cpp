@@ -25,6 +25,7 @@ namespace {
 
 const std::string launcher = TNT_LAUNCHER_BIN;
 const std::string rank_info = TNT_RANK_INFO_BIN;
+const std::string join_probe = TNT_JOIN_PROBE_BIN;
 
 Outcome tarantella(const std::vector<std::string>& args, std::chrono::milliseconds deadline,
                    const Env& env = tnt_test::clean_environment()) {
@@ -435,4 +436,43 @@ TEST_CASE("faults: a launch agent to a host that never answers does not outlive 
   for (pid_t p : left) ::kill(p, SIGKILL);
   INFO("left behind:" << describe_pids(left));
   CHECK(left.empty());
+}
+
+TEST_CASE("faults: a rank that ends before joining the job is named at once", "[integration][faults][join]") {
+  // Open MPI's MPI_Init waits for every rank: a rank that exits 0 before it leaves the
+  // others there for good. The exit timeout ended such a job after 300 s; the runtime now
+  // tells the launcher (through the step) that it enters MPI_Init, so the rank that never
+  // did is named as soon as the others wait. The bound, 20 s, is that of starting 3 ranks
+  // on a loaded machine; the exit timeout is 300 s.
+  SECTION("a program of the runtime") {
+    const Outcome o = tarantella({"-n", "3", "--", join_probe, "1"}, 120s);
+    INFO(o.describe());
+    CHECK(o.exited(1));
+    CHECK(o.seconds < 20);
+    // Which of ranks 0 and 2 are named as waiting depends on which had entered MPI_Init.
+    CHECK_THAT(o.err, Catch::Contains("tarantella: " + rank_name(1) + ") exited 0 without joining the job (its "
+                                      "program ended before tnt::init, or never called it), while rank ") &&
+                          Catch::Contains(" in MPI_Init: the job cannot finish; ending the job"));
+    CHECK_THAT(o.err, !Catch::Contains("--exit-timeout"));
+    // Every rank joins: no verdict.
+    const Outcome fine = tarantella({"-n", "3", "--", join_probe, "none"}, 120s);
+    INFO(fine.describe());
+    CHECK(fine.exited(0));
+    CHECK_THAT(fine.err, !Catch::Contains("ending the job"));
+  }
+  SECTION("what the runtime says, said by a shell") {
+    const std::string marker = "tnt-join-" + std::to_string(::getpid());
+    const Outcome o = tarantella({"-n", "2", "--", "/bin/sh", "-c",
+                                  "if [ \"$TNT_RANK\" = 1 ]; then exit 0; fi; printf e >/proc/self/fd/$TNT_JOIN_FD; "
+                                  "exec sleep 300",
+                                  marker},
+                                 60s);
+    INFO(o.describe());
+    CHECK(o.exited(1));
+    CHECK(o.seconds < 20);
+    CHECK_THAT(o.err, Catch::Contains("tarantella: " + rank_name(1) + ") exited 0 without joining the job (its "
+                                      "program ended before tnt::init, or never called it), while " + rank_name(0) +
+                                      ") waits for it in MPI_Init: the job cannot finish; ending the job"));
+    CHECK(left_with_argument(marker).empty());
+  }
 }

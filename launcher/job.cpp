@@ -64,12 +64,13 @@ std::string describe_ranks(const std::vector<LostRank>& ranks) {
 }
 
 [[noreturn]] void exec_mpirun(const std::vector<std::string>& command, pid_t launcher, const sigset_t& original,
-                              int stderr_pipe) {
+                              int stderr_pipe, int stdout_pipe) {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != launcher) ::_exit(128 + SIGTERM);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   ::signal(SIGPIPE, SIG_DFL);  // ignored by the launcher alone (an ignored signal stays so across exec)
   ::dup2(stderr_pipe, STDERR_FILENO);
+  if (stdout_pipe >= 0) ::dup2(stdout_pipe, STDOUT_FILENO);
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -139,6 +140,15 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     ::close(sfd);
     throw system_error("pipe2");
   }
+  // mpirun's standard output comes through the launcher only where its reader can go away
+  // (output_relay.hpp).
+  int out_pipe[2] = {-1, -1};
+  if (OutputRelay::wanted(STDOUT_FILENO) && ::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    ::close(sfd);
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    throw system_error("pipe2");
+  }
   // A user's stderr that is a closed pipe must not kill the launcher in the middle of a job.
   ::signal(SIGPIPE, SIG_IGN);
   // What mpirun leaves behind when it ends or is killed (a launch agent still waiting on a
@@ -149,12 +159,18 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   const pid_t child = ::fork();
   if (child < 0) {
     ::close(sfd);
-    ::close(err_pipe[0]);
-    ::close(err_pipe[1]);
+    for (int fd : {err_pipe[0], err_pipe[1], out_pipe[0], out_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     throw system_error("fork");
   }
-  if (child == 0) exec_mpirun(command, self, original, err_pipe[1]);
+  if (child == 0) exec_mpirun(command, self, original, err_pipe[1], out_pipe[1]);
   ::close(err_pipe[1]);
+  std::optional<OutputRelay> out;
+  if (out_pipe[0] >= 0) {
+    ::close(out_pipe[1]);
+    out.emplace(out_pipe[0], STDOUT_FILENO);
+  }
   int err_fd = err_pipe[0];
   ::fcntl(err_fd, F_SETFL, ::fcntl(err_fd, F_GETFL) | O_NONBLOCK);
   MpirunOutputFilter filter;
@@ -234,6 +250,18 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       }
     }
   };
+  // The reader of the launcher's output has gone: nothing the job prints can reach anyone.
+  // `running`: mpirun has not been reaped (so it may be signalled).
+  auto output_closed = [&](bool running) {
+    if (result.output_closed) return;
+    result.output_closed = true;
+    result.output_closed_first = result.failures.empty() && result.lost.empty() && !result.verdict &&
+                                 !result.interrupted_by;
+    if (!running) return;
+    std::fprintf(stderr, "tarantella: the standard output was closed by its reader (the command it was piped to "
+                 "has ended)%s\n", stopping ? "" : "; stopping the job");
+    if (!stopping) stop_job();
+  };
   auto take_reports = [&] {
     std::vector<RankReport> reports;
     std::vector<LifelineHello> hellos;
@@ -255,6 +283,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     if (lifelines) lifelines->poll_fds(lifeline_fds);
     fds.assign({{sfd, POLLIN, 0}, {server ? server->fd() : -1, POLLIN, 0}, {err_fd, POLLIN, 0}});
     for (int fd : lifeline_fds) fds.push_back({fd, POLLIN, 0});
+    if (out) out->poll_fds(fds);
     // Wake for the SIGKILL of a stop under way, for the watch's next deadline, for the
     // lifelines' heartbeats and for a stop because ranks were lost.
     Clock::time_point wake = std::min({kill_at, lost_stop_at, flush_at});
@@ -275,6 +304,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       break;
     }
     relay();
+    if (out && out->service()) output_closed(true);
     service_lifelines();
     if (server && (fds[1].revents & POLLIN)) take_reports();
     if (Clock::now() >= lost_stop_at) {
@@ -333,6 +363,13 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     relay();
   }
   if (err_fd >= 0) ::close(err_fd);
+  // The rest of mpirun's standard output: a reader found gone only now lost the job's last
+  // words (as a pipeline's writer would end with SIGPIPE).
+  if (out && out->finish(Clock::now() + stderr_drain)) {
+    output_closed(false);
+    std::fprintf(stderr, "tarantella: the standard output was closed by its reader before the job's output "
+                 "ended\n");
+  }
   write_stderr(filter.flush());
   write_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line
   result.mpirun_messages = filter.held_back();

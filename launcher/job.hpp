@@ -19,6 +19,7 @@
 
 #include "lifeline.hpp"
 #include "mpirun_output.hpp"
+#include "output_relay.hpp"
 #include "rank_watch.hpp"
 #include "report.hpp"
 
@@ -52,6 +53,10 @@ struct JobResult {
   // whether Open MPI said that it could not start its daemons.
   std::vector<HostProblem> host_problems;
   bool daemons_failed = false;
+  // The reader of the launcher's standard output went away (output_relay.hpp); whether
+  // that came before any failure, loss or verdict (then it is why the job ended).
+  bool output_closed = false;
+  bool output_closed_first = false;
 
   // A loss is news (a cause, not a consequence) when it came before any reported failure
   // and before the launcher began to end the job, or when the rank was unreachable (no

@@ -227,6 +227,10 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
       tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr, lifelines ? &*lifelines : nullptr);
 
   if (result.interrupted_by) return {128 + *result.interrupted_by, true, ""};
+  // The reader of the output went away first (`| head`): the job was stopped for that, and
+  // what the ranks reported as it stopped is no failure of theirs. As a pipeline's writer
+  // ends by SIGPIPE; a restart would write to the same closed pipe.
+  if (result.output_closed && result.output_closed_first) return {128 + SIGPIPE, true, ""};
   std::vector<std::string> others;
   for (const auto& s : slots) {
     if (s.host != host && std::find(others.begin(), others.end(), s.host) == others.end()) others.push_back(s.host);

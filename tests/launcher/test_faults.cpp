@@ -476,3 +476,19 @@ TEST_CASE("faults: a rank that ends before joining the job is named at once", "[
     CHECK(left_with_argument(marker).empty());
   }
 }
+
+TEST_CASE("faults: output piped into a command that ends (| head -1)", "[integration][faults][pipe]") {
+  // mpirun met the closed pipe itself: "SIGPIPE detected ... aborting", a crash dump of
+  // mpirun, and the ranks it then killed blamed ("failed first: signal 15 (SIGTERM)").
+  const std::string marker = "3005." + std::to_string(::getpid());
+  const std::string pipeline = fmt::format(
+      "set -o pipefail; \"$0\" -n 2 -- /bin/sh -c 'yes | head -c 2000000; exec sleep {}' | head -1", marker);
+  const Outcome o = tnt_test::run({"/bin/bash", "-c", pipeline, launcher}, tnt_test::clean_environment(), 60s);
+  INFO(o.describe());
+  CHECK(o.exited(128 + SIGPIPE));
+  CHECK(o.out == "y\n");
+  CHECK(o.seconds < 20);
+  CHECK(o.err == "tarantella: the standard output was closed by its reader (the command it was piped to has "
+                 "ended); stopping the job\n");
+  CHECK(left_with_argument(marker).empty());
+}

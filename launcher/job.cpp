@@ -34,6 +34,10 @@ constexpr auto lost_grace = std::chrono::milliseconds(3000);
 // A partial line of mpirun's standard error waits this long for the rest before it is
 // passed on as it is.
 constexpr auto partial_line_wait = std::chrono::milliseconds(100);
+// The loop wakes at least this often, so that a time when the launcher did not run (it was
+// stopped) shows as a gap; a wake-up later than planned by more than `pause_gap` is one.
+constexpr int max_sleep_ms = 500;
+constexpr auto pause_gap = std::chrono::milliseconds(1000);
 // After mpirun exited, what is left of its standard error is read for at most this long
 // (a process it started on another host may still hold the pipe open).
 constexpr auto stderr_drain = std::chrono::milliseconds(1000);
@@ -250,6 +254,21 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       }
     }
   };
+  // The launcher did not run for `gap`: the watch's timers move on by as much (the
+  // lifelines make the same allowance themselves). Past the heartbeat timeout, the ranks'
+  // steps have taken the launcher for gone and are ending their programs: say so now, so
+  // that their losses are read as what they are.
+  auto launcher_paused = [&](Clock::duration gap) {
+    if (watch) watch->paused(gap);
+    const double seconds = std::chrono::duration<double>(gap).count();
+    if (!lifelines || seconds < lifelines->timeout_s() || result.stopped_s > 0 || ended) return;
+    result.stopped_s = seconds;
+    result.stopped_first = result.failures.empty() && result.lost.empty() && !result.verdict &&
+                           !result.interrupted_by && !result.output_closed;
+    std::fprintf(stderr, "tarantella: this launcher was stopped for %.0f s (SIGSTOP, or Ctrl-Z), longer than the "
+                 "heartbeat timeout of %s s (--heartbeat-timeout): its ranks took it for gone and have ended their "
+                 "programs\n", seconds, format_seconds(Seconds(lifelines->timeout_s())).c_str());
+  };
   // The reader of the launcher's output has gone: nothing the job prints can reach anyone.
   // `running`: mpirun has not been reaped (so it may be signalled).
   auto output_closed = [&](bool running) {
@@ -289,12 +308,17 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     Clock::time_point wake = std::min({kill_at, lost_stop_at, flush_at});
     if (watch && !result.interrupted_by && !result.verdict) wake = std::min(wake, watch->next_check());
     if (lifelines) wake = std::min(wake, lifelines->next_wake());
-    int timeout = -1;
+    int timeout = max_sleep_ms;
+    const auto slept_from = Clock::now();
     if (wake != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
-      timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, 24LL * 3600 * 1000));
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - slept_from).count();
+      timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, max_sleep_ms));
     }
-    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
+    const int polled = ::poll(fds.data(), fds.size(), timeout);
+    if (const auto late = Clock::now() - (slept_from + std::chrono::milliseconds(timeout)); late > pause_gap) {
+      launcher_paused(late);
+    }
+    if (polled < 0 && errno != EINTR) {
       // Cannot watch any more: just wait, still relaying mpirun's standard error (a full
       // pipe would stop mpirun, and this wait with it).
       while (::waitpid(child, &result.mpirun_status, WNOHANG) == 0) {

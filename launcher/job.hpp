@@ -57,6 +57,11 @@ struct JobResult {
   // that came before any failure, loss or verdict (then it is why the job ended).
   bool output_closed = false;
   bool output_closed_first = false;
+  // The launcher itself was stopped (SIGSTOP, SIGTSTP) for longer than the heartbeat
+  // timeout, so the ranks took it for gone and ended their programs; whether that came
+  // before any failure, loss or verdict (then it is why the job ended, not the ranks).
+  double stopped_s = 0;
+  bool stopped_first = false;
 
   // A loss is news (a cause, not a consequence) when it came before any reported failure
   // and before the launcher began to end the job, or when the rank was unreachable (no

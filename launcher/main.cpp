@@ -42,6 +42,8 @@ constexpr int exit_lost = 1;
 // A rank's program ended without joining the job while the others waited for it (no
 // timeout: the launcher knew at once).
 constexpr int exit_left = 1;
+// The launcher itself was stopped for longer than the heartbeat timeout.
+constexpr int exit_launcher_stopped = 1;
 // mpirun said the job succeeded, but some ranks never ran.
 constexpr int exit_not_run = 1;
 
@@ -231,6 +233,13 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
   // what the ranks reported as it stopped is no failure of theirs. As a pipeline's writer
   // ends by SIGPIPE; a restart would write to the same closed pipe.
   if (result.output_closed && result.output_closed_first) return {128 + SIGPIPE, true, ""};
+  // The launcher was stopped (said when it resumed): the ranks' ends and losses that
+  // followed are its consequence, not failures of theirs. Not restarted: it was stopped
+  // on purpose, and may be again.
+  if (result.stopped_s > 0 && result.stopped_first) {
+    std::fprintf(stderr, "tarantella: the job ended because this launcher was stopped, not because of its ranks\n");
+    return {exit_launcher_stopped, true, ""};
+  }
   std::vector<std::string> others;
   for (const auto& s : slots) {
     if (s.host != host && std::find(others.begin(), others.end(), s.host) == others.end()) others.push_back(s.host);

@@ -109,6 +109,12 @@ void RankWatch::record_lost(const LostRank& l, Clock::time_point now) {
   if (!first_failure_) first_failure_ = now;
 }
 
+void RankWatch::paused(Clock::duration gap) {
+  launched_ += gap;
+  if (first_end_) *first_end_ += gap;
+  if (first_failure_) *first_failure_ += gap;
+}
+
 std::string RankWatch::describe(const std::vector<int>& ranks) const {
   // Enough to find the culprits on a large job without a line of thousands of ranks.
   constexpr size_t shown = 8;

@@ -89,6 +89,10 @@ class RankWatch {
   // When check() may next have something to say; max() when never.
   Clock::time_point next_check() const;
 
+  // The launcher was not running for `gap` (stopped by SIGSTOP or SIGTSTP, its machine
+  // suspended): the limits count only the time it ran, so every timer moves on by `gap`.
+  void paused(Clock::duration gap);
+
   // Ended reports that were failures, in arrival order: the first failed first.
   const std::vector<RankReport>& failures() const { return failures_; }
 

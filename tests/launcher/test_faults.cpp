@@ -492,3 +492,34 @@ TEST_CASE("faults: output piped into a command that ends (| head -1)", "[integra
                  "ended); stopping the job\n");
   CHECK(left_with_argument(marker).empty());
 }
+
+TEST_CASE("faults: a launcher stopped and continued says so, and blames no rank", "[integration][faults][stopped]") {
+  // SIGSTOP held the launcher past the heartbeat timeout: its ranks' steps took it for
+  // gone and ended their programs, and the launcher, continued, reported every rank as
+  // "lost (its per-rank step vanished ...)".
+  const std::string marker = "3007." + std::to_string(::getpid());
+  tnt_test::Process job({launcher, "-n", "2", "--heartbeat-timeout", "1", "--", "/bin/sleep", marker},
+                        tnt_test::clean_environment());
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  auto running = [&] {
+    int n = 0;
+    for (pid_t p : tnt_test::processes_with_argument(marker)) n += tnt_test::process_name(p) == "sleep";
+    return n;
+  };
+  while (running() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  REQUIRE(running() == 2);
+  job.signal(SIGSTOP);
+  std::this_thread::sleep_for(4s);  // 4 times the heartbeat timeout
+  job.signal(SIGCONT);
+  const Outcome o = job.wait(30s);
+  INFO(o.describe());
+  CHECK(o.exited(1));
+  CHECK_THAT(o.err, Catch::Contains("tarantella: this launcher was stopped for ") &&
+                        Catch::Contains(" s (SIGSTOP, or Ctrl-Z), longer than the heartbeat timeout of 1 s "
+                                        "(--heartbeat-timeout): its ranks took it for gone and have ended their "
+                                        "programs\n"));
+  CHECK_THAT(o.err, Catch::EndsWith("tarantella: the job ended because this launcher was stopped, not because of "
+                                    "its ranks\n"));
+  CHECK_THAT(o.err, !Catch::Contains("failed first") && !Catch::Contains(": lost ("));
+  CHECK(left_with_argument(marker).empty());
+}

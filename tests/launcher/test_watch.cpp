@@ -225,3 +225,20 @@ TEST_CASE("watch: a rank that ends without joining while others wait in MPI_Init
     CHECK_FALSE(w.check(t0 + 1s));
   }
 }
+
+TEST_CASE("watch: time the launcher was stopped does not count", "[watch]") {
+  RankWatch w(three_ranks(), limits(10, 3), t0);
+  w.record(report(0, RankReport::Kind::started), t0 + 1s);
+  w.paused(20s);  // stopped at t0 + 5 s, continued at t0 + 25 s
+  CHECK(w.next_check() == t0 + 30s);
+  CHECK_FALSE(w.check(t0 + 29s));
+  auto v = w.check(t0 + 30s);
+  REQUIRE(v);
+  CHECK(v->reason == RankWatch::Reason::start);
+  // The exit timer moves on too.
+  RankWatch e(three_ranks(), limits(0, 3), t0);
+  e.record(report(1, RankReport::Kind::ended), t0 + 1s);
+  e.paused(10s);
+  CHECK_FALSE(e.check(t0 + 13s));
+  CHECK(e.check(t0 + 14s));
+}

@@ -391,15 +391,29 @@ TEST_CASE("faults: a program's child that ignores SIGTERM does not outlive the j
   // Before, the step that mpirun started was killed 1 s after mpirun's SIGTERM, its
   // program with it (PR_SET_PDEATHSIG), and the program's children, re-parented to init,
   // lived on. Now mpirun only kills the step's front; the back ends the program's group.
-  for (int sig : {SIGINT, SIGTERM, SIGKILL}) {
-    INFO("signal to the launcher: SIG" << ::sigabbrev_np(sig));
-    StubbornJob job(std::to_string(sig));
+  SECTION("SIGINT, SIGTERM or SIGKILL to the launcher alone") {
+    for (int sig : {SIGINT, SIGTERM, SIGKILL}) {
+      INFO("signal to the launcher: SIG" << ::sigabbrev_np(sig));
+      StubbornJob job(std::to_string(sig));
+      REQUIRE(job.stubborn_children() == 2);
+      const auto signalled = std::chrono::steady_clock::now();
+      job.job->signal(sig);
+      const Outcome o = job.job->wait(30s);
+      INFO(o.describe());
+      CHECK((sig == SIGKILL ? o.signaled(SIGKILL) : o.exited(128 + sig)));
+      const auto left = left_after(job.marker, signalled);
+      INFO("left behind:" << describe_pids(left));
+      CHECK(left.empty());
+    }
+  }
+  SECTION("SIGINT to the launcher's whole process group, mpirun included, as a terminal's Ctrl-C") {
+    StubbornJob job("98");
     REQUIRE(job.stubborn_children() == 2);
     const auto signalled = std::chrono::steady_clock::now();
-    job.job->signal(sig);
+    ::kill(-job.job->pid(), SIGINT);
     const Outcome o = job.job->wait(30s);
     INFO(o.describe());
-    CHECK((sig == SIGKILL ? o.signaled(SIGKILL) : o.exited(128 + sig)));
+    CHECK(o.exited(128 + SIGINT));
     const auto left = left_after(job.marker, signalled);
     INFO("left behind:" << describe_pids(left));
     CHECK(left.empty());

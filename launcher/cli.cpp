@@ -459,10 +459,16 @@ a report) or unreachable (no heartbeat: host down or cut off), with lines naming
 and hosts, and when mpirun could not start its daemon on a host (a line names the host and
 what the launch agent said); 2 for bad input (also a host name that does not resolve, a
 --launch-agent that cannot be run, a plan this machine's open-file or process limits cannot
-hold), reported before anything starts. A rank's program is ended with anything it started
-and left running. With --max-restarts, a failed job is started again, and the status is the
-last attempt's; not after SIGINT or SIGTERM, nor when a restart would fail the same way: the
-first failing rank exited 2 (a usage error) or its program could not start.
+hold), reported before anything starts; 1 also when mpirun exited 0 but some ranks never
+started (a line names them), when a rank exited 0 without joining the job while others
+waited for it in MPI_Init (named at once, no timeout), and when this launcher itself was
+stopped (SIGSTOP, Ctrl-Z) past the heartbeat timeout, so that the ranks ended; 141 (as for
+SIGPIPE) when the standard output is a pipe whose reader ended (| head): the job is stopped
+at its next output. A rank's program is ended with anything it started and left running,
+even what ignores SIGTERM (SIGKILL 2 s after the SIGTERM). With --max-restarts, a failed job
+is started again, and the status is the last attempt's; not after SIGINT or SIGTERM, a
+closed output or a stopped launcher, nor when a restart would fail the same way: the first
+failing rank exited 2 (a usage error) or its program could not start.
 )";
   return text;
 }

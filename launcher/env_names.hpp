@@ -47,6 +47,12 @@ inline constexpr const char* run_id = "TNT_RUN_ID";
 // the program's environment before it starts.
 inline constexpr const char* report_address = "TNT_LAUNCHER_REPORT";
 
+// Set by the per-rank step for the program: a pipe's write end (a file descriptor number)
+// on which the runtime writes 'e' as it enters MPI_Init and 'j' once it has left it
+// (runtime/src/core/context.cpp). A rank that ends without having entered, while others
+// wait in MPI_Init for it, can then be named at once (rank_watch.hpp).
+inline constexpr const char* join_fd = "TNT_JOIN_FD";
+
 // Open MPI's per-process variables the per-rank step reads.
 inline constexpr const char* ompi_rank = "OMPI_COMM_WORLD_RANK";
 inline constexpr const char* ompi_size = "OMPI_COMM_WORLD_SIZE";
@@ -57,8 +63,8 @@ inline constexpr std::string_view prefix = "TNT_";
 
 // Names a user may not set with -x: the per-rank step owns them, and a stale value from
 // an enclosing job must not leak into this one.
-inline constexpr std::array<std::string_view, 10> reserved = {
-    rank, size, local_rank, local_size, device, launcher, report_address, stdout_is_tty, restart, run_id};
+inline constexpr std::array<std::string_view, 11> reserved = {
+    rank, size, local_rank, local_size, device, launcher, report_address, stdout_is_tty, restart, run_id, join_fd};
 
 inline bool is_reserved(std::string_view name) {
   for (auto r : reserved) {

@@ -2,6 +2,7 @@
 
 #include "error.hpp"
 #include "mpirun_output.hpp"
+#include "processes.hpp"
 #include "rank_watch.hpp"
 
 #include <fmt/format.h>
@@ -33,9 +34,16 @@ constexpr auto lost_grace = std::chrono::milliseconds(3000);
 // A partial line of mpirun's standard error waits this long for the rest before it is
 // passed on as it is.
 constexpr auto partial_line_wait = std::chrono::milliseconds(100);
+// The loop wakes at least this often, so that a time when the launcher did not run (it was
+// stopped) shows as a gap; a wake-up later than planned by more than `pause_gap` is one.
+constexpr int max_sleep_ms = 500;
+constexpr auto pause_gap = std::chrono::milliseconds(1000);
 // After mpirun exited, what is left of its standard error is read for at most this long
 // (a process it started on another host may still hold the pipe open).
 constexpr auto stderr_drain = std::chrono::milliseconds(1000);
+// What mpirun left behind gets SIGTERM, then SIGKILL this much later: enough for a rank's
+// step, which ends its program on SIGTERM within its own 2 s grace.
+constexpr auto leftover_grace = std::chrono::milliseconds(3000);
 
 // Writes all of `text` to the launcher's standard error, as far as it takes it.
 void write_stderr(const std::string& text) {
@@ -60,12 +68,13 @@ std::string describe_ranks(const std::vector<LostRank>& ranks) {
 }
 
 [[noreturn]] void exec_mpirun(const std::vector<std::string>& command, pid_t launcher, const sigset_t& original,
-                              int stderr_pipe) {
+                              int stderr_pipe, int stdout_pipe) {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != launcher) ::_exit(128 + SIGTERM);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   ::signal(SIGPIPE, SIG_DFL);  // ignored by the launcher alone (an ignored signal stays so across exec)
   ::dup2(stderr_pipe, STDERR_FILENO);
+  if (stdout_pipe >= 0) ::dup2(stdout_pipe, STDOUT_FILENO);
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -135,18 +144,37 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     ::close(sfd);
     throw system_error("pipe2");
   }
+  // mpirun's standard output comes through the launcher only where its reader can go away
+  // (output_relay.hpp).
+  int out_pipe[2] = {-1, -1};
+  if (OutputRelay::wanted(STDOUT_FILENO) && ::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    ::close(sfd);
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    throw system_error("pipe2");
+  }
   // A user's stderr that is a closed pipe must not kill the launcher in the middle of a job.
   ::signal(SIGPIPE, SIG_IGN);
+  // What mpirun leaves behind when it ends or is killed (a launch agent still waiting on a
+  // host that never answered, ranks' steps still ending their programs) is re-parented to
+  // the launcher instead of init, and ended with the job (processes.hpp).
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   const pid_t self = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
     ::close(sfd);
-    ::close(err_pipe[0]);
-    ::close(err_pipe[1]);
+    for (int fd : {err_pipe[0], err_pipe[1], out_pipe[0], out_pipe[1]}) {
+      if (fd >= 0) ::close(fd);
+    }
     throw system_error("fork");
   }
-  if (child == 0) exec_mpirun(command, self, original, err_pipe[1]);
+  if (child == 0) exec_mpirun(command, self, original, err_pipe[1], out_pipe[1]);
   ::close(err_pipe[1]);
+  std::optional<OutputRelay> out;
+  if (out_pipe[0] >= 0) {
+    ::close(out_pipe[1]);
+    out.emplace(out_pipe[0], STDOUT_FILENO);
+  }
   int err_fd = err_pipe[0];
   ::fcntl(err_fd, F_SETFL, ::fcntl(err_fd, F_GETFL) | O_NONBLOCK);
   MpirunOutputFilter filter;
@@ -226,6 +254,33 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       }
     }
   };
+  // The launcher did not run for `gap`: the watch's timers move on by as much (the
+  // lifelines make the same allowance themselves). Past the heartbeat timeout, the ranks'
+  // steps have taken the launcher for gone and are ending their programs: say so now, so
+  // that their losses are read as what they are.
+  auto launcher_paused = [&](Clock::duration gap) {
+    if (watch) watch->paused(gap);
+    const double seconds = std::chrono::duration<double>(gap).count();
+    if (!lifelines || seconds < lifelines->timeout_s() || result.stopped_s > 0 || ended) return;
+    result.stopped_s = seconds;
+    result.stopped_first = result.failures.empty() && result.lost.empty() && !result.verdict &&
+                           !result.interrupted_by && !result.output_closed;
+    std::fprintf(stderr, "tarantella: this launcher was stopped for %.0f s (SIGSTOP, or Ctrl-Z), longer than the "
+                 "heartbeat timeout of %s s (--heartbeat-timeout): its ranks took it for gone and have ended their "
+                 "programs\n", seconds, format_seconds(Seconds(lifelines->timeout_s())).c_str());
+  };
+  // The reader of the launcher's output has gone: nothing the job prints can reach anyone.
+  // `running`: mpirun has not been reaped (so it may be signalled).
+  auto output_closed = [&](bool running) {
+    if (result.output_closed) return;
+    result.output_closed = true;
+    result.output_closed_first = result.failures.empty() && result.lost.empty() && !result.verdict &&
+                                 !result.interrupted_by;
+    if (!running) return;
+    std::fprintf(stderr, "tarantella: the standard output was closed by its reader (the command it was piped to "
+                 "has ended)%s\n", stopping ? "" : "; stopping the job");
+    if (!stopping) stop_job();
+  };
   auto take_reports = [&] {
     std::vector<RankReport> reports;
     std::vector<LifelineHello> hellos;
@@ -235,6 +290,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     for (const auto& r : reports) {
       if (r.failed()) result.failures.push_back(r);
       if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
+      result.reported.insert(r.rank);
       if (watch) watch->record(r, now);
     }
   };
@@ -246,17 +302,23 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     if (lifelines) lifelines->poll_fds(lifeline_fds);
     fds.assign({{sfd, POLLIN, 0}, {server ? server->fd() : -1, POLLIN, 0}, {err_fd, POLLIN, 0}});
     for (int fd : lifeline_fds) fds.push_back({fd, POLLIN, 0});
+    if (out) out->poll_fds(fds);
     // Wake for the SIGKILL of a stop under way, for the watch's next deadline, for the
     // lifelines' heartbeats and for a stop because ranks were lost.
     Clock::time_point wake = std::min({kill_at, lost_stop_at, flush_at});
     if (watch && !result.interrupted_by && !result.verdict) wake = std::min(wake, watch->next_check());
     if (lifelines) wake = std::min(wake, lifelines->next_wake());
-    int timeout = -1;
+    int timeout = max_sleep_ms;
+    const auto slept_from = Clock::now();
     if (wake != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
-      timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, 24LL * 3600 * 1000));
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - slept_from).count();
+      timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, max_sleep_ms));
     }
-    if (::poll(fds.data(), fds.size(), timeout) < 0 && errno != EINTR) {
+    const int polled = ::poll(fds.data(), fds.size(), timeout);
+    if (const auto late = Clock::now() - (slept_from + std::chrono::milliseconds(timeout)); late > pause_gap) {
+      launcher_paused(late);
+    }
+    if (polled < 0 && errno != EINTR) {
       // Cannot watch any more: just wait, still relaying mpirun's standard error (a full
       // pipe would stop mpirun, and this wait with it).
       while (::waitpid(child, &result.mpirun_status, WNOHANG) == 0) {
@@ -266,6 +328,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       break;
     }
     relay();
+    if (out && out->service()) output_closed(true);
     service_lifelines();
     if (server && (fds[1].revents & POLLIN)) take_reports();
     if (Clock::now() >= lost_stop_at) {
@@ -324,6 +387,13 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     relay();
   }
   if (err_fd >= 0) ::close(err_fd);
+  // The rest of mpirun's standard output: a reader found gone only now lost the job's last
+  // words (as a pipeline's writer would end with SIGPIPE).
+  if (out && out->finish(Clock::now() + stderr_drain)) {
+    output_closed(false);
+    std::fprintf(stderr, "tarantella: the standard output was closed by its reader before the job's output "
+                 "ended\n");
+  }
   write_stderr(filter.flush());
   write_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line
   result.mpirun_messages = filter.held_back();
@@ -334,6 +404,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   service_lifelines();
   if (server) take_reports();
   ended = true;
+  end_children(0, leftover_grace);
   ::close(sfd);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   return result;

@@ -6,7 +6,9 @@
 // mpirun stays in the launcher's process group so that it can still read a terminal's
 // input for rank 0. If mpirun has not finished 3 s later it is killed; the ranks' own steps
 // then stop their programs (rank_setup.hpp). mpirun also gets SIGTERM should the launcher
-// itself die. Meanwhile the launcher collects the ranks' reports (report.hpp) and, with a
+// itself die. The launcher is a subreaper: whatever mpirun leaves running when it ends (a
+// launch agent still trying to reach a host, a rank's step still ending its program) is
+// re-parented to it and ended, SIGTERM then SIGKILL, before run_job returns. Meanwhile the launcher collects the ranks' reports (report.hpp) and, with a
 // RankWatch (rank_watch.hpp), ends the job the same way when ranks do not start, or do
 // not end, in time: it never waits forever on a job that cannot finish. With lifelines
 // (lifeline.hpp) it also ends the job when ranks are lost (mpirun is given 3 s to do it
@@ -17,6 +19,7 @@
 
 #include "lifeline.hpp"
 #include "mpirun_output.hpp"
+#include "output_relay.hpp"
 #include "rank_watch.hpp"
 #include "report.hpp"
 
@@ -41,6 +44,7 @@ struct JobResult {
   };
   std::vector<Loss> lost;  // lost or unreachable ranks, in the order found
   std::set<int> started;   // ranks whose program started (exec succeeded), from their reports
+  std::set<int> reported;  // ranks that sent any report at all: evidence that their step ran
   // What mpirun wrote about the failure that the launcher reports itself (the MPI_ABORT
   // banner and the like, mpirun_output.hpp): held back from the user's terminal, to be
   // printed when the launcher has no account of its own.
@@ -49,6 +53,15 @@ struct JobResult {
   // whether Open MPI said that it could not start its daemons.
   std::vector<HostProblem> host_problems;
   bool daemons_failed = false;
+  // The reader of the launcher's standard output went away (output_relay.hpp); whether
+  // that came before any failure, loss or verdict (then it is why the job ended).
+  bool output_closed = false;
+  bool output_closed_first = false;
+  // The launcher itself was stopped (SIGSTOP, SIGTSTP) for longer than the heartbeat
+  // timeout, so the ranks took it for gone and ended their programs; whether that came
+  // before any failure, loss or verdict (then it is why the job ended, not the ranks).
+  double stopped_s = 0;
+  bool stopped_first = false;
 
   // A loss is news (a cause, not a consequence) when it came before any reported failure
   // and before the launcher began to end the job, or when the rank was unreachable (no

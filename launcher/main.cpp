@@ -39,6 +39,13 @@ constexpr int exit_bad_input = 2;
 constexpr int exit_timed_out = 124;
 // The first failure was a rank lost or unreachable: there is no exit status to pass on.
 constexpr int exit_lost = 1;
+// A rank's program ended without joining the job while the others waited for it (no
+// timeout: the launcher knew at once).
+constexpr int exit_left = 1;
+// The launcher itself was stopped for longer than the heartbeat timeout.
+constexpr int exit_launcher_stopped = 1;
+// mpirun said the job succeeded, but some ranks never ran.
+constexpr int exit_not_run = 1;
 
 void warn(const std::string& text) { std::fprintf(stderr, "tarantella: warning: %s\n", text.c_str()); }
 
@@ -106,8 +113,10 @@ bool print_unreached_hosts(const tl::JobResult& result, const std::vector<std::s
 }
 
 // The account of how a job that was not interrupted ended (printed here), and its status.
-// `hosts`: the plan's hosts other than this machine.
-int job_status(const tl::JobResult& result, const std::vector<std::string>& hosts) {
+// `hosts`: the plan's hosts other than this machine; `mpirun` the command that ran the job.
+// `reports`: whether the ranks had a report channel (so each rank's start is known).
+int job_status(const tl::JobResult& result, const std::vector<std::string>& hosts, const std::string& mpirun,
+               const std::vector<tl::RankSlot>& slots, bool reports) {
   const int st = result.mpirun_status;
   const bool mpirun_failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   // Hosts mpirun could not start on: the launcher names them, and Open MPI's list of
@@ -123,6 +132,7 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
   const std::vector<tl::LostRank> news = result.news();
   // The watch printed why it ended the job; what the ranks reported while they were being
   // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
+  if (result.verdict && result.verdict->reason == tl::RankWatch::Reason::left) return exit_left;
   if (result.verdict && result.verdict->reason != tl::RankWatch::Reason::teardown) return exit_timed_out;
   if (result.verdict && result.failures.empty() && result.lost.empty()) return exit_timed_out;
   if (result.lost_first()) {
@@ -138,10 +148,19 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
   if (!result.failures.empty()) {
     const tl::RankReport& first = result.failures.front();
     std::string more;
-    if (result.failures.size() > 1) {
-      more = fmt::format("; {} more rank{} ended abnormally after it", result.failures.size() - 1,
-                         result.failures.size() == 2 ? "" : "s");
+    // Ranks that made the same mistake (a usage error everywhere, /bin/false) are not
+    // "abnormal after it": they are the same failure, said once.
+    size_t same = 0, other = 0;
+    for (size_t i = 1; i < result.failures.size(); ++i) {
+      const tl::RankReport& r = result.failures[i];
+      (r.signaled == first.signaled && r.code == first.code ? same : other) += 1;
     }
+    auto ranks = [](size_t n) { return fmt::format("{} more rank{}", n, n == 1 ? "" : "s"); };
+    if (same > 0) {
+      const bool usage = !first.signaled && first.code == tl::usage_exit_code;
+      more += fmt::format("; {} ended {}", ranks(same), usage ? "with the same usage error" : "the same way");
+    }
+    if (other > 0) more += fmt::format("; {} ended abnormally after it", ranks(other));
     std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s%s\n", first.rank,
                  first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
     print_losses(news);
@@ -152,7 +171,26 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     print_losses(result.stopped_with_job(), true);
     return exit_lost;
   }
-  if (!mpirun_failed) return 0;
+  if (!mpirun_failed) {
+    // mpirun's word alone is no evidence that anything ran (`--mpirun /bin/true` exits 0):
+    // every rank's step reports at least its program's start and end.
+    if (!reports) return 0;
+    std::vector<tl::RankSlot> silent;
+    for (const auto& s : slots) {
+      if (result.reported.count(s.rank) == 0) silent.push_back(s);
+    }
+    if (silent.empty()) return 0;
+    std::string names;
+    for (size_t i = 0; i < silent.size() && i < 8; ++i) {
+      names += fmt::format("{}rank {} (host {}, local rank {})", i ? ", " : "", silent[i].rank, silent[i].host,
+                           silent[i].local_rank);
+    }
+    if (silent.size() > 8) names += fmt::format(" and {} more", silent.size() - 8);
+    std::fprintf(stderr, "tarantella: %s exited 0, but %zu of %zu ranks never started: %s; nothing of the job ran "
+                 "there (--mpirun must be Open MPI's mpirun, which starts each rank through tarantella)\n",
+                 mpirun.c_str(), silent.size(), slots.size(), names.c_str());
+    return exit_not_run;
+  }
   if (result.daemons_failed) {
     std::string names;
     for (size_t i = 0; i < hosts.size() && i < 8; ++i) names += (i ? ", " : "") + hosts[i];
@@ -191,11 +229,23 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
       tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr, lifelines ? &*lifelines : nullptr);
 
   if (result.interrupted_by) return {128 + *result.interrupted_by, true, ""};
+  // The reader of the output went away first (`| head`): the job was stopped for that, and
+  // what the ranks reported as it stopped is no failure of theirs. As a pipeline's writer
+  // ends by SIGPIPE; a restart would write to the same closed pipe.
+  if (result.output_closed && result.output_closed_first) return {128 + SIGPIPE, true, ""};
+  // The launcher was stopped (said when it resumed): the ranks' ends and losses that
+  // followed are its consequence, not failures of theirs. Not restarted: it was stopped
+  // on purpose, and may be again.
+  if (result.stopped_s > 0 && result.stopped_first) {
+    std::fprintf(stderr, "tarantella: the job ended because this launcher was stopped, not because of its ranks\n");
+    return {exit_launcher_stopped, true, ""};
+  }
   std::vector<std::string> others;
   for (const auto& s : slots) {
     if (s.host != host && std::find(others.begin(), others.end(), s.host) == others.end()) others.push_back(s.host);
   }
-  return {job_status(result, others), false, tl::restart_futility(result)};
+  return {job_status(result, others, command.front(), slots, server.has_value()), false,
+          tl::restart_futility(result)};
 }
 
 int launch(const std::vector<std::string>& args) {

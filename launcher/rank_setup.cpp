@@ -6,6 +6,7 @@
 #include "lifeline.hpp"
 #include "native_libs.hpp"
 #include "paths.hpp"
+#include "processes.hpp"
 #include "report.hpp"
 #include "text.hpp"
 #include "topology.hpp"
@@ -20,7 +21,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <dirent.h>
 #include <fcntl.h>
 #include <functional>
 #include <fstream>
@@ -121,7 +121,8 @@ void forward(pid_t group, int sig) {
   ::_exit(code);
 }
 
-[[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor, int exec_status) {
+[[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor, int exec_status,
+                                int join_fd) {
   // Die with the step: without this a step killed by SIGKILL leaves its program behind.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != monitor) not_started(exec_status, ESRCH, 128 + SIGKILL);
@@ -133,6 +134,7 @@ void forward(pid_t group, int sig) {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (join_fd >= 0) ::fcntl(join_fd, F_SETFD, 0);  // the one descriptor the program inherits
 
   std::vector<char*> argv;
   for (const auto& a : program) argv.push_back(const_cast<char*>(a.c_str()));
@@ -159,40 +161,6 @@ void forward(pid_t group, int sig) {
     ::_exit(128 + sig);
   }
   ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
-}
-
-// The step's children: the program, and (the step being a subreaper) every process the
-// program abandoned. /proc/self/task/TID/children lists them where the kernel offers it
-// (CONFIG_PROC_CHILDREN); otherwise every process's parent is read from /proc.
-std::vector<pid_t> own_children() {
-  std::vector<pid_t> out;
-  const pid_t self = ::getpid();
-  std::ifstream listed("/proc/self/task/" + std::to_string(self) + "/children");
-  if (listed) {
-    long pid = 0;
-    while (listed >> pid) out.push_back(static_cast<pid_t>(pid));
-    return out;
-  }
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return out;
-  while (dirent* d = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(d->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0) continue;
-    std::ifstream stat(std::string("/proc/") + d->d_name + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so read after the last ')'.
-    const auto paren = line.rfind(')');
-    if (paren == std::string::npos) continue;
-    char state = 0;
-    long ppid = 0;
-    if (std::sscanf(line.c_str() + paren + 1, " %c %ld", &state, &ppid) == 2 && ppid == self) {
-      out.push_back(static_cast<pid_t>(pid));
-    }
-  }
-  ::closedir(proc);
-  return out;
 }
 
 // Reaps every child that has ended; returns the program's status once it has ended. The
@@ -258,57 +226,78 @@ class Reporter {
   Clock::time_point next_try_{};
 };
 
+// The runtime's word that it enters MPI_Init ('e') and has left it ('j'), on the pipe
+// whose write end the program inherits (env::join_fd), passed on to the launcher once each.
+class JoinWatch {
+ public:
+  explicit JoinWatch(int fd) : fd_(fd) {}
+  ~JoinWatch() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  JoinWatch(const JoinWatch&) = delete;
+  JoinWatch& operator=(const JoinWatch&) = delete;
+
+  // Reads what is there without waiting.
+  void poll(Reporter& reporter) {
+    char buf[16];
+    while (fd_ >= 0) {
+      const ssize_t n = ::read(fd_, buf, sizeof buf);
+      if (n > 0) {
+        for (ssize_t i = 0; i < n; ++i) {
+          if ((buf[i] == 'e' || buf[i] == 'j') && !joining_) {
+            joining_ = true;
+            reporter.send(RankReport::Kind::joining, false, 0, false);
+          }
+          if (buf[i] == 'j' && !joined_) {
+            joined_ = true;
+            reporter.send(RankReport::Kind::joined, false, 0, false);
+          }
+        }
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      ::close(fd_);  // end of file: nothing holds the write end any more
+      fd_ = -1;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool joining_ = false, joined_ = false;
+};
+
 // After the program has ended: ends what it left running, that is its process group and
 // whatever was re-parented to the step, so that a rank leaves nothing behind (and mpirun,
 // which waits for a rank's output to close, is not kept waiting by a child that holds it).
-// SIGTERM (with SIGCONT, so that a stopped process can act on it), SIGKILL after the grace;
-// processes that even SIGKILL does not end within another grace (stuck in the kernel) are
-// left to the kernel rather than holding up the rank's exit.
-void end_leftovers(pid_t group) {
-  using Clock = std::chrono::steady_clock;
-  auto signal_all = [&](int sig) {
-    bool any = ::kill(-group, sig) == 0;
-    for (pid_t p : own_children()) any = (::kill(p, sig) == 0) || any;
-    return any;
-  };
-  reap_children(group);
-  if (!signal_all(SIGTERM)) return;
-  signal_all(SIGCONT);
-  const auto term_deadline = Clock::now() + std::chrono::milliseconds(leftover_grace_ms);
-  const auto give_up = term_deadline + std::chrono::milliseconds(leftover_grace_ms);
-  while (Clock::now() < give_up) {
-    reap_children(group);
-    const bool group_left = ::kill(-group, 0) == 0;
-    int ignored = 0;
-    const bool children_left = ::waitpid(-1, &ignored, WNOHANG) != -1;  // -1 (ECHILD): none at all
-    if (!group_left && !children_left) return;
-    // Past the grace, SIGKILL every round: killing a process re-parents its children to the
-    // step, and those must go too.
-    if (Clock::now() >= term_deadline) signal_all(SIGKILL);
-    timespec tick{0, 10'000'000};
-    ::nanosleep(&tick, nullptr);
-  }
-}
+void end_leftovers(pid_t group) { end_children(group, std::chrono::milliseconds(leftover_grace_ms)); }
 
-// A rank cut off from the launcher: its Open MPI daemon (the step's parent on a host other
+// A rank cut off from the launcher: its Open MPI daemon (the front's parent on a host other
 // than the launcher's) would wait for mpirun forever, so the step ends it once its own
 // program has ended: SIGTERM (the daemon then ends its other ranks' steps, which end their
-// programs), SIGKILL 2 s later. Only a parent that is an Open MPI daemon: mpirun, the
-// launcher's child, is left to the launcher.
-void end_cut_off_daemon(pid_t parent) {
-  if (parent <= 1 || ::getppid() != parent) return;
-  std::ifstream comm("/proc/" + std::to_string(parent) + "/comm");
+// programs), SIGKILL 2 s later. Only a daemon that is still the front's parent and is an
+// Open MPI daemon: mpirun, the launcher's child, is left to the launcher.
+void end_cut_off_daemon(pid_t front, pid_t daemon) {
+  if (daemon <= 1 || ::getppid() != front) return;
+  const auto front_stat = read_stat(front);
+  if (!front_stat || front_stat->ppid != daemon) return;
+  std::ifstream comm("/proc/" + std::to_string(daemon) + "/comm");
   std::string name;
   std::getline(comm, name);
   if (name != "orted" && name != "prted") return;
+  const auto daemon_start = read_stat(daemon);
+  if (!daemon_start) return;
   using Clock = std::chrono::steady_clock;
-  ::kill(parent, SIGTERM);
+  ::kill(daemon, SIGTERM);
   const auto term_deadline = Clock::now() + std::chrono::seconds(2);
   const auto give_up = term_deadline + std::chrono::seconds(1);
   bool killed = false;
-  while (::getppid() == parent && Clock::now() < give_up) {
+  while (Clock::now() < give_up) {
+    const auto st = read_stat(daemon);
+    // Gone, a zombie, or its PID already another process's.
+    if (!st || st->state == 'Z' || st->start_time != daemon_start->start_time) return;
     if (!killed && Clock::now() >= term_deadline) {
-      ::kill(parent, SIGKILL);
+      ::kill(daemon, SIGKILL);
       killed = true;
     }
     timespec tick{0, 20'000'000};
@@ -316,10 +305,29 @@ void end_cut_off_daemon(pid_t parent) {
   }
 }
 
+// The front half of the step (rank_setup.hpp): what mpirun started and signals. It passes
+// every signal on to the back, sends it SIGTERM when mpirun (or its daemon) is gone, and
+// exits exactly as the back did, which exits as the program did.
+[[noreturn]] void run_front(pid_t back, pid_t daemon, const sigset_t& handled) {
+  bool orphaned = false;
+  while (true) {
+    timespec tick{0, 250'000'000};  // how often to notice that mpirun has gone
+    siginfo_t info{};
+    const int sig = ::sigtimedwait(&handled, &info, &tick);
+    if (sig > 0 && sig != SIGCHLD) ::kill(back, sig);
+    int status = 0;
+    if (::waitpid(back, &status, WNOHANG) == back) exit_like(status);
+    if (!orphaned && ::getppid() != daemon) {
+      orphaned = true;
+      ::kill(back, SIGTERM);
+    }
+  }
+}
+
 // Waits for the program to end, passing on signals, telling the launcher when the program
 // stops and continues, and stopping it when mpirun goes away or the lifeline says that the
 // launcher is gone or cut off (`launcher` then holds which). Returns its wait status.
-int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, LifelineClient& lifeline,
+int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch& join, LifelineClient& lifeline,
             LifelineClient::State& launcher, const RankIdentity& id, const std::string& host) {
   using Clock = std::chrono::steady_clock;
   const pid_t parent = ::getppid();
@@ -349,6 +357,7 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, LifelineCl
       if (auto status = reap_children(child, changed)) return *status;
     }
     reporter.retry();
+    join.poll(reporter);
     if (sig > 0 && sig != SIGCHLD) {
       forward(child, sig);
       if (is_termination(sig)) stop(stop_grace_ms);
@@ -448,18 +457,41 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   sigaddset(&handled, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &handled, nullptr);
 
+  // The step splits here into the front, which mpirun knows, and the back, which runs the
+  // rest in a process group of its own (rank_setup.hpp).
+  const pid_t daemon = ::getppid();
+  const pid_t front = ::getpid();
+  const pid_t back = ::fork();
+  if (back < 0) throw system_error("fork");
+  if (back > 0) {
+    ::setpgid(back, back);
+    run_front(back, daemon, handled);
+  }
+  ::setpgid(0, 0);
+  // A front killed before this point started nothing that could be left behind.
+  if (::getppid() != front) ::_exit(128 + SIGKILL);
+
   // A subreaper: what the program starts and abandons is re-parented to the step rather
   // than to init, so the step can still end it when the program is done.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   int exec_status[2];
   if (::pipe2(exec_status, O_CLOEXEC) != 0) throw system_error("pipe2");
+  // Without the pipe the rank is only watched as a program without the runtime is.
+  int join[2] = {-1, -1};
+  if (!report_to.empty() && ::pipe2(join, O_CLOEXEC | O_NONBLOCK) == 0) {
+    ::setenv(env::join_fd, std::to_string(join[1]).c_str(), 1);
+  } else {
+    ::unsetenv(env::join_fd);
+  }
   const pid_t self = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) throw system_error("fork");
   if (child == 0) {
     ::close(exec_status[0]);
-    exec_program(args.program, self, exec_status[1]);
+    exec_program(args.program, self, exec_status[1], join[1]);
   }
+  if (join[1] >= 0) ::close(join[1]);
+  JoinWatch join_watch(join[0]);
   ::setpgid(child, child);
   ::close(exec_status[1]);
   // End of file: exec succeeded and the program runs. (Signals are blocked, so the read is
@@ -472,7 +504,6 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   ::close(exec_status[0]);
   Reporter reporter(report_to, id, host);
   if (n == 0) reporter.started();
-  const pid_t parent = ::getppid();
   LifelineClient lifeline(n == 0 ? report_to : std::string(), host, id.rank, id.local_rank);
   if (n == 0 && !lifeline.connected() && !report_to.empty()) {
     if (auto a = parse_launcher_address(report_to); a && a->heartbeat_s > 0) {
@@ -482,7 +513,8 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   }
   LifelineClient::State launcher = lifeline.connected() ? LifelineClient::State::alive : LifelineClient::State::none;
 
-  const int status = monitor(child, handled, reporter, lifeline, launcher, id, host);
+  const int status = monitor(child, handled, reporter, join_watch, lifeline, launcher, id, host);
+  join_watch.poll(reporter);  // what the program said just before it ended comes before its end
   const RankReport ended{id.rank, id.local_rank, host, WIFSIGNALED(status),
                          WIFSIGNALED(status) ? WTERMSIG(status) : WIFEXITED(status) ? WEXITSTATUS(status) : 1};
   const bool launcher_gone =
@@ -504,7 +536,7 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   }
   lifeline.farewell();
   end_leftovers(child);
-  if (launcher == LifelineClient::State::unreachable) end_cut_off_daemon(parent);
+  if (launcher == LifelineClient::State::unreachable) end_cut_off_daemon(front, daemon);
   exit_like(status);
 }
 

@@ -6,13 +6,19 @@
 // PROGRAM runs as a child, not in place of the step, because the step has two more jobs
 // that need it alive: tell the launcher when the program has started, stops, continues and
 // ends, with its exact status (report.hpp), and make sure the program never outlives the
-// job. Signals that mpirun
-// sends to the rank are passed on; the program dies with the step (PR_SET_PDEATHSIG); and
-// if mpirun itself disappears, the step stops the program. The program leads its own
-// process group and the step is a subreaper (abandoned processes are re-parented to it),
-// so when the program ends, whatever it started and left running is ended too: a rank
-// leaves nothing behind. The step then exits exactly as the program did (same code, or
-// same signal), so mpirun sees no difference.
+// job, nor anything the program started.
+//
+// For that the step is two processes. The front is what mpirun started: Open MPI signals
+// the front's process group when it ends the job (SIGTERM, then SIGKILL 1 s later), and
+// the front passes every signal on to the back and exits exactly as the back did. The back
+// runs in a process group of its own, out of reach of that SIGKILL: it runs the program
+// (the rank is set up before the split), reports, keeps the lifeline, and when the job ends (a signal, the
+// front or mpirun gone, the launcher gone) gives the program SIGTERM and, 2 s later, its
+// whole process group SIGKILL. The program leads its own process group and the back is a
+// subreaper (abandoned processes are re-parented to it), so when the program ends,
+// whatever it started and left running is ended too: a rank leaves nothing behind, even a
+// child that ignores SIGTERM. The back then exits exactly as the program did (same code,
+// or same signal), and so does the front, so mpirun sees no difference.
 #pragma once
 
 #include "binding.hpp"

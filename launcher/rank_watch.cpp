@@ -52,9 +52,13 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
       s.stop_signal = r.code;
       break;
     case RankReport::Kind::continued: s.stopped = false; break;
+    case RankReport::Kind::joining: s.joining = true; break;
+    case RankReport::Kind::joined: s.joined = s.joining = true; break;
     case RankReport::Kind::ended:
       s.ended = true;
       s.stopped = false;
+      s.exit_code = r.code;
+      s.signaled = r.signaled;
       if (!first_end_) {
         first_end_ = now;
         first_end_rank_ = r.rank;
@@ -64,6 +68,31 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
         failures_.push_back(r);
       }
       break;
+  }
+  if (!left_found_) {
+    std::vector<int> left, waiting;
+    left_early(left, waiting);
+    if (!left.empty()) left_found_ = now;
+  }
+}
+
+void RankWatch::left_early(std::vector<int>& left, std::vector<int>& waiting) const {
+  left.clear();
+  waiting.clear();
+  for (size_t r = 0; r < state_.size(); ++r) {
+    const State& s = state_[r];
+    if (s.joined) {  // MPI_Init returned somewhere: every rank entered it
+      left.clear();
+      waiting.clear();
+      return;
+    }
+    // A failure is mpirun's to act on (it ends the job at once); an exit 0 it waits on.
+    if (s.ended && !s.joining && !s.signaled && s.exit_code == 0) left.push_back(static_cast<int>(r));
+    if (s.joining && !s.ended) waiting.push_back(static_cast<int>(r));
+  }
+  if (left.empty() || waiting.empty()) {
+    left.clear();
+    waiting.clear();
   }
 }
 
@@ -78,6 +107,12 @@ void RankWatch::record_lost(const LostRank& l, Clock::time_point now) {
     first_end_rank_ = l.rank;
   }
   if (!first_failure_) first_failure_ = now;
+}
+
+void RankWatch::paused(Clock::duration gap) {
+  launched_ += gap;
+  if (first_end_) *first_end_ += gap;
+  if (first_failure_) *first_failure_ += gap;
 }
 
 std::string RankWatch::describe(const std::vector<int>& ranks) const {
@@ -101,6 +136,7 @@ Clock::time_point RankWatch::next_check() const {
   auto after = [](Clock::time_point t, Seconds d) {
     return t + std::chrono::duration_cast<Clock::duration>(d);
   };
+  if (left_found_) next = std::min(next, *left_found_);
   if (limits_.start.count() > 0 && !start_checked_) next = std::min(next, after(launched_, limits_.start));
   if (limits_.exit.count() > 0 && first_end_) {
     next = std::min(next, after(first_failure_ ? *first_failure_ : *first_end_, limits_.exit));
@@ -112,6 +148,21 @@ std::optional<RankWatch::Verdict> RankWatch::check(Clock::time_point now) {
   if (decided_ || now < next_check()) return std::nullopt;
   const auto ranks = static_cast<int>(slots_.size());
   auto count = [&](size_t n) { return fmt::format("{} of {} rank{}", n, ranks, ranks == 1 ? "" : "s"); };
+
+  if (left_found_ && now >= *left_found_) {
+    std::vector<int> left, waiting;
+    left_early(left, waiting);
+    if (!left.empty()) {
+      decided_ = true;
+      const bool one = left.size() == 1;
+      return Verdict{Reason::left,
+                     fmt::format("{} exited 0 without joining the job (its program ended before tnt::init, or never "
+                                 "called it), while {} {} for {} in MPI_Init: the job cannot finish",
+                                 describe(left), describe(waiting), waiting.size() == 1 ? "waits" : "wait",
+                                 one ? "it" : "them")};
+    }
+    left_found_.reset();  // a rank joined since: the rule no longer holds
+  }
 
   if (limits_.start.count() > 0 && !start_checked_ && now >= launched_ + std::chrono::duration_cast<Clock::duration>(limits_.start)) {
     start_checked_ = true;

@@ -10,6 +10,11 @@
 //   waiting for it forever. Exit timeout: once any rank's program has ended, the job must
 //   end within this long. The same bound covers mpirun itself when a rank failed and
 //   mpirun, which should then stop the job within seconds, does not.
+// - the same, known at once: when the runtime says that a rank is waiting in MPI_Init
+//   (joining, not yet joined) and no rank has got through it, a rank whose program ended
+//   without ever joining can never be waited for. MPI_Init returns on no rank until every
+//   rank has entered it, so "some rank joined" means that every rank entered: a rank whose
+//   word was lost is never taken for one that left.
 //
 // When a limit passes, the launcher names the ranks (rank, host, local rank) and ends the
 // job it started. Pure: time is passed in, so the rules are unit-tested without processes.
@@ -63,6 +68,7 @@ class RankWatch {
     start,     // ranks did not start (or were stopped) in time
     exit,      // a rank exited 0 and others did not end in time
     teardown,  // a rank failed (or every rank ended) and mpirun did not end in time
+    left,      // a rank ended without joining while others wait for it in MPI_Init
   };
   struct Verdict {
     Reason reason;
@@ -83,14 +89,24 @@ class RankWatch {
   // When check() may next have something to say; max() when never.
   Clock::time_point next_check() const;
 
+  // The launcher was not running for `gap` (stopped by SIGSTOP or SIGTSTP, its machine
+  // suspended): the limits count only the time it ran, so every timer moves on by `gap`.
+  void paused(Clock::duration gap);
+
   // Ended reports that were failures, in arrival order: the first failed first.
   const std::vector<RankReport>& failures() const { return failures_; }
 
  private:
   struct State {
     bool started = false, ended = false, stopped = false;
+    bool joining = false, joined = false;
     int stop_signal = 0;
+    int exit_code = 0;  // ended: the code (or signal) it reported
+    bool signaled = false;
   };
+  // Ranks that ended without joining, and ranks waiting in MPI_Init; both empty unless
+  // the `left` rule holds.
+  void left_early(std::vector<int>& left, std::vector<int>& waiting) const;
   std::string describe(const std::vector<int>& ranks) const;
 
   std::vector<RankSlot> slots_;
@@ -101,6 +117,7 @@ class RankWatch {
   int first_end_rank_ = -1;
   std::optional<Clock::time_point> first_failure_;  // the exit timer restarts at a failure
   bool start_checked_ = false;
+  std::optional<Clock::time_point> left_found_;  // when the `left` rule first held
   bool decided_ = false;
   std::vector<RankReport> failures_;
 };

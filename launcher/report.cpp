@@ -60,7 +60,8 @@ constexpr struct {
 } kinds[] = {
     {RankReport::Kind::ended, false, "exit"},          {RankReport::Kind::ended, true, "signal"},
     {RankReport::Kind::started, false, "started"},     {RankReport::Kind::stopped, false, "stopped"},
-    {RankReport::Kind::continued, false, "continued"},
+    {RankReport::Kind::continued, false, "continued"}, {RankReport::Kind::joining, false, "joining"},
+    {RankReport::Kind::joined, false, "joined"},
 };
 
 const char* kind_word(const RankReport& r) {

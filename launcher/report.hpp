@@ -2,7 +2,8 @@
 // process failed; the per-rank step knows its rank, host and the program's exact status.
 // So each rank's step sends one line over TCP to a socket the launcher listens on, for
 // each of these events: the program has started (exec succeeded), it was stopped by a
-// signal, it continued, and it ended (every end, exit 0 included). The launcher watches
+// signal, it continued, its runtime began and finished joining the job (MPI_Init), and it
+// ended (every end, exit 0 included). The launcher watches
 // the job with them (rank_watch.hpp).
 //
 // A report of a failure is sent before the rank exits, and the step waits until the
@@ -29,7 +30,9 @@
 namespace tnt::launcher {
 
 struct RankReport {
-  enum class Kind { started, stopped, continued, ended };
+  // joining, joined: the program's runtime is about to enter MPI_Init, and has left it
+  // (env::join_fd); a program without the runtime sends neither.
+  enum class Kind { started, stopped, continued, ended, joining, joined };
   int rank = -1;
   int local_rank = -1;
   std::string host;

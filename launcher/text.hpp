@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <sys/stat.h>
 #include <vector>
 
 namespace tnt::launcher {
@@ -80,6 +81,17 @@ inline std::string excerpt(std::string_view s, size_t max = 40) {
   }
   if (s.size() > max) out += "...";
   return out;
+}
+
+// What a file that is not a regular one is, for a message refusing it: "a directory".
+inline const char* file_kind(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
 }
 
 }  // namespace tnt::launcher

@@ -2,6 +2,7 @@
 
 #include "error.hpp"
 #include "native_libs.hpp"
+#include "text.hpp"
 
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -11,6 +12,9 @@
 namespace tnt::launcher {
 
 namespace {
+
+// An hwloc XML file of a machine with thousands of cores is a few MiB.
+constexpr off_t max_topology_bytes = 256L * 1024 * 1024;
 
 struct TopologyDeleter {
   void operator()(hwloc_topology* t) const { Hwloc::get().topology_destroy(t); }
@@ -80,6 +84,16 @@ NodeTopology load_topology(std::string_view spec) {
   struct stat st {};
   std::string source;
   if (::stat(s.c_str(), &st) == 0) {
+    // hwloc reads the whole file: /dev/zero would never end, and a FIFO without a writer
+    // would block the launcher for good.
+    if (!S_ISREG(st.st_mode)) {
+      throw InputError(fmt::format("topology file '{}' is not a regular file ({}): give an hwloc XML file "
+                                   "(lstopo FILE.xml) or a synthetic description", s, file_kind(st.st_mode)));
+    }
+    if (st.st_size > max_topology_bytes) {
+      throw InputError(fmt::format("topology file '{}' is larger than {} MiB: not an hwloc XML file", s,
+                                   max_topology_bytes / (1024 * 1024)));
+    }
     if (Hwloc::get().topology_set_xml(topo.get(), s.c_str()) != 0) {
       throw InputError(fmt::format("cannot read topology file '{}': not an hwloc XML file", s));
     }

@@ -6,6 +6,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+
 using namespace tnt::launcher;
 using Cpus = std::vector<unsigned>;
 
@@ -38,6 +45,24 @@ TEST_CASE("topology: synthetic descriptions", "[topology]") {
 
   CHECK_THROWS_WITH(load_topology("no such thing"), Catch::Contains("not a synthetic description"));
   CHECK_THROWS_AS(load_topology("/etc/hostname"), InputError);  // exists, not XML
+}
+
+TEST_CASE("topology: a file that is not a regular one is refused, naming it", "[topology]") {
+  // hwloc reads a topology file to its end: /dev/zero never ends, and a FIFO without a
+  // writer blocks for good. Neither may be read.
+  char dir_template[] = "/tmp/tnt_topology_XXXXXX";
+  REQUIRE(::mkdtemp(dir_template) != nullptr);
+  const std::string dir = dir_template, fifo = dir + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(load_topology("/dev/zero"),
+                    "topology file '/dev/zero' is not a regular file (a character device): give an hwloc XML file "
+                    "(lstopo FILE.xml) or a synthetic description");
+  CHECK_THROWS_WITH(load_topology(fifo), Catch::Contains("topology file '" + fifo + "' is not a regular file (a FIFO)"));
+  CHECK_THROWS_WITH(load_topology(dir), Catch::Contains("topology file '" + dir + "' is not a regular file (a directory)"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  std::remove(fifo.c_str());
+  ::rmdir(dir.c_str());
 }
 
 TEST_CASE("topology: this machine", "[topology]") {

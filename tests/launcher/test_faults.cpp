@@ -8,8 +8,10 @@
 #include <fmt/format.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -23,6 +25,7 @@ namespace {
 
 const std::string launcher = TNT_LAUNCHER_BIN;
 const std::string rank_info = TNT_RANK_INFO_BIN;
+const std::string join_probe = TNT_JOIN_PROBE_BIN;
 
 Outcome tarantella(const std::vector<std::string>& args, std::chrono::milliseconds deadline,
                    const Env& env = tnt_test::clean_environment()) {
@@ -264,9 +267,11 @@ TEST_CASE("faults: --max-restarts does not restart what a restart would repeat",
 TEST_CASE("faults: after a rank goes silent only that rank is blamed, not those the stop took",
           "[integration][faults][lifeline]") {
   // Rank 1's step is held by SIGSTOP once its lifeline is up: no heartbeat, so the launcher
-  // finds it unreachable and ends the job. Rank 0's program ignores SIGTERM, so its step is
-  // killed in that stop and its lifeline closes without a farewell: a consequence of the
-  // stop, which must not be reported as a host or daemon that died.
+  // finds it unreachable and ends the job. Rank 0's program ignores SIGTERM, so the stop
+  // ends it with SIGKILL: a consequence of the stop, which must not be reported as a host
+  // or daemon that died, nor as a failure of its own. (Before the step had a back half
+  // that mpirun does not kill, rank 0's step died in the stop and its lifeline closed
+  // without a farewell; the launcher then said it "ended by the launcher's stop".)
   const std::string marker = "tnt-silent-" + std::to_string(::getpid());
   ScratchDir dir;
   const std::string step_file = dir.file("step1");
@@ -286,6 +291,249 @@ TEST_CASE("faults: after a rank goes silent only that rank is blamed, not those 
   CHECK_THAT(o.err, Catch::Contains(rank_name(1) + ") failed first: unreachable"));
   CHECK_THAT(o.err, Catch::Contains("rank 1 on " + host_name() + ": unreachable ("));
   CHECK_THAT(o.err, !Catch::Contains("rank 0 on " + host_name() + ": lost"));
-  CHECK_THAT(o.err, Catch::Contains("rank 0 on " + host_name() + ": ended by the launcher's stop of the job"));
+  CHECK_THAT(o.err, !Catch::Contains(rank_name(0) + ") failed"));
+  CHECK(left_with_argument(marker).empty());
+}
+
+TEST_CASE("faults: an mpirun that exits 0 without running anything is no success", "[integration][faults]") {
+  // `--mpirun /bin/true` exited 0 as if the job had run. Each rank's step reports its
+  // program's start and end; a rank that never did is named.
+  const Outcome o = tarantella({"-n", "2", "--mpirun", "/bin/true", "--", "/bin/true"}, 30s);
+  INFO(o.describe());
+  CHECK(o.exited(1));
+  CHECK_THAT(o.err, Catch::Contains("tarantella: /bin/true exited 0, but 2 of 2 ranks never started: " + rank_name(0) +
+                                    "), " + rank_name(1) + "); nothing of the job ran there"));
+  // The real mpirun, a rank that does run: still a success.
+  const Outcome fine = tarantella({"-n", "2", "--", "/bin/true"}, 30s);
+  INFO(fine.describe());
+  CHECK(fine.exited(0));
+  CHECK(fine.err.empty());
+}
+
+TEST_CASE("faults: ranks that make the same usage error are not called abnormal", "[integration][faults]") {
+  // Every rank waits for the others before it fails (and ignores the SIGTERM of mpirun's
+  // stop), so that all of them end with their own status and none with the stop's.
+  ScratchDir dir;
+  auto all_fail = [&](int ranks, const std::string& how) {
+    return fmt::format("trap '' TERM; touch {0}/$TNT_RANK.{1}; while [ $(ls {0} | grep -c '[.]{1}$') -lt {2} ]; "
+                       "do sleep 0.01; done; {3}", dir.path.string(), how.size(), ranks, how);
+  };
+  const Outcome o = tarantella(
+      {"-n", "3", "--", "/bin/sh", "-c", all_fail(3, "echo \"usage: bad flag (rank $TNT_RANK)\" >&2; exit 2")}, 30s);
+  INFO(o.describe());
+  CHECK(o.exited(2));
+  CHECK_THAT(o.err, Catch::Contains("failed first: exit code 2; 2 more ranks ended with the same usage error"));
+  CHECK_THAT(o.err, !Catch::Contains("abnormally"));
+  // A failure like the first that is no usage error is "the same way".
+  const Outcome same = tarantella({"-n", "2", "--", "/bin/sh", "-c", all_fail(2, "exit 1")}, 30s);
+  INFO(same.describe());
+  CHECK(same.exited(1));
+  CHECK_THAT(same.err, Catch::Contains("failed first: exit code 1; 1 more rank ended the same way"));
+  CHECK_THAT(same.err, !Catch::Contains("abnormally"));
+}
+
+namespace {
+
+// A 2-rank job whose program starts a child that ignores SIGTERM (as a data loader or a
+// shell's `trap '' TERM` would) and then waits; rank 1 fails after `fail_after` if given.
+// Returns once both children run.
+struct StubbornJob {
+  std::string marker;
+  std::unique_ptr<tnt_test::Process> job;
+
+  explicit StubbornJob(const std::string& tag, const std::string& rank1 = "") {
+    marker = fmt::format("30{}.{}", tag, ::getpid());  // a valid sleep, and this test's mark
+    const std::string program = fmt::format(
+        "sh -c 'trap \"\" TERM; exec sleep {0}' & {1} sleep {0}; true", marker, rank1);
+    job = std::make_unique<tnt_test::Process>(
+        std::vector<std::string>{launcher, "-n", "2", "--", "/bin/sh", "-c", program, marker},
+        tnt_test::clean_environment());
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (stubborn_children() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  }
+  // The children that ignore SIGTERM: `sleep MARKER` processes with SIGTERM ignored.
+  int stubborn_children() const {
+    int n = 0;
+    for (pid_t p : tnt_test::processes_with_argument(marker)) {
+      if (tnt_test::process_name(p) != "sleep") continue;
+      std::ifstream status("/proc/" + std::to_string(p) + "/status");
+      for (std::string line; std::getline(status, line);) {
+        if (line.rfind("SigIgn:", 0) == 0) n += (std::stoull(line.substr(7), nullptr, 16) >> (SIGTERM - 1)) & 1;
+      }
+    }
+    return n;
+  }
+};
+
+// Whatever carries `marker` 10 s after `since`, killed (not left to the next test). The
+// rank's own stop takes at most about 4 s: mpirun's 1 s before it kills the step's front,
+// the back's 2 s grace before SIGKILL to the program's group, 1 s for leftovers.
+std::vector<pid_t> left_after(const std::string& marker, std::chrono::steady_clock::time_point since) {
+  std::vector<pid_t> left = tnt_test::processes_with_argument(marker);
+  while (!left.empty() && std::chrono::steady_clock::now() < since + 10s) {
+    std::this_thread::sleep_for(50ms);
+    left = tnt_test::processes_with_argument(marker);
+  }
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  return left;
+}
+
+std::string describe_pids(const std::vector<pid_t>& pids) {
+  std::string out;
+  for (pid_t p : pids) out += fmt::format(" {}:{}", p, tnt_test::process_name(p));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("faults: a program's child that ignores SIGTERM does not outlive the job",
+          "[integration][faults][cleanup]") {
+  // Before, the step that mpirun started was killed 1 s after mpirun's SIGTERM, its
+  // program with it (PR_SET_PDEATHSIG), and the program's children, re-parented to init,
+  // lived on. Now mpirun only kills the step's front; the back ends the program's group.
+  SECTION("SIGINT, SIGTERM or SIGKILL to the launcher alone") {
+    for (int sig : {SIGINT, SIGTERM, SIGKILL}) {
+      INFO("signal to the launcher: SIG" << ::sigabbrev_np(sig));
+      StubbornJob job(std::to_string(sig));
+      REQUIRE(job.stubborn_children() == 2);
+      const auto signalled = std::chrono::steady_clock::now();
+      job.job->signal(sig);
+      const Outcome o = job.job->wait(30s);
+      INFO(o.describe());
+      CHECK((sig == SIGKILL ? o.signaled(SIGKILL) : o.exited(128 + sig)));
+      const auto left = left_after(job.marker, signalled);
+      INFO("left behind:" << describe_pids(left));
+      CHECK(left.empty());
+    }
+  }
+  SECTION("SIGINT to the launcher's whole process group, mpirun included, as a terminal's Ctrl-C") {
+    StubbornJob job("98");
+    REQUIRE(job.stubborn_children() == 2);
+    const auto signalled = std::chrono::steady_clock::now();
+    ::kill(-job.job->pid(), SIGINT);
+    const Outcome o = job.job->wait(30s);
+    INFO(o.describe());
+    CHECK(o.exited(128 + SIGINT));
+    const auto left = left_after(job.marker, signalled);
+    INFO("left behind:" << describe_pids(left));
+    CHECK(left.empty());
+  }
+  SECTION("another rank fails") {
+    StubbornJob job("99", "if [ \"$TNT_RANK\" = 1 ]; then sleep 1; exit 3; fi;");
+    REQUIRE(job.stubborn_children() == 2);
+    const Outcome o = job.job->wait(30s);
+    const auto ended = std::chrono::steady_clock::now();
+    INFO(o.describe());
+    CHECK(o.exited(3));
+    const auto left = left_after(job.marker, ended);
+    INFO("left behind:" << describe_pids(left));
+    CHECK(left.empty());
+  }
+}
+
+TEST_CASE("faults: a launch agent to a host that never answers does not outlive the launcher",
+          "[integration][faults][cleanup]") {
+  // A stand-in for `ssh HOST orted ...` to a host that swallows the connection: it ignores
+  // SIGTERM and waits. The start timeout ends the job; mpirun, stopped, left its agent
+  // running (re-parented to init) until the launcher became a subreaper that ends it.
+  ScratchDir dir;
+  const std::string marker = "3002." + std::to_string(::getpid());
+  const std::string agent = dir.script("agent", fmt::format("trap '' TERM\nexec sleep {}", marker));
+  Env env = tnt_test::clean_environment();
+  env["TNT_START_TIMEOUT"] = "2";
+  const Outcome o = tarantella({"-H", "127.0.0.2", "--launch-agent", agent, "--", "/bin/true"}, 60s, env);
+  INFO(o.describe());
+  CHECK(o.exited(124));
+  CHECK_THAT(o.err, Catch::Contains("1 of 1 rank did not start within 2 s"));
+  // Nothing is waited for: whatever is left now, the launcher left.
+  const auto left = tnt_test::processes_with_argument(marker);
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  INFO("left behind:" << describe_pids(left));
+  CHECK(left.empty());
+}
+
+TEST_CASE("faults: a rank that ends before joining the job is named at once", "[integration][faults][join]") {
+  // Open MPI's MPI_Init waits for every rank: a rank that exits 0 before it leaves the
+  // others there for good. The exit timeout ended such a job after 300 s; the runtime now
+  // tells the launcher (through the step) that it enters MPI_Init, so the rank that never
+  // did is named as soon as the others wait. The bound, 20 s, is that of starting 3 ranks
+  // on a loaded machine; the exit timeout is 300 s.
+  SECTION("a program of the runtime") {
+    const Outcome o = tarantella({"-n", "3", "--", join_probe, "1"}, 120s);
+    INFO(o.describe());
+    CHECK(o.exited(1));
+    CHECK(o.seconds < 20);
+    // Which of ranks 0 and 2 are named as waiting depends on which had entered MPI_Init.
+    CHECK_THAT(o.err, Catch::Contains("tarantella: " + rank_name(1) + ") exited 0 without joining the job (its "
+                                      "program ended before tnt::init, or never called it), while rank ") &&
+                          Catch::Contains(" in MPI_Init: the job cannot finish; ending the job"));
+    CHECK_THAT(o.err, !Catch::Contains("--exit-timeout"));
+    // Every rank joins: no verdict.
+    const Outcome fine = tarantella({"-n", "3", "--", join_probe, "none"}, 120s);
+    INFO(fine.describe());
+    CHECK(fine.exited(0));
+    CHECK_THAT(fine.err, !Catch::Contains("ending the job"));
+  }
+  SECTION("what the runtime says, said by a shell") {
+    const std::string marker = "tnt-join-" + std::to_string(::getpid());
+    const Outcome o = tarantella({"-n", "2", "--", "/bin/sh", "-c",
+                                  "if [ \"$TNT_RANK\" = 1 ]; then exit 0; fi; printf e >/proc/self/fd/$TNT_JOIN_FD; "
+                                  "exec sleep 300",
+                                  marker},
+                                 60s);
+    INFO(o.describe());
+    CHECK(o.exited(1));
+    CHECK(o.seconds < 20);
+    CHECK_THAT(o.err, Catch::Contains("tarantella: " + rank_name(1) + ") exited 0 without joining the job (its "
+                                      "program ended before tnt::init, or never called it), while " + rank_name(0) +
+                                      ") waits for it in MPI_Init: the job cannot finish; ending the job"));
+    CHECK(left_with_argument(marker).empty());
+  }
+}
+
+TEST_CASE("faults: output piped into a command that ends (| head -1)", "[integration][faults][pipe]") {
+  // mpirun met the closed pipe itself: "SIGPIPE detected ... aborting", a crash dump of
+  // mpirun, and the ranks it then killed blamed ("failed first: signal 15 (SIGTERM)").
+  const std::string marker = "3005." + std::to_string(::getpid());
+  const std::string pipeline = fmt::format(
+      "set -o pipefail; \"$0\" -n 2 -- /bin/sh -c 'yes | head -c 2000000; exec sleep {}' | head -1", marker);
+  const Outcome o = tnt_test::run({"/bin/bash", "-c", pipeline, launcher}, tnt_test::clean_environment(), 60s);
+  INFO(o.describe());
+  CHECK(o.exited(128 + SIGPIPE));
+  CHECK(o.out == "y\n");
+  CHECK(o.seconds < 20);
+  CHECK(o.err == "tarantella: the standard output was closed by its reader (the command it was piped to has "
+                 "ended); stopping the job\n");
+  CHECK(left_with_argument(marker).empty());
+}
+
+TEST_CASE("faults: a launcher stopped and continued says so, and blames no rank", "[integration][faults][stopped]") {
+  // SIGSTOP held the launcher past the heartbeat timeout: its ranks' steps took it for
+  // gone and ended their programs, and the launcher, continued, reported every rank as
+  // "lost (its per-rank step vanished ...)".
+  const std::string marker = "3007." + std::to_string(::getpid());
+  tnt_test::Process job({launcher, "-n", "2", "--heartbeat-timeout", "1", "--", "/bin/sleep", marker},
+                        tnt_test::clean_environment());
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  auto running = [&] {
+    int n = 0;
+    for (pid_t p : tnt_test::processes_with_argument(marker)) n += tnt_test::process_name(p) == "sleep";
+    return n;
+  };
+  while (running() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  REQUIRE(running() == 2);
+  job.signal(SIGSTOP);
+  std::this_thread::sleep_for(4s);  // 4 times the heartbeat timeout
+  job.signal(SIGCONT);
+  const Outcome o = job.wait(30s);
+  INFO(o.describe());
+  CHECK(o.exited(1));
+  CHECK_THAT(o.err, Catch::Contains("tarantella: this launcher was stopped for ") &&
+                        Catch::Contains(" s (SIGSTOP, or Ctrl-Z), longer than the heartbeat timeout of 1 s "
+                                        "(--heartbeat-timeout): its ranks took it for gone and have ended their "
+                                        "programs\n"));
+  CHECK_THAT(o.err, Catch::EndsWith("tarantella: the job ended because this launcher was stopped, not because of "
+                                    "its ranks\n"));
+  CHECK_THAT(o.err, !Catch::Contains("failed first") && !Catch::Contains(": lost ("));
   CHECK(left_with_argument(marker).empty());
 }

@@ -5,6 +5,7 @@
 #include "gpus.hpp"
 #include "job.hpp"
 #include "limits.hpp"
+#include "output_relay.hpp"
 #include "paths.hpp"
 #include "rank_setup.hpp"
 #include "report.hpp"
@@ -16,6 +17,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <poll.h>
 #include <sys/stat.h>
@@ -316,4 +318,40 @@ TEST_CASE("restart: a failure that a restart would repeat is named; others are n
   r.verdict.reset();
   r.interrupted_by = SIGINT;
   CHECK(restart_futility(r).empty());
+}
+
+TEST_CASE("output relay: passes output on, and finds a reader gone at the next write", "[output_relay]") {
+  int source[2], sink[2];
+  REQUIRE(::pipe(source) == 0);
+  REQUIRE(::pipe(sink) == 0);
+  CHECK(OutputRelay::wanted(sink[1]));
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  CHECK_FALSE(OutputRelay::wanted(null));
+  ::close(null);
+  OutputRelay relay(source[0], sink[1]);
+  REQUIRE(::write(source[1], "one\n", 4) == 4);
+  CHECK_FALSE(relay.service());
+  char buf[16] = {};
+  REQUIRE(::read(sink[0], buf, sizeof buf) == 4);
+  CHECK(std::string(buf, 4) == "one\n");
+  ::close(sink[0]);  // the reader goes
+  CHECK_FALSE(relay.service());  // nothing to write: nothing noticed yet
+  REQUIRE(::write(source[1], "two\n", 4) == 4);
+  CHECK(relay.service());  // the next write finds it
+  CHECK(relay.sink_closed());
+  CHECK_FALSE(relay.service());  // once
+  // Still read (to nowhere), so that the writer is never blocked: four times what the
+  // pipe holds goes through.
+  ::fcntl(source[1], F_SETFL, O_NONBLOCK);
+  const std::string chunk(4096, 'x');
+  size_t written = 0;
+  for (int round = 0; round < 10'000 && written < 256 * 1024; ++round) {
+    const ssize_t n = ::write(source[1], chunk.data(), chunk.size());
+    if (n > 0) written += static_cast<size_t>(n);
+    relay.service();
+  }
+  CHECK(written >= 256 * 1024);
+  ::close(source[1]);
+  CHECK_FALSE(relay.finish(std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+  ::close(sink[1]);
 }

@@ -172,3 +172,73 @@ TEST_CASE("watch: limits from options, the environment, and the defaults", "[wat
   CHECK(format_seconds(Seconds(120)) == "120");
   CHECK(format_seconds(Seconds(0.25)) == "0.25");
 }
+
+TEST_CASE("watch: a rank that ends without joining while others wait in MPI_Init", "[watch][join]") {
+  using K = RankReport::Kind;
+  SECTION("named at once, whichever comes first") {
+    for (bool end_first : {true, false}) {
+      INFO("the rank ends " << (end_first ? "before" : "after") << " the other enters MPI_Init");
+      RankWatch w(three_ranks(), limits(100, 300), t0);
+      for (int r = 0; r < 3; ++r) w.record(report(r, K::started), t0);
+      if (end_first) {
+        w.record(report(1, K::ended), t0 + 1s);
+        CHECK_FALSE(w.check(t0 + 1s));  // nobody waits for it yet
+        w.record(report(0, K::joining), t0 + 2s);
+      } else {
+        w.record(report(0, K::joining), t0 + 1s);
+        w.record(report(1, K::ended), t0 + 2s);
+      }
+      CHECK(w.next_check() == t0 + 2s);
+      auto v = w.check(t0 + 2s);
+      REQUIRE(v);
+      CHECK(v->reason == RankWatch::Reason::left);
+      CHECK(v->message == "rank 1 (host a, local rank 1) exited 0 without joining the job (its program ended before "
+                          "tnt::init, or never called it), while rank 0 (host a, local rank 0) waits for it in "
+                          "MPI_Init: the job cannot finish");
+    }
+  }
+  SECTION("not when some rank got through MPI_Init: every rank entered it, whatever was heard") {
+    RankWatch w(three_ranks(), limits(100, 300), t0);
+    for (int r = 0; r < 3; ++r) w.record(report(r, K::started), t0);
+    w.record(report(0, K::joining), t0);
+    w.record(report(2, K::joined), t0);
+    w.record(report(1, K::ended), t0 + 1s);  // its word was lost
+    CHECK_FALSE(w.check(t0 + 1s));
+    CHECK_FALSE(w.check(t0 + 300s));
+    auto v = w.check(t0 + 301s);  // left to the exit timeout, as before
+    REQUIRE(v);
+    CHECK(v->reason == RankWatch::Reason::exit);
+  }
+  SECTION("not for a failure, which mpirun acts on, nor for a rank that entered") {
+    RankWatch w(three_ranks(), limits(100, 300), t0);
+    w.record(report(0, K::joining), t0);
+    w.record(report(1, K::ended, 3), t0 + 1s);
+    w.record(report(2, K::joining), t0 + 1s);
+    w.record(report(2, K::ended), t0 + 1s);
+    CHECK_FALSE(w.check(t0 + 2s));
+  }
+  SECTION("a rank that joins after the rule held in between") {
+    RankWatch w(three_ranks(), limits(100, 300), t0);
+    w.record(report(0, K::joining), t0);
+    w.record(report(1, K::ended), t0 + 1s);
+    w.record(report(2, K::joined), t0 + 1s);  // before the check: MPI_Init returned there after all
+    CHECK_FALSE(w.check(t0 + 1s));
+  }
+}
+
+TEST_CASE("watch: time the launcher was stopped does not count", "[watch]") {
+  RankWatch w(three_ranks(), limits(10, 3), t0);
+  w.record(report(0, RankReport::Kind::started), t0 + 1s);
+  w.paused(20s);  // stopped at t0 + 5 s, continued at t0 + 25 s
+  CHECK(w.next_check() == t0 + 30s);
+  CHECK_FALSE(w.check(t0 + 29s));
+  auto v = w.check(t0 + 30s);
+  REQUIRE(v);
+  CHECK(v->reason == RankWatch::Reason::start);
+  // The exit timer moves on too.
+  RankWatch e(three_ranks(), limits(0, 3), t0);
+  e.record(report(1, RankReport::Kind::ended), t0 + 1s);
+  e.paused(10s);
+  CHECK_FALSE(e.check(t0 + 13s));
+  CHECK(e.check(t0 + 14s));
+}

@@ -69,7 +69,7 @@ size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
 constexpr const char* kOtherVariables[] = {
     "TNT_RANK", "TNT_SIZE", "TNT_LOCAL_RANK", "TNT_LOCAL_SIZE", "TNT_NUMA_NODE", "TNT_RUN_ID", "TNT_RESTART",
     "TNT_LAUNCHER", "TNT_LAUNCHER_REPORT", "TNT_START_TIMEOUT", "TNT_HEARTBEAT_TIMEOUT", "TNT_EXIT_TIMEOUT",
-    "TNT_STDOUT_IS_TTY", "TNT_GPU_KIT", "TNT_DEMO_DIR", "TNT_FASHION_MNIST_DIR", "TNT_TINY_IMAGENET_DIR",
+    "TNT_STDOUT_IS_TTY", "TNT_JOIN_FD", "TNT_GPU_KIT", "TNT_DEMO_DIR", "TNT_FASHION_MNIST_DIR", "TNT_TINY_IMAGENET_DIR",
     "TNT_MPIEXEC", "TNT_SETUP_BENCH", "TNT_E2E_TIMEOUT", "TNT_SEED"};
 }  // namespace
 

@@ -6,8 +6,10 @@
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <fcntl.h>
 #include <mpi.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>  // environ
 
 #include <cstdio>
@@ -26,6 +28,32 @@ RuntimeContext& ctx() {
   return *g_context;
 }
 
+// Under the launcher, the rank's step gives the program a pipe (TNT_JOIN_FD; the launcher's
+// env_names.hpp) on which this rank says that it enters MPI_Init ('e') and has left it
+// ('j'). MPI_Init waits for every rank, so a rank that ends without entering leaves the
+// others waiting forever; with this word the launcher names it at once instead of after
+// its exit timeout. Not a knob: set by the launcher, read once, and removed from the
+// environment so that no process started later writes to a reused descriptor number.
+int take_join_fd() {
+  const char* text = std::getenv("TNT_JOIN_FD");
+  if (text == nullptr) return -1;
+  char* end = nullptr;
+  const long fd = std::strtol(text, &end, 10);
+  ::unsetenv("TNT_JOIN_FD");
+  struct stat st {};
+  if (*text == '\0' || *end != '\0' || fd < 3 || fd > 1'000'000 || ::fstat(static_cast<int>(fd), &st) != 0 ||
+      !S_ISFIFO(st.st_mode)) {
+    return -1;
+  }
+  ::fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);  // the program's children have no word to say
+  return static_cast<int>(fd);
+}
+
+void tell_launcher(int fd, char word) {
+  if (fd < 0) return;
+  [[maybe_unused]] const ssize_t n = ::write(fd, &word, 1);  // nobody to tell: nothing lost
+}
+
 int affinity_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -42,6 +70,8 @@ void init(int* argc, char*** argv) {
   auto c = std::make_unique<RuntimeContext>();
   c->config = Config::from_env();
 
+  const int join_fd = take_join_fd();
+  tell_launcher(join_fd, 'e');
   int mpi_ready = 0;
   MPI_Initialized(&mpi_ready);
   if (!mpi_ready) {
@@ -52,6 +82,8 @@ void init(int* argc, char*** argv) {
               "the MPI library provides thread level {}; tarantella needs at least MPI_THREAD_SERIALIZED",
               provided);
   }
+  tell_launcher(join_fd, 'j');
+  if (join_fd >= 0) ::close(join_fd);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   TNT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
   TNT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));

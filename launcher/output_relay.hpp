@@ -1,0 +1,57 @@
+// mpirun's standard output, passed on by the launcher when its own standard output is a
+// pipe or a socket: that is, when its reader can go away (`tarantella ... | head -1`).
+// mpirun itself meets a closed output with "SIGPIPE detected ... aborting" and, in Open
+// MPI 4.1, a crash dump of its own, and the ranks it then kills are blamed for the failure.
+// Through the relay mpirun never writes to the closed pipe: the launcher finds the reader
+// gone when it next has output to pass on (as a pipeline's writer meets SIGPIPE at its
+// next write), stops the job once and says why (job.hpp), and keeps reading mpirun's
+// output (to nowhere) so that mpirun is never blocked while it stops.
+//
+// A terminal or a file cannot go away like that and is left to mpirun as before.
+// Writes never block the launcher's loop: at most a pipe's atomic size (PIPE_BUF) goes in
+// one write, and only when poll() says there is room; a socket is written without waiting.
+#pragma once
+
+#include <chrono>
+#include <poll.h>
+#include <string>
+#include <vector>
+
+namespace tnt::launcher {
+
+class OutputRelay {
+ public:
+  // Whether output written to `fd` needs the relay (a pipe or a socket).
+  static bool wanted(int fd);
+
+  // `source`: the read end of mpirun's standard output (owned: closed here). `sink`: the
+  // launcher's standard output (not owned).
+  OutputRelay(int source, int sink);
+  ~OutputRelay();
+  OutputRelay(const OutputRelay&) = delete;
+  OutputRelay& operator=(const OutputRelay&) = delete;
+
+  // The descriptors for poll(), with the events of interest now.
+  void poll_fds(std::vector<pollfd>& out) const;
+  // Moves what it can without blocking. True once: the call that found the reader gone.
+  bool service();
+  bool sink_closed() const { return closed_; }
+  // After mpirun has ended: what is left in the source (until end of file, or `deadline`
+  // for a source that a process left behind still holds) goes out, waiting for a slow
+  // reader as long as it reads. True when that found the reader gone.
+  bool finish(std::chrono::steady_clock::time_point deadline);
+
+  // Bytes kept for a slow reader before mpirun's output is left to wait in its pipe.
+  static constexpr size_t max_pending = 1 << 20;
+
+ private:
+  bool read_source();
+  bool write_sink();  // false: the reader is gone
+
+  int source_ = -1, sink_ = -1;
+  bool sink_is_socket_ = false;
+  bool closed_ = false;
+  std::string pending_;
+};
+
+}  // namespace tnt::launcher

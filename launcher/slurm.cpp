@@ -11,9 +11,9 @@ namespace tnt::launcher {
 
 namespace {
 
-// The largest machines have some 160,000 nodes; a list that expands beyond 200,000 is a
-// mistake (or an attack on the launcher's memory: "n[0-999999]x[0-999999]" is a few bytes).
-constexpr size_t kMaxNodes = 200'000;
+// The largest machines have some 160,000 nodes; a list that expands beyond kMaxSlurmNodes
+// (200,000) is a mistake (or an attack on the launcher's memory: "n[0-999999]x[0-999999]" is
+// a few bytes).
 // A host name has at most 253 characters (DNS); with the node count this bounds the memory
 // an expansion may take, whatever the list's literal parts hold.
 constexpr size_t kMaxNameLength = 253;
@@ -25,7 +25,7 @@ void check_name_length(size_t length, std::string_view whole) {
 }
 
 // One bracket body "01-04,07" -> {"01","02","03","04","07"}.
-std::vector<std::string> expand_ranges(std::string_view body, std::string_view whole) {
+std::vector<std::string> expand_ranges(std::string_view body, std::string_view whole, size_t max_nodes) {
   std::vector<std::string> out;
   for (auto part : split(body, ',')) {
     auto dash = part.find('-');
@@ -35,7 +35,7 @@ std::vector<std::string> expand_ranges(std::string_view body, std::string_view w
     if (!lo || !hi || *hi < *lo) {
       throw InputError(fmt::format("SLURM node list '{}': '{}' is not a number or a range lo-hi", whole, part));
     }
-    if (*hi - *lo >= static_cast<decltype(*hi - *lo)>(kMaxNodes - out.size())) {
+    if (*hi - *lo >= static_cast<decltype(*hi - *lo)>(max_nodes - out.size())) {
       throw InputError(fmt::format("SLURM node list '{}': range '{}' is too large", whole, part));
     }
     const size_t width = lo_text.size();
@@ -45,7 +45,7 @@ std::vector<std::string> expand_ranges(std::string_view body, std::string_view w
 }
 
 // One comma-free-at-top-level item such as "r[1-2]n[01-02]".
-void expand_item(std::string_view item, std::string_view whole, std::vector<std::string>& out) {
+void expand_item(std::string_view item, std::string_view whole, size_t max_nodes, std::vector<std::string>& out) {
   std::vector<std::string> names{""};
   size_t i = 0;
   while (i < item.size()) {
@@ -54,9 +54,9 @@ void expand_item(std::string_view item, std::string_view whole, std::vector<std:
       if (close == std::string_view::npos) {
         throw InputError(fmt::format("SLURM node list '{}': '[' without ']'", whole));
       }
-      auto values = expand_ranges(item.substr(i + 1, close - i - 1), whole);
-      if (names.size() * values.size() + out.size() > kMaxNodes) {
-        throw InputError(fmt::format("SLURM node list '{}' names more than {} nodes", whole, kMaxNodes));
+      auto values = expand_ranges(item.substr(i + 1, close - i - 1), whole, max_nodes);
+      if (names.size() * values.size() + out.size() > max_nodes) {
+        throw InputError(fmt::format("SLURM node list '{}' names more than {} nodes", whole, max_nodes));
       }
       std::vector<std::string> next;
       next.reserve(names.size() * values.size());
@@ -85,7 +85,7 @@ void expand_item(std::string_view item, std::string_view whole, std::vector<std:
 
 }  // namespace
 
-std::vector<std::string> expand_nodelist(std::string_view list) {
+std::vector<std::string> expand_nodelist(std::string_view list, size_t max_nodes) {
   std::vector<std::string> out;
   int depth = 0;
   size_t start = 0;
@@ -96,7 +96,7 @@ std::vector<std::string> expand_nodelist(std::string_view list) {
     if (i == list.size() || (list[i] == ',' && depth == 0)) {
       auto item = trim(list.substr(start, i - start));
       if (item.empty()) throw InputError(fmt::format("SLURM node list '{}' has an empty item", list));
-      expand_item(item, list, out);
+      expand_item(item, list, max_nodes, out);
       start = i + 1;
     }
   }
@@ -104,7 +104,7 @@ std::vector<std::string> expand_nodelist(std::string_view list) {
   return out;
 }
 
-std::vector<int> parse_tasks_per_node(std::string_view value, std::string_view name) {
+std::vector<int> parse_tasks_per_node(std::string_view value, std::string_view name, size_t max_nodes) {
   std::vector<int> out;
   for (auto part : split(value, ',')) {
     part = trim(part);
@@ -122,6 +122,9 @@ std::vector<int> parse_tasks_per_node(std::string_view value, std::string_view n
     }
     auto n = parse_count(part);
     if (!n) throw InputError(fmt::format("{}='{}': '{}' is not a positive number of tasks", name, value, part));
+    if (static_cast<size_t>(repeat) > max_nodes - out.size()) {
+      throw InputError(fmt::format("{}='{}' counts more than {} nodes", name, value, max_nodes));
+    }
     out.insert(out.end(), static_cast<size_t>(repeat), *n);
   }
   return out;

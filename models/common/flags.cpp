@@ -396,4 +396,15 @@ void print_nothing_to_train(bool resumed, int initial_epoch, int train_epochs, b
   }
 }
 
+RankMemory rank_memory() {
+  RankMemory r;
+  r.device = tnt::default_device();
+  const tnt::MemoryStats memory = tnt::memory_stats(r.device);
+  const int ranks_here = r.device.is_cpu() ? std::max(1, tnt::local_size()) : 1;
+  r.capacity = static_cast<double>(memory.total_bytes) / ranks_here;
+  r.what = r.device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
+                             : fmt::format("{}'s memory", r.device.str());
+  return r;
+}
+
 }  // namespace tnt_models

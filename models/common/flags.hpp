@@ -20,6 +20,7 @@
 #endif
 
 #include "common/model_dir.hpp"
+#include "tarantella/device.hpp"
 
 #include <cstdint>
 #include <map>
@@ -171,5 +172,15 @@ int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uin
 // when a run starts at or beyond --train_epochs (`evaluates`: whether weights are evaluated
 // then; the line ends after the parenthesis otherwise).
 void print_nothing_to_train(bool resumed, int initial_epoch, int train_epochs, bool evaluates = true);
+
+// What one rank may use, for the programs' memory checks before training: the default
+// device's memory (a GPU's, or the host's shared by this host's ranks; capacity 0 when
+// unknown), and how a message names it.
+struct RankMemory {
+  tnt::Device device;
+  double capacity = 0;  // bytes
+  std::string what;     // "this host's memory shared by its 2 rank(s)", "cuda:0's memory"
+};
+RankMemory rank_memory();
 
 }  // namespace tnt_models

@@ -210,12 +210,11 @@ int64_t conv_output_values_per_image(int64_t image_size) {
 // --num_classes), the convolution outputs of the largest micro-batch, its logits, its input
 // images, and with synthetic data the batch made once and the evaluation pool.
 void check_fits_memory(int64_t image_size, int64_t global_batch, int64_t num_classes, bool synthetic, bool half) {
-  const tnt::Device device = tnt::default_device();
-  const tnt::MemoryStats memory = tnt::memory_stats(device);
-  if (memory.total_bytes == 0) return;  // unknown: nothing to compare with
+  const tnt_models::RankMemory memory = tnt_models::rank_memory();
+  const tnt::Device device = memory.device;
+  const double capacity = memory.capacity;
+  if (capacity == 0) return;  // unknown: nothing to compare with
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const int ranks_here = device.is_cpu() ? std::max(1, tnt::local_size()) : 1;
-  const double capacity = static_cast<double>(memory.total_bytes) / ranks_here;
   const double micro = static_cast<double>((global_batch + tnt::size() - 1) / tnt::size());
   const double classes = static_cast<double>(num_classes), s2 = static_cast<double>(image_size * image_size);
   // ResNet-50's 23.5 million parameters without the classifier, and the classifier's.
@@ -234,8 +233,7 @@ void check_fits_memory(int64_t image_size, int64_t global_batch, int64_t num_cla
                   "the batch, the images or the classes fewer",
                   image_size, global_batch, tnt_models::count_of(tnt::size(), "rank"), static_cast<int64_t>(micro),
                   num_classes, need / gib, capacity / gib,
-                  device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
-                                  : fmt::format("{}'s memory", device.str()),
+                  memory.what,
                   state / gib, step / gib, step / micro / 1e6, image_size, image_size,
                   synthetic ? fmt::format(", {:.1f} GiB for the synthetic images", data / gib) : std::string());
 }

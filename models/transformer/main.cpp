@@ -256,12 +256,11 @@ void evaluate_bleu(tnt_models::Translator& translator, const tnt::Subtokenizer& 
 // max_length^2 per sentence and layer) and the logits with their gradient. A model that passes may still not fit; one that
 // fails cannot, and would otherwise end in the kernel's out-of-memory killer (no message).
 void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences, bool half, int64_t batch_size) {
-  const tnt::Device device = tnt::default_device();
-  const tnt::MemoryStats memory = tnt::memory_stats(device);
-  if (memory.total_bytes == 0) return;  // unknown: nothing to compare with
+  const tnt_models::RankMemory memory = tnt_models::rank_memory();
+  const tnt::Device device = memory.device;
+  const double capacity = memory.capacity;
+  if (capacity == 0) return;  // unknown: nothing to compare with
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const int ranks_here = device.is_cpu() ? std::max(1, tnt::local_size()) : 1;
-  const double capacity = static_cast<double>(memory.total_bytes) / ranks_here;
   const double params = static_cast<double>(tnt_models::transformer_parameter_count(p));
   const double state = params * (half ? 18.0 : 16.0);
   const double rows = std::ceil(static_cast<double>(sentences) / tnt::size());
@@ -291,8 +290,7 @@ void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences
                   "(--num_heads={}) and logits for {} of --max_length={} tokens (--batch_size={} over {}) take {:.1f} "
                   "GiB; make the model or the batch smaller",
                   (state + step) / gib, capacity / gib,
-                  device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
-                                  : fmt::format("{}'s memory", device.str()),
+                  memory.what,
                   params, p.hidden_size, p.filter_size, p.num_hidden_layers, p.vocab_size, state / gib, p.num_heads,
                   tnt_models::count_of(static_cast<int64_t>(rows), "sentence"), p.max_length, batch_size,
                   tnt_models::count_of(tnt::size(), "rank"), step / gib);
@@ -307,11 +305,9 @@ void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences
 // positions and the encoder-decoder attention over the source.
 void check_decode_fits_memory(const tnt_models::TransformerParams& p, int64_t length, int64_t batch,
                               const std::string& file, int64_t line) {
-  const tnt::Device device = tnt::default_device();
-  const tnt::MemoryStats memory = tnt::memory_stats(device);
-  if (memory.total_bytes == 0) return;
-  const int ranks_here = device.is_cpu() ? std::max(1, tnt::local_size()) : 1;
-  const double capacity = static_cast<double>(memory.total_bytes) / ranks_here;
+  const tnt_models::RankMemory memory = tnt_models::rank_memory();
+  const double capacity = memory.capacity;
+  if (capacity == 0) return;
   const double l = static_cast<double>(length), b = static_cast<double>(batch), elt = 4.0;
   const double decode = l + static_cast<double>(p.extra_decode_length);
   const double heads = static_cast<double>(p.num_heads), beam = static_cast<double>(p.beam_size);
@@ -326,8 +322,7 @@ void check_decode_fits_memory(const tnt_models::TransformerParams& p, int64_t le
                   "with --decode_max_length (e.g. --decode_max_length={}), or split that line",
                   file, line, length, batch, need / gib, p.num_heads, length, p.beam_size, length,
                   p.extra_decode_length, capacity / gib,
-                  device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
-                                  : fmt::format("{}'s memory", device.str()),
+                  memory.what,
                   std::max<int64_t>(p.max_length, 2));
 }
 

@@ -61,6 +61,15 @@ TEST_CASE("slurm: tasks per node", "[slurm]") {
   CHECK_THROWS_AS(parse_tasks_per_node("4(2)", "V"), InputError);
   CHECK_THROWS_WITH(parse_tasks_per_node("4(x)", "SLURM_NTASKS_PER_NODE"),
                     Catch::Contains("SLURM_NTASKS_PER_NODE='4(x)'"));
+  // A repeat count is not an allocation size: 2e9 ints (8 GB) were inserted before.
+  CHECK_THROWS_WITH(parse_tasks_per_node("1(x2000000000)", "SLURM_TASKS_PER_NODE"),
+                    Catch::Contains("counts more than 200000 nodes"));
+  CHECK(parse_tasks_per_node("1(x200000)", "V").size() == 200000);
+  CHECK_THROWS_AS(parse_tasks_per_node("1(x199999),2,3", "V"), InputError);
+  // The bound is the caller's (the fuzz harness passes a small one).
+  CHECK_THROWS_AS(parse_tasks_per_node("1(x4)", "V", 3), InputError);
+  CHECK_THROWS_WITH(expand_nodelist("n[1-4]", 3), Catch::Contains("too large"));
+  CHECK(expand_nodelist("n[1-3]", 3).size() == 3);
 }
 
 TEST_CASE("slurm: the allocation from the environment", "[slurm]") {

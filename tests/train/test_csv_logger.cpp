@@ -228,6 +228,20 @@ TEST_CASE("CSVLogger: a resumed run killed while it rewrites history.csv leaves 
   CHECK(inside > 1);
   CHECK(old_seen > 0);
   CHECK(new_seen > 0);
+
+  // What a killed rewrite left behind goes at the next rewrite; a live writer's stays.
+  write_old();
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  REQUIRE(::waitpid(dead, nullptr, 0) == dead);
+  const std::string stale = ".history.csv.tmp-" + std::to_string(dead) + "-abcdef";
+  const std::string live = ".history.csv.tmp-" + std::to_string(::getpid()) + "-ghijkl";
+  std::ofstream(dir + "/" + stale) << "partial";
+  std::ofstream(dir + "/" + live) << "being written";
+  REQUIRE(temps_beside(dir).size() == 2);
+  resume_in_child(path, resume_at, -1);
+  CHECK(read_all(path) == new_text);
+  CHECK(temps_beside(dir) == std::vector<std::string>{live});
   std::filesystem::remove_all(dir);
 }
 

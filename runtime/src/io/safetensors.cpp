@@ -5,6 +5,7 @@
 // the directory entry too (fsync of the directory); otherwise a power cut could leave
 // the new name pointing at an empty file.
 #include "tarantella/checkpoint.hpp"
+#include "io/temp_files.hpp"
 #include "tarantella/files.hpp"
 
 #include <nlohmann/json.hpp>
@@ -90,27 +91,6 @@ void read_all(int fd, void* data, size_t bytes, uint64_t offset, const std::stri
   }
 }
 
-std::string temp_prefix(const std::string& base) { return "." + base + ".tmp-"; }
-
-// Removes temporary files of earlier writes of `base` whose process is gone (a process
-// that is still running may be writing one right now).
-// Best effort: the checkpoint itself is already in place, so a failure here is not one.
-void remove_stale_temps(const fs::path& dir, const std::string& base) noexcept {
-  std::string prefix = temp_prefix(base);
-  std::error_code ec;
-  try {
-    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-      std::string name = it->path().filename().string();
-      if (name.rfind(prefix, 0) != 0) continue;
-      long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
-      bool alive = pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
-      std::error_code rm_ec;
-      if (!alive) fs::remove(it->path(), rm_ec);
-    }
-  } catch (...) {
-  }
-}
-
 std::string build_header(const NamedTensors& tensors, const Metadata& metadata, const std::string& path) {
   Json header = Json::object();
   if (!metadata.empty()) {
@@ -153,7 +133,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
     TNT_INPUT_ERROR("write_safetensors '{}': directory '{}' does not exist", path, dir.string());
   }
 
-  std::string tmp = (dir / (temp_prefix(base) + std::to_string(::getpid()) + "-XXXXXX")).string();
+  std::string tmp = io::temp_template(dir, base);
   Fd fd(::mkstemp(tmp.data()));
   if (fd.get() < 0) {
     TNT_INPUT_ERROR("write_safetensors '{}': cannot create a temporary file in '{}': {}", path,
@@ -189,7 +169,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   if (dfd.get() < 0 || ::fsync(dfd.get()) != 0) {
     TNT_THROW("write_safetensors '{}': fsync of directory '{}' failed: {}", path, dir.string(), std::strerror(errno));
   }
-  remove_stale_temps(dir, base);
+  io::remove_stale_temps(dir, base);
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {

@@ -3,6 +3,7 @@
 #include "tarantella/check.hpp"
 #include "tarantella/files.hpp"
 #include "core/clock.hpp"
+#include "io/temp_files.hpp"
 #include "io/timeline.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/model.hpp"
@@ -472,7 +473,7 @@ std::vector<std::string> complete_lines(const std::string& path) {
 void replace_file(const std::string& path, const std::string& content) {
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  std::string tmp = (dir / fmt::format(".{}.tmp-XXXXXX", target.filename().string())).string();
+  std::string tmp = io::temp_template(dir, target.filename().string());
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) TNT_INPUT_ERROR("CSVLogger: cannot create a temporary file beside '{}': {}", path, std::strerror(errno));
   const mode_t mask = ::umask(0);  // mkstemp makes 0600; the log is an ordinary file
@@ -497,6 +498,8 @@ void replace_file(const std::string& path, const std::string& content) {
     ::fsync(dfd);  // the new directory entry too; best effort, the data are in place
     ::close(dfd);
   }
+  // A rewrite killed before its rename (tests/train: SIGKILL mid-rewrite) left its temp.
+  io::remove_stale_temps(dir, target.filename().string());
 }
 
 }  // namespace

@@ -61,8 +61,9 @@ TEST_CASE("slurm: tasks per node", "[slurm]") {
   CHECK_THROWS_AS(parse_tasks_per_node("4(2)", "V"), InputError);
   CHECK_THROWS_WITH(parse_tasks_per_node("4(x)", "SLURM_NTASKS_PER_NODE"),
                     Catch::Contains("SLURM_NTASKS_PER_NODE='4(x)'"));
-  // A repeat count is not an allocation size: 2e9 ints (8 GB) were inserted before.
-  CHECK_THROWS_WITH(parse_tasks_per_node("1(x2000000000)", "SLURM_TASKS_PER_NODE"),
+  // Each repeat is at most 10^6, but not their sum: 64 KB of "1(x1000000)," asked for 5e9
+  // ints (20 GB) before. The total counts against the node bound.
+  CHECK_THROWS_WITH(parse_tasks_per_node("1(x1000000),1(x1000000)", "SLURM_TASKS_PER_NODE"),
                     Catch::Contains("counts more than 200000 nodes"));
   CHECK(parse_tasks_per_node("1(x200000)", "V").size() == 200000);
   CHECK_THROWS_AS(parse_tasks_per_node("1(x199999),2,3", "V"), InputError);

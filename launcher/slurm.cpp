@@ -39,7 +39,13 @@ std::vector<std::string> expand_ranges(std::string_view body, std::string_view w
       throw InputError(fmt::format("SLURM node list '{}': range '{}' is too large", whole, part));
     }
     const size_t width = lo_text.size();
-    for (auto v = *lo; v <= *hi; ++v) out.push_back(fmt::format("{:0{}}", v, width));
+    // Counted, not `v <= hi`: at hi = 2^64 - 1 that condition is always true (the fuzzer's
+    // 'n[18446744073709551615]' looped for good).
+    const auto count = *hi - *lo;
+    for (decltype(*hi - *lo) k = 0;; ++k) {
+      out.push_back(fmt::format("{:0{}}", *lo + k, width));
+      if (k == count) break;
+    }
   }
   return out;
 }

@@ -73,6 +73,13 @@ TEST_CASE("slurm: tasks per node", "[slurm]") {
   CHECK(expand_nodelist("n[1-3]", 3).size() == 3);
 }
 
+// Found by the fuzzer (a hang): a range ending at the largest number looped for good.
+TEST_CASE("slurm: a range at the largest number ends", "[slurm]") {
+  CHECK(expand_nodelist("n[18446744073709551615]") == std::vector<std::string>{"n18446744073709551615"});
+  CHECK(expand_nodelist("n[18446744073709551614-18446744073709551615]") ==
+        std::vector<std::string>{"n18446744073709551614", "n18446744073709551615"});
+}
+
 TEST_CASE("slurm: the allocation from the environment", "[slurm]") {
   CHECK_FALSE(slurm_allocation({{"SLURM_JOB_NODELIST", "a"}}));  // no job id: not inside an allocation
 

@@ -65,6 +65,24 @@ train_checkpoint() {
   fi
 }
 
+# set_checkpoint_metadata KEY VALUE: rewrites one metadata entry of the trained checkpoint
+# (the safetensors header, padded to 8 bytes), as a damaged or foreign file would have it.
+set_checkpoint_metadata() {
+  local python=${PYTHON:-python3}
+  command -v "$python" >/dev/null || python=/usr/bin/python3
+  "$python" - "$fm_tmp/model/checkpoint.safetensors" "$1" "$2" <<'PY'
+import json, struct, sys
+path, key, value = sys.argv[1:4]
+data = open(path, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+header["__metadata__"][key] = value
+text = json.dumps(header).encode()
+text += b" " * (-len(text) % 8)
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
+PY
+}
+
 case $case_name in
   missing_data_dir)
     fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --data_dir="$fm_tmp/no_such_dir"
@@ -218,19 +236,7 @@ case $case_name in
     # A checkpoint whose metadata says epoch -5 (damaged, or written by something else):
     # refused at load, naming the file, rather than training from "epoch -5".
     train_checkpoint
-    python=${PYTHON:-python3}
-    command -v "$python" >/dev/null || python=/usr/bin/python3
-    "$python" - "$fm_tmp/model/checkpoint.safetensors" <<'PY'
-import json, struct, sys
-path = sys.argv[1]
-data = open(path, "rb").read()
-n = struct.unpack("<Q", data[:8])[0]
-header = json.loads(data[8:8 + n])
-header["__metadata__"]["epoch"] = "-5"
-text = json.dumps(header).encode()
-text += b" " * (-len(text) % 8)
-open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
-PY
+    set_checkpoint_metadata epoch -5
     fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
     expect_failure "$case_name"
     fm_expect_fixed "$case_name" \
@@ -242,19 +248,7 @@ PY
     # step=-1 in a checkpoint: an input error naming the file (exit 2, which the launcher
     # does not restart), not the optimizer's internal check.
     train_checkpoint
-    python=${PYTHON:-python3}
-    command -v "$python" >/dev/null || python=/usr/bin/python3
-    "$python" - "$fm_tmp/model/checkpoint.safetensors" <<'PY'
-import json, struct, sys
-path = sys.argv[1]
-data = open(path, "rb").read()
-n = struct.unpack("<Q", data[:8])[0]
-header = json.loads(data[8:8 + n])
-header["__metadata__"]["step"] = "-1"
-text = json.dumps(header).encode()
-text += b" " * (-len(text) % 8)
-open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
-PY
+    set_checkpoint_metadata step -1
     fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
     expect_failure "$case_name"
     fm_expect_fixed "$case_name" \

@@ -58,6 +58,9 @@ cxxopts::Options make_parser() {
       ("timeline", "Write a Chrome trace of training steps TNT_TIMELINE_STEPS (default: the first 10 steps the run "
        "trains) to FILE, exported as "
        "TNT_TIMELINE", cxxopts::value<std::string>(), "FILE")
+      ("profile-scaling", "Write a scaling profile to FILE after 5 warm-up steps and TNT_PROFILE_SCALING_STEPS "
+       "(default 30) more, for `tarantella predict` (docs/scaling.md); exported as TNT_PROFILE_SCALING",
+       cxxopts::value<std::string>(), "FILE")
       ("x", "Export KEY=VALUE to every rank (repeatable); every TNT_* variable of this environment is exported as well",
        cxxopts::value<std::string>(), "KEY=VALUE");
   o.add_options("Pinning")
@@ -314,7 +317,7 @@ Options parse_command_line(const std::vector<std::string>& args) {
 
   // cxxopts keeps the last of an option given twice: a user who wrote two hostfiles (or two
   // --mpirun) meant one of them, and the launcher cannot know which.
-  for (const char* key : {"hostfile", "hosts", "fusion-threshold", "log-level", "timeline", "topology",
+  for (const char* key : {"hostfile", "hosts", "fusion-threshold", "log-level", "timeline", "profile-scaling", "topology",
                           "start-timeout", "exit-timeout", "heartbeat-timeout", "max-restarts", "launch-agent",
                           "mpirun", "mpi-args"}) {
     std::vector<std::string> values;
@@ -367,6 +370,16 @@ Options parse_command_line(const std::vector<std::string>& args) {
       if (e.first == "TNT_TIMELINE") throw InputError("-x TNT_TIMELINE=... and --timeline set the same variable; give one");
     }
     o.exports.emplace_back("TNT_TIMELINE", std::filesystem::absolute(path).string());
+  }
+  if (result.count("profile-scaling")) {
+    const auto path = result["profile-scaling"].as<std::string>();
+    if (path.empty()) throw InputError("--profile-scaling: the path is empty");
+    for (const auto& e : o.exports) {
+      if (e.first == "TNT_PROFILE_SCALING") {
+        throw InputError("-x TNT_PROFILE_SCALING=... and --profile-scaling set the same variable; give one");
+      }
+    }
+    o.exports.emplace_back("TNT_PROFILE_SCALING", std::filesystem::absolute(path).string());
   }
 
   auto seconds = [&](const char* flag) -> std::optional<double> {
@@ -445,6 +458,7 @@ Examples:
   tarantella -H node1,node2:2 -- ./train               node1 with the default, node2 with 2 ranks
   sbatch -N 4 --wrap 'tarantella -- ./train'           inside SLURM: the allocation's nodes
   tarantella --fusion-threshold 64 --log-level INFO -x OMP_NUM_THREADS=8 -- ./train
+  tarantella -n 2 --profile-scaling profile.json -- ./train   then: tarantella predict profile.json --help
   tarantella --mpi-args "--mca btl_tcp_if_include eth0" --hostfile hosts -- ./train
   tarantella --launch-agent "ssh -p 2222" -H node1,node2 -- ./train   ssh on another port
   tarantella --max-restarts 3 --hostfile hosts -- ./train --model_dir=run1   restart from checkpoints

@@ -25,6 +25,10 @@ namespace tnt {
   X(timeline, std::string, "TNT_TIMELINE", "", "", "Chrome trace file of a window of steps; empty = off") \
   X(timeline_steps, std::string, "TNT_TIMELINE_STEPS", "1-10", "steps",                         \
     "the timeline's window a-b (1-based, over the whole run); unset = this run's first 10 steps")  \
+  X(profile_scaling, std::string, "TNT_PROFILE_SCALING", "", "",                               \
+    "write a scaling profile (docs/scaling.md) to this file after warm-up; empty = off")       \
+  X(profile_scaling_steps, int64_t, "TNT_PROFILE_SCALING_STEPS", 30, "steps",                   \
+    "steps the scaling profile takes its medians over, after 5 warm-up steps")                 \
   X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
   X(device, std::string, "TNT_DEVICE", "", "",                                                 \
     "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \

@@ -74,6 +74,10 @@ struct StepTiming {
   double backward_end_s = 0;  // finalize() was called
   double finalize_end_s = 0;  // finalize() returned
   std::vector<BucketTiming> buckets;
+  // (gradients,) in registration order: when each was marked ready (device buckets: its
+  // bucket's ready_s, since the GPU's clock has no per-gradient event). For the scaling
+  // profile (docs/scaling.md), which re-plans the buckets at other thresholds.
+  std::vector<double> gradient_ready_s;
   double comm_s() const;     // total time buckets were in flight (sum of end - start)
   double hidden_s() const;   // the part of it before backward_end_s
   double exposed_s() const;  // finalize_end_s - backward_end_s: what backward waited for
@@ -104,6 +108,8 @@ class Reducer {
   void finalize(std::optional<double> scale = std::nullopt);
 
   size_t num_gradients() const;
+  const std::vector<std::string>& gradient_names() const;  // (gradients,) registration order
+  std::vector<int64_t> gradient_bytes() const;              // (gradients,) registration order
   const std::vector<Bucket>& buckets() const;
   int64_t threshold_bytes() const;
   std::string plan() const;  // one line per bucket: index, bytes, gradient names

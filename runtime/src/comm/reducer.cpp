@@ -95,6 +95,7 @@ struct Reducer::Impl {
 
   void mark_locked(size_t i) {
     ready[i] = 1;
+    current.gradient_ready_s[i] = since_t0();
     size_t b = plan.bucket_of[i];
     if (--missing[b] == 0) current.buckets[b].ready_s = since_t0();
   }
@@ -120,6 +121,7 @@ struct Reducer::Impl {
     last = current;
     current = StepTiming{};
     current.buckets.assign(buckets.size(), {});
+    current.gradient_ready_s.assign(grads.size(), 0);
     std::fill(ready.begin(), ready.end(), 0);
     for (size_t b = 0; b < buckets.size(); ++b) missing[b] = static_cast<int>(buckets[b].gradients.size());
     next_launch = 0;
@@ -164,6 +166,7 @@ Reducer::Reducer(Communicator& comm, std::vector<std::pair<std::string, Tensor>>
   m.missing.resize(m.buckets.size());
   for (size_t b = 0; b < m.buckets.size(); ++b) m.missing[b] = static_cast<int>(m.buckets[b].gradients.size());
   m.current.buckets.assign(m.buckets.size(), {});
+  m.current.gradient_ready_s.assign(m.grads.size(), 0);
 }
 
 Reducer::~Reducer() {
@@ -209,6 +212,7 @@ void Reducer::finalize(std::optional<double> scale) {
   Impl& m = *impl_;
   TNT_CHECK(!m.broken, "Reducer: unusable after an earlier communication error");
   const double s = scale.value_or(1.0 / static_cast<double>(m.size));
+  const bool on_device = !m.buckets.empty() && m.buckets[0].device.is_cuda();
   std::lock_guard<std::mutex> lk(m.mu);
   m.begin_step_locked();
   m.current.backward_end_s = m.since_t0();
@@ -229,6 +233,9 @@ void Reducer::finalize(std::optional<double> scale) {
       m.transport->wait_all();
       for (size_t b = 0; b < m.buckets.size(); ++b) m.transport->unpack(b, s);
       m.transport->read_timing(m.current);
+      if (on_device) {
+        for (size_t i = 0; i < m.grads.size(); ++i) m.current.gradient_ready_s[i] = m.current.buckets[m.plan.bucket_of[i]].ready_s;
+      }
     }
   } catch (...) {
     m.broken = true;
@@ -238,6 +245,12 @@ void Reducer::finalize(std::optional<double> scale) {
 }
 
 size_t Reducer::num_gradients() const { return impl_->grads.size(); }
+const std::vector<std::string>& Reducer::gradient_names() const { return impl_->names; }
+std::vector<int64_t> Reducer::gradient_bytes() const {
+  std::vector<int64_t> out;
+  for (const Tensor& g : impl_->grads) out.push_back(static_cast<int64_t>(g.nbytes()));
+  return out;
+}
 const std::vector<Reducer::Bucket>& Reducer::buckets() const { return impl_->buckets; }
 int64_t Reducer::threshold_bytes() const { return impl_->threshold; }
 const StepTiming& Reducer::last_step() const { return impl_->last; }

@@ -24,21 +24,27 @@ Link link_from_fit(const AllreduceFit& fit) {
 
 AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<double>& seconds, int ranks) {
   if (bytes.size() != seconds.size()) throw std::invalid_argument("fit_allreduce: sizes and times differ in length");
-  const double n = static_cast<double>(bytes.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  // Weighted by 1/time^2, i.e. relative errors: a plain fit lets the largest messages decide
+  // everything and leaves the latency (what small buckets pay) to chance.
+  double s = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
     const double x = static_cast<double>(bytes[i]);
-    sx += x;
-    sy += seconds[i];
-    sxx += x * x;
-    sxy += x * seconds[i];
+    const double y = seconds[i];
+    const double w = y > 0 ? 1 / (y * y) : 1;
+    s += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
   }
-  const double den = n * sxx - sx * sx;
-  if (bytes.size() < 2 || !(den > 0)) throw std::invalid_argument("fit_allreduce: needs at least two distinct sizes");
+  const double den = s * sxx - sx * sx;
+  if (bytes.size() < 2 || !(den > 1e-12 * s * sxx)) {
+    throw std::invalid_argument("fit_allreduce: needs at least two distinct sizes");
+  }
   AllreduceFit fit;
   fit.ranks = ranks;
-  fit.b_s_per_byte = std::max(0.0, (n * sxy - sx * sy) / den);
-  fit.a_s = std::max(0.0, (sy - fit.b_s_per_byte * sx) / n);
+  fit.b_s_per_byte = std::max(0.0, (s * sxy - sx * sy) / den);
+  fit.a_s = std::max(0.0, (sy - fit.b_s_per_byte * sx) / s);
   return fit;
 }
 

@@ -60,6 +60,9 @@ TEST_CASE("ring allreduce cost within a node, hierarchical and flat") {
   n.hierarchical = false;
   // 8 ranks in one ring, each step bound by the inter-node link: 14 * (10 us + 125000 B / 1e8)
   CHECK(allreduce_s(1000000, n) == near(14 * (1e-5 + 1.25e-3)));
+  // A flat ring whose edges within a node are the slower ones: they set the pace.
+  n.intra = link(1e-4, 1e8);
+  CHECK(allreduce_s(1000000, n) == near(14 * (1e-4 + 1.25e-3)));
   n.ranks_per_node = 1;
   n.nodes = 4;
   // one rank per node: 2*3*10 us + 2*3/4 * 1e6 / 1e8

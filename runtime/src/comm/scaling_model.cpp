@@ -65,7 +65,11 @@ double allreduce_s(int64_t bytes, const Network& net) {
   if (net.nodes == 1) return ring_s(n, net.ranks_per_node, net.intra);
   if (net.ranks_per_node == 1) return ring_s(n, net.nodes, net.inter);
   if (net.hierarchical) return ring_s(n, net.ranks_per_node, net.intra) + ring_s(n, net.nodes, net.inter);
-  return 2.0 * (p - 1) * (net.inter.latency_s + n / p / net.inter.bytes_per_s);
+  // Every step of a flat ring moves a chunk over each edge at once, some within a node and
+  // some across: the slower edge sets the pace.
+  const double within = net.intra.latency_s + n / p / net.intra.bytes_per_s;
+  const double across = net.inter.latency_s + n / p / net.inter.bytes_per_s;
+  return 2.0 * (p - 1) * std::max(within, across);
 }
 
 Prediction predict(const Profile& profile, const Network& net, int64_t threshold_bytes) {

@@ -17,8 +17,8 @@
 //   hierarchical   within the node (r = ranks_per_node) as above with p = r, plus across the
 //                  N nodes 2(N-1) * inter.latency + 2(N-1)/N * n / inter.bandwidth (the r
 //                  ranks of a node share its link, so the node moves all n bytes)
-//   flat ring      2(p-1) * (inter.latency + n/p / inter.bandwidth): every step waits for the
-//                  chunk that crosses a node boundary (our host ring, MPI's ring)
+//   flat ring      2(p-1) * max(latency + n/p / bandwidth) over intra and inter: every step
+//                  waits for its slowest edge (our host ring, MPI's ring)
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 # --profile-scaling (docs/scaling.md) on fashion_mnist through the launcher: 2 ranks write a
 # profile whose fields are sane (every gradient of the CNN with its size, ready times inside
 # backward, the allreduce measured); 1 rank writes one without an allreduce; a profile that
-# cannot be written ends the job with exit status 2 naming the file, on every rank.
+# cannot be written ends the job with exit status 2 naming the file, on every rank;
+# --fusion-threshold auto trains and announces its choice once.
 #
 #   scaling_profile.sh LAUNCHER PROGRAM
 source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
@@ -81,6 +82,13 @@ for ranks in 2 1; do
   n=$(grep -c "scaling profile of 20 steps on $ranks rank(s) written to $profile" <<<"$fm_out")
   [[ $n -eq 1 ]] && fm_pass "$name: said once where the profile went" || fm_fail "$name: the note appears $n times"
 done
+
+# --fusion-threshold auto: the master announces the choice once; the run trains as usual.
+name=auto
+fm_run "$name" -n 2 -x TNT_NUM_THREADS=1 --fusion-threshold auto -- "${args[@]}" --overwrite
+if [[ $fm_rc -eq 0 ]]; then fm_pass "$name: exit status 0"; else fm_fail "$name: exit status $fm_rc"; fi
+n=$(grep -c "^fusion threshold auto: " <<<"$fm_out")
+[[ $n -eq 1 ]] && fm_pass "$name: the choice announced once" || fm_fail "$name: the choice announced $n times"
 
 name=unwritable
 fm_run "$name" -n 2 -x TNT_NUM_THREADS=1 -x TNT_PROFILE_SCALING_STEPS=2 --profile-scaling "$fm_tmp/no/such/dir/p.json" \

@@ -3,6 +3,7 @@
 // fixture (data/predict_profile.json) whose numbers are worked out by hand below.
 #include "cli.hpp"
 #include "error.hpp"
+#include "exports.hpp"
 #include "predict.hpp"
 #include "process.hpp"
 
@@ -157,6 +158,19 @@ TEST_CASE("--profile-scaling exports an absolute path", "[predict]") {
   CHECK(o.exports[0].second == (std::filesystem::current_path() / "p.json").string());
   CHECK_THAT(error_of([] { parse_command_line({"--profile-scaling", "", "--", "p"}); }), Contains("path is empty"));
   CHECK_THAT(error_of([] { parse_command_line({"-x", "TNT_PROFILE_SCALING=a", "--profile-scaling", "b", "--", "p"}); }),
+             Contains("give one"));
+}
+
+TEST_CASE("--fusion-threshold auto is exported as TNT_FUSION_THRESHOLD=auto", "[predict]") {
+  auto o = parse_command_line({"--fusion-threshold", "auto", "--", "./train"});
+  CHECK(o.fusion_threshold_auto);
+  CHECK_FALSE(o.fusion_threshold_kb);
+  bool exported = false;
+  for (const auto& e : rank_exports(o, Environment{})) exported |= e.first == "TNT_FUSION_THRESHOLD" && e.second == "auto";
+  CHECK(exported);
+  CHECK_THAT(error_of([] { parse_command_line({"--fusion-threshold", "AUTO", "--", "p"}); }),
+             Contains("--fusion-threshold AUTO") && Contains("or auto"));
+  CHECK_THAT(error_of([] { parse_command_line({"-x", "TNT_FUSION_THRESHOLD=8", "--fusion-threshold", "auto", "--", "p"}); }),
              Contains("give one"));
 }
 

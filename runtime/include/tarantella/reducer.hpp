@@ -56,7 +56,13 @@
 namespace tnt {
 
 struct ReducerOptions {
-  int64_t threshold_bytes = -1;  // -1: TNT_FUSION_THRESHOLD (KB) of the configuration
+  // Chosen by the scaling model (docs/scaling.md): the first auto_warmup_steps steps run at
+  // 32 KB, the next auto_steps are timed, then every rank measures the allreduce, the
+  // master's timings pick the threshold predicted fastest, and the plan is made again once.
+  static constexpr int64_t kAuto = -2;
+  int64_t threshold_bytes = -1;  // -1: TNT_FUSION_THRESHOLD (KB, or auto) of the configuration; kAuto
+  int auto_warmup_steps = 3;
+  int auto_steps = 5;
   AllreduceAlgo algo = AllreduceAlgo::automatic;
   // Stream (cudaStream_t) that produces device gradients and receives the summed ones;
   // nullptr = the layers' compute stream of the gradients' device (what training uses).
@@ -111,7 +117,9 @@ class Reducer {
   const std::vector<std::string>& gradient_names() const;  // (gradients,) registration order
   std::vector<int64_t> gradient_bytes() const;              // (gradients,) registration order
   const std::vector<Bucket>& buckets() const;
-  int64_t threshold_bytes() const;
+  int64_t threshold_bytes() const;  // the plan's now (auto: changes once, after the timed steps)
+  // Auto: the line that announced the choice (also printed by the master); empty before.
+  const std::string& auto_choice() const;
   std::string plan() const;  // one line per bucket: index, bytes, gradient names
   const StepTiming& last_step() const;
 

@@ -228,3 +228,21 @@ TEST_CASE("tarantella predict on a profile fixture", "[predict][binary]") {
     CHECK_THAT(e.err, Contains("--csv") && Contains("dir.csv"));
   }
 }
+
+TEST_CASE("predict: the Goyal et al. 2017 comparison of docs/scaling.md", "[predict][binary]") {
+  // The numbers docs/scaling.md quotes; rounding as the CSV writes them.
+  TempDir dir;
+  const std::string csv = (dir.path / "g.csv").string();
+  auto r = run_predict({std::string(TNT_SOURCE_DIR) + "/tests/launcher/data/resnet50_p100_goyal2017.json", "--nodes",
+                        "1,8,16,32", "--devices-per-node", "8", "--intra", "nvlink-p100", "--network", "50gbe",
+                        "--allreduce", "hierarchical", "--csv", csv});
+  INFO(r.describe());
+  REQUIRE(r.exited(0));
+  const std::string text = slurp(csv);
+  CHECK_THAT(text, Contains("\n1,8,230.0"));
+  CHECK_THAT(text, Contains("\n8,64,230.2"));
+  CHECK_THAT(text, Contains("\n16,128,230.5"));
+  // 256 GPUs: 271.3 ms and 84.8% at threshold 0, 78% hidden; 99.6% at the best, 2 KB.
+  CHECK_THAT(text, Contains("\n32,256,271.2") && Contains(",0.848") && Contains(",0.78") && Contains(",0,2,") &&
+                       Contains(",0.996"));
+}

@@ -7,10 +7,12 @@
 
 namespace tnt::comm {
 
-scaling::AllreduceFit measure_allreduce(Communicator& comm, Device device) {
-  // Sizes around the buckets a fusion threshold makes (1 KB .. a few MB): the latency term
-  // shows in the small ones, the bandwidth term in the large ones.
-  const std::vector<int64_t> sizes{4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20};
+scaling::AllreduceFit measure_allreduce(Communicator& comm, Device device, int64_t largest) {
+  // The latency term shows in the small sizes, the bandwidth term in the large ones.
+  largest = std::clamp<int64_t>(largest, 64 << 10, 16 << 20) / 4 * 4;
+  std::vector<int64_t> sizes;
+  for (int64_t s = 4 << 10; s < largest * 3 / 4; s *= 8) sizes.push_back(s);
+  sizes.push_back(largest);
   constexpr int kWarmup = 2;
   constexpr int kRepeats = 9;
   std::vector<double> medians;
@@ -24,7 +26,7 @@ scaling::AllreduceFit measure_allreduce(Communicator& comm, Device device) {
       comm.allreduce(t);
       if (r >= kWarmup) times.push_back(detail::now_s() - t0);
     }
-    std::nth_element(times.begin(), times.begin() + kRepeats / 2, times.end());
+    std::nth_element(times.begin(), times.begin() + kRepeats / 2, times.end());  // the median
     medians.push_back(times[kRepeats / 2]);
   }
   // The sum is complete when the slowest rank has it.

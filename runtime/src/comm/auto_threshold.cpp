@@ -41,7 +41,9 @@ std::optional<int64_t> AutoThreshold::step_done(const StepTiming& timing, const 
   }
   shared.push_back(median(backward_));
   comm.broadcast(shared.data(), static_cast<int64_t>(shared.size()), DType::f64, Device::cpu());
-  const scaling::AllreduceFit fit = measure_allreduce(comm, device);
+  int64_t total = 0;
+  for (int64_t b : gradient_bytes) total += b;
+  const scaling::AllreduceFit fit = measure_allreduce(comm, device, total);
 
   scaling::Profile profile;
   profile.backward_s = shared.back();

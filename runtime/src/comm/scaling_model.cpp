@@ -24,13 +24,15 @@ Link link_from_fit(const AllreduceFit& fit) {
 
 AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<double>& seconds, int ranks) {
   if (bytes.size() != seconds.size()) throw std::invalid_argument("fit_allreduce: sizes and times differ in length");
-  // Weighted by 1/time^2, i.e. relative errors: a plain fit lets the largest messages decide
-  // everything and leaves the latency (what small buckets pay) to chance.
+  // Weighted by 1/time: a plain fit lets the largest message decide everything and leaves
+  // the latency (what small buckets pay) to chance; relative errors (1/time^2) let one
+  // small message that happened to be fast decide it instead (seen on the test bed: a
+  // 4 KB allreduce at 10 us made the line through 4 MB at 254 ms pass at 107 ms).
   double s = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = 0; i < bytes.size(); ++i) {
     const double x = static_cast<double>(bytes[i]);
     const double y = seconds[i];
-    const double w = y > 0 ? 1 / (y * y) : 1;
+    const double w = y > 0 ? 1 / y : 1;
     s += w;
     sx += w * x;
     sy += w * y;

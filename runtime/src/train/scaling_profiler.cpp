@@ -79,7 +79,11 @@ void ScalingProfiler::write(const Reducer& reducer, Communicator& comm, Device d
   });
   p.step_s = median_of(phases_, [](const StepPhases& s) { return s.input_s + s.step_s; });
   // Ranks' ready times differ a little; the master's are written.
-  if (comm.size() > 1) p.allreduce = comm::measure_allreduce(comm, device);
+  if (comm.size() > 1) {
+    int64_t total = 0;
+    for (int64_t b : reducer.gradient_bytes()) total += b;
+    p.allreduce = comm::measure_allreduce(comm, device, total);
+  }
 
   std::string error;
   if (comm.is_master()) {

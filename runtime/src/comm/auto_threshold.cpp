@@ -62,7 +62,10 @@ std::optional<int64_t> AutoThreshold::step_done(const StepTiming& timing, const 
   int64_t choice = best.step_s < now.step_s * (1 - kMinGain) ? best.threshold_bytes : current;
   comm.broadcast(&choice, 1, DType::i64, Device::cpu());
   const double gain = now.step_s > 0 ? 1 - best.step_s / now.step_s : 0;
-  note_ = choice == current
+  note_ = choice == current && gain < 0.0005
+              ? fmt::format("fusion threshold auto: {} kept (no threshold is predicted faster over backward and the "
+                            "wait for gradients: {:.3f} ms)", kb(current), now.step_s * 1e3)
+          : choice == current
               ? fmt::format("fusion threshold auto: {} kept (the best, {}, is predicted {:.1f}% faster over backward "
                             "and the wait; {:.0f}% needed to change)",
                             kb(current), kb(best.threshold_bytes), 100 * gain, 100 * kMinGain)

@@ -1,6 +1,9 @@
 // --fusion-threshold auto (comm/auto_threshold): on 1, 2 and 3 ranks the Reducer times its
 // first steps, every rank takes the same threshold at the same step, and every sum before
-// and after the new plan is exact.
+// and after the new plan is exact. Whether the plan changes depends on the allreduce this
+// machine measures (here: on 2 ranks 32 KB -> 256 KB; on 3 oversubscribed ranks small
+// allreduces took 15-40 us and 32 KB was kept); when it changes, the new plan is the
+// bucket plan of the new threshold.
 #include "comm_test_data.hpp"
 
 #include "tarantella/comm.hpp"
@@ -9,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,9 +23,6 @@ namespace {
 
 // 200 gradients of 32 KB (8192 f32 each), ready all at once: at the starting threshold
 // (32 KB) every one is its own bucket and pays the allreduce's latency, 200 times a step.
-// One bucket of 6.4 MB pays it once and moves the same bytes, so any machine whose
-// allreduce has a latency above ~0.1% of a 6.4 MB transfer gains far more than the 2%
-// that auto asks for (measured here: 0.05-0.6 ms against 3-10 ms).
 constexpr int kGradients = 200;
 constexpr int64_t kElements = 8192;
 
@@ -78,8 +79,10 @@ TEST_CASE("reducer: auto threshold, the same on every rank, exact sums", "[comm]
     CHECK(t == 32 * 1024);  // nothing is communicated: nothing to choose
   } else {
     INFO(reducer.auto_choice());
-    CHECK(t > 32 * 1024);
-    CHECK(reducer.buckets().size() < static_cast<size_t>(kGradients));
-    CHECK_THAT(reducer.auto_choice(), Catch::Contains("fusion threshold auto:") && Catch::Contains("faster"));
+    CHECK_THAT(reducer.auto_choice(), Catch::Contains("fusion threshold auto:"));
+    // A multiple of 32 KB (a doubling from 1 KB) makes buckets of t / 32 KB gradients.
+    const size_t per_bucket = static_cast<size_t>(std::max<int64_t>(1, t / (kElements * 4)));
+    CHECK(reducer.buckets().size() == (kGradients + per_bucket - 1) / per_bucket);
+    if (t != 32 * 1024) CHECK_THAT(reducer.auto_choice(), Catch::Contains("instead of 32 KB"));
   }
 }

@@ -86,6 +86,22 @@ TEST_CASE("a fitted allreduce line gives back the link it was made from") {
   CHECK_THROWS_AS(link_from_fit(AllreduceFit{1, 1e-6, 1e-9}), std::invalid_argument);
 }
 
+TEST_CASE("a fit of measured costs keeps both ends") {
+  const std::vector<int64_t> sizes{4096, 32768, 262144, 1048576, 4194304};
+  // Measured on the test bed at 200 Mbit/s (ms): one fast small allreduce, then the token
+  // bucket's rate. The line must follow the large sizes: slope 63.4 ms/MB from the larger
+  // three, and the small ones' intercepts below zero, so a = 0; 1.6 MB: 101.5 ms.
+  AllreduceFit f = fit_allreduce(sizes, {0.010e-3, 0.524e-3, 10.733e-3, 43.676e-3, 254.421e-3}, 2);
+  CHECK(f.a_s == 0);
+  CHECK(f.a_s + f.b_s_per_byte * 1.6e6 == Approx(0.1015).epsilon(0.001));
+  // Measured on two ranks of one host (ms): costs that curve, flat from 32 KB to 256 KB.
+  // A least-squares line over them crosses zero below the origin; the latency must stay.
+  f = fit_allreduce(sizes, {0.672e-3, 1.424e-3, 1.483e-3, 1.849e-3, 3.235e-3}, 2);
+  CHECK(f.a_s > 0.5e-3);
+  CHECK(f.a_s < 1.5e-3);
+  CHECK(f.b_s_per_byte > 0);
+}
+
 TEST_CASE("buckets overlap backward on one channel, in bucket order") {
   const Profile p = three_gradients();
   // Zero latency, 1e6 B/s: a 4000-byte bucket takes 4 ms, 8000 B 8 ms, 12000 B 12 ms.

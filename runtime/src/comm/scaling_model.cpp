@@ -24,29 +24,38 @@ Link link_from_fit(const AllreduceFit& fit) {
 
 AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<double>& seconds, int ranks) {
   if (bytes.size() != seconds.size()) throw std::invalid_argument("fit_allreduce: sizes and times differ in length");
-  // Weighted by 1/time: a plain fit lets the largest message decide everything and leaves
-  // the latency (what small buckets pay) to chance; relative errors (1/time^2) let one
-  // small message that happened to be fast decide it instead (seen on the test bed: a
+  std::vector<std::pair<double, double>> points;  // (bytes, seconds), by size
+  for (size_t i = 0; i < bytes.size(); ++i) points.emplace_back(static_cast<double>(bytes[i]), seconds[i]);
+  std::sort(points.begin(), points.end());
+  // The slope from the larger half of the sizes, the intercept from the smaller half. One
+  // least-squares line over all of them lets either end decide the other: weighted toward
+  // the large sizes, a line through curving costs (caches, a token bucket's burst) crosses
+  // zero below the origin and the latency is lost; weighted toward the small ones, a single
+  // small allreduce that happened to be fast sets the bandwidth (seen on the test bed: a
   // 4 KB allreduce at 10 us made the line through 4 MB at 254 ms pass at 107 ms).
-  double s = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    const double x = static_cast<double>(bytes[i]);
-    const double y = seconds[i];
-    const double w = y > 0 ? 1 / y : 1;
-    s += w;
-    sx += w * x;
-    sy += w * y;
-    sxx += w * x * x;
-    sxy += w * x * y;
+  const size_t small = points.size() / 2;
+  const size_t first_large = points.size() > 2 ? small : 0;
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = first_large; i < points.size(); ++i) {
+    const auto [x, y] = points[i];
+    n += 1;
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
   }
-  const double den = s * sxx - sx * sx;
-  if (bytes.size() < 2 || !(den > 1e-12 * s * sxx)) {
+  const double den = n * sxx - sx * sx;
+  if (points.size() < 2 || !(den > 1e-12 * n * sxx)) {
     throw std::invalid_argument("fit_allreduce: needs at least two distinct sizes");
   }
   AllreduceFit fit;
   fit.ranks = ranks;
-  fit.b_s_per_byte = std::max(0.0, (s * sxy - sx * sy) / den);
-  fit.a_s = std::max(0.0, (sy - fit.b_s_per_byte * sx) / s);
+  fit.b_s_per_byte = std::max(0.0, (n * sxy - sx * sy) / den);
+  std::vector<double> intercepts;
+  for (size_t i = 0; i < std::max<size_t>(small, 1); ++i) intercepts.push_back(points[i].second - fit.b_s_per_byte * points[i].first);
+  std::sort(intercepts.begin(), intercepts.end());
+  const size_t m = intercepts.size() / 2;
+  fit.a_s = std::max(0.0, intercepts.size() % 2 ? intercepts[m] : 0.5 * (intercepts[m - 1] + intercepts[m]));
   return fit;
 }
 

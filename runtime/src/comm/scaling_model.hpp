@@ -81,8 +81,8 @@ struct Profile {
 // One point-to-point step of the ring from the line fitted over p ranks (p >= 2):
 // a = 2(p-1) latency, b = 2(p-1)/p / bandwidth.
 Link link_from_fit(const AllreduceFit& fit);
-// Least squares weighted by 1/seconds over (bytes, seconds) pairs; a and b are clamped at 0 (a line through noisy
-// small messages may go below the origin). Throws std::invalid_argument for fewer than two
+// b by least squares over the larger half of the sizes, a as the median intercept of the
+// smaller half under that slope; both clamped at 0. Throws std::invalid_argument for fewer than two
 // distinct sizes.
 AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<double>& seconds, int ranks);
 

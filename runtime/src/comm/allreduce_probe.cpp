@@ -13,8 +13,10 @@ scaling::AllreduceFit measure_allreduce(Communicator& comm, Device device, int64
   std::vector<int64_t> sizes;
   for (int64_t s = 4 << 10; s < largest * 3 / 4; s *= 8) sizes.push_back(s);
   sizes.push_back(largest);
-  constexpr int kWarmup = 2;
-  constexpr int kRepeats = 9;
+  constexpr int kWarmup = 1;
+  // Few: the probe runs inside training (auto: at step 8), and every repeat of the largest
+  // size moves all the gradients once more; the median of 5 is steady enough for a line.
+  constexpr int kRepeats = 5;
   std::vector<double> medians;
   for (int64_t bytes : sizes) {
     Tensor t = Tensor::zeros({bytes / 4}, DType::f32, device);  // (n,)

@@ -43,12 +43,13 @@ cxxopts::Options make_parser() {
       ("devices-per-node", "Ranks per node (default: the profile's)", cxxopts::value<std::string>(), "K")
       ("fusion-threshold", "The fusion threshold to predict, in KB (default: the profile's); the best one is "
        "searched for anyway", cxxopts::value<std::string>(), "KB");
-  o.add_options("Network between nodes (default: measured, when the profile spans nodes)")
-      ("network", "A named interconnect (list below)", cxxopts::value<std::string>(), "PRESET")
+  o.add_options("Between nodes")
+      ("network", "A named interconnect (list below) (default: the profile's measurement, when it spans nodes)", cxxopts::value<std::string>(), "PRESET")
       ("link-gbps", "Link bandwidth of a node, Gbit/s one way", cxxopts::value<std::string>(), "G")
       ("latency-us", "Latency of one message between nodes, microseconds", cxxopts::value<std::string>(), "L");
-  o.add_options("Within a node (default: measured, when the profile ran several ranks on one node)")
-      ("intra", "A named intra-node link (list below)", cxxopts::value<std::string>(), "PRESET")
+  o.add_options("Within a node")
+      ("intra", "A named intra-node link (list below) (default: the profile's measurement, when it ran several "
+       "ranks on one node)", cxxopts::value<std::string>(), "PRESET")
       ("intra-gbps", "Bandwidth between two ranks of a node, Gbit/s one way", cxxopts::value<std::string>(), "G")
       ("intra-latency-us", "Latency between two ranks of a node, microseconds", cxxopts::value<std::string>(), "L")
       ("allreduce", "hierarchical (within nodes, then across: NCCL) or flat (one ring over all ranks: the host "
@@ -337,9 +338,7 @@ std::string predict_table(const std::vector<sc::SweepRow>& rows) {
 }
 
 std::string predict_help_text() {
-  std::string text = make_parser().help({"Job", "Network between nodes (default: measured, when the profile spans nodes)",
-                                         "Within a node (default: measured, when the profile ran several ranks on one node)",
-                                         "Output"});
+  std::string text = make_parser().help({"Job", "Between nodes", "Within a node", "Output"});
   text += "\nPresets between nodes (--network):\n";
   for (const LinkPreset& p : inter_node_presets()) {
     text += fmt::format("  {:<12} {:>6g} Gbit/s {:>5g} us   {}\n", p.name, p.gbps, p.latency_us, p.what);

@@ -50,7 +50,8 @@ cxxopts::Options make_parser() {
        "hosts (as Open MPI does)")
       ("no-gpu", "Run CPU ranks even where GPUs exist");
   o.add_options("Runtime")
-      ("fusion-threshold", "Gradient fusion bucket size in KB, exported as TNT_FUSION_THRESHOLD (0 disables fusion)",
+      ("fusion-threshold", "Gradient fusion bucket size in KB, exported as TNT_FUSION_THRESHOLD (0 disables fusion; "
+       "auto: timed over the first steps, then the size the scaling model predicts fastest)",
        cxxopts::value<std::string>(), "KB")
       ("log-level", "DEBUG, INFO, WARNING or ERROR, exported as TNT_LOG_LEVEL", cxxopts::value<std::string>(), "LEVEL")
       ("output-on-all-devices", "Progress output from every rank, not only rank 0, each line tagged \"[rank R] \" (TNT_OUTPUT_ON_ALL_DEVICES=1)")
@@ -58,6 +59,9 @@ cxxopts::Options make_parser() {
       ("timeline", "Write a Chrome trace of training steps TNT_TIMELINE_STEPS (default: the first 10 steps the run "
        "trains) to FILE, exported as "
        "TNT_TIMELINE", cxxopts::value<std::string>(), "FILE")
+      ("profile-scaling", "Write a scaling profile to FILE after 5 warm-up steps and TNT_PROFILE_SCALING_STEPS "
+       "(default 30) more, for `tarantella predict` (docs/scaling.md); exported as TNT_PROFILE_SCALING",
+       cxxopts::value<std::string>(), "FILE")
       ("x", "Export KEY=VALUE to every rank (repeatable); every TNT_* variable of this environment is exported as well",
        cxxopts::value<std::string>(), "KEY=VALUE");
   o.add_options("Pinning")
@@ -314,7 +318,7 @@ Options parse_command_line(const std::vector<std::string>& args) {
 
   // cxxopts keeps the last of an option given twice: a user who wrote two hostfiles (or two
   // --mpirun) meant one of them, and the launcher cannot know which.
-  for (const char* key : {"hostfile", "hosts", "fusion-threshold", "log-level", "timeline", "topology",
+  for (const char* key : {"hostfile", "hosts", "fusion-threshold", "log-level", "timeline", "profile-scaling", "topology",
                           "start-timeout", "exit-timeout", "heartbeat-timeout", "max-restarts", "launch-agent",
                           "mpirun", "mpi-args"}) {
     std::vector<std::string> values;
@@ -336,11 +340,14 @@ Options parse_command_line(const std::vector<std::string>& args) {
   if (result.count("fusion-threshold")) {
     const auto text = result["fusion-threshold"].as<std::string>();
     auto kb = parse_unsigned(text);
-    if (!kb || *kb > (std::uint64_t{1} << 40)) {
+    if (text == "auto") {
+      o.fusion_threshold_auto = true;
+    } else if (!kb || *kb > (std::uint64_t{1} << 40)) {
       throw InputError(fmt::format("--fusion-threshold {}: must be a non-negative integer number of KB "
-                                   "(0 disables fusion)", text));
+                                   "(0 disables fusion) or auto", text));
+    } else {
+      o.fusion_threshold_kb = *kb;
     }
-    o.fusion_threshold_kb = *kb;
   }
   if (result["pin-to-socket"].as<bool>()) o.pin = PinMode::socket;
   if (result["pin-memory-to-socket"].as<bool>()) o.pin = PinMode::socket_strict;
@@ -354,7 +361,7 @@ Options parse_command_line(const std::vector<std::string>& args) {
         throw InputError(fmt::format("-x {}=... and {} set the same variable; give one", key, option));
       }
     };
-    clash(env::fusion_threshold, o.fusion_threshold_kb.has_value(), "--fusion-threshold");
+    clash(env::fusion_threshold, o.fusion_threshold_kb.has_value() || o.fusion_threshold_auto, "--fusion-threshold");
     clash(env::log_level, o.log_level.has_value(), "--log-level");
     clash(env::output_on_all_devices, o.output_on_all_devices, "--output-on-all-devices");
     clash(env::log_on_all_devices, o.log_on_all_devices, "--log-on-all-devices");
@@ -367,6 +374,16 @@ Options parse_command_line(const std::vector<std::string>& args) {
       if (e.first == "TNT_TIMELINE") throw InputError("-x TNT_TIMELINE=... and --timeline set the same variable; give one");
     }
     o.exports.emplace_back("TNT_TIMELINE", std::filesystem::absolute(path).string());
+  }
+  if (result.count("profile-scaling")) {
+    const auto path = result["profile-scaling"].as<std::string>();
+    if (path.empty()) throw InputError("--profile-scaling: the path is empty");
+    for (const auto& e : o.exports) {
+      if (e.first == "TNT_PROFILE_SCALING") {
+        throw InputError("-x TNT_PROFILE_SCALING=... and --profile-scaling set the same variable; give one");
+      }
+    }
+    o.exports.emplace_back("TNT_PROFILE_SCALING", std::filesystem::absolute(path).string());
   }
 
   auto seconds = [&](const char* flag) -> std::optional<double> {
@@ -445,6 +462,8 @@ Examples:
   tarantella -H node1,node2:2 -- ./train               node1 with the default, node2 with 2 ranks
   sbatch -N 4 --wrap 'tarantella -- ./train'           inside SLURM: the allocation's nodes
   tarantella --fusion-threshold 64 --log-level INFO -x OMP_NUM_THREADS=8 -- ./train
+  tarantella -n 2 --profile-scaling profile.json -- ./train   then: tarantella predict profile.json --help
+  tarantella --fusion-threshold auto --hostfile hosts -- ./train   the threshold chosen from the first steps
   tarantella --mpi-args "--mca btl_tcp_if_include eth0" --hostfile hosts -- ./train
   tarantella --launch-agent "ssh -p 2222" -H node1,node2 -- ./train   ssh on another port
   tarantella --max-restarts 3 --hostfile hosts -- ./train --model_dir=run1   restart from checkpoints

@@ -26,6 +26,7 @@ struct Options {
   bool oversubscribe = false;            // -np may exceed the hosts' slots
   bool no_gpu = false;
   std::optional<std::uint64_t> fusion_threshold_kb;
+  bool fusion_threshold_auto = false;  // --fusion-threshold auto (docs/scaling.md)
   PinMode pin = PinMode::none;
   std::vector<std::pair<std::string, std::string>> exports;  // -x, in the order given
   std::optional<std::string> log_level;                      // DEBUG|INFO|WARNING|ERROR

@@ -10,6 +10,7 @@ namespace tnt::launcher {
 std::vector<EnvVar> rank_exports(const Options& options, const Environment& env) {
   std::vector<EnvVar> out{{env::launcher, "1"}};
   if (options.fusion_threshold_kb) out.emplace_back(env::fusion_threshold, std::to_string(*options.fusion_threshold_kb));
+  if (options.fusion_threshold_auto) out.emplace_back(env::fusion_threshold, "auto");
   if (options.log_level) out.emplace_back(env::log_level, *options.log_level);
   if (options.output_on_all_devices) out.emplace_back(env::output_on_all_devices, "1");
   if (options.log_on_all_devices) out.emplace_back(env::log_on_all_devices, "1");

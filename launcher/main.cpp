@@ -13,6 +13,7 @@
 #include "mpirun_command.hpp"
 #include "paths.hpp"
 #include "plan.hpp"
+#include "predict.hpp"
 #include "rank_watch.hpp"
 #include "rank_setup.hpp"
 #include "shell_words.hpp"
@@ -400,6 +401,7 @@ int main(int argc, char** argv) {
     return tl::rank_step_main(std::vector<std::string>(args.begin() + 1, args.end()));
   }
   try {
+    if (!args.empty() && args.front() == "predict") return tl::predict_main({args.begin() + 1, args.end()});
     return launch(args);
   } catch (const tl::InputError& e) {
     std::fprintf(stderr, "tarantella: error: %s\n", e.what());

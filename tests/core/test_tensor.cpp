@@ -151,6 +151,19 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK_THROWS_AS(Config::from_env(), InputError);
   }
   {
+    // auto starts at the default and says so in the resolved table (docs/scaling.md).
+    ScopedEnv a("TNT_FUSION_THRESHOLD", "auto");
+    const Config cfg = Config::from_env();
+    CHECK(cfg.fusion_threshold_kb.automatic);
+    CHECK(cfg.fusion_threshold_kb == 32);
+    CHECK_THAT(cfg.table(), Catch::Contains("TNT_FUSION_THRESHOLD") && Catch::Contains("auto"));
+    CHECK_FALSE(Config{}.fusion_threshold_kb.automatic);
+  }
+  {
+    ScopedEnv a("TNT_FUSION_THRESHOLD", "Auto");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_FUSION_THRESHOLD='Auto'") && Catch::Contains("or auto"));
+  }
+  {
     ScopedEnv a("TNT_DETERMINISTIC", "maybe");
     CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_DETERMINISTIC") && Catch::Contains("maybe"));
   }

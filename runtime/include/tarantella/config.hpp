@@ -10,10 +10,20 @@
 
 namespace tnt {
 
+// TNT_FUSION_THRESHOLD: a number of KB, or "auto": start at 32 KB, time the first steps and
+// take the threshold the scaling model predicts fastest (docs/scaling.md). Reads as its KB
+// where a number is expected.
+struct FusionThresholdKb {
+  int64_t kb = 32;
+  bool automatic = false;
+  FusionThresholdKb(int64_t v = 32) : kb(v) {}  // NOLINT: a plain number is a threshold
+  operator int64_t() const { return kb; }        // NOLINT
+};
+
 // X(field, type, ENV, default, unit, help)
 #define TNT_CONFIG_KNOBS(X)                                                                     \
-  X(fusion_threshold_kb, int64_t, "TNT_FUSION_THRESHOLD", 32, "KB",                             \
-    "gradient fusion bucket size; 0 = one bucket per tensor")                                  \
+  X(fusion_threshold_kb, FusionThresholdKb, "TNT_FUSION_THRESHOLD", 32, "KB",                   \
+    "gradient fusion bucket size; 0 = one bucket per tensor; auto = chosen by the scaling model after the first steps") \
   X(allreduce_algo, std::string, "TNT_ALLREDUCE_ALGO", "", "",                                 \
     "ring|mpi|nccl; empty = ring for host buffers, nccl for device buffers")                   \
   X(collective_timeout_s, double, "TNT_COLLECTIVE_TIMEOUT", 600.0, "s",                         \
@@ -25,6 +35,10 @@ namespace tnt {
   X(timeline, std::string, "TNT_TIMELINE", "", "", "Chrome trace file of a window of steps; empty = off") \
   X(timeline_steps, std::string, "TNT_TIMELINE_STEPS", "1-10", "steps",                         \
     "the timeline's window a-b (1-based, over the whole run); unset = this run's first 10 steps")  \
+  X(profile_scaling, std::string, "TNT_PROFILE_SCALING", "", "",                               \
+    "write a scaling profile (docs/scaling.md) to this file after warm-up; empty = off")       \
+  X(profile_scaling_steps, int64_t, "TNT_PROFILE_SCALING_STEPS", 30, "steps",                   \
+    "steps the scaling profile takes its medians over, after 5 warm-up steps")                 \
   X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
   X(device, std::string, "TNT_DEVICE", "", "",                                                 \
     "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \

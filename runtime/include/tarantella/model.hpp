@@ -76,6 +76,7 @@ using NextBatch = std::function<std::optional<Batch>()>;
 class PassTotals;  // loss and metric sums of one pass (model.cpp)
 class InputStager;  // input batches staged on a CUDA device (train/staging.hpp)
 class CallbackList;  // the callbacks that run on this rank (model.cpp)
+class ScalingProfiler;  // TNT_PROFILE_SCALING (train/scaling_profiler.hpp)
 }  // namespace detail
 
 struct FitOptions {
@@ -278,6 +279,7 @@ class Model {
   bool stop_requested_ = false;
   bool weights_synced_ = false;
   EpochTiming timing_;
+  std::unique_ptr<detail::ScalingProfiler> profiler_;  // TNT_PROFILE_SCALING, else null
   Precision precision_;
   LossScaler scaler_;
 };

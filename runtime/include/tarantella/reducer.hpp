@@ -56,7 +56,13 @@
 namespace tnt {
 
 struct ReducerOptions {
-  int64_t threshold_bytes = -1;  // -1: TNT_FUSION_THRESHOLD (KB) of the configuration
+  // Chosen by the scaling model (docs/scaling.md): the first auto_warmup_steps steps run at
+  // 32 KB, the next auto_steps are timed, then every rank measures the allreduce, the
+  // master's timings pick the threshold predicted fastest, and the plan is made again once.
+  static constexpr int64_t kAuto = -2;
+  int64_t threshold_bytes = -1;  // -1: TNT_FUSION_THRESHOLD (KB, or auto) of the configuration; kAuto
+  int auto_warmup_steps = 3;
+  int auto_steps = 5;
   AllreduceAlgo algo = AllreduceAlgo::automatic;
   // Stream (cudaStream_t) that produces device gradients and receives the summed ones;
   // nullptr = the layers' compute stream of the gradients' device (what training uses).
@@ -74,6 +80,10 @@ struct StepTiming {
   double backward_end_s = 0;  // finalize() was called
   double finalize_end_s = 0;  // finalize() returned
   std::vector<BucketTiming> buckets;
+  // (gradients,) in registration order: when each was marked ready (device buckets: its
+  // bucket's ready_s, since the GPU's clock has no per-gradient event). For the scaling
+  // profile (docs/scaling.md), which re-plans the buckets at other thresholds.
+  std::vector<double> gradient_ready_s;
   double comm_s() const;     // total time buckets were in flight (sum of end - start)
   double hidden_s() const;   // the part of it before backward_end_s
   double exposed_s() const;  // finalize_end_s - backward_end_s: what backward waited for
@@ -104,8 +114,12 @@ class Reducer {
   void finalize(std::optional<double> scale = std::nullopt);
 
   size_t num_gradients() const;
+  const std::vector<std::string>& gradient_names() const;  // (gradients,) registration order
+  std::vector<int64_t> gradient_bytes() const;              // (gradients,) registration order
   const std::vector<Bucket>& buckets() const;
-  int64_t threshold_bytes() const;
+  int64_t threshold_bytes() const;  // the plan's now (auto: changes once, after the timed steps)
+  // Auto: the line that announced the choice (also printed by the master); empty before.
+  const std::string& auto_choice() const;
   std::string plan() const;  // one line per bucket: index, bytes, gradient names
   const StepTiming& last_step() const;
 

@@ -9,10 +9,12 @@
 #include "tarantella/reducer.hpp"
 
 #include "comm/agreement.hpp"
+#include "comm/auto_threshold.hpp"
 #include "comm/bucket_plan.hpp"
 #include "comm/transport.hpp"
 #include "io/timeline.hpp"
 #include "tarantella/check.hpp"
+#include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <algorithm>
@@ -49,9 +51,11 @@ std::string describe(size_t index, const std::string& name, const Tensor& grad) 
 
 // Entry 0 holds the settings (with the gradient count, so that lists of different lengths
 // already differ there); entry i+1 describes gradient i. Throws CommError on every rank.
-void check_agreement(Communicator& comm, int64_t threshold, const std::vector<std::pair<std::string, Tensor>>& gradients) {
+void check_agreement(Communicator& comm, int64_t threshold, bool automatic,
+                     const std::vector<std::pair<std::string, Tensor>>& gradients) {
   std::vector<std::string> entries;
-  entries.push_back(fmt::format("fusion threshold {} B, {} gradients", threshold, gradients.size()));
+  entries.push_back(fmt::format("fusion threshold {} B{}, {} gradients", threshold, automatic ? " (auto)" : "",
+                                gradients.size()));
   for (size_t i = 0; i < gradients.size(); ++i) entries.push_back(describe(i, gradients[i].first, gradients[i].second));
   std::optional<detail::Disagreement> d = detail::find_disagreement(comm, entries);
   if (!d) return;
@@ -72,6 +76,11 @@ struct Reducer::Impl {
   comm::BucketPlan plan;
   std::vector<Bucket> buckets;  // the plan as reducer.hpp shows it
   std::unique_ptr<comm::Transport> transport;
+  std::vector<comm::GradientInfo> infos;  // (gradients,) what the plan is made from
+  Communicator* comm = nullptr;           // the user's, for a plan made again (auto)
+  ReducerOptions options;
+  std::unique_ptr<comm::AutoThreshold> tuner;  // --fusion-threshold auto, until it has chosen
+  std::string auto_choice;
   double local_factor = 1.0;
   bool broken = false;
 
@@ -95,6 +104,7 @@ struct Reducer::Impl {
 
   void mark_locked(size_t i) {
     ready[i] = 1;
+    current.gradient_ready_s[i] = since_t0();
     size_t b = plan.bucket_of[i];
     if (--missing[b] == 0) current.buckets[b].ready_s = since_t0();
   }
@@ -115,11 +125,39 @@ struct Reducer::Impl {
     }
   }
 
+  // The plan for `t` bytes, its buckets and a transport over them (collective: the
+  // transport duplicates the communicator).
+  void build_plan(int64_t t) {
+    threshold = t;
+    plan = comm::plan_buckets(infos, threshold);
+    buckets.clear();
+    for (const comm::PlannedBucket& pb : plan.buckets) {
+      const comm::PlannedBucket& first = plan.buckets[0];
+      // One kind of memory per Reducer: one transport moves all its buckets.
+      TNT_CHECK(pb.device.is_cuda() == first.device.is_cuda(),
+                "Reducer: gradients on the host and on a device in one Reducer ('{}' on {}, '{}' on {}); use one "
+                "Reducer per kind",
+                names[first.gradients[0]], first.device.str(), names[pb.gradients[0]], pb.device.str());
+      buckets.push_back({.gradients = pb.gradients, .bytes = pb.bytes, .dtype = pb.dtype, .device = pb.device});
+    }
+    transport.reset();
+    const comm::TransportSetup setup{*comm, plan, names, grads, options};
+    transport = on_device() ? comm::make_nccl_transport(setup) : comm::make_host_transport(setup);
+    ready.assign(grads.size(), 0);
+    missing.resize(buckets.size());
+    for (size_t b = 0; b < buckets.size(); ++b) missing[b] = static_cast<int>(buckets[b].gradients.size());
+    current.buckets.assign(buckets.size(), {});
+    current.gradient_ready_s.assign(grads.size(), 0);
+  }
+
+  bool on_device() const { return !plan.buckets.empty() && plan.buckets[0].device.is_cuda(); }
+
   void reset_step_locked() {
     current.finalize_end_s = since_t0();
     last = current;
     current = StepTiming{};
     current.buckets.assign(buckets.size(), {});
+    current.gradient_ready_s.assign(grads.size(), 0);
     std::fill(ready.begin(), ready.end(), 0);
     for (size_t b = 0; b < buckets.size(); ++b) missing[b] = static_cast<int>(buckets[b].gradients.size());
     next_launch = 0;
@@ -131,11 +169,14 @@ Reducer::Reducer(Communicator& comm, std::vector<std::pair<std::string, Tensor>>
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.size = comm.size();
-  m.threshold = options.threshold_bytes >= 0 ? options.threshold_bytes : config().fusion_threshold_kb * 1024;
-  check_agreement(comm, m.threshold, gradients);
+  m.comm = &comm;
+  m.options = options;
+  const bool automatic = options.threshold_bytes == ReducerOptions::kAuto ||
+                         (options.threshold_bytes < 0 && config().fusion_threshold_kb.automatic);
+  const int64_t threshold = options.threshold_bytes >= 0 ? options.threshold_bytes : config().fusion_threshold_kb * 1024;
+  check_agreement(comm, threshold, automatic, gradients);
 
   // Every rank holds the same list now, so these checks fail on all ranks alike.
-  std::vector<comm::GradientInfo> infos;
   for (size_t i = 0; i < gradients.size(); ++i) {
     auto& [name, grad] = gradients[i];
     TNT_CHECK(grad.defined(), "Reducer: gradient #{} '{}' is an undefined tensor", i, name);
@@ -143,27 +184,13 @@ Reducer::Reducer(Communicator& comm, std::vector<std::pair<std::string, Tensor>>
               m.by_name[name], i);
     m.names.push_back(name);
     m.grads.push_back(grad);
-    infos.push_back({name, grad.numel(), static_cast<int64_t>(grad.nbytes()), grad.dtype(), grad.device()});
+    m.infos.push_back({name, grad.numel(), static_cast<int64_t>(grad.nbytes()), grad.dtype(), grad.device()});
   }
-  m.plan = comm::plan_buckets(infos, m.threshold);
-
-  for (const comm::PlannedBucket& pb : m.plan.buckets) {
-    const comm::PlannedBucket& first = m.plan.buckets[0];
-    // One kind of memory per Reducer: one transport moves all its buckets.
-    TNT_CHECK(pb.device.is_cuda() == first.device.is_cuda(),
-              "Reducer: gradients on the host and on a device in one Reducer ('{}' on {}, '{}' on {}); use one "
-              "Reducer per kind",
-              m.names[first.gradients[0]], first.device.str(), m.names[pb.gradients[0]], pb.device.str());
-    m.buckets.push_back({.gradients = pb.gradients, .bytes = pb.bytes, .dtype = pb.dtype, .device = pb.device});
+  m.build_plan(threshold);
+  // With one rank nothing is communicated: there is nothing to choose.
+  if (automatic && m.size > 1) {
+    m.tuner = std::make_unique<comm::AutoThreshold>(options.auto_warmup_steps, options.auto_steps);
   }
-  const comm::TransportSetup setup{comm, m.plan, m.names, m.grads, options};
-  const bool on_device = !m.plan.buckets.empty() && m.plan.buckets[0].device.is_cuda();
-  m.transport = on_device ? comm::make_nccl_transport(setup) : comm::make_host_transport(setup);
-
-  m.ready.assign(m.grads.size(), 0);
-  m.missing.resize(m.buckets.size());
-  for (size_t b = 0; b < m.buckets.size(); ++b) m.missing[b] = static_cast<int>(m.buckets[b].gradients.size());
-  m.current.buckets.assign(m.buckets.size(), {});
 }
 
 Reducer::~Reducer() {
@@ -209,6 +236,7 @@ void Reducer::finalize(std::optional<double> scale) {
   Impl& m = *impl_;
   TNT_CHECK(!m.broken, "Reducer: unusable after an earlier communication error");
   const double s = scale.value_or(1.0 / static_cast<double>(m.size));
+  const bool on_device = m.on_device();
   std::lock_guard<std::mutex> lk(m.mu);
   m.begin_step_locked();
   m.current.backward_end_s = m.since_t0();
@@ -229,17 +257,43 @@ void Reducer::finalize(std::optional<double> scale) {
       m.transport->wait_all();
       for (size_t b = 0; b < m.buckets.size(); ++b) m.transport->unpack(b, s);
       m.transport->read_timing(m.current);
+      if (on_device) {
+        for (size_t i = 0; i < m.grads.size(); ++i) m.current.gradient_ready_s[i] = m.current.buckets[m.plan.bucket_of[i]].ready_s;
+      }
     }
   } catch (...) {
     m.broken = true;
     throw;
   }
   m.reset_step_locked();
+  if (m.tuner) {
+    try {
+      std::vector<int64_t> bytes;
+      for (const comm::GradientInfo& g : m.infos) bytes.push_back(g.bytes);
+      // Collective at the same step on every rank; the master's choice is everyone's.
+      if (std::optional<int64_t> t = m.tuner->step_done(m.last, bytes, m.threshold, *m.comm, m.infos.empty() ? Device::cpu() : m.infos[0].device)) {
+        m.auto_choice = m.tuner->note();
+        if (*t != m.threshold) m.build_plan(*t);
+        m.tuner.reset();
+        if (m.comm->is_master()) print("{}", m.auto_choice);
+      }
+    } catch (...) {
+      m.broken = true;
+      throw;
+    }
+  }
 }
 
 size_t Reducer::num_gradients() const { return impl_->grads.size(); }
+const std::vector<std::string>& Reducer::gradient_names() const { return impl_->names; }
+std::vector<int64_t> Reducer::gradient_bytes() const {
+  std::vector<int64_t> out;
+  for (const Tensor& g : impl_->grads) out.push_back(static_cast<int64_t>(g.nbytes()));
+  return out;
+}
 const std::vector<Reducer::Bucket>& Reducer::buckets() const { return impl_->buckets; }
 int64_t Reducer::threshold_bytes() const { return impl_->threshold; }
+const std::string& Reducer::auto_choice() const { return impl_->auto_choice; }
 const StepTiming& Reducer::last_step() const { return impl_->last; }
 
 std::string Reducer::plan() const {

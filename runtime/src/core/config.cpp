@@ -29,12 +29,27 @@ void parse_value(const char* env, const std::string& text, double& out) {
   out = v;
 }
 
+void parse_value(const char* env, const std::string& text, FusionThresholdKb& out) {
+  if (text == "auto") {
+    out = FusionThresholdKb{};
+    out.automatic = true;
+    return;
+  }
+  int64_t kb = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), kb);
+  if (ec != std::errc() || ptr != text.data() + text.size() || kb < 0) {
+    TNT_INPUT_ERROR("{}='{}' is not a non-negative integer (KB) or auto", env, text);
+  }
+  out = FusionThresholdKb(kb);
+}
+
 void parse_value(const char* env, const std::string& text, bool& out) { out = parse_bool_knob(env, text); }
 
 void parse_value(const char*, const std::string& text, std::string& out) { out = text; }
 
 std::string value_str(int64_t v) { return std::to_string(v); }
 std::string value_str(double v) { return fmt::format("{}", v); }
+std::string value_str(const FusionThresholdKb& v) { return v.automatic ? "auto" : std::to_string(v.kb); }
 std::string value_str(bool v) { return v ? "1" : "0"; }
 std::string value_str(const std::string& v) { return v.empty() ? "(default)" : v; }
 

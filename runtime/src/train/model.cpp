@@ -11,6 +11,7 @@
 #include "tarantella/ops.hpp"
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
+#include "train/scaling_profiler.hpp"
 #include "train/staging.hpp"
 #include "train/step_scalars.hpp"
 
@@ -474,6 +475,7 @@ int64_t step_units(const Loss& loss, const Tensor& batch_target, const Tensor& d
 // gradient), backward with the Reducer summing each gradient as soon as it is final, then
 // the same update on every rank.
 void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals) {
+  const double t_start = now_s();
   StepInputs in = step_inputs(batch, "fit", totals.staging());
   detail::StepScalars::Scope readback(totals.scalars());  // the losses' and metrics' results
   const int64_t real = batch.real_samples;
@@ -546,6 +548,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
 
   // The summed gradients are bitwise equal on every rank, so every rank decides alike.
   Span span(Lane::compute, "optimizer", timeline::on_device);
+  const double t_opt = now_s();
   if (!scaler_.enabled() || scaler_.update(overflow)) {
     optimizer_->step(trainable_);
   } else {
@@ -554,6 +557,10 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
     optimizer_->set_step_count(optimizer_->step_count() + 1);
   }
   ++global_step_;
+  if (profiler_) {
+    profiler_->phases = {.forward_s = t_bwd - t_start, .backward_s = t_bwd_end - t_bwd, .exposed_s = t_comm_end - t_bwd_end,
+                    .optimizer_s = now_s() - t_opt, .samples = batch.micro_batch_size};
+  }
 
   timing_.steps++;
   timing_.backward_seconds += t_bwd_end - t_bwd;
@@ -713,6 +720,9 @@ void Model::prepare_training() {
     for (auto& np : trainable_) grads.emplace_back(np.name, np.param->grad);
     reducer_ = std::make_unique<Reducer>(communicator(), grads);
   }
+  if (!profiler_ && !config().profile_scaling.empty()) {
+    profiler_ = std::make_unique<detail::ScalingProfiler>(config().profile_scaling, config().profile_scaling_steps);
+  }
 }
 
 History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t steps,
@@ -777,6 +787,11 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
         logs = totals.global();
       }
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
+      if (profiler_) {
+        profiler_->phases.input_s = t0 - t_input;
+        profiler_->phases.step_s = now_s() - t0;
+        profiler_->step_done(*reducer_, communicator(), rc.device);
+      }
       if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
@@ -805,6 +820,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
   }
   callbacks.each([&](Callback& c) { c.on_train_end(logs); });
+  if (profiler_) profiler_->fit_end(*reducer_, communicator(), rc.device);
   timeline::fit_end(communicator());  // collective: the master writes the timeline file
   return history;
 }

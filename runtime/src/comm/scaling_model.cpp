@@ -1,0 +1,289 @@
+#include "comm/scaling_model.hpp"
+
+#include "comm/bucket_plan.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace tnt::comm::scaling {
+
+using json = nlohmann::json;
+
+Link link_from_fit(const AllreduceFit& fit) {
+  if (fit.ranks < 2) throw std::invalid_argument("an allreduce fit over fewer than 2 ranks says nothing about a link");
+  const double p = fit.ranks;
+  Link link;
+  link.latency_s = fit.a_s / (2 * (p - 1));
+  // b = 2(p-1)/p / bandwidth; b == 0 (nothing measurable) reads as a very fast link.
+  link.bytes_per_s = fit.b_s_per_byte > 0 ? 2 * (p - 1) / p / fit.b_s_per_byte : 1e15;
+  return link;
+}
+
+AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<double>& seconds, int ranks) {
+  if (bytes.size() != seconds.size()) throw std::invalid_argument("fit_allreduce: sizes and times differ in length");
+  std::vector<std::pair<double, double>> points;  // (bytes, seconds), by size
+  for (size_t i = 0; i < bytes.size(); ++i) points.emplace_back(static_cast<double>(bytes[i]), seconds[i]);
+  std::sort(points.begin(), points.end());
+  // The slope from the larger half of the sizes, the intercept from the smaller half. One
+  // least-squares line over all of them lets either end decide the other: weighted toward
+  // the large sizes, a line through curving costs (caches, a token bucket's burst) crosses
+  // zero below the origin and the latency is lost; weighted toward the small ones, a single
+  // small allreduce that happened to be fast sets the bandwidth (seen on the test bed: a
+  // 4 KB allreduce at 10 us made the line through 4 MB at 254 ms pass at 107 ms).
+  const size_t small = points.size() / 2;
+  const size_t first_large = points.size() > 2 ? small : 0;
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = first_large; i < points.size(); ++i) {
+    const auto [x, y] = points[i];
+    n += 1;
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double den = n * sxx - sx * sx;
+  if (points.size() < 2 || !(den > 1e-12 * n * sxx)) {
+    throw std::invalid_argument("fit_allreduce: needs at least two distinct sizes");
+  }
+  AllreduceFit fit;
+  fit.ranks = ranks;
+  fit.b_s_per_byte = std::max(0.0, (n * sxy - sx * sy) / den);
+  std::vector<double> intercepts;
+  for (size_t i = 0; i < std::max<size_t>(small, 1); ++i) intercepts.push_back(points[i].second - fit.b_s_per_byte * points[i].first);
+  std::sort(intercepts.begin(), intercepts.end());
+  const size_t m = intercepts.size() / 2;
+  fit.a_s = std::max(0.0, intercepts.size() % 2 ? intercepts[m] : 0.5 * (intercepts[m - 1] + intercepts[m]));
+  return fit;
+}
+
+namespace {
+
+// One ring allreduce over p ranks on one kind of link.
+double ring_s(double bytes, int p, const Link& link) {
+  if (p <= 1) return 0;
+  return 2.0 * (p - 1) * link.latency_s + 2.0 * (p - 1) / p * bytes / link.bytes_per_s;
+}
+
+}  // namespace
+
+double allreduce_s(int64_t bytes, const Network& net) {
+  const int p = net.nodes * net.ranks_per_node;
+  if (p <= 1) return 0;
+  const double n = static_cast<double>(bytes);
+  if (net.nodes == 1) return ring_s(n, net.ranks_per_node, net.intra);
+  if (net.ranks_per_node == 1) return ring_s(n, net.nodes, net.inter);
+  if (net.hierarchical) return ring_s(n, net.ranks_per_node, net.intra) + ring_s(n, net.nodes, net.inter);
+  // Every step of a flat ring moves a chunk over each edge at once, some within a node and
+  // some across: the slower edge sets the pace.
+  const double within = net.intra.latency_s + n / p / net.intra.bytes_per_s;
+  const double across = net.inter.latency_s + n / p / net.inter.bytes_per_s;
+  return 2.0 * (p - 1) * std::max(within, across);
+}
+
+Prediction predict(const Profile& profile, const Network& net, int64_t threshold_bytes) {
+  std::vector<GradientInfo> infos;
+  infos.reserve(profile.gradients.size());
+  for (const ProfiledGradient& g : profile.gradients) {
+    // The plan reads bytes, dtype and device only; one dtype and one device for all, as in
+    // a Reducer over one model's gradients.
+    GradientInfo info;
+    info.bytes = g.bytes;
+    info.numel = g.bytes / 4;
+    infos.push_back(info);
+  }
+  const BucketPlan plan = plan_buckets(infos, threshold_bytes);
+
+  Prediction out;
+  out.ranks = net.nodes * net.ranks_per_node;
+  out.threshold_bytes = threshold_bytes;
+  out.buckets = static_cast<int>(plan.buckets.size());
+  double channel_free = 0;  // when the communication channel finishes its last bucket
+  double hidden = 0;
+  if (out.ranks > 1) {
+    for (const PlannedBucket& b : plan.buckets) {
+      double ready = 0;
+      for (size_t g : b.gradients) ready = std::max(ready, std::clamp(profile.gradients[g].ready_s, 0.0, profile.backward_s));
+      const double start = std::max(ready, channel_free);
+      const double cost = allreduce_s(b.bytes, net);
+      channel_free = start + cost;
+      out.comm_s += cost;
+      hidden += std::max(0.0, std::min(channel_free, profile.backward_s) - start);
+    }
+  }
+  out.exposed_s = std::max(0.0, channel_free - profile.backward_s);
+  out.hidden_share = out.comm_s > 0 ? hidden / out.comm_s : 1.0;
+  out.step_s = profile.input_s + profile.forward_s + profile.backward_s + out.exposed_s + profile.optimizer_s +
+               profile.other_s;
+  out.throughput = out.step_s > 0 ? static_cast<double>(profile.samples_per_rank) * out.ranks / out.step_s : 0;
+  return out;
+}
+
+std::vector<int64_t> candidate_thresholds(const Profile& profile) {
+  int64_t total = 0;
+  for (const ProfiledGradient& g : profile.gradients) total += g.bytes;
+  std::vector<int64_t> out{0};
+  for (int64_t t = 1024;; t *= 2) {
+    out.push_back(t);
+    if (t >= total) break;
+  }
+  out.push_back(profile.threshold_bytes);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Prediction best_prediction(const Profile& profile, const Network& net) {
+  std::optional<Prediction> best;
+  for (int64_t t : candidate_thresholds(profile)) {
+    Prediction p = predict(profile, net, t);
+    // Strictly better by more than rounding: a tie keeps the smaller threshold, so every
+    // rank that evaluates the same inputs picks the same one.
+    if (!best || p.step_s < best->step_s * (1 - 1e-12)) best = p;
+  }
+  return *best;
+}
+
+std::vector<SweepRow> sweep(const Profile& profile, Network net, const std::vector<int>& nodes,
+                            int64_t threshold_bytes) {
+  net.nodes = 1;
+  const Prediction one = predict(profile, net, threshold_bytes);
+  const Prediction one_best = best_prediction(profile, net);
+  std::vector<SweepRow> rows;
+  for (int n : nodes) {
+    net.nodes = n;
+    SweepRow row;
+    row.nodes = n;
+    row.at_threshold = predict(profile, net, threshold_bytes);
+    row.best = best_prediction(profile, net);
+    row.efficiency = one.throughput > 0 ? row.at_threshold.throughput / (n * one.throughput) : 0;
+    row.best_efficiency = one_best.throughput > 0 ? row.best.throughput / (n * one_best.throughput) : 0;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// ---- the profile file ----
+
+std::string profile_to_json(const Profile& p) {
+  json j;
+  j["format"] = "tarantella-scaling-profile";
+  j["version"] = 1;
+  j["ranks"] = p.ranks;
+  j["nodes"] = p.nodes;
+  j["ranks_per_node"] = p.ranks_per_node;
+  j["device"] = p.device;
+  j["transport"] = p.transport;
+  j["steps"] = p.steps;
+  j["threshold_bytes"] = p.threshold_bytes;
+  j["samples_per_rank"] = p.samples_per_rank;
+  j["input_s"] = p.input_s;
+  j["forward_s"] = p.forward_s;
+  j["backward_s"] = p.backward_s;
+  j["optimizer_s"] = p.optimizer_s;
+  j["other_s"] = p.other_s;
+  j["step_s"] = p.step_s;
+  j["exposed_comm_s"] = p.exposed_comm_s;
+  if (p.allreduce) {
+    j["allreduce"] = {{"ranks", p.allreduce->ranks}, {"a_s", p.allreduce->a_s},
+                      {"b_s_per_byte", p.allreduce->b_s_per_byte}};
+  }
+  json grads = json::array();
+  for (const ProfiledGradient& g : p.gradients) grads.push_back({{"name", g.name}, {"bytes", g.bytes}, {"ready_s", g.ready_s}});
+  j["gradients"] = grads;
+  return j.dump(1) + "\n";
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& what, const std::string& field, const std::string& problem) {
+  throw std::invalid_argument(what + ": field '" + field + "' " + problem);
+}
+
+// `name` is the key in j, `at` where j is in the file ("" at the top, "gradients[3]." ...).
+const json& field(const json& j, const std::string& what, const std::string& name, const std::string& at) {
+  auto it = j.find(name);
+  if (it == j.end()) bad(what, at + name, "is missing");
+  return *it;
+}
+
+double seconds(const json& j, const std::string& what, const std::string& name, const std::string& at = "") {
+  const json& v = field(j, what, name, at);
+  if (!v.is_number()) bad(what, at + name, "is not a number");
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d < 0) bad(what, at + name, "is not a finite non-negative number");
+  return d;
+}
+
+int64_t count(const json& j, const std::string& what, const std::string& name, int64_t min, const std::string& at = "") {
+  const json& v = field(j, what, name, at);
+  if (!v.is_number_integer()) bad(what, at + name, "is not an integer");
+  const int64_t n = v.get<int64_t>();
+  if (n < min) bad(what, at + name, "is below " + std::to_string(min));
+  return n;
+}
+
+std::string text(const json& j, const std::string& what, const std::string& name, const std::string& at = "") {
+  const json& v = field(j, what, name, at);
+  if (!v.is_string()) bad(what, at + name, "is not a string");
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+Profile profile_from_json(const std::string& body, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(what + ": not JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw std::invalid_argument(what + ": not a JSON object");
+  if (text(j, what, "format") != "tarantella-scaling-profile") {
+    bad(what, "format", "is not \"tarantella-scaling-profile\" (not a profile written by --profile-scaling)");
+  }
+  if (count(j, what, "version", 1) != 1) bad(what, "version", "is not 1 (written by a newer tarantella?)");
+  Profile p;
+  p.ranks = static_cast<int>(count(j, what, "ranks", 1));
+  p.nodes = static_cast<int>(count(j, what, "nodes", 1));
+  p.ranks_per_node = static_cast<int>(count(j, what, "ranks_per_node", 1));
+  if (p.ranks != p.nodes * p.ranks_per_node) {
+    bad(what, "ranks", "is not nodes * ranks_per_node (" + std::to_string(p.nodes) + " * " +
+                           std::to_string(p.ranks_per_node) + ")");
+  }
+  p.device = text(j, what, "device");
+  p.transport = text(j, what, "transport");
+  p.steps = static_cast<int>(count(j, what, "steps", 1));
+  p.threshold_bytes = count(j, what, "threshold_bytes", 0);
+  p.samples_per_rank = count(j, what, "samples_per_rank", 1);
+  p.input_s = seconds(j, what, "input_s");
+  p.forward_s = seconds(j, what, "forward_s");
+  p.backward_s = seconds(j, what, "backward_s");
+  p.optimizer_s = seconds(j, what, "optimizer_s");
+  p.other_s = seconds(j, what, "other_s");
+  p.step_s = seconds(j, what, "step_s");
+  p.exposed_comm_s = seconds(j, what, "exposed_comm_s");
+  if (j.contains("allreduce")) {
+    const json& a = j["allreduce"];
+    if (!a.is_object()) bad(what, "allreduce", "is not an object");
+    p.allreduce = AllreduceFit{static_cast<int>(count(a, what, "ranks", 2, "allreduce.")), 0, 0};
+    p.allreduce->a_s = seconds(a, what, "a_s", "allreduce.");
+    p.allreduce->b_s_per_byte = seconds(a, what, "b_s_per_byte", "allreduce.");
+  }
+  const json& grads = field(j, what, "gradients", "");
+  if (!grads.is_array()) bad(what, "gradients", "is not an array");
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const std::string at = "gradients[" + std::to_string(i) + "]";
+    if (!grads[i].is_object()) bad(what, at, "is not an object");
+    ProfiledGradient g;
+    g.name = text(grads[i], what, "name", at + ".");
+    g.bytes = count(grads[i], what, "bytes", 0, at + ".");
+    g.ready_s = seconds(grads[i], what, "ready_s", at + ".");
+    p.gradients.push_back(g);
+  }
+  return p;
+}
+
+}  // namespace tnt::comm::scaling

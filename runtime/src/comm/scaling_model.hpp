@@ -1,0 +1,126 @@
+// The scaling model: a job's step time at N nodes from one short profile, as a plain
+// function of its inputs (no MPI, no tensors), so that the runtime (--fusion-threshold auto),
+// the launcher (`tarantella predict`) and the unit tests (tests/comm/test_scaling_model.cpp)
+// share one implementation. docs/scaling.md explains the model and what it leaves out.
+//
+// The idea. A step is input + forward + backward + optimizer + other, measured once. During
+// backward each gradient becomes final at a measured time; the bucket plan
+// (comm/bucket_plan) groups the gradients as the Reducer would at a given threshold; each
+// bucket is allreduced on ONE communication channel, in bucket order, starting when it is
+// complete and the bucket before it is done. What is still in flight when backward ends is
+// added to the step. The per-rank batch stays as profiled (weak scaling), so the compute
+// parts do not change with the rank count; only the allreduces do.
+//
+// Allreduce of n bytes over p = nodes * ranks_per_node ranks, ring algorithm (each of the
+// reduce-scatter and the allgather takes p-1 steps moving n/p bytes per rank):
+//   one node       2(p-1) * intra.latency + 2(p-1)/p * n / intra.bandwidth
+//   hierarchical   within the node (r = ranks_per_node) as above with p = r, plus across the
+//                  N nodes 2(N-1) * inter.latency + 2(N-1)/N * n / inter.bandwidth (the r
+//                  ranks of a node share its link, so the node moves all n bytes)
+//   flat ring      2(p-1) * max(latency + n/p / bandwidth) over intra and inter: every step
+//                  waits for its slowest edge (our host ring, MPI's ring)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tnt::comm::scaling {
+
+// One message of n bytes over the link costs latency_s + n / bytes_per_s.
+struct Link {
+  double latency_s = 0;
+  double bytes_per_s = 0;
+};
+
+struct Network {
+  int nodes = 1;
+  int ranks_per_node = 1;
+  Link intra;  // between ranks of one node
+  Link inter;  // between nodes (one link per node)
+  bool hierarchical = true;  // false: one flat ring over all ranks (the host transport)
+};
+
+// A straight line time = a_s + b_s_per_byte * bytes fitted to allreduces of a few sizes over
+// `ranks` ranks.
+struct AllreduceFit {
+  int ranks = 0;
+  double a_s = 0;
+  double b_s_per_byte = 0;
+};
+
+struct ProfiledGradient {
+  std::string name;
+  int64_t bytes = 0;
+  double ready_s = 0;  // since backward began
+};
+
+struct Profile {
+  // Where it was measured.
+  int ranks = 1;
+  int nodes = 1;
+  int ranks_per_node = 1;
+  std::string device = "cpu";
+  std::string transport = "ring";  // the allreduce the Reducer used: ring, mpi or nccl
+  int steps = 0;                   // steps the medians are taken over
+  int64_t threshold_bytes = 32 * 1024;
+  int64_t samples_per_rank = 0;  // per step
+  // Per step, medians over the profiled steps (seconds).
+  double input_s = 0;
+  double forward_s = 0;  // forward and loss
+  double backward_s = 0;
+  double optimizer_s = 0;
+  double other_s = 0;  // the rest of the measured step: metrics, callbacks
+  double step_s = 0;   // the whole measured step, for comparison with the prediction
+  double exposed_comm_s = 0;  // measured wait after backward, for comparison
+  std::vector<ProfiledGradient> gradients;  // in registration order
+  std::optional<AllreduceFit> allreduce;   // measured on the profile's ranks
+};
+
+// One point-to-point step of the ring from the line fitted over p ranks (p >= 2):
+// a = 2(p-1) latency, b = 2(p-1)/p / bandwidth.
+Link link_from_fit(const AllreduceFit& fit);
+// b by least squares over the larger half of the sizes, a as the median intercept of the
+// smaller half under that slope; both clamped at 0. Throws std::invalid_argument for fewer than two
+// distinct sizes.
+AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<double>& seconds, int ranks);
+
+// Time of one allreduce of `bytes` over the network's ranks; 0 for one rank.
+double allreduce_s(int64_t bytes, const Network& net);
+
+struct Prediction {
+  int ranks = 1;
+  int64_t threshold_bytes = 0;
+  int buckets = 0;
+  double step_s = 0;
+  double throughput = 0;    // samples per second over all ranks
+  double comm_s = 0;        // total allreduce time
+  double exposed_s = 0;     // the part after backward ended
+  double hidden_share = 1;  // (comm - exposed) / comm; 1 with no communication
+};
+
+Prediction predict(const Profile& profile, const Network& net, int64_t threshold_bytes);
+
+// 0, 1 KB, 2 KB, ... doubling up to the first that makes one bucket, and the profile's own.
+std::vector<int64_t> candidate_thresholds(const Profile& profile);
+// The candidate with the smallest predicted step; on a tie, the smaller threshold.
+Prediction best_prediction(const Profile& profile, const Network& net);
+
+struct SweepRow {
+  int nodes = 1;
+  Prediction at_threshold;  // the threshold asked for
+  double efficiency = 1;    // throughput / (nodes * throughput on one node), same threshold
+  Prediction best;
+  double best_efficiency = 1;  // against one node at its own best threshold
+};
+// `net` gives everything but the node count.
+std::vector<SweepRow> sweep(const Profile& profile, Network net, const std::vector<int>& nodes,
+                            int64_t threshold_bytes);
+
+// The profile file (JSON, "format": "tarantella-scaling-profile", "version": 1). Reading
+// throws std::invalid_argument naming `what` (the file) and the field that is wrong.
+std::string profile_to_json(const Profile& profile);
+Profile profile_from_json(const std::string& text, const std::string& what);
+
+}  // namespace tnt::comm::scaling

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# --profile-scaling (docs/scaling.md) on fashion_mnist through the launcher: 2 ranks write a
+# profile whose fields are sane (every gradient of the CNN with its size, ready times inside
+# backward, the allreduce measured); 1 rank writes one without an allreduce; a profile that
+# cannot be written ends the job with exit status 2 naming the file, on every rank;
+# --fusion-threshold auto trains and announces its choice once.
+#
+#   scaling_profile.sh LAUNCHER PROGRAM
+source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
+fm_need_data
+
+# check_profile NAME FILE RANKS: python reads the JSON; each failed check is one line.
+check_profile() {
+  local name=$1 file=$2 ranks=$3
+  if [[ ! -f $file ]]; then
+    fm_fail "$name: no profile at $file"
+    return
+  fi
+  local problems
+  problems=$(python3 - "$file" "$ranks" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+ranks = int(sys.argv[2])
+bad = []
+def want(cond, what):
+    if not cond: bad.append(what)
+want(p["format"] == "tarantella-scaling-profile" and p["version"] == 1, "format/version")
+want(p["ranks"] == ranks and p["nodes"] == 1 and p["ranks_per_node"] == ranks, "ranks %r" % p["ranks"])
+want(p["device"] == "cpu" and p["transport"] == "ring", "device/transport")
+# 1024 samples at a global batch of 32: 32 steps, 5 of them warm-up; 20 asked for.
+want(p["steps"] == 20, "steps %r (20 asked for)" % p["steps"])
+want(p["samples_per_rank"] == 32 // ranks, "samples_per_rank %r" % p["samples_per_rank"])
+want(p["threshold_bytes"] == 32 * 1024, "threshold_bytes")
+for k in ("forward_s", "backward_s", "optimizer_s"):
+    want(0 < p[k] < 1, "%s %r not in (0, 1) s" % (k, p[k]))
+for k in ("input_s", "other_s", "exposed_comm_s"):
+    want(0 <= p[k] < 1, "%s %r not in [0, 1) s" % (k, p[k]))
+parts = p["input_s"] + p["forward_s"] + p["backward_s"] + p["optimizer_s"]
+want(p["step_s"] >= 0.9 * parts, "step_s %r below its parts %r" % (p["step_s"], parts))
+# The CNN of models/fashion_mnist: conv 1->32 3x3, conv 32->64 3x3, dense 3136->128, 128->10
+# (f32: 4 bytes an element).
+names = [g["name"] for g in p["gradients"]]
+want(names == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
+               "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"], "names %r" % names)
+sizes = [g["bytes"] for g in p["gradients"]]
+want(sizes == [4 * n for n in (288, 32, 18432, 64, 3136 * 128, 128, 1280, 10)], "bytes %r" % sizes)
+ready = [g["ready_s"] for g in p["gradients"]]
+want(all(0 <= r <= p["backward_s"] + 1e-9 for r in ready), "ready times outside backward %r" % ready)
+# Backward runs from the last layer: fc2's gradient is final before conv1's.
+want(ready[6] < ready[0], "fc2.weight (%r) not before conv1.weight (%r)" % (ready[6], ready[0]))
+if ranks > 1:
+    a = p.get("allreduce")
+    want(a is not None and a["ranks"] == ranks, "allreduce missing")
+    if a:
+        # One rank pair on one host: a latency from about a microsecond to a few ms on a
+        # loaded 2-core machine, a bandwidth from 10 MB/s to 100 GB/s.
+        want(1e-7 < a["a_s"] < 0.05, "allreduce a_s %r" % a["a_s"])
+        want(1e-11 < a["b_s_per_byte"] < 1e-7, "allreduce b_s_per_byte %r" % a["b_s_per_byte"])
+else:
+    want("allreduce" not in p, "an allreduce measured on one rank")
+print("\n".join(bad))
+PY
+  )
+  if [[ $? -ne 0 ]]; then
+    fm_fail "$name: python3 could not read $file"
+  elif [[ -n $problems ]]; then
+    while IFS= read -r line; do fm_fail "$name: $line"; done <<<"$problems"
+  else
+    fm_pass "$name: every field is sane"
+  fi
+}
+
+args=(--num_train_samples=1024 --batch_size=32 --train_epochs=1 --verbose=0 --model_dir="$fm_tmp/model")
+for ranks in 2 1; do
+  name=np$ranks
+  profile=$fm_tmp/profile$ranks.json
+  fm_run "$name" -n "$ranks" -x TNT_NUM_THREADS=1 -x TNT_PROFILE_SCALING_STEPS=20 --profile-scaling "$profile" \
+    -- "${args[@]}" --overwrite
+  if [[ $fm_rc -eq 0 ]]; then fm_pass "$name: exit status 0"; else fm_fail "$name: exit status $fm_rc"; fi
+  check_profile "$name" "$profile" "$ranks"
+  [[ -e $profile.tmp ]] && fm_fail "$name: the temporary file $profile.tmp was left behind"
+  n=$(grep -c "scaling profile of 20 steps on $ranks rank(s) written to $profile" <<<"$fm_out")
+  [[ $n -eq 1 ]] && fm_pass "$name: said once where the profile went" || fm_fail "$name: the note appears $n times"
+done
+
+# --fusion-threshold auto: the master announces the choice once; the run trains as usual.
+name=auto
+fm_run "$name" -n 2 -x TNT_NUM_THREADS=1 --fusion-threshold auto -- "${args[@]}" --overwrite
+if [[ $fm_rc -eq 0 ]]; then fm_pass "$name: exit status 0"; else fm_fail "$name: exit status $fm_rc"; fi
+n=$(grep -c "^fusion threshold auto: " <<<"$fm_out")
+[[ $n -eq 1 ]] && fm_pass "$name: the choice announced once" || fm_fail "$name: the choice announced $n times"
+
+name=unwritable
+fm_run "$name" -n 2 -x TNT_NUM_THREADS=1 -x TNT_PROFILE_SCALING_STEPS=2 --profile-scaling "$fm_tmp/no/such/dir/p.json" \
+  -- "${args[@]}" --overwrite
+if [[ $fm_rc -eq 2 ]]; then fm_pass "$name: exit status 2"; else fm_fail "$name: exit status $fm_rc, expected 2"; fi
+fm_expect_fixed "$name" "$fm_tmp/no/such/dir/p.json" "the profile file"
+
+fm_finish

@@ -13,6 +13,7 @@
 #include "mpirun_command.hpp"
 #include "paths.hpp"
 #include "plan.hpp"
+#include "ps_plan.hpp"
 #include "rank_watch.hpp"
 #include "rank_setup.hpp"
 #include "shell_words.hpp"
@@ -304,6 +305,12 @@ int launch(const std::vector<std::string>& args) {
   spec.as_root = ::geteuid() == 0;
   spec.hosts = plan.hosts;
   spec.exports = tl::rank_exports(options, env);
+  const std::optional<tl::PsRoles> roles = tl::plan_ps_roles(options, plan);
+  if (roles) {
+    // The plan's roles, not a stale TNT_PS_SERVERS of this environment.
+    std::erase_if(spec.exports, [](const auto& e) { return e.first == tl::env::ps_servers; });
+    spec.exports.emplace_back(tl::env::ps_servers, tl::ps_servers_value(*roles));
+  }
   // TNT_DEVICE of this environment is not passed on (the per-rank step sets each rank's):
   // say so, unless this launcher runs inside a rank of another job, whose value is stale.
   if (auto it = env.find(tl::env::device); it != env.end() && env.find(tl::env::launcher) == env.end()) {
@@ -341,6 +348,7 @@ int launch(const std::vector<std::string>& args) {
 
   if (options.dry_run) {
     std::fputs(tl::format_plan(plan).c_str(), stdout);
+    if (roles) std::fputs(tl::format_ps_roles(*roles, plan).c_str(), stdout);
     std::fputs("command:\n", stdout);
     std::fputs(tl::shell_join(command).c_str(), stdout);
     std::fputs("\n", stdout);

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# fashion_mnist with --strategy=parameter_server through the launcher's --parameter-servers.
+#
+#   fashion_mnist_parameter_server.sh LAUNCHER PROGRAM CASE
+#
+# CASE:
+#   staleness0: 1 server + 2 workers with --max_staleness=0 give the test loss and accuracy
+#     of synchronous training on 2 ranks (printed to 4 decimals: the sums differ only in
+#     their order, which moved nothing in the 4th decimal when measured).
+#   async: fully asynchronous training (1 server + 2 workers) reaches within 1.5 points of
+#     synchronous accuracy after the same 2 epochs (measured in 4 runs: from 0.2 points below
+#     to 1.9 above; asynchronous Adam takes a step per push, twice the updates).
+#   resume_across: a checkpoint written by a parameter-server run is resumed by a
+#     synchronous run, and one written by a synchronous run by a parameter-server run;
+#     history.csv gets one row per epoch.
+#   bad_roles: --parameter-servers that leaves no worker is refused by the launcher (exit 2,
+#     naming the flag) before any rank starts; the program alone on one rank refuses
+#     --strategy=parameter_server (exit 2, naming the need for 2 ranks).
+set -uo pipefail
+source "$(dirname "$0")/fashion_mnist_common.sh" "$1" "$2"
+case_name=${3:?case}
+fm_need_data
+
+common=(--model=mlp --num_train_samples=6000 --batch_size=128 --verbose=0)
+
+result_of() { grep -Eo 'test accuracy: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+$'; }
+loss_of() { grep -Eo 'Test loss: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+$'; }
+
+case $case_name in
+  staleness0)
+    fm_run sync -np 2 -- "${common[@]}" --train_epochs=2 --model_dir="$fm_tmp/sync"
+    [[ $fm_rc -eq 0 ]] || fm_fail "sync: exit $fm_rc"
+    acc_sync=$(result_of) loss_sync=$(loss_of)
+    fm_run ps -np 3 --parameter-servers 1 -- "${common[@]}" --train_epochs=2 --strategy=parameter_server \
+      --max_staleness=0 --model_dir="$fm_tmp/ps"
+    [[ $fm_rc -eq 0 ]] || fm_fail "ps: exit $fm_rc"
+    acc_ps=$(result_of) loss_ps=$(loss_of)
+    if [[ -n $acc_sync && $acc_sync == "$acc_ps" && $loss_sync == "$loss_ps" ]]; then
+      fm_pass "staleness 0: loss $loss_ps, accuracy $acc_ps, as synchronous"
+    else
+      fm_fail "staleness 0: loss $loss_ps accuracy $acc_ps; synchronous: loss $loss_sync accuracy $acc_sync"
+    fi
+    ;;
+  async)
+    fm_run sync -np 2 -- "${common[@]}" --train_epochs=2 --model_dir="$fm_tmp/sync"
+    acc_sync=$(result_of)
+    fm_run ps -np 3 --parameter-servers 1 -- "${common[@]}" --train_epochs=2 --strategy=parameter_server \
+      --model_dir="$fm_tmp/ps"
+    [[ $fm_rc -eq 0 ]] || fm_fail "ps: exit $fm_rc"
+    acc_ps=$(result_of)
+    if [[ -n $acc_sync && -n $acc_ps ]] && awk -v a="$acc_sync" -v b="$acc_ps" 'BEGIN { exit !(b >= a - 0.015) }'; then
+      fm_pass "asynchronous accuracy $acc_ps, synchronous $acc_sync"
+    else
+      fm_fail "asynchronous accuracy '$acc_ps' more than 1.5 points below synchronous '$acc_sync'"
+    fi
+    ;;
+  resume_across)
+    fm_run ps1 -np 3 --parameter-servers 1 -- "${common[@]}" --train_epochs=1 --strategy=parameter_server \
+      --model_dir="$fm_tmp/a"
+    [[ $fm_rc -eq 0 ]] || fm_fail "ps1: exit $fm_rc"
+    fm_run sync2 -np 2 -- "${common[@]}" --train_epochs=2 --resume --model_dir="$fm_tmp/a"
+    [[ $fm_rc -eq 0 ]] || fm_fail "sync2 (resumed from the parameter-server checkpoint): exit $fm_rc"
+    rows=$(tail -n +2 "$fm_tmp/a/history.csv" | cut -d, -f1 | tr '\n' ' ')
+    [[ $rows == "1 2 " ]] && fm_pass "ps then sync: history epochs $rows" || fm_fail "ps then sync: history epochs '$rows'"
+    fm_run sync1 -np 2 -- "${common[@]}" --train_epochs=1 --model_dir="$fm_tmp/b"
+    fm_run ps2 -np 3 --parameter-servers 1 -- "${common[@]}" --train_epochs=2 --resume --strategy=parameter_server \
+      --model_dir="$fm_tmp/b"
+    [[ $fm_rc -eq 0 ]] || fm_fail "ps2 (resumed from the synchronous checkpoint): exit $fm_rc"
+    rows=$(tail -n +2 "$fm_tmp/b/history.csv" | cut -d, -f1 | tr '\n' ' ')
+    [[ $rows == "1 2 " ]] && fm_pass "sync then ps: history epochs $rows" || fm_fail "sync then ps: history epochs '$rows'"
+    ;;
+  bad_roles)
+    fm_run no_worker -np 2 --parameter-servers 2 -- "${common[@]}" --strategy=parameter_server \
+      --model_dir="$fm_tmp/c"
+    [[ $fm_rc -eq 2 ]] || fm_fail "no_worker: exit $fm_rc, expected 2"
+    grep -q -- "--parameter-servers 2 with 2 ranks leaves no worker" <<<"$fm_out" &&
+      fm_pass "no_worker: refused naming the flag" || fm_fail "no_worker: no message naming --parameter-servers"
+    [[ ! -e $fm_tmp/c ]] && fm_pass "no_worker: nothing started" || fm_fail "no_worker: the program ran"
+    fm_run one_rank -np 1 -- "${common[@]}" --strategy=parameter_server --model_dir="$fm_tmp/d"
+    [[ $fm_rc -eq 2 ]] || fm_fail "one_rank: exit $fm_rc, expected 2"
+    fm_expect_grep one_rank "needs at least 2 ranks" "the need for a server and a worker"
+    ;;
+  *)
+    echo "unknown case $case_name" >&2
+    exit 2
+    ;;
+esac
+fm_finish

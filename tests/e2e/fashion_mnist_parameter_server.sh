@@ -13,6 +13,9 @@
 #   resume_across: a checkpoint written by a parameter-server run is resumed by a
 #     synchronous run, and one written by a synchronous run by a parameter-server run;
 #     history.csv gets one row per epoch.
+#   server_stopped: the server rank stopped (SIGSTOP) in the middle of training: the workers
+#     give up after TNT_COLLECTIVE_TIMEOUT (3 s here) naming server rank 0, and the job ends
+#     with a non-zero status within seconds, no process left behind.
 #   bad_roles: --parameter-servers that leaves no worker is refused by the launcher (exit 2,
 #     naming the flag) before any rank starts; the program alone on one rank refuses
 #     --strategy=parameter_server (exit 2, naming the need for 2 ranks).
@@ -68,6 +71,27 @@ case $case_name in
     [[ $fm_rc -eq 0 ]] || fm_fail "ps2 (resumed from the synchronous checkpoint): exit $fm_rc"
     rows=$(tail -n +2 "$fm_tmp/b/history.csv" | cut -d, -f1 | tr '\n' ' ')
     [[ $rows == "1 2 " ]] && fm_pass "sync then ps: history epochs $rows" || fm_fail "sync then ps: history epochs '$rows'"
+    ;;
+  server_stopped)
+    (
+      # Rank 0 (the server) stops once training has begun (its history.csv exists).
+      for _ in $(seq 1 200); do
+        [[ -e $fm_tmp/e/history.csv ]] && break
+        sleep 0.1
+      done
+      sleep 1
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/e"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then kill -STOP "$p"; fi
+      done
+    ) &
+    stopper=$!
+    fm_run stopped -np 3 --parameter-servers 1 -x TNT_COLLECTIVE_TIMEOUT=3 -- --model=mlp --train_epochs=50 \
+      --batch_size=128 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/e"
+    wait $stopper
+    [[ $fm_rc -ne 0 ]] || fm_fail "stopped: exit 0 with a stopped server"
+    fm_expect_grep stopped "server rank\(s\) 0 did not answer" "the stopped server"
+    awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "stopped: ended after ${fm_seconds}s" ||
+      fm_fail "stopped: took ${fm_seconds}s"
     ;;
   bad_roles)
     fm_run no_worker -np 2 --parameter-servers 2 -- "${common[@]}" --strategy=parameter_server \

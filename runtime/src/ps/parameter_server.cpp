@@ -145,6 +145,13 @@ class Shards {
       steps_.push_back(step->second);
     }
     plan_ = ps::plan_shards(shapes, servers);
+    // One MPI message carries a server's shard (times the slots for the state).
+    for (int64_t n : plan_.shard_elements) {
+      TNT_INPUT_CHECK(n * static_cast<int64_t>(std::max<size_t>(1, slot_names_.size())) < std::numeric_limits<int>::max(),
+                      "fit: strategy=parameter_server: a server's shard of {} variables is too large for one MPI "
+                      "message; use more servers (TNT_PS_SERVERS)",
+                      n);
+    }
   }
 
   const ps::ShardPlan& plan() const { return plan_; }
@@ -246,9 +253,32 @@ class Shards {
   ps::ShardPlan plan_;
 };
 
-void mpi_send(MPI_Comm comm, const void* data, int64_t count, MPI_Datatype type, int dest, int tag) {
-  TNT_CHECK(count <= std::numeric_limits<int>::max(), "parameter-server message of {} elements is too large", count);
-  TNT_MPI_CHECK(MPI_Send(data, static_cast<int>(count), type, dest, tag, comm));
+// Waits for a worker's requests to the servers; `peer[i]` is the server rank request i
+// talks to. Polls, so that a server that is lost or stopped ends this worker after
+// TNT_COLLECTIVE_TIMEOUT (0: never) with the server named, rather than never. A timed-out
+// request is left to MPI: the job is ending.
+void wait_servers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, const std::string& what) {
+  const double limit = config().collective_timeout_s;
+  const auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    TNT_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) return;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (limit > 0 && waited > limit) {
+      std::set<int> silent;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        int one = 0;
+        MPI_Test(&reqs[i], &one, MPI_STATUS_IGNORE);
+        if (!one) silent.insert(peer[i]);
+      }
+      throw CommError(fmt::format("parameter-server training: server rank(s) {} did not answer {} within {} s "
+                                  "(TNT_COLLECTIVE_TIMEOUT): a lost or stopped server ends the job",
+                                  fmt::join(silent, ", "), what, limit));
+    }
+    // Yield the core after a short spin: on a shared machine the server needs it.
+    if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -487,7 +517,11 @@ class Worker final : public PsWorker {
   void finish() {
     wait_pushes();
     const int64_t zero = 0;
-    for (int server : servers_) mpi_send(comm_, &zero, 1, MPI_INT64_T, server, kDone);
+    std::vector<MPI_Request> reqs(servers_.size());
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TNT_MPI_CHECK(MPI_Isend(&zero, 1, MPI_INT64_T, servers_[s], kDone, comm_, &reqs[s]));
+    }
+    wait_servers(reqs, servers_, "this worker's end of training");
   }
 
   // Best effort: the servers learn why this worker stops, and stop too.
@@ -502,9 +536,7 @@ class Worker final : public PsWorker {
   }
 
  private:
-  void wait_pushes() {
-    TNT_MPI_CHECK(MPI_Waitall(static_cast<int>(push_requests_.size()), push_requests_.data(), MPI_STATUSES_IGNORE));
-  }
+  void wait_pushes() { wait_servers(push_requests_, servers_, fmt::format("this worker's push of update {}", clock_)); }
 
   void pull_from_servers(bool with_state) {
     Span span(Lane::communication, with_state ? "pull with optimizer state" : "pull");
@@ -513,8 +545,10 @@ class Worker final : public PsWorker {
     std::vector<std::vector<float>> values(k), state(k);
     std::vector<std::vector<int64_t>> steps(k);
     std::vector<MPI_Request> reqs;
+    std::vector<int> peer;
     for (size_t s = 0; s < k; ++s) {
       const int si = static_cast<int>(s);
+      peer.insert(peer.end(), with_state ? 4 : 2, servers_[s]);
       reqs.emplace_back();
       TNT_MPI_CHECK(MPI_Isend(request, 2, MPI_INT64_T, servers_[s], kPull, comm_, &reqs.back()));
       values[s].resize(static_cast<size_t>(shards_.shard_elements(si)) + 1);
@@ -532,7 +566,7 @@ class Worker final : public PsWorker {
                                 kStateSteps, comm_, &reqs.back()));
       }
     }
-    TNT_MPI_CHECK(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+    wait_servers(reqs, peer, fmt::format("this worker's pull after update {}", clock_));
     double lead = 0;
     for (size_t s = 0; s < k; ++s) {
       shards_.scatter(static_cast<int>(s), values[s].data(), false);

@@ -255,3 +255,54 @@ TEST_CASE("ps: max_staleness bounds how far a worker runs ahead of a slow one", 
   CHECK(lockstep.last("staleness_max") == 0);
   CHECK(lockstep.last("staleness_mean") == 0);
 }
+
+TEST_CASE("ps: max_steps counts the servers' updates, every worker's pushes together", "[ps]") {
+  auto net = tnt::test::small_mlp();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.epochs = 5;
+  fit.verbose = 0;
+  fit.batch_size = 8;  // 8 steps an epoch on each of 2 workers: 16 updates an epoch
+  fit.max_steps = 10;
+  fit.strategy = tnt::Strategy::parameter_server;
+  tnt::History h = model.fit(tnt::test::threshold_data("ps_steps"), fit);
+  // Stopped within the first epoch; a worker sees the count at its pull, so each may push
+  // once more after it pulled the 9th: at most one extra push per worker, 12.
+  CHECK(h.epochs.size() == 1);
+  CHECK(model.global_step() >= 10);
+  CHECK(model.global_step() <= 12);
+  CHECK(model.optimizer().step_count() == model.global_step());
+}
+
+namespace {
+
+// Worker 1 asks to stop after its second step of the epoch; worker 0 goes on.
+class StopWorkerOne : public tnt::Callback {
+ public:
+  StopWorkerOne() : tnt::Callback(Ranks::all) {}
+  void on_train_batch_end(int64_t batch, const tnt::Logs&) override {
+    if (tnt::rank() == 1 && batch == 1) model_->stop_training();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("ps: a worker that leaves its epoch early holds no other back; all stop together", "[ps]") {
+  // With max_staleness 1, worker 0 would wait forever for worker 1 (which waits for it at
+  // the epoch's end) unless the servers stop counting a worker that left its steps.
+  auto net = tnt::test::small_mlp();
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.epochs = 3;
+  fit.verbose = 0;
+  fit.batch_size = 8;  // 8 steps an epoch on each of 2 workers
+  fit.strategy = tnt::Strategy::parameter_server;
+  fit.max_staleness = 1;
+  fit.callbacks = {std::make_shared<StopWorkerOne>()};
+  tnt::History h = model.fit(tnt::test::threshold_data("ps_pause"), fit);
+  CHECK(h.epochs.size() == 1);
+  CHECK(model.global_step() == 2 + 8);
+  CHECK(model.stop_requested());
+}

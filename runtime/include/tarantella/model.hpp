@@ -132,6 +132,7 @@ struct FitOptions {
   // when unset) hold shards of the variables and the optimizer state and apply each push;
   // the others train on the dataset split among them (batch_size is their global batch) and
   // end with identical replicas on every rank, servers included, as synchronous fit does.
+  // global_step() (and so max_steps and a checkpoint's step) counts the servers' updates.
   Strategy strategy = Strategy::synchronous;
   // parameter_server only: how many updates a worker may be ahead of the slowest. nullopt:
   // no bound (fully asynchronous: every push is applied on arrival); N >= 1: a worker's pull

@@ -101,13 +101,14 @@ using timeline::Lane;
 using Span = timeline::Span;
 
 // Tags on the strategy's own communicator.
-constexpr int kPull = 11;        // worker -> server: int64 {clock, with_state}
-constexpr int kValues = 12;      // server -> worker: f32 shard values, then the puller's lead (see may_answer)
+constexpr int kPull = 11;        // worker -> server: int64 {clock, with_state, epoch}
+constexpr int kValues = 12;      // server -> worker: f32 shard values, the puller's lead (see may_answer), the step count
 constexpr int kState = 13;       // server -> worker: f32 shard optimizer slots
 constexpr int kStateSteps = 14;  // server -> worker: int64 per-piece update counts, then the step count
-constexpr int kPush = 15;        // worker -> server: f32 shard gradients
+constexpr int kPush = 15;        // worker -> server: f32 shard gradients, then the worker's epoch
 constexpr int kDone = 16;        // worker -> server: int64 0, no more pushes
 constexpr int kAbort = 17;       // worker -> server: the error that ended it (first byte 'I': input error)
+constexpr int kPause = 18;       // worker -> server: int64 epoch, no more pushes in it (PsWorker::pause)
 
 // The variables as host mirrors, the plan over them, and the optimizer state by variable:
 // what servers and workers share.
@@ -229,6 +230,7 @@ class Shards {
     }
   }
   size_t pieces_of_count(int s) const { return plan_.pieces_of(s).size(); }
+  int64_t step_count() const { return optimizer_.step_count(); }
 
   // The server's update: the shard's gradient (shard order) into the variables it touches,
   // one optimizer step over them, the new values back into the host mirrors. Rows of a
@@ -273,7 +275,8 @@ void wait_servers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, 
         if (!one) silent.insert(peer[i]);
       }
       throw CommError(fmt::format("parameter-server training: server rank(s) {} did not answer {} within {} s "
-                                  "(TNT_COLLECTIVE_TIMEOUT): a lost or stopped server ends the job",
+                                  "(TNT_COLLECTIVE_TIMEOUT): the server is lost or stopped, or holds the pull back for max_staleness "
+                                  "while a slower worker no longer pushes",
                                   fmt::join(silent, ", "), what, limit));
     }
     // Yield the core after a short spin: on a shared machine the server needs it.
@@ -291,6 +294,7 @@ class Server {
     for (size_t i = 0; i < workers_.size(); ++i) worker_index_[workers_[i]] = static_cast<int>(i);
     pushes_.assign(workers_.size(), 0);
     done_.assign(workers_.size(), false);
+    paused_.assign(workers_.size(), -1);
     std::set<int> owned;
     for (int i : shards_.plan().pieces_of(index_)) owned.insert(shards_.plan().pieces[static_cast<size_t>(i)].variable);
     for (int v : owned) {
@@ -334,6 +338,7 @@ class Server {
     int source = 0;
     int64_t clock = 0;
     bool with_state = false;
+    int64_t epoch = 0;
   };
 
   int worker_of(int source) const {
@@ -348,16 +353,19 @@ class Server {
     int count = 0;
     switch (st.MPI_TAG) {
       case kPull: {
-        int64_t msg[2] = {0, 0};
-        TNT_MPI_CHECK(MPI_Recv(msg, 2, MPI_INT64_T, st.MPI_SOURCE, kPull, comm_, MPI_STATUS_IGNORE));
-        held_.push_back({st.MPI_SOURCE, msg[0], msg[1] != 0});
+        int64_t msg[3] = {0, 0, 0};
+        TNT_MPI_CHECK(MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, kPull, comm_, MPI_STATUS_IGNORE));
+        held_.push_back({st.MPI_SOURCE, msg[0], msg[1] != 0, msg[2]});
         break;
       }
       case kPush: {
-        std::vector<float> grad(accum_.size());
+        std::vector<float> grad(accum_.size() + 1);
         TNT_MPI_CHECK(MPI_Recv(grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush, comm_,
                                MPI_STATUS_IGNORE));
+        round_epoch_ = static_cast<int64_t>(grad.back());
+        grad.pop_back();
         ++pushes_[static_cast<size_t>(w)];
+        paused_[static_cast<size_t>(w)] = -1;
         if (staleness_ && *staleness_ == 0) {
           for (size_t i = 0; i < grad.size(); ++i) accum_[i] += grad[i];
           apply_complete_rounds();
@@ -370,6 +378,13 @@ class Server {
         int64_t zero = 0;
         TNT_MPI_CHECK(MPI_Recv(&zero, 1, MPI_INT64_T, st.MPI_SOURCE, kDone, comm_, MPI_STATUS_IGNORE));
         done_[static_cast<size_t>(w)] = true;
+        if (staleness_ && *staleness_ == 0) apply_complete_rounds();
+        break;
+      }
+      case kPause: {
+        int64_t epoch = 0;
+        TNT_MPI_CHECK(MPI_Recv(&epoch, 1, MPI_INT64_T, st.MPI_SOURCE, kPause, comm_, MPI_STATUS_IGNORE));
+        paused_[static_cast<size_t>(w)] = epoch;
         if (staleness_ && *staleness_ == 0) apply_complete_rounds();
         break;
       }
@@ -400,8 +415,8 @@ class Server {
       for (size_t w = 0; w < pushes_.size(); ++w) {
         if (pushes_[w] > applied_) {
           any = true;
-        } else if (!done_[w]) {
-          all = false;
+        } else if (!done_[w] && paused_[w] < round_epoch_) {
+          all = false;  // a worker that left this round's epoch early pushes nothing more in it
         }
       }
       if (!any || !all) return;
@@ -410,11 +425,11 @@ class Server {
     }
   }
 
-  // How many updates the puller is ahead of the slowest worker still training (0 alone).
+  // How many updates the puller is ahead of the slowest worker still stepping (0 alone).
   int64_t lead(const Held& h) const {
     int64_t slowest = std::numeric_limits<int64_t>::max();
     for (size_t w = 0; w < pushes_.size(); ++w) {
-      if (!done_[w]) slowest = std::min(slowest, pushes_[w]);
+      if (!done_[w] && paused_[w] < h.epoch) slowest = std::min(slowest, pushes_[w]);
     }
     return slowest == std::numeric_limits<int64_t>::max() ? 0 : std::max<int64_t>(0, h.clock - slowest);
   }
@@ -433,6 +448,10 @@ class Server {
       }
       std::vector<float> values = shards_.gather(index_, false);
       values.push_back(static_cast<float>(lead(*it)));  // exact below 2^24 updates
+      // The optimizer's step count, the job's global step, as two exact halves.
+      const int64_t step = shards_.step_count();
+      values.push_back(static_cast<float>(step >> 24));
+      values.push_back(static_cast<float>(step & 0xffffff));
       send_floats(std::move(values), it->source, kValues);
       if (it->with_state) {
         shards_.read_state();
@@ -470,6 +489,8 @@ class Server {
   std::optional<int64_t> staleness_;
   std::vector<int64_t> pushes_;
   std::vector<bool> done_;
+  std::vector<int64_t> paused_;  // the epoch whose steps a worker left (kPause) until its next push; -1
+  int64_t round_epoch_ = 0;      // the epoch of the pushes being summed (staleness 0)
   int64_t applied_ = 0;
   std::vector<float> accum_;
   std::vector<NamedParameter> owned_;
@@ -483,8 +504,18 @@ class Server {
 
 class Worker final : public PsWorker {
  public:
-  Worker(Shards& shards, MPI_Comm comm, const std::vector<int>& servers)
-      : shards_(shards), comm_(comm), servers_(servers) {
+  // global_step: the model's, set at every pull to the servers' update count (as the
+  // global step variable of TensorFlow's parameter servers), so that max_steps and the
+  // checkpoints' step count updates of the whole job.
+  // stop_requested, max_steps: the model's, agreed at every epoch's end (see epoch_end).
+  Worker(Shards& shards, MPI_Comm comm, const std::vector<int>& servers, int64_t* global_step, bool* stop_requested,
+         int64_t max_steps)
+      : shards_(shards),
+        comm_(comm),
+        servers_(servers),
+        global_step_(global_step),
+        stop_requested_(stop_requested),
+        max_steps_(max_steps) {
     for (size_t s = 0; s < servers_.size(); ++s) {
       outbox_.emplace_back(static_cast<size_t>(shards_.shard_elements(static_cast<int>(s))));
     }
@@ -499,19 +530,34 @@ class Worker final : public PsWorker {
     wait_pushes();
     for (size_t s = 0; s < servers_.size(); ++s) {
       outbox_[s] = shards_.gather(static_cast<int>(s), true);
+      outbox_[s].push_back(static_cast<float>(epoch_));
       TNT_MPI_CHECK(MPI_Isend(outbox_[s].data(), static_cast<int>(outbox_[s].size()), MPI_FLOAT, servers_[s], kPush,
                               comm_, &push_requests_[s]));
     }
     ++clock_;
   }
 
+  void pause() override {
+    std::vector<MPI_Request> reqs(servers_.size());
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TNT_MPI_CHECK(MPI_Isend(&epoch_, 1, MPI_INT64_T, servers_[s], kPause, comm_, &reqs[s]));
+    }
+    wait_servers(reqs, servers_, "this worker's pause");
+  }
+
   void epoch_end(Logs& logs) override {
     pull_from_servers(true);
     Communicator& workers = communicator();  // the workers' own during the fit
+    // Workers stop on their own view (max_steps against the count their last pull saw, a
+    // callback's request), so one may end its epoch early and another go on into the next
+    // epoch, where the first would never join its collectives: they stop together here.
+    const bool stop = *stop_requested_ || (max_steps_ > 0 && *global_step_ >= max_steps_);
+    *stop_requested_ = workers.allreduce_max(stop ? 1.0 : 0.0) > 0;
     const std::vector<double> sums = workers.allreduce_sum(std::vector<double>{lead_sum_, lead_count_});
     logs["staleness_mean"] = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     logs["staleness_max"] = workers.allreduce_max(lead_max_);
     lead_sum_ = lead_count_ = lead_max_ = 0;
+    ++epoch_;
   }
 
   void finish() {
@@ -541,7 +587,7 @@ class Worker final : public PsWorker {
   void pull_from_servers(bool with_state) {
     Span span(Lane::communication, with_state ? "pull with optimizer state" : "pull");
     const size_t k = servers_.size();
-    const int64_t request[2] = {clock_, with_state ? 1 : 0};
+    const int64_t request[3] = {clock_, with_state ? 1 : 0, epoch_};
     std::vector<std::vector<float>> values(k), state(k);
     std::vector<std::vector<int64_t>> steps(k);
     std::vector<MPI_Request> reqs;
@@ -550,8 +596,8 @@ class Worker final : public PsWorker {
       const int si = static_cast<int>(s);
       peer.insert(peer.end(), with_state ? 4 : 2, servers_[s]);
       reqs.emplace_back();
-      TNT_MPI_CHECK(MPI_Isend(request, 2, MPI_INT64_T, servers_[s], kPull, comm_, &reqs.back()));
-      values[s].resize(static_cast<size_t>(shards_.shard_elements(si)) + 1);
+      TNT_MPI_CHECK(MPI_Isend(request, 3, MPI_INT64_T, servers_[s], kPull, comm_, &reqs.back()));
+      values[s].resize(static_cast<size_t>(shards_.shard_elements(si)) + 3);
       reqs.emplace_back();
       TNT_MPI_CHECK(MPI_Irecv(values[s].data(), static_cast<int>(values[s].size()), MPI_FLOAT, servers_[s], kValues,
                               comm_, &reqs.back()));
@@ -570,7 +616,11 @@ class Worker final : public PsWorker {
     double lead = 0;
     for (size_t s = 0; s < k; ++s) {
       shards_.scatter(static_cast<int>(s), values[s].data(), false);
-      lead = std::max(lead, static_cast<double>(values[s].back()));
+      const size_t n = values[s].size();
+      lead = std::max(lead, static_cast<double>(values[s][n - 3]));
+      if (s == 0) {
+        *global_step_ = (static_cast<int64_t>(values[s][n - 2]) << 24) + static_cast<int64_t>(values[s][n - 1]);
+      }
     }
     shards_.write_values();
     if (!with_state) {
@@ -587,7 +637,11 @@ class Worker final : public PsWorker {
   Shards& shards_;
   MPI_Comm comm_;
   std::vector<int> servers_;
+  int64_t* global_step_;
+  bool* stop_requested_;
+  int64_t max_steps_;
   int64_t clock_ = 0;  // pushes sent
+  int64_t epoch_ = 0;  // epochs this fit has ended (epoch_end)
   double lead_sum_ = 0, lead_count_ = 0, lead_max_ = 0;  // this epoch's pulls
   std::vector<std::vector<float>> outbox_;
   std::vector<MPI_Request> push_requests_;
@@ -632,7 +686,8 @@ void history_from_json(History& h, const std::string& text) {
 }
 
 // Every rank ends with every server's shard of the variables and the optimizer state.
-void gather_everywhere(Shards& shards, MPI_Comm comm, const std::vector<int>& servers) {
+// Returns the servers' update count.
+int64_t gather_everywhere(Shards& shards, MPI_Comm comm, const std::vector<int>& servers) {
   int64_t step_count = 0;
   for (size_t s = 0; s < servers.size(); ++s) {
     const int si = static_cast<int>(s);
@@ -651,6 +706,7 @@ void gather_everywhere(Shards& shards, MPI_Comm comm, const std::vector<int>& se
   }
   shards.write_values();
   shards.write_state(step_count);
+  return step_count;
 }
 
 }  // namespace
@@ -693,7 +749,8 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
     Server server(shards, comm, index, workers, options.max_staleness);
     server.run();
   } else {
-    Worker worker(shards, comm, servers);
+    Worker worker(shards, comm, servers, &PsAccess::global_step(model), &PsAccess::stop_requested(model),
+                  options.max_steps);
     options.strategy = Strategy::synchronous;  // the loop is the ordinary one, over the workers
     WorkerContext scope(std::move(worker_comm));
     PsAccess::set_worker(model, &worker);
@@ -712,14 +769,15 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
     PsAccess::set_worker(model, nullptr);
   }
 
-  // Every rank again: the servers' shards, the first worker's buffers, step and history.
-  gather_everywhere(shards, comm, servers);
+  // Every rank again: the servers' shards and update count, the first worker's buffers,
+  // stop request and history.
+  const int64_t updates = gather_everywhere(shards, comm, servers);
   Communicator& all = communicator();
   for (auto& b : PsAccess::network(model).named_buffers()) all.broadcast(b.param->value, first_worker);
   std::vector<int64_t> words{PsAccess::global_step(model), PsAccess::stop_requested(model) ? 1 : 0};
   Tensor w = Tensor::from_data(words.data(), {2});
   all.broadcast(w, first_worker);
-  PsAccess::global_step(model) = w.data<int64_t>()[0];
+  PsAccess::global_step(model) = updates;
   PsAccess::stop_requested(model) = w.data<int64_t>()[1] != 0;
   std::string text = rank() == first_worker ? history_json(history) : std::string();
   all.broadcast(text, first_worker);

@@ -28,6 +28,10 @@ class PsWorker {
   virtual ~PsWorker() = default;
   virtual void pull() = 0;       // before a step: the servers' current variables into the model
   virtual void push() = 0;       // after backward: the gradients to the servers
+  // Leaving the epoch's steps (its data done, max_steps, a stop request): until its next
+  // push the servers hold no other worker's pull back for this one, which may now wait for
+  // them in the epoch's collectives.
+  virtual void pause() = 0;
   // Variables and optimizer state, for validation and checkpoints; the epoch's staleness
   // into logs: staleness_mean and staleness_max over the workers' pulls (how many updates
   // the puller was ahead of the slowest worker). Collective over the workers.

@@ -801,6 +801,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
     if (stager) stager->end_pass();
+    if (ps_) ps_->pause();
     if (ps_ && !logs.empty()) logs = totals.global();  // the epoch's row: every worker's samples
     timing_.finish();
     // The epoch's step events on disk before its history row: here, before the validation's

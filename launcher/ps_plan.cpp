@@ -134,6 +134,11 @@ std::string format_ps_roles(const PsRoles& roles, const LaunchPlan& plan) {
   return out;
 }
 
+std::string ps_role_words(const std::optional<PsRoles>& roles, int rank) {
+  const bool server = roles && std::binary_search(roles->servers.begin(), roles->servers.end(), rank);
+  return server ? "parameter server, " : "";
+}
+
 std::string ps_servers_value(const PsRoles& roles) { return fmt::format("{}", fmt::join(roles.servers, ",")); }
 
 }  // namespace tnt::launcher

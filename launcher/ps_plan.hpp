@@ -33,6 +33,9 @@ std::optional<PsRoles> plan_ps_roles(const Options& options, const LaunchPlan& p
 // rank with its role, for --dry-run.
 std::string format_ps_roles(const PsRoles& roles, const LaunchPlan& plan);
 
+// "parameter server, " for a server rank (a report names its role before its host), else "".
+std::string ps_role_words(const std::optional<PsRoles>& roles, int rank);
+
 // TNT_PS_SERVERS' value: "0,1".
 std::string ps_servers_value(const PsRoles& roles);
 

@@ -16,6 +16,9 @@
 #   server_stopped: the server rank stopped (SIGSTOP) in the middle of training: the workers
 #     give up after TNT_COLLECTIVE_TIMEOUT (3 s here) naming server rank 0, and the job ends
 #     with a non-zero status within seconds, no process left behind.
+#   server_killed: the server rank killed (SIGTERM: SIGKILL's status 137 reads as a hang to
+#     fm_run) in the middle of training: the job ends within seconds, and the launcher names
+#     rank 0 as the parameter server that failed first.
 #   bad_roles: --parameter-servers that leaves no worker is refused by the launcher (exit 2,
 #     naming the flag) before any rank starts; the program alone on one rank refuses
 #     --strategy=parameter_server (exit 2, naming the need for 2 ranks).
@@ -92,6 +95,27 @@ case $case_name in
     fm_expect_grep stopped "server rank\(s\) 0 did not answer" "the stopped server"
     awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "stopped: ended after ${fm_seconds}s" ||
       fm_fail "stopped: took ${fm_seconds}s"
+    ;;
+  server_killed)
+    (
+      for _ in $(seq 1 200); do
+        [[ -e $fm_tmp/k/history.csv ]] && break
+        sleep 0.1
+      done
+      sleep 1
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/k"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then kill -TERM "$p"; fi
+      done
+    ) &
+    killer=$!
+    fm_run killed -np 3 --parameter-servers 1 -- --model=mlp --train_epochs=50 --batch_size=128 --verbose=0 \
+      --strategy=parameter_server --model_dir="$fm_tmp/k"
+    wait $killer
+    [[ $fm_rc -eq 143 ]] && fm_pass "killed: exit 143 (the server's signal)" || fm_fail "killed: exit $fm_rc, expected 143"
+    grep -q "tarantella: rank 0 (parameter server, host .*) failed first: signal 15" <<<"$fm_out" &&
+      fm_pass "killed: the launcher names the parameter server" || fm_fail "killed: no line naming rank 0 as the server"
+    awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "killed: ended after ${fm_seconds}s" ||
+      fm_fail "killed: took ${fm_seconds}s"
     ;;
   bad_roles)
     fm_run no_worker -np 2 --parameter-servers 2 -- "${common[@]}" --strategy=parameter_server \

@@ -41,6 +41,9 @@ TEST_CASE("ps: the first K ranks serve by default", "[ps]") {
   CHECK(roles->servers == std::vector<int>{0, 1});
   CHECK(roles->workers == std::vector<int>{2, 3});
   CHECK(ps_servers_value(*roles) == "0,1");
+  CHECK(ps_role_words(roles, 1) == "parameter server, ");
+  CHECK(ps_role_words(roles, 2) == "");
+  CHECK(ps_role_words(std::nullopt, 0) == "");
   const std::string text = format_ps_roles(*roles, plan_of(o));
   CHECK(text.find("2 parameter servers: ranks 0, 1 (host a); 2 workers: ranks 2, 3 (host b)") != std::string::npos);
   CHECK(text.find("rank 0  parameter server") != std::string::npos);

@@ -19,6 +19,9 @@
 #   server_killed: the server rank killed (SIGTERM: SIGKILL's status 137 reads as a hang to
 #     fm_run) in the middle of training: the job ends within seconds, and the launcher names
 #     rank 0 as the parameter server that failed first.
+#   timeline: --timeline trace.json on 2 servers + 2 workers: trace.json holds the workers'
+#     pull and push spans (2 ranks), trace.servers.json the servers' apply spans (2 ranks,
+#     the window's 10 updates each).
 #   bad_roles: --parameter-servers that leaves no worker is refused by the launcher (exit 2,
 #     naming the flag) before any rank starts; the program alone on one rank refuses
 #     --strategy=parameter_server (exit 2, naming the need for 2 ranks).
@@ -116,6 +119,26 @@ case $case_name in
       fm_pass "killed: the launcher names the parameter server" || fm_fail "killed: no line naming rank 0 as the server"
     awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "killed: ended after ${fm_seconds}s" ||
       fm_fail "killed: took ${fm_seconds}s"
+    ;;
+  timeline)
+    fm_run tl -np 4 --parameter-servers 2 --timeline "$fm_tmp/trace.json" -- "${common[@]}" --num_train_samples=1280 \
+      --train_epochs=1 --strategy=parameter_server --model_dir="$fm_tmp/t"
+    [[ $fm_rc -eq 0 ]] || fm_fail "tl: exit $fm_rc"
+    if python3 - "$fm_tmp/trace.json" "$fm_tmp/trace.servers.json" <<'PY'
+import collections, json, sys
+def spans(path):
+    d = json.load(open(path))
+    c = collections.Counter((e["name"], e["pid"]) for e in d["traceEvents"] if e.get("ph") == "X")
+    return d["otherData"]["ranks"], c
+ranks, w = spans(sys.argv[1])
+assert ranks == 2, ranks
+for pid in (0, 1):
+    assert w[("pull", pid)] > 0 and w[("push", pid)] > 0, (pid, w)
+ranks, s = spans(sys.argv[2])
+assert ranks == 2, ranks
+assert s[("apply", 0)] == 10 and s[("apply", 1)] == 10, s
+PY
+    then fm_pass "tl: pull and push spans of both workers, 10 apply spans of each server"; else fm_fail "tl: the traces"; fi
     ;;
   bad_roles)
     fm_run no_worker -np 2 --parameter-servers 2 -- "${common[@]}" --strategy=parameter_server \

@@ -18,6 +18,7 @@
 //   the same model and checkpoints have synchronous training's names and layout.
 #include "ps/parameter_server.hpp"
 
+#include "core/clock.hpp"
 #include "core/context.hpp"
 #include "io/timeline.hpp"
 #include "ps/shard_plan.hpp"
@@ -306,7 +307,16 @@ class Server {
     shards_.read_state();
   }
 
-  void run() {
+  // servers: the servers' own communicator (for their timeline).
+  void run(Communicator& servers) {
+    // With a timeline, the servers' apply spans go to a trace of their own beside the
+    // workers' ("trace.json" -> "trace.servers.json"), its window counting updates.
+    std::string path = config().timeline;
+    if (!path.empty()) {
+      const bool json = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+      path = json ? path.substr(0, path.size() - 5) + ".servers.json" : path + ".servers";
+      timeline::start_from_config(servers, path);
+    }
     int idle = 0;
     while (std::count(done_.begin(), done_.end(), true) < static_cast<long>(done_.size())) {
       progress_sends();
@@ -326,6 +336,7 @@ class Server {
     for (auto& o : outgoing_) TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
     outgoing_.clear();
     shards_.read_state();
+    timeline::fit_end(servers);
   }
 
  private:
@@ -403,7 +414,8 @@ class Server {
   }
 
   void apply(const float* grad) {
-    Span span(Lane::compute, "apply");
+    timeline::step_begin(applied_ + 1, 0, detail::now_s());
+    Span span(Lane::compute, "apply", [&] { return fmt::format(R"("update":{})", applied_ + 1); });
     shards_.apply(index_, grad, owned_, owned_index_);
     ++applied_;
   }
@@ -735,6 +747,9 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   }
 
   PsAccess::reset_reducer(model);  // one of an earlier synchronous fit spans every rank
+  // A timeline of an earlier fit records over every rank; this fit's workers and servers
+  // each record over their own communicator (its file written already at that fit's end).
+  timeline::discard();
   PsAccess::sync_weights(model);   // every rank starts from the master's variables
   Shards shards(PsAccess::network(model), PsAccess::optimizer(model), static_cast<int>(servers.size()));
   MPI_Comm comm;
@@ -747,7 +762,7 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   if (is_server) {
     const int index = static_cast<int>(std::lower_bound(servers.begin(), servers.end(), rank()) - servers.begin());
     Server server(shards, comm, index, workers, options.max_staleness);
-    server.run();
+    server.run(*worker_comm);  // on a server: the servers' communicator
   } else {
     Worker worker(shards, comm, servers, &PsAccess::global_step(model), &PsAccess::stop_requested(model),
                   options.max_steps);
@@ -782,6 +797,7 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   std::string text = rank() == first_worker ? history_json(history) : std::string();
   all.broadcast(text, first_worker);
   history_from_json(history, text);
+  timeline::discard();  // written at the fit's end; a later fit records over every rank again
   MPI_Comm_free(&comm);
   return history;
 }

@@ -306,3 +306,34 @@ TEST_CASE("ps: a worker that leaves its epoch early holds no other back; all sto
   CHECK(model.global_step() == 2 + 8);
   CHECK(model.stop_requested());
 }
+
+TEST_CASE("ps: learning-rate callbacks on the workers reach the servers", "[ps]") {
+  // ReduceLROnPlateau halves the rate after every epoch (no improvement can reach a
+  // min_delta of 10), and LearningRateScheduler sets a new constant rate at every epoch's
+  // start: with max_staleness 0 the losses must still be synchronous training's.
+  auto run = [](tnt::Strategy strategy, std::optional<int64_t> staleness) {
+    auto net = tnt::test::small_cnn("small_cnn");
+    auto model = make_model(net);
+    tnt::FitOptions fit;
+    fit.epochs = 4;
+    fit.verbose = 0;
+    fit.batch_size = kBatch;
+    fit.strategy = strategy;
+    fit.max_staleness = staleness;
+    fit.callbacks = {std::make_shared<tnt::LearningRateScheduler>([](int epoch, double lr) {
+                       return epoch == 1 ? lr * 3 : lr;
+                     }),
+                     std::make_shared<tnt::ReduceLROnPlateau>("loss", 0.5, 0, 10.0)};
+    tnt::History h = model->fit(cnn_data(), fit);
+    return std::make_pair(h.history.at("loss"), model->learning_rate());
+  };
+  const auto [sync_loss, sync_lr] = run(tnt::Strategy::synchronous, std::nullopt);
+  const auto [ps_loss, ps_lr] = run(tnt::Strategy::parameter_server, 0);
+  REQUIRE(sync_loss.size() == ps_loss.size());
+  for (size_t e = 0; e < sync_loss.size(); ++e) {
+    INFO("epoch " << e << ": synchronous " << sync_loss[e] << ", parameter server " << ps_loss[e]);
+    // As in the first case: the order of the gradient's sum, nothing else.
+    CHECK(std::abs(sync_loss[e] - ps_loss[e]) <= 1e-5 * std::abs(sync_loss[e]) + 1e-6);
+  }
+  CHECK(ps_lr == sync_lr);
+}

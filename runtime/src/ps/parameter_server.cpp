@@ -109,6 +109,7 @@ constexpr int kStateSteps = 14;  // server -> worker: int64 per-piece update cou
 constexpr int kPush = 15;        // worker -> server: f32 shard gradients, then the worker's epoch
 constexpr int kDone = 16;        // worker -> server: int64 0, no more pushes
 constexpr int kAbort = 17;       // worker -> server: the error that ended it (first byte 'I': input error)
+constexpr int kSchedule = 19;    // worker -> server: f64 {replaced, rate, factor, floor} (see Worker::push)
 constexpr int kPause = 18;       // worker -> server: int64 epoch, no more pushes in it (PsWorker::pause)
 
 // The variables as host mirrors, the plan over them, and the optimizer state by variable:
@@ -232,6 +233,7 @@ class Shards {
   }
   size_t pieces_of_count(int s) const { return plan_.pieces_of(s).size(); }
   int64_t step_count() const { return optimizer_.step_count(); }
+  Optimizer& optimizer() { return optimizer_; }
 
   // The server's update: the shard's gradient (shard order) into the variables it touches,
   // one optimizer step over them, the new values back into the host mirrors. Rows of a
@@ -392,6 +394,14 @@ class Server {
         if (staleness_ && *staleness_ == 0) apply_complete_rounds();
         break;
       }
+      case kSchedule: {
+        double msg[4] = {0, 0, 1, 0};
+        TNT_MPI_CHECK(MPI_Recv(msg, 4, MPI_DOUBLE, st.MPI_SOURCE, kSchedule, comm_, MPI_STATUS_IGNORE));
+        Optimizer& o = shards_.optimizer();
+        if (msg[0] != 0) o.set_learning_rate(msg[1]);
+        o.set_lr_factor(msg[2], msg[3]);
+        break;
+      }
       case kPause: {
         int64_t epoch = 0;
         TNT_MPI_CHECK(MPI_Recv(&epoch, 1, MPI_INT64_T, st.MPI_SOURCE, kPause, comm_, MPI_STATUS_IGNORE));
@@ -527,7 +537,11 @@ class Worker final : public PsWorker {
         servers_(servers),
         global_step_(global_step),
         stop_requested_(stop_requested),
-        max_steps_(max_steps) {
+        max_steps_(max_steps),
+        schedule_(&shards.optimizer().schedule()),
+        described_(shards.optimizer().schedule().describe()),
+        factor_(shards.optimizer().lr_factor()),
+        floor_(shards.optimizer().lr_floor()) {
     for (size_t s = 0; s < servers_.size(); ++s) {
       outbox_.emplace_back(static_cast<size_t>(shards_.shard_elements(static_cast<int>(s))));
     }
@@ -540,6 +554,7 @@ class Worker final : public PsWorker {
     Span span(Lane::communication, "push");
     shards_.read_grads();
     wait_pushes();
+    send_schedule_changes();
     for (size_t s = 0; s < servers_.size(); ++s) {
       outbox_[s] = shards_.gather(static_cast<int>(s), true);
       outbox_[s].push_back(static_cast<float>(epoch_));
@@ -574,6 +589,7 @@ class Worker final : public PsWorker {
 
   void finish() {
     wait_pushes();
+    send_schedule_changes();  // the last epoch's end may have changed it: the servers end alike
     const int64_t zero = 0;
     std::vector<MPI_Request> reqs(servers_.size());
     for (size_t s = 0; s < servers_.size(); ++s) {
@@ -594,6 +610,30 @@ class Worker final : public PsWorker {
   }
 
  private:
+  // A callback's change of the learning rate on the workers (ReduceLROnPlateau's factor,
+  // set_learning_rate's constant rate, as LearningRateScheduler does) reaches the servers,
+  // which apply the optimizer, before the next push it applies to (messages from one worker
+  // arrive in order). Every worker makes the same change (their callbacks see the same
+  // global logs); the servers apply it as often as it comes.
+  void send_schedule_changes() {
+    const Optimizer& o = shards_.optimizer();
+    // A new schedule object may reuse a freed one's address: its description tells them apart.
+    const bool replaced = &o.schedule() != schedule_ || o.schedule().describe() != described_;
+    if (!replaced && o.lr_factor() == factor_ && o.lr_floor() == floor_) return;
+    schedule_ = &o.schedule();
+    described_ = o.schedule().describe();
+    factor_ = o.lr_factor();
+    floor_ = o.lr_floor();
+    // set_learning_rate folds the factor into the rate and sets it to 1: the rate is the
+    // schedule's at any step.
+    const double msg[4] = {replaced ? 1.0 : 0.0, replaced ? o.schedule().lr(0) : 0.0, factor_, floor_};
+    std::vector<MPI_Request> reqs(servers_.size());
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TNT_MPI_CHECK(MPI_Isend(msg, 4, MPI_DOUBLE, servers_[s], kSchedule, comm_, &reqs[s]));
+    }
+    wait_servers(reqs, servers_, "this worker's learning-rate change");
+  }
+
   void wait_pushes() { wait_servers(push_requests_, servers_, fmt::format("this worker's push of update {}", clock_)); }
 
   void pull_from_servers(bool with_state) {
@@ -652,6 +692,9 @@ class Worker final : public PsWorker {
   int64_t* global_step_;
   bool* stop_requested_;
   int64_t max_steps_;
+  const LearningRateSchedule* schedule_;  // the optimizer's, as last told to the servers
+  std::string described_;
+  double factor_, floor_;
   int64_t clock_ = 0;  // pushes sent
   int64_t epoch_ = 0;  // epochs this fit has ended (epoch_end)
   double lead_sum_ = 0, lead_count_ = 0, lead_max_ = 0;  // this epoch's pulls

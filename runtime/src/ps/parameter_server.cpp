@@ -103,7 +103,7 @@ using Span = timeline::Span;
 
 // Tags on the strategy's own communicator.
 constexpr int kPull = 11;        // worker -> server: int64 {clock, with_state, epoch}
-constexpr int kValues = 12;      // server -> worker: f32 shard values, the puller's lead (see may_answer), the step count
+constexpr int kValues = 12;      // server -> worker: f32 shard values, the puller's lead, the step count
 constexpr int kState = 13;       // server -> worker: f32 shard optimizer slots
 constexpr int kStateSteps = 14;  // server -> worker: int64 per-piece update counts, then the step count
 constexpr int kPush = 15;        // worker -> server: f32 shard gradients, then the worker's epoch
@@ -150,7 +150,8 @@ class Shards {
     plan_ = ps::plan_shards(shapes, servers);
     // One MPI message carries a server's shard (times the slots for the state).
     for (int64_t n : plan_.shard_elements) {
-      TNT_INPUT_CHECK(n * static_cast<int64_t>(std::max<size_t>(1, slot_names_.size())) < std::numeric_limits<int>::max(),
+      const auto slots = static_cast<int64_t>(std::max<size_t>(1, slot_names_.size()));
+      TNT_INPUT_CHECK(n * slots < std::numeric_limits<int>::max(),
                       "fit: strategy=parameter_server: a server's shard of {} variables is too large for one MPI "
                       "message; use more servers (TNT_PS_SERVERS)",
                       n);
@@ -240,7 +241,9 @@ class Shards {
   // split variable that another server holds get a zero gradient here and are never served.
   void apply(int s, const float* grad, const std::vector<NamedParameter>& owned, const std::vector<int>& owned_index) {
     scatter(s, grad, true);
-    for (size_t k = 0; k < owned.size(); ++k) owned[k].param->grad.copy_from(grads_[static_cast<size_t>(owned_index[k])]);
+    for (size_t k = 0; k < owned.size(); ++k) {
+      owned[k].param->grad.copy_from(grads_[static_cast<size_t>(owned_index[k])]);
+    }
     optimizer_.step(owned);
     for (size_t k = 0; k < owned.size(); ++k) {
       values_[static_cast<size_t>(owned_index[k])].copy_from(owned[k].param->value);
@@ -278,8 +281,8 @@ void wait_servers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, 
         if (!one) silent.insert(peer[i]);
       }
       throw CommError(fmt::format("parameter-server training: server rank(s) {} did not answer {} within {} s "
-                                  "(TNT_COLLECTIVE_TIMEOUT): the server is lost or stopped, or holds the pull back for max_staleness "
-                                  "while a slower worker no longer pushes",
+                                  "(TNT_COLLECTIVE_TIMEOUT): the server is lost or stopped, or holds the pull back "
+                                  "for max_staleness while a slower worker no longer pushes",
                                   fmt::join(silent, ", "), what, limit));
     }
     // Yield the core after a short spin: on a shared machine the server needs it.
@@ -488,7 +491,8 @@ class Server {
   void send_floats(std::vector<float> data, int dest, int tag) {
     Outgoing& o = outgoing_.emplace_back();
     o.floats = std::move(data);
-    TNT_MPI_CHECK(MPI_Isend(o.floats.data(), static_cast<int>(o.floats.size()), MPI_FLOAT, dest, tag, comm_, &o.request));
+    TNT_MPI_CHECK(
+        MPI_Isend(o.floats.data(), static_cast<int>(o.floats.size()), MPI_FLOAT, dest, tag, comm_, &o.request));
   }
   void send_ints(std::vector<int64_t> data, int dest, int tag) {
     Outgoing& o = outgoing_.emplace_back();
@@ -747,7 +751,8 @@ int64_t gather_everywhere(Shards& shards, MPI_Comm comm, const std::vector<int>&
   for (size_t s = 0; s < servers.size(); ++s) {
     const int si = static_cast<int>(s);
     const bool mine = rank() == servers[s];
-    std::vector<float> values = mine ? shards.gather(si, false) : std::vector<float>(static_cast<size_t>(shards.shard_elements(si)));
+    std::vector<float> values =
+        mine ? shards.gather(si, false) : std::vector<float>(static_cast<size_t>(shards.shard_elements(si)));
     auto [floats, ints] = mine ? shards.gather_state(si)
                                : std::pair<std::vector<float>, std::vector<int64_t>>{
                                      std::vector<float>(values.size() * shards.slots()),

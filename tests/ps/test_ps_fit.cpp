@@ -205,6 +205,13 @@ TEST_CASE("ps: bad options are refused on every rank", "[ps]") {
   fit.max_staleness = -1;
   CHECK_THROWS_WITH(model.fit(tnt::test::threshold_data("bad"), fit),
                     Catch::Contains("max_staleness=-1 must be 0 (synchronous)"));
+  fit.max_staleness = std::nullopt;
+  fit.distribute_dataset = false;
+  CHECK_THROWS_WITH(model.fit(tnt::test::threshold_data("bad"), fit), Catch::Contains("needs distribute_dataset=true"));
+  fit.distribute_dataset = true;
+  const tnt::DistributedDataset shards =
+      tnt::test::threshold_data("bad").distribute(16, tnt::rank(), tnt::size(), tnt::Remainder::pad);
+  CHECK_THROWS_WITH(model.fit(shards, fit), Catch::Contains("needs the unbatched dataset"));
   // A global batch smaller than the workers: refused by the workers, and the servers learn
   // it from them, so every rank throws the same InputError.
   fit.max_staleness = std::nullopt;

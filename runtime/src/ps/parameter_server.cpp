@@ -776,6 +776,9 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   TNT_INPUT_CHECK(!options.max_staleness || *options.max_staleness >= 0,
                   "fit: max_staleness={} must be 0 (synchronous), a positive number of updates, or unset (no bound)",
                   options.max_staleness.value_or(0));
+  TNT_INPUT_CHECK(options.distribute_dataset,
+                  "fit: strategy=parameter_server needs distribute_dataset=true: the workers split the data among "
+                  "themselves, and micro-batches sharded by tnt::rank() would leave the servers' share untrained");
   TNT_INPUT_CHECK(!PsAccess::mixed(model),
                   "fit: strategy=parameter_server trains in f32 only; compile the model without mixed precision");
   const GradientClipping& clip = PsAccess::optimizer(model).clipping();

@@ -344,3 +344,19 @@ TEST_CASE("ps: learning-rate callbacks on the workers reach the servers", "[ps]"
   }
   CHECK(ps_lr == sync_lr);
 }
+
+TEST_CASE("Communicator::split: the ranks of one color, in their order, with their own collectives", "[ps]") {
+  tnt::Communicator& all = tnt::communicator();
+  const int color = all.rank() % 2;
+  std::unique_ptr<tnt::Communicator> half = all.split(color);
+  // Ranks of my color: color, color + 2, ...
+  const int members = (all.size() - color + 1) / 2;
+  CHECK(half->size() == members);
+  CHECK(half->rank() == all.rank() / 2);
+  // Sum of the members' world ranks: exact in doubles.
+  double expected = 0;
+  for (int r = color; r < all.size(); r += 2) expected += r;
+  CHECK(half->allreduce_sum(static_cast<double>(all.rank())) == expected);
+  const std::vector<int64_t> ranks = half->allgather(int64_t{all.rank()});
+  for (int q = 0; q < members; ++q) CHECK(ranks[static_cast<size_t>(q)] == color + 2 * q);
+}

@@ -3,6 +3,7 @@
 #include "env_names.hpp"
 #include "error.hpp"
 #include "lifeline.hpp"
+#include "ps_plan.hpp"
 #include "rank_watch.hpp"
 #include "shell_words.hpp"
 #include "text.hpp"
@@ -48,7 +49,12 @@ cxxopts::Options make_parser() {
        cxxopts::value<std::string>(), "N")
       ("oversubscribe", "With -np: allow more ranks than the hosts' slots, the extra ones spread evenly over the "
        "hosts (as Open MPI does)")
-      ("no-gpu", "Run CPU ranks even where GPUs exist");
+      ("no-gpu", "Run CPU ranks even where GPUs exist")
+      ("parameter-servers", "K of the ranks serve the variables for a program that trains with --strategy="
+       "parameter_server (TNT_PS_SERVERS); the others are workers (default: none, every rank trains)",
+       cxxopts::value<std::string>(), "K")
+      ("ps-hosts", "With --parameter-servers: place the servers on these hosts of the job, taken in turn "
+       "(default: the first K ranks)", cxxopts::value<std::string>(), "LIST");
   o.add_options("Runtime")
       ("fusion-threshold", "Gradient fusion bucket size in KB, exported as TNT_FUSION_THRESHOLD (0 disables fusion; "
        "auto: timed over the first steps, then the size the scaling model predicts fastest)",
@@ -337,6 +343,8 @@ Options parse_command_line(const std::vector<std::string>& args) {
   if (o.hosts && trim(*o.hosts).empty()) throw InputError("-H/--hosts: the host list is empty");
 
   o.no_gpu = result["no-gpu"].as<bool>();
+  if (result.count("parameter-servers")) o.parameter_servers = parse_parameter_servers(result["parameter-servers"].as<std::string>());
+  if (result.count("ps-hosts")) o.ps_hosts = parse_ps_hosts(result["ps-hosts"].as<std::string>());
   if (result.count("fusion-threshold")) {
     const auto text = result["fusion-threshold"].as<std::string>();
     auto kb = parse_unsigned(text);
@@ -467,6 +475,8 @@ Examples:
   tarantella --mpi-args "--mca btl_tcp_if_include eth0" --hostfile hosts -- ./train
   tarantella --launch-agent "ssh -p 2222" -H node1,node2 -- ./train   ssh on another port
   tarantella --max-restarts 3 --hostfile hosts -- ./train --model_dir=run1   restart from checkpoints
+  tarantella -np 4 --parameter-servers 1 -- ./train --strategy=parameter_server   1 server, 3 workers
+  tarantella --hostfile hosts --parameter-servers 2 --ps-hosts node1 -- ./train --strategy=parameter_server
   tarantella --dry-run -n 4 --pin-to-socket --topology "pack:2 numa:1 core:8 pu:2" -- ./train
 
 Exit status: 0 when every rank exited 0; otherwise the first failing rank's exit code (128+N

@@ -25,6 +25,8 @@ struct Options {
   std::string total_ranks_flag = "-np";  // -np or --np, as written
   bool oversubscribe = false;            // -np may exceed the hosts' slots
   bool no_gpu = false;
+  std::optional<int> parameter_servers;  // --parameter-servers K (ps_plan.hpp)
+  std::vector<std::string> ps_hosts;     // --ps-hosts, split
   std::optional<std::uint64_t> fusion_threshold_kb;
   bool fusion_threshold_auto = false;  // --fusion-threshold auto (docs/scaling.md)
   PinMode pin = PinMode::none;

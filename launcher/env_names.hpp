@@ -23,6 +23,8 @@ inline constexpr const char* fusion_threshold = "TNT_FUSION_THRESHOLD";
 inline constexpr const char* log_level = "TNT_LOG_LEVEL";
 inline constexpr const char* output_on_all_devices = "TNT_OUTPUT_ON_ALL_DEVICES";
 inline constexpr const char* log_on_all_devices = "TNT_LOG_ON_ALL_DEVICES";
+// With --parameter-servers: the server ranks, "0,1" (ps_plan.hpp).
+inline constexpr const char* ps_servers = "TNT_PS_SERVERS";
 
 // Whether the launcher's stdout is a terminal ("1"/"0"): a rank's stdout under mpirun is a
 // pseudo-terminal either way, so progress bars ask this instead of isatty().

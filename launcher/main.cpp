@@ -14,6 +14,7 @@
 #include "paths.hpp"
 #include "plan.hpp"
 #include "predict.hpp"
+#include "ps_plan.hpp"
 #include "rank_watch.hpp"
 #include "rank_setup.hpp"
 #include "shell_words.hpp"
@@ -117,7 +118,7 @@ bool print_unreached_hosts(const tl::JobResult& result, const std::vector<std::s
 // `hosts`: the plan's hosts other than this machine; `mpirun` the command that ran the job.
 // `reports`: whether the ranks had a report channel (so each rank's start is known).
 int job_status(const tl::JobResult& result, const std::vector<std::string>& hosts, const std::string& mpirun,
-               const std::vector<tl::RankSlot>& slots, bool reports) {
+               const std::vector<tl::RankSlot>& slots, bool reports, const std::optional<tl::PsRoles>& roles) {
   const int st = result.mpirun_status;
   const bool mpirun_failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   // Hosts mpirun could not start on: the launcher names them, and Open MPI's list of
@@ -139,8 +140,8 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
   if (result.lost_first()) {
     const tl::LostRank& first = result.lost.front().rank;
     // The first line names it; the lines below say what lost or unreachable means.
-    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s\n", first.rank,
-                 first.host.c_str(), first.local_rank,
+    std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) failed first: %s\n", first.rank,
+                 tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank,
                  first.kind == tl::LostRank::Kind::lost ? "lost" : "unreachable");
     print_losses(news);
     print_losses(result.stopped_with_job(), true);
@@ -162,8 +163,8 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
       more += fmt::format("; {} ended {}", ranks(same), usage ? "with the same usage error" : "the same way");
     }
     if (other > 0) more += fmt::format("; {} ended abnormally after it", ranks(other));
-    std::fprintf(stderr, "tarantella: rank %d (host %s, local rank %d) failed first: %s%s\n", first.rank,
-                 first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
+    std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) failed first: %s%s\n", first.rank,
+                 tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
     print_losses(news);
     return tl::shell_status(first);
   }
@@ -213,7 +214,8 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
 // One run of the job: the report server, the watch and the lifelines, mpirun, and the
 // account of how it ended.
 Attempt run_attempt(const std::vector<std::string>& command, const std::string& host,
-                    const std::vector<tl::RankSlot>& slots, const tl::WatchLimits& limits, double heartbeat_s) {
+                    const std::vector<tl::RankSlot>& slots, const tl::WatchLimits& limits, double heartbeat_s,
+                    const std::optional<tl::PsRoles>& roles) {
   auto server = tl::ReportServer::open(host, heartbeat_s);
   ::setenv(tl::env::report_address, server ? server->address().c_str() : "", 1);
   // Without reports nothing can be watched: the job then runs as mpirun alone would.
@@ -245,7 +247,7 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
   for (const auto& s : slots) {
     if (s.host != host && std::find(others.begin(), others.end(), s.host) == others.end()) others.push_back(s.host);
   }
-  return {job_status(result, others, command.front(), slots, server.has_value()), false,
+  return {job_status(result, others, command.front(), slots, server.has_value(), roles), false,
           tl::restart_futility(result)};
 }
 
@@ -305,6 +307,12 @@ int launch(const std::vector<std::string>& args) {
   spec.as_root = ::geteuid() == 0;
   spec.hosts = plan.hosts;
   spec.exports = tl::rank_exports(options, env);
+  const std::optional<tl::PsRoles> roles = tl::plan_ps_roles(options, plan);
+  if (roles) {
+    // The plan's roles, not a stale TNT_PS_SERVERS of this environment.
+    std::erase_if(spec.exports, [](const auto& e) { return e.first == tl::env::ps_servers; });
+    spec.exports.emplace_back(tl::env::ps_servers, tl::ps_servers_value(*roles));
+  }
   // TNT_DEVICE of this environment is not passed on (the per-rank step sets each rank's):
   // say so, unless this launcher runs inside a rank of another job, whose value is stale.
   if (auto it = env.find(tl::env::device); it != env.end() && env.find(tl::env::launcher) == env.end()) {
@@ -342,6 +350,7 @@ int launch(const std::vector<std::string>& args) {
 
   if (options.dry_run) {
     std::fputs(tl::format_plan(plan).c_str(), stdout);
+    if (roles) std::fputs(tl::format_ps_roles(*roles, plan).c_str(), stdout);
     std::fputs("command:\n", stdout);
     std::fputs(tl::shell_join(command).c_str(), stdout);
     std::fputs("\n", stdout);
@@ -368,7 +377,7 @@ int launch(const std::vector<std::string>& args) {
   // left. The user's signals end it at once.
   for (int attempt = 0;; ++attempt) {
     if (options.max_restarts > 0) ::setenv(tl::env::restart, std::to_string(attempt).c_str(), 1);
-    const Attempt a = run_attempt(command, host, slots, limits, heartbeat_s);
+    const Attempt a = run_attempt(command, host, slots, limits, heartbeat_s, roles);
     if (a.status == 0) {
       if (attempt > 0) {
         std::fprintf(stderr, "tarantella: the job succeeded after %d restart%s\n", attempt, attempt == 1 ? "" : "s");

@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
        "tarantella -n 2 -- build/bin/fashion_mnist --train_epochs=10 --batch_size=256",
        "build/bin/fashion_mnist --model=mlp --num_train_samples=6000 --train_epochs=1",
        "tarantella -n 2 -- build/bin/fashion_mnist --resume   (continue the newest run)",
+       "tarantella -np 3 --parameter-servers 1 -- build/bin/fashion_mnist --strategy=parameter_server   (1 server, 2 workers)",
        "tarantella -n 2 -- build/bin/fashion_mnist --model_dir=runs/a --overwrite   (start again in runs/a, replacing its run)"},
       {.data_dir = kDefaultDataDir,
        .data_dir_help = "directory with the four Fashion-MNIST IDX files (plain or .gz)",
@@ -104,7 +105,9 @@ int main(int argc, char** argv) {
     ("warmup_epochs", "raise the learning rate linearly from 0 over this many epochs (0: none)", cxxopts::value<double>()->default_value("0"))
     ("resume", "continue from <model_dir>/checkpoint.safetensors (without --model_dir: the newest run's)", cxxopts::value<bool>()->default_value("false"))
     ("num_train_samples", "use only the first N training samples (0 = all; more than the training set holds is refused)", cxxopts::value<int64_t>()->default_value("0"))
-    ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"));
+    ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"))
+    ("strategy", "synchronous (every rank trains; gradients allreduced each step) or parameter_server (the ranks of tarantella --parameter-servers K hold the variables, the others train on --batch_size split among them without waiting for each other)", cxxopts::value<std::string>()->default_value("synchronous"))
+    ("max_staleness", "with --strategy=parameter_server: how many updates a worker may run ahead of the slowest (-1: no bound, fully asynchronous; 0: synchronous, the same losses as --strategy=synchronous)", cxxopts::value<int64_t>()->default_value("-1"));
   // clang-format on
   if (std::optional<int> status = flags.parse(argc, argv)) return *status;
 
@@ -115,7 +118,20 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(model_kind == "cnn" || model_kind == "mlp", "--model={}: expected cnn or mlp", model_kind);
     TNT_INPUT_CHECK(opt_kind == "adam" || opt_kind == "sgd", "--optimizer={}: expected adam or sgd", opt_kind);
     const tnt_models::CommonFlags common = flags.common();
+    const std::string strategy_text = args["strategy"].as<std::string>();
+    TNT_INPUT_CHECK(strategy_text == "synchronous" || strategy_text == "parameter_server",
+                    "--strategy={}: expected synchronous or parameter_server", strategy_text);
+    const tnt::Strategy strategy = tnt::parse_strategy(strategy_text);
+    const bool ps = strategy == tnt::Strategy::parameter_server;
+    const int64_t max_staleness = args["max_staleness"].as<int64_t>();
+    TNT_INPUT_CHECK(max_staleness >= -1, "--max_staleness={}: must be -1 (no bound), 0 or a positive number of updates",
+                    max_staleness);
+    TNT_INPUT_CHECK(ps || args.count("max_staleness") == 0,
+                    "--max_staleness={}: applies to --strategy=parameter_server only", max_staleness);
     const int64_t micro_batch = args["micro_batch_size"].as<int64_t>();
+    TNT_INPUT_CHECK(!ps || micro_batch == 0,
+                    "--micro_batch_size={}: not with --strategy=parameter_server (the workers split --batch_size)",
+                    micro_batch);
     // Checked here, alike on every rank (fit() checks each rank's own share, naming no flag).
     TNT_INPUT_CHECK(micro_batch >= 0, "--micro_batch_size={}: must be positive (or 0: batch_size / ranks)",
                     micro_batch);
@@ -213,6 +229,8 @@ int main(int argc, char** argv) {
     fit.micro_batch_size = micro_batch;
     fit.validation_data = test_data;
     fit.validation_freq = common.epochs_between_evals;
+    fit.strategy = strategy;
+    if (ps && max_staleness >= 0) fit.max_staleness = max_staleness;
     auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", initial_epoch > 0);
     csv->set_columns({"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "seconds"});
     // A diverged run (NaN or infinite loss) ends here with an error naming the step, before
@@ -235,7 +253,8 @@ int main(int argc, char** argv) {
     // evaluated.
     tnt::Logs result;
     const tnt::Logs& last = last_epoch->logs;
-    if (last_epoch->epoch + 1 == common.train_epochs && last.count("val_loss") && last.count("val_accuracy")) {
+    // With parameter servers the epoch's callbacks ran on the workers only: every rank evaluates.
+    if (!ps && last_epoch->epoch + 1 == common.train_epochs && last.count("val_loss") && last.count("val_accuracy")) {
       result = {{"loss", last.at("val_loss")}, {"accuracy", last.at("val_accuracy")}};
     } else {
       tnt::EvaluateOptions ev;

@@ -57,3 +57,13 @@ endforeach()
 add_test(NAME fashion_mnist.terminal
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_terminal.sh ${_fm_bins})
 set_tests_properties(fashion_mnist.terminal PROPERTIES TIMEOUT 200 ENVIRONMENT "${_fm_env}" LABELS e2e)
+
+# --strategy=parameter_server through --parameter-servers (fashion_mnist_parameter_server.sh):
+# staleness 0 equals synchronous, asynchronous accuracy near it, checkpoints resumed across
+# the two modes, bad role plans refused before anything starts, a stopped or killed server named.
+foreach(_case staleness0 async resume_across bad_roles server_stopped server_killed timeline)
+  add_test(NAME fashion_mnist.parameter_server.${_case}
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_parameter_server.sh ${_fm_bins} ${_case})
+  set_tests_properties(fashion_mnist.parameter_server.${_case} PROPERTIES
+                       TIMEOUT 240 ENVIRONMENT "${_fm_env}" LABELS "e2e;ps" PROCESSORS 2)
+endforeach()

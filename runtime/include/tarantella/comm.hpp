@@ -77,6 +77,10 @@ class Communicator {
   // A new communicator over the same ranks (its own MPI communicator, collective numbering,
   // scratch buffers and, when used, NCCL communicator), with the same settings. Collective.
   std::unique_ptr<Communicator> duplicate() const;
+  // The ranks that pass the same color, numbered in their order here, with the same
+  // settings (the workers of a parameter-server job). Collective. Its timeout messages say
+  // where the other ranks are only by number: the position channel is the job's.
+  std::unique_ptr<Communicator> split(int color) const;
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

@@ -50,6 +50,8 @@ struct FusionThresholdKb {
     "time cuDNN's convolution algorithms once per shape; 0 = cuDNN's heuristics")              \
   X(pinned_staging, bool, "TNT_PINNED_STAGING", true, "",                                       \
     "copy GPU inputs through page-locked buffers on a copy stream; 0 = plain copies")          \
+  X(ps_servers, std::string, "TNT_PS_SERVERS", "", "ranks",                                    \
+    "server ranks of parameter-server training, e.g. 0,1 (the launcher's --parameter-servers); empty = rank 0") \
   X(fused_attention, bool, "TNT_FUSED_ATTENTION", false, "",                                    \
     "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel")
 

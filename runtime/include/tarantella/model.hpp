@@ -74,10 +74,20 @@ namespace detail {
 // (distribute_dataset = false) whose global size is summed every step.
 using NextBatch = std::function<std::optional<Batch>()>;
 class PassTotals;  // loss and metric sums of one pass (model.cpp)
+class PsWorker;    // a worker's side of parameter-server training (ps/parameter_server.hpp)
+struct PsAccess;   // the parameter-server strategy's way to a Model's insides
 class InputStager;  // input batches staged on a CUDA device (train/staging.hpp)
 class CallbackList;  // the callbacks that run on this rank (model.cpp)
 class ScalingProfiler;  // TNT_PROFILE_SCALING (train/scaling_profiler.hpp)
 }  // namespace detail
+
+// How the ranks train together (docs/parameter_server.md).
+enum class Strategy {
+  synchronous,       // every rank a replica; gradients allreduced every step (the default)
+  parameter_server,  // server ranks (TNT_PS_SERVERS) hold the variables; workers pull, push
+};
+Strategy parse_strategy(const std::string& text);  // "synchronous" | "parameter_server"
+const char* strategy_name(Strategy strategy);
 
 struct FitOptions {
   int epochs = 1;                      // train until this epoch index (exclusive)
@@ -119,6 +129,18 @@ struct FitOptions {
   // evaluation of its own, fit from 3 to 6, ...): the whole run's epochs, so that the count
   // reads 1/6 ... 6/6 over the pieces rather than 1/3 then 4/6. 0: epochs.
   int total_epochs = 0;
+  // parameter_server: the ranks of TNT_PS_SERVERS (the launcher's --parameter-servers; rank 0
+  // when unset) hold shards of the variables and the optimizer state and apply each push;
+  // the others train on the dataset split among them (batch_size is their global batch) and
+  // end with identical replicas on every rank, servers included, as synchronous fit does.
+  // global_step() (and so max_steps and a checkpoint's step) counts the servers' updates.
+  Strategy strategy = Strategy::synchronous;
+  // parameter_server only: how many updates a worker may be ahead of the slowest. nullopt:
+  // no bound (fully asynchronous: every push is applied on arrival); N >= 1: a worker's pull
+  // waits while it is more than N updates ahead; 0: the servers sum every worker's gradient
+  // of a step and apply it once, which is synchronous training (same losses, up to the
+  // order of the sum).
+  std::optional<int64_t> max_staleness;
 };
 
 struct EvaluateOptions {
@@ -237,6 +259,7 @@ class Model {
   const EpochTiming& last_epoch_timing() const { return timing_; }
 
  private:
+  friend struct detail::PsAccess;
   struct StepInputs {
     std::vector<Tensor> inputs;  // each (b, ...) on the model's device
     Tensor target;               // (b, ...)
@@ -282,6 +305,7 @@ class Model {
   std::unique_ptr<detail::ScalingProfiler> profiler_;  // TNT_PROFILE_SCALING, else null
   Precision precision_;
   LossScaler scaler_;
+  detail::PsWorker* ps_ = nullptr;  // while a parameter-server fit trains this worker
 };
 
 }  // namespace tnt

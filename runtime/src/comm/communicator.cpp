@@ -114,6 +114,24 @@ std::unique_ptr<Communicator> Communicator::duplicate() const {
   return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
 }
 
+std::unique_ptr<Communicator> Communicator::split(int color) const {
+  const CommImpl& p = *impl_;
+  auto c = std::make_unique<CommImpl>();
+  TNT_MPI_CHECK(MPI_Comm_split(p.comm, color, p.rank, &c->comm));
+  MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  fill_ranks(*c);
+  c->device = p.device;
+  c->timeout_s = p.timeout_s;
+  c->config_algo = p.config_algo;
+  c->configured = p.configured;
+  c->ring_segment_bytes = p.ring_segment_bytes;
+  c->small_bytes = p.small_bytes;
+  c->min_segment_bytes = p.min_segment_bytes;
+  c->spin_us = p.spin_us;
+  c->mismatch_grace_s = p.mismatch_grace_s;
+  return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
+}
+
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 int Communicator::local_rank() const { return impl_->local_rank; }

@@ -359,9 +359,10 @@ Recorder* active() {
   return c->timeline->recording() ? c->timeline.get() : nullptr;
 }
 
-void start_from_config(Communicator& comm) {
+void start_from_config(Communicator& comm, const std::string& path) {
   RuntimeContext* c = context_or_null();
   if (!c || c->timeline || c->config.timeline.empty()) return;
+  const std::string& file = path.empty() ? c->config.timeline : path;
   auto [first, last] = parse_step_window(c->config.timeline_steps, "TNT_TIMELINE_STEPS");
   Origin origin;
   origin.path_text = fmt::format("TNT_TIMELINE='{}' (tarantella --timeline)", c->config.timeline);
@@ -370,7 +371,7 @@ void start_from_config(Communicator& comm) {
   // resumed run wants one, not a warning that steps 1-10 were run by an earlier process.
   // Given, it is taken as given (a resumed run that began after it gets a warning).
   origin.window_from_first_step = std::getenv("TNT_TIMELINE_STEPS") == nullptr;
-  c->timeline = std::make_shared<Recorder>(comm, c->config.timeline, first, last, std::move(origin));
+  c->timeline = std::make_shared<Recorder>(comm, file, first, last, std::move(origin));
 }
 
 void step_begin(int64_t step, int epoch, double input_start_s, Device device) {

@@ -144,8 +144,9 @@ Recorder* active();
 Recorder* current();
 
 // The training loop's hooks (nothing without a timeline). step_begin: see Recorder. start:
-// collective, TNT_TIMELINE from the configuration at the start of fit() (once).
-void start_from_config(Communicator& comm);
+// collective, TNT_TIMELINE from the configuration at the start of fit() (once); `path`, when
+// given, instead of TNT_TIMELINE's (a parameter server's trace beside its workers').
+void start_from_config(Communicator& comm, const std::string& path = {});
 void step_begin(int64_t step, int epoch, double input_start_s, Device device = Device::cpu());
 void epoch_end();
 // Collective, at the end of fit(): merges when anything new was recorded.

@@ -11,6 +11,7 @@
 #include "tarantella/ops.hpp"
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
+#include "ps/parameter_server.hpp"
 #include "train/scaling_profiler.hpp"
 #include "train/staging.hpp"
 #include "train/step_scalars.hpp"
@@ -322,13 +323,21 @@ class PassTotals {
   }
 
   // Collective: {"loss": global mean loss, <metric>: global value}.
-  Logs global() const {
+  Logs global() const { return logs_of(communicator().allreduce_sum(sums()), true); }
+  // This rank's own values: a parameter-server worker's steps, which wait for no other.
+  Logs local() const { return logs_of(sums(), false); }
+
+ private:
+  std::vector<double> sums() const {
     std::vector<double> sums{loss_sum_, samples_, error_.empty() ? 0.0 : 1.0};
     for (auto& m : metrics_) {
       const std::vector<double> s = m->sums();  // 2 for most metrics, a histogram for AUC
       sums.insert(sums.end(), s.begin(), s.end());
     }
-    std::vector<double> all = communicator().allreduce_sum(sums);
+    return sums;
+  }
+  Logs logs_of(const std::vector<double>& all, bool collective) const {
+    if (all[2] > 0 && !collective) TNT_INPUT_ERROR("{}", error_);
     if (all[2] > 0) raise_error();
     Logs logs;
     logs["loss"] = all[1] > 0 ? all[0] / all[1] : 0.0;
@@ -341,7 +350,6 @@ class PassTotals {
     return logs;
   }
 
- private:
   // Collective, when some rank's step found bad input: every rank throws, with the message
   // of the rank(s) that found it (plain when all ranks found the same, as on one rank).
   [[noreturn]] void raise_error() const {
@@ -482,6 +490,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   rc.step = global_step_;
   rc.sample_offset = batch.sample_offset;
   network_->zero_grad();
+  if (ps_) ps_->pull();  // the servers' current variables
   Tensor pred;
   {
     Span span(Lane::compute, "forward", timeline::on_device);
@@ -518,12 +527,16 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
       timeline::LayerSpans layers(&trainable_);
       network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) {
         layers.gradient_ready(index);
-        reducer_->mark_ready(index);
+        if (reducer_) reducer_->mark_ready(index);
       });
     }
     t_bwd_end = now_s();
-    Span span(Lane::compute, "wait for gradients");
-    reducer_->finalize(1.0 / scaler_.scale());  // the loss scale is divided out here
+    if (ps_) {
+      ps_->push();  // the servers apply it; this step's optimizer is theirs
+    } else {
+      Span span(Lane::compute, "wait for gradients");
+      reducer_->finalize(1.0 / scaler_.scale());  // the loss scale is divided out here
+    }
   } catch (...) {
     // The Reducer may be left mid-step, its thread still reducing this step's buckets.
     // Destroying it cancels them; the next fit() builds a fresh one (on every rank,
@@ -549,7 +562,9 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   // The summed gradients are bitwise equal on every rank, so every rank decides alike.
   Span span(Lane::compute, "optimizer", timeline::on_device);
   const double t_opt = now_s();
-  if (!scaler_.enabled() || scaler_.update(overflow)) {
+  if (ps_) {
+    // Nothing here: the servers apply the pushed gradients with their shard's optimizer.
+  } else if (!scaler_.enabled() || scaler_.update(overflow)) {
     optimizer_->step(trainable_);
   } else {
     // A skipped step still moves the schedule on (as Keras' LossScaleOptimizer and a
@@ -565,6 +580,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   timing_.steps++;
   timing_.backward_seconds += t_bwd_end - t_bwd;
   timing_.exposed_comm_seconds += t_comm_end - t_bwd_end;
+  if (!reducer_) return;
   timing_.comm_seconds += reducer_->last_step().comm_s();
   timing_.hidden_comm_seconds += reducer_->last_step().hidden_s();
 }
@@ -638,6 +654,7 @@ Dataset split_off_validation(const Dataset& data, FitOptions& options) {
 
 History Model::fit(const Dataset& all_data, FitOptions options) {
   check_compiled("fit");
+  if (options.strategy == Strategy::parameter_server) return detail::fit_parameter_server(*this, all_data, options);
   const Dataset data = options.validation_split != 0 ? split_off_validation(all_data, options) : all_data;
   const int p = size();
   if (!options.distribute_dataset) {
@@ -657,6 +674,9 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
 
 History Model::fit(const DistributedDataset& data, FitOptions options) {
   check_compiled("fit");
+  TNT_INPUT_CHECK(options.strategy == Strategy::synchronous,
+                  "fit: strategy=parameter_server needs the unbatched dataset (the workers split it among "
+                  "themselves), not one already distributed over every rank");
   TNT_INPUT_CHECK(options.validation_split == 0,
                   "fit: validation_split={} needs the unbatched dataset, not one already distributed",
                   options.validation_split);
@@ -714,7 +734,7 @@ void Model::prepare_training() {
   std::vector<const Parameter*> params;
   for (auto& np : trainable_) params.push_back(np.param);
   if (reducer_ && reducer_params_ != params) reducer_.reset();
-  if (!reducer_) {
+  if (!reducer_ && !ps_) {
     reducer_params_ = params;
     std::vector<std::pair<std::string, Tensor>> grads;
     for (auto& np : trainable_) grads.emplace_back(np.name, np.param->grad);
@@ -784,7 +804,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       train_step(*batch, rc, totals);
       {
         Span span(Lane::compute, "metrics");
-        logs = totals.global();
+        logs = ps_ ? totals.local() : totals.global();
       }
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
       if (profiler_) {
@@ -797,11 +817,14 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
     if (stager) stager->end_pass();
+    if (ps_) ps_->pause();
+    if (ps_ && !logs.empty()) logs = totals.global();  // the epoch's row: every worker's samples
     timing_.finish();
     // The epoch's step events on disk before its history row: here, before the validation's
     // collectives, so that every rank has written its part before the master can finish the
     // epoch and write the row.
     timeline::epoch_end();
+    if (ps_) ps_->epoch_end(logs);  // the servers' variables and optimizer state, for validation and checkpoints
 
     const bool ran_steps = !logs.empty();
     if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {

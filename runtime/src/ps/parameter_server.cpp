@@ -1,0 +1,857 @@
+// Parameter-server training. The idea, and why it is built this way:
+//
+// - Roles are fixed for the job (TNT_PS_SERVERS); every rank builds the same Model, so every
+//   rank can compute the same shard plan and nobody sends it.
+// - Servers answer MPI point-to-point messages from any worker (MPI_ANY_SOURCE, one tag per
+//   kind of message) on a communicator of their own, in one loop that never waits for a
+//   particular worker: a pull it may not answer yet (staleness) is kept and answered when it
+//   may. Replies are sent nonblocking, so a slow reader never stops the loop.
+// - Workers run the ordinary fit loop over a communicator of the workers only, swapped into
+//   the runtime context for the fit: the dataset's distribution, metrics, validation,
+//   callbacks and checkpoints work on the workers as they do on all ranks in synchronous
+//   training, with the first worker as their master.
+// - max_staleness 0 is synchronous training: a server sums the pushes of one step from
+//   every worker and applies the sum once, so the result equals the allreduce's up to the
+//   order of the sum. Otherwise each push is one update of its own.
+// - The end of the fit is a collective over every rank again: each server broadcasts its
+//   shard of the variables and of the optimizer state, so that afterwards every rank holds
+//   the same model and checkpoints have synchronous training's names and layout.
+#include "ps/parameter_server.hpp"
+
+#include "core/clock.hpp"
+#include "core/context.hpp"
+#include "io/timeline.hpp"
+#include "ps/shard_plan.hpp"
+#include "tarantella/comm.hpp"
+#include "tarantella/log.hpp"
+#include "tarantella/reducer.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <mpi.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <charconv>
+#include <list>
+#include <map>
+#include <set>
+#include <limits>
+#include <thread>
+
+namespace tnt {
+
+namespace detail {
+
+// A Model's insides that the strategy uses (model.hpp befriends this).
+struct PsAccess {
+  static Network& network(Model& m) { return *m.network_; }
+  static Optimizer& optimizer(Model& m) { return *m.optimizer_; }
+  static void reset_reducer(Model& m) { m.reducer_.reset(); }
+  static void sync_weights(Model& m) {
+    if (!m.weights_synced_) m.broadcast_weights();
+  }
+  static bool mixed(const Model& m) { return m.precision_.mixed(); }
+  static void set_worker(Model& m, PsWorker* w) { m.ps_ = w; }
+  static int64_t& global_step(Model& m) { return m.global_step_; }
+  static bool& stop_requested(Model& m) { return m.stop_requested_; }
+};
+
+}  // namespace detail
+
+Strategy parse_strategy(const std::string& text) {
+  if (text == "synchronous" || text == "sync") return Strategy::synchronous;
+  if (text == "parameter_server" || text == "ps") return Strategy::parameter_server;
+  TNT_INPUT_ERROR("strategy '{}' is not synchronous or parameter_server", text);
+}
+
+const char* strategy_name(Strategy strategy) {
+  return strategy == Strategy::parameter_server ? "parameter_server" : "synchronous";
+}
+
+namespace detail {
+
+std::vector<int> parse_server_ranks(const std::string& text, int size) {
+  if (text.empty()) {
+    TNT_INPUT_CHECK(size >= 2,
+                    "fit: strategy=parameter_server needs at least 2 ranks (a server and a worker); this job has 1 "
+                    "(run it with tarantella -np N --parameter-servers K)");
+    return {0};
+  }
+  std::set<int> ranks;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string word = text.substr(at, comma - at);
+    int r = -1;
+    auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), r);
+    TNT_INPUT_CHECK(!word.empty() && ec == std::errc() && ptr == word.data() + word.size() && r >= 0 && r < size,
+                    "TNT_PS_SERVERS='{}': '{}' is not a rank of this job (0 to {})", text, word, size - 1);
+    TNT_INPUT_CHECK(ranks.insert(r).second, "TNT_PS_SERVERS='{}': rank {} is named twice", text, r);
+    at = comma + 1;
+  }
+  TNT_INPUT_CHECK(static_cast<int>(ranks.size()) < size,
+                  "TNT_PS_SERVERS='{}' makes all {} ranks servers: no worker is left to train", text, size);
+  return {ranks.begin(), ranks.end()};
+}
+
+namespace {
+
+using timeline::Lane;
+using Span = timeline::Span;
+
+// Tags on the strategy's own communicator.
+constexpr int kPull = 11;        // worker -> server: int64 {clock, with_state, epoch}
+constexpr int kValues = 12;      // server -> worker: f32 shard values, the puller's lead, the step count
+constexpr int kState = 13;       // server -> worker: f32 shard optimizer slots
+constexpr int kStateSteps = 14;  // server -> worker: int64 per-piece update counts, then the step count
+constexpr int kPush = 15;        // worker -> server: f32 shard gradients, then the worker's epoch
+constexpr int kDone = 16;        // worker -> server: int64 0, no more pushes
+constexpr int kAbort = 17;       // worker -> server: the error that ended it (first byte 'I': input error)
+constexpr int kSchedule = 19;    // worker -> server: f64 {replaced, rate, factor, floor} (see Worker::push)
+constexpr int kPause = 18;       // worker -> server: int64 epoch, no more pushes in it (PsWorker::pause)
+
+// The variables as host mirrors, the plan over them, and the optimizer state by variable:
+// what servers and workers share.
+class Shards {
+ public:
+  Shards(Network& network, Optimizer& optimizer, int servers) : optimizer_(optimizer) {
+    vars_ = network.trainable_parameters();
+    optimizer_.init_state(vars_);
+    slot_names_ = optimizer_.slot_names();
+    std::map<std::string, Tensor> state;
+    for (auto& s : optimizer_.named_state()) state[s.name] = s.tensor;
+    std::vector<ps::VariableShape> shapes;
+    for (auto& v : vars_) {
+      const Tensor& t = v.param->value;
+      TNT_INPUT_CHECK(t.dtype() == DType::f32,
+                      "fit: strategy=parameter_server supports f32 variables only; {} is {}", v.name,
+                      dtype_name(t.dtype()));
+      ps::VariableShape s;
+      s.rows = t.ndim() == 0 ? 1 : t.dim(0);
+      s.row_elements = s.rows > 0 ? t.numel() / s.rows : 0;
+      shapes.push_back(s);
+      values_.push_back(Tensor::zeros(t.shape()));
+      grads_.push_back(Tensor::zeros(t.shape()));
+      std::vector<Tensor> slots, host_slots;
+      for (const auto& name : slot_names_) {
+        auto it = state.find(v.name + "." + name);
+        TNT_CHECK(it != state.end(), "optimizer state {}.{} missing", v.name, name);
+        slots.push_back(it->second);
+        host_slots.push_back(Tensor::zeros(t.shape()));
+      }
+      auto step = state.find(v.name + ".step");
+      TNT_CHECK(step != state.end(), "optimizer state {}.step missing", v.name);
+      state_.push_back(std::move(slots));
+      host_state_.push_back(std::move(host_slots));
+      steps_.push_back(step->second);
+    }
+    plan_ = ps::plan_shards(shapes, servers);
+    // One MPI message carries a server's shard (times the slots for the state).
+    for (int64_t n : plan_.shard_elements) {
+      const auto slots = static_cast<int64_t>(std::max<size_t>(1, slot_names_.size()));
+      TNT_INPUT_CHECK(n * slots < std::numeric_limits<int>::max(),
+                      "fit: strategy=parameter_server: a server's shard of {} variables is too large for one MPI "
+                      "message; use more servers (TNT_PS_SERVERS)",
+                      n);
+    }
+  }
+
+  const ps::ShardPlan& plan() const { return plan_; }
+  std::vector<NamedParameter>& vars() { return vars_; }
+  int64_t shard_elements(int s) const { return plan_.shard_elements[static_cast<size_t>(s)]; }
+  size_t slots() const { return slot_names_.size(); }
+
+  // Model -> host mirrors, and back.
+  void read_values() {
+    for (size_t i = 0; i < vars_.size(); ++i) values_[i].copy_from(vars_[i].param->value);
+  }
+  void write_values() {
+    for (size_t i = 0; i < vars_.size(); ++i) vars_[i].param->value.copy_from(values_[i]);
+  }
+  void read_grads() {
+    for (size_t i = 0; i < vars_.size(); ++i) grads_[i].copy_from(vars_[i].param->grad);
+  }
+  void read_state() {
+    for (size_t i = 0; i < vars_.size(); ++i) {
+      for (size_t j = 0; j < slots(); ++j) host_state_[i][j].copy_from(state_[i][j]);
+    }
+  }
+  void write_state(int64_t step_count) {
+    for (size_t i = 0; i < vars_.size(); ++i) {
+      for (size_t j = 0; j < slots(); ++j) state_[i][j].copy_from(host_state_[i][j]);
+    }
+    optimizer_.set_step_count(step_count);
+  }
+
+  // Server s's shard of the host values (or gradients) in shard order, and back.
+  std::vector<float> gather(int s, bool grads) const {
+    std::vector<float> out(static_cast<size_t>(shard_elements(s)));
+    for (int i : plan_.pieces_of(s)) {
+      const ps::ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      const float* src = (grads ? grads_ : values_)[static_cast<size_t>(p.variable)].data<float>() + p.offset;
+      std::copy(src, src + p.count, out.data() + p.shard_offset);
+    }
+    return out;
+  }
+  void scatter(int s, const float* in, bool grads) {
+    for (int i : plan_.pieces_of(s)) {
+      const ps::ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      float* dst = (grads ? grads_ : values_)[static_cast<size_t>(p.variable)].data<float>() + p.offset;
+      std::copy(in + p.shard_offset, in + p.shard_offset + p.count, dst);
+    }
+  }
+  // Server s's shard of the optimizer state: the slots (shard x slots floats), the pieces'
+  // update counts and the step count.
+  std::pair<std::vector<float>, std::vector<int64_t>> gather_state(int s) const {
+    const int64_t n = shard_elements(s);
+    std::vector<float> floats(static_cast<size_t>(n) * slots());
+    std::vector<int64_t> ints;
+    for (int i : plan_.pieces_of(s)) {
+      const ps::ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      for (size_t j = 0; j < slots(); ++j) {
+        const float* src = host_state_[static_cast<size_t>(p.variable)][j].data<float>() + p.offset;
+        std::copy(src, src + p.count, floats.data() + static_cast<int64_t>(j) * n + p.shard_offset);
+      }
+      ints.push_back(steps_[static_cast<size_t>(p.variable)].data<int64_t>()[0]);
+    }
+    ints.push_back(optimizer_.step_count());
+    return {std::move(floats), std::move(ints)};
+  }
+  void scatter_state(int s, const float* floats, const int64_t* ints) {
+    const int64_t n = shard_elements(s);
+    size_t k = 0;
+    for (int i : plan_.pieces_of(s)) {
+      const ps::ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      for (size_t j = 0; j < slots(); ++j) {
+        float* dst = host_state_[static_cast<size_t>(p.variable)][j].data<float>() + p.offset;
+        const float* src = floats + static_cast<int64_t>(j) * n + p.shard_offset;
+        std::copy(src, src + p.count, dst);
+      }
+      steps_[static_cast<size_t>(p.variable)].data<int64_t>()[0] = ints[k++];
+    }
+  }
+  size_t pieces_of_count(int s) const { return plan_.pieces_of(s).size(); }
+  int64_t step_count() const { return optimizer_.step_count(); }
+  Optimizer& optimizer() { return optimizer_; }
+
+  // The server's update: the shard's gradient (shard order) into the variables it touches,
+  // one optimizer step over them, the new values back into the host mirrors. Rows of a
+  // split variable that another server holds get a zero gradient here and are never served.
+  void apply(int s, const float* grad, const std::vector<NamedParameter>& owned, const std::vector<int>& owned_index) {
+    scatter(s, grad, true);
+    for (size_t k = 0; k < owned.size(); ++k) {
+      owned[k].param->grad.copy_from(grads_[static_cast<size_t>(owned_index[k])]);
+    }
+    optimizer_.step(owned);
+    for (size_t k = 0; k < owned.size(); ++k) {
+      values_[static_cast<size_t>(owned_index[k])].copy_from(owned[k].param->value);
+    }
+  }
+
+ private:
+  Optimizer& optimizer_;
+  std::vector<NamedParameter> vars_;
+  std::vector<std::string> slot_names_;
+  std::vector<Tensor> values_, grads_;            // host f32 mirrors, same shapes
+  std::vector<std::vector<Tensor>> state_;        // [variable][slot]: the optimizer's own
+  std::vector<std::vector<Tensor>> host_state_;   // their host mirrors
+  std::vector<Tensor> steps_;                     // [variable]: its update count (i64 host)
+  ps::ShardPlan plan_;
+};
+
+// Waits for a worker's requests to the servers; `peer[i]` is the server rank request i
+// talks to. Polls, so that a server that is lost or stopped ends this worker after
+// TNT_COLLECTIVE_TIMEOUT (0: never) with the server named, rather than never. A timed-out
+// request is left to MPI: the job is ending.
+void wait_servers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, const std::string& what) {
+  const double limit = config().collective_timeout_s;
+  const auto start = std::chrono::steady_clock::now();
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    TNT_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) return;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (limit > 0 && waited > limit) {
+      std::set<int> silent;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        int one = 0;
+        MPI_Test(&reqs[i], &one, MPI_STATUS_IGNORE);
+        if (!one) silent.insert(peer[i]);
+      }
+      throw CommError(fmt::format("parameter-server training: server rank(s) {} did not answer {} within {} s "
+                                  "(TNT_COLLECTIVE_TIMEOUT): the server is lost or stopped, or holds the pull back "
+                                  "for max_staleness while a slower worker no longer pushes",
+                                  fmt::join(silent, ", "), what, limit));
+    }
+    // Yield the core after a short spin: on a shared machine the server needs it.
+    if (polls > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The server
+
+class Server {
+ public:
+  Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, std::optional<int64_t> staleness)
+      : shards_(shards), comm_(comm), index_(index), workers_(workers), staleness_(staleness) {
+    for (size_t i = 0; i < workers_.size(); ++i) worker_index_[workers_[i]] = static_cast<int>(i);
+    pushes_.assign(workers_.size(), 0);
+    done_.assign(workers_.size(), false);
+    paused_.assign(workers_.size(), -1);
+    std::set<int> owned;
+    for (int i : shards_.plan().pieces_of(index_)) owned.insert(shards_.plan().pieces[static_cast<size_t>(i)].variable);
+    for (int v : owned) {
+      owned_.push_back(shards_.vars()[static_cast<size_t>(v)]);
+      owned_index_.push_back(v);
+    }
+    accum_.assign(static_cast<size_t>(shards_.shard_elements(index_)), 0.0f);
+    shards_.read_values();
+    shards_.read_state();
+  }
+
+  // servers: the servers' own communicator (for their timeline).
+  void run(Communicator& servers) {
+    // With a timeline, the servers' apply spans go to a trace of their own beside the
+    // workers' ("trace.json" -> "trace.servers.json"), its window counting updates.
+    std::string path = config().timeline;
+    if (!path.empty()) {
+      const bool json = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+      path = json ? path.substr(0, path.size() - 5) + ".servers.json" : path + ".servers";
+      timeline::start_from_config(servers, path);
+    }
+    int idle = 0;
+    while (std::count(done_.begin(), done_.end(), true) < static_cast<long>(done_.size())) {
+      progress_sends();
+      int flag = 0;
+      MPI_Status st;
+      TNT_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st));
+      if (!flag) {
+        // Nothing to do: yield the core to the workers (ranks often share cores) after a
+        // short spin, so a busy server still answers within microseconds.
+        if (++idle > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        continue;
+      }
+      idle = 0;
+      handle(st);
+      answer_pulls();
+    }
+    for (auto& o : outgoing_) TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+    outgoing_.clear();
+    shards_.read_state();
+    timeline::fit_end(servers);
+  }
+
+ private:
+  struct Outgoing {
+    std::vector<float> floats;
+    std::vector<int64_t> ints;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  struct Held {
+    int source = 0;
+    int64_t clock = 0;
+    bool with_state = false;
+    int64_t epoch = 0;
+  };
+
+  int worker_of(int source) const {
+    auto it = worker_index_.find(source);
+    TNT_CHECK(it != worker_index_.end(), "parameter server {}: a message from rank {}, which is no worker", index_,
+              source);
+    return it->second;
+  }
+
+  void handle(const MPI_Status& st) {
+    const int w = worker_of(st.MPI_SOURCE);
+    int count = 0;
+    switch (st.MPI_TAG) {
+      case kPull: {
+        int64_t msg[3] = {0, 0, 0};
+        TNT_MPI_CHECK(MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, kPull, comm_, MPI_STATUS_IGNORE));
+        held_.push_back({st.MPI_SOURCE, msg[0], msg[1] != 0, msg[2]});
+        break;
+      }
+      case kPush: {
+        std::vector<float> grad(accum_.size() + 1);
+        TNT_MPI_CHECK(MPI_Recv(grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush, comm_,
+                               MPI_STATUS_IGNORE));
+        round_epoch_ = static_cast<int64_t>(grad.back());
+        grad.pop_back();
+        ++pushes_[static_cast<size_t>(w)];
+        paused_[static_cast<size_t>(w)] = -1;
+        if (staleness_ && *staleness_ == 0) {
+          for (size_t i = 0; i < grad.size(); ++i) accum_[i] += grad[i];
+          apply_complete_rounds();
+        } else {
+          apply(grad.data());
+        }
+        break;
+      }
+      case kDone: {
+        int64_t zero = 0;
+        TNT_MPI_CHECK(MPI_Recv(&zero, 1, MPI_INT64_T, st.MPI_SOURCE, kDone, comm_, MPI_STATUS_IGNORE));
+        done_[static_cast<size_t>(w)] = true;
+        if (staleness_ && *staleness_ == 0) apply_complete_rounds();
+        break;
+      }
+      case kSchedule: {
+        double msg[4] = {0, 0, 1, 0};
+        TNT_MPI_CHECK(MPI_Recv(msg, 4, MPI_DOUBLE, st.MPI_SOURCE, kSchedule, comm_, MPI_STATUS_IGNORE));
+        Optimizer& o = shards_.optimizer();
+        if (msg[0] != 0) o.set_learning_rate(msg[1]);
+        o.set_lr_factor(msg[2], msg[3]);
+        break;
+      }
+      case kPause: {
+        int64_t epoch = 0;
+        TNT_MPI_CHECK(MPI_Recv(&epoch, 1, MPI_INT64_T, st.MPI_SOURCE, kPause, comm_, MPI_STATUS_IGNORE));
+        paused_[static_cast<size_t>(w)] = epoch;
+        if (staleness_ && *staleness_ == 0) apply_complete_rounds();
+        break;
+      }
+      case kAbort: {
+        MPI_Get_count(&st, MPI_CHAR, &count);
+        std::string text(static_cast<size_t>(count), '\0');
+        TNT_MPI_CHECK(MPI_Recv(text.data(), count, MPI_CHAR, st.MPI_SOURCE, kAbort, comm_, MPI_STATUS_IGNORE));
+        const bool input = !text.empty() && text[0] == 'I';
+        const std::string message = text.size() > 1 ? text.substr(1) : "";
+        if (input) TNT_INPUT_ERROR("{}", message);
+        TNT_THROW("parameter server: worker rank {} failed: {}", st.MPI_SOURCE, message);
+      }
+      default:
+        TNT_THROW("parameter server: unexpected message tag {} from rank {}", st.MPI_TAG, st.MPI_SOURCE);
+    }
+  }
+
+  void apply(const float* grad) {
+    timeline::step_begin(applied_ + 1, 0, detail::now_s());
+    Span span(Lane::compute, "apply", [&] { return fmt::format(R"("update":{})", applied_ + 1); });
+    shards_.apply(index_, grad, owned_, owned_index_);
+    ++applied_;
+  }
+
+  // Staleness 0: a step's round is complete when every worker has pushed it or is done.
+  void apply_complete_rounds() {
+    while (true) {
+      bool any = false, all = true;
+      for (size_t w = 0; w < pushes_.size(); ++w) {
+        if (pushes_[w] > applied_) {
+          any = true;
+        } else if (!done_[w] && paused_[w] < round_epoch_) {
+          all = false;  // a worker that left this round's epoch early pushes nothing more in it
+        }
+      }
+      if (!any || !all) return;
+      apply(accum_.data());
+      std::fill(accum_.begin(), accum_.end(), 0.0f);
+    }
+  }
+
+  // How many updates the puller is ahead of the slowest worker still stepping (0 alone).
+  int64_t lead(const Held& h) const {
+    int64_t slowest = std::numeric_limits<int64_t>::max();
+    for (size_t w = 0; w < pushes_.size(); ++w) {
+      if (!done_[w] && paused_[w] < h.epoch) slowest = std::min(slowest, pushes_[w]);
+    }
+    return slowest == std::numeric_limits<int64_t>::max() ? 0 : std::max<int64_t>(0, h.clock - slowest);
+  }
+
+  bool may_answer(const Held& h) const {
+    if (!staleness_) return true;
+    if (*staleness_ == 0) return applied_ >= h.clock;
+    return lead(h) <= *staleness_;
+  }
+
+  void answer_pulls() {
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (!may_answer(*it)) {
+        ++it;
+        continue;
+      }
+      std::vector<float> values = shards_.gather(index_, false);
+      values.push_back(static_cast<float>(lead(*it)));  // exact below 2^24 updates
+      // The optimizer's step count, the job's global step, as two exact halves.
+      const int64_t step = shards_.step_count();
+      values.push_back(static_cast<float>(step >> 24));
+      values.push_back(static_cast<float>(step & 0xffffff));
+      send_floats(std::move(values), it->source, kValues);
+      if (it->with_state) {
+        shards_.read_state();
+        auto [floats, ints] = shards_.gather_state(index_);
+        send_floats(std::move(floats), it->source, kState);
+        send_ints(std::move(ints), it->source, kStateSteps);
+      }
+      it = held_.erase(it);
+    }
+  }
+
+  void send_floats(std::vector<float> data, int dest, int tag) {
+    Outgoing& o = outgoing_.emplace_back();
+    o.floats = std::move(data);
+    TNT_MPI_CHECK(
+        MPI_Isend(o.floats.data(), static_cast<int>(o.floats.size()), MPI_FLOAT, dest, tag, comm_, &o.request));
+  }
+  void send_ints(std::vector<int64_t> data, int dest, int tag) {
+    Outgoing& o = outgoing_.emplace_back();
+    o.ints = std::move(data);
+    TNT_MPI_CHECK(MPI_Isend(o.ints.data(), static_cast<int>(o.ints.size()), MPI_INT64_T, dest, tag, comm_, &o.request));
+  }
+  void progress_sends() {
+    for (auto it = outgoing_.begin(); it != outgoing_.end();) {
+      int done = 0;
+      TNT_MPI_CHECK(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
+      it = done ? outgoing_.erase(it) : std::next(it);
+    }
+  }
+
+  Shards& shards_;
+  MPI_Comm comm_;
+  int index_;
+  std::vector<int> workers_;
+  std::map<int, int> worker_index_;  // world rank -> worker index
+  std::optional<int64_t> staleness_;
+  std::vector<int64_t> pushes_;
+  std::vector<bool> done_;
+  std::vector<int64_t> paused_;  // the epoch whose steps a worker left (kPause) until its next push; -1
+  int64_t round_epoch_ = 0;      // the epoch of the pushes being summed (staleness 0)
+  int64_t applied_ = 0;
+  std::vector<float> accum_;
+  std::vector<NamedParameter> owned_;
+  std::vector<int> owned_index_;
+  std::list<Held> held_;
+  std::list<Outgoing> outgoing_;
+};
+
+// ---------------------------------------------------------------------------------------
+// The worker
+
+class Worker final : public PsWorker {
+ public:
+  // global_step: the model's, set at every pull to the servers' update count (as the
+  // global step variable of TensorFlow's parameter servers), so that max_steps and the
+  // checkpoints' step count updates of the whole job.
+  // stop_requested, max_steps: the model's, agreed at every epoch's end (see epoch_end).
+  Worker(Shards& shards, MPI_Comm comm, const std::vector<int>& servers, int64_t* global_step, bool* stop_requested,
+         int64_t max_steps)
+      : shards_(shards),
+        comm_(comm),
+        servers_(servers),
+        global_step_(global_step),
+        stop_requested_(stop_requested),
+        max_steps_(max_steps),
+        schedule_(&shards.optimizer().schedule()),
+        described_(shards.optimizer().schedule().describe()),
+        factor_(shards.optimizer().lr_factor()),
+        floor_(shards.optimizer().lr_floor()) {
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      outbox_.emplace_back(static_cast<size_t>(shards_.shard_elements(static_cast<int>(s))));
+    }
+    push_requests_.assign(servers_.size(), MPI_REQUEST_NULL);
+  }
+
+  void pull() override { pull_from_servers(false); }
+
+  void push() override {
+    Span span(Lane::communication, "push");
+    shards_.read_grads();
+    wait_pushes();
+    send_schedule_changes();
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      outbox_[s] = shards_.gather(static_cast<int>(s), true);
+      outbox_[s].push_back(static_cast<float>(epoch_));
+      TNT_MPI_CHECK(MPI_Isend(outbox_[s].data(), static_cast<int>(outbox_[s].size()), MPI_FLOAT, servers_[s], kPush,
+                              comm_, &push_requests_[s]));
+    }
+    ++clock_;
+  }
+
+  void pause() override {
+    std::vector<MPI_Request> reqs(servers_.size());
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TNT_MPI_CHECK(MPI_Isend(&epoch_, 1, MPI_INT64_T, servers_[s], kPause, comm_, &reqs[s]));
+    }
+    wait_servers(reqs, servers_, "this worker's pause");
+  }
+
+  void epoch_end(Logs& logs) override {
+    pull_from_servers(true);
+    Communicator& workers = communicator();  // the workers' own during the fit
+    // Workers stop on their own view (max_steps against the count their last pull saw, a
+    // callback's request), so one may end its epoch early and another go on into the next
+    // epoch, where the first would never join its collectives: they stop together here.
+    const bool stop = *stop_requested_ || (max_steps_ > 0 && *global_step_ >= max_steps_);
+    *stop_requested_ = workers.allreduce_max(stop ? 1.0 : 0.0) > 0;
+    const std::vector<double> sums = workers.allreduce_sum(std::vector<double>{lead_sum_, lead_count_});
+    logs["staleness_mean"] = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+    logs["staleness_max"] = workers.allreduce_max(lead_max_);
+    lead_sum_ = lead_count_ = lead_max_ = 0;
+    ++epoch_;
+  }
+
+  void finish() {
+    wait_pushes();
+    send_schedule_changes();  // the last epoch's end may have changed it: the servers end alike
+    const int64_t zero = 0;
+    std::vector<MPI_Request> reqs(servers_.size());
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TNT_MPI_CHECK(MPI_Isend(&zero, 1, MPI_INT64_T, servers_[s], kDone, comm_, &reqs[s]));
+    }
+    wait_servers(reqs, servers_, "this worker's end of training");
+  }
+
+  // Best effort: the servers learn why this worker stops, and stop too.
+  void abort(const std::string& message, bool input) noexcept {
+    const std::string text = (input ? "I" : "E") + message;
+    for (int server : servers_) {
+      MPI_Request r;
+      if (MPI_Isend(text.data(), static_cast<int>(text.size()), MPI_CHAR, server, kAbort, comm_, &r) == MPI_SUCCESS) {
+        MPI_Request_free(&r);
+      }
+    }
+  }
+
+ private:
+  // A callback's change of the learning rate on the workers (ReduceLROnPlateau's factor,
+  // set_learning_rate's constant rate, as LearningRateScheduler does) reaches the servers,
+  // which apply the optimizer, before the next push it applies to (messages from one worker
+  // arrive in order). Every worker makes the same change (their callbacks see the same
+  // global logs); the servers apply it as often as it comes.
+  void send_schedule_changes() {
+    const Optimizer& o = shards_.optimizer();
+    // A new schedule object may reuse a freed one's address: its description tells them apart.
+    const bool replaced = &o.schedule() != schedule_ || o.schedule().describe() != described_;
+    if (!replaced && o.lr_factor() == factor_ && o.lr_floor() == floor_) return;
+    schedule_ = &o.schedule();
+    described_ = o.schedule().describe();
+    factor_ = o.lr_factor();
+    floor_ = o.lr_floor();
+    // set_learning_rate folds the factor into the rate and sets it to 1: the rate is the
+    // schedule's at any step.
+    const double msg[4] = {replaced ? 1.0 : 0.0, replaced ? o.schedule().lr(0) : 0.0, factor_, floor_};
+    std::vector<MPI_Request> reqs(servers_.size());
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TNT_MPI_CHECK(MPI_Isend(msg, 4, MPI_DOUBLE, servers_[s], kSchedule, comm_, &reqs[s]));
+    }
+    wait_servers(reqs, servers_, "this worker's learning-rate change");
+  }
+
+  void wait_pushes() { wait_servers(push_requests_, servers_, fmt::format("this worker's push of update {}", clock_)); }
+
+  void pull_from_servers(bool with_state) {
+    Span span(Lane::communication, with_state ? "pull with optimizer state" : "pull");
+    const size_t k = servers_.size();
+    const int64_t request[3] = {clock_, with_state ? 1 : 0, epoch_};
+    std::vector<std::vector<float>> values(k), state(k);
+    std::vector<std::vector<int64_t>> steps(k);
+    std::vector<MPI_Request> reqs;
+    std::vector<int> peer;
+    for (size_t s = 0; s < k; ++s) {
+      const int si = static_cast<int>(s);
+      peer.insert(peer.end(), with_state ? 4 : 2, servers_[s]);
+      reqs.emplace_back();
+      TNT_MPI_CHECK(MPI_Isend(request, 3, MPI_INT64_T, servers_[s], kPull, comm_, &reqs.back()));
+      values[s].resize(static_cast<size_t>(shards_.shard_elements(si)) + 3);
+      reqs.emplace_back();
+      TNT_MPI_CHECK(MPI_Irecv(values[s].data(), static_cast<int>(values[s].size()), MPI_FLOAT, servers_[s], kValues,
+                              comm_, &reqs.back()));
+      if (with_state) {
+        state[s].resize(values[s].size() * shards_.slots());
+        steps[s].resize(shards_.pieces_of_count(si) + 1);
+        reqs.emplace_back();
+        TNT_MPI_CHECK(MPI_Irecv(state[s].data(), static_cast<int>(state[s].size()), MPI_FLOAT, servers_[s], kState,
+                                comm_, &reqs.back()));
+        reqs.emplace_back();
+        TNT_MPI_CHECK(MPI_Irecv(steps[s].data(), static_cast<int>(steps[s].size()), MPI_INT64_T, servers_[s],
+                                kStateSteps, comm_, &reqs.back()));
+      }
+    }
+    wait_servers(reqs, peer, fmt::format("this worker's pull after update {}", clock_));
+    double lead = 0;
+    for (size_t s = 0; s < k; ++s) {
+      shards_.scatter(static_cast<int>(s), values[s].data(), false);
+      const size_t n = values[s].size();
+      lead = std::max(lead, static_cast<double>(values[s][n - 3]));
+      if (s == 0) {
+        *global_step_ = (static_cast<int64_t>(values[s][n - 2]) << 24) + static_cast<int64_t>(values[s][n - 1]);
+      }
+    }
+    shards_.write_values();
+    if (!with_state) {
+      lead_sum_ += lead;
+      lead_count_ += 1;
+      lead_max_ = std::max(lead_max_, lead);
+    }
+    if (with_state) {
+      for (size_t s = 0; s < k; ++s) shards_.scatter_state(static_cast<int>(s), state[s].data(), steps[s].data());
+      shards_.write_state(steps[0].back());
+    }
+  }
+
+  Shards& shards_;
+  MPI_Comm comm_;
+  std::vector<int> servers_;
+  int64_t* global_step_;
+  bool* stop_requested_;
+  int64_t max_steps_;
+  const LearningRateSchedule* schedule_;  // the optimizer's, as last told to the servers
+  std::string described_;
+  double factor_, floor_;
+  int64_t clock_ = 0;  // pushes sent
+  int64_t epoch_ = 0;  // epochs this fit has ended (epoch_end)
+  double lead_sum_ = 0, lead_count_ = 0, lead_max_ = 0;  // this epoch's pulls
+  std::vector<std::vector<float>> outbox_;
+  std::vector<MPI_Request> push_requests_;
+};
+
+// The workers' communicator in the runtime context for the fit, the job's back after it.
+class WorkerContext {
+ public:
+  explicit WorkerContext(std::unique_ptr<Communicator> workers) : ctx_(*context_or_null()) {
+    saved_rank_ = ctx_.rank;
+    saved_size_ = ctx_.size;
+    ctx_.rank = workers->rank();
+    ctx_.size = workers->size();
+    saved_ = std::move(ctx_.comm);
+    ctx_.comm = std::move(workers);
+  }
+  ~WorkerContext() {
+    ctx_.comm = std::move(saved_);
+    ctx_.rank = saved_rank_;
+    ctx_.size = saved_size_;
+  }
+  WorkerContext(const WorkerContext&) = delete;
+  WorkerContext& operator=(const WorkerContext&) = delete;
+
+ private:
+  RuntimeContext& ctx_;
+  std::unique_ptr<Communicator> saved_;
+  int saved_rank_ = 0, saved_size_ = 1;
+};
+
+std::string history_json(const History& h) {
+  nlohmann::json j;
+  j["epochs"] = h.epochs;
+  j["history"] = h.history;
+  return j.dump();
+}
+
+void history_from_json(History& h, const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text);
+  h.epochs = j.at("epochs").get<std::vector<int>>();
+  h.history = j.at("history").get<std::map<std::string, std::vector<double>>>();
+}
+
+// Every rank ends with every server's shard of the variables and the optimizer state.
+// Returns the servers' update count.
+int64_t gather_everywhere(Shards& shards, MPI_Comm comm, const std::vector<int>& servers) {
+  int64_t step_count = 0;
+  for (size_t s = 0; s < servers.size(); ++s) {
+    const int si = static_cast<int>(s);
+    const bool mine = rank() == servers[s];
+    std::vector<float> values =
+        mine ? shards.gather(si, false) : std::vector<float>(static_cast<size_t>(shards.shard_elements(si)));
+    auto [floats, ints] = mine ? shards.gather_state(si)
+                               : std::pair<std::vector<float>, std::vector<int64_t>>{
+                                     std::vector<float>(values.size() * shards.slots()),
+                                     std::vector<int64_t>(shards.pieces_of_count(si) + 1)};
+    TNT_MPI_CHECK(MPI_Bcast(values.data(), static_cast<int>(values.size()), MPI_FLOAT, servers[s], comm));
+    TNT_MPI_CHECK(MPI_Bcast(floats.data(), static_cast<int>(floats.size()), MPI_FLOAT, servers[s], comm));
+    TNT_MPI_CHECK(MPI_Bcast(ints.data(), static_cast<int>(ints.size()), MPI_INT64_T, servers[s], comm));
+    shards.scatter(si, values.data(), false);
+    shards.scatter_state(si, floats.data(), ints.data());
+    if (s == 0) step_count = ints.back();  // every server applies every step: theirs are equal
+  }
+  shards.write_values();
+  shards.write_state(step_count);
+  return step_count;
+}
+
+}  // namespace
+
+History fit_parameter_server(Model& model, const Dataset& data, FitOptions options) {
+  const std::vector<int> servers = parse_server_ranks(config().ps_servers, size());
+  TNT_INPUT_CHECK(!options.max_staleness || *options.max_staleness >= 0,
+                  "fit: max_staleness={} must be 0 (synchronous), a positive number of updates, or unset (no bound)",
+                  options.max_staleness.value_or(0));
+  TNT_INPUT_CHECK(options.distribute_dataset,
+                  "fit: strategy=parameter_server needs distribute_dataset=true: the workers split the data among "
+                  "themselves, and micro-batches sharded by tnt::rank() would leave the servers' share untrained");
+  TNT_INPUT_CHECK(!PsAccess::mixed(model),
+                  "fit: strategy=parameter_server trains in f32 only; compile the model without mixed precision");
+  const GradientClipping& clip = PsAccess::optimizer(model).clipping();
+  TNT_INPUT_CHECK(servers.size() == 1 || !(clip.norm || clip.global_norm),
+                  "fit: gradient clipping by norm ({}) needs every gradient in one place; with strategy="
+                  "parameter_server use one server (TNT_PS_SERVERS) or clip by value",
+                  clip.describe());
+  std::vector<int> workers;
+  for (int r = 0; r < size(); ++r) {
+    if (!std::binary_search(servers.begin(), servers.end(), r)) workers.push_back(r);
+  }
+  const bool is_server = std::binary_search(servers.begin(), servers.end(), rank());
+  if (is_master_rank() && options.verbose > 0) {
+    tnt::print("Parameter-server training: {} server(s) (rank(s) {}), {} worker(s), max_staleness {}", servers.size(),
+          fmt::join(servers, ", "), workers.size(),
+          options.max_staleness ? std::to_string(*options.max_staleness) : std::string("unbounded"));
+  }
+
+  PsAccess::reset_reducer(model);  // one of an earlier synchronous fit spans every rank
+  // A timeline of an earlier fit records over every rank; this fit's workers and servers
+  // each record over their own communicator (its file written already at that fit's end).
+  timeline::discard();
+  PsAccess::sync_weights(model);   // every rank starts from the master's variables
+  Shards shards(PsAccess::network(model), PsAccess::optimizer(model), static_cast<int>(servers.size()));
+  MPI_Comm comm;
+  TNT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  std::unique_ptr<Communicator> worker_comm = communicator().split(is_server ? 0 : 1);
+
+  History history;
+  const int first_worker = workers.front();
+  if (is_server) {
+    const int index = static_cast<int>(std::lower_bound(servers.begin(), servers.end(), rank()) - servers.begin());
+    Server server(shards, comm, index, workers, options.max_staleness);
+    server.run(*worker_comm);  // on a server: the servers' communicator
+  } else {
+    Worker worker(shards, comm, servers, &PsAccess::global_step(model), &PsAccess::stop_requested(model),
+                  options.max_steps);
+    options.strategy = Strategy::synchronous;  // the loop is the ordinary one, over the workers
+    WorkerContext scope(std::move(worker_comm));
+    PsAccess::set_worker(model, &worker);
+    try {
+      history = model.fit(data, options);
+      worker.finish();
+    } catch (const InputError& e) {
+      PsAccess::set_worker(model, nullptr);
+      worker.abort(e.what(), true);
+      throw;
+    } catch (const std::exception& e) {
+      PsAccess::set_worker(model, nullptr);
+      worker.abort(e.what(), false);
+      throw;
+    }
+    PsAccess::set_worker(model, nullptr);
+  }
+
+  // Every rank again: the servers' shards and update count, the first worker's buffers,
+  // stop request and history.
+  const int64_t updates = gather_everywhere(shards, comm, servers);
+  Communicator& all = communicator();
+  for (auto& b : PsAccess::network(model).named_buffers()) all.broadcast(b.param->value, first_worker);
+  std::vector<int64_t> words{PsAccess::global_step(model), PsAccess::stop_requested(model) ? 1 : 0};
+  Tensor w = Tensor::from_data(words.data(), {2});
+  all.broadcast(w, first_worker);
+  PsAccess::global_step(model) = updates;
+  PsAccess::stop_requested(model) = w.data<int64_t>()[1] != 0;
+  std::string text = rank() == first_worker ? history_json(history) : std::string();
+  all.broadcast(text, first_worker);
+  history_from_json(history, text);
+  timeline::discard();  // written at the fit's end; a later fit records over every rank again
+  MPI_Comm_free(&comm);
+  return history;
+}
+
+}  // namespace detail
+}  // namespace tnt

@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# fashion_mnist with --strategy=parameter_server through the launcher's --parameter-servers.
+#
+#   fashion_mnist_parameter_server.sh LAUNCHER PROGRAM CASE
+#
+# CASE:
+#   staleness0: 1 server + 2 workers with --max_staleness=0 give the test loss and accuracy
+#     of synchronous training on 2 ranks (printed to 4 decimals: the sums differ only in
+#     their order, which moved nothing in the 4th decimal when measured).
+#   async: fully asynchronous training (1 server + 2 workers) reaches within 1.5 points of
+#     synchronous accuracy after the same 2 epochs (measured in 4 runs: from 0.2 points below
+#     to 1.9 above; asynchronous Adam takes a step per push, twice the updates).
+#   resume_across: a checkpoint written by a parameter-server run is resumed by a
+#     synchronous run, and one written by a synchronous run by a parameter-server run;
+#     history.csv gets one row per epoch.
+#   server_stopped: the server rank stopped (SIGSTOP) in the middle of training: the workers
+#     give up after TNT_COLLECTIVE_TIMEOUT (3 s here) naming server rank 0, and the job ends
+#     with a non-zero status within seconds, no process left behind.
+#   server_killed: the server rank killed (SIGTERM: SIGKILL's status 137 reads as a hang to
+#     fm_run) in the middle of training: the job ends within seconds, and the launcher names
+#     rank 0 as the parameter server that failed first.
+#   timeline: --timeline trace.json on 2 servers + 2 workers: trace.json holds the workers'
+#     pull and push spans (2 ranks), trace.servers.json the servers' apply spans (2 ranks,
+#     the window's 10 updates each).
+#   bad_roles: --parameter-servers that leaves no worker is refused by the launcher (exit 2,
+#     naming the flag) before any rank starts; the program alone on one rank refuses
+#     --strategy=parameter_server (exit 2, naming the need for 2 ranks).
+set -uo pipefail
+source "$(dirname "$0")/fashion_mnist_common.sh" "$1" "$2"
+case_name=${3:?case}
+fm_need_data
+
+common=(--model=mlp --num_train_samples=6000 --batch_size=128 --verbose=0)
+
+result_of() { grep -Eo 'test accuracy: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+$'; }
+loss_of() { grep -Eo 'Test loss: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+$'; }
+
+case $case_name in
+  staleness0)
+    fm_run sync -np 2 -- "${common[@]}" --train_epochs=2 --model_dir="$fm_tmp/sync"
+    [[ $fm_rc -eq 0 ]] || fm_fail "sync: exit $fm_rc"
+    acc_sync=$(result_of) loss_sync=$(loss_of)
+    fm_run ps -np 3 --parameter-servers 1 -- "${common[@]}" --train_epochs=2 --strategy=parameter_server \
+      --max_staleness=0 --model_dir="$fm_tmp/ps"
+    [[ $fm_rc -eq 0 ]] || fm_fail "ps: exit $fm_rc"
+    acc_ps=$(result_of) loss_ps=$(loss_of)
+    if [[ -n $acc_sync && $acc_sync == "$acc_ps" && $loss_sync == "$loss_ps" ]]; then
+      fm_pass "staleness 0: loss $loss_ps, accuracy $acc_ps, as synchronous"
+    else
+      fm_fail "staleness 0: loss $loss_ps accuracy $acc_ps; synchronous: loss $loss_sync accuracy $acc_sync"
+    fi
+    ;;
+  async)
+    fm_run sync -np 2 -- "${common[@]}" --train_epochs=2 --model_dir="$fm_tmp/sync"
+    acc_sync=$(result_of)
+    fm_run ps -np 3 --parameter-servers 1 -- "${common[@]}" --train_epochs=2 --strategy=parameter_server \
+      --model_dir="$fm_tmp/ps"
+    [[ $fm_rc -eq 0 ]] || fm_fail "ps: exit $fm_rc"
+    acc_ps=$(result_of)
+    if [[ -n $acc_sync && -n $acc_ps ]] && awk -v a="$acc_sync" -v b="$acc_ps" 'BEGIN { exit !(b >= a - 0.015) }'; then
+      fm_pass "asynchronous accuracy $acc_ps, synchronous $acc_sync"
+    else
+      fm_fail "asynchronous accuracy '$acc_ps' more than 1.5 points below synchronous '$acc_sync'"
+    fi
+    ;;
+  resume_across)
+    fm_run ps1 -np 3 --parameter-servers 1 -- "${common[@]}" --train_epochs=1 --strategy=parameter_server \
+      --model_dir="$fm_tmp/a"
+    [[ $fm_rc -eq 0 ]] || fm_fail "ps1: exit $fm_rc"
+    fm_run sync2 -np 2 -- "${common[@]}" --train_epochs=2 --resume --model_dir="$fm_tmp/a"
+    [[ $fm_rc -eq 0 ]] || fm_fail "sync2 (resumed from the parameter-server checkpoint): exit $fm_rc"
+    rows=$(tail -n +2 "$fm_tmp/a/history.csv" | cut -d, -f1 | tr '\n' ' ')
+    [[ $rows == "1 2 " ]] && fm_pass "ps then sync: history epochs $rows" || fm_fail "ps then sync: history epochs '$rows'"
+    fm_run sync1 -np 2 -- "${common[@]}" --train_epochs=1 --model_dir="$fm_tmp/b"
+    fm_run ps2 -np 3 --parameter-servers 1 -- "${common[@]}" --train_epochs=2 --resume --strategy=parameter_server \
+      --model_dir="$fm_tmp/b"
+    [[ $fm_rc -eq 0 ]] || fm_fail "ps2 (resumed from the synchronous checkpoint): exit $fm_rc"
+    rows=$(tail -n +2 "$fm_tmp/b/history.csv" | cut -d, -f1 | tr '\n' ' ')
+    [[ $rows == "1 2 " ]] && fm_pass "sync then ps: history epochs $rows" || fm_fail "sync then ps: history epochs '$rows'"
+    ;;
+  server_stopped)
+    (
+      # Rank 0 (the server) stops once training has begun (its history.csv exists).
+      for _ in $(seq 1 200); do
+        [[ -e $fm_tmp/e/history.csv ]] && break
+        sleep 0.1
+      done
+      sleep 1
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/e"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then kill -STOP "$p"; fi
+      done
+    ) &
+    stopper=$!
+    fm_run stopped -np 3 --parameter-servers 1 -x TNT_COLLECTIVE_TIMEOUT=3 -- --model=mlp --train_epochs=50 \
+      --batch_size=128 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/e"
+    wait $stopper
+    [[ $fm_rc -ne 0 ]] || fm_fail "stopped: exit 0 with a stopped server"
+    fm_expect_grep stopped "server rank\(s\) 0 did not answer" "the stopped server"
+    awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "stopped: ended after ${fm_seconds}s" ||
+      fm_fail "stopped: took ${fm_seconds}s"
+    ;;
+  server_killed)
+    (
+      for _ in $(seq 1 200); do
+        [[ -e $fm_tmp/k/history.csv ]] && break
+        sleep 0.1
+      done
+      sleep 1
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/k"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then kill -TERM "$p"; fi
+      done
+    ) &
+    killer=$!
+    fm_run killed -np 3 --parameter-servers 1 -- --model=mlp --train_epochs=50 --batch_size=128 --verbose=0 \
+      --strategy=parameter_server --model_dir="$fm_tmp/k"
+    wait $killer
+    [[ $fm_rc -eq 143 ]] && fm_pass "killed: exit 143 (the server's signal)" || fm_fail "killed: exit $fm_rc, expected 143"
+    grep -q "tarantella: rank 0 (parameter server, host .*) failed first: signal 15" <<<"$fm_out" &&
+      fm_pass "killed: the launcher names the parameter server" || fm_fail "killed: no line naming rank 0 as the server"
+    awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "killed: ended after ${fm_seconds}s" ||
+      fm_fail "killed: took ${fm_seconds}s"
+    ;;
+  timeline)
+    fm_run tl -np 4 --parameter-servers 2 --timeline "$fm_tmp/trace.json" -- "${common[@]}" --num_train_samples=1280 \
+      --train_epochs=1 --strategy=parameter_server --model_dir="$fm_tmp/t"
+    [[ $fm_rc -eq 0 ]] || fm_fail "tl: exit $fm_rc"
+    if python3 - "$fm_tmp/trace.json" "$fm_tmp/trace.servers.json" <<'PY'
+import collections, json, sys
+def spans(path):
+    d = json.load(open(path))
+    c = collections.Counter((e["name"], e["pid"]) for e in d["traceEvents"] if e.get("ph") == "X")
+    return d["otherData"]["ranks"], c
+ranks, w = spans(sys.argv[1])
+assert ranks == 2, ranks
+for pid in (0, 1):
+    assert w[("pull", pid)] > 0 and w[("push", pid)] > 0, (pid, w)
+ranks, s = spans(sys.argv[2])
+assert ranks == 2, ranks
+assert s[("apply", 0)] == 10 and s[("apply", 1)] == 10, s
+PY
+    then fm_pass "tl: pull and push spans of both workers, 10 apply spans of each server"; else fm_fail "tl: the traces"; fi
+    ;;
+  bad_roles)
+    fm_run no_worker -np 2 --parameter-servers 2 -- "${common[@]}" --strategy=parameter_server \
+      --model_dir="$fm_tmp/c"
+    [[ $fm_rc -eq 2 ]] || fm_fail "no_worker: exit $fm_rc, expected 2"
+    grep -q -- "--parameter-servers 2 with 2 ranks leaves no worker" <<<"$fm_out" &&
+      fm_pass "no_worker: refused naming the flag" || fm_fail "no_worker: no message naming --parameter-servers"
+    [[ ! -e $fm_tmp/c ]] && fm_pass "no_worker: nothing started" || fm_fail "no_worker: the program ran"
+    fm_run one_rank -np 1 -- "${common[@]}" --strategy=parameter_server --model_dir="$fm_tmp/d"
+    [[ $fm_rc -eq 2 ]] || fm_fail "one_rank: exit $fm_rc, expected 2"
+    fm_expect_grep one_rank "needs at least 2 ranks" "the need for a server and a worker"
+    ;;
+  *)
+    echo "unknown case $case_name" >&2
+    exit 2
+    ;;
+esac
+fm_finish

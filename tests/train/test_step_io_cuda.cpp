@@ -7,7 +7,7 @@
 // be bitwise equal between the two modes, and integer metric counts equal the CPU engine's.
 #include "gpu_test_util.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 

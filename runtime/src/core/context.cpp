@@ -1,6 +1,6 @@
 #include "core/context.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/build_config.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/log.hpp"

@@ -1,6 +1,6 @@
 #include "train/staging.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/config.hpp"
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tnt {
@@ -67,6 +68,10 @@ struct Config {
 // anything else is an InputError naming env and text. For modules that read their knob
 // again later (Config::from_env has checked it at start).
 bool parse_bool_knob(const char* env, const std::string& text);
+
+// A window of training steps "a-b" or "a" (1 <= a <= b; steps count from 1), as
+// TNT_TIMELINE_STEPS and --profile_steps give it; anything else is an InputError naming what.
+std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std::string& what);
 
 enum class LogLevel { debug = 0, info = 1, warning = 2, error = 3 };
 LogLevel parse_log_level(const std::string& text);  // throws InputError

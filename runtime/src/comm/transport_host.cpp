@@ -7,7 +7,7 @@
 #include "comm/comm_impl.hpp"
 #include "comm/host_reduce.hpp"
 #include "comm/transport.hpp"
-#include "io/timeline.hpp"
+#include "core/timeline_events.hpp"
 #include "tarantella/check.hpp"
 
 #include <atomic>

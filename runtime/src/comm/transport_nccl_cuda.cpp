@@ -11,7 +11,7 @@
 #include "comm/device_collectives.hpp"
 #include "comm/pack_cuda.hpp"
 #include "comm/transport.hpp"
-#include "io/timeline.hpp"
+#include "core/timeline_events.hpp"
 #include "tarantella/check.hpp"
 
 #include <atomic>

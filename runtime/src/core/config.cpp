@@ -1,7 +1,6 @@
 #include "tarantella/config.hpp"
 
 #include "tarantella/check.hpp"
-#include "tarantella/timeline.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -145,6 +144,22 @@ std::string Config::table() const {
     out += fmt::format("  {:<26} {:>10} {:<8} {}\n", r.env, r.value, r.unit, r.help);
   }
   return out;
+}
+
+std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std::string& what) {
+  auto number = [&](std::string_view s, int64_t& out) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size() && out >= 1;
+  };
+  int64_t a = 0, b = 0;
+  const size_t dash = text.find('-');
+  bool ok = dash == std::string::npos ? number(text, a) && number(text, b)
+                                      : number(std::string_view(text).substr(0, dash), a) &&
+                                            number(std::string_view(text).substr(dash + 1), b);
+  if (!ok || b < a)
+    TNT_INPUT_ERROR("{}='{}': expected a step window a-b with 1 <= a <= b (steps count from 1), or one step a", what,
+                    text);
+  return {a, b};
 }
 
 }  // namespace tnt

@@ -11,7 +11,7 @@
 namespace tnt {
 
 namespace timeline {
-class Recorder;
+class Events;
 }
 
 namespace detail {
@@ -28,7 +28,7 @@ struct RuntimeContext {
   int num_threads = 1;
   bool we_initialized_mpi = false;
   std::unique_ptr<Communicator> comm;
-  std::shared_ptr<timeline::Recorder> timeline;  // while a timeline records (io/timeline.hpp)
+  std::shared_ptr<timeline::Events> timeline;  // while a timeline records (io/timeline.hpp's Recorder)
   std::shared_ptr<detail::LayerTypeRegistry> layer_types;  // tnt::register_layer_type's (model_io.hpp)
 };
 

@@ -6,6 +6,7 @@
 #include "comm/collective_scope.hpp"
 #include "core/clock.hpp"
 #include "io/timeline.hpp"
+#include "train/layer_spans.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/ops.hpp"

@@ -13,7 +13,7 @@
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
 #include "train/staging.hpp"
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.hpp"
 
 #include <fmt/ranges.h>
 
@@ -277,7 +277,7 @@ namespace detail {
 // global() sums them over the ranks, so every log line is the global value.
 //
 // A step's device results (the loss, the metrics' counts, label checks, the loss scaler's
-// overflow flag) are words of scalars() (train/step_scalars.hpp), read back once when the
+// overflow flag) are words of scalars() (step/step_scalars.hpp), read back once when the
 // step calls finish_step(). A bad label found there is kept, and global() raises it on every
 // rank (its allreduce carries a flag; the message comes from the rank(s) that found it).
 class PassTotals {

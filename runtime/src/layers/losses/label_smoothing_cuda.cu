@@ -5,8 +5,8 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "core/device_api.hpp"
-#include "train/step_scalars.cuh"
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.cuh"
+#include "step/step_scalars.hpp"
 
 #include <memory>
 

@@ -1,4 +1,4 @@
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.hpp"
 
 #include "core/device_api.hpp"
 #include "tarantella/check.hpp"

@@ -29,7 +29,7 @@ struct RuntimeContext {
   bool we_initialized_mpi = false;
   std::unique_ptr<Communicator> comm;
   std::shared_ptr<timeline::Events> timeline;  // while a timeline records (io/timeline.hpp's Recorder)
-  std::shared_ptr<detail::LayerTypeRegistry> layer_types;  // tnt::register_layer_type's (model_io.hpp)
+  std::shared_ptr<detail::LayerTypeRegistry> layer_types;  // tnt::register_layer_type's (layer_config.hpp)
 };
 
 RuntimeContext* context_or_null();

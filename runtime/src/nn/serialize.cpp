@@ -13,7 +13,7 @@
 #include "nn/graph_node.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/layers.hpp"
-#include "tarantella/model_io.hpp"
+#include "tarantella/layer_config.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -3,6 +3,7 @@
 #include "core/device_api.hpp"
 #include "tarantella/build_config.hpp"
 #include "tarantella/check.hpp"
+#include "tarantella/comm.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 

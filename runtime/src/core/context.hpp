@@ -2,13 +2,14 @@
 // functions of tarantella/runtime.hpp.
 #pragma once
 
-#include "tarantella/comm.hpp"
 #include "tarantella/config.hpp"
 #include "tarantella/device.hpp"
 
 #include <memory>
 
 namespace tnt {
+
+class Communicator;  // tarantella/comm.hpp (comm/): made by tnt::init, held here
 
 namespace timeline {
 class Events;

@@ -34,10 +34,10 @@
 #include "common/flags.hpp"
 #include "common/wording.hpp"
 
-#include <tarantella/bleu.hpp>
+#include <tarantella/text/bleu.hpp>
 #include <tarantella/tarantella.hpp>
-#include <tarantella/text.hpp>
-#include <tarantella/translation.hpp>
+#include <tarantella/text/subtokenizer.hpp>
+#include <tarantella/text/translation.hpp>
 
 #include <algorithm>
 #include <chrono>

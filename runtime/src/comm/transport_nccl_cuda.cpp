@@ -7,7 +7,7 @@
 // later kernel of the step sees the sums. Times come from events, on the GPU's clock.
 #include "backend/cuda/nccl_comm.hpp"
 #include "core/device_api.hpp"
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 #include "comm/device_collectives.hpp"
 #include "comm/pack_cuda.hpp"
 #include "comm/transport.hpp"

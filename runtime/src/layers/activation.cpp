@@ -4,6 +4,7 @@
 // Softmax works along a logical axis and takes contiguous tensors only (the default of
 // Layer::supports_memory_format).
 #include "tarantella/layers/activation.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/dispatch.hpp"
 #include "layers/activation_cuda.hpp"
@@ -311,5 +312,43 @@ std::shared_ptr<Layer> make_activation(const std::string& activation, std::strin
                   "softmax",
                   activation);
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+using detail::layer_as;
+const auto kReLU = detail::LayerTypeRegistration::plain<ReLU>("ReLU");
+const auto kSigmoid = detail::LayerTypeRegistration::plain<Sigmoid>("Sigmoid");
+const auto kTanh = detail::LayerTypeRegistration::plain<Tanh>("Tanh");
+const detail::LayerTypeRegistration kLeakyReLU(
+    "LeakyReLU",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_double("alpha", layer_as<LeakyReLU>(l).alpha());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<LeakyReLU>(c.get_double("alpha"), name);
+    });
+const detail::LayerTypeRegistration kGELU(
+    "GELU",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_bool("approximate", layer_as<GELU>(l).approximate());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<GELU>(c.get_bool("approximate"), name);
+    });
+const detail::LayerTypeRegistration kSoftmax(
+    "Softmax",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_int("axis", layer_as<Softmax>(l).axis());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<Softmax>(c.get_int("axis"), name);
+    });
+}  // namespace
 
 }  // namespace tnt

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 namespace tnt {
 
@@ -63,14 +64,24 @@ size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
   return row[b.size()];
 }
 
-// TNT_* variables that are not knobs: set by the launcher for each rank, or read by the
-// project's scripts and tests. Never reported as typos.
+// TNT_* variables that are not knobs: set by the launcher for each rank
+// (TNT_LAUNCH_VARIABLES), or read by the project's scripts and tests. Never reported as typos.
+#define TNT_LAUNCH_NAME(field, name, help) name,
 constexpr const char* kOtherVariables[] = {
-    "TNT_RANK", "TNT_SIZE", "TNT_LOCAL_RANK", "TNT_LOCAL_SIZE", "TNT_NUMA_NODE", "TNT_RUN_ID", "TNT_RESTART",
-    "TNT_LAUNCHER", "TNT_LAUNCHER_REPORT", "TNT_START_TIMEOUT", "TNT_HEARTBEAT_TIMEOUT", "TNT_EXIT_TIMEOUT",
-    "TNT_STDOUT_IS_TTY", "TNT_JOIN_FD", "TNT_GPU_KIT", "TNT_DEMO_DIR", "TNT_FASHION_MNIST_DIR", "TNT_TINY_IMAGENET_DIR",
-    "TNT_MPIEXEC", "TNT_SETUP_BENCH", "TNT_E2E_TIMEOUT", "TNT_SEED"};
+    TNT_LAUNCH_VARIABLES(TNT_LAUNCH_NAME)
+    "TNT_GPU_KIT", "TNT_DEMO_DIR", "TNT_FASHION_MNIST_DIR", "TNT_TINY_IMAGENET_DIR", "TNT_MPIEXEC",
+    "TNT_SETUP_BENCH", "TNT_E2E_TIMEOUT", "TNT_SEED"};
+#undef TNT_LAUNCH_NAME
 }  // namespace
+
+bool Config::is_set(const char* env) {
+  bool knob = false;
+#define TNT_CONFIG_IS(field, type, name, def, unit, help) knob = knob || std::strcmp(env, name) == 0;
+  TNT_CONFIG_KNOBS(TNT_CONFIG_IS)
+#undef TNT_CONFIG_IS
+  TNT_CHECK(knob, "Config::is_set: {} is not a knob of the configuration table", env);
+  return std::getenv(env) != nullptr;
+}
 
 std::vector<std::string> Config::misspelled(const std::vector<std::string>& names) {
   std::vector<std::string> knobs;

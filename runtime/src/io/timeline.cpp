@@ -340,7 +340,7 @@ void start_from_config(Communicator& comm) {
   // Unset, the window is the first steps this run trains: someone who asked for a trace of a
   // resumed run wants one, not a warning that steps 1-10 were run by an earlier process.
   // Given, it is taken as given (a resumed run that began after it gets a warning).
-  origin.window_from_first_step = std::getenv("TNT_TIMELINE_STEPS") == nullptr;
+  origin.window_from_first_step = !Config::is_set(env::timeline_steps);
   c->timeline = std::make_shared<Recorder>(comm, c->config.timeline, first, last, std::move(origin));
 }
 

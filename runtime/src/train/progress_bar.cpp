@@ -89,7 +89,7 @@ void ProgressBar::detect_output() {
   // Under mpirun a rank's stdout is a pseudo-terminal even when the user's is a file or a
   // pipe, so the launcher tells the ranks what the user's stdout is.
   const int fd = ::fileno(options_.out);
-  if (const char* v = std::getenv("TNT_STDOUT_IS_TTY")) {
+  if (const char* v = std::getenv(env::stdout_is_tty)) {
     tty_ = std::string(v) == "1";
   } else {
     tty_ = fd >= 0 && isatty(fd) == 1;

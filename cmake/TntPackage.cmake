@@ -1,6 +1,7 @@
 # The installed package, for programs built outside this tree:
 #   P/lib/cmake/tarantella/tarantellaConfig.cmake (+ ConfigVersion, Targets)
-#     find_package(tarantella) -> tarantella::tarantella (the library), tarantella::launcher
+#     find_package(tarantella) -> tarantella::tarantella (the library), tarantella::text (text
+#     processing for translation models, runtime/text/), tarantella::launcher
 #     and tarantella::rank_info (the executables), tarantella_WITH_CUDA.
 #   P/lib/pkgconfig/tarantella.pc
 # Public dependencies are what the public headers need: fmt (check.hpp's macros and

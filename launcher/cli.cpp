@@ -3,8 +3,7 @@
 #include "env_names.hpp"
 #include "error.hpp"
 #include "lifeline.hpp"
-#include "ps_plan.hpp"
-#include "rank_watch.hpp"
+#include "ps_flags.hpp"
 #include "shell_words.hpp"
 #include "text.hpp"
 
@@ -379,19 +378,19 @@ Options parse_command_line(const std::vector<std::string>& args) {
     const auto path = result["timeline"].as<std::string>();
     if (path.empty()) throw InputError("--timeline: the path is empty");
     for (const auto& e : o.exports) {
-      if (e.first == "TNT_TIMELINE") throw InputError("-x TNT_TIMELINE=... and --timeline set the same variable; give one");
+      if (e.first == env::timeline) throw InputError("-x TNT_TIMELINE=... and --timeline set the same variable; give one");
     }
-    o.exports.emplace_back("TNT_TIMELINE", std::filesystem::absolute(path).string());
+    o.exports.emplace_back(env::timeline, std::filesystem::absolute(path).string());
   }
   if (result.count("profile-scaling")) {
     const auto path = result["profile-scaling"].as<std::string>();
     if (path.empty()) throw InputError("--profile-scaling: the path is empty");
     for (const auto& e : o.exports) {
-      if (e.first == "TNT_PROFILE_SCALING") {
+      if (e.first == env::profile_scaling) {
         throw InputError("-x TNT_PROFILE_SCALING=... and --profile-scaling set the same variable; give one");
       }
     }
-    o.exports.emplace_back("TNT_PROFILE_SCALING", std::filesystem::absolute(path).string());
+    o.exports.emplace_back(env::profile_scaling, std::filesystem::absolute(path).string());
   }
 
   auto seconds = [&](const char* flag) -> std::optional<double> {
@@ -500,6 +499,31 @@ closed output or a stopped launcher, nor when a restart would fail the same way:
 failing rank exited 2 (a usage error) or its program could not start.
 )";
   return text;
+}
+
+namespace {
+
+Seconds resolve(std::optional<double> flag_value, const Environment& env, const char* variable, double fallback) {
+  if (flag_value) return Seconds(*flag_value);
+  if (auto text = lookup(env, variable)) {
+    if (auto v = parse_seconds(*text)) return Seconds(*v);
+    throw InputError(fmt::format("{}='{}' is not a non-negative number of seconds (0: no limit)", variable, *text));
+  }
+  return Seconds(fallback);
+}
+
+}  // namespace
+
+WatchLimits watch_limits(const Options& options, const Environment& env) {
+  WatchLimits l;
+  l.start = resolve(options.start_timeout_s, env, env::start_timeout, default_start_timeout_s);
+  l.exit = resolve(options.exit_timeout_s, env, env::exit_timeout, default_exit_timeout_s);
+  l.heartbeat = resolve(options.heartbeat_timeout_s, env, env::heartbeat_timeout, default_heartbeat_timeout_s);
+  if (l.heartbeat.count() > 0 && l.heartbeat.count() < 1) {
+    throw InputError(fmt::format("heartbeat timeout {} s (--heartbeat-timeout, {}): must be 0 (off) or at least 1 s",
+                                 format_seconds(l.heartbeat), env::heartbeat_timeout));
+  }
+  return l;
 }
 
 }  // namespace tnt::launcher

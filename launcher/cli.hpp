@@ -5,6 +5,8 @@
 #pragma once
 
 #include "binding.hpp"
+#include "environment.hpp"
+#include "watch_limits.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -53,5 +55,10 @@ struct Options {
 Options parse_command_line(const std::vector<std::string>& args);
 
 std::string help_text();
+
+// --start-timeout, else TNT_START_TIMEOUT, else the default; the same for the exit and
+// heartbeat timeouts. Throws InputError naming the variable and its value.
+WatchLimits watch_limits(const Options& options, const Environment& env);
+
 
 }  // namespace tnt::launcher

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "plan.hpp"
+#include "ps_flags.hpp"
 
 #include <optional>
 #include <string>
@@ -16,11 +17,6 @@ struct PsRoles {
   std::vector<int> servers;  // ascending rank numbers
   std::vector<int> workers;  // the other ranks, ascending
 };
-
-// --parameter-servers' value: an integer >= 1. Throws InputError naming the flag.
-int parse_parameter_servers(const std::string& text);
-// --ps-hosts' value: comma-separated host names, none empty or repeated. Throws InputError.
-std::vector<std::string> parse_ps_hosts(const std::string& text);
 
 // nullopt without --parameter-servers. K servers: the first K ranks, or with --ps-hosts the
 // ranks of the named hosts, taken in turn from each named host (its first ranks first), so

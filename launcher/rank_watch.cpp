@@ -14,30 +14,7 @@ namespace {
 // A report names a rank; the plan has it, or it is not ours.
 bool in_plan(int rank, size_t size) { return rank >= 0 && static_cast<size_t>(rank) < size; }
 
-Seconds resolve(std::optional<double> flag_value, const Environment& env, const char* variable, double fallback) {
-  if (flag_value) return Seconds(*flag_value);
-  if (auto text = lookup(env, variable)) {
-    if (auto v = parse_seconds(*text)) return Seconds(*v);
-    throw InputError(fmt::format("{}='{}' is not a non-negative number of seconds (0: no limit)", variable, *text));
-  }
-  return Seconds(fallback);
-}
-
 }  // namespace
-
-WatchLimits watch_limits(const Options& options, const Environment& env) {
-  WatchLimits l;
-  l.start = resolve(options.start_timeout_s, env, env::start_timeout, default_start_timeout_s);
-  l.exit = resolve(options.exit_timeout_s, env, env::exit_timeout, default_exit_timeout_s);
-  l.heartbeat = resolve(options.heartbeat_timeout_s, env, env::heartbeat_timeout, default_heartbeat_timeout_s);
-  if (l.heartbeat.count() > 0 && l.heartbeat.count() < 1) {
-    throw InputError(fmt::format("heartbeat timeout {} s (--heartbeat-timeout, {}): must be 0 (off) or at least 1 s",
-                                 format_seconds(l.heartbeat), env::heartbeat_timeout));
-  }
-  return l;
-}
-
-std::string format_seconds(Seconds s) { return fmt::format("{:g}", s.count()); }
 
 RankWatch::RankWatch(std::vector<RankSlot> ranks, WatchLimits limits, Clock::time_point launched)
     : slots_(std::move(ranks)), state_(slots_.size()), limits_(limits), launched_(launched) {}

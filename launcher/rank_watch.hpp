@@ -20,10 +20,9 @@
 // job it started. Pure: time is passed in, so the rules are unit-tested without processes.
 #pragma once
 
-#include "cli.hpp"
-#include "environment.hpp"
 #include "lifeline.hpp"
 #include "report.hpp"
+#include "watch_limits.hpp"
 
 #include <chrono>
 #include <optional>
@@ -31,30 +30,6 @@
 #include <vector>
 
 namespace tnt::launcher {
-
-using Clock = std::chrono::steady_clock;
-using Seconds = std::chrono::duration<double>;
-
-// Long enough for Open MPI to start daemons over ssh on hundreds of nodes and for every step
-// to exec its program; the start is the exec, not the program's own set-up.
-inline constexpr double default_start_timeout_s = 120;
-// Long enough for a master rank that writes files or evaluates alone after the others
-// have ended; ranks that finish through MPI_Finalize end within moments of each other.
-inline constexpr double default_exit_timeout_s = 300;
-
-struct WatchLimits {
-  Seconds start{default_start_timeout_s};  // 0: no limit
-  Seconds exit{default_exit_timeout_s};    // 0: no limit
-  Seconds heartbeat{default_heartbeat_timeout_s};  // lifelines (lifeline.hpp); 0: none
-  bool any() const { return start.count() > 0 || exit.count() > 0; }
-};
-
-// --start-timeout, else TNT_START_TIMEOUT, else the default; the same for the exit and
-// heartbeat timeouts. Throws InputError naming the variable and its value.
-WatchLimits watch_limits(const Options& options, const Environment& env);
-
-// "2", "0.5", "120": seconds as the messages write them.
-std::string format_seconds(Seconds s);
 
 struct RankSlot {
   int rank = 0;

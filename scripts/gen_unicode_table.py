@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes runtime/src/data/text/unicode_table.inc: the Unicode facts that the subtokenizer
+"""Writes runtime/text/src/unicode_table.inc: the Unicode facts that the subtokenizer
 and BLEU need, as Python's unicodedata and str methods give them (TensorFlow's Python code
 defines both algorithms in those terms).
 
@@ -126,7 +126,7 @@ def generate():
 
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.path.join(root, "runtime", "src", "data", "text", "unicode_table.inc")
+    path = os.path.join(root, "runtime", "text", "src", "unicode_table.inc")
     text = generate()
     if "--check" in sys.argv[1:]:
         with open(path, encoding="utf-8") as f:

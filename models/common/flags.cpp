@@ -62,7 +62,7 @@ std::string whole_number_problem(const std::string& text) {
 // Whether this process is the first rank of a job, or runs alone. Before MPI starts, the
 // rank is only known from the environment: the launcher's TNT_RANK, else Open MPI's.
 bool first_rank() {
-  for (const char* name : {"TNT_RANK", "OMPI_COMM_WORLD_RANK"}) {
+  for (const char* name : {tnt::env::rank, "OMPI_COMM_WORLD_RANK"}) {
     if (const char* text = std::getenv(name)) return std::string(text) == "0";
   }
   return true;

@@ -32,12 +32,12 @@ constexpr const char* kRunPrefix = "run-";
 // TNT_RESTART and TNT_RUN_ID, as the launcher set them (0 and "" outside a launch with
 // --max-restarts).
 int restart_number() {
-  const char* text = std::getenv("TNT_RESTART");
+  const char* text = std::getenv(tnt::env::restart);
   return text != nullptr ? std::atoi(text) : 0;
 }
 
 std::string run_id() {
-  const char* text = std::getenv("TNT_RUN_ID");
+  const char* text = std::getenv(tnt::env::run_id);
   return text != nullptr ? text : "";
 }
 

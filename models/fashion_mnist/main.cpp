@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
        .train_epochs = 5,
        .epochs_between_evals_help = "evaluate on the test set every this many epochs",
        .seed_help = "seed of weights and shuffling",
-       .verbose = 1});
+       .verbose = 1,
+       .micro_batch_size_help = {}});  // no --micro_batch_size
   // clang-format off
   flags.add_options()
     ("model", "cnn or mlp", cxxopts::value<std::string>()->default_value("cnn"))

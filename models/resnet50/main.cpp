@@ -211,7 +211,6 @@ int64_t conv_output_values_per_image(int64_t image_size) {
 // images, and with synthetic data the batch made once and the evaluation pool.
 void check_fits_memory(int64_t image_size, int64_t global_batch, int64_t num_classes, bool synthetic, bool half) {
   const tnt_models::RankMemory memory = tnt_models::rank_memory();
-  const tnt::Device device = memory.device;
   const double capacity = memory.capacity;
   if (capacity == 0) return;  // unknown: nothing to compare with
   const double gib = 1024.0 * 1024.0 * 1024.0;

@@ -22,7 +22,7 @@
 // reducer mode: ResNet-50's 161 parameter tensors (torchvision resnet50 shapes, f32)
 // as host gradients; every step marks them ready in reverse registration order (as
 // backward would) and finalizes. One row per fusion threshold: time per step.
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 #include "comm/ring_allreduce.hpp"
 #include "core/half.hpp"
 #include "tarantella/comm.hpp"

@@ -7,7 +7,7 @@
 // The 64 Mi-element case is in test_large.cpp (registered for fewer rank counts).
 #include "comm_test_data.hpp"
 
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/runtime.hpp"
 

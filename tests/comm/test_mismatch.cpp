@@ -7,7 +7,7 @@
 // Each case works on a fresh duplicate (a failed communicator is unusable), and all ranks
 // meet again on the world communicator after it.
 #include "comm/collective_scope.hpp"
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/runtime.hpp"
 

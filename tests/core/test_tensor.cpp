@@ -195,3 +195,21 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
   CHECK(typos[2] == "TNT_DETERMINSTIC is not a tarantella variable (ignored); did you mean TNT_DETERMINISTIC?");
   CHECK(Config{}.table().find("TNT_FUSION_THRESHOLD") != std::string::npos);
 }
+
+// The one table of names (tarantella/config_table.hpp): knobs and the launcher's variables
+// are spelled there once; Config::is_set answers for knobs only.
+TEST_CASE("the configuration table names every variable once; is_set knows knobs only", "[config]") {
+  using namespace tnt;
+  CHECK(std::string(env::timeline_steps) == "TNT_TIMELINE_STEPS");
+  CHECK(std::string(env::join_fd) == "TNT_JOIN_FD");
+  const char* old = std::getenv(env::timeline_steps);
+  const std::string saved = old ? old : "";
+  ::unsetenv(env::timeline_steps);
+  CHECK_FALSE(Config::is_set(env::timeline_steps));
+  ::setenv(env::timeline_steps, "2-3", 1);
+  CHECK(Config::is_set(env::timeline_steps));
+  if (old) ::setenv(env::timeline_steps, saved.c_str(), 1); else ::unsetenv(env::timeline_steps);
+  CHECK_THROWS_WITH(Config::is_set(env::join_fd), Catch::Contains("TNT_JOIN_FD is not a knob"));
+  // A launcher variable is no typo of a knob.
+  CHECK(Config::misspelled({env::stdout_is_tty, env::run_id}).empty());
+}

@@ -1,10 +1,10 @@
-// BLEU (tarantella/bleu.hpp) against cases computed by hand: the tokenizer's rules, the
+// BLEU (tarantella/text/bleu.hpp) against cases computed by hand: the tokenizer's rules, the
 // clipped n-gram precisions, orders without matches, orders without n-grams, the brevity
 // penalty, a two-sentence corpus, lower-casing, and how files are read.
 #include "temp_dir.hpp"
 #include <catch2/catch.hpp>
 
-#include "tarantella/bleu.hpp"
+#include "tarantella/text/bleu.hpp"
 #include "tarantella/check.hpp"
 
 #include <cmath>

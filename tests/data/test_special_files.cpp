@@ -6,12 +6,12 @@
 #include "temp_dir.hpp"
 #include <catch2/catch.hpp>
 
-#include "tarantella/bleu.hpp"
+#include "tarantella/text/bleu.hpp"
 #include "tarantella/checkpoint.hpp"
 #include "tarantella/dataset.hpp"
 #include "tarantella/files.hpp"
 #include "tarantella/imagenet.hpp"
-#include "tarantella/text.hpp"
+#include "tarantella/text/subtokenizer.hpp"
 #include "tarantella/tfrecord.hpp"
 
 #include <sys/stat.h>

@@ -1,12 +1,12 @@
-// The subtokenizer (tarantella/text.hpp): Unicode classes, escapes, encodings worked out by
+// The subtokenizer (tarantella/text/subtokenizer.hpp): Unicode classes, escapes, encodings worked out by
 // hand, vocabulary files and their errors, vocabulary building (a case by hand, and
 // properties on a generated corpus), and decode(encode(s)) == s on random Unicode text.
 #include "temp_dir.hpp"
 #include <catch2/catch.hpp>
 
-#include "data/text/unicode.hpp"
+#include "unicode.hpp"  // runtime/text/src
 #include "tarantella/check.hpp"
-#include "tarantella/text.hpp"
+#include "tarantella/text/subtokenizer.hpp"
 
 #include <algorithm>
 #include <fstream>

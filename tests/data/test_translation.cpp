@@ -1,4 +1,4 @@
-// The translation data set (tarantella/translation.hpp) on shards written here: shapes,
+// The translation data set (tarantella/text/translation.hpp) on shards written here: shapes,
 // padding, dropping long examples, shard order, num_sentences, token batch sizes, the
 // manual (by rank) split, and the errors, each naming the file and offset.
 #include "temp_dir.hpp"
@@ -6,7 +6,7 @@
 
 #include "tarantella/check.hpp"
 #include "tarantella/tfrecord.hpp"
-#include "tarantella/translation.hpp"
+#include "tarantella/text/translation.hpp"
 
 #include <fmt/format.h>
 

@@ -9,7 +9,7 @@
 #include "tarantella/check.hpp"
 #include "tarantella/runtime.hpp"
 #include "tarantella/tfrecord.hpp"
-#include "tarantella/translation.hpp"
+#include "tarantella/text/translation.hpp"
 
 using namespace tnt;
 

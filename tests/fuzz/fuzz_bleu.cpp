@@ -4,7 +4,7 @@
 // against itself whose every line has at least 4 tokens (so every n-gram order up to 4 has
 // matches and the brevity penalty is 1) must score exactly 100.
 #include "fuzz_input.hpp"
-#include "tarantella/bleu.hpp"
+#include "tarantella/text/bleu.hpp"
 #include "tarantella/check.hpp"
 
 #include <cmath>

@@ -4,7 +4,7 @@
 // decoding them (or any ids) answers with a string or an InputError, nothing else.
 #include "fuzz_input.hpp"
 #include "tarantella/check.hpp"
-#include "tarantella/text.hpp"
+#include "tarantella/text/subtokenizer.hpp"
 
 #include <cstdlib>
 #include <optional>

@@ -61,6 +61,7 @@ step() {
 # --- install ------------------------------------------------------------------------------
 step "cmake --install into a temporary prefix" "$cmake" --install "$build_dir" --prefix "$prefix"
 for f in bin/tarantella bin/tnt_rank_info "$libdir/libtarantella.so" include/tarantella/tarantella.hpp \
+         "$libdir/libtarantella_text.so" include/tarantella/text/subtokenizer.hpp include/tarantella/text/bleu.hpp \
          include/tarantella/build_config.hpp "$libdir/cmake/tarantella/tarantellaConfig.cmake" \
          "$libdir/cmake/tarantella/tarantellaConfigVersion.cmake" "$libdir/cmake/tarantella/tarantellaTargets.cmake" \
          "$libdir/pkgconfig/tarantella.pc"; do
@@ -80,6 +81,14 @@ step "configure the consumer (find_package(tarantella))" "$cmake" -S "$tmp/src" 
 found_dir=$(sed -n 's/^tarantella_DIR:PATH=//p' "$tmp/cmake-build/CMakeCache.txt")
 if [[ $found_dir == "$prefix/$libdir/cmake/tarantella" ]]; then pass "found the installed package"; else fail "tarantella_DIR is '$found_dir', not the prefix's"; fi
 step "build the consumer with CMake" "$cmake" --build "$tmp/cmake-build"
+# tarantella::text is its own target; the core library carries none of it.
+run_text=$(timeout -k 5 "$limit" "$tmp/cmake-build/text_prog" 2>&1)
+if [[ $? -eq 0 ]]; then pass "text_prog (tarantella::text): $run_text"; else fail "text_prog (tarantella::text): $run_text"; fi
+if nm -D --defined-only "$prefix/$libdir/libtarantella.so" | grep -q 'Subtokenizer'; then
+  fail "libtarantella.so still defines the Subtokenizer"
+else
+  pass "libtarantella.so carries no text processing"
+fi
 
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 flags=$(timeout 10 "$pkg_config" --cflags --libs tarantella) || { echo "FAIL: pkg-config --cflags --libs tarantella"; exit 1; }

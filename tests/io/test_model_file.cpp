@@ -736,3 +736,20 @@ TEST_CASE("saving is the master's, atomic, and refuses bad networks on every ran
   CHECK_THAT(msg, Catch::Contains("refusing to write model file") && Catch::Contains("fc1.bias"));
   if (is_master_rank()) CHECK(test::read_bytes(path) == before);
 }
+
+// Each layer's .cpp registers its own type (nn/layer_types.hpp): a registration lost (a file
+// whose static registration did not run, a name misspelt) would show here, not first in a
+// user's model file.
+TEST_CASE("every built-in layer type registers itself for model files", "[model_file][registry]") {
+  for (const char* type : {"ReLU", "Sigmoid", "Tanh", "LeakyReLU", "GELU", "Softmax", "Add", "Flatten",
+                           "GlobalAveragePool", "PositionEncoding", "MaxPool2D", "AvgPool2D", "Dense", "Conv2D",
+                           "BatchNorm", "MultiHeadAttention", "Dropout", "LayerNorm", "Embedding"}) {
+    INFO(type);
+    CHECK(tnt::layer_type_registered(type));
+    // A built-in type cannot be replaced by a program's registration.
+    CHECK_THROWS_WITH(tnt::register_layer_type(
+                          type, [](const tnt::Layer&) { return tnt::LayerConfig(); },
+                          [](const std::string&, const tnt::LayerConfig&) -> tnt::LayerPtr { return nullptr; }),
+                      Catch::Contains("is a built-in layer type"));
+  }
+}

@@ -256,8 +256,9 @@ TEST_CASE("the trace has the GPU lanes, named, with GPU spans inside their step;
       (std::filesystem::temp_directory_path() / ("tnt_timeline_gpu_" + std::to_string(getpid()) + ".json")).string();
   auto run = [&](bool gpu_rank) {
     auto gpu = std::make_shared<FakeGpu>();
-    c->timeline = std::make_shared<Recorder>(tnt::communicator(), path, 1, 2);
-    if (gpu_rank) c->timeline->use_device_events(std::make_unique<FakeEvents>(gpu));
+    auto recorder = std::make_shared<Recorder>(tnt::communicator(), path, 1, 2);
+    if (gpu_rank) recorder->use_device_events(std::make_unique<FakeEvents>(gpu));
+    c->timeline = recorder;
     // The GPU's clock is 1000 s off the host's; each step runs on it from 2 ms after the host
     // queued it: forward 3-5 ms, the readback's anchor at 6 ms (the host waits for it, as a
     // readback does), the step's end 7 ms. The next step is queued after the wait, so it runs

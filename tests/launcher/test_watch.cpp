@@ -2,6 +2,7 @@
 // hand-moved clock: which verdict, when, and naming whom.
 #include "env_names.hpp"
 #include "error.hpp"
+#include "cli.hpp"
 #include "rank_watch.hpp"
 
 #include <catch2/catch.hpp>

@@ -4,6 +4,7 @@
 #include "gradcheck.hpp"
 
 #include "tarantella/layers.hpp"
+#include "tarantella/ops.hpp"
 
 #include <cmath>
 #include <functional>
@@ -208,4 +209,34 @@ TEST_CASE("default names of the new activations", "[activations]") {
   CHECK(s.name().rfind("sigmoid", 0) == 0);
   CHECK(t.name().rfind("tanh", 0) == 0);
   CHECK(l.name().rfind("leaky_relu", 0) == 0);
+}
+
+namespace {
+// A program's own element-wise layer: only its type and passes.
+class Doubling : public ElementwiseLayer {
+ public:
+  explicit Doubling(std::string name) : ElementwiseLayer(std::move(name)) {}
+  std::string type() const override { return "Doubling"; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in, const RunContext&, SavedState&) override {
+    Tensor y = in.at(0).clone();
+    ops::scale(y, 2.0);
+    return {y};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& dy, const RunContext&, SavedState&) override {
+    Tensor dx = dy.at(0).clone();
+    ops::scale(dx, 2.0);
+    return {dx};
+  }
+};
+}  // namespace
+
+TEST_CASE("ElementwiseLayer gives its activations the input's shape and format", "[activation][elementwise]") {
+  Doubling d("twice");
+  CHECK(d.output_shapes({{2, 3, 4, 5}}) == std::vector<Shape>{{2, 3, 4, 5}});
+  CHECK(d.supports_memory_format(MemoryFormat::channels_last));
+  CHECK_THROWS_WITH(d.output_shapes({{2, 3}, {2, 3}}), Catch::Contains("Doubling 'twice': expects one input"));
+  // The built-in ones share it.
+  ReLU relu("r");
+  CHECK(dynamic_cast<ElementwiseLayer*>(&relu) != nullptr);
+  CHECK_THROWS_WITH(relu.output_shapes({{1}, {1}}), Catch::Contains("ReLU 'r': expects one input"));
 }

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "tarantella/tfrecord.hpp"
-#include "tarantella/text.hpp"
+#include "tarantella/text/subtokenizer.hpp"
 
 #include <fmt/format.h>
 #include <sys/wait.h>

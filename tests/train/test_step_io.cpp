@@ -1,9 +1,9 @@
 // A step's I/O on the host side, without a GPU: the step readback's bookkeeping
-// (train/step_scalars.hpp: words, consumers in order, errors, block growth, the scope that
+// (step/step_scalars.hpp: words, consumers in order, errors, block growth, the scope that
 // defers the losses' and metrics' results) and the input staging ring
 // (train/staging.hpp) driven by fake events that record what the ring asked for.
 #include "train/staging.hpp"
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.hpp"
 
 #include "tarantella/check.hpp"
 #include "tarantella/config.hpp"

@@ -1,13 +1,13 @@
 // A training step's I/O on CUDA (label gpu): input staging (page-locked ring, copy stream,
 // events; train/staging.hpp) against plain Tensor::to copies, and the step's single readback
-// (train/step_scalars.hpp).
+// (step/step_scalars.hpp).
 //
 // No tolerances here: staging changes only how the same bytes reach the device, and the
 // readback only when the same device results are read, so losses, metrics and weights must
 // be bitwise equal between the two modes, and integer metric counts equal the CPU engine's.
 #include "gpu_test_util.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 

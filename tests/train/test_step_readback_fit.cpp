@@ -1,4 +1,4 @@
-// The step readback inside Model on 1-3 CPU ranks (train/step_scalars.hpp): evaluate's and
+// The step readback inside Model on 1-3 CPU ranks (step/step_scalars.hpp): evaluate's and
 // fit's logged loss and metrics are exactly what the public Loss and Metric calls give on the
 // same predictions, and a bad target that only a metric finds (at the step's readback) is an
 // InputError with the same message on every rank instead of a hang.

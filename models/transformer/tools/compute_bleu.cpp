@@ -1,8 +1,8 @@
 // compute_bleu: BLEU of a translation against a reference, uncased and cased, as the
-// TensorFlow Transformer tutorial reports it (tarantella/bleu.hpp has the rules).
+// TensorFlow Transformer tutorial reports it (tarantella/text/bleu.hpp has the rules).
 #include "tool_main.hpp"
 
-#include <tarantella/bleu.hpp>
+#include <tarantella/text/bleu.hpp>
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // file in TensorFlow's subtokenizer format. One line in, one line out.
 #include "tool_main.hpp"
 
-#include <tarantella/text.hpp>
+#include <tarantella/text/subtokenizer.hpp>
 
 #include <charconv>
 #include <iostream>

@@ -17,7 +17,7 @@
 #include "common/wording.hpp"
 
 #include <tarantella/files.hpp>
-#include <tarantella/text.hpp>
+#include <tarantella/text/subtokenizer.hpp>
 #include <tarantella/tfrecord.hpp>
 
 #include <fmt/format.h>

@@ -67,7 +67,7 @@ inline constexpr int64_t kRingSmallBytes = 16 * 1024;
 
 namespace detail {
 struct CommImpl;
-struct CommAccess;  // comm/comm_impl.hpp: the runtime's and the tests' way to the internals
+struct CommAccess;  // comm/comm_state.hpp: the runtime's and the tests' way to the internals
 }
 
 class Communicator {

@@ -4,8 +4,11 @@
 // variable and the value.
 #pragma once
 
+#include "tarantella/config_table.hpp"
+
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tnt {
@@ -19,41 +22,6 @@ struct FusionThresholdKb {
   FusionThresholdKb(int64_t v = 32) : kb(v) {}  // NOLINT: a plain number is a threshold
   operator int64_t() const { return kb; }        // NOLINT
 };
-
-// X(field, type, ENV, default, unit, help)
-#define TNT_CONFIG_KNOBS(X)                                                                     \
-  X(fusion_threshold_kb, FusionThresholdKb, "TNT_FUSION_THRESHOLD", 32, "KB",                   \
-    "gradient fusion bucket size; 0 = one bucket per tensor; auto = chosen by the scaling model after the first steps") \
-  X(allreduce_algo, std::string, "TNT_ALLREDUCE_ALGO", "", "",                                 \
-    "ring|mpi|nccl; empty = ring for host buffers, nccl for device buffers")                   \
-  X(collective_timeout_s, double, "TNT_COLLECTIVE_TIMEOUT", 600.0, "s",                         \
-    "a collective not complete after this long fails on the waiting ranks; 0 = never")        \
-  X(log_level, std::string, "TNT_LOG_LEVEL", "WARNING", "", "DEBUG|INFO|WARNING|ERROR")         \
-  X(output_on_all_devices, bool, "TNT_OUTPUT_ON_ALL_DEVICES", false, "",                        \
-    "progress output from every rank, not only the master (files: the master's only)")         \
-  X(log_on_all_devices, bool, "TNT_LOG_ON_ALL_DEVICES", false, "", "log lines from every rank")  \
-  X(timeline, std::string, "TNT_TIMELINE", "", "", "Chrome trace file of a window of steps; empty = off") \
-  X(timeline_steps, std::string, "TNT_TIMELINE_STEPS", "1-10", "steps",                         \
-    "the timeline's window a-b (1-based, over the whole run); unset = this run's first 10 steps")  \
-  X(profile_scaling, std::string, "TNT_PROFILE_SCALING", "", "",                               \
-    "write a scaling profile (docs/scaling.md) to this file after warm-up; empty = off")       \
-  X(profile_scaling_steps, int64_t, "TNT_PROFILE_SCALING_STEPS", 30, "steps",                   \
-    "steps the scaling profile takes its medians over, after 5 warm-up steps")                 \
-  X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
-  X(device, std::string, "TNT_DEVICE", "", "",                                                 \
-    "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \
-  X(num_threads, int64_t, "TNT_NUM_THREADS", 0, "threads",                                     \
-    "CPU compute threads per rank; 0 = the cores of the rank's affinity mask")                 \
-  X(ring_segment_kb, int64_t, "TNT_RING_SEGMENT", 256, "KB",                                    \
-    "segment size of the ring allreduce pipeline")                                            \
-  X(cudnn_autotune, bool, "TNT_CUDNN_AUTOTUNE", true, "",                                       \
-    "time cuDNN's convolution algorithms once per shape; 0 = cuDNN's heuristics")              \
-  X(pinned_staging, bool, "TNT_PINNED_STAGING", true, "",                                       \
-    "copy GPU inputs through page-locked buffers on a copy stream; 0 = plain copies")          \
-  X(ps_servers, std::string, "TNT_PS_SERVERS", "", "ranks",                                    \
-    "server ranks of parameter-server training, e.g. 0,1 (the launcher's --parameter-servers); empty = rank 0") \
-  X(fused_attention, bool, "TNT_FUSED_ATTENTION", false, "",                                    \
-    "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel")
 
 struct Config {
   // TNT_NUM_THREADS above this is refused: more compute threads than any machine gives one
@@ -77,12 +45,21 @@ struct Config {
   // is not a tarantella variable (ignored); did you mean TNT_FUSION_THRESHOLD?". A typo
   // would otherwise leave the default in place without a word.
   static std::vector<std::string> misspelled(const std::vector<std::string>& names);
+
+  // Whether the environment sets `env` now, which must be a knob of the table (a programming
+  // error otherwise): for a module whose default depends on whether a knob was given
+  // (the timeline's window counts from the run's first step when TNT_TIMELINE_STEPS is not).
+  static bool is_set(const char* env);
 };
 
 // The one spelling of a boolean knob: 1/true/TRUE/yes/on or 0/false/FALSE/no/off/"" (off);
 // anything else is an InputError naming env and text. For modules that read their knob
 // again later (Config::from_env has checked it at start).
 bool parse_bool_knob(const char* env, const std::string& text);
+
+// A window of training steps "a-b" or "a" (1 <= a <= b; steps count from 1), as
+// TNT_TIMELINE_STEPS and --profile_steps give it; anything else is an InputError naming what.
+std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std::string& what);
 
 enum class LogLevel { debug = 0, info = 1, warning = 2, error = 3 };
 LogLevel parse_log_level(const std::string& text);  // throws InputError

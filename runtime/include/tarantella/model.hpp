@@ -63,6 +63,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tnt {
@@ -74,7 +75,7 @@ namespace detail {
 // (distribute_dataset = false) whose global size is summed every step.
 using NextBatch = std::function<std::optional<Batch>()>;
 class PassTotals;  // loss and metric sums of one pass (model.cpp)
-class PsWorker;    // a worker's side of parameter-server training (ps/parameter_server.hpp)
+class PsWorker;    // a worker's side of parameter-server training (train/ps_worker.hpp)
 struct PsAccess;   // the parameter-server strategy's way to a Model's insides
 class InputStager;  // input batches staged on a CUDA device (train/staging.hpp)
 class CallbackList;  // the callbacks that run on this rank (model.cpp)
@@ -269,6 +270,11 @@ class Model {
   // The steps (Keras' train_step / test_step); the loops below run them.
   void train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals);
   void test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals);
+  // train_step's parts, in its order (model.cpp says what each does).
+  Tensor loss_gradient(const Batch& batch, const StepInputs& in, const Tensor& pred, detail::PassTotals& totals);
+  std::pair<double, double> backward_and_reduce(const Tensor& grad_pred, RunContext& rc);
+  bool read_step_results(detail::PassTotals& totals);
+  void apply_update(bool overflow);
   // staging: the pass's stager when the batch was staged (its copies are taken), else null.
   StepInputs step_inputs(const Batch& batch, const char* what, detail::InputStager* staging) const;
 

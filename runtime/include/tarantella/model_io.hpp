@@ -20,75 +20,14 @@
 // type.
 #pragma once
 
-#include "tarantella/graph.hpp"
-#include "tarantella/initializers.hpp"
-#include "tarantella/layer.hpp"
+#include "tarantella/layer_config.hpp"
 #include "tarantella/model.hpp"
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
-#include <variant>
-#include <vector>
 
 namespace tnt {
-
-// A layer's configuration: its constructor's arguments by name (the name of the layer itself
-// is kept apart). Values are booleans, integers, floating numbers, strings, integer lists or
-// initialisers. The get_* of a missing key or of a value of another kind throw InputError
-// naming the key and the context (the loader sets it to the file and the layer).
-class LayerConfig {
- public:
-  using Value = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, Initializer>;
-
-  explicit LayerConfig(std::string context = "layer configuration") : context_(std::move(context)) {}
-
-  void set_bool(const std::string& key, bool value) { values_[key] = value; }
-  void set_int(const std::string& key, int64_t value) { values_[key] = value; }
-  void set_double(const std::string& key, double value) { values_[key] = value; }
-  void set_string(const std::string& key, std::string value) { values_[key] = std::move(value); }
-  void set_ints(const std::string& key, std::vector<int64_t> value) { values_[key] = std::move(value); }
-  void set_initializer(const std::string& key, Initializer value) { values_[key] = value; }
-  void set(const std::string& key, Value value) { values_[key] = std::move(value); }
-
-  bool has(const std::string& key) const { return values_.count(key) != 0; }
-  bool get_bool(const std::string& key) const;
-  int64_t get_int(const std::string& key) const;
-  double get_double(const std::string& key) const;  // an integer value is taken as well
-  const std::string& get_string(const std::string& key) const;
-  const std::vector<int64_t>& get_ints(const std::string& key) const;
-  Initializer get_initializer(const std::string& key) const;
-
-  const std::map<std::string, Value>& values() const { return values_; }
-  const std::string& context() const { return context_; }
-
- private:
-  const Value& at(const std::string& key, const char* kind) const;
-
-  std::map<std::string, Value> values_;
-  std::string context_;
-};
-
-// to_config reads a layer's configuration (the layer is of the registered type); from_config
-// makes a new layer of that type with this name and configuration (unbuilt: the graph builds
-// it, and the file's weights are then copied in).
-using LayerToConfig = std::function<LayerConfig(const Layer& layer)>;
-using LayerFromConfig = std::function<LayerPtr(const std::string& name, const LayerConfig& config)>;
-
-// Registers a type of layer by the name its type() returns (again: replaces the functions).
-// The built-in types cannot be replaced. Needs tnt::init (registrations live in the runtime
-// context, until tnt::finalize); not thread-safe: register at the start of the program, on
-// every rank that saves or loads.
-void register_layer_type(const std::string& type, LayerToConfig to_config, LayerFromConfig from_config);
-bool layer_type_registered(const std::string& type);
-
-// The architecture as JSON text (what a model file's metadata holds), and a network made
-// from it with fresh weights (from the layers' initialisers, seed 0, as a network built in
-// code). The network must be built (a Sequential: build() or one forward).
-std::string model_to_json(Network& network);
-std::shared_ptr<Network> model_from_json(const std::string& json);
 
 // Collective (every rank calls it): the master writes the file atomically and every rank
 // learns whether it worked (a failure throws on every rank). Refuses (tnt::Error on every

@@ -32,9 +32,10 @@
 // rank 0's clock when the recorder started.
 #pragma once
 
+#include "tarantella/config.hpp"  // parse_step_window
+
 #include <cstdint>
 #include <string>
-#include <utility>
 
 namespace tnt {
 
@@ -46,6 +47,5 @@ bool start_timeline(const std::string& path, int64_t first_step, int64_t last_st
 // Collective. Merges what was recorded into the file and stops; nothing without a timeline.
 void stop_timeline();
 // "a-b" (or "a" for one step) -> {a, b}; InputError naming `what` otherwise.
-std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std::string& what);
 
 }  // namespace tnt

@@ -5,7 +5,7 @@
 // numbered: this file has no CUDA branch.
 #include "tarantella/comm.hpp"
 
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 #include "comm/device_collectives.hpp"
 #include "comm/host_reduce.hpp"
 #include "comm/ring_allreduce.hpp"

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "backend/cuda/nccl_comm.hpp"
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 
 #include <cstdint>
 

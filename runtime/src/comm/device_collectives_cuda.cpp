@@ -2,7 +2,7 @@
 #include "comm/device_collectives.hpp"
 
 #include "backend/cuda/nccl_comm.hpp"
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/check.hpp"
 
 namespace tnt {

@@ -1,7 +1,7 @@
 // CPU-only builds (the _stub.cpp rule in runtime/CMakeLists.txt): the NCCL side of comm/
 // exists so that the rest links unchanged, and every use of it fails with a clear message.
 // CUDA builds compile device_collectives_cuda.cpp and transport_nccl_cuda.cpp instead.
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 #include "comm/device_collectives.hpp"
 #include "comm/transport.hpp"
 #include "tarantella/check.hpp"

@@ -12,7 +12,7 @@
 #include "comm/auto_threshold.hpp"
 #include "comm/bucket_plan.hpp"
 #include "comm/transport.hpp"
-#include "io/timeline.hpp"
+#include "core/timeline_events.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"

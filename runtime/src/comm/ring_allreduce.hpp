@@ -1,7 +1,7 @@
 // Our host allreduce; the algorithm is described at the top of ring_allreduce.cpp.
 #pragma once
 
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 
 #include <cstdint>
 

@@ -1,6 +1,6 @@
 #include "comm/transport.hpp"
 
-#include "io/timeline.hpp"
+#include "core/timeline_events.hpp"
 #include "tarantella/check.hpp"
 
 namespace tnt::comm {

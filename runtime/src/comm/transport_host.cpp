@@ -4,10 +4,10 @@
 // the user's communicator meanwhile. Otherwise wait_all() does the same work in order.
 // The mutex here guards only the queue, the counters and the times; the Reducer's own lock
 // is never taken by the thread.
-#include "comm/comm_impl.hpp"
+#include "comm/waiter.hpp"
 #include "comm/host_reduce.hpp"
 #include "comm/transport.hpp"
-#include "io/timeline.hpp"
+#include "core/timeline_events.hpp"
 #include "tarantella/check.hpp"
 
 #include <atomic>

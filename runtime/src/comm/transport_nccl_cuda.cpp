@@ -6,12 +6,12 @@
 // timeout; unpack() enqueues the unpack kernel on the compute stream, after which every
 // later kernel of the step sees the sums. Times come from events, on the GPU's clock.
 #include "backend/cuda/nccl_comm.hpp"
-#include "backend/device_api.hpp"
-#include "comm/comm_impl.hpp"
+#include "core/device_api.hpp"
+#include "comm/waiter.hpp"
 #include "comm/device_collectives.hpp"
 #include "comm/pack_cuda.hpp"
 #include "comm/transport.hpp"
-#include "io/timeline.hpp"
+#include "core/timeline_events.hpp"
 #include "tarantella/check.hpp"
 
 #include <atomic>

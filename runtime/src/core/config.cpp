@@ -1,11 +1,11 @@
 #include "tarantella/config.hpp"
 
 #include "tarantella/check.hpp"
-#include "tarantella/timeline.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 namespace tnt {
 
@@ -79,14 +79,24 @@ size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
   return row[b.size()];
 }
 
-// TNT_* variables that are not knobs: set by the launcher for each rank, or read by the
-// project's scripts and tests. Never reported as typos.
+// TNT_* variables that are not knobs: set by the launcher for each rank
+// (TNT_LAUNCH_VARIABLES), or read by the project's scripts and tests. Never reported as typos.
+#define TNT_LAUNCH_NAME(field, name, help) name,
 constexpr const char* kOtherVariables[] = {
-    "TNT_RANK", "TNT_SIZE", "TNT_LOCAL_RANK", "TNT_LOCAL_SIZE", "TNT_NUMA_NODE", "TNT_RUN_ID", "TNT_RESTART",
-    "TNT_LAUNCHER", "TNT_LAUNCHER_REPORT", "TNT_START_TIMEOUT", "TNT_HEARTBEAT_TIMEOUT", "TNT_EXIT_TIMEOUT",
-    "TNT_STDOUT_IS_TTY", "TNT_JOIN_FD", "TNT_GPU_KIT", "TNT_DEMO_DIR", "TNT_FASHION_MNIST_DIR", "TNT_TINY_IMAGENET_DIR",
-    "TNT_MPIEXEC", "TNT_SETUP_BENCH", "TNT_E2E_TIMEOUT", "TNT_SEED"};
+    TNT_LAUNCH_VARIABLES(TNT_LAUNCH_NAME)
+    "TNT_GPU_KIT", "TNT_DEMO_DIR", "TNT_FASHION_MNIST_DIR", "TNT_TINY_IMAGENET_DIR", "TNT_MPIEXEC",
+    "TNT_SETUP_BENCH", "TNT_E2E_TIMEOUT", "TNT_SEED"};
+#undef TNT_LAUNCH_NAME
 }  // namespace
+
+bool Config::is_set(const char* env) {
+  bool knob = false;
+#define TNT_CONFIG_IS(field, type, name, def, unit, help) knob = knob || std::strcmp(env, name) == 0;
+  TNT_CONFIG_KNOBS(TNT_CONFIG_IS)
+#undef TNT_CONFIG_IS
+  TNT_CHECK(knob, "Config::is_set: {} is not a knob of the configuration table", env);
+  return std::getenv(env) != nullptr;
+}
 
 std::vector<std::string> Config::misspelled(const std::vector<std::string>& names) {
   std::vector<std::string> knobs;
@@ -160,6 +170,22 @@ std::string Config::table() const {
     out += fmt::format("  {:<26} {:>10} {:<8} {}\n", r.env, r.value, r.unit, r.help);
   }
   return out;
+}
+
+std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std::string& what) {
+  auto number = [&](std::string_view s, int64_t& out) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size() && out >= 1;
+  };
+  int64_t a = 0, b = 0;
+  const size_t dash = text.find('-');
+  bool ok = dash == std::string::npos ? number(text, a) && number(text, b)
+                                      : number(std::string_view(text).substr(0, dash), a) &&
+                                            number(std::string_view(text).substr(dash + 1), b);
+  if (!ok || b < a)
+    TNT_INPUT_ERROR("{}='{}': expected a step window a-b with 1 <= a <= b (steps count from 1), or one step a", what,
+                    text);
+  return {a, b};
 }
 
 }  // namespace tnt

@@ -1,8 +1,9 @@
 #include "core/context.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/build_config.hpp"
 #include "tarantella/check.hpp"
+#include "tarantella/comm.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
@@ -35,7 +36,7 @@ RuntimeContext& ctx() {
 // its exit timeout. Not a knob: set by the launcher, read once, and removed from the
 // environment so that no process started later writes to a reused descriptor number.
 int take_join_fd() {
-  const char* text = std::getenv("TNT_JOIN_FD");
+  const char* text = std::getenv(env::join_fd);
   if (text == nullptr) return -1;
   char* end = nullptr;
   const long fd = std::strtol(text, &end, 10);

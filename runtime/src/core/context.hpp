@@ -2,7 +2,6 @@
 // functions of tarantella/runtime.hpp.
 #pragma once
 
-#include "tarantella/comm.hpp"
 #include "tarantella/config.hpp"
 #include "tarantella/device.hpp"
 
@@ -10,8 +9,10 @@
 
 namespace tnt {
 
+class Communicator;  // tarantella/comm.hpp (comm/): made by tnt::init, held here
+
 namespace timeline {
-class Recorder;
+class Events;
 }
 
 namespace detail {
@@ -28,8 +29,8 @@ struct RuntimeContext {
   int num_threads = 1;
   bool we_initialized_mpi = false;
   std::unique_ptr<Communicator> comm;
-  std::shared_ptr<timeline::Recorder> timeline;  // while a timeline records (io/timeline.hpp)
-  std::shared_ptr<detail::LayerTypeRegistry> layer_types;  // tnt::register_layer_type's (model_io.hpp)
+  std::shared_ptr<timeline::Events> timeline;  // while a timeline records (io/timeline.hpp's Recorder)
+  std::shared_ptr<detail::LayerTypeRegistry> layer_types;  // tnt::register_layer_type's (layer_config.hpp)
 };
 
 RuntimeContext* context_or_null();

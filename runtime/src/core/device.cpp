@@ -1,6 +1,6 @@
 #include "tarantella/device.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "core/memory.hpp"
 #include "tarantella/check.hpp"
 

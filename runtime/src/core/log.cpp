@@ -14,7 +14,7 @@ namespace {
 // Before init, the rank comes from the environment the launcher (or mpirun) set.
 int current_rank() {
   if (RuntimeContext* c = context_or_null()) return c->rank;
-  for (const char* v : {"TNT_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
+  for (const char* v : {env::rank, "OMPI_COMM_WORLD_RANK", "PMI_RANK"}) {
     if (const char* s = std::getenv(v)) return std::atoi(s);
   }
   return 0;
@@ -22,7 +22,7 @@ int current_rank() {
 
 int current_size() {
   if (RuntimeContext* c = context_or_null()) return c->size;
-  for (const char* v : {"TNT_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+  for (const char* v : {env::size, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
     if (const char* s = std::getenv(v)) return std::atoi(s);
   }
   return 1;

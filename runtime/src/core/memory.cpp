@@ -1,6 +1,6 @@
 #include "core/memory.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/check.hpp"
 
 #include <atomic>

@@ -1,11 +1,9 @@
 #include "tarantella/tensor.hpp"
 
 #include "core/half.hpp"
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "core/memory.hpp"
 #ifdef TNT_WITH_CUDA
-#include "backend/cuda/kernels.hpp"
-#include "backend/cuda/layout.hpp"
 #endif
 
 #include <cstring>
@@ -68,12 +66,8 @@ void convert_format(const Tensor& src, const Tensor& dst) {
   const int64_t n = src.dim(0), c = src.dim(1), hw = src.dim(2) * src.dim(3);
   if (src.numel() == 0) return;
   if (!src.device().is_cpu()) {
-#ifdef TNT_WITH_CUDA
-    cuda::convert_memory_format(src, dst);
+    backend::cuda_convert_memory_format(src, dst);
     return;
-#else
-    TNT_THROW("memory format conversion on {} needs a CUDA build", src.device().str());
-#endif
   }
   const bool to_cl = dst.is_channels_last();
   const auto* s = static_cast<const char*>(src.raw());
@@ -228,12 +222,7 @@ void Tensor::zero_() {
 
 void Tensor::fill_(double value) {
   if (!device().is_cpu()) {
-#ifdef TNT_WITH_CUDA
-    cuda::fill(*this, value);
-#else
-    Tensor host = Tensor::full(shape_, value, dtype_, Device::cpu());
-    copy_from(host);
-#endif
+    backend::cuda_fill(*this, value);
     return;
   }
   int64_t n = numel();

@@ -1,6 +1,7 @@
 #include "io/tensorboard.hpp"
 
 #include "tarantella/check.hpp"
+#include "tarantella/tfrecord.hpp"
 #include "tf_subset.pb.h"
 
 #include <unistd.h>
@@ -37,12 +38,12 @@ std::string serialized(const tfpb::Event& event) {
 
 }  // namespace
 
-EventFileWriter::EventFileWriter(const std::string& dir) : path_(event_file_path(dir)), writer_(path_) {
+EventFileWriter::EventFileWriter(const std::string& dir) : path_(event_file_path(dir)), writer_(std::make_unique<TFRecordWriter>(path_)) {
   tfpb::Event first;
   first.set_wall_time(wall_time());
   first.set_file_version("brain.Event:2");
-  writer_.write(serialized(first));
-  writer_.flush();
+  writer_->write(serialized(first));
+  writer_->flush();
 }
 
 void EventFileWriter::scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values) {
@@ -55,10 +56,14 @@ void EventFileWriter::scalars(int64_t step, const std::vector<std::pair<std::str
     v->set_tag(tag);
     v->set_simple_value(static_cast<float>(value));
   }
-  writer_.write(serialized(event));
+  writer_->write(serialized(event));
 }
 
-void EventFileWriter::flush() { writer_.flush(); }
-void EventFileWriter::close() { writer_.close(); }
+EventFileWriter::~EventFileWriter() = default;
+EventFileWriter::EventFileWriter(EventFileWriter&&) noexcept = default;
+EventFileWriter& EventFileWriter::operator=(EventFileWriter&&) noexcept = default;
+
+void EventFileWriter::flush() { writer_->flush(); }
+void EventFileWriter::close() { writer_->close(); }
 
 }  // namespace tnt::io

@@ -5,12 +5,15 @@
 // of that name exists, so two runs in one second do not overwrite each other).
 #pragma once
 
-#include "tarantella/tfrecord.hpp"
-
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace tnt {
+class TFRecordWriter;  // tarantella/tfrecord.hpp: the framing of data's TFRecord files
+}
 
 namespace tnt::io {
 
@@ -18,6 +21,9 @@ class EventFileWriter {
  public:
   // Creates dir if needed; InputError naming it when it cannot.
   explicit EventFileWriter(const std::string& dir);
+  ~EventFileWriter();
+  EventFileWriter(EventFileWriter&&) noexcept;
+  EventFileWriter& operator=(EventFileWriter&&) noexcept;
   // One Event at `step` holding every (tag, value); values are stored as float32, as
   // TensorBoard's scalars are.
   void scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values);
@@ -27,7 +33,7 @@ class EventFileWriter {
 
  private:
   std::string path_;
-  TFRecordWriter writer_;
+  std::unique_ptr<TFRecordWriter> writer_;
 };
 
 }  // namespace tnt::io

@@ -80,30 +80,6 @@ void agree_or_throw(Communicator& comm, const std::string& my_error, const std::
 
 }  // namespace
 
-std::string escape(std::string_view text) {
-  const bool plain = std::none_of(text.begin(), text.end(), [](char c) {
-    return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
-  });
-  if (plain) return std::string(text);
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<int>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
 Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step, Origin origin)
     : path_(std::move(path)), first_step_(first_step), last_step_(last_step), origin_(std::move(origin)) {
   rank_ = comm.rank();
@@ -350,13 +326,8 @@ void Recorder::merge(Communicator& comm) {
 
 Recorder* current() {
   RuntimeContext* c = context_or_null();
-  return c ? c->timeline.get() : nullptr;
-}
-
-Recorder* active() {
-  RuntimeContext* c = context_or_null();
-  if (!c || !c->timeline) return nullptr;
-  return c->timeline->recording() ? c->timeline.get() : nullptr;
+  // The context holds the sink as core knows it; the recorder is the only kind there is.
+  return c ? static_cast<Recorder*>(c->timeline.get()) : nullptr;
 }
 
 void start_from_config(Communicator& comm, const std::string& path) {
@@ -370,7 +341,7 @@ void start_from_config(Communicator& comm, const std::string& path) {
   // Unset, the window is the first steps this run trains: someone who asked for a trace of a
   // resumed run wants one, not a warning that steps 1-10 were run by an earlier process.
   // Given, it is taken as given (a resumed run that began after it gets a warning).
-  origin.window_from_first_step = std::getenv("TNT_TIMELINE_STEPS") == nullptr;
+  origin.window_from_first_step = !Config::is_set(env::timeline_steps);
   c->timeline = std::make_shared<Recorder>(comm, file, first, last, std::move(origin));
 }
 
@@ -397,57 +368,7 @@ void discard() {
   if (RuntimeContext* c = context_or_null()) c->timeline.reset();
 }
 
-void Span::begin(Lane lane, std::string_view name, std::string args, bool device) {
-  lane_ = lane;
-  name_ = name;
-  args_ = std::move(args);
-  t0_ = detail::now_s();
-  if (device) device_begin_ = recorder_->device_mark();
-}
-
-void Span::end() {
-  const double t1 = detail::now_s();
-  if (device_begin_) recorder_->device_span(Lane::gpu_compute, name_, device_begin_, recorder_->device_mark(), args_);
-  recorder_->add(lane_, std::move(name_), "tarantella", t0_, t1, std::move(args_));
-}
-
-LayerSpans::~LayerSpans() {
-  if (recorder_ && last_device_) recorder_->device_span(Lane::gpu_compute, {}, last_device_, nullptr, {});
-}
-
-void LayerSpans::mark(size_t index) {
-  const std::string& full = (*params_)[index].name;
-  std::string layer = full.substr(0, full.rfind('.'));
-  if (layer == last_layer_) return;  // the layer's next parameter: the same moment
-  const double now = detail::now_s();
-  std::string args = fmt::format(R"("layer":"{}")", escape(layer));
-  if (last_device_) {
-    // Two events a layer: one span's end and the next one's begin are each the pool's.
-    recorder_->device_span(Lane::gpu_compute, "backward " + layer, last_device_, recorder_->device_mark(), args);
-    last_device_ = recorder_->device_mark();
-  }
-  recorder_->add(Lane::compute, "backward " + layer, "backward", last_, now, std::move(args));
-  last_layer_ = std::move(layer);
-  last_ = now;
-}
-
 }  // namespace timeline
-
-std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std::string& what) {
-  auto number = [&](std::string_view s, int64_t& out) {
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-    return ec == std::errc() && p == s.data() + s.size() && out >= 1;
-  };
-  int64_t a = 0, b = 0;
-  const size_t dash = text.find('-');
-  bool ok = dash == std::string::npos ? number(text, a) && number(text, b)
-                                      : number(std::string_view(text).substr(0, dash), a) &&
-                                            number(std::string_view(text).substr(dash + 1), b);
-  if (!ok || b < a)
-    TNT_INPUT_ERROR("{}='{}': expected a step window a-b with 1 <= a <= b (steps count from 1), or one step a", what,
-                    text);
-  return {a, b};
-}
 
 bool start_timeline(const std::string& path, int64_t first_step, int64_t last_step) {
   TNT_INPUT_CHECK(!path.empty(), "start_timeline: the path is empty");
@@ -456,9 +377,8 @@ bool start_timeline(const std::string& path, int64_t first_step, int64_t last_st
                   last_step);
   RuntimeContext* c = context_or_null();
   TNT_CHECK(c, "tarantella is not initialised: call tnt::init() first");
-  if (c->timeline) {
-    log_warning("start_timeline('{}'): a timeline into '{}' is already recording; keeping it", path,
-                c->timeline->path());
+  if (timeline::Recorder* r = timeline::current()) {
+    log_warning("start_timeline('{}'): a timeline into '{}' is already recording; keeping it", path, r->path());
     return false;
   }
   timeline::Origin origin;
@@ -470,9 +390,9 @@ bool start_timeline(const std::string& path, int64_t first_step, int64_t last_st
 void stop_timeline() {
   RuntimeContext* c = context_or_null();
   if (!c || !c->timeline) return;
-  std::shared_ptr<timeline::Recorder> r = c->timeline;
+  std::shared_ptr<timeline::Events> r = c->timeline;
   c->timeline.reset();
-  r->merge(communicator());
+  static_cast<timeline::Recorder&>(*r).merge(communicator());
 }
 
 }  // namespace tnt

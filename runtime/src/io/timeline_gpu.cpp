@@ -2,7 +2,7 @@
 // reference, and the placing of measured spans on the host clock at the step's readback.
 #include "io/timeline_gpu.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 
 #include <algorithm>
 #include <cmath>

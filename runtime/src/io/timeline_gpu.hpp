@@ -48,7 +48,7 @@ class DeviceEvents {
   virtual double elapsed_ms(void* from, void* to) = 0;  // both complete
 };
 
-// CUDA's events on `device` through backend/device_api.hpp (throws in CPU-only builds).
+// CUDA's events on `device` through core/device_api.hpp (throws in CPU-only builds).
 std::unique_ptr<DeviceEvents> cuda_events(int device);
 
 // host(R) from an anchor known complete at host_after_s, elapsed(R, A) = anchor_ms, and the

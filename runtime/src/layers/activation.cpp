@@ -4,6 +4,7 @@
 // Softmax works along a logical axis and takes contiguous tensors only (the default of
 // Layer::supports_memory_format).
 #include "tarantella/layers/activation.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/dispatch.hpp"
 #include "layers/activation_cuda.hpp"
@@ -18,12 +19,12 @@ namespace {
 constexpr int64_t kParallelMin = 32768;  // below this, threads cost more than they save
 }
 
-ReLU::ReLU(std::string name) : Layer(std::move(name)) { default_name("relu"); }
-
-std::vector<Shape> ReLU::output_shapes(const std::vector<Shape>& in) const {
-  TNT_CHECK(in.size() == 1, "ReLU '{}': expects one input", name_);
+std::vector<Shape> ElementwiseLayer::output_shapes(const std::vector<Shape>& in) const {
+  TNT_CHECK(in.size() == 1, "{} '{}': expects one input", type(), name_);
   return {in[0]};
 }
+
+ReLU::ReLU(std::string name) : ElementwiseLayer(std::move(name)) { default_name("relu"); }
 
 std::vector<Tensor> ReLU::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
   check_inputs(inputs, 1);
@@ -58,13 +59,8 @@ std::vector<Tensor> ReLU::backward(const std::vector<Tensor>& grad_outputs, cons
   return {dx};
 }
 
-GELU::GELU(bool approximate, std::string name) : Layer(std::move(name)), approximate_(approximate) {
+GELU::GELU(bool approximate, std::string name) : ElementwiseLayer(std::move(name)), approximate_(approximate) {
   default_name("gelu");
-}
-
-std::vector<Shape> GELU::output_shapes(const std::vector<Shape>& in) const {
-  TNT_CHECK(in.size() == 1, "GELU '{}': expects one input", name_);
-  return {in[0]};
 }
 
 std::vector<Tensor> GELU::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
@@ -140,12 +136,7 @@ void check_backward(const char* type, const std::string& name, const std::vector
 
 }  // namespace
 
-Sigmoid::Sigmoid(std::string name) : Layer(std::move(name)) { default_name("sigmoid"); }
-
-std::vector<Shape> Sigmoid::output_shapes(const std::vector<Shape>& in) const {
-  TNT_CHECK(in.size() == 1, "Sigmoid '{}': expects one input", name_);
-  return {in[0]};
-}
+Sigmoid::Sigmoid(std::string name) : ElementwiseLayer(std::move(name)) { default_name("sigmoid"); }
 
 std::vector<Tensor> Sigmoid::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
   check_inputs(inputs, 1);
@@ -164,12 +155,7 @@ std::vector<Tensor> Sigmoid::backward(const std::vector<Tensor>& grad_outputs, c
                      [](float y) { return act::sigmoid_derivative(y); })};
 }
 
-Tanh::Tanh(std::string name) : Layer(std::move(name)) { default_name("tanh"); }
-
-std::vector<Shape> Tanh::output_shapes(const std::vector<Shape>& in) const {
-  TNT_CHECK(in.size() == 1, "Tanh '{}': expects one input", name_);
-  return {in[0]};
-}
+Tanh::Tanh(std::string name) : ElementwiseLayer(std::move(name)) { default_name("tanh"); }
 
 std::vector<Tensor> Tanh::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
   check_inputs(inputs, 1);
@@ -187,15 +173,10 @@ std::vector<Tensor> Tanh::backward(const std::vector<Tensor>& grad_outputs, cons
                      [](float y) { return act::tanh_derivative(y); })};
 }
 
-LeakyReLU::LeakyReLU(double alpha, std::string name) : Layer(std::move(name)), alpha_(alpha) {
+LeakyReLU::LeakyReLU(double alpha, std::string name) : ElementwiseLayer(std::move(name)), alpha_(alpha) {
   default_name("leaky_relu");
   TNT_INPUT_CHECK(std::isfinite(alpha) && alpha >= 0.0, "LeakyReLU '{}': alpha must be finite and >= 0, got {}",
                   name_, alpha);
-}
-
-std::vector<Shape> LeakyReLU::output_shapes(const std::vector<Shape>& in) const {
-  TNT_CHECK(in.size() == 1, "LeakyReLU '{}': expects one input", name_);
-  return {in[0]};
 }
 
 std::vector<Tensor> LeakyReLU::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
@@ -311,5 +292,43 @@ std::shared_ptr<Layer> make_activation(const std::string& activation, std::strin
                   "softmax",
                   activation);
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+using detail::layer_as;
+const auto kReLU = detail::LayerTypeRegistration::plain<ReLU>("ReLU");
+const auto kSigmoid = detail::LayerTypeRegistration::plain<Sigmoid>("Sigmoid");
+const auto kTanh = detail::LayerTypeRegistration::plain<Tanh>("Tanh");
+const detail::LayerTypeRegistration kLeakyReLU(
+    "LeakyReLU",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_double("alpha", layer_as<LeakyReLU>(l).alpha());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<LeakyReLU>(c.get_double("alpha"), name);
+    });
+const detail::LayerTypeRegistration kGELU(
+    "GELU",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_bool("approximate", layer_as<GELU>(l).approximate());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<GELU>(c.get_bool("approximate"), name);
+    });
+const detail::LayerTypeRegistration kSoftmax(
+    "Softmax",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_int("axis", layer_as<Softmax>(l).axis());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<Softmax>(c.get_int("axis"), name);
+    });
+}  // namespace
 
 }  // namespace tnt

@@ -2,6 +2,7 @@
 // input's format (ops::add converts the others), and each input gradient comes back in
 // that input's format.
 #include "tarantella/layers/add.hpp"
+#include "nn/layer_types.hpp"
 
 #include "tarantella/ops.hpp"
 
@@ -48,5 +49,10 @@ std::vector<Tensor> Add::backward(const std::vector<Tensor>& grad_outputs, const
   }
   return grads;
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+const auto kAdd = detail::LayerTypeRegistration::plain<Add>("Add");
+}  // namespace
 
 }  // namespace tnt

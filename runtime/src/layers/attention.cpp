@@ -10,6 +10,7 @@
 // engines on fewer positions; only the cache's reorder-and-append is its own (a row copy
 // per engine: cache_append below and in attention_cuda.cu).
 #include "tarantella/layers/attention.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/dispatch.hpp"
 #include "core/philox.hpp"
@@ -458,5 +459,28 @@ Tensor MultiHeadAttention::step(const Tensor& x, AttentionCache& cache, const st
   }
   return attend(x, cache, Tensor(), rc);
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+LayerConfig attention_config(const Layer& layer) {
+  const auto& l = detail::layer_as<MultiHeadAttention>(layer);
+  LayerConfig c;
+  c.set_int("hidden_size", l.hidden_size());
+  c.set_int("num_heads", l.num_heads());
+  c.set_double("dropout", l.dropout());
+  c.set_bool("causal", l.causal());
+  return c;
+}
+
+LayerPtr attention_from(const std::string& name, const LayerConfig& c) {
+  MultiHeadAttentionOptions o;
+  o.num_heads = c.get_int("num_heads");
+  o.dropout = c.get_double("dropout");
+  o.causal = c.get_bool("causal");
+  return std::make_shared<MultiHeadAttention>(c.get_int("hidden_size"), o, name);
+}
+
+const detail::LayerTypeRegistration kMultiHeadAttention("MultiHeadAttention", attention_config, attention_from);
+}  // namespace
 
 }  // namespace tnt

@@ -4,6 +4,7 @@
 // A channels_last input is described to oneDNN with its NHWC strides; y and dx take x's
 // format, and so should the output gradient (the executor converts; a stray one is converted).
 #include "tarantella/layers/batch_norm.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
@@ -176,5 +177,31 @@ std::vector<Tensor> BatchNorm::backward(const std::vector<Tensor>& grad_outputs,
   }
   return {dx};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+LayerConfig batch_norm_config(const Layer& layer) {
+  const auto& l = detail::layer_as<BatchNorm>(layer);
+  LayerConfig c;
+  c.set_double("momentum", l.momentum());
+  c.set_double("epsilon", l.epsilon());
+  c.set_bool("affine", l.affine());
+  c.set_initializer("weight_initializer", l.options().weight_initializer);
+  c.set_initializer("bias_initializer", l.options().bias_initializer);
+  return c;
+}
+
+LayerPtr batch_norm_from(const std::string& name, const LayerConfig& c) {
+  BatchNormOptions o;
+  o.momentum = c.get_double("momentum");
+  o.epsilon = c.get_double("epsilon");
+  o.affine = c.get_bool("affine");
+  o.weight_initializer = c.get_initializer("weight_initializer");
+  o.bias_initializer = c.get_initializer("bias_initializer");
+  return std::make_shared<BatchNorm>(o, name);
+}
+
+const detail::LayerTypeRegistration kBatchNorm("BatchNorm", batch_norm_config, batch_norm_from);
+}  // namespace
 
 }  // namespace tnt

@@ -14,6 +14,7 @@
 // strides (cpu::plain_desc), so the primitives (chosen with format_tag::any, hence the same
 // for both formats) only see other reorders at their edges; the arithmetic is the same.
 #include "tarantella/layers/conv2d.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
@@ -193,5 +194,33 @@ std::vector<Tensor> Conv2D::backward(const std::vector<Tensor>& grad_outputs, co
   if (bias_) ops::axpy(1.0, db, bias_->grad);
   return {dx};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+LayerConfig conv2d_config(const Layer& layer) {
+  const auto& l = detail::layer_as<Conv2D>(layer);
+  LayerConfig c;
+  c.set_int("filters", l.filters());
+  c.set_int("kernel_size", l.kernel_size());
+  c.set_int("stride", l.stride());
+  c.set_int("padding", l.padding());
+  c.set_bool("use_bias", l.use_bias());
+  c.set_initializer("kernel_initializer", l.options().kernel_initializer);
+  c.set_initializer("bias_initializer", l.options().bias_initializer);
+  return c;
+}
+
+LayerPtr conv2d_from(const std::string& name, const LayerConfig& c) {
+  Conv2DOptions o;
+  o.stride = c.get_int("stride");
+  o.padding = c.get_int("padding");
+  o.use_bias = c.get_bool("use_bias");
+  o.kernel_initializer = c.get_initializer("kernel_initializer");
+  o.bias_initializer = c.get_initializer("bias_initializer");
+  return std::make_shared<Conv2D>(c.get_int("filters"), c.get_int("kernel_size"), o, name);
+}
+
+const detail::LayerTypeRegistration kConv2D("Conv2D", conv2d_config, conv2d_from);
+}  // namespace
 
 }  // namespace tnt

@@ -3,6 +3,7 @@
 // same buffer described with swapped strides. The weight gradient accumulates through a
 // sum post-op, so a layer called twice adds both calls' gradients without a temporary.
 #include "tarantella/layers/dense.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
@@ -101,5 +102,28 @@ std::vector<Tensor> Dense::backward(const std::vector<Tensor>& grad_outputs, con
   }
   return {dx};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+LayerConfig dense_config(const Layer& layer) {
+  const auto& l = detail::layer_as<Dense>(layer);
+  LayerConfig c;
+  c.set_int("units", l.units());
+  c.set_bool("use_bias", l.use_bias());
+  c.set_initializer("kernel_initializer", l.options().kernel_initializer);
+  c.set_initializer("bias_initializer", l.options().bias_initializer);
+  return c;
+}
+
+LayerPtr dense_from(const std::string& name, const LayerConfig& c) {
+  DenseOptions o;
+  o.use_bias = c.get_bool("use_bias");
+  o.kernel_initializer = c.get_initializer("kernel_initializer");
+  o.bias_initializer = c.get_initializer("bias_initializer");
+  return std::make_shared<Dense>(c.get_int("units"), o, name);
+}
+
+const detail::LayerTypeRegistration kDense("Dense", dense_config, dense_from);
+}  // namespace
 
 }  // namespace tnt

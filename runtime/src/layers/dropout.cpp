@@ -1,4 +1,5 @@
 #include "tarantella/layers/dropout.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/dispatch.hpp"
 #include "core/philox.hpp"
@@ -71,5 +72,19 @@ std::vector<Tensor> Dropout::backward(const std::vector<Tensor>& grad_outputs, c
   for (int64_t i = 0; i < n; ++i) d[i] = ms[i] ? g[i] * keep_scale : 0.0f;
   return {dx};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+const detail::LayerTypeRegistration kDropout(
+    "Dropout",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_double("rate", detail::layer_as<Dropout>(l).rate());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<Dropout>(c.get_double("rate"), name);
+    });
+}  // namespace
 
 }  // namespace tnt

@@ -3,6 +3,7 @@
 // block of hidden columns and walk the rows in order (race-free and deterministic).
 // Projection: oneDNN matmuls as Dense without bias.
 #include "tarantella/layers/embedding.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/dispatch.hpp"
 #include "layers/embedding_cuda.hpp"
@@ -165,5 +166,20 @@ std::vector<Tensor> Embedding::backward(const std::vector<Tensor>& grad_outputs,
   cpu::batched_matmul(dy.data<float>(), true, x.data<float>(), false, dw, 1, vocab_, d, rows, true);
   return {dx};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+const detail::LayerTypeRegistration kEmbedding(
+    "Embedding",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_int("vocab_size", detail::layer_as<Embedding>(l).vocab_size());
+      c.set_int("hidden_size", detail::layer_as<Embedding>(l).hidden_size());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<Embedding>(c.get_int("vocab_size"), c.get_int("hidden_size"), name);
+    });
+}  // namespace
 
 }  // namespace tnt

@@ -1,4 +1,5 @@
 #include "tarantella/layers/flatten.hpp"
+#include "nn/layer_types.hpp"
 
 namespace tnt {
 
@@ -25,5 +26,10 @@ std::vector<Tensor> Flatten::backward(const std::vector<Tensor>& grad_outputs, c
             "Flatten '{}': backward needs one gradient and a forward", name_);
   return {grad_outputs[0].reshape(*std::static_pointer_cast<Shape>(saved.extra))};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+const auto kFlatten = detail::LayerTypeRegistration::plain<Flatten>("Flatten");
+}  // namespace
 
 }  // namespace tnt

@@ -6,6 +6,7 @@
 // Backward of y = xhat * w + b, xhat = (x - mean) * rstd, with g = dy * w:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy * xhat,  db += sum_rows dy.
 #include "tarantella/layers/layer_norm.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/dispatch.hpp"
 #include "layers/layer_norm_cuda.hpp"
@@ -125,5 +126,19 @@ std::vector<Tensor> LayerNorm::backward(const std::vector<Tensor>& grad_outputs,
   }
   return {dx};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+const detail::LayerTypeRegistration kLayerNorm(
+    "LayerNorm",
+    [](const Layer& l) {
+      LayerConfig c;
+      c.set_double("epsilon", detail::layer_as<LayerNorm>(l).eps());
+      return c;
+    },
+    [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+      return std::make_shared<LayerNorm>(c.get_double("epsilon"), name);
+    });
+}  // namespace
 
 }  // namespace tnt

@@ -11,6 +11,7 @@
 // of one input element in the same order too, so both formats give the same bits. Average
 // pooling hands oneDNN the NHWC strides.
 #include "tarantella/layers/pooling.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
@@ -370,5 +371,28 @@ std::vector<Tensor> GlobalAveragePool::backward(const std::vector<Tensor>& grad_
     for (int64_t j = 0; j < hw; ++j) d[i * hw + j] = g[i] * inv;
   return {dx};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+LayerConfig pool_config(const Pool2DBase& l) {
+  LayerConfig c;
+  c.set_int("pool_size", l.pool_size());
+  c.set_int("stride", l.stride());
+  c.set_int("padding", l.padding());
+  return c;
+}
+
+template <typename L>
+detail::LayerTypeRegistration pooling(const char* type) {
+  return {type, [](const Layer& l) { return pool_config(detail::layer_as<L>(l)); },
+          [](const std::string& name, const LayerConfig& c) -> LayerPtr {
+            return std::make_shared<L>(c.get_int("pool_size"), c.get_int("stride"), c.get_int("padding"), name);
+          }};
+}
+
+const auto kGlobalAveragePool = detail::LayerTypeRegistration::plain<GlobalAveragePool>("GlobalAveragePool");
+const auto kMaxPool2D = pooling<MaxPool2D>("MaxPool2D");
+const auto kAvgPool2D = pooling<AvgPool2D>("AvgPool2D");
+}  // namespace
 
 }  // namespace tnt

@@ -1,6 +1,7 @@
 // Position encoding (see position_encoding.hpp): the table is built on the host in double
 // and cached per (T, D) and device, so both engines add the very same float values.
 #include "tarantella/layers/position_encoding.hpp"
+#include "nn/layer_types.hpp"
 
 #include "backend/dispatch.hpp"
 #include "layers/position_encoding_cuda.hpp"
@@ -80,5 +81,10 @@ std::vector<Tensor> PositionEncoding::backward(const std::vector<Tensor>& grad_o
             name_);
   return {grad_outputs[0].clone()};
 }
+
+// Model files (nn/layer_types.hpp).
+namespace {
+const auto kPositionEncoding = detail::LayerTypeRegistration::plain<PositionEncoding>("PositionEncoding");
+}  // namespace
 
 }  // namespace tnt

@@ -12,8 +12,8 @@
 #include "core/context.hpp"
 #include "nn/graph_node.hpp"
 #include "tarantella/check.hpp"
-#include "tarantella/layers.hpp"
-#include "tarantella/model_io.hpp"
+#include "nn/layer_types.hpp"
+#include "tarantella/layer_config.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -33,11 +33,6 @@ namespace tnt {
 using json = nlohmann::json;
 
 namespace detail {
-
-struct LayerTypeFunctions {
-  LayerToConfig to_config;
-  LayerFromConfig from_config;
-};
 
 struct LayerTypeRegistry {
   std::map<std::string, LayerTypeFunctions> types;
@@ -130,215 +125,14 @@ LayerConfig::Value value_from_json(const json& j, const std::string& where) {
                   where, j.dump());
 }
 
-// ---- the built-in layer types ----
-
-template <typename L>
-const L& as(const Layer& layer) {
-  const L* l = dynamic_cast<const L*>(&layer);
-  TNT_CHECK(l != nullptr, "layer '{}' says its type is {} but is not one", layer.name(), layer.type());
-  return *l;
-}
-
-struct BuiltinType {
-  const char* type;
-  LayerTypeFunctions functions;
-};
-
-// A type whose constructor takes only the name.
-template <typename L>
-BuiltinType plain(const char* type) {
-  return {type,
-          {[](const Layer&) { return LayerConfig(); },
-           [](const std::string& name, const LayerConfig&) -> LayerPtr { return std::make_shared<L>(name); }}};
-}
-
-LayerConfig pool_config(const Pool2DBase& l) {
-  LayerConfig c;
-  c.set_int("pool_size", l.pool_size());
-  c.set_int("stride", l.stride());
-  c.set_int("padding", l.padding());
-  return c;
-}
-
-template <typename L>
-BuiltinType pooling(const char* type) {
-  return {type,
-          {[](const Layer& l) { return pool_config(as<L>(l)); },
-           [](const std::string& name, const LayerConfig& c) -> LayerPtr {
-             return std::make_shared<L>(c.get_int("pool_size"), c.get_int("stride"), c.get_int("padding"), name);
-           }}};
-}
-
-LayerConfig dense_config(const Layer& layer) {
-  const auto& l = as<Dense>(layer);
-  LayerConfig c;
-  c.set_int("units", l.units());
-  c.set_bool("use_bias", l.use_bias());
-  c.set_initializer("kernel_initializer", l.options().kernel_initializer);
-  c.set_initializer("bias_initializer", l.options().bias_initializer);
-  return c;
-}
-
-LayerPtr dense_from(const std::string& name, const LayerConfig& c) {
-  DenseOptions o;
-  o.use_bias = c.get_bool("use_bias");
-  o.kernel_initializer = c.get_initializer("kernel_initializer");
-  o.bias_initializer = c.get_initializer("bias_initializer");
-  return std::make_shared<Dense>(c.get_int("units"), o, name);
-}
-
-LayerConfig conv2d_config(const Layer& layer) {
-  const auto& l = as<Conv2D>(layer);
-  LayerConfig c;
-  c.set_int("filters", l.filters());
-  c.set_int("kernel_size", l.kernel_size());
-  c.set_int("stride", l.stride());
-  c.set_int("padding", l.padding());
-  c.set_bool("use_bias", l.use_bias());
-  c.set_initializer("kernel_initializer", l.options().kernel_initializer);
-  c.set_initializer("bias_initializer", l.options().bias_initializer);
-  return c;
-}
-
-LayerPtr conv2d_from(const std::string& name, const LayerConfig& c) {
-  Conv2DOptions o;
-  o.stride = c.get_int("stride");
-  o.padding = c.get_int("padding");
-  o.use_bias = c.get_bool("use_bias");
-  o.kernel_initializer = c.get_initializer("kernel_initializer");
-  o.bias_initializer = c.get_initializer("bias_initializer");
-  return std::make_shared<Conv2D>(c.get_int("filters"), c.get_int("kernel_size"), o, name);
-}
-
-LayerConfig batch_norm_config(const Layer& layer) {
-  const auto& l = as<BatchNorm>(layer);
-  LayerConfig c;
-  c.set_double("momentum", l.momentum());
-  c.set_double("epsilon", l.epsilon());
-  c.set_bool("affine", l.affine());
-  c.set_initializer("weight_initializer", l.options().weight_initializer);
-  c.set_initializer("bias_initializer", l.options().bias_initializer);
-  return c;
-}
-
-LayerPtr batch_norm_from(const std::string& name, const LayerConfig& c) {
-  BatchNormOptions o;
-  o.momentum = c.get_double("momentum");
-  o.epsilon = c.get_double("epsilon");
-  o.affine = c.get_bool("affine");
-  o.weight_initializer = c.get_initializer("weight_initializer");
-  o.bias_initializer = c.get_initializer("bias_initializer");
-  return std::make_shared<BatchNorm>(o, name);
-}
-
-LayerConfig attention_config(const Layer& layer) {
-  const auto& l = as<MultiHeadAttention>(layer);
-  LayerConfig c;
-  c.set_int("hidden_size", l.hidden_size());
-  c.set_int("num_heads", l.num_heads());
-  c.set_double("dropout", l.dropout());
-  c.set_bool("causal", l.causal());
-  return c;
-}
-
-LayerPtr attention_from(const std::string& name, const LayerConfig& c) {
-  MultiHeadAttentionOptions o;
-  o.num_heads = c.get_int("num_heads");
-  o.dropout = c.get_double("dropout");
-  o.causal = c.get_bool("causal");
-  return std::make_shared<MultiHeadAttention>(c.get_int("hidden_size"), o, name);
-}
-
-// Adding a layer type: one line here (its type() string, and how to read and make its
-// configuration; plain<L> for a layer whose constructor takes only a name).
-const std::vector<BuiltinType>& builtin_types() {
-  static const std::vector<BuiltinType> types = {
-      plain<ReLU>("ReLU"),
-      plain<Sigmoid>("Sigmoid"),
-      plain<Tanh>("Tanh"),
-      {"LeakyReLU",
-       {[](const Layer& l) {
-          LayerConfig c;
-          c.set_double("alpha", as<LeakyReLU>(l).alpha());
-          return c;
-        },
-        [](const std::string& name, const LayerConfig& c) -> LayerPtr {
-          return std::make_shared<LeakyReLU>(c.get_double("alpha"), name);
-        }}},
-      plain<Add>("Add"),
-      plain<Flatten>("Flatten"),
-      plain<GlobalAveragePool>("GlobalAveragePool"),
-      plain<PositionEncoding>("PositionEncoding"),
-      pooling<MaxPool2D>("MaxPool2D"),
-      pooling<AvgPool2D>("AvgPool2D"),
-      {"Dense", {dense_config, dense_from}},
-      {"Conv2D", {conv2d_config, conv2d_from}},
-      {"BatchNorm", {batch_norm_config, batch_norm_from}},
-      {"MultiHeadAttention", {attention_config, attention_from}},
-      {"GELU",
-       {[](const Layer& l) {
-          LayerConfig c;
-          c.set_bool("approximate", as<GELU>(l).approximate());
-          return c;
-        },
-        [](const std::string& name, const LayerConfig& c) -> LayerPtr {
-          return std::make_shared<GELU>(c.get_bool("approximate"), name);
-        }}},
-      {"Softmax",
-       {[](const Layer& l) {
-          LayerConfig c;
-          c.set_int("axis", as<Softmax>(l).axis());
-          return c;
-        },
-        [](const std::string& name, const LayerConfig& c) -> LayerPtr {
-          return std::make_shared<Softmax>(c.get_int("axis"), name);
-        }}},
-      {"Dropout",
-       {[](const Layer& l) {
-          LayerConfig c;
-          c.set_double("rate", as<Dropout>(l).rate());
-          return c;
-        },
-        [](const std::string& name, const LayerConfig& c) -> LayerPtr {
-          return std::make_shared<Dropout>(c.get_double("rate"), name);
-        }}},
-      {"LayerNorm",
-       {[](const Layer& l) {
-          LayerConfig c;
-          c.set_double("epsilon", as<LayerNorm>(l).eps());
-          return c;
-        },
-        [](const std::string& name, const LayerConfig& c) -> LayerPtr {
-          return std::make_shared<LayerNorm>(c.get_double("epsilon"), name);
-        }}},
-      {"Embedding",
-       {[](const Layer& l) {
-          LayerConfig c;
-          c.set_int("vocab_size", as<Embedding>(l).vocab_size());
-          c.set_int("hidden_size", as<Embedding>(l).hidden_size());
-          return c;
-        },
-        [](const std::string& name, const LayerConfig& c) -> LayerPtr {
-          return std::make_shared<Embedding>(c.get_int("vocab_size"), c.get_int("hidden_size"), name);
-        }}},
-  };
-  return types;
-}
-
-const BuiltinType* find_builtin(const std::string& type) {
-  for (const BuiltinType& t : builtin_types()) {
-    if (type == t.type) return &t;
-  }
-  return nullptr;
-}
-
 detail::LayerTypeRegistry* custom_types() {
   RuntimeContext* ctx = context_or_null();
   return ctx != nullptr ? ctx->layer_types.get() : nullptr;
 }
 
 const LayerTypeFunctions& find_type(const std::string& type, const std::string& name) {
-  if (const BuiltinType* b = find_builtin(type)) return b->functions;
+  const auto& builtin = detail::builtin_layer_types();
+  if (auto it = builtin.find(type); it != builtin.end()) return it->second;
   if (detail::LayerTypeRegistry* r = custom_types()) {
     auto it = r->types.find(type);
     if (it != r->types.end()) return it->second;
@@ -658,7 +452,7 @@ void register_layer_type(const std::string& type, LayerToConfig to_config, Layer
   TNT_INPUT_CHECK(!type.empty(), "register_layer_type: the type name is empty");
   TNT_INPUT_CHECK(to_config && from_config, "register_layer_type(\"{}\"): to_config and from_config must be given",
                   type);
-  TNT_INPUT_CHECK(find_builtin(type) == nullptr,
+  TNT_INPUT_CHECK(detail::builtin_layer_types().count(type) == 0,
                   "register_layer_type(\"{}\"): '{}' is a built-in layer type and cannot be replaced", type, type);
   RuntimeContext* ctx = context_or_null();
   TNT_CHECK(ctx != nullptr, "register_layer_type(\"{}\"): tarantella is not initialised: call tnt::init() first", type);
@@ -667,7 +461,7 @@ void register_layer_type(const std::string& type, LayerToConfig to_config, Layer
 }
 
 bool layer_type_registered(const std::string& type) {
-  if (find_builtin(type) != nullptr) return true;
+  if (detail::builtin_layer_types().count(type) != 0) return true;
   detail::LayerTypeRegistry* r = custom_types();
   return r != nullptr && r->types.count(type) != 0;
 }

@@ -1,5 +1,5 @@
 // Private to the runtime: a network's architecture as JSON text and back (nn/serialize.cpp),
-// for model files (io/model_file.cpp). docs/model_files.md describes the JSON.
+// for model files (train/model_file.cpp). docs/model_files.md describes the JSON.
 #pragma once
 
 #include "tarantella/graph.hpp"

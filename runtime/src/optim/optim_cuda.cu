@@ -16,7 +16,7 @@
 
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/device_common.cuh"
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/check.hpp"
 
 #include <limits>

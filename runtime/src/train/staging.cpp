@@ -1,6 +1,6 @@
 #include "train/staging.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/config.hpp"
 
@@ -87,10 +87,7 @@ void StagingRing::drain() {
   }
 }
 
-bool pinned_staging_enabled() {
-  const char* v = std::getenv("TNT_PINNED_STAGING");
-  return v == nullptr || parse_bool_knob("TNT_PINNED_STAGING", v);
-}
+bool pinned_staging_enabled() { return Config::from_env().pinned_staging; }
 
 namespace {
 

@@ -88,8 +88,8 @@ class StagingRing {
 };
 
 // Whether Model stages inputs on CUDA: TNT_PINNED_STAGING (a Config knob, default on), read
-// again at each fit and evaluate so that one process can compare both ways; a bad value is
-// an InputError naming the variable and the value (Config::from_env refuses it at start).
+// through the configuration table again at each fit and evaluate so that one process can
+// compare both ways; a bad value is an InputError naming the variable and the value.
 bool pinned_staging_enabled();
 
 // The ring with its buffers on one CUDA device: for each slot and column a page-locked host

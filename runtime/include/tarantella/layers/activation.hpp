@@ -15,13 +15,23 @@
 
 namespace tnt {
 
+// A layer of one input whose output is computed element by element: the output has the
+// input's shape, and the input's memory format is kept (Caffe's NeuronLayer). The
+// activations below, and a program's own (examples/custom_layer), declare only their
+// constructor, type() and the two passes.
+class ElementwiseLayer : public Layer {
+ public:
+  using Layer::Layer;
+  bool supports_memory_format(MemoryFormat) const override { return true; }
+  // One input; the output's shape is its shape (a layer error naming type() and name otherwise).
+  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
+};
+
 // y = max(x, 0); the gradient at x == 0 is 0 (PyTorch's and oneDNN's choice).
-class ReLU : public Layer {
+class ReLU : public ElementwiseLayer {
  public:
   explicit ReLU(std::string name = "");
   std::string type() const override { return "ReLU"; }
-  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
-  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
@@ -31,13 +41,11 @@ class ReLU : public Layer {
 // GELU. approximate (the default, TensorFlow's gelu(approximate=True) and PyTorch's
 // gelu(approximate='tanh')): y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
 // exact (PyTorch's default): y = x/2 (1 + erf(x / sqrt(2))). Computed in float.
-class GELU : public Layer {
+class GELU : public ElementwiseLayer {
  public:
   explicit GELU(bool approximate = true, std::string name = "");
   explicit GELU(std::string name) : GELU(true, std::move(name)) {}
   std::string type() const override { return "GELU"; }
-  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
-  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
@@ -50,12 +58,10 @@ class GELU : public Layer {
 
 // y = 1 / (1 + exp(-x)), computed as exp(x) / (1 + exp(x)) for x < 0 so that neither tail
 // overflows; dy/dx = y (1 - y), from the saved output.
-class Sigmoid : public Layer {
+class Sigmoid : public ElementwiseLayer {
  public:
   explicit Sigmoid(std::string name = "");
   std::string type() const override { return "Sigmoid"; }
-  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
-  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
@@ -63,12 +69,10 @@ class Sigmoid : public Layer {
 };
 
 // y = tanh(x); dy/dx = 1 - y^2, from the saved output.
-class Tanh : public Layer {
+class Tanh : public ElementwiseLayer {
  public:
   explicit Tanh(std::string name = "");
   std::string type() const override { return "Tanh"; }
-  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
-  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
@@ -78,14 +82,12 @@ class Tanh : public Layer {
 // y = x > 0 ? x : alpha x; the gradient at x == 0 is alpha (the x <= 0 branch, as ReLU's 0).
 // alpha defaults to 0.3, the default of Keras' LeakyReLU layer (PyTorch's is 0.01: pass it
 // to match a PyTorch model). alpha must be finite and >= 0 (an InputError otherwise).
-class LeakyReLU : public Layer {
+class LeakyReLU : public ElementwiseLayer {
  public:
   static constexpr double kDefaultAlpha = 0.3;
   explicit LeakyReLU(double alpha = kDefaultAlpha, std::string name = "");
   explicit LeakyReLU(std::string name) : LeakyReLU(kDefaultAlpha, std::move(name)) {}
   std::string type() const override { return "LeakyReLU"; }
-  bool supports_memory_format(MemoryFormat) const override { return true; }  // element-wise: keep the input's format
-  std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,

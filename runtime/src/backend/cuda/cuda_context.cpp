@@ -1,6 +1,6 @@
 #include "backend/cuda/cuda_context.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 
 #include <algorithm>
 #include <atomic>

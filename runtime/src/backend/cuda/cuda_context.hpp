@@ -14,7 +14,7 @@
 #pragma once
 
 #include "backend/cuda/cuda_check.hpp"
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/device.hpp"
 #include "tarantella/tensor.hpp"
 

@@ -1,4 +1,4 @@
-// CUDA memory entry points of backend/device_api.hpp: a caching allocator per device.
+// CUDA memory entry points of core/device_api.hpp: a caching allocator per device.
 //
 // cudaMalloc and cudaFree are slow and cudaFree synchronises the whole device, so a
 // training step must not call them. Requests are rounded up to a size class (quarter steps
@@ -16,7 +16,9 @@
 #include "backend/cuda/allocator.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_context.hpp"
-#include "backend/device_api.hpp"
+#include "backend/cuda/kernels.hpp"
+#include "backend/cuda/layout.hpp"
+#include "core/device_api.hpp"
 
 #include <bit>
 #include <cstdio>
@@ -173,6 +175,10 @@ void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device) {
   // Stream-ordered like cuda_memset_zero: the kernels that then write these bytes come after.
   TNT_CUDA_CHECK(cudaMemsetAsync(ptr, byte, bytes, cuda::compute_stream(device)));
 }
+
+void cuda_fill(const Tensor& t, double value) { cuda::fill(t, value); }
+
+void cuda_convert_memory_format(const Tensor& src, const Tensor& dst) { cuda::convert_memory_format(src, dst); }
 
 void cuda_copy_async(void* dst, const void* src, size_t bytes, CudaStream stream, int device) {
   if (bytes == 0) return;

@@ -7,7 +7,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/vector_io.cuh"
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 
 #include <cmath>
 #include <limits>

@@ -1,5 +1,5 @@
 // CPU-only build: the CUDA entry points exist so the API is the same, and fail clearly.
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/check.hpp"
 
 namespace tnt::backend {
@@ -21,6 +21,8 @@ void cuda_reset_peak(int) {}
 void cuda_set_device(int) { no_cuda(); }
 void* cuda_compute_stream(int) { no_cuda(); }
 void cuda_fill_bytes(void*, int, size_t, int) { no_cuda(); }
+void cuda_fill(const Tensor&, double) { no_cuda(); }
+void cuda_convert_memory_format(const Tensor&, const Tensor&) { no_cuda(); }
 int64_t cuda_host_waits(int) { return 0; }
 int64_t cuda_readbacks(int) { return 0; }
 void cuda_copy_async(void*, const void*, size_t, CudaStream, int) { no_cuda(); }

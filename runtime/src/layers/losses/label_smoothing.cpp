@@ -7,7 +7,7 @@
 #include "backend/dispatch.hpp"
 #include "layers/losses/label_smoothing_cuda.hpp"
 #include "tarantella/check.hpp"
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.hpp"
 
 #include <cmath>
 

@@ -4,9 +4,9 @@
 #include "layers/losses/label_smoothing_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
-#include "backend/device_api.hpp"
-#include "train/step_scalars.cuh"
-#include "train/step_scalars.hpp"
+#include "core/device_api.hpp"
+#include "step/step_scalars.cuh"
+#include "step/step_scalars.hpp"
 
 #include <memory>
 

@@ -4,7 +4,7 @@
 // f32, f16 or bf16 (read as float), labels (R) i32 or i64; exp in float, per-row sums in double, the
 // total in a fixed tree; SavedState keeps the logits, the labels and each row's
 // log-sum-exp (backward recomputes softmax). A label outside [0, V) (and != pad) is an
-// InputError, raised when the host reads the step's readback (train/step_scalars.hpp).
+// InputError, raised when the host reads the step's readback (step/step_scalars.hpp).
 #pragma once
 
 #include "tarantella/loss.hpp"

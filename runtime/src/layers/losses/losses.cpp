@@ -9,7 +9,7 @@
 #include "layers/losses/pointwise_rules.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/ops.hpp"
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.hpp"
 
 #include <cmath>
 

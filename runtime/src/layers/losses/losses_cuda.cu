@@ -4,14 +4,14 @@
 // trees; the loss is written as a 1-element f32 tensor on the device without a host round
 // trip. A label outside [0, K) (a target outside [0, 1] for binary cross-entropy) is found
 // on the device: the first one's index and value go to two words of the step's readback
-// (train/step_scalars.hpp), and the host raises the CPU engine's InputError when it reads
+// (step/step_scalars.hpp), and the host raises the CPU engine's InputError when it reads
 // them: inside a training step at the step's one copy, in a direct call before it returns.
 #include "layers/losses/losses_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
-#include "backend/device_api.hpp"
-#include "train/step_scalars.cuh"
-#include "train/step_scalars.hpp"
+#include "core/device_api.hpp"
+#include "step/step_scalars.cuh"
+#include "step/step_scalars.hpp"
 
 #include <memory>
 #include <string>

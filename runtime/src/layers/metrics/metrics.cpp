@@ -1,5 +1,5 @@
 // Metrics: the CPU engines, and the host half of both engines. An update's results (counts,
-// and the first bad label or target) are words of the step's readback (train/step_scalars.hpp):
+// and the first bad label or target) are words of the step's readback (step/step_scalars.hpp):
 // in a training step they are read once at the step's end, in a direct call before update()
 // returns; either way the same consumer checks them and adds the counts to the sums.
 #include "tarantella/metrics.hpp"
@@ -8,7 +8,7 @@
 #include "layers/metrics/binary_math.hpp"
 #include "layers/metrics/metrics_cuda.hpp"
 #include "tarantella/check.hpp"
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -19,7 +19,7 @@ namespace tnt {
 
 namespace {
 
-// A check pair (train/step_scalars.hpp) written on the host: the first bad element wins,
+// A check pair (step/step_scalars.hpp) written on the host: the first bad element wins,
 // as the CUDA kernels' atomicMin.
 void set_bad(uint64_t* check, int64_t index, double value) {
   const auto i = static_cast<uint64_t>(index);

@@ -2,12 +2,12 @@
 // a stable descending order (higher score, or equal score and a smaller index), exactly as
 // metrics.cpp does; a row with a NaN or an infinity anywhere counts as wrong, as there.
 // Counts are integers, so their atomics are exact; the words (correct, counted, first bad
-// row, its label) are the step's readback's (train/step_scalars.hpp), read by metrics.cpp.
+// row, its label) are the step's readback's (step/step_scalars.hpp), read by metrics.cpp.
 #include "layers/metrics/metrics_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
 #include "layers/metrics/binary_math.hpp"
-#include "train/step_scalars.cuh"
+#include "step/step_scalars.cuh"
 
 #include <functional>
 #include <string>

@@ -15,7 +15,7 @@
 
 namespace tnt::cuda {
 
-// Both engines write their results into words of the step's readback (train/step_scalars.hpp;
+// Both engines write their results into words of the step's readback (step/step_scalars.hpp;
 // device memory on CUDA), which metrics.cpp reserves and reads. Counts are integers; a check
 // pair is (the first bad element's index, kNone when none; its value as a double).
 

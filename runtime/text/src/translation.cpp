@@ -1,7 +1,7 @@
-// Translation shards -> padded id tensors -> datasets (tarantella/translation.hpp). The
+// Translation shards -> padded id tensors -> datasets (tarantella/text/translation.hpp). The
 // kept sentences live in two host tensors (the tutorial's 10000 sentences of 256 ids are
 // 20 MB), so every rank holds the same data and distribution only chooses rows.
-#include "tarantella/translation.hpp"
+#include "tarantella/text/translation.hpp"
 
 #include "tarantella/check.hpp"
 #include "tarantella/tfrecord.hpp"

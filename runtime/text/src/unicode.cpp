@@ -1,6 +1,6 @@
 // Character classes by binary search over the generated range tables, UTF-8 as Python's
 // strict codec reads it, and str.lower() with its one context rule.
-#include "data/text/unicode.hpp"
+#include "unicode.hpp"
 
 #include "tarantella/check.hpp"
 
@@ -20,7 +20,7 @@ struct LowerEntry {
   char32_t to[3];  // 0-terminated when shorter
 };
 
-#include "data/text/unicode_table.inc"
+#include "unicode_table.inc"
 
 template <size_t N>
 bool in_table(const CodeRange (&table)[N], char32_t c) {

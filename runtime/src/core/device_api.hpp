@@ -1,9 +1,10 @@
 // The narrow interface between the core and the CUDA backend. backend/cuda implements it
 // in CUDA builds; backend/stub implements it in CPU-only builds (every call but the
-// queries throws "built without CUDA").
+// queries throws "built without CUDA"). The core reaches CUDA only through it.
 #pragma once
 
 #include "tarantella/device.hpp"
+#include "tarantella/tensor.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,10 @@ void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device,
 void cuda_memset_zero(void* ptr, size_t bytes, int device);
 // Every byte of [ptr, ptr + bytes) set to `byte` (0 or 0xff), on the compute stream.
 void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device);
+// Every element of t (on a CUDA device) set to value, converted as the host converts it.
+void cuda_fill(const Tensor& t, double value);
+// dst = src in dst's memory format (both 4-D, same shape, dtype and CUDA device).
+void cuda_convert_memory_format(const Tensor& src, const Tensor& dst);
 // Debug counters (tests count a training step's with them): every time the host waited for
 // `device` through this API (cuda_copy, except within one device; cuda_event_synchronize; the
 // backend's synchronize), and of those the device-to-host copies (cuda_copy to host memory).

@@ -1,7 +1,7 @@
-// defer_has_non_finite's kernels (train/step_scalars.hpp): the loss scaler's overflow check
+// defer_has_non_finite's kernels (step/step_scalars.hpp): the loss scaler's overflow check
 // of the summed gradients, writing a flag word of the step's buffer instead of reading back.
 #include "backend/cuda/device_common.cuh"
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.hpp"
 
 namespace tnt::cuda {
 

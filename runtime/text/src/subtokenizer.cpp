@@ -1,11 +1,11 @@
 // Subtokenizer: vocabulary files, encode and decode (the algorithm is described in
-// tarantella/text.hpp). Text is handled as code points, because the reference counts
+// tarantella/text/subtokenizer.hpp). Text is handled as code points, because the reference counts
 // lengths (the longest subtoken, escapes) in characters, not bytes.
-#include "tarantella/text.hpp"
+#include "tarantella/text/subtokenizer.hpp"
 #include "tarantella/files.hpp"
 
-#include "data/text/subtoken_algo.hpp"
-#include "data/text/unicode.hpp"
+#include "subtoken_algo.hpp"
+#include "unicode.hpp"
 #include "tarantella/check.hpp"
 
 #include <cerrno>

@@ -130,7 +130,7 @@ void defer_has_non_finite(StepScalars& scalars, const std::vector<Tensor>& xs, s
 }  // namespace tnt::detail
 
 namespace tnt::cuda {
-// The kernels of defer_has_non_finite (train/step_scalars_cuda.cu): *flag = 1 (device word)
+// The kernels of defer_has_non_finite (step/step_scalars_cuda.cu): *flag = 1 (device word)
 // if any element of xs (floating, all on one CUDA device) is a NaN or an infinity.
 void flag_non_finite(const std::vector<Tensor>& xs, uint64_t* flag);
 }  // namespace tnt::cuda

@@ -1,6 +1,6 @@
-#include "train/step_scalars.hpp"
+#include "step/step_scalars.hpp"
 
-#include "backend/device_api.hpp"
+#include "core/device_api.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/ops.hpp"
 

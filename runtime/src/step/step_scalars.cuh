@@ -1,4 +1,4 @@
-// The device half of a check word pair (train/step_scalars.hpp): a kernel has lowered
+// The device half of a check word pair (step/step_scalars.hpp): a kernel has lowered
 // words[0] to the first bad element's index (atomicMin; kNone when there is none); this
 // kernel then writes the element's value, widened to double, into words[1], so the host
 // names the value without a second copy.

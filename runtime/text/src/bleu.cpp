@@ -1,11 +1,11 @@
-// BLEU, as tarantella/bleu.hpp describes. The tokenizer's three regular-expression passes are
+// BLEU, as tarantella/text/bleu.hpp describes. The tokenizer's three regular-expression passes are
 // written as the scans that Python's re.sub performs (non-overlapping matches, left to
 // right), because a match consumes both characters it looked at: in "a.," only "." gets
 // spaces from the first pass, the "," is the second pass's.
-#include "tarantella/bleu.hpp"
+#include "tarantella/text/bleu.hpp"
 #include "tarantella/files.hpp"
 
-#include "data/text/unicode.hpp"
+#include "unicode.hpp"
 #include "tarantella/check.hpp"
 
 #include <algorithm>

@@ -13,11 +13,11 @@
 //   4 rounds   starting from the alphabet alone.
 //   min_count  given, or found by bisection in [1, 1000]: the list closest to the target
 //              size, stopping early once within the threshold.
-#include "data/text/subtoken_algo.hpp"
-#include "data/text/unicode.hpp"
+#include "subtoken_algo.hpp"
+#include "unicode.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/files.hpp"
-#include "tarantella/text.hpp"
+#include "tarantella/text/subtokenizer.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,0 +1,73 @@
+// The names of every TNT_* variable, in one place for the runtime and the launcher (which
+// includes this header only: it is macros and constants, with no dependency):
+//   TNT_CONFIG_KNOBS      the runtime's tunables (tarantella/config.hpp reads them into Config)
+//   TNT_LAUNCH_VARIABLES  what the launcher sets for each rank or reads itself (not knobs)
+// and tnt::env::<name> for each of them, so no other file spells a name again.
+#pragma once
+
+namespace tnt {
+
+// X(field, type, ENV, default, unit, help); FusionThresholdKb is defined in tarantella/config.hpp,
+// the one place the types are used.
+#define TNT_CONFIG_KNOBS(X)                                                                     \
+  X(fusion_threshold_kb, FusionThresholdKb, "TNT_FUSION_THRESHOLD", 32, "KB",                   \
+    "gradient fusion bucket size; 0 = one bucket per tensor; auto = chosen by the scaling model after the first steps") \
+  X(allreduce_algo, std::string, "TNT_ALLREDUCE_ALGO", "", "",                                 \
+    "ring|mpi|nccl; empty = ring for host buffers, nccl for device buffers")                   \
+  X(collective_timeout_s, double, "TNT_COLLECTIVE_TIMEOUT", 600.0, "s",                         \
+    "a collective not complete after this long fails on the waiting ranks; 0 = never")        \
+  X(log_level, std::string, "TNT_LOG_LEVEL", "WARNING", "", "DEBUG|INFO|WARNING|ERROR")         \
+  X(output_on_all_devices, bool, "TNT_OUTPUT_ON_ALL_DEVICES", false, "",                        \
+    "progress output from every rank, not only the master (files: the master's only)")         \
+  X(log_on_all_devices, bool, "TNT_LOG_ON_ALL_DEVICES", false, "", "log lines from every rank")  \
+  X(timeline, std::string, "TNT_TIMELINE", "", "", "Chrome trace file of a window of steps; empty = off") \
+  X(timeline_steps, std::string, "TNT_TIMELINE_STEPS", "1-10", "steps",                         \
+    "the timeline's window a-b (1-based, over the whole run); unset = this run's first 10 steps")  \
+  X(profile_scaling, std::string, "TNT_PROFILE_SCALING", "", "",                               \
+    "write a scaling profile (docs/scaling.md) to this file after warm-up; empty = off")       \
+  X(profile_scaling_steps, int64_t, "TNT_PROFILE_SCALING_STEPS", 30, "steps",                   \
+    "steps the scaling profile takes its medians over, after 5 warm-up steps")                 \
+  X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
+  X(device, std::string, "TNT_DEVICE", "", "",                                                 \
+    "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \
+  X(num_threads, int64_t, "TNT_NUM_THREADS", 0, "threads",                                     \
+    "CPU compute threads per rank; 0 = the cores of the rank's affinity mask")                 \
+  X(ring_segment_kb, int64_t, "TNT_RING_SEGMENT", 256, "KB",                                    \
+    "segment size of the ring allreduce pipeline")                                            \
+  X(cudnn_autotune, bool, "TNT_CUDNN_AUTOTUNE", true, "",                                       \
+    "time cuDNN's convolution algorithms once per shape; 0 = cuDNN's heuristics")              \
+  X(pinned_staging, bool, "TNT_PINNED_STAGING", true, "",                                       \
+    "copy GPU inputs through page-locked buffers on a copy stream; 0 = plain copies")          \
+  X(ps_servers, std::string, "TNT_PS_SERVERS", "", "ranks",                                    \
+    "server ranks of parameter-server training, e.g. 0,1 (the launcher's --parameter-servers); empty = rank 0") \
+  X(fused_attention, bool, "TNT_FUSED_ATTENTION", false, "",                                    \
+    "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel")
+
+// X(name, ENV, help): set by the launcher for each rank, or read by the launcher itself.
+#define TNT_LAUNCH_VARIABLES(X)                                                                 \
+  X(rank, "TNT_RANK", "this rank (the per-rank step, from Open MPI)")                            \
+  X(size, "TNT_SIZE", "the number of ranks")                                                    \
+  X(local_rank, "TNT_LOCAL_RANK", "this rank's index on its host")                              \
+  X(local_size, "TNT_LOCAL_SIZE", "ranks on this host")                                         \
+  X(numa_node, "TNT_NUMA_NODE", "the NUMA node a pinned rank runs on")                          \
+  X(launcher, "TNT_LAUNCHER", "1: started by the launcher")                                     \
+  X(stdout_is_tty, "TNT_STDOUT_IS_TTY",                                                         \
+    "1/0: whether the launcher's stdout is a terminal (a rank's is a pseudo-terminal either way)") \
+  X(start_timeout, "TNT_START_TIMEOUT", "seconds by which every rank must have started")        \
+  X(exit_timeout, "TNT_EXIT_TIMEOUT", "seconds the job may take to end once a rank ended")      \
+  X(heartbeat_timeout, "TNT_HEARTBEAT_TIMEOUT", "seconds without a heartbeat: unreachable")     \
+  X(restart, "TNT_RESTART", "the attempt: 0, then n for the n-th restart")                      \
+  X(run_id, "TNT_RUN_ID", "the launcher run, the same over its restarts")                       \
+  X(report_address, "TNT_LAUNCHER_REPORT", "where a rank's step reports (private to the launcher)") \
+  X(join_fd, "TNT_JOIN_FD", "a pipe on which the runtime says it entered and left MPI_Init")
+
+namespace env {
+#define TNT_ENV_KNOB_NAME(field, type, name, def, unit, help) inline constexpr const char* field = name;
+TNT_CONFIG_KNOBS(TNT_ENV_KNOB_NAME)
+#undef TNT_ENV_KNOB_NAME
+#define TNT_ENV_LAUNCH_NAME(field, name, help) inline constexpr const char* field = name;
+TNT_LAUNCH_VARIABLES(TNT_ENV_LAUNCH_NAME)
+#undef TNT_ENV_LAUNCH_NAME
+}  // namespace env
+
+}  // namespace tnt

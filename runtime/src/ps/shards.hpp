@@ -1,0 +1,186 @@
+// What a parameter-server job's servers and workers share: the message tags of the
+// strategy's communicator, the variables' host mirrors with the shard plan over them
+// (Shards), and a worker's bounded wait for the servers.
+#pragma once
+
+#include "ps/shard_plan.hpp"
+#include "tarantella/model.hpp"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tnt::ps {
+
+// Tags on the strategy's own communicator.
+inline constexpr int kPull = 11;        // worker -> server: int64 {clock, with_state, epoch}
+inline constexpr int kValues = 12;      // server -> worker: f32 shard values, the puller's lead, the step count
+inline constexpr int kState = 13;       // server -> worker: f32 shard optimizer slots
+inline constexpr int kStateSteps = 14;  // server -> worker: int64 per-piece update counts, then the step count
+inline constexpr int kPush = 15;        // worker -> server: f32 shard gradients, then the worker's epoch
+inline constexpr int kDone = 16;        // worker -> server: int64 0, no more pushes
+inline constexpr int kAbort = 17;       // worker -> server: the error that ended it (first byte 'I': input error)
+inline constexpr int kSchedule = 19;    // worker -> server: f64 {replaced, rate, factor, floor} (see Worker::push)
+inline constexpr int kPause = 18;       // worker -> server: int64 epoch, no more pushes in it (PsWorker::pause)
+
+// The variables as host mirrors, the plan over them, and the optimizer state by variable:
+// what servers and workers share.
+class Shards {
+ public:
+  Shards(Network& network, Optimizer& optimizer, int servers) : optimizer_(optimizer) {
+    vars_ = network.trainable_parameters();
+    optimizer_.init_state(vars_);
+    slot_names_ = optimizer_.slot_names();
+    std::map<std::string, Tensor> state;
+    for (auto& s : optimizer_.named_state()) state[s.name] = s.tensor;
+    std::vector<VariableShape> shapes;
+    for (auto& v : vars_) {
+      const Tensor& t = v.param->value;
+      TNT_INPUT_CHECK(t.dtype() == DType::f32,
+                      "fit: strategy=parameter_server supports f32 variables only; {} is {}", v.name,
+                      dtype_name(t.dtype()));
+      VariableShape s;
+      s.rows = t.ndim() == 0 ? 1 : t.dim(0);
+      s.row_elements = s.rows > 0 ? t.numel() / s.rows : 0;
+      shapes.push_back(s);
+      values_.push_back(Tensor::zeros(t.shape()));
+      grads_.push_back(Tensor::zeros(t.shape()));
+      std::vector<Tensor> slots, host_slots;
+      for (const auto& name : slot_names_) {
+        auto it = state.find(v.name + "." + name);
+        TNT_CHECK(it != state.end(), "optimizer state {}.{} missing", v.name, name);
+        slots.push_back(it->second);
+        host_slots.push_back(Tensor::zeros(t.shape()));
+      }
+      auto step = state.find(v.name + ".step");
+      TNT_CHECK(step != state.end(), "optimizer state {}.step missing", v.name);
+      state_.push_back(std::move(slots));
+      host_state_.push_back(std::move(host_slots));
+      steps_.push_back(step->second);
+    }
+    plan_ = plan_shards(shapes, servers);
+    // One MPI message carries a server's shard (times the slots for the state).
+    for (int64_t n : plan_.shard_elements) {
+      const auto slots = static_cast<int64_t>(std::max<size_t>(1, slot_names_.size()));
+      TNT_INPUT_CHECK(n * slots < std::numeric_limits<int>::max(),
+                      "fit: strategy=parameter_server: a server's shard of {} variables is too large for one MPI "
+                      "message; use more servers (TNT_PS_SERVERS)",
+                      n);
+    }
+  }
+
+  const ShardPlan& plan() const { return plan_; }
+  std::vector<NamedParameter>& vars() { return vars_; }
+  int64_t shard_elements(int s) const { return plan_.shard_elements[static_cast<size_t>(s)]; }
+  size_t slots() const { return slot_names_.size(); }
+
+  // Model -> host mirrors, and back.
+  void read_values() {
+    for (size_t i = 0; i < vars_.size(); ++i) values_[i].copy_from(vars_[i].param->value);
+  }
+  void write_values() {
+    for (size_t i = 0; i < vars_.size(); ++i) vars_[i].param->value.copy_from(values_[i]);
+  }
+  void read_grads() {
+    for (size_t i = 0; i < vars_.size(); ++i) grads_[i].copy_from(vars_[i].param->grad);
+  }
+  void read_state() {
+    for (size_t i = 0; i < vars_.size(); ++i) {
+      for (size_t j = 0; j < slots(); ++j) host_state_[i][j].copy_from(state_[i][j]);
+    }
+  }
+  void write_state(int64_t step_count) {
+    for (size_t i = 0; i < vars_.size(); ++i) {
+      for (size_t j = 0; j < slots(); ++j) state_[i][j].copy_from(host_state_[i][j]);
+    }
+    optimizer_.set_step_count(step_count);
+  }
+
+  // Server s's shard of the host values (or gradients) in shard order, and back.
+  std::vector<float> gather(int s, bool grads) const {
+    std::vector<float> out(static_cast<size_t>(shard_elements(s)));
+    for (int i : plan_.pieces_of(s)) {
+      const ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      const float* src = (grads ? grads_ : values_)[static_cast<size_t>(p.variable)].data<float>() + p.offset;
+      std::copy(src, src + p.count, out.data() + p.shard_offset);
+    }
+    return out;
+  }
+  void scatter(int s, const float* in, bool grads) {
+    for (int i : plan_.pieces_of(s)) {
+      const ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      float* dst = (grads ? grads_ : values_)[static_cast<size_t>(p.variable)].data<float>() + p.offset;
+      std::copy(in + p.shard_offset, in + p.shard_offset + p.count, dst);
+    }
+  }
+  // Server s's shard of the optimizer state: the slots (shard x slots floats), the pieces'
+  // update counts and the step count.
+  std::pair<std::vector<float>, std::vector<int64_t>> gather_state(int s) const {
+    const int64_t n = shard_elements(s);
+    std::vector<float> floats(static_cast<size_t>(n) * slots());
+    std::vector<int64_t> ints;
+    for (int i : plan_.pieces_of(s)) {
+      const ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      for (size_t j = 0; j < slots(); ++j) {
+        const float* src = host_state_[static_cast<size_t>(p.variable)][j].data<float>() + p.offset;
+        std::copy(src, src + p.count, floats.data() + static_cast<int64_t>(j) * n + p.shard_offset);
+      }
+      ints.push_back(steps_[static_cast<size_t>(p.variable)].data<int64_t>()[0]);
+    }
+    ints.push_back(optimizer_.step_count());
+    return {std::move(floats), std::move(ints)};
+  }
+  void scatter_state(int s, const float* floats, const int64_t* ints) {
+    const int64_t n = shard_elements(s);
+    size_t k = 0;
+    for (int i : plan_.pieces_of(s)) {
+      const ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      for (size_t j = 0; j < slots(); ++j) {
+        float* dst = host_state_[static_cast<size_t>(p.variable)][j].data<float>() + p.offset;
+        const float* src = floats + static_cast<int64_t>(j) * n + p.shard_offset;
+        std::copy(src, src + p.count, dst);
+      }
+      steps_[static_cast<size_t>(p.variable)].data<int64_t>()[0] = ints[k++];
+    }
+  }
+  size_t pieces_of_count(int s) const { return plan_.pieces_of(s).size(); }
+  int64_t step_count() const { return optimizer_.step_count(); }
+  Optimizer& optimizer() { return optimizer_; }
+
+  // The server's update: the shard's gradient (shard order) into the variables it touches,
+  // one optimizer step over them, the new values back into the host mirrors. Rows of a
+  // split variable that another server holds get a zero gradient here and are never served.
+  void apply(int s, const float* grad, const std::vector<NamedParameter>& owned, const std::vector<int>& owned_index) {
+    scatter(s, grad, true);
+    for (size_t k = 0; k < owned.size(); ++k) {
+      owned[k].param->grad.copy_from(grads_[static_cast<size_t>(owned_index[k])]);
+    }
+    optimizer_.step(owned);
+    for (size_t k = 0; k < owned.size(); ++k) {
+      values_[static_cast<size_t>(owned_index[k])].copy_from(owned[k].param->value);
+    }
+  }
+
+ private:
+  Optimizer& optimizer_;
+  std::vector<NamedParameter> vars_;
+  std::vector<std::string> slot_names_;
+  std::vector<Tensor> values_, grads_;            // host f32 mirrors, same shapes
+  std::vector<std::vector<Tensor>> state_;        // [variable][slot]: the optimizer's own
+  std::vector<std::vector<Tensor>> host_state_;   // their host mirrors
+  std::vector<Tensor> steps_;                     // [variable]: its update count (i64 host)
+  ShardPlan plan_;
+};
+
+// Waits for a worker's requests to the servers; `peer[i]` is the server rank request i
+// talks to. Polls, so that a server that is lost or stopped ends this worker after
+// TNT_COLLECTIVE_TIMEOUT (0: never) with the server named, rather than never. A timed-out
+// request is left to MPI: the job is ending.
+void wait_servers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, const std::string& what);
+
+}  // namespace tnt::ps

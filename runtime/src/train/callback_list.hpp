@@ -1,0 +1,72 @@
+// The callbacks of a fit or an evaluation that run on this rank (Callback::Ranks), each
+// called inside a SomeRanksRegion when it does not run on every rank.
+#pragma once
+
+#include "comm/collective_scope.hpp"
+#include "tarantella/callbacks.hpp"
+#include "tarantella/config.hpp"
+#include "tarantella/log.hpp"
+#include "tarantella/model.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+namespace tnt {
+
+namespace detail {
+
+inline bool runs_on_this_rank(Callback::Ranks ranks) {
+  switch (ranks) {
+    case Callback::Ranks::master:
+      return is_master_rank() || config().output_on_all_devices;
+    case Callback::Ranks::master_only:
+      return is_master_rank();
+    case Callback::Ranks::all:
+      return true;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+// Calls each callback that runs on this rank.
+class detail::CallbackList {
+ public:
+  CallbackList(std::vector<CallbackPtr> callbacks, Model* model, const TrainParams& params) {
+    for (auto& cb : callbacks) {
+      if (!cb) continue;
+      if (!detail::runs_on_this_rank(cb->ranks())) continue;
+      cb->set_model(model);
+      cb->set_params(params);
+      const Callback& named = *cb;
+      names_.push_back(fmt::format("callback '{}'", detail::readable_type_name(typeid(named).name())));
+      list_.push_back(std::move(cb));
+    }
+  }
+  template <typename F>
+  void each(F&& f) {
+    for (size_t i = 0; i < list_.size(); ++i) {
+      Callback& cb = *list_[i];
+      // One that does not run on every rank runs inside a SomeRanksRegion: a collective it
+      // starts fails at once, naming it, instead of leaving the other ranks waiting for it.
+      std::optional<detail::SomeRanksRegion> region;
+      if (cb.ranks() == Callback::Ranks::master) {
+        region.emplace(names_[i], "the master only (Ranks::master; every rank only when TNT_OUTPUT_ON_ALL_DEVICES=1)");
+      } else if (cb.ranks() == Callback::Ranks::master_only) {
+        region.emplace(names_[i], "the master only (Ranks::master_only)");
+      }
+      f(cb);
+    }
+  }
+
+ private:
+  std::vector<std::string> names_;  // for messages, beside list_
+  std::vector<CallbackPtr> list_;
+};
+
+}  // namespace tnt

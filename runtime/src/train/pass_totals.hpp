@@ -1,0 +1,117 @@
+// Loss and metric sums of one pass (an epoch of fit, or an evaluation) on this rank, and
+// their global values: what train_step and test_step add to and the loops log.
+#pragma once
+
+#include "comm/agreement.hpp"
+#include "step/step_scalars.hpp"
+#include "tarantella/comm.hpp"
+#include "tarantella/loss.hpp"
+#include "tarantella/metrics.hpp"
+#include "tarantella/model.hpp"
+#include "tarantella/runtime.hpp"
+#include "train/batch_sources.hpp"  // rows
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tnt::detail {
+
+// Loss and metric sums of one pass (an epoch of fit, or an evaluation) on this rank;
+// global() sums them over the ranks, so every log line is the global value.
+//
+// A step's device results (the loss, the metrics' counts, label checks, the loss scaler's
+// overflow flag) are words of scalars() (step/step_scalars.hpp), read back once when the
+// step calls finish_step(). A bad label found there is kept, and global() raises it on every
+// rank (its allreduce carries a flag; the message comes from the rank(s) that found it).
+class PassTotals {
+ public:
+  // restore: give the metric objects back the totals they had before (an evaluation inside
+  // fit must not disturb the epoch's training metrics). device: the model's.
+  PassTotals(const std::vector<MetricPtr>& metrics, bool restore, Device device, InputStager* staging = nullptr)
+      : metrics_(metrics), restore_(restore), scalars_(device), staging_(staging) {
+    for (auto& m : metrics_) {
+      saved_.push_back(m->sums());
+      m->reset();
+    }
+  }
+  ~PassTotals() {
+    if (!restore_) return;
+    for (size_t i = 0; i < metrics_.size(); ++i) metrics_[i]->set_sums(saved_[i]);
+  }
+  PassTotals(const PassTotals&) = delete;
+  PassTotals& operator=(const PassTotals&) = delete;
+
+  StepScalars& scalars() { return scalars_; }
+  InputStager* staging() const { return staging_; }
+
+  // pred, target: (b, ...), of which the first `real` rows count; the metrics' counts arrive
+  // at finish_step(). loss: the step's loss tensor, times `factor` its rows' summed loss.
+  // units: what the loss averages over (samples; tokens for a token-level loss).
+  void add(const Tensor& pred, const Tensor& target, int64_t real, const Tensor& loss, double factor, int64_t units) {
+    if (real == 0) return;
+    if (loss.device() == scalars_.device() && loss.dtype() == DType::f32 && loss.numel() == 1) {
+      scalars_.read_f32(loss, [this, factor](double v) { loss_sum_ += v * factor; });
+    } else {
+      loss_sum_ += Loss::value(loss) * factor;  // a loss of the user's that returns something else
+    }
+    for (auto& m : metrics_) m->update(rows(pred, real), rows(target, real));
+    samples_ += static_cast<double>(units);
+  }
+
+  // The step's one readback; its consumers add the loss and the counts.
+  void finish_step() {
+    const std::string problem = scalars_.flush();
+    if (!problem.empty() && error_.empty()) error_ = problem;
+  }
+
+  // Collective: {"loss": global mean loss, <metric>: global value}.
+  Logs global() const { return logs_of(communicator().allreduce_sum(sums()), true); }
+  // This rank's own values: a parameter-server worker's steps, which wait for no other.
+  Logs local() const { return logs_of(sums(), false); }
+
+ private:
+  std::vector<double> sums() const {
+    std::vector<double> sums{loss_sum_, samples_, error_.empty() ? 0.0 : 1.0};
+    for (auto& m : metrics_) {
+      const std::vector<double> s = m->sums();  // 2 for most metrics, a histogram for AUC
+      sums.insert(sums.end(), s.begin(), s.end());
+    }
+    return sums;
+  }
+  Logs logs_of(const std::vector<double>& all, bool collective) const {
+    if (all[2] > 0 && !collective) TNT_INPUT_ERROR("{}", error_);
+    if (all[2] > 0) raise_error();
+    Logs logs;
+    logs["loss"] = all[1] > 0 ? all[0] / all[1] : 0.0;
+    auto at = all.begin() + 3;
+    for (auto& m : metrics_) {
+      const auto end = at + static_cast<std::ptrdiff_t>(m->sums().size());
+      logs[m->name()] = m->value_of(std::vector<double>(at, end));
+      at = end;
+    }
+    return logs;
+  }
+
+  // Collective, when some rank's step found bad input: every rank throws, with the message
+  // of the rank(s) that found it (plain when all ranks found the same, as on one rank).
+  [[noreturn]] void raise_error() const {
+    std::optional<Disagreement> d = find_disagreement(communicator(), {error_});
+    if (!d) TNT_INPUT_ERROR("{}", error_);
+    for (const auto& [text, ranks] : d->groups) {
+      if (!text.empty()) TNT_INPUT_ERROR("{} (on rank(s) {})", text, rank_list(ranks));
+    }
+    TNT_THROW("a step's input error was announced but no rank holds its message");
+  }
+
+  std::vector<MetricPtr> metrics_;
+  bool restore_;
+  std::vector<std::vector<double>> saved_;
+  double loss_sum_ = 0;  // sum of per-sample losses so far
+  double samples_ = 0;   // real samples so far
+  StepScalars scalars_;
+  InputStager* staging_;
+  std::string error_;  // the first bad input a step's readback found on this rank
+};
+
+}  // namespace tnt::detail

@@ -1,0 +1,31 @@
+// What the fit loop asks of the parameter-server strategy (FitOptions::strategy =
+// parameter_server): its entry point and a worker's four calls. Declared here, below the
+// strategy, and implemented in ps/ (ps/parameter_server.hpp), so that train/ does not depend
+// on ps/.
+#pragma once
+
+#include "tarantella/model.hpp"
+
+namespace tnt::detail {
+
+// Collective over every rank (each calls fit with the same options): servers serve until
+// every worker is done, workers train; then every rank, servers included, ends with the same
+// variables, optimizer state, buffers (the first worker's), global step and History.
+History fit_parameter_server(Model& model, const Dataset& data, FitOptions options);
+
+class PsWorker {
+ public:
+  virtual ~PsWorker() = default;
+  virtual void pull() = 0;       // before a step: the servers' current variables into the model
+  virtual void push() = 0;       // after backward: the gradients to the servers
+  // Leaving the epoch's steps (its data done, max_steps, a stop request): until its next
+  // push the servers hold no other worker's pull back for this one, which may now wait for
+  // them in the epoch's collectives.
+  virtual void pause() = 0;
+  // Variables and optimizer state, for validation and checkpoints; the epoch's staleness
+  // into logs: staleness_mean and staleness_max over the workers' pulls (how many updates
+  // the puller was ahead of the slowest worker). Collective over the workers.
+  virtual void epoch_end(Logs& logs) = 0;
+};
+
+}  // namespace tnt::detail

@@ -10,12 +10,7 @@ namespace tnt::comm {
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
+using scaling::median;
 
 std::string kb(int64_t bytes) { return fmt::format("{:g} KB", static_cast<double>(bytes) / 1024); }
 

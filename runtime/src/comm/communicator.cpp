@@ -44,6 +44,19 @@ const char* allreduce_algo_name(AllreduceAlgo algo) {
 
 namespace {
 
+// A communicator made from another (dup, split) keeps its device and its tunables.
+void inherit_settings(const CommImpl& from, CommImpl& to) {
+  to.device = from.device;
+  to.timeout_s = from.timeout_s;
+  to.config_algo = from.config_algo;
+  to.configured = from.configured;
+  to.ring_segment_bytes = from.ring_segment_bytes;
+  to.small_bytes = from.small_bytes;
+  to.min_segment_bytes = from.min_segment_bytes;
+  to.spin_us = from.spin_us;
+  to.mismatch_grace_s = from.mismatch_grace_s;
+}
+
 void fill_ranks(CommImpl& c) {
   TNT_MPI_CHECK(MPI_Comm_rank(c.comm, &c.rank));
   TNT_MPI_CHECK(MPI_Comm_size(c.comm, &c.size));
@@ -97,15 +110,7 @@ std::unique_ptr<Communicator> Communicator::duplicate() const {
   TNT_MPI_CHECK(MPI_Comm_dup(p.comm, &c->comm));
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   fill_ranks(*c);
-  c->device = p.device;
-  c->timeout_s = p.timeout_s;
-  c->config_algo = p.config_algo;
-  c->configured = p.configured;
-  c->ring_segment_bytes = p.ring_segment_bytes;
-  c->small_bytes = p.small_bytes;
-  c->min_segment_bytes = p.min_segment_bytes;
-  c->spin_us = p.spin_us;
-  c->mismatch_grace_s = p.mismatch_grace_s;
+  inherit_settings(p, *c);
   c->arrivals = p.arrivals;
   if (c->arrivals) {
     c->slot = c->arrivals->next_slot();
@@ -120,15 +125,7 @@ std::unique_ptr<Communicator> Communicator::split(int color) const {
   TNT_MPI_CHECK(MPI_Comm_split(p.comm, color, p.rank, &c->comm));
   MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
   fill_ranks(*c);
-  c->device = p.device;
-  c->timeout_s = p.timeout_s;
-  c->config_algo = p.config_algo;
-  c->configured = p.configured;
-  c->ring_segment_bytes = p.ring_segment_bytes;
-  c->small_bytes = p.small_bytes;
-  c->min_segment_bytes = p.min_segment_bytes;
-  c->spin_us = p.spin_us;
-  c->mismatch_grace_s = p.mismatch_grace_s;
+  inherit_settings(p, *c);
   return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
 }
 

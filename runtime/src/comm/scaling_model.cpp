@@ -286,4 +286,11 @@ Profile profile_from_json(const std::string& body, const std::string& what) {
   return p;
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
 }  // namespace tnt::comm::scaling

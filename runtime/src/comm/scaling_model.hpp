@@ -86,6 +86,10 @@ Link link_from_fit(const AllreduceFit& fit);
 // distinct sizes.
 AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<double>& seconds, int ranks);
 
+// The median of v (the mean of the middle two for an even count); 0 for none. Profiles and
+// the automatic threshold take medians of step times, robust to a stalled step.
+double median(std::vector<double> v);
+
 // Time of one allreduce of `bytes` over the network's ranks; 0 for one rank.
 double allreduce_s(int64_t bytes, const Network& net);
 

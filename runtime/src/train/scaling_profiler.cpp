@@ -15,12 +15,7 @@ namespace tnt::detail {
 
 namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
+using comm::scaling::median;
 
 template <typename F>
 double median_of(const std::vector<StepPhases>& phases, F field) {

@@ -22,7 +22,11 @@
 namespace tnt {
 
 namespace {
-std::unique_ptr<RuntimeContext> g_context;  // the one mutable global (see STYLE.md)
+// The runtime's state, its one mutable global (see STYLE.md). Besides it there are only
+// process-wide tallies and tables that hold no run's state: the host memory counters
+// (core/memory.cpp), the print mutex (core/log.cpp) and the layer types registered for model
+// files (nn/layer_types.cpp).
+std::unique_ptr<RuntimeContext> g_context;
 
 RuntimeContext& ctx() {
   TNT_CHECK(g_context, "tarantella is not initialised: call tnt::init() first");

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/fuzz refuses bad arguments before it builds or starts anything: exit 2 and a message
 # naming the argument. Runs no fuzzer (FUZZ_BUILD_DIR points at an empty folder that must stay
-# empty).
+# empty); each call is bounded at 20 s, so a check that lets bad input through fails here
+# quickly instead of building the fuzz tree.
 set -uo pipefail
 root=$1
 tmp=$(mktemp -d)
@@ -13,7 +14,8 @@ expect_usage() {  # expect_usage WORD-IN-MESSAGE ENV... -- ARGS...
   while [[ $1 != -- ]]; do envs+=("$1"); shift; done
   shift
   local out rc
-  out=$(env "${envs[@]}" FUZZ_BUILD_DIR="$tmp/build" "$root/scripts/fuzz" "$@" 2>&1)
+  # Bounded: a check that lets bad input through would go on to build the fuzz tree.
+  out=$(timeout 20 env "${envs[@]}" FUZZ_BUILD_DIR="$tmp/build" "$root/scripts/fuzz" "$@" 2>&1)
   rc=$?
   if [[ $rc -ne 2 || "$out" != *"$word"* ]]; then
     echo "FAIL: ${envs[*]} scripts/fuzz $*: rc=$rc, wanted 2 and a message with '$word'; got: $out"

@@ -7,18 +7,23 @@
 
 namespace tnt::cuda {
 
+// The allocator is a BlockPool per device (backend/block_pool.hpp): segments from cudaMalloc
+// cut into blocks.
 struct AllocatorCounters {
-  uint64_t driver_mallocs = 0;  // cudaMalloc calls that succeeded (a steady-state step adds none)
-  uint64_t driver_frees = 0;    // cudaFree calls (empty_cache, or the retry after an OOM)
+  uint64_t driver_mallocs = 0;  // segments cudaMalloc'd (a steady-state step adds none)
+  uint64_t driver_frees = 0;    // segments cudaFree'd (empty_cache, or the retry after an OOM)
   uint64_t requests = 0;        // cuda_malloc calls
-  uint64_t cache_hits = 0;      // requests served from a cached block
-  size_t cached_bytes = 0;      // free blocks held for reuse
+  uint64_t cache_hits = 0;      // requests served from the segments held
+  size_t cached_bytes = 0;      // free bytes inside the segments
+  size_t reserved_bytes = 0;    // bytes of all segments
+  size_t largest_free_bytes = 0;
+  size_t segments = 0;
 };
 
 AllocatorCounters allocator_counters(int device);
-// Gives every cached (free) block of the device back to the driver.
+// Gives every wholly free segment of the device back to the driver.
 void empty_cache(int device);
-// The size class a request of `bytes` is served from (exposed for tests).
+// The bytes a request of `bytes` takes at least (exposed for tests).
 size_t allocator_block_size(size_t bytes);
 
 }  // namespace tnt::cuda

@@ -1,18 +1,20 @@
 // CUDA memory entry points of core/device_api.hpp: a caching allocator per device.
 //
 // cudaMalloc and cudaFree are slow and cudaFree synchronises the whole device, so a
-// training step must not call them. Requests are rounded up to a size class (quarter steps
-// between powers of two, at least 512 bytes: at most 25% waste above 2 KiB) and a freed
-// block goes back to its class's free list instead of to the driver. After the first step,
-// whose allocations fill the lists, every request of a step finds a block of its class.
+// training step must not call them. Each device has a BlockPool (backend/block_pool.hpp,
+// where the policy is): cudaMalloc'd segments cut into best-fitting blocks that are split
+// and merged, so any freed byte serves any later request it fits (a freed 1 GiB autotune
+// workspace holds the next step's activations). After the first step, whose requests cut
+// the segments, a step finds every block it needs in them.
 //
 // A block is reused without any event: all compute of a device is ordered on its one
 // compute stream (see cuda_context.hpp), so the next owner's kernels run after the last
-// owner's. When cudaMalloc runs out of memory the cache is given back to the driver and
-// the request retried once; a second failure throws with the sizes involved.
+// owner's. When cudaMalloc runs out of memory the wholly free segments are given back to
+// the driver and the request retried once; a second failure throws with the sizes involved.
 //
 // current_bytes counts the bytes tensors asked for (as for host memory); reserved_bytes
-// counts every block the cache holds from the driver, in use or not.
+// counts every segment held from the driver, in use or not.
+#include "backend/block_pool.hpp"
 #include "backend/cuda/allocator.hpp"
 #include "backend/cuda/cuda_check.hpp"
 #include "backend/cuda/cuda_context.hpp"
@@ -20,33 +22,19 @@
 #include "backend/cuda/layout.hpp"
 #include "core/device_api.hpp"
 
-#include <bit>
 #include <cstdio>
+#include <memory>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
 
 namespace tnt::backend {
 
 namespace {
 
-constexpr size_t kMinBlock = 512;
-
-struct LiveBlock {
-  size_t block = 0;      // size class (bytes held from the driver)
-  size_t requested = 0;  // bytes the caller asked for
-};
-
 struct Pool {
   std::mutex mu;
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> cached blocks
-  std::unordered_map<void*, LiveBlock> live;
-  size_t current = 0;
-  size_t peak = 0;
-  size_t reserved = 0;
-  size_t cached = 0;
+  std::unique_ptr<BlockPool> blocks;  // made at the device's first request
+  size_t peak = 0;   // of the bytes tensors asked for
   size_t total = 0;  // the device's global memory, asked once (memory_stats)
-  cuda::AllocatorCounters counters;
 };
 
 // Never destroyed: tensors with static storage may be freed after main returns.
@@ -57,21 +45,31 @@ Pool& pool(int device) {
   return pools[device];
 }
 
-std::string mib(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
-
-// Caller holds p.mu and has made `device` current.
-void release_cached(Pool& p) {
-  for (auto& [size, blocks] : p.free_blocks) {
-    for (void* ptr : blocks) {
-      cudaError_t err = cudaFree(ptr);
-      if (err != cudaSuccess) cudaGetLastError();  // the block is gone either way
-      ++p.counters.driver_frees;
-      p.reserved -= size;
-      p.cached -= size;
-    }
-    blocks.clear();
+// Caller holds p.mu. Segments come from the driver: out of memory is null (the pool then
+// gives free segments back and retries), any other failure an error.
+BlockPool& blocks_of(Pool& p, int device) {
+  if (!p.blocks) {
+    p.blocks = std::make_unique<BlockPool>(
+        [device](size_t bytes) -> void* {
+          cuda::DeviceGuard guard(device);
+          void* ptr = nullptr;
+          const cudaError_t err = cudaMalloc(&ptr, bytes);
+          if (err == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            return nullptr;
+          }
+          TNT_CUDA_CHECK(err);
+          return ptr;
+        },
+        [device](void* ptr, size_t) {
+          cuda::DeviceGuard guard(device);
+          if (cudaFree(ptr) != cudaSuccess) cudaGetLastError();  // the segment is gone either way
+        });
   }
+  return *p.blocks;
 }
+
+std::string mib(size_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1 << 20)); }
 
 }  // namespace
 
@@ -89,41 +87,22 @@ int cuda_device_count() {
 void cuda_set_device(int device) { TNT_CUDA_CHECK(cudaSetDevice(device)); }
 
 void* cuda_malloc(size_t bytes, int device) {
-  size_t size = cuda::allocator_block_size(bytes);
   Pool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mu);
-  ++p.counters.requests;
-  void* ptr = nullptr;
-  auto it = p.free_blocks.find(size);
-  if (it != p.free_blocks.end() && !it->second.empty()) {
-    ptr = it->second.back();
-    it->second.pop_back();
-    p.cached -= size;
-    ++p.counters.cache_hits;
-  } else {
-    cuda::DeviceGuard guard(device);
-    cudaError_t err = cudaMalloc(&ptr, size);
-    if (err == cudaErrorMemoryAllocation) {
-      cudaGetLastError();
-      release_cached(p);
-      err = cudaMalloc(&ptr, size);
-    }
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      size_t free_b = 0, total_b = 0;
-      cudaMemGetInfo(&free_b, &total_b);
-      cudaGetLastError();
-      TNT_THROW("out of GPU memory on cuda:{} allocating {} bytes ({}; block {}): {} in use by tensors, {} held "
-                "by the allocator, {} free of {} on the device ({})",
-                device, bytes, mib(bytes), mib(size), mib(p.current), mib(p.reserved), mib(free_b), mib(total_b),
-                cudaGetErrorString(err));
-    }
-    ++p.counters.driver_mallocs;
-    p.reserved += size;
+  BlockPool& blocks = blocks_of(p, device);
+  void* ptr = blocks.allocate(bytes);
+  if (ptr == nullptr) {
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    cudaGetLastError();
+    const BlockPoolStats s = blocks.stats();
+    TNT_THROW("out of GPU memory on cuda:{} allocating {} bytes ({}): {} in use by tensors, {} held by the "
+              "allocator (largest free block {}), {} free of {} on the device",
+              device, bytes, mib(bytes), mib(s.requested), mib(s.reserved), mib(s.largest_free), mib(free_b),
+              mib(total_b));
   }
-  p.live[ptr] = LiveBlock{size, bytes};
-  p.current += bytes;
-  if (p.current > p.peak) p.peak = p.current;
+  const size_t now = blocks.stats().requested;
+  if (now > p.peak) p.peak = now;
   return ptr;
 }
 
@@ -132,18 +111,11 @@ void cuda_free(void* ptr, size_t bytes, int device) {
   if (!ptr) return;
   Pool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mu);
-  auto it = p.live.find(ptr);
-  if (it == p.live.end()) {
+  if (!p.blocks || !p.blocks->release(ptr)) {
     // Called from Storage's destructor, so it must not throw: report the bug instead.
     std::fprintf(stderr, "tarantella: cuda_free of %p on cuda:%d, which the allocator did not hand out\n", ptr,
                  device);
-    return;
   }
-  LiveBlock b = it->second;
-  p.live.erase(it);
-  p.current -= b.requested;
-  p.free_blocks[b.block].push_back(ptr);
-  p.cached += b.block;
 }
 
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
@@ -217,10 +189,11 @@ void cuda_memset_zero(void* ptr, size_t bytes, int device) {
 MemoryStats cuda_memory_stats(int device) {
   Pool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mu);
+  const BlockPoolStats b = blocks_of(p, device).stats();
   MemoryStats s;
-  s.current_bytes = p.current;
+  s.current_bytes = b.requested;
   s.peak_bytes = p.peak;
-  s.reserved_bytes = p.reserved;
+  s.reserved_bytes = b.reserved;
   if (p.total == 0) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) p.total = prop.totalGlobalMem;
@@ -232,33 +205,35 @@ MemoryStats cuda_memory_stats(int device) {
 void cuda_reset_peak(int device) {
   Pool& p = pool(device);
   std::lock_guard<std::mutex> lock(p.mu);
-  p.peak = p.current;
+  p.peak = blocks_of(p, device).stats().requested;
 }
 
 }  // namespace tnt::backend
 
 namespace tnt::cuda {
 
-size_t allocator_block_size(size_t bytes) {
-  if (bytes <= backend::kMinBlock) return backend::kMinBlock;
-  size_t step = std::bit_floor(bytes) / 4;
-  if (step < backend::kMinBlock) step = backend::kMinBlock;
-  return (bytes + step - 1) / step * step;
-}
+size_t allocator_block_size(size_t bytes) { return backend::BlockPool::round(bytes); }
 
 AllocatorCounters allocator_counters(int device) {
   backend::Pool& p = backend::pool(device);
   std::lock_guard<std::mutex> lock(p.mu);
-  AllocatorCounters c = p.counters;
-  c.cached_bytes = p.cached;
+  const backend::BlockPoolStats b = backend::blocks_of(p, device).stats();
+  AllocatorCounters c;
+  c.driver_mallocs = b.segment_allocs;
+  c.driver_frees = b.segment_frees;
+  c.requests = b.requests;
+  c.cache_hits = b.cache_hits;
+  c.cached_bytes = b.cached;
+  c.reserved_bytes = b.reserved;
+  c.largest_free_bytes = b.largest_free;
+  c.segments = b.segments;
   return c;
 }
 
 void empty_cache(int device) {
   backend::Pool& p = backend::pool(device);
   std::lock_guard<std::mutex> lock(p.mu);
-  DeviceGuard guard(device);
-  backend::release_cached(p);
+  backend::blocks_of(p, device).release_free_segments();
 }
 
 }  // namespace tnt::cuda

@@ -160,6 +160,10 @@ class ThroughputLogger : public tnt::Callback {
     if (tnt::default_device().is_cuda()) {
       // What the caching allocator handed out at most (scripts/bench/resnet50_gpu reads it).
       tnt::print("peak GPU memory: {} MiB", tnt::memory_stats(tnt::default_device()).peak_bytes >> 20);
+      // Which BatchNorm chains ran as one cuDNN call (TNT_LAYER_FUSION, docs/gpu.md).
+      tnt::Network& net = model_->network();
+      tnt::print("layer fusion: {} chains, {} fused by cuDNN in the last training step", net.fused_chains(),
+                 net.fused_engine_runs());
     }
   }
 

@@ -126,6 +126,11 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK(Config::from_env().fused_attention);
   }
   {
+    CHECK(Config::from_env().layer_fusion);
+    ScopedEnv a("TNT_LAYER_FUSION", "0");
+    CHECK_FALSE(Config::from_env().layer_fusion);
+  }
+  {
     ScopedEnv a("TNT_NUM_THREADS", "20000");
     CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_NUM_THREADS=20000 is more than 1024"));
   }

@@ -41,7 +41,9 @@ namespace tnt {
   X(ps_servers, std::string, "TNT_PS_SERVERS", "", "ranks",                                    \
     "server ranks of parameter-server training, e.g. 0,1 (the launcher's --parameter-servers); empty = rank 0") \
   X(fused_attention, bool, "TNT_FUSED_ATTENTION", false, "",                                    \
-    "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel")
+    "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel") \
+  X(layer_fusion, bool, "TNT_LAYER_FUSION", true, "",                                           \
+    "on GPUs, BatchNorm->ReLU and BatchNorm->Add->ReLU run as one cuDNN call where it applies; 0 = layer by layer")
 
 // X(name, ENV, help): set by the launcher for each rank, or read by the launcher itself.
 #define TNT_LAUNCH_VARIABLES(X)                                                                 \

@@ -42,7 +42,16 @@ namespace tnt {
 
 namespace detail {
 struct GraphNode;
+struct FusionPlan;
+struct FusedChain;
 }
+
+// Whether a network runs chains of layers that one engine call can run as that one call
+// (BatchNorm -> ReLU and BatchNorm -> Add -> ReLU: cuDNN's fused batch norm on NHWC
+// training). automatic: on for networks on a CUDA device unless TNT_LAYER_FUSION=0, off on
+// the CPU (its engines have no fused calls). Results match the layer-by-layer run up to
+// rounding: the fused call rounds once where the layers round after each (docs/gpu.md).
+enum class LayerFusion { automatic, on, off };
 
 // One output of one node. The shape has -1 for the batch dimension (and for every other
 // dimension that follows the batch size).
@@ -134,6 +143,13 @@ class Network {
   // training loop turns it off: then the layers fed only by inputs skip that work and
   // backward() returns undefined tensors for the inputs.
   void set_input_gradients(bool enabled) { input_gradients_ = enabled; }
+  // Layer fusion (see LayerFusion); the chains are found again at the next forward.
+  void set_layer_fusion(LayerFusion mode);
+  // The chains that run fused (0 while fusion is off), and how many of them the last
+  // training forward ran through an engine call rather than layer by layer (tests,
+  // diagnostics).
+  int64_t fused_chains();
+  int64_t fused_engine_runs() const;
   // Every parameter (trainable and frozen) and buffer, in registration order: layers in the
   // order of their first call, each layer once, its tensors in creation order.
   std::vector<NamedParameter> named_parameters();
@@ -163,6 +179,13 @@ class Network {
  private:
   // Refuses channels_last for a graph in which no layer that supports it sees a 4-D tensor.
   void check_memory_format() const;
+  // Layer fusion (nn/fusion.cpp): whether it is on now, the chains of the graph (made when
+  // needed), and a chain's run at its last member, forward and backward.
+  bool fusion_active() const;
+  detail::FusionPlan* fusion_plan();
+  void forward_chain(detail::FusedChain& chain, std::vector<std::vector<Tensor>>& values,
+                     std::vector<std::vector<int>>& remaining, const RunContext& lrc, bool keep);
+  void backward_chain(detail::FusedChain& chain, std::vector<std::vector<Tensor>>& grads, const RunContext& lrc);
   // Per layer of layers(): the position in trainable_parameters() of its first trainable
   // parameter (the count of trainable ones before it).
   std::vector<size_t> first_trainable_of_layers();
@@ -186,6 +209,8 @@ class Network {
   std::vector<std::vector<MemoryFormat>> out_formats_;  // per node output (inputs too): as produced
   bool have_saved_ = false;
   bool input_gradients_ = true;
+  LayerFusion layer_fusion_ = LayerFusion::automatic;
+  std::shared_ptr<detail::FusionPlan> fusion_;  // the graph's chains, made at first need
   DType compute_dtype_ = DType::f32;
   MemoryFormat memory_format_ = MemoryFormat::contiguous;
 };

@@ -80,12 +80,9 @@ void BatchNorm::to(Device device) {
   }
 }
 
-std::vector<Tensor> BatchNorm::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
-  check_inputs(inputs, 1);
-  const Tensor& x = inputs[0];  // (N, C, ...)
+void BatchNorm::begin_forward(const Tensor& x, const RunContext& rc) {
   TNT_CHECK(x.ndim() >= 2, "BatchNorm '{}': expects (N, C, ...), got {}", name_, x.str());
   ensure_built({x.shape()});
-  check_inputs(inputs, 1);
   TNT_CHECK(x.dim(1) == num_features_, "BatchNorm '{}': built for {} channels, got {}", name_, num_features_, x.str());
   const int64_t per_channel = x.numel() / num_features_;  // N * H * W
   if (rc.training && per_channel <= 1) {
@@ -100,6 +97,16 @@ std::vector<Tensor> BatchNorm::forward(const std::vector<Tensor>& inputs, const 
                     name_, x.str(), x.dim(0), map);
   }
   if (rc.training) ++num_batches_tracked_->value.data<int64_t>()[0];
+}
+
+std::vector<Tensor> BatchNorm::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
+  check_inputs(inputs, 1);
+  const Tensor& x = inputs[0];  // (N, C, ...)
+  TNT_CHECK(x.ndim() >= 2, "BatchNorm '{}': expects (N, C, ...), got {}", name_, x.str());
+  ensure_built({x.shape()});
+  check_inputs(inputs, 1);
+  begin_forward(x, rc);
+  const int64_t per_channel = x.numel() / num_features_;  // N * H * W
   TNT_CUDA_DISPATCH(x.device(), cuda::batch_norm_forward(*this, inputs, rc, saved));
 
   // oneDNN wants at least (N, C, W): a (N, C) input is (N, C, 1).

@@ -35,6 +35,7 @@
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <atomic>
 #include <memory>
 
 namespace tnt::cuda {
@@ -51,6 +52,7 @@ constexpr cudnnBatchNormOps_t kOps = CUDNN_BATCHNORM_OPS_BN;
 struct BnCache {
   Tensor ones, zeros, dscale, dbias;  // (C) each, f32
   bool warned_ex = false;             // the Ex calls were refused once (see the top)
+  bool act_declined = false;          // cuDNN declined the fused chain call once (see below)
 };
 
 BnCache& cache_for(BatchNorm& layer, int64_t channels, Device device) {
@@ -326,6 +328,132 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
     if (bias_grad) per_channel(LoadAsFloat<scalar_t>{dyp}, static_cast<float*>(layer.bias()->grad.raw()));
   });
   return {dx};
+}
+
+// The fused chains (batch_norm_cuda.hpp; the pattern in layers/batch_norm_fusion.cpp).
+// SavedState: {x, batch mean, batch 1/std, y}; extra: the reserve space (which holds the
+// ReLU's mask for BackwardEx) and whether z was added.
+namespace {
+
+struct BnActSaved {
+  Tensor reserve;  // u8
+  bool add = false;
+};
+
+bool is_refusal(cudnnStatus_t st) {
+  const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(st));
+  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
+}
+
+void relu_desc(const ActivationDescriptor& ad) {
+  TNT_CUDNN_CHECK(cudnnSetActivationDescriptor(ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+}
+
+}  // namespace
+
+bool batch_norm_act_forward(BatchNorm& layer, const Tensor& x, const Tensor& z, const RunContext& rc,
+                            const std::function<void()>& begin, SavedState& saved, Tensor& y) {
+  if (!rc.training || x.ndim() != 4 || !x.is_channels_last() || tnt::config().deterministic || x.numel() == 0 ||
+      layer.num_features() != x.dim(1)) {
+    return false;
+  }
+  if (z.defined() && (z.shape() != x.shape() || z.dtype() != x.dtype() || z.memory_format() != x.memory_format() ||
+                      z.device() != x.device())) {
+    return false;
+  }
+  int device = common_device({&x}, "BatchNorm");
+  BnCache& cache = cache_for(layer, x.dim(1), x.device());
+  if (cache.act_declined) return false;
+  const cudnnBatchNormOps_t ops = z.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  Dims d = dims_of(layer, x);
+  TensorDescriptor xd, bnd;
+  set_x_desc(xd, x, d);
+  TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, kModeNhwc));
+  ActivationDescriptor ad;
+  relu_desc(ad);
+  cudnnHandle_t h = cudnn_handle(device);
+  const cudnnTensorDescriptor_t zd = z.defined() ? static_cast<cudnnTensorDescriptor_t>(xd) : nullptr;
+  size_t ws_bytes = 0, reserve_bytes = 0;
+  cudnnStatus_t st =
+      cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kModeNhwc, ops, xd, zd, xd, bnd, ad, &ws_bytes);
+  if (st == CUDNN_STATUS_SUCCESS) st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kModeNhwc, ops, ad, xd, &reserve_bytes);
+  if (st != CUDNN_STATUS_SUCCESS) {
+    TNT_CHECK(is_refusal(st), "BatchNorm '{}': cuDNN's fused batch norm queries for {}: {}", layer.name(), x.str(),
+              cudnnGetErrorString(st));
+    cache.act_declined = true;
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) {
+      log_info("BatchNorm '{}': cuDNN declines its fused batch norm + ReLU for {} ({}); such chains run layer by layer",
+               layer.name(), x.str(), cudnnGetErrorString(st));
+    }
+    return false;
+  }
+  begin();
+  const Tensor& gamma = layer.affine() ? layer.weight()->value : cache.ones;  // (C)
+  const Tensor& beta = layer.affine() ? layer.bias()->value : cache.zeros;    // (C)
+  y = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
+  Tensor save_mean = Tensor::empty({d.c}, DType::f32, x.device());     // (C)
+  Tensor save_inv_std = Tensor::empty({d.c}, DType::f32, x.device());  // (C)
+  auto info = std::make_shared<BnActSaved>();
+  info->reserve = Tensor::empty({static_cast<int64_t>(reserve_bytes)}, DType::u8, x.device());
+  info->add = z.defined();
+  Workspace ws(ws_bytes, device);
+  // Past the queries a refusal is an error: begin() has counted the pass.
+  TNT_CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+      h, kModeNhwc, ops, CudnnScalars::one(), CudnnScalars::zero(), xd, x.raw(), zd, z.defined() ? z.raw() : nullptr,
+      xd, y.raw(), bnd, gamma.raw(), beta.raw(), layer.momentum(), layer.running_mean().value.raw(),
+      layer.running_var().value.raw(), layer.epsilon(), save_mean.raw(), save_inv_std.raw(), ad, ws.data(), ws.bytes(),
+      reserve_bytes > 0 ? info->reserve.raw() : nullptr, reserve_bytes));
+  saved.tensors = {x, save_mean, save_inv_std, y};
+  saved.extra = info;
+  return true;
+}
+
+std::vector<Tensor> batch_norm_act_backward(BatchNorm& layer, const Tensor& dy, SavedState& saved) {
+  TNT_CHECK(saved.tensors.size() == 4 && saved.extra, "BatchNorm '{}': fused backward without its forward",
+            layer.name());
+  const auto& info = *static_cast<const BnActSaved*>(saved.extra.get());
+  const Tensor& x = saved.tensors[0];
+  const Tensor& y = saved.tensors[3];
+  int device = common_device({&x, &dy}, "BatchNorm backward");
+  TNT_CHECK(dy.shape() == x.shape() && dy.dtype() == x.dtype() && dy.memory_format() == x.memory_format(),
+            "BatchNorm '{}': gradient {} for the fused chain's output {}", layer.name(), dy.str(), y.str());
+  Dims d = dims_of(layer, x);
+  BnCache& cache = cache_for(layer, d.c, x.device());
+  const bool affine = layer.affine();
+  const Tensor& gamma = affine ? layer.weight()->value : cache.ones;
+  const Tensor& beta = affine ? layer.bias()->value : cache.zeros;
+  const bool weight_grad = affine && layer.weight()->grad.defined();
+  const bool bias_grad = affine && layer.bias()->grad.defined();
+  const bool direct = weight_grad && bias_grad;  // as batch_norm_backward
+  void* dscale = direct ? layer.weight()->grad.raw() : cache.dscale.raw();
+  void* dbias = direct ? layer.bias()->grad.raw() : cache.dbias.raw();
+  const float* beta_param = direct ? CudnnScalars::one() : CudnnScalars::zero();
+  const cudnnBatchNormOps_t ops = info.add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  TensorDescriptor xd, bnd;
+  set_x_desc(xd, x, d);
+  TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, kModeNhwc));
+  ActivationDescriptor ad;
+  relu_desc(ad);
+  Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
+  Tensor dz = info.add ? Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format()) : Tensor();
+  const cudnnTensorDescriptor_t dzd = info.add ? static_cast<cudnnTensorDescriptor_t>(xd) : nullptr;
+  cudnnHandle_t h = cudnn_handle(device);
+  size_t ws_bytes = 0;
+  TNT_CUDNN_CHECK(
+      cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kModeNhwc, ops, xd, xd, xd, dzd, xd, bnd, ad, &ws_bytes));
+  Workspace ws(ws_bytes, device);
+  const size_t reserve_bytes = static_cast<size_t>(info.reserve.numel());
+  TNT_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+      h, kModeNhwc, ops, CudnnScalars::one(), CudnnScalars::zero(), CudnnScalars::one(), beta_param, xd, x.raw(), xd,
+      y.raw(), xd, dy.raw(), dzd, info.add ? dz.raw() : nullptr, xd, dx.raw(), bnd, gamma.raw(), beta.raw(), dscale,
+      dbias, layer.epsilon(), saved.tensors[1].raw(), saved.tensors[2].raw(), ad, ws.data(), ws.bytes(),
+      reserve_bytes > 0 ? info.reserve.raw() : nullptr, reserve_bytes));
+  if (!direct) {
+    if (weight_grad) axpy(1.0, cache.dscale, layer.weight()->grad);
+    if (bias_grad) axpy(1.0, cache.dbias, layer.bias()->grad);
+  }
+  return {dx, dz};
 }
 
 }  // namespace tnt::cuda

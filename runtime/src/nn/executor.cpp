@@ -14,6 +14,8 @@
 // others get a contiguous copy, of inputs in forward and of output gradients in backward).
 // The format of every node output is recorded in forward, and every gradient is summed in
 // the format of the tensor it belongs to.
+#include "nn/executor_util.hpp"
+#include "nn/fusion.hpp"
 #include "nn/graph_node.hpp"
 
 #include "tarantella/check.hpp"
@@ -23,29 +25,10 @@
 
 namespace tnt {
 
-namespace {
+using detail::accumulate;
+using detail::convert;
+using detail::for_layer;
 
-// slot += grad, both ending in `format` (that of the tensor they are the gradient of).
-void accumulate(Tensor& slot, const Tensor& grad, MemoryFormat format) {
-  // Out of place: grad may be the caller's tensor or a view (Flatten) of another gradient.
-  // to_memory_format shares what is already in format; ops::add makes a new tensor.
-  const Tensor g = grad.to_memory_format(format);
-  slot = slot.defined() ? ops::add(slot.to_memory_format(format), g) : g;
-}
-
-// What a layer gets: t itself when the layer takes its format, else a contiguous copy.
-Tensor for_layer(const Layer& layer, const Tensor& t) {
-  if (!t.defined() || !t.is_channels_last() || layer.supports_memory_format(MemoryFormat::channels_last)) return t;
-  return t.contiguous();
-}
-
-// t in dtype `to` when t is floating in dtype `from`; anything else unchanged. The memory
-// format stays (ops::cast keeps it).
-Tensor convert(const Tensor& t, DType from, DType to) {
-  return t.defined() && t.dtype() == from && from != to ? ops::cast(t, to) : t;
-}
-
-}  // namespace
 
 std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                                      std::optional<bool> keep_for_backward) {
@@ -90,9 +73,17 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
     values[i] = {convert(inputs[i], DType::f32, cdt)};
     out_formats_[i] = {inputs[i].memory_format()};
   }
+  detail::FusionPlan* fusion = fusion_active() ? fusion_plan() : nullptr;
+  if (fusion_ && rc.training) fusion_->engine_runs = 0;  // counts the last training forward
   std::vector<Tensor> args;
   for (size_t i = inputs_.size(); i < n; ++i) {
     Layer* layer = nodes_[i]->layer;
+    if (fusion != nullptr && fusion->chain_of_node[i] >= 0) {
+      // A fused chain runs at its last member (nn/fusion.hpp).
+      detail::FusedChain& chain = fusion->chains[static_cast<size_t>(fusion->chain_of_node[i])];
+      if (chain.nodes.back() == i) forward_chain(chain, values, remaining, lrc, keep);
+      continue;
+    }
     args.clear();
     for (const auto& [p, k] : node_inputs_[i]) args.push_back(for_layer(*layer, values[p][static_cast<size_t>(k)]));
     saved_[i] = SavedState{};
@@ -181,10 +172,16 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
   std::vector<size_t> first_trainable;  // per layer
   if (hook) first_trainable = first_trainable_of_layers();
 
+  detail::FusionPlan* fusion = fusion_active() ? fusion_plan() : nullptr;
   for (size_t i = n; i-- > inputs_.size();) {
     Layer* layer = nodes_[i]->layer;
     std::vector<Tensor>& g = grads[i];
-    if (std::any_of(g.begin(), g.end(), [](const Tensor& t) { return t.defined(); })) {
+    const int chain = fusion != nullptr ? fusion->chain_of_node[i] : -1;
+    if (chain >= 0) {
+      // The whole chain at its last member; the others have nothing left to do.
+      detail::FusedChain& c = fusion->chains[static_cast<size_t>(chain)];
+      if (c.nodes.back() == i) backward_chain(c, grads, lrc);
+    } else if (std::any_of(g.begin(), g.end(), [](const Tensor& t) { return t.defined(); })) {
       for (size_t k = 0; k < g.size(); ++k) {
         // In the format of output k (accumulate put it there), contiguous for a layer without
         // channels_last support (whose outputs are contiguous anyway).

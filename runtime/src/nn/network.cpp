@@ -2,6 +2,7 @@
 // inputs, an order of the calls that depends only on the graph's structure (so it is the same
 // on every rank), the layers in the order of their first call (the registration order of
 // parameters, hence of the Reducer's buckets), their names, and the network's device.
+#include "nn/fusion.hpp"
 #include "nn/graph_node.hpp"
 
 #include "tarantella/check.hpp"
@@ -169,6 +170,7 @@ void Network::set_graph(const std::vector<SymTensor>& inputs, const std::vector<
                     name_, layers_[0]->name(), device_.str(), layer->name(), layer->device().str());
   }
   saved_.assign(n, {});
+  fusion_.reset();  // the chains of the old graph
   out_shapes_.assign(n, {});
   out_dtypes_.assign(n, {});
   out_formats_.assign(n, {});

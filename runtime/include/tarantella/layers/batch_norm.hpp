@@ -33,6 +33,9 @@ class BatchNorm : public Layer {
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
                                SavedState& saved) override;
 
+  // What forward does before its engine runs: checks x, builds the layer, counts a training
+  // pass. The fused chains' engine call (layers/batch_norm_fusion.cpp) runs it too.
+  void begin_forward(const Tensor& x, const RunContext& rc);
   double momentum() const { return options_.momentum; }
   double epsilon() const { return options_.epsilon; }
   bool affine() const { return options_.affine; }

@@ -1,0 +1,214 @@
+// Layer fusion in the executor (nn/fusion.hpp), on the CPU: which chains are found, that a
+// chain run layer by layer at its last member's place gives bitwise the results of the
+// unfused run (outputs, input and parameter gradients, BatchNorm statistics, in both memory
+// formats), that an engine's chain call gets the right inputs and hands its gradients to
+// the right producers, and that gradient hooks fire in the same order. The cuDNN engine of
+// the BatchNorm chains is checked against the unfused layers on a GPU (nn_layer_fusion_cuda).
+#include <catch2/catch.hpp>
+
+#include "nn/fusion.hpp"
+#include "tarantella/tarantella.hpp"
+
+#include <string>
+#include <vector>
+
+using namespace tnt;
+
+namespace {
+
+SymTensor conv(const SymTensor& x, int64_t filters, int64_t k, int64_t stride, const std::string& name) {
+  Conv2DOptions o;
+  o.stride = stride;
+  o.padding = k / 2;
+  o.use_bias = false;
+  return call(std::make_shared<Conv2D>(filters, k, o, name), x);
+}
+SymTensor bn(const SymTensor& x, const std::string& name) {
+  return call(std::make_shared<BatchNorm>(BatchNormOptions{}, name), x);
+}
+SymTensor relu(const SymTensor& x, const std::string& name) { return call(std::make_shared<ReLU>(name), x); }
+SymTensor add(const SymTensor& a, const SymTensor& b, const std::string& name) {
+  return call(std::make_shared<Add>(name), std::vector<SymTensor>{a, b});
+}
+
+// (N, 3, 9, 7) -> 5 logits: a stem, an identity block, a block with a projection shortcut
+// (whose BatchNorm comes after the chain's BatchNorm in the order, so the chain must run at
+// its ReLU), and an Add whose chain input is its second input.
+std::shared_ptr<Network> resnet_like() {
+  SymTensor x = Input({3, 9, 7}, DType::f32, "images");
+  SymTensor h = relu(bn(conv(x, 8, 3, 1, "conv1"), "bn1"), "relu1");                        // chain 1
+  SymTensor r = relu(bn(conv(h, 8, 3, 1, "b1.conv1"), "b1.bn1"), "b1.relu1");                // chain 2
+  r = bn(conv(r, 8, 3, 1, "b1.conv2"), "b1.bn2");
+  h = relu(add(h, r, "b1.add"), "b1.relu2");                                                 // chain 3 (arg 1)
+  SymTensor s = relu(bn(conv(h, 12, 3, 2, "b2.conv1"), "b2.bn1"), "b2.relu1");               // chain 4
+  s = bn(conv(s, 12, 3, 1, "b2.conv2"), "b2.bn2");
+  SymTensor shortcut = bn(conv(h, 12, 1, 2, "b2.down.0"), "b2.down.1");
+  h = relu(add(s, shortcut, "b2.add"), "b2.relu2");                                          // chain 5
+  h = call(std::make_shared<GlobalAveragePool>("avgpool"), h);
+  h = call(std::make_shared<Flatten>("flatten"), h);
+  SymTensor y = call(std::make_shared<Dense>(5, DenseOptions{}, "fc"), h);
+  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "resnet_like");
+  net->initialize(5);
+  return net;
+}
+
+Tensor random(const Shape& shape, uint64_t seed, const std::string& name) {
+  Tensor t = Tensor::empty(shape);
+  CounterRng rng(seed, name);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(2 * rng.uniform(i) - 1);
+  return t;
+}
+
+struct Pass {
+  std::vector<Tensor> tensors;  // output, input gradient, parameter gradients, buffers
+  std::vector<size_t> hooks;    // trainable indices in the order the hook saw them
+};
+
+// Two training passes: the second starts from the statistics the first updated.
+Pass train_pass(Network& net, const Shape& in_shape, const Shape& out_shape) {
+  RunContext rc;
+  rc.training = true;
+  Pass p;
+  for (int step = 0; step < 2; ++step) {
+    net.zero_grad();
+    p.hooks.clear();
+    const Tensor x = random(in_shape, 1 + step, "x");
+    p.tensors = {net.forward({x}, rc)[0]};
+    p.tensors.push_back(net.backward({random(out_shape, 1 + step, "dy")}, rc,
+                                     [&](size_t index, Parameter&) { p.hooks.push_back(index); })[0]);
+  }
+  for (auto& np : net.named_parameters()) p.tensors.push_back(np.param->grad.clone());
+  for (auto& nb : net.named_buffers()) p.tensors.push_back(nb.param->value.clone());
+  return p;
+}
+
+void check_bitwise(const Pass& got, const Pass& want) {
+  REQUIRE(got.tensors.size() == want.tensors.size());
+  for (size_t i = 0; i < got.tensors.size(); ++i) {
+    INFO("tensor " << i << " of the pass");
+    REQUIRE(got.tensors[i].shape() == want.tensors[i].shape());
+    CHECK(got.tensors[i].to_double_vector() == want.tensors[i].to_double_vector());
+  }
+  CHECK(got.hooks == want.hooks);
+}
+
+}  // namespace
+
+TEST_CASE("layer fusion: the chains of a ResNet-like graph", "[fusion]") {
+  auto net = resnet_like();
+  CHECK(net->fused_chains() == 0);  // automatic: off on the CPU
+  net->set_layer_fusion(LayerFusion::on);
+  CHECK(net->fused_chains() == 5);
+  net->set_layer_fusion(LayerFusion::off);
+  CHECK(net->fused_chains() == 0);
+}
+
+TEST_CASE("layer fusion: no chain where an intermediate tensor is seen outside it", "[fusion]") {
+  SymTensor x = Input({4, 5, 5}, DType::f32, "x");
+  SymTensor a = bn(x, "a");  // a network output too: not fused
+  SymTensor ra = relu(a, "ra");
+  SymTensor b = bn(x, "b");  // two uses: not fused
+  SymTensor rb = relu(b, "rb");
+  SymTensor b2 = add(b, rb, "b2");
+  SymTensor c = bn(x, "c");  // Add's output used twice: BatchNorm -> ReLU does not apply either
+  SymTensor s = add(c, x, "s");
+  SymTensor rs = relu(s, "rs");
+  SymTensor out = add(add(rs, s, "o1"), b2, "o2");
+  SymTensor d = relu(bn(x, "d"), "rd");  // the one chain
+  Network net({x}, {a, ra, out, d}, "exposed");
+  net.set_layer_fusion(LayerFusion::on);
+  CHECK(net.fused_chains() == 1);
+  // And it runs: results as without fusion.
+  net.initialize(3);
+  RunContext rc;
+  rc.training = true;
+  const Tensor in = random({2, 4, 5, 5}, 9, "in");
+  const std::vector<Tensor> fused = net.forward({in}, rc);
+  net.set_layer_fusion(LayerFusion::off);
+  const std::vector<Tensor> plain = net.forward({in}, rc);
+  for (size_t i = 0; i < plain.size(); ++i) CHECK(fused[i].to_double_vector() == plain[i].to_double_vector());
+}
+
+TEST_CASE("layer fusion: chains run layer by layer give the unfused results bitwise", "[fusion]") {
+  for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    INFO("format " << memory_format_name(format));
+    auto plain = resnet_like();
+    auto fused = resnet_like();  // the same weights (one seed)
+    plain->set_memory_format(format);
+    fused->set_memory_format(format);
+    plain->set_layer_fusion(LayerFusion::off);
+    fused->set_layer_fusion(LayerFusion::on);
+    const Pass want = train_pass(*plain, {4, 3, 9, 7}, {4, 5});
+    const Pass got = train_pass(*fused, {4, 3, 9, 7}, {4, 5});
+    CHECK(fused->fused_engine_runs() == 0);  // no CPU engine for these chains
+    check_bitwise(got, want);
+  }
+}
+
+namespace {
+
+// An engine for Sigmoid -> Add -> Tanh that runs the three layers itself, in its own saved
+// state, and counts its calls: the executor's side of an engine call (inputs in order, the
+// side input's gradient to its producer) is then checked by the results staying bitwise.
+struct SigAddTanhState {
+  SavedState s0, s1, s2;
+};
+int engine_forwards = 0, engine_backwards = 0;
+
+const detail::FusionRegistration kTestPattern(detail::FusionPattern{
+    "test_sigmoid_add_tanh",
+    {"Sigmoid", "Add", "Tanh"},
+    [](const std::vector<Layer*>&) { return true; },
+    [](const std::vector<Layer*>& layers, const std::vector<Tensor>& in, const RunContext& rc, SavedState& saved,
+       std::vector<Tensor>& out) {
+      REQUIRE(in.size() == 2);  // the Sigmoid's input, then the Add's other input
+      auto st = std::make_shared<SigAddTanhState>();
+      const Tensor s = layers[0]->forward({in[0]}, rc, st->s0)[0];
+      const Tensor a = layers[1]->forward({s, in[1]}, rc, st->s1)[0];
+      out = layers[2]->forward({a}, rc, st->s2);
+      saved.extra = st;
+      ++engine_forwards;
+      return true;
+    },
+    [](const std::vector<Layer*>& layers, const std::vector<Tensor>& g, const RunContext& rc, SavedState& saved) {
+      auto& st = *static_cast<SigAddTanhState*>(saved.extra.get());
+      const Tensor ga = layers[2]->backward(g, rc, st.s2)[0];
+      const std::vector<Tensor> gs = layers[1]->backward({ga}, rc, st.s1);
+      const Tensor gx = layers[0]->backward({gs[0]}, rc, st.s0)[0];
+      ++engine_backwards;
+      return std::vector<Tensor>{gx, gs[1]};
+    }});
+
+std::shared_ptr<Network> sig_add_tanh() {
+  SymTensor x = Input({6}, DType::f32, "x");
+  SymTensor h = call(std::make_shared<Dense>(6, DenseOptions{}, "d0"), x);
+  SymTensor s = call(std::make_shared<Sigmoid>("sig"), h);
+  // The side input is made after the head (a later node) from the head's own input.
+  SymTensor z = call(std::make_shared<Dense>(6, DenseOptions{}, "d1"), h);
+  SymTensor t = call(std::make_shared<Tanh>("tanh"), add(z, s, "sum"));  // the chain's input second
+  SymTensor y = call(std::make_shared<Dense>(3, DenseOptions{}, "d2"), t);
+  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "sat");
+  net->initialize(8);
+  return net;
+}
+
+}  // namespace
+
+TEST_CASE("layer fusion: an engine's chain call gets its inputs and gives gradients back", "[fusion]") {
+  auto plain = sig_add_tanh();
+  auto fused = sig_add_tanh();
+  plain->set_layer_fusion(LayerFusion::off);
+  fused->set_layer_fusion(LayerFusion::on);
+  CHECK(fused->fused_chains() == 1);
+  const Pass want = train_pass(*plain, {5, 6}, {5, 3});
+  engine_forwards = engine_backwards = 0;
+  const Pass got = train_pass(*fused, {5, 6}, {5, 3});
+  CHECK(engine_forwards == 2);
+  CHECK(engine_backwards == 2);
+  CHECK(fused->fused_engine_runs() == 1);  // in the last training forward
+  check_bitwise(got, want);
+  // Inference runs the engine too (it decides for itself what applies).
+  RunContext eval;
+  const Tensor x = random({5, 6}, 4, "x");
+  CHECK(fused->forward({x}, eval)[0].to_double_vector() == plain->forward({x}, eval)[0].to_double_vector());
+}

@@ -1,0 +1,114 @@
+// Layer fusion on the GPU: a ResNet-like graph in channels_last, f16 and bf16, trained two
+// passes with fusion on (cuDNN's fused batch norm + ReLU, and + add + ReLU, for its five
+// chains) against the same graph with fusion off (the layers one by one).
+//
+// Tolerance: the fused call adds and applies the ReLU in float before it rounds y once;
+// the layers round the batch norm's output to the half dtype, then the sum. So activations
+// differ by about one rounding of the half dtype (f16 2^-11, bf16 2^-8 relative), which the
+// later convolutions and batch norms carry on, and the backward (which cuDNN computes in
+// its own order) adds its own. Each tensor is compared within 4% (f16) or 8% (bf16) of its
+// largest entry plus as much of each element: several roundings of bf16 but far below what
+// a wrong wiring gives (a missing shortcut gradient or ReLU mask changes results by O(1)).
+#include <catch2/catch.hpp>
+
+#include "gpu_test_util.hpp"
+#include "tarantella/tarantella.hpp"
+
+using namespace tnt;
+
+namespace {
+
+SymTensor conv(const SymTensor& x, int64_t filters, int64_t k, int64_t stride, const std::string& name) {
+  Conv2DOptions o;
+  o.stride = stride;
+  o.padding = k / 2;
+  o.use_bias = false;
+  return call(std::make_shared<Conv2D>(filters, k, o, name), x);
+}
+SymTensor bn(const SymTensor& x, const std::string& name) {
+  return call(std::make_shared<BatchNorm>(BatchNormOptions{}, name), x);
+}
+SymTensor relu(const SymTensor& x, const std::string& name) { return call(std::make_shared<ReLU>(name), x); }
+SymTensor add(const SymTensor& a, const SymTensor& b, const std::string& name) {
+  return call(std::make_shared<Add>(name), std::vector<SymTensor>{a, b});
+}
+
+// Channels are multiples of 8 (what cuDNN's NHWC half kernels want).
+std::shared_ptr<Network> resnet_like() {
+  SymTensor x = Input({3, 16, 16}, DType::f32, "images");
+  SymTensor h = relu(bn(conv(x, 16, 3, 1, "conv1"), "bn1"), "relu1");
+  SymTensor r = relu(bn(conv(h, 16, 3, 1, "b1.conv1"), "b1.bn1"), "b1.relu1");
+  r = bn(conv(r, 16, 3, 1, "b1.conv2"), "b1.bn2");
+  h = relu(add(h, r, "b1.add"), "b1.relu2");
+  SymTensor s = relu(bn(conv(h, 32, 3, 2, "b2.conv1"), "b2.bn1"), "b2.relu1");
+  s = bn(conv(s, 32, 3, 1, "b2.conv2"), "b2.bn2");
+  SymTensor shortcut = bn(conv(h, 32, 1, 2, "b2.down.0"), "b2.down.1");
+  h = relu(add(s, shortcut, "b2.add"), "b2.relu2");
+  h = call(std::make_shared<GlobalAveragePool>("avgpool"), h);
+  h = call(std::make_shared<Flatten>("flatten"), h);
+  SymTensor y = call(std::make_shared<Dense>(5, DenseOptions{}, "fc"), h);
+  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "resnet_like");
+  net->initialize(5);
+  net->to(test::gpu());
+  net->set_memory_format(MemoryFormat::channels_last);
+  return net;
+}
+
+std::vector<Tensor> train_pass(Network& net) {
+  RunContext rc;
+  rc.training = true;
+  rc.device = test::gpu();
+  std::vector<Tensor> out;
+  for (int step = 0; step < 2; ++step) {
+    net.zero_grad();
+    const Tensor x = test::random_tensor({8, 3, 16, 16}, step == 0 ? "x0" : "x1").to(test::gpu());
+    out = {net.forward({x}, rc)[0]};
+    out.push_back(net.backward({test::random_tensor({8, 5}, step == 0 ? "dy0" : "dy1").to(test::gpu())}, rc)[0]);
+  }
+  for (auto& np : net.named_parameters()) out.push_back(np.param->grad.to(Device::cpu()));
+  for (auto& nb : net.named_buffers()) out.push_back(nb.param->value.to(Device::cpu()));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("layer fusion on CUDA: fused batch norm chains match the layers one by one", "[gpu][fusion]") {
+  REQUIRE(cuda_available());
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    INFO("compute dtype " << dtype_name(dtype));
+    auto plain = resnet_like();
+    auto fused = resnet_like();
+    plain->set_compute_dtype(dtype);
+    fused->set_compute_dtype(dtype);
+    plain->set_layer_fusion(LayerFusion::off);
+    // automatic: on for a CUDA network
+    CHECK(fused->fused_chains() == 5);
+    const std::vector<Tensor> want = train_pass(*plain);
+    const std::vector<Tensor> got = train_pass(*fused);
+    const int64_t runs = fused->fused_engine_runs();
+    INFO("chains through cuDNN in the last forward: " << runs << " of 5");
+    // cuDNN's fused NHWC batch norm takes f16 (its original case); whether it takes bf16 is
+    // what this run shows (the chains then run layer by layer, correct but not faster).
+    if (dtype == DType::f16) CHECK(runs == 5);
+    if (dtype == DType::bf16 && runs == 0) WARN("cuDNN declined the fused batch norm in bf16");
+    const double tol = dtype == DType::f16 ? 0.04 : 0.08;
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (want[i].dtype() == DType::i64) {
+        test::require_equal(got[i], want[i], "pass counter " + std::to_string(i));
+        continue;
+      }
+      test::require_close(got[i], want[i], tol * test::max_abs(want[i]), tol, "tensor " + std::to_string(i));
+    }
+  }
+}
+
+TEST_CASE("layer fusion on CUDA: TNT_LAYER_FUSION=0 and f32 run the layers one by one", "[gpu][fusion]") {
+  REQUIRE(cuda_available());
+  auto net = resnet_like();
+  train_pass(*net);  // f32: cuDNN's fused kernels are for half; either way the results are right
+  net->set_layer_fusion(LayerFusion::off);
+  CHECK(net->fused_chains() == 0);
+  train_pass(*net);
+  CHECK(net->fused_engine_runs() == 0);
+}

@@ -284,3 +284,27 @@ TEST_CASE("LabelSmoothingCrossEntropy: CUDA engine matches the CPU engine", "[gp
   SavedState bad;
   CHECK_THROWS_AS(loss.forward(logits.to(gpu()), ids64(v, {3, 4}).to(gpu()), 0, bad), InputError);
 }
+
+TEST_CASE("LabelSmoothingCrossEntropy on CUDA reads bf16/f16 logits as they are, bit for bit", "[gpu][transformer][losses]") {
+  // Loss::reads_half_predictions: the Model then skips the network's f32 widening, so the
+  // loss and the gradient must be exactly those of the widened logits (the gradient rounded
+  // to the half dtype, as the network's edge would have done).
+  LabelSmoothingCrossEntropy loss(0.1);
+  CHECK(loss.reads_half_predictions(gpu()));
+  CHECK_FALSE(loss.reads_half_predictions(Device::cpu()));
+  std::vector<int64_t> v(24);
+  for (int i = 0; i < 24; ++i) v[i] = i % 7 == 6 ? 0 : (i * 53) % 1000;
+  const Tensor labels = ids64(v, {4, 6}).to(gpu());
+  for (DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    const Tensor half = ops::cast(test::random_tensor({4, 6, 1000}, "ls_half", -6.0f, 6.0f).to(gpu()), dt);
+    const Tensor wide = ops::cast(half, DType::f32);
+    SavedState sh, sw;
+    const Tensor lh = loss.forward(half, labels, 19, sh);
+    const Tensor lw = loss.forward(wide, labels, 19, sw);
+    CHECK(Loss::value(lh) == Loss::value(lw));
+    const Tensor gh = loss.backward(sh, 1024.0);
+    CHECK(gh.dtype() == dt);
+    test::require_equal(gh, ops::cast(loss.backward(sw, 1024.0), dt), "gradient");
+  }
+}

@@ -258,6 +258,45 @@ TEST_CASE("a network in bf16 or f16 on the CPU rounds between layers and keeps f
   CHECK_THROWS_WITH(both.backward({tnt::ops::cast(ones, tnt::DType::f16), ones}, rc), Catch::Contains("f32 gradients"));
 }
 
+TEST_CASE("RunContext::half_outputs: outputs in the compute dtype, gradients taken in it, the same bits", "[mixed_precision]") {
+  // What the Model does for a loss that reads half predictions (Loss::reads_half_predictions):
+  // the outputs are the widened ones before widening, and a half gradient gives the
+  // results of the same values as f32 (the network rounds an f32 gradient to its dtype).
+  Data d = make_data();
+  tnt::Tensor x = d.images.slice_rows(0, 8);
+  auto net = make_net();
+  net->initialize(kSeed);
+  for (tnt::DType dt : {tnt::DType::bf16, tnt::DType::f16}) {
+    INFO("compute dtype " << tnt::dtype_name(dt));
+    net->set_compute_dtype(dt);
+    tnt::RunContext rc;
+    rc.training = true;
+    const tnt::Tensor wide = net->forward({x}, rc)[0];
+    REQUIRE(wide.dtype() == tnt::DType::f32);
+    net->zero_grad();
+    const tnt::Tensor dy = tnt::ops::cast(tnt::ops::cast(tnt::Tensor::full({8, 3}, 0.3), dt), tnt::DType::f32);
+    net->backward({dy}, rc);
+    std::vector<std::vector<double>> want;
+    for (auto& p : net->named_parameters()) want.push_back(p.param->grad.to_double_vector());
+
+    rc.half_outputs = true;
+    const tnt::Tensor half = net->forward({x}, rc)[0];
+    REQUIRE(half.dtype() == dt);
+    CHECK(half.to_double_vector() == wide.to_double_vector());
+    net->zero_grad();
+    net->backward({tnt::ops::cast(dy, dt)}, rc);
+    size_t i = 0;
+    for (auto& p : net->named_parameters()) {
+      INFO(p.name);
+      CHECK(p.param->grad.to_double_vector() == want[i++]);
+    }
+    // A gradient in another half dtype is still refused.
+    net->forward({x}, rc);
+    const tnt::DType other = dt == tnt::DType::bf16 ? tnt::DType::f16 : tnt::DType::bf16;
+    CHECK_THROWS_WITH(net->backward({tnt::ops::cast(dy, other)}, rc), Catch::Contains("f32 gradients"));
+  }
+}
+
 TEST_CASE("fp16 and bf16 training on p ranks track fp32 and keep the replicas identical", "[mixed_precision]") {
   Run f32 = train(tnt::Precision::from_name("fp32"), 4);
   for (const char* name : {"bf16", "fp16"}) {

@@ -59,6 +59,12 @@ struct RunContext {
   // element-wise activations, Add) follow their input instead; a layer that does not
   // support channels_last is given contiguous tensors whatever this says.
   MemoryFormat memory_format = MemoryFormat::contiguous;
+  // Mixed precision: the network's floating outputs stay in its compute dtype instead of
+  // being widened to f32 at the edge (Network::set_compute_dtype). The Model asks for it
+  // in training and evaluation when its loss reads half predictions
+  // (Loss::reads_half_predictions): the f32 copy of a Transformer's (tokens, 33,708) logits
+  // and their f32 gradient were a step's largest tensors.
+  bool half_outputs = false;
 };
 
 struct SavedState {

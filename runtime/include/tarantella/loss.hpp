@@ -56,6 +56,15 @@ class Loss {
   // (one small allreduce per step), so p ranks on a global batch equal one rank on it, and
   // logs the loss per token.
   virtual bool normalizes_by_tokens() const { return false; }
+  // Whether forward takes f16/bf16 predictions on `device` as they are (computing in float)
+  // and backward then returns its gradient in their dtype: a mixed-precision Model then
+  // skips widening the network's outputs to f32 (RunContext::half_outputs). The results
+  // are those of the widened predictions, bit for bit: widening is exact, and the f32
+  // gradient would be rounded to the half dtype at the network's edge anyway.
+  virtual bool reads_half_predictions(const Device& device) const {
+    (void)device;
+    return false;
+  }
   virtual int64_t count_tokens(const Tensor& targets) const {
     (void)targets;
     return 0;
@@ -104,6 +113,7 @@ class LabelSmoothingCrossEntropy : public Loss {
   Tensor backward(SavedState& saved, double scale = 1.0) override;
   bool normalizes_by_tokens() const override { return true; }
   int64_t count_tokens(const Tensor& labels) const override;  // labels != pad_id
+  bool reads_half_predictions(const Device& device) const override { return device.is_cuda(); }  // the CUDA engine
   double smoothing() const { return smoothing_; }
   int64_t pad_id() const { return pad_id_; }
   // The constant c above for V classes (0 without smoothing).

@@ -128,8 +128,8 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
 
   std::vector<Tensor> result;
   for (size_t o = 0; o < outputs_.size(); ++o) {
-    result.push_back(
-        convert(values[output_node_[o]][static_cast<size_t>(outputs_[o].index)], cdt, DType::f32).contiguous());
+    const Tensor& out = values[output_node_[o]][static_cast<size_t>(outputs_[o].index)];
+    result.push_back((rc.half_outputs ? out : convert(out, cdt, DType::f32)).contiguous());
   }
   return result;
 }
@@ -153,11 +153,14 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
     const Shape& want = p < inputs_.size() ? grad_outputs[o].shape() : out_shapes_[p][k];
     TNT_INPUT_CHECK(grad_outputs[o].shape() == want, "network '{}': gradient {} has shape {}, output {} has {}", name_,
                     o, shape_str(grad_outputs[o].shape()), o, shape_str(want));
-    // The outputs were handed out as f32; inside, gradients travel in the compute dtype
-    // (also for an output that is a network input, which forward() cast on entry).
-    TNT_INPUT_CHECK(compute_dtype_ == DType::f32 || grad_outputs[o].dtype() == DType::f32,
-                    "network '{}': gradient {} is {}; a network in mixed precision takes f32 gradients for its outputs",
-                    name_, o, grad_outputs[o].str());
+    // The outputs were handed out as f32 (or, with RunContext::half_outputs, in the compute
+    // dtype); inside, gradients travel in the compute dtype (also for an output that is a
+    // network input, which forward() cast on entry).
+    TNT_INPUT_CHECK(compute_dtype_ == DType::f32 || grad_outputs[o].dtype() == DType::f32 ||
+                        grad_outputs[o].dtype() == compute_dtype_,
+                    "network '{}': gradient {} is {}; a network in mixed precision takes f32 gradients (or {}, its "
+                    "compute dtype) for its outputs",
+                    name_, o, grad_outputs[o].str(), dtype_name(compute_dtype_));
     const DType want_dtype = p < inputs_.size()
                                  ? (inputs_[p].dtype() == DType::f32 ? compute_dtype_ : inputs_[p].dtype())
                                  : out_dtypes_[p][k];

@@ -153,6 +153,13 @@ int64_t step_units(const Loss& loss, const Tensor& batch_target, const Tensor& d
   return loss.count_tokens(rows(batch_target.device().is_cpu() ? batch_target : device_target, real));
 }
 
+// Whether the network's outputs stay in the compute dtype for the loss
+// (RunContext::half_outputs): mixed precision, a loss that reads them as they are on this
+// device, and no metric (the metrics' engines take f32 predictions).
+bool half_outputs(const Precision& precision, const Network& net, const Loss& loss, bool metrics) {
+  return precision.mixed() && !metrics && loss.reads_half_predictions(net.device());
+}
+
 }  // namespace
 
 // One training step on this rank's micro-batch: forward, the loss of the GLOBAL batch (each
@@ -165,6 +172,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   detail::StepScalars::Scope readback(totals.scalars());  // the losses' and metrics' results
   rc.step = global_step_;
   rc.sample_offset = batch.sample_offset;
+  rc.half_outputs = half_outputs(precision_, *network_, *loss_, !metrics_.empty());
   network_->zero_grad();
   if (ps_) ps_->pull();  // the servers' current variables
   Tensor pred;
@@ -285,7 +293,9 @@ void Model::test_step(const Batch& batch, const RunContext& rc, detail::PassTota
   detail::StepScalars::Scope readback(totals.scalars());
   const int64_t real = batch.real_samples;
   Span span(Lane::compute, "evaluation step", timeline::on_device);
-  const Tensor pred = network_->forward(in.inputs, rc, false).at(0);
+  RunContext erc = rc;
+  erc.half_outputs = half_outputs(precision_, *network_, *loss_, !metrics_.empty());
+  const Tensor pred = network_->forward(in.inputs, erc, false).at(0);
   if (real == 0) return;
   SavedState ls;
   // Divided by 1: this rank's plain sum of per-sample losses.

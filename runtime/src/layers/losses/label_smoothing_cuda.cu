@@ -64,19 +64,26 @@ __global__ void smooth_forward_kernel(const T* __restrict__ logits,  // (R, V)
   }
 }
 
-template <typename T, typename L>
+// Rows over blocks (grid-stride), the row's columns over the block's threads: no 64-bit
+// division per element. The gradient is stored in G: f32, or the logits' half dtype (the
+// same bits as the f32 value rounded at the network's edge).
+template <typename T, typename L, typename G>
 __global__ void smooth_backward_kernel(const T* __restrict__ logits,   // (R, V)
                                        const L* __restrict__ labels,   // (R)
                                        const float* __restrict__ lse,  // (R)
                                        int64_t rows, int64_t v, int64_t pad, float f, float conf, float low,
-                                       float* __restrict__ grad) {  // (R, V)
-  TNT_KERNEL_LOOP(i, rows * v) {
-    const int64_t r = i / v, j = i % v;
+                                       G* __restrict__ grad) {  // (R, V)
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t y = static_cast<int64_t>(labels[r]);
     // A label outside [0, V) reaches here inside a step whose error is raised at its end:
     // its row is left at 0, as the CPU engine leaves it (the forward counted nothing for it).
     const bool skip = y == pad || y < 0 || y >= v;
-    grad[i] = skip ? 0.0f : (expf(to_float(logits[i]) - lse[r]) - (j == y ? conf : low)) * f;
+    const float l = lse[r];
+    const T* xr = logits + r * v;
+    G* gr = grad + r * v;
+    for (int64_t j = threadIdx.x; j < v; j += blockDim.x) {
+      gr[j] = from_float<G>(skip ? 0.0f : (expf(to_float(xr[j]) - l) - (j == y ? conf : low)) * f);
+    }
   }
 }
 
@@ -141,17 +148,20 @@ Tensor label_smoothing_backward(LabelSmoothingCrossEntropy& loss, SavedState& sa
   int device = common_device({&logits, &labels, &lse}, "LabelSmoothingCrossEntropy backward");
   const double denom = static_cast<const SmoothSaved*>(saved.extra.get())->denominator;
   const int64_t v = logits.dim(-1), rows = logits.numel() / v;
-  Tensor grad = Tensor::empty(logits.shape(), DType::f32, logits.device());
+  // In the logits' dtype (Loss::reads_half_predictions): a half gradient is what the
+  // network's edge would have made of an f32 one.
+  Tensor grad = Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const int64_t n = rows * v;
   if (n == 0) return grad;
   const float f = static_cast<float>(scale / denom);
   const float conf = static_cast<float>(1.0 - loss.smoothing());
   const float low = static_cast<float>(loss.smoothing() / static_cast<double>(v - 1));
+  const unsigned grid = static_cast<unsigned>(rows < 65535 ? rows : 65535);
   TNT_CUDA_DISPATCH_FLOAT(logits.dtype(), "LabelSmoothingCrossEntropy", {
     TNT_CUDA_DISPATCH_LABEL(labels.dtype(), "LabelSmoothingCrossEntropy", {
-      smooth_backward_kernel<scalar_t, label_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+      smooth_backward_kernel<scalar_t, label_t, scalar_t><<<grid, row_threads(v), 0, compute_stream(device)>>>(
           static_cast<const scalar_t*>(logits.raw()), static_cast<const label_t*>(labels.raw()), lse.data<float>(),
-          rows, v, loss.pad_id(), f, conf, low, grad.data<float>());
+          rows, v, loss.pad_id(), f, conf, low, static_cast<scalar_t*>(grad.raw()));
     });
   });
   TNT_CUDA_CHECK_LAUNCH();

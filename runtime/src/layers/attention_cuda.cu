@@ -1,8 +1,9 @@
 // The attention core on CUDA (semantics in attention_cuda.hpp): head split/merge kernels,
 // cuBLAS strided batched products over the B*H heads, and one fused kernel (a warp per row
-// of logits) for bias + softmax + dropout, and one for its backward. The dropout mask is
-// not stored: the backward draws it again from the same Philox counters. Incremental
-// decoding runs the same core; its cache update is one copy kernel (cache_append_kernel).
+// of logits, held in registers up to 1,024 keys) for bias + softmax + dropout, and one for
+// its backward. The dropout mask is not stored: the backward draws it again from the same
+// Philox counters. Incremental decoding runs the same core; its cache update is one copy
+// kernel (cache_append_kernel).
 // With TNT_FUSED_ATTENTION on, bf16/f16 cores of depth 16..128 run the fused engine
 // (attention_fused_cuda.cu) instead: no (B, H, Tq, Tk) tensors at all.
 #include "layers/attention_cuda.hpp"
@@ -14,6 +15,7 @@
 #include "tarantella/runtime.hpp"
 
 #include <atomic>
+#include <type_traits>
 #include <cstdint>
 
 namespace tnt::cuda {
@@ -106,6 +108,58 @@ __global__ void softmax_forward_kernel(const float* __restrict__ logits,  // (R,
   }
 }
 
+// The same for rows of Tk <= K * 32 keys, each lane keeping its K values in registers:
+// the row is read once instead of three times, and the results are the kernel's above bit
+// for bit (the same lanes sum the same terms in the same order; exp is taken once per
+// element and kept instead of being taken again).
+template <typename T, typename I, int K>
+__global__ void softmax_forward_rows_kernel(const float* __restrict__ logits,  // (R, Tk)
+                                            const I* __restrict__ ids,         // (B, Tk) or null
+                                            T* __restrict__ p,                 // (R, Tk)
+                                            T* __restrict__ pd,                // (R, Tk) or null (no dropout)
+                                            AttentionCoreArgs a) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t rows = a.batch * a.heads * a.tq;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int64_t tk = a.tk, b = r / (a.heads * a.tq), i = r % a.tq;
+  const float* lr = logits + r * tk;
+  float e[K];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int t = 0; t < K; ++t) {
+    const int64_t j = lane + t * kWarp;
+    e[t] = -INFINITY;
+    if (j < tk) {
+      const bool masked = (ids != nullptr && ids[b * tk + j] == 0) || (a.causal && j > i + (tk - a.tq));
+      e[t] = masked ? lr[j] + kMaskBias : lr[j];
+      mx = fmaxf(mx, e[t]);
+    }
+  }
+  mx = warp_max(mx);
+  float total = 0.0f;
+#pragma unroll
+  for (int t = 0; t < K; ++t) {
+    if (lane + t * kWarp < tk) {
+      e[t] = __expf(e[t] - mx);
+      total += e[t];
+    }
+  }
+  const float inv = 1.0f / warp_sum(total);
+  const float keep_scale = 1.0f / (1.0f - a.rate);
+#pragma unroll
+  for (int t = 0; t < K; ++t) {
+    const int64_t j = lane + t * kWarp;
+    if (j >= tk) continue;
+    const float v = e[t] * inv;
+    p[r * tk + j] = from_float<T>(v);
+    if (pd != nullptr) {
+      const bool kept = philox::uniform(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate;
+      pd[r * tk + j] = from_float<T>(kept ? v * keep_scale : 0.0f);
+    }
+  }
+}
+
 // dl = p (dp - sum_j dp_j p_j), dp = dpd through the dropout mask (drawn again).
 template <typename T>
 __global__ void softmax_backward_kernel(const float* __restrict__ dpd,  // (R, Tk)
@@ -132,6 +186,48 @@ __global__ void softmax_backward_kernel(const float* __restrict__ dpd,  // (R, T
     dl[r * tk + j] = from_float<T>(pj * (dp(j) - dot));
   }
 }
+
+// The backward for rows of Tk <= K * 32 keys from registers: dpd, p and the mask are read
+// (drawn) once instead of twice, with softmax_backward_kernel's bits.
+template <typename T, int K>
+__global__ void softmax_backward_rows_kernel(const float* __restrict__ dpd,  // (R, Tk)
+                                             const T* __restrict__ p,        // (R, Tk)
+                                             T* __restrict__ dl,             // (R, Tk)
+                                             AttentionCoreArgs a) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t rows = a.batch * a.heads * a.tq;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const int64_t tk = a.tk;
+  const bool dropout = a.rate > 0.0f;
+  const float keep_scale = dropout ? 1.0f / (1.0f - a.rate) : 1.0f;
+  float dp[K], pj[K];
+  float dot = 0.0f;
+#pragma unroll
+  for (int t = 0; t < K; ++t) {
+    const int64_t j = lane + t * kWarp;
+    dp[t] = 0.0f;
+    pj[t] = 0.0f;
+    if (j < tk) {
+      const float g = dpd[r * tk + j];
+      dp[t] = !dropout ? g
+                       : (philox::uniform(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate ? g * keep_scale
+                                                                                                      : 0.0f);
+      pj[t] = to_float(p[r * tk + j]);
+      dot += dp[t] * pj[t];
+    }
+  }
+  dot = warp_sum(dot);
+#pragma unroll
+  for (int t = 0; t < K; ++t) {
+    const int64_t j = lane + t * kWarp;
+    if (j < tk) dl[r * tk + j] = from_float<T>(pj[t] * (dp[t] - dot));
+  }
+}
+
+// Registers per lane for rows of tk keys: 8, 16 or 32 values (tk <= 1024), else 0 (the
+// kernels that read the row again).
+int row_values(int64_t tk) { return tk <= 8 * kWarp ? 8 : tk <= 16 * kWarp ? 16 : tk <= 32 * kWarp ? 32 : 0; }
 
 template <typename T>
 void heads(bool split, const Tensor& src, const Tensor& dst, int64_t b, int64_t t, int64_t h, int64_t d, float s,
@@ -208,15 +304,23 @@ Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
             logits.raw(), Tq * Tk, B * H);
     if (rows > 0 && Tk > 0) {
       auto* pd = a.rate > 0.0f ? static_cast<scalar_t*>(s->pd.raw()) : nullptr;
+      const float* lp = static_cast<const float*>(logits.raw());
+      auto* pp = static_cast<scalar_t*>(s->p.raw());
+      auto launch = [&](auto* ids) {
+        using I = std::remove_cv_t<std::remove_pointer_t<decltype(ids)>>;
+        cudaStream_t st = compute_stream(device);
+        switch (row_values(Tk)) {
+          case 8: softmax_forward_rows_kernel<scalar_t, I, 8><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a); break;
+          case 16: softmax_forward_rows_kernel<scalar_t, I, 16><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a); break;
+          case 32: softmax_forward_rows_kernel<scalar_t, I, 32><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a); break;
+          default: softmax_forward_kernel<scalar_t, I><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a);
+        }
+      };
       if (key_ids.defined()) {
-        TNT_CUDA_DISPATCH_LABEL(key_ids.dtype(), "MultiHeadAttention", {
-          softmax_forward_kernel<scalar_t, label_t><<<row_blocks(rows), kBlock, 0, compute_stream(device)>>>(
-              static_cast<const float*>(logits.raw()), static_cast<const label_t*>(key_ids.raw()),
-              static_cast<scalar_t*>(s->p.raw()), pd, a);
-        });
+        TNT_CUDA_DISPATCH_LABEL(key_ids.dtype(), "MultiHeadAttention",
+                                { launch(static_cast<const label_t*>(key_ids.raw())); });
       } else {
-        softmax_forward_kernel<scalar_t, int64_t><<<row_blocks(rows), kBlock, 0, compute_stream(device)>>>(
-            static_cast<const float*>(logits.raw()), nullptr, static_cast<scalar_t*>(s->p.raw()), pd, a);
+        launch(static_cast<const int64_t*>(nullptr));
       }
       TNT_CUDA_CHECK_LAUNCH();
     }
@@ -265,9 +369,16 @@ void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& sta
     gemm_rm(device, dt, DType::f32, false, true, Tq, Tk, d, 1.0f, doh.raw(), Tq * d, s.vh.raw(), Tk * d, 0.0f,
             dpd.raw(), Tq * Tk, B * H);
     if (rows > 0 && Tk > 0) {
-      softmax_backward_kernel<scalar_t><<<row_blocks(rows), kBlock, 0, compute_stream(device)>>>(
-          static_cast<const float*>(dpd.raw()), static_cast<const scalar_t*>(s.p.raw()),
-          static_cast<scalar_t*>(dl.raw()), a);
+      const auto* gp = static_cast<const float*>(dpd.raw());
+      const auto* pp = static_cast<const scalar_t*>(s.p.raw());
+      auto* lp = static_cast<scalar_t*>(dl.raw());
+      cudaStream_t st = compute_stream(device);
+      switch (row_values(Tk)) {
+        case 8: softmax_backward_rows_kernel<scalar_t, 8><<<row_blocks(rows), kBlock, 0, st>>>(gp, pp, lp, a); break;
+        case 16: softmax_backward_rows_kernel<scalar_t, 16><<<row_blocks(rows), kBlock, 0, st>>>(gp, pp, lp, a); break;
+        case 32: softmax_backward_rows_kernel<scalar_t, 32><<<row_blocks(rows), kBlock, 0, st>>>(gp, pp, lp, a); break;
+        default: softmax_backward_kernel<scalar_t><<<row_blocks(rows), kBlock, 0, st>>>(gp, pp, lp, a);
+      }
       TNT_CUDA_CHECK_LAUNCH();
     }
     // dqh (B*H, Tq, d) = dl kh; dkh (B*H, Tk, d) = dl^T qh (qh carries the scale)

@@ -3,7 +3,7 @@
 # multi-GPU step and --part multi skips; with 4, part 2 ends with the multi-GPU checks
 # (topology, every multi_gpu test of the kit at 4 ranks, the NCCL allreduce and the
 # Reducer sweep at 4 ranks, ResNet-50 and the Transformer at 1, 2 and 4 ranks), and
-# --part 1 plans none of them. No GPU, no kit build: a kit folder with a tests.tsv only.
+# --part 1 plans none of them but the sanitizers' runs. No GPU, no kit build: a kit folder with a tests.tsv only.
 # --gpus above the machine's count is a usage error (exit 2).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -25,6 +25,7 @@ printf 'tarantella GPU kit\ncommit: test\ncuda_arch: sm_90\n' >"$tmp/kit/KIT.txt
 {
   printf '# set\tname\ttimeout_s\tenvironment\tcommand\n'
   printf 'gpu\tlayers_cuda\t300\t-\t@KIT@/bin/test_layers_cuda\n'
+  printf 'gpu\tlayers_attention_fused_cuda\t300\t-\t@KIT@/bin/test_layers_attention_fused_cuda\n'
   printf 'gpu\ttrain_timeline_cuda.np1\t120\t-\t@MPIRUN@\t--oversubscribe\t-np\t1\t@KIT@/bin/test_train_timeline_cuda\n'
   printf 'multi\ttrain_timeline_cuda.np1\t120\t-\t@MPIRUN@\t--oversubscribe\t-np\t1\t@KIT@/bin/test_train_timeline_cuda\n'
 } >"$tmp/kit/tests.tsv"
@@ -65,6 +66,11 @@ has 'result: plan of [0-9]+ steps \(nothing ran\)' "4 GPUs, part 2"
 
 plan 4 1 || fail "--part 1 --plan with 4 GPUs: exit $?"
 hasnt 'ranks \(nccl\)|at 4 ranks|^plan: topology' "4 GPUs, part 1"
+# The sanitizers: memcheck over SANITIZE's tests, racecheck over the hand-written kernels'.
+has '^plan: memcheck layers_cuda' "part 1"
+has '^plan: memcheck layers_attention_fused_cuda' "part 1"
+has '^plan: racecheck layers_attention_fused_cuda' "part 1"
+hasnt '^plan: racecheck layers_cuda' "part 1"
 plan 4 multi || fail "--part multi --plan with 4 GPUs: exit $?"
 has '^plan: test train_timeline_cuda at 4 ranks' "4 GPUs, part multi"
 has '^plan: transformer 4 ranks' "4 GPUs, part multi"

@@ -310,10 +310,17 @@ Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
         using I = std::remove_cv_t<std::remove_pointer_t<decltype(ids)>>;
         cudaStream_t st = compute_stream(device);
         switch (row_values(Tk)) {
-          case 8: softmax_forward_rows_kernel<scalar_t, I, 8><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a); break;
-          case 16: softmax_forward_rows_kernel<scalar_t, I, 16><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a); break;
-          case 32: softmax_forward_rows_kernel<scalar_t, I, 32><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a); break;
-          default: softmax_forward_kernel<scalar_t, I><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a);
+          case 8:
+            softmax_forward_rows_kernel<scalar_t, I, 8><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a);
+            break;
+          case 16:
+            softmax_forward_rows_kernel<scalar_t, I, 16><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a);
+            break;
+          case 32:
+            softmax_forward_rows_kernel<scalar_t, I, 32><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a);
+            break;
+          default:
+            softmax_forward_kernel<scalar_t, I><<<row_blocks(rows), kBlock, 0, st>>>(lp, ids, pp, pd, a);
         }
       };
       if (key_ids.defined()) {

@@ -364,7 +364,8 @@ bool batch_norm_act_forward(BatchNorm& layer, const Tensor& x, const Tensor& z, 
   int device = common_device({&x}, "BatchNorm");
   BnCache& cache = cache_for(layer, x.dim(1), x.device());
   if (cache.act_declined) return false;
-  const cudnnBatchNormOps_t ops = z.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  const cudnnBatchNormOps_t ops =
+      z.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
   Dims d = dims_of(layer, x);
   TensorDescriptor xd, bnd;
   set_x_desc(xd, x, d);
@@ -376,7 +377,8 @@ bool batch_norm_act_forward(BatchNorm& layer, const Tensor& x, const Tensor& z, 
   size_t ws_bytes = 0, reserve_bytes = 0;
   cudnnStatus_t st =
       cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kModeNhwc, ops, xd, zd, xd, bnd, ad, &ws_bytes);
-  if (st == CUDNN_STATUS_SUCCESS) st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kModeNhwc, ops, ad, xd, &reserve_bytes);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kModeNhwc, ops, ad, xd, &reserve_bytes);
   if (st != CUDNN_STATUS_SUCCESS) {
     TNT_CHECK(is_refusal(st), "BatchNorm '{}': cuDNN's fused batch norm queries for {}: {}", layer.name(), x.str(),
               cudnnGetErrorString(st));

@@ -32,17 +32,19 @@ bool chain_forward(const std::vector<Layer*>& layers, const std::vector<Tensor>&
   const auto begin = [&] { bn.begin_forward(x, rc); };
   // In a CPU-only build no tensor is on a CUDA device (returned above); the dispatch keeps
   // the call type-checked there.
-  bool ran = false;
-  auto run = [&]() -> bool { TNT_CUDA_DISPATCH(x.device(), cuda::batch_norm_act_forward(bn, x, z, rc, begin, saved, y)); return false; };
-  ran = run();
+  auto run = [&]() -> bool {
+    TNT_CUDA_DISPATCH(x.device(), cuda::batch_norm_act_forward(bn, x, z, rc, begin, saved, y));
+    return false;
+  };
+  const bool ran = run();
   if (ran) outputs = {y};
   return ran;
 }
 
 std::vector<Tensor> chain_backward(const std::vector<Layer*>& layers, const std::vector<Tensor>& grad_outputs,
                                    const RunContext&, SavedState& saved) {
-  TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined(), "fused chain of BatchNorm '{}': one gradient expected",
-            layers.at(0)->name());
+  TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined(),
+            "fused chain of BatchNorm '{}': one gradient expected", layers.at(0)->name());
   BatchNorm& bn = bn_of(layers);
   const Tensor& dy = grad_outputs[0];
   auto run = [&]() -> std::vector<Tensor> {

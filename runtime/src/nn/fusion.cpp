@@ -182,7 +182,8 @@ void Network::backward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>
   std::vector<Tensor>& g = grads[tail];
   if (std::none_of(g.begin(), g.end(), [](const Tensor& t) { return t.defined(); })) return;
   for (size_t k = 0; k < g.size(); ++k) {
-    if (!g[k].defined()) g[k] = Tensor::zeros(out_shapes_[tail][k], out_dtypes_[tail][k], device_, out_formats_[tail][k]);
+    if (!g[k].defined())
+      g[k] = Tensor::zeros(out_shapes_[tail][k], out_dtypes_[tail][k], device_, out_formats_[tail][k]);
     g[k] = detail::for_layer(*chain.layers.back(), g[k]);
   }
   auto give = [&](size_t m, size_t j, const Tensor& t) {
@@ -215,7 +216,8 @@ void Network::backward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>
         // The previous member's output gradient, as accumulate() and the loop would give it;
         // none means the loop would skip that member's backward, and so the rest.
         const size_t prev = chain.nodes[m - 1];
-        if (gin[j].defined()) cur = {detail::for_layer(*chain.layers[m - 1], gin[j].to_memory_format(out_formats_[prev][0]))};
+        if (gin[j].defined())
+          cur = {detail::for_layer(*chain.layers[m - 1], gin[j].to_memory_format(out_formats_[prev][0]))};
       } else {
         give(m, j, gin[j]);
       }

@@ -114,12 +114,14 @@ extract() {
 }
 
 # run WHERE COMMAND: runs it (bash, this directory, this environment), shows its output's tail.
+# The output goes to a dot file: every visible name here is a link into the checkout (out/ is
+# the GPU kit's folder once scripts/gpu-bundle has run).
 run() {
   local where=$1 cmd=$2
   echo "+ $cmd"
-  timeout -k 10 "$limit" bash -c "$cmd" </dev/null >"$tmp/out" 2>&1
+  timeout -k 10 "$limit" bash -c "$cmd" </dev/null >"$tmp/.command-output" 2>&1
   local rc=$?
-  tail -n 15 "$tmp/out"
+  tail -n 15 "$tmp/.command-output"
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then
     fail "$where: did not finish within ${limit}s: $cmd"
   elif [[ $rc -ne 0 ]]; then
@@ -212,7 +214,7 @@ while IFS=$'\t' read -r where mode cmd; do
       if [[ $cmd == scripts/demo ]]; then
         # Its build is this test's input; its training and what it says at the end run here.
         run "$where" "scripts/demo $demo_args"
-        if grep -q '^  export PATH=.*build/bin:\$PATH$' "$tmp/out"; then
+        if grep -q '^  export PATH=.*build/bin:\$PATH$' "$tmp/.command-output"; then
           pass "$where: scripts/demo ends with the line that puts build/bin on PATH"
         else
           fail "$where: scripts/demo does not end with an 'export PATH=.../build/bin:\$PATH' line"

@@ -19,7 +19,8 @@ namespace tnt::detail {
 
 // Waits for the requests of one collective, polling MPI_Test so that a deadline can be
 // kept; spins for CommImpl::spin_us, then yields the core between polls (ranks are often
-// oversubscribed in tests and share cores with compute threads).
+// oversubscribed in tests and share cores with compute threads), and after 1 ms naps
+// between polls (a slow link or a late peer: the core is better used by compute).
 class Waiter {
  public:
   static constexpr double kMaxCheckInterval = 30.0;

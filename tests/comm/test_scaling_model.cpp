@@ -236,3 +236,57 @@ TEST_CASE("the profile file round-trips, and a bad one names the field") {
   CHECK_THAT(error_of(replace("tarantella-scaling-profile", "other")), Contains("'format'"));
   CHECK_THAT(error_of(replace("\"a_s\"", "\"x_s\"")), Contains("'allreduce.a_s' is missing"));
 }
+
+TEST_CASE("the slowest of p ranks: expected maximum of the compute samples, less their median") {
+  Profile p = three_gradients();
+  CHECK(straggle_s(p, 4) == 0);  // no samples
+  p.compute_samples_s = {0.001, 0.002, 0.003, 0.004};
+  CHECK(straggle_s(p, 1) == 0);
+  // E[max of 2] = (1*1 + 2*3 + 3*5 + 4*7) / 16 ms = 50/16 ms; median 2.5 ms
+  CHECK(straggle_s(p, 2) == near((50.0 / 16 - 2.5) * 1e-3));
+  // E[max of 4] = (1*1 + 2*15 + 3*65 + 4*175) / 256 ms = 926/256 ms
+  CHECK(straggle_s(p, 4) == near((926.0 / 256 - 2.5) * 1e-3));
+  CHECK(straggle_s(p, 64) > straggle_s(p, 4));
+  CHECK(straggle_s(p, 64) < 1.5e-3 + 1e-12);  // never beyond the slowest sample
+
+  SECTION("it delays every bucket: one 12000-byte bucket ready at 20 ms, 12 ms, ends 32 + lag") {
+    const Prediction pr = predict(p, two_nodes(0, 1e6), 1 << 20);
+    CHECK(pr.straggle_s == near((50.0 / 16 - 2.5) * 1e-3));
+    CHECK(pr.exposed_s == near(0.012 + pr.straggle_s));
+  }
+  SECTION("a bucket hidden behind backward stays hidden when the lag fits") {
+    // threshold 0, 1e7 B/s: C 5-5.4 ms, B 16-16.4, A 20-20.4 ms; + 0.625 ms lag: A ends 21.025
+    const Prediction pr = predict(p, two_nodes(0, 1e7), 0);
+    CHECK(pr.exposed_s == near(0.0004 + 0.000625));
+  }
+}
+
+TEST_CASE("allreduces slower in training than the probe: comm_factor scales every one") {
+  Profile p = three_gradients();
+  p.ranks = 2;
+  p.nodes = 2;
+  p.steps = 20;
+  p.allreduce = AllreduceFit{2, 0, 1e-6};  // 2 ranks: 1e6 B/s; 4000 B in 4 ms
+  CHECK(comm_factor(p) == 1);              // no comm_s recorded
+  // The profile's 3 buckets at 32 KB: one of 12000 B, 12 ms by the probe; 18 ms in training
+  p.comm_s = 0.018;
+  CHECK(comm_factor(p) == near(1.5));
+  p.compute_samples_s = {0.001, 0.002, 0.003, 0.004};  // 0.625 ms of it was waiting for the slower rank
+  CHECK(comm_factor(p) == near((0.018 - 0.000625) / 0.012));
+  p.compute_samples_s.clear();
+  Network net = two_nodes(0, 1e6);
+  net.comm_factor = comm_factor(p);
+  const Prediction pr = predict(p, net, 1 << 20);
+  CHECK(pr.comm_s == near(0.018));
+  CHECK(pr.exposed_s == near(0.018));
+  // Both new fields round-trip; a profile without them reads as before.
+  p.compute_samples_s = {0.001, 0.002};
+  const Profile q = profile_from_json(profile_to_json(p), "p.json");
+  CHECK(q.comm_s == p.comm_s);
+  CHECK(q.compute_samples_s == p.compute_samples_s);
+  std::string text = profile_to_json(p);
+  const size_t at = text.find("\"compute_samples_s\"");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, std::string("\"compute_samples_s\"").size(), "\"unused_field\"");
+  CHECK(profile_from_json(text, "p.json").compute_samples_s.empty());
+}

@@ -83,6 +83,18 @@ double allreduce_s(int64_t bytes, const Network& net) {
   return 2.0 * (p - 1) * std::max(within, across);
 }
 
+double straggle_s(const Profile& profile, int ranks) {
+  std::vector<double> x = profile.compute_samples_s;
+  if (ranks < 2 || x.size() < 2) return 0;
+  std::sort(x.begin(), x.end());
+  const double n = static_cast<double>(x.size());
+  double expected_max = 0;
+  for (size_t i = 1; i <= x.size(); ++i) {
+    expected_max += x[i - 1] * (std::pow(i / n, ranks) - std::pow((i - 1) / n, ranks));
+  }
+  return std::max(0.0, expected_max - median(x));
+}
+
 Prediction predict(const Profile& profile, const Network& net, int64_t threshold_bytes) {
   std::vector<GradientInfo> infos;
   infos.reserve(profile.gradients.size());
@@ -103,11 +115,15 @@ Prediction predict(const Profile& profile, const Network& net, int64_t threshold
   double channel_free = 0;  // when the communication channel finishes its last bucket
   double hidden = 0;
   if (out.ranks > 1) {
+    // Every collective starts when its last rank arrives: the master's ready times, late by
+    // the slowest rank's lag (stragglers: more ranks, a later slowest one).
+    out.straggle_s = straggle_s(profile, out.ranks);
     for (const PlannedBucket& b : plan.buckets) {
       double ready = 0;
       for (size_t g : b.gradients) ready = std::max(ready, std::clamp(profile.gradients[g].ready_s, 0.0, profile.backward_s));
+      ready += out.straggle_s;
       const double start = std::max(ready, channel_free);
-      const double cost = allreduce_s(b.bytes, net);
+      const double cost = allreduce_s(b.bytes, net) * net.comm_factor;
       channel_free = start + cost;
       out.comm_s += cost;
       hidden += std::max(0.0, std::min(channel_free, profile.backward_s) - start);
@@ -119,6 +135,18 @@ Prediction predict(const Profile& profile, const Network& net, int64_t threshold
                profile.other_s;
   out.throughput = out.step_s > 0 ? static_cast<double>(profile.samples_per_rank) * out.ranks / out.step_s : 0;
   return out;
+}
+
+double comm_factor(const Profile& profile) {
+  if (!profile.allreduce || profile.comm_s <= 0 || profile.ranks < 2) return 1;
+  Network own;
+  own.nodes = profile.nodes;
+  own.ranks_per_node = profile.ranks_per_node;
+  own.intra = own.inter = link_from_fit(*profile.allreduce);
+  own.hierarchical = false;  // the fit is of the whole ring as the job ran it
+  const double probe = predict(profile, own, profile.threshold_bytes).comm_s;
+  if (probe <= 0) return 1;
+  return std::max(0.0, profile.comm_s - straggle_s(profile, profile.ranks)) / probe;
 }
 
 std::vector<int64_t> candidate_thresholds(const Profile& profile) {
@@ -186,10 +214,12 @@ std::string profile_to_json(const Profile& p) {
   j["other_s"] = p.other_s;
   j["step_s"] = p.step_s;
   j["exposed_comm_s"] = p.exposed_comm_s;
+  j["comm_s"] = p.comm_s;
   if (p.allreduce) {
     j["allreduce"] = {{"ranks", p.allreduce->ranks}, {"a_s", p.allreduce->a_s},
                       {"b_s_per_byte", p.allreduce->b_s_per_byte}};
   }
+  if (!p.compute_samples_s.empty()) j["compute_samples_s"] = p.compute_samples_s;
   json grads = json::array();
   for (const ProfiledGradient& g : p.gradients) grads.push_back({{"name", g.name}, {"bytes", g.bytes}, {"ready_s", g.ready_s}});
   j["gradients"] = grads;
@@ -265,12 +295,23 @@ Profile profile_from_json(const std::string& body, const std::string& what) {
   p.other_s = seconds(j, what, "other_s");
   p.step_s = seconds(j, what, "step_s");
   p.exposed_comm_s = seconds(j, what, "exposed_comm_s");
+  if (j.contains("comm_s")) p.comm_s = seconds(j, what, "comm_s");  // optional: older profiles lack it
   if (j.contains("allreduce")) {
     const json& a = j["allreduce"];
     if (!a.is_object()) bad(what, "allreduce", "is not an object");
     p.allreduce = AllreduceFit{static_cast<int>(count(a, what, "ranks", 2, "allreduce.")), 0, 0};
     p.allreduce->a_s = seconds(a, what, "a_s", "allreduce.");
     p.allreduce->b_s_per_byte = seconds(a, what, "b_s_per_byte", "allreduce.");
+  }
+  if (j.contains("compute_samples_s")) {  // optional: profiles before it lack it
+    const json& c = j["compute_samples_s"];
+    if (!c.is_array()) bad(what, "compute_samples_s", "is not an array");
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (!c[i].is_number() || !std::isfinite(c[i].get<double>()) || c[i].get<double>() < 0) {
+        bad(what, "compute_samples_s[" + std::to_string(i) + "]", "is not a finite non-negative number");
+      }
+      p.compute_samples_s.push_back(c[i].get<double>());
+    }
   }
   const json& grads = field(j, what, "gradients", "");
   if (!grads.is_array()) bad(what, "gradients", "is not an array");

@@ -40,6 +40,9 @@ struct Network {
   Link intra;  // between ranks of one node
   Link inter;  // between nodes (one link per node)
   bool hierarchical = true;  // false: one flat ring over all ranks (the host transport)
+  // Every allreduce takes this many times the links' time: the profile's allreduces in
+  // training against its probe's (comm_factor below), where the links are the probe's.
+  double comm_factor = 1;
 };
 
 // A straight line time = a_s + b_s_per_byte * bytes fitted to allreduces of a few sizes over
@@ -74,6 +77,13 @@ struct Profile {
   double other_s = 0;  // the rest of the measured step: metrics, callbacks
   double step_s = 0;   // the whole measured step, for comparison with the prediction
   double exposed_comm_s = 0;  // measured wait after backward, for comparison
+  // The allreduces' time in training: per step, the sum over buckets of start to end on
+  // the master (median); 0 where not recorded.
+  double comm_s = 0;
+  // input + forward + backward of every rank at every profiled step (empty: not recorded).
+  // A bucket's allreduce can go no faster than its slowest rank is ready, so the spread of
+  // these says how much later than the master's the collective starts at p ranks.
+  std::vector<double> compute_samples_s;
   std::vector<ProfiledGradient> gradients;  // in registration order
   std::optional<AllreduceFit> allreduce;   // measured on the profile's ranks
 };
@@ -90,6 +100,20 @@ AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<
 // the automatic threshold take medians of step times, robust to a stalled step.
 double median(std::vector<double> v);
 
+// How much later than a typical rank the slowest of `ranks` is ready, each step: the
+// expected maximum of `ranks` draws from the profile's compute samples, less their median
+// (E[max] = sum over the sorted samples x_(i) of x_(i) ((i/n)^p - ((i-1)/n)^p)). 0 for one
+// rank or fewer than two samples.
+double straggle_s(const Profile& profile, int ranks);
+
+// How much slower the allreduces ran in training than the profile's probe says for the
+// same buckets: profile.comm_s, less the slowest rank's lag at the profile's ranks (the
+// first bucket waits for it, and the model adds it apart), over the probe's time for the
+// profile's own buckets. 1 where the profile has no comm_s or no probe. On CPU ranks whose
+// communication thread shares the cores with backward (a CPU quota, oversubscription) it is
+// well above 1; on a link that is the bottleneck, near 1.
+double comm_factor(const Profile& profile);
+
 // Time of one allreduce of `bytes` over the network's ranks; 0 for one rank.
 double allreduce_s(int64_t bytes, const Network& net);
 
@@ -100,6 +124,7 @@ struct Prediction {
   double step_s = 0;
   double throughput = 0;    // samples per second over all ranks
   double comm_s = 0;        // total allreduce time
+  double straggle_s = 0;    // the slowest rank's lag, added to every bucket's ready time
   double exposed_s = 0;     // the part after backward ended
   double hidden_share = 1;  // (comm - exposed) / comm; 1 with no communication
 };

@@ -34,6 +34,7 @@ void ScalingProfiler::step_done(const Reducer& reducer, Communicator& comm, Devi
   if (done_) return;
   if (++seen_ <= kWarmupSteps) return;
   phases_.push_back(phases);
+  comm_.push_back(reducer.last_step().comm_s());
   // The Reducer's clock starts at the step's first gradient, a little after backward began;
   // its backward end is the finalize() call, where the loop's backward ends too.
   const StepTiming& t = reducer.last_step();
@@ -69,10 +70,21 @@ void ScalingProfiler::write(const Reducer& reducer, Communicator& comm, Device d
   p.backward_s = median_of(phases_, [](const StepPhases& s) { return s.backward_s; });
   p.optimizer_s = median_of(phases_, [](const StepPhases& s) { return s.optimizer_s; });
   p.exposed_comm_s = median_of(phases_, [](const StepPhases& s) { return s.exposed_s; });
+  p.comm_s = comm.size() > 1 ? median(comm_) : 0;
   p.other_s = median_of(phases_, [](const StepPhases& s) {
     return std::max(0.0, s.step_s - s.forward_s - s.backward_s - s.exposed_s - s.optimizer_s);
   });
   p.step_s = median_of(phases_, [](const StepPhases& s) { return s.input_s + s.step_s; });
+  // Every rank's input + forward + backward of every step (the spread across ranks is what
+  // makes the slowest one late: the model's straggle term). Each rank fills its own slots.
+  {
+    const size_t n = phases_.size();
+    std::vector<double> all(n * static_cast<size_t>(comm.size()), 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      all[static_cast<size_t>(comm.rank()) * n + i] = phases_[i].input_s + phases_[i].forward_s + phases_[i].backward_s;
+    }
+    p.compute_samples_s = comm.size() > 1 ? comm.allreduce_max(all) : all;
+  }
   // Ranks' ready times differ a little; the master's are written.
   if (comm.size() > 1) {
     int64_t total = 0;

@@ -50,6 +50,7 @@ class ScalingProfiler {
   bool done_ = false;
   std::vector<StepPhases> phases_;
   std::vector<std::vector<double>> ready_;  // (steps, gradients) since backward began
+  std::vector<double> comm_;                // (steps,) the allreduces' time, start to end
 };
 
 }  // namespace tnt::detail

@@ -410,6 +410,7 @@ int predict_main(const std::vector<std::string>& args) {
     own.ranks_per_node = profile.ranks_per_node;
     if (profile.allreduce) own.intra = own.inter = sc::link_from_fit(*profile.allreduce);
     own.hierarchical = false;  // the measured fit is of the whole ring as the job ran it
+    own.comm_factor = sc::comm_factor(profile);  // as the rows below at the profile's nodes
     const sc::Prediction p = sc::predict(profile, own, profile.threshold_bytes);
     head += fmt::format("  the model at the profile's own {} rank(s): {:.3f} ms ({:+.1f}% against the measurement)\n",
                         profile.ranks, p.step_s * 1e3, 100 * (p.step_s / profile.step_s - 1));

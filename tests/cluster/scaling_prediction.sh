@@ -25,10 +25,10 @@ MEASURE_HOSTS=h1,h2,h3
 cl_up 3
 "$cl_testbed" cpu 0.4 || cl_abort "cannot cap the test bed's hosts at 0.4 cores (scripts/testbed cpu 0.4)"
 "$cl_testbed" rate "$RATE" || cl_abort "cannot rate-limit the test bed's links to $RATE"
-# 32 samples a rank a step; 5 warm-up steps, 20 profiled, one spare.
+# 32 samples a rank a step; 5 warm-up steps, 5 with one bucket, 20 profiled, one spare.
 steps=20
 args=(--train_epochs=1 --verbose=0)
-run_args() { echo "--batch_size=$((32 * $1)) --num_train_samples=$((32 * $1 * (steps + 6)))"; }
+run_args() { echo "--batch_size=$((32 * $1)) --num_train_samples=$((32 * $1 * (steps + 11)))"; }
 
 for round in 1 2; do
   # shellcheck disable=SC2046

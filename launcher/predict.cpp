@@ -317,7 +317,7 @@ sc::Network resolve_network(const PredictOptions& o, const sc::Profile& profile,
       (inter_measured || intra_measured)) {
     net.comm_factor = sc::comm_factor(profile);
     if (profile.comm_s > 0) {
-      say(fmt::format("allreduces in training: {:.2f} x the probe's time (measured at the profile's {} ranks; "
+      say(fmt::format("allreduces beside backward: {:.2f} x the probe's time (measured at the profile's {} ranks; "
                       "applied to its measured links)",
                       net.comm_factor, profile.ranks));
     }
@@ -416,6 +416,10 @@ int predict_main(const std::vector<std::string>& args) {
                         profile.ranks, p.step_s * 1e3, 100 * (p.step_s / profile.step_s - 1));
   }
   for (const std::string& line : described) head += "  " + line + "\n";
+  if (profile.backward_alone_s > 0) {
+    head += fmt::format("  backward: {:.3f} ms alone, {:.3f} ms beside allreduces (as far as they overlap)\n",
+                        profile.backward_alone_s * 1e3, profile.backward_s * 1e3);
+  }
   if (profile.compute_samples_s.size() >= 2) {
     std::string lags;
     for (int n : o.nodes) {

@@ -10,14 +10,20 @@
 #   scaling_prediction.sh LAUNCHER FASHION_MNIST
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
 
-# 15%, the issue's target, on this shared 2-core machine with the cores capped. What the
-# benchmark measured (scripts/bench/scaling_prediction, docs/scaling.md): at 200 Mbit/s
-# the model was within TODO of the median of 3 rounds at 1-4 hosts; single rounds spread
-# by TODO, mostly the other builds' load on the machine's caches and memory, which a
-# cpu quota does not fence. The mean of two rounds halves that. A model off by a factor
-# fails it by far: without the ring's 2(p-1)/p (the bytes a rank moves) the 3-host
-# prediction drops by about a quarter.
+# 15%, the issue's target. Measured with this test on the shared 2-core development machine
+# (2026-11-28, load average 3.4-4.8): -8.8%, -8.2% (and a third run passed); the benchmark
+# (scripts/bench/scaling_prediction, docs/scaling.md) put 3 hosts at 200 Mbit/s at -8.9%
+# over 3 rounds, single rounds at 123-133 ms measured against 117-123 predicted. The rest
+# of the margin is for the load: a cpu quota fences CPU time, not the caches and memory
+# bandwidth other builds share with the ranks (at a load average of 8-9.5 single runs
+# spread by up to 1.6x); the mean of two rounds, each a profile and a measurement 10 s
+# apart, halves what that does. A model off by a factor fails it by far: with the ring's
+# bytes per rank not growing with the ranks (2/p instead of 2(p-1)/p) the prediction came
+# out -46%.
 TOLERANCE=0.15
+# 200 Mbit/s: there the link, not the capped cores, sets the allreduce's pace, and the
+# benchmark's points at 1-4 hosts were all within 10%; at 1 Gbit/s the allreduces are
+# bound by the 0.4 cores they share with backward and single rounds spread more.
 RATE=200mbit
 PROFILE_HOSTS=h1,h2
 MEASURE_HOSTS=h1,h2,h3

@@ -64,8 +64,9 @@ cxxopts::Options make_parser() {
       ("timeline", "Write a Chrome trace of training steps TNT_TIMELINE_STEPS (default: the first 10 steps the run "
        "trains) to FILE, exported as "
        "TNT_TIMELINE", cxxopts::value<std::string>(), "FILE")
-      ("profile-scaling", "Write a scaling profile to FILE after 5 warm-up steps and TNT_PROFILE_SCALING_STEPS "
-       "(default 30) more, for `tarantella predict` (docs/scaling.md); exported as TNT_PROFILE_SCALING",
+      ("profile-scaling", "Write a scaling profile to FILE after 5 warm-up steps, 5 with one bucket (several ranks) and "
+       "TNT_PROFILE_SCALING_STEPS (default 30) more, for `tarantella predict` (docs/scaling.md); exported as "
+       "TNT_PROFILE_SCALING",
        cxxopts::value<std::string>(), "FILE")
       ("x", "Export KEY=VALUE to every rank (repeatable); every TNT_* variable of this environment is exported as well",
        cxxopts::value<std::string>(), "KEY=VALUE");

@@ -273,6 +273,7 @@ sc::Network resolve_network(const PredictOptions& o, const sc::Profile& profile,
   };
 
   bool any_multi_node = false;
+  bool inter_measured = false, intra_measured = false;
   for (int n : o.nodes) any_multi_node |= n > 1;
   if (o.network) {
     const LinkPreset* p = find_preset(inter_node_presets(), *o.network);
@@ -283,6 +284,7 @@ sc::Network resolve_network(const PredictOptions& o, const sc::Profile& profile,
     say(fmt::format("between nodes: {} (--link-gbps, --latency-us)", describe(net.inter)));
   } else if (measured && profile.nodes > 1) {
     net.inter = *measured;
+    inter_measured = true;
     say(fmt::format("between nodes: {} (measured over the profile's {} nodes)", describe(net.inter), profile.nodes));
   } else if (any_multi_node) {
     throw InputError(fmt::format(
@@ -300,6 +302,7 @@ sc::Network resolve_network(const PredictOptions& o, const sc::Profile& profile,
     say(fmt::format("within a node: {} (--intra-gbps, --intra-latency-us)", describe(net.intra)));
   } else if (measured && profile.nodes == 1) {
     net.intra = *measured;
+    intra_measured = true;
     say(fmt::format("within a node: {} (measured over the profile's {} ranks)", describe(net.intra), profile.ranks));
   } else if (net.ranks_per_node > 1) {
     throw InputError(fmt::format(
@@ -308,6 +311,17 @@ sc::Network resolve_network(const PredictOptions& o, const sc::Profile& profile,
         o.profile, profile.ranks == 1 ? "ran one rank" : "spans nodes", preset_names(intra_node_presets())));
   }
   if (net.ranks_per_node > 1) say(net.hierarchical ? "allreduce: hierarchical" : "allreduce: one flat ring");
+  // The probe's links as they ran in training: the same factor for every allreduce. Given
+  // links (presets, numbers) are taken as they are.
+  if ((inter_measured || !any_multi_node) && (intra_measured || net.ranks_per_node == 1) &&
+      (inter_measured || intra_measured)) {
+    net.comm_factor = sc::comm_factor(profile);
+    if (profile.comm_s > 0) {
+      say(fmt::format("allreduces beside backward: {:.2f} x the probe's time (measured at the profile's {} ranks; "
+                      "applied to its measured links)",
+                      net.comm_factor, profile.ranks));
+    }
+  }
   return net;
 }
 
@@ -396,11 +410,27 @@ int predict_main(const std::vector<std::string>& args) {
     own.ranks_per_node = profile.ranks_per_node;
     if (profile.allreduce) own.intra = own.inter = sc::link_from_fit(*profile.allreduce);
     own.hierarchical = false;  // the measured fit is of the whole ring as the job ran it
+    own.comm_factor = sc::comm_factor(profile);  // as the rows below at the profile's nodes
     const sc::Prediction p = sc::predict(profile, own, profile.threshold_bytes);
     head += fmt::format("  the model at the profile's own {} rank(s): {:.3f} ms ({:+.1f}% against the measurement)\n",
                         profile.ranks, p.step_s * 1e3, 100 * (p.step_s / profile.step_s - 1));
   }
   for (const std::string& line : described) head += "  " + line + "\n";
+  if (profile.backward_alone_s > 0) {
+    head += fmt::format("  backward: {:.3f} ms alone, {:.3f} ms beside allreduces (as far as they overlap)\n",
+                        profile.backward_alone_s * 1e3, profile.backward_s * 1e3);
+  }
+  if (profile.compute_samples_s.size() >= 2) {
+    std::string lags;
+    for (int n : o.nodes) {
+      const int p = n * net.ranks_per_node;
+      if (p > 1) lags += fmt::format("{}{:.1f} ms at {}", lags.empty() ? "" : ", ", sc::straggle_s(profile, p) * 1e3, p);
+    }
+    if (!lags.empty()) {
+      head += fmt::format("  the slowest rank's lag (from {} compute samples): {} rank(s)\n",
+                          profile.compute_samples_s.size(), lags);
+    }
+  }
   head += fmt::format("  {} rank(s) a node; fusion threshold {} KB{}\n\n", net.ranks_per_node, kb(threshold),
                       o.fusion_threshold_kb ? "" : " (the profile's)");
   std::fputs(head.c_str(), stdout);

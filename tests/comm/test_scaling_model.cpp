@@ -236,3 +236,109 @@ TEST_CASE("the profile file round-trips, and a bad one names the field") {
   CHECK_THAT(error_of(replace("tarantella-scaling-profile", "other")), Contains("'format'"));
   CHECK_THAT(error_of(replace("\"a_s\"", "\"x_s\"")), Contains("'allreduce.a_s' is missing"));
 }
+
+TEST_CASE("the slowest of p ranks: expected maximum of the compute samples, less their median") {
+  Profile p = three_gradients();
+  CHECK(straggle_s(p, 4) == 0);  // no samples
+  p.compute_samples_s = {0.001, 0.002, 0.003, 0.004};
+  CHECK(straggle_s(p, 1) == 0);
+  // E[max of 2] = (1*1 + 2*3 + 3*5 + 4*7) / 16 ms = 50/16 ms; median 2.5 ms
+  CHECK(straggle_s(p, 2) == near((50.0 / 16 - 2.5) * 1e-3));
+  // E[max of 4] = (1*1 + 2*15 + 3*65 + 4*175) / 256 ms = 926/256 ms
+  CHECK(straggle_s(p, 4) == near((926.0 / 256 - 2.5) * 1e-3));
+  CHECK(straggle_s(p, 64) > straggle_s(p, 4));
+  CHECK(straggle_s(p, 64) < 1.5e-3 + 1e-12);  // never beyond the slowest sample
+
+  SECTION("it delays every bucket: one 12000-byte bucket ready at 20 ms, 12 ms, ends 32 + lag") {
+    const Prediction pr = predict(p, two_nodes(0, 1e6), 1 << 20);
+    CHECK(pr.straggle_s == near((50.0 / 16 - 2.5) * 1e-3));
+    CHECK(pr.exposed_s == near(0.012 + pr.straggle_s));
+  }
+  SECTION("a bucket hidden behind backward stays hidden when the lag fits") {
+    // threshold 0, 1e7 B/s: C 5-5.4 ms, B 16-16.4, A 20-20.4 ms; + 0.625 ms lag: A ends 21.025
+    const Prediction pr = predict(p, two_nodes(0, 1e7), 0);
+    CHECK(pr.exposed_s == near(0.0004 + 0.000625));
+  }
+}
+
+TEST_CASE("allreduces slower beside backward than the probe: comm_factor") {
+  Profile p = three_gradients();
+  p.ranks = 2;
+  p.nodes = 2;
+  p.steps = 20;
+  p.threshold_bytes = 0;                   // buckets C (ready 5 ms), B (16), A (20)
+  p.allreduce = AllreduceFit{2, 0, 1e-6};  // 2 ranks: 1e6 B/s; 4000 B in 4 ms
+  CHECK(comm_factor(p) == 1);              // no comm_s recorded
+  // Factor 2 while backward runs: C 5-13; B from 16, 2 ms of work by 20, the other 2 at
+  // full speed: 22; A 22-26 after backward. 8 + 6 + 4 = 18 ms in training.
+  p.comm_s = 0.018;
+  CHECK(comm_factor(p) == Approx(2).epsilon(1e-9));
+  Network net = two_nodes(0, 1e6);
+  net.comm_factor = comm_factor(p);
+  Prediction pr = predict(p, net, 0);
+  CHECK(pr.comm_s == near(0.018));
+  CHECK(pr.exposed_s == near(0.006));
+  // One bucket after backward: no sharing, the probe's 12 ms
+  CHECK(predict(p, net, 1 << 20).exposed_s == near(0.012));
+  // Faster than the probe (12 ms): 1. No overlap at the profile (one bucket): 1.
+  p.comm_s = 0.010;
+  CHECK(comm_factor(p) == 1);
+  p.comm_s = 0.018;
+  p.threshold_bytes = 1 << 20;
+  CHECK(comm_factor(p) == 1);
+  p.threshold_bytes = 0;
+  // 0.625 ms of the time was the wait for the slower rank (the lag at 2 ranks): the
+  // channel with the lag and the factor takes the rest.
+  p.compute_samples_s = {0.001, 0.002, 0.003, 0.004};
+  net.comm_factor = comm_factor(p);
+  CHECK(net.comm_factor > 1.5);
+  CHECK(net.comm_factor < 2);
+  pr = predict(p, net, 0);
+  CHECK(pr.comm_s == Approx(0.018 - 0.000625).epsilon(1e-9));
+  // Both new fields round-trip; a profile without them reads as before.
+  const Profile q = profile_from_json(profile_to_json(p), "p.json");
+  CHECK(q.comm_s == p.comm_s);
+  CHECK(q.compute_samples_s == p.compute_samples_s);
+  std::string text = profile_to_json(p);
+  const size_t at = text.find("\"compute_samples_s\"");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, std::string("\"compute_samples_s\"").size(), "\"unused_field\"");
+  CHECK(profile_from_json(text, "p.json").compute_samples_s.empty());
+}
+
+TEST_CASE("backward beside allreduces: the profile's slowdown, as far as they overlap") {
+  Profile p = three_gradients();  // backward 20 ms, 10 ms of it alone
+  p.backward_alone_s = 0.010;
+  p.ranks = 2;
+  p.nodes = 2;
+  p.steps = 20;
+  p.allreduce = AllreduceFit{2, 0, 1e-6};  // 1e6 B/s
+  // At the profile's 32 KB: one 12000-byte bucket, ready when backward ends: no overlap at
+  // the profile, so nothing to scale by; any overlap then takes the whole slowdown.
+  SECTION("one rank: backward alone") {
+    Network one = two_nodes(0, 1e6);
+    one.nodes = 1;
+    const Prediction pr = predict(p, one, 0);
+    CHECK(pr.backward_s == near(0.010));
+    CHECK(pr.step_s == near(0.001 + 0.010 + 0.010 + 0.002));
+  }
+  SECTION("no overlap predicted (one bucket after backward): backward alone") {
+    const Prediction pr = predict(p, two_nodes(0, 1e6), 1 << 20);
+    CHECK(pr.backward_s == near(0.010));
+    CHECK(pr.exposed_s == near(0.012));
+  }
+  SECTION("overlap where the profile had some: in proportion") {
+    p.threshold_bytes = 0;  // at the profile: C 5-9, B 16-20, A 20-24: 8 ms hidden
+    // Threshold 0 again: the same 8 ms hidden, so the whole measured backward
+    Prediction pr = predict(p, two_nodes(0, 1e6), 0);
+    CHECK(pr.backward_s == near(0.020));
+    CHECK(pr.exposed_s == near(0.004));
+    // 8000 B: [C, B] at 16 ms: 4 of the profile's 8 ms hidden at the profile's backward, so
+    // half the slowdown: backward 15 ms; ready times scaled by 15/20: [C,B] at 12 until 20, A 20-24
+    pr = predict(p, two_nodes(0, 1e6), 8000);
+    CHECK(pr.backward_s == near(0.015));
+    CHECK(pr.exposed_s == near(0.024 - 0.015));
+  }
+  const Profile q = profile_from_json(profile_to_json(p), "p.json");
+  CHECK(q.backward_alone_s == p.backward_alone_s);
+}

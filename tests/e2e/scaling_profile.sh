@@ -27,7 +27,8 @@ def want(cond, what):
 want(p["format"] == "tarantella-scaling-profile" and p["version"] == 1, "format/version")
 want(p["ranks"] == ranks and p["nodes"] == 1 and p["ranks_per_node"] == ranks, "ranks %r" % p["ranks"])
 want(p["device"] == "cpu" and p["transport"] == "ring", "device/transport")
-# 1024 samples at a global batch of 32: 32 steps, 5 of them warm-up; 20 asked for.
+# 1024 samples at a global batch of 32: 32 steps, 5 of them warm-up and (2 ranks) 5 with one
+# bucket; 20 asked for.
 want(p["steps"] == 20, "steps %r (20 asked for)" % p["steps"])
 want(p["samples_per_rank"] == 32 // ranks, "samples_per_rank %r" % p["samples_per_rank"])
 want(p["threshold_bytes"] == 32 * 1024, "threshold_bytes")
@@ -48,7 +49,13 @@ ready = [g["ready_s"] for g in p["gradients"]]
 want(all(0 <= r <= p["backward_s"] + 1e-9 for r in ready), "ready times outside backward %r" % ready)
 # Backward runs from the last layer: fc2's gradient is final before conv1's.
 want(ready[6] < ready[0], "fc2.weight (%r) not before conv1.weight (%r)" % (ready[6], ready[0]))
+# Every rank's input + forward + backward of every profiled step (the straggler term).
+c = p.get("compute_samples_s", [])
+want(len(c) == ranks * 20 and all(0 < x < 1 for x in c), "compute_samples_s: %d samples" % len(c))
 if ranks > 1:
+    # Backward alone (the one-bucket steps) and the allreduces' time in training.
+    want(0 < p.get("backward_alone_s", 0) < 1, "backward_alone_s %r" % p.get("backward_alone_s"))
+    want(0 < p.get("comm_s", 0) < 1, "comm_s %r" % p.get("comm_s"))
     a = p.get("allreduce")
     want(a is not None and a["ranks"] == ranks, "allreduce missing")
     if a:
@@ -58,6 +65,7 @@ if ranks > 1:
         want(1e-11 < a["b_s_per_byte"] < 1e-7, "allreduce b_s_per_byte %r" % a["b_s_per_byte"])
 else:
     want("allreduce" not in p, "an allreduce measured on one rank")
+    want(p.get("backward_alone_s") == 0 and p.get("comm_s") == 0, "backward_alone_s/comm_s on one rank")
 print("\n".join(bad))
 PY
   )

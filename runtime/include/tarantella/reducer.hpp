@@ -120,6 +120,11 @@ class Reducer {
   int64_t threshold_bytes() const;  // the plan's now (auto: changes once, after the timed steps)
   // Auto: the line that announced the choice (also printed by the master); empty before.
   const std::string& auto_choice() const;
+  // Collective, between steps: makes the plan again at `bytes` (the scaling profile times a
+  // few steps with one bucket, so that no allreduce runs during their backward). Refused
+  // while --fusion-threshold auto has not chosen yet.
+  void set_threshold(int64_t bytes);
+  bool choosing_threshold() const;  // auto, before its choice
   std::string plan() const;  // one line per bucket: index, bytes, gradient names
   const StepTiming& last_step() const;
 

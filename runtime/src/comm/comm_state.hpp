@@ -82,7 +82,7 @@ struct CommImpl {
   // 64 KiB pieces beat 4 and 16 KiB ones up to 128 KiB buffers (fewer rendezvous rounds).
   int64_t min_segment_bytes = 64 * 1024;
   int64_t small_bytes = kRingSmallBytes;  // below: recursive doubling inside "ring"
-  int64_t spin_us = 200;  // a wait polls this long before it starts yielding the core
+  int64_t spin_us = 200;  // a wait polls this long before it starts napping
   int tag_ub = 32767;
   int64_t seq = 0;  // collectives entered
   std::shared_ptr<Arrivals> arrivals;

@@ -284,6 +284,18 @@ void Reducer::finalize(std::optional<double> scale) {
   }
 }
 
+void Reducer::set_threshold(int64_t bytes) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lk(m.mu);
+  TNT_CHECK(!m.broken, "Reducer: unusable after an earlier communication error");
+  TNT_CHECK(!m.in_step, "Reducer::set_threshold: call it between steps");
+  TNT_CHECK(!m.tuner, "Reducer::set_threshold: --fusion-threshold auto has not chosen yet");
+  TNT_CHECK(bytes >= 0, "Reducer::set_threshold: {} bytes", bytes);
+  if (bytes != m.threshold) m.build_plan(bytes);
+}
+
+bool Reducer::choosing_threshold() const { return impl_->tuner != nullptr; }
+
 size_t Reducer::num_gradients() const { return impl_->grads.size(); }
 const std::vector<std::string>& Reducer::gradient_names() const { return impl_->names; }
 std::vector<int64_t> Reducer::gradient_bytes() const {

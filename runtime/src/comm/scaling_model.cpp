@@ -83,7 +83,32 @@ double allreduce_s(int64_t bytes, const Network& net) {
   return 2.0 * (p - 1) * std::max(within, across);
 }
 
-Prediction predict(const Profile& profile, const Network& net, int64_t threshold_bytes) {
+double straggle_s(const Profile& profile, int ranks) {
+  std::vector<double> x = profile.compute_samples_s;
+  if (ranks < 2 || x.size() < 2) return 0;
+  std::sort(x.begin(), x.end());
+  const double n = static_cast<double>(x.size());
+  double expected_max = 0;
+  for (size_t i = 1; i <= x.size(); ++i) {
+    expected_max += x[i - 1] * (std::pow(i / n, ranks) - std::pow((i - 1) / n, ranks));
+  }
+  return std::max(0.0, expected_max - median(x));
+}
+
+namespace {
+
+// The channel over one backward: buckets in order, each from when it is ready (the
+// profile's ready times times `scale`, the backward's length `backward_s`) and the one
+// before it is done.
+struct Channel {
+  int buckets = 0;
+  double free_s = 0;    // when the last bucket is done, since backward began
+  double comm_s = 0;    // all allreduces together
+  double hidden_s = 0;  // the part of them before backward ended
+  double straggle_s = 0;
+};
+
+Channel run_channel(const Profile& profile, const Network& net, int64_t threshold_bytes, double backward_s) {
   std::vector<GradientInfo> infos;
   infos.reserve(profile.gradients.size());
   for (const ProfiledGradient& g : profile.gradients) {
@@ -95,27 +120,94 @@ Prediction predict(const Profile& profile, const Network& net, int64_t threshold
     infos.push_back(info);
   }
   const BucketPlan plan = plan_buckets(infos, threshold_bytes);
+  Channel c;
+  c.buckets = static_cast<int>(plan.buckets.size());
+  if (net.nodes * net.ranks_per_node <= 1) return c;
+  const double scale = profile.backward_s > 0 ? backward_s / profile.backward_s : 1;
+  // Every collective starts when its last rank arrives: the master's ready times, late by
+  // the slowest rank's lag (stragglers: more ranks, a later slowest one).
+  c.straggle_s = straggle_s(profile, net.nodes * net.ranks_per_node);
+  for (const PlannedBucket& b : plan.buckets) {
+    double ready = 0;
+    for (size_t g : b.gradients) ready = std::max(ready, std::clamp(profile.gradients[g].ready_s, 0.0, profile.backward_s));
+    ready = ready * scale + c.straggle_s;
+    const double start = std::max(ready, c.free_s);
+    // comm_factor times slower while backward runs beside it, the probe's speed after.
+    const double work = allreduce_s(b.bytes, net);
+    const double f = std::max(1.0, net.comm_factor);
+    double end = start + work;
+    if (start < backward_s) end = start + work * f <= backward_s ? start + work * f : backward_s + (work - (backward_s - start) / f);
+    c.free_s = end;
+    c.comm_s += end - start;
+    c.hidden_s += std::max(0.0, std::min(c.free_s, backward_s) - start);
+  }
+  return c;
+}
 
+// The network the profile ran on, as its probe measured it (nullopt without a probe).
+std::optional<Network> own_network(const Profile& profile) {
+  if (!profile.allreduce || profile.ranks < 2) return std::nullopt;
+  Network own;
+  own.nodes = profile.nodes;
+  own.ranks_per_node = profile.ranks_per_node;
+  own.intra = own.inter = link_from_fit(*profile.allreduce);
+  own.hierarchical = false;  // the fit is of the whole ring as the job ran it
+  return own;
+}
+
+}  // namespace
+
+double comm_factor(const Profile& profile) {
+  std::optional<Network> own = own_network(profile);
+  if (!own || profile.comm_s <= 0) return 1;
+  // The factor that makes the channel at the profile's own setting take the measured time
+  // (less the lag the first bucket waited for the slowest rank): the channel's time grows
+  // with the factor, so bisection finds it. At 1 the probe's time already reaches it: 1
+  // (training faster than the probe, on the test bed a token bucket's burst refilled while
+  // a step computes, is not carried to other rank counts).
+  const double target = std::max(0.0, profile.comm_s - straggle_s(profile, profile.ranks));
+  auto channel_at = [&](double f) {
+    own->comm_factor = f;
+    return run_channel(profile, *own, profile.threshold_bytes, profile.backward_s).comm_s;
+  };
+  double lo = 1, hi = 64;
+  if (channel_at(lo) >= target) return 1;
+  // Nothing overlapped backward at the profile: no factor explains the time; 1.
+  if (channel_at(hi) <= target) return channel_at(hi) > channel_at(lo) ? hi : 1;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (channel_at(mid) < target ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+Prediction predict(const Profile& profile, const Network& net, int64_t threshold_bytes) {
   Prediction out;
   out.ranks = net.nodes * net.ranks_per_node;
   out.threshold_bytes = threshold_bytes;
-  out.buckets = static_cast<int>(plan.buckets.size());
-  double channel_free = 0;  // when the communication channel finishes its last bucket
-  double hidden = 0;
-  if (out.ranks > 1) {
-    for (const PlannedBucket& b : plan.buckets) {
-      double ready = 0;
-      for (size_t g : b.gradients) ready = std::max(ready, std::clamp(profile.gradients[g].ready_s, 0.0, profile.backward_s));
-      const double start = std::max(ready, channel_free);
-      const double cost = allreduce_s(b.bytes, net);
-      channel_free = start + cost;
-      out.comm_s += cost;
-      hidden += std::max(0.0, std::min(channel_free, profile.backward_s) - start);
+  Channel c = run_channel(profile, net, threshold_bytes, profile.backward_s);
+  // Backward with allreduces beside it is slower than alone where they share the cores:
+  // the profile measured both, at its own overlap; here the difference goes with the
+  // overlap predicted (none on one rank, none when every bucket waits for backward's end).
+  double backward_s = profile.backward_s;
+  if (profile.backward_alone_s > 0 && profile.backward_alone_s < profile.backward_s) {
+    double at_profile = 0;
+    if (const std::optional<Network> own = own_network(profile)) {
+      Network o = *own;
+      o.comm_factor = comm_factor(profile);
+      at_profile = run_channel(profile, o, profile.threshold_bytes, profile.backward_s).hidden_s;
     }
+    const double share = at_profile > 0 ? std::clamp(c.hidden_s / at_profile, 0.0, 1.0) : (c.hidden_s > 0 ? 1.0 : 0.0);
+    backward_s = profile.backward_alone_s + share * (profile.backward_s - profile.backward_alone_s);
+    if (backward_s != profile.backward_s) c = run_channel(profile, net, threshold_bytes, backward_s);
   }
-  out.exposed_s = std::max(0.0, channel_free - profile.backward_s);
-  out.hidden_share = out.comm_s > 0 ? hidden / out.comm_s : 1.0;
-  out.step_s = profile.input_s + profile.forward_s + profile.backward_s + out.exposed_s + profile.optimizer_s +
+  out.buckets = c.buckets;
+  out.straggle_s = c.straggle_s;
+  out.comm_s = c.comm_s;
+  out.backward_s = backward_s;
+  out.exposed_s = std::max(0.0, c.free_s - backward_s);
+  out.hidden_share = out.comm_s > 0 ? c.hidden_s / out.comm_s : 1.0;
+  out.step_s = profile.input_s + profile.forward_s + backward_s + out.exposed_s + profile.optimizer_s +
                profile.other_s;
   out.throughput = out.step_s > 0 ? static_cast<double>(profile.samples_per_rank) * out.ranks / out.step_s : 0;
   return out;
@@ -186,10 +278,13 @@ std::string profile_to_json(const Profile& p) {
   j["other_s"] = p.other_s;
   j["step_s"] = p.step_s;
   j["exposed_comm_s"] = p.exposed_comm_s;
+  j["comm_s"] = p.comm_s;
+  j["backward_alone_s"] = p.backward_alone_s;
   if (p.allreduce) {
     j["allreduce"] = {{"ranks", p.allreduce->ranks}, {"a_s", p.allreduce->a_s},
                       {"b_s_per_byte", p.allreduce->b_s_per_byte}};
   }
+  if (!p.compute_samples_s.empty()) j["compute_samples_s"] = p.compute_samples_s;
   json grads = json::array();
   for (const ProfiledGradient& g : p.gradients) grads.push_back({{"name", g.name}, {"bytes", g.bytes}, {"ready_s", g.ready_s}});
   j["gradients"] = grads;
@@ -265,12 +360,25 @@ Profile profile_from_json(const std::string& body, const std::string& what) {
   p.other_s = seconds(j, what, "other_s");
   p.step_s = seconds(j, what, "step_s");
   p.exposed_comm_s = seconds(j, what, "exposed_comm_s");
+  // Optional: older profiles lack them.
+  if (j.contains("comm_s")) p.comm_s = seconds(j, what, "comm_s");
+  if (j.contains("backward_alone_s")) p.backward_alone_s = seconds(j, what, "backward_alone_s");
   if (j.contains("allreduce")) {
     const json& a = j["allreduce"];
     if (!a.is_object()) bad(what, "allreduce", "is not an object");
     p.allreduce = AllreduceFit{static_cast<int>(count(a, what, "ranks", 2, "allreduce.")), 0, 0};
     p.allreduce->a_s = seconds(a, what, "a_s", "allreduce.");
     p.allreduce->b_s_per_byte = seconds(a, what, "b_s_per_byte", "allreduce.");
+  }
+  if (j.contains("compute_samples_s")) {  // optional: profiles before it lack it
+    const json& c = j["compute_samples_s"];
+    if (!c.is_array()) bad(what, "compute_samples_s", "is not an array");
+    for (size_t i = 0; i < c.size(); ++i) {
+      if (!c[i].is_number() || !std::isfinite(c[i].get<double>()) || c[i].get<double>() < 0) {
+        bad(what, "compute_samples_s[" + std::to_string(i) + "]", "is not a finite non-negative number");
+      }
+      p.compute_samples_s.push_back(c[i].get<double>());
+    }
   }
   const json& grads = field(j, what, "gradients", "");
   if (!grads.is_array()) bad(what, "gradients", "is not an array");

@@ -9,7 +9,10 @@
 // bucket is allreduced on ONE communication channel, in bucket order, starting when it is
 // complete and the bucket before it is done. What is still in flight when backward ends is
 // added to the step. The per-rank batch stays as profiled (weak scaling), so the compute
-// parts do not change with the rank count; only the allreduces do.
+// parts do not change with the rank count; only the allreduces do. Three corrections
+// measured by the profile: a collective starts when its slowest rank is ready
+// (straggle_s); allreduces in training take comm_factor times the probe's time; backward
+// is slower while allreduces run beside it on shared cores (backward_alone_s).
 //
 // Allreduce of n bytes over p = nodes * ranks_per_node ranks, ring algorithm (each of the
 // reduce-scatter and the allgather takes p-1 steps moving n/p bytes per rank):
@@ -40,6 +43,9 @@ struct Network {
   Link intra;  // between ranks of one node
   Link inter;  // between nodes (one link per node)
   bool hierarchical = true;  // false: one flat ring over all ranks (the host transport)
+  // While backward runs, an allreduce takes this many times the links' time (after it, the
+  // links' time): comm_factor() below, where the links are the profile's probe's.
+  double comm_factor = 1;
 };
 
 // A straight line time = a_s + b_s_per_byte * bytes fitted to allreduces of a few sizes over
@@ -70,10 +76,20 @@ struct Profile {
   double input_s = 0;
   double forward_s = 0;  // forward and loss
   double backward_s = 0;
+  // Backward with no allreduce beside it (steps with one bucket, sent after backward); 0
+  // where not measured. Where communication shares the cores, backward_s is longer.
+  double backward_alone_s = 0;
   double optimizer_s = 0;
   double other_s = 0;  // the rest of the measured step: metrics, callbacks
   double step_s = 0;   // the whole measured step, for comparison with the prediction
   double exposed_comm_s = 0;  // measured wait after backward, for comparison
+  // The allreduces' time in training: per step, the sum over buckets of start to end on
+  // the master (median); 0 where not recorded.
+  double comm_s = 0;
+  // input + forward + backward of every rank at every profiled step (empty: not recorded).
+  // A bucket's allreduce can go no faster than its slowest rank is ready, so the spread of
+  // these says how much later than the master's the collective starts at p ranks.
+  std::vector<double> compute_samples_s;
   std::vector<ProfiledGradient> gradients;  // in registration order
   std::optional<AllreduceFit> allreduce;   // measured on the profile's ranks
 };
@@ -90,6 +106,21 @@ AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<
 // the automatic threshold take medians of step times, robust to a stalled step.
 double median(std::vector<double> v);
 
+// How much later than a typical rank the slowest of `ranks` is ready, each step: the
+// expected maximum of `ranks` draws from the profile's compute samples, less their median
+// (E[max] = sum over the sorted samples x_(i) of x_(i) ((i/n)^p - ((i-1)/n)^p)). 0 for one
+// rank or fewer than two samples.
+double straggle_s(const Profile& profile, int ranks);
+
+// How much slower the allreduces run while backward runs beside them than the profile's
+// probe says: the factor (at least 1, at most 64) for which the model's channel at the
+// profile's own setting takes as long as profile.comm_s, less the slowest rank's lag at
+// the profile's ranks (the first bucket waits for it, and the model adds it apart). After
+// backward ends an allreduce runs at the probe's speed. 1 where the profile has no comm_s
+// or no probe. On CPU ranks whose communication thread shares the cores with backward (a
+// CPU quota, oversubscription) it is well above 1; where it has a core of its own, near 1.
+double comm_factor(const Profile& profile);
+
 // Time of one allreduce of `bytes` over the network's ranks; 0 for one rank.
 double allreduce_s(int64_t bytes, const Network& net);
 
@@ -100,6 +131,8 @@ struct Prediction {
   double step_s = 0;
   double throughput = 0;    // samples per second over all ranks
   double comm_s = 0;        // total allreduce time
+  double straggle_s = 0;    // the slowest rank's lag, added to every bucket's ready time
+  double backward_s = 0;    // backward as predicted: between alone and beside allreduces
   double exposed_s = 0;     // the part after backward ended
   double hidden_share = 1;  // (comm - exposed) / comm; 1 with no communication
 };

@@ -18,8 +18,9 @@ class NcclComm;
 namespace tnt::detail {
 
 // Waits for the requests of one collective, polling MPI_Test so that a deadline can be
-// kept; spins for CommImpl::spin_us, then yields the core between polls (ranks are often
-// oversubscribed in tests and share cores with compute threads).
+// kept; spins for CommImpl::spin_us, then naps between polls (ranks are often
+// oversubscribed in tests and share cores with compute threads, which need the core more
+// than a wait on a slow link or a late peer does).
 class Waiter {
  public:
   static constexpr double kMaxCheckInterval = 30.0;

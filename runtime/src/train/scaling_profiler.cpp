@@ -30,10 +30,27 @@ ScalingProfiler::ScalingProfiler(std::string path, int64_t steps) : path_(std::m
   TNT_INPUT_CHECK(wanted_ >= 1, "TNT_PROFILE_SCALING_STEPS={} must be at least 1", wanted_);
 }
 
-void ScalingProfiler::step_done(const Reducer& reducer, Communicator& comm, Device device) {
+void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device device) {
   if (done_) return;
-  if (++seen_ <= kWarmupSteps) return;
+  if (++seen_ < kWarmupSteps) return;
+  if (seen_ == kWarmupSteps) {
+    // Every rank decides alike: the same size, the same auto state.
+    alone_left_ = comm.size() > 1 && reducer.num_gradients() > 0 && !reducer.choosing_threshold() ? kAloneSteps : 0;
+    if (alone_left_ > 0) {
+      threshold_ = reducer.threshold_bytes();
+      int64_t total = 0;
+      for (int64_t b : reducer.gradient_bytes()) total += b;
+      reducer.set_threshold(std::max<int64_t>(total, 1));
+    }
+    return;
+  }
+  if (alone_left_ > 0) {
+    alone_.push_back(phases.backward_s);
+    if (--alone_left_ == 0) reducer.set_threshold(threshold_);
+    return;
+  }
   phases_.push_back(phases);
+  comm_.push_back(reducer.last_step().comm_s());
   // The Reducer's clock starts at the step's first gradient, a little after backward began;
   // its backward end is the finalize() call, where the loop's backward ends too.
   const StepTiming& t = reducer.last_step();
@@ -43,10 +60,11 @@ void ScalingProfiler::step_done(const Reducer& reducer, Communicator& comm, Devi
   if (static_cast<int64_t>(phases_.size()) >= wanted_) write(reducer, comm, device);
 }
 
-void ScalingProfiler::fit_end(const Reducer& reducer, Communicator& comm, Device device) {
+void ScalingProfiler::fit_end(Reducer& reducer, Communicator& comm, Device device) {
   if (done_ || phases_.empty()) return;
-  log_warning("scaling profile: only {} step(s) after {} warm-up steps, not {} (TNT_PROFILE_SCALING_STEPS)",
-              phases_.size(), kWarmupSteps, wanted_);
+  log_warning("scaling profile: only {} step(s) after {} warm-up steps and {} with one bucket, not {} "
+              "(TNT_PROFILE_SCALING_STEPS)",
+              phases_.size(), kWarmupSteps, alone_.size(), wanted_);
   write(reducer, comm, device);
 }
 
@@ -69,10 +87,22 @@ void ScalingProfiler::write(const Reducer& reducer, Communicator& comm, Device d
   p.backward_s = median_of(phases_, [](const StepPhases& s) { return s.backward_s; });
   p.optimizer_s = median_of(phases_, [](const StepPhases& s) { return s.optimizer_s; });
   p.exposed_comm_s = median_of(phases_, [](const StepPhases& s) { return s.exposed_s; });
+  p.backward_alone_s = median(alone_);
+  p.comm_s = comm.size() > 1 ? median(comm_) : 0;
   p.other_s = median_of(phases_, [](const StepPhases& s) {
     return std::max(0.0, s.step_s - s.forward_s - s.backward_s - s.exposed_s - s.optimizer_s);
   });
   p.step_s = median_of(phases_, [](const StepPhases& s) { return s.input_s + s.step_s; });
+  // Every rank's input + forward + backward of every step (the spread across ranks is what
+  // makes the slowest one late: the model's straggle term). Each rank fills its own slots.
+  {
+    const size_t n = phases_.size();
+    std::vector<double> all(n * static_cast<size_t>(comm.size()), 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      all[static_cast<size_t>(comm.rank()) * n + i] = phases_[i].input_s + phases_[i].forward_s + phases_[i].backward_s;
+    }
+    p.compute_samples_s = comm.size() > 1 ? comm.allreduce_max(all) : all;
+  }
   // Ranks' ready times differ a little; the master's are written.
   if (comm.size() > 1) {
     int64_t total = 0;

@@ -29,6 +29,10 @@ struct StepPhases {
 class ScalingProfiler {
  public:
   static constexpr int64_t kWarmupSteps = 5;
+  // Then steps with all gradients in one bucket, allreduced after backward: their backward
+  // is the one without communication beside it (backward_alone_s). Skipped with one rank
+  // and while --fusion-threshold auto chooses.
+  static constexpr int64_t kAloneSteps = 5;
 
   ScalingProfiler(std::string path, int64_t steps);
 
@@ -37,9 +41,9 @@ class ScalingProfiler {
   // After each training step, on every rank alike: takes `phases` and that step's
   // reducer.last_step(). Collective once the profile is due (every rank reaches it after
   // the same step).
-  void step_done(const Reducer& reducer, Communicator& comm, Device device);
+  void step_done(Reducer& reducer, Communicator& comm, Device device);
   // At the end of fit: writes what there is if not written yet (collective).
-  void fit_end(const Reducer& reducer, Communicator& comm, Device device);
+  void fit_end(Reducer& reducer, Communicator& comm, Device device);
 
  private:
   void write(const Reducer& reducer, Communicator& comm, Device device);
@@ -50,6 +54,10 @@ class ScalingProfiler {
   bool done_ = false;
   std::vector<StepPhases> phases_;
   std::vector<std::vector<double>> ready_;  // (steps, gradients) since backward began
+  std::vector<double> comm_;                // (steps,) the allreduces' time, start to end
+  std::vector<double> alone_;               // backward of the one-bucket steps
+  int64_t alone_left_ = -1;                 // one-bucket steps still to run; -1 before they start
+  int64_t threshold_ = 0;                   // the job's own, restored after them
 };
 
 }  // namespace tnt::detail

@@ -26,7 +26,7 @@ namespace tnt {
   X(profile_scaling, std::string, "TNT_PROFILE_SCALING", "", "",                               \
     "write a scaling profile (docs/scaling.md) to this file after warm-up; empty = off")       \
   X(profile_scaling_steps, int64_t, "TNT_PROFILE_SCALING_STEPS", 30, "steps",                   \
-    "steps the scaling profile takes its medians over, after 5 warm-up steps")                 \
+    "steps the scaling profile takes its medians over, after 5 warm-up steps and 5 one-bucket steps (several ranks)") \
   X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
   X(device, std::string, "TNT_DEVICE", "", "",                                                 \
     "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \

@@ -1,5 +1,17 @@
 // The server loop of parameter-server training: answers any worker's message as it comes,
 // holds back a pull that max_staleness does not allow yet, never waits for one worker.
+//
+// Lost workers. The first server keeps the epoch's sample ledger: every worker trains its
+// own part of the epoch (the dataset's static distribution, `own steps` batches), then asks
+// the ledger for more. A worker that sends nothing for TNT_PS_WORKER_TIMEOUT while it is
+// expected to (it is stepping, or another worker already waits at the epoch's end) is
+// dropped: the batches of its part that no push of it has covered (pushes of one worker
+// arrive in order, so the count of its pushes in the epoch says exactly which) go to the
+// pool, and the workers that ask get them in chunks. The epoch ends when every worker left
+// waits and the pool is empty; the answer names the lost workers, so the survivors can make
+// a communicator without them. In the next epochs a lost worker's whole part goes to the
+// pool. Only the first server decides; it tells the others (kLost), and at the end every
+// rank (kFinal), so that every rank agrees on who is lost.
 #include "ps/server.hpp"
 
 #include "core/clock.hpp"
@@ -17,6 +29,8 @@
 #include <algorithm>
 #include <chrono>
 #include <charconv>
+#include <cstdio>
+#include <deque>
 #include <list>
 #include <map>
 #include <set>
@@ -34,12 +48,26 @@ using Span = timeline::Span;
 
 class Server {
  public:
-  Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, std::optional<int64_t> staleness)
-      : shards_(shards), comm_(comm), index_(index), workers_(workers), staleness_(staleness) {
+  Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, const std::vector<int>& server_ranks,
+         std::optional<int64_t> staleness)
+      : shards_(shards),
+        comm_(comm),
+        index_(index),
+        workers_(workers),
+        server_ranks_(server_ranks),
+        staleness_(staleness),
+        timeout_(config().ps_worker_timeout_s) {
     for (size_t i = 0; i < workers_.size(); ++i) worker_index_[workers_[i]] = static_cast<int>(i);
-    pushes_.assign(workers_.size(), 0);
-    done_.assign(workers_.size(), false);
-    paused_.assign(workers_.size(), -1);
+    const size_t n = workers_.size();
+    pushes_.assign(n, 0);
+    done_.assign(n, false);
+    paused_.assign(n, -1);
+    lost_.assign(n, false);
+    stepping_.assign(n, false);
+    at_ledger_.assign(n, false);
+    epoch_pushes_.assign(n, 0);
+    grants_.assign(n, {});
+    last_heard_.assign(n, detail::now_s());
     std::set<int> owned;
     for (int i : shards_.plan().pieces_of(index_)) owned.insert(shards_.plan().pieces[static_cast<size_t>(i)].variable);
     for (int v : owned) {
@@ -62,8 +90,13 @@ class Server {
       timeline::start_from_config(servers, path);
     }
     int idle = 0;
-    while (std::count(done_.begin(), done_.end(), true) < static_cast<long>(done_.size())) {
+    double checked = 0;
+    while (!finished()) {
       progress_sends();
+      if (first() && timeout_ > 0 && detail::now_s() - checked > 0.05) {
+        checked = detail::now_s();
+        check_silence(checked);
+      }
       int flag = 0;
       MPI_Status st;
       TNT_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st));
@@ -77,18 +110,60 @@ class Server {
       handle(st);
       answer_pulls();
     }
-    for (auto& o : outgoing_) TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+    if (first()) {
+      TNT_CHECK(std::count(lost_.begin(), lost_.end(), true) < static_cast<long>(lost_.size()),
+                "parameter-server training: every worker was lost (none sent anything for {} s, "
+                "TNT_PS_WORKER_TIMEOUT); nothing is left to train",
+                timeout_);
+      // Every other rank learns the final list of the lost (a worker waits for it after its
+      // last message, a server before it ends).
+      std::vector<int64_t> final{static_cast<int64_t>(lost_ranks().size())};
+      for (int r : lost_ranks()) final.push_back(r);
+      for (size_t w = 0; w < workers_.size(); ++w) {
+        if (!lost_[w]) send_ints(final, workers_[w], kFinal);
+      }
+      for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints(final, server_ranks_[s], kFinal);
+    }
+    // A reply to a lost worker may never complete (its receiver is gone): left to MPI.
+    for (auto& o : outgoing_) {
+      if (!is_lost_rank(o.dest)) TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+    }
     outgoing_.clear();
     shards_.read_state();
     timeline::fit_end(servers);
+  }
+
+  std::vector<int> lost_ranks() const {
+    std::vector<int> out;
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (lost_[w]) out.push_back(workers_[w]);
+    }
+    return out;
   }
 
  private:
   struct Outgoing {
     std::vector<float> floats;
     std::vector<int64_t> ints;
+    int dest = -1;
     MPI_Request request = MPI_REQUEST_NULL;
   };
+  // Batches [first, end) of worker `owner`'s part of the epoch (owner: its index).
+  struct Part {
+    int64_t owner = 0, first = 0, end = 0;
+  };
+
+  bool first() const { return index_ == 0; }
+  bool is_lost_rank(int rank) const {
+    auto it = worker_index_.find(rank);
+    return it != worker_index_.end() && lost_[static_cast<size_t>(it->second)];
+  }
+  // The first server ends when every worker is done or lost; the others when it says so
+  // (kFinal) and every worker it did not drop is done.
+  bool finished() const {
+    const bool all = std::count(done_.begin(), done_.end(), true) == static_cast<long>(done_.size());
+    return first() ? all : final_ && all;
+  }
   struct Held {
     int source = 0;
     int64_t clock = 0;
@@ -104,22 +179,49 @@ class Server {
   }
 
   void handle(const MPI_Status& st) {
-    const int w = worker_of(st.MPI_SOURCE);
     int count = 0;
+    if (st.MPI_TAG == kLost || st.MPI_TAG == kFinal) {  // from the first server
+      MPI_Get_count(&st, MPI_INT64_T, &count);
+      std::vector<int64_t> msg(static_cast<size_t>(count));
+      TNT_MPI_CHECK(MPI_Recv(msg.data(), count, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE));
+      if (st.MPI_TAG == kFinal) final_ = true;
+      for (size_t i = st.MPI_TAG == kFinal ? 1 : 0; i < msg.size(); ++i) drop(worker_of(static_cast<int>(msg[i])));
+      return;
+    }
+    const int w = worker_of(st.MPI_SOURCE);
+    const auto wi = static_cast<size_t>(w);
+    if (lost_[wi]) {
+      // A dropped worker that still sends (it was stopped, not dead): its part is someone
+      // else's now, so nothing of it counts; it ends at its own timeout, unanswered.
+      MPI_Get_count(&st, MPI_BYTE, &count);
+      std::vector<char> junk(static_cast<size_t>(std::max(count, 0)));
+      MPI_Recv(junk.data(), count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE);
+      return;
+    }
+    last_heard_[wi] = detail::now_s();
     switch (st.MPI_TAG) {
       case kPull: {
-        int64_t msg[3] = {0, 0, 0};
-        TNT_MPI_CHECK(MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, kPull, comm_, MPI_STATUS_IGNORE));
+        int64_t msg[4] = {0, 0, 0, -1};
+        TNT_MPI_CHECK(MPI_Recv(msg, 4, MPI_INT64_T, st.MPI_SOURCE, kPull, comm_, MPI_STATUS_IGNORE));
         held_.push_back({st.MPI_SOURCE, msg[0], msg[1] != 0, msg[2]});
+        if (msg[1] == 0) stepping_[wi] = true;
+        learn_steps(msg[3]);
         break;
       }
       case kPush: {
         std::vector<float> grad(accum_.size() + 1);
-        TNT_MPI_CHECK(MPI_Recv(grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush, comm_,
-                               MPI_STATUS_IGNORE));
+        // A worker that dies while its push travels leaves a message that cannot complete:
+        // then the push did not happen (the ledger counts only pushes received).
+        if (MPI_Recv(grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush, comm_,
+                     MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+          if (first()) lose(w, "its last push could not be received");
+          return;
+        }
         round_epoch_ = static_cast<int64_t>(grad.back());
         grad.pop_back();
-        ++pushes_[static_cast<size_t>(w)];
+        ++pushes_[wi];
+        stepping_[wi] = true;
+        if (round_epoch_ == ledger_epoch_) ++epoch_pushes_[wi];
         paused_[static_cast<size_t>(w)] = -1;
         if (staleness_ && *staleness_ == 0) {
           for (size_t i = 0; i < grad.size(); ++i) accum_[i] += grad[i];
@@ -132,8 +234,25 @@ class Server {
       case kDone: {
         int64_t zero = 0;
         TNT_MPI_CHECK(MPI_Recv(&zero, 1, MPI_INT64_T, st.MPI_SOURCE, kDone, comm_, MPI_STATUS_IGNORE));
-        done_[static_cast<size_t>(w)] = true;
+        done_[wi] = true;
+        stepping_[wi] = false;
+        if (first_waiting_ < 0) first_waiting_ = detail::now_s();
         if (staleness_ && *staleness_ == 0) apply_complete_rounds();
+        break;
+      }
+      case kLedger: {
+        int64_t msg[3] = {0, 0, -1};
+        TNT_MPI_CHECK(MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, kLedger, comm_, MPI_STATUS_IGNORE));
+        TNT_CHECK(first(), "parameter server {}: a ledger request from rank {}; only the first server keeps it", index_,
+                  st.MPI_SOURCE);
+        TNT_CHECK(msg[0] == ledger_epoch_, "parameter server: worker rank {} ended epoch {} of the fit, the ledger is at {}",
+                  st.MPI_SOURCE, msg[0], ledger_epoch_);
+        learn_steps(msg[2]);
+        at_ledger_[wi] = true;
+        stepping_[wi] = false;
+        if (msg[1] != 0) stopping_ = true;
+        if (first_waiting_ < 0) first_waiting_ = detail::now_s();
+        serve_ledger();
         break;
       }
       case kSchedule: {
@@ -162,6 +281,130 @@ class Server {
       }
       default:
         TNT_THROW("parameter server: unexpected message tag {} from rank {}", st.MPI_TAG, st.MPI_SOURCE);
+    }
+  }
+
+  // Every worker's part of an epoch has the same number of batches; a worker says it with
+  // its pulls and at the ledger.
+  void learn_steps(int64_t steps) {
+    if (steps < 0 || !first()) return;
+    if (own_steps_ >= 0) {
+      TNT_CHECK(own_steps_ == steps, "parameter server: workers disagree on their batches per epoch ({} and {})",
+                own_steps_, steps);
+      return;
+    }
+    own_steps_ = steps;
+    for (auto [w, consumed] : unknown_own_) add_to_pool({w, std::min(consumed, steps), steps});
+    unknown_own_.clear();
+  }
+
+  void add_to_pool(const Part& p) {
+    if (p.end > p.first) pool_.push_back(p);
+  }
+
+  // Worker w is gone: it counts as done from now on (no pull waits for it, no round needs
+  // its push), and what it had not pushed of this epoch goes to the pool.
+  void drop(int w) {
+    const auto wi = static_cast<size_t>(w);
+    if (lost_[wi]) return;
+    lost_[wi] = true;
+    done_[wi] = true;
+    held_.remove_if([&](const Held& h) { return h.source == workers_[wi]; });
+    if (staleness_ && *staleness_ == 0) apply_complete_rounds();
+  }
+
+  void lose(int w, const std::string& why) {
+    const auto wi = static_cast<size_t>(w);
+    if (lost_[wi] || done_[wi]) return;
+    drop(w);
+    // Its pushes of the epoch covered its own part first, then its grants in order.
+    int64_t consumed = epoch_pushes_[wi];
+    int64_t left = 0;
+    if (own_steps_ < 0) {
+      unknown_own_.emplace_back(w, consumed);
+    } else {
+      add_to_pool({w, std::min(consumed, own_steps_), own_steps_});
+      left += std::max<int64_t>(0, own_steps_ - consumed);
+      consumed = std::max<int64_t>(0, consumed - own_steps_);
+    }
+    for (Part p : grants_[wi]) {
+      const int64_t used = std::min(consumed, p.end - p.first);
+      consumed -= used;
+      p.first += used;
+      left += p.end - p.first;
+      add_to_pool(p);
+    }
+    grants_[wi].clear();
+    std::fprintf(stderr,
+                 "warning: parameter-server training: worker rank %d dropped in epoch %lld of the fit (%s); the other "
+                 "workers take over its %lld batch(es) left\n",
+                 workers_[wi], static_cast<long long>(ledger_epoch_), why.c_str(), static_cast<long long>(left));
+    std::fflush(stderr);
+    for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints({workers_[wi]}, server_ranks_[s], kLost);
+    serve_ledger();
+    answer_pulls();
+  }
+
+  // A worker is expected to send while it steps (a push per batch), and once another
+  // worker has ended the epoch (it should end its too). A worker whose pull is held here
+  // waits for the server, not the other way round.
+  void check_silence(double now) {
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (lost_[w] || done_[w] || at_ledger_[w]) continue;
+      const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.source == workers_[w]; });
+      if (held) continue;
+      if (!stepping_[w] && first_waiting_ < 0) continue;  // between epochs: validation, checkpoints
+      const double since = stepping_[w] ? last_heard_[w] : std::max(last_heard_[w], first_waiting_);
+      if (now - since > timeout_) {
+        lose(static_cast<int>(w), fmt::format("nothing from it for {:.1f} s, TNT_PS_WORKER_TIMEOUT={} s", now - since,
+                                              timeout_));
+      }
+    }
+  }
+
+  // Gives the waiting workers parts of the pool; ends the epoch when every worker left is
+  // waiting and nothing is left to give.
+  void serve_ledger() {
+    if (stopping_) pool_.clear();  // a worker stops the fit: the epoch is cut short anyway
+    long live = 0;
+    for (size_t w = 0; w < workers_.size(); ++w) live += (!lost_[w] && !done_[w]) ? 1 : 0;
+    for (size_t w = 0; w < workers_.size() && !pool_.empty(); ++w) {
+      if (!at_ledger_[w] || lost_[w]) continue;
+      Part& front = pool_.front();
+      // Chunks of the remainder shared among the workers left, so that they finish together.
+      const int64_t n = front.end - front.first;
+      const int64_t chunk = std::max<int64_t>(1, (n + live - 1) / std::max<long>(1, live));
+      const Part give{front.owner, front.first, front.first + chunk};
+      front.first += chunk;
+      if (front.first >= front.end) pool_.pop_front();
+      grants_[w].push_back(give);
+      at_ledger_[w] = false;
+      stepping_[w] = true;
+      last_heard_[w] = detail::now_s();
+      send_ints({1, give.owner, give.first, give.end}, workers_[w], kPart);
+    }
+    if (!pool_.empty()) return;
+    bool any = false;
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (!lost_[w] && !done_[w] && !at_ledger_[w]) return;
+      any = any || at_ledger_[w];
+    }
+    if (!any) return;
+    std::vector<int64_t> over{0, static_cast<int64_t>(lost_ranks().size())};
+    for (int r : lost_ranks()) over.push_back(r);
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (at_ledger_[w]) send_ints(over, workers_[w], kPart);
+    }
+    // The next epoch: every part its owner's, the lost workers' parts in the pool.
+    ++ledger_epoch_;
+    std::fill(at_ledger_.begin(), at_ledger_.end(), false);
+    std::fill(stepping_.begin(), stepping_.end(), false);
+    std::fill(epoch_pushes_.begin(), epoch_pushes_.end(), 0);
+    for (auto& g : grants_) g.clear();
+    stopping_ = false;
+    first_waiting_ = -1;
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (lost_[w] && own_steps_ >= 0) add_to_pool({static_cast<int64_t>(w), 0, own_steps_});
     }
   }
 
@@ -229,12 +472,14 @@ class Server {
 
   void send_floats(std::vector<float> data, int dest, int tag) {
     Outgoing& o = outgoing_.emplace_back();
+    o.dest = dest;
     o.floats = std::move(data);
     TNT_MPI_CHECK(
         MPI_Isend(o.floats.data(), static_cast<int>(o.floats.size()), MPI_FLOAT, dest, tag, comm_, &o.request));
   }
   void send_ints(std::vector<int64_t> data, int dest, int tag) {
     Outgoing& o = outgoing_.emplace_back();
+    o.dest = dest;
     o.ints = std::move(data);
     TNT_MPI_CHECK(MPI_Isend(o.ints.data(), static_cast<int>(o.ints.size()), MPI_INT64_T, dest, tag, comm_, &o.request));
   }
@@ -250,8 +495,25 @@ class Server {
   MPI_Comm comm_;
   int index_;
   std::vector<int> workers_;
+  std::vector<int> server_ranks_;
   std::map<int, int> worker_index_;  // world rank -> worker index
   std::optional<int64_t> staleness_;
+  double timeout_;  // TNT_PS_WORKER_TIMEOUT; 0: no worker is ever dropped
+  // Lost workers (decided by the first server, told to the others) and the first server's
+  // view of who should be sending; see the file's head.
+  std::vector<bool> lost_, stepping_, at_ledger_;
+  std::vector<double> last_heard_;
+  bool final_ = false;  // the first server said the fit is over (kFinal)
+  // The sample ledger (first server): the epoch it is at, pushes of that epoch per worker,
+  // the parts granted per worker in order, the pool of parts nobody trains yet.
+  int64_t ledger_epoch_ = 0;
+  int64_t own_steps_ = -1;  // batches of a worker's own part; -1 until a worker says
+  std::vector<std::pair<int, int64_t>> unknown_own_;  // lost before own_steps_ was known: (worker, pushes)
+  std::vector<int64_t> epoch_pushes_;
+  std::vector<std::vector<Part>> grants_;
+  std::deque<Part> pool_;
+  bool stopping_ = false;
+  double first_waiting_ = -1;  // when the first worker of the epoch reached the ledger (or ended)
   std::vector<int64_t> pushes_;
   std::vector<bool> done_;
   std::vector<int64_t> paused_;  // the epoch whose steps a worker left (kPause) until its next push; -1
@@ -266,10 +528,11 @@ class Server {
 
 }  // namespace
 
-void serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, std::optional<int64_t> staleness,
-           Communicator& servers) {
-  Server server(shards, comm, index, workers, staleness);
+std::vector<int> serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers,
+                       const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers) {
+  Server server(shards, comm, index, workers, server_ranks, staleness);
   server.run(servers);
+  return server.lost_ranks();
 }
 
 }  // namespace tnt::ps

@@ -363,6 +363,23 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
       global_batch_of("fit", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
   DistributedDataset train = data.distribute(options.batch_size, rank(), p, options.remainder);
   if (options.prefetch > 0) train = train.prefetch(options.prefetch);
+  if (ps_) {
+    // A parameter-server worker trains its own part, then what the ledger gives it of lost
+    // workers' parts: their batches, cut as they would have cut them.
+    const int64_t batch = options.batch_size, prefetch = options.prefetch;
+    const Remainder remainder = options.remainder;
+    detail::PsWorker* ps = ps_;
+    return run_fit(
+        [=](int64_t epoch) {
+          auto part = [=](int owner) {
+            DistributedDataset theirs = data.distribute(batch, owner, p, remainder);
+            if (prefetch > 0) theirs = theirs.prefetch(prefetch);
+            return distributed_source(theirs, epoch);
+          };
+          return ps->epoch_batches(distributed_source(train, epoch), train.steps(), part);
+        },
+        train.steps(), validation_set(options), options);
+  }
   return run_fit([train](int64_t epoch) { return distributed_source(train, epoch); }, train.steps(),
                  validation_set(options), options);
 }

@@ -417,6 +417,7 @@ void adopt_ranks_left(std::unique_ptr<Communicator> left) {
   ctx.rank = left->rank();
   ctx.size = left->size();
   ctx.comm = std::move(left);
+  ctx.ranks_lost = true;
 }
 
 // Every rank ends with every server's shard of the variables and the optimizer state

@@ -60,6 +60,7 @@ class Server {
     for (size_t i = 0; i < workers_.size(); ++i) worker_index_[workers_[i]] = static_cast<int>(i);
     const size_t n = workers_.size();
     pushes_.assign(n, 0);
+    in_round_.assign(n, false);
     done_.assign(n, false);
     paused_.assign(n, -1);
     lost_.assign(n, false);
@@ -224,6 +225,8 @@ class Server {
         if (round_epoch_ == ledger_epoch_) ++epoch_pushes_[wi];
         paused_[static_cast<size_t>(w)] = -1;
         if (staleness_ && *staleness_ == 0) {
+          TNT_CHECK(!in_round_[wi], "parameter server: worker rank {} pushed twice in one round", st.MPI_SOURCE);
+          in_round_[wi] = true;
           for (size_t i = 0; i < grad.size(); ++i) accum_[i] += grad[i];
           apply_complete_rounds();
         } else {
@@ -416,20 +419,22 @@ class Server {
   }
 
   // Staleness 0: a step's round is complete when every worker has pushed it or is done.
+  // A round is the pushes since the last update, at most one per worker (its next pull
+  // waits for the update). Counting rounds by each worker's pushes would not do: a worker
+  // that waits at the ledger misses rounds that the others complete without it.
   void apply_complete_rounds() {
-    while (true) {
-      bool any = false, all = true;
-      for (size_t w = 0; w < pushes_.size(); ++w) {
-        if (pushes_[w] > applied_) {
-          any = true;
-        } else if (!done_[w] && paused_[w] < round_epoch_) {
-          all = false;  // a worker that left this round's epoch early pushes nothing more in it
-        }
+    bool any = false, all = true;
+    for (size_t w = 0; w < in_round_.size(); ++w) {
+      if (in_round_[w]) {
+        any = true;
+      } else if (!done_[w] && paused_[w] < round_epoch_) {
+        all = false;  // a worker that left this round's epoch early pushes nothing more in it
       }
-      if (!any || !all) return;
-      apply(accum_.data());
-      std::fill(accum_.begin(), accum_.end(), 0.0f);
     }
+    if (!any || !all) return;
+    apply(accum_.data());
+    std::fill(accum_.begin(), accum_.end(), 0.0f);
+    std::fill(in_round_.begin(), in_round_.end(), false);
   }
 
   // How many updates the puller is ahead of the slowest worker still stepping (0 alone).
@@ -443,7 +448,7 @@ class Server {
 
   bool may_answer(const Held& h) const {
     if (!staleness_) return true;
-    if (*staleness_ == 0) return applied_ >= h.clock;
+    if (*staleness_ == 0) return !in_round_[static_cast<size_t>(worker_of(h.source))];
     return lead(h) <= *staleness_;
   }
 
@@ -466,6 +471,8 @@ class Server {
         send_floats(std::move(floats), it->source, kState);
         send_ints(std::move(ints), it->source, kStateSteps);
       }
+      // A held pull is the server's wait, not the worker's silence: its clock starts now.
+      last_heard_[static_cast<size_t>(worker_of(it->source))] = detail::now_s();
       it = held_.erase(it);
     }
   }
@@ -515,6 +522,7 @@ class Server {
   bool stopping_ = false;
   double first_waiting_ = -1;  // when the first worker of the epoch reached the ledger (or ended)
   std::vector<int64_t> pushes_;
+  std::vector<bool> in_round_;  // staleness 0: the worker's push is in accum_, not applied yet
   std::vector<bool> done_;
   std::vector<int64_t> paused_;  // the epoch whose steps a worker left (kPause) until its next push; -1
   int64_t round_epoch_ = 0;      // the epoch of the pushes being summed (staleness 0)

@@ -289,10 +289,14 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     for (const auto& h : hellos) lifelines->adopt(h, now);
     for (const auto& r : reports) {
       if (r.kind == RankReport::Kind::ended) result.ends.push_back(r);
-      const bool usage = !r.signaled && r.code == usage_exit_code;
-      if (r.failed() && !usage && std::find(expendable.begin(), expendable.end(), r.rank) != expendable.end()) {
+      // Only a worker killed by a signal is lost: one that exits with an error says what went
+      // wrong (a usage error, a server that stopped answering), and that ends the job.
+      if (r.failed() && r.signaled && std::find(expendable.begin(), expendable.end(), r.rank) != expendable.end()) {
         result.dropped.push_back(r);
-        if (!stopping) {
+        if (!stopping && result.dropped.size() == expendable.size()) {
+          std::fprintf(stderr, "tarantella: every worker is lost; ending the job\n");
+          stop_job();
+        } else if (!stopping) {
           std::fprintf(stderr, "tarantella: worker rank %d (host %s, local rank %d) ended: %s; parameter-server "
                        "training goes on without it\n", r.rank, r.host.c_str(), r.local_rank, describe_status(r).c_str());
         }

@@ -96,9 +96,9 @@ std::string restart_futility(const JobResult& result);
 // `server` may be null (no reports); `watch` and `lifelines` may be null (nothing watched),
 // and are only useful with a server. Throws SystemError when mpirun cannot be started.
 // `expendable`: ranks whose failure the job survives (a parameter-server job's workers;
-// mpirun then runs with --enable-recovery and ends nothing itself). Such a failure is said
-// at once and kept in `dropped`, unless it is a usage error (every rank refuses the same
-// input); any other rank's failure ends the job at once, as mpirun would have.
+// mpirun then runs with --enable-recovery and ends nothing itself). Such a rank killed by a
+// signal is said at once and kept in `dropped` (the job ends when every one is); any other
+// failure ends the job at once, as mpirun would have.
 JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
                   Lifelines* lifelines = nullptr, const std::vector<int>& expendable = {});
 

@@ -51,8 +51,24 @@ struct PsAccess {
   static Network& network(Model& m) { return *m.network_; }
   static Optimizer& optimizer(Model& m) { return *m.optimizer_; }
   static void reset_reducer(Model& m) { m.reducer_.reset(); }
+  // The master's variables and buffers on every rank, through host memory: a server
+  // computes on the CPU (it needs no GPU) while the workers' tensors may be on a GPU, and a
+  // collective must see the same kind of buffer on every rank.
   static void sync_weights(Model& m) {
-    if (!m.weights_synced_) m.broadcast_weights();
+    if (m.weights_synced_) return;
+    Communicator& comm = communicator();
+    for (auto& p : m.network_->named_parameters()) broadcast_on_host(comm, p.param->value, master_rank());
+    for (auto& b : m.network_->named_buffers()) broadcast_on_host(comm, b.param->value, master_rank());
+    m.weights_synced_ = true;
+  }
+  static void broadcast_on_host(Communicator& comm, Tensor& t, int root) {
+    if (t.device().is_cpu()) {
+      comm.broadcast(t, root);
+      return;
+    }
+    Tensor host = t.to(Device::cpu());
+    comm.broadcast(host, root);
+    t.copy_from(host);
   }
   static bool mixed(const Model& m) { return m.precision_.mixed(); }
   static void set_worker(Model& m, PsWorker* w) { m.ps_ = w; }
@@ -558,7 +574,7 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
     if (first_worker < 0 && std::find(lost.begin(), lost.end(), w) == lost.end()) first_worker = left_index(w);
   }
   Communicator& all = communicator();
-  for (auto& b : PsAccess::network(model).named_buffers()) all.broadcast(b.param->value, first_worker);
+  for (auto& b : PsAccess::network(model).named_buffers()) PsAccess::broadcast_on_host(all, b.param->value, first_worker);
   std::vector<int64_t> words{PsAccess::global_step(model), PsAccess::stop_requested(model) ? 1 : 0};
   Tensor w = Tensor::from_data(words.data(), {2});
   all.broadcast(w, first_worker);

@@ -98,10 +98,9 @@ class Server {
         checked = detail::now_s();
         check_silence(checked);
       }
-      int flag = 0;
+      progress_incoming();
       MPI_Status st;
-      TNT_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st));
-      if (!flag) {
+      if (!probe(st)) {
         // Nothing to do: yield the core to the workers (ranks often share cores) after a
         // short spin, so a busy server still answers within microseconds.
         if (++idle > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -210,28 +209,13 @@ class Server {
         break;
       }
       case kPush: {
-        std::vector<float> grad(accum_.size() + 1);
-        // A worker that dies while its push travels leaves a message that cannot complete:
-        // then the push did not happen (the ledger counts only pushes received).
-        if (MPI_Recv(grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush, comm_,
-                     MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-          if (first()) lose(w, "its last push could not be received");
-          return;
-        }
-        round_epoch_ = static_cast<int64_t>(grad.back());
-        grad.pop_back();
-        ++pushes_[wi];
-        stepping_[wi] = true;
-        if (round_epoch_ == ledger_epoch_) ++epoch_pushes_[wi];
-        paused_[static_cast<size_t>(w)] = -1;
-        if (staleness_ && *staleness_ == 0) {
-          TNT_CHECK(!in_round_[wi], "parameter server: worker rank {} pushed twice in one round", st.MPI_SOURCE);
-          in_round_[wi] = true;
-          for (size_t i = 0; i < grad.size(); ++i) accum_[i] += grad[i];
-          apply_complete_rounds();
-        } else {
-          apply(grad.data());
-        }
+        // Received without blocking: a worker that dies while its push travels (over TCP)
+        // leaves a receive that never completes. Until it does, nothing else of that worker
+        // is probed (its messages are handled in order); the push counts when it arrives.
+        Incoming& in = incoming_[w];
+        in.grad.assign(accum_.size() + 1, 0.0f);
+        TNT_MPI_CHECK(MPI_Irecv(in.grad.data(), static_cast<int>(in.grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush,
+                                comm_, &in.request));
         break;
       }
       case kDone: {
@@ -312,6 +296,11 @@ class Server {
     if (lost_[wi]) return;
     lost_[wi] = true;
     done_[wi] = true;
+    // A push of it still being received may never complete: its buffer is kept for MPI.
+    if (auto it = incoming_.find(w); it != incoming_.end()) {
+      abandoned_.push_back(std::move(it->second));
+      incoming_.erase(it);
+    }
     held_.remove_if([&](const Held& h) { return h.source == workers_[wi]; });
     if (staleness_ && *staleness_ == 0) apply_complete_rounds();
   }
@@ -409,6 +398,71 @@ class Server {
     for (size_t w = 0; w < workers_.size(); ++w) {
       if (lost_[w] && own_steps_ >= 0) add_to_pool({static_cast<int64_t>(w), 0, own_steps_});
     }
+  }
+
+  // The pushes being received: applied as they complete; a failed one (its sender died
+  // halfway) never happened, and its sender is lost.
+  void progress_incoming() {
+    for (auto it = incoming_.begin(); it != incoming_.end();) {
+      int done = 0;
+      const int w = it->first;
+      if (MPI_Test(&it->second.request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        it = incoming_.erase(it);
+        if (first()) lose(w, "its last push could not be received");
+        continue;
+      }
+      if (!done) {
+        ++it;
+        continue;
+      }
+      std::vector<float> grad = std::move(it->second.grad);
+      it = incoming_.erase(it);
+      take_push(w, grad);
+      answer_pulls();
+    }
+  }
+
+  void take_push(int w, std::vector<float>& grad) {
+    const auto wi = static_cast<size_t>(w);
+    last_heard_[wi] = detail::now_s();
+    round_epoch_ = static_cast<int64_t>(grad.back());
+    grad.pop_back();
+    ++pushes_[wi];
+    stepping_[wi] = true;
+    if (round_epoch_ == ledger_epoch_) ++epoch_pushes_[wi];
+    paused_[wi] = -1;
+    if (staleness_ && *staleness_ == 0) {
+      TNT_CHECK(!in_round_[wi], "parameter server: worker rank {} pushed twice in one round", workers_[wi]);
+      in_round_[wi] = true;
+      for (size_t i = 0; i < grad.size(); ++i) accum_[i] += grad[i];
+      apply_complete_rounds();
+    } else {
+      apply(grad.data());
+    }
+  }
+
+  // One message from a source that may send now: every worker that is not lost and has no
+  // push being received, and the first server (to the others). Returns false if none.
+  bool probe(MPI_Status& st) {
+    const size_t n = workers_.size();
+    for (size_t k = 0; k <= n; ++k) {
+      const size_t i = (next_probe_ + k) % (n + 1);
+      int source = -1;
+      if (i < n) {
+        if (lost_[i] || incoming_.count(static_cast<int>(i)) > 0) continue;
+        source = workers_[i];
+      } else {
+        if (first()) continue;
+        source = server_ranks_[0];
+      }
+      int flag = 0;
+      TNT_MPI_CHECK(MPI_Iprobe(source, MPI_ANY_TAG, comm_, &flag, &st));
+      if (flag) {
+        next_probe_ = (i + 1) % (n + 1);  // the next probe starts after it: no source starves
+        return true;
+      }
+    }
+    return false;
   }
 
   void apply(const float* grad) {
@@ -531,6 +585,13 @@ class Server {
   std::vector<NamedParameter> owned_;
   std::vector<int> owned_index_;
   std::list<Held> held_;
+  struct Incoming {
+    std::vector<float> grad;  // the shard's gradient, then the worker's epoch
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::map<int, Incoming> incoming_;  // by worker index
+  std::list<Incoming> abandoned_;     // of lost workers: never completed, never freed
+  size_t next_probe_ = 0;
   std::list<Outgoing> outgoing_;
 };
 

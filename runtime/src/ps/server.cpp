@@ -190,14 +190,8 @@ class Server {
     }
     const int w = worker_of(st.MPI_SOURCE);
     const auto wi = static_cast<size_t>(w);
-    if (lost_[wi]) {
-      // A dropped worker that still sends (it was stopped, not dead): its part is someone
-      // else's now, so nothing of it counts; it ends at its own timeout, unanswered.
-      MPI_Get_count(&st, MPI_BYTE, &count);
-      std::vector<char> junk(static_cast<size_t>(std::max(count, 0)));
-      MPI_Recv(junk.data(), count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE);
-      return;
-    }
+    // A dropped worker is never probed again (probe()): if it was only stopped and still
+    // sends, its part is someone else's now, and it ends at its own timeout, unanswered.
     last_heard_[wi] = detail::now_s();
     switch (st.MPI_TAG) {
       case kPull: {

@@ -103,11 +103,12 @@ class Server {
       if (!probe(st)) {
         // Nothing to do: yield the core to the workers (ranks often share cores) after a
         // short spin, so a busy server still answers within microseconds.
-        if (++idle > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (++idle > 200 && incoming_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
         continue;
       }
       idle = 0;
       handle(st);
+      progress_incoming();  // a push just posted often completes at once
       answer_pulls();
     }
     if (first()) {

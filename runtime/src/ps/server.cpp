@@ -14,6 +14,8 @@
 // rank (kFinal), so that every rank agrees on who is lost.
 #include "ps/server.hpp"
 
+#include "ps/ledger.hpp"
+
 #include "core/clock.hpp"
 #include "core/context.hpp"
 #include "io/timeline.hpp"
@@ -30,7 +32,6 @@
 #include <chrono>
 #include <charconv>
 #include <cstdio>
-#include <deque>
 #include <list>
 #include <map>
 #include <set>
@@ -56,7 +57,8 @@ class Server {
         workers_(workers),
         server_ranks_(server_ranks),
         staleness_(staleness),
-        timeout_(config().ps_worker_timeout_s) {
+        timeout_(config().ps_worker_timeout_s),
+        ledger_(workers.size()) {
     for (size_t i = 0; i < workers_.size(); ++i) worker_index_[workers_[i]] = static_cast<int>(i);
     const size_t n = workers_.size();
     pushes_.assign(n, 0);
@@ -65,9 +67,6 @@ class Server {
     paused_.assign(n, -1);
     lost_.assign(n, false);
     stepping_.assign(n, false);
-    at_ledger_.assign(n, false);
-    epoch_pushes_.assign(n, 0);
-    grants_.assign(n, {});
     last_heard_.assign(n, detail::now_s());
     std::set<int> owned;
     for (int i : shards_.plan().pieces_of(index_)) owned.insert(shards_.plan().pieces[static_cast<size_t>(i)].variable);
@@ -149,11 +148,6 @@ class Server {
     int dest = -1;
     MPI_Request request = MPI_REQUEST_NULL;
   };
-  // Batches [first, end) of worker `owner`'s part of the epoch (owner: its index).
-  struct Part {
-    int64_t owner = 0, first = 0, end = 0;
-  };
-
   bool first() const { return index_ == 0; }
   bool is_lost_rank(int rank) const {
     auto it = worker_index_.find(rank);
@@ -200,7 +194,7 @@ class Server {
         TNT_MPI_CHECK(MPI_Recv(msg, 4, MPI_INT64_T, st.MPI_SOURCE, kPull, comm_, MPI_STATUS_IGNORE));
         held_.push_back({st.MPI_SOURCE, msg[0], msg[1] != 0, msg[2]});
         if (msg[1] == 0) stepping_[wi] = true;
-        learn_steps(msg[3]);
+        if (first()) ledger_.learn_steps(msg[3]);
         break;
       }
       case kPush: {
@@ -227,12 +221,12 @@ class Server {
         TNT_MPI_CHECK(MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, kLedger, comm_, MPI_STATUS_IGNORE));
         TNT_CHECK(first(), "parameter server {}: a ledger request from rank {}; only the first server keeps it", index_,
                   st.MPI_SOURCE);
-        TNT_CHECK(msg[0] == ledger_epoch_, "parameter server: worker rank {} ended epoch {} of the fit, the ledger is at {}",
-                  st.MPI_SOURCE, msg[0], ledger_epoch_);
-        learn_steps(msg[2]);
-        at_ledger_[wi] = true;
+        TNT_CHECK(msg[0] == ledger_.epoch(),
+                  "parameter server: worker rank {} ended epoch {} of the fit, the ledger is at {}", st.MPI_SOURCE,
+                  msg[0], ledger_.epoch());
+        ledger_.learn_steps(msg[2]);
+        ledger_.ask(wi, msg[1] != 0);
         stepping_[wi] = false;
-        if (msg[1] != 0) stopping_ = true;
         if (first_waiting_ < 0) first_waiting_ = detail::now_s();
         serve_ledger();
         break;
@@ -266,24 +260,6 @@ class Server {
     }
   }
 
-  // Every worker's part of an epoch has the same number of batches; a worker says it with
-  // its pulls and at the ledger.
-  void learn_steps(int64_t steps) {
-    if (steps < 0 || !first()) return;
-    if (own_steps_ >= 0) {
-      TNT_CHECK(own_steps_ == steps, "parameter server: workers disagree on their batches per epoch ({} and {})",
-                own_steps_, steps);
-      return;
-    }
-    own_steps_ = steps;
-    for (auto [w, consumed] : unknown_own_) add_to_pool({w, std::min(consumed, steps), steps});
-    unknown_own_.clear();
-  }
-
-  void add_to_pool(const Part& p) {
-    if (p.end > p.first) pool_.push_back(p);
-  }
-
   // Worker w is gone: it counts as done from now on (no pull waits for it, no round needs
   // its push), and what it had not pushed of this epoch goes to the pool.
   void drop(int w) {
@@ -304,28 +280,11 @@ class Server {
     const auto wi = static_cast<size_t>(w);
     if (lost_[wi] || done_[wi]) return;
     drop(w);
-    // Its pushes of the epoch covered its own part first, then its grants in order.
-    int64_t consumed = epoch_pushes_[wi];
-    int64_t left = 0;
-    if (own_steps_ < 0) {
-      unknown_own_.emplace_back(w, consumed);
-    } else {
-      add_to_pool({w, std::min(consumed, own_steps_), own_steps_});
-      left += std::max<int64_t>(0, own_steps_ - consumed);
-      consumed = std::max<int64_t>(0, consumed - own_steps_);
-    }
-    for (Part p : grants_[wi]) {
-      const int64_t used = std::min(consumed, p.end - p.first);
-      consumed -= used;
-      p.first += used;
-      left += p.end - p.first;
-      add_to_pool(p);
-    }
-    grants_[wi].clear();
+    const int64_t left = ledger_.lose(wi);
     std::fprintf(stderr,
                  "warning: parameter-server training: worker rank %d dropped in epoch %lld of the fit (%s); the other "
                  "workers take over its %lld batch(es) left\n",
-                 workers_[wi], static_cast<long long>(ledger_epoch_), why.c_str(), static_cast<long long>(left));
+                 workers_[wi], static_cast<long long>(ledger_.epoch()), why.c_str(), static_cast<long long>(left));
     std::fflush(stderr);
     for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints({workers_[wi]}, server_ranks_[s], kLost);
     serve_ledger();
@@ -337,7 +296,7 @@ class Server {
   // waits for the server, not the other way round.
   void check_silence(double now) {
     for (size_t w = 0; w < workers_.size(); ++w) {
-      if (lost_[w] || done_[w] || at_ledger_[w]) continue;
+      if (lost_[w] || done_[w] || ledger_.waiting(w)) continue;
       const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.source == workers_[w]; });
       if (held) continue;
       if (!stepping_[w] && first_waiting_ < 0) continue;  // between epochs: validation, checkpoints
@@ -349,50 +308,27 @@ class Server {
     }
   }
 
-  // Gives the waiting workers parts of the pool; ends the epoch when every worker left is
-  // waiting and nothing is left to give.
+  // The ledger's parts for waiting workers, or the end of the epoch (with the lost workers'
+  // ranks, so that the ones left can make a communicator without them).
   void serve_ledger() {
-    if (stopping_) pool_.clear();  // a worker stops the fit: the epoch is cut short anyway
-    long live = 0;
-    for (size_t w = 0; w < workers_.size(); ++w) live += (!lost_[w] && !done_[w]) ? 1 : 0;
-    for (size_t w = 0; w < workers_.size() && !pool_.empty(); ++w) {
-      if (!at_ledger_[w] || lost_[w]) continue;
-      Part& front = pool_.front();
-      // Chunks of the remainder shared among the workers left, so that they finish together.
-      const int64_t n = front.end - front.first;
-      const int64_t chunk = std::max<int64_t>(1, (n + live - 1) / std::max<long>(1, live));
-      const Part give{front.owner, front.first, front.first + chunk};
-      front.first += chunk;
-      if (front.first >= front.end) pool_.pop_front();
-      grants_[w].push_back(give);
-      at_ledger_[w] = false;
-      stepping_[w] = true;
-      last_heard_[w] = detail::now_s();
-      send_ints({1, give.owner, give.first, give.end}, workers_[w], kPart);
+    std::vector<bool> gone(workers_.size());
+    for (size_t w = 0; w < workers_.size(); ++w) gone[w] = lost_[w] || done_[w];
+    bool over = false;
+    for (const Ledger::Answer& a : ledger_.serve(gone)) {
+      if (a.part) {
+        stepping_[a.worker] = true;
+        last_heard_[a.worker] = detail::now_s();
+        send_ints({1, a.part->owner, a.part->first, a.part->end}, workers_[a.worker], kPart);
+        continue;
+      }
+      std::vector<int64_t> msg{0, static_cast<int64_t>(lost_ranks().size())};
+      for (int r : lost_ranks()) msg.push_back(r);
+      send_ints(std::move(msg), workers_[a.worker], kPart);
+      over = true;
     }
-    if (!pool_.empty()) return;
-    bool any = false;
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      if (!lost_[w] && !done_[w] && !at_ledger_[w]) return;
-      any = any || at_ledger_[w];
-    }
-    if (!any) return;
-    std::vector<int64_t> over{0, static_cast<int64_t>(lost_ranks().size())};
-    for (int r : lost_ranks()) over.push_back(r);
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      if (at_ledger_[w]) send_ints(over, workers_[w], kPart);
-    }
-    // The next epoch: every part its owner's, the lost workers' parts in the pool.
-    ++ledger_epoch_;
-    std::fill(at_ledger_.begin(), at_ledger_.end(), false);
+    if (!over) return;
     std::fill(stepping_.begin(), stepping_.end(), false);
-    std::fill(epoch_pushes_.begin(), epoch_pushes_.end(), 0);
-    for (auto& g : grants_) g.clear();
-    stopping_ = false;
     first_waiting_ = -1;
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      if (lost_[w] && own_steps_ >= 0) add_to_pool({static_cast<int64_t>(w), 0, own_steps_});
-    }
   }
 
   // The pushes being received: applied as they complete; a failed one (its sender died
@@ -424,7 +360,7 @@ class Server {
     grad.pop_back();
     ++pushes_[wi];
     stepping_[wi] = true;
-    if (round_epoch_ == ledger_epoch_) ++epoch_pushes_[wi];
+    ledger_.count_push(wi, round_epoch_);
     paused_[wi] = -1;
     if (staleness_ && *staleness_ == 0) {
       TNT_CHECK(!in_round_[wi], "parameter server: worker rank {} pushed twice in one round", workers_[wi]);
@@ -557,18 +493,10 @@ class Server {
   double timeout_;  // TNT_PS_WORKER_TIMEOUT; 0: no worker is ever dropped
   // Lost workers (decided by the first server, told to the others) and the first server's
   // view of who should be sending; see the file's head.
-  std::vector<bool> lost_, stepping_, at_ledger_;
+  std::vector<bool> lost_, stepping_;
   std::vector<double> last_heard_;
   bool final_ = false;  // the first server said the fit is over (kFinal)
-  // The sample ledger (first server): the epoch it is at, pushes of that epoch per worker,
-  // the parts granted per worker in order, the pool of parts nobody trains yet.
-  int64_t ledger_epoch_ = 0;
-  int64_t own_steps_ = -1;  // batches of a worker's own part; -1 until a worker says
-  std::vector<std::pair<int, int64_t>> unknown_own_;  // lost before own_steps_ was known: (worker, pushes)
-  std::vector<int64_t> epoch_pushes_;
-  std::vector<std::vector<Part>> grants_;
-  std::deque<Part> pool_;
-  bool stopping_ = false;
+  Ledger ledger_;  // the first server's (ps/ledger.hpp)
   double first_waiting_ = -1;  // when the first worker of the epoch reached the ledger (or ended)
   std::vector<int64_t> pushes_;
   std::vector<bool> in_round_;  // staleness 0: the worker's push is in accum_, not applied yet

@@ -29,6 +29,7 @@ using tnt::env::numa_node;
 using tnt::env::output_on_all_devices;
 using tnt::env::profile_scaling;
 using tnt::env::ps_servers;
+using tnt::env::ps_worker_timeout_s;
 using tnt::env::rank;
 using tnt::env::report_address;
 using tnt::env::restart;

@@ -124,7 +124,7 @@ std::string restart_futility(const JobResult& result) {
 }
 
 JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
-                  Lifelines* lifelines) {
+                  Lifelines* lifelines, const std::vector<int>& expendable) {
   // An explicit kill must stop the job even when the shell started us with SIGINT
   // ignored (background jobs of scripts); a SIGHUP ignored by nohup stays ignored.
   for (int sig : {SIGINT, SIGTERM, SIGQUIT}) ::signal(sig, SIG_DFL);
@@ -288,7 +288,23 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     const auto now = Clock::now();
     for (const auto& h : hellos) lifelines->adopt(h, now);
     for (const auto& r : reports) {
-      if (r.failed()) result.failures.push_back(r);
+      if (r.kind == RankReport::Kind::ended) result.ends.push_back(r);
+      // Only a worker killed by a signal is lost: one that exits with an error says what went
+      // wrong (a usage error, a server that stopped answering), and that ends the job.
+      if (r.failed() && r.signaled && std::find(expendable.begin(), expendable.end(), r.rank) != expendable.end()) {
+        result.dropped.push_back(r);
+        if (!stopping && result.dropped.size() == expendable.size()) {
+          std::fprintf(stderr, "tarantella: every worker is lost; ending the job\n");
+          stop_job();
+        } else if (!stopping) {
+          std::fprintf(stderr, "tarantella: worker rank %d (host %s, local rank %d) ended: %s; parameter-server "
+                       "training goes on without it\n", r.rank, r.host.c_str(), r.local_rank, describe_status(r).c_str());
+        }
+      } else if (r.failed()) {
+        result.failures.push_back(r);
+        // mpirun --enable-recovery ends nothing itself.
+        if (!expendable.empty() && !stopping) stop_job();
+      }
       if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
       result.reported.insert(r.rank);
       if (watch) watch->record(r, now);

@@ -35,6 +35,9 @@ struct JobResult {
   std::optional<int> interrupted_by;  // SIGINT, SIGTERM, SIGHUP or SIGQUIT received by the launcher
   std::optional<RankWatch::Verdict> verdict;  // the watch ended the job (already printed)
   std::vector<RankReport> failures;  // in the order they were reported; the first failed first
+  // Failures the job survived (expendable ranks, see run_job), in the order reported.
+  std::vector<RankReport> dropped;
+  std::vector<RankReport> ends;  // every rank's end report, in the order reported
   struct Loss {
     LostRank rank;
     size_t failures_before = 0;  // how many of `failures` had arrived when it was found
@@ -92,7 +95,11 @@ std::string restart_futility(const JobResult& result);
 
 // `server` may be null (no reports); `watch` and `lifelines` may be null (nothing watched),
 // and are only useful with a server. Throws SystemError when mpirun cannot be started.
+// `expendable`: ranks whose failure the job survives (a parameter-server job's workers;
+// mpirun then runs with --enable-recovery and ends nothing itself). Such a rank killed by a
+// signal is said at once and kept in `dropped` (the job ends when every one is); any other
+// failure ends the job at once, as mpirun would have.
 JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
-                  Lifelines* lifelines = nullptr);
+                  Lifelines* lifelines = nullptr, const std::vector<int>& expendable = {});
 
 }  // namespace tnt::launcher

@@ -173,6 +173,23 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     print_losses(result.stopped_with_job(), true);
     return exit_lost;
   }
+  if (!result.dropped.empty()) {
+    // Parameter-server training went on without lost workers: what became of every rank.
+    std::fprintf(stderr, "tarantella: the job ended without %zu of its %zu workers; each rank:\n",
+                 result.dropped.size(), roles ? roles->workers.size() : size_t{0});
+    for (const auto& s : slots) {
+      auto end = std::find_if(result.ends.rbegin(), result.ends.rend(), [&](auto& r) { return r.rank == s.rank; });
+      const bool dropped = std::any_of(result.dropped.begin(), result.dropped.end(),
+                                       [&](auto& r) { return r.rank == s.rank; });
+      const std::string role = tl::ps_role_words(roles, s.rank).empty() ? "worker" : "parameter server";
+      const std::string what = end == result.ends.rend() ? std::string("no end reported")
+                               : dropped ? tl::describe_status(*end) + ": dropped, the other workers took over its samples"
+                                         : tl::describe_status(*end);
+      std::fprintf(stderr, "  rank %d (%s, host %s, local rank %d): %s\n", s.rank, role.c_str(), s.host.c_str(),
+                   s.local_rank, what.c_str());
+    }
+    if (!reports) return 0;
+  }
   if (!mpirun_failed) {
     // mpirun's word alone is no evidence that anything ran (`--mpirun /bin/true` exits 0):
     // every rank's step reports at least its program's start and end.
@@ -228,8 +245,10 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
   std::optional<tl::Lifelines> lifelines;
   if (server && heartbeat_s > 0) lifelines.emplace(heartbeat_s);
   std::fflush(stdout);
-  const tl::JobResult result =
-      tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr, lifelines ? &*lifelines : nullptr);
+  const std::vector<int> expendable = roles ? roles->workers : std::vector<int>{};
+  if (watch) watch->tolerate(expendable);
+  const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr,
+                                           lifelines ? &*lifelines : nullptr, expendable);
 
   if (result.interrupted_by) return {128 + *result.interrupted_by, true, ""};
   // The reader of the output went away first (`| head`): the job was stopped for that, and
@@ -312,6 +331,14 @@ int launch(const std::vector<std::string>& args) {
     // The plan's roles, not a stale TNT_PS_SERVERS of this environment.
     std::erase_if(spec.exports, [](const auto& e) { return e.first == tl::env::ps_servers; });
     spec.exports.emplace_back(tl::env::ps_servers, tl::ps_servers_value(*roles));
+    // A worker that dies or stops sending is dropped after the heartbeat timeout and the job
+    // goes on (docs/parameter_server.md): mpirun must not end it when a rank dies (below),
+    // and the runtime's first server must know the timeout (unless this environment sets
+    // its own).
+    if (env.find(tl::env::ps_worker_timeout_s) == env.end()) {
+      std::erase_if(spec.exports, [](const auto& e) { return e.first == tl::env::ps_worker_timeout_s; });
+      spec.exports.emplace_back(tl::env::ps_worker_timeout_s, fmt::format("{}", limits.heartbeat.count()));
+    }
   }
   // TNT_DEVICE of this environment is not passed on (the per-rank step sets each rank's):
   // say so, unless this launcher runs inside a rank of another job, whose value is stale.
@@ -344,6 +371,12 @@ int launch(const std::vector<std::string>& args) {
   }
   spec.launch_agent = options.launch_agent;
   spec.mpi_args = options.mpi_args;
+  if (roles) {
+    // A rank's step ends with its program's status: a non-zero one must not end the job
+    // either (Open MPI's recovery covers only processes killed by a signal). The launcher
+    // ends the job itself when a server fails (tl::run_job).
+    spec.mpi_args.insert(spec.mpi_args.begin(), {"--enable-recovery", "--mca", "orte_abort_on_non_zero_status", "0"});
+  }
   spec.self = tl::self_executable();
   spec.step = {options.pin, plan.device, options.program};
   const std::vector<std::string> command = tl::mpirun_command(spec);

@@ -420,11 +420,23 @@ std::vector<std::pair<std::string, std::string>> rank_variables(const RankIdenti
   return v;
 }
 
+bool is_ps_server(const std::string& ps_servers, int rank) {
+  size_t at = 0;
+  while (at <= ps_servers.size()) {
+    const size_t comma = std::min(ps_servers.find(',', at), ps_servers.size());
+    if (ps_servers.substr(at, comma - at) == std::to_string(rank)) return true;
+    at = comma + 1;
+  }
+  return false;
+}
+
 namespace {
 
 int run_rank_step(const RankStepArgs& args, const Environment& env, const RankIdentity& id, const std::string& host) {
   std::string device = "cpu";
-  if (args.device == DeviceKind::gpu) {
+  const auto servers = env.find(env::ps_servers);
+  const bool server = servers != env.end() && is_ps_server(servers->second, id.rank);
+  if (args.device == DeviceKind::gpu && !server) {
     const int gpus = count_gpus(env);
     if (gpus == 0) {
       throw SystemError(fmt::format("rank {} on {}: the launcher planned GPU ranks, but this host has no GPU "

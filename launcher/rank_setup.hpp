@@ -38,6 +38,10 @@ struct RankIdentity {
 // missing (the step was not started by Open MPI's mpirun).
 RankIdentity rank_identity(const Environment& env);
 
+// Whether TNT_PS_SERVERS' value ("0,3") names `rank`: a parameter server computes on the
+// CPU and takes no GPU. Pure, for tests.
+bool is_ps_server(const std::string& ps_servers, int rank);
+
 // The variables this rank's program gets on top of what mpirun passed on, TNT_DEVICE
 // included. Pure, for tests.
 std::vector<std::pair<std::string, std::string>> rank_variables(const RankIdentity& id, const std::string& device,

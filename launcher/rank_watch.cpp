@@ -5,6 +5,7 @@
 #include "text.hpp"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <fmt/ranges.h>
 
 namespace tnt::launcher {
@@ -36,6 +37,7 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
       s.stopped = false;
       s.exit_code = r.code;
       s.signaled = r.signaled;
+      if (r.failed() && std::find(tolerated_.begin(), tolerated_.end(), r.rank) != tolerated_.end()) break;
       if (!first_end_) {
         first_end_ = now;
         first_end_rank_ = r.rank;

@@ -52,6 +52,10 @@ class RankWatch {
 
   RankWatch(std::vector<RankSlot> ranks, WatchLimits limits, Clock::time_point launched);
 
+  // Ranks whose failure the job survives (a parameter-server job's workers, which the
+  // others go on without): their failed end starts no exit or teardown timer.
+  void tolerate(std::vector<int> ranks) { tolerated_ = std::move(ranks); }
+
   // Reports from ranks the plan does not have are ignored.
   void record(const RankReport& report, Clock::time_point now);
   // A rank that is gone without a report (lifeline.hpp): ended, and a failure.
@@ -95,6 +99,7 @@ class RankWatch {
   std::optional<Clock::time_point> left_found_;  // when the `left` rule first held
   bool decided_ = false;
   std::vector<RankReport> failures_;
+  std::vector<int> tolerated_;
 };
 
 }  // namespace tnt::launcher

@@ -60,8 +60,10 @@ set_tests_properties(fashion_mnist.terminal PROPERTIES TIMEOUT 200 ENVIRONMENT "
 
 # --strategy=parameter_server through --parameter-servers (fashion_mnist_parameter_server.sh):
 # staleness 0 equals synchronous, asynchronous accuracy near it, checkpoints resumed across
-# the two modes, bad role plans refused before anything starts, a stopped or killed server named.
-foreach(_case staleness0 async resume_across bad_roles server_stopped server_killed timeline)
+# the two modes, bad role plans refused before anything starts, a stopped or killed server named,
+# a killed worker dropped, a killed server restarted from the checkpoint.
+foreach(_case staleness0 async resume_across bad_roles server_stopped server_killed worker_killed server_restart
+              timeline)
   add_test(NAME fashion_mnist.parameter_server.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_parameter_server.sh ${_fm_bins} ${_case})
   set_tests_properties(fashion_mnist.parameter_server.${_case} PROPERTIES

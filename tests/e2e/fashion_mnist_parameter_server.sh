@@ -22,6 +22,15 @@
 #   server_killed: the server rank killed (SIGTERM: SIGKILL's status 137 reads as a hang to
 #     fm_run) in the middle of training: the job ends within seconds, and the launcher names
 #     rank 0 as the parameter server that failed first.
+#   worker_killed: a worker (rank 2 of 1 server + 3 workers) SIGKILLed in the middle of the
+#     second epoch: the job goes on without it (--heartbeat-timeout 2), finishes its 3
+#     epochs and the test evaluation with exit 0, and the launcher says the worker was
+#     dropped and how every rank ended. (That the lost worker's samples are each trained
+#     on once is counted exactly by tests/ps ps_lost_worker*.)
+#   server_restart: the server SIGKILLed after the first epoch's checkpoint, with
+#     --max-restarts 1: the launcher names rank 0 as the parameter server that failed first,
+#     ends the job at once (mpirun, run with --enable-recovery, would not) and restarts it;
+#     the restart continues from the checkpoint and ends with history.csv rows 1 2 3.
 #   timeline: --timeline trace.json on 2 servers + 2 workers: trace.json holds the workers'
 #     pull and push spans (2 ranks), trace.servers.json the servers' apply spans (2 ranks,
 #     the window's 10 updates each).
@@ -36,6 +45,8 @@ fm_need_data
 common=(--model=mlp --num_train_samples=6000 --batch_size=128 --verbose=0)
 
 result_of() { grep -Eo 'test accuracy: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+$'; }
+# out_has NAME REGEX: a line of the run's output (launcher and program) matches.
+out_has() { grep -Eq -- "$2" <<<"$fm_out" && fm_pass "$1: /$2/" || fm_fail "$1: no line matches /$2/"; }
 loss_of() { grep -Eo 'Test loss: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+$'; }
 
 case $case_name in
@@ -123,6 +134,59 @@ case $case_name in
       fm_pass "killed: the launcher names the parameter server" || fm_fail "killed: no line naming rank 0 as the server"
     awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "killed: ended after ${fm_seconds}s" ||
       fm_fail "killed: took ${fm_seconds}s"
+    ;;
+  worker_killed)
+    # The first epoch's row in history.csv, then 1.5 s: the workers are stepping in the
+    # second epoch (one of 36,000 samples took 3.7 s here, its validation about 0.3 s). A
+    # worker lost in the epoch's end (validation, callbacks) ends the job after
+    # TNT_COLLECTIVE_TIMEOUT instead (docs/parameter_server.md).
+    (
+      for _ in $(seq 1 300); do
+        [[ -e $fm_tmp/w/history.csv ]] && break
+        sleep 0.1
+      done
+      sleep 1.5
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/w"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2'; then kill -KILL "$p"; fi
+      done
+    ) &
+    killer=$!
+    fm_run wk -np 4 --parameter-servers 1 --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=20 -- --model=mlp \
+      --num_train_samples=36000 \
+      --train_epochs=3 --batch_size=120 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/w"
+    wait $killer
+    [[ $fm_rc -eq 0 ]] && fm_pass "wk: exit 0" || fm_fail "wk: exit $fm_rc, expected 0"
+    out_has wk "tarantella: worker rank 2 \(host .*\) ended: signal 9 \(SIGKILL\); parameter-server training goes on"
+    out_has wk "rank 2 \(worker, host .*\): signal 9 \(SIGKILL\): dropped"
+    out_has wk "rank 0 \(parameter server, host .*\): exit code 0"
+    out_has wk "test accuracy: [0-9.]+"
+    got=$(awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$fm_tmp/w/history.csv")
+    [[ $got == "1 2 3" ]] && fm_pass "wk: history.csv rows 1 2 3" || fm_fail "wk: history.csv rows '$got'"
+    ;;
+  server_restart)
+    (
+      for _ in $(seq 1 300); do
+        [[ -e $fm_tmp/r/history.csv ]] && break
+        sleep 0.1
+      done
+      sleep 0.5
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/r"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0' &&
+          tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'TNT_RESTART=0'; then
+          kill -KILL "$p"
+        fi
+      done
+    ) &
+    killer=$!
+    fm_run sr -np 3 --parameter-servers 1 --max-restarts 1 -- --model=mlp --num_train_samples=12000 \
+      --train_epochs=3 --batch_size=128 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/r"
+    wait $killer
+    [[ $fm_rc -eq 0 ]] && fm_pass "sr: exit 0 after the restart" || fm_fail "sr: exit $fm_rc, expected 0"
+    out_has sr "tarantella: rank 0 \(parameter server, host .*\) failed first: signal 9 \(SIGKILL\)"
+    out_has sr "tarantella: restarting the whole job \(restart 1 of 1"
+    out_has sr "Restart 1 \(TNT_RESTART\): continuing from"
+    got=$(awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$fm_tmp/r/history.csv")
+    [[ $got == "1 2 3" ]] && fm_pass "sr: history.csv rows 1 2 3" || fm_fail "sr: history.csv rows '$got'"
     ;;
   timeline)
     fm_run tl -np 4 --parameter-servers 2 --timeline "$fm_tmp/trace.json" -- "${common[@]}" --num_train_samples=1280 \

@@ -228,6 +228,15 @@ TEST_CASE("rank setup: identity and variables", "[rank_setup]") {
   CHECK_FALSE(env::is_reserved("TNT_FUSION_THRESHOLD"));
 }
 
+TEST_CASE("a parameter server takes no GPU: TNT_PS_SERVERS names its rank", "[ps]") {
+  CHECK(is_ps_server("0", 0));
+  CHECK(is_ps_server("0,3", 3));
+  CHECK(is_ps_server("10,3", 10));
+  CHECK_FALSE(is_ps_server("0,3", 1));
+  CHECK_FALSE(is_ps_server("10", 1));  // a rank's digits inside another's are no match
+  CHECK_FALSE(is_ps_server("", 0));
+}
+
 TEST_CASE("limits: a plan is checked against open files, processes and PIDs", "[limits]") {
   SystemLimits roomy;
   roomy.open_files = roomy.open_files_hard = 1 << 20;

@@ -243,3 +243,16 @@ TEST_CASE("watch: time the launcher was stopped does not count", "[watch]") {
   CHECK_FALSE(e.check(t0 + 13s));
   CHECK(e.check(t0 + 14s));
 }
+
+TEST_CASE("watch: a parameter-server worker killed is survived; a server's failure starts the timer", "[watch]") {
+  RankWatch w(three_ranks(), limits(0, 3), t0);
+  w.tolerate({1, 2});  // rank 0 serves
+  w.record(report(2, RankReport::Kind::ended, SIGKILL, true), t0 + 1s);
+  CHECK(w.next_check() == Clock::time_point::max());  // the others go on without it
+  CHECK_FALSE(w.check(t0 + 100s));
+  w.record(report(0, RankReport::Kind::ended, SIGKILL, true), t0 + 101s);
+  CHECK(w.next_check() == t0 + 104s);
+  auto v = w.check(t0 + 104s);
+  REQUIRE(v);
+  CHECK(v->reason == RankWatch::Reason::teardown);
+}

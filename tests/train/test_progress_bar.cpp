@@ -191,6 +191,21 @@ TEST_CASE("verbose 2: the epoch's line alone") {
   CHECK(h.output() == "Epoch 1/1\n50/50 - 1s 20ms/step - loss: 2.0000\n");
 }
 
+TEST_CASE("parameter-server training: the staleness seen, in updates, before the validation's results") {
+  ScopedEnv tty("TNT_STDOUT_IS_TTY", "1");
+  Harness h(params(50, 2));
+  h.bar.on_train_begin({});
+  h.bar.on_epoch_begin(0, {});
+  for (int64_t b = 0; b < 50; ++b) {
+    h.clock += 0.02;
+    h.bar.on_train_batch_end(b, {{"loss", 2.0}});
+  }
+  h.bar.on_epoch_end(0, {{"loss", 2.0}, {"staleness_mean", 1.5}, {"staleness_max", 4.0}, {"val_loss", 3.0}});
+  h.bar.on_train_end({});
+  CHECK(h.output() ==
+        "Epoch 1/1\n50/50 - 1s 20ms/step - loss: 2.0000 - staleness: mean 1.5, max 4 - val_loss: 3.0000\n");
+}
+
 TEST_CASE("the time per step is the training steps'; an evaluation is announced and timed apart") {
   ScopedEnv tty("TNT_STDOUT_IS_TTY", "0");
   Harness h(params(4));

@@ -294,4 +294,11 @@ TEST_CASE("the epoch timing line: the allreduce, the share while backward ran, a
         "epoch 3: 41.2 ms/step, backward 20.1 ms; gradient allreduce 8.0 ms a step, 75% of it while backward ran; "
         "after backward the step waited 2.5 ms for its gradients");
   CHECK(tnt::describe_epoch_timing(1, t, 1) == "epoch 1: 41.2 ms/step, backward 20.1 ms (1 rank: no gradient allreduce)");
+  // A parameter-server worker has no allreduce: its pull and push instead.
+  t.parameter_server = true;
+  t.pull_seconds = 0.0031;
+  t.push_seconds = 0.0012;
+  CHECK(tnt::describe_epoch_timing(2, t, 2) ==
+        "epoch 2: 41.2 ms/step, backward 20.1 ms; parameter servers: pull 3.1 ms a step, push 1.2 ms (this "
+        "worker's own steps)");
 }

@@ -81,6 +81,11 @@ class Communicator {
   // settings (the workers of a parameter-server job). Collective. Its timeout messages say
   // where the other ranks are only by number: the position channel is the job's.
   std::unique_ptr<Communicator> split(int color) const;
+  // The ranks listed (ranks of this communicator, ascending), numbered in that order.
+  // Collective over those ranks only: the others need not call it, and may be gone (a
+  // parameter-server job goes on without a lost worker this way). `tag` tells concurrent
+  // calls apart.
+  std::unique_ptr<Communicator> subset(const std::vector<int>& ranks, int tag = 0) const;
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

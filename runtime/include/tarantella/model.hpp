@@ -178,13 +178,17 @@ struct EpochTiming {
   double comm_seconds = 0;          // mean time gradient buckets were in flight
   double hidden_comm_seconds = 0;   // ... of which while backward was still running
   double exposed_comm_seconds = 0;  // mean time the step waited for communication after backward
+  // Parameter-server training (no allreduce): mean time of a step's pull and push.
+  bool parameter_server = false;
+  double pull_seconds = 0;
+  double push_seconds = 0;
   double hidden_fraction() const { return comm_seconds > 0 ? hidden_comm_seconds / comm_seconds : 1.0; }
   void finish();  // sums over the epoch's steps -> means
 };
 // The line fit prints after an epoch with verbose 2 (or TNT_LOG_LEVEL=INFO): "epoch 3:
 // 41.2 ms/step, backward 20.1 ms; gradient allreduce 8.0 ms a step, 75% of it while backward
 // ran; after backward the step waited 2.5 ms for its gradients". On one rank there is no
-// allreduce, and the line says so.
+// allreduce, and the line says so; with parameter servers it gives the pull and the push.
 std::string describe_epoch_timing(int epoch, const EpochTiming& timing, int ranks);
 
 class Model {

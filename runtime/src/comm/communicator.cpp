@@ -129,6 +129,21 @@ std::unique_ptr<Communicator> Communicator::split(int color) const {
   return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
 }
 
+std::unique_ptr<Communicator> Communicator::subset(const std::vector<int>& ranks, int tag) const {
+  const CommImpl& p = *impl_;
+  MPI_Group all, some;
+  TNT_MPI_CHECK(MPI_Comm_group(p.comm, &all));
+  TNT_MPI_CHECK(MPI_Group_incl(all, static_cast<int>(ranks.size()), ranks.data(), &some));
+  auto c = std::make_unique<CommImpl>();
+  TNT_MPI_CHECK(MPI_Comm_create_group(p.comm, some, tag, &c->comm));
+  MPI_Group_free(&some);
+  MPI_Group_free(&all);
+  MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  fill_ranks(*c);
+  inherit_settings(p, *c);
+  return std::unique_ptr<Communicator>(new Communicator(std::move(c)));
+}
+
 int Communicator::rank() const { return impl_->rank; }
 int Communicator::size() const { return impl_->size; }
 int Communicator::local_rank() const { return impl_->local_rank; }

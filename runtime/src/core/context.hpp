@@ -28,6 +28,9 @@ struct RuntimeContext {
   Device device;
   int num_threads = 1;
   bool we_initialized_mpi = false;
+  // The job went on without lost ranks (a parameter-server job's dropped workers): its
+  // communicator is that of the ranks left, and MPI_Finalize is not called (see finalize).
+  bool ranks_lost = false;
   std::unique_ptr<Communicator> comm;
   std::shared_ptr<timeline::Events> timeline;  // while a timeline records (io/timeline.hpp's Recorder)
   std::shared_ptr<detail::LayerTypeRegistry> layer_types;  // tnt::register_layer_type's (layer_config.hpp)

@@ -39,6 +39,7 @@
 #include <map>
 #include <set>
 #include <limits>
+#include <functional>
 #include <thread>
 
 namespace tnt {
@@ -50,8 +51,24 @@ struct PsAccess {
   static Network& network(Model& m) { return *m.network_; }
   static Optimizer& optimizer(Model& m) { return *m.optimizer_; }
   static void reset_reducer(Model& m) { m.reducer_.reset(); }
+  // The master's variables and buffers on every rank, through host memory: a server
+  // computes on the CPU (it needs no GPU) while the workers' tensors may be on a GPU, and a
+  // collective must see the same kind of buffer on every rank.
   static void sync_weights(Model& m) {
-    if (!m.weights_synced_) m.broadcast_weights();
+    if (m.weights_synced_) return;
+    Communicator& comm = communicator();
+    for (auto& p : m.network_->named_parameters()) broadcast_on_host(comm, p.param->value, master_rank());
+    for (auto& b : m.network_->named_buffers()) broadcast_on_host(comm, b.param->value, master_rank());
+    m.weights_synced_ = true;
+  }
+  static void broadcast_on_host(Communicator& comm, Tensor& t, int root) {
+    if (t.device().is_cpu()) {
+      comm.broadcast(t, root);
+      return;
+    }
+    Tensor host = t.to(Device::cpu());
+    comm.broadcast(host, root);
+    t.copy_from(host);
   }
   static bool mixed(const Model& m) { return m.precision_.mixed(); }
   static void set_worker(Model& m, PsWorker* w) { m.ps_ = w; }
@@ -115,9 +132,12 @@ class Worker final : public PsWorker {
   // global step variable of TensorFlow's parameter servers), so that max_steps and the
   // checkpoints' step count updates of the whole job.
   // stop_requested, max_steps: the model's, agreed at every epoch's end (see epoch_end).
+  // on_lost: the ledger said that these workers (world ranks, all lost so far) are gone; the
+  // workers' communicator must be made again without them before the epoch's collectives.
   Worker(Shards& shards, MPI_Comm comm, const std::vector<int>& servers, int64_t* global_step, bool* stop_requested,
-         int64_t max_steps)
-      : shards_(shards),
+         int64_t max_steps, std::function<void(const std::vector<int>&)> on_lost)
+      : on_lost_(std::move(on_lost)),
+        shards_(shards),
         comm_(comm),
         servers_(servers),
         global_step_(global_step),
@@ -149,12 +169,40 @@ class Worker final : public PsWorker {
     ++clock_;
   }
 
+  // The epoch's steps end only when the ledger says so: a worker that leaves them early
+  // (max_steps, a callback's stop) says it is stopping, and waits for the others.
   void pause() override {
-    std::vector<MPI_Request> reqs(servers_.size());
-    for (size_t s = 0; s < servers_.size(); ++s) {
-      TNT_MPI_CHECK(MPI_Isend(&epoch_, 1, MPI_INT64_T, servers_[s], kPause, comm_, &reqs[s]));
-    }
-    wait_servers(reqs, servers_, "this worker's pause");
+    while (!epoch_over_) ask_ledger(true);
+  }
+
+  NextBatch epoch_batches(NextBatch own, int64_t own_steps, std::function<NextBatch(int owner)> part) override {
+    own_steps_ = own_steps;
+    epoch_over_ = false;
+    struct State {
+      NextBatch current;
+      int64_t left = -1;  // batches left of a granted part; -1: the own part, to its end
+    };
+    auto state = std::make_shared<State>();
+    state->current = std::move(own);
+    return [this, state, part = std::move(part)]() -> std::optional<Batch> {
+      while (!epoch_over_) {
+        if (state->left != 0) {
+          std::optional<Batch> b = state->current();
+          if (b) {
+            if (state->left > 0) --state->left;
+            return b;
+          }
+        }
+        const std::optional<Part> grant = ask_ledger(false);
+        if (!grant) break;
+        state->current = part(static_cast<int>(grant->owner));
+        for (int64_t i = 0; i < grant->first; ++i) {
+          TNT_CHECK(state->current(), "parameter-server training: worker {}'s part has no batch {}", grant->owner, i);
+        }
+        state->left = grant->end - grant->first;
+      }
+      return std::nullopt;
+    };
   }
 
   void epoch_end(Logs& logs) override {
@@ -172,15 +220,22 @@ class Worker final : public PsWorker {
     ++epoch_;
   }
 
-  void finish() {
+  // Returns the workers lost during the fit (world ranks), as the first server decided.
+  std::vector<int> finish(int workers) {
     wait_pushes();
     send_schedule_changes();  // the last epoch's end may have changed it: the servers end alike
     const int64_t zero = 0;
-    std::vector<MPI_Request> reqs(servers_.size());
+    std::vector<MPI_Request> reqs(servers_.size() + 1);
     for (size_t s = 0; s < servers_.size(); ++s) {
       TNT_MPI_CHECK(MPI_Isend(&zero, 1, MPI_INT64_T, servers_[s], kDone, comm_, &reqs[s]));
     }
-    wait_servers(reqs, servers_, "this worker's end of training");
+    std::vector<int64_t> final(static_cast<size_t>(workers) + 1);
+    TNT_MPI_CHECK(MPI_Irecv(final.data(), static_cast<int>(final.size()), MPI_INT64_T, servers_[0], kFinal, comm_,
+                            &reqs.back()));
+    std::vector<int> peer = servers_;
+    peer.push_back(servers_[0]);
+    wait_servers(reqs, peer, "this worker's end of training");
+    return {final.begin() + 1, final.begin() + 1 + final[0]};
   }
 
   // Best effort: the servers learn why this worker stops, and stop too.
@@ -221,10 +276,46 @@ class Worker final : public PsWorker {
 
   void wait_pushes() { wait_servers(push_requests_, servers_, fmt::format("this worker's push of update {}", clock_)); }
 
+  struct Part {
+    int64_t owner = 0, first = 0, end = 0;
+  };
+
+  // The end of this worker's batches: the servers stop holding pulls back for it, and the
+  // first server's ledger answers with a part of a lost worker's batches, or with the end
+  // of the epoch (when every worker left has asked and nothing is left).
+  std::optional<Part> ask_ledger(bool stopping) {
+    std::vector<MPI_Request> reqs(servers_.size() + 2);
+    for (size_t s = 0; s < servers_.size(); ++s) {
+      TNT_MPI_CHECK(MPI_Isend(&epoch_, 1, MPI_INT64_T, servers_[s], kPause, comm_, &reqs[s]));
+    }
+    const int64_t ask[3] = {epoch_, stopping ? 1 : 0, own_steps_};
+    TNT_MPI_CHECK(MPI_Isend(ask, 3, MPI_INT64_T, servers_[0], kLedger, comm_, &reqs[servers_.size()]));
+    std::vector<int64_t> answer(static_cast<size_t>(size_of_world()) + 4);
+    TNT_MPI_CHECK(MPI_Irecv(answer.data(), static_cast<int>(answer.size()), MPI_INT64_T, servers_[0], kPart, comm_,
+                            &reqs.back()));
+    std::vector<int> peer = servers_;
+    peer.insert(peer.end(), 2, servers_[0]);
+    wait_servers(reqs, peer, fmt::format("this worker's end of epoch {} of the fit", epoch_));
+    if (answer[0] == 1) return Part{answer[1], answer[2], answer[3]};
+    epoch_over_ = true;
+    std::vector<int> lost(answer.begin() + 2, answer.begin() + 2 + answer[1]);
+    if (lost != lost_) {
+      lost_ = lost;
+      on_lost_(lost_);
+    }
+    return std::nullopt;
+  }
+
+  static int size_of_world() {
+    int n = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+  }
+
   void pull_from_servers(bool with_state) {
     Span span(Lane::communication, with_state ? "pull with optimizer state" : "pull");
     const size_t k = servers_.size();
-    const int64_t request[3] = {clock_, with_state ? 1 : 0, epoch_};
+    const int64_t request[4] = {clock_, with_state ? 1 : 0, epoch_, own_steps_};
     std::vector<std::vector<float>> values(k), state(k);
     std::vector<std::vector<int64_t>> steps(k);
     std::vector<MPI_Request> reqs;
@@ -233,7 +324,7 @@ class Worker final : public PsWorker {
       const int si = static_cast<int>(s);
       peer.insert(peer.end(), with_state ? 4 : 2, servers_[s]);
       reqs.emplace_back();
-      TNT_MPI_CHECK(MPI_Isend(request, 3, MPI_INT64_T, servers_[s], kPull, comm_, &reqs.back()));
+      TNT_MPI_CHECK(MPI_Isend(request, 4, MPI_INT64_T, servers_[s], kPull, comm_, &reqs.back()));
       values[s].resize(static_cast<size_t>(shards_.shard_elements(si)) + 3);
       reqs.emplace_back();
       TNT_MPI_CHECK(MPI_Irecv(values[s].data(), static_cast<int>(values[s].size()), MPI_FLOAT, servers_[s], kValues,
@@ -271,6 +362,10 @@ class Worker final : public PsWorker {
     }
   }
 
+  std::function<void(const std::vector<int>&)> on_lost_;
+  std::vector<int> lost_;   // as the ledger last said
+  bool epoch_over_ = true;  // the ledger ended this epoch's steps
+  int64_t own_steps_ = -1;  // batches of this worker's own part of an epoch
   Shards& shards_;
   MPI_Comm comm_;
   std::vector<int> servers_;
@@ -306,6 +401,13 @@ class WorkerContext {
   WorkerContext(const WorkerContext&) = delete;
   WorkerContext& operator=(const WorkerContext&) = delete;
 
+  // The workers' communicator again, without lost workers.
+  void replace(std::unique_ptr<Communicator> workers) {
+    ctx_.rank = workers->rank();
+    ctx_.size = workers->size();
+    ctx_.comm = std::move(workers);
+  }
+
  private:
   RuntimeContext& ctx_;
   std::unique_ptr<Communicator> saved_;
@@ -325,13 +427,25 @@ void history_from_json(History& h, const std::string& text) {
   h.history = j.at("history").get<std::map<std::string, std::vector<double>>>();
 }
 
-// Every rank ends with every server's shard of the variables and the optimizer state.
+// The job's communicator from now on: the ranks left after workers were lost.
+void adopt_ranks_left(std::unique_ptr<Communicator> left) {
+  RuntimeContext& ctx = *context_or_null();
+  ctx.rank = left->rank();
+  ctx.size = left->size();
+  ctx.comm = std::move(left);
+  ctx.ranks_lost = true;
+}
+
+// Every rank ends with every server's shard of the variables and the optimizer state
+// (`servers`: their ranks in `comm`).
 // Returns the servers' update count.
 int64_t gather_everywhere(Shards& shards, MPI_Comm comm, const std::vector<int>& servers) {
   int64_t step_count = 0;
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
   for (size_t s = 0; s < servers.size(); ++s) {
     const int si = static_cast<int>(s);
-    const bool mine = rank() == servers[s];
+    const bool mine = me == servers[s];
     std::vector<float> values =
         mine ? shards.gather(si, false) : std::vector<float>(static_cast<size_t>(shards.shard_elements(si)));
     auto [floats, ints] = mine ? shards.gather_state(si)
@@ -390,19 +504,34 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   std::unique_ptr<Communicator> worker_comm = communicator().split(is_server ? 0 : 1);
 
   History history;
-  const int first_worker = workers.front();
+  std::vector<int> lost;  // workers lost during the fit (world ranks), the same on every rank left
   if (is_server) {
     const int index = static_cast<int>(std::lower_bound(servers.begin(), servers.end(), rank()) - servers.begin());
-    ps::serve(shards, comm, index, workers, options.max_staleness, *worker_comm);  // the servers' communicator
+    lost = ps::serve(shards, comm, index, workers, servers, options.max_staleness, *worker_comm);  // the servers' communicator
   } else {
-    Worker worker(shards, comm, servers, &PsAccess::global_step(model), &PsAccess::stop_requested(model),
-                  options.max_steps);
-    options.strategy = Strategy::synchronous;  // the loop is the ordinary one, over the workers
+    // The workers' communicator holds these (world ranks); after a loss it is made again
+    // over the workers left, collectively over them only.
+    std::vector<int> alive = workers;
     WorkerContext scope(std::move(worker_comm));
+    auto on_lost = [&](const std::vector<int>& gone) {
+      std::vector<int> keep, index;
+      for (size_t i = 0; i < alive.size(); ++i) {
+        if (std::find(gone.begin(), gone.end(), alive[i]) == gone.end()) {
+          keep.push_back(alive[i]);
+          index.push_back(static_cast<int>(i));
+        }
+      }
+      if (keep.size() == alive.size()) return;
+      scope.replace(communicator().subset(index, static_cast<int>(gone.size())));
+      alive = keep;
+    };
+    Worker worker(shards, comm, servers, &PsAccess::global_step(model), &PsAccess::stop_requested(model),
+                  options.max_steps, on_lost);
+    options.strategy = Strategy::synchronous;  // the loop is the ordinary one, over the workers
     PsAccess::set_worker(model, &worker);
     try {
       history = model.fit(data, options);
-      worker.finish();
+      lost = worker.finish(static_cast<int>(workers.size()));
     } catch (const InputError& e) {
       PsAccess::set_worker(model, nullptr);
       worker.abort(e.what(), true);
@@ -415,21 +544,49 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
     PsAccess::set_worker(model, nullptr);
   }
 
-  // Every rank again: the servers' shards and update count, the first worker's buffers,
-  // stop request and history.
-  const int64_t updates = gather_everywhere(shards, comm, servers);
+  // Every rank left again: the servers' shards and update count, the first worker's
+  // buffers, stop request and history. Without the lost workers, this job's communicator
+  // from now on is one of the ranks left (a collective with a lost rank would never end).
+  std::vector<int> ranks_left;
+  for (int r = 0; r < size(); ++r) {
+    if (std::find(lost.begin(), lost.end(), r) == lost.end()) ranks_left.push_back(r);
+  }
+  auto left_index = [&](int world) {
+    return static_cast<int>(std::lower_bound(ranks_left.begin(), ranks_left.end(), world) - ranks_left.begin());
+  };
+  MPI_Comm all_comm = comm;
+  if (!lost.empty()) {
+    tnt::log_warning("parameter-server training went on without worker rank(s) {}; from now on the job has {} ranks",
+                     fmt::join(lost, ", "), ranks_left.size());
+    MPI_Group group, left;
+    TNT_MPI_CHECK(MPI_Comm_group(comm, &group));
+    TNT_MPI_CHECK(MPI_Group_incl(group, static_cast<int>(ranks_left.size()), ranks_left.data(), &left));
+    TNT_MPI_CHECK(MPI_Comm_create_group(comm, left, 1, &all_comm));
+    MPI_Group_free(&left);
+    MPI_Group_free(&group);
+    adopt_ranks_left(communicator().subset(ranks_left, 2));
+  }
+  std::vector<int> roots;
+  for (int s : servers) roots.push_back(left_index(s));
+  const int64_t updates = gather_everywhere(shards, all_comm, roots);
+  int first_worker = -1;
+  for (int w : workers) {
+    if (first_worker < 0 && std::find(lost.begin(), lost.end(), w) == lost.end()) first_worker = left_index(w);
+  }
   Communicator& all = communicator();
-  for (auto& b : PsAccess::network(model).named_buffers()) all.broadcast(b.param->value, first_worker);
+  for (auto& b : PsAccess::network(model).named_buffers()) PsAccess::broadcast_on_host(all, b.param->value, first_worker);
   std::vector<int64_t> words{PsAccess::global_step(model), PsAccess::stop_requested(model) ? 1 : 0};
   Tensor w = Tensor::from_data(words.data(), {2});
   all.broadcast(w, first_worker);
   PsAccess::global_step(model) = updates;
   PsAccess::stop_requested(model) = w.data<int64_t>()[1] != 0;
-  std::string text = rank() == first_worker ? history_json(history) : std::string();
+  std::string text = all.rank() == first_worker ? history_json(history) : std::string();
   all.broadcast(text, first_worker);
   history_from_json(history, text);
   timeline::discard();  // written at the fit's end; a later fit records over every rank again
-  MPI_Comm_free(&comm);
+  if (all_comm != comm) MPI_Comm_free(&all_comm);
+  // A communicator with a lost rank is left to MPI_Finalize.
+  if (lost.empty()) MPI_Comm_free(&comm);
   return history;
 }
 

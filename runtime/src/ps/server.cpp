@@ -1,6 +1,20 @@
 // The server loop of parameter-server training: answers any worker's message as it comes,
 // holds back a pull that max_staleness does not allow yet, never waits for one worker.
+//
+// Lost workers. The first server keeps the epoch's sample ledger: every worker trains its
+// own part of the epoch (the dataset's static distribution, `own steps` batches), then asks
+// the ledger for more. A worker that sends nothing for TNT_PS_WORKER_TIMEOUT while it is
+// expected to (it is stepping, or another worker already waits at the epoch's end) is
+// dropped: the batches of its part that no push of it has covered (pushes of one worker
+// arrive in order, so the count of its pushes in the epoch says exactly which) go to the
+// pool, and the workers that ask get them in chunks. The epoch ends when every worker left
+// waits and the pool is empty; the answer names the lost workers, so the survivors can make
+// a communicator without them. In the next epochs a lost worker's whole part goes to the
+// pool. Only the first server decides; it tells the others (kLost), and at the end every
+// rank (kFinal), so that every rank agrees on who is lost.
 #include "ps/server.hpp"
+
+#include "ps/ledger.hpp"
 
 #include "core/clock.hpp"
 #include "core/context.hpp"
@@ -17,6 +31,7 @@
 #include <algorithm>
 #include <chrono>
 #include <charconv>
+#include <cstdio>
 #include <list>
 #include <map>
 #include <set>
@@ -34,12 +49,25 @@ using Span = timeline::Span;
 
 class Server {
  public:
-  Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, std::optional<int64_t> staleness)
-      : shards_(shards), comm_(comm), index_(index), workers_(workers), staleness_(staleness) {
+  Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, const std::vector<int>& server_ranks,
+         std::optional<int64_t> staleness)
+      : shards_(shards),
+        comm_(comm),
+        index_(index),
+        workers_(workers),
+        server_ranks_(server_ranks),
+        staleness_(staleness),
+        timeout_(config().ps_worker_timeout_s),
+        ledger_(workers.size()) {
     for (size_t i = 0; i < workers_.size(); ++i) worker_index_[workers_[i]] = static_cast<int>(i);
-    pushes_.assign(workers_.size(), 0);
-    done_.assign(workers_.size(), false);
-    paused_.assign(workers_.size(), -1);
+    const size_t n = workers_.size();
+    pushes_.assign(n, 0);
+    in_round_.assign(n, false);
+    done_.assign(n, false);
+    paused_.assign(n, -1);
+    lost_.assign(n, false);
+    stepping_.assign(n, false);
+    last_heard_.assign(n, detail::now_s());
     std::set<int> owned;
     for (int i : shards_.plan().pieces_of(index_)) owned.insert(shards_.plan().pieces[static_cast<size_t>(i)].variable);
     for (int v : owned) {
@@ -62,33 +90,75 @@ class Server {
       timeline::start_from_config(servers, path);
     }
     int idle = 0;
-    while (std::count(done_.begin(), done_.end(), true) < static_cast<long>(done_.size())) {
+    double checked = 0;
+    while (!finished()) {
       progress_sends();
-      int flag = 0;
+      if (first() && timeout_ > 0 && detail::now_s() - checked > 0.05) {
+        checked = detail::now_s();
+        check_silence(checked);
+      }
+      progress_incoming();
       MPI_Status st;
-      TNT_MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, &st));
-      if (!flag) {
+      if (!probe(st)) {
         // Nothing to do: yield the core to the workers (ranks often share cores) after a
         // short spin, so a busy server still answers within microseconds.
-        if (++idle > 200) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        if (++idle > 200 && incoming_.empty()) std::this_thread::sleep_for(std::chrono::microseconds(50));
         continue;
       }
       idle = 0;
       handle(st);
+      progress_incoming();  // a push just posted often completes at once
       answer_pulls();
     }
-    for (auto& o : outgoing_) TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+    if (first()) {
+      TNT_CHECK(std::count(lost_.begin(), lost_.end(), true) < static_cast<long>(lost_.size()),
+                "parameter-server training: every worker was lost (none sent anything for {} s, "
+                "TNT_PS_WORKER_TIMEOUT); nothing is left to train",
+                timeout_);
+      // Every other rank learns the final list of the lost (a worker waits for it after its
+      // last message, a server before it ends).
+      std::vector<int64_t> final{static_cast<int64_t>(lost_ranks().size())};
+      for (int r : lost_ranks()) final.push_back(r);
+      for (size_t w = 0; w < workers_.size(); ++w) {
+        if (!lost_[w]) send_ints(final, workers_[w], kFinal);
+      }
+      for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints(final, server_ranks_[s], kFinal);
+    }
+    // A reply to a lost worker may never complete (its receiver is gone): left to MPI.
+    for (auto& o : outgoing_) {
+      if (!is_lost_rank(o.dest)) TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+    }
     outgoing_.clear();
     shards_.read_state();
     timeline::fit_end(servers);
+  }
+
+  std::vector<int> lost_ranks() const {
+    std::vector<int> out;
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (lost_[w]) out.push_back(workers_[w]);
+    }
+    return out;
   }
 
  private:
   struct Outgoing {
     std::vector<float> floats;
     std::vector<int64_t> ints;
+    int dest = -1;
     MPI_Request request = MPI_REQUEST_NULL;
   };
+  bool first() const { return index_ == 0; }
+  bool is_lost_rank(int rank) const {
+    auto it = worker_index_.find(rank);
+    return it != worker_index_.end() && lost_[static_cast<size_t>(it->second)];
+  }
+  // The first server ends when every worker is done or lost; the others when it says so
+  // (kFinal) and every worker it did not drop is done.
+  bool finished() const {
+    const bool all = std::count(done_.begin(), done_.end(), true) == static_cast<long>(done_.size());
+    return first() ? all : final_ && all;
+  }
   struct Held {
     int source = 0;
     int64_t clock = 0;
@@ -104,36 +174,61 @@ class Server {
   }
 
   void handle(const MPI_Status& st) {
-    const int w = worker_of(st.MPI_SOURCE);
     int count = 0;
+    if (st.MPI_TAG == kLost || st.MPI_TAG == kFinal) {  // from the first server
+      MPI_Get_count(&st, MPI_INT64_T, &count);
+      std::vector<int64_t> msg(static_cast<size_t>(count));
+      TNT_MPI_CHECK(MPI_Recv(msg.data(), count, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, comm_, MPI_STATUS_IGNORE));
+      if (st.MPI_TAG == kFinal) final_ = true;
+      for (size_t i = st.MPI_TAG == kFinal ? 1 : 0; i < msg.size(); ++i) drop(worker_of(static_cast<int>(msg[i])));
+      return;
+    }
+    const int w = worker_of(st.MPI_SOURCE);
+    const auto wi = static_cast<size_t>(w);
+    // A dropped worker is never probed again (probe()): if it was only stopped and still
+    // sends, its part is someone else's now, and it ends at its own timeout, unanswered.
+    last_heard_[wi] = detail::now_s();
     switch (st.MPI_TAG) {
       case kPull: {
-        int64_t msg[3] = {0, 0, 0};
-        TNT_MPI_CHECK(MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, kPull, comm_, MPI_STATUS_IGNORE));
+        int64_t msg[4] = {0, 0, 0, -1};
+        TNT_MPI_CHECK(MPI_Recv(msg, 4, MPI_INT64_T, st.MPI_SOURCE, kPull, comm_, MPI_STATUS_IGNORE));
         held_.push_back({st.MPI_SOURCE, msg[0], msg[1] != 0, msg[2]});
+        if (msg[1] == 0) stepping_[wi] = true;
+        if (first()) ledger_.learn_steps(msg[3]);
         break;
       }
       case kPush: {
-        std::vector<float> grad(accum_.size() + 1);
-        TNT_MPI_CHECK(MPI_Recv(grad.data(), static_cast<int>(grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush, comm_,
-                               MPI_STATUS_IGNORE));
-        round_epoch_ = static_cast<int64_t>(grad.back());
-        grad.pop_back();
-        ++pushes_[static_cast<size_t>(w)];
-        paused_[static_cast<size_t>(w)] = -1;
-        if (staleness_ && *staleness_ == 0) {
-          for (size_t i = 0; i < grad.size(); ++i) accum_[i] += grad[i];
-          apply_complete_rounds();
-        } else {
-          apply(grad.data());
-        }
+        // Received without blocking: a worker that dies while its push travels (over TCP)
+        // leaves a receive that never completes. Until it does, nothing else of that worker
+        // is probed (its messages are handled in order); the push counts when it arrives.
+        Incoming& in = incoming_[w];
+        in.grad.assign(accum_.size() + 1, 0.0f);
+        TNT_MPI_CHECK(MPI_Irecv(in.grad.data(), static_cast<int>(in.grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush,
+                                comm_, &in.request));
         break;
       }
       case kDone: {
         int64_t zero = 0;
         TNT_MPI_CHECK(MPI_Recv(&zero, 1, MPI_INT64_T, st.MPI_SOURCE, kDone, comm_, MPI_STATUS_IGNORE));
-        done_[static_cast<size_t>(w)] = true;
+        done_[wi] = true;
+        stepping_[wi] = false;
+        if (first_waiting_ < 0) first_waiting_ = detail::now_s();
         if (staleness_ && *staleness_ == 0) apply_complete_rounds();
+        break;
+      }
+      case kLedger: {
+        int64_t msg[3] = {0, 0, -1};
+        TNT_MPI_CHECK(MPI_Recv(msg, 3, MPI_INT64_T, st.MPI_SOURCE, kLedger, comm_, MPI_STATUS_IGNORE));
+        TNT_CHECK(first(), "parameter server {}: a ledger request from rank {}; only the first server keeps it", index_,
+                  st.MPI_SOURCE);
+        TNT_CHECK(msg[0] == ledger_.epoch(),
+                  "parameter server: worker rank {} ended epoch {} of the fit, the ledger is at {}", st.MPI_SOURCE,
+                  msg[0], ledger_.epoch());
+        ledger_.learn_steps(msg[2]);
+        ledger_.ask(wi, msg[1] != 0);
+        stepping_[wi] = false;
+        if (first_waiting_ < 0) first_waiting_ = detail::now_s();
+        serve_ledger();
         break;
       }
       case kSchedule: {
@@ -165,6 +260,142 @@ class Server {
     }
   }
 
+  // Worker w is gone: it counts as done from now on (no pull waits for it, no round needs
+  // its push), and what it had not pushed of this epoch goes to the pool.
+  void drop(int w) {
+    const auto wi = static_cast<size_t>(w);
+    if (lost_[wi]) return;
+    lost_[wi] = true;
+    done_[wi] = true;
+    // A push of it still being received may never complete: its buffer is kept for MPI.
+    if (auto it = incoming_.find(w); it != incoming_.end()) {
+      abandoned_.push_back(std::move(it->second));
+      incoming_.erase(it);
+    }
+    held_.remove_if([&](const Held& h) { return h.source == workers_[wi]; });
+    if (staleness_ && *staleness_ == 0) apply_complete_rounds();
+  }
+
+  void lose(int w, const std::string& why) {
+    const auto wi = static_cast<size_t>(w);
+    if (lost_[wi] || done_[wi]) return;
+    drop(w);
+    const int64_t left = ledger_.lose(wi);
+    std::fprintf(stderr,
+                 "warning: parameter-server training: worker rank %d dropped in epoch %lld of the fit (%s); the other "
+                 "workers take over its %lld batch(es) left\n",
+                 workers_[wi], static_cast<long long>(ledger_.epoch()), why.c_str(), static_cast<long long>(left));
+    std::fflush(stderr);
+    for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints({workers_[wi]}, server_ranks_[s], kLost);
+    serve_ledger();
+    answer_pulls();
+  }
+
+  // A worker is expected to send while it steps (a push per batch), and once another
+  // worker has ended the epoch (it should end its too). A worker whose pull is held here
+  // waits for the server, not the other way round.
+  void check_silence(double now) {
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (lost_[w] || done_[w] || ledger_.waiting(w)) continue;
+      const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.source == workers_[w]; });
+      if (held) continue;
+      if (!stepping_[w] && first_waiting_ < 0) continue;  // between epochs: validation, checkpoints
+      const double since = stepping_[w] ? last_heard_[w] : std::max(last_heard_[w], first_waiting_);
+      if (now - since > timeout_) {
+        lose(static_cast<int>(w), fmt::format("nothing from it for {:.1f} s, TNT_PS_WORKER_TIMEOUT={} s", now - since,
+                                              timeout_));
+      }
+    }
+  }
+
+  // The ledger's parts for waiting workers, or the end of the epoch (with the lost workers'
+  // ranks, so that the ones left can make a communicator without them).
+  void serve_ledger() {
+    std::vector<bool> gone(workers_.size());
+    for (size_t w = 0; w < workers_.size(); ++w) gone[w] = lost_[w] || done_[w];
+    bool over = false;
+    for (const Ledger::Answer& a : ledger_.serve(gone)) {
+      if (a.part) {
+        stepping_[a.worker] = true;
+        last_heard_[a.worker] = detail::now_s();
+        send_ints({1, a.part->owner, a.part->first, a.part->end}, workers_[a.worker], kPart);
+        continue;
+      }
+      std::vector<int64_t> msg{0, static_cast<int64_t>(lost_ranks().size())};
+      for (int r : lost_ranks()) msg.push_back(r);
+      send_ints(std::move(msg), workers_[a.worker], kPart);
+      over = true;
+    }
+    if (!over) return;
+    std::fill(stepping_.begin(), stepping_.end(), false);
+    first_waiting_ = -1;
+  }
+
+  // The pushes being received: applied as they complete; a failed one (its sender died
+  // halfway) never happened, and its sender is lost.
+  void progress_incoming() {
+    for (auto it = incoming_.begin(); it != incoming_.end();) {
+      int done = 0;
+      const int w = it->first;
+      if (MPI_Test(&it->second.request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        it = incoming_.erase(it);
+        if (first()) lose(w, "its last push could not be received");
+        continue;
+      }
+      if (!done) {
+        ++it;
+        continue;
+      }
+      std::vector<float> grad = std::move(it->second.grad);
+      it = incoming_.erase(it);
+      take_push(w, grad);
+      answer_pulls();
+    }
+  }
+
+  void take_push(int w, std::vector<float>& grad) {
+    const auto wi = static_cast<size_t>(w);
+    last_heard_[wi] = detail::now_s();
+    round_epoch_ = static_cast<int64_t>(grad.back());
+    grad.pop_back();
+    ++pushes_[wi];
+    stepping_[wi] = true;
+    ledger_.count_push(wi, round_epoch_);
+    paused_[wi] = -1;
+    if (staleness_ && *staleness_ == 0) {
+      TNT_CHECK(!in_round_[wi], "parameter server: worker rank {} pushed twice in one round", workers_[wi]);
+      in_round_[wi] = true;
+      for (size_t i = 0; i < grad.size(); ++i) accum_[i] += grad[i];
+      apply_complete_rounds();
+    } else {
+      apply(grad.data());
+    }
+  }
+
+  // One message from a source that may send now: every worker that is not lost and has no
+  // push being received, and the first server (to the others). Returns false if none.
+  bool probe(MPI_Status& st) {
+    const size_t n = workers_.size();
+    for (size_t k = 0; k <= n; ++k) {
+      const size_t i = (next_probe_ + k) % (n + 1);
+      int source = -1;
+      if (i < n) {
+        if (lost_[i] || incoming_.count(static_cast<int>(i)) > 0) continue;
+        source = workers_[i];
+      } else {
+        if (first()) continue;
+        source = server_ranks_[0];
+      }
+      int flag = 0;
+      TNT_MPI_CHECK(MPI_Iprobe(source, MPI_ANY_TAG, comm_, &flag, &st));
+      if (flag) {
+        next_probe_ = (i + 1) % (n + 1);  // the next probe starts after it: no source starves
+        return true;
+      }
+    }
+    return false;
+  }
+
   void apply(const float* grad) {
     timeline::step_begin(applied_ + 1, 0, detail::now_s());
     Span span(Lane::compute, "apply", [&] { return fmt::format(R"("update":{})", applied_ + 1); });
@@ -173,20 +404,22 @@ class Server {
   }
 
   // Staleness 0: a step's round is complete when every worker has pushed it or is done.
+  // A round is the pushes since the last update, at most one per worker (its next pull
+  // waits for the update). Counting rounds by each worker's pushes would not do: a worker
+  // that waits at the ledger misses rounds that the others complete without it.
   void apply_complete_rounds() {
-    while (true) {
-      bool any = false, all = true;
-      for (size_t w = 0; w < pushes_.size(); ++w) {
-        if (pushes_[w] > applied_) {
-          any = true;
-        } else if (!done_[w] && paused_[w] < round_epoch_) {
-          all = false;  // a worker that left this round's epoch early pushes nothing more in it
-        }
+    bool any = false, all = true;
+    for (size_t w = 0; w < in_round_.size(); ++w) {
+      if (in_round_[w]) {
+        any = true;
+      } else if (!done_[w] && paused_[w] < round_epoch_) {
+        all = false;  // a worker that left this round's epoch early pushes nothing more in it
       }
-      if (!any || !all) return;
-      apply(accum_.data());
-      std::fill(accum_.begin(), accum_.end(), 0.0f);
     }
+    if (!any || !all) return;
+    apply(accum_.data());
+    std::fill(accum_.begin(), accum_.end(), 0.0f);
+    std::fill(in_round_.begin(), in_round_.end(), false);
   }
 
   // How many updates the puller is ahead of the slowest worker still stepping (0 alone).
@@ -200,7 +433,7 @@ class Server {
 
   bool may_answer(const Held& h) const {
     if (!staleness_) return true;
-    if (*staleness_ == 0) return applied_ >= h.clock;
+    if (*staleness_ == 0) return !in_round_[static_cast<size_t>(worker_of(h.source))];
     return lead(h) <= *staleness_;
   }
 
@@ -223,18 +456,22 @@ class Server {
         send_floats(std::move(floats), it->source, kState);
         send_ints(std::move(ints), it->source, kStateSteps);
       }
+      // A held pull is the server's wait, not the worker's silence: its clock starts now.
+      last_heard_[static_cast<size_t>(worker_of(it->source))] = detail::now_s();
       it = held_.erase(it);
     }
   }
 
   void send_floats(std::vector<float> data, int dest, int tag) {
     Outgoing& o = outgoing_.emplace_back();
+    o.dest = dest;
     o.floats = std::move(data);
     TNT_MPI_CHECK(
         MPI_Isend(o.floats.data(), static_cast<int>(o.floats.size()), MPI_FLOAT, dest, tag, comm_, &o.request));
   }
   void send_ints(std::vector<int64_t> data, int dest, int tag) {
     Outgoing& o = outgoing_.emplace_back();
+    o.dest = dest;
     o.ints = std::move(data);
     TNT_MPI_CHECK(MPI_Isend(o.ints.data(), static_cast<int>(o.ints.size()), MPI_INT64_T, dest, tag, comm_, &o.request));
   }
@@ -250,9 +487,19 @@ class Server {
   MPI_Comm comm_;
   int index_;
   std::vector<int> workers_;
+  std::vector<int> server_ranks_;
   std::map<int, int> worker_index_;  // world rank -> worker index
   std::optional<int64_t> staleness_;
+  double timeout_;  // TNT_PS_WORKER_TIMEOUT; 0: no worker is ever dropped
+  // Lost workers (decided by the first server, told to the others) and the first server's
+  // view of who should be sending; see the file's head.
+  std::vector<bool> lost_, stepping_;
+  std::vector<double> last_heard_;
+  bool final_ = false;  // the first server said the fit is over (kFinal)
+  Ledger ledger_;  // the first server's (ps/ledger.hpp)
+  double first_waiting_ = -1;  // when the first worker of the epoch reached the ledger (or ended)
   std::vector<int64_t> pushes_;
+  std::vector<bool> in_round_;  // staleness 0: the worker's push is in accum_, not applied yet
   std::vector<bool> done_;
   std::vector<int64_t> paused_;  // the epoch whose steps a worker left (kPause) until its next push; -1
   int64_t round_epoch_ = 0;      // the epoch of the pushes being summed (staleness 0)
@@ -261,15 +508,23 @@ class Server {
   std::vector<NamedParameter> owned_;
   std::vector<int> owned_index_;
   std::list<Held> held_;
+  struct Incoming {
+    std::vector<float> grad;  // the shard's gradient, then the worker's epoch
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+  std::map<int, Incoming> incoming_;  // by worker index
+  std::list<Incoming> abandoned_;     // of lost workers: never completed, never freed
+  size_t next_probe_ = 0;
   std::list<Outgoing> outgoing_;
 };
 
 }  // namespace
 
-void serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, std::optional<int64_t> staleness,
-           Communicator& servers) {
-  Server server(shards, comm, index, workers, staleness);
+std::vector<int> serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers,
+                       const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers) {
+  Server server(shards, comm, index, workers, server_ranks, staleness);
   server.run(servers);
+  return server.lost_ranks();
 }
 
 }  // namespace tnt::ps

@@ -18,7 +18,7 @@
 namespace tnt::ps {
 
 // Tags on the strategy's own communicator.
-inline constexpr int kPull = 11;        // worker -> server: int64 {clock, with_state, epoch}
+inline constexpr int kPull = 11;        // worker -> server: int64 {clock, with_state, epoch, own steps (-1: unknown)}
 inline constexpr int kValues = 12;      // server -> worker: f32 shard values, the puller's lead, the step count
 inline constexpr int kState = 13;       // server -> worker: f32 shard optimizer slots
 inline constexpr int kStateSteps = 14;  // server -> worker: int64 per-piece update counts, then the step count
@@ -27,6 +27,12 @@ inline constexpr int kDone = 16;        // worker -> server: int64 0, no more pu
 inline constexpr int kAbort = 17;       // worker -> server: the error that ended it (first byte 'I': input error)
 inline constexpr int kSchedule = 19;    // worker -> server: f64 {replaced, rate, factor, floor} (see Worker::push)
 inline constexpr int kPause = 18;       // worker -> server: int64 epoch, no more pushes in it (PsWorker::pause)
+// The sample ledger (ps/server.cpp): a worker whose batches of an epoch are done asks the
+// first server for more; the answer is a part of a lost worker's batches, or the epoch's end.
+inline constexpr int kLedger = 20;      // worker -> first server: int64 {epoch, stopping, own steps}
+inline constexpr int kPart = 21;        // first server -> worker: int64 {1, owner, first, end} or {0, lost ranks...}
+inline constexpr int kLost = 22;        // first server -> server: int64 world rank of a dropped worker
+inline constexpr int kFinal = 23;       // first server -> every rank: int64 {lost ranks...}, the fit is over
 
 // The variables as host mirrors, the plan over them, and the optimizer state by variable:
 // what servers and workers share.

@@ -174,7 +174,12 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   rc.sample_offset = batch.sample_offset;
   rc.half_outputs = half_outputs(precision_, *network_, *loss_, !metrics_.empty());
   network_->zero_grad();
-  if (ps_) ps_->pull();  // the servers' current variables
+  if (ps_) {
+    const double t_pull = now_s();
+    ps_->pull();  // the servers' current variables
+    timing_.parameter_server = true;
+    timing_.pull_seconds += now_s() - t_pull;
+  }
   Tensor pred;
   {
     Span span(Lane::compute, "forward", timeline::on_device);
@@ -194,6 +199,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   timing_.steps++;
   timing_.backward_seconds += backward_s;
   timing_.exposed_comm_seconds += exposed_comm_s;
+  if (ps_) timing_.push_seconds += exposed_comm_s;  // the push is all the step's communication after backward
   if (!reducer_) return;  // parameter-server workers have none
   timing_.comm_seconds += reducer_->last_step().comm_s();
   timing_.hidden_comm_seconds += reducer_->last_step().hidden_s();
@@ -373,6 +379,23 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
       global_batch_of("fit", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
   DistributedDataset train = data.distribute(options.batch_size, rank(), p, options.remainder);
   if (options.prefetch > 0) train = train.prefetch(options.prefetch);
+  if (ps_) {
+    // A parameter-server worker trains its own part, then what the ledger gives it of lost
+    // workers' parts: their batches, cut as they would have cut them.
+    const int64_t batch = options.batch_size, prefetch = options.prefetch;
+    const Remainder remainder = options.remainder;
+    detail::PsWorker* ps = ps_;
+    return run_fit(
+        [=](int64_t epoch) {
+          auto part = [=](int owner) {
+            DistributedDataset theirs = data.distribute(batch, owner, p, remainder);
+            if (prefetch > 0) theirs = theirs.prefetch(prefetch);
+            return distributed_source(theirs, epoch);
+          };
+          return ps->epoch_batches(distributed_source(train, epoch), train.steps(), part);
+        },
+        train.steps(), validation_set(options), options);
+  }
   return run_fit([train](int64_t epoch) { return distributed_source(train, epoch); }, train.steps(),
                  validation_set(options), options);
 }
@@ -556,6 +579,11 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
 std::string describe_epoch_timing(int epoch, const EpochTiming& t, int ranks) {
   std::string line = fmt::format("epoch {}: {:.1f} ms/step, backward {:.1f} ms", epoch, t.step_seconds * 1e3,
                                  t.backward_seconds * 1e3);
+  if (t.parameter_server) {
+    return line + fmt::format("; parameter servers: pull {:.1f} ms a step, push {:.1f} ms (this worker's own "
+                              "steps)",
+                              t.pull_seconds * 1e3, t.push_seconds * 1e3);
+  }
   if (ranks <= 1) return line + " (1 rank: no gradient allreduce)";
   // The buckets' allreduce time (summed over buckets) and the share of it before backward
   // ended; the wait after backward is the step's own time (it includes unpacking and is not
@@ -573,6 +601,8 @@ void EpochTiming::finish() {
   comm_seconds /= n;
   hidden_comm_seconds /= n;
   exposed_comm_seconds /= n;
+  pull_seconds /= n;
+  push_seconds /= n;
 }
 
 }  // namespace tnt

@@ -213,11 +213,16 @@ std::string ProgressBar::metrics_text(const Logs& logs, bool include_val) const 
     if (auto it = logs.find(loss); it != logs.end()) out += fmt::format(" - {}: {:.4f}", loss, it->second);
     for (const auto& [k, v] : logs) {
       if ((k.rfind("val_", 0) == 0) != val || k == loss) continue;
-      if (k == "learning_rate" || k == "seconds") continue;
+      if (k == "learning_rate" || k == "seconds" || k.rfind("staleness_", 0) == 0) continue;
       out += fmt::format(" - {}: {:.4f}", k, v);
     }
   };
   part(false);
+  // Parameter-server training: how many updates the workers' pulls were ahead of the
+  // slowest worker (ps/parameter_server.cpp), in updates, not to 4 decimals.
+  if (auto mean = logs.find("staleness_mean"), max = logs.find("staleness_max"); mean != logs.end() && max != logs.end()) {
+    out += fmt::format(" - staleness: mean {:.1f}, max {:.0f}", mean->second, max->second);
+  }
   if (include_val) part(true);
   return out;
 }

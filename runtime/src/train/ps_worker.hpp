@@ -6,6 +6,8 @@
 
 #include "tarantella/model.hpp"
 
+#include <functional>
+
 namespace tnt::detail {
 
 // Collective over every rank (each calls fit with the same options): servers serve until
@@ -22,6 +24,10 @@ class PsWorker {
   // push the servers hold no other worker's pull back for this one, which may now wait for
   // them in the epoch's collectives.
   virtual void pause() = 0;
+  // The epoch's batches: this worker's own part (`own`, `own_steps` batches), then the parts
+  // of lost workers that the first server's ledger hands it (`part(owner)`: that worker's
+  // batches of the epoch, from the first). Ends when the ledger says the epoch is over.
+  virtual NextBatch epoch_batches(NextBatch own, int64_t own_steps, std::function<NextBatch(int owner)> part) = 0;
   // Variables and optimizer state, for validation and checkpoints; the epoch's staleness
   // into logs: staleness_mean and staleness_max over the workers' pulls (how many updates
   // the puller was ahead of the slowest worker). Collective over the workers.

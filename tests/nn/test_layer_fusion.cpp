@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "nn/fusion.hpp"
+#include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 
 #include <string>
@@ -16,20 +17,10 @@ using namespace tnt;
 
 namespace {
 
-SymTensor conv(const SymTensor& x, int64_t filters, int64_t k, int64_t stride, const std::string& name) {
-  Conv2DOptions o;
-  o.stride = stride;
-  o.padding = k / 2;
-  o.use_bias = false;
-  return call(std::make_shared<Conv2D>(filters, k, o, name), x);
-}
-SymTensor bn(const SymTensor& x, const std::string& name) {
-  return call(std::make_shared<BatchNorm>(BatchNormOptions{}, name), x);
-}
-SymTensor relu(const SymTensor& x, const std::string& name) { return call(std::make_shared<ReLU>(name), x); }
-SymTensor add(const SymTensor& a, const SymTensor& b, const std::string& name) {
-  return call(std::make_shared<Add>(name), std::vector<SymTensor>{a, b});
-}
+using test::add;
+using test::bn;
+using test::conv;
+using test::relu;
 
 // (N, 3, 9, 7) -> 5 logits: a stem, an identity block, a block with a projection shortcut
 // (whose BatchNorm comes after the chain's BatchNorm in the order, so the chain must run at

@@ -14,6 +14,23 @@
 
 namespace tnt::test {
 
+// Calls of ResNet's building blocks in a functional graph: a bias-free convolution with
+// "same" padding (k / 2), a BatchNorm with PyTorch's defaults, a ReLU, a sum of two.
+inline SymTensor conv(const SymTensor& x, int64_t filters, int64_t k, int64_t stride, const std::string& name) {
+  Conv2DOptions o;
+  o.stride = stride;
+  o.padding = k / 2;
+  o.use_bias = false;
+  return call(std::make_shared<Conv2D>(filters, k, o, name), x);
+}
+inline SymTensor bn(const SymTensor& x, const std::string& name) {
+  return call(std::make_shared<BatchNorm>(BatchNormOptions{}, name), x);
+}
+inline SymTensor relu(const SymTensor& x, const std::string& name) { return call(std::make_shared<ReLU>(name), x); }
+inline SymTensor add(const SymTensor& a, const SymTensor& b, const std::string& name) {
+  return call(std::make_shared<Add>(name), std::vector<SymTensor>{a, b});
+}
+
 // A small CNN for (N, 1, 8, 8) images and 3 classes with every kind of layer whose gradient
 // crosses ranks: conv1 (4 filters, 3x3, padding 1), `after_conv` if given, ReLU, max-pool,
 // dense 8, ReLU, dense 3. conv_bias=false suits a BatchNorm after the convolution (as in

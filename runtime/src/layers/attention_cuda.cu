@@ -73,6 +73,15 @@ __global__ void merge_heads_kernel(const T* __restrict__ src, T* __restrict__ ds
   }
 }
 
+// Logit j of row r (batch row b, query i) with its bias: -1e9 added where key j is padding
+// or, when causal, in the query's future.
+template <typename I>
+__device__ __forceinline__ float biased_logit(const float* lr, const I* ids, int64_t b, int64_t i, int64_t j,
+                                              const AttentionCoreArgs& a) {
+  const bool masked = (ids != nullptr && ids[b * a.tk + j] == 0) || (a.causal && j > i + (a.tk - a.tq));
+  return masked ? lr[j] + kMaskBias : lr[j];
+}
+
 // One warp per row r of the logits (B*H*Tq rows of Tk): bias, softmax in float, dropout.
 template <typename T, typename I>
 __global__ void softmax_forward_kernel(const float* __restrict__ logits,  // (R, Tk)
@@ -86,11 +95,7 @@ __global__ void softmax_forward_kernel(const float* __restrict__ logits,  // (R,
   if (r >= rows) return;
   const int64_t tk = a.tk, b = r / (a.heads * a.tq), i = r % a.tq;
   const float* lr = logits + r * tk;
-  auto biased = [&](int64_t j) {
-    float l = lr[j];
-    const bool masked = (ids != nullptr && ids[b * tk + j] == 0) || (a.causal && j > i + (tk - a.tq));
-    return masked ? l + kMaskBias : l;
-  };
+  auto biased = [&](int64_t j) { return biased_logit(lr, ids, b, i, j, a); };
   float mx = -INFINITY;
   for (int64_t j = lane; j < tk; j += kWarp) mx = fmaxf(mx, biased(j));
   mx = warp_max(mx);
@@ -131,8 +136,7 @@ __global__ void softmax_forward_rows_kernel(const float* __restrict__ logits,  /
     const int64_t j = lane + t * kWarp;
     e[t] = -INFINITY;
     if (j < tk) {
-      const bool masked = (ids != nullptr && ids[b * tk + j] == 0) || (a.causal && j > i + (tk - a.tq));
-      e[t] = masked ? lr[j] + kMaskBias : lr[j];
+      e[t] = biased_logit(lr, ids, b, i, j, a);
       mx = fmaxf(mx, e[t]);
     }
   }

@@ -1,0 +1,40 @@
+// The epoch's step timing (tarantella/model.hpp: EpochTiming): its averages and the line
+// that verbose 2 prints.
+#include "tarantella/model.hpp"
+
+#include <fmt/format.h>
+
+#include <string>
+
+namespace tnt {
+
+std::string describe_epoch_timing(int epoch, const EpochTiming& t, int ranks) {
+  std::string line = fmt::format("epoch {}: {:.1f} ms/step, backward {:.1f} ms", epoch, t.step_seconds * 1e3,
+                                 t.backward_seconds * 1e3);
+  if (t.parameter_server) {
+    return line + fmt::format("; parameter servers: pull {:.1f} ms a step, push {:.1f} ms (this worker's own "
+                              "steps)",
+                              t.pull_seconds * 1e3, t.push_seconds * 1e3);
+  }
+  if (ranks <= 1) return line + " (1 rank: no gradient allreduce)";
+  // The buckets' allreduce time (summed over buckets) and the share of it before backward
+  // ended; the wait after backward is the step's own time (it includes unpacking and is not
+  // a part of the allreduce time, so the two are reported apart).
+  return line + fmt::format("; gradient allreduce {:.1f} ms a step, {:.0f}% of it while backward ran; after "
+                            "backward the step waited {:.1f} ms for its gradients",
+                            t.comm_seconds * 1e3, t.hidden_fraction() * 100.0, t.exposed_comm_seconds * 1e3);
+}
+
+void EpochTiming::finish() {
+  if (steps == 0) return;
+  const double n = static_cast<double>(steps);
+  step_seconds /= n;
+  backward_seconds /= n;
+  comm_seconds /= n;
+  hidden_comm_seconds /= n;
+  exposed_comm_seconds /= n;
+  pull_seconds /= n;
+  push_seconds /= n;
+}
+
+}  // namespace tnt

@@ -43,9 +43,9 @@ def position_encoding(length, hidden, min_timescale=1.0, max_timescale=1.0e4):
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden, heads, dropout, causal):
+    def __init__(self, hidden, heads, dropout, causal, sdpa=False):
         super().__init__()
-        self.heads, self.dropout, self.causal = heads, dropout, causal
+        self.heads, self.dropout, self.causal, self.sdpa = heads, dropout, causal, sdpa
         self.q_proj = nn.Linear(hidden, hidden, bias=False)
         self.k_proj = nn.Linear(hidden, hidden, bias=False)
         self.v_proj = nn.Linear(hidden, hidden, bias=False)
@@ -60,6 +60,21 @@ class Attention(nn.Module):
 
         q = split(self.q_proj(x), tq) * (d // h) ** -0.5
         k, v = split(self.k_proj(memory), tk), split(self.v_proj(memory), tk)
+        if self.sdpa:
+            # PyTorch's fused attention (flash or memory-efficient kernels): the same
+            # function; a boolean mask keeps the keys that take part (every row keeps one).
+            keep = None
+            if key_ids is not None:
+                keep = (key_ids != 0)[:, None, None, :]
+            if self.causal and (keep is not None or tq != tk):
+                i = torch.arange(tq, device=x.device)[:, None]
+                j = torch.arange(tk, device=x.device)[None, :]
+                future = (j <= i + (tk - tq))[None, None]
+                keep = future if keep is None else keep & future
+            o = nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=keep, dropout_p=self.dropout if self.training else 0.0,
+                is_causal=self.causal and keep is None, scale=1.0)
+            return self.out_proj(o.transpose(1, 2).reshape(b, tq, d))
         logits = q @ k.transpose(-1, -2)  # (B, H, Tq, Tk)
         masked = torch.zeros(b, 1, tq, tk, dtype=torch.bool, device=x.device)
         if key_ids is not None:
@@ -90,7 +105,7 @@ class EncoderLayer(nn.Module):
         d = p["hidden_size"]
         self.post = p["layer_postprocess_dropout"]
         self.self_attn_norm = nn.LayerNorm(d, eps=1e-6)
-        self.self_attn = Attention(d, p["num_heads"], p["attention_dropout"], causal=False)
+        self.self_attn = Attention(d, p["num_heads"], p["attention_dropout"], causal=False, sdpa=p["sdpa"])
         self.ffn_norm = nn.LayerNorm(d, eps=1e-6)
         self.ffn = FeedForward(d, p["filter_size"], p["relu_dropout"])
 
@@ -107,9 +122,9 @@ class DecoderLayer(nn.Module):
         d = p["hidden_size"]
         self.post = p["layer_postprocess_dropout"]
         self.self_attn_norm = nn.LayerNorm(d, eps=1e-6)
-        self.self_attn = Attention(d, p["num_heads"], p["attention_dropout"], causal=True)
+        self.self_attn = Attention(d, p["num_heads"], p["attention_dropout"], causal=True, sdpa=p["sdpa"])
         self.cross_attn_norm = nn.LayerNorm(d, eps=1e-6)
-        self.cross_attn = Attention(d, p["num_heads"], p["attention_dropout"], causal=False)
+        self.cross_attn = Attention(d, p["num_heads"], p["attention_dropout"], causal=False, sdpa=p["sdpa"])
         self.ffn_norm = nn.LayerNorm(d, eps=1e-6)
         self.ffn = FeedForward(d, p["filter_size"], p["relu_dropout"])
 
@@ -130,11 +145,11 @@ class Stack(nn.Module):
 
 class Transformer(nn.Module):
     def __init__(self, vocab_size, hidden_size=512, num_hidden_layers=6, num_heads=8, filter_size=2048,
-                 layer_postprocess_dropout=0.1, attention_dropout=0.1, relu_dropout=0.1):
+                 layer_postprocess_dropout=0.1, attention_dropout=0.1, relu_dropout=0.1, sdpa=False):
         super().__init__()
         p = dict(hidden_size=hidden_size, num_hidden_layers=num_hidden_layers, num_heads=num_heads,
                  filter_size=filter_size, layer_postprocess_dropout=layer_postprocess_dropout,
-                 attention_dropout=attention_dropout, relu_dropout=relu_dropout)
+                 attention_dropout=attention_dropout, relu_dropout=relu_dropout, sdpa=sdpa)
         self.hidden, self.post = hidden_size, layer_postprocess_dropout
         self.embedding = nn.Embedding(vocab_size, hidden_size)
         nn.init.normal_(self.embedding.weight, 0.0, hidden_size ** -0.5)

@@ -9,8 +9,14 @@ ours does with --data_format=channels_last) or channels_first (NCHW).
 Precision as ours: fp32 lets cuDNN convolutions use TF32 (our convolutions ask cuDNN for
 its default math, which allows TF32 on Ampere and newer) but keeps matrix products (the
 Dense layer) in full FP32, as our cuBLAS handle does. bf16 is autocast (fp32 master
-weights), the usual PyTorch mixed precision. cuDNN picks algorithms by its heuristics
-(torch.backends.cudnn.benchmark off), as ours does; --cudnn_benchmark turns the search on.
+weights), the usual PyTorch mixed precision.
+
+--mode compile (the default) is PyTorch's strongest setup without hand-written kernels:
+cuDNN's algorithm search (torch.backends.cudnn.benchmark), SGD with fused=True, and the
+model's forward and loss under torch.compile (default mode), compiled during the untimed
+warm-up (its seconds are printed as warmup_s). --mode eager is the same without
+torch.compile; --mode plain is eager with cuDNN's heuristics and the for-each SGD (the
+defaults a script gets without tuning).
 
 The model is torchvision.models.resnet50 when torchvision imports, else the ResNet-50 v1.5
 below (same layers, names and parameter count). Warm-up steps are not timed; the timed
@@ -99,14 +105,14 @@ def make_model(num_classes):
         return ResNet50(num_classes), "handwritten"
 
 
-def ours_sgd(model, lr):
+def ours_sgd(model, lr, fused=False):
     """SGD as models/resnet50 trains: momentum 0.9, weight decay 1e-4 on everything but BatchNorm."""
     bn_params = {id(p) for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
                  for p in m.parameters()}
     decay = [p for p in model.parameters() if id(p) not in bn_params]
     no_decay = [p for p in model.parameters() if id(p) in bn_params]
     return torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                           lr=lr, momentum=0.9)
+                           lr=lr, momentum=0.9, **({"fused": True} if fused else {}))
 
 
 def main():
@@ -120,11 +126,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=11, help="untimed steps before them")
     ap.add_argument("--label_smoothing", type=float, default=0.0)
     ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--cudnn_benchmark", action="store_true")
+    ap.add_argument("--mode", choices=["compile", "eager", "plain"], default="compile")
     ap.add_argument("--seed", type=int, default=42)
     a = ap.parse_args()
-    if a.steps < 1 or a.warmup < 0 or a.batch < 1:
-        sys.exit("resnet50_gpu_torch: need --steps >= 1, --warmup >= 0, --batch >= 1")
+    if a.steps < 1 or a.warmup < 1 or a.batch < 1:
+        sys.exit("resnet50_gpu_torch: need --steps >= 1, --warmup >= 1 (it compiles), --batch >= 1")
     if not torch.cuda.is_available():
         sys.exit("resnet50_gpu_torch: torch.cuda.is_available() is False: no CUDA device for PyTorch "
                  f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
@@ -133,7 +139,7 @@ def main():
     torch.cuda.set_device(dev)
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.benchmark = a.cudnn_benchmark
+    torch.backends.cudnn.benchmark = a.mode != "plain"
     torch.manual_seed(a.seed)
 
     model, which = make_model(a.num_classes)
@@ -144,7 +150,7 @@ def main():
     memory_format = torch.channels_last if a.memory_format == "channels_last" else torch.contiguous_format
     model = model.to(dev, memory_format=memory_format).train()  # as ours with --data_format
 
-    opt = ours_sgd(model, a.lr)
+    opt = ours_sgd(model, a.lr, fused=a.mode != "plain")
     loss_fn = nn.CrossEntropyLoss(label_smoothing=a.label_smoothing)
 
     # One batch generated once on the device: random images in [-1, 1), random labels.
@@ -155,17 +161,25 @@ def main():
 
     use_bf16 = a.dtype == "bf16"
 
+    def forward_loss(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
+            return loss_fn(model(x), y)
+
+    if a.mode == "compile":
+        forward_loss = torch.compile(forward_loss)
+
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=use_bf16):
-            loss = loss_fn(model(x), y)
+        loss = forward_loss(x, y)
         loss.backward()
         opt.step()
         return loss
 
+    warm = time.perf_counter()
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - warm
     # Peak over the timed steps only; warm-up allocations (cuDNN workspaces) are the same
     # size in every step, so the peak is a steady-state training step's.
     torch.cuda.reset_peak_memory_stats(dev)
@@ -180,13 +194,13 @@ def main():
 
     mib = 1024.0 * 1024.0
     name = torch.cuda.get_device_name(dev).replace('"', "'")
-    print(f"RESULT framework=pytorch model={which} dtype={a.dtype} format={a.memory_format} batch={a.batch} "
+    print(f"RESULT framework=pytorch mode={a.mode} model={which} dtype={a.dtype} format={a.memory_format} batch={a.batch} "
           f"steps={a.steps} "
           f"warmup={a.warmup} images_per_s={a.batch * a.steps / seconds:.1f} "
           f"ms_per_step={1e3 * seconds / a.steps:.2f} "
           f"peak_allocated_mib={torch.cuda.max_memory_allocated(dev) / mib:.0f} "
           f"peak_reserved_mib={torch.cuda.max_memory_reserved(dev) / mib:.0f} "
-          f"loss={final_loss:.4f} torch={torch.__version__} gpu=\"{name}\"")
+          f"loss={final_loss:.4f} warmup_s={warmup_s:.1f} torch={torch.__version__} gpu=\"{name}\"")
 
 
 if __name__ == "__main__":

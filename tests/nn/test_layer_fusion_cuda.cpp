@@ -9,6 +9,13 @@
 // its own order) adds its own. Each tensor is compared within 4% (f16) or 8% (bf16) of its
 // largest entry plus as much of each element: several roundings of bf16 but far below what
 // a wrong wiring gives (a missing shortcut gradient or ReLU mask changes results by O(1)).
+// One exception, seen on an H200: the fused backward decides each ReLU's mask on its own
+// float output, the layers on the rounded one, so where a batch norm's output is within a
+// rounding of 0 the two pass or stop that element's gradient. Each such flip moves the
+// input gradient by O(dy) at the few elements a 3x3 convolution reaches from it (18 of 6144
+// in f16). So at most 1% of a tensor's elements may miss the elementwise bound, and the
+// whole tensor must still agree in norm (||got - want|| <= tol ||want||); a wiring error
+// misses both by far (about half the elements, and a norm error of order 1).
 #include <catch2/catch.hpp>
 
 #include "gpu_test_util.hpp"
@@ -43,6 +50,27 @@ std::shared_ptr<Network> resnet_like() {
   net->to(test::gpu());
   net->set_memory_format(MemoryFormat::channels_last);
   return net;
+}
+
+// Elementwise within atol + rtol |want| except at most 1% of the elements (ReLU mask flips,
+// above), and within rtol in the 2-norm.
+void require_close_but_flips(const Tensor& got, const Tensor& want, double atol, double rtol,
+                             const std::string& what) {
+  INFO(what << ": got " << got.str() << " vs want " << want.str());
+  REQUIRE(got.numel() == want.numel());
+  const std::vector<double> g = got.to_double_vector(), w = want.to_double_vector();
+  int64_t bad = 0;
+  double diff2 = 0, want2 = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    REQUIRE(std::isfinite(g[i]));
+    if (!test::element_matches(g[i], w[i], atol + rtol * std::fabs(w[i]))) ++bad;
+    diff2 += (g[i] - w[i]) * (g[i] - w[i]);
+    want2 += w[i] * w[i];
+  }
+  INFO(bad << " of " << g.size() << " elements beyond the elementwise bound; relative 2-norm error "
+            << std::sqrt(diff2 / std::max(want2, 1e-300)));
+  CHECK(bad * 100 <= static_cast<int64_t>(g.size()));
+  CHECK(diff2 <= rtol * rtol * want2);
 }
 
 std::vector<Tensor> train_pass(Network& net) {
@@ -89,7 +117,7 @@ TEST_CASE("layer fusion on CUDA: fused batch norm chains match the layers one by
         test::require_equal(got[i], want[i], "pass counter " + std::to_string(i));
         continue;
       }
-      test::require_close(got[i], want[i], tol * test::max_abs(want[i]), tol, "tensor " + std::to_string(i));
+      require_close_but_flips(got[i], want[i], tol * test::max_abs(want[i]), tol, "tensor " + std::to_string(i));
     }
   }
 }

@@ -106,7 +106,19 @@ void init(int* argc, char*** argv) {
       TNT_INPUT_ERROR("TNT_DEVICE='{}' is not cpu, cuda, cuda:K, gpu or gpu:K", asked);
     }
   } else if (cuda_available()) {
-    c->device = Device::cuda(c->local_rank % cuda_device_count());
+    // One GPU per rank, as the launcher plans it: with more ranks on the node than GPUs,
+    // CPU ranks (NCCL refuses two ranks on one device, and would say so only at the first
+    // collective).
+    if (c->local_size > cuda_device_count()) {
+      if (c->local_rank == 0) {
+        log_warning("{} ranks run on this node but it has {} GPU(s): running CPU ranks (start at most {} rank(s) per "
+                    "node for one GPU each, or set TNT_DEVICE)",
+                    c->local_size, cuda_device_count(), cuda_device_count());
+      }
+      c->device = Device::cpu();
+    } else {
+      c->device = Device::cuda(c->local_rank);
+    }
   } else {
     c->device = Device::cpu();
   }

@@ -161,7 +161,21 @@ bool GpuLanes::idle() const {
 void GpuLanes::anchor_locked(void* anchor, double host_after_s) {
   for (Ref& r : refs_) {
     if (!std::isnan(r.host_s) || !ev_->complete(r.event)) continue;
-    r.host_s = reference_host_s(host_after_s, ev_->elapsed_ms(r.event, anchor), r.queued_s);
+    // Every span of an earlier step ended before R ran (one stream, or waited for by it);
+    // each anchor's slack differs, so R is placed no earlier than the latest of their ends
+    // as placed (a GPU idle between steps lets that push fade out).
+    double floor_s = placed_end_s_;
+    for (const Pending& p : pending_) {
+      const Ref* pr = ref_of(p.step);
+      if (p.step >= r.step || !pr || std::isnan(pr->host_s)) continue;
+      if (p.measured) {
+        floor_s = std::max(floor_s, pr->host_s + std::max(p.begin_ms, p.end_ms) * 1e-3);
+      } else if (ev_->complete(p.end) && ev_->complete(p.begin)) {
+        const double b = ev_->elapsed_ms(pr->event, p.begin), e = ev_->elapsed_ms(pr->event, p.end);
+        floor_s = std::max(floor_s, pr->host_s + std::max(b, e) * 1e-3);
+      }
+    }
+    r.host_s = std::max(reference_host_s(host_after_s, ev_->elapsed_ms(r.event, anchor), r.queued_s), floor_s);
   }
 }
 
@@ -184,8 +198,9 @@ void GpuLanes::place_locked(const Sink& sink) {
       give(p.end);
       p.begin = p.end = nullptr;
     }
-    sink(GpuEvent{p.lane, std::move(p.name), p.step, r->host_s + p.begin_ms * 1e-3,
-                  r->host_s + std::max(p.begin_ms, p.end_ms) * 1e-3, std::move(p.args)});
+    const double end_s = r->host_s + std::max(p.begin_ms, p.end_ms) * 1e-3;
+    placed_end_s_ = std::max(placed_end_s_, end_s);
+    sink(GpuEvent{p.lane, std::move(p.name), p.step, r->host_s + p.begin_ms * 1e-3, end_s, std::move(p.args)});
   }
   pending_ = std::move(left);
   // A reference that no span needs any more goes back, except the current step's.

@@ -13,8 +13,9 @@
 //     run by the time the readback returns, so the host clock read then is an upper bound
 //     of when A ran (too late by the copy and the wake-up: microseconds), and
 //         host(R) = host_after_readback - elapsed(R, A)
-//     (never before the host queued R). Every event e of the step then lands at
-//     host(R) + elapsed(R, e). An event not complete yet (the optimizer's, queued after the
+//     (never before the host queued R, nor before the end of any span of an earlier step
+//     as already placed: each anchor has its own slack, and a step runs after the one
+//     before it). Every event e of the step then lands at host(R) + elapsed(R, e). An event not complete yet (the optimizer's, queued after the
 //     readback) waits for a later anchor; when the window closes the host waits once, for
 //     an anchor after everything (outside every recorded step).
 // Events of one rank's GPU lanes are exact relative to each other (the GPU's clock); their
@@ -123,6 +124,7 @@ class GpuLanes {
   std::deque<Ref> refs_;  // oldest first; the last is the current step's
   std::vector<Pending> pending_;
   void* anchor_ = nullptr;
+  double placed_end_s_ = -1e300;  // the latest end of a span of a placed step
   size_t made_ = 0, dropped_ = 0;
 };
 

@@ -34,7 +34,7 @@ struct CudaCore {
   Tensor p, pd;       // (B, H, Tq, Tk) in dtype; pd is p without dropout
   // Fused engine: the inputs themselves (held, not copied), the output and per row (B, H,
   // Tq, 2) its max logit and 1 / sum (attention_fused_cuda.hpp).
-  Tensor q, k, v, key_ids, o, stats;
+  Tensor q, k, v, key_ids, o, stats, keep;
 };
 
 std::atomic<int64_t> fused_calls{0};
@@ -283,7 +283,7 @@ Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
     s->k = k;
     s->v = v;
     s->key_ids = key_ids;
-    fused_attention_forward(q, k, v, key_ids, a, s->o, s->stats, device);
+    fused_attention_forward(q, k, v, key_ids, a, s->o, s->stats, s->keep, device);
     ++fused_calls;
     state = s;
     return s->o;
@@ -356,7 +356,7 @@ void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& sta
   if (s.fused) {
     // The gradient may be a view at any offset: the fused kernels need 16-byte alignment.
     const Tensor g = aligned16(d_o) ? d_o : d_o.clone();
-    fused_attention_backward(s.q, s.k, s.v, s.key_ids, s.o, s.stats, g, a, dq, dk, dv, device);
+    fused_attention_backward(s.q, s.k, s.v, s.key_ids, s.o, s.stats, s.keep, g, a, dq, dk, dv, device);
     ++fused_calls;
     return;
   }

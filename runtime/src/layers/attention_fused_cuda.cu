@@ -2,7 +2,7 @@
 //
 // The idea: a block owns a tile of 64 rows (query rows in the forward and the dQ kernel,
 // key rows in the dK/dV kernel) of one (b, h) and walks over the tiles of the other side,
-// so the (Tq, Tk) logits exist only one 64 x 64 tile at a time, in shared memory.
+// so the (Tq, Tk) logits exist only one 64 x 64 tile at a time, in registers.
 //   forward   per key tile: S = Q K^T (f32), online softmax per query row (running max m
 //             and sum l; earlier output rescaled by exp(m_old - m_new)), O += P V with P
 //             unnormalised (times the dropout mask); at the end o = O / l, and (m, 1/l)
@@ -14,11 +14,13 @@
 //             dq:   per query tile over all key tiles, dQ += dS K (times scale).
 //             No atomics: every output element is summed by one block in a fixed order,
 //             so the results are deterministic.
-// The 4 warps of a block each own 16 of its 64 rows: products through WMMA (16x16x16,
-// bf16/f16 in, f32 accumulators); accumulators round-trip through f32 shared memory because
-// a fragment's element layout is unspecified, and the row-wise work (masks, softmax,
-// dropout) reads the f32 tile there, a warp per row. Between the block's barriers (tile
-// loads) a warp touches only its own rows, so __syncwarp orders its steps.
+// The 4 warps of a block each own 16 of its 64 rows. Products are mma.sync m16n8k16 (bf16
+// or f16 in, f32 accumulators in registers) with operands from shared memory by ldmatrix;
+// a score tile stays in registers, where the row-wise work (masks, online softmax, dropout)
+// happens (a row's 64 columns lie with 4 lanes), and its C fragments, rounded to the
+// dtype, are directly the A operand of the next product (P V, Pd^T dO, dS^T Q, dS K). Only
+// the tiles of q, k, v and dO go through shared memory, written between the block's
+// barriers and read by every warp.
 // Masks follow the unfused engine exactly: +(-1e9) as a float add for padding keys and
 // causally hidden keys; positions past Tq or Tk inside a tile are no keys at all (p = 0).
 // Depths below the kernel's D (32, 64, 128) are zero columns: they add nothing to S or dP.
@@ -47,31 +49,30 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
 #ifdef TNT_FUSED_ATTENTION_UNSUPPORTED
   __trap();
 #else
-  using L = Ld<D>;
+  constexpr int kN = kTile / 8;  // C tiles of a score row block (64 keys)
   extern __shared__ __align__(128) unsigned char smem[];
-  float* s_tile = reinterpret_cast<float*>(smem);  // (64, 64) scores of the key tile
-  float* o_acc = s_tile + kTile * L::s;             // (64, D) unnormalised output
-  float* row_m = o_acc + kTile * L::o;              // (64) running max
-  float* row_l = row_m + kTile;                     // (64) running sum
-  T* q_t = reinterpret_cast<T*>(row_l + kTile);     // (64, D) q * scale
-  T* k_t = q_t + kTile * L::h;                      // (64, D)
-  T* v_t = k_t + kTile * L::h;                      // (64, D)
-  T* p_t = v_t + kTile * L::h;                      // (64, 64) probabilities (unnormalised, dropped)
-  uint8_t* pad = reinterpret_cast<uint8_t*>(p_t + kTile * L::p);  // (64)
+  T* q_t = reinterpret_cast<T*>(smem);  // (64, D) q * scale
+  T* k_t = q_t + kTile * Ld<D>::h;      // (64, D)
+  T* v_t = k_t + kTile * Ld<D>::h;      // (64, D)
+  uint8_t* pad = reinterpret_cast<uint8_t*>(v_t + kTile * Ld<D>::h);  // (64)
 
   const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int64_t q0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t tq = p.tq, tk = p.tk, row_stride = p.heads * p.d;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, w0 = warp * 16;
+  const int g = lane >> 2, t4 = lane & 3;
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
+  const int64_t rows[2] = {q0 + w0 + g, q0 + w0 + g + 8};  // this lane's two query rows
 
   load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
-  for (int idx = threadIdx.x; idx < kTile * L::o; idx += kThreads) o_acc[idx] = 0.0f;
-  for (int r = threadIdx.x; r < kTile; r += kThreads) {
-    row_m[r] = -INFINITY;
-    row_l[r] = 0.0f;
-  }
+  __syncthreads();
+  uint32_t qf[D / 16][4];
+  load_a_rows<T, D>(qf, q_t, w0, lane);
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f};
   // Causal without padding and Tq <= Tk: key tiles past the last row's bound hold only
   // hidden keys, whose probabilities are exactly 0 (attention_fused.hpp).
   const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
@@ -81,54 +82,81 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
     load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
     load_pad(p, b, k0, pad);
     __syncthreads();
-    // S (16 rows of this warp, 64 keys) = Q K^T
-    scores<T, D>(q_t + w0 * L::h, k_t, s_tile + w0 * L::s);
-    __syncwarp();
-    for (int r = w0; r < w0 + 16; ++r) {
-      const int64_t i = q0 + r;
-      float x[2];
+    // S (this warp's 16 rows, 64 keys) = Q K^T, in registers
+    float s[kN][4];
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + t * kWarp;
+    for (int n = 0; n < kN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    mma_abt<T, D>(s, qf, k_t, lane);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = n * 8 + 2 * t4 + (e & 1);
         const int64_t j = k0 + c;
-        x[t] = j < tk ? biased(p, s_tile[r * L::s + c], pad[c] != 0, i, j) : -INFINITY;
+        s[n][e] = j < tk ? biased(p, s[n][e], pad[c] != 0, rows[e >> 1], j) : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
       }
-      const float m_old = row_m[r];
-      // Finite: key k0 < Tk is in the tile.
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(x[0], x[1])));
-      float sum = 0.0f;
-#pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + t * kWarp;
-        const float e = __expf(x[t] - m_new);  // 0 past Tk
-        sum += e;
-        float pd = e;
-        // (No draw where nothing is kept anyway: a zero probability, or a row past Tq.)
-        if (dropout) pd = (e != 0.0f && i < tq && kept(p, bh, i, k0 + c)) ? e * keep_scale : 0.0f;
-        p_t[r * L::p + c] = from_float<T>(pd);
-      }
-      sum = warp_sum(sum);
-      const float corr = __expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
-      __syncwarp();                              // every lane has read row_m[r]
-      if (lane == 0) {
-        row_m[r] = m_new;
-        row_l[r] = row_l[r] * corr + sum;
-      }
-      for (int c = lane; c < D; c += kWarp) o_acc[r * L::o + c] *= corr;
     }
-    __syncwarp();
+    float m_new[2], sum[2] = {0.0f, 0.0f};
+    uint32_t keep_word = 0;  // this lane's word of the tile's keep bits (word `lane` of the warp)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      // A row's 64 columns lie with the 4 lanes of its group (lanes 4g..4g+3).
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      m_new[r] = fmaxf(row_m[r], mx[r]);  // finite: key k0 < Tk is in the tile
+    }
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const float ex = __expf(s[n][e] - m_new[r]);  // 0 past Tk
+        sum[r] += ex;
+        float pd = ex;
+        // (No draw where nothing is kept anyway: a zero probability, or a row past Tq; the
+        // backward's probability is 0 there too.)
+        if (dropout) {
+          const int64_t j = k0 + n * 8 + 2 * t4 + (e & 1);
+          const bool keep = ex != 0.0f && rows[r] < tq && kept(p, bh, rows[r], j);
+          pd = keep ? ex * keep_scale : 0.0f;
+          const uint32_t word = __ballot_sync(0xffffffffu, keep);
+          if (lane == n * 4 + e) keep_word = word;
+        }
+        s[n][e] = pd;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+      const float corr = __expf(row_m[r] - m_new[r]);  // 0 on the first tile (m = -inf)
+      row_m[r] = m_new[r];
+      row_l[r] = row_l[r] * corr + sum[r];
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        acc[n][2 * r] *= corr;
+        acc[n][2 * r + 1] *= corr;
+      }
+    }
+    if (dropout) keep_words(p, bh, blockIdx.y, k0 / kTile)[warp * kWarp + lane] = keep_word;
     // O (16, D) += P (16, 64) V (64, D)
-    accumulate<T, D>(o_acc + w0 * L::o, p_t + w0 * L::p, v_t);
+    mma_xb<T, D>(acc, s, v_t, lane);
   }
-  __syncthreads();  // every lane sees the accumulators and row statistics (and the zeroing, always)
   T* o = static_cast<T*>(p.out);
-  for (int r = w0; r < w0 + 16; ++r) {
-    const int64_t i = q0 + r;
-    if (i >= tq) break;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = rows[r];
+    if (i >= tq) continue;
     const float inv = 1.0f / row_l[r];
     T* orow = o + (b * tq + i) * row_stride + h * p.d;
-    for (int c = lane; c < p.d; c += kWarp) orow[c] = from_float<T>(o_acc[r * L::o + c] * inv);
-    if (lane == 0) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int c = n * 8 + 2 * t4;
+      if (c < p.d) *reinterpret_cast<uint32_t*>(orow + c) = pack2<T>(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
+    }
+    if (t4 == 0) {
       p.stats[(bh * tq + i) * 2] = row_m[r];
       p.stats[(bh * tq + i) * 2 + 1] = inv;
     }
@@ -160,86 +188,111 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
 #ifdef TNT_FUSED_ATTENTION_UNSUPPORTED
   __trap();
 #else
-  using L = Ld<D>;
+  constexpr int kN = kTile / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  float* s_t = reinterpret_cast<float*>(smem);    // (64 keys, 64 queries) S^T
-  float* dp_t = s_t + kTile * L::s;               // (64, 64) dP^T
-  float* dk_acc = dp_t + kTile * L::s;            // (64, D)
-  float* dv_acc = dk_acc + kTile * L::o;          // (64, D)
-  float* q_m = dv_acc + kTile * L::o;             // (64) of the query tile: row max
+  float* q_m = reinterpret_cast<float*>(smem);    // (64) of the query tile: row max
   float* q_inv = q_m + kTile;                     // (64) 1 / row sum
   float* q_delta = q_inv + kTile;                 // (64) delta
-  T* k_t = reinterpret_cast<T*>(q_delta + kTile);  // (64, D)
-  T* v_t = k_t + kTile * L::h;                     // (64, D)
-  T* q_t = v_t + kTile * L::h;                     // (64, D) q * scale
-  T* do_t = q_t + kTile * L::h;                    // (64, D)
-  T* pd_t = do_t + kTile * L::h;                   // (64 keys, 64 queries) Pd^T
-  T* ds_t = pd_t + kTile * L::p;                   // (64, 64) dS^T
-  uint8_t* pad = reinterpret_cast<uint8_t*>(ds_t + kTile * L::p);  // (64)
+  uint32_t* keep_s = reinterpret_cast<uint32_t*>(q_delta + kTile);  // (128) the tile pair's keep bits
+  T* k_t = reinterpret_cast<T*>(keep_s + kWarps * kWarp);  // (64, D)
+  T* v_t = k_t + kTile * Ld<D>::h;                 // (64, D)
+  T* q_t = v_t + kTile * Ld<D>::h;                 // (64, D) q * scale
+  T* do_t = q_t + kTile * Ld<D>::h;                // (64, D)
+  uint8_t* pad = reinterpret_cast<uint8_t*>(do_t + kTile * Ld<D>::h);  // (64)
 
   const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t tq = p.tq, tk = p.tk, row_stride = p.heads * p.d;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, w0 = warp * 16;
+  const int g = lane >> 2, t4 = lane & 3;
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
+  const int64_t keys[2] = {k0 + w0 + g, k0 + w0 + g + 8};  // this lane's two key rows
 
   load_head_tile<T, D>(p, p.k, b, h, tk, k0, k_t, 1.0f, false);
   load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
   load_pad(p, b, k0, pad);
-  for (int idx = threadIdx.x; idx < kTile * L::o; idx += kThreads) {
-    dk_acc[idx] = 0.0f;
-    dv_acc[idx] = 0.0f;
+  __syncthreads();
+  uint32_t kf[D / 16][4], vf[D / 16][4];
+  load_a_rows<T, D>(kf, k_t, w0, lane);
+  load_a_rows<T, D>(vf, v_t, w0, lane);
+  const bool padded[2] = {pad[w0 + g] != 0, pad[w0 + g + 8] != 0};
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
   }
   // With causal skipping, from the tile of the first query row that sees key k0.
   const int64_t q_begin = fused_attention_query_begin(p.skip_causal, k0, tq, tk);
   for (int64_t q0 = q_begin; q0 < tq; q0 += kTile) {
-    __syncthreads();  // the previous query tile is no longer read (and the loads above are done)
+    __syncthreads();  // the previous query tile is no longer read
     load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
     load_head_tile<T, D>(p, p.d_o, b, h, tq, q0, do_t, 1.0f, false);
-    load_row_stats(p, bh, q0, q_m, q_inv, q_delta);
+    for (int c = threadIdx.x; c < kTile; c += kThreads) {
+      const int64_t i = q0 + c;
+      const bool valid = i < tq;
+      q_m[c] = valid ? p.stats[(bh * tq + i) * 2] : 0.0f;
+      q_inv[c] = valid ? p.stats[(bh * tq + i) * 2 + 1] : 0.0f;
+      q_delta[c] = valid ? p.delta[bh * tq + i] : 0.0f;
+    }
+    if (dropout) {
+      const uint32_t* words = keep_words(p, bh, q0 / kTile, k0 / kTile);
+      for (int c = threadIdx.x; c < kWarps * kWarp; c += kThreads) keep_s[c] = words[c];
+    }
     __syncthreads();
-    // S^T (16 keys of this warp, 64 queries) = K Q^T; dP^T = V dO^T
-    scores<T, D>(k_t + w0 * L::h, q_t, s_t + w0 * L::s);
-    scores<T, D>(v_t + w0 * L::h, do_t, dp_t + w0 * L::s);
-    __syncwarp();
-    for (int r = w0; r < w0 + 16; ++r) {
-      const int64_t j = k0 + r;
+    // S^T (this warp's 16 keys, 64 queries) = K Q^T; dP^T = V dO^T
+    float st[kN][4], dpt[kN][4];
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + t * kWarp;
-        const int64_t i = q0 + c;
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[n][e] = dpt[n][e] = 0.0f;
+    }
+    mma_abt<T, D>(st, kf, q_t, lane);
+    mma_abt<T, D>(dpt, vf, do_t, lane);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, c = n * 8 + 2 * t4 + (e & 1);
+        const int64_t i = q0 + c, j = keys[r];
         float pd = 0.0f, ds = 0.0f;
         if (i < tq && j < tk) {
-          const float prob = __expf(biased(p, s_t[r * L::s + c], pad[r] != 0, i, j) - q_m[c]) * q_inv[c];
-          float dp = dp_t[r * L::s + c];
+          const float prob = __expf(biased(p, st[n][e], padded[r], i, j) - q_m[c]) * q_inv[c];
+          float dp = dpt[n][e];
           pd = prob;
           if (dropout) {
-            const bool keep = prob != 0.0f && kept(p, bh, i, j);  // prob 0: dS and Pd are 0 either way
+            // The forward's bit of (i, j) (its fragment layout is this one transposed: see
+            // FusedParams::keep). prob 0: dS and Pd are 0 either way.
+            const int word = (n >> 1) * kWarp + (2 * warp + r) * 4 + (n & 1) * 2 + (g & 1);
+            const int bit = (2 * t4 + (e & 1)) * 4 + (g >> 1);
+            const bool keep = prob != 0.0f && ((keep_s[word] >> bit) & 1u) != 0;
             pd = keep ? prob * keep_scale : 0.0f;
             dp = keep ? dp * keep_scale : 0.0f;
           }
           ds = prob * (dp - q_delta[c]);
         }
-        pd_t[r * L::p + c] = from_float<T>(pd);
-        ds_t[r * L::p + c] = from_float<T>(ds);
+        st[n][e] = pd;
+        dpt[n][e] = ds;
       }
     }
-    __syncwarp();
     // dV (16 keys, D) += Pd^T (16, 64) dO (64, D); dK += dS^T Q (q carries the scale)
-    accumulate<T, D>(dv_acc + w0 * L::o, pd_t + w0 * L::p, do_t);
-    accumulate<T, D>(dk_acc + w0 * L::o, ds_t + w0 * L::p, q_t);
+    mma_xb<T, D>(dv, st, do_t, lane);
+    mma_xb<T, D>(dk, dpt, q_t, lane);
   }
-  __syncthreads();  // every lane sees the accumulators (and the zeroing, always)
-  T* dk = static_cast<T*>(p.out);
-  T* dv = static_cast<T*>(p.out2);
-  for (int r = w0; r < w0 + 16; ++r) {
-    const int64_t j = k0 + r;
-    if (j >= tk) break;
+  T* dk_out = static_cast<T*>(p.out);
+  T* dv_out = static_cast<T*>(p.out2);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t j = keys[r];
+    if (j >= tk) continue;
     const int64_t at = (b * tk + j) * row_stride + h * p.d;
-    for (int c = lane; c < p.d; c += kWarp) {
-      dk[at + c] = from_float<T>(dk_acc[r * L::o + c]);
-      dv[at + c] = from_float<T>(dv_acc[r * L::o + c]);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int c = n * 8 + 2 * t4;
+      if (c >= p.d) continue;
+      *reinterpret_cast<uint32_t*>(dk_out + at + c) = pack2<T>(dk[n][2 * r], dk[n][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + at + c) = pack2<T>(dv[n][2 * r], dv[n][2 * r + 1]);
     }
   }
 #endif
@@ -251,32 +304,40 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
 #ifdef TNT_FUSED_ATTENTION_UNSUPPORTED
   __trap();
 #else
-  using L = Ld<D>;
+  constexpr int kN = kTile / 8;
   extern __shared__ __align__(128) unsigned char smem[];
-  float* s_tile = reinterpret_cast<float*>(smem);  // (64 queries, 64 keys) S
-  float* dp_tile = s_tile + kTile * L::s;          // (64, 64) dP
-  float* dq_acc = dp_tile + kTile * L::s;          // (64, D)
-  float* q_m = dq_acc + kTile * L::o;              // (64) row max
-  float* q_inv = q_m + kTile;                      // (64) 1 / row sum
-  float* q_delta = q_inv + kTile;                  // (64)
-  T* q_t = reinterpret_cast<T*>(q_delta + kTile);  // (64, D) q * scale
-  T* do_t = q_t + kTile * L::h;                    // (64, D)
-  T* k_t = do_t + kTile * L::h;                    // (64, D)
-  T* v_t = k_t + kTile * L::h;                     // (64, D)
-  T* ds_t = v_t + kTile * L::h;                    // (64, 64) dS
-  uint8_t* pad = reinterpret_cast<uint8_t*>(ds_t + kTile * L::p);  // (64)
+  T* q_t = reinterpret_cast<T*>(smem);  // (64, D) q * scale
+  T* do_t = q_t + kTile * Ld<D>::h;     // (64, D)
+  T* k_t = do_t + kTile * Ld<D>::h;     // (64, D)
+  T* v_t = k_t + kTile * Ld<D>::h;      // (64, D)
+  uint8_t* pad = reinterpret_cast<uint8_t*>(v_t + kTile * Ld<D>::h);  // (64)
 
   const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int64_t q0 = static_cast<int64_t>(blockIdx.y) * kTile;
   const int64_t tq = p.tq, tk = p.tk, row_stride = p.heads * p.d;
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, w0 = warp * 16;
+  const int g = lane >> 2, t4 = lane & 3;
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
+  const int64_t rows[2] = {q0 + w0 + g, q0 + w0 + g + 8};
+  float m[2], inv[2], delta[2];  // the forward's row max and 1 / row sum, and delta (0 past Tq)
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool valid = rows[r] < tq;
+    m[r] = valid ? p.stats[(bh * tq + rows[r]) * 2] : 0.0f;
+    inv[r] = valid ? p.stats[(bh * tq + rows[r]) * 2 + 1] : 0.0f;
+    delta[r] = valid ? p.delta[bh * tq + rows[r]] : 0.0f;
+  }
 
   load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
   load_head_tile<T, D>(p, p.d_o, b, h, tq, q0, do_t, 1.0f, false);
-  load_row_stats(p, bh, q0, q_m, q_inv, q_delta);
-  for (int idx = threadIdx.x; idx < kTile * L::o; idx += kThreads) dq_acc[idx] = 0.0f;
+  __syncthreads();
+  uint32_t qf[D / 16][4], of[D / 16][4];
+  load_a_rows<T, D>(qf, q_t, w0, lane);
+  load_a_rows<T, D>(of, do_t, w0, lane);
+  float dq[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
   for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
     __syncthreads();  // the previous key tile is no longer read
@@ -284,37 +345,48 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
     load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
     load_pad(p, b, k0, pad);
     __syncthreads();
-    // S (16 queries of this warp, 64 keys) = Q K^T; dP = dO V^T
-    scores<T, D>(q_t + w0 * L::h, k_t, s_tile + w0 * L::s);
-    scores<T, D>(do_t + w0 * L::h, v_t, dp_tile + w0 * L::s);
-    __syncwarp();
-    for (int r = w0; r < w0 + 16; ++r) {
-      const int64_t i = q0 + r;
+    // S (this warp's 16 queries, 64 keys) = Q K^T; dP = dO V^T
+    float s[kN][4], dp[kN][4];
 #pragma unroll
-      for (int t = 0; t < 2; ++t) {
-        const int c = lane + t * kWarp;
-        const int64_t j = k0 + c;
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = dp[n][e] = 0.0f;
+    }
+    mma_abt<T, D>(s, qf, k_t, lane);
+    mma_abt<T, D>(dp, of, v_t, lane);
+    // The forward's keep bits of this tile pair, in this kernel's fragment layout.
+    const uint32_t keep_word = dropout ? keep_words(p, bh, blockIdx.y, k0 / kTile)[warp * kWarp + lane] : 0u;
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1, c = n * 8 + 2 * t4 + (e & 1);
+        const int64_t i = rows[r], j = k0 + c;
+        const bool bit = dropout && ((__shfl_sync(0xffffffffu, keep_word, n * 4 + e) >> lane) & 1u) != 0;
         float ds = 0.0f;
         if (i < tq && j < tk) {
-          const float prob = __expf(biased(p, s_tile[r * L::s + c], pad[c] != 0, i, j) - q_m[r]) * q_inv[r];
-          float dp = dp_tile[r * L::s + c];
-          if (dropout) dp = prob != 0.0f && kept(p, bh, i, j) ? dp * keep_scale : 0.0f;
-          ds = prob * (dp - q_delta[r]);
+          const float prob = __expf(biased(p, s[n][e], pad[c] != 0, i, j) - m[r]) * inv[r];
+          float d = dp[n][e];
+          if (dropout) d = prob != 0.0f && bit ? d * keep_scale : 0.0f;
+          ds = prob * (d - delta[r]);
         }
-        ds_t[r * L::p + c] = from_float<T>(ds);
+        s[n][e] = ds;
       }
     }
-    __syncwarp();
     // dQ (16, D) += dS (16, 64) K (64, D)
-    accumulate<T, D>(dq_acc + w0 * L::o, ds_t + w0 * L::p, k_t);
+    mma_xb<T, D>(dq, s, k_t, lane);
   }
-  __syncthreads();  // every lane sees the accumulator (and the zeroing, always)
-  T* dq = static_cast<T*>(p.out);
-  for (int r = w0; r < w0 + 16; ++r) {
-    const int64_t i = q0 + r;
-    if (i >= tq) break;
-    T* row = dq + (b * tq + i) * row_stride + h * p.d;
-    for (int c = lane; c < p.d; c += kWarp) row[c] = from_float<T>(dq_acc[r * L::o + c] * p.scale);
+  T* dq_out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = rows[r];
+    if (i >= tq) continue;
+    T* row = dq_out + (b * tq + i) * row_stride + h * p.d;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int c = n * 8 + 2 * t4;
+      if (c < p.d) *reinterpret_cast<uint32_t*>(row + c) = pack2<T>(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
+    }
   }
 #endif
 }
@@ -341,6 +413,9 @@ FusedParams make_params(const Tensor& q, const Tensor& k, const Tensor& v, const
   p.rate = a.rate;
   p.key = a.key;
   p.base = a.base;
+  p.keep = nullptr;
+  p.q_tiles = (a.tq + kTile - 1) / kTile;
+  p.k_tiles = (a.tk + kTile - 1) / kTile;
   return p;
 }
 
@@ -412,7 +487,7 @@ bool fused_attention_fits(int64_t depth, int device) {
 }
 
 void fused_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
-                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, int device) {
+                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, Tensor& keep, int device) {
   const int64_t B = a.batch, H = a.heads, Tq = a.tq, D = a.heads * a.depth;
   const DType dt = q.dtype();
   o = Tensor::empty({B, Tq, D}, dt, q.device());
@@ -420,13 +495,20 @@ void fused_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   FusedParams p = make_params(q, k, v, key_ids, a);
   p.out = o.raw();
   p.stats = static_cast<float*>(stats.raw());
+  keep = Tensor();
+  if (a.rate > 0.0f) {
+    // Words of every tile pair; those of key tiles a causal query tile skips stay unwritten
+    // and unread (the backward skips the same tiles).
+    keep = Tensor::empty({B * H * p.q_tiles * p.k_tiles * kWarps * kWarp}, DType::i32, q.device());
+    p.keep = static_cast<uint32_t*>(keep.raw());
+  }
   const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((Tq + kTile - 1) / kTile));
   TNT_FUSED_DISPATCH(dt, a.depth, launch(fused_forward_kernel<scalar_t, kD>, grid, forward_smem<kD>(), device, p));
 }
 
 void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
-                              const Tensor& o, const Tensor& stats, const Tensor& d_o, const AttentionCoreArgs& a,
-                              Tensor& dq, Tensor& dk, Tensor& dv, int device) {
+                              const Tensor& o, const Tensor& stats, const Tensor& keep, const Tensor& d_o,
+                              const AttentionCoreArgs& a, Tensor& dq, Tensor& dk, Tensor& dv, int device) {
   const int64_t B = a.batch, H = a.heads, Tq = a.tq, Tk = a.tk, D = a.heads * a.depth;
   const DType dt = q.dtype();
   const Device dev = q.device();
@@ -439,6 +521,11 @@ void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   p.d_o = d_o.raw();
   p.stats = static_cast<float*>(stats.raw());
   p.delta = static_cast<float*>(delta.raw());
+  if (a.rate > 0.0f) {
+    TNT_CHECK(keep.defined() && keep.numel() == B * H * p.q_tiles * p.k_tiles * kWarps * kWarp,
+              "fused attention backward: the forward's dropout bits are missing ({})", keep.str());
+    p.keep = static_cast<uint32_t*>(const_cast<void*>(keep.raw()));
+  }
   const int64_t rows = B * H * Tq;
   const unsigned row_grid = static_cast<unsigned>((rows + kBlock / kWarp - 1) / (kBlock / kWarp));
   const dim3 key_grid(static_cast<unsigned>(B * H), static_cast<unsigned>((Tk + kTile - 1) / kTile));

@@ -17,13 +17,16 @@ bool fused_attention_fits(int64_t depth, int device);
 // o (B, Tq, D) and stats (B, H, Tq, 2) f32: per query row the running maximum of its
 // logits and 1 / (sum of exp(logit - maximum)), which the backward needs to rebuild the
 // probabilities. (Not the log-sum-exp m + log(sum): where every key of a row is padding,
-// m is about -1e9 and adding log(sum) to it would round away.)
+// m is about -1e9 and adding log(sum) to it would round away.) With dropout (a.rate > 0),
+// keep: the forward's keep decisions, a bit each (i32 words in the kernels' own order,
+// 512 bytes per 64 x 64 tile pair of a head), so that the backward draws no random numbers;
+// undefined without dropout.
 void fused_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
-                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, int device);
+                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, Tensor& keep, int device);
 
-// d_o (B, Tq, D) -> dq (B, Tq, D), dk, dv (B, Tk, D); q, k, v, key_ids, o, stats as above.
+// d_o (B, Tq, D) -> dq (B, Tq, D), dk, dv (B, Tk, D); q, k, v, key_ids, o, stats, keep as above.
 void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
-                              const Tensor& o, const Tensor& stats, const Tensor& d_o, const AttentionCoreArgs& a,
-                              Tensor& dq, Tensor& dk, Tensor& dv, int device);
+                              const Tensor& o, const Tensor& stats, const Tensor& keep, const Tensor& d_o,
+                              const AttentionCoreArgs& a, Tensor& dq, Tensor& dk, Tensor& dv, int device);
 
 }  // namespace tnt::cuda

@@ -1,59 +1,47 @@
 // The fused attention kernels' shared pieces (attention_fused_cuda.cu has the idea): tile
 // geometry and shared-memory layouts, the kernels' parameters, the tile loads, the masks and
-// the WMMA products. Included by attention_fused_cuda.cu only (its definitions are internal).
+// the tensor-core products (mma.sync m16n8k16 with operands from ldmatrix, accumulators in
+// registers). Included by attention_fused_cuda.cu only (its definitions are internal).
 #pragma once
 
 #include "backend/cuda/device_common.cuh"
 #include "core/philox.hpp"
 #include "layers/attention_fused.hpp"
 
-#include <mma.h>
-
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 namespace tnt::cuda {
 namespace {
-
-using namespace nvcuda;
 
 constexpr int kTile = static_cast<int>(kFusedAttentionTile);  // rows of a tile (queries or keys)
 constexpr int kWarps = kTile / 16;                             // a warp per 16 rows
 constexpr int kThreads = kWarps * kWarp;
 constexpr float kMaskBias = -1e9f;
 
-// Leading dimensions (elements) of the shared-memory tiles, padded against bank conflicts.
-// WMMA needs them multiples of 16 bytes, and every fragment pointer 32-byte aligned: row
-// offsets are multiples of 16 rows, column offsets multiples of 16 elements, and every
-// array's size is a multiple of 32 bytes (checked below).
+// Leading dimension (elements) of the (64, D) shared-memory tiles of q, k, v and dO: 16
+// bytes of padding per row put the 8 row addresses of an ldmatrix in different banks, and
+// keep every row 16-byte aligned (ldmatrix reads 16-byte rows).
 template <int D>
 struct Ld {
-  static constexpr int h = D + 8;      // (64, D) tiles of q, k, v, dO in T
-  static constexpr int s = kTile + 4;  // (64, 64) f32 tiles of S, dP
-  static constexpr int o = D + 4;      // (64, D) f32 accumulators of O, dK, dV, dQ
-  static constexpr int p = kTile + 8;  // (64, 64) tiles of P, dS in T
-  static_assert(h % 8 == 0 && s % 4 == 0 && o % 4 == 0 && p % 8 == 0, "WMMA leading dimensions");
-  static_assert((kTile * h * 2) % 32 == 0 && (kTile * s * 4) % 32 == 0 && (kTile * o * 4) % 32 == 0 &&
-                    (kTile * p * 2) % 32 == 0,
-                "32-byte aligned arrays");
+  static constexpr int h = D + 8;
+  static_assert((h * 2) % 16 == 0, "ldmatrix rows are 16-byte aligned");
 };
 
-// Shared memory (bytes) of each kernel: f32 arrays first, then the T arrays, then the
-// padding flags of the key tile. The kernels carve it in the same order.
+// Shared memory (bytes) of each kernel: f32 arrays first, then the (64, D) tiles in T, then
+// the padding flags of the key tile. The kernels carve it in the same order.
 template <int D>
 constexpr size_t forward_smem() {
-  using L = Ld<D>;
-  return 4 * (kTile * L::s + kTile * L::o + 2 * kTile) + 2 * (3 * kTile * L::h + kTile * L::p) + kTile;
+  return 2 * (3 * kTile * Ld<D>::h) + kTile;  // q, k, v; pad
 }
 template <int D>
 constexpr size_t dkdv_smem() {
-  using L = Ld<D>;
-  return 4 * (2 * kTile * L::s + 2 * kTile * L::o + 3 * kTile) + 2 * (4 * kTile * L::h + 2 * kTile * L::p) + kTile;
+  return 4 * (3 * kTile + kWarps * kWarp) + 2 * (4 * kTile * Ld<D>::h) + kTile;  // m, 1/l, delta, keep bits; k, v, q, dO; pad
 }
 template <int D>
 constexpr size_t dq_smem() {
-  using L = Ld<D>;
-  return 4 * (2 * kTile * L::s + kTile * L::o + 3 * kTile) + 2 * (4 * kTile * L::h + kTile * L::p) + kTile;
+  return 2 * (4 * kTile * Ld<D>::h) + kTile;  // q, dO, k, v; pad
 }
 
 struct FusedParams {
@@ -75,7 +63,18 @@ struct FusedParams {
   bool skip_causal;  // key tiles wholly past the causal bound skipped (attention_fused.hpp)
   float rate;
   uint64_t key, base;
+  // Dropout's keep decisions as the forward drew them, one bit each, for the backward (which
+  // then draws nothing): per (b*H + h, query tile, key tile) 128 words, word w*32 + n*4 + e
+  // of warp w holding in bit `lane` the element that lane has in C tile n, element e, of
+  // the forward's score tile (rows queries, columns keys). Null without dropout.
+  uint32_t* keep;
+  int64_t q_tiles, k_tiles;
 };
+
+// The 128 words of keep bits of tile pair (query tile qt, key tile kt) of head bh.
+__device__ __forceinline__ uint32_t* keep_words(const FusedParams& p, int64_t bh, int64_t qt, int64_t kt) {
+  return p.keep + ((bh * p.q_tiles + qt) * p.k_tiles + kt) * (kWarps * kWarp);
+}
 
 // (64, D) tile of a (B, T, H*d) tensor, rows [r0, r0 + 64) of (b, h) -> shared memory in T,
 // rows past T and columns past d zero; times s when `scaled` (q: float product, then one
@@ -109,18 +108,6 @@ __device__ void load_head_tile(const FusedParams& p, const void* src, int64_t b,
                   scaled);
 }
 
-// The backward's per-row values of query rows [q0, q0 + 64) of head bh: the forward's row
-// max and 1 / row sum, and delta (0 past Tq).
-__device__ void load_row_stats(const FusedParams& p, int64_t bh, int64_t q0, float* m, float* inv, float* delta) {
-  for (int c = threadIdx.x; c < kTile; c += kThreads) {
-    const int64_t i = q0 + c;
-    const bool valid = i < p.tq;
-    m[c] = valid ? p.stats[(bh * p.tq + i) * 2] : 0.0f;
-    inv[c] = valid ? p.stats[(bh * p.tq + i) * 2 + 1] : 0.0f;
-    delta[c] = valid ? p.delta[bh * p.tq + i] : 0.0f;
-  }
-}
-
 // pad[c] = 1 where key k0 + c of batch row b is padding (id 0); 0 past Tk (those keys are
 // excluded separately).
 __device__ void load_pad(const FusedParams& p, int64_t b, int64_t k0, uint8_t* pad) {
@@ -147,45 +134,104 @@ __device__ __forceinline__ bool kept(const FusedParams& p, int64_t bh, int64_t i
   return philox::uniform(p.key, p.base + idx) >= p.rate;
 }
 
-// acc (16, 16) = sum over kk of a[:, 16kk..] b[16kk.., :], K16 steps: a (16, 16 K16) row-major
-// at `a` (ld lda); b as B^T stored row-major (16, 16 K16) at `b` (ld ldb) when b_transposed,
-// else b (16 K16, 16) row-major.
-template <typename T, int K16, bool BTransposed>
-__device__ __forceinline__ void mma_rows(wmma::fragment<wmma::accumulator, 16, 16, 16, float>& acc, const T* a,
-                                         int lda, const T* b, int ldb) {
-  using BLayout = std::conditional_t<BTransposed, wmma::col_major, wmma::row_major>;
-#pragma unroll
-  for (int kk = 0; kk < K16; ++kk) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BLayout> fb;
-    wmma::load_matrix_sync(fa, a + kk * 16, lda);
-    wmma::load_matrix_sync(fb, BTransposed ? b + kk * 16 : b + kk * 16 * ldb, ldb);
-    wmma::mma_sync(acc, fa, fb, acc);
+// --- tensor cores: mma.sync m16n8k16 (f32 accumulators) and ldmatrix -------------------
+// Fragments (PTX ISA, "matrix fragments for mma.m16n8k16"), g = lane / 4, t = lane % 4:
+//   A (16 x 16, 4 regs of 2 elements): {row g, cols 2t, 2t+1}, {row g+8, same}, {row g,
+//     cols 2t+8, 2t+9}, {row g+8, same};
+//   B (16 x 8, 2 regs): {rows 2t, 2t+1 of col g}, {rows 2t+8, 2t+9 of col g};
+//   C (16 x 8, 4 floats): {row g, cols 2t, 2t+1}, {row g+8, same}.
+// So the C tiles of columns [16c, 16c + 16) of a product, rounded pairwise, are the A
+// fragment of k-step c of the next product (P V after S = Q K^T): no shared memory between.
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
 
-// out (16, 64) f32 at `out` (ld Ld::s) = a (16, D) b^T, b (64, D): a's rows are this warp's
-// 16 rows, b's the 64 rows of the other side.
-template <typename T, int D>
-__device__ __forceinline__ void scores(const T* a, const T* b, float* out) {
-#pragma unroll
-  for (int n = 0; n < kTile / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    mma_rows<T, D / 16, true>(acc, a, Ld<D>::h, b + n * 16 * Ld<D>::h, Ld<D>::h);
-    wmma::store_matrix_sync(out + n * 16, acc, Ld<D>::s, wmma::mem_row_major);
+// Four 8x8 matrices of 16-bit elements from shared memory; lanes 8m..8m+7 give the row
+// addresses of matrix m, which lands in r[m]. trans: each matrix transposed on the way.
+template <bool Trans>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* row) {
+  const auto at = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  if constexpr (Trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(at)
+                 : "memory");
   }
 }
 
-// acc (16, D) f32 at `acc_smem` (ld Ld::o) += a (16, 64) (ld Ld::p) b (64, D) (ld Ld::h).
+// Two floats rounded to T (nearest even, as from_float), the first in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t u;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    memcpy(&u, &v, 4);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    memcpy(&u, &v, 4);
+  }
+  return u;
+}
+
+// The A fragments of this warp's 16 rows [w0, w0 + 16) of a (64, D) tile (ld Ld<D>::h):
+// a[kk] covers columns [16kk, 16kk + 16).
 template <typename T, int D>
-__device__ __forceinline__ void accumulate(float* acc_smem, const T* a, const T* b) {
+__device__ __forceinline__ void load_a_rows(uint32_t (&a)[D / 16][4], const T* tile, int w0, int lane) {
 #pragma unroll
-  for (int n = 0; n < D / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::load_matrix_sync(acc, acc_smem + n * 16, Ld<D>::o, wmma::mem_row_major);
-    mma_rows<T, kTile / 16, false>(acc, a, Ld<D>::p, b + n * 16, Ld<D>::h);
-    wmma::store_matrix_sync(acc_smem + n * 16, acc, Ld<D>::o, wmma::mem_row_major);
+  for (int kk = 0; kk < D / 16; ++kk) ldsm_x4<false>(a[kk], tile + (w0 + (lane & 15)) * Ld<D>::h + kk * 16 + (lane >> 4) * 8);
+}
+
+// acc (16 rows, 64 columns: 8 C tiles) += a (16, D) b^T, b the (64, D) tile (ld Ld<D>::h):
+// the scores of this warp's rows against the 64 rows of the other side.
+template <typename T, int D>
+__device__ __forceinline__ void mma_abt(float (&acc)[kTile / 8][4], const uint32_t (&a)[D / 16][4], const T* b,
+                                        int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int np = 0; np < kTile / 16; ++np) {
+      uint32_t f[4];  // columns 16np..16np+7 (f[0], f[1]) and 16np+8.. (f[2], f[3])
+      ldsm_x4<false>(f, b + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * Ld<D>::h + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma16816<T>(acc[2 * np], a[kk], f[0], f[1]);
+      mma16816<T>(acc[2 * np + 1], a[kk], f[2], f[3]);
+    }
+  }
+}
+
+// acc (16 rows, D: D/8 C tiles) += x (16, 64: the 8 C tiles of a score product, rounded to
+// T here) b, b the (64, D) tile (ld Ld<D>::h) read transposed by ldmatrix.
+template <typename T, int D>
+__device__ __forceinline__ void mma_xb(float (&acc)[D / 8][4], const float (&x)[kTile / 8][4], const T* b, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    const uint32_t a[4] = {pack2<T>(x[2 * kk][0], x[2 * kk][1]), pack2<T>(x[2 * kk][2], x[2 * kk][3]),
+                           pack2<T>(x[2 * kk + 1][0], x[2 * kk + 1][1]), pack2<T>(x[2 * kk + 1][2], x[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t f[4];  // depth columns 16dp..16dp+7 (f[0], f[1]) and 16dp+8.. (f[2], f[3])
+      ldsm_x4<true>(f, b + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * Ld<D>::h + dp * 16 + (lane >> 4) * 8);
+      mma16816<T>(acc[2 * dp], a, f[0], f[1]);
+      mma16816<T>(acc[2 * dp + 1], a, f[2], f[3]);
+    }
   }
 }
 

@@ -22,6 +22,7 @@
 #include "backend/cuda/cudnn_util.hpp"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/reduce.cuh"
+#include "layers/pooling_nhwc_cuda.cuh"
 
 #include <algorithm>
 #include <climits>
@@ -31,10 +32,6 @@
 namespace tnt::cuda {
 
 namespace {
-
-struct PoolGeometry {
-  int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0, pool = 0, stride = 0, pad = 0;
-};
 
 PoolGeometry geometry(const Pool2DBase& layer, const Shape& x) {
   TNT_CHECK(x.size() == 4, "{} '{}': input {} is not (N, C, H, W)", layer.type(), layer.name(), shape_str(x));
@@ -103,79 +100,6 @@ __global__ void max_pool_backward_kernel(const T* __restrict__ dy,             /
     for (int64_t oh = oh0; oh <= oh1; ++oh) {
       for (int64_t ow = ow0; ow <= ow1; ++ow) {
         const int64_t o = base + oh * g.wo + ow;
-        if (argmax[o] == here) acc += to_float(dy[o]);
-      }
-    }
-    dx[i] = from_float<T>(acc);
-  }
-}
-
-// The same for NHWC: x (N, H, W, C), y and argmax (N, Ho, Wo, C), argmax as above. I is
-// the index type: int32_t when every index of x and y fits (the host checks), which makes
-// the four divisions per element 32-bit ones (a 64-bit division is a long software
-// sequence on the GPU, and ResNet's pooling runs over 10^8 elements), else int64_t.
-template <typename I>
-struct PoolIndex {
-  I n, c, h, w, ho, wo, pool, stride, pad;
-  explicit PoolIndex(const PoolGeometry& g)
-      : n(static_cast<I>(g.n)), c(static_cast<I>(g.c)), h(static_cast<I>(g.h)), w(static_cast<I>(g.w)),
-        ho(static_cast<I>(g.ho)), wo(static_cast<I>(g.wo)), pool(static_cast<I>(g.pool)),
-        stride(static_cast<I>(g.stride)), pad(static_cast<I>(g.pad)) {}
-};
-
-template <typename T, typename I>
-__global__ void max_pool_forward_nhwc_kernel(const T* __restrict__ x,  // (N, H, W, C)
-                                             PoolIndex<I> g,
-                                             T* __restrict__ y,               // (N, Ho, Wo, C)
-                                             int32_t* __restrict__ argmax) {  // (N, Ho, Wo, C)
-  const I total = g.n * g.ho * g.wo * g.c;
-  for (I o = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); o < total;
-       o += static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x)) {
-    const I c = o % g.c, pixel = o / g.c;
-    const I ow = pixel % g.wo, oh = (pixel / g.wo) % g.ho, image = pixel / (g.wo * g.ho);
-    const T* xp = x + image * g.h * g.w * g.c + c;  // element (ih, iw) at xp[(ih * W + iw) * C]
-    float best = 0.0f;
-    int32_t best_at = -1;
-    for (I i = 0; i < g.pool; ++i) {
-      const I ih = oh * g.stride - g.pad + i;
-      if (ih < 0 || ih >= g.h) continue;
-      for (I j = 0; j < g.pool; ++j) {
-        const I iw = ow * g.stride - g.pad + j;
-        if (iw < 0 || iw >= g.w) continue;
-        const float v = to_float(xp[(ih * g.w + iw) * g.c]);
-        // The NCHW kernel's rule: strict, so the first maximum stays; the first NaN wins.
-        if (best_at < 0 || v > best || (v != v && best == best)) {
-          best = v;
-          best_at = static_cast<int32_t>(ih * g.w + iw);
-        }
-      }
-    }
-    y[o] = best_at < 0 ? from_float<T>(0.0f) : xp[static_cast<I>(best_at) * g.c];
-    argmax[o] = best_at;
-  }
-}
-
-template <typename T, typename I>
-__global__ void max_pool_backward_nhwc_kernel(const T* __restrict__ dy,             // (N, Ho, Wo, C)
-                                              const int32_t* __restrict__ argmax,  // (N, Ho, Wo, C)
-                                              PoolIndex<I> g,
-                                              T* __restrict__ dx) {  // (N, H, W, C)
-  const I total = g.n * g.h * g.w * g.c;
-  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); i < total;
-       i += static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x)) {
-    const I c = i % g.c, pixel = i / g.c;
-    const I iw = pixel % g.w, ih = (pixel / g.w) % g.h, image = pixel / (g.w * g.h);
-    const int32_t here = static_cast<int32_t>(ih * g.w + iw);
-    // The windows containing (ih, iw), as in the NCHW kernel, in the same order.
-    const I oh0 = ih + g.pad < g.pool ? 0 : (ih + g.pad - g.pool) / g.stride + 1;
-    const I oh1 = min((ih + g.pad) / g.stride, g.ho - 1);
-    const I ow0 = iw + g.pad < g.pool ? 0 : (iw + g.pad - g.pool) / g.stride + 1;
-    const I ow1 = min((iw + g.pad) / g.stride, g.wo - 1);
-    const I base = image * g.ho * g.wo;
-    float acc = 0.0f;
-    for (I oh = oh0; oh <= oh1; ++oh) {
-      for (I ow = ow0; ow <= ow1; ++ow) {
-        const I o = (base + oh * g.wo + ow) * g.c + c;
         if (argmax[o] == here) acc += to_float(dy[o]);
       }
     }
@@ -314,7 +238,12 @@ std::vector<Tensor> max_pool2d_forward(MaxPool2D& layer, const std::vector<Tenso
     TNT_CUDA_DISPATCH_FLOAT(x.dtype(), "MaxPool2D", {
       const scalar_t* xp = static_cast<const scalar_t*>(x.raw());
       scalar_t* yp = static_cast<scalar_t*>(y.raw());
-      if (x.is_channels_last() && fits_int32(g)) {
+      if (x.is_channels_last() && fits_int32(g) &&
+          pool_vec_applies(g, sizeof(scalar_t), {xp, yp, argmax.data<int32_t>()})) {
+        max_pool_forward_nhwc_vec_kernel<scalar_t>
+            <<<grid_for(total / PoolVec<scalar_t>::V, kBlock, device), kBlock, 0, stream>>>(
+                xp, PoolIndex<int32_t>(g), yp, argmax.data<int32_t>());
+      } else if (x.is_channels_last() && fits_int32(g)) {
         max_pool_forward_nhwc_kernel<scalar_t, int32_t>
             <<<grid, kBlock, 0, stream>>>(xp, PoolIndex<int32_t>(g), yp, argmax.data<int32_t>());
       } else if (x.is_channels_last()) {
@@ -356,7 +285,12 @@ std::vector<Tensor> max_pool2d_backward(MaxPool2D& layer, const std::vector<Tens
     TNT_CUDA_DISPATCH_FLOAT(dy.dtype(), "MaxPool2D", {
       const scalar_t* dyp = static_cast<const scalar_t*>(dy.raw());
       scalar_t* dxp = static_cast<scalar_t*>(dx.raw());
-      if (dx.is_channels_last() && fits_int32(g)) {
+      if (dx.is_channels_last() && fits_int32(g) &&
+          pool_vec_applies(g, sizeof(scalar_t), {dyp, dxp, argmax.data<int32_t>()})) {
+        max_pool_backward_nhwc_vec_kernel<scalar_t>
+            <<<grid_for(total / PoolVec<scalar_t>::V, kBlock, device), kBlock, 0, stream>>>(
+                dyp, argmax.data<int32_t>(), PoolIndex<int32_t>(g), dxp);
+      } else if (dx.is_channels_last() && fits_int32(g)) {
         max_pool_backward_nhwc_kernel<scalar_t, int32_t>
             <<<grid, kBlock, 0, stream>>>(dyp, argmax.data<int32_t>(), PoolIndex<int32_t>(g), dxp);
       } else if (dx.is_channels_last()) {

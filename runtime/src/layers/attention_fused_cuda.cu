@@ -19,8 +19,9 @@
 // a score tile stays in registers, where the row-wise work (masks, online softmax, dropout)
 // happens (a row's 64 columns lie with 4 lanes), and its C fragments, rounded to the
 // dtype, are directly the A operand of the next product (P V, Pd^T dO, dS^T Q, dS K). Only
-// the tiles of q, k, v and dO go through shared memory, written between the block's
-// barriers and read by every warp.
+// the tiles of q, k, v and dO go through shared memory, read by every warp; the tiles a
+// kernel walks over are double-buffered: the next one arrives by cp.async while the
+// current one is used, a barrier at the end of each step freeing its buffer.
 // Masks follow the unfused engine exactly: +(-1e9) as a float add for padding keys and
 // causally hidden keys; positions past Tq or Tk inside a tile are no keys at all (p = 0).
 // Depths below the kernel's D (32, 64, 128) are zero columns: they add nothing to S or dP.
@@ -50,11 +51,11 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
   __trap();
 #else
   constexpr int kN = kTile / 8;  // C tiles of a score row block (64 keys)
+  constexpr int kTileElems = kTile * Ld<D>::h;
   extern __shared__ __align__(128) unsigned char smem[];
   T* q_t = reinterpret_cast<T*>(smem);  // (64, D) q * scale
-  T* k_t = q_t + kTile * Ld<D>::h;      // (64, D)
-  T* v_t = k_t + kTile * Ld<D>::h;      // (64, D)
-  uint8_t* pad = reinterpret_cast<uint8_t*>(v_t + kTile * Ld<D>::h);  // (64)
+  T* kv_t = q_t + kTileElems;           // buffer u: k at kv_t + 2u tiles, v at kv_t + (2u + 1) tiles
+  uint8_t* pads = reinterpret_cast<uint8_t*>(kv_t + 4 * kTileElems);  // buffer u: (64) at pads + 64u
 
   const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int64_t q0 = static_cast<int64_t>(blockIdx.y) * kTile;
@@ -64,7 +65,18 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
   const int64_t rows[2] = {q0 + w0 + g, q0 + w0 + g + 8};  // this lane's two query rows
+  // Causal without padding and Tq <= Tk: key tiles past the last row's bound hold only
+  // hidden keys, whose probabilities are exactly 0 (attention_fused.hpp).
+  const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
+  // The key tile at k0 into buffer u: k and v by cp.async (one group), the padding flags.
+  auto stage = [&](int64_t k0, int u) {
+    async_head_tile<T, D>(p, p.k, b, h, tk, k0, kv_t + 2 * u * kTileElems);
+    async_head_tile<T, D>(p, p.v, b, h, tk, k0, kv_t + (2 * u + 1) * kTileElems);
+    load_pad(p, b, k0, pads + u * kTile);
+  };
 
+  stage(0, 0);
+  cp_async_commit();
   load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
   __syncthreads();
   uint32_t qf[D / 16][4];
@@ -73,15 +85,17 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
   float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f};
-  // Causal without padding and Tq <= Tk: key tiles past the last row's bound hold only
-  // hidden keys, whose probabilities are exactly 0 (attention_fused.hpp).
-  const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
-  for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
-    __syncthreads();  // the previous tile's k_t, v_t, pad are no longer read
-    load_head_tile<T, D>(p, p.k, b, h, tk, k0, k_t, 1.0f, false);
-    load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
-    load_pad(p, b, k0, pad);
+  for (int64_t k0 = 0, it = 0; k0 < k_end; k0 += kTile, ++it) {
+    const int u = static_cast<int>(it & 1);
+    // The next tile loads while this one is used; its buffer was last read before the
+    // barrier that ended the previous iteration.
+    if (k0 + kTile < k_end) stage(k0 + kTile, 1 - u);
+    cp_async_commit();  // (an empty group at the last tile)
+    cp_async_wait<1>();  // this tile's group is complete
     __syncthreads();
+    const T* k_t = kv_t + 2 * u * kTileElems;
+    const T* v_t = kv_t + (2 * u + 1) * kTileElems;
+    const uint8_t* pad = pads + u * kTile;
     // S (this warp's 16 rows, 64 keys) = Q K^T, in registers
     float s[kN][4];
 #pragma unroll
@@ -143,6 +157,7 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
     if (dropout) keep_words(p, bh, blockIdx.y, k0 / kTile)[warp * kWarp + lane] = keep_word;
     // O (16, D) += P (16, 64) V (64, D)
     mma_xb<T, D>(acc, s, v_t, lane);
+    __syncthreads();  // buffer u is free for the load two tiles on
   }
   T* o = static_cast<T*>(p.out);
 #pragma unroll
@@ -165,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
 }
 
 // delta (B, H, Tq) = sum over the depth of dO * O, a warp per row (float sums of the dtype's
-// values).
+// values); and qs = q * scale.
 template <typename T>
 __global__ void fused_delta_kernel(FusedParams p, int64_t rows) {
   const int lane = threadIdx.x % kWarp;
@@ -179,6 +194,10 @@ __global__ void fused_delta_kernel(FusedParams p, int64_t rows) {
   for (int c = lane; c < p.d; c += kWarp) dot += to_float(o[c]) * to_float(g[c]);
   dot = warp_sum(dot);
   if (lane == 0) p.delta[r] = dot;
+  // q * scale rounded to T (load_tile's rule), which the dK/dV kernel streams by cp.async.
+  const T* q = static_cast<const T*>(p.q) + at;
+  T* qs = static_cast<T*>(p.qs) + at;
+  for (int c = lane; c < p.d; c += kWarp) qs[c] = from_float<T>(to_float(q[c]) * p.scale);
 }
 
 // Grid (B*H, ceil(Tk / 64)), kThreads threads, dkdv_smem<D>() bytes. Rows of this block's
@@ -189,16 +208,14 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
   __trap();
 #else
   constexpr int kN = kTile / 8;
+  constexpr int kTileElems = kTile * Ld<D>::h;
+  constexpr int kRowVals = 3 * kTile + kWarps * kWarp;  // m, 1/l, delta (64 each), keep bits (128)
   extern __shared__ __align__(128) unsigned char smem[];
-  float* q_m = reinterpret_cast<float*>(smem);    // (64) of the query tile: row max
-  float* q_inv = q_m + kTile;                     // (64) 1 / row sum
-  float* q_delta = q_inv + kTile;                 // (64) delta
-  uint32_t* keep_s = reinterpret_cast<uint32_t*>(q_delta + kTile);  // (128) the tile pair's keep bits
-  T* k_t = reinterpret_cast<T*>(keep_s + kWarps * kWarp);  // (64, D)
-  T* v_t = k_t + kTile * Ld<D>::h;                 // (64, D)
-  T* q_t = v_t + kTile * Ld<D>::h;                 // (64, D) q * scale
-  T* do_t = q_t + kTile * Ld<D>::h;                // (64, D)
-  uint8_t* pad = reinterpret_cast<uint8_t*>(do_t + kTile * Ld<D>::h);  // (64)
+  float* row_vals = reinterpret_cast<float*>(smem);  // buffer u at row_vals + u * kRowVals
+  T* k_t = reinterpret_cast<T*>(row_vals + 2 * kRowVals);  // (64, D)
+  T* v_t = k_t + kTileElems;                               // (64, D)
+  T* qd_t = v_t + kTileElems;  // buffer u: q * scale at qd_t + 2u tiles, dO at qd_t + (2u + 1) tiles
+  uint8_t* pad = reinterpret_cast<uint8_t*>(qd_t + 4 * kTileElems);  // (64)
 
   const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int64_t k0 = static_cast<int64_t>(blockIdx.y) * kTile;
@@ -208,6 +225,29 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
   const int64_t keys[2] = {k0 + w0 + g, k0 + w0 + g + 8};  // this lane's two key rows
+  // With causal skipping, from the tile of the first query row that sees key k0.
+  const int64_t q_begin = fused_attention_query_begin(p.skip_causal, k0, tq, tk);
+  // The query tile at q0 into buffer u: q * scale and dO by cp.async (one group); the row
+  // values and the tile pair's keep bits.
+  auto stage = [&](int64_t q0, int u) {
+    async_head_tile<T, D>(p, p.qs, b, h, tq, q0, qd_t + 2 * u * kTileElems);
+    async_head_tile<T, D>(p, p.d_o, b, h, tq, q0, qd_t + (2 * u + 1) * kTileElems);
+    float* vals = row_vals + u * kRowVals;
+    for (int c = threadIdx.x; c < kTile; c += kThreads) {
+      const int64_t i = q0 + c;
+      const bool valid = i < tq;
+      vals[c] = valid ? p.stats[(bh * tq + i) * 2] : 0.0f;
+      vals[kTile + c] = valid ? p.stats[(bh * tq + i) * 2 + 1] : 0.0f;
+      vals[2 * kTile + c] = valid ? p.delta[bh * tq + i] : 0.0f;
+    }
+    if (dropout) {
+      const uint32_t* words = keep_words(p, bh, q0 / kTile, k0 / kTile);
+      uint32_t* keep_s = reinterpret_cast<uint32_t*>(vals + 3 * kTile);
+      for (int c = threadIdx.x; c < kWarps * kWarp; c += kThreads) keep_s[c] = words[c];
+    }
+  };
+  if (q_begin < tq) stage(q_begin, 0);
+  cp_async_commit();
 
   load_head_tile<T, D>(p, p.k, b, h, tk, k0, k_t, 1.0f, false);
   load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
@@ -223,24 +263,18 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
   }
-  // With causal skipping, from the tile of the first query row that sees key k0.
-  const int64_t q_begin = fused_attention_query_begin(p.skip_causal, k0, tq, tk);
-  for (int64_t q0 = q_begin; q0 < tq; q0 += kTile) {
-    __syncthreads();  // the previous query tile is no longer read
-    load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
-    load_head_tile<T, D>(p, p.d_o, b, h, tq, q0, do_t, 1.0f, false);
-    for (int c = threadIdx.x; c < kTile; c += kThreads) {
-      const int64_t i = q0 + c;
-      const bool valid = i < tq;
-      q_m[c] = valid ? p.stats[(bh * tq + i) * 2] : 0.0f;
-      q_inv[c] = valid ? p.stats[(bh * tq + i) * 2 + 1] : 0.0f;
-      q_delta[c] = valid ? p.delta[bh * tq + i] : 0.0f;
-    }
-    if (dropout) {
-      const uint32_t* words = keep_words(p, bh, q0 / kTile, k0 / kTile);
-      for (int c = threadIdx.x; c < kWarps * kWarp; c += kThreads) keep_s[c] = words[c];
-    }
+  for (int64_t q0 = q_begin, it = 0; q0 < tq; q0 += kTile, ++it) {
+    const int u = static_cast<int>(it & 1);
+    if (q0 + kTile < tq) stage(q0 + kTile, 1 - u);  // into the buffer the previous tile left
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
+    const T* q_t = qd_t + 2 * u * kTileElems;
+    const T* do_t = qd_t + (2 * u + 1) * kTileElems;
+    const float* q_m = row_vals + u * kRowVals;
+    const float* q_inv = q_m + kTile;
+    const float* q_delta = q_inv + kTile;
+    const uint32_t* keep_s = reinterpret_cast<const uint32_t*>(q_delta + kTile);
     // S^T (this warp's 16 keys, 64 queries) = K Q^T; dP^T = V dO^T
     float st[kN][4], dpt[kN][4];
 #pragma unroll
@@ -279,6 +313,7 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
     // dV (16 keys, D) += Pd^T (16, 64) dO (64, D); dK += dS^T Q (q carries the scale)
     mma_xb<T, D>(dv, st, do_t, lane);
     mma_xb<T, D>(dk, dpt, q_t, lane);
+    __syncthreads();  // buffer u is free for the load two tiles on
   }
   T* dk_out = static_cast<T*>(p.out);
   T* dv_out = static_cast<T*>(p.out2);
@@ -305,12 +340,12 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
   __trap();
 #else
   constexpr int kN = kTile / 8;
+  constexpr int kTileElems = kTile * Ld<D>::h;
   extern __shared__ __align__(128) unsigned char smem[];
   T* q_t = reinterpret_cast<T*>(smem);  // (64, D) q * scale
-  T* do_t = q_t + kTile * Ld<D>::h;     // (64, D)
-  T* k_t = do_t + kTile * Ld<D>::h;     // (64, D)
-  T* v_t = k_t + kTile * Ld<D>::h;      // (64, D)
-  uint8_t* pad = reinterpret_cast<uint8_t*>(v_t + kTile * Ld<D>::h);  // (64)
+  T* do_t = q_t + kTileElems;           // (64, D)
+  T* kv_t = do_t + kTileElems;          // buffer u: k at kv_t + 2u tiles, v at kv_t + (2u + 1) tiles
+  uint8_t* pads = reinterpret_cast<uint8_t*>(kv_t + 4 * kTileElems);  // buffer u: (64) at pads + 64u
 
   const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
   const int64_t q0 = static_cast<int64_t>(blockIdx.y) * kTile;
@@ -320,6 +355,14 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
   const int64_t rows[2] = {q0 + w0 + g, q0 + w0 + g + 8};
+  const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
+  auto stage = [&](int64_t k0, int u) {
+    async_head_tile<T, D>(p, p.k, b, h, tk, k0, kv_t + 2 * u * kTileElems);
+    async_head_tile<T, D>(p, p.v, b, h, tk, k0, kv_t + (2 * u + 1) * kTileElems);
+    load_pad(p, b, k0, pads + u * kTile);
+  };
+  stage(0, 0);
+  cp_async_commit();
   float m[2], inv[2], delta[2];  // the forward's row max and 1 / row sum, and delta (0 past Tq)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -338,13 +381,15 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
   float dq[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-  const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
-  for (int64_t k0 = 0; k0 < k_end; k0 += kTile) {
-    __syncthreads();  // the previous key tile is no longer read
-    load_head_tile<T, D>(p, p.k, b, h, tk, k0, k_t, 1.0f, false);
-    load_head_tile<T, D>(p, p.v, b, h, tk, k0, v_t, 1.0f, false);
-    load_pad(p, b, k0, pad);
+  for (int64_t k0 = 0, it = 0; k0 < k_end; k0 += kTile, ++it) {
+    const int u = static_cast<int>(it & 1);
+    if (k0 + kTile < k_end) stage(k0 + kTile, 1 - u);  // into the buffer the previous tile left
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
+    const T* k_t = kv_t + 2 * u * kTileElems;
+    const T* v_t = kv_t + (2 * u + 1) * kTileElems;
+    const uint8_t* pad = pads + u * kTile;
     // S (this warp's 16 queries, 64 keys) = Q K^T; dP = dO V^T
     float s[kN][4], dp[kN][4];
 #pragma unroll
@@ -375,6 +420,7 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
     }
     // dQ (16, D) += dS (16, 64) K (64, D)
     mma_xb<T, D>(dq, s, k_t, lane);
+    __syncthreads();  // buffer u is free for the load two tiles on
   }
   T* dq_out = static_cast<T*>(p.out);
 #pragma unroll
@@ -521,6 +567,8 @@ void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   p.d_o = d_o.raw();
   p.stats = static_cast<float*>(stats.raw());
   p.delta = static_cast<float*>(delta.raw());
+  Tensor qs = Tensor::empty({B, Tq, D}, dt, dev);  // q * scale, for the dK/dV kernel
+  p.qs = qs.raw();
   if (a.rate > 0.0f) {
     TNT_CHECK(keep.defined() && keep.numel() == B * H * p.q_tiles * p.k_tiles * kWarps * kWarp,
               "fused attention backward: the forward's dropout bits are missing ({})", keep.str());

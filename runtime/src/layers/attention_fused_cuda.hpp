@@ -9,8 +9,8 @@
 namespace tnt::cuda {
 
 // Whether `device` can run the kernels of this depth: compute capability 8.0 or newer
-// (bf16 tensor cores) and enough opt-in shared memory per block (the depth-128 backward
-// needs about 187 KB, more than an A100 gives).
+// (bf16 tensor cores, cp.async) and enough opt-in shared memory per block (the depth-128
+// backward kernels need about 105 KB).
 bool fused_attention_fits(int64_t depth, int device);
 
 // q (B, Tq, D), k, v (B, Tk, D) in bf16/f16, key_ids (B, Tk) i32/i64 or undefined ->

@@ -29,19 +29,22 @@ struct Ld {
   static_assert((h * 2) % 16 == 0, "ldmatrix rows are 16-byte aligned");
 };
 
-// Shared memory (bytes) of each kernel: f32 arrays first, then the (64, D) tiles in T, then
-// the padding flags of the key tile. The kernels carve it in the same order.
+// Shared memory (bytes) of each kernel: f32 and u32 arrays first, then the (64, D) tiles in
+// T, then padding flags. The kernels carve it in the same order. The tiles a kernel walks
+// over (k, v in the forward and dQ kernels; q, dO in the dK/dV kernel) have two buffers:
+// the next one loads (cp.async) while the current one is used.
 template <int D>
 constexpr size_t forward_smem() {
-  return 2 * (3 * kTile * Ld<D>::h) + kTile;  // q, k, v; pad
+  return 2 * (5 * kTile * Ld<D>::h) + 2 * kTile;  // q, 2 x (k, v); 2 x pad
 }
 template <int D>
 constexpr size_t dkdv_smem() {
-  return 4 * (3 * kTile + kWarps * kWarp) + 2 * (4 * kTile * Ld<D>::h) + kTile;  // m, 1/l, delta, keep bits; k, v, q, dO; pad
+  // 2 x (m, 1/l, delta, keep bits); k, v, 2 x (q, dO); pad
+  return 2 * 4 * (3 * kTile + kWarps * kWarp) + 2 * (6 * kTile * Ld<D>::h) + kTile;
 }
 template <int D>
 constexpr size_t dq_smem() {
-  return 2 * (4 * kTile * Ld<D>::h) + kTile;  // q, dO, k, v; pad
+  return 2 * (6 * kTile * Ld<D>::h) + 2 * kTile;  // q, dO, 2 x (k, v); 2 x pad
 }
 
 struct FusedParams {
@@ -54,6 +57,7 @@ struct FusedParams {
   const void* d_o;  // (B, Tq, H*d), backward only
   float* stats;     // (B, H, Tq, 2): row max, 1 / row sum
   float* delta;     // (B, H, Tq), backward only
+  void* qs;         // (B, Tq, H*d): q * scale rounded to T, backward only (the delta kernel's)
   void* out;        // forward: o; dkdv: dk; dq: dq
   void* out2;       // dkdv: dv
   int64_t heads, tq, tk;
@@ -106,6 +110,35 @@ __device__ void load_head_tile(const FusedParams& p, const void* src, int64_t b,
   const int64_t row_stride = p.heads * p.d;
   load_tile<T, D>(static_cast<const T*>(src) + (b * t + t0) * row_stride + h * p.d, row_stride, t - t0, p.d, dst, s,
                   scaled);
+}
+
+// --- cp.async: global -> shared without registers, waited for by groups ---------------------
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+  const auto at = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  // bytes < 16: the rest of the 16 is zero-filled (0: nothing is read).
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// load_head_tile without scaling, through cp.async (rows past T and columns past d are
+// zero-filled): visible to the block after cp_async_wait and a barrier. t0 < t.
+template <typename T, int D>
+__device__ void async_head_tile(const FusedParams& p, const void* src, int64_t b, int64_t h, int64_t t, int64_t t0,
+                                T* dst) {
+  constexpr int kChunks = D / 8;
+  const int64_t row_stride = p.heads * p.d;
+  const T* base = static_cast<const T*>(src) + (b * t + t0) * row_stride + h * p.d;  // row t0 exists
+  const int64_t rows_left = t - t0;
+  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = (idx % kChunks) * 8;
+    const bool in = r < rows_left && c < p.d;
+    cp_async16(dst + r * Ld<D>::h + c, in ? base + r * row_stride + c : base, in ? 16 : 0);
+  }
 }
 
 // pad[c] = 1 where key k0 + c of batch row b is padding (id 0); 0 past Tk (those keys are

@@ -143,6 +143,15 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_TIMELINE_STEPS='10-1'"));
   }
   {
+    CHECK(Config::from_env().cuda_profile_steps.empty());
+    ScopedEnv a("TNT_CUDA_PROFILE_STEPS", "20-22");
+    CHECK(Config::from_env().cuda_profile_steps == "20-22");
+  }
+  {
+    ScopedEnv a("TNT_CUDA_PROFILE_STEPS", "0-2");  // steps count from 1
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_CUDA_PROFILE_STEPS='0-2'"));
+  }
+  {
     ScopedEnv a("TNT_FUSED_ATTENTION", "fast");
     CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_FUSED_ATTENTION='fast' is not a boolean"));
   }

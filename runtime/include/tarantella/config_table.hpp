@@ -23,13 +23,15 @@ namespace tnt {
   X(timeline, std::string, "TNT_TIMELINE", "", "", "Chrome trace file of a window of steps; empty = off") \
   X(timeline_steps, std::string, "TNT_TIMELINE_STEPS", "1-10", "steps",                         \
     "the timeline's window a-b (1-based, over the whole run); unset = this run's first 10 steps")  \
+  X(cuda_profile_steps, std::string, "TNT_CUDA_PROFILE_STEPS", "", "steps",                    \
+    "steps a-b between cudaProfilerStart and cudaProfilerStop, for nsys/ncu with capture by the profiler API; empty = off") \
   X(profile_scaling, std::string, "TNT_PROFILE_SCALING", "", "",                               \
     "write a scaling profile (docs/scaling.md) to this file after warm-up; empty = off")       \
   X(profile_scaling_steps, int64_t, "TNT_PROFILE_SCALING_STEPS", 30, "steps",                   \
     "steps the scaling profile takes its medians over, after 5 warm-up steps and 5 one-bucket steps (several ranks)") \
   X(deterministic, bool, "TNT_DETERMINISTIC", false, "", "deterministic kernels only")          \
   X(device, std::string, "TNT_DEVICE", "", "",                                                 \
-    "cpu or cuda:K (set by the launcher); empty = cuda:local_rank%GPUs, else cpu")             \
+    "cpu or cuda:K (set by the launcher); empty = cuda:local_rank, cpu without a GPU or where the node runs more ranks than GPUs") \
   X(num_threads, int64_t, "TNT_NUM_THREADS", 0, "threads",                                     \
     "CPU compute threads per rank; 0 = the cores of the rank's affinity mask")                 \
   X(ring_segment_kb, int64_t, "TNT_RING_SEGMENT", 256, "KB",                                    \

@@ -149,6 +149,7 @@ Config Config::from_env() {
   if (c.ring_segment_kb == 0) TNT_INPUT_ERROR("TNT_RING_SEGMENT must be at least 1 (KB)");
   // Checked whether or not a timeline is asked for: a bad window is a mistake either way.
   (void)parse_step_window(c.timeline_steps, "TNT_TIMELINE_STEPS");
+  if (!c.cuda_profile_steps.empty()) (void)parse_step_window(c.cuda_profile_steps, "TNT_CUDA_PROFILE_STEPS");
   if (c.num_threads > kMaxThreads) {
     TNT_INPUT_ERROR("TNT_NUM_THREADS={} is more than {} compute threads per rank (0: the cores the rank may run on)",
                     c.num_threads, kMaxThreads);

@@ -60,6 +60,10 @@ bool cuda_event_query(void* event, int device);
 double cuda_event_elapsed_ms(void* from, void* to, int device);
 MemoryStats cuda_memory_stats(int device);
 void cuda_reset_peak(int device);
+// cudaProfilerStart / cudaProfilerStop: what nsys and ncu capture when told to start with the
+// profiler API (after waiting for the device's queued work, so that the window is the steps').
+void cuda_profiler_start(int device);
+void cuda_profiler_stop(int device);
 void cuda_set_device(int device);
 // The compute stream (cudaStream_t) of `device`: where every layer engine launches, so
 // work on another stream (NCCL's) that reads their results orders itself after it.

@@ -14,6 +14,7 @@
 #include "tarantella/runtime.hpp"
 #include "train/batch_sources.hpp"
 #include "train/callback_list.hpp"
+#include "train/cuda_profile_window.hpp"
 #include "train/pass_totals.hpp"
 #include "train/ps_worker.hpp"
 #include "train/scaling_profiler.hpp"
@@ -506,6 +507,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   rc.device = network_->device();
   // Kept for the whole fit: its page-locked buffers are allocated once.
   const std::shared_ptr<detail::InputStager> stager = stager_for(rc.device);
+  detail::CudaProfileWindow cuda_profile(rc.device);  // TNT_CUDA_PROFILE_STEPS
 
   Logs logs;
   callbacks.each([&](Callback& c) { c.on_train_begin(logs); });
@@ -525,6 +527,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       if (!batch) break;
       // Opens/closes the window; the input wait; on a GPU the step's reference event.
       timeline::step_begin(global_step_ + 1, epoch, t_input, network_->device());
+      cuda_profile.step_begin(global_step_ + 1);
       Span step_span(Lane::compute, "step", timeline::on_device, [&] { return fmt::format(R"("epoch":{},"batch":{})", epoch, step); });
       callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, logs); });
       lr_used = optimizer_->learning_rate();
@@ -540,6 +543,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
         profiler_->phases.step_s = now_s() - t0;
         profiler_->step_done(*reducer_, communicator(), rc.device);
       }
+      cuda_profile.step_end(global_step_);
       if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;

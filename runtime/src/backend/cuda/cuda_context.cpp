@@ -2,6 +2,8 @@
 
 #include "core/device_api.hpp"
 
+#include <cuda_profiler_api.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
@@ -234,6 +236,18 @@ double cuda_event_elapsed_ms(void* from, void* to, int device) {
   float ms = 0;
   TNT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)));
   return ms;
+}
+
+void cuda_profiler_start(int device) {
+  TNT_CUDA_CHECK(cudaSetDevice(device));
+  TNT_CUDA_CHECK(cudaDeviceSynchronize());
+  TNT_CUDA_CHECK(cudaProfilerStart());
+}
+
+void cuda_profiler_stop(int device) {
+  TNT_CUDA_CHECK(cudaSetDevice(device));
+  TNT_CUDA_CHECK(cudaDeviceSynchronize());
+  TNT_CUDA_CHECK(cudaProfilerStop());
 }
 
 int64_t cuda_host_waits(int device) { return cuda::resources(device).host_waits.load(std::memory_order_relaxed); }

@@ -18,6 +18,8 @@ void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
 void cuda_memset_zero(void*, size_t, int) { no_cuda(); }
 MemoryStats cuda_memory_stats(int) { return {}; }
 void cuda_reset_peak(int) {}
+void cuda_profiler_start(int) { no_cuda(); }
+void cuda_profiler_stop(int) { no_cuda(); }
 void cuda_set_device(int) { no_cuda(); }
 void* cuda_compute_stream(int) { no_cuda(); }
 void cuda_fill_bytes(void*, int, size_t, int) { no_cuda(); }

@@ -8,7 +8,10 @@
 //   uniform(key, i) = (bits >> 8) * 2^-24                       in [0, 1), exact in float
 //   normal(key, i)  = sqrt(-2 ln u1) cos(2 pi u2), u1 = ((block[0] >> 8) + 1) * 2^-24,
 //                     u2 = (block[1] >> 8) * 2^-24              (host: computed in double)
-// Dropout keeps element i when uniform(key, offset + i) >= float(rate).
+// Dropout layers keep element i when uniform4(key, offset + i) >= float(rate), where
+//   uniform4(key, c) = (block(key, c / 4)[c % 4] >> 8) * 2^-24
+// (all four words of a block, for four consecutive counters: a quarter of the blocks).
+// The attention core's dropout (layers/attention_cuda.hpp) keeps uniform(key, c).
 #pragma once
 
 #include "core/host_device.hpp"
@@ -68,6 +71,13 @@ TNT_HD uint32_t bits(uint64_t key, uint64_t counter) {
 
 TNT_HD float uniform(uint64_t key, uint64_t counter) {
   return static_cast<float>(bits(key, counter) >> 8) * (1.0f / 16777216.0f);
+}
+// One word as a uniform in [0, 1): its top 24 bits.
+TNT_HD float word_uniform(uint32_t word) { return static_cast<float>(word >> 8) * (1.0f / 16777216.0f); }
+TNT_HD float uniform4(uint64_t key, uint64_t counter) {
+  uint32_t out[4];
+  block(key, counter >> 2, 0, out);
+  return word_uniform(out[counter & 3]);
 }
 
 #if !defined(__CUDACC__)

@@ -43,11 +43,19 @@ std::vector<Tensor> Dropout::forward(const std::vector<Tensor>& inputs, const Ru
   float* ys = y.data<float>();
   uint8_t* ms = mask.data<uint8_t>();
   const int64_t n = x.numel();
+  // uniform4: one Philox block per four consecutive counters, drawn once per block.
 #pragma omp parallel for schedule(static) if (n > 8192)
-  for (int64_t i = 0; i < n; ++i) {
-    const bool keep = philox::uniform(key, base + static_cast<uint64_t>(i)) >= rate;
-    ms[i] = keep;
-    ys[i] = keep ? xs[i] * keep_scale : 0.0f;
+  for (int64_t q = (base >> 2); q <= static_cast<int64_t>((base + static_cast<uint64_t>(n) - 1) >> 2); ++q) {
+    uint32_t words[4];
+    philox::block(key, static_cast<uint64_t>(q), 0, words);
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t c = (static_cast<uint64_t>(q) << 2) + static_cast<uint64_t>(w);
+      if (c < base || c >= base + static_cast<uint64_t>(n)) continue;
+      const int64_t i = static_cast<int64_t>(c - base);
+      const bool keep = philox::word_uniform(words[w]) >= rate;
+      ms[i] = keep;
+      ys[i] = keep ? xs[i] * keep_scale : 0.0f;
+    }
   }
   saved.tensors = {mask};
   return {y};

@@ -1,5 +1,5 @@
 // Dropout on CUDA: the mask is drawn from the same Philox stream as on the CPU
-// (core/philox.hpp, compiled for the device), keep iff uniform(key, base + i) >= rate with
+// (core/philox.hpp, compiled for the device), keep iff uniform4(key, base + i) >= rate with
 // i the element's LOGICAL index (row-major in the logical shape), and kept values are
 // multiplied by the same float scale, so y equals the CPU's bit for bit. The mask is not
 // stored: backward draws it again from (key, base), which the forward leaves in
@@ -65,7 +65,7 @@ struct DropoutOp {
   float rate, keep_scale;
   Order order;
   __device__ T operator()(int64_t i, T in) const {
-    const bool keep = philox::uniform(key, base + order(i)) >= rate;
+    const bool keep = philox::uniform4(key, base + order(i)) >= rate;
     return keep ? from_float<T>(to_float(in) * keep_scale) : from_float<T>(0.0f);
   }
 };
@@ -78,7 +78,7 @@ struct DropoutMaskOp {
   Order order;
   uint8_t* mask;
   __device__ T operator()(int64_t i, T in) const {
-    const bool keep = philox::uniform(key, base + order(i)) >= rate;
+    const bool keep = philox::uniform4(key, base + order(i)) >= rate;
     mask[i] = keep ? 1 : 0;
     return keep ? from_float<T>(to_float(in) * keep_scale) : from_float<T>(0.0f);
   }
@@ -92,6 +92,51 @@ struct DropoutMaskedOp {
     return keep ? from_float<T>(to_float(in) * keep_scale) : from_float<T>(0.0f);
   }
 };
+
+// The forward of a contiguous tensor (logical index = storage index): a thread takes 8
+// consecutive elements, whose counters lie in 2 or 3 Philox blocks (uniform4), each drawn
+// once; 16-byte loads and stores where `vec` (x and y 16-byte aligned, T 2 bytes).
+template <typename T>
+__global__ void dropout_forward_contiguous_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                  uint8_t* __restrict__ mask, int64_t n, uint64_t key,
+                                                  uint64_t base, float rate, float keep_scale, bool vec) {
+  constexpr int kW = 8;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v * kW < n; v += threads) {
+    const int64_t i0 = v * kW;
+    const int count = n - i0 < kW ? static_cast<int>(n - i0) : kW;
+    const uint64_t c0 = base + static_cast<uint64_t>(i0);
+    const uint64_t b0 = c0 >> 2, b_last = (c0 + static_cast<uint64_t>(count) - 1) >> 2;
+    uint32_t words[12];
+#pragma unroll
+    for (int k = 0; k < 3; ++k) {
+      if (b0 + static_cast<uint64_t>(k) <= b_last) philox::block(key, b0 + static_cast<uint64_t>(k), 0, words + 4 * k);
+    }
+    const int off = static_cast<int>(c0 & 3);
+    bool keep[kW];
+#pragma unroll
+    for (int e = 0; e < kW; ++e) keep[e] = e < count && philox::word_uniform(words[off + e]) >= rate;
+    if (vec && count == kW && sizeof(T) == 2) {
+      uint4 in = *reinterpret_cast<const uint4*>(x + i0), out;
+      const T* iv = reinterpret_cast<const T*>(&in);
+      T* ov = reinterpret_cast<T*>(&out);
+      uint2 m;
+      uint8_t* mv = reinterpret_cast<uint8_t*>(&m);
+#pragma unroll
+      for (int e = 0; e < kW; ++e) {
+        ov[e] = keep[e] ? from_float<T>(to_float(iv[e]) * keep_scale) : from_float<T>(0.0f);
+        mv[e] = keep[e] ? 1 : 0;
+      }
+      *reinterpret_cast<uint4*>(y + i0) = out;
+      *reinterpret_cast<uint2*>(mask + i0) = m;
+    } else {
+      for (int e = 0; e < count; ++e) {
+        y[i0 + e] = keep[e] ? from_float<T>(to_float(x[i0 + e]) * keep_scale) : from_float<T>(0.0f);
+        mask[i0 + e] = keep[e] ? 1 : 0;
+      }
+    }
+  }
+}
 
 // mask: where the forward writes its decisions, or null (draw only).
 template <typename T, typename Order>
@@ -110,7 +155,14 @@ void launch(const DropoutSaved& s, const Tensor& in, const Tensor& out, int devi
   const int64_t n = in.numel();
   if (n == 0) return;
   TNT_CUDA_DISPATCH_FLOAT(in.dtype(), "Dropout", {
-    if (!in.is_channels_last()) {
+    if (!in.is_channels_last() && mask != nullptr) {
+      const bool vec = reinterpret_cast<uintptr_t>(in.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(out.raw()) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(mask) % 8 == 0;
+      dropout_forward_contiguous_kernel<scalar_t><<<grid_for((n + 7) / 8, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(in.raw()), static_cast<scalar_t*>(out.raw()), mask, n, s.key, s.base, s.rate,
+          s.keep_scale, vec);
+      TNT_CUDA_CHECK_LAUNCH();
+    } else if (!in.is_channels_last()) {
       launch_with<scalar_t>(s, in, out, device, StorageOrder{}, mask);
     } else if (n < (int64_t{1} << 32)) {
       const auto c = static_cast<uint32_t>(in.dim(1)), h = static_cast<uint32_t>(in.dim(2)),

@@ -1,7 +1,7 @@
 // The CUDA engine of Dropout (dropout_cuda.cu), called by dropout.cpp.
 // What every engine may assume, and the mixed-precision rules: backend/dispatch.hpp.
 // Semantics: training only (inference never reaches the engine): keep element i iff
-// philox::uniform(layer.mask_key(rc), Dropout::mask_counter(rc, shape) + i) >= float(layer.rate()),
+// philox::uniform4(layer.mask_key(rc), Dropout::mask_counter(rc, shape) + i) >= float(layer.rate()),
 // kept values scaled by 1 / (1 - rate) (core/philox.hpp), i the element's LOGICAL index (so a
 // channels_last tensor gets the contiguous tensor's mask); y and dx take the memory format of
 // x and dy. The engine must leave saved.tensors

@@ -1,20 +1,18 @@
 // Dropout on CUDA: the mask is drawn from the same Philox stream as on the CPU
 // (core/philox.hpp, compiled for the device), keep iff uniform4(key, base + i) >= rate with
 // i the element's LOGICAL index (row-major in the logical shape), and kept values are
-// multiplied by the same float scale, so y equals the CPU's bit for bit. The mask is not
-// stored: backward draws it again from (key, base), which the forward leaves in
-// SavedState::extra.
+// multiplied by the same float scale, so y equals the CPU's bit for bit. The forward keeps
+// its decisions, a byte each in its storage order, in SavedState::extra, and the backward
+// reads them; a gradient in another memory format than the forward's output draws the mask
+// again from (key, base). (Draws cost about 4 ps each on an H200: a Transformer-big step at
+// 32k tokens has 2.6G of them.)
 //
-// The kernel is a functor run by launch_elementwise (backend/cuda/vector_io.cuh): 16-byte
-// accesses when aligned. The counter depends only on the element's index, never on how
-// elements are grouped into vectors, so the vector and scalar paths drop the same elements.
-// A channels_last tensor (storage (N, H, W, C)) maps each storage index back to its logical
+// A contiguous tensor's forward runs dropout_forward_contiguous_kernel: 8 consecutive
+// elements a thread, their 2 or 3 Philox blocks drawn once. Everything else is a functor
+// run by launch_elementwise (backend/cuda/vector_io.cuh), one block per element: a
+// channels_last tensor (storage (N, H, W, C)) maps each storage index back to its logical
 // (N, C, H, W) index before drawing, so its mask is the contiguous tensor's, element for
 // element; that mapping divides in 32 bits when the element count allows, else in 64.
-// The forward also keeps its keep decisions, a byte each in its storage order, and the
-// backward reads them (one Philox block per element forward only: on an H200 the draws
-// cost about 4 ps each, 11 ms of a Transformer-big step at 32k tokens, twice before); a
-// gradient in another memory format than the forward's output draws the mask again.
 #include "layers/dropout_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
@@ -116,20 +114,25 @@ __global__ void dropout_forward_contiguous_kernel(const T* __restrict__ x, T* __
     bool keep[kW];
 #pragma unroll
     for (int e = 0; e < kW; ++e) keep[e] = e < count && philox::word_uniform(words[off + e]) >= rate;
-    if (vec && count == kW && sizeof(T) == 2) {
-      uint4 in = *reinterpret_cast<const uint4*>(x + i0), out;
-      const T* iv = reinterpret_cast<const T*>(&in);
-      T* ov = reinterpret_cast<T*>(&out);
-      uint2 m;
-      uint8_t* mv = reinterpret_cast<uint8_t*>(&m);
+    bool stored = false;
+    if constexpr (sizeof(T) == 2) {
+      if (vec && count == kW) {  // 8 elements = 16 bytes
+        uint4 in = *reinterpret_cast<const uint4*>(x + i0), out;
+        const T* iv = reinterpret_cast<const T*>(&in);
+        T* ov = reinterpret_cast<T*>(&out);
+        uint2 m;
+        uint8_t* mv = reinterpret_cast<uint8_t*>(&m);
 #pragma unroll
-      for (int e = 0; e < kW; ++e) {
-        ov[e] = keep[e] ? from_float<T>(to_float(iv[e]) * keep_scale) : from_float<T>(0.0f);
-        mv[e] = keep[e] ? 1 : 0;
+        for (int e = 0; e < kW; ++e) {
+          ov[e] = keep[e] ? from_float<T>(to_float(iv[e]) * keep_scale) : from_float<T>(0.0f);
+          mv[e] = keep[e] ? 1 : 0;
+        }
+        *reinterpret_cast<uint4*>(y + i0) = out;
+        *reinterpret_cast<uint2*>(mask + i0) = m;
+        stored = true;
       }
-      *reinterpret_cast<uint4*>(y + i0) = out;
-      *reinterpret_cast<uint2*>(mask + i0) = m;
-    } else {
+    }
+    if (!stored) {
       for (int e = 0; e < count; ++e) {
         y[i0 + e] = keep[e] ? from_float<T>(to_float(x[i0 + e]) * keep_scale) : from_float<T>(0.0f);
         mask[i0 + e] = keep[e] ? 1 : 0;

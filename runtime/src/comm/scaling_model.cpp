@@ -181,6 +181,12 @@ double comm_factor(const Profile& profile) {
   return 0.5 * (lo + hi);
 }
 
+std::optional<Network> measured_network(const Profile& profile) {
+  std::optional<Network> own = own_network(profile);
+  if (own) own->comm_factor = comm_factor(profile);
+  return own;
+}
+
 Prediction predict(const Profile& profile, const Network& net, int64_t threshold_bytes) {
   Prediction out;
   out.ranks = net.nodes * net.ranks_per_node;

@@ -3,7 +3,7 @@
 // and after the new plan is exact. Whether the plan changes depends on the allreduce this
 // machine measures (here, before the corrections: on 2 ranks 32 KB -> 256 KB or 512 KB, or
 // kept; on 3 oversubscribed ranks small allreduces took 15-40 us and 32 KB was kept; with
-// them, a lag of about 1 ms between the ranks and 32 KB kept in 4 runs on 2 ranks); when it
+// them, a lag of about 1 ms between the ranks and 32 KB kept in 3 runs on 2 ranks); when it
 // changes, the new plan is the bucket plan of the new threshold. The note carries the
 // corrections measured on every rank's steps (the decision itself: test_auto_threshold.cpp).
 #include "comm_test_data.hpp"

@@ -181,6 +181,12 @@ double comm_factor(const Profile& profile) {
   return 0.5 * (lo + hi);
 }
 
+std::optional<Network> measured_network(const Profile& profile) {
+  std::optional<Network> own = own_network(profile);
+  if (own) own->comm_factor = comm_factor(profile);
+  return own;
+}
+
 Prediction predict(const Profile& profile, const Network& net, int64_t threshold_bytes) {
   Prediction out;
   out.ranks = net.nodes * net.ranks_per_node;
@@ -192,10 +198,8 @@ Prediction predict(const Profile& profile, const Network& net, int64_t threshold
   double backward_s = profile.backward_s;
   if (profile.backward_alone_s > 0 && profile.backward_alone_s < profile.backward_s) {
     double at_profile = 0;
-    if (const std::optional<Network> own = own_network(profile)) {
-      Network o = *own;
-      o.comm_factor = comm_factor(profile);
-      at_profile = run_channel(profile, o, profile.threshold_bytes, profile.backward_s).hidden_s;
+    if (const std::optional<Network> own = measured_network(profile)) {
+      at_profile = run_channel(profile, *own, profile.threshold_bytes, profile.backward_s).hidden_s;
     }
     const double share = at_profile > 0 ? std::clamp(c.hidden_s / at_profile, 0.0, 1.0) : (c.hidden_s > 0 ? 1.0 : 0.0);
     backward_s = profile.backward_alone_s + share * (profile.backward_s - profile.backward_alone_s);

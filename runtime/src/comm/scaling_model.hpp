@@ -121,6 +121,12 @@ double straggle_s(const Profile& profile, int ranks);
 // CPU quota, oversubscription) it is well above 1; where it has a core of its own, near 1.
 double comm_factor(const Profile& profile);
 
+// The network the profile ran on, as its probe measured it: one flat ring of its ranks over
+// the fitted link (the model then gives back the fit's a + b * bytes), with comm_factor()
+// of the profile. nullopt without a probe or on one rank. --fusion-threshold auto predicts
+// its own ranks with it.
+std::optional<Network> measured_network(const Profile& profile);
+
 // Time of one allreduce of `bytes` over the network's ranks; 0 for one rank.
 double allreduce_s(int64_t bytes, const Network& net);
 

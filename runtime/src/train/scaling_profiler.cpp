@@ -1,6 +1,7 @@
 #include "train/scaling_profiler.hpp"
 
 #include "comm/allreduce_probe.hpp"
+#include "comm/auto_threshold.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/config.hpp"
 #include "tarantella/log.hpp"
@@ -94,14 +95,11 @@ void ScalingProfiler::write(const Reducer& reducer, Communicator& comm, Device d
   });
   p.step_s = median_of(phases_, [](const StepPhases& s) { return s.input_s + s.step_s; });
   // Every rank's input + forward + backward of every step (the spread across ranks is what
-  // makes the slowest one late: the model's straggle term). Each rank fills its own slots.
+  // makes the slowest one late: the model's straggle term), gathered as auto gathers its own.
   {
-    const size_t n = phases_.size();
-    std::vector<double> all(n * static_cast<size_t>(comm.size()), 0.0);
-    for (size_t i = 0; i < n; ++i) {
-      all[static_cast<size_t>(comm.rank()) * n + i] = phases_[i].input_s + phases_[i].forward_s + phases_[i].backward_s;
-    }
-    p.compute_samples_s = comm.size() > 1 ? comm.allreduce_max(all) : all;
+    std::vector<double> mine;
+    for (const StepPhases& s : phases_) mine.push_back(s.input_s + s.forward_s + s.backward_s);
+    p.compute_samples_s = comm::gather_every_rank(comm, mine);
   }
   // Ranks' ready times differ a little; the master's are written.
   if (comm.size() > 1) {

@@ -68,12 +68,7 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
   // Causal without padding and Tq <= Tk: key tiles past the last row's bound hold only
   // hidden keys, whose probabilities are exactly 0 (attention_fused.hpp).
   const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
-  // The key tile at k0 into buffer u: k and v by cp.async (one group), the padding flags.
-  auto stage = [&](int64_t k0, int u) {
-    async_head_tile<T, D>(p, p.k, b, h, tk, k0, kv_t + 2 * u * kTileElems);
-    async_head_tile<T, D>(p, p.v, b, h, tk, k0, kv_t + (2 * u + 1) * kTileElems);
-    load_pad(p, b, k0, pads + u * kTile);
-  };
+  auto stage = [&](int64_t k0, int u) { stage_key_tile<T, D>(p, b, h, k0, kv_t, pads, u); };
 
   stage(0, 0);
   cp_async_commit();
@@ -356,11 +351,7 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
   const int64_t rows[2] = {q0 + w0 + g, q0 + w0 + g + 8};
   const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
-  auto stage = [&](int64_t k0, int u) {
-    async_head_tile<T, D>(p, p.k, b, h, tk, k0, kv_t + 2 * u * kTileElems);
-    async_head_tile<T, D>(p, p.v, b, h, tk, k0, kv_t + (2 * u + 1) * kTileElems);
-    load_pad(p, b, k0, pads + u * kTile);
-  };
+  auto stage = [&](int64_t k0, int u) { stage_key_tile<T, D>(p, b, h, k0, kv_t, pads, u); };
   stage(0, 0);
   cp_async_commit();
   float m[2], inv[2], delta[2];  // the forward's row max and 1 / row sum, and delta (0 past Tq)

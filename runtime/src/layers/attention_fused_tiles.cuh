@@ -155,6 +155,16 @@ __device__ void load_pad(const FusedParams& p, int64_t b, int64_t k0, uint8_t* p
   }
 }
 
+// The key tile at k0 into buffer u of the forward and dQ kernels: k and v by cp.async
+// (k at kv + 2u tiles, v at kv + 2u + 1), the padding flags at pads + 64u.
+template <typename T, int D>
+__device__ void stage_key_tile(const FusedParams& p, int64_t b, int64_t h, int64_t k0, T* kv, uint8_t* pads, int u) {
+  constexpr int kTileElems = kTile * Ld<D>::h;
+  async_head_tile<T, D>(p, p.k, b, h, p.tk, k0, kv + 2 * u * kTileElems);
+  async_head_tile<T, D>(p, p.v, b, h, p.tk, k0, kv + (2 * u + 1) * kTileElems);
+  load_pad(p, b, k0, pads + u * kTile);
+}
+
 // The logit of (i, j) with its mask bias: l + (-1e9) where key j is padding or causally
 // hidden, as a float add (the unfused engine's rule).
 __device__ __forceinline__ float biased(const FusedParams& p, float l, bool padded, int64_t i, int64_t j) {

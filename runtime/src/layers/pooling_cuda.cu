@@ -90,11 +90,9 @@ __global__ void max_pool_backward_kernel(const T* __restrict__ dy,             /
   TNT_KERNEL_LOOP(i, total) {
     const int64_t iw = i % g.w, ih = (i / g.w) % g.h, plane = i / (g.w * g.h);
     const int32_t here = static_cast<int32_t>(ih * g.w + iw);
-    // Windows containing ih: oh * stride - pad <= ih <= oh * stride - pad + pool - 1.
-    const int64_t oh0 = ih + g.pad < g.pool ? 0 : (ih + g.pad - g.pool) / g.stride + 1;
-    const int64_t oh1 = min((ih + g.pad) / g.stride, g.ho - 1);
-    const int64_t ow0 = iw + g.pad < g.pool ? 0 : (iw + g.pad - g.pool) / g.stride + 1;
-    const int64_t ow1 = min((iw + g.pad) / g.stride, g.wo - 1);
+    int64_t oh0, oh1, ow0, ow1;
+    windows_holding(ih, g.pad, g.pool, g.stride, g.ho, oh0, oh1);
+    windows_holding(iw, g.pad, g.pool, g.stride, g.wo, ow0, ow1);
     const int64_t base = plane * g.ho * g.wo;
     float acc = 0.0f;
     for (int64_t oh = oh0; oh <= oh1; ++oh) {

@@ -14,6 +14,14 @@ struct PoolGeometry {
   int64_t n = 0, c = 0, h = 0, w = 0, ho = 0, wo = 0, pool = 0, stride = 0, pad = 0;
 };
 
+// Along one axis, the outputs [first, last] whose windows hold input position `in`:
+// o * stride - pad <= in <= o * stride - pad + pool - 1, within [0, out - 1].
+template <typename I>
+__device__ __forceinline__ void windows_holding(I in, I pad, I pool, I stride, I out, I& first, I& last) {
+  first = in + pad < pool ? 0 : (in + pad - pool) / stride + 1;
+  last = min((in + pad) / stride, out - 1);
+}
+
 // The same for NHWC: x (N, H, W, C), y and argmax (N, Ho, Wo, C), argmax as above. I is
 // the index type: int32_t when every index of x and y fits (the host checks), which makes
 // the four divisions per element 32-bit ones (a 64-bit division is a long software
@@ -71,10 +79,9 @@ __global__ void max_pool_backward_nhwc_kernel(const T* __restrict__ dy,         
     const I iw = pixel % g.w, ih = (pixel / g.w) % g.h, image = pixel / (g.w * g.h);
     const int32_t here = static_cast<int32_t>(ih * g.w + iw);
     // The windows containing (ih, iw), as in the NCHW kernel, in the same order.
-    const I oh0 = ih + g.pad < g.pool ? 0 : (ih + g.pad - g.pool) / g.stride + 1;
-    const I oh1 = min((ih + g.pad) / g.stride, g.ho - 1);
-    const I ow0 = iw + g.pad < g.pool ? 0 : (iw + g.pad - g.pool) / g.stride + 1;
-    const I ow1 = min((iw + g.pad) / g.stride, g.wo - 1);
+    I oh0, oh1, ow0, ow1;
+    windows_holding(ih, g.pad, g.pool, g.stride, g.ho, oh0, oh1);
+    windows_holding(iw, g.pad, g.pool, g.stride, g.wo, ow0, ow1);
     const I base = image * g.ho * g.wo;
     float acc = 0.0f;
     for (I oh = oh0; oh <= oh1; ++oh) {
@@ -157,10 +164,9 @@ __global__ void max_pool_backward_nhwc_vec_kernel(const T* __restrict__ dy,     
     const int32_t cg = i % groups, pixel = i / groups;
     const int32_t iw = pixel % g.w, ih = (pixel / g.w) % g.h, image = pixel / (g.w * g.h);
     const int32_t here = ih * g.w + iw;
-    const int32_t oh0 = ih + g.pad < g.pool ? 0 : (ih + g.pad - g.pool) / g.stride + 1;
-    const int32_t oh1 = min((ih + g.pad) / g.stride, g.ho - 1);
-    const int32_t ow0 = iw + g.pad < g.pool ? 0 : (iw + g.pad - g.pool) / g.stride + 1;
-    const int32_t ow1 = min((iw + g.pad) / g.stride, g.wo - 1);
+    int32_t oh0, oh1, ow0, ow1;
+    windows_holding(ih, g.pad, g.pool, g.stride, g.ho, oh0, oh1);
+    windows_holding(iw, g.pad, g.pool, g.stride, g.wo, ow0, ow1);
     const int32_t base = image * g.ho * g.wo;
     float acc[V];
 #pragma unroll

@@ -69,3 +69,9 @@ foreach(_case staleness0 async resume_across bad_roles server_stopped server_kil
   set_tests_properties(fashion_mnist.parameter_server.${_case} PROPERTIES
                        TIMEOUT 240 ENVIRONMENT "${_fm_env}" LABELS "e2e;ps" PROCESSORS 2)
 endforeach()
+
+# TNT_CUDA_PROFILE_STEPS where it cannot apply (a CPU rank: a warning) and where it is
+# malformed (exit status 2, the variable named).
+add_test(NAME fashion_mnist.cuda_profile_steps
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cuda_profile_steps.sh $<TARGET_FILE:fashion_mnist>)
+set_tests_properties(fashion_mnist.cuda_profile_steps PROPERTIES TIMEOUT 300 ENVIRONMENT "${_fm_env}" LABELS e2e)

@@ -21,8 +21,10 @@
 // is returned in that input's format. dy must be in y's format (the executor's contract).
 //
 // Algorithms. By default each direction's algorithm is timed once per problem with
-// cudnnFind*AlgorithmEx on scratch outputs (never the real y, dx or dw: the filter gradient
-// accumulates over the calls of a step and must not be overwritten), with a workspace as
+// cudnnFind*AlgorithmEx, timed into the real y and dx (fresh tensors the real call then
+// overwrites: no second buffer of their size while the step's activations are alive) and
+// into scratch for dw (the filter gradient accumulates over the calls of a step and must
+// not be overwritten), with a workspace as
 // large as the largest that cuDNN's heuristics list within kMaxWorkspace; in deterministic
 // mode (TNT_DETERMINISTIC) only deterministic algorithms qualify; the fastest remaining one
 // wins. Choices are cached for the whole process under everything that defines the problem
@@ -165,11 +167,13 @@ const Perf* fastest(const Perf* perf, int count, size_t limit) {
   return nullptr;
 }
 
-// The real operands of a timing run (read only); its output goes to scratch memory.
+// The real operands of a timing run (read only), and where its output may go: the real
+// output when the real call overwrites it anyway (y, dx), else null for scratch memory.
 struct Operands {
   const void* x = nullptr;   // forward, backward filter
   const void* w = nullptr;   // forward, backward data
   const void* dy = nullptr;  // backward data, backward filter
+  void* out = nullptr;       // forward: y; backward data: dx
 };
 
 // One direction's cuDNN entry points, for choose_algorithm.
@@ -277,11 +281,11 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
           limit = std::max(limit, perf[i].memory);
       }
       Workspace ws(limit, device);
-      Workspace scratch(Dir::output_bytes(plan), device);  // never the real output (see the top)
+      Workspace scratch(operands.out ? 0 : Dir::output_bytes(plan), device);  // dw only (see the top)
       typename Dir::Perf timed[Dir::kCount];
       int timed_count = 0;
       try {
-        Dir::find(h, plan, operands, scratch.data(), timed, &timed_count, ws);
+        Dir::find(h, plan, operands, operands.out ? operands.out : scratch.data(), timed, &timed_count, ws);
       } catch (const Error& e) {
         // The timing itself refused (a status of cuDNN's, not of one algorithm): the
         // heuristics choose, as the top of this file says, and training goes on.
@@ -440,9 +444,9 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
     return {Tensor::empty(out, x.dtype(), x.device(), format)};
   }
   ConvPlan& plan = plan_for(layer, x, format, device);
-  if (!plan.has_fwd)
-    choose_algorithm<Forward>(plan, layer, x.shape(), Operands{x.raw(), w_used.raw(), nullptr}, device);
   Tensor y = Tensor::empty({n, f, plan.ho, plan.wo}, x.dtype(), x.device(), format);  // (N, F, Ho, Wo)
+  if (!plan.has_fwd)
+    choose_algorithm<Forward>(plan, layer, x.shape(), Operands{x.raw(), w_used.raw(), nullptr, y.raw()}, device);
   {
     Workspace ws(plan.fwd_ws, device);
     TNT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(device), CudnnScalars::one(), plan.x, x.raw(), plan.w,
@@ -489,7 +493,7 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
   cudnnHandle_t h = cudnn_handle(device);
   if (dx.defined()) {
     if (!plan.has_bwd_data)
-      choose_algorithm<BackwardData>(plan, layer, x.shape(), Operands{nullptr, w.raw(), dy.raw()}, device);
+      choose_algorithm<BackwardData>(plan, layer, x.shape(), Operands{nullptr, w.raw(), dy.raw(), dx.raw()}, device);
     Workspace ws(plan.bwd_data_ws, device);
     TNT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, CudnnScalars::one(), plan.w, w.raw(), plan.y, dy.raw(),
                                                  plan.conv_bwd_data, plan.bwd_data_algo, ws.data(), ws.bytes(),

@@ -94,25 +94,21 @@ TEST_CASE("a step never lands before the end of the step before it, whatever eac
   GpuLanes lanes(std::make_unique<FakeEvents>(gpu));
   std::vector<GpuEvent> out;
   auto sink = [&](GpuEvent e) { out.push_back(std::move(e)); };
-  // step 1: the GPU runs 100.000 .. 100.010; its anchor at 100.010 is seen 50 us late.
-  gpu->next = 100.000;
-  lanes.step_begin(1, 10.000);
-  void* s0 = lanes.mark();
-  gpu->next = 100.010;
-  void* s1 = lanes.mark();
-  lanes.add(Lane::gpu_compute, "step", s0, s1, {});
-  lanes.readback_begin();
-  gpu->done = 100.010;
-  lanes.readback_end(10.000 + 0.010 + 50e-6, sink);
-  // step 2 follows with no gap on the GPU (100.010 .. 100.020), its anchor seen 1 us late.
-  lanes.step_begin(2, 10.005);
-  void* t0 = lanes.mark();
-  gpu->next = 100.020;
-  void* t1 = lanes.mark();
-  lanes.add(Lane::gpu_compute, "step", t0, t1, {});
-  lanes.readback_begin();
-  gpu->done = 100.020;
-  lanes.readback_end(10.000 + 0.020 + 1e-6, sink);
+  // One step: a "step" span over the GPU's [gpu_t0, gpu_t1], queued at host time queued_s,
+  // its readback returning `slack` seconds after the GPU reached its anchor (at gpu_t1).
+  auto step = [&](int64_t n, double gpu_t0, double gpu_t1, double queued_s, double slack) {
+    gpu->next = gpu_t0;
+    lanes.step_begin(n, queued_s);
+    void* begin = lanes.mark();
+    gpu->next = gpu_t1;
+    void* end = lanes.mark();
+    lanes.add(Lane::gpu_compute, "step", begin, end, {});
+    lanes.readback_begin();
+    gpu->done = gpu_t1;
+    lanes.readback_end(gpu_t1 - 90.0 + slack, sink);  // the host clock is 90 s behind the GPU's
+  };
+  step(1, 100.000, 100.010, 10.000, 50e-6);  // seen 50 us late
+  step(2, 100.010, 100.020, 10.005, 1e-6);   // no gap on the GPU; seen 1 us late
   REQUIRE(out.size() == 2);
   CHECK(out[0].step == 1);
   CHECK(out[1].step == 2);
@@ -120,17 +116,9 @@ TEST_CASE("a step never lands before the end of the step before it, whatever eac
   CHECK(out[1].t0 >= out[0].t1 - kEps);  // without the floor: 10.010001, before 10.01005
   CHECK(out[1].t1 - out[1].t0 == Approx(0.010).margin(kEps));  // durations stay the GPU's
 
-  // step 3 after a 1 ms gap on the GPU (the host was late): its own anchor places it, the
+  // Step 3 after a 1 ms gap on the GPU (the host was late): its own anchor places it, the
   // push of step 1's slack gone.
-  gpu->next = 100.021;
-  lanes.step_begin(3, 10.020);
-  void* u0 = lanes.mark();
-  gpu->next = 100.030;
-  void* u1 = lanes.mark();
-  lanes.add(Lane::gpu_compute, "step", u0, u1, {});
-  lanes.readback_begin();
-  gpu->done = 100.030;
-  lanes.readback_end(10.000 + 0.030 + 1e-6, sink);
+  step(3, 100.021, 100.030, 10.020, 1e-6);
   REQUIRE(out.size() == 3);
   CHECK(out[2].t0 == Approx(10.021 + 1e-6).margin(kEps));
   CHECK(out[2].t0 >= out[1].t1 - kEps);

@@ -1,9 +1,14 @@
 // A parameter-server job that loses a worker mid-epoch: the program every rank runs.
 //
-//   test_ps_lost_worker KILL_RANK KILL_BATCH [EPOCHS [MAX_STALENESS]]
+//   test_ps_lost_worker KILL_RANK KILL_BATCH [EPOCHS [MAX_STALENESS [WHERE]]]
 //
 // World rank KILL_RANK (a worker) kills itself (SIGKILL) after batch KILL_BATCH of the first
-// epoch. The model counts the samples it was trained on exactly: sample i is the one-hot
+// epoch (WHERE train, the default; MAX_STALENESS "-" leaves it unbounded), or, with WHERE
+// validation or last_validation, after validation batch KILL_BATCH of the first or the last
+// epoch: the fit validates every epoch on the training data, and the other workers are then
+// in the validation's collectives. With validation the fit must end within 40 s, far below
+// the TNT_COLLECTIVE_TIMEOUT (120 s in tests/ps/CMakeLists.txt) that the workers left would
+// wait for without the loss being found (about TNT_PS_WORKER_TIMEOUT, 2 s, in those tests). The model counts the samples it was trained on exactly: sample i is the one-hot
 // vector e_i with target 1000, the model a bias-free Dense(1) from zero, the loss the mean
 // absolute error and the optimizer SGD with rate 1. While the prediction stays below the
 // target, the gradient of weight i is -(number of times sample i is in the global batch) /
@@ -17,6 +22,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -35,19 +41,29 @@ int world_rank() {
 
 class KillAt : public tnt::Callback {
  public:
-  KillAt(int rank, int64_t batch) : tnt::Callback(Ranks::all), rank_(rank), batch_(batch) {}
+  // validation_epoch: -1 kills in the first epoch's training, else in that epoch's validation.
+  KillAt(int rank, int64_t batch, int validation_epoch)
+      : tnt::Callback(Ranks::all), rank_(rank), batch_(batch), validation_epoch_(validation_epoch) {}
   void on_epoch_begin(int epoch, const tnt::Logs&) override { epoch_ = epoch; }
   void on_train_batch_end(int64_t batch, const tnt::Logs&) override {
-    if (epoch_ == 0 && batch == batch_ && world_rank() == rank_) {
-      std::fprintf(stderr, "test: world rank %d kills itself after batch %lld\n", rank_, static_cast<long long>(batch));
-      std::fflush(stderr);
-      ::kill(::getpid(), SIGKILL);
-    }
+    if (validation_epoch_ < 0 && epoch_ == 0 && batch == batch_) die("batch", batch);
+  }
+  void on_test_batch_end(int64_t batch, const tnt::Logs&) override {
+    if (validation_epoch_ == epoch_ && batch == batch_) die("validation batch", batch);
   }
 
  private:
+  void die(const char* what, int64_t batch) const {
+    if (world_rank() != rank_) return;
+    std::fprintf(stderr, "test: world rank %d kills itself after %s %lld of epoch %d\n", rank_, what,
+                 static_cast<long long>(batch), epoch_);
+    std::fflush(stderr);
+    ::kill(::getpid(), SIGKILL);
+  }
+
   int rank_;
   int64_t batch_;
+  int validation_epoch_;
   int epoch_ = -1;
 };
 
@@ -55,10 +71,14 @@ class KillAt : public tnt::Callback {
 
 int main(int argc, char** argv) {
   return tnt::run_main(argc, argv, [&] {
-    TNT_INPUT_CHECK(argc >= 3, "usage: test_ps_lost_worker KILL_RANK KILL_BATCH [EPOCHS [MAX_STALENESS]]");
+    TNT_INPUT_CHECK(argc >= 3, "usage: test_ps_lost_worker KILL_RANK KILL_BATCH [EPOCHS [MAX_STALENESS [WHERE]]]");
     const int kill_rank = std::atoi(argv[1]);
     const int64_t kill_batch = std::atoll(argv[2]);
     const int epochs = argc > 3 ? std::atoi(argv[3]) : 2;
+    const std::string where = argc > 5 ? argv[5] : "train";
+    TNT_INPUT_CHECK(where == "train" || where == "validation" || where == "last_validation",
+                    "test_ps_lost_worker: WHERE='{}' is not train, validation or last_validation", where);
+    const int validation_epoch = where == "train" ? -1 : where == "validation" ? 0 : epochs - 1;
     const int ranks_before = tnt::size();
 
     tnt::Tensor x = tnt::Tensor::zeros({kSamples, kSamples});
@@ -81,9 +101,12 @@ int main(int argc, char** argv) {
     fit.batch_size = kBatch;
     fit.verbose = 0;
     fit.strategy = tnt::Strategy::parameter_server;
-    if (argc > 4) fit.max_staleness = std::atoll(argv[4]);
-    fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch)};
+    if (argc > 4 && std::string(argv[4]) != "-") fit.max_staleness = std::atoll(argv[4]);
+    if (validation_epoch >= 0) fit.validation_data = data;
+    fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch, validation_epoch)};
+    const auto start = std::chrono::steady_clock::now();
     const tnt::History history = model.fit(data, fit);
+    const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     const std::vector<double> w = net->named_parameters().front().param->value.to_double_vector();
     int wrong = 0;
@@ -106,11 +129,22 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rank %d: the history has no loss for each of the %d epochs\n", tnt::rank(), epochs);
       ++wrong;
     }
+    if (validation_epoch >= 0 &&
+        (history.history.count("val_loss") == 0 || history.history.at("val_loss").size() != static_cast<size_t>(epochs))) {
+      std::fprintf(stderr, "rank %d: the history has no val_loss for each of the %d epochs\n", tnt::rank(), epochs);
+      ++wrong;
+    }
+    if (validation_epoch >= 0 && fit_s > 40) {
+      std::fprintf(stderr, "rank %d: the fit took %.1f s, not under 40 s: the lost worker was not found in time\n",
+                   tnt::rank(), fit_s);
+      ++wrong;
+    }
     if (wrong > 10) std::fprintf(stderr, "rank %d: %d samples miscounted in all\n", tnt::rank(), wrong);
     if (wrong > 0) std::exit(1);
     if (tnt::is_master_rank()) {
-      std::printf("every one of %lld samples trained on %d times in %d epochs; %d ranks left; evaluate loss %.1f\n",
-                  static_cast<long long>(kSamples), epochs, epochs, tnt::size(), eval.at("loss"));
+      std::printf("every one of %lld samples trained on %d times in %d epochs; %d ranks left; evaluate loss %.1f; "
+                  "fit %.1f s\n",
+                  static_cast<long long>(kSamples), epochs, epochs, tnt::size(), eval.at("loss"), fit_s);
     }
   });
 }

@@ -16,8 +16,14 @@
 // - The end of the fit is a collective over every rank again: each server broadcasts its
 //   shard of the variables and of the optimizer state, so that afterwards every rank holds
 //   the same model and checkpoints have synchronous training's names and layout.
+// - A worker lost at an epoch's end (its metrics, validation) would block the others in a
+//   collective until TNT_COLLECTIVE_TIMEOUT. Each worker's watch thread beats to the first
+//   server there, and cancels the workers' communicator when the first server names a lost
+//   worker (kGone); the workers left make it again without it and run that part of the
+//   epoch's end again (Worker::end_epoch), within about TNT_PS_WORKER_TIMEOUT.
 #include "ps/parameter_server.hpp"
 
+#include "comm/comm_state.hpp"
 #include "core/clock.hpp"
 #include "core/context.hpp"
 #include "io/timeline.hpp"
@@ -33,10 +39,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <charconv>
 #include <list>
 #include <map>
+#include <mutex>
 #include <set>
 #include <limits>
 #include <functional>
@@ -153,6 +161,23 @@ class Worker final : public PsWorker {
     push_requests_.assign(servers_.size(), MPI_REQUEST_NULL);
   }
 
+  ~Worker() override { stop_watch(); }
+
+  // The watch thread (see the file's head), when workers are dropped at all and MPI allows
+  // a second thread to call it. `workers`: the workers' communicator, cancelled on a loss.
+  void start_watch(double timeout_s, Communicator& workers) {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (timeout_s <= 0 || level != MPI_THREAD_MULTIPLE) return;
+    arm(workers);
+    watch_ = std::thread([this, timeout_s] { watch(timeout_s); });
+  }
+  void stop_watch() {
+    if (!watch_.joinable()) return;
+    stop_ = true;
+    watch_.join();
+  }
+
   void pull() override { pull_from_servers(false); }
 
   void push() override {
@@ -211,14 +236,45 @@ class Worker final : public PsWorker {
     // Workers stop on their own view (max_steps against the count their last pull saw, a
     // callback's request), so one may end its epoch early and another go on into the next
     // epoch, where the first would never join its collectives: they stop together here.
-    const bool stop = *stop_requested_ || (max_steps_ > 0 && *global_step_ >= max_steps_);
+    // Run again after a loss: the stop request of the first try may be in already.
+    if (!stop_seen_) stop_seen_ = *stop_requested_;
+    const bool stop = stop_seen_ || (max_steps_ > 0 && *global_step_ >= max_steps_);
     *stop_requested_ = workers.allreduce_max(stop ? 1.0 : 0.0) > 0;
     const std::vector<double> sums = workers.allreduce_sum(std::vector<double>{lead_sum_, lead_count_});
     logs["staleness_mean"] = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
     logs["staleness_max"] = workers.allreduce_max(lead_max_);
+  }
+
+  void end_epoch(const std::function<void()>& work) override {
+    for (;;) {
+      try {
+        work();
+        break;
+      } catch (const CommError&) {
+        const std::vector<int> gone = await_loss();
+        if (gone.empty()) throw;
+        tnt::log_warning("parameter-server training: worker rank(s) {} lost at the end of epoch {} of the fit (its "
+                         "metrics or validation); the workers left do it again without them",
+                         fmt::join(gone, ", "), epoch_);
+        apply_lost(gone);
+      }
+    }
+    stop_seen_ = false;
     lead_sum_ = lead_count_ = lead_max_ = 0;
     ++epoch_;
   }
+
+  // The workers the first server dropped that the workers' communicator still holds
+  // (world ranks): a collective on it may never end. Empty when there are none.
+  std::vector<int> unapplied_loss() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int> out;
+    for (int r : reported_) {
+      if (!applied_.count(r)) out.push_back(r);
+    }
+    return out;
+  }
+  int64_t epoch() const { return epoch_; }
 
   // Returns the workers lost during the fit (world ranks), as the first server decided.
   std::vector<int> finish(int workers) {
@@ -299,11 +355,70 @@ class Worker final : public PsWorker {
     if (answer[0] == 1) return Part{answer[1], answer[2], answer[3]};
     epoch_over_ = true;
     std::vector<int> lost(answer.begin() + 2, answer.begin() + 2 + answer[1]);
-    if (lost != lost_) {
-      lost_ = lost;
-      on_lost_(lost_);
-    }
+    if (lost != lost_) apply_lost(lost);
     return std::nullopt;
+  }
+
+  // The workers' communicator made again without `lost` (with those lost before).
+  void apply_lost(const std::vector<int>& lost) {
+    std::set<int> all(lost_.begin(), lost_.end());
+    all.insert(lost.begin(), lost.end());
+    lost_.assign(all.begin(), all.end());
+    on_lost_(lost_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    applied_ = all;
+    bool pending = false;
+    for (int r : reported_) pending = pending || !applied_.count(r);
+    cancel_ = pending;
+    if (watch_.joinable()) arm(communicator());
+  }
+
+  void arm(Communicator& workers) { detail::impl_of(workers).cancel = &cancel_; }
+
+  // After a collective failed: the loss the first server reported, waiting for its word as
+  // long as it may take to decide (a collective may fail on the loss before it is named).
+  std::vector<int> await_loss() {
+    if (!watch_.joinable()) return {};
+    const double until = detail::now_s() + 2 * config().ps_worker_timeout_s + 1;
+    for (;;) {
+      if (std::vector<int> gone = unapplied_loss(); !gone.empty() || detail::now_s() > until) return gone;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
+  // The watch thread: beats to the first server four times per timeout, and takes its
+  // word on lost workers. Its MPI calls are its own (MPI_THREAD_MULTIPLE); it ends with the
+  // fit, a send still pending freed (the first server receives it or is gone).
+  void watch(double timeout_s) {
+    const double interval = timeout_s / 4;
+    static const int64_t zero = 0;  // outlives a send freed at the end
+    MPI_Request beat = MPI_REQUEST_NULL;
+    double next = 0;
+    while (!stop_) {
+      const double now = detail::now_s();
+      int flag = 0;
+      if (beat != MPI_REQUEST_NULL) MPI_Test(&beat, &flag, MPI_STATUS_IGNORE);
+      if (now >= next && beat == MPI_REQUEST_NULL) {
+        MPI_Isend(&zero, 1, MPI_INT64_T, servers_[0], kBeat, comm_, &beat);
+        next = now + interval;
+      }
+      MPI_Status st;
+      flag = 0;
+      MPI_Iprobe(servers_[0], kGone, comm_, &flag, &st);
+      if (flag) {
+        int count = 0;
+        MPI_Get_count(&st, MPI_INT64_T, &count);
+        std::vector<int64_t> gone(static_cast<size_t>(count));
+        MPI_Recv(gone.data(), count, MPI_INT64_T, servers_[0], kGone, comm_, MPI_STATUS_IGNORE);
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (int64_t r : gone) {
+          reported_.insert(static_cast<int>(r));
+          if (!applied_.count(static_cast<int>(r))) cancel_ = true;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (beat != MPI_REQUEST_NULL) MPI_Request_free(&beat);
   }
 
   static int size_of_world() {
@@ -363,7 +478,14 @@ class Worker final : public PsWorker {
   }
 
   std::function<void(const std::vector<int>&)> on_lost_;
-  std::vector<int> lost_;   // as the ledger last said
+  std::vector<int> lost_;   // as the ledger or the first server's kGone last said, applied
+  bool stop_seen_ = false;  // a stop request of this epoch, before epoch_end's agreement
+  // The watch thread and what it shares with the fit's thread (under mutex_).
+  std::thread watch_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> cancel_{false};  // the workers' communicator's: a loss not applied yet
+  std::mutex mutex_;
+  std::set<int> reported_, applied_;  // world ranks: named lost by the first server; not in the communicator
   bool epoch_over_ = true;  // the ledger ended this epoch's steps
   int64_t own_steps_ = -1;  // batches of this worker's own part of an epoch
   Shards& shards_;
@@ -527,17 +649,34 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
     };
     Worker worker(shards, comm, servers, &PsAccess::global_step(model), &PsAccess::stop_requested(model),
                   options.max_steps, on_lost);
+    worker.start_watch(config().ps_worker_timeout_s, communicator());
     options.strategy = Strategy::synchronous;  // the loop is the ordinary one, over the workers
     PsAccess::set_worker(model, &worker);
     try {
       history = model.fit(data, options);
+      worker.stop_watch();
       lost = worker.finish(static_cast<int>(workers.size()));
     } catch (const InputError& e) {
+      worker.stop_watch();
       PsAccess::set_worker(model, nullptr);
       worker.abort(e.what(), true);
       throw;
     } catch (const std::exception& e) {
+      // A collective that a lost worker blocked outside the part of the epoch's end that
+      // is done again (a callback's, a checkpoint's): this fit cannot go on without it, and
+      // says so at once rather than at TNT_COLLECTIVE_TIMEOUT.
+      const std::vector<int> gone = worker.unapplied_loss();
+      worker.stop_watch();
       PsAccess::set_worker(model, nullptr);
+      if (!gone.empty()) {
+        const std::string message = fmt::format(
+            "parameter-server training: worker rank(s) {} lost at the end of epoch {} of the fit, in a collective "
+            "outside its metrics and validation (a callback's or a checkpoint's), which cannot be done again "
+            "without them: {}",
+            fmt::join(gone, ", "), worker.epoch(), e.what());
+        worker.abort(message, false);
+        throw CommError(message);
+      }
       worker.abort(e.what(), false);
       throw;
     }

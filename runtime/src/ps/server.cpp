@@ -12,6 +12,14 @@
 // a communicator without them. In the next epochs a lost worker's whole part goes to the
 // pool. Only the first server decides; it tells the others (kLost), and at the end every
 // rank (kFinal), so that every rank agrees on who is lost.
+//
+// Between an epoch's steps and the next's (the epoch's metrics, validation, callbacks,
+// checkpoints) a worker sends the servers nothing, but the workers run collectives among
+// themselves, which one lost worker blocks for every other. There its watch thread beats
+// (kBeat); a worker whose beats stop for TNT_PS_WORKER_TIMEOUT is dropped as above (its
+// part of the next epoch goes to the pool), and every worker left is told at once (kGone),
+// so that it leaves the blocked collective and the end of the epoch is done again without
+// it (PsWorker::end_epoch).
 #include "ps/server.hpp"
 
 #include "ps/ledger.hpp"
@@ -68,6 +76,7 @@ class Server {
     lost_.assign(n, false);
     stepping_.assign(n, false);
     last_heard_.assign(n, detail::now_s());
+    last_beat_.assign(n, -1.0);
     std::set<int> owned;
     for (int i : shards_.plan().pieces_of(index_)) owned.insert(shards_.plan().pieces[static_cast<size_t>(i)].variable);
     for (int v : owned) {
@@ -187,7 +196,9 @@ class Server {
     const auto wi = static_cast<size_t>(w);
     // A dropped worker is never probed again (probe()): if it was only stopped and still
     // sends, its part is someone else's now, and it ends at its own timeout, unanswered.
-    last_heard_[wi] = detail::now_s();
+    // A beat comes from the worker's watch thread, not from its training: it does not
+    // count as the worker's sign of life while it is expected to step.
+    if (st.MPI_TAG != kBeat) last_heard_[wi] = detail::now_s();
     switch (st.MPI_TAG) {
       case kPull: {
         int64_t msg[4] = {0, 0, 0, -1};
@@ -239,6 +250,12 @@ class Server {
         o.set_lr_factor(msg[2], msg[3]);
         break;
       }
+      case kBeat: {
+        int64_t zero = 0;
+        TNT_MPI_CHECK(MPI_Recv(&zero, 1, MPI_INT64_T, st.MPI_SOURCE, kBeat, comm_, MPI_STATUS_IGNORE));
+        last_beat_[wi] = detail::now_s();
+        break;
+      }
       case kPause: {
         int64_t epoch = 0;
         TNT_MPI_CHECK(MPI_Recv(&epoch, 1, MPI_INT64_T, st.MPI_SOURCE, kPause, comm_, MPI_STATUS_IGNORE));
@@ -287,6 +304,15 @@ class Server {
                  workers_[wi], static_cast<long long>(ledger_.epoch()), why.c_str(), static_cast<long long>(left));
     std::fflush(stderr);
     for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints({workers_[wi]}, server_ranks_[s], kLost);
+    // The workers left may be blocked in a collective with it (the epoch's end): they learn
+    // now, not at the ledger's next answer. A worker that is done needs no word.
+    for (size_t o = 0; o < workers_.size(); ++o) {
+      if (!lost_[o] && !done_[o] && last_beat_[o] >= 0) {
+        std::vector<int64_t> gone;
+        for (int r : lost_ranks()) gone.push_back(r);
+        send_ints(std::move(gone), workers_[o], kGone);
+      }
+    }
     serve_ledger();
     answer_pulls();
   }
@@ -299,7 +325,22 @@ class Server {
       if (lost_[w] || done_[w] || ledger_.waiting(w)) continue;
       const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.source == workers_[w]; });
       if (held) continue;
-      if (!stepping_[w] && first_waiting_ < 0) continue;  // between epochs: validation, checkpoints
+      if (!stepping_[w] && first_waiting_ < 0) {
+        // Between epochs (the epoch's metrics, validation, callbacks): its beats count. A
+        // worker without a watch thread (no MPI_THREAD_MULTIPLE) is not judged here.
+        if (last_beat_[w] < 0) continue;
+        const double since = std::max(last_heard_[w], last_beat_[w]);
+        if (now - since > timeout_) {
+          const std::string where = ledger_.epoch() == 0
+                                        ? std::string("before the first epoch's steps")
+                                        : fmt::format("after the steps of epoch {}: in its metrics, validation or "
+                                                      "callbacks",
+                                                      ledger_.epoch() - 1);
+          lose(static_cast<int>(w), fmt::format("no heartbeat from it for {:.1f} s {}; TNT_PS_WORKER_TIMEOUT={} s",
+                                                now - since, where, timeout_));
+        }
+        continue;
+      }
       const double since = stepping_[w] ? last_heard_[w] : std::max(last_heard_[w], first_waiting_);
       if (now - since > timeout_) {
         lose(static_cast<int>(w), fmt::format("nothing from it for {:.1f} s, TNT_PS_WORKER_TIMEOUT={} s", now - since,
@@ -495,6 +536,7 @@ class Server {
   // view of who should be sending; see the file's head.
   std::vector<bool> lost_, stepping_;
   std::vector<double> last_heard_;
+  std::vector<double> last_beat_;  // the worker's last kBeat; -1: none yet (it has no watch thread)
   bool final_ = false;  // the first server said the fit is over (kFinal)
   Ledger ledger_;  // the first server's (ps/ledger.hpp)
   double first_waiting_ = -1;  // when the first worker of the epoch reached the ledger (or ended)

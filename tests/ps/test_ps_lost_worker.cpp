@@ -8,7 +8,10 @@
 // epoch: the fit validates every epoch on the training data, and the other workers are then
 // in the validation's collectives. With validation the fit must end within 40 s, far below
 // the TNT_COLLECTIVE_TIMEOUT (120 s in tests/ps/CMakeLists.txt) that the workers left would
-// wait for without the loss being found (about TNT_PS_WORKER_TIMEOUT, 2 s, in those tests). The model counts the samples it was trained on exactly: sample i is the one-hot
+// wait for without the loss being found (about TNT_PS_WORKER_TIMEOUT, 2 s, in those tests).
+// WHERE callback: it dies in the first epoch's on_epoch_end, where the other workers run a
+// collective of their own (as a checkpoint callback might); the fit cannot redo that, and
+// must end on every rank at once, naming the lost rank (the test passes on that message). The model counts the samples it was trained on exactly: sample i is the one-hot
 // vector e_i with target 1000, the model a bias-free Dense(1) from zero, the loss the mean
 // absolute error and the optimizer SGD with rate 1. While the prediction stays below the
 // target, the gradient of weight i is -(number of times sample i is in the global batch) /
@@ -42,21 +45,26 @@ int world_rank() {
 class KillAt : public tnt::Callback {
  public:
   // validation_epoch: -1 kills in the first epoch's training, else in that epoch's validation.
-  KillAt(int rank, int64_t batch, int validation_epoch)
-      : tnt::Callback(Ranks::all), rank_(rank), batch_(batch), validation_epoch_(validation_epoch) {}
+  KillAt(int rank, int64_t batch, int validation_epoch, bool in_callback)
+      : tnt::Callback(Ranks::all), rank_(rank), batch_(batch), validation_epoch_(validation_epoch),
+        in_callback_(in_callback) {}
   void on_epoch_begin(int epoch, const tnt::Logs&) override { epoch_ = epoch; }
+  void on_epoch_end(int epoch, const tnt::Logs&) override {
+    if (!in_callback_ || epoch != 0) return;
+    die("in on_epoch_end");
+    tnt::communicator().allreduce_sum(1.0);
+  }
   void on_train_batch_end(int64_t batch, const tnt::Logs&) override {
-    if (validation_epoch_ < 0 && epoch_ == 0 && batch == batch_) die("batch", batch);
+    if (validation_epoch_ < 0 && !in_callback_ && epoch_ == 0 && batch == batch_) die("after batch " + std::to_string(batch));
   }
   void on_test_batch_end(int64_t batch, const tnt::Logs&) override {
-    if (validation_epoch_ == epoch_ && batch == batch_) die("validation batch", batch);
+    if (validation_epoch_ == epoch_ && batch == batch_) die("after validation batch " + std::to_string(batch));
   }
 
  private:
-  void die(const char* what, int64_t batch) const {
+  void die(const std::string& when) const {
     if (world_rank() != rank_) return;
-    std::fprintf(stderr, "test: world rank %d kills itself after %s %lld of epoch %d\n", rank_, what,
-                 static_cast<long long>(batch), epoch_);
+    std::fprintf(stderr, "test: world rank %d kills itself %s of epoch %d\n", rank_, when.c_str(), epoch_);
     std::fflush(stderr);
     ::kill(::getpid(), SIGKILL);
   }
@@ -64,6 +72,7 @@ class KillAt : public tnt::Callback {
   int rank_;
   int64_t batch_;
   int validation_epoch_;
+  bool in_callback_;
   int epoch_ = -1;
 };
 
@@ -76,9 +85,9 @@ int main(int argc, char** argv) {
     const int64_t kill_batch = std::atoll(argv[2]);
     const int epochs = argc > 3 ? std::atoi(argv[3]) : 2;
     const std::string where = argc > 5 ? argv[5] : "train";
-    TNT_INPUT_CHECK(where == "train" || where == "validation" || where == "last_validation",
-                    "test_ps_lost_worker: WHERE='{}' is not train, validation or last_validation", where);
-    const int validation_epoch = where == "train" ? -1 : where == "validation" ? 0 : epochs - 1;
+    TNT_INPUT_CHECK(where == "train" || where == "validation" || where == "last_validation" || where == "callback",
+                    "test_ps_lost_worker: WHERE='{}' is not train, validation, last_validation or callback", where);
+    const int validation_epoch = where == "validation" ? 0 : where == "last_validation" ? epochs - 1 : -1;
     const int ranks_before = tnt::size();
 
     tnt::Tensor x = tnt::Tensor::zeros({kSamples, kSamples});
@@ -103,7 +112,7 @@ int main(int argc, char** argv) {
     fit.strategy = tnt::Strategy::parameter_server;
     if (argc > 4 && std::string(argv[4]) != "-") fit.max_staleness = std::atoll(argv[4]);
     if (validation_epoch >= 0) fit.validation_data = data;
-    fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch, validation_epoch)};
+    fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch, validation_epoch, where == "callback")};
     const auto start = std::chrono::steady_clock::now();
     const tnt::History history = model.fit(data, fit);
     const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -669,11 +669,13 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
       worker.stop_watch();
       PsAccess::set_worker(model, nullptr);
       if (!gone.empty()) {
+        // epoch(): the epochs whose metrics and validation are done; the loss is after them.
+        const std::string when = worker.epoch() == 0 ? std::string("before the first epoch")
+                                                     : fmt::format("at the end of epoch {}", worker.epoch() - 1);
         const std::string message = fmt::format(
-            "parameter-server training: worker rank(s) {} lost at the end of epoch {} of the fit, in a collective "
-            "outside its metrics and validation (a callback's or a checkpoint's), which cannot be done again "
-            "without them: {}",
-            fmt::join(gone, ", "), worker.epoch(), e.what());
+            "parameter-server training: worker rank(s) {} lost {} of the fit, in a collective outside its metrics "
+            "and validation (a callback's or a checkpoint's), which cannot be done again without them: {}",
+            fmt::join(gone, ", "), when, e.what());
         worker.abort(message, false);
         throw CommError(message);
       }

@@ -256,6 +256,7 @@ class Worker final : public PsWorker {
         tnt::log_warning("parameter-server training: worker rank(s) {} lost at the end of epoch {} of the fit (its "
                          "metrics or validation); the workers left do it again without them",
                          fmt::join(gone, ", "), epoch_);
+        meet_survivors(gone);
         apply_lost(gone);
       }
     }
@@ -374,6 +375,53 @@ class Worker final : public PsWorker {
   }
 
   void arm(Communicator& workers) { detail::impl_of(workers).cancel = &cancel_; }
+
+  // Before the workers left make a communicator (MPI_Comm_create_group, which waits without
+  // a limit): each tells the others it is here for this epoch. One that does not come has
+  // finished the collective the lost worker died halfway through, and went on: an error
+  // naming it after TNT_COLLECTIVE_TIMEOUT, not a hang.
+  void meet_survivors(const std::vector<int>& gone) {
+    int me = 0, world = 0;
+    MPI_Comm_rank(comm_, &me);
+    MPI_Comm_size(comm_, &world);
+    std::vector<int> others;
+    for (int r = 0; r < world; ++r) {
+      const bool out = r == me || std::binary_search(servers_.begin(), servers_.end(), r) ||
+                       std::find(gone.begin(), gone.end(), r) != gone.end() ||
+                       std::find(lost_.begin(), lost_.end(), r) != lost_.end();
+      if (!out) others.push_back(r);
+    }
+    std::vector<int64_t> epochs(others.size());
+    std::vector<MPI_Request> reqs(2 * others.size());
+    for (size_t i = 0; i < others.size(); ++i) {
+      TNT_MPI_CHECK(MPI_Isend(&epoch_, 1, MPI_INT64_T, others[i], kRedo, comm_, &reqs[2 * i]));
+      TNT_MPI_CHECK(MPI_Irecv(&epochs[i], 1, MPI_INT64_T, others[i], kRedo, comm_, &reqs[2 * i + 1]));
+    }
+    const double limit = config().collective_timeout_s;
+    const double start = detail::now_s();
+    for (;;) {
+      int done = 0;
+      TNT_MPI_CHECK(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE));
+      if (done) break;
+      if (limit > 0 && detail::now_s() - start > limit) {
+        std::vector<int> silent;
+        for (size_t i = 0; i < others.size(); ++i) {
+          if (reqs[2 * i + 1] != MPI_REQUEST_NULL) silent.push_back(others[i]);
+        }
+        throw CommError(fmt::format(
+            "parameter-server training: worker rank(s) {} lost at the end of epoch {} of the fit, and worker rank(s) "
+            "{} did not come to do it again without them within {} s (TNT_COLLECTIVE_TIMEOUT): they finished the "
+            "collective it died in and went on",
+            fmt::join(gone, ", "), epoch_, fmt::join(silent, ", "), limit));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (size_t i = 0; i < others.size(); ++i) {
+      TNT_CHECK(epochs[i] == epoch_,
+                "parameter-server training: worker rank {} redoes the end of epoch {} of the fit, this one of epoch {}",
+                others[i], epochs[i], epoch_);
+    }
+  }
 
   // After a collective failed: the loss the first server reported, waiting for its word as
   // long as it may take to decide (a collective may fail on the loss before it is named).

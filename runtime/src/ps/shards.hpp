@@ -38,6 +38,7 @@ inline constexpr int kFinal = 23;       // first server -> every rank: int64 {lo
 // else; a worker dropped then is named to the others, whose collectives it would block.
 inline constexpr int kBeat = 24;        // worker -> first server: int64 0, alive
 inline constexpr int kGone = 25;        // first server -> worker: int64 {lost ranks...}, all lost so far
+inline constexpr int kRedo = 26;        // worker -> worker: int64 epoch, here to redo its end without the lost
 
 // The variables as host mirrors, the plan over them, and the optimizer state by variable:
 // what servers and workers share.

@@ -11,7 +11,10 @@
 // wait for without the loss being found (about TNT_PS_WORKER_TIMEOUT, 2 s, in those tests).
 // WHERE callback: it dies in the first epoch's on_epoch_end, where the other workers run a
 // collective of their own (as a checkpoint callback might); the fit cannot redo that, and
-// must end on every rank at once, naming the lost rank (the test passes on that message). The model counts the samples it was trained on exactly: sample i is the one-hot
+// must end on every rank at once, naming the lost rank (the test passes on that message).
+// WHERE stop or stop_validation: as train or validation, but the worker stops (SIGSTOP)
+// instead, and nobody resumes it: the first server, on its host, must end it (mpirun waits
+// for every process), so the job ends as soon as the others are done. The model counts the samples it was trained on exactly: sample i is the one-hot
 // vector e_i with target 1000, the model a bias-free Dense(1) from zero, the loss the mean
 // absolute error and the optimizer SGD with rate 1. While the prediction stays below the
 // target, the gradient of weight i is -(number of times sample i is in the global batch) /
@@ -45,9 +48,9 @@ int world_rank() {
 class KillAt : public tnt::Callback {
  public:
   // validation_epoch: -1 kills in the first epoch's training, else in that epoch's validation.
-  KillAt(int rank, int64_t batch, int validation_epoch, bool in_callback)
+  KillAt(int rank, int64_t batch, int validation_epoch, bool in_callback, int signal)
       : tnt::Callback(Ranks::all), rank_(rank), batch_(batch), validation_epoch_(validation_epoch),
-        in_callback_(in_callback) {}
+        in_callback_(in_callback), signal_(signal) {}
   void on_epoch_begin(int epoch, const tnt::Logs&) override { epoch_ = epoch; }
   void on_epoch_end(int epoch, const tnt::Logs&) override {
     if (!in_callback_ || epoch != 0) return;
@@ -64,15 +67,17 @@ class KillAt : public tnt::Callback {
  private:
   void die(const std::string& when) const {
     if (world_rank() != rank_) return;
-    std::fprintf(stderr, "test: world rank %d kills itself %s of epoch %d\n", rank_, when.c_str(), epoch_);
+    std::fprintf(stderr, "test: world rank %d %s itself %s of epoch %d\n", rank_,
+                 signal_ == SIGSTOP ? "stops" : "kills", when.c_str(), epoch_);
     std::fflush(stderr);
-    ::kill(::getpid(), SIGKILL);
+    ::kill(::getpid(), signal_);
   }
 
   int rank_;
   int64_t batch_;
   int validation_epoch_;
   bool in_callback_;
+  int signal_;
   int epoch_ = -1;
 };
 
@@ -84,7 +89,10 @@ int main(int argc, char** argv) {
     const int kill_rank = std::atoi(argv[1]);
     const int64_t kill_batch = std::atoll(argv[2]);
     const int epochs = argc > 3 ? std::atoi(argv[3]) : 2;
-    const std::string where = argc > 5 ? argv[5] : "train";
+    std::string where = argc > 5 ? argv[5] : "train";
+    const int signal = where.rfind("stop", 0) == 0 ? SIGSTOP : SIGKILL;
+    if (where == "stop") where = "train";
+    if (where == "stop_validation") where = "validation";
     TNT_INPUT_CHECK(where == "train" || where == "validation" || where == "last_validation" || where == "callback",
                     "test_ps_lost_worker: WHERE='{}' is not train, validation, last_validation or callback", where);
     const int validation_epoch = where == "validation" ? 0 : where == "last_validation" ? epochs - 1 : -1;
@@ -112,7 +120,7 @@ int main(int argc, char** argv) {
     fit.strategy = tnt::Strategy::parameter_server;
     if (argc > 4 && std::string(argv[4]) != "-") fit.max_staleness = std::atoll(argv[4]);
     if (validation_epoch >= 0) fit.validation_data = data;
-    fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch, validation_epoch, where == "callback")};
+    fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch, validation_epoch, where == "callback", signal)};
     const auto start = std::chrono::steady_clock::now();
     const tnt::History history = model.fit(data, fit);
     const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -38,10 +38,13 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <charconv>
+#include <cstdio>
 #include <list>
 #include <map>
 #include <mutex>
@@ -442,6 +445,8 @@ class Worker final : public PsWorker {
     static const int64_t zero = 0;  // outlives a send freed at the end
     MPI_Request beat = MPI_REQUEST_NULL;
     double next = 0;
+    int me = 0;
+    MPI_Comm_rank(comm_, &me);
     while (!stop_) {
       const double now = detail::now_s();
       int flag = 0;
@@ -458,6 +463,17 @@ class Worker final : public PsWorker {
         MPI_Get_count(&st, MPI_INT64_T, &count);
         std::vector<int64_t> gone(static_cast<size_t>(count));
         MPI_Recv(gone.data(), count, MPI_INT64_T, servers_[0], kGone, comm_, MPI_STATUS_IGNORE);
+        if (std::find(gone.begin(), gone.end(), me) != gone.end()) {
+          // Stopped (or hung) past the timeout and now running again: its part is the
+          // others' now, and the servers ignore it. It ends as a lost worker does (a signal:
+          // the launcher then lets the job go on) before it trains or writes anything.
+          std::fprintf(stderr,
+                       "warning: parameter-server training: worker rank %d was dropped while it was silent (stopped "
+                       "or hung for TNT_PS_WORKER_TIMEOUT); the others went on without it, and it ends now\n",
+                       me);
+          std::fflush(stderr);
+          ::raise(SIGKILL);
+        }
         std::lock_guard<std::mutex> lock(mutex_);
         for (int64_t r : gone) {
           reported_.insert(static_cast<int>(r));
@@ -668,6 +684,15 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   timeline::discard();
   PsAccess::sync_weights(model);   // every rank starts from the master's variables
   Shards shards(PsAccess::network(model), PsAccess::optimizer(model), static_cast<int>(servers.size()));
+  // Every rank's process, for the first server to end a dropped worker on its host.
+  const ps::Process mine = ps::this_process();
+  std::vector<ps::Process> processes(static_cast<size_t>(size()));
+  {
+    const std::vector<int64_t> pids = communicator().allgather(mine.pid);
+    const std::vector<int64_t> starts = communicator().allgather(mine.start);
+    const std::vector<int64_t> hosts = communicator().allgather(mine.host);
+    for (size_t r = 0; r < processes.size(); ++r) processes[r] = {pids[r], starts[r], hosts[r]};
+  }
   MPI_Comm comm;
   TNT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
@@ -677,7 +702,8 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   std::vector<int> lost;  // workers lost during the fit (world ranks), the same on every rank left
   if (is_server) {
     const int index = static_cast<int>(std::lower_bound(servers.begin(), servers.end(), rank()) - servers.begin());
-    lost = ps::serve(shards, comm, index, workers, servers, options.max_staleness, *worker_comm);  // the servers' communicator
+    // worker_comm: the servers' own here.
+    lost = ps::serve(shards, comm, index, workers, servers, options.max_staleness, *worker_comm, processes);
   } else {
     // The workers' communicator holds these (world ranks); after a loss it is made again
     // over the workers left, collectively over them only.

@@ -36,18 +36,42 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <charconv>
 #include <cstdio>
+#include <fstream>
+#include <functional>
 #include <list>
 #include <map>
 #include <set>
+#include <sstream>
 #include <limits>
 #include <thread>
 
 namespace tnt::ps {
 namespace {
+
+// Field 22 of /proc/PID/stat (after the command in parentheses, which may hold spaces);
+// -1 if the process is gone (or a zombie: dead, only not reaped) or this is not Linux.
+int64_t process_start(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!in || !std::getline(in, text)) return -1;
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream rest(text.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i) {
+    if (!(rest >> field) || (i == 3 && field == "Z")) return -1;
+  }
+  int64_t start = -1;
+  std::from_chars(field.data(), field.data() + field.size(), start);
+  return start;
+}
 
 using timeline::Lane;
 using Span = timeline::Span;
@@ -58,8 +82,9 @@ using Span = timeline::Span;
 class Server {
  public:
   Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, const std::vector<int>& server_ranks,
-         std::optional<int64_t> staleness)
-      : shards_(shards),
+         std::optional<int64_t> staleness, const std::vector<Process>& processes)
+      : processes_(processes),
+        shards_(shards),
         comm_(comm),
         index_(index),
         workers_(workers),
@@ -305,16 +330,37 @@ class Server {
     std::fflush(stderr);
     for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints({workers_[wi]}, server_ranks_[s], kLost);
     // The workers left may be blocked in a collective with it (the epoch's end): they learn
-    // now, not at the ledger's next answer. A worker that is done needs no word.
+    // now, not at the ledger's next answer. A worker that is done needs no word. The lost
+    // one is told too: if it was only stopped and runs again, its watch thread ends it.
     for (size_t o = 0; o < workers_.size(); ++o) {
-      if (!lost_[o] && !done_[o] && last_beat_[o] >= 0) {
+      if ((o == wi || (!lost_[o] && !done_[o])) && last_beat_[o] >= 0) {
         std::vector<int64_t> gone;
         for (int r : lost_ranks()) gone.push_back(r);
         send_ints(std::move(gone), workers_[o], kGone);
       }
     }
+    end_if_here(workers_[wi]);
     serve_ledger();
     answer_pulls();
+  }
+
+  // A dropped worker that is still there (stopped, hung) holds the job's end, as mpirun
+  // waits for every process; resumed, it would train and write as a worker again. On this
+  // host it is ended here (SIGKILL: the launcher counts a worker ended by a signal as lost,
+  // and the job goes on); elsewhere its watch thread ends it if it runs again.
+  void end_if_here(int rank) {
+    if (processes_.size() <= static_cast<size_t>(rank)) return;
+    int me = 0;
+    MPI_Comm_rank(comm_, &me);
+    const Process& p = processes_[static_cast<size_t>(rank)];
+    if (p.host != processes_[static_cast<size_t>(me)].host || p.pid <= 0 || p.start < 0) return;
+    if (process_start(p.pid) != p.start) return;  // gone, its id another process's now
+    if (::kill(static_cast<pid_t>(p.pid), SIGKILL) != 0) return;
+    std::fprintf(stderr,
+                 "warning: parameter-server training: dropped worker rank %d (process %lld on this host) ended with "
+                 "SIGKILL, so that the job does not wait for it\n",
+                 rank, static_cast<long long>(p.pid));
+    std::fflush(stderr);
   }
 
   // A worker is expected to send while it steps (a push per batch), and once another
@@ -524,6 +570,7 @@ class Server {
     }
   }
 
+  std::vector<Process> processes_;  // by rank of comm_
   Shards& shards_;
   MPI_Comm comm_;
   int index_;
@@ -562,9 +609,20 @@ class Server {
 
 }  // namespace
 
+Process this_process() {
+  Process p;
+  p.pid = static_cast<int64_t>(::getpid());
+  p.start = process_start(p.pid);
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  p.host = static_cast<int64_t>(std::hash<std::string>{}(name));
+  return p;
+}
+
 std::vector<int> serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers,
-                       const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers) {
-  Server server(shards, comm, index, workers, server_ranks, staleness);
+                       const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers,
+                       const std::vector<Process>& processes) {
+  Server server(shards, comm, index, workers, server_ranks, staleness, processes);
   server.run(servers);
   return server.lost_ranks();
 }

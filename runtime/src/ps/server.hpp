@@ -11,14 +11,25 @@ class Communicator;
 
 namespace tnt::ps {
 
+// A rank's process, so that the first server can end a dropped worker on its own host (a
+// stopped one would hold the job's end, and act as a worker again if resumed). start: its
+// start time in clock ticks since boot (/proc/PID/stat), which tells it from a later
+// process with the same id; -1 where unknown (then it is never signalled).
+struct Process {
+  int64_t pid = 0, start = -1, host = 0;  // host: a hash of the host name
+};
+Process this_process();
+
 // Serves shard `index` of `shards` to `workers` (ranks of `comm`) until every worker is done
 // or lost: pulls, pushes (applied with the model's optimizer as they arrive, or summed per
 // step when staleness is 0), learning-rate changes, pauses and aborts. The first server
 // (index 0) also keeps the epoch's sample ledger and decides which workers are lost (silent
 // for TNT_PS_WORKER_TIMEOUT); it tells the other servers (`server_ranks`, ranks of `comm`).
-// `servers` is the servers' own communicator (for their timeline). Returns the lost workers'
-// ranks, the same on every server and worker.
+// `servers` is the servers' own communicator (for their timeline); `processes`: every
+// rank's, by rank of `comm`. Returns the lost workers' ranks, the same on every server and
+// worker.
 std::vector<int> serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers,
-                       const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers);
+                       const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers,
+                       const std::vector<Process>& processes);
 
 }  // namespace tnt::ps

@@ -13,13 +13,10 @@
 // pool. Only the first server decides; it tells the others (kLost), and at the end every
 // rank (kFinal), so that every rank agrees on who is lost.
 //
-// Between an epoch's steps and the next's (the epoch's metrics, validation, callbacks,
-// checkpoints) a worker sends the servers nothing, but the workers run collectives among
-// themselves, which one lost worker blocks for every other. There its watch thread beats
-// (kBeat); a worker whose beats stop for TNT_PS_WORKER_TIMEOUT is dropped as above (its
-// part of the next epoch goes to the pool), and every worker left is told at once (kGone),
-// so that it leaves the blocked collective and the end of the epoch is done again without
-// it (PsWorker::end_epoch).
+// Between epochs (metrics, validation, callbacks) the workers run collectives that one lost
+// worker blocks, and send the servers nothing but their watch threads' beats (kBeat). A
+// worker whose beats stop for TNT_PS_WORKER_TIMEOUT is dropped as above, and the workers
+// left are told at once (kGone): they leave the blocked collective (PsWorker::end_epoch).
 #include "ps/server.hpp"
 
 #include "ps/ledger.hpp"
@@ -36,42 +33,20 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <charconv>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <list>
 #include <map>
 #include <set>
-#include <sstream>
 #include <limits>
 #include <thread>
 
 namespace tnt::ps {
 namespace {
 
-// Field 22 of /proc/PID/stat (after the command in parentheses, which may hold spaces);
-// -1 if the process is gone (or a zombie: dead, only not reaped) or this is not Linux.
-int64_t process_start(int64_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!in || !std::getline(in, text)) return -1;
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(text.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22; ++i) {
-    if (!(rest >> field) || (i == 3 && field == "Z")) return -1;
-  }
-  int64_t start = -1;
-  std::from_chars(field.data(), field.data() + field.size(), start);
-  return start;
-}
 
 using timeline::Lane;
 using Span = timeline::Span;
@@ -158,9 +133,20 @@ class Server {
       }
       for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints(final, server_ranks_[s], kFinal);
     }
-    // A reply to a lost worker may never complete (its receiver is gone): left to MPI.
     for (auto& o : outgoing_) {
-      if (!is_lost_rank(o.dest)) TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+      const bool lost = is_lost_rank(o.dest);
+      if (!lost && !o.may_stay_unread) {
+        TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+        continue;
+      }
+      // A reply to a lost worker (read only if it was just stopped), or a kGone that crossed
+      // the worker's kDone (its watch thread has ended), may never complete: left to MPI,
+      // its buffer kept (a few bytes, never freed).
+      int done = 0;
+      MPI_Test(&o.request, &done, MPI_STATUS_IGNORE);
+      if (done) continue;
+      auto* kept = new Outgoing(std::move(o));
+      if (!lost) MPI_Request_free(&kept->request);
     }
     outgoing_.clear();
     shards_.read_state();
@@ -181,6 +167,7 @@ class Server {
     std::vector<int64_t> ints;
     int dest = -1;
     MPI_Request request = MPI_REQUEST_NULL;
+    bool may_stay_unread = false;  // a kGone: the worker may be done before it reads it
   };
   bool first() const { return index_ == 0; }
   bool is_lost_rank(int rank) const {
@@ -337,6 +324,7 @@ class Server {
         std::vector<int64_t> gone;
         for (int r : lost_ranks()) gone.push_back(r);
         send_ints(std::move(gone), workers_[o], kGone);
+        outgoing_.back().may_stay_unread = true;
       }
     }
     end_if_here(workers_[wi]);
@@ -344,23 +332,15 @@ class Server {
     answer_pulls();
   }
 
-  // A dropped worker that is still there (stopped, hung) holds the job's end, as mpirun
-  // waits for every process; resumed, it would train and write as a worker again. On this
-  // host it is ended here (SIGKILL: the launcher counts a worker ended by a signal as lost,
-  // and the job goes on); elsewhere its watch thread ends it if it runs again.
+  // A dropped worker still there (stopped, hung) holds the job's end (mpirun waits for it):
+  // on this host it is ended here (SIGKILL: the launcher counts it as a lost worker, the job
+  // goes on); elsewhere its watch thread ends it if it runs again.
   void end_if_here(int rank) {
-    if (processes_.size() <= static_cast<size_t>(rank)) return;
     int me = 0;
     MPI_Comm_rank(comm_, &me);
-    const Process& p = processes_[static_cast<size_t>(rank)];
-    if (p.host != processes_[static_cast<size_t>(me)].host || p.pid <= 0 || p.start < 0) return;
-    if (process_start(p.pid) != p.start) return;  // gone, its id another process's now
-    if (::kill(static_cast<pid_t>(p.pid), SIGKILL) != 0) return;
-    std::fprintf(stderr,
-                 "warning: parameter-server training: dropped worker rank %d (process %lld on this host) ended with "
-                 "SIGKILL, so that the job does not wait for it\n",
-                 rank, static_cast<long long>(p.pid));
-    std::fflush(stderr);
+    if (processes_.size() > static_cast<size_t>(std::max(rank, me))) {
+      end_dropped_worker(rank, processes_[static_cast<size_t>(rank)], processes_[static_cast<size_t>(me)]);
+    }
   }
 
   // A worker is expected to send while it steps (a push per batch), and once another
@@ -608,16 +588,6 @@ class Server {
 };
 
 }  // namespace
-
-Process this_process() {
-  Process p;
-  p.pid = static_cast<int64_t>(::getpid());
-  p.start = process_start(p.pid);
-  char name[256] = {0};
-  ::gethostname(name, sizeof(name) - 1);
-  p.host = static_cast<int64_t>(std::hash<std::string>{}(name));
-  return p;
-}
 
 std::vector<int> serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers,
                        const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers,

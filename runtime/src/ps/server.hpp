@@ -1,6 +1,7 @@
 // A server's side of parameter-server training (ps/parameter_server.hpp has the idea).
 #pragma once
 
+#include "ps/process.hpp"
 #include "ps/shards.hpp"
 
 #include <optional>
@@ -11,14 +12,6 @@ class Communicator;
 
 namespace tnt::ps {
 
-// A rank's process, so that the first server can end a dropped worker on its own host (a
-// stopped one would hold the job's end, and act as a worker again if resumed). start: its
-// start time in clock ticks since boot (/proc/PID/stat), which tells it from a later
-// process with the same id; -1 where unknown (then it is never signalled).
-struct Process {
-  int64_t pid = 0, start = -1, host = 0;  // host: a hash of the host name
-};
-Process this_process();
 
 // Serves shard `index` of `shards` to `workers` (ranks of `comm`) until every worker is done
 // or lost: pulls, pushes (applied with the model's optimizer as they arrive, or summed per

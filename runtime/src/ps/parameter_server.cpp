@@ -41,7 +41,6 @@
 #include <algorithm>
 #include <chrono>
 #include <charconv>
-#include <cstdio>
 #include <list>
 #include <map>
 #include <set>

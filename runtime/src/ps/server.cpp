@@ -37,7 +37,6 @@
 #include <chrono>
 #include <charconv>
 #include <cstdio>
-#include <functional>
 #include <list>
 #include <map>
 #include <set>
@@ -46,7 +45,6 @@
 
 namespace tnt::ps {
 namespace {
-
 
 using timeline::Lane;
 using Span = timeline::Span;

@@ -1,9 +1,20 @@
 // A parameter-server job that loses a worker mid-epoch: the program every rank runs.
 //
-//   test_ps_lost_worker KILL_RANK KILL_BATCH [EPOCHS [MAX_STALENESS]]
+//   test_ps_lost_worker KILL_RANK KILL_BATCH [EPOCHS [MAX_STALENESS [WHERE]]]
 //
 // World rank KILL_RANK (a worker) kills itself (SIGKILL) after batch KILL_BATCH of the first
-// epoch. The model counts the samples it was trained on exactly: sample i is the one-hot
+// epoch (WHERE train, the default; MAX_STALENESS "-" leaves it unbounded), or, with WHERE
+// validation or last_validation, after validation batch KILL_BATCH of the first or the last
+// epoch: the fit validates every epoch on the training data, and the other workers are then
+// in the validation's collectives. With validation the fit must end within 40 s, far below
+// the TNT_COLLECTIVE_TIMEOUT (120 s in tests/ps/CMakeLists.txt) that the workers left would
+// wait for without the loss being found (about TNT_PS_WORKER_TIMEOUT, 2 s, in those tests).
+// WHERE callback: it dies in the first epoch's on_epoch_end, where the other workers run a
+// collective of their own (as a checkpoint callback might); the fit cannot redo that, and
+// must end on every rank at once, naming the lost rank (the test passes on that message).
+// WHERE stop or stop_validation: as train or validation, but the worker stops (SIGSTOP)
+// instead, and nobody resumes it: the first server, on its host, must end it (mpirun waits
+// for every process), so the job ends as soon as the others are done. The model counts the samples it was trained on exactly: sample i is the one-hot
 // vector e_i with target 1000, the model a bias-free Dense(1) from zero, the loss the mean
 // absolute error and the optimizer SGD with rate 1. While the prediction stays below the
 // target, the gradient of weight i is -(number of times sample i is in the global batch) /
@@ -17,6 +28,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -35,19 +47,37 @@ int world_rank() {
 
 class KillAt : public tnt::Callback {
  public:
-  KillAt(int rank, int64_t batch) : tnt::Callback(Ranks::all), rank_(rank), batch_(batch) {}
+  // validation_epoch: -1 kills in the first epoch's training, else in that epoch's validation.
+  KillAt(int rank, int64_t batch, int validation_epoch, bool in_callback, int signal)
+      : tnt::Callback(Ranks::all), rank_(rank), batch_(batch), validation_epoch_(validation_epoch),
+        in_callback_(in_callback), signal_(signal) {}
   void on_epoch_begin(int epoch, const tnt::Logs&) override { epoch_ = epoch; }
+  void on_epoch_end(int epoch, const tnt::Logs&) override {
+    if (!in_callback_ || epoch != 0) return;
+    die("in on_epoch_end");
+    tnt::communicator().allreduce_sum(1.0);
+  }
   void on_train_batch_end(int64_t batch, const tnt::Logs&) override {
-    if (epoch_ == 0 && batch == batch_ && world_rank() == rank_) {
-      std::fprintf(stderr, "test: world rank %d kills itself after batch %lld\n", rank_, static_cast<long long>(batch));
-      std::fflush(stderr);
-      ::kill(::getpid(), SIGKILL);
-    }
+    if (validation_epoch_ < 0 && !in_callback_ && epoch_ == 0 && batch == batch_) die("after batch " + std::to_string(batch));
+  }
+  void on_test_batch_end(int64_t batch, const tnt::Logs&) override {
+    if (validation_epoch_ == epoch_ && batch == batch_) die("after validation batch " + std::to_string(batch));
   }
 
  private:
+  void die(const std::string& when) const {
+    if (world_rank() != rank_) return;
+    std::fprintf(stderr, "test: world rank %d %s itself %s of epoch %d\n", rank_,
+                 signal_ == SIGSTOP ? "stops" : "kills", when.c_str(), epoch_);
+    std::fflush(stderr);
+    ::kill(::getpid(), signal_);
+  }
+
   int rank_;
   int64_t batch_;
+  int validation_epoch_;
+  bool in_callback_;
+  int signal_;
   int epoch_ = -1;
 };
 
@@ -55,10 +85,17 @@ class KillAt : public tnt::Callback {
 
 int main(int argc, char** argv) {
   return tnt::run_main(argc, argv, [&] {
-    TNT_INPUT_CHECK(argc >= 3, "usage: test_ps_lost_worker KILL_RANK KILL_BATCH [EPOCHS [MAX_STALENESS]]");
+    TNT_INPUT_CHECK(argc >= 3, "usage: test_ps_lost_worker KILL_RANK KILL_BATCH [EPOCHS [MAX_STALENESS [WHERE]]]");
     const int kill_rank = std::atoi(argv[1]);
     const int64_t kill_batch = std::atoll(argv[2]);
     const int epochs = argc > 3 ? std::atoi(argv[3]) : 2;
+    std::string where = argc > 5 ? argv[5] : "train";
+    const int signal = where.rfind("stop", 0) == 0 ? SIGSTOP : SIGKILL;
+    if (where == "stop") where = "train";
+    if (where == "stop_validation") where = "validation";
+    TNT_INPUT_CHECK(where == "train" || where == "validation" || where == "last_validation" || where == "callback",
+                    "test_ps_lost_worker: WHERE='{}' is not train, validation, last_validation or callback", where);
+    const int validation_epoch = where == "validation" ? 0 : where == "last_validation" ? epochs - 1 : -1;
     const int ranks_before = tnt::size();
 
     tnt::Tensor x = tnt::Tensor::zeros({kSamples, kSamples});
@@ -81,9 +118,12 @@ int main(int argc, char** argv) {
     fit.batch_size = kBatch;
     fit.verbose = 0;
     fit.strategy = tnt::Strategy::parameter_server;
-    if (argc > 4) fit.max_staleness = std::atoll(argv[4]);
-    fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch)};
+    if (argc > 4 && std::string(argv[4]) != "-") fit.max_staleness = std::atoll(argv[4]);
+    if (validation_epoch >= 0) fit.validation_data = data;
+    fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch, validation_epoch, where == "callback", signal)};
+    const auto start = std::chrono::steady_clock::now();
     const tnt::History history = model.fit(data, fit);
+    const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     const std::vector<double> w = net->named_parameters().front().param->value.to_double_vector();
     int wrong = 0;
@@ -106,11 +146,22 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rank %d: the history has no loss for each of the %d epochs\n", tnt::rank(), epochs);
       ++wrong;
     }
+    if (validation_epoch >= 0 &&
+        (history.history.count("val_loss") == 0 || history.history.at("val_loss").size() != static_cast<size_t>(epochs))) {
+      std::fprintf(stderr, "rank %d: the history has no val_loss for each of the %d epochs\n", tnt::rank(), epochs);
+      ++wrong;
+    }
+    if (validation_epoch >= 0 && fit_s > 40) {
+      std::fprintf(stderr, "rank %d: the fit took %.1f s, not under 40 s: the lost worker was not found in time\n",
+                   tnt::rank(), fit_s);
+      ++wrong;
+    }
     if (wrong > 10) std::fprintf(stderr, "rank %d: %d samples miscounted in all\n", tnt::rank(), wrong);
     if (wrong > 0) std::exit(1);
     if (tnt::is_master_rank()) {
-      std::printf("every one of %lld samples trained on %d times in %d epochs; %d ranks left; evaluate loss %.1f\n",
-                  static_cast<long long>(kSamples), epochs, epochs, tnt::size(), eval.at("loss"));
+      std::printf("every one of %lld samples trained on %d times in %d epochs; %d ranks left; evaluate loss %.1f; "
+                  "fit %.1f s\n",
+                  static_cast<long long>(kSamples), epochs, epochs, tnt::size(), eval.at("loss"), fit_s);
     }
   });
 }

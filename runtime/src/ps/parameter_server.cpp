@@ -16,6 +16,11 @@
 // - The end of the fit is a collective over every rank again: each server broadcasts its
 //   shard of the variables and of the optimizer state, so that afterwards every rank holds
 //   the same model and checkpoints have synchronous training's names and layout.
+// - A worker lost at an epoch's end (its metrics, validation) would block the others in a
+//   collective until TNT_COLLECTIVE_TIMEOUT. Each worker's watch thread beats to the first
+//   server there, and cancels the workers' communicator when the first server names a lost
+//   worker (kGone); the workers left make it again without it and run that part of the
+//   epoch's end again (Worker::end_epoch), within about TNT_PS_WORKER_TIMEOUT.
 #include "ps/parameter_server.hpp"
 
 #include "core/clock.hpp"
@@ -23,6 +28,7 @@
 #include "io/timeline.hpp"
 #include "ps/server.hpp"
 #include "ps/shards.hpp"
+#include "ps/worker.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/reducer.hpp"
@@ -122,265 +128,6 @@ using Span = timeline::Span;
 using ps::Shards;
 using ps::wait_servers;
 using namespace ps;  // the message tags (ps/shards.hpp)
-
-// ---------------------------------------------------------------------------------------
-// The worker
-
-class Worker final : public PsWorker {
- public:
-  // global_step: the model's, set at every pull to the servers' update count (as the
-  // global step variable of TensorFlow's parameter servers), so that max_steps and the
-  // checkpoints' step count updates of the whole job.
-  // stop_requested, max_steps: the model's, agreed at every epoch's end (see epoch_end).
-  // on_lost: the ledger said that these workers (world ranks, all lost so far) are gone; the
-  // workers' communicator must be made again without them before the epoch's collectives.
-  Worker(Shards& shards, MPI_Comm comm, const std::vector<int>& servers, int64_t* global_step, bool* stop_requested,
-         int64_t max_steps, std::function<void(const std::vector<int>&)> on_lost)
-      : on_lost_(std::move(on_lost)),
-        shards_(shards),
-        comm_(comm),
-        servers_(servers),
-        global_step_(global_step),
-        stop_requested_(stop_requested),
-        max_steps_(max_steps),
-        schedule_(&shards.optimizer().schedule()),
-        described_(shards.optimizer().schedule().describe()),
-        factor_(shards.optimizer().lr_factor()),
-        floor_(shards.optimizer().lr_floor()) {
-    for (size_t s = 0; s < servers_.size(); ++s) {
-      outbox_.emplace_back(static_cast<size_t>(shards_.shard_elements(static_cast<int>(s))));
-    }
-    push_requests_.assign(servers_.size(), MPI_REQUEST_NULL);
-  }
-
-  void pull() override { pull_from_servers(false); }
-
-  void push() override {
-    Span span(Lane::communication, "push");
-    shards_.read_grads();
-    wait_pushes();
-    send_schedule_changes();
-    for (size_t s = 0; s < servers_.size(); ++s) {
-      outbox_[s] = shards_.gather(static_cast<int>(s), true);
-      outbox_[s].push_back(static_cast<float>(epoch_));
-      TNT_MPI_CHECK(MPI_Isend(outbox_[s].data(), static_cast<int>(outbox_[s].size()), MPI_FLOAT, servers_[s], kPush,
-                              comm_, &push_requests_[s]));
-    }
-    ++clock_;
-  }
-
-  // The epoch's steps end only when the ledger says so: a worker that leaves them early
-  // (max_steps, a callback's stop) says it is stopping, and waits for the others.
-  void pause() override {
-    while (!epoch_over_) ask_ledger(true);
-  }
-
-  NextBatch epoch_batches(NextBatch own, int64_t own_steps, std::function<NextBatch(int owner)> part) override {
-    own_steps_ = own_steps;
-    epoch_over_ = false;
-    struct State {
-      NextBatch current;
-      int64_t left = -1;  // batches left of a granted part; -1: the own part, to its end
-    };
-    auto state = std::make_shared<State>();
-    state->current = std::move(own);
-    return [this, state, part = std::move(part)]() -> std::optional<Batch> {
-      while (!epoch_over_) {
-        if (state->left != 0) {
-          std::optional<Batch> b = state->current();
-          if (b) {
-            if (state->left > 0) --state->left;
-            return b;
-          }
-        }
-        const std::optional<Part> grant = ask_ledger(false);
-        if (!grant) break;
-        state->current = part(static_cast<int>(grant->owner));
-        for (int64_t i = 0; i < grant->first; ++i) {
-          TNT_CHECK(state->current(), "parameter-server training: worker {}'s part has no batch {}", grant->owner, i);
-        }
-        state->left = grant->end - grant->first;
-      }
-      return std::nullopt;
-    };
-  }
-
-  void epoch_end(Logs& logs) override {
-    pull_from_servers(true);
-    Communicator& workers = communicator();  // the workers' own during the fit
-    // Workers stop on their own view (max_steps against the count their last pull saw, a
-    // callback's request), so one may end its epoch early and another go on into the next
-    // epoch, where the first would never join its collectives: they stop together here.
-    const bool stop = *stop_requested_ || (max_steps_ > 0 && *global_step_ >= max_steps_);
-    *stop_requested_ = workers.allreduce_max(stop ? 1.0 : 0.0) > 0;
-    const std::vector<double> sums = workers.allreduce_sum(std::vector<double>{lead_sum_, lead_count_});
-    logs["staleness_mean"] = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
-    logs["staleness_max"] = workers.allreduce_max(lead_max_);
-    lead_sum_ = lead_count_ = lead_max_ = 0;
-    ++epoch_;
-  }
-
-  // Returns the workers lost during the fit (world ranks), as the first server decided.
-  std::vector<int> finish(int workers) {
-    wait_pushes();
-    send_schedule_changes();  // the last epoch's end may have changed it: the servers end alike
-    const int64_t zero = 0;
-    std::vector<MPI_Request> reqs(servers_.size() + 1);
-    for (size_t s = 0; s < servers_.size(); ++s) {
-      TNT_MPI_CHECK(MPI_Isend(&zero, 1, MPI_INT64_T, servers_[s], kDone, comm_, &reqs[s]));
-    }
-    std::vector<int64_t> final(static_cast<size_t>(workers) + 1);
-    TNT_MPI_CHECK(MPI_Irecv(final.data(), static_cast<int>(final.size()), MPI_INT64_T, servers_[0], kFinal, comm_,
-                            &reqs.back()));
-    std::vector<int> peer = servers_;
-    peer.push_back(servers_[0]);
-    wait_servers(reqs, peer, "this worker's end of training");
-    return {final.begin() + 1, final.begin() + 1 + final[0]};
-  }
-
-  // Best effort: the servers learn why this worker stops, and stop too.
-  void abort(const std::string& message, bool input) noexcept {
-    const std::string text = (input ? "I" : "E") + message;
-    for (int server : servers_) {
-      MPI_Request r;
-      if (MPI_Isend(text.data(), static_cast<int>(text.size()), MPI_CHAR, server, kAbort, comm_, &r) == MPI_SUCCESS) {
-        MPI_Request_free(&r);
-      }
-    }
-  }
-
- private:
-  // A callback's change of the learning rate on the workers (ReduceLROnPlateau's factor,
-  // set_learning_rate's constant rate, as LearningRateScheduler does) reaches the servers,
-  // which apply the optimizer, before the next push it applies to (messages from one worker
-  // arrive in order). Every worker makes the same change (their callbacks see the same
-  // global logs); the servers apply it as often as it comes.
-  void send_schedule_changes() {
-    const Optimizer& o = shards_.optimizer();
-    // A new schedule object may reuse a freed one's address: its description tells them apart.
-    const bool replaced = &o.schedule() != schedule_ || o.schedule().describe() != described_;
-    if (!replaced && o.lr_factor() == factor_ && o.lr_floor() == floor_) return;
-    schedule_ = &o.schedule();
-    described_ = o.schedule().describe();
-    factor_ = o.lr_factor();
-    floor_ = o.lr_floor();
-    // set_learning_rate folds the factor into the rate and sets it to 1: the rate is the
-    // schedule's at any step.
-    const double msg[4] = {replaced ? 1.0 : 0.0, replaced ? o.schedule().lr(0) : 0.0, factor_, floor_};
-    std::vector<MPI_Request> reqs(servers_.size());
-    for (size_t s = 0; s < servers_.size(); ++s) {
-      TNT_MPI_CHECK(MPI_Isend(msg, 4, MPI_DOUBLE, servers_[s], kSchedule, comm_, &reqs[s]));
-    }
-    wait_servers(reqs, servers_, "this worker's learning-rate change");
-  }
-
-  void wait_pushes() { wait_servers(push_requests_, servers_, fmt::format("this worker's push of update {}", clock_)); }
-
-  struct Part {
-    int64_t owner = 0, first = 0, end = 0;
-  };
-
-  // The end of this worker's batches: the servers stop holding pulls back for it, and the
-  // first server's ledger answers with a part of a lost worker's batches, or with the end
-  // of the epoch (when every worker left has asked and nothing is left).
-  std::optional<Part> ask_ledger(bool stopping) {
-    std::vector<MPI_Request> reqs(servers_.size() + 2);
-    for (size_t s = 0; s < servers_.size(); ++s) {
-      TNT_MPI_CHECK(MPI_Isend(&epoch_, 1, MPI_INT64_T, servers_[s], kPause, comm_, &reqs[s]));
-    }
-    const int64_t ask[3] = {epoch_, stopping ? 1 : 0, own_steps_};
-    TNT_MPI_CHECK(MPI_Isend(ask, 3, MPI_INT64_T, servers_[0], kLedger, comm_, &reqs[servers_.size()]));
-    std::vector<int64_t> answer(static_cast<size_t>(size_of_world()) + 4);
-    TNT_MPI_CHECK(MPI_Irecv(answer.data(), static_cast<int>(answer.size()), MPI_INT64_T, servers_[0], kPart, comm_,
-                            &reqs.back()));
-    std::vector<int> peer = servers_;
-    peer.insert(peer.end(), 2, servers_[0]);
-    wait_servers(reqs, peer, fmt::format("this worker's end of epoch {} of the fit", epoch_));
-    if (answer[0] == 1) return Part{answer[1], answer[2], answer[3]};
-    epoch_over_ = true;
-    std::vector<int> lost(answer.begin() + 2, answer.begin() + 2 + answer[1]);
-    if (lost != lost_) {
-      lost_ = lost;
-      on_lost_(lost_);
-    }
-    return std::nullopt;
-  }
-
-  static int size_of_world() {
-    int n = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    return n;
-  }
-
-  void pull_from_servers(bool with_state) {
-    Span span(Lane::communication, with_state ? "pull with optimizer state" : "pull");
-    const size_t k = servers_.size();
-    const int64_t request[4] = {clock_, with_state ? 1 : 0, epoch_, own_steps_};
-    std::vector<std::vector<float>> values(k), state(k);
-    std::vector<std::vector<int64_t>> steps(k);
-    std::vector<MPI_Request> reqs;
-    std::vector<int> peer;
-    for (size_t s = 0; s < k; ++s) {
-      const int si = static_cast<int>(s);
-      peer.insert(peer.end(), with_state ? 4 : 2, servers_[s]);
-      reqs.emplace_back();
-      TNT_MPI_CHECK(MPI_Isend(request, 4, MPI_INT64_T, servers_[s], kPull, comm_, &reqs.back()));
-      values[s].resize(static_cast<size_t>(shards_.shard_elements(si)) + 3);
-      reqs.emplace_back();
-      TNT_MPI_CHECK(MPI_Irecv(values[s].data(), static_cast<int>(values[s].size()), MPI_FLOAT, servers_[s], kValues,
-                              comm_, &reqs.back()));
-      if (with_state) {
-        state[s].resize(values[s].size() * shards_.slots());
-        steps[s].resize(shards_.pieces_of_count(si) + 1);
-        reqs.emplace_back();
-        TNT_MPI_CHECK(MPI_Irecv(state[s].data(), static_cast<int>(state[s].size()), MPI_FLOAT, servers_[s], kState,
-                                comm_, &reqs.back()));
-        reqs.emplace_back();
-        TNT_MPI_CHECK(MPI_Irecv(steps[s].data(), static_cast<int>(steps[s].size()), MPI_INT64_T, servers_[s],
-                                kStateSteps, comm_, &reqs.back()));
-      }
-    }
-    wait_servers(reqs, peer, fmt::format("this worker's pull after update {}", clock_));
-    double lead = 0;
-    for (size_t s = 0; s < k; ++s) {
-      shards_.scatter(static_cast<int>(s), values[s].data(), false);
-      const size_t n = values[s].size();
-      lead = std::max(lead, static_cast<double>(values[s][n - 3]));
-      if (s == 0) {
-        *global_step_ = (static_cast<int64_t>(values[s][n - 2]) << 24) + static_cast<int64_t>(values[s][n - 1]);
-      }
-    }
-    shards_.write_values();
-    if (!with_state) {
-      lead_sum_ += lead;
-      lead_count_ += 1;
-      lead_max_ = std::max(lead_max_, lead);
-    }
-    if (with_state) {
-      for (size_t s = 0; s < k; ++s) shards_.scatter_state(static_cast<int>(s), state[s].data(), steps[s].data());
-      shards_.write_state(steps[0].back());
-    }
-  }
-
-  std::function<void(const std::vector<int>&)> on_lost_;
-  std::vector<int> lost_;   // as the ledger last said
-  bool epoch_over_ = true;  // the ledger ended this epoch's steps
-  int64_t own_steps_ = -1;  // batches of this worker's own part of an epoch
-  Shards& shards_;
-  MPI_Comm comm_;
-  std::vector<int> servers_;
-  int64_t* global_step_;
-  bool* stop_requested_;
-  int64_t max_steps_;
-  const LearningRateSchedule* schedule_;  // the optimizer's, as last told to the servers
-  std::string described_;
-  double factor_, floor_;
-  int64_t clock_ = 0;  // pushes sent
-  int64_t epoch_ = 0;  // epochs this fit has ended (epoch_end)
-  double lead_sum_ = 0, lead_count_ = 0, lead_max_ = 0;  // this epoch's pulls
-  std::vector<std::vector<float>> outbox_;
-  std::vector<MPI_Request> push_requests_;
-};
 
 // The workers' communicator in the runtime context for the fit, the job's back after it.
 class WorkerContext {
@@ -498,6 +245,15 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   timeline::discard();
   PsAccess::sync_weights(model);   // every rank starts from the master's variables
   Shards shards(PsAccess::network(model), PsAccess::optimizer(model), static_cast<int>(servers.size()));
+  // Every rank's process, for the first server to end a dropped worker on its host.
+  const ps::Process mine = ps::this_process();
+  std::vector<ps::Process> processes(static_cast<size_t>(size()));
+  {
+    const std::vector<int64_t> pids = communicator().allgather(mine.pid);
+    const std::vector<int64_t> starts = communicator().allgather(mine.start);
+    const std::vector<int64_t> hosts = communicator().allgather(mine.host);
+    for (size_t r = 0; r < processes.size(); ++r) processes[r] = {pids[r], starts[r], hosts[r]};
+  }
   MPI_Comm comm;
   TNT_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
@@ -507,7 +263,8 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   std::vector<int> lost;  // workers lost during the fit (world ranks), the same on every rank left
   if (is_server) {
     const int index = static_cast<int>(std::lower_bound(servers.begin(), servers.end(), rank()) - servers.begin());
-    lost = ps::serve(shards, comm, index, workers, servers, options.max_staleness, *worker_comm);  // the servers' communicator
+    // worker_comm: the servers' own here.
+    lost = ps::serve(shards, comm, index, workers, servers, options.max_staleness, *worker_comm, processes);
   } else {
     // The workers' communicator holds these (world ranks); after a loss it is made again
     // over the workers left, collectively over them only.
@@ -525,19 +282,38 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
       scope.replace(communicator().subset(index, static_cast<int>(gone.size())));
       alive = keep;
     };
-    Worker worker(shards, comm, servers, &PsAccess::global_step(model), &PsAccess::stop_requested(model),
+    ps::Worker worker(shards, comm, servers, &PsAccess::global_step(model), &PsAccess::stop_requested(model),
                   options.max_steps, on_lost);
+    worker.start_watch(config().ps_worker_timeout_s, communicator());
     options.strategy = Strategy::synchronous;  // the loop is the ordinary one, over the workers
     PsAccess::set_worker(model, &worker);
     try {
       history = model.fit(data, options);
+      worker.stop_watch();
       lost = worker.finish(static_cast<int>(workers.size()));
     } catch (const InputError& e) {
+      worker.stop_watch();
       PsAccess::set_worker(model, nullptr);
       worker.abort(e.what(), true);
       throw;
     } catch (const std::exception& e) {
+      // A collective that a lost worker blocked outside the part of the epoch's end that
+      // is done again (a callback's, a checkpoint's): this fit cannot go on without it, and
+      // says so at once rather than at TNT_COLLECTIVE_TIMEOUT.
+      const std::vector<int> gone = worker.unapplied_loss();
+      worker.stop_watch();
       PsAccess::set_worker(model, nullptr);
+      if (!gone.empty()) {
+        // epoch(): the epochs whose metrics and validation are done; the loss is after them.
+        const std::string when = worker.epoch() == 0 ? std::string("before the first epoch")
+                                                     : fmt::format("at the end of epoch {}", worker.epoch() - 1);
+        const std::string message = fmt::format(
+            "parameter-server training: worker rank(s) {} lost {} of the fit, in a collective outside its metrics "
+            "and validation (a callback's or a checkpoint's), which cannot be done again without them: {}",
+            fmt::join(gone, ", "), when, e.what());
+        worker.abort(message, false);
+        throw CommError(message);
+      }
       worker.abort(e.what(), false);
       throw;
     }

@@ -12,6 +12,11 @@
 // a communicator without them. In the next epochs a lost worker's whole part goes to the
 // pool. Only the first server decides; it tells the others (kLost), and at the end every
 // rank (kFinal), so that every rank agrees on who is lost.
+//
+// Between epochs (metrics, validation, callbacks) the workers run collectives that one lost
+// worker blocks, and send the servers nothing but their watch threads' beats (kBeat). A
+// worker whose beats stop for TNT_PS_WORKER_TIMEOUT is dropped as above, and the workers
+// left are told at once (kGone): they leave the blocked collective (PsWorker::end_epoch).
 #include "ps/server.hpp"
 
 #include "ps/ledger.hpp"
@@ -50,8 +55,9 @@ using Span = timeline::Span;
 class Server {
  public:
   Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, const std::vector<int>& server_ranks,
-         std::optional<int64_t> staleness)
-      : shards_(shards),
+         std::optional<int64_t> staleness, const std::vector<Process>& processes)
+      : processes_(processes),
+        shards_(shards),
         comm_(comm),
         index_(index),
         workers_(workers),
@@ -68,6 +74,7 @@ class Server {
     lost_.assign(n, false);
     stepping_.assign(n, false);
     last_heard_.assign(n, detail::now_s());
+    last_beat_.assign(n, -1.0);
     std::set<int> owned;
     for (int i : shards_.plan().pieces_of(index_)) owned.insert(shards_.plan().pieces[static_cast<size_t>(i)].variable);
     for (int v : owned) {
@@ -124,9 +131,20 @@ class Server {
       }
       for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints(final, server_ranks_[s], kFinal);
     }
-    // A reply to a lost worker may never complete (its receiver is gone): left to MPI.
     for (auto& o : outgoing_) {
-      if (!is_lost_rank(o.dest)) TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+      const bool lost = is_lost_rank(o.dest);
+      if (!lost && !o.may_stay_unread) {
+        TNT_MPI_CHECK(MPI_Wait(&o.request, MPI_STATUS_IGNORE));
+        continue;
+      }
+      // A reply to a lost worker (read only if it was just stopped), or a kGone that crossed
+      // the worker's kDone (its watch thread has ended), may never complete: left to MPI,
+      // its buffer kept (a few bytes, never freed).
+      int done = 0;
+      MPI_Test(&o.request, &done, MPI_STATUS_IGNORE);
+      if (done) continue;
+      auto* kept = new Outgoing(std::move(o));
+      if (!lost) MPI_Request_free(&kept->request);
     }
     outgoing_.clear();
     shards_.read_state();
@@ -147,6 +165,7 @@ class Server {
     std::vector<int64_t> ints;
     int dest = -1;
     MPI_Request request = MPI_REQUEST_NULL;
+    bool may_stay_unread = false;  // a kGone: the worker may be done before it reads it
   };
   bool first() const { return index_ == 0; }
   bool is_lost_rank(int rank) const {
@@ -187,7 +206,9 @@ class Server {
     const auto wi = static_cast<size_t>(w);
     // A dropped worker is never probed again (probe()): if it was only stopped and still
     // sends, its part is someone else's now, and it ends at its own timeout, unanswered.
-    last_heard_[wi] = detail::now_s();
+    // A beat comes from the worker's watch thread, not from its training: it does not
+    // count as the worker's sign of life while it is expected to step.
+    if (st.MPI_TAG != kBeat) last_heard_[wi] = detail::now_s();
     switch (st.MPI_TAG) {
       case kPull: {
         int64_t msg[4] = {0, 0, 0, -1};
@@ -239,6 +260,12 @@ class Server {
         o.set_lr_factor(msg[2], msg[3]);
         break;
       }
+      case kBeat: {
+        int64_t zero = 0;
+        TNT_MPI_CHECK(MPI_Recv(&zero, 1, MPI_INT64_T, st.MPI_SOURCE, kBeat, comm_, MPI_STATUS_IGNORE));
+        last_beat_[wi] = detail::now_s();
+        break;
+      }
       case kPause: {
         int64_t epoch = 0;
         TNT_MPI_CHECK(MPI_Recv(&epoch, 1, MPI_INT64_T, st.MPI_SOURCE, kPause, comm_, MPI_STATUS_IGNORE));
@@ -287,8 +314,31 @@ class Server {
                  workers_[wi], static_cast<long long>(ledger_.epoch()), why.c_str(), static_cast<long long>(left));
     std::fflush(stderr);
     for (size_t s = 1; s < server_ranks_.size(); ++s) send_ints({workers_[wi]}, server_ranks_[s], kLost);
+    // The workers left may be blocked in a collective with it (the epoch's end): they learn
+    // now, not at the ledger's next answer. A worker that is done needs no word. The lost
+    // one is told too: if it was only stopped and runs again, its watch thread ends it.
+    for (size_t o = 0; o < workers_.size(); ++o) {
+      if ((o == wi || (!lost_[o] && !done_[o])) && last_beat_[o] >= 0) {
+        std::vector<int64_t> gone;
+        for (int r : lost_ranks()) gone.push_back(r);
+        send_ints(std::move(gone), workers_[o], kGone);
+        outgoing_.back().may_stay_unread = true;
+      }
+    }
+    end_if_here(workers_[wi]);
     serve_ledger();
     answer_pulls();
+  }
+
+  // A dropped worker still there (stopped, hung) holds the job's end (mpirun waits for it):
+  // on this host it is ended here (SIGKILL: the launcher counts it as a lost worker, the job
+  // goes on); elsewhere its watch thread ends it if it runs again.
+  void end_if_here(int rank) {
+    int me = 0;
+    MPI_Comm_rank(comm_, &me);
+    if (processes_.size() > static_cast<size_t>(std::max(rank, me))) {
+      end_dropped_worker(rank, processes_[static_cast<size_t>(rank)], processes_[static_cast<size_t>(me)]);
+    }
   }
 
   // A worker is expected to send while it steps (a push per batch), and once another
@@ -299,7 +349,22 @@ class Server {
       if (lost_[w] || done_[w] || ledger_.waiting(w)) continue;
       const bool held = std::any_of(held_.begin(), held_.end(), [&](const Held& h) { return h.source == workers_[w]; });
       if (held) continue;
-      if (!stepping_[w] && first_waiting_ < 0) continue;  // between epochs: validation, checkpoints
+      if (!stepping_[w] && first_waiting_ < 0) {
+        // Between epochs (the epoch's metrics, validation, callbacks): its beats count. A
+        // worker without a watch thread (no MPI_THREAD_MULTIPLE) is not judged here.
+        if (last_beat_[w] < 0) continue;
+        const double since = std::max(last_heard_[w], last_beat_[w]);
+        if (now - since > timeout_) {
+          const std::string where = ledger_.epoch() == 0
+                                        ? std::string("before the first epoch's steps")
+                                        : fmt::format("after the steps of epoch {}: in its metrics, validation or "
+                                                      "callbacks",
+                                                      ledger_.epoch() - 1);
+          lose(static_cast<int>(w), fmt::format("no heartbeat from it for {:.1f} s {}; TNT_PS_WORKER_TIMEOUT={} s",
+                                                now - since, where, timeout_));
+        }
+        continue;
+      }
       const double since = stepping_[w] ? last_heard_[w] : std::max(last_heard_[w], first_waiting_);
       if (now - since > timeout_) {
         lose(static_cast<int>(w), fmt::format("nothing from it for {:.1f} s, TNT_PS_WORKER_TIMEOUT={} s", now - since,
@@ -483,6 +548,7 @@ class Server {
     }
   }
 
+  std::vector<Process> processes_;  // by rank of comm_
   Shards& shards_;
   MPI_Comm comm_;
   int index_;
@@ -495,6 +561,7 @@ class Server {
   // view of who should be sending; see the file's head.
   std::vector<bool> lost_, stepping_;
   std::vector<double> last_heard_;
+  std::vector<double> last_beat_;  // the worker's last kBeat; -1: none yet (it has no watch thread)
   bool final_ = false;  // the first server said the fit is over (kFinal)
   Ledger ledger_;  // the first server's (ps/ledger.hpp)
   double first_waiting_ = -1;  // when the first worker of the epoch reached the ledger (or ended)
@@ -521,8 +588,9 @@ class Server {
 }  // namespace
 
 std::vector<int> serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers,
-                       const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers) {
-  Server server(shards, comm, index, workers, server_ranks, staleness);
+                       const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers,
+                       const std::vector<Process>& processes) {
+  Server server(shards, comm, index, workers, server_ranks, staleness, processes);
   server.run(servers);
   return server.lost_ranks();
 }

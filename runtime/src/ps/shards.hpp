@@ -33,6 +33,12 @@ inline constexpr int kLedger = 20;      // worker -> first server: int64 {epoch,
 inline constexpr int kPart = 21;        // first server -> worker: int64 {1, owner, first, end} or {0, lost ranks...}
 inline constexpr int kLost = 22;        // first server -> server: int64 world rank of a dropped worker
 inline constexpr int kFinal = 23;       // first server -> every rank: int64 {lost ranks...}, the fit is over
+// Liveness outside the epoch's steps (ps/server.cpp): a worker's watch thread beats while
+// the worker does the epoch's end (metrics, validation, callbacks), where it sends nothing
+// else; a worker dropped then is named to the others, whose collectives it would block.
+inline constexpr int kBeat = 24;        // worker -> first server: int64 0, alive
+inline constexpr int kGone = 25;        // first server -> worker: int64 {lost ranks...}, all lost so far
+inline constexpr int kRedo = 26;        // worker -> worker: int64 epoch, here to redo its end without the lost
 
 // The variables as host mirrors, the plan over them, and the optimizer state by variable:
 // what servers and workers share.

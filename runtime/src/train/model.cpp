@@ -550,24 +550,31 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     }
     if (stager) stager->end_pass();
     if (ps_) ps_->pause();
-    if (ps_ && !logs.empty()) logs = totals.global();  // the epoch's row: every worker's samples
     timing_.finish();
     // The epoch's step events on disk before its history row: here, before the validation's
     // collectives, so that every rank has written its part before the master can finish the
     // epoch and write the row.
     timeline::epoch_end();
-    if (ps_) ps_->epoch_end(logs);  // the servers' variables and optimizer state, for validation and checkpoints
-
-    const bool ran_steps = !logs.empty();
-    if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {
-      Span span(Lane::compute, "evaluation");
-      EvalParams eval;
-      eval.steps = validation->steps();
-      eval.batch_size = validation->global_batch_size();
-      if (options.validation_data) eval.samples = options.validation_data->cardinality();
-      eval.verbose = options.verbose;
-      for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0), {}, eval, &callbacks)) logs["val_" + k] = v;
-    }
+    const Logs step_logs = logs;
+    // A parameter-server worker runs it again if a worker is lost in it (PsWorker::end_epoch).
+    auto end_work = [&] {
+      logs = step_logs;
+      if (ps_ && !logs.empty()) logs = totals.global();  // the epoch's row: every worker's samples
+      if (ps_) ps_->epoch_end(logs);  // the servers' variables and optimizer state, for validation, checkpoints
+      const bool ran_steps = !logs.empty();
+      if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {
+        Span span(Lane::compute, "evaluation");
+        EvalParams eval;
+        eval.steps = validation->steps();
+        eval.batch_size = validation->global_batch_size();
+        if (options.validation_data) eval.samples = options.validation_data->cardinality();
+        eval.verbose = options.verbose;
+        for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0), {}, eval, &callbacks)) {
+          logs["val_" + k] = v;
+        }
+      }
+    };
+    if (ps_) ps_->end_epoch(end_work); else end_work();
     logs["learning_rate"] = lr_used;
     logs["seconds"] = now_s() - epoch_start;
     if (options.verbose >= 2 || log_enabled(LogLevel::info)) print("{}", describe_epoch_timing(epoch + 1, timing_, size()));

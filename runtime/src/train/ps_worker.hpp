@@ -30,8 +30,14 @@ class PsWorker {
   virtual NextBatch epoch_batches(NextBatch own, int64_t own_steps, std::function<NextBatch(int owner)> part) = 0;
   // Variables and optimizer state, for validation and checkpoints; the epoch's staleness
   // into logs: staleness_mean and staleness_max over the workers' pulls (how many updates
-  // the puller was ahead of the slowest worker). Collective over the workers.
+  // the puller was ahead of the slowest worker). Collective over the workers. Called inside
+  // end_epoch's `work`, which may run it more than once.
   virtual void epoch_end(Logs& logs) = 0;
+  // The epoch's end up to its callbacks (`work`: the metrics' allreduce, epoch_end,
+  // validation; it must start from the same state each time). A worker lost meanwhile is
+  // named by the first server; the workers left leave the collective it blocks, make their
+  // communicator again without it, and run `work` again.
+  virtual void end_epoch(const std::function<void()>& work) = 0;
 };
 
 }  // namespace tnt::detail

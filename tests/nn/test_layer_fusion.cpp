@@ -22,26 +22,8 @@ using test::bn;
 using test::conv;
 using test::relu;
 
-// (N, 3, 9, 7) -> 5 logits: a stem, an identity block, a block with a projection shortcut
-// (whose BatchNorm comes after the chain's BatchNorm in the order, so the chain must run at
-// its ReLU), and an Add whose chain input is its second input.
-std::shared_ptr<Network> resnet_like() {
-  SymTensor x = Input({3, 9, 7}, DType::f32, "images");
-  SymTensor h = relu(bn(conv(x, 8, 3, 1, "conv1"), "bn1"), "relu1");                        // chain 1
-  SymTensor r = relu(bn(conv(h, 8, 3, 1, "b1.conv1"), "b1.bn1"), "b1.relu1");                // chain 2
-  r = bn(conv(r, 8, 3, 1, "b1.conv2"), "b1.bn2");
-  h = relu(add(h, r, "b1.add"), "b1.relu2");                                                 // chain 3 (arg 1)
-  SymTensor s = relu(bn(conv(h, 12, 3, 2, "b2.conv1"), "b2.bn1"), "b2.relu1");               // chain 4
-  s = bn(conv(s, 12, 3, 1, "b2.conv2"), "b2.bn2");
-  SymTensor shortcut = bn(conv(h, 12, 1, 2, "b2.down.0"), "b2.down.1");
-  h = relu(add(s, shortcut, "b2.add"), "b2.relu2");                                          // chain 5
-  h = call(std::make_shared<GlobalAveragePool>("avgpool"), h);
-  h = call(std::make_shared<Flatten>("flatten"), h);
-  SymTensor y = call(std::make_shared<Dense>(5, DenseOptions{}, "fc"), h);
-  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "resnet_like");
-  net->initialize(5);
-  return net;
-}
+// The graph of test::resnet_like (small_nets.hpp) on (N, 3, 9, 7) images.
+std::shared_ptr<Network> resnet_like() { return test::resnet_like(9, 7, 8, 12); }
 
 Tensor random(const Shape& shape, uint64_t seed, const std::string& name) {
   Tensor t = Tensor::empty(shape);

@@ -26,27 +26,10 @@ using namespace tnt;
 
 namespace {
 
-using test::add;
-using test::bn;
-using test::conv;
-using test::relu;
-
-// Channels are multiples of 8 (what cuDNN's NHWC half kernels want).
+// test::resnet_like on the GPU in channels_last; channels are multiples of 8 (what cuDNN's
+// NHWC half kernels want).
 std::shared_ptr<Network> resnet_like() {
-  SymTensor x = Input({3, 16, 16}, DType::f32, "images");
-  SymTensor h = relu(bn(conv(x, 16, 3, 1, "conv1"), "bn1"), "relu1");
-  SymTensor r = relu(bn(conv(h, 16, 3, 1, "b1.conv1"), "b1.bn1"), "b1.relu1");
-  r = bn(conv(r, 16, 3, 1, "b1.conv2"), "b1.bn2");
-  h = relu(add(h, r, "b1.add"), "b1.relu2");
-  SymTensor s = relu(bn(conv(h, 32, 3, 2, "b2.conv1"), "b2.bn1"), "b2.relu1");
-  s = bn(conv(s, 32, 3, 1, "b2.conv2"), "b2.bn2");
-  SymTensor shortcut = bn(conv(h, 32, 1, 2, "b2.down.0"), "b2.down.1");
-  h = relu(add(s, shortcut, "b2.add"), "b2.relu2");
-  h = call(std::make_shared<GlobalAveragePool>("avgpool"), h);
-  h = call(std::make_shared<Flatten>("flatten"), h);
-  SymTensor y = call(std::make_shared<Dense>(5, DenseOptions{}, "fc"), h);
-  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "resnet_like");
-  net->initialize(5);
+  auto net = test::resnet_like(16, 16, 16, 32);
   net->to(test::gpu());
   net->set_memory_format(MemoryFormat::channels_last);
   return net;

@@ -35,6 +35,28 @@ inline SymTensor add(const SymTensor& a, const SymTensor& b, const std::string& 
 // crosses ranks: conv1 (4 filters, 3x3, padding 1), `after_conv` if given, ReLU, max-pool,
 // dense 8, ReLU, dense 3. conv_bias=false suits a BatchNorm after the convolution (as in
 // ResNet, where the bias's gradient would be noise).
+// (N, 3, height, width) -> 5 logits, initialised with seed 5: a stem, an identity block, a
+// block with a projection shortcut (whose BatchNorm comes after the chain's BatchNorm in the
+// order, so a fused chain must run at its ReLU), and an Add whose chain input is its second
+// input. Five BatchNorm -> (Add ->) ReLU chains; c1 and c2 channels in the two blocks.
+inline std::shared_ptr<Network> resnet_like(int64_t height, int64_t width, int64_t c1, int64_t c2) {
+  SymTensor x = Input({3, height, width}, DType::f32, "images");
+  SymTensor h = relu(bn(conv(x, c1, 3, 1, "conv1"), "bn1"), "relu1");                        // chain 1
+  SymTensor r = relu(bn(conv(h, c1, 3, 1, "b1.conv1"), "b1.bn1"), "b1.relu1");                // chain 2
+  r = bn(conv(r, c1, 3, 1, "b1.conv2"), "b1.bn2");
+  h = relu(add(h, r, "b1.add"), "b1.relu2");                                                  // chain 3 (arg 1)
+  SymTensor s = relu(bn(conv(h, c2, 3, 2, "b2.conv1"), "b2.bn1"), "b2.relu1");                // chain 4
+  s = bn(conv(s, c2, 3, 1, "b2.conv2"), "b2.bn2");
+  SymTensor shortcut = bn(conv(h, c2, 1, 2, "b2.down.0"), "b2.down.1");
+  h = relu(add(s, shortcut, "b2.add"), "b2.relu2");                                           // chain 5
+  h = call(std::make_shared<GlobalAveragePool>("avgpool"), h);
+  h = call(std::make_shared<Flatten>("flatten"), h);
+  SymTensor y = call(std::make_shared<Dense>(5, DenseOptions{}, "fc"), h);
+  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "resnet_like");
+  net->initialize(5);
+  return net;
+}
+
 inline std::shared_ptr<Sequential> small_cnn(const std::string& name, bool conv_bias = true,
                                              LayerPtr after_conv = nullptr) {
   auto net = std::make_shared<Sequential>(name);

@@ -100,6 +100,11 @@ TEST_CASE("a fit of measured costs keeps both ends") {
   CHECK(f.a_s > 0.5e-3);
   CHECK(f.a_s < 1.5e-3);
   CHECK(f.b_s_per_byte > 0);
+  // A loaded machine swapped the larger sizes' medians (ms; two ranks sharing two cores):
+  // the line from the smallest to the largest size still charges bytes.
+  f = fit_allreduce({8192, 65536, 524288}, {0.30e-3, 1.20e-3, 1.10e-3}, 2);
+  CHECK(f.b_s_per_byte == Approx((1.10e-3 - 0.30e-3) / (524288 - 8192)));
+  CHECK(f.a_s > 0);
 }
 
 TEST_CASE("buckets overlap backward on one channel, in bucket order") {

@@ -238,6 +238,13 @@ TEST_CASE("Dropout: scaling, determinism, rank independence", "[forward][dropout
   CHECK(std::equal(tail.begin(), tail.end(), v.begin() + 400 * d));
 
   CHECK(run(drop, {x}, RunContext{})[0].to_vector() == x.to_vector());  // inference: identity
+  // Empty inputs (a batch of 0 rows, or 0 features), anywhere in the counter stream.
+  for (const Shape& shape : {Shape{0, d}, Shape{5, 0}}) {
+    SavedState s;
+    Tensor empty = Tensor::zeros(shape);
+    CHECK(drop.forward({empty}, part, s)[0].shape() == shape);
+    CHECK(drop.backward({empty}, part, s)[0].numel() == 0);
+  }
   CHECK_THROWS_WITH(Dropout(1.0, "bad"), Catch::Contains("bad") && Catch::Contains("rate"));
 }
 

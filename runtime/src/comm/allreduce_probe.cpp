@@ -8,11 +8,13 @@
 namespace tnt::comm {
 
 scaling::AllreduceFit measure_allreduce(Communicator& comm, Device device, int64_t largest) {
-  // The latency term shows in the small sizes, the bandwidth term in the large ones.
+  // The latency term shows in the small sizes, the bandwidth term in the large ones. The
+  // sizes step down from the largest by 8 (to 4 KB at least), so the larger half that sets
+  // the slope (fit_allreduce) spans a factor of 8 or more: sizes stepped up from 4 KB gave
+  // 256 KB and 400 KB for a 400 KB model, whose medians a loaded machine swapped.
   largest = std::clamp<int64_t>(largest, 64 << 10, 16 << 20) / 4 * 4;
   std::vector<int64_t> sizes;
-  for (int64_t s = 4 << 10; s < largest * 3 / 4; s *= 8) sizes.push_back(s);
-  sizes.push_back(largest);
+  for (int64_t s = largest; s >= (4 << 10); s = s / 8 / 4 * 4) sizes.insert(sizes.begin(), s);
   constexpr int kWarmup = 1;
   // Few: the probe runs inside training (auto: at step 8), and every repeat of the largest
   // size moves all the gradients once more; the median of 5 is steady enough for a line.

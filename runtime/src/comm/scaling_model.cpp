@@ -50,7 +50,14 @@ AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<
   }
   AllreduceFit fit;
   fit.ranks = ranks;
-  fit.b_s_per_byte = std::max(0.0, (n * sxy - sx * sy) / den);
+  fit.b_s_per_byte = (n * sxy - sx * sy) / den;
+  if (!(fit.b_s_per_byte > 0)) {
+    // Noise turned the larger sizes' line flat or downhill (a loaded machine, sizes close
+    // together): bytes still cost time, so take the line from the smallest to the largest.
+    const auto& [x0, y0] = points.front();
+    const auto& [x1, y1] = points.back();
+    fit.b_s_per_byte = std::max(0.0, (y1 - y0) / (x1 - x0));
+  }
   std::vector<double> intercepts;
   for (size_t i = 0; i < std::max<size_t>(small, 1); ++i) intercepts.push_back(points[i].second - fit.b_s_per_byte * points[i].first);
   std::sort(intercepts.begin(), intercepts.end());

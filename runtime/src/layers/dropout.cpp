@@ -43,9 +43,12 @@ std::vector<Tensor> Dropout::forward(const std::vector<Tensor>& inputs, const Ru
   float* ys = y.data<float>();
   uint8_t* ms = mask.data<uint8_t>();
   const int64_t n = x.numel();
-  // uniform4: one Philox block per four consecutive counters, drawn once per block.
+  // uniform4: one Philox block per four consecutive counters, drawn once per block: blocks
+  // [first, end) (none for an empty tensor: base + n - 1 would wrap).
+  const auto first = static_cast<int64_t>(base >> 2);
+  const int64_t end = n == 0 ? first : static_cast<int64_t>((base + static_cast<uint64_t>(n) - 1) >> 2) + 1;
 #pragma omp parallel for schedule(static) if (n > 8192)
-  for (int64_t q = (base >> 2); q <= static_cast<int64_t>((base + static_cast<uint64_t>(n) - 1) >> 2); ++q) {
+  for (int64_t q = first; q < end; ++q) {
     uint32_t words[4];
     philox::block(key, static_cast<uint64_t>(q), 0, words);
     for (int w = 0; w < 4; ++w) {

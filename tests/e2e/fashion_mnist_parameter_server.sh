@@ -9,10 +9,14 @@
 #     their order, which moved nothing in the 4th decimal when measured).
 #   async: fully asynchronous training (1 server + 2 workers) reaches within 1.5 points of
 #     synchronous accuracy after the same 4 epochs of 12,000 samples (asynchronous Adam takes
-#     a step per push, twice the updates). After 2 epochs of 6,000 (about 77%, still steep)
-#     the gap ranged from 2.7 points below to 1.9 above; at 4 epochs of 12,000 (about 83%)
-#     it measured -0.7, -0.1 and +0.5 points with the job alone on the 2-core machine, and
-#     -1.6 to +0.6 in four runs with two jobs sharing it. The test takes both CTest slots.
+#     a step per push, twice the updates), in the mean of two asynchronous runs. After 2
+#     epochs of 6,000 (about 77%, still steep) the gap ranged from 2.7 points below to 1.9
+#     above; at 4 epochs of 12,000 (about 83%) one run's gap measured -0.95 to +0.65 points
+#     in 13 runs with one to three jobs sharing the 2-core machine (and -1.6 once before),
+#     and CI once saw a single run more than 1.5 below: how the workers' pushes interleave
+#     moves one run by about 0.6 points (one standard deviation), the mean of two by about
+#     0.45, so 1.5 points is over 3 of those, while lost or misapplied updates cost more
+#     (8 epochs did not narrow the spread: -0.9 to +1.35). The test takes both CTest slots.
 #   resume_across: a checkpoint written by a parameter-server run is resumed by a
 #     synchronous run, and one written by a synchronous run by a parameter-server run;
 #     history.csv gets one row per epoch.
@@ -68,14 +72,18 @@ case $case_name in
     longer=(--model=mlp --num_train_samples=12000 --batch_size=128 --verbose=0 --train_epochs=4)
     fm_run sync -np 2 -- "${longer[@]}" --model_dir="$fm_tmp/sync"
     acc_sync=$(result_of)
-    fm_run ps -np 3 --parameter-servers 1 -- "${longer[@]}" --strategy=parameter_server \
-      --model_dir="$fm_tmp/ps"
-    [[ $fm_rc -eq 0 ]] || fm_fail "ps: exit $fm_rc"
-    acc_ps=$(result_of)
+    accs=()
+    for run in 1 2; do
+      fm_run ps$run -np 3 --parameter-servers 1 -- "${longer[@]}" --strategy=parameter_server \
+        --model_dir="$fm_tmp/ps$run"
+      [[ $fm_rc -eq 0 ]] || fm_fail "ps$run: exit $fm_rc"
+      accs+=("$(result_of)")
+    done
+    acc_ps=$(awk -v a="${accs[0]}" -v b="${accs[1]}" 'BEGIN { if (a != "" && b != "") printf "%.4f", (a + b) / 2 }')
     if [[ -n $acc_sync && -n $acc_ps ]] && awk -v a="$acc_sync" -v b="$acc_ps" 'BEGIN { exit !(b >= a - 0.015) }'; then
-      fm_pass "asynchronous accuracy $acc_ps, synchronous $acc_sync"
+      fm_pass "asynchronous accuracy $acc_ps (mean of ${accs[*]}), synchronous $acc_sync"
     else
-      fm_fail "asynchronous accuracy '$acc_ps' more than 1.5 points below synchronous '$acc_sync'"
+      fm_fail "asynchronous accuracy '$acc_ps' (mean of '${accs[0]}' '${accs[1]}') more than 1.5 points below synchronous '$acc_sync'"
     fi
     ;;
   resume_across)

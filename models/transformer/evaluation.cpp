@@ -135,7 +135,7 @@ void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences
   // activation before and after ReLU; the decoder layer's the same plus the encoder-decoder
   // attention's: 16 hidden + 2 filter values. The attention weights once per attention
   // (twice with attention dropout: before and after it), except where the fused CUDA
-  // attention runs (TNT_FUSED_ATTENTION on a GPU in bf16/fp16 with a head depth of 16 to 128
+  // attention runs (TNT_FUSED_ATTENTION, on by default, on a GPU in bf16/fp16 with a head depth of 16 to 128
   // in steps of 16, the runtime's rule in layers/attention_fused.hpp): it keeps none. (Where
   // the fused kernels do not fit a GPU's shared memory, e.g. depth 128 on an A100, the
   // unfused engine runs; the check, a lower bound, then counts less than is kept.)

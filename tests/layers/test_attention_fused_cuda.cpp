@@ -327,12 +327,12 @@ TEST_CASE("Fused attention does not run where it does not apply", "[gpu][attenti
     require_equal(asked.o, unfused.o, "o");
     require_equal(asked.dq, unfused.dq, "dq");
   }
-  // And the knob is off by default: this process runs without TNT_FUSED_ATTENTION.
+  // And the knob is on by default: this process runs without TNT_FUSED_ATTENTION.
   if (std::getenv("TNT_FUSED_ATTENTION") == nullptr) {
-    CHECK_FALSE(tnt::config().fused_attention);
+    CHECK(tnt::config().fused_attention);
     const Case c{DType::bf16, 2, 2, 9, 11, 64};
     const Inputs in = make_inputs(c, "fa_default");
-    CHECK_FALSE(run(in, args_of(c, 0.0f), AttentionEngine::config, c.dtype).fused);
+    CHECK(run(in, args_of(c, 0.0f), AttentionEngine::config, c.dtype).fused);
   }
 }
 
@@ -370,4 +370,26 @@ TEST_CASE("TNT_FUSED_ATTENTION=1: MultiHeadAttention runs the fused core, agains
   REQUIRE(dx.size() >= 1);
   REQUIRE(dx[0].defined());
   for (double v : host_f32(dx[0]).to_double_vector()) REQUIRE(std::isfinite(v));
+}
+
+// Run by the CTest entry layers_attention_fused_cuda_off with TNT_FUSED_ATTENTION=0: the
+// switch that turns the default off reaches the layer, which then runs the unfused core.
+TEST_CASE("TNT_FUSED_ATTENTION=0: MultiHeadAttention runs the unfused core", "[.unfused_env]") {
+  const char* env = std::getenv("TNT_FUSED_ATTENTION");
+  REQUIRE(env != nullptr);
+  REQUIRE(std::string(env) == "0");
+  REQUIRE_FALSE(tnt::config().fused_attention);
+  auto b = std::make_shared<MultiHeadAttention>(int64_t{64}, MultiHeadAttentionOptions{.num_heads = 4},
+                                                std::string("attn_unfused"));
+  b->to(gpu());
+  b->ensure_built({{1, 1, 64}});
+  b->initialize(11);
+  for (Parameter* p : b->parameters()) p->compute = ops::cast(p->value, DType::bf16);
+  const Tensor x = ops::cast(test::random_tensor({2, 37, 64}, "unfused_env_x").to(gpu()), DType::bf16);
+  const int64_t calls = cuda::attention_fused_calls();
+  SavedState s;
+  const Tensor y = b->forward({x}, test::layer_context(true, gpu()), s)[0];
+  b->backward({ops::cast(test::random_tensor(y.shape(), "unfused_env_dy").to(gpu()), DType::bf16)},
+              test::layer_context(true, gpu()), s);
+  CHECK(cuda::attention_fused_calls() == calls);
 }

@@ -44,7 +44,7 @@ namespace tnt {
     "server ranks of parameter-server training, e.g. 0,1 (the launcher's --parameter-servers); empty = rank 0") \
   X(ps_worker_timeout_s, double, "TNT_PS_WORKER_TIMEOUT", 0.0, "s",                             \
     "parameter-server training: a worker silent this long is dropped, its samples go to the others (the launcher sets it from --heartbeat-timeout); 0 = never") \
-  X(fused_attention, bool, "TNT_FUSED_ATTENTION", false, "",                                    \
+  X(fused_attention, bool, "TNT_FUSED_ATTENTION", true, "",                                     \
     "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel") \
   X(layer_fusion, bool, "TNT_LAYER_FUSION", true, "",                                           \
     "on GPUs, BatchNorm->ReLU and BatchNorm->Add->ReLU run as one cuDNN call where it applies; 0 = layer by layer")

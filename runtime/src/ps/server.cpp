@@ -49,9 +49,7 @@ namespace {
 using timeline::Lane;
 using Span = timeline::Span;
 
-// ---------------------------------------------------------------------------------------
 // The server
-
 class Server {
  public:
   Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, const std::vector<int>& server_ranks,
@@ -223,7 +221,8 @@ class Server {
         // leaves a receive that never completes. Until it does, nothing else of that worker
         // is probed (its messages are handled in order); the push counts when it arrives.
         Incoming& in = incoming_[w];
-        in.grad.assign(accum_.size() + 1, 0.0f);
+        in.grad = pool_.take();
+        in.grad.resize(accum_.size() + 1);  // every element is received
         TNT_MPI_CHECK(MPI_Irecv(in.grad.data(), static_cast<int>(in.grad.size()), MPI_FLOAT, st.MPI_SOURCE, kPush,
                                 comm_, &in.request));
         break;
@@ -414,6 +413,7 @@ class Server {
       std::vector<float> grad = std::move(it->second.grad);
       it = incoming_.erase(it);
       take_push(w, grad);
+      pool_.give(std::move(grad));
       answer_pulls();
     }
   }
@@ -508,7 +508,7 @@ class Server {
         ++it;
         continue;
       }
-      std::vector<float> values = shards_.gather(index_, false);
+      std::vector<float> values = shards_.gather(index_, false, pool_.take());
       values.push_back(static_cast<float>(lead(*it)));  // exact below 2^24 updates
       // The optimizer's step count, the job's global step, as two exact halves.
       const int64_t step = shards_.step_count();
@@ -544,6 +544,7 @@ class Server {
     for (auto it = outgoing_.begin(); it != outgoing_.end();) {
       int done = 0;
       TNT_MPI_CHECK(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
+      if (done) pool_.give(std::move(it->floats));
       it = done ? outgoing_.erase(it) : std::next(it);
     }
   }
@@ -583,6 +584,7 @@ class Server {
   std::list<Incoming> abandoned_;     // of lost workers: never completed, never freed
   size_t next_probe_ = 0;
   std::list<Outgoing> outgoing_;
+  FloatPool pool_;  // message buffers to reuse
 };
 
 }  // namespace

@@ -96,6 +96,7 @@ class Shards {
     for (size_t i = 0; i < vars_.size(); ++i) values_[i].copy_from(vars_[i].param->value);
   }
   void write_values() {
+    if (direct_ > 0) copy_pieces(direct_server_, false);  // the server's own rows: its variables'
     for (size_t i = 0; i < vars_.size(); ++i) vars_[i].param->value.copy_from(values_[i]);
   }
   void read_grads() {
@@ -113,12 +114,17 @@ class Shards {
     optimizer_.set_step_count(step_count);
   }
 
-  // Server s's shard of the host values (or gradients) in shard order, and back.
-  std::vector<float> gather(int s, bool grads) const {
-    std::vector<float> out(static_cast<size_t>(shard_elements(s)));
+  // Server s's shard of the host values (or gradients) in shard order, and back. `out`: a
+  // buffer to reuse (resized; its elements are all overwritten). A server that updates its
+  // variables in place (apply) serves their values straight from them.
+  std::vector<float> gather(int s, bool grads, std::vector<float> out = {}) const {
+    out.resize(static_cast<size_t>(shard_elements(s)));
+    const bool direct = !grads && direct_ > 0 && s == direct_server_;
     for (int i : plan_.pieces_of(s)) {
       const ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
-      const float* src = (grads ? grads_ : values_)[static_cast<size_t>(p.variable)].data<float>() + p.offset;
+      const Tensor& t = direct ? vars_[static_cast<size_t>(p.variable)].param->value
+                               : (grads ? grads_ : values_)[static_cast<size_t>(p.variable)];
+      const float* src = t.data<float>() + p.offset;
       std::copy(src, src + p.count, out.data() + p.shard_offset);
     }
     return out;
@@ -167,7 +173,33 @@ class Shards {
   // The server's update: the shard's gradient (shard order) into the variables it touches,
   // one optimizer step over them, the new values back into the host mirrors. Rows of a
   // split variable that another server holds get a zero gradient here and are never served.
+  // Where every variable the server owns is a contiguous f32 host tensor (a server computes
+  // on the CPU), the gradient goes straight into the variables' gradients (whose rows of
+  // other servers stay at the 0 they get once) and the values stay in the variables, which
+  // pulls read (gather): two copies of the shard fewer per update than through the mirrors.
   void apply(int s, const float* grad, const std::vector<NamedParameter>& owned, const std::vector<int>& owned_index) {
+    if (direct_ < 0) {
+      direct_ = 1;
+      for (const auto& v : owned) {
+        const Parameter& p = *v.param;
+        const bool host = p.value.device().is_cpu() && p.grad.device().is_cpu() && p.value.dtype() == DType::f32 &&
+                          p.grad.dtype() == DType::f32 && !p.value.is_channels_last() && !p.grad.is_channels_last();
+        if (!host) direct_ = 0;
+      }
+      if (direct_ > 0) {
+        for (const auto& v : owned) v.param->grad.zero_();
+        direct_server_ = s;
+      }
+    }
+    if (direct_ > 0) {
+      for (int i : plan_.pieces_of(s)) {
+        const ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+        float* dst = vars_[static_cast<size_t>(p.variable)].param->grad.data<float>() + p.offset;
+        std::copy(grad + p.shard_offset, grad + p.shard_offset + p.count, dst);
+      }
+      optimizer_.step(owned);
+      return;
+    }
     scatter(s, grad, true);
     for (size_t k = 0; k < owned.size(); ++k) {
       owned[k].param->grad.copy_from(grads_[static_cast<size_t>(owned_index[k])]);
@@ -179,7 +211,19 @@ class Shards {
   }
 
  private:
+  // Server s's pieces from its variables into the mirrors (grads: the gradients).
+  void copy_pieces(int s, bool grads) {
+    for (int i : plan_.pieces_of(s)) {
+      const ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
+      const Parameter& v = *vars_[static_cast<size_t>(p.variable)].param;
+      const float* src = (grads ? v.grad : v.value).data<float>() + p.offset;
+      std::copy(src, src + p.count, (grads ? grads_ : values_)[static_cast<size_t>(p.variable)].data<float>() + p.offset);
+    }
+  }
+
   Optimizer& optimizer_;
+  int direct_ = -1;  // apply updates the variables in place: -1 not decided yet, 0 no, 1 yes
+  int direct_server_ = -1;
   std::vector<NamedParameter> vars_;
   std::vector<std::string> slot_names_;
   std::vector<Tensor> values_, grads_;            // host f32 mirrors, same shapes
@@ -193,6 +237,24 @@ class Shards {
 // talks to. Polls, so that a server that is lost or stopped ends this worker after
 // TNT_COLLECTIVE_TIMEOUT (0: never) with the server named, rather than never. A timed-out
 // request is left to MPI: the job is ending.
+// Float buffers to reuse for a server's messages (a shard is megabytes: a fresh buffer per
+// message costs its allocation and zeroing).
+class FloatPool {
+ public:
+  std::vector<float> take() {
+    if (spare_.empty()) return {};
+    std::vector<float> v = std::move(spare_.back());
+    spare_.pop_back();
+    return v;
+  }
+  void give(std::vector<float>&& v) {
+    if (spare_.size() < 16 && v.capacity() > 0) spare_.push_back(std::move(v));
+  }
+
+ private:
+  std::vector<std::vector<float>> spare_;
+};
+
 void wait_servers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, const std::string& what);
 
 }  // namespace tnt::ps

@@ -20,6 +20,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <cstring>
 #include <fcntl.h>
 #include <functional>
@@ -327,8 +328,11 @@ void end_cut_off_daemon(pid_t front, pid_t daemon) {
 // Waits for the program to end, passing on signals, telling the launcher when the program
 // stops and continues, and stopping it when mpirun goes away or the lifeline says that the
 // launcher is gone or cut off (`launcher` then holds which). Returns its wait status.
+// drop_after_s > 0 (a worker of parameter-server training: the servers' worker timeout): a
+// program stopped for twice that is ended, as the servers have dropped it and no one else
+// can end it on this host, and the job would wait for it for ever.
 int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch& join, LifelineClient& lifeline,
-            LifelineClient::State& launcher, const RankIdentity& id, const std::string& host) {
+            LifelineClient::State& launcher, const RankIdentity& id, const std::string& host, double drop_after_s) {
   using Clock = std::chrono::steady_clock;
   const pid_t parent = ::getppid();
   // Often enough for the lifeline's heartbeats (a sixth of its timeout, at least 0.1 s).
@@ -337,6 +341,7 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch&
                            : 250'000'000;
   bool stopping = false, killed = false;
   Clock::time_point kill_at{};  // when a stopping program gets SIGKILL
+  std::optional<Clock::time_point> stopped_at;  // the program is stopped since
   auto stop = [&](int grace_ms) {
     if (stopping) return;
     stopping = true;
@@ -350,8 +355,10 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch&
       auto changed = [&](int status) {
         if (WIFSTOPPED(status)) {
           reporter.send(RankReport::Kind::stopped, false, WSTOPSIG(status), false);
+          stopped_at = Clock::now();
         } else {
           reporter.send(RankReport::Kind::continued, false, 0, false);
+          stopped_at.reset();
         }
       };
       if (auto status = reap_children(child, changed)) return *status;
@@ -380,6 +387,14 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch&
         forward(child, SIGTERM);
         stop(stop_grace_ms);
       }
+    }
+    if (stopped_at && drop_after_s > 0 && !stopping &&
+        Clock::now() - *stopped_at > std::chrono::duration<double>(2 * drop_after_s)) {
+      std::fprintf(stderr, "tarantella: rank %d on %s: its program has been stopped for more than %g s, twice the "
+                   "parameter servers' worker timeout (--heartbeat-timeout), so they have dropped it; ending it "
+                   "(SIGKILL) so that the job can end\n", id.rank, host.c_str(), 2 * drop_after_s);
+      stopping = true;
+      kill_at = Clock::now();
     }
     if (stopping && !killed && Clock::now() >= kill_at) {
       ::kill(-child, SIGKILL);
@@ -525,7 +540,9 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
   }
   LifelineClient::State launcher = lifeline.connected() ? LifelineClient::State::alive : LifelineClient::State::none;
 
-  const int status = monitor(child, handled, reporter, join_watch, lifeline, launcher, id, host);
+  double drop_after_s = 0;  // a parameter-server worker's (monitor)
+  if (servers != env.end() && !server) drop_after_s = std::atof(lookup(env, env::ps_worker_timeout_s).value_or("0").c_str());
+  const int status = monitor(child, handled, reporter, join_watch, lifeline, launcher, id, host, drop_after_s);
   join_watch.poll(reporter);  // what the program said just before it ended comes before its end
   const RankReport ended{id.rank, id.local_rank, host, WIFSIGNALED(status),
                          WIFSIGNALED(status) ? WTERMSIG(status) : WIFEXITED(status) ? WEXITSTATUS(status) : 1};

@@ -4,6 +4,10 @@
 #   spread: trains and evaluates, exit 0; the dry run places the server on h2.
 #   worker_lost: the worker on h3 SIGKILLed in the middle of the second epoch: the job goes
 #     on without it (--heartbeat-timeout 3) and ends with exit 0, naming it dropped.
+#   worker_stopped: the worker on h3 stopped (SIGSTOP) in the middle of the second epoch: the
+#     server drops it after --heartbeat-timeout 2 (it cannot end a process on another host),
+#     its step on h3 ends the stopped program once it has been stopped for twice that, and
+#     the job ends with exit 0, naming it dropped, nothing left on h3.
 #   server_lost: the server on h2 killed (SIGTERM: SIGKILL's status 137 reads as a hang to
 #     cl_run) in the middle of training: the job ends within 10 s with the server named
 #     (rank 1, host h2) and the server's status.
@@ -42,6 +46,25 @@ cl_expect_exit worker_lost 0
 cl_expect_contains worker_lost "tarantella: worker rank 2 (host h3, local rank 0) ended: signal 9 (SIGKILL); parameter-server training goes on without it" "the lost worker named"
 cl_expect_contains worker_lost "rank 2 (worker, host h3, local rank 0): signal 9 (SIGKILL): dropped" "the account of each rank"
 cl_expect_contains worker_lost "test accuracy:" "the test evaluation after the fit"
+
+# The same with the worker stopped instead of killed.
+(
+  for _ in $(seq 1 400); do
+    [[ -e $cl_tmp/ws/history.csv ]] && break
+    sleep 0.1
+  done
+  sleep 0.8
+  for p in $(cl_programs_on h3); do kill -STOP "$p"; done
+) &
+stopper=$!
+cl_run worker_stopped h1 120 "${roles[@]}" --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=30 "${cl_launch[@]}" -- \
+  "${ps[@]}" --num_train_samples=8192 --train_epochs=3 --model_dir="$cl_tmp/ws"
+wait "$stopper"
+cl_expect_exit worker_stopped 0
+cl_expect_contains worker_stopped "rank 2 on h3: its program has been stopped" "the step on h3 ends the stopped worker"
+cl_expect_contains worker_stopped "rank 2 (worker, host h3, local rank 0): signal 9 (SIGKILL): dropped" "the account of each rank"
+cl_expect_contains worker_stopped "test accuracy:" "the test evaluation after the fit"
+[[ -z $(cl_programs_on h3) ]] && cl_pass "worker_stopped: nothing left on h3" || cl_fail "worker_stopped: a program left on h3"
 
 (
   if cl_wait_for_programs h2 40 1; then

@@ -5,8 +5,10 @@
 // World rank KILL_RANK (a worker) kills itself (SIGKILL) after batch KILL_BATCH of the first
 // epoch (WHERE train, the default; MAX_STALENESS "-" leaves it unbounded), or, with WHERE
 // validation or last_validation, after validation batch KILL_BATCH of the first or the last
-// epoch: the fit validates every epoch on the training data, and the other workers are then
-// in the validation's collectives. With validation the fit must end within 40 s, far below
+// epoch: the fit validates every epoch on the training samples with target i for sample i,
+// and the other workers are then in the validation's collectives. The last epoch's val_loss
+// must be the mean of |w_i - i| over every sample: the workers left split the validation
+// set again (their first split would leave out the lost worker's part). With validation the fit must end within 40 s, far below
 // the TNT_COLLECTIVE_TIMEOUT (120 s in tests/ps/CMakeLists.txt) that the workers left would
 // wait for without the loss being found (about TNT_PS_WORKER_TIMEOUT, 2 s, in those tests).
 // WHERE callback: it dies in the first epoch's on_epoch_end, where the other workers run a
@@ -105,6 +107,9 @@ int main(int argc, char** argv) {
       y.data<float>()[i] = 1000.0f;
     }
     const tnt::Dataset data = tnt::Dataset::from_tensors({x, y});
+    tnt::Tensor y_val = tnt::Tensor::empty({kSamples, 1});
+    for (int64_t i = 0; i < kSamples; ++i) y_val.data<float>()[i] = static_cast<float>(i);
+    const tnt::Dataset validation_data = tnt::Dataset::from_tensors({x, y_val});
 
     auto net = std::make_shared<tnt::Sequential>("counter");
     net->add(std::make_shared<tnt::Dense>(1, tnt::DenseOptions{.use_bias = false,
@@ -119,7 +124,7 @@ int main(int argc, char** argv) {
     fit.verbose = 0;
     fit.strategy = tnt::Strategy::parameter_server;
     if (argc > 4 && std::string(argv[4]) != "-") fit.max_staleness = std::atoll(argv[4]);
-    if (validation_epoch >= 0) fit.validation_data = data;
+    if (validation_epoch >= 0) fit.validation_data = validation_data;
     fit.callbacks = {std::make_shared<KillAt>(kill_rank, kill_batch, validation_epoch, where == "callback", signal)};
     const auto start = std::chrono::steady_clock::now();
     const tnt::History history = model.fit(data, fit);
@@ -150,6 +155,19 @@ int main(int argc, char** argv) {
         (history.history.count("val_loss") == 0 || history.history.at("val_loss").size() != static_cast<size_t>(epochs))) {
       std::fprintf(stderr, "rank %d: the history has no val_loss for each of the %d epochs\n", tnt::rank(), epochs);
       ++wrong;
+    }
+    if (validation_epoch >= 0 && history.history.count("val_loss") != 0) {
+      double want = 0;  // the whole validation set's mean absolute error at the final weights
+      for (int64_t i = 0; i < kSamples; ++i) want += std::abs(w[static_cast<size_t>(i)] - static_cast<double>(i));
+      want /= static_cast<double>(kSamples);
+      const double got = history.history.at("val_loss").back();
+      // Float sums of kSamples terms below kSamples: 1e-4 relative is far below a part's
+      // absence (it moves the mean by several units).
+      if (std::abs(got - want) > 1e-4 * want) {
+        std::fprintf(stderr, "rank %d: the last val_loss is %.6f, not %.6f (the mean over every sample)\n", tnt::rank(),
+                     got, want);
+        ++wrong;
+      }
     }
     if (validation_epoch >= 0 && fit_s > 40) {
       std::fprintf(stderr, "rank %d: the fit took %.1f s, not under 40 s: the lost worker was not found in time\n",

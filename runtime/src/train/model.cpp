@@ -482,6 +482,9 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   TNT_INPUT_CHECK(options.total_epochs == 0 || options.total_epochs >= options.epochs,
                   "fit: total_epochs={} is smaller than epochs={}", options.total_epochs, options.epochs);
   prepare_training();
+  // Parameter servers: after a lost worker, the workers left split the validation set again.
+  const int validation_ranks = size();
+  std::optional<DistributedDataset> regrouped;
 
   History history;
   TrainParams params;
@@ -564,12 +567,14 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       const bool ran_steps = !logs.empty();
       if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {
         Span span(Lane::compute, "evaluation");
+        if (ps_ && options.validation_data && size() != validation_ranks) regrouped = validation_set(options);
+        const DistributedDataset& vset = regrouped ? *regrouped : *validation;
         EvalParams eval;
-        eval.steps = validation->steps();
-        eval.batch_size = validation->global_batch_size();
+        eval.steps = vset.steps();
+        eval.batch_size = vset.global_batch_size();
         if (options.validation_data) eval.samples = options.validation_data->cardinality();
         eval.verbose = options.verbose;
-        for (auto& [k, v] : run_evaluate(distributed_source(*validation, 0), {}, eval, &callbacks)) {
+        for (auto& [k, v] : run_evaluate(distributed_source(vset, 0), {}, eval, &callbacks)) {
           logs["val_" + k] = v;
         }
       }

@@ -1,4 +1,4 @@
-// Dense on CUDA: cuBLAS products in FP32 compute (no TF32), bias by our kernels.
+// Dense on CUDA: cuBLAS products in FP32 compute (no TF32), bias by our element-wise kernel.
 //
 // cuBLAS is column-major; a row-major (R, C) matrix is the column-major (C, R) matrix, its
 // transpose. So the row-major product Y = X W^T is computed as the column-major
@@ -18,6 +18,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"
+#include "backend/cuda/vector_io.cuh"
 
 #include <climits>
 
@@ -50,12 +51,17 @@ void gemm(int device, DType ab, DType c_dtype, cublasOperation_t ta, cublasOpera
                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-template <typename T>
-__global__ void add_bias_rows_kernel(T* __restrict__ y,               // (R, U)
-                                     const float* __restrict__ bias,  // (U), f32 whatever y's dtype
-                                     int64_t n, int64_t units) {
-  TNT_KERNEL_LOOP(i, n) { y[i] = from_float<T>(to_float(y[i]) + bias[i % units]); }
-}
+// y (R, U) += bias (U, f32 whatever y's dtype), in place through launch_elementwise (16-byte
+// accesses where y allows). The column is i % units, in 32 bits where the element count
+// allows (I = uint32_t: a 64-bit remainder per element costs more than the element's bytes).
+template <typename T, typename I>
+struct AddBias {
+  const float* bias;
+  I units;
+  __device__ T operator()(int64_t i, T y) const {
+    return from_float<T>(to_float(y) + bias[static_cast<I>(i) % units]);
+  }
+};
 
 }  // namespace
 
@@ -85,11 +91,17 @@ std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& input
       TNT_CHECK(bias->value.dtype() == DType::f32, "Dense '{}': the CUDA engine needs an f32 bias, got {}",
                 layer.name(), bias->value.str());
       const int64_t n = y.numel();
+      const auto* b = static_cast<const float*>(bias->value.raw());
       TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Dense", {
-        add_bias_rows_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-            static_cast<scalar_t*>(y.raw()), static_cast<const float*>(bias->value.raw()), n, units);
+        auto* out = static_cast<scalar_t*>(y.raw());
+        if (n < (int64_t{1} << 32)) {
+          launch_elementwise(device, n, AddBias<scalar_t, uint32_t>{b, static_cast<uint32_t>(units)}, out,
+                             static_cast<const scalar_t*>(out));
+        } else {
+          launch_elementwise(device, n, AddBias<scalar_t, uint64_t>{b, static_cast<uint64_t>(units)}, out,
+                             static_cast<const scalar_t*>(out));
+        }
       });
-      TNT_CUDA_CHECK_LAUNCH();
     }
   }
   saved.tensors = {x};

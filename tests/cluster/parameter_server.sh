@@ -29,41 +29,34 @@ cl_run spread h1 90 "${roles[@]}" "${cl_launch[@]}" -- "${ps[@]}" --num_train_sa
 cl_expect_exit spread 0
 cl_expect_contains spread "test accuracy:" "the test evaluation after the fit"
 
-# The first epoch's row, then 0.8 s: the workers step in the second epoch (about 2 s each).
-(
-  for _ in $(seq 1 400); do
-    [[ -e $cl_tmp/wl/history.csv ]] && break
-    sleep 0.1
-  done
-  sleep 0.8
-  for p in $(cl_programs_on h3); do kill -KILL "$p"; done
-) &
-killer=$!
-cl_run worker_lost h1 120 "${roles[@]}" --heartbeat-timeout 3 -x TNT_COLLECTIVE_TIMEOUT=30 "${cl_launch[@]}" -- \
-  "${ps[@]}" --num_train_samples=8192 --train_epochs=3 --model_dir="$cl_tmp/wl"
-wait "$killer"
-cl_expect_exit worker_lost 0
+# lose_worker NAME SIGNAL HEARTBEAT: a job whose worker on h3 gets SIGNAL once the first
+# epoch's row is written and 0.8 s more have passed (the workers then step in the second
+# epoch, about 2 s each); the job's output is NAME's.
+lose_worker() {
+  local name=$1 signal=$2 heartbeat=$3
+  (
+    for _ in $(seq 1 400); do
+      [[ -e $cl_tmp/$name/history.csv ]] && break
+      sleep 0.1
+    done
+    sleep 0.8
+    for p in $(cl_programs_on h3); do kill "-$signal" "$p"; done
+  ) &
+  local sender=$!
+  cl_run "$name" h1 120 "${roles[@]}" --heartbeat-timeout "$heartbeat" -x TNT_COLLECTIVE_TIMEOUT=30 "${cl_launch[@]}" -- \
+    "${ps[@]}" --num_train_samples=8192 --train_epochs=3 --model_dir="$cl_tmp/$name"
+  wait "$sender"
+  cl_expect_exit "$name" 0
+  cl_expect_contains "$name" "rank 2 (worker, host h3, local rank 0): signal 9 (SIGKILL): dropped" "the account of each rank"
+  cl_expect_contains "$name" "test accuracy:" "the test evaluation after the fit"
+}
+
+lose_worker worker_lost KILL 3
 cl_expect_contains worker_lost "tarantella: worker rank 2 (host h3, local rank 0) ended: signal 9 (SIGKILL); parameter-server training goes on without it" "the lost worker named"
-cl_expect_contains worker_lost "rank 2 (worker, host h3, local rank 0): signal 9 (SIGKILL): dropped" "the account of each rank"
-cl_expect_contains worker_lost "test accuracy:" "the test evaluation after the fit"
 
 # The same with the worker stopped instead of killed.
-(
-  for _ in $(seq 1 400); do
-    [[ -e $cl_tmp/ws/history.csv ]] && break
-    sleep 0.1
-  done
-  sleep 0.8
-  for p in $(cl_programs_on h3); do kill -STOP "$p"; done
-) &
-stopper=$!
-cl_run worker_stopped h1 120 "${roles[@]}" --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=30 "${cl_launch[@]}" -- \
-  "${ps[@]}" --num_train_samples=8192 --train_epochs=3 --model_dir="$cl_tmp/ws"
-wait "$stopper"
-cl_expect_exit worker_stopped 0
+lose_worker worker_stopped STOP 2
 cl_expect_contains worker_stopped "rank 2 on h3: its program has been stopped" "the step on h3 ends the stopped worker"
-cl_expect_contains worker_stopped "rank 2 (worker, host h3, local rank 0): signal 9 (SIGKILL): dropped" "the account of each rank"
-cl_expect_contains worker_stopped "test accuracy:" "the test evaluation after the fit"
 [[ -z $(cl_programs_on h3) ]] && cl_pass "worker_stopped: nothing left on h3" || cl_fail "worker_stopped: a program left on h3"
 
 (

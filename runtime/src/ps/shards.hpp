@@ -96,7 +96,7 @@ class Shards {
     for (size_t i = 0; i < vars_.size(); ++i) values_[i].copy_from(vars_[i].param->value);
   }
   void write_values() {
-    if (direct_ > 0) copy_pieces(direct_server_, false);  // the server's own rows: its variables'
+    if (direct_ > 0) refresh_own_values();  // the server's own rows are its variables'
     for (size_t i = 0; i < vars_.size(); ++i) vars_[i].param->value.copy_from(values_[i]);
   }
   void read_grads() {
@@ -173,7 +173,7 @@ class Shards {
   // The server's update: the shard's gradient (shard order) into the variables it touches,
   // one optimizer step over them, the new values back into the host mirrors. Rows of a
   // split variable that another server holds get a zero gradient here and are never served.
-  // Where every variable the server owns is a contiguous f32 host tensor (a server computes
+  // Where every variable the server owns is a plain (row-major) f32 host tensor (a server computes
   // on the CPU), the gradient goes straight into the variables' gradients (whose rows of
   // other servers stay at the 0 they get once) and the values stay in the variables, which
   // pulls read (gather): two copies of the shard fewer per update than through the mirrors.
@@ -211,13 +211,12 @@ class Shards {
   }
 
  private:
-  // Server s's pieces from its variables into the mirrors (grads: the gradients).
-  void copy_pieces(int s, bool grads) {
-    for (int i : plan_.pieces_of(s)) {
+  // The in-place server's pieces from its variables into the value mirrors.
+  void refresh_own_values() {
+    for (int i : plan_.pieces_of(direct_server_)) {
       const ShardPiece& p = plan_.pieces[static_cast<size_t>(i)];
-      const Parameter& v = *vars_[static_cast<size_t>(p.variable)].param;
-      const float* src = (grads ? v.grad : v.value).data<float>() + p.offset;
-      std::copy(src, src + p.count, (grads ? grads_ : values_)[static_cast<size_t>(p.variable)].data<float>() + p.offset);
+      const float* src = vars_[static_cast<size_t>(p.variable)].param->value.data<float>() + p.offset;
+      std::copy(src, src + p.count, values_[static_cast<size_t>(p.variable)].data<float>() + p.offset);
     }
   }
 
@@ -233,10 +232,6 @@ class Shards {
   ShardPlan plan_;
 };
 
-// Waits for a worker's requests to the servers; `peer[i]` is the server rank request i
-// talks to. Polls, so that a server that is lost or stopped ends this worker after
-// TNT_COLLECTIVE_TIMEOUT (0: never) with the server named, rather than never. A timed-out
-// request is left to MPI: the job is ending.
 // Float buffers to reuse for a server's messages (a shard is megabytes: a fresh buffer per
 // message costs its allocation and zeroing).
 class FloatPool {
@@ -255,6 +250,10 @@ class FloatPool {
   std::vector<std::vector<float>> spare_;
 };
 
+// Waits for a worker's requests to the servers; `peer[i]` is the server rank request i
+// talks to. Polls, so that a server that is lost or stopped ends this worker after
+// TNT_COLLECTIVE_TIMEOUT (0: never) with the server named, rather than never. A timed-out
+// request is left to MPI: the job is ending.
 void wait_servers(std::vector<MPI_Request>& reqs, const std::vector<int>& peer, const std::string& what);
 
 }  // namespace tnt::ps

@@ -6,6 +6,9 @@ with the same label smoothing), batch 256, in either memory format: channels_las
 and the input .to(memory_format=torch.channels_last): NHWC activations and filters, what
 ours does with --data_format=channels_last) or channels_first (NCHW).
 
+TNT_TORCH_KERNEL_TABLE=FILE: after the timed steps, a kernel table of TNT_TORCH_KERNEL_STEPS
+(default 2) more, by PyTorch's profiler (scripts/bench/kernel_table.py).
+
 Precision as ours: fp32 lets cuDNN convolutions use TF32 (our convolutions ask cuDNN for
 its default math, which allows TF32 on Ampere and newer) but keeps matrix products (the
 Dense layer) in full FP32, as our cuBLAS handle does. bf16 is autocast (fp32 master
@@ -30,6 +33,8 @@ import time
 
 import torch
 import torch.nn as nn
+
+import kernel_table  # scripts/bench/kernel_table.py, beside this file
 
 RESNET50_PARAMETERS = 25_557_032  # with 1000 classes (the number, and torchvision's)
 
@@ -189,6 +194,7 @@ def main():
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     final_loss = loss.item()
+    kernel_table.torch_table_from_env(lambda k: step(), torch.cuda.synchronize)  # untimed
     if final_loss != final_loss:
         sys.exit("resnet50_gpu_torch: the loss is NaN")
 

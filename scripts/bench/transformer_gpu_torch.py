@@ -9,7 +9,8 @@ the step's forward and loss under torch.compile (default mode; compiled during t
 warm-up, whose seconds are printed as compile_s); --mode eager drops torch.compile, --no_sdpa
 uses the module's own attention. Prints "RESULT framework=pytorch ... tokens_per_s=X" (padded tokens per
 second) over --steps steps after --warmup untimed ones, timed between two device
-synchronisations.
+synchronisations. TNT_TORCH_KERNEL_TABLE=FILE: after them, a kernel table of
+TNT_TORCH_KERNEL_STEPS (default 2) more steps by PyTorch's profiler (kernel_table.py).
 """
 import argparse
 import contextlib
@@ -21,6 +22,8 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from transformer_torch import PARAM_SETS, Transformer, random_batch, smoothed_loss  # noqa: E402
+
+import kernel_table  # noqa: E402  (scripts/bench/kernel_table.py, beside this file)
 
 
 def main():
@@ -80,6 +83,7 @@ def main():
         loss = step(k)
     sync()
     seconds = time.perf_counter() - start
+    kernel_table.torch_table_from_env(step, sync)  # untimed
     print(f"RESULT framework=pytorch mode={a.mode} sdpa={int(not a.no_sdpa)} dtype={a.dtype} sentences={b} max_length={t} steps={a.steps} "
           f"ms_per_step={1e3 * seconds / a.steps:.1f} tokens_per_s={b * t * a.steps / seconds:.1f} "
           f"loss={loss.item():.4f} warmup_s={compile_s:.1f} torch={torch.__version__}"

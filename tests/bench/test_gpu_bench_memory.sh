@@ -158,5 +158,12 @@ run resnet50_launcher resnet50_gpu DTYPES=fp32 FORMATS=channels_last SKIP_TORCH=
 expect "$tmp/resnet50_launcher.log" '^tarantella +channels_last +fp32 +8 +500\.0 +1500 +2300 *$' \
   "resnet50 (LAUNCH=tarantella): nvidia-smi, the launcher's 300 and the rank's 2000 MiB"
 
+# A bad sampling interval is named, not slept on.
+if env SAMPLE_S=soon "$src/scripts/bench/transformer_gpu" >"$tmp/bad.log" 2>&1; then
+  echo "FAIL: transformer_gpu accepted SAMPLE_S=soon" >&2
+  failed=1
+fi
+expect "$tmp/bad.log" '^transformer_gpu: SAMPLE_S=soon: expected seconds' "transformer: SAMPLE_S=soon refused"
+
 if ((failed)); then exit 1; fi
 echo "resnet50_gpu and transformer_gpu: memory columns and ratio lines as the fakes say"

@@ -475,6 +475,11 @@ int main(int argc, char** argv) {
       fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};
       if (tensorboard) fit.callbacks.push_back(tensorboard);
       model.fit(train, fit);
+      if (tnt::default_device().is_cuda()) {
+        // What the caching allocator handed out at most, evaluations before this fit included
+        // (scripts/bench/transformer_gpu reads it).
+        tnt::print("peak GPU memory: {} MiB", tnt::memory_stats(tnt::default_device()).peak_bytes >> 20);
+      }
       model.save_weights(weights);
       if (model.stop_requested()) break;
       if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, model_dir);

@@ -132,8 +132,8 @@ void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences
   const double t = static_cast<double>(p.max_length), elt = half ? 2.0 : 4.0;
   // Per layer pair and token, what backward must keep at the least: the encoder layer's
   // input, its two LayerNorm outputs, q, k, v and the attention's output, the FFN's hidden
-  // activation before and after ReLU; the decoder layer's the same plus the encoder-decoder
-  // attention's: 16 hidden + 2 filter values. The attention weights once per attention
+  // activation (linear1's output, ReLU and dropout applied in it); the decoder layer's the
+  // same plus the encoder-decoder attention's: 16 hidden + 2 filter values. The attention weights once per attention
   // (twice with attention dropout: before and after it), except where the fused CUDA
   // attention runs (TNT_FUSED_ATTENTION, on by default, on a GPU in bf16/fp16 with a head depth of 16 to 128
   // in steps of 16, the runtime's rule in layers/attention_fused.hpp): it keeps none. (Where

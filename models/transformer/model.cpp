@@ -31,7 +31,8 @@ TransformerParams transformer_params(const std::string& param_set) {
 struct Transformer::Block {
   std::shared_ptr<tnt::Layer> self_attn_norm, self_attn, self_attn_dropout, self_attn_residual;
   std::shared_ptr<tnt::Layer> cross_attn_norm, cross_attn, cross_attn_dropout, cross_attn_residual;
-  std::shared_ptr<tnt::Layer> ffn_norm, linear1, relu, relu_dropout, linear2, ffn_dropout, ffn_residual;
+  // linear1 applies the ReLU and the dropout after it (DenseOptions): one pass on a GPU.
+  std::shared_ptr<tnt::Layer> ffn_norm, linear1, linear2, ffn_dropout, ffn_residual;
 };
 
 int64_t transformer_parameter_count(const TransformerParams& p) {
@@ -76,9 +77,10 @@ Transformer::Transformer(const TransformerParams& p) : params_(p) {
         b->cross_attn_residual = std::make_shared<Add>(at + "cross_attn_residual");
       }
       b->ffn_norm = std::make_shared<LayerNorm>(1e-6, at + "ffn_norm");
-      b->linear1 = std::make_shared<Dense>(p.filter_size, at + "ffn.linear1");
-      b->relu = std::make_shared<ReLU>(at + "ffn.relu");
-      b->relu_dropout = std::make_shared<Dropout>(p.relu_dropout, at + "ffn.dropout");
+      DenseOptions relu_dropout;
+      relu_dropout.activation = DenseActivation::relu;
+      relu_dropout.dropout = p.relu_dropout;
+      b->linear1 = std::make_shared<Dense>(p.filter_size, relu_dropout, at + "ffn.linear1");
       b->linear2 = std::make_shared<Dense>(p.hidden_size, at + "ffn.linear2");
       b->ffn_dropout = std::make_shared<Dropout>(post, at + "ffn_dropout");
       b->ffn_residual = std::make_shared<Add>(at + "ffn_residual");
@@ -118,7 +120,7 @@ tnt::SymTensor Transformer::encode(const tnt::SymTensor& src_ids) {
       return tnt::SymTensor(call(b->self_attn, std::vector<tnt::SymTensor>{h, src_ids}));
     });
     x = sublayer(x, b->ffn_norm, b->ffn_dropout, b->ffn_residual, [&](const tnt::SymTensor& h) {
-      return call(b->linear2, call(b->relu_dropout, call(b->relu, call(b->linear1, h))));
+      return call(b->linear2, call(b->linear1, h));
     });
   }
   return call(encoder_norm_, x);
@@ -135,7 +137,7 @@ tnt::SymTensor Transformer::decode(const tnt::SymTensor& decoder_ids, const tnt:
       return tnt::SymTensor(call(b->cross_attn, std::vector<tnt::SymTensor>{h, memory, src_ids}));
     });
     y = sublayer(y, b->ffn_norm, b->ffn_dropout, b->ffn_residual, [&](const tnt::SymTensor& h) {
-      return call(b->linear2, call(b->relu_dropout, call(b->relu, call(b->linear1, h))));
+      return call(b->linear2, call(b->linear1, h));
     });
   }
   return call(embedding_, call(decoder_norm_, y));  // (B, T, V)
@@ -202,7 +204,7 @@ Transformer::DecoderCache Transformer::start_decoding(const tnt::Tensor& memory,
   move_to(*decoder_norm_, device);
   for (const auto& b : decoder_) {
     for (const auto& layer : {b->self_attn_norm, b->self_attn, b->self_attn_residual, b->cross_attn_norm, b->cross_attn,
-                              b->cross_attn_residual, b->ffn_norm, b->linear1, b->relu, b->linear2, b->ffn_residual})
+                              b->cross_attn_residual, b->ffn_norm, b->linear1, b->linear2, b->ffn_residual})
       move_to(*layer, device);
   }
   DecoderCache cache;
@@ -242,7 +244,7 @@ tnt::Tensor Transformer::decode_step(DecoderCache& cache, const tnt::Tensor& las
     h = run(*b.cross_attn_norm, {y}, rc);
     y = run(*b.cross_attn_residual, {y, cross_attn.attend(h, cache.cross[i], cache.src_ids, rc)}, rc);
     h = run(*b.ffn_norm, {y}, rc);
-    h = run(*b.linear2, {run(*b.relu, {run(*b.linear1, {h}, rc)}, rc)}, rc);
+    h = run(*b.linear2, {run(*b.linear1, {h}, rc)}, rc);
     y = run(*b.ffn_residual, {y, h}, rc);
   }
   cache.length = t + 1;

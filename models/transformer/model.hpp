@@ -11,7 +11,7 @@
 //                   y = y + dropout(cross_attn(cross_attn_norm(y), memory, src)) (padding)
 //                   y = y + dropout(ffn(ffn_norm(y)))
 //                 logits = embedding(decoder.norm(y))   (the shared matrix, x W^T)
-//   ffn(x) = linear2(dropout(relu(linear1(x))))
+//   ffn(x) = linear2(dropout(relu(linear1(x))))   (linear1 does ReLU and dropout itself)
 //
 // Parameter names: embedding.weight (V, D); encoder.layers.<i>.{self_attn_norm, ffn_norm}.
 // {weight, bias}; encoder.layers.<i>.self_attn.{q_proj, k_proj, v_proj, out_proj}.weight;

@@ -343,6 +343,8 @@ std::shared_ptr<Network> every_layer_network() {
   dopt.use_bias = true;
   dopt.kernel_initializer = Initializer::truncated_normal(0.1, 0.02);
   dopt.bias_initializer = Initializer::constant(0.25);
+  dopt.activation = DenseActivation::relu;
+  dopt.dropout = 0.375;
   a = call(std::make_shared<Dense>(7, dopt, "dense"), a);
   a = call(std::make_shared<Softmax>(1, "softmax"), a);
   a = call(std::make_shared<Dropout>(0.25, "dropout"), a);
@@ -402,6 +404,8 @@ TEST_CASE("every built-in layer's configuration round trips, initialisers includ
   CHECK(dense.options().kernel_initializer.b == 0.02);
   CHECK(dense.options().bias_initializer.kind == Initializer::Kind::constant);
   CHECK(dense.options().bias_initializer.a == 0.25);
+  CHECK(dense.options().activation == DenseActivation::relu);
+  CHECK(dense.options().dropout == 0.375);
   CHECK(dynamic_cast<Softmax&>(*by_name.at("softmax")).axis() == 1);
   CHECK(dynamic_cast<Dropout&>(*by_name.at("dropout")).rate() == 0.25);
   auto& emb = dynamic_cast<Embedding&>(*by_name.at("embedding"));
@@ -427,6 +431,24 @@ TEST_CASE("every built-in layer's configuration round trips, initialisers includ
   CHECK(bitwise_equal(ya[0], yb[0]));
   CHECK(bitwise_equal(ya[1], yb[1]));
   CHECK(yb[1].shape() == Shape{2, 4, 11});
+}
+
+TEST_CASE("a Dense written before it had an activation and a dropout loads as linear without dropout") {
+  json arch = json::parse(model_to_json(*every_layer_network()));
+  int stripped = 0;
+  for (json& layer : arch["layers"]) {
+    if (layer["type"] != "Dense") continue;
+    CHECK(layer["config"]["activation"] == "relu");
+    stripped += static_cast<int>(layer["config"].erase("activation") + layer["config"].erase("dropout"));
+  }
+  REQUIRE(stripped == 2);
+  std::shared_ptr<Network> old = model_from_json(arch.dump());
+  for (Layer* l : old->layers()) {
+    if (l->type() != "Dense") continue;
+    const auto& d = dynamic_cast<Dense&>(*l);
+    CHECK(d.options().activation == DenseActivation::linear);
+    CHECK(d.options().dropout == 0.0);
+  }
 }
 
 TEST_CASE("any one field of an architecture changed gives a network or an InputError, never another error") {

@@ -8,6 +8,10 @@
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
 #include "layers/dense_cuda.hpp"
+#include "layers/dense_epilogue.hpp"
+#include "layers/dropout_cpu.hpp"
+
+#include <memory>
 
 namespace tnt {
 
@@ -15,6 +19,23 @@ Dense::Dense(int64_t units, DenseOptions options, std::string name)
     : Layer(std::move(name)), units_(units), options_(options) {
   default_name("dense");
   TNT_CHECK(units > 0, "Dense '{}': units must be positive, got {}", name_, units);
+  TNT_INPUT_CHECK(options_.dropout >= 0.0 && options_.dropout < 1.0, "Dense '{}': dropout rate {} is not in [0, 1)",
+                  name_, options_.dropout);
+}
+
+const char* dense_activation_name(DenseActivation a) {
+  switch (a) {
+    case DenseActivation::linear: return "linear";
+    case DenseActivation::relu: return "relu";
+  }
+  return "?";
+}
+
+DenseActivation dense_activation_from_name(const std::string& name) {
+  if (name == "linear") return DenseActivation::linear;
+  if (name == "relu") return DenseActivation::relu;
+  TNT_INPUT_CHECK(false, "Dense: activation '{}' is not one of linear, relu", name);
+  return DenseActivation::linear;
 }
 
 std::vector<Shape> Dense::output_shapes(const std::vector<Shape>& in) const {
@@ -61,6 +82,26 @@ std::vector<Tensor> Dense::forward(const std::vector<Tensor>& inputs, const RunC
     }
   }
   saved.tensors = {x};
+  saved.extra.reset();
+  const auto epi = detail::DenseEpilogue::make(*this, rc, y.shape());
+  if (epi.any()) {
+    // y > 0 afterwards exactly where the activation was positive and the element kept,
+    // which is all the backward needs of ReLU (activation.cpp) and of a kept mask.
+    float* ys = y.data<float>();
+    const int64_t n = y.numel();
+    if (epi.dropout) {
+      const bool relu = epi.relu;
+      detail::for_each_dropout_keep(epi.key, epi.base, n, epi.rate, [&](int64_t i, bool keep) {
+        const float v = relu ? (ys[i] > 0.0f ? ys[i] : 0.0f) : ys[i];
+        ys[i] = keep ? v * epi.keep_scale : 0.0f;
+      });
+    } else {
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) ys[i] = ys[i] > 0.0f ? ys[i] : 0.0f;
+    }
+    saved.tensors.push_back(y);
+    saved.extra = std::make_shared<detail::DenseEpilogue>(epi);
+  }
   return {y};
 }
 
@@ -70,8 +111,28 @@ std::vector<Tensor> Dense::backward(const std::vector<Tensor>& grad_outputs, con
   TNT_CHECK(!saved.tensors.empty(), "Dense '{}': backward without a forward", name_);
   TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::dense_backward(*this, grad_outputs, rc, saved));
   const Tensor& x = saved.tensors[0];
-  const Tensor& dy = grad_outputs[0];
+  Tensor dy = grad_outputs[0];
   const int64_t rows = x.numel() / in_features_;
+  if (saved.extra) {  // the activation's and the dropout's gradient first (see forward)
+    const auto& epi = *static_cast<const detail::DenseEpilogue*>(saved.extra.get());
+    const Tensor& y = saved.tensors.at(1);
+    TNT_CHECK(dy.numel() == y.numel() && dy.dtype() == DType::f32, "Dense '{}': gradient {} for output {}", name_,
+              dy.str(), y.str());
+    Tensor dz = Tensor::empty(y.shape(), DType::f32);
+    const float* ys = y.data<float>();
+    const float* g = dy.data<float>();
+    float* d = dz.data<float>();
+    const int64_t n = y.numel();
+    const float scale = epi.keep_scale;
+    if (epi.relu) {
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) d[i] = ys[i] > 0.0f ? (epi.dropout ? g[i] * scale : g[i]) : 0.0f;
+    } else {
+      detail::for_each_dropout_keep(epi.key, epi.base, n, epi.rate,
+                                    [&](int64_t i, bool keep) { d[i] = keep ? g[i] * scale : 0.0f; });
+    }
+    dy = dz;
+  }
   TNT_CHECK(dy.numel() == rows * units_ && dy.dtype() == DType::f32, "Dense '{}': gradient {} for output ({}, {})",
             name_, dy.str(), rows, units_);
   Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), DType::f32) : Tensor();  // (R, in)
@@ -112,6 +173,8 @@ LayerConfig dense_config(const Layer& layer) {
   c.set_bool("use_bias", l.use_bias());
   c.set_initializer("kernel_initializer", l.options().kernel_initializer);
   c.set_initializer("bias_initializer", l.options().bias_initializer);
+  c.set_string("activation", dense_activation_name(l.options().activation));
+  c.set_double("dropout", l.options().dropout);
   return c;
 }
 
@@ -120,6 +183,9 @@ LayerPtr dense_from(const std::string& name, const LayerConfig& c) {
   o.use_bias = c.get_bool("use_bias");
   o.kernel_initializer = c.get_initializer("kernel_initializer");
   o.bias_initializer = c.get_initializer("bias_initializer");
+  // Model files written before Dense had an activation have neither key.
+  if (c.has("activation")) o.activation = dense_activation_from_name(c.get_string("activation"));
+  if (c.has("dropout")) o.dropout = c.get_double("dropout");
   return std::make_shared<Dense>(c.get_int("units"), o, name);
 }
 

@@ -13,14 +13,24 @@
 // is accumulated (beta 1) straight into the f32 master gradient, never rounded to half. The
 // bias is f32 and is added in float to the product, which cuBLAS has already rounded to
 // half, so the output is rounded twice (about 1u more than one rounding).
+//
+// With an activation or a dropout (DenseOptions; dense_epilogue.hpp) bias, ReLU and dropout
+// are one pass over the product (dense_epilogue_kernel), each step rounded to the dtype as
+// the separate layers round it (AddBias, activation_cuda.cu's ReLU, dropout_cuda.cu), so
+// the output equals Dense -> ReLU -> Dropout bit for bit; the backward's first pass turns
+// dy into the product's gradient from the output alone (y > 0 exactly where the ReLU was
+// positive and the element kept) or, without ReLU, from the mask drawn again.
 #include "layers/dense_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/reduce.cuh"
 #include "backend/cuda/vector_io.cuh"
+#include "core/philox.hpp"
+#include "layers/dense_epilogue.hpp"
 
 #include <climits>
+#include <memory>
 
 namespace tnt::cuda {
 
@@ -63,11 +73,93 @@ struct AddBias {
   }
 };
 
+// y (n, viewed as rows of `units`) in place: v = round(y + bias[col]) (no bias: y); ReLU:
+// v > 0 ? v : 0; dropout: keep ? round(v * keep_scale) : 0 with keep = uniform4(key, base +
+// i) >= rate. A thread takes 8 consecutive elements, their 2 or 3 Philox blocks drawn once
+// (as dropout_forward_contiguous_kernel); `vec`: y aligned for one 8-element access.
+template <typename T>
+__global__ void dense_epilogue_kernel(T* __restrict__ y, int64_t n, const float* __restrict__ bias, int64_t units,
+                                      bool relu, bool dropout, uint64_t key, uint64_t base, float rate,
+                                      float keep_scale, bool vec) {
+  constexpr int kW = 8;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v * kW < n; v += threads) {
+    const int64_t i0 = v * kW;
+    const int count = n - i0 < kW ? static_cast<int>(n - i0) : kW;
+    bool keep[kW];
+#pragma unroll
+    for (int e = 0; e < kW; ++e) keep[e] = true;
+    if (dropout) {
+      const uint64_t c0 = base + static_cast<uint64_t>(i0);
+      const uint64_t b0 = c0 >> 2, b_last = (c0 + static_cast<uint64_t>(count) - 1) >> 2;
+      uint32_t words[12];
+#pragma unroll
+      for (int k = 0; k < 3; ++k) {
+        if (b0 + static_cast<uint64_t>(k) <= b_last) philox::block(key, b0 + static_cast<uint64_t>(k), 0, words + 4 * k);
+      }
+      const int off = static_cast<int>(c0 & 3);
+#pragma unroll
+      for (int e = 0; e < kW; ++e) keep[e] = e < count && philox::word_uniform(words[off + e]) >= rate;
+    }
+    T val[kW];
+    const bool whole = vec && count == kW;
+    if (whole) {
+      const Pack<T, kW> p = load_pack<kW>(y + i0);
+#pragma unroll
+      for (int e = 0; e < kW; ++e) val[e] = p.v[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < kW; ++e) val[e] = e < count ? y[i0 + e] : from_float<T>(0.0f);
+    }
+    int64_t col = bias != nullptr ? i0 % units : 0;
+#pragma unroll
+    for (int e = 0; e < kW; ++e) {
+      T t = val[e];
+      if (bias != nullptr) {
+        t = from_float<T>(to_float(t) + bias[col]);
+        if (++col == units) col = 0;
+      }
+      if (relu) t = to_float(t) > 0.0f ? t : from_float<T>(0.0f);
+      if (dropout) t = keep[e] ? from_float<T>(to_float(t) * keep_scale) : from_float<T>(0.0f);
+      val[e] = t;
+    }
+    if (whole) {
+      Pack<T, kW> p;
+#pragma unroll
+      for (int e = 0; e < kW; ++e) p.v[e] = val[e];
+      store_pack<kW>(y + i0, p);
+    } else {
+      for (int e = 0; e < count; ++e) y[i0 + e] = val[e];
+    }
+  }
+}
+
+// The product's gradient from dy and the output y: ReLU (with or without dropout).
+template <typename T>
+struct EpilogueReluGrad {
+  bool dropout;
+  float keep_scale;
+  __device__ T operator()(int64_t, T dy, T y) const {
+    if (!(to_float(y) > 0.0f)) return from_float<T>(0.0f);
+    return dropout ? from_float<T>(to_float(dy) * keep_scale) : dy;
+  }
+};
+
+// The product's gradient from dy and the mask drawn again: dropout without an activation.
+template <typename T>
+struct EpilogueDropoutGrad {
+  uint64_t key, base;
+  float rate, keep_scale;
+  __device__ T operator()(int64_t i, T dy) const {
+    const bool keep = philox::uniform4(key, base + static_cast<uint64_t>(i)) >= rate;
+    return keep ? from_float<T>(to_float(dy) * keep_scale) : from_float<T>(0.0f);
+  }
+};
+
 }  // namespace
 
 std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                   SavedState& saved) {
-  (void)rc;
   const Tensor& x = inputs.at(0);  // (..., in)
   // The f32 weight itself for an f32 input, else the network's half copy of it.
   const Tensor& w = compute_value(layer.weight(), x.dtype(), layer.name());  // (U, in)
@@ -80,6 +172,7 @@ std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& input
   Shape out_shape = x.shape();
   out_shape.back() = units;
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());  // (..., U)
+  const auto epi = tnt::detail::DenseEpilogue::make(layer, rc, out_shape);
   if (rows > 0 && units > 0) {
     if (in == 0) {
       fill(y, 0.0);
@@ -90,6 +183,18 @@ std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& input
     if (bias) {
       TNT_CHECK(bias->value.dtype() == DType::f32, "Dense '{}': the CUDA engine needs an f32 bias, got {}",
                 layer.name(), bias->value.str());
+    }
+    if (epi.any()) {
+      const int64_t n = y.numel();
+      const float* b = bias ? static_cast<const float*>(bias->value.raw()) : nullptr;
+      TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Dense", {
+        auto* out = static_cast<scalar_t*>(y.raw());
+        const bool vec = reinterpret_cast<uintptr_t>(out) % (8 * sizeof(scalar_t)) == 0;
+        dense_epilogue_kernel<scalar_t><<<grid_for((n + 7) / 8, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+            out, n, b, units, epi.relu, epi.dropout, epi.key, epi.base, epi.rate, epi.keep_scale, vec);
+        TNT_CUDA_CHECK_LAUNCH();
+      });
+    } else if (bias) {
       const int64_t n = y.numel();
       const auto* b = static_cast<const float*>(bias->value.raw());
       TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Dense", {
@@ -105,15 +210,40 @@ std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& input
     }
   }
   saved.tensors = {x};
+  saved.extra.reset();
+  if (epi.any()) {
+    saved.tensors.push_back(y);
+    saved.extra = std::make_shared<tnt::detail::DenseEpilogue>(epi);
+  }
   return {y};
 }
 
 std::vector<Tensor> dense_backward(Dense& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
                                    SavedState& saved) {
   (void)rc;
-  TNT_CHECK(saved.tensors.size() == 1, "Dense '{}': backward without a forward", layer.name());
+  TNT_CHECK(!saved.tensors.empty(), "Dense '{}': backward without a forward", layer.name());
   const Tensor& x = saved.tensors[0];                                          // (..., in)
-  const Tensor& dy = grad_outputs.at(0);                                       // (..., U)
+  Tensor dy = grad_outputs.at(0);                                              // (..., U)
+  if (saved.extra) {  // the activation's and the dropout's gradient first (see the forward)
+    const auto& epi = *static_cast<const tnt::detail::DenseEpilogue*>(saved.extra.get());
+    const Tensor& y = saved.tensors.at(1);
+    TNT_CHECK(dy.numel() == y.numel() && dy.dtype() == y.dtype(), "Dense '{}': gradient {} for output {}",
+              layer.name(), dy.str(), y.str());
+    Tensor dz = Tensor::empty(y.shape(), y.dtype(), y.device());
+    const int dz_device = common_device({&dy, &y}, "Dense backward");
+    TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Dense backward", {
+      auto* out = static_cast<scalar_t*>(dz.raw());
+      const auto* g = static_cast<const scalar_t*>(dy.raw());
+      if (epi.relu) {
+        launch_elementwise(dz_device, y.numel(), EpilogueReluGrad<scalar_t>{epi.dropout, epi.keep_scale}, out, g,
+                           static_cast<const scalar_t*>(y.raw()));
+      } else {
+        launch_elementwise(dz_device, y.numel(),
+                           EpilogueDropoutGrad<scalar_t>{epi.key, epi.base, epi.rate, epi.keep_scale}, out, g);
+      }
+    });
+    dy = dz;
+  }
   const Tensor& w = compute_value(layer.weight(), x.dtype(), layer.name());  // (U, in)
   const Tensor& dw = layer.weight().grad;                                      // (U, in), f32
   Parameter* bias = layer.bias();

@@ -2,8 +2,9 @@
 #include "nn/layer_types.hpp"
 
 #include "backend/dispatch.hpp"
-#include "core/philox.hpp"
 #include "layers/dropout_cuda.hpp"
+#include "layers/dropout_cpu.hpp"
+#include "layers/dropout_mask.hpp"
 
 namespace tnt {
 
@@ -17,9 +18,13 @@ std::vector<Shape> Dropout::output_shapes(const std::vector<Shape>& in) const {
   return {in[0]};
 }
 
-uint64_t Dropout::mask_key(const RunContext& rc) const {
-  return CounterRng(rc.seed, fmt::format("{}/dropout/{}", name_, rc.step)).key();
+namespace detail {
+uint64_t dropout_mask_key(const std::string& layer_name, const RunContext& rc) {
+  return CounterRng(rc.seed, fmt::format("{}/dropout/{}", layer_name, rc.step)).key();
 }
+}  // namespace detail
+
+uint64_t Dropout::mask_key(const RunContext& rc) const { return detail::dropout_mask_key(name_, rc); }
 
 uint64_t Dropout::mask_counter(const RunContext& rc, const Shape& shape) {
   if (shape.empty() || shape[0] == 0) return 0;
@@ -42,24 +47,10 @@ std::vector<Tensor> Dropout::forward(const std::vector<Tensor>& inputs, const Ru
   const float* xs = x.data<float>();
   float* ys = y.data<float>();
   uint8_t* ms = mask.data<uint8_t>();
-  const int64_t n = x.numel();
-  // uniform4: one Philox block per four consecutive counters, drawn once per block: blocks
-  // [first, end) (none for an empty tensor: base + n - 1 would wrap).
-  const auto first = static_cast<int64_t>(base >> 2);
-  const int64_t end = n == 0 ? first : static_cast<int64_t>((base + static_cast<uint64_t>(n) - 1) >> 2) + 1;
-#pragma omp parallel for schedule(static) if (n > 8192)
-  for (int64_t q = first; q < end; ++q) {
-    uint32_t words[4];
-    philox::block(key, static_cast<uint64_t>(q), 0, words);
-    for (int w = 0; w < 4; ++w) {
-      const uint64_t c = (static_cast<uint64_t>(q) << 2) + static_cast<uint64_t>(w);
-      if (c < base || c >= base + static_cast<uint64_t>(n)) continue;
-      const int64_t i = static_cast<int64_t>(c - base);
-      const bool keep = philox::word_uniform(words[w]) >= rate;
-      ms[i] = keep;
-      ys[i] = keep ? xs[i] * keep_scale : 0.0f;
-    }
-  }
+  detail::for_each_dropout_keep(key, base, x.numel(), rate, [&](int64_t i, bool keep) {
+    ms[i] = keep;
+    ys[i] = keep ? xs[i] * keep_scale : 0.0f;
+  });
   saved.tensors = {mask};
   return {y};
 }

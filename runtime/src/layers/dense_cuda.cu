@@ -27,6 +27,7 @@
 #include "backend/cuda/reduce.cuh"
 #include "backend/cuda/vector_io.cuh"
 #include "core/philox.hpp"
+#include "layers/dropout_keep.cuh"
 #include "layers/dense_epilogue.hpp"
 
 #include <climits>
@@ -76,7 +77,7 @@ struct AddBias {
 // y (n, viewed as rows of `units`) in place: v = round(y + bias[col]) (no bias: y); ReLU:
 // v > 0 ? v : 0; dropout: keep ? round(v * keep_scale) : 0 with keep = uniform4(key, base +
 // i) >= rate. A thread takes 8 consecutive elements, their 2 or 3 Philox blocks drawn once
-// (as dropout_forward_contiguous_kernel); `vec`: y aligned for one 8-element access.
+// (dropout_keep8); `vec`: y aligned for one 8-element access.
 template <typename T>
 __global__ void dense_epilogue_kernel(T* __restrict__ y, int64_t n, const float* __restrict__ bias, int64_t units,
                                       bool relu, bool dropout, uint64_t key, uint64_t base, float rate,
@@ -89,18 +90,7 @@ __global__ void dense_epilogue_kernel(T* __restrict__ y, int64_t n, const float*
     bool keep[kW];
 #pragma unroll
     for (int e = 0; e < kW; ++e) keep[e] = true;
-    if (dropout) {
-      const uint64_t c0 = base + static_cast<uint64_t>(i0);
-      const uint64_t b0 = c0 >> 2, b_last = (c0 + static_cast<uint64_t>(count) - 1) >> 2;
-      uint32_t words[12];
-#pragma unroll
-      for (int k = 0; k < 3; ++k) {
-        if (b0 + static_cast<uint64_t>(k) <= b_last) philox::block(key, b0 + static_cast<uint64_t>(k), 0, words + 4 * k);
-      }
-      const int off = static_cast<int>(c0 & 3);
-#pragma unroll
-      for (int e = 0; e < kW; ++e) keep[e] = e < count && philox::word_uniform(words[off + e]) >= rate;
-    }
+    if (dropout) dropout_keep8(key, base + static_cast<uint64_t>(i0), count, rate, keep);
     T val[kW];
     const bool whole = vec && count == kW;
     if (whole) {

@@ -18,6 +18,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/vector_io.cuh"
 #include "core/philox.hpp"
+#include "layers/dropout_keep.cuh"
 
 #include <memory>
 
@@ -103,17 +104,8 @@ __global__ void dropout_forward_contiguous_kernel(const T* __restrict__ x, T* __
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v * kW < n; v += threads) {
     const int64_t i0 = v * kW;
     const int count = n - i0 < kW ? static_cast<int>(n - i0) : kW;
-    const uint64_t c0 = base + static_cast<uint64_t>(i0);
-    const uint64_t b0 = c0 >> 2, b_last = (c0 + static_cast<uint64_t>(count) - 1) >> 2;
-    uint32_t words[12];
-#pragma unroll
-    for (int k = 0; k < 3; ++k) {
-      if (b0 + static_cast<uint64_t>(k) <= b_last) philox::block(key, b0 + static_cast<uint64_t>(k), 0, words + 4 * k);
-    }
-    const int off = static_cast<int>(c0 & 3);
     bool keep[kW];
-#pragma unroll
-    for (int e = 0; e < kW; ++e) keep[e] = e < count && philox::word_uniform(words[off + e]) >= rate;
+    dropout_keep8(key, base + static_cast<uint64_t>(i0), count, rate, keep);
     bool stored = false;
     if constexpr (sizeof(T) == 2) {
       if (vec && count == kW) {  // 8 elements = 16 bytes

@@ -131,11 +131,17 @@ TEST_CASE("ps: fully asynchronous training converges", "[ps]") {
   fit.strategy = tnt::Strategy::parameter_server;  // max_staleness unset: no bound
   tnt::History h = model.fit(tnt::test::threshold_data("ps_async"), fit);
   const auto& loss = h.history.at("loss");
-  INFO("loss: first epoch " << loss.front() << ", last " << loss.back());
-  // ln 2 = 0.69 at the start; 0.14 after 40 epochs as measured (2 workers), so 0.35 leaves
-  // room for asynchrony's run-to-run noise and still fails a run that does not learn.
-  CHECK(loss.back() < 0.35);
-  CHECK(loss.back() < loss.front() * 0.6);
+  REQUIRE(loss.size() == 40);
+  // One epoch's loss is not a measure here: a gradient computed 2-3 updates ago, applied at
+  // SGD's 0.5, sometimes throws one epoch back up (seen: 0.51 between 0.24 and 0.14, once in
+  // the last epoch under CI's load). The mean of the last five epochs is: 0.12-0.19 over 24
+  // runs (1 and 2 servers; also with a worker paused 0.2 s in every 0.25 s); a spike to 0.69 moves
+  // it by 0.11. 0.35 still fails a run that does not learn (it stays near 0.69).
+  double tail = 0;
+  for (size_t e = loss.size() - 5; e < loss.size(); ++e) tail += loss[e] / 5;
+  INFO("loss: first epoch " << loss.front() << ", mean of the last five " << tail << ", last " << loss.back());
+  CHECK(tail < 0.35);
+  CHECK(tail < loss.front() * 0.6);
   CHECK(same_on_every_rank(weights_of(*net)));
 }
 

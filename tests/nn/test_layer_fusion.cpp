@@ -185,3 +185,42 @@ TEST_CASE("layer fusion: an engine's chain call gets its inputs and gives gradie
   const Tensor x = random({5, 6}, 4, "x");
   CHECK(fused->forward({x}, eval)[0].to_double_vector() == plain->forward({x}, eval)[0].to_double_vector());
 }
+
+namespace {
+
+// A Transformer's residual blocks in miniature: y = x + dropout(dense(x)), twice, and a
+// Dropout whose output has a second use (no chain).
+std::shared_ptr<Network> residual_net() {
+  SymTensor x = Input({4, 6}, DType::f32, "x");
+  SymTensor h1 = call(std::make_shared<Dropout>(0.3, "drop1"), call(std::make_shared<Dense>(6, DenseOptions{}, "d1"), x));
+  SymTensor y1 = add(x, h1, "res1");  // the chain's tensor second, as the Transformer has it
+  SymTensor h2 = call(std::make_shared<Dropout>(0.4, "drop2"), call(std::make_shared<Dense>(6, DenseOptions{}, "d2"), y1));
+  SymTensor y2 = add(h2, y1, "res2");  // first
+  SymTensor h3 = call(std::make_shared<Dropout>(0.2, "drop3"), y2);
+  SymTensor y3 = add(h3, call(std::make_shared<Dense>(6, DenseOptions{}, "d3"), h3), "res3");  // h3 used twice
+  SymTensor out = call(std::make_shared<Dense>(3, DenseOptions{}, "d4"), y3);
+  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{out}, "residual");
+  net->initialize(5);
+  return net;
+}
+
+}  // namespace
+
+TEST_CASE("layer fusion: Dropout -> Add chains, run layer by layer on the CPU, are the unfused run bitwise",
+          "[fusion]") {
+  auto plain = residual_net();
+  auto fused = residual_net();
+  plain->set_layer_fusion(LayerFusion::off);
+  fused->set_layer_fusion(LayerFusion::on);
+  CHECK(fused->fused_chains() == 2);  // res1 and res2; drop3's output has two uses
+  const Pass want = train_pass(*plain, {5, 4, 6}, {5, 4, 3});
+  const Pass got = train_pass(*fused, {5, 4, 6}, {5, 4, 3});
+  CHECK(fused->fused_engine_runs() == 0);  // the CUDA engine only
+  check_bitwise(got, want);
+  // And the dropout did drop: an output differs from inference's.
+  RunContext eval;
+  const Tensor x = random({5, 4, 6}, 4, "x");
+  RunContext train;
+  train.training = true;
+  CHECK(fused->forward({x}, eval)[0].to_double_vector() != fused->forward({x}, train)[0].to_double_vector());
+}

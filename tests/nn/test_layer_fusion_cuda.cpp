@@ -120,3 +120,72 @@ TEST_CASE("layer fusion on CUDA: TNT_LAYER_FUSION=0 and f32 run the layers one b
   train_pass(*net);
   CHECK(net->fused_engine_runs() == 0);
 }
+
+namespace {
+
+// y = x + dropout(dense(x)) twice (the chain's tensor second, then first), and a Dropout
+// whose output has two uses (no chain); features f (a multiple of 8 or not: the kernels'
+// 16-byte path and their tail).
+std::shared_ptr<Network> residual_net(int64_t f) {
+  SymTensor x = Input({4, f}, DType::f32, "x");
+  SymTensor h1 = call(std::make_shared<Dropout>(0.3, "drop1"), call(std::make_shared<Dense>(f, DenseOptions{}, "d1"), x));
+  SymTensor y1 = add(x, h1, "res1");
+  SymTensor h2 = call(std::make_shared<Dropout>(0.4, "drop2"), call(std::make_shared<Dense>(f, DenseOptions{}, "d2"), y1));
+  SymTensor y2 = add(h2, y1, "res2");
+  SymTensor h3 = call(std::make_shared<Dropout>(0.2, "drop3"), y2);
+  SymTensor y3 = add(h3, call(std::make_shared<Dense>(f, DenseOptions{}, "d3"), h3), "res3");
+  SymTensor out = call(std::make_shared<Dense>(3, DenseOptions{}, "d4"), y3);
+  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{out}, "residual");
+  net->initialize(5);
+  net->to(test::gpu());
+  return net;
+}
+
+// Two training passes on a rank whose samples start at 3 (Dropout's counters offset):
+// outputs, input gradients, parameter gradients.
+std::vector<Tensor> residual_pass(Network& net, int64_t f) {
+  RunContext rc = test::layer_context(true, test::gpu(), 3);
+  std::vector<Tensor> out;
+  for (int step = 0; step < 2; ++step) {
+    rc.step = 4 + step;
+    net.zero_grad();
+    const Tensor x = test::random_tensor({6, 4, f}, step == 0 ? "x0" : "x1").to(test::gpu());
+    out.push_back(net.forward({x}, rc)[0].to(Device::cpu()));
+    out.push_back(net.backward({test::random_tensor({6, 4, 3}, step == 0 ? "dy0" : "dy1").to(test::gpu())}, rc)[0].to(
+        Device::cpu()));
+  }
+  for (auto& np : net.named_parameters()) out.push_back(np.param->grad.to(Device::cpu()));
+  return out;
+}
+
+}  // namespace
+
+// The fused kernels draw the same mask, round the dropped value to the dtype and sum in
+// float as Dropout's and Add's kernels do, and the residual's gradient is the sum's: so the
+// results are the layers' bit for bit, in every dtype. A wrong mask, scale, counter or
+// gradient wiring changes them at O(1).
+TEST_CASE("layer fusion on CUDA: Dropout -> Add chains match the layers one by one bitwise", "[gpu][fusion]") {
+  REQUIRE(cuda_available());
+  for (int64_t f : {16, 7}) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      INFO("features " << f << ", compute dtype " << dtype_name(dtype));
+      auto plain = residual_net(f);
+      auto fused = residual_net(f);
+      plain->set_compute_dtype(dtype);
+      fused->set_compute_dtype(dtype);
+      plain->set_layer_fusion(LayerFusion::off);
+      CHECK(fused->fused_chains() == 2);  // automatic: on for a CUDA network
+      const std::vector<Tensor> want = residual_pass(*plain, f);
+      const std::vector<Tensor> got = residual_pass(*fused, f);
+      CHECK(fused->fused_engine_runs() == 2);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) test::require_equal(got[i], want[i], "tensor " + std::to_string(i));
+      // Inference: the chains decline (Dropout is the identity), the layers run.
+      RunContext eval = test::layer_context(false, test::gpu());
+      const Tensor x = test::random_tensor({6, 4, f}, "x2").to(test::gpu());
+      test::require_equal(fused->forward({x}, eval)[0].to(Device::cpu()), plain->forward({x}, eval)[0].to(Device::cpu()),
+                          "inference");
+      CHECK(fused->fused_engine_runs() == 0);
+    }
+  }
+}

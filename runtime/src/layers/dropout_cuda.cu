@@ -171,6 +171,91 @@ void launch(const DropoutSaved& s, const Tensor& in, const Tensor& out, int devi
   });
 }
 
+// The chain Dropout -> Add (dropout_add_fusion.cpp), contiguous tensors: a thread takes 8
+// consecutive elements as the forward above does, y = x + (keep ? round(h * scale) : 0),
+// summed in float and rounded once (Add's kernel), and their 8 decisions as one byte of
+// `bits` (bit e: element 8v + e). 16-byte accesses where `vec` (2-byte T, all three
+// pointers 16-byte aligned).
+template <typename T>
+__device__ __forceinline__ T dropped(T in, bool keep, float keep_scale) {
+  return keep ? from_float<T>(to_float(in) * keep_scale) : from_float<T>(0.0f);
+}
+
+template <typename T>
+__global__ void dropout_add_forward_kernel(const T* __restrict__ h, const T* __restrict__ x, T* __restrict__ y,
+                                           uint8_t* __restrict__ bits, int64_t n, uint64_t key, uint64_t base,
+                                           float rate, float keep_scale, bool vec) {
+  constexpr int kW = 8;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v * kW < n; v += threads) {
+    const int64_t i0 = v * kW;
+    const int count = n - i0 < kW ? static_cast<int>(n - i0) : kW;
+    bool keep[kW];
+    dropout_keep8(key, base + static_cast<uint64_t>(i0), count, rate, keep);
+    unsigned byte = 0;
+#pragma unroll
+    for (int e = 0; e < kW; ++e) byte |= keep[e] ? 1u << e : 0u;
+    bool stored = false;
+    if constexpr (sizeof(T) == 2) {
+      if (vec && count == kW) {
+        const uint4 hin = *reinterpret_cast<const uint4*>(h + i0);
+        const uint4 xin = *reinterpret_cast<const uint4*>(x + i0);
+        uint4 out;
+        const T* hv = reinterpret_cast<const T*>(&hin);
+        const T* xv = reinterpret_cast<const T*>(&xin);
+        T* ov = reinterpret_cast<T*>(&out);
+#pragma unroll
+        for (int e = 0; e < kW; ++e) ov[e] = from_float<T>(to_float(xv[e]) + to_float(dropped(hv[e], keep[e], keep_scale)));
+        *reinterpret_cast<uint4*>(y + i0) = out;
+        stored = true;
+      }
+    }
+    if (!stored) {
+      for (int e = 0; e < count; ++e)
+        y[i0 + e] = from_float<T>(to_float(x[i0 + e]) + to_float(dropped(h[i0 + e], keep[e], keep_scale)));
+    }
+    bits[v] = static_cast<uint8_t>(byte);
+  }
+}
+
+// dh = dy * scale where the forward kept, 0 elsewhere (Dropout's backward from its mask).
+template <typename T>
+__global__ void dropout_add_backward_kernel(const T* __restrict__ dy, const uint8_t* __restrict__ bits,
+                                            T* __restrict__ dh, int64_t n, float keep_scale, bool vec) {
+  constexpr int kW = 8;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v * kW < n; v += threads) {
+    const int64_t i0 = v * kW;
+    const int count = n - i0 < kW ? static_cast<int>(n - i0) : kW;
+    const unsigned byte = bits[v];
+    bool stored = false;
+    if constexpr (sizeof(T) == 2) {
+      if (vec && count == kW) {
+        const uint4 in = *reinterpret_cast<const uint4*>(dy + i0);
+        uint4 out;
+        const T* iv = reinterpret_cast<const T*>(&in);
+        T* ov = reinterpret_cast<T*>(&out);
+#pragma unroll
+        for (int e = 0; e < kW; ++e) ov[e] = dropped(iv[e], ((byte >> e) & 1u) != 0, keep_scale);
+        *reinterpret_cast<uint4*>(dh + i0) = out;
+        stored = true;
+      }
+    }
+    if (!stored) {
+      for (int e = 0; e < count; ++e) dh[i0 + e] = dropped(dy[i0 + e], ((byte >> e) & 1u) != 0, keep_scale);
+    }
+  }
+}
+
+struct DropoutAddSaved {
+  float keep_scale = 1.0f;
+  Shape shape;
+  DType dtype = DType::f32;
+  Tensor bits;  // u8 ((n + 7) / 8): bit e of byte v = element 8v + e kept
+};
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 }  // namespace
 
 std::vector<Tensor> dropout_forward(Dropout& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
@@ -216,6 +301,58 @@ std::vector<Tensor> dropout_backward(Dropout& layer, const std::vector<Tensor>& 
     launch(s, dy, dx, device);
   }
   return {dx};
+}
+
+
+bool dropout_add_forward(Dropout& layer, const Tensor& h, const Tensor& x, const RunContext& rc, SavedState& saved,
+                         std::vector<Tensor>& outputs) {
+  int device = common_device({&h, &x}, "Dropout -> Add");
+  TNT_CHECK(h.shape() == x.shape() && h.dtype() == x.dtype() && !h.is_channels_last() && !x.is_channels_last(),
+            "Dropout '{}' -> Add: inputs {} and {} must be contiguous, of one shape and dtype", layer.name(), h.str(),
+            x.str());
+  auto s = std::make_shared<DropoutAddSaved>();
+  const uint64_t key = layer.mask_key(rc), base = Dropout::mask_counter(rc, h.shape());
+  const auto rate = static_cast<float>(layer.rate());
+  s->keep_scale = static_cast<float>(1.0 / (1.0 - layer.rate()));
+  s->shape = h.shape();
+  s->dtype = h.dtype();
+  const int64_t n = h.numel();
+  Tensor y = Tensor::empty(h.shape(), h.dtype(), h.device());
+  s->bits = Tensor::empty({(n + 7) / 8}, DType::u8, h.device());
+  if (n > 0) {
+    TNT_CUDA_DISPATCH_FLOAT(h.dtype(), "Dropout -> Add", {
+      const bool vec = aligned16(h.raw()) && aligned16(x.raw()) && aligned16(y.raw());
+      dropout_add_forward_kernel<scalar_t><<<grid_for((n + 7) / 8, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(h.raw()), static_cast<const scalar_t*>(x.raw()), static_cast<scalar_t*>(y.raw()),
+          static_cast<uint8_t*>(s->bits.raw()), n, key, base, rate, s->keep_scale, vec);
+      TNT_CUDA_CHECK_LAUNCH();
+    });
+  }
+  saved.tensors.clear();
+  saved.extra = s;
+  outputs = {y};
+  return true;
+}
+
+std::vector<Tensor> dropout_add_backward(Dropout& layer, const Tensor& dy, SavedState& saved) {
+  TNT_CHECK(saved.extra, "Dropout '{}' -> Add: backward without a forward", layer.name());
+  const auto& s = *static_cast<const DropoutAddSaved*>(saved.extra.get());
+  int device = common_device({&dy}, "Dropout -> Add backward");
+  TNT_CHECK(dy.shape() == s.shape && dy.dtype() == s.dtype && !dy.is_channels_last(),
+            "Dropout '{}' -> Add: gradient {} for a contiguous output of shape {} in {}", layer.name(), dy.str(),
+            shape_str(s.shape), dtype_name(s.dtype));
+  const int64_t n = dy.numel();
+  Tensor dh = Tensor::empty(dy.shape(), dy.dtype(), dy.device());
+  if (n > 0) {
+    TNT_CUDA_DISPATCH_FLOAT(dy.dtype(), "Dropout -> Add backward", {
+      const bool vec = aligned16(dy.raw()) && aligned16(dh.raw());
+      dropout_add_backward_kernel<scalar_t><<<grid_for((n + 7) / 8, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const scalar_t*>(dy.raw()), static_cast<const uint8_t*>(s.bits.raw()),
+          static_cast<scalar_t*>(dh.raw()), n, s.keep_scale, vec);
+      TNT_CUDA_CHECK_LAUNCH();
+    });
+  }
+  return {dh, dy};
 }
 
 }  // namespace tnt::cuda

@@ -20,4 +20,13 @@ std::vector<Tensor> dropout_forward(Dropout& layer, const std::vector<Tensor>& i
 std::vector<Tensor> dropout_backward(Dropout& layer, const std::vector<Tensor>& grad_outputs,
                                      const RunContext& rc, SavedState& saved);
 
+// The fused chain Dropout -> Add (dropout_add_fusion.cpp): outputs = {x + dropout(h)} with
+// the bits of the two layers one by one; h and x contiguous, of one shape, dtype and device,
+// in training with a rate above 0 (the caller checks). Keeps the decisions as bits in saved.
+// Returns true (it always runs).
+bool dropout_add_forward(Dropout& layer, const Tensor& h, const Tensor& x, const RunContext& rc, SavedState& saved,
+                         std::vector<Tensor>& outputs);
+// {dh, dx}: dh = dy * scale where kept, 0 elsewhere; dx is dy itself (not a copy).
+std::vector<Tensor> dropout_add_backward(Dropout& layer, const Tensor& dy, SavedState& saved);
+
 }  // namespace tnt::cuda

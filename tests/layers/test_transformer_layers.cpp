@@ -2,6 +2,7 @@
 // method and the tolerance's reasoning), values against closed forms, and mask behaviour.
 #include "gradcheck.hpp"
 
+#include "core/philox.hpp"
 #include "tarantella/layers.hpp"
 
 #include <cmath>
@@ -233,6 +234,47 @@ TEST_CASE("MultiHeadAttention: dropout follows the step and keeps the expectatio
   CHECK(s3 == s3b);   // a pure function of (seed, name, step, sample)
   CHECK(s3 != s4);
   CHECK(s3 != inference);
+}
+
+// The documented rule (attention_cuda.hpp), which the CUDA engines follow too (compared with
+// this engine on a GPU): probability (b, h, i, j) is kept iff philox::uniform4(key, base +
+// ((b*H + h)*Tq + i)*Tk + j) >= rate. With q = 0 every probability is 1/Tk; with v and the
+// output projection the identity and the memory's key j the unit vector e_j, output (i, j)
+// is probability (i, j) after dropout. Tk = 7 and a sample offset of 1 put the counters of
+// row 1 off the 4-aligned Philox blocks.
+TEST_CASE("MultiHeadAttention: the dropout mask is uniform4 of the probability's counter", "[transformer]") {
+  constexpr int64_t tq = 2, tk = 7;
+  auto a = attention("attn_rule", {.num_heads = 1, .dropout = 0.5}, tk);
+  auto set = [](Dense& dense, bool identity) {
+    float* w = dense.weight().value.data<float>();
+    for (int64_t r = 0; r < tk; ++r)
+      for (int64_t c = 0; c < tk; ++c) w[r * tk + c] = identity && r == c ? 1.0f : 0.0f;
+  };
+  set(a->q_proj(), false);
+  set(a->k_proj(), false);
+  set(a->v_proj(), true);
+  set(a->out_proj(), true);
+  std::vector<float> eye(tk * tk, 0.0f);
+  for (int64_t j = 0; j < tk; ++j) eye[j * tk + j] = 1.0f;
+  const Tensor mem = Tensor::from_vector(eye, {1, tk, tk});
+  const Tensor x = test::random_tensor({1, tq, tk}, 40, "x_rule");
+  RunContext rc = training(6);
+  rc.sample_offset = 1;
+  const std::vector<float> y = forward1(*a, {x, mem}, rc);
+  REQUIRE(y.size() == static_cast<size_t>(tq * tk));
+  const uint64_t key = a->dropout_key(rc), base = static_cast<uint64_t>(rc.sample_offset * tq * tk);
+  int kept = 0;
+  for (int64_t i = 0; i < tq; ++i) {
+    for (int64_t j = 0; j < tk; ++j) {
+      const bool keep = philox::uniform4(key, base + static_cast<uint64_t>(i * tk + j)) >= 0.5f;
+      INFO("row " << i << ", key " << j);
+      // 1/7 times 2 through the products: a few float roundings.
+      CHECK(y[i * tk + j] == Approx(keep ? 2.0 / tk : 0.0).margin(1e-6));
+      kept += keep;
+    }
+  }
+  CHECK(kept > 0);
+  CHECK(kept < tq * tk);  // the draws do decide something here
 }
 
 TEST_CASE("MultiHeadAttention: incremental step and attend give forward()'s outputs", "[transformer][cache]") {

@@ -129,11 +129,11 @@ namespace {
 std::shared_ptr<Network> residual_net(int64_t f) {
   SymTensor x = Input({4, f}, DType::f32, "x");
   SymTensor h1 = call(std::make_shared<Dropout>(0.3, "drop1"), call(std::make_shared<Dense>(f, DenseOptions{}, "d1"), x));
-  SymTensor y1 = add(x, h1, "res1");
+  SymTensor y1 = test::add(x, h1, "res1");
   SymTensor h2 = call(std::make_shared<Dropout>(0.4, "drop2"), call(std::make_shared<Dense>(f, DenseOptions{}, "d2"), y1));
-  SymTensor y2 = add(h2, y1, "res2");
+  SymTensor y2 = test::add(h2, y1, "res2");
   SymTensor h3 = call(std::make_shared<Dropout>(0.2, "drop3"), y2);
-  SymTensor y3 = add(h3, call(std::make_shared<Dense>(f, DenseOptions{}, "d3"), h3), "res3");
+  SymTensor y3 = test::add(h3, call(std::make_shared<Dense>(f, DenseOptions{}, "d3"), h3), "res3");
   SymTensor out = call(std::make_shared<Dense>(3, DenseOptions{}, "d4"), y3);
   auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{out}, "residual");
   net->initialize(5);

@@ -11,7 +11,7 @@
 // Dropout layers keep element i when uniform4(key, offset + i) >= float(rate), where
 //   uniform4(key, c) = (block(key, c / 4)[c % 4] >> 8) * 2^-24
 // (all four words of a block, for four consecutive counters: a quarter of the blocks).
-// The attention core's dropout (layers/attention_cuda.hpp) keeps uniform(key, c).
+// So does the attention core's dropout (layers/attention_cuda.hpp), per probability.
 #pragma once
 
 #include "core/host_device.hpp"

@@ -15,6 +15,7 @@
 #include "backend/dispatch.hpp"
 #include "core/philox.hpp"
 #include "layers/attention_cuda.hpp"
+#include "layers/dropout_cpu.hpp"
 #include "layers/matmul_cpu.hpp"
 #include "tarantella/ops.hpp"
 #include "tarantella/random.hpp"
@@ -124,12 +125,12 @@ Tensor cpu_core_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
     const float inv = 1.0f / total;
     for (int64_t j = 0; j < Tk; ++j) pr[j] *= inv;
     if (dropout) {
-      for (int64_t j = 0; j < Tk; ++j) {
-        const uint64_t idx = static_cast<uint64_t>(r * Tk + j);
-        const bool kept = philox::uniform(a.key, a.base + idx) >= a.rate;
-        keep[r * Tk + j] = kept;
-        pd[r * Tk + j] = kept ? pr[j] * keep_scale : 0.0f;
-      }
+      // A Philox block per four probabilities (Dropout's rule), not one per probability.
+      detail::for_each_dropout_keep(a.key, a.base + static_cast<uint64_t>(r * Tk), Tk, a.rate,
+                                    [&](int64_t j, bool kept) {
+                                      keep[r * Tk + j] = kept;
+                                      pd[r * Tk + j] = kept ? pr[j] * keep_scale : 0.0f;
+                                    });
     }
   }
   // oh (B*H, Tq, d) = pd vh, then heads merged into (B, Tq, D)

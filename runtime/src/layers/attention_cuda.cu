@@ -107,7 +107,7 @@ __global__ void softmax_forward_kernel(const float* __restrict__ logits,  // (R,
     const float v = __expf(biased(j) - mx) * inv;
     p[r * tk + j] = from_float<T>(v);
     if (pd != nullptr) {
-      const bool kept = philox::uniform(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate;
+      const bool kept = philox::uniform4(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate;
       pd[r * tk + j] = from_float<T>(kept ? v * keep_scale : 0.0f);
     }
   }
@@ -158,7 +158,7 @@ __global__ void softmax_forward_rows_kernel(const float* __restrict__ logits,  /
     const float v = e[t] * inv;
     p[r * tk + j] = from_float<T>(v);
     if (pd != nullptr) {
-      const bool kept = philox::uniform(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate;
+      const bool kept = philox::uniform4(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate;
       pd[r * tk + j] = from_float<T>(kept ? v * keep_scale : 0.0f);
     }
   }
@@ -180,7 +180,7 @@ __global__ void softmax_backward_kernel(const float* __restrict__ dpd,  // (R, T
   auto dp = [&](int64_t j) {
     const float g = dpd[r * tk + j];
     if (!dropout) return g;
-    return philox::uniform(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate ? g * keep_scale : 0.0f;
+    return philox::uniform4(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate ? g * keep_scale : 0.0f;
   };
   float dot = 0.0f;
   for (int64_t j = lane; j < tk; j += kWarp) dot += dp(j) * to_float(p[r * tk + j]);
@@ -215,7 +215,7 @@ __global__ void softmax_backward_rows_kernel(const float* __restrict__ dpd,  // 
     if (j < tk) {
       const float g = dpd[r * tk + j];
       dp[t] = !dropout ? g
-                       : (philox::uniform(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate ? g * keep_scale
+                       : (philox::uniform4(a.key, a.base + static_cast<uint64_t>(r * tk + j)) >= a.rate ? g * keep_scale
                                                                                                       : 0.0f);
       pj[t] = to_float(p[r * tk + j]);
       dot += dp[t] * pj[t];

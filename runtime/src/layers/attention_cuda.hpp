@@ -6,7 +6,8 @@
 //   logits (Tq, Tk) = q_h k_h^T + bias, bias -1e9 (float add) where key_ids[b, j] == 0 or,
 //     when causal, j > i + (Tk - Tq)
 //   p = softmax(logits) (float); pd = p * keep / (1 - rate) in training with rate > 0, keep
-//     iff philox::uniform(key, base + ((b*H + h)*Tq + i)*Tk + j) >= rate, else pd = p
+//     iff philox::uniform4(key, base + ((b*H + h)*Tq + i)*Tk + j) >= rate (Dropout's rule:
+//     one Philox block for four consecutive counters), else pd = p
 //   o[b, :, h*d:(h+1)*d] = pd v_h
 // Mixed precision (CUDA): q, k, v, o and their gradients in the input dtype; logits f32;
 // p, pd and the logits' gradients stored in the input dtype for the products (f32 sums).

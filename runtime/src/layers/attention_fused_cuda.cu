@@ -9,7 +9,8 @@
 //             saved per row for the backward.
 //   backward  delta_i = dO_i . O_i (one warp per row); then two kernels that rebuild
 //             P = exp(S - m) / l and dS = P (dP Z - delta) with dP = dO V^T and Z the
-//             dropout mask (drawn again from the same Philox counters, never stored):
+//             dropout mask (the forward draws a Philox block per 4 probabilities and keeps
+//             its decisions as bits for the backward):
 //             dkdv: per key tile over all query tiles, dV += Pd^T dO, dK += dS^T Q;
 //             dq:   per query tile over all key tiles, dQ += dS K (times scale).
 //             No atomics: every output element is summed by one block in a fixed order,
@@ -118,17 +119,18 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
     }
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
+      uint32_t words[4] = {0, 0, 0, 0};
+      if (dropout) keep_words8(p, bh, rows[0], rows[1], k0 + n * 8, lane, words);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const float ex = __expf(s[n][e] - m_new[r]);  // 0 past Tk
         sum[r] += ex;
         float pd = ex;
-        // (No draw where nothing is kept anyway: a zero probability, or a row past Tq; the
-        // backward's probability is 0 there too.)
+        // (Nothing is kept where nothing is there to keep: a zero probability, or a row past
+        // Tq; the backward's probability is 0 there too.)
         if (dropout) {
-          const int64_t j = k0 + n * 8 + 2 * t4 + (e & 1);
-          const bool keep = ex != 0.0f && rows[r] < tq && kept(p, bh, rows[r], j);
+          const bool keep = ex != 0.0f && rows[r] < tq && philox::word_uniform(words[e]) >= p.rate;
           pd = keep ? ex * keep_scale : 0.0f;
           const uint32_t word = __ballot_sync(0xffffffffu, keep);
           if (lane == n * 4 + e) keep_word = word;

@@ -171,10 +171,48 @@ __device__ __forceinline__ float biased(const FusedParams& p, float l, bool padd
   return (padded || (p.causal && j > i + (p.tk - p.tq))) ? l + kMaskBias : l;
 }
 
-// Dropout's keep decision of (b*H + h, i, j): the unfused engine's counter.
-__device__ __forceinline__ bool kept(const FusedParams& p, int64_t bh, int64_t i, int64_t j) {
-  const uint64_t idx = static_cast<uint64_t>((bh * p.tq + i) * p.tk + j);
-  return philox::uniform(p.key, p.base + idx) >= p.rate;
+// The Philox words of this lane's 4 elements of an 8-key C tile (keys j8 .. j8 + 7): word[e]
+// for (row e < 2 ? row0 : row1, key j8 + 2 t + (e & 1)), t = lane % 4; keep iff
+// word_uniform(word[e]) >= rate, which is uniform4 of the unfused engines' counter
+// base + ((b*H + h)*Tq + i)*Tk + j. A block holds 4 consecutive counters, and the lanes 2m
+// and 2m + 1 of a group together hold keys j8 + 4m .. j8 + 4m + 3 of both rows: the even lane
+// draws them for the first row, the odd lane for the second (1 block, or 2 where the 4
+// counters straddle a block boundary), and each hands the other the 2 words it needs. So a
+// block serves 4 probabilities where a block per probability was drawn before. Every lane of
+// the warp must call it (shuffles); rows past Tq and keys past Tk get words that are not used.
+__device__ __forceinline__ void keep_words8(const FusedParams& p, int64_t bh, int64_t row0, int64_t row1, int64_t j8,
+                                            int lane, uint32_t (&word)[4]) {
+  const int t4 = lane & 3;
+  const bool odd = (t4 & 1) != 0;
+  const int64_t i = odd ? row1 : row0;
+  const uint64_t c = p.base + static_cast<uint64_t>((bh * p.tq + i) * p.tk + j8 + 4 * (t4 >> 1));
+  // w[k] = word (off + k) of block c / 4 then the next, off = c % 4. off is 0 in the common
+  // case (Tk and the rank's first counter multiples of 4; uniform over the grid), where the
+  // second block is not drawn. Selects over constant indices keep everything in registers.
+  const int off = static_cast<int>(c & 3);
+  uint32_t a[4], b[4] = {0, 0, 0, 0};
+  philox::block(p.key, c >> 2, 0, a);
+  if (off != 0) philox::block(p.key, (c >> 2) + 1, 0, b);
+  uint32_t w[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint32_t v = a[k];
+#pragma unroll
+    for (int q = 1; q < 4; ++q) {
+      if (q + k < 4) v = off == q ? a[q + k] : v;
+      else v = off == q ? b[q + k - 4] : v;
+    }
+    w[k] = v;
+  }
+  // w[k]: key j8 + 4 (t4 >> 1) + k of row i. The even lane keeps keys +0, +1 of rows[0] and
+  // takes the odd lane's +0, +1 of rows[1]; the odd lane keeps +2, +3 of rows[1] and takes the
+  // even lane's +2, +3 of rows[0].
+  const uint32_t ra = __shfl_xor_sync(0xffffffffu, odd ? w[0] : w[2], 1);
+  const uint32_t rb = __shfl_xor_sync(0xffffffffu, odd ? w[1] : w[3], 1);
+  word[0] = odd ? ra : w[0];
+  word[1] = odd ? rb : w[1];
+  word[2] = odd ? w[2] : ra;
+  word[3] = odd ? w[3] : rb;
 }
 
 // --- tensor cores: mma.sync m16n8k16 (f32 accumulators) and ldmatrix -------------------

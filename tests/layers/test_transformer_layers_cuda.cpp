@@ -8,6 +8,7 @@
 #include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -20,6 +21,7 @@ using tnt::test::kUnitFp32;
 using tnt::test::max_abs;
 using tnt::test::require_close;
 using tnt::test::require_equal;
+using tnt::test::require_within;
 
 namespace {
 
@@ -129,6 +131,122 @@ TEST_CASE("LayerNorm: CUDA engine matches the CPU engine", "[gpu][transformer]")
     require_close(b->weight().grad, a->weight().grad, static_cast<double>(rows) * 1e-4 + dot_atol(rows, 1, 4, kUnitFp32),
                   kUlp, "dgamma");
     require_close(b->bias().grad, a->bias().grad, dot_atol(rows, 1, 1, kUnitFp32), kUlp, "dbeta");
+  }
+}
+
+namespace {
+
+// Uniform multiples of 2^-8 in [-1, 1]: exact in f32, bf16 and f16, and every sum of fewer
+// than 2^14 of them is exact in float, so the bias gradient (a column sum of dy) has one
+// right answer whatever the order of summation.
+Tensor verifiable_dy(const Shape& shape, const std::string& key) {
+  std::vector<float> v = test::random_tensor(shape, key).to_vector();
+  for (float& e : v) e = std::round(e * 256.0f) / 256.0f;
+  return Tensor::from_vector(v, shape);
+}
+
+}  // namespace
+
+// The CUDA backward adds dy * xhat and dy into the weight and bias gradients in the same
+// pass that computes dx (rows of D <= 1024 in registers, one stripe of rows a block), or in
+// two column sums after it (D > 1024). Shapes: D = 5 and 37 (most lanes of a warp idle),
+// each register bucket (D = 200: 8 values a lane, 500: 16, 1000 and 1024: 32), 3 rows (a
+// block with idle warps), 9973 x 1024 (a prime number of rows, more than any GPU's blocks x
+// warps, so every warp walks several rows and the last stripe is short), and D = 1025 and
+// 1500 (the column sums, one and two passes). The layer runs at two call sites of one step
+// (different row counts): both backward calls ADD to the gradients.
+TEST_CASE("LayerNorm: CUDA backward sums every row into the weight and bias gradients", "[gpu][transformer]") {
+  const std::vector<Shape> shapes = {Shape{21, 5},   Shape{3, 37, 37},  Shape{50, 200},     Shape{2, 33, 500},
+                                     Shape{3, 100},  Shape{2, 1, 1000}, Shape{9973, 1024}, Shape{5, 1025},
+                                     Shape{300, 1500}};
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    for (const Shape& shape : shapes) {
+      INFO(dtype_name(dtype) << " input " << shape_str(shape));
+      const int64_t d = shape.back();
+      const int64_t rows1 = shape_numel(shape) / d, rows2 = rows1 / 2 + 1;
+      const std::vector<Shape> site_shapes = {shape, Shape{rows2, d}};
+      auto [a, b] = twins<LayerNorm>({shape}, 1e-6, std::string("ln_sites"));
+      Tensor g = test::random_tensor({d}, "ln_sites_g", 0.5f, 1.5f), bias = test::random_tensor({d}, "ln_sites_b");
+      a->weight().value.copy_from(g);
+      b->weight().value.copy_from(g);
+      a->bias().value.copy_from(bias);
+      b->bias().value.copy_from(bias);
+      const Tensor g0 = test::random_tensor({d}, "ln_sites_dw0", -0.5f, 0.5f);
+      const Tensor b0 = test::random_tensor({d}, "ln_sites_db0", -0.5f, 0.5f);
+      a->weight().grad.copy_from(g0);
+      b->weight().grad.copy_from(g0);
+      a->bias().grad.copy_from(b0);
+      b->bias().grad.copy_from(b0);
+
+      // The CPU engine takes f32: it gets the values the GPU sees, x rounded to `dtype`.
+      std::vector<Tensor> xs, dys, y_cpu, y_gpu;
+      std::vector<SavedState> sa(2), sb(2);
+      for (size_t s = 0; s < 2; ++s) {
+        const std::string key = "ln_sites_" + std::to_string(s);
+        const Tensor x = test::random_tensor(site_shapes[s], key + "_x", -2.0f, 3.0f);
+        xs.push_back(ops::cast(ops::cast(x, dtype), DType::f32));
+        dys.push_back(verifiable_dy(site_shapes[s], key + "_dy"));
+        y_cpu.push_back(a->forward({xs[s]}, context(true, Device::cpu()), sa[s])[0]);
+        y_gpu.push_back(b->forward({ops::cast(xs[s].to(gpu()), dtype)}, context(true, gpu()), sb[s])[0]);
+        CHECK(y_gpu[s].dtype() == dtype);
+      }
+      // Each call site's saved statistics (mean, 1/std per row) as the GPU computed them.
+      std::vector<std::vector<double>> stats;
+      for (size_t s = 0; s < 2; ++s) stats.push_back(sb[s].tensors.at(1).to_double_vector());
+      // Backward in reverse order of the forward calls, as a network's backward runs.
+      std::vector<Tensor> dx_cpu(2), dx_gpu(2);
+      for (size_t s : {size_t{1}, size_t{0}}) {
+        dx_cpu[s] = a->backward({dys[s]}, context(true, Device::cpu()), sa[s])[0];
+        dx_gpu[s] = b->backward({ops::cast(dys[s].to(gpu()), dtype)}, context(true, gpu()), sb[s])[0];
+        CHECK(dx_gpu[s].dtype() == dtype);
+      }
+
+      // y and dx: the tolerances of "LayerNorm: CUDA engine matches the CPU engine" (float
+      // statistics against double ones), plus, in bf16 and f16, the one rounding of the
+      // output to `dtype` (relative unit roundoff; twice it, because the GPU rounds its own
+      // value, which may sit across a rounding boundary from the CPU's).
+      const double unit = dtype == DType::bf16 ? test::kUnitBf16 : dtype == DType::f16 ? test::kUnitF16 : 0.0;
+      for (size_t s = 0; s < 2; ++s) {
+        require_close(y_gpu[s], y_cpu[s], 2e-4, 1e-4 + 2 * unit, "y at call site " + std::to_string(s));
+        require_close(dx_gpu[s], dx_cpu[s], 2e-4, 1e-4 + 2 * unit, "dx at call site " + std::to_string(s));
+      }
+
+      // Bias gradient: b0 + (sum of dy at site 1) + (sum at site 0). The sums are exact on
+      // both engines (verifiable_dy) and each is added to the gradient with one rounding, in
+      // the same order: bit for bit equal. A row or column missed or counted twice fails.
+      require_equal(b->bias().grad, a->bias().grad, "dbeta");
+
+      // Weight gradient against a double reference built from the GPU's own statistics, so
+      // that only the GPU's summation is measured: each term dy * (x - mean) * rstd errs by
+      // at most 3 roundings (the subtraction, the product with rstd, the product with dy)
+      // and a float sum errs by at most (additions on the longest path) * 2^-24 times the
+      // sum of the magnitudes. The longest path on any GPU: the rows of one warp's stripe
+      // (at most rows / 4, a grid of one block), 4 warps, the partials of at most 1,024
+      // blocks in 8 stripes (128 + 8), and the two adds to the gradient; the column sums of
+      // D > 1024 are shallower (stripes of >= 256 rows walked 8 at a time, <= 512 chunks).
+      const std::vector<double> w0 = g0.to_double_vector();
+      std::vector<double> ref(w0), magnitude(static_cast<size_t>(d), 0.0);
+      int64_t deepest = 0;
+      for (size_t s = 0; s < 2; ++s) {
+        const std::vector<double> x = xs[s].to_double_vector(), dy = dys[s].to_double_vector();
+        const int64_t rows = s == 0 ? rows1 : rows2;
+        deepest = std::max(deepest, (rows + 3) / 4);
+        for (int64_t r = 0; r < rows; ++r) {
+          const double mean = stats[s][static_cast<size_t>(2 * r)], rstd = stats[s][static_cast<size_t>(2 * r + 1)];
+          for (int64_t j = 0; j < d; ++j) {
+            const size_t i = static_cast<size_t>(r * d + j);
+            const double t = dy[i] * (x[i] - mean) * rstd;
+            ref[static_cast<size_t>(j)] += t;
+            magnitude[static_cast<size_t>(j)] += std::fabs(t);
+          }
+        }
+      }
+      for (int64_t j = 0; j < d; ++j) magnitude[static_cast<size_t>(j)] += std::fabs(w0[static_cast<size_t>(j)]);
+      const double depth = static_cast<double>(deepest + 4 + 128 + 8 + 2 + 3);
+      require_within(b->weight().grad, Tensor::from_vector(std::vector<float>(ref.begin(), ref.end()), {d}), 0.0, kUlp,
+                     Tensor::from_vector(std::vector<float>(magnitude.begin(), magnitude.end()), {d}),
+                     depth * kUnitFp32, "dgamma against the double reference");
+    }
   }
 }
 

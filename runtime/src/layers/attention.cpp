@@ -15,6 +15,7 @@
 #include "backend/dispatch.hpp"
 #include "core/philox.hpp"
 #include "layers/attention_cuda.hpp"
+#include "layers/dense_cuda.hpp"
 #include "layers/dropout_cpu.hpp"
 #include "layers/matmul_cpu.hpp"
 #include "tarantella/ops.hpp"
@@ -347,14 +348,31 @@ std::vector<Tensor> MultiHeadAttention::backward(const std::vector<Tensor>& grad
     cpu_core_backward(d_o, s.core, dq, dk, dv);
   }
   Tensor dx = q_->backward({dq}, rc, s.q)[0];
-  Tensor dmk = k_->backward({dk}, rc, s.k)[0];
-  Tensor dmv = v_->backward({dv}, rc, s.v)[0];
   std::vector<Tensor> grads;
-  if (s.self) {
-    grads.push_back(sum_defined({dx, dmk, dmv}));
+  if (s.cuda) {
+#ifdef TNT_WITH_CUDA
+    // The projections of one input add their input gradients inside the products (beta =
+    // 1): no tensor per projection and no separate sums (at 32k tokens x 1,024 in bf16, 384
+    // MB less traffic per self-attention).
+    if (s.self) {
+      dx = cuda::dense_backward_add(*k_, dk, rc, s.k, dx);
+      grads.push_back(cuda::dense_backward_add(*v_, dv, rc, s.v, dx));
+    } else {
+      grads.push_back(dx);
+      grads.push_back(cuda::dense_backward_add(*v_, dv, rc, s.v, k_->backward({dk}, rc, s.k)[0]));
+    }
+#else
+    detail::no_cuda_engine("MultiHeadAttention::backward");
+#endif
   } else {
-    grads.push_back(dx);
-    grads.push_back(sum_defined({dmk, dmv}));
+    Tensor dmk = k_->backward({dk}, rc, s.k)[0];
+    Tensor dmv = v_->backward({dv}, rc, s.v)[0];
+    if (s.self) {
+      grads.push_back(sum_defined({dx, dmk, dmv}));
+    } else {
+      grads.push_back(dx);
+      grads.push_back(sum_defined({dmk, dmv}));
+    }
   }
   if (s.ids) grads.emplace_back();
   return grads;

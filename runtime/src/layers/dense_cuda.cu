@@ -208,9 +208,10 @@ std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& input
   return {y};
 }
 
-std::vector<Tensor> dense_backward(Dense& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
-                                   SavedState& saved) {
-  (void)rc;
+namespace {
+
+// dense_backward's work; sum defined: the input gradient is added to it (beta = 1).
+Tensor backward_into(Dense& layer, const std::vector<Tensor>& grad_outputs, SavedState& saved, const Tensor& sum) {
   TNT_CHECK(!saved.tensors.empty(), "Dense '{}': backward without a forward", layer.name());
   const Tensor& x = saved.tensors[0];                                          // (..., in)
   Tensor dy = grad_outputs.at(0);                                              // (..., U)
@@ -243,15 +244,22 @@ std::vector<Tensor> dense_backward(Dense& layer, const std::vector<Tensor>& grad
   TNT_CHECK(dy.numel() == rows * units && dy.dtype() == x.dtype(), "Dense '{}': gradient {} for output of {} rows x {}",
             layer.name(), dy.str(), rows, units);
   // The first layer of a network may skip its input gradient (SavedState::need_input_grads).
-  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();  // (..., in)
-  if (rows == 0 || in == 0) return {dx};
-  if (units == 0) {
-    if (dx.defined()) fill(dx, 0.0);
-    return {dx};
+  const bool add = sum.defined();
+  if (add) {
+    TNT_CHECK(sum.shape() == x.shape() && sum.dtype() == x.dtype() && sum.device() == x.device() &&
+                  !sum.is_channels_last(),
+              "Dense '{}': an input gradient {} to add to for input {}", layer.name(), sum.str(), x.str());
   }
-  if (dx.defined()) {
-    gemm(device, x.dtype(), x.dtype(), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, units, w.raw(), in, dy.raw(), units, 0.0f,
-         dx.raw(), in);
+  Tensor dx = add ? sum : saved.need_input_grads ? Tensor::empty(x.shape(), x.dtype(), x.device()) : Tensor();
+  const bool write_dx = saved.need_input_grads && dx.defined();
+  if (rows == 0 || in == 0) return dx;
+  if (units == 0) {
+    if (write_dx && !add) fill(dx, 0.0);
+    return dx;
+  }
+  if (write_dx) {
+    gemm(device, x.dtype(), x.dtype(), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, units, w.raw(), in, dy.raw(), units,
+         add ? 1.0f : 0.0f, dx.raw(), in);
   }
   if (dw.defined()) {
     TNT_CHECK(dw.dtype() == DType::f32 || dw.dtype() == x.dtype(), "Dense '{}': weight gradient {} for input {}",
@@ -267,7 +275,20 @@ std::vector<Tensor> dense_backward(Dense& layer, const std::vector<Tensor>& grad
                   static_cast<float*>(bias->grad.raw()), device);
     });
   }
-  return {dx};
+  return dx;
+}
+
+}  // namespace
+
+std::vector<Tensor> dense_backward(Dense& layer, const std::vector<Tensor>& grad_outputs, const RunContext& rc,
+                                   SavedState& saved) {
+  (void)rc;
+  return {backward_into(layer, grad_outputs, saved, Tensor())};
+}
+
+Tensor dense_backward_add(Dense& layer, const Tensor& dy, const RunContext& rc, SavedState& saved, const Tensor& sum) {
+  (void)rc;
+  return backward_into(layer, {dy}, saved, sum);
 }
 
 }  // namespace tnt::cuda

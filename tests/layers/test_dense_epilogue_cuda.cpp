@@ -1,6 +1,7 @@
 // Dense with ReLU and dropout on CUDA (label gpu): in f32, f16 and bf16 the fused pass
 // (dense_epilogue_kernel and the backward's first pass) equals the CUDA engines' Dense ->
-// ReLU -> Dropout bit for bit, forward and every gradient, on sizes that take the 8-element
+// ReLU -> Dropout bit for bit, forward and every gradient (but the bias gradient where the
+// first pass sums it: below), on sizes that take the 8-element
 // vector path, its scalar tail, and rows that wrap the bias column inside a vector; in f32
 // it agrees with the CPU engine within the products' rounding (the mask is the same, so a
 // wrong draw is a whole element off); dropout without an activation draws its mask again in
@@ -89,8 +90,9 @@ TEST_CASE("Dense with ReLU and dropout on CUDA is the CUDA Dense -> ReLU -> Drop
     int64_t units;
   };
   // 315 outputs (a scalar tail, bias columns wrapping inside 8-element vectors: 9 units),
-  // 6000 (10 units), 256 x 128 (whole vectors only).
-  for (const Case& c : {Case{{5, 7, 16}, 9}, Case{{600, 33}, 10}, Case{{256, 64}, 128}}) {
+  // 6000 (10 units), 256 x 128 (whole vectors only), 600 x 16 (the bias summed in the first
+  // pass over stripes of 64 rows, the last one short).
+  for (const Case& c : {Case{{5, 7, 16}, 9}, Case{{600, 33}, 10}, Case{{256, 64}, 128}, Case{{600, 24}, 16}}) {
     for (bool relu : {true, false}) {
       for (double rate : {0.0, 0.3}) {
         if (!relu && rate == 0.0) continue;
@@ -115,7 +117,18 @@ TEST_CASE("Dense with ReLU and dropout on CUDA is the CUDA Dense -> ReLU -> Drop
           require_equal(a.y, b.y, "y");
           require_equal(a.dx, b.dx, "dx");
           require_equal(a.dw, b.dw, "dW");
-          require_equal(a.db, b.db, "db");
+          // The bias gradient of a half dtype with ReLU and whole 8-column groups is summed in
+          // the backward's first pass (epilogue_relu_grad_bias_kernel), rows in another order
+          // than column_sum's: the same f32 terms, so within the float rounding of a sum of
+          // `rows` terms of |dz| <= |dy| / 0.7 (dot_atol with unit 0); a missing row, a wrong
+          // mask or scale is off by a whole term, O(0.1-1).
+          const int64_t rows = shape_numel(c.x) / c.x.back();
+          const bool own_order = relu && dt != DType::f32 && c.units % 8 == 0;
+          if (own_order) {
+            require_close(a.db, b.db, dot_atol(rows, test::max_abs(dy.to(Device::cpu())) / 0.7, 1.0, 0.0), 0.0, "db");
+          } else {
+            require_equal(a.db, b.db, "db");
+          }
           // Inference: the activation alone.
           const RunContext infer = test::layer_context(false, gpu(), 3);
           SavedState s1, s2, s3;

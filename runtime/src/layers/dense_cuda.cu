@@ -135,6 +135,47 @@ struct EpilogueReluGrad {
   }
 };
 
+// EpilogueReluGrad over a (rows, units) matrix of a 2-byte dtype, units % 8 == 0, 16-byte
+// aligned, with the bias gradient's column sums of dz in the same pass (column_sum would read
+// dz again: at Transformer-big's 32k x 4096 feed-forward rows, 256 MB a block). Block (x, y):
+// 8 adjacent columns a thread (256 threads: 2,048 columns), the rows of stripe y one after
+// another; each thread writes its 8 columns' sums (of dz as rounded and stored, what
+// column_sum read) over the stripe to partial[y][column], and column_sum adds the stripes
+// in order. Stripes depend on the shape alone, so the bits do too.
+constexpr int kReluBiasCols = 8;
+constexpr int64_t kReluBiasStripeRows = 64;  // rows per stripe (at most 512 stripes)
+
+int64_t relu_bias_stripe_rows(int64_t rows) { return std::max<int64_t>(kReluBiasStripeRows, (rows + 511) / 512); }
+
+template <typename T>
+__global__ void epilogue_relu_grad_bias_kernel(const T* __restrict__ dy, const T* __restrict__ y, T* __restrict__ dz,
+                                               float* __restrict__ partial, int64_t rows, int64_t units,
+                                               int64_t stripe_rows, bool dropout, float keep_scale) {
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kReluBiasCols;
+  if (c0 >= units) return;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * stripe_rows;
+  const int64_t r1 = r0 + stripe_rows < rows ? r0 + stripe_rows : rows;
+  const EpilogueReluGrad<T> grad{dropout, keep_scale};
+  float acc[kReluBiasCols];
+#pragma unroll
+  for (int e = 0; e < kReluBiasCols; ++e) acc[e] = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t at = r * units + c0;
+    const Pack<T, kReluBiasCols> g = load_pack<kReluBiasCols>(dy + at);
+    const Pack<T, kReluBiasCols> v = load_pack<kReluBiasCols>(y + at);
+    Pack<T, kReluBiasCols> out;
+#pragma unroll
+    for (int e = 0; e < kReluBiasCols; ++e) {
+      out.v[e] = grad(0, g.v[e], v.v[e]);
+      acc[e] += to_float(out.v[e]);
+    }
+    store_pack<kReluBiasCols>(dz + at, out);
+  }
+  float* dst = partial + static_cast<int64_t>(blockIdx.y) * units + c0;
+#pragma unroll
+  for (int e = 0; e < kReluBiasCols; ++e) dst[e] = acc[e];
+}
+
 // The product's gradient from dy and the mask drawn again: dropout without an activation.
 template <typename T>
 struct EpilogueDropoutGrad {
@@ -215,6 +256,7 @@ Tensor backward_into(Dense& layer, const std::vector<Tensor>& grad_outputs, Save
   TNT_CHECK(!saved.tensors.empty(), "Dense '{}': backward without a forward", layer.name());
   const Tensor& x = saved.tensors[0];                                          // (..., in)
   Tensor dy = grad_outputs.at(0);                                              // (..., U)
+  bool bias_done = false;  // the bias gradient was summed with the epilogue's gradient
   if (saved.extra) {  // the activation's and the dropout's gradient first (see the forward)
     const auto& epi = *static_cast<const tnt::detail::DenseEpilogue*>(saved.extra.get());
     const Tensor& y = saved.tensors.at(1);
@@ -222,17 +264,47 @@ Tensor backward_into(Dense& layer, const std::vector<Tensor>& grad_outputs, Save
               layer.name(), dy.str(), y.str());
     Tensor dz = Tensor::empty(y.shape(), y.dtype(), y.device());
     const int dz_device = common_device({&dy, &y}, "Dense backward");
-    TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Dense backward", {
-      auto* out = static_cast<scalar_t*>(dz.raw());
-      const auto* g = static_cast<const scalar_t*>(dy.raw());
-      if (epi.relu) {
-        launch_elementwise(dz_device, y.numel(), EpilogueReluGrad<scalar_t>{epi.dropout, epi.keep_scale}, out, g,
-                           static_cast<const scalar_t*>(y.raw()));
+    const int64_t units = layer.units(), n = y.numel(), rows = units > 0 ? n / units : 0;
+    Parameter* bias = layer.bias();
+    const bool aligned = reinterpret_cast<uintptr_t>(dy.raw()) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(y.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(dz.raw()) % 16 == 0;
+    if (epi.relu && bias && bias->grad.defined() && bias->grad.dtype() == DType::f32 && is_half(y.dtype()) &&
+        units % kReluBiasCols == 0 && rows > 0 && aligned) {
+      // dz and the bias gradient in one pass over dy and y (epilogue_relu_grad_bias_kernel).
+      const int64_t stripe_rows = relu_bias_stripe_rows(rows);
+      const int64_t stripes = (rows + stripe_rows - 1) / stripe_rows;
+      Workspace partial(static_cast<size_t>(stripes * units) * sizeof(float), dz_device);
+      const int64_t groups = units / kReluBiasCols;
+      const dim3 grid(static_cast<unsigned>((groups + kBlock - 1) / kBlock), static_cast<unsigned>(stripes));
+      auto launch = [&](auto type_tag) {
+        using scalar_t = decltype(type_tag);
+        epilogue_relu_grad_bias_kernel<scalar_t><<<grid, kBlock, 0, compute_stream(dz_device)>>>(
+            static_cast<const scalar_t*>(dy.raw()), static_cast<const scalar_t*>(y.raw()),
+            static_cast<scalar_t*>(dz.raw()), partial.as<float>(), rows, units, stripe_rows, epi.dropout,
+            epi.keep_scale);
+        TNT_CUDA_CHECK_LAUNCH();
+      };
+      if (y.dtype() == DType::bf16) {
+        launch(__nv_bfloat16{});
       } else {
-        launch_elementwise(dz_device, y.numel(),
-                           EpilogueDropoutGrad<scalar_t>{epi.key, epi.base, epi.rate, epi.keep_scale}, out, g);
+        launch(__half{});
       }
-    });
+      column_sum(stripes, units, LoadPartial{partial.as<float>()}, 1.0f, static_cast<float*>(bias->grad.raw()),
+                 dz_device);
+      bias_done = true;
+    } else {
+      TNT_CUDA_DISPATCH_FLOAT(y.dtype(), "Dense backward", {
+        auto* out = static_cast<scalar_t*>(dz.raw());
+        const auto* g = static_cast<const scalar_t*>(dy.raw());
+        if (epi.relu) {
+          launch_elementwise(dz_device, y.numel(), EpilogueReluGrad<scalar_t>{epi.dropout, epi.keep_scale}, out, g,
+                             static_cast<const scalar_t*>(y.raw()));
+        } else {
+          launch_elementwise(dz_device, y.numel(),
+                             EpilogueDropoutGrad<scalar_t>{epi.key, epi.base, epi.rate, epi.keep_scale}, out, g);
+        }
+      });
+    }
     dy = dz;
   }
   const Tensor& w = compute_value(layer.weight(), x.dtype(), layer.name());  // (U, in)
@@ -267,7 +339,7 @@ Tensor backward_into(Dense& layer, const std::vector<Tensor>& grad_outputs, Save
     gemm(device, x.dtype(), dw.dtype(), CUBLAS_OP_N, CUBLAS_OP_T, in, units, rows, x.raw(), in, dy.raw(), units, 1.0f,
          dw.raw(), in);
   }
-  if (bias && bias->grad.defined()) {
+  if (bias && bias->grad.defined() && !bias_done) {
     TNT_CHECK(bias->grad.dtype() == DType::f32, "Dense '{}': bias gradient must be f32, got {}", layer.name(),
               bias->grad.str());
     TNT_CUDA_DISPATCH_FLOAT(dy.dtype(), "Dense", {

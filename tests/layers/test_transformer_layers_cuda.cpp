@@ -382,25 +382,29 @@ TEST_CASE("PositionEncoding and GELU: CUDA engines match the CPU", "[gpu][transf
 }
 
 TEST_CASE("LabelSmoothingCrossEntropy: CUDA engine matches the CPU engine", "[gpu][transformer][losses]") {
-  LabelSmoothingCrossEntropy loss(0.1);
-  const Tensor logits = test::random_tensor({3, 4, 300}, "ls_logits", -5.0f, 5.0f);
-  std::vector<int64_t> v(12);
-  for (int i = 0; i < 12; ++i) v[i] = i % 5 == 4 ? 0 : (i * 37) % 300;
-  const Tensor labels = ids64(v, {3, 4});
-  SavedState sc, sg;
-  const double l_cpu = Loss::value(loss.forward(logits, labels, 17, sc));
-  const double l_gpu = Loss::value(loss.forward(logits.to(gpu()), labels.to(gpu()), 17, sg));
-  // Per-row sums in double on both sides, in different orders, of exp terms computed in
-  // float on the GPU (expf, a few ulps: ~3e-7 relative on each row's sum, so ~3e-7 absolute
-  // on a log-sum-exp) and in double on the CPU; the loss per token is ~8 here, so 1e-6
-  // relative holds that with room, and a wrong constant (0.1 / (V - 1) vs 0.1 / V) moves it
-  // by ~1e-3.
-  CHECK(l_gpu == Approx(l_cpu).epsilon(1e-6));
-  // (p - q) * 2 / 17 with p = expf(x - lse) on the device against std::exp on the host.
-  require_close(loss.backward(sg, 2.0), loss.backward(sc, 2.0), 1e-8, 1e-5, "grad");
-  v[5] = 300;
-  SavedState bad;
-  CHECK_THROWS_AS(loss.forward(logits.to(gpu()), ids64(v, {3, 4}).to(gpu()), 0, bad), InputError);
+  // V = 300: 4 logits an access; 301: one (the rows are not 4-element aligned).
+  for (int64_t vocab : {300, 301}) {
+    INFO("V = " << vocab);
+    LabelSmoothingCrossEntropy loss(0.1);
+    const Tensor logits = test::random_tensor({3, 4, vocab}, "ls_logits", -5.0f, 5.0f);
+    std::vector<int64_t> v(12);
+    for (int i = 0; i < 12; ++i) v[i] = i % 5 == 4 ? 0 : (i * 37) % vocab;
+    const Tensor labels = ids64(v, {3, 4});
+    SavedState sc, sg;
+    const double l_cpu = Loss::value(loss.forward(logits, labels, 17, sc));
+    const double l_gpu = Loss::value(loss.forward(logits.to(gpu()), labels.to(gpu()), 17, sg));
+    // Per-row sums in double on both sides, in different orders, of exp terms computed in
+    // float on the GPU (expf, a few ulps, and once more when a thread's running max moves:
+    // ~3e-7 relative on each row's sum, so ~3e-7 absolute on a log-sum-exp) and in double on
+    // the CPU; the loss per token is ~8 here, so 1e-6 relative holds that with room, and a
+    // wrong constant (0.1 / (V - 1) vs 0.1 / V) moves it by ~1e-3.
+    CHECK(l_gpu == Approx(l_cpu).epsilon(1e-6));
+    // (p - q) * 2 / 17 with p = expf(x - lse) on the device against std::exp on the host.
+    require_close(loss.backward(sg, 2.0), loss.backward(sc, 2.0), 1e-8, 1e-5, "grad");
+    v[5] = vocab;
+    SavedState bad;
+    CHECK_THROWS_AS(loss.forward(logits.to(gpu()), ids64(v, {3, 4}).to(gpu()), 0, bad), InputError);
+  }
 }
 
 TEST_CASE("LabelSmoothingCrossEntropy on CUDA reads bf16/f16 logits as they are, bit for bit", "[gpu][transformer][losses]") {

@@ -393,3 +393,14 @@ TEST_CASE("TNT_FUSED_ATTENTION=0: MultiHeadAttention runs the unfused core", "[.
               test::layer_context(true, gpu()), s);
   CHECK(cuda::attention_fused_calls() == calls);
 }
+
+// Run by the CTest entry layers_attention_fused_cuda_stored_ds, with every visible case,
+// under TNT_FUSED_ATTENTION_STORED_DS=1: there the fused backward's dQ comes from the dS
+// the dK/dV kernel stored, and every comparison above holds for it too; this case fails if
+// the variable did not reach the process.
+TEST_CASE("TNT_FUSED_ATTENTION_STORED_DS=1 reaches the fused backward", "[.stored_ds_env]") {
+  const char* env = std::getenv("TNT_FUSED_ATTENTION_STORED_DS");
+  REQUIRE(env != nullptr);
+  REQUIRE(std::string(env) == "1");
+  CHECK(tnt::config().fused_attention_stored_ds);
+}

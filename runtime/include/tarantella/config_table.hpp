@@ -36,6 +36,8 @@ namespace tnt {
     "CPU compute threads per rank; 0 = the cores of the rank's affinity mask")                 \
   X(ring_segment_kb, int64_t, "TNT_RING_SEGMENT", 256, "KB",                                    \
     "segment size of the ring allreduce pipeline")                                            \
+  X(fused_attention_stored_ds, bool, "TNT_FUSED_ATTENTION_STORED_DS", false, "",                 \
+    "fused attention backward: the dK/dV kernel stores dS for the dQ kernel (one product a tile instead of three; B*H*Tq*Tk more memory while it runs); 0 = the dQ kernel computes dS again") \
   X(cudnn_autotune, bool, "TNT_CUDNN_AUTOTUNE", true, "",                                       \
     "time cuDNN's convolution algorithms once per shape; 0 = cuDNN's heuristics")              \
   X(pinned_staging, bool, "TNT_PINNED_STAGING", true, "",                                       \

@@ -29,6 +29,7 @@
 #include "layers/attention_fused_cuda.hpp"
 
 #include "layers/attention_fused_tiles.cuh"
+#include "tarantella/runtime.hpp"
 
 #include <algorithm>
 #include <map>
@@ -307,6 +308,18 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
         dpt[n][e] = ds;
       }
     }
+    if (p.ds != nullptr) {
+      // dS of the whole tile pair for the stored-dS dQ kernel, as the products below round
+      // it (zeros past Tq and Tk): element (n, e) is query q0 + n*8 + 2t4 + (e & 1), key
+      // k0 + w0 + g + 8 (e >> 1); a store instruction writes 16 bytes in each of 4 rows.
+#pragma unroll
+      for (int n = 0; n < kN; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          *ds_at<T>(p, bh, q0 + n * 8 + 2 * t4 + (e & 1), k0 + w0 + g + 8 * (e >> 1)) = from_float<T>(dpt[n][e]);
+        }
+      }
+    }
     // dV (16 keys, D) += Pd^T (16, 64) dO (64, D); dK += dS^T Q (q carries the scale)
     mma_xb<T, D>(dv, st, do_t, lane);
     mma_xb<T, D>(dk, dpt, q_t, lane);
@@ -430,6 +443,68 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
 #endif
 }
 
+// The dQ kernel with dS stored by the dK/dV kernel (FusedParams::ds): per key tile one
+// product, dQ += dS K, instead of S = Q K^T, dP = dO V^T, the softmax's exp and dS again.
+// Grid (B*H, ceil(Tq / 64)), kThreads threads, dq_stored_smem<D>() bytes; the key tiles
+// visited are those of fused_dq_kernel, which the dK/dV kernel visits too (the causal rule of
+// attention_fused.hpp gives both the same tile pairs), so every dS tile read was written.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) fused_dq_stored_kernel(FusedParams p) {
+#ifdef TNT_FUSED_ATTENTION_UNSUPPORTED
+  __trap();
+#else
+  constexpr int kKElems = kTile * Ld<D>::h, kSElems = kTile * Ld<kTile>::h;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* k_buf = reinterpret_cast<T*>(smem);  // buffer u: k at k_buf + u * kKElems
+  T* s_buf = k_buf + 2 * kKElems;         // buffer u: dS (64 queries, 64 keys) at s_buf + u * kSElems
+
+  const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
+  const int64_t q0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t tq = p.tq, tk = p.tk, row_stride = p.heads * p.d;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, w0 = warp * 16;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t rows[2] = {q0 + w0 + g, q0 + w0 + g + 8};
+  const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
+  auto stage = [&](int64_t k0, int u) {
+    async_head_tile<T, D>(p, p.k, b, h, tk, k0, k_buf + u * kKElems);
+    // 64 rows of 64 keys, 8 chunks of 16 bytes each (the stored tiles are whole).
+    for (int idx = threadIdx.x; idx < kTile * (kTile / 8); idx += kThreads) {
+      const int r = idx / (kTile / 8), c = (idx % (kTile / 8)) * 8;
+      cp_async16(s_buf + u * kSElems + r * Ld<kTile>::h + c, ds_at<T>(p, bh, q0 + r, k0 + c), 16);
+    }
+  };
+  stage(0, 0);
+  cp_async_commit();
+  float dq[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+  for (int64_t k0 = 0, it = 0; k0 < k_end; k0 += kTile, ++it) {
+    const int u = static_cast<int>(it & 1);
+    if (k0 + kTile < k_end) stage(k0 + kTile, 1 - u);  // into the buffer the previous tile left
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    uint32_t sf[kTile / 16][4];
+    load_a_rows<T, kTile>(sf, s_buf + u * kSElems, w0, lane);
+    // dQ (16, D) += dS (16, 64) K (64, D)
+    mma_ab<T, D>(dq, sf, k_buf + u * kKElems, lane);
+    __syncthreads();  // buffer u is free for the load two tiles on
+  }
+  T* dq_out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = rows[r];
+    if (i >= tq) continue;
+    T* row = dq_out + (b * tq + i) * row_stride + h * p.d;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int c = n * 8 + 2 * t4;
+      if (c < p.d) *reinterpret_cast<uint32_t*>(row + c) = pack2<T>(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
+    }
+  }
+#endif
+}
+
 FusedParams make_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
                         const AttentionCoreArgs& a) {
   FusedParams p{};
@@ -453,6 +528,7 @@ FusedParams make_params(const Tensor& q, const Tensor& k, const Tensor& v, const
   p.key = a.key;
   p.base = a.base;
   p.keep = nullptr;
+  p.ds = nullptr;
   p.q_tiles = (a.tq + kTile - 1) / kTile;
   p.k_tiles = (a.tk + kTile - 1) / kTile;
   return p;
@@ -571,6 +647,14 @@ void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   const unsigned row_grid = static_cast<unsigned>((rows + kBlock / kWarp - 1) / (kBlock / kWarp));
   const dim3 key_grid(static_cast<unsigned>(B * H), static_cast<unsigned>((Tk + kTile - 1) / kTile));
   const dim3 query_grid(static_cast<unsigned>(B * H), static_cast<unsigned>((Tq + kTile - 1) / kTile));
+  // TNT_FUSED_ATTENTION_STORED_DS: the dK/dV kernel keeps dS (B*H x Tq x Tk, whole tiles,
+  // in T: 268 MB at Transformer-big's 128 x 256 tokens) for the dQ kernel, freed at the end
+  // of this call (the kernels are queued on the compute stream before it).
+  Tensor ds;
+  if (tnt::config().fused_attention_stored_ds) {
+    ds = Tensor::empty({B * H * p.q_tiles * kTile * p.k_tiles * kTile}, dt, dev);
+    p.ds = ds.raw();
+  }
   TNT_FUSED_DISPATCH(dt, a.depth, {
     fused_delta_kernel<scalar_t><<<row_grid, kBlock, 0, compute_stream(device)>>>(p, rows);
     TNT_CUDA_CHECK_LAUNCH();
@@ -580,7 +664,11 @@ void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
     launch(fused_dkdv_kernel<scalar_t, kD>, key_grid, dkdv_smem<kD>(), device, pk);
     FusedParams pq = p;
     pq.out = dq.raw();
-    launch(fused_dq_kernel<scalar_t, kD>, query_grid, dq_smem<kD>(), device, pq);
+    if (pq.ds != nullptr) {
+      launch(fused_dq_stored_kernel<scalar_t, kD>, query_grid, dq_stored_smem<kD>(), device, pq);
+    } else {
+      launch(fused_dq_kernel<scalar_t, kD>, query_grid, dq_smem<kD>(), device, pq);
+    }
   });
 }
 

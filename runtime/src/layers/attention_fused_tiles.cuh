@@ -46,6 +46,10 @@ template <int D>
 constexpr size_t dq_smem() {
   return 2 * (6 * kTile * Ld<D>::h) + 2 * kTile;  // q, dO, 2 x (k, v); 2 x pad
 }
+template <int D>
+constexpr size_t dq_stored_smem() {
+  return 2 * 2 * kTile * (Ld<D>::h + Ld<kTile>::h);  // 2 x (k, dS)
+}
 
 struct FusedParams {
   const void* q;    // (B, Tq, H*d)
@@ -73,7 +77,19 @@ struct FusedParams {
   // the forward's score tile (rows queries, columns keys). Null without dropout.
   uint32_t* keep;
   int64_t q_tiles, k_tiles;
+  // dS = P (dP Z - delta), rounded to T, of every tile pair the backward visits, stored by
+  // the dK/dV kernel for the stored-dS dQ kernel: (B*H, q_tiles * 64, k_tiles * 64), row
+  // i of head bh at ((bh * q_tiles * 64) + i) * k_tiles * 64, whole tiles (zeros past Tq and
+  // Tk). Null: the dQ kernel computes dS itself.
+  void* ds;
 };
+
+// Element (query i, key j) of head bh of the stored dS (FusedParams::ds).
+template <typename T>
+__device__ __forceinline__ T* ds_at(const FusedParams& p, int64_t bh, int64_t i, int64_t j) {
+  const int64_t ld = p.k_tiles * kTile;
+  return static_cast<T*>(p.ds) + (bh * p.q_tiles * kTile + i) * ld + j;
+}
 
 // The 128 words of keep bits of tile pair (query tile qt, key tile kt) of head bh.
 __device__ __forceinline__ uint32_t* keep_words(const FusedParams& p, int64_t bh, int64_t qt, int64_t kt) {
@@ -301,6 +317,10 @@ __device__ __forceinline__ void mma_abt(float (&acc)[kTile / 8][4], const uint32
 // acc (16 rows, D: D/8 C tiles) += x (16, 64: the 8 C tiles of a score product, rounded to
 // T here) b, b the (64, D) tile (ld Ld<D>::h) read transposed by ldmatrix.
 template <typename T, int D>
+__device__ __forceinline__ void mma_ab(float (&acc)[D / 8][4], const uint32_t (&a)[kTile / 16][4], const T* b,
+                                       int lane);
+
+template <typename T, int D>
 __device__ __forceinline__ void mma_xb(float (&acc)[D / 8][4], const float (&x)[kTile / 8][4], const T* b, int lane) {
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
@@ -312,6 +332,24 @@ __device__ __forceinline__ void mma_xb(float (&acc)[D / 8][4], const float (&x)[
       ldsm_x4<true>(f, b + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * Ld<D>::h + dp * 16 + (lane >> 4) * 8);
       mma16816<T>(acc[2 * dp], a, f[0], f[1]);
       mma16816<T>(acc[2 * dp + 1], a, f[2], f[3]);
+    }
+  }
+}
+
+// mma_xb with the A operand already in fragments: acc (16 rows, D) += a (16, 64: a[kk] the
+// columns [16kk, 16kk + 16), as load_a_rows<T, 64> gives them) b, b the (64, D) tile (ld
+// Ld<D>::h) read transposed.
+template <typename T, int D>
+__device__ __forceinline__ void mma_ab(float (&acc)[D / 8][4], const uint32_t (&a)[kTile / 16][4], const T* b,
+                                       int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t f[4];
+      ldsm_x4<true>(f, b + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * Ld<D>::h + dp * 16 + (lane >> 4) * 8);
+      mma16816<T>(acc[2 * dp], a[kk], f[0], f[1]);
+      mma16816<T>(acc[2 * dp + 1], a[kk], f[2], f[3]);
     }
   }
 }

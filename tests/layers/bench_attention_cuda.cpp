@@ -12,8 +12,9 @@
 // value), after each case's line and for a few more shapes:
 //   attention_fwd_rows case=self B=64 H=16 Tq=256 Tk=256 d=64 dtype=bf16 rows16_ms=...
 //     rows32_ms=... rows32_speedup=... rows16_tflops=... rows32_tflops=...
-// (speedup: rows16 / rows32; TFLOP/s: 4 d FLOPs per visible (query, key) pair, the two
-// products, over the forward's time; rows32 runs as 16 above depth 64.)
+// (speedup: rows16 / rows32; TFLOP/s: the two products' 4 d FLOPs per (query, key) pair,
+// counting with causal only the pairs j <= i + Tk - Tq, over the forward's time; rows32
+// runs as 16 above depth 64.)
 #include "backend/cuda/cuda_context.hpp"
 #include "layers/attention_cuda.hpp"
 #include "layers/attention_fused.hpp"
@@ -131,8 +132,8 @@ double time_fused_forward(const BenchCase& c, int64_t warp_rows, const Tensor& q
   return ms / kIters;
 }
 
-// FLOPs of the forward's two products over the (query, key) pairs a query sees (all of
-// them, or j <= i + Tk - Tq with causal): 2 d for S, 2 d for P V, per pair.
+// FLOPs of the forward's two products, 2 d for S and 2 d for P V per (query, key) pair:
+// every pair, or with causal those with j <= i + Tk - Tq (the kernels skip most others).
 double forward_flops(const BenchCase& c) {
   double pairs = 0;
   for (int64_t i = 0; i < c.tq; ++i) {

@@ -66,9 +66,9 @@ TNT_HD int64_t fused_attention_block_key_end(bool skip, int64_t q0, int64_t rows
 }
 
 // Query rows per warp of the forward kernel that runs when TNT_FUSED_ATTENTION_ROWS asks
-// for `asked` (16 or 32): 32 only up to kernel depth 64. At depth 128 two 16-row m-tiles
-// need 2 x (64 accumulators + 32 score floats + 32 q fragment words) per thread, more
-// than the 255 registers a thread has, so the 16-row kernel runs there.
+// for `asked` (16 or 32): 32 only up to kernel depth 64. The 32-row kernel at depth 64
+// already takes 236 of a thread's 255 registers (ptxas, sm_90); depth 128 would add 2 x 32
+// output accumulators per thread and spill, so the 16-row kernel runs there.
 inline int64_t fused_attention_forward_rows(int64_t asked, int64_t depth) {
   const int64_t kd = fused_attention_kernel_depth(depth);
   return asked == 32 && kd != 0 && kd <= 64 ? 32 : 16;

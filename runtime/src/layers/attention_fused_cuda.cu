@@ -17,8 +17,8 @@
 //             so the results are deterministic.
 // The 4 warps of a block each own 16 of its 64 rows (the forward has a variant with 32 rows
 // per warp and 128 per block, TNT_FUSED_ATTENTION_ROWS: the same bits, fewer shared-memory
-// reads per product). Products are mma.sync m16n8k16 (bf16
-// or f16 in, f32 accumulators in registers) with operands from shared memory by ldmatrix;
+// reads per product). Products are mma.sync m16n8k16 (bf16 or f16 in, f32 accumulators
+// in registers) with operands from shared memory by ldmatrix;
 // a score tile stays in registers, where the row-wise work (masks, online softmax, dropout)
 // happens (a row's 64 columns lie with 4 lanes), and its C fragments, rounded to the
 // dtype, are directly the A operand of the next product (P V, Pd^T dO, dS^T Q, dS K). Only

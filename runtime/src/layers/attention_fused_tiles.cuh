@@ -323,7 +323,8 @@ __device__ __forceinline__ void mma_xb(float (&acc)[D / 8][4], const float (&x)[
 // mma_abt and mma_xb for MT m-tiles of 16 rows at once (the forward's 32-row warps: MT = 2):
 // each B fragment read from shared memory feeds MT products. Per m-tile these are the same
 // mma.sync instructions on the same fragments, each C tile accumulating over kk in the same
-// order, as one mma_abt / mma_xb call per m-tile: the same bits.
+// order, as one mma_abt / mma_xb call per m-tile: the same bits. (mma_xb_mt takes x
+// already rounded by pack_a, the rounding mma_xb does.)
 template <typename T, int D, int MT>
 __device__ __forceinline__ void mma_abt_mt(float (&acc)[MT][kTile / 8][4], const uint32_t (&a)[MT][D / 16][4],
                                            const T* b, int lane) {

@@ -197,6 +197,17 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     ScopedEnv a("TNT_COLLECTIVE_TIMEOUT", "soon");
     CHECK_THROWS_AS(Config::from_env(), InputError);
   }
+  {
+    // Query rows per warp of the fused attention forward: 16 (the default) or 32 only.
+    CHECK(Config{}.fused_attention_rows == 16);
+    ScopedEnv a("TNT_FUSED_ATTENTION_ROWS", "32");
+    CHECK(Config::from_env().fused_attention_rows == 32);
+  }
+  for (const char* bad : {"17", "0", "64", "rows"}) {
+    ScopedEnv a("TNT_FUSED_ATTENTION_ROWS", bad);
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_FUSED_ATTENTION_ROWS") && Catch::Contains(bad));
+    CHECK_THROWS_AS(Config::from_env(), InputError);
+  }
   CHECK(parse_log_level("info") == LogLevel::info);
   // Typos of knobs are named with the knob meant; the launcher's and scripts' own variables
   // and names far from any knob are not.

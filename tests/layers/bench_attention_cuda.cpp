@@ -7,15 +7,25 @@
 //     unfused_ms=... speedup=... fwd_fused_ms=... fwd_unfused_ms=...
 // (ms: mean per iteration of forward + backward, fwd_: of the forward alone; speedup:
 // unfused / fused; fused=no if the fused engine did not apply on this device, when both
-// columns time the unfused one).
+// columns time the unfused one). Then the fused forward alone with 16 and with 32 query
+// rows per warp (TNT_FUSED_ATTENTION_ROWS; the "attention case=" lines use the variable's
+// value), after each case's line and for a few more shapes:
+//   attention_fwd_rows case=self B=64 H=16 Tq=256 Tk=256 d=64 dtype=bf16 rows16_ms=...
+//     rows32_ms=... rows32_speedup=... rows16_tflops=... rows32_tflops=...
+// (speedup: rows16 / rows32; TFLOP/s: the two products' 4 d FLOPs per (query, key) pair,
+// counting with causal only the pairs j <= i + Tk - Tq, over the forward's time; rows32
+// runs as 16 above depth 64.)
 #include "backend/cuda/cuda_context.hpp"
 #include "layers/attention_cuda.hpp"
+#include "layers/attention_fused.hpp"
+#include "layers/attention_fused_cuda.hpp"
 #include "tarantella/device.hpp"
 #include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -53,8 +63,7 @@ struct Timing {
   bool fused = false;
 };
 
-Timing time_engine(const BenchCase& c, cuda::AttentionEngine engine, bool backward, const Tensor& q, const Tensor& k,
-                   const Tensor& v, const Tensor& ids, const Tensor& d_o) {
+AttentionCoreArgs args_of(const BenchCase& c) {
   AttentionCoreArgs a;
   a.batch = c.batch;
   a.tq = c.tq;
@@ -66,6 +75,12 @@ Timing time_engine(const BenchCase& c, cuda::AttentionEngine engine, bool backwa
   a.rate = c.rate;
   a.key = 42;
   a.base = 0;
+  return a;
+}
+
+Timing time_engine(const BenchCase& c, cuda::AttentionEngine engine, bool backward, const Tensor& q, const Tensor& k,
+                   const Tensor& v, const Tensor& ids, const Tensor& d_o) {
+  const AttentionCoreArgs a = args_of(c);
   cudaStream_t stream = cuda::compute_stream(0);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
@@ -93,6 +108,79 @@ Timing time_engine(const BenchCase& c, cuda::AttentionEngine engine, bool backwa
   return t;
 }
 
+// The fused forward alone with warp_rows query rows per warp: ms per iteration.
+double time_fused_forward(const BenchCase& c, int64_t warp_rows, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& ids) {
+  const AttentionCoreArgs a = args_of(c);
+  cudaStream_t stream = cuda::compute_stream(0);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int it = 0; it < kWarmup + kIters; ++it) {
+    if (it == kWarmup) cudaEventRecord(start, stream);
+    Tensor o, stats, keep;
+    cuda::fused_attention_forward(q, k, v, ids, a, o, stats, keep, 0, warp_rows);
+  }
+  cudaEventRecord(stop, stream);
+  cudaEventSynchronize(stop);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) throw Error(std::string("attention bench: CUDA error ") + cudaGetErrorString(err));
+  return ms / kIters;
+}
+
+// FLOPs of the forward's two products, 2 d for S and 2 d for P V per (query, key) pair:
+// every pair, or with causal those with j <= i + Tk - Tq (the kernels skip most others).
+double forward_flops(const BenchCase& c) {
+  double pairs = 0;
+  for (int64_t i = 0; i < c.tq; ++i) {
+    const int64_t seen = c.causal ? std::min(c.tk, std::max<int64_t>(0, i + c.tk - c.tq + 1)) : c.tk;
+    pairs += static_cast<double>(seen);
+  }
+  return 4.0 * static_cast<double>(c.depth) * pairs * static_cast<double>(c.batch * c.heads);
+}
+
+struct CaseInputs {
+  Tensor q, k, v, d_o, ids;
+};
+
+CaseInputs make_inputs(const BenchCase& c, Device dev) {
+  const int64_t D = c.heads * c.depth;
+  CaseInputs in;
+  in.q = random_bf16({c.batch, c.tq, D}, 1, dev);
+  in.k = random_bf16({c.batch, c.tk, D}, 2, dev);
+  in.v = random_bf16({c.batch, c.tk, D}, 3, dev);
+  in.d_o = random_bf16({c.batch, c.tq, D}, 4, dev);
+  if (c.ids) {
+    // Sentences of different lengths: row b keeps its first Tk - (b % 32) keys.
+    std::vector<int64_t> idv(static_cast<size_t>(c.batch * c.tk));
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t j = 0; j < c.tk; ++j) idv[static_cast<size_t>(b * c.tk + j)] = j < c.tk - b % 32 ? 1 + j % 7 : 0;
+    in.ids = Tensor::from_data(idv.data(), {c.batch, c.tk}).to(dev);
+  }
+  return in;
+}
+
+void print_rows_line(const BenchCase& c, const CaseInputs& in) {
+  std::printf("attention_fwd_rows case=%s B=%lld H=%lld Tq=%lld Tk=%lld d=%lld dtype=bf16 ", c.name.c_str(),
+              static_cast<long long>(c.batch), static_cast<long long>(c.heads), static_cast<long long>(c.tq),
+              static_cast<long long>(c.tk), static_cast<long long>(c.depth));
+  if (!fused_attention_applies(DType::bf16, c.batch, c.heads, c.tq, c.tk, c.depth) ||
+      !cuda::fused_attention_fits(c.depth, 0)) {
+    std::printf("fused=no\n");
+  } else {
+    const double ms16 = time_fused_forward(c, 16, in.q, in.k, in.v, in.ids);
+    const double ms32 = time_fused_forward(c, 32, in.q, in.k, in.v, in.ids);
+    const double flops = forward_flops(c);
+    std::printf("rows16_ms=%.3f rows32_ms=%.3f rows32_speedup=%.2f rows16_tflops=%.1f rows32_tflops=%.1f\n", ms16,
+                ms32, ms16 / ms32, flops / (ms16 * 1e9), flops / (ms32 * 1e9));
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,19 +193,8 @@ int main(int argc, char** argv) {
         {"self_dropout", 64, 16, 256, 256, 64, false, true, 0.1f},
     };
     for (const BenchCase& c : cases) {
-      const int64_t D = c.heads * c.depth;
-      const Tensor q = random_bf16({c.batch, c.tq, D}, 1, dev);
-      const Tensor k = random_bf16({c.batch, c.tk, D}, 2, dev);
-      const Tensor v = random_bf16({c.batch, c.tk, D}, 3, dev);
-      const Tensor d_o = random_bf16({c.batch, c.tq, D}, 4, dev);
-      Tensor ids;
-      if (c.ids) {
-        // Sentences of different lengths: row b keeps its first Tk - (b % 32) keys.
-        std::vector<int64_t> idv(static_cast<size_t>(c.batch * c.tk));
-        for (int64_t b = 0; b < c.batch; ++b)
-          for (int64_t j = 0; j < c.tk; ++j) idv[static_cast<size_t>(b * c.tk + j)] = j < c.tk - b % 32 ? 1 + j % 7 : 0;
-        ids = Tensor::from_data(idv.data(), {c.batch, c.tk}).to(dev);
-      }
+      const CaseInputs in = make_inputs(c, dev);
+      const Tensor &q = in.q, &k = in.k, &v = in.v, &d_o = in.d_o, &ids = in.ids;
       const Timing fused = time_engine(c, cuda::AttentionEngine::fused, true, q, k, v, ids, d_o);
       const Timing unfused = time_engine(c, cuda::AttentionEngine::unfused, true, q, k, v, ids, d_o);
       const Timing fwd_fused = time_engine(c, cuda::AttentionEngine::fused, false, q, k, v, ids, d_o);
@@ -129,6 +206,15 @@ int main(int argc, char** argv) {
                   fused.fused ? "yes" : "no", fused.ms, unfused.ms, unfused.ms / fused.ms, fwd_fused.ms,
                   fwd_unfused.ms);
       std::fflush(stdout);
+      print_rows_line(c, in);
     }
+    // The forward with 16 and 32 query rows per warp on more shapes: depth 32, and long
+    // sequences (more key tiles per block).
+    const std::vector<BenchCase> rows_cases{
+        {"self_d32", 64, 32, 256, 256, 32, false, true, 0.0f},
+        {"self_T1024", 16, 16, 1024, 1024, 64, false, true, 0.0f},
+        {"causal_T1024", 16, 16, 1024, 1024, 64, true, false, 0.0f},
+    };
+    for (const BenchCase& c : rows_cases) print_rows_line(c, make_inputs(c, dev));
   });
 }

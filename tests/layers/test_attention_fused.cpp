@@ -99,3 +99,45 @@ TEST_CASE("fused attention: causal tile skipping only where exact, never a visib
   }
   CHECK(skipped > 0);  // the check above saw skipped pairs at all
 }
+
+TEST_CASE("fused attention: the 32-row forward's depths and block key bounds", "[layers][attention]") {
+  // TNT_FUSED_ATTENTION_ROWS=32 runs 32 rows per warp up to kernel depth 64; 16 above (and
+  // whatever 16 asks).
+  for (int64_t d : {16, 32, 48, 64}) {
+    INFO("depth " << d);
+    CHECK(fused_attention_forward_rows(32, d) == 32);
+    CHECK(fused_attention_forward_rows(16, d) == 16);
+  }
+  for (int64_t d : {80, 96, 128}) {
+    INFO("depth " << d);
+    CHECK(fused_attention_forward_rows(32, d) == 16);
+  }
+  // A 128-row block loads the key tiles its last query row needs: the larger bound of its
+  // two 64-row tiles, or the first's where the second holds no row. With 64 rows it is the
+  // tile's own bound. Exhaustively over lengths up to 300, skipping or not.
+  const int64_t tile = kFusedAttentionTile;
+  for (bool skip : {false, true}) {
+    for (int64_t tk = 1; tk <= 300; tk += 7) {
+      for (int64_t tq = 1; tq <= (skip ? tk : 300); ++tq) {
+        for (int64_t q0 = 0; q0 < tq; q0 += tile) {
+          if (fused_attention_block_key_end(skip, q0, tile, tq, tk) != fused_attention_key_end(skip, q0, tq, tk)) {
+            FAIL("64 rows, Tq " << tq << " Tk " << tk << " q0 " << q0);
+          }
+        }
+        for (int64_t q0 = 0; q0 < tq; q0 += 2 * tile) {
+          const int64_t want = q0 + tile < tq ? std::max(fused_attention_key_end(skip, q0, tq, tk),
+                                                         fused_attention_key_end(skip, q0 + tile, tq, tk))
+                                              : fused_attention_key_end(skip, q0, tq, tk);
+          if (fused_attention_block_key_end(skip, q0, 2 * tile, tq, tk) != want) {
+            FAIL("128 rows, Tq " << tq << " Tk " << tk << " q0 " << q0 << (skip ? " skip" : ""));
+          }
+        }
+      }
+    }
+  }
+  // Self-attention, T = 300, causal: the block [128, 256) needs keys up to 255, the block
+  // [256, 384) (rows 256..299) all 300.
+  CHECK(fused_attention_block_key_end(true, 128, 128, 300, 300) == 256);
+  CHECK(fused_attention_block_key_end(true, 256, 128, 300, 300) == 300);
+  CHECK(fused_attention_block_key_end(true, 0, 128, 100, 100) == 100);
+}

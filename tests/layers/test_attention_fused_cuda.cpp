@@ -30,7 +30,9 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -309,6 +311,149 @@ TEST_CASE("Fused attention matches the unfused engine under dropout 0.1 (the sam
     check_case({dt, 2, 2, 100, 100, 64, true, Ids::none, 0.1f});
     check_case({dt, 2, 2, 1, 70, 32, false, Ids::i32, 0.1f});
   }
+}
+
+namespace {
+
+// The fused core's forward with `warp_rows` query rows per warp, then its backward: every
+// output as the kernels wrote it.
+struct Direct {
+  Tensor o, stats, keep, dq, dk, dv;  // on the GPU (keep undefined without dropout)
+};
+
+Direct run_direct(const Inputs& in, const AttentionCoreArgs& a, int64_t warp_rows) {
+  Direct r;
+  cuda::fused_attention_forward(in.q, in.k, in.v, in.ids, a, r.o, r.stats, r.keep, gpu().index, warp_rows);
+  cuda::fused_attention_backward(in.q, in.k, in.v, in.ids, r.o, r.stats, r.keep, in.d_o, a, r.dq, r.dk, r.dv,
+                                 gpu().index);
+  return r;
+}
+
+// The bytes of a and b (same dtype and shape) are the same: -0 against +0 and any NaN
+// payload count as differences here, unlike in check_close.
+void check_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
+  REQUIRE(a.dtype() == b.dtype());
+  REQUIRE(a.shape() == b.shape());
+  const Tensor x = a.to(Device::cpu()), y = b.to(Device::cpu());
+  const size_t elem = dtype_size(a.dtype());
+  const auto* px = static_cast<const unsigned char*>(x.raw());
+  const auto* py = static_cast<const unsigned char*>(y.raw());
+  int64_t bad = 0, first = -1;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (std::memcmp(px + i * elem, py + i * elem, elem) != 0) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+  }
+  INFO(what << ": " << bad << " of " << a.numel() << " elements differ in their bits; first at flat index "
+            << first);
+  CHECK(bad == 0);
+}
+
+// The keep words the backward reads (FusedParams::keep): per (b*H + h, 64-row query tile qt,
+// key tile kt) 128 words, for the key tiles qt visits (fused_attention_key_end); the words
+// of skipped tile pairs are never written.
+void check_same_keep(const Tensor& a, const Tensor& b, const Case& c) {
+  const int64_t tile = kFusedAttentionTile, q_tiles = (c.tq + tile - 1) / tile, k_tiles = (c.tk + tile - 1) / tile;
+  REQUIRE(a.numel() == c.batch * c.heads * q_tiles * k_tiles * 128);
+  REQUIRE(b.numel() == a.numel());
+  const Tensor x = a.to(Device::cpu()), y = b.to(Device::cpu());
+  const auto* wx = static_cast<const uint32_t*>(x.raw());
+  const auto* wy = static_cast<const uint32_t*>(y.raw());
+  const bool skip = fused_attention_causal_skip(c.causal, c.ids != Ids::none, c.tq, c.tk);
+  int64_t bad = 0, read = 0, kept = 0;
+  std::string first;
+  for (int64_t bh = 0; bh < c.batch * c.heads; ++bh) {
+    for (int64_t qt = 0; qt < q_tiles; ++qt) {
+      const int64_t end = fused_attention_key_end(skip, qt * tile, c.tq, c.tk);
+      for (int64_t kt = 0; kt * tile < end; ++kt) {
+        for (int64_t w = 0; w < 128; ++w) {
+          const int64_t at = ((bh * q_tiles + qt) * k_tiles + kt) * 128 + w;
+          ++read;
+          kept += __builtin_popcount(wx[at]);
+          if (wx[at] != wy[at]) {
+            if (bad++ == 0) {
+              first = "bh " + std::to_string(bh) + " query tile " + std::to_string(qt) + " key tile " +
+                      std::to_string(kt) + " word " + std::to_string(w);
+            }
+          }
+        }
+      }
+    }
+  }
+  INFO("keep words: " << bad << " of " << read << " read by the backward differ; first at " << first);
+  CHECK(bad == 0);
+  CHECK(kept > 0);  // dropout 0.1 keeps about 90% of the probabilities: the words are there
+}
+
+void check_rows_bits(const Case& c) {
+  INFO(describe(c));
+  REQUIRE(fused_attention_applies(c.dtype, c.batch, c.heads, c.tq, c.tk, c.depth));
+  const Inputs in = make_inputs(c, "fr" + std::to_string(c.tq) + "_" + std::to_string(c.tk));
+  const AttentionCoreArgs a = args_of(c, c.rate);
+  const Direct r16 = run_direct(in, a, 16);
+  const Direct r32 = run_direct(in, a, 32);
+  check_same_bits(r32.o, r16.o, "o");
+  check_same_bits(r32.stats, r16.stats, "stats (row max, 1 / row sum)");
+  if (c.rate > 0.0f) {
+    REQUIRE(r16.keep.defined());
+    REQUIRE(r32.keep.defined());
+    check_same_keep(r32.keep, r16.keep, c);
+  } else {
+    CHECK_FALSE(r32.keep.defined());
+  }
+  // The backward of each forward (its o, statistics and keep bits): the same bits too.
+  check_same_bits(r32.dq, r16.dq, "dq");
+  check_same_bits(r32.dk, r16.dk, "dk");
+  check_same_bits(r32.dv, r16.dv, "dv");
+}
+
+}  // namespace
+
+// TNT_FUSED_ATTENTION_ROWS: the forward with 32 query rows per warp (blocks of 128 rows)
+// gives exactly the bits of the 16-row one: o, the row statistics, the dropout keep words
+// the backward reads, and so the backward's outputs. Query lengths around the 64- and
+// 128-row block edges (a block whose second 64-row tile is partly or wholly past Tq),
+// self- and cross-attention (Tk = Tq + 70: causal bounds inside key tiles), causal
+// (skipping key tiles, per warp in the 32-row kernel) or not, with and without padding
+// keys, dropout 0 and 0.1, kernel depths 32 and 64 (and 48, zero columns in the 64
+// kernel); depth 128 runs the 16-row kernel for both (fused_attention_forward_rows).
+TEST_CASE("Fused attention: 32 query rows per warp give the bits of 16", "[gpu][attention][rows_bits]") {
+  if (!cuda::fused_attention_fits(64, gpu().index)) {
+    int major = 0;
+    REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, gpu().index) == cudaSuccess);
+    WARN("the fused kernels do not fit this GPU's shared memory: nothing to compare");
+    CHECK(major < 9);
+    return;
+  }
+  const std::vector<int64_t> lengths{1, 63, 64, 65, 127, 128, 129, 256, 300};
+  for (int64_t tq : lengths) {
+    for (int64_t tk : {tq, tq + 70}) {
+      for (bool causal : {false, true}) {
+        for (Ids ids : {Ids::none, Ids::i64}) {
+          for (float rate : {0.0f, 0.1f}) {
+            for (int64_t depth : {32, 64}) check_rows_bits({DType::bf16, 3, 2, tq, tk, depth, causal, ids, rate});
+            check_rows_bits({DType::f16, 3, 2, tq, tk, 64, causal, ids, rate});
+          }
+        }
+      }
+    }
+  }
+  for (int64_t tq : {65, 129, 300}) {
+    check_rows_bits({DType::bf16, 3, 2, tq, tq, 48, true, Ids::none, 0.1f});
+    check_rows_bits({DType::bf16, 3, 2, tq, tq + 70, 48, false, Ids::i32, 0.0f});
+    if (cuda::fused_attention_fits(128, gpu().index)) {
+      check_rows_bits({DType::bf16, 3, 2, tq, tq, 128, true, Ids::none, 0.1f});
+    }
+  }
+}
+
+// Under the CTest entry layers_attention_fused_cuda_rows32 (TNT_FUSED_ATTENTION_ROWS=32)
+// every case above runs the 32-row forward through attention_core_forward; this says the
+// variable reached the configuration that attention_cuda.cu passes on.
+TEST_CASE("TNT_FUSED_ATTENTION_ROWS reaches the configuration", "[gpu][attention]") {
+  const char* env = std::getenv("TNT_FUSED_ATTENTION_ROWS");
+  CHECK(tnt::config().fused_attention_rows == (env != nullptr ? std::stoll(env) : 16));
 }
 
 TEST_CASE("Fused attention does not run where it does not apply", "[gpu][attention]") {

@@ -147,6 +147,10 @@ Config Config::from_env() {
     TNT_INPUT_ERROR("TNT_ALLREDUCE_ALGO='{}' is not ring, mpi or nccl", c.allreduce_algo);
   }
   if (c.ring_segment_kb == 0) TNT_INPUT_ERROR("TNT_RING_SEGMENT must be at least 1 (KB)");
+  if (c.fused_attention_rows != 16 && c.fused_attention_rows != 32) {
+    TNT_INPUT_ERROR("TNT_FUSED_ATTENTION_ROWS={} is not 16 or 32 (query rows per warp of the fused attention forward)",
+                    c.fused_attention_rows);
+  }
   // Checked whether or not a timeline is asked for: a bad window is a mistake either way.
   (void)parse_step_window(c.timeline_steps, "TNT_TIMELINE_STEPS");
   if (!c.cuda_profile_steps.empty()) (void)parse_step_window(c.cuda_profile_steps, "TNT_CUDA_PROFILE_STEPS");

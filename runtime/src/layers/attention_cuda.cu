@@ -283,7 +283,7 @@ Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
     s->k = k;
     s->v = v;
     s->key_ids = key_ids;
-    fused_attention_forward(q, k, v, key_ids, a, s->o, s->stats, s->keep, device);
+    fused_attention_forward(q, k, v, key_ids, a, s->o, s->stats, s->keep, device, tnt::config().fused_attention_rows);
     ++fused_calls;
     state = s;
     return s->o;

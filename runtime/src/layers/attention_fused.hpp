@@ -11,7 +11,8 @@
 
 namespace tnt {
 
-// Query rows and key rows per tile of the fused kernels (each of 4 warps owns 16 rows).
+// Query rows and key rows per tile of the fused kernels (each of 4 warps owns 16 rows; the
+// forward's 32-row variant has blocks of two such query tiles, TNT_FUSED_ATTENTION_ROWS).
 inline constexpr int64_t kFusedAttentionTile = 64;
 // Depths are padded with zeros to the next instantiated kernel depth: 32, 64 or 128.
 inline constexpr int64_t kFusedAttentionMaxDepth = 128;
@@ -54,6 +55,23 @@ TNT_HD int64_t fused_attention_key_end(bool skip, int64_t q0, int64_t tq, int64_
   if (!skip) return tk;
   const int64_t end = q0 + kFusedAttentionTile + (tk - tq);
   return end < tk ? end : tk;
+}
+
+// The end of the keys that a forward block of `rows` query rows (64 or 128) from q0 (< Tq)
+// must load: the bound of its last 64-row tile that holds a query row, the largest of its
+// tiles' bounds (key_end grows with q0). With 64 rows, key_end of the block itself.
+TNT_HD int64_t fused_attention_block_key_end(bool skip, int64_t q0, int64_t rows, int64_t tq, int64_t tk) {
+  const int64_t last = (q0 + rows < tq ? q0 + rows : tq) - 1;  // the block's last query row
+  return fused_attention_key_end(skip, last - last % kFusedAttentionTile, tq, tk);
+}
+
+// Query rows per warp of the forward kernel that runs when TNT_FUSED_ATTENTION_ROWS asks
+// for `asked` (16 or 32): 32 only up to kernel depth 64. The 32-row kernel at depth 64
+// already takes 236 of a thread's 255 registers (ptxas, sm_90); depth 128 would add 2 x 32
+// output accumulators per thread and spill, so the 16-row kernel runs there.
+inline int64_t fused_attention_forward_rows(int64_t asked, int64_t depth) {
+  const int64_t kd = fused_attention_kernel_depth(depth);
+  return asked == 32 && kd != 0 && kd <= 64 ? 32 : 16;
 }
 
 // The first query tile (a multiple of 64) that the key tile [k0, k0 + 64) must visit: 0,

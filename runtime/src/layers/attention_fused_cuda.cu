@@ -15,8 +15,10 @@
 //             dq:   per query tile over all key tiles, dQ += dS K (times scale).
 //             No atomics: every output element is summed by one block in a fixed order,
 //             so the results are deterministic.
-// The 4 warps of a block each own 16 of its 64 rows. Products are mma.sync m16n8k16 (bf16
-// or f16 in, f32 accumulators in registers) with operands from shared memory by ldmatrix;
+// The 4 warps of a block each own 16 of its 64 rows (the forward has a variant with 32 rows
+// per warp and 128 per block, TNT_FUSED_ATTENTION_ROWS: the same bits, fewer shared-memory
+// reads per product). Products are mma.sync m16n8k16 (bf16 or f16 in, f32 accumulators
+// in registers) with operands from shared memory by ldmatrix;
 // a score tile stays in registers, where the row-wise work (masks, online softmax, dropout)
 // happens (a row's 64 columns lie with 4 lanes), and its C fragments, rounded to the
 // dtype, are directly the A operand of the next product (P V, Pd^T dO, dS^T Q, dS K). Only
@@ -46,42 +48,93 @@ namespace {
 #define TNT_FUSED_ATTENTION_UNSUPPORTED 1  // bf16 WMMA needs sm_80; the host never launches there
 #endif
 
-// Grid (B*H, ceil(Tq / 64)), kThreads threads, forward_smem<D>() bytes.
-template <typename T, int D>
+// Grid (B*H, ceil(Tq / (64 MT))), kThreads threads, forward_smem<D, MT>() bytes. Each warp
+// owns MT m-tiles of 16 query rows: MT = 1 is the 16-row kernel (a block of 64 rows), MT = 2
+// the 32-row one (TNT_FUSED_ATTENTION_ROWS=32: a block of 128 rows, each k and v fragment
+// read from shared memory feeding two products; depths up to 64, attention_fused.hpp).
+// Warp w holds block rows [16 MT w, 16 MT (w + 1)), all inside one 64-row query tile, so
+// its m-tile mt is what warp slot (MT w + mt) % 4 of 64-row tile qt holds in the 16-row
+// kernel. Per row, the MT = 2 kernel does what the MT = 1 kernel does, operation for
+// operation and in the same order: the same key tiles (a warp visits the key tiles of its
+// own 64-row tile, not the block's: fused_attention_key_end), the same products with the
+// same fragments accumulated in the same order (mma_abt_mt / mma_abt_mt_smem, pack_a and
+// mma_xb_mt: the same mma.sync on the same values, q fragments read again from shared
+// memory being the same values as held ones), the same masks, shuffles within the row's 4
+// lanes, online-softmax updates (the same float expressions) and dropout words. So o, the
+// statistics and the keep bits (stored at the 16-row kernel's words) are the same bits;
+// the test "32 query rows per warp give the bits of 16" holds the kernels to it. (MT = 1
+// compiles to the same PTX as the 16-row kernel had before MT existed.)
+template <typename T, int D, int MT>
 __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) {
 #ifdef TNT_FUSED_ATTENTION_UNSUPPORTED
   __trap();
 #else
+  static_assert(MT == 1 || MT == 2, "a warp's rows lie in one 64-row tile");
   constexpr int kN = kTile / 8;  // C tiles of a score row block (64 keys)
   constexpr int kTileElems = kTile * Ld<D>::h;
   extern __shared__ __align__(128) unsigned char smem[];
-  T* q_t = reinterpret_cast<T*>(smem);  // (64, D) q * scale
-  T* kv_t = q_t + kTileElems;           // buffer u: k at kv_t + 2u tiles, v at kv_t + (2u + 1) tiles
+  T* q_t = reinterpret_cast<T*>(smem);  // (64 MT, D) q * scale
+  T* kv_t = q_t + MT * kTileElems;      // buffer u: k at kv_t + 2u tiles, v at kv_t + (2u + 1) tiles
   uint8_t* pads = reinterpret_cast<uint8_t*>(kv_t + 4 * kTileElems);  // buffer u: (64) at pads + 64u
 
   const int64_t bh = blockIdx.x, b = bh / p.heads, h = bh % p.heads;
-  const int64_t q0 = static_cast<int64_t>(blockIdx.y) * kTile;
+  const int64_t q0 = static_cast<int64_t>(blockIdx.y) * (MT * kTile);
   const int64_t tq = p.tq, tk = p.tk, row_stride = p.heads * p.d;
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, w0 = warp * 16;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, w0 = warp * 16 * MT;
   const int g = lane >> 2, t4 = lane & 3;
   const bool dropout = p.rate > 0.0f;
   const float keep_scale = dropout ? 1.0f / (1.0f - p.rate) : 1.0f;
-  const int64_t rows[2] = {q0 + w0 + g, q0 + w0 + g + 8};  // this lane's two query rows
+  // This warp's 64-row query tile (its index among all of them, for the keep words).
+  // (Terms that are constant with MT = 1 are written so: its code is then the 16-row kernel's
+  // as it was before the variant, instruction for instruction.)
+  const int64_t q_tile = static_cast<int64_t>(blockIdx.y) * MT + (MT == 1 ? 0 : (MT * warp) / kWarps);
+  // A warp of a block's second tile past Tq has no rows (MT = 2 only): it only helps load.
+  const bool live = MT == 1 || q_tile * kTile < tq;
+  int64_t rows[MT][2];  // this lane's two query rows of each m-tile
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    rows[mt][0] = q0 + w0 + 16 * mt + g;
+    rows[mt][1] = q0 + w0 + 16 * mt + g + 8;
+  }
   // Causal without padding and Tq <= Tk: key tiles past the last row's bound hold only
-  // hidden keys, whose probabilities are exactly 0 (attention_fused.hpp).
-  const int64_t k_end = fused_attention_key_end(p.skip_causal, q0, tq, tk);
+  // hidden keys, whose probabilities are exactly 0 (attention_fused.hpp). The block loads
+  // the key tiles up to its last row's bound; a warp works on those up to its own tile's
+  // (the 16-row kernel's bound for these rows: with MT = 1 the two are the same).
+  const int64_t k_end = MT == 1 ? fused_attention_key_end(p.skip_causal, q0, tq, tk)
+                                : fused_attention_block_key_end(p.skip_causal, q0, MT * kTile, tq, tk);
+  const int64_t k_end_warp =
+      MT == 1 ? k_end : live ? fused_attention_key_end(p.skip_causal, q_tile * kTile, tq, tk) : 0;
   auto stage = [&](int64_t k0, int u) { stage_key_tile<T, D>(p, b, h, k0, kv_t, pads, u); };
 
   stage(0, 0);
   cp_async_commit();
-  load_head_tile<T, D>(p, p.q, b, h, tq, q0, q_t, p.scale, true);
-  __syncthreads();
-  uint32_t qf[D / 16][4];
-  load_a_rows<T, D>(qf, q_t, w0, lane);
-  float acc[D / 8][4];
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f};
+  for (int i = 0; i < MT; ++i) {
+    if (MT == 1 || q0 + i * kTile < tq) {
+      load_head_tile<T, D>(p, p.q, b, h, tq, q0 + i * kTile, q_t + i * kTileElems, p.scale, true);
+    }
+  }
+  __syncthreads();
+  // The q fragments stay in registers, except with MT = 2 at D = 64, where they are read
+  // from shared memory at each key tile: 32 registers fewer (no spills), for 8 ldmatrix per
+  // key tile where k and v take 32.
+  constexpr bool kQInRegs = MT == 1 || D <= 32;
+  uint32_t qf[MT][kQInRegs ? D / 16 : 1][4];
+  if constexpr (kQInRegs) {
+    if (live) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) load_a_rows<T, D>(qf[mt], q_t, w0 + 16 * mt, lane);
+    }
+  }
+  float acc[MT][D / 8][4];
+  float row_m[MT][2], row_l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+    row_m[mt][0] = row_m[mt][1] = -INFINITY;
+    row_l[mt][0] = row_l[mt][1] = 0.0f;
+  }
   for (int64_t k0 = 0, it = 0; k0 < k_end; k0 += kTile, ++it) {
     const int u = static_cast<int>(it & 1);
     // The next tile loads while this one is used; its buffer was last read before the
@@ -90,88 +143,116 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
     cp_async_commit();  // (an empty group at the last tile)
     cp_async_wait<1>();  // this tile's group is complete
     __syncthreads();
-    const T* k_t = kv_t + 2 * u * kTileElems;
-    const T* v_t = kv_t + (2 * u + 1) * kTileElems;
-    const uint8_t* pad = pads + u * kTile;
-    // S (this warp's 16 rows, 64 keys) = Q K^T, in registers
-    float s[kN][4];
+    if (k0 < k_end_warp) {  // warp-uniform
+      const T* k_t = kv_t + 2 * u * kTileElems;
+      const T* v_t = kv_t + (2 * u + 1) * kTileElems;
+      const uint8_t* pad = pads + u * kTile;
+      // S (this warp's MT x 16 rows, 64 keys) = Q K^T, in registers
+      float s[MT][kN][4];
 #pragma unroll
-    for (int n = 0; n < kN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    mma_abt<T, D>(s, qf, k_t, lane);
-    float mx[2] = {-INFINITY, -INFINITY};
+      for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = n * 8 + 2 * t4 + (e & 1);
-        const int64_t j = k0 + c;
-        s[n][e] = j < tk ? biased(p, s[n][e], pad[c] != 0, rows[e >> 1], j) : -INFINITY;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        for (int n = 0; n < kN; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
       }
-    }
-    float m_new[2], sum[2] = {0.0f, 0.0f};
-    uint32_t keep_word = 0;  // this lane's word of the tile's keep bits (word `lane` of the warp)
+      if constexpr (kQInRegs) {
+        mma_abt_mt<T, D, MT>(s, qf, k_t, lane);
+      } else {
+        mma_abt_mt_smem<T, D, MT>(s, q_t, w0, k_t, lane);
+      }
+      // (MT = 2) P of each m-tile rounded to T once its softmax is done: half the registers.
+      uint32_t pf[MT][kTile / 16][4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      // A row's 64 columns lie with the 4 lanes of its group (lanes 4g..4g+3).
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      m_new[r] = fmaxf(row_m[r], mx[r]);  // finite: key k0 < Tk is in the tile
-    }
+      for (int mt = 0; mt < MT; ++mt) {
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
-      uint32_t words[4] = {0, 0, 0, 0};
-      if (dropout) keep_words8(p, bh, rows[0], rows[1], k0 + n * 8, lane, words);
+        for (int n = 0; n < kN; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const float ex = __expf(s[n][e] - m_new[r]);  // 0 past Tk
-        sum[r] += ex;
-        float pd = ex;
-        // (Nothing is kept where nothing is there to keep: a zero probability, or a row past
-        // Tq; the backward's probability is 0 there too.)
-        if (dropout) {
-          const bool keep = ex != 0.0f && rows[r] < tq && philox::word_uniform(words[e]) >= p.rate;
-          pd = keep ? ex * keep_scale : 0.0f;
-          const uint32_t word = __ballot_sync(0xffffffffu, keep);
-          if (lane == n * 4 + e) keep_word = word;
+          for (int e = 0; e < 4; ++e) {
+            const int c = n * 8 + 2 * t4 + (e & 1);
+            const int64_t j = k0 + c;
+            s[mt][n][e] = j < tk ? biased(p, s[mt][n][e], pad[c] != 0, rows[mt][e >> 1], j) : -INFINITY;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+          }
         }
-        s[n][e] = pd;
+        float m_new[2], sum[2] = {0.0f, 0.0f};
+        uint32_t keep_word = 0;  // this lane's word of the tile's keep bits (word `lane` of the warp slot)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          // A row's 64 columns lie with the 4 lanes of its group (lanes 4g..4g+3).
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+          mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+          m_new[r] = fmaxf(row_m[mt][r], mx[r]);  // finite: key k0 < Tk is in the tile
+        }
+#pragma unroll
+        for (int n = 0; n < kN; ++n) {
+          uint32_t words[4] = {0, 0, 0, 0};
+          if (dropout) keep_words8(p, bh, rows[mt][0], rows[mt][1], k0 + n * 8, lane, words);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = e >> 1;
+            const float ex = __expf(s[mt][n][e] - m_new[r]);  // 0 past Tk
+            sum[r] += ex;
+            float pd = ex;
+            // (Nothing is kept where nothing is there to keep: a zero probability, or a row
+            // past Tq; the backward's probability is 0 there too.)
+            if (dropout) {
+              const bool keep = ex != 0.0f && rows[mt][r] < tq && philox::word_uniform(words[e]) >= p.rate;
+              pd = keep ? ex * keep_scale : 0.0f;
+              const uint32_t word = __ballot_sync(0xffffffffu, keep);
+              if (lane == n * 4 + e) keep_word = word;
+            }
+            s[mt][n][e] = pd;
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+          sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+          const float corr = __expf(row_m[mt][r] - m_new[r]);  // 0 on the first tile (m = -inf)
+          row_m[mt][r] = m_new[r];
+          row_l[mt][r] = row_l[mt][r] * corr + sum[r];
+#pragma unroll
+          for (int n = 0; n < D / 8; ++n) {
+            acc[mt][n][2 * r] *= corr;
+            acc[mt][n][2 * r + 1] *= corr;
+          }
+        }
+        // The ballots of m-tile mt have the 16-row kernel's layout for these 16 rows: they
+        // go to its warp slot's words of tile pair (q_tile, key tile).
+        if (dropout) {
+          const int slot = MT == 1 ? warp : (MT * warp + mt) % kWarps;
+          keep_words(p, bh, q_tile, k0 / kTile)[slot * kWarp + lane] = keep_word;
+        }
+        if constexpr (MT > 1) pack_a<T>(pf[mt], s[mt]);
+      }
+      // O (MT x 16, D) += P (MT x 16, 64) V (64, D)
+      if constexpr (MT == 1) {
+        mma_xb<T, D>(acc[0], s[0], v_t, lane);
+      } else {
+        mma_xb_mt<T, D, MT>(acc, pf, v_t, lane);
       }
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-      sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-      const float corr = __expf(row_m[r] - m_new[r]);  // 0 on the first tile (m = -inf)
-      row_m[r] = m_new[r];
-      row_l[r] = row_l[r] * corr + sum[r];
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        acc[n][2 * r] *= corr;
-        acc[n][2 * r + 1] *= corr;
-      }
-    }
-    if (dropout) keep_words(p, bh, blockIdx.y, k0 / kTile)[warp * kWarp + lane] = keep_word;
-    // O (16, D) += P (16, 64) V (64, D)
-    mma_xb<T, D>(acc, s, v_t, lane);
     __syncthreads();  // buffer u is free for the load two tiles on
   }
   T* o = static_cast<T*>(p.out);
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = rows[r];
-    if (i >= tq) continue;
-    const float inv = 1.0f / row_l[r];
-    T* orow = o + (b * tq + i) * row_stride + h * p.d;
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const int c = n * 8 + 2 * t4;
-      if (c < p.d) *reinterpret_cast<uint32_t*>(orow + c) = pack2<T>(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
-    }
-    if (t4 == 0) {
-      p.stats[(bh * tq + i) * 2] = row_m[r];
-      p.stats[(bh * tq + i) * 2 + 1] = inv;
+    for (int r = 0; r < 2; ++r) {
+      const int64_t i = rows[mt][r];
+      if (i >= tq) continue;
+      const float inv = 1.0f / row_l[mt][r];
+      T* orow = o + (b * tq + i) * row_stride + h * p.d;
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        const int c = n * 8 + 2 * t4;
+        if (c < p.d)
+          *reinterpret_cast<uint32_t*>(orow + c) = pack2<T>(acc[mt][n][2 * r] * inv, acc[mt][n][2 * r + 1] * inv);
+      }
+      if (t4 == 0) {
+        p.stats[(bh * tq + i) * 2] = row_m[mt][r];
+        p.stats[(bh * tq + i) * 2 + 1] = inv;
+      }
     }
   }
 #endif
@@ -475,19 +556,19 @@ __global__ void __launch_bounds__(kThreads) fused_dq_stored_kernel(FusedParams p
   };
   stage(0, 0);
   cp_async_commit();
-  float dq[D / 8][4];
+  float dq[1][D / 8][4];
 #pragma unroll
-  for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+  for (int n = 0; n < D / 8; ++n) dq[0][n][0] = dq[0][n][1] = dq[0][n][2] = dq[0][n][3] = 0.0f;
   for (int64_t k0 = 0, it = 0; k0 < k_end; k0 += kTile, ++it) {
     const int u = static_cast<int>(it & 1);
     if (k0 + kTile < k_end) stage(k0 + kTile, 1 - u);  // into the buffer the previous tile left
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    uint32_t sf[kTile / 16][4];
-    load_a_rows<T, kTile>(sf, s_buf + u * kSElems, w0, lane);
+    uint32_t sf[1][kTile / 16][4];
+    load_a_rows<T, kTile>(sf[0], s_buf + u * kSElems, w0, lane);
     // dQ (16, D) += dS (16, 64) K (64, D)
-    mma_ab<T, D>(dq, sf, k_buf + u * kKElems, lane);
+    mma_xb_mt<T, D, 1>(dq, sf, k_buf + u * kKElems, lane);
     __syncthreads();  // buffer u is free for the load two tiles on
   }
   T* dq_out = static_cast<T*>(p.out);
@@ -499,7 +580,8 @@ __global__ void __launch_bounds__(kThreads) fused_dq_stored_kernel(FusedParams p
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
       const int c = n * 8 + 2 * t4;
-      if (c < p.d) *reinterpret_cast<uint32_t*>(row + c) = pack2<T>(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
+      if (c < p.d)
+        *reinterpret_cast<uint32_t*>(row + c) = pack2<T>(dq[0][n][2 * r] * p.scale, dq[0][n][2 * r + 1] * p.scale);
     }
   }
 #endif
@@ -602,7 +684,10 @@ bool fused_attention_fits(int64_t depth, int device) {
 }
 
 void fused_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
-                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, Tensor& keep, int device) {
+                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, Tensor& keep, int device,
+                             int64_t warp_rows) {
+  TNT_CHECK(warp_rows == 16 || warp_rows == 32, "fused attention: {} query rows per warp asked; 16 or 32 run",
+            warp_rows);
   const int64_t B = a.batch, H = a.heads, Tq = a.tq, D = a.heads * a.depth;
   const DType dt = q.dtype();
   o = Tensor::empty({B, Tq, D}, dt, q.device());
@@ -617,8 +702,20 @@ void fused_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
     keep = Tensor::empty({B * H * p.q_tiles * p.k_tiles * kWarps * kWarp}, DType::i32, q.device());
     p.keep = static_cast<uint32_t*>(keep.raw());
   }
-  const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((Tq + kTile - 1) / kTile));
-  TNT_FUSED_DISPATCH(dt, a.depth, launch(fused_forward_kernel<scalar_t, kD>, grid, forward_smem<kD>(), device, p));
+  // The keep words stay in 64-row query tiles (p.q_tiles) whichever kernel runs: the
+  // backward reads them so.
+  const bool two = fused_attention_forward_rows(warp_rows, a.depth) == 32;
+  const int64_t block_rows = two ? 2 * kTile : kTile;
+  const dim3 grid(static_cast<unsigned>(B * H), static_cast<unsigned>((Tq + block_rows - 1) / block_rows));
+  TNT_FUSED_DISPATCH(dt, a.depth, {
+    // Depth 128: the 16-row kernel only (fused_attention_forward_rows; `two` is false).
+    constexpr int kMT = kD <= 64 ? 2 : 1;
+    if (two) {
+      launch(fused_forward_kernel<scalar_t, kD, kMT>, grid, forward_smem<kD, kMT>(), device, p);
+    } else {
+      launch(fused_forward_kernel<scalar_t, kD, 1>, grid, forward_smem<kD>(), device, p);
+    }
+  });
 }
 
 void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,

@@ -20,9 +20,12 @@ bool fused_attention_fits(int64_t depth, int device);
 // m is about -1e9 and adding log(sum) to it would round away.) With dropout (a.rate > 0),
 // keep: the forward's keep decisions, a bit each (i32 words in the kernels' own order,
 // 512 bytes per 64 x 64 tile pair of a head), so that the backward draws no random numbers;
-// undefined without dropout.
+// undefined without dropout. warp_rows: query rows per warp of the forward kernel, 16 or 32
+// (TNT_FUSED_ATTENTION_ROWS; 32 runs as 16 above depth 64: fused_attention_forward_rows);
+// both give the same bits of o, stats and keep.
 void fused_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
-                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, Tensor& keep, int device);
+                             const AttentionCoreArgs& a, Tensor& o, Tensor& stats, Tensor& keep, int device,
+                             int64_t warp_rows);
 
 // d_o (B, Tq, D) -> dq (B, Tq, D), dk, dv (B, Tk, D); q, k, v, key_ids, o, stats, keep as above.
 void fused_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,

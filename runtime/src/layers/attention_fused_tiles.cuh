@@ -33,9 +33,10 @@ struct Ld {
 // T, then padding flags. The kernels carve it in the same order. The tiles a kernel walks
 // over (k, v in the forward and dQ kernels; q, dO in the dK/dV kernel) have two buffers:
 // the next one loads (cp.async) while the current one is used.
-template <int D>
+// The forward's block has MT 64-row q tiles (MT = 2: warps of 32 rows).
+template <int D, int MT = 1>
 constexpr size_t forward_smem() {
-  return 2 * (5 * kTile * Ld<D>::h) + 2 * kTile;  // q, 2 x (k, v); 2 x pad
+  return 2 * ((MT + 4) * kTile * Ld<D>::h) + 2 * kTile;  // MT x q, 2 x (k, v); 2 x pad
 }
 template <int D>
 constexpr size_t dkdv_smem() {
@@ -50,6 +51,9 @@ template <int D>
 constexpr size_t dq_stored_smem() {
   return 2 * 2 * kTile * (Ld<D>::h + Ld<kTile>::h);  // 2 x (k, dS)
 }
+// The 32-row forward (MT = 2; depths up to 64) takes 55.4 KB at D = 64 and 30.8 KB at
+// D = 32, exactly the dQ kernel's: wherever the kernels fit (fused_attention_fits), it fits.
+static_assert(forward_smem<64, 2>() == dq_smem<64>() && forward_smem<32, 2>() == dq_smem<32>());
 
 struct FusedParams {
   const void* q;    // (B, Tq, H*d)
@@ -317,10 +321,6 @@ __device__ __forceinline__ void mma_abt(float (&acc)[kTile / 8][4], const uint32
 // acc (16 rows, D: D/8 C tiles) += x (16, 64: the 8 C tiles of a score product, rounded to
 // T here) b, b the (64, D) tile (ld Ld<D>::h) read transposed by ldmatrix.
 template <typename T, int D>
-__device__ __forceinline__ void mma_ab(float (&acc)[D / 8][4], const uint32_t (&a)[kTile / 16][4], const T* b,
-                                       int lane);
-
-template <typename T, int D>
 __device__ __forceinline__ void mma_xb(float (&acc)[D / 8][4], const float (&x)[kTile / 8][4], const T* b, int lane) {
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
@@ -336,20 +336,82 @@ __device__ __forceinline__ void mma_xb(float (&acc)[D / 8][4], const float (&x)[
   }
 }
 
-// mma_xb with the A operand already in fragments: acc (16 rows, D) += a (16, 64: a[kk] the
-// columns [16kk, 16kk + 16), as load_a_rows<T, 64> gives them) b, b the (64, D) tile (ld
-// Ld<D>::h) read transposed.
-template <typename T, int D>
-__device__ __forceinline__ void mma_ab(float (&acc)[D / 8][4], const uint32_t (&a)[kTile / 16][4], const T* b,
-                                       int lane) {
+// mma_abt and mma_xb for MT m-tiles of 16 rows at once (the forward's 32-row warps: MT = 2):
+// each B fragment read from shared memory feeds MT products. Per m-tile these are the same
+// mma.sync instructions on the same fragments, each C tile accumulating over kk in the same
+// order, as one mma_abt / mma_xb call per m-tile: the same bits. (mma_xb_mt takes x
+// already rounded by pack_a, the rounding mma_xb does.)
+template <typename T, int D, int MT>
+__device__ __forceinline__ void mma_abt_mt(float (&acc)[MT][kTile / 8][4], const uint32_t (&a)[MT][D / 16][4],
+                                           const T* b, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int np = 0; np < kTile / 16; ++np) {
+      uint32_t f[4];
+      ldsm_x4<false>(f, b + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * Ld<D>::h + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816<T>(acc[mt][2 * np], a[mt][kk], f[0], f[1]);
+        mma16816<T>(acc[mt][2 * np + 1], a[mt][kk], f[2], f[3]);
+      }
+    }
+  }
+}
+
+// mma_abt_mt with the A fragments read from shared memory at each kk (rows [w0 + 16 mt,
+// w0 + 16 mt + 16) of the (., D) tile a, ld Ld<D>::h) instead of held in registers: the same
+// fragments (load_a_rows's addresses), the same products in the same order.
+template <typename T, int D, int MT>
+__device__ __forceinline__ void mma_abt_mt_smem(float (&acc)[MT][kTile / 8][4], const T* a_tile, int w0,
+                                                const T* b, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      ldsm_x4<false>(a[mt], a_tile + (w0 + 16 * mt + (lane & 15)) * Ld<D>::h + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < kTile / 16; ++np) {
+      uint32_t f[4];
+      ldsm_x4<false>(f, b + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * Ld<D>::h + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816<T>(acc[mt][2 * np], a[mt], f[0], f[1]);
+        mma16816<T>(acc[mt][2 * np + 1], a[mt], f[2], f[3]);
+      }
+    }
+  }
+}
+
+// x (16, 64: the 8 C tiles of a score product) rounded to T as the A fragments of the next
+// product: a[kk] covers columns [16kk, 16kk + 16) (mma_xb's rounding, done ahead).
+template <typename T>
+__device__ __forceinline__ void pack_a(uint32_t (&a)[kTile / 16][4], const float (&x)[kTile / 8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) {
+    a[kk][0] = pack2<T>(x[2 * kk][0], x[2 * kk][1]);
+    a[kk][1] = pack2<T>(x[2 * kk][2], x[2 * kk][3]);
+    a[kk][2] = pack2<T>(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+    a[kk][3] = pack2<T>(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+  }
+}
+
+// mma_xb for MT m-tiles whose x is already rounded (pack_a).
+template <typename T, int D, int MT>
+__device__ __forceinline__ void mma_xb_mt(float (&acc)[MT][D / 8][4], const uint32_t (&a)[MT][kTile / 16][4],
+                                          const T* b, int lane) {
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) {
 #pragma unroll
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t f[4];
       ldsm_x4<true>(f, b + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * Ld<D>::h + dp * 16 + (lane >> 4) * 8);
-      mma16816<T>(acc[2 * dp], a[kk], f[0], f[1]);
-      mma16816<T>(acc[2 * dp + 1], a[kk], f[2], f[3]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816<T>(acc[mt][2 * dp], a[mt][kk], f[0], f[1]);
+        mma16816<T>(acc[mt][2 * dp + 1], a[mt][kk], f[2], f[3]);
+      }
     }
   }
 }

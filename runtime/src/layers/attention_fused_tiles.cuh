@@ -12,6 +12,11 @@
 #include <cstring>
 #include <type_traits>
 
+// The kernels trap there (the host never launches them below sm_80: mma.sync bf16).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define TNT_FUSED_ATTENTION_UNSUPPORTED 1  // bf16 WMMA needs sm_80; the host never launches there
+#endif
+
 namespace tnt::cuda {
 namespace {
 

@@ -175,6 +175,25 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
 #endif
 }
 
+// This lane's two rows (row0 and row0 + 8) of a dQ accumulator (16 rows, D), times the scale, into p.out (rows
+// past Tq skipped): the end of both dQ kernels.
+template <typename T, int D>
+__device__ __forceinline__ void store_dq(const FusedParams& p, const float (&dq)[D / 8][4], int64_t b, int64_t h,
+                                         int64_t tq, int64_t row_stride, int64_t row0, int t4) {
+  T* out = static_cast<T*>(p.out);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int64_t i = row0 + 8 * r;
+    if (i >= tq) continue;
+    T* row = out + (b * tq + i) * row_stride + h * p.d;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int c = n * 8 + 2 * t4;
+      if (c < p.d) *reinterpret_cast<uint32_t*>(row + c) = pack2<T>(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
+    }
+  }
+}
+
 // Grid (B*H, ceil(Tq / 64)), kThreads threads, dq_smem<D>() bytes.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
@@ -260,18 +279,7 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
     mma_xb<T, D>(dq, s, k_t, lane);
     __syncthreads();  // buffer u is free for the load two tiles on
   }
-  T* dq_out = static_cast<T*>(p.out);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = rows[r];
-    if (i >= tq) continue;
-    T* row = dq_out + (b * tq + i) * row_stride + h * p.d;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const int c = n * 8 + 2 * t4;
-      if (c < p.d) *reinterpret_cast<uint32_t*>(row + c) = pack2<T>(dq[n][2 * r] * p.scale, dq[n][2 * r + 1] * p.scale);
-    }
-  }
+  store_dq<T, D>(p, dq, b, h, tq, row_stride, rows[0], t4);
 #endif
 }
 
@@ -322,19 +330,7 @@ __global__ void __launch_bounds__(kThreads) fused_dq_stored_kernel(FusedParams p
     mma_xb_mt<T, D, 1>(dq, sf, k_buf + u * kKElems, lane);
     __syncthreads();  // buffer u is free for the load two tiles on
   }
-  T* dq_out = static_cast<T*>(p.out);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int64_t i = rows[r];
-    if (i >= tq) continue;
-    T* row = dq_out + (b * tq + i) * row_stride + h * p.d;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const int c = n * 8 + 2 * t4;
-      if (c < p.d)
-        *reinterpret_cast<uint32_t*>(row + c) = pack2<T>(dq[0][n][2 * r] * p.scale, dq[0][n][2 * r + 1] * p.scale);
-    }
-  }
+  store_dq<T, D>(p, dq[0], b, h, tq, row_stride, rows[0], t4);
 #endif
 }
 

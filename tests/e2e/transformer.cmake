@@ -18,6 +18,10 @@ if(TNT_WITH_CUDA)
   # The cached decoding path on CUDA against the CPU.
   tnt_add_test(NAME transformer_decode_cache_cuda SOURCES transformer_decode_cache_cuda.cpp LIBS tnt_transformer
                TIMEOUT 120 LABELS gpu)
+  # A training step (dropout on) on CUDA in f32 and bf16 against the CPU's: every GPU-only
+  # path of a Transformer step together.
+  tnt_add_test(NAME transformer_train_cuda SOURCES transformer_train_cuda.cpp LIBS tnt_transformer
+               TIMEOUT 120 LABELS gpu)
 endif()
 
 if(NOT TARGET transformer OR NOT TARGET tarantella_launcher OR NOT TARGET transformer_data)

@@ -420,6 +420,12 @@ int predict_main(const std::vector<std::string>& args) {
     head += fmt::format("  backward: {:.3f} ms alone, {:.3f} ms beside allreduces (as far as they overlap)\n",
                         profile.backward_alone_s * 1e3, profile.backward_s * 1e3);
   }
+  if (profile.ranks > 1) {
+    head += fmt::format("  a bucket's allreduce starts {:.3f} ms after it is ready and the channel free (the communication "
+                        "thread's wake-up); the wait for gradients ends {:.3f} ms after the last allreduce (wake-up, "
+                        "unpacking)\n",
+                        profile.launch_delay_s * 1e3, profile.finish_s * 1e3);
+  }
   if (profile.compute_samples_s.size() >= 2) {
     std::string lags;
     for (int n : o.nodes) {

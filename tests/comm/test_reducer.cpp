@@ -121,9 +121,26 @@ void check_timing(const Reducer& reducer) {
   CHECK(t.hidden_s() >= 0);
   CHECK(t.hidden_s() <= t.comm_s() + 1e-12);
   CHECK(t.exposed_s() >= 0);
+  CHECK(t.launch_delay_s() >= 0);
+  CHECK(t.finish_s() >= 0);
+  CHECK(t.finish_s() <= t.exposed_s() + 1e-12);
 }
 
 }  // namespace
+
+TEST_CASE("step timing: launch delay and finish by hand", "[comm][reducer]") {
+  StepTiming t;
+  CHECK(t.launch_delay_s() == 0);
+  t.backward_end_s = 0.020;
+  t.finalize_end_s = 0.030;
+  // ready 5, start 6 (1 ms late); ready 10 but the first busy until 12, start 12.5 (0.5 ms);
+  // ready 15, the channel free at 14, start 15 (none): 1.5 ms over 3 buckets.
+  t.buckets = {{0.005, 0.006, 0.012}, {0.010, 0.0125, 0.014}, {0.015, 0.015, 0.0275}};
+  CHECK(t.launch_delay_s() == Approx(0.0005).epsilon(1e-12));
+  CHECK(t.finish_s() == Approx(0.0025).epsilon(1e-12));  // the last ended at 27.5
+  t.buckets.back().end_s = 0.018;  // all before backward's end: finish from it
+  CHECK(t.finish_s() == Approx(0.010).epsilon(1e-12));
+}
 
 TEST_CASE("reducer: plans and exact sums for every threshold", "[comm][reducer]") {
   Communicator& comm = communicator();

@@ -141,6 +141,29 @@ TEST_CASE("buckets overlap backward on one channel, in bucket order") {
   }
 }
 
+TEST_CASE("a bucket starts its launch delay after it is ready; the wait ends finish_s after the last") {
+  Profile p = three_gradients();
+  p.launch_delay_s = 0.001;
+  p.finish_s = 0.0005;
+  const Network net = two_nodes(0, 1e6);  // 4000 B: 4 ms
+  // One bucket per gradient: C ready at 5, starts 6, ends 10; B ready 16, starts 17, ends
+  // 21; A ready 20, the channel free at 21, starts 22, ends 26: 6 ms after backward's 20,
+  // plus 0.5 ms of finish.
+  Prediction pr = predict(p, net, 0);
+  CHECK(pr.comm_s == near(0.012));
+  CHECK(pr.exposed_s == near(0.006 + 0.0005));
+  CHECK(pr.hidden_share == near(7.0 / 12.0));  // C's 4 ms and 3 of B's
+  CHECK(pr.step_s == near(0.001 + 0.010 + 0.020 + 0.0065 + 0.002));
+  // More buckets, more delays: one bucket at 20 + 1 ms, ends 33: 13.5 ms exposed.
+  pr = predict(p, net, 1 << 20);
+  CHECK(pr.exposed_s == near(0.013 + 0.0005));
+  // One rank: nothing to wait for.
+  Network one = net;
+  one.nodes = 1;
+  CHECK(predict(p, one, 0).exposed_s == 0);
+  CHECK(predict(p, one, 0).step_s == near(0.033));
+}
+
 TEST_CASE("with a high latency the search fuses the small gradients") {
   Profile p;
   p.backward_s = 0.010;
@@ -208,8 +231,12 @@ TEST_CASE("the profile file round-trips, and a bad one names the field") {
   p.ranks_per_node = 2;
   p.steps = 20;
   p.allreduce = AllreduceFit{2, 3e-5, 2e-9};
+  p.launch_delay_s = 7e-4;
+  p.finish_s = 3e-4;
   const Profile q = profile_from_json(profile_to_json(p), "p.json");
   CHECK(q.ranks == 2);
+  CHECK(q.launch_delay_s == 7e-4);
+  CHECK(q.finish_s == 3e-4);
   CHECK(q.backward_s == p.backward_s);
   REQUIRE(q.gradients.size() == 3);
   CHECK(q.gradients[1].name == "B");

@@ -87,6 +87,12 @@ struct StepTiming {
   double comm_s() const;     // total time buckets were in flight (sum of end - start)
   double hidden_s() const;   // the part of it before backward_end_s
   double exposed_s() const;  // finalize_end_s - backward_end_s: what backward waited for
+  // The mean over buckets of how long each waited to start once it was ready and the one
+  // before it was done (the communication thread's wake-up); 0 without buckets.
+  double launch_delay_s() const;
+  // finalize_end_s less the later of backward_end_s and the last bucket's end: waking the
+  // waiting thread and unpacking.
+  double finish_s() const;
 };
 
 class Reducer {

@@ -40,6 +40,7 @@ scaling::Profile auto_profile(const AutoMeasurement& m) {
   p.samples_per_rank = 1;
   p.backward_s = m.backward_s;
   p.comm_s = m.ranks > 1 ? m.comm_s : 0;
+  p.launch_delay_s = m.ranks > 1 ? m.launch_delay_s : 0;
   p.compute_samples_s = m.compute_samples_s;
   p.allreduce = m.probe;
   for (size_t i = 0; i < m.gradient_bytes.size(); ++i) p.gradients.push_back({"", m.gradient_bytes[i], m.ready_s[i]});
@@ -77,10 +78,10 @@ std::string AutoThreshold::describe(const AutoChoice& c, const scaling::Profile&
   // The corrections as `tarantella predict` prints them, so that a surprising choice can be
   // traced to what was measured.
   return choice + fmt::format("; measured on {} rank(s): the slowest rank's lag {:.3f} ms (from {} compute samples), "
-                              "allreduces beside backward {:.2f} x the probe's time, backward alone not measured "
-                              "(taken as {:.3f} ms beside allreduces)",
+                              "allreduces beside backward {:.2f} x the probe's time, a bucket's launch delay {:.3f} ms, "
+                              "backward alone not measured (taken as {:.3f} ms beside allreduces)",
                               profile.ranks, c.now.straggle_s * 1e3, profile.compute_samples_s.size(), c.comm_factor,
-                              profile.backward_s * 1e3);
+                              profile.launch_delay_s * 1e3, profile.backward_s * 1e3);
 }
 
 std::optional<int64_t> AutoThreshold::step_done(const StepTiming& timing, const std::vector<int64_t>& gradient_bytes,
@@ -95,9 +96,11 @@ std::optional<int64_t> AutoThreshold::step_done(const StepTiming& timing, const 
   backward_.push_back(timing.backward_end_s);
   ready_.push_back(timing.gradient_ready_s);
   comm_.push_back(timing.comm_s());
+  launch_delay_.push_back(timing.launch_delay_s());
   if (static_cast<int>(ready_.size()) < steps_) return std::nullopt;
 
-  // (gradients + 2,) the master's medians: ready times, then backward, then the allreduces'.
+  // (gradients + 3,) the master's medians: ready times, then backward, the allreduces' time
+  // and their launch delay.
   std::vector<double> shared;
   for (size_t i = 0; i < gradient_bytes.size(); ++i) {
     std::vector<double> r;
@@ -106,6 +109,7 @@ std::optional<int64_t> AutoThreshold::step_done(const StepTiming& timing, const 
   }
   shared.push_back(median(backward_));
   shared.push_back(median(comm_));
+  shared.push_back(median(launch_delay_));
   comm.broadcast(shared.data(), static_cast<int64_t>(shared.size()), DType::f64, Device::cpu());
 
   AutoMeasurement m;
@@ -115,6 +119,7 @@ std::optional<int64_t> AutoThreshold::step_done(const StepTiming& timing, const 
   m.ready_s.assign(shared.begin(), shared.begin() + static_cast<std::ptrdiff_t>(gradient_bytes.size()));
   m.backward_s = shared[gradient_bytes.size()];
   m.comm_s = shared[gradient_bytes.size() + 1];
+  m.launch_delay_s = shared[gradient_bytes.size() + 2];
   // Every rank holds the same count (the same steps, the same warm-up).
   m.compute_samples_s = gather_every_rank(comm, compute_);
   int64_t total = 0;

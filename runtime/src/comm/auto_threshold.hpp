@@ -42,6 +42,7 @@ struct AutoMeasurement {
   std::vector<double> ready_s;
   double backward_s = 0;  // the master's median, on the same clock
   double comm_s = 0;      // the master's median of StepTiming::comm_s(): allreduces in training
+  double launch_delay_s = 0;  // the master's median of StepTiming::launch_delay_s()
   // (ranks * steps,) every rank's time from one finalize() return to the next finalize()
   // call: the compute between two points where the ranks are together.
   std::vector<double> compute_samples_s;
@@ -84,6 +85,7 @@ class AutoThreshold {
   std::vector<std::vector<double>> ready_;  // (steps, gradients) since the step's first gradient
   std::vector<double> backward_;            // (steps,) backward as the Reducer saw it
   std::vector<double> comm_;                // (steps,) the allreduces' time, start to end, summed
+  std::vector<double> launch_delay_;        // (steps,) StepTiming::launch_delay_s
   std::vector<double> compute_;             // (steps or steps - 1,) finalize() return to the next call
   std::optional<double> last_return_s_;     // the previous step's finalize() return (steady clock)
   scaling::Profile profile_;

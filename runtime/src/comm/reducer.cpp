@@ -41,6 +41,24 @@ double StepTiming::hidden_s() const {
 
 double StepTiming::exposed_s() const { return finalize_end_s - backward_end_s; }
 
+double StepTiming::launch_delay_s() const {
+  if (buckets.empty()) return 0;
+  // Buckets go through one channel in order: the earliest a bucket can start is when it
+  // is ready and its predecessor is done.
+  double total = 0, free = 0;
+  for (const BucketTiming& b : buckets) {
+    total += std::max(0.0, b.start_s - std::max(b.ready_s, free));
+    free = b.end_s;
+  }
+  return total / static_cast<double>(buckets.size());
+}
+
+double StepTiming::finish_s() const {
+  double last = backward_end_s;
+  for (const BucketTiming& b : buckets) last = std::max(last, b.end_s);
+  return std::max(0.0, finalize_end_s - last);
+}
+
 namespace {
 
 std::string describe(size_t index, const std::string& name, const Tensor& grad) {

@@ -138,7 +138,7 @@ Channel run_channel(const Profile& profile, const Network& net, int64_t threshol
     double ready = 0;
     for (size_t g : b.gradients) ready = std::max(ready, std::clamp(profile.gradients[g].ready_s, 0.0, profile.backward_s));
     ready = ready * scale + c.straggle_s;
-    const double start = std::max(ready, c.free_s);
+    const double start = std::max(ready, c.free_s) + profile.launch_delay_s;
     // comm_factor times slower while backward runs beside it, the probe's speed after.
     const double work = allreduce_s(b.bytes, net);
     const double f = std::max(1.0, net.comm_factor);
@@ -216,7 +216,9 @@ Prediction predict(const Profile& profile, const Network& net, int64_t threshold
   out.straggle_s = c.straggle_s;
   out.comm_s = c.comm_s;
   out.backward_s = backward_s;
-  out.exposed_s = std::max(0.0, c.free_s - backward_s);
+  // With more than one rank finalize() also waits for the communication thread's last
+  // signal and unpacks: the profile's finish_s, whatever the overlap.
+  out.exposed_s = std::max(0.0, c.free_s - backward_s) + (out.ranks > 1 ? profile.finish_s : 0.0);
   out.hidden_share = out.comm_s > 0 ? c.hidden_s / out.comm_s : 1.0;
   out.step_s = profile.input_s + profile.forward_s + backward_s + out.exposed_s + profile.optimizer_s +
                profile.other_s;
@@ -291,6 +293,8 @@ std::string profile_to_json(const Profile& p) {
   j["exposed_comm_s"] = p.exposed_comm_s;
   j["comm_s"] = p.comm_s;
   j["backward_alone_s"] = p.backward_alone_s;
+  j["launch_delay_s"] = p.launch_delay_s;
+  j["finish_s"] = p.finish_s;
   if (p.allreduce) {
     j["allreduce"] = {{"ranks", p.allreduce->ranks}, {"a_s", p.allreduce->a_s},
                       {"b_s_per_byte", p.allreduce->b_s_per_byte}};
@@ -374,6 +378,8 @@ Profile profile_from_json(const std::string& body, const std::string& what) {
   // Optional: older profiles lack them.
   if (j.contains("comm_s")) p.comm_s = seconds(j, what, "comm_s");
   if (j.contains("backward_alone_s")) p.backward_alone_s = seconds(j, what, "backward_alone_s");
+  if (j.contains("launch_delay_s")) p.launch_delay_s = seconds(j, what, "launch_delay_s");
+  if (j.contains("finish_s")) p.finish_s = seconds(j, what, "finish_s");
   if (j.contains("allreduce")) {
     const json& a = j["allreduce"];
     if (!a.is_object()) bad(what, "allreduce", "is not an object");

@@ -9,10 +9,12 @@
 // bucket is allreduced on ONE communication channel, in bucket order, starting when it is
 // complete and the bucket before it is done. What is still in flight when backward ends is
 // added to the step. The per-rank batch stays as profiled (weak scaling), so the compute
-// parts do not change with the rank count; only the allreduces do. Three corrections
-// measured by the profile: a collective starts when its slowest rank is ready
-// (straggle_s); allreduces in training take comm_factor times the probe's time; backward
-// is slower while allreduces run beside it on shared cores (backward_alone_s).
+// parts do not change with the rank count; only the allreduces do. Corrections measured by
+// the profile: a collective starts when its slowest rank is ready (straggle_s), and a
+// bucket's allreduce a launch delay after it is ready (launch_delay_s); allreduces in
+// training take comm_factor times the probe's time; backward is slower while allreduces run
+// beside it on shared cores (backward_alone_s); the wait for gradients ends finish_s after
+// the last allreduce.
 //
 // Allreduce of n bytes over p = nodes * ranks_per_node ranks, ring algorithm (each of the
 // reduce-scatter and the allgather takes p-1 steps moving n/p bytes per rank):
@@ -86,6 +88,14 @@ struct Profile {
   // The allreduces' time in training: per step, the sum over buckets of start to end on
   // the master (median); 0 where not recorded.
   double comm_s = 0;
+  // How long a bucket waits, once it is ready and the channel is free, before its allreduce
+  // starts: the communication thread's wake-up (per bucket: the mean over a step's buckets,
+  // median over steps). 0 where not recorded.
+  double launch_delay_s = 0;
+  // finalize()'s time after the later of backward's end and the last allreduce's end: the
+  // waiting thread's wake-up and the unpacking of the summed buckets (median). 0 where not
+  // recorded.
+  double finish_s = 0;
   // input + forward + backward of every rank at every profiled step (empty: not recorded).
   // A bucket's allreduce can go no faster than its slowest rank is ready, so the spread of
   // these says how much later than the master's the collective starts at p ranks.

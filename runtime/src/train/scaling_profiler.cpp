@@ -52,6 +52,8 @@ void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device dev
   }
   phases_.push_back(phases);
   comm_.push_back(reducer.last_step().comm_s());
+  launch_delay_.push_back(reducer.last_step().launch_delay_s());
+  finish_.push_back(reducer.last_step().finish_s());
   // The Reducer's clock starts at the step's first gradient, a little after backward began;
   // its backward end is the finalize() call, where the loop's backward ends too.
   const StepTiming& t = reducer.last_step();
@@ -90,6 +92,8 @@ void ScalingProfiler::write(const Reducer& reducer, Communicator& comm, Device d
   p.exposed_comm_s = median_of(phases_, [](const StepPhases& s) { return s.exposed_s; });
   p.backward_alone_s = median(alone_);
   p.comm_s = comm.size() > 1 ? median(comm_) : 0;
+  p.launch_delay_s = comm.size() > 1 ? median(launch_delay_) : 0;
+  p.finish_s = comm.size() > 1 ? median(finish_) : 0;
   p.other_s = median_of(phases_, [](const StepPhases& s) {
     return std::max(0.0, s.step_s - s.forward_s - s.backward_s - s.exposed_s - s.optimizer_s);
   });

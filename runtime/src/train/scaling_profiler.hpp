@@ -55,6 +55,8 @@ class ScalingProfiler {
   std::vector<StepPhases> phases_;
   std::vector<std::vector<double>> ready_;  // (steps, gradients) since backward began
   std::vector<double> comm_;                // (steps,) the allreduces' time, start to end
+  std::vector<double> launch_delay_;        // (steps,) StepTiming::launch_delay_s
+  std::vector<double> finish_;              // (steps,) StepTiming::finish_s
   std::vector<double> alone_;               // backward of the one-bucket steps
   int64_t alone_left_ = -1;                 // one-bucket steps still to run; -1 before they start
   int64_t threshold_ = 0;                   // the job's own, restored after them

@@ -87,6 +87,7 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
   load_a_rows<T, D>(kf, k_t, w0, lane);
   load_a_rows<T, D>(vf, v_t, w0, lane);
   const bool padded[2] = {pad[w0 + g] != 0, pad[w0 + g + 8] != 0};
+  const bool no_padding = !__any_sync(0xffffffffu, padded[0] || padded[1]);  // this warp's 16 keys
   float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) {
@@ -114,31 +115,47 @@ __global__ void __launch_bounds__(kThreads) fused_dkdv_kernel(FusedParams p) {
     }
     mma_abt<T, D>(st, kf, q_t, lane);
     mma_abt<T, D>(dpt, vf, do_t, lane);
+    // Every score of this tile pair plain (warp-uniform): no bounds or masks to apply, and a
+    // loop compiled without them (the same values: plain_scores).
+    auto tile_scores = [&](auto plain_c) {
+      constexpr bool kPlain = decltype(plain_c)::value;
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
+      for (int n = 0; n < kN; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, c = n * 8 + 2 * t4 + (e & 1);
-        const int64_t i = q0 + c, j = keys[r];
-        float pd = 0.0f, ds = 0.0f;
-        if (i < tq && j < tk) {
-          const float prob = __expf(biased(p, st[n][e], padded[r], i, j) - q_m[c]) * q_inv[c];
-          float dp = dpt[n][e];
-          pd = prob;
-          if (dropout) {
-            // The forward's bit of (i, j) (its fragment layout is this one transposed: see
-            // FusedParams::keep). prob 0: dS and Pd are 0 either way.
-            const int word = (n >> 1) * kWarp + (2 * warp + r) * 4 + (n & 1) * 2 + (g & 1);
-            const int bit = (2 * t4 + (e & 1)) * 4 + (g >> 1);
-            const bool keep = prob != 0.0f && ((keep_s[word] >> bit) & 1u) != 0;
-            pd = keep ? prob * keep_scale : 0.0f;
-            dp = keep ? dp * keep_scale : 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, c = n * 8 + 2 * t4 + (e & 1);
+          const int64_t i = q0 + c, j = keys[r];
+          float pd = 0.0f, ds = 0.0f;
+          if (kPlain || (i < tq && j < tk)) {
+            const float logit = kPlain ? st[n][e] : biased(p, st[n][e], padded[r], i, j);
+            const float prob = __expf(logit - q_m[c]) * q_inv[c];
+            float dp = dpt[n][e];
+            pd = prob;
+            if (dropout) {
+              // The forward's bit of (i, j) (its fragment layout is this one transposed: see
+              // FusedParams::keep). prob 0: dS and Pd are 0 either way.
+              const int word = (n >> 1) * kWarp + (2 * warp + r) * 4 + (n & 1) * 2 + (g & 1);
+              const int bit = (2 * t4 + (e & 1)) * 4 + (g >> 1);
+              const bool keep = prob != 0.0f && ((keep_s[word] >> bit) & 1u) != 0;
+              pd = keep ? prob * keep_scale : 0.0f;
+              dp = keep ? dp * keep_scale : 0.0f;
+            }
+            ds = prob * (dp - q_delta[c]);
           }
-          ds = prob * (dp - q_delta[c]);
+          st[n][e] = pd;
+          dpt[n][e] = ds;
         }
-        st[n][e] = pd;
-        dpt[n][e] = ds;
       }
+    };
+    // (Not at D = 128, where the kernel already spills: a second copy of the loop spills more.)
+    if constexpr (D <= 64) {
+      if (plain_scores(p, q0, q0 + kTile - 1, k0 + w0 + 15, no_padding)) {
+        tile_scores(std::true_type{});
+      } else {
+        tile_scores(std::false_type{});
+      }
+    } else {
+      tile_scores(std::false_type{});
     }
     if (p.ds != nullptr) {
       // dS of the whole tile pair for the stored-dS dQ kernel, as the products below round
@@ -196,7 +213,9 @@ __device__ __forceinline__ void store_dq(const FusedParams& p, const float (&dq)
 
 // Grid (B*H, ceil(Tq / 64)), kThreads threads, dq_smem<D>() bytes.
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
+// At D <= 64 at most 168 registers, so that 3 blocks fit an SM (the plain-score loop took it
+// to 174 and 2 blocks otherwise; no spills at 168).
+__global__ void __launch_bounds__(kThreads, D <= 64 ? 3 : 1) fused_dq_kernel(FusedParams p) {
 #ifdef TNT_FUSED_ATTENTION_UNSUPPORTED
   __trap();
 #else
@@ -258,22 +277,33 @@ __global__ void __launch_bounds__(kThreads) fused_dq_kernel(FusedParams p) {
     mma_abt<T, D>(dp, of, v_t, lane);
     // The forward's keep bits of this tile pair, in this kernel's fragment layout.
     const uint32_t keep_word = dropout ? keep_words(p, bh, blockIdx.y, k0 / kTile)[warp * kWarp + lane] : 0u;
+    // Every score of this warp's 16 rows plain (warp-uniform): no bounds or masks to apply,
+    // and a loop compiled without them (the same values: plain_scores).
+    auto tile_scores = [&](auto plain_c) {
+      constexpr bool kPlain = decltype(plain_c)::value;
 #pragma unroll
-    for (int n = 0; n < kN; ++n) {
+      for (int n = 0; n < kN; ++n) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1, c = n * 8 + 2 * t4 + (e & 1);
-        const int64_t i = rows[r], j = k0 + c;
-        const bool bit = dropout && ((__shfl_sync(0xffffffffu, keep_word, n * 4 + e) >> lane) & 1u) != 0;
-        float ds = 0.0f;
-        if (i < tq && j < tk) {
-          const float prob = __expf(biased(p, s[n][e], pad[c] != 0, i, j) - m[r]) * inv[r];
-          float d = dp[n][e];
-          if (dropout) d = prob != 0.0f && bit ? d * keep_scale : 0.0f;
-          ds = prob * (d - delta[r]);
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1, c = n * 8 + 2 * t4 + (e & 1);
+          const int64_t i = rows[r], j = k0 + c;
+          const bool bit = dropout && ((__shfl_sync(0xffffffffu, keep_word, n * 4 + e) >> lane) & 1u) != 0;
+          float ds = 0.0f;
+          if (kPlain || (i < tq && j < tk)) {
+            const float logit = kPlain ? s[n][e] : biased(p, s[n][e], pad[c] != 0, i, j);
+            const float prob = __expf(logit - m[r]) * inv[r];
+            float d = dp[n][e];
+            if (dropout) d = prob != 0.0f && bit ? d * keep_scale : 0.0f;
+            ds = prob * (d - delta[r]);
+          }
+          s[n][e] = ds;
         }
-        s[n][e] = ds;
       }
+    };
+    if (plain_scores(p, q0 + w0, q0 + w0 + 15, k0 + kTile - 1, p.ids == nullptr || warp_no_padding(pad, lane))) {
+      tile_scores(std::true_type{});
+    } else {
+      tile_scores(std::false_type{});
     }
     // dQ (16, D) += dS (16, 64) K (64, D)
     mma_xb<T, D>(dq, s, k_t, lane);

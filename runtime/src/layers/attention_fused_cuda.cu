@@ -28,6 +28,9 @@
 // current one is used, a barrier at the end of each step freeing its buffer.
 // Masks follow the unfused engine exactly: +(-1e9) as a float add for padding keys and
 // causally hidden keys; positions past Tq or Tk inside a tile are no keys at all (p = 0).
+// A warp whose scores of a tile need none of that (plain_scores: all keys and rows exist,
+// no padding key, wholly below a causal diagonal; most tiles of a long sequence) runs a loop
+// without the per-score compares and padding-flag reads: the same values, less scalar work.
 // Depths below the kernel's D (32, 64, 128) are zero columns: they add nothing to S or dP.
 #include "layers/attention_fused_cuda.hpp"
 
@@ -145,6 +148,7 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
       const T* k_t = kv_t + 2 * u * kTileElems;
       const T* v_t = kv_t + (2 * u + 1) * kTileElems;
       const uint8_t* pad = pads + u * kTile;
+      const bool no_padding = p.ids == nullptr || warp_no_padding(pad, lane);
       // S (this warp's MT x 16 rows, 64 keys) = Q K^T, in registers
       float s[MT][kN][4];
 #pragma unroll
@@ -162,14 +166,23 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(FusedParams p) 
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         float mx[2] = {-INFINITY, -INFINITY};
+        const int64_t first_row = q0 + w0 + 16 * mt;  // warp-uniform
+        if (plain_scores(p, first_row, first_row + 15, k0 + kTile - 1, no_padding)) {
 #pragma unroll
-        for (int n = 0; n < kN; ++n) {
+          for (int n = 0; n < kN; ++n) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int c = n * 8 + 2 * t4 + (e & 1);
-            const int64_t j = k0 + c;
-            s[mt][n][e] = j < tk ? biased(p, s[mt][n][e], pad[c] != 0, rows[mt][e >> 1], j) : -INFINITY;
-            mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+            for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+          }
+        } else {
+#pragma unroll
+          for (int n = 0; n < kN; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int c = n * 8 + 2 * t4 + (e & 1);
+              const int64_t j = k0 + c;
+              s[mt][n][e] = j < tk ? biased(p, s[mt][n][e], pad[c] != 0, rows[mt][e >> 1], j) : -INFINITY;
+              mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+            }
           }
         }
         float m_new[2], sum[2] = {0.0f, 0.0f};

@@ -196,6 +196,24 @@ __device__ __forceinline__ float biased(const FusedParams& p, float l, bool padd
   return (padded || (p.causal && j > i + (p.tk - p.tq))) ? l + kMaskBias : l;
 }
 
+// Whether none of the 64 keys whose padding flags lie at pad (4-byte aligned, shared
+// memory) is padding. Warp-uniform: every lane of the warp calls it.
+__device__ __forceinline__ bool warp_no_padding(const uint8_t* pad, int lane) {
+  const uint32_t w = lane < kTile / 4 ? reinterpret_cast<const uint32_t*>(pad)[lane] : 0u;
+  return !__any_sync(0xffffffffu, w != 0u);
+}
+
+// Whether every (query, key) pair of queries [i_first, i_last] and keys up to j_last holds
+// a plain logit: all exist (i_last < Tq, j_last < Tk), no key is padding (no_padding)
+// and, when causal, even the last key is visible to the first query. Then biased() and the
+// bounds checks change nothing, and a kernel may skip them for the block of scores: the same
+// bits, without the per-score compares and the shared-memory read of the padding flag (most
+// of a tile's scalar work besides exp).
+__device__ __forceinline__ bool plain_scores(const FusedParams& p, int64_t i_first, int64_t i_last, int64_t j_last,
+                                             bool no_padding) {
+  return no_padding && i_last < p.tq && j_last < p.tk && (!p.causal || j_last <= i_first + (p.tk - p.tq));
+}
+
 // The Philox words of this lane's 4 elements of an 8-key C tile (keys j8 .. j8 + 7): word[e]
 // for (row e < 2 ? row0 : row1, key j8 + 2 t + (e & 1)), t = lane % 4; keep iff
 // word_uniform(word[e]) >= rate, which is uniform4 of the unfused engines' counter

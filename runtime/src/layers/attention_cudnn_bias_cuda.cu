@@ -15,9 +15,10 @@ __global__ void padding_bias_kernel(const I* __restrict__ ids,  // (B, Tk)
   TNT_KERNEL_LOOP(i, n) { bias[i] = ids[i] == 0 ? kCudnnPaddingBias : 0.0f; }
 }
 
+// Seed at element 0, offset at element 2: each 16-byte aligned, as the graph declares.
 __global__ void seed_offset_kernel(int64_t* out, uint64_t key, uint64_t base) {
   out[0] = static_cast<int64_t>(key);
-  out[1] = static_cast<int64_t>(base);
+  out[2] = static_cast<int64_t>(base);
 }
 
 }  // namespace
@@ -36,7 +37,7 @@ Tensor cudnn_attention_bias(const Tensor& key_ids, int64_t batch, int64_t tk, in
 }
 
 Tensor cudnn_attention_seed_offset(uint64_t key, uint64_t base, int device) {
-  Tensor t = Tensor::empty({2}, DType::i64, Device::cuda(device));
+  Tensor t = Tensor::empty({4}, DType::i64, Device::cuda(device));
   seed_offset_kernel<<<1, 1, 0, compute_stream(device)>>>(static_cast<int64_t*>(t.raw()), key, base);
   TNT_CUDA_CHECK_LAUNCH();
   return t;

@@ -394,6 +394,9 @@ bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t 
   if (dtype != DType::bf16 && dtype != DType::f16) return false;
   if (depth <= 0 || depth > 128 || depth % 8 != 0) return false;
   if (batch <= 0 || heads <= 0 || tq <= 0 || tk <= 0) return false;
+  // One query row is incremental decoding: a new Tk every step would be a new plan (and a
+  // new graph compilation) every step; the fused engine serves it without any.
+  if (tq == 1) return false;
   if (causal && tq != tk) return false;
   return true;
 }
@@ -435,7 +438,7 @@ Tensor cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
   if (key.rate > 0.0f) {
     auto* so = static_cast<int64_t*>(saved.seed_offset.raw());
     uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
-    ptrs.insert(ptrs.end(), {so, so + 1, &drop_scale});
+    ptrs.insert(ptrs.end(), {so, so + 2, &drop_scale});
   }
   Tensor workspace;
   if (c.fwd.workspace > 0) workspace = Tensor::empty({c.fwd.workspace}, DType::u8, dev);
@@ -475,7 +478,7 @@ void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   if (key.rate > 0.0f) {
     auto* so = static_cast<int64_t*>(saved.seed_offset.raw());
     uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
-    ptrs.insert(ptrs.end(), {so, so + 1, &drop_scale});
+    ptrs.insert(ptrs.end(), {so, so + 2, &drop_scale});
   }
   Tensor workspace;
   if (c.bwd.workspace > 0) workspace = Tensor::empty({c.bwd.workspace}, DType::u8, dev);

@@ -45,7 +45,8 @@ struct CudnnAttentionKey {
 // Whether the cuDNN engine may be tried for these shapes (pure; no GPU): bf16/f16, depth a
 // multiple of 8 up to 128 (what cuDNN's Hopper flash attention serves and we test), causal
 // only with Tq == Tk (cuDNN's top-left diagonal equals our j > i + (Tk - Tq) rule only
-// there), and nothing empty. Anything else goes to the other engines without a warning.
+// there), more than one query row (decoding's single row would need a plan per cache
+// length), and nothing empty. Anything else goes to the other engines without a warning.
 bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t tq, int64_t tk, int64_t depth,
                              bool causal);
 
@@ -59,7 +60,7 @@ std::vector<std::string> cudnn_attention_backward_ops(const CudnnAttentionKey& k
 struct CudnnAttentionSaved {
   Tensor stats;        // (B, H, Tq, 1) f32: log-sum-exp of each row's scaled, biased logits
   Tensor bias;         // (B, Tk) f32 (0 or -1e4), or undefined without key_ids
-  Tensor seed_offset;  // (2) i64 on the device: a.key, a.base, or undefined without dropout
+  Tensor seed_offset;  // (4) i64 on the device: a.key at 0, a.base at 2 (16-byte aligned), or undefined
 };
 
 // Makes sure both plans of this key exist on device (building and caching them on first

@@ -74,6 +74,16 @@ TEST_CASE("cuDNN attention graphs build on the CPU: every variant", "[layers][at
             CHECK(count(bwd, "RNG") == (rate > 0 ? 1 : 0));
             CHECK(count(bwd, "POINTWISE GEN_INDEX") == (causal ? 2 : 0));
             CHECK(bwd.back() == "POINTWISE IDENTITY (-> dQ)");
+            if (bias) {
+              // The engine's second choice of bias layout builds too.
+              std::vector<std::string> fwd_rows, bwd_rows;
+              REQUIRE_NOTHROW(fwd_rows = cuda::cudnn_attention_forward_ops(k, true));
+              REQUIRE_NOTHROW(bwd_rows = cuda::cudnn_attention_backward_ops(k, true));
+              CHECK(count(fwd_rows, "POINTWISE ADD (+ padding bias [B,1,Tq,Tk])") == 1);
+              CHECK(count(bwd_rows, "POINTWISE ADD (+ padding bias [B,1,Tq,Tk])") == 1);
+              CHECK(fwd_rows.size() == fwd.size());
+              CHECK(bwd_rows.size() == bwd.size());
+            }
           }
         }
       }

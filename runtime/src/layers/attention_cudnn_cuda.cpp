@@ -121,7 +121,7 @@ Shapes shapes_of(const CudnnAttentionKey& k) {
 // point where they differ: forward and backward both do scale, then bias. Returns S.
 const g::Descriptor* scale_and_bias(GraphParts& p, const CudnnAttentionKey& key, const Shapes& s,
                                     const g::Descriptor& logits, const g::Descriptor& scale,
-                                    const g::Descriptor* bias) {
+                                    const g::Descriptor* bias, bool bias_rows) {
   const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk};
   const g::Descriptor& scaled = p.virt("scaled logits", sd);
   p.op(g::make_pointwise("mul scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, logits, &scale, nullptr, scaled),
@@ -129,8 +129,16 @@ const g::Descriptor* scale_and_bias(GraphParts& p, const CudnnAttentionKey& key,
   if (!key.bias) return &scaled;
   const g::Descriptor& biased = p.virt("biased logits", sd);
   p.op(g::make_pointwise("add bias", CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, scaled, bias, nullptr, biased),
-       "POINTWISE ADD (+ padding bias [B,1,1,Tk])");
+       bias_rows ? "POINTWISE ADD (+ padding bias [B,1,Tq,Tk])" : "POINTWISE ADD (+ padding bias [B,1,1,Tk])");
   return &biased;
+}
+
+// The padding bias: per key, broadcast over heads and query rows ([B, 1, 1, Tk], what our
+// ids give), or, where cuDNN's engines refuse that broadcast, materialised per query row
+// ([B, 1, Tq, Tk]: the layout cuDNN's documentation shows for a bias, Tq times the memory).
+g::TensorSpec bias_spec(const Shapes& s, bool bias_rows) {
+  if (bias_rows) return spec(kBias, "padding bias", CUDNN_DATA_FLOAT, {s.b, 1, s.tq, s.tk}, {s.tq * s.tk, s.tq * s.tk, s.tk, 1});
+  return spec(kBias, "padding bias", CUDNN_DATA_FLOAT, {s.b, 1, 1, s.tk}, {s.tk, s.tk, s.tk, 1});
 }
 
 // Causal: keep logit (i, j) where i >= j, else the mask value (top-left diagonal, Tq == Tk).
@@ -151,7 +159,7 @@ const g::Descriptor* causal_mask(GraphParts& p, const Shapes& s, const g::Descri
   return &masked;
 }
 
-void build_forward(GraphParts& p, const CudnnAttentionKey& key) {
+void build_forward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows) {
   const Shapes s = shapes_of(key);
   const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk}, rows{s.b, s.h, s.tq, 1};
   const auto& q = p.tensor(spec(kQ, "Q", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
@@ -161,11 +169,11 @@ void build_forward(GraphParts& p, const CudnnAttentionKey& key) {
   const auto& stats = p.tensor(spec(kStats, "Stats", CUDNN_DATA_FLOAT, rows, g::packed_strides(rows)));
   const auto& scale = p.tensor(scalar(kScale, "attention scale", CUDNN_DATA_FLOAT, true));
   const g::Descriptor* bias = nullptr;
-  if (key.bias) bias = &p.tensor(spec(kBias, "padding bias", CUDNN_DATA_FLOAT, {s.b, 1, 1, s.tk}, {s.tk, s.tk, s.tk, 1}));
+  if (key.bias) bias = &p.tensor(bias_spec(s, bias_rows));
 
   const auto& logits = p.virt("logits", sd);
   p.op(g::make_matmul("Q K^T", q, kt, logits), "MATMUL (Q K^T)");
-  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias);
+  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias, bias_rows);
   if (key.causal) {
     const auto& value = p.tensor(scalar(kMaskValue, "causal mask value", CUDNN_DATA_FLOAT, true));
     x = causal_mask(p, s, *x, value);
@@ -210,7 +218,7 @@ void build_forward(GraphParts& p, const CudnnAttentionKey& key) {
   p.op(g::make_matmul("P V", *pd, v, o), "MATMUL (P V -> O)");
 }
 
-void build_backward(GraphParts& p, const CudnnAttentionKey& key) {
+void build_backward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows) {
   const Shapes s = shapes_of(key);
   const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk}, rows{s.b, s.h, s.tq, 1};
   const auto& q = p.tensor(spec(kQ, "Q", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
@@ -227,7 +235,7 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key) {
   const auto& dq_accum = p.tensor(spec(kDQAccum, "dQ accumulator", CUDNN_DATA_FLOAT, {s.b, s.h, s.tq, s.d},
                                        g::packed_strides({s.b, s.h, s.tq, s.d})));
   const g::Descriptor* bias = nullptr;
-  if (key.bias) bias = &p.tensor(spec(kBias, "padding bias", CUDNN_DATA_FLOAT, {s.b, 1, 1, s.tk}, {s.tk, s.tk, s.tk, 1}));
+  if (key.bias) bias = &p.tensor(bias_spec(s, bias_rows));
   const bool dropout = key.rate > 0.0f;
   // Without dropout the row sums are multiplied by 1 (cudnn-frontend keeps the node, so do we:
   // the engines match this pattern).
@@ -253,7 +261,7 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key) {
   // P again from Q K^T and Stats.
   const auto& logits = p.virt("logits", sd);
   p.op(g::make_matmul("Q K^T", q, kt, logits), "MATMUL (Q K^T)");
-  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias);
+  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias, bias_rows);
   const auto& centered = p.virt("logits - stats", sd);
   p.op(g::make_pointwise("sub stats", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, *x, &stats, nullptr, centered),
        "POINTWISE SUB (- Stats)");
@@ -324,6 +332,7 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key) {
 
 struct CachedPlans {
   std::string error;  // non-empty: these shapes cannot be built; the message to repeat
+  bool bias_rows = false;  // the padding bias is [B, 1, Tq, Tk] (see bias_spec)
   GraphParts fwd_parts, bwd_parts;
   g::Descriptor fwd_graph, bwd_graph;
   g::Plan fwd, bwd;
@@ -340,21 +349,36 @@ const CachedPlans& plans_for(const CudnnAttentionKey& key, int device) {
   std::lock_guard<std::mutex> lock(cache_mutex);
   auto& entry = cache()[{device, key}];
   if (entry == nullptr) {
-    entry = std::make_unique<CachedPlans>();
-    CachedPlans& c = *entry;
     const std::string name = key.str();
-    try {
-      cudnnHandle_t h = cudnn_handle(device);
-      build_forward(c.fwd_parts, key);
-      c.fwd_graph = g::make_operation_graph("attention forward " + name, h, c.fwd_parts.op_list());
-      c.fwd = g::make_plan("attention forward " + name, h, c.fwd_graph);
-      build_backward(c.bwd_parts, key);
-      c.bwd_graph = g::make_operation_graph("attention backward " + name, h, c.bwd_parts.op_list());
-      c.bwd = g::make_plan("attention backward " + name, h, c.bwd_graph);
-      log_debug("cuDNN attention {}: forward engine {} ({} B workspace), backward engine {} ({} B)", name,
-                c.fwd.engine, c.fwd.workspace, c.bwd.engine, c.bwd.workspace);
-    } catch (const std::exception& e) {
-      c.error = e.what();
+    std::string errors;
+    // With padding, the per-key bias first; if cuDNN refuses it, the per-row one.
+    for (bool bias_rows : key.bias ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      auto c = std::make_unique<CachedPlans>();
+      c->bias_rows = bias_rows;
+      try {
+        cudnnHandle_t h = cudnn_handle(device);
+        build_forward(c->fwd_parts, key, bias_rows);
+        c->fwd_graph = g::make_operation_graph("attention forward " + name, h, c->fwd_parts.op_list());
+        c->fwd = g::make_plan("attention forward " + name, h, c->fwd_graph);
+        build_backward(c->bwd_parts, key, bias_rows);
+        c->bwd_graph = g::make_operation_graph("attention backward " + name, h, c->bwd_parts.op_list());
+        c->bwd = g::make_plan("attention backward " + name, h, c->bwd_graph);
+        log_debug("cuDNN attention {}{}: forward engine {} ({} B workspace), backward engine {} ({} B)", name,
+                  bias_rows ? " (bias per query row)" : "", c->fwd.engine, c->fwd.workspace, c->bwd.engine,
+                  c->bwd.workspace);
+        if (bias_rows) {
+          log_info("cuDNN attention {}: the padding bias per key [B,1,1,Tk] was refused ({}); using it per query row "
+                   "[B,1,Tq,Tk] ({} MB a call)", name, errors, key.batch * key.tq * key.tk * 4 / 1000000);
+        }
+        entry = std::move(c);
+        break;
+      } catch (const std::exception& e) {
+        errors += std::string(errors.empty() ? "" : "; then with the bias per query row [B,1,Tq,Tk]: ") + e.what();
+      }
+    }
+    if (entry == nullptr) {
+      entry = std::make_unique<CachedPlans>();
+      entry->error = errors;
     }
   }
   if (!entry->error.empty()) TNT_THROW("{}", entry->error);
@@ -401,15 +425,15 @@ bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t 
   return true;
 }
 
-std::vector<std::string> cudnn_attention_forward_ops(const CudnnAttentionKey& key) {
+std::vector<std::string> cudnn_attention_forward_ops(const CudnnAttentionKey& key, bool bias_rows) {
   GraphParts p;
-  build_forward(p, key);
+  build_forward(p, key, bias_rows);
   return p.op_names;
 }
 
-std::vector<std::string> cudnn_attention_backward_ops(const CudnnAttentionKey& key) {
+std::vector<std::string> cudnn_attention_backward_ops(const CudnnAttentionKey& key, bool bias_rows) {
   GraphParts p;
-  build_backward(p, key);
+  build_backward(p, key, bias_rows);
   return p.op_names;
 }
 
@@ -422,7 +446,7 @@ Tensor cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
   const Device dev = q.device();
   Tensor o = Tensor::empty({a.batch, a.tq, a.heads * a.depth}, q.dtype(), dev);
   saved.stats = Tensor::empty({a.batch, a.heads, a.tq, 1}, DType::f32, dev);
-  if (key.bias) saved.bias = cudnn_attention_bias(key_ids, a.batch, a.tk, device);
+  if (key.bias) saved.bias = cudnn_attention_bias(key_ids, a.batch, c.bias_rows ? a.tq : 1, a.tk, device);
   if (key.rate > 0.0f) saved.seed_offset = cudnn_attention_seed_offset(a.key, a.base, device);
   float scale = a.scale, mask_value = kCausalMaskValue, drop_scale = 1.0f / (1.0f - a.rate);
   std::vector<int64_t> uids{kQ, kKT, kV, kO, kStats, kScale};

@@ -10,7 +10,8 @@
 // builds for sm_90 (node/scaled_dot_product_flash_attention.h, CompositeSDPANode).
 //
 // Where it differs from the other engines, on purpose:
-// - padding is an additive bias (B, 1, 1, Tk) of -1e4, not -1e9: cuDNN saves the softmax
+// - padding is an additive bias (B, 1, 1, Tk) of -1e4 (or (B, 1, Tq, Tk) where cuDNN refuses
+//   the broadcast over query rows: the frontend's support surface does not say), not -1e9: cuDNN saves the softmax
 //   statistic as one log-sum-exp m + log(sum), and at m ~ -1e9 (a row whose keys are all
 //   padding) the f32 ulp is 64, so log(sum) would be lost and the backward would rebuild
 //   wrong probabilities. exp(-1e4) is 0 in f32 like exp(-1e9), so rows with any real key get
@@ -53,13 +54,15 @@ bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t 
 // Builds every tensor and operation descriptor of the forward (backward) graph for key,
 // finalized, without a cuDNN handle (so a CPU-only machine catches attribute mistakes), and
 // returns the operations' names in graph order. Throws with cuDNN's message on failure.
-std::vector<std::string> cudnn_attention_forward_ops(const CudnnAttentionKey& key);
-std::vector<std::string> cudnn_attention_backward_ops(const CudnnAttentionKey& key);
+// bias_rows: the padding bias as [B, 1, Tq, Tk] instead of [B, 1, 1, Tk] (the layout the
+// engine falls back to where cuDNN refuses the broadcast over query rows).
+std::vector<std::string> cudnn_attention_forward_ops(const CudnnAttentionKey& key, bool bias_rows = false);
+std::vector<std::string> cudnn_attention_backward_ops(const CudnnAttentionKey& key, bool bias_rows = false);
 
 // What the cuDNN forward saves for its backward, besides q, k, v, o (held by the caller).
 struct CudnnAttentionSaved {
   Tensor stats;        // (B, H, Tq, 1) f32: log-sum-exp of each row's scaled, biased logits
-  Tensor bias;         // (B, Tk) f32 (0 or -1e4), or undefined without key_ids
+  Tensor bias;         // (B, 1, 1 or Tq, Tk) f32 (0 or -1e4), or undefined without key_ids
   Tensor seed_offset;  // (4) i64 on the device: a.key at 0, a.base at 2 (16-byte aligned), or undefined
 };
 
@@ -79,9 +82,10 @@ void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const CudnnAttentionSaved& saved, const AttentionCoreArgs& a, Tensor& dq, Tensor& dk,
                               Tensor& dv, int device);
 
-// The padding bias (B, Tk) f32 from key_ids (B, Tk) i32/i64: -1e4 where the id is 0, else 0;
-// and the dropout seed/offset tensor. Kernels in attention_cudnn_bias_cuda.cu.
-Tensor cudnn_attention_bias(const Tensor& key_ids, int64_t batch, int64_t tk, int device);
+// The padding bias (B, 1, rows, Tk) f32 from key_ids (B, Tk) i32/i64: -1e4 where the id is
+// 0, else 0, the same for each of the rows; and the dropout seed/offset tensor. Kernels in
+// attention_cudnn_bias_cuda.cu.
+Tensor cudnn_attention_bias(const Tensor& key_ids, int64_t batch, int64_t rows, int64_t tk, int device);
 Tensor cudnn_attention_seed_offset(uint64_t key, uint64_t base, int device);
 
 // The bias value at padding keys, for tests.

@@ -126,6 +126,15 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK_FALSE(Config::from_env().fused_attention);
   }
   {
+    CHECK_FALSE(Config::from_env().cudnn_attention);  // opt-in until a GPU measurement
+    ScopedEnv a("TNT_CUDNN_ATTENTION", "1");
+    CHECK(Config::from_env().cudnn_attention);
+  }
+  {
+    ScopedEnv a("TNT_CUDNN_ATTENTION", "flash");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_CUDNN_ATTENTION='flash' is not a boolean"));
+  }
+  {
     CHECK(Config::from_env().layer_fusion);
     ScopedEnv a("TNT_LAYER_FUSION", "0");
     CHECK_FALSE(Config::from_env().layer_fusion);

@@ -1,5 +1,6 @@
 // Benchmark (not a test): the attention core's forward + backward on CUDA, the fused engine
-// (attention_fused_cuda.cu) against the unfused one (cuBLAS products and a softmax kernel),
+// (attention_fused_cuda.cu) against the unfused one (cuBLAS products and a softmax kernel)
+// and cuDNN's flash attention (attention_cudnn_cuda.cpp),
 // on Transformer-big shapes in bf16: B = 64 sentences, H = 16 heads of depth 64, T = 256.
 // Times with CUDA events on the compute stream, 3 warm-up and 20 timed iterations; one line
 // per case that a person can read and scripts/gpu-check can collect:
@@ -15,6 +16,11 @@
 // (speedup: rows16 / rows32; TFLOP/s: the two products' 4 d FLOPs per (query, key) pair,
 // counting with causal only the pairs j <= i + Tk - Tq, over the forward's time; rows32
 // runs as 16 above depth 64.)
+// Then, per case, cuDNN's flash attention (attention_cudnn_cuda.cpp, TNT_CUDNN_ATTENTION):
+//   attention_cudnn case=self B=64 H=16 Tq=256 Tk=256 d=64 dtype=bf16 cudnn=yes fwd_ms=...
+//     bwd_ms=... fwd_bwd_ms=... fused_fwd_bwd_ms=... speedup_vs_fused=... fwd_tflops=...
+// (bwd_ms: forward + backward less the forward; cudnn=no error="cuDNN's message" where its
+// graph does not build on this device, and nothing timed.)
 #include "backend/cuda/cuda_context.hpp"
 #include "layers/attention_cuda.hpp"
 #include "layers/attention_fused.hpp"
@@ -181,6 +187,26 @@ void print_rows_line(const BenchCase& c, const CaseInputs& in) {
   std::fflush(stdout);
 }
 
+// cuDNN's engine on the case: forward alone, forward + backward; or why it cannot run.
+void print_cudnn_line(const BenchCase& c, const CaseInputs& in, double fused_ms) {
+  std::printf("attention_cudnn case=%s B=%lld H=%lld Tq=%lld Tk=%lld d=%lld dtype=bf16 ", c.name.c_str(),
+              static_cast<long long>(c.batch), static_cast<long long>(c.heads), static_cast<long long>(c.tq),
+              static_cast<long long>(c.tk), static_cast<long long>(c.depth));
+  try {
+    const Timing fwd = time_engine(c, cuda::AttentionEngine::cudnn, false, in.q, in.k, in.v, in.ids, in.d_o);
+    const Timing both = time_engine(c, cuda::AttentionEngine::cudnn, true, in.q, in.k, in.v, in.ids, in.d_o);
+    std::printf("cudnn=yes fwd_ms=%.3f bwd_ms=%.3f fwd_bwd_ms=%.3f fused_fwd_bwd_ms=%.3f speedup_vs_fused=%.2f "
+                "fwd_tflops=%.1f\n",
+                fwd.ms, both.ms - fwd.ms, both.ms, fused_ms, fused_ms / both.ms, forward_flops(c) / (fwd.ms * 1e9));
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    std::replace(msg.begin(), msg.end(), '\n', ' ');
+    std::replace(msg.begin(), msg.end(), '"', '\'');
+    std::printf("cudnn=no error=\"%s\"\n", msg.c_str());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -207,6 +233,7 @@ int main(int argc, char** argv) {
                   fwd_unfused.ms);
       std::fflush(stdout);
       print_rows_line(c, in);
+      print_cudnn_line(c, in, fused.ms);
     }
     // The forward with 16 and 32 query rows per warp on more shapes: depth 32, and long
     // sequences (more key tiles per block).

@@ -5,16 +5,23 @@
 // Philox counters. Incremental decoding runs the same core; its cache update is one copy
 // kernel (cache_append_kernel).
 // With TNT_FUSED_ATTENTION on, bf16/f16 cores of depth 16..128 run the fused engine
-// (attention_fused_cuda.cu) instead: no (B, H, Tq, Tk) tensors at all.
+// (attention_fused_cuda.cu) instead: no (B, H, Tq, Tk) tensors at all. With
+// TNT_CUDNN_ATTENTION on, cores cuDNN's flash attention serves run it instead
+// (attention_cudnn_cuda.cpp); shapes whose cuDNN graph does not build warn once and fall back.
 #include "layers/attention_cuda.hpp"
 
 #include "core/philox.hpp"
+#include "layers/attention_cudnn_cuda.hpp"
 #include "layers/attention_fused.hpp"
 #include "layers/attention_fused_cuda.hpp"
 #include "layers/gemm_cuda.hpp"
+#include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <atomic>
+#include <mutex>
+#include <set>
+#include <string>
 #include <type_traits>
 #include <cstdint>
 
@@ -35,9 +42,13 @@ struct CudaCore {
   // Fused engine: the inputs themselves (held, not copied), the output and per row (B, H,
   // Tq, 2) its max logit and 1 / sum (attention_fused_cuda.hpp).
   Tensor q, k, v, key_ids, o, stats, keep;
+  // cuDNN engine: q, k, v, o as above (held), and what its forward saved.
+  bool cudnn = false;
+  CudnnAttentionSaved saved;
 };
 
 std::atomic<int64_t> fused_calls{0};
+std::atomic<int64_t> cudnn_calls{0};
 
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; }
 
@@ -51,6 +62,50 @@ bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
          q.numel() == a.batch * a.tq * a.heads * a.depth && k.numel() == a.batch * a.tk * a.heads * a.depth &&
          v.numel() == k.numel() && aligned16(q) && aligned16(k) && aligned16(v) &&
          fused_attention_fits(a.depth, device);
+}
+
+// Whether the cuDNN engine runs this core (see AttentionEngine). Its graphs are built (and
+// cached) here, before anything runs, so that a shape cuDNN refuses can still take the other
+// engines: under the knob with one warning per shape naming cuDNN's reason; when a test forces
+// AttentionEngine::cudnn, never (it throws that reason).
+bool use_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids, const AttentionCoreArgs& a,
+               AttentionEngine engine, int device) {
+  const bool forced = engine == AttentionEngine::cudnn;
+  if (!forced && !(engine == AttentionEngine::config && tnt::config().cudnn_attention)) return false;
+  const bool applies = cudnn_attention_applies(q.dtype(), a.batch, a.heads, a.tq, a.tk, a.depth, a.causal) &&
+                       q.numel() == a.batch * a.tq * a.heads * a.depth &&
+                       k.numel() == a.batch * a.tk * a.heads * a.depth && v.numel() == k.numel() && aligned16(q) &&
+                       aligned16(k) && aligned16(v);
+  if (!applies) {
+    TNT_CHECK(!forced, "MultiHeadAttention: the cuDNN engine does not apply to q {}, k {} (depth {}, causal {})",
+              q.str(), k.str(), a.depth, a.causal);
+    return false;
+  }
+  CudnnAttentionKey key;
+  key.batch = a.batch;
+  key.tq = a.tq;
+  key.tk = a.tk;
+  key.heads = a.heads;
+  key.depth = a.depth;
+  key.dtype = q.dtype();
+  key.causal = a.causal;
+  key.bias = key_ids.defined();
+  key.rate = a.rate;
+  key.scale = a.scale;
+  try {
+    cudnn_attention_prepare(key, device);
+    return true;
+  } catch (const std::exception& e) {
+    if (forced) throw;
+    static std::mutex mu;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(mu);
+    if (warned.insert(key.str()).second) {
+      log_warning("MultiHeadAttention: TNT_CUDNN_ATTENTION: cuDNN cannot run {} ({}); using the {} engine", key.str(),
+                  e.what(), tnt::config().fused_attention ? "fused (where it applies) or unfused" : "unfused");
+    }
+    return false;
+  }
 }
 
 // (B, T, H*d) -> (B, H, T, d), times s.
@@ -277,6 +332,16 @@ Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   auto s = std::make_shared<CudaCore>();
   s->args = a;
   s->dtype = dt;
+  if (use_cudnn(q, k, v, key_ids, a, engine, device)) {
+    s->cudnn = true;
+    s->q = q;
+    s->k = k;
+    s->v = v;
+    s->o = cudnn_attention_forward(q, k, v, key_ids, a, s->saved, device);
+    ++cudnn_calls;
+    state = s;
+    return s->o;
+  }
   if (use_fused(q, k, v, a, engine, device)) {
     s->fused = true;
     s->q = q;
@@ -349,10 +414,17 @@ void attention_core_backward(const Tensor& d_o, const std::shared_ptr<void>& sta
   const auto& s = *static_cast<const CudaCore*>(state.get());
   const AttentionCoreArgs& a = s.args;
   const DType dt = s.dtype;
-  int device = common_device({&d_o, s.fused ? &s.q : &s.qh}, "MultiHeadAttention backward");
+  int device = common_device({&d_o, s.fused || s.cudnn ? &s.q : &s.qh}, "MultiHeadAttention backward");
   const int64_t B = a.batch, H = a.heads, Tq = a.tq, Tk = a.tk, d = a.depth, D = H * d;
   TNT_CHECK(d_o.numel() == B * Tq * D && d_o.dtype() == dt, "MultiHeadAttention: gradient {} for ({}, {}, {}) {}",
             d_o.str(), B, Tq, D, dtype_name(dt));
+  if (s.cudnn) {
+    // cuDNN was promised 16-byte aligned tensors (the graph's byte alignment).
+    const Tensor g = aligned16(d_o) ? d_o : d_o.clone();
+    cudnn_attention_backward(s.q, s.k, s.v, s.o, g, s.saved, a, dq, dk, dv, device);
+    ++cudnn_calls;
+    return;
+  }
   if (s.fused) {
     // The gradient may be a view at any offset: the fused kernels need 16-byte alignment.
     const Tensor g = aligned16(d_o) ? d_o : d_o.clone();
@@ -408,6 +480,12 @@ bool attention_core_fused(const std::shared_ptr<void>& state) {
 }
 
 int64_t attention_fused_calls() { return fused_calls.load(); }
+
+bool attention_core_cudnn(const std::shared_ptr<void>& state) {
+  return state != nullptr && static_cast<const CudaCore*>(state.get())->cudnn;
+}
+
+int64_t attention_cudnn_calls() { return cudnn_calls.load(); }
 
 Tensor attention_cache_append(const Tensor& old, const Tensor& parents, const Tensor& fresh) {
   const int device = common_device({&old, &parents, &fresh}, "MultiHeadAttention cache");

@@ -30,11 +30,14 @@ struct AttentionCoreArgs {
 
 namespace cuda {
 
-// Which engine runs the core. `config`: the fused one (attention_fused_cuda.cu) where
-// TNT_FUSED_ATTENTION is on and it applies (attention_fused.hpp), else the unfused one.
-// `fused`: the fused one wherever it applies, whatever the knob says; `unfused`: never
-// fused. The knob is read once per process, so tests compare both engines through this.
-enum class AttentionEngine { config, fused, unfused };
+// Which engine runs the core. `config`: cuDNN's flash attention (attention_cudnn_cuda.hpp)
+// where TNT_CUDNN_ATTENTION is on and its graph builds, else the fused one
+// (attention_fused_cuda.cu) where TNT_FUSED_ATTENTION is on and it applies
+// (attention_fused.hpp), else the unfused one. `fused`: the fused one wherever it applies,
+// whatever the knobs say; `unfused`: never fused; `cudnn`: cuDNN's, and an error (with
+// cuDNN's reason) where it does not apply or its graph does not build. The knobs are read once
+// per process, so tests compare the engines through this.
+enum class AttentionEngine { config, fused, unfused, cudnn };
 
 // q (B, Tq, D), k, v (B, Tk, D), key_ids (B, Tk) or undefined -> o (B, Tq, D). state keeps
 // what the backward needs, and which engine ran. The fused engine keeps q, k, v, key_ids and
@@ -48,6 +51,10 @@ bool attention_core_fused(const std::shared_ptr<void>& state);
 // Forward and backward calls of the fused engine in this process so far: lets a test see
 // that TNT_FUSED_ATTENTION reached a layer. Nothing else reads it.
 int64_t attention_fused_calls();
+// Whether the cuDNN engine ran the forward that made this state, and its forward and
+// backward calls so far (as attention_fused_calls, for TNT_CUDNN_ATTENTION).
+bool attention_core_cudnn(const std::shared_ptr<void>& state);
+int64_t attention_cudnn_calls();
 // Incremental decoding's cache update: old (B0, T, D), parents (B) i64 with values in
 // [0, B0) (checked by the caller), fresh (B, 1, D) of old's dtype -> (B, T + 1, D), row b
 // being old's row parents[b] then fresh's row b. A copy; the old cache is left as it was.

@@ -1,0 +1,254 @@
+#include "backend/cuda/cudnn_graph.hpp"
+
+#include "tarantella/check.hpp"
+
+#include <fmt/format.h>
+
+#include <utility>
+
+namespace tnt::cuda::graph {
+
+std::string last_error_message() {
+  char buf[1024] = {0};
+  cudnnGetLastErrorString(buf, sizeof(buf));
+  return std::string(buf);
+}
+
+void check(cudnnStatus_t st, const std::string& what) {
+  if (st == CUDNN_STATUS_SUCCESS) return;
+  const std::string last = last_error_message();
+  TNT_THROW("cuDNN graph: {}: {}{}", what, cudnnGetErrorString(st), last.empty() ? "" : " (" + last + ")");
+}
+
+Descriptor::Descriptor(cudnnBackendDescriptorType_t type, std::string name) : name_(std::move(name)) {
+  check(cudnnBackendCreateDescriptor(type, &desc_), fmt::format("{}: create descriptor type {}", name_,
+                                                                static_cast<int>(type)));
+}
+
+Descriptor::~Descriptor() { release(); }
+
+void Descriptor::release() {
+  if (desc_ != nullptr) cudnnBackendDestroyDescriptor(desc_);
+  desc_ = nullptr;
+}
+
+Descriptor::Descriptor(Descriptor&& o) noexcept
+    : desc_(std::exchange(o.desc_, nullptr)), name_(std::move(o.name_)), finalized_(o.finalized_) {}
+
+Descriptor& Descriptor::operator=(Descriptor&& o) noexcept {
+  if (this != &o) {
+    release();
+    desc_ = std::exchange(o.desc_, nullptr);
+    name_ = std::move(o.name_);
+    finalized_ = o.finalized_;
+  }
+  return *this;
+}
+
+Descriptor& Descriptor::set(Attr a, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+  check(cudnnBackendSetAttribute(desc_, a.id, type, count, values), fmt::format("{}: set {}", name_, a.name));
+  return *this;
+}
+
+Descriptor& Descriptor::set_bool(Attr a, bool v) {
+  // cuDNN reads CUDNN_TYPE_BOOLEAN as a C++ bool.
+  return set(a, CUDNN_TYPE_BOOLEAN, 1, &v);
+}
+
+Descriptor& Descriptor::set_desc(Attr a, const Descriptor& d) {
+  TNT_CHECK(d.get() != nullptr, "cuDNN graph: {}: set {} to an empty descriptor", name_, a.name);
+  cudnnBackendDescriptor_t raw = d.get();
+  check(cudnnBackendSetAttribute(desc_, a.id, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw),
+        fmt::format("{}: set {} to {}", name_, a.name, d.name()));
+  return *this;
+}
+
+Descriptor& Descriptor::set_descs(Attr a, const std::vector<const Descriptor*>& ds) {
+  std::vector<cudnnBackendDescriptor_t> raw;
+  raw.reserve(ds.size());
+  for (const Descriptor* d : ds) raw.push_back(d->get());
+  return set(a, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw.size()), raw.data());
+}
+
+Descriptor& Descriptor::finalize() {
+  check(cudnnBackendFinalize(desc_), fmt::format("{}: finalize", name_));
+  finalized_ = true;
+  return *this;
+}
+
+cudnnDataType_t data_type(DType d, const char* what) {
+  switch (d) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    case DType::i32: return CUDNN_DATA_INT32;
+    case DType::i64: return CUDNN_DATA_INT64;
+    default: TNT_THROW("cuDNN graph: {}: dtype {} has no graph data type", what, dtype_name(d));
+  }
+}
+
+std::vector<int64_t> packed_strides(const std::vector<int64_t>& dims) {
+  std::vector<int64_t> s(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) s[i - 1] = s[i] * dims[i];
+  return s;
+}
+
+Descriptor make_tensor(const TensorSpec& s) {
+  TNT_CHECK(s.dims.size() == s.strides.size() && !s.dims.empty(), "cuDNN graph: tensor {}: {} dims, {} strides",
+            s.name, s.dims.size(), s.strides.size());
+  Descriptor t(CUDNN_BACKEND_TENSOR_DESCRIPTOR, fmt::format("tensor {} (uid {})", s.name, s.uid));
+  t.set_data_type(TNT_ATTR(CUDNN_ATTR_TENSOR_DATA_TYPE), s.dtype)
+      .set_int64s(TNT_ATTR(CUDNN_ATTR_TENSOR_DIMENSIONS), s.dims)
+      .set_int64s(TNT_ATTR(CUDNN_ATTR_TENSOR_STRIDES), s.strides)
+      .set_int64(TNT_ATTR(CUDNN_ATTR_TENSOR_UNIQUE_ID), s.uid)
+      .set_int64(TNT_ATTR(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT), s.alignment)
+      .set_bool(TNT_ATTR(CUDNN_ATTR_TENSOR_IS_VIRTUAL), s.is_virtual);
+  if (s.by_value) t.set_bool(TNT_ATTR(CUDNN_ATTR_TENSOR_IS_BY_VALUE), true);
+  t.finalize();
+  return t;
+}
+
+Descriptor make_pointwise(const std::string& name, cudnnPointwiseMode_t mode, cudnnDataType_t math,
+                          const Descriptor& x, const Descriptor* b, const Descriptor* t, const Descriptor& y,
+                          int64_t axis) {
+  Descriptor pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise " + name);
+  pw.set(TNT_ATTR(CUDNN_ATTR_POINTWISE_MODE), CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+      .set_data_type(TNT_ATTR(CUDNN_ATTR_POINTWISE_MATH_PREC), math);
+  if (axis >= 0) pw.set_int64(TNT_ATTR(CUDNN_ATTR_POINTWISE_AXIS), axis);
+  pw.finalize();
+  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR), pw)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_XDESC), x);
+  if (b != nullptr) op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_BDESC), *b);
+  if (t != nullptr) op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_TDESC), *t);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_YDESC), y).finalize();
+  return op;
+}
+
+Descriptor make_matmul(const std::string& name, const Descriptor& a, const Descriptor& b, const Descriptor& c) {
+  Descriptor mm(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul " + name);
+  mm.set_data_type(TNT_ATTR(CUDNN_ATTR_MATMUL_COMP_TYPE), CUDNN_DATA_FLOAT).finalize();
+  Descriptor op(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_ADESC), a)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_BDESC), b)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_CDESC), c)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_MATMUL_DESC), mm)
+      .finalize();
+  return op;
+}
+
+Descriptor make_reduction(const std::string& name, cudnnReduceTensorOp_t reduce, const Descriptor& x,
+                          const Descriptor& y) {
+  Descriptor rd(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, "reduction " + name);
+  rd.set(TNT_ATTR(CUDNN_ATTR_REDUCTION_OPERATOR), CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &reduce)
+      .set_data_type(TNT_ATTR(CUDNN_ATTR_REDUCTION_COMP_TYPE), CUDNN_DATA_FLOAT)
+      .finalize();
+  Descriptor op(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_REDUCTION_XDESC), x)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_REDUCTION_YDESC), y)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_REDUCTION_DESC), rd)
+      .finalize();
+  return op;
+}
+
+Descriptor make_rng_bernoulli(const std::string& name, double probability, const Descriptor& seed,
+                              const Descriptor& offset, const Descriptor& y) {
+  Descriptor rng(CUDNN_BACKEND_RNG_DESCRIPTOR, "rng " + name);
+  const cudnnRngDistribution_t dist = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+  rng.set(TNT_ATTR(CUDNN_ATTR_RNG_DISTRIBUTION), CUDNN_TYPE_RNG_DISTRIBUTION, 1, &dist)
+      .set_double(TNT_ATTR(CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY), probability)
+      .finalize();
+  // The seed as a tensor (not the INT64 attribute) so that one plan serves every step's seed.
+  Descriptor op(CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_RNG_YDESC), y)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_RNG_SEED), seed)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC), offset)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_RNG_DESC), rng)
+      .finalize();
+  return op;
+}
+
+Descriptor make_reshape(const std::string& name, const Descriptor& x, const Descriptor& y) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_RESHAPE_XDESC), x)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_RESHAPE_YDESC), y)
+      .finalize();
+  return op;
+}
+
+Descriptor make_operation_graph(const std::string& name, cudnnHandle_t handle,
+                                const std::vector<const Descriptor*>& ops) {
+  Descriptor g(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph " + name);
+  g.set_descs(TNT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_OPS), ops)
+      .set_handle(TNT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_HANDLE), handle)
+      .finalize();
+  return g;
+}
+
+Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& op_graph, cudnnBackendHeurMode_t mode) {
+  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics " + name);
+  heur.set_desc(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH), op_graph)
+      .set(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_MODE), CUDNN_TYPE_HEUR_MODE, 1, &mode)
+      .finalize();
+  int64_t count = 0;
+  check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                 nullptr),
+        "heuristics " + name + ": count CUDNN_ATTR_ENGINEHEUR_RESULTS");
+  TNT_CHECK(count > 0, "cuDNN graph: heuristics {}: no engine config for this graph ({})", name,
+            last_error_message());
+  std::vector<Descriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, fmt::format("engine config {} of {}", i, name));
+    raw.push_back(configs.back().get());
+  }
+  int64_t got = 0;
+  check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                                 raw.data()),
+        "heuristics " + name + ": get CUDNN_ATTR_ENGINEHEUR_RESULTS");
+  std::string tried;
+  for (int64_t i = 0; i < got; ++i) {
+    int64_t engine = -1;
+    try {
+      // The config's engine, for the log line (best effort: not every cuDNN reports it).
+      Descriptor eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR, fmt::format("engine of config {} of {}", i, name));
+      cudnnBackendDescriptor_t e = eng.get();
+      int64_t n = 0;
+      if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e) ==
+          CUDNN_STATUS_SUCCESS) {
+        cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &engine);
+      }
+      Plan p;
+      p.plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, fmt::format("execution plan {} of {}", i, name));
+      p.plan.set_handle(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_HANDLE), handle)
+          .set_desc(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), configs[i])
+          .finalize();
+      int64_t n2 = 0;
+      check(cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n2,
+                                     &p.workspace),
+            p.plan.name() + ": get CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
+      p.engine = engine;
+      return p;
+    } catch (const std::exception& e) {
+      tried += fmt::format("\n  config {} (engine {}): {}", i, engine, e.what());
+    }
+  }
+  TNT_THROW("cuDNN graph: {}: none of the {} engine configs of heuristics mode {} finalized:{}", name, got,
+            static_cast<int>(mode), tried);
+}
+
+void execute(const std::string& name, cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
+             const std::vector<void*>& pointers, void* workspace) {
+  TNT_CHECK(uids.size() == pointers.size(), "cuDNN graph: {}: {} uids, {} pointers", name, uids.size(),
+            pointers.size());
+  Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, "variant pack " + name);
+  pack.set(TNT_ATTR(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS), CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()),
+           uids.data())
+      .set(TNT_ATTR(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS), CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(pointers.size()),
+           pointers.data())
+      .set(TNT_ATTR(CUDNN_ATTR_VARIANT_PACK_WORKSPACE), CUDNN_TYPE_VOID_PTR, 1, &workspace)
+      .finalize();
+  check(cudnnBackendExecute(handle, plan.plan.get(), pack.get()), "execute " + name);
+}
+
+}  // namespace tnt::cuda::graph

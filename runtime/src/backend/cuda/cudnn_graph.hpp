@@ -1,0 +1,125 @@
+// A small owner of cuDNN's graph (backend) API descriptors: create, set attributes,
+// finalize, and the few builders our operation graphs need (tensors, pointwise, matmul,
+// reduction, RNG, reshape), then heuristics -> execution plan -> variant pack.
+//
+// Why not the legacy API: fused multi-operation graphs (flash attention, convolution +
+// bias + activation chains) exist only here. Why not cudnn-frontend: it is not shipped with
+// the toolkit and the backend C API is small enough for what we build.
+//
+// Every failure throws a tnt::Error naming the descriptor and the step (which attribute,
+// finalize, which engine config) with cuDNN's status string and cuDNN's own last error
+// message (cudnnGetLastErrorString), because graph failures are only diagnosable with the
+// engine's reason and they happen on a lent GPU that we cannot rerun at will.
+#pragma once
+
+#include "tarantella/dtype.hpp"
+
+#include <cudnn.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tnt::cuda::graph {
+
+// An attribute and its name, for messages: TNT_ATTR(CUDNN_ATTR_TENSOR_DIMENSIONS).
+struct Attr {
+  cudnnBackendAttributeName_t id;
+  const char* name;
+};
+#define TNT_ATTR(a) ::tnt::cuda::graph::Attr{a, #a}
+
+// Throws "cuDNN graph: <what>: <status> (<cuDNN's last message>)" unless st is success.
+void check(cudnnStatus_t st, const std::string& what);
+// cuDNN's last error message of this thread, or "" (and clears it).
+std::string last_error_message();
+
+// A move-only owner of one backend descriptor. `name` says which one in messages.
+class Descriptor {
+ public:
+  Descriptor() = default;
+  Descriptor(cudnnBackendDescriptorType_t type, std::string name);
+  ~Descriptor();
+  Descriptor(const Descriptor&) = delete;
+  Descriptor& operator=(const Descriptor&) = delete;
+  Descriptor(Descriptor&& o) noexcept;
+  Descriptor& operator=(Descriptor&& o) noexcept;
+
+  cudnnBackendDescriptor_t get() const { return desc_; }
+  const std::string& name() const { return name_; }
+  bool finalized() const { return finalized_; }
+
+  Descriptor& set(Attr a, cudnnBackendAttributeType_t type, int64_t count, const void* values);
+  Descriptor& set_int64(Attr a, int64_t v) { return set(a, CUDNN_TYPE_INT64, 1, &v); }
+  Descriptor& set_int64s(Attr a, const std::vector<int64_t>& v) {
+    return set(a, CUDNN_TYPE_INT64, static_cast<int64_t>(v.size()), v.data());
+  }
+  Descriptor& set_bool(Attr a, bool v);
+  Descriptor& set_float(Attr a, float v) { return set(a, CUDNN_TYPE_FLOAT, 1, &v); }
+  Descriptor& set_double(Attr a, double v) { return set(a, CUDNN_TYPE_DOUBLE, 1, &v); }
+  Descriptor& set_data_type(Attr a, cudnnDataType_t v) { return set(a, CUDNN_TYPE_DATA_TYPE, 1, &v); }
+  Descriptor& set_desc(Attr a, const Descriptor& d);
+  Descriptor& set_descs(Attr a, const std::vector<const Descriptor*>& ds);
+  Descriptor& set_handle(Attr a, cudnnHandle_t h) { return set(a, CUDNN_TYPE_HANDLE, 1, &h); }
+  Descriptor& finalize();
+
+ private:
+  void release();
+  cudnnBackendDescriptor_t desc_ = nullptr;
+  std::string name_;
+  bool finalized_ = false;
+};
+
+// cuDNN's data type for a tensor of ours (f32, f16, bf16, i32, i64, bool).
+cudnnDataType_t data_type(DType d, const char* what);
+
+// Packed strides of dims, last dimension fastest.
+std::vector<int64_t> packed_strides(const std::vector<int64_t>& dims);
+
+struct TensorSpec {
+  int64_t uid = 0;
+  std::string name;
+  cudnnDataType_t dtype = CUDNN_DATA_FLOAT;
+  std::vector<int64_t> dims, strides;
+  bool is_virtual = false;
+  bool by_value = false;  // a host scalar passed in the variant pack (pointer to the value)
+  int64_t alignment = 16;
+};
+Descriptor make_tensor(const TensorSpec& s);
+
+// A finalized pointwise operation y = mode(x[, b[, t]]), computed in `math` (float for
+// arithmetic, boolean for comparisons). axis >= 0 sets CUDNN_ATTR_POINTWISE_AXIS (GEN_INDEX).
+Descriptor make_pointwise(const std::string& name, cudnnPointwiseMode_t mode, cudnnDataType_t math,
+                          const Descriptor& x, const Descriptor* b, const Descriptor* t, const Descriptor& y,
+                          int64_t axis = -1);
+// c = a b over the last two dimensions, batched over the others, computed in float.
+Descriptor make_matmul(const std::string& name, const Descriptor& a, const Descriptor& b, const Descriptor& c);
+// y = reduce(x) over the dimensions where y has extent 1, computed in float.
+Descriptor make_reduction(const std::string& name, cudnnReduceTensorOp_t op, const Descriptor& x,
+                          const Descriptor& y);
+// y = Bernoulli(probability) draws (1 = keep), Philox seeded by the seed and offset tensors.
+Descriptor make_rng_bernoulli(const std::string& name, double probability, const Descriptor& seed,
+                              const Descriptor& offset, const Descriptor& y);
+// y = x viewed with y's dims and strides (a transpose, for the graph's matmul operands).
+Descriptor make_reshape(const std::string& name, const Descriptor& x, const Descriptor& y);
+
+// The operations' graph, finalized against a handle (needs a GPU).
+Descriptor make_operation_graph(const std::string& name, cudnnHandle_t handle,
+                                const std::vector<const Descriptor*>& ops);
+
+// The first engine config of heuristics `mode` that finalizes into an execution plan; throws
+// listing every config tried and cuDNN's reason for each if none does.
+struct Plan {
+  Descriptor plan;
+  int64_t workspace = 0;  // bytes
+  int64_t engine = -1;    // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the chosen engine, for logs
+};
+Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& op_graph,
+               cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A);
+
+// Runs plan on handle's stream with the tensors uid -> pointer (device memory, or host for
+// by-value tensors) and a workspace of at least plan.workspace bytes.
+void execute(const std::string& name, cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,
+             const std::vector<void*>& pointers, void* workspace);
+
+}  // namespace tnt::cuda::graph

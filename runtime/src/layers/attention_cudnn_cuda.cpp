@@ -1,0 +1,513 @@
+// The cuDNN flash-attention engine: the two operation graphs, their plan cache, and the
+// calls. The graphs follow the node order cudnn-frontend lowers its SDPA node to for sm_90
+// (see attention_cudnn_cuda.hpp for why this graph, and for where its results differ).
+//
+// Layout: our q (B, Tq, H*d) is cuDNN's Q [B, H, Tq, d] with strides [Tq*H*d, d, H*d, 1]
+// (likewise k, v, o and the gradients): the heads are a stride, never a copy. The matmul
+// nodes take K^T (and V^T in the backward) as a transposed view [B, H, d, Tk] of the same
+// memory.
+#include "layers/attention_cudnn_cuda.hpp"
+
+#include "backend/cuda/cuda_context.hpp"
+#include "backend/cuda/cudnn_graph.hpp"
+#include "tarantella/check.hpp"
+#include "tarantella/log.hpp"
+
+#include <fmt/format.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+namespace tnt::cuda {
+
+namespace g = graph;
+
+namespace {
+
+// Non-virtual tensors, by unique id (the variant pack names them so).
+enum Uid : int64_t {
+  kQ = 1,
+  kKT = 2,
+  kV = 3,         // forward: V [B, H, Tk, d]; backward: V^T [B, H, d, Tk]
+  kO = 4,
+  kStats = 5,
+  kScale = 6,     // by value
+  kBias = 7,
+  kSeed = 8,
+  kOffset = 9,
+  kMaskValue = 10,  // by value: causal's replacement logit
+  kDropScale = 11,  // by value: 1 / (1 - rate)
+  kDropKeep = 12,   // by value: 1 - rate (backward: the dO.O row sums times it)
+  kDO = 13,
+  kDQ = 14,
+  kDK = 15,
+  kDV = 16,
+  kSoftmaxSum = 17,  // backward: (B, H, Tq, 1) f32 scratch of ours
+  kDQAccum = 18,     // backward: (B, H, Tq, d) f32 scratch of ours, zeroed
+  kFirstVirtual = 1000,
+};
+
+constexpr float kCausalMaskValue = -1e9f;
+
+// The descriptors of one graph, kept alive together (the finalized operations hold
+// references to the tensors), and its operations in order.
+struct GraphParts {
+  std::deque<g::Descriptor> tensors;
+  std::deque<g::Descriptor> ops;
+  std::vector<std::string> op_names;
+  int64_t next_virtual = kFirstVirtual;
+
+  const g::Descriptor& tensor(g::TensorSpec s) {
+    tensors.push_back(g::make_tensor(s));
+    return tensors.back();
+  }
+  // A virtual tensor (never in memory): dims, packed strides unless given.
+  const g::Descriptor& virt(const std::string& name, std::vector<int64_t> dims, cudnnDataType_t dt = CUDNN_DATA_FLOAT,
+                            std::vector<int64_t> strides = {}) {
+    g::TensorSpec s;
+    s.uid = next_virtual++;
+    s.name = name;
+    s.dtype = dt;
+    s.strides = strides.empty() ? g::packed_strides(dims) : std::move(strides);
+    s.dims = std::move(dims);
+    s.is_virtual = true;
+    return tensor(s);
+  }
+  void op(g::Descriptor d, const std::string& name) {
+    ops.push_back(std::move(d));
+    op_names.push_back(name);
+  }
+  std::vector<const g::Descriptor*> op_list() const {
+    std::vector<const g::Descriptor*> v;
+    for (const auto& d : ops) v.push_back(&d);
+    return v;
+  }
+};
+
+g::TensorSpec spec(int64_t uid, const std::string& name, cudnnDataType_t dt, std::vector<int64_t> dims,
+                   std::vector<int64_t> strides) {
+  g::TensorSpec s;
+  s.uid = uid;
+  s.name = name;
+  s.dtype = dt;
+  s.dims = std::move(dims);
+  s.strides = std::move(strides);
+  return s;
+}
+
+g::TensorSpec scalar(int64_t uid, const std::string& name, cudnnDataType_t dt, bool by_value) {
+  g::TensorSpec s = spec(uid, name, dt, {1, 1, 1, 1}, {1, 1, 1, 1});
+  s.by_value = by_value;
+  return s;
+}
+
+// The strided (B, H, T, d) view of a (B, T, H*d) tensor, and its transpose (B, H, d, T).
+std::vector<int64_t> bthd_strides(int64_t t, int64_t h, int64_t d) { return {t * h * d, d, h * d, 1}; }
+std::vector<int64_t> bthd_t_strides(int64_t t, int64_t h, int64_t d) { return {t * h * d, d, 1, h * d}; }
+
+struct Shapes {
+  int64_t b, h, tq, tk, d;
+  cudnnDataType_t io;
+};
+
+Shapes shapes_of(const CudnnAttentionKey& k) {
+  return {k.batch, k.heads, k.tq, k.tk, k.depth, g::data_type(k.dtype, "attention")};
+}
+
+// S (scaled, biased, masked logits) from a matmul output, shared by both graphs up to the
+// point where they differ: forward and backward both do scale, then bias. Returns S.
+const g::Descriptor* scale_and_bias(GraphParts& p, const CudnnAttentionKey& key, const Shapes& s,
+                                    const g::Descriptor& logits, const g::Descriptor& scale,
+                                    const g::Descriptor* bias, bool bias_rows) {
+  const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk};
+  const g::Descriptor& scaled = p.virt("scaled logits", sd);
+  p.op(g::make_pointwise("mul scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, logits, &scale, nullptr, scaled),
+       "POINTWISE MUL (logits * scale)");
+  if (!key.bias) return &scaled;
+  const g::Descriptor& biased = p.virt("biased logits", sd);
+  p.op(g::make_pointwise("add bias", CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, scaled, bias, nullptr, biased),
+       bias_rows ? "POINTWISE ADD (+ padding bias [B,1,Tq,Tk])" : "POINTWISE ADD (+ padding bias [B,1,1,Tk])");
+  return &biased;
+}
+
+// The padding bias: per key, broadcast over heads and query rows ([B, 1, 1, Tk], what our
+// ids give), or, where cuDNN's engines refuse that broadcast, materialised per query row
+// ([B, 1, Tq, Tk]: the layout cuDNN's documentation shows for a bias, Tq times the memory).
+g::TensorSpec bias_spec(const Shapes& s, bool bias_rows) {
+  if (bias_rows) return spec(kBias, "padding bias", CUDNN_DATA_FLOAT, {s.b, 1, s.tq, s.tk}, {s.tq * s.tk, s.tq * s.tk, s.tk, 1});
+  return spec(kBias, "padding bias", CUDNN_DATA_FLOAT, {s.b, 1, 1, s.tk}, {s.tk, s.tk, s.tk, 1});
+}
+
+// Causal: keep logit (i, j) where i >= j, else the mask value (top-left diagonal, Tq == Tk).
+const g::Descriptor* causal_mask(GraphParts& p, const Shapes& s, const g::Descriptor& x, const g::Descriptor& value) {
+  const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk};
+  const g::Descriptor& row = p.virt("row index", sd, CUDNN_DATA_INT32);
+  p.op(g::make_pointwise("row index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, nullptr, nullptr, row, 2),
+       "POINTWISE GEN_INDEX axis 2 (row)");
+  const g::Descriptor& col = p.virt("column index", sd, CUDNN_DATA_INT32);
+  p.op(g::make_pointwise("column index", CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, x, nullptr, nullptr, col, 3),
+       "POINTWISE GEN_INDEX axis 3 (column)");
+  const g::Descriptor& keep = p.virt("causal keep", sd, CUDNN_DATA_BOOLEAN);
+  p.op(g::make_pointwise("row >= column", CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, &col, nullptr, keep),
+       "POINTWISE CMP_GE (row >= column)");
+  const g::Descriptor& masked = p.virt("causal logits", sd);
+  p.op(g::make_pointwise("causal select", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, &value, &keep, masked),
+       "POINTWISE BINARY_SELECT (keep ? logit : -1e9)");
+  return &masked;
+}
+
+void build_forward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows) {
+  const Shapes s = shapes_of(key);
+  const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk}, rows{s.b, s.h, s.tq, 1};
+  const auto& q = p.tensor(spec(kQ, "Q", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
+  const auto& kt = p.tensor(spec(kKT, "K^T", s.io, {s.b, s.h, s.d, s.tk}, bthd_t_strides(s.tk, s.h, s.d)));
+  const auto& v = p.tensor(spec(kV, "V", s.io, {s.b, s.h, s.tk, s.d}, bthd_strides(s.tk, s.h, s.d)));
+  const auto& o = p.tensor(spec(kO, "O", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
+  const auto& stats = p.tensor(spec(kStats, "Stats", CUDNN_DATA_FLOAT, rows, g::packed_strides(rows)));
+  const auto& scale = p.tensor(scalar(kScale, "attention scale", CUDNN_DATA_FLOAT, true));
+  const g::Descriptor* bias = nullptr;
+  if (key.bias) bias = &p.tensor(bias_spec(s, bias_rows));
+
+  const auto& logits = p.virt("logits", sd);
+  p.op(g::make_matmul("Q K^T", q, kt, logits), "MATMUL (Q K^T)");
+  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias, bias_rows);
+  if (key.causal) {
+    const auto& value = p.tensor(scalar(kMaskValue, "causal mask value", CUDNN_DATA_FLOAT, true));
+    x = causal_mask(p, s, *x, value);
+  }
+  // Softmax with its log-sum-exp statistic: max, x - max, exp, sum, log, max + log(sum), exp / sum.
+  const auto& mx = p.virt("row max", rows);
+  p.op(g::make_reduction("row max", CUDNN_REDUCE_TENSOR_MAX, *x, mx), "REDUCTION MAX (over keys)");
+  const auto& centered = p.virt("logits - max", sd);
+  p.op(g::make_pointwise("sub max", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, *x, &mx, nullptr, centered),
+       "POINTWISE SUB (- row max)");
+  const auto& e = p.virt("exp", sd);
+  p.op(g::make_pointwise("exp", CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, centered, nullptr, nullptr, e),
+       "POINTWISE EXP");
+  const auto& sum = p.virt("row sum", rows);
+  p.op(g::make_reduction("row sum", CUDNN_REDUCE_TENSOR_ADD, e, sum), "REDUCTION ADD (over keys)");
+  const auto& log_sum = p.virt("log row sum", rows);
+  p.op(g::make_pointwise("log", CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, nullptr, nullptr, log_sum),
+       "POINTWISE LOG");
+  p.op(g::make_pointwise("stats", CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, mx, &log_sum, nullptr, stats),
+       "POINTWISE ADD (Stats = max + log sum)");
+  const bool dropout = key.rate > 0.0f;
+  // The probabilities feed the second matmul in the I/O dtype (cuDNN wants its A operand so).
+  const auto& probs = p.virt("probabilities", sd, dropout ? CUDNN_DATA_FLOAT : s.io);
+  p.op(g::make_pointwise("div sum", CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, &sum, nullptr, probs),
+       "POINTWISE DIV (/ row sum)");
+  const g::Descriptor* pd = &probs;
+  if (dropout) {
+    const auto& seed = p.tensor(scalar(kSeed, "dropout seed", CUDNN_DATA_INT64, false));
+    const auto& offset = p.tensor(scalar(kOffset, "dropout offset", CUDNN_DATA_INT64, false));
+    const auto& keep = p.virt("dropout keep", sd);
+    p.op(g::make_rng_bernoulli("dropout", 1.0 - key.rate, seed, offset, keep), "RNG (Bernoulli 1 - rate, Philox)");
+    const auto& kept = p.virt("kept probabilities", sd);
+    p.op(g::make_pointwise("mul keep", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, probs, &keep, nullptr, kept),
+         "POINTWISE MUL (* keep)");
+    const auto& drop_scale = p.tensor(scalar(kDropScale, "dropout scale", CUDNN_DATA_FLOAT, true));
+    const auto& scaled = p.virt("dropped probabilities", sd, s.io);
+    p.op(g::make_pointwise("mul dropout scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, kept, &drop_scale, nullptr,
+                           scaled),
+         "POINTWISE MUL (* 1/(1 - rate))");
+    pd = &scaled;
+  }
+  p.op(g::make_matmul("P V", *pd, v, o), "MATMUL (P V -> O)");
+}
+
+void build_backward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows) {
+  const Shapes s = shapes_of(key);
+  const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk}, rows{s.b, s.h, s.tq, 1};
+  const auto& q = p.tensor(spec(kQ, "Q", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
+  const auto& kt = p.tensor(spec(kKT, "K^T", s.io, {s.b, s.h, s.d, s.tk}, bthd_t_strides(s.tk, s.h, s.d)));
+  const auto& vt = p.tensor(spec(kV, "V^T", s.io, {s.b, s.h, s.d, s.tk}, bthd_t_strides(s.tk, s.h, s.d)));
+  const auto& o = p.tensor(spec(kO, "O", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
+  const auto& d_o = p.tensor(spec(kDO, "dO", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
+  const auto& dq = p.tensor(spec(kDQ, "dQ", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
+  const auto& dk = p.tensor(spec(kDK, "dK", s.io, {s.b, s.h, s.tk, s.d}, bthd_strides(s.tk, s.h, s.d)));
+  const auto& dv = p.tensor(spec(kDV, "dV", s.io, {s.b, s.h, s.tk, s.d}, bthd_strides(s.tk, s.h, s.d)));
+  const auto& stats = p.tensor(spec(kStats, "Stats", CUDNN_DATA_FLOAT, rows, g::packed_strides(rows)));
+  const auto& scale = p.tensor(scalar(kScale, "attention scale", CUDNN_DATA_FLOAT, true));
+  const auto& softmax_sum = p.tensor(spec(kSoftmaxSum, "softmax sum", CUDNN_DATA_FLOAT, rows, g::packed_strides(rows)));
+  const auto& dq_accum = p.tensor(spec(kDQAccum, "dQ accumulator", CUDNN_DATA_FLOAT, {s.b, s.h, s.tq, s.d},
+                                       g::packed_strides({s.b, s.h, s.tq, s.d})));
+  const g::Descriptor* bias = nullptr;
+  if (key.bias) bias = &p.tensor(bias_spec(s, bias_rows));
+  const bool dropout = key.rate > 0.0f;
+  // Without dropout the row sums are multiplied by 1 (cudnn-frontend keeps the node, so do we:
+  // the engines match this pattern).
+  const auto& keep_prob = p.tensor(scalar(kDropKeep, "1 - rate", CUDNN_DATA_FLOAT, true));
+
+  const g::Descriptor* keep = nullptr;
+  if (dropout) {
+    const auto& seed = p.tensor(scalar(kSeed, "dropout seed", CUDNN_DATA_INT64, false));
+    const auto& offset = p.tensor(scalar(kOffset, "dropout offset", CUDNN_DATA_INT64, false));
+    keep = &p.virt("dropout keep", sd);
+    p.op(g::make_rng_bernoulli("dropout", 1.0 - key.rate, seed, offset, *keep), "RNG (Bernoulli 1 - rate, Philox)");
+  }
+  // softmax_sum = rowsum(dO * O) * (1 - rate): the softmax backward's dot product.
+  const auto& dOO = p.virt("dO * O", {s.b, s.h, s.tq, s.d}, CUDNN_DATA_FLOAT, bthd_strides(s.tq, s.h, s.d));
+  p.op(g::make_pointwise("mul dO O", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, d_o, &o, nullptr, dOO),
+       "POINTWISE MUL (dO * O)");
+  const auto& dot = p.virt("row dot", rows);
+  p.op(g::make_reduction("row dot", CUDNN_REDUCE_TENSOR_ADD, dOO, dot), "REDUCTION ADD (over depth)");
+  p.op(g::make_pointwise("mul keep prob", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dot, &keep_prob, nullptr,
+                         softmax_sum),
+       "POINTWISE MUL (* (1 - rate) -> softmax sum)");
+
+  // P again from Q K^T and Stats.
+  const auto& logits = p.virt("logits", sd);
+  p.op(g::make_matmul("Q K^T", q, kt, logits), "MATMUL (Q K^T)");
+  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias, bias_rows);
+  const auto& centered = p.virt("logits - stats", sd);
+  p.op(g::make_pointwise("sub stats", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, *x, &stats, nullptr, centered),
+       "POINTWISE SUB (- Stats)");
+  x = &centered;
+  if (key.causal) {
+    const auto& value = p.tensor(scalar(kMaskValue, "causal mask value", CUDNN_DATA_FLOAT, true));
+    x = causal_mask(p, s, *x, value);
+  }
+  const auto& probs = p.virt("probabilities", sd);
+  p.op(g::make_pointwise("exp", CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, *x, nullptr, nullptr, probs), "POINTWISE EXP");
+  const g::Descriptor* pd = &probs;
+  const g::Descriptor* drop_scale = nullptr;
+  if (dropout) {
+    const auto& kept = p.virt("kept probabilities", sd);
+    p.op(g::make_pointwise("mul keep", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, probs, keep, nullptr, kept),
+         "POINTWISE MUL (* keep)");
+    drop_scale = &p.tensor(scalar(kDropScale, "dropout scale", CUDNN_DATA_FLOAT, true));
+    const auto& scaled = p.virt("dropped probabilities", sd);
+    p.op(g::make_pointwise("mul dropout scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, kept, drop_scale, nullptr,
+                           scaled),
+         "POINTWISE MUL (* 1/(1 - rate))");
+    pd = &scaled;
+  }
+  // dV = P^T dO, with P^T a transposed view in the I/O dtype.
+  const auto& pt = p.virt("P^T", {s.b, s.h, s.tk, s.tq}, s.io, {s.h * s.tq * s.tk, s.tq * s.tk, 1, s.tk});
+  p.op(g::make_reshape("P^T", *pd, pt), "RESHAPE (P -> P^T)");
+  p.op(g::make_matmul("P^T dO", pt, d_o, dv), "MATMUL (P^T dO -> dV)");
+
+  // dS = P * (dP [* keep] - softmax sum) [* 1/(1 - rate)] * scale, dP = dO V^T.
+  const auto& dp = p.virt("dP", sd);
+  p.op(g::make_matmul("dO V^T", d_o, vt, dp), "MATMUL (dO V^T)");
+  const g::Descriptor* y = &dp;
+  if (dropout) {
+    const auto& kept = p.virt("kept dP", sd);
+    p.op(g::make_pointwise("mul keep dP", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp, keep, nullptr, kept),
+         "POINTWISE MUL (dP * keep)");
+    y = &kept;
+  }
+  const auto& centered_dp = p.virt("dP - softmax sum", sd);
+  p.op(g::make_pointwise("sub softmax sum", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, *y, &softmax_sum, nullptr,
+                         centered_dp),
+       "POINTWISE SUB (- softmax sum)");
+  const auto& ds0 = p.virt("P (dP - sum)", sd);
+  p.op(g::make_pointwise("mul P", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, centered_dp, &probs, nullptr, ds0),
+       "POINTWISE MUL (* P)");
+  y = &ds0;
+  if (dropout) {
+    const auto& ds1 = p.virt("dS dropout scaled", sd);
+    p.op(g::make_pointwise("mul dS dropout scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, ds0, drop_scale, nullptr,
+                           ds1),
+         "POINTWISE MUL (* 1/(1 - rate))");
+    y = &ds1;
+  }
+  const auto& ds = p.virt("dS", sd);
+  p.op(g::make_pointwise("mul dS scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, *y, &scale, nullptr, ds),
+       "POINTWISE MUL (* scale -> dS)");
+  // dK = dS^T Q.
+  const auto& dst = p.virt("dS^T", {s.b, s.h, s.tk, s.tq}, s.io, {s.h * s.tq * s.tk, s.tq * s.tk, 1, s.tk});
+  p.op(g::make_reshape("dS^T", ds, dst), "RESHAPE (dS -> dS^T)");
+  p.op(g::make_matmul("dS^T Q", dst, q, dk), "MATMUL (dS^T Q -> dK)");
+  // dQ = dS K, accumulated in f32 (ours, zeroed), then converted.
+  const auto& kr = p.virt("K", {s.b, s.h, s.tk, s.d}, s.io, bthd_strides(s.tk, s.h, s.d));
+  p.op(g::make_reshape("K", kt, kr), "RESHAPE (K^T -> K)");
+  p.op(g::make_matmul("dS K", ds, kr, dq_accum), "MATMUL (dS K -> dQ accumulator f32)");
+  p.op(g::make_pointwise("dQ", CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_accum, nullptr, nullptr, dq),
+       "POINTWISE IDENTITY (-> dQ)");
+}
+
+struct CachedPlans {
+  std::string error;  // non-empty: these shapes cannot be built; the message to repeat
+  bool bias_rows = false;  // the padding bias is [B, 1, Tq, Tk] (see bias_spec)
+  GraphParts fwd_parts, bwd_parts;
+  g::Descriptor fwd_graph, bwd_graph;
+  g::Plan fwd, bwd;
+};
+
+std::mutex cache_mutex;
+
+std::map<std::pair<int, CudnnAttentionKey>, std::unique_ptr<CachedPlans>>& cache() {
+  static auto* c = new std::map<std::pair<int, CudnnAttentionKey>, std::unique_ptr<CachedPlans>>();
+  return *c;
+}
+
+const CachedPlans& plans_for(const CudnnAttentionKey& key, int device) {
+  std::lock_guard<std::mutex> lock(cache_mutex);
+  auto& entry = cache()[{device, key}];
+  if (entry == nullptr) {
+    const std::string name = key.str();
+    std::string errors;
+    // With padding, the per-key bias first; if cuDNN refuses it, the per-row one.
+    for (bool bias_rows : key.bias ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+      auto c = std::make_unique<CachedPlans>();
+      c->bias_rows = bias_rows;
+      try {
+        cudnnHandle_t h = cudnn_handle(device);
+        build_forward(c->fwd_parts, key, bias_rows);
+        c->fwd_graph = g::make_operation_graph("attention forward " + name, h, c->fwd_parts.op_list());
+        c->fwd = g::make_plan("attention forward " + name, h, c->fwd_graph);
+        build_backward(c->bwd_parts, key, bias_rows);
+        c->bwd_graph = g::make_operation_graph("attention backward " + name, h, c->bwd_parts.op_list());
+        c->bwd = g::make_plan("attention backward " + name, h, c->bwd_graph);
+        log_debug("cuDNN attention {}{}: forward engine {} ({} B workspace), backward engine {} ({} B)", name,
+                  bias_rows ? " (bias per query row)" : "", c->fwd.engine, c->fwd.workspace, c->bwd.engine,
+                  c->bwd.workspace);
+        if (bias_rows) {
+          log_info("cuDNN attention {}: the padding bias per key [B,1,1,Tk] was refused ({}); using it per query row "
+                   "[B,1,Tq,Tk] ({} MB a call)", name, errors, key.batch * key.tq * key.tk * 4 / 1000000);
+        }
+        entry = std::move(c);
+        break;
+      } catch (const std::exception& e) {
+        errors += std::string(errors.empty() ? "" : "; then with the bias per query row [B,1,Tq,Tk]: ") + e.what();
+      }
+    }
+    if (entry == nullptr) {
+      entry = std::make_unique<CachedPlans>();
+      entry->error = errors;
+    }
+  }
+  if (!entry->error.empty()) TNT_THROW("{}", entry->error);
+  return *entry;
+}
+
+CudnnAttentionKey key_of(const AttentionCoreArgs& a, DType dt, bool bias) {
+  CudnnAttentionKey k;
+  k.batch = a.batch;
+  k.tq = a.tq;
+  k.tk = a.tk;
+  k.heads = a.heads;
+  k.depth = a.depth;
+  k.dtype = dt;
+  k.causal = a.causal;
+  k.bias = bias;
+  k.rate = a.rate;
+  k.scale = a.scale;
+  return k;
+}
+
+}  // namespace
+
+std::string CudnnAttentionKey::str() const {
+  return fmt::format("B={} Tq={} Tk={} H={} d={} {}{}{}{}", batch, tq, tk, heads, depth, dtype_name(dtype),
+                     causal ? " causal" : "", bias ? " padding" : "",
+                     rate > 0.0f ? fmt::format(" dropout={}", rate) : std::string());
+}
+
+bool CudnnAttentionKey::operator<(const CudnnAttentionKey& o) const {
+  return std::tie(batch, tq, tk, heads, depth, dtype, causal, bias, rate) <
+         std::tie(o.batch, o.tq, o.tk, o.heads, o.depth, o.dtype, o.causal, o.bias, o.rate);
+}
+
+bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t tq, int64_t tk, int64_t depth,
+                             bool causal) {
+  if (dtype != DType::bf16 && dtype != DType::f16) return false;
+  if (depth <= 0 || depth > 128 || depth % 8 != 0) return false;
+  if (batch <= 0 || heads <= 0 || tq <= 0 || tk <= 0) return false;
+  // One query row is incremental decoding: a new Tk every step would be a new plan (and a
+  // new graph compilation) every step; the fused engine serves it without any.
+  if (tq == 1) return false;
+  if (causal && tq != tk) return false;
+  return true;
+}
+
+std::vector<std::string> cudnn_attention_forward_ops(const CudnnAttentionKey& key, bool bias_rows) {
+  GraphParts p;
+  build_forward(p, key, bias_rows);
+  return p.op_names;
+}
+
+std::vector<std::string> cudnn_attention_backward_ops(const CudnnAttentionKey& key, bool bias_rows) {
+  GraphParts p;
+  build_backward(p, key, bias_rows);
+  return p.op_names;
+}
+
+void cudnn_attention_prepare(const CudnnAttentionKey& key, int device) { plans_for(key, device); }
+
+Tensor cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
+                               const AttentionCoreArgs& a, CudnnAttentionSaved& saved, int device) {
+  const CudnnAttentionKey key = key_of(a, q.dtype(), key_ids.defined());
+  const CachedPlans& c = plans_for(key, device);
+  const Device dev = q.device();
+  Tensor o = Tensor::empty({a.batch, a.tq, a.heads * a.depth}, q.dtype(), dev);
+  saved.stats = Tensor::empty({a.batch, a.heads, a.tq, 1}, DType::f32, dev);
+  if (key.bias) saved.bias = cudnn_attention_bias(key_ids, a.batch, c.bias_rows ? a.tq : 1, a.tk, device);
+  if (key.rate > 0.0f) saved.seed_offset = cudnn_attention_seed_offset(a.key, a.base, device);
+  float scale = a.scale, mask_value = kCausalMaskValue, drop_scale = 1.0f / (1.0f - a.rate);
+  std::vector<int64_t> uids{kQ, kKT, kV, kO, kStats, kScale};
+  std::vector<void*> ptrs{q.raw(), k.raw(), v.raw(), o.raw(), saved.stats.raw(), &scale};
+  if (key.bias) {
+    uids.push_back(kBias);
+    ptrs.push_back(saved.bias.raw());
+  }
+  if (key.causal) {
+    uids.push_back(kMaskValue);
+    ptrs.push_back(&mask_value);
+  }
+  if (key.rate > 0.0f) {
+    auto* so = static_cast<int64_t*>(saved.seed_offset.raw());
+    uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
+    ptrs.insert(ptrs.end(), {so, so + 2, &drop_scale});
+  }
+  Tensor workspace;
+  if (c.fwd.workspace > 0) workspace = Tensor::empty({c.fwd.workspace}, DType::u8, dev);
+  g::execute("attention forward " + key.str(), cudnn_handle(device), c.fwd, uids, ptrs,
+             workspace.defined() ? workspace.raw() : nullptr);
+  return o;
+}
+
+void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& d_o,
+                              const CudnnAttentionSaved& saved, const AttentionCoreArgs& a, Tensor& dq, Tensor& dk,
+                              Tensor& dv, int device) {
+  const CudnnAttentionKey key = key_of(a, q.dtype(), saved.bias.defined());
+  const CachedPlans& c = plans_for(key, device);
+  const Device dev = q.device();
+  const int64_t D = a.heads * a.depth;
+  dq = Tensor::empty({a.batch, a.tq, D}, q.dtype(), dev);
+  dk = Tensor::empty({a.batch, a.tk, D}, q.dtype(), dev);
+  dv = Tensor::empty({a.batch, a.tk, D}, q.dtype(), dev);
+  Tensor softmax_sum = Tensor::empty({a.batch, a.heads, a.tq, 1}, DType::f32, dev);
+  // Zeroed: cuDNN adds each key block's share into it (cudnn-frontend zeroes it for cuDNN
+  // before 9.6 and leaves it to the engine after; 8 MB at B=64, H=16, T=256, d=64 costs
+  // microseconds, cheaper than a wrong dQ if the engine does not).
+  Tensor dq_accum = Tensor::zeros({a.batch, a.heads, a.tq, a.depth}, DType::f32, dev);
+  float scale = a.scale, mask_value = kCausalMaskValue, keep_prob = 1.0f - a.rate,
+        drop_scale = 1.0f / (1.0f - a.rate);
+  std::vector<int64_t> uids{kQ, kKT, kV, kO, kDO, kDQ, kDK, kDV, kStats, kScale, kSoftmaxSum, kDQAccum, kDropKeep};
+  std::vector<void*> ptrs{q.raw(),  k.raw(),  v.raw(),           o.raw(),           d_o.raw(),       dq.raw(), dk.raw(),
+                          dv.raw(), saved.stats.raw(), &scale, softmax_sum.raw(), dq_accum.raw(), &keep_prob};
+  if (key.bias) {
+    uids.push_back(kBias);
+    ptrs.push_back(saved.bias.raw());
+  }
+  if (key.causal) {
+    uids.push_back(kMaskValue);
+    ptrs.push_back(&mask_value);
+  }
+  if (key.rate > 0.0f) {
+    auto* so = static_cast<int64_t*>(saved.seed_offset.raw());
+    uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
+    ptrs.insert(ptrs.end(), {so, so + 2, &drop_scale});
+  }
+  Tensor workspace;
+  if (c.bwd.workspace > 0) workspace = Tensor::empty({c.bwd.workspace}, DType::u8, dev);
+  g::execute("attention backward " + key.str(), cudnn_handle(device), c.bwd, uids, ptrs,
+             workspace.defined() ? workspace.raw() : nullptr);
+}
+
+}  // namespace tnt::cuda

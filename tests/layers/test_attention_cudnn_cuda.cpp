@@ -1,0 +1,373 @@
+// The cuDNN flash-attention engine (attention_cudnn_cuda.cpp) against the unfused CUDA
+// engine (attention_cuda.cu) on the same device and inputs: forward o and backward dq, dk,
+// dv in bf16 and f16, self and cross attention, causal, padding ids, depths 64 and 128,
+// lengths that are not multiples of 64; and dropout: repeatable bits, the kept fraction,
+// and a backward consistent with the mask the forward applied. Label gpu: needs a GPU.
+//
+// Every case forces AttentionEngine::cudnn: where cuDNN cannot build a graph the engine
+// throws with cuDNN's own message and the case FAILS (Catch prints the message). It never
+// falls back silently here.
+//
+// Tolerances, as in test_attention_fused_cuda.cpp and for the same reasons: inputs uniform
+// in [-1, 1]; both engines compute logits and products in f32 from the same rounded q, k,
+// v, dO and round probabilities, dS and outputs to the half format, each a relative error
+// of at most one unit u (2^-8 bf16, 2^-11 f16) of a term, and each output element is a
+// convex-like combination of such terms. So we allow kUnits = 8 units of max|f32 reference|
+// between the engines per element, and cuDNN must be within 2x the unfused engine's own error
+// against the f32 unfused engine, plus 2 u of scale. A wrong mask, scale or transpose moves
+// outputs by a sizeable fraction of their scale.
+// No key row is all padding here: there the engines differ on purpose (the header of
+// attention_cudnn_cuda.hpp: cuDNN's bias is -1e4, so such a row is the softmax of its own
+// logits, not the near-uniform one of the -1e9 engines).
+#include "gpu_test_util.hpp"
+
+#include "layers/attention_cuda.hpp"
+#include "layers/attention_cudnn_cuda.hpp"
+#include "tarantella/ops.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace tnt;
+using cuda::AttentionEngine;
+using tnt::test::gpu;
+using tnt::test::kUnitBf16;
+using tnt::test::kUnitF16;
+using tnt::test::max_abs;
+
+namespace {
+
+constexpr double kUnits = 8.0;
+// Absolute floor for exact cancellations (f32 residue of 64-term dot products), as in the
+// fused engine's test.
+constexpr double kFloor = 1e-4;
+
+struct Case {
+  DType dtype;
+  int64_t batch, heads, tq, tk, depth;
+  bool causal = false;
+  bool ids = false;
+};
+
+std::string describe(const Case& c) {
+  return std::string(dtype_name(c.dtype)) + " B" + std::to_string(c.batch) + " H" + std::to_string(c.heads) + " Tq" +
+         std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " d" + std::to_string(c.depth) +
+         (c.causal ? " causal" : "") + (c.ids ? " ids" : "");
+}
+
+double unit_of(DType dt) { return dt == DType::bf16 ? kUnitBf16 : kUnitF16; }
+
+// Key ids (B, Tk), i64: row b ends in 1 + b % 3 padding keys and has one in the middle; key
+// 0 is never padding (see the top).
+Tensor make_ids(int64_t batch, int64_t tk) {
+  std::vector<int64_t> v(static_cast<size_t>(batch * tk));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t j = 0; j < tk; ++j) {
+      const bool pad = j > 0 && (j >= tk - 1 - b % 3 || j == tk / 2);
+      v[static_cast<size_t>(b * tk + j)] = pad ? 0 : 1 + j % 5;
+    }
+  }
+  return Tensor::from_data(v.data(), {batch, tk}).to(gpu());
+}
+
+struct Inputs {
+  Tensor q, k, v, ids, d_o;
+};
+
+Inputs make_inputs(const Case& c, const std::string& key) {
+  const int64_t D = c.heads * c.depth;
+  auto half = [&](const Shape& s, const std::string& name) {
+    return ops::cast(test::random_tensor(s, key + name).to(gpu()), c.dtype);
+  };
+  Inputs in;
+  in.q = half({c.batch, c.tq, D}, "_q");
+  in.k = half({c.batch, c.tk, D}, "_k");
+  in.v = half({c.batch, c.tk, D}, "_v");
+  in.d_o = half({c.batch, c.tq, D}, "_do");
+  if (c.ids) in.ids = make_ids(c.batch, c.tk);
+  return in;
+}
+
+AttentionCoreArgs args_of(const Case& c, float rate) {
+  AttentionCoreArgs a;
+  a.batch = c.batch;
+  a.tq = c.tq;
+  a.tk = c.tk;
+  a.heads = c.heads;
+  a.depth = c.depth;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.depth));
+  a.causal = c.causal;
+  a.rate = rate;
+  a.key = 0x5eed1234abcdULL;
+  a.base = 777;
+  return a;
+}
+
+struct Result {
+  bool cudnn = false;
+  Tensor o, dq, dk, dv;  // f32 on the host
+};
+
+Tensor host_f32(const Tensor& t) { return ops::cast(t, DType::f32).to(Device::cpu()); }
+
+Result run(const Inputs& in, const AttentionCoreArgs& a, AttentionEngine engine, DType dtype) {
+  auto as = [&](const Tensor& t) { return t.dtype() == dtype ? t : ops::cast(t, dtype); };
+  std::shared_ptr<void> state;
+  const Tensor o = cuda::attention_core_forward(as(in.q), as(in.k), as(in.v), in.ids, a, state, engine);
+  Result r;
+  r.cudnn = cuda::attention_core_cudnn(state);
+  Tensor dq, dk, dv;
+  cuda::attention_core_backward(as(in.d_o), state, dq, dk, dv);
+  REQUIRE(o.dtype() == dtype);
+  REQUIRE(dq.dtype() == dtype);
+  r.o = host_f32(o);
+  r.dq = host_f32(dq);
+  r.dk = host_f32(dk);
+  r.dv = host_f32(dv);
+  return r;
+}
+
+double max_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  REQUIRE(x.size() == y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+// |a - b| <= atol everywhere, as CHECK: one GPU run reports every failing output with its
+// count and worst element.
+void check_close(const Tensor& a, const Tensor& b, double atol, const std::string& what) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  REQUIRE(x.size() == y.size());
+  int64_t bad = 0;
+  size_t worst = 0;
+  double worst_err = -1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double err = std::fabs(x[i] - y[i]);
+    if (!(err <= atol)) {
+      ++bad;
+      if (!(err <= worst_err)) {
+        worst = i;
+        worst_err = err;
+      }
+    }
+  }
+  INFO(what << ": " << bad << " of " << x.size() << " elements differ by more than " << atol << "; worst (flat "
+            << worst << "): " << (bad ? x[worst] : 0.0) << " against " << (bad ? y[worst] : 0.0));
+  CHECK(bad == 0);
+}
+
+void compare(const Tensor& got, const Tensor& unfused, const Tensor& ref, double unit, const std::string& what) {
+  const double scale = max_abs(ref);
+  check_close(got, unfused, kUnits * unit * scale + kFloor, what + " cudnn vs unfused");
+  const double err = max_diff(got, ref), err_unfused = max_diff(unfused, ref);
+  INFO(what << ": max |cudnn - f32| " << err << ", max |unfused - f32| " << err_unfused << ", scale " << scale);
+  CHECK(err <= 2.0 * err_unfused + 2.0 * unit * scale + kFloor);
+}
+
+void check_case(const Case& c) {
+  INFO(describe(c));
+  REQUIRE(cuda::cudnn_attention_applies(c.dtype, c.batch, c.heads, c.tq, c.tk, c.depth, c.causal));
+  const Inputs in = make_inputs(c, "cd" + std::to_string(c.tq) + "_" + std::to_string(c.tk));
+  const AttentionCoreArgs a = args_of(c, 0.0f);
+  const int64_t calls = cuda::attention_cudnn_calls();
+  const Result got = run(in, a, AttentionEngine::cudnn, c.dtype);  // throws cuDNN's reason
+  CHECK(got.cudnn);
+  CHECK(cuda::attention_cudnn_calls() == calls + 2);
+  const Result unfused = run(in, a, AttentionEngine::unfused, c.dtype);
+  const Result ref = run(in, a, AttentionEngine::unfused, DType::f32);
+  CHECK_FALSE(unfused.cudnn);
+  const double u = unit_of(c.dtype);
+  compare(got.o, unfused.o, ref.o, u, "o");
+  compare(got.dq, unfused.dq, ref.dq, u, "dq");
+  compare(got.dk, unfused.dk, ref.dk, u, "dk");
+  compare(got.dv, unfused.dv, ref.dv, u, "dv");
+}
+
+}  // namespace
+
+TEST_CASE("cuDNN attention matches the unfused engine", "[gpu][attention]") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    check_case({dt, 2, 2, 64, 64, 64});                  // self-attention, whole tiles
+    check_case({dt, 3, 2, 100, 100, 64, false, true});   // padding ids, odd length
+    check_case({dt, 2, 2, 130, 130, 64, true});          // causal over several tiles
+    check_case({dt, 3, 2, 70, 70, 128, true, true});     // causal with padding, depth 128
+    check_case({dt, 2, 3, 50, 77, 64, false, true});     // cross attention Tq < Tk
+    check_case({dt, 2, 2, 90, 37, 128});                 // cross attention Tq > Tk, depth 128
+  }
+}
+
+namespace {
+
+// One-hot values: v[b, j, h*d + c] = (j == c), so o[b, i, h*d + c] is the dropped
+// probability pd[b, h, i, c] itself (needs Tk <= d).
+Tensor one_hot_values(const Case& c) {
+  std::vector<float> v(static_cast<size_t>(c.batch * c.tk * c.heads * c.depth), 0.0f);
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t j = 0; j < c.tk; ++j)
+      for (int64_t h = 0; h < c.heads; ++h) v[static_cast<size_t>(((b * c.tk + j) * c.heads + h) * c.depth + j)] = 1;
+  return ops::cast(Tensor::from_vector(v, {c.batch, c.tk, c.heads * c.depth}).to(gpu()), c.dtype);
+}
+
+// The forward and backward of the core in double on the host, with a given keep mask
+// (B, H, Tq, Tk) of 0/1: what cuDNN's backward must give for the mask its forward applied.
+struct HostGrads {
+  std::vector<double> o, dq, dk, dv;
+};
+
+HostGrads host_reference(const Case& c, const AttentionCoreArgs& a, const std::vector<double>& q,
+                         const std::vector<double>& k, const std::vector<double>& v, const std::vector<double>& d_o,
+                         const std::vector<double>& keep) {
+  const int64_t B = c.batch, H = c.heads, Tq = c.tq, Tk = c.tk, d = c.depth, D = H * d;
+  HostGrads g;
+  g.o.assign(static_cast<size_t>(B * Tq * D), 0.0);
+  g.dq.assign(g.o.size(), 0.0);
+  g.dk.assign(static_cast<size_t>(B * Tk * D), 0.0);
+  g.dv.assign(g.dk.size(), 0.0);
+  const double ks = 1.0 / (1.0 - a.rate);
+  std::vector<double> p(static_cast<size_t>(Tk)), dp(static_cast<size_t>(Tk));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < Tq; ++i) {
+        auto qi = [&](int64_t e) { return q[static_cast<size_t>((b * Tq + i) * D + h * d + e)]; };
+        auto kj = [&](int64_t j, int64_t e) { return k[static_cast<size_t>((b * Tk + j) * D + h * d + e)]; };
+        auto vj = [&](int64_t j, int64_t e) { return v[static_cast<size_t>((b * Tk + j) * D + h * d + e)]; };
+        auto gi = [&](int64_t e) { return d_o[static_cast<size_t>((b * Tq + i) * D + h * d + e)]; };
+        auto m = [&](int64_t j) { return keep[static_cast<size_t>(((b * H + h) * Tq + i) * Tk + j)]; };
+        double mx = -1e300;
+        for (int64_t j = 0; j < Tk; ++j) {
+          double l = 0;
+          for (int64_t e = 0; e < d; ++e) l += qi(e) * kj(j, e);
+          p[static_cast<size_t>(j)] = l * a.scale;
+          mx = std::max(mx, p[static_cast<size_t>(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < Tk; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
+        for (int64_t j = 0; j < Tk; ++j) p[static_cast<size_t>(j)] /= sum;
+        double dot = 0;
+        for (int64_t j = 0; j < Tk; ++j) {
+          const double pd = p[static_cast<size_t>(j)] * m(j) * ks;
+          double dpd = 0;
+          for (int64_t e = 0; e < d; ++e) {
+            g.o[static_cast<size_t>((b * Tq + i) * D + h * d + e)] += pd * vj(j, e);
+            g.dv[static_cast<size_t>((b * Tk + j) * D + h * d + e)] += pd * gi(e);
+            dpd += gi(e) * vj(j, e);
+          }
+          dp[static_cast<size_t>(j)] = dpd * m(j) * ks;
+          dot += dp[static_cast<size_t>(j)] * p[static_cast<size_t>(j)];
+        }
+        for (int64_t j = 0; j < Tk; ++j) {
+          const double ds = p[static_cast<size_t>(j)] * (dp[static_cast<size_t>(j)] - dot) * a.scale;
+          for (int64_t e = 0; e < d; ++e) {
+            g.dq[static_cast<size_t>((b * Tq + i) * D + h * d + e)] += ds * kj(j, e);
+            g.dk[static_cast<size_t>((b * Tk + j) * D + h * d + e)] += ds * qi(e);
+          }
+        }
+      }
+    }
+  }
+  return g;
+}
+
+void check_against(const Tensor& got, const std::vector<double>& want, double unit, const std::string& what) {
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  const Tensor ref = Tensor::from_vector(std::vector<float>(want.begin(), want.end()), got.shape());
+  check_close(got, ref, kUnits * unit * scale + kFloor, what);
+}
+
+}  // namespace
+
+TEST_CASE("cuDNN attention dropout: repeatable, kept fraction, backward of its own mask", "[gpu][attention]") {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    // Tk = d = 64: one-hot values make o the dropped probabilities; 2*2*64*64 = 16384 draws.
+    const Case c{dt, 2, 2, 64, 64, 64};
+    INFO(describe(c));
+    const float rate = 0.1f;
+    const AttentionCoreArgs a = args_of(c, rate);
+    const double u = unit_of(dt);
+    Inputs in = make_inputs(c, "cdrop");
+
+    // 1. Same seed and offset: the same bits, forward and backward.
+    const Result first = run(in, a, AttentionEngine::cudnn, dt);
+    const Result again = run(in, a, AttentionEngine::cudnn, dt);
+    REQUIRE(first.cudnn);
+    check_close(again.o, first.o, 0.0, "o again");
+    check_close(again.dq, first.dq, 0.0, "dq again");
+    check_close(again.dk, first.dk, 0.0, "dk again");
+    check_close(again.dv, first.dv, 0.0, "dv again");
+    // Another offset (the next step's) draws another mask.
+    AttentionCoreArgs next = a;
+    next.base += static_cast<uint64_t>(c.batch * c.heads * c.tq * c.tk);
+    CHECK(max_diff(run(in, next, AttentionEngine::cudnn, dt).o, first.o) > 0.0);
+
+    // 2. The mask: o with one-hot values is p * keep / (1 - rate); without dropout it is p.
+    Inputs hot = in;
+    hot.v = one_hot_values(c);
+    const Result dropped = run(hot, a, AttentionEngine::cudnn, dt);
+    const Result plain = run(hot, args_of(c, 0.0f), AttentionEngine::cudnn, dt);
+    const std::vector<double> od = dropped.o.to_double_vector(), op = plain.o.to_double_vector();
+    std::vector<double> keep(static_cast<size_t>(c.batch * c.heads * c.tq * c.tk));
+    int64_t kept = 0, wrong_scale = 0, no_probability = 0;
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t i = 0; i < c.tq; ++i)
+        for (int64_t h = 0; h < c.heads; ++h)
+          for (int64_t j = 0; j < c.tk; ++j) {
+            const size_t at = static_cast<size_t>(((b * c.tq + i) * c.heads + h) * c.depth + j);
+            no_probability += op[at] == 0.0;  // then the mask could not be read here
+            const bool k = od[at] != 0.0;
+            keep[static_cast<size_t>(((b * c.heads + h) * c.tq + i) * c.tk + j)] = k ? 1.0 : 0.0;
+            kept += k;
+            // A kept probability is p / (1 - rate): p > 0 here (no mask) and both outputs are
+            // rounded once to the half format, so within 3 units relative.
+            if (k && std::fabs(od[at] - op[at] / (1.0 - rate)) > 3.0 * u * std::fabs(od[at]) + 1e-6) ++wrong_scale;
+          }
+    const double n = static_cast<double>(keep.size());
+    const double frac = static_cast<double>(kept) / n;
+    // Bernoulli(0.9) over 16384 draws: standard deviation 0.0023; 5 of them is 0.012.
+    INFO("kept fraction " << frac << " of " << n);
+    CHECK(std::fabs(frac - (1.0 - rate)) < 5.0 * std::sqrt(rate * (1.0 - rate) / n));
+    CHECK(wrong_scale == 0);
+    CHECK(no_probability == 0);
+
+    // 3. The backward is the gradient of the forward with that mask: the same seed and offset
+    // with random values draw the same mask (it depends on the seed, offset and shape only).
+    auto host = [&](const Tensor& t) { return host_f32(t).to_double_vector(); };
+    const HostGrads want = host_reference(c, a, host(in.q), host(in.k), host(in.v), host(in.d_o), keep);
+    check_against(first.o, want.o, u, "o with the extracted mask");
+    check_against(first.dq, want.dq, u, "dq with the extracted mask");
+    check_against(first.dk, want.dk, u, "dk with the extracted mask");
+    check_against(first.dv, want.dv, u, "dv with the extracted mask");
+  }
+}
+
+TEST_CASE("A shape the cuDNN engine does not take is refused when forced", "[gpu][attention]") {
+  // f32 is not a cuDNN flash-attention dtype: forcing the engine is an error naming it, and
+  // the default engine choice never picks cuDNN for it.
+  const Case c{DType::f32, 1, 1, 8, 8, 64};
+  const Inputs in = make_inputs(c, "cdf32");
+  std::shared_ptr<void> state;
+  CHECK_THROWS_WITH(cuda::attention_core_forward(in.q, in.k, in.v, in.ids, args_of(c, 0.0f), state,
+                                                 AttentionEngine::cudnn),
+                    Catch::Contains("cuDNN engine does not apply"));
+}
+
+// Run alone under TNT_CUDNN_ATTENTION=1 (tests/layers/CMakeLists.txt): the knob reaches the
+// engine choice (AttentionEngine::config takes cuDNN).
+TEST_CASE("TNT_CUDNN_ATTENTION=1 selects the cuDNN engine", "[.cudnn_env]") {
+  const char* env = std::getenv("TNT_CUDNN_ATTENTION");
+  REQUIRE(env != nullptr);
+  REQUIRE(tnt::config().cudnn_attention);
+  const Case c{DType::bf16, 2, 2, 64, 64, 64, true, true};
+  const Inputs in = make_inputs(c, "cdenv");
+  const int64_t calls = cuda::attention_cudnn_calls();
+  const Result r = run(in, args_of(c, 0.1f), AttentionEngine::config, c.dtype);
+  CHECK(r.cudnn);
+  CHECK(cuda::attention_cudnn_calls() == calls + 2);
+}

@@ -159,7 +159,13 @@ class ThroughputLogger : public tnt::Callback {
     }
     if (tnt::default_device().is_cuda()) {
       // What the caching allocator handed out at most (scripts/bench/resnet50_gpu reads it).
-      tnt::print("peak GPU memory: {} MiB", tnt::memory_stats(tnt::default_device()).peak_bytes >> 20);
+      {
+        // In use at the peak, and what the caching allocator held from the driver at the end (the
+        // difference, the pool's spare blocks, is part of what nvidia-smi shows beyond the peak).
+        const tnt::MemoryStats m = tnt::memory_stats(tnt::default_device());
+        tnt::print("peak GPU memory: {} MiB in use, {} MiB held by the allocator", m.peak_bytes >> 20,
+                   m.reserved_bytes >> 20);
+      }
       // Which BatchNorm chains ran as one cuDNN call (TNT_LAYER_FUSION, docs/gpu.md).
       tnt::Network& net = model_->network();
       tnt::print("layer fusion: {} chains, {} fused by cuDNN in the last training step", net.fused_chains(),

@@ -478,7 +478,13 @@ int main(int argc, char** argv) {
       if (tnt::default_device().is_cuda()) {
         // What the caching allocator handed out at most, evaluations before this fit included
         // (scripts/bench/transformer_gpu reads it).
-        tnt::print("peak GPU memory: {} MiB", tnt::memory_stats(tnt::default_device()).peak_bytes >> 20);
+        {
+          // In use at the peak, and what the caching allocator held from the driver at the end (the
+          // difference, the pool's spare blocks, is part of what nvidia-smi shows beyond the peak).
+          const tnt::MemoryStats m = tnt::memory_stats(tnt::default_device());
+          tnt::print("peak GPU memory: {} MiB in use, {} MiB held by the allocator", m.peak_bytes >> 20,
+                     m.reserved_bytes >> 20);
+        }
       }
       model.save_weights(weights);
       if (model.stop_requested()) break;

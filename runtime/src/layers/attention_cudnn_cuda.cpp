@@ -331,8 +331,10 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key, const CudnnBias
   const auto& dst = p.virt("dS^T", {s.b, s.h, s.tk, s.tq}, s.io, {s.h * s.tq * s.tk, s.tq * s.tk, 1, s.tk});
   p.op(g::make_reshape("dS^T", ds, dst), "RESHAPE (dS -> dS^T)");
   p.op(g::make_matmul("dS^T Q", dst, q, dk), "MATMUL (dS^T Q -> dK)");
-  // dQ = dS K, accumulated in f32 (ours, zeroed), then converted.
-  const auto& kr = p.virt("K", {s.b, s.h, s.tk, s.d}, s.io, bthd_strides(s.tk, s.h, s.d));
+  // dQ = dS K, accumulated in f32 (ours, zeroed), then converted. K is the reshape of K^T
+  // back, left in the intermediate dtype (f32) as cudnn-frontend leaves it (only P^T and
+  // dS^T are given the I/O dtype there).
+  const auto& kr = p.virt("K", {s.b, s.h, s.tk, s.d}, CUDNN_DATA_FLOAT, bthd_strides(s.tk, s.h, s.d));
   p.op(g::make_reshape("K", kt, kr), "RESHAPE (K^T -> K)");
   p.op(g::make_matmul("dS K", ds, kr, dq_accum), "MATMUL (dS K -> dQ accumulator f32)");
   p.op(g::make_pointwise("dQ", CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_accum, nullptr, nullptr, dq),

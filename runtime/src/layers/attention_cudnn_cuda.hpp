@@ -18,6 +18,11 @@
 // int64 seed and offset in device memory, Stats (B, H, Tq, 1) f32 packed, the backward's
 // softmax sum and f32 dQ accumulator as our tensors (the frontend puts them in its own
 // workspace; cuDNN sees user tensors either way). Heuristics mode A, then FALLBACK.
+// Left different, each a form cuDNN is known to take: by-value scalars and the seed/offset
+// are [1, 1, 1, 1] (today's frontend writes scalars as [1]; its earlier flash-attention
+// samples and Transformer Engine used [1, 1, 1, 1]); the offset sits 16 bytes after the seed
+// in one buffer (the 16-byte alignment every tensor declares); the dQ accumulator is zeroed
+// by us although cuDNN from 9.6 no longer needs it (the frontend stops zeroing it there).
 //
 // Where it differs from the other engines, on purpose:
 // - padding is an additive bias of -8192 (exact in bf16, f16 and f32), not -1e9: cuDNN saves

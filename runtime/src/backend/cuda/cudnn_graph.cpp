@@ -211,7 +211,8 @@ namespace {
 // The engine configs heuristics `mode` proposes for op_graph, in its order of preference.
 std::vector<Descriptor> engine_configs(const std::string& name, const Descriptor& op_graph,
                                        cudnnBackendHeurMode_t mode) {
-  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, fmt::format("heuristics mode {} {}", static_cast<int>(mode), name));
+  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+                  fmt::format("heuristics mode {} {}", static_cast<int>(mode), name));
   heur.set_desc(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH), op_graph)
       .set(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_MODE), CUDNN_TYPE_HEUR_MODE, 1, &mode)
       .finalize();

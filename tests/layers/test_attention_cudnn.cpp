@@ -165,6 +165,13 @@ TEST_CASE("cuDNN attention graphs carry cudnn-frontend's attributes", "[layers][
     }
   }
 
+  SECTION("without dropout the softmax's division feeds P V directly, in the I/O dtype") {
+    const CudnnAttentionKey k0 = key(DType::f16, 100, 77, 64, false, false, 0.0f);
+    const auto g = cuda::cudnn_attention_forward_graph(k0);
+    CHECK(ends_with(tensor_line(g, "probabilities"), "f16 [3,2,100,77] strides [15400,7700,77,1] virtual"));
+    CHECK(tensor_line(g, "dropout seed").empty());
+  }
+
   SECTION("the bias layouts, in the order the engine tries them") {
     const auto layouts = cuda::cudnn_attention_bias_layouts();
     REQUIRE(layouts.size() == 4);

@@ -10,6 +10,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -54,8 +57,8 @@ TEST_CASE("cuDNN attention graphs build on the CPU: every variant", "[layers][at
             const CudnnAttentionKey k = key(dt, 100, causal ? 100 : 77, depth, causal, bias, rate);
             INFO(k.str());
             std::vector<std::string> fwd, bwd;
-            REQUIRE_NOTHROW(fwd = cuda::cudnn_attention_forward_ops(k));
-            REQUIRE_NOTHROW(bwd = cuda::cudnn_attention_backward_ops(k));
+            REQUIRE_NOTHROW(fwd = cuda::cudnn_attention_forward_graph(k).ops);
+            REQUIRE_NOTHROW(bwd = cuda::cudnn_attention_backward_graph(k).ops);
             INFO("forward:" << joined(fwd) << "\nbackward:" << joined(bwd));
             // The forward: two products (Q K^T, P V), the softmax's two reductions, the
             // mask's four nodes when causal, the RNG when dropping out.
@@ -75,19 +78,140 @@ TEST_CASE("cuDNN attention graphs build on the CPU: every variant", "[layers][at
             CHECK(count(bwd, "POINTWISE GEN_INDEX") == (causal ? 2 : 0));
             CHECK(bwd.back() == "POINTWISE IDENTITY (-> dQ)");
             if (bias) {
-              // The engine's second choice of bias layout builds too.
-              std::vector<std::string> fwd_rows, bwd_rows;
-              REQUIRE_NOTHROW(fwd_rows = cuda::cudnn_attention_forward_ops(k, true));
-              REQUIRE_NOTHROW(bwd_rows = cuda::cudnn_attention_backward_ops(k, true));
-              CHECK(count(fwd_rows, "POINTWISE ADD (+ padding bias [B,1,Tq,Tk])") == 1);
-              CHECK(count(bwd_rows, "POINTWISE ADD (+ padding bias [B,1,Tq,Tk])") == 1);
-              CHECK(fwd_rows.size() == fwd.size());
-              CHECK(bwd_rows.size() == bwd.size());
+              // Every bias layout the engine may fall back to builds too.
+              for (const auto& layout : cuda::cudnn_attention_bias_layouts()) {
+                INFO("bias " << layout.str());
+                std::vector<std::string> fwd_l, bwd_l;
+                REQUIRE_NOTHROW(fwd_l = cuda::cudnn_attention_forward_graph(k, layout).ops);
+                REQUIRE_NOTHROW(bwd_l = cuda::cudnn_attention_backward_graph(k, layout).ops);
+                CHECK(count(fwd_l, "POINTWISE ADD (+ padding bias " + layout.str() + ")") == 1);
+                CHECK(count(bwd_l, "POINTWISE ADD (+ padding bias " + layout.str() + ")") == 1);
+                CHECK(fwd_l.size() == fwd.size());
+                CHECK(bwd_l.size() == bwd.size());
+              }
             }
           }
         }
       }
     }
+  }
+}
+
+namespace {
+
+// The description of the tensor called name (the part after "name: "), or "" if none.
+std::string tensor_line(const cuda::CudnnAttentionGraphText& g, const std::string& name) {
+  for (const auto& t : g.tensors) {
+    if (t.rfind(name + ": ", 0) == 0) return t.substr(name.size() + 2);
+  }
+  return "";
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+// What cuDNN holds after finalize, read back through cudnnBackendGetAttribute, against what
+// cudnn-frontend builds for the same SDPA graph (see attention_cudnn_cuda.hpp): the choices
+// that decide whether cuDNN 9.19's fused engines take the graph on Hopper.
+TEST_CASE("cuDNN attention graphs carry cudnn-frontend's attributes", "[layers][attention]") {
+  // B = 3, H = 2, Tq = 100, Tk = 77, d = 64: Q as a (B, H, T, d) view of (B, T, H d).
+  const CudnnAttentionKey k = key(DType::bf16, 100, 77, 64, false, true, 0.1f);
+  const auto fwd = cuda::cudnn_attention_forward_graph(k);
+  const auto bwd = cuda::cudnn_attention_backward_graph(k);
+  INFO("forward tensors:" << joined(fwd.tensors) << "\nbackward tensors:" << joined(bwd.tensors));
+
+  // The I/O tensors: strided views, never virtual nor by value.
+  CHECK(tensor_line(fwd, "Q") == "uid 1 bf16 [3,2,100,64] strides [12800,64,128,1]");
+  CHECK(tensor_line(fwd, "K^T") == "uid 2 bf16 [3,2,64,77] strides [9856,64,1,128]");
+  CHECK(tensor_line(bwd, "V^T") == "uid 3 bf16 [3,2,64,77] strides [9856,64,1,128]");
+  // Stats: f32 (B, H, Tq, 1) packed, the only Stats layout cuDNN below 9.26 reads right.
+  CHECK(tensor_line(fwd, "Stats") == "uid 5 f32 [3,2,100,1] strides [200,100,1,1]");
+  CHECK(tensor_line(bwd, "Stats") == "uid 5 f32 [3,2,100,1] strides [200,100,1,1]");
+  // The backward's scratch: user tensors, f32, packed, as the frontend gives them.
+  CHECK(tensor_line(bwd, "softmax sum") == "uid 17 f32 [3,2,100,1] strides [200,100,1,1]");
+  CHECK(tensor_line(bwd, "dQ accumulator") == "uid 18 f32 [3,2,100,64] strides [12800,6400,64,1]");
+  // Scalars by value in f32; the dropout seed and offset int64 in device memory.
+  for (const char* s : {"attention scale", "dropout scale"}) {
+    INFO(s);
+    CHECK(ends_with(tensor_line(fwd, s), "f32 [1,1,1,1] strides [1,1,1,1] by-value"));
+  }
+  CHECK(ends_with(tensor_line(bwd, "1 - rate"), "f32 [1,1,1,1] strides [1,1,1,1] by-value"));
+  for (const char* s : {"dropout seed", "dropout offset"}) {
+    INFO(s);
+    CHECK(tensor_line(fwd, s) == (std::string(s) == "dropout seed" ? "uid 8" : "uid 9") +
+                                     std::string(" i64 [1,1,1,1] strides [1,1,1,1]"));
+    CHECK(tensor_line(bwd, s) == tensor_line(fwd, s));
+  }
+  // The padding bias: per key in the I/O dtype first.
+  CHECK(tensor_line(fwd, "padding bias") == "uid 7 bf16 [3,1,1,77] strides [77,77,77,1]");
+  CHECK(tensor_line(bwd, "padding bias") == "uid 7 bf16 [3,1,1,77] strides [77,77,77,1]");
+  // dO * O with the frontend's strides, not our view's.
+  CHECK(ends_with(tensor_line(bwd, "dO * O"), "f32 [3,2,100,64] strides [12800,6400,128,1] virtual"));
+  // The probabilities meet the second matmul (and P^T, dS^T meet theirs) in the I/O dtype.
+  CHECK(ends_with(tensor_line(fwd, "dropped probabilities"), "bf16 [3,2,100,77] strides [15400,7700,77,1] virtual"));
+  CHECK(ends_with(tensor_line(bwd, "P^T"), "bf16 [3,2,77,100] strides [15400,7700,1,77] virtual"));
+  CHECK(ends_with(tensor_line(bwd, "dS^T"), "bf16 [3,2,77,100] strides [15400,7700,1,77] virtual"));
+  // ... but K, reshaped back from K^T for dS K, stays f32 as the frontend leaves it.
+  CHECK(ends_with(tensor_line(bwd, "K"), "f32 [3,2,77,64] strides [9856,64,128,1] virtual"));
+  // alpha1 = alpha2 = 1 on every pointwise operation (as set: cuDNN does not read them back).
+  for (const auto* g : {&fwd, &bwd}) {
+    CHECK(g->pointwise.size() == static_cast<size_t>(count(g->ops, "POINTWISE")));
+    for (const auto& pw : g->pointwise) {
+      INFO(pw);
+      CHECK(ends_with(pw, ": alpha1 1 alpha2 1"));
+    }
+  }
+
+  SECTION("without dropout the softmax's division feeds P V directly, in the I/O dtype") {
+    const CudnnAttentionKey k0 = key(DType::f16, 100, 77, 64, false, false, 0.0f);
+    const auto g = cuda::cudnn_attention_forward_graph(k0);
+    CHECK(ends_with(tensor_line(g, "probabilities"), "f16 [3,2,100,77] strides [15400,7700,77,1] virtual"));
+    CHECK(tensor_line(g, "dropout seed").empty());
+  }
+
+  SECTION("the bias layouts, in the order the engine tries them") {
+    const auto layouts = cuda::cudnn_attention_bias_layouts();
+    REQUIRE(layouts.size() == 4);
+    const char* want[] = {"bf16 [3,1,1,77] strides [77,77,77,1]", "bf16 [3,1,100,77] strides [7700,7700,77,1]",
+                          "f32 [3,1,1,77] strides [77,77,77,1]", "f32 [3,1,100,77] strides [7700,7700,77,1]"};
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      INFO(layouts[i].str());
+      CHECK(tensor_line(cuda::cudnn_attention_forward_graph(k, layouts[i]), "padding bias") ==
+            std::string("uid 7 ") + want[i]);
+      CHECK(tensor_line(cuda::cudnn_attention_backward_graph(k, layouts[i]), "padding bias") ==
+            std::string("uid 7 ") + want[i]);
+    }
+    // f16 I/O: the bias follows it.
+    const CudnnAttentionKey k16 = key(DType::f16, 100, 77, 64, false, true, 0.0f);
+    CHECK(tensor_line(cuda::cudnn_attention_forward_graph(k16), "padding bias") ==
+          "uid 7 f16 [3,1,1,77] strides [77,77,77,1]");
+  }
+
+  SECTION("causal: the frontend's composite diagonal band") {
+    const CudnnAttentionKey kc = key(DType::bf16, 100, 100, 64, true, false, 0.0f);
+    for (const auto& g : {cuda::cudnn_attention_forward_graph(kc), cuda::cudnn_attention_backward_graph(kc)}) {
+      INFO(joined(g.tensors));
+      CHECK(ends_with(tensor_line(g, "row index"), "i32 [3,2,100,100] strides [20000,10000,100,1] virtual"));
+      CHECK(ends_with(tensor_line(g, "column index"), "i32 [3,2,100,100] strides [20000,10000,100,1] virtual"));
+      CHECK(ends_with(tensor_line(g, "causal keep"), "bool [3,2,100,100] strides [20000,10000,100,1] virtual"));
+      CHECK(ends_with(tensor_line(g, "causal mask value"), "f32 [1,1,1,1] strides [1,1,1,1] by-value"));
+      CHECK(count(g.ops, "POINTWISE BINARY_SELECT (keep ? logit : -inf)") == 1);
+    }
+    // -inf from cuDNN 9.10 on, as the frontend passes it.
+    CHECK(std::isinf(cuda::kCudnnCausalMaskValue));
+    CHECK(cuda::kCudnnCausalMaskValue < 0);
+  }
+
+  SECTION("the padding value is exact in every bias dtype") {
+    // bf16 keeps the top 16 bits of an f32; f16 holds integers up to 2048 exactly and powers
+    // of two up to 2^15.
+    uint32_t bits = 0;
+    std::memcpy(&bits, &cuda::kCudnnPaddingBias, sizeof(bits));
+    CHECK((bits & 0xffffu) == 0u);
+    CHECK(cuda::kCudnnPaddingBias == -8192.0f);
   }
 }
 

@@ -17,7 +17,7 @@
 // against the f32 unfused engine, plus 2 u of scale. A wrong mask, scale or transpose moves
 // outputs by a sizeable fraction of their scale.
 // No key row is all padding here: there the engines differ on purpose (the header of
-// attention_cudnn_cuda.hpp: cuDNN's bias is -1e4, so such a row is the softmax of its own
+// attention_cudnn_cuda.hpp: cuDNN's bias is kCudnnPaddingBias (-8192), so such a row is the softmax of its own
 // logits, not the near-uniform one of the -1e9 engines).
 #include "gpu_test_util.hpp"
 

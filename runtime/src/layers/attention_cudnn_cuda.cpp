@@ -50,18 +50,18 @@ enum Uid : int64_t {
   kFirstVirtual = 1000,
 };
 
-constexpr float kCausalMaskValue = -1e9f;
-
 // The descriptors of one graph, kept alive together (the finalized operations hold
 // references to the tensors), and its operations in order.
 struct GraphParts {
   std::deque<g::Descriptor> tensors;
   std::deque<g::Descriptor> ops;
   std::vector<std::string> op_names;
+  std::vector<std::string> tensor_names;
   int64_t next_virtual = kFirstVirtual;
 
   const g::Descriptor& tensor(g::TensorSpec s) {
     tensors.push_back(g::make_tensor(s));
+    tensor_names.push_back(s.name);
     return tensors.back();
   }
   // A virtual tensor (never in memory): dims, packed strides unless given.
@@ -121,7 +121,7 @@ Shapes shapes_of(const CudnnAttentionKey& k) {
 // point where they differ: forward and backward both do scale, then bias. Returns S.
 const g::Descriptor* scale_and_bias(GraphParts& p, const CudnnAttentionKey& key, const Shapes& s,
                                     const g::Descriptor& logits, const g::Descriptor& scale,
-                                    const g::Descriptor* bias, bool bias_rows) {
+                                    const g::Descriptor* bias, const CudnnBiasLayout& layout) {
   const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk};
   const g::Descriptor& scaled = p.virt("scaled logits", sd);
   p.op(g::make_pointwise("mul scale", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, logits, &scale, nullptr, scaled),
@@ -129,19 +129,24 @@ const g::Descriptor* scale_and_bias(GraphParts& p, const CudnnAttentionKey& key,
   if (!key.bias) return &scaled;
   const g::Descriptor& biased = p.virt("biased logits", sd);
   p.op(g::make_pointwise("add bias", CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, scaled, bias, nullptr, biased),
-       bias_rows ? "POINTWISE ADD (+ padding bias [B,1,Tq,Tk])" : "POINTWISE ADD (+ padding bias [B,1,1,Tk])");
+       "POINTWISE ADD (+ padding bias " + layout.str() + ")");
   return &biased;
 }
 
 // The padding bias: per key, broadcast over heads and query rows ([B, 1, 1, Tk], what our
-// ids give), or, where cuDNN's engines refuse that broadcast, materialised per query row
-// ([B, 1, Tq, Tk]: the layout cuDNN's documentation shows for a bias, Tq times the memory).
-g::TensorSpec bias_spec(const Shapes& s, bool bias_rows) {
-  if (bias_rows) return spec(kBias, "padding bias", CUDNN_DATA_FLOAT, {s.b, 1, s.tq, s.tk}, {s.tq * s.tk, s.tq * s.tk, s.tk, 1});
-  return spec(kBias, "padding bias", CUDNN_DATA_FLOAT, {s.b, 1, 1, s.tk}, {s.tk, s.tk, s.tk, 1});
+// ids give), or materialised per query row ([B, 1, Tq, Tk], broadcast over heads only:
+// cudnn-frontend's SDPA samples' bias layout, Tq times the memory); in the I/O dtype as the
+// frontend's samples and tests give it, or in f32 (see cudnn_attention_bias_layouts).
+g::TensorSpec bias_spec(const Shapes& s, const CudnnBiasLayout& layout) {
+  const cudnnDataType_t dt = layout.f32 ? CUDNN_DATA_FLOAT : s.io;
+  if (layout.per_row) return spec(kBias, "padding bias", dt, {s.b, 1, s.tq, s.tk}, {s.tq * s.tk, s.tq * s.tk, s.tk, 1});
+  return spec(kBias, "padding bias", dt, {s.b, 1, 1, s.tk}, {s.tk, s.tk, s.tk, 1});
 }
 
-// Causal: keep logit (i, j) where i >= j, else the mask value (top-left diagonal, Tq == Tk).
+// Causal: keep logit (i, j) where i >= j, else the mask value (top-left diagonal, Tq == Tk),
+// as cudnn-frontend lowers its causal (diagonal band, right bound 0) mask below cuDNN 9.21:
+// row and column indices (GEN_INDEX, math f32, i32 outputs), row >= column (CMP_GE, boolean),
+// BINARY_SELECT, with -inf as the replacement (the frontend's value from cuDNN 9.10 on).
 const g::Descriptor* causal_mask(GraphParts& p, const Shapes& s, const g::Descriptor& x, const g::Descriptor& value) {
   const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk};
   const g::Descriptor& row = p.virt("row index", sd, CUDNN_DATA_INT32);
@@ -155,11 +160,11 @@ const g::Descriptor* causal_mask(GraphParts& p, const Shapes& s, const g::Descri
        "POINTWISE CMP_GE (row >= column)");
   const g::Descriptor& masked = p.virt("causal logits", sd);
   p.op(g::make_pointwise("causal select", CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, &value, &keep, masked),
-       "POINTWISE BINARY_SELECT (keep ? logit : -1e9)");
+       "POINTWISE BINARY_SELECT (keep ? logit : -inf)");
   return &masked;
 }
 
-void build_forward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows) {
+void build_forward(GraphParts& p, const CudnnAttentionKey& key, const CudnnBiasLayout& layout) {
   const Shapes s = shapes_of(key);
   const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk}, rows{s.b, s.h, s.tq, 1};
   const auto& q = p.tensor(spec(kQ, "Q", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
@@ -169,11 +174,11 @@ void build_forward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows) 
   const auto& stats = p.tensor(spec(kStats, "Stats", CUDNN_DATA_FLOAT, rows, g::packed_strides(rows)));
   const auto& scale = p.tensor(scalar(kScale, "attention scale", CUDNN_DATA_FLOAT, true));
   const g::Descriptor* bias = nullptr;
-  if (key.bias) bias = &p.tensor(bias_spec(s, bias_rows));
+  if (key.bias) bias = &p.tensor(bias_spec(s, layout));
 
   const auto& logits = p.virt("logits", sd);
   p.op(g::make_matmul("Q K^T", q, kt, logits), "MATMUL (Q K^T)");
-  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias, bias_rows);
+  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias, layout);
   if (key.causal) {
     const auto& value = p.tensor(scalar(kMaskValue, "causal mask value", CUDNN_DATA_FLOAT, true));
     x = causal_mask(p, s, *x, value);
@@ -218,7 +223,7 @@ void build_forward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows) 
   p.op(g::make_matmul("P V", *pd, v, o), "MATMUL (P V -> O)");
 }
 
-void build_backward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows) {
+void build_backward(GraphParts& p, const CudnnAttentionKey& key, const CudnnBiasLayout& layout) {
   const Shapes s = shapes_of(key);
   const std::vector<int64_t> sd{s.b, s.h, s.tq, s.tk}, rows{s.b, s.h, s.tq, 1};
   const auto& q = p.tensor(spec(kQ, "Q", s.io, {s.b, s.h, s.tq, s.d}, bthd_strides(s.tq, s.h, s.d)));
@@ -235,7 +240,7 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows)
   const auto& dq_accum = p.tensor(spec(kDQAccum, "dQ accumulator", CUDNN_DATA_FLOAT, {s.b, s.h, s.tq, s.d},
                                        g::packed_strides({s.b, s.h, s.tq, s.d})));
   const g::Descriptor* bias = nullptr;
-  if (key.bias) bias = &p.tensor(bias_spec(s, bias_rows));
+  if (key.bias) bias = &p.tensor(bias_spec(s, layout));
   const bool dropout = key.rate > 0.0f;
   // Without dropout the row sums are multiplied by 1 (cudnn-frontend keeps the node, so do we:
   // the engines match this pattern).
@@ -248,8 +253,12 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows)
     keep = &p.virt("dropout keep", sd);
     p.op(g::make_rng_bernoulli("dropout", 1.0 - key.rate, seed, offset, *keep), "RNG (Bernoulli 1 - rate, Philox)");
   }
-  // softmax_sum = rowsum(dO * O) * (1 - rate): the softmax backward's dot product.
-  const auto& dOO = p.virt("dO * O", {s.b, s.h, s.tq, s.d}, CUDNN_DATA_FLOAT, bthd_strides(s.tq, s.h, s.d));
+  // softmax_sum = rowsum(dO * O) * (1 - rate): the softmax backward's dot product. The
+  // product's strides are cudnn-frontend's for this virtual tensor ({H Tq d, Tq d, H d, 1}:
+  // not a layout of any memory, but the one every frontend-built SDPA backward has shown
+  // cuDNN's matcher), not our (B, H, T, d) view's.
+  const auto& dOO = p.virt("dO * O", {s.b, s.h, s.tq, s.d}, CUDNN_DATA_FLOAT,
+                           {s.h * s.tq * s.d, s.tq * s.d, s.h * s.d, 1});
   p.op(g::make_pointwise("mul dO O", CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, d_o, &o, nullptr, dOO),
        "POINTWISE MUL (dO * O)");
   const auto& dot = p.virt("row dot", rows);
@@ -261,7 +270,7 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows)
   // P again from Q K^T and Stats.
   const auto& logits = p.virt("logits", sd);
   p.op(g::make_matmul("Q K^T", q, kt, logits), "MATMUL (Q K^T)");
-  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias, bias_rows);
+  const g::Descriptor* x = scale_and_bias(p, key, s, logits, scale, bias, layout);
   const auto& centered = p.virt("logits - stats", sd);
   p.op(g::make_pointwise("sub stats", CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, *x, &stats, nullptr, centered),
        "POINTWISE SUB (- Stats)");
@@ -322,8 +331,10 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows)
   const auto& dst = p.virt("dS^T", {s.b, s.h, s.tk, s.tq}, s.io, {s.h * s.tq * s.tk, s.tq * s.tk, 1, s.tk});
   p.op(g::make_reshape("dS^T", ds, dst), "RESHAPE (dS -> dS^T)");
   p.op(g::make_matmul("dS^T Q", dst, q, dk), "MATMUL (dS^T Q -> dK)");
-  // dQ = dS K, accumulated in f32 (ours, zeroed), then converted.
-  const auto& kr = p.virt("K", {s.b, s.h, s.tk, s.d}, s.io, bthd_strides(s.tk, s.h, s.d));
+  // dQ = dS K, accumulated in f32 (ours, zeroed), then converted. K is the reshape of K^T
+  // back, left in the intermediate dtype (f32) as cudnn-frontend leaves it (only P^T and
+  // dS^T are given the I/O dtype there).
+  const auto& kr = p.virt("K", {s.b, s.h, s.tk, s.d}, CUDNN_DATA_FLOAT, bthd_strides(s.tk, s.h, s.d));
   p.op(g::make_reshape("K", kt, kr), "RESHAPE (K^T -> K)");
   p.op(g::make_matmul("dS K", ds, kr, dq_accum), "MATMUL (dS K -> dQ accumulator f32)");
   p.op(g::make_pointwise("dQ", CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, dq_accum, nullptr, nullptr, dq),
@@ -332,7 +343,7 @@ void build_backward(GraphParts& p, const CudnnAttentionKey& key, bool bias_rows)
 
 struct CachedPlans {
   std::string error;  // non-empty: these shapes cannot be built; the message to repeat
-  bool bias_rows = false;  // the padding bias is [B, 1, Tq, Tk] (see bias_spec)
+  CudnnBiasLayout bias_layout;  // the padding bias's layout cuDNN took (see bias_spec)
   GraphParts fwd_parts, bwd_parts;
   g::Descriptor fwd_graph, bwd_graph;
   g::Plan fwd, bwd;
@@ -351,29 +362,33 @@ const CachedPlans& plans_for(const CudnnAttentionKey& key, int device) {
   if (entry == nullptr) {
     const std::string name = key.str();
     std::string errors;
-    // With padding, the per-key bias first; if cuDNN refuses it, the per-row one.
-    for (bool bias_rows : key.bias ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+    // With padding, each bias layout in turn until cuDNN builds both graphs with it.
+    const std::vector<CudnnBiasLayout> layouts =
+        key.bias ? cudnn_attention_bias_layouts() : std::vector<CudnnBiasLayout>{CudnnBiasLayout{}};
+    for (const CudnnBiasLayout& layout : layouts) {
       auto c = std::make_unique<CachedPlans>();
-      c->bias_rows = bias_rows;
+      c->bias_layout = layout;
+      const std::string what = key.bias ? name + " bias " + layout.str() : name;
       try {
         cudnnHandle_t h = cudnn_handle(device);
-        build_forward(c->fwd_parts, key, bias_rows);
-        c->fwd_graph = g::make_operation_graph("attention forward " + name, h, c->fwd_parts.op_list());
-        c->fwd = g::make_plan("attention forward " + name, h, c->fwd_graph);
-        build_backward(c->bwd_parts, key, bias_rows);
-        c->bwd_graph = g::make_operation_graph("attention backward " + name, h, c->bwd_parts.op_list());
-        c->bwd = g::make_plan("attention backward " + name, h, c->bwd_graph);
-        log_debug("cuDNN attention {}{}: forward engine {} ({} B workspace), backward engine {} ({} B)", name,
-                  bias_rows ? " (bias per query row)" : "", c->fwd.engine, c->fwd.workspace, c->bwd.engine,
-                  c->bwd.workspace);
-        if (bias_rows) {
-          log_info("cuDNN attention {}: the padding bias per key [B,1,1,Tk] was refused ({}); using it per query row "
-                   "[B,1,Tq,Tk] ({} MB a call)", name, errors, key.batch * key.tq * key.tk * 4 / 1000000);
+        build_forward(c->fwd_parts, key, layout);
+        c->fwd_graph = g::make_operation_graph("attention forward " + what, h, c->fwd_parts.op_list());
+        c->fwd = g::make_plan("attention forward " + what, h, c->fwd_graph);
+        build_backward(c->bwd_parts, key, layout);
+        c->bwd_graph = g::make_operation_graph("attention backward " + what, h, c->bwd_parts.op_list());
+        c->bwd = g::make_plan("attention backward " + what, h, c->bwd_graph);
+        // Info, not debug: the first GPU run must say which of our choices cuDNN took.
+        log_info("cuDNN attention {}: forward engine {} (heuristics mode {}, config {}, {} B workspace), backward "
+                 "engine {} (mode {}, config {}, {} B)",
+                 what, c->fwd.engine, static_cast<int>(c->fwd.mode), c->fwd.config, c->fwd.workspace, c->bwd.engine,
+                 static_cast<int>(c->bwd.mode), c->bwd.config, c->bwd.workspace);
+        if (!errors.empty()) {
+          log_info("cuDNN attention {}: earlier bias layouts were refused: {}", what, errors);
         }
         entry = std::move(c);
         break;
       } catch (const std::exception& e) {
-        errors += std::string(errors.empty() ? "" : "; then with the bias per query row [B,1,Tq,Tk]: ") + e.what();
+        errors += fmt::format("{}[bias {}] {}", errors.empty() ? "" : "; ", layout.str(), e.what());
       }
     }
     if (entry == nullptr) {
@@ -425,16 +440,44 @@ bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t 
   return true;
 }
 
-std::vector<std::string> cudnn_attention_forward_ops(const CudnnAttentionKey& key, bool bias_rows) {
-  GraphParts p;
-  build_forward(p, key, bias_rows);
-  return p.op_names;
+std::string CudnnBiasLayout::str() const {
+  return fmt::format("{} {}", per_row ? "[B,1,Tq,Tk]" : "[B,1,1,Tk]", f32 ? "f32" : "io dtype");
 }
 
-std::vector<std::string> cudnn_attention_backward_ops(const CudnnAttentionKey& key, bool bias_rows) {
+std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts() {
+  // Cheapest first; the frontend's sample layout in the I/O dtype is the one known to run on
+  // Hopper; f32 (exact -8192 either way) only if cuDNN refuses the I/O dtype.
+  return {{false, false}, {true, false}, {false, true}, {true, true}};
+}
+
+namespace {
+
+CudnnAttentionGraphText describe(const GraphParts& p) {
+  CudnnAttentionGraphText t;
+  t.ops = p.op_names;
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    t.tensors.push_back(p.tensor_names[i] + ": " + g::describe_tensor(p.tensors[i]));
+  }
+  auto name = p.op_names.begin();
+  for (const auto& op : p.ops) {
+    if (name->rfind("POINTWISE", 0) == 0) t.pointwise.push_back(*name + ": " + g::describe_pointwise(op));
+    ++name;
+  }
+  return t;
+}
+
+}  // namespace
+
+CudnnAttentionGraphText cudnn_attention_forward_graph(const CudnnAttentionKey& key, const CudnnBiasLayout& layout) {
   GraphParts p;
-  build_backward(p, key, bias_rows);
-  return p.op_names;
+  build_forward(p, key, layout);
+  return describe(p);
+}
+
+CudnnAttentionGraphText cudnn_attention_backward_graph(const CudnnAttentionKey& key, const CudnnBiasLayout& layout) {
+  GraphParts p;
+  build_backward(p, key, layout);
+  return describe(p);
 }
 
 void cudnn_attention_prepare(const CudnnAttentionKey& key, int device) { plans_for(key, device); }
@@ -446,9 +489,12 @@ Tensor cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
   const Device dev = q.device();
   Tensor o = Tensor::empty({a.batch, a.tq, a.heads * a.depth}, q.dtype(), dev);
   saved.stats = Tensor::empty({a.batch, a.heads, a.tq, 1}, DType::f32, dev);
-  if (key.bias) saved.bias = cudnn_attention_bias(key_ids, a.batch, c.bias_rows ? a.tq : 1, a.tk, device);
+  if (key.bias) {
+    saved.bias = cudnn_attention_bias(key_ids, a.batch, c.bias_layout.per_row ? a.tq : 1, a.tk,
+                                      c.bias_layout.f32 ? DType::f32 : q.dtype(), device);
+  }
   if (key.rate > 0.0f) saved.seed_offset = cudnn_attention_seed_offset(a.key, a.base, device);
-  float scale = a.scale, mask_value = kCausalMaskValue, drop_scale = 1.0f / (1.0f - a.rate);
+  float scale = a.scale, mask_value = kCudnnCausalMaskValue, drop_scale = 1.0f / (1.0f - a.rate);
   std::vector<int64_t> uids{kQ, kKT, kV, kO, kStats, kScale};
   std::vector<void*> ptrs{q.raw(), k.raw(), v.raw(), o.raw(), saved.stats.raw(), &scale};
   if (key.bias) {
@@ -482,11 +528,11 @@ void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   dk = Tensor::empty({a.batch, a.tk, D}, q.dtype(), dev);
   dv = Tensor::empty({a.batch, a.tk, D}, q.dtype(), dev);
   Tensor softmax_sum = Tensor::empty({a.batch, a.heads, a.tq, 1}, DType::f32, dev);
-  // Zeroed: cuDNN adds each key block's share into it (cudnn-frontend zeroes it for cuDNN
-  // before 9.6 and leaves it to the engine after; 8 MB at B=64, H=16, T=256, d=64 costs
-  // microseconds, cheaper than a wrong dQ if the engine does not).
+  // cuDNN adds each key block's share into it. cudnn-frontend zeroes it only for cuDNN
+  // before 9.6 and leaves it to the engine after (9.19 here); we zero it anyway: 8 MB at
+  // B=64, H=16, T=256, d=64 costs microseconds, cheaper than a wrong dQ if the engine does not.
   Tensor dq_accum = Tensor::zeros({a.batch, a.heads, a.tq, a.depth}, DType::f32, dev);
-  float scale = a.scale, mask_value = kCausalMaskValue, keep_prob = 1.0f - a.rate,
+  float scale = a.scale, mask_value = kCudnnCausalMaskValue, keep_prob = 1.0f - a.rate,
         drop_scale = 1.0f / (1.0f - a.rate);
   std::vector<int64_t> uids{kQ, kKT, kV, kO, kDO, kDQ, kDK, kDV, kStats, kScale, kSoftmaxSum, kDQAccum, kDropKeep};
   std::vector<void*> ptrs{q.raw(),  k.raw(),  v.raw(),           o.raw(),           d_o.raw(),       dq.raw(), dk.raw(),

@@ -9,15 +9,34 @@
 // below that); 9.19 is installed here. The composite graph is what cudnn-frontend itself
 // builds for sm_90 (node/scaled_dot_product_flash_attention.h, CompositeSDPANode).
 //
+// Every descriptor attribute follows what cudnn-frontend sets for the same graph (checked
+// attribute by attribute against node/scaled_dot_product_flash_attention.h, softmax.h,
+// diagonal_band_mask.h, pointwise.h, rng.h and cudnn_frontend_Tensor.h): node order, virtual
+// tensors' dtypes, dims and strides (the dO * O product's odd strides included), f32 math in
+// every matmul, pointwise and reduction, alpha1 = alpha2 = 1 on every pointwise operation,
+// IS_VIRTUAL / IS_BY_VALUE set only when true, 16-byte alignment, by-value f32 scalars,
+// int64 seed and offset in device memory, Stats (B, H, Tq, 1) f32 packed, the backward's
+// softmax sum and f32 dQ accumulator as our tensors (the frontend puts them in its own
+// workspace; cuDNN sees user tensors either way). Heuristics mode A, then FALLBACK.
+// Left different, each a form cuDNN is known to take: by-value scalars and the seed/offset
+// are [1, 1, 1, 1] (today's frontend writes scalars as [1]; its earlier flash-attention
+// samples and Transformer Engine used [1, 1, 1, 1]); the offset sits 16 bytes after the seed
+// in one buffer (the 16-byte alignment every tensor declares); the dQ accumulator is zeroed
+// by us although cuDNN from 9.6 no longer needs it (the frontend stops zeroing it there).
+//
 // Where it differs from the other engines, on purpose:
-// - padding is an additive bias (B, 1, 1, Tk) of -1e4 (or (B, 1, Tq, Tk) where cuDNN refuses
-//   the broadcast over query rows: the frontend's support surface does not say), not -1e9: cuDNN saves the softmax
-//   statistic as one log-sum-exp m + log(sum), and at m ~ -1e9 (a row whose keys are all
-//   padding) the f32 ulp is 64, so log(sum) would be lost and the backward would rebuild
-//   wrong probabilities. exp(-1e4) is 0 in f32 like exp(-1e9), so rows with any real key get
-//   the same probabilities unless their logits spread over more than ~9,900.
-// - causal (Tq == Tk only: top-left) replaces future logits by -1e9 (GEN_INDEX, CMP_GE,
-//   BINARY_SELECT) instead of adding -1e9; the same unless a row's visible keys are all padding.
+// - padding is an additive bias of -8192 (exact in bf16, f16 and f32), not -1e9: cuDNN saves
+//   the softmax statistic as one log-sum-exp m + log(sum), and at m ~ -1e9 (a row whose keys
+//   are all padding) the f32 ulp is 64, so log(sum) would be lost and the backward would
+//   rebuild wrong probabilities. exp(-8192) is 0 in f32 like exp(-1e9), so rows with any real
+//   key get the same probabilities unless their logits spread over more than ~8,000.
+//   Its layout is the first of cudnn_attention_bias_layouts() that cuDNN builds both graphs
+//   with (logged at info): the frontend never shows cuDNN a bias broadcast over query rows,
+//   nor an f32 bias, so neither is known to be served on Hopper by 9.19; the frontend's own
+//   layout, (B, 1, Tq, Tk) in the I/O dtype, is.
+// - causal (Tq == Tk only: top-left) replaces future logits by -inf (GEN_INDEX, CMP_GE,
+//   BINARY_SELECT, the frontend's causal below cuDNN 9.21) instead of adding -1e9; the same
+//   unless a row's visible keys are all padding (never with Tq == Tk: the diagonal is seen).
 // - dropout draws cuDNN's own Philox stream (seed a.key, offset a.base): the kept set has
 //   the same law (keep with probability 1 - rate, scaled by 1/(1 - rate)) but not the same
 //   bits as the CPU, unfused or fused engines.
@@ -25,6 +44,7 @@
 
 #include "layers/attention_cuda.hpp"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -32,6 +52,18 @@ namespace tnt::cuda {
 
 // Everything a plan depends on. The cache keys on it; dropout's rate is a constant inside
 // the RNG node, so it is part of the key.
+struct CudnnAttentionKey;
+
+// How the padding bias reaches cuDNN: per key [B, 1, 1, Tk] or per query row [B, 1, Tq, Tk];
+// in the I/O dtype or f32. Not part of the plan key: the engine finds it at plan-build time.
+struct CudnnBiasLayout {
+  bool per_row = false;
+  bool f32 = false;
+  std::string str() const;
+};
+// The layouts the engine tries, in order (see the header comment).
+std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts();
+
 struct CudnnAttentionKey {
   int64_t batch = 0, tq = 0, tk = 0, heads = 0, depth = 0;
   DType dtype = DType::bf16;
@@ -53,16 +85,21 @@ bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t 
 
 // Builds every tensor and operation descriptor of the forward (backward) graph for key,
 // finalized, without a cuDNN handle (so a CPU-only machine catches attribute mistakes), and
-// returns the operations' names in graph order. Throws with cuDNN's message on failure.
-// bias_rows: the padding bias as [B, 1, Tq, Tk] instead of [B, 1, 1, Tk] (the layout the
-// engine falls back to where cuDNN refuses the broadcast over query rows).
-std::vector<std::string> cudnn_attention_forward_ops(const CudnnAttentionKey& key, bool bias_rows = false);
-std::vector<std::string> cudnn_attention_backward_ops(const CudnnAttentionKey& key, bool bias_rows = false);
+// describes them: the operations' names in graph order, each tensor ("name: " then
+// graph::describe_tensor, read back from cuDNN) in creation order, and each pointwise
+// operation's scale factors. Throws with cuDNN's message on failure.
+struct CudnnAttentionGraphText {
+  std::vector<std::string> ops, tensors, pointwise;
+};
+CudnnAttentionGraphText cudnn_attention_forward_graph(const CudnnAttentionKey& key,
+                                                      const CudnnBiasLayout& layout = {});
+CudnnAttentionGraphText cudnn_attention_backward_graph(const CudnnAttentionKey& key,
+                                                       const CudnnBiasLayout& layout = {});
 
 // What the cuDNN forward saves for its backward, besides q, k, v, o (held by the caller).
 struct CudnnAttentionSaved {
   Tensor stats;        // (B, H, Tq, 1) f32: log-sum-exp of each row's scaled, biased logits
-  Tensor bias;         // (B, 1, 1 or Tq, Tk) f32 (0 or -1e4), or undefined without key_ids
+  Tensor bias;         // (B, 1, 1 or Tq, Tk) I/O dtype or f32 (0 or -8192), or undefined without key_ids
   Tensor seed_offset;  // (4) i64 on the device: a.key at 0, a.base at 2 (16-byte aligned), or undefined
 };
 
@@ -82,13 +119,16 @@ void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const CudnnAttentionSaved& saved, const AttentionCoreArgs& a, Tensor& dq, Tensor& dk,
                               Tensor& dv, int device);
 
-// The padding bias (B, 1, rows, Tk) f32 from key_ids (B, Tk) i32/i64: -1e4 where the id is
-// 0, else 0, the same for each of the rows; and the dropout seed/offset tensor. Kernels in
-// attention_cudnn_bias_cuda.cu.
-Tensor cudnn_attention_bias(const Tensor& key_ids, int64_t batch, int64_t rows, int64_t tk, int device);
+// The padding bias (B, 1, rows, Tk) in dtype from key_ids (B, Tk) i32/i64: kCudnnPaddingBias
+// where the id is 0, else 0, the same for each of the rows; and the dropout seed/offset
+// tensor. Kernels in attention_cudnn_bias_cuda.cu.
+Tensor cudnn_attention_bias(const Tensor& key_ids, int64_t batch, int64_t rows, int64_t tk, DType dtype,
+                            int device);
 Tensor cudnn_attention_seed_offset(uint64_t key, uint64_t base, int device);
 
-// The bias value at padding keys, for tests.
-constexpr float kCudnnPaddingBias = -1e4f;
+// The bias value at padding keys (2^13: exact in every dtype the bias may take), and the
+// causal mask's replacement logit (a by-value scalar of the graphs), for tests.
+constexpr float kCudnnPaddingBias = -8192.0f;
+constexpr float kCudnnCausalMaskValue = -std::numeric_limits<float>::infinity();
 
 }  // namespace tnt::cuda

@@ -3,7 +3,9 @@
 #include "tarantella/check.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace tnt::cuda::graph {
@@ -33,7 +35,10 @@ void Descriptor::release() {
 }
 
 Descriptor::Descriptor(Descriptor&& o) noexcept
-    : desc_(std::exchange(o.desc_, nullptr)), name_(std::move(o.name_)), finalized_(o.finalized_) {}
+    : desc_(std::exchange(o.desc_, nullptr)),
+      name_(std::move(o.name_)),
+      finalized_(o.finalized_),
+      set_(std::move(o.set_)) {}
 
 Descriptor& Descriptor::operator=(Descriptor&& o) noexcept {
   if (this != &o) {
@@ -41,12 +46,20 @@ Descriptor& Descriptor::operator=(Descriptor&& o) noexcept {
     desc_ = std::exchange(o.desc_, nullptr);
     name_ = std::move(o.name_);
     finalized_ = o.finalized_;
+    set_ = std::move(o.set_);
   }
   return *this;
 }
 
 Descriptor& Descriptor::set(Attr a, cudnnBackendAttributeType_t type, int64_t count, const void* values) {
   check(cudnnBackendSetAttribute(desc_, a.id, type, count, values), fmt::format("{}: set {}", name_, a.name));
+  set_.emplace_back(a.name);
+  return *this;
+}
+
+Descriptor& Descriptor::set_float(Attr a, float v) {
+  set(a, CUDNN_TYPE_FLOAT, 1, &v);
+  set_.back() += fmt::format("={}", v);
   return *this;
 }
 
@@ -60,6 +73,7 @@ Descriptor& Descriptor::set_desc(Attr a, const Descriptor& d) {
   cudnnBackendDescriptor_t raw = d.get();
   check(cudnnBackendSetAttribute(desc_, a.id, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw),
         fmt::format("{}: set {} to {}", name_, a.name, d.name()));
+  set_.emplace_back(a.name);
   return *this;
 }
 
@@ -101,8 +115,10 @@ Descriptor make_tensor(const TensorSpec& s) {
       .set_int64s(TNT_ATTR(CUDNN_ATTR_TENSOR_DIMENSIONS), s.dims)
       .set_int64s(TNT_ATTR(CUDNN_ATTR_TENSOR_STRIDES), s.strides)
       .set_int64(TNT_ATTR(CUDNN_ATTR_TENSOR_UNIQUE_ID), s.uid)
-      .set_int64(TNT_ATTR(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT), s.alignment)
-      .set_bool(TNT_ATTR(CUDNN_ATTR_TENSOR_IS_VIRTUAL), s.is_virtual);
+      .set_int64(TNT_ATTR(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT), s.alignment);
+  // Set only when true, as cudnn-frontend does: the descriptors then match attribute for
+  // attribute what cuDNN's tested callers give its engines.
+  if (s.is_virtual) t.set_bool(TNT_ATTR(CUDNN_ATTR_TENSOR_IS_VIRTUAL), true);
   if (s.by_value) t.set_bool(TNT_ATTR(CUDNN_ATTR_TENSOR_IS_BY_VALUE), true);
   t.finalize();
   return t;
@@ -121,7 +137,12 @@ Descriptor make_pointwise(const std::string& name, cudnnPointwiseMode_t mode, cu
       .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_XDESC), x);
   if (b != nullptr) op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_BDESC), *b);
   if (t != nullptr) op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_TDESC), *t);
-  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_YDESC), y).finalize();
+  // cudnn-frontend sets both scale factors to 1 (f32) on every pointwise operation; cuDNN's
+  // defaults should be the same, but its pattern matcher has only ever been shown the former.
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_YDESC), y)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1), 1.0f)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2), 1.0f)
+      .finalize();
   return op;
 }
 
@@ -185,56 +206,141 @@ Descriptor make_operation_graph(const std::string& name, cudnnHandle_t handle,
   return g;
 }
 
-Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& op_graph, cudnnBackendHeurMode_t mode) {
-  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics " + name);
+namespace {
+
+// The engine configs heuristics `mode` proposes for op_graph, in its order of preference.
+std::vector<Descriptor> engine_configs(const std::string& name, const Descriptor& op_graph,
+                                       cudnnBackendHeurMode_t mode) {
+  Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
+                  fmt::format("heuristics mode {} {}", static_cast<int>(mode), name));
   heur.set_desc(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH), op_graph)
       .set(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_MODE), CUDNN_TYPE_HEUR_MODE, 1, &mode)
       .finalize();
   int64_t count = 0;
   check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                                  nullptr),
-        "heuristics " + name + ": count CUDNN_ATTR_ENGINEHEUR_RESULTS");
-  TNT_CHECK(count > 0, "cuDNN graph: heuristics {}: no engine config for this graph ({})", name,
-            last_error_message());
+        heur.name() + ": count CUDNN_ATTR_ENGINEHEUR_RESULTS");
+  TNT_CHECK(count > 0, "cuDNN graph: {}: no engine config for this graph ({})", heur.name(), last_error_message());
   std::vector<Descriptor> configs;
   std::vector<cudnnBackendDescriptor_t> raw;
   for (int64_t i = 0; i < count; ++i) {
-    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, fmt::format("engine config {} of {}", i, name));
+    configs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, fmt::format("engine config {} (mode {}) of {}", i,
+                                                                         static_cast<int>(mode), name));
     raw.push_back(configs.back().get());
   }
   int64_t got = 0;
   check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
                                  raw.data()),
-        "heuristics " + name + ": get CUDNN_ATTR_ENGINEHEUR_RESULTS");
+        heur.name() + ": get CUDNN_ATTR_ENGINEHEUR_RESULTS");
+  configs.resize(static_cast<size_t>(std::min(got, count)));
+  return configs;
+}
+
+}  // namespace
+
+Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& op_graph,
+               const std::vector<cudnnBackendHeurMode_t>& modes) {
   std::string tried;
-  for (int64_t i = 0; i < got; ++i) {
-    int64_t engine = -1;
+  int64_t total = 0;
+  for (cudnnBackendHeurMode_t mode : modes) {
+    std::vector<Descriptor> configs;
     try {
-      // The config's engine, for the log line (best effort: not every cuDNN reports it).
-      Descriptor eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR, fmt::format("engine of config {} of {}", i, name));
-      cudnnBackendDescriptor_t e = eng.get();
-      int64_t n = 0;
-      if (cudnnBackendGetAttribute(raw[i], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e) ==
-          CUDNN_STATUS_SUCCESS) {
-        cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &engine);
-      }
-      Plan p;
-      p.plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, fmt::format("execution plan {} of {}", i, name));
-      p.plan.set_handle(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_HANDLE), handle)
-          .set_desc(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), configs[i])
-          .finalize();
-      int64_t n2 = 0;
-      check(cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n2,
-                                     &p.workspace),
-            p.plan.name() + ": get CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
-      p.engine = engine;
-      return p;
+      configs = engine_configs(name, op_graph, mode);
     } catch (const std::exception& e) {
-      tried += fmt::format("\n  config {} (engine {}): {}", i, engine, e.what());
+      tried += fmt::format("\n  heuristics mode {}: {}", static_cast<int>(mode), e.what());
+      continue;
+    }
+    for (size_t i = 0; i < configs.size(); ++i, ++total) {
+      int64_t engine = -1;
+      try {
+        // The config's engine, for the log line (best effort: not every cuDNN reports it).
+        Descriptor eng(CUDNN_BACKEND_ENGINE_DESCRIPTOR, fmt::format("engine of config {} of {}", i, name));
+        cudnnBackendDescriptor_t e = eng.get();
+        int64_t n = 0;
+        if (cudnnBackendGetAttribute(configs[i].get(), CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                     &n, &e) == CUDNN_STATUS_SUCCESS) {
+          cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &engine);
+        }
+        Plan p;
+        p.plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
+                            fmt::format("execution plan {} (mode {}) of {}", i, static_cast<int>(mode), name));
+        p.plan.set_handle(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_HANDLE), handle)
+            .set_desc(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), configs[i])
+            .finalize();
+        int64_t n2 = 0;
+        check(cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                       &n2, &p.workspace),
+              p.plan.name() + ": get CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
+        p.engine = engine;
+        p.mode = mode;
+        p.config = static_cast<int64_t>(i);
+        return p;
+      } catch (const std::exception& e) {
+        tried += fmt::format("\n  mode {} config {} (engine {}): {}", static_cast<int>(mode), i, engine, e.what());
+      }
     }
   }
-  TNT_THROW("cuDNN graph: {}: none of the {} engine configs of heuristics mode {} finalized:{}", name, got,
-            static_cast<int>(mode), tried);
+  std::vector<int> mode_ids;
+  for (cudnnBackendHeurMode_t m : modes) mode_ids.push_back(static_cast<int>(m));
+  TNT_THROW("cuDNN graph: {}: none of the {} engine configs of heuristics modes [{}] finalized:{}", name, total,
+            fmt::join(mode_ids, ","), tried);
+}
+
+namespace {
+
+template <typename T>
+std::vector<T> get_values(const Descriptor& d, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t type,
+                          const char* what, int64_t max_count) {
+  std::vector<T> v(static_cast<size_t>(max_count));
+  int64_t n = 0;
+  check(cudnnBackendGetAttribute(d.get(), a, type, max_count, &n, v.data()), d.name() + ": get " + what);
+  v.resize(static_cast<size_t>(n));
+  return v;
+}
+
+bool get_bool(const Descriptor& d, cudnnBackendAttributeName_t a, const char* what) {
+  bool v = false;
+  int64_t n = 0;
+  check(cudnnBackendGetAttribute(d.get(), a, CUDNN_TYPE_BOOLEAN, 1, &n, &v), d.name() + ": get " + what);
+  return n > 0 && v;
+}
+
+std::string data_type_name(cudnnDataType_t t) {
+  switch (t) {
+    case CUDNN_DATA_FLOAT: return "f32";
+    case CUDNN_DATA_HALF: return "f16";
+    case CUDNN_DATA_BFLOAT16: return "bf16";
+    case CUDNN_DATA_INT32: return "i32";
+    case CUDNN_DATA_INT64: return "i64";
+    case CUDNN_DATA_BOOLEAN: return "bool";
+    default: return fmt::format("dtype#{}", static_cast<int>(t));
+  }
+}
+
+}  // namespace
+
+std::string describe_tensor(const Descriptor& t) {
+  const auto dt = get_values<cudnnDataType_t>(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, "data type", 1);
+  const auto dims = get_values<int64_t>(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, "dimensions", 8);
+  const auto strides = get_values<int64_t>(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, "strides", 8);
+  const auto uid = get_values<int64_t>(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, "unique id", 1);
+  const bool virt = get_bool(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, "is virtual");
+  const bool by_value = get_bool(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, "is by value");
+  // Not the byte alignment: cuDNN 9.19 does not read it back (NOT_SUPPORTED).
+  return fmt::format("uid {} {} [{}] strides [{}]{}{}", uid.at(0), data_type_name(dt.at(0)),
+                     fmt::join(dims, ","), fmt::join(strides, ","),
+                     virt ? " virtual" : "", by_value ? " by-value" : "");
+}
+
+std::string describe_pointwise(const Descriptor& op) {
+  auto value = [&](const std::string& attr) -> std::string {
+    for (const auto& a : op.attributes_set()) {
+      if (a.rfind(attr + "=", 0) == 0) return a.substr(attr.size() + 1);
+    }
+    return "-";
+  };
+  return fmt::format("alpha1 {} alpha2 {}", value("CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1"),
+                     value("CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2"));
 }
 
 void execute(const std::string& name, cudnnHandle_t handle, const Plan& plan, const std::vector<int64_t>& uids,

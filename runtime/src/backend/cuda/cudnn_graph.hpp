@@ -55,19 +55,23 @@ class Descriptor {
     return set(a, CUDNN_TYPE_INT64, static_cast<int64_t>(v.size()), v.data());
   }
   Descriptor& set_bool(Attr a, bool v);
-  Descriptor& set_float(Attr a, float v) { return set(a, CUDNN_TYPE_FLOAT, 1, &v); }
+  Descriptor& set_float(Attr a, float v);
   Descriptor& set_double(Attr a, double v) { return set(a, CUDNN_TYPE_DOUBLE, 1, &v); }
   Descriptor& set_data_type(Attr a, cudnnDataType_t v) { return set(a, CUDNN_TYPE_DATA_TYPE, 1, &v); }
   Descriptor& set_desc(Attr a, const Descriptor& d);
   Descriptor& set_descs(Attr a, const std::vector<const Descriptor*>& ds);
   Descriptor& set_handle(Attr a, cudnnHandle_t h) { return set(a, CUDNN_TYPE_HANDLE, 1, &h); }
   Descriptor& finalize();
+  // The attributes set so far, in order ("CUDNN_ATTR_X", or "CUDNN_ATTR_X=v" for f32 scalars):
+  // what cuDNN does not read back (alignment, pointwise scale factors) can still be pinned.
+  const std::vector<std::string>& attributes_set() const { return set_; }
 
  private:
   void release();
   cudnnBackendDescriptor_t desc_ = nullptr;
   std::string name_;
   bool finalized_ = false;
+  std::vector<std::string> set_;
 };
 
 // cuDNN's data type for a tensor of ours (f32, f16, bf16, i32, i64, bool).
@@ -107,15 +111,27 @@ Descriptor make_reshape(const std::string& name, const Descriptor& x, const Desc
 Descriptor make_operation_graph(const std::string& name, cudnnHandle_t handle,
                                 const std::vector<const Descriptor*>& ops);
 
-// The first engine config of heuristics `mode` that finalizes into an execution plan; throws
-// listing every config tried and cuDNN's reason for each if none does.
+// The first engine config that finalizes into an execution plan, taking heuristics modes in
+// order and each mode's configs in its order (mode A first, as cudnn-frontend's SDPA callers
+// ask; FALLBACK after it costs nothing when A succeeds and may find an engine A does not
+// rank). Throws listing every mode and config tried and cuDNN's reason for each if none does.
 struct Plan {
   Descriptor plan;
   int64_t workspace = 0;  // bytes
   int64_t engine = -1;    // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the chosen engine, for logs
+  cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;  // the heuristics mode that proposed it
+  int64_t config = -1;    // its rank among that mode's configs
 };
 Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& op_graph,
-               cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A);
+               const std::vector<cudnnBackendHeurMode_t>& modes = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK});
+
+// One line read back from a finalized tensor descriptor through cudnnBackendGetAttribute
+// ("uid 7 bf16 [3,1,1,77] strides [77,77,77,1]", then " virtual" / " by-value"), so
+// tests pin what cuDNN holds rather than what we meant to set. Works without a GPU.
+std::string describe_tensor(const Descriptor& t);
+// The scale factors we set on a pointwise operation ("alpha1 1 alpha2 1", "-" where unset):
+// cuDNN 9.19 does not read them back, so this reports attributes_set().
+std::string describe_pointwise(const Descriptor& op);
 
 // Runs plan on handle's stream with the tensors uid -> pointer (device memory, or host for
 // by-value tensors) and a workspace of at least plan.workspace bytes.

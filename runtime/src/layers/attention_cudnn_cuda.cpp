@@ -482,6 +482,44 @@ CudnnAttentionGraphText cudnn_attention_backward_graph(const CudnnAttentionKey& 
 
 void cudnn_attention_prepare(const CudnnAttentionKey& key, int device) { plans_for(key, device); }
 
+std::string CudnnAttentionPlanInfo::str() const {
+  auto loaded = [](bool compiled_only) { return compiled_only ? ", compiled, not loaded: no CUDA driver" : ""; };
+  return fmt::format("bias {}, forward engine {} ({} B workspace{}), backward engine {} ({} B{})", bias_layout.str(),
+                     forward_engine, forward_workspace, loaded(forward_compiled_only), backward_engine,
+                     backward_workspace, loaded(backward_compiled_only));
+}
+
+CudnnAttentionPlanInfo cudnn_attention_plan_deviceless(const CudnnAttentionKey& key, const std::string& device_json) {
+  const g::Descriptor props = g::make_device_properties(key.str(), device_json);
+  const std::vector<CudnnBiasLayout> layouts =
+      key.bias ? cudnn_attention_bias_layouts() : std::vector<CudnnBiasLayout>{CudnnBiasLayout{}};
+  std::string errors;
+  for (const CudnnBiasLayout& layout : layouts) {
+    const std::string what = key.bias ? key.str() + " bias " + layout.str() : key.str();
+    try {
+      GraphParts fwd, bwd;
+      build_forward(fwd, key, layout);
+      const g::Descriptor fwd_graph = g::make_operation_graph("attention forward " + what, nullptr, fwd.op_list());
+      const g::Plan fp = g::make_plan_deviceless("attention forward " + what, props, fwd_graph);
+      build_backward(bwd, key, layout);
+      const g::Descriptor bwd_graph = g::make_operation_graph("attention backward " + what, nullptr, bwd.op_list());
+      const g::Plan bp = g::make_plan_deviceless("attention backward " + what, props, bwd_graph);
+      CudnnAttentionPlanInfo info;
+      info.bias_layout = layout;
+      info.forward_engine = fp.engine;
+      info.backward_engine = bp.engine;
+      info.forward_workspace = fp.workspace;
+      info.backward_workspace = bp.workspace;
+      info.forward_compiled_only = fp.compiled_only;
+      info.backward_compiled_only = bp.compiled_only;
+      return info;
+    } catch (const std::exception& e) {
+      errors += fmt::format("{}[bias {}] {}", errors.empty() ? "" : "; ", layout.str(), e.what());
+    }
+  }
+  TNT_THROW("{}", errors);
+}
+
 Tensor cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
                                const AttentionCoreArgs& a, CudnnAttentionSaved& saved, int device) {
   const CudnnAttentionKey key = key_of(a, q.dtype(), key_ids.defined());

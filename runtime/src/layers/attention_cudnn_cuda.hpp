@@ -103,6 +103,23 @@ struct CudnnAttentionSaved {
   Tensor seed_offset;  // (4) i64 on the device: a.key at 0, a.base at 2 (16-byte aligned), or undefined
 };
 
+// What cuDNN chose for the two graphs of a key: per graph its engine (global index), the
+// heuristics mode and rank of the config, and the workspace; and the bias layout taken.
+struct CudnnAttentionPlanInfo {
+  CudnnBiasLayout bias_layout;
+  int64_t forward_engine = -1, backward_engine = -1;
+  int64_t forward_workspace = 0, backward_workspace = 0;
+  // Deviceless without a CUDA driver: the kernels were generated but not loaded (Plan::compiled_only).
+  bool forward_compiled_only = false, backward_compiled_only = false;
+  std::string str() const;
+};
+// Builds both graphs of key and their execution plans for the GPU the device-properties
+// JSON describes (graph::make_device_properties), without a GPU: cuDNN's heuristics and plan
+// finalization for that GPU (its runtime-compiled engines compile their kernels here). The
+// bias layouts are tried as on the GPU. Throws with every layout's reason if none builds.
+// tests/layers/test_attention_cudnn.cpp runs it for an H200 on the CPU machines.
+CudnnAttentionPlanInfo cudnn_attention_plan_deviceless(const CudnnAttentionKey& key, const std::string& device_json);
+
 // Makes sure both plans of this key exist on device (building and caching them on first
 // use). Throws with cuDNN's message (the same one again on later calls) if either graph
 // cannot be built, before anything has run: the caller can still take another engine.

@@ -200,22 +200,31 @@ Descriptor make_reshape(const std::string& name, const Descriptor& x, const Desc
 Descriptor make_operation_graph(const std::string& name, cudnnHandle_t handle,
                                 const std::vector<const Descriptor*>& ops) {
   Descriptor g(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph " + name);
-  g.set_descs(TNT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_OPS), ops)
-      .set_handle(TNT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_HANDLE), handle)
-      .finalize();
+  g.set_descs(TNT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_OPS), ops);
+  if (handle != nullptr) g.set_handle(TNT_ATTR(CUDNN_ATTR_OPERATIONGRAPH_HANDLE), handle);
+  g.finalize();
   return g;
+}
+
+Descriptor make_device_properties(const std::string& name, const std::string& json) {
+  Descriptor d(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, "device properties " + name);
+  d.set(TNT_ATTR(CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION), CUDNN_TYPE_CHAR, static_cast<int64_t>(json.size()),
+        json.data())
+      .finalize();
+  return d;
 }
 
 namespace {
 
 // The engine configs heuristics `mode` proposes for op_graph, in its order of preference.
 std::vector<Descriptor> engine_configs(const std::string& name, const Descriptor& op_graph,
-                                       cudnnBackendHeurMode_t mode) {
+                                       cudnnBackendHeurMode_t mode, const Descriptor* device_properties) {
   Descriptor heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR,
                   fmt::format("heuristics mode {} {}", static_cast<int>(mode), name));
   heur.set_desc(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH), op_graph)
-      .set(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_MODE), CUDNN_TYPE_HEUR_MODE, 1, &mode)
-      .finalize();
+      .set(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_MODE), CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (device_properties != nullptr) heur.set_desc(TNT_ATTR(CUDNN_ATTR_ENGINEHEUR_DEVICEPROP), *device_properties);
+  heur.finalize();
   int64_t count = 0;
   check(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
                                  nullptr),
@@ -238,14 +247,17 @@ std::vector<Descriptor> engine_configs(const std::string& name, const Descriptor
 
 }  // namespace
 
-Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& op_graph,
-               const std::vector<cudnnBackendHeurMode_t>& modes) {
+namespace {
+
+// make_plan with a handle, or (handle null) for the GPU device_properties describes.
+Plan plan_for(const std::string& name, cudnnHandle_t handle, const Descriptor* device_properties,
+              const Descriptor& op_graph, const std::vector<cudnnBackendHeurMode_t>& modes) {
   std::string tried;
   int64_t total = 0;
   for (cudnnBackendHeurMode_t mode : modes) {
     std::vector<Descriptor> configs;
     try {
-      configs = engine_configs(name, op_graph, mode);
+      configs = engine_configs(name, op_graph, mode, device_properties);
     } catch (const std::exception& e) {
       tried += fmt::format("\n  heuristics mode {}: {}", static_cast<int>(mode), e.what());
       continue;
@@ -264,9 +276,29 @@ Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& 
         Plan p;
         p.plan = Descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
                             fmt::format("execution plan {} (mode {}) of {}", i, static_cast<int>(mode), name));
-        p.plan.set_handle(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_HANDLE), handle)
-            .set_desc(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), configs[i])
-            .finalize();
+        if (handle != nullptr) p.plan.set_handle(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_HANDLE), handle);
+        if (device_properties != nullptr) {
+          p.plan.set_desc(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_DEVICEPROP), *device_properties);
+        }
+        p.plan.set_desc(TNT_ATTR(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG), configs[i]);
+        if (device_properties != nullptr) {
+          const cudnnStatus_t st = cudnnBackendFinalize(p.plan.get());
+          const std::string last = st == CUDNN_STATUS_SUCCESS ? "" : last_error_message();
+          if (st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER &&
+              (last.find("LoadData") != std::string::npos || last.find("loadModule") != std::string::npos)) {
+            p.engine = engine;
+            p.mode = mode;
+            p.config = static_cast<int64_t>(i);
+            p.compiled_only = true;
+            return p;
+          }
+          if (st != CUDNN_STATUS_SUCCESS) {
+            TNT_THROW("cuDNN graph: {}: finalize: {}{}", p.plan.name(), cudnnGetErrorString(st),
+                      last.empty() ? "" : " (" + last + ")");
+          }
+        } else {
+          p.plan.finalize();
+        }
         int64_t n2 = 0;
         check(cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                        &n2, &p.workspace),
@@ -284,6 +316,18 @@ Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& 
   for (cudnnBackendHeurMode_t m : modes) mode_ids.push_back(static_cast<int>(m));
   TNT_THROW("cuDNN graph: {}: none of the {} engine configs of heuristics modes [{}] finalized:{}", name, total,
             fmt::join(mode_ids, ","), tried);
+}
+
+}  // namespace
+
+Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& op_graph,
+               const std::vector<cudnnBackendHeurMode_t>& modes) {
+  return plan_for(name, handle, nullptr, op_graph, modes);
+}
+
+Plan make_plan_deviceless(const std::string& name, const Descriptor& device_properties, const Descriptor& op_graph,
+                          const std::vector<cudnnBackendHeurMode_t>& modes) {
+  return plan_for(name, nullptr, &device_properties, op_graph, modes);
 }
 
 namespace {

@@ -107,9 +107,17 @@ Descriptor make_rng_bernoulli(const std::string& name, double probability, const
 // y = x viewed with y's dims and strides (a transpose, for the graph's matmul operands).
 Descriptor make_reshape(const std::string& name, const Descriptor& x, const Descriptor& y);
 
-// The operations' graph, finalized against a handle (needs a GPU).
+// The operations' graph, finalized against a handle (needs a GPU), or, with a null handle,
+// without one: for heuristics and plans against device properties (make_device_properties).
 Descriptor make_operation_graph(const std::string& name, cudnnHandle_t handle,
                                 const std::vector<const Descriptor*>& ops);
+
+// A GPU described by its properties (CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR from the JSON cuDNN
+// serialises them in: maxGridSize, multiProcessorCount, maxSharedMemoryPerBlockOptin,
+// deviceVer, driverVer, ...). cuDNN (9.8 and later) proposes engine configs and finalizes
+// execution plans for it without the GPU ("deviceless ahead-of-time compilation"): on a
+// machine without one, a graph can be checked against the GPU it will run on.
+Descriptor make_device_properties(const std::string& name, const std::string& json);
 
 // The first engine config that finalizes into an execution plan, taking heuristics modes in
 // order and each mode's configs in its order (mode A first, as cudnn-frontend's SDPA callers
@@ -121,9 +129,20 @@ struct Plan {
   int64_t engine = -1;    // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the chosen engine, for logs
   cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;  // the heuristics mode that proposed it
   int64_t config = -1;    // its rank among that mode's configs
+  // Deviceless only: the engine generated its kernel for the described GPU, and finalizing
+  // stopped where the kernel is loaded (which needs a CUDA driver; this machine may have none).
+  bool compiled_only = false;
 };
 Plan make_plan(const std::string& name, cudnnHandle_t handle, const Descriptor& op_graph,
                const std::vector<cudnnBackendHeurMode_t>& modes = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK});
+// The same for the GPU `device_properties` describes, without it (and without a handle):
+// the plan can be serialised or inspected, not executed. Where there is no CUDA driver to
+// load the generated kernel into (a machine without a GPU, the driver's stub library in
+// place of libcuda.so.1), a config whose plan got as far as loading counts, marked
+// compiled_only: cuDNN accepted the graph, chose the engine and generated its code.
+Plan make_plan_deviceless(const std::string& name, const Descriptor& device_properties, const Descriptor& op_graph,
+                          const std::vector<cudnnBackendHeurMode_t>& modes = {CUDNN_HEUR_MODE_A,
+                                                                              CUDNN_HEUR_MODE_FALLBACK});
 
 // One line read back from a finalized tensor descriptor through cudnnBackendGetAttribute
 // ("uid 7 bf16 [3,1,1,77] strides [77,77,77,1]", then " virtual" / " by-value"), so

@@ -197,6 +197,135 @@ Descriptor make_reshape(const std::string& name, const Descriptor& x, const Desc
   return op;
 }
 
+Descriptor make_pointwise_backward(const std::string& name, cudnnPointwiseMode_t mode, cudnnDataType_t math,
+                                   const Descriptor& dy, const Descriptor& x, const Descriptor& dx) {
+  Descriptor pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, "pointwise " + name);
+  pw.set(TNT_ATTR(CUDNN_ATTR_POINTWISE_MODE), CUDNN_TYPE_POINTWISE_MODE, 1, &mode)
+      .set_data_type(TNT_ATTR(CUDNN_ATTR_POINTWISE_MATH_PREC), math)
+      .finalize();
+  Descriptor op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR), pw)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_DYDESC), dy)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_XDESC), x)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_DXDESC), dx)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA1), 1.0f)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_POINTWISE_ALPHA2), 1.0f)
+      .finalize();
+  return op;
+}
+
+Descriptor make_convolution(const std::string& name, const ConvSpec& c) {
+  const size_t dims = c.padding.size();
+  TNT_CHECK(dims > 0 && c.stride.size() == dims && c.dilation.size() == dims,
+            "cuDNN graph: convolution {}: {} paddings, {} strides, {} dilations (one each per spatial dimension)",
+            name, c.padding.size(), c.stride.size(), c.dilation.size());
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t spatial = static_cast<int64_t>(dims);
+  Descriptor d(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, "convolution " + name);
+  d.set_data_type(TNT_ATTR(CUDNN_ATTR_CONVOLUTION_COMP_TYPE), CUDNN_DATA_FLOAT)
+      .set(TNT_ATTR(CUDNN_ATTR_CONVOLUTION_CONV_MODE), CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)
+      .set_int64(TNT_ATTR(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS), spatial)
+      .set_int64s(TNT_ATTR(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS), c.padding)
+      .set_int64s(TNT_ATTR(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS), c.padding)
+      .set_int64s(TNT_ATTR(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES), c.stride)
+      .set_int64s(TNT_ATTR(CUDNN_ATTR_CONVOLUTION_DILATIONS), c.dilation)
+      .finalize();
+  return d;
+}
+
+Descriptor make_conv_fprop(const std::string& name, const Descriptor& conv, const Descriptor& x, const Descriptor& w,
+                           const Descriptor& y) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X), x)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W), w)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y), y)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC), conv)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA), 1.0f)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA), 0.0f)
+      .finalize();
+  return op;
+}
+
+Descriptor make_conv_dgrad(const std::string& name, const Descriptor& conv, const Descriptor& dy, const Descriptor& w,
+                           const Descriptor& dx) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY), dy)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W), w)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX), dx)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC), conv)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA), 1.0f)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA), 0.0f)
+      .finalize();
+  return op;
+}
+
+Descriptor make_conv_wgrad(const std::string& name, const Descriptor& conv, const Descriptor& x, const Descriptor& dy,
+                           const Descriptor& dw) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, "operation " + name);
+  op.set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X), x)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY), dy)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW), dw)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC), conv)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA), 1.0f)
+      .set_float(TNT_ATTR(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA), 0.0f)
+      .finalize();
+  return op;
+}
+
+Descriptor make_gen_stats(const std::string& name, const Descriptor& x, const Descriptor& sum,
+                          const Descriptor& sq_sum) {
+  const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
+  Descriptor op(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR, "operation " + name);
+  op.set(TNT_ATTR(CUDNN_ATTR_OPERATION_GENSTATS_MODE), CUDNN_TYPE_GENSTATS_MODE, 1, &mode)
+      .set_data_type(TNT_ATTR(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC), CUDNN_DATA_FLOAT)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_GENSTATS_XDESC), x)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC), sum)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC), sq_sum)
+      .finalize();
+  return op;
+}
+
+Descriptor make_bn_finalize(const std::string& name, const BnFinalizeTensors& t) {
+  const cudnnBnFinalizeStatsMode_t mode = CUDNN_BN_FINALIZE_STATISTICS_TRAINING;
+  Descriptor op(CUDNN_BACKEND_OPERATION_BN_FINALIZE_STATISTICS_DESCRIPTOR, "operation " + name);
+  op.set(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_STATS_MODE), CUDNN_TYPE_BN_FINALIZE_STATS_MODE, 1, &mode)
+      .set_data_type(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_MATH_PREC), CUDNN_DATA_FLOAT)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_Y_SUM_DESC), *t.sum)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_Y_SQ_SUM_DESC), *t.sq_sum)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_EQ_SCALE_DESC), *t.eq_scale)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_EQ_BIAS_DESC), *t.eq_bias)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_SAVED_MEAN_DESC), *t.saved_mean)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_SAVED_INV_STD_DESC), *t.saved_inv_std)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_SCALE_DESC), *t.scale)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_BIAS_DESC), *t.bias)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_PREV_RUNNING_MEAN_DESC), *t.prev_running_mean)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_PREV_RUNNING_VAR_DESC), *t.prev_running_var)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_UPDATED_RUNNING_MEAN_DESC), *t.next_running_mean)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_UPDATED_RUNNING_VAR_DESC), *t.next_running_var)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_EPSILON_DESC), *t.epsilon)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_EXP_AVERATE_FACTOR_DESC), *t.factor)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_FINALIZE_ACCUM_COUNT_DESC), *t.accum_count)
+      .finalize();
+  return op;
+}
+
+Descriptor make_bn_bwd_weights(const std::string& name, const BnBwdWeightsTensors& t) {
+  Descriptor op(CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR, "operation " + name);
+  op.set_data_type(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC), CUDNN_DATA_FLOAT)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC), *t.eq_dy_scale)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC), *t.eq_x_scale)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS), *t.eq_bias)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC), *t.mean)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC), *t.inv_std)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC), *t.scale)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC), *t.x)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC), *t.dy)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC), *t.dscale)
+      .set_desc(TNT_ATTR(CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC), *t.dbias)
+      .finalize();
+  return op;
+}
+
 Descriptor make_operation_graph(const std::string& name, cudnnHandle_t handle,
                                 const std::vector<const Descriptor*>& ops) {
   Descriptor g(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph " + name);
@@ -374,6 +503,24 @@ std::string describe_tensor(const Descriptor& t) {
   return fmt::format("uid {} {} [{}] strides [{}]{}{}", uid.at(0), data_type_name(dt.at(0)),
                      fmt::join(dims, ","), fmt::join(strides, ","),
                      virt ? " virtual" : "", by_value ? " by-value" : "");
+}
+
+std::string describe_convolution(const Descriptor& c) {
+  const auto comp = get_values<cudnnDataType_t>(c, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE,
+                                                "compute type", 1);
+  // cuDNN 9.19 takes the mode as CUDNN_TYPE_CONVOLUTION_MODE but gives it back only under
+  // CUDNN_TYPE_DATA_TYPE (BAD_PARAM_ATTRIBUTE_TYPE otherwise); both are 4-byte enums.
+  const auto mode = get_values<cudnnConvolutionMode_t>(c, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_DATA_TYPE,
+                                                       "mode", 1);
+  const auto dims = get_values<int64_t>(c, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, "spatial dims", 1);
+  const auto pre = get_values<int64_t>(c, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, "pre paddings", 8);
+  const auto post = get_values<int64_t>(c, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, "post paddings", 8);
+  const auto stride = get_values<int64_t>(c, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, "strides", 8);
+  const auto dil = get_values<int64_t>(c, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, "dilations", 8);
+  return fmt::format("{} {} {}-D pad [{}]/[{}] stride [{}] dilation [{}]",
+                     mode.at(0) == CUDNN_CROSS_CORRELATION ? "cross-correlation" : "convolution",
+                     data_type_name(comp.at(0)), dims.at(0), fmt::join(pre, ","), fmt::join(post, ","),
+                     fmt::join(stride, ","), fmt::join(dil, ","));
 }
 
 std::string describe_pointwise(const Descriptor& op) {

@@ -107,6 +107,47 @@ Descriptor make_rng_bernoulli(const std::string& name, double probability, const
 // y = x viewed with y's dims and strides (a transpose, for the graph's matmul operands).
 Descriptor make_reshape(const std::string& name, const Descriptor& x, const Descriptor& y);
 
+// The backward pointwise operations (RELU_BWD, ...): dx = mode(dy, x), with cuDNN's DY / X /
+// DX operand attributes (not X / B / Y, which these modes do not read), computed in `math`.
+Descriptor make_pointwise_backward(const std::string& name, cudnnPointwiseMode_t mode, cudnnDataType_t math,
+                                   const Descriptor& dy, const Descriptor& x, const Descriptor& dx);
+
+// A 2-D (or N-D: one value per spatial dimension in each vector) cross-correlation, as every
+// framework's "convolution" is, computed in f32; padding the same before and after.
+struct ConvSpec {
+  std::vector<int64_t> padding, stride, dilation;
+};
+Descriptor make_convolution(const std::string& name, const ConvSpec& c);
+// y = conv(x, w), dx = conv^T(dy, w) (dgrad), dw = x (*) dy (wgrad); alpha 1, beta 0 (the
+// output overwritten, never accumulated), as f32 scalars as cudnn-frontend passes them.
+Descriptor make_conv_fprop(const std::string& name, const Descriptor& conv, const Descriptor& x, const Descriptor& w,
+                           const Descriptor& y);
+Descriptor make_conv_dgrad(const std::string& name, const Descriptor& conv, const Descriptor& dy, const Descriptor& w,
+                           const Descriptor& dx);
+Descriptor make_conv_wgrad(const std::string& name, const Descriptor& conv, const Descriptor& x, const Descriptor& dy,
+                           const Descriptor& dw);
+// Per-channel sum and sum of squares of x (over N, H, W), in f32: the statistics a following
+// BatchNorm needs, taken while x is still in the producing kernel's registers.
+Descriptor make_gen_stats(const std::string& name, const Descriptor& x, const Descriptor& sum,
+                          const Descriptor& sq_sum);
+// BatchNorm's training statistics from GEN_STATS' sums over accum_count values per channel:
+// the equivalent scale and bias (y = eq_scale x + eq_bias), the saved mean and inverse
+// standard deviation for the backward, and the running mean and variance moved by the
+// exponential-average factor. epsilon, factor (f32) and accum_count (i64) are scalar tensors.
+struct BnFinalizeTensors {
+  const Descriptor *sum, *sq_sum, *scale, *bias, *prev_running_mean, *prev_running_var;
+  const Descriptor *eq_scale, *eq_bias, *saved_mean, *saved_inv_std, *next_running_mean, *next_running_var;
+  const Descriptor *epsilon, *factor, *accum_count;
+};
+Descriptor make_bn_finalize(const std::string& name, const BnFinalizeTensors& t);
+// BatchNorm's backward reductions (dscale, dbias) and the coefficients of its input
+// gradient, dx = eq_dy_scale dy + eq_x_scale x + eq_bias, from x, dy and the saved statistics.
+struct BnBwdWeightsTensors {
+  const Descriptor *x, *dy, *mean, *inv_std, *scale;
+  const Descriptor *dscale, *dbias, *eq_dy_scale, *eq_x_scale, *eq_bias;
+};
+Descriptor make_bn_bwd_weights(const std::string& name, const BnBwdWeightsTensors& t);
+
 // The operations' graph, finalized against a handle (needs a GPU), or, with a null handle,
 // without one: for heuristics and plans against device properties (make_device_properties).
 Descriptor make_operation_graph(const std::string& name, cudnnHandle_t handle,
@@ -148,6 +189,9 @@ Plan make_plan_deviceless(const std::string& name, const Descriptor& device_prop
 // ("uid 7 bf16 [3,1,1,77] strides [77,77,77,1]", then " virtual" / " by-value"), so
 // tests pin what cuDNN holds rather than what we meant to set. Works without a GPU.
 std::string describe_tensor(const Descriptor& t);
+// A finalized convolution descriptor read back ("cross-correlation f32 2-D pad [1,1]/[1,1]
+// stride [2,2] dilation [1,1]": pre/post paddings), for tests to pin. Works without a GPU.
+std::string describe_convolution(const Descriptor& conv);
 // The scale factors we set on a pointwise operation ("alpha1 1 alpha2 1", "-" where unset):
 // cuDNN 9.19 does not read them back, so this reports attributes_set().
 std::string describe_pointwise(const Descriptor& op);

@@ -11,9 +11,12 @@
 //             scale + bias + ReLU of the input recomputed -> wgrad.
 //
 // Groundwork only: nothing in the model or the layers calls this yet (Conv2D runs cuDNN's
-// legacy API in conv2d_cuda.cu, BatchNorm its legacy fused ops). What is proven today is that
-// cuDNN 9.19 plans every graph for an H200 on a machine without a GPU (deviceless planning,
-// tests/layers/test_conv_bn_graph.cpp); numerics wait for the GPU integration.
+// legacy API in conv2d_cuda.cu, BatchNorm its legacy fused ops). What is proven today is what
+// cuDNN 9.19 plans for an H200 on a machine without a GPU (deviceless planning,
+// tests/layers/test_conv_bn_graph.cpp, table in docs/gpu.md): conv + GEN_STATS, scale + bias
+// + ReLU -> conv -> GEN_STATS (bf16 scale/bias and intermediates only) and BN finalize as
+// asked; dgrad + dReLU + BN backward weights refused (dgrad + dReLU served), scale + bias +
+// ReLU -> wgrad refused in bf16 (plain wgrad served). Numerics wait for the GPU integration.
 //
 // The node patterns follow cudnn-frontend's samples for the same fusions (convolution/
 // fprop.cpp "SBRCS", dgrads.cpp "Dgrad Drelu DBNweight", wgrads.cpp "scale-bias-relu-wgrad",

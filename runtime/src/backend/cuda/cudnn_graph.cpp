@@ -371,6 +371,13 @@ std::vector<Descriptor> engine_configs(const std::string& name, const Descriptor
                                  raw.data()),
         heur.name() + ": get CUDNN_ATTR_ENGINEHEUR_RESULTS");
   configs.resize(static_cast<size_t>(std::min(got, count)));
+  // cuDNN 9.19 counts results for graphs none of its engines take, then returns none of them
+  // (deviceless, e.g. a fused pattern not served on the described GPU): say so, not "0 configs".
+  TNT_CHECK(!configs.empty(), "cuDNN graph: {}: heuristics counted {} engine configs but returned none{}", heur.name(),
+            count, [] {
+              const std::string m = last_error_message();
+              return m.empty() ? std::string() : " (" + m + ")";
+            }());
   return configs;
 }
 

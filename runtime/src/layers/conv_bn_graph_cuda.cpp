@@ -183,9 +183,10 @@ void build_dgrad(Parts& p, ConvBnGraphKind kind, const ConvBnShape& s, const Con
          "POINTWISE RELU_BWD");
     return;
   }
-  // The BatchNorm output the forward ReLU read, recomputed from its input x: the pattern
-  // spells it ((x + mean) * inv_std) * gamma + beta, ADD with the mean tensor as the
-  // sample does (the engine reads the mean operand as the value to take away).
+  // The BatchNorm output the forward ReLU read, recomputed from its input x, spelt as
+  // cudnn-frontend's sample spells it: ((x ADD mean) * inv_std) * gamma + beta. Whether the
+  // engine subtracts that operand or the caller must pass -mean is for the GPU integration
+  // to check (cuDNN 9.19 serves this graph nowhere deviceless: docs/gpu.md).
   const g::Descriptor& mean = p.channel(kMean, "mean", CUDNN_DATA_FLOAT, s.c);
   const g::Descriptor& inv_std = p.channel(kInvStd, "inv std", CUDNN_DATA_FLOAT, s.c);
   const g::Descriptor& gamma = p.channel(kGamma, "gamma", CUDNN_DATA_FLOAT, s.c);

@@ -50,41 +50,9 @@ enum Uid : int64_t {
   kFirstVirtual = 1000,
 };
 
-// The descriptors of one graph, kept alive together (the finalized operations hold
-// references to the tensors), and its operations in order.
-struct GraphParts {
-  std::deque<g::Descriptor> tensors;
-  std::deque<g::Descriptor> ops;
-  std::vector<std::string> op_names;
-  std::vector<std::string> tensor_names;
-  int64_t next_virtual = kFirstVirtual;
-
-  const g::Descriptor& tensor(g::TensorSpec s) {
-    tensors.push_back(g::make_tensor(s));
-    tensor_names.push_back(s.name);
-    return tensors.back();
-  }
-  // A virtual tensor (never in memory): dims, packed strides unless given.
-  const g::Descriptor& virt(const std::string& name, std::vector<int64_t> dims, cudnnDataType_t dt = CUDNN_DATA_FLOAT,
-                            std::vector<int64_t> strides = {}) {
-    g::TensorSpec s;
-    s.uid = next_virtual++;
-    s.name = name;
-    s.dtype = dt;
-    s.strides = strides.empty() ? g::packed_strides(dims) : std::move(strides);
-    s.dims = std::move(dims);
-    s.is_virtual = true;
-    return tensor(s);
-  }
-  void op(g::Descriptor d, const std::string& name) {
-    ops.push_back(std::move(d));
-    op_names.push_back(name);
-  }
-  std::vector<const g::Descriptor*> op_list() const {
-    std::vector<const g::Descriptor*> v;
-    for (const auto& d : ops) v.push_back(&d);
-    return v;
-  }
+// One graph's descriptors (graph::GraphParts), virtual uids from kFirstVirtual.
+struct GraphParts : g::GraphParts {
+  GraphParts() : g::GraphParts(kFirstVirtual) {}
 };
 
 g::TensorSpec spec(int64_t uid, const std::string& name, cudnnDataType_t dt, std::vector<int64_t> dims,
@@ -520,6 +488,35 @@ CudnnAttentionPlanInfo cudnn_attention_plan_deviceless(const CudnnAttentionKey& 
   TNT_THROW("{}", errors);
 }
 
+namespace {
+
+// The host values of the by-value inputs both graphs may take (they must outlive execute).
+struct OptionalValues {
+  float mask_value;  // causal's replacement logit
+  float drop_scale;  // 1 / (1 - rate)
+};
+
+// The inputs both graphs take after their own, where the key has them: the padding bias,
+// causal's replacement logit, dropout's seed, offset and scale.
+void add_optional_inputs(const CudnnAttentionKey& key, const CudnnAttentionSaved& saved, OptionalValues& values,
+                         std::vector<int64_t>& uids, std::vector<void*>& ptrs) {
+  if (key.bias) {
+    uids.push_back(kBias);
+    ptrs.push_back(saved.bias.raw());
+  }
+  if (key.causal) {
+    uids.push_back(kMaskValue);
+    ptrs.push_back(&values.mask_value);
+  }
+  if (key.rate > 0.0f) {
+    auto* so = static_cast<int64_t*>(saved.seed_offset.raw());
+    uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
+    ptrs.insert(ptrs.end(), {so, so + 2, &values.drop_scale});
+  }
+}
+
+}  // namespace
+
 Tensor cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
                                const AttentionCoreArgs& a, CudnnAttentionSaved& saved, int device) {
   const CudnnAttentionKey key = key_of(a, q.dtype(), key_ids.defined());
@@ -532,22 +529,11 @@ Tensor cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
                                       c.bias_layout.f32 ? DType::f32 : q.dtype(), device);
   }
   if (key.rate > 0.0f) saved.seed_offset = cudnn_attention_seed_offset(a.key, a.base, device);
-  float scale = a.scale, mask_value = kCudnnCausalMaskValue, drop_scale = 1.0f / (1.0f - a.rate);
+  float scale = a.scale;
+  OptionalValues values{kCudnnCausalMaskValue, 1.0f / (1.0f - a.rate)};
   std::vector<int64_t> uids{kQ, kKT, kV, kO, kStats, kScale};
   std::vector<void*> ptrs{q.raw(), k.raw(), v.raw(), o.raw(), saved.stats.raw(), &scale};
-  if (key.bias) {
-    uids.push_back(kBias);
-    ptrs.push_back(saved.bias.raw());
-  }
-  if (key.causal) {
-    uids.push_back(kMaskValue);
-    ptrs.push_back(&mask_value);
-  }
-  if (key.rate > 0.0f) {
-    auto* so = static_cast<int64_t*>(saved.seed_offset.raw());
-    uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
-    ptrs.insert(ptrs.end(), {so, so + 2, &drop_scale});
-  }
+  add_optional_inputs(key, saved, values, uids, ptrs);
   Tensor workspace;
   if (c.fwd.workspace > 0) workspace = Tensor::empty({c.fwd.workspace}, DType::u8, dev);
   g::execute("attention forward " + key.str(), cudnn_handle(device), c.fwd, uids, ptrs,
@@ -570,24 +556,12 @@ void cudnn_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   // before 9.6 and leaves it to the engine after (9.19 here); we zero it anyway: 8 MB at
   // B=64, H=16, T=256, d=64 costs microseconds, cheaper than a wrong dQ if the engine does not.
   Tensor dq_accum = Tensor::zeros({a.batch, a.heads, a.tq, a.depth}, DType::f32, dev);
-  float scale = a.scale, mask_value = kCudnnCausalMaskValue, keep_prob = 1.0f - a.rate,
-        drop_scale = 1.0f / (1.0f - a.rate);
+  float scale = a.scale, keep_prob = 1.0f - a.rate;
+  OptionalValues values{kCudnnCausalMaskValue, 1.0f / (1.0f - a.rate)};
   std::vector<int64_t> uids{kQ, kKT, kV, kO, kDO, kDQ, kDK, kDV, kStats, kScale, kSoftmaxSum, kDQAccum, kDropKeep};
   std::vector<void*> ptrs{q.raw(),  k.raw(),  v.raw(),           o.raw(),           d_o.raw(),       dq.raw(), dk.raw(),
                           dv.raw(), saved.stats.raw(), &scale, softmax_sum.raw(), dq_accum.raw(), &keep_prob};
-  if (key.bias) {
-    uids.push_back(kBias);
-    ptrs.push_back(saved.bias.raw());
-  }
-  if (key.causal) {
-    uids.push_back(kMaskValue);
-    ptrs.push_back(&mask_value);
-  }
-  if (key.rate > 0.0f) {
-    auto* so = static_cast<int64_t*>(saved.seed_offset.raw());
-    uids.insert(uids.end(), {kSeed, kOffset, kDropScale});
-    ptrs.insert(ptrs.end(), {so, so + 2, &drop_scale});
-  }
+  add_optional_inputs(key, saved, values, uids, ptrs);
   Tensor workspace;
   if (c.bwd.workspace > 0) workspace = Tensor::empty({c.bwd.workspace}, DType::u8, dev);
   g::execute("attention backward " + key.str(), cudnn_handle(device), c.bwd, uids, ptrs,

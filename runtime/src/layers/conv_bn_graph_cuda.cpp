@@ -50,16 +50,10 @@ enum : int64_t {
 
 cudnnDataType_t dt(DType d) { return g::data_type(d, "conv+BN graph"); }
 
-struct Parts {
-  std::deque<g::Descriptor> tensors, ops;
-  std::vector<std::string> op_names, tensor_names;
-  int64_t next_virtual = kFirstVirtual;
-
-  const g::Descriptor& tensor(const g::TensorSpec& s) {
-    tensors.push_back(g::make_tensor(s));
-    tensor_names.push_back(s.name);
-    return tensors.back();
-  }
+// One graph's descriptors (graph::GraphParts), virtual uids from kFirstVirtual, with the
+// layouts these graphs use.
+struct Parts : g::GraphParts {
+  Parts() : g::GraphParts(kFirstVirtual) {}
   // NHWC activations (n, c, h, w), channels fastest.
   const g::Descriptor& nhwc(int64_t uid, const std::string& name, cudnnDataType_t type, int64_t n, int64_t c, int64_t h,
                             int64_t w, bool is_virtual = false) {
@@ -76,26 +70,6 @@ struct Parts {
   const g::Descriptor& channel(int64_t uid, const std::string& name, cudnnDataType_t type, int64_t c,
                                bool is_virtual = false) {
     return nhwc(uid, name, type, 1, c, 1, 1, is_virtual);
-  }
-  // A host scalar passed by value.
-  const g::Descriptor& scalar(int64_t uid, const std::string& name, cudnnDataType_t type) {
-    g::TensorSpec s;
-    s.uid = uid;
-    s.name = name;
-    s.dtype = type;
-    s.dims = {1, 1, 1, 1};
-    s.strides = {1, 1, 1, 1};
-    s.by_value = true;
-    return tensor(s);
-  }
-  void op(g::Descriptor d, const std::string& name) {
-    ops.push_back(std::move(d));
-    op_names.push_back(name);
-  }
-  std::vector<const g::Descriptor*> op_list() const {
-    std::vector<const g::Descriptor*> v;
-    for (const auto& d : ops) v.push_back(&d);
-    return v;
   }
 };
 

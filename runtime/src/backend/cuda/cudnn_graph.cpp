@@ -90,6 +90,46 @@ Descriptor& Descriptor::finalize() {
   return *this;
 }
 
+const Descriptor& GraphParts::tensor(const TensorSpec& s) {
+  tensors.push_back(make_tensor(s));
+  tensor_names.push_back(s.name);
+  return tensors.back();
+}
+
+const Descriptor& GraphParts::virt(const std::string& name, std::vector<int64_t> dims, cudnnDataType_t dt,
+                                   std::vector<int64_t> strides) {
+  TensorSpec s;
+  s.uid = next_virtual++;
+  s.name = name;
+  s.dtype = dt;
+  s.strides = strides.empty() ? packed_strides(dims) : std::move(strides);
+  s.dims = std::move(dims);
+  s.is_virtual = true;
+  return tensor(s);
+}
+
+const Descriptor& GraphParts::scalar(int64_t uid, const std::string& name, cudnnDataType_t dt) {
+  TensorSpec s;
+  s.uid = uid;
+  s.name = name;
+  s.dtype = dt;
+  s.dims = {1, 1, 1, 1};
+  s.strides = {1, 1, 1, 1};
+  s.by_value = true;
+  return tensor(s);
+}
+
+void GraphParts::op(Descriptor d, const std::string& name) {
+  ops.push_back(std::move(d));
+  op_names.push_back(name);
+}
+
+std::vector<const Descriptor*> GraphParts::op_list() const {
+  std::vector<const Descriptor*> v;
+  for (const auto& d : ops) v.push_back(&d);
+  return v;
+}
+
 cudnnDataType_t data_type(DType d, const char* what) {
   switch (d) {
     case DType::f32: return CUDNN_DATA_FLOAT;

@@ -17,6 +17,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,25 @@ struct TensorSpec {
   int64_t alignment = 16;
 };
 Descriptor make_tensor(const TensorSpec& s);
+
+// The descriptors of one graph under construction, kept alive together (finalized operations
+// refer to their tensors), its operations in order, and the names of both (for tests and
+// messages). Virtual tensors get uids from first_virtual on.
+struct GraphParts {
+  explicit GraphParts(int64_t first_virtual) : next_virtual(first_virtual) {}
+  std::deque<Descriptor> tensors, ops;
+  std::vector<std::string> op_names, tensor_names;
+  int64_t next_virtual;
+
+  const Descriptor& tensor(const TensorSpec& s);
+  // A virtual tensor (never in memory): dims, packed strides unless given.
+  const Descriptor& virt(const std::string& name, std::vector<int64_t> dims, cudnnDataType_t dt = CUDNN_DATA_FLOAT,
+                         std::vector<int64_t> strides = {});
+  // A host scalar passed by value, dims (1, 1, 1, 1).
+  const Descriptor& scalar(int64_t uid, const std::string& name, cudnnDataType_t dt);
+  void op(Descriptor d, const std::string& name);
+  std::vector<const Descriptor*> op_list() const;
+};
 
 // A finalized pointwise operation y = mode(x[, b[, t]]), computed in `math` (float for
 // arithmetic, boolean for comparisons). axis >= 0 sets CUDNN_ATTR_POINTWISE_AXIS (GEN_INDEX).

@@ -132,41 +132,11 @@ Result run(const Inputs& in, const AttentionCoreArgs& a, AttentionEngine engine,
   return r;
 }
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
-
-// |a - b| <= atol everywhere, as CHECK: one GPU run reports every failing output with its
-// count and worst element.
-void check_close(const Tensor& a, const Tensor& b, double atol, const std::string& what) {
-  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  REQUIRE(x.size() == y.size());
-  int64_t bad = 0;
-  size_t worst = 0;
-  double worst_err = -1;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double err = std::fabs(x[i] - y[i]);
-    if (!(err <= atol)) {
-      ++bad;
-      if (!(err <= worst_err)) {
-        worst = i;
-        worst_err = err;
-      }
-    }
-  }
-  INFO(what << ": " << bad << " of " << x.size() << " elements differ by more than " << atol << "; worst (flat "
-            << worst << "): " << (bad ? x[worst] : 0.0) << " against " << (bad ? y[worst] : 0.0));
-  CHECK(bad == 0);
-}
 
 void compare(const Tensor& got, const Tensor& unfused, const Tensor& ref, double unit, const std::string& what) {
   const double scale = max_abs(ref);
-  check_close(got, unfused, kUnits * unit * scale + kFloor, what + " cudnn vs unfused");
-  const double err = max_diff(got, ref), err_unfused = max_diff(unfused, ref);
+  test::check_all_close(got, unfused, kUnits * unit * scale + kFloor, what + " cudnn vs unfused");
+  const double err = test::max_abs_diff(got, ref), err_unfused = test::max_abs_diff(unfused, ref);
   INFO(what << ": max |cudnn - f32| " << err << ", max |unfused - f32| " << err_unfused << ", scale " << scale);
   CHECK(err <= 2.0 * err_unfused + 2.0 * unit * scale + kFloor);
 }
@@ -279,7 +249,7 @@ void check_against(const Tensor& got, const std::vector<double>& want, double un
   double scale = 0;
   for (double w : want) scale = std::max(scale, std::fabs(w));
   const Tensor ref = Tensor::from_vector(std::vector<float>(want.begin(), want.end()), got.shape());
-  check_close(got, ref, kUnits * unit * scale + kFloor, what);
+  test::check_all_close(got, ref, kUnits * unit * scale + kFloor, what);
 }
 
 }  // namespace
@@ -298,14 +268,14 @@ TEST_CASE("cuDNN attention dropout: repeatable, kept fraction, backward of its o
     const Result first = run(in, a, AttentionEngine::cudnn, dt);
     const Result again = run(in, a, AttentionEngine::cudnn, dt);
     REQUIRE(first.cudnn);
-    check_close(again.o, first.o, 0.0, "o again");
-    check_close(again.dq, first.dq, 0.0, "dq again");
-    check_close(again.dk, first.dk, 0.0, "dk again");
-    check_close(again.dv, first.dv, 0.0, "dv again");
+    test::check_all_close(again.o, first.o, 0.0, "o again");
+    test::check_all_close(again.dq, first.dq, 0.0, "dq again");
+    test::check_all_close(again.dk, first.dk, 0.0, "dk again");
+    test::check_all_close(again.dv, first.dv, 0.0, "dv again");
     // Another offset (the next step's) draws another mask.
     AttentionCoreArgs next = a;
     next.base += static_cast<uint64_t>(c.batch * c.heads * c.tq * c.tk);
-    CHECK(max_diff(run(in, next, AttentionEngine::cudnn, dt).o, first.o) > 0.0);
+    CHECK(test::max_abs_diff(run(in, next, AttentionEngine::cudnn, dt).o, first.o) > 0.0);
 
     // 2. The mask: o with one-hot values is p * keep / (1 - rate); without dropout it is p.
     Inputs hot = in;

@@ -163,53 +163,12 @@ Result run(const Inputs& in, const AttentionCoreArgs& a, AttentionEngine engine,
   return r;
 }
 
-double max_diff(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  REQUIRE(x.size() == y.size());
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
-  return m;
-}
-
-// |a - b| <= atol everywhere, as CHECK (not REQUIRE): one GPU run should report every
-// failing case and output, each with its count and worst element as (b, t, column).
-void check_close(const Tensor& a, const Tensor& b, double atol, const std::string& what) {
-  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
-  REQUIRE(x.size() == y.size());
-  int64_t bad = 0;
-  size_t worst = 0;
-  double worst_err = -1;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double err = std::fabs(x[i] - y[i]);
-    if (!(err <= atol)) {
-      ++bad;
-      if (!(err <= worst_err)) {
-        worst = i;
-        worst_err = err;
-      }
-    }
-  }
-  std::string at;
-  if (bad > 0) {
-    size_t rest = worst;
-    std::vector<int64_t> idx(a.shape().size());
-    for (size_t d = idx.size(); d-- > 0;) {
-      idx[d] = static_cast<int64_t>(rest % static_cast<size_t>(a.shape()[d]));
-      rest /= static_cast<size_t>(a.shape()[d]);
-    }
-    for (size_t d = 0; d < idx.size(); ++d) at += (d ? ", " : "(") + std::to_string(idx[d]);
-    at += ")";
-  }
-  INFO(what << ": " << bad << " of " << x.size() << " elements differ by more than " << atol << "; worst at " << at
-            << ": " << (bad ? x[worst] : 0.0) << " against " << (bad ? y[worst] : 0.0));
-  CHECK(bad == 0);
-}
 
 // One output of both engines against each other and against the f32 reference.
 void compare(const Tensor& fused, const Tensor& unfused, const Tensor& ref, double unit, const std::string& what) {
   const double scale = max_abs(ref);
-  check_close(fused, unfused, kUnits * unit * scale + kFloor, what + " fused vs unfused");
-  const double err_fused = max_diff(fused, ref), err_unfused = max_diff(unfused, ref);
+  test::check_all_close(fused, unfused, kUnits * unit * scale + kFloor, what + " fused vs unfused");
+  const double err_fused = test::max_abs_diff(fused, ref), err_unfused = test::max_abs_diff(unfused, ref);
   INFO(what << ": max |fused - f32| " << err_fused << ", max |unfused - f32| " << err_unfused << ", scale "
             << scale);
   CHECK(err_fused <= 2.0 * err_unfused + 2.0 * unit * scale + kFloor);
@@ -237,10 +196,10 @@ void check_case(const Case& c) {
     WARN(describe(c) << ": the fused kernels do not fit this GPU's shared memory; the unfused engine ran");
     CHECK(major < 9);
     // What ran instead is the unfused engine, bit for bit.
-    check_close(fused.o, unfused.o, 0.0, "o (fallback)");
-    check_close(fused.dq, unfused.dq, 0.0, "dq (fallback)");
-    check_close(fused.dk, unfused.dk, 0.0, "dk (fallback)");
-    check_close(fused.dv, unfused.dv, 0.0, "dv (fallback)");
+    test::check_all_close(fused.o, unfused.o, 0.0, "o (fallback)");
+    test::check_all_close(fused.dq, unfused.dq, 0.0, "dq (fallback)");
+    test::check_all_close(fused.dk, unfused.dk, 0.0, "dk (fallback)");
+    test::check_all_close(fused.dv, unfused.dv, 0.0, "dv (fallback)");
     return;
   }
   const double u = unit_of(c.dtype);
@@ -250,16 +209,16 @@ void check_case(const Case& c) {
   compare(fused.dv, unfused.dv, ref.dv, u, "dv");
   // No atomics: a second run gives the same bits.
   const Result again = run(in, a, AttentionEngine::fused, c.dtype);
-  check_close(again.o, fused.o, 0.0, "o again");
-  check_close(again.dq, fused.dq, 0.0, "dq again");
-  check_close(again.dk, fused.dk, 0.0, "dk again");
-  check_close(again.dv, fused.dv, 0.0, "dv again");
+  test::check_all_close(again.o, fused.o, 0.0, "o again");
+  test::check_all_close(again.dq, fused.dq, 0.0, "dq again");
+  test::check_all_close(again.dk, fused.dk, 0.0, "dk again");
+  test::check_all_close(again.dv, fused.dv, 0.0, "dv again");
   if (c.rate > 0.0f) {
     // The comparison above could fail: without dropout the outputs move by more than
     // its tolerance, so agreeing within it means the same mask.
     const Result plain = run(in, args_of(c, 0.0f), AttentionEngine::fused, c.dtype);
-    CHECK(max_diff(plain.o, fused.o) > kUnits * u * max_abs(ref.o) + kFloor);
-    CHECK(max_diff(plain.dv, fused.dv) > kUnits * u * max_abs(ref.dv) + kFloor);
+    CHECK(test::max_abs_diff(plain.o, fused.o) > kUnits * u * max_abs(ref.o) + kFloor);
+    CHECK(test::max_abs_diff(plain.dv, fused.dv) > kUnits * u * max_abs(ref.dv) + kFloor);
   }
 }
 

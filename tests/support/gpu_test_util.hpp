@@ -9,6 +9,7 @@
 #include "tarantella/layer.hpp"
 #include "tarantella/tensor.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -118,6 +119,49 @@ inline void require_close(const Tensor& gpu_result, const Tensor& cpu_result, do
 
 inline void require_equal(const Tensor& gpu_result, const Tensor& cpu_result, const std::string& what) {
   require_close(gpu_result, cpu_result, 0.0, 0.0, what);
+}
+
+// The largest |a - b| over all elements (same sizes).
+inline double max_abs_diff(const Tensor& a, const Tensor& b) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  REQUIRE(x.size() == y.size());
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+// |a - b| <= atol everywhere, as CHECK (not REQUIRE): one GPU run reports every failing
+// case and output, each with its count and worst element by its index.
+inline void check_all_close(const Tensor& a, const Tensor& b, double atol, const std::string& what) {
+  const std::vector<double> x = a.to_double_vector(), y = b.to_double_vector();
+  REQUIRE(x.size() == y.size());
+  int64_t bad = 0;
+  size_t worst = 0;
+  double worst_err = -1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double err = std::fabs(x[i] - y[i]);
+    if (!(err <= atol)) {
+      ++bad;
+      if (!(err <= worst_err)) {
+        worst = i;
+        worst_err = err;
+      }
+    }
+  }
+  std::string at;
+  if (bad > 0) {
+    size_t rest = worst;
+    std::vector<int64_t> idx(a.shape().size());
+    for (size_t d = idx.size(); d-- > 0;) {
+      idx[d] = static_cast<int64_t>(rest % static_cast<size_t>(a.shape()[d]));
+      rest /= static_cast<size_t>(a.shape()[d]);
+    }
+    for (size_t d = 0; d < idx.size(); ++d) at += (d ? ", " : "(") + std::to_string(idx[d]);
+    at += ")";
+  }
+  INFO(what << ": " << bad << " of " << x.size() << " elements differ by more than " << atol << "; worst at " << at
+            << ": " << (bad ? x[worst] : 0.0) << " against " << (bad ? y[worst] : 0.0));
+  CHECK(bad == 0);
 }
 
 // Worst-case rounding bound for a dot product of length k with |a| <= amax, |b| <= bmax:

@@ -62,7 +62,14 @@ AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<
   for (size_t i = 0; i < std::max<size_t>(small, 1); ++i) intercepts.push_back(points[i].second - fit.b_s_per_byte * points[i].first);
   std::sort(intercepts.begin(), intercepts.end());
   const size_t m = intercepts.size() / 2;
-  fit.a_s = std::max(0.0, intercepts.size() % 2 ? intercepts[m] : 0.5 * (intercepts[m - 1] + intercepts[m]));
+  fit.a_s = intercepts.size() % 2 ? intercepts[m] : 0.5 * (intercepts[m - 1] + intercepts[m]);
+  if (!(fit.a_s > 0)) {
+    // The line passes below the origin at the small sizes (a token bucket's burst carried
+    // them, or a loaded machine made the larger ones' slope steep: seen in CI, two ranks on
+    // two busy cores). No allreduce is free: the smallest size's own time bounds the latency
+    // from above and is mostly latency, so it stands in.
+    fit.a_s = std::max(0.0, points.front().second);
+  }
   return fit;
 }
 

@@ -108,7 +108,8 @@ struct Profile {
 // a = 2(p-1) latency, b = 2(p-1)/p / bandwidth.
 Link link_from_fit(const AllreduceFit& fit);
 // b by least squares over the larger half of the sizes, a as the median intercept of the
-// smaller half under that slope; both clamped at 0. Throws std::invalid_argument for fewer than two
+// smaller half under that slope (the smallest size's time where that is not above 0); b
+// clamped at 0. Throws std::invalid_argument for fewer than two
 // distinct sizes.
 AllreduceFit fit_allreduce(const std::vector<int64_t>& bytes, const std::vector<double>& seconds, int ranks);
 

@@ -63,13 +63,17 @@ struct Case {
   Ids ids = Ids::none;
   float rate = 0.0f;
   bool odd_gradient = false;  // dO a view 2 bytes into its storage (the engine copies it)
+  // Dropout's first counter. 777 (not 0: as on a rank other than the first) puts each lane's
+  // 4 keys at offset 1 or 3 of a Philox block; 0 and 2 with Tk a multiple of 4 give the
+  // offsets 0 (one block per 4 keys, rank 0's usual case) and 2 (4 keys straddle 2 blocks).
+  uint64_t base = 777;
 };
 
 std::string describe(const Case& c) {
   return std::string(dtype_name(c.dtype)) + " B" + std::to_string(c.batch) + " H" + std::to_string(c.heads) + " Tq" +
          std::to_string(c.tq) + " Tk" + std::to_string(c.tk) + " d" + std::to_string(c.depth) +
          (c.causal ? " causal" : "") + (c.ids == Ids::i32 ? " ids32" : c.ids == Ids::i64 ? " ids64" : "") +
-         " rate " + std::to_string(c.rate);
+         " rate " + std::to_string(c.rate) + " base " + std::to_string(c.base);
 }
 
 double unit_of(DType dt) { return dt == DType::bf16 ? kUnitBf16 : kUnitF16; }
@@ -122,7 +126,7 @@ AttentionCoreArgs args_of(const Case& c, float rate) {
   a.causal = c.causal;
   a.rate = rate;
   a.key = 0x5eed1234abcdULL;
-  a.base = 777;  // not 0: as on a rank other than the first
+  a.base = c.base;
   return a;
 }
 
@@ -269,6 +273,19 @@ TEST_CASE("Fused attention matches the unfused engine under dropout 0.1 (the sam
     check_case({dt, 3, 2, 37, 50, 64, false, Ids::i64, 0.1f});
     check_case({dt, 2, 2, 100, 100, 64, true, Ids::none, 0.1f});
     check_case({dt, 2, 2, 1, 70, 32, false, Ids::i32, 0.1f});
+    // Tiles with no mask at all (plain_scores) in all three kernels under dropout, compared
+    // with the unfused engine: the dK/dV kernel's plain loop needs a whole 64-row query tile
+    // wholly below the diagonal, which no case above has under dropout, and no case above has
+    // a plain tile at depth 32 (the 32-row test compares kernels with each other only). With
+    // them every Philox offset of keep_words8: 0 (base 0, Tk 200), 2 (base 2), 0 and 2 by
+    // row (base 0, Tk 130), 1 and 3 (base 777, Tk 302).
+    check_case({dt, 2, 2, 130, 200, 32, false, Ids::none, 0.1f, false, 0});
+    check_case({dt, 2, 2, 200, 200, 64, true, Ids::none, 0.1f, false, 2});
+    // Causal with Tq > Tk (diagonal offset -70, no skipping, rows 0-69 see no key) over
+    // several tiles, plain ones among them.
+    check_case({dt, 2, 2, 200, 130, 64, true, Ids::none, 0.1f, false, 0});
+    // Padding tiles and plain ones in one row (batch row 2: its first 201 keys padding).
+    check_case({dt, 3, 2, 130, 302, 64, false, Ids::i32, 0.1f});
   }
 }
 

@@ -1,5 +1,6 @@
 // Inverted dropout: in training, element i is kept (and scaled by 1 / (1 - rate)) when
-// philox::uniform(mask_key(rc), mask_counter(rc, shape) + i) >= float(rate); in inference
+// philox::uniform4(mask_key(rc), mask_counter(rc, shape) + i) >= float(rate) (word c % 4 of
+// Philox block c / 4, one block drawn per four counters); in inference
 // it is the identity. The mask depends on (seed, layer name, step, global sample index)
 // only: the same on CPU and GPU, and p ranks draw the masks 1 rank would draw.
 #pragma once

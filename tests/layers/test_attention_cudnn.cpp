@@ -261,6 +261,7 @@ TEST_CASE("cuDNN attention graphs plan for an H200 without the GPU", "[layers][a
     int64_t tq, tk, depth;
     bool causal, bias;
     float rate;
+    int64_t batch = 8;
   };
   const std::vector<Case> cases{
       {"encoder self-attention: padding, dropout", DType::bf16, 256, 256, 64, false, true, 0.1f},
@@ -269,10 +270,15 @@ TEST_CASE("cuDNN attention graphs plan for an H200 without the GPU", "[layers][a
       {"evaluation: padding, no dropout", DType::bf16, 256, 256, 64, false, true, 0.0f},
       {"causal, padding, lengths off the tile", DType::bf16, 300, 300, 64, true, true, 0.1f},
       {"f16, depth 128", DType::f16, 256, 256, 128, false, true, 0.1f},
-      {"plain", DType::bf16, 64, 64, 64, false, false, 0.0f}};
+      {"plain", DType::bf16, 64, 64, 64, false, false, 0.0f},
+      // The benchmark's batches (docs/gpu.md, gpu_targets): Transformer-big at 128 sentences
+      // x 256 tokens and 64 x 64; heuristics see the batch, so the real sizes are planned too.
+      {"128 x 256 encoder: padding, dropout", DType::bf16, 256, 256, 64, false, true, 0.1f, 128},
+      {"128 x 256 decoder: causal, padding, dropout", DType::bf16, 256, 256, 64, true, true, 0.1f, 128},
+      {"64 x 64 encoder: padding, dropout", DType::bf16, 64, 64, 64, false, true, 0.1f, 64}};
   for (const Case& c : cases) {
     CudnnAttentionKey k = key(c.dtype, c.tq, c.tk, c.depth, c.causal, c.bias, c.rate);
-    k.batch = 8;
+    k.batch = c.batch;
     k.heads = 16;
     INFO(c.what);
     cuda::CudnnAttentionPlanInfo info;

@@ -292,3 +292,24 @@ TEST_CASE("cuDNN attention graphs plan for an H200 without the GPU", "[layers][a
     WARN(c.what << ": " << info.str());
   }
 }
+
+// The cap on planned shapes (kCudnnAttentionMaxShapes): decoding's many lengths must not
+// each compile two graphs. Keys admitted stay admitted; new ones past the cap are refused,
+// and the refusal is reported once.
+TEST_CASE("cuDNN attention plans a bounded number of shapes", "[layers][attention]") {
+  cuda::CudnnShapeCap cap(3);
+  auto k = [](int64_t t, bool causal) { return key(DType::bf16, t, t, 64, causal, true, 0.1f); };
+  CHECK(cap.admit(k(64, false)));
+  CHECK(cap.admit(k(64, true)));  // the options make another key
+  CHECK(cap.admit(k(64, false)));  // seen: no new slot
+  CHECK_FALSE(cap.first_refusal());
+  CHECK(cap.admit(k(128, false)));
+  CHECK(cap.admitted() == 3);
+  CHECK_FALSE(cap.admit(k(130, false)));
+  CHECK_FALSE(cap.admit(k(131, false)));
+  CHECK(cap.admit(k(128, false)));  // admitted keys keep their plans
+  CHECK(cap.admitted() == 3);
+  CHECK(cap.first_refusal());
+  CHECK_FALSE(cap.first_refusal());
+  CHECK(cuda::kCudnnAttentionMaxShapes >= 12);  // training's keys, with evaluation and partial batches
+}

@@ -93,8 +93,7 @@ bool use_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   key.rate = a.rate;
   key.scale = a.scale;
   try {
-    cudnn_attention_prepare(key, device);
-    return true;
+    return cudnn_attention_prepare(key, device, !forced);
   } catch (const std::exception& e) {
     if (forced) throw;
     static std::mutex mu;

@@ -448,7 +448,40 @@ CudnnAttentionGraphText cudnn_attention_backward_graph(const CudnnAttentionKey& 
   return describe(p);
 }
 
-void cudnn_attention_prepare(const CudnnAttentionKey& key, int device) { plans_for(key, device); }
+bool CudnnShapeCap::admit(const CudnnAttentionKey& key) {
+  if (keys_.count(key) != 0) return true;
+  if (keys_.size() >= cap_) {
+    refused_ = true;
+    return false;
+  }
+  keys_.insert(key);
+  return true;
+}
+
+bool CudnnShapeCap::first_refusal() {
+  if (!refused_ || reported_) return false;
+  reported_ = true;
+  return true;
+}
+
+bool cudnn_attention_prepare(const CudnnAttentionKey& key, int device, bool capped) {
+  if (capped) {
+    static std::mutex mu;
+    static auto* caps = new std::map<int, CudnnShapeCap>();  // by device; never destroyed, like the plan cache
+    std::lock_guard<std::mutex> lock(mu);
+    CudnnShapeCap& cap = (*caps)[device];
+    if (!cap.admit(key)) {
+      if (cap.first_refusal()) {
+        log_info("cuDNN attention: cuda:{} has planned {} shapes, the most it plans; {} and later new shapes run on "
+                 "the fused or unfused engine",
+                 device, cap.admitted(), key.str());
+      }
+      return false;
+    }
+  }
+  plans_for(key, device);
+  return true;
+}
 
 std::string CudnnAttentionPlanInfo::str() const {
   auto loaded = [](bool compiled_only) { return compiled_only ? ", compiled, not loaded: no CUDA driver" : ""; };

@@ -45,6 +45,7 @@
 #include "layers/attention_cuda.hpp"
 
 #include <limits>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,32 @@ struct CudnnAttentionKey {
 // length), and nothing empty. Anything else goes to the other engines without a warning.
 bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t tq, int64_t tk, int64_t depth,
                              bool causal);
+
+// How many shapes (keys) one device plans at most. Each new key compiles two graphs with
+// NVRTC (about 1.2 s for both here, deviceless for an H200; cuDNN 9.19's backward engine
+// takes no dynamic shapes, so a kernel cache cannot share them) and keeps their kernels
+// loaded. Training uses a handful (encoder, decoder and cross attention, for training and
+// evaluation, and their last partial batches); decoding brings a new source length or
+// prefix length with nearly every batch, and past the cap those run on the other engines
+// instead of compiling for seconds each.
+constexpr size_t kCudnnAttentionMaxShapes = 16;
+
+// The cap's bookkeeping (pure; one per device in the engine, guarded by its lock): admit(key)
+// is true for a key admitted before, and for a new one while fewer than `cap` were; the
+// first refusal is reported by first_refusal() once (for one log line).
+class CudnnShapeCap {
+ public:
+  explicit CudnnShapeCap(size_t cap = kCudnnAttentionMaxShapes) : cap_(cap) {}
+  bool admit(const CudnnAttentionKey& key);
+  // True exactly once: after the first key admit() refused.
+  bool first_refusal();
+  size_t admitted() const { return keys_.size(); }
+
+ private:
+  size_t cap_;
+  std::set<CudnnAttentionKey> keys_;
+  bool refused_ = false, reported_ = false;
+};
 
 // Builds every tensor and operation descriptor of the forward (backward) graph for key,
 // finalized, without a cuDNN handle (so a CPU-only machine catches attribute mistakes), and
@@ -123,7 +150,11 @@ CudnnAttentionPlanInfo cudnn_attention_plan_deviceless(const CudnnAttentionKey& 
 // Makes sure both plans of this key exist on device (building and caching them on first
 // use). Throws with cuDNN's message (the same one again on later calls) if either graph
 // cannot be built, before anything has run: the caller can still take another engine.
-void cudnn_attention_prepare(const CudnnAttentionKey& key, int device);
+// Returns false, building nothing, for a new key past the device's kCudnnAttentionMaxShapes
+// (logged once per device) when `capped`: the caller takes another engine without a
+// warning. Uncapped (a test or benchmark forcing this engine), every key is planned and
+// none counts against the cap.
+bool cudnn_attention_prepare(const CudnnAttentionKey& key, int device, bool capped = true);
 
 // q (B, Tq, D), k, v (B, Tk, D), key_ids (B, Tk) or undefined -> o (B, Tq, D), through the
 // prepared forward plan on compute_stream(device). q, k, v are read in place through strided

@@ -22,10 +22,13 @@
 #     history.csv gets one row per epoch.
 #   server_stopped: the server rank stopped (SIGSTOP) in the middle of training: the workers
 #     give up after TNT_COLLECTIVE_TIMEOUT (3 s here) naming server rank 0, and the job ends
-#     with a non-zero status within seconds, no process left behind.
+#     with a non-zero status within seconds of the stop, no process left behind.
 #   server_killed: the server rank killed (SIGTERM: SIGKILL's status 137 reads as a hang to
-#     fm_run) in the middle of training: the job ends within seconds, and the launcher names
-#     rank 0 as the parameter server that failed first.
+#     fm_run) in the middle of training: the job ends within seconds of the kill, and the
+#     launcher names rank 0 as the parameter server that failed first.
+#   Both time the end from the signal, not from the start: at a load average of 10-15 the
+#   runs took 14-33 s against the old 45 s bound on the whole run, nearly all of it start-up
+#   and the first epoch (60,000 samples) before the signal, which the load stretches.
 #   worker_killed: a worker (rank 2 of 1 server + 3 workers) SIGKILLed in the middle of the
 #     second epoch: the job goes on without it (--heartbeat-timeout 2), finishes its 3
 #     epochs and the test evaluation with exit 0, and the launcher says the worker was
@@ -52,6 +55,20 @@ result_of() { grep -Eo 'test accuracy: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+
 # out_has NAME REGEX: a line of the run's output (launcher and program) matches.
 out_has() { grep -Eq -- "$2" <<<"$fm_out" && fm_pass "$1: /$2/" || fm_fail "$1: no line matches /$2/"; }
 loss_of() { grep -Eo 'Test loss: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+$'; }
+# ended_after_signal NAME: the job ended within 20 s of the signal $fm_tmp/signalled_at
+# records. 20 s: the 3 s collective timeout (server_stopped), then the job's teardown; the
+# whole took 3.4-6.2 s stopped and 0.3-4.5 s killed at a load average of 10-11. A job that
+# waits for the default 600 s collective timeout, or hangs, fails it.
+ended_after_signal() {
+  if [[ ! -s $fm_tmp/signalled_at ]]; then
+    fm_fail "$1: the server was never signalled (no running rank 0 found)"
+    return
+  fi
+  local after
+  after=$(awk -v a="$(cat "$fm_tmp/signalled_at")" -v b="$fm_ended_at" 'BEGIN { printf "%.1f", b - a }')
+  awk -v s="$after" 'BEGIN { exit !(s < 20) }' && fm_pass "$1: ended ${after}s after the signal (the run: ${fm_seconds}s)" ||
+    fm_fail "$1: ended ${after}s after the signal (the run: ${fm_seconds}s), not within 20 s"
+}
 
 case $case_name in
   staleness0)
@@ -110,7 +127,9 @@ case $case_name in
       done
       sleep 1
       for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/e"); do
-        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then kill -STOP "$p"; fi
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
+          kill -STOP "$p" && date +%s.%N >"$fm_tmp/signalled_at"
+        fi
       done
     ) &
     stopper=$!
@@ -119,8 +138,7 @@ case $case_name in
     wait $stopper
     [[ $fm_rc -ne 0 ]] || fm_fail "stopped: exit 0 with a stopped server"
     fm_expect_grep stopped "server rank\(s\) 0 did not answer" "the stopped server"
-    awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "stopped: ended after ${fm_seconds}s" ||
-      fm_fail "stopped: took ${fm_seconds}s"
+    ended_after_signal stopped
     ;;
   server_killed)
     (
@@ -130,7 +148,9 @@ case $case_name in
       done
       sleep 1
       for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/k"); do
-        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then kill -TERM "$p"; fi
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
+          kill -TERM "$p" && date +%s.%N >"$fm_tmp/signalled_at"
+        fi
       done
     ) &
     killer=$!
@@ -140,8 +160,7 @@ case $case_name in
     [[ $fm_rc -eq 143 ]] && fm_pass "killed: exit 143 (the server's signal)" || fm_fail "killed: exit $fm_rc, expected 143"
     grep -q "tarantella: rank 0 (parameter server, host .*) failed first: signal 15" <<<"$fm_out" &&
       fm_pass "killed: the launcher names the parameter server" || fm_fail "killed: no line naming rank 0 as the server"
-    awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "killed: ended after ${fm_seconds}s" ||
-      fm_fail "killed: took ${fm_seconds}s"
+    ended_after_signal killed
     ;;
   worker_killed)
     # The first epoch's row in history.csv, then 1.5 s: the workers are stepping in the

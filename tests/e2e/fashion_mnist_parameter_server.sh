@@ -7,16 +7,21 @@
 #   staleness0: 1 server + 2 workers with --max_staleness=0 give the test loss and accuracy
 #     of synchronous training on 2 ranks (printed to 4 decimals: the sums differ only in
 #     their order, which moved nothing in the 4th decimal when measured).
-#   async: fully asynchronous training (1 server + 2 workers) reaches within 1 point of
+#   async: fully asynchronous training (1 server + 2 workers) reaches within 1.5 points of
 #     synchronous accuracy after the same 4 epochs of 12,000 samples (asynchronous Adam takes
-#     a step per push, twice the updates), in the mean of three asynchronous runs. After 2
+#     a step per push, twice the updates), in the mean of five asynchronous runs. After 2
 #     epochs of 6,000 (about 77%, still steep) the gap ranged from 2.7 points below to 1.9
 #     above; at 4 epochs of 12,000 (about 83%) one run's gap measured -1.06 to +1.03 points
 #     in 15 runs with one to three jobs sharing the 2-core machine, mean +0.02, standard
 #     deviation 0.63 (and -1.6 once before; CI once saw a single run more than 1.5 below):
-#     how the workers' pushes interleave moves one run, and the mean of three by about 0.36,
-#     so 1 point is 2.7 of those, while lost or misapplied updates cost more. (8 epochs did
-#     not narrow the spread: -0.9 to +1.35.) The test takes both CTest slots.
+#     how the workers' pushes interleave moves one run. The load moves it further: at a load
+#     average of 10-15 (the workers' speeds differ more, so gradients are staler) 15 runs
+#     measured -2.47 to +0.52, mean -0.52, deviation 0.80, and the mean of three, the test
+#     before, fell below 1 point in 1 of 5 tests there (-1.34; about 1 in 7 expected from
+#     those numbers). The mean of five deviates by 0.36 there: 1.5 points is 2.7 of those
+#     below the loaded mean and 5 at light load, while lost updates cost more (a quarter
+#     of them, 2 epochs of 6,000, is about 6 points). (8 epochs did not narrow the spread:
+#     -0.9 to +1.35.) The test takes both CTest slots.
 #   resume_across: a checkpoint written by a parameter-server run is resumed by a
 #     synchronous run, and one written by a synchronous run by a parameter-server run;
 #     history.csv gets one row per epoch.
@@ -90,17 +95,17 @@ case $case_name in
     fm_run sync -np 2 -- "${longer[@]}" --model_dir="$fm_tmp/sync"
     acc_sync=$(result_of)
     accs=()
-    for run in 1 2 3; do
+    for run in 1 2 3 4 5; do
       fm_run ps$run -np 3 --parameter-servers 1 -- "${longer[@]}" --strategy=parameter_server \
         --model_dir="$fm_tmp/ps$run"
       [[ $fm_rc -eq 0 ]] || fm_fail "ps$run: exit $fm_rc"
       accs+=("$(result_of)")
     done
-    acc_ps=$(printf '%s\n' "${accs[@]}" | awk 'NF { s += $1; n++ } END { if (n == 3) printf "%.4f", s / 3 }')
-    if [[ -n $acc_sync && -n $acc_ps ]] && awk -v a="$acc_sync" -v b="$acc_ps" 'BEGIN { exit !(b >= a - 0.01) }'; then
+    acc_ps=$(printf '%s\n' "${accs[@]}" | awk 'NF { s += $1; n++ } END { if (n == 5) printf "%.4f", s / 5 }')
+    if [[ -n $acc_sync && -n $acc_ps ]] && awk -v a="$acc_sync" -v b="$acc_ps" 'BEGIN { exit !(b >= a - 0.015) }'; then
       fm_pass "asynchronous accuracy $acc_ps (mean of ${accs[*]}), synchronous $acc_sync"
     else
-      fm_fail "asynchronous accuracy '$acc_ps' (mean of '${accs[*]}') more than 1 point below synchronous '$acc_sync'"
+      fm_fail "asynchronous accuracy '$acc_ps' (mean of '${accs[*]}') more than 1.5 points below synchronous '$acc_sync'"
     fi
     ;;
   resume_across)

@@ -69,6 +69,8 @@ foreach(_case staleness0 async resume_across bad_roles server_stopped server_kil
   set_tests_properties(fashion_mnist.parameter_server.${_case} PROPERTIES
                        TIMEOUT 240 ENVIRONMENT "${_fm_env}" LABELS "e2e;ps" PROCESSORS 2)
 endforeach()
+# async: six runs of 4 epochs (about 10 s each alone, 20-30 s at a load average of 10-15).
+set_tests_properties(fashion_mnist.parameter_server.async PROPERTIES TIMEOUT 420)
 
 # TNT_CUDA_PROFILE_STEPS where it cannot apply (a CPU rank: a warning) and where it is
 # malformed (exit status 2, the variable named).

@@ -67,6 +67,7 @@ fm_run() {
     </dev/null >"$fm_stdout" 2>"$stderr"
   fm_rc=$?
   end=$(date +%s.%N)
+  fm_ended_at=$end  # for a case that times the job's end from an event of its own
   fm_seconds=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", b - a}')
   fm_out=$(cat "$fm_stdout" "$stderr")
   # The program reports a failure as "error: ..." or "error (rank r of p): ..."; matching

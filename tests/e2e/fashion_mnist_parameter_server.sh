@@ -7,25 +7,33 @@
 #   staleness0: 1 server + 2 workers with --max_staleness=0 give the test loss and accuracy
 #     of synchronous training on 2 ranks (printed to 4 decimals: the sums differ only in
 #     their order, which moved nothing in the 4th decimal when measured).
-#   async: fully asynchronous training (1 server + 2 workers) reaches within 1 point of
+#   async: fully asynchronous training (1 server + 2 workers) reaches within 1.5 points of
 #     synchronous accuracy after the same 4 epochs of 12,000 samples (asynchronous Adam takes
-#     a step per push, twice the updates), in the mean of three asynchronous runs. After 2
+#     a step per push, twice the updates), in the mean of five asynchronous runs. After 2
 #     epochs of 6,000 (about 77%, still steep) the gap ranged from 2.7 points below to 1.9
 #     above; at 4 epochs of 12,000 (about 83%) one run's gap measured -1.06 to +1.03 points
 #     in 15 runs with one to three jobs sharing the 2-core machine, mean +0.02, standard
 #     deviation 0.63 (and -1.6 once before; CI once saw a single run more than 1.5 below):
-#     how the workers' pushes interleave moves one run, and the mean of three by about 0.36,
-#     so 1 point is 2.7 of those, while lost or misapplied updates cost more. (8 epochs did
-#     not narrow the spread: -0.9 to +1.35.) The test takes both CTest slots.
+#     how the workers' pushes interleave moves one run. The load moves it further: at a load
+#     average of 10-15 (the workers' speeds differ more, so gradients are staler) 15 runs
+#     measured -2.47 to +0.52, mean -0.52, deviation 0.80, and the mean of three, the test
+#     before, fell below 1 point in 1 of 5 tests there (-1.34; about 1 in 7 expected from
+#     those numbers). The mean of five deviates by 0.36 there: 1.5 points is 2.7 of those
+#     below the loaded mean and 5 at light load, while lost updates cost more (a quarter
+#     of them, 2 epochs of 6,000, is about 6 points). (8 epochs did not narrow the spread:
+#     -0.9 to +1.35.) The test takes both CTest slots.
 #   resume_across: a checkpoint written by a parameter-server run is resumed by a
 #     synchronous run, and one written by a synchronous run by a parameter-server run;
 #     history.csv gets one row per epoch.
 #   server_stopped: the server rank stopped (SIGSTOP) in the middle of training: the workers
 #     give up after TNT_COLLECTIVE_TIMEOUT (3 s here) naming server rank 0, and the job ends
-#     with a non-zero status within seconds, no process left behind.
+#     with a non-zero status within seconds of the stop, no process left behind.
 #   server_killed: the server rank killed (SIGTERM: SIGKILL's status 137 reads as a hang to
-#     fm_run) in the middle of training: the job ends within seconds, and the launcher names
-#     rank 0 as the parameter server that failed first.
+#     fm_run) in the middle of training: the job ends within seconds of the kill, and the
+#     launcher names rank 0 as the parameter server that failed first.
+#   Both time the end from the signal, not from the start: at a load average of 10-15 the
+#   runs took 14-33 s against the old 45 s bound on the whole run, nearly all of it start-up
+#   and the first epoch (60,000 samples) before the signal, which the load stretches.
 #   worker_killed: a worker (rank 2 of 1 server + 3 workers) SIGKILLed in the middle of the
 #     second epoch: the job goes on without it (--heartbeat-timeout 2), finishes its 3
 #     epochs and the test evaluation with exit 0, and the launcher says the worker was
@@ -52,6 +60,20 @@ result_of() { grep -Eo 'test accuracy: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+
 # out_has NAME REGEX: a line of the run's output (launcher and program) matches.
 out_has() { grep -Eq -- "$2" <<<"$fm_out" && fm_pass "$1: /$2/" || fm_fail "$1: no line matches /$2/"; }
 loss_of() { grep -Eo 'Test loss: [0-9.]+' <<<"$fm_out" | grep -Eo '[0-9.]+$'; }
+# ended_after_signal NAME: the job ended within 20 s of the signal $fm_tmp/signalled_at
+# records. 20 s: the 3 s collective timeout (server_stopped), then the job's teardown; the
+# whole took 3.4-6.2 s stopped and 0.3-4.5 s killed at a load average of 10-11. A job that
+# waits for the default 600 s collective timeout, or hangs, fails it.
+ended_after_signal() {
+  if [[ ! -s $fm_tmp/signalled_at ]]; then
+    fm_fail "$1: the server was never signalled (no running rank 0 found)"
+    return
+  fi
+  local after
+  after=$(awk -v a="$(cat "$fm_tmp/signalled_at")" -v b="$fm_ended_at" 'BEGIN { printf "%.1f", b - a }')
+  awk -v s="$after" 'BEGIN { exit !(s < 20) }' && fm_pass "$1: ended ${after}s after the signal (the run: ${fm_seconds}s)" ||
+    fm_fail "$1: ended ${after}s after the signal (the run: ${fm_seconds}s), not within 20 s"
+}
 
 case $case_name in
   staleness0)
@@ -73,17 +95,17 @@ case $case_name in
     fm_run sync -np 2 -- "${longer[@]}" --model_dir="$fm_tmp/sync"
     acc_sync=$(result_of)
     accs=()
-    for run in 1 2 3; do
+    for run in 1 2 3 4 5; do
       fm_run ps$run -np 3 --parameter-servers 1 -- "${longer[@]}" --strategy=parameter_server \
         --model_dir="$fm_tmp/ps$run"
       [[ $fm_rc -eq 0 ]] || fm_fail "ps$run: exit $fm_rc"
       accs+=("$(result_of)")
     done
-    acc_ps=$(printf '%s\n' "${accs[@]}" | awk 'NF { s += $1; n++ } END { if (n == 3) printf "%.4f", s / 3 }')
-    if [[ -n $acc_sync && -n $acc_ps ]] && awk -v a="$acc_sync" -v b="$acc_ps" 'BEGIN { exit !(b >= a - 0.01) }'; then
+    acc_ps=$(printf '%s\n' "${accs[@]}" | awk 'NF { s += $1; n++ } END { if (n == 5) printf "%.4f", s / 5 }')
+    if [[ -n $acc_sync && -n $acc_ps ]] && awk -v a="$acc_sync" -v b="$acc_ps" 'BEGIN { exit !(b >= a - 0.015) }'; then
       fm_pass "asynchronous accuracy $acc_ps (mean of ${accs[*]}), synchronous $acc_sync"
     else
-      fm_fail "asynchronous accuracy '$acc_ps' (mean of '${accs[*]}') more than 1 point below synchronous '$acc_sync'"
+      fm_fail "asynchronous accuracy '$acc_ps' (mean of '${accs[*]}') more than 1.5 points below synchronous '$acc_sync'"
     fi
     ;;
   resume_across)
@@ -110,7 +132,9 @@ case $case_name in
       done
       sleep 1
       for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/e"); do
-        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then kill -STOP "$p"; fi
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
+          kill -STOP "$p" && date +%s.%N >"$fm_tmp/signalled_at"
+        fi
       done
     ) &
     stopper=$!
@@ -119,8 +143,7 @@ case $case_name in
     wait $stopper
     [[ $fm_rc -ne 0 ]] || fm_fail "stopped: exit 0 with a stopped server"
     fm_expect_grep stopped "server rank\(s\) 0 did not answer" "the stopped server"
-    awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "stopped: ended after ${fm_seconds}s" ||
-      fm_fail "stopped: took ${fm_seconds}s"
+    ended_after_signal stopped
     ;;
   server_killed)
     (
@@ -130,7 +153,9 @@ case $case_name in
       done
       sleep 1
       for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/k"); do
-        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then kill -TERM "$p"; fi
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=0'; then
+          kill -TERM "$p" && date +%s.%N >"$fm_tmp/signalled_at"
+        fi
       done
     ) &
     killer=$!
@@ -140,8 +165,7 @@ case $case_name in
     [[ $fm_rc -eq 143 ]] && fm_pass "killed: exit 143 (the server's signal)" || fm_fail "killed: exit $fm_rc, expected 143"
     grep -q "tarantella: rank 0 (parameter server, host .*) failed first: signal 15" <<<"$fm_out" &&
       fm_pass "killed: the launcher names the parameter server" || fm_fail "killed: no line naming rank 0 as the server"
-    awk -v s="$fm_seconds" 'BEGIN { exit !(s < 45) }' && fm_pass "killed: ended after ${fm_seconds}s" ||
-      fm_fail "killed: took ${fm_seconds}s"
+    ended_after_signal killed
     ;;
   worker_killed)
     # The first epoch's row in history.csv, then 1.5 s: the workers are stepping in the
@@ -160,6 +184,11 @@ case $case_name in
       done
     ) &
     killer=$!
+    # The heaviest run of these tests (3 epochs of 36,000 samples on 4 ranks, about 15 s
+    # alone): on the 2-core machine at a load average of 10-15 the same run without a kill
+    # took 88 s (epochs of 18-28 s), so the 60 s guard (TNT_E2E_TIMEOUT) called it a hang in 3
+    # of 4 such runs. 150 s still ends a hang well inside CTest's 240.
+    fm_limit=$((fm_limit > 150 ? fm_limit : 150))
     fm_run wk -np 4 --parameter-servers 1 --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=20 -- --model=mlp \
       --num_train_samples=36000 \
       --train_epochs=3 --batch_size=120 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/w"

@@ -26,10 +26,11 @@
 // renamed) and removes the parts.
 //
 // Clocks: every rank's timestamps are moved onto rank 0's steady clock when the recorder
-// starts (16 times: a barrier, then rank 0 broadcasts its clock; each rank keeps the largest difference
+// starts. A rank on rank 0's machine reads that clock itself (offset 0). The others: 16
+// times a barrier, then rank 0 broadcasts its clock; each rank keeps the largest difference
 // "rank 0's clock - mine at receipt", which falls short of the true offset by the smallest
-// broadcast latency seen: microseconds on one host, tens of them over a network). Time 0 is
-// rank 0's clock when the recorder started.
+// broadcast latency seen (tens of microseconds over a network). Time 0 is rank 0's clock
+// when the recorder started.
 #pragma once
 
 #include "tarantella/config.hpp"  // parse_step_window

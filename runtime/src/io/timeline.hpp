@@ -99,6 +99,7 @@ class Recorder final : public Events {
   int64_t first_step_, last_step_;
   double offset_s_ = 0;  // rank 0's clock - this rank's clock
   double origin_s_ = 0;  // rank 0's clock at the start: time 0 of the trace
+  std::vector<int64_t> offsets_ns_;  // every rank's offset_s_, in ns, for the trace's otherData
   std::atomic<int64_t> step_{0};
   std::mutex mu_;
   std::vector<Event> pending_;  // not yet in the part file

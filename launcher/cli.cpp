@@ -78,8 +78,9 @@ cxxopts::Options make_parser() {
       ("topology", "Plan for this hwloc XML file or synthetic topology (\"pack:2 numa:1 core:8 pu:2\") "
        "instead of this machine; --dry-run only", cxxopts::value<std::string>(), "SPEC");
   const std::string start_help = fmt::format(
-      "End the job when its ranks have not all started this long after the launch, or one is stopped then, "
-      "naming them (default: {}, else {:g}; 0: no limit)", env::start_timeout, default_start_timeout_s);
+      "End the job when its ranks have not all started this long after the launch, or one is stopped then "
+      "or stopped this long while others wait for it in MPI_Init, naming them (default: {}, else {:g}; 0: no "
+      "limit)", env::start_timeout, default_start_timeout_s);
   const std::string exit_help = fmt::format(
       "End the job when it is still running this long after a rank's program ended, naming the ranks that did "
       "not end (default: {}, else {:g}; 0: no limit)", env::exit_timeout, default_exit_timeout_s);

@@ -28,6 +28,7 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
     case RankReport::Kind::stopped:
       s.stopped = true;
       s.stop_signal = r.code;
+      s.stopped_at = now;
       break;
     case RankReport::Kind::continued: s.stopped = false; break;
     case RankReport::Kind::joining: s.joining = true; break;
@@ -75,6 +76,16 @@ void RankWatch::left_early(std::vector<int>& left, std::vector<int>& waiting) co
   }
 }
 
+std::vector<int> RankWatch::waiting_in_init() const {
+  std::vector<int> waiting;
+  for (size_t r = 0; r < state_.size(); ++r) {
+    const State& s = state_[r];
+    if (s.joined) return {};  // MPI_Init returned somewhere: every rank got into it
+    if (s.joining && !s.ended) waiting.push_back(static_cast<int>(r));
+  }
+  return waiting;
+}
+
 void RankWatch::record_lost(const LostRank& l, Clock::time_point now) {
   if (!in_plan(l.rank, state_.size())) return;
   State& s = state_[static_cast<size_t>(l.rank)];
@@ -90,6 +101,9 @@ void RankWatch::record_lost(const LostRank& l, Clock::time_point now) {
 
 void RankWatch::paused(Clock::duration gap) {
   launched_ += gap;
+  for (State& s : state_) {
+    if (s.stopped) s.stopped_at += gap;
+  }
   if (first_end_) *first_end_ += gap;
   if (first_failure_) *first_failure_ += gap;
 }
@@ -116,6 +130,12 @@ Clock::time_point RankWatch::next_check() const {
     return t + std::chrono::duration_cast<Clock::duration>(d);
   };
   if (left_found_) next = std::min(next, *left_found_);
+  // Stopped after the start check while others wait in MPI_Init: due a start limit later.
+  if (limits_.start.count() > 0 && start_checked_ && !first_failure_ && !waiting_in_init().empty()) {
+    for (const State& s : state_) {
+      if (s.stopped && !s.ended) next = std::min(next, after(s.stopped_at, limits_.start));
+    }
+  }
   if (limits_.start.count() > 0 && !start_checked_) next = std::min(next, after(launched_, limits_.start));
   if (limits_.exit.count() > 0 && first_end_) {
     next = std::min(next, after(first_failure_ ? *first_failure_ : *first_end_, limits_.exit));
@@ -168,6 +188,28 @@ std::optional<RankWatch::Verdict> RankWatch::check(Clock::time_point now) {
         decided_ = true;
         return Verdict{Reason::start, fmt::format("{}", fmt::join(parts, "; "))};
       }
+    }
+  }
+
+  // After the start check, a rank stopped for the start limit while the others wait in
+  // MPI_Init (which returns nowhere until every rank is in it) hangs the job the same way.
+  if (limits_.start.count() > 0 && start_checked_ && !first_failure_) {
+    const std::vector<int> waiting = waiting_in_init();
+    std::vector<int> stopped;
+    for (int r = 0; r < ranks && !waiting.empty(); ++r) {
+      const State& s = state_[static_cast<size_t>(r)];
+      if (s.stopped && !s.ended && now >= s.stopped_at + std::chrono::duration_cast<Clock::duration>(limits_.start)) {
+        stopped.push_back(r);
+      }
+    }
+    if (!stopped.empty()) {
+      decided_ = true;
+      return Verdict{Reason::start,
+                     fmt::format("{} {} stopped for {} s (--start-timeout, {}) while {} {} for {} in MPI_Init: {}",
+                                 count(stopped.size()), stopped.size() == 1 ? "was" : "were",
+                                 format_seconds(limits_.start), env::start_timeout, describe(waiting),
+                                 waiting.size() == 1 ? "waits" : "wait", stopped.size() == 1 ? "it" : "them",
+                                 describe(stopped))};
     }
   }
 

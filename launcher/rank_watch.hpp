@@ -5,7 +5,9 @@
 // - a rank that never starts (its daemon or step never ran, mpirun gave up launching after
 //   an error of its own), or whose program is stopped (SIGSTOP, SIGTSTP) at start, keeps
 //   every other rank waiting forever. Start timeout: by this long after the launch every
-//   rank must have reported that its program started, and none may be stopped.
+//   rank must have reported that its program started, and none may be stopped. Later, while
+//   the runtime says ranks wait in MPI_Init and none has got through it, a rank stopped for
+//   as long keeps them waiting as surely: it ends the job too.
 // - a rank whose program exits 0 before MPI_Init (or without MPI at all) leaves the others
 //   waiting for it forever. Exit timeout: once any rank's program has ended, the job must
 //   end within this long. The same bound covers mpirun itself when a rank failed and
@@ -80,12 +82,15 @@ class RankWatch {
     bool started = false, ended = false, stopped = false;
     bool joining = false, joined = false;
     int stop_signal = 0;
+    Clock::time_point stopped_at{};  // the last stopped report
     int exit_code = 0;  // ended: the code (or signal) it reported
     bool signaled = false;
   };
   // Ranks that ended without joining, and ranks waiting in MPI_Init; both empty unless
   // the `left` rule holds.
   void left_early(std::vector<int>& left, std::vector<int>& waiting) const;
+  // Ranks waiting in MPI_Init (joining, not ended) while none has joined; empty otherwise.
+  std::vector<int> waiting_in_init() const;
   std::string describe(const std::vector<int>& ranks) const;
 
   std::vector<RankSlot> slots_;

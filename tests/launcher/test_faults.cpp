@@ -152,8 +152,33 @@ TEST_CASE("faults: a rank stopped at start ends the job at the start timeout", "
   INFO(o.describe());
   CHECK(o.exited(124));
   CHECK(o.seconds < 10);
-  CHECK_THAT(o.err, Catch::Contains("1 of 2 ranks was stopped 2 s (--start-timeout, TNT_START_TIMEOUT) after the "
-                                    "launch: " + rank_name(1) + ", stopped by SIGSTOP); ending the job"));
+  // Stopped by the start check: "was stopped 2 s (...) after the launch: <rank 1>"; on a
+  // loaded machine the stop may come after it, and then rank 0 waiting in MPI_Init makes
+  // it "was stopped for 2 s (...) while <rank 0> waits for it in MPI_Init: <rank 1>".
+  CHECK_THAT(o.err, Catch::Contains("1 of 2 ranks was stopped ") &&
+                        Catch::Contains("2 s (--start-timeout, TNT_START_TIMEOUT) ") &&
+                        Catch::Contains(rank_name(1) + ", stopped by SIGSTOP); ending the job"));
+  CHECK(left_with_argument(marker).empty());
+}
+
+TEST_CASE("faults: a rank stopped after the start check while the others wait in MPI_Init", "[integration][faults][watch]") {
+  // The start check passes (every rank started, none stopped), then rank 1 stops on its way
+  // to tnt::init while rank 0 waits in MPI_Init: before, the job waited forever. The start
+  // limit is 5 s, not 2, so that a loaded machine starts both ranks within it; rank 1 stops
+  // 7 s in, past it, and the verdict is due 5 s later.
+  const std::string marker = "tnt-stopped-late-" + std::to_string(::getpid());
+  Env env = tnt_test::clean_environment();
+  env["TNT_START_TIMEOUT"] = "5";
+  const Outcome o = tarantella({"-n", "2", "--", "/bin/sh", "-c",
+                                "if [ \"$TNT_RANK\" = 1 ]; then sleep 7; kill -STOP $$; fi; exec \"$1\" none", marker,
+                                join_probe},
+                               90s, env);
+  INFO(o.describe());
+  CHECK(o.exited(124));
+  CHECK(o.seconds < 60);
+  CHECK_THAT(o.err, Catch::Contains("1 of 2 ranks was stopped for 5 s (--start-timeout, TNT_START_TIMEOUT) while " +
+                                    rank_name(0) + ") waits for it in MPI_Init: " + rank_name(1) +
+                                    ", stopped by SIGSTOP); ending the job"));
   CHECK(left_with_argument(marker).empty());
 }
 

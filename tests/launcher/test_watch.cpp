@@ -79,6 +79,57 @@ TEST_CASE("watch: a rank stopped at the start timeout counts as not running", "[
                              Catch::EndsWith("rank 0 (host a, local rank 0, stopped by SIGSTOP)"));
 }
 
+TEST_CASE("watch: a rank stopped after the start check while others wait in MPI_Init", "[watch][join]") {
+  using K = RankReport::Kind;
+  RankWatch w(three_ranks(), limits(2, 0), t0);
+  for (int r = 0; r < 3; ++r) w.record(report(r, K::started), t0 + 100ms);
+  w.record(report(0, K::joining), t0 + 200ms);
+  w.record(report(2, K::joining), t0 + 200ms);
+  CHECK_FALSE(w.check(t0 + 2s));  // the start check passes: nobody is stopped yet
+  w.record(report(1, K::stopped, SIGSTOP), t0 + 2500ms);  // on its way to MPI_Init
+  CHECK(w.next_check() == t0 + 4500ms);
+  CHECK_FALSE(w.check(t0 + 4499ms));
+  auto v = w.check(t0 + 4500ms);
+  REQUIRE(v);
+  CHECK(v->reason == RankWatch::Reason::start);
+  CHECK(v->message == "1 of 3 ranks was stopped for 2 s (--start-timeout, TNT_START_TIMEOUT) while rank 0 (host a, "
+                      "local rank 0), rank 2 (host b, local rank 0) wait for it in MPI_Init: rank 1 (host a, local "
+                      "rank 1, stopped by SIGSTOP)");
+  CHECK_FALSE(w.check(t0 + 5s));  // one verdict
+
+  // Continued in time: nothing to say.
+  RankWatch c(three_ranks(), limits(2, 0), t0);
+  for (int r = 0; r < 3; ++r) c.record(report(r, K::started), t0);
+  c.record(report(0, K::joining), t0);
+  CHECK_FALSE(c.check(t0 + 2s));
+  c.record(report(1, K::stopped, SIGTSTP), t0 + 3s);
+  c.record(report(1, K::continued), t0 + 4s);
+  CHECK(c.next_check() == Clock::time_point::max());
+  CHECK_FALSE(c.check(t0 + 10s));
+
+  // Once MPI_Init returned (a rank joined), a stop is the runtime's collective timeout's
+  // business; and without word of ranks in MPI_Init (a program without the runtime), a
+  // stopped rank may be a user's doing: neither ends the job.
+  for (bool joined : {true, false}) {
+    RankWatch j(three_ranks(), limits(2, 0), t0);
+    for (int r = 0; r < 3; ++r) j.record(report(r, K::started), t0);
+    if (joined) j.record(report(0, K::joined), t0 + 1s);
+    CHECK_FALSE(j.check(t0 + 2s));
+    j.record(report(1, K::stopped, SIGSTOP), t0 + 3s);
+    CHECK(j.next_check() == Clock::time_point::max());
+    CHECK_FALSE(j.check(t0 + 60s));
+  }
+
+  // Time the launcher itself was stopped does not count against a stopped rank.
+  RankWatch p(three_ranks(), limits(2, 0), t0);
+  for (int r = 0; r < 3; ++r) p.record(report(r, K::started), t0);
+  p.record(report(0, K::joining), t0);
+  CHECK_FALSE(p.check(t0 + 2s));
+  p.record(report(1, K::stopped, SIGSTOP), t0 + 3s);
+  p.paused(10s);
+  CHECK(p.next_check() == t0 + 15s);
+}
+
 TEST_CASE("watch: a rank that exits 0 while others still run", "[watch]") {
   RankWatch w(three_ranks(), limits(10, 3), t0);
   for (int r = 0; r < 3; ++r) w.record(report(r, RankReport::Kind::started), t0);

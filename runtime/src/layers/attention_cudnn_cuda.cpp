@@ -448,22 +448,6 @@ CudnnAttentionGraphText cudnn_attention_backward_graph(const CudnnAttentionKey& 
   return describe(p);
 }
 
-bool CudnnShapeCap::admit(const CudnnAttentionKey& key) {
-  if (keys_.count(key) != 0) return true;
-  if (keys_.size() >= cap_) {
-    refused_ = true;
-    return false;
-  }
-  keys_.insert(key);
-  return true;
-}
-
-bool CudnnShapeCap::first_refusal() {
-  if (!refused_ || reported_) return false;
-  reported_ = true;
-  return true;
-}
-
 bool cudnn_attention_prepare(const CudnnAttentionKey& key, int device, bool capped) {
   if (capped) {
     static std::mutex mu;

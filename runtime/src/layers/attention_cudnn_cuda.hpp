@@ -99,9 +99,21 @@ constexpr size_t kCudnnAttentionMaxShapes = 16;
 class CudnnShapeCap {
  public:
   explicit CudnnShapeCap(size_t cap = kCudnnAttentionMaxShapes) : cap_(cap) {}
-  bool admit(const CudnnAttentionKey& key);
+  bool admit(const CudnnAttentionKey& key) {
+    if (keys_.count(key) != 0) return true;
+    if (keys_.size() >= cap_) {
+      refused_ = true;
+      return false;
+    }
+    keys_.insert(key);
+    return true;
+  }
   // True exactly once: after the first key admit() refused.
-  bool first_refusal();
+  bool first_refusal() {
+    if (!refused_ || reported_) return false;
+    reported_ = true;
+    return true;
+  }
   size_t admitted() const { return keys_.size(); }
 
  private:

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <vector>
 
 using tnt::conv_autotune::Direction;
 using tnt::conv_autotune::Problem;
@@ -117,4 +118,65 @@ TEST_CASE("Autotune problems: equal problems share a key, any difference separat
   CHECK(base.str().find("forward") != std::string::npos);
   CHECK(variants.back().str().find("backward-filter") != std::string::npos);
   CHECK(base.str().find("(256, 64, 56, 56)") != std::string::npos);
+}
+
+TEST_CASE("TNT_CONV_PAD_CHANNELS: auto by default; 0, 4 and 8 taken; anything else refused naming it",
+          "[layers][autotune]") {
+  ::unsetenv("TNT_CONV_PAD_CHANNELS");
+  CHECK(tnt::Config::from_env().conv_pad_channels == "auto");
+  for (const char* ok : {"auto", "0", "4", "8"}) {
+    ScopedEnv e("TNT_CONV_PAD_CHANNELS", ok);
+    CHECK(tnt::Config::from_env().conv_pad_channels == ok);
+  }
+  for (const char* bad : {"3", "16", "on", "", " 4", "AUTO"}) {
+    INFO("value '" << bad << "'");
+    ScopedEnv e("TNT_CONV_PAD_CHANNELS", bad);
+    try {
+      (void)tnt::Config::from_env();
+      FAIL("accepted");
+    } catch (const tnt::InputError& err) {
+      const std::string msg = err.what();
+      INFO(msg);
+      CHECK(msg.find(std::string("TNT_CONV_PAD_CHANNELS='") + bad + "' is not auto, 0, 4 or 8") != std::string::npos);
+    }
+  }
+  CHECK(tnt::Config{}.table().find("TNT_CONV_PAD_CHANNELS") != std::string::npos);
+}
+
+TEST_CASE("Channel padding: which channel counts are tried", "[layers][autotune]") {
+  using tnt::conv_autotune::pad_candidates;
+  using V = std::vector<int64_t>;
+  // Only channels_last inputs of 1-3 channels: images.
+  CHECK(pad_candidates(3, "auto", true, true) == V{3, 4, 8});
+  CHECK(pad_candidates(1, "auto", true, true) == V{1, 4, 8});
+  CHECK(pad_candidates(4, "auto", true, true) == V{4});
+  CHECK(pad_candidates(64, "auto", true, true) == V{64});
+  CHECK(pad_candidates(3, "auto", true, false) == V{3});  // contiguous (NCHW): never
+  // Autotuning off: nothing is timed, so auto keeps the input as it is.
+  CHECK(pad_candidates(3, "auto", false, true) == V{3});
+  // Forced, with or without autotuning; 0 never.
+  CHECK(pad_candidates(3, "4", false, true) == V{4});
+  CHECK(pad_candidates(2, "8", true, true) == V{8});
+  CHECK(pad_candidates(3, "0", true, true) == V{3});
+  CHECK(pad_candidates(5, "8", true, true) == V{5});  // 4 channels and more stay
+}
+
+TEST_CASE("Channel padding: the fastest count, a padded one only if 2% faster, none without timings",
+          "[layers][autotune]") {
+  using tnt::conv_autotune::choose_padding;
+  CHECK(choose_padding({3, 4, 8}, {3.0, 1.0, 1.5}) == 4);
+  CHECK(choose_padding({3, 4, 8}, {3.0, 1.5, 1.0}) == 8);
+  CHECK(choose_padding({3, 4, 8}, {1.0, 2.0, 3.0}) == 3);
+  // 1.5% faster is within the run-to-run spread: not worth a larger saved input.
+  CHECK(choose_padding({3, 4, 8}, {1.0, 0.985, 2.0}) == 3);
+  CHECK(choose_padding({3, 4, 8}, {1.0, 0.975, 2.0}) == 4);
+  // Equal times: the first (lowest) count.
+  CHECK(choose_padding({3, 4, 8}, {2.0, 1.0, 1.0}) == 4);
+  // Any candidate not timed (the heuristics chose): no padding.
+  CHECK(choose_padding({3, 4, 8}, {3.0, -1.0, 1.0}) == 3);
+  CHECK(choose_padding({3, 4, 8}, {-1.0, 1.0, 1.0}) == 3);
+  // One candidate (forced, or a padded one that could not run was dropped): itself.
+  CHECK(choose_padding({4}, {-1.0}) == 4);
+  CHECK(choose_padding({3, 8}, {2.0, 1.0}) == 8);
+  CHECK_THROWS(choose_padding({3, 4}, {1.0}));
 }

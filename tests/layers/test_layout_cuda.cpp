@@ -188,15 +188,71 @@ TEST_CASE("accumulate_converted_as_float adds a KRSC gradient to a contiguous f3
   }
 }
 
+namespace {
+
+struct ConvCase {
+  Shape x;
+  int64_t filters, kernel, stride, padding;
+  bool bias, need_input_grads;
+};
+
+// One Conv2D case on both engines (the GPU input in x_format, the network channels_last),
+// every result compared with its tolerance.
+void run_conv_case(const ConvCase& c, DType dt, MemoryFormat x_format = kNhwc) {
+  INFO(dtype_name(dt) << " input " << shape_str(c.x) << " (" << memory_format_name(x_format) << "), filters "
+                      << c.filters << ", kernel " << c.kernel << ", stride " << c.stride << ", padding " << c.padding
+                      << (c.need_input_grads ? "" : ", no input gradient"));
+  auto [a, b] = twins<Conv2D>(c.x, c.filters, c.kernel,
+                              Conv2DOptions{.stride = c.stride, .padding = c.padding, .use_bias = c.bias}, "conv");
+  round_conv_weights(*a, *b, dt);
+  Tensor x = rounded(test::random_tensor(c.x, "conv_x"), dt);
+  Options o;
+  o.dtype = dt;
+  o.x_format = x_format;
+  o.need_input_grads = c.need_input_grads;
+  Run r = run_both(*a, *b, x, o, "conv");
+  CHECK(r.y_gpu.is_channels_last());
+  const Shape& ys = r.y_cpu.shape();
+  const double xmax = max_abs(x), wmax = max_abs(a->weight().value), dymax = 1.0;
+  // f32: cuDNN may use TF32 tensor cores (conv2d_cuda.cu), products err by 2^-10 (as in
+  // test_layers_cuda.cpp). bf16: inputs and weights are the same bf16 numbers on both
+  // sides, products are exact in f32 for implicit-GEMM kernels, but a transform-based
+  // algorithm may round its transformed operands to bf16: 2^-8 per product, and the
+  // result is rounded to bf16 once (twice with a bias): 2 * 2^-8 relative. f16 alike
+  // with its own unit, 2^-11. Zero channels added by padding add exact zeros: the same
+  // bounds.
+  const double half_unit = dt == DType::f16 ? kUnitF16 : kUnitBf16;
+  const double unit = dt == DType::f32 ? kUnitTf32 : half_unit;
+  const double rtol = dt == DType::f32 ? 0.0 : 2 * half_unit;
+  const int64_t k_fwd = c.x[1] * c.kernel * c.kernel;
+  require_close(r.y_gpu, r.y_cpu, dot_atol(k_fwd, xmax, wmax, unit), rtol, "y");
+  if (c.need_input_grads) {
+    REQUIRE(r.dx_gpu.defined());
+    CHECK(r.dx_gpu.memory_format() == x_format);
+    CHECK(r.dx_gpu.shape() == c.x);
+    const int64_t k_data = c.filters * c.kernel * c.kernel;
+    require_close(r.dx_gpu, r.dx_cpu, dot_atol(k_data, dymax, wmax, unit), rtol, "dx");
+  } else {
+    CHECK(!r.dx_gpu.defined());
+  }
+  // The weight gradient: a KRSC part (rounded to bf16 in bf16: covered by the 2^-8 unit,
+  // as |part| <= k_filter * xmax * dymax) added in float to the contiguous master.
+  const int64_t k_filter = ys[0] * ys[2] * ys[3];
+  CHECK(!b->weight().grad.is_channels_last());
+  CHECK(b->weight().grad.shape() == a->weight().grad.shape());
+  require_close(b->weight().grad, a->weight().grad, dot_atol(k_filter, xmax, dymax, unit), kUlp, "dW");
+  // Bias gradients are our f32 column sums of the same dy values.
+  if (c.bias) require_close(b->bias()->grad, a->bias()->grad, dot_atol(k_filter, 1, dymax, kUnitFp32), kUlp, "db");
+}
+
+}  // namespace
+
 TEST_CASE("Conv2D in channels_last matches the CPU engine (f32 with TF32, bf16, f16)", "[gpu][layout]") {
-  struct Case {
-    Shape x;
-    int64_t filters, kernel, stride, padding;
-    bool bias, need_input_grads;
-  };
   // 3x3 stride 1 and 2 with padding, 1x1 (plain and strided, the bottleneck's shapes), 7x7
   // stride 2 on 3 channels without the input gradient (ResNet's first layer), 5x5, odd sizes.
-  const std::vector<Case> cases = {
+  // The 1-3 channel inputs go through the timed channel padding choice
+  // (TNT_CONV_PAD_CHANNELS=auto), whichever count it takes.
+  const std::vector<ConvCase> cases = {
       {{2, 3, 9, 9}, 8, 3, 1, 1, true, true},      {{2, 4, 10, 11}, 5, 3, 2, 1, false, true},
       {{1, 2, 7, 7}, 3, 1, 1, 0, true, true},      {{2, 16, 9, 9}, 32, 1, 2, 0, false, true},
       {{2, 3, 23, 21}, 16, 7, 2, 3, false, false}, {{3, 8, 8, 8}, 4, 5, 2, 2, true, true},
@@ -204,49 +260,81 @@ TEST_CASE("Conv2D in channels_last matches the CPU engine (f32 with TF32, bf16, 
   // f16: the mixed-precision path of ResNet-50's --dtype fp16 (cuDNN's pseudo-half
   // configuration, tensor-op math), including the 3-channel first layer.
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
-    for (const Case& c : cases) {
-      INFO(dtype_name(dt) << " input " << shape_str(c.x) << ", filters " << c.filters << ", kernel " << c.kernel
-                          << ", stride " << c.stride << ", padding " << c.padding
-                          << (c.need_input_grads ? "" : ", no input gradient"));
-      auto [a, b] = twins<Conv2D>(c.x, c.filters, c.kernel,
-                                  Conv2DOptions{.stride = c.stride, .padding = c.padding, .use_bias = c.bias}, "conv");
-      round_conv_weights(*a, *b, dt);
-      Tensor x = rounded(test::random_tensor(c.x, "conv_x"), dt);
-      Options o;
-      o.dtype = dt;
-      o.need_input_grads = c.need_input_grads;
-      Run r = run_both(*a, *b, x, o, "conv");
-      CHECK(r.y_gpu.is_channels_last());
-      const Shape& ys = r.y_cpu.shape();
-      const double xmax = max_abs(x), wmax = max_abs(a->weight().value), dymax = 1.0;
-      // f32: cuDNN may use TF32 tensor cores (conv2d_cuda.cu), products err by 2^-10 (as in
-      // test_layers_cuda.cpp). bf16: inputs and weights are the same bf16 numbers on both
-      // sides, products are exact in f32 for implicit-GEMM kernels, but a transform-based
-      // algorithm may round its transformed operands to bf16: 2^-8 per product, and the
-      // result is rounded to bf16 once (twice with a bias): 2 * 2^-8 relative. f16 alike
-      // with its own unit, 2^-11.
-      const double half_unit = dt == DType::f16 ? kUnitF16 : kUnitBf16;
-      const double unit = dt == DType::f32 ? kUnitTf32 : half_unit;
-      const double rtol = dt == DType::f32 ? 0.0 : 2 * half_unit;
-      const int64_t k_fwd = c.x[1] * c.kernel * c.kernel;
-      require_close(r.y_gpu, r.y_cpu, dot_atol(k_fwd, xmax, wmax, unit), rtol, "y");
-      if (c.need_input_grads) {
-        REQUIRE(r.dx_gpu.defined());
-        CHECK(r.dx_gpu.is_channels_last());
-        const int64_t k_data = c.filters * c.kernel * c.kernel;
-        require_close(r.dx_gpu, r.dx_cpu, dot_atol(k_data, dymax, wmax, unit), rtol, "dx");
-      } else {
-        CHECK(!r.dx_gpu.defined());
+    for (const ConvCase& c : cases) run_conv_case(c, dt);
+  }
+}
+
+TEST_CASE("Channel padding on CUDA: pad, unpad and the filter gradient's sum against the host", "[gpu][layout]") {
+  // Images (1-3 channels) and filters (F, C, k, k); odd sizes; no images at all.
+  const std::vector<Shape> shapes = {{2, 3, 5, 7}, {1, 1, 9, 4}, {3, 2, 1, 1}, {64, 3, 7, 7}, {0, 3, 2, 2}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (int64_t cp : {4, 8}) {
+      for (const Shape& s : shapes) {
+        for (MemoryFormat f : {kNchw, kNhwc}) {
+          INFO(dtype_name(dt) << " " << shape_str(s) << " " << memory_format_name(f) << " -> " << cp << " channels");
+          Tensor host = rounded(test::random_tensor(s, "pad_src"), dt);  // exact in dt
+          Tensor src = on_gpu(host, dt, f);
+          Tensor padded = cuda::pad_channels(src, cp);
+          REQUIRE(padded.is_channels_last());
+          REQUIRE(padded.shape() == Shape({s[0], cp, s[2], s[3]}));
+          Tensor got = padded.to(Device::cpu()).contiguous();
+          if (dt != DType::f32) got = ops::cast(got, DType::f32);
+          // The reference: the same values in the first channels, zeros after. Exact.
+          std::vector<float> want(static_cast<size_t>(shape_numel(got.shape())), 0.0f);
+          const std::vector<float> h = host.to_vector();
+          const int64_t hw = s[2] * s[3];
+          for (int64_t n = 0; n < s[0]; ++n)
+            for (int64_t c = 0; c < s[1]; ++c)
+              for (int64_t q = 0; q < hw; ++q)
+                want[static_cast<size_t>((n * cp + c) * hw + q)] = h[static_cast<size_t>((n * s[1] + c) * hw + q)];
+          require_equal(got, Tensor::from_vector(want, got.shape()), "padded");
+          // Back: the first channels, in the format asked for, bit for bit.
+          Tensor back = Tensor::empty(s, dt, gpu(), f);
+          cuda::unpad_channels(padded, back);
+          CHECK(back.memory_format() == f);
+          CHECK(same_bytes(back.to(Device::cpu()).contiguous(), src.to(Device::cpu()).contiguous()));
+          // The filter gradient's sum: one float addition of the same two floats, exact.
+          if (f == kNchw) {
+            Tensor dst = test::random_tensor(s, "pad_dst");
+            Tensor dst_gpu = dst.to(gpu());
+            cuda::accumulate_unpadded_as_float(padded, dst_gpu);
+            std::vector<float> sum = dst.to_vector();
+            for (size_t i = 0; i < sum.size(); ++i) sum[i] += h[i];
+            require_equal(dst_gpu, Tensor::from_vector(sum, s), "accumulated");
+          }
+        }
       }
-      // The weight gradient: a KRSC part (rounded to bf16 in bf16: covered by the 2^-8 unit,
-      // as |part| <= k_filter * xmax * dymax) added in float to the contiguous master.
-      const int64_t k_filter = ys[0] * ys[2] * ys[3];
-      CHECK(!b->weight().grad.is_channels_last());
-      require_close(b->weight().grad, a->weight().grad, dot_atol(k_filter, xmax, dymax, unit), kUlp, "dW");
-      // Bias gradients are our f32 column sums of the same dy values.
-      if (c.bias) require_close(b->bias()->grad, a->bias()->grad, dot_atol(k_filter, 1, dymax, kUnitFp32), kUlp, "db");
     }
   }
+}
+
+// Run by the CTest entries layers_layout_cuda_pad4 and _pad8 under TNT_CONV_PAD_CHANNELS=4
+// or 8: every 1-3 channel input of a channels_last Conv2D runs padded (the counter says it
+// did), with the same results as the CPU engine; images in either format, with and
+// without the input gradient, a 1x1 filter, one channel.
+TEST_CASE("TNT_CONV_PAD_CHANNELS=4 or 8: padded convolutions match the CPU engine", "[.conv_pad]") {
+  const char* env = std::getenv("TNT_CONV_PAD_CHANNELS");
+  INFO("TNT_CONV_PAD_CHANNELS=" << (env ? env : "(unset)"));
+  REQUIRE(env != nullptr);
+  REQUIRE((std::string(env) == "4" || std::string(env) == "8"));
+  const std::vector<ConvCase> cases = {{{2, 3, 23, 21}, 16, 7, 2, 3, false, false},
+                                       {{2, 3, 23, 21}, 16, 7, 2, 3, true, true},
+                                       {{2, 3, 9, 9}, 8, 3, 1, 1, true, true},
+                                       {{1, 2, 7, 7}, 3, 1, 1, 0, true, true},
+                                       {{2, 1, 10, 11}, 5, 3, 2, 1, false, true}};
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    for (MemoryFormat f : {kNchw, kNhwc}) {
+      for (const ConvCase& c : cases) {
+        const int64_t before = cuda::conv2d_padded_forwards();
+        run_conv_case(c, dt, f);
+        CHECK(cuda::conv2d_padded_forwards() == before + 1);
+      }
+    }
+  }
+  // 4 channels and more are never padded.
+  const int64_t before = cuda::conv2d_padded_forwards();
+  run_conv_case({{2, 4, 10, 11}, 5, 3, 2, 1, false, true}, DType::bf16);
+  CHECK(cuda::conv2d_padded_forwards() == before);
 }
 
 TEST_CASE("Conv2D on CUDA with mixed formats: the input is converted, dx comes back in its format", "[gpu][layout]") {

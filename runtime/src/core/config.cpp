@@ -151,6 +151,12 @@ Config Config::from_env() {
     TNT_INPUT_ERROR("TNT_FUSED_ATTENTION_ROWS={} is not 16 or 32 (query rows per warp of the fused attention forward)",
                     c.fused_attention_rows);
   }
+  if (c.conv_pad_channels != "auto" && c.conv_pad_channels != "0" && c.conv_pad_channels != "4" &&
+      c.conv_pad_channels != "8") {
+    TNT_INPUT_ERROR("TNT_CONV_PAD_CHANNELS='{}' is not auto, 0, 4 or 8 (the channels a 1-3 channel convolution input is "
+                    "widened to)",
+                    c.conv_pad_channels);
+  }
   // Checked whether or not a timeline is asked for: a bad window is a mistake either way.
   (void)parse_step_window(c.timeline_steps, "TNT_TIMELINE_STEPS");
   if (!c.cuda_profile_steps.empty()) (void)parse_step_window(c.cuda_profile_steps, "TNT_CUDA_PROFILE_STEPS");

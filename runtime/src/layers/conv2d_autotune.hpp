@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tnt::conv_autotune {
 
@@ -40,5 +41,45 @@ struct Problem {
         format, math, deterministic ? ", deterministic" : "");
   }
 };
+
+// Channel padding (conv2d_cuda.cu). cuDNN's fastest kernels for a network's first
+// convolution want 4 or 8 input channels (NVIDIA's performance guide: pad 3-channel images
+// to 4 with stride 2; cuDNN has first-layer kernels for 4), so a channels_last Conv2D whose
+// input has 1-3 channels may widen it with zero channels, and its filter likewise: the same
+// results, exactly, as every product with a zero channel is zero.
+//
+// The channel counts to try for an input of c channels: {c} alone means no padding. The
+// knob is TNT_CONV_PAD_CHANNELS (auto, 0, 4 or 8; Config checks it): auto tries c, 4 and 8
+// when autotuning is on (the choice is timed) and keeps c when it is off.
+inline std::vector<int64_t> pad_candidates(int64_t c, const std::string& knob, bool autotune, bool channels_last) {
+  if (!channels_last || c >= 4 || knob == "0") return {c};
+  if (knob == "4") return {4};
+  if (knob == "8") return {8};
+  TNT_CHECK(knob == "auto", "TNT_CONV_PAD_CHANNELS='{}' is not auto, 0, 4 or 8", knob);
+  return autotune ? std::vector<int64_t>{c, 4, 8} : std::vector<int64_t>{c};
+}
+
+// A padded candidate must beat the unpadded one (candidates[0]) by this share of its time:
+// padding costs what the timing leaves out (a copy of images that already are channels_last,
+// a saved input and filter up to 8/c times larger), and timings of a few milliseconds vary
+// by about a percent from run to run.
+inline constexpr double kPadMinGain = 0.02;
+
+// The channel count to run with, from each candidate's timed milliseconds (forward plus the
+// backward directions the step runs). A time below zero means "not timed" (cuDNN's
+// heuristics chose): then no padding, as nothing says it is faster.
+inline int64_t choose_padding(const std::vector<int64_t>& candidates, const std::vector<double>& ms) {
+  TNT_CHECK(!candidates.empty() && candidates.size() == ms.size(), "choose_padding: {} candidates, {} times",
+            candidates.size(), ms.size());
+  if (candidates.size() == 1) return candidates[0];
+  for (double t : ms)
+    if (t < 0) return candidates[0];
+  size_t best = 0;
+  for (size_t i = 1; i < ms.size(); ++i) {
+    if (ms[i] < ms[best]) best = i;
+  }
+  if (best != 0 && ms[best] > ms[0] * (1.0 - kPadMinGain)) best = 0;
+  return candidates[best];
+}
 
 }  // namespace tnt::conv_autotune

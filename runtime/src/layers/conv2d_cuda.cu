@@ -36,6 +36,19 @@
 // fits kMaxWorkspace and, in deterministic mode, is deterministic. If timing leaves no
 // acceptable algorithm, the heuristics decide too.
 //
+// Channel padding. A channels_last input of 1-3 channels (a network's images) may run as 4
+// or 8 channels, the added ones zero, with the filter padded alike: cuDNN's first-layer
+// kernels want 4 (conv2d_autotune.hpp, pad_candidates). The results are the same numbers:
+// every product with a zero channel is zero. Under TNT_CONV_PAD_CHANNELS=auto (the default)
+// the layer's first forward of each input shape times the forward, filter-gradient and, if
+// needed, data-gradient algorithms of each channel count on the real input and keeps the
+// fastest (choose_padding, which wants a padded count to win by 2%); 4 or 8 force it, 0 or
+// autotuning off never pad. The padding replaces the format conversion the images needed
+// anyway (pad_channels reads either format), SavedState keeps the padded input and filter,
+// and backward returns dx with the input's channels and adds only the real channels of
+// the filter gradient to the master (layout.hpp). Padding needs the f32 master weight that
+// mixed precision keeps (a half one stays unpadded).
+//
 // Precision: f32 convolutions run with CUDNN_DEFAULT_MATH, which lets cuDNN use TF32
 // tensor cores on Ampere and later (PyTorch's default for convolutions): products carry
 // about 2^-10 relative error instead of 2^-24. Tests bound the difference accordingly.
@@ -97,19 +110,23 @@ using PlanKey = std::array<int64_t, 6>;  // N, C, H, W, dtype, format
 
 struct ConvCache {
   std::map<PlanKey, std::unique_ptr<ConvPlan>> plans;
+  std::map<PlanKey, int64_t> padded_channels;  // under the input's key: the channels it runs with
 };
 
 // What backward needs to know about its forward.
 struct ConvSavedCuda {
   MemoryFormat input_format = MemoryFormat::contiguous;  // dx is returned in it
   MemoryFormat format = MemoryFormat::contiguous;        // the plan's: x, y, dy
-  bool krsc_copy = false;  // the filter in SavedState is a KRSC copy (channels_last, k > 1)
+  bool krsc_copy = false;  // the filter in SavedState is a KRSC copy (channels_last, k > 1, or padded)
+  int64_t channels = 0;    // of the input; x and the filter in SavedState have more when padded
+  bool padded = false;     // zero channels were added (see "Channel padding" at the top)
 };
 
 // The process-wide autotune results (see the top): algorithm and math type per problem.
 struct Choice {
   int algo = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  float ms = -1;  // its timed milliseconds; below zero when the heuristics chose
 };
 
 struct AutotuneCache {
@@ -251,9 +268,10 @@ struct BackwardFilter {
 };
 
 // Chooses one direction's algorithm for the plan (see the top) and sets its math type and
-// workspace size.
+// workspace size. Returns the chosen algorithm's timed milliseconds, or -1 when it was not
+// timed (autotuning off, or the heuristics chose).
 template <typename Dir>
-void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape, const Operands& operands,
+float choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape, const Operands& operands,
                       int device) {
   cudnnHandle_t h = cudnn_handle(device);
   typename Dir::Perf perf[Dir::kCount];
@@ -262,6 +280,7 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
   const typename Dir::Perf* heuristic = choose(perf, returned);
   const typename Dir::Perf* timed_choice = nullptr;
   typename Dir::Perf chosen{};
+  float timed_ms = -1;
   if (plan.autotune) {
     Problem problem = plan.problem;
     problem.direction = Dir::kDirection;
@@ -271,6 +290,7 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
     if (it != cache.choices.end()) {
       chosen.algo = static_cast<typename Dir::Algo>(it->second.algo);
       chosen.mathType = it->second.math;
+      timed_ms = it->second.ms;
       timed_choice = &chosen;
     } else {
       // The workspace: the largest any listed algorithm wants within the limit, so that
@@ -297,11 +317,13 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
       if (const auto* best = fastest(timed, timed_count, limit)) {
         chosen = *best;
         timed_choice = &chosen;
+        timed_ms = best->time;
       } else if (heuristic) {
         chosen = *heuristic;  // cached too: timing again would find nothing again
       }
       if (timed_choice || heuristic) {
-        cache.choices.emplace(problem.key(), Choice{static_cast<int>(chosen.algo), chosen.mathType});
+        cache.choices.emplace(problem.key(),
+                              Choice{static_cast<int>(chosen.algo), chosen.mathType, timed_ms});
         log_debug("Conv2D '{}': timed {} algorithms for {}: algorithm {} (math {}){}", layer.name(), timed_count,
                   problem.str(), static_cast<int>(chosen.algo), static_cast<int>(chosen.mathType),
                   timed_choice ? "" : ", the heuristics' (none timed qualified)");
@@ -316,6 +338,7 @@ void choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape,
   }
   TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(Dir::conv(plan), chosen.mathType));
   Dir::set(h, plan, chosen.algo);
+  return timed_ms;
 }
 
 ConvPlan& plan_for(Conv2D& layer, const Tensor& x, MemoryFormat format, int device) {
@@ -414,9 +437,76 @@ void add_bias(const ConvPlan& plan, const Tensor& y, const Tensor& bias, int dev
   TNT_CUDA_CHECK_LAUNCH();
 }
 
+// x (the input) in the plan's format with `channels` channels: converted, or padded with zero
+// channels; the filter w (F, C, k, k) to match (KRSC for channels_last, see the top).
+Tensor input_as(const Tensor& input, MemoryFormat format, int64_t channels) {
+  return channels == input.dim(1) ? input.to_memory_format(format) : cuda::pad_channels(input, channels);
+}
+Tensor filter_as(const Tensor& w, MemoryFormat format, int64_t channels, bool krsc_copy) {
+  if (channels != w.dim(1)) return cuda::pad_channels(w, channels);
+  return krsc_copy ? w.to_memory_format(format) : w;
+}
+
+// The channels the input runs with (see "Channel padding" at the top): its own, or 4 or 8.
+// Decided at the layer's first forward for each input shape; timed choices (auto) time
+// the forward, the filter gradient and, where the input gradient is needed, the data
+// gradient of each candidate on the real input, with the forward's output standing in for
+// the output gradient (timing does not depend on the values).
+int64_t channels_to_run(Conv2D& layer, const Tensor& input, const Tensor& w, MemoryFormat format,
+                        bool need_input_grads, int device) {
+  const int64_t c = input.dim(1);
+  if (input.dim(0) == 0 || layer.weight().value.dtype() != DType::f32) return c;  // f32 masters only (backward)
+  const std::vector<int64_t> candidates = conv_autotune::pad_candidates(
+      c, tnt::config().conv_pad_channels, autotune_enabled(), format == MemoryFormat::channels_last);
+  if (candidates.size() == 1) return candidates[0];
+  auto& cache = *static_cast<ConvCache*>(layer.engine_cache(Device::Kind::cuda).get());
+  const Shape& s = input.shape();
+  const PlanKey key{s[0], s[1], s[2], s[3], static_cast<int64_t>(input.dtype()), static_cast<int64_t>(format)};
+  if (auto it = cache.padded_channels.find(key); it != cache.padded_channels.end()) return it->second;
+  std::vector<int64_t> tried;
+  std::vector<double> ms;
+  std::string times;
+  for (int64_t cand : candidates) {
+    try {
+      Tensor x = input_as(input, format, cand);
+      Tensor wc = filter_as(w, format, cand, layer.kernel_size() > 1);
+      ConvPlan& plan = plan_for(layer, x, format, device);
+      Tensor y = Tensor::empty({s[0], layer.filters(), plan.ho, plan.wo}, x.dtype(), x.device(), format);
+      double t =
+          choose_algorithm<Forward>(plan, layer, x.shape(), Operands{x.raw(), wc.raw(), nullptr, y.raw()}, device);
+      const double t_filter =
+          choose_algorithm<BackwardFilter>(plan, layer, x.shape(), Operands{x.raw(), nullptr, y.raw()}, device);
+      t = t < 0 || t_filter < 0 ? -1 : t + t_filter;
+      if (need_input_grads) {
+        const double t_data =
+            choose_algorithm<BackwardData>(plan, layer, x.shape(), Operands{nullptr, wc.raw(), y.raw()}, device);
+        t = t < 0 || t_data < 0 ? -1 : t + t_data;
+      }
+      tried.push_back(cand);
+      ms.push_back(t);
+      times += fmt::format("{}{}: {:.3f} ms", times.empty() ? "" : ", ", cand, t);
+    } catch (const Error& e) {
+      if (cand == c) throw;  // the layer as it is: its own errors
+      log_warning("Conv2D '{}': input {} widened to {} channels cannot run ({}); not padded to {}", layer.name(),
+                  shape_str(s), cand, e.what(), cand);
+    }
+  }
+  const int64_t chosen = conv_autotune::choose_padding(tried, ms);
+  cache.padded_channels.emplace(key, chosen);
+  log_info("Conv2D '{}': input {} runs with {} channels{} (timed forward + backward, by channels: {})", layer.name(),
+           shape_str(s), chosen, chosen == c ? "" : " (zero channels added)", times);
+  return chosen;
+}
+
 }  // namespace
 
 int64_t conv2d_autotune_searches() { return autotune_cache().searches.load(); }
+
+namespace {
+std::atomic<int64_t> padded_forwards{0};
+}  // namespace
+
+int64_t conv2d_padded_forwards() { return padded_forwards.load(); }
 
 std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inputs, const RunContext& rc,
                                    SavedState& saved) {
@@ -428,15 +518,21 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
   TNT_CHECK(input.ndim() == 4 && input.dim(1) == layer.in_channels(), "Conv2D '{}': input {} is not (N, {}, H, W)",
             layer.name(), input.str(), layer.in_channels());
   const MemoryFormat format = rc.memory_format;
+  if (!layer.engine_cache(Device::Kind::cuda)) layer.engine_cache(Device::Kind::cuda) = std::make_shared<ConvCache>();
+  const int64_t channels = channels_to_run(layer, input, w, format, saved.need_input_grads, device);
   auto info = std::make_shared<ConvSavedCuda>();
   info->input_format = input.memory_format();
   info->format = format;
-  info->krsc_copy = format == MemoryFormat::channels_last && layer.kernel_size() > 1;
+  info->channels = input.dim(1);
+  info->padded = channels != input.dim(1);
+  info->krsc_copy = format == MemoryFormat::channels_last && (layer.kernel_size() > 1 || info->padded);
+  if (info->padded) padded_forwards.fetch_add(1);
   saved.extra = info;
-  // The images before the first convolution of a channels_last network: converted once.
-  Tensor x = input.to_memory_format(format);  // (N, C, H, W) in `format`
+  // The images before the first convolution of a channels_last network: converted once
+  // (padded with zero channels, where that is faster), into (N, channels, H, W) in `format`.
+  Tensor x = input_as(input, format, channels);
   // KRSC for channels_last (see the top; a 1x1 filter's bytes already are); kept for backward.
-  Tensor w_used = info->krsc_copy ? w.to_memory_format(format) : w;  // (F, C, k, k)
+  Tensor w_used = filter_as(w, format, channels, info->krsc_copy);  // (F, channels, k, k)
   const int64_t n = x.dim(0), f = layer.filters();
   if (n == 0) {
     Shape out = layer.output_shapes({x.shape()}).at(0);
@@ -520,11 +616,14 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
       // returns to the allocator's cache at scope exit, safely: the kernels that use it
       // are queued on the compute stream.
       const MemoryFormat part_format = info.krsc_copy ? MemoryFormat::channels_last : MemoryFormat::contiguous;
-      Tensor part = Tensor::empty(dw.shape(), x.dtype(), x.device(), part_format);  // (F, C, k, k)
+      Tensor part = Tensor::empty({dw.dim(0), x.dim(1), dw.dim(2), dw.dim(3)}, x.dtype(), x.device(),
+                                  part_format);  // (F, C or the padded channels, k, k)
       TNT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, CudnnScalars::one(), plan.x, x.raw(), plan.y, dy.raw(),
                                                      plan.conv_bwd_filter, plan.bwd_filter_algo, ws.data(),
                                                      ws.bytes(), CudnnScalars::zero(), plan.w, part.raw()));
-      if (info.krsc_copy) {
+      if (info.padded) {
+        accumulate_unpadded_as_float(part, dw);
+      } else if (info.krsc_copy) {
         accumulate_converted_as_float(part, dw);
       } else {
         accumulate_as_float(part, dw);
@@ -544,7 +643,14 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
       }
     });
   }
-  // dx in the format of the forward's input (a contiguous input to a channels_last layer).
+  // dx with the input's channels, in the format of the forward's input (a contiguous input
+  // to a channels_last layer).
+  if (dx.defined() && info.padded) {
+    Tensor unpadded = Tensor::empty({x.dim(0), info.channels, x.dim(2), x.dim(3)}, x.dtype(), x.device(),
+                                    info.input_format);
+    unpad_channels(dx, unpadded);
+    return {unpadded};
+  }
   if (dx.defined() && info.input_format != info.format) dx = dx.to_memory_format(info.input_format);
   return {dx};
 }

@@ -5,7 +5,8 @@
 // undefined dx and needs no backward-data algorithm.
 // Memory formats: y is in rc.memory_format; x may be in either format (converted), dx is in
 // x's format, dy must be in y's. Algorithms are timed once per problem unless
-// TNT_CUDNN_AUTOTUNE=0 (conv2d_cuda.cu's header).
+// TNT_CUDNN_AUTOTUNE=0; a channels_last input of 1-3 channels may run padded to 4 or 8
+// (TNT_CONV_PAD_CHANNELS; conv2d_cuda.cu's header).
 #pragma once
 
 #include "tarantella/layers/conv2d.hpp"
@@ -21,5 +22,8 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
 // How many (problem, direction) pairs this process has timed so far (tests: the cache of
 // timed choices is shared, TNT_CUDNN_AUTOTUNE=0 times nothing).
 int64_t conv2d_autotune_searches();
+// How many forwards this process ran with zero channels added to the input (channel padding,
+// conv2d_cuda.cu's header; tests: TNT_CONV_PAD_CHANNELS reached the layer).
+int64_t conv2d_padded_forwards();
 
 }  // namespace tnt::cuda

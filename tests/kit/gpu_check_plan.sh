@@ -26,6 +26,11 @@ printf 'tarantella GPU kit\ncommit: test\ncuda_arch: sm_90\n' >"$tmp/kit/KIT.txt
   printf '# set\tname\ttimeout_s\tenvironment\tcommand\n'
   printf 'gpu\tlayers_cuda\t300\t-\t@KIT@/bin/test_layers_cuda\n'
   printf 'gpu\tlayers_attention_fused_cuda\t300\t-\t@KIT@/bin/test_layers_attention_fused_cuda\n'
+  printf 'gpu\tlayers_attention_fused_cuda_stored_ds\t120\tTNT_FUSED_ATTENTION_STORED_DS=1\t@KIT@/bin/test_layers_attention_fused_cuda\n'
+  printf 'gpu\tlayers_attention_fused_cuda_rows32\t180\tTNT_FUSED_ATTENTION_ROWS=32\t@KIT@/bin/test_layers_attention_fused_cuda\n'
+  printf 'gpu\tlayers_attention_fused_cuda_off\t120\tTNT_FUSED_ATTENTION=0\t@KIT@/bin/test_layers_attention_fused_cuda\n'
+  printf 'gpu\tlayers_losses_cuda\t120\t-\t@KIT@/bin/test_layers_losses_cuda\n'
+  printf 'gpu\toptim_multi_tensor_cuda\t120\t-\t@KIT@/bin/test_optim_multi_tensor_cuda\n'
   printf 'gpu\ttrain_timeline_cuda.np1\t120\t-\t@MPIRUN@\t--oversubscribe\t-np\t1\t@KIT@/bin/test_train_timeline_cuda\n'
   printf 'multi\ttrain_timeline_cuda.np1\t120\t-\t@MPIRUN@\t--oversubscribe\t-np\t1\t@KIT@/bin/test_train_timeline_cuda\n'
 } >"$tmp/kit/tests.tsv"
@@ -70,7 +75,14 @@ hasnt 'ranks \(nccl\)|at 4 ranks|^plan: topology' "4 GPUs, part 1"
 has '^plan: memcheck layers_cuda' "part 1"
 has '^plan: memcheck layers_attention_fused_cuda' "part 1"
 has '^plan: racecheck layers_attention_fused_cuda' "part 1"
+# Each variant of the fused attention runs other kernels; the optimizers' and losses' block
+# reductions share memory too. Tests of layers without such kernels are left out.
+has '^plan: racecheck layers_attention_fused_cuda_stored_ds' "part 1"
+has '^plan: racecheck layers_attention_fused_cuda_rows32' "part 1"
+has '^plan: racecheck optim_multi_tensor_cuda' "part 1"
+has '^plan: racecheck layers_losses_cuda' "part 1"
 hasnt '^plan: racecheck layers_cuda' "part 1"
+hasnt '^plan: racecheck layers_attention_fused_cuda_off' "part 1"
 plan 4 multi || fail "--part multi --plan with 4 GPUs: exit $?"
 has '^plan: test train_timeline_cuda at 4 ranks' "4 GPUs, part multi"
 has '^plan: transformer 4 ranks' "4 GPUs, part multi"

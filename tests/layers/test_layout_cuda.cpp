@@ -264,6 +264,30 @@ TEST_CASE("Conv2D in channels_last matches the CPU engine (f32 with TF32, bf16, 
   }
 }
 
+TEST_CASE("Conv2D through cuDNN's graphs (TNT_CUDNN_CONV_GRAPH) matches the CPU engine", "[gpu][layout]") {
+  REQUIRE(tnt::config().cudnn_conv_graph);
+  REQUIRE(tnt::config().cudnn_autotune);
+  // Every timed direction takes a graph that agrees with its algorithm, whatever its speed;
+  // shapes no other case uses (batch 3), so that each direction is timed here.
+  cuda::conv2d_force_graphs(true);
+  struct Reset {
+    ~Reset() { cuda::conv2d_force_graphs(false); }
+  } reset;
+  const std::vector<ConvCase> cases = {{{3, 16, 9, 9}, 8, 3, 1, 1, true, true},
+                                       {{3, 32, 8, 8}, 16, 1, 2, 0, false, true},
+                                       {{3, 8, 12, 12}, 8, 5, 2, 2, false, true},
+                                       {{3, 3, 17, 15}, 8, 7, 2, 3, false, false}};
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const int64_t before = cuda::conv2d_graph_runs();
+      run_conv_case(cases[i], dt);
+      // The plain shapes: forward, data and filter gradients all through a graph (the
+      // others too, where cuDNN plans one: the comparison above holds either way).
+      if (i < 2) CHECK(cuda::conv2d_graph_runs() - before == 3);
+    }
+  }
+}
+
 TEST_CASE("Channel padding on CUDA: pad, unpad and the filter gradient's sum against the host", "[gpu][layout]") {
   // Images (1-3 channels) and filters (F, C, k, k); odd sizes; no images at all.
   const std::vector<Shape> shapes = {{2, 3, 5, 7}, {1, 1, 9, 4}, {3, 2, 1, 1}, {64, 3, 7, 7}, {0, 3, 2, 2}};

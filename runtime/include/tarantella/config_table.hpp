@@ -40,6 +40,8 @@ namespace tnt {
     "fused attention backward: the dK/dV kernel stores dS for the dQ kernel (one product a tile instead of three; B*H*Tq*Tk more memory while it runs); 0 = the dQ kernel computes dS again") \
   X(cudnn_autotune, bool, "TNT_CUDNN_AUTOTUNE", true, "",                                       \
     "time cuDNN's convolution algorithms once per shape; 0 = cuDNN's heuristics")              \
+  X(cudnn_conv_graph, bool, "TNT_CUDNN_CONV_GRAPH", true, "",                                 \
+    "with TNT_CUDNN_AUTOTUNE, f16/bf16 convolutions on CUDA also time the engine configs of cuDNN's graph API (checked against the algorithm's results) and run the fastest; 0 = cuDNN's legacy algorithms only") \
   X(conv_pad_channels, std::string, "TNT_CONV_PAD_CHANNELS", "auto", "",                       \
     "channels_last Conv2D on CUDA with 1-3 input channels (images): auto = widen them with zero channels to 4 or 8 where the timed algorithms are faster (with TNT_CUDNN_AUTOTUNE; else never); 0 = never; 4 or 8 = always") \
   X(pinned_staging, bool, "TNT_PINNED_STAGING", true, "",                                       \

@@ -20,22 +20,6 @@
 // other format (the network's images before the first convolution) is converted once; dx
 // is returned in that input's format. dy must be in y's format (the executor's contract).
 //
-// Algorithms. By default each direction's algorithm is timed once per problem with
-// cudnnFind*AlgorithmEx, timed into the real y and dx (fresh tensors the real call then
-// overwrites: no second buffer of their size while the step's activations are alive) and
-// into scratch for dw (the filter gradient accumulates over the calls of a step and must
-// not be overwritten), with a workspace as
-// large as the largest that cuDNN's heuristics list within kMaxWorkspace; in deterministic
-// mode (TNT_DETERMINISTIC) only deterministic algorithms qualify; the fastest remaining one
-// wins. Choices are cached for the whole process under everything that defines the problem
-// (conv2d_autotune.hpp: device, shapes, geometry, dtype, format, math, determinism,
-// direction), so ResNet-50's repeated layer shapes are timed once. Timing runs real kernels
-// (milliseconds per problem, once), and the fastest algorithm for the shapes of a real
-// network is often not the heuristics' first. TNT_CUDNN_AUTOTUNE=0 (a Config knob, read
-// once per process) takes cuDNN's heuristics instead (Get_v7, best first): the first that succeeded,
-// fits kMaxWorkspace and, in deterministic mode, is deterministic. If timing leaves no
-// acceptable algorithm, the heuristics decide too.
-//
 // Channel padding. A channels_last input of 1-3 channels (a network's images) may run as 4
 // or 8 channels, the added ones zero, with the filter padded alike: cuDNN's first-layer
 // kernels want 4 (conv2d_autotune.hpp, pad_candidates). The results are the same numbers:
@@ -61,6 +45,9 @@
 // added by our kernel in float to cuDNN's already rounded half output, so that output is
 // rounded twice (cudnnAddTensor wants the bias in the output's dtype). Our kernel adds the
 // bias of every channels_last output too (one float addition, as cudnnAddTensor's).
+//
+// Algorithms: each direction's legacy cuDNN algorithm, timed once per problem, or a cuDNN
+// graph timed faster (conv2d_algorithms_cuda.cu's header, conv2d_plan_cuda.hpp).
 #include "layers/conv2d_cuda.hpp"
 
 #include "backend/cuda/cudnn_util.hpp"
@@ -68,50 +55,16 @@
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/layout.hpp"
 #include "backend/cuda/reduce.cuh"
-#include "layers/conv2d_autotune.hpp"
+#include "layers/conv2d_plan_cuda.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
-#include <array>
 #include <atomic>
-#include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
 
 namespace tnt::cuda {
 
 namespace {
-
-constexpr size_t kMaxWorkspace = size_t{1} << 30;
-
-using conv_autotune::Direction;
-using conv_autotune::Problem;
-
-struct ConvPlan {
-  MemoryFormat format = MemoryFormat::contiguous;  // of x, y, dx, dy and the filter
-  TensorDescriptor x, y;  // (N, C, H, W), (N, F, Ho, Wo)
-  FilterDescriptor w;     // (F, C, k, k): KCRS or KRSC
-  // One convolution descriptor per direction: each carries its algorithm's math type.
-  ConvolutionDescriptor conv_fwd, conv_bwd_data, conv_bwd_filter;
-  TensorDescriptor bias;  // (1, F, 1, 1), contiguous f32 plans only
-  cudnnConvolutionFwdAlgo_t fwd_algo{};
-  cudnnConvolutionBwdDataAlgo_t bwd_data_algo{};
-  cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo{};
-  size_t fwd_ws = 0, bwd_data_ws = 0, bwd_filter_ws = 0;
-  bool has_fwd = false, has_bwd_data = false, has_bwd_filter = false;  // chosen yet (see the top)
-  int64_t ho = 0, wo = 0;
-  size_t x_bytes = 0, y_bytes = 0, w_bytes = 0;  // scratch outputs of the timing runs
-  bool autotune = true;                          // TNT_CUDNN_AUTOTUNE
-  Problem problem;                               // the autotune key, less the direction
-};
-
-using PlanKey = std::array<int64_t, 6>;  // N, C, H, W, dtype, format
-
-struct ConvCache {
-  std::map<PlanKey, std::unique_ptr<ConvPlan>> plans;
-  std::map<PlanKey, int64_t> padded_channels;  // under the input's key: the channels it runs with
-};
 
 // What backward needs to know about its forward.
 struct ConvSavedCuda {
@@ -121,273 +74,6 @@ struct ConvSavedCuda {
   int64_t channels = 0;    // of the input; x and the filter in SavedState have more when padded
   bool padded = false;     // zero channels were added (see "Channel padding" at the top)
 };
-
-// The process-wide autotune results (see the top): algorithm and math type per problem.
-struct Choice {
-  int algo = 0;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-  float ms = -1;  // its timed milliseconds; below zero when the heuristics chose
-};
-
-struct AutotuneCache {
-  std::mutex mutex;  // also serialises the timing runs
-  std::map<Problem::Key, Choice> choices;
-  std::atomic<int64_t> searches{0};
-};
-
-AutotuneCache& autotune_cache() {
-  static AutotuneCache* cache = new AutotuneCache();  // never destroyed: used until exit
-  return *cache;
-}
-
-// TNT_CUDNN_AUTOTUNE: the Config knob, checked when the process reads its configuration.
-bool autotune_enabled() { return tnt::config().cudnn_autotune; }
-
-cudnnMathType_t initial_math(DType dtype) {
-  // Tensor cores for f16/bf16; for f32 the default (TF32 allowed, see the top).
-  return dtype == DType::f32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH;
-}
-
-void set_conv(const ConvolutionDescriptor& conv, const Conv2D& layer, DType dtype) {
-  const int pad = cudnn_dim(layer.padding(), "Conv2D padding"), stride = cudnn_dim(layer.stride(), "Conv2D stride");
-  TNT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(conv, pad, pad, stride, stride, 1, 1, CUDNN_CROSS_CORRELATION,
-                                                  CUDNN_DATA_FLOAT));
-  TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, initial_math(dtype)));
-}
-
-// The first acceptable entry of a heuristics list (best first); nullptr when none is.
-template <typename Perf>
-const Perf* choose(const Perf* perf, int count) {
-  const bool deterministic = tnt::config().deterministic;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (int i = 0; i < count; ++i) {
-      if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-      if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-      // First pass: within the workspace limit; second: the best there is.
-      if (pass == 0 && perf[i].memory > kMaxWorkspace) continue;
-      return &perf[i];
-    }
-  }
-  return nullptr;
-}
-
-// The first (fastest: cuDNN sorts timings) entry of a timing list that ran, fits `limit`
-// and is deterministic where that is asked for; nullptr when none does.
-template <typename Perf>
-const Perf* fastest(const Perf* perf, int count, size_t limit) {
-  const bool deterministic = tnt::config().deterministic;
-  for (int i = 0; i < count; ++i) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].memory > limit) continue;
-    if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-    return &perf[i];
-  }
-  return nullptr;
-}
-
-// The real operands of a timing run (read only), and where its output may go: the real
-// output when the real call overwrites it anyway (y, dx), else null for scratch memory.
-struct Operands {
-  const void* x = nullptr;   // forward, backward filter
-  const void* w = nullptr;   // forward, backward data
-  const void* dy = nullptr;  // backward data, backward filter
-  void* out = nullptr;       // forward: y; backward data: dx
-};
-
-// One direction's cuDNN entry points, for choose_algorithm.
-struct Forward {
-  using Perf = cudnnConvolutionFwdAlgoPerf_t;
-  using Algo = cudnnConvolutionFwdAlgo_t;
-  static constexpr int kCount = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
-  static constexpr const char* kName = "forward";
-  static constexpr Direction kDirection = Direction::forward;
-  static const ConvolutionDescriptor& conv(const ConvPlan& p) { return p.conv_fwd; }
-  static size_t output_bytes(const ConvPlan& p) { return p.y_bytes; }
-  static void heuristics(cudnnHandle_t h, const ConvPlan& p, Perf* perf, int* n) {
-    TNT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.conv_fwd, p.y, kCount, n, perf));
-  }
-  static void find(cudnnHandle_t h, const ConvPlan& p, const Operands& o, void* out, Perf* perf, int* n,
-                   const Workspace& ws) {
-    TNT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, o.x, p.w, o.w, p.conv_fwd, p.y, out, kCount, n,
-                                                           perf, ws.data(), ws.bytes()));
-  }
-  static void set(cudnnHandle_t h, ConvPlan& p, Algo a) {
-    p.fwd_algo = a;
-    TNT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.conv_fwd, p.y, a, &p.fwd_ws));
-    p.has_fwd = true;
-  }
-};
-
-struct BackwardData {
-  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
-  using Algo = cudnnConvolutionBwdDataAlgo_t;
-  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
-  static constexpr const char* kName = "backward-data";
-  static constexpr Direction kDirection = Direction::backward_data;
-  static const ConvolutionDescriptor& conv(const ConvPlan& p) { return p.conv_bwd_data; }
-  static size_t output_bytes(const ConvPlan& p) { return p.x_bytes; }
-  static void heuristics(cudnnHandle_t h, const ConvPlan& p, Perf* perf, int* n) {
-    TNT_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.conv_bwd_data, p.x, kCount, n, perf));
-  }
-  static void find(cudnnHandle_t h, const ConvPlan& p, const Operands& o, void* out, Perf* perf, int* n,
-                   const Workspace& ws) {
-    TNT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, o.w, p.y, o.dy, p.conv_bwd_data, p.x, out,
-                                                                kCount, n, perf, ws.data(), ws.bytes()));
-  }
-  static void set(cudnnHandle_t h, ConvPlan& p, Algo a) {
-    p.bwd_data_algo = a;
-    TNT_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.conv_bwd_data, p.x, a, &p.bwd_data_ws));
-    p.has_bwd_data = true;
-  }
-};
-
-struct BackwardFilter {
-  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
-  using Algo = cudnnConvolutionBwdFilterAlgo_t;
-  static constexpr int kCount = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-  static constexpr const char* kName = "backward-filter";
-  static constexpr Direction kDirection = Direction::backward_filter;
-  static const ConvolutionDescriptor& conv(const ConvPlan& p) { return p.conv_bwd_filter; }
-  static size_t output_bytes(const ConvPlan& p) { return p.w_bytes; }
-  static void heuristics(cudnnHandle_t h, const ConvPlan& p, Perf* perf, int* n) {
-    TNT_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.conv_bwd_filter, p.w, kCount, n, perf));
-  }
-  static void find(cudnnHandle_t h, const ConvPlan& p, const Operands& o, void* out, Perf* perf, int* n,
-                   const Workspace& ws) {
-    TNT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, o.x, p.y, o.dy, p.conv_bwd_filter, p.w,
-                                                                  out, kCount, n, perf, ws.data(), ws.bytes()));
-  }
-  static void set(cudnnHandle_t h, ConvPlan& p, Algo a) {
-    p.bwd_filter_algo = a;
-    TNT_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.conv_bwd_filter, p.w, a, &p.bwd_filter_ws));
-    p.has_bwd_filter = true;
-  }
-};
-
-// Chooses one direction's algorithm for the plan (see the top) and sets its math type and
-// workspace size. Returns the chosen algorithm's timed milliseconds, or -1 when it was not
-// timed (autotuning off, or the heuristics chose).
-template <typename Dir>
-float choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape, const Operands& operands,
-                      int device) {
-  cudnnHandle_t h = cudnn_handle(device);
-  typename Dir::Perf perf[Dir::kCount];
-  int returned = 0;
-  Dir::heuristics(h, plan, perf, &returned);
-  const typename Dir::Perf* heuristic = choose(perf, returned);
-  const typename Dir::Perf* timed_choice = nullptr;
-  typename Dir::Perf chosen{};
-  float timed_ms = -1;
-  if (plan.autotune) {
-    Problem problem = plan.problem;
-    problem.direction = Dir::kDirection;
-    AutotuneCache& cache = autotune_cache();
-    std::lock_guard<std::mutex> lock(cache.mutex);
-    auto it = cache.choices.find(problem.key());
-    if (it != cache.choices.end()) {
-      chosen.algo = static_cast<typename Dir::Algo>(it->second.algo);
-      chosen.mathType = it->second.math;
-      timed_ms = it->second.ms;
-      timed_choice = &chosen;
-    } else {
-      // The workspace: the largest any listed algorithm wants within the limit, so that
-      // every algorithm that may be chosen can run in the timing.
-      size_t limit = 0;
-      for (int i = 0; i < returned; ++i) {
-        if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace)
-          limit = std::max(limit, perf[i].memory);
-      }
-      Workspace ws(limit, device);
-      Workspace scratch(operands.out ? 0 : Dir::output_bytes(plan), device);  // dw only (see the top)
-      typename Dir::Perf timed[Dir::kCount];
-      int timed_count = 0;
-      try {
-        Dir::find(h, plan, operands, operands.out ? operands.out : scratch.data(), timed, &timed_count, ws);
-      } catch (const Error& e) {
-        // The timing itself refused (a status of cuDNN's, not of one algorithm): the
-        // heuristics choose, as the top of this file says, and training goes on.
-        timed_count = 0;
-        log_warning("Conv2D '{}': timing the {} algorithms for {} failed ({}); cuDNN's heuristics choose",
-                    layer.name(), Dir::kName, problem.str(), e.what());
-      }
-      cache.searches.fetch_add(1);
-      if (const auto* best = fastest(timed, timed_count, limit)) {
-        chosen = *best;
-        timed_choice = &chosen;
-        timed_ms = best->time;
-      } else if (heuristic) {
-        chosen = *heuristic;  // cached too: timing again would find nothing again
-      }
-      if (timed_choice || heuristic) {
-        cache.choices.emplace(problem.key(),
-                              Choice{static_cast<int>(chosen.algo), chosen.mathType, timed_ms});
-        log_debug("Conv2D '{}': timed {} algorithms for {}: algorithm {} (math {}){}", layer.name(), timed_count,
-                  problem.str(), static_cast<int>(chosen.algo), static_cast<int>(chosen.mathType),
-                  timed_choice ? "" : ", the heuristics' (none timed qualified)");
-      }
-    }
-  }
-  if (!timed_choice) {
-    TNT_CHECK(heuristic != nullptr, "Conv2D '{}': cuDNN offers no {}{} algorithm for input {} ({})", layer.name(),
-              tnt::config().deterministic ? "deterministic " : "", Dir::kName, shape_str(x_shape),
-              memory_format_name(plan.format));
-    chosen = *heuristic;
-  }
-  TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(Dir::conv(plan), chosen.mathType));
-  Dir::set(h, plan, chosen.algo);
-  return timed_ms;
-}
-
-ConvPlan& plan_for(Conv2D& layer, const Tensor& x, MemoryFormat format, int device) {
-  std::shared_ptr<void>& slot = layer.engine_cache(Device::Kind::cuda);
-  if (!slot) slot = std::make_shared<ConvCache>();
-  auto& cache = *static_cast<ConvCache*>(slot.get());
-  const Shape& s = x.shape();
-  PlanKey key{s[0], s[1], s[2], s[3], static_cast<int64_t>(x.dtype()), static_cast<int64_t>(format)};
-  auto it = cache.plans.find(key);
-  if (it != cache.plans.end()) return *it->second;
-
-  auto plan = std::make_unique<ConvPlan>();
-  const char* what = "Conv2D";
-  const DType dt = x.dtype();
-  const int64_t f = layer.filters(), k = layer.kernel_size();
-  plan->format = format;
-  set_4d(plan->x, dt, format, s[0], s[1], s[2], s[3], what);
-  set_filter(plan->w, dt, format, f, s[1], k, k, what);
-  for (const ConvolutionDescriptor* c : {&plan->conv_fwd, &plan->conv_bwd_data, &plan->conv_bwd_filter})
-    set_conv(*c, layer, dt);
-  int n = 0, co = 0, ho = 0, wo = 0;
-  TNT_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(plan->conv_fwd, plan->x, plan->w, &n, &co, &ho, &wo));
-  plan->ho = ho;
-  plan->wo = wo;
-  set_4d(plan->y, dt, format, n, co, ho, wo, what);
-  set_nchw(plan->bias, DType::f32, 1, f, 1, 1, what);
-  const size_t elem = dtype_size(dt);
-  plan->x_bytes = static_cast<size_t>(shape_numel(s)) * elem;
-  plan->y_bytes = static_cast<size_t>(int64_t{n} * co * ho * wo) * elem;
-  plan->w_bytes = static_cast<size_t>(f * s[1] * k * k) * elem;
-  plan->autotune = autotune_enabled();
-  Problem& p = plan->problem;
-  p.device = device;
-  p.n = s[0];
-  p.c = s[1];
-  p.h = s[2];
-  p.w = s[3];
-  p.filters = f;
-  p.kernel = k;
-  p.stride = layer.stride();
-  p.padding = layer.padding();
-  p.dtype = static_cast<int64_t>(dt);
-  p.format = static_cast<int64_t>(format);
-  p.math = static_cast<int64_t>(initial_math(dt));
-  p.deterministic = tnt::config().deterministic;
-  ConvPlan& ref = *plan;
-  cache.plans.emplace(key, std::move(plan));
-  return ref;
-}
 
 // y += bias per channel, in float, for half NCHW outputs.
 template <typename T>
@@ -457,7 +143,7 @@ int64_t channels_to_run(Conv2D& layer, const Tensor& input, const Tensor& w, Mem
   const int64_t c = input.dim(1);
   if (input.dim(0) == 0 || layer.weight().value.dtype() != DType::f32) return c;  // f32 masters only (backward)
   const std::vector<int64_t> candidates = conv_autotune::pad_candidates(
-      c, tnt::config().conv_pad_channels, autotune_enabled(), format == MemoryFormat::channels_last);
+      c, tnt::config().conv_pad_channels, conv_autotune_enabled(), format == MemoryFormat::channels_last);
   if (candidates.size() == 1) return candidates[0];
   auto& cache = *static_cast<ConvCache*>(layer.engine_cache(Device::Kind::cuda).get());
   const Shape& s = input.shape();
@@ -473,13 +159,13 @@ int64_t channels_to_run(Conv2D& layer, const Tensor& input, const Tensor& w, Mem
       ConvPlan& plan = plan_for(layer, x, format, device);
       Tensor y = Tensor::empty({s[0], layer.filters(), plan.ho, plan.wo}, x.dtype(), x.device(), format);
       double t =
-          choose_algorithm<Forward>(plan, layer, x.shape(), Operands{x.raw(), wc.raw(), nullptr, y.raw()}, device);
+          choose_forward(plan, layer, x.shape(), ConvOperands{x.raw(), wc.raw(), nullptr, y.raw()}, device);
       const double t_filter =
-          choose_algorithm<BackwardFilter>(plan, layer, x.shape(), Operands{x.raw(), nullptr, y.raw()}, device);
+          choose_backward_filter(plan, layer, x.shape(), ConvOperands{x.raw(), nullptr, y.raw()}, device);
       t = t < 0 || t_filter < 0 ? -1 : t + t_filter;
       if (need_input_grads) {
         const double t_data =
-            choose_algorithm<BackwardData>(plan, layer, x.shape(), Operands{nullptr, wc.raw(), y.raw()}, device);
+            choose_backward_data(plan, layer, x.shape(), ConvOperands{nullptr, wc.raw(), y.raw()}, device);
         t = t < 0 || t_data < 0 ? -1 : t + t_data;
       }
       tried.push_back(cand);
@@ -499,8 +185,6 @@ int64_t channels_to_run(Conv2D& layer, const Tensor& input, const Tensor& w, Mem
 }
 
 }  // namespace
-
-int64_t conv2d_autotune_searches() { return autotune_cache().searches.load(); }
 
 namespace {
 std::atomic<int64_t> padded_forwards{0};
@@ -542,13 +226,8 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
   ConvPlan& plan = plan_for(layer, x, format, device);
   Tensor y = Tensor::empty({n, f, plan.ho, plan.wo}, x.dtype(), x.device(), format);  // (N, F, Ho, Wo)
   if (!plan.has_fwd)
-    choose_algorithm<Forward>(plan, layer, x.shape(), Operands{x.raw(), w_used.raw(), nullptr, y.raw()}, device);
-  {
-    Workspace ws(plan.fwd_ws, device);
-    TNT_CUDNN_CHECK(cudnnConvolutionForward(cudnn_handle(device), CudnnScalars::one(), plan.x, x.raw(), plan.w,
-                                            w_used.raw(), plan.conv_fwd, plan.fwd_algo, ws.data(), ws.bytes(),
-                                            CudnnScalars::zero(), plan.y, y.raw()));
-  }
+    choose_forward(plan, layer, x.shape(), ConvOperands{x.raw(), w_used.raw(), nullptr, y.raw()}, device);
+  run_forward(plan, x.raw(), w_used.raw(), y.raw(), device);
   if (bias) {
     TNT_CHECK(bias->value.dtype() == DType::f32, "Conv2D '{}': the CUDA engine needs an f32 bias, got {}",
               layer.name(), bias->value.str());
@@ -586,14 +265,10 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
   TNT_CHECK(dy.dtype() == x.dtype() && dy.shape() == Shape({x.dim(0), layer.filters(), plan.ho, plan.wo}),
             "Conv2D '{}': gradient {} does not match the output ({}, {}, {}, {}) {}", layer.name(), dy.str(),
             x.dim(0), layer.filters(), plan.ho, plan.wo, dtype_name(x.dtype()));
-  cudnnHandle_t h = cudnn_handle(device);
   if (dx.defined()) {
     if (!plan.has_bwd_data)
-      choose_algorithm<BackwardData>(plan, layer, x.shape(), Operands{nullptr, w.raw(), dy.raw(), dx.raw()}, device);
-    Workspace ws(plan.bwd_data_ws, device);
-    TNT_CUDNN_CHECK(cudnnConvolutionBackwardData(h, CudnnScalars::one(), plan.w, w.raw(), plan.y, dy.raw(),
-                                                 plan.conv_bwd_data, plan.bwd_data_algo, ws.data(), ws.bytes(),
-                                                 CudnnScalars::zero(), plan.x, dx.raw()));
+      choose_backward_data(plan, layer, x.shape(), ConvOperands{nullptr, w.raw(), dy.raw(), dx.raw()}, device);
+    run_backward_data(plan, dy.raw(), w.raw(), dx.raw(), device);
   }
   if (dw.defined()) {
     TNT_CHECK(dw.dtype() == DType::f32 || (!info.krsc_copy && dw.dtype() == x.dtype()),
@@ -601,15 +276,12 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
     TNT_CHECK(!dw.is_channels_last(), "Conv2D '{}': the weight gradient {} must be contiguous", layer.name(),
               dw.str());
     if (!plan.has_bwd_filter)
-      choose_algorithm<BackwardFilter>(plan, layer, x.shape(), Operands{x.raw(), nullptr, dy.raw()}, device);
-    Workspace ws(plan.bwd_filter_ws, device);
+      choose_backward_filter(plan, layer, x.shape(), ConvOperands{x.raw(), nullptr, dy.raw()}, device);
     // A filter gradient in KCRS, or a 1x1 one in KRSC (the same bytes), goes straight into
     // the master gradient when the dtypes agree.
     if (!info.krsc_copy && dw.dtype() == x.dtype()) {
       // beta = 1: the gradient accumulates over the calls of a step.
-      TNT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, CudnnScalars::one(), plan.x, x.raw(), plan.y, dy.raw(),
-                                                     plan.conv_bwd_filter, plan.bwd_filter_algo, ws.data(),
-                                                     ws.bytes(), CudnnScalars::one(), plan.w, dw.raw()));
+      run_backward_filter(plan, x.raw(), dy.raw(), dw.raw(), 1.0f, device);
     } else {
       // This call's gradient in the filter's dtype and format (KCRS or KRSC), then added in
       // float to the f32 master gradient (transposed on the way for KRSC). The temporary
@@ -618,9 +290,7 @@ std::vector<Tensor> conv2d_backward(Conv2D& layer, const std::vector<Tensor>& gr
       const MemoryFormat part_format = info.krsc_copy ? MemoryFormat::channels_last : MemoryFormat::contiguous;
       Tensor part = Tensor::empty({dw.dim(0), x.dim(1), dw.dim(2), dw.dim(3)}, x.dtype(), x.device(),
                                   part_format);  // (F, C or the padded channels, k, k)
-      TNT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(h, CudnnScalars::one(), plan.x, x.raw(), plan.y, dy.raw(),
-                                                     plan.conv_bwd_filter, plan.bwd_filter_algo, ws.data(),
-                                                     ws.bytes(), CudnnScalars::zero(), plan.w, part.raw()));
+      run_backward_filter(plan, x.raw(), dy.raw(), part.raw(), 0.0f, device);
       if (info.padded) {
         accumulate_unpadded_as_float(part, dw);
       } else if (info.krsc_copy) {

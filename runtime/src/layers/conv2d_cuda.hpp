@@ -25,5 +25,10 @@ int64_t conv2d_autotune_searches();
 // How many forwards this process ran with zero channels added to the input (channel padding,
 // conv2d_cuda.cu's header; tests: TNT_CONV_PAD_CHANNELS reached the layer).
 int64_t conv2d_padded_forwards();
+// Tests: with on, a direction whose cuDNN graphs are timed (TNT_CUDNN_CONV_GRAPH) takes the
+// fastest graph that agrees with the algorithm even where the algorithm is faster, so that
+// the graph path runs; and how many convolution calls ran a graph so far.
+void conv2d_force_graphs(bool on);
+int64_t conv2d_graph_runs();
 
 }  // namespace tnt::cuda

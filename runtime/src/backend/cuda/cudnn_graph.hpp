@@ -205,6 +205,15 @@ Plan make_plan_deviceless(const std::string& name, const Descriptor& device_prop
                           const std::vector<cudnnBackendHeurMode_t>& modes = {CUDNN_HEUR_MODE_A,
                                                                               CUDNN_HEUR_MODE_FALLBACK});
 
+// Up to max_plans execution plans, for timing: each heuristics mode's configs in order,
+// engines that compile their kernel at run time (NVRTC, a second or more each) left out.
+// With device_properties (and a null handle) for the described GPU, as make_plan_deviceless.
+// What was left out or refused, and why, goes to *refused. Empty when none finalized.
+std::vector<Plan> make_plans(const std::string& name, cudnnHandle_t handle, const Descriptor* device_properties,
+                             const Descriptor& op_graph, size_t max_plans, std::string* refused = nullptr,
+                             const std::vector<cudnnBackendHeurMode_t>& modes = {CUDNN_HEUR_MODE_A,
+                                                                                 CUDNN_HEUR_MODE_FALLBACK});
+
 // One line read back from a finalized tensor descriptor through cudnnBackendGetAttribute
 // ("uid 7 bf16 [3,1,1,77] strides [77,77,77,1]", then " virtual" / " by-value"), so
 // tests pin what cuDNN holds rather than what we meant to set. Works without a GPU.

@@ -239,6 +239,8 @@ TEST_CASE("When the cuDNN attention engine applies", "[layers][attention]") {
   CHECK(cudnn_attention_applies(DType::f16, 2, 2, 37, 50, 128, false));
   CHECK(cudnn_attention_applies(DType::bf16, 2, 2, 2, 300, 8, false));
   CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 1, 300, 64, false));  // decoding: a plan per step
+  CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 40, 1, 64, false));   // one key: not served
+  CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 2, 1, 64, false));
   CHECK_FALSE(cudnn_attention_applies(DType::f32, 2, 2, 64, 64, 64, false));   // not a flash-attention dtype
   CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 64, 64, 60, false));  // depth not a multiple of 8
   CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 64, 64, 256, false)); // beyond what we test

@@ -404,6 +404,10 @@ bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t 
   // One query row is incremental decoding: a new Tk every step would be a new plan (and a
   // new graph compilation) every step; the fused engine serves it without any.
   if (tq == 1) return false;
+  // One key: PyTorch's dispatcher keeps cuDNN's SDPA away from a key/value length of 1
+  // (sdp_utils.cpp, check_cudnn_tensor_shapes; pytorch#138531), and nothing here
+  // has shown 9.19 right there; a one-token source is cheap on the other engines.
+  if (tk == 1) return false;
   if (causal && tq != tk) return false;
   return true;
 }

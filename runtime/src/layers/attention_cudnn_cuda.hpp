@@ -80,7 +80,8 @@ struct CudnnAttentionKey {
 // multiple of 8 up to 128 (what cuDNN's Hopper flash attention serves and we test), causal
 // only with Tq == Tk (cuDNN's top-left diagonal equals our j > i + (Tk - Tq) rule only
 // there), more than one query row (decoding's single row would need a plan per cache
-// length), and nothing empty. Anything else goes to the other engines without a warning.
+// length), more than one key (a length cuDNN's SDPA is not known to serve), and nothing
+// empty. Anything else goes to the other engines without a warning.
 bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t tq, int64_t tk, int64_t depth,
                              bool causal);
 

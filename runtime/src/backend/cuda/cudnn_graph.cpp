@@ -482,6 +482,7 @@ Plan plan_for(const std::string& name, cudnnHandle_t handle, const Descriptor* d
         p.engine = engine;
         p.mode = mode;
         p.config = static_cast<int64_t>(i);
+        p.engine_config = std::move(configs[i]);
         return p;
       } catch (const std::exception& e) {
         tried += fmt::format("\n  mode {} config {} (engine {}): {}", static_cast<int>(mode), i, engine, e.what());

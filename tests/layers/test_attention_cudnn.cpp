@@ -295,6 +295,30 @@ TEST_CASE("cuDNN attention graphs plan for an H200 without the GPU", "[layers][a
   }
 }
 
+// The GPU test checks each bias layout, not only the first cuDNN builds: forcing one makes it
+// the only layout planned, and -1 gives back the engine's order.
+TEST_CASE("A forced cuDNN attention bias layout is the one planned", "[layers][attention][deviceless]") {
+  test::load_libcuda_or_stub();
+  const auto layouts = cuda::cudnn_attention_bias_layouts();
+  CudnnAttentionKey k = key(DType::bf16, 64, 64, 64, false, true, 0.0f);
+  CHECK_THROWS_WITH(cuda::cudnn_attention_force_bias_layout(static_cast<int>(layouts.size())),
+                    Catch::Contains("bias layout 4 forced"));
+  CHECK_THROWS(cuda::cudnn_attention_force_bias_layout(-2));
+  struct Reset {
+    ~Reset() { cuda::cudnn_attention_force_bias_layout(-1); }
+  } reset;
+  // Layout 1, the frontend's own [B, 1, Tq, Tk] in the I/O dtype: planned although layout 0
+  // builds too.
+  cuda::cudnn_attention_force_bias_layout(1);
+  CHECK(cuda::cudnn_attention_plan_deviceless(k, test::kH200).bias_layout.str() == layouts[1].str());
+  cuda::cudnn_attention_force_bias_layout(-1);
+  CHECK(cuda::cudnn_attention_plan_deviceless(k, test::kH200).bias_layout.str() == layouts[0].str());
+  // A key without padding has no bias to lay out: forcing changes nothing there.
+  cuda::cudnn_attention_force_bias_layout(3);
+  k.bias = false;
+  CHECK_NOTHROW(cuda::cudnn_attention_plan_deviceless(k, test::kH200));
+}
+
 // The cap on planned shapes (kCudnnAttentionMaxShapes): decoding's many lengths must not
 // each compile two graphs. Keys admitted stay admitted; new ones past the cap are refused,
 // and the refusal is reported once.

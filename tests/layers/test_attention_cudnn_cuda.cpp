@@ -1,14 +1,16 @@
 // The cuDNN flash-attention engine (attention_cudnn_cuda.cpp) against the unfused CUDA
 // engine (attention_cuda.cu) on the same device and inputs: forward o and backward dq, dk,
 // dv in bf16 and f16, self and cross attention, causal, padding ids, depths 64 and 128,
-// lengths that are not multiples of 64; and dropout: repeatable bits, the kept fraction,
-// and a backward consistent with the mask the forward applied, alone and together with the
-// decoder's causal and padding masks. Every case is its own section, so that one case cuDNN
-// refuses does not hide the others on a lent GPU's single run. Label gpu: needs a GPU.
+// lengths that are not multiples of 64, each padding-bias layout the engine may take; and
+// dropout: repeatable bits, the kept fraction, and a backward consistent with the mask the
+// forward applied, alone and together with the decoder's causal and padding masks. Every
+// case is its own section, so that one case cuDNN refuses does not hide the others on a lent
+// GPU's single run. Label gpu: needs a GPU.
 //
 // Every case forces AttentionEngine::cudnn: where cuDNN cannot build a graph the engine
 // throws with cuDNN's own message and the case FAILS (Catch prints the message). It never
-// falls back silently here.
+// falls back silently here. (The bias-layout case reports a layout cuDNN refuses with a
+// WARN instead: there the engine would take the next layout.)
 //
 // Tolerances, as in test_attention_fused_cuda.cpp and for the same reasons: inputs uniform
 // in [-1, 1]; both engines compute logits and products in f32 from the same rounded q, k,
@@ -187,6 +189,42 @@ TEST_CASE("cuDNN attention matches the unfused engine", "[gpu][attention]") {
     // lease allows still reports every other case.
     for (const Case& c : cases) {
       DYNAMIC_SECTION(describe(c)) { check_case(c); }
+    }
+  }
+}
+
+// Each padding-bias layout the engine may take (cudnn_attention_bias_layouts), not only the
+// first that builds: one run then shows which layouts compute right, so that the order can be
+// changed without another lease. A layout cuDNN refuses on this GPU is reported (WARN) and
+// not a failure: the engine would go on to the next one.
+TEST_CASE("cuDNN attention: every padding-bias layout matches the unfused engine", "[gpu][attention]") {
+  const auto layouts = cuda::cudnn_attention_bias_layouts();
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    DYNAMIC_SECTION("bias " << layouts[i].str()) {
+      struct Reset {
+        ~Reset() { cuda::cudnn_attention_force_bias_layout(-1); }
+      } reset;
+      cuda::cudnn_attention_force_bias_layout(static_cast<int>(i));
+      // Causal with padding: both the bias and the select in the graph.
+      const Case c{DType::bf16, 3, 2, 100, 100, 64, true, true};
+      cuda::CudnnAttentionKey key;
+      key.batch = c.batch;
+      key.tq = c.tq;
+      key.tk = c.tk;
+      key.heads = c.heads;
+      key.depth = c.depth;
+      key.dtype = c.dtype;
+      key.causal = c.causal;
+      key.bias = c.ids;
+      key.scale = args_of(c, 0.0f).scale;
+      const int device = gpu().index;  // no GPU: a failure, outside the refusal's catch
+      bool built = false;
+      try {
+        built = cuda::cudnn_attention_prepare(key, device, false);
+      } catch (const std::exception& e) {
+        WARN("bias " << layouts[i].str() << " refused here: " << e.what());
+      }
+      if (built) check_case(c);
     }
   }
 }

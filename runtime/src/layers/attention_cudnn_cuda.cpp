@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -319,20 +320,29 @@ struct CachedPlans {
 
 std::mutex cache_mutex;
 
-std::map<std::pair<int, CudnnAttentionKey>, std::unique_ptr<CachedPlans>>& cache() {
-  static auto* c = new std::map<std::pair<int, CudnnAttentionKey>, std::unique_ptr<CachedPlans>>();
+// cudnn_attention_force_bias_layout's index, -1 for the engine's own order.
+std::atomic<int> forced_bias_layout{-1};
+
+// By device, key and forced bias layout (-1 where none is forced or the key has no bias).
+using CacheKey = std::tuple<int, CudnnAttentionKey, int>;
+
+std::map<CacheKey, std::unique_ptr<CachedPlans>>& cache() {
+  static auto* c = new std::map<CacheKey, std::unique_ptr<CachedPlans>>();
   return *c;
 }
 
 const CachedPlans& plans_for(const CudnnAttentionKey& key, int device) {
   std::lock_guard<std::mutex> lock(cache_mutex);
-  auto& entry = cache()[{device, key}];
+  const int forced = key.bias ? forced_bias_layout.load() : -1;
+  auto& entry = cache()[CacheKey{device, key, forced}];
   if (entry == nullptr) {
     const std::string name = key.str();
     std::string errors;
-    // With padding, each bias layout in turn until cuDNN builds both graphs with it.
-    const std::vector<CudnnBiasLayout> layouts =
+    // With padding, each bias layout in turn until cuDNN builds both graphs with it (only the
+    // forced one when a test forces one).
+    std::vector<CudnnBiasLayout> layouts =
         key.bias ? cudnn_attention_bias_layouts() : std::vector<CudnnBiasLayout>{CudnnBiasLayout{}};
+    if (forced >= 0) layouts = {layouts.at(static_cast<size_t>(forced))};
     for (const CudnnBiasLayout& layout : layouts) {
       auto c = std::make_unique<CachedPlans>();
       c->bias_layout = layout;
@@ -422,6 +432,12 @@ std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts() {
   return {{false, false}, {true, false}, {false, true}, {true, true}};
 }
 
+void cudnn_attention_force_bias_layout(int index) {
+  const int n = static_cast<int>(cudnn_attention_bias_layouts().size());
+  TNT_CHECK(index >= -1 && index < n, "cuDNN attention: bias layout {} forced, want -1 (none) to {}", index, n - 1);
+  forced_bias_layout.store(index);
+}
+
 namespace {
 
 CudnnAttentionGraphText describe(const GraphParts& p) {
@@ -480,8 +496,10 @@ std::string CudnnAttentionPlanInfo::str() const {
 
 CudnnAttentionPlanInfo cudnn_attention_plan_deviceless(const CudnnAttentionKey& key, const std::string& device_json) {
   const g::Descriptor props = g::make_device_properties(key.str(), device_json);
-  const std::vector<CudnnBiasLayout> layouts =
+  std::vector<CudnnBiasLayout> layouts =
       key.bias ? cudnn_attention_bias_layouts() : std::vector<CudnnBiasLayout>{CudnnBiasLayout{}};
+  const int forced = key.bias ? forced_bias_layout.load() : -1;
+  if (forced >= 0) layouts = {layouts.at(static_cast<size_t>(forced))};
   std::string errors;
   for (const CudnnBiasLayout& layout : layouts) {
     const std::string what = key.bias ? key.str() + " bias " + layout.str() : key.str();

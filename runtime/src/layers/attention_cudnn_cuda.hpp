@@ -64,6 +64,12 @@ struct CudnnBiasLayout {
 };
 // The layouts the engine tries, in order (see the header comment).
 std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts();
+// For tests: padded keys are planned (on the device and deviceless) with layout `index` of
+// cudnn_attention_bias_layouts() alone (an error if cuDNN refuses it), -1 (the default)
+// restores the engine's order. Plans are cached per forced layout; keep one setting from a
+// forward through its backward. So one GPU run can check every layout, not only the first
+// that builds.
+void cudnn_attention_force_bias_layout(int index);
 
 struct CudnnAttentionKey {
   int64_t batch = 0, tq = 0, tk = 0, heads = 0, depth = 0;

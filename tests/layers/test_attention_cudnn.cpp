@@ -233,6 +233,15 @@ TEST_CASE("cuDNN attention graphs: the wrapper names the failing step", "[layers
   CHECK_THROWS_WITH(t.finalize(), Catch::Contains("cuDNN graph: tensor without uid: finalize: CUDNN_STATUS"));
 }
 
+TEST_CASE("The cuDNN attention engine refuses a cuDNN older than its graphs", "[layers][attention]") {
+  // The GPU machines lend their own cuDNN: one before 9.16 would need the frontend's
+  // backward workaround, which these graphs do not carry.
+  CHECK_THAT(cuda::cudnn_attention_version_problem(91500), Catch::Contains("cuDNN 9.15.0 at run time"));
+  CHECK_FALSE(cuda::cudnn_attention_version_problem(90800).empty());
+  CHECK(cuda::cudnn_attention_version_problem(91600).empty());
+  CHECK(cuda::cudnn_attention_version_problem(91900).empty());
+}
+
 TEST_CASE("When the cuDNN attention engine applies", "[layers][attention]") {
   using cuda::cudnn_attention_applies;
   CHECK(cudnn_attention_applies(DType::bf16, 64, 16, 256, 256, 64, true));

@@ -343,6 +343,14 @@ const CachedPlans& plans_for(const CudnnAttentionKey& key, int device) {
     std::vector<CudnnBiasLayout> layouts =
         key.bias ? cudnn_attention_bias_layouts() : std::vector<CudnnBiasLayout>{CudnnBiasLayout{}};
     if (forced >= 0) layouts = {layouts.at(static_cast<size_t>(forced))};
+    // The library the process loaded, not the one we compiled against: the GPU machines lend
+    // theirs (docs/gpu.md).
+    const size_t version = cudnnGetVersion();
+    const std::string too_old = cudnn_attention_version_problem(version);
+    if (!too_old.empty()) {
+      errors = too_old;
+      layouts.clear();
+    }
     for (const CudnnBiasLayout& layout : layouts) {
       auto c = std::make_unique<CachedPlans>();
       c->bias_layout = layout;
@@ -356,9 +364,9 @@ const CachedPlans& plans_for(const CudnnAttentionKey& key, int device) {
         c->bwd_graph = g::make_operation_graph("attention backward " + what, h, c->bwd_parts.op_list());
         c->bwd = g::make_plan("attention backward " + what, h, c->bwd_graph);
         // Info, not debug: the first GPU run must say which of our choices cuDNN took.
-        log_info("cuDNN attention {}: forward engine {} (heuristics mode {}, config {}, {} B workspace), backward "
-                 "engine {} (mode {}, config {}, {} B)",
-                 what, c->fwd.engine, static_cast<int>(c->fwd.mode), c->fwd.config, c->fwd.workspace, c->bwd.engine,
+        log_info("cuDNN {} attention {}: forward engine {} (heuristics mode {}, config {}, {} B workspace), "
+                 "backward engine {} (mode {}, config {}, {} B)",
+                 version, what, c->fwd.engine, static_cast<int>(c->fwd.mode), c->fwd.config, c->fwd.workspace, c->bwd.engine,
                  static_cast<int>(c->bwd.mode), c->bwd.config, c->bwd.workspace);
         if (!errors.empty()) {
           log_info("cuDNN attention {}: earlier bias layouts were refused: {}", what, errors);
@@ -430,6 +438,20 @@ std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts() {
   // Cheapest first; the frontend's sample layout in the I/O dtype is the one known to run on
   // Hopper; f32 (exact -8192 either way) only if cuDNN refuses the I/O dtype.
   return {{false, false}, {true, false}, {false, true}, {true, true}};
+}
+
+std::string cudnn_attention_version_problem(size_t version) {
+  // cudnn-frontend, node/scaled_dot_product_flash_attention.h: up to 9.15 its composite
+  // backward adds a padding mask over the full lengths whenever the key length is not a
+  // multiple of 128 (a backend fault: NaN gradients, cudnn-frontend#160); our graphs do not.
+  // (Older still: -FLT_MAX, not -inf, as the causal replacement before 9.10, and PyTorch
+  // keeps dropout off cuDNN's SDPA on 9.11 to 9.13.)
+  if (version < 91600) {
+    return fmt::format("cuDNN {}.{}.{} at run time: the engine's graphs need 9.16 or later (below it the "
+                       "backward needs cudnn-frontend's padding-mask workaround for key lengths off 128)",
+                       version / 10000, version % 10000 / 100, version % 100);
+  }
+  return "";
 }
 
 void cudnn_attention_force_bias_layout(int index) {

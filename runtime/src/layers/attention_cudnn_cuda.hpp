@@ -64,6 +64,11 @@ struct CudnnBiasLayout {
 };
 // The layouts the engine tries, in order (see the header comment).
 std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts();
+// Why the cuDNN library the process loaded (cudnnGetVersion's number, e.g. 91900) cannot run
+// these graphs as written, or "" when it can. Every plan is refused with this reason (so the
+// knob falls back to the other engines with a warning) on a machine whose cuDNN is older.
+std::string cudnn_attention_version_problem(size_t version);
+
 // For tests: padded keys are planned (on the device and deviceless) with layout `index` of
 // cudnn_attention_bias_layouts() alone (an error if cuDNN refuses it), -1 (the default)
 // restores the engine's order. Plans are cached per forced layout; keep one setting from a

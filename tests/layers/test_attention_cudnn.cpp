@@ -233,12 +233,23 @@ TEST_CASE("cuDNN attention graphs: the wrapper names the failing step", "[layers
   CHECK_THROWS_WITH(t.finalize(), Catch::Contains("cuDNN graph: tensor without uid: finalize: CUDNN_STATUS"));
 }
 
+TEST_CASE("The cuDNN attention engine refuses a cuDNN older than its graphs", "[layers][attention]") {
+  // The GPU machines lend their own cuDNN: one before 9.16 would need the frontend's
+  // backward workaround, which these graphs do not carry.
+  CHECK_THAT(cuda::cudnn_attention_version_problem(91500), Catch::Contains("cuDNN 9.15.0 at run time"));
+  CHECK_FALSE(cuda::cudnn_attention_version_problem(90800).empty());
+  CHECK(cuda::cudnn_attention_version_problem(91600).empty());
+  CHECK(cuda::cudnn_attention_version_problem(91900).empty());
+}
+
 TEST_CASE("When the cuDNN attention engine applies", "[layers][attention]") {
   using cuda::cudnn_attention_applies;
   CHECK(cudnn_attention_applies(DType::bf16, 64, 16, 256, 256, 64, true));
   CHECK(cudnn_attention_applies(DType::f16, 2, 2, 37, 50, 128, false));
   CHECK(cudnn_attention_applies(DType::bf16, 2, 2, 2, 300, 8, false));
   CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 1, 300, 64, false));  // decoding: a plan per step
+  CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 40, 1, 64, false));   // one key: not served
+  CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 2, 1, 64, false));
   CHECK_FALSE(cudnn_attention_applies(DType::f32, 2, 2, 64, 64, 64, false));   // not a flash-attention dtype
   CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 64, 64, 60, false));  // depth not a multiple of 8
   CHECK_FALSE(cudnn_attention_applies(DType::bf16, 2, 2, 64, 64, 256, false)); // beyond what we test
@@ -291,6 +302,30 @@ TEST_CASE("cuDNN attention graphs plan for an H200 without the GPU", "[layers][a
     CHECK(info.backward_engine >= 0);
     WARN(c.what << ": " << info.str());
   }
+}
+
+// The GPU test checks each bias layout, not only the first cuDNN builds: forcing one makes it
+// the only layout planned, and -1 gives back the engine's order.
+TEST_CASE("A forced cuDNN attention bias layout is the one planned", "[layers][attention][deviceless]") {
+  test::load_libcuda_or_stub();
+  const auto layouts = cuda::cudnn_attention_bias_layouts();
+  CudnnAttentionKey k = key(DType::bf16, 64, 64, 64, false, true, 0.0f);
+  CHECK_THROWS_WITH(cuda::cudnn_attention_force_bias_layout(static_cast<int>(layouts.size())),
+                    Catch::Contains("bias layout 4 forced"));
+  CHECK_THROWS(cuda::cudnn_attention_force_bias_layout(-2));
+  struct Reset {
+    ~Reset() { cuda::cudnn_attention_force_bias_layout(-1); }
+  } reset;
+  // Layout 1, the frontend's own [B, 1, Tq, Tk] in the I/O dtype: planned although layout 0
+  // builds too.
+  cuda::cudnn_attention_force_bias_layout(1);
+  CHECK(cuda::cudnn_attention_plan_deviceless(k, test::kH200).bias_layout.str() == layouts[1].str());
+  cuda::cudnn_attention_force_bias_layout(-1);
+  CHECK(cuda::cudnn_attention_plan_deviceless(k, test::kH200).bias_layout.str() == layouts[0].str());
+  // A key without padding has no bias to lay out: forcing changes nothing there.
+  cuda::cudnn_attention_force_bias_layout(3);
+  k.bias = false;
+  CHECK_NOTHROW(cuda::cudnn_attention_plan_deviceless(k, test::kH200));
 }
 
 // The cap on planned shapes (kCudnnAttentionMaxShapes): decoding's many lengths must not

@@ -1,12 +1,16 @@
 // The cuDNN flash-attention engine (attention_cudnn_cuda.cpp) against the unfused CUDA
 // engine (attention_cuda.cu) on the same device and inputs: forward o and backward dq, dk,
 // dv in bf16 and f16, self and cross attention, causal, padding ids, depths 64 and 128,
-// lengths that are not multiples of 64; and dropout: repeatable bits, the kept fraction,
-// and a backward consistent with the mask the forward applied. Label gpu: needs a GPU.
+// lengths that are not multiples of 64, each padding-bias layout the engine may take; and
+// dropout: repeatable bits, the kept fraction, and a backward consistent with the mask the
+// forward applied, alone and together with the decoder's causal and padding masks. Every
+// case is its own section, so that one case cuDNN refuses does not hide the others on a lent
+// GPU's single run. Label gpu: needs a GPU.
 //
 // Every case forces AttentionEngine::cudnn: where cuDNN cannot build a graph the engine
 // throws with cuDNN's own message and the case FAILS (Catch prints the message). It never
-// falls back silently here.
+// falls back silently here. (The bias-layout case reports a layout cuDNN refuses with a
+// WARN instead: there the engine would take the next layout.)
 //
 // Tolerances, as in test_attention_fused_cuda.cpp and for the same reasons: inputs uniform
 // in [-1, 1]; both engines compute logits and products in f32 from the same rounded q, k,
@@ -64,15 +68,20 @@ double unit_of(DType dt) { return dt == DType::bf16 ? kUnitBf16 : kUnitF16; }
 
 // Key ids (B, Tk), i64: row b ends in 1 + b % 3 padding keys and has one in the middle; key
 // 0 is never padding (see the top).
+bool padding_key(int64_t b, int64_t j, int64_t tk) { return j > 0 && (j >= tk - 1 - b % 3 || j == tk / 2); }
+
 Tensor make_ids(int64_t batch, int64_t tk) {
   std::vector<int64_t> v(static_cast<size_t>(batch * tk));
   for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t j = 0; j < tk; ++j) {
-      const bool pad = j > 0 && (j >= tk - 1 - b % 3 || j == tk / 2);
-      v[static_cast<size_t>(b * tk + j)] = pad ? 0 : 1 + j % 5;
-    }
+    for (int64_t j = 0; j < tk; ++j) v[static_cast<size_t>(b * tk + j)] = padding_key(b, j, tk) ? 0 : 1 + j % 5;
   }
   return Tensor::from_data(v.data(), {batch, tk}).to(gpu());
+}
+
+// Whether query i of row b sees key j: not padding (when the case has ids), not in the
+// future (when causal; Tq == Tk there).
+bool visible(const Case& c, int64_t b, int64_t i, int64_t j) {
+  return !(c.causal && j > i) && !(c.ids && padding_key(b, j, c.tk));
 }
 
 struct Inputs {
@@ -164,12 +173,59 @@ void check_case(const Case& c) {
 
 TEST_CASE("cuDNN attention matches the unfused engine", "[gpu][attention]") {
   for (DType dt : {DType::bf16, DType::f16}) {
-    check_case({dt, 2, 2, 64, 64, 64});                  // self-attention, whole tiles
-    check_case({dt, 3, 2, 100, 100, 64, false, true});   // padding ids, odd length
-    check_case({dt, 2, 2, 130, 130, 64, true});          // causal over several tiles
-    check_case({dt, 3, 2, 70, 70, 128, true, true});     // causal with padding, depth 128
-    check_case({dt, 2, 3, 50, 77, 64, false, true});     // cross attention Tq < Tk
-    check_case({dt, 2, 2, 90, 37, 128});                 // cross attention Tq > Tk, depth 128
+    const Case cases[] = {
+        {dt, 2, 2, 64, 64, 64},                 // self-attention, whole tiles
+        {dt, 3, 2, 100, 100, 64, false, true},  // padding ids, odd length
+        {dt, 2, 2, 130, 130, 64, true},         // causal over several tiles
+        {dt, 3, 2, 70, 70, 128, true, true},    // causal with padding, depth 128
+        {dt, 2, 3, 50, 77, 64, false, true},    // cross attention Tq < Tk
+        {dt, 2, 2, 90, 37, 128},                // cross attention Tq > Tk, depth 128
+        // The Transformer-big decoder's layout (16 heads of 64, 256 tokens, causal, padding)
+        // at 8 sentences: heuristics see the sizes, so the small cases may not meet the
+        // engine or tiling the model's steps run.
+        {dt, 8, 16, 256, 256, 64, true, true},
+    };
+    // One section per case: a case cuDNN refuses (it throws) fails alone, and the one run a
+    // lease allows still reports every other case.
+    for (const Case& c : cases) {
+      DYNAMIC_SECTION(describe(c)) { check_case(c); }
+    }
+  }
+}
+
+// Each padding-bias layout the engine may take (cudnn_attention_bias_layouts), not only the
+// first that builds: one run then shows which layouts compute right, so that the order can be
+// changed without another lease. A layout cuDNN refuses on this GPU is reported (WARN) and
+// not a failure: the engine would go on to the next one.
+TEST_CASE("cuDNN attention: every padding-bias layout matches the unfused engine", "[gpu][attention]") {
+  const auto layouts = cuda::cudnn_attention_bias_layouts();
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    DYNAMIC_SECTION("bias " << layouts[i].str()) {
+      struct Reset {
+        ~Reset() { cuda::cudnn_attention_force_bias_layout(-1); }
+      } reset;
+      cuda::cudnn_attention_force_bias_layout(static_cast<int>(i));
+      // Causal with padding: both the bias and the select in the graph.
+      const Case c{DType::bf16, 3, 2, 100, 100, 64, true, true};
+      cuda::CudnnAttentionKey key;
+      key.batch = c.batch;
+      key.tq = c.tq;
+      key.tk = c.tk;
+      key.heads = c.heads;
+      key.depth = c.depth;
+      key.dtype = c.dtype;
+      key.causal = c.causal;
+      key.bias = c.ids;
+      key.scale = args_of(c, 0.0f).scale;
+      const int device = gpu().index;  // no GPU: a failure, outside the refusal's catch
+      bool built = false;
+      try {
+        built = cuda::cudnn_attention_prepare(key, device, false);
+      } catch (const std::exception& e) {
+        WARN("bias " << layouts[i].str() << " refused here: " << e.what());
+      }
+      if (built) check_case(c);
+    }
   }
 }
 
@@ -186,7 +242,9 @@ Tensor one_hot_values(const Case& c) {
 }
 
 // The forward and backward of the core in double on the host, with a given keep mask
-// (B, H, Tq, Tk) of 0/1: what cuDNN's backward must give for the mask its forward applied.
+// (B, H, Tq, Tk) of 0/1 and the case's padding and causal masks (a masked key has
+// probability 0: exp(-8192) and exp(-inf) are 0 in f32 as here): what cuDNN's backward must
+// give for the mask its forward applied.
 struct HostGrads {
   std::vector<double> o, dq, dk, dv;
 };
@@ -212,13 +270,17 @@ HostGrads host_reference(const Case& c, const AttentionCoreArgs& a, const std::v
         auto m = [&](int64_t j) { return keep[static_cast<size_t>(((b * H + h) * Tq + i) * Tk + j)]; };
         double mx = -1e300;
         for (int64_t j = 0; j < Tk; ++j) {
+          if (!visible(c, b, i, j)) continue;
           double l = 0;
           for (int64_t e = 0; e < d; ++e) l += qi(e) * kj(j, e);
           p[static_cast<size_t>(j)] = l * a.scale;
           mx = std::max(mx, p[static_cast<size_t>(j)]);
         }
         double sum = 0;
-        for (int64_t j = 0; j < Tk; ++j) sum += (p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - mx));
+        for (int64_t j = 0; j < Tk; ++j) {
+          p[static_cast<size_t>(j)] = visible(c, b, i, j) ? std::exp(p[static_cast<size_t>(j)] - mx) : 0.0;
+          sum += p[static_cast<size_t>(j)];
+        }
         for (int64_t j = 0; j < Tk; ++j) p[static_cast<size_t>(j)] /= sum;
         double dot = 0;
         for (int64_t j = 0; j < Tk; ++j) {
@@ -256,64 +318,78 @@ void check_against(const Tensor& got, const std::vector<double>& want, double un
 
 TEST_CASE("cuDNN attention dropout: repeatable, kept fraction, backward of its own mask", "[gpu][attention]") {
   for (DType dt : {DType::bf16, DType::f16}) {
-    // Tk = d = 64: one-hot values make o the dropped probabilities; 2*2*64*64 = 16384 draws.
-    const Case c{dt, 2, 2, 64, 64, 64};
-    INFO(describe(c));
-    const float rate = 0.1f;
-    const AttentionCoreArgs a = args_of(c, rate);
-    const double u = unit_of(dt);
-    Inputs in = make_inputs(c, "cdrop");
+    // Tk = d = 64: one-hot values make o the dropped probabilities; 2*2*64*64 = 16384 draws
+    // without masks. Then with the decoder's masks (causal and padding, as the Transformer
+    // trains): the dropout graph with the bias and the causal select in it.
+    const Case cases[] = {{dt, 2, 2, 64, 64, 64}, {dt, 2, 2, 64, 64, 64, true, true}};
+    // A section per case: one that fails (cuDNN throws) leaves the others to report.
+    for (const Case& c : cases) DYNAMIC_SECTION(describe(c)) {
+      INFO(describe(c));
+      const float rate = 0.1f;
+      const AttentionCoreArgs a = args_of(c, rate);
+      const double u = unit_of(dt);
+      Inputs in = make_inputs(c, "cdrop");
 
-    // 1. Same seed and offset: the same bits, forward and backward.
-    const Result first = run(in, a, AttentionEngine::cudnn, dt);
-    const Result again = run(in, a, AttentionEngine::cudnn, dt);
-    REQUIRE(first.cudnn);
-    test::check_all_close(again.o, first.o, 0.0, "o again");
-    test::check_all_close(again.dq, first.dq, 0.0, "dq again");
-    test::check_all_close(again.dk, first.dk, 0.0, "dk again");
-    test::check_all_close(again.dv, first.dv, 0.0, "dv again");
-    // Another offset (the next step's) draws another mask.
-    AttentionCoreArgs next = a;
-    next.base += static_cast<uint64_t>(c.batch * c.heads * c.tq * c.tk);
-    CHECK(test::max_abs_diff(run(in, next, AttentionEngine::cudnn, dt).o, first.o) > 0.0);
+      // 1. Same seed and offset: the same bits, forward and backward.
+      const Result first = run(in, a, AttentionEngine::cudnn, dt);
+      const Result again = run(in, a, AttentionEngine::cudnn, dt);
+      REQUIRE(first.cudnn);
+      test::check_all_close(again.o, first.o, 0.0, "o again");
+      test::check_all_close(again.dq, first.dq, 0.0, "dq again");
+      test::check_all_close(again.dk, first.dk, 0.0, "dk again");
+      test::check_all_close(again.dv, first.dv, 0.0, "dv again");
+      // Another offset (the next step's) draws another mask.
+      AttentionCoreArgs next = a;
+      next.base += static_cast<uint64_t>(c.batch * c.heads * c.tq * c.tk);
+      CHECK(test::max_abs_diff(run(in, next, AttentionEngine::cudnn, dt).o, first.o) > 0.0);
 
-    // 2. The mask: o with one-hot values is p * keep / (1 - rate); without dropout it is p.
-    Inputs hot = in;
-    hot.v = one_hot_values(c);
-    const Result dropped = run(hot, a, AttentionEngine::cudnn, dt);
-    const Result plain = run(hot, args_of(c, 0.0f), AttentionEngine::cudnn, dt);
-    const std::vector<double> od = dropped.o.to_double_vector(), op = plain.o.to_double_vector();
-    std::vector<double> keep(static_cast<size_t>(c.batch * c.heads * c.tq * c.tk));
-    int64_t kept = 0, wrong_scale = 0, no_probability = 0;
-    for (int64_t b = 0; b < c.batch; ++b)
-      for (int64_t i = 0; i < c.tq; ++i)
-        for (int64_t h = 0; h < c.heads; ++h)
-          for (int64_t j = 0; j < c.tk; ++j) {
-            const size_t at = static_cast<size_t>(((b * c.tq + i) * c.heads + h) * c.depth + j);
-            no_probability += op[at] == 0.0;  // then the mask could not be read here
-            const bool k = od[at] != 0.0;
-            keep[static_cast<size_t>(((b * c.heads + h) * c.tq + i) * c.tk + j)] = k ? 1.0 : 0.0;
-            kept += k;
-            // A kept probability is p / (1 - rate): p > 0 here (no mask) and both outputs are
-            // rounded once to the half format, so within 3 units relative.
-            if (k && std::fabs(od[at] - op[at] / (1.0 - rate)) > 3.0 * u * std::fabs(od[at]) + 1e-6) ++wrong_scale;
-          }
-    const double n = static_cast<double>(keep.size());
-    const double frac = static_cast<double>(kept) / n;
-    // Bernoulli(0.9) over 16384 draws: standard deviation 0.0023; 5 of them is 0.012.
-    INFO("kept fraction " << frac << " of " << n);
-    CHECK(std::fabs(frac - (1.0 - rate)) < 5.0 * std::sqrt(rate * (1.0 - rate) / n));
-    CHECK(wrong_scale == 0);
-    CHECK(no_probability == 0);
+      // 2. The mask: o with one-hot values is p * keep / (1 - rate); without dropout it is p.
+      Inputs hot = in;
+      hot.v = one_hot_values(c);
+      const Result dropped = run(hot, a, AttentionEngine::cudnn, dt);
+      const Result plain = run(hot, args_of(c, 0.0f), AttentionEngine::cudnn, dt);
+      const std::vector<double> od = dropped.o.to_double_vector(), op = plain.o.to_double_vector();
+      std::vector<double> keep(static_cast<size_t>(c.batch * c.heads * c.tq * c.tk));
+      int64_t kept = 0, wrong_scale = 0, no_probability = 0, seen = 0, masked_nonzero = 0;
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t i = 0; i < c.tq; ++i)
+          for (int64_t h = 0; h < c.heads; ++h)
+            for (int64_t j = 0; j < c.tk; ++j) {
+              const size_t at = static_cast<size_t>(((b * c.tq + i) * c.heads + h) * c.depth + j);
+              if (!visible(c, b, i, j)) {
+                // A masked key: probability 0 with and without dropout; its draw is unread.
+                masked_nonzero += od[at] != 0.0 || op[at] != 0.0;
+                keep[static_cast<size_t>(((b * c.heads + h) * c.tq + i) * c.tk + j)] = 1.0;
+                continue;
+              }
+              ++seen;
+              no_probability += op[at] == 0.0;  // then the mask could not be read here
+              const bool k = od[at] != 0.0;
+              keep[static_cast<size_t>(((b * c.heads + h) * c.tq + i) * c.tk + j)] = k ? 1.0 : 0.0;
+              kept += k;
+              // A kept probability is p / (1 - rate): p > 0 at a visible key and both outputs
+              // are rounded once to the half format, so within 3 units relative.
+              if (k && std::fabs(od[at] - op[at] / (1.0 - rate)) > 3.0 * u * std::fabs(od[at]) + 1e-6) ++wrong_scale;
+            }
+      const double n = static_cast<double>(seen);
+      const double frac = static_cast<double>(kept) / n;
+      // Bernoulli(0.9) over the visible draws (16,384 without masks, 8,178 with them):
+      // standard deviation 0.0023 (0.0033); the bound is 5 of them.
+      INFO("kept fraction " << frac << " of " << n);
+      CHECK(std::fabs(frac - (1.0 - rate)) < 5.0 * std::sqrt(rate * (1.0 - rate) / n));
+      CHECK(wrong_scale == 0);
+      CHECK(no_probability == 0);
+      CHECK(masked_nonzero == 0);
 
-    // 3. The backward is the gradient of the forward with that mask: the same seed and offset
-    // with random values draw the same mask (it depends on the seed, offset and shape only).
-    auto host = [&](const Tensor& t) { return host_f32(t).to_double_vector(); };
-    const HostGrads want = host_reference(c, a, host(in.q), host(in.k), host(in.v), host(in.d_o), keep);
-    check_against(first.o, want.o, u, "o with the extracted mask");
-    check_against(first.dq, want.dq, u, "dq with the extracted mask");
-    check_against(first.dk, want.dk, u, "dk with the extracted mask");
-    check_against(first.dv, want.dv, u, "dv with the extracted mask");
+      // 3. The backward is the gradient of the forward with that mask: the same seed and offset
+      // with random values draw the same mask (it depends on the seed, offset and shape only).
+      auto host = [&](const Tensor& t) { return host_f32(t).to_double_vector(); };
+      const HostGrads want = host_reference(c, a, host(in.q), host(in.k), host(in.v), host(in.d_o), keep);
+      check_against(first.o, want.o, u, "o with the extracted mask");
+      check_against(first.dq, want.dq, u, "dq with the extracted mask");
+      check_against(first.dk, want.dk, u, "dk with the extracted mask");
+      check_against(first.dv, want.dv, u, "dv with the extracted mask");
+    }
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -319,20 +320,37 @@ struct CachedPlans {
 
 std::mutex cache_mutex;
 
-std::map<std::pair<int, CudnnAttentionKey>, std::unique_ptr<CachedPlans>>& cache() {
-  static auto* c = new std::map<std::pair<int, CudnnAttentionKey>, std::unique_ptr<CachedPlans>>();
+// cudnn_attention_force_bias_layout's index, -1 for the engine's own order.
+std::atomic<int> forced_bias_layout{-1};
+
+// By device, key and forced bias layout (-1 where none is forced or the key has no bias).
+using CacheKey = std::tuple<int, CudnnAttentionKey, int>;
+
+std::map<CacheKey, std::unique_ptr<CachedPlans>>& cache() {
+  static auto* c = new std::map<CacheKey, std::unique_ptr<CachedPlans>>();
   return *c;
 }
 
 const CachedPlans& plans_for(const CudnnAttentionKey& key, int device) {
   std::lock_guard<std::mutex> lock(cache_mutex);
-  auto& entry = cache()[{device, key}];
+  const int forced = key.bias ? forced_bias_layout.load() : -1;
+  auto& entry = cache()[CacheKey{device, key, forced}];
   if (entry == nullptr) {
     const std::string name = key.str();
     std::string errors;
-    // With padding, each bias layout in turn until cuDNN builds both graphs with it.
-    const std::vector<CudnnBiasLayout> layouts =
+    // With padding, each bias layout in turn until cuDNN builds both graphs with it (only the
+    // forced one when a test forces one).
+    std::vector<CudnnBiasLayout> layouts =
         key.bias ? cudnn_attention_bias_layouts() : std::vector<CudnnBiasLayout>{CudnnBiasLayout{}};
+    if (forced >= 0) layouts = {layouts.at(static_cast<size_t>(forced))};
+    // The library the process loaded, not the one we compiled against: the GPU machines lend
+    // theirs (docs/gpu.md).
+    const size_t version = cudnnGetVersion();
+    const std::string too_old = cudnn_attention_version_problem(version);
+    if (!too_old.empty()) {
+      errors = too_old;
+      layouts.clear();
+    }
     for (const CudnnBiasLayout& layout : layouts) {
       auto c = std::make_unique<CachedPlans>();
       c->bias_layout = layout;
@@ -346,9 +364,9 @@ const CachedPlans& plans_for(const CudnnAttentionKey& key, int device) {
         c->bwd_graph = g::make_operation_graph("attention backward " + what, h, c->bwd_parts.op_list());
         c->bwd = g::make_plan("attention backward " + what, h, c->bwd_graph);
         // Info, not debug: the first GPU run must say which of our choices cuDNN took.
-        log_info("cuDNN attention {}: forward engine {} (heuristics mode {}, config {}, {} B workspace), backward "
-                 "engine {} (mode {}, config {}, {} B)",
-                 what, c->fwd.engine, static_cast<int>(c->fwd.mode), c->fwd.config, c->fwd.workspace, c->bwd.engine,
+        log_info("cuDNN {} attention {}: forward engine {} (heuristics mode {}, config {}, {} B workspace), "
+                 "backward engine {} (mode {}, config {}, {} B)",
+                 version, what, c->fwd.engine, static_cast<int>(c->fwd.mode), c->fwd.config, c->fwd.workspace, c->bwd.engine,
                  static_cast<int>(c->bwd.mode), c->bwd.config, c->bwd.workspace);
         if (!errors.empty()) {
           log_info("cuDNN attention {}: earlier bias layouts were refused: {}", what, errors);
@@ -404,6 +422,10 @@ bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t 
   // One query row is incremental decoding: a new Tk every step would be a new plan (and a
   // new graph compilation) every step; the fused engine serves it without any.
   if (tq == 1) return false;
+  // One key: PyTorch's dispatcher keeps cuDNN's SDPA away from a key/value length of 1
+  // (sdp_utils.cpp, check_cudnn_tensor_shapes; pytorch#138531), and nothing here
+  // has shown 9.19 right there; a one-token source is cheap on the other engines.
+  if (tk == 1) return false;
   if (causal && tq != tk) return false;
   return true;
 }
@@ -416,6 +438,26 @@ std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts() {
   // Cheapest first; the frontend's sample layout in the I/O dtype is the one known to run on
   // Hopper; f32 (exact -8192 either way) only if cuDNN refuses the I/O dtype.
   return {{false, false}, {true, false}, {false, true}, {true, true}};
+}
+
+std::string cudnn_attention_version_problem(size_t version) {
+  // cudnn-frontend, node/scaled_dot_product_flash_attention.h: up to 9.15 its composite
+  // backward adds a padding mask over the full lengths whenever the key length is not a
+  // multiple of 128 (a backend fault: NaN gradients, cudnn-frontend#160); our graphs do not.
+  // (Older still: -FLT_MAX, not -inf, as the causal replacement before 9.10, and PyTorch
+  // keeps dropout off cuDNN's SDPA on 9.11 to 9.13.)
+  if (version < 91600) {
+    return fmt::format("cuDNN {}.{}.{} at run time: the engine's graphs need 9.16 or later (below it the "
+                       "backward needs cudnn-frontend's padding-mask workaround for key lengths off 128)",
+                       version / 10000, version % 10000 / 100, version % 100);
+  }
+  return "";
+}
+
+void cudnn_attention_force_bias_layout(int index) {
+  const int n = static_cast<int>(cudnn_attention_bias_layouts().size());
+  TNT_CHECK(index >= -1 && index < n, "cuDNN attention: bias layout {} forced, want -1 (none) to {}", index, n - 1);
+  forced_bias_layout.store(index);
 }
 
 namespace {
@@ -476,8 +518,10 @@ std::string CudnnAttentionPlanInfo::str() const {
 
 CudnnAttentionPlanInfo cudnn_attention_plan_deviceless(const CudnnAttentionKey& key, const std::string& device_json) {
   const g::Descriptor props = g::make_device_properties(key.str(), device_json);
-  const std::vector<CudnnBiasLayout> layouts =
+  std::vector<CudnnBiasLayout> layouts =
       key.bias ? cudnn_attention_bias_layouts() : std::vector<CudnnBiasLayout>{CudnnBiasLayout{}};
+  const int forced = key.bias ? forced_bias_layout.load() : -1;
+  if (forced >= 0) layouts = {layouts.at(static_cast<size_t>(forced))};
   std::string errors;
   for (const CudnnBiasLayout& layout : layouts) {
     const std::string what = key.bias ? key.str() + " bias " + layout.str() : key.str();

@@ -64,6 +64,17 @@ struct CudnnBiasLayout {
 };
 // The layouts the engine tries, in order (see the header comment).
 std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts();
+// Why the cuDNN library the process loaded (cudnnGetVersion's number, e.g. 91900) cannot run
+// these graphs as written, or "" when it can. Every plan is refused with this reason (so the
+// knob falls back to the other engines with a warning) on a machine whose cuDNN is older.
+std::string cudnn_attention_version_problem(size_t version);
+
+// For tests: padded keys are planned (on the device and deviceless) with layout `index` of
+// cudnn_attention_bias_layouts() alone (an error if cuDNN refuses it), -1 (the default)
+// restores the engine's order. Plans are cached per forced layout; keep one setting from a
+// forward through its backward. So one GPU run can check every layout, not only the first
+// that builds.
+void cudnn_attention_force_bias_layout(int index);
 
 struct CudnnAttentionKey {
   int64_t batch = 0, tq = 0, tk = 0, heads = 0, depth = 0;
@@ -80,7 +91,8 @@ struct CudnnAttentionKey {
 // multiple of 8 up to 128 (what cuDNN's Hopper flash attention serves and we test), causal
 // only with Tq == Tk (cuDNN's top-left diagonal equals our j > i + (Tk - Tq) rule only
 // there), more than one query row (decoding's single row would need a plan per cache
-// length), and nothing empty. Anything else goes to the other engines without a warning.
+// length), more than one key (a length cuDNN's SDPA is not known to serve), and nothing
+// empty. Anything else goes to the other engines without a warning.
 bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t tq, int64_t tk, int64_t depth,
                              bool causal);
 

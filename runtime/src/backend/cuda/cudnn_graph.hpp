@@ -185,6 +185,11 @@ Descriptor make_device_properties(const std::string& name, const std::string& js
 // ask; FALLBACK after it costs nothing when A succeeds and may find an engine A does not
 // rank). Throws listing every mode and config tried and cuDNN's reason for each if none does.
 struct Plan {
+  // The engine config the plan was finalized from, kept for the plan's life (declared first:
+  // destroyed after the plan), as cudnn-frontend's execution plans hold theirs: cuDNN does not
+  // document that finalize copies it, and a plan reading a freed config would fail only when
+  // it runs on a GPU.
+  Descriptor engine_config;
   Descriptor plan;
   int64_t workspace = 0;  // bytes
   int64_t engine = -1;    // CUDNN_ATTR_ENGINE_GLOBAL_INDEX of the chosen engine, for logs

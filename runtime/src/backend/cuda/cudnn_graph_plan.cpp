@@ -135,6 +135,7 @@ std::vector<Plan> collect_plans(const std::string& name, cudnnHandle_t handle, c
         check(cudnnBackendGetAttribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
                                        &n, &p.workspace),
               p.plan.name() + ": get CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE");
+        p.engine_config = std::move(configs[i]);
         plans.push_back(std::move(p));
       } catch (const std::exception& e) {
         tried += fmt::format("\n  mode {} config {} (engine {}): {}", static_cast<int>(mode), i, engine.index,

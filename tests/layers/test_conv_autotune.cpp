@@ -1,12 +1,13 @@
 // Host logic of the CUDA Conv2D's autotuning (layers/conv2d_autotune.hpp), testable without
-// a GPU: the TNT_CUDNN_AUTOTUNE knob and the key of the process-wide cache of timed
-// algorithm choices.
+// a GPU: the TNT_CUDNN_AUTOTUNE knob, the key of the process-wide cache of timed algorithm
+// choices, channel padding's choice, and when a cuDNN graph candidate may be taken or run.
 #include <catch2/catch.hpp>
 
 #include "layers/conv2d_autotune.hpp"
 #include "tarantella/config.hpp"
 
 #include <cstdlib>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -179,4 +180,36 @@ TEST_CASE("Channel padding: the fastest count, a padded one only if 2% faster, n
   CHECK(choose_padding({4}, {-1.0}) == 4);
   CHECK(choose_padding({3, 8}, {2.0, 1.0}) == 8);
   CHECK_THROWS(choose_padding({3, 4}, {1.0}));
+}
+
+TEST_CASE("cuDNN graph check: agreement within 2^-5 of the largest value, only against a usable reference",
+          "[layers][autotune]") {
+  using tnt::conv_autotune::graph_output_agrees;
+  using tnt::conv_autotune::kGraphTolerance;
+  const float inf = std::numeric_limits<float>::infinity();
+  // Rounding differences pass; a difference of the values' own size does not.
+  CHECK(graph_output_agrees(0.0f, 4.0f));
+  CHECK(graph_output_agrees(4.0f / 256, 4.0f));
+  CHECK(graph_output_agrees(kGraphTolerance * 4.0f, 4.0f));
+  CHECK_FALSE(graph_output_agrees(0.25f, 4.0f));
+  // A graph output with a NaN or infinity (the check kernel gives +inf): refused.
+  CHECK_FALSE(graph_output_agrees(inf, 4.0f));
+  // A reference with a NaN or infinity (largest +inf) would let any difference pass; an
+  // all-zero one is what a wrong layout gives too: neither decides, no graph is taken.
+  CHECK_FALSE(graph_output_agrees(inf, inf));
+  CHECK_FALSE(graph_output_agrees(1.0f, inf));
+  CHECK_FALSE(graph_output_agrees(0.0f, 0.0f));
+  CHECK_FALSE(tnt::conv_autotune::graph_reference_judges(inf));
+  CHECK_FALSE(tnt::conv_autotune::graph_reference_judges(0.0f));
+  CHECK(tnt::conv_autotune::graph_reference_judges(1e-30f));
+}
+
+TEST_CASE("cuDNN graph operands: 16-byte aligned or the algorithm runs", "[layers][autotune]") {
+  using tnt::conv_autotune::graph_aligned;
+  alignas(64) unsigned char block[128] = {};
+  CHECK(graph_aligned({block, block + 16, block + 64}));
+  CHECK(graph_aligned({block, nullptr}));  // no workspace
+  // A view at a byte offset (slice_rows of a bf16 (N, 3, 5, 5) tensor: 150 bytes a row).
+  CHECK_FALSE(graph_aligned({block, block + 8, block + 16}));
+  CHECK_FALSE(graph_aligned({block + 2}));
 }

@@ -28,7 +28,13 @@
 // or layouts is off by the values themselves), then it is timed over 3 runs with CUDA
 // events; the fastest that agrees and beats the algorithm's time by kPadMinGain's 2% runs
 // instead, for every plan of the problem in the process. A graph that fails to build, run
-// or agree is logged (DEBUG, or WARNING for a disagreement) and left out.
+// or agree is logged (DEBUG, or WARNING for a disagreement) and left out. Each candidate
+// writes into a buffer filled with NaN first, so one that leaves any of its output
+// unwritten disagrees (the buffer is reused between candidates, and a fresh block from the
+// allocator may hold a finished result); a reference the check cannot judge by (not
+// finite, or all zero: conv2d_autotune.hpp, graph_output_agrees) takes no graph. Graphs
+// run only on 16-byte aligned operands (graph_aligned), else the algorithm runs. A trial
+// that fails as a whole (memory for its buffers) leaves the algorithm in place.
 #include "layers/conv2d_plan_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
@@ -62,10 +68,9 @@ struct AutotuneCache {
   std::atomic<int64_t> searches{0};
 };
 
-// The graph candidates timed per direction of a problem (conv2d_graph_cuda.hpp), and how
-// close a candidate's output must be to the chosen algorithm's (see the top).
+// The graph candidates timed per direction of a problem (conv2d_graph_cuda.hpp); how close
+// a candidate's output must be to the chosen algorithm's is conv2d_autotune.hpp's.
 constexpr size_t kGraphCandidates = 8;
-constexpr float kGraphTolerance = 1.0f / 32;
 constexpr int kGraphTimedRuns = 3;
 
 std::atomic<bool> force_graphs{false};  // tests: take the fastest graph that agrees, however slow
@@ -341,8 +346,13 @@ std::shared_ptr<const ConvGraph> faster_graph(ConvPlan& plan, const Conv2D& laye
     log_debug("Conv2D '{}': cuDNN planned no graph for {} {}:{}", layer.name(), Dir::kName, shape.str(), refused);
     return nullptr;
   }
+  if (!conv_autotune::graph_aligned({Dir::a(o), Dir::b(o)})) {
+    log_debug("Conv2D '{}': {} {}: operands not {}-byte aligned; no cuDNN graph tried", layer.name(), Dir::kName,
+              shape.str(), conv_autotune::kGraphAlignment);
+    return nullptr;
+  }
   const size_t bytes = Dir::output_bytes(plan);
-  Workspace reference(bytes, device), out(bytes, device);
+  Workspace reference(bytes, device), out(bytes, device);  // the allocator's blocks: aligned
   Dir::legacy(h, plan, Dir::a(o), Dir::b(o), reference.data(), 0.0f, device);
   std::shared_ptr<const ConvGraph> best;
   float best_ms = force_graphs ? INFINITY : legacy_ms * (1.0f - static_cast<float>(conv_autotune::kPadMinGain));
@@ -351,10 +361,18 @@ std::shared_ptr<const ConvGraph> faster_graph(ConvPlan& plan, const Conv2D& laye
     if (c.plan.workspace > static_cast<int64_t>(kMaxWorkspace)) continue;
     try {
       Workspace ws(static_cast<size_t>(c.plan.workspace), device);
+      // All bits set: NaN in f32, f16 and bf16 (see the top).
+      TNT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, bytes, compute_stream(device)));
       run_conv_graph(c, h, Dir::a(o), Dir::b(o), out.data(), ws.data());
       const auto [diff, largest] = max_difference(out.data(), reference.data(), bytes,
                                                   static_cast<DType>(plan.problem.dtype), device);
-      if (!(diff <= kGraphTolerance * largest)) {
+      if (!conv_autotune::graph_reference_judges(largest)) {
+        log_warning("Conv2D '{}': {} {}: the algorithm's output (largest value {}) cannot tell a right cuDNN graph "
+                    "from a wrong one; none used",
+                    layer.name(), Dir::kName, shape.str(), largest);
+        break;
+      }
+      if (!conv_autotune::graph_output_agrees(diff, largest)) {
         log_warning("Conv2D '{}': cuDNN graph {} for {} {} differs from algorithm results by {} (largest value {}); "
                     "not used",
                     layer.name(), c.describe(), Dir::kName, shape.str(), diff, largest);
@@ -463,7 +481,14 @@ float choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape
     AutotuneCache& cache = autotune_cache();
     std::lock_guard<std::mutex> lock(cache.mutex);
     float graph_ms = -1;
-    if (auto g = faster_graph<Dir>(plan, layer, operands, timed_ms, device, &graph_ms)) {
+    std::shared_ptr<const ConvGraph> g;
+    try {
+      g = faster_graph<Dir>(plan, layer, operands, timed_ms, device, &graph_ms);
+    } catch (const Error& e) {
+      log_warning("Conv2D '{}': trying cuDNN graphs for {} failed ({}); the algorithm stays", layer.name(),
+                  problem.str(), e.what());
+    }
+    if (g) {
       Dir::graph(plan) = g;
       cache.graphs[problem.key()] = g;
       cache.choices[problem.key()].ms = graph_ms;  // what this direction now takes
@@ -539,12 +564,13 @@ float choose_backward_filter(ConvPlan& plan, const Conv2D& layer, const Shape& x
 
 namespace {
 // The direction's graph where one was chosen (and, for the filter gradient, no accumulation
-// is asked: graphs overwrite), else its algorithm.
+// is asked: graphs overwrite; and the operands are aligned as the graph says, see the top),
+// else its algorithm.
 template <typename Dir>
 void run(const ConvPlan& plan, const void* a, const void* b, void* out, float beta, int device) {
   const auto& g = Dir::graph(plan);
   cudnnHandle_t h = cudnn_handle(device);
-  if (g && beta == 0.0f) {
+  if (g && beta == 0.0f && conv_autotune::graph_aligned({a, b, out})) {
     Workspace ws(static_cast<size_t>(g->plan.workspace), device);
     run_conv_graph(*g, h, a, b, out, ws.data());
     graph_runs.fetch_add(1);

@@ -7,6 +7,8 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -80,6 +82,36 @@ inline int64_t choose_padding(const std::vector<int64_t>& candidates, const std:
   }
   if (best != 0 && ms[best] > ms[0] * (1.0 - kPadMinGain)) best = 0;
   return candidates[best];
+}
+
+// cuDNN graph candidates (conv2d_algorithms_cuda.cu). A candidate's output is checked
+// against the chosen algorithm's on the same operands: largest difference within 2^-5 of
+// the largest value (algorithms differ by the rounding of f32 sums to the half output,
+// about 2^-8 of a value; a graph given wrong strides or layouts is off by the values
+// themselves). diff and largest come from the check kernel, non-finite values as +inf.
+// The check can tell a wrong graph from a right one only against a finite reference that
+// is not all zero: a NaN or infinity in the reference makes largest +inf, under which any
+// difference passes, and an all-zero reference (zero operands) is what a wrong layout
+// gives too. Such a reference decides nothing, so the candidate is not taken: the
+// algorithm stays, which is always right.
+inline constexpr float kGraphTolerance = 1.0f / 32;
+inline bool graph_reference_judges(float largest) {
+  return largest > 0.0f && largest <= std::numeric_limits<float>::max();
+}
+inline bool graph_output_agrees(float diff, float largest) {
+  return graph_reference_judges(largest) && diff <= kGraphTolerance * largest;
+}
+
+// The graph tensors tell cuDNN that their pointers are aligned to this many bytes
+// (conv2d_graph_cuda.cpp), and engines may issue vector accesses of that width: a graph
+// runs only on operands that are (the allocator's blocks are; a Tensor view at a byte
+// offset, slice_rows, may not be), else the legacy algorithm runs, which takes any
+// element-aligned pointer. A null pointer (no workspace) is aligned.
+inline constexpr std::uintptr_t kGraphAlignment = 16;
+inline bool graph_aligned(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (reinterpret_cast<std::uintptr_t>(p) % kGraphAlignment != 0) return false;
+  return true;
 }
 
 }  // namespace tnt::conv_autotune

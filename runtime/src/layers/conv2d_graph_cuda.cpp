@@ -1,6 +1,7 @@
 // See conv2d_graph_cuda.hpp.
 #include "layers/conv2d_graph_cuda.hpp"
 
+#include "layers/conv2d_autotune.hpp"
 #include "tarantella/check.hpp"
 
 #include <fmt/format.h>
@@ -24,6 +25,8 @@ g::TensorSpec spec(int64_t uid, const char* name, const ConvGraphShape& s, int64
   t.dtype = g::data_type(s.dtype, "Conv2D graph");
   t.dims = {d0, d1, d2, d3};
   t.strides = s.channels_last ? std::vector<int64_t>{d2 * d3 * d1, 1, d3 * d1, d1} : g::packed_strides(t.dims);
+  // What the engine may assume of the pointers; run<Dir> checks it (conv2d_autotune.hpp).
+  t.alignment = static_cast<int64_t>(conv_autotune::kGraphAlignment);
   return t;
 }
 

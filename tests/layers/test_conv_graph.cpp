@@ -107,6 +107,9 @@ TEST_CASE("Conv2D graphs: several engine configs of each direction for an H200 w
       for (const auto& p : plans) {
         CHECK(p.plan.engine >= 0);
         CHECK(p.plan.workspace >= 0);
+        // The config the plan was made from lives as long as the plan, also for a plan
+        // that stopped at loading its kernel here (compiled_only).
+        CHECK(p.plan.engine_config.get() != nullptr);
         engines += " " + std::to_string(p.plan.engine);
       }
       table += std::string("\n  ") + c.what + ", " + cuda::conv_graph_direction_name(d) + ": " +

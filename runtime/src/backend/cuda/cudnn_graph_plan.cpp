@@ -121,6 +121,7 @@ std::vector<Plan> collect_plans(const std::string& name, cudnnHandle_t handle, c
           if (st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER &&
               (last.find("LoadData") != std::string::npos || last.find("loadModule") != std::string::npos)) {
             p.compiled_only = true;
+            p.engine_config = std::move(configs[i]);  // kept as for a finalized plan (Plan)
             plans.push_back(std::move(p));
             continue;
           }

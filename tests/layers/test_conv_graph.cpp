@@ -75,6 +75,33 @@ TEST_CASE("Conv2D graphs: each direction's tensors as cuDNN holds them", "[layer
   CHECK(line(nchw, "w") == "uid 2 bf16 [5,4,3,3] strides [36,9,3,1]");
 }
 
+// run_conv_graph passes (a, b, out) under conv_graph_operand_uids: each must be the uid of
+// the tensor that operand is, as the graph holds it (its role by name, and its dims).
+TEST_CASE("Conv2D graphs: the variant pack's uids are the operands' tensors", "[layers][conv_graph]") {
+  const ConvGraphShape s = shape(8, 16, 14, 32, 3, 2, 1);  // x (8,16,14,14), w (32,16,3,3), y (8,32,7,7)
+  struct Case {
+    ConvGraphDirection d;
+    const char *a, *b, *out;
+  };
+  for (const Case& c : {Case{ConvGraphDirection::forward, "x", "w", "y"},
+                        Case{ConvGraphDirection::backward_data, "dy", "w", "dx"},
+                        Case{ConvGraphDirection::backward_filter, "x", "dy", "dw"}}) {
+    INFO(cuda::conv_graph_direction_name(c.d));
+    const auto text = cuda::conv_graph_text(c.d, s);
+    const auto uids = cuda::conv_graph_operand_uids(c.d);
+    const char* names[3] = {c.a, c.b, c.out};
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("operand " << i << " (" << names[i] << ")");
+      CHECK(line(text, names[i]).rfind("uid " + std::to_string(uids[i]) + " ", 0) == 0);
+    }
+  }
+  // And the dims under those names: a's, b's and out's of each direction.
+  CHECK(line(cuda::conv_graph_text(ConvGraphDirection::backward_data, s), "dy").find("[8,32,7,7]") !=
+        std::string::npos);
+  CHECK(line(cuda::conv_graph_text(ConvGraphDirection::backward_filter, s), "dw").find("[32,16,3,3]") !=
+        std::string::npos);
+}
+
 // What cuDNN 9.19 proposes for ResNet-50's kinds of convolution on an H200 (batch 256, bf16
 // NHWC): each direction gets several precompiled engine configs. Measured when written: the
 // engines and counts are printed (and in docs/gpu.md); pinned are "at least two, none

@@ -97,14 +97,19 @@ std::vector<std::string> conv_graph_text(ConvGraphDirection d, const ConvGraphSh
   return out;
 }
 
+std::array<int64_t, 3> conv_graph_operand_uids(ConvGraphDirection d) {
+  switch (d) {
+    case ConvGraphDirection::forward: return {kX, kW, kY};
+    case ConvGraphDirection::backward_data: return {kDY, kW, kDX};
+    case ConvGraphDirection::backward_filter: return {kX, kDY, kDW};
+  }
+  TNT_THROW("Conv2D graph: direction {}", static_cast<int>(d));
+}
+
 void run_conv_graph(const ConvGraph& c, cudnnHandle_t handle, const void* a, const void* b, void* out,
                     void* workspace) {
-  std::vector<int64_t> uids;
-  switch (c.ops->direction) {
-    case ConvGraphDirection::forward: uids = {kX, kW, kY}; break;
-    case ConvGraphDirection::backward_data: uids = {kDY, kW, kDX}; break;
-    case ConvGraphDirection::backward_filter: uids = {kX, kDY, kDW}; break;
-  }
+  const std::array<int64_t, 3> ids = conv_graph_operand_uids(c.ops->direction);
+  const std::vector<int64_t> uids(ids.begin(), ids.end());
   g::execute(fmt::format("Conv2D {}", conv_graph_direction_name(c.ops->direction)), handle, c.plan, uids,
              {const_cast<void*>(a), const_cast<void*>(b), out}, workspace);
 }

@@ -15,6 +15,7 @@
 #include "backend/cuda/cudnn_graph.hpp"
 #include "tarantella/dtype.hpp"
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,6 +64,13 @@ std::vector<ConvGraph> conv_graph_candidates(ConvGraphDirection d, const ConvGra
 // The graph's operation and tensors as cuDNN holds them ("CONV_FPROP", "x: uid 1 bf16 ..."),
 // built without a GPU, for tests to pin.
 std::vector<std::string> conv_graph_text(ConvGraphDirection d, const ConvGraphShape& s);
+
+// The uids the variant pack gives run_conv_graph's (a, b, out) for direction d: the uids of
+// forward (x, w, y), backward data (dy, w, dx), backward filter (x, dy, dw) as the graph's
+// tensors carry them (conv_graph_text). A pointer under another tensor's uid is read with
+// that tensor's sizes: pinned by a deviceless test, as on a GPU it is a wrong result or an
+// illegal address.
+std::array<int64_t, 3> conv_graph_operand_uids(ConvGraphDirection d);
 
 // Runs a candidate on handle's stream. Operands by direction: forward (x, w) -> y; backward
 // data (dy, w) -> dx; backward filter (x, dy) -> dw. workspace: at least plan.workspace bytes.

@@ -351,9 +351,13 @@ std::shared_ptr<const ConvGraph> faster_graph(ConvPlan& plan, const Conv2D& laye
               shape.str(), conv_autotune::kGraphAlignment);
     return nullptr;
   }
+  // The algorithm's output goes where the Find's went: the real y or dx where the real call
+  // overwrites it anyway (see the top), so that only the candidates' output takes a second
+  // buffer of that size.
   const size_t bytes = Dir::output_bytes(plan);
-  Workspace reference(bytes, device), out(bytes, device);  // the allocator's blocks: aligned
-  Dir::legacy(h, plan, Dir::a(o), Dir::b(o), reference.data(), 0.0f, device);
+  Workspace scratch_reference(o.out ? 0 : bytes, device), out(bytes, device);  // aligned blocks
+  void* reference = o.out ? o.out : scratch_reference.data();
+  Dir::legacy(h, plan, Dir::a(o), Dir::b(o), reference, 0.0f, device);
   std::shared_ptr<const ConvGraph> best;
   float best_ms = force_graphs ? INFINITY : legacy_ms * (1.0f - static_cast<float>(conv_autotune::kPadMinGain));
   std::string times;
@@ -364,7 +368,7 @@ std::shared_ptr<const ConvGraph> faster_graph(ConvPlan& plan, const Conv2D& laye
       // All bits set: NaN in f32, f16 and bf16 (see the top).
       TNT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, bytes, compute_stream(device)));
       run_conv_graph(c, h, Dir::a(o), Dir::b(o), out.data(), ws.data());
-      const auto [diff, largest] = max_difference(out.data(), reference.data(), bytes,
+      const auto [diff, largest] = max_difference(out.data(), reference, bytes,
                                                   static_cast<DType>(plan.problem.dtype), device);
       if (!conv_autotune::graph_reference_judges(largest)) {
         log_warning("Conv2D '{}': {} {}: the algorithm's output (largest value {}) cannot tell a right cuDNN graph "

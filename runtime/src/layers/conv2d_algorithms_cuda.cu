@@ -28,7 +28,8 @@
 // or layouts is off by the values themselves), then it is timed over 3 runs with CUDA
 // events; the fastest that agrees and beats the algorithm's time by kPadMinGain's 2% runs
 // instead, for every plan of the problem in the process. A graph that fails to build, run
-// or agree is logged (DEBUG, or WARNING for a disagreement) and left out. Each candidate
+// or agree is logged (DEBUG when cuDNN plans none, WARNING when a planned one fails to run
+// or disagrees) and left out. Each candidate
 // writes into a buffer filled with NaN first, so one that leaves any of its output
 // unwritten disagrees (the buffer is reused between candidates, and a fresh block from the
 // allocator may hold a finished result); a reference the check cannot judge by (not
@@ -390,8 +391,11 @@ std::shared_ptr<const ConvGraph> faster_graph(ConvPlan& plan, const Conv2D& laye
         best = std::make_shared<const ConvGraph>(std::move(c));
       }
     } catch (const Error& e) {
-      log_debug("Conv2D '{}': cuDNN graph {} for {} {} failed: {}", layer.name(), c.describe(), Dir::kName,
-                shape.str(), e.what());
+      // WARNING, not DEBUG: a finalized plan should run, and a kernel fault (an illegal
+      // address) leaves the device unusable, so the next CUDA call anywhere fails with a
+      // message that does not name this graph; this line does.
+      log_warning("Conv2D '{}': cuDNN graph {} for {} {} failed: {}", layer.name(), c.describe(), Dir::kName,
+                  shape.str(), e.what());
     }
   }
   *ms_out = best_ms;

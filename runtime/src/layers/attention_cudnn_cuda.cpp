@@ -1,16 +1,12 @@
-// The cuDNN flash-attention engine: the plan cache of its two operation graphs
-// (attention_cudnn_graph.cpp), and the calls. The graphs follow the node order cudnn-frontend lowers its SDPA node to for sm_90
-// (see attention_cudnn_cuda.hpp for why this graph, and for where its results differ).
-//
-// Layout: our q (B, Tq, H*d) is cuDNN's Q [B, H, Tq, d] with strides [Tq*H*d, d, H*d, 1]
-// (likewise k, v, o and the gradients): the heads are a stride, never a copy. The matmul
-// nodes take K^T (and V^T in the backward) as a transposed view [B, H, d, Tk] of the same
-// memory.
+// The cuDNN flash-attention engine: the plan cache of its two operation graphs (built in
+// attention_cudnn_graph_cuda.cpp; attention_cudnn_cuda.hpp says why these graphs and where
+// their results differ), deviceless planning, and the calls. The variant packs hand cuDNN our
+// q (B, Tq, H*d) as Q [B, H, Tq, d] through strides: the heads are never copied.
 #include "layers/attention_cudnn_cuda.hpp"
 
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/cudnn_graph.hpp"
-#include "layers/attention_cudnn_graph.hpp"
+#include "layers/attention_cudnn_graph_cuda.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/log.hpp"
 

@@ -1,4 +1,4 @@
-// The cuDNN flash-attention engine's two operation graphs (attention_cudnn_graph.cpp):
+// The cuDNN flash-attention engine's two operation graphs (attention_cudnn_graph_cuda.cpp):
 // built node by node for a key and a bias layout, for the plans of attention_cudnn_cuda.cpp
 // and for tests to read back. Internal to the engine.
 #pragma once

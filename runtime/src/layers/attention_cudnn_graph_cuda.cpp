@@ -1,4 +1,4 @@
-// See attention_cudnn_graph.hpp. The graphs follow the node order cudnn-frontend lowers its
+// See attention_cudnn_graph_cuda.hpp. The graphs follow the node order cudnn-frontend lowers its
 // SDPA node to for sm_90 (attention_cudnn_cuda.hpp says why this graph and where its results
 // differ).
 //
@@ -6,7 +6,7 @@
 // (likewise k, v, o and the gradients): the heads are a stride, never a copy. The matmul
 // nodes take K^T (and V^T in the backward) as a transposed view [B, H, d, Tk] of the same
 // memory.
-#include "layers/attention_cudnn_graph.hpp"
+#include "layers/attention_cudnn_graph_cuda.hpp"
 
 #include "tarantella/check.hpp"
 

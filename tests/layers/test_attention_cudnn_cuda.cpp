@@ -416,4 +416,25 @@ TEST_CASE("TNT_CUDNN_ATTENTION=1 selects the cuDNN engine", "[.cudnn_env]") {
   const Result r = run(in, args_of(c, 0.1f), AttentionEngine::config, c.dtype);
   CHECK(r.cudnn);
   CHECK(cuda::attention_cudnn_calls() == calls + 2);
+
+  // A forward that fails to run under the knob (injected: this GPU's cuDNN runs the graph):
+  // that call and every later one of its shape take the other engines, with the other
+  // engines' results; a shape never failed keeps cuDNN.
+  const Case failing{DType::bf16, 2, 2, 48, 48, 64, true, false};
+  const Inputs fin = make_inputs(failing, "cdfail");
+  cuda::cudnn_attention_fail_next_forwards(1);
+  const int64_t before = cuda::attention_cudnn_calls();
+  const Result f1 = run(fin, args_of(failing, 0.0f), AttentionEngine::config, failing.dtype);
+  CHECK_FALSE(f1.cudnn);
+  const Result f2 = run(fin, args_of(failing, 0.0f), AttentionEngine::config, failing.dtype);
+  CHECK_FALSE(f2.cudnn);
+  CHECK(cuda::attention_cudnn_calls() == before);
+  const Result other = run(fin, args_of(failing, 0.0f), AttentionEngine::fused, failing.dtype);
+  // The fallback is the configured engine itself (fused here): the same forward kernels on
+  // the same inputs, the same bits.
+  test::require_equal(f1.o, other.o, "fallback output");
+  test::require_equal(f2.o, other.o, "later output");
+  cuda::cudnn_attention_fail_next_forwards(0);
+  const Result again = run(in, args_of(c, 0.1f), AttentionEngine::config, c.dtype);
+  CHECK(again.cudnn);
 }

@@ -52,6 +52,16 @@ std::atomic<int64_t> cudnn_calls{0};
 
 bool aligned16(const Tensor& t) { return reinterpret_cast<uintptr_t>(t.raw()) % 16 == 0; }
 
+// Shapes (CudnnAttentionKey::str, by device) whose cuDNN forward failed to run under the
+// knob: they take the other engines from then on (see the forward).
+std::mutex cudnn_failed_mu;
+std::set<std::pair<int, std::string>> cudnn_failed;
+
+bool cudnn_failed_before(int device, const std::string& key) {
+  std::lock_guard<std::mutex> lock(cudnn_failed_mu);
+  return cudnn_failed.count({device, key}) > 0;
+}
+
 // The engine choice (see AttentionEngine): the fused kernels load 16 bytes at a time, so
 // the tensors must start 16-byte aligned (allocations are; an odd view falls back).
 bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionCoreArgs& a, AttentionEngine engine,
@@ -69,7 +79,7 @@ bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
 // engines: under the knob with one warning per shape naming cuDNN's reason; when a test forces
 // AttentionEngine::cudnn, never (it throws that reason).
 bool use_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids, const AttentionCoreArgs& a,
-               AttentionEngine engine, int device) {
+               AttentionEngine engine, int device, std::string& key_str) {
   const bool forced = engine == AttentionEngine::cudnn;
   if (!forced && !(engine == AttentionEngine::config && tnt::config().cudnn_attention)) return false;
   const bool applies = cudnn_attention_applies(q.dtype(), a.batch, a.heads, a.tq, a.tk, a.depth, a.causal) &&
@@ -92,6 +102,8 @@ bool use_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   key.bias = key_ids.defined();
   key.rate = a.rate;
   key.scale = a.scale;
+  key_str = key.str();
+  if (!forced && cudnn_failed_before(device, key_str)) return false;
   try {
     return cudnn_attention_prepare(key, device, !forced);
   } catch (const std::exception& e) {
@@ -331,15 +343,31 @@ Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
   auto s = std::make_shared<CudaCore>();
   s->args = a;
   s->dtype = dt;
-  if (use_cudnn(q, k, v, key_ids, a, engine, device)) {
-    s->cudnn = true;
-    s->q = q;
-    s->k = k;
-    s->v = v;
-    s->o = cudnn_attention_forward(q, k, v, key_ids, a, s->saved, device);
-    ++cudnn_calls;
-    state = s;
-    return s->o;
+  std::string cudnn_key;
+  if (use_cudnn(q, k, v, key_ids, a, engine, device, cudnn_key)) {
+    try {
+      s->o = cudnn_attention_forward(q, k, v, key_ids, a, s->saved, device);
+      s->cudnn = true;
+      s->q = q;
+      s->k = k;
+      s->v = v;
+      ++cudnn_calls;
+      state = s;
+      return s->o;
+    } catch (const Error& e) {
+      // A plan that built but does not run (a status from cuDNN's execute; a fault of the
+      // device itself makes every later call fail anyway): under the knob this shape takes
+      // the other engines from now on, with one warning; a forced engine (tests) fails.
+      if (engine == AttentionEngine::cudnn) throw;
+      {
+        std::lock_guard<std::mutex> lock(cudnn_failed_mu);
+        cudnn_failed.insert({device, cudnn_key});
+      }
+      log_warning("MultiHeadAttention: TNT_CUDNN_ATTENTION: cuDNN's forward failed to run {} ({}); this shape uses "
+                  "the {} engine from now on (unset TNT_CUDNN_ATTENTION to use it everywhere)",
+                  cudnn_key, e.what(), tnt::config().fused_attention ? "fused (where it applies) or unfused" : "unfused");
+      s->saved = CudnnAttentionSaved{};
+    }
   }
   if (use_fused(q, k, v, a, engine, device)) {
     s->fused = true;

@@ -177,6 +177,12 @@ void cudnn_attention_force_bias_layout(int index) {
   forced_bias_layout.store(index);
 }
 
+namespace {
+std::atomic<int> failures_to_inject{0};
+}  // namespace
+
+void cudnn_attention_fail_next_forwards(int count) { failures_to_inject.store(count); }
+
 bool cudnn_attention_prepare(const CudnnAttentionKey& key, int device, bool capped) {
   if (capped) {
     static std::mutex mu;
@@ -268,6 +274,9 @@ void add_optional_inputs(const CudnnAttentionKey& key, const CudnnAttentionSaved
 Tensor cudnn_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids,
                                const AttentionCoreArgs& a, CudnnAttentionSaved& saved, int device) {
   const CudnnAttentionKey key = key_of(a, q.dtype(), key_ids.defined());
+  if (failures_to_inject.load() > 0 && failures_to_inject.fetch_sub(1) > 0) {
+    TNT_THROW("cuDNN graph: execute attention forward {}: failure injected by a test", key.str());
+  }
   const CachedPlans& c = plans_for(key, device);
   const Device dev = q.device();
   Tensor o = Tensor::empty({a.batch, a.tq, a.heads * a.depth}, q.dtype(), dev);

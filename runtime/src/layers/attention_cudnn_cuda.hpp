@@ -75,6 +75,10 @@ std::string cudnn_attention_version_problem(size_t version);
 // forward through its backward. So one GPU run can check every layout, not only the first
 // that builds.
 void cudnn_attention_force_bias_layout(int index);
+// For tests: the next `count` cudnn_attention_forward calls throw as a failed execute would
+// (before anything is queued), so that the knob's fallback can be checked on a GPU whose
+// cuDNN runs every graph.
+void cudnn_attention_fail_next_forwards(int count);
 
 struct CudnnAttentionKey {
   int64_t batch = 0, tq = 0, tk = 0, heads = 0, depth = 0;

@@ -18,24 +18,8 @@
 // fits kMaxWorkspace and, in deterministic mode, is deterministic. If timing leaves no
 // acceptable algorithm, the heuristics decide too.
 //
-//
-// cuDNN graphs (TNT_CUDNN_CONV_GRAPH, with autotuning, f16/bf16, not in deterministic mode):
-// after a direction's algorithms are timed, the engine configs cuDNN's graph API proposes
-// for the same problem (conv2d_graph_cuda.hpp, up to kGraphCandidates, none compiled at run
-// time) run on the same operands. Each one's output is compared with the chosen algorithm's
-// (largest difference within 2^-5 of the largest value: algorithms differ by the rounding
-// of f32 sums to the half output, about 2^-8 of a value, while a graph given wrong strides
-// or layouts is off by the values themselves), then it is timed over 3 runs with CUDA
-// events; the fastest that agrees and beats the algorithm's time by kPadMinGain's 2% runs
-// instead, for every plan of the problem in the process. A graph that fails to build, run
-// or agree is logged (DEBUG when cuDNN plans none, WARNING when a planned one fails to run
-// or disagrees) and left out. Each candidate
-// writes into a buffer filled with NaN first, so one that leaves any of its output
-// unwritten disagrees (the buffer is reused between candidates, and a fresh block from the
-// allocator may hold a finished result); a reference the check cannot judge by (not
-// finite, or all zero: conv2d_autotune.hpp, graph_output_agrees) takes no graph. Graphs
-// run only on 16-byte aligned operands (graph_aligned), else the algorithm runs. A trial
-// that fails as a whole (memory for its buffers) leaves the algorithm in place.
+// cuDNN graphs: after a f16/bf16 direction is timed, cuDNN's graph-API configurations may
+// take its place (conv2d_graph_trial_cuda.cu's header says how they are checked and timed).
 #include "layers/conv2d_plan_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
@@ -50,7 +34,7 @@ namespace tnt::cuda {
 
 namespace {
 
-constexpr size_t kMaxWorkspace = size_t{1} << 30;
+constexpr size_t kMaxWorkspace = kConvMaxWorkspace;
 
 using conv_autotune::Direction;
 using conv_autotune::Problem;
@@ -69,102 +53,7 @@ struct AutotuneCache {
   std::atomic<int64_t> searches{0};
 };
 
-// The graph candidates timed per direction of a problem (conv2d_graph_cuda.hpp); how close
-// a candidate's output must be to the chosen algorithm's is conv2d_autotune.hpp's.
-constexpr size_t kGraphCandidates = 8;
-constexpr int kGraphTimedRuns = 3;
-
-std::atomic<bool> force_graphs{false};  // tests: take the fastest graph that agrees, however slow
 std::atomic<int64_t> graph_runs{0};
-
-bool graphs_enabled(const ConvPlan& plan) {
-  const auto dt = static_cast<DType>(plan.problem.dtype);
-  return plan.autotune && tnt::config().cudnn_conv_graph && !tnt::config().deterministic &&
-         (dt == DType::bf16 || dt == DType::f16);
-}
-
-ConvGraphShape graph_shape(const ConvPlan& plan) {
-  const Problem& p = plan.problem;
-  ConvGraphShape s;
-  s.n = p.n;
-  s.c = p.c;
-  s.h = p.h;
-  s.w = p.w;
-  s.k = p.filters;
-  s.r = p.kernel;
-  s.stride = p.stride;
-  s.padding = p.padding;
-  s.dtype = static_cast<DType>(p.dtype);
-  s.channels_last = static_cast<MemoryFormat>(p.format) == MemoryFormat::channels_last;
-  return s;
-}
-
-// max |a - b| and max |b| over n elements (NaN counted as infinite), into out[0], out[1] as
-// the bits of non-negative floats (which order as unsigned integers).
-template <typename T>
-__global__ void max_difference_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n,
-                                      unsigned* __restrict__ out) {
-  float d = 0.0f, m = 0.0f;
-  TNT_KERNEL_LOOP(i, n) {
-    const float x = to_float(a[i]), y = to_float(b[i]);
-    float e = fabsf(x - y), r = fabsf(y);
-    if (!(e <= FLT_MAX)) e = INFINITY;
-    if (!(r <= FLT_MAX)) r = INFINITY;
-    d = fmaxf(d, e);
-    m = fmaxf(m, r);
-  }
-  for (int off = kWarp / 2; off > 0; off /= 2) {
-    d = fmaxf(d, __shfl_xor_sync(0xffffffffu, d, off));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  }
-  if ((threadIdx.x & (kWarp - 1)) == 0) {
-    atomicMax(out, __float_as_uint(d));
-    atomicMax(out + 1, __float_as_uint(m));
-  }
-}
-
-// {max |a - b|, max |b|} of two device buffers of `bytes` bytes of dtype; waits for them.
-std::pair<float, float> max_difference(const void* a, const void* b, size_t bytes, DType dtype, int device) {
-  cudaStream_t stream = compute_stream(device);
-  Workspace out(2 * sizeof(unsigned), device);
-  TNT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0, 2 * sizeof(unsigned), stream));
-  const int64_t n = static_cast<int64_t>(bytes / dtype_size(dtype));
-  TNT_CUDA_DISPATCH_FLOAT(dtype, "Conv2D graph check", {
-    max_difference_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, stream>>>(
-        static_cast<const scalar_t*>(a), static_cast<const scalar_t*>(b), n, out.as<unsigned>());
-  });
-  TNT_CUDA_CHECK_LAUNCH();
-  unsigned host[2] = {0, 0};
-  TNT_CUDA_CHECK(cudaMemcpyAsync(host, out.data(), sizeof(host), cudaMemcpyDeviceToHost, stream));
-  TNT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  float r[2];
-  memcpy(r, host, sizeof(r));
-  return {r[0], r[1]};
-}
-
-// Events around kGraphTimedRuns runs of f on the compute stream: milliseconds a run.
-template <typename F>
-float time_runs(F&& f, int device) {
-  cudaStream_t stream = compute_stream(device);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  TNT_CUDA_CHECK(cudaEventCreate(&start));
-  TNT_CUDA_CHECK(cudaEventCreate(&stop));
-  float ms = -1;
-  try {
-    TNT_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < kGraphTimedRuns; ++i) f();
-    TNT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TNT_CUDA_CHECK(cudaEventSynchronize(stop));
-    TNT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / kGraphTimedRuns;
-}
 
 AutotuneCache& autotune_cache() {
   static AutotuneCache* cache = new AutotuneCache();  // never destroyed: used until exit
@@ -327,88 +216,6 @@ struct BackwardFilter {
   }
 };
 
-// The graph candidates of one direction of plan's problem, timed against the algorithm just
-// chosen (legacy_ms) on the same operands and checked against its output (see the top).
-// Returns the fastest that agrees and is kPadMinGain faster, or null; its time in *ms_out.
-template <typename Dir>
-std::shared_ptr<const ConvGraph> faster_graph(ConvPlan& plan, const Conv2D& layer, const ConvOperands& o,
-                                              float legacy_ms, int device, float* ms_out) {
-  cudnnHandle_t h = cudnn_handle(device);
-  const ConvGraphShape shape = graph_shape(plan);
-  std::vector<ConvGraph> candidates;
-  std::string refused;
-  try {
-    candidates = conv_graph_candidates(Dir::kGraph, shape, h, nullptr, kGraphCandidates, &refused);
-  } catch (const Error& e) {
-    log_debug("Conv2D '{}': no cuDNN graph for {} {}: {}", layer.name(), Dir::kName, shape.str(), e.what());
-    return nullptr;
-  }
-  if (candidates.empty()) {
-    log_debug("Conv2D '{}': cuDNN planned no graph for {} {}:{}", layer.name(), Dir::kName, shape.str(), refused);
-    return nullptr;
-  }
-  if (!conv_autotune::graph_aligned({Dir::a(o), Dir::b(o)})) {
-    log_debug("Conv2D '{}': {} {}: operands not {}-byte aligned; no cuDNN graph tried", layer.name(), Dir::kName,
-              shape.str(), conv_autotune::kGraphAlignment);
-    return nullptr;
-  }
-  // The algorithm's output goes where the Find's went: the real y or dx where the real call
-  // overwrites it anyway (see the top), so that only the candidates' output takes a second
-  // buffer of that size.
-  const size_t bytes = Dir::output_bytes(plan);
-  Workspace scratch_reference(o.out ? 0 : bytes, device), out(bytes, device);  // aligned blocks
-  void* reference = o.out ? o.out : scratch_reference.data();
-  Dir::legacy(h, plan, Dir::a(o), Dir::b(o), reference, 0.0f, device);
-  std::shared_ptr<const ConvGraph> best;
-  float best_ms = force_graphs ? INFINITY : legacy_ms * (1.0f - static_cast<float>(conv_autotune::kPadMinGain));
-  std::string times;
-  for (ConvGraph& c : candidates) {
-    if (c.plan.workspace > static_cast<int64_t>(kMaxWorkspace)) continue;
-    try {
-      Workspace ws(static_cast<size_t>(c.plan.workspace), device);
-      // All bits set: NaN in f32, f16 and bf16 (see the top).
-      TNT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, bytes, compute_stream(device)));
-      run_conv_graph(c, h, Dir::a(o), Dir::b(o), out.data(), ws.data());
-      const auto [diff, largest] = max_difference(out.data(), reference, bytes,
-                                                  static_cast<DType>(plan.problem.dtype), device);
-      if (!conv_autotune::graph_reference_judges(largest)) {
-        log_warning("Conv2D '{}': {} {}: the algorithm's output (largest value {}) cannot tell a right cuDNN graph "
-                    "from a wrong one; none used",
-                    layer.name(), Dir::kName, shape.str(), largest);
-        break;
-      }
-      if (!conv_autotune::graph_output_agrees(diff, largest)) {
-        log_warning("Conv2D '{}': cuDNN graph {} for {} {} differs from algorithm results by {} (largest value {}); "
-                    "not used",
-                    layer.name(), c.describe(), Dir::kName, shape.str(), diff, largest);
-        continue;
-      }
-      const float ms =
-          time_runs([&] { run_conv_graph(c, h, Dir::a(o), Dir::b(o), out.data(), ws.data()); }, device);
-      times += fmt::format(" {}: {:.3f} ms;", c.plan.engine, ms);
-      if (ms < best_ms) {
-        best_ms = ms;
-        best = std::make_shared<const ConvGraph>(std::move(c));
-      }
-    } catch (const Error& e) {
-      // WARNING, not DEBUG: a finalized plan should run, and a kernel fault (an illegal
-      // address) leaves the device unusable, so the next CUDA call anywhere fails with a
-      // message that does not name this graph; this line does.
-      log_warning("Conv2D '{}': cuDNN graph {} for {} {} failed: {}", layer.name(), c.describe(), Dir::kName,
-                  shape.str(), e.what());
-    }
-  }
-  *ms_out = best_ms;
-  if (best) {
-    log_info("Conv2D '{}': {} {}: cuDNN graph {} at {:.3f} ms, the algorithm {:.3f} ms (graphs by engine:{})",
-             layer.name(), Dir::kName, shape.str(), best->describe(), best_ms, legacy_ms, times);
-  } else {
-    log_debug("Conv2D '{}': {} {}: the algorithm ({:.3f} ms) stays (graphs by engine:{})", layer.name(), Dir::kName,
-              shape.str(), legacy_ms, times);
-  }
-  return best;
-}
-
 // Chooses one direction's algorithm for the plan (see the top) and sets its math type and
 // workspace size. Returns the chosen algorithm's timed milliseconds, or -1 when it was not
 // timed (autotuning off, or the heuristics chose).
@@ -483,7 +290,7 @@ float choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape
   }
   TNT_CUDNN_CHECK(cudnnSetConvolutionMathType(Dir::conv(plan), chosen.mathType));
   Dir::set(h, plan, chosen.algo);
-  if (searched && timed_ms >= 0 && graphs_enabled(plan)) {
+  if (searched && timed_ms >= 0 && conv_graphs_enabled(plan)) {
     Problem problem = plan.problem;
     problem.direction = Dir::kDirection;
     AutotuneCache& cache = autotune_cache();
@@ -491,7 +298,15 @@ float choose_algorithm(ConvPlan& plan, const Conv2D& layer, const Shape& x_shape
     float graph_ms = -1;
     std::shared_ptr<const ConvGraph> g;
     try {
-      g = faster_graph<Dir>(plan, layer, operands, timed_ms, device, &graph_ms);
+      ConvGraphTrial trial;
+      trial.direction = Dir::kGraph;
+      trial.name = Dir::kName;
+      trial.a = Dir::a(operands);
+      trial.b = Dir::b(operands);
+      trial.out = operands.out;
+      trial.output_bytes = Dir::output_bytes(plan);
+      trial.run_algorithm = [&](void* out) { Dir::legacy(h, plan, trial.a, trial.b, out, 0.0f, device); };
+      g = faster_conv_graph(plan, layer, trial, timed_ms, device, &graph_ms);
     } catch (const Error& e) {
       log_warning("Conv2D '{}': trying cuDNN graphs for {} failed ({}); the algorithm stays", layer.name(),
                   problem.str(), e.what());
@@ -599,7 +414,6 @@ void run_backward_filter(const ConvPlan& plan, const void* x, const void* dy, vo
 }
 
 int64_t conv2d_autotune_searches() { return autotune_cache().searches.load(); }
-void conv2d_force_graphs(bool on) { force_graphs = on; }
 int64_t conv2d_graph_runs() { return graph_runs.load(); }
 
 }  // namespace tnt::cuda

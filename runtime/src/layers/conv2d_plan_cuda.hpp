@@ -9,6 +9,7 @@
 #include "tarantella/layers/conv2d.hpp"
 
 #include <array>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -50,6 +51,31 @@ struct ConvOperands {
   const void* dy = nullptr;  // backward data, backward filter
   void* out = nullptr;       // forward: y; backward data: dx
 };
+
+// The most workspace an algorithm or graph of a convolution may take.
+inline constexpr size_t kConvMaxWorkspace = size_t{1} << 30;
+
+// One direction's cuDNN graph trial (conv2d_graph_trial_cuda.cu): the operands a and b of
+// the direction's graph, where the algorithm's output may go (the real y or dx, which the
+// real call overwrites anyway; null: a scratch buffer), its size, and the chosen algorithm,
+// run with beta 0 into a given buffer.
+struct ConvGraphTrial {
+  ConvGraphDirection direction = ConvGraphDirection::forward;
+  const char* name = "";
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* out = nullptr;
+  size_t output_bytes = 0;
+  std::function<void(void* out)> run_algorithm;
+};
+// Whether graphs are tried for plan: TNT_CUDNN_CONV_GRAPH with autotuning, f16/bf16, not in
+// deterministic mode.
+bool conv_graphs_enabled(const ConvPlan& plan);
+// The graph candidates of the trial's direction of plan's problem, checked against the
+// algorithm's output and timed against its legacy_ms; the fastest that agrees and is 2%
+// faster (any that agrees under conv2d_force_graphs), or null; its time in *ms_out.
+std::shared_ptr<const ConvGraph> faster_conv_graph(const ConvPlan& plan, const Conv2D& layer, const ConvGraphTrial& t,
+                                                   float legacy_ms, int device, float* ms_out);
 
 // The layer's plan for x (N, C, H, W) in `format`, made at its first use: descriptors only;
 // each direction is chosen by its choose_* at its first call.

@@ -27,7 +27,6 @@
 #include "tarantella/runtime.hpp"
 
 #include <atomic>
-#include <cfloat>
 #include <mutex>
 
 namespace tnt::cuda {

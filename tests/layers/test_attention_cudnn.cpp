@@ -175,9 +175,10 @@ TEST_CASE("cuDNN attention graphs carry cudnn-frontend's attributes", "[layers][
 
   SECTION("the bias layouts, in the order the engine tries them") {
     const auto layouts = cuda::cudnn_attention_bias_layouts();
-    REQUIRE(layouts.size() == 4);
-    const char* want[] = {"bf16 [3,1,1,77] strides [77,77,77,1]", "bf16 [3,1,100,77] strides [7700,7700,77,1]",
-                          "f32 [3,1,1,77] strides [77,77,77,1]", "f32 [3,1,100,77] strides [7700,7700,77,1]"};
+    REQUIRE(layouts.size() == 5);
+    const char* want[] = {"bf16 [3,1,1,77] strides [77,77,77,1]", "bf16 [3,1,100,77] strides [77,77,0,1]",
+                          "bf16 [3,1,100,77] strides [7700,7700,77,1]", "f32 [3,1,1,77] strides [77,77,77,1]",
+                          "f32 [3,1,100,77] strides [7700,7700,77,1]"};
     for (size_t i = 0; i < layouts.size(); ++i) {
       INFO(layouts[i].str());
       CHECK(tensor_line(cuda::cudnn_attention_forward_graph(k, layouts[i]), "padding bias") ==
@@ -311,15 +312,17 @@ TEST_CASE("A forced cuDNN attention bias layout is the one planned", "[layers][a
   const auto layouts = cuda::cudnn_attention_bias_layouts();
   CudnnAttentionKey k = key(DType::bf16, 64, 64, 64, false, true, 0.0f);
   CHECK_THROWS_WITH(cuda::cudnn_attention_force_bias_layout(static_cast<int>(layouts.size())),
-                    Catch::Contains("bias layout 4 forced"));
+                    Catch::Contains("bias layout 5 forced"));
   CHECK_THROWS(cuda::cudnn_attention_force_bias_layout(-2));
   struct Reset {
     ~Reset() { cuda::cudnn_attention_force_bias_layout(-1); }
   } reset;
-  // Layout 1, the frontend's own [B, 1, Tq, Tk] in the I/O dtype: planned although layout 0
-  // builds too.
-  cuda::cudnn_attention_force_bias_layout(1);
-  CHECK(cuda::cudnn_attention_plan_deviceless(k, test::kH200).bias_layout.str() == layouts[1].str());
+  // Layout 2, the frontend's own [B, 1, Tq, Tk] in the I/O dtype, and layout 1, PyTorch's
+  // expanded mask (query stride 0): each planned alone although layout 0 builds too.
+  for (int forced : {2, 1}) {
+    cuda::cudnn_attention_force_bias_layout(forced);
+    CHECK(cuda::cudnn_attention_plan_deviceless(k, test::kH200).bias_layout.str() == layouts[forced].str());
+  }
   cuda::cudnn_attention_force_bias_layout(-1);
   CHECK(cuda::cudnn_attention_plan_deviceless(k, test::kH200).bias_layout.str() == layouts[0].str());
   // A key without padding has no bias to lay out: forcing changes nothing there.

@@ -148,13 +148,17 @@ bool cudnn_attention_applies(DType dtype, int64_t batch, int64_t heads, int64_t 
 }
 
 std::string CudnnBiasLayout::str() const {
-  return fmt::format("{} {}", per_row ? "[B,1,Tq,Tk]" : "[B,1,1,Tk]", f32 ? "f32" : "io dtype");
+  return fmt::format("{} {}", per_row ? "[B,1,Tq,Tk]" : expanded ? "[B,1,Tq,Tk] query stride 0" : "[B,1,1,Tk]",
+                     f32 ? "f32" : "io dtype");
 }
 
 std::vector<CudnnBiasLayout> cudnn_attention_bias_layouts() {
-  // Cheapest first; the frontend's sample layout in the I/O dtype is the one known to run on
-  // Hopper; f32 (exact -8192 either way) only if cuDNN refuses the I/O dtype.
-  return {{false, false}, {true, false}, {false, true}, {true, true}};
+  // Cheapest first: per-key memory, as a broadcast over query rows, then as the (B, 1, Tq,
+  // Tk) dims with a query stride of 0 that PyTorch hands cuDNN for an expanded mask; then the
+  // frontend's sample layout in the I/O dtype, the one known to run on Hopper; f32 (exact
+  // -8192 either way) only if cuDNN refuses the I/O dtype.
+  return {{false, false, false}, {false, false, true}, {true, false, false}, {false, true, false},
+          {true, true, false}};
 }
 
 std::string cudnn_attention_version_problem(size_t version) {

@@ -32,8 +32,9 @@
 //   key get the same probabilities unless their logits spread over more than ~8,000.
 //   Its layout is the first of cudnn_attention_bias_layouts() that cuDNN builds both graphs
 //   with (logged at info): the frontend never shows cuDNN a bias broadcast over query rows,
-//   nor an f32 bias, so neither is known to be served on Hopper by 9.19; the frontend's own
-//   layout, (B, 1, Tq, Tk) in the I/O dtype, is.
+//   nor an f32 bias, so neither is known to be served on Hopper by 9.19; PyTorch shows it
+//   (B, 1, Tq, Tk) dims with a query stride of 0 over per-key memory (an expanded mask), and
+//   the frontend's own layout, (B, 1, Tq, Tk) in memory in the I/O dtype, is known to run.
 // - causal (Tq == Tk only: top-left) replaces future logits by -inf (GEN_INDEX, CMP_GE,
 //   BINARY_SELECT, the frontend's causal below cuDNN 9.21) instead of adding -1e9; the same
 //   unless a row's visible keys are all padding (never with Tq == Tk: the diagonal is seen).
@@ -58,8 +59,9 @@ struct CudnnAttentionKey;
 // How the padding bias reaches cuDNN: per key [B, 1, 1, Tk] or per query row [B, 1, Tq, Tk];
 // in the I/O dtype or f32. Not part of the plan key: the engine finds it at plan-build time.
 struct CudnnBiasLayout {
-  bool per_row = false;
-  bool f32 = false;
+  bool per_row = false;   // (B, 1, Tq, Tk) in memory: the key's bias repeated for every query row
+  bool f32 = false;       // f32 rather than the I/O dtype
+  bool expanded = false;  // (B, 1, Tq, Tk) dims over per-key memory, query stride 0 (PyTorch's)
   std::string str() const;
 };
 // The layouts the engine tries, in order (see the header comment).

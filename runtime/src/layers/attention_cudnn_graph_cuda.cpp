@@ -76,6 +76,7 @@ const g::Descriptor* scale_and_bias(GraphParts& p, const CudnnAttentionKey& key,
 g::TensorSpec bias_spec(const Shapes& s, const CudnnBiasLayout& layout) {
   const cudnnDataType_t dt = layout.f32 ? CUDNN_DATA_FLOAT : s.io;
   if (layout.per_row) return spec(kBias, "padding bias", dt, {s.b, 1, s.tq, s.tk}, {s.tq * s.tk, s.tq * s.tk, s.tk, 1});
+  if (layout.expanded) return spec(kBias, "padding bias", dt, {s.b, 1, s.tq, s.tk}, {s.tk, s.tk, 0, 1});
   return spec(kBias, "padding bias", dt, {s.b, 1, 1, s.tk}, {s.tk, s.tk, s.tk, 1});
 }
 

@@ -30,11 +30,13 @@
 #include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace tnt;
@@ -150,6 +152,80 @@ void compare(const Tensor& got, const Tensor& unfused, const Tensor& ref, double
   CHECK(err <= 2.0 * err_unfused + 2.0 * unit * scale + kFloor);
 }
 
+// o (B, Tq, H*d) read as if cuDNN had written it (B, H, Tq, d): the heads and time axes
+// transposed, what a wrong output stride gives.
+Tensor heads_time_swapped(const Tensor& o, const Case& c) {
+  const std::vector<float> v = o.to_vector();
+  std::vector<float> out(v.size());
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t h = 0; h < c.heads; ++h)
+      for (int64_t t = 0; t < c.tq; ++t)
+        for (int64_t j = 0; j < c.depth; ++j)
+          out[static_cast<size_t>(((b * c.tq + t) * c.heads + h) * c.depth + j)] =
+              v[static_cast<size_t>(((b * c.heads + h) * c.tq + t) * c.depth + j)];
+  return Tensor::from_vector(out, o.shape());
+}
+
+// Where cuDNN's results differ from the unfused engine's: which simple mistake they look
+// like. The unfused engine runs in f32 with one thing changed (the scale, the padding bias,
+// the causal mask, swapped operands), and o is also read with its heads and time axes
+// swapped; for each result the distance to every variant is printed, closest first, so that
+// the one GPU run of a lease points at the graph node to fix without another.
+void diagnose(const Case& c, const Inputs& in, const AttentionCoreArgs& a, const Result& got) {
+  struct Variant {
+    std::string what;
+    Result r;
+  };
+  std::vector<Variant> variants;
+  auto add = [&](const std::string& what, const Inputs& vin, const AttentionCoreArgs& va) {
+    try {
+      variants.push_back({what, run(vin, va, AttentionEngine::unfused, DType::f32)});
+    } catch (const std::exception& e) {
+      WARN("diagnosis, " << what << ": " << e.what());
+    }
+  };
+  add("as specified", in, a);
+  AttentionCoreArgs va = a;
+  va.scale = 1.0f;
+  add("scale not applied", in, va);
+  va.scale = a.scale * a.scale;
+  add("scale applied twice", in, va);
+  if (c.ids) {
+    Inputs vin = in;
+    vin.ids = Tensor();
+    add("padding bias ignored", vin, a);
+  }
+  va = a;
+  va.causal = !a.causal;
+  if (c.causal) add("causal mask ignored", in, va);
+  if (!c.causal && c.tq == c.tk) add("causal mask applied", in, va);
+  if (c.tq == c.tk) {
+    Inputs vin = in;
+    std::swap(vin.q, vin.k);
+    add("q and k swapped", vin, a);
+  }
+  Inputs kv = in;
+  std::swap(kv.k, kv.v);
+  add("k and v swapped", kv, a);
+  std::string report = "cuDNN attention " + describe(c) + " differs; distance (max |cudnn - variant|) by result:";
+  auto line = [&](const std::string& name, const Tensor& mine, auto pick, bool layouts) {
+    std::vector<std::pair<double, std::string>> d;
+    for (const Variant& v : variants) d.push_back({test::max_abs_diff(mine, pick(v.r)), v.what});
+    if (layouts && !variants.empty()) {
+      d.push_back({test::max_abs_diff(heads_time_swapped(mine, c), pick(variants[0].r)),
+                   "as specified, o's heads and time axes swapped"});
+    }
+    std::sort(d.begin(), d.end());
+    report += "\n  " + name + " (scale " + std::to_string(max_abs(pick(variants.at(0).r))) + "):";
+    for (const auto& [dist, what] : d) report += " [" + what + " " + std::to_string(dist) + "]";
+  };
+  line("o", got.o, [](const Result& r) { return r.o; }, true);
+  line("dq", got.dq, [](const Result& r) { return r.dq; }, false);
+  line("dk", got.dk, [](const Result& r) { return r.dk; }, false);
+  line("dv", got.dv, [](const Result& r) { return r.dv; }, false);
+  WARN(report);
+}
+
 void check_case(const Case& c) {
   INFO(describe(c));
   REQUIRE(cuda::cudnn_attention_applies(c.dtype, c.batch, c.heads, c.tq, c.tk, c.depth, c.causal));
@@ -163,6 +239,12 @@ void check_case(const Case& c) {
   const Result ref = run(in, a, AttentionEngine::unfused, DType::f32);
   CHECK_FALSE(unfused.cudnn);
   const double u = unit_of(c.dtype);
+  bool differs = false;
+  for (auto [mine, theirs, r] : {std::tuple{&got.o, &unfused.o, &ref.o}, std::tuple{&got.dq, &unfused.dq, &ref.dq},
+                                 std::tuple{&got.dk, &unfused.dk, &ref.dk}, std::tuple{&got.dv, &unfused.dv, &ref.dv}}) {
+    differs = differs || test::max_abs_diff(*mine, *theirs) > kUnits * u * max_abs(*r) + kFloor;
+  }
+  if (differs) diagnose(c, in, a, got);
   compare(got.o, unfused.o, ref.o, u, "o");
   compare(got.dq, unfused.dq, ref.dq, u, "dq");
   compare(got.dk, unfused.dk, ref.dk, u, "dk");

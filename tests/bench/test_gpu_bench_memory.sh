@@ -145,6 +145,15 @@ expect "$log" 'memory ratio \(tarantella / pytorch eager, nvidia-smi MiB\): 0\.7
 run transformer_ours transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 PYTHON="$(command -v python3)"
 expect "$tmp/transformer_ours.log" '^tarantella fused +bf16 .* 40000\.0 +700 +900$' "transformer (SKIP_TORCH=1): ours"
 
+# --- Transformer, ours with cuDNN's attention as the second run (ATTENTION_COMPARE=cudnn) ---
+run transformer_cudnn transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 ATTENTION_COMPARE=cudnn \
+  PYTHON="$(command -v python3)"
+log=$tmp/transformer_cudnn.log
+expect "$log" '^tarantella fused +bf16 .* 40000\.0 +700 +900$' "transformer (cudnn): ours first, as configured"
+expect "$log" '^tarantella cudnn +bf16 .* 40000\.0 +700 +900$' "transformer (cudnn): then a row of its own"
+expect "$log" '^Transformer bf16 2x4: ratio cudnn / default attention \(ours, tokens per second\): 1\.000$' \
+  "transformer (cudnn): its ratio line"
+
 # --- ResNet-50: the same sampling, from the shared file ---------------------------------
 run resnet50 resnet50_gpu DTYPES=fp32 FORMATS=channels_last TORCH_MODES=eager FUSION_COMPARE=0 BATCH=8 WARMUP=10 \
   STEPS=10 LOG_STEPS=10

@@ -13,6 +13,7 @@
 #include "backend/cuda/device_common.cuh"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace tnt::cuda {
 
@@ -118,42 +119,40 @@ Tensor pad_channels(const Tensor& src, int64_t cp) {
   return dst;
 }
 
-void unpad_channels(const Tensor& src, const Tensor& dst) {
-  check_pair(src, dst, "unpad_channels");
-  TNT_CHECK(src.dtype() == dst.dtype(), "unpad_channels: {} into {}", src.str(), dst.str());
+namespace {
+
+// The way back for both callers (which checked the dtypes): the first C channels of each
+// padded pixel of src into dst by op, dst of src's element type for Store, float for the sum.
+template <typename Op>
+void launch_unpad(const Tensor& src, const Tensor& dst, Op op, const char* what) {
   const int64_t pixels = dst.dim(0) * dst.dim(2) * dst.dim(3);
   if (pixels == 0) return;
-  const int device = common_device({&src, &dst}, "unpad_channels");
+  const int device = common_device({&src, &dst}, what);
   const int64_t hw = dst.dim(2) * dst.dim(3);
   const Strides s = strides_of(dst);
-  TNT_CUDA_DISPATCH_FLOAT(src.dtype(), "unpad_channels", {
-    with_cp(src.dim(1), "unpad_channels", [&]<int CP>() {
-      unpad_channels_kernel<scalar_t, scalar_t, CP>
-          <<<grid_for(pixels, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-              static_cast<const Pixel<scalar_t, CP>*>(src.raw()), static_cast<scalar_t*>(dst.raw()), pixels, hw,
-              static_cast<int>(dst.dim(1)), s, Store{});
+  TNT_CUDA_DISPATCH_FLOAT(src.dtype(), what, {
+    using dst_t = std::conditional_t<std::is_same_v<Op, AddAsFloat>, float, scalar_t>;
+    with_cp(src.dim(1), what, [&]<int CP>() {
+      unpad_channels_kernel<scalar_t, dst_t, CP><<<grid_for(pixels, kBlock, device), kBlock, 0, compute_stream(device)>>>(
+          static_cast<const Pixel<scalar_t, CP>*>(src.raw()), static_cast<dst_t*>(dst.raw()), pixels, hw,
+          static_cast<int>(dst.dim(1)), s, op);
     });
   });
   TNT_CUDA_CHECK_LAUNCH();
 }
 
+}  // namespace
+
+void unpad_channels(const Tensor& src, const Tensor& dst) {
+  check_pair(src, dst, "unpad_channels");
+  TNT_CHECK(src.dtype() == dst.dtype(), "unpad_channels: {} into {}", src.str(), dst.str());
+  launch_unpad(src, dst, Store{}, "unpad_channels");
+}
+
 void accumulate_unpadded_as_float(const Tensor& src, const Tensor& dst) {
   check_pair(src, dst, "accumulate_unpadded_as_float");
   TNT_CHECK(dst.dtype() == DType::f32, "accumulate_unpadded_as_float: {} into {} (needs f32)", src.str(), dst.str());
-  const int64_t pixels = dst.dim(0) * dst.dim(2) * dst.dim(3);
-  if (pixels == 0) return;
-  const int device = common_device({&src, &dst}, "accumulate_unpadded_as_float");
-  const int64_t hw = dst.dim(2) * dst.dim(3);
-  const Strides s = strides_of(dst);
-  TNT_CUDA_DISPATCH_FLOAT(src.dtype(), "accumulate_unpadded_as_float", {
-    with_cp(src.dim(1), "accumulate_unpadded_as_float", [&]<int CP>() {
-      unpad_channels_kernel<scalar_t, float, CP>
-          <<<grid_for(pixels, kBlock, device), kBlock, 0, compute_stream(device)>>>(
-              static_cast<const Pixel<scalar_t, CP>*>(src.raw()), static_cast<float*>(dst.raw()), pixels, hw,
-              static_cast<int>(dst.dim(1)), s, AddAsFloat{});
-    });
-  });
-  TNT_CUDA_CHECK_LAUNCH();
+  launch_unpad(src, dst, AddAsFloat{}, "accumulate_unpadded_as_float");
 }
 
 }  // namespace tnt::cuda

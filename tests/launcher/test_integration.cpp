@@ -290,7 +290,10 @@ void check_teardown(const std::vector<std::string>& program, const std::string& 
   };
   const auto start_deadline = std::chrono::steady_clock::now() + 30s;
   while (running() < 2 && std::chrono::steady_clock::now() < start_deadline) std::this_thread::sleep_for(50ms);
-  REQUIRE(running() == 2);  // both ranks started
+  // Both ranks started. At least two, not exactly: a rank's sh that forks its sleep shows a
+  // third process called sh, with the same arguments, until the child execs (seen once
+  // under load: 3 == 2).
+  REQUIRE(running() >= 2);
 
   const auto signalled = std::chrono::steady_clock::now();
   job.signal(sig);

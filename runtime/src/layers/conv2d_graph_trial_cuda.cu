@@ -19,13 +19,13 @@
 // that fails as a whole (memory for its buffers) leaves the algorithm in place.
 #include "layers/conv2d_plan_cuda.hpp"
 
+#include "backend/cuda/compare.hpp"
 #include "backend/cuda/device_common.cuh"
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <atomic>
-#include <cfloat>
-#include <cstring>
+#include <cmath>
 
 namespace tnt::cuda {
 
@@ -56,73 +56,6 @@ ConvGraphShape graph_shape(const ConvPlan& plan) {
   s.dtype = static_cast<DType>(p.dtype);
   s.channels_last = static_cast<MemoryFormat>(p.format) == MemoryFormat::channels_last;
   return s;
-}
-
-// max |a - b| and max |b| over n elements (NaN counted as infinite), into out[0], out[1] as
-// the bits of non-negative floats (which order as unsigned integers).
-template <typename T>
-__global__ void max_difference_kernel(const T* __restrict__ a, const T* __restrict__ b, int64_t n,
-                                      unsigned* __restrict__ out) {
-  float d = 0.0f, m = 0.0f;
-  TNT_KERNEL_LOOP(i, n) {
-    const float x = to_float(a[i]), y = to_float(b[i]);
-    float e = fabsf(x - y), r = fabsf(y);
-    if (!(e <= FLT_MAX)) e = INFINITY;
-    if (!(r <= FLT_MAX)) r = INFINITY;
-    d = fmaxf(d, e);
-    m = fmaxf(m, r);
-  }
-  for (int off = kWarp / 2; off > 0; off /= 2) {
-    d = fmaxf(d, __shfl_xor_sync(0xffffffffu, d, off));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  }
-  if ((threadIdx.x & (kWarp - 1)) == 0) {
-    atomicMax(out, __float_as_uint(d));
-    atomicMax(out + 1, __float_as_uint(m));
-  }
-}
-
-// {max |a - b|, max |b|} of two device buffers of `bytes` bytes of dtype; waits for them.
-std::pair<float, float> max_difference(const void* a, const void* b, size_t bytes, DType dtype, int device) {
-  cudaStream_t stream = compute_stream(device);
-  Workspace out(2 * sizeof(unsigned), device);
-  TNT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0, 2 * sizeof(unsigned), stream));
-  const int64_t n = static_cast<int64_t>(bytes / dtype_size(dtype));
-  TNT_CUDA_DISPATCH_FLOAT(dtype, "Conv2D graph check", {
-    max_difference_kernel<scalar_t><<<grid_for(n, kBlock, device), kBlock, 0, stream>>>(
-        static_cast<const scalar_t*>(a), static_cast<const scalar_t*>(b), n, out.as<unsigned>());
-  });
-  TNT_CUDA_CHECK_LAUNCH();
-  unsigned host[2] = {0, 0};
-  TNT_CUDA_CHECK(cudaMemcpyAsync(host, out.data(), sizeof(host), cudaMemcpyDeviceToHost, stream));
-  TNT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  float r[2];
-  memcpy(r, host, sizeof(r));
-  return {r[0], r[1]};
-}
-
-// Events around kGraphTimedRuns runs of f on the compute stream: milliseconds a run.
-template <typename F>
-float time_runs(F&& f, int device) {
-  cudaStream_t stream = compute_stream(device);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  TNT_CUDA_CHECK(cudaEventCreate(&start));
-  TNT_CUDA_CHECK(cudaEventCreate(&stop));
-  float ms = -1;
-  try {
-    TNT_CUDA_CHECK(cudaEventRecord(start, stream));
-    for (int i = 0; i < kGraphTimedRuns; ++i) f();
-    TNT_CUDA_CHECK(cudaEventRecord(stop, stream));
-    TNT_CUDA_CHECK(cudaEventSynchronize(stop));
-    TNT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  } catch (...) {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    throw;
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / kGraphTimedRuns;
 }
 
 }  // namespace
@@ -174,8 +107,9 @@ std::shared_ptr<const ConvGraph> faster_conv_graph(const ConvPlan& plan, const C
       // All bits set: NaN in f32, f16 and bf16 (see the top).
       TNT_CUDA_CHECK(cudaMemsetAsync(out.data(), 0xff, bytes, compute_stream(device)));
       run_conv_graph(c, h, t.a, t.b, out.data(), ws.data());
-      const auto [diff, largest] = max_difference(out.data(), reference, bytes,
-                                                  static_cast<DType>(plan.problem.dtype), device);
+      const DType dt = static_cast<DType>(plan.problem.dtype);
+      const auto [diff, largest] =
+          max_difference(out.data(), reference, static_cast<int64_t>(bytes / dtype_size(dt)), dt, device);
       if (!conv_autotune::graph_reference_judges(largest)) {
         log_warning("Conv2D '{}': {} {}: the algorithm's output (largest value {}) cannot tell a right cuDNN graph "
                     "from a wrong one; none used",
@@ -189,7 +123,7 @@ std::shared_ptr<const ConvGraph> faster_conv_graph(const ConvPlan& plan, const C
         continue;
       }
       const float ms =
-          time_runs([&] { run_conv_graph(c, h, t.a, t.b, out.data(), ws.data()); }, device);
+          time_runs([&] { run_conv_graph(c, h, t.a, t.b, out.data(), ws.data()); }, kGraphTimedRuns, device);
       times += fmt::format(" {}: {:.3f} ms;", c.plan.engine, ms);
       if (ms < best_ms) {
         best_ms = ms;

@@ -141,11 +141,11 @@ void check_fits_memory(const tnt_models::TransformerParams& p, int64_t sentences
   // the fused kernels do not fit a GPU's shared memory, e.g. depth 128 on an A100, the
   // unfused engine runs; the check, a lower bound, then counts less than is kept.)
   const int64_t depth = p.num_heads > 0 ? p.hidden_size / p.num_heads : 0;
-  // TNT_CUDNN_ATTENTION's engine (depth a multiple of 8 up to 128) keeps none either: only its
-  // per-row statistics.
+  // TNT_CUDNN_ATTENTION's engine (depth a multiple of 8 up to 128; at auto it may run) keeps
+  // none either: only its per-row statistics.
   const bool fused = device.is_cuda() && half && depth >= 8 && depth <= 128 &&
                      ((tnt::config().fused_attention && depth >= 16 && depth % 16 == 0) ||
-                      (tnt::config().cudnn_attention && depth % 8 == 0));
+                      (!tnt::config().cudnn_attention.off() && depth % 8 == 0));
   const double attention_copies = fused ? 0.0 : p.attention_dropout > 0 ? 2.0 : 1.0;
   const double layers = static_cast<double>(p.num_hidden_layers);
   const double h = static_cast<double>(p.hidden_size), f = static_cast<double>(p.filter_size);

@@ -51,8 +51,18 @@ EOF
 cat >"$fake/build/bin/transformer" <<'EOF'
 #!/usr/bin/env bash
 # The other attention engine (ATTENTION_COMPARE=1) has other numbers: the ratios must come
-# from the main run.
+# from the main run. cuDNN's (TNT_CUDNN_ATTENTION=1) is faster; auto (the default) prints
+# its verdict at INFO, which the bench must ask for and pass on.
 if [[ ${TNT_FUSED_ATTENTION:-1} == 0 ]]; then mib=950 alloc=750 tps=20000; else mib=900 alloc=700 tps=40000; fi
+[[ ${TNT_CUDNN_ATTENTION:-auto} == 1 ]] && tps=60000
+# FAKE_FAIL=auto: cuDNN's attention "crashes" wherever it may run (auto or 1).
+if [[ ${FAKE_FAIL:-} == auto && ${TNT_CUDNN_ATTENTION:-auto} != 0 ]]; then
+  echo "CUDA error: an illegal memory access was encountered (fake)" >&2
+  exit 134
+fi
+if [[ ${TNT_CUDNN_ATTENTION:-auto} == auto && ${TNT_LOG_LEVEL:-} == INFO ]]; then
+  echo "[I] MultiHeadAttention: TNT_CUDNN_ATTENTION=auto: B=2 Tq=4 runs the cuDNN engine (fake)" >&2
+fi
 source "$(dirname "$0")/../../register.sh" "$mib"
 echo "tokens/s: $tps (fake)"
 echo "peak GPU memory: $alloc MiB"
@@ -61,6 +71,11 @@ printf '#!/usr/bin/env bash\nexit 0\n' >"$fake/build/bin/transformer_data"
 
 cat >"$fake/build/bin/resnet50" <<'EOF'
 #!/usr/bin/env bash
+# FAKE_FAIL=conv: the default-on convolution paths "crash".
+if [[ ${FAKE_FAIL:-} == conv && ${TNT_CUDNN_CONV_GRAPH:-1} != 0 ]]; then
+  echo "CUDA error: an illegal memory access was encountered (fake)" >&2
+  exit 134
+fi
 source "$(dirname "$0")/../../register.sh" 2000
 echo "step 11: 500.0 images/s over the last 10 steps, loss 6.9"
 echo "step 21: 500.0 images/s over the last 10 steps, loss 6.9"
@@ -123,7 +138,9 @@ run() {  # run NAME SCRIPT [VAR=VALUE...]
 run transformer transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 WARMUP=1 TORCH_MODES=eager ATTENTION_COMPARE=1
 log=$tmp/transformer.log
 expect "$log" '^framework .* tokens_per_s +alloc_peak_mib +smi_peak_mib$' "transformer: the header's columns"
-expect "$log" '^tarantella fused +bf16 .* 40000\.0 +700 +900$' "transformer: ours, allocator 700 and nvidia-smi 900 MiB"
+expect "$log" '^tarantella auto +bf16 .* 40000\.0 +700 +900$' "transformer: ours, allocator 700 and nvidia-smi 900 MiB"
+expect "$log" '^transformer_gpu: ours \(ours_2x4_bf16\): TNT_CUDNN_ATTENTION=auto: B=2 Tq=4 runs the cuDNN engine' \
+  "transformer: auto's verdict passed on"
 expect "$log" '^tarantella unfused +bf16 .* 20000\.0 +750 +950$' "transformer: the other engine's own figures"
 expect "$log" '^pytorch eager +bf16 .* 50000\.0 +1100 +1200$' "transformer: PyTorch, its peak_mib 1100 and nvidia-smi 1200 MiB"
 expect "$log" '^Transformer bf16 2x4 on Fake GPU: ratio \(tarantella / pytorch eager tokens per second\): 0\.800$' \
@@ -136,23 +153,64 @@ expect "$log" '^Transformer bf16 2x4 on Fake GPU: memory ratio \(tarantella / py
 # --- Transformer where nvidia-smi sees no process: the device's level above idle ------
 run transformer_dev transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 WARMUP=1 TORCH_MODES=eager FAKE_SMI_APPS=0
 log=$tmp/transformer_dev.log
-expect "$log" '^tarantella fused +bf16 .* 700 +900\(dev\)$' "transformer (dev): ours, 900 MiB above idle"
+expect "$log" '^tarantella auto +bf16 .* 700 +900\(dev\)$' "transformer (dev): ours, 900 MiB above idle"
 expect "$log" '^pytorch eager +bf16 .* 1100 +1200\(dev\)$' "transformer (dev): PyTorch, 1200 MiB above idle"
 expect "$log" 'memory ratio \(tarantella / pytorch eager, nvidia-smi MiB\): 0\.750 \(target <= 1\.0: met\) \(device level' \
   "transformer (dev): the memory ratio line, said to be the device's level"
 
 # --- Transformer, ours only (no torch in the Python) -------------------------------------
 run transformer_ours transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 PYTHON="$(command -v python3)"
-expect "$tmp/transformer_ours.log" '^tarantella fused +bf16 .* 40000\.0 +700 +900$' "transformer (SKIP_TORCH=1): ours"
+expect "$tmp/transformer_ours.log" '^tarantella auto +bf16 .* 40000\.0 +700 +900$' "transformer (SKIP_TORCH=1): ours"
 
-# --- Transformer, ours with cuDNN's attention as the second run (ATTENTION_COMPARE=cudnn) ---
+# --- Transformer, ours with the fused engine alone and with cuDNN's (ATTENTION_COMPARE=cudnn) ---
 run transformer_cudnn transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 ATTENTION_COMPARE=cudnn \
   PYTHON="$(command -v python3)"
 log=$tmp/transformer_cudnn.log
-expect "$log" '^tarantella fused +bf16 .* 40000\.0 +700 +900$' "transformer (cudnn): ours first, as configured"
-expect "$log" '^tarantella cudnn +bf16 .* 40000\.0 +700 +900$' "transformer (cudnn): then a row of its own"
-expect "$log" '^Transformer bf16 2x4: ratio cudnn / default attention \(ours, tokens per second\): 1\.000$' \
+expect "$log" '^tarantella auto +bf16 .* 40000\.0 +700 +900$' "transformer (cudnn): ours first, as configured (auto)"
+expect "$log" '^tarantella fused +bf16 .* 40000\.0 +700 +900$' "transformer (cudnn): the fused engine alone"
+expect "$log" '^tarantella cudnn +bf16 .* 60000\.0 +700 +900$' "transformer (cudnn): cuDNN's, a row of its own"
+expect "$log" '^Transformer bf16 2x4: ratio cudnn / auto \(default\) attention \(ours, tokens per second\): 1\.500$' \
   "transformer (cudnn): its ratio line"
+expect "$log" '^Transformer bf16 2x4: ratio fused / auto \(default\) attention \(ours, tokens per second\): 1\.000$' \
+  "transformer (cudnn): the fused engine's ratio line"
+# With TNT_CUDNN_ATTENTION=1 set, the default is cuDNN's, and only the fused run is added.
+run transformer_cudnn1 transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 ATTENTION_COMPARE=cudnn \
+  TNT_CUDNN_ATTENTION=1 PYTHON="$(command -v python3)"
+log=$tmp/transformer_cudnn1.log
+expect "$log" '^tarantella cudnn +bf16 .* 60000\.0 ' "transformer (TNT_CUDNN_ATTENTION=1): the default row is cuDNN's"
+expect "$log" '^Transformer bf16 2x4: ratio fused / cudnn \(default\) attention \(ours, tokens per second\): 0\.667$' \
+  "transformer (TNT_CUDNN_ATTENTION=1): fused against it"
+if [[ $(grep -c '^tarantella ' "$log") != 2 ]]; then
+  echo "FAIL: transformer (TNT_CUDNN_ATTENTION=1): expected 2 rows of ours" >&2
+  sed 's/^/  | /' "$log" >&2
+  failed=1
+fi
+
+# --- A default path that crashes: once more without it (FALLBACK=1, the default) ----------
+run transformer_fallback transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 ATTENTION_COMPARE=cudnn \
+  FAKE_FAIL=auto PYTHON="$(command -v python3)"
+log=$tmp/transformer_fallback.log
+expect "$log" '^transformer_gpu: ours, bf16, 2x4 failed \(exit 134; .*with TNT_CUDNN_ATTENTION=0$' \
+  "transformer (fallback): the failure said, and the retry"
+expect "$log" '^transformer_gpu:   \| CUDA error: an illegal memory access' "transformer (fallback): the failure's lines"
+expect "$log" '^tarantella fused +bf16 .* 40000\.0 ' "transformer (fallback): the row, labelled with what ran"
+expect "$log" '^transformer_gpu: ours, bf16, 2x4 with TNT_CUDNN_ATTENTION=1 failed \(exit 134.*no row for it$' \
+  "transformer (fallback): a failed comparison run loses its row only"
+if grep -q '^tarantella cudnn' "$log"; then
+  echo "FAIL: transformer (fallback): a row for the failed cuDNN run" >&2
+  failed=1
+fi
+if env SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 FAKE_FAIL=auto FALLBACK=0 PYTHON="$(command -v python3)" \
+  "$src/scripts/bench/transformer_gpu" >"$tmp/nofallback.log" 2>&1; then
+  echo "FAIL: transformer (FALLBACK=0): a failed run did not end the benchmark" >&2
+  failed=1
+fi
+run resnet50_fallback resnet50_gpu DTYPES=fp32 FORMATS=channels_last SKIP_TORCH=1 FUSION_COMPARE=0 BATCH=8 WARMUP=10 \
+  STEPS=10 LOG_STEPS=10 FAKE_FAIL=conv
+log=$tmp/resnet50_fallback.log
+expect "$log" '^resnet50_gpu: ours, channels_last, fp32 failed \(exit 134; .*TNT_CUDNN_CONV_GRAPH=0 TNT_CONV_PAD_CHANNELS=0$' \
+  "resnet50 (fallback): the failure said, and the retry"
+expect "$log" '^tarantella +channels_last +fp32 +8 +500\.0 ' "resnet50 (fallback): the row of the retry"
 
 # --- ResNet-50: the same sampling, from the shared file ---------------------------------
 run resnet50 resnet50_gpu DTYPES=fp32 FORMATS=channels_last TORCH_MODES=eager FUSION_COMPARE=0 BATCH=8 WARMUP=10 \

@@ -126,13 +126,27 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK_FALSE(Config::from_env().fused_attention);
   }
   {
-    CHECK_FALSE(Config::from_env().cudnn_attention);  // opt-in until a GPU measurement
+    // auto by default: each shape's first use checks cuDNN against the other engine and times both
+    CHECK(Config::from_env().cudnn_attention.automatic());
     ScopedEnv a("TNT_CUDNN_ATTENTION", "1");
-    CHECK(Config::from_env().cudnn_attention);
+    CHECK(Config::from_env().cudnn_attention.on());
+  }
+  {
+    ScopedEnv a("TNT_CUDNN_ATTENTION", "off");
+    CHECK(Config::from_env().cudnn_attention.off());
+  }
+  {
+    ScopedEnv a("TNT_CUDNN_ATTENTION", "auto");
+    CHECK(Config::from_env().cudnn_attention.automatic());
+  }
+  {
+    ScopedEnv a("TNT_CUDNN_ATTENTION", "");  // set but empty: the default, as scripts read it
+    CHECK(Config::from_env().cudnn_attention.automatic());
   }
   {
     ScopedEnv a("TNT_CUDNN_ATTENTION", "flash");
-    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_CUDNN_ATTENTION='flash' is not a boolean"));
+    CHECK_THROWS_WITH(Config::from_env(),
+                      Catch::Contains("TNT_CUDNN_ATTENTION='flash' is not auto or a boolean (1/0, true/false)"));
   }
   {
     CHECK(Config::from_env().layer_fusion);

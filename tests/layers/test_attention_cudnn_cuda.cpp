@@ -491,7 +491,7 @@ TEST_CASE("A shape the cuDNN engine does not take is refused when forced", "[gpu
 TEST_CASE("TNT_CUDNN_ATTENTION=1 selects the cuDNN engine", "[.cudnn_env]") {
   const char* env = std::getenv("TNT_CUDNN_ATTENTION");
   REQUIRE(env != nullptr);
-  REQUIRE(tnt::config().cudnn_attention);
+  REQUIRE(tnt::config().cudnn_attention.on());
   const Case c{DType::bf16, 2, 2, 64, 64, 64, true, true};
   const Inputs in = make_inputs(c, "cdenv");
   const int64_t calls = cuda::attention_cudnn_calls();

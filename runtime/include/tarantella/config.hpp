@@ -23,6 +23,18 @@ struct FusionThresholdKb {
   operator int64_t() const { return kb; }        // NOLINT
 };
 
+// A switch with a third setting, "auto": the runtime decides per case at run time (for
+// TNT_CUDNN_ATTENTION: each shape's first use times the engines and checks them against each
+// other). Spelled 1/0 like every boolean knob, or auto.
+struct AutoSwitch {
+  enum class Mode { off, on, automatic };
+  Mode mode = Mode::off;
+  AutoSwitch(Mode m = Mode::off) : mode(m) {}  // NOLINT: the table's defaults are modes
+  bool off() const { return mode == Mode::off; }
+  bool on() const { return mode == Mode::on; }
+  bool automatic() const { return mode == Mode::automatic; }
+};
+
 struct Config {
   // TNT_NUM_THREADS above this is refused: more compute threads than any machine gives one
   // rank only time-slices them (OpenMP then fails to create them or crashes well before).

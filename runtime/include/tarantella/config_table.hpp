@@ -52,8 +52,8 @@ namespace tnt {
     "parameter-server training: a worker silent this long is dropped, its samples go to the others (the launcher sets it from --heartbeat-timeout); 0 = never") \
   X(fused_attention, bool, "TNT_FUSED_ATTENTION", true, "",                                     \
     "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel") \
-  X(cudnn_attention, bool, "TNT_CUDNN_ATTENTION", false, "",                                    \
-    "CUDA attention core through cuDNN's fused flash attention (bf16/fp16, head depth 8..128 in steps of 8, causal only self-attention; shapes whose cuDNN graph does not build or whose forward fails to run warn once and take the fused/unfused engines); off until measured") \
+  X(cudnn_attention, AutoSwitch, "TNT_CUDNN_ATTENTION", AutoSwitch::Mode::automatic, "",          \
+    "CUDA attention core through cuDNN's fused flash attention (bf16/fp16, head depth 8..128 in steps of 8, causal only self-attention): auto = per shape, where its first use finds cuDNN's results agreeing with the fused/unfused engine's and its forward+backward 2% faster; 1 = wherever its graph builds; 0 = never. Shapes whose graph does not build or whose forward fails to run take the fused/unfused engines") \
   X(fused_attention_rows, int64_t, "TNT_FUSED_ATTENTION_ROWS", 16, "rows",                    \
     "query rows per warp of the fused attention forward: 16, or 32 (blocks of 128 rows; head depths up to 64, 16 above); the same results") \
   X(layer_fusion, bool, "TNT_LAYER_FUSION", true, "",                                           \

@@ -45,12 +45,28 @@ void parse_value(const char* env, const std::string& text, FusionThresholdKb& ou
 
 void parse_value(const char* env, const std::string& text, bool& out) { out = parse_bool_knob(env, text); }
 
+bool is_bool_spelling(const std::string& text) {
+  for (const char* s : {"1", "true", "TRUE", "yes", "on", "0", "false", "FALSE", "no", "off"})
+    if (text == s) return true;
+  return false;
+}
+
+void parse_value(const char* env, const std::string& text, AutoSwitch& out) {
+  if (text == "auto" || text == "AUTO" || text.empty()) {  // empty: as if unset
+    out = AutoSwitch::Mode::automatic;
+    return;
+  }
+  if (!is_bool_spelling(text)) TNT_INPUT_ERROR("{}='{}' is not auto or a boolean (1/0, true/false)", env, text);
+  out = parse_bool_knob(env, text) ? AutoSwitch::Mode::on : AutoSwitch::Mode::off;
+}
+
 void parse_value(const char*, const std::string& text, std::string& out) { out = text; }
 
 std::string value_str(int64_t v) { return std::to_string(v); }
 std::string value_str(double v) { return fmt::format("{}", v); }
 std::string value_str(const FusionThresholdKb& v) { return v.automatic ? "auto" : std::to_string(v.kb); }
 std::string value_str(bool v) { return v ? "1" : "0"; }
+std::string value_str(const AutoSwitch& v) { return v.automatic() ? "auto" : v.on() ? "1" : "0"; }
 std::string value_str(const std::string& v) { return v.empty() ? "(default)" : v; }
 
 }  // namespace

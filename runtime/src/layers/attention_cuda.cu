@@ -8,12 +8,15 @@
 // (attention_fused_cuda.cu) instead: no (B, H, Tq, Tk) tensors at all. With
 // TNT_CUDNN_ATTENTION on, cores cuDNN's flash attention serves run it instead
 // (attention_cudnn_cuda.cpp); shapes whose cuDNN graph does not build warn once and fall back.
+// At auto (the default) a shape runs cuDNN where its first use's trial found it agreeing and
+// faster (attention_trial_cuda.hpp).
 #include "layers/attention_cuda.hpp"
 
 #include "core/philox.hpp"
 #include "layers/attention_cudnn_cuda.hpp"
 #include "layers/attention_fused.hpp"
 #include "layers/attention_fused_cuda.hpp"
+#include "layers/attention_trial_cuda.hpp"
 #include "layers/gemm_cuda.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
@@ -76,12 +79,18 @@ bool use_fused(const Tensor& q, const Tensor& k, const Tensor& v, const Attentio
 
 // Whether the cuDNN engine runs this core (see AttentionEngine). Its graphs are built (and
 // cached) here, before anything runs, so that a shape cuDNN refuses can still take the other
-// engines: under the knob with one warning per shape naming cuDNN's reason; when a test forces
-// AttentionEngine::cudnn, never (it throws that reason).
+// engines: under TNT_CUDNN_ATTENTION=1 with one warning per shape naming cuDNN's reason (at
+// auto, an info line: cuDNN was only a candidate); when a test forces AttentionEngine::cudnn,
+// never (it throws that reason). At auto (not in deterministic mode: cuDNN's backward sums dQ
+// with atomics) the shape's trial decides (attention_trial_cuda.hpp).
 bool use_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& key_ids, const AttentionCoreArgs& a,
                AttentionEngine engine, int device, std::string& key_str) {
   const bool forced = engine == AttentionEngine::cudnn;
-  if (!forced && !(engine == AttentionEngine::config && tnt::config().cudnn_attention)) return false;
+  const AutoSwitch mode = tnt::config().cudnn_attention;
+  if (!forced) {
+    if (engine != AttentionEngine::config || mode.off()) return false;
+    if (mode.automatic() && tnt::config().deterministic) return false;
+  }
   const bool applies = cudnn_attention_applies(q.dtype(), a.batch, a.heads, a.tq, a.tk, a.depth, a.causal) &&
                        q.numel() == a.batch * a.tq * a.heads * a.depth &&
                        k.numel() == a.batch * a.tk * a.heads * a.depth && v.numel() == k.numel() && aligned16(q) &&
@@ -104,19 +113,35 @@ bool use_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& 
   key.scale = a.scale;
   key_str = key.str();
   if (!forced && cudnn_failed_before(device, key_str)) return false;
+  bool prepared = false;
   try {
-    return cudnn_attention_prepare(key, device, !forced);
+    prepared = cudnn_attention_prepare(key, device, !forced);
   } catch (const std::exception& e) {
     if (forced) throw;
+    {
+      // Not asked again at every forward of this shape (auto makes this common: a cuDNN
+      // older than 9.16 refuses every shape).
+      std::lock_guard<std::mutex> lock(cudnn_failed_mu);
+      cudnn_failed.insert({device, key_str});
+    }
     static std::mutex mu;
     static std::set<std::string> warned;
     std::lock_guard<std::mutex> lock(mu);
     if (warned.insert(key.str()).second) {
-      log_warning("MultiHeadAttention: TNT_CUDNN_ATTENTION: cuDNN cannot run {} ({}); using the {} engine", key.str(),
-                  e.what(), tnt::config().fused_attention ? "fused (where it applies) or unfused" : "unfused");
+      const char* other = tnt::config().fused_attention ? "fused (where it applies) or unfused" : "unfused";
+      if (mode.automatic()) {
+        log_info("MultiHeadAttention: TNT_CUDNN_ATTENTION=auto: cuDNN cannot run {} ({}); using the {} engine",
+                 key.str(), e.what(), other);
+      } else {
+        log_warning("MultiHeadAttention: TNT_CUDNN_ATTENTION: cuDNN cannot run {} ({}); using the {} engine",
+                    key.str(), e.what(), other);
+      }
     }
     return false;
   }
+  if (!prepared || forced || !mode.automatic()) return prepared;
+  return attention_auto_uses_cudnn(q, k, key_ids, a, key, use_fused(q, k, v, a, AttentionEngine::config, device),
+                                   device);
 }
 
 // (B, T, H*d) -> (B, H, T, d), times s.
@@ -364,7 +389,7 @@ Tensor attention_core_forward(const Tensor& q, const Tensor& k, const Tensor& v,
         cudnn_failed.insert({device, cudnn_key});
       }
       log_warning("MultiHeadAttention: TNT_CUDNN_ATTENTION: cuDNN's forward failed to run {} ({}); this shape uses "
-                  "the {} engine from now on (unset TNT_CUDNN_ATTENTION to use it everywhere)",
+                  "the {} engine from now on (TNT_CUDNN_ATTENTION=0 keeps cuDNN out everywhere)",
                   cudnn_key, e.what(), tnt::config().fused_attention ? "fused (where it applies) or unfused" : "unfused");
       s->saved = CudnnAttentionSaved{};
     }

@@ -4,10 +4,16 @@
 #include "gpu_test_util.hpp"
 
 #include "backend/cuda/allocator.hpp"
+#include "tarantella/graph.hpp"
 #include "tarantella/layers.hpp"
 
+#include "core/device_api.hpp"
+
+#include <algorithm>
 #include <atomic>
 #include <thread>
+#include <utility>
+#include <vector>
 
 using namespace tnt;
 using tnt::test::gpu;
@@ -168,4 +174,84 @@ TEST_CASE("host <-> device copies are exact, for every dtype", "[gpu][memory]") 
   // Row slices share storage and copy at their offset.
   Tensor rows = d1.slice_rows(1, 3);
   CHECK(rows.to_vector() == host.slice_rows(1, 3).to_vector());
+}
+
+TEST_CASE("cuda_zero_spans zeroes every span in one launch, and no byte beside them", "[gpu][memory]") {
+  const int dev = 0;
+  // 0xff everywhere, then spans at aligned and odd offsets, of sizes around the 16-byte
+  // stores and the 64 KiB chunks (an empty one too); every other byte must stay 0xff.
+  const int64_t total = (int64_t{1} << 20) + 4099;
+  Tensor buffer = Tensor::full({total}, 255.0, DType::u8, gpu());
+  auto* base = static_cast<unsigned char*>(buffer.raw());
+  const std::vector<std::pair<int64_t, int64_t>> at_size = {
+      {0, 16},        {16, 1},          {33, 15},          {64, 17},    {4096, 65536},
+      {70000, 65537}, {140001, 200001}, {400000, 0},       {400016, 3}, {500000, 262144 + 16},
+      {800003, 5}};
+  std::vector<std::pair<void*, size_t>> spans;
+  for (const auto& [at, size] : at_size) spans.push_back({base + at, static_cast<size_t>(size)});
+  auto check = [&](const std::vector<std::pair<int64_t, int64_t>>& zeroed, const char* what) {
+    const std::vector<uint8_t> host = [&] {
+      std::vector<uint8_t> v(static_cast<size_t>(total));
+      backend::cuda_copy(v.data(), Device::cpu(), buffer.raw(), buffer.device(), v.size());
+      return v;
+    }();
+    std::vector<uint8_t> want(static_cast<size_t>(total), 0xff);
+    for (const auto& [at, size] : zeroed)
+      for (int64_t i = 0; i < size; ++i) want[static_cast<size_t>(at + i)] = 0;
+    int64_t wrong = 0, first = -1;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (host[i] != want[i]) {
+        if (first < 0) first = static_cast<int64_t>(i);
+        ++wrong;
+      }
+    }
+    INFO(what << ": " << wrong << " wrong bytes, the first at " << first);
+    CHECK(wrong == 0);
+  };
+  backend::cuda_zero_spans(spans, dev);
+  check(at_size, "first call");
+  // Other spans (a new table), then the first ones again (another new table): each call
+  // zeroes exactly its own spans.
+  buffer.fill_(255.0);
+  const std::vector<std::pair<int64_t, int64_t>> others = {{1, 100}, {900000, 70000}};
+  std::vector<std::pair<void*, size_t>> other_spans;
+  for (const auto& [at, size] : others) other_spans.push_back({base + at, static_cast<size_t>(size)});
+  backend::cuda_zero_spans(other_spans, dev);
+  check(others, "other spans");
+  buffer.fill_(255.0);
+  backend::cuda_zero_spans(spans, dev);
+  check(at_size, "the first spans again");
+  // The same spans again reuse the table: no allocation.
+  buffer.fill_(255.0);
+  const cuda::AllocatorCounters before = cuda::allocator_counters(dev);
+  backend::cuda_zero_spans(spans, dev);
+  CHECK(cuda::allocator_counters(dev).requests == before.requests);
+  check(at_size, "the same spans, the table reused");
+  backend::cuda_zero_spans({}, dev);  // nothing to do
+}
+
+TEST_CASE("zero_grad on a GPU network: every gradient zero, a layer called twice counted once", "[gpu][memory]") {
+  auto first = std::make_shared<Dense>(6, DenseOptions{}, "zg_first");
+  auto twice = std::make_shared<Dense>(6, DenseOptions{}, "zg_twice");
+  SymTensor x = Input({6});
+  Network net({x}, {call(twice, call(twice, call(first, x)))}, "zg_net");
+  net.to(gpu());
+  RunContext rc;
+  rc.training = true;
+  rc.device = gpu();
+  net.forward({test::random_tensor({3, 6}, "zg_x").to(gpu())}, rc, false);  // builds the layers
+  std::vector<Parameter*> params;
+  for (auto& [name, p] : net.named_parameters()) params.push_back(p);
+  REQUIRE(params.size() == 4);
+  for (Parameter* p : params) {
+    REQUIRE(p->grad.defined());
+    REQUIRE(p->grad.device() == gpu());
+    p->grad.fill_(3.0);
+  }
+  net.zero_grad();
+  for (Parameter* p : params) {
+    INFO(p->grad.str());
+    const std::vector<float> g = p->grad.to_vector();
+    CHECK(std::all_of(g.begin(), g.end(), [](float v) { return v == 0.0f; }));
+  }
 }

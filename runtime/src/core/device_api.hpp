@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace tnt::backend {
 
@@ -20,6 +22,10 @@ void cuda_free(void* ptr, size_t bytes, int device);
 // its compute stream, ordered before every later kernel there, and the host does not wait.
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 void cuda_memset_zero(void* ptr, size_t bytes, int device);
+// Every byte of each span (pointer, bytes) of `device` set to zero, in one launch on the
+// compute stream (the spans may not overlap). For zero_grad: where the spans are those of
+// the last call on this device, nothing is uploaded.
+void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>& spans, int device);
 // Every byte of [ptr, ptr + bytes) set to `byte` (0 or 0xff), on the compute stream.
 void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device);
 // Every element of t (on a CUDA device) set to value, converted as the host converts it.

@@ -2,6 +2,7 @@
 // inputs, an order of the calls that depends only on the graph's structure (so it is the same
 // on every rank), the layers in the order of their first call (the registration order of
 // parameters, hence of the Reducer's buckets), their names, and the network's device.
+#include "core/device_api.hpp"
 #include "nn/fusion.hpp"
 #include "nn/graph_node.hpp"
 
@@ -10,6 +11,8 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -179,7 +182,22 @@ void Network::set_graph(const std::vector<SymTensor>& inputs, const std::vector<
 
 void Network::zero_grad() {
   prepare(nullptr);
-  for (Layer* layer : layers_) layer->zero_grad();
+  // Each gradient once (a layer or parameter may appear twice); on a GPU in one launch per
+  // device, not one memset per parameter (backend::cuda_zero_spans).
+  std::set<std::pair<const void*, size_t>> seen;
+  std::map<int, std::vector<std::pair<void*, size_t>>> device_spans;
+  for (Layer* layer : layers_) {
+    for (Parameter* p : layer->parameters()) {
+      if (!p->grad.defined() || p->grad.nbytes() == 0) continue;
+      if (!seen.insert({p->grad.raw(), p->grad.nbytes()}).second) continue;
+      if (p->grad.device().is_cpu()) {
+        p->grad.zero_();
+      } else {
+        device_spans[p->grad.device().index].push_back({p->grad.raw(), p->grad.nbytes()});
+      }
+    }
+  }
+  for (const auto& [device, spans] : device_spans) backend::cuda_zero_spans(spans, device);
 }
 
 std::vector<NamedParameter> Network::named_parameters() {

@@ -55,8 +55,10 @@ cat >"$fake/build/bin/transformer" <<'EOF'
 # its verdict at INFO, which the bench must ask for and pass on.
 if [[ ${TNT_FUSED_ATTENTION:-1} == 0 ]]; then mib=950 alloc=750 tps=20000; else mib=900 alloc=700 tps=40000; fi
 [[ ${TNT_CUDNN_ATTENTION:-auto} == 1 ]] && tps=60000
-# FAKE_FAIL=auto: cuDNN's attention "crashes" wherever it may run (auto or 1).
-if [[ ${FAKE_FAIL:-} == auto && ${TNT_CUDNN_ATTENTION:-auto} != 0 ]]; then
+# FAKE_FAIL=auto: cuDNN's attention "crashes" wherever it may run (auto or 1); =fused: the
+# fused attention crashes as well.
+if [[ (${FAKE_FAIL:-} == auto || ${FAKE_FAIL:-} == fused) && ${TNT_CUDNN_ATTENTION:-auto} != 0 ]] ||
+  [[ ${FAKE_FAIL:-} == fused && ${TNT_FUSED_ATTENTION:-1} != 0 ]]; then
   echo "CUDA error: an illegal memory access was encountered (fake)" >&2
   exit 134
 fi
@@ -200,6 +202,15 @@ if grep -q '^tarantella cudnn' "$log"; then
   echo "FAIL: transformer (fallback): a row for the failed cuDNN run" >&2
   failed=1
 fi
+# Both steps of fallbacks: the row is the unfused engine's.
+run transformer_fallback2 transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 FAKE_FAIL=fused \
+  PYTHON="$(command -v python3)"
+log=$tmp/transformer_fallback2.log
+expect "$log" 'once more, and every later default run of ours, with TNT_CUDNN_ATTENTION=0$' \
+  "transformer (fallback 2): the first step"
+expect "$log" 'with TNT_CUDNN_ATTENTION=0 TNT_FUSED_ATTENTION=0 TNT_LAYER_FUSION=0$' \
+  "transformer (fallback 2): the second step"
+expect "$log" '^tarantella unfused +bf16 .* 20000\.0 ' "transformer (fallback 2): the row, labelled unfused"
 if env SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 FAKE_FAIL=auto FALLBACK=0 PYTHON="$(command -v python3)" \
   "$src/scripts/bench/transformer_gpu" >"$tmp/nofallback.log" 2>&1; then
   echo "FAIL: transformer (FALLBACK=0): a failed run did not end the benchmark" >&2

@@ -35,7 +35,9 @@
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <array>
 #include <atomic>
+#include <map>
 #include <memory>
 
 namespace tnt::cuda {
@@ -47,12 +49,33 @@ constexpr cudnnBatchNormMode_t kMode = CUDNN_BATCHNORM_SPATIAL;
 constexpr cudnnBatchNormMode_t kModeNhwc = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 constexpr cudnnBatchNormOps_t kOps = CUDNN_BATCHNORM_OPS_BN;
 
+// One input shape's cuDNN descriptors and the Ex calls' size queries, made at its first call
+// and kept (they were made at every call: a few descriptors and up to three cuDNN queries per
+// BatchNorm and pass, host time only).
+struct BnDescs {
+  TensorDescriptor xd;        // x (and y, dy, dx, z) in x's format
+  TensorDescriptor bnd;       // the (C) statistics, plain spatial mode
+  TensorDescriptor bnd_nhwc;  // the same derived for the persistent NHWC mode (Ex calls; NHWC x only)
+  ActivationDescriptor relu;  // the fused chains' activation
+  // Per Ex ops (CUDNN_BATCHNORM_OPS_BN, _BN_ACTIVATION, _BN_ADD_ACTIVATION): the forward's
+  // workspace and reserve queries (their status: a refusal is remembered too) and the
+  // backward's workspace query.
+  struct Ex {
+    bool forward_queried = false, backward_queried = false;
+    cudnnStatus_t forward_status = CUDNN_STATUS_SUCCESS;
+    size_t forward_ws = 0, reserve = 0, backward_ws = 0;
+  };
+  Ex ex[3];
+};
+
 // gamma = 1, beta = 0 for a layer without affine parameters (cuDNN needs both), and the
 // discarded parameter gradients.
 struct BnCache {
   Tensor ones, zeros, dscale, dbias;  // (C) each, f32
   bool warned_ex = false;             // the Ex calls were refused once (see the top)
   bool act_declined = false;          // cuDNN declined the fused chain call once (see below)
+  // By input shape: N, C, H, W, dtype, memory format, device.
+  std::map<std::array<int64_t, 7>, std::unique_ptr<BnDescs>> descs;
 };
 
 BnCache& cache_for(BatchNorm& layer, int64_t channels, Device device) {
@@ -99,6 +122,61 @@ Dims dims_of(const BatchNorm& layer, const Tensor& x) {
 // x's descriptor: (N, C, H, W) in x's format, or (N, C, 1, 1) for an (N, C) input.
 void set_x_desc(const TensorDescriptor& xd, const Tensor& x, const Dims& d) {
   set_4d(xd, x.dtype(), x.memory_format(), d.n, d.c, d.h, d.w, "BatchNorm");
+}
+
+BnDescs& descs_for(BnCache& cache, const Tensor& x, const Dims& d) {
+  const std::array<int64_t, 7> key{d.n, d.c, d.h, d.w, static_cast<int64_t>(x.dtype()),
+                                   static_cast<int64_t>(x.memory_format()), static_cast<int64_t>(x.device().index)};
+  std::unique_ptr<BnDescs>& slot = cache.descs[key];
+  if (!slot) {
+    auto made = std::make_unique<BnDescs>();
+    set_x_desc(made->xd, x, d);
+    TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(made->bnd, made->xd, kMode));
+    // The persistent mode's, only where the Ex calls may run (NHWC inputs).
+    if (x.is_channels_last()) TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(made->bnd_nhwc, made->xd, kModeNhwc));
+    TNT_CUDNN_CHECK(cudnnSetActivationDescriptor(made->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+    slot = std::move(made);
+  }
+  return *slot;
+}
+
+BnDescs::Ex& ex_of(BnDescs& descs, cudnnBatchNormOps_t ops) {
+  const int i = ops == CUDNN_BATCHNORM_OPS_BN ? 0 : ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION ? 1 : 2;
+  return descs.ex[i];
+}
+
+// The Ex forward's workspace and reserve sizes for ops (with z for the add), queried once.
+const BnDescs::Ex& forward_ex_sizes(BnDescs& descs, cudnnHandle_t h, cudnnBatchNormOps_t ops) {
+  BnDescs::Ex& e = ex_of(descs, ops);
+  if (!e.forward_queried) {
+    const bool act = ops != CUDNN_BATCHNORM_OPS_BN;
+    const cudnnTensorDescriptor_t zd =
+        ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? static_cast<cudnnTensorDescriptor_t>(descs.xd) : nullptr;
+    const cudnnActivationDescriptor_t ad = act ? static_cast<cudnnActivationDescriptor_t>(descs.relu) : nullptr;
+    cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+        h, kModeNhwc, ops, descs.xd, zd, descs.xd, descs.bnd_nhwc, ad, &e.forward_ws);
+    if (st == CUDNN_STATUS_SUCCESS)
+      st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kModeNhwc, ops, ad, descs.xd, &e.reserve);
+    e.forward_status = st;
+    e.forward_queried = true;
+  }
+  return e;
+}
+
+// The Ex backward's workspace for ops, queried once.
+size_t backward_ex_workspace(BnDescs& descs, cudnnHandle_t h, cudnnBatchNormOps_t ops) {
+  BnDescs::Ex& e = ex_of(descs, ops);
+  if (!e.backward_queried) {
+    const bool act = ops != CUDNN_BATCHNORM_OPS_BN;
+    const cudnnTensorDescriptor_t dzd =
+        ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? static_cast<cudnnTensorDescriptor_t>(descs.xd) : nullptr;
+    const cudnnActivationDescriptor_t ad = act ? static_cast<cudnnActivationDescriptor_t>(descs.relu) : nullptr;
+    TNT_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kModeNhwc, ops, descs.xd, descs.xd, descs.xd,
+                                                                      dzd, descs.xd, descs.bnd_nhwc, ad,
+                                                                      &e.backward_ws));
+    e.backward_queried = true;
+  }
+  return e.backward_ws;
 }
 
 // Whether an NHWC training step tries the Ex calls (see the top).
@@ -163,10 +241,10 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
     saved.tensors = {x, Tensor(), Tensor()};
     return {y};
   }
-  TensorDescriptor xd, bnd;
-  set_x_desc(xd, x, d);
-  TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, kMode));
   BnCache& cache = cache_for(layer, d.c, x.device());
+  BnDescs& descs = descs_for(cache, x, d);
+  const TensorDescriptor& xd = descs.xd;
+  const TensorDescriptor& bnd = descs.bnd;
   const Tensor& gamma = layer.affine() ? layer.weight()->value : cache.ones;  // (C)
   const Tensor& beta = layer.affine() ? layer.bias()->value : cache.zeros;    // (C)
   Tensor& running_mean = layer.running_mean().value;                          // (C)
@@ -179,13 +257,10 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
     Tensor save_inv_std = Tensor::empty({d.c}, DType::f32, x.device());  // (C)
     if (try_ex(x)) {
       // z, its descriptor and the activation are unused with CUDNN_BATCHNORM_OPS_BN: null.
-      TensorDescriptor bnd_ex;
-      TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd_ex, xd, kModeNhwc));
-      size_t ws_bytes = 0, reserve_bytes = 0;
-      cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kModeNhwc, kOps, xd, nullptr, xd,
-                                                                                 bnd_ex, nullptr, &ws_bytes);
-      if (st == CUDNN_STATUS_SUCCESS)
-        st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kModeNhwc, kOps, nullptr, xd, &reserve_bytes);
+      const TensorDescriptor& bnd_ex = descs.bnd_nhwc;
+      const BnDescs::Ex& sizes = forward_ex_sizes(descs, h, kOps);
+      const size_t ws_bytes = sizes.forward_ws, reserve_bytes = sizes.reserve;
+      cudnnStatus_t st = sizes.forward_status;
       Tensor reserve = Tensor::empty({static_cast<int64_t>(reserve_bytes)}, DType::u8, x.device());
       if (st == CUDNN_STATUS_SUCCESS) {
         Workspace ws(ws_bytes, device);
@@ -255,9 +330,9 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
     const auto& info = *static_cast<const BnSavedCuda*>(saved.extra.get());
     const Tensor& save_mean = saved.tensors[1];     // (C)
     const Tensor& save_inv_std = saved.tensors[2];  // (C)
-    TensorDescriptor xd, bnd;
-    set_x_desc(xd, x, d);
-    TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, info.ex ? kModeNhwc : kMode));
+    BnDescs& descs = descs_for(cache, x, d);
+    const TensorDescriptor& xd = descs.xd;
+    const TensorDescriptor& bnd = info.ex ? descs.bnd_nhwc : descs.bnd;
     // cuDNN writes both parameter gradients with one beta: accumulate (beta 1) into the
     // layer's when both exist, else write both into scratch and add what is needed.
     const bool direct = weight_grad && bias_grad;
@@ -269,10 +344,7 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
       // y, z, dz and the activation are unused with CUDNN_BATCHNORM_OPS_BN: null. The bias
       // is documented as used only with an activation too, but it exists, and a null one is
       // a BAD_PARAM risk with no fallback here (forward already took the Ex path): passed.
-      size_t ws_bytes = 0;
-      TNT_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kModeNhwc, kOps, xd, xd, xd, nullptr, xd,
-                                                                        bnd, nullptr, &ws_bytes));
-      Workspace ws(ws_bytes, device);
+      Workspace ws(backward_ex_workspace(descs, h, kOps), device);
       const size_t reserve_bytes = static_cast<size_t>(info.reserve.numel());
       TNT_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
           h, kModeNhwc, kOps, CudnnScalars::one(), CudnnScalars::zero(), CudnnScalars::one(), beta_param, xd, x.raw(),
@@ -345,9 +417,6 @@ bool is_refusal(cudnnStatus_t st) {
   return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
 }
 
-void relu_desc(const ActivationDescriptor& ad) {
-  TNT_CUDNN_CHECK(cudnnSetActivationDescriptor(ad, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
-}
 
 }  // namespace
 
@@ -367,18 +436,15 @@ bool batch_norm_act_forward(BatchNorm& layer, const Tensor& x, const Tensor& z, 
   const cudnnBatchNormOps_t ops =
       z.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
   Dims d = dims_of(layer, x);
-  TensorDescriptor xd, bnd;
-  set_x_desc(xd, x, d);
-  TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, kModeNhwc));
-  ActivationDescriptor ad;
-  relu_desc(ad);
+  BnDescs& descs = descs_for(cache, x, d);
+  const TensorDescriptor& xd = descs.xd;
+  const TensorDescriptor& bnd = descs.bnd_nhwc;
+  const ActivationDescriptor& ad = descs.relu;
   cudnnHandle_t h = cudnn_handle(device);
   const cudnnTensorDescriptor_t zd = z.defined() ? static_cast<cudnnTensorDescriptor_t>(xd) : nullptr;
-  size_t ws_bytes = 0, reserve_bytes = 0;
-  cudnnStatus_t st =
-      cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kModeNhwc, ops, xd, zd, xd, bnd, ad, &ws_bytes);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kModeNhwc, ops, ad, xd, &reserve_bytes);
+  const BnDescs::Ex& sizes = forward_ex_sizes(descs, h, ops);
+  const size_t ws_bytes = sizes.forward_ws, reserve_bytes = sizes.reserve;
+  const cudnnStatus_t st = sizes.forward_status;
   if (st != CUDNN_STATUS_SUCCESS) {
     TNT_CHECK(is_refusal(st), "BatchNorm '{}': cuDNN's fused batch norm queries for {}: {}", layer.name(), x.str(),
               cudnnGetErrorString(st));
@@ -432,19 +498,15 @@ std::vector<Tensor> batch_norm_act_backward(BatchNorm& layer, const Tensor& dy, 
   void* dbias = direct ? layer.bias()->grad.raw() : cache.dbias.raw();
   const float* beta_param = direct ? CudnnScalars::one() : CudnnScalars::zero();
   const cudnnBatchNormOps_t ops = info.add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
-  TensorDescriptor xd, bnd;
-  set_x_desc(xd, x, d);
-  TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(bnd, xd, kModeNhwc));
-  ActivationDescriptor ad;
-  relu_desc(ad);
+  BnDescs& descs = descs_for(cache, x, d);
+  const TensorDescriptor& xd = descs.xd;
+  const TensorDescriptor& bnd = descs.bnd_nhwc;
+  const ActivationDescriptor& ad = descs.relu;
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
   Tensor dz = info.add ? Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format()) : Tensor();
   const cudnnTensorDescriptor_t dzd = info.add ? static_cast<cudnnTensorDescriptor_t>(xd) : nullptr;
   cudnnHandle_t h = cudnn_handle(device);
-  size_t ws_bytes = 0;
-  TNT_CUDNN_CHECK(
-      cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kModeNhwc, ops, xd, xd, xd, dzd, xd, bnd, ad, &ws_bytes));
-  Workspace ws(ws_bytes, device);
+  Workspace ws(backward_ex_workspace(descs, h, ops), device);
   const size_t reserve_bytes = static_cast<size_t>(info.reserve.numel());
   TNT_CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
       h, kModeNhwc, ops, CudnnScalars::one(), CudnnScalars::zero(), CudnnScalars::one(), beta_param, xd, x.raw(), xd,

@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -253,5 +256,57 @@ TEST_CASE("zero_grad on a GPU network: every gradient zero, a layer called twice
     INFO(p->grad.str());
     const std::vector<float> g = p->grad.to_vector();
     CHECK(std::all_of(g.begin(), g.end(), [](float v) { return v == 0.0f; }));
+  }
+}
+
+TEST_CASE("cuda_cast_spans rounds f32 to bf16 and f16 as ops::cast does, in one launch", "[gpu][memory]") {
+  const int dev = 0;
+  // Values across the range: ties at the 8th and 11th significant bit, subnormals of both
+  // formats, overflow to infinity in f16, infinities and NaN; sizes around the 4-element
+  // stores and the 16,384-element chunks; an odd element offset (no 16-byte alignment).
+  std::vector<float> values;
+  for (int i = 0; i < 40000; ++i) {
+    const float base = std::ldexp(1.0f + static_cast<float>(i % 257) / 256.0f, (i % 61) - 30);
+    values.push_back(i % 2 ? -base : base);
+  }
+  for (float v : {1.0f + 1.0f / 256, 1.0f + 3.0f / 512, 1.0f + 1.0f / 2048, 1e-40f, 6e-8f, 70000.0f, 65519.0f})
+    values.push_back(v);
+  values.push_back(std::numeric_limits<float>::infinity());
+  values.push_back(-std::numeric_limits<float>::infinity());
+  values.push_back(std::numeric_limits<float>::quiet_NaN());
+  const Tensor src = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}).to(gpu());
+  const int64_t total = src.numel();
+  const std::vector<std::pair<int64_t, int64_t>> at_size = {{0, 4}, {4, 3}, {9, 16384}, {16400, 16385}, {32800, 1},
+                                                             {32801, total - 32801}};
+  for (DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    const Tensor want = ops::cast(src, dt);
+    Tensor dst = Tensor::zeros({total}, dt, gpu());
+    std::vector<backend::CastSpan> spans;
+    for (const auto& [at, size] : at_size) {
+      spans.push_back({static_cast<const float*>(src.raw()) + at,
+                       static_cast<unsigned char*>(dst.raw()) + at * static_cast<int64_t>(dtype_size(dt)), size, dt});
+    }
+    backend::cuda_cast_spans(spans, dev);
+    // Bit for bit: the same rounding (NaN's payload included, as the same conversion makes it).
+    std::vector<uint16_t> got(static_cast<size_t>(total)), ref(static_cast<size_t>(total));
+    backend::cuda_copy(got.data(), Device::cpu(), dst.raw(), dst.device(), got.size() * 2);
+    backend::cuda_copy(ref.data(), Device::cpu(), want.raw(), want.device(), ref.size() * 2);
+    int64_t wrong = 0, first = -1;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (got[i] != ref[i]) {
+        if (first < 0) first = static_cast<int64_t>(i);
+        ++wrong;
+      }
+    }
+    INFO(wrong << " elements differ from ops::cast, the first at " << first);
+    CHECK(wrong == 0);
+    // Again with the table reused (same spans): no allocation, the same result.
+    dst.zero_();
+    const cuda::AllocatorCounters before = cuda::allocator_counters(dev);
+    backend::cuda_cast_spans(spans, dev);
+    CHECK(cuda::allocator_counters(dev).requests == before.requests);
+    backend::cuda_copy(got.data(), Device::cpu(), dst.raw(), dst.device(), got.size() * 2);
+    CHECK(got == ref);
   }
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "tarantella/device.hpp"
+#include "tarantella/dtype.hpp"
 #include "tarantella/tensor.hpp"
 
 #include <cstddef>
@@ -26,6 +27,19 @@ void cuda_memset_zero(void* ptr, size_t bytes, int device);
 // compute stream (the spans may not overlap). For zero_grad: where the spans are those of
 // the last call on this device, nothing is uploaded.
 void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>& spans, int device);
+// dst[i] = src[i] rounded to dst_dtype (bf16 or f16, to nearest even as every cast), for each
+// span, in one launch on the compute stream; as cuda_zero_spans, nothing is uploaded where the
+// spans are the last call's. For the compute-dtype copies of the master weights.
+struct CastSpan {
+  const float* src = nullptr;
+  void* dst = nullptr;
+  int64_t n = 0;  // elements
+  DType dst_dtype = DType::bf16;
+  bool operator==(const CastSpan& o) const {
+    return src == o.src && dst == o.dst && n == o.n && dst_dtype == o.dst_dtype;
+  }
+};
+void cuda_cast_spans(const std::vector<CastSpan>& spans, int device);
 // Every byte of [ptr, ptr + bytes) set to `byte` (0 or 0xff), on the compute stream.
 void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device);
 // Every element of t (on a CUDA device) set to value, converted as the host converts it.

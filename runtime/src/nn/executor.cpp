@@ -14,6 +14,7 @@
 // others get a contiguous copy, of inputs in forward and of output gradients in backward).
 // The format of every node output is recorded in forward, and every gradient is summed in
 // the format of the tensor it belongs to.
+#include "core/device_api.hpp"
 #include "nn/executor_util.hpp"
 #include "nn/fusion.hpp"
 #include "nn/graph_node.hpp"
@@ -22,6 +23,8 @@
 #include "tarantella/ops.hpp"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 namespace tnt {
 
@@ -269,7 +272,11 @@ void Network::check_memory_format() const {
 // The compute-dtype copies of the weights, from the f32 masters, before every forward: the
 // optimizer may have changed the masters, and a cast of all of ResNet-50's weights costs
 // about as much as one of its smaller convolutions.
+// On a GPU the casts of one device go in one launch (backend::cuda_cast_spans: the same
+// rounding as copy_cast's), not one per weight.
 void Network::refresh_compute_copies() {
+  std::map<int, std::vector<backend::CastSpan>> device_spans;
+  std::set<const void*> seen;  // a weight shared by two layers is cast once
   for (Layer* layer : layers_) {
     for (Parameter* p : layer->parameters()) {
       if (!p->cast_for_compute || p->value.dtype() == compute_dtype_) continue;
@@ -277,9 +284,19 @@ void Network::refresh_compute_copies() {
           p->compute.device() != p->value.device()) {
         p->compute = Tensor::empty(p->value.shape(), compute_dtype_, p->value.device());
       }
-      ops::copy_cast(p->value, p->compute);
+      if (!seen.insert(p->compute.raw()).second) continue;
+      const bool batched = p->value.device().is_cuda() && p->value.dtype() == DType::f32 &&
+                           (compute_dtype_ == DType::bf16 || compute_dtype_ == DType::f16) &&
+                           p->value.memory_format() == p->compute.memory_format();
+      if (batched) {
+        device_spans[p->value.device().index].push_back(
+            {static_cast<const float*>(p->value.raw()), p->compute.raw(), p->value.numel(), compute_dtype_});
+      } else {
+        ops::copy_cast(p->value, p->compute);
+      }
     }
   }
+  for (const auto& [device, spans] : device_spans) backend::cuda_cast_spans(spans, device);
 }
 
 }  // namespace tnt

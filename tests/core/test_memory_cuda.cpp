@@ -211,7 +211,8 @@ TEST_CASE("cuda_zero_spans zeroes every span in one launch, and no byte beside t
     INFO(what << ": " << wrong << " wrong bytes, the first at " << first);
     CHECK(wrong == 0);
   };
-  backend::cuda_zero_spans(spans, dev);
+  std::shared_ptr<void> cache;  // the caller's tables (a Network keeps its own)
+  backend::cuda_zero_spans(spans, dev, cache);
   check(at_size, "first call");
   // Other spans (a new table), then the first ones again (another new table): each call
   // zeroes exactly its own spans.
@@ -219,18 +220,28 @@ TEST_CASE("cuda_zero_spans zeroes every span in one launch, and no byte beside t
   const std::vector<std::pair<int64_t, int64_t>> others = {{1, 100}, {900000, 70000}};
   std::vector<std::pair<void*, size_t>> other_spans;
   for (const auto& [at, size] : others) other_spans.push_back({base + at, static_cast<size_t>(size)});
-  backend::cuda_zero_spans(other_spans, dev);
+  backend::cuda_zero_spans(other_spans, dev, cache);
   check(others, "other spans");
   buffer.fill_(255.0);
-  backend::cuda_zero_spans(spans, dev);
+  backend::cuda_zero_spans(spans, dev, cache);
   check(at_size, "the first spans again");
   // The same spans again reuse the table: no allocation.
   buffer.fill_(255.0);
   const cuda::AllocatorCounters before = cuda::allocator_counters(dev);
-  backend::cuda_zero_spans(spans, dev);
+  backend::cuda_zero_spans(spans, dev, cache);
   CHECK(cuda::allocator_counters(dev).requests == before.requests);
   check(at_size, "the same spans, the table reused");
-  backend::cuda_zero_spans({}, dev);  // nothing to do
+  // Another cache keeps its own table: the first one's is still reused after it.
+  std::shared_ptr<void> other_cache;
+  buffer.fill_(255.0);
+  backend::cuda_zero_spans(other_spans, dev, other_cache);
+  check(others, "other spans, another cache");
+  buffer.fill_(255.0);
+  const cuda::AllocatorCounters again = cuda::allocator_counters(dev);
+  backend::cuda_zero_spans(spans, dev, cache);
+  CHECK(cuda::allocator_counters(dev).requests == again.requests);
+  check(at_size, "the first cache's spans, its table kept");
+  backend::cuda_zero_spans({}, dev, cache);  // nothing to do
 }
 
 TEST_CASE("zero_grad on a GPU network: every gradient zero, a layer called twice counted once", "[gpu][memory]") {
@@ -242,7 +253,7 @@ TEST_CASE("zero_grad on a GPU network: every gradient zero, a layer called twice
   RunContext rc;
   rc.training = true;
   rc.device = gpu();
-  net.forward({test::random_tensor({3, 6}, "zg_x").to(gpu())}, rc, false);  // builds the layers
+  net.forward({test::random_tensor({3, 6}, "zg_x").to(gpu())}, rc, false);
   std::vector<Parameter*> params;
   for (auto& [name, p] : net.named_parameters()) params.push_back(p);
   REQUIRE(params.size() == 4);
@@ -287,7 +298,8 @@ TEST_CASE("cuda_cast_spans rounds f32 to bf16 and f16 as ops::cast does, in one 
       spans.push_back({static_cast<const float*>(src.raw()) + at,
                        static_cast<unsigned char*>(dst.raw()) + at * static_cast<int64_t>(dtype_size(dt)), size, dt});
     }
-    backend::cuda_cast_spans(spans, dev);
+    std::shared_ptr<void> cache;
+    backend::cuda_cast_spans(spans, dev, cache);
     // Bit for bit: the same rounding (NaN's payload included, as the same conversion makes it).
     std::vector<uint16_t> got(static_cast<size_t>(total)), ref(static_cast<size_t>(total));
     backend::cuda_copy(got.data(), Device::cpu(), dst.raw(), dst.device(), got.size() * 2);
@@ -304,7 +316,7 @@ TEST_CASE("cuda_cast_spans rounds f32 to bf16 and f16 as ops::cast does, in one 
     // Again with the table reused (same spans): no allocation, the same result.
     dst.zero_();
     const cuda::AllocatorCounters before = cuda::allocator_counters(dev);
-    backend::cuda_cast_spans(spans, dev);
+    backend::cuda_cast_spans(spans, dev, cache);
     CHECK(cuda::allocator_counters(dev).requests == before.requests);
     backend::cuda_copy(got.data(), Device::cpu(), dst.raw(), dst.device(), got.size() * 2);
     CHECK(got == ref);

@@ -211,6 +211,9 @@ class Network {
   bool input_gradients_ = true;
   LayerFusion layer_fusion_ = LayerFusion::automatic;
   std::shared_ptr<detail::FusionPlan> fusion_;  // the graph's chains, made at first need
+  // On GPUs: the device tables of zero_grad's and refresh_compute_copies' single launches
+  // (backend::cuda_zero_spans, cuda_cast_spans), kept per network.
+  std::shared_ptr<void> zero_spans_cache_, cast_spans_cache_;
   DType compute_dtype_ = DType::f32;
   MemoryFormat memory_format_ = MemoryFormat::contiguous;
 };

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -24,12 +25,13 @@ void cuda_free(void* ptr, size_t bytes, int device);
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 void cuda_memset_zero(void* ptr, size_t bytes, int device);
 // Every byte of each span (pointer, bytes) of `device` set to zero, in one launch on the
-// compute stream (the spans may not overlap). For zero_grad: where the spans are those of
-// the last call on this device, nothing is uploaded.
-void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>& spans, int device);
+// compute stream (the spans may not overlap). For zero_grad. `cache` (the caller's, opaque;
+// empty at first) keeps the chunk table on the device: where the spans are those of the
+// last call with this cache on this device, nothing is uploaded; else the upload waits.
+void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>& spans, int device, std::shared_ptr<void>& cache);
 // dst[i] = src[i] rounded to dst_dtype (bf16 or f16, to nearest even as every cast), for each
-// span, in one launch on the compute stream; as cuda_zero_spans, nothing is uploaded where the
-// spans are the last call's. For the compute-dtype copies of the master weights.
+// span, in one launch on the compute stream, with a cache as cuda_zero_spans'. For the
+// compute-dtype copies of the master weights.
 struct CastSpan {
   const float* src = nullptr;
   void* dst = nullptr;
@@ -39,7 +41,7 @@ struct CastSpan {
     return src == o.src && dst == o.dst && n == o.n && dst_dtype == o.dst_dtype;
   }
 };
-void cuda_cast_spans(const std::vector<CastSpan>& spans, int device);
+void cuda_cast_spans(const std::vector<CastSpan>& spans, int device, std::shared_ptr<void>& cache);
 // Every byte of [ptr, ptr + bytes) set to `byte` (0 or 0xff), on the compute stream.
 void cuda_fill_bytes(void* ptr, int byte, size_t bytes, int device);
 // Every element of t (on a CUDA device) set to value, converted as the host converts it.

@@ -55,7 +55,8 @@ constexpr cudnnBatchNormOps_t kOps = CUDNN_BATCHNORM_OPS_BN;
 struct BnDescs {
   TensorDescriptor xd;        // x (and y, dy, dx, z) in x's format
   TensorDescriptor bnd;       // the (C) statistics, plain spatial mode
-  TensorDescriptor bnd_nhwc;  // the same derived for the persistent NHWC mode (Ex calls; NHWC x only)
+  TensorDescriptor bnd_nhwc;  // the same derived for the persistent NHWC mode: nhwc_bnd()
+  bool nhwc_derived = false;
   ActivationDescriptor relu;  // the fused chains' activation
   // Per Ex ops (CUDNN_BATCHNORM_OPS_BN, _BN_ACTIVATION, _BN_ADD_ACTIVATION): the forward's
   // workspace and reserve queries (their status: a refusal is remembered too) and the
@@ -132,12 +133,27 @@ BnDescs& descs_for(BnCache& cache, const Tensor& x, const Dims& d) {
     auto made = std::make_unique<BnDescs>();
     set_x_desc(made->xd, x, d);
     TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(made->bnd, made->xd, kMode));
-    // The persistent mode's, only where the Ex calls may run (NHWC inputs).
-    if (x.is_channels_last()) TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(made->bnd_nhwc, made->xd, kModeNhwc));
     TNT_CUDNN_CHECK(cudnnSetActivationDescriptor(made->relu, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
     slot = std::move(made);
   }
   return *slot;
+}
+
+// The statistics' descriptor for the persistent NHWC mode, derived at the first Ex call (as
+// before the cache: paths that never make one never derive it).
+const TensorDescriptor& nhwc_bnd(BnDescs& descs) {
+  if (!descs.nhwc_derived) {
+    TNT_CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(descs.bnd_nhwc, descs.xd, kModeNhwc));
+    descs.nhwc_derived = true;
+  }
+  return descs.bnd_nhwc;
+}
+
+// cuDNN's checks refusing a call before any work (cuDNN 9 statuses carry their category in
+// the thousands).
+bool is_refusal(cudnnStatus_t st) {
+  const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(st));
+  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
 }
 
 BnDescs::Ex& ex_of(BnDescs& descs, cudnnBatchNormOps_t ops) {
@@ -154,11 +170,12 @@ const BnDescs::Ex& forward_ex_sizes(BnDescs& descs, cudnnHandle_t h, cudnnBatchN
         ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? static_cast<cudnnTensorDescriptor_t>(descs.xd) : nullptr;
     const cudnnActivationDescriptor_t ad = act ? static_cast<cudnnActivationDescriptor_t>(descs.relu) : nullptr;
     cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-        h, kModeNhwc, ops, descs.xd, zd, descs.xd, descs.bnd_nhwc, ad, &e.forward_ws);
+        h, kModeNhwc, ops, descs.xd, zd, descs.xd, nhwc_bnd(descs), ad, &e.forward_ws);
     if (st == CUDNN_STATUS_SUCCESS)
       st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kModeNhwc, ops, ad, descs.xd, &e.reserve);
     e.forward_status = st;
-    e.forward_queried = true;
+    // An answer (the sizes, or a refusal) is kept; another error is asked again next time.
+    e.forward_queried = st == CUDNN_STATUS_SUCCESS || is_refusal(st);
   }
   return e;
 }
@@ -172,7 +189,7 @@ size_t backward_ex_workspace(BnDescs& descs, cudnnHandle_t h, cudnnBatchNormOps_
         ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? static_cast<cudnnTensorDescriptor_t>(descs.xd) : nullptr;
     const cudnnActivationDescriptor_t ad = act ? static_cast<cudnnActivationDescriptor_t>(descs.relu) : nullptr;
     TNT_CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kModeNhwc, ops, descs.xd, descs.xd, descs.xd,
-                                                                      dzd, descs.xd, descs.bnd_nhwc, ad,
+                                                                      dzd, descs.xd, nhwc_bnd(descs), ad,
                                                                       &e.backward_ws));
     e.backward_queried = true;
   }
@@ -257,7 +274,7 @@ std::vector<Tensor> batch_norm_forward(BatchNorm& layer, const std::vector<Tenso
     Tensor save_inv_std = Tensor::empty({d.c}, DType::f32, x.device());  // (C)
     if (try_ex(x)) {
       // z, its descriptor and the activation are unused with CUDNN_BATCHNORM_OPS_BN: null.
-      const TensorDescriptor& bnd_ex = descs.bnd_nhwc;
+      const TensorDescriptor& bnd_ex = nhwc_bnd(descs);
       const BnDescs::Ex& sizes = forward_ex_sizes(descs, h, kOps);
       const size_t ws_bytes = sizes.forward_ws, reserve_bytes = sizes.reserve;
       cudnnStatus_t st = sizes.forward_status;
@@ -332,7 +349,7 @@ std::vector<Tensor> batch_norm_backward(BatchNorm& layer, const std::vector<Tens
     const Tensor& save_inv_std = saved.tensors[2];  // (C)
     BnDescs& descs = descs_for(cache, x, d);
     const TensorDescriptor& xd = descs.xd;
-    const TensorDescriptor& bnd = info.ex ? descs.bnd_nhwc : descs.bnd;
+    const TensorDescriptor& bnd = info.ex ? nhwc_bnd(descs) : descs.bnd;
     // cuDNN writes both parameter gradients with one beta: accumulate (beta 1) into the
     // layer's when both exist, else write both into scratch and add what is needed.
     const bool direct = weight_grad && bias_grad;
@@ -412,11 +429,6 @@ struct BnActSaved {
   bool add = false;
 };
 
-bool is_refusal(cudnnStatus_t st) {
-  const int category = CUDNN_STATUS_CATEGORY(static_cast<int>(st));
-  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
-}
-
 
 }  // namespace
 
@@ -438,7 +450,7 @@ bool batch_norm_act_forward(BatchNorm& layer, const Tensor& x, const Tensor& z, 
   Dims d = dims_of(layer, x);
   BnDescs& descs = descs_for(cache, x, d);
   const TensorDescriptor& xd = descs.xd;
-  const TensorDescriptor& bnd = descs.bnd_nhwc;
+  const TensorDescriptor& bnd = nhwc_bnd(descs);
   const ActivationDescriptor& ad = descs.relu;
   cudnnHandle_t h = cudnn_handle(device);
   const cudnnTensorDescriptor_t zd = z.defined() ? static_cast<cudnnTensorDescriptor_t>(xd) : nullptr;
@@ -500,7 +512,7 @@ std::vector<Tensor> batch_norm_act_backward(BatchNorm& layer, const Tensor& dy, 
   const cudnnBatchNormOps_t ops = info.add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
   BnDescs& descs = descs_for(cache, x, d);
   const TensorDescriptor& xd = descs.xd;
-  const TensorDescriptor& bnd = descs.bnd_nhwc;
+  const TensorDescriptor& bnd = nhwc_bnd(descs);
   const ActivationDescriptor& ad = descs.relu;
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format());
   Tensor dz = info.add ? Tensor::empty(x.shape(), x.dtype(), x.device(), x.memory_format()) : Tensor();

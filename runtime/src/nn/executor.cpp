@@ -296,7 +296,7 @@ void Network::refresh_compute_copies() {
       }
     }
   }
-  for (const auto& [device, spans] : device_spans) backend::cuda_cast_spans(spans, device);
+  for (const auto& [device, spans] : device_spans) backend::cuda_cast_spans(spans, device, cast_spans_cache_);
 }
 
 }  // namespace tnt

@@ -197,7 +197,7 @@ void Network::zero_grad() {
       }
     }
   }
-  for (const auto& [device, spans] : device_spans) backend::cuda_zero_spans(spans, device);
+  for (const auto& [device, spans] : device_spans) backend::cuda_zero_spans(spans, device, zero_spans_cache_);
 }
 
 std::vector<NamedParameter> Network::named_parameters() {

@@ -3,15 +3,18 @@
 //   cuda_zero_spans   zero_grad (161 memsets a ResNet-50 step)
 //   cuda_cast_spans   the compute-dtype copies of the f32 master weights before every
 //                     forward (54 casts a ResNet-50 step, 97 a Transformer-big step)
-// Each cuts its spans into chunks, one block a chunk, listed in a table on the device. A
-// table is uploaded again only when its spans change: a network's gradients and weight
-// copies keep their memory from step to step.
+// Each cuts its spans into chunks, one block a chunk, listed in a table on the device, which
+// the caller keeps (an opaque cache: the Network's own). A table is uploaded again only when
+// its spans change: a network's gradients and weight copies keep their memory from step to
+// step.
 #include "backend/cuda/cuda_context.hpp"
 #include "backend/cuda/device_common.cuh"
 #include "core/device_api.hpp"
 #include "tarantella/check.hpp"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -31,26 +34,41 @@ struct Table {
   size_t table_bytes = 0;
   int64_t chunks = 0;
 
-  // Makes the table current for spans (chunks() cuts them, on the host), on device's compute
-  // stream. The old table may still be read by a queued launch: it goes back to the caching
-  // allocator, whose next user is ordered after that launch on the same stream.
+  Table() = default;
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+  ~Table() { release(); }
+
+  // Makes the table current for spans (cut() cuts them into chunks on the host). The copy
+  // waits for the device (cuda_copy from host memory; the optimizer's tables are uploaded the
+  // same way): only when the spans change, at a network's first step.
   template <typename Cut>
   void update(const std::vector<Span>& want, int device, Cut&& cut) {
     if (made && want == spans) return;
     const std::vector<Chunk> host = cut(want);
-    if (device_table) cuda_free(device_table, table_bytes, device);
-    device_table = nullptr;
-    table_bytes = host.size() * sizeof(Chunk);
-    chunks = static_cast<int64_t>(host.size());
-    if (table_bytes > 0) {
-      device_table = cuda_malloc(table_bytes, device);
-      // From pageable memory: the driver has staged the bytes when the call returns.
-      TNT_CUDA_CHECK(cudaMemcpyAsync(device_table, host.data(), table_bytes, cudaMemcpyHostToDevice,
-                                     cuda::compute_stream(device)));
+    made = false;  // until the new table is complete: a failure below leaves none in use
+    release();
+    const size_t bytes = host.size() * sizeof(Chunk);
+    if (bytes > 0) {
+      device_table = cuda_malloc(bytes, device);
+      device_of_table = device;
+      table_bytes = bytes;
+      cuda_copy(device_table, Device::cuda(device), host.data(), Device::cpu(), bytes);
     }
+    chunks = static_cast<int64_t>(host.size());
     spans = want;
     made = true;
   }
+
+  // The old table may still be read by a queued launch: it goes back to the caching
+  // allocator, whose next user is ordered after that launch on the same stream.
+  void release() {
+    if (device_table) cuda_free(device_table, table_bytes, device_of_table);
+    device_table = nullptr;
+    table_bytes = 0;
+    chunks = 0;
+  }
+  int device_of_table = 0;
 };
 
 // --- zero -------------------------------------------------------------------------------------
@@ -98,6 +116,9 @@ struct CastChunk {
   int32_t dtype;  // the destination's DType: bf16 or f16
 };
 
+__device__ __forceinline__ unsigned bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ unsigned bits_of(__half v) { return __half_as_ushort(v); }
+
 template <typename T>
 __device__ __forceinline__ void cast_chunk(const CastChunk& c) {
   T* dst = static_cast<T*>(c.dst);
@@ -108,9 +129,12 @@ __device__ __forceinline__ void cast_chunk(const CastChunk& c) {
     const float4* s4 = reinterpret_cast<const float4*>(c.src);
     for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) {
       const float4 v = s4[i];
-      T out[4] = {cuda::from_float<T>(v.x), cuda::from_float<T>(v.y), cuda::from_float<T>(v.z), cuda::from_float<T>(v.w)};
-      static_assert(sizeof(out) == 8, "two-byte elements");
-      *reinterpret_cast<uint2*>(dst + 4 * i) = *reinterpret_cast<const uint2*>(out);
+      // Packed by their bits (element 0 in the low half, as memory holds it): the same
+      // conversions as ops::cast, then one 8-byte store.
+      uint2 packed;
+      packed.x = bits_of(cuda::from_float<T>(v.x)) | (bits_of(cuda::from_float<T>(v.y)) << 16);
+      packed.y = bits_of(cuda::from_float<T>(v.z)) | (bits_of(cuda::from_float<T>(v.w)) << 16);
+      *reinterpret_cast<uint2*>(dst + 4 * i) = packed;
     }
     done = n4 * 4;
   }
@@ -139,9 +163,25 @@ std::vector<CastChunk> cast_chunks(const std::vector<CastSpan>& spans) {
   return out;
 }
 
+// A caller's tables (the Network's: two networks on one device keep one each), by device.
+using ZeroTable = Table<std::pair<void*, size_t>, ZeroChunk>;
+using CastTable = Table<CastSpan, CastChunk>;
+template <typename T>
+struct Tables {
+  std::map<int, std::unique_ptr<T>> by_device;
+  T& of(int device) {
+    std::unique_ptr<T>& t = by_device[device];
+    if (!t) t = std::make_unique<T>();
+    return *t;
+  }
+};
+template <typename T>
+T& table_in(std::shared_ptr<void>& cache, int device) {
+  if (!cache) cache = std::make_shared<Tables<T>>();
+  return static_cast<Tables<T>*>(cache.get())->of(device);
+}
+
 std::mutex tables_mu;
-Table<std::pair<void*, size_t>, ZeroChunk> zero_tables[cuda::kMaxDevices];
-Table<CastSpan, CastChunk> cast_tables[cuda::kMaxDevices];
 
 void check_device(int device, const char* what) {
   TNT_CHECK(device >= 0 && device < cuda::kMaxDevices, "{}: device {} out of range", what, device);
@@ -149,11 +189,11 @@ void check_device(int device, const char* what) {
 
 }  // namespace
 
-void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>& spans, int device) {
+void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>& spans, int device, std::shared_ptr<void>& cache) {
   check_device(device, "cuda_zero_spans");
   cuda::DeviceGuard guard(device);
   std::lock_guard<std::mutex> lock(tables_mu);
-  auto& t = zero_tables[device];
+  ZeroTable& t = table_in<ZeroTable>(cache, device);
   t.update(spans, device, zero_chunks);
   if (t.chunks == 0) return;
   zero_chunks_kernel<<<static_cast<unsigned>(t.chunks), kSpanThreads, 0, cuda::compute_stream(device)>>>(
@@ -161,7 +201,7 @@ void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>& spans, int dev
   TNT_CUDA_CHECK_LAUNCH();
 }
 
-void cuda_cast_spans(const std::vector<CastSpan>& spans, int device) {
+void cuda_cast_spans(const std::vector<CastSpan>& spans, int device, std::shared_ptr<void>& cache) {
   check_device(device, "cuda_cast_spans");
   for (const CastSpan& s : spans) {
     TNT_CHECK((s.dst_dtype == DType::bf16 || s.dst_dtype == DType::f16) && s.n >= 0 && (s.n == 0 || (s.src && s.dst)),
@@ -169,7 +209,7 @@ void cuda_cast_spans(const std::vector<CastSpan>& spans, int device) {
   }
   cuda::DeviceGuard guard(device);
   std::lock_guard<std::mutex> lock(tables_mu);
-  auto& t = cast_tables[device];
+  CastTable& t = table_in<CastTable>(cache, device);
   t.update(spans, device, cast_chunks);
   if (t.chunks == 0) return;
   cast_chunks_kernel<<<static_cast<unsigned>(t.chunks), kSpanThreads, 0, cuda::compute_stream(device)>>>(

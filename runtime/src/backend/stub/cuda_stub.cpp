@@ -16,8 +16,8 @@ void* cuda_malloc(size_t, int) { no_cuda(); }
 void cuda_free(void*, size_t, int) {}
 void cuda_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
 void cuda_memset_zero(void*, size_t, int) { no_cuda(); }
-void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>&, int) { no_cuda(); }
-void cuda_cast_spans(const std::vector<CastSpan>&, int) { no_cuda(); }
+void cuda_zero_spans(const std::vector<std::pair<void*, size_t>>&, int, std::shared_ptr<void>&) { no_cuda(); }
+void cuda_cast_spans(const std::vector<CastSpan>&, int, std::shared_ptr<void>&) { no_cuda(); }
 MemoryStats cuda_memory_stats(int) { return {}; }
 void cuda_reset_peak(int) {}
 void cuda_profiler_start(int) { no_cuda(); }

@@ -135,10 +135,13 @@ Tensor filter_as(const Tensor& w, MemoryFormat format, int64_t channels, bool kr
 
 // The channels the input runs with (see "Channel padding" at the top): its own, or 4 or 8.
 // Decided at the layer's first forward for each input shape; timed choices (auto) time
-// the forward, the filter gradient and, where the input gradient is needed, the data
-// gradient of each candidate on the real input, with the forward's output standing in for
-// the output gradient (timing does not depend on the values).
-int64_t channels_to_run(Conv2D& layer, const Tensor& input, const Tensor& w, MemoryFormat format,
+// the forward and, in training, the filter gradient and, where the input gradient is
+// needed, the data gradient of each candidate on the real input, with the forward's output
+// standing in for the output gradient (timing does not depend on the values). A shape first
+// seen outside training (an evaluation's last, smaller batch) times its forward only: it
+// may never run a backward, whose algorithms would be timed (and their workspaces taken)
+// for nothing.
+int64_t channels_to_run(Conv2D& layer, const Tensor& input, const Tensor& w, MemoryFormat format, bool training,
                         bool need_input_grads, int device) {
   const int64_t c = input.dim(1);
   if (input.dim(0) == 0 || layer.weight().value.dtype() != DType::f32) return c;  // f32 masters only (backward)
@@ -160,10 +163,12 @@ int64_t channels_to_run(Conv2D& layer, const Tensor& input, const Tensor& w, Mem
       Tensor y = Tensor::empty({s[0], layer.filters(), plan.ho, plan.wo}, x.dtype(), x.device(), format);
       double t =
           choose_forward(plan, layer, x.shape(), ConvOperands{x.raw(), wc.raw(), nullptr, y.raw()}, device);
-      const double t_filter =
-          choose_backward_filter(plan, layer, x.shape(), ConvOperands{x.raw(), nullptr, y.raw()}, device);
-      t = t < 0 || t_filter < 0 ? -1 : t + t_filter;
-      if (need_input_grads) {
+      if (training) {
+        const double t_filter =
+            choose_backward_filter(plan, layer, x.shape(), ConvOperands{x.raw(), nullptr, y.raw()}, device);
+        t = t < 0 || t_filter < 0 ? -1 : t + t_filter;
+      }
+      if (training && need_input_grads) {
         const double t_data =
             choose_backward_data(plan, layer, x.shape(), ConvOperands{nullptr, wc.raw(), y.raw()}, device);
         t = t < 0 || t_data < 0 ? -1 : t + t_data;
@@ -179,8 +184,8 @@ int64_t channels_to_run(Conv2D& layer, const Tensor& input, const Tensor& w, Mem
   }
   const int64_t chosen = conv_autotune::choose_padding(tried, ms);
   cache.padded_channels.emplace(key, chosen);
-  log_info("Conv2D '{}': input {} runs with {} channels{} (timed forward + backward, by channels: {})", layer.name(),
-           shape_str(s), chosen, chosen == c ? "" : " (zero channels added)", times);
+  log_info("Conv2D '{}': input {} runs with {} channels{} (timed forward{}, by channels: {})", layer.name(),
+           shape_str(s), chosen, chosen == c ? "" : " (zero channels added)", training ? " + backward" : "", times);
   return chosen;
 }
 
@@ -203,7 +208,7 @@ std::vector<Tensor> conv2d_forward(Conv2D& layer, const std::vector<Tensor>& inp
             layer.name(), input.str(), layer.in_channels());
   const MemoryFormat format = rc.memory_format;
   if (!layer.engine_cache(Device::Kind::cuda)) layer.engine_cache(Device::Kind::cuda) = std::make_shared<ConvCache>();
-  const int64_t channels = channels_to_run(layer, input, w, format, saved.need_input_grads, device);
+  const int64_t channels = channels_to_run(layer, input, w, format, rc.training, saved.need_input_grads, device);
   auto info = std::make_shared<ConvSavedCuda>();
   info->input_format = input.memory_format();
   info->format = format;

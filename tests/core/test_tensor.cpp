@@ -149,6 +149,20 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
                       Catch::Contains("TNT_CUDNN_ATTENTION='flash' is not auto or a boolean (1/0, true/false)"));
   }
   {
+    // auto by default: the output projection pads its vocabulary where a trial finds it faster
+    CHECK(Config::from_env().gemm_pad.automatic());
+    ScopedEnv a("TNT_GEMM_PAD", "0");
+    CHECK(Config::from_env().gemm_pad.off());
+  }
+  {
+    ScopedEnv a("TNT_GEMM_PAD", "yes");
+    CHECK(Config::from_env().gemm_pad.on());
+  }
+  {
+    ScopedEnv a("TNT_GEMM_PAD", "8");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_GEMM_PAD='8' is not auto or a boolean"));
+  }
+  {
     CHECK(Config::from_env().layer_fusion);
     ScopedEnv a("TNT_LAYER_FUSION", "0");
     CHECK_FALSE(Config::from_env().layer_fusion);

@@ -54,6 +54,8 @@ namespace tnt {
     "fused CUDA attention (bf16/fp16, head depth 16..128 in steps of 16; else unfused); 0 = cuBLAS products around a softmax kernel") \
   X(cudnn_attention, AutoSwitch, "TNT_CUDNN_ATTENTION", AutoSwitch::Mode::automatic, "",          \
     "CUDA attention core through cuDNN's fused flash attention (bf16/fp16, head depth 8..128 in steps of 8, causal only self-attention): auto = per shape, where its first use finds cuDNN's results agreeing with the fused/unfused engine's and its forward+backward 2% faster; 1 = wherever its graph builds; 0 = never. Shapes whose graph does not build or whose forward fails to run take the fused/unfused engines") \
+  X(gemm_pad, AutoSwitch, "TNT_GEMM_PAD", AutoSwitch::Mode::automatic, "",                          \
+    "CUDA f16/bf16 output projection over a vocabulary that is not a multiple of 8 (its rows off the 16-byte boundary cuBLAS's Hopper kernels need): auto = per shape, padded with zero rows to a multiple of 8 where its first use finds the padded products agreeing with the direct ones and 2% faster, each direction apart; 1 = always padded; 0 = never (and auto in deterministic mode)") \
   X(fused_attention_rows, int64_t, "TNT_FUSED_ATTENTION_ROWS", 16, "rows",                    \
     "query rows per warp of the fused attention forward: 16, or 32 (blocks of 128 rows; head depths up to 64, 16 above); the same results") \
   X(layer_fusion, bool, "TNT_LAYER_FUSION", true, "",                                           \

@@ -14,13 +14,13 @@
 // cub::DeviceRadixSort of (id, row) pairs, so each id's rows stay in row order) and one
 // block per group of equal ids adds that group's dy rows in row order, column by column.
 // Each dW row thus gets one fixed sum, with no atomics. Projection: cuBLAS products as
-// Dense's.
+// Dense's, on a vocabulary padded to a multiple of 8 where that pays (embedding_projection_cuda.hpp).
 #include "layers/embedding_cuda.hpp"
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.hpp"
 #include "backend/cuda/sort_bits.hpp"
-#include "layers/gemm_cuda.hpp"
+#include "layers/embedding_projection_cuda.hpp"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -80,6 +80,7 @@ struct EmbeddingSaved {
   Tensor ids;                      // lookup: the ids (R), on the device
   std::shared_ptr<IdCheck> check;  // lookup: this call's id check
   int64_t rows = 0;
+  ProjectionPath path;             // projection: direct or padded, each way (TNT_GEMM_PAD)
 };
 
 EmbeddingCache& cache_of(Embedding& layer) {
@@ -272,7 +273,8 @@ std::vector<Tensor> embedding_forward(Embedding& layer, const std::vector<Tensor
   Shape out_shape = x.shape();
   out_shape.back() = v;
   Tensor logits = Tensor::empty(out_shape, x.dtype(), x.device());  // (R, V) = x W^T
-  gemm_rm(device, x.dtype(), x.dtype(), false, true, rows, v, d, 1.0f, x.raw(), 0, w.raw(), 0, 0.0f, logits.raw(), 0);
+  s->path = projection_path(layer.name(), x.dtype(), rows, v, d, x.raw(), w.raw(), logits.raw(), device);
+  projection_forward(s->path.forward_padded, device, x.dtype(), rows, v, d, x.raw(), w.raw(), logits.raw());
   s->lookup = false;
   s->x = x;
   s->rows = rows;
@@ -337,14 +339,10 @@ std::vector<Tensor> embedding_backward(Embedding& layer, const std::vector<Tenso
   TNT_CHECK(dy.numel() == s.rows * v && dy.dtype() == x.dtype(), "Embedding '{}': gradient {} for logits ({}, {})",
             layer.name(), dy.str(), s.rows, v);
   Tensor dx;
-  if (saved.need_input_grads) {
-    dx = Tensor::empty(x.shape(), x.dtype(), x.device());  // (R, D) = dy (R, V) W (V, D)
-    gemm_rm(device, x.dtype(), x.dtype(), false, false, s.rows, d, v, 1.0f, dy.raw(), 0, w.raw(), 0, 0.0f, dx.raw(),
-            0);
-  }
-  // dW (V, D) += dy^T (V, R) x (R, D), accumulated in f32
-  gemm_rm(device, x.dtype(), DType::f32, true, false, v, d, s.rows, 1.0f, dy.raw(), 0, x.raw(), 0, 1.0f,
-          weight.grad.raw(), 0);
+  // (R, D) = dy (R, V) W (V, D); dW (V, D) += dy^T (V, R) x (R, D), accumulated in f32
+  if (saved.need_input_grads) dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+  projection_backward(s.path.backward_padded, device, x.dtype(), s.rows, v, d, dy.raw(), x.raw(), w.raw(),
+                      dx.defined() ? dx.raw() : nullptr, static_cast<float*>(weight.grad.raw()));
   return {dx};
 }
 

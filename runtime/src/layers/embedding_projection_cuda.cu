@@ -1,0 +1,287 @@
+// Embedding's output projection on CUDA, direct or on a padded vocabulary
+// (embedding_projection_cuda.hpp; the rules: projection_pad.hpp).
+#include "layers/embedding_projection_cuda.hpp"
+
+#include "backend/cuda/compare.hpp"
+#include "backend/cuda/device_common.cuh"
+#include "layers/gemm_cuda.hpp"
+#include "layers/projection_pad.hpp"
+#include "tarantella/config.hpp"
+#include "tarantella/log.hpp"
+#include "tarantella/runtime.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+namespace tnt::cuda {
+
+namespace {
+
+namespace rules = tnt::projection_pad;
+
+std::mutex trials_mu;
+// (device, dtype, v, d, rows class) -> path
+std::map<std::tuple<int, int, int64_t, int64_t, int>, ProjectionPath> verdicts;
+std::vector<ProjectionPadRecord> records;
+std::atomic<int64_t> chunk_rows_hook{0};
+std::atomic<int> corrupt_hook{0};  // 1: the check's padded forward, 2: its backward
+std::atomic<int64_t> padded_calls{0};
+std::atomic<bool> prefer_padded_hook{false};
+
+char* bytes(void* p, int64_t offset) { return static_cast<char*>(p) + offset; }
+const char* bytes(const void* p, int64_t offset) { return static_cast<const char*>(p) + offset; }
+
+int64_t chunk_for(int64_t rows, int64_t vp, size_t es) {
+  const int64_t hook = chunk_rows_hook;
+  return hook > 0 ? hook : rules::chunk_rows(rows, vp, es);
+}
+
+// (vp, d) copy of w (v, d) with zero rows after v.
+Workspace padded_weight(const void* w, int64_t v, int64_t vp, int64_t d, size_t es, int device) {
+  cudaStream_t stream = compute_stream(device);
+  Workspace wp(static_cast<size_t>(vp * d) * es, device);
+  TNT_CUDA_CHECK(cudaMemcpyAsync(wp.data(), w, static_cast<size_t>(v * d) * es, cudaMemcpyDeviceToDevice, stream));
+  TNT_CUDA_CHECK(cudaMemsetAsync(bytes(wp.data(), v * d * static_cast<int64_t>(es)), 0,
+                                 static_cast<size_t>((vp - v) * d) * es, stream));
+  return wp;
+}
+
+// `shift` (the test fault): the copy out reads each row one column late.
+void padded_forward(int device, DType t, int64_t rows, int64_t v, int64_t d, const void* x, const void* w,
+                    void* logits, int64_t chunk, bool shift) {
+  const int64_t vp = rules::padded_width(v);
+  const auto es = static_cast<int64_t>(dtype_size(t));
+  cudaStream_t stream = compute_stream(device);
+  Workspace wp = padded_weight(w, v, vp, d, static_cast<size_t>(es), device);
+  Workspace cp(static_cast<size_t>(std::min(chunk, rows) * vp * es), device);  // (chunk, vp)
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t rc = std::min(chunk, rows - r0);
+    gemm_rm(device, t, t, false, true, rc, vp, d, 1.0f, bytes(x, r0 * d * es), 0, wp.data(), 0, 0.0f, cp.data(), 0);
+    TNT_CUDA_CHECK(cudaMemcpy2DAsync(bytes(logits, r0 * v * es), static_cast<size_t>(v * es),
+                                     bytes(cp.data(), shift ? es : 0), static_cast<size_t>(vp * es),
+                                     static_cast<size_t>(v * es), static_cast<size_t>(rc), cudaMemcpyDeviceToDevice,
+                                     stream));
+  }
+}
+
+// `shift` (the test fault): each dy row lands one column late (column 0 keeps what the
+// scratch held, column v gets dy's last value).
+void padded_backward(int device, DType t, int64_t rows, int64_t v, int64_t d, const void* dy, const void* x,
+                     const void* w, void* dx, float* dw, int64_t chunk, bool shift) {
+  const int64_t vp = rules::padded_width(v);
+  const auto es = static_cast<int64_t>(dtype_size(t));
+  cudaStream_t stream = compute_stream(device);
+  Workspace wp;
+  if (dx != nullptr) wp = padded_weight(w, v, vp, d, static_cast<size_t>(es), device);
+  // (vp, d) f32: the gradient, then zero rows; the products add into it; its first v rows
+  // go back.
+  Workspace gp(static_cast<size_t>(vp * d) * sizeof(float), device);
+  TNT_CUDA_CHECK(cudaMemcpyAsync(gp.data(), dw, static_cast<size_t>(v * d) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 stream));
+  TNT_CUDA_CHECK(cudaMemsetAsync(gp.as<float>() + v * d, 0, static_cast<size_t>((vp - v) * d) * sizeof(float), stream));
+  // (chunk, vp) rows of dy; the columns after v are zeroed once and never written again.
+  const int64_t cr = std::min(chunk, rows);
+  Workspace yp(static_cast<size_t>(cr * vp * es), device);
+  TNT_CUDA_CHECK(cudaMemset2DAsync(bytes(yp.data(), v * es), static_cast<size_t>(vp * es), 0,
+                                   static_cast<size_t>((vp - v) * es), static_cast<size_t>(cr), stream));
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t rc = std::min(chunk, rows - r0);
+    TNT_CUDA_CHECK(cudaMemcpy2DAsync(bytes(yp.data(), shift ? es : 0), static_cast<size_t>(vp * es),
+                                     bytes(dy, r0 * v * es),
+                                     static_cast<size_t>(v * es), static_cast<size_t>(v * es),
+                                     static_cast<size_t>(rc), cudaMemcpyDeviceToDevice, stream));
+    if (dx != nullptr) {
+      gemm_rm(device, t, t, false, false, rc, d, vp, 1.0f, yp.data(), 0, wp.data(), 0, 0.0f, bytes(dx, r0 * d * es),
+              0);
+    }
+    gemm_rm(device, t, DType::f32, true, false, vp, d, rc, 1.0f, yp.data(), 0, bytes(x, r0 * d * es), 0, 1.0f,
+            gp.data(), 0);
+  }
+  TNT_CUDA_CHECK(cudaMemcpyAsync(dw, gp.data(), static_cast<size_t>(v * d) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                 stream));
+}
+
+ProjectionPadRecord::Agreement compare(const void* padded, const void* direct, int64_t n, DType t, int device) {
+  const auto [diff, largest] = max_difference(padded, direct, n, t, device);
+  return {diff, largest};
+}
+
+// Both paths on the first rows of x, several chunks of them, compared; then both timed at
+// the call's size, each direction apart.
+void trial(DType t, int64_t rows, int64_t v, int64_t d, const void* x, const void* w, void* logits, int device,
+           ProjectionPadRecord& rec) {
+  const auto es = static_cast<int64_t>(dtype_size(t));
+  cudaStream_t stream = compute_stream(device);
+  {
+    const int64_t r = std::min(rows, rules::kCheckRows);
+    Workspace la(static_cast<size_t>(r * v * es), device), lb(static_cast<size_t>(r * v * es), device);
+    Workspace xa(static_cast<size_t>(r * d * es), device), xb(static_cast<size_t>(r * d * es), device);
+    Workspace ga(static_cast<size_t>(v * d) * sizeof(float), device), gb(static_cast<size_t>(v * d) * sizeof(float),
+                                                                          device);
+    projection_forward(false, device, t, r, v, d, x, w, la.data());
+    padded_forward(device, t, r, v, d, x, w, lb.data(), rules::kCheckChunkRows, corrupt_hook == 1);
+    rec.logits = compare(lb.data(), la.data(), r * v, t, device);
+    TNT_CUDA_CHECK(cudaMemsetAsync(ga.data(), 0, ga.bytes(), stream));
+    TNT_CUDA_CHECK(cudaMemsetAsync(gb.data(), 0, gb.bytes(), stream));
+    // The direct logits stand in for dy.
+    projection_backward(false, device, t, r, v, d, la.data(), x, w, xa.data(), ga.as<float>());
+    padded_backward(device, t, r, v, d, la.data(), x, w, xb.data(), gb.as<float>(), rules::kCheckChunkRows,
+                    corrupt_hook == 2);
+    rec.dx = compare(xb.data(), xa.data(), r * d, t, device);
+    rec.dw = compare(gb.data(), ga.data(), v * d, DType::f32, device);
+    for (const auto& [what, a] : {std::pair{"logits", rec.logits}, std::pair{"dx", rec.dx}, std::pair{"dW", rec.dw}}) {
+      if (!rules::agrees(a.diff, a.largest)) {
+        rec.suspect = true;
+        rec.verdict = fmt::format("the padded {} differ from the direct ones by {:.3g} where the largest is {:.3g}",
+                                  what, a.diff, a.largest);
+        return;
+      }
+    }
+  }
+  // Timed at the call's size after one untimed run each; the paths alternate over the
+  // rounds and each keeps its best. The backward reads the call's logits as its dy.
+  constexpr int kRounds = 2, kRuns = 3;
+  const int64_t chunk = chunk_for(rows, rules::padded_width(v), static_cast<size_t>(es));
+  auto fwd = [&](bool padded) {
+    if (padded) {
+      padded_forward(device, t, rows, v, d, x, w, logits, chunk, false);
+    } else {
+      projection_forward(false, device, t, rows, v, d, x, w, logits);
+    }
+  };
+  fwd(false);
+  fwd(true);
+  for (int round = 0; round < kRounds; ++round) {
+    const double a = time_runs([&] { fwd(false); }, kRuns, device);
+    const double b = time_runs([&] { fwd(true); }, kRuns, device);
+    rec.forward_direct_ms = round == 0 ? a : std::min(rec.forward_direct_ms, a);
+    rec.forward_padded_ms = round == 0 ? b : std::min(rec.forward_padded_ms, b);
+  }
+  // With dx always: a verdict serves every later call of the shape, and training needs dx.
+  Workspace dx(static_cast<size_t>(rows * d * es), device);
+  Workspace dw(static_cast<size_t>(v * d) * sizeof(float), device);
+  TNT_CUDA_CHECK(cudaMemsetAsync(dw.data(), 0, dw.bytes(), stream));
+  auto bwd = [&](bool padded) {
+    if (padded) {
+      padded_backward(device, t, rows, v, d, logits, x, w, dx.data(), dw.as<float>(), chunk, false);
+    } else {
+      projection_backward(false, device, t, rows, v, d, logits, x, w, dx.data(), dw.as<float>());
+    }
+  };
+  bwd(false);
+  bwd(true);
+  for (int round = 0; round < kRounds; ++round) {
+    const double a = time_runs([&] { bwd(false); }, kRuns, device);
+    const double b = time_runs([&] { bwd(true); }, kRuns, device);
+    rec.backward_direct_ms = round == 0 ? a : std::min(rec.backward_direct_ms, a);
+    rec.backward_padded_ms = round == 0 ? b : std::min(rec.backward_padded_ms, b);
+  }
+  const bool hook = prefer_padded_hook;
+  rec.path.forward_padded = hook || rules::prefer_padded(rec.forward_padded_ms, rec.forward_direct_ms);
+  rec.path.backward_padded = hook || rules::prefer_padded(rec.backward_padded_ms, rec.backward_direct_ms);
+  if (hook) rec.verdict = "padded taken (test hook)";
+}
+
+}  // namespace
+
+void projection_forward(bool padded, int device, DType t, int64_t rows, int64_t v, int64_t d, const void* x,
+                        const void* w, void* logits) {
+  if (rows <= 0 || v <= 0) return;
+  if (padded && rules::applies(t, v)) {
+    padded_forward(device, t, rows, v, d, x, w, logits, chunk_for(rows, rules::padded_width(v), dtype_size(t)),
+                   false);
+    ++padded_calls;
+    return;
+  }
+  gemm_rm(device, t, t, false, true, rows, v, d, 1.0f, x, 0, w, 0, 0.0f, logits, 0);
+}
+
+void projection_backward(bool padded, int device, DType t, int64_t rows, int64_t v, int64_t d, const void* dy,
+                         const void* x, const void* w, void* dx, float* dw) {
+  if (rows <= 0 || v <= 0) return;
+  if (padded && rules::applies(t, v)) {
+    padded_backward(device, t, rows, v, d, dy, x, w, dx, dw, chunk_for(rows, rules::padded_width(v), dtype_size(t)),
+                    false);
+    ++padded_calls;
+    return;
+  }
+  if (dx != nullptr) gemm_rm(device, t, t, false, false, rows, d, v, 1.0f, dy, 0, w, 0, 0.0f, dx, 0);
+  gemm_rm(device, t, DType::f32, true, false, v, d, rows, 1.0f, dy, 0, x, 0, 1.0f, dw, 0);
+}
+
+ProjectionPath projection_path(const std::string& layer, DType dtype, int64_t rows, int64_t v, int64_t d,
+                               const void* x, const void* w, void* logits, int device) {
+  const AutoSwitch mode = tnt::config().gemm_pad;
+  if (mode.off() || !rules::applies(dtype, v) || rows <= 0) return {};
+  if (mode.on()) return {true, true};
+  if (tnt::config().deterministic) return {};
+  const auto key = std::make_tuple(device, static_cast<int>(dtype), v, d, rules::rows_class(rows));
+  std::lock_guard<std::mutex> lock(trials_mu);
+  auto it = verdicts.find(key);
+  if (it != verdicts.end()) return it->second;
+  ProjectionPadRecord rec;
+  rec.layer = layer;
+  rec.device = device;
+  rec.dtype = dtype;
+  rec.rows = rows;
+  rec.v = v;
+  rec.d = d;
+  try {
+    trial(dtype, rows, v, d, x, w, logits, device, rec);
+  } catch (const std::exception& e) {
+    rec.path = {};
+    rec.suspect = true;
+    rec.verdict = fmt::format("the trial failed: {}", e.what());
+  }
+  if (rec.suspect) rec.path = {};
+  verdicts[key] = rec.path;
+  records.push_back(rec);
+  if (rec.suspect) {
+    log_warning("Embedding '{}': {}", layer, rec.str());
+  } else {
+    log_info("Embedding '{}': {}", layer, rec.str());
+  }
+  return rec.path;
+}
+
+std::string ProjectionPadRecord::str() const {
+  std::string s = fmt::format("TNT_GEMM_PAD=auto: projection {} ({} x {}) x ({} x {})^T on cuda:{}",
+                              dtype_name(dtype), rows, d, v, d, device);
+  if (forward_direct_ms > 0) {
+    s += fmt::format(": forward {} (direct {:.3f} ms, padded to {} {:.3f} ms), backward {} (direct {:.3f} ms, padded "
+                     "{:.3f} ms)",
+                     path.forward_padded ? "padded" : "direct", forward_direct_ms, projection_pad::padded_width(v),
+                     forward_padded_ms, path.backward_padded ? "padded" : "direct", backward_direct_ms,
+                     backward_padded_ms);
+  } else {
+    s += ": direct";
+  }
+  if (!verdict.empty()) s += fmt::format(" ({})", verdict);
+  if (!std::isnan(logits.diff)) {
+    s += fmt::format("; padded - direct: logits {:.3g} of {:.3g}", logits.diff, logits.largest);
+  }
+  if (!std::isnan(dx.diff)) s += fmt::format(", dx {:.3g} of {:.3g}", dx.diff, dx.largest);
+  if (!std::isnan(dw.diff)) s += fmt::format(", dW {:.3g} of {:.3g}", dw.diff, dw.largest);
+  return s;
+}
+
+std::vector<ProjectionPadRecord> projection_pad_trials() {
+  std::lock_guard<std::mutex> lock(trials_mu);
+  return records;
+}
+
+void projection_pad_trials_reset() {
+  std::lock_guard<std::mutex> lock(trials_mu);
+  verdicts.clear();
+  records.clear();
+}
+
+void projection_pad_chunk_rows_for_tests(int64_t rows) { chunk_rows_hook = rows; }
+void projection_pad_corrupt_for_tests(int which) { corrupt_hook = which; }
+void projection_pad_prefer_padded_for_tests(bool on) { prefer_padded_hook = on; }
+int64_t projection_pad_padded_calls() { return padded_calls; }
+
+}  // namespace tnt::cuda

@@ -56,9 +56,11 @@ cat >"$fake/build/bin/transformer" <<'EOF'
 if [[ ${TNT_FUSED_ATTENTION:-1} == 0 ]]; then mib=950 alloc=750 tps=20000; else mib=900 alloc=700 tps=40000; fi
 [[ ${TNT_CUDNN_ATTENTION:-auto} == 1 ]] && tps=60000
 # FAKE_FAIL=auto: cuDNN's attention "crashes" wherever it may run (auto or 1); =fused: the
-# fused attention crashes as well.
+# fused attention crashes as well; =gemm_pad: the padded output projection crashes wherever
+# it may run (auto or 1).
 if [[ (${FAKE_FAIL:-} == auto || ${FAKE_FAIL:-} == fused) && ${TNT_CUDNN_ATTENTION:-auto} != 0 ]] ||
-  [[ ${FAKE_FAIL:-} == fused && ${TNT_FUSED_ATTENTION:-1} != 0 ]]; then
+  [[ ${FAKE_FAIL:-} == fused && ${TNT_FUSED_ATTENTION:-1} != 0 ]] ||
+  [[ ${FAKE_FAIL:-} == gemm_pad && ${TNT_GEMM_PAD:-auto} != 0 ]]; then
   echo "CUDA error: an illegal memory access was encountered (fake)" >&2
   exit 134
 fi
@@ -192,7 +194,7 @@ fi
 run transformer_fallback transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 ATTENTION_COMPARE=cudnn \
   FAKE_FAIL=auto PYTHON="$(command -v python3)"
 log=$tmp/transformer_fallback.log
-expect "$log" '^transformer_gpu: ours, bf16, 2x4 failed \(exit 134; .*with TNT_CUDNN_ATTENTION=0$' \
+expect "$log" '^transformer_gpu: ours, bf16, 2x4 failed \(exit 134; .*with TNT_CUDNN_ATTENTION=0 TNT_GEMM_PAD=0$' \
   "transformer (fallback): the failure said, and the retry"
 expect "$log" '^transformer_gpu:   \| CUDA error: an illegal memory access' "transformer (fallback): the failure's lines"
 expect "$log" '^tarantella fused +bf16 .* 40000\.0 ' "transformer (fallback): the row, labelled with what ran"
@@ -206,11 +208,18 @@ fi
 run transformer_fallback2 transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 FAKE_FAIL=fused \
   PYTHON="$(command -v python3)"
 log=$tmp/transformer_fallback2.log
-expect "$log" 'once more, and every later default run of ours, with TNT_CUDNN_ATTENTION=0$' \
+expect "$log" 'once more, and every later default run of ours, with TNT_CUDNN_ATTENTION=0 TNT_GEMM_PAD=0$' \
   "transformer (fallback 2): the first step"
-expect "$log" 'with TNT_CUDNN_ATTENTION=0 TNT_FUSED_ATTENTION=0 TNT_LAYER_FUSION=0$' \
+expect "$log" 'with TNT_CUDNN_ATTENTION=0 TNT_GEMM_PAD=0 TNT_FUSED_ATTENTION=0 TNT_LAYER_FUSION=0$' \
   "transformer (fallback 2): the second step"
 expect "$log" '^tarantella unfused +bf16 .* 20000\.0 ' "transformer (fallback 2): the row, labelled unfused"
+# A padded projection that crashes: the first step of fallbacks leaves it out too.
+run transformer_fallback_pad transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 FAKE_FAIL=gemm_pad \
+  PYTHON="$(command -v python3)"
+log=$tmp/transformer_fallback_pad.log
+expect "$log" 'once more, and every later default run of ours, with TNT_CUDNN_ATTENTION=0 TNT_GEMM_PAD=0$' \
+  "transformer (fallback, padded projection): the first step"
+expect "$log" '^tarantella fused +bf16 .* 40000\.0 ' "transformer (fallback, padded projection): the row"
 if env SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TORCH=1 FAKE_FAIL=auto FALLBACK=0 PYTHON="$(command -v python3)" \
   "$src/scripts/bench/transformer_gpu" >"$tmp/nofallback.log" 2>&1; then
   echo "FAIL: transformer (FALLBACK=0): a failed run did not end the benchmark" >&2

@@ -47,6 +47,21 @@ CATEGORIES = [
 ]
 _COMPILED = [(c, re.compile(p)) for c, p in CATEGORIES]
 
+# Tensor-core GEMM and convolution kernels are named after the GPU generation they were built
+# for. On a Hopper GPU a product on an older generation's kernel (sm80/ampere, mma.sync) means
+# cuBLAS or cuDNN had no Hopper (TMA/wgmma) kernel for it: often an operand whose rows are
+# not 16-byte aligned (a 33,708-wide bf16 row), or a shape without one (cuDNN runs some
+# convolutions on sm80 kernels by choice). CUTLASS-built names also give the operands'
+# alignment in elements ("align2"); below 8 for a 16-bit type means rows off 16 bytes.
+_OLDER = re.compile(r"sm80_|sm86_|sm75_|sm70_|ampere_|turing_|volta_|cutlass_80|s16816|s1688")
+_ALIGN = re.compile(r"align(\d+)")
+
+
+def older_generation(name):
+    """Whether a kernel's name says it was built for a GPU before Hopper (sm80 and older)."""
+    low = name.lower()
+    return bool(_OLDER.search(low)) and "sm90" not in low
+
 
 def category(kind, name):
     if kind == "memcpy":
@@ -179,7 +194,9 @@ def read_csv(path):
 
 
 def summary(rows, steps):
-    """-> (window_ms, busy_ms, {category: ms}, [(ms, calls, name, category)]) per step."""
+    """-> (window_ms, busy_ms, {category: ms}, [(ms, calls, name, category)]) per step; the
+    category lines "gemm, older kernels" and "convolution, older kernels" hold the part of
+    their category on pre-Hopper kernels (older_generation)."""
     per = 1e-3 / steps
     window = next(r["total_us"] for r in rows if r["kind"] == "window") * per
     busy = next(r["total_us"] for r in rows if r["kind"] == "busy") * per
@@ -189,6 +206,9 @@ def summary(rows, steps):
             continue
         c = category(r["kind"], r["name"])
         cats[c] = cats.get(c, 0.0) + r["total_us"] * per
+        if c in ("gemm", "convolution") and older_generation(r["name"]):
+            k = f"{c}, older kernels"
+            cats[k] = cats.get(k, 0.0) + r["total_us"] * per
         kernels.append((r["total_us"] * per, r["calls"] / steps, r["name"], c))
     kernels.sort(key=lambda k: -k[0])
     return window, busy, cats, kernels
@@ -224,7 +244,9 @@ def main(argv=None):
         print(f"kernel_table: {e}", file=sys.stderr)
         return 2
     sums = [(lab, summary(rows, st)) for lab, rows, st in tables]
-    cats = sorted({c for _, s in sums for c in s[2]}, key=lambda c: -max(s[2].get(c, 0.0) for _, s in sums))
+    older = [c for c in ("gemm, older kernels", "convolution, older kernels") if any(c in s[2] for _, s in sums)]
+    cats = sorted({c for _, s in sums for c in s[2]} - set(older),
+                  key=lambda c: -max(s[2].get(c, 0.0) for _, s in sums))
     head = f"{'per step, ms':<24}" + "".join(f"{lab:>12}" for lab, _ in sums)
     if len(sums) == 2:
         head += f"{'difference':>12}"
@@ -241,6 +263,20 @@ def main(argv=None):
     line("GPU idle (window-busy)", [s[0] - s[1] for _, s in sums])
     for c in cats:
         line("  " + c, [s[2].get(c, 0.0) for _, s in sums])
+        for o in older:
+            if o.startswith(c + ","):
+                line("    on older kernels", [s[2].get(o, 0.0) for _, s in sums])
+    for lab, s in sums:
+        old = [k for k in s[3] if k[3] in ("gemm", "convolution") and older_generation(k[2])]
+        if not old:
+            continue
+        print(f"\n{lab}: GEMM and convolution kernels built for GPUs before Hopper (on a Hopper GPU: no "
+              f"Hopper kernel for these products, often rows off 16 bytes; 'align' = operand alignment "
+              f"in elements)")
+        for ms, calls, name, c in old[:10]:
+            al = _ALIGN.search(name.lower())
+            hint = f" [align {al.group(1)}]" if al else ""
+            print(f"{ms:9.3f} ms {calls:7.1f} calls  {c:<12} {short(name, 100)}{hint}")
     for lab, s in sums:
         print(f"\n{lab}: the {min(a.top, len(s[3]))} kernels with the most GPU time per step")
         print(f"{'ms':>9} {'share':>6} {'calls':>7}  {'category':<22} name")

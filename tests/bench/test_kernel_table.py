@@ -99,6 +99,30 @@ with tempfile.TemporaryDirectory() as d:
     check(idle == ["0.048", "0.045", "+0.003"], f"idle line {idle}")
     check("layer_norm_forward_rows_kernel" in out, "the top kernels list is missing")
 
+    # GEMMs on a pre-Hopper kernel (a misaligned bf16 product): counted apart, listed with
+    # their operand alignment; Hopper's own kernels are not.
+    older_rows = kt.rows_from_intervals([
+        ("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 0.0, 100.0),
+        ("kernel", "cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64_64x4_tn_align2", 100.0, 130.0),
+        ("kernel", "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", 130.0, 150.0),
+        ("kernel", "sm80_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc", 150.0, 160.0),
+    ])
+    older = os.path.join(d, "older.csv")
+    kt.write_csv(older_rows, older)
+    rc, out, err = run([older, "--steps", "1", "--against", theirs, "--against-steps", "2"])
+    check(rc == 0, f"older kernels: exit {rc}: {err}")
+    got = [ln.split() for ln in out.splitlines() if ln.strip().startswith("on older kernels")]
+    # gemm: 30 + 20 us = 0.050 ms of ours, none of theirs; convolution: 0.010 ms of ours.
+    check([g[-3:] for g in got] == [["0.050", "0.000", "+0.050"], ["0.010", "0.000", "+0.010"]],
+          f"older kernels lines {got}")
+    check("[align 2]" in out and "built for GPUs before Hopper" in out, "the older kernels' list")
+    check(not any("sm90_xmma_gemm" in ln for ln in out.split("before Hopper")[1].splitlines()[1:4]),
+          "a Hopper kernel listed as older")
+    check(kt.older_generation("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align2"),
+          "cutlass_80 is older")
+    check(not kt.older_generation("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT"), "nvjet is Hopper's")
+    check(not kt.older_generation("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64"), "sm90 is Hopper's")
+
     bad = os.path.join(d, "bad.csv")
     with open(bad, "w") as f:
         f.write("a,b\n1,2\n")

@@ -283,6 +283,11 @@ TEST_CASE("cuDNN attention graphs plan for an H200 without the GPU", "[layers][a
       {"causal, padding, lengths off the tile", DType::bf16, 300, 300, 64, true, true, 0.1f},
       {"f16, depth 128", DType::f16, 256, 256, 128, false, true, 0.1f},
       {"plain", DType::bf16, 64, 64, 64, false, false, 0.0f},
+      // The tiny model (hidden 32, 4 heads): depth 8, the smallest cuDNN takes; and a
+      // --max_length off 8 (keys 50: rows of the bias off 16 bytes).
+      {"depth 8: padding, dropout", DType::bf16, 64, 64, 8, false, true, 0.1f},
+      {"depth 8: causal, dropout", DType::bf16, 64, 64, 8, true, false, 0.1f},
+      {"keys off 8: padding, dropout", DType::bf16, 50, 50, 64, false, true, 0.1f},
       // The benchmark's batches (docs/gpu.md, gpu_targets): Transformer-big at 128 sentences
       // x 256 tokens and 64 x 64; heuristics see the batch, so the real sizes are planned too.
       {"128 x 256 encoder: padding, dropout", DType::bf16, 256, 256, 64, false, true, 0.1f, 128},

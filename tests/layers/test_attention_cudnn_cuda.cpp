@@ -262,6 +262,8 @@ TEST_CASE("cuDNN attention matches the unfused engine", "[gpu][attention]") {
         {dt, 3, 2, 70, 70, 128, true, true},    // causal with padding, depth 128
         {dt, 2, 3, 50, 77, 64, false, true},    // cross attention Tq < Tk
         {dt, 2, 2, 90, 37, 128},                // cross attention Tq > Tk, depth 128
+        {dt, 3, 4, 60, 60, 8, false, true},     // depth 8 (the tiny model), padding
+        {dt, 2, 4, 40, 40, 8, true},            // depth 8, causal
         // The Transformer-big decoder's layout (16 heads of 64, 256 tokens, causal, padding)
         // at 8 sentences: heuristics see the sizes, so the small cases may not meet the
         // engine or tiling the model's steps run.

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <cstdint>
 #include <tuple>
 
 namespace tnt::cuda {
@@ -39,6 +40,43 @@ int64_t chunk_for(int64_t rows, int64_t vp, size_t es) {
   return hook > 0 ? hook : rules::chunk_rows(rows, vp, es);
 }
 
+// Rows of `width` 16-bit elements from src (rows `sp` elements apart) to dst (`dp` apart),
+// in units of E (2 bytes, or 8 when every row start allows): a block a slice of a row. The
+// strided copies of the padded path, as kernels rather than cudaMemcpy2DAsync, so that they
+// run at the bandwidth of the SMs whatever engine the driver would pick for a 2-D copy.
+template <typename E>
+__global__ void copy_rows_kernel(const E* __restrict__ src, int64_t sp, E* __restrict__ dst, int64_t dp, int64_t width,
+                                 int64_t rows) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const E* s = src + r * sp;
+    E* d = dst + r * dp;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < width;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      d[c] = s[c];
+    }
+  }
+}
+
+// 16-bit elements only: the padded path applies to f16 and bf16 (projection_pad::applies).
+void copy_rows(const void* src, int64_t sp, void* dst, int64_t dp, int64_t width, int64_t rows, int device) {
+  if (width <= 0 || rows <= 0) return;
+  cudaStream_t stream = compute_stream(device);
+  const auto aligned8 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };
+  const bool wide = width % 4 == 0 && sp % 4 == 0 && dp % 4 == 0 && aligned8(src) && aligned8(dst);
+  const int64_t unit = wide ? 4 : 1;
+  const int64_t w = width / unit;
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((w + kBlock - 1) / kBlock, 1024)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  if (wide) {
+    copy_rows_kernel<uint2><<<grid, kBlock, 0, stream>>>(static_cast<const uint2*>(src), sp / 4,
+                                                         static_cast<uint2*>(dst), dp / 4, w, rows);
+  } else {
+    copy_rows_kernel<uint16_t><<<grid, kBlock, 0, stream>>>(static_cast<const uint16_t*>(src), sp,
+                                                            static_cast<uint16_t*>(dst), dp, w, rows);
+  }
+  TNT_CUDA_CHECK_LAUNCH();
+}
+
 // (vp, d) copy of w (v, d) with zero rows after v.
 Workspace padded_weight(const void* w, int64_t v, int64_t vp, int64_t d, size_t es, int device) {
   cudaStream_t stream = compute_stream(device);
@@ -60,10 +98,7 @@ void padded_forward(int device, DType t, int64_t rows, int64_t v, int64_t d, con
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t rc = std::min(chunk, rows - r0);
     gemm_rm(device, t, t, false, true, rc, vp, d, 1.0f, bytes(x, r0 * d * es), 0, wp.data(), 0, 0.0f, cp.data(), 0);
-    TNT_CUDA_CHECK(cudaMemcpy2DAsync(bytes(logits, r0 * v * es), static_cast<size_t>(v * es),
-                                     bytes(cp.data(), shift ? es : 0), static_cast<size_t>(vp * es),
-                                     static_cast<size_t>(v * es), static_cast<size_t>(rc), cudaMemcpyDeviceToDevice,
-                                     stream));
+    copy_rows(bytes(cp.data(), shift ? es : 0), vp, bytes(logits, r0 * v * es), v, v, rc, device);
   }
 }
 
@@ -89,10 +124,7 @@ void padded_backward(int device, DType t, int64_t rows, int64_t v, int64_t d, co
                                    static_cast<size_t>((vp - v) * es), static_cast<size_t>(cr), stream));
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
     const int64_t rc = std::min(chunk, rows - r0);
-    TNT_CUDA_CHECK(cudaMemcpy2DAsync(bytes(yp.data(), shift ? es : 0), static_cast<size_t>(vp * es),
-                                     bytes(dy, r0 * v * es),
-                                     static_cast<size_t>(v * es), static_cast<size_t>(v * es),
-                                     static_cast<size_t>(rc), cudaMemcpyDeviceToDevice, stream));
+    copy_rows(bytes(dy, r0 * v * es), v, bytes(yp.data(), shift ? es : 0), vp, v, rc, device);
     if (dx != nullptr) {
       gemm_rm(device, t, t, false, false, rc, d, vp, 1.0f, yp.data(), 0, wp.data(), 0, 0.0f, bytes(dx, r0 * d * es),
               0);

@@ -121,10 +121,14 @@ Tensor bf16_input(const Shape& shape, DType t, const std::string& key) {
 }  // namespace
 
 TEST_CASE("Projection padding: padded products give the direct sums, across chunk edges", "[gpu][projection_pad]") {
-  const int64_t rows = 700, v = 1001, d = 64;  // 1001 columns: rows 2-byte aligned only
+  const int64_t rows = 700, d = 64;
+  // 1001 columns: rows 2-byte aligned only (the copies' 2-byte path); 1004: 8-byte aligned,
+  // as WMT's 33,708 (their 8-byte path).
+  for (const int64_t v : {int64_t{1001}, int64_t{1004}})
   for (DType t : {DType::bf16, DType::f16}) {
     for (int64_t chunk : {int64_t{0}, int64_t{128}, int64_t{64}}) {  // 0: all 700 rows in one chunk
-      const std::string what = std::string(dtype_name(t)) + " chunk " + std::to_string(chunk);
+      const std::string what = std::string(dtype_name(t)) + " v " + std::to_string(v) + " chunk " +
+                               std::to_string(chunk);
       INFO(what);
       cuda::projection_pad_chunk_rows_for_tests(chunk);
       const Operand x = operand({rows, d}, t, "pp_x"), w = operand({v, d}, t, "pp_w"),
@@ -260,4 +264,76 @@ TEST_CASE("Projection padding: no trial where nothing is misaligned", "[gpu][pro
                      s);
   }
   CHECK(cuda::projection_pad_trials().empty());
+}
+
+// Dense with units off 8 takes the same padded products (dense_cuda.cu), its bias and
+// activation after them: against its CPU twin on the same rounded weights.
+TEST_CASE("Projection padding: Dense with units off 8, bias and ReLU after the padded product",
+          "[gpu][projection_pad]") {
+  const int64_t in = 64, units = 1001, rows = 700;
+  for (bool relu : {false, true}) {
+    INFO((relu ? "relu" : "bias only"));
+    cuda::projection_pad_trials_reset();
+    cuda::projection_pad_prefer_padded_for_tests(true);
+    cuda::projection_pad_chunk_rows_for_tests(128);
+    DenseOptions o;
+    if (relu) o.activation = DenseActivation::relu;
+    auto a = std::make_shared<Dense>(units, o, "dense_pad");
+    auto b = std::make_shared<Dense>(units, o, "dense_pad");
+    b->to(gpu());
+    a->ensure_built({{rows, in}});
+    b->ensure_built({{rows, in}});
+    a->initialize(23);
+    b->initialize(23);
+    b->weight().compute = ops::cast(b->weight().value, DType::bf16);
+    a->weight().value.copy_from(ops::cast(b->weight().compute.to(Device::cpu()), DType::f32));
+    const Tensor bias = test::random_tensor({units}, "dp_bias", -0.5f, 0.5f);
+    a->bias()->value.copy_from(bias);
+    b->bias()->value.copy_from(bias);
+    const Tensor xg = bf16_input({rows, in}, DType::bf16, "dp_x");
+    const Tensor xc = ops::cast(xg.to(Device::cpu()), DType::f32);
+    const RunContext rg = test::layer_context(true, gpu()), rcpu = test::layer_context(true, Device::cpu());
+    SavedState sg, sc;
+    const int64_t padded_before = cuda::projection_pad_padded_calls();
+    const Tensor yg = b->forward({xg}, rg, sg)[0];
+    const Tensor yc = a->forward({xc}, rcpu, sc)[0];
+    const auto recs = cuda::projection_pad_trials();
+    REQUIRE(recs.size() == 1);
+    INFO(recs[0].str());
+    CHECK_FALSE(recs[0].suspect);
+    CHECK(recs[0].layer == "Dense 'dense_pad'");
+    CHECK(cuda::projection_pad_padded_calls() == padded_before + 1);
+    const double u = tnt::test::kUnitBf16, xmax = max_abs(xc), wmax = max_abs(a->weight().value);
+    // The product rounded to bf16 (u of |x w|, at most u of |y| + |bias|), the bias added in
+    // float and rounded again (u of |y|); ReLU moves nothing further.
+    require_within(yg, yc, dot_atol(in, xmax, wmax, kUnitFp32) + u * 0.5, 2 * u, Tensor(), 0, "y");
+    const Tensor dyg = bf16_input({rows, units}, DType::bf16, "dp_dy");
+    const Tensor dyc = ops::cast(dyg.to(Device::cpu()), DType::f32);
+    b->weight().grad.copy_from(a->weight().grad);
+    b->bias()->grad.copy_from(a->bias()->grad);
+    const Tensor dxg = b->backward({dyg}, rg, sg)[0];
+    const Tensor dxc = a->backward({dyc}, rcpu, sc)[0];
+    CHECK(cuda::projection_pad_padded_calls() == padded_before + 2);
+    if (!relu) {  // with ReLU, outputs within rounding of 0 may take the other branch on each side
+      const double ymax = max_abs(dyc);
+      require_within(dxg, dxc, dot_atol(units + 8, ymax, wmax, kUnitFp32), u, Tensor(), 0, "dx");
+      require_within(b->weight().grad, a->weight().grad, dot_atol(rows, ymax, xmax, kUnitFp32), kUlp, Tensor(), 0,
+                     "dW");
+      require_within(b->bias()->grad, a->bias()->grad, dot_atol(rows, ymax, 1, kUnitFp32), kUlp, Tensor(), 0, "db");
+      // A first layer's backward without an input gradient: the padded path's dW alone.
+      SavedState ng, nc;
+      ng.need_input_grads = false;
+      nc.need_input_grads = false;
+      (void)b->forward({xg}, rg, ng);
+      (void)a->forward({xc}, rcpu, nc);
+      const Tensor none_g = b->backward({dyg}, rg, ng)[0];
+      (void)a->backward({dyc}, rcpu, nc);
+      CHECK_FALSE(none_g.defined());
+      CHECK(cuda::projection_pad_padded_calls() == padded_before + 4);
+      require_within(b->weight().grad, a->weight().grad, dot_atol(2 * rows, ymax, xmax, kUnitFp32), 2 * kUlp,
+                     Tensor(), 0, "dW, twice, the second without dx");
+    }
+    cuda::projection_pad_prefer_padded_for_tests(false);
+  }
+  cuda::projection_pad_chunk_rows_for_tests(0);
 }

@@ -29,6 +29,8 @@
 #include "core/philox.hpp"
 #include "layers/dropout_keep.cuh"
 #include "layers/dense_epilogue.hpp"
+#include "layers/embedding_projection_cuda.hpp"
+#include "layers/projection_pad.hpp"
 
 #include <climits>
 #include <memory>
@@ -208,8 +210,18 @@ std::vector<Tensor> dense_forward(Dense& layer, const std::vector<Tensor>& input
     if (in == 0) {
       fill(y, 0.0);
     } else {
-      gemm(device, x.dtype(), x.dtype(), CUBLAS_OP_T, CUBLAS_OP_N, units, rows, in, w.raw(), in, x.raw(), in, 0.0f,
-           y.raw(), units);
+      // Units off 8 in f16/bf16: the product on padded rows where that pays (TNT_GEMM_PAD,
+      // embedding_projection_cuda.hpp), then the bias and epilogue as below.
+      const bool padded = projection_pad::applies(x.dtype(), units) &&
+                          projection_path(fmt::format("Dense '{}'", layer.name()), x.dtype(), rows, units, in,
+                                          x.raw(), w.raw(), y.raw(), device)
+                              .forward_padded;
+      if (padded) {
+        projection_forward(true, device, x.dtype(), rows, units, in, x.raw(), w.raw(), y.raw());
+      } else {
+        gemm(device, x.dtype(), x.dtype(), CUBLAS_OP_T, CUBLAS_OP_N, units, rows, in, w.raw(), in, x.raw(), in, 0.0f,
+             y.raw(), units);
+      }
     }
     if (bias) {
       TNT_CHECK(bias->value.dtype() == DType::f32, "Dense '{}': the CUDA engine needs an f32 bias, got {}",
@@ -329,15 +341,23 @@ Tensor backward_into(Dense& layer, const std::vector<Tensor>& grad_outputs, Save
     if (write_dx && !add) fill(dx, 0.0);
     return dx;
   }
-  if (write_dx) {
-    gemm(device, x.dtype(), x.dtype(), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, units, w.raw(), in, dy.raw(), units,
-         add ? 1.0f : 0.0f, dx.raw(), in);
-  }
-  if (dw.defined()) {
-    TNT_CHECK(dw.dtype() == DType::f32 || dw.dtype() == x.dtype(), "Dense '{}': weight gradient {} for input {}",
-              layer.name(), dw.str(), x.str());
-    gemm(device, x.dtype(), dw.dtype(), CUBLAS_OP_N, CUBLAS_OP_T, in, units, rows, x.raw(), in, dy.raw(), units, 1.0f,
-         dw.raw(), in);
+  // The padded products (forward's note) where the forward's trial chose them; they write dx
+  // (not add to it) and add dW into an f32 gradient.
+  if (!add && dw.defined() && dw.dtype() == DType::f32 && projection_pad::applies(x.dtype(), units) &&
+      projection_path_known(x.dtype(), rows, units, in, device).backward_padded) {
+    projection_backward(true, device, x.dtype(), rows, units, in, dy.raw(), x.raw(), w.raw(),
+                        write_dx ? dx.raw() : nullptr, static_cast<float*>(dw.raw()));
+  } else {
+    if (write_dx) {
+      gemm(device, x.dtype(), x.dtype(), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, units, w.raw(), in, dy.raw(), units,
+           add ? 1.0f : 0.0f, dx.raw(), in);
+    }
+    if (dw.defined()) {
+      TNT_CHECK(dw.dtype() == DType::f32 || dw.dtype() == x.dtype(), "Dense '{}': weight gradient {} for input {}",
+                layer.name(), dw.str(), x.str());
+      gemm(device, x.dtype(), dw.dtype(), CUBLAS_OP_N, CUBLAS_OP_T, in, units, rows, x.raw(), in, dy.raw(), units,
+           1.0f, dw.raw(), in);
+    }
   }
   if (bias && bias->grad.defined() && !bias_done) {
     TNT_CHECK(bias->grad.dtype() == DType::f32, "Dense '{}': bias gradient must be f32, got {}", layer.name(),

@@ -273,7 +273,8 @@ std::vector<Tensor> embedding_forward(Embedding& layer, const std::vector<Tensor
   Shape out_shape = x.shape();
   out_shape.back() = v;
   Tensor logits = Tensor::empty(out_shape, x.dtype(), x.device());  // (R, V) = x W^T
-  s->path = projection_path(layer.name(), x.dtype(), rows, v, d, x.raw(), w.raw(), logits.raw(), device);
+  s->path = projection_path(fmt::format("Embedding '{}'", layer.name()), x.dtype(), rows, v, d, x.raw(), w.raw(),
+                            logits.raw(), device);
   projection_forward(s->path.forward_padded, device, x.dtype(), rows, v, d, x.raw(), w.raw(), logits.raw());
   s->lookup = false;
   s->x = x;

@@ -92,7 +92,6 @@ void padded_forward(int device, DType t, int64_t rows, int64_t v, int64_t d, con
                     void* logits, int64_t chunk, bool shift) {
   const int64_t vp = rules::padded_width(v);
   const auto es = static_cast<int64_t>(dtype_size(t));
-  cudaStream_t stream = compute_stream(device);
   Workspace wp = padded_weight(w, v, vp, d, static_cast<size_t>(es), device);
   Workspace cp(static_cast<size_t>(std::min(chunk, rows) * vp * es), device);  // (chunk, vp)
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
@@ -244,13 +243,36 @@ void projection_backward(bool padded, int device, DType t, int64_t rows, int64_t
   gemm_rm(device, t, DType::f32, true, false, v, d, rows, 1.0f, dy, 0, x, 0, 1.0f, dw, 0);
 }
 
+namespace {
+
+// The path where no trial is needed: {decided, path}.
+std::pair<bool, ProjectionPath> mode_path(DType dtype, int64_t rows, int64_t v) {
+  const AutoSwitch mode = tnt::config().gemm_pad;
+  if (mode.off() || !rules::applies(dtype, v) || rows <= 0) return {true, {}};
+  if (mode.on()) return {true, {true, true}};
+  if (tnt::config().deterministic) return {true, {}};
+  return {false, {}};
+}
+
+std::tuple<int, int, int64_t, int64_t, int> key_of(DType dtype, int64_t rows, int64_t v, int64_t d, int device) {
+  return std::make_tuple(device, static_cast<int>(dtype), v, d, rules::rows_class(rows));
+}
+
+}  // namespace
+
+ProjectionPath projection_path_known(DType dtype, int64_t rows, int64_t v, int64_t d, int device) {
+  const auto [decided, path] = mode_path(dtype, rows, v);
+  if (decided) return path;
+  std::lock_guard<std::mutex> lock(trials_mu);
+  auto it = verdicts.find(key_of(dtype, rows, v, d, device));
+  return it != verdicts.end() ? it->second : ProjectionPath{};
+}
+
 ProjectionPath projection_path(const std::string& layer, DType dtype, int64_t rows, int64_t v, int64_t d,
                                const void* x, const void* w, void* logits, int device) {
-  const AutoSwitch mode = tnt::config().gemm_pad;
-  if (mode.off() || !rules::applies(dtype, v) || rows <= 0) return {};
-  if (mode.on()) return {true, true};
-  if (tnt::config().deterministic) return {};
-  const auto key = std::make_tuple(device, static_cast<int>(dtype), v, d, rules::rows_class(rows));
+  const auto [decided, path] = mode_path(dtype, rows, v);
+  if (decided) return path;
+  const auto key = key_of(dtype, rows, v, d, device);
   std::lock_guard<std::mutex> lock(trials_mu);
   auto it = verdicts.find(key);
   if (it != verdicts.end()) return it->second;
@@ -272,15 +294,15 @@ ProjectionPath projection_path(const std::string& layer, DType dtype, int64_t ro
   verdicts[key] = rec.path;
   records.push_back(rec);
   if (rec.suspect) {
-    log_warning("Embedding '{}': {}", layer, rec.str());
+    log_warning("{}", rec.str());
   } else {
-    log_info("Embedding '{}': {}", layer, rec.str());
+    log_info("{}", rec.str());
   }
   return rec.path;
 }
 
 std::string ProjectionPadRecord::str() const {
-  std::string s = fmt::format("TNT_GEMM_PAD=auto: projection {} ({} x {}) x ({} x {})^T on cuda:{}",
+  std::string s = fmt::format("TNT_GEMM_PAD=auto: {} {} ({} x {}) x ({} x {})^T on cuda:{}", layer,
                               dtype_name(dtype), rows, d, v, d, device);
   if (forward_direct_ms > 0) {
     s += fmt::format(": forward {} (direct {:.3f} ms, padded to {} {:.3f} ms), backward {} (direct {:.3f} ms, padded "

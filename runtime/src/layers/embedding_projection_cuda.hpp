@@ -1,6 +1,7 @@
 // Embedding's output projection on CUDA (logits = x W^T, dx = dy W, dW += dy^T x) with the
 // vocabulary padded to a multiple of 8 where that pays (TNT_GEMM_PAD; the rules and why:
-// projection_pad.hpp).
+// projection_pad.hpp). Dense uses the same products for its units (y = x W^T before its
+// bias and epilogue) when they are not a multiple of 8.
 //
 // The padded path, for a 16-bit x whose vocabulary V is not a multiple of 8, Vp = V rounded
 // up: W is copied into a (Vp, D) scratch with zero rows after V; the forward computes row
@@ -37,9 +38,12 @@ struct ProjectionPath {
 // The path of a projection of x (rows, d) over a vocabulary of v on `device`: TNT_GEMM_PAD's
 // mode, and at auto the remembered verdict or a trial (which runs both paths on x and w,
 // the backward with dx, and writes into logits, whose contents the caller's forward then
-// replaces).
+// replaces). `layer` names the caller in the verdict line ("Embedding 'embedding'").
 ProjectionPath projection_path(const std::string& layer, DType dtype, int64_t rows, int64_t v, int64_t d,
                                const void* x, const void* w, void* logits, int device);
+// The same without a trial: the mode's path, or the verdict of an earlier trial, else direct
+// (for a backward that did not keep its forward's path).
+ProjectionPath projection_path_known(DType dtype, int64_t rows, int64_t v, int64_t d, int device);
 
 // logits (rows, v) = x (rows, d) w^T (v, d), in dtype.
 void projection_forward(bool padded, int device, DType dtype, int64_t rows, int64_t v, int64_t d, const void* x,
@@ -49,7 +53,7 @@ void projection_backward(bool padded, int device, DType dtype, int64_t rows, int
                          const void* x, const void* w, void* dx, float* dw);
 
 struct ProjectionPadRecord {
-  std::string layer;
+  std::string layer;  // "Embedding 'embedding'", "Dense 'fc'"
   int device = -1;
   DType dtype = DType::f32;
   int64_t rows = 0, v = 0, d = 0;

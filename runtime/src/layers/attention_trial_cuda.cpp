@@ -11,6 +11,7 @@
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 namespace tnt::cuda {
@@ -151,14 +152,8 @@ void trial(const Tensor& q_shape, const Tensor& k_shape, const Tensor& key_ids, 
   // Timed with the layer's own dropout, after one untimed run each (first launches); the
   // engines alternate over the rounds and each keeps its best.
   auto step = [&](AttentionEngine e) { (void)run(e, q, k, v, ids, a, d_o); };
-  step(other);
-  step(AttentionEngine::cudnn);
-  for (int round = 0; round < rules::kTimedRounds; ++round) {
-    const double o_ms = time_runs([&] { step(other); }, rules::kTimedRuns, device);
-    const double c_ms = time_runs([&] { step(AttentionEngine::cudnn); }, rules::kTimedRuns, device);
-    rec.other_ms = round == 0 ? o_ms : std::min(rec.other_ms, o_ms);
-    rec.cudnn_ms = round == 0 ? c_ms : std::min(rec.cudnn_ms, c_ms);
-  }
+  std::tie(rec.other_ms, rec.cudnn_ms) = time_alternating([&] { step(other); }, [&] { step(AttentionEngine::cudnn); },
+                                                          rules::kTimedRounds, rules::kTimedRuns, device);
   const bool faster = rules::prefer_cudnn(rec.cudnn_ms, rec.other_ms);
   rec.use_cudnn = faster || prefer_cudnn_hook;
   rec.verdict = faster ? "faster" : prefer_cudnn_hook ? "not faster, taken (test hook)" : "not faster";

@@ -12,9 +12,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
-#include <cstdint>
 #include <tuple>
 
 namespace tnt::cuda {
@@ -172,8 +172,8 @@ void trial(DType t, int64_t rows, int64_t v, int64_t d, const void* x, const voi
       }
     }
   }
-  // Timed at the call's size after one untimed run each; the paths alternate over the
-  // rounds and each keeps its best. The backward reads the call's logits as its dy.
+  // Timed at the call's size, the paths alternating (time_alternating). The backward reads
+  // the call's logits as its dy.
   constexpr int kRounds = 2, kRuns = 3;
   const int64_t chunk = chunk_for(rows, rules::padded_width(v), static_cast<size_t>(es));
   auto fwd = [&](bool padded) {
@@ -183,14 +183,8 @@ void trial(DType t, int64_t rows, int64_t v, int64_t d, const void* x, const voi
       projection_forward(false, device, t, rows, v, d, x, w, logits);
     }
   };
-  fwd(false);
-  fwd(true);
-  for (int round = 0; round < kRounds; ++round) {
-    const double a = time_runs([&] { fwd(false); }, kRuns, device);
-    const double b = time_runs([&] { fwd(true); }, kRuns, device);
-    rec.forward_direct_ms = round == 0 ? a : std::min(rec.forward_direct_ms, a);
-    rec.forward_padded_ms = round == 0 ? b : std::min(rec.forward_padded_ms, b);
-  }
+  std::tie(rec.forward_direct_ms, rec.forward_padded_ms) =
+      time_alternating([&] { fwd(false); }, [&] { fwd(true); }, kRounds, kRuns, device);
   // With dx always: a verdict serves every later call of the shape, and training needs dx.
   Workspace dx(static_cast<size_t>(rows * d * es), device);
   Workspace dw(static_cast<size_t>(v * d) * sizeof(float), device);
@@ -202,14 +196,8 @@ void trial(DType t, int64_t rows, int64_t v, int64_t d, const void* x, const voi
       projection_backward(false, device, t, rows, v, d, logits, x, w, dx.data(), dw.as<float>());
     }
   };
-  bwd(false);
-  bwd(true);
-  for (int round = 0; round < kRounds; ++round) {
-    const double a = time_runs([&] { bwd(false); }, kRuns, device);
-    const double b = time_runs([&] { bwd(true); }, kRuns, device);
-    rec.backward_direct_ms = round == 0 ? a : std::min(rec.backward_direct_ms, a);
-    rec.backward_padded_ms = round == 0 ? b : std::min(rec.backward_padded_ms, b);
-  }
+  std::tie(rec.backward_direct_ms, rec.backward_padded_ms) =
+      time_alternating([&] { bwd(false); }, [&] { bwd(true); }, kRounds, kRuns, device);
   const bool hook = prefer_padded_hook;
   rec.path.forward_padded = hook || rules::prefer_padded(rec.forward_padded_ms, rec.forward_direct_ms);
   rec.path.backward_padded = hook || rules::prefer_padded(rec.backward_padded_ms, rec.backward_direct_ms);
@@ -286,11 +274,10 @@ ProjectionPath projection_path(const std::string& layer, DType dtype, int64_t ro
   try {
     trial(dtype, rows, v, d, x, w, logits, device, rec);
   } catch (const std::exception& e) {
-    rec.path = {};
     rec.suspect = true;
     rec.verdict = fmt::format("the trial failed: {}", e.what());
   }
-  if (rec.suspect) rec.path = {};
+  if (rec.suspect) rec.path = {};  // a trial that threw after choosing keeps nothing of it
   verdicts[key] = rec.path;
   records.push_back(rec);
   if (rec.suspect) {

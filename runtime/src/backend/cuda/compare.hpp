@@ -8,6 +8,7 @@
 #include "tarantella/dtype.hpp"
 
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -47,6 +48,22 @@ float time_runs(F&& f, int runs, int device) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return ms / static_cast<float>(runs);
+}
+
+// Two pieces of work compared: one untimed run each (first launches), then `rounds` rounds
+// in which a and b alternate, `runs` runs each; {best ms of a, best ms of b}.
+template <typename A, typename B>
+std::pair<float, float> time_alternating(A&& a, B&& b, int rounds, int runs, int device) {
+  a();
+  b();
+  std::pair<float, float> best{-1.0f, -1.0f};
+  for (int round = 0; round < rounds; ++round) {
+    const float ta = time_runs(a, runs, device);
+    const float tb = time_runs(b, runs, device);
+    best.first = round == 0 ? ta : std::min(best.first, ta);
+    best.second = round == 0 ? tb : std::min(best.second, tb);
+  }
+  return best;
 }
 
 }  // namespace tnt::cuda

@@ -77,6 +77,26 @@ TEST_CASE("step readback: a step larger than the block gets another, and the nex
   CHECK(seen == std::vector<uint64_t>{1, 2, 3});
 }
 
+TEST_CASE("step readback: start_copy on the CPU changes nothing; words reserved after it are still read") {
+  // On CUDA start_copy queues the early copy that flush waits for; on the CPU the words are
+  // read where they were written, so the same steps give the same words with or without it.
+  StepScalars s(Device::cpu(), 4);
+  std::vector<uint64_t> seen;
+  uint64_t* a = s.reserve(1, 0, [&](const uint64_t* w) { seen.push_back(w[0]); });
+  a[0] = 5;
+  s.start_copy();
+  a[0] = 6;  // written after start_copy: the CPU reads the word as it is at the flush
+  uint64_t* b = s.reserve(1, 1, [&](const uint64_t* w) { seen.push_back(w[1] == StepScalars::kNone ? w[0] : 0); });
+  b[0] = 9;
+  CHECK(s.flush().empty());
+  CHECK(seen == std::vector<uint64_t>{6, 9});
+  CHECK(s.early_reads() == 0);
+  CHECK(s.copies() == 0);
+  s.start_copy();  // nothing reserved: nothing to do, and the next flush is as before
+  CHECK(s.flush().empty());
+  CHECK(seen.size() == 2);
+}
+
 TEST_CASE("step readback: the first InputError is kept, later consumers still run, other errors propagate") {
   StepScalars s(Device::cpu());
   int after = 0;

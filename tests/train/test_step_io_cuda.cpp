@@ -8,7 +8,9 @@
 #include "gpu_test_util.hpp"
 
 #include "core/device_api.hpp"
+#include "step/step_scalars.hpp"
 #include "small_nets.hpp"
+#include "tarantella/ops.hpp"
 #include "tarantella/tarantella.hpp"
 
 #include <cstdlib>
@@ -141,6 +143,50 @@ TEST_CASE("a training step reads the device back once; staged inputs cost it no 
       }
     }
   }
+}
+
+TEST_CASE("a readback after start_copy waits for that copy, not for the work queued after it", "[gpu]") {
+  // Model::train_step queues the copy of the step's results after the loss and reads them
+  // after the backward; the host must not wait for the backward there. The work queued after
+  // the copy here is 200 passes over 1 GiB (about 90 ms on an H200, more on slower cards),
+  // queued in about a millisecond: a flush that waited for it would find it done.
+  const Device device = test::gpu();
+  detail::StepScalars s(device);
+  const Tensor loss = Tensor::full({1}, 2.5, DType::f32).to(device);
+  double got = 0;
+  s.read_f32(loss, [&](double v) { got = v; });
+  s.start_copy();
+  const Tensor big = Tensor::zeros({int64_t{1} << 28}, DType::f32, device);
+  for (int i = 0; i < 200; ++i) ops::scale(big, 0.5);
+  void* after = backend::cuda_event_create(device.index);
+  backend::cuda_event_record(after, backend::CudaStream::compute, device.index);
+  const int64_t readbacks = backend::cuda_readbacks(device.index);
+  CHECK(s.flush().empty());
+  const bool work_done = backend::cuda_event_query(after, device.index);
+  backend::cuda_event_synchronize(after, device.index);
+  backend::cuda_event_destroy(after, device.index);
+  CHECK_FALSE(work_done);
+  CHECK(got == 2.5);
+  CHECK(s.early_reads() == 1);
+  CHECK(backend::cuda_readbacks(device.index) - readbacks == 1);  // the wait counts as the step's readback
+
+  // Words reserved after start_copy: the flush copies everything after all the work.
+  const Tensor second = Tensor::full({1}, -1.25, DType::f32).to(device);
+  double a = 0, b = 0;
+  s.read_f32(loss, [&](double v) { a = v; });
+  s.start_copy();
+  s.read_f32(second, [&](double v) { b = v; });
+  CHECK(s.flush().empty());
+  CHECK(a == 2.5);
+  CHECK(b == -1.25);
+  CHECK(s.early_reads() == 1);
+  // And a step with nothing after start_copy reads early again (40 words in one copy).
+  for (int i = 0; i < 40; ++i) s.read_f32(i % 2 ? loss : second, [&](double v) { a += v; });
+  a = 0;
+  s.start_copy();
+  CHECK(s.flush().empty());
+  CHECK(a == 20 * 2.5 + 20 * -1.25);
+  CHECK(s.early_reads() == 2);
 }
 
 TEST_CASE("on CUDA, evaluate's metric counts equal the CPU engine's on the same predictions", "[gpu]") {

@@ -72,6 +72,9 @@ void cuda_event_record(void* event, CudaStream stream, int device);
 // Later work queued on `stream` waits for the event's work; the host does not wait.
 void cuda_stream_wait(CudaStream stream, void* event, int device);
 void cuda_event_synchronize(void* event, int device);  // the host waits for the event's work
+// cuda_event_synchronize for an event recorded after a device-to-host copy queued with
+// cuda_copy_async into page-locked memory: counted as a readback (cuda_readbacks) as well.
+void cuda_wait_readback(void* event, int device);
 // Timed events, for the timeline's GPU lanes (io/timeline_gpu.hpp): destroyed with
 // cuda_event_destroy, recorded with cuda_event_record.
 void* cuda_timed_event_create(int device);

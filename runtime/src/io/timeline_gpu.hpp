@@ -9,8 +9,10 @@
 //     over the events it records anyway around each bucket's allreduce on the NCCL stream
 //     (add_complete, after its wait for the buckets);
 //   - nothing waits for these events inside a step. At the step's one readback the host
-//     waits for the compute stream anyway: an anchor event A recorded just before it has
-//     run by the time the readback returns, so the host clock read then is an upper bound
+//     waits for the copy of the step's results anyway (queued after the loss, Model's
+//     train_step; after everything with the loss scaler): an anchor event A recorded just
+//     before that copy has run by the time the readback returns, so the host clock read
+//     then is an upper bound
 //     of when A ran (too late by the copy and the wake-up: microseconds), and
 //         host(R) = host_after_readback - elapsed(R, A)
 //     (never before the host queued R, nor before the end of any span of an earlier step

@@ -20,7 +20,44 @@ StepScalars::StepScalars(Device device, size_t initial_words)
 
 StepScalars::~StepScalars() {
   // A step that threw before its flush leaves words behind: dropped, nothing was consumed.
+  // Its early copy may still be queued: it must run before the buffers go.
+  wait_early_copy();
   release_blocks();
+  if (pinned_ != nullptr) backend::cuda_host_free(pinned_);
+  if (copied_ != nullptr) backend::cuda_event_destroy(copied_, device_.index);
+}
+
+void StepScalars::wait_early_copy() noexcept {
+  if (early_words_ == 0) return;
+  try {
+    backend::cuda_event_synchronize(copied_, device_.index);
+  } catch (...) {
+    // A failed device: its context goes with the process; nothing more to order.
+  }
+  early_words_ = 0;
+}
+
+void StepScalars::start_copy() {
+  if (!device_.is_cuda() || used_total_ == 0) return;
+  if (pinned_capacity_ < used_total_) {
+    wait_early_copy();  // not expected (one early copy a step, read by flush), but safe
+    if (pinned_ != nullptr) backend::cuda_host_free(pinned_);
+    pinned_ = nullptr;
+    pinned_capacity_ = 0;
+    // Room for more words than today's: a step's need grows only in its first steps.
+    const size_t capacity = std::max<size_t>(2 * used_total_, 64);
+    pinned_ = static_cast<uint64_t*>(backend::cuda_host_alloc(capacity * sizeof(uint64_t)));
+    pinned_capacity_ = capacity;
+  }
+  if (copied_ == nullptr) copied_ = backend::cuda_event_create(device_.index);
+  size_t at = 0;
+  for (const Block& b : blocks_) {
+    backend::cuda_copy_async(pinned_ + at, b.words, b.used * sizeof(uint64_t), backend::CudaStream::compute,
+                             device_.index);
+    at += b.used;
+  }
+  backend::cuda_event_record(copied_, backend::CudaStream::compute, device_.index);
+  early_words_ = used_total_;
 }
 
 void StepScalars::release_blocks() {
@@ -85,7 +122,21 @@ void StepScalars::read_f32(const Tensor& t, std::function<void(double)> consume)
 
 std::string StepScalars::flush() {
   std::vector<const uint64_t*> host_blocks;
-  if (device_.is_cuda()) {
+  if (device_.is_cuda() && early_words_ > 0 && early_words_ == used_total_) {
+    // Every word was in start_copy's copy: wait for it alone.
+    backend::cuda_wait_readback(copied_, device_.index);
+    early_words_ = 0;
+    ++copies_;
+    ++early_reads_;
+    size_t at = 0;
+    for (const Block& b : blocks_) {
+      host_blocks.push_back(pinned_ + at);
+      at += b.used;
+    }
+  } else if (device_.is_cuda()) {
+    // Words reserved after start_copy (if any was queued): the host buffer of that copy is
+    // not read, and this copy comes after it on the stream.
+    early_words_ = 0;
     size_t total = 0;
     for (const Block& b : blocks_) total += b.used;
     host_.resize(total);

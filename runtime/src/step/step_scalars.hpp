@@ -52,6 +52,16 @@ class StepScalars {
   // The value of a 1-element f32 tensor on this device, given to consume as a double at flush
   // (what ops::item gives: the float widened). On CUDA a 4-byte device copy, no host wait.
   void read_f32(const Tensor& t, std::function<void(double)> consume);
+  // Queues the copy of every word reserved so far to page-locked host memory, on the
+  // compute stream after the work queued so far (which wrote them), and records an event.
+  // flush() then waits for that copy alone, not for the work queued since: a training step
+  // calls this after its loss and metrics, so that its readback does not wait for the
+  // backward, and the host queues the optimizer and the next step while the device still
+  // runs it. The rule for a producer: the kernels that write its words are queued before
+  // this call (reserve, then the kernels: every engine does). Words reserved after it make
+  // flush copy everything again, after all the work queued (as without it). On the CPU,
+  // nothing (the words are where they were written).
+  void start_copy();
   // The step's one copy to the host, then every consumer in order. An InputError a consumer
   // throws is kept (the first; later consumers still run, so the other results are not lost)
   // and returned; any other exception propagates. The buffer is then empty for the next step.
@@ -62,6 +72,7 @@ class StepScalars {
   size_t words_reserved() const { return used_total_; }
   size_t capacity() const { return next_capacity_; }  // the first block's size next step
   int64_t copies() const { return copies_; }        // device-to-host copies so far
+  int64_t early_reads() const { return early_reads_; }  // flushes served by start_copy's copy
 
   // The step's buffer of the current thread, or null outside a Scope.
   static StepScalars* current();
@@ -102,6 +113,7 @@ class StepScalars {
     Consumer consume;
   };
   void release_blocks();
+  void wait_early_copy() noexcept;  // for the destructor: the copy may still be queued
 
   Device device_;
   size_t next_capacity_;
@@ -110,6 +122,13 @@ class StepScalars {
   std::vector<uint64_t> host_;  // the copies' target
   size_t used_total_ = 0;
   int64_t copies_ = 0;
+  // start_copy's target (page-locked, CUDA only), its event, and how many words it copied
+  // (0: none queued this step).
+  uint64_t* pinned_ = nullptr;
+  size_t pinned_capacity_ = 0;
+  void* copied_ = nullptr;
+  size_t early_words_ = 0;
+  int64_t early_reads_ = 0;
 };
 
 // The device word pair of a check (the first bad index, the value there) as a consumer

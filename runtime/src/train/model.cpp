@@ -42,6 +42,7 @@ using detail::now_s;
 using detail::on_device;
 using detail::rows;
 using detail::stager_for;
+using detail::step_units;
 using detail::user_source;
 using detail::with_sample_weights;
 using detail::with_staging;
@@ -143,17 +144,6 @@ Model::StepInputs Model::step_inputs(const Batch& batch, const char* what, detai
 
 namespace {
 
-// The real units of a step (loss.hpp): samples, or for a token-level loss the real tokens,
-// counted from the batch's host target column when it has one, so that no device read is
-// needed (the count goes into an allreduce before the loss, so it cannot wait for the step's
-// one readback at the end).
-// batch_target: the batch's own target column; device_target: the step's copy of it.
-int64_t step_units(const Loss& loss, const Tensor& batch_target, const Tensor& device_target, int64_t real) {
-  if (!loss.normalizes_by_tokens()) return real;
-  if (real == 0) return 0;
-  return loss.count_tokens(rows(batch_target.device().is_cpu() ? batch_target : device_target, real));
-}
-
 // Whether the network's outputs stay in the compute dtype for the loss
 // (RunContext::half_outputs): mixed precision, a loss that reads them as they are on this
 // device, and no metric (the metrics' engines take f32 predictions).
@@ -187,9 +177,19 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
     pred = network_->forward(in.inputs, rc).at(0);
   }
   const Tensor grad_pred = loss_gradient(batch, in, pred, totals);
+  // The results are final after the loss and metrics: their copy is queued now, and the
+  // readback waits for it alone, not for the backward (the device never idles between
+  // steps). The loss scaler's overflow flag needs the whole backward: it waits for all.
+  std::optional<timeline::Readback> anchor;
+  if (!scaler_.enabled()) {
+    anchor.emplace();
+    totals.scalars().start_copy();
+  }
   const double t_bwd = now_s();  // the profile's forward includes the loss
   const auto [backward_s, exposed_comm_s] = backward_and_reduce(grad_pred, rc);
+  if (!anchor) anchor.emplace();
   const bool overflow = read_step_results(totals);
+  anchor.reset();
   const double t_opt = now_s();
   apply_update(overflow);
   if (profiler_) {
@@ -269,13 +269,13 @@ std::pair<double, double> Model::backward_and_reduce(const Tensor& grad_pred, Ru
 // The step's one readback: the loss, the metrics' counts and checks, the overflow flag
 // (returned). A bad label found there does not stop the update: every rank applies it alike
 // (replicas stay equal), and the logs' allreduce right after raises the error on every rank.
+// train_step holds the GPU lanes' clock (timeline::Readback) around this.
 bool Model::read_step_results(detail::PassTotals& totals) {
   bool overflow = false;
   if (scaler_.enabled()) {
     detail::defer_has_non_finite(totals.scalars(), trainable_grads_, [&overflow](bool found) { overflow = found; });
   }
   Span span(Lane::compute, "step results");
-  timeline::Readback anchor;  // the GPU lanes' clock (io/timeline_gpu.hpp); no wait of its own
   totals.finish_step();
   return overflow;
 }

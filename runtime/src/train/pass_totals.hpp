@@ -17,6 +17,17 @@
 
 namespace tnt::detail {
 
+// The real units of a step (loss.hpp): samples, or for a token-level loss the real tokens,
+// counted from the batch's host target column when it has one, so that no device read is
+// needed (the count goes into an allreduce before the loss, so it cannot wait for the step's
+// one readback at the end).
+// batch_target: the batch's own target column; device_target: the step's copy of it.
+inline int64_t step_units(const Loss& loss, const Tensor& batch_target, const Tensor& device_target, int64_t real) {
+  if (!loss.normalizes_by_tokens()) return real;
+  if (real == 0) return 0;
+  return loss.count_tokens(rows(batch_target.device().is_cpu() ? batch_target : device_target, real));
+}
+
 // Loss and metric sums of one pass (an epoch of fit, or an evaluation) on this rank;
 // global() sums them over the ranks, so every log line is the global value.
 //

@@ -212,6 +212,12 @@ void cuda_event_synchronize(void* event, int device) {
   cuda::count_host_wait(device, false);
 }
 
+void cuda_wait_readback(void* event, int device) {
+  cuda::DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  cuda::count_host_wait(device, true);
+}
+
 void* cuda_timed_event_create(int device) {
   cuda::DeviceGuard guard(device);
   cudaEvent_t event = nullptr;

@@ -37,6 +37,7 @@ void cuda_event_destroy(void*, int) {}
 void cuda_event_record(void*, CudaStream, int) { no_cuda(); }
 void cuda_stream_wait(CudaStream, void*, int) { no_cuda(); }
 void cuda_event_synchronize(void*, int) { no_cuda(); }
+void cuda_wait_readback(void*, int) { no_cuda(); }
 void* cuda_timed_event_create(int) { no_cuda(); }
 bool cuda_event_query(void*, int) { no_cuda(); }
 double cuda_event_elapsed_ms(void*, void*, int) { no_cuda(); }

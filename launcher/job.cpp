@@ -415,6 +415,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   result.mpirun_messages = filter.held_back();
   result.host_problems = filter.host_problems();
   result.daemons_failed = filter.daemons_failed();
+  result.improper_exit_rank = filter.improper_exit_rank();
   // Reports are sent before a rank exits, and mpirun exits after its ranks: whatever is
   // left is already queued.
   service_lifelines();

@@ -56,6 +56,8 @@ struct JobResult {
   // whether Open MPI said that it could not start its daemons.
   std::vector<HostProblem> host_problems;
   bool daemons_failed = false;
+  // The rank Open MPI said "exited improperly" and ended the job for (mpirun_output.hpp).
+  std::optional<int> improper_exit_rank;
   // The reader of the launcher's standard output went away (output_relay.hpp); whether
   // that came before any failure, loss or verdict (then it is why the job ended).
   bool output_closed = false;

@@ -114,6 +114,22 @@ bool print_unreached_hosts(const tl::JobResult& result, const std::vector<std::s
   return any;
 }
 
+// The rank that Open MPI ended the job for, when it "exited improperly" with status 0 and
+// every failure after it is a rank that mpirun ended (SIGTERM, or SIGKILL after it); else
+// null. Without this the first rank mpirun ended would be named as the one that failed.
+const tl::RankReport* improper_exit(const tl::JobResult& result) {
+  if (!result.improper_exit_rank || result.failures.empty()) return nullptr;
+  const tl::RankReport* end = nullptr;
+  for (const tl::RankReport& r : result.ends) {
+    if (r.rank == *result.improper_exit_rank) end = &r;
+  }
+  if (end == nullptr || end->failed()) return nullptr;
+  for (const tl::RankReport& f : result.failures) {
+    if (!f.signaled || (f.code != SIGTERM && f.code != SIGKILL)) return nullptr;
+  }
+  return end;
+}
+
 // The account of how a job that was not interrupted ended (printed here), and its status.
 // `hosts`: the plan's hosts other than this machine; `mpirun` the command that ran the job.
 // `reports`: whether the ranks had a report channel (so each rank's start is known).
@@ -146,6 +162,19 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     print_losses(news);
     print_losses(result.stopped_with_job(), true);
     return exit_lost;
+  }
+  if (const tl::RankReport* culprit = improper_exit(result)) {
+    // Open MPI ended the job for a rank that exited 0: the ranks it ended are no culprits.
+    std::fprintf(stderr,
+                 "tarantella: rank %d (%shost %s, local rank %d) failed first: it exited 0 while other ranks were in "
+                 "MPI (it never called MPI_Init, or it did and did not call MPI_Finalize), so Open MPI ended the job: "
+                 "%zu more rank%s ended by %s; every rank must call MPI_Init and MPI_Finalize before it exits "
+                 "(tnt::init and tnt::finalize do)\n",
+                 culprit->rank, tl::ps_role_words(roles, culprit->rank).c_str(), culprit->host.c_str(),
+                 culprit->local_rank, result.failures.size(), result.failures.size() == 1 ? "" : "s",
+                 tl::describe_status(result.failures.front()).c_str());
+    print_losses(news);
+    return exit_left;
   }
   if (!result.failures.empty()) {
     const tl::RankReport& first = result.failures.front();

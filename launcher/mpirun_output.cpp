@@ -98,6 +98,18 @@ std::string joined(const std::vector<std::string>& lines) {
 }
 
 constexpr std::string_view daemons_failed_text = "ORTE was unable to reliably start one or more daemons";
+constexpr std::string_view improperly_text = " exiting improperly";
+
+// N of "mpirun has exited due to process rank N with PID ...", else nothing.
+std::optional<int> exited_process_rank(std::string_view line) {
+  constexpr std::string_view head = " has exited due to process rank ";
+  const size_t at = line.find(head);
+  if (at == std::string_view::npos) return std::nullopt;
+  size_t i = at + head.size(), end = i;
+  while (end < line.size() && end - i < 9 && line[end] >= '0' && line[end] <= '9') ++end;
+  if (end == i || line.substr(end, 10) != " with PID ") return std::nullopt;
+  return std::stoi(std::string(line.substr(i, end - i)));
+}
 
 // A host name as ssh prints it: no spaces, not empty, within a sane length.
 bool plausible_host(std::string_view name) {
@@ -176,6 +188,12 @@ std::string MpirunOutputFilter::finish() {
 // `text` is one whole line, its newline included.
 void MpirunOutputFilter::line(std::string text, std::string& out) {
   if (text.find(daemons_failed_text) != std::string::npos) daemons_failed_ = true;
+  if (std::optional<int> r = exited_process_rank(text)) {
+    improper_rank_ = r;
+    improper_ = text.find(improperly_text) != std::string::npos;
+  } else if (improper_rank_ && text.find(improperly_text) != std::string::npos) {
+    improper_ = true;  // Open MPI breaks the line before "node <host> exiting improperly."
+  }
   if (auto p = host_problem(text)) {
     const bool known = std::any_of(host_problems_.begin(), host_problems_.end(),
                                    [&](const HostProblem& h) { return h.host == p->host; });

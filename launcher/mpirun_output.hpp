@@ -64,6 +64,11 @@ class MpirunOutputFilter {
   // Whether Open MPI said that it could not start its daemons ("ORTE was unable to
   // reliably start one or more daemons"); that block is held back.
   bool daemons_failed() const { return daemons_failed_; }
+  // The rank Open MPI blamed for ending the job because it "exited improperly" ("mpirun has
+  // exited due to process rank 1 with PID ... exiting improperly"): it exited without
+  // MPI_Init while other ranks had called it, or after MPI_Init without MPI_Finalize; mpirun
+  // then ends the others with SIGTERM. That block is held back (the launcher names the rank).
+  std::optional<int> improper_exit_rank() const { return improper_ ? improper_rank_ : std::nullopt; }
 
   static constexpr size_t held_limit = 64 * 1024;
   static constexpr size_t max_distinct_errors = 256;  // more distinct ones pass on as they are
@@ -87,6 +92,8 @@ class MpirunOutputFilter {
   bool in_repeat_ = false;           // the last line was a repeated error: its continuation goes too
   std::vector<HostProblem> host_problems_;
   bool daemons_failed_ = false;      // "ORTE was unable to reliably start one or more daemons" seen
+  std::optional<int> improper_rank_;  // "has exited due to process rank N" seen
+  bool improper_ = false;             // and "exiting improperly" after it
 };
 
 }  // namespace tnt::launcher

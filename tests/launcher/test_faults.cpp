@@ -183,11 +183,14 @@ TEST_CASE("faults: a rank stopped after the start check while the others wait in
 }
 
 TEST_CASE("faults: a rank that exits 0 while the others wait for it", "[integration][faults][watch]") {
-  const std::string marker = "tnt-early-" + std::to_string(::getpid());
+  // Rank 0 waits outside MPI here. Had it called MPI_Init, Open MPI would end the job itself
+  // whenever rank 1's exit reached mpirun after rank 0's MPI_Init (the next test), and which
+  // comes first is a race: under load it did.
+  const std::string marker = "300." + std::to_string(::getpid());
   Env env = tnt_test::clean_environment();
   env["TNT_EXIT_TIMEOUT"] = "2";
   const Outcome o = tarantella({"-n", "2", "--", "/bin/sh", "-c",
-                                "if [ \"$TNT_RANK\" = 1 ]; then exit 0; fi; exec \"$1\"", marker, rank_info},
+                                "if [ \"$TNT_RANK\" = 1 ]; then exit 0; fi; exec sleep \"$0\"", marker},
                                30s, env);
   INFO(o.describe());
   CHECK(o.exited(124));
@@ -201,6 +204,34 @@ TEST_CASE("faults: a rank that exits 0 while the others wait for it", "[integrat
   INFO(fine.describe());
   CHECK(fine.exited(0));
   CHECK_THAT(fine.err, !Catch::Contains("ending the job"));
+}
+
+TEST_CASE("faults: a rank that exits 0 while another is in MPI_Init is named, not the rank Open MPI ended",
+          "[integration][faults][watch]") {
+  // Open MPI's rule: a rank that exits without MPI_Init after another called it (or after
+  // MPI_Init without MPI_Finalize) "exited improperly", and mpirun ends the others with
+  // SIGTERM. The launcher used to name rank 0, the first to fail, as the culprit. Rank 1
+  // waits for rank 0 to start its MPI program, then 3 s more (rank 0 is in MPI_Init well
+  // before: it waits there for rank 1); the exit watch's limit is far beyond that.
+  ScratchDir dir;
+  const std::string ready = dir.file("ready");
+  Env env = tnt_test::clean_environment();
+  env["TNT_EXIT_TIMEOUT"] = "40";
+  const Outcome o = tarantella(
+      {"-n", "2", "--", "/bin/sh", "-c",
+       "if [ \"$TNT_RANK\" = 1 ]; then i=0; while [ ! -e \"$0\" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); "
+       "done; sleep 3; exit 0; fi; touch \"$0\"; exec \"$1\"",
+       ready, rank_info},
+      60s, env);
+  INFO(o.describe());
+  CHECK(fs::exists(ready));
+  CHECK(o.exited(1));
+  CHECK(o.seconds < 30);
+  CHECK_THAT(o.err, Catch::Contains(rank_name(1) + ") failed first: it exited 0 while other ranks were in MPI (it "
+                                    "never called MPI_Init, or it did and did not call MPI_Finalize), so Open MPI "
+                                    "ended the job: 1 more rank ended by signal 15 (SIGTERM)"));
+  CHECK_THAT(o.err, !Catch::Contains(rank_name(0) + ") failed first"));
+  CHECK_THAT(o.err, !Catch::Contains("exiting improperly"));  // Open MPI's block: the launcher said it
 }
 
 TEST_CASE("faults: ranks that never start, after mpirun reported a fatal error", "[integration][faults][watch]") {

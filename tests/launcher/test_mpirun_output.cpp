@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <string>
 
 using namespace tnt::launcher;
@@ -186,4 +187,35 @@ TEST_CASE("mpirun output: the hosts that the launch agent could not reach, and w
   CHECK(quiet.feed("a rank's line\n") == "a rank's line\n");
   CHECK_FALSE(quiet.daemons_failed());
   CHECK(quiet.host_problems().empty());
+}
+
+TEST_CASE("mpirun output: the rank Open MPI ended the job for, when it exited improperly", "[mpirun_output]") {
+  // Open MPI 4.1's help-orterun.txt block, as mpirun printed it when rank 1 exited 0 while
+  // rank 0 was in MPI_Init (the line breaks before "node ... exiting improperly").
+  const std::string improper = dashes + "\n" +
+                               "mpirun has exited due to process rank 1 with PID 0 on\n"
+                               "node vm exiting improperly. There are three reasons this could occur:\n"
+                               "\n"
+                               "1. this process did not call \"init\" before exiting, but others in\n"
+                               "the job did. This can cause a job to hang indefinitely while it waits\n"
+                               "for all processes to call \"init\". By rule, if one process calls \"init\",\n"
+                               "then ALL processes must call \"init\" prior to termination.\n" +
+                               dashes + "\n";
+  for (size_t piece : {size_t{1}, size_t{4096}}) {
+    INFO("fed in pieces of " << piece);
+    MpirunOutputFilter f;
+    CHECK(relayed(f, "a rank's line\n" + improper, piece) == "a rank's line\n");
+    CHECK(f.improper_exit_rank() == std::optional<int>(1));
+    CHECK(f.held_back() == improper);
+  }
+  // Other exits Open MPI reports name no improper rank; neither does a program's own line.
+  MpirunOutputFilter other;
+  other.feed(abort_banner + non_zero + "my job has exited due to process rank 12 with PID 5 on node x\n");
+  CHECK_FALSE(other.improper_exit_rank().has_value());
+  MpirunOutputFilter one_line;
+  one_line.feed("mpirun has exited due to process rank 12 with PID 5 on node x exiting improperly.\n");
+  CHECK(one_line.improper_exit_rank() == std::optional<int>(12));
+  MpirunOutputFilter not_a_rank;
+  not_a_rank.feed("mpirun has exited due to process rank x with PID 5 on\nnode vm exiting improperly.\n");
+  CHECK_FALSE(not_a_rank.improper_exit_rank().has_value());
 }

@@ -359,6 +359,31 @@ TEST_CASE("GELU: known values of both forms", "[transformer]") {
   CHECK(ya[2] == Approx(0.8411920).margin(1e-6));
 }
 
+TEST_CASE("Label-smoothed cross entropy writes its gradient over logits nobody else holds", "[transformer][loss]") {
+  // Model's step lets its predictions go before the loss's backward: the gradient then needs
+  // no second (..., V) buffer. The values are those of the out-of-place gradient, the label's
+  // own logit included (read before its row is overwritten), padding rows 0.
+  LabelSmoothingCrossEntropy loss(0.1);
+  const Tensor labels = ids64({3, 0, 1, 4, 2, 6}, {2, 3});
+  const Tensor held = test::random_tensor({2, 3, 7}, 41, "smooth_in_place", -4.0, 4.0);
+  SavedState kept, handed;
+  const Tensor l_kept = loss.forward(held, labels, 0, kept);
+  const Tensor g_kept = loss.backward(kept, 3.0);
+  CHECK(g_kept.raw() != held.raw());  // the caller holds its logits: a new gradient
+  CHECK(kept.tensors.size() == 3);
+  Tensor given = held.clone();
+  const void* where = given.raw();
+  const Tensor l_given = loss.forward(given, labels, 0, handed);
+  given = Tensor();
+  const Tensor g_given = loss.backward(handed, 3.0);
+  CHECK(g_given.raw() == where);
+  CHECK(Loss::value(l_given) == Loss::value(l_kept));
+  CHECK(g_given.to_vector() == g_kept.to_vector());
+  for (int j = 0; j < 7; ++j) CHECK(g_given.to_vector()[7 + j] == 0.0f);  // token 1 is padding
+  CHECK(handed.tensors.empty());
+  CHECK_THROWS_WITH(loss.backward(handed, 3.0), Catch::Contains("backward without a forward"));
+}
+
 TEST_CASE("Label-smoothed cross entropy: values by hand, padding, token normaliser", "[transformer][loss]") {
   LabelSmoothingCrossEntropy loss(0.1);
   CHECK(loss.normalizes_by_tokens());

@@ -105,6 +105,9 @@ class SoftmaxCrossEntropy : public Loss {
 // tokens count nothing. The sum is divided by global_batch, which counts TOKENS here
 // (normalizes_by_tokens; 0 means this call's own real tokens). Labels outside [0, V) are an
 // InputError. backward: (softmax(x) - q) * scale / global_batch on real tokens, 0 on padding.
+// When the saved state is the only owner left of the logits' memory (the caller let go of
+// its own, as Model's step does), backward writes the gradient over them (the same values:
+// one (..., V) buffer less at the step's peak) and the saved state is spent.
 class LabelSmoothingCrossEntropy : public Loss {
  public:
   explicit LabelSmoothingCrossEntropy(double smoothing = 0.1, int64_t pad_id = 0);

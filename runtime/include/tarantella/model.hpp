@@ -275,7 +275,7 @@ class Model {
   void train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals);
   void test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals);
   // train_step's parts, in its order (model.cpp says what each does).
-  Tensor loss_gradient(const Batch& batch, const StepInputs& in, const Tensor& pred, detail::PassTotals& totals);
+  Tensor loss_gradient(const Batch& batch, const StepInputs& in, Tensor pred, detail::PassTotals& totals);
   std::pair<double, double> backward_and_reduce(const Tensor& grad_pred, RunContext& rc);
   bool read_step_results(detail::PassTotals& totals);
   void apply_update(bool overflow);

@@ -28,6 +28,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <typeinfo>
 
@@ -176,18 +177,18 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
     Span span(Lane::compute, "forward", timeline::on_device);
     pred = network_->forward(in.inputs, rc).at(0);
   }
-  const Tensor grad_pred = loss_gradient(batch, in, pred, totals);
+  const Tensor grad_pred = loss_gradient(batch, in, std::move(pred), totals);
   // The results are final after the loss and metrics: their copy is queued now, and the
   // readback waits for it alone, not for the backward (the device never idles between
   // steps). The loss scaler's overflow flag needs the whole backward: it waits for all.
-  std::optional<timeline::Readback> anchor;
+  std::unique_ptr<timeline::Readback> anchor;
   if (!scaler_.enabled()) {
-    anchor.emplace();
+    anchor = std::make_unique<timeline::Readback>();
     totals.scalars().start_copy();
   }
   const double t_bwd = now_s();  // the profile's forward includes the loss
   const auto [backward_s, exposed_comm_s] = backward_and_reduce(grad_pred, rc);
-  if (!anchor) anchor.emplace();
+  if (!anchor) anchor = std::make_unique<timeline::Readback>();
   const bool overflow = read_step_results(totals);
   anchor.reset();
   const double t_opt = now_s();
@@ -207,9 +208,9 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
 }
 
 // The loss of the step's real rows, added to the pass's totals, and its gradient (b, ...):
-// padding rows get a zero gradient (they are computed but never counted).
-Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, const Tensor& pred,
-                            detail::PassTotals& totals) {
+// padding rows get a zero gradient (they are computed but never counted). The predictions
+// are let go before the loss's backward, which may then write the gradient over them.
+Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pred, detail::PassTotals& totals) {
   const int64_t real = batch.real_samples;
   Tensor grad_pred;
   if (real < batch.micro_batch_size) grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
@@ -222,6 +223,8 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, const Tens
     SavedState ls;
     const int64_t global_real = std::max<int64_t>(global_units, 1);
     Tensor loss = loss_->forward_weighted(rows(pred, real), rows(in.target, real), in.weights, global_real, ls);
+    totals.add(pred, in.target, real, loss, static_cast<double>(global_real), units);
+    pred = Tensor();
     Tensor g = loss_->backward(ls, scaler_.scale());
     if (real == batch.micro_batch_size) {
       grad_pred = g;
@@ -229,7 +232,6 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, const Tens
       Tensor head = grad_pred.slice_rows(0, real);
       head.copy_from(g);
     }
-    totals.add(pred, in.target, real, loss, static_cast<double>(global_real), units);
   }
   return grad_pred;
 }

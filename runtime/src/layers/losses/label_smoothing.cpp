@@ -113,7 +113,10 @@ Tensor LabelSmoothingCrossEntropy::backward(SavedState& saved, double scale) {
   const float* ls = saved.tensors[2].data<float>();
   const double denom = std::static_pointer_cast<SmoothSaved>(saved.extra)->denominator;
   const int64_t v = logits.dim(-1), rows = logits.numel() / v;
-  Tensor grad = Tensor::empty(logits.shape(), DType::f32);  // (R, V)
+  // Over the logits when this saved state is their storage's only owner (loss.hpp; as the
+  // CUDA engine): each row reads its label's logit before the loop writes over it.
+  const bool in_place = logits.storage().use_count() == 1;
+  Tensor grad = in_place ? logits : Tensor::empty(logits.shape(), DType::f32);  // (R, V)
   const float* x = logits.data<float>();
   float* g = grad.data<float>();
   const float f = static_cast<float>(scale / denom);
@@ -131,8 +134,13 @@ Tensor LabelSmoothingCrossEntropy::backward(SavedState& saved, double scale) {
     }
     const float* xr = x + r * v;
     const float l = ls[r];
+    const float xy = xr[y];
     for (int64_t j = 0; j < v; ++j) gr[j] = (std::exp(xr[j] - l) - low) * f;
-    gr[y] = (std::exp(xr[y] - l) - conf) * f;
+    gr[y] = (std::exp(xy - l) - conf) * f;
+  }
+  if (in_place) {
+    saved.tensors.clear();  // spent: a second backward says "backward without a forward"
+    saved.extra.reset();
   }
   return grad;
 }

@@ -189,6 +189,25 @@ TEST_CASE("reducer: plans and exact sums for every threshold", "[comm][reducer]"
   check_timing(reducer);
 }
 
+TEST_CASE("reducer: on one rank the buckets get no fused buffers", "[comm][reducer]") {
+  // Nothing is sent on one rank: a fused copy of each bucket (the whole model's gradients at
+  // a large threshold) would be memory for nothing, on a GPU as on the host.
+  if (communicator().size() != 1) return;
+  auto grads = make_grads(model());
+  int64_t bytes = 0;
+  for (const auto& [name, g] : grads) bytes += static_cast<int64_t>(g.nbytes());
+  REQUIRE(bytes > 4096);
+  const size_t before = memory_stats(Device::cpu()).current_bytes;
+  Reducer reducer(communicator(), grads, {.threshold_bytes = int64_t{1} << 30});
+  REQUIRE(reducer.buckets().size() == 1);
+  // The plan's own bookkeeping is small; a fused buffer would add all `bytes`.
+  CHECK(memory_stats(Device::cpu()).current_bytes < before + static_cast<size_t>(bytes) / 2);
+  fill(grads, 0, 0);
+  mark_all(reducer, grads, 0, 0);
+  reducer.finalize();
+  CHECK(count_wrong(grads, [&](size_t g, int64_t i) { return grad_value(g, i, 0, 0); }) == 0);
+}
+
 TEST_CASE("reducer: misuse is reported", "[comm][reducer]") {
   Communicator& comm = communicator();
   auto grads = make_grads(model());

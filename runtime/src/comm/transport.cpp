@@ -19,7 +19,11 @@ std::vector<FusedBucket> fuse_buckets(const TransportSetup& setup) {
     std::string names;
     for (size_t g : pb.gradients) names += (names.empty() ? "" : ", ") + setup.names[g];
     f.trace_args = fmt::format(R"("bucket":{},"bytes":{},"tensors":"{}")", b, pb.bytes, timeline::escape(names));
-    if (pb.gradients.size() > 1) f.fused = Tensor::empty({pb.elements}, pb.dtype, pb.device);  // (bucket elements,)
+    // On one rank nothing is sent (the Reducer only scales the gradients in place): a fused
+    // buffer would be as large as the bucketed gradients and never used.
+    if (pb.gradients.size() > 1 && setup.comm.size() > 1) {
+      f.fused = Tensor::empty({pb.elements}, pb.dtype, pb.device);  // (bucket elements,)
+    }
     out.push_back(std::move(f));
   }
   return out;

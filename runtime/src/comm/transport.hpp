@@ -41,7 +41,7 @@ struct TransportSetup {
 struct FusedBucket {
   std::vector<Tensor> members;   // the bucket's gradients, in bucket order
   std::vector<int64_t> offsets;  // (members,) element offset of each in fused
-  Tensor fused;                  // (bucket elements,); undefined for a one-gradient bucket
+  Tensor fused;                  // (bucket elements,); undefined for a one-gradient bucket or one rank
   DType dtype = DType::f32;
   int64_t bytes = 0;
   AllreduceAlgo algo = AllreduceAlgo::automatic;

@@ -199,6 +199,64 @@ TEST_CASE("GPU spans are placed on the host clock at the readback, late ones at 
   CHECK(gpu->waits == 0);  // nothing waited inside the steps
 }
 
+TEST_CASE("an anchor that ran before the host began to wait bounds its step only if it ran soon after its record",
+          "[timeline][gpu_lanes]") {
+  // The step's readback waits for a copy queued after the loss; the host queues the backward
+  // first. Where that took the host longer than the GPU took to reach the anchor, the wait's
+  // end says nothing about when the anchor ran: the moment the host was about to wait bounds
+  // it, if that is within kTightS of the record; else the step waits for a later anchor.
+  auto gpu = std::make_shared<FakeGpu>();
+  GpuLanes lanes(std::make_unique<FakeEvents>(gpu));
+  std::vector<GpuEvent> out;
+  auto sink = [&](GpuEvent e) { out.push_back(std::move(e)); };
+  // Step 1: queued at host 10.000 (GPU 100.000); the anchor, recorded at host 10.001, runs at
+  // GPU 100.004; the host is about to wait at 10.009 (8 ms of queued backward), the wait
+  // returns at once (10.0091).
+  gpu->next = 100.000;
+  lanes.step_begin(1, 10.000);
+  void* a = lanes.mark();
+  gpu->next = 100.004;
+  void* b = lanes.mark();
+  lanes.add(Lane::gpu_compute, "forward", a, b, {});
+  lanes.readback_begin(10.001);
+  gpu->done = 100.004;
+  lanes.readback_wait(10.009);
+  lanes.readback_end(10.0091, sink);
+  CHECK(out.empty());  // 4 ms late had it been placed by 10.0091; now waiting
+  // Step 2: the host waits (the anchor runs after the wait began): placed exactly, and step
+  // 1 with it (its reference bounded by step 2's anchor, through the GPU's clock).
+  gpu->next = 100.010;
+  lanes.step_begin(2, 10.0095);
+  void* c = lanes.mark();
+  gpu->next = 100.013;
+  void* d = lanes.mark();
+  lanes.add(Lane::gpu_compute, "forward", c, d, {});
+  lanes.readback_begin(10.0096);
+  lanes.readback_wait(10.0097);
+  gpu->done = 100.013;
+  lanes.readback_end(10.013 + 2e-6, sink);  // 2 us after the GPU got there
+  REQUIRE(out.size() == 2);
+  CHECK(out[1].step == 2);
+  CHECK(out[1].t1 == Approx(10.013 + 2e-6).margin(kEps));
+  CHECK(out[0].step == 1);
+  CHECK(out[0].t0 == Approx(10.000 + 2e-6).margin(kEps));
+  // Step 3: the host was about to wait 40 us after the record, and the anchor had run by
+  // then: that moment bounds it (at most 40 us late), not the wait's end.
+  out.clear();
+  gpu->next = 100.020;
+  lanes.step_begin(3, 10.019);
+  void* e = lanes.mark();
+  gpu->next = 100.021;
+  void* f = lanes.mark();
+  lanes.add(Lane::gpu_compute, "forward", e, f, {});
+  lanes.readback_begin(10.020990);
+  gpu->done = 100.021;
+  lanes.readback_wait(10.021030);
+  lanes.readback_end(10.5, sink);  // whatever kept the host afterwards
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].t1 == Approx(10.021030).margin(kEps));
+}
+
 TEST_CASE("a readback that did not wait leaves its spans for the next one; the window's end waits once",
           "[timeline][gpu_lanes]") {
   auto gpu = std::make_shared<FakeGpu>();

@@ -187,6 +187,18 @@ TEST_CASE("a readback after start_copy waits for that copy, not for the work que
   CHECK(s.flush().empty());
   CHECK(a == 20 * 2.5 + 20 * -1.25);
   CHECK(s.early_reads() == 2);
+  // A first step larger than its first block (a fresh buffer of 4 words: blocks of 4 and of
+  // 150 words) and than the page-locked copy's first size: the words in order from both.
+  detail::StepScalars grown(device, 4);
+  std::vector<double> seen;
+  for (int i = 0; i < 3; ++i) grown.read_f32(i == 1 ? second : loss, [&](double v) { seen.push_back(v); });
+  grown.reserve(150, 0, [&](const uint64_t* w) { seen.push_back(static_cast<double>(w[149])); });
+  grown.read_f32(second, [&](double v) { seen.push_back(v); });
+  CHECK(grown.blocks() == 3);
+  grown.start_copy();
+  CHECK(grown.flush().empty());
+  CHECK(grown.early_reads() == 1);
+  CHECK(seen == std::vector<double>{2.5, -1.25, 2.5, 0.0, -1.25});
 }
 
 TEST_CASE("on CUDA, evaluate's metric counts equal the CPU engine's on the same predictions", "[gpu]") {

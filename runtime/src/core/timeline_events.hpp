@@ -48,6 +48,7 @@ class Events {
   // Events the caller keeps (the NCCL transport's), already complete.
   virtual void device_span_complete(Lane lane, std::string name, void* begin, void* end, std::string args) = 0;
   virtual void readback_begin() = 0;
+  virtual void readback_wait() {}  // just before the host waits for the readback
   virtual void readback_end() = 0;
 
  protected:
@@ -92,15 +93,26 @@ class Span {
   void* device_begin_ = nullptr;  // the GPU lane's begin event
 };
 
-// The step's one readback, for the GPU lanes' clock: construct just before it, destroy just
-// after (see io/timeline_gpu.hpp). Nothing without a GPU rank's timeline.
+// The step's one readback, for the GPU lanes' clock: construct just before the work the
+// readback waits for is complete (the copy of the step's results), call waiting() just
+// before the host waits, destroy just after (see io/timeline_gpu.hpp). Nothing without a
+// GPU rank's timeline.
 class Readback {
  public:
   Readback() : recorder_(active()) {
     if (recorder_) recorder_->readback_begin();
   }
+  void waiting() {
+    if (recorder_) recorder_->readback_wait();
+  }
+  // It may end while an exception unwinds (a failed backward): a device error seen here
+  // again is left to that exception, or to the next call that reaches the device.
   ~Readback() {
-    if (recorder_) recorder_->readback_end();
+    if (!recorder_) return;
+    try {
+      recorder_->readback_end();
+    } catch (...) {
+    }
   }
   Readback(const Readback&) = delete;
   Readback& operator=(const Readback&) = delete;

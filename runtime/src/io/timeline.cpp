@@ -248,7 +248,11 @@ void Recorder::gpu_event(GpuEvent e) {
 }
 
 void Recorder::readback_begin() {
-  if (gpu_) gpu_->readback_begin();
+  if (gpu_) gpu_->readback_begin(detail::now_s());
+}
+
+void Recorder::readback_wait() {
+  if (gpu_) gpu_->readback_wait(detail::now_s());
 }
 
 void Recorder::readback_end() {

@@ -77,6 +77,7 @@ class Recorder final : public Events {
   void device_span(Lane lane, std::string name, void* begin, void* end, std::string args) override;
   void device_span_complete(Lane lane, std::string name, void* begin, void* end, std::string args) override;
   void readback_begin() override;
+  void readback_wait() override;
   void readback_end() override;
   GpuLanes* gpu_lanes() { return gpu_.get(); }
 

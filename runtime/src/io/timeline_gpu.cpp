@@ -112,20 +112,38 @@ void GpuLanes::add_complete(Lane lane, std::string name, void* begin, void* end,
   pending_.push_back(std::move(p));
 }
 
-void GpuLanes::readback_begin() {
+void GpuLanes::readback_begin(double now_s) {
   std::lock_guard<std::mutex> lk(mu_);
   if (refs_.empty()) return;
   give(anchor_);
   anchor_ = take();
   ev_->record(anchor_);
+  anchor_at_s_ = now_s;
+  anchor_early_ = false;
+}
+
+void GpuLanes::readback_wait(double now_s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!anchor_) return;
+  anchor_early_ = ev_->complete(anchor_);
+  waited_s_ = now_s;
 }
 
 void GpuLanes::readback_end(double now_s, const Sink& sink) {
   std::lock_guard<std::mutex> lk(mu_);
   if (!anchor_) return;
   // A readback that did not wait (nothing to read) leaves the anchor running: no bound
-  // from it, and the spans wait for a later one.
-  if (ev_->complete(anchor_)) anchor_locked(anchor_, now_s);
+  // from it, and the spans wait for a later one. An anchor that had run before the host
+  // was about to wait (the host queued a backward after it, slower than the GPU ran it)
+  // is bounded by that moment, if it was soon enough after the record to be exact.
+  if (ev_->complete(anchor_)) {
+    if (!anchor_early_) {
+      anchor_locked(anchor_, now_s);
+    } else if (!std::isnan(anchor_at_s_) && waited_s_ - anchor_at_s_ <= kTightS) {
+      anchor_locked(anchor_, waited_s_);
+    }
+  }
+  anchor_early_ = false;
   give(anchor_);
   anchor_ = nullptr;
   place_locked(sink);

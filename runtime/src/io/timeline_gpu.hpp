@@ -12,8 +12,11 @@
 //     waits for the copy of the step's results anyway (queued after the loss, Model's
 //     train_step; after everything with the loss scaler): an anchor event A recorded just
 //     before that copy has run by the time the readback returns, so the host clock read
-//     then is an upper bound
-//     of when A ran (too late by the copy and the wake-up: microseconds), and
+//     then is an upper bound of when A ran (too late by the copy and the wake-up:
+//     microseconds). Where A had run before the host even began to wait (the host queued
+//     the backward more slowly than the GPU ran the forward), the moment the host was about
+//     to wait bounds it if that came within kTightS of A's record; else this readback
+//     gives no bound. Then
 //         host(R) = host_after_readback - elapsed(R, A)
 //     (never before the host queued R, nor before the end of any span of an earlier step
 //     as already placed: each anchor has its own slack, and a step runs after the one
@@ -30,6 +33,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,9 +90,15 @@ class GpuLanes {
   // step): measured now against the current step's reference; dropped (counted) if either
   // is not complete.
   void add_complete(Lane lane, std::string name, void* begin, void* end, std::string args);
-  // Around the step's readback: the anchor, then what is complete goes to `sink`.
-  void readback_begin();
+  // Around the step's readback: the anchor (recorded at host time now_s; NaN: unknown),
+  // the moment the host is about to wait (now_s), then what is complete goes to `sink`.
+  // An anchor already complete when the host is about to wait ran somewhere between its
+  // record and that moment: a bound only when that stretch is short (kTightS), else none
+  // (its spans wait for a later anchor).
+  void readback_begin(double now_s = std::numeric_limits<double>::quiet_NaN());
+  void readback_wait(double now_s);
   void readback_end(double now_s, const Sink& sink);
+  static constexpr double kTightS = 50e-6;
   // The window closes: waits for everything recorded, then places it.
   void finish(const std::function<double()>& now_s, const Sink& sink);
 
@@ -126,6 +136,9 @@ class GpuLanes {
   std::deque<Ref> refs_;  // oldest first; the last is the current step's
   std::vector<Pending> pending_;
   void* anchor_ = nullptr;
+  double anchor_at_s_ = 0;  // host time of the anchor's record (NaN: unknown)
+  bool anchor_early_ = false;  // complete before the host waited
+  double waited_s_ = 0;     // when the host was about to wait
   double placed_end_s_ = -1e300;  // the latest end of a span of a placed step
   size_t made_ = 0, dropped_ = 0;
 };

@@ -189,6 +189,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   const double t_bwd = now_s();  // the profile's forward includes the loss
   const auto [backward_s, exposed_comm_s] = backward_and_reduce(grad_pred, rc);
   if (!anchor) anchor = std::make_unique<timeline::Readback>();
+  anchor->waiting();
   const bool overflow = read_step_results(totals);
   anchor.reset();
   const double t_opt = now_s();

@@ -165,8 +165,8 @@ void* cuda_host_alloc(size_t bytes) {
   const cudaError_t err = cudaHostAlloc(&ptr, bytes == 0 ? 1 : bytes, cudaHostAllocDefault);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    TNT_THROW("could not allocate {} bytes ({}) of page-locked host memory for input staging: {} (set "
-              "TNT_PINNED_STAGING=0 to copy inputs from ordinary memory)",
+    TNT_THROW("could not allocate {} bytes ({}) of page-locked host memory: {} (input staging takes the most; "
+              "TNT_PINNED_STAGING=0 copies inputs from ordinary memory instead)",
               bytes, mib(bytes), cudaGetErrorString(err));
   }
   return ptr;

@@ -210,7 +210,13 @@ Tensor label_smoothing_backward(LabelSmoothingCrossEntropy& loss, SavedState& sa
   const bool in_place = logits.storage().use_count() == 1 && logits.memory_format() == MemoryFormat::contiguous;
   Tensor grad = in_place ? logits : Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const int64_t n = rows * v;
-  if (n == 0) return grad;
+  if (n == 0) {
+    if (in_place) {  // spent, as below
+      saved.tensors.clear();
+      saved.extra.reset();
+    }
+    return grad;
+  }
   const float f = static_cast<float>(scale / denom);
   const float conf = static_cast<float>(1.0 - loss.smoothing());
   const float low = static_cast<float>(loss.smoothing() / static_cast<double>(v - 1));

@@ -211,7 +211,7 @@ TEST_CASE("faults: a rank that exits 0 while another is in MPI_Init is named, no
   // Open MPI's rule: a rank that exits without MPI_Init after another called it (or after
   // MPI_Init without MPI_Finalize) "exited improperly", and mpirun ends the others with
   // SIGTERM. The launcher used to name rank 0, the first to fail, as the culprit. Rank 1
-  // waits for rank 0 to start its MPI program, then 3 s more (rank 0 is in MPI_Init well
+  // waits for rank 0 to start its MPI program, then 8 s more (rank 0 is in MPI_Init well
   // before: it waits there for rank 1); the exit watch's limit is far beyond that.
   ScratchDir dir;
   const std::string ready = dir.file("ready");
@@ -220,13 +220,13 @@ TEST_CASE("faults: a rank that exits 0 while another is in MPI_Init is named, no
   const Outcome o = tarantella(
       {"-n", "2", "--", "/bin/sh", "-c",
        "if [ \"$TNT_RANK\" = 1 ]; then i=0; while [ ! -e \"$0\" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); "
-       "done; sleep 3; exit 0; fi; touch \"$0\"; exec \"$1\"",
+       "done; sleep 8; exit 0; fi; touch \"$0\"; exec \"$1\"",
        ready, rank_info},
       60s, env);
   INFO(o.describe());
   CHECK(fs::exists(ready));
   CHECK(o.exited(1));
-  CHECK(o.seconds < 30);
+  CHECK(o.seconds < 35);
   CHECK_THAT(o.err, Catch::Contains(rank_name(1) + ") failed first: it exited 0 while other ranks were in MPI (it "
                                     "never called MPI_Init, or it did and did not call MPI_Finalize), so Open MPI "
                                     "ended the job: 1 more rank ended by signal 15 (SIGTERM)"));

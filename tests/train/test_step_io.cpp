@@ -2,6 +2,7 @@
 // (step/step_scalars.hpp: words, consumers in order, errors, block growth, the scope that
 // defers the losses' and metrics' results) and the input staging ring
 // (train/staging.hpp) driven by fake events that record what the ring asked for.
+#include "train/batch_sources.hpp"
 #include "train/staging.hpp"
 #include "step/step_scalars.hpp"
 
@@ -95,6 +96,29 @@ TEST_CASE("step readback: start_copy on the CPU changes nothing; words reserved 
   s.start_copy();  // nothing reserved: nothing to do, and the next flush is as before
   CHECK(s.flush().empty());
   CHECK(seen.size() == 2);
+}
+
+TEST_CASE("a partial batch's gradient takes the predictions' memory when the loss wrote over them") {
+  // Model's step (train/batch_sources.hpp, padded_gradient): rows 0-1 real, 2-3 padding.
+  Tensor predictions = Tensor::full({4, 3}, 7.0);
+  const void* at = predictions.raw();
+  Tensor real_grad = predictions.slice_rows(0, 2);  // as a loss's in-place gradient
+  real_grad.fill_(1.5);
+  predictions = Tensor();  // only the gradient holds that memory now
+  const Tensor whole = detail::padded_gradient(real_grad, {4, 3}, DType::f32, at);
+  CHECK(whole.raw() == at);
+  CHECK(whole.shape() == Shape{4, 3});
+  CHECK(whole.to_vector() == std::vector<float>{1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 1.5f, 0, 0, 0, 0, 0, 0});
+  // Predictions someone still holds, or a gradient of its own: a new buffer, as before.
+  const Tensor held = Tensor::full({4, 3}, 7.0);
+  const Tensor held_grad = held.slice_rows(0, 2);
+  const Tensor copied = detail::padded_gradient(held_grad, {4, 3}, DType::f32, held.raw());
+  CHECK(copied.raw() != held.raw());
+  CHECK(copied.to_vector() == std::vector<float>{7, 7, 7, 7, 7, 7, 0, 0, 0, 0, 0, 0});
+  CHECK(held.to_vector() == std::vector<float>(12, 7.0f));
+  const Tensor own = Tensor::full({2, 3}, 2.0);
+  CHECK(detail::padded_gradient(own, {4, 3}, DType::f32, own.raw()).to_vector() ==
+        std::vector<float>{2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0});  // its memory holds 2 rows only
 }
 
 TEST_CASE("step readback: the first InputError is kept, later consumers still run, other errors propagate") {

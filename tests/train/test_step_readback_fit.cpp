@@ -83,12 +83,13 @@ TEST_CASE("fit lets its predictions go before the loss's backward, which writes 
     if (metrics) m.push_back(std::make_shared<tnt::Accuracy>());
     model.compile(std::make_shared<tnt::SGD>(0.1), loss, m);
     tnt::FitOptions fit;
-    fit.batch_size = 16;  // 4 steps, each with all its rows real
+    fit.batch_size = 24;  // 3 steps: 24, 24 and 16 real samples (padded; its gradient too)
     fit.verbose = 0;
     model.fit(tnt::test::threshold_data("in place"), fit);
-    REQUIRE(loss->owners.size() == 4);
+    // A rank with no real sample in the last step (the third of 3) calls no loss there.
+    CHECK(loss->owners.size() == (tnt::size() == 3 && tnt::rank() == 2 ? 2u : 3u));
     for (long o : loss->owners) CHECK(o == 1);
-    CHECK(loss->in_place == 4);
+    CHECK(loss->in_place == static_cast<int>(loss->owners.size()));
   }
 }
 

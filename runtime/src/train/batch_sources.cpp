@@ -56,6 +56,21 @@ std::string per_rank(const std::vector<int64_t>& values) {
 
 }  // namespace
 
+Tensor padded_gradient(const Tensor& real_grad, const Shape& shape, DType dtype, const void* predictions) {
+  const int64_t real = real_grad.dim(0);
+  const size_t full = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const std::shared_ptr<Storage>& s = real_grad.storage();
+  if (real_grad.raw() == predictions && real_grad.dtype() == dtype && s.use_count() == 1 &&
+      real_grad.byte_offset() + full <= s->bytes()) {
+    Tensor whole = real_grad.view(shape, dtype, 0);
+    whole.slice_rows(real, shape.at(0)).zero_();
+    return whole;
+  }
+  Tensor whole = Tensor::zeros(shape, dtype, real_grad.device());
+  whole.slice_rows(0, real).copy_from(real_grad);
+  return whole;
+}
+
 NextBatch distributed_source(const DistributedDataset& data, int64_t epoch) {
   auto it = std::make_shared<DistributedDataset::Iterator>(data.iterate(epoch));
   return [it]() { return it->next(); };

@@ -22,6 +22,13 @@ inline Tensor on_device(const Tensor& t, Device device) { return t.device() == d
 // metrics look at a prefix.
 inline Tensor rows(const Tensor& t, int64_t n) { return n == t.dim(0) ? t : t.slice_rows(0, n); }
 
+// The gradient of a whole micro-batch's predictions (`shape`, `dtype`) from the loss's
+// gradient `real_grad` of its first rows, the padding rows' 0. Where the loss wrote that
+// gradient over the predictions (`predictions`: where they were) and nothing else holds
+// their memory, the rest of it takes the zeros: a partial batch (an epoch's last) then
+// needs no second buffer of the predictions' size either, as a full one does not.
+Tensor padded_gradient(const Tensor& real_grad, const Shape& shape, DType dtype, const void* predictions);
+
 // A distributed dataset's batches of `epoch`.
 NextBatch distributed_source(const DistributedDataset& data, int64_t epoch);
 

@@ -213,8 +213,11 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
 // are let go before the loss's backward, which may then write the gradient over them.
 Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pred, detail::PassTotals& totals) {
   const int64_t real = batch.real_samples;
+  const Shape shape = pred.shape();
+  const DType dtype = pred.dtype();
+  const void* predictions = pred.raw();
   Tensor grad_pred;
-  if (real < batch.micro_batch_size) grad_pred = Tensor::zeros(pred.shape(), pred.dtype(), pred.device());
+  if (real == 0) grad_pred = Tensor::zeros(shape, dtype, pred.device());
   // A token-level loss is averaged over the global number of real tokens (loss.hpp).
   const bool by_tokens = loss_->normalizes_by_tokens();
   const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
@@ -227,12 +230,7 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pre
     totals.add(pred, in.target, real, loss, static_cast<double>(global_real), units);
     pred = Tensor();
     Tensor g = loss_->backward(ls, scaler_.scale());
-    if (real == batch.micro_batch_size) {
-      grad_pred = g;
-    } else {
-      Tensor head = grad_pred.slice_rows(0, real);
-      head.copy_from(g);
-    }
+    grad_pred = real == batch.micro_batch_size ? g : detail::padded_gradient(g, shape, dtype, predictions);
   }
   return grad_pred;
 }

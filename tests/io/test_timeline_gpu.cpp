@@ -209,15 +209,20 @@ TEST_CASE("an anchor that ran before the host began to wait bounds its step only
   GpuLanes lanes(std::make_unique<FakeEvents>(gpu));
   std::vector<GpuEvent> out;
   auto sink = [&](GpuEvent e) { out.push_back(std::move(e)); };
+  // Step n queued at host time queued_s, its "forward" over the GPU's [gpu_t0, gpu_t1]; the
+  // anchor recorded next runs at gpu_t1.
+  auto forward_step = [&](int64_t n, double gpu_t0, double gpu_t1, double queued_s) {
+    gpu->next = gpu_t0;
+    lanes.step_begin(n, queued_s);
+    void* begin = lanes.mark();
+    gpu->next = gpu_t1;
+    void* end = lanes.mark();
+    lanes.add(Lane::gpu_compute, "forward", begin, end, {});
+  };
   // Step 1: queued at host 10.000 (GPU 100.000); the anchor, recorded at host 10.001, runs at
   // GPU 100.004; the host is about to wait at 10.009 (8 ms of queued backward), the wait
   // returns at once (10.0091).
-  gpu->next = 100.000;
-  lanes.step_begin(1, 10.000);
-  void* a = lanes.mark();
-  gpu->next = 100.004;
-  void* b = lanes.mark();
-  lanes.add(Lane::gpu_compute, "forward", a, b, {});
+  forward_step(1, 100.000, 100.004, 10.000);
   lanes.readback_begin(10.001);
   gpu->done = 100.004;
   lanes.readback_wait(10.009);
@@ -225,12 +230,7 @@ TEST_CASE("an anchor that ran before the host began to wait bounds its step only
   CHECK(out.empty());  // 4 ms late had it been placed by 10.0091; now waiting
   // Step 2: the host waits (the anchor runs after the wait began): placed exactly, and step
   // 1 with it (its reference bounded by step 2's anchor, through the GPU's clock).
-  gpu->next = 100.010;
-  lanes.step_begin(2, 10.0095);
-  void* c = lanes.mark();
-  gpu->next = 100.013;
-  void* d = lanes.mark();
-  lanes.add(Lane::gpu_compute, "forward", c, d, {});
+  forward_step(2, 100.010, 100.013, 10.0095);
   lanes.readback_begin(10.0096);
   lanes.readback_wait(10.0097);
   gpu->done = 100.013;
@@ -243,12 +243,7 @@ TEST_CASE("an anchor that ran before the host began to wait bounds its step only
   // Step 3: the host was about to wait 40 us after the record, and the anchor had run by
   // then: that moment bounds it (at most 40 us late), not the wait's end.
   out.clear();
-  gpu->next = 100.020;
-  lanes.step_begin(3, 10.019);
-  void* e = lanes.mark();
-  gpu->next = 100.021;
-  void* f = lanes.mark();
-  lanes.add(Lane::gpu_compute, "forward", e, f, {});
+  forward_step(3, 100.020, 100.021, 10.019);
   lanes.readback_begin(10.020990);
   gpu->done = 100.021;
   lanes.readback_wait(10.021030);

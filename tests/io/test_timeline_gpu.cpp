@@ -9,6 +9,7 @@
 #include "core/context.hpp"
 #include "io/timeline.hpp"
 #include "io/timeline_gpu.hpp"
+#include "fake_device_events.hpp"
 #include "tarantella/tarantella.hpp"
 #include "tarantella/timeline.hpp"
 
@@ -23,41 +24,10 @@
 
 using namespace tnt::timeline;
 using nlohmann::json;
+using tnt::test::FakeEvents;
+using tnt::test::FakeGpu;
 
 namespace {
-
-// The GPU's side: an event runs at the GPU time its record was given; the GPU has run
-// everything up to `done`.
-struct FakeGpu {
-  std::map<void*, double> at;  // GPU seconds
-  double next = 0;             // the time the next record gets
-  double done = -1;
-  int created = 0, destroyed = 0, waits = 0;
-};
-
-class FakeEvents final : public DeviceEvents {
- public:
-  explicit FakeEvents(std::shared_ptr<FakeGpu> gpu) : gpu_(std::move(gpu)) {}
-  void* create() override { return new int(++gpu_->created); }
-  void destroy(void* e) override {
-    ++gpu_->destroyed;
-    delete static_cast<int*>(e);
-  }
-  void record(void* e) override { gpu_->at[e] = gpu_->next; }
-  bool complete(void* e) override { return gpu_->at.count(e) && gpu_->at[e] <= gpu_->done; }
-  void synchronize(void* e) override {
-    ++gpu_->waits;
-    gpu_->done = std::max(gpu_->done, gpu_->at.at(e));
-  }
-  double elapsed_ms(void* from, void* to) override {
-    REQUIRE(complete(from));  // CUDA refuses the elapsed time of an event that has not run
-    REQUIRE(complete(to));
-    return (gpu_->at.at(to) - gpu_->at.at(from)) * 1e3;
-  }
-
- private:
-  std::shared_ptr<FakeGpu> gpu_;
-};
 
 // One place of a recorded span, by name.
 std::map<std::string, GpuEvent> by_name(const std::vector<GpuEvent>& events) {

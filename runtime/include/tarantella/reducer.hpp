@@ -78,7 +78,9 @@ struct BucketTiming {
 
 struct StepTiming {
   double backward_end_s = 0;  // finalize() was called
-  double finalize_end_s = 0;  // finalize() returned
+  // finalize() returned (device buckets over several ranks, on the GPU's clock as their
+  // other times: the later of backward's end and the last bucket's end)
+  double finalize_end_s = 0;
   std::vector<BucketTiming> buckets;
   // (gradients,) in registration order: when each was marked ready (device buckets: its
   // bucket's ready_s, since the GPU's clock has no per-gradient event). For the scaling

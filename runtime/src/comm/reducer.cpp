@@ -171,7 +171,9 @@ struct Reducer::Impl {
   bool on_device() const { return !plan.buckets.empty() && plan.buckets[0].device.is_cuda(); }
 
   void reset_step_locked() {
-    current.finalize_end_s = since_t0();
+    // A device transport of several ranks timed the step on the GPU's clock (read_timing),
+    // which runs behind the host's: the host's clock here would mix the two.
+    if (!(on_device() && size > 1)) current.finalize_end_s = since_t0();
     last = current;
     current = StepTiming{};
     current.buckets.assign(buckets.size(), {});

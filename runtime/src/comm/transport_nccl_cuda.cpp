@@ -14,6 +14,7 @@
 #include "core/timeline_events.hpp"
 #include "tarantella/check.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 namespace tnt::comm {
@@ -131,6 +132,10 @@ class NcclTransport final : public Transport {
       }
     }
     timing.backward_end_s = s(backward_end_);
+    // On the same clock: the later of backward's end and the last sum's (the unpacking
+    // queued after it is not timed: that would wait for it).
+    timing.finalize_end_s = timing.backward_end_s;
+    for (const BucketTiming& t : timing.buckets) timing.finalize_end_s = std::max(timing.finalize_end_s, t.end_s);
   }
 
   void cancel() override {

@@ -282,7 +282,8 @@ void Model::prepare_training() {
     reducer_ = std::make_unique<Reducer>(communicator(), grads);
   }
   if (!profiler_ && !config().profile_scaling.empty()) {
-    profiler_ = std::make_unique<detail::ScalingProfiler>(config().profile_scaling, config().profile_scaling_steps);
+    profiler_ = std::make_unique<detail::ScalingProfiler>(config().profile_scaling, config().profile_scaling_steps,
+                                                          network_->device());
   }
 }
 

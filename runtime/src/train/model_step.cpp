@@ -31,6 +31,11 @@ using detail::step_units;
 using timeline::Lane;
 using Span = timeline::Span;
 
+// --profile-scaling: where the step's phases begin (events on a GPU).
+void mark(const std::unique_ptr<detail::ScalingProfiler>& profiler, detail::ScalingProfiler::Point point) {
+  if (profiler) profiler->mark(point);
+}
+
 }  // namespace
 
 Model::StepInputs Model::step_inputs(const Batch& batch, const char* what, detail::InputStager* staging) const {
@@ -67,6 +72,7 @@ bool half_outputs(const Precision& precision, const Network& net, const Loss& lo
 // the same update on every rank.
 void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals) {
   const double t_start = now_s();
+  mark(profiler_, detail::ScalingProfiler::start);
   StepInputs in = step_inputs(batch, "fit", totals.staging());
   detail::StepScalars::Scope readback(totals.scalars());  // the losses' and metrics' results
   rc.step = global_step_;
@@ -94,6 +100,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
     totals.scalars().start_copy();
   }
   const double t_bwd = now_s();  // the profile's forward includes the loss
+  mark(profiler_, detail::ScalingProfiler::backward);
   const auto [backward_s, exposed_comm_s] = backward_and_reduce(grad_pred, rc);
   if (!anchor) anchor = std::make_unique<timeline::Readback>();
   anchor->waiting();
@@ -101,6 +108,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   anchor.reset();
   const double t_opt = now_s();
   apply_update(overflow);
+  mark(profiler_, detail::ScalingProfiler::end);
   if (profiler_) {
     profiler_->phases = {.forward_s = t_bwd - t_start, .backward_s = backward_s, .exposed_s = exposed_comm_s,
                          .optimizer_s = now_s() - t_opt, .samples = batch.micro_batch_size};
@@ -153,10 +161,12 @@ std::pair<double, double> Model::backward_and_reduce(const Tensor& grad_pred, Ru
       timeline::LayerSpans layers(&trainable_);
       network_->backward({grad_pred}, rc, [&](size_t index, Parameter&) {
         layers.gradient_ready(index);
+        if (profiler_) profiler_->gradient_ready(index);
         if (reducer_) reducer_->mark_ready(index);
       });
     }
     t_bwd_end = now_s();
+    mark(profiler_, detail::ScalingProfiler::backward_end);
     if (ps_) {
       ps_->push();  // the servers apply it; this step's optimizer is theirs
     } else {
@@ -171,6 +181,7 @@ std::pair<double, double> Model::backward_and_reduce(const Tensor& grad_pred, Ru
     throw;
   }
   const double t_comm_end = now_s();
+  mark(profiler_, detail::ScalingProfiler::reduced);
   return {t_bwd_end - t_bwd, t_comm_end - t_bwd_end};
 }
 

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 namespace tnt::detail {
 
@@ -27,8 +28,93 @@ double median_of(const std::vector<StepPhases>& phases, F field) {
 
 }  // namespace
 
-ScalingProfiler::ScalingProfiler(std::string path, int64_t steps) : path_(std::move(path)), wanted_(steps) {
+ScalingProfiler::ScalingProfiler(std::string path, int64_t steps, Device device)
+    : ScalingProfiler(std::move(path), steps, device.is_cuda() ? timeline::cuda_events(device.index) : nullptr) {}
+
+ScalingProfiler::ScalingProfiler(std::string path, int64_t steps, std::unique_ptr<timeline::DeviceEvents> events)
+    : path_(std::move(path)), wanted_(steps), events_(std::move(events)) {
   TNT_INPUT_CHECK(wanted_ >= 1, "TNT_PROFILE_SCALING_STEPS={} must be at least 1", wanted_);
+}
+
+ScalingProfiler::~ScalingProfiler() {
+  // Destroying an event whose work is still queued is allowed: CUDA frees it when it runs.
+  if (events_) {
+    for (void* e : all_) events_->destroy(e);
+  }
+}
+
+void* ScalingProfiler::event() {
+  if (free_.empty()) {
+    all_.push_back(events_->create());
+    free_.push_back(all_.back());
+  }
+  void* e = free_.back();
+  free_.pop_back();
+  events_->record(e);
+  return e;
+}
+
+void ScalingProfiler::mark(Point point) {
+  if (!events_ || !counting()) return;
+  if (point == start) {  // a step that never ended (it threw) leaves its events to the pool
+    for (void*& e : recording_.points) {
+      if (e) free_.push_back(std::exchange(e, nullptr));
+    }
+    for (void*& e : recording_.ready) {
+      if (e) free_.push_back(std::exchange(e, nullptr));
+    }
+  }
+  void*& slot = recording_.points[point];
+  if (slot) free_.push_back(slot);
+  slot = event();
+}
+
+void ScalingProfiler::gradient_ready(size_t index) {
+  if (!events_ || !counting()) return;
+  if (recording_.ready.size() <= index) recording_.ready.resize(index + 1, nullptr);
+  if (!recording_.ready[index]) recording_.ready[index] = event();
+}
+
+// Every step but the newest has been passed by the stream by the time the newest ends (the
+// newest's readback waited for its loss, queued after all of them): reading those waits for
+// nothing. The newest is read at the profile's end.
+void ScalingProfiler::read_device_steps(bool all) {
+  const size_t n = all ? unread_.size() : (unread_.empty() ? 0 : unread_.size() - 1);
+  for (size_t i = 0; i < n; ++i) read(unread_[i]);
+  unread_.erase(unread_.begin(), unread_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+void ScalingProfiler::read(DeviceStep& s) {
+  auto& p = s.points;
+  void* last = nullptr;
+  for (void* e : p) last = e ? e : last;
+  if (last) events_->synchronize(last);
+  auto seconds = [&](void* from, void* to) { return std::max(0.0, events_->elapsed_ms(from, to) * 1e-3); };
+  if (s.alone) {
+    if (p[backward] && p[backward_end]) alone_[s.index] = seconds(p[backward], p[backward_end]);
+  } else if (std::all_of(p.begin(), p.end(), [](void* e) { return e != nullptr; })) {
+    StepPhases& ph = phases_[s.index];
+    ph.forward_s = seconds(p[start], p[backward]);
+    ph.backward_s = seconds(p[backward], p[backward_end]);
+    ph.exposed_s = seconds(p[backward_end], p[reduced]);
+    ph.optimizer_s = seconds(p[reduced], p[end]);
+    // A device transport's own times end at the last sum (the unpacking after it is not
+    // timed there): the rest of the GPU's wait is the host's wake-up and the unpacking.
+    finish_[s.index] = std::max(0.0, ph.exposed_s - sums_after_[s.index]);
+    // A gradient the backward never reached (its parameter unused) is final at its end.
+    std::vector<double>& ready = ready_[s.index];
+    for (size_t i = 0; i < ready.size(); ++i) {
+      void* e = i < s.ready.size() ? s.ready[i] : nullptr;
+      ready[i] = e ? std::min(seconds(p[backward], e), ph.backward_s) : ph.backward_s;
+    }
+  }
+  for (void* e : p) {
+    if (e) free_.push_back(e);
+  }
+  for (void* e : s.ready) {
+    if (e) free_.push_back(e);
+  }
+  s = DeviceStep{};
 }
 
 void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device device) {
@@ -47,6 +133,7 @@ void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device dev
   }
   if (alone_left_ > 0) {
     alone_.push_back(phases.backward_s);
+    keep_device_step(true, alone_.size() - 1);
     if (--alone_left_ == 0) reducer.set_threshold(threshold_);
     return;
   }
@@ -54,12 +141,14 @@ void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device dev
   comm_.push_back(reducer.last_step().comm_s());
   launch_delay_.push_back(reducer.last_step().launch_delay_s());
   finish_.push_back(reducer.last_step().finish_s());
+  sums_after_.push_back(std::max(0.0, reducer.last_step().exposed_s()));
   // The Reducer's clock starts at the step's first gradient, a little after backward began;
   // its backward end is the finalize() call, where the loop's backward ends too.
   const StepTiming& t = reducer.last_step();
   std::vector<double> ready;
   for (double r : t.gradient_ready_s) ready.push_back(std::clamp(r + phases.backward_s - t.backward_end_s, 0.0, phases.backward_s));
   ready_.push_back(std::move(ready));
+  keep_device_step(false, phases_.size() - 1);
   if (static_cast<int64_t>(phases_.size()) >= wanted_) write(reducer, comm, device);
 }
 
@@ -71,7 +160,16 @@ void ScalingProfiler::fit_end(Reducer& reducer, Communicator& comm, Device devic
   write(reducer, comm, device);
 }
 
+void ScalingProfiler::keep_device_step(bool alone, size_t index) {
+  if (!events_ || !recording_.points[start]) return;
+  recording_.alone = alone;
+  recording_.index = index;
+  unread_.push_back(std::exchange(recording_, DeviceStep{}));
+  read_device_steps(false);
+}
+
 void ScalingProfiler::write(const Reducer& reducer, Communicator& comm, Device device) {
+  if (events_) read_device_steps(true);
   done_ = true;
   comm::scaling::Profile p;
   p.ranks = comm.size();

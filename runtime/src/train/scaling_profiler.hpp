@@ -4,12 +4,23 @@
 // (comm/allreduce_probe) and the master writes the profile the scaling model reads
 // (comm/scaling_model.hpp, `tarantella predict`), atomically. Once per process: later fits
 // do not profile again.
+//
+// On a GPU rank the phases are the GPU's: the host only queues a step's kernels (and runs a
+// backward ahead of them, Model's early readback), so the loop marks each phase's start on
+// the compute stream with a timed event (mark), and each gradient's readiness too
+// (gradient_ready); a step's events are read at the next step's end (by then the stream has
+// passed them: nothing waits inside a step) and at the profile's end. The step's total and
+// the input wait stay host times; `other_s` is then what the GPU spent outside the four
+// phases (idle, waiting for the host). On a CPU rank the loop's host times are the phases.
 #pragma once
 
 #include "comm/scaling_model.hpp"
+#include "io/timeline_gpu.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/reducer.hpp"
 
+#include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,9 +45,23 @@ class ScalingProfiler {
   // and while --fusion-threshold auto chooses.
   static constexpr int64_t kAloneSteps = 5;
 
-  ScalingProfiler(std::string path, int64_t steps);
+  // device: where the network trains; on a GPU the phases come from CUDA events on its
+  // compute stream. events: a stand-in for those (tests); null on a CPU.
+  ScalingProfiler(std::string path, int64_t steps, Device device);
+  ScalingProfiler(std::string path, int64_t steps, std::unique_ptr<timeline::DeviceEvents> events);
+  ~ScalingProfiler();
+  ScalingProfiler(const ScalingProfiler&) = delete;
+  ScalingProfiler& operator=(const ScalingProfiler&) = delete;
 
   StepPhases phases;  // the step in progress, filled in by the training loop
+
+  // Where a step's phases begin, in order; `end` follows the optimizer.
+  enum Point : int { start, backward, backward_end, reduced, end, kPoints };
+  // The training loop at each point of every step, and at each gradient's readiness during
+  // backward (registration index): an event on the GPU's compute stream while the step
+  // counts; nothing on a CPU rank or otherwise.
+  void mark(Point point);
+  void gradient_ready(size_t index);
 
   // After each training step, on every rank alike: takes `phases` and that step's
   // reducer.last_step(). Collective once the profile is due (every rank reaches it after
@@ -48,6 +73,19 @@ class ScalingProfiler {
  private:
   void write(const Reducer& reducer, Communicator& comm, Device device);
 
+  // The GPU's events of one counted step, and where their times go once read.
+  struct DeviceStep {
+    std::array<void*, kPoints> points{};
+    std::vector<void*> ready;  // (gradients,) null where a gradient was not marked
+    bool alone = false;        // a one-bucket step: only backward is kept (alone_)
+    size_t index = 0;          // into alone_ or phases_/ready_
+  };
+  bool counting() const { return !done_ && seen_ >= kWarmupSteps; }
+  void* event();
+  void keep_device_step(bool alone, size_t index);  // after step_done took a counted step
+  void read_device_steps(bool all);  // all: also the newest (waits for its end)
+  void read(DeviceStep& s);
+
   std::string path_;
   int64_t wanted_;
   int64_t seen_ = 0;
@@ -57,9 +95,14 @@ class ScalingProfiler {
   std::vector<double> comm_;                // (steps,) the allreduces' time, start to end
   std::vector<double> launch_delay_;        // (steps,) StepTiming::launch_delay_s
   std::vector<double> finish_;              // (steps,) StepTiming::finish_s
+  std::vector<double> sums_after_;          // (steps,) StepTiming::exposed_s: sums after backward
   std::vector<double> alone_;               // backward of the one-bucket steps
   int64_t alone_left_ = -1;                 // one-bucket steps still to run; -1 before they start
   int64_t threshold_ = 0;                   // the job's own, restored after them
+  std::unique_ptr<timeline::DeviceEvents> events_;  // GPU ranks only
+  std::vector<void*> free_, all_;                   // the event pool
+  DeviceStep recording_;                            // the step in progress
+  std::vector<DeviceStep> unread_;                  // counted steps not read yet, oldest first
 };
 
 }  // namespace tnt::detail

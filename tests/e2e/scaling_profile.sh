@@ -3,7 +3,8 @@
 # profile whose fields are sane (every gradient of the CNN with its size, ready times inside
 # backward, the allreduce measured); 1 rank writes one without an allreduce; a profile that
 # cannot be written ends the job with exit status 2 naming the file, on every rank;
-# --fusion-threshold auto trains and announces its choice once.
+# --fusion-threshold auto trains and announces its choice once; with parameter servers the
+# job trains, writes no profile and says why.
 #
 #   scaling_profile.sh LAUNCHER PROGRAM
 source "$(dirname "${BASH_SOURCE[0]}")/fashion_mnist_common.sh" "$@"
@@ -97,6 +98,16 @@ fm_run "$name" -n 2 -x TNT_NUM_THREADS=1 --fusion-threshold auto -- "${args[@]}"
 if [[ $fm_rc -eq 0 ]]; then fm_pass "$name: exit status 0"; else fm_fail "$name: exit status $fm_rc"; fi
 n=$(grep -c "^fusion threshold auto: " <<<"$fm_out")
 [[ $n -eq 1 ]] && fm_pass "$name: the choice announced once" || fm_fail "$name: the choice announced $n times"
+
+# Parameter servers: no allreduce to profile. The job trains, says why no profile comes,
+# and writes none (it used to end on a null Reducer).
+name=parameter_servers
+fm_run "$name" -np 3 --parameter-servers 1 -x TNT_NUM_THREADS=1 -x TNT_PROFILE_SCALING_STEPS=2 \
+  --profile-scaling "$fm_tmp/ps_profile.json" -- "${args[@]}" --strategy=parameter_server --overwrite
+if [[ $fm_rc -eq 0 ]]; then fm_pass "$name: exit status 0"; else fm_fail "$name: exit status $fm_rc"; fi
+grep -q "trains with parameter servers, so none is written" <<<"$fm_out" && fm_pass "$name: said why" ||
+  fm_fail "$name: no word on the profile"
+[[ -e $fm_tmp/ps_profile.json ]] && fm_fail "$name: a profile was written" || fm_pass "$name: no profile written"
 
 name=unwritable
 fm_run "$name" -n 2 -x TNT_NUM_THREADS=1 -x TNT_PROFILE_SCALING_STEPS=2 --profile-scaling "$fm_tmp/no/such/dir/p.json" \

@@ -93,7 +93,8 @@ struct StepTiming {
   // before it was done (the communication thread's wake-up); 0 without buckets.
   double launch_delay_s() const;
   // finalize_end_s less the later of backward_end_s and the last bucket's end: waking the
-  // waiting thread and unpacking.
+  // waiting thread and unpacking (0 for device buckets over several ranks, whose
+  // finalize_end_s is that later end).
   double finish_s() const;
 };
 

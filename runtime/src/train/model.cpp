@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <typeinfo>
+#include <utility>
 
 namespace tnt {
 
@@ -281,7 +282,12 @@ void Model::prepare_training() {
     for (auto& np : trainable_) grads.emplace_back(np.name, np.param->grad);
     reducer_ = std::make_unique<Reducer>(communicator(), grads);
   }
-  if (!profiler_ && !config().profile_scaling.empty()) {
+  static bool told_ps = false;  // once a process (each worker says it)
+  if (!config().profile_scaling.empty() && ps_ && !std::exchange(told_ps, true)) {
+    log_warning("TNT_PROFILE_SCALING: a scaling profile is of synchronous training (gradients allreduced); this job "
+                "trains with parameter servers, so none is written");
+  }
+  if (!profiler_ && !config().profile_scaling.empty() && !ps_) {
     profiler_ = std::make_unique<detail::ScalingProfiler>(config().profile_scaling, config().profile_scaling_steps,
                                                           network_->device());
   }

@@ -107,6 +107,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   const bool overflow = read_step_results(totals);
   anchor.reset();
   const double t_opt = now_s();
+  mark(profiler_, detail::ScalingProfiler::optimizer);
   apply_update(overflow);
   mark(profiler_, detail::ScalingProfiler::end);
   if (profiler_) {

@@ -94,10 +94,18 @@ void ScalingProfiler::read(DeviceStep& s) {
     if (p[backward] && p[backward_end]) alone_[s.index] = seconds(p[backward], p[backward_end]);
   } else if (std::all_of(p.begin(), p.end(), [](void* e) { return e != nullptr; })) {
     StepPhases& ph = phases_[s.index];
+    // The host's wait for its batch overlaps the GPU's work on the step before: what the GPU
+    // lost to it is its gap between that step's end and this one's start (the first
+    // counted step keeps the host's wait). The host's period (input + step) is kept.
+    if (last_end_) {
+      const double gap = seconds(last_end_, p[start]);
+      ph.step_s += ph.input_s - gap;
+      ph.input_s = gap;
+    }
     ph.forward_s = seconds(p[start], p[backward]);
     ph.backward_s = seconds(p[backward], p[backward_end]);
     ph.exposed_s = seconds(p[backward_end], p[reduced]);
-    ph.optimizer_s = seconds(p[reduced], p[end]);
+    ph.optimizer_s = seconds(p[optimizer], p[end]);
     // A device transport's own times end at the last sum (the unpacking after it is not
     // timed there): the rest of the GPU's wait is the host's wake-up and the unpacking.
     finish_[s.index] = std::max(0.0, ph.exposed_s - sums_after_[s.index]);
@@ -108,6 +116,8 @@ void ScalingProfiler::read(DeviceStep& s) {
       ready[i] = e ? std::min(seconds(p[backward], e), ph.backward_s) : ph.backward_s;
     }
   }
+  if (last_end_) free_.push_back(last_end_);
+  last_end_ = std::exchange(p[end], nullptr);
   for (void* e : p) {
     if (e) free_.push_back(e);
   }

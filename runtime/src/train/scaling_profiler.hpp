@@ -55,8 +55,10 @@ class ScalingProfiler {
 
   StepPhases phases;  // the step in progress, filled in by the training loop
 
-  // Where a step's phases begin, in order; `end` follows the optimizer.
-  enum Point : int { start, backward, backward_end, reduced, end, kPoints };
+  // Where a step's phases begin, in order: forward at `start`, backward, the wait for the
+  // sums after it (`backward_end`), the step's readback (`reduced`: on a GPU the time to
+  // `optimizer` is idle, not a phase), the optimizer; `end` follows it.
+  enum Point : int { start, backward, backward_end, reduced, optimizer, end, kPoints };
   // The training loop at each point of every step, and at each gradient's readiness during
   // backward (registration index): an event on the GPU's compute stream while the step
   // counts; nothing on a CPU rank or otherwise.
@@ -103,6 +105,7 @@ class ScalingProfiler {
   std::vector<void*> free_, all_;                   // the event pool
   DeviceStep recording_;                            // the step in progress
   std::vector<DeviceStep> unread_;                  // counted steps not read yet, oldest first
+  void* last_end_ = nullptr;  // the `end` of the step read last (the next one's gap starts there)
 };
 
 }  // namespace tnt::detail

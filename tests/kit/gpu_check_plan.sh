@@ -2,7 +2,8 @@
 # scripts/gpu-check --plan with a fake nvidia-smi on PATH: with 1 GPU, part 2 plans no
 # multi-GPU step and --part multi skips; with 4, part 2 ends with the multi-GPU checks
 # (topology, every multi_gpu test of the kit at 4 ranks, the NCCL allreduce and the
-# Reducer sweep at 4 ranks, ResNet-50 and the Transformer at 1, 2 and 4 ranks), and
+# Reducer sweep at 4 ranks, ResNet-50 and the Transformer at 1, 2 and 4 ranks, the scaling
+# prediction from profiles at 1 and 4 ranks), and
 # --part 1 plans none of them but the sanitizers' runs. No GPU, no kit build: a kit folder with a tests.tsv only.
 # --gpus above the machine's count is a usage error (exit 2).
 set -uo pipefail
@@ -86,6 +87,13 @@ hasnt '^plan: racecheck layers_attention_fused_cuda_off' "part 1"
 plan 4 multi || fail "--part multi --plan with 4 GPUs: exit $?"
 has '^plan: test train_timeline_cuda at 4 ranks' "4 GPUs, part multi"
 has '^plan: transformer 4 ranks' "4 GPUs, part multi"
+# The scaling prediction: profiles at 1 and 4 ranks, predictions for 2 and 4 GPUs from the
+# first, the second's own check.
+has '^plan: resnet50 scaling profile 1 rank\(s\) .*--profile-scaling' "4 GPUs, part multi"
+has '^plan: resnet50 scaling profile 4 rank\(s\)' "4 GPUs, part multi"
+has '^plan: scaling prediction for 2 GPUs .*predict .*--devices-per-node 2' "4 GPUs, part multi"
+has '^plan: scaling prediction for 4 GPUs' "4 GPUs, part multi"
+has '^plan: scaling prediction from the 4-rank profile' "4 GPUs, part multi"
 
 env PATH="$tmp/bin:$PATH" FAKE_GPUS=2 "$root/scripts/gpu-check" --part multi --plan --gpus 3 --kit "$tmp/kit" \
   --out "$tmp/o" >"$tmp/out" 2>&1

@@ -21,20 +21,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from resnet50_gpu_torch import RESNET50_PARAMETERS, make_model, ours_sgd  # noqa: E402
-
-
-def blas_library():
-    """The BLAS this process loaded (Debian's torch uses the libblas.so.3 alternative, which is
-    OpenBLAS when libopenblas0-pthread is installed and the slow reference BLAS otherwise)."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "blas" in line and "/" in line}
-    except OSError:
-        return "unknown"
-    real = sorted({os.path.realpath(p) for p in paths})
-    if any("openblas" in p for p in real):
-        return "openblas"
-    return "reference" if real else "none"
+from torch_blas import blas_library  # noqa: E402
 
 
 def main():

@@ -262,6 +262,35 @@ PredictOptions parse_predict_command_line(const std::vector<std::string>& args) 
   return o;
 }
 
+namespace {
+
+// The profile's step in its parts; on a GPU, the time the GPU spent waiting (for its
+// input, for the host at the readback), which more GPUs do not shorten, said where it is
+// a share worth acting on.
+std::string step_parts(const sc::Profile& p) {
+  std::string out = fmt::format(
+      "  a step: input {:.3f}, forward {:.3f}, backward {:.3f}, wait for gradients {:.3f}, optimizer {:.3f}, other "
+      "{:.3f} ms\n",
+      p.input_s * 1e3, p.forward_s * 1e3, p.backward_s * 1e3, p.exposed_comm_s * 1e3, p.optimizer_s * 1e3,
+      p.other_s * 1e3);
+  if (p.device.rfind("cuda", 0) != 0 || p.step_s <= 0) return out;
+  constexpr double kWorthSaying = 0.05;  // of the step
+  if (p.input_s >= kWorthSaying * p.step_s) {
+    out += fmt::format("  the GPU waited {:.3f} ms a step ({:.0f}%) for its input: more GPUs do not shorten that; more "
+                       "loader threads or a cheaper input pipeline do\n",
+                       p.input_s * 1e3, 100 * p.input_s / p.step_s);
+  }
+  if (p.other_s >= kWorthSaying * p.step_s) {
+    out += fmt::format("  the GPU idled {:.3f} ms a step ({:.0f}%) waiting for the host (the step's readback, "
+                       "callbacks): more GPUs do not shorten that; a larger batch per GPU or less host work a step "
+                       "does\n",
+                       p.other_s * 1e3, 100 * p.other_s / p.step_s);
+  }
+  return out;
+}
+
+}  // namespace
+
 sc::Network resolve_network(const PredictOptions& o, const sc::Profile& profile, std::vector<std::string>* described) {
   sc::Network net;
   net.ranks_per_node = o.devices_per_node.value_or(profile.ranks_per_node);
@@ -416,6 +445,7 @@ int predict_main(const std::vector<std::string>& args) {
                         profile.ranks, p.step_s * 1e3, 100 * (p.step_s / profile.step_s - 1));
   }
   for (const std::string& line : described) head += "  " + line + "\n";
+  head += step_parts(profile);
   if (profile.backward_alone_s > 0) {
     head += fmt::format("  backward: {:.3f} ms alone, {:.3f} ms beside allreduces (as far as they overlap)\n",
                         profile.backward_alone_s * 1e3, profile.backward_s * 1e3);

@@ -197,6 +197,37 @@ TEST_CASE("tarantella predict on a profile fixture", "[predict][binary]") {
   CHECK(lines[3].rfind("4,4,", 0) == 0);
   CHECK_FALSE(std::filesystem::exists(csv + ".tmp"));
 
+  CHECK_THAT(r.out, Contains("a step: input 0.000, forward 10.000, backward 20.000, wait for gradients 4.000, "
+                              "optimizer 2.000, other 1.000 ms"));
+  CHECK_THAT(r.out, !Contains("the GPU"));  // a CPU profile
+
+  SECTION("a GPU profile says where the GPU waited") {
+    // The same profile from a GPU whose step is 40 ms: 4 ms (10%) waiting for its input, 6 ms
+    // (15%) idle at the readback; a second one with 1 ms of each (2.5%: not said).
+    const std::string gpu = (dir.path / "gpu.json").string();
+    std::string body = slurp(fixture);
+    auto put = [&](const std::string& from, const std::string& to) {
+      const auto at = body.find(from);
+      REQUIRE(at != std::string::npos);
+      body.replace(at, from.size(), to);
+    };
+    put("\"device\": \"cpu\"", "\"device\": \"cuda:0\"");
+    put("\"transport\": \"ring\"", "\"transport\": \"nccl\"");
+    put("\"input_s\": 0.0,", "\"input_s\": 0.004,");
+    put("\"other_s\": 0.001,", "\"other_s\": 0.006,");
+    std::ofstream(gpu) << body;
+    auto g = run_predict({gpu, "--nodes", "1", "--devices-per-node", "2"});
+    INFO(g.describe());
+    REQUIRE(g.exited(0));
+    CHECK_THAT(g.out, Contains("the GPU waited 4.000 ms a step (10%) for its input"));
+    CHECK_THAT(g.out, Contains("the GPU idled 6.000 ms a step (15%) waiting for the host"));
+    put("\"input_s\": 0.004,", "\"input_s\": 0.001,");
+    put("\"other_s\": 0.006,", "\"other_s\": 0.001,");
+    std::ofstream(gpu) << body;
+    g = run_predict({gpu, "--nodes", "1", "--devices-per-node", "2"});
+    REQUIRE(g.exited(0));
+    CHECK_THAT(g.out, !Contains("the GPU waited") && !Contains("the GPU idled"));
+  }
   SECTION("a plot") {
     const std::string png = (dir.path / "p.png").string();
     auto p = run_predict({fixture, "--nodes", "1,2", "--network", "10gbe", "--plot", png});

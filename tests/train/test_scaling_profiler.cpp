@@ -121,6 +121,7 @@ TEST_CASE("scaling profiler: a GPU rank's phases are the GPU's", "[train][scalin
     }
   }
   CHECK(gpu->stalls == 1);  // only the last step, read at the profile's end
+  CHECK(gpu->waits == 1);   // and steps the GPU has passed are not waited for at all
   CHECK(gpu->created <= 2 * (ScalingProfiler::kPoints + 4) + 1);
 
   if (!comm.is_master()) return;

@@ -1,23 +1,9 @@
-// ImageNet sources (image folders, TFRecord shards) and the preprocessing map functions.
+// ImageNet sources (image folders, TFRecord shards).
 //
 // Both sources are random access over a fixed sample list: a pass of epoch e yields
 // sample perm_e[p] at position p (perm_e the identity without shuffle), and builds it only
 // when asked for, so distribute() and skip() step over samples without reading them.
-//
-// Preprocessing follows torchvision's ImageNet recipe, with one difference: resizing is
-// bilinear interpolation at the sample point (as tf.image.resize without antialias and
-// OpenCV's INTER_LINEAR), not PIL's antialiased filter. A shrink by 2x or more happens
-// first in libjpeg's DCT domain (decode at 1/2, 1/4, 1/8: fast, and an average rather
-// than a sample), so only the last factor below 2 is plain bilinear.
-//   training    RandomResizedCrop(S, scale = (0.08, 1), ratio = (3/4, 4/3)): 10 attempts
-//               at an area fraction U(0.08, 1) and a log-uniform aspect ratio, accepted
-//               when the box fits; else the whole image clipped to the ratio range, centred.
-//               Then a horizontal flip with probability 1/2.
-//   evaluation  shorter side resized to R = round(S * 256 / 224) (the longer one to
-//               floor(R * long / short)), then the central S x S (offsets rounded).
-//   both        pixels / 255, minus kImagenetMean, divided by kImagenetStd; f32 (3, S, S).
-// Randomness: CounterRng(seed, key(index, epoch)), counters 4a..4a+3 for attempt a's
-// (scale, ratio, top, left) and 40 for the flip.
+// The preprocessing map functions are in imagenet_preprocess.cpp.
 #include "tarantella/imagenet.hpp"
 #include "tarantella/files.hpp"
 
@@ -258,87 +244,6 @@ ImagenetLayout find_tfds(const std::string& data_dir, const std::string& split) 
   return out;
 }
 
-// ---- preprocessing
-
-// Bilinear resampling of the box (y0, x0, h, w) (source pixels, fractional allowed) to
-// S x S, sampling at pixel centres; source coordinates are clamped to the integer box
-// [clamp_y0, clamp_y1] x [clamp_x0, clamp_x1] (the crop for training: as if cropped first).
-// img: u8 (H, W, 3); out: f32 (3, S, S), normalised.
-void resample(const uint8_t* img, int64_t W, double y0, double x0, double h, double w, int64_t clamp_y0,
-              int64_t clamp_y1, int64_t clamp_x0, int64_t clamp_x1, int64_t S, bool flip, float* out) {
-  struct Tap {
-    int64_t i0, i1;
-    float f;
-  };
-  auto taps = [S](double start, double len, int64_t lo, int64_t hi) {
-    std::vector<Tap> t(static_cast<size_t>(S));
-    for (int64_t o = 0; o < S; ++o) {
-      double s = start + (static_cast<double>(o) + 0.5) * len / static_cast<double>(S) - 0.5;
-      s = std::clamp(s, static_cast<double>(lo), static_cast<double>(hi));
-      int64_t i0 = static_cast<int64_t>(std::floor(s));
-      t[static_cast<size_t>(o)] = {i0, std::min(i0 + 1, hi), static_cast<float>(s - static_cast<double>(i0))};
-    }
-    return t;
-  };
-  std::vector<Tap> ty = taps(y0, h, clamp_y0, clamp_y1), tx = taps(x0, w, clamp_x0, clamp_x1);
-  float scale[3], shift[3];  // v * scale + shift == (v / 255 - mean) / std
-  for (int c = 0; c < 3; ++c) {
-    scale[c] = 1.0f / (255.0f * kImagenetStd[c]);
-    shift[c] = -kImagenetMean[c] / kImagenetStd[c];
-  }
-  const int64_t plane = S * S;
-  for (int64_t oy = 0; oy < S; ++oy) {
-    const Tap& a = ty[static_cast<size_t>(oy)];
-    const uint8_t* r0 = img + a.i0 * W * 3;
-    const uint8_t* r1 = img + a.i1 * W * 3;
-    for (int64_t ox = 0; ox < S; ++ox) {
-      const Tap& b = tx[static_cast<size_t>(flip ? S - 1 - ox : ox)];
-      for (int c = 0; c < 3; ++c) {
-        float top = r0[b.i0 * 3 + c] + b.f * (static_cast<float>(r0[b.i1 * 3 + c]) - r0[b.i0 * 3 + c]);
-        float bot = r1[b.i0 * 3 + c] + b.f * (static_cast<float>(r1[b.i1 * 3 + c]) - r1[b.i0 * 3 + c]);
-        float v = top + a.f * (bot - top);
-        out[c * plane + oy * S + ox] = v * scale[c] + shift[c];
-      }
-    }
-  }
-}
-
-struct Box {
-  int64_t top, left, height, width;
-};
-
-Box random_resized_crop(int64_t H, int64_t W, const CounterRng& rng) {
-  const double area = static_cast<double>(H) * static_cast<double>(W);
-  const double log_lo = std::log(3.0 / 4.0), log_hi = std::log(4.0 / 3.0);
-  for (int a = 0; a < 10; ++a) {
-    double target = area * (0.08 + (1.0 - 0.08) * rng.uniform(4 * a + 0));
-    double ratio = std::exp(log_lo + (log_hi - log_lo) * rng.uniform(4 * a + 1));
-    int64_t w = std::llround(std::sqrt(target * ratio));
-    int64_t h = std::llround(std::sqrt(target / ratio));
-    if (w > 0 && h > 0 && w <= W && h <= H) {
-      int64_t top = static_cast<int64_t>(rng.uniform(4 * a + 2) * static_cast<double>(H - h + 1));
-      int64_t left = static_cast<int64_t>(rng.uniform(4 * a + 3) * static_cast<double>(W - w + 1));
-      return {std::min(top, H - h), std::min(left, W - w), h, w};
-    }
-  }
-  const double in_ratio = static_cast<double>(W) / static_cast<double>(H);
-  int64_t w = W, h = H;
-  if (in_ratio < 3.0 / 4.0) {
-    h = std::min<int64_t>(H, std::llround(static_cast<double>(W) / (3.0 / 4.0)));
-  } else if (in_ratio > 4.0 / 3.0) {
-    w = std::min<int64_t>(W, std::llround(static_cast<double>(H) * (4.0 / 3.0)));
-  }
-  return {(H - h) / 2, (W - w) / 2, h, w};
-}
-
-const Tensor& column(const Element& e, size_t i, DType dtype, int ndim, const char* what) {
-  TNT_CHECK(e.size() > i && e[i].defined() && e[i].dtype() == dtype && e[i].ndim() == ndim,
-            "imagenet_preprocess: element column {} ({}) is not a {} tensor of {} dimensions; the input "
-            "must be an undecoded ImageNet element (see tarantella/imagenet.hpp)",
-            i, what, dtype_name(dtype), ndim);
-  return e[i];
-}
-
 }  // namespace
 
 std::vector<std::string> image_folder_classes(const std::string& split_dir) {
@@ -517,68 +422,6 @@ Dataset imagenet_dataset(const ImagenetLayout& layout, const ImagenetOptions& op
 
 Dataset imagenet_dataset(const std::string& data_dir, const std::string& split, const ImagenetOptions& options) {
   return imagenet_dataset(find_imagenet_layout(data_dir, split, options.layout), options);
-}
-
-MapFn imagenet_preprocess(int64_t image_size, bool training, uint64_t seed) {
-  if (image_size < 1) TNT_INPUT_ERROR("imagenet_preprocess: image size {} must be positive", image_size);
-  const int64_t S = image_size;
-  // Evaluation's resize target: 256 for 224, scaled with the image size.
-  const int64_t R = std::max<int64_t>(S, std::llround(static_cast<double>(S) * 256.0 / 224.0));
-  return [S, R, training, seed](Element e) -> Element {
-    const Tensor& bytes = column(e, 0, DType::u8, 1, "bytes");
-    const int64_t label = column(e, 1, DType::i64, 0, "label").data<int64_t>()[0];
-    const int64_t index = column(e, 2, DType::i64, 0, "index").data<int64_t>()[0];
-    const int64_t epoch = column(e, 3, DType::i64, 0, "epoch").data<int64_t>()[0];
-    const Tensor& src = column(e, 4, DType::u8, 1, "source");
-    std::string source(reinterpret_cast<const char*>(src.data<uint8_t>()), static_cast<size_t>(src.numel()));
-
-    const uint8_t* data = bytes.data<uint8_t>();
-    const size_t size = static_cast<size_t>(bytes.numel());
-    const JpegSize js = jpeg_size(data, size, source);
-    const int64_t H = js.height, W = js.width;
-    // The box to resample in original pixels, and the (h, w) it must keep when shrunk in
-    // the DCT domain: the largest 1/d that still leaves at least the pixels the plain
-    // resize would have used, so the result only gets smoother, never coarser.
-    double y0 = 0, x0 = 0, bh = 0, bw = 0;
-    int64_t need_h = 0, need_w = 0;
-    int64_t clamp[4] = {0, H - 1, 0, W - 1};  // y_lo, y_hi, x_lo, x_hi in original pixels
-    bool flip = false;
-    if (training) {
-      uint64_t key = detail::mix64(detail::mix64(static_cast<uint64_t>(epoch)) + static_cast<uint64_t>(index));
-      CounterRng rng(seed, key);
-      Box b = random_resized_crop(H, W, rng);
-      flip = rng.uniform(40) < 0.5f;
-      y0 = static_cast<double>(b.top), x0 = static_cast<double>(b.left);
-      bh = static_cast<double>(b.height), bw = static_cast<double>(b.width);
-      clamp[0] = b.top, clamp[1] = b.top + b.height - 1, clamp[2] = b.left, clamp[3] = b.left + b.width - 1;
-      need_h = S * H / b.height, need_w = S * W / b.width;  // whole-image size at the crop's scale
-    } else {
-      int64_t rh = R, rw = R;  // the resized image (rh, rw)
-      if (W <= H) rh = R * H / W; else rw = R * W / H;
-      const int64_t top = std::llround(static_cast<double>(rh - S) / 2.0);
-      const int64_t left = std::llround(static_cast<double>(rw - S) / 2.0);
-      const double sy = static_cast<double>(H) / static_cast<double>(rh);
-      const double sx = static_cast<double>(W) / static_cast<double>(rw);
-      y0 = static_cast<double>(top) * sy, x0 = static_cast<double>(left) * sx;
-      bh = static_cast<double>(S) * sy, bw = static_cast<double>(S) * sx;
-      need_h = rh, need_w = rw;
-    }
-    int d = 1;
-    for (int cand : {8, 4, 2})
-      if (H / cand >= need_h && W / cand >= need_w) { d = cand; break; }
-    Tensor rgb = decode_jpeg(data, size, source, d);  // (Hs, Ws, 3)
-    const int64_t Hs = rgb.dim(0), Ws = rgb.dim(1);
-    const double fy = static_cast<double>(Hs) / static_cast<double>(H);
-    const double fx = static_cast<double>(Ws) / static_cast<double>(W);
-    auto lo = [](int64_t v, double f) { return static_cast<int64_t>(std::floor(static_cast<double>(v) * f)); };
-    auto hi = [](int64_t v, double f, int64_t n) {
-      return std::min<int64_t>(n - 1, static_cast<int64_t>(std::ceil(static_cast<double>(v + 1) * f)) - 1);
-    };
-    Tensor image = Tensor::empty({3, S, S});  // (3, S, S)
-    resample(rgb.data<uint8_t>(), Ws, y0 * fy, x0 * fx, bh * fy, bw * fx, lo(clamp[0], fy), hi(clamp[1], fy, Hs),
-             lo(clamp[2], fx), hi(clamp[3], fx, Ws), S, flip, image.data<float>());
-    return Element{std::move(image), scalar_i64(label)};
-  };
 }
 
 }  // namespace tnt

@@ -5,7 +5,9 @@
 // object, so the functions that call libjpeg (the *_steps below) hold only C structs and
 // raw pointers; the Tensor they fill is created by their caller.
 #include "tarantella/imagenet.hpp"
+#include "data/jpeg_region.hpp"
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
@@ -96,6 +98,12 @@ bool start_steps(jpeg_decompress_struct* cinfo, ErrorManager* err, const uint8_t
   }
   cinfo->scale_num = 1;
   cinfo->scale_denom = static_cast<unsigned int>(scale_denom);
+  // Where a progressive file lacks some AC coefficients, libjpeg guesses them from the
+  // neighbouring blocks' DC values ("block smoothing"), which a part decode
+  // (decode_jpeg_region) has only inside its columns. Off, so that a part is the whole
+  // image's pixels; complete files are not affected, and files that end early are refused
+  // anyway (the fuzz target found an arithmetic-coded one that does not say so).
+  cinfo->do_block_smoothing = FALSE;
   // libjpeg converts YCbCr and grayscale to RGB itself, but not CMYK/YCCK (a few ImageNet
   // training files are CMYK): those come out as CMYK and are converted in decode_jpeg.
   if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK) {
@@ -121,6 +129,63 @@ bool scanline_steps(jpeg_decompress_struct* cinfo, ErrorManager* err, uint8_t* o
   }
   jpeg_finish_decompress(cinfo);
   return true;
+}
+
+// Narrows the decoded columns to at least [*left, *left + *cols) (libjpeg moves *left to a
+// block boundary and widens *cols). Before any scanline is read.
+bool crop_steps(jpeg_decompress_struct* cinfo, ErrorManager* err, JDIMENSION* left, JDIMENSION* cols) {
+  if (setjmp(err->jump)) return false;
+  if (*left == 0 && *cols == cinfo->output_width) return true;
+  jpeg_crop_scanline(cinfo, left, cols);
+  return true;
+}
+
+// Rows [top, top + rows) into out (rows, output_width, channels); the rows above and below
+// are skipped: entropy decoded, not reconstructed. libjpeg skips to the end without reading
+// anything, and its finish then steps over the rest of the data to the end marker without
+// decoding it, so damage there would go unnoticed: the rows below are skipped up to the
+// last, which is read (into scratch, one row). Unless !to_end: then the decode stops after
+// the rows.
+bool region_scanline_steps(jpeg_decompress_struct* cinfo, ErrorManager* err, uint8_t* out, size_t row_bytes,
+                           JDIMENSION top, JDIMENSION rows, uint8_t* scratch, bool to_end) {
+  if (setjmp(err->jump)) return false;
+  if (top > 0 && jpeg_skip_scanlines(cinfo, top) != top) {
+    std::snprintf(err->message, sizeof err->message, "cannot skip to row %u", top);
+    return false;
+  }
+  for (JDIMENSION r = 0; r < rows; ++r) {
+    JSAMPROW row = out + static_cast<size_t>(r) * row_bytes;
+    if (jpeg_read_scanlines(cinfo, &row, 1) != 1) {
+      std::snprintf(err->message, sizeof err->message, "row %u cannot be read", top + r);
+      return false;
+    }
+  }
+  if (!to_end) {
+    jpeg_abort_decompress(cinfo);
+    return true;
+  }
+  const JDIMENSION rest = cinfo->output_height - cinfo->output_scanline;
+  if (rest > 1 && jpeg_skip_scanlines(cinfo, rest - 1) != rest - 1) {
+    std::snprintf(err->message, sizeof err->message, "cannot skip to the last row");
+    return false;
+  }
+  if (rest > 0 && jpeg_read_scanlines(cinfo, &scratch, 1) != 1) {
+    std::snprintf(err->message, sizeof err->message, "the last row cannot be read");
+    return false;
+  }
+  jpeg_finish_decompress(cinfo);
+  return true;
+}
+
+// CMYK (pixels, 4) -> RGB (pixels, 3). Adobe's files
+// store inverted CMYK (255 = no ink), which libjpeg passes through, so R = C * K / 255 with
+// the stored values; plain CMYK is inverted first.
+void cmyk_to_rgb(const uint8_t* src, uint8_t* dst, int64_t pixels, bool inverted) {
+  for (int64_t p = 0; p < pixels; ++p) {
+    int c[4];
+    for (int k = 0; k < 4; ++k) c[k] = inverted ? src[4 * p + k] : 255 - src[4 * p + k];
+    for (int k = 0; k < 3; ++k) dst[3 * p + k] = static_cast<uint8_t>((c[k] * c[3] + 127) / 255);
+  }
 }
 
 // rgb: (H, W, 3). *out is malloc'ed by libjpeg (freed by the caller, also after an error).
@@ -189,18 +254,58 @@ Tensor decode_jpeg(const uint8_t* data, size_t size, const std::string& name, in
   jpeg_destroy_decompress(&cinfo);
   if (ch == 3) return raw;
 
-  // CMYK -> RGB. Adobe's files store inverted CMYK (255 = no ink), which libjpeg passes
-  // through, so R = C * K / 255 with the stored values; plain CMYK is inverted first.
   Tensor rgb = Tensor::empty({h, w, 3}, DType::u8);  // (H, W, 3)
-  const uint8_t* src = raw.data<uint8_t>();
-  uint8_t* dst = rgb.data<uint8_t>();
-  for (int64_t p = 0; p < h * w; ++p) {
-    int c[4];
-    for (int k = 0; k < 4; ++k) c[k] = header.inverted_cmyk ? src[4 * p + k] : 255 - src[4 * p + k];
-    for (int k = 0; k < 3; ++k) dst[3 * p + k] = static_cast<uint8_t>((c[k] * c[3] + 127) / 255);
-  }
+  cmyk_to_rgb(raw.data<uint8_t>(), rgb.data<uint8_t>(), h * w, header.inverted_cmyk);
   return rgb;
 }
+
+namespace detail {
+
+JpegRegion decode_jpeg_region(const uint8_t* data, size_t size, const std::string& name, int scale_denom,
+                              int64_t top, int64_t rows, int64_t left, int64_t cols, bool to_end) {
+  TNT_CHECK(scale_denom == 1 || scale_denom == 2 || scale_denom == 4 || scale_denom == 8,
+            "decode_jpeg_region: scale_denom {} is not 1, 2, 4 or 8", scale_denom);
+  check_start_marker(data, size, name);
+  jpeg_decompress_struct cinfo;
+  ErrorManager err;
+  install(err);
+  cinfo.err = &err.pub;
+  jpeg_create_decompress(&cinfo);
+  Header header;
+  auto fail = [&]() {
+    jpeg_destroy_decompress(&cinfo);
+    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, err.message);
+  };
+  if (!start_steps(&cinfo, &err, data, size, scale_denom, &header)) fail();
+  const int64_t h = header.height, w = header.width, ch = header.channels;
+  if (top < 0 || rows < 1 || top + rows > h || left < 0 || cols < 1 || left + cols > w) {
+    jpeg_destroy_decompress(&cinfo);
+    TNT_THROW("decode_jpeg_region: rows [{}, {}) and columns [{}, {}) are not inside image '{}' ({} x {} at 1/{})",
+              top, top + rows, left, left + cols, name, h, w, scale_denom);
+  }
+  // Fancy upsampling (the default) computes an edge pixel of subsampled chroma from the
+  // sample beyond it, which a narrowed decode does not have: the outermost one or two
+  // columns of the narrowed output differ from the whole image's (4:2:0 and 4:2:2 files;
+  // rows are not affected). A margin keeps the asked columns exact.
+  constexpr int64_t kMargin = 8;
+  const int64_t from = std::max<int64_t>(0, left - kMargin), to = std::min<int64_t>(w, left + cols + kMargin);
+  JDIMENSION x0 = static_cast<JDIMENSION>(from), xn = static_cast<JDIMENSION>(to - from);
+  if (!crop_steps(&cinfo, &err, &x0, &xn)) fail();
+  const int64_t dw = cinfo.output_width;  // the decoded columns, [x0, x0 + dw)
+  Tensor raw = Tensor::empty({rows, dw, ch}, DType::u8);  // (rows, dw, 3 or 4)
+  Tensor scratch = Tensor::empty({dw, ch}, DType::u8);  // (dw, 3 or 4): the last row
+  if (!region_scanline_steps(&cinfo, &err, raw.data<uint8_t>(), static_cast<size_t>(dw * ch),
+                             static_cast<JDIMENSION>(top), static_cast<JDIMENSION>(rows), scratch.data<uint8_t>(),
+                             to_end))
+    fail();
+  jpeg_destroy_decompress(&cinfo);
+  if (ch == 3) return {std::move(raw), static_cast<int64_t>(x0)};
+  Tensor rgb = Tensor::empty({rows, dw, 3}, DType::u8);  // (rows, dw, 3)
+  cmyk_to_rgb(raw.data<uint8_t>(), rgb.data<uint8_t>(), rows * dw, header.inverted_cmyk);
+  return {std::move(rgb), static_cast<int64_t>(x0)};
+}
+
+}  // namespace detail
 
 std::vector<uint8_t> encode_jpeg(const Tensor& rgb, int quality) {
   TNT_CHECK(rgb.defined() && rgb.device().is_cpu() && rgb.dtype() == DType::u8 && rgb.ndim() == 3 &&

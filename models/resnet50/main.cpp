@@ -26,6 +26,7 @@
 // transposes, and what oneDNN's CPU convolutions run fastest here too (about 1.2x NCHW on
 // one rank of 2 threads: docs/performance.md); it is the default on every device.
 // channels_first keeps NCHW. Weights and checkpoints are the same.
+#include "data_workers.hpp"
 #include "resnet.hpp"
 
 #include "common/flags.hpp"
@@ -50,11 +51,10 @@ constexpr int64_t kImageNetValSamples = 50000;
 // Bounds the memory of the synthetic pool: 256 images of 3x224x224 f32 are 154 MB.
 constexpr int64_t kMaxSyntheticPool = 256;
 // Sane limits of the flags that size resources: a batch of 1024x1024 images already
-// needs gigabytes per sample through the network, and a rank has no use for more decoding
-// threads than 256. Beyond them a typo would end in an allocation or thread failure that
+// needs gigabytes per sample through the network (and data_workers.hpp bounds the decoding
+// threads at 256). Beyond them a typo would end in an allocation or thread failure that
 // names no flag.
 constexpr int64_t kMaxImageSize = 1024;
-constexpr int kMaxDataWorkers = 256;
 
 // Random images in [-1, 1) (roughly what normalisation gives) and labels in
 // [0, num_classes); `count` elements cycling through a pool generated once.
@@ -304,7 +304,7 @@ int main(int argc, char** argv) {
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
     ("log_steps", "print images/s every this many timed steps (an epoch's first step is not timed; 0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
-    ("data_workers", "threads decoding and augmenting images on each rank (1 to 256)", cxxopts::value<int>()->default_value("4"));
+    ("data_workers", "threads decoding and augmenting images on each rank: 1 to 256, or auto (on a GPU rank its cores but one, on a CPU rank 4)", cxxopts::value<std::string>()->default_value("auto"));
   // clang-format on
   tnt_models::add_callback_flags(flags, "images");
   if (std::optional<int> status = flags.parse(argc, argv)) return *status;
@@ -324,7 +324,7 @@ int main(int argc, char** argv) {
     const std::string data_format = args["data_format"].as<std::string>();
     const int64_t train_steps = args["train_steps"].as<int64_t>();
     const int64_t log_steps = args["log_steps"].as<int64_t>();
-    const int data_workers = args["data_workers"].as<int>();
+    const std::string data_workers_flag = args["data_workers"].as<std::string>();
     const bool checkpoint_and_export = args["enable_checkpoint_and_export"].as<bool>();
     const bool resume_flag = args["resume"].as<bool>();
     // Without checkpoints the continued run would leave the old one behind its history.
@@ -357,8 +357,9 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label_smoothing={}: must be in [0, 1)",
                     label_smoothing);
     TNT_INPUT_CHECK(train_steps >= 0, "--train_steps={}: must be at least 0", train_steps);
-    TNT_INPUT_CHECK(data_workers >= 1 && data_workers <= kMaxDataWorkers, "--data_workers={}: must be from 1 to {}",
-                    data_workers, kMaxDataWorkers);
+    const tnt_models::DataWorkers workers =
+        tnt_models::resolve_data_workers(data_workers_flag, tnt::default_device().is_cuda(), tnt::rank_cores());
+    const int data_workers = workers.count;
     TNT_INPUT_CHECK(log_steps >= 0, "--log_steps={}: must be at least 0", log_steps);
     const tnt_models::CallbackFlags callback_flags = tnt_models::callback_flags(flags, common);
     TNT_INPUT_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "fp16", "--dtype={}: expected fp32, bf16 or fp16",
@@ -480,6 +481,9 @@ int main(int argc, char** argv) {
                  tnt_models::describe_lr_schedule(common.batch_size, epoch_size, warmup_epochs, base_lr));
       tnt::print("data format: {}", memory_format == tnt::MemoryFormat::channels_last ? "channels_last"
                                                                                        : "channels_first");
+      if (!synthetic) {
+        tnt::print("data workers: {} a rank{}", data_workers, workers.automatic ? " (" + workers.why + ")" : "");
+      }
       if (precision.mixed()) {
         tnt::print("precision: {} compute, fp32 master weights{}", precision.name(),
                    precision.scales_loss() ? fmt::format(", dynamic loss scaling from {}", precision.initial_scale) : "");
@@ -539,6 +543,12 @@ int main(int argc, char** argv) {
     if (checkpoint_and_export) {
       // Weights only, under torchvision's names: loads into torchvision.models.resnet50.
       model.save_weights(model_dir + "/model.safetensors");
+    }
+    if (!synthetic && !history.epochs.empty()) {
+      if (std::string hint = tnt_models::input_bound_hint(model.last_epoch_timing(), workers, tnt::rank_cores());
+          !hint.empty() && tnt::is_master_rank()) {
+        tnt::print("{}", hint);
+      }
     }
     if (model.loss_scaler().enabled() && common.verbose > 0) {
       tnt::print("loss scaling: final scale {}, {} of {} skipped for overflow", model.loss_scaler().scale(),

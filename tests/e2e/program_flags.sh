@@ -110,6 +110,7 @@ case $case_name in
     expect fashion_mnist 2 "--verbose=7: expected 0 (silent), 1 (progress bar) or 2 (a line per epoch)" --verbose=7
     expect resnet50 2 "--image_size=100000: must be at most 1024" --use_synthetic_data --image_size=100000
     expect resnet50 2 "--data_workers=100000: must be from 1 to 256" --use_synthetic_data --data_workers=100000
+    expect resnet50 2 "--data_workers=many: expected auto or a number from 1 to 256" --use_synthetic_data --data_workers=many
     ;;
   callback_flags)
     for name in resnet50 transformer; do

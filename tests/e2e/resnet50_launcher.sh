@@ -16,7 +16,7 @@
 # dtype_bad: --dtype=fp8 ends with an error naming --dtype and the choices.
 # imagenet_folders: a tiny ImageNet in the folder layout (written by TEST_RESNET50's hidden
 #   test case), one epoch of 3 steps and an evaluation: exit 0, history.csv with a
-#   validation accuracy.
+#   validation accuracy, the data workers announced (2 as asked; auto: 4 on CPU ranks).
 # imagenet_tfds: the tiny ImageNet as tensorflow_datasets writes it (two versions, the
 #   older unreadable for 2 classes): exit 0, the layout named once, an evaluation; then a
 #   missing shard is named.
@@ -169,6 +169,15 @@ case $case_name in
       --train_epochs=1 --data_workers=2 --log_steps=0
     if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
     if grep -Eq '12 training samples per epoch' <<<"$out"; then pass "12 training samples"; else fail "no '12 training samples per epoch' line"; fi
+    if grep -Fxq 'data workers: 2 a rank' <<<"$out"; then pass "the data workers announced"; else fail "no 'data workers: 2 a rank' line"; fi
+    # The default, auto: 4 on CPU ranks.
+    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model_auto" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --log_steps=0
+    if [[ $rc -eq 0 ]] && grep -Fxq 'data workers: 4 a rank (auto: on CPU ranks, whose cores also train)' <<<"$out"; then
+      pass "--data_workers auto: 4 on CPU ranks, said why"
+    else
+      fail "--data_workers auto (exit $rc): no 'data workers: 4 a rank (auto: ...)' line"
+    fi
     csv=$tmp/model/history.csv
     if [[ -f $csv ]] && awk -F, 'NR == 2 && $1 == 1 && $6 != "" && $6 >= 0 && $6 <= 1 { ok = 1 } END { exit !ok }' "$csv"; then
       pass "history.csv has epoch 1 with a validation accuracy"

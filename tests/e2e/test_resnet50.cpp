@@ -4,6 +4,7 @@
 // whole file to a few seconds on 2 cores (224 would take minutes).
 #include <catch2/catch.hpp>
 
+#include "data_workers.hpp"
 #include "resnet.hpp"
 #include "temp_dir.hpp"
 #include "tarantella/checkpoint.hpp"
@@ -317,6 +318,36 @@ TEST_CASE("resnet50: the tutorial's learning-rate schedule for a global batch of
 // writes: imagenet2012/5.1.0/imagenet2012-{train,validation}.tfrecord-0000s-of-00002 with
 // features image and label (0-based), beside an older version 5.0.0 whose labels (7) are
 // beyond the 2 classes, so a run that read it would fail.
+TEST_CASE("resnet50: --data_workers auto, and the hint when decoding holds training back") {
+  using tnt_models::resolve_data_workers;
+  // auto: a GPU rank's cores but one; a CPU rank 4, its cores train too.
+  CHECK(resolve_data_workers("auto", true, 16).count == 15);
+  CHECK(resolve_data_workers("auto", true, 1).count == 1);
+  CHECK(resolve_data_workers("auto", true, 1000).count == 256);
+  CHECK(resolve_data_workers("auto", false, 16).count == 4);
+  CHECK(resolve_data_workers("auto", true, 16).why == "auto: this GPU rank's 16 cores but one");
+  const tnt_models::DataWorkers six = resolve_data_workers("6", true, 16);
+  CHECK(six.count == 6);
+  CHECK_FALSE(six.automatic);
+  CHECK_THROWS_WITH(resolve_data_workers("0", true, 16), "--data_workers=0: must be from 1 to 256");
+  CHECK_THROWS_WITH(resolve_data_workers("6x", true, 16), "--data_workers=6x: expected auto or a number from 1 to 256");
+  CHECK_THROWS_AS(resolve_data_workers("", false, 16), tnt::InputError);
+
+  tnt::EpochTiming t;
+  t.steps = 100;
+  t.step_seconds = 0.040;
+  t.input_seconds = 0.004;  // 9%: no hint
+  CHECK(tnt_models::input_bound_hint(t, six, 16).empty());
+  t.input_seconds = 0.010;  // 20%
+  CHECK(tnt_models::input_bound_hint(t, six, 16) ==
+        "input: in the last epoch each step waited 10.0 ms for its images, 20% of the 50.0 ms it took: decoding holds "
+        "training back. This rank decodes on 6 threads (--data_workers=6) and has 16 cores: try --data_workers=15");
+  const std::string all = tnt_models::input_bound_hint(t, resolve_data_workers("auto", true, 16), 16);
+  CHECK_THAT(all, Catch::Contains("15 threads (--data_workers=auto) and has 16 cores: give each rank more cores"));
+  t.steps = 9;  // too few steps to tell
+  CHECK(tnt_models::input_bound_hint(t, six, 16).empty());
+}
+
 TEST_CASE("write a tiny ImageNet for the resnet50 program", "[.write_tiny_imagenet]") {
   const char* dir = std::getenv("TNT_TINY_IMAGENET_DIR");
   REQUIRE(dir != nullptr);

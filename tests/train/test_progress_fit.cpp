@@ -11,11 +11,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -294,6 +296,14 @@ TEST_CASE("the epoch timing line: the allreduce, the share while backward ran, a
         "epoch 3: 41.2 ms/step, backward 20.1 ms; gradient allreduce 8.0 ms a step, 75% of it while backward ran; "
         "after backward the step waited 2.5 ms for its gradients");
   CHECK(tnt::describe_epoch_timing(1, t, 1) == "epoch 1: 41.2 ms/step, backward 20.1 ms (1 rank: no gradient allreduce)");
+  // A wait for the batches under 5% of the loop's time goes unmentioned; from 5% it is said.
+  t.input_seconds = 0.002;
+  CHECK(tnt::describe_epoch_timing(1, t, 1) == "epoch 1: 41.2 ms/step, backward 20.1 ms (1 rank: no gradient allreduce)");
+  t.input_seconds = 0.0123;
+  CHECK(tnt::describe_epoch_timing(1, t, 1) ==
+        "epoch 1: 41.2 ms/step, backward 20.1 ms; waited 12.3 ms a step for its batch (23%: the input is too slow) "
+        "(1 rank: no gradient allreduce)");
+  t.input_seconds = 0;
   // A parameter-server worker has no allreduce: its pull and push instead.
   t.parameter_server = true;
   t.pull_seconds = 0.0031;
@@ -301,4 +311,26 @@ TEST_CASE("the epoch timing line: the allreduce, the share while backward ran, a
   CHECK(tnt::describe_epoch_timing(2, t, 2) ==
         "epoch 2: 41.2 ms/step, backward 20.1 ms; parameter servers: pull 3.1 ms a step, push 1.2 ms (this "
         "worker's own steps)");
+}
+
+TEST_CASE("the epoch timing counts the loop's wait for its batches") {
+  // Each element takes 5 ms to make, on one worker: a batch of 8 waits about 40 ms a step,
+  // far more than the small network's step. A lower bound only (a busy machine adds).
+  auto model = make_model();
+  tnt::Dataset slow = tnt::test::threshold_data("slow input").map(
+      [](tnt::Element e) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        return e;
+      },
+      1);
+  tnt::FitOptions fit;
+  fit.batch_size = 8 * tnt::size();
+  fit.epochs = 1;
+  fit.max_steps = 4;
+  model->fit(slow, fit);
+  const tnt::EpochTiming& t = model->last_epoch_timing();
+  CHECK(t.steps == 4);
+  CHECK(t.input_seconds >= 0.035);  // 8 elements of 5 ms, less a little for the first's start
+  CHECK(t.input_fraction() > tnt::kInputBoundFraction);
+  CHECK_THAT(tnt::describe_epoch_timing(1, t, tnt::size()), Catch::Contains("for its batch"));
 }

@@ -174,6 +174,7 @@ struct PredictOptions {
 struct EpochTiming {
   int64_t steps = 0;
   double step_seconds = 0;          // mean wall time of a training step
+  double input_seconds = 0;         // mean time the loop waited for a step's batch, before it
   double backward_seconds = 0;      // mean time of backward
   double comm_seconds = 0;          // mean time gradient buckets were in flight
   double hidden_comm_seconds = 0;   // ... of which while backward was still running
@@ -183,13 +184,21 @@ struct EpochTiming {
   double pull_seconds = 0;
   double push_seconds = 0;
   double hidden_fraction() const { return comm_seconds > 0 ? hidden_comm_seconds / comm_seconds : 1.0; }
+  // The share of the loop's time spent waiting for batches: input / (input + step).
+  double input_fraction() const {
+    const double period = input_seconds + step_seconds;
+    return period > 0 ? input_seconds / period : 0.0;
+  }
   void finish();  // sums over the epoch's steps -> means
 };
 // The line fit prints after an epoch with verbose 2 (or TNT_LOG_LEVEL=INFO): "epoch 3:
 // 41.2 ms/step, backward 20.1 ms; gradient allreduce 8.0 ms a step, 75% of it while backward
 // ran; after backward the step waited 2.5 ms for its gradients". On one rank there is no
 // allreduce, and the line says so; with parameter servers it gives the pull and the push.
+// Where the loop waited for its batches 5% of the time or more, the line says so after the
+// backward: "; waited 12.0 ms a step for its batch (23%: the input is too slow)".
 std::string describe_epoch_timing(int epoch, const EpochTiming& timing, int ranks);
+inline constexpr double kInputBoundFraction = 0.05;
 
 class Model {
  public:

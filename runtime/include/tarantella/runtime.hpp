@@ -27,6 +27,11 @@ bool is_master_rank();
 const Config& config();  // the resolved configuration (from the environment before init)
 Device default_device();  // this rank's device (TNT_DEVICE or the default rule)
 int num_threads();        // CPU compute threads this rank uses
+// The cores this rank can use without taking them from the other ranks on its node: the
+// CPUs of its affinity mask, each held by k local ranks' masks counted as 1/k (rounded
+// down, at least 1). 16 for a rank pinned to 16 cores of its own; 4 for each of 4 unpinned
+// ranks on a 16-core node. What a program sizes its own threads by (resnet50's data workers).
+int rank_cores();
 Communicator& communicator();
 
 // The exit status of a rank whose input was refused (tnt::InputError), the same as that of a

@@ -1,4 +1,5 @@
 #include "core/context.hpp"
+#include "core/cpu_share.hpp"
 
 #include "core/device_api.hpp"
 #include "tarantella/build_config.hpp"
@@ -15,6 +16,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -66,6 +68,25 @@ int affinity_cores() {
   int n = CPU_COUNT(&set);
   return n > 0 ? n : 1;
 }
+// Every local rank's affinity mask, gathered over the node: this rank's share of its CPUs
+// (detail::cpu_share). A mask that cannot be read counts as this rank's CPUs alone.
+int node_cpu_share(MPI_Comm node, int local_rank, int local_size) {
+  constexpr int kWords = CPU_SETSIZE / 64;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const bool known = sched_getaffinity(0, sizeof(set), &set) == 0;
+  std::vector<uint64_t> mine(kWords, 0);
+  for (int cpu = 0; known && cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) mine[cpu / 64] |= uint64_t{1} << (cpu % 64);
+  std::vector<uint64_t> all(static_cast<size_t>(kWords) * static_cast<size_t>(local_size), 0);
+  TNT_MPI_CHECK(MPI_Allgather(mine.data(), kWords, MPI_UINT64_T, all.data(), kWords, MPI_UINT64_T, node));
+  if (!known) return 1;
+  std::vector<std::vector<uint64_t>> masks(static_cast<size_t>(local_size));
+  for (int r = 0; r < local_size; ++r)
+    masks[static_cast<size_t>(r)].assign(all.begin() + static_cast<ptrdiff_t>(r) * kWords,
+                                         all.begin() + static_cast<ptrdiff_t>(r + 1) * kWords);
+  return detail::cpu_share(masks, static_cast<size_t>(local_rank));
+}
 }  // namespace
 
 RuntimeContext* context_or_null() { return g_context.get(); }
@@ -96,6 +117,7 @@ void init(int* argc, char*** argv) {
   TNT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
   MPI_Comm_rank(node, &c->local_rank);
   MPI_Comm_size(node, &c->local_size);
+  c->rank_cores = node_cpu_share(node, c->local_rank, c->local_size);
   MPI_Comm_free(&node);
 
   const std::string& asked = c->config.device;
@@ -193,6 +215,7 @@ int local_size() { return ctx().local_size; }
 bool is_master_rank() { return ctx().rank == master_rank(); }
 Device default_device() { return ctx().device; }
 int num_threads() { return ctx().num_threads; }
+int rank_cores() { return ctx().rank_cores; }
 
 const Config& config() {
   if (g_context) return g_context->config;

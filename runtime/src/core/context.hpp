@@ -27,6 +27,7 @@ struct RuntimeContext {
   int local_size = 1;
   Device device;
   int num_threads = 1;
+  int rank_cores = 1;  // tnt::rank_cores
   bool we_initialized_mpi = false;
   // The job went on without lost ranks (a parameter-server job's dropped workers): its
   // communicator is that of the ranks left, and MPI_Finalize is not called (see finalize).

@@ -11,6 +11,10 @@ namespace tnt {
 std::string describe_epoch_timing(int epoch, const EpochTiming& t, int ranks) {
   std::string line = fmt::format("epoch {}: {:.1f} ms/step, backward {:.1f} ms", epoch, t.step_seconds * 1e3,
                                  t.backward_seconds * 1e3);
+  if (const double f = t.input_fraction(); f >= kInputBoundFraction) {
+    line += fmt::format("; waited {:.1f} ms a step for its batch ({:.0f}%: the input is too slow)",
+                        t.input_seconds * 1e3, f * 100.0);
+  }
   if (t.parameter_server) {
     return line + fmt::format("; parameter servers: pull {:.1f} ms a step, push {:.1f} ms (this worker's own "
                               "steps)",
@@ -29,6 +33,7 @@ void EpochTiming::finish() {
   if (steps == 0) return;
   const double n = static_cast<double>(steps);
   step_seconds /= n;
+  input_seconds /= n;
   backward_seconds /= n;
   comm_seconds /= n;
   hidden_comm_seconds /= n;

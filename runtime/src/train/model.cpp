@@ -347,6 +347,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       const double t_input = now_s();
       std::optional<Batch> batch = next();
       if (!batch) break;
+      timing_.input_seconds += now_s() - t_input;
       // Opens/closes the window; the input wait; on a GPU the step's reference event.
       timeline::step_begin(global_step_ + 1, epoch, t_input, network_->device());
       cuda_profile.step_begin(global_step_ + 1);

@@ -19,6 +19,7 @@ inline constexpr double kInputBoundHint = 0.10;
 struct DataWorkers {
   int count = kCpuRankDataWorkers;
   bool automatic = true;
+  bool gpu_rank = false;
   std::string why;  // how auto chose, for the run's header
 };
 
@@ -29,6 +30,7 @@ struct DataWorkers {
 // speed. auto on a CPU rank: 4, since its cores also train.
 inline DataWorkers resolve_data_workers(const std::string& flag, bool gpu_rank, int rank_cores) {
   DataWorkers w;
+  w.gpu_rank = gpu_rank;
   if (flag == "auto") {
     if (gpu_rank) {
       w.count = rank_cores > 1 ? std::min(rank_cores - 1, kMaxDataWorkers) : 1;
@@ -56,7 +58,8 @@ inline DataWorkers resolve_data_workers(const std::string& flag, bool gpu_rank, 
 
 // After training: what to do when the last epoch waited for its batches kInputBoundHint of
 // its time or more (steps of the loop's own clock); "" otherwise, or with fewer than 10 steps
-// (the pipeline's start would weigh too much).
+// (the pipeline's start would weigh too much). On a GPU rank more threads, up to its cores
+// but one; on a CPU rank the cores are shared with training.
 inline std::string input_bound_hint(const tnt::EpochTiming& t, const DataWorkers& w, int rank_cores) {
   if (t.steps < 10 || t.input_fraction() < kInputBoundHint) return "";
   std::string line = fmt::format(
@@ -64,6 +67,10 @@ inline std::string input_bound_hint(const tnt::EpochTiming& t, const DataWorkers
       "decoding holds training back. This rank decodes on {} thread{} (--data_workers={}) and has {} core{}",
       t.input_seconds * 1e3, t.input_fraction() * 100.0, (t.input_seconds + t.step_seconds) * 1e3, w.count,
       w.count == 1 ? "" : "s", w.automatic ? "auto" : std::to_string(w.count), rank_cores, rank_cores == 1 ? "" : "s");
+  if (!w.gpu_rank) {
+    return line + ", which also train (TNT_NUM_THREADS): give decoding more of them with --data_workers and "
+                  "fewer to training, or each rank more cores (fewer ranks a node)";
+  }
   if (w.count < rank_cores - 1) return line + fmt::format(": try --data_workers={}", rank_cores - 1);
   return line + ": give each rank more cores (fewer ranks a node), or read the images from a faster disk";
 }

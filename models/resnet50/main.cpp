@@ -482,7 +482,11 @@ int main(int argc, char** argv) {
       tnt::print("data format: {}", memory_format == tnt::MemoryFormat::channels_last ? "channels_last"
                                                                                        : "channels_first");
       if (!synthetic) {
-        tnt::print("data workers: {} a rank{}", data_workers, workers.automatic ? " (" + workers.why + ")" : "");
+        if (workers.automatic) {
+          tnt::print("data workers: {} on rank 0 ({}; each rank sizes its own)", data_workers, workers.why);
+        } else {
+          tnt::print("data workers: {} a rank", data_workers);
+        }
       }
       if (precision.mixed()) {
         tnt::print("precision: {} compute, fp32 master weights{}", precision.name(),
@@ -545,9 +549,16 @@ int main(int argc, char** argv) {
       model.save_weights(model_dir + "/model.safetensors");
     }
     if (!synthetic && !history.epochs.empty()) {
-      if (std::string hint = tnt_models::input_bound_hint(model.last_epoch_timing(), workers, tnt::rank_cores());
-          !hint.empty() && tnt::is_master_rank()) {
-        tnt::print("{}", hint);
+      // The rank that waited most for its images says so: one slow rank holds back all, and
+      // the others see it as step time, not as a wait for their input.
+      const tnt::EpochTiming& t = model.last_epoch_timing();
+      const double mine = t.steps >= 10 ? t.input_fraction() : 0.0;
+      const double worst = tnt::communicator().allreduce_max(mine);
+      const int who = tnt::communicator().allreduce_min(mine == worst ? tnt::rank() : tnt::size());
+      if (tnt::rank() == who) {
+        if (std::string hint = tnt_models::input_bound_hint(t, workers, tnt::rank_cores()); !hint.empty()) {
+          tnt::print("{}{}", tnt::size() > 1 ? fmt::format("rank {}: ", who) : std::string(), hint);
+        }
       }
     }
     if (model.loss_scaler().enabled() && common.verbose > 0) {

@@ -173,10 +173,11 @@ case $case_name in
     # The default, auto: 4 on CPU ranks.
     run --data_dir="$tmp/imagenet" --model_dir="$tmp/model_auto" --image_size=32 --num_classes=2 --batch_size=4 \
       --train_epochs=1 --log_steps=0
-    if [[ $rc -eq 0 ]] && grep -Fxq 'data workers: 4 a rank (auto: on CPU ranks, whose cores also train)' <<<"$out"; then
+    if [[ $rc -eq 0 ]] &&
+      grep -Fxq 'data workers: 4 on rank 0 (auto: on CPU ranks, whose cores also train; each rank sizes its own)' <<<"$out"; then
       pass "--data_workers auto: 4 on CPU ranks, said why"
     else
-      fail "--data_workers auto (exit $rc): no 'data workers: 4 a rank (auto: ...)' line"
+      fail "--data_workers auto (exit $rc): no 'data workers: 4 on rank 0 (auto: ...)' line"
     fi
     csv=$tmp/model/history.csv
     if [[ -f $csv ]] && awk -F, 'NR == 2 && $1 == 1 && $6 != "" && $6 >= 0 && $6 <= 1 { ok = 1 } END { exit !ok }' "$csv"; then

@@ -310,14 +310,6 @@ TEST_CASE("resnet50: the tutorial's learning-rate schedule for a global batch of
         "60, 80 = steps 1201080, 2402160, 3202880");
 }
 
-// Not run by default (the "." tag hides it): resnet50_launcher.sh calls it to write a tiny
-// ImageNet in the folder layout into $TNT_TINY_IMAGENET_DIR: train/ with 2 classes x 6
-// images, val/ with 2 classes x 2, each 40x48 (not square, larger than the crop of 32).
-// Each class has its own colour, so the images are not all alike.
-// With TNT_TINY_IMAGENET_LAYOUT=tfds the same images go into what tensorflow_datasets
-// writes: imagenet2012/5.1.0/imagenet2012-{train,validation}.tfrecord-0000s-of-00002 with
-// features image and label (0-based), beside an older version 5.0.0 whose labels (7) are
-// beyond the 2 classes, so a run that read it would fail.
 TEST_CASE("resnet50: --data_workers auto, and the hint when decoding holds training back") {
   using tnt_models::resolve_data_workers;
   // auto: a GPU rank's cores but one; a CPU rank 4, its cores train too.
@@ -344,10 +336,21 @@ TEST_CASE("resnet50: --data_workers auto, and the hint when decoding holds train
         "training back. This rank decodes on 6 threads (--data_workers=6) and has 16 cores: try --data_workers=15");
   const std::string all = tnt_models::input_bound_hint(t, resolve_data_workers("auto", true, 16), 16);
   CHECK_THAT(all, Catch::Contains("15 threads (--data_workers=auto) and has 16 cores: give each rank more cores"));
+  // A CPU rank's cores also train: no thread count to suggest.
+  const std::string cpu = tnt_models::input_bound_hint(t, resolve_data_workers("auto", false, 16), 16);
+  CHECK_THAT(cpu, Catch::Contains("4 threads (--data_workers=auto) and has 16 cores, which also train"));
   t.steps = 9;  // too few steps to tell
   CHECK(tnt_models::input_bound_hint(t, six, 16).empty());
 }
 
+// Not run by default (the "." tag hides it): resnet50_launcher.sh calls it to write a tiny
+// ImageNet in the folder layout into $TNT_TINY_IMAGENET_DIR: train/ with 2 classes x 6
+// images, val/ with 2 classes x 2, each 40x48 (not square, larger than the crop of 32).
+// Each class has its own colour, so the images are not all alike.
+// With TNT_TINY_IMAGENET_LAYOUT=tfds the same images go into what tensorflow_datasets
+// writes: imagenet2012/5.1.0/imagenet2012-{train,validation}.tfrecord-0000s-of-00002 with
+// features image and label (0-based), beside an older version 5.0.0 whose labels (7) are
+// beyond the 2 classes, so a run that read it would fail.
 TEST_CASE("write a tiny ImageNet for the resnet50 program", "[.write_tiny_imagenet]") {
   const char* dir = std::getenv("TNT_TINY_IMAGENET_DIR");
   REQUIRE(dir != nullptr);

@@ -123,7 +123,10 @@ Dataset image_folder_dataset(const std::string& split_dir, const ImagenetOptions
 // u8 (H', W', 3) RGB; grayscale and CMYK files are converted. `name` (a path) is what an
 // InputError names when the bytes are not a readable JPEG. scale_denom 2, 4 or 8 decodes
 // at 1/2, 1/4 or 1/8 size in the DCT domain (H' = ceil(H / scale_denom)), which is much
-// faster than decoding in full and then shrinking, and averages instead of aliasing.
+// faster than decoding in full and then shrinking, and averages instead of aliasing. A
+// progressive file that lacks some AC coefficients is shown without libjpeg's guesses of
+// them from the neighbouring blocks ("block smoothing"), so that a part of an image
+// (ImageNet preprocessing's crop) decodes to the same pixels as the whole.
 Tensor decode_jpeg(const uint8_t* data, size_t size, const std::string& name, int scale_denom = 1);
 struct JpegSize {
   int64_t height = 0;

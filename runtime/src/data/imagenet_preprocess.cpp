@@ -67,7 +67,8 @@ std::pair<int64_t, int64_t> tap_span(const std::vector<Tap>& t) {
 // img: u8 (rows, W, 3) holding source rows row0.. and columns col0.. (a decoded region);
 // out: f32 (3, S, S), normalised.
 void resample(const uint8_t* img, int64_t W, int64_t row0, int64_t col0, const std::vector<Tap>& ty,
-              const std::vector<Tap>& tx, int64_t S, bool flip, float* out) {
+              std::vector<Tap> tx, int64_t S, bool flip, float* out) {
+  for (Tap& b : tx) b.i0 -= col0, b.i1 -= col0;  // columns of the region
   float scale[3], shift[3];  // v * scale + shift == (v / 255 - mean) / std
   for (int c = 0; c < 3; ++c) {
     scale[c] = 1.0f / (255.0f * kImagenetStd[c]);
@@ -76,8 +77,8 @@ void resample(const uint8_t* img, int64_t W, int64_t row0, int64_t col0, const s
   const int64_t plane = S * S;
   for (int64_t oy = 0; oy < S; ++oy) {
     const Tap& a = ty[static_cast<size_t>(oy)];
-    const uint8_t* r0 = img + (a.i0 - row0) * W * 3 - col0 * 3;
-    const uint8_t* r1 = img + (a.i1 - row0) * W * 3 - col0 * 3;
+    const uint8_t* r0 = img + (a.i0 - row0) * W * 3;
+    const uint8_t* r1 = img + (a.i1 - row0) * W * 3;
     for (int64_t ox = 0; ox < S; ++ox) {
       const Tap& b = tx[static_cast<size_t>(flip ? S - 1 - ox : ox)];
       for (int c = 0; c < 3; ++c) {

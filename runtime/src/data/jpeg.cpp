@@ -145,10 +145,19 @@ bool crop_steps(jpeg_decompress_struct* cinfo, ErrorManager* err, JDIMENSION* le
 // anything, and its finish then steps over the rest of the data to the end marker without
 // decoding it, so damage there would go unnoticed: the rows below are skipped up to the
 // last, which is read (into scratch, one row). Unless !to_end: then the decode stops after
-// the rows.
+// the rows. With skip false every row is read (those outside into scratch).
 bool region_scanline_steps(jpeg_decompress_struct* cinfo, ErrorManager* err, uint8_t* out, size_t row_bytes,
-                           JDIMENSION top, JDIMENSION rows, uint8_t* scratch, bool to_end) {
+                           JDIMENSION top, JDIMENSION rows, uint8_t* scratch, bool to_end, bool skip) {
   if (setjmp(err->jump)) return false;
+  if (!skip) {
+    while (cinfo->output_scanline < cinfo->output_height) {
+      const JDIMENSION y = cinfo->output_scanline;
+      JSAMPROW row = y >= top && y < top + rows ? out + static_cast<size_t>(y - top) * row_bytes : scratch;
+      jpeg_read_scanlines(cinfo, &row, 1);
+    }
+    jpeg_finish_decompress(cinfo);
+    return true;
+  }
   if (top > 0 && jpeg_skip_scanlines(cinfo, top) != top) {
     std::snprintf(err->message, sizeof err->message, "cannot skip to row %u", top);
     return false;
@@ -174,6 +183,16 @@ bool region_scanline_steps(jpeg_decompress_struct* cinfo, ErrorManager* err, uin
     return false;
   }
   jpeg_finish_decompress(cinfo);
+  return true;
+}
+
+// Whether a part may be decoded narrowed and skipped to (decode_jpeg_region): every
+// component sampled 1 or 2 times in each direction, or 4 across and 1 down (4:1:1).
+bool narrowable(const jpeg_decompress_struct& cinfo) {
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const int h = cinfo.comp_info[c].h_samp_factor, v = cinfo.comp_info[c].v_samp_factor;
+    if (!((h <= 2 && v <= 2) || (h == 4 && v == 1))) return false;
+  }
   return true;
 }
 
@@ -290,13 +309,19 @@ JpegRegion decode_jpeg_region(const uint8_t* data, size_t size, const std::strin
   constexpr int64_t kMargin = 8;
   const int64_t from = std::max<int64_t>(0, left - kMargin), to = std::min<int64_t>(w, left + cols + kMargin);
   JDIMENSION x0 = static_cast<JDIMENSION>(from), xn = static_cast<JDIMENSION>(to - from);
+  // libjpeg-turbo 2.1's skipping and narrowing give other pixels than the whole decode (and
+  // skipping refuses some valid files) when a component is sampled 4 times in one direction
+  // and 2 in the other (2x4, 4x2) at 1/2 and 1/4; only the samplings data_jpeg_region proves
+  // exact are narrowed, the others decoded whole (rare: encoders write 4:2:0, 4:2:2, 4:4:4).
+  const bool narrow = narrowable(cinfo);
+  if (!narrow) x0 = 0, xn = cinfo.output_width;
   if (!crop_steps(&cinfo, &err, &x0, &xn)) fail();
   const int64_t dw = cinfo.output_width;  // the decoded columns, [x0, x0 + dw)
   Tensor raw = Tensor::empty({rows, dw, ch}, DType::u8);  // (rows, dw, 3 or 4)
   Tensor scratch = Tensor::empty({dw, ch}, DType::u8);  // (dw, 3 or 4): the last row
   if (!region_scanline_steps(&cinfo, &err, raw.data<uint8_t>(), static_cast<size_t>(dw * ch),
                              static_cast<JDIMENSION>(top), static_cast<JDIMENSION>(rows), scratch.data<uint8_t>(),
-                             to_end))
+                             to_end, narrow))
     fail();
   jpeg_destroy_decompress(&cinfo);
   if (ch == 3) return {std::move(raw), static_cast<int64_t>(x0)};

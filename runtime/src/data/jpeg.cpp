@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include <jpeglib.h>
 #include <jerror.h>  // the JWRN_ codes of the warnings
@@ -234,19 +235,51 @@ void check_start_marker(const uint8_t* data, size_t size, const std::string& nam
     TNT_INPUT_ERROR("image '{}': not a JPEG file ({} bytes, no JPEG start marker)", name, size);
 }
 
+bool create_steps(jpeg_decompress_struct* cinfo, ErrorManager* err) {
+  if (setjmp(err->jump)) return false;
+  jpeg_create_decompress(cinfo);
+  return true;
+}
+
+bool create_steps(jpeg_compress_struct* cinfo, ErrorManager* err) {
+  if (setjmp(err->jump)) return false;
+  jpeg_create_compress(cinfo);
+  return true;
+}
+
+// libjpeg's state with its error manager, destroyed however the function holding it ends
+// (an InputError, a failed allocation of the output). Created through a step: creating can
+// fail too (out of memory). Never copied or moved: cinfo points at err.
+template <class Struct, void (*Destroy)(Struct*)>
+struct Codec {
+  Struct cinfo;
+  ErrorManager err;
+  bool live = false;
+  Codec() {
+    install(err);
+    cinfo.err = &err.pub;
+    live = create_steps(&cinfo, &err);
+    if (!live) TNT_THROW("libjpeg: {}", err.message);
+  }
+  ~Codec() {
+    if (live) Destroy(&cinfo);
+  }
+  Codec(const Codec&) = delete;
+  Codec& operator=(const Codec&) = delete;
+};
+void destroy_decompress(jpeg_decompress_struct* c) { jpeg_destroy_decompress(c); }
+void destroy_compress(jpeg_compress_struct* c) { jpeg_destroy_compress(c); }
+using Decompressor = Codec<jpeg_decompress_struct, destroy_decompress>;
+using Compressor = Codec<jpeg_compress_struct, destroy_compress>;
+
 }  // namespace
 
 JpegSize jpeg_size(const uint8_t* data, size_t size, const std::string& name) {
   check_start_marker(data, size, name);
-  jpeg_decompress_struct cinfo;
-  ErrorManager err;
-  install(err);
-  cinfo.err = &err.pub;
-  jpeg_create_decompress(&cinfo);
+  Decompressor d;
   Header header;
-  bool ok = start_steps(&cinfo, &err, data, size, 0, &header);
-  jpeg_destroy_decompress(&cinfo);
-  if (!ok) TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, err.message);
+  if (!start_steps(&d.cinfo, &d.err, data, size, 0, &header))
+    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, d.err.message);
   return {header.height, header.width};
 }
 
@@ -254,23 +287,14 @@ Tensor decode_jpeg(const uint8_t* data, size_t size, const std::string& name, in
   TNT_CHECK(scale_denom == 1 || scale_denom == 2 || scale_denom == 4 || scale_denom == 8,
             "decode_jpeg: scale_denom {} is not 1, 2, 4 or 8", scale_denom);
   check_start_marker(data, size, name);
-  jpeg_decompress_struct cinfo;
-  ErrorManager err;
-  install(err);
-  cinfo.err = &err.pub;
-  jpeg_create_decompress(&cinfo);
+  Decompressor d;
   Header header;
-  if (!start_steps(&cinfo, &err, data, size, scale_denom, &header)) {
-    jpeg_destroy_decompress(&cinfo);
-    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, err.message);
-  }
+  if (!start_steps(&d.cinfo, &d.err, data, size, scale_denom, &header))
+    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, d.err.message);
   const int64_t h = header.height, w = header.width, ch = header.channels;
   Tensor raw = Tensor::empty({h, w, ch}, DType::u8);  // (H, W, 3 or 4)
-  if (!scanline_steps(&cinfo, &err, raw.data<uint8_t>(), static_cast<size_t>(w * ch))) {
-    jpeg_destroy_decompress(&cinfo);
-    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, err.message);
-  }
-  jpeg_destroy_decompress(&cinfo);
+  if (!scanline_steps(&d.cinfo, &d.err, raw.data<uint8_t>(), static_cast<size_t>(w * ch)))
+    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, d.err.message);
   if (ch == 3) return raw;
 
   Tensor rgb = Tensor::empty({h, w, 3}, DType::u8);  // (H, W, 3)
@@ -285,20 +309,13 @@ JpegRegion decode_jpeg_region(const uint8_t* data, size_t size, const std::strin
   TNT_CHECK(scale_denom == 1 || scale_denom == 2 || scale_denom == 4 || scale_denom == 8,
             "decode_jpeg_region: scale_denom {} is not 1, 2, 4 or 8", scale_denom);
   check_start_marker(data, size, name);
-  jpeg_decompress_struct cinfo;
-  ErrorManager err;
-  install(err);
-  cinfo.err = &err.pub;
-  jpeg_create_decompress(&cinfo);
+  Decompressor d;
+  jpeg_decompress_struct& cinfo = d.cinfo;
   Header header;
-  auto fail = [&]() {
-    jpeg_destroy_decompress(&cinfo);
-    TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, err.message);
-  };
-  if (!start_steps(&cinfo, &err, data, size, scale_denom, &header)) fail();
+  auto fail = [&]() { TNT_INPUT_ERROR("image '{}': cannot decode JPEG: {}", name, d.err.message); };
+  if (!start_steps(&cinfo, &d.err, data, size, scale_denom, &header)) fail();
   const int64_t h = header.height, w = header.width, ch = header.channels;
   if (top < 0 || rows < 1 || top + rows > h || left < 0 || cols < 1 || left + cols > w) {
-    jpeg_destroy_decompress(&cinfo);
     TNT_THROW("decode_jpeg_region: rows [{}, {}) and columns [{}, {}) are not inside image '{}' ({} x {} at 1/{})",
               top, top + rows, left, left + cols, name, h, w, scale_denom);
   }
@@ -315,15 +332,14 @@ JpegRegion decode_jpeg_region(const uint8_t* data, size_t size, const std::strin
   // exact are narrowed, the others decoded whole (rare: encoders write 4:2:0, 4:2:2, 4:4:4).
   const bool narrow = narrowable(cinfo);
   if (!narrow) x0 = 0, xn = cinfo.output_width;
-  if (!crop_steps(&cinfo, &err, &x0, &xn)) fail();
+  if (!crop_steps(&cinfo, &d.err, &x0, &xn)) fail();
   const int64_t dw = cinfo.output_width;  // the decoded columns, [x0, x0 + dw)
   Tensor raw = Tensor::empty({rows, dw, ch}, DType::u8);  // (rows, dw, 3 or 4)
   Tensor scratch = Tensor::empty({dw, ch}, DType::u8);  // (dw, 3 or 4): the last row
-  if (!region_scanline_steps(&cinfo, &err, raw.data<uint8_t>(), static_cast<size_t>(dw * ch),
+  if (!region_scanline_steps(&cinfo, &d.err, raw.data<uint8_t>(), static_cast<size_t>(dw * ch),
                              static_cast<JDIMENSION>(top), static_cast<JDIMENSION>(rows), scratch.data<uint8_t>(),
                              to_end, narrow))
     fail();
-  jpeg_destroy_decompress(&cinfo);
   if (ch == 3) return {std::move(raw), static_cast<int64_t>(x0)};
   Tensor rgb = Tensor::empty({rows, dw, 3}, DType::u8);  // (rows, dw, 3)
   cmyk_to_rgb(raw.data<uint8_t>(), rgb.data<uint8_t>(), rows * dw, header.inverted_cmyk);
@@ -339,20 +355,20 @@ std::vector<uint8_t> encode_jpeg(const Tensor& rgb, int quality) {
   TNT_CHECK(quality >= 1 && quality <= 100, "encode_jpeg: quality {} is not in [1, 100]", quality);
   TNT_CHECK(rgb.dim(0) > 0 && rgb.dim(1) > 0 && rgb.dim(0) <= 65500 && rgb.dim(1) <= 65500,
             "encode_jpeg: size {} is outside JPEG's limits", rgb.str());
-  jpeg_compress_struct cinfo;
-  ErrorManager err;
-  install(err);
-  cinfo.err = &err.pub;
-  jpeg_create_compress(&cinfo);
   unsigned char* buffer = nullptr;
   unsigned long buffer_size = 0;
-  bool ok = encode_steps(&cinfo, &err, rgb.data<uint8_t>(), static_cast<int>(rgb.dim(0)),
-                         static_cast<int>(rgb.dim(1)), quality, &buffer, &buffer_size);
-  jpeg_destroy_compress(&cinfo);
+  bool ok = false;
+  std::string message;
+  {
+    Compressor c;
+    ok = encode_steps(&c.cinfo, &c.err, rgb.data<uint8_t>(), static_cast<int>(rgb.dim(0)),
+                      static_cast<int>(rgb.dim(1)), quality, &buffer, &buffer_size);
+    if (!ok) message = c.err.message;
+  }  // destroyed before the buffer is freed: libjpeg's destination may still name it
   std::vector<uint8_t> out;
   if (ok) out.assign(buffer, buffer + buffer_size);
   std::free(buffer);
-  if (!ok) TNT_THROW("encode_jpeg: {}", err.message);
+  if (!ok) TNT_THROW("encode_jpeg: {}", message);
   return out;
 }
 

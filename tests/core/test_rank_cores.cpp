@@ -7,6 +7,8 @@
 
 #include <sched.h>
 
+#include <cstdlib>
+
 #include <vector>
 
 using tnt::detail::cpu_share;
@@ -41,4 +43,7 @@ TEST_CASE("rank_cores on this node's ranks", "[core]") {
   const int cores = CPU_COUNT(&set);
   const int want = cores / tnt::local_size() > 0 ? cores / tnt::local_size() : 1;
   CHECK(tnt::rank_cores() == want);
+  // The compute threads default to that share (TNT_NUM_THREADS unset in the tests), so that
+  // unpinned ranks do not take turns on the same cores.
+  if (std::getenv("TNT_NUM_THREADS") == nullptr) CHECK(tnt::num_threads() == want);
 }

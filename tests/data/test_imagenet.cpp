@@ -2,9 +2,9 @@
 // colour JPEGs of 32x40 in class folders (created out of order), and the same samples as
 // TFRecord shards written by our writer. A sample's colour encodes its class (red) and its
 // number within the class (green), so labels and order can be checked from the pixels.
+#include "jpeg_writer.hpp"
 #include "temp_dir.hpp"
 #include <catch2/catch.hpp>
-#include <jpeglib.h>
 
 #include "tarantella/imagenet.hpp"
 
@@ -54,35 +54,12 @@ Bytes solid_jpeg(int r, int g, int b, int64_t h = kH, int64_t w = kW) {
   return encode_jpeg(rgb, 95);
 }
 
-// A solid CMYK JPEG written with libjpeg directly (encode_jpeg writes RGB only). libjpeg
-// adds the Adobe marker for CMYK and stores the bytes as given: Adobe's inverted
-// convention, 255 = no ink. (Test-only code: libjpeg errors here simply end the test.)
+// A solid CMYK JPEG (encode_jpeg writes RGB only). libjpeg adds the Adobe marker for CMYK
+// and stores the bytes as given: Adobe's inverted convention, 255 = no ink.
 Bytes solid_cmyk_jpeg(const uint8_t cmyk[4], int h, int w) {
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr err;
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buffer, &size);
-  cinfo.image_width = static_cast<JDIMENSION>(w);
-  cinfo.image_height = static_cast<JDIMENSION>(h);
-  cinfo.input_components = 4;
-  cinfo.in_color_space = JCS_CMYK;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 95, TRUE);
-  jpeg_start_compress(&cinfo, TRUE);
-  std::vector<uint8_t> row(static_cast<size_t>(w) * 4);  // (W, 4)
-  for (int x = 0; x < w; ++x) std::copy(cmyk, cmyk + 4, row.begin() + 4 * x);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW r = row.data();
-    jpeg_write_scanlines(&cinfo, &r, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  Bytes out(buffer, buffer + size);
-  std::free(buffer);
-  return out;
+  std::vector<uint8_t> pixels(static_cast<size_t>(h) * w * 4);  // (H, W, 4)
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = cmyk[i % 4];
+  return test::write_jpeg(pixels, h, w, {4, 1, 1, false, 95});
 }
 
 // Red rises left to right, green top to bottom: crops and flips change the pixels.

@@ -3,6 +3,7 @@
 // for every chroma subsampling, grayscale, CMYK, progressive files and every DCT scale; and
 // a damaged file must be refused whatever part is asked for.
 #include "data/jpeg_region.hpp"
+#include "jpeg_writer.hpp"
 #include "tarantella/imagenet.hpp"
 
 #include <catch2/catch.hpp>
@@ -17,7 +18,6 @@
 #include <cstdlib>
 #include <vector>
 
-#include <jpeglib.h>
 
 using namespace tnt;
 using Bytes = std::vector<uint8_t>;
@@ -31,8 +31,7 @@ struct Kind {
   bool progressive;
 };
 
-// A noisy diagonal ramp written with libjpeg directly (encode_jpeg writes 4:2:0 RGB only).
-// Test-only code: a libjpeg error here simply ends the test.
+// A noisy diagonal ramp of the kind's layout.
 Bytes write_jpeg(const Kind& k, int h, int w, uint64_t seed) {
   std::vector<uint8_t> pixels(static_cast<size_t>(h) * w * k.components);  // (H, W, components)
   uint64_t s = seed;
@@ -41,34 +40,7 @@ Bytes write_jpeg(const Kind& k, int h, int w, uint64_t seed) {
     const size_t x = i / k.components % w, y = i / k.components / w;
     pixels[i] = static_cast<uint8_t>(x * 3 + y * (1 + i % k.components) + (s & 63));
   }
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr err;
-  cinfo.err = jpeg_std_error(&err);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buffer, &size);
-  cinfo.image_width = static_cast<JDIMENSION>(w);
-  cinfo.image_height = static_cast<JDIMENSION>(h);
-  cinfo.input_components = k.components;
-  cinfo.in_color_space = k.components == 1 ? JCS_GRAYSCALE : k.components == 4 ? JCS_CMYK : JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 90, TRUE);
-  if (k.components == 3) {
-    cinfo.comp_info[0].h_samp_factor = k.h_samp;
-    cinfo.comp_info[0].v_samp_factor = k.v_samp;
-  }
-  if (k.progressive) jpeg_simple_progression(&cinfo);
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = pixels.data() + static_cast<size_t>(cinfo.next_scanline) * w * k.components;
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  Bytes out(buffer, buffer + size);
-  std::free(buffer);
-  return out;
+  return test::write_jpeg(pixels, h, w, {k.components, k.h_samp, k.v_samp, k.progressive, 90});
 }
 
 const Kind kKinds[] = {

@@ -130,6 +130,22 @@ TEST_CASE("MaxPool2D sends the gradient of a window with several NaNs to the fir
   }
 }
 
+TEST_CASE("MaxPool2D 2x2: the gradient is 0 + dy, as in the general loop (no -0 comes through)", "[forward]") {
+  // 40 columns: the fast path's runs of 8 windows and its tail; the general loop (3x3,
+  // stride 3) zeroes dx and adds, so a -0 gradient arrives as +0 in both.
+  for (int64_t k : {2, 3}) {
+    MaxPool2D mp(k, "signed_zero");
+    SavedState s;
+    Tensor x = Tensor::from_vector(std::vector<float>(2 * 6 * 40, 1.0f), {1, 2, 6, 40});
+    Tensor y = mp.forward({x}, {}, s)[0];
+    Tensor dx = mp.backward({Tensor::full(y.shape(), -0.0)}, {}, s)[0];
+    int negative = 0;
+    for (float v : dx.to_vector()) negative += std::signbit(v) ? 1 : 0;
+    INFO("pool " << k);
+    CHECK(negative == 0);
+  }
+}
+
 TEST_CASE("ReLU, Softmax, Flatten, Add values", "[forward]") {
   ReLU relu("r");
   check_values(run(relu, {Tensor::from_vector({-1, 0, 2}, {3})})[0], {0, 0, 2});

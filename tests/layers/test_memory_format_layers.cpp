@@ -170,10 +170,13 @@ TEST_CASE("memory format: MaxPool2D in channels_last gives the same bits", "[mem
   struct Case {
     int64_t k, s, p, h, w;
   };
-  // The 2x2/2 fast path of the NCHW loop, 3x3/2 with padding (ResNet's stem), stride 1,
-  // and sizes that leave rows and columns out.
-  for (Case t :
-       {Case{2, 2, 0, 6, 6}, Case{2, 2, 0, 5, 7}, Case{3, 2, 1, 7, 5}, Case{3, 1, 1, 4, 6}, Case{3, 3, 0, 8, 7}}) {
+  // The 2x2/2 fast path of the NCHW loop (runs of 8 windows, a row's last run masked: 3
+  // windows of 6 and 7 columns, 2 runs and 3 of 38, 2 runs of 33, 1 run and 6 of 28, 7 of
+  // 15, so every mask width of both halves of a run's 16 columns), 3x3/2 with padding
+  // (ResNet's stem), stride 1, and sizes that leave rows and columns out.
+  for (Case t : {Case{2, 2, 0, 6, 6}, Case{2, 2, 0, 5, 7}, Case{2, 2, 0, 4, 38}, Case{2, 2, 0, 5, 33},
+                 Case{2, 2, 0, 3, 28}, Case{2, 2, 0, 2, 15}, Case{2, 2, 0, 2, 11}, Case{3, 2, 1, 7, 5},
+                 Case{3, 1, 1, 4, 6}, Case{3, 3, 0, 8, 7}}) {
     DYNAMIC_SECTION("k" << t.k << " s" << t.s << " p" << t.p << " " << t.h << "x" << t.w) {
       auto make = [t] { return std::make_shared<MaxPool2D>(t.k, t.s, t.p, "pool"); };
       SECTION("distinct values") { check_formats(make, test::distinct_values({2, 3, t.h, t.w}, 7, 0.01), false, 0, 0); }
@@ -190,6 +193,18 @@ TEST_CASE("memory format: MaxPool2D in channels_last gives the same bits", "[mem
         // The NaN really comes through: element 0 of x is in the first window.
         Run r = run(make, {x}, {kChannelsLast}, kChannelsLast);
         CHECK(std::isnan(r.y[0].to_vector()[0]));
+      }
+      SECTION("NaNs and ties everywhere (each window position, alone and together)") {
+        // Values from {-1, 0, 1, NaN}, and signed zeros: every combination of the four
+        // elements of a window comes up in the wider planes.
+        Tensor x = random_tensor({2, 3, t.h, t.w}, 13, "mixed");
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        for (int64_t i = 0; i < x.numel(); ++i) {
+          float& v = x.data<float>()[i];
+          const float u = v;
+          v = u < -0.6f ? nan : u < -0.55f ? -0.0f : std::round(u);
+        }
+        check_formats(make, x, false, 0, 0);
       }
     }
   }

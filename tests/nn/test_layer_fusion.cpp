@@ -10,6 +10,8 @@
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -223,4 +225,109 @@ TEST_CASE("layer fusion: Dropout -> Add chains, run layer by layer on the CPU, a
   RunContext train;
   train.training = true;
   CHECK(fused->forward({x}, eval)[0].to_double_vector() != fused->forward({x}, train)[0].to_double_vector());
+}
+
+namespace {
+
+// relu -> pool on the images themselves (so that the chain sees the values a test makes),
+// then conv -> relu -> pool (the Fashion-MNIST CNN's shape), and a relu -> pool the CPU
+// engine does not take (3x3 windows).
+std::shared_ptr<Network> cnn(int64_t h, int64_t w) {
+  SymTensor x = Input({2, h, w}, DType::f32, "x");
+  auto pool2 = [](const std::string& name) { return std::make_shared<MaxPool2D>(2, name); };
+  SymTensor a = call(pool2("pool0"), relu(x, "relu0"));
+  SymTensor b = call(pool2("pool1"), relu(conv(a, 16, 3, 1, "conv1"), "relu1"));
+  SymTensor c = call(std::make_shared<MaxPool2D>(3, 1, 1, "pool2"), relu(conv(b, 4, 3, 1, "conv2"), "relu2"));
+  SymTensor y = call(std::make_shared<Dense>(5, DenseOptions{}, "fc"), call(std::make_shared<Flatten>("flat"), c));
+  auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "cnn");
+  net->initialize(5);
+  return net;
+}
+
+// x from {-1, -0, 0, NaN, 1, 2} and random values: windows of equal, negative, zero and NaN
+// elements as well as plain ones.
+Tensor awkward(const Shape& shape) {
+  Tensor t = random(shape, 7, "awkward");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float pick[] = {-1.0f, -0.0f, 0.0f, nan, 1.0f, 2.0f};
+  CounterRng rng(8, "awkward.pick");
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    float& v = t.data<float>()[i];
+    if (v < 0.2f) v = pick[rng.bits(static_cast<uint64_t>(i)) % 6];
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("layer fusion: ReLU -> MaxPool2D 2x2 on the CPU, one pass each way, the unfused bits", "[fusion]") {
+  // 28 x 28 (the demo's images: pools of 14 and 7 windows a row), and odd sizes whose last
+  // row and column are in no window (39 columns: two runs of 8 windows and 3).
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{28, 28}, {13, 39}, {9, 19}}) {
+    INFO(h << " x " << w);
+    auto plain = cnn(h, w);
+    auto fused = cnn(h, w);  // the same weights (one seed)
+    plain->set_layer_fusion(LayerFusion::off);
+    CHECK(plain->fused_chains() == 0);
+    CHECK(fused->fused_chains() == 2);  // by default on the CPU: relu0 -> pool0, relu1 -> pool1 (pool2 is 3x3)
+    const Shape out{3, 5};
+    SECTION("training, random values") {
+      const Pass want = train_pass(*plain, {3, 2, h, w}, out);
+      const Pass got = train_pass(*fused, {3, 2, h, w}, out);
+      CHECK(fused->fused_engine_runs() == 2);
+      check_bitwise(got, want);
+    }
+    SECTION("NaN, signed zeros and ties") {
+      RunContext rc;
+      rc.training = true;
+      const Tensor x = awkward({3, 2, h, w});
+      auto pass = [&](Network& net) {
+        net.zero_grad();
+        std::vector<Tensor> r{net.forward({x}, rc)[0]};
+        r.push_back(net.backward({random(out, 3, "dy")}, rc)[0]);
+        for (auto& np : net.named_parameters()) r.push_back(np.param->grad.clone());
+        return r;
+      };
+      const std::vector<Tensor> want = pass(*plain), got = pass(*fused);
+      CHECK(fused->fused_engine_runs() == 2);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("tensor " << i);
+        const std::vector<float> g = got[i].to_vector(), e = want[i].to_vector();
+        REQUIRE(g.size() == e.size());
+        CHECK(std::memcmp(g.data(), e.data(), g.size() * sizeof(float)) == 0);  // NaNs and zeros' signs too
+      }
+      // The chain's own output: its zeros are +0 as ReLU's (x > 0 ? x : 0).
+      auto relu_pool = [&](LayerFusion mode) {
+        SymTensor in = Input({2, h, w}, DType::f32, "x");
+        SymTensor out = call(std::make_shared<MaxPool2D>(2, "pool"), relu(in, "relu"));
+        Network net({in}, {out}, "relu_pool");
+        net.set_layer_fusion(mode);
+        std::vector<float> r = net.forward({x}, rc)[0].to_vector();
+        const std::vector<float> dx = net.backward({awkward(Shape{3, 2, h / 2, w / 2})}, rc)[0].to_vector();
+        r.insert(r.end(), dx.begin(), dx.end());
+        return r;
+      };
+      const std::vector<float> one = relu_pool(LayerFusion::off), two = relu_pool(LayerFusion::automatic);
+      REQUIRE(one.size() == two.size());
+      CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    }
+  }
+  SECTION("channels_last and inference: the layers' results (the engine declines NHWC tensors)") {
+    auto plain = cnn(12, 10);
+    auto fused = cnn(12, 10);
+    plain->set_layer_fusion(LayerFusion::off);
+    for (auto* net : {plain.get(), fused.get()}) net->set_memory_format(MemoryFormat::channels_last);
+    const Pass want = train_pass(*plain, {2, 2, 12, 10}, {2, 5});
+    const Pass got = train_pass(*fused, {2, 2, 12, 10}, {2, 5});
+    // The images come in NCHW, so their chain runs the engine; the convolution's output is
+    // NHWC, and relu1 -> pool1 runs layer by layer.
+    CHECK(fused->fused_engine_runs() == 1);
+    check_bitwise(got, want);
+    RunContext eval;
+    fused->set_memory_format(MemoryFormat::contiguous);
+    plain->set_memory_format(MemoryFormat::contiguous);
+    const Tensor x = random({2, 2, 12, 10}, 9, "x");
+    CHECK(fused->forward({x}, eval)[0].to_double_vector() == plain->forward({x}, eval)[0].to_double_vector());
+  }
 }

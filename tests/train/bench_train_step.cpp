@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
                    "fashion_mnist_cnn");
     net.build({1, 28, 28});
     net.initialize(args.seed);
+    // The images need no gradient: PyTorch's step (train_step_torch.py) computes none for
+    // them, and a Model does not either (its network starts with input gradients off).
+    net.set_input_gradients(false);
     SoftmaxCrossEntropy loss_fn;
     Adam adam(1e-3);
 

@@ -291,7 +291,8 @@ void write_idx(const std::string& path, const Tensor& tensor, bool gzip) {
   size_t elem = dtype_size(t.dtype());
   raw.reserve(raw.size() + t.nbytes());
   const auto* src = static_cast<const uint8_t*>(t.raw());
-  for (int64_t i = 0; i < t.numel(); ++i) {
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
     uint64_t v = 0;
     std::memcpy(&v, src + i * elem, elem);  // little-endian host
     put_be(raw, v, elem);
@@ -367,7 +368,8 @@ MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name,
   out.labels = Tensor::empty({n}, DType::i64);           // (N,)
   const uint8_t* px = images.data<uint8_t>();
   float* dst = out.images.data<float>();
-  for (int64_t i = 0; i < images.numel(); ++i) dst[i] = static_cast<float>(px[i]) / 255.0f;
+  const int64_t pixels = images.numel();
+  for (int64_t i = 0; i < pixels; ++i) dst[i] = static_cast<float>(px[i]) / 255.0f;
   for (int64_t i = 0; i < n; ++i) out.labels.data<int64_t>()[i] = lb[i];
   return out;
 }

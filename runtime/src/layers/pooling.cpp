@@ -15,6 +15,7 @@
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
+#include "layers/max_pool_2x2_cpu.hpp"
 #include "layers/pooling_cuda.hpp"
 
 namespace tnt {
@@ -47,36 +48,15 @@ std::shared_ptr<PoolPrims> pool_prims(bool max, const Shape& x, const Shape& y, 
 // winning index within each plane.
 void max_pool_plain(const float* x, float* y, int32_t* arg, int64_t planes, int64_t h, int64_t w, int64_t ho,
                     int64_t wo, int64_t k, int64_t s, int64_t p) {
+  if (k == 2 && s == 2 && p == 0) {  // the common case, eight windows at a time
+    detail::max_pool_2x2_planes(x, y, arg, planes, h, w);
+    return;
+  }
 #pragma omp parallel for schedule(static) if (planes * ho * wo * k * k > 32768)
   for (int64_t pl = 0; pl < planes; ++pl) {
     const float* xp = x + pl * h * w;
     float* yp = y + pl * ho * wo;
     int32_t* ap = arg + pl * ho * wo;
-    if (k == 2 && s == 2 && p == 0) {
-      // The common case, branch-free so that it vectorises: windows (a b / c d), ties to
-      // the earlier element, a NaN wins.
-      for (int64_t oh = 0; oh < ho; ++oh) {
-        const float* r0 = xp + 2 * oh * w;
-        const float* r1 = r0 + w;
-        const int32_t base = static_cast<int32_t>(2 * oh * w);
-        const int32_t wi = static_cast<int32_t>(w);
-        for (int64_t ow = 0; ow < wo; ++ow) {
-          const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-          // b wins a larger value, or a NaN when a is not one (the FIRST NaN takes the
-          // gradient, as in the general loop below and the CUDA engine).
-          const bool pick_b = b > a || (b != b && a == a);
-          const float top = pick_b ? b : a;
-          const int32_t top_i = pick_b ? 1 : 0;
-          const bool pick_d = d > c || (d != d && c == c);
-          const float bottom = pick_d ? d : c;
-          const int32_t bottom_i = pick_d ? wi + 1 : wi;
-          const bool pick_bottom = (bottom > top || bottom != bottom) && top == top;
-          yp[oh * wo + ow] = pick_bottom ? bottom : top;
-          ap[oh * wo + ow] = base + static_cast<int32_t>(2 * ow) + (pick_bottom ? bottom_i : top_i);
-        }
-      }
-      continue;
-    }
     for (int64_t oh = 0; oh < ho; ++oh) {
       const int64_t h0 = std::max<int64_t>(oh * s - p, 0), h1 = std::min(oh * s - p + k, h);
       for (int64_t ow = 0; ow < wo; ++ow) {
@@ -99,9 +79,16 @@ void max_pool_plain(const float* x, float* y, int32_t* arg, int64_t planes, int6
   }
 }
 
-// dx (P, H, W) = dy (P, Ho, Wo) scattered to the recorded argmax positions.
-void max_pool_plain_backward(const float* dy, const int32_t* arg, float* dx, int64_t planes, int64_t hw,
-                             int64_t ohw) {
+// dx (P, H, W) = dy (P, Ho, Wo) scattered to the recorded argmax positions. With 2x2
+// windows at stride 2 (disjoint) each element is written once instead of zeroed and added
+// to, with the same bits.
+void max_pool_plain_backward(const float* dy, const int32_t* arg, float* dx, int64_t planes, int64_t h, int64_t w,
+                             int64_t ho, int64_t wo, bool disjoint_2x2) {
+  if (disjoint_2x2) {
+    detail::max_pool_2x2_planes_backward(dy, arg, dx, planes, h, w);
+    return;
+  }
+  const int64_t hw = h * w, ohw = ho * wo;
 #pragma omp parallel for schedule(static) if (planes * hw > 32768)
   for (int64_t pl = 0; pl < planes; ++pl) {
     float* dp = dx + pl * hw;
@@ -211,8 +198,9 @@ std::vector<Tensor> pool_backward(const Pool2DBase& layer, bool max, const Tenso
     return {dx};
   }
   if (max) {
+    const bool disjoint_2x2 = layer.pool_size() == 2 && layer.stride() == 2 && layer.padding() == 0;
     max_pool_plain_backward(dy.data<float>(), saved.tensors[0].data<int32_t>(), dx.data<float>(),
-                            x_shape[0] * x_shape[1], x_shape[2] * x_shape[3], y_shape[2] * y_shape[3]);
+                            x_shape[0] * x_shape[1], x_shape[2], x_shape[3], y_shape[2], y_shape[3], disjoint_2x2);
     return {dx};
   }
   auto prims = std::static_pointer_cast<PoolPrims>(saved.extra);

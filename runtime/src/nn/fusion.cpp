@@ -56,7 +56,8 @@ bool Network::fusion_active() const {
     case LayerFusion::automatic:
       break;
   }
-  return device_.is_cuda() && tnt::config().layer_fusion;
+  // On the CPU only the patterns with a CPU engine are planned (fusion_plan).
+  return tnt::config().layer_fusion;
 }
 
 int64_t Network::fused_chains() {
@@ -67,8 +68,12 @@ int64_t Network::fused_chains() {
 int64_t Network::fused_engine_runs() const { return fusion_ ? fusion_->engine_runs : 0; }
 
 FusionPlan* Network::fusion_plan() {
-  if (fusion_) return fusion_.get();
+  // By default a CPU network plans only the chains a CPU engine runs; the others would run
+  // layer by layer anyway.
+  const bool cpu_engines_only = device_.is_cpu() && layer_fusion_ == LayerFusion::automatic;
+  if (fusion_ && fusion_->cpu_engines_only == cpu_engines_only) return fusion_.get();
   auto plan = std::make_shared<FusionPlan>();
+  plan->cpu_engines_only = cpu_engines_only;
   const size_t n = nodes_.size();
   plan->chain_of_node.assign(n, -1);
   // The one consumer of each single-use output: (node, input position).
@@ -82,6 +87,7 @@ FusionPlan* Network::fusion_plan() {
   const auto& table = detail::fusion_patterns();
   for (size_t pi = 0; pi < table.size(); ++pi) {
     const detail::FusionPattern& pattern = table[pi];
+    if (cpu_engines_only && !pattern.cpu_engine) continue;
     for (size_t head = inputs_.size(); head < n; ++head) {
       if (plan->chain_of_node[head] >= 0 || nodes_[head]->layer->type() != pattern.types[0]) continue;
       FusedChain chain;

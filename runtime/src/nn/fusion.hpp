@@ -40,6 +40,9 @@ struct FusionPattern {
   std::function<std::vector<Tensor>(const std::vector<Layer*>& layers, const std::vector<Tensor>& grad_outputs,
                                     const RunContext& rc, SavedState& saved)>
       backward;
+  // The engine takes CPU tensors: a CPU network plans this pattern's chains by default (the
+  // others only under LayerFusion::on, where they run layer by layer).
+  bool cpu_engine = false;
 };
 
 // At static initialisation (like LayerTypeRegistration). Longer patterns are matched first.
@@ -61,6 +64,7 @@ struct FusedChain {
 };
 
 struct FusionPlan {
+  bool cpu_engines_only = false;  // planned with the cpu_engine patterns alone
   std::vector<FusedChain> chains;
   std::vector<int> chain_of_node;  // per node: its chain, or -1
   int64_t engine_runs = 0;         // chains the last forward ran through an engine call

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 using namespace tnt;
@@ -301,5 +302,52 @@ TEST_CASE("optim: the CPU update rules' bits are pinned") {
     CHECK(pinned_hash(adam) == 0xe0403a2b0f0ce92bull);
     AdamW adamw(3e-3, {.beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1});
     CHECK(pinned_hash(adamw) == 0x26d530f582a8c4b5ull);
+  }
+}
+
+TEST_CASE("optim: state below the smallest normal float is kept as 0 (no subnormals)") {
+  // Loaded moments just above the smallest normal float (2^-126), then steps with no
+  // gradient (a unit that stopped firing): a multiply by beta1 or the momentum would make
+  // them subnormal, and each later step would read a subnormal (slow on x86). They become 0;
+  // the smallest normal stays; a NaN stays a NaN for the loss scaler to see.
+  const float min_normal = 0x1p-126f;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> start = {1.05f * min_normal, -1.05f * min_normal, nan};
+  auto state_of = [](Optimizer& opt, const std::string& name) {
+    for (const NamedTensor& t : opt.named_state())
+      if (t.name == name) return t.tensor.to_vector();
+    FAIL("no optimizer state " << name);
+    return std::vector<float>{};
+  };
+  SECTION("Adam: m and v") {
+    Param p;
+    Adam adam(1e-3);
+    adam.init_state(p.named());
+    adam.load_state("fc.weight.exp_avg", Tensor::from_vector(start, {3}));
+    adam.load_state("fc.weight.exp_avg_sq", Tensor::from_vector({min_normal, 1.0005f * min_normal, 1.0f}, {3}));
+    adam.step(p.named());  // grad 0: m = 0.9 m, v = 0.999 v
+    const std::vector<float> m = state_of(adam, "fc.weight.exp_avg"), v = state_of(adam, "fc.weight.exp_avg_sq");
+    CHECK(m[0] == 0.0f);
+    CHECK(m[1] == 0.0f);
+    CHECK(std::isnan(m[2]));
+    CHECK(v[0] == 0.0f);  // 0.999 * 2^-126 is subnormal
+    CHECK(v[1] == 0.0f);
+    CHECK(v[2] == 0.999f);
+    for (float x : m) CHECK(std::fpclassify(x) != FP_SUBNORMAL);
+    CHECK(p.p.value.to_vector()[0] == kP0[0]);  // a zero moment moves nothing
+  }
+  SECTION("SGD: the momentum buffer") {
+    Param p;
+    SGD sgd(0.1, {.momentum = 0.9});
+    p.set_grad({1.0f, 1.0f, 1.0f});
+    sgd.step(p.named());  // the buffer starts as the gradient
+    sgd.load_state("fc.weight.momentum_buffer",
+                   Tensor::from_vector({1.05f * min_normal, 1.2f * min_normal, min_normal / 0.9f * 1.001f}, {3}));
+    p.set_grad({0.0f, 0.0f, 0.0f});
+    sgd.step(p.named());
+    const std::vector<float> b = state_of(sgd, "fc.weight.momentum_buffer");
+    CHECK(b[0] == 0.0f);
+    CHECK(b[1] == 0.9f * (1.2f * min_normal));  // 1.08 * 2^-126 is still normal
+    CHECK(b[2] >= min_normal);
   }
 }

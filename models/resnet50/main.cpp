@@ -439,22 +439,6 @@ int main(int argc, char** argv) {
                       .prefetch(4);
     }
 
-    // What an earlier run left there is continued (--resume, or a restart of tarantella
-    // --max-restarts) from the checkpoint, with --enable_checkpoint_and_export (without, a
-    // restart starts over), or replaced (--overwrite), never silently overwritten. Decided
-    // before the model is built, so that a refused directory costs no weight initialisation.
-    const tnt_models::RunDir run = tnt_models::prepare_model_dir(
-        {.path = common.model_dir,
-         .given = common.model_dir_given,
-         .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
-         .can_resume = checkpoint_and_export,
-         .resume = resume_flag,
-         .overwrite = common.overwrite,
-         .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : ""});
-    const bool resume = run.resume;
-    const std::string& model_dir = run.path;
-    const std::string checkpoint = model_dir + "/checkpoint.safetensors";
-
     auto net = tnt_models::make_resnet50(num_classes, args["zero_init_residual"].as<bool>(), image_size);
     net->set_memory_format(memory_format);
     tnt::Model model(net, common.seed);
@@ -466,6 +450,20 @@ int main(int argc, char** argv) {
     model.compile(std::make_shared<tnt::SGD>(schedule, sgd), std::make_shared<tnt::SoftmaxCrossEntropy>(label_smoothing),
                   {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::TopKAccuracy>(5)}, precision);
 
+    // What an earlier run left there is continued (--resume, or a restart of tarantella
+    // --max-restarts) from the checkpoint, with --enable_checkpoint_and_export (without, a
+    // restart starts over), or replaced (--overwrite), never silently overwritten.
+    const tnt_models::RunDir run = tnt_models::prepare_model_dir(
+        {.path = common.model_dir,
+         .given = common.model_dir_given,
+         .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
+         .can_resume = checkpoint_and_export,
+         .resume = resume_flag,
+         .overwrite = common.overwrite,
+         .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : ""});
+    const bool resume = run.resume;
+    const std::string& model_dir = run.path;
+    const std::string checkpoint = model_dir + "/checkpoint.safetensors";
     int initial_epoch = 0;
     // The data's order is a function of the seed and the epoch: it continues too.
     if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);

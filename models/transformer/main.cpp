@@ -372,21 +372,6 @@ int main(int argc, char** argv) {
                       common.data_dir, max_id, p.vocab_size, vocab_file);
     }
 
-    // Continues an earlier run's checkpoint: --resume, or a restart of the same launch
-    // (tarantella --max-restarts) after a rank or host failed. Decided before the model is
-    // built, so that a refused directory costs no weight initialisation.
-    const tnt_models::RunDir run =
-        tnt_models::prepare_model_dir({.path = common.model_dir,
-                                       .given = common.model_dir_given,
-                                       .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors",
-                                                   "translations.txt"},
-                                       .can_resume = true,
-                                       .resume = resume,
-                                       .overwrite = common.overwrite,
-                                       .checkpoint = "checkpoint.safetensors"});
-    const bool continue_run = run.resume;
-    const std::string& model_dir = run.path;
-
     // The model, loss, optimizer (Adam and the Transformer's schedule).
     tnt_models::Transformer transformer(p);
     auto net = transformer.training_network(p.max_length, p.max_length);
@@ -400,6 +385,19 @@ int main(int argc, char** argv) {
     auto loss = std::make_shared<TokenCountingLoss>(p.label_smoothing);
     model.compile(std::make_shared<tnt::Adam>(schedule, adam), loss, {}, precision);
 
+    // Continues an earlier run's checkpoint: --resume, or a restart of the same launch
+    // (tarantella --max-restarts) after a rank or host failed.
+    const tnt_models::RunDir run =
+        tnt_models::prepare_model_dir({.path = common.model_dir,
+                                       .given = common.model_dir_given,
+                                       .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors",
+                                                   "translations.txt"},
+                                       .can_resume = true,
+                                       .resume = resume,
+                                       .overwrite = common.overwrite,
+                                       .checkpoint = "checkpoint.safetensors"});
+    const bool continue_run = run.resume;
+    const std::string& model_dir = run.path;
     const std::string checkpoint = model_dir + "/checkpoint.safetensors";
     int initial_epoch = 0;
     if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);

@@ -71,7 +71,7 @@ void check_bitwise(const Pass& got, const Pass& want) {
 
 TEST_CASE("layer fusion: the chains of a ResNet-like graph", "[fusion]") {
   auto net = resnet_like();
-  CHECK(net->fused_chains() == 0);  // automatic: off on the CPU
+  CHECK(net->fused_chains() == 0);  // automatic: no CPU engine for these chains
   net->set_layer_fusion(LayerFusion::on);
   CHECK(net->fused_chains() == 5);
   net->set_layer_fusion(LayerFusion::off);
@@ -311,6 +311,26 @@ TEST_CASE("layer fusion: ReLU -> MaxPool2D 2x2 on the CPU, one pass each way, th
       const std::vector<float> one = relu_pool(LayerFusion::off), two = relu_pool(LayerFusion::automatic);
       REQUIRE(one.size() == two.size());
       CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
+    }
+  }
+  SECTION("LayerFusion::on: a chain with a CPU engine takes its ReLU before BatchNorm -> ReLU") {
+    auto bn_net = [](LayerFusion mode) {
+      SymTensor x = Input({2, 8, 6}, DType::f32, "x");
+      SymTensor h = call(std::make_shared<MaxPool2D>(2, "pool"), relu(bn(conv(x, 16, 3, 1, "conv"), "bn"), "relu"));
+      SymTensor y = call(std::make_shared<Dense>(5, DenseOptions{}, "fc"), call(std::make_shared<Flatten>("flat"), h));
+      auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "bn_cnn");
+      net->initialize(6);
+      net->set_layer_fusion(mode);
+      return net;
+    };
+    auto plain = bn_net(LayerFusion::off), automatic = bn_net(LayerFusion::automatic), on = bn_net(LayerFusion::on);
+    CHECK(automatic->fused_chains() == 1);  // relu -> pool
+    CHECK(on->fused_chains() == 1);         // the same: batch_norm_relu finds its ReLU taken
+    const Pass want = train_pass(*plain, {2, 2, 8, 6}, {2, 5});
+    for (Network* net : {automatic.get(), on.get()}) {
+      const Pass got = train_pass(*net, {2, 2, 8, 6}, {2, 5});
+      CHECK(net->fused_engine_runs() == 1);
+      check_bitwise(got, want);
     }
   }
   SECTION("channels_last and inference: the layers' results (the engine declines NHWC tensors)") {

@@ -336,6 +336,29 @@ TEST_CASE("optim: state below the smallest normal float is kept as 0 (no subnorm
     for (float x : m) CHECK(std::fpclassify(x) != FP_SUBNORMAL);
     CHECK(p.p.value.to_vector()[0] == kP0[0]);  // a zero moment moves nothing
   }
+  SECTION("Adam with eps 0: no infinity or NaN from a flushed v") {
+    // v = 0.001 * (1e-19)^2 is subnormal while m = 1e-20 is not: v is kept (a flushed v
+    // would divide by 0). Then m decays to 0 and v with it: the step is 0, not 0 / 0.
+    Param p({0.5f, 0.5f, 0.5f});
+    Adam adam(1e-3, {.eps = 0.0});
+    p.set_grad({1e-19f, 1e-3f, 0.0f});
+    adam.step(p.named());
+    const std::vector<float> v = state_of(adam, "fc.weight.exp_avg_sq");
+    CHECK(std::fpclassify(v[0]) == FP_SUBNORMAL);
+    p.set_grad({0.0f, 0.0f, 0.0f});
+    for (int i = 0; i < 900; ++i) adam.step(p.named());  // m: 0.9^900 of its start, flushed
+    for (float x : p.p.value.to_vector()) CHECK(std::isfinite(x));
+    for (float x : state_of(adam, "fc.weight.exp_avg")) CHECK(x == 0.0f);
+    CHECK(p.p.value.to_vector()[2] == 0.5f);  // never a gradient: m = v = 0 from the start
+  }
+  SECTION("the sign of a zero is kept") {
+    Param p({-0.0f, 1.0f, 1.0f});
+    SGD sgd(0.1, {.momentum = 0.9});
+    p.set_grad({-0.0f, 0.0f, 0.0f});
+    sgd.step(p.named());
+    CHECK(std::signbit(state_of(sgd, "fc.weight.momentum_buffer")[0]));
+    CHECK_FALSE(std::signbit(p.p.value.to_vector()[0]));  // -0 - 0.1 * -0 = +0, as torch.optim
+  }
   SECTION("SGD: the momentum buffer") {
     Param p;
     SGD sgd(0.1, {.momentum = 0.9});

@@ -81,6 +81,7 @@ bool accepts(const std::vector<Layer*>& layers) {
 const detail::FusionRegistration kReLUMaxPool([] {
   detail::FusionPattern p{"relu_max_pool", {"ReLU", "MaxPool2D"}, accepts, chain_forward, chain_backward};
   p.cpu_engine = true;
+  p.cuda_engine = false;
   return p;
 }());
 

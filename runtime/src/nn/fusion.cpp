@@ -56,7 +56,7 @@ bool Network::fusion_active() const {
     case LayerFusion::automatic:
       break;
   }
-  // On the CPU only the patterns with a CPU engine are planned (fusion_plan).
+  // Only the patterns with an engine on the network's device are planned (fusion_plan).
   return tnt::config().layer_fusion;
 }
 
@@ -68,12 +68,13 @@ int64_t Network::fused_chains() {
 int64_t Network::fused_engine_runs() const { return fusion_ ? fusion_->engine_runs : 0; }
 
 FusionPlan* Network::fusion_plan() {
-  // By default a CPU network plans only the chains a CPU engine runs; the others would run
-  // layer by layer anyway.
-  const bool cpu_engines_only = device_.is_cpu() && layer_fusion_ == LayerFusion::automatic;
-  if (fusion_ && fusion_->cpu_engines_only == cpu_engines_only) return fusion_.get();
+  // The patterns with an engine on this device first, so that they take their layers; the
+  // others (which would run layer by layer) only under LayerFusion::on.
+  const bool cpu = device_.is_cpu(), every = layer_fusion_ == LayerFusion::on;
+  const int key = (cpu ? 1 : 0) + (every ? 2 : 0);
+  if (fusion_ && fusion_->planned_for == key) return fusion_.get();
   auto plan = std::make_shared<FusionPlan>();
-  plan->cpu_engines_only = cpu_engines_only;
+  plan->planned_for = key;
   const size_t n = nodes_.size();
   plan->chain_of_node.assign(n, -1);
   // The one consumer of each single-use output: (node, input position).
@@ -85,9 +86,11 @@ FusionPlan* Network::fusion_plan() {
     }
   }
   const auto& table = detail::fusion_patterns();
-  for (size_t pi = 0; pi < table.size(); ++pi) {
+  for (size_t order = 0; order < 2 * table.size(); ++order) {
+    const size_t pi = order % table.size();
     const detail::FusionPattern& pattern = table[pi];
-    if (cpu_engines_only && !pattern.cpu_engine) continue;
+    const bool engine_here = cpu ? pattern.cpu_engine : pattern.cuda_engine;
+    if (order < table.size() ? !engine_here : (engine_here || !every)) continue;
     for (size_t head = inputs_.size(); head < n; ++head) {
       if (plan->chain_of_node[head] >= 0 || nodes_[head]->layer->type() != pattern.types[0]) continue;
       FusedChain chain;

@@ -40,9 +40,11 @@ struct FusionPattern {
   std::function<std::vector<Tensor>(const std::vector<Layer*>& layers, const std::vector<Tensor>& grad_outputs,
                                     const RunContext& rc, SavedState& saved)>
       backward;
-  // The engine takes CPU tensors: a CPU network plans this pattern's chains by default (the
-  // others only under LayerFusion::on, where they run layer by layer).
+  // The devices whose tensors the engine takes. By default (LayerFusion::automatic) a network
+  // plans only the patterns with an engine on its device; LayerFusion::on plans those first
+  // (they take their layers before the others can), then the others, which run layer by layer.
   bool cpu_engine = false;
+  bool cuda_engine = true;
 };
 
 // At static initialisation (like LayerTypeRegistration). Longer patterns are matched first.
@@ -64,7 +66,7 @@ struct FusedChain {
 };
 
 struct FusionPlan {
-  bool cpu_engines_only = false;  // planned with the cpu_engine patterns alone
+  int planned_for = -1;  // Network::fusion_plan's key: the device kind and whether every pattern
   std::vector<FusedChain> chains;
   std::vector<int> chain_of_node;  // per node: its chain, or -1
   int64_t engine_runs = 0;         // chains the last forward ran through an engine call

@@ -45,16 +45,23 @@ TNT_HD float sub(float a, float b) {
 }
 
 // Optimizer state (momentum buffers, Adam's moments) below the smallest normal float is kept
-// as 0, on both engines. A unit that stops getting gradients (a ReLU that never fires) has
-// its moments decay geometrically, m by beta1 = 0.9 a step: after about 800 steps they are
-// subnormal, and on x86 every operation that reads or makes a subnormal takes a microcode
-// assist of ~100 cycles. The Fashion-MNIST CNN's Adam step went from 5% to 40% of the
-// training time after its first epoch that way. Flushed, such an element costs one slow
-// operation in its life, then none. The difference from PyTorch's rule (which keeps them) is
-// an update below 2^-126 * step_size / eps; a NaN stays NaN.
+// as a zero of its sign, on both engines. A unit that stops getting gradients (a ReLU that
+// never fires) has its moments decay geometrically, m by beta1 = 0.9 a step: after about 800
+// steps they are subnormal, and on x86 every operation that reads or makes a subnormal takes
+// a microcode assist of ~100 cycles. The Fashion-MNIST CNN's Adam step went from 5% to 43% of
+// the training time after its first epoch that way. Flushed, such an element costs one slow
+// operation in its life, then none. Adam's v is flushed only once m is 0, and a zero m moves
+// nothing: a v flushed under a normal m would divide by eps alone (by 0 with eps = 0). So
+// against PyTorch's rule, which keeps subnormals, an update differs by less than
+// 2^-126 * step_size / eps, or is 0 where PyTorch's is 0 / 0 (m and v both 0 with eps = 0).
+// A NaN stays NaN.
 TNT_HD float flush_subnormal(float x) {
   constexpr float kMinNormal = 0x1p-126f;
-  return x < kMinNormal && x > -kMinNormal ? 0.0f : x;
+#if defined(__CUDA_ARCH__)
+  return x < kMinNormal && x > -kMinNormal ? copysignf(0.0f, x) : x;
+#else
+  return x < kMinNormal && x > -kMinNormal ? std::copysign(0.0f, x) : x;
+#endif
 }
 
 // torch.optim.SGD, per element:
@@ -99,7 +106,7 @@ TNT_HD void apply(const SgdRule& r, float& param, float grad, float* buf) {
 // parameter shrinks first), per element at step t:
 //   p = p * decay_factor            decay_factor = 1 - lr * wd (AdamW), 1 (Adam)
 //   g = grad + l2 * p               l2 = wd (Adam), 0 (AdamW)
-//   m = beta1 * m + (1 - beta1) * g         (m and v flushed, above)
+//   m = beta1 * m + (1 - beta1) * g         (m, and v once m is 0, flushed: above)
 //   v = beta2 * v + (1 - beta2) * g * g
 //   p = p - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps)
 //                                   step_size = lr / (1 - beta1^t), inv_sqrt_bc2 = 1 / sqrt(1 - beta2^t)
@@ -144,10 +151,13 @@ TNT_HD void apply(const AdamRule& r, float& param, float grad, float& m, float& 
   const float p = mul(param, r.decay_factor);
   const float g = add(grad, mul(r.l2, p));
   const float mi = flush_subnormal(add(mul(r.beta1, m), mul(r.one_minus_beta1, g)));
-  const float vi = flush_subnormal(add(mul(r.beta2, v), mul(mul(r.one_minus_beta2, g), g)));
+  const float v_next = add(mul(r.beta2, v), mul(mul(r.one_minus_beta2, g), g));
+  const float vi = mi == 0.0f ? flush_subnormal(v_next) : v_next;  // (see flush_subnormal)
   m = mi;
   v = vi;
-  param = sub(p, mul(r.step_size, mi) / add(mul(sqrt_f32(vi), r.inv_sqrt_bc2), r.eps));
+  // A zero m: the quotient's bits (+-0 over a positive denominator), without a 0 / 0.
+  const float step = mul(r.step_size, mi);
+  param = sub(p, mi == 0.0f ? step : step / add(mul(sqrt_f32(vi), r.inv_sqrt_bc2), r.eps));
 }
 
 // Gradient clipping by value (optim/clip.cpp): g into [-limit, limit]. Comparisons, not

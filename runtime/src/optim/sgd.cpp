@@ -14,13 +14,25 @@ namespace {
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
-// One loop per case: with the buffer pointer's test a constant, the loop without momentum
-// vectorises.
+// One loop per case, the rule's tests constants (the buffer pointer's, first, nesterov), and
+// the rule a private copy that no store can alias: each loop vectorises.
+template <bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_loop(const optim::SgdRule rule, float* param, const float* grad, float* buf, int64_t n) {
+  // param, grad, buf: (n,); buf unused without momentum
+#pragma omp parallel for simd if (n >= kParallelMin) firstprivate(rule)
+  for (int64_t i = 0; i < n; ++i)
+    optim::apply_sgd<kFirst, kNesterov>(rule, param[i], grad[i], kMomentum ? buf + i : nullptr);
+}
+
 template <bool kMomentum>
 void sgd_cpu(const optim::SgdRule& rule, float* param, const float* grad, float* buf, int64_t n) {
-  // param, grad, buf: (n,); buf unused without momentum
-#pragma omp parallel for simd if (n >= kParallelMin)
-  for (int64_t i = 0; i < n; ++i) optim::apply(rule, param[i], grad[i], kMomentum ? buf + i : nullptr);
+  if (!kMomentum) return sgd_loop<false, false, false>(rule, param, grad, buf, n);
+  if (rule.first) {
+    return rule.nesterov ? sgd_loop<kMomentum, true, true>(rule, param, grad, buf, n)
+                         : sgd_loop<kMomentum, true, false>(rule, param, grad, buf, n);
+  }
+  return rule.nesterov ? sgd_loop<kMomentum, false, true>(rule, param, grad, buf, n)
+                       : sgd_loop<kMomentum, false, false>(rule, param, grad, buf, n);
 }
 
 void sgd_multi_tensor(const optim::MtLaunch& launch, const std::vector<optim::SgdRule>& rules) {

@@ -57,10 +57,11 @@ TNT_HD float sub(float a, float b) {
 // A NaN stays NaN.
 TNT_HD float flush_subnormal(float x) {
   constexpr float kMinNormal = 0x1p-126f;
+  // One compare of values computed anyway: no branch, so the CPU loops vectorise.
 #if defined(__CUDA_ARCH__)
-  return x < kMinNormal && x > -kMinNormal ? copysignf(0.0f, x) : x;
+  return fabsf(x) < kMinNormal ? copysignf(0.0f, x) : x;
 #else
-  return x < kMinNormal && x > -kMinNormal ? std::copysign(0.0f, x) : x;
+  return std::fabs(x) < kMinNormal ? std::copysign(0.0f, x) : x;
 #endif
 }
 
@@ -91,15 +92,26 @@ inline SgdRule sgd_rule(double lr, double momentum, double dampening, double wei
   return r;
 }
 
-// buf: this element of the momentum buffer, or null when momentum == 0 (no buffer).
-TNT_HD void apply(const SgdRule& r, float& param, float grad, float* buf) {
+// The rule with r.first and r.nesterov as constants (kFirst, kNesterov): what the CPU loop
+// runs, one instantiation per case, so that it has no branch and vectorises.
+template <bool kFirst, bool kNesterov>
+TNT_HD void apply_sgd(const SgdRule& r, float& param, float grad, float* buf) {
   float g = add(grad, mul(r.weight_decay, param));
   if (buf != nullptr) {
-    const float b = flush_subnormal(r.first ? g : add(mul(r.momentum, *buf), mul(r.one_minus_dampening, g)));
+    const float b = flush_subnormal(kFirst ? g : add(mul(r.momentum, *buf), mul(r.one_minus_dampening, g)));
     *buf = b;
-    g = r.nesterov ? add(g, mul(r.momentum, b)) : b;
+    g = kNesterov ? add(g, mul(r.momentum, b)) : b;
   }
   param = sub(param, mul(r.lr, g));
+}
+
+// buf: this element of the momentum buffer, or null when momentum == 0 (no buffer).
+TNT_HD void apply(const SgdRule& r, float& param, float grad, float* buf) {
+  if (r.first) {
+    r.nesterov ? apply_sgd<true, true>(r, param, grad, buf) : apply_sgd<true, false>(r, param, grad, buf);
+  } else {
+    r.nesterov ? apply_sgd<false, true>(r, param, grad, buf) : apply_sgd<false, false>(r, param, grad, buf);
+  }
 }
 
 // torch.optim.Adam (L2: the decay is added to the gradient) and AdamW (decoupled: the
@@ -152,12 +164,15 @@ TNT_HD void apply(const AdamRule& r, float& param, float grad, float& m, float& 
   const float g = add(grad, mul(r.l2, p));
   const float mi = flush_subnormal(add(mul(r.beta1, m), mul(r.one_minus_beta1, g)));
   const float v_next = add(mul(r.beta2, v), mul(mul(r.one_minus_beta2, g), g));
-  const float vi = mi == 0.0f ? flush_subnormal(v_next) : v_next;  // (see flush_subnormal)
+  const float v_flushed = flush_subnormal(v_next);
+  const float vi = mi == 0.0f ? v_flushed : v_next;  // (see flush_subnormal)
   m = mi;
   v = vi;
-  // A zero m: the quotient's bits (+-0 over a positive denominator), without a 0 / 0.
+  // A zero m: the quotient's bits (+-0 over a positive denominator), without a 0 / 0. Both
+  // are computed and one is chosen, so that the CPU loop has no branch and vectorises.
   const float step = mul(r.step_size, mi);
-  param = sub(p, mi == 0.0f ? step : step / add(mul(sqrt_f32(vi), r.inv_sqrt_bc2), r.eps));
+  const float quotient = step / add(mul(sqrt_f32(vi), r.inv_sqrt_bc2), r.eps);
+  param = sub(p, mi == 0.0f ? step : quotient);
 }
 
 // Gradient clipping by value (optim/clip.cpp): g into [-limit, limit]. Comparisons, not

@@ -351,6 +351,16 @@ TEST_CASE("optim: state below the smallest normal float is kept as 0 (no subnorm
     for (float x : state_of(adam, "fc.weight.exp_avg")) CHECK(x == 0.0f);
     CHECK(p.p.value.to_vector()[2] == 0.5f);  // never a gradient: m = v = 0 from the start
   }
+  SECTION("a NaN denominator under a zero m still reaches the parameter, as in PyTorch") {
+    // beta2 = 0: v = g^2 = inf at the first step, then 0 * inf = NaN with m back at 0.
+    Param p({1.0f, 1.0f, 1.0f});
+    Adam adam(1e-3, {.beta1 = 0.0, .beta2 = 0.0, .eps = 1e-8});
+    p.set_grad({1e20f, 1.0f, 1.0f});
+    adam.step(p.named());
+    p.set_grad({0.0f, 0.0f, 0.0f});
+    adam.step(p.named());
+    CHECK(std::isnan(p.p.value.to_vector()[0]));
+  }
   SECTION("the sign of a zero is kept") {
     Param p({-0.0f, 1.0f, 1.0f});
     SGD sgd(0.1, {.momentum = 0.9});

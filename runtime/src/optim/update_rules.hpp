@@ -50,11 +50,12 @@ TNT_HD float sub(float a, float b) {
 // steps they are subnormal, and on x86 every operation that reads or makes a subnormal takes
 // a microcode assist of ~100 cycles. The Fashion-MNIST CNN's Adam step went from 5% to 43% of
 // the training time after its first epoch that way. Flushed, such an element costs one slow
-// operation in its life, then none. Adam's v is flushed only once m is 0, and a zero m moves
-// nothing: a v flushed under a normal m would divide by eps alone (by 0 with eps = 0). So
+// operation in its life, then none. Adam's v is flushed only once m is 0 (a v flushed under
+// a normal m would divide by eps alone, by 0 with eps = 0), and 0 / 0 is taken as 0. So
 // against PyTorch's rule, which keeps subnormals, an update differs by less than
 // 2^-126 * step_size / eps, or is 0 where PyTorch's is 0 / 0 (m and v both 0 with eps = 0).
-// A NaN stays NaN.
+// A NaN stays NaN. (eps = 0 stays fragile as in PyTorch: a gradient whose square underflows
+// under a normal m divides by 0.)
 TNT_HD float flush_subnormal(float x) {
   constexpr float kMinNormal = 0x1p-126f;
   // One compare of values computed anyway: no branch, so the CPU loops vectorise.
@@ -168,11 +169,13 @@ TNT_HD void apply(const AdamRule& r, float& param, float grad, float& m, float& 
   const float vi = mi == 0.0f ? v_flushed : v_next;  // (see flush_subnormal)
   m = mi;
   v = vi;
-  // A zero m: the quotient's bits (+-0 over a positive denominator), without a 0 / 0. Both
-  // are computed and one is chosen, so that the CPU loop has no branch and vectorises.
+  // The quotient, but +-0 for 0 / 0 (m and v both 0 with eps = 0): a NaN or infinite
+  // denominator still gives its NaN or 0. Both are computed and one is chosen, so that the
+  // CPU loop has no branch and vectorises.
   const float step = mul(r.step_size, mi);
-  const float quotient = step / add(mul(sqrt_f32(vi), r.inv_sqrt_bc2), r.eps);
-  param = sub(p, mi == 0.0f ? step : quotient);
+  const float denom = add(mul(sqrt_f32(vi), r.inv_sqrt_bc2), r.eps);
+  const float quotient = step / denom;
+  param = sub(p, mi == 0.0f && denom == 0.0f ? step : quotient);
 }
 
 // Gradient clipping by value (optim/clip.cpp): g into [-limit, limit]. Comparisons, not

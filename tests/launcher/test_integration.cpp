@@ -506,3 +506,38 @@ TEST_CASE("integration: a host that mpirun cannot reach is named, with the reaso
     CHECK_THAT(o.err, !Catch::Contains("mpirun failed with exit code"));
   }
 }
+
+TEST_CASE("integration: compute threads beyond a rank's cores or its share of them are warned about",
+          "[integration][threads]") {
+  // Unpinned ranks all see every core of the node; each defaults to its share (tnt::
+  // rank_cores) and is warned when TNT_NUM_THREADS asks for more. Needs 2 cores, as here.
+  const size_t cores = core_count();
+  REQUIRE(cores >= 2);
+  const std::string n = std::to_string(cores);
+  const std::string join_probe = TNT_JOIN_PROBE_BIN;  // joins the job (tnt::init) and ends
+  SECTION("more than the rank's share: the share and --pin-to-socket are named") {
+    auto o = tarantella({"-n", "2", "-x", "TNT_NUM_THREADS=" + n, "--", join_probe});
+    INFO(o.describe());
+    REQUIRE(o.exited(0));
+    CHECK_THAT(o.out + o.err, Catch::Contains("TNT_NUM_THREADS=" + n + " is more than rank 0's share of its node's "
+                                              "cores (" + std::to_string(cores / 2) + ": its " + n + " core(s)") &&
+                                  Catch::Contains("--pin-to-socket"));
+  }
+  SECTION("more than the cores the rank may run on") {
+    auto o = tarantella({"-n", "1", "-x", "TNT_NUM_THREADS=" + std::to_string(cores + 1), "--", join_probe});
+    INFO(o.describe());
+    REQUIRE(o.exited(0));
+    CHECK_THAT(o.out + o.err, Catch::Contains("TNT_NUM_THREADS=" + std::to_string(cores + 1) + " is more than the " +
+                                              n + " core(s) rank 0 may run on"));
+  }
+  SECTION("the default and pinned ranks: no warning") {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"-n", "2", "--", join_probe},
+          std::vector<std::string>{"-n", "2", "--pin-to-socket", "--", join_probe}}) {
+      auto o = tarantella(args);
+      INFO(o.describe());
+      REQUIRE(o.exited(0));
+      CHECK_THAT(o.out + o.err, !Catch::Contains("is more than"));
+    }
+  }
+}

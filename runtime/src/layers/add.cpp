@@ -40,12 +40,19 @@ std::vector<Tensor> Add::backward(const std::vector<Tensor>& grad_outputs, const
   TNT_CHECK(grad_outputs.size() == 1 && grad_outputs[0].defined() && saved.extra,
             "Add '{}': backward needs one gradient and a forward", name_);
   const auto& formats = *std::static_pointer_cast<std::vector<MemoryFormat>>(saved.extra);
-  // Each input gets its own copy (the caller may accumulate into a returned gradient), in
-  // that input's format: a conversion is a copy too.
+  // Each input gets dy in its own format. The first input in dy's format gets dy itself, each
+  // other one its own copy, so that no two returned gradients share memory: the executor sums
+  // gradients out of place, but a caller may still add into one of them.
   std::vector<Tensor> grads;
+  const Tensor& dy = grad_outputs[0];
+  bool shared = false;
   for (MemoryFormat f : formats) {
-    const Tensor& dy = grad_outputs[0];
-    grads.push_back(dy.memory_format() == f ? dy.clone() : dy.to_memory_format(f));
+    if (dy.memory_format() != f) {
+      grads.push_back(dy.to_memory_format(f));  // a conversion is a copy
+    } else {
+      grads.push_back(shared ? dy.clone() : dy);
+      shared = true;
+    }
   }
   return grads;
 }

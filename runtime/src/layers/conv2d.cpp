@@ -189,8 +189,11 @@ std::vector<Tensor> Conv2D::backward(const std::vector<Tensor>& grad_outputs, co
     args.emplace(DNNL_ARG_DIFF_BIAS, cpu::wrap(db, wpd.diff_bias_desc()));
   }
   cpu::execute(prims->bwd_w, args);
-  if (dw_keep.defined()) cpu::reorder_into(dwm, cpu::wrap(dw));
-  ops::axpy(1.0, dw, weight_->grad);
+  if (dw_keep.defined()) {
+    cpu::reorder_add_into(dwm, cpu::wrap(weight_->grad));  // from the primitive's layout, added
+  } else {
+    ops::axpy(1.0, dw, weight_->grad);
+  }
   if (bias_) ops::axpy(1.0, db, bias_->grad);
   return {dx};
 }

@@ -79,6 +79,19 @@ void reorder_into(const dnnl::memory& src, const dnnl::memory& dst) {
   dnnl_stream().wait();
 }
 
+void reorder_add_into(const dnnl::memory& src, const dnnl::memory& dst) {
+  std::string key = "reorder_add|" + key_of(src.get_desc()) + "|" + key_of(dst.get_desc());
+  auto prim = dnnl_cached<dnnl::reorder>(key, [&] {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    dnnl::primitive_attr attr;
+    attr.set_post_ops(ops);
+    return dnnl::reorder(src, dst, attr);
+  });
+  prim->execute(dnnl_stream(), const_cast<dnnl::memory&>(src), const_cast<dnnl::memory&>(dst));
+  dnnl_stream().wait();
+}
+
 dnnl::memory reorder_to(const dnnl::memory& src, const dnnl::memory::desc& desc, Tensor* keep) {
   if (src.get_desc() == desc) return src;
   Tensor owner;

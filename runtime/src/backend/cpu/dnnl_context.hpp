@@ -45,6 +45,10 @@ dnnl::memory wrap(const Tensor& t);  // with plain_desc(t): the tensor's own for
 dnnl::memory reorder_to(const dnnl::memory& src, const dnnl::memory::desc& desc, Tensor* keep = nullptr);
 // Copies src into dst (any two layouts of one logical tensor).
 void reorder_into(const dnnl::memory& src, const dnnl::memory& dst);
+// dst += src, src taken from its layout into dst's: one reorder with a sum post-op, where a
+// copy and an axpy would pass over dst twice. Each element is dst + src rounded once (the
+// sum's scale is 1), as the axpy's.
+void reorder_add_into(const dnnl::memory& src, const dnnl::memory& dst);
 // A host tensor of bytes large enough for desc, and a memory over it.
 dnnl::memory scratch(const dnnl::memory::desc& desc, Tensor& owner);
 

@@ -1,9 +1,10 @@
-// Layer fusion in the executor (nn/fusion.hpp), on the CPU: which chains are found, that a
-// chain run layer by layer at its last member's place gives bitwise the results of the
-// unfused run (outputs, input and parameter gradients, BatchNorm statistics, in both memory
-// formats), that an engine's chain call gets the right inputs and hands its gradients to
-// the right producers, and that gradient hooks fire in the same order. The cuDNN engine of
-// the BatchNorm chains is checked against the unfused layers on a GPU (nn_layer_fusion_cuda).
+// Layer fusion in the executor (nn/fusion.hpp), on the CPU: which chains are found, that the
+// BatchNorm chains' CPU engine (and a chain run layer by layer at its last member's place)
+// gives bitwise the results of the unfused run (outputs, input and parameter gradients,
+// BatchNorm statistics, in both memory formats), that an engine's chain call gets the right
+// inputs and hands its gradients to the right producers, and that gradient hooks fire in the
+// same order. The cuDNN engine of the BatchNorm chains is checked against the unfused layers
+// on a GPU (nn_layer_fusion_cuda).
 #include <catch2/catch.hpp>
 
 #include "nn/fusion.hpp"
@@ -71,7 +72,7 @@ void check_bitwise(const Pass& got, const Pass& want) {
 
 TEST_CASE("layer fusion: the chains of a ResNet-like graph", "[fusion]") {
   auto net = resnet_like();
-  CHECK(net->fused_chains() == 0);  // automatic: no CPU engine for these chains
+  CHECK(net->fused_chains() == 5);  // automatic: the BatchNorm chains have a CPU engine
   net->set_layer_fusion(LayerFusion::on);
   CHECK(net->fused_chains() == 5);
   net->set_layer_fusion(LayerFusion::off);
@@ -104,20 +105,75 @@ TEST_CASE("layer fusion: no chain where an intermediate tensor is seen outside i
   for (size_t i = 0; i < plain.size(); ++i) CHECK(fused[i].to_double_vector() == plain[i].to_double_vector());
 }
 
-TEST_CASE("layer fusion: chains run layer by layer give the unfused results bitwise", "[fusion]") {
-  for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
-    INFO("format " << memory_format_name(format));
-    auto plain = resnet_like();
-    auto fused = resnet_like();  // the same weights (one seed)
-    plain->set_memory_format(format);
-    fused->set_memory_format(format);
-    plain->set_layer_fusion(LayerFusion::off);
-    fused->set_layer_fusion(LayerFusion::on);
-    const Pass want = train_pass(*plain, {4, 3, 9, 7}, {4, 5});
-    const Pass got = train_pass(*fused, {4, 3, 9, 7}, {4, 5});
-    CHECK(fused->fused_engine_runs() == 0);  // no CPU engine for these chains
-    check_bitwise(got, want);
+TEST_CASE("layer fusion: the BatchNorm chains' CPU engine gives the unfused results bitwise", "[fusion]") {
+  // 8 and 12 channels: in NHWC with 12, oneDNN's ReLU flag would take another kernel than
+  // the plain layer's (one that rounds its backward differently), and the chain applies ReLU
+  // in its own pass; with 8 and 16 (and in NCHW) it keeps the kernel and uses the flag.
+  for (int64_t c2 : {12, 16}) {
+    for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+      INFO("format " << memory_format_name(format) << ", " << c2 << " channels");
+      auto plain = test::resnet_like(9, 7, 8, c2);
+      auto fused = test::resnet_like(9, 7, 8, c2);  // the same weights (one seed)
+      plain->set_memory_format(format);
+      fused->set_memory_format(format);
+      plain->set_layer_fusion(LayerFusion::off);
+      const Pass want = train_pass(*plain, {4, 3, 9, 7}, {4, 5});
+      const Pass got = train_pass(*fused, {4, 3, 9, 7}, {4, 5});
+      CHECK(fused->fused_engine_runs() == 5);
+      check_bitwise(got, want);
+      // Inference: the running statistics, ReLU by the flag or the pass as in training.
+      RunContext eval;
+      const Tensor x = random({4, 3, 9, 7}, 7, "x");
+      CHECK(fused->forward({x}, eval)[0].to_double_vector() == plain->forward({x}, eval)[0].to_double_vector());
+      CHECK(fused->fused_engine_runs() == 5);
+    }
   }
+}
+
+TEST_CASE("layer fusion: a chain whose CPU engine declines runs layer by layer, the unfused bits", "[fusion]") {
+  // An NHWC network whose Add takes the images as they come (NCHW) beside the BatchNorm's
+  // NHWC output: the engine declines tensors of two formats, and the executor runs the three
+  // layers at the chain's place.
+  auto make = [](LayerFusion mode) {
+    SymTensor x = Input({4, 5, 6}, DType::f32, "x");
+    SymTensor y = relu(add(bn(conv(x, 4, 3, 1, "conv"), "bn"), x, "sum"), "relu");
+    auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "declined");
+    net->initialize(4);
+    net->set_memory_format(MemoryFormat::channels_last);
+    net->set_layer_fusion(mode);
+    return net;
+  };
+  auto plain = make(LayerFusion::off), fused = make(LayerFusion::automatic);
+  CHECK(fused->fused_chains() == 1);
+  const Pass want = train_pass(*plain, {3, 4, 5, 6}, {3, 4, 5, 6});
+  const Pass got = train_pass(*fused, {3, 4, 5, 6}, {3, 4, 5, 6});
+  CHECK(fused->fused_engine_runs() == 0);
+  check_bitwise(got, want);
+}
+
+TEST_CASE("layer fusion: a subclass of a member type runs as a layer", "[fusion]") {
+  // A user's ReLU that overrides forward: the engine computes ReLU's own math, so the chain is
+  // not planned and the override runs.
+  struct Counting : ReLU {
+    using ReLU::ReLU;
+    std::vector<Tensor> forward(const std::vector<Tensor>& in, const RunContext& rc, SavedState& saved) override {
+      ++calls;
+      return ReLU::forward(in, rc, saved);
+    }
+    int calls = 0;
+  };
+  SymTensor x = Input({4, 5, 5}, DType::f32, "x");
+  auto counting = std::make_shared<Counting>("counting");
+  SymTensor a = call(counting, bn(conv(x, 4, 3, 1, "c1"), "bn1"));
+  SymTensor y = relu(bn(conv(a, 4, 3, 1, "c2"), "bn2"), "relu");  // the one chain
+  Network net({x}, {y}, "subclass");
+  net.initialize(2);
+  CHECK(net.fused_chains() == 1);
+  RunContext rc;
+  rc.training = true;
+  net.forward({random({2, 4, 5, 5}, 3, "x")}, rc);
+  CHECK(counting->calls == 1);
+  CHECK(net.fused_engine_runs() == 1);
 }
 
 namespace {
@@ -313,7 +369,7 @@ TEST_CASE("layer fusion: ReLU -> MaxPool2D 2x2 on the CPU, one pass each way, th
       CHECK(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)) == 0);
     }
   }
-  SECTION("LayerFusion::on: a chain with a CPU engine takes its ReLU before BatchNorm -> ReLU") {
+  SECTION("BatchNorm -> ReLU -> MaxPool2D: batch_norm_relu takes the ReLU (patterns of one length by name)") {
     auto bn_net = [](LayerFusion mode) {
       SymTensor x = Input({2, 8, 6}, DType::f32, "x");
       SymTensor h = call(std::make_shared<MaxPool2D>(2, "pool"), relu(bn(conv(x, 16, 3, 1, "conv"), "bn"), "relu"));
@@ -324,8 +380,8 @@ TEST_CASE("layer fusion: ReLU -> MaxPool2D 2x2 on the CPU, one pass each way, th
       return net;
     };
     auto plain = bn_net(LayerFusion::off), automatic = bn_net(LayerFusion::automatic), on = bn_net(LayerFusion::on);
-    CHECK(automatic->fused_chains() == 1);  // relu -> pool
-    CHECK(on->fused_chains() == 1);         // the same: batch_norm_relu finds its ReLU taken
+    CHECK(automatic->fused_chains() == 1);  // bn -> relu
+    CHECK(on->fused_chains() == 1);         // the same: relu_max_pool finds its ReLU taken
     const Pass want = train_pass(*plain, {2, 2, 8, 6}, {2, 5});
     for (Network* net : {automatic.get(), on.get()}) {
       const Pass got = train_pass(*net, {2, 2, 8, 6}, {2, 5});

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/dnnl_context.hpp"
 #include "backend/dispatch.hpp"
+#include "layers/batch_norm_cpu.hpp"
 #include "layers/batch_norm_cuda.hpp"
 #include "tarantella/ops.hpp"
 
@@ -20,20 +21,24 @@ struct BnPrims {
   dnnl::batch_normalization_forward fwd;
   dnnl::batch_normalization_backward::primitive_desc bwd_pd;
   dnnl::batch_normalization_backward bwd;
+  int keeps_kernel = -1;  // with the ReLU flag: whether both directions run the plain kernels (-1: not asked)
 };
 
 struct BnSaved {
   std::shared_ptr<BnPrims> prims;
   bool training = false;
+  Tensor workspace;  // oneDNN's ReLU mask, where it applied ReLU (fuse_norm_relu)
 };
 
-std::shared_ptr<BnPrims> bn_prims(const Shape& x, MemoryFormat format, float eps, bool affine, bool global_stats) {
-  std::string key = fmt::format("batch_norm|{}|{}|{}|{}|{}", cpu::key_of(x), memory_format_name(format), eps, affine,
-                                global_stats);
+std::shared_ptr<BnPrims> bn_prims(const Shape& x, MemoryFormat format, float eps, bool affine, bool global_stats,
+                                  bool relu) {
+  std::string key = fmt::format("batch_norm|{}|{}|{}|{}|{}|{}", cpu::key_of(x), memory_format_name(format), eps,
+                                affine, global_stats, relu);
   return cpu::dnnl_cached<BnPrims>(key, [&] {
     auto flags = affine ? (dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift)
                         : dnnl::normalization_flags::none;
     if (global_stats) flags = flags | dnnl::normalization_flags::use_global_stats;
+    if (relu) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
     dnnl::memory::desc md = cpu::plain_desc(x, format);
     dnnl::batch_normalization_forward::desc fd(dnnl::prop_kind::forward_training, md, eps, flags);
     dnnl::batch_normalization_forward::primitive_desc fwd_pd(fd, cpu::dnnl_engine());
@@ -43,6 +48,105 @@ std::shared_ptr<BnPrims> bn_prims(const Shape& x, MemoryFormat format, float eps
     return BnPrims{fwd_pd, dnnl::batch_normalization_forward(fwd_pd), bwd_pd,
                    dnnl::batch_normalization_backward(bwd_pd)};
   });
+}
+
+// oneDNN's shape of x: (N, C) is (N, C, 1).
+Shape dnnl_shape(const Tensor& x) {
+  Shape shape = x.shape();
+  if (shape.size() == 2) shape.push_back(1);
+  return shape;
+}
+
+// Whether oneDNN's ReLU flag keeps the kernels the layer runs without it, in both directions.
+// Where it does, the fused call gives the layers' bits; where it does not (oneDNN takes
+// another kernel for NHWC with 12 channels, whose backward rounds differently), the chain
+// applies ReLU in a pass of its own.
+bool relu_keeps_kernel(BatchNorm& bn, const Tensor& x, const RunContext& rc) {
+  const Shape shape = dnnl_shape(x);
+  const float eps = static_cast<float>(bn.epsilon());
+  auto fused = bn_prims(shape, x.memory_format(), eps, bn.affine(), !rc.training, true);
+  if (fused->keeps_kernel < 0) {
+    auto plain = bn_prims(shape, x.memory_format(), eps, bn.affine(), !rc.training, false);
+    fused->keeps_kernel = fused->fwd_pd.impl_info_str() == plain->fwd_pd.impl_info_str() &&
+                          fused->bwd_pd.impl_info_str() == plain->bwd_pd.impl_info_str();
+  }
+  return fused->keeps_kernel == 1;
+}
+
+// The layer's forward on the CPU, after begin_forward. relu: oneDNN applies ReLU to y
+// (y > 0 ? y : 0, before y is stored) and keeps a mask of where it passed, for the
+// backward. saved: {x, mean, var}, extra BnSaved.
+Tensor forward_cpu(BatchNorm& bn, const Tensor& x, const RunContext& rc, bool relu, SavedState& saved) {
+  const int64_t c = bn.num_features();
+  const int64_t per_channel = x.numel() / c;  // N * H * W
+  auto prims = bn_prims(dnnl_shape(x), x.memory_format(), static_cast<float>(bn.epsilon()), bn.affine(), !rc.training, relu);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
+  Tensor mean = rc.training ? Tensor::empty({c}, DType::f32) : bn.running_mean().value;  // (C)
+  Tensor var = rc.training ? Tensor::empty({c}, DType::f32) : bn.running_var().value;    // (C)
+  auto s = std::make_shared<BnSaved>();
+  if (per_channel > 0) {
+    const auto& pd = prims->fwd_pd;
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, cpu::wrap(x, pd.src_desc())},
+                                               {DNNL_ARG_DST, cpu::wrap(y, pd.dst_desc())},
+                                               {DNNL_ARG_MEAN, cpu::wrap(mean, pd.mean_desc())},
+                                               {DNNL_ARG_VARIANCE, cpu::wrap(var, pd.variance_desc())}};
+    if (bn.affine()) {
+      args.emplace(DNNL_ARG_SCALE, cpu::wrap(bn.weight()->value, cpu::plain_desc({c})));
+      args.emplace(DNNL_ARG_SHIFT, cpu::wrap(bn.bias()->value, cpu::plain_desc({c})));
+    }
+    if (relu) args.emplace(DNNL_ARG_WORKSPACE, cpu::scratch(pd.workspace_desc(), s->workspace));
+    cpu::execute(prims->fwd, args);
+  }
+  if (rc.training) {
+    const float m = static_cast<float>(bn.momentum());
+    const float unbias = static_cast<float>(static_cast<double>(per_channel) / static_cast<double>(per_channel - 1));
+    float* rm = bn.running_mean().value.data<float>();
+    float* rv = bn.running_var().value.data<float>();
+    const float* bm = mean.data<float>();
+    const float* bv = var.data<float>();
+    for (int64_t i = 0; i < c; ++i) {
+      rm[i] = (1 - m) * rm[i] + m * bm[i];
+      rv[i] = (1 - m) * rv[i] + m * bv[i] * unbias;
+    }
+  }
+  saved.tensors = {x, mean, var};
+  s->prims = prims;
+  s->training = rc.training;
+  saved.extra = s;
+  return y;
+}
+
+// dy in x's format -> dx; the parameter gradients are added to the layer's. Where the
+// forward applied ReLU, oneDNN passes dy only where its mask says ReLU passed.
+Tensor backward_cpu(BatchNorm& bn, const Tensor& dy, SavedState& saved) {
+  const Tensor& x = saved.tensors[0];
+  auto s = std::static_pointer_cast<BnSaved>(saved.extra);
+  const auto& pd = s->prims->bwd_pd;
+  Tensor dx = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
+  if (x.numel() == 0) return dx;
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, cpu::wrap(x, pd.src_desc())},
+                                             {DNNL_ARG_MEAN, cpu::wrap(saved.tensors[1], pd.mean_desc())},
+                                             {DNNL_ARG_VARIANCE, cpu::wrap(saved.tensors[2], pd.variance_desc())},
+                                             {DNNL_ARG_DIFF_DST, cpu::wrap(dy, pd.diff_dst_desc())},
+                                             {DNNL_ARG_DIFF_SRC, cpu::wrap(dx, pd.diff_src_desc())}};
+  if (s->workspace.defined()) args.emplace(DNNL_ARG_WORKSPACE, cpu::wrap(s->workspace, pd.workspace_desc()));
+  const int64_t c = bn.num_features();
+  Tensor dscale, dshift;
+  if (bn.affine()) {
+    dscale = Tensor::empty({c}, DType::f32);  // (C)
+    dshift = Tensor::empty({c}, DType::f32);  // (C)
+    dnnl::memory::desc cd = cpu::plain_desc({c});
+    args.emplace(DNNL_ARG_SCALE, cpu::wrap(bn.weight()->value, cd));
+    args.emplace(DNNL_ARG_SHIFT, cpu::wrap(bn.bias()->value, cd));  // oneDNN 2.6 asks for it
+    args.emplace(DNNL_ARG_DIFF_SCALE, cpu::wrap(dscale, cd));
+    args.emplace(DNNL_ARG_DIFF_SHIFT, cpu::wrap(dshift, cd));
+  }
+  cpu::execute(s->prims->bwd, args);
+  if (bn.affine()) {
+    ops::axpy(1.0, dscale, bn.weight()->grad);
+    ops::axpy(1.0, dshift, bn.bias()->grad);
+  }
+  return dx;
 }
 
 }  // namespace
@@ -106,47 +210,8 @@ std::vector<Tensor> BatchNorm::forward(const std::vector<Tensor>& inputs, const 
   ensure_built({x.shape()});
   check_inputs(inputs, 1);
   begin_forward(x, rc);
-  const int64_t per_channel = x.numel() / num_features_;  // N * H * W
   TNT_CUDA_DISPATCH(x.device(), cuda::batch_norm_forward(*this, inputs, rc, saved));
-
-  // oneDNN wants at least (N, C, W): a (N, C) input is (N, C, 1).
-  Shape shape = x.shape();
-  if (shape.size() == 2) shape.push_back(1);
-  auto prims =
-      bn_prims(shape, x.memory_format(), static_cast<float>(options_.epsilon), options_.affine, !rc.training);
-  Tensor y = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
-  Tensor mean = rc.training ? Tensor::empty({num_features_}, DType::f32) : running_mean_->value;  // (C)
-  Tensor var = rc.training ? Tensor::empty({num_features_}, DType::f32) : running_var_->value;    // (C)
-  if (per_channel > 0) {
-    const auto& pd = prims->fwd_pd;
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, cpu::wrap(x, pd.src_desc())},
-                                               {DNNL_ARG_DST, cpu::wrap(y, pd.dst_desc())},
-                                               {DNNL_ARG_MEAN, cpu::wrap(mean, pd.mean_desc())},
-                                               {DNNL_ARG_VARIANCE, cpu::wrap(var, pd.variance_desc())}};
-    if (options_.affine) {
-      args.emplace(DNNL_ARG_SCALE, cpu::wrap(weight_->value, cpu::plain_desc({num_features_})));
-      args.emplace(DNNL_ARG_SHIFT, cpu::wrap(bias_->value, cpu::plain_desc({num_features_})));
-    }
-    cpu::execute(prims->fwd, args);
-  }
-  if (rc.training) {
-    const float m = static_cast<float>(options_.momentum);
-    const float unbias = static_cast<float>(static_cast<double>(per_channel) / static_cast<double>(per_channel - 1));
-    float* rm = running_mean_->value.data<float>();
-    float* rv = running_var_->value.data<float>();
-    const float* bm = mean.data<float>();
-    const float* bv = var.data<float>();
-    for (int64_t c = 0; c < num_features_; ++c) {
-      rm[c] = (1 - m) * rm[c] + m * bm[c];
-      rv[c] = (1 - m) * rv[c] + m * bv[c] * unbias;
-    }
-  }
-  saved.tensors = {x, mean, var};
-  auto s = std::make_shared<BnSaved>();
-  s->prims = prims;
-  s->training = rc.training;
-  saved.extra = s;
-  return {y};
+  return {forward_cpu(*this, x, rc, /*relu=*/false, saved)};
 }
 
 std::vector<Tensor> BatchNorm::backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
@@ -158,31 +223,7 @@ std::vector<Tensor> BatchNorm::backward(const std::vector<Tensor>& grad_outputs,
   const Tensor dy = grad_outputs[0].to_memory_format(x.memory_format());  // the executor's already is
   TNT_CHECK(dy.shape() == x.shape() && dy.dtype() == DType::f32, "BatchNorm '{}': gradient {} for output {}", name_,
             dy.str(), x.str());
-  auto s = std::static_pointer_cast<BnSaved>(saved.extra);
-  const auto& pd = s->prims->bwd_pd;
-  Tensor dx = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
-  if (x.numel() == 0) return {dx};
-  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, cpu::wrap(x, pd.src_desc())},
-                                             {DNNL_ARG_MEAN, cpu::wrap(saved.tensors[1], pd.mean_desc())},
-                                             {DNNL_ARG_VARIANCE, cpu::wrap(saved.tensors[2], pd.variance_desc())},
-                                             {DNNL_ARG_DIFF_DST, cpu::wrap(dy, pd.diff_dst_desc())},
-                                             {DNNL_ARG_DIFF_SRC, cpu::wrap(dx, pd.diff_src_desc())}};
-  Tensor dscale, dshift;
-  if (options_.affine) {
-    dscale = Tensor::empty({num_features_}, DType::f32);  // (C)
-    dshift = Tensor::empty({num_features_}, DType::f32);  // (C)
-    dnnl::memory::desc cd = cpu::plain_desc({num_features_});
-    args.emplace(DNNL_ARG_SCALE, cpu::wrap(weight_->value, cd));
-    args.emplace(DNNL_ARG_SHIFT, cpu::wrap(bias_->value, cd));  // oneDNN 2.6 asks for it
-    args.emplace(DNNL_ARG_DIFF_SCALE, cpu::wrap(dscale, cd));
-    args.emplace(DNNL_ARG_DIFF_SHIFT, cpu::wrap(dshift, cd));
-  }
-  cpu::execute(s->prims->bwd, args);
-  if (options_.affine) {
-    ops::axpy(1.0, dscale, weight_->grad);
-    ops::axpy(1.0, dshift, bias_->grad);
-  }
-  return {dx};
+  return {backward_cpu(*this, dy, saved)};
 }
 
 // Model files (nn/layer_types.hpp).
@@ -210,5 +251,68 @@ LayerPtr batch_norm_from(const std::string& name, const LayerConfig& c) {
 
 const detail::LayerTypeRegistration kBatchNorm("BatchNorm", batch_norm_config, batch_norm_from);
 }  // namespace
+
+namespace cpu {
+
+namespace {
+constexpr int64_t kParallelMin = 32768;  // below this, threads cost more than they save
+}  // namespace
+
+bool batch_norm_act_forward(BatchNorm& bn, const Tensor& x, const Tensor& z, const RunContext& rc, SavedState& saved,
+                            Tensor& y) {
+  if (!x.defined() || !x.device().is_cpu() || x.dtype() != DType::f32 || x.ndim() < 2 || !bn.device().is_cpu()) {
+    return false;
+  }
+  if (z.defined() && (!z.device().is_cpu() || z.dtype() != DType::f32 || z.shape() != x.shape() ||
+                      z.memory_format() != x.memory_format())) {
+    return false;
+  }
+  bn.begin_forward(x, rc);
+  if (!z.defined() && relu_keeps_kernel(bn, x, rc)) {
+    y = forward_cpu(bn, x, rc, /*relu=*/true, saved);
+    return true;
+  }
+  y = forward_cpu(bn, x, rc, /*relu=*/false, saved);
+  // y = relu(y + z) (or relu(y)) in place: the Add's sum (a + b is b + a in IEEE
+  // arithmetic), then ReLU's x > 0 ? x : 0, each rounded as the layers round them.
+  float* ys = y.data<float>();
+  const int64_t n = y.numel();
+  if (z.defined()) {
+    const float* zs = z.data<float>();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      const float sum = ys[i] + zs[i];
+      ys[i] = sum > 0.0f ? sum : 0.0f;
+    }
+  } else {
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) ys[i] = ys[i] > 0.0f ? ys[i] : 0.0f;
+  }
+  saved.tensors.push_back(y);  // {x, mean, var, y}: y > 0 exactly where ReLU passed
+  return true;
+}
+
+std::vector<Tensor> batch_norm_act_backward(BatchNorm& bn, const Tensor& dy_any, SavedState& saved) {
+  TNT_CHECK((saved.tensors.size() == 3 || saved.tensors.size() == 4) && saved.extra,
+            "fused chain of BatchNorm '{}': backward without a forward", bn.name());
+  const Tensor& x = saved.tensors[0];
+  const Tensor dy = dy_any.to_memory_format(x.memory_format());
+  TNT_CHECK(dy.shape() == x.shape() && dy.dtype() == DType::f32,
+            "fused chain of BatchNorm '{}': gradient {} for output {}", bn.name(), dy.str(), x.str());
+  if (saved.tensors.size() == 3) return {backward_cpu(bn, dy, saved)};  // oneDNN masks dy
+  // ReLU's backward, then (with an Add) the Add's: the same gradient for both of its inputs
+  // (the residual's is this tensor itself: nothing reads it after BatchNorm's backward).
+  const Tensor y = saved.tensors[3];
+  Tensor d = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
+  const float* ys = y.data<float>();
+  const float* g = dy.data<float>();
+  float* ds = d.data<float>();
+  const int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+  for (int64_t i = 0; i < n; ++i) ds[i] = ys[i] > 0.0f ? g[i] : 0.0f;
+  return {backward_cpu(bn, d, saved), d};
+}
+
+}  // namespace cpu
 
 }  // namespace tnt

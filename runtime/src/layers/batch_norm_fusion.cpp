@@ -1,8 +1,11 @@
 // The fused chains of BatchNorm (nn/fusion.hpp): BatchNorm -> ReLU and BatchNorm -> Add ->
 // ReLU, ResNet's "bn, relu" and "bn3, + shortcut, relu". On CUDA they run as one cuDNN call
-// each way (batch_norm_cuda.hpp: batch_norm_act_forward, where it applies); everywhere else
-// the executor runs the layers one by one.
+// each way (batch_norm_cuda.hpp: batch_norm_act_forward, where it applies); on the CPU as
+// oneDNN's batch normalisation with its ReLU, or followed by one pass for the sum and ReLU
+// (batch_norm_cpu.hpp), with f32 tensors in one memory format; everywhere else the executor
+// runs the layers one by one.
 #include "backend/dispatch.hpp"
+#include "layers/batch_norm_cpu.hpp"
 #include "layers/batch_norm_cuda.hpp"
 #include "nn/fusion.hpp"
 #include "tarantella/layers/activation.hpp"
@@ -23,12 +26,17 @@ BatchNorm& bn_of(const std::vector<Layer*>& layers) {
 bool chain_forward(const std::vector<Layer*>& layers, const std::vector<Tensor>& inputs, const RunContext& rc,
                    SavedState& saved, std::vector<Tensor>& outputs) {
   const bool add = layers.size() == 3;
-  if (inputs.size() != (add ? 2u : 1u) || !inputs[0].defined() || !inputs[0].device().is_cuda()) return false;
+  if (inputs.size() != (add ? 2u : 1u) || !inputs[0].defined()) return false;
   BatchNorm& bn = bn_of(layers);
-  if (!bn.device().is_cuda()) return false;
   const Tensor& x = inputs[0];
   const Tensor z = add ? inputs[1] : Tensor();
   Tensor y;
+  if (x.device().is_cpu()) {
+    if (!cpu::batch_norm_act_forward(bn, x, z, rc, saved, y)) return false;
+    outputs = {y};
+    return true;
+  }
+  if (!x.device().is_cuda() || !bn.device().is_cuda()) return false;
   const auto begin = [&] { bn.begin_forward(x, rc); };
   // In a CPU-only build no tensor is on a CUDA device (returned above); the dispatch keeps
   // the call type-checked there.
@@ -49,7 +57,7 @@ std::vector<Tensor> chain_backward(const std::vector<Layer*>& layers, const std:
   const Tensor& dy = grad_outputs[0];
   auto run = [&]() -> std::vector<Tensor> {
     TNT_CUDA_DISPATCH(dy.device(), cuda::batch_norm_act_backward(bn, dy, saved));
-    TNT_THROW("fused chain of BatchNorm '{}': backward of a chain that ran on the CPU", bn.name());
+    return cpu::batch_norm_act_backward(bn, dy, saved);
   };
   std::vector<Tensor> g = run();
   if (layers.size() == 2) g.resize(1);
@@ -59,14 +67,19 @@ std::vector<Tensor> chain_backward(const std::vector<Layer*>& layers, const std:
 // Any BatchNorm (affine or not), ReLU has no options, Add of exactly two inputs (checked by
 // the executor's match: the chain's and one side input).
 bool accepts(const std::vector<Layer*>& layers) {
-  return dynamic_cast<BatchNorm*>(layers.at(0)) != nullptr && dynamic_cast<ReLU*>(layers.back()) != nullptr &&
-         (layers.size() == 2 || dynamic_cast<Add*>(layers.at(1)) != nullptr);
+  return detail::is_exactly<BatchNorm>(layers.at(0)) && detail::is_exactly<ReLU>(layers.back()) &&
+         (layers.size() == 2 || detail::is_exactly<Add>(layers.at(1)));
 }
 
-const detail::FusionRegistration kBnRelu(detail::FusionPattern{
-    "batch_norm_relu", {"BatchNorm", "ReLU"}, accepts, chain_forward, chain_backward});
-const detail::FusionRegistration kBnAddRelu(detail::FusionPattern{
-    "batch_norm_add_relu", {"BatchNorm", "Add", "ReLU"}, accepts, chain_forward, chain_backward});
+detail::FusionPattern pattern(std::string name, std::vector<std::string> types) {
+  detail::FusionPattern p{std::move(name), std::move(types), accepts, chain_forward, chain_backward};
+  p.cpu_engine = true;
+  p.cuda_engine = true;
+  return p;
+}
+
+const detail::FusionRegistration kBnRelu(pattern("batch_norm_relu", {"BatchNorm", "ReLU"}));
+const detail::FusionRegistration kBnAddRelu(pattern("batch_norm_add_relu", {"BatchNorm", "Add", "ReLU"}));
 
 }  // namespace
 

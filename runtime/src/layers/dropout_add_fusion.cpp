@@ -62,7 +62,7 @@ std::vector<Tensor> chain_backward(const std::vector<Layer*>& layers, const std:
 }
 
 bool accepts(const std::vector<Layer*>& layers) {
-  return dynamic_cast<Dropout*>(layers.at(0)) != nullptr && dynamic_cast<Add*>(layers.at(1)) != nullptr;
+  return detail::is_exactly<Dropout>(layers.at(0)) && detail::is_exactly<Add>(layers.at(1));
 }
 
 const detail::FusionRegistration kDropoutAdd(detail::FusionPattern{

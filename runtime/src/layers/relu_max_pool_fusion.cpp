@@ -74,7 +74,7 @@ std::vector<Tensor> chain_backward(const std::vector<Layer*>& layers, const std:
 
 bool accepts(const std::vector<Layer*>& layers) {
   auto* pool = dynamic_cast<MaxPool2D*>(layers.at(1));
-  return dynamic_cast<ReLU*>(layers.at(0)) != nullptr && pool != nullptr && pool->pool_size() == 2 &&
+  return detail::is_exactly<ReLU>(layers.at(0)) && detail::is_exactly<MaxPool2D>(pool) && pool->pool_size() == 2 &&
          pool->stride() == 2 && pool->padding() == 0;
 }
 

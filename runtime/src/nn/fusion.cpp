@@ -28,8 +28,11 @@ void register_fusion_pattern(FusionPattern pattern) {
             "fusion pattern '{}' needs two or more types and all three functions", pattern.name);
   auto& table = patterns();
   table.push_back(std::move(pattern));
-  std::stable_sort(table.begin(), table.end(), [](const FusionPattern& a, const FusionPattern& b) {
-    return a.types.size() > b.types.size();
+  // Longer first; among patterns of one length (which may want the same layer: BatchNorm ->
+  // ReLU and ReLU -> MaxPool2D) by name, not by the order of static initialisation.
+  std::sort(table.begin(), table.end(), [](const FusionPattern& a, const FusionPattern& b) {
+    if (a.types.size() != b.types.size()) return a.types.size() > b.types.size();
+    return a.name < b.name;
   });
 }
 

@@ -19,9 +19,18 @@
 
 #include <functional>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 namespace tnt::detail {
+
+// Whether `layer` is exactly a T, not a subclass: an engine computes T's own forward and
+// backward, so a subclass that overrides them (a user's layer, a test's spy) must run as a
+// layer. Patterns' accepts() ask this of each member.
+template <typename T>
+bool is_exactly(const Layer* layer) {
+  return layer != nullptr && typeid(*layer) == typeid(T);
+}
 
 struct FusionPattern {
   std::string name;                // for logs and tests: "batch_norm_add_relu"
@@ -47,7 +56,8 @@ struct FusionPattern {
   bool cuda_engine = true;
 };
 
-// At static initialisation (like LayerTypeRegistration). Longer patterns are matched first.
+// At static initialisation (like LayerTypeRegistration). Longer patterns are matched first,
+// then those of one length by name (batch_norm_relu takes a ReLU before relu_max_pool can).
 void register_fusion_pattern(FusionPattern pattern);
 const std::vector<FusionPattern>& fusion_patterns();
 

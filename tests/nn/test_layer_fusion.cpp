@@ -106,9 +106,10 @@ TEST_CASE("layer fusion: no chain where an intermediate tensor is seen outside i
 }
 
 TEST_CASE("layer fusion: the BatchNorm chains' CPU engine gives the unfused results bitwise", "[fusion]") {
-  // 8 and 12 channels: in NHWC with 12, oneDNN's ReLU flag would take another kernel than
-  // the plain layer's (one that rounds its backward differently), and the chain applies ReLU
-  // in its own pass; with 8 and 16 (and in NCHW) it keeps the kernel and uses the flag.
+  // The second block's 12 or 16 channels (the first's are 8): in NHWC with 16 oneDNN runs
+  // its JIT kernels with the ReLU flag as without it, and the chain uses the flag; in NHWC
+  // with 12 the flag would take another kernel (one whose backward sums in another order),
+  // and in NCHW oneDNN's C++ kernels, so there the chain applies ReLU in a pass of its own.
   for (int64_t c2 : {12, 16}) {
     for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
       INFO("format " << memory_format_name(format) << ", " << c2 << " channels");
@@ -126,6 +127,74 @@ TEST_CASE("layer fusion: the BatchNorm chains' CPU engine gives the unfused resu
       const Tensor x = random({4, 3, 9, 7}, 7, "x");
       CHECK(fused->forward({x}, eval)[0].to_double_vector() == plain->forward({x}, eval)[0].to_double_vector());
       CHECK(fused->fused_engine_runs() == 5);
+    }
+  }
+  SECTION("(N, C) inputs: BatchNorm over features") {
+    auto make = [](LayerFusion mode) {
+      SymTensor x = Input({16}, DType::f32, "x");
+      SymTensor h = relu(bn(call(std::make_shared<Dense>(16, DenseOptions{}, "d1"), x), "bn1"), "r1");
+      SymTensor y = relu(add(bn(call(std::make_shared<Dense>(16, DenseOptions{}, "d2"), h), "bn2"), h, "sum"), "r2");
+      auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "features");
+      net->initialize(12);
+      net->set_layer_fusion(mode);
+      return net;
+    };
+    auto plain = make(LayerFusion::off), fused = make(LayerFusion::automatic);
+    const Pass want = train_pass(*plain, {6, 16}, {6, 16});
+    const Pass got = train_pass(*fused, {6, 16}, {6, 16});
+    CHECK(fused->fused_engine_runs() == 2);
+    check_bitwise(got, want);
+  }
+}
+
+TEST_CASE("layer fusion: the BatchNorm chains' CPU engine keeps ReLU's rule for NaN and infinities", "[fusion]") {
+  // ReLU gives x > 0 ? x : 0: a NaN becomes 0 and stops its gradient. oneDNN's C++ kernels
+  // take ReLU as v <= 0 ? 0 : v and would pass the NaN, so the chain must not use their flag.
+  // Inference (the running statistics) keeps a NaN to its pixel; in training an infinity
+  // makes its channel's statistics NaN. Compared bit for bit, NaN payloads and signs too.
+  for (int64_t c : {8, 12, 16}) {
+    for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+      INFO("format " << memory_format_name(format) << ", " << c << " channels");
+      auto make = [&](LayerFusion mode) {
+        SymTensor x = Input({c, 5, 4}, DType::f32, "x");
+        SymTensor r = relu(bn(conv(x, c, 1, 1, "c1"), "bn1"), "r1");
+        SymTensor y = relu(add(bn(conv(r, c, 1, 1, "c2"), "bn2"), r, "sum"), "r2");
+        auto net = std::make_shared<Network>(std::vector<SymTensor>{x}, std::vector<SymTensor>{y}, "nan");
+        net->initialize(11);
+        net->set_memory_format(format);
+        net->set_layer_fusion(mode);
+        return net;
+      };
+      auto plain = make(LayerFusion::off), fused = make(LayerFusion::automatic);
+      auto same_bits = [](const Tensor& a, const Tensor& b) {
+        const std::vector<float> u = a.to_vector(), v = b.to_vector();
+        return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+      };
+      RunContext train;
+      train.training = true;
+      Tensor x = random({3, c, 5, 4}, 5, "x");
+      for (Network* net : {plain.get(), fused.get()}) net->forward({x}, train);  // running statistics
+      x.data<float>()[7] = std::numeric_limits<float>::quiet_NaN();
+      x.data<float>()[2 * 5 * 4 + 3] = -std::numeric_limits<float>::quiet_NaN();
+      x.data<float>()[c * 5 * 4 + 11] = std::numeric_limits<float>::infinity();
+      RunContext eval;
+      CHECK(same_bits(fused->forward({x}, eval)[0], plain->forward({x}, eval)[0]));
+      CHECK(fused->fused_engine_runs() == 2);
+      const Tensor dy = random({3, c, 5, 4}, 6, "dy");
+      std::vector<Tensor> got, want;
+      for (auto [net, out] : {std::pair{fused.get(), &got}, std::pair{plain.get(), &want}}) {
+        net->zero_grad();
+        out->push_back(net->forward({x}, train)[0]);
+        out->push_back(net->backward({dy}, train)[0]);
+        for (auto& np : net->named_parameters()) out->push_back(np.param->grad.clone());
+        for (auto& nb : net->named_buffers()) out->push_back(nb.param->value.clone());
+      }
+      CHECK(fused->fused_engine_runs() == 2);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("tensor " << i);
+        CHECK(same_bits(got[i], want[i]));
+      }
     }
   }
 }

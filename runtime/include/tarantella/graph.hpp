@@ -107,7 +107,9 @@ class Network {
   // One gradient per output (an undefined Tensor counts as zeros). ADDS to every
   // parameter's grad (call zero_grad() first) and fires hook once per trainable parameter
   // as soon as its gradient will not be written again in this pass. Returns the gradients
-  // of the inputs (undefined where no gradient flows). Releases the saved states.
+  // of the inputs (undefined where no gradient flows); one may share memory with a tensor of
+  // grad_outputs (an Add or Flatten passes its gradient on): copy before writing into either.
+  // Releases the saved states.
   std::vector<Tensor> backward(const std::vector<Tensor>& grad_outputs, const RunContext& rc,
                                const GradientHook& hook = nullptr);
 

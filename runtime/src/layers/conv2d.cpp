@@ -180,8 +180,16 @@ std::vector<Tensor> Conv2D::backward(const std::vector<Tensor>& grad_outputs, co
   } else {
     src = cpu::reorder_to(cpu::wrap(x), wpd.src_desc(), &src_keep);
   }
-  Tensor dw = Tensor::empty(weight_->value.shape(), DType::f32);  // (F, C, k, k)
-  dnnl::memory dwm = result_memory(dw, wpd.diff_weights_desc(), dw_keep);
+  // The weight gradient in the primitive's layout: a plain (F, C, k, k) tensor where that is
+  // the layout, else oneDNN's blocked scratch, added into the parameter's gradient by a reorder.
+  Tensor dw;
+  dnnl::memory dwm;
+  if (wpd.diff_weights_desc() == cpu::plain_desc(weight_->value.shape())) {
+    dw = Tensor::empty(weight_->value.shape(), DType::f32);  // (F, C, k, k)
+    dwm = cpu::wrap(dw);
+  } else {
+    dwm = cpu::scratch(wpd.diff_weights_desc(), dw_keep);
+  }
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dyw}, {DNNL_ARG_DIFF_WEIGHTS, dwm}};
   Tensor db;
   if (bias_) {

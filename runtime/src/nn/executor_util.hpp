@@ -9,10 +9,22 @@ namespace tnt::detail {
 
 // slot += grad, both ending in `format` (that of the tensor they are the gradient of).
 inline void accumulate(Tensor& slot, const Tensor& grad, MemoryFormat format) {
-  // Out of place: grad may be the caller's tensor or a view (Flatten) of another gradient.
-  // to_memory_format shares what is already in format; ops::add makes a new tensor.
+  // grad is never written: it may be the caller's tensor, a view (Flatten) of another
+  // gradient, or a tensor a layer passed on. to_memory_format shares what is already in format.
   const Tensor g = grad.to_memory_format(format);
-  slot = slot.defined() ? ops::add(slot.to_memory_format(format), g) : g;
+  if (!slot.defined()) {
+    slot = g;
+    return;
+  }
+  // In place where the slot is its memory's only owner (nothing else sees the change) and
+  // both are f32 in format: axpy with 1 gives the sum's bits (x + y, rounded once) without a
+  // new tensor. Otherwise out of place (ops::add makes a new tensor).
+  if (slot.storage().use_count() == 1 && slot.memory_format() == format && slot.dtype() == DType::f32 &&
+      g.dtype() == DType::f32 && g.device() == slot.device() && g.storage() != slot.storage()) {
+    ops::axpy(1.0, g, slot);
+    return;
+  }
+  slot = ops::add(slot.to_memory_format(format), g);
 }
 
 // What a layer gets: t itself when the layer takes its format, else a contiguous copy.

@@ -6,6 +6,7 @@
 
 #include "tarantella/graph.hpp"
 #include "tarantella/layer.hpp"
+#include "tarantella/layers/add.hpp"
 
 #include <numeric>
 #include <string>
@@ -189,6 +190,44 @@ TEST_CASE("graph: a layer called twice accumulates, and its hook fires after its
   // Sum returns one tensor for both inputs; summing must not have written into it, nor into
   // the caller's gradient.
   CHECK(grad_out.to_vector() == filled(4, 1.0f));
+}
+
+TEST_CASE("graph: a gradient summed into the one Add passed on is summed in place only where nobody holds it") {
+  // Add gives its first input the output gradient itself; the executor then adds that
+  // input's other gradients into it in place only where no other tensor holds its memory.
+  Tensor in = iota({1, 4});  // sum 10
+  SECTION("the caller's gradient: out of place, the caller's tensor untouched") {
+    // y = add(h, s3(h)), h = s1(x): y = w1 (1 + w3) x = 8x
+    auto s1 = std::make_shared<Scale>("s1", 2.0f);
+    auto s3 = std::make_shared<Scale>("s3", 3.0f);
+    SymTensor x = Input({4});
+    SymTensor h = call(s1, x);
+    Network net({x}, {call(std::make_shared<Add>("add"), {h, call(s3, h)})}, "caller");
+    CHECK(net.forward({in}, training())[0].to_vector() == std::vector<float>{8, 16, 24, 32});
+    net.zero_grad();
+    const Tensor grad_out = Tensor::full({1, 4}, 1.0);
+    const std::vector<Tensor> gin = net.backward({grad_out}, training());
+    CHECK(gin.at(0).to_vector() == filled(4, 8.0f));
+    CHECK(grad_out.to_vector() == filled(4, 1.0f));
+    CHECK(s1->dw() == 40.0f);  // sum(x (1 + w3))
+    CHECK(s3->dw() == 20.0f);  // sum(h)
+  }
+  SECTION("a layer's gradient: in place, the same sums") {
+    // y = s4(add(a, s3(a))), a = s2(x): y = w4 (1 + w3) w2 x = 40x
+    auto s2 = std::make_shared<Scale>("s2", 2.0f);
+    auto s3 = std::make_shared<Scale>("s3", 3.0f);
+    auto s4 = std::make_shared<Scale>("s4", 5.0f);
+    SymTensor x = Input({4});
+    SymTensor a = call(s2, x);
+    Network net({x}, {call(s4, call(std::make_shared<Add>("add"), {a, call(s3, a)}))}, "layer");
+    CHECK(net.forward({in}, training())[0].to_vector() == std::vector<float>{40, 80, 120, 160});
+    net.zero_grad();
+    const std::vector<Tensor> gin = net.backward({Tensor::full({1, 4}, 1.0)}, training());
+    CHECK(gin.at(0).to_vector() == filled(4, 40.0f));
+    CHECK(s2->dw() == 200.0f);  // sum(x w4 (1 + w3))
+    CHECK(s3->dw() == 100.0f);  // sum(a w4)
+    CHECK(s4->dw() == 80.0f);   // sum(a (1 + w3))
+  }
 }
 
 TEST_CASE("graph: the hook's index is the position among trainable parameters, frozen ones skipped") {

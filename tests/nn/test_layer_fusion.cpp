@@ -7,10 +7,12 @@
 // on a GPU (nn_layer_fusion_cuda).
 #include <catch2/catch.hpp>
 
+#include "gradcheck.hpp"
 #include "nn/fusion.hpp"
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -195,6 +197,49 @@ TEST_CASE("layer fusion: the BatchNorm chains' CPU engine keeps ReLU's rule for 
         INFO("tensor " << i);
         CHECK(same_bits(got[i], want[i]));
       }
+    }
+  }
+}
+
+TEST_CASE("layer fusion: the BatchNorm chains' CPU engine against finite differences", "[fusion]") {
+  // The bitwise tests compare the engine with the layers, through the same executor (the
+  // Add's gradient passed on, sums into a gradient in place). This checks the whole residual
+  // step against central differences of its forward alone (gradcheck.hpp): conv, BatchNorm ->
+  // ReLU, conv, BatchNorm -> Add -> ReLU, with h used twice (by c2 and by the sum). The
+  // BatchNorm biases are 4 so that every ReLU input is at least about 1 away from its kink
+  // (|x - mean| / std stays under 3 over 100 values a channel); ReLU's mask itself is
+  // checked bit for bit above.
+  for (MemoryFormat format : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    INFO("format " << memory_format_name(format));
+    SymTensor in = Input({8, 5, 5}, DType::f32, "x");
+    SymTensor h = relu(bn(conv(in, 16, 3, 1, "c1"), "bn1"), "r1");
+    SymTensor y = relu(add(bn(conv(h, 16, 3, 1, "c2"), "bn2"), h, "sum"), "r2");
+    Network net({in}, {y}, "residual");
+    net.initialize(13);
+    net.set_memory_format(format);
+    for (auto& np : net.named_parameters()) {
+      if (np.name == "bn1.bias" || np.name == "bn2.bias") np.param->value.fill_(4.0);
+    }
+    RunContext train;
+    train.training = true;
+    Tensor x = test::random_tensor({4, 8, 5, 5}, 3, "x");
+    const Tensor w = test::random_tensor({4, 16, 5, 5}, 4, "w");
+    net.zero_grad();
+    const Tensor out = net.forward({x}, train)[0];
+    REQUIRE(out.to_vector() == out.to_vector());  // no NaN
+    const std::vector<float> values = out.to_vector();
+    CHECK(*std::min_element(values.begin(), values.end()) > 0.5f);  // every ReLU passed, with margin
+    const Tensor dx = net.backward({w}, train)[0].clone();
+    CHECK(net.fused_engine_runs() == 2);
+    double magnitude = 0;  // sum |w_i y_i|: the objective's rounding scales with it
+    const std::vector<float> wv = w.to_vector();
+    for (size_t i = 0; i < values.size(); ++i) magnitude += std::fabs(static_cast<double>(values[i]) * wv[i]);
+    auto objective = [&] { return test::dot(net.forward({x}, train, false)[0], w); };
+    test::GradCheck opt;
+    opt.every = 5;
+    test::compare("input", x, dx, objective, opt, true, magnitude);
+    for (auto& np : net.named_parameters()) {
+      test::compare(np.name, np.param->value, np.param->grad.clone(), objective, opt, true, magnitude);
     }
   }
 }

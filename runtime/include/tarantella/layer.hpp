@@ -11,7 +11,8 @@
 // CUDA engines of one layer never share a SavedState.
 //
 // Gradients returned by backward are fresh tensors the caller may keep and modify, except
-// that a layer which only reshapes (Flatten) returns a view of its grad_output.
+// that a layer which only reshapes (Flatten) returns a view of its grad_output, and Add
+// returns its grad_output itself to its first input: copy before writing into those.
 #pragma once
 
 #include "tarantella/initializers.hpp"

@@ -42,7 +42,7 @@ std::vector<Tensor> Add::backward(const std::vector<Tensor>& grad_outputs, const
   const auto& formats = *std::static_pointer_cast<std::vector<MemoryFormat>>(saved.extra);
   // Each input gets dy in its own format. The first input in dy's format gets dy itself, each
   // other one its own copy, so that no two returned gradients share memory: the executor sums
-  // gradients out of place, but a caller may still add into one of them.
+  // into a gradient in place only where nothing else holds its memory (nn/executor_util.hpp).
   std::vector<Tensor> grads;
   const Tensor& dy = grad_outputs[0];
   bool shared = false;

@@ -3,8 +3,9 @@
 //
 // Memory: an activation is dropped as soon as its last consumer has run (unless it is a
 // network output); what backward needs is in each call's SavedState. Gradients of one
-// tensor from several consumers are summed out of place, because a layer may return the
-// caller's tensor or a view of it (Flatten, Sum) as its input gradient.
+// tensor from several consumers are summed in place only where the running sum's memory has
+// no other owner (executor_util.hpp), because a layer may return the caller's tensor or a
+// view of it (Add, Flatten, Sum) as its input gradient.
 //
 // The gradient hook fires for a layer's parameters right after the backward of its FIRST
 // call in the order, its last backward in this pass: from there on nothing writes them.

@@ -17,11 +17,21 @@ inline void accumulate(Tensor& slot, const Tensor& grad, MemoryFormat format) {
     return;
   }
   // In place where the slot is its memory's only owner (nothing else sees the change) and
-  // both are f32 in format: axpy with 1 gives the sum's bits (x + y, rounded once) without a
-  // new tensor. Otherwise out of place (ops::add makes a new tensor).
+  // both are f32 in format, without a new tensor: on the CPU ops::add's own expression with
+  // its operands in its order (so even a NaN's payload is the same), on a GPU an axpy with 1
+  // (x + y rounded once, the add's bits). Otherwise out of place (ops::add makes a new tensor).
   if (slot.storage().use_count() == 1 && slot.memory_format() == format && slot.dtype() == DType::f32 &&
-      g.dtype() == DType::f32 && g.device() == slot.device() && g.storage() != slot.storage()) {
-    ops::axpy(1.0, g, slot);
+      g.dtype() == DType::f32 && g.device() == slot.device() && g.numel() == slot.numel() &&
+      g.storage() != slot.storage()) {
+    if (slot.device().is_cpu()) {
+      float* s = slot.data<float>();
+      const float* x = g.data<float>();
+      const int64_t n = slot.numel();
+#pragma omp parallel for simd schedule(static) if (n > 32768)
+      for (int64_t i = 0; i < n; ++i) s[i] = s[i] + x[i];
+    } else {
+      ops::axpy(1.0, g, slot);
+    }
     return;
   }
   slot = ops::add(slot.to_memory_format(format), g);

@@ -59,7 +59,7 @@ namespace tnt {
   X(fused_attention_rows, int64_t, "TNT_FUSED_ATTENTION_ROWS", 16, "rows",                    \
     "query rows per warp of the fused attention forward: 16, or 32 (blocks of 128 rows; head depths up to 64, 16 above); the same results") \
   X(layer_fusion, bool, "TNT_LAYER_FUSION", true, "",                                           \
-    "chains of layers run as one call where an engine takes them: on GPUs BatchNorm->ReLU, BatchNorm->Add->ReLU (cuDNN) and Dropout->Add; on CPUs the same BatchNorm chains (oneDNN) and ReLU->MaxPool2D 2x2; 0 = layer by layer")
+    "chains of layers run as one call where an engine takes them: on GPUs BatchNorm->ReLU, BatchNorm->Add->ReLU (cuDNN) and Dropout->Add; on CPUs the same BatchNorm chains (oneDNN), Dropout->Add and ReLU->MaxPool2D 2x2; 0 = layer by layer")
 
 // X(name, ENV, help): set by the launcher for each rank, or read by the launcher itself.
 #define TNT_LAUNCH_VARIABLES(X)                                                                 \

@@ -49,10 +49,10 @@ struct FusedChain;
 // Whether a network runs chains of layers that one engine call can run as that one call
 // (on CUDA BatchNorm -> ReLU and BatchNorm -> Add -> ReLU: cuDNN's fused batch norm on NHWC
 // training, and Dropout -> Add; on the CPU the same BatchNorm chains, oneDNN's batch norm
-// with its ReLU or one pass for the sum and ReLU, and ReLU -> MaxPool2D 2x2). automatic: the
-// chains with an engine on the network's device, unless TNT_LAYER_FUSION=0; on: every chain,
-// those without an engine there run layer by layer (for tests). A member that is a subclass
-// of its type runs as a layer. Results match the layer-by-layer run up to rounding: cuDNN's
+// with its ReLU or one pass for the sum and ReLU, Dropout -> Add, and ReLU -> MaxPool2D
+// 2x2). automatic: the chains with an engine on the network's device, unless
+// TNT_LAYER_FUSION=0; on: every chain, those without an engine there run layer by layer (for
+// tests). A member that is a subclass of its type runs as a layer. Results match the layer-by-layer run up to rounding: cuDNN's
 // fused call rounds once where the layers round after each (docs/gpu.md); the CPU's chains
 // give the layers' bits.
 enum class LayerFusion { automatic, on, off };

@@ -89,7 +89,8 @@ bool relu_keeps_kernel(BatchNorm& bn, const Tensor& x, const RunContext& rc) {
 Tensor forward_cpu(BatchNorm& bn, const Tensor& x, const RunContext& rc, bool relu, SavedState& saved) {
   const int64_t c = bn.num_features();
   const int64_t per_channel = x.numel() / c;  // N * H * W
-  auto prims = bn_prims(dnnl_shape(x), x.memory_format(), static_cast<float>(bn.epsilon()), bn.affine(), !rc.training, relu);
+  auto prims =
+      bn_prims(dnnl_shape(x), x.memory_format(), static_cast<float>(bn.epsilon()), bn.affine(), !rc.training, relu);
   Tensor y = Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format());
   Tensor mean = rc.training ? Tensor::empty({c}, DType::f32) : bn.running_mean().value;  // (C)
   Tensor var = rc.training ? Tensor::empty({c}, DType::f32) : bn.running_var().value;    // (C)

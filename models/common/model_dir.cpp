@@ -294,8 +294,9 @@ struct Verdict {
 };
 
 // Where a run without --model_dir goes: a new run directory, or, for --resume, the newest
-// run with a checkpoint, or, for a restart, the directory its first attempt marked.
-Verdict choose_run_dir(const ModelDir& dir) {
+// run with a checkpoint, or, for a restart, the directory its first attempt marked. A dry
+// run (check_model_dir_early) makes no new directory: its verdict has no path then.
+Verdict choose_run_dir(const ModelDir& dir, bool dry) {
   const std::string id = run_id();
   if (restart_number() > 0 && !id.empty()) {
     for (const std::string& path : run_dirs(dir.path)) {
@@ -322,6 +323,7 @@ Verdict choose_run_dir(const ModelDir& dir) {
                         dir.path, dir.checkpoint.empty() ? std::string("none is written") : dir.checkpoint)};
   }
   Verdict v;
+  if (dry) return v;
   v.path = new_run_dir(dir.path, v.error);
   if (v.error.empty()) {
     v.note = fmt::format("Writing to {} (a new directory for each run without --model_dir; {}/{} is the newest)",
@@ -331,7 +333,10 @@ Verdict choose_run_dir(const ModelDir& dir) {
 }
 
 // The master's verdict on the directory `path` (--model_dir, or the run directory chosen).
-Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, std::shared_ptr<void>& lock) {
+// A dry run creates, locks, removes and marks nothing: it gives the refusals that the
+// directory's state gives now (another run's lock is left to the real check).
+Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, std::shared_ptr<void>& lock,
+                                  bool dry) {
   std::error_code ec;
   const bool exists = fs::exists(path, ec);
   if (exists && !fs::is_directory(path, ec)) {
@@ -345,13 +350,16 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
                         "of the earlier run, or leave out --resume to start one there",
                         path)};
   }
-  fs::create_directories(path, ec);
-  if (ec) return {fmt::format("--model_dir={}: cannot create it: {}", path, ec.message())};
-  // Locked before anything is looked at: two runs started together cannot both find the
-  // directory free.
-  LockResult locked = lock_dir(path);
-  if (!locked.error.empty()) return {locked.error};
-  lock = locked.lock;
+  if (dry && !exists) return {};
+  if (!dry) {
+    fs::create_directories(path, ec);
+    if (ec) return {fmt::format("--model_dir={}: cannot create it: {}", path, ec.message())};
+    // Locked before anything is looked at: two runs started together cannot both find the
+    // directory free.
+    LockResult locked = lock_dir(path);
+    if (!locked.error.empty()) return {locked.error};
+    lock = locked.lock;
+  }
   if (std::string e = check_links(path, dir.outputs); !e.empty()) return {e};
   std::vector<std::string> found;
   for (const std::string& name : dir.outputs) {
@@ -360,6 +368,7 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
   const std::string id = run_id();
   if (restart_number() > 0 && !id.empty() && read_marker(path) == id) {
     // A restart of this launch, in the directory its first attempt took.
+    if (dry) return {};
     if (!dir.checkpoint.empty() && fs::exists(fs::path(path) / dir.checkpoint, ec)) return {"", true, path};
     return {remove_outputs(path, found, "restart"), false, path};
   }
@@ -378,6 +387,7 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
                         path, fmt::join(found, ", "),
                         dir.can_resume ? "--resume to continue training from its checkpoint, " : "")};
   }
+  if (dry) return {};
   if (dir.overwrite) {
     if (std::string e = remove_outputs(path, found, "--overwrite"); !e.empty()) return {e};
   }
@@ -388,28 +398,47 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
   return {"", dir.resume, path};
 }
 
-Verdict decide_on_master(const ModelDir& dir, std::shared_ptr<void>& lock) {
-  if (dir.given) return check_model_dir_on_master(dir, dir.path, lock);
-  Verdict chosen = choose_run_dir(dir);
-  if (!chosen.error.empty()) return chosen;
-  Verdict v = check_model_dir_on_master(dir, chosen.path, lock);
+Verdict decide_on_master(const ModelDir& dir, std::shared_ptr<void>& lock, bool dry) {
+  if (dir.given) return check_model_dir_on_master(dir, dir.path, lock, dry);
+  Verdict chosen = choose_run_dir(dir, dry);
+  if (!chosen.error.empty() || chosen.path.empty()) return chosen;
+  Verdict v = check_model_dir_on_master(dir, chosen.path, lock, dry);
   v.note = chosen.note;
   return v;
 }
 
 }  // namespace
 
-RunDir prepare_model_dir(const ModelDir& dir) {
+namespace {
+
+void check_flags(const ModelDir& dir) {
   TNT_INPUT_CHECK(!(dir.resume && dir.overwrite),
                   "--resume and --overwrite: give one of them (--resume continues the run in --model_dir={}, "
                   "--overwrite replaces it)",
                   dir.path);
-  // Only the master sees the directory for sure (other hosts may not share its file
-  // system), so it decides and the ranks learn its verdict: all of them stop, or none.
-  RunDir run;
-  Verdict verdict = tnt::is_master_rank() ? decide_on_master(dir, run.lock) : Verdict{};
+}
+
+// Only the master sees the directory for sure (other hosts may not share its file system),
+// so it decides and the ranks learn its verdict: all of them stop, or none.
+Verdict decide(const ModelDir& dir, std::shared_ptr<void>& lock, bool dry) {
+  Verdict verdict = tnt::is_master_rank() ? decide_on_master(dir, lock, dry) : Verdict{};
   tnt::communicator().broadcast(verdict.error, tnt::master_rank());
   if (!verdict.error.empty()) throw tnt::InputError(verdict.error);
+  return verdict;
+}
+
+}  // namespace
+
+void check_model_dir_early(const ModelDir& dir) {
+  check_flags(dir);
+  std::shared_ptr<void> no_lock;
+  decide(dir, no_lock, true);
+}
+
+RunDir prepare_model_dir(const ModelDir& dir) {
+  check_flags(dir);
+  RunDir run;
+  Verdict verdict = decide(dir, run.lock, false);
   tnt::communicator().broadcast(verdict.path, tnt::master_rank());
   int64_t resume = verdict.resume ? 1 : 0;
   tnt::communicator().broadcast(&resume, 1, tnt::DType::i64, tnt::Device::cpu(), tnt::master_rank());

@@ -65,4 +65,12 @@ struct RunDir {
 // Without --model_dir, a restart finds its first attempt's run directory by that mark.
 RunDir prepare_model_dir(const ModelDir& dir);
 
+// Collective, as soon as the flags are read: the refusals prepare_model_dir would give for
+// the directory as it is now (a file, an earlier run's outputs without --resume or
+// --overwrite, --resume with nothing to continue, a symbolic link), so that a program stops
+// before it spends time building its model and data. It creates, locks, removes and marks
+// nothing; prepare_model_dir still decides (another run's lock, a directory that cannot be
+// created, anything that changed in between).
+void check_model_dir_early(const ModelDir& dir);
+
 }  // namespace tnt_models

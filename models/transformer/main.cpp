@@ -325,6 +325,18 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(p.vocab_size <= (int64_t{1} << 24), "--vocab_size={}: must be at most {}", p.vocab_size,
                     int64_t{1} << 24);
     check_fits_memory(p, sentences, precision.mixed(), common.batch_size);
+    // Continues an earlier run's checkpoint: --resume, or a restart of the same launch
+    // (tarantella --max-restarts) after a rank or host failed. A refusal comes now, before the
+    // data are read and the model is made.
+    const tnt_models::ModelDir model_dir_use{
+        .path = common.model_dir,
+        .given = common.model_dir_given,
+        .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors", "translations.txt"},
+        .can_resume = true,
+        .resume = resume,
+        .overwrite = common.overwrite,
+        .checkpoint = "checkpoint.safetensors"};
+    tnt_models::check_model_dir_early(model_dir_use);
 
     BleuInputs bleu{args["bleu_source"].as<std::string>(), args["bleu_ref"].as<std::string>(), {}, {}};
     TNT_INPUT_CHECK(bleu.source.empty() == bleu.reference.empty(),
@@ -385,17 +397,7 @@ int main(int argc, char** argv) {
     auto loss = std::make_shared<TokenCountingLoss>(p.label_smoothing);
     model.compile(std::make_shared<tnt::Adam>(schedule, adam), loss, {}, precision);
 
-    // Continues an earlier run's checkpoint: --resume, or a restart of the same launch
-    // (tarantella --max-restarts) after a rank or host failed.
-    const tnt_models::RunDir run =
-        tnt_models::prepare_model_dir({.path = common.model_dir,
-                                       .given = common.model_dir_given,
-                                       .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors",
-                                                   "translations.txt"},
-                                       .can_resume = true,
-                                       .resume = resume,
-                                       .overwrite = common.overwrite,
-                                       .checkpoint = "checkpoint.safetensors"});
+    const tnt_models::RunDir run = tnt_models::prepare_model_dir(model_dir_use);
     const bool continue_run = run.resume;
     const std::string& model_dir = run.path;
     const std::string checkpoint = model_dir + "/checkpoint.safetensors";

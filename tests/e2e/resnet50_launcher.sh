@@ -30,7 +30,8 @@
 #   to what is trained (ImageNet's 50,000 per 1,281,167, at least one global batch), and
 #   announced; the epoch line counts the --train_steps that run.
 # existing_model_dir: a second run in the first one's --model_dir is refused (naming the
-#   directory and --overwrite, history.csv left as it was); with --overwrite it runs.
+#   directory and --overwrite, history.csv left as it was), before the data and the model
+#   are made (a missing --data_dir is not what it names); with --overwrite it runs.
 # resume: --resume continues a run written with --enable_checkpoint_and_export: 1 epoch,
 #   then --resume to 2, gives the weights, training losses and learning rates of 2 epochs
 #   straight, history.csv epochs 1 2 and a checkpoint at epoch 2; --resume below the
@@ -396,6 +397,10 @@ case $case_name in
     run "${common[@]}" --train_steps=1
     expect_error "--model_dir=$tmp/model already holds .*history.csv.*--overwrite" "the directory and --overwrite"
     if cmp -s "$tmp/model/history.csv" "$tmp/first.csv"; then pass "history.csv left as it was"; else fail "history.csv changed"; fi
+    # Refused before the data and the model are made: a --data_dir that does not exist is
+    # not what the refusal names.
+    run --data_dir="$tmp/no_such_dir" --image_size=32 --num_classes=10 --batch_size=4 --model_dir="$tmp/model"
+    expect_error "--model_dir=$tmp/model already holds " "the directory before the data"
     run "${common[@]}" --train_steps=1 --overwrite
     if [[ $rc -eq 0 ]]; then pass "--overwrite: exit status 0"; else fail "--overwrite: exit status $rc"; fi
     ;;

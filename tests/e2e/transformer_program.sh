@@ -17,7 +17,8 @@
 #   non-zero exit (batch_below_max_length also: one sentence per batch for 2 ranks).
 # bleu_files_mismatch: --bleu_source and --bleu_ref of different line counts, or one
 #   without the other, are refused before training.
-# resume: a second run in the same --model_dir is refused without --resume or --overwrite;
+# resume: a second run in the same --model_dir is refused without --resume or --overwrite,
+#   before the data are read (a missing --data_dir is not what the refusal names);
 #   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once;
 #   a restart of the same launch (TNT_RUN_ID, TNT_RESTART=1) continues without --resume.
 # dtype: --dtype=bf16 (emulated mixed precision on CPU ranks) trains, says so, and its first
@@ -358,6 +359,9 @@ case $case_name in
     if [[ $rc -eq 0 && -s $tmp/m/checkpoint.safetensors ]]; then pass "first run: exit 0, checkpoint"; else fail "first run: exit $rc or no checkpoint"; fi
     run 2 "${common[@]}" --train_epochs=3
     expect_error "--model_dir=$tmp/m already holds .*--resume.*--overwrite" "the directory, --resume and --overwrite"
+    # Refused before the data are read: a --data_dir that does not exist is not what it names.
+    run 2 "${common[@]/--data_dir=*/--data_dir=$tmp/no_such_dir}" --train_epochs=3
+    expect_error "--model_dir=$tmp/m already holds " "the directory before the data"
     run 2 "${common[@]}" --train_epochs=3 --resume
     if [[ $rc -eq 0 ]] && grep -q "Resuming from $tmp/m/checkpoint.safetensors at epoch 2" <<<"$out"; then pass "--resume continues at epoch 2"; else fail "--resume: exit $rc or no 'Resuming ... at epoch 2'"; fi
     if [[ $(cut -d, -f1 "$tmp/m/history.csv" | tr '\n' ' ') == "epoch 1 2 3 " ]]; then pass "history.csv has epochs 1, 2, 3 once each"; else fail "history.csv: $(cut -d, -f1 "$tmp/m/history.csv" | tr '\n' ' ')"; fi

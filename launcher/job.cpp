@@ -26,6 +26,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// Passed on to mpirun, which passes them on to the ranks (as mpirun alone does): SLURM's
+// `--signal=USR1@T` warning before the time limit reaches the programs, not the launcher's
+// default action (death, leaving mpirun behind).
+constexpr int forwarded_signals[] = {SIGUSR1, SIGUSR2};
 // mpirun needs about a second to stop its ranks; past this it and its group are killed.
 constexpr auto stop_grace = std::chrono::milliseconds(3000);
 // mpirun notices a lost daemon itself and ends the job within about a second; past this
@@ -132,6 +136,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   sigset_t handled, original;
   sigemptyset(&handled);
   for (int sig : stop_signals) sigaddset(&handled, sig);
+  for (int sig : forwarded_signals) sigaddset(&handled, sig);
   sigaddset(&handled, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &handled, &original);
   const int sfd = ::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -361,17 +366,24 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     while (::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       const int sig = static_cast<int>(info.ssi_signo);
       if (sig == SIGCHLD) continue;
+      if (sig == SIGUSR1 || sig == SIGUSR2) {
+        ::kill(child, sig);
+        continue;
+      }
       if (!result.interrupted_by) {
         result.interrupted_by = sig;
-        stopping = true;
+        result.failures_before_interrupt = result.failures.size();
         std::fprintf(stderr, "tarantella: SIG%s received, stopping the job\n", ::sigabbrev_np(sig));
         // SI_KERNEL: the terminal signalled the whole process group, mpirun included. A
-        // stop the watch began already runs its course: a second SIGTERM would make
-        // mpirun leave its ranks behind.
-        if (!result.verdict) {
-          if (info.ssi_code != SI_KERNEL) ::kill(child, SIGTERM);
+        // stop the watch or the launcher began already runs its course: a second SIGTERM
+        // would make mpirun leave its ranks behind. After a rank's failure mpirun is ending
+        // the job already, and a signal then makes Open MPI 4.1's mpirun crash on the way
+        // (a backtrace and a core file): it gets its grace, then SIGKILL.
+        if (!result.verdict && !stopping) {
+          if (info.ssi_code != SI_KERNEL && result.failures.empty()) ::kill(child, SIGTERM);
           kill_at = Clock::now() + stop_grace;
         }
+        stopping = true;
       } else {
         ::kill(child, SIGKILL);  // asked twice: no more waiting
       }

@@ -33,6 +33,7 @@ namespace tnt::launcher {
 struct JobResult {
   int mpirun_status = 0;            // as from waitpid
   std::optional<int> interrupted_by;  // SIGINT, SIGTERM, SIGHUP or SIGQUIT received by the launcher
+  size_t failures_before_interrupt = 0;  // how many of `failures` had arrived by then
   std::optional<RankWatch::Verdict> verdict;  // the watch ended the job (already printed)
   std::vector<RankReport> failures;  // in the order they were reported; the first failed first
   // Failures the job survived (expendable ranks, see run_job), in the order reported.

@@ -279,7 +279,17 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
   const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr,
                                            lifelines ? &*lifelines : nullptr, expendable);
 
-  if (result.interrupted_by) return {128 + *result.interrupted_by, true, ""};
+  if (result.interrupted_by) {
+    // A rank that had failed before the signal came is still named: the signal only ended
+    // the job sooner.
+    if (result.failures_before_interrupt > 0) {
+      const tl::RankReport& first = result.failures.front();
+      std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) had failed before the signal: %s\n",
+                   first.rank, tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank,
+                   tl::describe_status(first).c_str());
+    }
+    return {128 + *result.interrupted_by, true, ""};
+  }
   // The reader of the output went away first (`| head`): the job was stopped for that, and
   // what the ranks reported as it stopped is no failure of theirs. As a pipeline's writer
   // ends by SIGPIPE; a restart would write to the same closed pipe.

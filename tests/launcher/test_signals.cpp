@@ -1,0 +1,129 @@
+// Signals to the launcher while a job runs: a stop signal that comes while mpirun is already
+// ending the job for a failed rank, and the signals passed on to the ranks' programs
+// (SIGUSR1, SIGUSR2). Every wait has a deadline; what a test starts carries a marker, and
+// whatever carries it when the test ends is killed.
+#include "process.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <sys/stat.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string launcher = TNT_LAUNCHER_BIN;
+
+struct Scratch {
+  fs::path path;
+  Scratch() {
+    std::string pattern = (fs::temp_directory_path() / "tnt_signals_XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::string script(const std::string& text) const {
+    const std::string f = file("rank.sh");
+    std::ofstream(f) << "#!/bin/sh\n" << text << "\n";
+    REQUIRE(::chmod(f.c_str(), 0755) == 0);
+    return f;
+  }
+};
+
+// Waits (at most `limit`) until every file exists.
+bool wait_for_files(const std::vector<std::string>& files, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    for (const auto& f : files) all = all && fs::exists(f);
+    if (all) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// Kills (and returns) whatever still carries `marker` 10 s from now, so that nothing is
+// left to the next test.
+std::vector<pid_t> left_with(const std::string& marker) {
+  std::vector<pid_t> left = tnt_test::processes_with_argument(marker);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+    left = tnt_test::processes_with_argument(marker);
+  }
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  return left;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+}  // namespace
+
+TEST_CASE("signals: SIGINT while mpirun ends the job for a failed rank", "[integration][signals]") {
+  // Rank 1 fails; mpirun then stops the others with SIGTERM, which ranks 0 and 2 take
+  // 3 s to act on, so mpirun is still ending the job when the launcher gets SIGINT. Before,
+  // the launcher sent mpirun SIGTERM then: Open MPI 4.1's mpirun crashed (a backtrace,
+  // "Segmentation fault", a core file), and the failed rank was never named.
+  Scratch dir;
+  const std::string marker = fmt::format("tnt_signals_fail.{}", ::getpid());
+  const std::string program = dir.script(fmt::format(
+      "if [ \"$TNT_RANK\" = 1 ]; then exit 3; fi\n"
+      "trap 'touch {0}/term.$TNT_RANK; sleep 3; exit 0' TERM\n"
+      "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done",
+      dir.path.string()));
+  tnt_test::Process job({launcher, "-n", "3", "--", program, marker}, tnt_test::clean_environment());
+  const bool stopping = wait_for_files({dir.file("term.0"), dir.file("term.2")}, 30s);
+  job.signal(SIGINT);
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  REQUIRE(stopping);
+  CHECK(o.exited(128 + SIGINT));
+  CHECK(o.err.find(fmt::format("rank 1 (host {}, local rank 1) had failed before the signal: exit code 3",
+                               host_name())) != std::string::npos);
+  CHECK(o.err.find("Segmentation fault") == std::string::npos);
+  CHECK(o.err.find("Process received signal") == std::string::npos);
+  CHECK(left_with(marker).empty());
+}
+
+TEST_CASE("signals: SIGUSR1 and SIGUSR2 to the launcher reach every rank's program", "[integration][signals]") {
+  // As under mpirun alone (and SLURM's --signal=USR1@T warning before a time limit): the
+  // programs get the signal, and the job goes on to its normal end.
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    INFO("signal: SIG" << ::sigabbrev_np(sig));
+    Scratch dir;
+    const std::string marker = fmt::format("tnt_signals_usr.{}", ::getpid());
+    const std::string name = ::sigabbrev_np(sig);
+    // Each rank says it runs, then waits (at most 30 s) for the signal, and exits 0.
+    const std::string program = dir.script(fmt::format(
+        "trap 'touch {0}/got.$TNT_RANK' {1}\n"
+        "touch {0}/up.$TNT_RANK\n"
+        "i=0; while [ ! -e {0}/got.$TNT_RANK ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done\n"
+        "[ -e {0}/got.$TNT_RANK ]",
+        dir.path.string(), name));
+    tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
+    const bool up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
+    job.signal(sig);
+    const tnt_test::Outcome o = job.wait(60s);
+    INFO(o.describe());
+    REQUIRE(up);
+    CHECK(o.exited(0));
+    CHECK(fs::exists(dir.file("got.0")));
+    CHECK(fs::exists(dir.file("got.1")));
+    CHECK(left_with(marker).empty());
+  }
+}

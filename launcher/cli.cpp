@@ -157,7 +157,37 @@ struct TotalRanksWord {
   std::string value;  // unchecked
 };
 
-std::vector<TotalRanksWord> take_total_ranks(std::vector<std::string>& words) {
+// Every option name, short and long, without dashes: whether it takes a value.
+std::map<std::string, bool> option_kinds(const cxxopts::Options& parser) {
+  std::map<std::string, bool> takes_value;
+  for (const auto& group : parser.groups()) {
+    for (const auto& o : parser.group_help(group).options) {
+      if (!o.s.empty()) takes_value[o.s] = !o.is_boolean;
+      for (const auto& l : o.l) takes_value[l] = !o.is_boolean;
+    }
+  }
+  return takes_value;
+}
+
+// Whether `word` is an option of ours whose value is the next word (-H h1, --mpi-args "-x
+// A=1"): that word is the value as written, never read as an option (-x..., -np...).
+bool value_follows(const std::map<std::string, bool>& takes_value, const std::string& word) {
+  if (word.size() < 2 || word[0] != '-') return false;
+  std::string name;
+  if (word[1] == '-') {
+    if (word.find('=') != std::string::npos) return false;
+    name = word.substr(2);
+  } else {
+    if (word.size() != 2) return false;
+    name = word.substr(1, 1);
+  }
+  if (name == "np") return false;  // take_total_ranks reads its value
+  const auto it = takes_value.find(name);
+  return it != takes_value.end() && it->second;
+}
+
+std::vector<TotalRanksWord> take_total_ranks(std::vector<std::string>& words,
+                                             const std::map<std::string, bool>& takes_value) {
   std::vector<TotalRanksWord> found;
   std::vector<std::string> rest;
   auto digits = [](std::string_view t) {
@@ -165,6 +195,11 @@ std::vector<TotalRanksWord> take_total_ranks(std::vector<std::string>& words) {
   };
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
+    if (value_follows(takes_value, word) && i + 1 < words.size()) {
+      rest.push_back(word);
+      rest.push_back(words[++i]);
+      continue;
+    }
     if (word == "-npernode" || word.rfind("-npernode=", 0) == 0) {
       rest.push_back("-" + word);
       continue;
@@ -195,13 +230,7 @@ std::vector<TotalRanksWord> take_total_ranks(std::vector<std::string>& words) {
 // failed to parse"), and quote with typographic quotes: the words are checked here first,
 // as cxxopts reads them, so that every message names the option as the user wrote it.
 void check_words(const cxxopts::Options& parser, const std::vector<std::string>& words) {
-  std::map<std::string, bool> takes_value;  // every name, short and long, without dashes
-  for (const auto& group : parser.groups()) {
-    for (const auto& o : parser.group_help(group).options) {
-      if (!o.s.empty()) takes_value[o.s] = !o.is_boolean;
-      for (const auto& l : o.l) takes_value[l] = !o.is_boolean;
-    }
-  }
+  const std::map<std::string, bool> takes_value = option_kinds(parser);
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
     if (word.size() < 2 || word[0] != '-') continue;  // a stray word: refused after parsing
@@ -237,19 +266,24 @@ Options parse_command_line(const std::vector<std::string>& args) {
 
   // mpirun users write -xKEY=VALUE as often as -x KEY=VALUE; cxxopts' parser only takes
   // the latter when the value contains '='.
+  auto parser = make_parser();
+  const std::map<std::string, bool> takes_value = option_kinds(parser);
   std::vector<std::string> words;
-  for (const auto& a : ours) {
-    if (a.size() > 2 && a.compare(0, 2, "-x") == 0) {
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const std::string& a = ours[i];
+    if (value_follows(takes_value, a) && i + 1 < ours.size()) {
+      words.push_back(a);
+      words.push_back(ours[++i]);
+    } else if (a.size() > 2 && a.compare(0, 2, "-x") == 0) {
       words.push_back("-x");
       words.push_back(a.substr(2));
     } else {
       words.push_back(a);
     }
   }
-  const std::vector<TotalRanksWord> total_words = take_total_ranks(words);
+  const std::vector<TotalRanksWord> total_words = take_total_ranks(words, takes_value);
   std::vector<const char*> argv{"tarantella"};
   for (const auto& a : words) argv.push_back(a.c_str());
-  auto parser = make_parser();
   check_words(parser, words);
   cxxopts::ParseResult result;
   try {

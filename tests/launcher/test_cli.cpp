@@ -273,3 +273,18 @@ TEST_CASE("cli: --help says where -n's default comes from and --heartbeat-timeou
                                    "the GPUs of this node, else 1 CPU rank)"));
   CHECK_THAT(help, Catch::Contains("0: off; else at least 1)"));
 }
+
+TEST_CASE("cli: an option's value is taken as written, even where it looks like -x or -np", "[cli]") {
+  // Before, every word starting with -x was split (-x NCCL_DEBUG=INFO -> "-x" and " NCCL...")
+  // and -np words were taken as ranks in all, values of --mpi-args included.
+  using Args = std::vector<std::string>;
+  CHECK(parse_command_line({"-n", "2", "--mpi-args", "-x NCCL_DEBUG=INFO -x FOO=1", "--", "p"}).mpi_args ==
+        Args{"-x", "NCCL_DEBUG=INFO", "-x", "FOO=1"});
+  CHECK(parse_command_line({"--mpi-args", "-np=2", "--", "p"}).mpi_args == Args{"-np=2"});
+  CHECK(parse_command_line({"-H", "-xhost", "--dry-run", "--", "p"}).hosts == "-xhost");
+  // Outside a value, both still work as before.
+  const Options o = parse_command_line({"-np", "3", "-xA=1", "--", "p"});
+  CHECK(o.total_ranks == 3);
+  REQUIRE(o.exports.size() == 1);
+  CHECK(o.exports[0] == std::pair<std::string, std::string>{"A", "1"});
+}

@@ -66,11 +66,11 @@ TEST_CASE("hostfile: duplicates are merged with a warning", "[hostfile]") {
   CHECK(list.hosts[0].name == "a");
   CHECK(list.hosts[0].slots == 5);
   CHECK(list.hosts[1].name == "b");
-  CHECK_FALSE(list.hosts[1].slots);  // neither line gave slots: -n or the default decides
+  CHECK(list.hosts[1].slots == 2);  // neither line gave slots: each is one, as Open MPI counts
   REQUIRE(list.warnings.size() == 2);
   CHECK_THAT(list.warnings[0], Catch::Contains("hostfile 'f', line 3: host 'a' is already listed (line 1)") &&
                                    Catch::Contains("slots=5"));
-  CHECK_THAT(list.warnings[1], Catch::Contains("line 4: host 'b'"));
+  CHECK_THAT(list.warnings[1], Catch::Contains("line 4: host 'b'") && Catch::Contains("slots=2"));
 }
 
 TEST_CASE("hostfile: a line without slots counts as one slot when merged with one that has them", "[hostfile]") {
@@ -90,7 +90,8 @@ TEST_CASE("hostfile: a line without slots counts as one slot when merged with on
   }
   auto three = parse_hostfile("a\na\na:4\n", "f");
   REQUIRE(three.hosts.size() == 1);
-  CHECK_FALSE(parse_hostfile("a\na\n", "f").hosts[0].slots);  // no slots anywhere: still none
+  CHECK(parse_hostfile("a\na\n", "f").hosts[0].slots == 2);  // no slots anywhere: a line each, as Open MPI
+  CHECK_FALSE(parse_hostfile("a\nb\n", "f").hosts[0].slots);  // one line without slots: -n or the default decides
   CHECK(three.hosts[0].slots == 6);                             // 1 + 1 + 4 once any line gives slots
   CHECK(error_of("a:1000000\na\n", "f") == "hostfile 'f', line 2: host 'a' has more than 1000000 slots in all");
   CHECK(list_error_of("a:999999,a,a") == "-H, item 3: host 'a' has more than 1000000 slots in all");

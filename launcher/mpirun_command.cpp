@@ -1,5 +1,8 @@
 #include "mpirun_command.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 #include "error.hpp"
 
 #include <fmt/format.h>
@@ -54,6 +57,14 @@ std::vector<std::string> mpirun_command(const CommandSpec& spec) {
     host_list += fmt::format("{}:{}", h.name, h.ranks);
   }
   cmd.insert(cmd.end(), {"--host", host_list, "-np", std::to_string(total), "--map-by", "slot", "--bind-to", "none"});
+  // Open MPI 4.1 cuts a host name at its first dot (foo.example.org -> foo) unless told not
+  // to, and then starts its daemon there by the short name: where only the full names
+  // resolve, or ~/.ssh/config names them, the job would not start. IP addresses are kept.
+  const bool full_names = std::any_of(spec.hosts.begin(), spec.hosts.end(), [](const auto& h) {
+    return h.name.find('.') != std::string::npos &&
+           std::any_of(h.name.begin(), h.name.end(), [](char c) { return std::isalpha(static_cast<unsigned char>(c)); });
+  });
+  if (full_names) cmd.insert(cmd.end(), {"--mca", "orte_keep_fqdn_hostnames", "1"});
   if (spec.launch_agent) cmd.insert(cmd.end(), {"--mca", "plm_rsh_agent", *spec.launch_agent});
   for (const auto& name : spec.pass_by_name) cmd.insert(cmd.end(), {"-x", name});
   for (const auto& [name, value] : spec.exports) cmd.insert(cmd.end(), {"-x", name + "=" + value});

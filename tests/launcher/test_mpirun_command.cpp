@@ -28,6 +28,25 @@ TEST_CASE("mpirun command: one local host, two CPU ranks", "[mpirun]") {
   CHECK(Words(with_agent.begin() + 10, with_agent.begin() + 13) == Words{"--mca", "plm_rsh_agent", "ssh -p 2222"});
 }
 
+TEST_CASE("mpirun command: full host names are kept as they are", "[mpirun]") {
+  // Open MPI 4.1 starts its daemons by the name cut at its first dot unless told not to.
+  auto keeps = [](const std::vector<HostPlan>& hosts) {
+    CommandSpec spec;
+    spec.mpirun = "mpirun";
+    spec.hosts = hosts;
+    spec.self = "/t";
+    spec.step.program = {"p"};
+    const Words w = mpirun_command(spec);
+    for (size_t i = 0; i + 2 < w.size(); ++i) {
+      if (w[i] == "--mca" && w[i + 1] == "orte_keep_fqdn_hostnames") return w[i + 2] == "1";
+    }
+    return false;
+  };
+  CHECK(keeps({{"n1", 1, false}, {"node2.cluster.example.org", 1, false}}));
+  CHECK_FALSE(keeps({{"n1", 1, false}, {"n2", 1, false}}));
+  CHECK_FALSE(keeps({{"10.0.0.1", 1, false}, {"localhost", 1, true}}));  // addresses are kept anyway
+}
+
 TEST_CASE("mpirun command: two hosts, GPU ranks, pinned, extra MPI arguments", "[mpirun]") {
   CommandSpec spec;
   spec.mpirun = "mpirun";

@@ -288,6 +288,7 @@ void Model::prepare_training() {
                 "trains with parameter servers, so none is written");
   }
   if (!profiler_ && !config().profile_scaling.empty() && !ps_) {
+    detail::ScalingProfiler::check_writable(communicator(), config().profile_scaling);
     profiler_ = std::make_unique<detail::ScalingProfiler>(config().profile_scaling, config().profile_scaling_steps,
                                                           network_->device());
   }

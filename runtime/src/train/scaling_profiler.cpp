@@ -36,6 +36,23 @@ ScalingProfiler::ScalingProfiler(std::string path, int64_t steps, std::unique_pt
   TNT_INPUT_CHECK(wanted_ >= 1, "TNT_PROFILE_SCALING_STEPS={} must be at least 1", wanted_);
 }
 
+void ScalingProfiler::check_writable(Communicator& comm, const std::string& path) {
+  std::string error;
+  if (comm.is_master()) {
+    const std::string tmp = path + ".tmp";  // the name the profile is written under first
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr) {
+      error = fmt::format("TNT_PROFILE_SCALING (tarantella --profile-scaling): cannot write '{}': {}", path,
+                          std::strerror(errno));
+    } else {
+      std::fclose(f);
+      std::remove(tmp.c_str());
+    }
+  }
+  comm.broadcast(error, Communicator::master_rank());
+  if (!error.empty()) TNT_INPUT_ERROR("{}", error);
+}
+
 ScalingProfiler::~ScalingProfiler() {
   // Destroying an event whose work is still queued is allowed: CUDA frees it when it runs.
   if (events_) {

@@ -53,6 +53,11 @@ class ScalingProfiler {
   ScalingProfiler(const ScalingProfiler&) = delete;
   ScalingProfiler& operator=(const ScalingProfiler&) = delete;
 
+  // Collective, before training: the master (which writes the profile) makes sure it can
+  // create `path`'s temporary file there, so that a path in a missing or read-only directory
+  // is refused at the start, not after the profiled steps. Throws InputError on every rank.
+  static void check_writable(Communicator& comm, const std::string& path);
+
   StepPhases phases;  // the step in progress, filled in by the training loop
 
   // Where a step's phases begin, in order: forward at `start`, backward, the wait for the

@@ -471,7 +471,14 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
     apply_binding(*binding, args.pin);
   }
 
-  for (const auto& [name, value] : rank_variables(id, device, binding)) ::setenv(name.c_str(), value.c_str(), 1);
+  // TNT_NUM_THREADS given by the user (-x, or the launcher's environment) stays as given: a
+  // pinned rank's cores are only its default (the runtime warns when the value asks for more
+  // cores than the rank may run on).
+  const bool user_threads = !lookup(env, env::num_threads).value_or("").empty();
+  for (const auto& [name, value] : rank_variables(id, device, binding)) {
+    if (user_threads && name == env::num_threads) continue;
+    ::setenv(name.c_str(), value.c_str(), 1);
+  }
   // OpenMP threads that spin while they wait take the cores that the gradient
   // communication thread and the other ranks need; wait passively unless the user chose.
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);

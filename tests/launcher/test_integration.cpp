@@ -523,6 +523,15 @@ TEST_CASE("integration: compute threads beyond a rank's cores or its share of th
                                               "cores (" + std::to_string(cores / 2) + ": its " + n + " core(s)") &&
                                   Catch::Contains("--pin-to-socket"));
   }
+  SECTION("pinned, with TNT_NUM_THREADS given: kept as given, and warned about") {
+    // Before, the pinning's default (the mask's cores) replaced the user's value silently.
+    auto o = tarantella({"-n", "2", "--pin-to-socket", "-x", "TNT_NUM_THREADS=" + n, "--", join_probe});
+    INFO(o.describe());
+    REQUIRE(o.exited(0));
+    if (cores == 2) {
+      CHECK_THAT(o.out + o.err, Catch::Contains("TNT_NUM_THREADS=2 is more than the 1 core(s) rank 0 may run on"));
+    }
+  }
   SECTION("more than the cores the rank may run on") {
     auto o = tarantella({"-n", "1", "-x", "TNT_NUM_THREADS=" + std::to_string(cores + 1), "--", join_probe});
     INFO(o.describe());

@@ -26,7 +26,8 @@ namespace {
 constexpr const char* usage_line = "tarantella [options] -- PROGRAM [ARGS...]";
 
 cxxopts::Options make_parser() {
-  cxxopts::Options o("tarantella", "Runs PROGRAM data-parallel: one rank per device (GPU, or CPU socket) on every host.");
+  cxxopts::Options o("tarantella", "Runs PROGRAM data-parallel on every host: by default a rank per slot or per GPU, else 1 "
+                     "CPU rank; -n N for N a host (one per CPU socket, say, with --pin-to-socket).");
   o.custom_help("[options] -- PROGRAM [ARGS...]");
   o.positional_help("");
   o.set_width(100);

@@ -11,6 +11,8 @@ namespace tnt::launcher {
 
 namespace {
 
+constexpr size_t kOpenMpiSeparator = 74;  // dashes in the line that frames Open MPI's help blocks
+
 // Open MPI's help blocks are framed by a line of 74 dashes; shorter runs of dashes are a
 // program's own.
 bool is_separator(std::string_view line) {
@@ -231,7 +233,20 @@ std::string MpirunOutputFilter::feed(std::string_view bytes) {
   partial_.append(bytes);
   size_t start = 0;
   for (size_t nl = partial_.find('\n'); nl != std::string::npos; nl = partial_.find('\n', start)) {
-    line(partial_.substr(start, nl + 1 - start), out);
+    const std::string whole = partial_.substr(start, nl + 1 - start);
+    // A rank's last line that had no newline, and Open MPI's separator right behind it in
+    // the same pipe ("...last words--------...--\n"): two lines, so that the block the
+    // separator opens is still known.
+    size_t text_end = whole.size() - 1;
+    while (text_end > 0 && (whole[text_end - 1] == '\r' || whole[text_end - 1] == ' ')) --text_end;
+    size_t dashes_at = text_end;
+    while (dashes_at > 0 && whole[dashes_at - 1] == '-') --dashes_at;
+    if (text_end - dashes_at >= kOpenMpiSeparator && dashes_at > 0) {
+      line(whole.substr(0, dashes_at) + "\n", out);
+      line(whole.substr(dashes_at), out);
+    } else {
+      line(whole, out);
+    }
     start = nl + 1;
   }
   partial_.erase(0, start);

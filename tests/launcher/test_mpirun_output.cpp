@@ -58,6 +58,23 @@ TEST_CASE("mpirun output: Open MPI's account of a failure is held back, the prog
   }
 }
 
+TEST_CASE("mpirun output: a rank's last line without its newline does not hide the separator behind it",
+          "[mpirun_output]") {
+  // Both come through mpirun's standard error: "partial" and the 74 dashes were one line,
+  // not a separator, and Open MPI's account of the failure passed on in full.
+  const std::string input = "rank 1 partial" + primary_job + non_zero;
+  for (size_t piece : {size_t{1}, size_t{4096}}) {
+    INFO("fed in pieces of " << piece);
+    MpirunOutputFilter f;
+    CHECK(relayed(f, input, piece) == "rank 1 partial\n");
+    CHECK(f.held_back() == primary_job + non_zero);
+  }
+  // A program's own line that ends in fewer dashes is its own, unchanged.
+  MpirunOutputFilter g;
+  const std::string own = "table " + std::string(40, '-') + "\n";
+  CHECK(relayed(g, own, 4096) == own);
+}
+
 TEST_CASE("mpirun output: everything else passes on unchanged and in order", "[mpirun_output]") {
   // Another help message of Open MPI (why a job could not start) is the only account there
   // is; a program's own separators, and lines in brackets, are the program's.

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -286,6 +287,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
                  "has ended)%s\n", stopping ? "" : "; stopping the job");
     if (!stopping) stop_job();
   };
+  std::map<int, RankReport> stopped_now;  // by rank: stopped and not continued or ended since
   auto take_reports = [&] {
     std::vector<RankReport> reports;
     std::vector<LifelineHello> hellos;
@@ -306,10 +308,17 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
                        "training goes on without it\n", r.rank, r.host.c_str(), r.local_rank, describe_status(r).c_str());
         }
       } else if (r.failed()) {
+        if (result.failures.empty()) {
+          for (const auto& [rank, report] : stopped_now) {
+            if (rank != r.rank) result.stopped_at_first_failure.push_back(report);
+          }
+        }
         result.failures.push_back(r);
         // mpirun --enable-recovery ends nothing itself.
         if (!expendable.empty() && !stopping) stop_job();
       }
+      if (r.kind == RankReport::Kind::stopped) stopped_now[r.rank] = r;
+      if (r.kind == RankReport::Kind::continued || r.kind == RankReport::Kind::ended) stopped_now.erase(r.rank);
       if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
       result.reported.insert(r.rank);
       if (watch) watch->record(r, now);

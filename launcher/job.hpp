@@ -36,6 +36,10 @@ struct JobResult {
   size_t failures_before_interrupt = 0;  // how many of `failures` had arrived by then
   std::optional<RankWatch::Verdict> verdict;  // the watch ended the job (already printed)
   std::vector<RankReport> failures;  // in the order they were reported; the first failed first
+  // The ranks whose programs were stopped (SIGSTOP, SIGTSTP) when the first failure came, by
+  // their stopped reports: a rank that waited for a stopped one fails on its collective
+  // timeout, and the stopped rank is the one to look at.
+  std::vector<RankReport> stopped_at_first_failure;
   // Failures the job survived (expendable ranks, see run_job), in the order reported.
   std::vector<RankReport> dropped;
   std::vector<RankReport> ends;  // every rank's end report, in the order reported

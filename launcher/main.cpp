@@ -194,6 +194,12 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     if (other > 0) more += fmt::format("; {} ended abnormally after it", ranks(other));
     std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) failed first: %s%s\n", first.rank,
                  tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
+    for (const tl::RankReport& s : result.stopped_at_first_failure) {
+      std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) was stopped (%s) when rank %d failed: a "
+                   "rank waiting for it in a collective operation fails at its timeout; look at the stopped one\n",
+                   s.rank, tl::ps_role_words(roles, s.rank).c_str(), s.host.c_str(), s.local_rank,
+                   tl::signal_name(s.code).c_str(), first.rank);
+    }
     print_losses(news);
     return tl::shell_status(first);
   }

@@ -127,3 +127,25 @@ TEST_CASE("signals: SIGUSR1 and SIGUSR2 to the launcher reach every rank's progr
     CHECK(left_with(marker).empty());
   }
 }
+
+TEST_CASE("signals: a rank that fails while another is stopped points at the stopped one", "[integration][signals]") {
+  // Rank 0 stands for a rank whose collective operation timed out waiting for rank 1, which
+  // is stopped (SIGSTOP). Before, the launcher's last word named rank 0 alone, though it had
+  // rank 1's stopped report.
+  Scratch dir;
+  const std::string marker = fmt::format("tnt_signals_stopped.{}", ::getpid());
+  const std::string program = dir.script(fmt::format(
+      "if [ \"$TNT_RANK\" = 1 ]; then touch {0}/stopping; kill -STOP $$; exit 0; fi\n"
+      "i=0; while [ ! -e {0}/stopping ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done\n"
+      "sleep 2; exit 1",
+      dir.path.string()));
+  tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  CHECK(o.exited(1));
+  CHECK(o.err.find(fmt::format("rank 0 (host {}, local rank 0) failed first: exit code 1", host_name())) !=
+        std::string::npos);
+  CHECK(o.err.find(fmt::format("rank 1 (host {}, local rank 1) was stopped (SIGSTOP) when rank 0 failed",
+                               host_name())) != std::string::npos);
+  CHECK(left_with(marker).empty());
+}

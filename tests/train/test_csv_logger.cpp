@@ -325,6 +325,36 @@ TEST_CASE("CSVLogger: a resumed run appends only rows that fit the history's hea
     csv.on_train_end({});
     CHECK(read_all(path) == "epoch,loss,accuracy\n1,0.5,0.7\n2,0.25,0.75\n");
   }
+  SECTION("other columns are refused before the rows after the checkpoint are cut") {
+    // Before, rows 2 and 3 were removed first and the columns refused after.
+    const std::string before = "epoch,loss,foo\n1,0.5,1\n2,0.4,1\n3,0.3,1\n";
+    std::ofstream(path) << before;
+    tnt::CSVLogger csv(path, /*append=*/true);
+    csv.set_params(params);
+    csv.set_columns({"loss"});
+    CHECK_THROWS_WITH(csv.on_train_begin({}), Catch::Contains("has the columns epoch,loss,foo"));
+    CHECK(read_all(path) == before);
+  }
+  SECTION("a file without a newline is refused as it is, unless it is a header cut short") {
+    // Before, a file of one line without '\n' had no complete line and was emptied.
+    const std::string notes = "notes about this run, no newline";
+    std::ofstream(path) << notes;
+    {
+      tnt::CSVLogger csv(path, /*append=*/true);
+      csv.set_params(params);
+      csv.set_columns({"loss"});
+      CHECK_THROWS_WITH(csv.on_train_begin({}), Catch::Contains("does not begin with the header this logger writes"));
+      CHECK(read_all(path) == notes);
+    }
+    std::ofstream(path) << "epoch,lo";  // a crash in the middle of the first write
+    tnt::CSVLogger csv(path, /*append=*/true);
+    csv.set_params(params);
+    csv.set_columns({"loss"});
+    csv.on_train_begin({});
+    csv.on_epoch_end(1, {{"loss", 0.25}});
+    csv.on_train_end({});
+    CHECK(read_all(path) == "epoch,loss\n2,0.25\n");
+  }
   SECTION("a missing history is named in a warning, and a new one starts") {
     params.initial_epoch = 3;
     tnt::CSVLogger csv(path, /*append=*/true);

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 
@@ -139,16 +140,24 @@ CSVLogger::~CSVLogger() {
 
 namespace {
 
-// The complete lines of a text file (each with its '\n'); a last line without one was cut
-// short by a crash mid-write and is left out. Empty when the file cannot be read.
-std::vector<std::string> complete_lines(const std::string& path) {
+// The complete lines of a text (each with its '\n'); a last line without one was cut short
+// by a crash mid-write and is left out.
+std::vector<std::string> complete_lines(const std::string& text) {
   std::vector<std::string> lines;
-  std::ifstream in(path, std::ios::binary);
-  for (std::string line; std::getline(in, line);) {
-    if (in.eof()) break;  // no '\n' after it
-    lines.push_back(line + "\n");
+  for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    lines.push_back(text.substr(at, nl + 1 - at));
   }
   return lines;
+}
+
+// The whole file, or an InputError naming it: a history that cannot be read must not be
+// taken for an empty one (and rewritten as such).
+std::string read_history(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TNT_INPUT_CHECK(in.is_open(), "CSVLogger: cannot read '{}' to continue its history: {}", path, std::strerror(errno));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  TNT_INPUT_CHECK(!in.bad(), "CSVLogger: cannot read '{}' to continue its history", path);
+  return text;
 }
 
 // Replaces path's content in one step: a temporary file in the same directory, flushed to
@@ -220,7 +229,40 @@ void CSVLogger::on_train_begin(const Logs&) {
     // their rows from the run that crashed go, so each epoch has one row. Rows are written
     // before the epoch's checkpoint, so a crash between the two leaves one such row (and a
     // crash mid-row a partial line, dropped as well). The file is replaced atomically.
-    std::vector<std::string> lines = complete_lines(path_);
+    const std::string text = read_history(path_);
+    const std::vector<std::string> lines = complete_lines(text);
+    // Checked before anything is rewritten: a file that is not this logger's, or whose
+    // columns differ, is refused as it is. Only a header cut short by a crash mid-write
+    // (the first row comes with it) passes without a newline, and goes.
+    if (!text.empty()) {
+      std::string header = text.substr(0, text.find('\n'));
+      while (!header.empty() && (header.back() == '\n' || header.back() == '\r')) header.pop_back();
+      const bool cut_short = lines.empty() && !header.empty() && std::string("epoch,").rfind(header, 0) == 0;
+      TNT_INPUT_CHECK(cut_short || header == "epoch" || header.rfind("epoch,", 0) == 0,
+                      "CSVLogger: '{}' does not begin with the header this logger writes ('epoch,...'; it begins "
+                      "'{}'), so rows cannot be appended to it: move it away, or start over (--overwrite)",
+                      path_, header.substr(0, 60));
+      if (!lines.empty()) {
+        size_t pos = 0;
+        std::vector<std::string> cols;
+        while (pos <= header.size()) {
+          size_t comma = header.find(',', pos);
+          if (comma == std::string::npos) comma = header.size();
+          cols.push_back(header.substr(pos, comma - pos));
+          pos = comma + 1;
+        }
+        if (!cols.empty() && cols.front() == "epoch") cols.erase(cols.begin());
+        // Rows in other columns than the header's would put each value under another name.
+        TNT_INPUT_CHECK(columns_.empty() || columns_ == cols,
+                        "CSVLogger: '{}' has the columns epoch,{} but this run logs epoch,{}: its rows would not "
+                        "fit under that header; move the file away (a new history starts), or continue with the "
+                        "settings of the run that wrote it",
+                        path_, fmt::join(cols, ","), fmt::join(columns_, ","));
+        if (columns_.empty()) columns_ = cols;
+        // Keep the existing header: a resumed run appends rows in the same columns.
+        header_written_ = true;
+      }
+    }
     std::string kept;
     size_t dropped = 0;
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -237,32 +279,6 @@ void CSVLogger::on_train_begin(const Logs&) {
     if (dropped > 0) {
       log_info("CSVLogger: removed {} row(s) of epochs after {} from '{}' (training resumes there)", dropped,
                params_.initial_epoch, path_);
-    }
-    // Keep the existing header: a resumed run appends rows in the same columns.
-    if (!lines.empty()) {
-      std::string header = lines.front();
-      while (!header.empty() && (header.back() == '\n' || header.back() == '\r')) header.pop_back();
-      TNT_INPUT_CHECK(header == "epoch" || header.rfind("epoch,", 0) == 0,
-                      "CSVLogger: '{}' does not begin with the header this logger writes ('epoch,...'; it begins "
-                      "'{}'), so rows cannot be appended to it: move it away, or start over (--overwrite)",
-                      path_, header.substr(0, 60));
-      size_t pos = 0;
-      std::vector<std::string> cols;
-      while (pos <= header.size()) {
-        size_t comma = header.find(',', pos);
-        if (comma == std::string::npos) comma = header.size();
-        cols.push_back(header.substr(pos, comma - pos));
-        pos = comma + 1;
-      }
-      if (!cols.empty() && cols.front() == "epoch") cols.erase(cols.begin());
-      // Rows in other columns than the header's would put each value under another name.
-      TNT_INPUT_CHECK(columns_.empty() || columns_ == cols,
-                      "CSVLogger: '{}' has the columns epoch,{} but this run logs epoch,{}: its rows would not fit "
-                      "under that header; move the file away (a new history starts), or continue with the settings "
-                      "of the run that wrote it",
-                      path_, fmt::join(cols, ","), fmt::join(columns_, ","));
-      if (columns_.empty()) columns_ = cols;
-      header_written_ = true;
     }
   }
   // The file is made when the first row is written, so that a run that ends before its

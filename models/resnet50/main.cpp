@@ -537,8 +537,16 @@ int main(int argc, char** argv) {
     }
     tnt::History history;
     std::optional<tnt::Logs> evaluated;  // when nothing is trained: the checkpoint's weights evaluated
-    if (initial_epoch >= common.train_epochs) {
-      tnt_models::print_nothing_to_train(resume, initial_epoch, common.train_epochs);
+    // A resumed run whose checkpoint has reached --train_steps trains nothing either (fit
+    // would stop at once, silently): its weights are evaluated, as past --train_epochs.
+    const bool steps_reached = resume && train_steps > 0 && model.global_step() >= train_steps;
+    if (initial_epoch >= common.train_epochs || steps_reached) {
+      if (steps_reached && initial_epoch < common.train_epochs) {
+        tnt::print("Nothing to train (the checkpoint is at step {}, --train_steps={}): evaluating its weights",
+                   model.global_step(), train_steps);
+      } else {
+        tnt_models::print_nothing_to_train(resume, initial_epoch, common.train_epochs);
+      }
       tnt::EvaluateOptions ev;
       ev.batch_size = common.batch_size;
       ev.verbose = common.verbose;

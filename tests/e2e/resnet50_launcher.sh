@@ -34,7 +34,8 @@
 #   are made (a missing --data_dir is not what it names); with --overwrite it runs.
 # resume: --resume continues a run written with --enable_checkpoint_and_export: 1 epoch,
 #   then --resume to 2, gives the weights, training losses and learning rates of 2 epochs
-#   straight, history.csv epochs 1 2 and a checkpoint at epoch 2; --resume below the
+#   straight, history.csv epochs 1 2 and a checkpoint at epoch 2; --resume at its
+#   --train_steps evaluates the checkpoint, saying so; --resume below the
 #   checkpoint's epoch trains nothing and evaluates its weights.
 # resume_refused: --resume without --enable_checkpoint_and_export, together with
 #   --overwrite, in a --model_dir that does not exist (nothing created), and on a checkpoint
@@ -374,6 +375,21 @@ case $case_name in
       fail "no 'Evaluation: ... (8 images, after 4 training steps, 2 ranks)'"
     fi
     if cmp -s "$tmp/resumed/history.csv" "$tmp/two.csv"; then pass "history.csv left as it was"; else fail "history.csv changed"; fi
+    # At --train_steps already (the checkpoint is at step 4): the same, said with the steps
+    # (before, fit stopped at once and the run ended without a word or an evaluation).
+    run "${rs[@]}" --model_dir="$tmp/resumed" --train_epochs=5 --train_steps=4 --resume
+    if [[ $rc -eq 0 ]]; then pass "--resume --train_steps=4: exit status 0"; else fail "--resume --train_steps=4: exit status $rc"; fi
+    if grep -qxF "Nothing to train (the checkpoint is at step 4, --train_steps=4): evaluating its weights" <<<"$out"; then
+      pass "nothing to train at --train_steps, said"
+    else
+      fail "no 'Nothing to train (the checkpoint is at step 4, --train_steps=4): evaluating its weights'"
+    fi
+    if grep -Eq '^Evaluation: top-1 accuracy [0-9.]+, .* \(8 images, after 4 training steps, 2 ranks\)$' <<<"$out"; then
+      pass "the checkpoint's weights evaluated (--train_steps)"
+    else
+      fail "no 'Evaluation: ... (8 images, after 4 training steps, 2 ranks)' (--train_steps)"
+    fi
+    if cmp -s "$tmp/resumed/history.csv" "$tmp/two.csv"; then pass "history.csv left as it was (--train_steps)"; else fail "history.csv changed (--train_steps)"; fi
     ;;
   resume_refused)
     rs=(--use_synthetic_data --image_size=32 --num_classes=10 --batch_size=8 --synthetic_samples=16

@@ -342,6 +342,15 @@ void check_resume_seed(const std::string& checkpoint, uint64_t seed) {
   const nlohmann::json metadata = checkpoint_metadata(checkpoint);
   if (!metadata.contains(tnt::checkpoint_key::seed) || !metadata[tnt::checkpoint_key::seed].is_string()) return;
   const std::string stored = metadata[tnt::checkpoint_key::seed].get<std::string>();
+  // A seed the flag could not take is no seed a run wrote: the metadata are damaged.
+  const bool valid = !stored.empty() && stored.size() <= 20 &&
+                     stored.find_first_not_of("0123456789") == std::string::npos &&
+                     (stored.size() < 20 || stored <= "18446744073709551615");
+  TNT_INPUT_CHECK(valid,
+                  "checkpoint '{}': its metadata give the seed '{}', which is not a seed (a number from 0 to "
+                  "2^64 - 1): the checkpoint is damaged or was not written by this program; --overwrite starts a "
+                  "new run",
+                  checkpoint, stored.substr(0, 40));
   TNT_INPUT_CHECK(stored == std::to_string(seed),
                   "--seed={}: the run being resumed ({}) was trained with --seed={}; give --seed={} to continue it, "
                   "or --overwrite to start a new run",

@@ -412,6 +412,8 @@ Verdict decide_on_master(const ModelDir& dir, std::shared_ptr<void>& lock, bool 
 namespace {
 
 void check_flags(const ModelDir& dir) {
+  TNT_INPUT_CHECK(!dir.path.empty(), "--model_dir is empty: give the directory of the run (a shell variable "
+                                     "that was not set?), or leave the flag out for a new directory under the default");
   TNT_INPUT_CHECK(!(dir.resume && dir.overwrite),
                   "--resume and --overwrite: give one of them (--resume continues the run in --model_dir={}, "
                   "--overwrite replaces it)",

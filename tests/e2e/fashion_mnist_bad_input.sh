@@ -230,6 +230,19 @@ case $case_name in
     # The same seed continues it.
     fm_run resume_same_seed "${launch[@]}" -- "${small[@]}" --seed=7 --train_epochs=2 --resume
     if [[ $fm_rc -eq 0 ]]; then fm_pass "resume_same_seed: exit status 0"; else fm_fail "resume_same_seed: exit status $fm_rc"; fi
+    # A seed in the metadata that no run could have given (damaged): named as such, not
+    # offered as a --seed to give (before: "give --seed=7x to continue it").
+    python3 - "$fm_tmp/model/checkpoint.safetensors" <<'PY'
+import sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+assert b.count(b'"seed":"7"') == 1, "no seed 7 in the header"
+open(p, "wb").write(b.replace(b'"seed":"7"', b'"seed":"x"'))
+PY
+    fm_run resume_bad_seed "${launch[@]}" -- "${small[@]}" --seed=7 --train_epochs=3 --resume
+    expect_failure resume_bad_seed
+    fm_expect_fixed resume_bad_seed "checkpoint '$fm_tmp/model/checkpoint.safetensors': its metadata give the seed 'x', which is not a seed" \
+      "the checkpoint and its damaged seed"
     ;;
 
   checkpoint_negative_epoch)

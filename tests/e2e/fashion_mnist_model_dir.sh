@@ -30,7 +30,8 @@
 #   overwrite_tensorboard: --overwrite removes the earlier run's TensorBoard event files
 #     (train/ and validation/ then hold the new run's alone) and nothing else of the user's.
 #   resume_missing_model_dir: --resume in a --model_dir that does not exist fails naming it
-#     and creates nothing; a --model_dir that is a file is refused as such.
+#     and creates nothing; a --model_dir that is a file is refused as such, and an empty
+#     one as empty.
 #   default_run_dirs: without --model_dir, each run gets its own ./fashion_mnist_model/run-*
 #     (named at the start; latest links to the newest), so a second run is not refused and
 #     leaves the first's files as they were; --resume without --model_dir continues the
@@ -231,6 +232,11 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     fm_run model_dir_file "${launch[@]}" -- "${small[@]}" --model_dir="$fm_tmp/a_file" --train_epochs=1
     expect_exit model_dir_file failure
     fm_expect_fixed model_dir_file "--model_dir=$fm_tmp/a_file: is a file, expected a directory" "what the path is"
+    # An empty --model_dir (an unset shell variable) is named as such (before: "cannot
+    # create it: Invalid argument").
+    fm_run model_dir_empty "${launch[@]}" -- "${small[@]}" --model_dir= --train_epochs=1
+    expect_exit model_dir_empty failure
+    fm_expect_fixed model_dir_empty "--model_dir is empty" "the empty flag"
     ;;
 
   default_run_dirs)

@@ -355,14 +355,15 @@ Dataset tfrecord_dataset(const std::vector<std::string>& shards, const ImagenetO
     int64_t label = one_based ? ex.label - 1 : ex.label;
     if (label < 0)
       TNT_INPUT_ERROR("TFRecord {}: label {} is {}", where, ex.label,
-                      one_based ? "not 1-based (ImagenetOptions::one_based_labels)" : "negative");
+                      one_based ? "below 1, but this layout's labels are 1-based (1 to the number of classes)" : "negative");
     if (classes > 0 && label >= classes) {
       TNT_INPUT_ERROR("TFRecord {} (record {} of the shard): label {} is outside the model's {} classes ({})", where,
                       i - idx->first[s], ex.label, classes,
                       one_based ? fmt::format("1 to {}, 1-based", classes) : fmt::format("0 to {}", classes - 1));
     }
     Tensor bytes = Tensor::from_data(ex.encoded.data(), {static_cast<int64_t>(ex.encoded.size())});  // (n,)
-    return RawSample{std::move(bytes), label, where};
+    // The decoder quotes the name itself ("image '...': cannot decode JPEG").
+    return RawSample{std::move(bytes), label, fmt::format("{}, record at byte offset {}", path, offset)};
   };
   return Dataset(std::make_shared<SampleNode>(static_cast<int64_t>(index->offsets.size()), std::move(read),
                                               options.shuffle, options.seed));

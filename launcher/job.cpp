@@ -49,6 +49,9 @@ constexpr auto stderr_drain = std::chrono::milliseconds(1000);
 // What mpirun left behind gets SIGTERM, then SIGKILL this much later: enough for a rank's
 // step, which ends its program on SIGTERM within its own 2 s grace.
 constexpr auto leftover_grace = std::chrono::milliseconds(3000);
+// Ranks waiting this long in MPI_Init for one that has not entered it get a line naming it,
+// once (no limit ends the job for it: a program may work long before tnt::init).
+constexpr auto init_wait_notice = std::chrono::seconds(60);
 
 // Writes all of `text` to the launcher's standard error, as far as it takes it.
 void write_stderr(const std::string& text) {
@@ -325,6 +328,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     }
   };
   bool done = false;
+  bool init_wait_said = false;
   std::vector<int> lifeline_fds;
   std::vector<pollfd> fds;
   while (!done) {
@@ -383,6 +387,10 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
         result.interrupted_by = sig;
         result.failures_before_interrupt = result.failures.size();
         std::fprintf(stderr, "tarantella: SIG%s received, stopping the job\n", ::sigabbrev_np(sig));
+        // A job interrupted because it seemed to hang: what it waited for, if known.
+        if (watch) {
+          if (auto w = watch->init_wait(Clock::now())) std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
+        }
         // SI_KERNEL: the terminal signalled the whole process group, mpirun included. A
         // stop the watch or the launcher began already runs its course: a second SIGTERM
         // would make mpirun leave its ranks behind. After a rank's failure mpirun is ending
@@ -395,6 +403,12 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
         stopping = true;
       } else {
         ::kill(child, SIGKILL);  // asked twice: no more waiting
+      }
+    }
+    if (watch && !init_wait_said && !result.interrupted_by && !result.verdict) {
+      if (auto w = watch->init_wait(Clock::now()); w && Clock::now() - w->since >= init_wait_notice) {
+        std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
+        init_wait_said = true;
       }
     }
     if (watch && !result.interrupted_by && !result.verdict) {

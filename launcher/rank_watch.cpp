@@ -31,7 +31,10 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
       s.stopped_at = now;
       break;
     case RankReport::Kind::continued: s.stopped = false; break;
-    case RankReport::Kind::joining: s.joining = true; break;
+    case RankReport::Kind::joining:
+      s.joining = true;
+      s.joining_at = now;
+      break;
     case RankReport::Kind::joined: s.joined = s.joining = true; break;
     case RankReport::Kind::ended:
       s.ended = true;
@@ -84,6 +87,25 @@ std::vector<int> RankWatch::waiting_in_init() const {
     if (s.joining && !s.ended) waiting.push_back(static_cast<int>(r));
   }
   return waiting;
+}
+
+std::optional<RankWatch::InitWait> RankWatch::init_wait(Clock::time_point now) const {
+  const std::vector<int> waiting = waiting_in_init();
+  if (waiting.empty()) return std::nullopt;
+  std::vector<int> missing;
+  for (size_t r = 0; r < state_.size(); ++r) {
+    const State& s = state_[r];
+    if (s.started && !s.joining && !s.ended) missing.push_back(static_cast<int>(r));
+  }
+  if (missing.empty()) return std::nullopt;
+  Clock::time_point since = Clock::time_point::max();
+  for (int r : waiting) since = std::min(since, state_[static_cast<size_t>(r)].joining_at);
+  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - since).count();
+  return InitWait{fmt::format("{} {} waited {} s in MPI_Init (tnt::init) for {}, which {} not reached it: a program "
+                              "that works long before tnt::init, or one stuck before it",
+                              describe(waiting), waiting.size() == 1 ? "has" : "have", waited, describe(missing),
+                              missing.size() == 1 ? "has" : "have"),
+                  since};
 }
 
 void RankWatch::record_lost(const LostRank& l, Clock::time_point now) {

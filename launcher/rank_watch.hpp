@@ -74,6 +74,16 @@ class RankWatch {
   // suspended): the limits count only the time it ran, so every timer moves on by `gap`.
   void paused(Clock::duration gap);
 
+  // While ranks wait in MPI_Init (none has got through it) for running ranks that have not
+  // entered it: one line naming both and how long the first has waited, and that wait's
+  // start; nullopt otherwise. No limit applies (a program may work long before tnt::init),
+  // so the launcher says it once after a while, and when the job is interrupted.
+  struct InitWait {
+    std::string message;
+    Clock::time_point since;
+  };
+  std::optional<InitWait> init_wait(Clock::time_point now) const;
+
   // Ended reports that were failures, in arrival order: the first failed first.
   const std::vector<RankReport>& failures() const { return failures_; }
 
@@ -81,6 +91,7 @@ class RankWatch {
   struct State {
     bool started = false, ended = false, stopped = false;
     bool joining = false, joined = false;
+    Clock::time_point joining_at{};  // the joining report
     int stop_signal = 0;
     Clock::time_point stopped_at{};  // the last stopped report
     int exit_code = 0;  // ended: the code (or signal) it reported

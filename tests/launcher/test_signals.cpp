@@ -149,3 +149,30 @@ TEST_CASE("signals: a rank that fails while another is stopped points at the sto
                                host_name())) != std::string::npos);
   CHECK(left_with(marker).empty());
 }
+
+TEST_CASE("signals: SIGINT while ranks wait in MPI_Init names the rank that has not reached it",
+          "[integration][signals][join]") {
+  // Rank 0 says, as the runtime does, that it enters MPI_Init (the join pipe); rank 1 runs on
+  // without. No limit ends such a job (a program may work long before tnt::init); a user
+  // who interrupts it learns what it waited for (after 60 s the launcher says so unasked).
+  Scratch dir;
+  const std::string marker = fmt::format("tnt_signals_join.{}", ::getpid());
+  const std::string program = dir.script(fmt::format(
+      "if [ \"$TNT_RANK\" = 0 ]; then printf e >/proc/self/fd/$TNT_JOIN_FD; fi\n"
+      "touch {0}/up.$TNT_RANK\n"
+      "exec sleep 300",
+      dir.path.string()));
+  tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
+  const bool up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
+  std::this_thread::sleep_for(2s);  // the join word goes through rank 0's step (a 250 ms tick)
+  job.signal(SIGINT);
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  REQUIRE(up);
+  CHECK(o.exited(128 + SIGINT));
+  CHECK(o.err.find(fmt::format("rank 0 (host {0}, local rank 0) has waited ", host_name())) != std::string::npos);
+  CHECK(o.err.find(fmt::format(" s in MPI_Init (tnt::init) for rank 1 (host {0}, local rank 1), which has not "
+                               "reached it",
+                               host_name())) != std::string::npos);
+  CHECK(left_with(marker).empty());
+}

@@ -307,3 +307,20 @@ TEST_CASE("watch: a parameter-server worker killed is survived; a server's failu
   REQUIRE(v);
   CHECK(v->reason == RankWatch::Reason::teardown);
 }
+
+TEST_CASE("watch: ranks waiting in MPI_Init for one that has not entered it are named, with the wait", "[watch]") {
+  RankWatch w(three_ranks(), limits(10, 5), t0);
+  for (int r = 0; r < 3; ++r) w.record(report(r, RankReport::Kind::started), t0 + 1s);
+  CHECK_FALSE(w.init_wait(t0 + 2s));  // nobody waits yet
+  w.record(report(0, RankReport::Kind::joining), t0 + 2s);
+  w.record(report(2, RankReport::Kind::joining), t0 + 5s);
+  const auto wait = w.init_wait(t0 + 62s);
+  REQUIRE(wait);
+  CHECK(wait->since == t0 + 2s);
+  CHECK(wait->message == "rank 0 (host a, local rank 0), rank 2 (host b, local rank 0) have waited 60 s in MPI_Init "
+                         "(tnt::init) for rank 1 (host a, local rank 1), which has not reached it: a program that "
+                         "works long before tnt::init, or one stuck before it");
+  CHECK_FALSE(w.check(t0 + 62s));  // no limit applies to it
+  w.record(report(1, RankReport::Kind::joined), t0 + 70s);
+  CHECK_FALSE(w.init_wait(t0 + 71s));  // through MPI_Init: nothing waits any more
+}

@@ -181,16 +181,25 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     std::string more;
     // Ranks that made the same mistake (a usage error everywhere, /bin/false) are not
     // "abnormal after it": they are the same failure, said once.
-    size_t same = 0, other = 0;
+    // Ranks that Open MPI's stop of the job took down (SIGTERM, or SIGKILL after its grace)
+    // are no failures of their own, even where they printed the first one's error already.
+    size_t same = 0, other = 0, stopped = 0;
     for (size_t i = 1; i < result.failures.size(); ++i) {
       const tl::RankReport& r = result.failures[i];
-      (r.signaled == first.signaled && r.code == first.code ? same : other) += 1;
+      if (r.signaled == first.signaled && r.code == first.code) {
+        ++same;
+      } else if (r.signaled && (r.code == SIGTERM || r.code == SIGKILL)) {
+        ++stopped;
+      } else {
+        ++other;
+      }
     }
     auto ranks = [](size_t n) { return fmt::format("{} more rank{}", n, n == 1 ? "" : "s"); };
     if (same > 0) {
       const bool usage = !first.signaled && first.code == tl::usage_exit_code;
       more += fmt::format("; {} ended {}", ranks(same), usage ? "with the same usage error" : "the same way");
     }
+    if (stopped > 0) more += fmt::format("; {} ended by the job's stop (SIGTERM or SIGKILL)", ranks(stopped));
     if (other > 0) more += fmt::format("; {} ended abnormally after it", ranks(other));
     std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) failed first: %s%s\n", first.rank,
                  tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());

@@ -176,3 +176,19 @@ TEST_CASE("signals: SIGINT while ranks wait in MPI_Init names the rank that has 
                                host_name())) != std::string::npos);
   CHECK(left_with(marker).empty());
 }
+
+TEST_CASE("signals: ranks that the job's stop took down are not called abnormal", "[integration][signals]") {
+  // Rank 1 fails; Open MPI then stops ranks 0 and 2 with SIGTERM. They were said to have
+  // "ended abnormally after it", as if they had failed on their own.
+  Scratch dir;
+  const std::string marker = fmt::format("tnt_signals_stop.{}", ::getpid());
+  const std::string program = dir.script("if [ \"$TNT_RANK\" = 1 ]; then exit 3; fi\nexec sleep 30");
+  tnt_test::Process job({launcher, "-n", "3", "--", program, marker}, tnt_test::clean_environment());
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  CHECK(o.exited(3));
+  CHECK(o.err.find("failed first: exit code 3; 2 more ranks ended by the job's stop (SIGTERM or SIGKILL)") !=
+        std::string::npos);
+  CHECK(o.err.find("abnormally") == std::string::npos);
+  CHECK(left_with(marker).empty());
+}

@@ -57,6 +57,16 @@ void deserialize_translations(const std::string& text, std::vector<std::vector<i
 void evaluate_bleu(tnt_models::Translator& translator, const tnt::Subtokenizer& tokenizer, const BleuInputs& bleu,
                    int64_t decode_batch_size, const std::string& model_dir) {
   const auto start = std::chrono::steady_clock::now();
+  if (tnt::is_master_rank()) {
+    // Said first: decoding a long sentence takes long, and nothing else is printed until
+    // the scores come.
+    size_t longest = 0;
+    for (const auto& ids : bleu.encoded) longest = std::max(longest, ids.size());
+    tnt::print("Translating {} of {} for BLEU ({}; the longest has {} subtokens{})",
+               tnt_models::count_of(static_cast<int64_t>(bleu.encoded.size()), "sentence"), bleu.source,
+               tnt_models::count_of(tnt::size(), "rank"), longest,
+               longest > 512 ? ", which takes long to decode: --decode_max_length=N cuts the sources" : "");
+  }
   std::vector<std::vector<int64_t>> mine;
   std::string failure;
   try {

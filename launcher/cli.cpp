@@ -26,8 +26,9 @@ namespace {
 constexpr const char* usage_line = "tarantella [options] -- PROGRAM [ARGS...]";
 
 cxxopts::Options make_parser() {
-  cxxopts::Options o("tarantella", "Runs PROGRAM data-parallel on every host: by default a rank per slot or per GPU, else 1 "
-                     "CPU rank; -n N for N a host (one per CPU socket, say, with --pin-to-socket).");
+  cxxopts::Options o("tarantella",
+                     "Runs PROGRAM data-parallel on every host: by default a rank per slot, SLURM task or GPU, else "
+                     "1 CPU rank; -n N for N a host (one per CPU socket, say, with --pin-to-socket).");
   o.custom_help("[options] -- PROGRAM [ARGS...]");
   o.positional_help("");
   o.set_width(100);
@@ -117,7 +118,7 @@ cxxopts::Options make_parser() {
 
 int parse_ranks_per_node(const std::string& flag, const std::string& text) {
   if (auto n = parse_count(text)) return *n;
-  throw InputError(fmt::format("{} {}: ranks per node must be a positive integer", flag, text));
+  throw InputError(fmt::format("{} {}: ranks per node must be an integer from 1 to 1000000", flag, text));
 }
 
 std::string normalize_log_level(const std::string& text) {
@@ -436,7 +437,8 @@ Options parse_command_line(const std::vector<std::string>& args) {
     if (!result.count(flag)) return std::nullopt;
     const auto text = result[flag].as<std::string>();
     if (auto v = parse_seconds(text)) return v;
-    throw InputError(fmt::format("--{} {}: must be a non-negative number of seconds (0: no limit)", flag, text));
+    throw InputError(fmt::format("--{} {}: must be a number of seconds from 0 (no limit) to a year (31622400)", flag,
+                                 text));
   };
   o.start_timeout_s = seconds("start-timeout");
   o.exit_timeout_s = seconds("exit-timeout");
@@ -546,7 +548,8 @@ Seconds resolve(std::optional<double> flag_value, const Environment& env, const 
   if (flag_value) return Seconds(*flag_value);
   if (auto text = lookup(env, variable)) {
     if (auto v = parse_seconds(*text)) return Seconds(*v);
-    throw InputError(fmt::format("{}='{}' is not a non-negative number of seconds (0: no limit)", variable, *text));
+    throw InputError(fmt::format("{}='{}' is not a number of seconds from 0 (no limit) to a year (31622400)", variable,
+                                 *text));
   }
   return Seconds(fallback);
 }

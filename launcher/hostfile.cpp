@@ -35,7 +35,7 @@ bool valid_host_name(std::string_view name) {
 
 int parse_slots(std::string_view text, const std::string& where) {
   if (auto n = parse_count(text)) return *n;
-  throw InputError(fmt::format("{}: slots must be a positive integer, got '{}'", where, excerpt(text)));
+  throw InputError(fmt::format("{}: slots must be an integer from 1 to 1000000, got '{}'", where, excerpt(text)));
 }
 
 // `host` or `host:N`

@@ -124,14 +124,14 @@ TEST_CASE("hostfile: 100,000 lines parse in linear time", "[hostfile][slow]") {
 }
 
 TEST_CASE("hostfile: every error names the file and the line", "[hostfile]") {
-  CHECK(error_of("a\nb slots=0\n") == "hostfile 'hosts', line 2: slots must be a positive integer, got '0'");
-  CHECK(error_of("a slots=abc") == "hostfile 'hosts', line 1: slots must be a positive integer, got 'abc'");
-  CHECK(error_of("\n\na slots=-1") == "hostfile 'hosts', line 3: slots must be a positive integer, got '-1'");
-  CHECK(error_of("a slots=") == "hostfile 'hosts', line 1: slots must be a positive integer, got ''");
-  CHECK(error_of("a slots=2.5") == "hostfile 'hosts', line 1: slots must be a positive integer, got '2.5'");
-  CHECK(error_of("a:") == "hostfile 'hosts', line 1: slots must be a positive integer, got ''");
-  CHECK(error_of("a:x") == "hostfile 'hosts', line 1: slots must be a positive integer, got 'x'");
-  CHECK(error_of("a:99999999999") == "hostfile 'hosts', line 1: slots must be a positive integer, got '99999999999'");
+  CHECK(error_of("a\nb slots=0\n") == "hostfile 'hosts', line 2: slots must be an integer from 1 to 1000000, got '0'");
+  CHECK(error_of("a slots=abc") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got 'abc'");
+  CHECK(error_of("\n\na slots=-1") == "hostfile 'hosts', line 3: slots must be an integer from 1 to 1000000, got '-1'");
+  CHECK(error_of("a slots=") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got ''");
+  CHECK(error_of("a slots=2.5") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got '2.5'");
+  CHECK(error_of("a:") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got ''");
+  CHECK(error_of("a:x") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got 'x'");
+  CHECK(error_of("a:99999999999") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got '99999999999'");
   CHECK_THAT(error_of("a\n\nb max_slots=4"), Catch::StartsWith("hostfile 'hosts', line 3: unexpected 'max_slots=4'"));
   CHECK_THAT(error_of("a:2 slots=3"), Catch::StartsWith("hostfile 'hosts', line 1: slots given twice"));
   CHECK_THAT(error_of("a slots=2 slots=3"), Catch::StartsWith("hostfile 'hosts', line 1: slots given twice"));
@@ -162,7 +162,7 @@ TEST_CASE("hostfile: binary garbage is quoted as a short, escaped excerpt", "[ho
   // Nothing but printable ASCII reaches the terminal.
   for (char c : e) CHECK((c >= 0x20 && c < 0x7f));
   CHECK(error_of("node1 slots=\x01\x02") ==
-        "hostfile 'hosts', line 1: slots must be a positive integer, got '\\x01\\x02'");
+        "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got '\\x01\\x02'");
   CHECK(error_of("node1 \x1b]0;title\x07") ==
         "hostfile 'hosts', line 1: unexpected '\\x1b]0;title\\x07' (a line is 'host', 'host slots=N' or 'host:N')");
   CHECK(list_error_of("n1,\x01") == "-H n1,\\x01: item 2: '\\x01' is not a host name (letters, digits, '.', '-', '_')");
@@ -229,7 +229,7 @@ TEST_CASE("hostfile: the -H list", "[hostfile]") {
   REQUIRE(list.warnings.size() == 1);
   CHECK_THAT(list.warnings[0], Catch::Contains("-H, item 4: host 'h1' is already listed (item 1)"));
   CHECK(list_error_of("h1,,h2") == "-H h1,,h2: item 2 is empty");
-  CHECK(list_error_of("h1,h2:0") == "-H h1,h2:0: item 2: slots must be a positive integer, got '0'");
+  CHECK(list_error_of("h1,h2:0") == "-H h1,h2:0: item 2: slots must be an integer from 1 to 1000000, got '0'");
   CHECK_THAT(list_error_of("h1 h2"), Catch::Contains("'h1 h2' is not a host name"));
 }
 

@@ -380,7 +380,7 @@ TEST_CASE("integration: bad input stops before anything starts", "[integration][
   // A hostfile error names the file and the line.
   std::ofstream(path) << "# hosts\nnode1\nnode2 slots=many\n";
   fails_with({"--hostfile", path, "--", "/bin/true"},
-             std::string("hostfile '") + path + "', line 3: slots must be a positive integer, got 'many'");
+             std::string("hostfile '") + path + "', line 3: slots must be an integer from 1 to 1000000, got 'many'");
   std::ofstream(path) << "# nothing here\n";
   fails_with({"--hostfile", path, "--", "/bin/true"}, std::string("hostfile '") + path + "' lists no hosts");
   std::remove(path);

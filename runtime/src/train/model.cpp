@@ -301,14 +301,17 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
   TNT_INPUT_CHECK(options.validation_freq > 0, "fit: validation_freq must be positive");
   TNT_INPUT_CHECK(options.total_epochs == 0 || options.total_epochs >= options.epochs,
                   "fit: total_epochs={} is smaller than epochs={}", options.total_epochs, options.epochs);
-  // The launcher gave ranks the parameter-server roles (a server has no GPU), but this fit
-  // trains synchronously on every rank: refused on all of them alike, not run unbalanced.
-  TNT_INPUT_CHECK(ps_ != nullptr || config().ps_servers.empty(),
-                  "tarantella --parameter-servers (TNT_PS_SERVERS={}) starts parameter-server training, but this "
-                  "program trains synchronously (fit's strategy is synchronous; fashion_mnist: "
-                  "--strategy=parameter_server chooses the other): leave out --parameter-servers, or choose that "
-                  "strategy",
-                  config().ps_servers);
+  // Ranks with parameter-server roles (tarantella --parameter-servers: a server rank gets no
+  // GPU) that train synchronously: allowed (a program may fit both ways in one job), but a
+  // program that forgot its strategy would otherwise train unbalanced without a word.
+  static bool told_sync_under_ps = false;  // once a process
+  if (ps_ == nullptr && !config().ps_servers.empty() && is_master_rank() && !std::exchange(told_sync_under_ps, true)) {
+    log_warning("TNT_PS_SERVERS={} (tarantella --parameter-servers) gives ranks parameter-server roles, but this fit "
+                "trains synchronously on every rank, the server ranks included (on GPU nodes they have no GPU); "
+                "for parameter-server training give fit the parameter_server strategy (fashion_mnist: "
+                "--strategy=parameter_server), else leave out --parameter-servers",
+                config().ps_servers);
+  }
   prepare_training();
   // Parameter servers: after a lost worker, the workers left split the validation set again.
   const int validation_ranks = size();

@@ -15,6 +15,7 @@ namespace tnt::launcher::env {
 // exported to every rank (launcher, always "1"; the knobs only when asked for), read by the
 // launcher itself (the timeouts), per attempt (restart, run_id), or private (the report
 // address, the join pipe): config_table.hpp says what each is.
+using tnt::env::core_limit;
 using tnt::env::device;
 using tnt::env::exit_timeout;
 using tnt::env::heartbeat_timeout;
@@ -50,8 +51,9 @@ inline constexpr std::string_view prefix = "TNT_";
 
 // Names a user may not set with -x: the per-rank step owns them, and a stale value from
 // an enclosing job must not leak into this one.
-inline constexpr std::array<std::string_view, 11> reserved = {
-    rank, size, local_rank, local_size, device, launcher, report_address, stdout_is_tty, restart, run_id, join_fd};
+inline constexpr std::array<std::string_view, 12> reserved = {
+    rank,    size,    local_rank, local_size, device,  launcher, report_address, stdout_is_tty,
+    restart, run_id, join_fd,    core_limit};
 
 inline bool is_reserved(std::string_view name) {
   for (auto r : reserved) {

@@ -1,5 +1,6 @@
 #include "job.hpp"
 
+#include "env_names.hpp"
 #include "error.hpp"
 #include "mpirun_output.hpp"
 #include "processes.hpp"
@@ -16,6 +17,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -80,7 +82,18 @@ std::string describe_ranks(const std::vector<LostRank>& ranks) {
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (::getppid() != launcher) ::_exit(128 + SIGTERM);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
-  ::signal(SIGPIPE, SIG_DFL);  // ignored by the launcher alone (an ignored signal stays so across exec)
+  // Ignored by the launcher alone (an ignored signal stays so across exec).
+  for (int sig : {SIGPIPE, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
+  // mpirun runs without core files: Open MPI 4.1's mpirun crashes when a signal finds it
+  // ending a job already (a terminal's Ctrl-C reaches it directly), and its core is no
+  // user's concern. The rank's step gives the program the limit back (env::core_limit).
+  rlimit core{};
+  if (::getrlimit(RLIMIT_CORE, &core) == 0 && core.rlim_cur != 0) {
+    ::setenv(env::core_limit,
+             core.rlim_cur == RLIM_INFINITY ? "unlimited" : std::to_string(core.rlim_cur).c_str(), 1);
+    core.rlim_cur = 0;
+    ::setrlimit(RLIMIT_CORE, &core);
+  }
   ::dup2(stderr_pipe, STDERR_FILENO);
   if (stdout_pipe >= 0) ::dup2(stdout_pipe, STDOUT_FILENO);
   std::vector<char*> argv;
@@ -92,6 +105,22 @@ std::string describe_ranks(const std::vector<LostRank>& ranks) {
 }
 
 }  // namespace
+
+namespace {
+
+bool stopped_by_signal(const RankReport& r) {
+  return r.signaled && (r.code == SIGINT || r.code == SIGTERM || r.code == SIGHUP || r.code == SIGQUIT ||
+                        r.code == SIGKILL);
+}
+
+}  // namespace
+
+const RankReport* JobResult::failed_before_interrupt() const {
+  for (size_t i = 0; i < failures_before_interrupt && i < failures.size(); ++i) {
+    if (!stopped_by_signal(failures[i])) return &failures[i];
+  }
+  return nullptr;
+}
 
 std::vector<LostRank> JobResult::news() const {
   std::vector<LostRank> out;
@@ -187,6 +216,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   int err_fd = err_pipe[0];
   ::fcntl(err_fd, F_SETFL, ::fcntl(err_fd, F_GETFL) | O_NONBLOCK);
   MpirunOutputFilter filter;
+  filter.set_mpirun_pid(child);
   // When a partial line (or a separator) that waits in the filter is passed on as it is.
   Clock::time_point flush_at = Clock::time_point::max();
   auto relay = [&] {
@@ -397,7 +427,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
         // the job already, and a signal then makes Open MPI 4.1's mpirun crash on the way
         // (a backtrace and a core file): it gets its grace, then SIGKILL.
         if (!result.verdict && !stopping) {
-          if (info.ssi_code != SI_KERNEL && result.failures.empty()) ::kill(child, SIGTERM);
+          if (info.ssi_code != SI_KERNEL && result.failed_before_interrupt() == nullptr) ::kill(child, SIGTERM);
           kill_at = Clock::now() + stop_grace;
         }
         stopping = true;

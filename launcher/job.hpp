@@ -34,6 +34,9 @@ struct JobResult {
   int mpirun_status = 0;            // as from waitpid
   std::optional<int> interrupted_by;  // SIGINT, SIGTERM, SIGHUP or SIGQUIT received by the launcher
   size_t failures_before_interrupt = 0;  // how many of `failures` had arrived by then
+  // The first of those that failed on its own: not killed by a stop signal (SIGINT, SIGTERM,
+  // SIGHUP, SIGQUIT, SIGKILL), which may be the interrupt's own, come through mpirun.
+  const RankReport* failed_before_interrupt() const;
   std::optional<RankWatch::Verdict> verdict;  // the watch ended the job (already printed)
   std::vector<RankReport> failures;  // in the order they were reported; the first failed first
   // The ranks whose programs were stopped (SIGSTOP, SIGTSTP) when the first failure came, by

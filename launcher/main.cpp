@@ -181,14 +181,15 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     std::string more;
     // Ranks that made the same mistake (a usage error everywhere, /bin/false) are not
     // "abnormal after it": they are the same failure, said once.
-    // Ranks that Open MPI's stop of the job took down (SIGTERM, or SIGKILL after its grace)
-    // are no failures of their own, even where they printed the first one's error already.
+    // Ranks that Open MPI's stop of the job took down (SIGTERM) are no failures of their own,
+    // even where they printed the first one's error already. (SIGKILL may be the kernel's
+    // out-of-memory killer: abnormal.)
     size_t same = 0, other = 0, stopped = 0;
     for (size_t i = 1; i < result.failures.size(); ++i) {
       const tl::RankReport& r = result.failures[i];
       if (r.signaled == first.signaled && r.code == first.code) {
         ++same;
-      } else if (r.signaled && (r.code == SIGTERM || r.code == SIGKILL)) {
+      } else if (r.signaled && r.code == SIGTERM) {
         ++stopped;
       } else {
         ++other;
@@ -199,15 +200,20 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
       const bool usage = !first.signaled && first.code == tl::usage_exit_code;
       more += fmt::format("; {} ended {}", ranks(same), usage ? "with the same usage error" : "the same way");
     }
-    if (stopped > 0) more += fmt::format("; {} ended by the job's stop (SIGTERM or SIGKILL)", ranks(stopped));
+    if (stopped > 0) more += fmt::format("; {} ended by the job's stop (SIGTERM)", ranks(stopped));
     if (other > 0) more += fmt::format("; {} ended abnormally after it", ranks(other));
     std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) failed first: %s%s\n", first.rank,
                  tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
-    for (const tl::RankReport& s : result.stopped_at_first_failure) {
+    const auto& stopped_ranks = result.stopped_at_first_failure;
+    for (size_t i = 0; i < stopped_ranks.size() && i < 8; ++i) {  // enough to find them on a large job
+      const tl::RankReport& s = stopped_ranks[i];
       std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) was stopped (%s) when rank %d failed: a "
                    "rank waiting for it in a collective operation fails at its timeout; look at the stopped one\n",
                    s.rank, tl::ps_role_words(roles, s.rank).c_str(), s.host.c_str(), s.local_rank,
                    tl::signal_name(s.code).c_str(), first.rank);
+    }
+    if (stopped_ranks.size() > 8) {
+      std::fprintf(stderr, "tarantella: and %zu more ranks were stopped then\n", stopped_ranks.size() - 8);
     }
     print_losses(news);
     return tl::shell_status(first);
@@ -297,8 +303,8 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
   if (result.interrupted_by) {
     // A rank that had failed before the signal came is still named: the signal only ended
     // the job sooner.
-    if (result.failures_before_interrupt > 0) {
-      const tl::RankReport& first = result.failures.front();
+    if (const tl::RankReport* failed = result.failed_before_interrupt()) {
+      const tl::RankReport& first = *failed;
       std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) had failed before the signal: %s\n",
                    first.rank, tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank,
                    tl::describe_status(first).c_str());
@@ -325,6 +331,10 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
 }
 
 int launch(const std::vector<std::string>& args) {
+  // SIGUSR1 and SIGUSR2 are for the ranks' programs: while a job runs they are passed on
+  // (job.cpp); before, between and after jobs they must not end the launcher (their default).
+  ::signal(SIGUSR1, SIG_IGN);
+  ::signal(SIGUSR2, SIG_IGN);
   const tl::Options options = tl::parse_command_line(args);
   if (options.help) {
     std::fputs(tl::help_text().c_str(), stdout);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <utility>
 
 namespace tnt::launcher {
 
@@ -46,6 +47,22 @@ bool is_noise_line(std::string_view line) {
          (line.find(" sent help message ") != std::string_view::npos &&
           line.find(" more process") != std::string_view::npos) ||
          line.find("Set MCA parameter \"orte_base_help_aggregate\" to 0") != std::string_view::npos;
+}
+
+// The process id of a line that Open MPI's signal handler wrote, "[host:PID] ..." (the id
+// may be padded with zeros), else -1.
+long line_pid(std::string_view line) {
+  if (line.empty() || line.front() != '[') return -1;
+  const size_t close = line.find(']');
+  if (close == std::string_view::npos || close > 300) return -1;
+  const size_t colon = line.rfind(':', close);
+  if (colon == std::string_view::npos || colon + 1 == close || close - colon > 12) return -1;
+  long pid = 0;
+  for (size_t i = colon + 1; i < close; ++i) {
+    if (line[i] < '0' || line[i] > '9') return -1;
+    pid = pid * 10 + (line[i] - '0');
+  }
+  return pid;
 }
 
 // A framed block longer than this is no restated failure: it is passed on.
@@ -201,6 +218,29 @@ void MpirunOutputFilter::line(std::string text, std::string& out) {
                                    [&](const HostProblem& h) { return h.host == p->host; });
     if (!known && host_problems_.size() < max_distinct_errors) host_problems_.push_back(std::move(*p));
   }
+  // mpirun's own crash report, and its answer to a signal while it ends the job already
+  // (a line and an empty one).
+  const bool from_mpirun = mpirun_pid_ > 0 && line_pid(text) == mpirun_pid_;
+  if (std::exchange(after_abort_note_, false) && (text == "\n" || text == "\r\n")) {
+    hold(text);
+    return;
+  }
+  if (block_.empty() && from_mpirun && text.find("*** Process received signal ***") != std::string::npos) {
+    in_crash_ = true;
+    crash_lines_ = 0;
+  }
+  if (in_crash_) {
+    hold(text);
+    if (text.find("*** End of error message ***") != std::string::npos || ++crash_lines_ > max_block_lines) {
+      in_crash_ = false;
+    }
+    return;
+  }
+  if (block_.empty() && text.rfind("mpirun: abort is already in progress", 0) == 0) {
+    hold(text);
+    after_abort_note_ = true;
+    return;
+  }
   if (block_.empty() && repeated_error(text)) return;
   if (!block_.empty()) {
     if (block_.size() == 1 && !opens_failure_block(text)) {
@@ -241,7 +281,10 @@ std::string MpirunOutputFilter::feed(std::string_view bytes) {
     while (text_end > 0 && (whole[text_end - 1] == '\r' || whole[text_end - 1] == ' ')) --text_end;
     size_t dashes_at = text_end;
     while (dashes_at > 0 && whole[dashes_at - 1] == '-') --dashes_at;
-    if (text_end - dashes_at >= kOpenMpiSeparator && dashes_at > 0) {
+    // Exactly Open MPI's 74 dashes, behind text that is not blank: a program's own rule of
+    // dashes at the end of its line stays as it is.
+    const bool text_before = whole.find_first_not_of(" \t", 0) < dashes_at;
+    if (text_end - dashes_at == kOpenMpiSeparator && dashes_at > 0 && text_before) {
       line(whole.substr(0, dashes_at) + "\n", out);
       line(whole.substr(dashes_at), out);
     } else {

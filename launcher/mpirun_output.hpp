@@ -70,6 +70,12 @@ class MpirunOutputFilter {
   // then ends the others with SIGTERM. That block is held back (the launcher names the rank).
   std::optional<int> improper_exit_rank() const { return improper_ ? improper_rank_ : std::nullopt; }
 
+  // mpirun's own process id: the report of its crash ("[host:PID] *** Process received
+  // signal ***" to "*** End of error message ***", Open MPI 4.1's mpirun crashes when a signal
+  // finds it ending the job already) is held back like the failure blocks; a rank's
+  // program's report in the same form (another PID) passes on.
+  void set_mpirun_pid(long pid) { mpirun_pid_ = pid; }
+
   static constexpr size_t held_limit = 64 * 1024;
   static constexpr size_t max_distinct_errors = 256;  // more distinct ones pass on as they are
 
@@ -84,6 +90,10 @@ class MpirunOutputFilter {
   void line(std::string text, std::string& out);
   void hold(const std::string& text);
 
+  long mpirun_pid_ = -1;             // mpirun's process id (-1 unknown)
+  bool in_crash_ = false;            // inside mpirun's crash report
+  bool after_abort_note_ = false;    // the line before was mpirun's "abort is already in progress"
+  size_t crash_lines_ = 0;
   std::string partial_;              // the last line, until its newline comes
   std::vector<std::string> block_;   // a block that began with a separator, being read
   std::string held_;

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -122,8 +123,23 @@ void forward(pid_t group, int sig) {
   ::_exit(code);
 }
 
+// The core file size limit the launcher had (mpirun ran without one: env::core_limit),
+// given back to the program, within the hard limit this process has.
+void restore_core_limit() {
+  const char* text = std::getenv(env::core_limit);
+  if (text == nullptr) return;
+  rlimit core{};
+  if (::getrlimit(RLIMIT_CORE, &core) == 0) {
+    const rlim_t want = std::string(text) == "unlimited" ? RLIM_INFINITY : std::strtoull(text, nullptr, 10);
+    core.rlim_cur = core.rlim_max == RLIM_INFINITY ? want : std::min(want, core.rlim_max);
+    ::setrlimit(RLIMIT_CORE, &core);
+  }
+  ::unsetenv(env::core_limit);
+}
+
 [[noreturn]] void exec_program(const std::vector<std::string>& program, pid_t monitor, int exec_status,
                                 int join_fd) {
+  restore_core_limit();
   // Die with the step: without this a step killed by SIGKILL leaves its program behind.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != monitor) not_started(exec_status, ESRCH, 128 + SIGKILL);

@@ -79,8 +79,8 @@ TEST_CASE("cli: the three names of ranks per node", "[cli]") {
   CHECK_THAT(error_of({"-n", "2", "--devices-per-node", "2", "--", "p"}),
              Catch::Contains("-n/--n-per-node and --devices-per-node"));
   CHECK_THAT(error_of({"-n", "2", "--n-per-node", "3", "--", "p"}), Catch::Contains("give one"));
-  CHECK_THAT(error_of({"-n", "0", "--", "p"}), Catch::Contains("positive integer"));
-  CHECK_THAT(error_of({"-n", "-2", "--", "p"}), Catch::Contains("positive integer"));
+  CHECK_THAT(error_of({"-n", "0", "--", "p"}), Catch::Contains("an integer from 1 to 1000000"));
+  CHECK_THAT(error_of({"-n", "-2", "--", "p"}), Catch::Contains("an integer from 1 to 1000000"));
   CHECK_THAT(error_of({"-n", "two", "--", "p"}), Catch::Contains("-n/--n-per-node two"));
   CHECK_THAT(error_of({"--devices-per-node", "1.5", "--", "p"}), Catch::Contains("--devices-per-node 1.5"));
   CHECK_THAT(error_of({"-n", "--", "p"}), Catch::Contains("n"));

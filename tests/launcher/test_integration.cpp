@@ -528,9 +528,15 @@ TEST_CASE("integration: compute threads beyond a rank's cores or its share of th
     auto o = tarantella({"-n", "2", "--pin-to-socket", "-x", "TNT_NUM_THREADS=" + n, "--", join_probe});
     INFO(o.describe());
     REQUIRE(o.exited(0));
-    if (cores == 2) {
-      CHECK_THAT(o.out + o.err, Catch::Contains("TNT_NUM_THREADS=2 is more than the 1 core(s) rank 0 may run on"));
-    }
+    // Each rank's mask holds cores / 2 of them (2 ranks on this node).
+    CHECK_THAT(o.out + o.err, Catch::Contains("TNT_NUM_THREADS=" + n + " is more than the " +
+                                              std::to_string(cores / 2) + " core(s) rank 0 may run on"));
+    // What each rank's program sees.
+    const Outcome info =
+        tarantella({"-n", "2", "--pin-to-socket", "-x", "TNT_NUM_THREADS=" + n, "--", rank_info, "--json"});
+    INFO(info.describe());
+    REQUIRE(info.exited(0));
+    for (const auto& r : json_lines(info.out)) CHECK(r["env"]["TNT_NUM_THREADS"] == n);
   }
   SECTION("more than the cores the rank may run on") {
     auto o = tarantella({"-n", "1", "-x", "TNT_NUM_THREADS=" + std::to_string(cores + 1), "--", join_probe});

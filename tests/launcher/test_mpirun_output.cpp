@@ -236,3 +236,23 @@ TEST_CASE("mpirun output: the rank Open MPI ended the job for, when it exited im
   not_a_rank.feed("mpirun has exited due to process rank x with PID 5 on\nnode vm exiting improperly.\n");
   CHECK_FALSE(not_a_rank.improper_exit_rank().has_value());
 }
+
+TEST_CASE("mpirun output: mpirun's own crash report is held back, a rank's passes", "[mpirun_output]") {
+  // Open MPI 4.1's mpirun crashes when a signal finds it ending the job already (a terminal's
+  // Ctrl-C reaches it directly); the same report from a rank's program (another PID) is the
+  // program's and passes on.
+  auto crash = [](long pid) {
+    const std::string p = "[vm:0" + std::to_string(pid) + "] ";  // Open MPI pads the id
+    return p + "*** Process received signal ***\n" + p + "Signal: Segmentation fault (11)\n" + p +
+           "[ 0] /lib/x86_64-linux-gnu/libc.so.6(+0x3c050)[0x7f66b4202050]\n" + p + "*** End of error message ***\n";
+  };
+  const std::string abort_note = "mpirun: abort is already in progress...hit ctrl-c again to forcibly terminate\n\n";
+  MpirunOutputFilter f;
+  f.set_mpirun_pid(4242);
+  const std::string after = "tarantella: next line\n";
+  CHECK(relayed(f, abort_note + crash(4242) + after, 4096) == after);
+  CHECK(f.held_back() == abort_note + crash(4242));
+  MpirunOutputFilter g;
+  g.set_mpirun_pid(4242);
+  CHECK(relayed(g, crash(777), 4096) == crash(777));
+}

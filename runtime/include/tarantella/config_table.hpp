@@ -77,7 +77,9 @@ namespace tnt {
   X(restart, "TNT_RESTART", "the attempt: 0, then n for the n-th restart")                      \
   X(run_id, "TNT_RUN_ID", "the launcher run, the same over its restarts")                       \
   X(report_address, "TNT_LAUNCHER_REPORT", "where a rank's step reports (private to the launcher)") \
-  X(join_fd, "TNT_JOIN_FD", "a pipe on which the runtime says it entered and left MPI_Init")
+  X(join_fd, "TNT_JOIN_FD", "a pipe on which the runtime says it entered and left MPI_Init")    \
+  X(core_limit, "TNT_CORE_LIMIT",                                                               \
+    "the launcher's core file size limit, for the rank's program (mpirun itself runs without)")
 
 namespace env {
 #define TNT_ENV_KNOB_NAME(field, type, name, def, unit, help) inline constexpr const char* field = name;

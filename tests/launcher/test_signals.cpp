@@ -228,3 +228,17 @@ TEST_CASE("signals: mpirun runs without core files, the ranks' programs with the
   // sh counts 512-byte blocks; the variable is the launcher's to its steps, not the program's.
   CHECK(o.out.find(fmt::format("core {} unset", mine.rlim_cur / 512)) != std::string::npos);
 }
+
+TEST_CASE("signals: a rank that throws something other than a std::exception ends the job with a message",
+          "[integration][signals]") {
+  // Before, tnt::run_main caught std::exception only: std::terminate, Open MPI's backtrace
+  // of a SIGABRT, exit 134, while the other rank waited in its collective.
+  const std::string join_probe = TNT_JOIN_PROBE_BIN;
+  const tnt_test::Outcome o =
+      tnt_test::run({launcher, "-n", "2", "--", join_probe, "throw-int", "1"}, tnt_test::clean_environment(), 60s);
+  INFO(o.describe());
+  CHECK(o.exited(1));
+  CHECK(o.err.find("error (rank 1 of 2): the program threw an exception that is not a std::exception") !=
+        std::string::npos);
+  CHECK(o.err.find("terminate called") == std::string::npos);
+}

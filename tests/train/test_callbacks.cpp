@@ -2,6 +2,8 @@
 // all-rank ones make every rank act together (so nothing hangs).
 #include <catch2/catch.hpp>
 
+#include "comm/collective_scope.hpp"
+
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 
@@ -276,4 +278,68 @@ TEST_CASE("metric_improved follows the metric's direction") {
   REQUIRE(tnt::metric_improved("val_accuracy", tnt::MonitorMode::automatic, 0.7, 0.6, 0.0));
   REQUIRE_FALSE(tnt::metric_improved("val_accuracy", tnt::MonitorMode::automatic, 0.65, 0.6, 0.1));
   REQUIRE(tnt::metric_improved("x", tnt::MonitorMode::max, 2, 1, 0));
+}
+
+TEST_CASE("a stop asked for by a callback on the master alone stops every rank at the epoch's end") {
+  // Before, the master left fit after the epoch and the other ranks waited for it in the
+  // next step's collectives until TNT_COLLECTIVE_TIMEOUT.
+  class StopAfterFirst : public tnt::Callback {
+   public:
+    StopAfterFirst() : tnt::Callback(Ranks::master) {}
+    void on_epoch_end(int epoch, const tnt::Logs&) override {
+      if (epoch == 0) model_->stop_training();
+    }
+  };
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 5;
+  fit.verbose = 0;
+  fit.callbacks = {std::make_shared<StopAfterFirst>()};
+  const tnt::History h = model.fit(make_data(), fit);
+  CHECK(h.epochs.size() == 1);  // on every rank
+}
+
+TEST_CASE("a learning rate set by code that runs on some ranks only is refused, naming it") {
+  // A callback on the master that sets the rate made the ranks train on with different rates
+  // and weights, silently. Each rank enters the region itself here, so nothing waits.
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  const std::string where = "callback 'MyRate'";
+  {
+    const tnt::detail::SomeRanksRegion region(where, "the master only (Ranks::master)");
+    CHECK_THROWS_WITH(model.set_learning_rate(0.5),
+                      Catch::Contains("Model::set_learning_rate changes what every rank's replica must have alike, "
+                                      "but it was called from callback 'MyRate'") &&
+                          Catch::Contains("Callback::Ranks::all"));
+  }
+  CHECK(model.learning_rate() == 0.1);
+  model.set_learning_rate(0.5);  // outside such code: every rank alike
+  CHECK(model.learning_rate() == 0.5);
+}
+
+TEST_CASE("ranks whose data differ in size are refused by fit, evaluate and predict on every rank") {
+  // Before, fit paired the steps of the rank with more samples with nothing (a wait until
+  // TNT_COLLECTIVE_TIMEOUT) and evaluate averaged mismatched steps into a wrong loss.
+  if (tnt::size() < 2) return;
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  const tnt::Dataset data = make_data().take(tnt::rank() == 0 ? 64 : 32);
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 1;
+  fit.verbose = 0;
+  CHECK_THROWS_WITH(model.fit(data, fit), Catch::Contains("fit: the ranks' passes over their data differ") &&
+                                              Catch::Contains("steps an epoch"));
+  tnt::EvaluateOptions ev;
+  ev.batch_size = 16;
+  CHECK_THROWS_WITH(model.evaluate(data, ev), Catch::Contains("evaluate: the ranks' passes over their data differ") &&
+                                                  Catch::Contains("64 samples") && Catch::Contains("32 samples"));
+  tnt::PredictOptions pr;
+  pr.batch_size = 16;
+  const tnt::Dataset inputs = data.map([](tnt::Element e) { return tnt::Element{e.front()}; });
+  CHECK_THROWS_WITH(model.predict(inputs, pr), Catch::Contains("predict: the ranks' passes over their data differ"));
+  // The same data on every rank trains.
+  CHECK(model.fit(make_data().take(32), fit).epochs.size() == 1);
 }

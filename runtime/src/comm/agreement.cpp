@@ -71,4 +71,12 @@ std::optional<Disagreement> find_disagreement(Communicator& comm, const std::vec
   return d;
 }
 
+void require_same_pass(Communicator& comm, const std::string& what, const std::vector<std::string>& facts) {
+  if (std::optional<Disagreement> d = find_disagreement(comm, facts)) {
+    TNT_INPUT_ERROR("{}: the ranks' passes over their data differ ({}); every rank must pass the same dataset (as "
+                    "many samples), batch size and epochs, or their steps' collectives would pair up wrongly",
+                    what, d->describe());
+  }
+}
+
 }  // namespace tnt::detail

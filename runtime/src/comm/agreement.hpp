@@ -28,4 +28,11 @@ std::optional<Disagreement> find_disagreement(Communicator& comm, const std::vec
 
 std::string rank_list(const std::vector<int>& ranks);  // "0, 2, 5"
 
+// Collective: a pass over the data (fit, evaluate, predict) that every rank must make alike:
+// `facts` ("16 samples", "global batch 4", "4 steps an epoch", ...) must be equal on every
+// rank, else the ranks would pair one step's collectives with another's (wrong sums, then a
+// wait until TNT_COLLECTIVE_TIMEOUT). Throws InputError on every rank naming `what` and the
+// first fact that differs, by rank.
+void require_same_pass(Communicator& comm, const std::string& what, const std::vector<std::string>& facts);
+
 }  // namespace tnt::detail

@@ -44,6 +44,14 @@ void refuse_collective_here(const std::string& call) {
                   call, t_region->where_, t_region->runs_on_, call);
 }
 
+void refuse_replica_change_here(const std::string& call) {
+  if (t_region == nullptr) return;
+  TNT_INPUT_ERROR("{} changes what every rank's replica must have alike, but it was called from {}, which runs on "
+                  "{}: the ranks would train on with different values and their weights drift apart. Construct the "
+                  "callback with Callback::Ranks::all (or use a LearningRateSchedule)",
+                  call, t_region->where_, t_region->runs_on_);
+}
+
 std::string readable_type_name(const char* mangled) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> demangled(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);

@@ -41,6 +41,10 @@ class SomeRanksRegion {
   const std::string& where_;
   const char* runs_on_;
   friend void refuse_collective_here(const std::string& call);
+// Throws InputError when this thread is inside a SomeRanksRegion: call names a change that
+// every rank's replica must make alike (a learning rate), which would make them drift apart.
+void refuse_replica_change_here(const std::string& call);
+  friend void refuse_replica_change_here(const std::string& call);
 };
 
 // The innermost CollectiveLabel of this thread, or nullptr.
@@ -48,6 +52,9 @@ const char* current_collective_label();
 bool inside_some_ranks_region();
 // Throws InputError when this thread is inside a SomeRanksRegion: call names the collective.
 void refuse_collective_here(const std::string& call);
+// Throws InputError when this thread is inside a SomeRanksRegion: call names a change that
+// every rank's replica must make alike (a learning rate), which would make them drift apart.
+void refuse_replica_change_here(const std::string& call);
 
 // The callback's class name as a reader knows it: demangled, without "tnt::" or an
 // anonymous namespace.

@@ -236,6 +236,40 @@ Communicator& communicator() {
   return *ctx().comm;
 }
 
+namespace {
+
+// run_main's end after an exception: the message on this rank's standard error, and the job
+// ended (MPI_Abort) when other ranks may wait for this one in a collective.
+int end_with_error(std::string message, bool input_error) {
+  int r = g_context ? g_context->rank : 0;
+  int p = g_context ? g_context->size : 1;
+  // A message of several lines continues indented, so that the launcher can tell its
+  // lines from other ranks' (it shows an error that several ranks repeat once).
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  for (size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n', at + 3)) {
+    message.insert(at + 1, "  ");
+  }
+  if (p > 1) {
+    std::fprintf(stderr, "error (rank %d of %d): %s\n", r, p, message.c_str());
+  } else {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+  }
+  std::fflush(stderr);
+  int mpi_ready = 0, mpi_done = 0;
+  MPI_Initialized(&mpi_ready);
+  MPI_Finalized(&mpi_done);
+  // Input the program refuses (a flag's value, a data file, a checkpoint) exits 2, as a
+  // refused command line does: the launcher then knows a restart would fail the same way.
+  const int status = input_error ? kExitInputError : 1;
+  // Other ranks may be waiting in a collective this rank will never join: end the job
+  // rather than let it hang.
+  if (mpi_ready && !mpi_done && p > 1) MPI_Abort(MPI_COMM_WORLD, status);
+  finalize();
+  return status;
+}
+
+}  // namespace
+
 int run_main(int argc, char** argv, const std::function<void()>& body) {
   try {
     init(&argc, &argv);
@@ -243,32 +277,11 @@ int run_main(int argc, char** argv, const std::function<void()>& body) {
     finalize();
     return 0;
   } catch (const std::exception& e) {
-    int r = g_context ? g_context->rank : 0;
-    int p = g_context ? g_context->size : 1;
-    // A message of several lines continues indented, so that the launcher can tell its
-    // lines from other ranks' (it shows an error that several ranks repeat once).
-    std::string message = e.what();
-    while (!message.empty() && message.back() == '\n') message.pop_back();
-    for (size_t at = message.find('\n'); at != std::string::npos; at = message.find('\n', at + 3)) {
-      message.insert(at + 1, "  ");
-    }
-    if (p > 1) {
-      std::fprintf(stderr, "error (rank %d of %d): %s\n", r, p, message.c_str());
-    } else {
-      std::fprintf(stderr, "error: %s\n", message.c_str());
-    }
-    std::fflush(stderr);
-    int mpi_ready = 0, mpi_done = 0;
-    MPI_Initialized(&mpi_ready);
-    MPI_Finalized(&mpi_done);
-    // Input the program refuses (a flag's value, a data file, a checkpoint) exits 2, as a
-    // refused command line does: the launcher then knows a restart would fail the same way.
-    const int status = dynamic_cast<const InputError*>(&e) ? kExitInputError : 1;
-    // Other ranks may be waiting in a collective this rank will never join: end the job
-    // rather than let it hang.
-    if (mpi_ready && !mpi_done && p > 1) MPI_Abort(MPI_COMM_WORLD, status);
-    finalize();
-    return status;
+    return end_with_error(e.what(), dynamic_cast<const InputError*>(&e) != nullptr);
+  } catch (...) {
+    // Not a std::exception (throw 42, a library's own type): the same end, not std::terminate.
+    return end_with_error("the program threw an exception that is not a std::exception (no message to show)",
+                          false);
   }
 }
 

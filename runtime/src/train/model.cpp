@@ -115,6 +115,7 @@ double Model::learning_rate() const {
 
 void Model::set_learning_rate(double lr) {
   check_compiled("set_learning_rate");
+  detail::refuse_replica_change_here("Model::set_learning_rate");
   optimizer_->set_learning_rate(lr);
 }
 
@@ -313,6 +314,17 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
                 config().ps_servers);
   }
   prepare_training();
+  if (!ps_) {
+    // A rank with more samples (or another batch size or epochs) would go on to steps the
+    // others never take: refused on every rank at once, naming what differs.
+    std::vector<std::string> facts{fmt::format("epochs {} to {}", options.initial_epoch, options.epochs),
+                                   fmt::format("max_steps {}", options.max_steps)};
+    if (options.distribute_dataset) {
+      facts.push_back(fmt::format("global batch {}", options.batch_size));
+      facts.push_back(fmt::format("{} steps an epoch", steps));
+    }
+    detail::require_same_pass(communicator(), "fit", facts);
+  }
   // Parameter servers: after a lost worker, the workers left split the validation set again.
   const int validation_ranks = size();
   std::optional<DistributedDataset> regrouped;
@@ -417,6 +429,9 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     if (options.verbose >= 2 || log_enabled(LogLevel::info)) print("{}", describe_epoch_timing(epoch + 1, timing_, size()));
     Span span(Lane::compute, "epoch end callbacks");
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
+    // A stop asked for on some ranks only (a callback on the master calling stop_training)
+    // is every rank's: the others would otherwise wait at the next step's collectives.
+    if (!ps_) stop_requested_ = communicator().allreduce_max(stop_requested_ ? 1.0 : 0.0) > 0;
   }
   callbacks.each([&](Callback& c) { c.on_train_end(logs); });
   if (profiler_) profiler_->fit_end(*reducer_, communicator(), rc.device);

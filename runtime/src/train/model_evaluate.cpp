@@ -1,5 +1,6 @@
 // Model::evaluate (model.hpp): a pass of test_step over every rank's share, its results
 // global. test_step itself is with train_step in model.cpp.
+#include "comm/agreement.hpp"
 #include "tarantella/model.hpp"
 
 #include "tarantella/runtime.hpp"
@@ -37,6 +38,8 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   const int64_t global =
       global_batch_of("evaluate", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
   DistributedDataset distributed = data.distribute(global, rank(), size(), Remainder::pad);
+  detail::require_same_pass(communicator(), "evaluate",
+                            {fmt::format("{} samples", data.cardinality()), fmt::format("global batch {}", global)});
   eval.steps = distributed.steps();
   eval.batch_size = global;
   eval.samples = data.cardinality();

@@ -1,5 +1,6 @@
 // Model::predict (model.hpp): the predictions of every rank's share gathered back into the
 // dataset's order on every rank. The training and evaluation loops are model.cpp.
+#include "comm/agreement.hpp"
 #include "tarantella/model.hpp"
 
 #include "tarantella/comm.hpp"
@@ -132,6 +133,8 @@ Tensor Model::predict(const Dataset& data, PredictOptions options) {
   const int64_t global =
       global_batch_of("predict", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
   const DistributedDataset distributed = data.distribute(global, rank(), p, Remainder::pad);
+  detail::require_same_pass(communicator(), "predict",
+                            {fmt::format("{} samples", data.cardinality()), fmt::format("global batch {}", global)});
   std::vector<int64_t> step_real;  // real samples of each global batch, alike on every rank
   const Tensor mine = predict_rows(distributed_source(distributed, 0), "predict", &step_real);
   const bool keep = options.gather == Gather::all || is_master_rank();

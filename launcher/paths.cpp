@@ -92,8 +92,13 @@ std::string exec_failure_reason(const std::string& program, int err) {
 void check_program(const std::string& program, const Environment& env) {
   auto found = find_executable(program, lookup(env, "PATH").value_or("/usr/local/bin:/usr/bin:/bin"));
   if (found.problem != ExecutableProblem::none) {
+    // "tarantella -- -n 2 ./train": the launcher's options came after the separator.
+    const std::string hint = found.problem == ExecutableProblem::not_found && !program.empty() && program[0] == '-'
+                                 ? " (options of the launcher go before '--': tarantella -n 2 -- PROGRAM)"
+                                 : "";
     throw InputError(problem_text(fmt::format("program '{}'", program), found,
-                                  program.find('/') == std::string::npos));
+                                  program.find('/') == std::string::npos) +
+                     hint);
   }
   if (auto interpreter = missing_interpreter(found.path)) {
     throw InputError(fmt::format("program '{}': its interpreter '{}' (named on its #! line) was not found", program,

@@ -139,6 +139,10 @@ TEST_CASE("paths: finding executables like execvp", "[paths]") {
   CHECK_THROWS_WITH(check_program("no-such-program-xyz", {{"PATH", "/bin"}}),
                     "program 'no-such-program-xyz': not found in PATH");
   CHECK_NOTHROW(check_program("sh", {{"PATH", "/bin:/usr/bin"}}));
+  // The launcher's options after '--' (tarantella -- -n 2 ./train): said so.
+  CHECK_THROWS_WITH(check_program("-n", {{"PATH", "/bin"}}),
+                    "program '-n': not found in PATH (options of the launcher go before '--': tarantella -n 2 -- "
+                    "PROGRAM)");
 
 }
 

@@ -343,3 +343,21 @@ TEST_CASE("ranks whose data differ in size are refused by fit, evaluate and pred
   // The same data on every rank trains.
   CHECK(model.fit(make_data().take(32), fit).epochs.size() == 1);
 }
+
+TEST_CASE("fit and evaluate refuse data that give no step, naming the sizes") {
+  // Before, fit returned an empty History and evaluate a loss of 0, as for a perfect model.
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 1;
+  fit.verbose = 0;
+  CHECK_THROWS_WITH(model.fit(make_data().take(0), fit),
+                    Catch::Contains("fit: the training data give no step (0 samples, global batch 16)"));
+  fit.remainder = tnt::Remainder::drop;
+  CHECK_THROWS_WITH(model.fit(make_data().take(8), fit),
+                    Catch::Contains("(8 samples, global batch 16, the last partial batch dropped)"));
+  tnt::EvaluateOptions ev;
+  ev.batch_size = 16;
+  CHECK_THROWS_WITH(model.evaluate(make_data().take(0), ev), Catch::Contains("evaluate: the dataset is empty"));
+}

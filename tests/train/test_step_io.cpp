@@ -212,7 +212,7 @@ TEST_CASE("step readback: a bad label raises the direct call's message at the fl
   } catch (const InputError& e) {
     direct_message = e.what();
   }
-  CHECK(direct_message == "accuracy: label 3 of sample 1 is outside the 3 classes [0, 3)");
+  CHECK(direct_message == "accuracy: label 3 of row 1 of this rank's batch is outside the 3 classes [0, 3)");
   CHECK(direct.count() == 0);
 
   Accuracy deferred;
@@ -241,7 +241,7 @@ TEST_CASE("step readback: the CPU losses' input errors wait for the flush inside
   SoftmaxCrossEntropy ce;
   LabelSmoothingCrossEntropy smooth(0.1);
   BinaryCrossEntropy bce;
-  const std::string ce_message = "SoftmaxCrossEntropy: label 5 of sample 1 is outside the 3 classes [0, 3)";
+  const std::string ce_message = "SoftmaxCrossEntropy: label 5 of row 1 of this rank's batch is outside the 3 classes [0, 3)";
   const std::string smooth_message = "LabelSmoothingCrossEntropy: label -2 of token 0 is outside the vocabulary [0, 3)";
   const std::string bce_message = "BinaryCrossEntropy: target 1.5 of sample 1 (element 1) is outside [0, 1]";
   Tensor logits = Tensor::from_vector({0.5f, -1, 2, 1, 0, -0.5f}, {2, 3});

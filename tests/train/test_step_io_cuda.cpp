@@ -239,7 +239,7 @@ TEST_CASE("a bad label found at the step's readback is the direct call's InputEr
   } catch (const InputError& e) {
     direct = e.what();
   }
-  CHECK(direct == "SoftmaxCrossEntropy: label 7 of sample 5 is outside the 2 classes [0, 2)");
+  CHECK(direct == "SoftmaxCrossEntropy: label 7 of row 5 of this rank's batch is outside the 2 classes [0, 2)");
   auto net = test::small_mlp();
   Model model(net, kSeed);
   model.compile(std::make_shared<SGD>(0.1), std::make_shared<SoftmaxCrossEntropy>(), {std::make_shared<Accuracy>()});

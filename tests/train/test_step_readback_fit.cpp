@@ -153,8 +153,8 @@ TEST_CASE("a bad label of a CPU loss is the same InputError on every rank (not a
     }
     offset += mine;
   }
-  std::string expected = "SoftmaxCrossEntropy: label 9 of sample " + std::to_string(50 - offset) +
-                         " is outside the 2 classes [0, 2)";
+  std::string expected = "SoftmaxCrossEntropy: label 9 of row " + std::to_string(50 - offset) +
+                         " of this rank's batch is outside the 2 classes [0, 2)";
   if (p > 1) expected += " (on rank(s) " + std::to_string(bad_rank) + ")";
   try {
     model.fit(tnt::Dataset::from_tensors({e.at(0), y}), fit);

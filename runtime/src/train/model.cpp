@@ -211,6 +211,13 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
         },
         train.steps(), validation_set(options), options);
   }
+  // Keras refuses it too: a fit that trains nothing is a mistake (an empty file, a skip or a
+  // split past the end, a batch larger than the data with its remainder dropped).
+  TNT_INPUT_CHECK(train.steps() != 0,
+                  "fit: the training data give no step ({} samples, global batch {}{}); give more samples or a "
+                  "smaller batch",
+                  data.cardinality(), options.batch_size,
+                  options.remainder == Remainder::drop ? ", the last partial batch dropped" : "");
   return run_fit([train](int64_t epoch) { return distributed_source(train, epoch); }, train.steps(),
                  validation_set(options), options);
 }

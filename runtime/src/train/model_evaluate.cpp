@@ -37,6 +37,8 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   }
   const int64_t global =
       global_batch_of("evaluate", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
+  // A loss over no samples would read as 0, a perfect model.
+  TNT_INPUT_CHECK(data.cardinality() != 0, "evaluate: the dataset is empty (no sample to evaluate)");
   DistributedDataset distributed = data.distribute(global, rank(), size(), Remainder::pad);
   detail::require_same_pass(communicator(), "evaluate",
                             {fmt::format("{} samples", data.cardinality()), fmt::format("global batch {}", global)});

@@ -156,7 +156,7 @@ Tensor SoftmaxCrossEntropy::forward_weighted(const Tensor& logits, const Tensor&
   if (bad_row >= 0) {
     // Its row counted nothing; backward gives it no label term (it never indexes by it).
     detail::raise_input_error(
-        fmt::format("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
+        fmt::format("SoftmaxCrossEntropy: label {} of row {} of this rank's batch is outside the {} classes [0, {})",
                     label_at(labels, bad_row), bad_row, k, k));
   }
   auto info = std::make_shared<LossSaved>();

@@ -161,7 +161,7 @@ Tensor softmax_cross_entropy_forward(SoftmaxCrossEntropy& loss, const Tensor& lo
     // (first row with a bad label, that label)
     uint64_t* check = out->reserve(0, 2, [k](const uint64_t* w) {
       if (detail::bad_index(w) < 0) return;
-      TNT_INPUT_ERROR("SoftmaxCrossEntropy: label {} of sample {} is outside the {} classes [0, {})",
+      TNT_INPUT_ERROR("SoftmaxCrossEntropy: label {} of row {} of this rank's batch is outside the {} classes [0, {})",
                       static_cast<int64_t>(detail::bad_value(w)), detail::bad_index(w), k, k);
     });
     auto* bad_row = reinterpret_cast<unsigned long long*>(check);

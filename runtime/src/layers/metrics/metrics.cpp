@@ -102,8 +102,8 @@ void TopKAccuracy::update(const Tensor& predictions, const Tensor& labels) {
     // The check first: an update that fails adds nothing.
     if (const int64_t r = detail::bad_index(w + cuda::kTopkWords); r >= 0) {
       const auto label = static_cast<int64_t>(detail::bad_value(w + cuda::kTopkWords));
-      TNT_INPUT_ERROR("accuracy: label {} of sample {} is outside the {} classes [0, {})", label, r, classes,
-                      classes);
+      TNT_INPUT_ERROR("accuracy: label {} of row {} of this rank's batch is outside the {} classes [0, {})", label, r,
+                      classes, classes);
     }
     total_ += static_cast<double>(w[0]);
     count_ += static_cast<double>(w[1]);

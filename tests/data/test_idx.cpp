@@ -274,6 +274,10 @@ TEST_CASE("load_mnist_dir loads plain and gzip files and checks the counts", "[i
   write_idx(dir.file("odd-images-idx3-ubyte"), Tensor::from_data(px.data(), {3, 2, 2}));
   write_idx(dir.file("odd-labels-idx1-ubyte"), Tensor::from_data(px.data(), {3, 4}));
   CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "odd"), Catch::Contains("odd-labels-idx1-ubyte"));
+  // A directory where the file should be is named as such (it said "neither ... exists").
+  std::filesystem::create_directory(dir.file("dirs-images-idx3-ubyte.gz"));
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "dirs"),
+                    Catch::Contains("dirs-images-idx3-ubyte.gz is not a regular file"));
 }
 
 TEST_CASE("load_mnist_dir names the file and the sample of a label outside the classes, and images of another size",

@@ -331,6 +331,12 @@ MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name,
     std::error_code ec;
     if (std::filesystem::is_regular_file(plain, ec)) return plain.string();
     if (std::filesystem::is_regular_file(gz, ec)) return gz.string();
+    // One that exists but is no file (a directory, a FIFO) is named as such.
+    for (const auto& p : {plain, gz}) {
+      if (std::filesystem::exists(p, ec)) {
+        TNT_INPUT_ERROR("MNIST directory '{}': {} is not a regular file (split '{}')", dir, p.string(), split_name);
+      }
+    }
     TNT_INPUT_ERROR("MNIST directory '{}': neither {} nor {} exists (split '{}')", dir, base,
                     base + ".gz", split_name);
   };

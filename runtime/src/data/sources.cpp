@@ -44,9 +44,9 @@ class TensorsNode : public DatasetNode {
       TNT_CHECK(t.defined() && t.ndim() >= 1, "Dataset::from_tensors: column {} has no leading dimension", c);
       TNT_CHECK(t.device().is_cpu(), "Dataset::from_tensors: column {} is on {}; datasets hold host tensors",
                 c, t.device().str());
-      TNT_CHECK(t.dim(0) == columns_[0].dim(0),
-                "Dataset::from_tensors: column {} has {} rows but column 0 has {}", c, t.dim(0),
-                columns_[0].dim(0));
+      TNT_INPUT_CHECK(t.dim(0) == columns_[0].dim(0),
+                      "Dataset::from_tensors: column {} has {} rows but column 0 has {}", c, t.dim(0),
+                      columns_[0].dim(0));
     }
   }
   std::unique_ptr<ElementIterator> iterate(int64_t) const override {

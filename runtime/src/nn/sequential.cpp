@@ -33,7 +33,7 @@ void Sequential::prepare(const std::vector<Tensor>* inputs) {
     build(Shape(x.shape().begin() + 1, x.shape().end()), x.dtype());
     return;
   }
-  TNT_THROW("Sequential '{}' is not built yet: call build(input shape) or forward() once", name());
+  TNT_INPUT_ERROR("Sequential '{}' is not built yet: call build(input shape) or forward() once", name());
 }
 
 }  // namespace tnt

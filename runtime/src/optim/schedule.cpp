@@ -12,7 +12,7 @@
 namespace tnt {
 
 ConstantSchedule::ConstantSchedule(double value) : value_(value) {
-  TNT_CHECK(std::isfinite(value) && value >= 0, "learning rate must be finite and >= 0, got {}", value);
+  TNT_INPUT_CHECK(std::isfinite(value) && value >= 0, "learning rate must be finite and >= 0, got {}", value);
 }
 
 double ConstantSchedule::lr(int64_t) const { return value_; }

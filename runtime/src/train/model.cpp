@@ -56,7 +56,7 @@ using Span = timeline::Span;
 
 
 Model::Model(std::shared_ptr<Network> network, uint64_t seed) : network_(std::move(network)), seed_(seed) {
-  TNT_CHECK(network_, "Model needs a network");
+  TNT_INPUT_CHECK(network_, "Model needs a network (got a null pointer)");
   network_->to(default_device());
   network_->initialize(seed_);
   network_->set_input_gradients(false);

@@ -75,8 +75,8 @@ void check_sample_weights(const char* what, const Tensor& weights, const Tensor&
 
 SoftmaxCrossEntropy::SoftmaxCrossEntropy(double label_smoothing, int64_t ignore_index)
     : label_smoothing_(label_smoothing), ignore_index_(ignore_index) {
-  TNT_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "SoftmaxCrossEntropy: label_smoothing {} is not in [0, 1]",
-            label_smoothing);
+  TNT_INPUT_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
+                  "SoftmaxCrossEntropy: label_smoothing {} is not in [0, 1]", label_smoothing);
 }
 
 Tensor SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& labels, int64_t global_batch,
@@ -98,8 +98,8 @@ Tensor SoftmaxCrossEntropy::forward_weighted(const Tensor& logits, const Tensor&
   TNT_CHECK(logits.defined() && labels.defined(), "SoftmaxCrossEntropy: undefined logits or labels");
   TNT_CHECK(logits.ndim() >= 1 && logits.dim(-1) > 0, "SoftmaxCrossEntropy: logits {} are not (..., K)", logits.str());
   const int64_t k = logits.dim(-1), rows = logits.numel() / k;
-  TNT_CHECK(labels.dtype() == DType::i32 || labels.dtype() == DType::i64,
-            "SoftmaxCrossEntropy: labels must be i32 or i64 class indices, got {}", labels.str());
+  TNT_INPUT_CHECK(labels.dtype() == DType::i32 || labels.dtype() == DType::i64,
+                  "SoftmaxCrossEntropy: labels must be i32 or i64 class indices, got {}", labels.str());
   TNT_CHECK(labels.numel() == rows, "SoftmaxCrossEntropy: {} labels for {} rows of logits {}", labels.numel(), rows,
             logits.str());
   TNT_CHECK(labels.device() == logits.device(), "SoftmaxCrossEntropy: logits on {} but labels on {}",

@@ -88,8 +88,8 @@ void TopKAccuracy::update(const Tensor& predictions, const Tensor& labels) {
   TNT_CHECK(predictions.ndim() >= 1 && predictions.dim(-1) > 0, "{}: predictions {} are not (..., K)", name(),
             predictions.str());
   const int64_t rows = predictions.numel() / predictions.dim(-1);
-  TNT_CHECK(labels.dtype() == DType::i32 || labels.dtype() == DType::i64,
-            "{}: labels must be i32 or i64 class indices, got {}", name(), labels.str());
+  TNT_INPUT_CHECK(labels.dtype() == DType::i32 || labels.dtype() == DType::i64,
+                  "{}: labels must be i32 or i64 class indices, got {}", name(), labels.str());
   TNT_CHECK(labels.numel() == rows, "{}: {} labels for {} rows of predictions {}", name(), labels.numel(), rows,
             predictions.str());
   TNT_CHECK(labels.device() == predictions.device(), "{}: predictions on {} but labels on {}", name(),

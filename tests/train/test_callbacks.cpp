@@ -361,3 +361,16 @@ TEST_CASE("fit and evaluate refuse data that give no step, naming the sizes") {
   ev.batch_size = 16;
   CHECK_THROWS_WITH(model.evaluate(make_data().take(0), ev), Catch::Contains("evaluate: the dataset is empty"));
 }
+
+TEST_CASE("samples batched already are refused with what to do") {
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 1;
+  fit.verbose = 0;
+  // A Keras habit: the dataset batched before fit, which batches it again.
+  CHECK_THROWS_WITH(model.fit(make_data().batch(4), fit),
+                    Catch::Contains("as if its samples were batched already") &&
+                        Catch::Contains("give them unbatched samples"));
+}

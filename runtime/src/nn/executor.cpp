@@ -48,8 +48,17 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
     TNT_INPUT_CHECK(t.defined(), "network '{}': input {} ('{}') is undefined", name_, i, what);
     bool ok = t.ndim() == static_cast<int>(want.size());
     for (size_t d = 0; ok && d < want.size(); ++d) ok = want[d] < 0 || want[d] == t.shape()[d];
-    TNT_INPUT_CHECK(ok, "network '{}': input {} ('{}') has shape {}, expected {}", name_, i, what,
-                    shape_str(t.shape()), detail::sym_shape_str(want));
+    // One leading dimension too many, the rest as expected: samples batched already.
+    bool batched_twice = !ok && t.ndim() == static_cast<int>(want.size()) + 1;
+    for (size_t d = 1; batched_twice && d < want.size(); ++d) {
+      batched_twice = want[d] < 0 || want[d] == t.shape()[d + 1];
+    }
+    TNT_INPUT_CHECK(ok, "network '{}': input {} ('{}') has shape {}, expected {}{}", name_, i, what,
+                    shape_str(t.shape()), detail::sym_shape_str(want),
+                    batched_twice ? " (one dimension more, as if its samples were batched already: fit, evaluate "
+                                    "and predict cut the dataset into batches themselves, so give them unbatched "
+                                    "samples)"
+                                  : "");
     TNT_INPUT_CHECK(t.dtype() == inputs_[i].dtype(), "network '{}': input {} ('{}') is {}, expected {}", name_, i,
                     what, dtype_name(t.dtype()), dtype_name(inputs_[i].dtype()));
     TNT_INPUT_CHECK(t.device() == device_, "network '{}': input {} ('{}') is on {}, the network on {}", name_, i,

@@ -5,9 +5,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -201,6 +203,24 @@ std::vector<pid_t> RecordedPids::alive() const {
 
 RecordedPids::~RecordedPids() {
   for (pid_t pid : alive()) ::kill(pid, SIGKILL);
+}
+
+ScratchDir::ScratchDir(const std::string& prefix) {
+  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
+  path = pattern;
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+std::string ScratchDir::script(const std::string& name, const std::string& text, const std::string& first_line) const {
+  const std::string f = file(name);
+  std::ofstream(f) << first_line << "\n" << text << "\n";
+  if (::chmod(f.c_str(), 0755) != 0) throw std::runtime_error("chmod " + f + ": " + std::strerror(errno));
+  return f;
 }
 
 }  // namespace tnt_test

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <sys/types.h>
@@ -68,6 +69,20 @@ struct RecordedPids {
   std::string marker;
   std::vector<pid_t> alive() const;
   ~RecordedPids();
+};
+
+// A fresh directory under the system's temporary one (PREFIX_XXXXXX), removed with
+// everything in it; files for the ranks to write, and scripts for them to run.
+struct ScratchDir {
+  std::filesystem::path path;
+  explicit ScratchDir(const std::string& prefix);  // throws std::runtime_error
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  // An executable script `name`: first_line (its #! line), then text.
+  std::string script(const std::string& name, const std::string& text,
+                     const std::string& first_line = "#!/bin/sh") const;
 };
 
 }  // namespace tnt_test

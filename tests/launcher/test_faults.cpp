@@ -34,26 +34,8 @@ Outcome tarantella(const std::vector<std::string>& args, std::chrono::millisecon
   return tnt_test::run(argv, env, deadline);
 }
 
-// A fresh directory for files the ranks write, removed with everything in it.
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "tnt_faults_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  // An executable shell script.
-  std::string script(const std::string& name, const std::string& text) const {
-    const std::string f = file(name);
-    std::ofstream(f) << "#!/bin/sh\n" << text << "\n";
-    REQUIRE(::chmod(f.c_str(), 0755) == 0);
-    return f;
-  }
+struct ScratchDir : tnt_test::ScratchDir {
+  ScratchDir() : tnt_test::ScratchDir("tnt_faults") {}
 };
 
 std::string host_name() {

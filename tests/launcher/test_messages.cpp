@@ -34,24 +34,8 @@ std::string host_name() {
   return name;
 }
 
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "tnt_messages_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::string script(const std::string& name, const std::string& first_line, const std::string& text) const {
-    const std::string f = file(name);
-    std::ofstream(f) << first_line << "\n" << text << "\n";
-    REQUIRE(::chmod(f.c_str(), 0755) == 0);
-    return f;
-  }
+struct ScratchDir : tnt_test::ScratchDir {
+  ScratchDir() : tnt_test::ScratchDir("tnt_messages") {}
 };
 
 // Open MPI's own texts that restate a failure (mpirun_output.hpp).
@@ -106,7 +90,7 @@ TEST_CASE("messages: what mpirun says is shown when no rank reported a failure",
   ScratchDir dir;
   const std::string dashes(74, '-');
   const std::string fake = dir.script(
-      "mpirun", "#!/bin/sh",
+      "mpirun",
       fmt::format("printf '%s\\n' '{0}' 'mpirun has exited due to process rank 0 with PID 0 on' '{0}' >&2\n"
                   "echo '[vm:1] [[1,0],0] ORTE_ERROR_LOG: Not found in file base/plm_base_launch_support.c at "
                   "line 1' >&2\n"
@@ -130,14 +114,14 @@ TEST_CASE("messages: bad input names the input, quoted safely", "[integration][m
     CHECK(o.out.empty());
   };
   SECTION("a script whose interpreter does not exist") {
-    const std::string job = dir.script("job.sh", "#!/nonexistent/interp", "echo never");
+    const std::string job = dir.script("job.sh", "echo never", "#!/nonexistent/interp");
     fails_with({"-n", "2", "--", job},
                "program '" + job + "': its interpreter '/nonexistent/interp' (named on its #! line) was not found");
   }
   SECTION("the same script started by the per-rank step, as on a host the launcher cannot check") {
     // The launcher checks the program on its own host; on another host only the per-rank
     // step sees the exec fail. It is run here as mpirun would run it.
-    const std::string job = dir.script("job.sh", "#!/nonexistent/interp", "echo never");
+    const std::string job = dir.script("job.sh", "echo never", "#!/nonexistent/interp");
     Env env = tnt_test::clean_environment();
     for (const char* v : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"}) env[v] = "0";
     for (const char* v : {"OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"}) env[v] = "1";

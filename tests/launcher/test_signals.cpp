@@ -23,24 +23,9 @@ namespace {
 
 const std::string launcher = TNT_LAUNCHER_BIN;
 
-struct Scratch {
-  fs::path path;
-  Scratch() {
-    std::string pattern = (fs::temp_directory_path() / "tnt_signals_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::string script(const std::string& text) const {
-    const std::string f = file("rank.sh");
-    std::ofstream(f) << "#!/bin/sh\n" << text << "\n";
-    REQUIRE(::chmod(f.c_str(), 0755) == 0);
-    return f;
-  }
+struct Scratch : tnt_test::ScratchDir {
+  Scratch() : tnt_test::ScratchDir("tnt_signals") {}
+  std::string script(const std::string& text) const { return ScratchDir::script("rank.sh", text); }
 };
 
 // Waits (at most `limit`) until every file exists.

@@ -50,6 +50,15 @@ class Counter : public tnt::Callback {
   int batches = 0;
 };
 
+// Fit options of the cases below: global batch 16, quiet.
+tnt::FitOptions quiet_fit(int epochs) {
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = epochs;
+  fit.verbose = 0;
+  return fit;
+}
+
 }  // namespace
 
 TEST_CASE("CSVLogger and ModelCheckpoint write on the master only; History on every rank") {
@@ -292,10 +301,7 @@ TEST_CASE("a stop asked for by a callback on the master alone stops every rank a
   };
   tnt::Model model(make_net(), 3);
   model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
-  tnt::FitOptions fit;
-  fit.batch_size = 16;
-  fit.epochs = 5;
-  fit.verbose = 0;
+  tnt::FitOptions fit = quiet_fit(5);
   fit.callbacks = {std::make_shared<StopAfterFirst>()};
   const tnt::History h = model.fit(make_data(), fit);
   CHECK(h.epochs.size() == 1);  // on every rank
@@ -326,10 +332,7 @@ TEST_CASE("ranks whose data differ in size are refused by fit, evaluate and pred
   tnt::Model model(make_net(), 3);
   model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
   const tnt::Dataset data = make_data().take(tnt::rank() == 0 ? 64 : 32);
-  tnt::FitOptions fit;
-  fit.batch_size = 16;
-  fit.epochs = 1;
-  fit.verbose = 0;
+  tnt::FitOptions fit = quiet_fit(1);
   CHECK_THROWS_WITH(model.fit(data, fit), Catch::Contains("fit: the ranks' passes over their data differ") &&
                                               Catch::Contains("steps an epoch"));
   tnt::EvaluateOptions ev;
@@ -348,10 +351,7 @@ TEST_CASE("fit and evaluate refuse data that give no step, naming the sizes") {
   // Before, fit returned an empty History and evaluate a loss of 0, as for a perfect model.
   tnt::Model model(make_net(), 3);
   model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
-  tnt::FitOptions fit;
-  fit.batch_size = 16;
-  fit.epochs = 1;
-  fit.verbose = 0;
+  tnt::FitOptions fit = quiet_fit(1);
   CHECK_THROWS_WITH(model.fit(make_data().take(0), fit),
                     Catch::Contains("fit: the training data give no step (0 samples, global batch 16)"));
   fit.remainder = tnt::Remainder::drop;
@@ -365,10 +365,7 @@ TEST_CASE("fit and evaluate refuse data that give no step, naming the sizes") {
 TEST_CASE("samples batched already are refused with what to do") {
   tnt::Model model(make_net(), 3);
   model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
-  tnt::FitOptions fit;
-  fit.batch_size = 16;
-  fit.epochs = 1;
-  fit.verbose = 0;
+  tnt::FitOptions fit = quiet_fit(1);
   // A Keras habit: the dataset batched before fit, which batches it again.
   CHECK_THROWS_WITH(model.fit(make_data().batch(4), fit),
                     Catch::Contains("as if its samples were batched already") &&

@@ -78,9 +78,13 @@ memory_ratio() {
 }
 
 # A background subshell killed right after its fork can still run the caller's EXIT trap:
-# returns non-zero there, so that only the script itself cleans up.
+# returns non-zero there, so that only the script itself cleans up. The process's own id is
+# read from /proc: in such a subshell, bash's BASHPID can still give the parent's id (seen
+# with bash 5.2: the sampler, killed as it started, removed the run's folder).
 gpu_memory_cleanup() {
-  [[ $BASHPID == "$$" ]] || return 1
+  local self
+  read -r self _ </proc/self/stat || return 1
+  [[ $self == "$$" ]] || return 1
   if [[ -n "$sampler_pid" ]]; then kill "$sampler_pid" 2>/dev/null || true; fi
   return 0
 }

@@ -252,5 +252,30 @@ if env SAMPLE_S=soon "$src/scripts/bench/transformer_gpu" >"$tmp/bad.log" 2>&1; 
 fi
 expect "$tmp/bad.log" '^transformer_gpu: SAMPLE_S=soon: expected seconds' "transformer: SAMPLE_S=soon refused"
 
+# A run that ends at once: the sampler is killed as it starts, and may run the caller's EXIT
+# trap there; only the script itself may remove its folder. With bash's BASHPID as the test
+# of that, the folder went within the first 10 of these runs on a 2-core machine.
+cat >"$tmp/quick_runs.sh" <<'EOF'
+set -euo pipefail
+tmp=$(mktemp -d "$1/quick.XXXXXX")
+sample_s=0.05
+source "$2/scripts/bench/gpu_memory.sh"
+cleanup() { gpu_memory_cleanup || return 0; rm -rf "$tmp"; }
+trap cleanup EXIT
+for i in $(seq 1 200); do
+  run_measured "run$i" false
+  [[ -d $tmp ]] || { echo "the folder was removed during run $i" >&2; exit 1; }
+done
+EOF
+if ! bash "$tmp/quick_runs.sh" "$tmp" "$src" >"$tmp/quick_runs.log" 2>&1; then
+  echo "FAIL: 200 runs that end at once: the run's folder did not stay:" >&2
+  sed 's/^/  | /' "$tmp/quick_runs.log" >&2
+  failed=1
+fi
+if compgen -G "$tmp/quick.*" >/dev/null; then
+  echo "FAIL: 200 runs that end at once: the script's EXIT trap left its folder" >&2
+  failed=1
+fi
+
 if ((failed)); then exit 1; fi
 echo "resnet50_gpu and transformer_gpu: memory columns and ratio lines as the fakes say"

@@ -432,3 +432,53 @@ TEST_CASE("graph: the device of a network is the device of its layers") {
   CHECK(net.device() == Device::cpu());
   CHECK(s->device() == Device::cpu());
 }
+
+namespace {
+
+// A custom layer with a mistake: its forward returns one column more than output_shapes()
+// says (Widen), or its backward a gradient of one column more than its input (BadGrad).
+class Widen : public Layer {
+ public:
+  explicit Widen(bool bad_forward, std::string name = "") : Layer(std::move(name)), bad_forward_(bad_forward) {
+    default_name("widen");
+  }
+  std::string type() const override { return "Widen"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& in) const override { return {in.at(0)}; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in, const RunContext&, SavedState&) override {
+    Shape s = in[0].shape();
+    if (bad_forward_) s.back() += 1;
+    return {Tensor::full(s, 1.0)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const RunContext&, SavedState&) override {
+    Shape s = g[0].shape();
+    s.back() += 1;
+    return {Tensor::full(s, 1.0)};
+  }
+
+ private:
+  bool bad_forward_;
+};
+
+}  // namespace
+
+TEST_CASE("graph: a layer whose forward disagrees with its output_shapes is named, not the layer after it") {
+  auto widen = std::make_shared<Widen>(true, "my_layer");
+  auto after = std::make_shared<Sum>("after");
+  SymTensor x = Input({3}, DType::f32, "x");
+  Network net({x}, {call(after, {call(widen, x), x})}, "custom");
+  // Without the check, Sum would read past the end of its second input.
+  CHECK_THROWS_WITH(net.forward({iota({2, 3})}, training()),
+                    Catch::Contains("layer 'my_layer' (Widen) in network 'custom': its forward returned output 0 of "
+                                    "shape (2, 4), but its output_shapes() gave (None, 3)"));
+}
+
+TEST_CASE("graph: a layer whose backward returns a gradient of the wrong shape is named") {
+  auto widen = std::make_shared<Widen>(false, "my_layer");
+  auto s = std::make_shared<Scale>("s");
+  SymTensor x = Input({3}, DType::f32, "x");
+  Network net({x}, {call(widen, call(s, x))}, "custom");
+  net.forward({iota({2, 3})}, training());
+  CHECK_THROWS_WITH(net.backward({Tensor::full({2, 3}, 1.0)}, training()),
+                    Catch::Contains("layer 'my_layer' (Widen) in network 'custom': its backward returned a gradient of "
+                                    "shape (2, 4) for input 0, which has shape (2, 3)"));
+}

@@ -33,6 +33,27 @@ using detail::accumulate;
 using detail::convert;
 using detail::for_layer;
 
+namespace {
+
+// A layer's outputs must have the shapes its output_shapes() gave when the network was made
+// (-1: follows the batch). A custom layer whose forward and output_shapes disagree is named
+// here, not by the layer that happens to get the output next.
+void check_output_shapes(const Layer& layer, const std::vector<Tensor>& outs, const std::vector<Shape>& declared,
+                         const std::string& network) {
+  for (size_t k = 0; k < outs.size() && k < declared.size(); ++k) {
+    const Shape& got = outs[k].shape();
+    const Shape& want = declared[k];
+    bool ok = got.size() == want.size();
+    for (size_t d = 0; ok && d < want.size(); ++d) ok = want[d] < 0 || want[d] == got[d];
+    TNT_INPUT_CHECK(ok,
+                    "layer '{}' ({}) in network '{}': its forward returned output {} of shape {}, but its "
+                    "output_shapes() gave {} (None: any batch size); forward and output_shapes must agree",
+                    layer.name(), layer.type(), network, k, shape_str(got), detail::sym_shape_str(want));
+  }
+}
+
+}  // namespace
+
 
 std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                                      std::optional<bool> keep_for_backward) {
@@ -85,6 +106,7 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
   for (size_t i = 0; i < inputs_.size(); ++i) {
     values[i] = {convert(inputs[i], DType::f32, cdt)};
     out_formats_[i] = {inputs[i].memory_format()};
+    out_shapes_[i] = {inputs[i].shape()};
   }
   detail::FusionPlan* fusion = fusion_active() ? fusion_plan() : nullptr;
   if (fusion_ && rc.training) fusion_->engine_runs = 0;  // counts the last training forward
@@ -117,6 +139,7 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
     TNT_CHECK(outs.size() == nodes_[i]->shapes.size(),
               "layer '{}' ({}) returned {} outputs, its call in network '{}' has {}", layer->name(),
               layer->type(), outs.size(), name_, nodes_[i]->shapes.size());
+    check_output_shapes(*layer, outs, nodes_[i]->shapes, name_);
     args.clear();
     out_shapes_[i].clear();
     out_dtypes_[i].clear();
@@ -218,6 +241,11 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
         if (!gin[j].defined()) continue;
         const auto& [p, k] = node_inputs_[i][j];
         const auto ku = static_cast<size_t>(k);
+        TNT_INPUT_CHECK(gin[j].shape() == out_shapes_[p][ku],
+                        "layer '{}' ({}) in network '{}': its backward returned a gradient of shape {} for input {}, "
+                        "which has shape {}",
+                        layer->name(), layer->type(), name_, shape_str(gin[j].shape()), j,
+                        shape_str(out_shapes_[p][ku]));
         accumulate(grads[p][ku], gin[j], out_formats_[p][ku]);
       }
     }

@@ -398,7 +398,28 @@ TEST_CASE("a writer killed half-way leaves the previous checkpoint, and the next
   CHECK(f.metadata.at("step") == "1");
   CHECK(f.tensors.at(0).second.to_vector() == old_value.to_vector());
 
-  // The next successful write replaces it and removes the dead writer's temporary file.
+  // A write that fails still removes the dead writer's file first (on a full disk, the
+  // space it holds is what every later save needs): here a write that fails half-way on a
+  // file size limit, as the disk being full would.
+  pid_t again = ::fork();
+  REQUIRE(again >= 0);
+  if (again == 0) {
+    rlimit fsize{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    ::signal(SIGXFSZ, SIG_IGN);
+    try {
+      write_safetensors(path, {{"w", big}}, {{"step", "2"}});
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  REQUIRE(::waitpid(again, &status, 0) == again);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 3);
+  CHECK(dir.names() == std::vector<std::string>{"ckpt.safetensors"});
+
+  // The next successful write replaces it.
   write_safetensors(path, {{"w", Tensor::full({8}, 3.0)}}, {{"step", "3"}});
   CHECK(dir.names() == std::vector<std::string>{"ckpt.safetensors"});
   CHECK(read_safetensors(path).metadata.at("step") == "3");

@@ -295,7 +295,30 @@ TEST_CASE("CSVLogger: a row that cannot be written is an error, not a silently s
   ::setrlimit(RLIMIT_FSIZE, &old_limit);
   std::signal(SIGXFSZ, old_handler);
   CHECK_THAT(message, Catch::Contains("CSVLogger: writing epoch 1's row to '" + path + "' failed: File too large"));
+  // The file this run made holds a cut header only: it goes, so that the directory is not
+  // taken for a run with a history (a rerun of the same command then starts cleanly).
+  CHECK_FALSE(std::filesystem::exists(path));
   csv.on_train_end({});
+
+  // A history of earlier epochs that a resumed run appends to stays when its row fails.
+  const std::string before = "epoch,loss\n1,0.5\n";
+  std::ofstream(path) << before;
+  tnt::TrainParams params;
+  params.initial_epoch = 1;
+  tnt::CSVLogger resumed(path, /*append=*/true);
+  resumed.set_params(params);
+  resumed.on_train_begin({});
+  small.rlim_cur = before.size() + 2;
+  old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  CHECK_THROWS_WITH(resumed.on_epoch_end(1, {{"loss", 0.25}}), Catch::Contains("writing epoch 2's row"));
+  ::setrlimit(RLIMIT_FSIZE, &old_limit);
+  std::signal(SIGXFSZ, old_handler);
+  REQUIRE(std::filesystem::exists(path));
+  std::ifstream in(path);
+  const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(kept.rfind(before, 0) == 0);
+  resumed.on_train_end({});
   std::filesystem::remove_all(dir);
 }
 

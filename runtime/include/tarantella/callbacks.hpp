@@ -193,6 +193,8 @@ class CSVLogger : public Callback {
   bool header_written_ = false;
   bool open_ = false;      // inside fit
   bool truncate_ = false;  // the first row replaces the file (append == false)
+  bool created_ = false;   // this run made (or emptied) the file: a failed first row removes it
+  bool wrote_row_ = false;
 };
 
 enum class MonitorMode { automatic, min, max };

@@ -133,6 +133,9 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
     TNT_INPUT_ERROR("write_safetensors '{}': directory '{}' does not exist", path, dir.string());
   }
 
+  // A dead writer's temporary file goes first: on a nearly full disk, the space it holds is
+  // what this write needs (after a SIGKILL mid-save, every later save failed for it).
+  io::remove_stale_temps(dir, base);
   std::string tmp = io::temp_template(dir, base);
   Fd fd(::mkstemp(tmp.data()));
   if (fd.get() < 0) {

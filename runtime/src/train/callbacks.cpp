@@ -166,6 +166,7 @@ std::string read_history(const std::string& path) {
 void replace_file(const std::string& path, const std::string& content) {
   const std::filesystem::path target(path);
   const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  io::remove_stale_temps(dir, target.filename().string());  // first: the space may be needed
   std::string tmp = io::temp_template(dir, target.filename().string());
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) TNT_INPUT_ERROR("CSVLogger: cannot create a temporary file beside '{}': {}", path, std::strerror(errno));
@@ -311,6 +312,8 @@ void CSVLogger::on_train_begin(const Logs&) {
 void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
   if (!open_) return;
   if (!file_) {
+    created_ = truncate_ || access(path_.c_str(), F_OK) != 0;
+    wrote_row_ = false;
     file_ = std::fopen(path_.c_str(), truncate_ ? "w" : "a");
     if (!file_) TNT_INPUT_ERROR("CSVLogger: cannot open '{}' for writing: {}", path_, std::strerror(errno));
   }
@@ -320,6 +323,9 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
     std::fclose(file_);
     file_ = nullptr;
     open_ = false;
+    // An empty or cut header left by a full disk would pass for a run's history (a rerun
+    // would take the directory for a run to resume): a file this run made goes again.
+    if (created_ && !wrote_row_) ::unlink(path_.c_str());
     throw Error(fmt::format("CSVLogger: writing epoch {}'s row to '{}' failed: {}", epoch + 1, path_,
                             std::strerror(err)));
   };
@@ -340,6 +346,7 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
   }
   if (std::fprintf(file_, "%s\n", row.c_str()) < 0) failed(errno);
   if (std::fflush(file_) != 0) failed(errno);
+  wrote_row_ = true;
 }
 
 void CSVLogger::on_train_end(const Logs&) {

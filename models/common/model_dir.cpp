@@ -370,7 +370,14 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
     // A restart of this launch, in the directory its first attempt took.
     if (dry) return {};
     if (!dir.checkpoint.empty() && fs::exists(fs::path(path) / dir.checkpoint, ec)) return {"", true, path};
-    return {remove_outputs(path, found, "restart"), false, path};
+    // Said, not done silently: the launcher's "succeeded after 1 restart" would otherwise
+    // hide that the first attempt's epochs were trained again.
+    const std::string why = dir.checkpoint.empty()
+                                ? "this run writes no checkpoint" +
+                                      (dir.checkpoint_flag.empty() ? std::string() : " (" + dir.checkpoint_flag + ")")
+                                : "the first attempt ended before its first checkpoint";
+    return {remove_outputs(path, found, "restart"), false, path,
+            fmt::format("Restart {} (TNT_RESTART): {}, so training starts over in {}", restart_number(), why, path)};
   }
   if (!found.empty() && !dir.resume && !dir.overwrite) {
     // A run stopped before its first checkpoint (interrupted in epoch 1) leaves a history
@@ -403,7 +410,7 @@ Verdict decide_on_master(const ModelDir& dir, std::shared_ptr<void>& lock, bool 
   Verdict chosen = choose_run_dir(dir, dry);
   if (!chosen.error.empty() || chosen.path.empty()) return chosen;
   Verdict v = check_model_dir_on_master(dir, chosen.path, lock, dry);
-  v.note = chosen.note;
+  if (!chosen.note.empty()) v.note = v.note.empty() ? chosen.note : chosen.note + "\n" + v.note;
   return v;
 }
 

@@ -31,6 +31,7 @@ struct ModelDir {
   bool resume = false;               // ... and it was given
   bool overwrite = false;            // --overwrite was given
   std::string checkpoint;            // which of `outputs` a restart continues from ("": none)
+  std::string checkpoint_flag;       // the flag that would write one when `checkpoint` is "" (said on a restart)
 };
 
 // The directory a run writes, decided by the master and known to every rank.

@@ -391,7 +391,8 @@ int main(int argc, char** argv) {
         .can_resume = checkpoint_and_export,
         .resume = resume_flag,
         .overwrite = common.overwrite,
-        .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : ""};
+        .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : "",
+        .checkpoint_flag = "--enable_checkpoint_and_export writes one"};
     tnt_models::check_model_dir_early(model_dir_use);
 
     // Data: either unbatched datasets that fit() distributes (synthetic), or datasets

@@ -277,6 +277,15 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     else
       fm_fail "attempt1: does not continue the first attempt's run directory '$attempt'"
     fi
+    # A restart whose first attempt left no checkpoint starts over, and says so.
+    rm -f "$base/$attempt/checkpoint.safetensors"
+    TNT_RUN_ID=fm-e2e-launch TNT_RESTART=2 fm_run attempt2 "${launch[@]}" -- "${plain[@]}" --train_epochs=1
+    expect_exit attempt2 0
+    if grep -qF "Restart 2 (TNT_RESTART): the first attempt ended before its first checkpoint, so training starts over in ./fashion_mnist_model/$attempt" <<<"$fm_out"; then
+      fm_pass "attempt2: starting over is said"
+    else
+      fm_fail "attempt2: no line saying that the restart starts over"
+    fi
     ;;
 
   overwrite_symlinked_train)

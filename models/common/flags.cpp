@@ -387,10 +387,43 @@ void check_directory_flag(const std::string& flag, const std::string& path, cons
                   problem == "no such directory" && !hint.empty() ? " " + hint : "");
 }
 
+namespace {
+
+// A run resumed in another precision would go on with other arithmetic than it was trained
+// with, and a history whose rows no longer compare; the flag is named, as for the seed.
+void check_resume_precision(const std::string& checkpoint, const std::string& precision) {
+  const nlohmann::json metadata = checkpoint_metadata(checkpoint);
+  if (!metadata.contains("precision") || !metadata["precision"].is_string()) return;
+  const std::string stored = metadata["precision"].get<std::string>();
+  if (stored == precision) return;
+  const bool known = stored == "fp32" || stored == "bf16" || stored == "fp16";
+  TNT_INPUT_CHECK(known,
+                  "checkpoint '{}': its metadata give the precision '{}', which is none of fp32, bf16 and fp16: the "
+                  "checkpoint is damaged or was not written by this program; --overwrite starts a new run",
+                  checkpoint, stored.substr(0, 40));
+  TNT_INPUT_ERROR("--dtype={}: the run being resumed ({}) was trained with --dtype={}; give --dtype={} to continue "
+                  "it, or --overwrite to start a new run",
+                  precision, checkpoint, stored, stored);
+}
+
+}  // namespace
+
 int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed) {
-  TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
-  check_resume_seed(checkpoint, seed);
-  const int epoch = model.load_checkpoint(checkpoint);
+  // The run directory may be on the master's host alone (a --model_dir on its own disk): the
+  // master checks the file, and every rank gets the checkpoint from it.
+  std::string problem;
+  if (tnt::is_master_rank()) {
+    try {
+      TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
+      check_resume_seed(checkpoint, seed);
+      check_resume_precision(checkpoint, model.precision().name());
+    } catch (const tnt::InputError& e) {
+      problem = e.what();
+    }
+  }
+  tnt::communicator().broadcast(problem, tnt::master_rank());
+  if (!problem.empty()) throw tnt::InputError(problem);
+  const int epoch = model.load_checkpoint_from_master(checkpoint);
   tnt::print("Resuming from {} at epoch {}", checkpoint, epoch);
   return epoch;
 }

@@ -123,6 +123,38 @@ case $case_name in
     if [[ $got == "1 2" ]]; then fm_pass "$case_name: history.csv rows 1 2"; else fm_fail "$case_name: history.csv rows are epochs '$got', expected '1 2'"; cat "$csv"; fi
     ;;
 
+  resume_master_only_dir)
+    # A --model_dir on the master's own disk: rank 1 sees an empty file system of its own over
+    # it (a second host without that disk), and a resume still continues the run, with the
+    # same result as where every rank sees the directory (the checkpoints are compared).
+    train_good first 1
+    cp -a "$model_dir" "$fm_tmp/shared_copy"
+    wrap=$fm_tmp/other_disk.sh
+    cat >"$wrap" <<EOF
+#!/bin/sh
+if [ "\${OMPI_COMM_WORLD_RANK:-0}" != 0 ]; then
+  exec unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=1m tnt-other-disk "\$0" && shift && exec "\$@"' "$model_dir" sh "$fm_program" "\$@"
+fi
+exec "$fm_program" "\$@"
+EOF
+    chmod +x "$wrap"
+    real_program=$fm_program
+    fm_program=$wrap
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
+    fm_program=$real_program
+    expect_exit "$case_name" 0
+    if grep -qF "Resuming from $ckpt at epoch 1" <<<"$fm_out"; then fm_pass "$case_name: resumed at epoch 1"; else fm_fail "$case_name: no 'Resuming from $ckpt at epoch 1'"; fi
+    got=$(csv_epochs)
+    if [[ $got == "1 2" ]]; then fm_pass "$case_name: history.csv rows 1 2"; else fm_fail "$case_name: history.csv rows '$got', expected '1 2'"; fi
+    fm_run shared "${launch[@]}" -- "${small[@]/--model_dir=*/--model_dir=$fm_tmp/shared_copy}" --train_epochs=2 --resume
+    expect_exit shared 0
+    if cmp -s "$ckpt" "$fm_tmp/shared_copy/checkpoint.safetensors"; then
+      fm_pass "$case_name: the same checkpoint as a resume in a directory every rank sees"
+    else
+      fm_fail "$case_name: the checkpoint differs from a resume in a directory every rank sees"
+    fi
+    ;;
+
   resume_after_crash)
     train_good good 1
     cp "$ckpt" "$fm_tmp/epoch1.safetensors"

@@ -405,6 +405,11 @@ case $case_name in
     fi
     run 2 "${common[@]}" --model_dir="$tmp/bad" --dtype=fp8
     expect_error "--dtype=fp8: expected fp32, bf16 or fp16" "--dtype and the choices"
+    # A run is continued in the precision it was trained in (its history's columns alone do
+    # not tell bf16 from fp32).
+    run 2 "${common[@]/--train_epochs=*/--train_epochs=2}" --model_dir="$tmp/fp32" --resume --dtype=bf16
+    expect_error "--dtype=bf16: the run being resumed \\($tmp/fp32/checkpoint.safetensors\\) was trained with --dtype=fp32; give --dtype=fp32" \
+      "the precision of the run and the flag"
     ;;
   decode_cache)
     corpus 400 20

@@ -256,6 +256,12 @@ class Model {
   // load_checkpoint and FitOptions::initial_epoch = the returned epoch).
   void save_checkpoint(const std::string& path, int epoch);
   int load_checkpoint(const std::string& path);
+  // Collective: the master alone reads the checkpoint (as load_checkpoint does), and every
+  // rank gets its weights, buffers, optimizer state and training position from the master.
+  // For a run directory that only the master's host has (a --model_dir on its own disk):
+  // the other ranks read no file. A checkpoint the master refuses throws the same InputError
+  // on every rank, and leaves every model as it was.
+  int load_checkpoint_from_master(const std::string& path);
 
   // For callbacks.
   void stop_training() { stop_requested_ = true; }

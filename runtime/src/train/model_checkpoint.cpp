@@ -196,4 +196,52 @@ int Model::load_checkpoint(const std::string& path) {
   return static_cast<int>(epoch);
 }
 
+int Model::load_checkpoint_from_master(const std::string& path) {
+  check_compiled("load_checkpoint_from_master");
+  const detail::CollectiveLabel label("load_checkpoint_from_master");
+  Communicator& comm = communicator();
+  std::string failure;
+  int64_t refused = 0;  // 1: an InputError (the file or its content), 0: another error
+  int64_t position[4] = {0, 0, 0, 0};  // epoch, step, optimizer step, loss-scale good steps
+  double rates[3] = {1.0, 0.0, 0.0};   // lr factor, lr floor, loss scale
+  if (comm.is_master()) {
+    try {
+      position[0] = load_checkpoint(path);
+    } catch (const InputError& e) {
+      failure = e.what();
+      refused = 1;
+    } catch (const std::exception& e) {
+      failure = fmt::format("reading checkpoint '{}' on the master failed: {}", path, e.what());
+    }
+    if (failure.empty()) {
+      position[1] = global_step_;
+      position[2] = optimizer_ ? optimizer_->step_count() : 0;
+      position[3] = scaler_.enabled() ? scaler_.good_steps() : 0;
+      rates[0] = optimizer_ ? optimizer_->lr_factor() : 1.0;
+      rates[1] = optimizer_ ? optimizer_->lr_floor() : 0.0;
+      rates[2] = scaler_.enabled() ? scaler_.scale() : 0.0;
+    }
+  }
+  comm.broadcast(failure, master_rank());
+  comm.broadcast(&refused, 1, DType::i64, Device::cpu(), master_rank());
+  if (!failure.empty()) {
+    if (refused != 0) throw InputError(failure);
+    throw Error(failure);
+  }
+  // Every tensor a checkpoint holds, in one order on every rank (the models are alike).
+  for (auto& t : checkpoint_tensors(true)) comm.broadcast(t.tensor, master_rank());
+  comm.broadcast(position, 4, DType::i64, Device::cpu(), master_rank());
+  comm.broadcast(rates, 3, DType::f64, Device::cpu(), master_rank());
+  if (!comm.is_master()) {
+    global_step_ = position[1];
+    if (optimizer_) {
+      optimizer_->set_step_count(position[2]);
+      optimizer_->set_lr_factor(rates[0], rates[1]);
+    }
+    if (scaler_.enabled()) scaler_.set_state(rates[2], position[3]);
+  }
+  weights_synced_ = true;  // every rank holds the master's tensors now
+  return static_cast<int>(position[0]);
+}
+
 }  // namespace tnt

@@ -50,13 +50,25 @@ std::vector<std::string> mpirun_command(const CommandSpec& spec) {
   if (spec.as_root) cmd.push_back("--allow-run-as-root");
 
   int total = 0;
-  std::string host_list;
+  std::string host_list, rank_hosts;
   for (const auto& h : spec.hosts) {
     total += h.ranks;
     if (!host_list.empty()) host_list += ',';
     host_list += fmt::format("{}:{}", h.name, h.ranks);
+    for (int r = 0; r < h.ranks && rank_hosts.size() <= kMaxRankHostList; ++r) {
+      rank_hosts += (rank_hosts.empty() ? "" : ",") + h.name;
+    }
   }
-  cmd.insert(cmd.end(), {"--host", host_list, "-np", std::to_string(total), "--map-by", "slot", "--bind-to", "none"});
+  // Open MPI 4.1 maps its own node first: launched on c with --host a:1,b:1,c:1, rank 0 runs
+  // on c, not on a as the plan says (and the master's files with it). On several hosts each
+  // rank's host is therefore listed in rank order and mapped in sequence, which keeps the
+  // order as given; only a list too long for one argument falls back to the slots.
+  if (spec.hosts.size() > 1 && rank_hosts.size() <= kMaxRankHostList) {
+    cmd.insert(cmd.end(), {"--host", rank_hosts, "-np", std::to_string(total), "--map-by", "seq", "--bind-to", "none"});
+  } else {
+    cmd.insert(cmd.end(),
+               {"--host", host_list, "-np", std::to_string(total), "--map-by", "slot", "--bind-to", "none"});
+  }
   // Open MPI 4.1 cuts a host name at its first dot (foo.example.org -> foo) unless told not
   // to, and then starts its daemon there by the short name: where only the full names
   // resolve, or ~/.ssh/config names them, the job would not start. IP addresses are kept.

@@ -40,6 +40,10 @@ struct CommandSpec {
   RankStepArgs step;
 };
 
+// The longest --host list of one entry per rank (Linux takes arguments of up to 128 KiB);
+// beyond it the ranks are mapped by slot, and Open MPI may put its own node first.
+inline constexpr size_t kMaxRankHostList = 100000;
+
 std::vector<std::string> mpirun_command(const CommandSpec& spec);
 
 }  // namespace tnt::launcher

@@ -2,7 +2,8 @@
 # Training across hosts over TCP gives the weights of the same ranks on one host: 2 hosts
 # and 3 hosts with one rank each (the latter over a rate-limited network), and 2 ranks on
 # one host + 1 on another, reached through a hostfile in both of its forms, -H, and from
-# outside every host; the --dry-run plan table with remote hosts.
+# outside every host; the --dry-run plan table with remote hosts; launched on the second
+# host, the ranks are where the plan puts them.
 #
 #   multi_host.sh LAUNCHER FASHION_MNIST
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
@@ -49,7 +50,21 @@ else
   cl_fail "plan: the table does not place ranks 1 and 2 on h1 and h2"
 fi
 cl_expect_contains plan "--mca plm_rsh_agent $cl_agent" "the launch agent reaches mpirun"
-cl_expect_contains plan "--host h1:2,h2:1" "every host with its ranks"
+cl_expect_contains plan "--host h1,h1,h2 -np 3 --map-by seq" "each rank's host, in order"
+
+# Launched on a host that is not the first: rank 0, the master, is still on the first host
+# (Open MPI by itself maps its own node first, which put rank 0 on h2 here).
+real_program=$cl_program
+cl_program=$(dirname "$cl_launcher")/tnt_rank_info
+cl_run from_second h2 30 --hostfile "$cl_tmp/colon-form" "${cl_launch[@]}" --
+cl_program=$real_program
+cl_expect_exit from_second 0
+if grep -Eq '^ +0 +3 +0 +h1 ' <<<"$cl_out" && grep -Eq '^ +1 +3 +1 +h1 ' <<<"$cl_out" &&
+  grep -Eq '^ +2 +3 +0 +h2 ' <<<"$cl_out"; then
+  cl_pass "from_second: ranks 0 and 1 on h1, rank 2 on h2, as planned"
+else
+  cl_fail "from_second: the ranks are not on the planned hosts (rank 0 must be on h1)"
+fi
 
 cl_expect_no_processes 10 multi_host
 cl_finish

@@ -417,7 +417,7 @@ TEST_CASE("integration: --dry-run prints the plan and the command and runs nothi
   CHECK(synthetic.exited(0));
   CHECK_THAT(synthetic.out, Catch::Contains("8 ranks on 2 hosts (hosts from -H)"));
   CHECK_THAT(synthetic.out, Catch::Contains("     7  b              3  cpu             1  4 (cpus 24-31)"));
-  CHECK_THAT(synthetic.out, Catch::Contains("--host a:4,b:4 -np 8"));
+  CHECK_THAT(synthetic.out, Catch::Contains("--host a,a,a,a,b,b,b,b -np 8 --map-by seq"));
   CHECK_THAT(synthetic.out, Catch::Contains("-x PATH"));  // remote hosts get our PATH
   CHECK_THAT(synthetic.err, Catch::Contains("4 ranks per node on 2 NUMA nodes"));
 }

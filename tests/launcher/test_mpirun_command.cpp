@@ -57,9 +57,28 @@ TEST_CASE("mpirun command: two hosts, GPU ranks, pinned, extra MPI arguments", "
   spec.self = "/t";
   spec.step = {PinMode::socket_strict, DeviceKind::gpu, {"prog"}};
   CHECK(shell_join(mpirun_command(spec)) ==
-        "mpirun --host n1:4,n2:3 -np 7 --map-by slot --bind-to none -x TNT_LAUNCHER_REPORT -x PATH "
+        "mpirun --host n1,n1,n1,n1,n2,n2,n2 -np 7 --map-by seq --bind-to none -x TNT_LAUNCHER_REPORT -x PATH "
         "-x TNT_LAUNCHER=1 -x TNT_FUSION_THRESHOLD=0 -x OMP_NUM_THREADS=8 --mca btl_tcp_if_include ib0 "
         "/t __tnt_rank_step --pin socket-strict --gpu -- prog");
+}
+
+TEST_CASE("mpirun command: several hosts keep their order (mapped in sequence), however many ranks", "[mpirun]") {
+  CommandSpec spec;
+  spec.mpirun = "mpirun";
+  spec.self = "/t";
+  spec.step = {PinMode::none, DeviceKind::cpu, {"prog"}};
+  // This machine (c) last: Open MPI would map by slot from its own node, so rank 0 on c.
+  spec.hosts = {{"a", 1, false}, {"b", 2, false}, {"c", 1, true}};
+  CHECK_THAT(shell_join(mpirun_command(spec)), Catch::Contains("--host a,b,b,c -np 4 --map-by seq --bind-to none"));
+  // One host: by slot, as ever.
+  spec.hosts = {{"c", 3, true}};
+  CHECK_THAT(shell_join(mpirun_command(spec)), Catch::Contains("--host c:3 -np 3 --map-by slot"));
+  // A list of one host per rank longer than one argument may be: by slot.
+  spec.hosts = {{"node-with-a-long-name-0001", 4000, false}, {"node-with-a-long-name-0002", 4000, true}};
+  const auto words = mpirun_command(spec);
+  CHECK_THAT(shell_join(words),
+             Catch::Contains("--host node-with-a-long-name-0001:4000,node-with-a-long-name-0002:4000 -np 8000 --map-by slot"));
+  for (const auto& w : words) CHECK(w.size() <= kMaxRankHostList);
 }
 
 TEST_CASE("mpirun command: from options to words", "[mpirun]") {

@@ -108,7 +108,7 @@ case $case_name in
     cl_expect_contains uneven "$checkout/build/bin/fashion_mnist" "the program of the checkout's build/bin ran"
     cl_expect_contains uneven "(tasks per node: 2(x2),1)" "SLURM_TASKS_PER_NODE has the run-length form"
     cl_expect_contains uneven "5 ranks on 3 hosts (hosts from SLURM job $job)" "5 ranks on 3 hosts"
-    cl_expect_contains uneven "--host h1:2,h2:2,h3:1" "2 + 2 + 1 ranks"
+    cl_expect_contains uneven "--host h1,h1,h2,h2,h3 -np 5 --map-by seq" "2 + 2 + 1 ranks, in order"
     cl_same_weights uneven "$cl_tmp/one5" "$cl_tmp/uneven"
 
     # From a directory without build/bin, with nothing on PATH: a message, not "command not found".

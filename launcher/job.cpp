@@ -52,7 +52,8 @@ constexpr auto stderr_drain = std::chrono::milliseconds(1000);
 // step, which ends its program on SIGTERM within its own 2 s grace.
 constexpr auto leftover_grace = std::chrono::milliseconds(3000);
 // Ranks waiting this long in MPI_Init for one that has not entered it get a line naming it,
-// once (no limit ends the job for it: a program may work long before tnt::init).
+// once (no limit ends the job for it: a program may work long before tnt::init); the same
+// for ranks waiting in MPI_Finalize for one that has not reached it.
 constexpr auto init_wait_notice = std::chrono::seconds(60);
 
 // Writes all of `text` to the launcher's standard error, as far as it takes it.
@@ -358,7 +359,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     }
   };
   bool done = false;
-  bool init_wait_said = false;
+  bool init_wait_said = false, finalize_wait_said = false;
   std::vector<int> lifeline_fds;
   std::vector<pollfd> fds;
   while (!done) {
@@ -419,7 +420,10 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
         std::fprintf(stderr, "tarantella: SIG%s received, stopping the job\n", ::sigabbrev_np(sig));
         // A job interrupted because it seemed to hang: what it waited for, if known.
         if (watch) {
-          if (auto w = watch->init_wait(Clock::now())) std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
+          const auto now = Clock::now();
+          if (auto w = watch->init_wait(now)) std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
+          if (auto w = watch->finalize_wait(now)) std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
+          if (auto s = watch->stopped_ranks(now)) std::fprintf(stderr, "tarantella: %s\n", s->c_str());
         }
         // SI_KERNEL: the terminal signalled the whole process group, mpirun included. A
         // stop the watch or the launcher began already runs its course: a second SIGTERM
@@ -439,6 +443,12 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       if (auto w = watch->init_wait(Clock::now()); w && Clock::now() - w->since >= init_wait_notice) {
         std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
         init_wait_said = true;
+      }
+    }
+    if (watch && !finalize_wait_said && !result.interrupted_by && !result.verdict) {
+      if (auto w = watch->finalize_wait(Clock::now()); w && Clock::now() - w->since >= init_wait_notice) {
+        std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
+        finalize_wait_said = true;
       }
     }
     if (watch && !result.interrupted_by && !result.verdict) {

@@ -232,8 +232,9 @@ class Reporter {
   Clock::time_point next_try_{};
 };
 
-// The runtime's word that it enters MPI_Init ('e') and has left it ('j'), on the pipe
-// whose write end the program inherits (env::join_fd), passed on to the launcher once each.
+// The runtime's word that it enters MPI_Init ('e'), has left it ('j') and enters
+// MPI_Finalize ('f'), on the pipe whose write end the program inherits (env::join_fd),
+// passed on to the launcher once each.
 class JoinWatch {
  public:
   explicit JoinWatch(int fd) : fd_(fd) {}
@@ -258,6 +259,10 @@ class JoinWatch {
             joined_ = true;
             reporter.send(RankReport::Kind::joined, false, 0, false);
           }
+          if (buf[i] == 'f' && !finalizing_) {
+            finalizing_ = true;
+            reporter.send(RankReport::Kind::finalizing, false, 0, false);
+          }
         }
         continue;
       }
@@ -270,7 +275,7 @@ class JoinWatch {
 
  private:
   int fd_ = -1;
-  bool joining_ = false, joined_ = false;
+  bool joining_ = false, joined_ = false, finalizing_ = false;
 };
 
 // After the program has ended: ends what it left running, that is its process group and

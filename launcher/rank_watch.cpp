@@ -36,6 +36,10 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
       s.joining_at = now;
       break;
     case RankReport::Kind::joined: s.joined = s.joining = true; break;
+    case RankReport::Kind::finalizing:
+      s.finalizing = true;
+      s.finalizing_at = now;
+      break;
     case RankReport::Kind::ended:
       s.ended = true;
       s.stopped = false;
@@ -108,6 +112,46 @@ std::optional<RankWatch::InitWait> RankWatch::init_wait(Clock::time_point now) c
                   since};
 }
 
+std::optional<RankWatch::InitWait> RankWatch::finalize_wait(Clock::time_point now) const {
+  // A parameter-server job's ranks end apart by design (a worker done before the others).
+  if (!tolerated_.empty()) return std::nullopt;
+  std::vector<int> waiting, missing;
+  Clock::time_point since = Clock::time_point::max();
+  for (size_t r = 0; r < state_.size(); ++r) {
+    const State& s = state_[r];
+    if (s.ended) continue;
+    if (s.finalizing) {
+      waiting.push_back(static_cast<int>(r));
+      since = std::min(since, s.finalizing_at);
+    } else if (s.started) {
+      missing.push_back(static_cast<int>(r));
+    }
+  }
+  if (waiting.empty() || missing.empty()) return std::nullopt;
+  const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - since).count();
+  return InitWait{fmt::format("{} {} waited {} s in MPI_Finalize (tnt::finalize, the end of the program) for {}, "
+                              "which {} not reached it: still working (writing files, say) or stuck there",
+                              describe(waiting), waiting.size() == 1 ? "has" : "have", waited, describe(missing),
+                              missing.size() == 1 ? "has" : "have"),
+                  since};
+}
+
+std::optional<std::string> RankWatch::stopped_ranks(Clock::time_point now) const {
+  std::vector<int> stopped;
+  Clock::time_point since = Clock::time_point::max();
+  for (size_t r = 0; r < state_.size(); ++r) {
+    const State& s = state_[r];
+    if (s.stopped && !s.ended) {
+      stopped.push_back(static_cast<int>(r));
+      since = std::min(since, s.stopped_at);
+    }
+  }
+  if (stopped.empty()) return std::nullopt;
+  const auto for_s = std::chrono::duration_cast<std::chrono::seconds>(now - since).count();
+  return fmt::format("{} {} stopped ({} s the longest): the others wait for {}", describe(stopped),
+                     stopped.size() == 1 ? "is" : "are", for_s, stopped.size() == 1 ? "it" : "them");
+}
+
 void RankWatch::record_lost(const LostRank& l, Clock::time_point now) {
   if (!in_plan(l.rank, state_.size())) return;
   State& s = state_[static_cast<size_t>(l.rank)];
@@ -125,6 +169,7 @@ void RankWatch::paused(Clock::duration gap) {
   launched_ += gap;
   for (State& s : state_) {
     if (s.stopped) s.stopped_at += gap;
+    if (s.finalizing) s.finalizing_at += gap;
   }
   if (first_end_) *first_end_ += gap;
   if (first_failure_) *first_failure_ += gap;

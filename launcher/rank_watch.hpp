@@ -83,6 +83,14 @@ class RankWatch {
     Clock::time_point since;
   };
   std::optional<InitWait> init_wait(Clock::time_point now) const;
+  // The same at the other end: ranks in MPI_Finalize (their program is done) wait for
+  // running ranks that have not reached it (a master still writing, or a rank stuck after
+  // the last collective). Said after a while and at an interrupt; no limit applies. Not for
+  // jobs with tolerated ranks (parameter servers), whose ranks end apart by design.
+  std::optional<InitWait> finalize_wait(Clock::time_point now) const;
+  // "rank 1 (host h2, local rank 0, stopped by SIGSTOP) is stopped (45 s the longest): ...",
+  // for an interrupt; nullopt when no running rank is stopped.
+  std::optional<std::string> stopped_ranks(Clock::time_point now) const;
 
   // Ended reports that were failures, in arrival order: the first failed first.
   const std::vector<RankReport>& failures() const { return failures_; }
@@ -90,8 +98,9 @@ class RankWatch {
  private:
   struct State {
     bool started = false, ended = false, stopped = false;
-    bool joining = false, joined = false;
-    Clock::time_point joining_at{};  // the joining report
+    bool joining = false, joined = false, finalizing = false;
+    Clock::time_point joining_at{};     // the joining report
+    Clock::time_point finalizing_at{};  // the finalizing report
     int stop_signal = 0;
     Clock::time_point stopped_at{};  // the last stopped report
     int exit_code = 0;  // ended: the code (or signal) it reported

@@ -61,7 +61,7 @@ constexpr struct {
     {RankReport::Kind::ended, false, "exit"},          {RankReport::Kind::ended, true, "signal"},
     {RankReport::Kind::started, false, "started"},     {RankReport::Kind::stopped, false, "stopped"},
     {RankReport::Kind::continued, false, "continued"}, {RankReport::Kind::joining, false, "joining"},
-    {RankReport::Kind::joined, false, "joined"},
+    {RankReport::Kind::joined, false, "joined"},       {RankReport::Kind::finalizing, false, "finalizing"},
 };
 
 const char* kind_word(const RankReport& r) {

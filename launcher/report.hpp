@@ -32,7 +32,7 @@ namespace tnt::launcher {
 struct RankReport {
   // joining, joined: the program's runtime is about to enter MPI_Init, and has left it
   // (env::join_fd); a program without the runtime sends neither.
-  enum class Kind { started, stopped, continued, ended, joining, joined };
+  enum class Kind { started, stopped, continued, ended, joining, joined, finalizing };
   int rank = -1;
   int local_rank = -1;
   std::string host;

@@ -172,6 +172,35 @@ TEST_CASE("signals: SIGINT while ranks wait in MPI_Init names the rank that has 
   CHECK(left_with(marker).empty());
 }
 
+TEST_CASE("signals: SIGINT while ranks wait in MPI_Finalize names the stopped rank they wait for",
+          "[integration][signals][join]") {
+  // Rank 0 says, as the runtime does, that it got through MPI_Init and enters MPI_Finalize;
+  // rank 1 stops itself after its last collective, as a rank held by a debugger or stuck
+  // would. Before, an interrupt said only "SIGINT received".
+  Scratch dir;
+  const std::string marker = fmt::format("tnt_signals_finalize.{}", ::getpid());
+  const std::string program = dir.script(fmt::format(
+      "printf ej >/proc/self/fd/$TNT_JOIN_FD\n"
+      "if [ \"$TNT_RANK\" = 0 ]; then printf f >/proc/self/fd/$TNT_JOIN_FD; touch {0}/up.0; exec sleep 300; fi\n"
+      "touch {0}/up.1; kill -STOP $$; exec sleep 300",
+      dir.path.string()));
+  tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
+  const bool up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
+  std::this_thread::sleep_for(2s);  // the words go through the steps (a 250 ms tick)
+  job.signal(SIGINT);
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  REQUIRE(up);
+  CHECK(o.exited(128 + SIGINT));
+  CHECK(o.err.find(fmt::format("rank 0 (host {0}, local rank 0) has waited ", host_name())) != std::string::npos);
+  CHECK(o.err.find(fmt::format(" s in MPI_Finalize (tnt::finalize, the end of the program) for rank 1 (host {0}, "
+                               "local rank 1, stopped by SIGSTOP), which has not reached it",
+                               host_name())) != std::string::npos);
+  CHECK(o.err.find(fmt::format("rank 1 (host {0}, local rank 1, stopped by SIGSTOP) is stopped (", host_name())) !=
+        std::string::npos);
+  CHECK(left_with(marker).empty());
+}
+
 TEST_CASE("signals: ranks that the job's stop took down are not called abnormal", "[integration][signals]") {
   // Rank 1 fails; Open MPI then stops ranks 0 and 2 with SIGTERM. They were said to have
   // "ended abnormally after it", as if they had failed on their own.

@@ -324,3 +324,40 @@ TEST_CASE("watch: ranks waiting in MPI_Init for one that has not entered it are 
   w.record(report(1, RankReport::Kind::joined), t0 + 70s);
   CHECK_FALSE(w.init_wait(t0 + 71s));  // through MPI_Init: nothing waits any more
 }
+
+TEST_CASE("watch: ranks waiting in MPI_Finalize for one that has not reached it are named, with the wait", "[watch]") {
+  RankWatch w(three_ranks(), limits(10, 5), t0);
+  for (int r = 0; r < 3; ++r) {
+    w.record(report(r, RankReport::Kind::started), t0 + 1s);
+    w.record(report(r, RankReport::Kind::joined), t0 + 2s);
+  }
+  CHECK_FALSE(w.finalize_wait(t0 + 30s));  // all train
+  CHECK_FALSE(w.check(t0 + 30s));          // the start check passed, all running
+  w.record(report(1, RankReport::Kind::finalizing), t0 + 40s);
+  w.record(report(2, RankReport::Kind::finalizing), t0 + 41s);
+  w.record(report(0, RankReport::Kind::stopped, SIGSTOP), t0 + 39s);
+  const auto wait = w.finalize_wait(t0 + 100s);
+  REQUIRE(wait);
+  CHECK(wait->since == t0 + 40s);
+  CHECK(wait->message == "rank 1 (host a, local rank 1), rank 2 (host b, local rank 0) have waited 60 s in "
+                         "MPI_Finalize (tnt::finalize, the end of the program) for rank 0 (host a, local rank 0, "
+                         "stopped by SIGSTOP), which has not reached it: still working (writing files, say) or stuck "
+                         "there");
+  CHECK_FALSE(w.check(t0 + 100s));  // no limit applies to it
+  const auto stopped = w.stopped_ranks(t0 + 100s);
+  REQUIRE(stopped);
+  CHECK(*stopped == "rank 0 (host a, local rank 0, stopped by SIGSTOP) is stopped (61 s the longest): the others "
+                    "wait for it");
+  w.record(report(0, RankReport::Kind::continued), t0 + 101s);
+  CHECK_FALSE(w.stopped_ranks(t0 + 102s));
+  w.record(report(0, RankReport::Kind::finalizing), t0 + 103s);
+  CHECK_FALSE(w.finalize_wait(t0 + 104s));  // every rank at the end
+}
+
+TEST_CASE("watch: a parameter-server job's ranks may end apart: no finalize wait is said", "[watch]") {
+  RankWatch w(three_ranks(), limits(10, 5), t0);
+  w.tolerate({1, 2});
+  for (int r = 0; r < 3; ++r) w.record(report(r, RankReport::Kind::started), t0 + 1s);
+  w.record(report(1, RankReport::Kind::finalizing), t0 + 40s);
+  CHECK_FALSE(w.finalize_wait(t0 + 200s));
+}

@@ -36,8 +36,8 @@ RuntimeContext& ctx() {
 }
 
 // Under the launcher, the rank's step gives the program a pipe (TNT_JOIN_FD; the launcher's
-// env_names.hpp) on which this rank says that it enters MPI_Init ('e') and has left it
-// ('j'). MPI_Init waits for every rank, so a rank that ends without entering leaves the
+// env_names.hpp) on which this rank says that it enters MPI_Init ('e'), has left it ('j')
+// and enters MPI_Finalize ('f'). MPI_Init waits for every rank, so a rank that ends without entering leaves the
 // others waiting forever; with this word the launcher names it at once instead of after
 // its exit timeout. Not a knob: set by the launcher, read once, and removed from the
 // environment so that no process started later writes to a reused descriptor number.
@@ -109,7 +109,7 @@ void init(int* argc, char*** argv) {
               provided);
   }
   tell_launcher(join_fd, 'j');
-  if (join_fd >= 0) ::close(join_fd);
+  c->join_fd = join_fd;  // kept for the word at finalize
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   TNT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
   TNT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
@@ -208,8 +208,13 @@ void finalize() {
   // now, and mpirun --enable-recovery (which the launcher gives such a job) takes an exit
   // without it as any other.
   if (g_context->ranks_lost) ours = false;
+  const int join_fd = g_context->join_fd;
   g_context->comm.reset();
   g_context.reset();
+  // The launcher learns that this rank's program is done: ranks that wait here for one
+  // that never comes are named (launcher/rank_watch.hpp).
+  tell_launcher(join_fd, 'f');
+  if (join_fd >= 0) ::close(join_fd);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (ours && !finalized) MPI_Finalize();

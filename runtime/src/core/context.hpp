@@ -29,6 +29,7 @@ struct RuntimeContext {
   int num_threads = 1;
   int rank_cores = 1;  // tnt::rank_cores
   bool we_initialized_mpi = false;
+  int join_fd = -1;  // the launcher's pipe (TNT_JOIN_FD): 'f' is said on it at finalize
   // The job went on without lost ranks (a parameter-server job's dropped workers): its
   // communicator is that of the ranks left, and MPI_Finalize is not called (see finalize).
   bool ranks_lost = false;

@@ -236,6 +236,13 @@ void MpirunOutputFilter::line(std::string text, std::string& out) {
     }
     return;
   }
+  // mpirun's word that it passes a signal on (SIGUSR1 and SIGUSR2, which the launcher hands
+  // it for the ranks; launcher.md): the launcher's doing, not news, and not kept for the
+  // end either (held-back text is shown when no rank's failure explains the job's end).
+  if (block_.empty() && text.rfind("mpirun: Forwarding signal ", 0) == 0 &&
+      text.find(" to job", 26) != std::string::npos) {
+    return;
+  }
   if (block_.empty() && text.rfind("mpirun: abort is already in progress", 0) == 0) {
     hold(text);
     after_abort_note_ = true;

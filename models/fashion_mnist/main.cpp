@@ -5,6 +5,7 @@
 // The model is the CNN of the PyTorch tutorial (conv1, conv2, fc1, fc2) or an MLP (fc1, fc2,
 // fc3); parameter names match the same PyTorch module, so the checkpoint loads there.
 #include "common/flags.hpp"
+#include "common/signals.hpp"
 #include "common/wording.hpp"
 
 #include <tarantella/tarantella.hpp>
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(model_kind == "cnn" || model_kind == "mlp", "--model={}: expected cnn or mlp", model_kind);
     TNT_INPUT_CHECK(opt_kind == "adam" || opt_kind == "sgd", "--optimizer={}: expected adam or sgd", opt_kind);
     const tnt_models::CommonFlags common = flags.common();
+    tnt_models::go_on_at_warning_signals("fashion_mnist", true);
     const std::string strategy_text = args["strategy"].as<std::string>();
     TNT_INPUT_CHECK(strategy_text == "synchronous" || strategy_text == "parameter_server",
                     "--strategy={}: expected synchronous or parameter_server", strategy_text);
@@ -204,7 +206,8 @@ int main(int argc, char** argv) {
                                                                   .can_resume = true,
                                                                   .resume = args["resume"].as<bool>(),
                                                                   .overwrite = common.overwrite,
-                                                                  .checkpoint = "checkpoint.safetensors"});
+                                                                  .checkpoint = "checkpoint.safetensors",
+                                                                  .checkpoint_flag = ""});
     const bool resume = run.resume;
     const std::string& model_dir = run.path;
     const std::string checkpoint = model_dir + "/checkpoint.safetensors";

@@ -30,6 +30,7 @@
 #include "resnet.hpp"
 
 #include "common/flags.hpp"
+#include "common/signals.hpp"
 #include "common/wording.hpp"
 
 #include <tarantella/imagenet.hpp>
@@ -326,6 +327,7 @@ int main(int argc, char** argv) {
     const int64_t log_steps = args["log_steps"].as<int64_t>();
     const std::string data_workers_flag = args["data_workers"].as<std::string>();
     const bool checkpoint_and_export = args["enable_checkpoint_and_export"].as<bool>();
+    tnt_models::go_on_at_warning_signals("resnet50", checkpoint_and_export);
     const bool resume_flag = args["resume"].as<bool>();
     // Without checkpoints the continued run would leave the old one behind its history.
     TNT_INPUT_CHECK(!resume_flag || checkpoint_and_export,

@@ -33,6 +33,7 @@
 #include "model.hpp"
 
 #include "common/flags.hpp"
+#include "common/signals.hpp"
 #include "common/wording.hpp"
 
 #include <tarantella/text/bleu.hpp>
@@ -274,6 +275,7 @@ int main(int argc, char** argv) {
     override_double("alpha", p.alpha, 0, 1e6, false);
 
     const tnt_models::CommonFlags common = flags.common();
+    tnt_models::go_on_at_warning_signals("transformer", true);
     const tnt_models::CallbackFlags callback_flags = tnt_models::callback_flags(flags, common);
     const std::string param_set = args["param_set"].as<std::string>();
     const int64_t num_sentences = args["num_sentences"].as<int64_t>();
@@ -335,7 +337,8 @@ int main(int argc, char** argv) {
         .can_resume = true,
         .resume = resume,
         .overwrite = common.overwrite,
-        .checkpoint = "checkpoint.safetensors"};
+        .checkpoint = "checkpoint.safetensors",
+        .checkpoint_flag = ""};
     tnt_models::check_model_dir_early(model_dir_use);
 
     BleuInputs bleu{args["bleu_source"].as<std::string>(), args["bleu_ref"].as<std::string>(), {}, {}};

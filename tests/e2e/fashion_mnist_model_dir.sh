@@ -123,6 +123,30 @@ case $case_name in
     if [[ $got == "1 2" ]]; then fm_pass "$case_name: history.csv rows 1 2"; else fm_fail "$case_name: history.csv rows are epochs '$got', expected '1 2'"; cat "$csv"; fi
     ;;
 
+  warning_signal)
+    # SIGUSR1 to the launcher (SLURM's --signal=B:USR1@120 warning) reaches every rank's
+    # program: training goes on to its end, and the master says so once. Before, the
+    # programs ended by the signal (and a restart was spent on it).
+    echo "+ $fm_launcher ${launch[*]} -- $fm_program ${small[*]} --num_train_samples=1024 --train_epochs=12 &"
+    timeout -k 10 "$fm_limit" "$fm_launcher" "${launch[@]}" -- "$fm_program" "${small[@]}" --num_train_samples=1024 \
+      --train_epochs=12 </dev/null >"$fm_tmp/signal.out" 2>&1 &
+    job=$!
+    for _ in $(seq 300); do [[ -s $csv ]] && break; sleep 0.1; done
+    # To the launcher, timeout's child (timeout itself would end by SIGUSR1).
+    launcher_pid=$(pgrep -P "$job" | head -n 1)
+    if [[ -n $launcher_pid ]]; then kill -USR1 "$launcher_pid"; else fm_fail "$case_name: the launcher's process not found"; fi
+    fm_rc=0
+    wait "$job" || fm_rc=$?
+    fm_out=$(cat "$fm_tmp/signal.out")
+    cat "$fm_tmp/signal.out"
+    expect_exit "$case_name" 0
+    got=$(grep -c "^fashion_mnist: SIGUSR1 received (a batch system's warning before the time limit, say): training goes on; checkpoints are written at the end of each epoch" <<<"$fm_out")
+    if [[ $got == 1 ]]; then fm_pass "$case_name: the master said it once"; else fm_fail "$case_name: said $got times, expected once"; fi
+    got=$(csv_epochs)
+    if [[ $got == "1 2 3 4 5 6 7 8 9 10 11 12" ]]; then fm_pass "$case_name: all 12 epochs trained"; else fm_fail "$case_name: history.csv rows '$got'"; fi
+    if grep -q "Forwarding signal" <<<"$fm_out"; then fm_fail "$case_name: mpirun's 'Forwarding signal' line came through"; fi
+    ;;
+
   resume_master_only_dir)
     # A --model_dir on the master's own disk: rank 1 sees an empty file system of its own over
     # it (a second host without that disk), and a resume still continues the run, with the

@@ -256,3 +256,10 @@ TEST_CASE("mpirun output: mpirun's own crash report is held back, a rank's passe
   g.set_mpirun_pid(4242);
   CHECK(relayed(g, crash(777), 4096) == crash(777));
 }
+
+TEST_CASE("mpirun output: mpirun's word that it forwards a signal is dropped", "[mpirun_output]") {
+  MpirunOutputFilter f;
+  const std::string program = "fashion_mnist: SIGUSR1 received\n";
+  CHECK(relayed(f, "mpirun: Forwarding signal 10 to job\n" + program, 4096) == program);
+  CHECK(f.held_back().empty());  // not shown at the job's end either
+}

@@ -101,10 +101,23 @@ std::optional<RankWatch::InitWait> RankWatch::init_wait(Clock::time_point now) c
     const State& s = state_[r];
     if (s.started && !s.joining && !s.ended) missing.push_back(static_cast<int>(r));
   }
-  if (missing.empty()) return std::nullopt;
   Clock::time_point since = Clock::time_point::max();
   for (int r : waiting) since = std::min(since, state_[static_cast<size_t>(r)].joining_at);
   const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - since).count();
+  if (missing.empty()) {
+    // Every rank is in MPI_Init and none got through: MPI_Init returns within seconds once
+    // all are in, unless what connects them (an Open MPI daemon, a host) does not answer.
+    bool all_in = true;
+    for (const State& s : state_) all_in = all_in && s.joining;
+    if (!all_in) return std::nullopt;
+    since = Clock::time_point::min();
+    for (int r : waiting) since = std::max(since, state_[static_cast<size_t>(r)].joining_at);
+    const auto all_waited = std::chrono::duration_cast<std::chrono::seconds>(now - since).count();
+    return InitWait{fmt::format("all {} ranks have been in MPI_Init (tnt::init) for {} s and none has got through "
+                                "it: an Open MPI daemon or a host that does not answer ({})",
+                                state_.size(), all_waited, describe(waiting)),
+                    since};
+  }
   return InitWait{fmt::format("{} {} waited {} s in MPI_Init (tnt::init) for {}, which {} not reached it: a program "
                               "that works long before tnt::init, or one stuck before it",
                               describe(waiting), waiting.size() == 1 ? "has" : "have", waited, describe(missing),

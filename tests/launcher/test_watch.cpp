@@ -325,6 +325,26 @@ TEST_CASE("watch: ranks waiting in MPI_Init for one that has not entered it are 
   CHECK_FALSE(w.init_wait(t0 + 71s));  // through MPI_Init: nothing waits any more
 }
 
+TEST_CASE("watch: every rank in MPI_Init and none through it is said, with the time since the last came", "[watch]") {
+  // An Open MPI daemon stopped at start-up: every rank entered MPI_Init, none returns.
+  RankWatch w(three_ranks(), limits(10, 5), t0);
+  for (int r = 0; r < 3; ++r) w.record(report(r, RankReport::Kind::started), t0 + 1s);
+  w.record(report(0, RankReport::Kind::joining), t0 + 2s);
+  w.record(report(1, RankReport::Kind::joining), t0 + 3s);
+  CHECK(w.init_wait(t0 + 4s)->message.find("for rank 2 (host b, local rank 0), which has not reached it") !=
+        std::string::npos);
+  w.record(report(2, RankReport::Kind::joining), t0 + 4s);
+  const auto wait = w.init_wait(t0 + 64s);
+  REQUIRE(wait);
+  CHECK(wait->since == t0 + 4s);
+  CHECK(wait->message == "all 3 ranks have been in MPI_Init (tnt::init) for 60 s and none has got through it: an "
+                         "Open MPI daemon or a host that does not answer (rank 0 (host a, local rank 0), rank 1 "
+                         "(host a, local rank 1), rank 2 (host b, local rank 0))");
+  CHECK_FALSE(w.check(t0 + 64s));  // no limit applies to it
+  w.record(report(1, RankReport::Kind::joined), t0 + 65s);
+  CHECK_FALSE(w.init_wait(t0 + 66s));
+}
+
 TEST_CASE("watch: ranks waiting in MPI_Finalize for one that has not reached it are named, with the wait", "[watch]") {
   RankWatch w(three_ranks(), limits(10, 5), t0);
   for (int r = 0; r < 3; ++r) {

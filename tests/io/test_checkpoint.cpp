@@ -205,7 +205,10 @@ TEST_CASE("read_safetensors rejects broken files and names them", "[checkpoint]"
   expect_error("json", make_file("{\"a\": [1, ", {}), "not valid JSON");
   expect_error("array", make_file("[1, 2]", {}), "not a JSON object");
   expect_error("dtype", make_file(object({entry("w", "F8_E4M3", "[2]", 0, 2)}), Bytes(2)), "unsupported dtype 'F8_E4M3'");
-  expect_error("bounds", make_file(object({entry("w", "F32", "[2]", 0, 8)}), Bytes(4)), "outside the data buffer");
+  expect_error("bounds", make_file(object({entry("w", "F32", "[2]", 0, 8)}), Bytes(4)),
+               "data_offsets [0, 8] end past the 4 bytes of data after the header: the file is cut short by at least "
+               "4 bytes");
+  expect_error("backwards", make_file(object({entry("w", "F32", "[0]", 8, 4)}), Bytes(8)), "end before they begin");
   expect_error("size", make_file(object({entry("w", "F32", "[3]", 0, 8)}), Bytes(8)), "needs 12");
   expect_error("reversed", make_file(object({entry("w", "U8", "[0]", 4, 0)}), Bytes(8)), "'w'");
   expect_error("overlap",

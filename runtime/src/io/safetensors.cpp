@@ -242,15 +242,23 @@ SafetensorsFile read_safetensors(const std::string& path) {
       }
       e.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
       count *= d.get<uint64_t>();
-      if (count > buffer_size) bad(fmt::format("shape {} is larger than the data buffer", v["shape"].dump()));
+      if (count > buffer_size) {
+        bad(fmt::format("shape {} has more elements than the {} bytes of data after the header (a file cut short?)",
+                        v["shape"].dump(), buffer_size));
+      }
     }
     for (const Json& o : v["data_offsets"]) {
       if (!o.is_number_unsigned()) bad(fmt::format("data_offsets {} are not non-negative integers", v["data_offsets"].dump()));
     }
     e.begin = v["data_offsets"][0].get<uint64_t>();
     e.end = v["data_offsets"][1].get<uint64_t>();
-    if (e.begin > e.end || e.end > buffer_size) {
-      bad(fmt::format("data_offsets [{}, {}] are outside the data buffer of {} bytes", e.begin, e.end, buffer_size));
+    if (e.begin > e.end) bad(fmt::format("data_offsets [{}, {}] end before they begin", e.begin, e.end));
+    if (e.end > buffer_size) {
+      // The header is whole and the data are not: the usual sign of a copy or a write that
+      // did not finish.
+      bad(fmt::format("data_offsets [{}, {}] end past the {} bytes of data after the header: the file is cut short "
+                      "by at least {} bytes (a copy or a write that did not finish?)",
+                      e.begin, e.end, buffer_size, e.end - buffer_size));
     }
     uint64_t need = static_cast<uint64_t>(count) * dtype_size(e.dtype);
     if (e.end - e.begin != need) {

@@ -84,6 +84,8 @@ FlagAdder& FlagAdder::operator()(const std::string& name, const std::string& hel
     kind = FlagKind::uint64;
   } else if (std::dynamic_pointer_cast<const v::standard_value<double>>(value)) {
     kind = FlagKind::real;
+  } else if (value->has_implicit()) {
+    kind = FlagKind::optional_text;
   }
   // "h,help": a short and a long name of one flag.
   std::istringstream names(name);
@@ -95,6 +97,7 @@ FlagAdder& FlagAdder::operator()(const std::string& name, const std::string& hel
 std::string flag_value_problem(FlagKind kind, const std::string& text) {
   switch (kind) {
     case FlagKind::text: return "";
+    case FlagKind::optional_text: return "";  // its program reads and checks it
     case FlagKind::boolean: {
       bool b = false;
       try {
@@ -173,8 +176,8 @@ std::string ProgramFlags::first_problem(int argc, char** argv) const {
     std::string value;
     if (eq != std::string::npos) {
       value = word.substr(eq + 1);
-    } else if (kind->second == FlagKind::boolean) {
-      continue;
+    } else if (kind->second == FlagKind::boolean || kind->second == FlagKind::optional_text) {
+      continue;  // alone it means its implicit value; a word after it is not its value
     } else if (i + 1 == argc) {
       return fmt::format("{}: missing its value (write {}=VALUE)", shown, shown);
     } else {
@@ -407,6 +410,20 @@ void check_resume_precision(const std::string& checkpoint, const std::string& pr
 }
 
 }  // namespace
+
+std::shared_ptr<const cxxopts::Value> resume_flag_value() {
+  return cxxopts::value<std::string>()->default_value("false")->implicit_value("true");
+}
+
+ResumeFlag parse_resume_flag(const cxxopts::ParseResult& args) {
+  const std::string v = args["resume"].as<std::string>();
+  if (v == "true" || v == "1" || v == "yes") return {true, false};
+  if (v == "false" || v == "0" || v == "no") return {false, false};
+  if (v == "auto") return {true, true};
+  TNT_INPUT_ERROR("--resume={}: expected true or false (--resume alone is true), or auto (continue if there is a "
+                  "checkpoint, else start)",
+                  v);
+}
 
 int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed) {
   // The run directory may be on the master's host alone (a --model_dir on its own disk): the

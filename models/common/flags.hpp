@@ -52,6 +52,20 @@ struct CommonFlagDefaults {
   std::string micro_batch_size_help;
 };
 
+// --resume (= true), --resume=false, or --resume=auto: continue the run if it has a
+// checkpoint, else start one there (a command that can be run again as it is, such as a
+// batch job that is requeued). The flag's value type, for the programs' option lists.
+struct ResumeFlag {
+  bool resume = false;     // continue a run (auto included)
+  bool automatic = false;  // =auto: nothing to continue is no error
+};
+std::shared_ptr<const cxxopts::Value> resume_flag_value();
+// InputError for anything but true, false (also 1/0, yes/no) and auto.
+ResumeFlag parse_resume_flag(const cxxopts::ParseResult& args);
+inline constexpr const char* kResumeAutoHelp =
+    "; --resume=auto continues the run if it has a checkpoint and starts one there otherwise (a command to run "
+    "again as it is, e.g. a requeued batch job)";
+
 struct CommonFlags {
   std::string data_dir;
   std::string model_dir;         // --model_dir, or its default
@@ -69,7 +83,8 @@ struct CommonFlags {
 // What a flag's value must look like, taken from its cxxopts value type, so that a value
 // that does not parse is reported as "--flag=value: expected ..." rather than cxxopts' own
 // "Argument 'value' failed to parse", which names no flag.
-enum class FlagKind { text, boolean, int32, int64, uint64, real };
+// optional_text: a text flag with an implicit value (--resume alone, or --resume=auto).
+enum class FlagKind { text, optional_text, boolean, int32, int64, uint64, real };
 
 // cxxopts' OptionAdder, recording the kind of each flag it adds.
 class FlagAdder {

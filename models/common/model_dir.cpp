@@ -318,9 +318,11 @@ Verdict choose_run_dir(const ModelDir& dir, bool dry) {
     if (!dir.checkpoint.empty() && fs::exists(fs::path(dir.path) / dir.checkpoint, ec)) {
       return {"", false, dir.path, fmt::format("--resume without --model_dir: continuing the run in {}", dir.path)};
     }
-    return {fmt::format("--resume without --model_dir: no run under {} has a checkpoint ({}) to continue; give "
-                        "--model_dir=DIR of the run to continue, or leave out --resume to start a new one",
-                        dir.path, dir.checkpoint.empty() ? std::string("none is written") : dir.checkpoint)};
+    if (!dir.resume_auto) {
+      return {fmt::format("--resume without --model_dir: no run under {} has a checkpoint ({}) to continue; give "
+                          "--model_dir=DIR of the run to continue, or leave out --resume to start a new one",
+                          dir.path, dir.checkpoint.empty() ? std::string("none is written") : dir.checkpoint)};
+    }
   }
   Verdict v;
   if (dry) return v;
@@ -328,6 +330,11 @@ Verdict choose_run_dir(const ModelDir& dir, bool dry) {
   if (v.error.empty()) {
     v.note = fmt::format("Writing to {} (a new directory for each run without --model_dir; {}/{} is the newest)",
                          v.path, dir.path, kLatest);
+    if (dir.resume_auto) {
+      v.note = fmt::format("--resume=auto without --model_dir: no run under {} has a checkpoint to continue, so a "
+                           "new one starts\n{}",
+                           dir.path, v.note);
+    }
   }
   return v;
 }
@@ -345,7 +352,7 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
   // A run to continue must be there: a misspelt --model_dir is named, not created empty.
   // (A restart of tarantella --max-restarts gets here too: its directory exists, or its
   // first attempt never got past this check.)
-  if (!exists && dir.resume) {
+  if (!exists && dir.resume && !dir.resume_auto) {
     return {fmt::format("--model_dir={}: no such directory, so no run to continue (--resume); give the directory "
                         "of the earlier run, or leave out --resume to start one there",
                         path)};
@@ -378,6 +385,21 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
                                 : "the first attempt ended before its first checkpoint";
     return {remove_outputs(path, found, "restart"), false, path,
             fmt::format("Restart {} (TNT_RESTART): {}, so training starts over in {}", restart_number(), why, path)};
+  }
+  if (dir.resume_auto) {
+    // Nothing to continue is no error: a new run starts here, and what a run without a
+    // checkpoint left (one that failed in its first epoch) is replaced, as a restart does.
+    const bool has_checkpoint = !dir.checkpoint.empty() && fs::exists(fs::path(path) / dir.checkpoint, ec);
+    if (!has_checkpoint) {
+      if (dry) return {};
+      if (std::string e = remove_outputs(path, found, "--resume=auto"); !e.empty()) return {e};
+      if (!id.empty()) {
+        if (std::string e = write_marker(path, id); !e.empty()) return {e};
+      }
+      return {"", false, path,
+              fmt::format("--resume=auto: {} has no checkpoint to continue{}, so a new run starts there", path,
+                          found.empty() ? std::string() : " (what a run without one left there is replaced)")};
+    }
   }
   if (!found.empty() && !dir.resume && !dir.overwrite) {
     // A run stopped before its first checkpoint (interrupted in epoch 1) leaves a history

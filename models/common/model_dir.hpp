@@ -29,6 +29,7 @@ struct ModelDir {
   std::vector<std::string> outputs;  // the files the program writes there
   bool can_resume = false;           // the program has --resume
   bool resume = false;               // ... and it was given
+  bool resume_auto = false;          // --resume=auto: nothing to continue starts a new run there
   bool overwrite = false;            // --overwrite was given
   std::string checkpoint;            // which of `outputs` a restart continues from ("": none)
   std::string checkpoint_flag;       // the flag that would write one when `checkpoint` is "" (said on a restart)

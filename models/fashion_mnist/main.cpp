@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
     ("learning_rate", "learning rate (default: 0.001 for adam, 0.01 for sgd)", cxxopts::value<double>())
     ("scale_learning_rate", "scale the learning rate linearly with the global batch: lr * batch_size / 128", cxxopts::value<bool>()->default_value("false"))
     ("warmup_epochs", "raise the learning rate linearly from 0 over this many epochs (0: none)", cxxopts::value<double>()->default_value("0"))
-    ("resume", "continue from <model_dir>/checkpoint.safetensors (without --model_dir: the newest run's)", cxxopts::value<bool>()->default_value("false"))
+    ("resume", std::string("continue from <model_dir>/checkpoint.safetensors (without --model_dir: the newest run's)") + tnt_models::kResumeAutoHelp, tnt_models::resume_flag_value())
     ("num_train_samples", "use only the first N training samples (0 = all; more than the training set holds is refused)", cxxopts::value<int64_t>()->default_value("0"))
     ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"))
     ("strategy", "synchronous (every rank trains; gradients allreduced each step) or parameter_server (the ranks of tarantella --parameter-servers K hold the variables, the others train on --batch_size split among them without waiting for each other)", cxxopts::value<std::string>()->default_value("synchronous"))
@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(model_kind == "cnn" || model_kind == "mlp", "--model={}: expected cnn or mlp", model_kind);
     TNT_INPUT_CHECK(opt_kind == "adam" || opt_kind == "sgd", "--optimizer={}: expected adam or sgd", opt_kind);
     const tnt_models::CommonFlags common = flags.common();
+    const tnt_models::ResumeFlag resume_flag = tnt_models::parse_resume_flag(args);
     tnt_models::go_on_at_warning_signals("fashion_mnist", true);
     const std::string strategy_text = args["strategy"].as<std::string>();
     TNT_INPUT_CHECK(strategy_text == "synchronous" || strategy_text == "parameter_server",
@@ -204,7 +205,8 @@ int main(int argc, char** argv) {
                                                                   .given = common.model_dir_given,
                                                                   .outputs = {"checkpoint.safetensors", "history.csv"},
                                                                   .can_resume = true,
-                                                                  .resume = args["resume"].as<bool>(),
+                                                                  .resume = resume_flag.resume,
+                                                                  .resume_auto = resume_flag.automatic,
                                                                   .overwrite = common.overwrite,
                                                                   .checkpoint = "checkpoint.safetensors",
                                                                   .checkpoint_flag = ""});

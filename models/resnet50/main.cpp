@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
   // clang-format off
   flags.add_options()
     ("enable_checkpoint_and_export", "checkpoint after every epoch, export the weights at the end", cxxopts::value<bool>()->default_value("false"))
-    ("resume", "continue from <model_dir>/checkpoint.safetensors (with --enable_checkpoint_and_export)", cxxopts::value<bool>()->default_value("false"))
+    ("resume", std::string("continue from <model_dir>/checkpoint.safetensors (with --enable_checkpoint_and_export)") + tnt_models::kResumeAutoHelp, tnt_models::resume_flag_value())
     ("use_synthetic_data", "random images instead of ImageNet (throughput measurements)", cxxopts::value<bool>()->default_value("false"))
     ("synthetic_samples", "with --use_synthetic_data: training samples per epoch (ImageNet's size by default)", cxxopts::value<int64_t>()->default_value(std::to_string(kImageNetTrainSamples)))
     ("synthetic_eval_samples", "with --use_synthetic_data: evaluation samples (default: ImageNet's 50,000 per 1,281,167 training samples, in proportion to an epoch's training samples: --synthetic_samples, or --train_steps x --batch_size when fewer; at least one global batch)", cxxopts::value<int64_t>())
@@ -328,7 +328,8 @@ int main(int argc, char** argv) {
     const std::string data_workers_flag = args["data_workers"].as<std::string>();
     const bool checkpoint_and_export = args["enable_checkpoint_and_export"].as<bool>();
     tnt_models::go_on_at_warning_signals("resnet50", checkpoint_and_export);
-    const bool resume_flag = args["resume"].as<bool>();
+    const tnt_models::ResumeFlag resume_given = tnt_models::parse_resume_flag(args);
+    const bool resume_flag = resume_given.resume;
     // Without checkpoints the continued run would leave the old one behind its history.
     TNT_INPUT_CHECK(!resume_flag || checkpoint_and_export,
                     "--resume: needs --enable_checkpoint_and_export (a run continues from its checkpoint and "
@@ -392,6 +393,7 @@ int main(int argc, char** argv) {
         .outputs = {"history.csv", "checkpoint.safetensors", "model.safetensors"},
         .can_resume = checkpoint_and_export,
         .resume = resume_flag,
+        .resume_auto = resume_given.automatic,
         .overwrite = common.overwrite,
         .checkpoint = checkpoint_and_export ? "checkpoint.safetensors" : "",
         .checkpoint_flag = "--enable_checkpoint_and_export writes one"};

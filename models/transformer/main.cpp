@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     ("decode_batch_size", "sentences per beam-search batch", cxxopts::value<int64_t>()->default_value("32"))
     ("decode_cache", "beam search keeps each decoder layer's keys and values of the tokens so far and runs the decoder on the new position only (false: recomputes the whole prefix every step, the reference)", cxxopts::value<bool>()->default_value("true"))
     ("decode_max_length", "source sentences are cut to this many subtokens (EOS included) for decoding; 0 = no cut, as TensorFlow's translate_file", cxxopts::value<int64_t>()->default_value("0"))
-    ("resume", "continue from <model_dir>/checkpoint.safetensors", cxxopts::value<bool>()->default_value("false"))
+    ("resume", std::string("continue from <model_dir>/checkpoint.safetensors") + tnt_models::kResumeAutoHelp, tnt_models::resume_flag_value())
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("vocab_size", "default: the vocabulary file's size (a larger value pads the embedding)", cxxopts::value<int64_t>())
     ("hidden_size", "model width (param set)", cxxopts::value<int64_t>())
@@ -283,7 +283,8 @@ int main(int argc, char** argv) {
     const int64_t decode_batch_size = args["decode_batch_size"].as<int64_t>();
     const int64_t decode_max_length = args["decode_max_length"].as<int64_t>();
     const bool decode_cache = args["decode_cache"].as<bool>();
-    const bool resume = args["resume"].as<bool>();
+    const tnt_models::ResumeFlag resume_given = tnt_models::parse_resume_flag(args);
+    const bool resume = resume_given.resume;
     const std::string dtype = args["dtype"].as<std::string>();
     TNT_INPUT_CHECK(dtype == "fp32" || dtype == "bf16" || dtype == "fp16", "--dtype={}: expected fp32, bf16 or fp16",
                     dtype);
@@ -336,6 +337,7 @@ int main(int argc, char** argv) {
         .outputs = {"checkpoint.safetensors", "history.csv", "model.safetensors", "translations.txt"},
         .can_resume = true,
         .resume = resume,
+        .resume_auto = resume_given.automatic,
         .overwrite = common.overwrite,
         .checkpoint = "checkpoint.safetensors",
         .checkpoint_flag = ""};

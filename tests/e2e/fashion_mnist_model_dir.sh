@@ -123,6 +123,25 @@ case $case_name in
     if [[ $got == "1 2" ]]; then fm_pass "$case_name: history.csv rows 1 2"; else fm_fail "$case_name: history.csv rows are epochs '$got', expected '1 2'"; cat "$csv"; fi
     ;;
 
+  resume_auto)
+    # --resume=auto: one command to run again as it is (a requeued batch job): it starts a
+    # run where there is none, continues one with a checkpoint, and starts over where a run
+    # left no checkpoint.
+    fm_run first "${launch[@]}" -- "${small[@]}" --train_epochs=1 --resume=auto
+    expect_exit first 0
+    if grep -qF -- "--resume=auto: $model_dir has no checkpoint to continue, so a new run starts there" <<<"$fm_out"; then fm_pass "first: a new run, said"; else fm_fail "first: no line '--resume=auto: $model_dir has no checkpoint to continue, so a new run starts there'"; fi
+    if [[ -s $ckpt && $(csv_epochs) == "1" ]]; then fm_pass "first: a checkpoint and row 1"; else fm_fail "first: no checkpoint or rows '$(csv_epochs)'"; fi
+    fm_run again "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume=auto
+    expect_exit again 0
+    if grep -qF -- "Resuming from $ckpt at epoch 1" <<<"$fm_out"; then fm_pass "again: the run continued"; else fm_fail "again: no line 'Resuming from $ckpt at epoch 1'"; fi
+    if [[ $(csv_epochs) == "1 2" ]]; then fm_pass "again: rows 1 2"; else fm_fail "again: rows '$(csv_epochs)', expected '1 2'"; fi
+    rm -f "$ckpt"
+    fm_run over "${launch[@]}" -- "${small[@]}" --train_epochs=1 --resume=auto
+    expect_exit over 0
+    if grep -qF -- "--resume=auto: $model_dir has no checkpoint to continue (what a run without one left there is replaced), so a new run starts there" <<<"$fm_out"; then fm_pass "over: starting over, said"; else fm_fail "over: no line '--resume=auto: $model_dir has no checkpoint to continue (what a run without one left there is replaced), so a new run starts there'"; fi
+    if [[ -s $ckpt && $(csv_epochs) == "1" ]]; then fm_pass "over: a new checkpoint and row 1 alone"; else fm_fail "over: rows '$(csv_epochs)'"; fi
+    ;;
+
   warning_signal)
     # SIGUSR1 to the launcher (SLURM's --signal=B:USR1@120 warning) reaches every rank's
     # program: training goes on to its end, and the master says so once. Before, the

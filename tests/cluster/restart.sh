@@ -70,9 +70,10 @@ fi
 cl_expect_contains input_error "tarantella: no restart tried (1 of 1 left): rank 0 (host h1, local rank 0) exited with code 2" \
   "the launcher says why it does not restart"
 
-# No restart left: every attempt fails (its program killed by SIGUSR1, which ends a process
-# without a core file, 0.3 s after it appears, before any checkpoint); the last attempt's
-# status, and a line that says so.
+# No restart left: every attempt fails (its program killed by SIGALRM, which ends a process
+# without a core file, 0.3 s after it appears, before any checkpoint; the programs take
+# SIGUSR1 as a batch system's warning and train on); the last attempt's status, and a line
+# that says so.
 (
   end=$((SECONDS + 50))
   last="" killed=0
@@ -80,7 +81,7 @@ cl_expect_contains input_error "tarantella: no restart tried (1 of 1 left): rank
     pid=$(cl_programs_on h1 | head -n 1)
     if [[ -n $pid && $pid != "$last" ]]; then
       sleep 0.3
-      if kill -USR1 "$pid" 2>/dev/null; then
+      if kill -ALRM "$pid" 2>/dev/null; then
         echo "killed attempt $((killed + 1))'s program (pid $pid on h1)"
         killed=$((killed + 1))
       fi
@@ -93,7 +94,7 @@ killer=$!
 cl_run no_restart_left h1 60 -H h1 -n 1 --max-restarts 1 "${cl_launch[@]}" -- "${run[@]}" \
   --model_dir="$cl_tmp/no_restart_left"
 wait "$killer"
-cl_expect_exit no_restart_left 138
+cl_expect_exit no_restart_left 142
 if [[ $(grep -c "tarantella: restarting the whole job" <<<"$cl_out") -eq 1 ]]; then
   cl_pass "no_restart_left: restarted once"
 else

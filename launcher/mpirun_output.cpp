@@ -36,19 +36,6 @@ bool opens_failure_block(std::string_view line) {
   return false;
 }
 
-// Lines that Open MPI's daemons print about the same failure: "[host:pid] [[job,0],0]
-// ORTE_ERROR_LOG: ... in file ../../../orte/util/show_help.c at line 507", and the notes
-// "[host:pid] 1 more process has sent help message help-mpi-api.txt / mpi-abort" and
-// "[host:pid] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error
-// messages".
-bool is_noise_line(std::string_view line) {
-  if (line.empty() || line.front() != '[') return false;
-  return line.find("] ORTE_ERROR_LOG: ") != std::string_view::npos ||
-         (line.find(" sent help message ") != std::string_view::npos &&
-          line.find(" more process") != std::string_view::npos) ||
-         line.find("Set MCA parameter \"orte_base_help_aggregate\" to 0") != std::string_view::npos;
-}
-
 // The process id of a line that Open MPI's signal handler wrote, "[host:PID] ..." (the id
 // may be padded with zeros), else -1.
 long line_pid(std::string_view line) {
@@ -63,6 +50,24 @@ long line_pid(std::string_view line) {
     pid = pid * 10 + (line[i] - '0');
   }
   return pid;
+}
+
+// Lines that Open MPI's daemons print about the same failure: "[host:pid] [[job,0],0]
+// ORTE_ERROR_LOG: ... in file ../../../orte/util/show_help.c at line 507", and the notes
+// "[host:pid] 1 more process has sent help message help-mpi-api.txt / mpi-abort" and
+// "[host:pid] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error
+// messages"; and a rank's transport that lost its peer when that rank was killed, "[host:pid]
+// Read -1, expected 2101248, errno = 3" (the launcher names the killed rank).
+bool is_noise_line(std::string_view line) {
+  if (line.empty() || line.front() != '[') return false;
+  const size_t read = line.find("] Read -1, expected ");
+  if (read != std::string_view::npos && line_pid(line) >= 0 && line.find(", errno = ", read) != std::string_view::npos) {
+    return true;
+  }
+  return line.find("] ORTE_ERROR_LOG: ") != std::string_view::npos ||
+         (line.find(" sent help message ") != std::string_view::npos &&
+          line.find(" more process") != std::string_view::npos) ||
+         line.find("Set MCA parameter \"orte_base_help_aggregate\" to 0") != std::string_view::npos;
 }
 
 // A framed block longer than this is no restated failure: it is passed on.

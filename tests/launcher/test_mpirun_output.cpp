@@ -257,6 +257,16 @@ TEST_CASE("mpirun output: mpirun's own crash report is held back, a rank's passe
   CHECK(relayed(g, crash(777), 4096) == crash(777));
 }
 
+TEST_CASE("mpirun output: a transport's lost-peer line is held back, a program's look-alike passes", "[mpirun_output]") {
+  // Open MPI's shared-memory transport on a rank whose peer was killed: the launcher names
+  // the killed rank, so these lines are shown only when nothing else explains the end.
+  MpirunOutputFilter f;
+  const std::string lost = "[vm:28251] Read -1, expected 2101248, errno = 3\n";
+  const std::string program = "Read -1, expected 8, errno = 3: my own message\n";
+  CHECK(relayed(f, lost + program, 4096) == program);
+  CHECK(f.held_back() == lost);
+}
+
 TEST_CASE("mpirun output: mpirun's word that it forwards a signal is dropped", "[mpirun_output]") {
   MpirunOutputFilter f;
   const std::string program = "fashion_mnist: SIGUSR1 received\n";

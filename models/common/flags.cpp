@@ -441,7 +441,11 @@ int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uin
   tnt::communicator().broadcast(problem, tnt::master_rank());
   if (!problem.empty()) throw tnt::InputError(problem);
   const int epoch = model.load_checkpoint_from_master(checkpoint);
-  tnt::print("Resuming from {} at epoch {}", checkpoint, epoch);
+  if (const int64_t step = model.checkpoint_epoch_step(); step > 0) {
+    tnt::print("Resuming from {} inside epoch {}, after {} of its steps", checkpoint, epoch + 1, step);
+  } else {
+    tnt::print("Resuming from {} at epoch {}", checkpoint, epoch);
+  }
   return epoch;
 }
 

@@ -510,6 +510,7 @@ int main(int argc, char** argv) {
     }
     fit.epochs = common.train_epochs;
     fit.initial_epoch = initial_epoch;
+    fit.initial_step = model.checkpoint_epoch_step();  // a checkpoint inside an epoch (--train_steps cut it)
     fit.verbose = common.verbose;
     if (train_dist) {
       fit.distributed_validation_data = eval_dist;
@@ -517,7 +518,7 @@ int main(int argc, char** argv) {
       fit.validation_data = eval_data;
     }
     fit.validation_freq = common.epochs_between_evals;
-    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", initial_epoch > 0);
+    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", initial_epoch > 0 || fit.initial_step > 0);
     std::vector<std::string> columns{"loss", "accuracy", "top5_accuracy", "val_loss", "val_accuracy",
                                      "val_top5_accuracy", "learning_rate", "seconds"};
     if (precision.scales_loss()) columns.push_back("loss_scale");

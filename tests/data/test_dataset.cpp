@@ -648,3 +648,73 @@ TEST_CASE("distribute with prefetch and map is reproducible per epoch", "[datase
   CHECK(run(0) == a);
   CHECK(run(1) != a);
 }
+
+// A run resumed inside an epoch (FitOptions::initial_step) starts the pass at a global
+// batch: the batches from there must be those of the whole pass, and the ones before it
+// are neither built (a random-access source) nor mapped, except the last two of them, read
+// (not mapped) to keep the padding rule's sample (see RankSliceIterator::skip).
+TEST_CASE("iterate from a step gives the rest of the pass and builds none of the batches before it",
+          "[dataset][distribute]") {
+  const int p = 3;
+  const int64_t B = 7, N = 30;  // 4 full batches and a partial one of 2
+  struct Seen {
+    std::vector<int64_t> ids;
+    int64_t real = 0, global_real = 0, step = 0;
+    bool operator==(const Seen& o) const {
+      return ids == o.ids && real == o.real && global_real == o.global_real && step == o.step;
+    }
+  };
+  for (Remainder rem : {Remainder::drop, Remainder::pad}) {
+    for (bool shuffled : {false, true}) {
+      for (int r = 0; r < p; ++r) {
+        std::mutex mu;
+        std::vector<int64_t> built, mapped;
+        Dataset src = Dataset::from_function(N, [&](int64_t i) {
+          std::lock_guard<std::mutex> lock(mu);
+          built.push_back(i);
+          return Element{Tensor::full({}, double(i), DType::i64)};
+        });
+        if (shuffled) src = src.shuffle(N, 11);
+        DistributedDataset d = src.distribute(B, r, p, rem)
+                                   .map(
+                                       [&](Element e) {
+                                         std::lock_guard<std::mutex> lock(mu);
+                                         mapped.push_back(id_of(e));
+                                         return e;
+                                       },
+                                       2)
+                                   .prefetch(2);
+        auto pass = [&](int64_t first) {
+          std::vector<Seen> out;
+          auto it = d.iterate(3, first);
+          while (auto b = it.next()) {
+            Seen s;
+            for (float v : b->columns[0].to_vector()) s.ids.push_back(static_cast<int64_t>(v));
+            s.real = b->real_samples;
+            s.global_real = b->global_real_samples;
+            s.step = b->step;
+            out.push_back(s);
+          }
+          return out;
+        };
+        const std::vector<Seen> whole = pass(0);
+        REQUIRE(static_cast<int64_t>(whole.size()) == (rem == Remainder::pad ? 5 : 4));
+        for (int64_t first = 1; first <= static_cast<int64_t>(whole.size()); ++first) {
+          CAPTURE(rem == Remainder::pad, shuffled, r, first);
+          built.clear();
+          mapped.clear();
+          const std::vector<Seen> rest = pass(first);
+          CHECK(rest == std::vector<Seen>(whole.begin() + first, whole.end()));
+          if (shuffled) continue;  // a shuffle reads its whole buffer: nothing to count
+          // Of the batches before `first`, only the last two are built, and none is mapped:
+          // what is mapped is what the pass yields (padding copies one of its samples).
+          for (int64_t i : built) CHECK(i >= (first - 2) * B);
+          std::set<int64_t> yielded;
+          for (const Seen& s : rest) yielded.insert(s.ids.begin(), s.ids.end());
+          for (int64_t i : mapped) CHECK(yielded.count(i) == 1);
+        }
+      }
+    }
+  }
+  CHECK_THROWS_AS(id_dataset(4).distribute(2, 0, 1).iterate(0, -1), InputError);
+}

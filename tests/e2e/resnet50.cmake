@@ -19,12 +19,12 @@ endif()
 # clear errors for a bad --dtype and a missing --data_dir; a diverged run stops with an error;
 # an earlier run's --model_dir is replaced only with --overwrite; without
 # --synthetic_eval_samples the evaluation is proportionate to what is trained; --data_format
-# channels_last gives channels_first's loss; --resume continues a run bitwise, and is refused
+# channels_last gives channels_first's loss; --resume continues a run bitwise (also one cut inside an epoch by --train_steps), and is refused
 # without --enable_checkpoint_and_export or with --overwrite; --profile_steps leaves a trace
 # of its steps in the TensorBoard directory (none with 0), and --enable_time_history prints
 # the images/s of each --log_steps interval.
 foreach(_case synthetic_2_ranks log_steps micro_batch_of_one imagenet_folders imagenet_tfds truncated_jpeg dtype_fp16_2_ranks dtype_bad missing_data_dir diverged
-              existing_model_dir synthetic_eval_default data_format resume resume_refused profile_steps
+              existing_model_dir synthetic_eval_default data_format resume resume_mid_epoch resume_refused profile_steps
               memory_estimate imagenet_val_classes)
   add_test(NAME resnet50.launcher.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/resnet50_launcher.sh

@@ -37,6 +37,8 @@
 #   straight, history.csv epochs 1 2 and a checkpoint at epoch 2; --resume at its
 #   --train_steps evaluates the checkpoint, saying so; --resume below the
 #   checkpoint's epoch trains nothing and evaluates its weights.
+# resume_mid_epoch: a run cut by --train_steps inside an epoch resumes at the next step of
+#   it (twice), and ends with the weights of the run straight through.
 # resume_refused: --resume without --enable_checkpoint_and_export, together with
 #   --overwrite, in a --model_dir that does not exist (nothing created), and on a checkpoint
 #   of another model (--num_classes) ends with an error naming the flags or the file.
@@ -390,6 +392,51 @@ case $case_name in
       fail "no 'Evaluation: ... (8 images, after 4 training steps, 2 ranks)' (--train_steps)"
     fi
     if cmp -s "$tmp/resumed/history.csv" "$tmp/two.csv"; then pass "history.csv left as it was (--train_steps)"; else fail "history.csv changed (--train_steps)"; fi
+    ;;
+  resume_mid_epoch)
+    # 4 steps an epoch. --train_steps=3 cuts epoch 1: its checkpoint says so (epoch 0,
+    # epoch_step 3), and --resume takes the epoch's last step, then epoch 2, cut again at
+    # step 6 and finished by a third run. Before, the cut epoch was saved as done: the
+    # resumed run skipped its last step, and --train_steps then found "nothing to train".
+    rs=(--use_synthetic_data --image_size=32 --num_classes=10 --batch_size=8 --synthetic_samples=32
+        --synthetic_eval_samples=8 --log_steps=0 --verbose=0 --enable_checkpoint_and_export --train_epochs=2)
+    meta() { head -c 4096 "$tmp/cut/checkpoint.safetensors" | grep -ao "\"$1\":\"[0-9]*\""; }
+    run "${rs[@]}" --model_dir="$tmp/cut" --train_steps=3
+    if [[ $rc -eq 0 ]]; then pass "3 steps: exit status 0"; else fail "3 steps: exit status $rc"; fi
+    if [[ $(meta epoch) == '"epoch":"0"' && $(meta epoch_step) == '"epoch_step":"3"' ]]; then
+      pass "the checkpoint is inside epoch 1, after 3 steps"
+    else
+      fail "checkpoint metadata '$(meta epoch)' '$(meta epoch_step)', expected epoch 0 and epoch_step 3"
+    fi
+    run "${rs[@]}" --model_dir="$tmp/cut" --train_steps=6 --resume
+    if [[ $rc -eq 0 ]]; then pass "to step 6: exit status 0"; else fail "to step 6: exit status $rc"; fi
+    if grep -qxF "Resuming from $tmp/cut/checkpoint.safetensors inside epoch 1, after 3 of its steps" <<<"$out"; then
+      pass "said where it resumes"
+    else
+      fail "no 'Resuming from $tmp/cut/checkpoint.safetensors inside epoch 1, after 3 of its steps'"
+    fi
+    if [[ $(meta epoch) == '"epoch":"1"' && $(meta epoch_step) == '"epoch_step":"2"' && $(meta step) == '"step":"6"' ]]; then
+      pass "the checkpoint is at step 6, inside epoch 2"
+    else
+      fail "checkpoint metadata '$(meta epoch)' '$(meta epoch_step)' '$(meta step)', expected epoch 1, epoch_step 2, step 6"
+    fi
+    run "${rs[@]}" --model_dir="$tmp/cut" --resume
+    if [[ $rc -eq 0 ]]; then pass "the rest: exit status 0"; else fail "the rest: exit status $rc"; fi
+    if [[ $(meta epoch) == '"epoch":"2"' && -z $(meta epoch_step) && $(meta step) == '"step":"8"' ]]; then
+      pass "the checkpoint is at the end of epoch 2, step 8"
+    else
+      fail "checkpoint metadata '$(meta epoch)' '$(meta epoch_step)' '$(meta step)', expected epoch 2, step 8"
+    fi
+    run "${rs[@]}" --model_dir="$tmp/straight"
+    if [[ $rc -eq 0 ]]; then pass "2 epochs straight: exit status 0"; else fail "2 epochs straight: exit status $rc"; fi
+    if cmp -s "$tmp/cut/model.safetensors" "$tmp/straight/model.safetensors"; then
+      pass "the same weights as 2 epochs straight"
+    else
+      fail "the weights differ from 2 epochs straight"
+    fi
+    # One row an epoch: a resumed run replaces the rows from its checkpoint's epoch on.
+    got=$(cut -d, -f1 "$tmp/cut/history.csv" 2>/dev/null | tail -n +2 | tr '\n' ' ')
+    if [[ $got == "1 2 " ]]; then pass "history.csv: one row an epoch"; else fail "history.csv epochs '$got', expected '1 2 '"; fi
     ;;
   resume_refused)
     rs=(--use_synthetic_data --image_size=32 --num_classes=10 --batch_size=8 --synthetic_samples=16

@@ -102,3 +102,47 @@ TEST_CASE("with Dropout and a reshuffling dataset, a resumed run ends bitwise wh
   REQUIRE(max_abs_diff(resume(6), uninterrupted) > 1e-4);
   tnt::communicator().barrier();  // every rank has read the file before TempDir removes it
 }
+
+TEST_CASE("a run cut inside an epoch by max_steps resumes at its next step and ends bitwise where the uninterrupted "
+          "one does") {
+  tnt::test::TempDir dir("tnt_reproducibility");
+  std::string path = dir.path.string() + "/ck.safetensors";
+  tnt::communicator().broadcast(path, tnt::master_rank());
+  const Weights uninterrupted = train(5);
+
+  // 4 steps an epoch: step 6 is the second of epoch 2.
+  auto first_net = make_net();
+  auto first = make_model(first_net, 5);
+  tnt::FitOptions cut = fit_options(0, kEpochs);
+  cut.max_steps = 6;
+  cut.callbacks = {std::make_shared<tnt::ModelCheckpoint>(path, "loss")};
+  first->fit(data(), cut);
+  REQUIRE(first->partial_epoch_steps() == 2);
+
+  auto resume = [&](bool at_its_step) {
+    auto net = make_net();
+    auto model = make_model(net, 5);
+    const int epoch = model->load_checkpoint_from_master(path);
+    REQUIRE(epoch == 1);  // epoch 2 is unfinished
+    REQUIRE(model->checkpoint_epoch_step() == 2);
+    REQUIRE(model->global_step() == 6);
+    tnt::FitOptions rest = fit_options(epoch, kEpochs);
+    if (at_its_step) rest.initial_step = model->checkpoint_epoch_step();
+    model->fit(data(), rest);
+    REQUIRE(model->partial_epoch_steps() == 0);
+    return weights_of(*net);
+  };
+  REQUIRE(resume(true) == uninterrupted);
+  // The step matters: epoch 2 from its start (what a checkpoint that counted it done, or one
+  // without its step, gave) trains other batches and ends elsewhere.
+  REQUIRE(max_abs_diff(resume(false), uninterrupted) > 1e-4);
+
+  // A step that is not one of the epoch's is refused on every rank.
+  auto net = make_net();
+  auto model = make_model(net, 5);
+  tnt::FitOptions bad = fit_options(0, 1);
+  bad.initial_step = 4;
+  REQUIRE_THROWS_WITH(model->fit(data(), bad),
+                      Catch::Contains("fit: initial_step=4 is not a step of initial_epoch 0 (4 steps an epoch)"));
+  tnt::communicator().barrier();
+}

@@ -199,7 +199,8 @@ class CSVLogger : public Callback {
 
 enum class MonitorMode { automatic, min, max };
 
-// Saves a checkpoint (weights, optimizer state, epoch, step) after each epoch, written by
+// Saves a checkpoint (weights, optimizer state, epoch, step) after each epoch (an epoch that
+// max_steps cut short as unfinished: see Model::partial_epoch_steps), written by
 // the master atomically. path may contain "{epoch}" (1-based, two digits, as Keras). With
 // save_best_only, only when the monitored global metric improved. It runs on every rank
 // (the save is collective, so a failed write stops every rank, not only the master). Weights

@@ -252,7 +252,8 @@ class DistributedDataset {
  public:
   class Iterator {
    public:
-    Iterator(Dataset::Iterator inner, int64_t global_batch, int64_t micro_batch, int64_t sample_offset);
+    Iterator(Dataset::Iterator inner, int64_t global_batch, int64_t micro_batch, int64_t sample_offset,
+             int64_t first_step = 0);
     std::optional<Batch> next();
 
    private:
@@ -281,7 +282,10 @@ class DistributedDataset {
   int64_t micro_batch_size() const { return micro_batch_; }
   int64_t micro_batch_offset() const { return offset_; }
   int64_t global_batch_size() const { return global_batch_; }
-  Iterator iterate(int64_t epoch = 0) const;
+  // first_step: the pass starts at that global batch (a run resumed inside an epoch). The
+  // batches before it are skipped without building their samples where the source is
+  // random-access (from_function, synthetic, the file sources' skip()); map() never sees them.
+  Iterator iterate(int64_t epoch = 0, int64_t first_step = 0) const;
 
  private:
   DistributedDataset() = default;

@@ -126,6 +126,12 @@ struct FitOptions {
   // Training ends once global_step() reaches this (the whole run's steps, a resumed run's
   // included); 0 = no limit. The progress bar counts the steps that will run.
   int64_t max_steps = 0;
+  // The steps of initial_epoch already trained: a checkpoint written when fit stopped inside
+  // an epoch (max_steps, stop_training) says how many (Model::checkpoint_epoch_step). The
+  // epoch's first initial_step global batches are skipped (without building them where the
+  // source is random-access), so the run sees the batches an uninterrupted one would have.
+  // Not with strategy=parameter_server.
+  int64_t initial_step = 0;
   // For the progress display only, when a program calls fit in pieces (fit to epoch 3, an
   // evaluation of its own, fit from 3 to 6, ...): the whole run's epochs, so that the count
   // reads 1/6 ... 6/6 over the pieces rather than 1/3 then 4/6. 0: epochs.
@@ -253,9 +259,17 @@ class Model {
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
   // Weights + optimizer state + epoch/step/seed (what ModelCheckpoint writes; resume with
-  // load_checkpoint and FitOptions::initial_epoch = the returned epoch).
-  void save_checkpoint(const std::string& path, int epoch);
+  // load_checkpoint and FitOptions::initial_epoch = the returned epoch). epoch: the epochs
+  // completed; epoch_step > 0: the checkpoint is inside epoch `epoch`, after that many of its
+  // steps (resume with FitOptions::initial_step = checkpoint_epoch_step()).
+  void save_checkpoint(const std::string& path, int epoch, int64_t epoch_step = 0);
   int load_checkpoint(const std::string& path);
+  // The last loaded checkpoint's steps into its epoch (0: it was written at an epoch's end).
+  int64_t checkpoint_epoch_step() const { return checkpoint_epoch_step_; }
+  // After fit: when its last epoch was cut short (max_steps, stop_training), the steps of
+  // that epoch taken (initial_step's included); 0 when the epoch ran to its end.
+  // ModelCheckpoint saves such an epoch as unfinished.
+  int64_t partial_epoch_steps() const { return partial_epoch_steps_; }
   // Collective: the master alone reads the checkpoint (as load_checkpoint does), and every
   // rank gets its weights, buffers, optimizer state and training position from the master.
   // For a run directory that only the master's host has (a --model_dir on its own disk):
@@ -297,7 +311,7 @@ class Model {
   // staging: the pass's stager when the batch was staged (its copies are taken), else null.
   StepInputs step_inputs(const Batch& batch, const char* what, detail::InputStager* staging) const;
 
-  History run_fit(const std::function<detail::NextBatch(int64_t epoch)>& source, int64_t steps,
+  History run_fit(const std::function<detail::NextBatch(int64_t epoch, int64_t first_step)>& source, int64_t steps,
                   const std::optional<DistributedDataset>& validation, const FitOptions& options);
   Logs run_evaluate(const detail::NextBatch& source, const ClassWeight& class_weight = {}, const EvalParams& eval = {},
                     detail::CallbackList* callbacks = nullptr);
@@ -324,6 +338,8 @@ class Model {
   std::vector<const Parameter*> reducer_params_;  // the parameters reducer_ was built over
   uint64_t seed_;
   int64_t global_step_ = 0;
+  int64_t checkpoint_epoch_step_ = 0;
+  int64_t partial_epoch_steps_ = 0;
   bool stop_requested_ = false;
   bool weights_synced_ = false;
   EpochTiming timing_;

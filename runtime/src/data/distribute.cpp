@@ -61,6 +61,29 @@ class RankSliceIterator : public ElementIterator {
     return e;
   }
 
+  // Whole global batches (a resumed epoch's first steps, n a multiple of this rank's
+  // micro-batch) are skipped upstream without building their samples, except the last two:
+  // they are read as usual, so that a padded partial batch (the last skipped one, or the
+  // next) finds the same sample to copy as in a pass read from its start. Anything else is
+  // read and dropped.
+  int64_t skip(int64_t n) override {
+    if (n <= 0 || !ready_.empty() || n % micro_ != 0) return ElementIterator::skip(n);
+    const int64_t batches = n / micro_;
+    int64_t skipped = 0;
+    if (batches > 2 && !done_) {
+      const int64_t want = (batches - 2) * global_batch_;
+      const int64_t got = up_->skip(want);
+      first_batch_ = false;
+      skipped = got / global_batch_ * micro_;
+      if (got < want) {  // the stream ended inside them
+        done_ = true;
+        if (got % global_batch_ > 0 && pad_) skipped += micro_;
+        return skipped;
+      }
+    }
+    return skipped + ElementIterator::skip(std::min<int64_t>(batches, 2) * micro_);
+  }
+
  private:
   // Reads one global batch: steps over the ranks before this one, takes this rank's slice,
   // steps over the rest, and so learns the batch's real size n on every rank alike.
@@ -300,15 +323,18 @@ DistributedDataset DistributedDataset::prefetch(int64_t buffer_size) const {
 
 int64_t DistributedDataset::steps() const { return steps_ < 0 ? -1 : steps_; }
 
-DistributedDataset::Iterator DistributedDataset::iterate(int64_t epoch) const {
+DistributedDataset::Iterator DistributedDataset::iterate(int64_t epoch, int64_t first_step) const {
+  TNT_INPUT_CHECK(first_step >= 0, "DistributedDataset::iterate: first step {} is negative", first_step);
   Dataset batches = from_batched_ ? batched_ : samples_.batch(micro_batch_);
+  if (first_step > 0) batches = batches.skip(first_step);  // before the prefetch: it never reads them
   if (prefetch_ > 0) batches = batches.prefetch(prefetch_);
-  return Iterator(batches.iterate(epoch), global_batch_, micro_batch_, offset_);
+  return Iterator(batches.iterate(epoch), global_batch_, micro_batch_, offset_, first_step);
 }
 
 DistributedDataset::Iterator::Iterator(Dataset::Iterator inner, int64_t global_batch, int64_t micro_batch,
-                                       int64_t sample_offset)
-    : inner_(std::move(inner)), global_batch_(global_batch), micro_batch_(micro_batch), sample_offset_(sample_offset) {}
+                                       int64_t sample_offset, int64_t first_step)
+    : inner_(std::move(inner)), global_batch_(global_batch), micro_batch_(micro_batch), sample_offset_(sample_offset),
+      step_(first_step) {}
 
 std::optional<Batch> DistributedDataset::Iterator::next() {
   auto e = inner_.next();

@@ -1,6 +1,7 @@
 // Sequential dataset stages: shuffle, batch, shard, repeat, take, skip.
 #include "data/dataset_node.hpp"
 
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -109,6 +110,14 @@ class BatchIterator : public ElementIterator {
     Element out;
     for (size_t c = 0; c < rows[0].size(); ++c) out.push_back(detail::stack_column(rows, c, "Dataset::batch"));
     return out;
+  }
+  // n batches are n x size elements upstream: skipped there, so never built where upstream
+  // can skip (a resumed epoch's first steps).
+  int64_t skip(int64_t n) override {
+    if (n <= 0) return 0;
+    const int64_t k = up_->skip(n > INT64_MAX / size_ ? INT64_MAX : n * size_);
+    const int64_t partial = k % size_;
+    return k / size_ + (partial > 0 && !drop_ ? 1 : 0);
   }
 
  private:

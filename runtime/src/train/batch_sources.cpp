@@ -71,17 +71,17 @@ Tensor padded_gradient(const Tensor& real_grad, const Shape& shape, DType dtype,
   return whole;
 }
 
-NextBatch distributed_source(const DistributedDataset& data, int64_t epoch) {
-  auto it = std::make_shared<DistributedDataset::Iterator>(data.iterate(epoch));
+NextBatch distributed_source(const DistributedDataset& data, int64_t epoch, int64_t first_step) {
+  auto it = std::make_shared<DistributedDataset::Iterator>(data.iterate(epoch, first_step));
   return [it]() { return it->next(); };
 }
 
 // The user's micro-batches: every element is {inputs..., target}, each (b, ...). All ranks
 // must have the same number of steps; a mismatch is detected (not hung on) because each
 // step agrees on "does every rank have a batch" first.
-NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro) {
-  auto it = std::make_shared<Dataset::Iterator>(data.iterate(epoch));
-  auto step = std::make_shared<int64_t>(0);
+NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro, int64_t first_step) {
+  auto it = std::make_shared<Dataset::Iterator>((first_step > 0 ? data.skip(first_step) : data).iterate(epoch));
+  auto step = std::make_shared<int64_t>(first_step);
   return [it, step, expected_micro]() -> std::optional<Batch> {
     std::optional<Element> e = it->next();
     int64_t b = e ? (e->empty() ? 0 : e->front().dim(0)) : 0;

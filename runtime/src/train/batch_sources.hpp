@@ -29,13 +29,14 @@ inline Tensor rows(const Tensor& t, int64_t n) { return n == t.dim(0) ? t : t.sl
 // needs no second buffer of the predictions' size either, as a full one does not.
 Tensor padded_gradient(const Tensor& real_grad, const Shape& shape, DType dtype, const void* predictions);
 
-// A distributed dataset's batches of `epoch`.
-NextBatch distributed_source(const DistributedDataset& data, int64_t epoch);
+// A distributed dataset's batches of `epoch`, from global batch first_step on.
+NextBatch distributed_source(const DistributedDataset& data, int64_t epoch, int64_t first_step = 0);
 
 // The user's micro-batches: every element is {inputs..., target}, each (b, ...). All ranks
 // must have the same number of steps; a mismatch is detected (not hung on) because each
 // step agrees on "does every rank have a batch" first.
-NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro);
+// first_step: that many micro-batches are skipped first (a run resumed inside an epoch).
+NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro, int64_t first_step = 0);
 
 // Moves each batch's weights into Batch::sample_weights (see model.hpp). A bad weight is seen
 // on one rank only, so the ranks agree on every weighted batch, and all of them throw.

@@ -382,7 +382,10 @@ void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
   if (pos != std::string::npos) path.replace(pos, 7, fmt::format("{:02d}", epoch + 1));
   {
     timeline::Span span(timeline::Lane::compute, "checkpoint write", [&] { return R"("path":")" + timeline::escape(path) + "\""; });
-    model_->save_checkpoint(path, epoch + 1);
+    // An epoch that fit cut short (max_steps) is saved as unfinished: a resume takes its
+    // remaining steps, rather than counting it done.
+    const int64_t part = model_->partial_epoch_steps();
+    model_->save_checkpoint(path, part > 0 ? epoch : epoch + 1, part);
   }
   last_path_ = path;
 }

@@ -186,7 +186,8 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
   if (!options.distribute_dataset) {
     // The data are already this rank's micro-batches.
     const int64_t micro = options.micro_batch_size;
-    return run_fit([data, micro](int64_t epoch) { return user_source(data, epoch, micro); }, data.cardinality(),
+    return run_fit([data, micro](int64_t epoch, int64_t first) { return user_source(data, epoch, micro, first); },
+                   data.cardinality(),
                    validation_set(options), options);
   }
   // The global batch is also what callbacks and the validation default see.
@@ -201,7 +202,7 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
     const Remainder remainder = options.remainder;
     detail::PsWorker* ps = ps_;
     return run_fit(
-        [=](int64_t epoch) {
+        [=](int64_t epoch, int64_t) {  // no initial_step (run_fit refuses one)
           auto part = [=](int owner) {
             DistributedDataset theirs = data.distribute(batch, owner, p, remainder);
             if (prefetch > 0) theirs = theirs.prefetch(prefetch);
@@ -218,7 +219,8 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
                   "smaller batch",
                   data.cardinality(), options.batch_size,
                   options.remainder == Remainder::drop ? ", the last partial batch dropped" : "");
-  return run_fit([train](int64_t epoch) { return distributed_source(train, epoch); }, train.steps(),
+  return run_fit([train](int64_t epoch, int64_t first) { return distributed_source(train, epoch, first); },
+                 train.steps(),
                  validation_set(options), options);
 }
 
@@ -237,7 +239,8 @@ History Model::fit(const DistributedDataset& data, FitOptions options) {
                   "fit: micro_batch_size={} but the distributed dataset gives rank {} {} samples",
                   options.micro_batch_size, rank(), data.micro_batch_size());
   options.batch_size = data.global_batch_size();
-  return run_fit([data](int64_t epoch) { return distributed_source(data, epoch); }, data.steps(),
+  return run_fit([data](int64_t epoch, int64_t first) { return distributed_source(data, epoch, first); },
+                 data.steps(),
                  validation_set(options), options);
 }
 
@@ -302,11 +305,17 @@ void Model::prepare_training() {
   }
 }
 
-History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t steps,
+History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source, int64_t steps,
                        const std::optional<DistributedDataset>& validation, const FitOptions& options) {
   TNT_INPUT_CHECK(options.epochs >= options.initial_epoch, "fit: epochs={} is smaller than initial_epoch={}",
                   options.epochs, options.initial_epoch);
   TNT_INPUT_CHECK(options.validation_freq > 0, "fit: validation_freq must be positive");
+  TNT_INPUT_CHECK(options.initial_step >= 0 && (steps < 0 || options.initial_step < steps),
+                  "fit: initial_step={} is not a step of initial_epoch {} ({} steps an epoch)", options.initial_step,
+                  options.initial_epoch, steps);
+  TNT_INPUT_CHECK(options.initial_step == 0 || ps_ == nullptr,
+                  "fit: initial_step={} (a checkpoint inside an epoch) is not supported with strategy=parameter_server",
+                  options.initial_step);
   TNT_INPUT_CHECK(options.total_epochs == 0 || options.total_epochs >= options.epochs,
                   "fit: total_epochs={} is smaller than epochs={}", options.total_epochs, options.epochs);
   // Ranks with parameter-server roles (tarantella --parameter-servers: a server rank gets no
@@ -329,6 +338,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     if (options.distribute_dataset) {
       facts.push_back(fmt::format("global batch {}", options.batch_size));
       facts.push_back(fmt::format("{} steps an epoch", steps));
+      facts.push_back(fmt::format("initial step {}", options.initial_step));
     }
     detail::require_same_pass(communicator(), "fit", facts);
   }
@@ -354,6 +364,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
 
   // A run resumed at or past max_steps trains no further.
   stop_requested_ = options.max_steps > 0 && global_step_ >= options.max_steps;
+  partial_epoch_steps_ = 0;
   RunContext rc;
   rc.training = true;
   rc.seed = seed_;
@@ -372,12 +383,19 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
     timing_ = EpochTiming{};
     double lr_used = optimizer_->learning_rate();
 
-    NextBatch next = with_staging(
-        with_sample_weights(source(epoch), network_->inputs().size(), loss_, options.class_weight, "fit"), stager);
-    for (int64_t step = 0; !stop_requested_; ++step) {
+    const int64_t first_step = epoch == options.initial_epoch ? options.initial_step : 0;
+    NextBatch next = with_staging(with_sample_weights(source(epoch, first_step), network_->inputs().size(), loss_,
+                                                      options.class_weight, "fit"),
+                                  stager);
+    bool ran_out = false;  // the epoch's data ended (else a stop cut it, unless it was its last step)
+    int64_t step = first_step;
+    for (; !stop_requested_; ++step) {
       const double t_input = now_s();
       std::optional<Batch> batch = next();
-      if (!batch) break;
+      if (!batch) {
+        ran_out = true;
+        break;
+      }
       timing_.input_seconds += now_s() - t_input;
       // Opens/closes the window; the input wait; on a GPU the step's reference event.
       timeline::step_begin(global_step_ + 1, epoch, t_input, network_->device());
@@ -402,6 +420,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t)>& source, int64_t 
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
+    partial_epoch_steps_ = !ran_out && (steps < 0 || step < steps) ? step : 0;
     if (stager) stager->end_pass();
     if (ps_) ps_->pause();
     timing_.finish();

@@ -98,12 +98,17 @@ void Model::load_weights(const std::string& path) {
   weights_synced_ = false;
 }
 
-void Model::save_checkpoint(const std::string& path, int epoch) {
+void Model::save_checkpoint(const std::string& path, int epoch, int64_t epoch_step) {
   const detail::CollectiveLabel label("save_checkpoint");
+  TNT_INPUT_CHECK(epoch >= 0 && epoch_step >= 0, "save_checkpoint '{}': epoch {} and epoch_step {} must not be negative",
+                  path, epoch, epoch_step);
   Metadata md;
   md[checkpoint_key::format] = "pt";
   md[checkpoint_key::epoch] = std::to_string(epoch);
   md[checkpoint_key::step] = std::to_string(global_step_);
+  // Inside epoch `epoch` (a fit cut short by max_steps): absent when the epoch is done, so
+  // that files written at an epoch's end read as before.
+  if (epoch_step > 0) md["epoch_step"] = std::to_string(epoch_step);
   md[checkpoint_key::seed] = std::to_string(seed_);
   md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
   md["ranks"] = std::to_string(size());
@@ -166,9 +171,11 @@ int Model::load_checkpoint(const std::string& path) {
   const int64_t epoch = count(checkpoint_key::epoch, kMaxEpochs, "epochs completed");
   const int64_t step = count(checkpoint_key::step, kMaxSteps, "steps taken");
   const int64_t optimizer_step = ck.has_metadata("optimizer_step") ? count("optimizer_step", kMaxSteps, "steps taken") : -1;
+  const int64_t epoch_step = ck.has_metadata("epoch_step") ? count("epoch_step", kMaxSteps, "steps into an epoch") : 0;
   auto tensors = checkpoint_tensors(true);
   ck.load_into(as_named(tensors), tolerant_of_older_files(tensors));
   global_step_ = step;
+  checkpoint_epoch_step_ = epoch_step;
   if (optimizer_step >= 0) optimizer_->set_step_count(optimizer_step);
   // The learning-rate factor of ReduceLROnPlateau (absent: none, factor 1).
   const double lr_factor = ck.has_metadata("lr_factor") ? metadata_number(ck, "lr_factor", path) : 1.0;
@@ -202,7 +209,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
   Communicator& comm = communicator();
   std::string failure;
   int64_t refused = 0;  // 1: an InputError (the file or its content), 0: another error
-  int64_t position[4] = {0, 0, 0, 0};  // epoch, step, optimizer step, loss-scale good steps
+  int64_t position[5] = {0, 0, 0, 0, 0};  // epoch, step, optimizer step, loss-scale good steps, epoch step
   double rates[3] = {1.0, 0.0, 0.0};   // lr factor, lr floor, loss scale
   if (comm.is_master()) {
     try {
@@ -217,6 +224,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
       position[1] = global_step_;
       position[2] = optimizer_ ? optimizer_->step_count() : 0;
       position[3] = scaler_.enabled() ? scaler_.good_steps() : 0;
+      position[4] = checkpoint_epoch_step_;
       rates[0] = optimizer_ ? optimizer_->lr_factor() : 1.0;
       rates[1] = optimizer_ ? optimizer_->lr_floor() : 0.0;
       rates[2] = scaler_.enabled() ? scaler_.scale() : 0.0;
@@ -230,10 +238,11 @@ int Model::load_checkpoint_from_master(const std::string& path) {
   }
   // Every tensor a checkpoint holds, in one order on every rank (the models are alike).
   for (auto& t : checkpoint_tensors(true)) comm.broadcast(t.tensor, master_rank());
-  comm.broadcast(position, 4, DType::i64, Device::cpu(), master_rank());
+  comm.broadcast(position, 5, DType::i64, Device::cpu(), master_rank());
   comm.broadcast(rates, 3, DType::f64, Device::cpu(), master_rank());
   if (!comm.is_master()) {
     global_step_ = position[1];
+    checkpoint_epoch_step_ = position[4];
     if (optimizer_) {
       optimizer_->set_step_count(position[2]);
       optimizer_->set_lr_factor(rates[0], rates[1]);

@@ -273,6 +273,11 @@ std::string step_parts(const sc::Profile& p) {
       "{:.3f} ms\n",
       p.input_s * 1e3, p.forward_s * 1e3, p.backward_s * 1e3, p.exposed_comm_s * 1e3, p.optimizer_s * 1e3,
       p.other_s * 1e3);
+  if (p.collectives > 0) {
+    out += fmt::format("  small collectives outside the buckets (metrics): {} a step, {} bytes, {:.3f} ms measured; "
+                       "priced on the network at each rank count\n",
+                       p.collectives, p.collective_bytes, p.collectives_s * 1e3);
+  }
   if (p.device.rfind("cuda", 0) != 0 || p.step_s <= 0) return out;
   constexpr double kWorthSaying = 0.05;  // of the step
   if (p.input_s >= kWorthSaying * p.step_s) {

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -231,6 +232,62 @@ TEST_CASE("more nodes never predict a shorter step; a faster link never a longer
   }
 }
 
+TEST_CASE("the small collectives a step are priced on the network at every rank count") {
+  Network n;
+  n.intra = link(1e-6, 1e9);
+  n.inter = link(1e-5, 1e8);
+  n.ranks_per_node = 4;
+  n.nodes = 5;
+  // Recursive doubling: 2 rounds within the node (1 us + 80 ns), 3 between nodes (10 us + 800 ns).
+  CHECK(small_allreduce_s(80, n) == near(2 * 1.08e-6 + 3 * 10.8e-6));
+  n.nodes = n.ranks_per_node = 1;
+  CHECK(small_allreduce_s(80, n) == 0);
+
+  // Profiled on 2 nodes over a slow link: the probe's line a = 20 ms, b = 1 us/B over 2
+  // ranks is a link of 10 ms and 1e6 B/s. One 40-byte collective a step (the metrics'
+  // allreduce) took 20.5 ms: one round of 10.04 ms on that link, times 20.5 / 10.04.
+  Profile p = three_gradients();
+  p.ranks = p.nodes = 2;
+  p.allreduce = AllreduceFit{2, 0.020, 1e-6};
+  p.collectives = 1;
+  p.collective_bytes = 40;
+  p.collectives_s = 0.0205;
+  // The same time as host overhead (a profile from before the field: inside other_s).
+  Profile as_other = p;
+  as_other.collectives = 0;
+  as_other.collective_bytes = 0;
+  as_other.collectives_s = 0;
+  as_other.other_s = 0.0205;
+
+  const Network net = *measured_network(p);
+  const std::vector<int> nodes{1, 2, 4, 8};
+  const std::vector<SweepRow> rows = sweep(p, net, nodes, p.threshold_bytes);
+  const std::vector<SweepRow> flat = sweep(as_other, net, nodes, p.threshold_bytes);
+  // 1 node: none; 2 (the profile's own): as measured; 4 and 8: 2 and 3 rounds.
+  CHECK(rows[0].at_threshold.collectives_s == 0);
+  CHECK(rows[1].at_threshold.collectives_s == near(0.0205));
+  CHECK(rows[2].at_threshold.collectives_s == near(2 * 0.0205));
+  CHECK(rows[3].at_threshold.collectives_s == near(3 * 0.0205));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    CAPTURE(nodes[i]);
+    CHECK(flat[i].at_threshold.collectives_s == 0);
+    // Everything else alike: the difference is the collectives' against the flat 20.5 ms.
+    CHECK(rows[i].at_threshold.step_s - flat[i].at_threshold.step_s ==
+          Approx(rows[i].at_threshold.collectives_s - 0.0205).margin(1e-12));
+    if (i > 0) CHECK(rows[i].efficiency < rows[i - 1].efficiency);
+    if (nodes[i] > 2) CHECK(rows[i].efficiency < flat[i].efficiency - 0.05);
+  }
+  // On a faster link (given, not measured), in proportion: 1 round of 10 us + 40 ns at 2 nodes.
+  CHECK(collectives_s(p, two_nodes(1e-5, 1e9)) == near(0.0205 * 10.04e-6 / 10.04e-3));
+
+  // A profile on one rank (no probe) measured only the host's part; the network's comes on top.
+  Profile one = three_gradients();
+  one.collectives = 2;
+  one.collective_bytes = 80;
+  one.collectives_s = 1e-5;
+  CHECK(collectives_s(one, two_nodes(0.010, 1e6)) == near(1e-5 + 2 * (0.010 + 40 / 1e6)));
+}
+
 TEST_CASE("candidate thresholds: 0, doublings from 1 KB up to one bucket, and the profile's own") {
   Profile p = three_gradients();  // 12000 bytes in all
   p.threshold_bytes = 3000;
@@ -246,10 +303,29 @@ TEST_CASE("the profile file round-trips, and a bad one names the field") {
   p.allreduce = AllreduceFit{2, 3e-5, 2e-9};
   p.launch_delay_s = 7e-4;
   p.finish_s = 3e-4;
+  p.collectives_s = 4e-4;
+  p.collectives = 2;
+  p.collective_bytes = 64;
   const Profile q = profile_from_json(profile_to_json(p), "p.json");
   CHECK(q.ranks == 2);
   CHECK(q.launch_delay_s == 7e-4);
   CHECK(q.finish_s == 3e-4);
+  CHECK(q.collectives_s == 4e-4);
+  CHECK(q.collectives == 2);
+  CHECK(q.collective_bytes == 64);
+  {
+    // A profile from before the small collectives were kept apart still loads: none.
+    std::string old, line;
+    std::stringstream in(profile_to_json(p));
+    while (std::getline(in, line)) {
+      if (line.find("collective") == std::string::npos) old += line + "\n";
+    }
+    const Profile o = profile_from_json(old, "old.json");
+    CHECK(o.collectives_s == 0);
+    CHECK(o.collectives == 0);
+    CHECK(o.collective_bytes == 0);
+    CHECK(predict(o, two_nodes(1e-3, 1e6), 0).collectives_s == 0);
+  }
   CHECK(q.backward_s == p.backward_s);
   REQUIRE(q.gradients.size() == 3);
   CHECK(q.gradients[1].name == "B");

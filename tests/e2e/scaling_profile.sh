@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --profile-scaling (docs/scaling.md) on fashion_mnist through the launcher: 2 ranks write a
 # profile whose fields are sane (every gradient of the CNN with its size, ready times inside
-# backward, the allreduce measured); 1 rank writes one without an allreduce; a profile that
+# backward, the allreduce measured, the metrics' allreduce apart); 1 rank writes one without an allreduce; a profile that
 # cannot be written ends the job before training with exit status 2 naming the file, on
 # every rank;
 # --fusion-threshold auto trains and announces its choice once; with parameter servers the
@@ -38,6 +38,12 @@ for k in ("forward_s", "backward_s", "optimizer_s"):
     want(0 < p[k] < 1, "%s %r not in (0, 1) s" % (k, p[k]))
 for k in ("input_s", "other_s", "exposed_comm_s"):
     want(0 <= p[k] < 1, "%s %r not in [0, 1) s" % (k, p[k]))
+# The metrics' allreduce after every step, apart from other_s: loss, samples, an error flag
+# and each metric's sums, 8 bytes a value (the CNN's loss counts samples, not tokens).
+want(p.get("collectives") == 1, "collectives %r, not 1 (the metrics')" % p.get("collectives"))
+cb = p.get("collective_bytes", 0)
+want(cb >= 24 and cb % 8 == 0, "collective_bytes %r" % cb)
+want(0 <= p.get("collectives_s", -1) < 1, "collectives_s %r not in [0, 1) s" % p.get("collectives_s"))
 parts = p["input_s"] + p["forward_s"] + p["backward_s"] + p["optimizer_s"]
 want(p["step_s"] >= 0.9 * parts, "step_s %r below its parts %r" % (p["step_s"], parts))
 # The CNN of models/fashion_mnist: conv 1->32 3x3, conv 32->64 3x3, dense 3136->128, 128->10

@@ -3,7 +3,9 @@
 // the one-bucket steps' backward and every gradient's ready time must be the GPU's, not the
 // host's queueing times; the host's wait for its batch gives way to the GPU's gap between
 // steps; the step total stays the host's period, so `other_s` is the GPU's idle time inside
-// the step (the readback), not optimizer time; every profiled step's own times reach the
+// the step (the readback), not optimizer time; the host's small collectives (a token
+// count in forward, the metrics' allreduce) come off forward and other and are kept apart;
+// every profiled step's own times reach the
 // profile; a step's events are read only once the GPU has passed them (no wait inside the
 // profiled steps, one at the end); the warm-up steps record nothing and the event pool stays
 // at two steps' worth.
@@ -45,6 +47,10 @@ constexpr double kPeriod = 0.040, kHostInput = 0.020;
 constexpr double kForward = 0.010, kBackward = 0.015, kAloneBackward = 0.012, kExposed = 0.002, kIdle = 0.004,
                  kOptimizer = 0.003;
 double jitter(int64_t k) { return 0.001 * static_cast<double>(k % 3 - 1); }
+// The host's small collectives a step: a token count's allreduce inside forward, the
+// metrics' after the step (seconds, bytes). Kept apart from forward and other.
+constexpr double kCountWait = 0.0005, kMetricsWait = 0.001;
+constexpr int64_t kCountBytes = 8, kMetricsBytes = 40;
 // When the backward reaches gradients 3, 2 and 1 (gradient 0 is never reached: its
 // parameter is unused, and finalize marks it).
 constexpr double kReady[] = {-1, 0.010, 0.005, 0.002};
@@ -109,15 +115,17 @@ TEST_CASE("scaling profiler: a GPU rank's phases are the GPU's", "[train][scalin
     // The host's own times: queueing, much shorter than the GPU's.
     profiler.phases = {.input_s = kHostInput, .forward_s = 0.001, .backward_s = 0.004, .exposed_s = 0.0001,
                        .optimizer_s = 0.0002, .step_s = kPeriod - kHostInput, .samples = 8};
+    profiler.collective(kCountWait, kCountBytes, /*in_forward=*/true);
+    profiler.collective(kMetricsWait, kMetricsBytes, /*in_forward=*/false);
     profiler.step_done(reducer, comm, Device::cpu());
     if (k >= first) {
       // The GPU's gap before this step: from the last read step's end (the first counted
       // step, on one rank, has none: the host's wait stands).
       const double gap = k == ScalingProfiler::kWarmupSteps ? kHostInput : kPeriod - (kForward + jitter(k - 1) + (k - 1 < first ? kAloneBackward : kBackward) + kExposed + kIdle + kOptimizer);
       input.push_back(gap);
-      forward.push_back(fwd);
-      other.push_back(kPeriod - gap - (fwd + kBackward + kExposed + kOptimizer));
-      compute.push_back(gap + fwd + kBackward);
+      forward.push_back(fwd - kCountWait);
+      other.push_back(kPeriod - gap - (fwd + kBackward + kExposed + kOptimizer) - kMetricsWait);
+      compute.push_back(gap + fwd - kCountWait + kBackward);
     }
   }
   CHECK(gpu->stalls == 1);  // only the last step, read at the profile's end
@@ -138,6 +146,10 @@ TEST_CASE("scaling profiler: a GPU rank's phases are the GPU's", "[train][scalin
   CHECK(p.step_s == Approx(kPeriod).margin(kEps));  // the host's period
   // What the GPU spent idle inside the step (the readback), not counted as optimizer time.
   CHECK(p.other_s == Approx(median(other)).margin(kEps));
+  // The small collectives apart, out of forward and other: priced on the network by the model.
+  CHECK(p.collectives_s == Approx(kCountWait + kMetricsWait).margin(kEps));
+  CHECK(p.collectives == 2);
+  CHECK(p.collective_bytes == kCountBytes + kMetricsBytes);
   CHECK(p.backward_alone_s == Approx(comm.size() > 1 ? kAloneBackward : 0.0).margin(kEps));
   // The GPU's wait after backward less the Reducer's sums (here the host's, which took some
   // of those 2 ms or more): never more than the wait itself, never negative.

@@ -200,6 +200,30 @@ double comm_factor(const Profile& profile) {
   return 0.5 * (lo + hi);
 }
 
+double small_allreduce_s(int64_t bytes, const Network& net) {
+  // ceil(log2 k) rounds among k peers.
+  auto rounds = [](int k) {
+    int r = 0;
+    while ((1 << r) < k) ++r;
+    return r;
+  };
+  const double n = static_cast<double>(bytes);
+  return rounds(net.ranks_per_node) * (net.intra.latency_s + n / net.intra.bytes_per_s) +
+         rounds(net.nodes) * (net.inter.latency_s + n / net.inter.bytes_per_s);
+}
+
+double collectives_s(const Profile& profile, const Network& net) {
+  if (profile.collectives <= 0) return profile.collectives_s;
+  // Each of them with its share of the bytes (the cost is linear in the bytes: exact).
+  auto network_s = [&](const Network& on) {
+    return profile.collectives * small_allreduce_s(profile.collective_bytes / profile.collectives, on);
+  };
+  const std::optional<Network> own = own_network(profile);
+  const double own_s = own ? network_s(*own) : 0.0;
+  if (own_s > 0) return profile.collectives_s * network_s(net) / own_s;
+  return profile.collectives_s + network_s(net);
+}
+
 std::optional<Network> measured_network(const Profile& profile) {
   std::optional<Network> own = own_network(profile);
   if (own) own->comm_factor = comm_factor(profile);
@@ -232,8 +256,9 @@ Prediction predict(const Profile& profile, const Network& net, int64_t threshold
   // signal and unpacks: the profile's finish_s, whatever the overlap.
   out.exposed_s = std::max(0.0, c.free_s - backward_s) + (out.ranks > 1 ? profile.finish_s : 0.0);
   out.hidden_share = out.comm_s > 0 ? c.hidden_s / out.comm_s : 1.0;
+  out.collectives_s = collectives_s(profile, net);
   out.step_s = profile.input_s + profile.forward_s + backward_s + out.exposed_s + profile.optimizer_s +
-               profile.other_s;
+               profile.other_s + out.collectives_s;
   out.throughput = out.step_s > 0 ? static_cast<double>(profile.samples_per_rank) * out.ranks / out.step_s : 0;
   return out;
 }
@@ -301,6 +326,9 @@ std::string profile_to_json(const Profile& p) {
   j["backward_s"] = p.backward_s;
   j["optimizer_s"] = p.optimizer_s;
   j["other_s"] = p.other_s;
+  j["collectives_s"] = p.collectives_s;
+  j["collectives"] = p.collectives;
+  j["collective_bytes"] = p.collective_bytes;
   j["step_s"] = p.step_s;
   j["exposed_comm_s"] = p.exposed_comm_s;
   j["comm_s"] = p.comm_s;
@@ -392,6 +420,10 @@ Profile profile_from_json(const std::string& body, const std::string& what) {
   if (j.contains("backward_alone_s")) p.backward_alone_s = seconds(j, what, "backward_alone_s");
   if (j.contains("launch_delay_s")) p.launch_delay_s = seconds(j, what, "launch_delay_s");
   if (j.contains("finish_s")) p.finish_s = seconds(j, what, "finish_s");
+  // Without them (older profiles) the metrics' allreduce is inside other_s: constant.
+  if (j.contains("collectives_s")) p.collectives_s = seconds(j, what, "collectives_s");
+  if (j.contains("collectives")) p.collectives = static_cast<int>(count(j, what, "collectives", 0));
+  if (j.contains("collective_bytes")) p.collective_bytes = count(j, what, "collective_bytes", 0);
   if (j.contains("allreduce")) {
     const json& a = j["allreduce"];
     if (!a.is_object()) bad(what, "allreduce", "is not an object");

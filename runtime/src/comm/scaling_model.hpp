@@ -3,18 +3,19 @@
 // the launcher (`tarantella predict`) and the unit tests (tests/comm/test_scaling_model.cpp)
 // share one implementation. docs/scaling.md explains the model and what it leaves out.
 //
-// The idea. A step is input + forward + backward + optimizer + other, measured once. During
-// backward each gradient becomes final at a measured time; the bucket plan
-// (comm/bucket_plan) groups the gradients as the Reducer would at a given threshold; each
-// bucket is allreduced on ONE communication channel, in bucket order, starting when it is
-// complete and the bucket before it is done. What is still in flight when backward ends is
-// added to the step. The per-rank batch stays as profiled (weak scaling), so the compute
-// parts do not change with the rank count; only the allreduces do. Corrections measured by
-// the profile: a collective starts when its slowest rank is ready (straggle_s), and a
-// bucket's allreduce a launch delay after it is ready (launch_delay_s); allreduces in
-// training take comm_factor times the probe's time; backward is slower while allreduces run
-// beside it on shared cores (backward_alone_s); the wait for gradients ends finish_s after
-// the last allreduce.
+// The idea. A step is input + forward + backward + optimizer + other + the small
+// collectives (metrics), measured once. During backward each gradient becomes final at a
+// measured time; the bucket plan (comm/bucket_plan) groups the gradients as the Reducer
+// would at a given threshold; each bucket is allreduced on ONE communication channel, in
+// bucket order, starting when it is complete and the bucket before it is done. What is
+// still in flight when backward ends is added to the step. The per-rank batch stays as
+// profiled (weak scaling), so the compute parts do not change with the rank count; only the
+// allreduces do (the buckets' and the small collectives', collectives_s()). Corrections
+// measured by the profile: a collective starts when its slowest rank is ready
+// (straggle_s), and a bucket's allreduce a launch delay after it is ready (launch_delay_s);
+// allreduces in training take comm_factor times the probe's time; backward is slower while
+// allreduces run beside it on shared cores (backward_alone_s); the wait for gradients ends
+// finish_s after the last allreduce.
 //
 // Allreduce of n bytes over p = nodes * ranks_per_node ranks, ring algorithm (each of the
 // reduce-scatter and the allgather takes p-1 steps moving n/p bytes per rank):
@@ -82,7 +83,14 @@ struct Profile {
   // where not measured. Where communication shares the cores, backward_s is longer.
   double backward_alone_s = 0;
   double optimizer_s = 0;
-  double other_s = 0;  // the rest of the measured step: metrics, callbacks
+  double other_s = 0;  // the rest of the measured step: callbacks, the host's own work
+  // The step's small collectives outside the gradient buckets (the metrics' allreduce after
+  // the step, a token-level loss's count in forward): their time on the host (median), how
+  // many a step and their bytes together. Not in other_s or forward_s. 0 where not recorded
+  // (older profiles: there the metrics' allreduce is inside other_s).
+  double collectives_s = 0;
+  int collectives = 0;
+  int64_t collective_bytes = 0;
   double step_s = 0;   // the whole measured step, for comparison with the prediction
   double exposed_comm_s = 0;  // measured wait after backward, for comparison
   // The allreduces' time in training: per step, the sum over buckets of start to end on
@@ -141,6 +149,18 @@ std::optional<Network> measured_network(const Profile& profile);
 // Time of one allreduce of `bytes` over the network's ranks; 0 for one rank.
 double allreduce_s(int64_t bytes, const Network& net);
 
+// One allreduce of a few bytes, as MPI runs it (recursive doubling): ceil(log2 r) rounds
+// within a node and ceil(log2 N) between nodes, each a message of all `bytes` over the
+// link; 0 for one rank.
+double small_allreduce_s(int64_t bytes, const Network& net);
+
+// The profile's small collectives a step on `net`: the measured collectives_s times their
+// small_allreduce_s() on `net` over that on the profile's own measured network (so at the
+// profile's own setting, as measured: the wait for a late rank and MPI's own costs included,
+// carried in proportion to the rounds and the links). Without a probe (one rank: only the
+// host's part was measured), collectives_s plus their small_allreduce_s() on `net`.
+double collectives_s(const Profile& profile, const Network& net);
+
 struct Prediction {
   int ranks = 1;
   int64_t threshold_bytes = 0;
@@ -151,6 +171,7 @@ struct Prediction {
   double straggle_s = 0;    // the slowest rank's lag, added to every bucket's ready time
   double backward_s = 0;    // backward as predicted: between alone and beside allreduces
   double exposed_s = 0;     // the part after backward ended
+  double collectives_s = 0;  // the small collectives outside the buckets (collectives_s())
   double hidden_share = 1;  // (comm - exposed) / comm; 1 with no communication
 };
 

@@ -407,7 +407,9 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       train_step(*batch, rc, totals);
       {
         Span span(Lane::compute, "metrics");
+        const double t_metrics = now_s();
         logs = ps_ ? totals.local() : totals.global();
+        if (profiler_) profiler_->collective(now_s() - t_metrics, totals.global_bytes(), /*in_forward=*/false);
       }
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
       if (profiler_) {

@@ -137,7 +137,12 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pre
   // A token-level loss is averaged over the global number of real tokens (loss.hpp).
   const bool by_tokens = loss_->normalizes_by_tokens();
   const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
-  const int64_t global_units = by_tokens ? communicator().allreduce_sum(units) : batch.global_real_samples;
+  int64_t global_units = batch.global_real_samples;
+  if (by_tokens) {
+    const double t_count = now_s();
+    global_units = communicator().allreduce_sum(units);
+    if (profiler_) profiler_->collective(now_s() - t_count, sizeof(int64_t), /*in_forward=*/true);
+  }
   if (real > 0) {
     Span span(Lane::compute, "loss", timeline::on_device);
     SavedState ls;

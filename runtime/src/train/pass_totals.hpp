@@ -80,6 +80,8 @@ class PassTotals {
   Logs global() const { return logs_of(communicator().allreduce_sum(sums()), true); }
   // This rank's own values: a parameter-server worker's steps, which wait for no other.
   Logs local() const { return logs_of(sums(), false); }
+  // What global()'s allreduce moves.
+  int64_t global_bytes() const { return static_cast<int64_t>(sizeof(double) * sums().size()); }
 
  private:
   std::vector<double> sums() const {

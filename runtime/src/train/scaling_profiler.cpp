@@ -92,6 +92,13 @@ void ScalingProfiler::gradient_ready(size_t index) {
   if (!recording_.ready[index]) recording_.ready[index] = event();
 }
 
+void ScalingProfiler::collective(double seconds, int64_t bytes, bool in_forward) {
+  collectives_.collectives_s += seconds;
+  if (in_forward) collectives_.forward_collectives_s += seconds;
+  collectives_.collectives += 1;
+  collectives_.collective_bytes += bytes;
+}
+
 // Every step but the newest has been passed by the stream by the time the newest ends (the
 // newest's readback waited for its loss, queued after all of them): reading those waits for
 // nothing. The newest is read at the profile's end.
@@ -119,7 +126,8 @@ void ScalingProfiler::read(DeviceStep& s) {
       ph.step_s += ph.input_s - gap;
       ph.input_s = gap;
     }
-    ph.forward_s = seconds(p[start], p[backward]);
+    // The host's wait in a collective inside forward held the GPU up as long, at most.
+    ph.forward_s = std::max(0.0, seconds(p[start], p[backward]) - ph.forward_collectives_s);
     ph.backward_s = seconds(p[backward], p[backward_end]);
     ph.exposed_s = seconds(p[backward_end], p[reduced]);
     ph.optimizer_s = seconds(p[optimizer], p[end]);
@@ -145,6 +153,7 @@ void ScalingProfiler::read(DeviceStep& s) {
 }
 
 void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device device) {
+  const StepPhases c = std::exchange(collectives_, StepPhases{});
   if (done_) return;
   if (++seen_ < kWarmupSteps) return;
   if (seen_ == kWarmupSteps) {
@@ -164,6 +173,11 @@ void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device dev
     if (--alone_left_ == 0) reducer.set_threshold(threshold_);
     return;
   }
+  phases.collectives_s = c.collectives_s;
+  phases.forward_collectives_s = c.forward_collectives_s;
+  phases.collectives = c.collectives;
+  phases.collective_bytes = c.collective_bytes;
+  phases.forward_s = std::max(0.0, phases.forward_s - c.forward_collectives_s);
   phases_.push_back(phases);
   comm_.push_back(reducer.last_step().comm_s());
   launch_delay_.push_back(reducer.last_step().launch_delay_s());
@@ -219,9 +233,13 @@ void ScalingProfiler::write(const Reducer& reducer, Communicator& comm, Device d
   p.comm_s = comm.size() > 1 ? median(comm_) : 0;
   p.launch_delay_s = comm.size() > 1 ? median(launch_delay_) : 0;
   p.finish_s = comm.size() > 1 ? median(finish_) : 0;
+  // forward_s is already without the collectives inside it: all of them come off the rest.
   p.other_s = median_of(phases_, [](const StepPhases& s) {
-    return std::max(0.0, s.step_s - s.forward_s - s.backward_s - s.exposed_s - s.optimizer_s);
+    return std::max(0.0, s.step_s - s.forward_s - s.backward_s - s.exposed_s - s.optimizer_s - s.collectives_s);
   });
+  p.collectives_s = median_of(phases_, [](const StepPhases& s) { return s.collectives_s; });
+  p.collectives = phases_.back().collectives;
+  p.collective_bytes = phases_.back().collective_bytes;
   p.step_s = median_of(phases_, [](const StepPhases& s) { return s.input_s + s.step_s; });
   // Every rank's input + forward + backward of every step (the spread across ranks is what
   // makes the slowest one late: the model's straggle term), gathered as auto gathers its own.

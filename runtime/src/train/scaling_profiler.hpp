@@ -35,6 +35,12 @@ struct StepPhases {
   double optimizer_s = 0;
   double step_s = 0;  // the whole step without the input wait (also metrics, callbacks)
   int64_t samples = 0;  // this rank's micro-batch
+  // The step's small collectives outside the buckets (collective()), host time: all of
+  // them, and the part of them inside forward_s as the loop measured it.
+  double collectives_s = 0;
+  double forward_collectives_s = 0;
+  int collectives = 0;
+  int64_t collective_bytes = 0;
 };
 
 class ScalingProfiler {
@@ -69,6 +75,12 @@ class ScalingProfiler {
   // counts; nothing on a CPU rank or otherwise.
   void mark(Point point);
   void gradient_ready(size_t index);
+  // The training loop after each small collective of a step outside the gradient buckets
+  // (the metrics' allreduce after the step, a token-level loss's count in forward): its host
+  // seconds and bytes. The profile keeps them apart from the phases (Profile::collectives_s),
+  // and the model prices them on the network at every rank count. `in_forward`: timed inside
+  // forward_s (taken out of it).
+  void collective(double seconds, int64_t bytes, bool in_forward);
 
   // After each training step, on every rank alike: takes `phases` and that step's
   // reducer.last_step(). Collective once the profile is due (every rank reaches it after
@@ -98,6 +110,7 @@ class ScalingProfiler {
   int64_t seen_ = 0;
   bool done_ = false;
   std::vector<StepPhases> phases_;
+  StepPhases collectives_;  // the step in progress's collectives (only those fields)
   std::vector<std::vector<double>> ready_;  // (steps, gradients) since backward began
   std::vector<double> comm_;                // (steps,) the allreduces' time, start to end
   std::vector<double> launch_delay_;        // (steps,) StepTiming::launch_delay_s

@@ -242,6 +242,11 @@ TEST_CASE("the small collectives a step are priced on the network at every rank 
   CHECK(small_allreduce_s(80, n) == near(2 * 1.08e-6 + 3 * 10.8e-6));
   n.nodes = n.ranks_per_node = 1;
   CHECK(small_allreduce_s(80, n) == 0);
+  // One rank a node: no intra-node link measured (0 bytes/s), and none needed. Seen on the
+  // test bed as a NaN prediction at every node count.
+  n.intra = link(0.0, 0.0);
+  n.nodes = 3;
+  CHECK(small_allreduce_s(80, n) == near(2 * 10.8e-6));
 
   // Profiled on 2 nodes over a slow link: the probe's line a = 20 ms, b = 1 us/B over 2
   // ranks is a link of 10 ms and 1e6 B/s. One 40-byte collective a step (the metrics'

@@ -207,9 +207,14 @@ double small_allreduce_s(int64_t bytes, const Network& net) {
     while ((1 << r) < k) ++r;
     return r;
   };
+  // A link with no rounds on it adds nothing, measured or not (a profile of one rank a node
+  // has no intra-node link: 0 bytes/s, and 0 x infinity would be NaN).
   const double n = static_cast<double>(bytes);
-  return rounds(net.ranks_per_node) * (net.intra.latency_s + n / net.intra.bytes_per_s) +
-         rounds(net.nodes) * (net.inter.latency_s + n / net.inter.bytes_per_s);
+  auto over = [n](int k, const Link& link) {
+    if (k == 0) return 0.0;
+    return k * (link.latency_s + (link.bytes_per_s > 0 ? n / link.bytes_per_s : 0.0));
+  };
+  return over(rounds(net.ranks_per_node), net.intra) + over(rounds(net.nodes), net.inter);
 }
 
 double collectives_s(const Profile& profile, const Network& net) {

@@ -7,6 +7,7 @@
 //   test_comm_collective_job master_save PATH       save_weights under is_master_rank()
 //   test_comm_collective_job master_allreduce       an allreduce under is_master_rank()
 //   test_comm_collective_job late_rank              the last rank joins 2 s late
+//   test_comm_collective_job master_evaluate        fit, then evaluate() under is_master_rank()
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 
@@ -57,6 +58,24 @@ void master_allreduce() {
   tnt::communicator().allreduce(t);
 }
 
+// The Horovod habit of evaluating on rank 0 only: the other ranks end their program while
+// the master waits in evaluate()'s first collective.
+void master_evaluate() {
+  tnt::Model model(tnt::test::small_mlp(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 1;
+  fit.verbose = 0;
+  model.fit(tnt::test::threshold_data("collective_job"), fit);
+  if (tnt::is_master_rank()) {
+    tnt::EvaluateOptions ev;
+    ev.batch_size = 16;
+    ev.verbose = 0;
+    model.evaluate(tnt::test::threshold_data("collective_job"), ev);
+  }
+}
+
 void late_rank() {
   tnt::Communicator& comm = tnt::communicator();
   if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -79,8 +98,10 @@ int main(int argc, char** argv) {
       master_allreduce();
     } else if (which == "late_rank") {
       late_rank();
+    } else if (which == "master_evaluate") {
+      master_evaluate();
     } else {
-      TNT_INPUT_ERROR("usage: {} master_callback PATH | master_save PATH | master_allreduce | late_rank", argv[0]);
+      TNT_INPUT_ERROR("usage: {} master_callback PATH | master_save PATH | master_allreduce | master_evaluate | late_rank", argv[0]);
     }
   });
 }

@@ -6,7 +6,7 @@
 # refused on every rank.
 #
 #   collective_job.sh CASE NP PROGRAM MPIRUN [MPIRUN FLAGS...]
-#   CASE: master_callback, master_save, master_allreduce, timeout_zero, bad_timeout
+#   CASE: master_callback, master_save, master_allreduce, master_evaluate, timeout_zero, bad_timeout
 set -uo pipefail
 [[ $# -ge 4 ]] || { echo "usage: $0 CASE NP PROGRAM MPIRUN [FLAGS...]" >&2; exit 2; }
 case_name=$1
@@ -117,6 +117,16 @@ case $case_name in
     expect_error "$case_name" "the ranks called different collectives"
     expect_error "$case_name" "allreduce_sum(2 value(s))"
     expect_error "$case_name" "allreduce(ring, 4 x f32)"
+    expect_error "$case_name" "Callback::Ranks::all"
+    ;;
+  master_evaluate)
+    # evaluate() on the master only: the other ranks end their program (in MPI_Finalize,
+    # Open MPI's fence) while the master waits in evaluate's first collective. Before,
+    # the master waited for the whole timeout and then called them "unreachable".
+    run "$case_name" 600 master_evaluate
+    expect_fast_failure "$case_name"
+    expect_error "$case_name" "finished the program without calling it, and never will"
+    expect_error "$case_name" "finished its program (in tnt::finalize; last collective: #"
     expect_error "$case_name" "Callback::Ranks::all"
     ;;
   master_save)

@@ -55,12 +55,32 @@ TEST_CASE("a position survives the wire form; junk does not decode") {
     INFO(whole.substr(0, n));
     CHECK_FALSE(decode(whole.substr(0, n), back));
   }
-  for (const char* junk : {"", "5\n.\n", "x y\n.\n", "-1 0\n.\n", "3 2 1\n.\n", "3 2\nnot a record\n.\n",
-                           "3 2\n0\tk\tt\n.\n", "3 2\n.\nafter the end\n"}) {
+  for (const char* junk : {"", "5\n.\n", "x y\n.\n", "-1 0 0\n.\n", "3 2\n.\n", "3 2 2\n.\n", "3 2 1 1\n.\n",
+                           "3 2 0\nnot a record\n.\n", "3 2 0\n0\tk\tt\n.\n", "3 2 0\n.\nafter the end\n"}) {
     INFO(junk);
     CHECK_FALSE(decode(junk, untouched));
   }
   CHECK(untouched.entered == 1);  // a failed decode leaves the target alone
+}
+
+TEST_CASE("a rank whose program is done says so, and is named by the collectives it never entered") {
+  RankPosition done = at(4, 4, {{4, "x"}});
+  done.finished = true;
+  RankPosition back;
+  REQUIRE(decode(encode(done), back));
+  CHECK(back.finished);
+  CHECK(back.str() == "finished its program (in tnt::finalize; last collective: #4 opx)");
+  REQUIRE(decode(encode(at(4, 4, {})), back));
+  CHECK_FALSE(back.finished);
+  // Rank 0 waits in #5, which rank 1 never entered: it never will. In #4 (which rank 1
+  // finished) nobody is missing; a rank that did not answer is not judged.
+  const std::vector<RankPosition> ranks{at(5, 4, {{4, "x"}, {5, "y"}}), done, RankPosition{}};
+  CHECK(finished_before(ranks, 5) == std::vector<int>{1});
+  CHECK(finished_before(ranks, 4).empty());
+  RankPosition never = at(0, 0, {});
+  never.finished = true;
+  CHECK(never.str() == "finished its program (in tnt::finalize), no collective called");
+  CHECK(finished_before({never}, 1) == std::vector<int>{0});
 }
 
 TEST_CASE("ranks that called the same collectives are no mismatch, wherever they are now") {

@@ -198,6 +198,7 @@ RankPosition Arrivals::local(int slot) const {
   }
   // Formatted outside the lock: the collective thread never waits for a message.
   p.answered = true;
+  p.finished = finished_.load(std::memory_order_relaxed);
   for (int64_t seq = std::max<int64_t>(1, p.entered - kHistory + 1); seq <= p.entered; ++seq) {
     const Entry& e = history[seq % kHistory];
     if (e.seq == seq) p.recent.push_back({seq, e.op.key(), e.op.str()});

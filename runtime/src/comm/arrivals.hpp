@@ -67,6 +67,9 @@ class Arrivals {
   void enter(int slot, int64_t seq, const OpDesc& op);
   void finish(int slot, int64_t seq);
   RankPosition local(int slot) const;  // this rank's own
+  // This rank's program is done (tnt::finalize): every answer says so from now on, so that
+  // a rank still waiting in a collective learns that this one will never join it.
+  void mark_finished() { finished_.store(true, std::memory_order_relaxed); }
   // Entry q: rank q's position on slot (answered == false when it did not answer within
   // budget_s); this rank's own entry is local(slot).
   std::vector<RankPosition> query(int slot, double budget_s) const;
@@ -105,6 +108,7 @@ class Arrivals {
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: the destructor wakes the thread with it
   std::atomic<int64_t> answered_{0};
+  std::atomic<bool> finished_{false};
   std::thread server_;
 };
 

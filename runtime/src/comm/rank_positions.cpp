@@ -31,12 +31,16 @@ std::string RankPosition::str() const {
     return r ? fmt::format("#{} {}", seq, r->text) : fmt::format("#{}", seq);
   };
   if (inside()) return "in " + named(entered);
+  if (finished) {
+    return done == 0 ? "finished its program (in tnt::finalize), no collective called"
+                     : fmt::format("finished its program (in tnt::finalize; last collective: {})", named(done));
+  }
   if (done == 0) return "in no collective (none entered yet)";
   return fmt::format("in no collective (last finished: {})", named(done));
 }
 
 std::string encode(const RankPosition& position) {
-  std::string out = fmt::format("{} {}\n", position.entered, position.done);
+  std::string out = fmt::format("{} {} {}\n", position.entered, position.done, position.finished ? 1 : 0);
   for (const OpRecord& r : position.recent) out += fmt::format("{}\t{}\t{}\n", r.seq, one_field(r.key), one_field(r.text));
   return out + ".\n";  // the end: an answer cut short (a send given up) does not decode
 }
@@ -46,12 +50,17 @@ bool decode(const std::string& text, RankPosition& out) {
   std::string line;
   if (!std::getline(in, line)) return false;
   long long entered = -1, done = -1;
+  int finished = -1;
   char extra = 0;
-  if (std::sscanf(line.c_str(), "%lld %lld %c", &entered, &done, &extra) != 2 || entered < 0 || done < 0) return false;
+  if (std::sscanf(line.c_str(), "%lld %lld %d %c", &entered, &done, &finished, &extra) != 3 || entered < 0 ||
+      done < 0 || (finished != 0 && finished != 1)) {
+    return false;
+  }
   RankPosition p;
   p.answered = true;
   p.entered = entered;
   p.done = done;
+  p.finished = finished == 1;
   bool ended = false;
   while (!ended && std::getline(in, line)) {
     if (line == ".") {
@@ -100,6 +109,15 @@ std::optional<Mismatch> find_mismatch(const std::vector<RankPosition>& ranks) {
     return m;
   }
   return std::nullopt;
+}
+
+std::vector<int> finished_before(const std::vector<RankPosition>& ranks, int64_t seq) {
+  std::vector<int> out;
+  for (int q = 0; q < static_cast<int>(ranks.size()); ++q) {
+    const RankPosition& p = ranks[static_cast<size_t>(q)];
+    if (p.answered && p.finished && p.entered < seq) out.push_back(q);
+  }
+  return out;
 }
 
 std::string describe_positions(const std::vector<RankPosition>& ranks, const RankListFormat& format) {

@@ -27,16 +27,18 @@ struct RankPosition {
   bool answered = false;
   int64_t entered = 0;  // the last collective entered (0: none yet)
   int64_t done = 0;     // the last one finished; equal to entered when in none now
+  // Its program is done: it is in tnt::finalize (MPI_Finalize) and calls no collective again.
+  bool finished = false;
   std::vector<OpRecord> recent;  // its last few collectives, in ascending number
 
   bool inside() const { return entered > done; }
   const OpRecord* at(int64_t seq) const;  // nullptr when not remembered
   // "in #5 allreduce_sum(2 value(s))", "in no collective (last finished: #4 barrier)",
-  // "did not answer"
+  // "finished its program (last collective: #4 barrier)", "did not answer"
   std::string str() const;
 };
 
-// The wire form the arrival channel sends: "entered done\n", "seq\tkey\ttext\n" per record,
+// The wire form the arrival channel sends: "entered done finished\n", "seq\tkey\ttext\n" per record,
 // then ".\n". decode() returns false on anything else (an answer cut short, too).
 std::string encode(const RankPosition& position);
 bool decode(const std::string& text, RankPosition& out);
@@ -48,6 +50,8 @@ struct Mismatch {
 };
 // Entry q of ranks is rank q's position (ranks that did not answer are left out).
 std::optional<Mismatch> find_mismatch(const std::vector<RankPosition>& ranks);
+// The ranks that finished their program without entering collective `seq`: they never will.
+std::vector<int> finished_before(const std::vector<RankPosition>& ranks, int64_t seq);
 
 using RankListFormat = std::function<std::string(const std::vector<int>&)>;
 // "rank(s) 0, 2: in #5 barrier; rank(s) 1: in no collective (last finished: #4 barrier)"

@@ -131,6 +131,13 @@ void Waiter::check_peers(Clock::time_point now) {
   if (!comm_.arrivals || !comm_.arrivals->enabled() || comm_.size == 1) return;
   const Arrivals& arrivals = *comm_.arrivals;
   const std::vector<RankPosition> where = arrivals.query(comm_.slot, kCheckBudgetS);
+  if (const std::vector<int> gone = finished_before(where, seq_); !gone.empty()) {
+    comm_.broken = true;
+    const RankListFormat format = rank_list_format(arrivals);
+    throw CommError(fmt::format("{}: rank(s) {} finished the program without calling it, and never will. Where each "
+                                "rank is: {}. Fix: {}",
+                                prefix(), format(gone), describe_positions(where, format), kMismatchFix));
+  }
   const std::optional<Mismatch> m = find_mismatch(where);
   if (!m) {
     // The query's time is not the collective's: look again a full interval from now.
@@ -163,6 +170,8 @@ void Waiter::timed_out(int peer, const char* role) const {
     }
     const std::optional<Mismatch> m = find_mismatch(where);
     if (m) msg += fmt::format("; the ranks called different collectives: {}", describe_mismatch(*m, ranks));
+    const std::vector<int> gone = finished_before(where, seq_);
+    if (!gone.empty()) msg += fmt::format("; rank(s) {} finished the program without calling it", ranks(gone));
     if (!missing.empty()) {
       msg += fmt::format("; rank(s) {} never joined it", ranks(missing));
     } else if (silent.empty() && !m) {

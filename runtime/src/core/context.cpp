@@ -1,6 +1,7 @@
 #include "core/context.hpp"
 #include "core/cpu_share.hpp"
 
+#include "comm/comm_state.hpp"
 #include "core/device_api.hpp"
 #include "tarantella/build_config.hpp"
 #include "tarantella/check.hpp"
@@ -209,6 +210,14 @@ void finalize() {
   // without it as any other.
   if (g_context->ranks_lost) ours = false;
   const int join_fd = g_context->join_fd;
+  // The arrival channel goes on answering through MPI_Finalize, saying that this rank is
+  // done: a rank that still waits in a collective (one called on some ranks only, as an
+  // evaluate() under is_master_rank()) learns within its grace that this one will never
+  // join, rather than waiting for TNT_COLLECTIVE_TIMEOUT while this one waits in Open MPI's
+  // finalize fence. The channel needs no MPI; it stops once MPI_Finalize has returned.
+  std::shared_ptr<detail::Arrivals> arrivals;
+  if (g_context->comm) arrivals = detail::impl_of(*g_context->comm).arrivals;
+  if (arrivals) arrivals->mark_finished();
   g_context->comm.reset();
   g_context.reset();
   // The launcher learns that this rank's program is done: ranks that wait here for one
@@ -218,6 +227,7 @@ void finalize() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (ours && !finalized) MPI_Finalize();
+  arrivals.reset();
 }
 
 bool initialized() { return g_context != nullptr; }

@@ -180,6 +180,7 @@ Dataset split_off_validation(const Dataset& data, FitOptions& options) {
 
 History Model::fit(const Dataset& all_data, FitOptions options) {
   check_compiled("fit");
+  const detail::CollectiveLabel label("fit");  // messages say "... in fit"
   if (options.strategy == Strategy::parameter_server) return detail::fit_parameter_server(*this, all_data, options);
   const Dataset data = options.validation_split != 0 ? split_off_validation(all_data, options) : all_data;
   const int p = size();
@@ -226,6 +227,7 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
 
 History Model::fit(const DistributedDataset& data, FitOptions options) {
   check_compiled("fit");
+  const detail::CollectiveLabel label("fit");
   TNT_INPUT_CHECK(options.strategy == Strategy::synchronous,
                   "fit: strategy=parameter_server needs the unbatched dataset (the workers split it among "
                   "themselves), not one already distributed over every rank");

@@ -1,6 +1,7 @@
 // Model::evaluate (model.hpp): a pass of test_step over every rank's share, its results
 // global. test_step itself is with train_step in model.cpp.
 #include "comm/agreement.hpp"
+#include "comm/collective_scope.hpp"
 #include "tarantella/model.hpp"
 
 #include "tarantella/runtime.hpp"
@@ -25,6 +26,7 @@ using detail::with_staging;
 
 Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
   check_compiled("evaluate");
+  const detail::CollectiveLabel label("evaluate");  // messages say "... in evaluate"
   EvalParams eval;
   eval.verbose = options.verbose;
   std::vector<CallbackPtr> bar;
@@ -50,6 +52,7 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
 
 Logs Model::evaluate(const DistributedDataset& data, EvaluateOptions options) {
   check_compiled("evaluate");
+  const detail::CollectiveLabel label("evaluate");
   TNT_INPUT_CHECK(options.distribute_dataset,
                   "evaluate: distribute_dataset=false with a dataset already distributed (pass the unbatched "
                   "Dataset to evaluate each rank's own micro-batches)");

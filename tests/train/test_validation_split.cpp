@@ -179,3 +179,22 @@ TEST_CASE("validation_split's bad uses are input errors on every rank") {
   CHECK_FALSE(all.map([](tnt::Element e) { return e; }).take(10).reshuffles_each_epoch());
   CHECK(all.shuffle(4, 1).take(10).reshuffles_each_epoch());
 }
+
+TEST_CASE("validation data that are empty, or differ between ranks, are input errors on every rank") {
+  using Catch::Matchers::Contains;
+  const Data d = make_data();
+  const tnt::Dataset train = rows(d, 0, kTrain);
+  // Before: val_loss 0 every epoch (a perfect model to EarlyStopping and save_best_only).
+  tnt::FitOptions empty;
+  empty.validation_data = rows(d, 0, kSamples).skip(kSamples);
+  CHECK_THROWS_WITH(fit(train, empty), Contains("fit: validation_data is empty"));
+  tnt::FitOptions no_step;
+  no_step.distributed_validation_data = rows(d, 0, 8).distribute(kBatch, tnt::Remainder::drop);
+  CHECK_THROWS_WITH(fit(train, no_step), Contains("fit: distributed_validation_data gives no step"));
+  if (tnt::size() > 1) {
+    // Before: each rank averaged its own set; the ranks' val_loss differed, silently.
+    tnt::FitOptions uneven;
+    uneven.validation_data = rows(d, kTrain, tnt::rank() == 0 ? kSamples : kSamples - 5);
+    CHECK_THROWS_WITH(fit(train, uneven), Contains("validation samples"));
+  }
+}

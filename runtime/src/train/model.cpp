@@ -132,8 +132,16 @@ void Model::broadcast_weights() {
 std::optional<DistributedDataset> Model::validation_set(const FitOptions& options) const {
   TNT_INPUT_CHECK(!(options.validation_data && options.distributed_validation_data),
                   "fit: both validation_data and distributed_validation_data are given; pass one of them");
-  if (options.distributed_validation_data) return *options.distributed_validation_data;
+  // An empty validation set would log val_loss 0, which EarlyStopping and save_best_only take
+  // for a perfect model.
+  if (options.distributed_validation_data) {
+    TNT_INPUT_CHECK(options.distributed_validation_data->steps() != 0,
+                    "fit: distributed_validation_data gives no step (no sample to validate)");
+    return *options.distributed_validation_data;
+  }
   if (!options.validation_data) return std::nullopt;
+  TNT_INPUT_CHECK(options.validation_data->cardinality() != 0,
+                  "fit: validation_data is empty (no sample to validate; val_loss would read 0)");
   const int p = size();
   int64_t vb = 0;
   if (options.validation_batch_size != 0 || options.validation_micro_batch_size != 0) {
@@ -340,7 +348,13 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     if (options.distribute_dataset) {
       facts.push_back(fmt::format("global batch {}", options.batch_size));
       facts.push_back(fmt::format("{} steps an epoch", steps));
-      facts.push_back(fmt::format("initial step {}", options.initial_step));
+    }
+    facts.push_back(fmt::format("initial step {}", options.initial_step));
+    // Validation data of other sizes would average other samples on each rank, or hang.
+    if (options.validation_data) facts.push_back(fmt::format("{} validation samples", options.validation_data->cardinality()));
+    if (validation) {
+      facts.push_back(fmt::format("validation: global batch {}, {} steps", validation->global_batch_size(),
+                                  validation->steps()));
     }
     detail::require_same_pass(communicator(), "fit", facts);
   }

@@ -181,6 +181,14 @@ TEST_CASE("NaN and infinities: the smooth activations propagate NaN and saturate
   CHECK(l.dx == std::vector<float>{0.5f, 0.5f, 1.0f, 0.5f});
 }
 
+TEST_CASE("GELU named by a string literal keeps the name (not taken for approximate)", "[activations]") {
+  CHECK(std::make_shared<GELU>("my_gelu")->name() == "my_gelu");
+  CHECK(std::make_shared<GELU>("my_gelu")->approximate());
+  CHECK(GELU(std::string("g2")).name() == "g2");
+  CHECK(GELU(false, "g3").name() == "g3");
+  CHECK_FALSE(GELU(false, "g3").approximate());
+}
+
 TEST_CASE("make_activation: every name gives its layer, an unknown one is an InputError", "[activations]") {
   CHECK(make_activation("relu")->type() == "ReLU");
   CHECK(make_activation("sigmoid")->type() == "Sigmoid");

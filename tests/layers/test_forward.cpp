@@ -264,6 +264,15 @@ TEST_CASE("Dropout: scaling, determinism, rank independence", "[forward][dropout
   CHECK_THROWS_WITH(Dropout(1.0, "bad"), Catch::Contains("bad") && Catch::Contains("rate"));
 }
 
+TEST_CASE("a layer's bad configuration is the user's error (InputError: exit 2, no source location)", "[forward]") {
+  CHECK_THROWS_AS(Dense(0, "d0"), InputError);
+  CHECK_THROWS_AS(Conv2D(0, 3, "c0"), InputError);
+  CHECK_THROWS_AS(Dropout(1.0, "bad"), InputError);
+  CHECK_THROWS_AS(MaxPool2D(0, 1, 0, "p0"), InputError);
+  Add add("add_shapes");
+  CHECK_THROWS_AS(add.output_shapes({{2, 3}, {2, 4}}), InputError);
+}
+
 TEST_CASE("layers check their inputs", "[forward]") {
   Dense d(2, "dense_check");
   CHECK_THROWS_WITH(run(d, {}), Catch::Contains("dense_check") && Catch::Contains("expects 1 input"));

@@ -11,9 +11,9 @@ namespace tnt {
 Add::Add(std::string name) : Layer(std::move(name)) { default_name("add"); }
 
 std::vector<Shape> Add::output_shapes(const std::vector<Shape>& in) const {
-  TNT_CHECK(in.size() >= 2, "Add '{}': expects two or more inputs, got {}", name_, in.size());
+  TNT_INPUT_CHECK(in.size() >= 2, "Add '{}': expects two or more inputs, got {}", name_, in.size());
   for (size_t i = 1; i < in.size(); ++i)
-    TNT_CHECK(in[i] == in[0], "Add '{}': input {} has shape {}, input 0 has {}", name_, i, shape_str(in[i]),
+    TNT_INPUT_CHECK(in[i] == in[0], "Add '{}': input {} has shape {}, input 0 has {}", name_, i, shape_str(in[i]),
               shape_str(in[0]));
   return {in[0]};
 }

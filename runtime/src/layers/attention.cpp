@@ -253,7 +253,7 @@ MultiHeadAttention::MultiHeadAttention(int64_t hidden_size, MultiHeadAttentionOp
 
 std::vector<Shape> MultiHeadAttention::output_shapes(const std::vector<Shape>& in) const {
   TNT_CHECK(!in.empty() && in.size() <= 3, "MultiHeadAttention '{}': expects 1 to 3 inputs, got {}", name_, in.size());
-  TNT_CHECK(in[0].size() == 3 && in[0][2] == hidden_, "MultiHeadAttention '{}': x must be (B, T, {}), got {}", name_,
+  TNT_INPUT_CHECK(in[0].size() == 3 && in[0][2] == hidden_, "MultiHeadAttention '{}': x must be (B, T, {}), got {}", name_,
             hidden_, shape_str(in[0]));
   for (size_t i = 1; i < in.size(); ++i) {
     const bool memory = in[i].size() == 3;

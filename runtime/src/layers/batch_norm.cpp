@@ -166,7 +166,7 @@ BatchNorm::BatchNorm(BatchNormOptions options, std::string name) : Layer(std::mo
   default_name("batch_norm");
   TNT_CHECK(options.momentum >= 0 && options.momentum <= 1, "BatchNorm '{}': momentum {} is not in [0, 1]", name_,
             options.momentum);
-  TNT_CHECK(options.epsilon > 0, "BatchNorm '{}': epsilon must be positive, got {}", name_, options.epsilon);
+  TNT_INPUT_CHECK(options.epsilon > 0, "BatchNorm '{}': epsilon must be positive, got {}", name_, options.epsilon);
 }
 
 std::vector<Shape> BatchNorm::output_shapes(const std::vector<Shape>& in) const {
@@ -177,7 +177,7 @@ std::vector<Shape> BatchNorm::output_shapes(const std::vector<Shape>& in) const 
 void BatchNorm::build(const std::vector<Shape>& in) {
   output_shapes(in);
   num_features_ = in[0][1];
-  TNT_CHECK(num_features_ > 0, "BatchNorm '{}': input {} has no channels", name_, shape_str(in[0]));
+  TNT_INPUT_CHECK(num_features_ > 0, "BatchNorm '{}': input {} has no channels", name_, shape_str(in[0]));
   if (options_.affine) {
     weight_ = &add_parameter("weight", {num_features_}, options_.weight_initializer);
     bias_ = &add_parameter("bias", {num_features_}, options_.bias_initializer);

@@ -41,10 +41,10 @@ int64_t conv_out(int64_t in, int64_t k, int64_t s, int64_t p) { return (in + 2 *
 Conv2D::Conv2D(int64_t filters, int64_t kernel_size, Conv2DOptions options, std::string name)
     : Layer(std::move(name)), filters_(filters), kernel_(kernel_size), options_(options) {
   default_name("conv2d");
-  TNT_CHECK(filters > 0, "Conv2D '{}': filters must be positive, got {}", name_, filters);
-  TNT_CHECK(kernel_size > 0, "Conv2D '{}': kernel_size must be positive, got {}", name_, kernel_size);
-  TNT_CHECK(options.stride > 0, "Conv2D '{}': stride must be positive, got {}", name_, options.stride);
-  TNT_CHECK(options.padding >= 0, "Conv2D '{}': padding must be >= 0, got {}", name_, options.padding);
+  TNT_INPUT_CHECK(filters > 0, "Conv2D '{}': filters must be positive, got {}", name_, filters);
+  TNT_INPUT_CHECK(kernel_size > 0, "Conv2D '{}': kernel_size must be positive, got {}", name_, kernel_size);
+  TNT_INPUT_CHECK(options.stride > 0, "Conv2D '{}': stride must be positive, got {}", name_, options.stride);
+  TNT_INPUT_CHECK(options.padding >= 0, "Conv2D '{}': padding must be >= 0, got {}", name_, options.padding);
 }
 
 std::vector<Shape> Conv2D::output_shapes(const std::vector<Shape>& in) const {
@@ -52,7 +52,7 @@ std::vector<Shape> Conv2D::output_shapes(const std::vector<Shape>& in) const {
   const Shape& s = in[0];
   int64_t ho = conv_out(s[2], kernel_, options_.stride, options_.padding);
   int64_t wo = conv_out(s[3], kernel_, options_.stride, options_.padding);
-  TNT_CHECK(ho > 0 && wo > 0, "Conv2D '{}': input {} is smaller than the {}x{} kernel (padding {})", name_,
+  TNT_INPUT_CHECK(ho > 0 && wo > 0, "Conv2D '{}': input {} is smaller than the {}x{} kernel (padding {})", name_,
             shape_str(s), kernel_, kernel_, options_.padding);
   return {{s[0], filters_, ho, wo}};
 }
@@ -60,7 +60,7 @@ std::vector<Shape> Conv2D::output_shapes(const std::vector<Shape>& in) const {
 void Conv2D::build(const std::vector<Shape>& in) {
   output_shapes(in);  // validates
   in_channels_ = in[0][1];
-  TNT_CHECK(in_channels_ > 0, "Conv2D '{}': input {} has no channels", name_, shape_str(in[0]));
+  TNT_INPUT_CHECK(in_channels_ > 0, "Conv2D '{}': input {} has no channels", name_, shape_str(in[0]));
   weight_ = &add_parameter("weight", {filters_, in_channels_, kernel_, kernel_}, options_.kernel_initializer);
   weight_->cast_for_compute = true;  // mixed precision: the CUDA engine multiplies by a half copy
   if (options_.use_bias) bias_ = &add_parameter("bias", {filters_}, options_.bias_initializer);

@@ -18,7 +18,7 @@ namespace tnt {
 Dense::Dense(int64_t units, DenseOptions options, std::string name)
     : Layer(std::move(name)), units_(units), options_(options) {
   default_name("dense");
-  TNT_CHECK(units > 0, "Dense '{}': units must be positive, got {}", name_, units);
+  TNT_INPUT_CHECK(units > 0, "Dense '{}': units must be positive, got {}", name_, units);
   TNT_INPUT_CHECK(options_.dropout >= 0.0 && options_.dropout < 1.0, "Dense '{}': dropout rate {} is not in [0, 1)",
                   name_, options_.dropout);
 }
@@ -39,7 +39,7 @@ DenseActivation dense_activation_from_name(const std::string& name) {
 }
 
 std::vector<Shape> Dense::output_shapes(const std::vector<Shape>& in) const {
-  TNT_CHECK(in.size() == 1 && !in[0].empty(), "Dense '{}': expects one input of shape (..., in)", name_);
+  TNT_INPUT_CHECK(in.size() == 1 && !in[0].empty(), "Dense '{}': expects one input of shape (..., in)", name_);
   Shape out = in[0];
   out.back() = units_;
   return {out};

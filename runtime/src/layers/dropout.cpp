@@ -10,7 +10,7 @@ namespace tnt {
 
 Dropout::Dropout(double rate, std::string name) : Layer(std::move(name)), rate_(rate) {
   default_name("dropout");
-  TNT_CHECK(rate >= 0 && rate < 1, "Dropout '{}': rate {} is not in [0, 1)", name_, rate);
+  TNT_INPUT_CHECK(rate >= 0 && rate < 1, "Dropout '{}': rate {} is not in [0, 1)", name_, rate);
 }
 
 std::vector<Shape> Dropout::output_shapes(const std::vector<Shape>& in) const {

@@ -39,7 +39,7 @@ void check_ids(const Tensor& ids, int64_t vocab, const std::string& layer) {
 Embedding::Embedding(int64_t vocab_size, int64_t hidden_size, std::string name)
     : Layer(std::move(name)), vocab_(vocab_size), hidden_(hidden_size) {
   default_name("embedding");
-  TNT_CHECK(vocab_size > 0 && hidden_size > 0, "Embedding '{}': vocab size {} and hidden size {} must be positive",
+  TNT_INPUT_CHECK(vocab_size > 0 && hidden_size > 0, "Embedding '{}': vocab size {} and hidden size {} must be positive",
             name_, vocab_size, hidden_size);
 }
 

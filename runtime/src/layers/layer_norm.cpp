@@ -17,11 +17,11 @@ namespace tnt {
 
 LayerNorm::LayerNorm(double eps, std::string name) : Layer(std::move(name)), eps_(eps) {
   default_name("layer_norm");
-  TNT_CHECK(eps > 0, "LayerNorm '{}': eps must be positive, got {}", name_, eps);
+  TNT_INPUT_CHECK(eps > 0, "LayerNorm '{}': eps must be positive, got {}", name_, eps);
 }
 
 std::vector<Shape> LayerNorm::output_shapes(const std::vector<Shape>& in) const {
-  TNT_CHECK(in.size() == 1 && !in[0].empty(), "LayerNorm '{}': expects one input of shape (..., D)", name_);
+  TNT_INPUT_CHECK(in.size() == 1 && !in[0].empty(), "LayerNorm '{}': expects one input of shape (..., D)", name_);
   return {in[0]};
 }
 

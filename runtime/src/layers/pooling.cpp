@@ -227,8 +227,8 @@ std::vector<Shape> Pool2DBase::output_shapes(const std::vector<Shape>& in) const
 namespace {
 void check_pool_config(const std::string& type, const std::string& name, int64_t pool, int64_t stride,
                        int64_t padding) {
-  TNT_CHECK(pool > 0, "{} '{}': pool_size must be positive, got {}", type, name, pool);
-  TNT_CHECK(stride > 0, "{} '{}': stride must be positive (0 = pool_size), got {}", type, name, stride);
+  TNT_INPUT_CHECK(pool > 0, "{} '{}': pool_size must be positive, got {}", type, name, pool);
+  TNT_INPUT_CHECK(stride > 0, "{} '{}': stride must be positive (0 = pool_size), got {}", type, name, stride);
   // A window wholly inside the padding would have nothing to pool (PyTorch's rule).
   TNT_CHECK(padding >= 0 && 2 * padding <= pool, "{} '{}': padding {} must lie in [0, pool_size / 2]", type, name,
             padding);

@@ -45,6 +45,9 @@ class GELU : public ElementwiseLayer {
  public:
   explicit GELU(bool approximate = true, std::string name = "");
   explicit GELU(std::string name) : GELU(true, std::move(name)) {}
+  // GELU("gelu1"): a string literal would otherwise take the bool overload (a pointer
+  // converts to bool before std::string) and the layer would lose its name.
+  explicit GELU(const char* name) : GELU(true, std::string(name ? name : "")) {}
   std::string type() const override { return "GELU"; }
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,
                               SavedState& saved) override;

@@ -8,6 +8,7 @@
 //   test_comm_collective_job master_allreduce       an allreduce under is_master_rank()
 //   test_comm_collective_job late_rank              the last rank joins 2 s late
 //   test_comm_collective_job master_evaluate        fit, then evaluate() under is_master_rank()
+//   test_comm_collective_job master_save_midway PATH fit, save_weights under is_master_rank(), fit
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
 
@@ -76,6 +77,20 @@ void master_evaluate() {
   }
 }
 
+// The Horovod habit between two fits: the master's broadcasts meet the others' first
+// collectives of the second fit, and MPI completes them, with garbage in the values.
+void master_save_midway(const std::string& path) {
+  tnt::Model model(tnt::test::small_mlp(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.epochs = 1;
+  fit.verbose = 0;
+  model.fit(tnt::test::threshold_data("collective_job"), fit);
+  if (tnt::is_master_rank()) model.save_weights(path);
+  model.fit(tnt::test::threshold_data("collective_job"), fit);
+}
+
 void late_rank() {
   tnt::Communicator& comm = tnt::communicator();
   if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -100,8 +115,10 @@ int main(int argc, char** argv) {
       late_rank();
     } else if (which == "master_evaluate") {
       master_evaluate();
+    } else if (which == "master_save_midway" && !path.empty()) {
+      master_save_midway(path);
     } else {
-      TNT_INPUT_ERROR("usage: {} master_callback PATH | master_save PATH | master_allreduce | master_evaluate | late_rank", argv[0]);
+      TNT_INPUT_ERROR("usage: {} master_callback PATH | master_save PATH | master_save_midway PATH | master_allreduce | master_evaluate | late_rank", argv[0]);
     }
   });
 }

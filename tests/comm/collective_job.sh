@@ -6,7 +6,8 @@
 # refused on every rank.
 #
 #   collective_job.sh CASE NP PROGRAM MPIRUN [MPIRUN FLAGS...]
-#   CASE: master_callback, master_save, master_allreduce, master_evaluate, timeout_zero, bad_timeout
+#   CASE: master_callback, master_save, master_save_midway, master_allreduce, master_evaluate, timeout_zero,
+#   bad_timeout
 set -uo pipefail
 [[ $# -ge 4 ]] || { echo "usage: $0 CASE NP PROGRAM MPIRUN [FLAGS...]" >&2; exit 2; }
 case_name=$1
@@ -128,6 +129,17 @@ case $case_name in
     expect_error "$case_name" "finished the program without calling it, and never will"
     expect_error "$case_name" "finished its program (in tnt::finalize; last collective: #"
     expect_error "$case_name" "Callback::Ranks::all"
+    ;;
+  master_save_midway)
+    # save_weights under is_master_rank() between two fits: the collectives complete, paired
+    # wrongly, and the values they carry are garbage. Before: "fit: micro_batch_size=0,
+    # 6734557811357791880 (ranks 0 to 1) disagrees with batch_size=16", a usage error.
+    run "$case_name" 600 master_save_midway
+    expect_fast_failure "$case_name"
+    expect_error "$case_name" "because they called different collectives"
+    expect_error "$case_name" "in save_weights"
+    expect_error "$case_name" "Callback::Ranks::all"
+    if grep -q "disagrees with" <<<"$errors"; then fail "$case_name: the garbage values are shown"; else pass "$case_name: no garbage values"; fi
     ;;
   master_save)
     # save_weights under is_master_rank(): the master's broadcasts meet the others' first

@@ -4,6 +4,8 @@
 // same answer without a further broadcast.
 #include "comm/agreement.hpp"
 
+#include "comm/waiter.hpp"
+
 #include "tarantella/check.hpp"
 #include "tarantella/random.hpp"
 
@@ -73,6 +75,7 @@ std::optional<Disagreement> find_disagreement(Communicator& comm, const std::vec
 
 void require_same_pass(Communicator& comm, const std::string& what, const std::vector<std::string>& facts) {
   if (std::optional<Disagreement> d = find_disagreement(comm, facts)) {
+    raise_if_collectives_differ(comm, what);
     TNT_INPUT_ERROR("{}: the ranks' passes over their data differ ({}); every rank must pass the same dataset (as "
                     "many samples), batch size and epochs, or their steps' collectives would pair up wrongly",
                     what, d->describe());

@@ -125,6 +125,21 @@ std::string Waiter::mismatch_note() const {
                      describe_mismatch(*m, format), describe_positions(where, format), kMismatchFix);
 }
 
+void raise_if_collectives_differ(const Communicator& communicator, const std::string& what) {
+  CommImpl& comm = impl_of(communicator);
+  if (!comm.arrivals || !comm.arrivals->enabled() || comm.size == 1) return;
+  const Arrivals& arrivals = *comm.arrivals;
+  const std::vector<RankPosition> where = arrivals.query(comm.slot, kCheckBudgetS);
+  const std::optional<Mismatch> m = find_mismatch(where);
+  if (!m) return;
+  comm.broken = true;
+  const RankListFormat format = rank_list_format(arrivals);
+  throw CommError(fmt::format("{} on rank {} of {}: the ranks exchanged values that make no sense together, because "
+                              "they called different collectives: {}. Where each rank is: {}. Fix: {}",
+                              what, comm.rank, comm.size, describe_mismatch(*m, format),
+                              describe_positions(where, format), kMismatchFix));
+}
+
 void Waiter::check_peers(Clock::time_point now) {
   check_interval_s_ = std::min(check_interval_s_ * 2, kMaxCheckInterval);
   next_check_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(check_interval_s_));

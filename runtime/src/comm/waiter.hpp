@@ -21,6 +21,13 @@ namespace tnt::detail {
 // kept; spins for CommImpl::spin_us, then naps between polls (ranks are often
 // oversubscribed in tests and share cores with compute threads, which need the core more
 // than a wait on a slow link or a late peer does).
+// For values the ranks exchanged that make no sense together (a disagreement an agreement
+// check found): when the cause is that MPI paired two different collectives (a save_weights
+// under is_master_rank() whose broadcasts met the others' first calls of fit), throws that
+// CommError, naming both calls, instead of the garbage the values would make of a message.
+// Asks the other ranks where they are (half a second at most); returns when they agree.
+void raise_if_collectives_differ(const Communicator& comm, const std::string& what);
+
 class Waiter {
  public:
   static constexpr double kMaxCheckInterval = 30.0;

@@ -2,6 +2,7 @@
 #include "train/batch_sources.hpp"
 
 #include "comm/agreement.hpp"
+#include "comm/waiter.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/runtime.hpp"
 
@@ -202,6 +203,7 @@ int64_t global_batch_of(const char* what, const char* batch_name, int64_t batch,
     shares.push_back(micro_batch_size(batch, q, p));
     agree = agree && (micros[q] == 0 || micros[q] == shares.back());
   }
+  if (!agree) detail::raise_if_collectives_differ(communicator(), what);
   TNT_INPUT_CHECK(agree,
                   "{}: {}={} disagrees with {}={}: over {} that is {} samples per rank; give one of the two ({}=0 "
                   "batches with {} x ranks)",

@@ -167,3 +167,39 @@ TEST_CASE("TerminateOnNaN with Action::raise throws on every rank, naming the st
     CHECK(lines <= (epoch == 1 ? 0 : epoch));  // the header and epoch - 1 rows
   }
 }
+
+// One NaN in the input: ReLU maps fc1's NaN output to 0, so the loss stays finite, while
+// fc1's weight gradient (input x upstream gradient: NaN x 0) makes its weights NaN and the
+// model a constant. Before, TerminateOnNaN never fired and the run ended with exit 0.
+TEST_CASE("TerminateOnNaN names a parameter gone NaN behind a finite loss (a NaN in the input)") {
+  tnt::Tensor x = tnt::Tensor::empty({64, 4});
+  tnt::Tensor y = tnt::Tensor::empty({64}, tnt::DType::i64);
+  {
+    auto it = make_data().batch(64).iterate(0);
+    auto all = it.next();
+    REQUIRE(all);
+    x.copy_from((*all)[0]);
+    y.copy_from((*all)[1]);
+  }
+  x.data<float>()[37 * 4 + 2] = std::numeric_limits<float>::quiet_NaN();  // sample 37, feature 2
+  const tnt::Dataset data = tnt::Dataset::from_tensors({x, y});
+  for (auto action : {tnt::TerminateOnNaN::Action::raise, tnt::TerminateOnNaN::Action::stop}) {
+    tnt::Model model(make_net(), 3);
+    model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    auto guard = std::make_shared<tnt::TerminateOnNaN>(action);
+    tnt::History history;
+    const tnt::FitOptions fit = fit_options(3, {guard});
+    if (action == tnt::TerminateOnNaN::Action::raise) {
+      const std::string message = error_of([&] { model.fit(data, fit); });
+      INFO(message);
+      CHECK_THAT(message, Catch::Contains("parameter 'fc1.weight' holds a NaN or an infinity after epoch 1 (step 4), "
+                                          "though the loss is finite") &&
+                              Catch::Contains("input data"));
+    } else {
+      history = model.fit(data, fit);
+      CHECK(history.epochs.size() == 1);  // stopped after the first epoch
+      for (double loss : history.history.at("loss")) CHECK(std::isfinite(loss));
+    }
+    CHECK(guard->stopped_step() == 4);
+  }
+}

@@ -297,7 +297,8 @@ class LearningRateScheduler : public Callback {
   std::function<double(int, double)> fn_;
 };
 
-// Stops training as soon as the (global) loss is NaN or infinite, as Keras' TerminateOnNaN.
+// Stops training as soon as the (global) loss is NaN or infinite, as Keras' TerminateOnNaN,
+// or at an epoch's end when a parameter is (which a finite loss can hide: see on_epoch_end).
 // Action::stop (Keras' behaviour): fit() returns after that step; the epoch's end hooks
 // still run. Action::raise: fit() throws tnt::Error right away, naming the step, the epoch
 // and the loss, before any end-of-epoch hook (a checkpoint, a history row) sees the diverged
@@ -311,6 +312,9 @@ class TerminateOnNaN : public Callback {
   explicit TerminateOnNaN(Action action = Action::stop) : Callback(Ranks::all), action_(action) {}
   void on_epoch_begin(int epoch, const Logs&) override { epoch_ = epoch; }
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  // After each epoch: a parameter holding a NaN or an infinity (with a finite loss: bad
+  // input data, hidden by ReLU) stops or raises the same way, naming the parameter.
+  void on_epoch_end(int epoch, const Logs& logs) override;
   // The global step (1-based, as Model::global_step() after it) that stopped training; -1
   // while none did.
   int64_t stopped_step() const { return stopped_step_; }

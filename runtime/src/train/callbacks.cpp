@@ -537,30 +537,4 @@ void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
   model_->set_learning_rate(lr);
 }
 
-// ---- TerminateOnNaN ---------------------------------------------------------------------
-
-// The logged loss is the allreduced global mean, equal on every rank, and a sum is non-finite
-// whatever the order of its terms once one of them is (doubles do not overflow on losses),
-// so every rank takes this decision at the same step without a collective of its own.
-void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
-  auto it = logs.find("loss");
-  if (it == logs.end() || std::isfinite(it->second)) return;
-  TNT_CHECK(model_, "TerminateOnNaN used outside Model::fit");
-  // With dynamic loss scaling (fp16) an overflowing step is expected: it is skipped, the
-  // scale halves, and a run that really diverged ends with the LossScaler's own error once
-  // the scale underflows. Its infinite loss is not a reason to stop here.
-  if (model_->loss_scaler().enabled()) return;
-  stopped_step_ = model_->global_step();
-  const std::string of_steps = params_.steps > 0 ? fmt::format(" of {}", params_.steps) : "";
-  const std::string where = fmt::format("the loss is {} at step {} (epoch {}, batch {}{})", it->second, stopped_step_,
-                                        epoch_ + 1, batch + 1, of_steps);
-  if (action_ == Action::raise) {
-    throw Error(fmt::format("{}: the training diverged; stopped before the end of the epoch, so nothing was saved for "
-                            "it (TerminateOnNaN; a smaller learning rate may help)",
-                            where));
-  }
-  log_error("TerminateOnNaN: {}; stopping", where);
-  model_->stop_training();
-}
-
 }  // namespace tnt

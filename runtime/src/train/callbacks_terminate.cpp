@@ -1,0 +1,77 @@
+// TerminateOnNaN (callbacks.hpp): the loss after each step, the parameters after each epoch.
+#include "tarantella/callbacks.hpp"
+#include "tarantella/check.hpp"
+#include "tarantella/log.hpp"
+#include "tarantella/model.hpp"
+#include "tarantella/ops.hpp"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace tnt {
+
+// ---- TerminateOnNaN ---------------------------------------------------------------------
+
+// The logged loss is the allreduced global mean, equal on every rank, and a sum is non-finite
+// whatever the order of its terms once one of them is (doubles do not overflow on losses),
+// so every rank takes this decision at the same step without a collective of its own.
+void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
+  auto it = logs.find("loss");
+  if (it == logs.end() || std::isfinite(it->second)) return;
+  TNT_CHECK(model_, "TerminateOnNaN used outside Model::fit");
+  // With dynamic loss scaling (fp16) an overflowing step is expected: it is skipped, the
+  // scale halves, and a run that really diverged ends with the LossScaler's own error once
+  // the scale underflows. Its infinite loss is not a reason to stop here.
+  if (model_->loss_scaler().enabled()) return;
+  stopped_step_ = model_->global_step();
+  const std::string of_steps = params_.steps > 0 ? fmt::format(" of {}", params_.steps) : "";
+  const std::string where = fmt::format("the loss is {} at step {} (epoch {}, batch {}{})", it->second, stopped_step_,
+                                        epoch_ + 1, batch + 1, of_steps);
+  if (action_ == Action::raise) {
+    throw Error(fmt::format("{}: the training diverged; stopped before the end of the epoch, so nothing was saved for "
+                            "it (TerminateOnNaN; a smaller learning rate may help)",
+                            where));
+  }
+  log_error("TerminateOnNaN: {}; stopping", where);
+  model_->stop_training();
+}
+
+// A NaN or an infinity in the input data can leave the loss finite: ReLU maps NaN to 0, so
+// the forward hides it, while the first layer's weight gradient (input x upstream gradient)
+// carries it into the weights; the model then predicts a constant, and the loss stays finite
+// forever. Parameters are equal on every rank (synchronous training), so every rank decides
+// alike without a collective. One fused check per device, once an epoch.
+void TerminateOnNaN::on_epoch_end(int epoch, const Logs&) {
+  TNT_CHECK(model_, "TerminateOnNaN used outside Model::fit");
+  std::vector<Tensor> values;
+  const auto params = model_->network().named_parameters();
+  for (const auto& p : params) values.push_back(p.param->value);
+  bool any = false;
+  for (size_t i = 0; i < values.size() && !any;) {  // one check per run of tensors on one device
+    size_t j = i;
+    while (j < values.size() && values[j].device() == values[i].device()) ++j;
+    any = ops::has_non_finite(std::vector<Tensor>(values.begin() + static_cast<std::ptrdiff_t>(i),
+                                                  values.begin() + static_cast<std::ptrdiff_t>(j)));
+    i = j;
+  }
+  if (!any) return;
+  std::string name = "?";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (ops::has_non_finite(values[i])) {
+      name = params[i].name;
+      break;
+    }
+  }
+  stopped_step_ = model_->global_step();
+  const std::string where = fmt::format(
+      "parameter '{}' holds a NaN or an infinity after epoch {} (step {}), though the loss is finite: most likely a "
+      "NaN or an infinity in the input data (ReLU maps NaN to 0, which hides it from the loss, while the gradients "
+      "carry it into the weights); check the data, e.g. with a map() that tests each sample",
+      name, epoch + 1, stopped_step_);
+  if (action_ == Action::raise) throw Error(fmt::format("{} (TerminateOnNaN)", where));
+  log_error("TerminateOnNaN: {}; stopping", where);
+  model_->stop_training();
+}
+
+}  // namespace tnt

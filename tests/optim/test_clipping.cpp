@@ -329,3 +329,28 @@ TEST_CASE("clipping that differs between ranks is an input error on every rank")
                           Catch::Contains("clip_norm=2"));
   }
 }
+
+TEST_CASE("a learning rate, loss or metrics that differ between ranks are an input error on every rank") {
+  // Before: another learning rate or label smoothing on one rank trained on, the replicas
+  // drifting apart silently; other metrics failed at the first step with MPI_ERR_TRUNCATE.
+  auto fit_with = [](double lr, double smoothing, bool accuracy) {
+    Model model(test::small_mlp(), kSeed);
+    std::vector<MetricPtr> metrics;
+    if (accuracy) metrics.push_back(std::make_shared<Accuracy>());
+    model.compile(std::make_shared<SGD>(lr), std::make_shared<SoftmaxCrossEntropy>(smoothing), metrics);
+    FitOptions fit;
+    fit.batch_size = kBatch;
+    fit.verbose = 0;
+    model.fit(test::threshold_data("agree"), fit);
+  };
+  const bool other = rank() == size() - 1;  // the last rank differs
+  if (size() == 1) {
+    CHECK_NOTHROW(fit_with(kLr * 2, 0.1, false));
+    return;
+  }
+  CHECK_THROWS_WITH(fit_with(other ? kLr * 2 : kLr, 0.0, false),
+                    Catch::Contains("the ranks compiled the model differently") && Catch::Contains("optimizer SGD(lr="));
+  CHECK_THROWS_WITH(fit_with(kLr, other ? 0.1 : 0.0, false),
+                    Catch::Contains("loss softmax_cross_entropy(label_smoothing=0.1"));
+  CHECK_THROWS_WITH(fit_with(kLr, 0.0, other), Catch::Contains("metrics accuracy") && Catch::Contains("metrics none"));
+}

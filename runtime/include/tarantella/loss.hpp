@@ -35,6 +35,9 @@ class Loss {
  public:
   virtual ~Loss() = default;
   virtual std::string name() const = 0;
+  // The name and the settings, "softmax_cross_entropy(label_smoothing=0.1, ignore_index=-100)":
+  // fit checks that every rank's is the same. A loss of the user's with settings overrides it.
+  virtual std::string describe() const { return name(); }
   virtual Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch,
                          SavedState& saved) = 0;
   virtual Tensor backward(SavedState& saved, double scale = 1.0) = 0;
@@ -90,6 +93,7 @@ class SoftmaxCrossEntropy : public Loss {
                           int64_t global_batch, SavedState& saved) override;
   std::vector<int64_t> sample_classes(const Tensor& labels) const override;
   double label_smoothing() const { return label_smoothing_; }
+  std::string describe() const override;
   int64_t ignore_index() const { return ignore_index_; }
 
  private:
@@ -118,6 +122,7 @@ class LabelSmoothingCrossEntropy : public Loss {
   int64_t count_tokens(const Tensor& labels) const override;  // labels != pad_id
   bool reads_half_predictions(const Device& device) const override { return device.is_cuda(); }  // the CUDA engine
   double smoothing() const { return smoothing_; }
+  std::string describe() const override;
   int64_t pad_id() const { return pad_id_; }
   // The constant c above for V classes (0 without smoothing).
   double min_entropy(int64_t vocab) const;
@@ -169,6 +174,7 @@ class Huber : public Loss {
   Tensor forward_weighted(const Tensor& predictions, const Tensor& targets, const Tensor& sample_weights,
                           int64_t global_batch, SavedState& saved) override;
   double delta() const { return delta_; }
+  std::string describe() const override;
 
  private:
   double delta_;

@@ -271,10 +271,20 @@ void Model::check_ranks_agree() {
   // replicas would drift apart just as silently.
   const GradientClipping& clip = optimizer_->clipping();
   const std::string clipping = "gradient clipping: " + (clip.active() ? clip.describe() : std::string("none"));
-  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), {mine, clipping})) {
+  // So would another optimizer, learning rate or loss; other metrics would pair their sums'
+  // allreduces wrongly (an MPI truncation error, or garbage).
+  std::string metrics;
+  for (const auto& m : metrics_) metrics += (metrics.empty() ? "" : ", ") + m->name();
+  const std::vector<std::string> facts{mine, clipping, "optimizer " + optimizer_->describe(), "loss " + loss_->describe(),
+                                       "metrics " + (metrics.empty() ? std::string("none") : metrics)};
+  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), facts)) {
     TNT_INPUT_CHECK(d->entry != 1,
                     "fit: the ranks' optimizers clip gradients differently ({}); every rank must pass the same "
                     "GradientClipping",
+                    d->describe());
+    TNT_INPUT_CHECK(d->entry < 2,
+                    "fit: the ranks compiled the model differently ({}); every rank must compile() with the same "
+                    "optimizer (and learning rate), loss and metrics, or the replicas drift apart",
                     d->describe());
     TNT_INPUT_ERROR("fit: the ranks compiled the model with different precisions ({}); every rank must pass the "
                     "same Precision to compile() and load the same checkpoint",

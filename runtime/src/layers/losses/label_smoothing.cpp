@@ -30,6 +30,10 @@ LabelSmoothingCrossEntropy::LabelSmoothingCrossEntropy(double smoothing, int64_t
   TNT_CHECK(smoothing >= 0 && smoothing < 1, "LabelSmoothingCrossEntropy: smoothing {} is not in [0, 1)", smoothing);
 }
 
+std::string LabelSmoothingCrossEntropy::describe() const {
+  return fmt::format("{}(smoothing={:.17g}, pad_id={})", name(), smoothing_, pad_id_);
+}
+
 double LabelSmoothingCrossEntropy::min_entropy(int64_t vocab) const {
   const double conf = 1.0 - smoothing_;
   const double low = vocab > 1 ? smoothing_ / static_cast<double>(vocab - 1) : 0.0;

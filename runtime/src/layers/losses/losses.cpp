@@ -79,6 +79,10 @@ SoftmaxCrossEntropy::SoftmaxCrossEntropy(double label_smoothing, int64_t ignore_
                   "SoftmaxCrossEntropy: label_smoothing {} is not in [0, 1]", label_smoothing);
 }
 
+std::string SoftmaxCrossEntropy::describe() const {
+  return fmt::format("{}(label_smoothing={:.17g}, ignore_index={})", name(), label_smoothing_, ignore_index_);
+}
+
 Tensor SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& labels, int64_t global_batch,
                                     SavedState& saved) {
   return forward_weighted(logits, labels, Tensor(), global_batch, saved);
@@ -311,6 +315,8 @@ Tensor MeanAbsoluteError::backward(SavedState& saved, double scale) {
 Huber::Huber(double delta) : delta_(delta) {
   TNT_INPUT_CHECK(std::isfinite(delta) && delta > 0, "Huber: delta {} must be finite and positive", delta);
 }
+
+std::string Huber::describe() const { return fmt::format("{}(delta={:.17g})", name(), delta_); }
 
 Tensor Huber::forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) {
   return forward_weighted(predictions, targets, Tensor(), global_batch, saved);

@@ -79,7 +79,7 @@ TEST_CASE("scaling profiler: a GPU rank's phases are the GPU's", "[train][scalin
   ScalingProfiler profiler(path.string(), kWanted, std::make_unique<FakeEvents>(gpu));
 
   std::vector<std::pair<std::string, Tensor>> grads;
-  for (int i = 0; i < 4; ++i) grads.emplace_back(std::to_string(i).insert(0, "g"), Tensor::zeros({64}, DType::f32));
+  for (int i = 0; i < 4; ++i) grads.emplace_back(fmt::format("g{}", i), Tensor::zeros({64}, DType::f32));
   Reducer reducer(comm, grads, {.threshold_bytes = 0});
 
   const int64_t alone = comm.size() > 1 ? ScalingProfiler::kAloneSteps : 0;

@@ -102,6 +102,11 @@ class Communicator {
   // 0 = no limit.
   double timeout() const;
   void set_timeout(double seconds);
+  // For tnt::finalize: this rank's program is done. From now on the side channel that tells
+  // waiting ranks where this one is says so (a rank still waiting in a collective then fails
+  // at once, naming this one), and it keeps answering, even after this communicator is
+  // gone, until the returned handle is released (after MPI_Finalize).
+  std::shared_ptr<void> announce_finished();
   // Collectives entered so far on this communicator (they are numbered from 1).
   int64_t collectives_entered() const;
 

@@ -157,6 +157,11 @@ void Communicator::set_timeout(double seconds) {
   impl_->timeout_s = seconds;
 }
 
+std::shared_ptr<void> Communicator::announce_finished() {
+  if (impl_->arrivals) impl_->arrivals->mark_finished();
+  return impl_->arrivals;
+}
+
 AllreduceAlgo Communicator::resolve(AllreduceAlgo algo, Device where) const {
   if (algo == AllreduceAlgo::automatic) {
     AllreduceAlgo configured = impl_->configured;

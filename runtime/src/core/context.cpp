@@ -1,7 +1,6 @@
 #include "core/context.hpp"
 #include "core/cpu_share.hpp"
 
-#include "comm/comm_state.hpp"
 #include "core/device_api.hpp"
 #include "tarantella/build_config.hpp"
 #include "tarantella/check.hpp"
@@ -215,9 +214,8 @@ void finalize() {
   // evaluate() under is_master_rank()) learns within its grace that this one will never
   // join, rather than waiting for TNT_COLLECTIVE_TIMEOUT while this one waits in Open MPI's
   // finalize fence. The channel needs no MPI; it stops once MPI_Finalize has returned.
-  std::shared_ptr<detail::Arrivals> arrivals;
-  if (g_context->comm) arrivals = detail::impl_of(*g_context->comm).arrivals;
-  if (arrivals) arrivals->mark_finished();
+  std::shared_ptr<void> arrivals;
+  if (g_context->comm) arrivals = g_context->comm->announce_finished();
   g_context->comm.reset();
   g_context.reset();
   // The launcher learns that this rank's program is done: ranks that wait here for one

@@ -7,6 +7,7 @@
 //   test_comm_collective_job master_save PATH       save_weights under is_master_rank()
 //   test_comm_collective_job master_allreduce       an allreduce under is_master_rank()
 //   test_comm_collective_job late_rank              the last rank joins 2 s late
+//   test_comm_collective_job out_of_memory          the master reserves 2 exabytes
 //   test_comm_collective_job master_evaluate        fit, then evaluate() under is_master_rank()
 //   test_comm_collective_job master_save_midway PATH fit, save_weights under is_master_rank(), fit
 #include "small_nets.hpp"
@@ -91,6 +92,13 @@ void master_save_midway(const std::string& path) {
   model.fit(tnt::test::threshold_data("collective_job"), fit);
 }
 
+// Not a collective matter, but run_main's end as well: an allocation no host can hold.
+void out_of_memory() {
+  std::vector<double> rows;  // as a Dataset::batch of 2^58 rows reserves them
+  if (tnt::is_master_rank()) rows.reserve(size_t{1} << 58);  // 2 EiB
+  tnt::communicator().barrier();
+}
+
 void late_rank() {
   tnt::Communicator& comm = tnt::communicator();
   if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -113,6 +121,8 @@ int main(int argc, char** argv) {
       master_allreduce();
     } else if (which == "late_rank") {
       late_rank();
+    } else if (which == "out_of_memory") {
+      out_of_memory();
     } else if (which == "master_evaluate") {
       master_evaluate();
     } else if (which == "master_save_midway" && !path.empty()) {

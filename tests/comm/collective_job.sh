@@ -130,6 +130,13 @@ case $case_name in
     expect_error "$case_name" "finished its program (in tnt::finalize; last collective: #"
     expect_error "$case_name" "Callback::Ranks::all"
     ;;
+  out_of_memory)
+    # std::bad_alloc on the master: named as what it is, with what to look at, and the job
+    # ends (before: "error: std::bad_alloc").
+    run "$case_name" 600 out_of_memory
+    expect_fast_failure "$case_name"
+    expect_error "$case_name" "out of host memory: an allocation failed (std::bad_alloc)"
+    ;;
   master_save_midway)
     # save_weights under is_master_rank() between two fits: the collectives complete, paired
     # wrongly, and the values they carry are garbage. Before: "fit: micro_batch_size=0,

@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -289,6 +290,13 @@ int run_main(int argc, char** argv, const std::function<void()>& body) {
     body();
     finalize();
     return 0;
+  } catch (const std::bad_alloc&) {
+    // "std::bad_alloc" alone names neither the cause nor a way out.
+    return end_with_error(
+        "out of host memory: an allocation failed (std::bad_alloc). Something is larger than this host can hold: "
+        "a batch (the global batch is split over the ranks, but a batch larger than the dataset is padded to its "
+        "full size), a dataset held in memory, or the model; every rank on a host holds its own",
+        false);
   } catch (const std::exception& e) {
     return end_with_error(e.what(), dynamic_cast<const InputError*>(&e) != nullptr);
   } catch (...) {

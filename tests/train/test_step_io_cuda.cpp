@@ -250,7 +250,9 @@ TEST_CASE("a bad label found at the step's readback is the direct call's InputEr
     model.fit(Dataset::from_tensors({x, y}), fit);
     FAIL("no InputError from fit");
   } catch (const InputError& e) {
-    // The loss's check comes first (registered before the accuracy's, which finds it too).
-    CHECK(std::string(e.what()) == direct);
+    // The loss's check comes first (registered before the accuracy's, which finds it too);
+    // fit adds where in training it was.
+    CHECK(std::string(e.what()) == direct + " (training: epoch 1, step 1 of the epoch; the global batch of 8: samples "
+                                            "0 to 7 on rank 0)");
   }
 }

@@ -93,6 +93,18 @@ TEST_CASE("fit lets its predictions go before the loss's backward, which writes 
   }
 }
 
+// What fit adds to a step's input error: where in training, and which samples each rank's
+// rows are (row r of rank q is sample offset_q + r of the global batch).
+static std::string step_context(int64_t global_batch) {
+  std::string out = fmt::format(" (training: epoch 1, step 1 of the epoch; the global batch of {}: ", global_batch);
+  for (int q = 0; q < tnt::size(); ++q) {
+    const int64_t first = tnt::micro_batch_offset(global_batch, q, tnt::size());
+    out += fmt::format("{}samples {} to {} on rank {}", q ? ", " : "", first,
+                       first + tnt::micro_batch_size(global_batch, q, tnt::size()) - 1, q);
+  }
+  return out + ")";
+}
+
 TEST_CASE("a bad target found at the step's readback is the same InputError on every rank") {
   // BinaryCrossEntropy accepts a target of 0.5; BinaryPrecision needs 0 or 1, and finds it
   // only when the step's results are read, after backward: every rank must still throw.
@@ -116,6 +128,7 @@ TEST_CASE("a bad target found at the step's readback is the same InputError on e
   std::string expected = "precision: target 0.5 of element " + std::to_string(element) +
                          " is not 0 or 1 (binary metrics take 0/1 targets)";
   if (p > 1) expected += " (on rank(s) " + std::to_string(bad_rank) + ")";
+  expected += step_context(n);
   try {
     model.fit(tnt::Dataset::from_tensors({x, y}), fit);
     FAIL("no InputError");
@@ -156,6 +169,7 @@ TEST_CASE("a bad label of a CPU loss is the same InputError on every rank (not a
   std::string expected = "SoftmaxCrossEntropy: label 9 of row " + std::to_string(50 - offset) +
                          " of this rank's batch is outside the 2 classes [0, 2)";
   if (p > 1) expected += " (on rank(s) " + std::to_string(bad_rank) + ")";
+  expected += step_context(64);
   try {
     model.fit(tnt::Dataset::from_tensors({e.at(0), y}), fit);
     FAIL("no InputError");

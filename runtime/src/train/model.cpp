@@ -156,6 +156,22 @@ std::optional<DistributedDataset> Model::validation_set(const FitOptions& option
 
 namespace {
 
+// A bad label or target names its row of a rank's micro-batch (the same error on every rank,
+// "on rank(s) q"): which samples of the global batch those rows are. Every rank's slice is
+// known when fit distributed the data; otherwise only this rank's.
+std::string batch_layout(const Batch& b, bool distributed, int me, int p) {
+  auto slice = [](int64_t first, int64_t count, int q) {
+    return fmt::format("samples {} to {} on rank {}", first, first + count - 1, q);
+  };
+  std::string out = fmt::format("the global batch of {}: ", b.global_batch_size);
+  if (!distributed || p > 8 || b.global_batch_size < p) return out + slice(b.sample_offset, b.micro_batch_size, me);
+  for (int q = 0; q < p; ++q) {
+    out += (q ? ", " : "") + slice(micro_batch_offset(b.global_batch_size, q, p),
+                                   micro_batch_size(b.global_batch_size, q, p), q);
+  }
+  return out;
+}
+
 // FitOptions::validation_split: the first floor(n * (1 - split)) elements train, the rest
 // become options.validation_data (Keras' rounding).
 Dataset split_off_validation(const Dataset& data, FitOptions& options) {
@@ -430,12 +446,15 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, logs); });
       lr_used = optimizer_->learning_rate();
       const double t0 = now_s();
-      train_step(*batch, rc, totals);
-      {
+      try {
+        train_step(*batch, rc, totals);
         Span span(Lane::compute, "metrics");
         const double t_metrics = now_s();
         logs = ps_ ? totals.local() : totals.global();
         if (profiler_) profiler_->collective(now_s() - t_metrics, totals.global_bytes(), /*in_forward=*/false);
+      } catch (const InputError& e) {
+        throw InputError(fmt::format("{} (training: epoch {}, step {} of the epoch; {})", e.what(), epoch + 1,
+                                     step + 1, batch_layout(*batch, options.distribute_dataset, rank(), size())));
       }
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
       if (profiler_) {
@@ -472,9 +491,13 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
         eval.batch_size = vset.global_batch_size();
         if (options.validation_data) eval.samples = options.validation_data->cardinality();
         eval.verbose = options.verbose;
-        for (auto& [k, v] : run_evaluate(distributed_source(vset, 0), {}, eval, &callbacks)) {
-          logs["val_" + k] = v;
+        Logs evaluated;
+        try {
+          evaluated = run_evaluate(distributed_source(vset, 0), {}, eval, &callbacks);
+        } catch (const InputError& e) {
+          throw InputError(fmt::format("in the validation data, after epoch {}: {}", epoch + 1, e.what()));
         }
+        for (auto& [k, v] : evaluated) logs["val_" + k] = v;
       }
     };
     if (ps_) ps_->end_epoch(end_work); else end_work();

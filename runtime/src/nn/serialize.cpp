@@ -265,8 +265,11 @@ LayerPtr make_layer(const json& entry, const std::string& where) {
   LayerPtr layer;
   try {
     layer = t.from_config(name, config);
-  } catch (const InputError&) {
-    throw;
+  } catch (const InputError& e) {
+    // The configuration's own errors name the layer already; a constructor's (Dense with
+    // units -4) name its settings only.
+    if (std::string(e.what()).find(context) != std::string::npos) throw;
+    TNT_INPUT_ERROR("{} cannot be made from its configuration {}: {}", context, config_json.dump(), e.what());
   } catch (const std::exception& e) {
     TNT_INPUT_ERROR("{} cannot be made from its configuration {}: {}", context, config_json.dump(), e.what());
   }
@@ -347,9 +350,9 @@ std::shared_ptr<Network> make_network(const json& arch) {
     }
     try {
       made.push_back(call(it->second, inputs));
-    } catch (const InputError&) {
-      throw;
     } catch (const Error& e) {
+      // A shape check's InputError (Add of two shapes) names the layer, not the file's node.
+      if (dynamic_cast<const InputError*>(&e) && std::string(e.what()).find(where) != std::string::npos) throw;
       TNT_INPUT_ERROR("{}: layer '{}' ({}) does not accept its inputs: {}", where, name, it->second->type(), e.what());
     }
     chain.push_back(it->second);

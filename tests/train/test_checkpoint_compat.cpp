@@ -183,3 +183,18 @@ TEST_CASE("checkpoint metadata out of range is an input error naming the file") 
     tnt::communicator().barrier();
   }
 }
+
+TEST_CASE("a weights-only file given to load_checkpoint says what it is and what loads it") {
+  tnt::test::TempDir dir("tnt-ckpt-weights-only");
+  const std::string weights = (dir.path / "model.safetensors").string();
+  tnt::Model model(bn_net(), 4);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  model.save_weights(weights);
+  tnt::communicator().barrier();
+  // Before: "checkpoint '...' has no metadata 'epoch'".
+  CHECK_THROWS_WITH(model.load_checkpoint(weights),
+                    Catch::Contains(weights) && Catch::Contains("a weights-only file") &&
+                        Catch::Contains("load_weights"));
+  CHECK_NOTHROW(model.load_weights(weights));
+  tnt::communicator().barrier();
+}

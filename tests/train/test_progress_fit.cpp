@@ -303,6 +303,16 @@ TEST_CASE("the epoch timing line: the allreduce, the share while backward ran, a
   CHECK(tnt::describe_epoch_timing(1, t, 1) ==
         "epoch 1: 41.2 ms/step, backward 20.1 ms; waited 12.3 ms a step for its batch (23%: the input is too slow) "
         "(1 rank: no gradient allreduce)");
+  // Under a millisecond, three decimals (before: "waited 0.0 ms a step ... (6%: ...)").
+  {
+    tnt::EpochTiming tiny;
+    tiny.step_seconds = 0.0004;
+    tiny.backward_seconds = 0.0001;
+    tiny.input_seconds = 0.00003;
+    CHECK(tnt::describe_epoch_timing(1, tiny, 1) ==
+          "epoch 1: 0.400 ms/step, backward 0.100 ms; waited 0.030 ms a step for its batch (7%: the input is too "
+          "slow) (1 rank: no gradient allreduce)");
+  }
   t.input_seconds = 0;
   // A parameter-server worker has no allreduce: its pull and push instead.
   t.parameter_server = true;

@@ -204,7 +204,8 @@ class CsvParser {
                       columns_.defined_on, fmt::join(columns_.names, ", "));
     }
     TNT_INPUT_CHECK(found.size() == 1, "CSV file '{}': {} column '{}' is ambiguous: the header (line {}) names "
-                    "columns {} and {} so", path_, role, c.name, columns_.defined_on, found[0], found[1]);
+                    "columns {} and {} so (0-based); choose one by index", path_, role, c.name, columns_.defined_on,
+                    found[0], found[1]);
     return found[0];
   }
 

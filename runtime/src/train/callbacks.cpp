@@ -29,6 +29,16 @@
 namespace tnt {
 
 namespace {
+// For "metric 'x' is not logged": what is, so that a misspelled name shows.
+std::string logged_names(const Logs& logs) {
+  std::string names;
+  for (const auto& [name, value] : logs) names += (names.empty() ? "" : ", ") + name;
+  return names.empty() ? std::string("none") : names;
+}
+}  // namespace
+
+
+namespace {
 
 using detail::now_s;
 bool higher_is_better(const std::string& name) {
@@ -370,7 +380,8 @@ void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
   if (save_best_only_) {
     auto it = logs.find(monitor_);
     if (it == logs.end()) {
-      log_warning("ModelCheckpoint: metric '{}' is not logged this epoch; not saving", monitor_);
+      log_warning("ModelCheckpoint: metric '{}' is not logged this epoch (logged: {}); not saving", monitor_,
+                  logged_names(logs));
       return;
     }
     if (have_best_ && !metric_improved(monitor_, mode_, it->second, best_, 0.0)) return;
@@ -424,9 +435,7 @@ std::vector<Tensor> model_weights(Model& model) {
 void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
   auto it = logs.find(monitor_);
   if (it == logs.end()) {
-    std::string names;
-    for (const auto& [name, value] : logs) names += (names.empty() ? "" : ", ") + name;
-    log_warning("EarlyStopping: metric '{}' is not logged; available: {}", monitor_, names);
+    log_warning("EarlyStopping: metric '{}' is not logged; available: {}", monitor_, logged_names(logs));
     return;
   }
   if (!have_best_ || metric_improved(monitor_, mode_, it->second, best_, min_delta_)) {
@@ -498,7 +507,8 @@ void ReduceLROnPlateau::on_train_begin(const Logs&) {
 void ReduceLROnPlateau::on_epoch_end(int epoch, const Logs& logs) {
   auto it = logs.find(monitor_);
   if (it == logs.end()) {
-    log_warning("ReduceLROnPlateau: metric '{}' is not logged this epoch; the learning rate stays", monitor_);
+    log_warning("ReduceLROnPlateau: metric '{}' is not logged this epoch (logged: {}); the learning rate stays",
+                monitor_, logged_names(logs));
     return;
   }
   if (cooldown_left_ > 0) {

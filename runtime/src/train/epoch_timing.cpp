@@ -8,12 +8,21 @@
 
 namespace tnt {
 
+namespace {
+// Milliseconds to one decimal, and to three under 1 ms: a tiny model's waits read "0.0 ms"
+// beside a percentage that says they matter.
+std::string ms(double seconds) {
+  const double v = seconds * 1e3;
+  return v < 1.0 && v > 0.0 ? fmt::format("{:.3f}", v) : fmt::format("{:.1f}", v);
+}
+}  // namespace
+
 std::string describe_epoch_timing(int epoch, const EpochTiming& t, int ranks) {
-  std::string line = fmt::format("epoch {}: {:.1f} ms/step, backward {:.1f} ms", epoch, t.step_seconds * 1e3,
-                                 t.backward_seconds * 1e3);
+  std::string line = fmt::format("epoch {}: {} ms/step, backward {} ms", epoch, ms(t.step_seconds),
+                                 ms(t.backward_seconds));
   if (const double f = t.input_fraction(); f >= kInputBoundFraction) {
-    line += fmt::format("; waited {:.1f} ms a step for its batch ({:.0f}%: the input is too slow)",
-                        t.input_seconds * 1e3, f * 100.0);
+    line += fmt::format("; waited {} ms a step for its batch ({:.0f}%: the input is too slow)", ms(t.input_seconds),
+                        f * 100.0);
   }
   if (t.parameter_server) {
     return line + fmt::format("; parameter servers: pull {:.1f} ms a step, push {:.1f} ms (this worker's own "

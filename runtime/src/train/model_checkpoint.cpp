@@ -162,6 +162,11 @@ int Model::load_checkpoint(const std::string& path) {
   // model as it was. The bounds are far beyond any real run (a billion epochs; 10^15 steps,
   // a million steps a second for 30 years) and keep epoch + 1 and step arithmetic in range.
   constexpr int64_t kMaxEpochs = 1'000'000'000, kMaxSteps = 1'000'000'000'000'000;
+  TNT_INPUT_CHECK(ck.has_metadata(checkpoint_key::epoch) && ck.has_metadata(checkpoint_key::step),
+                  "checkpoint '{}' has no training position (metadata 'epoch' and 'step'): a weights-only file "
+                  "(save_weights, a program's model.safetensors)? Load that with load_weights; load_checkpoint takes "
+                  "what save_checkpoint or ModelCheckpoint wrote",
+                  path);
   auto count = [&](const char* key, int64_t max, const char* what) {
     const int64_t v = ck.metadata_int(key);
     TNT_INPUT_CHECK(v >= 0 && v <= max, "checkpoint '{}': metadata {}={} is not a number of {} (0 to {})", path, key,

@@ -270,6 +270,8 @@ class Model {
   // that epoch taken (initial_step's included); 0 when the epoch ran to its end.
   // ModelCheckpoint saves such an epoch as unfinished.
   int64_t partial_epoch_steps() const { return partial_epoch_steps_; }
+  // After fit: it ended because tnt::request_stop_after_step() was called (on any rank).
+  bool stopped_on_request() const { return stopped_on_request_; }
   // Collective: the master alone reads the checkpoint (as load_checkpoint does), and every
   // rank gets its weights, buffers, optimizer state and training position from the master.
   // For a run directory that only the master's host has (a --model_dir on its own disk):
@@ -340,6 +342,7 @@ class Model {
   int64_t global_step_ = 0;
   int64_t checkpoint_epoch_step_ = 0;
   int64_t partial_epoch_steps_ = 0;
+  bool stopped_on_request_ = false;
   bool stop_requested_ = false;
   bool weights_synced_ = false;
   EpochTiming timing_;

@@ -34,6 +34,17 @@ int num_threads();        // CPU compute threads this rank uses
 int rank_cores();
 Communicator& communicator();
 
+// Asks the fit under way to stop after its current step, on every rank: the request travels
+// with the step's metrics allreduce, so all ranks stop after the same step even when it
+// reached some of them only (a signal that arrives at slightly different times). The epoch
+// is then unfinished: ModelCheckpoint saves it so, and FitOptions::initial_step resumes it.
+// Model::stopped_on_request() says the fit ended so (the request is then cleared).
+// Async-signal-safe: for a signal handler (a batch system's warning before its time limit).
+// Not with strategy=parameter_server (its workers do not meet every step).
+void request_stop_after_step() noexcept;
+bool stop_after_step_requested() noexcept;  // on this rank, not yet honoured
+void clear_stop_request() noexcept;
+
 // The exit status of a rank whose input was refused (tnt::InputError), the same as that of a
 // refused command line; any other error exits 1.
 inline constexpr int kExitInputError = 2;

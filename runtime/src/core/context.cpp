@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>  // environ
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -238,6 +239,15 @@ bool is_master_rank() { return ctx().rank == master_rank(); }
 Device default_device() { return ctx().device; }
 int num_threads() { return ctx().num_threads; }
 int rank_cores() { return ctx().rank_cores; }
+
+namespace {
+std::atomic<bool> g_stop_after_step{false};  // lock-free: set from a signal handler
+static_assert(std::atomic<bool>::is_always_lock_free);
+}  // namespace
+
+void request_stop_after_step() noexcept { g_stop_after_step.store(true, std::memory_order_relaxed); }
+bool stop_after_step_requested() noexcept { return g_stop_after_step.load(std::memory_order_relaxed); }
+void clear_stop_request() noexcept { g_stop_after_step.store(false, std::memory_order_relaxed); }
 
 const Config& config() {
   if (g_context) return g_context->config;

@@ -407,6 +407,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
   // A run resumed at or past max_steps trains no further.
   stop_requested_ = options.max_steps > 0 && global_step_ >= options.max_steps;
   partial_epoch_steps_ = 0;
+  stopped_on_request_ = false;
   RunContext rc;
   rc.training = true;
   rc.seed = seed_;
@@ -452,6 +453,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
         const double t_metrics = now_s();
         logs = ps_ ? totals.local() : totals.global();
         if (profiler_) profiler_->collective(now_s() - t_metrics, totals.global_bytes(), /*in_forward=*/false);
+        if (!ps_ && totals.stop_agreed()) {  // the same step on every rank: the allreduce's value
+          stop_requested_ = stopped_on_request_ = true;
+          clear_stop_request();
+        }
       } catch (const InputError& e) {
         throw InputError(fmt::format("{} (training: epoch {}, step {} of the epoch; {})", e.what(), epoch + 1,
                                      step + 1, batch_layout(*batch, options.distribute_dataset, rank(), size())));
@@ -482,7 +487,9 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       if (ps_ && !logs.empty()) logs = totals.global();  // the epoch's row: every worker's samples
       if (ps_) ps_->epoch_end(logs);  // the servers' variables and optimizer state, for validation, checkpoints
       const bool ran_steps = !logs.empty();
-      if (validation && ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {
+      // A stop on request (a batch system's warning: time is short) leaves out the validation.
+      if (validation && !stopped_on_request_ &&
+          ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {
         Span span(Lane::compute, "evaluation");
         if (ps_ && options.validation_data && size() != validation_ranks) regrouped = validation_set(options);
         const DistributedDataset& vset = regrouped ? *regrouped : *validation;

@@ -77,7 +77,13 @@ class PassTotals {
   }
 
   // Collective: {"loss": global mean loss, <metric>: global value}.
-  Logs global() const { return logs_of(communicator().allreduce_sum(sums()), true); }
+  Logs global() const {
+    const std::vector<double> all = communicator().allreduce_sum(sums());
+    stop_agreed_ = all[3] > 0;
+    return logs_of(all, true);
+  }
+  // After global(): some rank asked for a stop after this step (tnt::request_stop_after_step).
+  bool stop_agreed() const { return stop_agreed_; }
   // This rank's own values: a parameter-server worker's steps, which wait for no other.
   Logs local() const { return logs_of(sums(), false); }
   // What global()'s allreduce moves.
@@ -85,7 +91,7 @@ class PassTotals {
 
  private:
   std::vector<double> sums() const {
-    std::vector<double> sums{loss_sum_, samples_, error_.empty() ? 0.0 : 1.0};
+    std::vector<double> sums{loss_sum_, samples_, error_.empty() ? 0.0 : 1.0, stop_after_step_requested() ? 1.0 : 0.0};
     for (auto& m : metrics_) {
       const std::vector<double> s = m->sums();  // 2 for most metrics, a histogram for AUC
       sums.insert(sums.end(), s.begin(), s.end());
@@ -97,7 +103,7 @@ class PassTotals {
     if (all[2] > 0) raise_error();
     Logs logs;
     logs["loss"] = all[1] > 0 ? all[0] / all[1] : 0.0;
-    auto at = all.begin() + 3;
+    auto at = all.begin() + 4;
     for (auto& m : metrics_) {
       const auto end = at + static_cast<std::ptrdiff_t>(m->sums().size());
       logs[m->name()] = m->value_of(std::vector<double>(at, end));
@@ -125,6 +131,7 @@ class PassTotals {
   StepScalars scalars_;
   InputStager* staging_;
   std::string error_;  // the first bad input a step's readback found on this rank
+  mutable bool stop_agreed_ = false;
 };
 
 }  // namespace tnt::detail

@@ -17,11 +17,15 @@ namespace {
 // the ranks other than the master, which take the signal silently.
 std::array<std::array<char, 512>, 2> g_message{};
 std::array<size_t, 2> g_length{};
+bool g_stops = false;                  // set before the handler is installed
+volatile std::sig_atomic_t g_signal = 0;  // the last warning signal taken
 
 size_t slot_of(int sig) { return sig == SIGUSR1 ? 0 : 1; }
 
 void on_warning_signal(int sig) {
   const int saved = errno;
+  g_signal = sig;
+  if (g_stops) tnt::request_stop_after_step();  // an atomic store: async-signal-safe
   const size_t i = slot_of(sig);
   if (g_length[i] > 0) {
     [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, g_message[i].data(), g_length[i]);
@@ -29,20 +33,23 @@ void on_warning_signal(int sig) {
   errno = saved;
 }
 
+const char* signal_name(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "a signal"; }
+
 }  // namespace
 
-void go_on_at_warning_signals(const std::string& program, bool writes_checkpoints) {
+void take_warning_signals(const std::string& program, bool stop_with_checkpoint) {
+  g_stops = stop_with_checkpoint;
   for (const int sig : {SIGUSR1, SIGUSR2}) {
     struct sigaction current {};
     if (::sigaction(sig, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) continue;
     const size_t i = slot_of(sig);
     if (tnt::is_master_rank()) {
       const std::string text = fmt::format(
-          "{}: {} received (a batch system's warning before the time limit, say): training goes on; {}\n", program,
-          sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2",
-          writes_checkpoints ? "checkpoints are written at the end of each epoch, and --resume continues from the "
-                               "last one"
-                             : "this run writes no checkpoint (--enable_checkpoint_and_export writes one an epoch)");
+          "{}: {} received (a batch system's warning before the time limit, say): {}\n", program, signal_name(sig),
+          stop_with_checkpoint ? "training stops after the current step, with a checkpoint of it; --resume "
+                                 "continues from there"
+                               : "training goes on; this run writes no checkpoint (--enable_checkpoint_and_export "
+                                 "writes one), so stopping would save nothing");
       const size_t n = std::min(text.size(), g_message[i].size());
       std::memcpy(g_message[i].data(), text.data(), n);
       g_length[i] = n;
@@ -53,6 +60,16 @@ void go_on_at_warning_signals(const std::string& program, bool writes_checkpoint
     sa.sa_flags = SA_RESTART;
     ::sigaction(sig, &sa, nullptr);
   }
+}
+
+bool stopped_on_warning_signal(const tnt::Model& model, const std::string& program, const std::string& checkpoint) {
+  if (!model.stopped_on_request()) return false;
+  const int64_t part = model.partial_epoch_steps();
+  tnt::print("{}: stopped after step {} on {} (the run is not finished): {} holds it{}; run the same command with "
+             "--resume=auto (or --resume) to continue",
+             program, model.global_step(), signal_name(g_signal), checkpoint,
+             part > 0 ? fmt::format(", {} steps into its epoch", part) : std::string(" at the end of its epoch"));
+  return true;
 }
 
 }  // namespace tnt_models

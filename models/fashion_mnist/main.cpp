@@ -121,12 +121,13 @@ int main(int argc, char** argv) {
     TNT_INPUT_CHECK(opt_kind == "adam" || opt_kind == "sgd", "--optimizer={}: expected adam or sgd", opt_kind);
     const tnt_models::CommonFlags common = flags.common();
     const tnt_models::ResumeFlag resume_flag = tnt_models::parse_resume_flag(args);
-    tnt_models::go_on_at_warning_signals("fashion_mnist", true);
     const std::string strategy_text = args["strategy"].as<std::string>();
     TNT_INPUT_CHECK(strategy_text == "synchronous" || strategy_text == "parameter_server",
                     "--strategy={}: expected synchronous or parameter_server", strategy_text);
     const tnt::Strategy strategy = tnt::parse_strategy(strategy_text);
     const bool ps = strategy == tnt::Strategy::parameter_server;
+    // Parameter-server workers do not meet at every step: they train on to the epoch's end.
+    tnt_models::take_warning_signals("fashion_mnist", !ps);
     const int64_t max_staleness = args["max_staleness"].as<int64_t>();
     TNT_INPUT_CHECK(max_staleness >= -1, "--max_staleness={}: must be -1 (no bound), 0 or a positive number of updates",
                     max_staleness);
@@ -231,13 +232,14 @@ int main(int argc, char** argv) {
     fit.batch_size = common.batch_size;
     fit.epochs = common.train_epochs;
     fit.initial_epoch = initial_epoch;
+    fit.initial_step = model.checkpoint_epoch_step();  // a checkpoint written inside an epoch (a warning signal)
     fit.verbose = common.verbose;
     fit.micro_batch_size = micro_batch;
     fit.validation_data = test_data;
     fit.validation_freq = common.epochs_between_evals;
     fit.strategy = strategy;
     if (ps && max_staleness >= 0) fit.max_staleness = max_staleness;
-    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", initial_epoch > 0);
+    auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", initial_epoch > 0 || fit.initial_step > 0);
     csv->set_columns({"loss", "accuracy", "val_loss", "val_accuracy", "learning_rate", "seconds"});
     // A diverged run (NaN or infinite loss) ends here with an error naming the step, before
     // the epoch's history row and checkpoint: exit status 1, the last good checkpoint kept.
@@ -251,6 +253,7 @@ int main(int argc, char** argv) {
       tnt_models::print_nothing_to_train(resume, initial_epoch, common.train_epochs);
     } else {
       model.fit(train_data, fit);
+      if (tnt_models::stopped_on_warning_signal(model, "fashion_mnist", checkpoint)) return;
     }
 
     // The last epoch validated on the test set with the final weights (fit validates after

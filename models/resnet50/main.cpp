@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
     const int64_t log_steps = args["log_steps"].as<int64_t>();
     const std::string data_workers_flag = args["data_workers"].as<std::string>();
     const bool checkpoint_and_export = args["enable_checkpoint_and_export"].as<bool>();
-    tnt_models::go_on_at_warning_signals("resnet50", checkpoint_and_export);
+    tnt_models::take_warning_signals("resnet50", checkpoint_and_export);
     const tnt_models::ResumeFlag resume_given = tnt_models::parse_resume_flag(args);
     const bool resume_flag = resume_given.resume;
     // Without checkpoints the continued run would leave the old one behind its history.
@@ -480,6 +480,7 @@ int main(int argc, char** argv) {
       evaluated = eval_dist ? model.evaluate(*eval_dist, ev) : model.evaluate(eval_data, ev);
     } else {
       history = train_dist ? model.fit(*train_dist, fit) : model.fit(train_data, fit);
+      if (tnt_models::stopped_on_warning_signal(model, "resnet50", checkpoint)) return;
     }
 
     if (checkpoint_and_export) {

@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
     override_double("alpha", p.alpha, 0, 1e6, false);
 
     const tnt_models::CommonFlags common = flags.common();
-    tnt_models::go_on_at_warning_signals("transformer", true);
+    tnt_models::take_warning_signals("transformer", true);
     const tnt_models::CallbackFlags callback_flags = tnt_models::callback_flags(flags, common);
     const std::string param_set = args["param_set"].as<std::string>();
     const int64_t num_sentences = args["num_sentences"].as<int64_t>();
@@ -475,9 +475,11 @@ int main(int argc, char** argv) {
     // fit(initial_epoch, epochs) in a loop with an evaluation in between, as the tutorial.
     for (int epoch = initial_epoch; epoch < common.train_epochs; epoch += common.epochs_between_evals) {
       fit.initial_epoch = epoch;
+      // The first piece of a run resumed inside an epoch (a warning signal stopped it there).
+      fit.initial_step = epoch == initial_epoch ? model.checkpoint_epoch_step() : 0;
       fit.epochs = std::min(epoch + common.epochs_between_evals, common.train_epochs);
       fit.total_epochs = common.train_epochs;  // one count over the loop: "Epoch 4/6" after "3/6"
-      auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", epoch > 0);
+      auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", epoch > 0 || fit.initial_step > 0);
       csv->set_columns({"loss", "learning_rate", "seconds"});
       fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};
       if (tensorboard) fit.callbacks.push_back(tensorboard);
@@ -493,6 +495,7 @@ int main(int argc, char** argv) {
                      m.reserved_bytes >> 20);
         }
       }
+      if (tnt_models::stopped_on_warning_signal(model, "transformer", checkpoint)) return;
       model.save_weights(weights);
       if (model.stop_requested()) break;
       if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, model_dir);

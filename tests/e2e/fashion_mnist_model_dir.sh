@@ -144,11 +144,14 @@ case $case_name in
 
   warning_signal)
     # SIGUSR1 to the launcher (SLURM's --signal=B:USR1@120 warning) reaches every rank's
-    # program: training goes on to its end, and the master says so once. Before, the
-    # programs ended by the signal (and a restart was spent on it).
-    echo "+ $fm_launcher ${launch[*]} -- $fm_program ${small[*]} --num_train_samples=1024 --train_epochs=12 &"
-    timeout -k 10 "$fm_limit" "$fm_launcher" "${launch[@]}" -- "$fm_program" "${small[@]}" --num_train_samples=1024 \
-      --train_epochs=12 </dev/null >"$fm_tmp/signal.out" 2>&1 &
+    # program: training stops after the current step on every rank, with a checkpoint of it
+    # (inside its epoch), and the master says so; the same command with --resume=auto then
+    # ends where a run straight through ends, bitwise. Before, training went on to the time
+    # limit and the epoch under way was lost (and earlier still, the signal ended the ranks).
+    sig_args=("${small[@]}" --num_train_samples=1024 --train_epochs=12)
+    echo "+ $fm_launcher ${launch[*]} -- $fm_program ${sig_args[*]} &"
+    timeout -k 10 "$fm_limit" "$fm_launcher" "${launch[@]}" -- "$fm_program" "${sig_args[@]}" \
+      </dev/null >"$fm_tmp/signal.out" 2>&1 &
     job=$!
     for _ in $(seq 300); do [[ -s $csv ]] && break; sleep 0.1; done
     # To the launcher, timeout's child (timeout itself would end by SIGUSR1).
@@ -159,11 +162,29 @@ case $case_name in
     fm_out=$(cat "$fm_tmp/signal.out")
     cat "$fm_tmp/signal.out"
     expect_exit "$case_name" 0
-    got=$(grep -c "^fashion_mnist: SIGUSR1 received (a batch system's warning before the time limit, say): training goes on; checkpoints are written at the end of each epoch" <<<"$fm_out")
+    got=$(grep -c "^fashion_mnist: SIGUSR1 received (a batch system's warning before the time limit, say): training stops after the current step, with a checkpoint of it" <<<"$fm_out")
     if [[ $got == 1 ]]; then fm_pass "$case_name: the master said it once"; else fm_fail "$case_name: said $got times, expected once"; fi
+    if grep -Eq "^fashion_mnist: stopped after step [0-9]+ on SIGUSR1 \(the run is not finished\): $ckpt holds it(, [0-9]+ steps into its epoch| at the end of its epoch); run the same command with --resume=auto" <<<"$fm_out"; then
+      fm_pass "$case_name: said where it stopped and how to continue"
+    else
+      fm_fail "$case_name: no 'fashion_mnist: stopped after step N on SIGUSR1 ...'"
+    fi
     got=$(csv_epochs)
-    if [[ $got == "1 2 3 4 5 6 7 8 9 10 11 12" ]]; then fm_pass "$case_name: all 12 epochs trained"; else fm_fail "$case_name: history.csv rows '$got'"; fi
+    if [[ -n $got && $got != *12 ]]; then fm_pass "$case_name: stopped before the end (history '$got')"; else fm_fail "$case_name: history.csv rows '$got'"; fi
     if grep -q "Forwarding signal" <<<"$fm_out"; then fm_fail "$case_name: mpirun's 'Forwarding signal' line came through"; fi
+    fm_run "${case_name}_again" "${launch[@]}" -- "${sig_args[@]}" --resume=auto
+    expect_exit "${case_name}_again" 0
+    got=$(csv_epochs)
+    if [[ $got == "1 2 3 4 5 6 7 8 9 10 11 12" ]]; then fm_pass "$case_name: all 12 epochs after --resume=auto"; else fm_fail "$case_name: history.csv rows '$got' after --resume=auto"; fi
+    cp "$ckpt" "$fm_tmp/continued.safetensors"
+    rm -r "$model_dir"
+    fm_run "${case_name}_straight" "${launch[@]}" -- "${sig_args[@]}"
+    expect_exit "${case_name}_straight" 0
+    if cmp -s "$ckpt" "$fm_tmp/continued.safetensors"; then
+      fm_pass "$case_name: the continued run's checkpoint equals the straight run's, byte for byte"
+    else
+      fm_fail "$case_name: the continued run's checkpoint differs from the straight run's"
+    fi
     ;;
 
   resume_master_only_dir)

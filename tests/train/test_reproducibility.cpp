@@ -11,6 +11,7 @@
 #include "tarantella/tarantella.hpp"
 #include "temp_dir.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -144,5 +145,50 @@ TEST_CASE("a run cut inside an epoch by max_steps resumes at its next step and e
   bad.initial_step = 4;
   REQUIRE_THROWS_WITH(model->fit(data(), bad),
                       Catch::Contains("fit: initial_step=4 is not a step of initial_epoch 0 (4 steps an epoch)"));
+  tnt::communicator().barrier();
+}
+
+namespace {
+// Rank 0 alone asks for a stop, as a signal reaching one rank first would.
+class StopOnRankZero : public tnt::Callback {
+ public:
+  explicit StopOnRankZero(int64_t at_step) : tnt::Callback(Ranks::all), at_step_(at_step) {}
+  void on_train_batch_end(int64_t, const tnt::Logs&) override {
+    if (tnt::rank() == 0 && model_->global_step() == at_step_) tnt::request_stop_after_step();
+  }
+
+ private:
+  int64_t at_step_;
+};
+}  // namespace
+
+TEST_CASE("a stop requested on one rank ends every rank after the same step, and the run resumes there bitwise") {
+  tnt::test::TempDir dir("tnt_reproducibility");
+  std::string path = dir.path.string() + "/ck.safetensors";
+  tnt::communicator().broadcast(path, tnt::master_rank());
+  const Weights uninterrupted = train(5);
+
+  auto net = make_net();
+  auto model = make_model(net, 5);
+  tnt::FitOptions cut = fit_options(0, kEpochs);
+  // Asked after step 5 on rank 0: it travels with step 6's metrics, so every rank stops after
+  // step 6, the second of epoch 2.
+  cut.callbacks = {std::make_shared<StopOnRankZero>(5), std::make_shared<tnt::ModelCheckpoint>(path, "loss")};
+  model->fit(data(), cut);
+  CHECK(model->stopped_on_request());
+  CHECK_FALSE(tnt::stop_after_step_requested());  // honoured, so cleared
+  const std::vector<int64_t> steps = tnt::communicator().allgather(model->global_step());
+  CHECK(std::all_of(steps.begin(), steps.end(), [](int64_t s) { return s == 6; }));
+  CHECK(model->partial_epoch_steps() == 2);
+
+  auto resumed_net = make_net();
+  auto resumed = make_model(resumed_net, 5);
+  const int epoch = resumed->load_checkpoint_from_master(path);
+  REQUIRE(epoch == 1);
+  tnt::FitOptions rest = fit_options(epoch, kEpochs);
+  rest.initial_step = resumed->checkpoint_epoch_step();
+  resumed->fit(data(), rest);
+  CHECK_FALSE(resumed->stopped_on_request());
+  CHECK(weights_of(*resumed_net) == uninterrupted);
   tnt::communicator().barrier();
 }

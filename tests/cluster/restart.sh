@@ -72,7 +72,7 @@ cl_expect_contains input_error "tarantella: no restart tried (1 of 1 left): rank
 
 # No restart left: every attempt fails (its program killed by SIGALRM, which ends a process
 # without a core file, 0.3 s after it appears, before any checkpoint; the programs take
-# SIGUSR1 as a batch system's warning and train on); the last attempt's status, and a line
+# SIGUSR1 as a batch system's warning and stop after a step); the last attempt's status, and a line
 # that says so.
 (
   end=$((SECONDS + 50))

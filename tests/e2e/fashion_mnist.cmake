@@ -31,7 +31,7 @@ endforeach()
 # has its own directory; nothing is written or removed through a link; a directory in use is
 # refused naming its run's process; a resumed history must fit its header, or is said missing;
 # a --model_dir that only the master's host has resumes (the master reads the checkpoint) as
-# one every rank sees; SIGUSR1 (a batch system's warning) does not end a run; --resume=auto
+# one every rank sees; SIGUSR1 (a batch system's warning) stops a run after a step with a checkpoint that --resume=auto continues bitwise; --resume=auto
 # starts, continues or starts over as the directory says.
 foreach(_case diverged output_on_all_devices resume_after_crash existing_model_dir interrupted_first_epoch
         resume_nothing_to_train resume_below_checkpoint overwrite_tensorboard resume_missing_model_dir

@@ -11,8 +11,13 @@
 #include "tarantella/tarantella.hpp"
 #include "temp_dir.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -191,4 +196,33 @@ TEST_CASE("a stop requested on one rank ends every rank after the same step, and
   CHECK_FALSE(resumed->stopped_on_request());
   CHECK(weights_of(*resumed_net) == uninterrupted);
   tnt::communicator().barrier();
+}
+
+TEST_CASE("a second Model on a trained network says that it draws the weights again") {
+  tnt::test::TempDir dir("tnt_reproducibility");
+  auto net = make_net();
+  make_model(net, 5)->fit(data(), fit_options(0, 1));
+  // The master's standard error into a file while the second Model is made.
+  const std::string path = dir.path.string() + "/stderr.txt";
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  REQUIRE(saved >= 0);
+  std::FILE* file = std::fopen(path.c_str(), "w+");
+  REQUIRE(file != nullptr);
+  REQUIRE(::dup2(::fileno(file), 2) == 2);
+  auto second = make_model(net, 6);
+  std::fflush(stderr);
+  REQUIRE(::dup2(saved, 2) == 2);
+  ::close(saved);
+  std::fclose(file);
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (tnt::is_master_rank()) {
+    CHECK_THAT(text, Catch::Contains("network 'repro_mlp' was trained by another Model; this one draws its weights "
+                                     "again (seed 6)"));
+  } else {
+    CHECK(text.empty());
+  }
+  // A fresh network says nothing.
+  CHECK_FALSE(make_net()->trained());
 }

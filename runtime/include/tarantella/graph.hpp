@@ -164,6 +164,10 @@ class Network {
   std::vector<Layer*> layers();  // each once, in registration order
 
   void initialize(uint64_t seed);  // every layer from its initialisers, keyed by full names
+  // Set by Model::fit: a Model made on this network later draws its weights again, and says
+  // so (the trained weights are lost to it).
+  void mark_trained() { trained_ = true; }
+  bool trained() const { return trained_; }
   void to(Device device);
   Device device() const { return device_; }
   int64_t parameter_count();
@@ -215,6 +219,7 @@ class Network {
   std::vector<std::vector<MemoryFormat>> out_formats_;  // per node output (inputs too): as produced
   bool have_saved_ = false;
   bool input_gradients_ = true;
+  bool trained_ = false;
   LayerFusion layer_fusion_ = LayerFusion::automatic;
   std::shared_ptr<detail::FusionPlan> fusion_;  // the graph's chains, made at first need
   // On GPUs: the device tables of zero_grad's and refresh_compute_copies' single launches

@@ -57,6 +57,12 @@ using Span = timeline::Span;
 
 Model::Model(std::shared_ptr<Network> network, uint64_t seed) : network_(std::move(network)), seed_(seed) {
   TNT_INPUT_CHECK(network_, "Model needs a network (got a null pointer)");
+  if (network_->trained() && is_master_rank()) {
+    log_warning("Model: network '{}' was trained by another Model; this one draws its weights again (seed {}), and "
+                "the trained weights are gone. To go on from them, keep using that Model, or save_weights there and "
+                "load_weights here",
+                network_->name(), seed_);
+  }
   network_->to(default_device());
   network_->initialize(seed_);
   network_->set_input_gradients(false);
@@ -366,6 +372,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
                 config().ps_servers);
   }
   prepare_training();
+  network_->mark_trained();
   if (!ps_) {
     // A rank with more samples (or another batch size or epochs) would go on to steps the
     // others never take: refused on every rank at once, naming what differs.

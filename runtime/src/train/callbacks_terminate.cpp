@@ -3,7 +3,7 @@
 #include "tarantella/check.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/model.hpp"
-#include "tarantella/ops.hpp"
+#include "train/non_finite.hpp"
 
 #include <cmath>
 #include <string>
@@ -41,28 +41,14 @@ void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
 // the forward hides it, while the first layer's weight gradient (input x upstream gradient)
 // carries it into the weights; the model then predicts a constant, and the loss stays finite
 // forever. Parameters are equal on every rank (synchronous training), so every rank decides
-// alike without a collective. One fused check per device, once an epoch.
+// alike without a collective. One fused check per device (as the checkpoint savers'), once an
+// epoch.
 void TerminateOnNaN::on_epoch_end(int epoch, const Logs&) {
   TNT_CHECK(model_, "TerminateOnNaN used outside Model::fit");
-  std::vector<Tensor> values;
-  const auto params = model_->network().named_parameters();
-  for (const auto& p : params) values.push_back(p.param->value);
-  bool any = false;
-  for (size_t i = 0; i < values.size() && !any;) {  // one check per run of tensors on one device
-    size_t j = i;
-    while (j < values.size() && values[j].device() == values[i].device()) ++j;
-    any = ops::has_non_finite(std::vector<Tensor>(values.begin() + static_cast<std::ptrdiff_t>(i),
-                                                  values.begin() + static_cast<std::ptrdiff_t>(j)));
-    i = j;
-  }
-  if (!any) return;
-  std::string name = "?";
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (ops::has_non_finite(values[i])) {
-      name = params[i].name;
-      break;
-    }
-  }
+  std::vector<NamedTensor> params;
+  for (const auto& p : model_->network().named_parameters()) params.push_back({p.name, p.param->value});
+  const std::string name = detail::first_non_finite(params);
+  if (name.empty()) return;
   stopped_step_ = model_->global_step();
   const std::string where = fmt::format(
       "parameter '{}' holds a NaN or an infinity after epoch {} (step {}), though the loss is finite: most likely a "

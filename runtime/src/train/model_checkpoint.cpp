@@ -10,6 +10,7 @@
 #include "tarantella/comm.hpp"
 #include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
+#include "train/non_finite.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,21 +18,8 @@
 
 namespace tnt {
 
-std::vector<NamedTensor> Model::checkpoint_tensors(bool with_optimizer) {
-  std::vector<NamedTensor> out;
-  for (auto& p : network_->named_parameters()) out.push_back({p.name, p.param->value});
-  for (auto& b : network_->named_buffers()) out.push_back({b.name, b.param->value});
-  if (with_optimizer && optimizer_) {
-    for (auto& s : optimizer_->named_state()) out.push_back({"optimizer." + s.name, s.tensor});
-  }
-  return out;
-}
+namespace detail {
 
-namespace {
-
-// The name of the first tensor holding a NaN or an infinity, or "" when all are finite.
-// The usual answer comes from one fused check per device (one round trip on CUDA); only a
-// model that diverged is looked at tensor by tensor, to name the culprit.
 std::string first_non_finite(const std::vector<NamedTensor>& tensors) {
   std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
   for (const auto& t : tensors) {
@@ -47,6 +35,20 @@ std::string first_non_finite(const std::vector<NamedTensor>& tensors) {
   }
   return "";
 }
+
+}  // namespace detail
+
+std::vector<NamedTensor> Model::checkpoint_tensors(bool with_optimizer) {
+  std::vector<NamedTensor> out;
+  for (auto& p : network_->named_parameters()) out.push_back({p.name, p.param->value});
+  for (auto& b : network_->named_buffers()) out.push_back({b.name, b.param->value});
+  if (with_optimizer && optimizer_) {
+    for (auto& s : optimizer_->named_state()) out.push_back({"optimizer." + s.name, s.tensor});
+  }
+  return out;
+}
+
+namespace {
 
 // Checkpoints written before BatchNorm kept PyTorch's num_batches_tracked lack it; they
 // still load (the counters keep their values).
@@ -138,7 +140,7 @@ void Model::write_on_master(const std::string& path, const std::vector<NamedTens
   std::string failure;  // the whole message; empty when the file was written
   if (is_master_rank()) {
     try {
-      const std::string bad = first_non_finite(tensors);
+      const std::string bad = detail::first_non_finite(tensors);
       if (!bad.empty()) {
         failure = fmt::format("refusing to write checkpoint '{}': '{}' holds a NaN or an infinity (the training "
                               "diverged); the file there, if any, is left as it was",

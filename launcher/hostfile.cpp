@@ -70,8 +70,21 @@ using HostIndex = std::unordered_map<std::string, Seen>;
 // slots (as Open MPI counts), so `a:2` then `a` is 3, and `a` twice is 2; only a host named
 // by one line without slots keeps none, for -n or the default to decide. `index` makes a list of N lines cost N
 // look-ups rather than N^2/2 compares (a 100,000-line hostfile took 26 s with a scan per line).
+// The names of the loopback interface all name this machine: one key for them, so that
+// `localhost` and `127.0.0.1` are not planned as two hosts (two ranks given local rank 0,
+// the same GPU and the same cores).
+std::string host_key(const std::string& name) {
+  const bool ipv4_loopback =
+      name.rfind("127.", 0) == 0 && name.find_first_not_of("0123456789.") == std::string::npos;
+  if (name == "localhost" || name.rfind("localhost.", 0) == 0 || ipv4_loopback || name == "::1" ||
+      name == "ip6-localhost" || name == "ip6-loopback") {
+    return "localhost";
+  }
+  return name;
+}
+
 void add_merging(HostList& list, HostIndex& index, HostEntry entry) {
-  const auto [it, added] = index.try_emplace(entry.name, Seen{list.hosts.size(), 1});
+  const auto [it, added] = index.try_emplace(host_key(entry.name), Seen{list.hosts.size(), 1});
   if (added) {
     list.hosts.push_back(std::move(entry));
     return;
@@ -85,9 +98,14 @@ void add_merging(HostList& list, HostIndex& index, HostEntry entry) {
   }
   existing.slots = static_cast<int>(total);
   ++seen.lines;
-  list.warnings.push_back(fmt::format(
-      "{}: host '{}' is already listed ({}); merged into one entry with slots={}", entry.origin, entry.name,
-      existing.origin, *existing.slots));
+  if (entry.name == existing.name) {
+    list.warnings.push_back(fmt::format("{}: host '{}' is already listed ({}); merged into one entry with slots={}",
+                                        entry.origin, entry.name, existing.origin, *existing.slots));
+  } else {
+    list.warnings.push_back(fmt::format(
+        "{}: host '{}' is this machine's loopback, as '{}' is ({}); merged into one entry with slots={}",
+        entry.origin, entry.name, existing.name, existing.origin, *existing.slots));
+  }
 }
 
 }  // namespace

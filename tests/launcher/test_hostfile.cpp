@@ -219,6 +219,24 @@ TEST_CASE("hostfile: reading files", "[hostfile]") {
   ::rmdir(dir.c_str());
 }
 
+TEST_CASE("hostfile: the loopback's names are one host, this machine", "[hostfile]") {
+  // Before, `localhost` and `127.0.0.1` were two hosts: each got local rank 0 (the same GPU,
+  // the same cores).
+  auto list = parse_hostfile("localhost slots=2\nb\n127.0.0.1 slots=2\nip6-localhost\nlocalhost.localdomain\n", "f");
+  REQUIRE(list.hosts.size() == 2);
+  CHECK(list.hosts[0].name == "localhost");
+  CHECK(list.hosts[0].slots == 6);
+  CHECK(list.hosts[1].name == "b");
+  REQUIRE(list.warnings.size() == 3);
+  CHECK(list.warnings[0] == "hostfile 'f', line 3: host '127.0.0.1' is this machine's loopback, as 'localhost' is "
+                            "(line 1); merged into one entry with slots=4");
+  auto h = parse_host_list("127.0.0.1,127.0.1.1:3");
+  REQUIRE(h.hosts.size() == 1);
+  CHECK(h.hosts[0].slots == 4);
+  // Names that only look alike stay apart.
+  CHECK(parse_host_list("localhost2,127.0.0.1x,localhost").hosts.size() == 3);
+}
+
 TEST_CASE("hostfile: the -H list", "[hostfile]") {
   auto list = parse_host_list("h1,h2:4, h3 ,h1:2");
   REQUIRE(list.hosts.size() == 3);

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 namespace {
 
@@ -360,6 +361,47 @@ TEST_CASE("fit and evaluate refuse data that give no step, naming the sizes") {
   tnt::EvaluateOptions ev;
   ev.batch_size = 16;
   CHECK_THROWS_WITH(model.evaluate(make_data().take(0), ev), Catch::Contains("evaluate: the dataset is empty"));
+}
+
+TEST_CASE("a batch larger than the data is one batch of all of it, as in Keras") {
+  // Before, the one partial batch was padded with copies up to the batch size: a batch of
+  // 10^6 on 64 samples computed 10^6 rows. Now fit, its validation, evaluate and predict take
+  // the data's size; the results are those of a batch of exactly that size, bit for bit.
+  class Sizes : public tnt::Callback {
+   public:
+    Sizes() : tnt::Callback(Ranks::all) {}
+    void on_train_begin(const tnt::Logs&) override { train = params_.batch_size; }
+    void on_test_begin(const tnt::Logs&) override { validation = eval_params_.batch_size; }
+    int64_t train = 0, validation = 0;
+  };
+  auto run = [](int64_t batch) {
+    auto net = make_net();
+    tnt::Model model(net, 3);
+    model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    auto sizes = std::make_shared<Sizes>();
+    tnt::FitOptions fit = quiet_fit(2);
+    fit.batch_size = batch;
+    fit.validation_data = make_data().take(40);
+    fit.callbacks = {sizes};
+    model.fit(make_data(), fit);
+    tnt::EvaluateOptions ev;
+    ev.batch_size = batch;
+    const double loss = model.evaluate(make_data(), ev).at("loss");
+    tnt::PredictOptions pr;
+    pr.batch_size = batch;
+    const tnt::Tensor predictions =
+        model.predict(make_data().map([](tnt::Element e) { return tnt::Element{e.front()}; }), pr);
+    return std::make_tuple(sizes->train, sizes->validation, tnt::test::weights_of(*net), loss,
+                           predictions.to_double_vector());
+  };
+  const auto [train, validation, weights, loss, predictions] = run(1'000'000);
+  CHECK(train == 64);
+  CHECK(validation == 40);
+  const auto [train64, validation64, weights64, loss64, predictions64] = run(64);
+  CHECK(validation64 == 40);  // the validation batch defaults to the training batch, and is cut too
+  CHECK(weights == weights64);
+  CHECK(loss == loss64);
+  CHECK(predictions == predictions64);
 }
 
 TEST_CASE("samples batched already are refused with what to do") {

@@ -262,6 +262,31 @@ TEST_CASE("a micro_batch_size that fits some ranks' share only is an error on ev
   CHECK_NOTHROW(model.fit(data, fit));
 }
 
+TEST_CASE("the ranks' own micro-batches, as many on every rank, are checked before the first step") {
+  // distribute_dataset=false: the last rank has one micro-batch more. Before, the others
+  // trained the first epoch and found out at its end, when they ran out first.
+  tnt::Model model(make_net(), kSeed);
+  compile(model);
+  const int p = tnt::size();
+  const int64_t batches = tnt::rank() == p - 1 && p > 1 ? 3 : 2;
+  const tnt::Dataset mine = dataset(make_data(4 * batches)).batch(4);
+  tnt::FitOptions fit;
+  fit.verbose = 0;
+  fit.distribute_dataset = false;
+  if (p == 1) {
+    CHECK(model.fit(mine, fit).epochs.size() == 1);
+    return;
+  }
+  const std::string msg = input_error_of([&] { model.fit(mine, fit); });
+  CHECK_THAT(msg, Catch::Contains("fit: the ranks' passes over their data differ") &&
+                      Catch::Contains("2 micro-batches an epoch (distribute_dataset=false)") &&
+                      Catch::Contains("3 micro-batches an epoch"));
+  CHECK(model.global_step() == 0);  // refused before any step
+  // With max_steps the ranks stop together before the shorter one runs out: allowed.
+  fit.max_steps = 2;
+  CHECK(model.fit(mine, fit).epochs.size() == 1);
+}
+
 TEST_CASE("distributed predict gives one rank's rows in the dataset's order") {
   const int p = tnt::size();
   tnt::Model model(make_net(), kSeed);

@@ -352,6 +352,27 @@ TEST_CASE("a bad sample weight on one rank is an input error on every rank") {
     std::string msg = input_error_of([&] { fit_with(tnt::Dataset::from_tensors({d.x, d.y}), fit); });
     CHECK(msg.find("class 1") != std::string::npos);
   }
+  SECTION("a class weight for a class the model does not have") {
+    // small_mlp predicts 2 classes; a key of 2 (often classes numbered from 1) never applies.
+    tnt::FitOptions fit = fit_options();
+    fit.class_weight = {{1, 2.0}, {2, 3.0}};
+    std::string msg = input_error_of([&] { fit_with(tnt::Dataset::from_tensors({d.x, d.y}), fit); });
+    INFO(msg);
+    CHECK(msg.find("fit: class_weight: class 2 does not exist; the model's predictions have 2 classes, 0 to 1") !=
+          std::string::npos);
+    tnt::Model model(tnt::test::small_mlp(), kSeed);
+    model.compile(std::make_shared<tnt::SGD>(0.2), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    tnt::EvaluateOptions options;
+    options.batch_size = kBatch;
+    options.class_weight = {{5, 1.0}};
+    msg = input_error_of([&] { model.evaluate(tnt::Dataset::from_tensors({d.x, d.y}), options); });
+    INFO(msg);
+    CHECK(msg.find("evaluate: class_weight: class 5 does not exist") != std::string::npos);
+    // Binary cross-entropy has classes 0 and 1 whatever its output's width.
+    CHECK(tnt::BinaryCrossEntropy().class_count({-1, 1}) == 2);
+    CHECK_THROWS_WITH(tnt::check_class_weight({{0, 1.0}, {2, 1.0}}, 2), Catch::Contains("class 2 does not exist"));
+    CHECK_NOTHROW(tnt::check_class_weight({{0, 1.0}, {1, 1.0}}, 2));
+  }
   SECTION("class weights for a loss without classes") {
     tnt::FitOptions fit = fit_options();
     fit.class_weight = {{1, 2.0}};

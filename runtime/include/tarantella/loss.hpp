@@ -53,6 +53,9 @@ class Loss {
   // Losses whose targets are not one class per sample refuse with an InputError that names
   // the loss and the reason (the default; SoftmaxCrossEntropy and BinaryCrossEntropy override).
   virtual std::vector<int64_t> sample_classes(const Tensor& targets) const;
+  // How many classes predictions of this shape (the batch dimension -1) hold, -1 when the loss
+  // does not say: class_weight keys from 0 to that count - 1 exist, others are refused.
+  virtual int64_t class_count(const Shape& predictions) const;
   // What global_batch counts. By default samples: Model passes the global number of real
   // samples. A loss that averages over tokens returns true and counts the real tokens of
   // its targets in count_tokens; Model then passes the sum of count_tokens over the ranks
@@ -92,6 +95,7 @@ class SoftmaxCrossEntropy : public Loss {
   Tensor forward_weighted(const Tensor& logits, const Tensor& labels, const Tensor& sample_weights,
                           int64_t global_batch, SavedState& saved) override;
   std::vector<int64_t> sample_classes(const Tensor& labels) const override;
+  int64_t class_count(const Shape& logits) const override;  // the last dimension
   double label_smoothing() const { return label_smoothing_; }
   std::string describe() const override;
   int64_t ignore_index() const { return ignore_index_; }
@@ -193,13 +197,15 @@ class BinaryCrossEntropy : public Loss {
   Tensor forward_weighted(const Tensor& logits, const Tensor& targets, const Tensor& sample_weights,
                           int64_t global_batch, SavedState& saved) override;
   std::vector<int64_t> sample_classes(const Tensor& targets) const override;
+  int64_t class_count(const Shape&) const override { return 2; }  // targets 0 and 1
 };
 
 // Keras' class_weight: class index -> weight. sample_weights_for_classes gives sample i the
 // weight of its class (loss.sample_classes(targets)); classes absent from the map weigh 1.
-// Keys must be >= 0 and weights finite and >= 0, else an InputError names the class.
+// Keys must be >= 0 (and below `classes`, when that is known: Loss::class_count) and weights
+// finite and >= 0, else an InputError names the class.
 using ClassWeight = std::map<int64_t, double>;
-void check_class_weight(const ClassWeight& class_weight);
+void check_class_weight(const ClassWeight& class_weight, int64_t classes = -1);
 std::vector<double> sample_weights_for_classes(const Loss& loss, const Tensor& targets,
                                                const ClassWeight& class_weight);
 

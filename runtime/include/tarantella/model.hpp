@@ -14,7 +14,12 @@
 //   divided by the number of real samples in it, so each rank's gradient is already its
 //   share of the serial gradient: the allreduced SUM is the serial gradient, whatever the
 //   micro-batch sizes. A last partial batch is padded (zero-weight samples, default) or
-//   dropped (FitOptions::remainder).
+//   dropped (FitOptions::remainder). A batch larger than data of known size is cut to that
+//   size, max(samples, p), as Keras does (fit warns; evaluate and predict give the same
+//   results either way); with remainder drop such a fit has no step and is refused.
+// - distribute_dataset=false: each rank's dataset yields its own micro-batches; their counts
+//   must be equal (known counts are compared before the first step, unless max_steps ends
+//   training first).
 // - Local batch sizes (Tarantella's micro_batch_size, to scale the global batch with the
 //   ranks): with batch_size = 0 and micro_batch_size = m, fit, evaluate and predict batch the
 //   unbatched dataset with the global batch m x p themselves (every rank takes m samples a
@@ -35,6 +40,7 @@
 //   p ranks equal one. Metrics are NOT weighted (as Keras' `metrics`, unlike its
 //   `weighted_metrics`). Validation in fit uses the validation data's own sample weights,
 //   never the training class_weight (Keras). A weight that is negative or not finite, a
+//   class_weight key for a class the predictions do not have (Loss::class_count), a
 //   class_weight on a loss without class labels, or weights on a loss that does not support
 //   them is an InputError on every rank; while weights are in use the ranks agree on that
 //   once a step (one small allgather).
@@ -326,6 +332,7 @@ class Model {
   void check_ranks_agree();
   void broadcast_weights();
   void check_compiled(const char* what) const;
+  int64_t class_count() const;  // of the network's one output (Loss::class_count), -1 unknown
   std::vector<NamedTensor> checkpoint_tensors(bool with_optimizer);
   void write_on_master(const std::string& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata);

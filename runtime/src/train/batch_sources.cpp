@@ -4,6 +4,7 @@
 #include "comm/agreement.hpp"
 #include "comm/waiter.hpp"
 #include "tarantella/comm.hpp"
+#include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
 #include <fmt/ranges.h>
@@ -121,8 +122,12 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
 // Moves each batch's weights into Batch::sample_weights (see model.hpp). A bad weight is seen
 // on one rank only, so the ranks agree on every weighted batch, and all of them throw.
 NextBatch with_sample_weights(NextBatch next, size_t n_in, const LossPtr& loss, const ClassWeight& class_weight,
-                              const char* what) {
-  check_class_weight(class_weight);  // the same options on every rank
+                              int64_t classes, const char* what) {
+  try {
+    check_class_weight(class_weight, classes);  // the same options on every rank
+  } catch (const InputError& e) {
+    TNT_INPUT_ERROR("{}: {}", what, e.what());
+  }
   return [next = std::move(next), n_in, loss, class_weight, what]() -> std::optional<Batch> {
     std::optional<Batch> batch = next();
     if (!batch || (batch->columns.size() != n_in + 2 && class_weight.empty())) return batch;
@@ -210,6 +215,20 @@ int64_t global_batch_of(const char* what, const char* batch_name, int64_t batch,
                   what, micro_name, per_rank(micros), batch_name, batch, p == 1 ? "1 rank" : fmt::format("{} ranks", p),
                   per_rank(shares), batch_name, micro_name);
   return batch;
+}
+
+int64_t batch_within_data(const char* what, const char* batch_name, int64_t global, int64_t samples, bool warn) {
+  const int64_t within = std::max<int64_t>(samples, size());
+  if (samples <= 0 || global <= within) return global;
+  if (is_master_rank()) {
+    const std::string text = fmt::format(
+        "{}: {}={} is larger than the data's {} samples; each pass is one batch of {} (as Keras does), not {} "
+        "padded with copies",
+        what, batch_name, global, samples, within, global);
+    if (warn) log_warning("{}", text);
+    else log_info("{}", text);
+  }
+  return within;
 }
 
 }  // namespace tnt::detail

@@ -40,8 +40,9 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
 
 // Moves each batch's weights into Batch::sample_weights (see model.hpp). A bad weight is seen
 // on one rank only, so the ranks agree on every weighted batch, and all of them throw.
+// classes: the predictions' class count (Loss::class_count), -1 unknown.
 NextBatch with_sample_weights(NextBatch next, size_t n_in, const LossPtr& loss, const ClassWeight& class_weight,
-                              const char* what);
+                              int64_t classes, const char* what);
 
 // Stages each batch on the device one batch ahead (train/staging.hpp): see batch_sources.cpp.
 NextBatch with_staging(NextBatch next, const std::shared_ptr<InputStager>& stager);
@@ -53,5 +54,12 @@ std::shared_ptr<InputStager> stager_for(Device device);
 // given, or `micro` x ranks when only that is given. Collective when batch is given.
 int64_t global_batch_of(const char* what, const char* batch_name, int64_t batch, const char* micro_name,
                         int64_t micro);
+
+// A global batch no larger than the data: a pass over `samples` (-1: unknown) in batches of
+// `global` would pad its one partial batch up to `global` rows, computing on copies. The
+// result is max(samples, ranks) where that is smaller, else `global`. With `warn`, the
+// master says so (training, where BatchNorm's batch statistics see the batch's rows);
+// inference gives the same results either way and is only logged at INFO.
+int64_t batch_within_data(const char* what, const char* batch_name, int64_t global, int64_t samples, bool warn);
 
 }  // namespace tnt::detail

@@ -98,6 +98,11 @@ void Model::check_compiled(const char* what) const {
   TNT_INPUT_CHECK(compiled(), "Model::{} called before Model::compile", what);
 }
 
+int64_t Model::class_count() const {
+  const std::vector<SymTensor>& outputs = network_->outputs();
+  return outputs.size() == 1 && loss_ ? loss_->class_count(outputs.front().shape()) : -1;
+}
+
 std::string Model::summary() {
   std::string out = network_->summary();
   if (!compiled()) return out + "Not compiled\n";
@@ -157,6 +162,7 @@ std::optional<DistributedDataset> Model::validation_set(const FitOptions& option
     vb = options.batch_size;
     TNT_INPUT_CHECK(vb >= p, "fit: the validation batch size {} is smaller than the number of ranks {}", vb, p);
   }
+  vb = detail::batch_within_data("fit", "validation_batch_size", vb, options.validation_data->cardinality(), false);
   return options.validation_data->distribute(vb, rank(), p, Remainder::pad);
 }
 
@@ -224,6 +230,10 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
   // The global batch is also what callbacks and the validation default see.
   options.batch_size =
       global_batch_of("fit", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
+  // With its remainder dropped, such a batch gives no step: refused below.
+  if (options.remainder == Remainder::pad) {
+    options.batch_size = detail::batch_within_data("fit", "batch_size", options.batch_size, data.cardinality(), true);
+  }
   DistributedDataset train = data.distribute(options.batch_size, rank(), p, options.remainder);
   if (options.prefetch > 0) train = train.prefetch(options.prefetch);
   if (ps_) {
@@ -381,6 +391,11 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     if (options.distribute_dataset) {
       facts.push_back(fmt::format("global batch {}", options.batch_size));
       facts.push_back(fmt::format("{} steps an epoch", steps));
+    } else if (options.max_steps <= 0) {
+      // The ranks' own micro-batches: a rank with more would find out only when the others
+      // ran out, at the end of the first epoch. Unknown counts are checked step by step.
+      facts.push_back(steps >= 0 ? fmt::format("{} micro-batches an epoch (distribute_dataset=false)", steps)
+                                 : std::string("micro-batches an epoch: not known ahead"));
     }
     facts.push_back(fmt::format("initial step {}", options.initial_step));
     // Validation data of other sizes would average other samples on each rank, or hang.
@@ -435,7 +450,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
 
     const int64_t first_step = epoch == options.initial_epoch ? options.initial_step : 0;
     NextBatch next = with_staging(with_sample_weights(source(epoch, first_step), network_->inputs().size(), loss_,
-                                                      options.class_weight, "fit"),
+                                                      options.class_weight, class_count(), "fit"),
                                   stager);
     bool ran_out = false;  // the epoch's data ended (else a stop cut it, unless it was its last step)
     int64_t step = first_step;

@@ -37,8 +37,10 @@ Logs Model::evaluate(const Dataset& data, EvaluateOptions options) {
     return run_evaluate(user_source(data, 0, options.micro_batch_size), options.class_weight, eval,
                         &callbacks);
   }
-  const int64_t global =
-      global_batch_of("evaluate", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
+  const int64_t global = detail::batch_within_data(
+      "evaluate", "batch_size",
+      global_batch_of("evaluate", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size),
+      data.cardinality(), false);
   // A loss over no samples would read as 0, a perfect model.
   TNT_INPUT_CHECK(data.cardinality() != 0, "evaluate: the dataset is empty (no sample to evaluate)");
   DistributedDataset distributed = data.distribute(global, rank(), size(), Remainder::pad);
@@ -85,7 +87,7 @@ Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weigh
   const std::shared_ptr<detail::InputStager> stager = stager_for(rc.device);
   detail::PassTotals totals(metrics_, /*restore=*/true, rc.device, stager.get());
   NextBatch next =
-      with_staging(with_sample_weights(source, network_->inputs().size(), loss_, class_weight, "evaluate"), stager);
+      with_staging(with_sample_weights(source, network_->inputs().size(), loss_, class_weight, class_count(), "evaluate"), stager);
   const Logs none;
   auto each = [&](auto&& f) {
     if (callbacks) callbacks->each(f);

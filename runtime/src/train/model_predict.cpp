@@ -130,8 +130,10 @@ Tensor Model::predict(const Dataset& data, PredictOptions options) {
         "predict", nullptr);
   }
   const int p = size();
-  const int64_t global =
-      global_batch_of("predict", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
+  const int64_t global = detail::batch_within_data(
+      "predict", "batch_size",
+      global_batch_of("predict", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size),
+      data.cardinality(), false);
   const DistributedDataset distributed = data.distribute(global, rank(), p, Remainder::pad);
   detail::require_same_pass(communicator(), "predict",
                             {fmt::format("{} samples", data.cardinality()), fmt::format("global batch {}", global)});

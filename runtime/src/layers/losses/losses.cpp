@@ -30,9 +30,23 @@ std::vector<int64_t> Loss::sample_classes(const Tensor& targets) const {
                   name());
 }
 
-void check_class_weight(const ClassWeight& class_weight) {
+int64_t Loss::class_count(const Shape& predictions) const {
+  (void)predictions;
+  return -1;
+}
+
+int64_t SoftmaxCrossEntropy::class_count(const Shape& logits) const {
+  return logits.size() >= 2 && logits.back() > 0 ? logits.back() : -1;
+}
+
+void check_class_weight(const ClassWeight& class_weight, int64_t classes) {
   for (const auto& [cls, w] : class_weight) {
     TNT_INPUT_CHECK(cls >= 0, "class_weight: class {} is negative; classes are indices 0, 1, ...", cls);
+    // Keras refuses such a key too: a weight that can never apply is a mistake (often a
+    // class numbered from 1).
+    TNT_INPUT_CHECK(classes <= 0 || cls < classes,
+                    "class_weight: class {} does not exist; the model's predictions have {} classes, 0 to {}", cls,
+                    classes, classes - 1);
     TNT_INPUT_CHECK(std::isfinite(w) && w >= 0, "class_weight: the weight {} of class {} is not finite and >= 0",
                     w, cls);
   }

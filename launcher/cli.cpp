@@ -99,7 +99,10 @@ cxxopts::Options make_parser() {
        "times; each rank gets TNT_RESTART (0, 1, ...) and programs continue from their checkpoint. Not after a "
        "failure that a restart would repeat: a usage error (exit code 2) or a program that could not start "
        "(default 0)",
-       cxxopts::value<std::string>(), "K");
+       cxxopts::value<std::string>(), "K")
+      ("requeue", "In a SLURM batch job: when SLURM's warning signal (sbatch --signal=B:USR1@SECONDS) stopped the "
+       "programs after a step with its checkpoint, put the job back in the queue (scontrol requeue), so that it runs "
+       "again and the program continues from there; needs --resume=auto among the program's arguments");
   o.add_options("MPI")
       ("launch-agent", "How mpirun reaches other hosts instead of plain ssh, e.g. \"ssh -p 2222 -i ~/.ssh/cluster\" "
        "or a wrapper script (Open MPI's plm_rsh_agent)", cxxopts::value<std::string>(), "CMD")
@@ -449,6 +452,7 @@ Options parse_command_line(const std::vector<std::string>& args) {
     if (!k || *k > 1000) throw InputError(fmt::format("--max-restarts {}: must be an integer from 0 to 1000", text));
     o.max_restarts = static_cast<int>(*k);
   }
+  o.requeue = result.count("requeue") > 0;
   if (result.count("launch-agent")) {
     o.launch_agent = std::string(trim(result["launch-agent"].as<std::string>()));
     if (o.launch_agent->empty()) throw InputError("--launch-agent: the command is empty");

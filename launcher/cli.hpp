@@ -40,6 +40,7 @@ struct Options {
   std::optional<double> exit_timeout_s;   // --exit-timeout
   std::optional<double> heartbeat_timeout_s;  // --heartbeat-timeout (lifeline.hpp resolves the default)
   int max_restarts = 0;                   // --max-restarts
+  bool requeue = false;                   // --requeue (requeue.hpp)
   std::optional<std::string> launch_agent;  // --launch-agent: Open MPI's plm_rsh_agent
   std::optional<std::string> mpirun;
   std::vector<std::string> mpi_args;  // --mpi-args, split into words

@@ -35,6 +35,7 @@ using tnt::env::rank;
 using tnt::env::report_address;
 using tnt::env::restart;
 using tnt::env::run_id;
+using tnt::env::scontrol;
 using tnt::env::size;
 using tnt::env::start_timeout;
 using tnt::env::stdout_is_tty;

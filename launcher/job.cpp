@@ -411,6 +411,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       const int sig = static_cast<int>(info.ssi_signo);
       if (sig == SIGCHLD) continue;
       if (sig == SIGUSR1 || sig == SIGUSR2) {
+        if (!result.warned_by) result.warned_by = sig;
         ::kill(child, sig);
         continue;
       }

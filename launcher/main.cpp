@@ -17,6 +17,7 @@
 #include "ps_plan.hpp"
 #include "rank_watch.hpp"
 #include "rank_setup.hpp"
+#include "requeue.hpp"
 #include "shell_words.hpp"
 
 #include <tarantella/build_config.hpp>
@@ -68,6 +69,7 @@ struct Attempt {
   int status = 0;
   bool interrupted = false;  // by the user's signal: not restarted
   std::string futile;        // why a restart would fail the same way (tl::restart_futility); "": it may not
+  std::optional<int> warned_by;  // the SIGUSR1/SIGUSR2 passed on to the ranks (--requeue)
 };
 
 // "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost; the
@@ -309,25 +311,25 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
                    first.rank, tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank,
                    tl::describe_status(first).c_str());
     }
-    return {128 + *result.interrupted_by, true, ""};
+    return {128 + *result.interrupted_by, true, "", std::nullopt};
   }
   // The reader of the output went away first (`| head`): the job was stopped for that, and
   // what the ranks reported as it stopped is no failure of theirs. As a pipeline's writer
   // ends by SIGPIPE; a restart would write to the same closed pipe.
-  if (result.output_closed && result.output_closed_first) return {128 + SIGPIPE, true, ""};
+  if (result.output_closed && result.output_closed_first) return {128 + SIGPIPE, true, "", std::nullopt};
   // The launcher was stopped (said when it resumed): the ranks' ends and losses that
   // followed are its consequence, not failures of theirs. Not restarted: it was stopped
   // on purpose, and may be again.
   if (result.stopped_s > 0 && result.stopped_first) {
     std::fprintf(stderr, "tarantella: the job ended because this launcher was stopped, not because of its ranks\n");
-    return {exit_launcher_stopped, true, ""};
+    return {exit_launcher_stopped, true, "", std::nullopt};
   }
   std::vector<std::string> others;
   for (const auto& s : slots) {
     if (s.host != host && std::find(others.begin(), others.end(), s.host) == others.end()) others.push_back(s.host);
   }
   return {job_status(result, others, command.front(), slots, server.has_value(), roles), false,
-          tl::restart_futility(result)};
+          tl::restart_futility(result), result.warned_by};
 }
 
 int launch(const std::vector<std::string>& args) {
@@ -475,6 +477,18 @@ int launch(const std::vector<std::string>& args) {
   for (int attempt = 0;; ++attempt) {
     if (options.max_restarts > 0) ::setenv(tl::env::restart, std::to_string(attempt).c_str(), 1);
     const Attempt a = run_attempt(command, host, slots, limits, heartbeat_s, roles);
+    if (const tl::RequeueDecision r = tl::decide_requeue(options, env, a.warned_by, a.status); !r.message.empty()) {
+      std::fprintf(stderr, "tarantella: %s\n", r.message.c_str());
+      std::fflush(stderr);
+      if (r.requeue) {
+        // SLURM ends this job step to requeue it: what follows may not run.
+        if (const std::string failed = tl::run_requeue(r.job_id); !failed.empty()) {
+          std::fprintf(stderr, "tarantella: --requeue: %s; submit the job again with --resume=auto to continue\n",
+                       failed.c_str());
+          return 1;
+        }
+      }
+    }
     if (a.status == 0) {
       if (attempt > 0) {
         std::fprintf(stderr, "tarantella: the job succeeded after %d restart%s\n", attempt, attempt == 1 ? "" : "s");

@@ -21,6 +21,9 @@
 #     transformer.sbatch, submitted from the checkout without PATH, plans 2 ranks on 2 nodes
 #     and runs transformer --help there, and without arguments or WMT14_PATH it says so.
 #   scancel: a 2-node fashion_mnist job cancelled mid-run leaves no process on any node.
+#   requeue: a 2-node fashion_mnist job sent SLURM's warning signal stops with a checkpoint,
+#     requeues itself (tarantella --requeue) and, run again with --resume=auto, ends with the
+#     weights of a run never stopped.
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
 [[ $# -eq 5 ]] || { echo "usage: $0 LAUNCHER FASHION_MNIST RESNET50 TRANSFORMER CASE" >&2; exit 2; }
 cl_transformer=$4
@@ -201,6 +204,41 @@ EOF2
     cl_expect_no_processes 15 cancelled
     finish cancelled 30
     if [[ $state == CANCELLED ]]; then cl_pass "cancelled: the job ended CANCELLED"; else cl_fail "cancelled: the job ended $state"; fi
+    ;;
+
+  requeue)
+    # SLURM's warning before the time limit (sbatch --signal=B:USR1@T; sent here at once with
+    # scancel --batch --signal=USR1): the job stops after a step with its checkpoint,
+    # tarantella --requeue puts it back in the queue, and its second run, with --resume=auto,
+    # ends with the weights of a run that was never stopped.
+    long=(--model=mlp --num_train_samples=8192 --batch_size=64 --train_epochs=12 --verbose=0)
+    cl_run straight here 120 -n 2 -x TNT_NUM_THREADS=1 -- "${long[@]}" --model_dir="$cl_tmp/straight"
+    cl_expect_exit straight 0
+    TARANTELLA_OPTIONS=--requeue submit requeued -N 2 --ntasks-per-node=1 --open-mode=append \
+      "$scripts/fashion_mnist.sbatch" "${long[@]}" --model_dir="$cl_tmp/requeued" --resume=auto
+    # The first epoch's checkpoint: the programs are training, their signal handlers set.
+    end=$((SECONDS + 60))
+    while ((SECONDS < end)) && [[ ! -f $cl_tmp/requeued/checkpoint.safetensors ]]; do sleep 0.1; done
+    [[ -f $cl_tmp/requeued/checkpoint.safetensors ]] || cl_abort "requeued: no checkpoint after 60 s"
+    echo "+ scancel --batch --signal=USR1 $job"
+    timeout 30 scancel --batch --signal=USR1 "$job" || cl_fail "requeued: scancel --signal failed"
+    # SLURM holds a requeued job back for a while (its begin time); that wait is not under
+    # test: once the job is pending again, it may start at once.
+    end=$((SECONDS + 60))
+    while ((SECONDS < end)) && [[ $(timeout 10 squeue -h -j "$job" -o %T 2>/dev/null) != PENDING ]]; do sleep 0.2; done
+    timeout 10 scontrol show job "$job" 2>/dev/null | grep -o 'Reason=[^ ]*\|StartTime=[^ ]*\|Restarts=[0-9]*' | paste -sd' '
+    timeout 10 scontrol update JobId="$job" StartTime=now || echo "(scontrol update StartTime=now failed)"
+    finish requeued 180
+    expect_completed requeued
+    restarts=$(timeout 10 scontrol show job "$job" 2>/dev/null | grep -o 'Restarts=[0-9]*' | cut -d= -f2)
+    if [[ $restarts == 1 ]]; then
+      cl_pass "requeued: the job ran twice (Restarts=1)"
+    else
+      cl_fail "requeued: the job ran other than twice (Restarts=${restarts:-?})"
+    fi
+    cl_expect_contains requeued "on SIGUSR1" "the program stopped after a step on the signal"
+    cl_expect_contains requeued "requeueing SLURM job $job (scontrol requeue $job)" "the launcher requeued the job"
+    cl_same_weights requeued "$cl_tmp/straight" "$cl_tmp/requeued"
     ;;
 
   *)

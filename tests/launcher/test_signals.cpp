@@ -123,6 +123,71 @@ TEST_CASE("signals: SIGUSR1 and SIGUSR2 to the launcher reach every rank's progr
   }
 }
 
+TEST_CASE("signals: --requeue puts a SLURM job stopped by its warning signal back in the queue",
+          "[integration][signals]") {
+  // SLURM's `scontrol requeue` is stood in for by a script that writes down its arguments
+  // (TNT_SCONTROL); the cluster test cluster.slurm.requeue runs the real one.
+  struct Case {
+    std::string name;
+    std::vector<std::string> launcher_args, program_args;
+    bool signal = true;
+    std::string scontrol_status = "0";
+    int status = 0;
+    bool requeued = false;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"requeued", {"--requeue"}, {"--resume=auto"}, true, "0", 0, true,
+       "tarantella: SIGUSR1 stopped the job after a step, with its checkpoint; requeueing SLURM job 4242 (scontrol "
+       "requeue 4242): it runs again and continues from there"},
+      {"no --resume", {"--requeue"}, {"--model_dir=x"}, true, "0", 0, false,
+       "the program's arguments have no --resume=auto, so it would train from the start again"},
+      {"scontrol fails", {"--requeue"}, {"--resume"}, true, "1", 1, true,
+       "scontrol-stand-in requeue 4242 failed (exit code 1): Requested operation is presently disabled; "
+       "submit the job again with --resume=auto to continue"},
+      {"no warning signal", {"--requeue"}, {"--resume=auto"}, false, "0", 0, false, ""},
+      {"without --requeue", {}, {"--resume=auto"}, true, "0", 0, false, ""},
+  };
+  for (const Case& c : cases) {
+    INFO("case: " << c.name);
+    Scratch dir;
+    const std::string marker = fmt::format("tnt_signals_requeue.{}", ::getpid());
+    const std::string program = dir.script(fmt::format(
+        "trap 'touch {0}/got.$TNT_RANK' USR1\n"
+        "touch {0}/up.$TNT_RANK\n"
+        "i=0; while [ ! -e {0}/got.$TNT_RANK ] && [ $i -lt {1} ]; do sleep 0.1; i=$((i + 1)); done\n",
+        dir.path.string(), c.signal ? 300 : 5));
+    const std::string scontrol = dir.path.string() + "/scontrol-stand-in";
+    {
+      std::ofstream f(scontrol);
+      f << "#!/bin/sh\necho \"$@\" >> " << dir.file("scontrol.args") << "\n"
+        << (c.scontrol_status == "0" ? "" : "echo 'Requested operation is presently disabled' >&2\n")
+        << "exit " << c.scontrol_status << "\n";
+    }
+    ::chmod(scontrol.c_str(), 0755);
+    tnt_test::Env env = tnt_test::clean_environment();
+    env["SLURM_JOB_ID"] = "4242";
+    env["TNT_SCONTROL"] = scontrol;
+    std::vector<std::string> argv{launcher, "-H", "localhost", "-n", "2"};
+    argv.insert(argv.end(), c.launcher_args.begin(), c.launcher_args.end());
+    argv.insert(argv.end(), {"--", program, marker});
+    argv.insert(argv.end(), c.program_args.begin(), c.program_args.end());
+    tnt_test::Process job(argv, env);
+    const bool up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
+    if (c.signal) job.signal(SIGUSR1);
+    const tnt_test::Outcome o = job.wait(60s);
+    INFO(o.describe());
+    REQUIRE(up);
+    CHECK(o.exited(c.status));
+    std::ifstream args(dir.file("scontrol.args"));
+    std::string called((std::istreambuf_iterator<char>(args)), std::istreambuf_iterator<char>());
+    CHECK(called == (c.requeued ? "requeue 4242\n" : ""));
+    if (!c.says.empty()) CHECK_THAT(o.err, Catch::Contains(c.says));
+    if (c.says.empty()) CHECK_THAT(o.err, !Catch::Contains("requeue"));
+    CHECK(left_with(marker).empty());
+  }
+}
+
 TEST_CASE("signals: a rank that fails while another is stopped points at the stopped one", "[integration][signals]") {
   // Rank 0 stands for a rank whose collective operation timed out waiting for rank 1, which
   // is stopped (SIGSTOP). Before, the launcher's last word named rank 0 alone, though it had

@@ -79,7 +79,8 @@ namespace tnt {
   X(report_address, "TNT_LAUNCHER_REPORT", "where a rank's step reports (private to the launcher)") \
   X(join_fd, "TNT_JOIN_FD", "a pipe on which the runtime says it entered and left MPI_Init")    \
   X(core_limit, "TNT_CORE_LIMIT",                                                               \
-    "the launcher's core file size limit, for the rank's program (mpirun itself runs without)")
+    "the launcher's core file size limit, for the rank's program (mpirun itself runs without)")  \
+  X(scontrol, "TNT_SCONTROL", "the scontrol that --requeue runs (default: scontrol on PATH)")
 
 namespace env {
 #define TNT_ENV_KNOB_NAME(field, type, name, def, unit, help) inline constexpr const char* field = name;

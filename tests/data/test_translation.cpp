@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <set>
 
 using namespace tnt;
@@ -173,6 +174,53 @@ TEST_CASE("translation: manual distribution by rank", "[translation]") {
   CHECK(msg.find("a global batch of 127 sentences does not split evenly over 4 ranks (127 % 4 = 3)") !=
         std::string::npos);
   CHECK(msg.find("automatic distribution") != std::string::npos);
+}
+
+TEST_CASE("translation: one complete set of PREFIX-train-NNNNN-of-MMMMM shards is read", "[translation]") {
+  // Before, every file whose name held "train" was read: a backup copy beside the shards
+  // trained its sentences twice, and a second corpus (another direction or vocabulary)
+  // mixed in unseen.
+  test::TempDir dir;
+  const std::string d = dir.path.string();
+  write_shard(dir.path / "wmt32k-train-00001-of-00002", {pair_of(0, 3, 3), pair_of(1, 3, 3)});
+  write_shard(dir.path / "wmt32k-train-00002-of-00002", {pair_of(2, 3, 3)});
+  fs::copy_file(dir.path / "wmt32k-train-00001-of-00002", dir.path / "wmt32k-train-00001-of-00002.bak");
+  fs::copy_file(dir.path / "wmt32k-train-00002-of-00002", dir.path / "wmt32k-train-00002-of-00002 (copy)");
+  TranslationData data = read_translation(d, "train", {.max_length = 4});
+  CHECK(data.shards == std::vector<std::string>{(dir.path / "wmt32k-train-00001-of-00002").string(),
+                                                (dir.path / "wmt32k-train-00002-of-00002").string()});
+  CHECK(data.records_read == 3);
+  CHECK(data.size() == 3);
+
+  write_shard(dir.path / "other-train-00001-of-00001", {pair_of(5, 3, 3)});
+  CHECK(input_error([&] { read_translation(d, "train"); }) ==
+        "data directory '" + d + "': 2 sets of train shards: other-train-* (1 files), wmt32k-train-* (2 files); keep "
+        "one set per directory (each is one corpus, direction and vocabulary), or point --data_dir at a directory "
+        "with one");
+  fs::remove(dir.path / "other-train-00001-of-00001");
+  fs::remove(dir.path / "wmt32k-train-00002-of-00002");
+  CHECK(input_error([&] { read_translation(d, "train"); }) ==
+        "data directory '" + d + "': shard wmt32k-train-00002-of-00002 is missing (1 of 2 present)");
+  write_shard(dir.path / "wmt32k-train-00002-of-00003", {pair_of(2, 3, 3)});
+  CHECK(input_error([&] { read_translation(d, "train"); }) ==
+        "data directory '" + d + "': the wmt32k-train shards disagree on how many there are (-of-2, -of-3)");
+
+  // Numbered from 0 as well; names without the pattern are read as before (*train*).
+  test::TempDir zero;
+  write_shard(zero.path / "x-train-00000-of-00002", {pair_of(0, 3, 3)});
+  write_shard(zero.path / "x-train-00001-of-00002", {pair_of(1, 3, 3)});
+  CHECK(read_translation(zero.path.string(), "train").records_read == 2);
+  test::TempDir plain;
+  write_shard(plain.path / "my_train.tfrecord", {pair_of(0, 3, 3)});
+  CHECK(read_translation(plain.path.string(), "train").records_read == 1);
+
+  // Parallel text where shards belong: a hint, not only the reader's checksum error.
+  test::TempDir text;
+  { std::ofstream(text.path / "train.en") << "Hello world, this is not a TFRecord file.\n"; }
+  const std::string msg = input_error([&] { read_translation(text.path.string(), "train"); });
+  CHECK_THAT(msg, Catch::Contains("(is '" + (text.path / "train.en").string() +
+                                  "' a TFRecord file of tf.train.Example records? build/bin/transformer_data makes them "
+                                  "from parallel text)"));
 }
 
 TEST_CASE("translation: errors name the directory, file and offset", "[translation]") {

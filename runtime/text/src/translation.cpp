@@ -4,11 +4,17 @@
 #include "tarantella/text/translation.hpp"
 
 #include "tarantella/check.hpp"
+#include "tarantella/log.hpp"
 #include "tarantella/tfrecord.hpp"
+
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <map>
+#include <regex>
+#include <set>
 
 namespace tnt {
 namespace fs = std::filesystem;
@@ -36,22 +42,96 @@ const std::vector<int64_t>& feature(const Example& ex, const char* name, const s
 
 }  // namespace
 
+namespace {
+
+// "a, b, c and 2 more"
+std::string some_names(const std::vector<std::string>& names) {
+  constexpr size_t shown = 3;
+  std::vector<std::string> quoted;
+  for (size_t i = 0; i < names.size() && i < shown; ++i) quoted.push_back("'" + names[i] + "'");
+  std::string out = fmt::format("{}", fmt::join(quoted, ", "));
+  if (names.size() > shown) out += fmt::format(" and {} more", names.size() - shown);
+  return out;
+}
+
+// A set of shards named PREFIX-SPLIT-NNNNN-of-MMMMM: every number of 1 to MMMMM (as the
+// tutorial's data_download.py and transformer_data number them) or of 0 to MMMMM - 1.
+struct ShardSet {
+  std::map<int64_t, std::string> by_number;  // file name by its NNNNN
+  std::set<int64_t> counts;                  // the MMMMM they give
+};
+
+void check_complete(const std::string& data_dir, const std::string& prefix, const std::string& split,
+                    const ShardSet& set) {
+  TNT_INPUT_CHECK(set.counts.size() == 1,
+                  "data directory '{}': the {}-{} shards disagree on how many there are (-of-{})", data_dir, prefix,
+                  split, fmt::join(set.counts, ", -of-"));
+  const int64_t count = *set.counts.begin();
+  const int64_t first = set.by_number.count(0) ? 0 : 1;
+  for (int64_t i = first; i < first + count; ++i) {
+    TNT_INPUT_CHECK(set.by_number.count(i), "data directory '{}': shard {}-{}-{:05d}-of-{:05d} is missing ({} of {} present)",
+                    data_dir, prefix, split, i, count, set.by_number.size(), count);
+  }
+  TNT_INPUT_CHECK(static_cast<int64_t>(set.by_number.size()) == count,
+                  "data directory '{}': {} {}-{} shards numbered outside 1 to {} ({})", data_dir,
+                  set.by_number.size(), prefix, split, count, set.by_number.rbegin()->second);
+}
+
+}  // namespace
+
 std::vector<std::string> translation_shards(const std::string& data_dir, const std::string& split) {
   std::error_code ec;
   TNT_INPUT_CHECK(fs::is_directory(data_dir, ec), "data directory '{}': not a directory", data_dir);
-  std::vector<std::string> shards;
+  std::vector<std::string> named;  // every regular file whose name holds the split (the tutorial's *train*)
   for (const auto& entry : fs::directory_iterator(data_dir, ec)) {
     std::string name = entry.path().filename().string();
     if (name.find(split) == std::string::npos || ends_with(name, ".incomplete") || ends_with(name, ".tmp")) continue;
     if (!entry.is_regular_file(ec)) continue;
-    shards.push_back(entry.path().string());
+    named.push_back(name);
   }
   if (ec) TNT_INPUT_ERROR("data directory '{}': cannot list it: {}", data_dir, ec.message());
-  std::sort(shards.begin(), shards.end());
-  TNT_INPUT_CHECK(!shards.empty(),
+  std::sort(named.begin(), named.end());
+  TNT_INPUT_CHECK(!named.empty(),
                   "data directory '{}': no {} shards (files named *{}*, e.g. wmt32k-{}-00001-of-00001; "
                   "build/bin/transformer_data makes them from parallel text)",
                   data_dir, split, split, split);
+  // Where shards are named PREFIX-SPLIT-NNNNN-of-MMMMM, only a complete set of them is read:
+  // a copy beside them ("... (copy)", ".bak") would train its sentences twice, and a second
+  // set (another direction, another vocabulary) would mix into the first unseen.
+  const std::regex pattern("(.+)-" + std::regex_replace(split, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+                           "-([0-9]{1,9})-of-([0-9]{1,9})");
+  std::map<std::string, ShardSet> sets;
+  std::vector<std::string> others;
+  for (const std::string& name : named) {
+    std::smatch m;
+    if (std::regex_match(name, m, pattern)) {
+      ShardSet& set = sets[m[1].str()];
+      set.by_number[std::stoll(m[2].str())] = name;
+      set.counts.insert(std::stoll(m[3].str()));
+    } else {
+      others.push_back(name);
+    }
+  }
+  std::vector<std::string> shards;
+  if (sets.empty()) {
+    for (const std::string& name : named) shards.push_back((fs::path(data_dir) / name).string());
+    return shards;
+  }
+  if (sets.size() > 1) {
+    std::vector<std::string> each;
+    for (const auto& [prefix, set] : sets) each.push_back(fmt::format("{}-{}-* ({} files)", prefix, split, set.by_number.size()));
+    TNT_INPUT_ERROR("data directory '{}': {} sets of {} shards: {}; keep one set per directory (each is one "
+                    "corpus, direction and vocabulary), or point --data_dir at a directory with one",
+                    data_dir, sets.size(), split, fmt::join(each, ", "));
+  }
+  const auto& [prefix, set] = *sets.begin();
+  check_complete(data_dir, prefix, split, set);
+  if (!others.empty()) {
+    log_warning("data directory '{}': not read: {} (the {} shards are {}-{}-NNNNN-of-{:05d}; other names holding "
+                "'{}' are taken for copies)",
+                data_dir, some_names(others), split, prefix, split, *set.counts.begin(), split);
+  }
+  for (const auto& [number, name] : set.by_number) shards.push_back((fs::path(data_dir) / name).string());
   return shards;
 }
 
@@ -69,7 +149,18 @@ TranslationData read_translation(const std::string& data_dir, const std::string&
   for (const auto& path : data.shards) {
     if (options.num_sentences > 0 && kept >= options.num_sentences) break;
     TFRecordReader reader(path);
-    for (uint64_t at = reader.offset(); reader.next(record); at = reader.offset()) {
+    // A text file or anything else that is no TFRecord file fails its first record's check.
+    auto next = [&](uint64_t at) {
+      try {
+        return reader.next(record);
+      } catch (const InputError& e) {
+        if (at > 0) throw;
+        TNT_INPUT_ERROR("{} (is '{}' a TFRecord file of tf.train.Example records? build/bin/transformer_data makes "
+                        "them from parallel text)",
+                        e.what(), path);
+      }
+    };
+    for (uint64_t at = reader.offset(); next(at); at = reader.offset()) {
       std::string where = fmt::format("'{}' at byte offset {}", path, at);
       Example ex = parse_example(record, where);
       const auto& in = feature(ex, "inputs", where);

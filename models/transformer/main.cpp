@@ -88,7 +88,7 @@ tnt::Element add_decoder_inputs(tnt::Element e) {
 // Lines as TF's translate_file reads them: split at '\n', each stripped, a last empty one
 // (the file's final newline) dropped.
 std::vector<std::string> read_source_lines(const std::string& path, const std::string& flag) {
-  std::ifstream in = tnt::open_regular_file(path, "--" + flag);
+  std::ifstream in = tnt::open_text_file(path, "--" + flag);
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();

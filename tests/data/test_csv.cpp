@@ -66,6 +66,28 @@ TEST_CASE("csv: header, features and a label by name, i32 labels", "[csv]") {
   CHECK(e[2][1].data<int32_t>()[0] == 1);  // "1.0" is the integer 1
 }
 
+TEST_CASE("csv: a UTF-8 byte-order mark at the start is not part of the first column", "[csv]") {
+  // Excel's "CSV UTF-8" and Windows editors write one; before, the first header was
+  // "\xEF\xBB\xBFa" (refused as "no label column 'a'" while the message showed 'a'), and
+  // without a header the first number did not read.
+  test::TempDir dir;
+  Dataset::CsvOptions by_name;
+  by_name.features = {"b"};
+  by_name.labels = {"a"};
+  const std::vector<Element> e = elements(Dataset::from_csv(write_csv(dir, "bom.csv", "\xEF\xBB\xBF" "a,b\n1,2.5\n"), by_name));
+  REQUIRE(e.size() == 1);
+  CHECK(e[0][0].to_vector() == std::vector<float>{2.5f});
+  CHECK(e[0][1].data<int32_t>()[0] == 1);
+  Dataset::CsvOptions no_header;
+  no_header.header = false;
+  const std::vector<Element> f = elements(Dataset::from_csv(write_csv(dir, "bom2.csv", "\xEF\xBB\xBF" "1,2\n"), no_header));
+  REQUIRE(f.size() == 1);
+  CHECK(f[0][0].to_vector() == std::vector<float>{1.0f, 2.0f});
+  // Only at the start: elsewhere it is a field's content (and not a number).
+  CHECK_THAT(input_error([&] { Dataset::from_csv(write_csv(dir, "bom3.csv", "1,2\n\xEF\xBB\xBF" "3,4\n"), no_header); }),
+             Catch::Contains("line 2, column 0"));
+}
+
 TEST_CASE("csv: no header, columns by index, several f32 labels, defaults", "[csv]") {
   test::TempDir dir;
   const std::string path = write_csv(dir, "plain.csv", "1,2,3,4\n5,6,7,8\n");

@@ -249,6 +249,9 @@ TEST_CASE("subtokenizer: vocabulary files", "[text]") {
     return input_error([&] { Subtokenizer::from_file(path.string()); });
   };
   std::string p = path.string();
+  // A UTF-8 byte-order mark before the first subtoken is no part of it.
+  write_text(path, "\xEF\xBB\xBF'<pad>'\n'<EOS>'\n'x_'\n");
+  CHECK(Subtokenizer::from_file(path.string()).subtokens() == std::vector<std::string>{"<pad>", "<EOS>", "x_"});
   CHECK(error_of("'a'\nb\n") ==
         "vocabulary file '" + p + "' line 2: expected a subtoken in single quotes, e.g. 'the_', found \"b\"");
   CHECK(error_of("'a'\n\n'b'\n").find("' line 2: expected a subtoken") != std::string::npos);

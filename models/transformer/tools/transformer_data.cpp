@@ -55,8 +55,8 @@ struct Written {
 Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std::string& data_dir,
                     const std::string& prefix, uint64_t seed) {
   Written w;
-  std::ifstream src = tnt::open_regular_file(split.source, "--" + split.tag + "_source");
-  std::ifstream tgt = tnt::open_regular_file(split.target, "--" + split.tag + "_target");
+  std::ifstream src = tnt::open_text_file(split.source, "--" + split.tag + "_source");
+  std::ifstream tgt = tnt::open_text_file(split.target, "--" + split.tag + "_target");
   std::vector<std::unique_ptr<tnt::TFRecordWriter>> writers;
   for (int i = 0; i < split.shards; ++i) {
     std::string name = (fs::path(data_dir) / shard_name(prefix, split.tag, i + 1, split.shards)).string();
@@ -119,7 +119,7 @@ Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std:
 
 // Lines as write_split reads them (std::getline: a last line without a newline counts).
 int64_t count_lines(const std::string& path, const std::string& flag) {
-  std::ifstream in = tnt::open_regular_file(path, "--" + flag);
+  std::ifstream in = tnt::open_text_file(path, "--" + flag);
   int64_t lines = 0;
   char last = '\n';
   std::vector<char> buffer(1 << 16);

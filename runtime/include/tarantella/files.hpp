@@ -20,4 +20,9 @@ uint64_t check_regular_file(const std::string& path, std::string_view what);
 // system's reason when it cannot be opened).
 std::ifstream open_regular_file(const std::string& path, std::string_view what);
 
+// A text file opened by open_regular_file, past a UTF-8 byte-order mark (EF BB BF) at its
+// start if it has one: Windows editors and Excel's "CSV UTF-8" write one, and it would
+// otherwise stick to the first field, subtoken or word, unseen in any message.
+std::ifstream open_text_file(const std::string& path, std::string_view what);
+
 }  // namespace tnt

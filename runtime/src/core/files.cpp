@@ -41,4 +41,14 @@ std::ifstream open_regular_file(const std::string& path, std::string_view what) 
   return in;
 }
 
+std::ifstream open_text_file(const std::string& path, std::string_view what) {
+  std::ifstream in = open_regular_file(path, what);
+  char bom[3] = {};
+  in.read(bom, 3);
+  const bool has_bom = in.gcount() == 3 && bom[0] == '\xEF' && bom[1] == '\xBB' && bom[2] == '\xBF';
+  in.clear();
+  if (!has_bom) in.seekg(0);
+  return in;
+}
+
 }  // namespace tnt

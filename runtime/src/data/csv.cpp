@@ -24,7 +24,7 @@ namespace tnt {
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::ifstream in = open_regular_file(path, "CSV file");
+  std::ifstream in = open_text_file(path, "CSV file");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) TNT_INPUT_ERROR("CSV file '{}': read error", path);
   return text;

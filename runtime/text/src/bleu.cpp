@@ -178,7 +178,7 @@ double bleu_on_lines(const std::vector<std::string>& reference_lines, const std:
 }
 
 std::vector<std::string> read_bleu_lines(const std::string& path) {
-  std::ifstream in = open_regular_file(path, "BLEU: text file");
+  std::ifstream in = open_text_file(path, "BLEU: text file");
   std::stringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) TNT_INPUT_ERROR("BLEU: read error in '{}'", path);

@@ -138,7 +138,7 @@ Subtokenizer::Subtokenizer(const std::vector<std::string>& subtokens) {
 }
 
 Subtokenizer Subtokenizer::from_file(const std::string& path) {
-  std::ifstream in = open_regular_file(path, "vocabulary file");
+  std::ifstream in = open_text_file(path, "vocabulary file");
   std::vector<std::string> subtokens;
   std::string line;
   int64_t line_no = 0;

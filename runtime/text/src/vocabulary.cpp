@@ -120,7 +120,7 @@ std::unordered_map<std::string, int64_t> count_tokens(const std::vector<std::str
   TokenCounts counts;
   for (const auto& path : files) {
     const uint64_t size = check_regular_file(path, "text file");
-    std::ifstream in = open_regular_file(path, "text file");
+    std::ifstream in = open_text_file(path, "text file");
     double budget = file_byte_limit;
     auto lines_to_skip = static_cast<int64_t>(static_cast<double>(size) / (budget * 2));
     int64_t counter = 0;

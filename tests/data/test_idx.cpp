@@ -274,6 +274,18 @@ TEST_CASE("load_mnist_dir loads plain and gzip files and checks the counts", "[i
   write_idx(dir.file("odd-images-idx3-ubyte"), Tensor::from_data(px.data(), {3, 2, 2}));
   write_idx(dir.file("odd-labels-idx1-ubyte"), Tensor::from_data(px.data(), {3, 4}));
   CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "odd"), Catch::Contains("odd-labels-idx1-ubyte"));
+  // Both a plain file and a gzipped one: the same data (gunzip -k) load; other data (a stale
+  // file of another dataset beside the download) are refused, naming both. Before, the plain
+  // file was read without a word.
+  write_idx(dir.file("train-images-idx3-ubyte.gz"), Tensor::from_data(px.data(), {3, 2, 2}), true);
+  CHECK(load_mnist_dir(dir.path.string(), "train").images.to_vector() == want);
+  std::vector<uint8_t> other = px;
+  other[5] = 7;
+  write_idx(dir.file("train-images-idx3-ubyte"), Tensor::from_data(other.data(), {3, 2, 2}));
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "train"),
+                    Catch::Contains("train-images-idx3-ubyte and train-images-idx3-ubyte.gz both exist and hold "
+                                    "different data") &&
+                        Catch::Contains("remove the one that is not this dataset"));
   // A directory where the file should be is named as such (it said "neither ... exists").
   std::filesystem::create_directory(dir.file("dirs-images-idx3-ubyte.gz"));
   CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "dirs"),

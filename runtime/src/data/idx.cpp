@@ -325,12 +325,32 @@ void write_idx(const std::string& path, const Tensor& tensor, bool gzip) {
 
 MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name, const MnistExpect& expect) {
   std::string split = split_name == "test" ? "t10k" : split_name;
-  auto find = [&](const std::string& base) {
+  // The plain file or the gzipped one. Both there (gunzip -k) must hold the same data: a
+  // stale plain file of another dataset (MNIST's digits have the same sizes) would
+  // otherwise be read in place of the download beside it, without a word.
+  std::string images_path, labels_path;
+  auto read = [&](const std::string& base, std::string& path) {
     std::filesystem::path plain = std::filesystem::path(dir) / base;
     std::filesystem::path gz = std::filesystem::path(dir) / (base + ".gz");
     std::error_code ec;
-    if (std::filesystem::is_regular_file(plain, ec)) return plain.string();
-    if (std::filesystem::is_regular_file(gz, ec)) return gz.string();
+    const bool has_plain = std::filesystem::is_regular_file(plain, ec), has_gz = std::filesystem::is_regular_file(gz, ec);
+    if (has_plain && has_gz) {
+      path = plain.string();
+      Tensor a = read_idx(path);
+      Tensor b = read_idx(gz.string());
+      const bool same = a.dtype() == b.dtype() && a.shape() == b.shape() &&
+                        std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+      if (!same) {
+        TNT_INPUT_ERROR("MNIST directory '{}': {} and {} both exist and hold different data ({} and {}); remove the "
+                        "one that is not this dataset",
+                        dir, base, base + ".gz", a.str(), b.str());
+      }
+      return a;
+    }
+    if (has_plain || has_gz) {
+      path = (has_plain ? plain : gz).string();
+      return read_idx(path);
+    }
     // One that exists but is no file (a directory, a FIFO) is named as such.
     for (const auto& p : {plain, gz}) {
       if (std::filesystem::exists(p, ec)) {
@@ -340,10 +360,8 @@ MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name,
     TNT_INPUT_ERROR("MNIST directory '{}': neither {} nor {} exists (split '{}')", dir, base,
                     base + ".gz", split_name);
   };
-  std::string images_path = find(split + "-images-idx3-ubyte");
-  std::string labels_path = find(split + "-labels-idx1-ubyte");
-  Tensor images = read_idx(images_path);  // u8 (N, H, W)
-  Tensor labels = read_idx(labels_path);  // u8 (N,)
+  Tensor images = read(split + "-images-idx3-ubyte", images_path);  // u8 (N, H, W)
+  Tensor labels = read(split + "-labels-idx1-ubyte", labels_path);  // u8 (N,)
   if (images.dtype() != DType::u8 || images.ndim() != 3) {
     fail(images_path, fmt::format("expected u8 images (N, H, W), found {}", images.str()));
   }

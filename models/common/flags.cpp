@@ -326,7 +326,9 @@ namespace {
 nlohmann::json checkpoint_metadata(const std::string& path) {
   // Far beyond any header of ours; a larger length means a damaged file, for the loader.
   constexpr uint64_t kMaxHeader = 100 << 20;
-  std::ifstream in(path, std::ios::binary);
+  // Opened only as a regular file: a FIFO there would block this open until a writer came
+  // (the loader refuses it, naming it, as this does).
+  std::ifstream in = tnt::open_regular_file(path, "checkpoint");
   unsigned char len_bytes[8] = {};
   if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return {};
   uint64_t len = 0;

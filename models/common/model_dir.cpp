@@ -42,24 +42,24 @@ std::string run_id() {
 }
 
 std::string read_marker(const std::string& dir) {
-  std::ifstream in(fs::path(dir) / kRunMarker);
+  const fs::path path = fs::path(dir) / kRunMarker;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return "";
+  std::ifstream in = tnt::open_regular_file(path.string(), fmt::format("--model_dir={}: run marker", dir));
   std::string id;
   std::getline(in, id);
   return id;
 }
 
-// Written as a temporary file and renamed, so a crash leaves the old marker or the new one.
+// Written as a new temporary file and renamed, so a crash leaves the old marker or the new
+// one, and a link placed at a fixed temporary name is never written through.
 std::string write_marker(const std::string& dir, const std::string& id) {
-  const fs::path path = fs::path(dir) / kRunMarker;
-  const fs::path tmp = fs::path(dir) / (std::string(kRunMarker) + ".new");
-  {
-    std::ofstream out(tmp);
-    out << id << "\n";
-    if (!out.flush()) return fmt::format("--model_dir={}: cannot write {}", dir, tmp.string());
+  try {
+    tnt::write_file_atomically((fs::path(dir) / kRunMarker).string(), id + "\n",
+                               fmt::format("--model_dir={}: run marker", dir));
+  } catch (const tnt::InputError& e) {
+    return e.what();
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return fmt::format("--model_dir={}: cannot write {}: {}", dir, path.string(), ec.message());
   return "";
 }
 

@@ -92,18 +92,12 @@ void evaluate_bleu(tnt_models::Translator& translator, const tnt::Subtokenizer& 
   if (tnt::is_master_rank()) {
     try {
       const std::string path = model_dir + "/translations.txt";
-      const std::string tmp = path + ".tmp";
       std::vector<std::string> translations;
       translations.reserve(all.size());
       for (const auto& ids : all) translations.push_back(tokenizer.decode(ids));
-      {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        TNT_INPUT_CHECK(out.good(), "--model_dir={}: cannot write {}", model_dir, tmp);
-        for (const std::string& line : translations) out << line << "\n";
-        out.flush();
-        TNT_INPUT_CHECK(out.good(), "--model_dir={}: writing {} failed", model_dir, tmp);
-      }
-      fs::rename(tmp, path);
+      std::string text;
+      for (const std::string& line : translations) text += line + "\n";
+      tnt::write_file_atomically(path, text, fmt::format("--model_dir={}: translations", model_dir));
       // The translations in hand, line i for source line i (an empty one scores nothing),
       // not the file read back: compute_bleu.py's reading strips blank lines at the file's
       // ends, which would misalign the lines after an empty first or last translation.

@@ -15,8 +15,13 @@
 #include "tarantella/tfrecord.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -59,4 +64,41 @@ TEST_CASE("readers of users' files refuse special files, naming them and their k
                     Catch::Equals("--vocab_file '" + missing + "': no such file"));
   tnt::test::write_bytes(dir.file("plain"), {1, 2, 3});
   CHECK(tnt::check_regular_file(dir.file("plain"), "data") == 3);
+}
+
+TEST_CASE("write_file_atomically replaces a link at the path, never its target, and fails whole", "[files]") {
+  // Before, the transformer's translations and the run marker were written through fixed
+  // temporary names (translations.txt.tmp, .tarantella-run.new): a link placed there had
+  // its target outside --model_dir overwritten.
+  tnt::test::TempDir dir("tnt-atomic");
+  const std::string victim = dir.file("victim.txt");
+  {
+    std::FILE* f = std::fopen(victim.c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fputs("keep me\n", f);
+    std::fclose(f);
+  }
+  const std::string path = dir.file("out.txt");
+  REQUIRE(::symlink(victim.c_str(), path.c_str()) == 0);
+  tnt::write_file_atomically(path, "new text\n", "test file");
+  struct stat st {};
+  REQUIRE(::lstat(path.c_str(), &st) == 0);
+  CHECK(S_ISREG(st.st_mode));
+  auto text_of = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  CHECK(text_of(path) == "new text\n");
+  CHECK(text_of(victim) == "keep me\n");
+  // A directory in the file's place: refused, naming it, and no temporary file is left.
+  const std::string taken = dir.file("taken");
+  std::filesystem::create_directory(taken);
+  CHECK_THROWS_WITH(tnt::write_file_atomically(taken, "x", "test file"),
+                    Catch::Contains("test file '" + taken + "': cannot rename the temporary file to it") &&
+                        Catch::Contains("(the file is as it was)"));
+  int left = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) {
+    left += entry.path().filename().string().rfind(".taken.tmp", 0) == 0 ? 1 : 0;
+  }
+  CHECK(left == 0);
 }

@@ -37,6 +37,8 @@
 #     leaves the first's files as they were; --resume without --model_dir continues the
 #     newest run that has a checkpoint; a restart (TNT_RUN_ID, TNT_RESTART) goes on in its
 #     first attempt's run directory.
+#   fifo_checkpoint: a FIFO in the checkpoint's place is refused by --resume and
+#     --resume=auto, naming it, at once.
 #   overwrite_symlinked_train: a train/ that is a symbolic link to another directory is
 #     refused (exit 2, naming it), also with --overwrite, which removes nothing through it.
 #   dangling_history_link: a history.csv that is a dangling symbolic link is refused (exit 2),
@@ -402,6 +404,18 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     if [[ $fm_rc -eq 2 ]]; then fm_pass "$case_name: exit status 2"; else fm_fail "$case_name: exit status $fm_rc, expected 2"; fi
     fm_expect_fixed "$case_name" "$csv is a symbolic link (to $fm_tmp/elsewhere.csv)" "the link"
     if [[ -e $fm_tmp/elsewhere.csv ]]; then fm_fail "$case_name: a file was written where the link points"; else fm_pass "$case_name: nothing written where the link points"; fi
+    ;;
+
+  fifo_checkpoint)
+    # A FIFO where the checkpoint goes: --resume and --resume=auto are refused naming it
+    # (before, the resume check opened it and waited for a writer that never came).
+    mkdir -p "$model_dir"
+    mkfifo "$model_dir/checkpoint.safetensors"
+    for resume in --resume --resume=auto; do
+      fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=1 "$resume"
+      if [[ $fm_rc -eq 2 ]]; then fm_pass "$case_name: $resume: exit status 2"; else fm_fail "$case_name: $resume: exit status $fm_rc, expected 2"; fi
+      fm_expect_fixed "$case_name" "$model_dir/checkpoint.safetensors': not a regular file (a FIFO" "the FIFO"
+    done
     ;;
 
   concurrent_runs)

@@ -334,7 +334,7 @@ case $case_name in
     else
       fail "translations.txt missing or not 20 lines"
     fi
-    if [[ ! -e $tmp/m/translations.txt.tmp ]]; then pass "no temporary left"; else fail "translations.txt.tmp left behind"; fi
+    if ! compgen -G "$tmp/m/.translations.txt.tmp*" >/dev/null; then pass "no temporary left"; else fail "a translations.txt temporary left behind"; fi
     # The exported weights load strictly into the PyTorch module of the same structure.
     torch_python=""
     for p in ${PYTHON:-} python3 /usr/bin/python3; do
@@ -468,14 +468,17 @@ case $case_name in
     fi
     ;;
   evaluation_fails)
-    # An evaluation that fails (translations.txt cannot be written: a directory stands where
-    # its temporary goes) ends the run with an error naming --model_dir, and the trained
-    # weights are in model.safetensors all the same.
+    # An evaluation that fails (translations.txt cannot be written: a directory stands in its
+    # place, made between a first run and its resumed second) ends the run with an error
+    # naming --model_dir, and the trained weights are in model.safetensors all the same.
     corpus 64 5
-    mkdir -p "$tmp/m/translations.txt.tmp"
     run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=192 --num_sentences=64 \
       --train_epochs=1 --bleu_source="$tmp/corpus/dev.en" --bleu_ref="$tmp/corpus/dev.de" --model_dir="$tmp/m"
-    expect_error "--model_dir=$tmp/m: cannot write $tmp/m/translations.txt.tmp" "--model_dir and the file"
+    rm -f "$tmp/m/translations.txt" "$tmp/m/model.safetensors"
+    mkdir "$tmp/m/translations.txt"
+    run 2 --data_dir="$tmp/corpus/data" --vocab_file="$vocab" "${small[@]}" --batch_size=192 --num_sentences=64 \
+      --train_epochs=2 --resume --bleu_source="$tmp/corpus/dev.en" --bleu_ref="$tmp/corpus/dev.de" --model_dir="$tmp/m"
+    expect_error "--model_dir=$tmp/m: translations '$tmp/m/translations.txt': cannot rename the temporary file to it: Is a directory" "--model_dir and the file"
     if [[ -s $tmp/m/model.safetensors ]]; then pass "model.safetensors written before the evaluation"; else fail "no model.safetensors after a failed evaluation"; fi
     if grep -q '^tokens/s: [0-9]* (8 sentences x 24 tokens per global batch, 2 ranks, 7 timed steps, ' <<<"$out"; then
       pass "tokens/s line"

@@ -494,3 +494,32 @@ TEST_CASE("SIGKILL at a random moment of repeated writes never leaves a torn che
   write_safetensors(path, {{"w", Tensor::full({4}, 9.0)}}, {{"k", "9"}});
   CHECK(dir.names() == std::vector<std::string>{"ckpt.safetensors"});
 }
+
+TEST_CASE("after tnt::init a file-size limit fails a write with an error, not SIGXFSZ", "[checkpoint][crash]") {
+  // Before, a rank under `ulimit -f` died by SIGXFSZ (a core-dumping signal) in the middle
+  // of its checkpoint or history write. The runtime's init ignores it (this test's main
+  // called tnt::init), and the write fails with EFBIG, naming the file.
+  struct sigaction now {};
+  REQUIRE(::sigaction(SIGXFSZ, nullptr, &now) == 0);
+  CHECK(now.sa_handler == SIG_IGN);
+  TempDir dir("tnt-ckpt");
+  std::string path = dir.file("ckpt.safetensors");
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    rlimit fsize{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &fsize);
+    try {
+      write_safetensors(path, {{"w", Tensor::full({1 << 20}, 2.0)}}, {{"step", "2"}});
+    } catch (const Error& e) {
+      ::_exit(std::strstr(e.what(), "File too large") && std::strstr(e.what(), "ckpt.safetensors") ? 7 : 8);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO("status " << status);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 7);
+  CHECK(dir.names().empty());
+}

@@ -25,4 +25,10 @@ std::ifstream open_regular_file(const std::string& path, std::string_view what);
 // otherwise stick to the first field, subtoken or word, unseen in any message.
 std::ifstream open_text_file(const std::string& path, std::string_view what);
 
+// Writes `content` to `path` whole or not at all: into a new temporary file beside it
+// (created exclusively, so no link placed there is followed), synced, then renamed over
+// `path` (which replaces a link at `path`, not its target). A failure (a full disk, a
+// file-size limit) is an InputError "<what> '<path>': ..." and leaves `path` as it was.
+void write_file_atomically(const std::string& path, std::string_view content, std::string_view what);
+
 }  // namespace tnt

@@ -8,6 +8,7 @@
 #include "tarantella/log.hpp"
 #include "tarantella/runtime.hpp"
 
+#include <csignal>
 #include <fcntl.h>
 #include <mpi.h>
 #include <sched.h>
@@ -95,6 +96,11 @@ RuntimeContext* context_or_null() { return g_context.get(); }
 
 void init(int* argc, char*** argv) {
   if (g_context) return;
+  // A file-size limit (ulimit -f) would end the process by SIGXFSZ, a core-dumping signal,
+  // in the middle of a checkpoint or history write. Ignored (unless the program handles it),
+  // the write fails with EFBIG instead, and its writer's error names the file.
+  struct sigaction xfsz {};
+  if (::sigaction(SIGXFSZ, nullptr, &xfsz) == 0 && xfsz.sa_handler == SIG_DFL) ::signal(SIGXFSZ, SIG_IGN);
   auto c = std::make_unique<RuntimeContext>();
   c->config = Config::from_env();
 

@@ -1,10 +1,17 @@
 #include "io/temp_files.hpp"
 
+#include "tarantella/check.hpp"
+#include "tarantella/files.hpp"
+
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <system_error>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace tnt::io {
@@ -36,3 +43,40 @@ void remove_stale_temps(const std::filesystem::path& dir, const std::string& bas
 }
 
 }  // namespace tnt::io
+
+namespace tnt {
+
+void write_file_atomically(const std::string& path, std::string_view content, std::string_view what) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : std::filesystem::path(".");
+  const std::string base = target.filename().string();
+  TNT_INPUT_CHECK(!base.empty(), "{} '{}': not a file name", what, path);
+  io::remove_stale_temps(dir, base);
+  std::string tmp = io::temp_template(dir, base);
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    TNT_INPUT_ERROR("{} '{}': cannot create a temporary file in '{}': {}", what, path, dir.string(),
+                    std::strerror(errno));
+  }
+  const mode_t mask = ::umask(0);  // mkstemp makes 0600; this is an ordinary file
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  std::string failed;
+  for (size_t done = 0; done < content.size() && failed.empty();) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) failed = fmt::format("writing failed: {}", std::strerror(n < 0 ? errno : EIO));
+    else done += static_cast<size_t>(n);
+  }
+  if (failed.empty() && ::fsync(fd) != 0) failed = fmt::format("fsync failed: {}", std::strerror(errno));
+  if (::close(fd) != 0 && failed.empty()) failed = fmt::format("closing failed: {}", std::strerror(errno));
+  if (failed.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    failed = fmt::format("cannot rename the temporary file to it: {}", std::strerror(errno));
+  }
+  if (!failed.empty()) {
+    ::unlink(tmp.c_str());
+    TNT_INPUT_ERROR("{} '{}': {} (the file is as it was)", what, path, failed);
+  }
+}
+
+}  // namespace tnt

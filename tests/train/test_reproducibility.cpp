@@ -143,13 +143,32 @@ TEST_CASE("a run cut inside an epoch by max_steps resumes at its next step and e
   // without its step, gave) trains other batches and ends elsewhere.
   REQUIRE(max_abs_diff(resume(false), uninterrupted) > 1e-4);
 
+  // The checkpoint's steps are of its global batch (16): with another they would skip other
+  // samples (before, a batch of 8 skipped 2 x 8 and trained 16 of the epoch's samples
+  // twice), so another batch is refused on every rank, naming both.
+  {
+    auto net = make_net();
+    auto model = make_model(net, 5);
+    const int epoch = model->load_checkpoint_from_master(path);
+    REQUIRE(model->checkpoint_epoch_batch() == kBatch);
+    tnt::FitOptions other = fit_options(epoch, kEpochs);
+    other.batch_size = kBatch / 2;
+    other.initial_step = model->checkpoint_epoch_step();
+    REQUIRE_THROWS_WITH(model->fit(data(), other),
+                        Catch::Contains("fit: initial_step=2 is the checkpoint's position, 2 steps of a global batch "
+                                        "of 16 into its epoch, but this fit's global batch is 8: resume with a batch "
+                                        "size of 16"));
+    REQUIRE(model->global_step() == 6);  // nothing trained
+  }
+
   // A step that is not one of the epoch's is refused on every rank.
   auto net = make_net();
   auto model = make_model(net, 5);
   tnt::FitOptions bad = fit_options(0, 1);
   bad.initial_step = 4;
   REQUIRE_THROWS_WITH(model->fit(data(), bad),
-                      Catch::Contains("fit: initial_step=4 is not a step of initial_epoch 0 (4 steps an epoch)"));
+                      Catch::Contains("fit: initial_step=4 is not a step of initial_epoch=0 (epoch 1 of the logs; 4 "
+                                      "steps an epoch)"));
   tnt::communicator().barrier();
 }
 

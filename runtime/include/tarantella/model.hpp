@@ -136,7 +136,8 @@ struct FitOptions {
   // an epoch (max_steps, stop_training) says how many (Model::checkpoint_epoch_step). The
   // epoch's first initial_step global batches are skipped (without building them where the
   // source is random-access), so the run sees the batches an uninterrupted one would have.
-  // Not with strategy=parameter_server.
+  // Not with strategy=parameter_server. Those steps are of the checkpoint's global batch: a
+  // fit with another one is refused (it would skip other samples).
   int64_t initial_step = 0;
   // For the progress display only, when a program calls fit in pieces (fit to epoch 3, an
   // evaluation of its own, fit from 3 to 6, ...): the whole run's epochs, so that the count
@@ -270,8 +271,10 @@ class Model {
   // steps (resume with FitOptions::initial_step = checkpoint_epoch_step()).
   void save_checkpoint(const std::string& path, int epoch, int64_t epoch_step = 0);
   int load_checkpoint(const std::string& path);
-  // The last loaded checkpoint's steps into its epoch (0: it was written at an epoch's end).
+  // The last loaded checkpoint's steps into its epoch (0: it was written at an epoch's end),
+  // and the global batch of those steps (0: not recorded).
   int64_t checkpoint_epoch_step() const { return checkpoint_epoch_step_; }
+  int64_t checkpoint_epoch_batch() const { return checkpoint_epoch_batch_; }
   // After fit: when its last epoch was cut short (max_steps, stop_training), the steps of
   // that epoch taken (initial_step's included); 0 when the epoch ran to its end.
   // ModelCheckpoint saves such an epoch as unfinished.
@@ -348,7 +351,9 @@ class Model {
   uint64_t seed_;
   int64_t global_step_ = 0;
   int64_t checkpoint_epoch_step_ = 0;
+  int64_t checkpoint_epoch_batch_ = 0;
   int64_t partial_epoch_steps_ = 0;
+  int64_t fit_global_batch_ = 0;  // the last fit's (0: the ranks' own micro-batches)
   bool stopped_on_request_ = false;
   bool stop_requested_ = false;
   bool weights_synced_ = false;

@@ -363,8 +363,22 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
                   options.epochs, options.initial_epoch);
   TNT_INPUT_CHECK(options.validation_freq > 0, "fit: validation_freq must be positive");
   TNT_INPUT_CHECK(options.initial_step >= 0 && (steps < 0 || options.initial_step < steps),
-                  "fit: initial_step={} is not a step of initial_epoch {} ({} steps an epoch)", options.initial_step,
-                  options.initial_epoch, steps);
+                  "fit: initial_step={} is not a step of initial_epoch={} (epoch {} of the logs; {} steps an epoch{})",
+                  options.initial_step, options.initial_epoch, options.initial_epoch + 1, steps,
+                  options.initial_step == checkpoint_epoch_step_ && checkpoint_epoch_step_ > 0
+                      ? "; the checkpoint's position inside its epoch: resume with its data and batch size"
+                      : "");
+  // A checkpoint's steps into its epoch count global batches of its size: with another
+  // size they would skip other samples (some trained twice in the epoch, some never).
+  const int64_t batch = options.distribute_dataset ? options.batch_size : 0;
+  TNT_INPUT_CHECK(options.initial_step == 0 || options.initial_step != checkpoint_epoch_step_ ||
+                      checkpoint_epoch_batch_ == 0 || batch == checkpoint_epoch_batch_,
+                  "fit: initial_step={} is the checkpoint's position, {} steps of a global batch of {} into its epoch, "
+                  "but this fit's global batch is {}: resume with a batch size of {} (a program's --batch_size), or "
+                  "from a checkpoint at an epoch's end",
+                  options.initial_step, checkpoint_epoch_step_, checkpoint_epoch_batch_,
+                  batch > 0 ? std::to_string(batch) : std::string("the ranks' own"), checkpoint_epoch_batch_);
+  fit_global_batch_ = batch;
   TNT_INPUT_CHECK(options.initial_step == 0 || ps_ == nullptr,
                   "fit: initial_step={} (a checkpoint inside an epoch) is not supported with strategy=parameter_server",
                   options.initial_step);

@@ -111,6 +111,8 @@ void Model::save_checkpoint(const std::string& path, int epoch, int64_t epoch_st
   // Inside epoch `epoch` (a fit cut short by max_steps): absent when the epoch is done, so
   // that files written at an epoch's end read as before.
   if (epoch_step > 0) md["epoch_step"] = std::to_string(epoch_step);
+  // ... of this global batch: a resume with another would skip other samples.
+  if (epoch_step > 0 && fit_global_batch_ > 0) md["epoch_batch"] = std::to_string(fit_global_batch_);
   md[checkpoint_key::seed] = std::to_string(seed_);
   md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
   md["ranks"] = std::to_string(size());
@@ -179,10 +181,12 @@ int Model::load_checkpoint(const std::string& path) {
   const int64_t step = count(checkpoint_key::step, kMaxSteps, "steps taken");
   const int64_t optimizer_step = ck.has_metadata("optimizer_step") ? count("optimizer_step", kMaxSteps, "steps taken") : -1;
   const int64_t epoch_step = ck.has_metadata("epoch_step") ? count("epoch_step", kMaxSteps, "steps into an epoch") : 0;
+  const int64_t epoch_batch = ck.has_metadata("epoch_batch") ? count("epoch_batch", kMaxSteps, "samples") : 0;
   auto tensors = checkpoint_tensors(true);
   ck.load_into(as_named(tensors), tolerant_of_older_files(tensors));
   global_step_ = step;
   checkpoint_epoch_step_ = epoch_step;
+  checkpoint_epoch_batch_ = epoch_batch;
   if (optimizer_step >= 0) optimizer_->set_step_count(optimizer_step);
   // The learning-rate factor of ReduceLROnPlateau (absent: none, factor 1).
   const double lr_factor = ck.has_metadata("lr_factor") ? metadata_number(ck, "lr_factor", path) : 1.0;
@@ -216,7 +220,8 @@ int Model::load_checkpoint_from_master(const std::string& path) {
   Communicator& comm = communicator();
   std::string failure;
   int64_t refused = 0;  // 1: an InputError (the file or its content), 0: another error
-  int64_t position[5] = {0, 0, 0, 0, 0};  // epoch, step, optimizer step, loss-scale good steps, epoch step
+  // epoch, step, optimizer step, loss-scale good steps, epoch step, its global batch
+  int64_t position[6] = {0, 0, 0, 0, 0, 0};
   double rates[3] = {1.0, 0.0, 0.0};   // lr factor, lr floor, loss scale
   if (comm.is_master()) {
     try {
@@ -232,6 +237,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
       position[2] = optimizer_ ? optimizer_->step_count() : 0;
       position[3] = scaler_.enabled() ? scaler_.good_steps() : 0;
       position[4] = checkpoint_epoch_step_;
+      position[5] = checkpoint_epoch_batch_;
       rates[0] = optimizer_ ? optimizer_->lr_factor() : 1.0;
       rates[1] = optimizer_ ? optimizer_->lr_floor() : 0.0;
       rates[2] = scaler_.enabled() ? scaler_.scale() : 0.0;
@@ -245,11 +251,12 @@ int Model::load_checkpoint_from_master(const std::string& path) {
   }
   // Every tensor a checkpoint holds, in one order on every rank (the models are alike).
   for (auto& t : checkpoint_tensors(true)) comm.broadcast(t.tensor, master_rank());
-  comm.broadcast(position, 5, DType::i64, Device::cpu(), master_rank());
+  comm.broadcast(position, 6, DType::i64, Device::cpu(), master_rank());
   comm.broadcast(rates, 3, DType::f64, Device::cpu(), master_rank());
   if (!comm.is_master()) {
     global_step_ = position[1];
     checkpoint_epoch_step_ = position[4];
+    checkpoint_epoch_batch_ = position[5];
     if (optimizer_) {
       optimizer_->set_step_count(position[2]);
       optimizer_->set_lr_factor(rates[0], rates[1]);

@@ -198,3 +198,55 @@ TEST_CASE("a weights-only file given to load_checkpoint says what it is and what
   CHECK_NOTHROW(model.load_weights(weights));
   tnt::communicator().barrier();
 }
+
+TEST_CASE("optimizer state no optimizer writes is an input error naming the file and the tensor") {
+  // Before, a negative Adam step or mean of squares loaded, trained a whole epoch into NaN,
+  // and the divergence check then blamed the input data.
+  tnt::test::TempDir dir("tnt-ckpt-state");
+  const std::string good = (dir.path / "good.safetensors").string();
+  {
+    tnt::Model model(bn_net(), 3);
+    model.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    tnt::FitOptions fo;
+    fo.batch_size = 8;
+    fo.verbose = 0;
+    model.fit(images(), fo);
+    model.save_checkpoint(good, 1);
+    tnt::communicator().barrier();
+  }
+  const tnt::Checkpoint full = tnt::Checkpoint::read(good);
+  for (const std::string suffix : {".step", ".exp_avg_sq"}) {
+    INFO(suffix);
+    tnt::Checkpoint bad_ck;
+    std::string damaged;
+    for (const auto& [name, t] : full.tensors()) {
+      tnt::Tensor copy = t.clone();
+      if (damaged.empty() && name.size() > suffix.size() &&
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+        damaged = name;
+        if (copy.dtype() == tnt::DType::i64) copy.data<int64_t>()[0] = -5;
+        else copy.data<float>()[0] = -1.0f;
+      }
+      bad_ck.add(name, copy);
+    }
+    REQUIRE_FALSE(damaged.empty());
+    for (const auto& [k, v] : full.metadata()) bad_ck.set_metadata(k, v);
+    const std::string bad = (dir.path / "bad.safetensors").string();
+    if (tnt::is_master_rank()) bad_ck.write(bad);
+    tnt::communicator().barrier();
+    tnt::Model resumed(bn_net(), 4);
+    resumed.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    CHECK_THROWS_MATCHES(resumed.load_checkpoint(bad), tnt::InputError,
+                         Catch::Matchers::Predicate<tnt::InputError>([&](const tnt::InputError& e) {
+                           const std::string w = e.what();
+                           return w.find("checkpoint '" + bad + "': optimizer state '") != std::string::npos &&
+                                  w.find("which Adam never writes") != std::string::npos &&
+                                  w.find("the file is damaged") != std::string::npos;
+                         }));
+    tnt::communicator().barrier();
+  }
+  // The good file loads.
+  tnt::Model resumed(bn_net(), 4);
+  resumed.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  CHECK(resumed.load_checkpoint(good) == 1);
+}

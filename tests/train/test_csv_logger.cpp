@@ -411,5 +411,19 @@ TEST_CASE("CSVLogger: a history that is not a regular file is refused, naming it
     CHECK_THROWS_WITH(logger.on_train_begin({}),
                       Catch::Contains("'" + path + "'") && Catch::Contains("not a regular file"));
   }
+  // A directory, resumed or not: named as such (a resumed run said "basic_filebuf::underflow
+  // error reading the file: Is a directory", naming nothing).
+  const std::string directory = dir + "/history_dir.csv";
+  std::filesystem::create_directory(directory);
+  for (const bool append : {true, false}) {
+    tnt::CSVLogger logger(directory, append);
+    tnt::TrainParams params;
+    params.epochs = 2;
+    params.initial_epoch = 1;
+    logger.set_params(params);
+    CHECK_THROWS_MATCHES(logger.on_train_begin({}), tnt::InputError,
+                         Catch::Message("CSVLogger: '" + directory + "' is a directory: the history goes into a file "
+                                        "(give a file's path, or remove the directory)"));
+  }
   std::filesystem::remove_all(dir);
 }

@@ -224,8 +224,11 @@ void CSVLogger::on_train_begin(const Logs&) {
                       path_, link_ec ? std::string("?") : target.string());
     }
     const auto status = std::filesystem::status(path_, ec);
-    TNT_INPUT_CHECK(!std::filesystem::exists(status) || std::filesystem::is_regular_file(status) ||
-                        std::filesystem::is_directory(status),
+    TNT_INPUT_CHECK(!std::filesystem::is_directory(status),
+                    "CSVLogger: '{}' is a directory: the history goes into a file (give a file's path, or remove the "
+                    "directory)",
+                    path_);
+    TNT_INPUT_CHECK(!std::filesystem::exists(status) || std::filesystem::is_regular_file(status),
                     "CSVLogger: '{}' is not a regular file (a FIFO, socket or device): the history goes into a file "
                     "of its own",
                     path_);

@@ -13,6 +13,7 @@
 #include "train/non_finite.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
@@ -84,6 +85,28 @@ NamedTensors as_named(const std::vector<NamedTensor>& v) {
   for (auto& t : v) out.emplace_back(t.name, t.tensor);
   return out;
 }
+// Values no optimizer writes, as a damaged file has them (a flipped sign bit): loaded, a
+// negative step count or mean of squares trains on until a NaN, which the divergence check
+// then blames on the input data.
+void check_optimizer_state(const Optimizer& optimizer, const std::string& path, int64_t max_steps) {
+  auto ends_with = [](const std::string& s, const char* suffix) {
+    const size_t n = std::strlen(suffix);
+    return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+  };
+  for (const NamedTensor& nt : optimizer.named_state()) {
+    const bool step = ends_with(nt.name, ".step"), squares = ends_with(nt.name, ".exp_avg_sq");
+    if (!step && !squares) continue;
+    const std::vector<double> v = (nt.tensor.device().is_cpu() ? nt.tensor : nt.tensor.to(Device::cpu())).to_double_vector();
+    for (size_t i = 0; i < v.size(); ++i) {
+      const bool bad = step ? !(v[i] >= 0 && v[i] <= static_cast<double>(max_steps)) : !(v[i] >= 0);
+      TNT_INPUT_CHECK(!bad, "checkpoint '{}': optimizer state '{}' holds {} at element {}, which {} never writes ({}); "
+                      "the file is damaged",
+                      path, nt.name, v[i], i, optimizer.type(),
+                      step ? "a count of steps, from 0" : "a running mean of squares, never negative");
+    }
+  }
+}
+
 }  // namespace
 
 void Model::save_weights(const std::string& path) {
@@ -184,6 +207,7 @@ int Model::load_checkpoint(const std::string& path) {
   const int64_t epoch_batch = ck.has_metadata("epoch_batch") ? count("epoch_batch", kMaxSteps, "samples") : 0;
   auto tensors = checkpoint_tensors(true);
   ck.load_into(as_named(tensors), tolerant_of_older_files(tensors));
+  if (optimizer_) check_optimizer_state(*optimizer_, path, kMaxSteps);
   global_step_ = step;
   checkpoint_epoch_step_ = epoch_step;
   checkpoint_epoch_batch_ = epoch_batch;

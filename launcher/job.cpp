@@ -162,7 +162,8 @@ std::string restart_futility(const JobResult& result) {
 }
 
 JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
-                  Lifelines* lifelines, const std::vector<int>& expendable) {
+                  Lifelines* lifelines, const std::vector<int>& expendable, int ranks,
+                  std::chrono::milliseconds warning_hold) {
   // An explicit kill must stop the job even when the shell started us with SIGINT
   // ignored (background jobs of scripts); a SIGHUP ignored by nohup stays ignored.
   for (int sig : {SIGINT, SIGTERM, SIGQUIT}) ::signal(sig, SIG_DFL);
@@ -321,6 +322,33 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
                  "has ended)%s\n", stopping ? "" : "; stopping the job");
     if (!stopping) stop_job();
   };
+  // Warning signals held while ranks start (see run_job), and the ranks past their start.
+  std::vector<int> held_warnings;
+  Clock::time_point held_until = Clock::time_point::max();
+  std::set<int> past_start;  // entered MPI_Init, or ended
+  std::map<int, Clock::time_point> started_at;
+  // When every rank will be past its start: now or earlier, later, or max() (a rank has not
+  // started its program yet).
+  auto warnings_go_at = [&]() -> Clock::time_point {
+    if (!server || ranks <= 0) return Clock::time_point::min();
+    Clock::time_point at = Clock::time_point::min();
+    for (int r = 0; r < ranks; ++r) {
+      if (past_start.count(r)) continue;
+      const auto it = started_at.find(r);
+      if (it == started_at.end()) return Clock::time_point::max();
+      at = std::max(at, it->second + warning_hold);
+    }
+    return at;
+  };
+  auto pass_on = [&](int sig) {
+    if (!result.warned_by) result.warned_by = sig;
+    ::kill(child, sig);
+  };
+  auto release_warnings = [&] {
+    for (int sig : held_warnings) pass_on(sig);
+    held_warnings.clear();
+    held_until = Clock::time_point::max();
+  };
   std::map<int, RankReport> stopped_now;  // by rank: stopped and not continued or ended since
   auto take_reports = [&] {
     std::vector<RankReport> reports;
@@ -354,6 +382,11 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       if (r.kind == RankReport::Kind::stopped) stopped_now[r.rank] = r;
       if (r.kind == RankReport::Kind::continued || r.kind == RankReport::Kind::ended) stopped_now.erase(r.rank);
       if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
+      if (r.kind == RankReport::Kind::started) started_at.emplace(r.rank, now);
+      if (r.kind != RankReport::Kind::started && r.kind != RankReport::Kind::stopped &&
+          r.kind != RankReport::Kind::continued) {
+        past_start.insert(r.rank);
+      }
       result.reported.insert(r.rank);
       if (watch) watch->record(r, now);
     }
@@ -371,6 +404,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     // Wake for the SIGKILL of a stop under way, for the watch's next deadline, for the
     // lifelines' heartbeats and for a stop because ranks were lost.
     Clock::time_point wake = std::min({kill_at, lost_stop_at, flush_at});
+    if (!held_warnings.empty()) wake = std::min({wake, held_until, warnings_go_at()});
     if (watch && !result.interrupted_by && !result.verdict) wake = std::min(wake, watch->next_check());
     if (lifelines) wake = std::min(wake, lifelines->next_wake());
     int timeout = max_sleep_ms;
@@ -396,6 +430,9 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     if (out && out->service()) output_closed(true);
     service_lifelines();
     if (server && (fds[1].revents & POLLIN)) take_reports();
+    if (!held_warnings.empty() && (warnings_go_at() <= Clock::now() || Clock::now() >= held_until)) {
+      release_warnings();
+    }
     if (Clock::now() >= lost_stop_at) {
       lost_stop_at = Clock::time_point::max();
       if (kill_at == Clock::time_point::max() && !result.interrupted_by) {
@@ -411,8 +448,12 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       const int sig = static_cast<int>(info.ssi_signo);
       if (sig == SIGCHLD) continue;
       if (sig == SIGUSR1 || sig == SIGUSR2) {
-        if (!result.warned_by) result.warned_by = sig;
-        ::kill(child, sig);
+        if (warnings_go_at() > Clock::now()) {
+          held_warnings.push_back(sig);
+          if (held_until == Clock::time_point::max()) held_until = Clock::now() + std::chrono::minutes(1);
+        } else {
+          pass_on(sig);
+        }
         continue;
       }
       if (!result.interrupted_by) {

@@ -110,7 +110,13 @@ std::string restart_futility(const JobResult& result);
 // mpirun then runs with --enable-recovery and ends nothing itself). Such a rank killed by a
 // signal is said at once and kept in `dropped` (the job ends when every one is); any other
 // failure ends the job at once, as mpirun would have.
+// `ranks`: the job's rank count. SIGUSR1 and SIGUSR2 (a batch system's warning) are passed on
+// to the ranks once each has entered MPI_Init, ended, or run its program for `warning_hold`
+// (by its reports; a program that does not use the runtime never enters it through us), and
+// a minute after the signal at the latest: before, a program may still be starting, and the
+// signal's default action would end it (a program of models/ takes it from main's start on).
 JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
-                  Lifelines* lifelines = nullptr, const std::vector<int>& expendable = {});
+                  Lifelines* lifelines = nullptr, const std::vector<int>& expendable = {}, int ranks = 0,
+                  std::chrono::milliseconds warning_hold = std::chrono::seconds(3));
 
 }  // namespace tnt::launcher

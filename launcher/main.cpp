@@ -300,7 +300,8 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
   const std::vector<int> expendable = roles ? roles->workers : std::vector<int>{};
   if (watch) watch->tolerate(expendable);
   const tl::JobResult result = tl::run_job(command, server ? &*server : nullptr, watch ? &*watch : nullptr,
-                                           lifelines ? &*lifelines : nullptr, expendable);
+                                           lifelines ? &*lifelines : nullptr, expendable,
+                                           static_cast<int>(slots.size()));
 
   if (result.interrupted_by) {
     // A rank that had failed before the signal came is still named: the signal only ended

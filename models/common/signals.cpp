@@ -17,14 +17,20 @@ namespace {
 // the ranks other than the master, which take the signal silently.
 std::array<std::array<char, 512>, 2> g_message{};
 std::array<size_t, 2> g_length{};
-bool g_stops = false;                  // set before the handler is installed
+bool g_stops = false;                  // set before the handler is armed
 volatile std::sig_atomic_t g_signal = 0;  // the last warning signal taken
+volatile std::sig_atomic_t g_armed = 0;   // take_warning_signals has run
+volatile std::sig_atomic_t g_early = 0;   // a signal held before that
 
 size_t slot_of(int sig) { return sig == SIGUSR1 ? 0 : 1; }
 
 void on_warning_signal(int sig) {
   const int saved = errno;
   g_signal = sig;
+  if (!g_armed) {
+    g_early = sig;  // take_warning_signals acts on it
+    return;
+  }
   if (g_stops) tnt::request_stop_after_step();  // an atomic store: async-signal-safe
   const size_t i = slot_of(sig);
   if (g_length[i] > 0) {
@@ -33,15 +39,35 @@ void on_warning_signal(int sig) {
   errno = saved;
 }
 
+// Ours, or the default: anything else is the user's choice and stays.
+bool ours_to_take(int sig) {
+  struct sigaction current {};
+  return ::sigaction(sig, nullptr, &current) == 0 &&
+         (current.sa_handler == SIG_DFL || current.sa_handler == on_warning_signal);
+}
+
+void install(int sig) {
+  struct sigaction sa {};
+  sa.sa_handler = on_warning_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(sig, &sa, nullptr);
+}
+
 const char* signal_name(int sig) { return sig == SIGUSR1 ? "SIGUSR1" : sig == SIGUSR2 ? "SIGUSR2" : "a signal"; }
 
 }  // namespace
 
+void hold_warning_signals() {
+  for (const int sig : {SIGUSR1, SIGUSR2}) {
+    if (ours_to_take(sig)) install(sig);
+  }
+}
+
 void take_warning_signals(const std::string& program, bool stop_with_checkpoint) {
   g_stops = stop_with_checkpoint;
   for (const int sig : {SIGUSR1, SIGUSR2}) {
-    struct sigaction current {};
-    if (::sigaction(sig, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) continue;
+    if (!ours_to_take(sig)) continue;
     const size_t i = slot_of(sig);
     if (tnt::is_master_rank()) {
       const std::string text = fmt::format(
@@ -54,11 +80,13 @@ void take_warning_signals(const std::string& program, bool stop_with_checkpoint)
       std::memcpy(g_message[i].data(), text.data(), n);
       g_length[i] = n;
     }
-    struct sigaction sa {};
-    sa.sa_handler = on_warning_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    ::sigaction(sig, &sa, nullptr);
+    install(sig);
+  }
+  g_armed = 1;
+  // One that came while held (during the program's start) is taken now, as it would have been.
+  if (const int early = g_early; early != 0) {
+    g_early = 0;
+    on_warning_signal(early);
   }
 }
 
@@ -68,7 +96,8 @@ bool stopped_on_warning_signal(const tnt::Model& model, const std::string& progr
   tnt::print("{}: stopped after step {} on {} (the run is not finished): {} holds it{}; run the same command with "
              "--resume=auto (or --resume) to continue",
              program, model.global_step(), signal_name(g_signal), checkpoint,
-             part > 0 ? fmt::format(", {} steps into its epoch", part) : std::string(" at the end of its epoch"));
+             part > 0 ? fmt::format(", {} step{} into its epoch", part, part == 1 ? "" : "s")
+                      : std::string(" at the end of its epoch"));
   return true;
 }
 

@@ -18,6 +18,11 @@ namespace tnt_models {
 // tnt::init (the master's rank is known).
 void take_warning_signals(const std::string& program, bool stop_with_checkpoint);
 
+// Call first in main: a warning that comes while the program starts (MPI_Init, reading its
+// flags and data; tarantella holds one back until the ranks enter MPI_Init) is kept for
+// take_warning_signals instead of ending the program by the signal's default action.
+void hold_warning_signals();
+
 // After fit: whether it stopped on such a signal; the master then says so, where the
 // checkpoint is and how to continue. The program should end then, without its final
 // evaluation or export: time is short.

@@ -80,6 +80,7 @@ class LastEpochLogs : public tnt::Callback {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tnt_models::hold_warning_signals();  // first: a warning while the program starts is kept
   tnt_models::ProgramFlags flags(
       "fashion_mnist", "Trains a CNN or MLP on Fashion-MNIST, data parallel over the ranks that tarantella starts.",
       {"tarantella -n 2 -- build/bin/fashion_mnist",

@@ -172,6 +172,7 @@ void check_fits_memory(int64_t image_size, int64_t global_batch, int64_t num_cla
 }  // namespace
 
 int main(int argc, char** argv) {
+  tnt_models::hold_warning_signals();  // first: a warning while the program starts is kept
   tnt_models::ProgramFlags flags(
       "resnet50", "Trains ResNet-50 v1.5 on ImageNet, data parallel over the ranks that tarantella starts.",
       {"tarantella -n 4 -- build/bin/resnet50 --data_dir=/data/imagenet --batch_size=512 \\\n"

@@ -163,6 +163,7 @@ class TokenCountingLoss : public tnt::LabelSmoothingCrossEntropy {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tnt_models::hold_warning_signals();  // first: a warning while the program starts is kept
   const tnt_models::TransformerParams base;
   tnt_models::ProgramFlags flags(
       "transformer",

@@ -35,7 +35,7 @@ endforeach()
 # starts, continues or starts over as the directory says.
 foreach(_case diverged output_on_all_devices resume_after_crash existing_model_dir interrupted_first_epoch
         resume_nothing_to_train resume_below_checkpoint overwrite_tensorboard resume_missing_model_dir
-        default_run_dirs overwrite_symlinked_train dangling_history_link fifo_checkpoint concurrent_runs resume_other_columns
+        default_run_dirs overwrite_symlinked_train dangling_history_link fifo_checkpoint early_warning_signal concurrent_runs resume_other_columns
         resume_missing_history resume_master_only_dir warning_signal resume_auto)
   add_test(NAME fashion_mnist.model_dir.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_model_dir.sh ${_fm_bins} ${_case})

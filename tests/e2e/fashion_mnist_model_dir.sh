@@ -37,6 +37,8 @@
 #     leaves the first's files as they were; --resume without --model_dir continues the
 #     newest run that has a checkpoint; a restart (TNT_RUN_ID, TNT_RESTART) goes on in its
 #     first attempt's run directory.
+#   early_warning_signal: SIGUSR1 as the ranks start stops training after its first step,
+#     with a checkpoint, exit 0 (it ended the programs).
 #   fifo_checkpoint: a FIFO in the checkpoint's place is refused by --resume and
 #     --resume=auto, naming it, at once.
 #   overwrite_symlinked_train: a train/ that is a symbolic link to another directory is
@@ -166,7 +168,7 @@ case $case_name in
     expect_exit "$case_name" 0
     got=$(grep -c "^fashion_mnist: SIGUSR1 received (a batch system's warning before the time limit, say): training stops after the current step, with a checkpoint of it" <<<"$fm_out")
     if [[ $got == 1 ]]; then fm_pass "$case_name: the master said it once"; else fm_fail "$case_name: said $got times, expected once"; fi
-    if grep -Eq "^fashion_mnist: stopped after step [0-9]+ on SIGUSR1 \(the run is not finished\): $ckpt holds it(, [0-9]+ steps into its epoch| at the end of its epoch); run the same command with --resume=auto" <<<"$fm_out"; then
+    if grep -Eq "^fashion_mnist: stopped after step [0-9]+ on SIGUSR1 \(the run is not finished\): $ckpt holds it(, [0-9]+ steps? into its epoch| at the end of its epoch); run the same command with --resume=auto" <<<"$fm_out"; then
       fm_pass "$case_name: said where it stopped and how to continue"
     else
       fm_fail "$case_name: no 'fashion_mnist: stopped after step N on SIGUSR1 ...'"
@@ -404,6 +406,37 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     if [[ $fm_rc -eq 2 ]]; then fm_pass "$case_name: exit status 2"; else fm_fail "$case_name: exit status $fm_rc, expected 2"; fi
     fm_expect_fixed "$case_name" "$csv is a symbolic link (to $fm_tmp/elsewhere.csv)" "the link"
     if [[ -e $fm_tmp/elsewhere.csv ]]; then fm_fail "$case_name: a file was written where the link points"; else fm_pass "$case_name: nothing written where the link points"; fi
+    ;;
+
+  early_warning_signal)
+    # SIGUSR1 while the ranks start (a requeued job that starts near its limit): before, the
+    # programs died by it (exit 138). Now tarantella holds it until the ranks enter MPI_Init,
+    # and a program of models/ keeps one that comes earlier still: training stops after its
+    # first step, with a checkpoint of it, exit 0.
+    sig_args=("${small[@]}" --num_train_samples=1024 --train_epochs=12)
+    timeout -k 10 "$fm_limit" "$fm_launcher" "${launch[@]}" -- "$fm_program" "${sig_args[@]}" \
+      </dev/null >"$fm_tmp/signal.out" 2>&1 &
+    job=$!
+    # As soon as the launcher has started mpirun (timeout's child's child): its ranks are
+    # starting then.
+    launcher_pid=""
+    for _ in $(seq 300); do
+      launcher_pid=$(pgrep -P "$job" | head -n 1)
+      [[ -n $launcher_pid && -n $(pgrep -P "$launcher_pid") ]] && break
+      sleep 0.01
+    done
+    if [[ -n $launcher_pid ]]; then kill -USR1 "$launcher_pid"; else fm_fail "$case_name: the launcher's process not found"; fi
+    fm_rc=0
+    wait "$job" || fm_rc=$?
+    fm_out=$(cat "$fm_tmp/signal.out")
+    cat "$fm_tmp/signal.out"
+    expect_exit "$case_name" 0
+    if grep -Fq "fashion_mnist: stopped after step 1 on SIGUSR1 (the run is not finished): $ckpt holds it, 1 step into its epoch" <<<"$fm_out"; then
+      fm_pass "$case_name: stopped after the first step, and said so"
+    else
+      fm_fail "$case_name: no 'fashion_mnist: stopped after step 1 on SIGUSR1 ... 1 step into its epoch'"
+    fi
+    if [[ -f $ckpt ]]; then fm_pass "$case_name: the checkpoint is there"; else fm_fail "$case_name: no checkpoint"; fi
     ;;
 
   fifo_checkpoint)

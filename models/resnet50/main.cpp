@@ -357,6 +357,19 @@ int main(int argc, char** argv) {
       // lacks a class does not shift the labels of the ones after it.
       if (train_layout.kind == "folders" && val_layout.kind == "folders") {
         val_opts.class_names = tnt::image_folder_classes(train_layout.dir);
+      } else if (train_layout.kind == "folders" || val_layout.kind == "folders") {
+        // One split in class folders, the other in record files: the records' labels are
+        // indices into the whole sorted class list, the folders' their place among the
+        // folders there are. Only a split with a folder for every class numbers them alike.
+        const tnt::ImagenetLayout& folders = train_layout.kind == "folders" ? train_layout : val_layout;
+        const tnt::ImagenetLayout& records = train_layout.kind == "folders" ? val_layout : train_layout;
+        const auto classes = static_cast<int64_t>(tnt::image_folder_classes(folders.dir).size());
+        TNT_INPUT_CHECK(classes == num_classes,
+                        "--data_dir={}: the {} split is in class folders ({} of them) and the {} split in record "
+                        "files, whose labels index all {} classes (--num_classes): the folders' labels would not "
+                        "match the records' (a missing folder shifts every class after it); give {} a folder for "
+                        "each of the {} classes, or both splits in one layout",
+                        common.data_dir, folders.split, classes, records.split, num_classes, folders.dir, num_classes);
       }
       if (common.verbose > 0) tnt::print("{}\n{}", train_layout.describe(), val_layout.describe());
       tnt::Dataset train_files = tnt::imagenet_dataset(train_layout, train_opts);

@@ -210,6 +210,19 @@ case $case_name in
     else
       fail "history.csv missing or without val_accuracy in row 1:"; cat "$csv" 2>/dev/null
     fi
+    # Validation images in class folders beside training records, one class's folder
+    # missing: the folders' labels (their place among the folders) would not be the
+    # records' (indices of all classes), so it is refused, naming both (before, the second
+    # class's images were labelled 0, silently).
+    TNT_TINY_IMAGENET_DIR=$tmp/folders "$writer" "[.write_tiny_imagenet]" >"$tmp/writer.out" 2>&1 ||
+      { cat "$tmp/writer.out"; echo "FAIL: writing the tiny ImageNet in folders"; exit 1; }
+    mkdir -p "$tmp/datasets/val"
+    cp -r "$tmp/folders/val/n01443537" "$tmp/datasets/val/"
+    run --data_dir="$tmp/datasets" --model_dir="$tmp/model_mixed" --image_size=32 --num_classes=2 --batch_size=4 \
+      --train_epochs=1 --data_workers=2 --log_steps=0
+    expect_error "the val split is in class folders \\(1 of them\\) and the train split in record files, whose labels index all 2 classes" \
+      "the two layouts and the folder count"
+    rm -r "$tmp/datasets/val"
     # A missing shard of the newest version is named, not read around.
     rm "$tmp/datasets/imagenet2012/5.1.0/imagenet2012-train.tfrecord-00001-of-00002"
     run --data_dir="$tmp/datasets" --model_dir="$tmp/model2" --image_size=32 --num_classes=2 --batch_size=4 \

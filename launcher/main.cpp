@@ -18,6 +18,8 @@
 #include "rank_watch.hpp"
 #include "rank_setup.hpp"
 #include "requeue.hpp"
+
+#include <sys/resource.h>
 #include "shell_words.hpp"
 
 #include <tarantella/build_config.hpp>
@@ -374,6 +376,13 @@ int launch(const std::vector<std::string>& args) {
   const std::string host = tl::this_host_name();
   const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
   for (const auto& w : plan.warnings) warn(w);
+  // A file-size limit reaches every rank and mpirun: Open MPI's session store and the
+  // programs' checkpoints fail past it (mpirun then may not even start the ranks).
+  if (rlimit fsize{}; !options.dry_run && ::getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY) {
+    warn(fmt::format("the file-size limit (ulimit -f) is {} KB here and applies to every rank and to mpirun: Open "
+                     "MPI's session files and the programs' checkpoints larger than that fail (ulimit -f unlimited)",
+                     fsize.rlim_cur / 1024));
+  }
   // A dry run may plan for hosts that only another machine knows, and a launch agent may
   // know names that the resolver does not (--skip-host-lookup).
   if (!options.dry_run && !options.skip_host_lookup) {

@@ -218,7 +218,7 @@ Clock::time_point RankWatch::next_check() const {
   }
   if (limits_.start.count() > 0 && !start_checked_) next = std::min(next, after(launched_, limits_.start));
   if (limits_.exit.count() > 0 && first_end_) {
-    next = std::min(next, after(first_failure_ ? *first_failure_ : *first_end_, limits_.exit));
+    next = std::min(next, after(first_failure_ ? *first_failure_ : *first_end_, exit_limit()));
   }
   return next;
 }
@@ -295,10 +295,12 @@ std::optional<RankWatch::Verdict> RankWatch::check(Clock::time_point now) {
 
   if (limits_.exit.count() > 0 && first_end_) {
     const Clock::time_point since = first_failure_ ? *first_failure_ : *first_end_;
-    if (now < since + std::chrono::duration_cast<Clock::duration>(limits_.exit)) return std::nullopt;
+    if (now < since + std::chrono::duration_cast<Clock::duration>(exit_limit())) return std::nullopt;
     decided_ = true;
-    const std::string later = fmt::format("{} s later (--exit-timeout, {})", format_seconds(limits_.exit),
-                                          env::exit_timeout);
+    const std::string later =
+        exit_limit() < limits_.exit
+            ? fmt::format("{} s later (mpirun ends a job within seconds of a failure)", format_seconds(exit_limit()))
+            : fmt::format("{} s later (--exit-timeout, {})", format_seconds(limits_.exit), env::exit_timeout);
     if (!failures_.empty()) {
       const RankReport& f = failures_.front();
       return Verdict{Reason::teardown, fmt::format("{} failed first ({}), but {} mpirun still had not ended the job",

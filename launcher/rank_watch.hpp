@@ -96,6 +96,10 @@ class RankWatch {
   const std::vector<RankReport>& failures() const { return failures_; }
 
  private:
+  // The exit timeout, cut to failure_teardown_s once a rank failed.
+  Seconds exit_limit() const {
+    return first_failure_ ? std::min(limits_.exit, Seconds(failure_teardown_s)) : limits_.exit;
+  }
   struct State {
     bool started = false, ended = false, stopped = false;
     bool joining = false, joined = false, finalizing = false;

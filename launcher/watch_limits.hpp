@@ -18,6 +18,10 @@ inline constexpr double default_start_timeout_s = 120;
 // Long enough for a master rank that writes files or evaluates alone after the others
 // have ended; ranks that finish through MPI_Finalize end within moments of each other.
 inline constexpr double default_exit_timeout_s = 300;
+// After a rank failed, mpirun ends the job within about 2 s: one that has not after this
+// long will not (its runtime broke: PMIx out of resources under a file-size limit waited on
+// a lock for good), and the exit timeout is cut to it.
+inline constexpr double failure_teardown_s = 20;
 
 struct WatchLimits {
   Seconds start{default_start_timeout_s};  // 0: no limit

@@ -262,6 +262,25 @@ TEST_CASE("faults: mpirun that does not end the job after a rank failed", "[inte
   CHECK(stand_in.alive().empty());
 }
 
+TEST_CASE("faults: under a small file-size limit the job ends within seconds of the failure, with a warning",
+          "[integration][faults][watch]") {
+  // `ulimit -f 8000` (dash counts 512-byte blocks: 4000 KB) reaches mpirun: its PMIx store fails (OUT-OF-RESOURCE), a rank's
+  // MPI_Init fails, and mpirun then waits on a lock for good. Before, only the exit timeout
+  // (300 s) ended the job; after a failure it is cut to 20 s. The launcher warns of the
+  // limit at the start.
+  const tnt_test::Outcome o = tnt_test::run(
+      {"/bin/sh", "-c", "ulimit -f 8000 && exec \"$0\" -n 2 -- \"$1\"", launcher, join_probe},
+      tnt_test::clean_environment(), 90s);
+  INFO(o.describe());
+  CHECK_FALSE(o.exited(0));
+  CHECK(o.seconds < 45);
+  CHECK_THAT(o.err, Catch::Contains("tarantella: warning: the file-size limit (ulimit -f) is 4000 KB here and applies "
+                                    "to every rank and to mpirun"));
+  CHECK_THAT(o.err, Catch::Contains("failed first") &&
+                        Catch::Contains("but 20 s later (mpirun ends a job within seconds of a failure) mpirun still "
+                                        "had not ended the job"));
+}
+
 TEST_CASE("faults: --max-restarts does not restart what a restart would repeat", "[integration][faults][restart]") {
   ScratchDir dir;
   // Each run appends a line: the count says how many attempts there were.

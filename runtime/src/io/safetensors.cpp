@@ -67,12 +67,19 @@ class Fd {
   int fd_;
 };
 
-void write_all(int fd, const void* data, size_t bytes, const std::string& tmp) {
+// A write that fails (a full disk, a file-size limit) names the file being written, not its
+// temporary, and says that nothing was replaced: an error for the user, without the source
+// location an internal error carries.
+[[noreturn]] void write_failed(const std::string& path, const std::string& what) {
+  throw Error(fmt::format("writing '{}' failed: {} (a file already there is kept as it was)", path, what));
+}
+
+void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     ssize_t n = ::write(fd, p, std::min<size_t>(bytes, size_t{1} << 30));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) TNT_THROW("writing '{}' failed: {}", tmp, n < 0 ? std::strerror(errno) : "no progress");
+    if (n <= 0) write_failed(path, n < 0 ? std::strerror(errno) : "no progress");
     p += n;
     bytes -= static_cast<size_t>(n);
   }
@@ -151,17 +158,17 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
     unsigned char len[8];
     uint64_t n = header.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    write_all(fd.get(), len, 8, tmp);
-    write_all(fd.get(), header.data(), header.size(), tmp);
+    write_all(fd.get(), len, 8, path);
+    write_all(fd.get(), header.data(), header.size(), path);
     for (const auto& [name, t] : tensors) {
       // Files hold the logical (row-major) order, whatever the tensor's memory format.
       const Tensor host = (t.device().is_cpu() ? t : t.to(Device::cpu())).contiguous();
-      write_all(fd.get(), host.raw(), host.nbytes(), tmp);
+      write_all(fd.get(), host.raw(), host.nbytes(), path);
     }
-    if (::fsync(fd.get()) != 0) TNT_THROW("fsync of '{}' failed: {}", tmp, std::strerror(errno));
-    if (::close(fd.release()) != 0) TNT_THROW("closing '{}' failed: {}", tmp, std::strerror(errno));
+    if (::fsync(fd.get()) != 0) write_failed(path, fmt::format("fsync: {}", std::strerror(errno)));
+    if (::close(fd.release()) != 0) write_failed(path, fmt::format("close: {}", std::strerror(errno)));
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
-      TNT_THROW("renaming '{}' to '{}' failed: {}", tmp, path, std::strerror(errno));
+      write_failed(path, fmt::format("renaming '{}' to it: {}", tmp, std::strerror(errno)));
     }
   } catch (...) {
     fd.reset();

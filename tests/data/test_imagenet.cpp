@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <unistd.h>
 
@@ -243,6 +244,35 @@ TEST_CASE("JPEG encode/decode round trip and a non-JPEG input") {
   }
   msg = error_of([&] { decode_jpeg(garbled.data(), garbled.size(), "garbled.JPEG"); });
   CHECK_THAT(msg, Catch::Contains("image 'garbled.JPEG'") && Catch::Contains("Corrupt JPEG data"));
+}
+
+TEST_CASE("image folders: what is left out is said, once") {
+  // Before, images in a folder below a class folder (torchvision's ImageFolder reads them)
+  // and a broken link named .JPEG were left out without a word: 16 samples of 18.
+  TempDir tmp("tnt-imagenet");
+  write_folders(tmp.path, "train");
+  const fs::path cls = tmp.path / "train" / kWnids[1];
+  fs::create_directories(cls / "more");
+  write_bytes(cls / "more" / "img_9.JPEG", solid_jpeg(1, 2, 3));
+  fs::create_symlink(tmp.path / "nowhere.JPEG", cls / "broken.JPEG");
+  std::fflush(stderr);
+  char tmpl[] = "/tmp/tnt_imagenet_stderr_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  REQUIRE(fd >= 0);
+  const int saved = ::dup(STDERR_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  const ImageFolderListing listing = list_image_folder((tmp.path / "train").string());
+  std::fflush(stderr);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ::close(fd);
+  std::ifstream in(tmpl);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(tmpl);
+  CHECK(listing.files.size() == static_cast<size_t>(kClasses * kPerClass));
+  CHECK_THAT(said, Catch::Contains("1 folder(s) inside class folders not read (" + std::string(kWnids[1]) + "/more/)"));
+  CHECK_THAT(said, Catch::Contains("1 image name(s) that are no readable file left out (" + std::string(kWnids[1]) +
+                                   "/broken.JPEG: a broken link"));
 }
 
 TEST_CASE("image folders: listing, labels, shapes and pixels") {

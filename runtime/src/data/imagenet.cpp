@@ -264,11 +264,21 @@ ImageFolderListing list_image_folder(const std::string& split_dir) {
   std::error_code ec;
   ImageFolderListing out;
   out.classes = image_folder_classes(split_dir);
+  // What is left out, said once: torchvision's ImageFolder reads images in folders below a
+  // class folder, and a broken link or a FIFO named .JPEG fails there; here neither is read.
+  std::vector<std::string> folders, not_files;
   for (size_t c = 0; c < out.classes.size(); ++c) {
     fs::path dir = fs::path(split_dir) / out.classes[c];
     std::vector<std::string> files;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-      if (is_jpeg_name(entry.path()) && entry.is_regular_file(ec)) files.push_back(entry.path().string());
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string shown = out.classes[c] + "/" + entry.path().filename().string();
+      if (entry.is_directory(ec)) {
+        folders.push_back(shown + "/");
+      } else if (is_jpeg_name(entry.path())) {
+        if (entry.is_regular_file(ec)) files.push_back(entry.path().string());
+        else not_files.push_back(shown);
+      }
+    }
     if (ec) TNT_INPUT_ERROR("image folder '{}': cannot list: {}", dir.string(), ec.message());
     if (files.empty())
       TNT_INPUT_ERROR("image folder '{}': class folder holds no .JPEG/.jpg images", dir.string());
@@ -277,6 +287,21 @@ ImageFolderListing list_image_folder(const std::string& split_dir) {
       out.files.push_back(std::move(f));
       out.labels.push_back(static_cast<int64_t>(c));
     }
+  }
+  auto some = [](const std::vector<std::string>& v) {
+    std::string s = v.front();
+    for (size_t i = 1; i < v.size() && i < 3; ++i) s += ", " + v[i];
+    return v.size() > 3 ? s + fmt::format(" and {} more", v.size() - 3) : s;
+  };
+  if (!folders.empty()) {
+    log_warning("image folder '{}': {} folder(s) inside class folders not read ({}): images go directly in their "
+                "class folder",
+                split_dir, folders.size(), some(folders));
+  }
+  if (!not_files.empty()) {
+    log_warning("image folder '{}': {} image name(s) that are no readable file left out ({}: a broken link, a FIFO "
+                "or the like)",
+                split_dir, not_files.size(), some(not_files));
   }
   return out;
 }

@@ -372,6 +372,16 @@ int main(int argc, char** argv) {
                         common.data_dir, folders.split, classes, records.split, num_classes, folders.dir, num_classes);
       }
       if (common.verbose > 0) tnt::print("{}\n{}", train_layout.describe(), val_layout.describe());
+      // A small set of class folders under the default of 1000 classes trains a head whose
+      // other outputs never see a label: say so (the tutorial's ImageNet has 1000).
+      if (train_layout.kind == "folders" && args.count("num_classes") == 0) {
+        const auto found = static_cast<int64_t>(tnt::image_folder_classes(train_layout.dir).size());
+        if (found < num_classes) {
+          tnt::print("note: {} class folders in {}, and the model has --num_classes={} outputs (the default); give "
+                     "--num_classes={} for a head of those classes alone",
+                     found, train_layout.dir, num_classes, found);
+        }
+      }
       tnt::Dataset train_files = tnt::imagenet_dataset(train_layout, train_opts);
       tnt::Dataset val_files = tnt::imagenet_dataset(val_layout, val_opts);
       epoch_size = train_files.cardinality();

@@ -174,6 +174,14 @@ case $case_name in
     if [[ $rc -eq 0 ]]; then pass "exit status 0"; else fail "exit status $rc"; fi
     if grep -Eq '12 training samples per epoch' <<<"$out"; then pass "12 training samples"; else fail "no '12 training samples per epoch' line"; fi
     if grep -Fxq 'data workers: 2 a rank' <<<"$out"; then pass "the data workers announced"; else fail "no 'data workers: 2 a rank' line"; fi
+    # Without --num_classes the head has the default 1000 outputs for 2 class folders: a
+    # note says so (the run then stops at its batch of 64, more than the 12 images).
+    run --data_dir="$tmp/imagenet" --model_dir="$tmp/model_default" --image_size=32 --batch_size=64 --log_steps=0
+    if grep -Fq "note: 2 class folders in $tmp/imagenet/train, and the model has --num_classes=1000 outputs (the default); give --num_classes=2" <<<"$out"; then
+      pass "the note on the default of 1000 classes"
+    else
+      fail "no note on 2 class folders under --num_classes=1000"
+    fi
     # The default, auto: 4 on CPU ranks.
     run --data_dir="$tmp/imagenet" --model_dir="$tmp/model_auto" --image_size=32 --num_classes=2 --batch_size=4 \
       --train_epochs=1 --log_steps=0

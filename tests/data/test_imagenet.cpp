@@ -2,6 +2,7 @@
 // colour JPEGs of 32x40 in class folders (created out of order), and the same samples as
 // TFRecord shards written by our writer. A sample's colour encodes its class (red) and its
 // number within the class (green), so labels and order can be checked from the pixels.
+#include "capture_stderr.hpp"
 #include "jpeg_writer.hpp"
 #include "temp_dir.hpp"
 #include <catch2/catch.hpp>
@@ -255,20 +256,9 @@ TEST_CASE("image folders: what is left out is said, once") {
   fs::create_directories(cls / "more");
   write_bytes(cls / "more" / "img_9.JPEG", solid_jpeg(1, 2, 3));
   fs::create_symlink(tmp.path / "nowhere.JPEG", cls / "broken.JPEG");
-  std::fflush(stderr);
-  char tmpl[] = "/tmp/tnt_imagenet_stderr_XXXXXX";
-  const int fd = ::mkstemp(tmpl);
-  REQUIRE(fd >= 0);
-  const int saved = ::dup(STDERR_FILENO);
-  ::dup2(fd, STDERR_FILENO);
-  const ImageFolderListing listing = list_image_folder((tmp.path / "train").string());
-  std::fflush(stderr);
-  ::dup2(saved, STDERR_FILENO);
-  ::close(saved);
-  ::close(fd);
-  std::ifstream in(tmpl);
-  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(tmpl);
+  ImageFolderListing listing;
+  const std::string said =
+      test::captured_stderr([&] { listing = list_image_folder((tmp.path / "train").string()); });
   CHECK(listing.files.size() == static_cast<size_t>(kClasses * kPerClass));
   CHECK_THAT(said, Catch::Contains("1 folder(s) inside class folders not read (" + std::string(kWnids[1]) + "/more/)"));
   CHECK_THAT(said, Catch::Contains("1 image name(s) that are no readable file left out (" + std::string(kWnids[1]) +

@@ -90,6 +90,23 @@ same_file() {  # NAME FILE COPY WHAT
 # The epochs (first column) of history.csv's rows, space-separated.
 csv_epochs() { awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$csv"; }
 
+
+# A run of sig_args in the background ($job: timeout's pid; its output in signal.out), and
+# its end: SIGUSR1 to $launcher_pid, the wait, the output in $fm_out, exit status 0 expected.
+start_signal_run() {
+  echo "+ $fm_launcher ${launch[*]} -- $fm_program ${sig_args[*]} &"
+  timeout -k 10 "$fm_limit" "$fm_launcher" "${launch[@]}" -- "$fm_program" "${sig_args[@]}" \
+    </dev/null >"$fm_tmp/signal.out" 2>&1 &
+  job=$!
+}
+end_signal_run() {
+  if [[ -n $launcher_pid ]]; then kill -USR1 "$launcher_pid"; else fm_fail "$case_name: the launcher's process not found"; fi
+  fm_rc=0
+  wait "$job" || fm_rc=$?
+  fm_out=$(cat "$fm_tmp/signal.out")
+  cat "$fm_tmp/signal.out"
+  expect_exit "$case_name" 0
+}
 case $case_name in
   resume_nothing_to_train)
     train_good first 1 --verbose=2
@@ -153,19 +170,11 @@ case $case_name in
     # ends where a run straight through ends, bitwise. Before, training went on to the time
     # limit and the epoch under way was lost (and earlier still, the signal ended the ranks).
     sig_args=("${small[@]}" --num_train_samples=1024 --train_epochs=12)
-    echo "+ $fm_launcher ${launch[*]} -- $fm_program ${sig_args[*]} &"
-    timeout -k 10 "$fm_limit" "$fm_launcher" "${launch[@]}" -- "$fm_program" "${sig_args[@]}" \
-      </dev/null >"$fm_tmp/signal.out" 2>&1 &
-    job=$!
+    start_signal_run
     for _ in $(seq 300); do [[ -s $csv ]] && break; sleep 0.1; done
     # To the launcher, timeout's child (timeout itself would end by SIGUSR1).
     launcher_pid=$(pgrep -P "$job" | head -n 1)
-    if [[ -n $launcher_pid ]]; then kill -USR1 "$launcher_pid"; else fm_fail "$case_name: the launcher's process not found"; fi
-    fm_rc=0
-    wait "$job" || fm_rc=$?
-    fm_out=$(cat "$fm_tmp/signal.out")
-    cat "$fm_tmp/signal.out"
-    expect_exit "$case_name" 0
+    end_signal_run
     got=$(grep -c "^fashion_mnist: SIGUSR1 received (a batch system's warning before the time limit, say): training stops after the current step, with a checkpoint of it" <<<"$fm_out")
     if [[ $got == 1 ]]; then fm_pass "$case_name: the master said it once"; else fm_fail "$case_name: said $got times, expected once"; fi
     if grep -Eq "^fashion_mnist: stopped after step [0-9]+ on SIGUSR1 \(the run is not finished\): $ckpt holds it(, [0-9]+ steps? into its epoch| at the end of its epoch); run the same command with --resume=auto" <<<"$fm_out"; then
@@ -414,9 +423,7 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     # and a program of models/ keeps one that comes earlier still: training stops after its
     # first step, with a checkpoint of it, exit 0.
     sig_args=("${small[@]}" --num_train_samples=1024 --train_epochs=12)
-    timeout -k 10 "$fm_limit" "$fm_launcher" "${launch[@]}" -- "$fm_program" "${sig_args[@]}" \
-      </dev/null >"$fm_tmp/signal.out" 2>&1 &
-    job=$!
+    start_signal_run
     # As soon as the launcher has started mpirun (timeout's child's child): its ranks are
     # starting then.
     launcher_pid=""
@@ -425,12 +432,7 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
       [[ -n $launcher_pid && -n $(pgrep -P "$launcher_pid") ]] && break
       sleep 0.01
     done
-    if [[ -n $launcher_pid ]]; then kill -USR1 "$launcher_pid"; else fm_fail "$case_name: the launcher's process not found"; fi
-    fm_rc=0
-    wait "$job" || fm_rc=$?
-    fm_out=$(cat "$fm_tmp/signal.out")
-    cat "$fm_tmp/signal.out"
-    expect_exit "$case_name" 0
+    end_signal_run
     if grep -Fq "fashion_mnist: stopped after step 1 on SIGUSR1 (the run is not finished): $ckpt holds it, 1 step into its epoch" <<<"$fm_out"; then
       fm_pass "$case_name: stopped after the first step, and said so"
     else

@@ -6,6 +6,8 @@
 // here fail for everyone (a regular file as a directory, a missing parent).
 #include <catch2/catch.hpp>
 
+#include "capture_stderr.hpp"
+
 #include "tarantella/callbacks.hpp"
 #include "tarantella/check.hpp"
 
@@ -34,25 +36,7 @@ std::string temp_dir() {
   return tmpl;
 }
 
-// What `f` writes to stderr (the log's warnings go there).
-template <typename F>
-std::string captured_stderr(F&& f) {
-  std::fflush(stderr);
-  char tmpl[] = "/tmp/tnt_csv_logger_stderr_XXXXXX";
-  const int fd = ::mkstemp(tmpl);
-  REQUIRE(fd >= 0);
-  const int saved = ::dup(STDERR_FILENO);
-  ::dup2(fd, STDERR_FILENO);
-  f();
-  std::fflush(stderr);
-  ::dup2(saved, STDERR_FILENO);
-  ::close(saved);
-  ::close(fd);
-  std::ifstream in(tmpl);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(tmpl);
-  return text;
-}
+using tnt::test::captured_stderr;
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -383,6 +383,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       if (r.kind == RankReport::Kind::continued || r.kind == RankReport::Kind::ended) stopped_now.erase(r.rank);
       if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
       if (r.kind == RankReport::Kind::started) started_at.emplace(r.rank, now);
+      if (r.kind == RankReport::Kind::stop_requested) result.stop_requested = true;
       if (r.kind != RankReport::Kind::started && r.kind != RankReport::Kind::stopped &&
           r.kind != RankReport::Kind::continued) {
         past_start.insert(r.rank);
@@ -497,7 +498,16 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       if (auto verdict = watch->check(Clock::now())) {
         std::fprintf(stderr, "tarantella: %s; ending the job\n", verdict->message.c_str());
         result.verdict = std::move(verdict);
-        stop_job();
+        if (!result.failures.empty() && kill_at == Clock::time_point::max()) {
+          // mpirun is ending the job after the failure already: a signal would make Open MPI
+          // 4.1's crash on the way. Killed at once, as for an unreachable host; the steps see
+          // it gone and end their programs, and what is left here is ended below.
+          stopping = true;
+          ::kill(child, SIGKILL);
+          kill_at = Clock::time_point::max() - Clock::duration(1);
+        } else {
+          stop_job();
+        }
       }
     }
     if (Clock::now() >= kill_at) {

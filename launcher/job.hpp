@@ -34,6 +34,7 @@ struct JobResult {
   int mpirun_status = 0;            // as from waitpid
   std::optional<int> interrupted_by;  // SIGINT, SIGTERM, SIGHUP or SIGQUIT received by the launcher
   std::optional<int> warned_by;       // the first SIGUSR1 or SIGUSR2 passed on to the ranks
+  bool stop_requested = false;        // a rank's program stopped training on a stop request
   size_t failures_before_interrupt = 0;  // how many of `failures` had arrived by then
   // The first of those that failed on its own: not killed by a stop signal (SIGINT, SIGTERM,
   // SIGHUP, SIGQUIT, SIGKILL), which may be the interrupt's own, come through mpirun.

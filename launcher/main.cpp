@@ -19,6 +19,7 @@
 #include "rank_setup.hpp"
 #include "requeue.hpp"
 
+#include <string.h>  // sigabbrev_np
 #include <sys/resource.h>
 #include "shell_words.hpp"
 
@@ -72,6 +73,7 @@ struct Attempt {
   bool interrupted = false;  // by the user's signal: not restarted
   std::string futile;        // why a restart would fail the same way (tl::restart_futility); "": it may not
   std::optional<int> warned_by;  // the SIGUSR1/SIGUSR2 passed on to the ranks (--requeue)
+  bool stop_requested = false;   // and a program stopped training on it
 };
 
 // "ranks 1, 2 on h2: lost (...)": a line per host and kind for the ranks the job lost; the
@@ -314,25 +316,25 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
                    first.rank, tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank,
                    tl::describe_status(first).c_str());
     }
-    return {128 + *result.interrupted_by, true, "", std::nullopt};
+    return {128 + *result.interrupted_by, true, "", std::nullopt, false};
   }
   // The reader of the output went away first (`| head`): the job was stopped for that, and
   // what the ranks reported as it stopped is no failure of theirs. As a pipeline's writer
   // ends by SIGPIPE; a restart would write to the same closed pipe.
-  if (result.output_closed && result.output_closed_first) return {128 + SIGPIPE, true, "", std::nullopt};
+  if (result.output_closed && result.output_closed_first) return {128 + SIGPIPE, true, "", std::nullopt, false};
   // The launcher was stopped (said when it resumed): the ranks' ends and losses that
   // followed are its consequence, not failures of theirs. Not restarted: it was stopped
   // on purpose, and may be again.
   if (result.stopped_s > 0 && result.stopped_first) {
     std::fprintf(stderr, "tarantella: the job ended because this launcher was stopped, not because of its ranks\n");
-    return {exit_launcher_stopped, true, "", std::nullopt};
+    return {exit_launcher_stopped, true, "", std::nullopt, false};
   }
   std::vector<std::string> others;
   for (const auto& s : slots) {
     if (s.host != host && std::find(others.begin(), others.end(), s.host) == others.end()) others.push_back(s.host);
   }
   return {job_status(result, others, command.front(), slots, server.has_value(), roles), false,
-          tl::restart_futility(result), result.warned_by};
+          tl::restart_futility(result), result.warned_by, result.stop_requested};
 }
 
 int launch(const std::vector<std::string>& args) {
@@ -487,7 +489,8 @@ int launch(const std::vector<std::string>& args) {
   for (int attempt = 0;; ++attempt) {
     if (options.max_restarts > 0) ::setenv(tl::env::restart, std::to_string(attempt).c_str(), 1);
     const Attempt a = run_attempt(command, host, slots, limits, heartbeat_s, roles);
-    if (const tl::RequeueDecision r = tl::decide_requeue(options, env, a.warned_by, a.status); !r.message.empty()) {
+    if (const tl::RequeueDecision r = tl::decide_requeue(options, env, a.warned_by, a.stop_requested, a.status);
+        !r.message.empty()) {
       std::fprintf(stderr, "tarantella: %s\n", r.message.c_str());
       std::fflush(stderr);
       if (r.requeue) {
@@ -504,6 +507,14 @@ int launch(const std::vector<std::string>& args) {
         std::fprintf(stderr, "tarantella: the job succeeded after %d restart%s\n", attempt, attempt == 1 ? "" : "s");
       }
       return 0;
+    }
+    // A warning (the time limit's, say) came before the failure: a restart would run into the
+    // limit with no warning left to stop it in time.
+    if (a.warned_by && !a.interrupted && attempt < options.max_restarts) {
+      std::fprintf(stderr, "tarantella: no restart tried (%d of %d left): SIG%s came before the failure (a batch "
+                   "system's warning before its time limit); run the same command again to continue\n",
+                   options.max_restarts - attempt, options.max_restarts, ::sigabbrev_np(*a.warned_by));
+      return a.status;
     }
     if (a.interrupted || attempt >= options.max_restarts) {
       if (options.max_restarts > 0 && !a.interrupted) {

@@ -263,6 +263,10 @@ class JoinWatch {
             finalizing_ = true;
             reporter.send(RankReport::Kind::finalizing, false, 0, false);
           }
+          if (buf[i] == 's' && !stop_requested_) {
+            stop_requested_ = true;
+            reporter.send(RankReport::Kind::stop_requested, false, 0, false);
+          }
         }
         continue;
       }
@@ -275,7 +279,7 @@ class JoinWatch {
 
  private:
   int fd_ = -1;
-  bool joining_ = false, joined_ = false, finalizing_ = false;
+  bool joining_ = false, joined_ = false, finalizing_ = false, stop_requested_ = false;
 };
 
 // After the program has ended: ends what it left running, that is its process group and

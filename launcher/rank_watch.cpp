@@ -36,6 +36,7 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
       s.joining_at = now;
       break;
     case RankReport::Kind::joined: s.joined = s.joining = true; break;
+    case RankReport::Kind::stop_requested: break;
     case RankReport::Kind::finalizing:
       s.finalizing = true;
       s.finalizing_at = now;

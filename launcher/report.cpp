@@ -62,6 +62,7 @@ constexpr struct {
     {RankReport::Kind::started, false, "started"},     {RankReport::Kind::stopped, false, "stopped"},
     {RankReport::Kind::continued, false, "continued"}, {RankReport::Kind::joining, false, "joining"},
     {RankReport::Kind::joined, false, "joined"},       {RankReport::Kind::finalizing, false, "finalizing"},
+    {RankReport::Kind::stop_requested, false, "stop_requested"},
 };
 
 const char* kind_word(const RankReport& r) {

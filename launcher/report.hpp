@@ -32,7 +32,9 @@ namespace tnt::launcher {
 struct RankReport {
   // joining, joined: the program's runtime is about to enter MPI_Init, and has left it
   // (env::join_fd); a program without the runtime sends neither.
-  enum class Kind { started, stopped, continued, ended, joining, joined, finalizing };
+  // stop_requested: the program stopped training on a stop request (tnt::request_stop_after_step,
+  // a warning signal), with its checkpoint where it writes one.
+  enum class Kind { started, stopped, continued, ended, joining, joined, finalizing, stop_requested };
   int rank = -1;
   int local_rank = -1;
   std::string host;

@@ -16,20 +16,26 @@ namespace tnt::launcher {
 
 namespace {
 
-// --resume, --resume=auto, --resume=PATH; the programs of models/ take these (flags.hpp).
+// --resume, --resume=auto (or true, 1, yes), as the programs of models/ take them
+// (flags.cpp); --resume=false (0, no) is none. The last one given counts.
 bool has_resume_flag(const std::vector<std::string>& program) {
+  bool resume = false;
   for (size_t i = 1; i < program.size(); ++i) {
     const std::string& a = program[i];
     if (a == "--") break;
-    if (a == "--resume" || a.rfind("--resume=", 0) == 0) return true;
+    if (a == "--resume") resume = true;
+    if (a.rfind("--resume=", 0) == 0) {
+      const std::string v = a.substr(9);
+      resume = v == "auto" || v == "true" || v == "1" || v == "yes";
+    }
   }
-  return false;
+  return resume;
 }
 
 }  // namespace
 
 RequeueDecision decide_requeue(const Options& options, const Environment& env, std::optional<int> warned_by,
-                               int status) {
+                               bool stopped, int status) {
   RequeueDecision d;
   if (!options.requeue || !warned_by) return d;
   const std::string sig = fmt::format("SIG{}", ::sigabbrev_np(*warned_by));
@@ -38,6 +44,12 @@ RequeueDecision decide_requeue(const Options& options, const Environment& env, s
     d.message = fmt::format("--requeue: the job ended with status {} after {}, not with the checkpoint of a stop; "
                             "not requeued",
                             status, sig);
+    return d;
+  }
+  if (!stopped) {
+    d.message = fmt::format("--requeue: {} came, but no program stopped on it (they ran to their end, or do not take "
+                            "it): not requeued",
+                            sig);
     return d;
   }
   if (!job || job->empty()) {

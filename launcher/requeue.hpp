@@ -24,11 +24,14 @@ struct RequeueDecision {
 };
 
 // Whether the job that just ended with `status` is requeued: only with --requeue, after a
-// warning signal (`warned_by`: the first SIGUSR1/SIGUSR2 passed on), a status of 0, inside a
-// SLURM job, and with --resume in the program's arguments (else the requeued run would start
-// over). Pure: the environment is a value.
+// warning signal (`warned_by`: the first SIGUSR1/SIGUSR2 passed on) that stopped the
+// programs, a status of 0, inside a SLURM job, and with --resume or --resume=auto (true, 1,
+// yes) among the program's arguments (else the requeued run would start over). Pure: the
+// environment is a value.
+// `stopped`: a rank's program said it stopped training on the request (its runtime's word,
+// RankReport::Kind::stop_requested); one that went on to its end is not requeued.
 RequeueDecision decide_requeue(const Options& options, const Environment& env, std::optional<int> warned_by,
-                               int status);
+                               bool stopped, int status);
 
 // Runs `scontrol requeue JOB_ID` (`scontrol` from PATH, or TNT_SCONTROL), for at most `limit`;
 // "" when it succeeded, else why not (its output, its status, or the time it took).

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <atomic>
 #include <csignal>
 #include <cstring>
 
@@ -19,16 +20,18 @@ std::array<std::array<char, 512>, 2> g_message{};
 std::array<size_t, 2> g_length{};
 bool g_stops = false;                  // set before the handler is armed
 volatile std::sig_atomic_t g_signal = 0;  // the last warning signal taken
-volatile std::sig_atomic_t g_armed = 0;   // take_warning_signals has run
-volatile std::sig_atomic_t g_early = 0;   // a signal held before that
+std::atomic<int> g_armed{0};  // take_warning_signals has run (lock-free: async-signal-safe)
+std::atomic<int> g_early{0};  // a signal held before that
+static_assert(std::atomic<int>::is_always_lock_free, "the handler's atomics must be lock-free");
 
 size_t slot_of(int sig) { return sig == SIGUSR1 ? 0 : 1; }
 
 void on_warning_signal(int sig) {
   const int saved = errno;
   g_signal = sig;
-  if (!g_armed) {
-    g_early = sig;  // take_warning_signals acts on it
+  if (g_armed.load() == 0) {
+    g_early.store(sig);  // take_warning_signals acts on it
+    errno = saved;
     return;
   }
   if (g_stops) tnt::request_stop_after_step();  // an atomic store: async-signal-safe
@@ -82,12 +85,9 @@ void take_warning_signals(const std::string& program, bool stop_with_checkpoint)
     }
     install(sig);
   }
-  g_armed = 1;
+  g_armed.store(1);  // after the messages and g_stops: a sequentially consistent store
   // One that came while held (during the program's start) is taken now, as it would have been.
-  if (const int early = g_early; early != 0) {
-    g_early = 0;
-    on_warning_signal(early);
-  }
+  if (const int early = g_early.exchange(0); early != 0) on_warning_signal(early);
 }
 
 bool stopped_on_warning_signal(const tnt::Model& model, const std::string& program, const std::string& checkpoint) {

@@ -205,6 +205,13 @@ TEST_CASE("translation: one complete set of PREFIX-train-NNNNN-of-MMMMM shards i
   CHECK(input_error([&] { read_translation(d, "train"); }) ==
         "data directory '" + d + "': the wmt32k-train shards disagree on how many there are (-of-2, -of-3)");
 
+  // One shard under two names (numbers with and without their zeros): refused, naming both.
+  test::TempDir twice;
+  write_shard(twice.path / "x-train-00001-of-00001", {pair_of(0, 3, 3)});
+  write_shard(twice.path / "x-train-1-of-1", {pair_of(0, 3, 3)});
+  CHECK_THAT(input_error([&] { read_translation(twice.path.string(), "train"); }),
+             Catch::Contains("are the same shard (") && Catch::Contains("keep one"));
+
   // Numbered from 0 as well; names without the pattern are read as before (*train*).
   test::TempDir zero;
   write_shard(zero.path / "x-train-00000-of-00002", {pair_of(0, 3, 3)});

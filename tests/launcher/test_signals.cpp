@@ -126,7 +126,9 @@ TEST_CASE("signals: SIGUSR1 and SIGUSR2 to the launcher reach every rank's progr
 TEST_CASE("signals: --requeue puts a SLURM job stopped by its warning signal back in the queue",
           "[integration][signals]") {
   // SLURM's `scontrol requeue` is stood in for by a script that writes down its arguments
-  // (TNT_SCONTROL); the cluster test cluster.slurm.requeue runs the real one.
+  // (TNT_SCONTROL); the cluster test cluster.slurm.requeue runs the real one. The ranks'
+  // stand-in says on its join pipe that it stopped on the request ('s', as the runtime does
+  // when fit stops on one), unless the case has it run to its end.
   struct Case {
     std::string name;
     std::vector<std::string> launcher_args, program_args;
@@ -135,6 +137,8 @@ TEST_CASE("signals: --requeue puts a SLURM job stopped by its warning signal bac
     int status = 0;
     bool requeued = false;
     std::string says;
+    bool stops = true;
+    int exit_code = 0;
   };
   const std::vector<Case> cases = {
       {"requeued", {"--requeue"}, {"--resume=auto"}, true, "0", 0, true,
@@ -147,6 +151,17 @@ TEST_CASE("signals: --requeue puts a SLURM job stopped by its warning signal bac
        "submit the job again with --resume=auto to continue"},
       {"no warning signal", {"--requeue"}, {"--resume=auto"}, false, "0", 0, false, ""},
       {"without --requeue", {}, {"--resume=auto"}, true, "0", 0, false, ""},
+      {"--resume=false", {"--requeue"}, {"--resume=false"}, true, "0", 0, false,
+       "the program's arguments have no --resume=auto"},
+      {"ran to its end", {"--requeue"}, {"--resume=auto"}, true, "0", 0, false,
+       "tarantella: --requeue: SIGUSR1 came, but no program stopped on it (they ran to their end, or do not take "
+       "it): not requeued",
+       false},
+      {"failed after the warning, with restarts left", {"--requeue", "--max-restarts", "2"}, {"--resume=auto"}, true,
+       "0", 3, false,
+       "tarantella: no restart tried (2 of 2 left): SIGUSR1 came before the failure (a batch system's warning before "
+       "its time limit); run the same command again to continue",
+       true, 3},
   };
   for (const Case& c : cases) {
     INFO("case: " << c.name);
@@ -155,8 +170,10 @@ TEST_CASE("signals: --requeue puts a SLURM job stopped by its warning signal bac
     const std::string program = dir.script(fmt::format(
         "trap 'touch {0}/got.$TNT_RANK' USR1\n"
         "touch {0}/up.$TNT_RANK\n"
-        "i=0; while [ ! -e {0}/got.$TNT_RANK ] && [ $i -lt {1} ]; do sleep 0.1; i=$((i + 1)); done\n",
-        dir.path.string(), c.signal ? 300 : 5));
+        "i=0; while [ ! -e {0}/got.$TNT_RANK ] && [ $i -lt {1} ]; do sleep 0.1; i=$((i + 1)); done\n"
+        "if [ -e {0}/got.$TNT_RANK ] && [ {2} = 1 ]; then eval \"printf s >&$TNT_JOIN_FD\"; fi\n"
+        "exit {3}",
+        dir.path.string(), c.signal ? 300 : 5, c.stops ? 1 : 0, c.exit_code));
     const std::string scontrol = dir.path.string() + "/scontrol-stand-in";
     {
       std::ofstream f(scontrol);

@@ -282,6 +282,9 @@ TEST_CASE("the ranks' own micro-batches, as many on every rank, are checked befo
                       Catch::Contains("2 micro-batches an epoch (distribute_dataset=false)") &&
                       Catch::Contains("3 micro-batches an epoch"));
   CHECK(model.global_step() == 0);  // refused before any step
+  // A max_steps beyond the shorter count changes nothing: refused the same way.
+  fit.max_steps = 1000;
+  CHECK_THAT(input_error_of([&] { model.fit(mine, fit); }), Catch::Contains("micro-batches an epoch"));
   // With max_steps the ranks stop together before the shorter one runs out: allowed.
   fit.max_steps = 2;
   CHECK(model.fit(mine, fit).epochs.size() == 1);

@@ -156,9 +156,21 @@ TEST_CASE("a run cut inside an epoch by max_steps resumes at its next step and e
     other.initial_step = model->checkpoint_epoch_step();
     REQUIRE_THROWS_WITH(model->fit(data(), other),
                         Catch::Contains("fit: initial_step=2 is the checkpoint's position, 2 steps of a global batch "
-                                        "of 16 into its epoch, but this fit's global batch is 8: resume with a batch "
-                                        "size of 16"));
+                                        "of 16 into its epoch, but this fit's global batch is 8: resume with the "
+                                        "checkpoint's global batch of 16 samples"));
     REQUIRE(model->global_step() == 6);  // nothing trained
+    // The ranks' own micro-batches (distribute_dataset=false): the global batch is known at
+    // the first step, 5 a rank here (5, 10 or 15 in all, never 16), and checked there.
+    tnt::FitOptions own = fit_options(epoch, kEpochs);
+    own.batch_size = 0;
+    own.distribute_dataset = false;
+    own.initial_step = model->checkpoint_epoch_step();
+    const tnt::Dataset mine = data().shard(tnt::size(), tnt::rank()).batch(5);
+    REQUIRE_THROWS_WITH(model->fit(mine, own),
+                        Catch::Contains("fit: initial_step=2 is the checkpoint's position, 2 steps of a global batch "
+                                        "of 16 into its epoch, but this fit's global batch is " +
+                                        std::to_string(5 * tnt::size())));
+    REQUIRE(model->global_step() == 6);
   }
 
   // A step that is not one of the epoch's is refused on every rank.

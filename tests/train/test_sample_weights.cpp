@@ -360,6 +360,16 @@ TEST_CASE("a bad sample weight on one rank is an input error on every rank") {
     INFO(msg);
     CHECK(msg.find("fit: class_weight: class 2 does not exist; the model's predictions have 2 classes, 0 to 1") !=
           std::string::npos);
+    // Refused before any callback acts (a CSVLogger would have started its history).
+    struct Began : tnt::Callback {
+      Began() : tnt::Callback(Ranks::all) {}
+      void on_train_begin(const tnt::Logs&) override { began = true; }
+      bool began = false;
+    };
+    auto began = std::make_shared<Began>();
+    fit.callbacks = {began};
+    input_error_of([&] { fit_with(tnt::Dataset::from_tensors({d.x, d.y}), fit); });
+    CHECK_FALSE(began->began);
     tnt::Model model(tnt::test::small_mlp(), kSeed);
     model.compile(std::make_shared<tnt::SGD>(0.2), std::make_shared<tnt::SoftmaxCrossEntropy>());
     tnt::EvaluateOptions options;

@@ -94,6 +94,10 @@ int node_cpu_share(MPI_Comm node, int local_rank, int local_size) {
 
 RuntimeContext* context_or_null() { return g_context.get(); }
 
+void tell_launcher_stop_requested() {
+  if (g_context) tell_launcher(g_context->join_fd, 's');
+}
+
 void init(int* argc, char*** argv) {
   if (g_context) return;
   // A file-size limit (ulimit -f) would end the process by SIGXFSZ, a core-dumping signal,

@@ -40,4 +40,8 @@ struct RuntimeContext {
 
 RuntimeContext* context_or_null();
 
+// Tells the launcher (its join pipe, when it started this rank) that the program stopped
+// training on a stop request: tarantella --requeue requeues only a job that did.
+void tell_launcher_stop_requested();
+
 }  // namespace tnt

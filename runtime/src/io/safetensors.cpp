@@ -151,9 +151,7 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   }
   try {
     // mkstemp makes 0600; a checkpoint is an ordinary file (0666 less the umask).
-    mode_t mask = ::umask(0);
-    ::umask(mask);
-    ::fchmod(fd.get(), 0666 & ~mask);
+    ::fchmod(fd.get(), 0666 & ~io::current_umask());
 
     unsigned char len[8];
     uint64_t n = header.size();

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <system_error>
 
 #include <sys/stat.h>
@@ -23,6 +24,18 @@ std::string temp_prefix(const std::string& base) { return "." + base + ".tmp-"; 
 
 std::string temp_template(const std::filesystem::path& dir, const std::string& base) {
   return (dir / (temp_prefix(base) + std::to_string(::getpid()) + "-XXXXXX")).string();
+}
+
+unsigned current_umask() noexcept {
+  try {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("Umask:", 0) == 0) return static_cast<unsigned>(std::stoul(line.substr(6), nullptr, 8));
+    }
+  } catch (...) {
+  }
+  return 022;
 }
 
 void remove_stale_temps(const std::filesystem::path& dir, const std::string& base) noexcept {
@@ -58,9 +71,7 @@ void write_file_atomically(const std::string& path, std::string_view content, st
     TNT_INPUT_ERROR("{} '{}': cannot create a temporary file in '{}': {}", what, path, dir.string(),
                     std::strerror(errno));
   }
-  const mode_t mask = ::umask(0);  // mkstemp makes 0600; this is an ordinary file
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
+  ::fchmod(fd, 0666 & ~io::current_umask());  // mkstemp makes 0600; this is an ordinary file
   std::string failed;
   for (size_t done = 0; done < content.size() && failed.empty();) {
     const ssize_t n = ::write(fd, content.data() + done, content.size() - done);

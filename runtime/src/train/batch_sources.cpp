@@ -121,13 +121,17 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
 
 // Moves each batch's weights into Batch::sample_weights (see model.hpp). A bad weight is seen
 // on one rank only, so the ranks agree on every weighted batch, and all of them throw.
-NextBatch with_sample_weights(NextBatch next, size_t n_in, const LossPtr& loss, const ClassWeight& class_weight,
-                              int64_t classes, const char* what) {
+void check_class_weight_for(const char* what, const ClassWeight& class_weight, int64_t classes) {
   try {
     check_class_weight(class_weight, classes);  // the same options on every rank
   } catch (const InputError& e) {
     TNT_INPUT_ERROR("{}: {}", what, e.what());
   }
+}
+
+NextBatch with_sample_weights(NextBatch next, size_t n_in, const LossPtr& loss, const ClassWeight& class_weight,
+                              int64_t classes, const char* what) {
+  check_class_weight_for(what, class_weight, classes);
   return [next = std::move(next), n_in, loss, class_weight, what]() -> std::optional<Batch> {
     std::optional<Batch> batch = next();
     if (!batch || (batch->columns.size() != n_in + 2 && class_weight.empty())) return batch;
@@ -222,9 +226,9 @@ int64_t batch_within_data(const char* what, const char* batch_name, int64_t glob
   if (samples <= 0 || global <= within) return global;
   if (is_master_rank()) {
     const std::string text = fmt::format(
-        "{}: {}={} is larger than the data's {} samples; each pass is one batch of {} (as Keras does), not {} "
-        "padded with copies",
-        what, batch_name, global, samples, within, global);
+        "{}: the global batch of {} ({}) is larger than the data's {} samples; each pass is one batch of {} (as "
+        "Keras does), not {} padded with copies",
+        what, global, batch_name, samples, within, global);
     if (warn) log_warning("{}", text);
     else log_info("{}", text);
   }

@@ -41,6 +41,9 @@ NextBatch user_source(const Dataset& data, int64_t epoch, int64_t expected_micro
 // Moves each batch's weights into Batch::sample_weights (see model.hpp). A bad weight is seen
 // on one rank only, so the ranks agree on every weighted batch, and all of them throw.
 // classes: the predictions' class count (Loss::class_count), -1 unknown.
+// check_class_weight_for: check_class_weight with "<what>: " before its message; fit and
+// evaluate call it before any callback acts, with_sample_weights again.
+void check_class_weight_for(const char* what, const ClassWeight& class_weight, int64_t classes);
 NextBatch with_sample_weights(NextBatch next, size_t n_in, const LossPtr& loss, const ClassWeight& class_weight,
                               int64_t classes, const char* what);
 

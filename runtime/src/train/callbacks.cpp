@@ -180,9 +180,7 @@ void replace_file(const std::string& path, const std::string& content) {
   std::string tmp = io::temp_template(dir, target.filename().string());
   const int fd = ::mkstemp(tmp.data());
   if (fd < 0) TNT_INPUT_ERROR("CSVLogger: cannot create a temporary file beside '{}': {}", path, std::strerror(errno));
-  const mode_t mask = ::umask(0);  // mkstemp makes 0600; the log is an ordinary file
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
+  ::fchmod(fd, 0666 & ~io::current_umask());  // mkstemp makes 0600; the log is an ordinary file
   size_t done = 0;
   while (done < content.size()) {
     const ssize_t n = ::write(fd, content.data() + done, content.size() - done);

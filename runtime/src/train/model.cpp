@@ -6,6 +6,7 @@
 #include "comm/agreement.hpp"
 #include "comm/collective_scope.hpp"
 #include "core/clock.hpp"
+#include "core/context.hpp"
 #include "io/timeline.hpp"
 #include "train/layer_spans.hpp"
 #include "tarantella/comm.hpp"
@@ -228,11 +229,12 @@ History Model::fit(const Dataset& all_data, FitOptions options) {
                    validation_set(options), options);
   }
   // The global batch is also what callbacks and the validation default see.
+  const char* batch_name = options.batch_size > 0 ? "batch_size" : "micro_batch_size x ranks";
   options.batch_size =
       global_batch_of("fit", "batch_size", options.batch_size, "micro_batch_size", options.micro_batch_size);
   // With its remainder dropped, such a batch gives no step: refused below.
   if (options.remainder == Remainder::pad) {
-    options.batch_size = detail::batch_within_data("fit", "batch_size", options.batch_size, data.cardinality(), true);
+    options.batch_size = detail::batch_within_data("fit", batch_name, options.batch_size, data.cardinality(), true);
   }
   DistributedDataset train = data.distribute(options.batch_size, rank(), p, options.remainder);
   if (options.prefetch > 0) train = train.prefetch(options.prefetch);
@@ -362,6 +364,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
   TNT_INPUT_CHECK(options.epochs >= options.initial_epoch, "fit: epochs={} is smaller than initial_epoch={}",
                   options.epochs, options.initial_epoch);
   TNT_INPUT_CHECK(options.validation_freq > 0, "fit: validation_freq must be positive");
+  detail::check_class_weight_for("fit", options.class_weight, class_count());  // before any callback acts
   TNT_INPUT_CHECK(options.initial_step >= 0 && (steps < 0 || options.initial_step < steps),
                   "fit: initial_step={} is not a step of initial_epoch={} (epoch {} of the logs; {} steps an epoch{})",
                   options.initial_step, options.initial_epoch, options.initial_epoch + 1, steps,
@@ -370,14 +373,20 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
                       : "");
   // A checkpoint's steps into its epoch count global batches of its size: with another
   // size they would skip other samples (some trained twice in the epoch, some never).
+  // With the ranks' own micro-batches (distribute_dataset=false) the global batch is known
+  // at the first step: checked there.
   const int64_t batch = options.distribute_dataset ? options.batch_size : 0;
-  TNT_INPUT_CHECK(options.initial_step == 0 || options.initial_step != checkpoint_epoch_step_ ||
-                      checkpoint_epoch_batch_ == 0 || batch == checkpoint_epoch_batch_,
-                  "fit: initial_step={} is the checkpoint's position, {} steps of a global batch of {} into its epoch, "
-                  "but this fit's global batch is {}: resume with a batch size of {} (a program's --batch_size), or "
-                  "from a checkpoint at an epoch's end",
-                  options.initial_step, checkpoint_epoch_step_, checkpoint_epoch_batch_,
-                  batch > 0 ? std::to_string(batch) : std::string("the ranks' own"), checkpoint_epoch_batch_);
+  const bool at_checkpoint = options.initial_step > 0 && options.initial_step == checkpoint_epoch_step_ &&
+                             checkpoint_epoch_batch_ > 0;
+  auto check_checkpoint_batch = [&](int64_t global) {
+    TNT_INPUT_CHECK(!at_checkpoint || global == checkpoint_epoch_batch_,
+                    "fit: initial_step={} is the checkpoint's position, {} steps of a global batch of {} into its "
+                    "epoch, but this fit's global batch is {}: resume with the checkpoint's global batch of {} "
+                    "samples, or from a checkpoint at an epoch's end",
+                    options.initial_step, checkpoint_epoch_step_, checkpoint_epoch_batch_, global,
+                    checkpoint_epoch_batch_);
+  };
+  if (batch > 0) check_checkpoint_batch(batch);
   fit_global_batch_ = batch;
   TNT_INPUT_CHECK(options.initial_step == 0 || ps_ == nullptr,
                   "fit: initial_step={} (a checkpoint inside an epoch) is not supported with strategy=parameter_server",
@@ -405,9 +414,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     if (options.distribute_dataset) {
       facts.push_back(fmt::format("global batch {}", options.batch_size));
       facts.push_back(fmt::format("{} steps an epoch", steps));
-    } else if (options.max_steps <= 0) {
+    } else if (options.max_steps <= 0 || steps < 0 || options.max_steps - global_step_ > steps) {
       // The ranks' own micro-batches: a rank with more would find out only when the others
-      // ran out, at the end of the first epoch. Unknown counts are checked step by step.
+      // ran out, at the end of the first epoch (unless max_steps ends training before this
+      // rank's run out). Unknown counts are checked step by step.
       facts.push_back(steps >= 0 ? fmt::format("{} micro-batches an epoch (distribute_dataset=false)", steps)
                                  : std::string("micro-batches an epoch: not known ahead"));
     }
@@ -476,6 +486,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
         break;
       }
       timing_.input_seconds += now_s() - t_input;
+      if (fit_global_batch_ == 0 && batch->global_batch_size > 0) {  // the ranks' own micro-batches
+        check_checkpoint_batch(batch->global_batch_size);             // alike on every rank (user_source)
+        fit_global_batch_ = batch->global_batch_size;
+      }
       // Opens/closes the window; the input wait; on a GPU the step's reference event.
       timeline::step_begin(global_step_ + 1, epoch, t_input, network_->device());
       cuda_profile.step_begin(global_step_ + 1);
@@ -492,6 +506,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
         if (!ps_ && totals.stop_agreed()) {  // the same step on every rank: the allreduce's value
           stop_requested_ = stopped_on_request_ = true;
           clear_stop_request();
+          tell_launcher_stop_requested();
         }
       } catch (const InputError& e) {
         throw InputError(fmt::format("{} (training: epoch {}, step {} of the epoch; {})", e.what(), epoch + 1,

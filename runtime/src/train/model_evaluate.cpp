@@ -78,6 +78,7 @@ Logs Model::evaluate(const DistributedDataset& data, EvaluateOptions options) {
 // on_test_end (the global results) with eval as their EvalParams.
 Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weight, const EvalParams& eval,
                          detail::CallbackList* callbacks) {
+  detail::check_class_weight_for("evaluate", class_weight, class_count());
   if (!weights_synced_) broadcast_weights();
   RunContext rc;
   rc.training = false;

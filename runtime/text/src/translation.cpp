@@ -72,9 +72,11 @@ void check_complete(const std::string& data_dir, const std::string& prefix, cons
     TNT_INPUT_CHECK(set.by_number.count(i), "data directory '{}': shard {}-{}-{:05d}-of-{:05d} is missing ({} of {} present)",
                     data_dir, prefix, split, i, count, set.by_number.size(), count);
   }
-  TNT_INPUT_CHECK(static_cast<int64_t>(set.by_number.size()) == count,
-                  "data directory '{}': {} {}-{} shards numbered outside 1 to {} ({})", data_dir,
-                  set.by_number.size(), prefix, split, count, set.by_number.rbegin()->second);
+  for (const auto& [number, name] : set.by_number) {
+    TNT_INPUT_CHECK(number >= first && number < first + count,
+                    "data directory '{}': '{}' is numbered outside the set's {} to {} ({} shards)", data_dir, name,
+                    first, first + count - 1, count);
+  }
 }
 
 }  // namespace
@@ -106,7 +108,9 @@ std::vector<std::string> translation_shards(const std::string& data_dir, const s
     std::smatch m;
     if (std::regex_match(name, m, pattern)) {
       ShardSet& set = sets[m[1].str()];
-      set.by_number[std::stoll(m[2].str())] = name;
+      const auto [at, added] = set.by_number.emplace(std::stoll(m[2].str()), name);
+      TNT_INPUT_CHECK(added, "data directory '{}': '{}' and '{}' are the same shard ({} of {}); keep one", data_dir,
+                      at->second, name, m[2].str(), m[3].str());
       set.counts.insert(std::stoll(m[3].str()));
     } else {
       others.push_back(name);

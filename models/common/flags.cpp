@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <type_traits>
@@ -427,15 +428,72 @@ ResumeFlag parse_resume_flag(const cxxopts::ParseResult& args) {
                   v);
 }
 
-int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed) {
+std::string flag_text(double v) { return fmt::format("{}", v); }
+
+std::string flag_text(int64_t v) { return std::to_string(v); }
+
+namespace {
+
+constexpr const char* kFlagsKey = "flags";
+
+}  // namespace
+
+void record_run_flags(tnt::Model& model, const RunFlags& flags) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto* list : {&flags.same, &flags.noted}) {
+    for (const auto& [name, value] : *list) j[name] = value;
+  }
+  model.set_checkpoint_metadata(kFlagsKey, j.dump());
+}
+
+std::vector<std::string> compare_run_flags(const std::string& checkpoint, const std::string& stored,
+                                           const RunFlags& given) {
+  if (stored.empty()) return {};
+  const nlohmann::json j = nlohmann::json::parse(stored, nullptr, false);
+  TNT_INPUT_CHECK(j.is_object(),
+                  "checkpoint '{}': its metadata 'flags' are not a JSON object of flags: the checkpoint is damaged or "
+                  "was not written by this program; --overwrite starts a new run",
+                  checkpoint);
+  auto was = [&](const std::string& name) -> std::optional<std::string> {
+    if (!j.contains(name) || !j[name].is_string()) return std::nullopt;
+    return j[name].get<std::string>();
+  };
+  std::vector<std::string> given_text, stored_text;
+  for (const auto& [name, value] : given.same) {
+    const std::optional<std::string> old = was(name);
+    if (!old || *old == value) continue;
+    given_text.push_back(fmt::format("--{}={}", name, value));
+    stored_text.push_back(fmt::format("--{}={}", name, *old));
+  }
+  if (!given_text.empty()) {
+    TNT_INPUT_ERROR("{}: the run being resumed ({}) was trained with {}, and {} what its weights compute or what the "
+                    "checkpoint holds; give {} to continue it, or --overwrite to start a new run",
+                    fmt::join(given_text, " "), checkpoint, fmt::join(stored_text, " "),
+                    given_text.size() == 1 ? "that flag decides" : "those flags decide", fmt::join(stored_text, " "));
+  }
+  std::vector<std::string> notes;
+  for (const auto& [name, value] : given.noted) {
+    const std::optional<std::string> old = was(name);
+    if (!old || *old == value) continue;
+    notes.push_back(fmt::format("--{}={}: the run being resumed was trained with --{}={}; it goes on with {}", name,
+                                value, name, *old, value));
+  }
+  return notes;
+}
+
+int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed, const RunFlags& flags) {
   // The run directory may be on the master's host alone (a --model_dir on its own disk): the
   // master checks the file, and every rank gets the checkpoint from it.
   std::string problem;
+  std::vector<std::string> notes;
   if (tnt::is_master_rank()) {
     try {
       TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
       check_resume_seed(checkpoint, seed);
       check_resume_precision(checkpoint, model.precision().name());
+      const nlohmann::json metadata = checkpoint_metadata(checkpoint);
+      const bool has_flags = metadata.contains(kFlagsKey) && metadata[kFlagsKey].is_string();
+      notes = compare_run_flags(checkpoint, has_flags ? metadata[kFlagsKey].get<std::string>() : "", flags);
     } catch (const tnt::InputError& e) {
       problem = e.what();
     }
@@ -443,6 +501,7 @@ int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uin
   tnt::communicator().broadcast(problem, tnt::master_rank());
   if (!problem.empty()) throw tnt::InputError(problem);
   const int epoch = model.load_checkpoint_from_master(checkpoint);
+  for (const std::string& note : notes) tnt::print("{}", note);
   if (const int64_t step = model.checkpoint_epoch_step(); step > 0) {
     tnt::print("Resuming from {} inside epoch {}, after {} of its steps", checkpoint, epoch + 1, step);
   } else {

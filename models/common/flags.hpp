@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tnt {
@@ -178,10 +179,38 @@ void check_directory_flag(const std::string& flag, const std::string& path, cons
 // cannot be read, is left to Model::load_checkpoint to accept or refuse.
 void check_resume_seed(const std::string& checkpoint, uint64_t seed);
 
-// --resume: the checkpoint must exist and carry this run's --seed (check_resume_seed); loads
-// it into `model` (weights, optimizer state and step, so the learning-rate schedule goes on)
-// and says so. Returns the epoch the run continues from.
-int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed);
+// A program's flags as its checkpoints record them (metadata "flags": a JSON object of flag
+// name -> value text), so that --resume compares them with the flags it is given.
+// same: what decides what the weights compute or which state the checkpoint holds (a model's
+// shape, its optimizer); a resume with another value is refused, naming the flag.
+// noted: training settings a resumed run may change (a learning rate, dropout); a change is
+// said, and the run goes on with the value given.
+// Values are compared as text: give each in one spelling (flag_text).
+struct RunFlags {
+  std::vector<std::pair<std::string, std::string>> same;
+  std::vector<std::pair<std::string, std::string>> noted;
+};
+std::string flag_text(double v);  // shortest text that reads back as v
+std::string flag_text(int64_t v);
+inline std::string flag_text(int v) { return flag_text(static_cast<int64_t>(v)); }
+inline std::string flag_text(bool v) { return v ? "true" : "false"; }
+inline std::string flag_text(const std::string& v) { return v; }
+// Every checkpoint `model` writes records `flags`.
+void record_run_flags(tnt::Model& model, const RunFlags& flags);
+// The refusal or the notes for resuming `checkpoint`, recorded with `stored` flags (its
+// "flags" metadata), with `given`: throws InputError for a changed `same` flag (all of them
+// in one message), returns one line per changed `noted` flag. Flags one side lacks are
+// not compared (checkpoints of older versions record none).
+std::vector<std::string> compare_run_flags(const std::string& checkpoint, const std::string& stored,
+                                           const RunFlags& given);
+
+// --resume: the checkpoint must exist, carry this run's --seed (check_resume_seed) and
+// precision, and have been trained with the same `flags.same` (compare_run_flags); loads it
+// into `model` (weights, optimizer state and step, so the learning-rate schedule goes on) and
+// says so, with a line for each `flags.noted` that changed. Returns the epoch the run
+// continues from.
+int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed,
+                           const RunFlags& flags = {});
 
 // "Nothing to train (the checkpoint is at epoch 3, --train_epochs=2): evaluating its weights"
 // when a run starts at or beyond --train_epochs (`evaluates`: whether weights are evaluated

@@ -180,6 +180,16 @@ int main(int argc, char** argv) {
     tnt::Model model(net, common.seed);
     double lr = args.count("learning_rate") ? args["learning_rate"].as<double>() : (opt_kind == "adam" ? 1e-3 : 1e-2);
     TNT_INPUT_CHECK(lr > 0, "--learning_rate={}: must be positive", lr);
+    // What a resume compares: the network and the optimizer's state must be the same; the
+    // rest a resumed run may change, and is told it did.
+    using tnt_models::flag_text;
+    const tnt_models::RunFlags run_flags{
+        .same = {{"model", model_kind}, {"optimizer", opt_kind}},
+        .noted = {{"learning_rate", flag_text(lr)},
+                  {"scale_learning_rate", flag_text(args["scale_learning_rate"].as<bool>())},
+                  {"warmup_epochs", flag_text(args["warmup_epochs"].as<double>())},
+                  {"batch_size", flag_text(common.batch_size)},
+                  {"num_train_samples", flag_text(num_train)}}};
     // The linear scaling rule (Goyal et al.): the rate grows with the global batch, from
     // the rate given for a batch of 128.
     if (args["scale_learning_rate"].as<bool>()) lr *= static_cast<double>(common.batch_size) / 128.0;
@@ -217,7 +227,8 @@ int main(int argc, char** argv) {
     const std::string checkpoint = model_dir + "/checkpoint.safetensors";
 
     int initial_epoch = 0;
-    if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
+    if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+    tnt_models::record_run_flags(model, run_flags);
 
     if (tnt::is_master_rank() && common.verbose > 0) {
       tnt::print("{}", net->summary());

@@ -418,8 +418,18 @@ int main(int argc, char** argv) {
     const std::string& model_dir = run.path;
     const std::string checkpoint = model_dir + "/checkpoint.safetensors";
     int initial_epoch = 0;
+    // What a resume compares: the head's size must be the same; the training settings a
+    // resumed run may change, and is told it did.
+    using tnt_models::flag_text;
+    const tnt_models::RunFlags run_flags{.same = {{"num_classes", flag_text(num_classes)}},
+                                         .noted = {{"base_learning_rate", flag_text(base_lr)},
+                                                   {"warmup_epochs", flag_text(warmup_epochs)},
+                                                   {"label_smoothing", flag_text(label_smoothing)},
+                                                   {"batch_size", flag_text(common.batch_size)},
+                                                   {"image_size", flag_text(image_size)}}};
     // The data's order is a function of the seed and the epoch: it continues too.
-    if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
+    if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+    tnt_models::record_run_flags(model, run_flags);
 
     if (common.verbose > 0) {
       tnt::print("ResNet-50 v1.5: {} parameters, {} classes, images {}x{}", net->parameter_count(), num_classes,

@@ -408,7 +408,28 @@ int main(int argc, char** argv) {
     const std::string& model_dir = run.path;
     const std::string checkpoint = model_dir + "/checkpoint.safetensors";
     int initial_epoch = 0;
-    if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed);
+    // What a resume compares: the model's shape must be the same (--num_heads changes what
+    // the same weights compute); the training settings a resumed run may change, and is told.
+    using tnt_models::flag_text;
+    const tnt_models::RunFlags run_flags{
+        .same = {{"vocab_size", flag_text(p.vocab_size)},
+                 {"hidden_size", flag_text(p.hidden_size)},
+                 {"num_hidden_layers", flag_text(p.num_hidden_layers)},
+                 {"num_heads", flag_text(p.num_heads)},
+                 {"filter_size", flag_text(p.filter_size)}},
+        .noted = {{"learning_rate", flag_text(p.learning_rate)},
+                  {"learning_rate_warmup_steps", flag_text(p.learning_rate_warmup_steps)},
+                  {"label_smoothing", flag_text(p.label_smoothing)},
+                  {"layer_postprocess_dropout", flag_text(p.layer_postprocess_dropout)},
+                  {"attention_dropout", flag_text(p.attention_dropout)},
+                  {"relu_dropout", flag_text(p.relu_dropout)},
+                  {"optimizer_adam_beta1", flag_text(p.optimizer_adam_beta1)},
+                  {"optimizer_adam_beta2", flag_text(p.optimizer_adam_beta2)},
+                  {"optimizer_adam_epsilon", flag_text(p.optimizer_adam_epsilon)},
+                  {"batch_size", flag_text(common.batch_size)},
+                  {"max_length", flag_text(p.max_length)}}};
+    if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+    tnt_models::record_run_flags(model, run_flags);
 
     if (common.verbose > 0) {
       tnt::print("Transformer ({}): {} parameters, vocabulary {}, hidden {}, {} + {} layers, {} heads, filter {}",

@@ -66,6 +66,7 @@ train_checkpoint() {
 }
 
 # set_checkpoint_metadata KEY VALUE: rewrites one metadata entry of the trained checkpoint
+# (an empty VALUE removes it)
 # (the safetensors header, padded to 8 bytes), as a damaged or foreign file would have it.
 set_checkpoint_metadata() {
   local python=${PYTHON:-python3}
@@ -76,7 +77,10 @@ path, key, value = sys.argv[1:4]
 data = open(path, "rb").read()
 n = struct.unpack("<Q", data[:8])[0]
 header = json.loads(data[8:8 + n])
-header["__metadata__"][key] = value
+if value:
+    header["__metadata__"][key] = value
+else:
+    header["__metadata__"].pop(key, None)
 text = json.dumps(header).encode()
 text += b" " * (-len(text) % 8)
 open(path, "wb").write(struct.pack("<Q", len(text)) + text + data[8 + n:])
@@ -186,16 +190,37 @@ case $case_name in
     ;;
 
   checkpoint_other_model)
-    # An MLP checkpoint given to the CNN: conv1/conv2 are missing, fc3 is unexpected and
-    # fc1/fc2 have other shapes. The MLP trains on 1 rank: which job wrote a checkpoint does
-    # not matter here, and the 2-rank training has its own test (master_output).
+    # The checkpoint records the flags that decide the network and the optimizer's state:
+    # an MLP run resumed with --model=cnn is refused naming the flag and both values (before:
+    # a list of tensor names), and so is another --optimizer, both in one message. The MLP
+    # trains on 1 rank: which job wrote a checkpoint does not matter here.
+    ckpt=$fm_tmp/model/checkpoint.safetensors
     train_checkpoint
     fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --model=cnn --train_epochs=2 --resume
     expect_failure "$case_name"
-    fm_expect_fixed "$case_name" "$fm_tmp/model/checkpoint.safetensors" "the checkpoint"
-    fm_expect_grep "$case_name" "conv1\.weight" "a missing tensor (conv1.weight)"
-    fm_expect_grep "$case_name" "fc3\.weight" "an unexpected tensor (fc3.weight)"
-    fm_expect_grep "$case_name" "fc1\.weight" "a tensor of another shape (fc1.weight)"
+    fm_expect_fixed "$case_name" "--model=cnn: the run being resumed ($ckpt) was trained with --model=mlp, and that flag decides" \
+      "the flag, both values and the checkpoint"
+    fm_run other_optimizer "${launch[@]}" -- "${small[@]}" --model=cnn --optimizer=sgd --train_epochs=2 --resume
+    expect_failure other_optimizer
+    fm_expect_fixed other_optimizer "--model=cnn --optimizer=sgd: the run being resumed ($ckpt) was trained with --model=mlp --optimizer=adam" \
+      "both flags and their values"
+    # A training setting may change on resume: the run goes on with it, and says so.
+    fm_run other_learning_rate "${launch[@]}" -- "${small[@]}" --learning_rate=0.0005 --train_epochs=2 --resume
+    if [[ $fm_rc -eq 0 ]]; then fm_pass "other_learning_rate: exit status 0"; else fm_fail "other_learning_rate: exit status $fm_rc"; fi
+    if grep -qF -- "--learning_rate=0.0005: the run being resumed was trained with --learning_rate=0.001; it goes on with 0.0005" <<<"$fm_out"; then
+      fm_pass "other_learning_rate: the change is said"
+    else
+      fm_fail "other_learning_rate: no line saying the learning rate changed"
+    fi
+    # A checkpoint that records no flags (an older version's): the loader names the tensors
+    # that do not fit: conv1/conv2 are missing, fc3 is unexpected, fc1/fc2 have other shapes.
+    set_checkpoint_metadata flags ""
+    fm_run no_flags "${launch[@]}" -- "${small[@]}" --model=cnn --train_epochs=3 --resume
+    expect_failure no_flags
+    fm_expect_fixed no_flags "$ckpt" "the checkpoint"
+    fm_expect_grep no_flags "conv1\.weight" "a missing tensor (conv1.weight)"
+    fm_expect_grep no_flags "fc3\.weight" "an unexpected tensor (fc3.weight)"
+    fm_expect_grep no_flags "fc1\.weight" "a tensor of another shape (fc1.weight)"
     ;;
 
   negative_micro_batch)

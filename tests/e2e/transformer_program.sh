@@ -365,6 +365,13 @@ case $case_name in
     run 2 "${common[@]}" --train_epochs=3 --resume
     if [[ $rc -eq 0 ]] && grep -q "Resuming from $tmp/m/checkpoint.safetensors at epoch 2" <<<"$out"; then pass "--resume continues at epoch 2"; else fail "--resume: exit $rc or no 'Resuming ... at epoch 2'"; fi
     if [[ $(cut -d, -f1 "$tmp/m/history.csv" | tr '\n' ' ') == "epoch 1 2 3 " ]]; then pass "history.csv has epochs 1, 2, 3 once each"; else fail "history.csv: $(cut -d, -f1 "$tmp/m/history.csv" | tr '\n' ' ')"; fi
+    # Another number of heads computes something else with the same weights: refused, naming
+    # the flag (before: accepted silently). A new learning rate is taken, and said.
+    run 2 "${common[@]}" --train_epochs=4 --resume --num_heads=2
+    expect_error "--num_heads=2: the run being resumed \\($tmp/m/checkpoint.safetensors\\) was trained with --num_heads=4, and that flag decides .* give --num_heads=4 to continue it" \
+      "the flag, both values and the checkpoint"
+    run 2 "${common[@]}" --train_epochs=4 --resume --learning_rate=1.5
+    if [[ $rc -eq 0 ]] && grep -qF -- "--learning_rate=1.5: the run being resumed was trained with --learning_rate=2; it goes on with 1.5" <<<"$out"; then pass "a new --learning_rate is taken and said"; else fail "--learning_rate=1.5 on resume: exit $rc or no line saying so"; fi
     # A restart of the same launch (what tarantella --max-restarts sets for each attempt)
     # continues from the checkpoint without --resume; the first attempt starts fresh.
     export TNT_RUN_ID=transformer-e2e-launch

@@ -250,3 +250,32 @@ TEST_CASE("optimizer state no optimizer writes is an input error naming the file
   resumed.compile(std::make_shared<tnt::Adam>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
   CHECK(resumed.load_checkpoint(good) == 1);
 }
+
+TEST_CASE("set_checkpoint_metadata: the program's own keys go into every checkpoint; the checkpoint's own are refused") {
+  tnt::test::TempDir dir("tnt-ckpt-own-metadata");
+  const std::string path = (dir.path / "checkpoint.safetensors").string();
+  tnt::Model model(bn_net(), 4);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  model.set_checkpoint_metadata("flags", R"({"model":"cnn"})");
+  model.set_checkpoint_metadata("note", "first");
+  model.set_checkpoint_metadata("note", "");  // removed again
+  // A key the checkpoint writes itself would be overwritten, or would overwrite the
+  // training position: refused, naming it.
+  for (const char* own : {"epoch", "step", "seed", "precision", "epoch_batch", "format"}) {
+    CHECK_THROWS_AS(model.set_checkpoint_metadata(own, "1"), tnt::InputError);
+    CHECK_THROWS_WITH(model.set_checkpoint_metadata(own, "1"), Catch::Contains(std::string("'") + own + "'"));
+  }
+  CHECK_THROWS_AS(model.set_checkpoint_metadata("", "1"), tnt::InputError);
+  model.save_checkpoint(path, 2);
+  tnt::communicator().barrier();
+  const tnt::SafetensorsFile file = tnt::read_safetensors(path);
+  REQUIRE(file.metadata.count("flags") == 1);
+  CHECK(file.metadata.at("flags") == R"({"model":"cnn"})");
+  CHECK(file.metadata.count("note") == 0);
+  CHECK(file.metadata.at("epoch") == "2");
+  // Weights alone (save_weights) are no training run: they carry none of it.
+  const std::string weights = (dir.path / "model.safetensors").string();
+  model.save_weights(weights);
+  tnt::communicator().barrier();
+  CHECK(tnt::read_safetensors(weights).metadata.count("flags") == 0);
+}

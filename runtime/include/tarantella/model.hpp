@@ -287,6 +287,11 @@ class Model {
   // the other ranks read no file. A checkpoint the master refuses throws the same InputError
   // on every rank, and leaves every model as it was.
   int load_checkpoint_from_master(const std::string& path);
+  // More metadata for every checkpoint this model writes (save_checkpoint, ModelCheckpoint):
+  // e.g. a program's flags, as JSON text, for its resume to compare with the flags it is
+  // given. A key the checkpoint writes itself (checkpoint_key, "precision", ...) or an empty
+  // key is refused (InputError); an empty value removes the key.
+  void set_checkpoint_metadata(const std::string& key, const std::string& value);
 
   // For callbacks.
   void stop_training() { stop_requested_ = true; }
@@ -349,6 +354,7 @@ class Model {
   std::vector<Tensor> trainable_grads_;    // their gradients, same order
   std::vector<const Parameter*> reducer_params_;  // the parameters reducer_ was built over
   uint64_t seed_;
+  std::map<std::string, std::string> checkpoint_metadata_;  // set_checkpoint_metadata's
   int64_t global_step_ = 0;
   int64_t checkpoint_epoch_step_ = 0;
   int64_t checkpoint_epoch_batch_ = 0;

@@ -123,11 +123,33 @@ void Model::load_weights(const std::string& path) {
   weights_synced_ = false;
 }
 
+namespace {
+
+// The metadata keys save_checkpoint writes itself.
+constexpr const char* kOwnKeys[] = {checkpoint_key::format, checkpoint_key::epoch, checkpoint_key::step,
+                                    checkpoint_key::seed, checkpoint_key::generator, "epoch_step", "epoch_batch",
+                                    "optimizer_step", "ranks", "precision", "lr_factor", "lr_floor", "loss_scale",
+                                    "loss_scale_good_steps"};
+
+}  // namespace
+
+void Model::set_checkpoint_metadata(const std::string& key, const std::string& value) {
+  TNT_INPUT_CHECK(!key.empty(), "set_checkpoint_metadata: the key is empty");
+  for (const char* own : kOwnKeys) {
+    TNT_INPUT_CHECK(key != own, "set_checkpoint_metadata: '{}' is a key the checkpoint writes itself; give another", key);
+  }
+  if (value.empty()) {
+    checkpoint_metadata_.erase(key);
+  } else {
+    checkpoint_metadata_[key] = value;
+  }
+}
+
 void Model::save_checkpoint(const std::string& path, int epoch, int64_t epoch_step) {
   const detail::CollectiveLabel label("save_checkpoint");
   TNT_INPUT_CHECK(epoch >= 0 && epoch_step >= 0, "save_checkpoint '{}': epoch {} and epoch_step {} must not be negative",
                   path, epoch, epoch_step);
-  Metadata md;
+  Metadata md = checkpoint_metadata_;
   md[checkpoint_key::format] = "pt";
   md[checkpoint_key::epoch] = std::to_string(epoch);
   md[checkpoint_key::step] = std::to_string(global_step_);

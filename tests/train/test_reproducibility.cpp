@@ -229,6 +229,67 @@ TEST_CASE("a stop requested on one rank ends every rank after the same step, and
   tnt::communicator().barrier();
 }
 
+TEST_CASE("a stop on request at an epoch's last step leaves its validation to the resume, and a resumed epoch logs "
+          "all of its steps") {
+  tnt::test::TempDir dir("tnt_reproducibility");
+  std::string path = dir.path.string() + "/ck.safetensors";
+  tnt::communicator().broadcast(path, tnt::master_rank());
+  auto with_validation = [](int initial_epoch) {
+    tnt::FitOptions fit = fit_options(initial_epoch, kEpochs);
+    fit.validation_data = tnt::test::threshold_data("validation");
+    return fit;
+  };
+  auto straight_net = make_net();
+  const tnt::History straight = make_model(straight_net, 5)->fit(data(), with_validation(0));
+  REQUIRE(straight.history.at("val_loss").size() == kEpochs);
+
+  // Stops after step `stop_after` (asked one step before on rank 0), then resumes there; the
+  // history of the resumed fit.
+  auto stopped_and_resumed = [&](int64_t stop_after, int64_t expect_partial) {
+    auto net = make_net();
+    auto model = make_model(net, 5);
+    tnt::FitOptions cut = with_validation(0);
+    cut.callbacks = {std::make_shared<StopOnRankZero>(stop_after - 1), std::make_shared<tnt::ModelCheckpoint>(path, "loss")};
+    const tnt::History first = model->fit(data(), cut);
+    REQUIRE(model->stopped_on_request());
+    // The epoch is unfinished, also when all its steps ran: its validation did not.
+    REQUIRE(model->partial_epoch_steps() == expect_partial);
+    // The stopped epoch's row has no validation (the epochs before it have theirs).
+    CHECK(first.history.count("val_loss") == (first.epochs.size() > 1 ? 1u : 0u));
+    if (first.epochs.size() > 1) CHECK(first.history.at("val_loss").size() == first.epochs.size() - 1);
+    auto resumed_net = make_net();
+    auto resumed = make_model(resumed_net, 5);
+    const int epoch = resumed->load_checkpoint_from_master(path);
+    REQUIRE(resumed->checkpoint_epoch_step() == expect_partial);
+    tnt::FitOptions rest = with_validation(epoch);
+    rest.initial_step = resumed->checkpoint_epoch_step();
+    const tnt::History h = resumed->fit(data(), rest);
+    CHECK(weights_of(*resumed_net) == weights_of(*straight_net));
+    return h;
+  };
+  // After step 4, the last of epoch 1 (4 steps an epoch): the resume trains nothing of it,
+  // validates it and logs its row; its training sums come from the checkpoint alone, so the
+  // row equals the straight run's bitwise.
+  const tnt::History at_end = stopped_and_resumed(4, 4);
+  REQUIRE(at_end.epochs == std::vector<int>{0, 1, 2});
+  for (const char* key : {"loss", "val_loss"}) {
+    REQUIRE(at_end.history.at(key).size() == kEpochs);
+    CHECK(at_end.history.at(key) == straight.history.at(key));
+  }
+  // After step 6, inside epoch 2: the resumed row covers the epoch's 4 steps (before: its last
+  // 2), the same sums added in another order: within a few units of the last place of a
+  // double (1e-12 relative).
+  const tnt::History inside = stopped_and_resumed(6, 2);
+  REQUIRE(inside.epochs == std::vector<int>{1, 2});
+  for (const char* key : {"loss", "val_loss"}) {
+    for (size_t i = 0; i < 2; ++i) {
+      const double want = straight.history.at(key)[i + 1];
+      CHECK(std::fabs(inside.history.at(key)[i] - want) <= 1e-12 * std::fabs(want));
+    }
+  }
+  tnt::communicator().barrier();
+}
+
 TEST_CASE("a second Model on a trained network says that it draws the weights again") {
   tnt::test::TempDir dir("tnt_reproducibility");
   auto net = make_net();

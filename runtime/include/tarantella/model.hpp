@@ -271,8 +271,10 @@ class Model {
   // steps (resume with FitOptions::initial_step = checkpoint_epoch_step()).
   void save_checkpoint(const std::string& path, int epoch, int64_t epoch_step = 0);
   int load_checkpoint(const std::string& path);
-  // The last loaded checkpoint's steps into its epoch (0: it was written at an epoch's end),
-  // and the global batch of those steps (0: not recorded).
+  // The last loaded checkpoint's steps into its epoch (0: it was written at an epoch's end;
+  // all of the epoch's steps: a stop on request at its last step left its validation to the
+  // resume), and the global batch of those steps (0: not recorded). A fit resumed there
+  // logs the whole epoch: the checkpoint keeps the epoch's loss and metric sums so far.
   int64_t checkpoint_epoch_step() const { return checkpoint_epoch_step_; }
   int64_t checkpoint_epoch_batch() const { return checkpoint_epoch_batch_; }
   // After fit: when its last epoch was cut short (max_steps, stop_training), the steps of
@@ -355,6 +357,8 @@ class Model {
   std::vector<const Parameter*> reducer_params_;  // the parameters reducer_ was built over
   uint64_t seed_;
   std::map<std::string, std::string> checkpoint_metadata_;  // set_checkpoint_metadata's
+  std::vector<double> epoch_sums_;             // the epoch fit cut short: its global loss and metric sums
+  std::vector<double> checkpoint_epoch_sums_;  // the loaded checkpoint's (its metadata "epoch_sums")
   int64_t global_step_ = 0;
   int64_t checkpoint_epoch_step_ = 0;
   int64_t checkpoint_epoch_batch_ = 0;

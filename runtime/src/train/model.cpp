@@ -365,7 +365,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
                   options.epochs, options.initial_epoch);
   TNT_INPUT_CHECK(options.validation_freq > 0, "fit: validation_freq must be positive");
   detail::check_class_weight_for("fit", options.class_weight, class_count());  // before any callback acts
-  TNT_INPUT_CHECK(options.initial_step >= 0 && (steps < 0 || options.initial_step < steps),
+  // A checkpoint may hold all of an epoch's steps but not its end (a stop on request at its
+  // last step leaves the validation out): the resume runs that end.
+  const bool at_end_of_steps = options.initial_step == steps && steps == checkpoint_epoch_step_;
+  TNT_INPUT_CHECK(options.initial_step >= 0 && (steps < 0 || options.initial_step < steps || at_end_of_steps),
                   "fit: initial_step={} is not a step of initial_epoch={} (epoch {} of the logs; {} steps an epoch{})",
                   options.initial_step, options.initial_epoch, options.initial_epoch + 1, steps,
                   options.initial_step == checkpoint_epoch_step_ && checkpoint_epoch_step_ > 0
@@ -453,6 +456,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
   // A run resumed at or past max_steps trains no further.
   stop_requested_ = options.max_steps > 0 && global_step_ >= options.max_steps;
   partial_epoch_steps_ = 0;
+  epoch_sums_.clear();
   stopped_on_request_ = false;
   RunContext rc;
   rc.training = true;
@@ -473,6 +477,8 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     double lr_used = optimizer_->learning_rate();
 
     const int64_t first_step = epoch == options.initial_epoch ? options.initial_step : 0;
+    // Resumed at a checkpoint inside this epoch: its logs cover the steps before it too.
+    const bool carried = first_step > 0 && first_step == checkpoint_epoch_step_ && totals.carry(checkpoint_epoch_sums_);
     NextBatch next = with_staging(with_sample_weights(source(epoch, first_step), network_->inputs().size(), loss_,
                                                       options.class_weight, class_count(), "fit"),
                                   stager);
@@ -523,7 +529,12 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
-    partial_epoch_steps_ = !ran_out && (steps < 0 || step < steps) ? step : 0;
+    if (carried && step == first_step) logs = totals.global();  // no step of it was left
+    // A stop on request skips a validation due now: the epoch is then saved as unfinished
+    // (all its steps, not its end), and a resume runs the validation.
+    const bool validation_due = validation && ((epoch + 1) % options.validation_freq == 0 || epoch + 1 == options.epochs);
+    partial_epoch_steps_ = !ran_out && (steps < 0 || step < steps || (stopped_on_request_ && validation_due)) ? step : 0;
+    epoch_sums_ = partial_epoch_steps_ > 0 ? totals.last_global() : std::vector<double>{};
     if (stager) stager->end_pass();
     if (ps_) ps_->pause();
     timing_.finish();

@@ -12,6 +12,9 @@
 #include "tarantella/runtime.hpp"
 #include "train/non_finite.hpp"
 
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <cmath>
@@ -80,6 +83,20 @@ double metadata_number(const Checkpoint& ck, const std::string& key, const std::
   return value;
 }
 
+// "[s0,s1,...]": an epoch's loss and metric sums so far (PassTotals::last_global), finite.
+std::vector<double> epoch_sums(const Checkpoint& ck, const std::string& path) {
+  const nlohmann::json j = nlohmann::json::parse(ck.metadata("epoch_sums"), nullptr, false);
+  bool ok = j.is_array() && j.size() >= 4 && j.size() <= (1 << 20);
+  std::vector<double> sums;
+  for (size_t i = 0; ok && i < j.size(); ++i) {
+    ok = j[i].is_number() && std::isfinite(j[i].get<double>());
+    if (ok) sums.push_back(j[i].get<double>());
+  }
+  TNT_INPUT_CHECK(ok, "checkpoint '{}': metadata epoch_sums='{}' is not a list of finite numbers (the epoch's loss and "
+                  "metric sums); the file is damaged", path, ck.metadata("epoch_sums").substr(0, 60));
+  return sums;
+}
+
 NamedTensors as_named(const std::vector<NamedTensor>& v) {
   NamedTensors out;
   for (auto& t : v) out.emplace_back(t.name, t.tensor);
@@ -129,7 +146,7 @@ namespace {
 constexpr const char* kOwnKeys[] = {checkpoint_key::format, checkpoint_key::epoch, checkpoint_key::step,
                                     checkpoint_key::seed, checkpoint_key::generator, "epoch_step", "epoch_batch",
                                     "optimizer_step", "ranks", "precision", "lr_factor", "lr_floor", "loss_scale",
-                                    "loss_scale_good_steps"};
+                                    "loss_scale_good_steps", "epoch_sums"};
 
 }  // namespace
 
@@ -158,6 +175,10 @@ void Model::save_checkpoint(const std::string& path, int epoch, int64_t epoch_st
   if (epoch_step > 0) md["epoch_step"] = std::to_string(epoch_step);
   // ... of this global batch: a resume with another would skip other samples.
   if (epoch_step > 0 && fit_global_batch_ > 0) md["epoch_batch"] = std::to_string(fit_global_batch_);
+  // ... and the epoch's loss and metric sums so far, for the resumed epoch's logs.
+  if (epoch_step > 0 && epoch_step == partial_epoch_steps_ && !epoch_sums_.empty()) {
+    md["epoch_sums"] = fmt::format("[{:.17g}]", fmt::join(epoch_sums_, ","));
+  }
   md[checkpoint_key::seed] = std::to_string(seed_);
   md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
   md["ranks"] = std::to_string(size());
@@ -233,6 +254,7 @@ int Model::load_checkpoint(const std::string& path) {
   global_step_ = step;
   checkpoint_epoch_step_ = epoch_step;
   checkpoint_epoch_batch_ = epoch_batch;
+  checkpoint_epoch_sums_ = epoch_step > 0 && ck.has_metadata("epoch_sums") ? epoch_sums(ck, path) : std::vector<double>{};
   if (optimizer_step >= 0) optimizer_->set_step_count(optimizer_step);
   // The learning-rate factor of ReduceLROnPlateau (absent: none, factor 1).
   const double lr_factor = ck.has_metadata("lr_factor") ? metadata_number(ck, "lr_factor", path) : 1.0;
@@ -299,6 +321,10 @@ int Model::load_checkpoint_from_master(const std::string& path) {
   for (auto& t : checkpoint_tensors(true)) comm.broadcast(t.tensor, master_rank());
   comm.broadcast(position, 6, DType::i64, Device::cpu(), master_rank());
   comm.broadcast(rates, 3, DType::f64, Device::cpu(), master_rank());
+  int64_t sums = static_cast<int64_t>(checkpoint_epoch_sums_.size());
+  comm.broadcast(&sums, 1, DType::i64, Device::cpu(), master_rank());
+  checkpoint_epoch_sums_.resize(static_cast<size_t>(sums));
+  if (sums > 0) comm.broadcast(checkpoint_epoch_sums_.data(), sums, DType::f64, Device::cpu(), master_rank());
   if (!comm.is_master()) {
     global_step_ = position[1];
     checkpoint_epoch_step_ = position[4];

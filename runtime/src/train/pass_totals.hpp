@@ -80,7 +80,20 @@ class PassTotals {
   Logs global() const {
     const std::vector<double> all = communicator().allreduce_sum(sums());
     stop_agreed_ = all[3] > 0;
+    last_global_ = all;
     return logs_of(all, true);
+  }
+  // The global sums of the last global(): what a checkpoint inside the epoch keeps, so that a
+  // run resumed there logs the whole epoch (carry).
+  const std::vector<double>& last_global() const { return last_global_; }
+  // A run resumed inside an epoch: the epoch's global sums before the checkpoint (its
+  // last_global()), counted once (by the master) in every global() of this pass. False, and
+  // nothing carried, when they are not sums of these metrics (another count of values).
+  bool carry(const std::vector<double>& global_sums) {
+    if (global_sums.size() != sums().size()) return false;
+    carried_ = global_sums;
+    carried_[2] = carried_[3] = 0;  // the error and stop flags are each step's own
+    return true;
   }
   // After global(): some rank asked for a stop after this step (tnt::request_stop_after_step).
   bool stop_agreed() const { return stop_agreed_; }
@@ -95,6 +108,9 @@ class PassTotals {
     for (auto& m : metrics_) {
       const std::vector<double> s = m->sums();  // 2 for most metrics, a histogram for AUC
       sums.insert(sums.end(), s.begin(), s.end());
+    }
+    if (!carried_.empty() && carried_.size() == sums.size() && communicator().is_master()) {
+      for (size_t i = 0; i < sums.size(); ++i) sums[i] += carried_[i];
     }
     return sums;
   }
@@ -132,6 +148,8 @@ class PassTotals {
   InputStager* staging_;
   std::string error_;  // the first bad input a step's readback found on this rank
   mutable bool stop_agreed_ = false;
+  mutable std::vector<double> last_global_;
+  std::vector<double> carried_;  // carry's: the master's share of every global()
 };
 
 }  // namespace tnt::detail

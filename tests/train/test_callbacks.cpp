@@ -308,6 +308,61 @@ TEST_CASE("a stop asked for by a callback on the master alone stops every rank a
   CHECK(h.epochs.size() == 1);  // on every rank
 }
 
+TEST_CASE("a stop asked for by a callback on the master alone inside an epoch stops every rank after the same step") {
+  // Before, the master left the epoch's loop at once and the other ranks waited for it at the
+  // next step's collectives until TNT_COLLECTIVE_TIMEOUT (10 minutes), with a message naming
+  // no callback. The request now travels with the next step's metrics.
+  class StopAt : public tnt::Callback {
+   public:
+    StopAt(const char* where, int64_t step) : tnt::Callback(Ranks::master), where_(where), step_(step) {}
+    void on_train_begin(const tnt::Logs&) override {
+      if (where_ == "train_begin") model_->stop_training();
+    }
+    void on_epoch_begin(int epoch, const tnt::Logs&) override {
+      if (where_ == "epoch_begin" && epoch == 1) model_->stop_training();
+    }
+    void on_train_batch_begin(int64_t, const tnt::Logs&) override {
+      if (where_ == "batch_begin" && model_->global_step() == step_) model_->stop_training();
+    }
+    void on_train_batch_end(int64_t, const tnt::Logs&) override {
+      if (where_ == "batch_end" && model_->global_step() == step_) model_->stop_training();
+    }
+
+   private:
+    std::string where_;
+    int64_t step_;
+  };
+  // make_data's epoch holds several steps; step 2 is inside the first epoch.
+  struct Case {
+    const char* where;
+    int64_t after_step;  // the global step every rank ends at
+  };
+  // batch_begin before step 3: carried by step 3; batch_end after step 2: by step 3;
+  // epoch_begin of epoch 2: by its first step. On one rank nothing waits: the stop comes at
+  // once, as in Keras (after step 2; epoch 2 with no step).
+  const int64_t steps_per_epoch = [] {
+    tnt::Model probe(make_net(), 3);
+    probe.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    tnt::FitOptions one = quiet_fit(1);
+    probe.fit(make_data(), one);
+    return probe.global_step();
+  }();
+  REQUIRE(steps_per_epoch >= 4);
+  const bool several = tnt::size() > 1;
+  for (const Case c : {Case{"train_begin", 0}, Case{"epoch_begin", steps_per_epoch + (several ? 1 : 0)},
+                       Case{"batch_begin", 3}, Case{"batch_end", several ? 3 : 2}}) {
+    DYNAMIC_SECTION(c.where) {
+      tnt::Model model(make_net(), 3);
+      model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+      tnt::FitOptions fit = quiet_fit(5);
+      fit.callbacks = {std::make_shared<StopAt>(c.where, 2)};
+      model.fit(make_data(), fit);
+      const std::vector<int64_t> steps = tnt::communicator().allgather(model.global_step());
+      for (const int64_t s : steps) CHECK(s == c.after_step);
+    }
+  }
+}
+
 TEST_CASE("a learning rate set by code that runs on some ranks only is refused, naming it") {
   // A callback on the master that sets the rate made the ranks train on with different rates
   // and weights, silently. Each rank enters the region itself here, so nothing waits.

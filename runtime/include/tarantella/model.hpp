@@ -295,7 +295,9 @@ class Model {
   // key is refused (InputError); an empty value removes the key.
   void set_checkpoint_metadata(const std::string& key, const std::string& value);
 
-  // For callbacks.
+  // For callbacks. stop_training() from a callback that runs on some ranks only (the
+  // master's), inside an epoch, stops every rank after the next step (the request travels
+  // with its metrics); at an epoch's end, after that epoch.
   void stop_training() { stop_requested_ = true; }
   bool stop_requested() const { return stop_requested_; }
   double learning_rate() const;

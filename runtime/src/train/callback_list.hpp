@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <typeinfo>
+#include <utility>
 #include <vector>
 
 namespace tnt {
@@ -37,7 +38,7 @@ inline bool runs_on_this_rank(Callback::Ranks ranks) {
 // Calls each callback that runs on this rank.
 class detail::CallbackList {
  public:
-  CallbackList(std::vector<CallbackPtr> callbacks, Model* model, const TrainParams& params) {
+  CallbackList(std::vector<CallbackPtr> callbacks, Model* model, const TrainParams& params) : model_(model) {
     for (auto& cb : callbacks) {
       if (!cb) continue;
       if (!detail::runs_on_this_rank(cb->ranks())) continue;
@@ -60,13 +61,20 @@ class detail::CallbackList {
       } else if (cb.ranks() == Callback::Ranks::master_only) {
         region.emplace(names_[i], "the master only (Ranks::master_only)");
       }
+      const bool stopping = model_ && model_->stop_requested();
       f(cb);
+      if (region && model_ && !stopping && model_->stop_requested()) some_ranks_stop_ = true;
     }
   }
+  // A callback that does not run on every rank called Model::stop_training() since the last
+  // call: the other ranks do not know (cleared by the call).
+  bool take_some_ranks_stop() { return std::exchange(some_ranks_stop_, false); }
 
  private:
   std::vector<std::string> names_;  // for messages, beside list_
   std::vector<CallbackPtr> list_;
+  Model* model_;
+  bool some_ranks_stop_ = false;
 };
 
 }  // namespace tnt

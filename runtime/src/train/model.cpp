@@ -1,6 +1,7 @@
 // The data-parallel training loop (see model.hpp for the semantics it keeps): compile, fit
-// and the loop around the steps (train_step and test_step: model_step.cpp). Evaluate,
-// predict, checkpoints: model_evaluate.cpp, model_predict.cpp, model_checkpoint.cpp.
+// and the loop around the steps (train_step and test_step: model_step.cpp; what fit sets up:
+// model_prepare.cpp). Evaluate, predict, checkpoints: model_evaluate.cpp,
+// model_predict.cpp, model_checkpoint.cpp.
 #include "tarantella/model.hpp"
 
 #include "comm/agreement.hpp"
@@ -288,77 +289,6 @@ History Model::fit(const DistributedDataset& data, FitOptions options) {
                  validation_set(options), options);
 }
 
-// Ranks that disagree on the precision or on the loss scale would sum gradients scaled
-// differently and disagree on which steps to skip: their replicas would drift apart
-// without any error. Refuse it up front (the scale itself too: a resumed rank may have read
-// another checkpoint).
-void Model::check_ranks_agree() {
-  std::string mine = precision_.name();
-  if (scaler_.enabled()) {
-    mine += fmt::format(" with loss scale {} ({} good steps; x{} after {} good steps, x{} on overflow)",
-                        scaler_.scale(), scaler_.good_steps(), precision_.growth_factor, precision_.growth_interval,
-                        precision_.backoff_factor);
-  } else {
-    mine += " without loss scaling";
-  }
-  // Clipping that differs between ranks would change the update on some of them only: the
-  // replicas would drift apart just as silently.
-  const GradientClipping& clip = optimizer_->clipping();
-  const std::string clipping = "gradient clipping: " + (clip.active() ? clip.describe() : std::string("none"));
-  // So would another optimizer, learning rate or loss; other metrics would pair their sums'
-  // allreduces wrongly (an MPI truncation error, or garbage).
-  std::string metrics;
-  for (const auto& m : metrics_) metrics += (metrics.empty() ? "" : ", ") + m->name();
-  const std::vector<std::string> facts{mine, clipping, "optimizer " + optimizer_->describe(), "loss " + loss_->describe(),
-                                       "metrics " + (metrics.empty() ? std::string("none") : metrics)};
-  if (std::optional<detail::Disagreement> d = detail::find_disagreement(communicator(), facts)) {
-    TNT_INPUT_CHECK(d->entry != 1,
-                    "fit: the ranks' optimizers clip gradients differently ({}); every rank must pass the same "
-                    "GradientClipping",
-                    d->describe());
-    TNT_INPUT_CHECK(d->entry < 2,
-                    "fit: the ranks compiled the model differently ({}); every rank must compile() with the same "
-                    "optimizer (and learning rate), loss and metrics, or the replicas drift apart",
-                    d->describe());
-    TNT_INPUT_ERROR("fit: the ranks compiled the model with different precisions ({}); every rank must pass the "
-                    "same Precision to compile() and load the same checkpoint",
-                    d->describe());
-  }
-}
-
-// Everything a step needs that outlives it: the initial weights on every rank, one Reducer
-// over the trainable gradients (in the order the graph's hook numbers them).
-void Model::prepare_training() {
-  timeline::start_from_config(communicator());  // TNT_TIMELINE (collective, once)
-  if (!weights_synced_) broadcast_weights();
-  check_ranks_agree();
-  trainable_ = network_->trainable_parameters();
-  trainable_grads_.clear();
-  for (auto& np : trainable_) trainable_grads_.push_back(np.param->grad);
-  // A parameter frozen or unfrozen since the last fit renumbers the hook's indices: the
-  // Reducer must be built again over the new list (collective, as every rank changes alike;
-  // its fingerprint check catches ranks that did not).
-  std::vector<const Parameter*> params;
-  for (auto& np : trainable_) params.push_back(np.param);
-  if (reducer_ && reducer_params_ != params) reducer_.reset();
-  if (!reducer_ && !ps_) {
-    reducer_params_ = params;
-    std::vector<std::pair<std::string, Tensor>> grads;
-    for (auto& np : trainable_) grads.emplace_back(np.name, np.param->grad);
-    reducer_ = std::make_unique<Reducer>(communicator(), grads);
-  }
-  static bool told_ps = false;  // once a process (each worker says it)
-  if (!config().profile_scaling.empty() && ps_ && !std::exchange(told_ps, true)) {
-    log_warning("TNT_PROFILE_SCALING: a scaling profile is of synchronous training (gradients allreduced); this job "
-                "trains with parameter servers, so none is written");
-  }
-  if (!profiler_ && !config().profile_scaling.empty() && !ps_) {
-    detail::ScalingProfiler::check_writable(communicator(), config().profile_scaling);
-    profiler_ = std::make_unique<detail::ScalingProfiler>(config().profile_scaling, config().profile_scaling_steps,
-                                                          network_->device());
-  }
-}
-
 History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source, int64_t steps,
                        const std::optional<DistributedDataset>& validation, const FitOptions& options) {
   TNT_INPUT_CHECK(options.epochs >= options.initial_epoch, "fit: epochs={} is smaller than initial_epoch={}",
@@ -468,11 +398,22 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
 
   Logs logs;
   callbacks.each([&](Callback& c) { c.on_train_begin(logs); });
+  // A stop_training() there by a callback on the master alone is every rank's.
+  if (!ps_ && size() > 1) stop_requested_ = communicator().allreduce_max(stop_requested_ ? 1.0 : 0.0) > 0;
   for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_requested_; ++epoch) {
     const double epoch_start = now_s();
     logs.clear();
     callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, logs); });
     detail::PassTotals totals(metrics_, /*restore=*/false, rc.device, stager.get());
+    // A stop_training() by a callback on some ranks only (the master's) would end this rank's
+    // epoch alone, the others waiting at its next step: it travels with the next step's
+    // metrics instead, and every rank stops after that step.
+    auto defer_some_ranks_stop = [&] {
+      if (!callbacks.take_some_ranks_stop() || ps_ || size() == 1) return;
+      stop_requested_ = false;
+      totals.request_stop_training();
+    };
+    defer_some_ranks_stop();
     timing_ = EpochTiming{};
     double lr_used = optimizer_->learning_rate();
 
@@ -501,6 +442,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       cuda_profile.step_begin(global_step_ + 1);
       Span step_span(Lane::compute, "step", timeline::on_device, [&] { return fmt::format(R"("epoch":{},"batch":{})", epoch, step); });
       callbacks.each([&](Callback& c) { c.on_train_batch_begin(step, logs); });
+      defer_some_ranks_stop();
       lr_used = optimizer_->learning_rate();
       const double t0 = now_s();
       try {
@@ -514,6 +456,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
           clear_stop_request();
           tell_launcher_stop_requested();
         }
+        if (!ps_ && totals.stop_training_agreed()) stop_requested_ = true;
       } catch (const InputError& e) {
         throw InputError(fmt::format("{} (training: epoch {}, step {} of the epoch; {})", e.what(), epoch + 1,
                                      step + 1, batch_layout(*batch, options.distribute_dataset, rank(), size())));
@@ -527,6 +470,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       cuda_profile.step_end(global_step_);
       if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
+      defer_some_ranks_stop();
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
     if (carried && step == first_step) logs = totals.global();  // no step of it was left
@@ -577,7 +521,8 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
     // A stop asked for on some ranks only (a callback on the master calling stop_training)
     // is every rank's: the others would otherwise wait at the next step's collectives.
-    if (!ps_) stop_requested_ = communicator().allreduce_max(stop_requested_ ? 1.0 : 0.0) > 0;
+    const bool stop_here = stop_requested_ || totals.stop_training_pending();
+    if (!ps_) stop_requested_ = communicator().allreduce_max(stop_here ? 1.0 : 0.0) > 0;
   }
   callbacks.each([&](Callback& c) { c.on_train_end(logs); });
   if (profiler_) profiler_->fit_end(*reducer_, communicator(), rc.device);

@@ -80,6 +80,8 @@ class PassTotals {
   Logs global() const {
     const std::vector<double> all = communicator().allreduce_sum(sums());
     stop_agreed_ = all[3] > 0;
+    stop_training_agreed_ = all[4] > 0;
+    if (stop_training_agreed_) stop_training_ = false;
     last_global_ = all;
     return logs_of(all, true);
   }
@@ -92,19 +94,28 @@ class PassTotals {
   bool carry(const std::vector<double>& global_sums) {
     if (global_sums.size() != sums().size()) return false;
     carried_ = global_sums;
-    carried_[2] = carried_[3] = 0;  // the error and stop flags are each step's own
+    carried_[2] = carried_[3] = carried_[4] = 0;  // the error and stop flags are each step's own
     return true;
   }
   // After global(): some rank asked for a stop after this step (tnt::request_stop_after_step).
   bool stop_agreed() const { return stop_agreed_; }
+  // Model::stop_training() from a callback on some ranks only (the master's): this rank asks
+  // for it with the next global(), and every rank stops after that step.
+  void request_stop_training() { stop_training_ = true; }
+  bool stop_training_pending() const { return stop_training_; }
+  bool stop_training_agreed() const { return stop_training_agreed_; }
   // This rank's own values: a parameter-server worker's steps, which wait for no other.
   Logs local() const { return logs_of(sums(), false); }
   // What global()'s allreduce moves.
   int64_t global_bytes() const { return static_cast<int64_t>(sizeof(double) * sums().size()); }
 
  private:
+  // sums(): loss, samples, error flag, stop-after-step flag, stop_training flag, then the
+  // metrics' sums.
+  static constexpr std::ptrdiff_t kCounts = 5;
   std::vector<double> sums() const {
-    std::vector<double> sums{loss_sum_, samples_, error_.empty() ? 0.0 : 1.0, stop_after_step_requested() ? 1.0 : 0.0};
+    std::vector<double> sums{loss_sum_, samples_, error_.empty() ? 0.0 : 1.0, stop_after_step_requested() ? 1.0 : 0.0,
+                             stop_training_ ? 1.0 : 0.0};
     for (auto& m : metrics_) {
       const std::vector<double> s = m->sums();  // 2 for most metrics, a histogram for AUC
       sums.insert(sums.end(), s.begin(), s.end());
@@ -119,7 +130,7 @@ class PassTotals {
     if (all[2] > 0) raise_error();
     Logs logs;
     logs["loss"] = all[1] > 0 ? all[0] / all[1] : 0.0;
-    auto at = all.begin() + 4;
+    auto at = all.begin() + kCounts;
     for (auto& m : metrics_) {
       const auto end = at + static_cast<std::ptrdiff_t>(m->sums().size());
       logs[m->name()] = m->value_of(std::vector<double>(at, end));
@@ -148,6 +159,8 @@ class PassTotals {
   InputStager* staging_;
   std::string error_;  // the first bad input a step's readback found on this rank
   mutable bool stop_agreed_ = false;
+  mutable bool stop_training_ = false;  // request_stop_training's, until a global() carried it
+  mutable bool stop_training_agreed_ = false;
   mutable std::vector<double> last_global_;
   std::vector<double> carried_;  // carry's: the master's share of every global()
 };

@@ -37,8 +37,9 @@
 #   worker_killed: a worker (rank 2 of 1 server + 3 workers) SIGKILLed in the middle of the
 #     second epoch: the job goes on without it (--heartbeat-timeout 2), finishes its 3
 #     epochs and the test evaluation with exit 0, and the launcher says the worker was
-#     dropped and how every rank ended. (That the lost worker's samples are each trained
-#     on once is counted exactly by tests/ps ps_lost_worker*.)
+#     dropped and how every rank ended; the timeline (--timeline) merges the 2 workers left.
+#     (That the lost worker's samples are each trained on once is counted exactly by tests/ps
+#     ps_lost_worker*.)
 #   server_restart: the server SIGKILLed after the first epoch's checkpoint, with
 #     --max-restarts 1: the launcher names rank 0 as the parameter server that failed first,
 #     ends the job at once (mpirun, run with --enable-recovery, would not) and restarts it;
@@ -190,7 +191,7 @@ case $case_name in
     # took 88 s (epochs of 18-28 s), so the 60 s guard (TNT_E2E_TIMEOUT) called it a hang in 3
     # of 4 such runs. 150 s still ends a hang well inside CTest's 240.
     fm_limit=$((fm_limit > 150 ? fm_limit : 150))
-    fm_run wk -np 4 --parameter-servers 1 --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=20 -- --model=mlp \
+    fm_run wk -np 4 --parameter-servers 1 --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=20 --timeline "$fm_tmp/wk.json" -- --model=mlp \
       --num_train_samples=36000 \
       --train_epochs=3 --batch_size=120 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/w"
     wait $killer
@@ -201,6 +202,10 @@ case $case_name in
     out_has wk "test accuracy: [0-9.]+"
     got=$(awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$fm_tmp/w/history.csv")
     [[ $got == "1 2 3" ]] && fm_pass "wk: history.csv rows 1 2 3" || fm_fail "wk: history.csv rows '$got'"
+    # The timeline merges the workers left (before: the merge broadcast from the lost worker's
+    # number, and the job failed after training, with no trace).
+    if python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["otherData"]["ranks"] == 2, d["otherData"]' \
+      "$fm_tmp/wk.json"; then fm_pass "wk: the timeline of the 2 workers left"; else fm_fail "wk: no timeline of the workers left"; fi
     ;;
   server_restart)
     (

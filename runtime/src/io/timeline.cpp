@@ -319,14 +319,18 @@ void Recorder::merge(Communicator& comm) {
   recording_.store(false, std::memory_order_relaxed);
   finish_gpu();
   flush_part();
+  // Over the ranks the communicator has now: a parameter-server job that lost a worker
+  // since the recording began merges the workers left (the lost one's part stays a file).
+  const int me = comm.rank(), ranks = comm.size();
+  const bool master = me == Communicator::master_rank();
   std::string all;
-  for (int q = 0; q < size_; ++q) {
-    std::string part = q == rank_ ? events_ : std::string();
+  for (int q = 0; q < ranks; ++q) {
+    std::string part = q == me ? events_ : std::string();
     comm.broadcast(part, q);
-    if (rank_ == Communicator::master_rank()) all += part;
+    if (master) all += part;
   }
   std::string error;
-  if (rank_ == Communicator::master_rank()) {
+  if (master) {
     // Drop the last event's comma; the array and the object close after it.
     while (!all.empty() && (all.back() == '\n' || all.back() == ',')) all.pop_back();
     const std::string tmp = path_ + ".tmp";
@@ -339,7 +343,7 @@ void Recorder::merge(Communicator& comm) {
           R"x("clock":"steady clock of each rank, moved onto rank 0's (0 where a rank reads rank 0's clock, )x"
           R"x(else the largest of {} broadcast samples)","clock_offsets_ns":[{}]}}}})x"
           "\n",
-          size_, first_step_, last_step_, kClockRounds, fmt::join(offsets_ns_, ","));
+          ranks, first_step_, last_step_, kClockRounds, fmt::join(offsets_ns_, ","));
       ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
       ok = (std::fclose(f) == 0) && ok;
     }

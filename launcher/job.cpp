@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -350,6 +351,10 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     held_until = Clock::time_point::max();
   };
   std::map<int, RankReport> stopped_now;  // by rank: stopped and not continued or ended since
+  // Workers inside parameter-server training: a loss there is survived (the others drop the
+  // worker); anywhere else (the weights' first broadcast, an evaluation after the fit) the
+  // others would wait for it in a collective, so it ends the job as in synchronous training.
+  std::set<int> in_ps;
   auto take_reports = [&] {
     std::vector<RankReport> reports;
     std::vector<LifelineHello> hellos;
@@ -360,10 +365,15 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       if (r.kind == RankReport::Kind::ended) result.ends.push_back(r);
       // Only a worker killed by a signal is lost: one that exits with an error says what went
       // wrong (a usage error, a server that stopped answering), and that ends the job.
-      if (r.failed() && r.signaled && std::find(expendable.begin(), expendable.end(), r.rank) != expendable.end()) {
+      if (r.kind == RankReport::Kind::ps_begin) in_ps.insert(r.rank);
+      if (r.kind == RankReport::Kind::ps_end) in_ps.erase(r.rank);
+      if (r.failed() && r.signaled && in_ps.count(r.rank) &&
+          std::find(expendable.begin(), expendable.end(), r.rank) != expendable.end()) {
         result.dropped.push_back(r);
         if (!stopping && result.dropped.size() == expendable.size()) {
+          // The last one is what ended the job: named first, its status the job's.
           std::fprintf(stderr, "tarantella: every worker is lost; ending the job\n");
+          result.failures.push_back(r);
           stop_job();
         } else if (!stopping) {
           std::fprintf(stderr, "tarantella: worker rank %d (host %s, local rank %d) ended: %s; parameter-server "

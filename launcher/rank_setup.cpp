@@ -233,7 +233,8 @@ class Reporter {
 };
 
 // The runtime's word that it enters MPI_Init ('e'), has left it ('j') and enters
-// MPI_Finalize ('f'), on the pipe whose write end the program inherits (env::join_fd),
+// MPI_Finalize ('f'), that a fit stopped on request ('s'), that a worker enters ('P') or
+// leaves ('p') parameter-server training, on the pipe whose write end the program inherits (env::join_fd),
 // passed on to the launcher once each.
 class JoinWatch {
  public:
@@ -267,6 +268,9 @@ class JoinWatch {
             stop_requested_ = true;
             reporter.send(RankReport::Kind::stop_requested, false, 0, false);
           }
+          // Each parameter-server fit of a program: its loss is survived only in there.
+          if (buf[i] == 'P') reporter.send(RankReport::Kind::ps_begin, false, 0, false);
+          if (buf[i] == 'p') reporter.send(RankReport::Kind::ps_end, false, 0, false);
         }
         continue;
       }

@@ -36,7 +36,9 @@ void RankWatch::record(const RankReport& r, Clock::time_point now) {
       s.joining_at = now;
       break;
     case RankReport::Kind::joined: s.joined = s.joining = true; break;
-    case RankReport::Kind::stop_requested: break;
+    case RankReport::Kind::stop_requested:
+    case RankReport::Kind::ps_begin:
+    case RankReport::Kind::ps_end: break;
     case RankReport::Kind::finalizing:
       s.finalizing = true;
       s.finalizing_at = now;

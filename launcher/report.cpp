@@ -63,6 +63,7 @@ constexpr struct {
     {RankReport::Kind::continued, false, "continued"}, {RankReport::Kind::joining, false, "joining"},
     {RankReport::Kind::joined, false, "joined"},       {RankReport::Kind::finalizing, false, "finalizing"},
     {RankReport::Kind::stop_requested, false, "stop_requested"},
+    {RankReport::Kind::ps_begin, false, "ps_begin"},   {RankReport::Kind::ps_end, false, "ps_end"},
 };
 
 const char* kind_word(const RankReport& r) {

@@ -34,7 +34,10 @@ struct RankReport {
   // (env::join_fd); a program without the runtime sends neither.
   // stop_requested: the program stopped training on a stop request (tnt::request_stop_after_step,
   // a warning signal), with its checkpoint where it writes one.
-  enum class Kind { started, stopped, continued, ended, joining, joined, finalizing, stop_requested };
+  enum class Kind {
+    started, stopped, continued, ended, joining, joined, finalizing, stop_requested,
+    ps_begin, ps_end  // a worker entered / left parameter-server training (a loss there is survived)
+  };
   int rank = -1;
   int local_rank = -1;
   std::string host;

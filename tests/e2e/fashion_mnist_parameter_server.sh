@@ -40,6 +40,10 @@
 #     dropped and how every rank ended; the timeline (--timeline) merges the 2 workers left.
 #     (That the lost worker's samples are each trained on once is counted exactly by tests/ps
 #     ps_lost_worker*.)
+#   worker_lost_at_start: a worker ended as its program starts, before parameter-server
+#     training: the job ends at once, naming it (the others would wait for it).
+#   last_worker_lost: the only worker ended in training: the job ends, naming it, with its
+#     status.
 #   server_restart: the server SIGKILLed after the first epoch's checkpoint, with
 #     --max-restarts 1: the launcher names rank 0 as the parameter server that failed first,
 #     ends the job at once (mpirun, run with --enable-recovery, would not) and restarts it;
@@ -206,6 +210,56 @@ case $case_name in
     # number, and the job failed after training, with no trace).
     if python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["otherData"]["ranks"] == 2, d["otherData"]' \
       "$fm_tmp/wk.json"; then fm_pass "wk: the timeline of the 2 workers left"; else fm_fail "wk: no timeline of the workers left"; fi
+    ;;
+  worker_lost_at_start)
+    # A worker (rank 2 of 1 server + 2 workers) ended (SIGTERM) as soon as its program runs,
+    # before parameter-server training begins: the others would wait for it in the set-up's
+    # collectives (the weights' broadcast), so the job ends at once, naming it (before: the
+    # launcher said training goes on without it, and the ranks waited for the 600 s
+    # collective timeout).
+    (
+      for _ in $(seq 1 1000); do
+        for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/s0"); do
+          if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2'; then
+            kill -TERM "$p" && date +%s.%N >"$fm_tmp/signalled_at"
+            exit 0
+          fi
+        done
+        sleep 0.02
+      done
+    ) &
+    killer=$!
+    fm_run s0 -np 3 --parameter-servers 1 --heartbeat-timeout 2 -- --model=mlp --train_epochs=5 --batch_size=64 \
+      --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/s0"
+    wait $killer
+    [[ $fm_rc -eq 143 ]] && fm_pass "s0: exit 143 (the worker's signal)" || fm_fail "s0: exit $fm_rc, expected 143"
+    out_has s0 "tarantella: rank 2 \(host .*\) failed first: signal 15 \(SIGTERM\)"
+    if grep -q "training goes on without it" <<<"$fm_out"; then fm_fail "s0: said training goes on"; else fm_pass "s0: did not say training goes on"; fi
+    ended_after_signal s0
+    ;;
+  last_worker_lost)
+    # The one worker of 1 server + 1 worker ended (SIGTERM) in training: the job ends, naming
+    # the worker and with its status (before: the server, which the launcher itself had
+    # stopped, was named, and the job's status was the server's).
+    (
+      for _ in $(seq 1 300); do
+        [[ -e $fm_tmp/l/history.csv ]] && break
+        sleep 0.1
+      done
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/l"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
+          kill -TERM "$p" && date +%s.%N >"$fm_tmp/signalled_at"
+        fi
+      done
+    ) &
+    killer=$!
+    fm_run l1 -np 2 --parameter-servers 1 --heartbeat-timeout 2 -- --model=mlp --num_train_samples=6000 \
+      --train_epochs=50 --batch_size=64 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/l"
+    wait $killer
+    [[ $fm_rc -eq 143 ]] && fm_pass "l1: exit 143 (the worker's signal)" || fm_fail "l1: exit $fm_rc, expected 143"
+    out_has l1 "tarantella: every worker is lost; ending the job"
+    out_has l1 "tarantella: rank 1 \(host .*\) failed first: signal 15 \(SIGTERM\)"
+    ended_after_signal l1
     ;;
   server_restart)
     (

@@ -98,6 +98,10 @@ void tell_launcher_stop_requested() {
   if (g_context) tell_launcher(g_context->join_fd, 's');
 }
 
+void tell_launcher_ps_training(bool begins) {
+  if (g_context) tell_launcher(g_context->join_fd, begins ? 'P' : 'p');
+}
+
 void init(int* argc, char*** argv) {
   if (g_context) return;
   // A file-size limit (ulimit -f) would end the process by SIGXFSZ, a core-dumping signal,

@@ -43,5 +43,8 @@ RuntimeContext* context_or_null();
 // Tells the launcher (its join pipe, when it started this rank) that the program stopped
 // training on a stop request: tarantella --requeue requeues only a job that did.
 void tell_launcher_stop_requested();
+// A parameter-server worker enters (true) or leaves parameter-server training: the launcher
+// survives its loss only in there.
+void tell_launcher_ps_training(bool begins);
 
 }  // namespace tnt

@@ -287,6 +287,12 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
     worker.start_watch(config().ps_worker_timeout_s, communicator());
     options.strategy = Strategy::synchronous;  // the loop is the ordinary one, over the workers
     PsAccess::set_worker(model, &worker);
+    // From here to the fit's end the others drop this worker if it is lost (not before: they
+    // would wait for it in the set-up's collectives).
+    tell_launcher_ps_training(true);
+    struct LeftPs {
+      ~LeftPs() { tell_launcher_ps_training(false); }
+    } left_ps;
     try {
       history = model.fit(data, options);
       worker.stop_watch();

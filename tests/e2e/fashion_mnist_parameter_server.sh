@@ -40,6 +40,8 @@
 #     dropped and how every rank ended; the timeline (--timeline) merges the 2 workers left.
 #     (That the lost worker's samples are each trained on once is counted exactly by tests/ps
 #     ps_lost_worker*.)
+#   first_worker_killed: the first worker (the fit's master) killed in training: the next
+#     worker writes history.csv's rows and TensorBoard's events from then on.
 #   worker_lost_at_start: a worker ended as its program starts, before parameter-server
 #     training: the job ends at once, naming it (the others would wait for it).
 #   last_worker_lost: the only worker ended in training: the job ends, naming it, with its
@@ -210,6 +212,35 @@ case $case_name in
     # number, and the job failed after training, with no trace).
     if python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert d["otherData"]["ranks"] == 2, d["otherData"]' \
       "$fm_tmp/wk.json"; then fm_pass "wk: the timeline of the 2 workers left"; else fm_fail "wk: no timeline of the workers left"; fi
+    ;;
+  first_worker_killed)
+    # The first worker (rank 1), the fit's master, SIGKILLed in the second epoch: the next
+    # worker takes over what the master alone does, so history.csv gets every epoch's row
+    # and TensorBoard the later epochs in an event file of its own (before: the rows and
+    # events of the epochs after the loss were never written, silently).
+    (
+      for _ in $(seq 1 300); do
+        [[ -e $fm_tmp/f/history.csv ]] && break
+        sleep 0.1
+      done
+      sleep 0.5
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/f"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then kill -KILL "$p"; fi
+      done
+    ) &
+    killer=$!
+    fm_limit=$((fm_limit > 150 ? fm_limit : 150))
+    fm_run fk -np 3 --parameter-servers 1 --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=20 -- --model=mlp \
+      --num_train_samples=24000 --train_epochs=3 --batch_size=120 --verbose=0 --strategy=parameter_server \
+      --enable_tensorboard --model_dir="$fm_tmp/f"
+    wait $killer
+    [[ $fm_rc -eq 0 ]] && fm_pass "fk: exit 0" || fm_fail "fk: exit $fm_rc, expected 0"
+    out_has fk "rank 1 \(worker, host .*\): signal 9 \(SIGKILL\): dropped"
+    got=$(awk -F, 'NR > 1 { printf "%s%s", sep, $1; sep = " " }' "$fm_tmp/f/history.csv")
+    [[ $got == "1 2 3" ]] && fm_pass "fk: history.csv rows 1 2 3" || fm_fail "fk: history.csv rows '$got'"
+    n=$(find "$fm_tmp/f/train" -name 'events.out.tfevents.*' | wc -l)
+    [[ $n -eq 2 ]] && fm_pass "fk: the new master's TensorBoard event file beside the first's" ||
+      fm_fail "fk: $n training event files, expected 2 (the lost master's and the new one's)"
     ;;
   worker_lost_at_start)
     # A worker (rank 2 of 1 server + 2 workers) ended (SIGTERM) as soon as its program runs,

@@ -58,6 +58,11 @@ class Callback {
   void set_eval_params(const EvalParams& params) { eval_params_ = params; }
 
   virtual void on_train_begin(const Logs&) {}
+  // Parameter-server training that lost its first worker goes on with the next one as its
+  // master: a callback that runs on the master starts there in the middle of the fit, at
+  // epoch `epoch` (0-based; the epochs before it are done), where its on_train_begin never
+  // ran. Default: on_train_begin. CSVLogger appends to the rows the lost master wrote.
+  virtual void on_train_takeover(int /*epoch*/, const Logs& logs) { on_train_begin(logs); }
   virtual void on_train_end(const Logs&) {}
   virtual void on_epoch_begin(int /*epoch*/, const Logs&) {}
   virtual void on_epoch_end(int /*epoch*/, const Logs&) {}
@@ -180,6 +185,7 @@ class CSVLogger : public Callback {
   explicit CSVLogger(std::string path, bool append = false);
   ~CSVLogger() override;
   void on_train_begin(const Logs&) override;
+  void on_train_takeover(int epoch, const Logs& logs) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
   void on_train_end(const Logs&) override;
   // Columns fixed up front (else: taken from the first epoch's logs).
@@ -374,6 +380,8 @@ class TensorBoard : public Callback {
   enum class Profile { pending, recording, done } profile_ = Profile::pending;
   std::string profile_path_, profile_file_;
   std::unique_ptr<Writers> writers_;
+  bool takeover_failed_ = false;  // a new master (parameter servers) could not open the files
+  bool writers_here();            // the master's writers, made by a new master on first use
 };
 
 // The TF Model Garden's TimeHistory: the global training rate (examples, images or tokens

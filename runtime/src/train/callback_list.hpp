@@ -41,16 +41,30 @@ class detail::CallbackList {
   CallbackList(std::vector<CallbackPtr> callbacks, Model* model, const TrainParams& params) : model_(model) {
     for (auto& cb : callbacks) {
       if (!cb) continue;
-      if (!detail::runs_on_this_rank(cb->ranks())) continue;
       cb->set_model(model);
       cb->set_params(params);
       const Callback& named = *cb;
-      names_.push_back(fmt::format("callback '{}'", detail::readable_type_name(typeid(named).name())));
+      std::string name = fmt::format("callback '{}'", detail::readable_type_name(typeid(named).name()));
+      if (!detail::runs_on_this_rank(cb->ranks())) {
+        dormant_.emplace_back(std::move(cb), std::move(name));
+        continue;
+      }
+      names_.push_back(std::move(name));
       list_.push_back(std::move(cb));
     }
   }
+  // fit: on_train_begin has run, and epoch `epoch` (0-based) is under way. A callback that
+  // did not run on this rank then and does now (parameter-server training went on without
+  // its first worker, the master) starts here with on_train_takeover.
+  void at_epoch(int epoch) {
+    began_ = true;
+    epoch_ = epoch;
+    epoch_begun_ = false;
+  }
+  void epoch_begun() { epoch_begun_ = true; }  // on_epoch_begin has run for epoch_
   template <typename F>
   void each(F&& f) {
+    if (began_ && !dormant_.empty()) adopt();
     for (size_t i = 0; i < list_.size(); ++i) {
       Callback& cb = *list_[i];
       // One that does not run on every rank runs inside a SomeRanksRegion: a collective it
@@ -71,10 +85,31 @@ class detail::CallbackList {
   bool take_some_ranks_stop() { return std::exchange(some_ranks_stop_, false); }
 
  private:
+  void adopt() {
+    for (size_t i = 0; i < dormant_.size();) {
+      auto& [cb, name] = dormant_[i];
+      if (!detail::runs_on_this_rank(cb->ranks())) {
+        ++i;
+        continue;
+      }
+      {
+        const detail::SomeRanksRegion region(name, "the master only (it took over as the master)");
+        cb->on_train_takeover(epoch_, Logs{});
+        if (epoch_begun_) cb->on_epoch_begin(epoch_, Logs{});
+      }
+      names_.push_back(std::move(name));
+      list_.push_back(std::move(cb));
+      dormant_.erase(dormant_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
   std::vector<std::string> names_;  // for messages, beside list_
   std::vector<CallbackPtr> list_;
+  std::vector<std::pair<CallbackPtr, std::string>> dormant_;  // not for this rank (yet), and their names
   Model* model_;
   bool some_ranks_stop_ = false;
+  bool began_ = false, epoch_begun_ = false;
+  int epoch_ = 0;
 };
 
 }  // namespace tnt

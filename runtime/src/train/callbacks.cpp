@@ -206,6 +206,14 @@ void replace_file(const std::string& path, const std::string& content) {
 
 }  // namespace
 
+void CSVLogger::on_train_takeover(int epoch, const Logs& logs) {
+  // The rows of the epochs done are the lost master's, and stay; later ones go (a loss at an
+  // epoch's end redoes that epoch's end, its row included).
+  append_ = true;
+  params_.initial_epoch = epoch;
+  on_train_begin(logs);
+}
+
 void CSVLogger::on_train_begin(const Logs&) {
   header_written_ = false;
   {

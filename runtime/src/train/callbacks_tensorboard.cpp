@@ -127,8 +127,22 @@ void TensorBoard::finish_profile() {
           steps_text(profile_base_ + profile_first_, last), profile_file_);
 }
 
+bool TensorBoard::writers_here() {
+  // Made at on_train_begin by the master; a rank that became the master since (parameter-
+  // server training that lost its first worker) makes them now, in the same directory.
+  if (!writers_ && !takeover_failed_ && model_ && is_master_rank()) {
+    try {
+      writers_ = std::make_unique<Writers>(log_dir_);
+    } catch (const std::exception& e) {
+      takeover_failed_ = true;
+      log_warning("TensorBoard: this rank took over as the master and cannot write the event files: {}", e.what());
+    }
+  }
+  return writers_ != nullptr;
+}
+
 void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
-  if (!writers_ || update_freq_ <= 0) return;
+  if (update_freq_ <= 0 || !writers_here()) return;
   const int64_t step = model_->global_step();
   if (step % update_freq_ != 0) return;
   std::vector<std::pair<std::string, double>> values;
@@ -137,7 +151,7 @@ void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
 }
 
 void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
-  if (!writers_) return;
+  if (!writers_here()) return;
   std::vector<std::pair<std::string, double>> train, validation;
   for (const auto& [name, value] : logs) {
     if (name.rfind("val_", 0) == 0) {

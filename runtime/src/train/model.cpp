@@ -403,7 +403,9 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
   for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_requested_; ++epoch) {
     const double epoch_start = now_s();
     logs.clear();
+    callbacks.at_epoch(epoch);
     callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, logs); });
+    callbacks.epoch_begun();
     detail::PassTotals totals(metrics_, /*restore=*/false, rc.device, stager.get());
     // A stop_training() by a callback on some ranks only (the master's) would end this rank's
     // epoch alone, the others waiting at its next step: it travels with the next step's

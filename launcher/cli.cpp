@@ -54,7 +54,8 @@ cxxopts::Options make_parser() {
       ("parameter-servers", "K of the ranks serve the variables for a program that trains with --strategy="
        "parameter_server (TNT_PS_SERVERS); the others are workers (default: none, every rank trains). A worker "
        "that dies or is silent for --heartbeat-timeout is dropped and the others go on (one stopped for twice that "
-       "is ended by its rank's step, so that the job can end); a lost server ends the job",
+       "is ended by its rank's step, so that the job can end); a lost server ends the job, and so does a lost worker "
+       "with --heartbeat-timeout 0 (nothing would tell the servers)",
        cxxopts::value<std::string>(), "K")
       ("ps-hosts", "With --parameter-servers: place the servers on these hosts of the job, taken in turn "
        "(default: the first K ranks)", cxxopts::value<std::string>(), "LIST");

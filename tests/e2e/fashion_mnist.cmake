@@ -66,7 +66,7 @@ set_tests_properties(fashion_mnist.terminal PROPERTIES TIMEOUT 200 ENVIRONMENT "
 # the two modes, bad role plans refused before anything starts, a stopped or killed server named,
 # a killed worker dropped, a killed server restarted from the checkpoint.
 foreach(_case staleness0 async resume_across bad_roles server_stopped server_killed worker_killed server_restart
-              worker_lost_at_start last_worker_lost first_worker_killed
+              worker_lost_at_start last_worker_lost first_worker_killed heartbeat_off
               timeline)
   add_test(NAME fashion_mnist.parameter_server.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_parameter_server.sh ${_fm_bins} ${_case})

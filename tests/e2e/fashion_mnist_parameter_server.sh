@@ -44,6 +44,7 @@
 #     worker writes history.csv's rows and TensorBoard's events from then on.
 #   worker_lost_at_start: a worker ended as its program starts, before parameter-server
 #     training: the job ends at once, naming it (the others would wait for it).
+#   heartbeat_off: with --heartbeat-timeout 0 a worker lost in training ends the job, named.
 #   last_worker_lost: the only worker ended in training: the job ends, naming it, with its
 #     status.
 #   server_restart: the server SIGKILLed after the first epoch's checkpoint, with
@@ -241,6 +242,29 @@ case $case_name in
     n=$(find "$fm_tmp/f/train" -name 'events.out.tfevents.*' | wc -l)
     [[ $n -eq 2 ]] && fm_pass "fk: the new master's TensorBoard event file beside the first's" ||
       fm_fail "fk: $n training event files, expected 2 (the lost master's and the new one's)"
+    ;;
+  heartbeat_off)
+    # With --heartbeat-timeout 0 nothing tells the servers that a worker is gone, so its loss
+    # (SIGTERM to rank 2 in training) ends the job at once, naming it (before: the launcher
+    # said training goes on, and the ranks waited for the 600 s collective timeout).
+    (
+      for _ in $(seq 1 300); do
+        [[ -e $fm_tmp/h/history.csv ]] && break
+        sleep 0.1
+      done
+      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/h"); do
+        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2'; then
+          kill -TERM "$p" && date +%s.%N >"$fm_tmp/signalled_at"
+        fi
+      done
+    ) &
+    killer=$!
+    fm_run h0 -np 3 --parameter-servers 1 --heartbeat-timeout 0 -- --model=mlp --num_train_samples=6000 \
+      --train_epochs=50 --batch_size=64 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/h"
+    wait $killer
+    [[ $fm_rc -eq 143 ]] && fm_pass "h0: exit 143 (the worker's signal)" || fm_fail "h0: exit $fm_rc, expected 143"
+    out_has h0 "tarantella: rank 2 \(host .*\) failed first: signal 15 \(SIGTERM\)"
+    ended_after_signal h0
     ;;
   worker_lost_at_start)
     # A worker (rank 2 of 1 server + 2 workers) ended (SIGTERM) as soon as its program runs,

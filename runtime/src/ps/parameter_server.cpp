@@ -288,11 +288,16 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
     options.strategy = Strategy::synchronous;  // the loop is the ordinary one, over the workers
     PsAccess::set_worker(model, &worker);
     // From here to the fit's end the others drop this worker if it is lost (not before: they
-    // would wait for it in the set-up's collectives).
-    tell_launcher_ps_training(true);
+    // would wait for it in the set-up's collectives), unless the worker timeout is off
+    // (TNT_PS_WORKER_TIMEOUT=0, --heartbeat-timeout 0): nothing would tell the servers.
+    const bool droppable = config().ps_worker_timeout_s > 0;
+    if (droppable) tell_launcher_ps_training(true);
     struct LeftPs {
-      ~LeftPs() { tell_launcher_ps_training(false); }
-    } left_ps;
+      bool told;
+      ~LeftPs() {
+        if (told) tell_launcher_ps_training(false);
+      }
+    } left_ps{droppable};
     try {
       history = model.fit(data, options);
       worker.stop_watch();

@@ -26,6 +26,14 @@ namespace sc = comm::scaling;
 
 namespace {
 
+// Far beyond any job: a row's ranks stay in an int, a threshold's bytes in 64 bits.
+constexpr int64_t kMaxRanks = int64_t{1} << 24;
+constexpr double kMaxThresholdKb = 16.0 * 1024 * 1024;
+
+}  // namespace
+
+namespace {
+
 constexpr const char* usage_line =
     "tarantella predict PROFILE [--nodes 1,2,4] [--devices-per-node K] (--network PRESET | --link-gbps G "
     "--latency-us L) [--csv FILE] [--plot FILE.png]";
@@ -209,6 +217,11 @@ PredictOptions parse_predict_command_line(const std::vector<std::string>& args) 
   }
   if (result.count("fusion-threshold")) {
     o.fusion_threshold_kb = non_negative_number("fusion-threshold", result["fusion-threshold"].as<std::string>(), "KB");
+    // Beyond any model's gradients (16 GiB); the bytes must fit their 64-bit count.
+    if (*o.fusion_threshold_kb > kMaxThresholdKb) {
+      throw InputError(fmt::format("--fusion-threshold {}: at most {} KB (16 GiB, more than any model's gradients)",
+                                   result["fusion-threshold"].as<std::string>(), kMaxThresholdKb));
+    }
   }
   if (result.count("network")) o.network = result["network"].as<std::string>();
   if (result.count("link-gbps")) o.link_gbps = positive_number("link-gbps", result["link-gbps"].as<std::string>(), "Gbit/s");
@@ -299,6 +312,13 @@ std::string step_parts(const sc::Profile& p) {
 sc::Network resolve_network(const PredictOptions& o, const sc::Profile& profile, std::vector<std::string>* described) {
   sc::Network net;
   net.ranks_per_node = o.devices_per_node.value_or(profile.ranks_per_node);
+  for (int n : o.nodes) {
+    const int64_t ranks = int64_t{n} * net.ranks_per_node;
+    if (ranks > kMaxRanks) {
+      throw InputError(fmt::format("--nodes {} with {} rank(s) a node: {} ranks, beyond the {} this prediction takes",
+                                   n, net.ranks_per_node, ranks, kMaxRanks));
+    }
+  }
   net.hierarchical = o.allreduce ? *o.allreduce == "hierarchical" : profile.transport == "nccl";
   std::optional<sc::Link> measured;
   if (profile.allreduce) measured = sc::link_from_fit(*profile.allreduce);
@@ -345,15 +365,22 @@ sc::Network resolve_network(const PredictOptions& o, const sc::Profile& profile,
         o.profile, profile.ranks == 1 ? "ran one rank" : "spans nodes", preset_names(intra_node_presets())));
   }
   if (net.ranks_per_node > 1) say(net.hierarchical ? "allreduce: hierarchical" : "allreduce: one flat ring");
-  // The probe's links as they ran in training: the same factor for every allreduce. Given
-  // links (presets, numbers) are taken as they are.
-  if ((inter_measured || !any_multi_node) && (intra_measured || net.ranks_per_node == 1) &&
-      (inter_measured || intra_measured)) {
-    net.comm_factor = sc::comm_factor(profile);
+  // The probe's links as they ran in training: the same factor for every allreduce over
+  // them. Given links (presets, numbers) are taken as they are. Decided for rows of one node
+  // and of several apart, so that a row does not change with the other rows asked for.
+  const bool within_known = intra_measured || net.ranks_per_node == 1;
+  const bool one_node = within_known && (inter_measured || intra_measured);
+  const bool several = inter_measured && within_known;
+  if (one_node || several) {
+    const double f = sc::comm_factor(profile);
+    net.comm_factor = several ? f : 1;
+    net.comm_factor_one_node = one_node ? f : 1;
     if (profile.comm_s > 0) {
-      say(fmt::format("allreduces beside backward: {:.2f} x the probe's time (measured at the profile's {} ranks; "
-                      "applied to its measured links)",
-                      net.comm_factor, profile.ranks));
+      say(fmt::format("allreduces beside backward: {:.2f} x the probe's time{} (measured at the profile's {} ranks; "
+                      "applied to its measured links{})",
+                      f, f >= sc::kMaxCommFactor * 0.999 ? ", the most the model takes: the measured time is more than "
+                                                          "it explains" : "",
+                      profile.ranks, several || !any_multi_node ? "" : ", so to the rows of one node"));
     }
   }
   return net;

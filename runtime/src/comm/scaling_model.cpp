@@ -153,7 +153,7 @@ Channel run_channel(const Profile& profile, const Network& net, int64_t threshol
     const double start = std::max(ready, c.free_s) + profile.launch_delay_s;
     // comm_factor times slower while backward runs beside it, the probe's speed after.
     const double work = allreduce_s(b.bytes, net);
-    const double f = std::max(1.0, net.comm_factor);
+    const double f = std::max(1.0, net.factor_at(net.nodes));
     double end = start + work;
     if (start < backward_s) end = start + work * f <= backward_s ? start + work * f : backward_s + (work - (backward_s - start) / f);
     c.free_s = end;
@@ -189,7 +189,7 @@ double comm_factor(const Profile& profile) {
     own->comm_factor = f;
     return run_channel(profile, *own, profile.threshold_bytes, profile.backward_s).comm_s;
   };
-  double lo = 1, hi = 64;
+  double lo = 1, hi = kMaxCommFactor;
   if (channel_at(lo) >= target) return 1;
   // Nothing overlapped backward at the profile: no factor explains the time; 1.
   if (channel_at(hi) <= target) return channel_at(hi) > channel_at(lo) ? hi : 1;

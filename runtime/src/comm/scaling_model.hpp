@@ -49,6 +49,13 @@ struct Network {
   // While backward runs, an allreduce takes this many times the links' time (after it, the
   // links' time): comm_factor() below, where the links are the profile's probe's.
   double comm_factor = 1;
+  // On one node, where only `intra` is used: the factor there (negative: comm_factor). A
+  // profile of one node measured the links within it, not those between nodes: a row of one
+  // node keeps its factor when rows of several nodes run on given links without one.
+  double comm_factor_one_node = -1;
+  double factor_at(int nodes_now) const {
+    return nodes_now == 1 && comm_factor_one_node >= 0 ? comm_factor_one_node : comm_factor;
+  }
 };
 
 // A straight line time = a_s + b_s_per_byte * bytes fitted to allreduces of a few sizes over
@@ -139,6 +146,7 @@ double straggle_s(const Profile& profile, int ranks);
 // or no probe. On CPU ranks whose communication thread shares the cores with backward (a
 // CPU quota, oversubscription) it is well above 1; where it has a core of its own, near 1.
 double comm_factor(const Profile& profile);
+inline constexpr double kMaxCommFactor = 64;  // comm_factor's search ends there
 
 // The network the profile ran on, as its probe measured it: one flat ring of its ranks over
 // the fitted link (the model then gives back the fit's a + b * bytes), with comm_factor()

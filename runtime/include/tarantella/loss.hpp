@@ -13,6 +13,10 @@
 // (on CUDA the check runs on the device and is read in the step's one copy), on every rank
 // (model.hpp); forward() and backward() meanwhile leave the bad element out.
 //
+// The built-in losses that take sample weights compute both ways in forward_weighted():
+// their forward() is final (a subclass overriding it would be bypassed in training, which
+// calls forward_weighted); for a loss of your own, derive from Loss.
+//
 // Sample weights (Keras' sample_weight): forward_weighted() multiplies sample i's loss by
 // w_i and still divides the sum by global_batch, sum_i(w_i * l_i) / global_batch (not by the
 // sum of the weights), so weights of 1 equal no weights, a weight of 0 takes the sample out of
@@ -89,7 +93,7 @@ class SoftmaxCrossEntropy : public Loss {
  public:
   explicit SoftmaxCrossEntropy(double label_smoothing = 0.0, int64_t ignore_index = -100);
   std::string name() const override { return "softmax_cross_entropy"; }
-  Tensor forward(const Tensor& logits, const Tensor& labels, int64_t global_batch, SavedState& saved) override;
+  Tensor forward(const Tensor& logits, const Tensor& labels, int64_t global_batch, SavedState& saved) override final;
   Tensor backward(SavedState& saved, double scale = 1.0) override;
   bool supports_sample_weights() const override { return true; }
   Tensor forward_weighted(const Tensor& logits, const Tensor& labels, const Tensor& sample_weights,
@@ -147,7 +151,7 @@ class LabelSmoothingCrossEntropy : public Loss {
 class MeanSquaredError : public Loss {
  public:
   std::string name() const override { return "mean_squared_error"; }
-  Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override;
+  Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override final;
   Tensor backward(SavedState& saved, double scale = 1.0) override;
   bool supports_sample_weights() const override { return true; }
   Tensor forward_weighted(const Tensor& predictions, const Tensor& targets, const Tensor& sample_weights,
@@ -158,7 +162,7 @@ class MeanSquaredError : public Loss {
 class MeanAbsoluteError : public Loss {
  public:
   std::string name() const override { return "mean_absolute_error"; }
-  Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override;
+  Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override final;
   Tensor backward(SavedState& saved, double scale = 1.0) override;
   bool supports_sample_weights() const override { return true; }
   Tensor forward_weighted(const Tensor& predictions, const Tensor& targets, const Tensor& sample_weights,
@@ -172,7 +176,7 @@ class Huber : public Loss {
  public:
   explicit Huber(double delta = 1.0);
   std::string name() const override { return "huber"; }
-  Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override;
+  Tensor forward(const Tensor& predictions, const Tensor& targets, int64_t global_batch, SavedState& saved) override final;
   Tensor backward(SavedState& saved, double scale = 1.0) override;
   bool supports_sample_weights() const override { return true; }
   Tensor forward_weighted(const Tensor& predictions, const Tensor& targets, const Tensor& sample_weights,
@@ -191,7 +195,7 @@ class Huber : public Loss {
 class BinaryCrossEntropy : public Loss {
  public:
   std::string name() const override { return "binary_cross_entropy"; }
-  Tensor forward(const Tensor& logits, const Tensor& targets, int64_t global_batch, SavedState& saved) override;
+  Tensor forward(const Tensor& logits, const Tensor& targets, int64_t global_batch, SavedState& saved) override final;
   Tensor backward(SavedState& saved, double scale = 1.0) override;
   bool supports_sample_weights() const override { return true; }
   Tensor forward_weighted(const Tensor& logits, const Tensor& targets, const Tensor& sample_weights,

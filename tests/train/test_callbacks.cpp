@@ -468,3 +468,92 @@ TEST_CASE("samples batched already are refused with what to do") {
                     Catch::Contains("as if its samples were batched already") &&
                         Catch::Contains("give them unbatched samples"));
 }
+
+TEST_CASE("ModelCheckpoint fills Keras' fields and refuses a bad pattern or directory before the first epoch") {
+  const std::string dir = job_dir();
+  tnt::Model model(make_net(), 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>(),
+                {std::make_shared<tnt::Accuracy>()});
+  // What a fit refuses, before it trains a step (global_step stays 0).
+  auto refused = [&](const std::string& path) {
+    tnt::FitOptions fit = quiet_fit(2);
+    fit.callbacks = {std::make_shared<tnt::ModelCheckpoint>(path, "loss")};
+    try {
+      model.fit(make_data(), fit);
+    } catch (const tnt::InputError& e) {
+      CHECK(model.global_step() == 0);
+      return std::string(e.what());
+    }
+    return std::string("(trained)");
+  };
+  // Before: a file named literally 'ck_{epoch:02d}_{val_los:.2f}.safetensors'.
+  CHECK_THAT(refused(dir + "/ck_{epoch:02d}_{val_los:.2f}.safetensors"),
+             Catch::Contains("{val_los} is neither {epoch} nor a value this fit logs") &&
+                 Catch::Contains("val_accuracy"));
+  CHECK_THAT(refused(dir + "/ck_{epoch:.2f}.safetensors"), Catch::Contains("the format '.2f' of {epoch} does not fit"));
+  CHECK_THAT(refused(dir + "/ck_{epoch.safetensors"), Catch::Contains("a '{' without its '}'"));
+  // Before: found after the first epoch's training.
+  CHECK_THAT(refused(dir + "/no/such/dir/ck.safetensors"),
+             Catch::Contains("cannot write checkpoints into '" + dir + "/no/such/dir'") &&
+                 Catch::Contains("No such file or directory"));
+
+  tnt::FitOptions fit = quiet_fit(2);
+  fit.validation_data = make_data();
+  auto ck = std::make_shared<tnt::ModelCheckpoint>(dir + "/ck_{epoch:03d}_{loss:.3f}_{val_accuracy:.2f}_{{x}}.safetensors",
+                                                   "loss");
+  fit.callbacks = {ck};
+  const tnt::History h = model.fit(make_data(), fit);
+  const std::string want = fmt::format("{}/ck_002_{:.3f}_{:.2f}_{{x}}.safetensors", dir, h.history.at("loss").back(),
+                                       h.history.at("val_accuracy").back());
+  CHECK(ck->last_path() == want);
+  CHECK(std::filesystem::exists(want));
+  // Plain {epoch}: two digits, as before.
+  CHECK(tnt::ModelCheckpoint(dir + "/e{epoch}.safetensors").path_for(2, {}) == dir + "/e03.safetensors");
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("compile refuses metric names that shadow the logs' keys and networks of several outputs") {
+  class Named : public tnt::Accuracy {
+   public:
+    explicit Named(std::string n) : n_(std::move(n)) {}
+    std::string name() const override { return n_; }
+
+   private:
+    std::string n_;
+  };
+  auto sgd = std::make_shared<tnt::SGD>(0.1);
+  auto loss = std::make_shared<tnt::SoftmaxCrossEntropy>();
+  tnt::Model model(make_net(), 3);
+  // Before: a metric named "loss" replaced the logged loss (1000 where the loss was 0.6).
+  CHECK_THROWS_WITH(model.compile(sgd, loss, {std::make_shared<Named>("loss")}),
+                    Catch::Contains("a metric is named 'loss', a key the training logs use themselves"));
+  CHECK_THROWS_WITH(model.compile(sgd, loss, {std::make_shared<Named>("val_x")}), Catch::Contains("'val_x'"));
+  CHECK_THROWS_WITH(model.compile(sgd, loss, {std::make_shared<tnt::Accuracy>(), std::make_shared<tnt::Accuracy>()}),
+                    Catch::Contains("two metrics are named 'accuracy'"));
+  CHECK_NOTHROW(model.compile(sgd, loss, {std::make_shared<tnt::Accuracy>(), std::make_shared<Named>("acc2")}));
+
+  // Two outputs: before, fit failed in backward ("has 2 outputs, backward() got 1 gradients").
+  tnt::SymTensor x = tnt::Input({4}, tnt::DType::f32, "x");
+  tnt::SymTensor a = tnt::call(std::make_shared<tnt::Dense>(2, "a"), x);
+  tnt::SymTensor b = tnt::call(std::make_shared<tnt::Dense>(2, "b"), x);
+  auto two = std::make_shared<tnt::Network>(std::vector<tnt::SymTensor>{x}, std::vector<tnt::SymTensor>{a, b}, "two");
+  tnt::Model m2(two, 3);
+  CHECK_THROWS_WITH(m2.compile(sgd, loss), Catch::Contains("network 'two' has 2 outputs, but a Model trains one output"));
+}
+
+TEST_CASE("Sequential and Dense mistakes are input errors that say what to do") {
+  auto net = std::make_shared<tnt::Sequential>("seq");
+  net->add(std::make_shared<tnt::Dense>(2, "fc"));
+  net->build({4});
+  CHECK_THROWS_AS(net->add(std::make_shared<tnt::Dense>(2, "late")), tnt::InputError);
+  CHECK_THROWS_WITH(net->add(std::make_shared<tnt::Dense>(2, "late")), Catch::Contains("add every layer before build()"));
+  CHECK_THROWS_AS(net->build({4}), tnt::InputError);
+  // A sample of shape () has no feature dimension for a Dense.
+  auto scalar = std::make_shared<tnt::Sequential>("scalar");
+  scalar->add(std::make_shared<tnt::Dense>(1, "fc"));
+  scalar->build({});
+  tnt::RunContext rc;
+  CHECK_THROWS_WITH(scalar->forward({tnt::Tensor::zeros({4})}, rc),
+                    Catch::Contains("has no feature dimension") && Catch::Contains("(1,), not ()"));
+}

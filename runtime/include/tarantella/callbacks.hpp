@@ -207,7 +207,11 @@ enum class MonitorMode { automatic, min, max };
 
 // Saves a checkpoint (weights, optimizer state, epoch, step) after each epoch (an epoch that
 // max_steps cut short as unfinished: see Model::partial_epoch_steps), written by
-// the master atomically. path may contain "{epoch}" (1-based, two digits, as Keras). With
+// the master atomically. path may hold Keras' fields: {epoch} (1-based; two digits when
+// plain), {epoch:03d}, and any value fit logs, {loss:.4f}, {val_accuracy:.3f} (a validation
+// value of an epoch without validation: "none", with a warning); "{{" and "}}" are braces.
+// fit refuses, before its first epoch, a field it will not log, a format that does not fit
+// it, and a directory that does not exist or cannot be written. With
 // save_best_only, only when the monitored global metric improved. It runs on every rank
 // (the save is collective, so a failed write stops every rank, not only the master). Weights
 // or optimizer state holding a NaN or an infinity are never written (Model::save_checkpoint
@@ -216,7 +220,10 @@ class ModelCheckpoint : public Callback {
  public:
   ModelCheckpoint(std::string path, std::string monitor = "val_loss", bool save_best_only = false,
                   MonitorMode mode = MonitorMode::automatic);
+  void on_train_begin(const Logs&) override;
   void on_epoch_end(int epoch, const Logs& logs) override;
+  // The file for epoch `epoch` (0-based): path's fields filled in.
+  std::string path_for(int epoch, const Logs& logs) const;
   const std::string& last_path() const { return last_path_; }
 
  private:

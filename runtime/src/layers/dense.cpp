@@ -58,8 +58,11 @@ std::vector<Tensor> Dense::forward(const std::vector<Tensor>& inputs, const RunC
   check_inputs(inputs, 1);
   const Tensor& x = inputs[0];
   ensure_built({x.shape()});
-  TNT_CHECK(x.ndim() >= 1 && x.dim(-1) == in_features_, "Dense '{}': input {} does not end in {} features", name_,
-            x.str(), in_features_);
+  TNT_INPUT_CHECK(x.ndim() >= 2, "Dense '{}': input {} has no feature dimension: a Dense takes (batch, ..., "
+                  "features); a sample of one value is shape (1,), not () (build({{1}}))",
+                  name_, x.str());
+  TNT_INPUT_CHECK(x.dim(-1) == in_features_, "Dense '{}': input {} does not end in {} features", name_, x.str(),
+                  in_features_);
   check_inputs(inputs, 1);
   TNT_CUDA_DISPATCH(x.device(), cuda::dense_forward(*this, inputs, rc, saved));
 

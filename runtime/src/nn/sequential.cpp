@@ -10,15 +10,15 @@ Sequential::Sequential(std::vector<LayerPtr> layers, std::string name) : Network
 }
 
 Sequential& Sequential::add(LayerPtr layer) {
-  TNT_CHECK(layer != nullptr, "Sequential '{}': add() of a null layer", name());
-  TNT_CHECK(!has_graph(), "Sequential '{}': add() after the model was built (layer '{}')", name(),
-            layer->name());
+  TNT_INPUT_CHECK(layer != nullptr, "Sequential '{}': add() of a null layer", name());
+  TNT_INPUT_CHECK(!has_graph(), "Sequential '{}': add() after the model was built (layer '{}'): add every layer "
+                  "before build() or the first forward()", name(), layer->name());
   pending_.push_back(std::move(layer));
   return *this;
 }
 
 void Sequential::build(const Shape& per_sample_shape, DType dtype) {
-  TNT_CHECK(!has_graph(), "Sequential '{}' is already built", name());
+  TNT_INPUT_CHECK(!has_graph(), "Sequential '{}' is already built (build() once, before training)", name());
   TNT_INPUT_CHECK(!pending_.empty(), "Sequential '{}' has no layers", name());
   SymTensor x = Input(per_sample_shape, dtype, "input");
   SymTensor y = x;

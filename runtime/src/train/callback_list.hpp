@@ -21,6 +21,13 @@ namespace tnt {
 
 namespace detail {
 
+// For "metric 'x' is not logged": what is, so that a misspelled name shows.
+inline std::string logged_names(const Logs& logs) {
+  std::string names;
+  for (const auto& [name, value] : logs) names += (names.empty() ? "" : ", ") + name;
+  return names.empty() ? std::string("none") : names;
+}
+
 inline bool runs_on_this_rank(Callback::Ranks ranks) {
   switch (ranks) {
     case Callback::Ranks::master:

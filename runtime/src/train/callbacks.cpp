@@ -7,6 +7,7 @@
 #include "io/timeline.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/model.hpp"
+#include "train/callback_list.hpp"
 
 #include <fmt/ranges.h>
 
@@ -28,14 +29,7 @@
 
 namespace tnt {
 
-namespace {
-// For "metric 'x' is not logged": what is, so that a misspelled name shows.
-std::string logged_names(const Logs& logs) {
-  std::string names;
-  for (const auto& [name, value] : logs) names += (names.empty() ? "" : ", ") + name;
-  return names.empty() ? std::string("none") : names;
-}
-}  // namespace
+using detail::logged_names;
 
 
 namespace {
@@ -374,42 +368,6 @@ void CSVLogger::on_train_end(const Logs&) {
   open_ = false;
 }
 
-// ---- ModelCheckpoint -------------------------------------------------------------------
-
-ModelCheckpoint::ModelCheckpoint(std::string path, std::string monitor, bool save_best_only, MonitorMode mode)
-    : Callback(Ranks::all),
-      path_(std::move(path)),
-      monitor_(std::move(monitor)),
-      save_best_only_(save_best_only),
-      mode_(mode),
-      best_(0) {}
-
-void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
-  TNT_CHECK(model_, "ModelCheckpoint used outside Model::fit");
-  if (save_best_only_) {
-    auto it = logs.find(monitor_);
-    if (it == logs.end()) {
-      log_warning("ModelCheckpoint: metric '{}' is not logged this epoch (logged: {}); not saving", monitor_,
-                  logged_names(logs));
-      return;
-    }
-    if (have_best_ && !metric_improved(monitor_, mode_, it->second, best_, 0.0)) return;
-    best_ = it->second;
-    have_best_ = true;
-  }
-  std::string path = path_;
-  size_t pos = path.find("{epoch}");
-  if (pos != std::string::npos) path.replace(pos, 7, fmt::format("{:02d}", epoch + 1));
-  {
-    timeline::Span span(timeline::Lane::compute, "checkpoint write", [&] { return R"("path":")" + timeline::escape(path) + "\""; });
-    // An epoch that fit cut short (max_steps) is saved as unfinished: a resume takes its
-    // remaining steps, rather than counting it done.
-    const int64_t part = model_->partial_epoch_steps();
-    model_->save_checkpoint(path, part > 0 ? epoch : epoch + 1, part);
-  }
-  last_path_ = path;
-}
-
 // ---- EarlyStopping ---------------------------------------------------------------------
 
 EarlyStopping::EarlyStopping(std::string monitor, double min_delta, int patience, MonitorMode mode,
@@ -552,7 +510,9 @@ LearningRateScheduler::LearningRateScheduler(std::function<double(int, double)> 
 void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {
   TNT_CHECK(model_, "LearningRateScheduler used outside Model::fit");
   double lr = fn_(epoch, model_->learning_rate());
-  TNT_CHECK(std::isfinite(lr) && lr >= 0, "LearningRateScheduler returned an invalid learning rate {}", lr);
+  TNT_INPUT_CHECK(std::isfinite(lr) && lr >= 0,
+                  "LearningRateScheduler: the schedule returned the learning rate {} for epoch {}: it must be finite "
+                  "and at least 0", lr, epoch + 1);
   model_->set_learning_rate(lr);
 }
 

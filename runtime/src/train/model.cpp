@@ -81,6 +81,15 @@ void Model::compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vec
   LossScaler scaler(precision);  // validates the scaling options
   TNT_INPUT_CHECK(loss != nullptr, "Model::compile: no loss given");
   for (const auto& m : metrics) TNT_INPUT_CHECK(m != nullptr, "Model::compile: a metric is null");
+  detail::check_metric_names(metrics);
+  // predictions, the loss and the metrics take the first output only: the others would be
+  // computed and never trained.
+  const size_t outputs = network_->outputs().size();
+  TNT_INPUT_CHECK(outputs == 1,
+                  "Model::compile: network '{}' has {} outputs, but a Model trains one output with one loss (Keras' "
+                  "loss per output is not supported): give the network one output (e.g. concatenate them) and a loss "
+                  "over it",
+                  network_->name(), outputs);
   optimizer_ = std::move(optimizer);
   loss_ = std::move(loss);
   metrics_ = std::move(metrics);

@@ -11,6 +11,7 @@
 #include "tarantella/runtime.hpp"
 #include "train/batch_sources.hpp"  // rows
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,6 +27,27 @@ inline int64_t step_units(const Loss& loss, const Tensor& batch_target, const Te
   if (!loss.normalizes_by_tokens()) return real;
   if (real == 0) return 0;
   return loss.count_tokens(rows(batch_target.device().is_cpu() ? batch_target : device_target, real));
+}
+
+// Metric names are the keys of the logs beside the loss: one used twice, or one of the keys
+// fit logs itself, would put one value under another's name (a metric named "loss" replaced
+// the loss that EarlyStopping and ModelCheckpoint watch). Refused, naming it.
+inline void check_metric_names(const std::vector<MetricPtr>& metrics) {
+  std::vector<std::string> seen;
+  for (const auto& m : metrics) {
+    const std::string name = m->name();
+    TNT_INPUT_CHECK(!name.empty(), "Model::compile: a metric has an empty name");
+    TNT_INPUT_CHECK(name != "loss" && name != "learning_rate" && name != "seconds" && name != "loss_scale" &&
+                        name.rfind("val_", 0) != 0,
+                    "Model::compile: a metric is named '{}', a key the training logs use themselves (loss, "
+                    "learning_rate, seconds, loss_scale, val_*); give it another name",
+                    name);
+    TNT_INPUT_CHECK(std::find(seen.begin(), seen.end(), name) == seen.end(),
+                    "Model::compile: two metrics are named '{}': their values would share one key of the logs; give "
+                    "each its own name",
+                    name);
+    seen.push_back(name);
+  }
 }
 
 // Loss and metric sums of one pass (an epoch of fit, or an evaluation) on this rank;

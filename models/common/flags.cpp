@@ -248,9 +248,14 @@ CommonFlags ProgramFlags::common() const {
     }
   }
   TNT_INPUT_CHECK(f.batch_size > 0, "--batch_size={}: must be positive", f.batch_size);
-  TNT_INPUT_CHECK(f.batch_size >= tnt::size(),
-                  "--batch_size={}: smaller than the {} ranks (the global batch gives each rank at least one sample)",
-                  f.batch_size, tnt::size());
+  // With parameter servers (tarantella --parameter-servers K) the workers alone split the
+  // global batch.
+  const std::string& servers = tnt::config().ps_servers;
+  const int server_count = servers.empty() ? 0 : 1 + static_cast<int>(std::count(servers.begin(), servers.end(), ','));
+  const int trainers = std::max(1, tnt::size() - server_count);
+  TNT_INPUT_CHECK(f.batch_size >= trainers,
+                  "--batch_size={}: smaller than the {} {} (the global batch gives each {} at least one sample)",
+                  f.batch_size, trainers, server_count > 0 ? "workers" : "ranks", server_count > 0 ? "worker" : "rank");
   TNT_INPUT_CHECK(f.train_epochs >= 0, "--train_epochs={}: must be at least 0", f.train_epochs);
   TNT_INPUT_CHECK(f.epochs_between_evals > 0, "--epochs_between_evals={}: must be positive", f.epochs_between_evals);
   TNT_INPUT_CHECK(f.verbose >= 0 && f.verbose <= 2,

@@ -279,7 +279,9 @@ int main(int argc, char** argv) {
       result = {{"loss", last.at("val_loss")}, {"accuracy", last.at("val_accuracy")}};
     } else {
       tnt::EvaluateOptions ev;
-      ev.batch_size = common.batch_size;
+      // Every rank, servers included, takes part: at least a sample each (the result does
+      // not depend on the batch).
+      ev.batch_size = std::max<int64_t>(common.batch_size, tnt::size());
       ev.verbose = common.verbose;  // announced, like fit's validation passes
       result = model.evaluate(test_data, ev);
     }

@@ -377,6 +377,15 @@ PY
     [[ $fm_rc -eq 0 ]] && fm_pass "sync_with_roles: exit status 0" || fm_fail "sync_with_roles: exit $fm_rc, expected 0"
     n=$(grep -c "TNT_PS_SERVERS=0 (tarantella --parameter-servers) gives ranks parameter-server roles, but this fit trains synchronously" <<<"$fm_out")
     [[ $n -eq 1 ]] && fm_pass "sync_with_roles: said once" || fm_fail "sync_with_roles: the warning appears $n times, expected once"
+    # The workers alone split the global batch: 2 samples for 2 workers (and 1 server) train
+    # (before: refused as smaller than the 3 ranks); 1 is refused, naming the workers.
+    fm_run batch_of_workers -np 3 --parameter-servers 1 -- --model=mlp --num_train_samples=64 --batch_size=2 \
+      --train_epochs=1 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/g"
+    [[ $fm_rc -eq 0 ]] && fm_pass "batch_of_workers: exit 0" || fm_fail "batch_of_workers: exit $fm_rc, expected 0"
+    fm_run batch_below_workers -np 3 --parameter-servers 1 -- --model=mlp --num_train_samples=64 --batch_size=1 \
+      --train_epochs=1 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/h"
+    [[ $fm_rc -eq 2 ]] || fm_fail "batch_below_workers: exit $fm_rc, expected 2"
+    fm_expect_grep batch_below_workers "--batch_size=1: smaller than the 2 workers" "the flag and the workers"
     ;;
   *)
     echo "unknown case $case_name" >&2

@@ -379,9 +379,14 @@ PY
     [[ $n -eq 1 ]] && fm_pass "sync_with_roles: said once" || fm_fail "sync_with_roles: the warning appears $n times, expected once"
     # The workers alone split the global batch: 2 samples for 2 workers (and 1 server) train
     # (before: refused as smaller than the 3 ranks); 1 is refused, naming the workers.
-    fm_run batch_of_workers -np 3 --parameter-servers 1 -- --model=mlp --num_train_samples=64 --batch_size=2 \
-      --train_epochs=1 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/g"
+    # With output on every rank, each line is tagged with the job's rank, as the launcher
+    # numbers them (before: the workers tagged themselves 0 and 1, the server 0 as well).
+    fm_run batch_of_workers -np 3 --parameter-servers 1 --output-on-all-devices -- --model=mlp --num_train_samples=64 \
+      --batch_size=2 --train_epochs=1 --verbose=2 --strategy=parameter_server --model_dir="$fm_tmp/g"
     [[ $fm_rc -eq 0 ]] && fm_pass "batch_of_workers: exit 0" || fm_fail "batch_of_workers: exit $fm_rc, expected 0"
+    out_has batch_of_workers "^\[rank 1\] Epoch 1/1"
+    out_has batch_of_workers "^\[rank 2\] Epoch 1/1"
+    if grep -q "^\[rank 0\] Epoch" <<<"$fm_out"; then fm_fail "batch_of_workers: the server's tag on a worker's line"; else fm_pass "batch_of_workers: no worker tagged as rank 0"; fi
     fm_run batch_below_workers -np 3 --parameter-servers 1 -- --model=mlp --num_train_samples=64 --batch_size=1 \
       --train_epochs=1 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/h"
     [[ $fm_rc -eq 2 ]] || fm_fail "batch_below_workers: exit $fm_rc, expected 2"

@@ -129,6 +129,8 @@ void init(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   TNT_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
   TNT_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+  c->job_rank = c->rank;
+  c->job_size = c->size;
   MPI_Comm node;
   TNT_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
   MPI_Comm_rank(node, &c->local_rank);
@@ -279,8 +281,10 @@ namespace {
 // run_main's end after an exception: the message on this rank's standard error, and the job
 // ended (MPI_Abort) when other ranks may wait for this one in a collective.
 int end_with_error(std::string message, bool input_error) {
-  int r = g_context ? g_context->rank : 0;
-  int p = g_context ? g_context->size : 1;
+  // The job's numbers, as the launcher's lines give them (not a parameter-server fit's
+  // worker numbering).
+  int r = g_context ? g_context->job_rank : 0;
+  int p = g_context ? g_context->job_size : 1;
   // A message of several lines continues indented, so that the launcher can tell its
   // lines from other ranks' (it shows an error that several ranks repeat once).
   while (!message.empty() && message.back() == '\n') message.pop_back();

@@ -23,6 +23,11 @@ struct RuntimeContext {
   Config config;
   int rank = 0;
   int size = 1;
+  // The job's rank and size as the launcher numbers them, for the tags of output and log
+  // lines: rank/size above follow the communicator in use (a parameter-server fit's workers
+  // number themselves 0..W-1, and a server would share a worker's tag).
+  int job_rank = 0;
+  int job_size = 1;
   int local_rank = 0;
   int local_size = 1;
   Device device;

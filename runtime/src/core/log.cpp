@@ -28,6 +28,17 @@ int current_size() {
   return 1;
 }
 
+// The tags' numbers: the job's, whatever communicator is in use.
+int job_rank() {
+  if (RuntimeContext* c = context_or_null()) return c->job_rank;
+  return current_rank();
+}
+
+int job_size() {
+  if (RuntimeContext* c = context_or_null()) return c->job_size;
+  return current_size();
+}
+
 const char* level_name(LogLevel l) {
   switch (l) {
     case LogLevel::debug: return "DEBUG";
@@ -54,16 +65,16 @@ bool log_enabled(LogLevel level) {
 
 void log_line(LogLevel level, const std::string& message) {
   std::lock_guard<std::mutex> lock(g_print_mutex);
-  std::fprintf(stderr, "[tnt %d %s] %s\n", current_rank(), level_name(level), message.c_str());
+  std::fprintf(stderr, "[tnt %d %s] %s\n", job_rank(), level_name(level), message.c_str());
   std::fflush(stderr);
 }
 
 bool output_enabled() { return config().output_on_all_devices || current_rank() == master_rank(); }
 
 std::string output_tag() {
-  const int p = current_size();
+  const int p = job_size();
   if (!config().output_on_all_devices || p <= 1) return "";
-  return fmt::format("[rank {:>{}}] ", current_rank(), std::to_string(p - 1).size());
+  return fmt::format("[rank {:>{}}] ", job_rank(), std::to_string(p - 1).size());
 }
 
 void print_line(const std::string& message) {

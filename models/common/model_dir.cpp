@@ -357,6 +357,14 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
                         "of the earlier run, or leave out --resume to start one there",
                         path)};
   }
+  // Nor is a directory without its checkpoint made the run's (before: refused later, with a
+  // lock file left in a directory of the user's). A restart finds its own state below.
+  if (exists && dir.resume && !dir.resume_auto && restart_number() == 0 && !dir.checkpoint.empty() &&
+      !fs::exists(fs::path(path) / dir.checkpoint, ec)) {
+    return {fmt::format("--resume: no checkpoint at {}, so no run to continue there; give the directory of the "
+                        "earlier run, or --resume=auto to start a new one there when it holds none",
+                        (fs::path(path) / dir.checkpoint).string())};
+  }
   if (dry && !exists) return {};
   if (!dry) {
     fs::create_directories(path, ec);

@@ -30,8 +30,8 @@
 #   overwrite_tensorboard: --overwrite removes the earlier run's TensorBoard event files
 #     (train/ and validation/ then hold the new run's alone) and nothing else of the user's.
 #   resume_missing_model_dir: --resume in a --model_dir that does not exist fails naming it
-#     and creates nothing; a --model_dir that is a file is refused as such, and an empty
-#     one as empty.
+#     and creates nothing; a --model_dir that is a file is refused as such, an empty one as
+#     empty, and one without a checkpoint as such, left as it was.
 #   default_run_dirs: without --model_dir, each run gets its own ./fashion_mnist_model/run-*
 #     (named at the start; latest links to the newest), so a second run is not refused and
 #     leaves the first's files as they were; --resume without --model_dir continues the
@@ -346,6 +346,16 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     fm_run model_dir_empty "${launch[@]}" -- "${small[@]}" --model_dir= --train_epochs=1
     expect_exit model_dir_empty failure
     fm_expect_fixed model_dir_empty "--model_dir is empty" "the empty flag"
+    # A directory of the user's without a checkpoint: refused as such, and left as it was
+    # (before: refused later, with the run's lock file left in it).
+    mkdir "$fm_tmp/theirs"
+    echo notes >"$fm_tmp/theirs/notes.txt"
+    fm_run resume_other_dir "${launch[@]}" -- "${small[@]}" --model_dir="$fm_tmp/theirs" --train_epochs=1 --resume
+    expect_exit resume_other_dir failure
+    fm_expect_fixed resume_other_dir "--resume: no checkpoint at $fm_tmp/theirs/checkpoint.safetensors, so no run to continue there" \
+      "the checkpoint it looked for"
+    got=$(ls -A "$fm_tmp/theirs" | tr '\n' ' ')
+    [[ $got == "notes.txt " ]] && fm_pass "resume_other_dir: the directory left as it was" || fm_fail "resume_other_dir: it holds '$got'"
     ;;
 
   default_run_dirs)

@@ -203,3 +203,45 @@ TEST_CASE("TerminateOnNaN names a parameter gone NaN behind a finite loss (a NaN
     CHECK(guard->stopped_step() == 4);
   }
 }
+
+TEST_CASE("TerminateOnNaN names a running statistic gone NaN on one rank, on every rank") {
+  // BatchNorm's running variance diverges on micro-batches of a sample or two: training's
+  // loss stays finite, every evaluation is NaN. Made so here on the last rank alone (the
+  // statistics are each rank's own), after epoch 1.
+  class Poison : public tnt::Callback {
+   public:
+    Poison() : tnt::Callback(Ranks::all) {}
+    void on_epoch_end(int, const tnt::Logs&) override {
+      if (tnt::rank() != tnt::size() - 1) return;
+      for (auto& b : model_->network().named_buffers()) {
+        if (b.name.find("running_var") != std::string::npos) {
+          b.param->value.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+          return;
+        }
+      }
+    }
+  };
+  auto net = tnt::test::small_cnn("bn_net", false, std::make_shared<tnt::BatchNorm>("bn1"));
+  tnt::Model model(net, 3);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  std::vector<float> xs(16 * 64);
+  std::vector<int32_t> ys(16);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 37) % 11) / 11.0f;
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<int32_t>(i % 3);
+  const tnt::Dataset data =
+      tnt::Dataset::from_tensors({tnt::Tensor::from_vector(xs, {16, 1, 8, 8}), tnt::Tensor::from_data(ys.data(), {16})});
+  auto guard = std::make_shared<tnt::TerminateOnNaN>(tnt::TerminateOnNaN::Action::raise);
+  tnt::FitOptions fit;
+  fit.batch_size = 8;
+  fit.epochs = 3;
+  fit.verbose = 0;
+  fit.callbacks = {std::make_shared<Poison>(), guard};
+  const std::string message = error_of([&] { model.fit(data, fit); });
+  INFO(message);
+  // Every rank stops after epoch 1 (before: the others went on, and the evaluations were NaN
+  // without a word); the rank that holds it names it.
+  CHECK_THAT(message, Catch::Contains("holds a NaN or an infinity after epoch 1") &&
+                          Catch::Contains("BatchNorm's statistics of very small micro-batches"));
+  if (tnt::rank() == tnt::size() - 1) CHECK_THAT(message, Catch::Contains("'bn1.running_var' of rank"));
+  CHECK(guard->stopped_step() == model.global_step());
+}

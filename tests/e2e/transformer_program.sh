@@ -539,6 +539,26 @@ case $case_name in
     fi
     if grep -Eq '^dev: 5 sentence pairs \(.*\) in 1 shard wmt32k-dev-\*$' <<<"$out"; then pass "'in 1 shard'"; else fail "no 'dev: 5 sentence pairs (...) in 1 shard wmt32k-dev-*'"; fi
     if ls "$tmp/d" | grep -q incomplete; then fail "an .incomplete file left"; else pass "no .incomplete file left"; fi
+    # A pair with an empty side is left out and counted (before: written, teaching the model
+    # to translate a sentence into nothing); a NUL byte is refused, naming file and line.
+    { head -n 2 "$c/dev.de"; echo "   "; tail -n +4 "$c/dev.de"; } >"$c/gap_dev.de"
+    rm -rf "$tmp/d"
+    data_run --train_source="$c/train.en" --train_target="$c/train.de" --dev_source="$c/dev.en" --dev_target="$c/gap_dev.de" \
+      --dev_shards=1
+    if [[ $rc -eq 0 ]] && grep -Eq '^dev: 4 sentence pairs \(.*\) in 1 shard wmt32k-dev-\*; 1 pair left out: an empty source or target line$' <<<"$out"; then
+      pass "an empty target line: the pair left out and counted"
+    else
+      fail "an empty target line: exit $rc, or no 'dev: 4 sentence pairs ...; 1 pair left out'"
+    fi
+    { head -n 2 "$c/dev.en"; printf 'a\0b\n'; tail -n +4 "$c/dev.en"; } >"$c/nul_dev.en"
+    rm -rf "$tmp/d"
+    data_run --train_source="$c/train.en" --train_target="$c/train.de" --dev_source="$c/nul_dev.en" --dev_target="$c/dev.de"
+    if [[ $rc -ne 0 ]] && grep -q -- "'$c/nul_dev.en' line 3: a NUL byte at column 2" <<<"$out"; then
+      pass "a NUL byte: refused, naming the file, line and column"
+    else
+      fail "a NUL byte: exit $rc, or no \"'.../nul_dev.en' line 3: a NUL byte at column 2\""
+    fi
+    if ls "$tmp/d" 2>/dev/null | grep -q incomplete; then fail "an .incomplete file left after the NUL"; else pass "nothing incomplete left after the NUL"; fi
     ;;
   *)
     echo "unknown case $case_name" >&2

@@ -47,6 +47,7 @@ std::string shard_name(const std::string& prefix, const std::string& tag, int in
 
 struct Written {
   int64_t pairs = 0;
+  int64_t empty = 0;  // pairs left out: a side with no text
   int64_t source_ids = 0, target_ids = 0;
   std::vector<std::string> files;       // final names
   std::vector<std::string> incomplete;  // the names written to
@@ -74,6 +75,20 @@ Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std:
     if (has_s != has_t)
       TNT_INPUT_ERROR("the {} files differ in length: '{}' ends after {} lines, '{}' goes on", split.tag,
                       has_s ? split.target : split.source, line - 1, has_s ? split.source : split.target);
+    // A NUL byte is no text (a binary file given by mistake, or a damaged one).
+    for (const auto* side : {&s, &t}) {
+      const size_t nul = side->find('\0');
+      if (nul != std::string::npos) {
+        TNT_INPUT_ERROR("'{}' line {}: a NUL byte at column {}: not a text file of sentences (binary, or damaged)",
+                        side == &s ? split.source : split.target, line, nul + 1);
+      }
+    }
+    // A pair with an empty side would teach the model to translate something into nothing
+    // (or nothing into something): left out, and counted in the summary.
+    if (tnt::strip_whitespace(s).empty() || tnt::strip_whitespace(t).empty()) {
+      ++w.empty;
+      continue;
+    }
     tnt::Example ex;
     auto encode = [&](const std::string& text, const std::string& path) {
       try {
@@ -91,7 +106,9 @@ Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std:
   }
   if (src.bad()) TNT_INPUT_ERROR("--{}_source '{}': read error", split.tag, split.source);
   if (tgt.bad()) TNT_INPUT_ERROR("--{}_target '{}': read error", split.tag, split.target);
-  TNT_INPUT_CHECK(w.pairs > 0, "--{}_source '{}': no lines", split.tag, split.source);
+  TNT_INPUT_CHECK(w.pairs > 0, "--{}_source '{}': no lines{}", split.tag, split.source,
+                  w.empty > 0 ? fmt::format(" with text on both sides ({} pair(s) with an empty side)", w.empty)
+                              : std::string());
   for (auto& wr : writers) wr->close();
   writers.clear();
 
@@ -304,11 +321,15 @@ int main(int argc, char** argv) {
     }
     incomplete.clear();
     for (size_t k = 0; k < splits.size(); ++k)
-      fmt::print("{}: {} ({:.1f} source and {:.1f} target ids each, EOS included) in {} {}-{}-*\n", splits[k].tag,
+      fmt::print("{}: {} ({:.1f} source and {:.1f} target ids each, EOS included) in {} {}-{}-*{}\n", splits[k].tag,
                  tnt_models::count_of(written[k].pairs, "sentence pair"),
                  static_cast<double>(written[k].source_ids) / written[k].pairs,
                  static_cast<double>(written[k].target_ids) / written[k].pairs,
-                 tnt_models::count_of(splits[k].shards, "shard"), prefix, splits[k].tag);
+                 tnt_models::count_of(splits[k].shards, "shard"), prefix, splits[k].tag,
+                 written[k].empty > 0
+                     ? fmt::format("; {} left out: an empty source or target line",
+                                   tnt_models::count_of(written[k].empty, "pair"))
+                     : std::string());
   });
   for (const auto& f : incomplete) {
     std::error_code ec;

@@ -57,9 +57,15 @@ long line_pid(std::string_view line) {
 // "[host:pid] 1 more process has sent help message help-mpi-api.txt / mpi-abort" and
 // "[host:pid] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error
 // messages"; and a rank's transport that lost its peer when that rank was killed, "[host:pid]
-// Read -1, expected 2101248, errno = 3" (the launcher names the killed rank).
+// Read -1, expected 2101248, errno = 3" (the launcher names the killed rank); and PMIx's own
+// "[host:pid] PMIX ERROR: BAD-PARAM in file ../../../src/event/pmix_event_notification.c at
+// line 1033" when a rank is gone (a parameter-server worker dropped: the launcher says so).
 bool is_noise_line(std::string_view line) {
   if (line.empty() || line.front() != '[') return false;
+  const size_t pmix = line.find("] PMIX ERROR: ");
+  if (pmix != std::string_view::npos && line_pid(line) >= 0 && line.find(" in file ", pmix) != std::string_view::npos) {
+    return true;
+  }
   const size_t read = line.find("] Read -1, expected ");
   if (read != std::string_view::npos && line_pid(line) >= 0 && line.find(", errno = ", read) != std::string_view::npos) {
     return true;

@@ -267,6 +267,16 @@ TEST_CASE("mpirun output: a transport's lost-peer line is held back, a program's
   CHECK(f.held_back() == lost);
 }
 
+TEST_CASE("mpirun output: PMIx's error line about a rank that is gone is held back", "[mpirun_output]") {
+  // Printed when a parameter-server worker is dropped: the launcher says which, and users
+  // took this line for the job's error.
+  MpirunOutputFilter f;
+  const std::string pmix = "[vm:14065] PMIX ERROR: BAD-PARAM in file ../../../src/event/pmix_event_notification.c at line 1033\n";
+  const std::string program = "PMIX ERROR: in file my_model.cpp, my own words\n";
+  CHECK(relayed(f, pmix + program, 4096) == program);
+  CHECK(f.held_back() == pmix);
+}
+
 TEST_CASE("mpirun output: mpirun's word that it forwards a signal is dropped", "[mpirun_output]") {
   MpirunOutputFilter f;
   const std::string program = "fashion_mnist: SIGUSR1 received\n";

@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -264,13 +267,36 @@ PredictOptions parse_predict_command_line(const std::vector<std::string>& args) 
     throw InputError(fmt::format("--intra {}: not a preset; presets: {}", excerpt(*o.intra, 40),
                                  preset_names(intra_node_presets())));
   }
+  // The outputs' directories, before the table (before: a bad --csv was refused after it).
+  auto check_output = [](const char* flag, const std::string& path) {
+    if (path.empty()) throw InputError(fmt::format("--{}: the path is empty", flag));
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+    std::error_code ec;
+    const fs::file_status st = fs::status(dir, ec);
+    const char* problem = !fs::exists(st)                       ? "no such directory"
+                          : !fs::is_directory(st)               ? "not a directory"
+                          : ::access(dir.c_str(), W_OK) != 0    ? "a directory this user cannot write"
+                                                                : nullptr;
+    if (problem) throw InputError(fmt::format("--{} {}: {} is {}", flag, path, dir.string(), problem));
+  };
   if (result.count("csv")) {
     o.csv = result["csv"].as<std::string>();
-    if (o.csv->empty()) throw InputError("--csv: the path is empty");
+    check_output("csv", *o.csv);
   }
   if (result.count("plot")) {
     o.plot = result["plot"].as<std::string>();
-    if (o.plot->empty()) throw InputError("--plot: the path is empty");
+    check_output("plot", *o.plot);
+    // matplotlib takes the format from the extension (before: its traceback).
+    std::string ext = std::filesystem::path(*o.plot).extension().string();
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    static const char* const kFormats[] = {".png", ".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".eps", ".ps",
+                                           ".tif", ".tiff", ".webp", ".pgf"};
+    if (std::find(std::begin(kFormats), std::end(kFormats), ext) == std::end(kFormats)) {
+      throw InputError(fmt::format("--plot {}: the extension gives the image's format: .png, .pdf or .svg (also .jpg, "
+                                   ".eps, .ps, .tif, .webp, .pgf)",
+                                   *o.plot));
+    }
   }
   return o;
 }

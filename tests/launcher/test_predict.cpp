@@ -106,6 +106,11 @@ TEST_CASE("predict: bad flags are named", "[predict]") {
   CHECK_THAT(predict_error({"p.json", "--fusion-threshold", "-3"}), Contains("--fusion-threshold -3"));
   CHECK_THAT(predict_error({"p.json", "--allreduce", "tree"}), Contains("--allreduce tree"));
   CHECK_THAT(predict_error({"p.json", "--csv", "a", "--csv", "b"}), Contains("--csv given 2 times"));
+  // Before: matplotlib's traceback after the table; a bad --csv refused after the table.
+  CHECK_THAT(predict_error({"p.json", "--plot", "p.txt"}), Contains("--plot p.txt: the extension gives the image's format"));
+  CHECK_NOTHROW(parse_predict_command_line({"p.json", "--plot", "p.PNG"}));
+  CHECK_THAT(predict_error({"p.json", "--csv", "/nonexistent-dir/x.csv"}),
+             Contains("--csv /nonexistent-dir/x.csv: /nonexistent-dir is no such directory"));
   // Before: -9.0072e+15 KB in the table, exit 0.
   CHECK_THAT(predict_error({"p.json", "--fusion-threshold", "1e30"}),
              Contains("--fusion-threshold 1e30: at most 16777216 KB"));

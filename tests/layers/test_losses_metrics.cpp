@@ -48,9 +48,33 @@ TEST_CASE("softmax cross-entropy values", "[loss]") {
   // Huge logits stay finite (log-sum-exp).
   CHECK(loss_of(ce, Tensor::from_vector({1000, -1000}, {1, 2}), labels64({1}), 0) == Approx(2000).epsilon(1e-6));
 
-  // Ignored labels count neither in the sum nor in the local mean.
+  // One label a sample: an ignored one adds nothing to the sum but counts in the mean (as a
+  // sample weight of 0 does), the same in a direct call as in fit (before: a direct call
+  // divided by the labels not ignored, fit by the samples).
   SoftmaxCrossEntropy pad(0.0, -1);
-  CHECK(loss_of(pad, logits, labels64({-1, 1}), 0) == Approx(l1).epsilon(1e-6));
+  CHECK(loss_of(pad, logits, labels64({-1, 1}), 0) == Approx(l1 / 2).epsilon(1e-6));
+  CHECK(pad.count_tokens(labels64({-1, 1})) == 2);
+  CHECK(pad.one_unit_per_sample({2}));
+  CHECK(pad.one_unit_per_sample({2, 1}));
+  CHECK_FALSE(pad.one_unit_per_sample({2, 3}));
+
+  // Sequences, logits (B, T, K) and labels (B, T): the mean over the labels not ignored
+  // (PyTorch's CrossEntropyLoss, Keras' mean over tokens), and the gradient in the logits'
+  // shape (before: (B*T, K), which fit's backward refused at step 1).
+  {
+    Tensor seq = Tensor::from_vector({0, 0, 0, static_cast<float>(std::log(3.0)), 0, 0, 5, 5}, {2, 2, 2});
+    Tensor seq_labels = labels64({0, 1, -1, 1}).reshape({2, 2});
+    CHECK(pad.count_tokens(seq_labels) == 3);
+    SavedState ss;
+    const double got = pad.forward(seq, seq_labels, 0, ss).to_vector()[0];
+    CHECK(got == Approx((l0 + l1 + std::log(2.0)) / 3).epsilon(1e-6));
+    Tensor g = pad.backward(ss);
+    CHECK(g.shape() == Shape{2, 2, 2});
+    const std::vector<float> gv = g.to_vector();
+    CHECK(gv[4] == 0);  // the ignored label's row
+    CHECK(gv[5] == 0);
+    CHECK(gv[6] == Approx(0.5 / 3));
+  }
 
   std::vector<int32_t> l32{0, 1};
   CHECK(loss_of(ce, logits, Tensor::from_data(l32.data(), {2}), 0) == Approx((l0 + l1) / 2).epsilon(1e-6));

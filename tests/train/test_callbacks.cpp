@@ -557,3 +557,43 @@ TEST_CASE("Sequential and Dense mistakes are input errors that say what to do") 
   CHECK_THROWS_WITH(scalar->forward({tnt::Tensor::zeros({4})}, rc),
                     Catch::Contains("has no feature dimension") && Catch::Contains("(1,), not ()"));
 }
+
+TEST_CASE("softmax cross-entropy trains on sequences: the mean per label not ignored, on every rank count") {
+  // Dense(3) over (B, T=4, F=2) inputs gives (B, 4, 3) logits; labels (B, 4), some ignored.
+  // Before: fit stopped at step 1 (the gradient came back (B*4, 3)), and the loss was divided
+  // by the samples, T times the per-token mean.
+  const int64_t n = 12, t = 4, f = 2;
+  std::vector<float> xs(static_cast<size_t>(n * t * f));
+  std::vector<int64_t> ys(static_cast<size_t>(n * t));
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7) % 5) / 5.0f - 0.4f;
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = i % 5 == 4 ? -100 : static_cast<int64_t>(i % 3);
+  const tnt::Tensor x = tnt::Tensor::from_vector(xs, {n, t, f});
+  const tnt::Tensor y = tnt::Tensor::from_data(ys.data(), {n, t});
+  auto net = std::make_shared<tnt::Sequential>("seq");
+  net->add(std::make_shared<tnt::Dense>(3, "fc"));
+  net->build({t, f});
+  tnt::Model model(net, 3);
+  auto loss = std::make_shared<tnt::SoftmaxCrossEntropy>();
+  model.compile(std::make_shared<tnt::SGD>(0.0), loss);  // lr 0: the weights stay, the loss is comparable
+  // The reference: the loss over all the data in one direct call (its own count of labels).
+  tnt::RunContext rc;
+  tnt::SavedState s;
+  const double want = loss->forward(net->forward({x}, rc).at(0), y, 0, s).to_vector()[0];
+  tnt::FitOptions fit;
+  fit.batch_size = 6;  // 2 steps; 3 or 6 samples a rank
+  fit.epochs = 1;
+  fit.verbose = 0;
+  const tnt::History h = model.fit(tnt::Dataset::from_tensors({x, y}), fit);
+  // The epoch's loss: the steps' sums over all their labels not ignored (4 in the first
+  // step, 5 in the second), so the whole's mean, on any number of ranks.
+  CHECK(h.history.at("loss").at(0) == Approx(want).epsilon(1e-5));
+  tnt::EvaluateOptions ev;
+  ev.batch_size = 6;
+  ev.verbose = 0;
+  CHECK(model.evaluate(tnt::Dataset::from_tensors({x, y}), ev).at("loss") == Approx(want).epsilon(1e-5));
+  // And it learns: a positive rate lowers the loss.
+  model.set_learning_rate(0.5);
+  fit.epochs = 5;
+  const tnt::History h2 = model.fit(tnt::Dataset::from_tensors({x, y}), fit);
+  CHECK(h2.history.at("loss").back() < want);
+}

@@ -79,16 +79,27 @@ class Loss {
     (void)targets;
     return 0;
   }
+  // With normalizes_by_tokens: whether targets (N, ...) of this shape hold one unit per
+  // sample, each counted, so that the global count is the global batch's samples (Model then
+  // skips the step's allreduce of the count).
+  virtual bool one_unit_per_sample(const Shape& targets) const {
+    (void)targets;
+    return false;
+  }
 };
 
 using LossPtr = std::shared_ptr<Loss>;
 
 // Softmax cross-entropy on logits (..., K) with integer labels (...) of i32 or i64; each
-// row of K logits is one sample (for (B, T, K) the caller passes the token count as
-// global_batch). Label smoothing s: the target is (1 - s) * onehot + s / K (Keras). Labels
-// equal to ignore_index contribute nothing (padding tokens); other labels must lie in
-// [0, K), else an InputError names the label. A sample weight applies to every row of its
-// sample. sample_classes: labels (N) or (N, 1), one per sample.
+// row of K logits is one prediction. Label smoothing s: the target is (1 - s) * onehot +
+// s / K (Keras). Labels equal to ignore_index contribute nothing (padding tokens); other
+// labels must lie in [0, K), else an InputError names the label. A sample weight applies to
+// every row of its sample. sample_classes: labels (N) or (N, 1), one per sample.
+// What the sum is divided by (normalizes_by_tokens): with one label per sample, (N) or
+// (N, 1), the samples, an ignored one included (as a sample weight of 0 leaves it in the
+// count); with several, (B, T, ...), the labels that are not ignored, over the global batch
+// (PyTorch's CrossEntropyLoss and Keras' mean over tokens: logits (B, T, K) give the mean
+// per token). The gradient has the logits' shape.
 class SoftmaxCrossEntropy : public Loss {
  public:
   explicit SoftmaxCrossEntropy(double label_smoothing = 0.0, int64_t ignore_index = -100);
@@ -103,6 +114,9 @@ class SoftmaxCrossEntropy : public Loss {
   double label_smoothing() const { return label_smoothing_; }
   std::string describe() const override;
   int64_t ignore_index() const { return ignore_index_; }
+  bool normalizes_by_tokens() const override { return true; }
+  int64_t count_tokens(const Tensor& labels) const override;
+  bool one_unit_per_sample(const Shape& labels) const override;
 
  private:
   double label_smoothing_;

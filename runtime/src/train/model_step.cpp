@@ -138,7 +138,7 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pre
   const bool by_tokens = loss_->normalizes_by_tokens();
   const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
   int64_t global_units = batch.global_real_samples;
-  if (by_tokens) {
+  if (by_tokens && !loss_->one_unit_per_sample(in.target.shape())) {
     const double t_count = now_s();
     global_units = communicator().allreduce_sum(units);
     if (profiler_) profiler_->collective(now_s() - t_count, sizeof(int64_t), /*in_forward=*/true);

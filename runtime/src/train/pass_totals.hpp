@@ -24,7 +24,7 @@ namespace tnt::detail {
 // one readback at the end).
 // batch_target: the batch's own target column; device_target: the step's copy of it.
 inline int64_t step_units(const Loss& loss, const Tensor& batch_target, const Tensor& device_target, int64_t real) {
-  if (!loss.normalizes_by_tokens()) return real;
+  if (!loss.normalizes_by_tokens() || loss.one_unit_per_sample(device_target.shape())) return real;
   if (real == 0) return 0;
   return loss.count_tokens(rows(batch_target.device().is_cpu() ? batch_target : device_target, real));
 }

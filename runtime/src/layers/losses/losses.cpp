@@ -111,8 +111,18 @@ std::vector<int64_t> SoftmaxCrossEntropy::sample_classes(const Tensor& labels) c
   return classes;
 }
 
-Tensor SoftmaxCrossEntropy::forward_weighted(const Tensor& logits, const Tensor& labels, const Tensor& sample_weights,
-                                             int64_t global_batch, SavedState& saved) {
+namespace {
+
+// The engines work on (R, K) rows; the gradient goes back in the logits' own shape (a
+// (B, T, K) network output wants a (B, T, K) gradient: before, (B*T, K) was refused by the
+// network's backward at the first step).
+struct SceSaved {
+  Shape logits;
+  std::shared_ptr<void> engine;  // the engine's own saved.extra
+};
+
+Tensor sce_forward_rows(SoftmaxCrossEntropy& self, const Tensor& logits, const Tensor& labels,
+                        const Tensor& sample_weights, int64_t global_batch, SavedState& saved) {
   TNT_CHECK(logits.defined() && labels.defined(), "SoftmaxCrossEntropy: undefined logits or labels");
   TNT_CHECK(logits.ndim() >= 1 && logits.dim(-1) > 0, "SoftmaxCrossEntropy: logits {} are not (..., K)", logits.str());
   const int64_t k = logits.dim(-1), rows = logits.numel() / k;
@@ -129,20 +139,19 @@ Tensor SoftmaxCrossEntropy::forward_weighted(const Tensor& logits, const Tensor&
                   "SoftmaxCrossEntropy: sample weights need logits (N, ..., K), got {}", logits.str());
   check_sample_weights("SoftmaxCrossEntropy", sample_weights, logits);
   if (global_batch == 0) {
-    // This call's own count of samples: rows whose label is not ignored.
-    Tensor host = labels.device().is_cpu() ? labels : labels.to(Device::cpu());
-    for (int64_t i = 0; i < rows; ++i) global_batch += label_at(host, i) != ignore_index_;
-    if (global_batch == 0) global_batch = 1;
+    // This call's own count (count_tokens): its samples with one label each, else the labels
+    // not ignored.
+    global_batch = std::max<int64_t>(self.count_tokens(labels), 1);
   }
   TNT_CUDA_DISPATCH(logits.device(),
-                    cuda::softmax_cross_entropy_forward(*this, logits, labels, sample_weights, global_batch, saved));
+                    cuda::softmax_cross_entropy_forward(self, logits, labels, sample_weights, global_batch, saved));
 
   Tensor probs = Tensor::empty({rows, k}, DType::f32);  // (R, K)
   const float* x = logits.data<float>();                // (R, K)
   float* p = probs.data<float>();
   const float* w = sample_weights.defined() ? sample_weights.data<float>() : nullptr;  // (N)
   const int64_t rows_per_sample = logits.dim(0) > 0 ? rows / logits.dim(0) : 1;         // T of (N, T, K)
-  const double s = label_smoothing_;
+  const double s = self.label_smoothing();
   double total = 0;
   int64_t bad_row = -1;
 #pragma omp parallel for reduction(+ : total) schedule(static) if (rows * k > 32768)
@@ -160,7 +169,7 @@ Tensor SoftmaxCrossEntropy::forward_weighted(const Tensor& logits, const Tensor&
     }
     for (int64_t j = 0; j < k; ++j) pr[j] = static_cast<float>(pr[j] / z);
     const int64_t label = label_at(labels, r);
-    if (label == ignore_index_) continue;
+    if (label == self.ignore_index()) continue;
     if (label < 0 || label >= k) {
 #pragma omp critical
       bad_row = bad_row < 0 ? r : std::min(bad_row, r);
@@ -185,27 +194,27 @@ Tensor SoftmaxCrossEntropy::forward_weighted(const Tensor& logits, const Tensor&
   return Tensor::full({1}, total / info->denominator, DType::f32);
 }
 
-Tensor SoftmaxCrossEntropy::backward(SavedState& saved, double scale) {
+Tensor sce_backward_rows(SoftmaxCrossEntropy& self, SavedState& saved, double scale) {
   TNT_CHECK((saved.tensors.size() == 2 || saved.tensors.size() == 3) && saved.extra,
             "SoftmaxCrossEntropy: backward without a forward");
-  TNT_CUDA_DISPATCH(saved.tensors[0].device(), cuda::softmax_cross_entropy_backward(*this, saved, scale));
+  TNT_CUDA_DISPATCH(saved.tensors[0].device(), cuda::softmax_cross_entropy_backward(self, saved, scale));
   const Tensor& probs = saved.tensors[0];  // (R, K)
   const Tensor& labels = saved.tensors[1];
   const double denom = std::static_pointer_cast<LossSaved>(saved.extra)->denominator;
   const int64_t rows = probs.dim(0), k = probs.dim(1);
-  Tensor grad = Tensor::empty({rows, k}, DType::f32);  // (R, K), reshaped to the logits' shape by the caller
+  Tensor grad = Tensor::empty({rows, k}, DType::f32);  // (R, K), reshaped to the logits' shape below
   const float* p = probs.data<float>();
   float* g = grad.data<float>();
   const float f = static_cast<float>(scale / denom);
-  const float smooth = static_cast<float>(label_smoothing_ / static_cast<double>(k));
-  const float hit = static_cast<float>(1.0 - label_smoothing_);
+  const float smooth = static_cast<float>(self.label_smoothing() / static_cast<double>(k));
+  const float hit = static_cast<float>(1.0 - self.label_smoothing());
   const float* w = saved.tensors.size() == 3 ? saved.tensors[2].data<float>() : nullptr;  // (N)
   const int64_t rows_per_sample = w && saved.tensors[2].dim(0) > 0 ? rows / saved.tensors[2].dim(0) : 1;
 #pragma omp parallel for schedule(static) if (rows * k > 32768)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t label = label_at(labels, r);
     float* gr = g + r * k;
-    if (label == ignore_index_) {
+    if (label == self.ignore_index()) {
       for (int64_t j = 0; j < k; ++j) gr[j] = 0;
       continue;
     }
@@ -215,6 +224,47 @@ Tensor SoftmaxCrossEntropy::backward(SavedState& saved, double scale) {
     }
   }
   return grad;
+}
+
+}  // namespace
+
+bool SoftmaxCrossEntropy::one_unit_per_sample(const Shape& labels) const {
+  int64_t per_sample = 1;
+  for (size_t d = 1; d < labels.size(); ++d) per_sample *= labels[d];
+  return per_sample == 1;
+}
+
+int64_t SoftmaxCrossEntropy::count_tokens(const Tensor& labels) const {
+  if (labels.ndim() == 0) return 1;
+  if (one_unit_per_sample(labels.shape())) return labels.dim(0);  // no read of the labels
+  Tensor host = labels.device().is_cpu() ? labels : labels.to(Device::cpu());
+  TNT_INPUT_CHECK(host.dtype() == DType::i32 || host.dtype() == DType::i64,
+                  "SoftmaxCrossEntropy: labels must be i32 or i64 class indices, got {}", host.str());
+  int64_t n = 0;
+  for (int64_t i = 0; i < host.numel(); ++i) n += label_at(host, i) != ignore_index_;
+  return n;
+}
+
+Tensor SoftmaxCrossEntropy::forward_weighted(const Tensor& logits, const Tensor& labels, const Tensor& sample_weights,
+                                             int64_t global_batch, SavedState& saved) {
+  Tensor loss = sce_forward_rows(*this, logits, labels, sample_weights, global_batch, saved);
+  saved.extra = std::make_shared<SceSaved>(SceSaved{logits.shape(), std::move(saved.extra)});
+  return loss;
+}
+
+Tensor SoftmaxCrossEntropy::backward(SavedState& saved, double scale) {
+  TNT_CHECK(saved.extra, "SoftmaxCrossEntropy: backward without a forward");
+  const std::shared_ptr<SceSaved> mine = std::static_pointer_cast<SceSaved>(saved.extra);
+  saved.extra = mine->engine;
+  Tensor grad;
+  try {
+    grad = sce_backward_rows(*this, saved, scale);
+  } catch (...) {
+    saved.extra = mine;
+    throw;
+  }
+  saved.extra = mine;
+  return grad.shape() == mine->logits ? grad : grad.reshape(mine->logits);
 }
 
 namespace {

@@ -627,6 +627,32 @@ TEST_CASE("distribute of an already batched dataset", "[dataset][distribute]") {
     }
   }
   CHECK_THROWS_AS(run_rank(DistributedDataset::from_batched(id_dataset(N).batch(9), B, 0, p), 0), InputError);
+  // Batches of another size than declared (3 rows for B = 8): the first short one before the
+  // end is refused (before: every step passed for a padded last batch).
+  for (Remainder rem : {Remainder::drop, Remainder::pad}) {
+    CHECK_THROWS_WITH(run_rank(DistributedDataset::from_batched(id_dataset(N).batch(3), B, 0, p, rem), 0),
+                      Catch::Contains("a batch of 3 rows before its last one"));
+  }
+}
+
+TEST_CASE("batch, repeat, take and skip at the ends of their ranges", "[dataset]") {
+  // batch(INT64_MAX) is one batch of everything (tf.data), not an allocation of INT64_MAX
+  // slots, and its cardinality is 1 (before: 0 from an overflow, then std::length_error).
+  Dataset all = id_dataset(5).batch(INT64_MAX);
+  CHECK(all.cardinality() == 1);
+  auto it = all.iterate(0);
+  auto b = it.next();
+  REQUIRE(b);
+  CHECK((*b)[0].dim(0) == 5);
+  CHECK(Dataset::synthetic({SyntheticColumn{{1}, DType::f32, 0.0, 1.0}}, INT64_MAX, 1).batch(INT64_MAX - 1).cardinality() == 2);
+  // A repeated count beyond 2^63 is no count (before: 0, an empty dataset).
+  CHECK(id_dataset(1 << 20).repeat(int64_t{1} << 50).cardinality() < 0);
+  CHECK(id_dataset(3).repeat(4).cardinality() == 12);
+  // tf.data's -1: take all, skip all.
+  CHECK(id_dataset(7).take(-1).cardinality() == 7);
+  CHECK(id_dataset(7).skip(-1).cardinality() == 0);
+  CHECK_FALSE(id_dataset(7).skip(-1).iterate(0).next());
+  CHECK_THROWS_WITH(id_dataset(7).take(-2), Catch::Contains("-1 takes all"));
 }
 
 TEST_CASE("distribute with prefetch and map is reproducible per epoch", "[dataset][distribute]") {

@@ -163,6 +163,8 @@ class Dataset {
   // in every run. deterministic = false lets next() take from another open dataset while
   // the one whose turn it is has nothing ready (tf.data's deterministic=False): the same
   // elements, in an order that depends on timing.
+  // With deterministic = false and read-ahead threads, distribute() over several ranks is
+  // refused (each rank would read another order, and their slices overlap).
   // Composes with distribute() like any stage: every rank walks the same interleaved stream
   // and steps over other ranks' elements (read inline, with the opened datasets' skip(),
   // which for from_tfrecord keeps no record; with read-ahead threads, read and dropped), and
@@ -185,6 +187,7 @@ class Dataset {
   Dataset repeat(int64_t count = -1) const;
   // A background thread keeps up to buffer_size elements ready.
   Dataset prefetch(int64_t buffer_size = 2) const;
+  // count -1: all (take), all (skip), as in tf.data.
   Dataset take(int64_t count) const;
   Dataset skip(int64_t count) const;
 
@@ -268,7 +271,7 @@ class DistributedDataset {
   DistributedDataset(const Dataset& unbatched, int64_t global_batch, int rank, int size,
                      Remainder remainder = Remainder::drop);
   // For a dataset that already yields global batches (every column (B, ...); only the last
-  // may have fewer rows): each rank slices its rows. map() is not available on the result;
+  // may have fewer rows: a short batch before it is an InputError): each rank slices its rows. map() is not available on the result;
   // map before batching.
   static DistributedDataset from_batched(const Dataset& batched, int64_t global_batch, int rank,
                                          int size, Remainder remainder = Remainder::drop);

@@ -34,6 +34,9 @@ class DatasetNode {
   virtual int64_t cardinality() const = 0;  // >= 0, kInfinite or kUnknown
   // Whether the order of elements differs between epochs (a shuffle here or upstream).
   virtual bool reshuffles() const { return false; }
+  // Whether the order of elements depends on timing (interleave with deterministic=false and
+  // read-ahead threads): ranks that each read it would read different orders.
+  virtual bool order_depends_on_timing() const { return false; }
 };
 
 using NodePtr = std::shared_ptr<const DatasetNode>;

@@ -156,6 +156,7 @@ class RankSliceNode : public DatasetNode {
                                                remainder_ == Remainder::pad);
   }
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override {
     int64_t s = steps_for(up_->cardinality(), global_batch_, remainder_);
     return s < 0 ? s : s * micro_;
@@ -206,6 +207,13 @@ class BatchedSliceIterator : public ElementIterator {
               global_batch_, c, t.str());
         }
       }
+      // Only the last batch may be partial: a short one before it means batches of another
+      // size than the global batch declared (each would pass for a padded last batch).
+      TNT_INPUT_CHECK(partial_rows_ == 0,
+                      "distribute: a batched dataset gave a batch of {} rows before its last one; only the last may "
+                      "hold fewer than the global batch of {} (batch the samples by the global batch)",
+                      partial_rows_, global_batch_);
+      if (m < global_batch_) partial_rows_ = m;
       if (m == 0 || (m < global_batch_ && !pad_)) continue;  // a partial batch is dropped
       int64_t real = std::clamp<int64_t>(m - offset_, 0, micro_);
       int64_t pad_row = real > 0 ? offset_ + real - 1 : 0;
@@ -225,6 +233,7 @@ class BatchedSliceIterator : public ElementIterator {
   int64_t offset_;
   int64_t micro_;
   bool pad_;
+  int64_t partial_rows_ = 0;  // a batch short of the global batch was seen: the last, or an error
 };
 
 class BatchedSliceNode : public DatasetNode {
@@ -237,6 +246,7 @@ class BatchedSliceNode : public DatasetNode {
   }
   // Without looking at the batches it is not known how many are partial.
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     return n == kInfinite ? kInfinite : (remainder_ == Remainder::pad ? n : kUnknown);
@@ -275,6 +285,15 @@ DistributedDataset::DistributedDataset(const Dataset& unbatched, int64_t global_
     : global_batch_(global_batch),
       micro_batch_(tnt::micro_batch_size(global_batch, rank, size)),
       offset_(tnt::micro_batch_offset(global_batch, rank, size)) {
+  // Every rank walks the same stream and takes its slice of each global batch: a stream
+  // whose order depends on timing gives each rank another order, so the slices overlap
+  // (some samples trained twice an epoch, others never) without any error.
+  TNT_INPUT_CHECK(size == 1 || !unbatched.node()->order_depends_on_timing(),
+                  "distribute: the dataset's order depends on timing (interleave with deterministic=false and "
+                  "num_parallel_calls > 1), so the {} ranks would each read another order and their slices would "
+                  "overlap: some samples twice an epoch, others never; give deterministic=true (the read-ahead stays "
+                  "parallel, in a fixed order), or shard() the files by rank before interleave",
+                  size);
   samples_ = Dataset(std::make_shared<RankSliceNode>(unbatched.node(), global_batch_, offset_, micro_batch_, remainder));
   steps_ = steps_for(unbatched.node()->cardinality(), global_batch_, remainder);
 }

@@ -287,6 +287,10 @@ class InterleaveNode : public DatasetNode {
   }
   int64_t cardinality() const override { return up_->cardinality() == 0 ? 0 : detail::kUnknown; }
   bool reshuffles() const override { return up_->reshuffles(); }
+  // Without a deterministic order its read-ahead threads decide the order.
+  bool order_depends_on_timing() const override {
+    return (!options_.deterministic && options_.num_parallel_calls > 1) || up_->order_depends_on_timing();
+  }
 
  private:
   NodePtr up_;

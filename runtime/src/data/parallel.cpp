@@ -210,6 +210,7 @@ class MapNode : public DatasetNode {
     return std::make_unique<ParallelMapIterator>(up_->iterate(epoch), fn_, workers_);
   }
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override { return up_->cardinality(); }
 
  private:
@@ -306,6 +307,7 @@ class PrefetchNode : public DatasetNode {
     return std::make_unique<PrefetchIterator>(up_->iterate(epoch), capacity_);
   }
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override { return up_->cardinality(); }
 
  private:

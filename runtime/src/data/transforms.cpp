@@ -85,6 +85,7 @@ class ShuffleNode : public DatasetNode {
     return std::make_unique<ShuffleIterator>(up_->iterate(epoch), buffer_, seed_, epoch);
   }
   bool reshuffles() const override { return true; }  // its order depends on the epoch
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override { return up_->cardinality(); }
 
  private:
@@ -100,7 +101,9 @@ class BatchIterator : public ElementIterator {
       : up_(std::move(up)), size_(size), drop_(drop) {}
   std::optional<Element> next() override {
     std::vector<Element> rows;
-    rows.reserve(static_cast<size_t>(size_));
+    // A batch size far beyond the data (batch(INT64_MAX) for "all of it", as tf.data takes
+    // it) reserves what a batch of real data could fill, not size_ slots.
+    rows.reserve(static_cast<size_t>(std::min<int64_t>(size_, 1024)));
     while (static_cast<int64_t>(rows.size()) < size_) {
       auto e = up_->next();
       if (!e) break;
@@ -135,10 +138,11 @@ class BatchNode : public DatasetNode {
     return std::make_unique<BatchIterator>(up_->iterate(epoch), size_, drop_);
   }
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     if (n < 0) return n;
-    return drop_ ? n / size_ : (n + size_ - 1) / size_;
+    return drop_ ? n / size_ : n / size_ + (n % size_ != 0 ? 1 : 0);  // n + size_ - 1 could overflow
   }
 
  private:
@@ -177,6 +181,7 @@ class ShardNode : public DatasetNode {
     return std::make_unique<ShardIterator>(up_->iterate(epoch), shards_, index_);
   }
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     if (n < 0) return n;
@@ -228,11 +233,13 @@ class RepeatNode : public DatasetNode {
     return std::make_unique<RepeatIterator>(up_, count_, epoch);
   }
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     if (n == 0 || count_ == 0) return 0;
     if (count_ < 0) return n == kUnknown ? kUnknown : kInfinite;
-    return n < 0 ? n : n * count_;
+    if (n < 0) return n;
+    return n > INT64_MAX / count_ ? kUnknown : n * count_;  // beyond 2^63 elements: not a count
   }
 
  private:
@@ -264,12 +271,13 @@ class TakeIterator : public ElementIterator {
 class TakeNode : public DatasetNode {
  public:
   TakeNode(NodePtr up, int64_t count) : up_(std::move(up)), count_(count) {
-    if (count_ < 0) TNT_INPUT_ERROR("Dataset::take: count {} is negative", count_);
+    if (count_ < 0) TNT_INPUT_ERROR("Dataset::take: count {} is negative (-1 takes all, as in tf.data)", count_);
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<TakeIterator>(up_->iterate(epoch), count_);
   }
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     if (n == kInfinite) return count_;
@@ -306,12 +314,13 @@ class SkipIterator : public ElementIterator {
 class SkipNode : public DatasetNode {
  public:
   SkipNode(NodePtr up, int64_t count) : up_(std::move(up)), count_(count) {
-    if (count_ < 0) TNT_INPUT_ERROR("Dataset::skip: count {} is negative", count_);
+    if (count_ < 0) TNT_INPUT_ERROR("Dataset::skip: count {} is negative (-1 skips all, as in tf.data)", count_);
   }
   std::unique_ptr<ElementIterator> iterate(int64_t epoch) const override {
     return std::make_unique<SkipIterator>(up_->iterate(epoch), count_);
   }
   bool reshuffles() const override { return up_->reshuffles(); }
+  bool order_depends_on_timing() const override { return up_->order_depends_on_timing(); }
   int64_t cardinality() const override {
     int64_t n = up_->cardinality();
     return n < 0 ? n : std::max<int64_t>(0, n - count_);
@@ -334,7 +343,13 @@ Dataset Dataset::shard(int64_t num_shards, int64_t index) const {
   return Dataset(std::make_shared<ShardNode>(node_, num_shards, index));
 }
 Dataset Dataset::repeat(int64_t count) const { return Dataset(std::make_shared<RepeatNode>(node_, count)); }
-Dataset Dataset::take(int64_t count) const { return Dataset(std::make_shared<TakeNode>(node_, count)); }
-Dataset Dataset::skip(int64_t count) const { return Dataset(std::make_shared<SkipNode>(node_, count)); }
+// tf.data's -1: take all, skip all.
+Dataset Dataset::take(int64_t count) const {
+  return count == -1 ? *this : Dataset(std::make_shared<TakeNode>(node_, count));
+}
+Dataset Dataset::skip(int64_t count) const {
+  if (count == -1) return Dataset(std::make_shared<TakeNode>(node_, 0));
+  return Dataset(std::make_shared<SkipNode>(node_, count));
+}
 
 }  // namespace tnt

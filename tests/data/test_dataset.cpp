@@ -655,6 +655,17 @@ TEST_CASE("batch, repeat, take and skip at the ends of their ranges", "[dataset]
   CHECK_THROWS_WITH(id_dataset(7).take(-2), Catch::Contains("-1 takes all"));
 }
 
+TEST_CASE("a user's mistakes building datasets are input errors", "[dataset]") {
+  // Before: tnt::Error with a source location (exit status 1, as for a bug of ours).
+  CHECK_THROWS_AS(Dataset::from_tensors({}), InputError);
+  CHECK_THROWS_AS(Dataset::from_tensors({Tensor::full({}, 1.0)}), InputError);
+  // Integer values beyond the dtype (before: u8 over [0, 1000) wrapped around).
+  CHECK_THROWS_WITH(Dataset::synthetic({SyntheticColumn{{2}, DType::u8, 0.0, 1000.0}}, 4),
+                    Catch::Contains("draws from [0, 1000), beyond what u8 holds"));
+  CHECK_THROWS_AS(Dataset::synthetic({SyntheticColumn{{}, DType::i64, -1e19, 1e19}}, 4), InputError);
+  CHECK_NOTHROW(Dataset::synthetic({SyntheticColumn{{2}, DType::u8, 0.0, 256.0}}, 4));
+}
+
 TEST_CASE("distribute with prefetch and map is reproducible per epoch", "[dataset][distribute]") {
   Dataset base = Dataset::synthetic({{{4}, DType::f32, 0, 1}, {{}, DType::i64, 0, 1000}}, 50, 5).shuffle(50, 8);
   auto run = [&](int64_t epoch) {

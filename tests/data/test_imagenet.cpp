@@ -265,6 +265,20 @@ TEST_CASE("image folders: what is left out is said, once") {
                                    "/broken.JPEG: a broken link"));
 }
 
+TEST_CASE("image folders: hidden entries are no class and no image") {
+  // Before: .ipynb_checkpoints was a class of no images (an error), and macOS's ._x.JPEG
+  // beside each image was decoded (not a JPEG: an error).
+  TempDir tmp("tnt-imagenet");
+  write_folders(tmp.path, "train");
+  fs::create_directories(tmp.path / "train" / ".ipynb_checkpoints");
+  const fs::path cls = tmp.path / "train" / kWnids[0];
+  write_bytes(cls / "._img_0.JPEG", Bytes{0, 5, 22, 7});
+  const ImageFolderListing listing = list_image_folder((tmp.path / "train").string());
+  CHECK(listing.classes.size() == static_cast<size_t>(kClasses));
+  CHECK(listing.files.size() == static_cast<size_t>(kClasses * kPerClass));
+  for (const std::string& f : listing.files) CHECK(fs::path(f).filename().string().rfind('.', 0) != 0);
+}
+
 TEST_CASE("image folders: listing, labels, shapes and pixels") {
   TempDir tmp("tnt-imagenet");
   write_folders(tmp.path, "train");

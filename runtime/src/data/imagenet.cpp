@@ -251,8 +251,12 @@ std::vector<std::string> image_folder_classes(const std::string& split_dir) {
   if (!fs::is_directory(split_dir, ec))
     TNT_INPUT_ERROR("image folder '{}': no such directory", split_dir);
   std::vector<std::string> classes;
-  for (const auto& entry : fs::directory_iterator(split_dir, ec))
-    if (entry.is_directory(ec)) classes.push_back(entry.path().filename().string());
+  // Hidden entries (.ipynb_checkpoints, a file manager's or macOS's ._ files) are no class:
+  // they are left out (before: a class of no images, an error).
+  for (const auto& entry : fs::directory_iterator(split_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory(ec) && name.rfind('.', 0) != 0) classes.push_back(name);
+  }
   if (ec) TNT_INPUT_ERROR("image folder '{}': cannot list: {}", split_dir, ec.message());
   if (classes.empty())
     TNT_INPUT_ERROR("image folder '{}': no class folders (expected <wnid>/*.JPEG)", split_dir);
@@ -272,6 +276,8 @@ ImageFolderListing list_image_folder(const std::string& split_dir) {
     std::vector<std::string> files;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       const std::string shown = out.classes[c] + "/" + entry.path().filename().string();
+      // Hidden files (macOS's ._x.jpg beside x.jpg: no JPEG) and folders are left out.
+      if (entry.path().filename().string().rfind('.', 0) == 0) continue;
       if (entry.is_directory(ec)) {
         folders.push_back(shown + "/");
       } else if (is_jpeg_name(entry.path())) {

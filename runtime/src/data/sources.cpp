@@ -38,11 +38,11 @@ class IndexedIterator : public ElementIterator {
 class TensorsNode : public DatasetNode {
  public:
   explicit TensorsNode(std::vector<Tensor> columns) : columns_(std::move(columns)) {
-    TNT_CHECK(!columns_.empty(), "Dataset::from_tensors: no columns");
+    TNT_INPUT_CHECK(!columns_.empty(), "Dataset::from_tensors: no columns");
     for (size_t c = 0; c < columns_.size(); ++c) {
       const Tensor& t = columns_[c];
-      TNT_CHECK(t.defined() && t.ndim() >= 1, "Dataset::from_tensors: column {} has no leading dimension", c);
-      TNT_CHECK(t.device().is_cpu(), "Dataset::from_tensors: column {} is on {}; datasets hold host tensors",
+      TNT_INPUT_CHECK(t.defined() && t.ndim() >= 1, "Dataset::from_tensors: column {} has no leading dimension", c);
+      TNT_INPUT_CHECK(t.device().is_cpu(), "Dataset::from_tensors: column {} is on {}; datasets hold host tensors",
                 c, t.device().str());
       TNT_INPUT_CHECK(t.dim(0) == columns_[0].dim(0),
                       "Dataset::from_tensors: column {} has {} rows but column 0 has {}", c, t.dim(0),
@@ -100,6 +100,15 @@ class SyntheticNode : public DatasetNode {
       if (!(columns_[c].high > columns_[c].low)) {
         TNT_INPUT_ERROR("Dataset::synthetic: column {} has low {} >= high {}", c,
                         columns_[c].low, columns_[c].high);
+      }
+      // An integer column's values must fit its dtype (before: u8 over [0, 1000) wrapped,
+      // i64 over +-1e19 gave INT64_MIN).
+      const DType dt = columns_[c].dtype;
+      const double most = dt == DType::u8 ? 256.0 : dt == DType::i32 ? 2147483648.0 : dt == DType::i64 ? 9.2e18 : 0;
+      const double least = dt == DType::u8 ? 0.0 : -most;
+      if (most > 0 && (columns_[c].low < least || columns_[c].high > most)) {
+        TNT_INPUT_ERROR("Dataset::synthetic: column {} draws from [{}, {}), beyond what {} holds ([{}, {}))", c,
+                        columns_[c].low, columns_[c].high, dtype_name(dt), least, most);
       }
     }
   }

@@ -22,12 +22,12 @@ Tensor stack_column(const std::vector<Element>& elements, size_t column, const c
   auto* dst = static_cast<char*>(out.raw());
   size_t row_bytes = first.nbytes();
   for (size_t i = 0; i < elements.size(); ++i) {
-    TNT_CHECK(elements[i].size() == elements[0].size(), "{}: element {} has {} columns, element 0 has {}",
+    TNT_INPUT_CHECK(elements[i].size() == elements[0].size(), "{}: element {} has {} columns, element 0 has {}",
               what, i, elements[i].size(), elements[0].size());
     const Tensor& t = elements[i][column];
-    TNT_CHECK(t.device().is_cpu(), "{}: column {} of element {} is on {}; datasets hold host tensors", what,
+    TNT_INPUT_CHECK(t.device().is_cpu(), "{}: column {} of element {} is on {}; datasets hold host tensors", what,
               column, i, t.device().str());
-    TNT_CHECK(t.dtype() == first.dtype() && t.shape() == first.shape(),
+    TNT_INPUT_CHECK(t.dtype() == first.dtype() && t.shape() == first.shape(),
               "{}: column {} is {} in element {} but {} in element 0; stacked elements must match", what,
               column, t.str(), i, first.str());
     std::memcpy(dst + i * row_bytes, t.raw(), row_bytes);

@@ -3,6 +3,7 @@
 #include "gradcheck.hpp"
 
 #include "core/philox.hpp"
+#include "layers/gelu_math.hpp"
 #include "tarantella/layers.hpp"
 
 #include <cmath>
@@ -357,6 +358,15 @@ TEST_CASE("GELU: known values of both forms", "[transformer]") {
   }
   CHECK(ye[2] == Approx(0.8413447).margin(1e-6));
   CHECK(ya[2] == Approx(0.8411920).margin(1e-6));
+  // Far out both forms are x (or 0) and their slope 1 (or 0); before, the tanh form's slope
+  // was NaN from |x| about 1.9e19 on (0 * an overflowed x^2).
+  for (bool form : {true, false}) {
+    for (float v : {1e20f, -1e20f, 1e30f, -3e38f, 50.0f, -50.0f}) {
+      INFO("approximate " << form << ", x " << v);
+      CHECK(tnt::gelu::derivative(v, form) == (v > 0 ? 1.0f : 0.0f));
+      CHECK(std::isfinite(tnt::gelu::value(v, form)));
+    }
+  }
 }
 
 TEST_CASE("Label-smoothed cross entropy writes its gradient over logits nobody else holds", "[transformer][loss]") {

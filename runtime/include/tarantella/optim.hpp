@@ -27,7 +27,11 @@
 // is added, as torch.nn.utils.clip_grad_norm_ before optimizer.step()). In Model::fit those
 // are the allreduced global gradients with the loss scale already divided out, bitwise equal
 // on every rank, so every rank clips alike (fit refuses ranks whose GradientClipping
-// differ); a step the loss scaler skips is never clipped.
+// differ); a step the loss scaler skips is never clipped. A norm that is NaN or infinite
+// (clip_norm, clip_global_norm) clips nothing: the step's gradients go to the update as they
+// are, and with them the NaN or infinity, which TerminateOnNaN or the loss scaler then stop
+// (scaling by limit / inf = 0 would zero every gradient and hide the divergence; TensorFlow
+// makes every gradient NaN, PyTorch scales by the non-finite factor or raises).
 //
 // On a CUDA device a step updates all its parameters in one kernel launch (and clips them in
 // at most three), through a table of the parameters that is kept while they stay the same;

@@ -23,7 +23,11 @@ TNT_HD float value(float x, bool approximate) {
 TNT_HD float derivative(float x, bool approximate) {
   if (approximate) {
     const float t = tanhf(kC * (x + kA * x * x * x));
-    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kC * (1.0f + 3.0f * kA * x * x);
+    // Where tanh has saturated its slope is 0: the second term is then 0 (for |x| above about
+    // 1.9e19, x^2 overflows and 0 * inf would make it NaN; below, the same bits as before).
+    const float sech2 = 1.0f - t * t;
+    if (sech2 == 0.0f) return 0.5f * (1.0f + t);
+    return 0.5f * (1.0f + t) + 0.5f * x * sech2 * kC * (1.0f + 3.0f * kA * x * x);
   }
   return 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
 }

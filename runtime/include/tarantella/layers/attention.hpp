@@ -10,7 +10,9 @@
 //   q = x Wq^T, k = m Wk^T, v = m Wv^T         (Dense children without bias)
 //   per head h (depth d = D / heads): logits = (q_h d^-0.5) k_h^T + bias,
 //     bias = -1e9 where key j is padding, or j > i + (Tk - Tq) when causal (added in float,
-//     as TensorFlow adds its attention bias, so a fully masked row is uniform)
+//     as TensorFlow adds its attention bias: a fully masked row is uniform only while its
+//     logits differ by less than the float spacing at 1e9, about 64; beyond, its largest
+//     logits win, as in TensorFlow)
 //   p = softmax(logits); in training, dropout on p (Philox, keyed on the run's seed, the
 //     layer's name, the step and the global sample index, as Dropout is: p ranks draw what
 //     one rank draws); o_h = p v_h; y = concat_h(o_h) Wo^T.

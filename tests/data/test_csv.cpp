@@ -207,6 +207,8 @@ TEST_CASE("csv: bad files name the file, the line and the column", "[csv]") {
       {"ambiguous name", "x,x\n1,2\n", dup, {"'x'", "ambiguous", "0 and 1"}},
       {"no feature left", "x,y\n1,2\n", all_labels, {"no feature column"}},
       {"label dtype", "x,y\n1,2\n", i64_labels, {"label_dtype", "i64"}},
+      // Before: "a header (line 1) but no data rows", or one line of many columns.
+      {"bare CR line ends", "x,y\r1,2\r3,4\r", xy, {"bare CR", "LF or CRLF"}},
   };
   for (const Case& c : cases) {
     INFO(c.what);

@@ -164,6 +164,13 @@ class CsvParser {
     TNT_INPUT_CHECK(options_.delimiter != '"' && options_.delimiter != '\n' && options_.delimiter != '\r',
                     "CSV file '{}': the delimiter cannot be a quote or a line break", path_);
     const std::string text = read_text(path_);
+    // Classic Mac line ends (a bare CR, no LF anywhere): one line to this reader, which would
+    // report a header without rows, or one of many columns.
+    const size_t cr = text.find('\r');
+    TNT_INPUT_CHECK(cr == std::string::npos || cr + 1 == text.size() || text.find('\n') != std::string::npos,
+                    "CSV file '{}': its lines end in a bare CR (classic Mac OS); lines end in LF or CRLF here: "
+                    "convert it (e.g. tr '\\r' '\\n')",
+                    path_);
     RecordReader reader(path_, text, options_.delimiter, options_.comment);
     Record record;
     if (!reader.next(record)) TNT_INPUT_ERROR("CSV file '{}': empty (no header and no data rows)", path_);

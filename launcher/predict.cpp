@@ -476,6 +476,10 @@ int predict_main(const std::vector<std::string>& args) {
   sc::Profile profile;
   try {
     profile = sc::profile_from_json(read_file(o.profile), "profile '" + o.profile + "'");
+    // Every figure of the table is against the measured step (before: +inf%).
+    if (!(profile.step_s > 0)) {
+      throw InputError(fmt::format("profile '{}': field 'step_s' is 0: a measured step takes time", o.profile));
+    }
   } catch (const std::invalid_argument& e) {
     throw InputError(e.what());
   }

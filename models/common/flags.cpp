@@ -250,8 +250,12 @@ CommonFlags ProgramFlags::common() const {
   TNT_INPUT_CHECK(f.batch_size > 0, "--batch_size={}: must be positive", f.batch_size);
   // With parameter servers (tarantella --parameter-servers K) the workers alone split the
   // global batch.
+  // Only a program that trains with them (--strategy=parameter_server): the others train on
+  // every rank, servers' included.
   const std::string& servers = tnt::config().ps_servers;
-  const int server_count = servers.empty() ? 0 : 1 + static_cast<int>(std::count(servers.begin(), servers.end(), ','));
+  const bool ps = args_.count("strategy") > 0 && args_["strategy"].as<std::string>() == "parameter_server";
+  const int server_count =
+      !ps || servers.empty() ? 0 : 1 + static_cast<int>(std::count(servers.begin(), servers.end(), ','));
   const int trainers = std::max(1, tnt::size() - server_count);
   TNT_INPUT_CHECK(f.batch_size >= trainers,
                   "--batch_size={}: smaller than the {} {} (the global batch gives each {} at least one sample)",

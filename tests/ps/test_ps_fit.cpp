@@ -223,6 +223,24 @@ TEST_CASE("ps: bad options are refused on every rank", "[ps]") {
   fit.max_staleness = std::nullopt;
   fit.batch_size = 1;
   CHECK_THROWS_AS(model.fit(tnt::test::threshold_data("bad"), fit), tnt::InputError);
+  // A loss averaged over a sequence's labels would count them over the global batch at every
+  // step, a collective the workers never meet in: refused on every rank at the first step.
+  {
+    auto seq = std::make_shared<tnt::Sequential>("seq");
+    seq->add(std::make_shared<tnt::Dense>(3, "fc"));
+    seq->build({4, 2});
+    tnt::Model seq_model(seq, kSeed);
+    seq_model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    std::vector<float> xs(32 * 4 * 2, 0.5f);
+    std::vector<int64_t> ys(32 * 4, 1);
+    const tnt::Dataset seq_data = tnt::Dataset::from_tensors(
+        {tnt::Tensor::from_vector(xs, {32, 4, 2}), tnt::Tensor::from_data(ys.data(), {32, 4})});
+    tnt::FitOptions seq_fit;
+    seq_fit.verbose = 0;
+    seq_fit.batch_size = 16;
+    seq_fit.strategy = tnt::Strategy::parameter_server;
+    CHECK_THROWS_WITH(seq_model.fit(seq_data, seq_fit), Catch::Contains("a loss averaged over the labels of a sample's sequence"));
+  }
   CHECK(tnt::parse_strategy("parameter_server") == tnt::Strategy::parameter_server);
   CHECK_THROWS_WITH(tnt::parse_strategy("async"), "strategy 'async' is not synchronous or parameter_server");
 }

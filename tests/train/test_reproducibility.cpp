@@ -276,6 +276,32 @@ TEST_CASE("a stop on request at an epoch's last step leaves its validation to th
     REQUIRE(at_end.history.at(key).size() == kEpochs);
     CHECK(at_end.history.at(key) == straight.history.at(key));
   }
+  // A checkpoint at the epoch's end of steps without its sums (an fp16 run's infinite sum is
+  // left out): the resume still validates the epoch (its training columns then cover no step).
+  {
+    auto net = make_net();
+    auto model = make_model(net, 5);
+    tnt::FitOptions cut = with_validation(0);
+    cut.callbacks = {std::make_shared<StopOnRankZero>(3), std::make_shared<tnt::ModelCheckpoint>(path, "loss")};
+    model->fit(data(), cut);
+    REQUIRE(model->partial_epoch_steps() == 4);
+    tnt::communicator().barrier();
+    if (tnt::is_master_rank()) {
+      tnt::Checkpoint ck = tnt::Checkpoint::read(path);
+      REQUIRE(ck.has_metadata("epoch_sums"));
+      ck.erase_metadata("epoch_sums");
+      ck.write(path);
+    }
+    tnt::communicator().barrier();
+    auto resumed = make_model(make_net(), 5);
+    const int epoch = resumed->load_checkpoint_from_master(path);
+    tnt::FitOptions rest = with_validation(epoch);
+    rest.initial_step = resumed->checkpoint_epoch_step();
+    rest.epochs = 1;
+    const tnt::History h = resumed->fit(data(), rest);
+    REQUIRE(h.epochs == std::vector<int>{0});
+    CHECK(h.history.at("val_loss").at(0) == straight.history.at("val_loss").at(0));
+  }
   // After step 6, inside epoch 2: the resumed row covers the epoch's 4 steps (before: its last
   // 2), the same sums added in another order: within a few units of the last place of a
   // double (1e-12 relative).

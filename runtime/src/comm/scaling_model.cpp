@@ -419,8 +419,6 @@ Profile profile_from_json(const std::string& body, const std::string& what) {
   p.optimizer_s = seconds(j, what, "optimizer_s");
   p.other_s = seconds(j, what, "other_s");
   p.step_s = seconds(j, what, "step_s");
-  // Every figure of the prediction is against the measured step: none is no measurement.
-  if (!(p.step_s > 0)) bad(what, "step_s", "is 0: a measured step takes time");
   p.exposed_comm_s = seconds(j, what, "exposed_comm_s");
   // Optional: older profiles lack them.
   if (j.contains("comm_s")) p.comm_s = seconds(j, what, "comm_s");

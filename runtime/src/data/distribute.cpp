@@ -300,6 +300,11 @@ DistributedDataset::DistributedDataset(const Dataset& unbatched, int64_t global_
 
 DistributedDataset DistributedDataset::from_batched(const Dataset& batched, int64_t global_batch, int rank, int size,
                                                     Remainder remainder) {
+  TNT_INPUT_CHECK(size == 1 || !batched.node()->order_depends_on_timing(),
+                  "distribute: the batches' order depends on timing (interleave with deterministic=false and "
+                  "num_parallel_calls > 1), so the {} ranks would each read another order and their slices would "
+                  "overlap; give deterministic=true",
+                  size);
   DistributedDataset d;
   d.global_batch_ = global_batch;
   d.micro_batch_ = tnt::micro_batch_size(global_batch, rank, size);

@@ -339,11 +339,11 @@ void Recorder::merge(Communicator& comm) {
     if (ok) {
       std::string text = "{\"traceEvents\":[\n" + all + "\n],\n\"displayTimeUnit\":\"ms\",\n";
       text += fmt::format(
-          R"("otherData":{{"producer":"tarantella","ranks":{},"steps":"{}-{}",)"
+          R"("otherData":{{"producer":"tarantella","ranks":{},"ranks_at_start":{},"steps":"{}-{}",)"
           R"x("clock":"steady clock of each rank, moved onto rank 0's (0 where a rank reads rank 0's clock, )x"
-          R"x(else the largest of {} broadcast samples)","clock_offsets_ns":[{}]}}}})x"
+          R"x(else the largest of {} broadcast samples; one a rank at the start)","clock_offsets_ns":[{}]}}}})x"
           "\n",
-          ranks, first_step_, last_step_, kClockRounds, fmt::join(offsets_ns_, ","));
+          ranks, size_, first_step_, last_step_, kClockRounds, fmt::join(offsets_ns_, ","));
       ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
       ok = (std::fclose(f) == 0) && ok;
     }

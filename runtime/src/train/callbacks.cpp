@@ -203,9 +203,11 @@ void replace_file(const std::string& path, const std::string& content) {
 void CSVLogger::on_train_takeover(int epoch, const Logs& logs) {
   // The rows of the epochs done are the lost master's, and stay; later ones go (a loss at an
   // epoch's end redoes that epoch's end, its row included).
+  const bool append = append_;
   append_ = true;
   params_.initial_epoch = epoch;
   on_train_begin(logs);
+  append_ = append;  // the truncation is decided: a later fit() starts as the user asked
 }
 
 void CSVLogger::on_train_begin(const Logs&) {

@@ -124,7 +124,7 @@ std::string ModelCheckpoint::path_for(int epoch, const Logs& logs) const {
 void ModelCheckpoint::on_train_begin(const Logs&) {
   // The pattern's fields: names fit will log and formats that fit them, before any epoch
   // trains (before: a file named 'ck_{epoch:02d}.safetensors', overwritten every epoch).
-  std::vector<std::string> known{"epoch", "loss", "learning_rate", "seconds", "val_loss"};
+  std::vector<std::string> known{"epoch", "loss", "learning_rate", "seconds", "val_loss", "loss_scale"};
   for (const std::string& m : params_.metrics) {
     known.push_back(m);
     known.push_back("val_" + m);

@@ -484,7 +484,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       defer_some_ranks_stop();
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;
     }
-    if (carried && step == first_step) logs = totals.global();  // no step of it was left
+    if (carried && step == first_step) {  // no step of it was left
+      logs = totals.global();
+      if (!ps_ && totals.stop_training_agreed()) stop_requested_ = true;
+    }
     // A stop on request skips a validation due now: the epoch is then saved as unfinished
     // (all its steps, not its end), and a resume runs the validation.
     const bool validation_due = validation && ((epoch + 1) % options.validation_freq == 0 || epoch + 1 == options.epochs);
@@ -503,7 +506,8 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       logs = step_logs;
       if (ps_ && !logs.empty()) logs = totals.global();  // the epoch's row: every worker's samples
       if (ps_) ps_->epoch_end(logs);  // the servers' variables and optimizer state, for validation, checkpoints
-      const bool ran_steps = !logs.empty();
+      // A resume at an epoch's end of steps ran them before (its sums may not have come).
+      const bool ran_steps = !logs.empty() || (first_step > 0 && first_step == steps);
       // A stop on request (a batch system's warning: time is short) leaves out the validation.
       if (validation && !stopped_on_request_ &&
           ((ran_steps && (epoch + 1) % options.validation_freq == 0) || epoch + 1 == options.epochs)) {

@@ -86,7 +86,7 @@ double metadata_number(const Checkpoint& ck, const std::string& key, const std::
 // "[s0,s1,...]": an epoch's loss and metric sums so far (PassTotals::last_global), finite.
 std::vector<double> epoch_sums(const Checkpoint& ck, const std::string& path) {
   const nlohmann::json j = nlohmann::json::parse(ck.metadata("epoch_sums"), nullptr, false);
-  bool ok = j.is_array() && j.size() >= 4 && j.size() <= (1 << 20);
+  bool ok = j.is_array() && j.size() >= 5 && j.size() <= (1 << 20);
   std::vector<double> sums;
   for (size_t i = 0; ok && i < j.size(); ++i) {
     ok = j[i].is_number() && std::isfinite(j[i].get<double>());
@@ -176,7 +176,10 @@ void Model::save_checkpoint(const std::string& path, int epoch, int64_t epoch_st
   // ... of this global batch: a resume with another would skip other samples.
   if (epoch_step > 0 && fit_global_batch_ > 0) md["epoch_batch"] = std::to_string(fit_global_batch_);
   // ... and the epoch's loss and metric sums so far, for the resumed epoch's logs.
-  if (epoch_step > 0 && epoch_step == partial_epoch_steps_ && !epoch_sums_.empty()) {
+  // Finite only (a step the fp16 loss scaler skipped may have summed an infinite loss): the
+  // resumed row then covers the steps after the resume, rather than the file being refused.
+  const bool sums_finite = std::all_of(epoch_sums_.begin(), epoch_sums_.end(), [](double v) { return std::isfinite(v); });
+  if (epoch_step > 0 && epoch_step == partial_epoch_steps_ && !epoch_sums_.empty() && sums_finite) {
     md["epoch_sums"] = fmt::format("[{:.17g}]", fmt::join(epoch_sums_, ","));
   }
   md[checkpoint_key::seed] = std::to_string(seed_);

@@ -139,6 +139,13 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pre
   const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
   int64_t global_units = batch.global_real_samples;
   if (by_tokens && !loss_->one_unit_per_sample(in.target.shape())) {
+    // Parameter-server workers meet in no collective during an epoch (a lost one is dropped,
+    // max_staleness lets them drift): the count cannot be the global batch's.
+    TNT_INPUT_CHECK(!ps_,
+                    "fit: strategy=parameter_server with {}, a loss averaged over the labels of a sample's sequence "
+                    "(targets {}): its count over the global batch would make the workers wait for each other at "
+                    "every step; train synchronously, or with one label a sample",
+                    loss_->name(), in.target.str());
     const double t_count = now_s();
     global_units = communicator().allreduce_sum(units);
     if (profiler_) profiler_->collective(now_s() - t_count, sizeof(int64_t), /*in_forward=*/true);

@@ -187,6 +187,13 @@ TEST_CASE("TFRecord: corruption and truncation name the file and the byte offset
     CHECK_THAT(error_of([&] { read_all(path); }),
                Catch::Contains(path) && Catch::Contains(fmt::format("byte offset {}", offsets[3])));
   }
+  // Cut inside the last record's CRC only: the data fit, and the message says so (before:
+  // "length ... runs past the end of the file").
+  bad.assign(good.begin(), good.end() - 2);
+  write_bytes(path, bad);
+  CHECK_THAT(error_of([&] { read_all(path); }),
+             Catch::Contains("end 2 byte(s) before the file does, short of their 4-byte CRC-32C") &&
+                 Catch::Contains("cut short"));
   // Cut exactly between records: a clean end.
   bad.assign(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(offsets[3]));
   write_bytes(path, bad);

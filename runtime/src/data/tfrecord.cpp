@@ -88,8 +88,13 @@ bool has_gzip_magic(const uint8_t* p, size_t n) { return n >= 3 && p[0] == 0x1f 
 std::string header_problem(const uint8_t* header, uint64_t offset, uint64_t remaining, uint64_t* length) {
   if (masked_crc32c(header, 8) != get_u32(header + 8)) return "length CRC-32C mismatch";
   *length = get_u64(header);
-  if (*length > remaining - kHeaderBytes || remaining - kHeaderBytes - *length < kFooterBytes)
+  if (*length > remaining - kHeaderBytes)
     return fmt::format("length {} runs past the end of the file ({} bytes)", *length, offset + remaining);
+  // The data fit, its 4-byte CRC does not: a file cut at its very end.
+  if (remaining - kHeaderBytes - *length < kFooterBytes)
+    return fmt::format("the data's {} bytes end {} byte(s) before the file does, short of their {}-byte CRC-32C: "
+                       "the file is cut short",
+                       *length, remaining - kHeaderBytes - *length, kFooterBytes);
   return "";
 }
 

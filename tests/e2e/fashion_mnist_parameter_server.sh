@@ -360,6 +360,19 @@ assert ranks == 2, ranks
 assert s[("apply", 0)] == 10 and s[("apply", 1)] == 10, s
 PY
     then fm_pass "tl: pull and push spans of both workers, 10 apply spans of each server"; else fm_fail "tl: the traces"; fi
+    # Resumed, the servers number their updates on from the checkpoint's 20 steps, as the
+    # workers do: a window of steps 21-30 records them (before: they counted from 1 again,
+    # and recorded nothing).
+    fm_run tl_resumed -np 4 --parameter-servers 2 --timeline "$fm_tmp/resumed.json" -x TNT_TIMELINE_STEPS=21-30 -- \
+      "${common[@]}" --num_train_samples=1280 --train_epochs=2 --resume --strategy=parameter_server --model_dir="$fm_tmp/t"
+    [[ $fm_rc -eq 0 ]] || fm_fail "tl_resumed: exit $fm_rc"
+    if python3 - "$fm_tmp/resumed.servers.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+updates = sorted({e["args"]["update"] for e in d["traceEvents"] if e.get("ph") == "X" and e["name"] == "apply"})
+assert updates and updates[0] >= 21 and updates[-1] <= 30, updates
+PY
+    then fm_pass "tl_resumed: the servers' updates 21-30 recorded"; else fm_fail "tl_resumed: no servers' trace of updates 21-30"; fi
     ;;
   bad_roles)
     fm_run no_worker -np 2 --parameter-servers 2 -- "${common[@]}" --strategy=parameter_server \

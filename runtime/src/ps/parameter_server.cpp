@@ -264,7 +264,8 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
   if (is_server) {
     const int index = static_cast<int>(std::lower_bound(servers.begin(), servers.end(), rank()) - servers.begin());
     // worker_comm: the servers' own here.
-    lost = ps::serve(shards, comm, index, workers, servers, options.max_staleness, *worker_comm, processes);
+    lost = ps::serve(shards, comm, index, workers, servers, options.max_staleness, *worker_comm, processes,
+                     PsAccess::global_step(model));
   } else {
     // The workers' communicator holds these (world ranks); after a loss it is made again
     // over the workers left, collectively over them only.

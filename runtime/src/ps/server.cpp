@@ -45,16 +45,15 @@
 
 namespace tnt::ps {
 namespace {
-
 using timeline::Lane;
 using Span = timeline::Span;
 
-// The server
 class Server {
  public:
   Server(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers, const std::vector<int>& server_ranks,
-         std::optional<int64_t> staleness, const std::vector<Process>& processes)
-      : processes_(processes),
+         std::optional<int64_t> staleness, const std::vector<Process>& processes, int64_t steps_before)
+      : steps_before_(steps_before),
+        processes_(processes),
         shards_(shards),
         comm_(comm),
         index_(index),
@@ -462,8 +461,8 @@ class Server {
   }
 
   void apply(const float* grad) {
-    timeline::step_begin(applied_ + 1, 0, detail::now_s());
-    Span span(Lane::compute, "apply", [&] { return fmt::format(R"("update":{})", applied_ + 1); });
+    timeline::step_begin(steps_before_ + applied_ + 1, 0, detail::now_s());
+    Span span(Lane::compute, "apply", [&] { return fmt::format(R"("update":{})", steps_before_ + applied_ + 1); });
     shards_.apply(index_, grad, owned_, owned_index_);
     ++applied_;
   }
@@ -549,6 +548,7 @@ class Server {
     }
   }
 
+  int64_t steps_before_;  // the model's steps when this fit began: the timeline's numbers go on
   std::vector<Process> processes_;  // by rank of comm_
   Shards& shards_;
   MPI_Comm comm_;
@@ -591,8 +591,8 @@ class Server {
 
 std::vector<int> serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers,
                        const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers,
-                       const std::vector<Process>& processes) {
-  Server server(shards, comm, index, workers, server_ranks, staleness, processes);
+                       const std::vector<Process>& processes, int64_t steps_before) {
+  Server server(shards, comm, index, workers, server_ranks, staleness, processes, steps_before);
   server.run(servers);
   return server.lost_ranks();
 }

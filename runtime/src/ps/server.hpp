@@ -19,10 +19,11 @@ namespace tnt::ps {
 // (index 0) also keeps the epoch's sample ledger and decides which workers are lost (silent
 // for TNT_PS_WORKER_TIMEOUT); it tells the other servers (`server_ranks`, ranks of `comm`).
 // `servers` is the servers' own communicator (for their timeline); `processes`: every
-// rank's, by rank of `comm`. Returns the lost workers' ranks, the same on every server and
-// worker.
+// rank's, by rank of `comm`. `steps_before`: the model's steps when the fit began (a resumed
+// run's), from which the timeline numbers this fit's updates, as the workers number their
+// steps. Returns the lost workers' ranks, the same on every server and worker.
 std::vector<int> serve(Shards& shards, MPI_Comm comm, int index, const std::vector<int>& workers,
                        const std::vector<int>& server_ranks, std::optional<int64_t> staleness, Communicator& servers,
-                       const std::vector<Process>& processes);
+                       const std::vector<Process>& processes, int64_t steps_before = 0);
 
 }  // namespace tnt::ps

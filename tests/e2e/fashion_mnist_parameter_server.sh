@@ -84,6 +84,26 @@ ended_after_signal() {
     fm_fail "$1: ended ${after}s after the signal (the run: ${fm_seconds}s), not within 20 s"
 }
 
+# signal_rank_after_row DIR RANK SIG [PAUSE]: in the background ($killer), once DIR's
+# history.csv exists (at most 30 s) and PAUSE seconds more, SIG to the program of job rank
+# RANK that runs in DIR; the time of the signal goes to $fm_tmp/signalled_at.
+signal_rank_after_row() {
+  local dir=$1 rank=$2 sig=$3 pause=${4:-0}
+  (
+    for _ in $(seq 1 300); do
+      [[ -e $dir/history.csv ]] && break
+      sleep 0.1
+    done
+    sleep "$pause"
+    for p in $(pgrep -f -- "^$fm_program .*$dir"); do
+      if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+        kill "-$sig" "$p" && date +%s.%N >"$fm_tmp/signalled_at"
+      fi
+    done
+  ) &
+  killer=$!
+}
+
 case $case_name in
   staleness0)
     fm_run sync -np 2 -- "${common[@]}" --train_epochs=2 --model_dir="$fm_tmp/sync"
@@ -182,17 +202,7 @@ case $case_name in
     # worker lost in the epoch's end is dropped too (its metrics and validation are redone
     # by the others; in a callback's collective the job ends, the epoch named:
     # docs/parameter_server.md; tests/ps has those cases).
-    (
-      for _ in $(seq 1 300); do
-        [[ -e $fm_tmp/w/history.csv ]] && break
-        sleep 0.1
-      done
-      sleep 1.5
-      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/w"); do
-        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2'; then kill -KILL "$p"; fi
-      done
-    ) &
-    killer=$!
+    signal_rank_after_row "$fm_tmp/w" 2 KILL 1.5
     # The heaviest run of these tests (3 epochs of 36,000 samples on 4 ranks, about 15 s
     # alone): on the 2-core machine at a load average of 10-15 the same run without a kill
     # took 88 s (epochs of 18-28 s), so the 60 s guard (TNT_E2E_TIMEOUT) called it a hang in 3
@@ -219,17 +229,7 @@ case $case_name in
     # worker takes over what the master alone does, so history.csv gets every epoch's row
     # and TensorBoard the later epochs in an event file of its own (before: the rows and
     # events of the epochs after the loss were never written, silently).
-    (
-      for _ in $(seq 1 300); do
-        [[ -e $fm_tmp/f/history.csv ]] && break
-        sleep 0.1
-      done
-      sleep 0.5
-      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/f"); do
-        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then kill -KILL "$p"; fi
-      done
-    ) &
-    killer=$!
+    signal_rank_after_row "$fm_tmp/f" 1 KILL 0.5
     fm_limit=$((fm_limit > 150 ? fm_limit : 150))
     fm_run fk -np 3 --parameter-servers 1 --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=20 -- --model=mlp \
       --num_train_samples=24000 --train_epochs=3 --batch_size=120 --verbose=0 --strategy=parameter_server \
@@ -247,18 +247,7 @@ case $case_name in
     # With --heartbeat-timeout 0 nothing tells the servers that a worker is gone, so its loss
     # (SIGTERM to rank 2 in training) ends the job at once, naming it (before: the launcher
     # said training goes on, and the ranks waited for the 600 s collective timeout).
-    (
-      for _ in $(seq 1 300); do
-        [[ -e $fm_tmp/h/history.csv ]] && break
-        sleep 0.1
-      done
-      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/h"); do
-        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=2'; then
-          kill -TERM "$p" && date +%s.%N >"$fm_tmp/signalled_at"
-        fi
-      done
-    ) &
-    killer=$!
+    signal_rank_after_row "$fm_tmp/h" 2 TERM
     fm_run h0 -np 3 --parameter-servers 1 --heartbeat-timeout 0 -- --model=mlp --num_train_samples=6000 \
       --train_epochs=50 --batch_size=64 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/h"
     wait $killer
@@ -296,18 +285,7 @@ case $case_name in
     # The one worker of 1 server + 1 worker ended (SIGTERM) in training: the job ends, naming
     # the worker and with its status (before: the server, which the launcher itself had
     # stopped, was named, and the job's status was the server's).
-    (
-      for _ in $(seq 1 300); do
-        [[ -e $fm_tmp/l/history.csv ]] && break
-        sleep 0.1
-      done
-      for p in $(pgrep -f -- "^$fm_program .*$fm_tmp/l"); do
-        if tr '\0' '\n' </proc/$p/environ 2>/dev/null | grep -qx 'OMPI_COMM_WORLD_RANK=1'; then
-          kill -TERM "$p" && date +%s.%N >"$fm_tmp/signalled_at"
-        fi
-      done
-    ) &
-    killer=$!
+    signal_rank_after_row "$fm_tmp/l" 1 TERM
     fm_run l1 -np 2 --parameter-servers 1 --heartbeat-timeout 2 -- --model=mlp --num_train_samples=6000 \
       --train_epochs=50 --batch_size=64 --verbose=0 --strategy=parameter_server --model_dir="$fm_tmp/l"
     wait $killer

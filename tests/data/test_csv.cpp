@@ -209,6 +209,8 @@ TEST_CASE("csv: bad files name the file, the line and the column", "[csv]") {
       {"label dtype", "x,y\n1,2\n", i64_labels, {"label_dtype", "i64"}},
       // Before: "a header (line 1) but no data rows", or one line of many columns.
       {"bare CR line ends", "x,y\r1,2\r3,4\r", xy, {"bare CR", "LF or CRLF"}},
+      // A NUL byte quoted from the file is shown as \0; what() once ended there.
+      {"NUL in a field", std::string("x,y\n1,2\na\0b,3\n", 14), xy, {"'a\\0b' is not a number", "line 3"}},
   };
   for (const Case& c : cases) {
     INFO(c.what);

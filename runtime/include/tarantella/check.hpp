@@ -11,9 +11,16 @@
 
 namespace tnt {
 
+namespace detail {
+// The message with each NUL byte written as \0: what() is a C string, and a NUL quoted from
+// a user's file would end the message there.
+std::string visible_nul(std::string message);
+}  // namespace detail
+
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit Error(const std::string& message) : std::runtime_error(detail::visible_nul(message)) {}
+  explicit Error(const char* message) : std::runtime_error(message) {}
 };
 
 // A user's input (flag, file, batch size, checkpoint) is wrong: the message names it.

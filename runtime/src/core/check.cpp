@@ -6,6 +6,12 @@
 
 namespace tnt::detail {
 
+std::string visible_nul(std::string message) {
+  for (size_t at = message.find('\0'); at != std::string::npos; at = message.find('\0', at + 2))
+    message.replace(at, 1, "\\0");
+  return message;
+}
+
 [[noreturn]] void throw_error(const char* file, int line, const std::string& msg) {
   // Paths are shortened to the part under runtime/ so messages stay readable.
   const char* short_file = std::strstr(file, "runtime/");

@@ -482,3 +482,48 @@ TEST_CASE("graph: a layer whose backward returns a gradient of the wrong shape i
                     Catch::Contains("layer 'my_layer' (Widen) in network 'custom': its backward returned a gradient of "
                                     "shape (2, 4) for input 0, which has shape (2, 3)"));
 }
+
+namespace {
+
+// A layer whose engine fails: a library error (as a cuBLAS status or a kernel's fault would
+// be) in forward or backward, or an InputError in forward.
+class Failing : public Layer {
+ public:
+  enum class Where { forward, backward, input };
+  explicit Failing(Where where, std::string name) : Layer(std::move(name)), where_(where) {}
+  std::string type() const override { return "Failing"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& in) const override { return {in.at(0)}; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in, const RunContext&, SavedState&) override {
+    if (where_ == Where::forward) TNT_CHECK(false, "engine status 7 in gemm");
+    if (where_ == Where::input) TNT_INPUT_ERROR("file 'x.csv' is bad");
+    return {in[0]};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const RunContext&, SavedState&) override {
+    TNT_CHECK(false, "engine status 8 in gemm");
+    return {g[0]};
+  }
+
+ private:
+  Where where_;
+};
+
+}  // namespace
+
+TEST_CASE("graph: an engine's error names the layer, the pass and its operands; an input error stays as it is") {
+  SymTensor x = Input({3}, DType::f32, "x");
+  auto f = std::make_shared<Failing>(Failing::Where::forward, "gemm_layer");
+  Network fwd({x}, {call(f, x)});
+  CHECK_THROWS_WITH(fwd.forward({iota({2, 3})}, training()),
+                    Catch::Contains("engine status 7 in gemm") &&
+                        Catch::Contains("; in layer 'gemm_layer' (Failing), forward on f32(2, 3) on cpu"));
+  auto b = std::make_shared<Failing>(Failing::Where::backward, "gemm_back");
+  Network bwd({x}, {call(b, x)});
+  bwd.forward({iota({2, 3})}, training());
+  CHECK_THROWS_WITH(bwd.backward({Tensor::full({2, 3}, 1.0)}, training()),
+                    Catch::Contains("engine status 8 in gemm") &&
+                        Catch::Contains("; in layer 'gemm_back' (Failing), backward on f32(2, 3) on cpu"));
+  auto in = std::make_shared<Failing>(Failing::Where::input, "reader");
+  Network inp({x}, {call(in, x)});
+  CHECK_THROWS_MATCHES(inp.forward({iota({2, 3})}, training()), InputError,
+                       Catch::Message("file 'x.csv' is bad"));
+}

@@ -33,7 +33,7 @@ namespace tnt {
   X(device, std::string, "TNT_DEVICE", "", "",                                                 \
     "cpu or cuda:K (set by the launcher); empty = cuda:local_rank, cpu without a GPU or where the node runs more ranks than GPUs") \
   X(num_threads, int64_t, "TNT_NUM_THREADS", 0, "threads",                                     \
-    "CPU compute threads per rank; 0 = the cores of the rank's affinity mask")                 \
+    "CPU compute threads per rank; 0 = the rank's share of its node's cores (its affinity mask's cores, each shared by k local ranks' masks counted 1/k)")                 \
   X(ring_segment_kb, int64_t, "TNT_RING_SEGMENT", 256, "KB",                                    \
     "segment size of the ring allreduce pipeline")                                            \
   X(fused_attention_stored_ds, bool, "TNT_FUSED_ATTENTION_STORED_DS", false, "",                 \
@@ -58,6 +58,8 @@ namespace tnt {
     "CUDA f16/bf16 output projection (Embedding's, or a Dense layer's units) over a vocabulary that is not a multiple of 8 (its rows off the 16-byte boundary cuBLAS's Hopper kernels need): auto = per shape, padded with zero rows to a multiple of 8 where its first use finds the padded products agreeing with the direct ones and 2% faster, each direction apart; 1 = always padded; 0 = never (and auto in deterministic mode)") \
   X(fused_attention_rows, int64_t, "TNT_FUSED_ATTENTION_ROWS", 16, "rows",                    \
     "query rows per warp of the fused attention forward: 16, or 32 (blocks of 128 rows; head depths up to 64, 16 above); the same results") \
+  X(cuda_sync_check, bool, "TNT_CUDA_SYNC_CHECK", false, "",                                 \
+    "CUDA: after each layer's forward and backward the host waits for the GPU and checks for an error, so that a failing kernel is named with its layer (slow: for finding faults)") \
   X(layer_fusion, bool, "TNT_LAYER_FUSION", true, "",                                           \
     "chains of layers run as one call where an engine takes them: on GPUs BatchNorm->ReLU, BatchNorm->Add->ReLU (cuDNN) and Dropout->Add; on CPUs the same BatchNorm chains (oneDNN), Dropout->Add and ReLU->MaxPool2D 2x2; 0 = layer by layer")
 

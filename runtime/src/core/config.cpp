@@ -74,7 +74,7 @@ std::string value_str(const std::string& v) { return v.empty() ? "(default)" : v
 bool parse_bool_knob(const char* env, const std::string& text) {
   if (text == "1" || text == "true" || text == "TRUE" || text == "yes" || text == "on") return true;
   if (text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off" || text.empty()) return false;
-  TNT_INPUT_ERROR("{}='{}' is not a boolean (1/0, true/false)", env, text);
+  TNT_INPUT_ERROR("{}='{}' is not a boolean (1/true/yes/on or 0/false/no/off)", env, text);
 }
 
 namespace {

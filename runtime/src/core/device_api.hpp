@@ -90,6 +90,10 @@ void cuda_reset_peak(int device);
 void cuda_profiler_start(int device);
 void cuda_profiler_stop(int device);
 void cuda_set_device(int device);
+// The host waits for the compute stream of `device` and throws the first error of its work
+// (a kernel's fault surfaces at the next wait, wherever that is): TNT_CUDA_SYNC_CHECK calls it
+// after each layer, so that the error is named with the layer that queued the work.
+void cuda_check_now(int device);
 // The compute stream (cudaStream_t) of `device`: where every layer engine launches, so
 // work on another stream (NCCL's) that reads their results orders itself after it.
 void* cuda_compute_stream(int device);

@@ -22,6 +22,7 @@
 
 #include "tarantella/check.hpp"
 #include "tarantella/ops.hpp"
+#include "tarantella/runtime.hpp"
 
 #include <algorithm>
 #include <map>
@@ -53,6 +54,24 @@ void check_output_shapes(const Layer& layer, const std::vector<Tensor>& outs, co
 }
 
 }  // namespace
+
+namespace detail {
+
+void rethrow_in_layer(const Error& error, const std::string& what, const char* pass,
+                      const std::vector<Tensor>& operands) {
+  std::string on;
+  for (const Tensor& t : operands) {
+    if (!on.empty()) on += ", ";
+    on += t.defined() ? t.str() : std::string("(none)");
+  }
+  throw Error(fmt::format("{}; in {}, {} on {}", error.what(), what, pass, on.empty() ? "no operands" : on));
+}
+
+bool cuda_sync_check(const Device& device) { return device.is_cuda() && tnt::config().cuda_sync_check; }
+
+void check_device_now(const Device& device) { backend::cuda_check_now(device.index); }
+
+}  // namespace detail
 
 
 std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const RunContext& rc,
@@ -132,7 +151,8 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
     if (emulate) {
       for (Tensor& a : args) a = convert(a, cdt, DType::f32);
     }
-    std::vector<Tensor> outs = layer->forward(args, lrc, saved_[i]);
+    std::vector<Tensor> outs = detail::in_layer(detail::layer_label(*layer), "forward", args, device_,
+                                                [&] { return layer->forward(args, lrc, saved_[i]); });
     if (emulate) {
       for (Tensor& o : outs) o = convert(o, DType::f32, cdt);
     }
@@ -230,7 +250,8 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
       if (emulate) {
         for (Tensor& t : g) t = convert(t, cdt, DType::f32);
       }
-      std::vector<Tensor> gin = layer->backward(g, lrc, saved_[i]);
+      std::vector<Tensor> gin = detail::in_layer(detail::layer_label(*layer), "backward", g, device_,
+                                                 [&] { return layer->backward(g, lrc, saved_[i]); });
       TNT_CHECK(gin.size() == node_inputs_[i].size(),
                 "layer '{}' ({}) returned {} input gradients for {} inputs", layer->name(),
                 layer->type(), gin.size(), node_inputs_[i].size());

@@ -2,10 +2,45 @@
 // (fusion.cpp) do alike at the edges of a layer call.
 #pragma once
 
+#include "tarantella/check.hpp"
 #include "tarantella/layer.hpp"
 #include "tarantella/ops.hpp"
 
+#include <string>
+#include <vector>
+
 namespace tnt::detail {
+
+// The context in_layer appends: "layer 'dense_3' (Dense), forward on bf16 (32768, 1024) on
+// cuda:0". `what` names the layer or the fused chain.
+[[noreturn]] void rethrow_in_layer(const Error& error, const std::string& what, const char* pass,
+                                   const std::vector<Tensor>& operands);
+bool cuda_sync_check(const Device& device);  // TNT_CUDA_SYNC_CHECK on a CUDA device
+void check_device_now(const Device& device);
+
+// Runs one layer's (or fused chain's) forward or backward. An error of the library's own
+// (not an InputError or a CommError, whose messages name what they are about) gets the
+// layer, the pass and its operands' dtypes and shapes appended: an engine's message (a
+// cuBLAS status, a kernel's fault) names only its call, which many layers share. With
+// TNT_CUDA_SYNC_CHECK the host waits for the layer's work on a GPU, so that a kernel's
+// fault is named here and not at the step's next wait.
+template <class F>
+auto in_layer(const std::string& what, const char* pass, const std::vector<Tensor>& operands, const Device& device,
+              F&& run) -> decltype(run()) {
+  try {
+    auto result = run();
+    if (cuda_sync_check(device)) check_device_now(device);
+    return result;
+  } catch (const InputError&) {
+    throw;
+  } catch (const CommError&) {
+    throw;
+  } catch (const Error& e) {
+    rethrow_in_layer(e, what, pass, operands);
+  }
+}
+
+inline std::string layer_label(const Layer& layer) { return "layer '" + layer.name() + "' (" + layer.type() + ")"; }
 
 // slot += grad, both ending in `format` (that of the tensor they are the gradient of).
 inline void accumulate(Tensor& slot, const Tensor& grad, MemoryFormat format) {

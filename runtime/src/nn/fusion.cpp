@@ -43,6 +43,18 @@ const std::vector<FusionPattern>& fusion_patterns() { return patterns(); }
 using detail::FusedChain;
 using detail::FusionPlan;
 
+namespace {
+// "fused chain 'bn1' (BatchNorm) -> 'relu1' (ReLU)", for in_layer's messages.
+std::string chain_label(const FusedChain& chain) {
+  std::string label = "fused chain ";
+  for (size_t m = 0; m < chain.layers.size(); ++m) {
+    if (m > 0) label += " -> ";
+    label += "'" + chain.layers[m]->name() + "' (" + chain.layers[m]->type() + ")";
+  }
+  return label;
+}
+}  // namespace
+
 void Network::set_layer_fusion(LayerFusion mode) {
   layer_fusion_ = mode;
   have_saved_ = false;  // a state saved by the other way of running must not meet this backward
@@ -142,7 +154,8 @@ void Network::forward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>&
   }
   for (size_t node : chain.nodes) saved_[node] = SavedState{};
   std::vector<Tensor> outs;
-  chain.engine = pattern.forward(chain.layers, inputs, lrc, saved_[tail], outs);
+  chain.engine = detail::in_layer(chain_label(chain), "forward", inputs, device_,
+                                  [&] { return pattern.forward(chain.layers, inputs, lrc, saved_[tail], outs); });
   if (chain.engine) {
     if (lrc.training) ++fusion_->engine_runs;
     for (size_t node : chain.nodes) {
@@ -160,7 +173,8 @@ void Network::forward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>&
         args.push_back(static_cast<int>(j) == chain.chain_arg[m] ? detail::for_layer(*chain.layers[m], prev.at(0))
                                                                  : arg(m, j));
       }
-      prev = chain.layers[m]->forward(args, lrc, saved_[node]);
+      prev = detail::in_layer(detail::layer_label(*chain.layers[m]), "forward", args, device_,
+                              [&] { return chain.layers[m]->forward(args, lrc, saved_[node]); });
       TNT_CHECK(prev.size() == nodes_[node]->shapes.size(), "layer '{}' ({}) returned {} outputs, its call has {}",
                 chain.layers[m]->name(), chain.layers[m]->type(), prev.size(), nodes_[node]->shapes.size());
       out_shapes_[node] = {prev.at(0).shape()};
@@ -205,7 +219,8 @@ void Network::backward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>
     detail::accumulate(grads[p][ku], t, out_formats_[p][ku]);
   };
   if (chain.engine) {
-    std::vector<Tensor> gin = pattern.backward(chain.layers, g, lrc, saved_[tail]);
+    std::vector<Tensor> gin = detail::in_layer(chain_label(chain), "backward", g, device_,
+                                               [&] { return pattern.backward(chain.layers, g, lrc, saved_[tail]); });
     size_t next = 0;
     auto take = [&]() { return next < gin.size() ? gin[next++] : Tensor(); };
     for (size_t j = 0; j < node_inputs_[chain.nodes[0]].size(); ++j) give(0, j, take());
@@ -219,7 +234,8 @@ void Network::backward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>
   std::vector<Tensor> cur = g;
   for (size_t m = members; m-- > 0;) {
     const size_t node = chain.nodes[m];
-    std::vector<Tensor> gin = chain.layers[m]->backward(cur, lrc, saved_[node]);
+    std::vector<Tensor> gin = detail::in_layer(detail::layer_label(*chain.layers[m]), "backward", cur, device_,
+                                               [&] { return chain.layers[m]->backward(cur, lrc, saved_[node]); });
     TNT_CHECK(gin.size() == node_inputs_[node].size(), "layer '{}' ({}) returned {} input gradients for {} inputs",
               chain.layers[m]->name(), chain.layers[m]->type(), gin.size(), node_inputs_[node].size());
     cur.clear();

@@ -212,6 +212,13 @@ void cuda_event_synchronize(void* event, int device) {
   cuda::count_host_wait(device, false);
 }
 
+void cuda_check_now(int device) {
+  cuda::DeviceGuard guard(device);
+  TNT_CUDA_CHECK(cudaGetLastError());
+  TNT_CUDA_CHECK(cudaStreamSynchronize(cuda::stream_of(CudaStream::compute, device)));
+  cuda::count_host_wait(device, false);
+}
+
 void cuda_wait_readback(void* event, int device) {
   cuda::DeviceGuard guard(device);
   TNT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));

@@ -23,6 +23,7 @@ void cuda_reset_peak(int) {}
 void cuda_profiler_start(int) { no_cuda(); }
 void cuda_profiler_stop(int) { no_cuda(); }
 void cuda_set_device(int) { no_cuda(); }
+void cuda_check_now(int) { no_cuda(); }
 void* cuda_compute_stream(int) { no_cuda(); }
 void cuda_fill_bytes(void*, int, size_t, int) { no_cuda(); }
 void cuda_fill(const Tensor&, double) { no_cuda(); }

@@ -351,6 +351,12 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     held_until = Clock::time_point::max();
   };
   std::map<int, RankReport> stopped_now;  // by rank: stopped and not continued or ended since
+  // Stopped ranks continued in the last moments: when a rank fails, Open MPI's stop of the
+  // job (an MPI_Abort of the failing rank's runtime) sends SIGCONT before SIGTERM, and the
+  // continued rank's report may come in before the failure's. A rank continued within
+  // kContinuedRecently before the first failure counts as stopped at it.
+  constexpr auto kContinuedRecently = std::chrono::seconds(2);
+  std::map<int, std::pair<RankReport, Clock::time_point>> continued_at;
   // Workers inside parameter-server training: a loss there is survived (the others drop the
   // worker); anywhere else (the weights' first broadcast, an evaluation after the fit) the
   // others would wait for it in a collective, so it ends the job as in synchronous training.
@@ -384,12 +390,24 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
           for (const auto& [rank, report] : stopped_now) {
             if (rank != r.rank) result.stopped_at_first_failure.push_back(report);
           }
+          for (const auto& [rank, when] : continued_at) {
+            if (rank != r.rank && now - when.second <= kContinuedRecently)
+              result.stopped_at_first_failure.push_back(when.first);
+          }
+          std::sort(result.stopped_at_first_failure.begin(), result.stopped_at_first_failure.end(),
+                    [](const RankReport& a, const RankReport& b) { return a.rank < b.rank; });
         }
         result.failures.push_back(r);
         // mpirun --enable-recovery ends nothing itself.
         if (!expendable.empty() && !stopping) stop_job();
       }
-      if (r.kind == RankReport::Kind::stopped) stopped_now[r.rank] = r;
+      if (r.kind == RankReport::Kind::stopped) {
+        stopped_now[r.rank] = r;
+        continued_at.erase(r.rank);
+      }
+      if (r.kind == RankReport::Kind::continued) {
+        if (auto it = stopped_now.find(r.rank); it != stopped_now.end()) continued_at[r.rank] = {it->second, now};
+      }
       if (r.kind == RankReport::Kind::continued || r.kind == RankReport::Kind::ended) stopped_now.erase(r.rank);
       if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
       if (r.kind == RankReport::Kind::started) started_at.emplace(r.rank, now);

@@ -193,10 +193,11 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     size_t same = 0, other = 0, stopped = 0;
     for (size_t i = 1; i < result.failures.size(); ++i) {
       const tl::RankReport& r = result.failures[i];
-      if (r.signaled == first.signaled && r.code == first.code) {
-        ++same;
-      } else if (r.signaled && r.code == SIGTERM) {
+      // SIGTERM first (a rank ended from outside): the others' SIGTERM is the job's stop.
+      if (r.signaled && r.code == SIGTERM) {
         ++stopped;
+      } else if (r.signaled == first.signaled && r.code == first.code) {
+        ++same;
       } else {
         ++other;
       }

@@ -389,6 +389,17 @@ TEST_CASE("faults: ranks that make the same usage error are not called abnormal"
   CHECK_THAT(same.err, !Catch::Contains("abnormally"));
 }
 
+TEST_CASE("faults: a rank ended by SIGTERM from outside: the others' SIGTERM is the job's stop", "[integration][faults]") {
+  // Before, the ranks that the job's stop took down were "2 more ranks ended the same way".
+  const Outcome o = tarantella(
+      {"-n", "3", "--", "/bin/sh", "-c", "if [ \"$TNT_RANK\" = 1 ]; then sleep 1; kill -TERM $$; fi; exec sleep 60"},
+      60s);
+  INFO(o.describe());
+  CHECK(o.exited(128 + SIGTERM));
+  CHECK_THAT(o.err, Catch::Contains("failed first: signal 15 (SIGTERM); 2 more ranks ended by the job's stop (SIGTERM)"));
+  CHECK_THAT(o.err, !Catch::Contains("the same way"));
+}
+
 namespace {
 
 // A 2-rank job whose program starts a child that ignores SIGTERM (as a data loader or a

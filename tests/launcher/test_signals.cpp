@@ -227,6 +227,31 @@ TEST_CASE("signals: a rank that fails while another is stopped points at the sto
   CHECK(left_with(marker).empty());
 }
 
+TEST_CASE("signals: a stopped rank continued by the job's stop just before the failure's report is still named",
+          "[integration][signals]") {
+  // Open MPI's stop of a job (after the failing rank's MPI_Abort) sends SIGCONT before
+  // SIGTERM, so the stopped rank's "continued" report may reach the launcher before the
+  // failure's. Rank 0 plays both: it continues rank 1, then fails a second later (the
+  // continued report comes first). Before, the launcher then forgot that rank 1 had been
+  // stopped.
+  Scratch dir;
+  const std::string marker = fmt::format("tnt_signals_continued.{}", ::getpid());
+  const std::string program = dir.script(fmt::format(
+      "if [ \"$TNT_RANK\" = 1 ]; then echo $$ > {0}/pid.tmp; mv {0}/pid.tmp {0}/pid; kill -STOP $$; exec sleep 60; fi\n"
+      "i=0; while [ ! -e {0}/pid ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done\n"
+      "sleep 2; kill -CONT $(cat {0}/pid); sleep 1; exit 1",
+      dir.path.string()));
+  tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  CHECK(o.exited(1));
+  CHECK(o.err.find(fmt::format("rank 0 (host {}, local rank 0) failed first: exit code 1", host_name())) !=
+        std::string::npos);
+  CHECK(o.err.find(fmt::format("rank 1 (host {}, local rank 1) was stopped (SIGSTOP) when rank 0 failed",
+                               host_name())) != std::string::npos);
+  CHECK(left_with(marker).empty());
+}
+
 TEST_CASE("signals: SIGINT while ranks wait in MPI_Init names the rank that has not reached it",
           "[integration][signals][join]") {
   // Rank 0 says, as the runtime does, that it enters MPI_Init (the join pipe); rank 1 runs on

@@ -226,7 +226,7 @@ int main(int argc, char** argv) {
     ("data_format", "channels_first or channels_last (also nchw/contiguous, nhwc): the memory format of the activations between the convolutional layers (channels_last is faster on GPUs and CPUs)", cxxopts::value<std::string>()->default_value("channels_last"))
     ("dtype", "fp32, bf16 or fp16: the last two are mixed precision with fp32 master weights (fp16 with dynamic loss scaling); on a CPU rank only emulated", cxxopts::value<std::string>()->default_value("fp32"))
     ("train_steps", "stop after this many steps in total (0 = no limit)", cxxopts::value<int64_t>()->default_value("0"))
-    ("log_steps", "print images/s every this many timed steps (an epoch's first step is not timed; 0 = only at the end)", cxxopts::value<int64_t>()->default_value("100"))
+    ("log_steps", "print images/s every this many timed steps (an epoch's first step is not timed; 0 = only at the end, except with --enable_time_history, which needs at least 1)", cxxopts::value<int64_t>()->default_value("100"))
     ("data_workers", "threads decoding and augmenting images on each rank: 1 to 256, or auto (on a GPU rank its cores but one, on a CPU rank 4)", cxxopts::value<std::string>()->default_value("auto"));
   // clang-format on
   tnt_models::add_callback_flags(flags, "images");

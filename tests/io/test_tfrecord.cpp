@@ -139,6 +139,28 @@ TEST_CASE("TFRecord: flush leaves whole records for a reader while the writer is
   CHECK(read_all(path) == std::vector<std::string>{"one", "two", "three"});
 }
 
+TEST_CASE("TFRecord: between flushes the file holds whole records only (a killed writer leaves no cut one)") {
+  // 50-byte records (66 with the framing) written without flush: whatever reached the file
+  // is a whole number of records at every moment. Before, stdio's 4 KiB buffer went to the
+  // file whenever it filled, mid-record, and a kill -9 then left a record cut short.
+  TempDir tmp("tnt-tfrecord");
+  const std::string path = (tmp.path / "unflushed.tfrecord").string();
+  TFRecordWriter out(path);
+  const std::string record(50, 'x');
+  constexpr uintmax_t kFramed = 50 + 16;
+  bool grew = false;
+  for (int i = 0; i < 5000; ++i) {
+    out.write(record);
+    const uintmax_t size = fs::file_size(path);
+    INFO("after record " << i << ": " << size << " bytes on disk");
+    REQUIRE(size % kFramed == 0);
+    grew = grew || size > 0;
+  }
+  CHECK(grew);  // written as it goes, not only at the end
+  out.close();
+  CHECK(fs::file_size(path) == 5000 * kFramed);
+}
+
 TEST_CASE("TFRecord: corruption and truncation name the file and the byte offset") {
   TempDir tmp("tnt-tfrecord");
   const std::string path = (tmp.path / "bad.tfrecord").string();

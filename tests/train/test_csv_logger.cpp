@@ -411,3 +411,50 @@ TEST_CASE("CSVLogger: a history that is not a regular file is refused, naming it
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("CSVLogger: validation columns from the start when the first epoch has none; names quoted") {
+  const std::string dir = temp_dir();
+  const std::string path = dir + "/history.csv";
+  tnt::TrainParams params;
+  params.metrics = {"loss", "accuracy"};
+  SECTION("validation_freq 2: epoch 1 has no val_ values, epoch 2 has them") {
+    // Before, the header came from epoch 1's logs alone and the val_ columns were never
+    // written. Keras adds them too; empty fields where an epoch has none.
+    params.validates = true;
+    tnt::CSVLogger csv(path);
+    csv.set_params(params);
+    csv.on_train_begin({});
+    csv.on_epoch_end(0, {{"loss", 0.5}, {"accuracy", 0.25}});
+    csv.on_epoch_end(1, {{"loss", 0.25}, {"accuracy", 0.5}, {"val_loss", 0.75}, {"val_accuracy", 0.125}});
+    csv.on_train_end({});
+    CHECK(read_all(path) == "epoch,accuracy,loss,val_accuracy,val_loss\n1,0.25,0.5,,\n2,0.5,0.25,0.125,0.75\n");
+  }
+  SECTION("no validation: no val_ columns") {
+    tnt::CSVLogger csv(path);
+    csv.set_params(params);
+    csv.on_train_begin({});
+    csv.on_epoch_end(0, {{"loss", 0.5}, {"accuracy", 0.25}});
+    csv.on_train_end({});
+    CHECK(read_all(path) == "epoch,accuracy,loss\n1,0.25,0.5\n");
+  }
+  SECTION("a name with a comma or a quote is quoted, and a resumed run reads the header back") {
+    // Before, the header had more fields than the rows: csv readers shifted every column.
+    {
+      tnt::CSVLogger csv(path);
+      csv.set_params(params);
+      csv.on_train_begin({});
+      csv.on_epoch_end(0, {{"loss", 0.5}, {"f1,\"macro\"", 0.25}});
+      csv.on_train_end({});
+    }
+    CHECK(read_all(path) == "epoch,\"f1,\"\"macro\"\"\",loss\n1,0.25,0.5\n");
+    params.initial_epoch = 1;
+    tnt::CSVLogger csv(path, /*append=*/true);
+    csv.set_params(params);
+    csv.set_columns({"f1,\"macro\"", "loss"});
+    csv.on_train_begin({});
+    csv.on_epoch_end(1, {{"loss", 0.25}, {"f1,\"macro\"", 0.5}});
+    csv.on_train_end({});
+    CHECK(read_all(path) == "epoch,\"f1,\"\"macro\"\"\",loss\n1,0.25,0.5\n2,0.5,0.25\n");
+  }
+  std::filesystem::remove_all(dir);
+}

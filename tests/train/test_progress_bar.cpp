@@ -147,6 +147,30 @@ TEST_CASE("on a terminal the bar is redrawn in place and never wider than the te
   }
 }
 
+TEST_CASE("on a terminal, a bar left by an exception out of fit ends its line, so the error starts on its own") {
+  ScopedEnv tty("TNT_STDOUT_IS_TTY", "1");
+  ScopedEnv cols("COLUMNS", "80");
+  std::FILE* file = std::tmpfile();
+  REQUIRE(file != nullptr);
+  double clock = 100.0;
+  {
+    tnt::ProgressBar bar(tnt::ProgressBarOptions{file, [&] { return clock; }});
+    bar.set_params(params(10));
+    bar.on_train_begin({});
+    bar.on_epoch_begin(0, {});
+    clock += 1.0;
+    bar.on_train_batch_end(0, {{"loss", 1.0}});
+  }  // no on_epoch_end, no on_train_end: unwound
+  std::fflush(file);
+  std::rewind(file);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, file)) > 0;) out.append(buf, n);
+  std::fclose(file);
+  REQUIRE(out.find("\r 1/10 [") != std::string::npos);
+  CHECK(out.substr(out.size() - 4) == "\033[K\n");
+}
+
 TEST_CASE("not on a terminal: no carriage returns, a line at each tenth of the epoch and one at its end") {
   ScopedEnv tty("TNT_STDOUT_IS_TTY", "0");
   ScopedEnv cols("COLUMNS", nullptr);
@@ -175,6 +199,28 @@ TEST_CASE("not on a terminal: no carriage returns, a line at each tenth of the e
   CHECK(lines[5] == " 50/100 [===============>..............] - ETA: 25s - loss: 1.0000");
   CHECK(lines[10] == "100/100 - 50s 500ms/step - loss: 1.0000");
   CHECK(lines[11].empty());
+}
+
+TEST_CASE("a resumed epoch: time per step and ETA over the steps this run took, not the epoch's earlier ones") {
+  // Resumed at step 75 of 100: 25 steps of 2 s. Before, the epoch line said 50 s / 100 =
+  // 500ms/step and the ETA counted the 75 earlier steps as run in no time.
+  ScopedEnv tty("TNT_STDOUT_IS_TTY", "0");
+  ScopedEnv cols("COLUMNS", nullptr);
+  Harness h(params(100));
+  h.bar.on_train_begin({});
+  h.bar.on_epoch_begin(0, {});
+  for (int64_t b = 75; b < 100; ++b) {
+    h.clock += 2.0;
+    h.bar.on_train_batch_end(b, {{"loss", 1.0}});
+  }
+  h.bar.on_epoch_end(0, {{"loss", 1.0}});
+  h.bar.on_train_end({});
+  std::vector<std::string> lines = split(h.output(), '\n');
+  REQUIRE(lines.size() >= 5);
+  CHECK(lines[1].rfind(" 76/100 [", 0) == 0);  // the first step after the resume is past a tenth
+  // The line at step 80: 5 steps in 10 s, 20 left.
+  CHECK(lines[2] == " 80/100 [========================>.....] - ETA: 40s - loss: 1.0000");
+  CHECK(lines[lines.size() - 2] == "100/100 - 50s 2000ms/step - loss: 1.0000");
 }
 
 TEST_CASE("verbose 2: the epoch's line alone") {

@@ -256,3 +256,48 @@ TEST_CASE("TensorBoard: a log_dir that cannot be made fails on every rank") {
   CHECK_THROWS_WITH(tnt::TensorBoard("x", 0, "two"), Catch::Contains("profile_batch 'two'"));
   CHECK_NOTHROW(tnt::TensorBoard("x", 0, "0"));
 }
+
+namespace {
+// Rank 0 alone asks for a stop after global step `at`, as a signal reaching one rank would.
+class StopAfter : public tnt::Callback {
+ public:
+  explicit StopAfter(int64_t at) : tnt::Callback(Ranks::all), at_(at) {}
+  void on_train_batch_end(int64_t, const tnt::Logs&) override {
+    if (tnt::rank() == 0 && model_->global_step() == at_) tnt::request_stop_after_step();
+  }
+
+ private:
+  int64_t at_;
+};
+}  // namespace
+
+TEST_CASE("TensorBoard: the ranks' own micro-batches give samples per second; an epoch stopped on request is "
+          "left to its resume") {
+  const std::string dir = job_dir();
+  tnt::Model model(tnt::test::small_mlp(), 5);
+  model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  auto tb = std::make_shared<tnt::TensorBoard>(dir, /*update_freq=*/0);
+  tnt::FitOptions fit;
+  fit.epochs = 2;
+  fit.verbose = 0;
+  fit.distribute_dataset = false;  // 64 samples a rank in micro-batches of 8: 8 steps an epoch
+  // A stop asked for after global step 11, in the second epoch (steps 9-16): that epoch is
+  // unfinished (the stop is agreed with a step's metrics, one step later).
+  fit.callbacks = {tb, std::make_shared<StopAfter>(11)};
+  model.fit(tnt::test::threshold_data("tb-own").batch(8), fit);
+  CHECK(model.stopped_on_request());
+  CHECK(model.partial_epoch_steps() > 0);
+  CHECK(model.partial_epoch_steps() < 8);
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) {
+    const auto files = event_files(fs::path(dir) / "train");
+    REQUIRE(files.size() == 1);
+    auto train = read_events(files[0]);
+    // Before: no samples per second (the fit's batch_size is 0 with the ranks' own batches),
+    // and a point at epoch 1 for a part of its 8 steps, beside the resumed run's for all 8.
+    REQUIRE(train.count(0) == 1);
+    CHECK(train[0].at("epoch_samples_per_second") > 0);
+    CHECK(train.count(1) == 0);
+    fs::remove_all(dir);
+  }
+}

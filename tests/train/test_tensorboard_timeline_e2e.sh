@@ -128,4 +128,14 @@ grep -q "timeline: nothing recorded for '$tmp/unreached.json': the window 100-20
 left=$(ls "$tmp"/unreached.json* 2>/dev/null)
 [[ -z "$left" ]] || fail "files left by a timeline that recorded nothing: $left"
 echo "unreached window: one warning, no part files left"
+
+# --- 5: a run that trains no step (0 epochs) ------------------------------------------------------
+# Before, it wrote nothing and said nothing (a timeline starts with fit). Now tnt::finalize says so.
+out=$(timeout -k 5 "$limit" "$launcher" --timeline "$tmp/none.json" -n 2 -- \
+  "$program" --num_train_samples 256 --batch_size 128 --verbose 0 --train_epochs 0 --model_dir "$tmp/none" 2>&1) ||
+  fail "the run of 0 epochs failed: $out"
+grep -q "timeline: nothing recorded for '$tmp/none.json': this run has trained no step" <<<"$out" ||
+  fail "no warning about the timeline of a run without steps: $out"
+[[ $(grep -c "timeline: nothing recorded" <<<"$out") -eq 1 ]] || fail "the warning is not printed once: $out"
+echo "no step trained: one warning"
 echo "PASS"

@@ -34,6 +34,7 @@ struct TrainParams {
   int64_t batch_size = 0;   // GLOBAL batch size; 0 when the ranks' own micro-batches are used
   int verbose = 1;
   std::vector<std::string> metrics;  // names in display order
+  bool validates = false;            // fit has validation data (some epochs may skip it: validation_freq)
 };
 
 // What fit() (before a validation pass) or evaluate() tells callbacks before on_test_begin.
@@ -144,7 +145,9 @@ class ProgressBar : public Callback {
   void detect_output();
   void catch_signals(bool on);
   // timed_only: verbose 2, a line only when quiet_seconds passed without one.
-  void draw(int64_t done, int64_t total, double start, const std::string& metrics, bool timed_only = false);
+  // skipped: of `done`, steps run before this process (a resumed epoch's): not in the rate.
+  void draw(int64_t done, int64_t total, double start, const std::string& metrics, bool timed_only = false,
+            int64_t skipped = 0);
   void end_line();
   void write(const std::string& text);
   std::string metrics_text(const Logs& logs, bool include_val) const;
@@ -157,6 +160,7 @@ class ProgressBar : public Callback {
   bool catching_ = false;
   bool owns_handler_ = false;   // this bar installed the signal handler (not another bar)
   int64_t steps_done_ = 0;
+  int64_t steps_skipped_ = -1;  // a resumed epoch's steps run before (its first batch); -1: none yet
   int64_t epoch_steps_ = 0;     // the steps this epoch will run
   double epoch_start_ = 0;
   double train_seconds_ = 0;    // the epoch's training steps (evaluation apart)

@@ -186,6 +186,7 @@ struct PredictOptions {
 // Per-epoch timing of the step and of gradient communication (from the Reducer).
 struct EpochTiming {
   int64_t steps = 0;
+  int64_t global_batch = 0;         // samples a step over all ranks (0: not known)
   double step_seconds = 0;          // mean wall time of a training step
   double input_seconds = 0;         // mean time the loop waited for a step's batch, before it
   double backward_seconds = 0;      // mean time of backward

@@ -184,12 +184,23 @@ struct TFRecordWriter::Impl {
   bool gzip = false;
   z_stream zs{};
   std::vector<uint8_t> out;  // deflate's output buffer
+  // Uncompressed: whole records, written to the (unbuffered) file only as whole records, so
+  // that a process killed at any moment leaves whole records behind (stdio's buffer would
+  // go to the file whenever it filled, mid-record). At kPendingBytes or flush().
+  std::vector<uint8_t> pending;
+  static constexpr size_t kPendingBytes = size_t{1} << 16;
 
   void fail() { TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", path, std::strerror(errno)); }
+  void drain() {
+    if (pending.empty()) return;
+    if (std::fwrite(pending.data(), 1, pending.size(), file) != pending.size()) fail();
+    pending.clear();
+  }
   void put(const void* data, size_t n) {
     if (n == 0) return;
     if (!gzip) {
-      if (std::fwrite(data, 1, n, file) != n) fail();
+      const auto* p = static_cast<const uint8_t*>(data);
+      pending.insert(pending.end(), p, p + n);
       return;
     }
     zs.next_in = static_cast<Bytef*>(const_cast<void*>(data));
@@ -218,6 +229,7 @@ TFRecordWriter::TFRecordWriter(const std::string& path, TFRecordCompression comp
   impl_->path = path;
   impl_->file = std::fopen(path.c_str(), "wb");
   if (!impl_->file) TNT_INPUT_ERROR("TFRecord file '{}': cannot create: {}", path, std::strerror(errno));
+  if (compression != TFRecordCompression::gzip) std::setvbuf(impl_->file, nullptr, _IONBF, 0);  // Impl::pending
   if (compression == TFRecordCompression::gzip) {
     impl_->gzip = true;
     impl_->out.resize(kChunkBytes);
@@ -248,12 +260,14 @@ void TFRecordWriter::write(std::string_view data) {
   impl_->put(header, kHeaderBytes);
   impl_->put(data.data(), data.size());
   impl_->put(footer, kFooterBytes);
+  if (impl_->pending.size() >= Impl::kPendingBytes) impl_->drain();
 }
 
 void TFRecordWriter::flush() {
   TNT_CHECK(impl_->file, "TFRecordWriter '{}': already closed", impl_->path);
   // Z_SYNC_FLUSH: everything written so far inflates; the stream is finished by close().
   if (impl_->gzip) impl_->deflate_all(Z_SYNC_FLUSH);
+  impl_->drain();
   if (std::fflush(impl_->file) != 0)
     TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", impl_->path, std::strerror(errno));
 }
@@ -261,14 +275,13 @@ void TFRecordWriter::flush() {
 void TFRecordWriter::close() {
   if (!impl_->file) return;
   std::FILE* file = impl_->file;
-  if (impl_->gzip) {
-    try {
-      impl_->deflate_all(Z_FINISH);
-    } catch (...) {
-      impl_->file = nullptr;
-      std::fclose(file);
-      throw;
-    }
+  try {
+    if (impl_->gzip) impl_->deflate_all(Z_FINISH);
+    impl_->drain();
+  } catch (...) {
+    impl_->file = nullptr;
+    std::fclose(file);
+    throw;
   }
   impl_->file = nullptr;
   if (std::fclose(file) != 0)

@@ -200,6 +200,39 @@ void replace_file(const std::string& path, const std::string& content) {
 
 }  // namespace
 
+namespace {
+
+// A column name as a CSV field: quoted (RFC 4180, "" for a quote) where it holds a comma or
+// a quote, as Python's csv module writes it.
+std::string csv_field(const std::string& name) {
+  if (name.find_first_of(",\"") == std::string::npos) return name;
+  std::string out = "\"";
+  for (char c : name) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// The fields of a header line written with csv_field.
+std::vector<std::string> csv_header_fields(const std::string& header) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < header.size(); ++i) {
+    const char c = header[i];
+    if (quoted && c == '"' && i + 1 < header.size() && header[i + 1] == '"') {
+      fields.back() += '"';
+      ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+}  // namespace
+
 void CSVLogger::on_train_takeover(int epoch, const Logs& logs) {
   // The rows of the epochs done are the lost master's, and stay; later ones go (a loss at an
   // epoch's end redoes that epoch's end, its row included).
@@ -259,14 +292,7 @@ void CSVLogger::on_train_begin(const Logs&) {
                       "'{}'), so rows cannot be appended to it: move it away, or start over (--overwrite)",
                       path_, header.substr(0, 60));
       if (!lines.empty()) {
-        size_t pos = 0;
-        std::vector<std::string> cols;
-        while (pos <= header.size()) {
-          size_t comma = header.find(',', pos);
-          if (comma == std::string::npos) comma = header.size();
-          cols.push_back(header.substr(pos, comma - pos));
-          pos = comma + 1;
-        }
+        std::vector<std::string> cols = csv_header_fields(header);
         if (!cols.empty() && cols.front() == "epoch") cols.erase(cols.begin());
         // Rows in other columns than the header's would put each value under another name.
         TNT_INPUT_CHECK(columns_.empty() || columns_ == cols,
@@ -346,10 +372,20 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
   };
   if (columns_.empty()) {
     for (const auto& [k, v] : logs) columns_.push_back(k);
+    // A first epoch without validation (validation_freq > 1) would leave the val_ columns
+    // out of the header for good: they are there from the start, empty where not run.
+    if (params_.validates && std::none_of(columns_.begin(), columns_.end(),
+                                          [](const std::string& c) { return c.rfind("val_", 0) == 0; })) {
+      for (const std::string& m : params_.metrics) columns_.push_back("val_" + m);
+      std::sort(columns_.begin(), columns_.end());
+    }
   }
   if (!header_written_) {
     std::string header = "epoch";
-    for (const auto& c : columns_) header += "," + c;
+    for (const auto& c : columns_) {
+      header += ',';
+      header += csv_field(c);
+    }
     if (std::fprintf(file_, "%s\n", header.c_str()) < 0) failed(errno);
     header_written_ = true;
   }

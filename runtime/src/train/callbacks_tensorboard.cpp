@@ -152,6 +152,13 @@ void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
 
 void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
   if (!writers_here()) return;
+  // An epoch that a stop on request (SIGUSR1, a batch system's warning) cut short is
+  // unfinished in the checkpoint: the run that resumes it writes its point, for all its
+  // steps. Written here as well, TensorBoard would plot two points at that epoch.
+  if (model_ != nullptr && model_->stopped_on_request() && model_->partial_epoch_steps() > 0) {
+    writers_->train.flush();
+    return;
+  }
   std::vector<std::pair<std::string, double>> train, validation;
   for (const auto& [name, value] : logs) {
     if (name.rfind("val_", 0) == 0) {
@@ -163,8 +170,10 @@ void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
   const EpochTiming& t = model_->last_epoch_timing();
   if (t.steps > 0) {
     train.emplace_back("epoch_step_time_ms", t.step_seconds * 1e3);
-    if (params_.batch_size > 0 && t.step_seconds > 0)
-      train.emplace_back("epoch_samples_per_second", static_cast<double>(params_.batch_size) / t.step_seconds);
+    // The ranks' own micro-batches (distribute_dataset=false, as resnet50 trains): their sum.
+    const int64_t batch = params_.batch_size > 0 ? params_.batch_size : t.global_batch;
+    if (batch > 0 && t.step_seconds > 0)
+      train.emplace_back("epoch_samples_per_second", static_cast<double>(batch) / t.step_seconds);
     if (size() > 1) train.emplace_back("epoch_hidden_communication", t.hidden_fraction());
   }
   writers_->train.scalars(epoch, train);

@@ -387,6 +387,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
   params.verbose = options.verbose;
   params.metrics.push_back("loss");
   for (auto& m : metrics_) params.metrics.push_back(m->name());
+  params.validates = validation.has_value();
   std::vector<CallbackPtr> cbs = options.callbacks;
   cbs.insert(cbs.begin(), std::shared_ptr<Callback>(&history, [](Callback*) {}));
   if (options.verbose > 0) cbs.push_back(std::make_shared<ProgressBar>());
@@ -495,6 +496,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     epoch_sums_ = partial_epoch_steps_ > 0 ? totals.last_global() : std::vector<double>{};
     if (stager) stager->end_pass();
     if (ps_) ps_->pause();
+    timing_.global_batch = fit_global_batch_;
     timing_.finish();
     // The epoch's step events on disk before its history row: here, before the validation's
     // collectives, so that every rank has written its part before the master can finish the

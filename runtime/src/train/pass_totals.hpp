@@ -42,6 +42,11 @@ inline void check_metric_names(const std::vector<MetricPtr>& metrics) {
                     "Model::compile: a metric is named '{}', a key the training logs use themselves (loss, "
                     "learning_rate, seconds, loss_scale, val_*); give it another name",
                     name);
+    // A line break would split the history's header and progress lines.
+    TNT_INPUT_CHECK(std::none_of(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }),
+                    "Model::compile: a metric's name holds a control character (a line break, a tab): '{}'; give it "
+                    "a name of printable characters",
+                    name);
     TNT_INPUT_CHECK(std::find(seen.begin(), seen.end(), name) == seen.end(),
                     "Model::compile: two metrics are named '{}': their values would share one key of the logs; give "
                     "each its own name",

@@ -81,7 +81,16 @@ ProgressBar::ProgressBar(ProgressBarOptions options) : Callback(Ranks::master), 
   if (!options_.out) options_.out = stdout;
 }
 
-ProgressBar::~ProgressBar() { catch_signals(false); }
+ProgressBar::~ProgressBar() {
+  // Destroyed inside fit: an exception left it (a collective's timeout, a bad batch), and its
+  // message is about to be printed. On a terminal it would follow the bar on the bar's line.
+  if (in_fit_ && tty_ && g_bar_line_open) {
+    g_bar_line_open = 0;
+    std::fputs("\n", options_.out);
+    std::fflush(options_.out);
+  }
+  catch_signals(false);
+}
 
 double ProgressBar::now() const { return options_.clock ? options_.clock() : now_s(); }
 
@@ -177,6 +186,7 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs&) {
   epoch_start_ = now();
   last_draw_ = 0;
   steps_done_ = 0;
+  steps_skipped_ = -1;
   train_seconds_ = 0;
   eval_seconds_ = -1;
   epoch_steps_ = params_.steps;
@@ -232,7 +242,8 @@ std::string ProgressBar::metrics_text(const Logs& logs, bool include_val) const 
 // Otherwise: a line of its own at each tenth of the total (none for fewer than 10 steps,
 // whose end line comes soon enough), and whenever quiet_seconds passed without a line (the
 // only lines at verbose 2, timed_only). total 0: not known (a dataset of unknown size).
-void ProgressBar::draw(int64_t done, int64_t total, double start, const std::string& metrics, bool timed_only) {
+void ProgressBar::draw(int64_t done, int64_t total, double start, const std::string& metrics, bool timed_only,
+                       int64_t skipped) {
   if (g_bar_interrupted && catching_) return;
   const double t = now();
   const bool lines = !tty_ || timed_only;
@@ -258,7 +269,8 @@ void ProgressBar::draw(int64_t done, int64_t total, double start, const std::str
                       format_duration(elapsed), metrics));
     return;
   }
-  const double eta = done > 0 ? elapsed / static_cast<double>(done) * static_cast<double>(total - done) : 0;
+  const int64_t ran = done - skipped;
+  const double eta = ran > 0 ? elapsed / static_cast<double>(ran) * static_cast<double>(total - done) : 0;
   const std::string count = fmt::format("{:>{}}/{}", done, std::to_string(total).size(), total);
   const std::string eta_text = " - ETA: " + format_duration(eta);
   // The bar takes what the counts and the ETA leave, up to 30 characters; the metrics are
@@ -284,11 +296,12 @@ void ProgressBar::draw(int64_t done, int64_t total, double start, const std::str
 }
 
 void ProgressBar::on_train_batch_end(int64_t batch, const Logs& logs) {
+  if (steps_skipped_ < 0) steps_skipped_ = batch;  // 0, or where a resumed epoch goes on
   steps_done_ = batch + 1;
   train_seconds_ = now() - epoch_start_;
   if (params_.verbose == 0) return;
   const int64_t total = epoch_steps_ > 0 ? std::max(epoch_steps_, steps_done_) : 0;  // 0: unknown
-  draw(steps_done_, total, epoch_start_, metrics_text(logs, false), params_.verbose >= 2);
+  draw(steps_done_, total, epoch_start_, metrics_text(logs, false), params_.verbose >= 2, steps_skipped_);
 }
 
 void ProgressBar::on_epoch_end(int, const Logs& logs) {
@@ -296,7 +309,9 @@ void ProgressBar::on_epoch_end(int, const Logs& logs) {
   // Steps actually run: fewer than planned when training was stopped mid-epoch. The time
   // per step is that of training alone; an evaluation is reported after it.
   const int64_t total = epoch_steps_ > 0 ? std::max(epoch_steps_, steps_done_) : steps_done_;
-  const double per_step_ms = steps_done_ > 0 ? train_seconds_ * 1000.0 / static_cast<double>(steps_done_) : 0;
+  // Over the steps this process ran: a resumed epoch's earlier steps took no time here.
+  const int64_t ran = steps_done_ - std::max<int64_t>(steps_skipped_, 0);
+  const double per_step_ms = ran > 0 ? train_seconds_ * 1000.0 / static_cast<double>(ran) : 0;
   std::string line = fmt::format("{}/{} - {} {:.0f}ms/step{}", steps_done_, total, format_duration(train_seconds_),
                                  per_step_ms, metrics_text(logs, true));
   if (eval_seconds_ >= 0) line += fmt::format(" - evaluation: {}", format_duration(eval_seconds_));

@@ -151,7 +151,7 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
     if (emulate) {
       for (Tensor& a : args) a = convert(a, cdt, DType::f32);
     }
-    std::vector<Tensor> outs = detail::in_layer(detail::layer_label(*layer), "forward", args, device_,
+    std::vector<Tensor> outs = detail::in_layer([&] { return detail::layer_label(*layer); }, "forward", args, device_,
                                                 [&] { return layer->forward(args, lrc, saved_[i]); });
     if (emulate) {
       for (Tensor& o : outs) o = convert(o, DType::f32, cdt);
@@ -250,7 +250,7 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
       if (emulate) {
         for (Tensor& t : g) t = convert(t, cdt, DType::f32);
       }
-      std::vector<Tensor> gin = detail::in_layer(detail::layer_label(*layer), "backward", g, device_,
+      std::vector<Tensor> gin = detail::in_layer([&] { return detail::layer_label(*layer); }, "backward", g, device_,
                                                  [&] { return layer->backward(g, lrc, saved_[i]); });
       TNT_CHECK(gin.size() == node_inputs_[i].size(),
                 "layer '{}' ({}) returned {} input gradients for {} inputs", layer->name(),

@@ -24,8 +24,9 @@ void check_device_now(const Device& device);
 // cuBLAS status, a kernel's fault) names only its call, which many layers share. With
 // TNT_CUDA_SYNC_CHECK the host waits for the layer's work on a GPU, so that a kernel's
 // fault is named here and not at the step's next wait.
-template <class F>
-auto in_layer(const std::string& what, const char* pass, const std::vector<Tensor>& operands, const Device& device,
+// `what` is called on an error only (a step makes about a thousand layer calls).
+template <class What, class F>
+auto in_layer(What&& what, const char* pass, const std::vector<Tensor>& operands, const Device& device,
               F&& run) -> decltype(run()) {
   try {
     auto result = run();
@@ -36,7 +37,7 @@ auto in_layer(const std::string& what, const char* pass, const std::vector<Tenso
   } catch (const CommError&) {
     throw;
   } catch (const Error& e) {
-    rethrow_in_layer(e, what, pass, operands);
+    rethrow_in_layer(e, what(), pass, operands);
   }
 }
 

@@ -154,7 +154,7 @@ void Network::forward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>&
   }
   for (size_t node : chain.nodes) saved_[node] = SavedState{};
   std::vector<Tensor> outs;
-  chain.engine = detail::in_layer(chain_label(chain), "forward", inputs, device_,
+  chain.engine = detail::in_layer([&] { return chain_label(chain); }, "forward", inputs, device_,
                                   [&] { return pattern.forward(chain.layers, inputs, lrc, saved_[tail], outs); });
   if (chain.engine) {
     if (lrc.training) ++fusion_->engine_runs;
@@ -173,7 +173,7 @@ void Network::forward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>&
         args.push_back(static_cast<int>(j) == chain.chain_arg[m] ? detail::for_layer(*chain.layers[m], prev.at(0))
                                                                  : arg(m, j));
       }
-      prev = detail::in_layer(detail::layer_label(*chain.layers[m]), "forward", args, device_,
+      prev = detail::in_layer([&] { return detail::layer_label(*chain.layers[m]); }, "forward", args, device_,
                               [&] { return chain.layers[m]->forward(args, lrc, saved_[node]); });
       TNT_CHECK(prev.size() == nodes_[node]->shapes.size(), "layer '{}' ({}) returned {} outputs, its call has {}",
                 chain.layers[m]->name(), chain.layers[m]->type(), prev.size(), nodes_[node]->shapes.size());
@@ -219,7 +219,7 @@ void Network::backward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>
     detail::accumulate(grads[p][ku], t, out_formats_[p][ku]);
   };
   if (chain.engine) {
-    std::vector<Tensor> gin = detail::in_layer(chain_label(chain), "backward", g, device_,
+    std::vector<Tensor> gin = detail::in_layer([&] { return chain_label(chain); }, "backward", g, device_,
                                                [&] { return pattern.backward(chain.layers, g, lrc, saved_[tail]); });
     size_t next = 0;
     auto take = [&]() { return next < gin.size() ? gin[next++] : Tensor(); };
@@ -234,7 +234,8 @@ void Network::backward_chain(FusedChain& chain, std::vector<std::vector<Tensor>>
   std::vector<Tensor> cur = g;
   for (size_t m = members; m-- > 0;) {
     const size_t node = chain.nodes[m];
-    std::vector<Tensor> gin = detail::in_layer(detail::layer_label(*chain.layers[m]), "backward", cur, device_,
+    std::vector<Tensor> gin = detail::in_layer([&] { return detail::layer_label(*chain.layers[m]); }, "backward", cur,
+                                               device_,
                                                [&] { return chain.layers[m]->backward(cur, lrc, saved_[node]); });
     TNT_CHECK(gin.size() == node_inputs_[node].size(), "layer '{}' ({}) returned {} input gradients for {} inputs",
               chain.layers[m]->name(), chain.layers[m]->type(), gin.size(), node_inputs_[node].size());

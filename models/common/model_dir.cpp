@@ -63,6 +63,12 @@ std::string write_marker(const std::string& dir, const std::string& id) {
   return "";
 }
 
+std::string remove_marker(const std::string& dir) {
+  std::error_code ec;
+  fs::remove(fs::path(dir) / kRunMarker, ec);
+  return ec ? fmt::format("--model_dir={}: cannot remove the run marker {}: {}", dir, kRunMarker, ec.message()) : "";
+}
+
 bool is_link(const fs::path& path) {
   std::error_code ec;
   return fs::is_symlink(fs::symlink_status(path, ec));
@@ -361,6 +367,12 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
   // lock file left in a directory of the user's). A restart finds its own state below.
   if (exists && dir.resume && !dir.resume_auto && restart_number() == 0 && !dir.checkpoint.empty() &&
       !fs::exists(fs::path(path) / dir.checkpoint, ec)) {
+    // A run using the directory (an --overwrite that has just removed the checkpoint) is
+    // what to say then. Its lock file exists; none is made where there is none.
+    if (!dry && fs::exists(fs::path(path) / kLockFile, ec)) {
+      LockResult locked = lock_dir(path);
+      if (!locked.error.empty()) return {locked.error};
+    }
     return {fmt::format("--resume: no checkpoint at {}, so no run to continue there; give the directory of the "
                         "earlier run, or --resume=auto to start a new one there when it holds none",
                         (fs::path(path) / dir.checkpoint).string())};
@@ -394,6 +406,22 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
     return {remove_outputs(path, found, "restart"), false, path,
             fmt::format("Restart {} (TNT_RESTART): {}, so training starts over in {}", restart_number(), why, path)};
   }
+  if (restart_number() > 0 && !id.empty()) {
+    // Not this launch's any more: another run took the directory after the first attempt
+    // (by hand, with --overwrite or --resume, or a launch of its own). Continuing its
+    // checkpoint or applying the first attempt's --overwrite would take over or destroy
+    // that run's work. (No marker and no outputs: the first attempt ended before it marked
+    // the directory, and the restart starts as the first attempt did.)
+    const std::string marker = read_marker(path);
+    if (!marker.empty() || !found.empty()) {
+      return {fmt::format("--model_dir={}: restart {} (TNT_RESTART) of this launch finds the directory taken by "
+                          "another run since its first attempt ({}), so it neither continues nor replaces that run; "
+                          "give the job its own --model_dir",
+                          path, restart_number(),
+                          marker.empty() ? fmt::format("a run without --max-restarts wrote {}", fmt::join(found, ", "))
+                                         : std::string("another launch marked it"))};
+    }
+  }
   if (dir.resume_auto) {
     // Nothing to continue is no error: a new run starts here, and what a run without a
     // checkpoint left (one that failed in its first epoch) is replaced, as a restart does.
@@ -401,9 +429,7 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
     if (!has_checkpoint) {
       if (dry) return {};
       if (std::string e = remove_outputs(path, found, "--resume=auto"); !e.empty()) return {e};
-      if (!id.empty()) {
-        if (std::string e = write_marker(path, id); !e.empty()) return {e};
-      }
+      if (std::string e = id.empty() ? remove_marker(path) : write_marker(path, id); !e.empty()) return {e};
       return {"", false, path,
               fmt::format("--resume=auto: {} has no checkpoint to continue{}, so a new run starts there", path,
                           found.empty() ? std::string() : " (what a run without one left there is replaced)")};
@@ -428,10 +454,10 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
   if (dir.overwrite) {
     if (std::string e = remove_outputs(path, found, "--overwrite"); !e.empty()) return {e};
   }
-  // This launch's from now on: its restarts continue here.
-  if (!id.empty()) {
-    if (std::string e = write_marker(path, id); !e.empty()) return {e};
-  }
+  // This launch's from now on: its restarts continue here. A run without restarts takes it
+  // as well: an earlier launch's marker goes, so that launch's restart cannot continue this
+  // run's checkpoint as its own.
+  if (std::string e = id.empty() ? remove_marker(path) : write_marker(path, id); !e.empty()) return {e};
   return {"", dir.resume, path};
 }
 

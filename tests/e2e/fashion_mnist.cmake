@@ -32,11 +32,12 @@ endforeach()
 # refused naming its run's process; a resumed history must fit its header, or is said missing;
 # a --model_dir that only the master's host has resumes (the master reads the checkpoint) as
 # one every rank sees; SIGUSR1 (a batch system's warning) stops a run after a step with a checkpoint that --resume=auto continues bitwise; --resume=auto
-# starts, continues or starts over as the directory says.
+# starts, continues or starts over as the directory says; a restart of a launch whose directory
+# another run took since its first attempt is refused, not continued or overwritten.
 foreach(_case diverged output_on_all_devices resume_after_crash existing_model_dir interrupted_first_epoch
         resume_nothing_to_train resume_below_checkpoint overwrite_tensorboard resume_missing_model_dir
         default_run_dirs overwrite_symlinked_train dangling_history_link fifo_checkpoint early_warning_signal concurrent_runs resume_other_columns
-        resume_missing_history resume_master_only_dir warning_signal resume_auto)
+        resume_missing_history resume_master_only_dir warning_signal resume_auto restart_taken_over)
   add_test(NAME fashion_mnist.model_dir.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_model_dir.sh ${_fm_bins} ${_case})
   set_tests_properties(fashion_mnist.model_dir.${_case} PROPERTIES

@@ -407,6 +407,36 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     fi
     ;;
 
+  restart_taken_over)
+    # A launch with --max-restarts (its variables set by hand) trains in $model_dir; then,
+    # before its restart, another run takes the directory. Before, the restart continued
+    # the other run's checkpoint as its own (a run without a launch kept the first one's
+    # marker), or applied its first attempt's --overwrite to the other launch's finished run.
+    TNT_RUN_ID=fm-e2e-a TNT_RESTART=0 train_good a0 1
+    fm_run by_hand "${launch[@]}" -- "${small[@]}" --train_epochs=1 --seed=9 --overwrite
+    expect_exit by_hand 0
+    cp "$ckpt" "$fm_tmp/by_hand.safetensors"
+    TNT_RUN_ID=fm-e2e-a TNT_RESTART=1 fm_run a1 "${launch[@]}" -- "${small[@]}" --train_epochs=2
+    [[ $fm_rc -eq 2 ]] && fm_pass "a1: exit status 2" || fm_fail "a1: exit status $fm_rc, expected 2"
+    grep -qF "restart 1 (TNT_RESTART) of this launch finds the directory taken by another run since its first attempt (a run without --max-restarts wrote" <<<"$fm_out" &&
+      fm_pass "a1: the takeover named" || fm_fail "a1: no message about the directory taken over"
+    same_file a1 "$ckpt" "$fm_tmp/by_hand.safetensors" "the run by hand's checkpoint"
+    # Another launch (its own marker), both with --overwrite, as a sweep script starts them.
+    TNT_RUN_ID=fm-e2e-a TNT_RESTART=0 train_good a0_again 1 --overwrite
+    TNT_RUN_ID=fm-e2e-b TNT_RESTART=0 train_good b0 1 --overwrite --seed=9
+    cp "$ckpt" "$fm_tmp/b.safetensors"
+    TNT_RUN_ID=fm-e2e-a TNT_RESTART=1 fm_run a1_again "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite
+    [[ $fm_rc -eq 2 ]] && fm_pass "a1_again: exit status 2" || fm_fail "a1_again: exit status $fm_rc, expected 2"
+    grep -qF "(another launch marked it), so it neither continues nor replaces that run" <<<"$fm_out" &&
+      fm_pass "a1_again: the other launch named" || fm_fail "a1_again: no message about the other launch"
+    same_file a1_again "$ckpt" "$fm_tmp/b.safetensors" "the other launch's checkpoint"
+    # Its own directory, untouched since: the restart continues as before.
+    TNT_RUN_ID=fm-e2e-b TNT_RESTART=1 fm_run b1 "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite --seed=9
+    expect_exit b1 0
+    grep -qF "Restart 1 (TNT_RESTART): continuing from $ckpt" <<<"$fm_out" &&
+      fm_pass "b1: continues its own run" || fm_fail "b1: does not continue its own run"
+    ;;
+
   overwrite_symlinked_train)
     train_good first 1
     mkdir -p "$fm_tmp/unrelated"
@@ -492,6 +522,28 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     fm_strays() { pgrep -f -- "$fm_tmp" || true; }
     fm_run third "${launch[@]}" -- "${small[@]}" --train_epochs=1 --overwrite
     expect_exit third 0
+    # A --resume while another run holds the directory and its checkpoint is gone (an
+    # --overwrite that has just removed it): the run using it is named. Before: "no
+    # checkpoint ..., so no run to continue there".
+    held=$fm_tmp/held
+    mkdir -p "$held"
+    echo "$$ lockholder" >"$held/.tarantella-lock"
+    (
+      exec 9>>"$held/.tarantella-lock"
+      flock 9
+      exec sleep 60  # holds the lock (fd 9) until it is killed
+    ) &
+    holder=$!
+    fm_strays() { pgrep -f -- "$fm_tmp" | grep -vx "$holder" || true; }
+    sleep 0.5
+    fm_run held "${launch[@]}" -- --model=mlp --num_train_samples=256 --batch_size=64 --verbose=0 \
+      --model_dir="$held" --resume --train_epochs=1
+    kill "$holder" 2>/dev/null
+    wait "$holder" 2>/dev/null
+    fm_strays() { pgrep -f -- "$fm_tmp" || true; }
+    [[ $fm_rc -eq 2 ]] && fm_pass "held: exit status 2" || fm_fail "held: exit status $fm_rc, expected 2"
+    grep -qF "another run is using it (process $$ on lockholder" <<<"$fm_err" &&
+      fm_pass "held: names the run holding it" || fm_fail "held: does not name the run holding the directory"
     ;;
 
   resume_other_columns)

@@ -338,6 +338,10 @@ assert ranks == 2, ranks
 assert s[("apply", 0)] == 10 and s[("apply", 1)] == 10, s
 PY
     then fm_pass "tl: pull and push spans of both workers, 10 apply spans of each server"; else fm_fail "tl: the traces"; fi
+    # The traces were written: no warning that nothing was recorded (the fit discards its
+    # recorder at its end; tnt::finalize said so once).
+    if grep -q "timeline: nothing recorded" <<<"$fm_out"; then fm_fail "tl: a false 'nothing recorded' warning"; else
+      fm_pass "tl: no 'nothing recorded' warning"; fi
     # Resumed, the servers number their updates on from the checkpoint's 20 steps, as the
     # workers do: a window of steps 21-30 records them (before: they counted from 1 again,
     # and recorded nothing).

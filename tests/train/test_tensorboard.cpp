@@ -272,32 +272,40 @@ class StopAfter : public tnt::Callback {
 }  // namespace
 
 TEST_CASE("TensorBoard: the ranks' own micro-batches give samples per second; an epoch stopped on request is "
-          "left to its resume") {
-  const std::string dir = job_dir();
-  tnt::Model model(tnt::test::small_mlp(), 5);
-  model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
-  auto tb = std::make_shared<tnt::TensorBoard>(dir, /*update_freq=*/0);
-  tnt::FitOptions fit;
-  fit.epochs = 2;
-  fit.verbose = 0;
-  fit.distribute_dataset = false;  // 64 samples a rank in micro-batches of 8: 8 steps an epoch
-  // A stop asked for after global step 11, in the second epoch (steps 9-16): that epoch is
-  // unfinished (the stop is agreed with a step's metrics, one step later).
-  fit.callbacks = {tb, std::make_shared<StopAfter>(11)};
-  model.fit(tnt::test::threshold_data("tb-own").batch(8), fit);
-  CHECK(model.stopped_on_request());
-  CHECK(model.partial_epoch_steps() > 0);
-  CHECK(model.partial_epoch_steps() < 8);
-  tnt::communicator().barrier();
-  if (tnt::is_master_rank()) {
-    const auto files = event_files(fs::path(dir) / "train");
-    REQUIRE(files.size() == 1);
-    auto train = read_events(files[0]);
-    // Before: no samples per second (the fit's batch_size is 0 with the ranks' own batches),
-    // and a point at epoch 1 for a part of its 8 steps, beside the resumed run's for all 8.
-    REQUIRE(train.count(0) == 1);
-    CHECK(train[0].at("epoch_samples_per_second") > 0);
-    CHECK(train.count(1) == 0);
-    fs::remove_all(dir);
+          "left to its resume where a checkpoint was saved") {
+  for (const bool checkpoint : {true, false}) {
+    INFO("with a checkpoint: " << checkpoint);
+    const std::string dir = job_dir();
+    tnt::Model model(tnt::test::small_mlp(), 5);
+    model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    auto tb = std::make_shared<tnt::TensorBoard>(dir, /*update_freq=*/0);
+    tnt::FitOptions fit;
+    fit.epochs = 2;
+    fit.verbose = 0;
+    fit.distribute_dataset = false;  // 64 samples a rank in micro-batches of 8: 8 steps an epoch
+    // A stop asked for after global step 11, in the second epoch (steps 9-16): that epoch is
+    // unfinished (the stop is agreed with a step's metrics, one step later).
+    fit.callbacks = {tb, std::make_shared<StopAfter>(11)};
+    if (checkpoint) fit.callbacks.push_back(std::make_shared<tnt::ModelCheckpoint>(dir + "/ck.safetensors", "loss"));
+    model.fit(tnt::test::threshold_data("tb-own").batch(8), fit);
+    CHECK(model.stopped_on_request());
+    CHECK(model.partial_epoch_steps() > 0);
+    CHECK(model.partial_epoch_steps() < 8);
+    CHECK((model.last_checkpoint_step() == model.global_step()) == checkpoint);
+    tnt::communicator().barrier();
+    if (tnt::is_master_rank()) {
+      const auto files = event_files(fs::path(dir) / "train");
+      REQUIRE(files.size() == 1);
+      auto train = read_events(files[0]);
+      // Before: no samples per second (the fit's batch_size is 0 with the ranks' own
+      // batches). With a checkpoint of the unfinished epoch, its point is the resumed run's
+      // (before: one here for part of its steps, and one from the resume for all of them);
+      // without one, nothing resumes it, and the point is written here.
+      REQUIRE(train.count(0) == 1);
+      CHECK(train[0].at("epoch_samples_per_second") > 0);
+      CHECK(train.count(1) == (checkpoint ? 0u : 1u));
+      fs::remove_all(dir);
+    }
+    tnt::communicator().barrier();
   }
 }

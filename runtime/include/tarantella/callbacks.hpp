@@ -392,6 +392,10 @@ class TensorBoard : public Callback {
   std::string profile_path_, profile_file_;
   std::unique_ptr<Writers> writers_;
   bool takeover_failed_ = false;  // a new master (parameter servers) could not open the files
+  // An epoch a stop on request cut short: written at on_train_end unless a checkpoint was
+  // saved there (its resume writes the epoch whole). -1: none.
+  int held_epoch_ = -1;
+  std::vector<std::pair<std::string, double>> held_train_;
   bool writers_here();            // the master's writers, made by a new master on first use
 };
 

@@ -284,6 +284,9 @@ class Model {
   int64_t partial_epoch_steps() const { return partial_epoch_steps_; }
   // After fit: it ended because tnt::request_stop_after_step() was called (on any rank).
   bool stopped_on_request() const { return stopped_on_request_; }
+  // The global step at which this model last saved a checkpoint (save_checkpoint,
+  // ModelCheckpoint); -1: none yet.
+  int64_t last_checkpoint_step() const { return last_checkpoint_step_; }
   // Collective: the master alone reads the checkpoint (as load_checkpoint does), and every
   // rank gets its weights, buffers, optimizer state and training position from the master.
   // For a run directory that only the master's host has (a --model_dir on its own disk):
@@ -368,6 +371,7 @@ class Model {
   int64_t partial_epoch_steps_ = 0;
   int64_t fit_global_batch_ = 0;  // the last fit's (0: the ranks' own micro-batches)
   bool stopped_on_request_ = false;
+  int64_t last_checkpoint_step_ = -1;
   bool stop_requested_ = false;
   bool weights_synced_ = false;
   EpochTiming timing_;

@@ -234,7 +234,7 @@ void finalize() {
   // finalize fence. The channel needs no MPI; it stops once MPI_Finalize has returned.
   // A timeline starts with the first fit: a program that never trained (0 epochs, nothing
   // left to resume) would otherwise end without a word about the file it was asked for.
-  if (!g_context->timeline && !g_context->config.timeline.empty() && g_context->rank == 0) {
+  if (!g_context->timeline_started && !g_context->config.timeline.empty() && g_context->rank == 0) {
     log_warning("timeline: nothing recorded for '{}': this run has trained no step", g_context->config.timeline);
   }
   std::shared_ptr<void> arrivals;

@@ -40,6 +40,7 @@ struct RuntimeContext {
   bool ranks_lost = false;
   std::unique_ptr<Communicator> comm;
   std::shared_ptr<timeline::Events> timeline;  // while a timeline records (io/timeline.hpp's Recorder)
+  bool timeline_started = false;               // one was, in this process (finalize's warning)
   std::shared_ptr<detail::LayerTypeRegistry> layer_types;  // tnt::register_layer_type's (layer_config.hpp)
 };
 

@@ -29,6 +29,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cctype>
 #include <climits>
 #include <cstdio>
@@ -186,15 +187,34 @@ struct TFRecordWriter::Impl {
   std::vector<uint8_t> out;  // deflate's output buffer
   // Uncompressed: whole records, written to the (unbuffered) file only as whole records, so
   // that a process killed at any moment leaves whole records behind (stdio's buffer would
-  // go to the file whenever it filled, mid-record). At kPendingBytes or flush().
+  // go to the file whenever it filled, mid-record). At kPendingBytes, kPendingSeconds after
+  // the last write to the file (a live TensorBoard sees batch scalars within seconds), or
+  // flush().
   std::vector<uint8_t> pending;
   static constexpr size_t kPendingBytes = size_t{1} << 16;
+  static constexpr double kPendingSeconds = 2.0;
+  std::chrono::steady_clock::time_point drained = std::chrono::steady_clock::now();
+  int failed = 0;  // errno of a failed write: the file's end is unknown, nothing more goes
 
   void fail() { TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", path, std::strerror(errno)); }
   void drain() {
+    if (failed != 0) {
+      errno = failed;
+      fail();
+    }
+    drained = std::chrono::steady_clock::now();
     if (pending.empty()) return;
-    if (std::fwrite(pending.data(), 1, pending.size(), file) != pending.size()) fail();
+    if (std::fwrite(pending.data(), 1, pending.size(), file) != pending.size()) {
+      // A part may be in the file: writing the records again after it would duplicate them.
+      failed = errno != 0 ? errno : EIO;
+      pending.clear();
+      fail();
+    }
     pending.clear();
+  }
+  bool drain_due() const {
+    return pending.size() >= kPendingBytes ||
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - drained).count() >= kPendingSeconds;
   }
   void put(const void* data, size_t n) {
     if (n == 0) return;
@@ -260,7 +280,7 @@ void TFRecordWriter::write(std::string_view data) {
   impl_->put(header, kHeaderBytes);
   impl_->put(data.data(), data.size());
   impl_->put(footer, kFooterBytes);
-  if (impl_->pending.size() >= Impl::kPendingBytes) impl_->drain();
+  if (!impl_->gzip && impl_->drain_due()) impl_->drain();
 }
 
 void TFRecordWriter::flush() {

@@ -382,6 +382,7 @@ void start_from_config(Communicator& comm, const std::string& path) {
   // Given, it is taken as given (a resumed run that began after it gets a warning).
   origin.window_from_first_step = !Config::is_set(env::timeline_steps);
   c->timeline = std::make_shared<Recorder>(comm, file, first, last, std::move(origin));
+  c->timeline_started = true;
 }
 
 void step_begin(int64_t step, int epoch, double input_start_s, Device device) {
@@ -423,6 +424,7 @@ bool start_timeline(const std::string& path, int64_t first_step, int64_t last_st
   timeline::Origin origin;
   origin.path_text = fmt::format("start_timeline's path '{}'", path);
   c->timeline = std::make_shared<timeline::Recorder>(communicator(), path, first_step, last_step, std::move(origin));
+  c->timeline_started = true;
   return true;
 }
 

@@ -7,6 +7,7 @@
 #include "tarantella/ops.hpp"
 
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 namespace tnt::detail {
@@ -19,7 +20,8 @@ bool cuda_sync_check(const Device& device);  // TNT_CUDA_SYNC_CHECK on a CUDA de
 void check_device_now(const Device& device);
 
 // Runs one layer's (or fused chain's) forward or backward. An error of the library's own
-// (not an InputError or a CommError, whose messages name what they are about) gets the
+// (a tnt::Error; not an InputError or a CommError, whose messages name what they are about,
+// nor a program's own subclass) gets the
 // layer, the pass and its operands' dtypes and shapes appended: an engine's message (a
 // cuBLAS status, a kernel's fault) names only its call, which many layers share. With
 // TNT_CUDA_SYNC_CHECK the host waits for the layer's work on a GPU, so that a kernel's
@@ -37,6 +39,8 @@ auto in_layer(What&& what, const char* pass, const std::vector<Tensor>& operands
   } catch (const CommError&) {
     throw;
   } catch (const Error& e) {
+    // A program's own subclass of Error passes as it is: its handler catches that type.
+    if (typeid(e) != typeid(Error)) throw;
     rethrow_in_layer(e, what(), pass, operands);
   }
 }

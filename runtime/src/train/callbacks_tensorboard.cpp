@@ -152,13 +152,6 @@ void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
 
 void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
   if (!writers_here()) return;
-  // An epoch that a stop on request (SIGUSR1, a batch system's warning) cut short is
-  // unfinished in the checkpoint: the run that resumes it writes its point, for all its
-  // steps. Written here as well, TensorBoard would plot two points at that epoch.
-  if (model_ != nullptr && model_->stopped_on_request() && model_->partial_epoch_steps() > 0) {
-    writers_->train.flush();
-    return;
-  }
   std::vector<std::pair<std::string, double>> train, validation;
   for (const auto& [name, value] : logs) {
     if (name.rfind("val_", 0) == 0) {
@@ -176,6 +169,16 @@ void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
       train.emplace_back("epoch_samples_per_second", static_cast<double>(batch) / t.step_seconds);
     if (size() > 1) train.emplace_back("epoch_hidden_communication", t.hidden_fraction());
   }
+  // An epoch that a stop on request (SIGUSR1, a batch system's warning) cut short: if a
+  // checkpoint is saved there, the run that resumes it writes its point, for all its steps
+  // (written here as well, TensorBoard would plot two points at that epoch). Whether one is
+  // is known at the end of training (ModelCheckpoint may come after this callback).
+  if (model_->stopped_on_request() && model_->partial_epoch_steps() > 0) {
+    held_epoch_ = epoch;
+    held_train_ = std::move(train);
+    writers_->train.flush();
+    return;
+  }
   writers_->train.scalars(epoch, train);
   if (!validation.empty()) writers_->validation.scalars(epoch, validation);
   writers_->train.flush();
@@ -183,6 +186,11 @@ void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
 }
 
 void TensorBoard::on_train_end(const Logs&) {
+  if (held_epoch_ >= 0 && writers_ && model_->last_checkpoint_step() != model_->global_step()) {
+    writers_->train.scalars(held_epoch_, held_train_);  // no checkpoint: nothing resumes it
+  }
+  held_epoch_ = -1;
+  held_train_.clear();
   if (writers_) {
     writers_->train.flush();
     writers_->validation.flush();

@@ -197,6 +197,7 @@ void Model::save_checkpoint(const std::string& path, int epoch, int64_t epoch_st
     md["loss_scale_good_steps"] = std::to_string(scaler_.good_steps());
   }
   write_on_master(path, checkpoint_tensors(true), md);
+  last_checkpoint_step_ = global_step_;
 }
 
 // Collective: the master writes (atomically), then tells every rank whether it worked, so

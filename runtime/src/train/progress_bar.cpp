@@ -46,6 +46,7 @@ namespace {
 volatile std::sig_atomic_t g_bar_fd = -1;
 volatile std::sig_atomic_t g_bar_line_open = 0;   // a bar drawn, its line not ended
 volatile std::sig_atomic_t g_bar_interrupted = 0; // a stop signal came: draw no more
+const void* g_bar_line_owner = nullptr;           // the bar that drew the open line (not for the handler)
 struct sigaction g_old_sigint, g_old_sigterm;
 
 // Ends the bar's line (async-signal-safe: write only), then gives the signal to what
@@ -82,13 +83,14 @@ ProgressBar::ProgressBar(ProgressBarOptions options) : Callback(Ranks::master), 
 }
 
 ProgressBar::~ProgressBar() {
-  // Destroyed inside fit: an exception left it (a collective's timeout, a bad batch), and its
-  // message is about to be printed. On a terminal it would follow the bar on the bar's line.
-  if (in_fit_ && tty_ && g_bar_line_open) {
+  // Its line still open: an exception left fit (a collective's timeout, a bad batch), and
+  // its message is about to be printed. On a terminal it would follow the bar on its line.
+  if (g_bar_line_owner == this && g_bar_line_open) {
     g_bar_line_open = 0;
     std::fputs("\n", options_.out);
     std::fflush(options_.out);
   }
+  if (g_bar_line_owner == this) g_bar_line_owner = nullptr;
   catch_signals(false);
 }
 
@@ -293,6 +295,7 @@ void ProgressBar::draw(int64_t done, int64_t total, double start, const std::str
   if (static_cast<int>(line.size()) > width_ - 1) line.resize(static_cast<size_t>(std::max(width_ - 1, 1)));
   write("\r" + line + "\033[K");  // \033[K: clear what a longer previous line left
   g_bar_line_open = 1;
+  g_bar_line_owner = this;
 }
 
 void ProgressBar::on_train_batch_end(int64_t batch, const Logs& logs) {

@@ -355,8 +355,12 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   // job (an MPI_Abort of the failing rank's runtime) sends SIGCONT before SIGTERM, and the
   // continued rank's report may come in before the failure's. A rank continued within
   // kContinuedRecently before the first failure counts as stopped at it.
+  // A stop shorter than kLongStop (a profiler's, a user's kill -STOP/-CONT) is no cause of
+  // a collective's timeout, and a rank that then ended cleanly was none either.
   constexpr auto kContinuedRecently = std::chrono::seconds(2);
+  constexpr auto kLongStop = std::chrono::seconds(1);
   std::map<int, std::pair<RankReport, Clock::time_point>> continued_at;
+  std::map<int, Clock::time_point> stopped_since;
   // Workers inside parameter-server training: a loss there is survived (the others drop the
   // worker); anywhere else (the weights' first broadcast, an evaluation after the fit) the
   // others would wait for it in a collective, so it ends the job as in synchronous training.
@@ -403,11 +407,14 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       }
       if (r.kind == RankReport::Kind::stopped) {
         stopped_now[r.rank] = r;
+        stopped_since[r.rank] = now;
         continued_at.erase(r.rank);
       }
       if (r.kind == RankReport::Kind::continued) {
-        if (auto it = stopped_now.find(r.rank); it != stopped_now.end()) continued_at[r.rank] = {it->second, now};
+        auto it = stopped_now.find(r.rank);
+        if (it != stopped_now.end() && now - stopped_since[r.rank] >= kLongStop) continued_at[r.rank] = {it->second, now};
       }
+      if (r.kind == RankReport::Kind::ended && !r.failed()) continued_at.erase(r.rank);
       if (r.kind == RankReport::Kind::continued || r.kind == RankReport::Kind::ended) stopped_now.erase(r.rank);
       if (r.kind == RankReport::Kind::started) result.started.insert(r.rank);
       if (r.kind == RankReport::Kind::started) started_at.emplace(r.rank, now);

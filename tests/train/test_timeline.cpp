@@ -230,6 +230,20 @@ TEST_CASE("timeline: a resumed run records its own first steps unless TNT_TIMELI
     CHECK_FALSE(fs::exists(path));
     CHECK_FALSE(fs::exists(fmt::format("{}.rank{}", path, tnt::rank())));
   }
+  SECTION("a window that training ends inside: the trace says the steps recorded") {
+    // Before, otherData.steps gave the window asked for (13-40) though 13-24 were recorded.
+    const std::string path = dir + "/cut.json";
+    TimelineConfig config(path, "13-40");
+    auto resumed = small_model();
+    REQUIRE(resumed->load_checkpoint(ckpt) == 1);
+    resumed->fit(data(1), small_fit(1, 3));  // steps 9-24
+    tnt::communicator().barrier();
+    if (tnt::is_master_rank()) {
+      const json trace = json::parse(read_file(path));
+      CHECK(steps_in(trace) == std::set<int64_t>{13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24});
+      CHECK(trace["otherData"]["steps"] == "13-24");
+    }
+  }
   tnt::communicator().barrier();
   if (tnt::is_master_rank()) fs::remove_all(dir);
 }

@@ -343,7 +343,8 @@ void Recorder::merge(Communicator& comm) {
           R"x("clock":"steady clock of each rank, moved onto rank 0's (0 where a rank reads rank 0's clock, )x"
           R"x(else the largest of {} broadcast samples; one a rank at the start)","clock_offsets_ns":[{}]}}}})x"
           "\n",
-          ranks, size_, first_step_, last_step_, kClockRounds, fmt::join(offsets_ns_, ","));
+          ranks, size_, std::max(first_step_, first_step_seen_), std::min(last_step_, last_step_seen_), kClockRounds,
+          fmt::join(offsets_ns_, ","));
       ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
       ok = (std::fclose(f) == 0) && ok;
     }

@@ -9,7 +9,9 @@
 #      with at least the first two epochs in them, and each rank's timeline part readable
 #      (Chrome's array form without its closing bracket) with that rank's events;
 #   4. a window the run never reaches (TNT_TIMELINE_STEPS=100-200, 2 steps run) is one warning
-#      naming it, and leaves no file.
+#      naming it, and leaves no file;
+#   5. a run that trains no step says that nothing was recorded;
+#   6. a trace path another job is writing now (its part locked) is refused, that part kept.
 #   test_tensorboard_timeline_e2e.sh LAUNCHER FASHION_MNIST
 set -uo pipefail
 launcher=$1
@@ -138,4 +140,28 @@ grep -q "timeline: nothing recorded for '$tmp/none.json': this run has trained n
   fail "no warning about the timeline of a run without steps: $out"
 [[ $(grep -c "timeline: nothing recorded" <<<"$out") -eq 1 ]] || fail "the warning is not printed once: $out"
 echo "no step trained: one warning"
+
+# --- 6: another job writing the same trace now ----------------------------------------------------
+# Its rank-0 part is locked by a running process (a job of its own, as another tarantella
+# holds it). Before, this run truncated it and later removed it: the other job lost its
+# events. Now it is refused on every rank, and the other part is left as it was.
+echo '[{"other job": 1},' >"$tmp/busy.json.rank0"
+cp "$tmp/busy.json.rank0" "$tmp/busy.copy"
+(
+  exec 9>>"$tmp/busy.json.rank0"
+  flock 9
+  exec sleep 60  # holds the lock until killed
+) &
+holder=$!
+sleep 0.5
+out=$(timeout -k 5 "$limit" "$launcher" --timeline "$tmp/busy.json" -n 2 -- \
+  "$program" --num_train_samples 256 --batch_size 128 --verbose 0 --train_epochs 1 --model_dir "$tmp/busy" 2>&1)
+rc=$?
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+[[ $rc -eq 2 ]] || fail "the run beside another job's trace: exit $rc, expected 2: $out"
+grep -q "timeline '$tmp/busy.json': another job is writing this trace now" <<<"$out" ||
+  fail "no message naming the other job's trace: $out"
+cmp -s "$tmp/busy.json.rank0" "$tmp/busy.copy" || fail "the other job's part was changed"
+echo "another job's trace: refused, its part left as it was"
 echo "PASS"

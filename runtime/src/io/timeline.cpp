@@ -15,7 +15,9 @@
 #include "tarantella/runtime.hpp"
 #include "tarantella/timeline.hpp"
 
+#include <fcntl.h>
 #include <fmt/ranges.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -99,6 +101,30 @@ void agree_or_throw(Communicator& comm, const std::string& my_error, const std::
   TNT_INPUT_ERROR("{}: failed on rank(s) {}", what, ranks);
 }
 
+// A rank's part, opened for writing and locked (flock) while this process writes it:
+// another job given the same trace path finds it locked and is refused, rather than
+// truncating this one's part (the lock is taken before the file is emptied). A part left by
+// a run that ended holds no lock and is replaced. nullptr with errno set; *busy: locked.
+std::FILE* open_part(const std::string& path, bool* busy) {
+  *busy = false;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    *busy = err == EWOULDBLOCK;
+    errno = err;
+    return nullptr;
+  }
+  std::FILE* f = ::ftruncate(fd, 0) == 0 ? ::fdopen(fd, "w") : nullptr;
+  if (f == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+  }
+  return f;
+}
+
 }  // namespace
 
 Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int64_t last_step, Origin origin)
@@ -155,12 +181,17 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
   // memory only: the merge gathers them through MPI.
   std::string error;
   events_ = metadata(rank_, host_);
-  part_ = std::fopen(part_path_.c_str(), "w");
+  bool busy = false;
+  part_ = open_part(part_path_, &busy);
   if (part_ && (std::fputs("[\n", part_) < 0 || std::fputs(events_.c_str(), part_) < 0 || std::fflush(part_) != 0)) {
     std::fclose(part_);
     part_ = nullptr;
   }
-  if (!part_) {
+  if (busy) {
+    error = fmt::format("timeline '{}': another job is writing this trace now (its part '{}' is locked by a running "
+                        "process); give each job its own --timeline path",
+                        path_, part_path_);
+  } else if (!part_) {
     const std::string why = fmt::format("timeline: cannot write '{}' (rank {}'s part of '{}'): {}", part_path_, rank_,
                                         path_, std::strerror(errno));
     if (rank_ == Communicator::master_rank()) {
@@ -213,10 +244,12 @@ void Recorder::flush_part() {
   if (part_failed_) return;
   if (!part_) {
     // Removed by an earlier merge: the part starts again with everything so far.
-    part_ = std::fopen(part_path_.c_str(), "w");
+    bool busy = false;
+    part_ = open_part(part_path_, &busy);
     if (!part_) {
       log_warning("timeline: cannot create '{}': {}; the merge at the end still has the events", part_path_,
-                  std::strerror(errno));
+                  busy ? "another job's running process has it locked" : std::strerror(errno));
+      part_failed_ = busy;  // the other job's part stays as it is
       return;
     }
     std::fputs("[\n", part_);

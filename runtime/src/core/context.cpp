@@ -309,8 +309,13 @@ int end_with_error(std::string message, bool input_error) {
   // refused command line does: the launcher then knows a restart would fail the same way.
   const int status = input_error ? kExitInputError : 1;
   // Other ranks may be waiting in a collective this rank will never join: end the job
-  // rather than let it hang.
-  if (mpi_ready && !mpi_done && p > 1) MPI_Abort(MPI_COMM_WORLD, status);
+  // rather than let it hang. A refused input is mostly refused on every rank (the checks
+  // agree): the master's end then comes first, so that the launcher's "failed first" names
+  // the rank whose message is the one printed in full (the others' say "the same error").
+  if (mpi_ready && !mpi_done && p > 1) {
+    if (input_error && r != 0) ::usleep(300 * 1000);
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
   finalize();
   return status;
 }

@@ -187,6 +187,10 @@ struct PredictOptions {
 struct EpochTiming {
   int64_t steps = 0;
   int64_t global_batch = 0;         // samples a step over all ranks (0: not known)
+  double samples = 0;               // this rank's real samples trained in the epoch
+  // Parameter servers: the workers' own rates summed (their steps are not in lockstep);
+  // 0 elsewhere (the rate is global_batch / step_seconds).
+  double job_samples_per_second = 0;
   double step_seconds = 0;          // mean wall time of a training step
   double input_seconds = 0;         // mean time the loop waited for a step's batch, before it
   double backward_seconds = 0;      // mean time of backward
@@ -325,6 +329,7 @@ class Model {
   };
 
   // The steps (Keras' train_step / test_step); the loops below run them.
+  void check_ps_loss(const Tensor& target) const;
   void train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals);
   void test_step(const Batch& batch, const RunContext& rc, detail::PassTotals& totals);
   // train_step's parts, in its order (model.cpp says what each does).

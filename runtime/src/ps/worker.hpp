@@ -149,6 +149,10 @@ class Worker final : public detail::PsWorker {
     logs["staleness_max"] = workers.allreduce_max(lead_max_);
   }
 
+  double job_rate(double own_samples_per_second) override {
+    return communicator().allreduce_sum(std::vector<double>{own_samples_per_second})[0];
+  }
+
   void end_epoch(const std::function<void()>& work) override {
     for (;;) {
       try {

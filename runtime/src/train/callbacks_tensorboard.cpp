@@ -165,8 +165,11 @@ void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
     train.emplace_back("epoch_step_time_ms", t.step_seconds * 1e3);
     // The ranks' own micro-batches (distribute_dataset=false, as resnet50 trains): their sum.
     const int64_t batch = params_.batch_size > 0 ? params_.batch_size : t.global_batch;
-    if (batch > 0 && t.step_seconds > 0)
+    if (t.job_samples_per_second > 0) {  // parameter servers: each worker's rate, summed
+      train.emplace_back("epoch_samples_per_second", t.job_samples_per_second);
+    } else if (batch > 0 && t.step_seconds > 0) {
       train.emplace_back("epoch_samples_per_second", static_cast<double>(batch) / t.step_seconds);
+    }
     if (size() > 1) train.emplace_back("epoch_hidden_communication", t.hidden_fraction());
   }
   // An epoch that a stop on request (SIGUSR1, a batch system's warning) cut short: if a

@@ -474,6 +474,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
                                      step + 1, batch_layout(*batch, options.distribute_dataset, rank(), size())));
       }
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
+      timing_.samples += static_cast<double>(batch->real_samples);
       if (profiler_) {
         profiler_->phases.input_s = t0 - t_input;
         profiler_->phases.step_s = now_s() - t0;
@@ -507,7 +508,11 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     auto end_work = [&] {
       logs = step_logs;
       if (ps_ && !logs.empty()) logs = totals.global();  // the epoch's row: every worker's samples
-      if (ps_) ps_->epoch_end(logs);  // the servers' variables and optimizer state, for validation, checkpoints
+      if (ps_) {
+        ps_->epoch_end(logs);  // the servers' variables and optimizer state, for validation, checkpoints
+        const double own_s = timing_.step_seconds * static_cast<double>(timing_.steps);  // means by now
+        timing_.job_samples_per_second = ps_->job_rate(own_s > 0 ? timing_.samples / own_s : 0.0);
+      }
       // A resume at an epoch's end of steps ran them before (its sums may not have come).
       const bool ran_steps = !logs.empty() || (first_step > 0 && first_step == steps);
       // A stop on request (a batch system's warning: time is short) leaves out the validation.

@@ -70,6 +70,17 @@ bool half_outputs(const Precision& precision, const Network& net, const Loss& lo
 // rank divides by the global count, so the SUM of the ranks' gradients is the serial
 // gradient), backward with the Reducer summing each gradient as soon as it is final, then
 // the same update on every rank.
+// Parameter-server workers meet in no collective during an epoch (a lost one is dropped,
+// max_staleness lets them drift): a loss averaged over a sequence's labels, whose count is
+// the global batch's (an allreduce at every step), cannot train there.
+void Model::check_ps_loss(const Tensor& target) const {
+  TNT_INPUT_CHECK(!loss_->normalizes_by_tokens() || loss_->one_unit_per_sample(target.shape()),
+                  "fit: strategy=parameter_server with {}, a loss averaged over the labels of a sample's sequence "
+                  "(targets {}): its count over the global batch would make the workers wait for each other at "
+                  "every step; train synchronously, or with one label a sample",
+                  loss_->name(), target.str());
+}
+
 void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& totals) {
   const double t_start = now_s();
   mark(profiler_, detail::ScalingProfiler::start);
@@ -80,6 +91,9 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   rc.half_outputs = half_outputs(precision_, *network_, *loss_, !metrics_.empty());
   network_->zero_grad();
   if (ps_) {
+    // Refused before the step's pull on every worker alike: a worker that had pulled first
+    // could wait for a server that the others' refusal has already ended.
+    check_ps_loss(in.target);
     const double t_pull = now_s();
     ps_->pull();  // the servers' current variables
     timing_.parameter_server = true;
@@ -139,13 +153,6 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pre
   const int64_t units = step_units(*loss_, batch.columns.at(network_->inputs().size()), in.target, real);
   int64_t global_units = batch.global_real_samples;
   if (by_tokens && !loss_->one_unit_per_sample(in.target.shape())) {
-    // Parameter-server workers meet in no collective during an epoch (a lost one is dropped,
-    // max_staleness lets them drift): the count cannot be the global batch's.
-    TNT_INPUT_CHECK(!ps_,
-                    "fit: strategy=parameter_server with {}, a loss averaged over the labels of a sample's sequence "
-                    "(targets {}): its count over the global batch would make the workers wait for each other at "
-                    "every step; train synchronously, or with one label a sample",
-                    loss_->name(), in.target.str());
     const double t_count = now_s();
     global_units = communicator().allreduce_sum(units);
     if (profiler_) profiler_->collective(now_s() - t_count, sizeof(int64_t), /*in_forward=*/true);

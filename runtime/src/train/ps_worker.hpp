@@ -33,6 +33,10 @@ class PsWorker {
   // the puller was ahead of the slowest worker). Collective over the workers. Called inside
   // end_epoch's `work`, which may run it more than once.
   virtual void epoch_end(Logs& logs) = 0;
+  // The job's training rate: every worker's own samples per second summed (the workers do
+  // not step in lockstep, and after a loss fewer of them train). Collective over the
+  // workers, inside end_epoch's `work`.
+  virtual double job_rate(double own_samples_per_second) = 0;
   // The epoch's end up to its callbacks (`work`: the metrics' allreduce, epoch_end,
   // validation; it must start from the same state each time). A worker lost meanwhile is
   // named by the first server; the workers left leave the collective it blocks, make their

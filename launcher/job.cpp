@@ -3,6 +3,7 @@
 #include "env_names.hpp"
 #include "error.hpp"
 #include "mpirun_output.hpp"
+#include "ompi_leftovers.hpp"
 #include "processes.hpp"
 #include "rank_watch.hpp"
 
@@ -584,6 +585,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   if (server) take_reports();
   ended = true;
   end_children(0, leftover_grace);
+  remove_ompi_leftovers(child);  // what an mpirun killed or aborted left on this host
   ::close(sfd);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   return result;

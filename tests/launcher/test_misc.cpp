@@ -5,6 +5,7 @@
 #include "gpus.hpp"
 #include "job.hpp"
 #include "limits.hpp"
+#include "ompi_leftovers.hpp"
 #include "output_relay.hpp"
 #include "paths.hpp"
 #include "rank_setup.hpp"
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <poll.h>
 #include <sys/stat.h>
@@ -367,4 +369,40 @@ TEST_CASE("output relay: passes output on, and finds a reader gone at the next w
   ::close(source[1]);
   CHECK_FALSE(relay.finish(std::chrono::steady_clock::now() + std::chrono::seconds(1)));
   ::close(sink[1]);
+}
+
+TEST_CASE("ompi leftovers: an mpirun's session directory and its ranks' shared memory go, nothing else",
+          "[ompi_leftovers]") {
+  // The layout Open MPI 4.1 leaves after a killed mpirun (seen after a terminal's Ctrl-C).
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/tnt_ompi_leftovers_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const fs::path root = tmpl, tmp = root / "tmp", shm = root / "shm";
+  const std::string uid = std::to_string(::getuid());
+  const fs::path session = tmp / ("ompi.node1." + uid);
+  fs::create_directories(session / "pid.4242" / "pmix_dstor_ds21_4242");
+  fs::create_directories(session / "pid.4243");  // another mpirun's: stays
+  fs::create_directories(session / "jf.18248");   // not the pid directory: stays
+  fs::create_directories(tmp / "ompi.node1.99999" / "pid.4242");  // another user's: stays
+  fs::create_directories(shm);
+  std::ofstream(session / "pid.4242" / "contact.txt") << "1195900928.0;tcp://192.0.2.2:60119\n4242\n";
+  std::ofstream(session / "pid.4243" / "contact.txt") << "1078460416.0;tcp://192.0.2.2:43487\n4243\n";
+  for (const std::string& name : {"vader_segment.node1." + uid + ".47480001.0",  // 1195900928 + 1, in hex
+                                 "vader_segment.node1." + uid + ".47480001.1",
+                                 "vader_segment.node1." + uid + ".40480001.0",  // the other job's
+                                 "vader_segment.node1." + uid + ".474800010.0"}) {
+    std::ofstream(shm / name) << "x";
+  }
+  CHECK(tnt::launcher::remove_ompi_leftovers(4242, tmp.string(), shm.string()) == 3);
+  CHECK_FALSE(fs::exists(session / "pid.4242"));
+  CHECK(fs::exists(session / "pid.4243" / "contact.txt"));
+  CHECK(fs::exists(session / "jf.18248"));
+  CHECK(fs::exists(tmp / "ompi.node1.99999" / "pid.4242"));
+  CHECK_FALSE(fs::exists(shm / ("vader_segment.node1." + uid + ".47480001.0")));
+  CHECK_FALSE(fs::exists(shm / ("vader_segment.node1." + uid + ".47480001.1")));
+  CHECK(fs::exists(shm / ("vader_segment.node1." + uid + ".40480001.0")));
+  CHECK(fs::exists(shm / ("vader_segment.node1." + uid + ".474800010.0")));
+  // A clean end left nothing: nothing to do.
+  CHECK(tnt::launcher::remove_ompi_leftovers(4242, tmp.string(), shm.string()) == 0);
+  fs::remove_all(root);
 }

@@ -15,10 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // The job family of the session directory's contact.txt ("1195900928.0;tcp://..."): the
 // ranks' job id is family + 1 (the launched application is job 1 of its family).
 bool job_family(const fs::path& contact, unsigned long long* family) {
@@ -35,14 +31,18 @@ bool job_family(const fs::path& contact, unsigned long long* family) {
 
 }  // namespace
 
-int remove_ompi_leftovers(pid_t pid, const std::string& tmp_dir, const std::string& shm_dir) {
+int remove_ompi_leftovers(pid_t pid, const std::string& tmp_dir, const std::string& shm_dir, const std::string& host) {
   const std::string uid = std::to_string(::getuid());
   const std::string pid_dir = fmt::format("pid.{}", pid);
+  // Open MPI names the session directory by the host's name, without its domain unless
+  // told to keep it: either form is this host's. Another host's (a TMPDIR shared between
+  // nodes) may hold a live mpirun of the same process ID there.
+  const std::string short_host = host.substr(0, host.find('.'));
   int removed = 0;
   std::error_code ec;
   for (const auto& session : fs::directory_iterator(tmp_dir, ec)) {
     const std::string name = session.path().filename().string();
-    if (name.rfind("ompi.", 0) != 0 || !ends_with(name, "." + uid)) continue;
+    if (name != "ompi." + host + "." + uid && name != "ompi." + short_host + "." + uid) continue;
     const fs::path dir = session.path() / pid_dir;
     std::error_code dir_ec;
     if (!fs::is_directory(fs::symlink_status(dir, dir_ec))) continue;
@@ -67,7 +67,9 @@ int remove_ompi_leftovers(pid_t pid, const std::string& tmp_dir, const std::stri
 int remove_ompi_leftovers(pid_t pid) {
   const char* base = std::getenv("OMPI_MCA_orte_tmpdir_base");
   if (base == nullptr || *base == '\0') base = std::getenv("TMPDIR");
-  return remove_ompi_leftovers(pid, base != nullptr && *base != '\0' ? base : "/tmp", "/dev/shm");
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') return 0;
+  return remove_ompi_leftovers(pid, base != nullptr && *base != '\0' ? base : "/tmp", "/dev/shm", host);
 }
 
 }  // namespace tnt::launcher

@@ -13,8 +13,9 @@
 namespace tnt::launcher {
 
 // Removes what mpirun `pid` left; returns how many entries went (0 after a clean end).
-// tmp_dir and shm_dir: where to look (Open MPI's TMPDIR, default /tmp; /dev/shm).
-int remove_ompi_leftovers(pid_t pid, const std::string& tmp_dir, const std::string& shm_dir);
+// tmp_dir and shm_dir: where to look (Open MPI's TMPDIR, default /tmp; /dev/shm); host:
+// this host's name (a session directory of another host's name is not touched).
+int remove_ompi_leftovers(pid_t pid, const std::string& tmp_dir, const std::string& shm_dir, const std::string& host);
 
 // The same, in the places Open MPI uses on this host.
 int remove_ompi_leftovers(pid_t pid);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -129,7 +130,9 @@ std::vector<std::string> own_addresses() {
 
 }  // namespace
 
-std::string random_run_id() { return random_token(); }
+std::string random_run_id() {
+  return fmt::format("{}-{}", static_cast<long long>(::time(nullptr)), random_token());
+}
 
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);

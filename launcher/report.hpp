@@ -73,7 +73,8 @@ int shell_status(const RankReport& report);
 // "SIGSTOP", or "signal 40" for a signal without a name.
 std::string signal_name(int sig);
 
-// 16 random hex digits (the report token; the run identifier of --max-restarts).
+// The run identifier of --max-restarts: the launch's start (seconds since the epoch), '-',
+// 16 random hex digits. A restart tells what was written since its launch began by it.
 std::string random_run_id();
 
 // The parts of TNT_LAUNCHER_REPORT.

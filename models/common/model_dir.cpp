@@ -41,6 +41,27 @@ std::string run_id() {
   return text != nullptr ? text : "";
 }
 
+// When this launch began (seconds since the epoch): the launcher's TNT_RUN_ID begins with
+// it ("1795000000-<token>"); 0 where the id does not say (one set by hand).
+time_t launch_time() {
+  const std::string id = run_id();
+  const size_t dash = id.find('-');
+  if (dash == 0 || dash == std::string::npos || dash > 12) return 0;
+  time_t t = 0;
+  for (size_t i = 0; i < dash; ++i) {
+    if (id[i] < '0' || id[i] > '9') return 0;
+    t = t * 10 + (id[i] - '0');
+  }
+  return t;
+}
+
+// Whether `path` was modified since this launch began (unknown begin: false).
+bool changed_since_launch(const fs::path& path) {
+  const time_t began = launch_time();
+  struct stat st {};
+  return began > 0 && ::lstat(path.c_str(), &st) == 0 && st.st_mtime >= began;
+}
+
 std::string read_marker(const std::string& dir) {
   const fs::path path = fs::path(dir) / kRunMarker;
   std::error_code ec;
@@ -100,6 +121,35 @@ struct LockResult {
   std::string error;           // another run holds it, or the file cannot be used
 };
 
+// "another run is using it (process N on HOST, holding <lock file>)": the owner the lock
+// file's holder wrote into it.
+std::string in_use_message(const std::string& dir, const std::string& path, int fd) {
+  char text[512] = {};
+  const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
+  std::string owner = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+  while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
+  const size_t space = owner.find(' ');
+  const std::string who = owner.empty() ? std::string("another process")
+                          : space == std::string::npos
+                              ? fmt::format("process {}", owner)
+                              : fmt::format("process {} on {}", owner.substr(0, space), owner.substr(space + 1));
+  return fmt::format("--model_dir={}: another run is using it ({}, holding {}); two runs in one directory would mix "
+                     "their files: wait for it to end, or choose another --model_dir",
+                     dir, who, path);
+}
+
+// Whether a run holds the directory's lock now, without taking it or writing anything (a
+// dry check, or one before the lock file may be made): its message, or "".
+std::string held_by_another(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kLockFile).string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return "";
+  std::string message;
+  if (::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) message = in_use_message(dir, path, fd);
+  ::close(fd);  // a shared lock taken here goes with it
+  return message;
+}
+
 LockResult lock_dir(const std::string& dir) {
   const std::string path = (fs::path(dir) / kLockFile).string();
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -124,19 +174,9 @@ LockResult lock_dir(const std::string& dir) {
   if (locked != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK) {
-      char text[512] = {};
-      const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
+      std::string message = in_use_message(dir, path, fd);
       ::close(fd);
-      std::string owner = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
-      while (!owner.empty() && (owner.back() == '\n' || owner.back() == ' ')) owner.pop_back();
-      const size_t space = owner.find(' ');
-      const std::string who = owner.empty() ? std::string("another process")
-                              : space == std::string::npos
-                                  ? fmt::format("process {}", owner)
-                                  : fmt::format("process {} on {}", owner.substr(0, space), owner.substr(space + 1));
-      return {nullptr, fmt::format("--model_dir={}: another run is using it ({}, holding {}); two runs in one "
-                                   "directory would mix their files: wait for it to end, or choose another --model_dir",
-                                   dir, who, path)};
+      return {nullptr, message};
     }
     // A file system without flock (some network mounts): the run goes on unguarded.
     ::close(fd);
@@ -368,11 +408,8 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
   if (exists && dir.resume && !dir.resume_auto && restart_number() == 0 && !dir.checkpoint.empty() &&
       !fs::exists(fs::path(path) / dir.checkpoint, ec)) {
     // A run using the directory (an --overwrite that has just removed the checkpoint) is
-    // what to say then. Its lock file exists; none is made where there is none.
-    if (!dry && fs::exists(fs::path(path) / kLockFile, ec)) {
-      LockResult locked = lock_dir(path);
-      if (!locked.error.empty()) return {locked.error};
-    }
+    // what to say then; no lock file is made or written here.
+    if (std::string held = held_by_another(path); !held.empty()) return {held};
     return {fmt::format("--resume: no checkpoint at {}, so no run to continue there; give the directory of the "
                         "earlier run, or --resume=auto to start a new one there when it holds none",
                         (fs::path(path) / dir.checkpoint).string())};
@@ -407,13 +444,19 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
             fmt::format("Restart {} (TNT_RESTART): {}, so training starts over in {}", restart_number(), why, path)};
   }
   if (restart_number() > 0 && !id.empty()) {
-    // Not this launch's any more: another run took the directory after the first attempt
-    // (by hand, with --overwrite or --resume, or a launch of its own). Continuing its
-    // checkpoint or applying the first attempt's --overwrite would take over or destroy
-    // that run's work. (No marker and no outputs: the first attempt ended before it marked
-    // the directory, and the restart starts as the first attempt did.)
+    // Not this launch's any more: another run took the directory after this launch began
+    // (by hand, with --overwrite or --resume, or a launch of its own), as a marker of
+    // another launch or outputs written since then say. Continuing its checkpoint or
+    // applying the first attempt's --overwrite would take over or destroy that run's work.
+    // What is older than the launch was there before it: the first attempt ended before it
+    // marked the directory (a lost node while resnet50 scanned its data), and the restart
+    // is checked as the first attempt was.
     const std::string marker = read_marker(path);
-    if (!marker.empty() || !found.empty()) {
+    const bool marked_since = !marker.empty() && changed_since_launch(fs::path(path) / kRunMarker);
+    const bool written_since = marker.empty() && std::any_of(found.begin(), found.end(), [&](const std::string& f) {
+                                 return changed_since_launch(fs::path(path) / f);
+                               });
+    if (marked_since || written_since) {
       return {fmt::format("--model_dir={}: restart {} (TNT_RESTART) of this launch finds the directory taken by "
                           "another run since its first attempt ({}), so it neither continues nor replaces that run; "
                           "give the job its own --model_dir",

@@ -408,33 +408,46 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     ;;
 
   restart_taken_over)
-    # A launch with --max-restarts (its variables set by hand) trains in $model_dir; then,
-    # before its restart, another run takes the directory. Before, the restart continued
-    # the other run's checkpoint as its own (a run without a launch kept the first one's
-    # marker), or applied its first attempt's --overwrite to the other launch's finished run.
-    TNT_RUN_ID=fm-e2e-a TNT_RESTART=0 train_good a0 1
+    # A launch with --max-restarts (its variables set by hand; the launcher's run id begins
+    # with the launch's start, seconds since the epoch) trains in $model_dir; then, before
+    # its restart, another run takes the directory. Before, the restart continued the other
+    # run's checkpoint as its own (a run without a launch kept the first one's marker), or
+    # applied its first attempt's --overwrite to the other launch's finished run.
+    a_id="$(date +%s)-fm-e2e-a"
+    TNT_RUN_ID=$a_id TNT_RESTART=0 train_good a0 1
     fm_run by_hand "${launch[@]}" -- "${small[@]}" --train_epochs=1 --seed=9 --overwrite
     expect_exit by_hand 0
     cp "$ckpt" "$fm_tmp/by_hand.safetensors"
-    TNT_RUN_ID=fm-e2e-a TNT_RESTART=1 fm_run a1 "${launch[@]}" -- "${small[@]}" --train_epochs=2
+    TNT_RUN_ID=$a_id TNT_RESTART=1 fm_run a1 "${launch[@]}" -- "${small[@]}" --train_epochs=2
     [[ $fm_rc -eq 2 ]] && fm_pass "a1: exit status 2" || fm_fail "a1: exit status $fm_rc, expected 2"
     grep -qF "restart 1 (TNT_RESTART) of this launch finds the directory taken by another run since its first attempt (a run without --max-restarts wrote" <<<"$fm_out" &&
       fm_pass "a1: the takeover named" || fm_fail "a1: no message about the directory taken over"
     same_file a1 "$ckpt" "$fm_tmp/by_hand.safetensors" "the run by hand's checkpoint"
     # Another launch (its own marker), both with --overwrite, as a sweep script starts them.
-    TNT_RUN_ID=fm-e2e-a TNT_RESTART=0 train_good a0_again 1 --overwrite
-    TNT_RUN_ID=fm-e2e-b TNT_RESTART=0 train_good b0 1 --overwrite --seed=9
+    a_id="$(date +%s)-fm-e2e-a2"
+    TNT_RUN_ID=$a_id TNT_RESTART=0 train_good a0_again 1 --overwrite
+    b_id="$(date +%s)-fm-e2e-b"
+    TNT_RUN_ID=$b_id TNT_RESTART=0 train_good b0 1 --overwrite --seed=9
     cp "$ckpt" "$fm_tmp/b.safetensors"
-    TNT_RUN_ID=fm-e2e-a TNT_RESTART=1 fm_run a1_again "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite
+    TNT_RUN_ID=$a_id TNT_RESTART=1 fm_run a1_again "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite
     [[ $fm_rc -eq 2 ]] && fm_pass "a1_again: exit status 2" || fm_fail "a1_again: exit status $fm_rc, expected 2"
     grep -qF "(another launch marked it), so it neither continues nor replaces that run" <<<"$fm_out" &&
       fm_pass "a1_again: the other launch named" || fm_fail "a1_again: no message about the other launch"
     same_file a1_again "$ckpt" "$fm_tmp/b.safetensors" "the other launch's checkpoint"
     # Its own directory, untouched since: the restart continues as before.
-    TNT_RUN_ID=fm-e2e-b TNT_RESTART=1 fm_run b1 "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite --seed=9
+    TNT_RUN_ID=$b_id TNT_RESTART=1 fm_run b1 "${launch[@]}" -- "${small[@]}" --train_epochs=2 --overwrite --seed=9
     expect_exit b1 0
     grep -qF "Restart 1 (TNT_RESTART): continuing from $ckpt" <<<"$fm_out" &&
       fm_pass "b1: continues its own run" || fm_fail "b1: does not continue its own run"
+    # A launch whose first attempt failed before it marked the directory (a node lost while
+    # resnet50 scanned its data) finds an earlier launch's marker and outputs, all older than
+    # itself: its restart is checked as its first attempt was (--resume: it continues).
+    sleep 1.1
+    c_id="$(date +%s)-fm-e2e-c"
+    TNT_RUN_ID=$c_id TNT_RESTART=1 fm_run c1 "${launch[@]}" -- "${small[@]}" --train_epochs=3 --resume --seed=9
+    expect_exit c1 0
+    [[ $(csv_epochs) == "1 2 3" ]] && fm_pass "c1: continued the earlier run to epoch 3" ||
+      fm_fail "c1: history.csv rows '$(csv_epochs)', expected '1 2 3'"
     ;;
 
   overwrite_symlinked_train)

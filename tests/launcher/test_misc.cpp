@@ -384,6 +384,7 @@ TEST_CASE("ompi leftovers: an mpirun's session directory and its ranks' shared m
   fs::create_directories(session / "pid.4243");  // another mpirun's: stays
   fs::create_directories(session / "jf.18248");   // not the pid directory: stays
   fs::create_directories(tmp / "ompi.node1.99999" / "pid.4242");  // another user's: stays
+  fs::create_directories(tmp / ("ompi.node2." + uid) / "pid.4242");  // another host's (a shared TMPDIR): stays
   fs::create_directories(shm);
   std::ofstream(session / "pid.4242" / "contact.txt") << "1195900928.0;tcp://192.0.2.2:60119\n4242\n";
   std::ofstream(session / "pid.4243" / "contact.txt") << "1078460416.0;tcp://192.0.2.2:43487\n4243\n";
@@ -393,16 +394,17 @@ TEST_CASE("ompi leftovers: an mpirun's session directory and its ranks' shared m
                                  "vader_segment.node1." + uid + ".474800010.0"}) {
     std::ofstream(shm / name) << "x";
   }
-  CHECK(tnt::launcher::remove_ompi_leftovers(4242, tmp.string(), shm.string()) == 3);
+  CHECK(tnt::launcher::remove_ompi_leftovers(4242, tmp.string(), shm.string(), "node1.cluster.example") == 3);
   CHECK_FALSE(fs::exists(session / "pid.4242"));
   CHECK(fs::exists(session / "pid.4243" / "contact.txt"));
   CHECK(fs::exists(session / "jf.18248"));
   CHECK(fs::exists(tmp / "ompi.node1.99999" / "pid.4242"));
+  CHECK(fs::exists(tmp / ("ompi.node2." + uid) / "pid.4242"));
   CHECK_FALSE(fs::exists(shm / ("vader_segment.node1." + uid + ".47480001.0")));
   CHECK_FALSE(fs::exists(shm / ("vader_segment.node1." + uid + ".47480001.1")));
   CHECK(fs::exists(shm / ("vader_segment.node1." + uid + ".40480001.0")));
   CHECK(fs::exists(shm / ("vader_segment.node1." + uid + ".474800010.0")));
   // A clean end left nothing: nothing to do.
-  CHECK(tnt::launcher::remove_ompi_leftovers(4242, tmp.string(), shm.string()) == 0);
+  CHECK(tnt::launcher::remove_ompi_leftovers(4242, tmp.string(), shm.string(), "node1") == 0);
   fs::remove_all(root);
 }

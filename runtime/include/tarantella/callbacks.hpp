@@ -396,6 +396,8 @@ class TensorBoard : public Callback {
   // saved there (its resume writes the epoch whole). -1: none.
   int held_epoch_ = -1;
   std::vector<std::pair<std::string, double>> held_train_;
+  static constexpr double kBatchFlushSeconds = 2.0;
+  double last_flush_s_ = 0;  // with update_freq: the batch points' last flush
   bool writers_here();            // the master's writers, made by a new master on first use
 };
 

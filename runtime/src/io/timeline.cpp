@@ -109,13 +109,13 @@ std::FILE* open_part(const std::string& path, bool* busy) {
   *busy = false;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return nullptr;
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     ::close(fd);
-    *busy = err == EWOULDBLOCK;
-    errno = err;
+    *busy = true;
+    errno = EWOULDBLOCK;
     return nullptr;
   }
+  // Another error (a file system without flock, some network mounts): written unlocked.
   std::FILE* f = ::ftruncate(fd, 0) == 0 ? ::fdopen(fd, "w") : nullptr;
   if (f == nullptr) {
     const int err = errno;
@@ -205,10 +205,12 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
 }
 
 Recorder::~Recorder() {
-  if (part_) std::fclose(part_);
   // A part holding nothing that the trace lacks (no step of the window recorded, or all of
   // it merged) is removed; one with unmerged events stays: a run that ended early keeps them.
-  if (!unmerged_ && !part_failed_) std::remove(part_path_.c_str());
+  // Only a part this rank holds, removed before its lock goes with the close: another
+  // job's (locked by it) stays.
+  if (part_ && !unmerged_) std::remove(part_path_.c_str());
+  if (part_) std::fclose(part_);
 }
 
 void Recorder::add(Lane lane, std::string name, const char* category, double t0, double t1, std::string args) {
@@ -366,7 +368,7 @@ void Recorder::merge(Communicator& comm) {
   if (master) {
     // Drop the last event's comma; the array and the object close after it.
     while (!all.empty() && (all.back() == '\n' || all.back() == ',')) all.pop_back();
-    const std::string tmp = path_ + ".tmp";
+    const std::string tmp = fmt::format("{}.tmp.{}", path_, ::getpid());  // not another job's
     std::FILE* f = std::fopen(tmp.c_str(), "w");
     bool ok = f != nullptr;
     if (ok) {
@@ -376,8 +378,8 @@ void Recorder::merge(Communicator& comm) {
           R"x("clock":"steady clock of each rank, moved onto rank 0's (0 where a rank reads rank 0's clock, )x"
           R"x(else the largest of {} broadcast samples; one a rank at the start)","clock_offsets_ns":[{}]}}}})x"
           "\n",
-          ranks, size_, std::max(first_step_, first_step_seen_), std::min(last_step_, last_step_seen_), kClockRounds,
-          fmt::join(offsets_ns_, ","));
+          ranks, size_, recorded_ ? std::max(first_step_, first_step_seen_) : first_step_,
+          recorded_ ? std::min(last_step_, last_step_seen_) : last_step_, kClockRounds, fmt::join(offsets_ns_, ","));
       ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
       ok = (std::fclose(f) == 0) && ok;
     }
@@ -390,10 +392,10 @@ void Recorder::merge(Communicator& comm) {
   comm.broadcast(error, Communicator::master_rank());
   if (!error.empty()) TNT_INPUT_ERROR("{} (the per-rank parts {}.rank<R> are left in place)", error, path_);
   if (part_) {
+    std::remove(part_path_.c_str());  // while this rank holds its lock
     std::fclose(part_);
     part_ = nullptr;
   }
-  std::remove(part_path_.c_str());
   unmerged_ = false;
 }
 

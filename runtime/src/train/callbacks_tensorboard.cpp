@@ -2,6 +2,7 @@
 // the master; the profile through the timeline recorder, started when training starts and
 // merged into its file as soon as its window has passed, so that a long run's profile can be
 // looked at while it trains on.
+#include "core/clock.hpp"
 #include "io/tensorboard.hpp"
 #include "io/timeline.hpp"
 #include "tarantella/log.hpp"
@@ -144,10 +145,17 @@ bool TensorBoard::writers_here() {
 void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
   if (update_freq_ <= 0 || !writers_here()) return;
   const int64_t step = model_->global_step();
-  if (step % update_freq_ != 0) return;
-  std::vector<std::pair<std::string, double>> values;
-  for (const auto& [name, value] : logs) values.emplace_back("batch_" + name, value);
-  writers_->train.scalars(step, values);
+  if (step % update_freq_ == 0) {
+    std::vector<std::pair<std::string, double>> values;
+    for (const auto& [name, value] : logs) values.emplace_back("batch_" + name, value);
+    writers_->train.scalars(step, values);
+  }
+  // A live TensorBoard sees the batch points within seconds (the writer keeps whole records
+  // until a flush): at most every kBatchFlushSeconds, checked each step.
+  if (const double now = detail::now_s(); now - last_flush_s_ >= kBatchFlushSeconds) {
+    writers_->train.flush();
+    last_flush_s_ = now;
+  }
 }
 
 void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {

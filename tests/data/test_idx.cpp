@@ -262,6 +262,17 @@ TEST_CASE("load_mnist_dir loads plain and gzip files and checks the counts", "[i
   for (uint8_t p : px) want.push_back(static_cast<float>(p) / 255.0f);
   CHECK(s.images.to_vector() == want);
   CHECK(s.labels.to_double_vector() == std::vector<double>{4, 0, 9});
+  CHECK(s.file_samples == 3);
+  // max_samples keeps the first samples only (and says how many the files hold); more than
+  // there are keeps all of them.
+  MnistSplit first = load_mnist_dir(dir.path.string(), "train", MnistExpect{.max_samples = 2});
+  CHECK(first.images.shape() == Shape{2, 1, 2, 2});
+  CHECK(first.images.to_vector() == std::vector<float>(want.begin(), want.begin() + 8));
+  CHECK(first.labels.to_double_vector() == std::vector<double>{4, 0});
+  CHECK(first.file_samples == 3);
+  CHECK(load_mnist_dir(dir.path.string(), "train", MnistExpect{.max_samples = 5}).images.dim(0) == 3);
+  CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "train", MnistExpect{.max_samples = -1}),
+                    Catch::Contains("max_samples -1 must be at least 0"));
 
   // Counts that disagree, and a missing split.
   std::vector<uint8_t> lb2 = {1, 2};
@@ -308,6 +319,9 @@ TEST_CASE("load_mnist_dir names the file and the sample of a label outside the c
   CHECK_THROWS_WITH(load_mnist_dir(dir.path.string(), "train", {.num_classes = 12}),
                     Catch::Contains("label 12 of sample 2 (0-based) is outside the 12 classes [0, 12)"));
   CHECK_NOTHROW(load_mnist_dir(dir.path.string(), "train", {.num_classes = 0}));
+  // Only the samples kept are checked.
+  CHECK(load_mnist_dir(dir.path.string(), "train", {.max_samples = 2}).labels.to_double_vector() ==
+        std::vector<double>{9, 0});
   // Image size.
   const std::string images = dir.file("train-images-idx3-ubyte");
   CHECK_NOTHROW(load_mnist_dir(dir.path.string(), "train", {.num_classes = 13, .height = 3, .width = 2}));

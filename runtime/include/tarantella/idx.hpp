@@ -25,6 +25,7 @@ void write_idx(const std::string& path, const Tensor& t, bool gzip = false);
 struct MnistSplit {
   Tensor images;  // f32 (N, 1, H, W), values in [0, 1] (bytes / 255)
   Tensor labels;  // i64 (N,)
+  int64_t file_samples = 0;  // the samples the files hold (N is fewer under max_samples)
 };
 
 // What a program expects of the files: a label outside [0, num_classes) or images of
@@ -34,11 +35,15 @@ struct MnistExpect {
   int64_t num_classes = 10;  // MNIST and Fashion-MNIST have 10
   int64_t height = 0;        // image rows (28 in both)
   int64_t width = 0;
+  // Only the first max_samples samples are converted and kept (0: all), so that a program
+  // training on a slice does not hold the whole set as f32. Labels are checked over those.
+  int64_t max_samples = 0;
 };
 
 // Loads "<split>-images-idx3-ubyte" and "<split>-labels-idx1-ubyte" from dir, each either
 // plain or with ".gz" appended (split: "train" or "t10k"; "test" means "t10k"). Checks
 // that images are (N, H, W) u8, labels (N,) u8, the counts agree, and what `expect` says.
+// N is the files' count, or expect.max_samples where that is fewer.
 MnistSplit load_mnist_dir(const std::string& dir, const std::string& split, const MnistExpect& expect = {});
 
 }  // namespace tnt

@@ -372,7 +372,10 @@ MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name,
     TNT_INPUT_ERROR("MNIST directory '{}': {} has {} images but {} has {} labels", dir, images_path,
                     images.dim(0), labels_path, labels.dim(0));
   }
-  int64_t n = images.dim(0), h = images.dim(1), w = images.dim(2);
+  TNT_INPUT_CHECK(expect.max_samples >= 0, "MNIST directory '{}': max_samples {} must be at least 0", dir,
+                  expect.max_samples);
+  const int64_t file_samples = images.dim(0), h = images.dim(1), w = images.dim(2);
+  const int64_t n = expect.max_samples > 0 ? std::min(file_samples, expect.max_samples) : file_samples;
   if ((expect.height > 0 && h != expect.height) || (expect.width > 0 && w != expect.width)) {
     fail(images_path, fmt::format("its images are {}x{}, expected {}x{}", h, w,
                                   expect.height > 0 ? std::to_string(expect.height) : std::string("any"),
@@ -392,7 +395,8 @@ MnistSplit load_mnist_dir(const std::string& dir, const std::string& split_name,
   out.labels = Tensor::empty({n}, DType::i64);           // (N,)
   const uint8_t* px = images.data<uint8_t>();
   float* dst = out.images.data<float>();
-  const int64_t pixels = images.numel();
+  out.file_samples = file_samples;
+  const int64_t pixels = n * h * w;
   for (int64_t i = 0; i < pixels; ++i) dst[i] = static_cast<float>(px[i]) / 255.0f;
   for (int64_t i = 0; i < n; ++i) out.labels.data<int64_t>()[i] = lb[i];
   return out;

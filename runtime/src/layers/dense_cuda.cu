@@ -59,9 +59,9 @@ void gemm(int device, DType ab, DType c_dtype, cublasOperation_t ta, cublasOpera
           int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc) {
   const float alpha = 1.0f;
   const cudaDataType_t t = blas_dtype(ab);
-  TNT_CUBLAS_CHECK(cublasGemmEx(cublas_handle(device), ta, tb, blas_dim(m), blas_dim(n), blas_dim(k), &alpha, a, t,
-                                blas_dim(lda), b, t, blas_dim(ldb), &beta, c, blas_dtype(c_dtype), blas_dim(ldc),
-                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  TNT_CUBLAS_CHECK(cublas_api().gemm_ex(cublas_handle(device), ta, tb, blas_dim(m), blas_dim(n), blas_dim(k), &alpha,
+                                        a, t, blas_dim(lda), b, t, blas_dim(ldb), &beta, c, blas_dtype(c_dtype),
+                                        blas_dim(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // y (R, U) += bias (U, f32 whatever y's dtype), in place through launch_elementwise (16-byte

@@ -33,7 +33,7 @@ void gemm_rm(int device, DType ab, DType c_dtype, bool trans_a, bool trans_b, in
   // memory: C = beta C), and cuBLAS refuses a leading dimension below 1.
   const int64_t lda = std::max<int64_t>(1, trans_a ? m : k), ldb = std::max<int64_t>(1, trans_b ? k : n), ldc = n;
   // Column-major C^T (N, M) = op(B)^T (N, K) op(A)^T (K, M).
-  TNT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+  TNT_CUBLAS_CHECK(cublas_api().gemm_strided_batched_ex(
       cublas_handle(device), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, blas_int(n),
       blas_int(m), blas_int(k), &alpha, b, t, blas_int(ldb), stride_b, a, t, blas_int(lda), stride_a, &beta, c,
       blas_type(c_dtype), blas_int(ldc), stride_c, blas_int(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

@@ -11,6 +11,7 @@
 #define FMT_USE_CONSTEXPR 1
 #endif
 
+#include "backend/cuda/cublas_api.hpp"
 #include "tarantella/check.hpp"
 
 #include <cublas_v2.h>
@@ -38,7 +39,7 @@
     cublasStatus_t tnt_cublas_st_ = (call);                                                     \
     if (tnt_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                                \
       ::tnt::detail::throw_error(__FILE__, __LINE__, ::fmt::format("cuBLAS error in {}: {}", #call, \
-                                                                   cublasGetStatusString(tnt_cublas_st_))); \
+                                                                   ::tnt::cuda::cublas_status_text(tnt_cublas_st_))); \
   } while (0)
 
 // After a kernel launch: reports a bad launch configuration at the launch site (errors

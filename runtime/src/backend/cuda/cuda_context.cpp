@@ -1,5 +1,6 @@
 #include "backend/cuda/cuda_context.hpp"
 
+#include "backend/cuda/cublas_api.hpp"
 #include "core/device_api.hpp"
 
 #include <cuda_profiler_api.h>
@@ -86,17 +87,18 @@ cublasHandle_t cublas_handle(int device) {
   cudaStream_t stream = compute_stream(device);
   std::call_once(r.cublas_once, [&] {
     DeviceGuard guard(device);
-    TNT_CUBLAS_CHECK(cublasCreate(&r.cublas));
+    const CublasApi& api = cublas_api();
+    TNT_CUBLAS_CHECK(api.create(&r.cublas));
     // SetStream resets the workspace to cuBLAS's own pool, so the workspace comes after.
-    TNT_CUBLAS_CHECK(cublasSetStream(r.cublas, stream));
+    TNT_CUBLAS_CHECK(api.set_stream(r.cublas, stream));
     // A fixed workspace held for the life of the process: cuBLAS then never allocates
     // during a step. It is taken once, outside the tensor statistics.
     void* ws = nullptr;
     TNT_CUDA_CHECK(cudaMalloc(&ws, kCublasWorkspaceBytes));
-    TNT_CUBLAS_CHECK(cublasSetWorkspace(r.cublas, ws, kCublasWorkspaceBytes));
+    TNT_CUBLAS_CHECK(api.set_workspace(r.cublas, ws, kCublasWorkspaceBytes));
     // Plain FP32 products (no TF32) so that f32 results stay within FP32 rounding of the
     // CPU engine's.
-    TNT_CUBLAS_CHECK(cublasSetMathMode(r.cublas, CUBLAS_DEFAULT_MATH));
+    TNT_CUBLAS_CHECK(api.set_math_mode(r.cublas, CUBLAS_DEFAULT_MATH));
   });
   return r.cublas;
 }

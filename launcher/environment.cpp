@@ -1,5 +1,6 @@
 #include "environment.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -21,6 +22,13 @@ std::string this_host_name() {
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
   return name;
+}
+
+long usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return ::sysconf(_SC_NPROCESSORS_ONLN);
 }
 
 }  // namespace tnt::launcher

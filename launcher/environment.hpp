@@ -16,6 +16,9 @@ Environment current_environment();
 // gethostname(): the name the launcher plans with and ranks report under.
 std::string this_host_name();
 
+// The cores this process may run on (its affinity mask), or 0 when unknown.
+long usable_cores();
+
 inline std::optional<std::string> lookup(const Environment& env, const std::string& name) {
   auto it = env.find(name);
   if (it == env.end()) return std::nullopt;

@@ -172,7 +172,13 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
 
   sigset_t handled, original;
   sigemptyset(&handled);
-  for (int sig : stop_signals) sigaddset(&handled, sig);
+  for (int sig : stop_signals) {
+    // Linux queues a blocked signal even when it is ignored, so the signalfd would still
+    // see the SIGHUP that nohup set to be ignored: such a one stays out of the set.
+    struct sigaction now {};
+    if (::sigaction(sig, nullptr, &now) == 0 && now.sa_handler == SIG_IGN) continue;
+    sigaddset(&handled, sig);
+  }
   for (int sig : forwarded_signals) sigaddset(&handled, sig);
   sigaddset(&handled, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &handled, &original);
@@ -568,7 +574,9 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   if (err_fd >= 0) ::close(err_fd);
   // The rest of mpirun's standard output: a reader found gone only now lost the job's last
   // words (as a pipeline's writer would end with SIGPIPE).
-  if (out && out->finish(Clock::now() + stderr_drain)) {
+  // A reader that still reads is waited for, until a stop signal comes; once the job was
+  // stopped, what it does not take within the drain time is dropped.
+  if (out && out->finish(Clock::now() + stderr_drain, result.interrupted_by ? -1 : sfd)) {
     output_closed(false);
     std::fprintf(stderr, "tarantella: the standard output was closed by its reader before the job's output "
                  "ended\n");

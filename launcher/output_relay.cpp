@@ -85,19 +85,24 @@ bool OutputRelay::service() {
   return true;
 }
 
-bool OutputRelay::finish(std::chrono::steady_clock::time_point deadline) {
+bool OutputRelay::finish(std::chrono::steady_clock::time_point deadline, int stop_fd) {
   using Clock = std::chrono::steady_clock;
   bool found_closed = false;
   while (source_ >= 0 || (!pending_.empty() && !closed_)) {
     std::vector<pollfd> fds;
     poll_fds(fds);
-    if (source_ >= 0 && Clock::now() >= deadline) break;
-    int wait_ms = -1;  // a slow reader that still reads is waited for
-    if (source_ >= 0) {
+    // The source is read until the deadline; a slow reader that still reads is waited for
+    // without one, unless there is no stop to wait for it with.
+    const bool bounded = source_ >= 0 || stop_fd < 0;
+    if (bounded && Clock::now() >= deadline) break;
+    int wait_ms = -1;
+    if (bounded) {
       wait_ms = static_cast<int>(
           std::max<long long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count()));
     }
+    if (stop_fd >= 0) fds.push_back({stop_fd, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) break;
+    if (stop_fd >= 0 && (fds.back().revents & POLLIN)) break;  // a stop signal: the rest is dropped
     if (service()) found_closed = true;
     if (source_ < 0 && closed_) break;
   }
@@ -105,6 +110,7 @@ bool OutputRelay::finish(std::chrono::steady_clock::time_point deadline) {
     ::close(source_);
     source_ = -1;
   }
+  pending_.clear();
   return found_closed;
 }
 

@@ -367,8 +367,51 @@ TEST_CASE("output relay: passes output on, and finds a reader gone at the next w
   }
   CHECK(written >= 256 * 1024);
   ::close(source[1]);
-  CHECK_FALSE(relay.finish(std::chrono::steady_clock::now() + std::chrono::seconds(1)));
+  CHECK_FALSE(relay.finish(std::chrono::steady_clock::now() + std::chrono::seconds(1), -1));
   ::close(sink[1]);
+}
+
+TEST_CASE("output relay: a reader that stops reading holds the launcher only until a stop signal", "[output_relay]") {
+  using Clock = std::chrono::steady_clock;
+  // A pipe whose reader never reads, output left over that it cannot take, and a stop
+  // signal arriving (a pipe's read end stands in for the signalfd).
+  for (const bool with_stop_fd : {true, false}) {
+    int source[2], sink[2], stop[2];
+    REQUIRE(::pipe(source) == 0);
+    REQUIRE(::pipe(sink) == 0);
+    REQUIRE(::pipe(stop) == 0);
+    ::fcntl(sink[1], F_SETFL, O_NONBLOCK);
+    OutputRelay relay(source[0], sink[1]);
+    const std::string chunk(4096, 'y');
+    ::fcntl(source[1], F_SETFL, O_NONBLOCK);
+    size_t written = 0;
+    for (int round = 0; round < 1000 && written < 200 * 1024; ++round) {
+      const ssize_t n = ::write(source[1], chunk.data(), chunk.size());
+      if (n > 0) written += static_cast<size_t>(n);
+      relay.service();
+    }
+    REQUIRE(written >= 200 * 1024);  // more than the sink's pipe holds (64 KiB)
+    ::close(source[1]);
+    std::thread signal([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      REQUIRE(::write(stop[1], "s", 1) == 1);
+    });
+    const auto start = Clock::now();
+    // Without a stop fd (the job was already stopped), the deadline ends the wait; with
+    // one, the deadline is for the source only, and the signal ends the wait.
+    relay.finish(start + std::chrono::milliseconds(with_stop_fd ? 50 : 500), with_stop_fd ? stop[0] : -1);
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    signal.join();
+    // Bounds: the thread's 300 ms sleep, the 500 ms deadline; a few seconds of slack for a
+    // loaded machine (before, the wait had no end).
+    if (with_stop_fd) {
+      CHECK(waited >= 250);
+    } else {
+      CHECK(waited >= 450);
+    }
+    CHECK(waited < 5000);
+    for (int fd : {sink[0], sink[1], stop[0], stop[1]}) ::close(fd);
+  }
 }
 
 TEST_CASE("ompi leftovers: an mpirun's session directory and its ranks' shared memory go, nothing else",

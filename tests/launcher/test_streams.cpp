@@ -1,0 +1,166 @@
+// The launcher's standard streams and hang-up as users' shells leave them: standard output
+// closed (`>&-`), SIGHUP ignored (nohup), and a reader that stops reading (a pager left
+// open). Every wait has a deadline; what a test starts carries a marker, and whatever
+// carries it when the test ends is killed.
+#include "process.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+#include <sys/stat.h>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string launcher = TNT_LAUNCHER_BIN;
+
+bool wait_for_files(const std::vector<std::string>& files, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    for (const auto& f : files) all = all && fs::exists(f);
+    if (all) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+// Kills whatever still carries `marker` (after up to 10 s) and returns how many did.
+size_t left_with(const std::string& marker) {
+  std::vector<pid_t> left = tnt_test::processes_with_argument(marker);
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+    left = tnt_test::processes_with_argument(marker);
+  }
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  return left.size();
+}
+
+}  // namespace
+
+TEST_CASE("streams: a launcher started with standard output closed runs the job and ends", "[integration][streams]") {
+  // Before, the report socket took descriptor 1 and the launcher relayed the ranks' output
+  // into it for ever after the job had ended (SIGTERM did not end that wait either).
+  tnt_test::ScratchDir dir("tnt_streams");
+  const std::string marker = fmt::format("tnt_streams_closed.{}", ::getpid());
+  const std::string program = dir.script("rank.sh", "echo \"rank $TNT_RANK says something\"\n");
+  const tnt_test::Outcome o =
+      tnt_test::run({"/bin/bash", "-c", "exec \"$@\" >&-", "_", launcher, "-n", "2", "--", program, marker},
+                    tnt_test::clean_environment(), 60s);
+  INFO(o.describe());
+  CHECK(o.exited(0));
+  CHECK(left_with(marker) == 0);
+}
+
+TEST_CASE("streams: a SIGHUP that nohup ignores leaves the job running", "[integration][streams]") {
+  // Linux queues even an ignored signal for a signalfd: the launcher stopped the job on it.
+  tnt_test::ScratchDir dir("tnt_streams");
+  const std::string marker = fmt::format("tnt_streams_hup.{}", ::getpid());
+  // Each rank says it runs, waits (at most 30 s) for the test's go, and exits 0.
+  const std::string program = dir.script(
+      "rank.sh", fmt::format("touch {0}/up.$TNT_RANK\n"
+                             "i=0; while [ ! -e {0}/go ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done\n"
+                             "[ -e {0}/go ]",
+                             dir.path.string()));
+  // As nohup does: SIGHUP ignored before the launcher starts.
+  tnt_test::Process job({"/bin/bash", "-c", "trap '' HUP; exec \"$@\"", "_", launcher, "-n", "2", "--", program, marker},
+                        tnt_test::clean_environment());
+  const bool up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
+  job.signal(SIGHUP);
+  std::this_thread::sleep_for(1s);
+  std::ofstream(dir.file("go")) << "";
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  REQUIRE(up);
+  CHECK(o.exited(0));
+  CHECK(o.err.find("SIGHUP received") == std::string::npos);
+  CHECK(left_with(marker) == 0);
+}
+
+TEST_CASE("streams: a reader that stops reading does not hold the launcher after SIGTERM", "[integration][streams]") {
+  // The launcher's standard output is a FIFO whose reader never reads (a pager left open,
+  // a stalled log shipper). The job fills it and waits; SIGTERM must end the launcher
+  // within the job's stop (5 s) and the drain, not when the reader goes.
+  tnt_test::ScratchDir dir("tnt_streams");
+  const std::string marker = fmt::format("tnt_streams_stall.{}", ::getpid());
+  const std::string program =
+      dir.script("rank.sh", fmt::format("head -c 300000 /dev/zero | tr '\\0' x\n"
+                                        "touch {0}/up.$TNT_RANK\n"
+                                        "sleep 30\n",
+                                        dir.path.string()));
+  const std::string fifo = dir.file("out.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // The reader holds the FIFO open and never reads; it carries the marker to be cleaned up.
+  tnt_test::Process reader({"/bin/bash", "-c", "exec sleep 60 < \"$1\"", "_", fifo, marker}, tnt_test::clean_environment());
+  tnt_test::Process job({"/bin/bash", "-c", "exec \"$@\" > \"$0\"", fifo, launcher, "-n", "1", "--", program, marker},
+                        tnt_test::clean_environment());
+  const bool up = wait_for_files({dir.file("up.0")}, 30s);
+  std::this_thread::sleep_for(500ms);  // the launcher has read what it can and waits on the reader
+  job.signal(SIGTERM);
+  const tnt_test::Outcome o = job.wait(30s);
+  INFO(o.describe());
+  REQUIRE(up);
+  CHECK_FALSE(o.timed_out);
+  // Its stop takes up to 5 s for the ranks and 2 s to drain; 15 s is what a loaded machine
+  // may add. Before, it waited for the reader (60 s).
+  CHECK(o.seconds < 15);
+  reader.signal(SIGKILL);
+  reader.wait(10s);
+  CHECK(left_with(marker) == 0);
+}
+
+TEST_CASE("streams: the launcher's account of this machine's environment in the mpirun command and refusals",
+          "[integration][streams]") {
+  tnt_test::ScratchDir dir("tnt_streams");
+  const std::string program = dir.script("rank.sh", "exit 0\n");
+  tnt_test::Env env = tnt_test::clean_environment();
+  env.erase("OMPI_MCA_mpi_yield_when_idle");
+  // More ranks than the cores the launcher may run on (taskset: one): Open MPI is told to
+  // yield while it waits, else every rank spins; as many ranks as cores: not.
+  const tnt_test::Outcome over =
+      tnt_test::run({"/usr/bin/taskset", "-c", "0", launcher, "--dry-run", "-n", "2", "--", program}, env);
+  INFO(over.describe());
+  REQUIRE(over.exited(0));
+  CHECK(over.out.find("--mca mpi_yield_when_idle 1") != std::string::npos);
+  const tnt_test::Outcome fits =
+      tnt_test::run({"/usr/bin/taskset", "-c", "0", launcher, "--dry-run", "-n", "1", "--", program}, env);
+  CHECK(fits.out.find("mpi_yield_when_idle") == std::string::npos);
+  // The user's own setting wins.
+  const tnt_test::Outcome own = tnt_test::run({"/usr/bin/taskset", "-c", "0", launcher, "--dry-run", "-n", "2",
+                                               "--mpi-args=--mca mpi_yield_when_idle 0", "--", program},
+                                              env);
+  INFO(own.describe());
+  CHECK(own.out.find("--mca mpi_yield_when_idle 1") == std::string::npos);
+  // No ssh on PATH (a container): a job on this machine alone still starts, with an agent
+  // that is never run.
+  tnt_test::Env no_ssh = env;
+  no_ssh["PATH"] = dir.path.string();
+  const tnt_test::Outcome local = tnt_test::run({launcher, "-n", "2", "--", program}, no_ssh);
+  INFO(local.describe());
+  CHECK(local.exited(0));
+  // A working directory that was removed, and a TMPDIR that does not exist: refused before
+  // Open MPI fails on them with its own text (exit 1, which a restart would repeat).
+  const std::string gone = dir.file("gone");
+  const tnt_test::Outcome no_cwd = tnt_test::run(
+      {"/bin/bash", "-c", "mkdir \"$0\" && cd \"$0\" && rmdir \"$0\" && exec \"$@\"", gone, launcher, "-n", "2", "--",
+       program},
+      env);
+  INFO(no_cwd.describe());
+  CHECK(no_cwd.exited(2));
+  CHECK(no_cwd.err.find("the current directory cannot be read") != std::string::npos);
+  tnt_test::Env bad_tmp = env;
+  bad_tmp["TMPDIR"] = dir.file("no-such-dir");
+  const tnt_test::Outcome no_tmp = tnt_test::run({launcher, "-n", "2", "--", program}, bad_tmp);
+  INFO(no_tmp.describe());
+  CHECK(no_tmp.exited(2));
+  CHECK(no_tmp.err.find("TMPDIR=" + dir.file("no-such-dir") + ": no such directory") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir.file("no-such-dir")));
+}

@@ -173,8 +173,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   sigset_t handled, original;
   sigemptyset(&handled);
   for (int sig : stop_signals) {
-    // Linux queues a blocked signal even when it is ignored, so the signalfd would still
-    // see the SIGHUP that nohup set to be ignored: such a one stays out of the set.
+    // Linux queues even an ignored blocked signal: nohup's ignored SIGHUP stays out.
     struct sigaction now {};
     if (::sigaction(sig, nullptr, &now) == 0 && now.sa_handler == SIG_IGN) continue;
     sigaddset(&handled, sig);
@@ -574,8 +573,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   if (err_fd >= 0) ::close(err_fd);
   // The rest of mpirun's standard output: a reader found gone only now lost the job's last
   // words (as a pipeline's writer would end with SIGPIPE).
-  // A reader that still reads is waited for, until a stop signal comes; once the job was
-  // stopped, what it does not take within the drain time is dropped.
+  // A slow reader is waited for until a stop signal; after a stop, for the drain time only.
   if (out && out->finish(Clock::now() + stderr_drain, result.interrupted_by ? -1 : sfd)) {
     output_closed(false);
     std::fprintf(stderr, "tarantella: the standard output was closed by its reader before the job's output "

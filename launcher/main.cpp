@@ -9,6 +9,7 @@
 #include "host_names.hpp"
 #include "job.hpp"
 #include "lifeline.hpp"
+#include "local_checks.hpp"
 #include "limits.hpp"
 #include "mpirun_command.hpp"
 #include "paths.hpp"
@@ -34,10 +35,7 @@
 #include <cstdlib>
 #include <cerrno>
 #include <fcntl.h>
-#include <climits>
-#include <cstring>
 #include <sys/ioctl.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -384,30 +382,7 @@ int launch(const std::vector<std::string>& args) {
   const std::string host = tl::this_host_name();
   const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
   for (const auto& w : plan.warnings) warn(w);
-  if (!options.dry_run) {
-    // Open MPI asks for the working directory first, and fails with its own block of text
-    // (exit 1, which a restart would repeat) where it is gone.
-    std::vector<char> cwd(PATH_MAX + 1);
-    if (::getcwd(cwd.data(), cwd.size()) == nullptr && errno != ERANGE) {
-      throw tl::InputError(fmt::format("the current directory cannot be read ({}): it was removed, or this user may "
-                                       "not read it; change to an existing directory (mpirun starts the ranks in it)",
-                                       std::strerror(errno)));
-    }
-    // Open MPI keeps its session files in TMPDIR: one that is missing it makes (as root,
-    // owned by root, where nobody asked for it), one it cannot write fails with its own text.
-    if (const auto tmp = tl::lookup(env, "TMPDIR"); tmp && !tmp->empty()) {
-      struct stat st {};
-      if (::stat(tmp->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-        throw tl::InputError(fmt::format("TMPDIR={}: {} (Open MPI keeps its session files there)", *tmp,
-                                         ::stat(tmp->c_str(), &st) != 0 ? "no such directory" : "not a directory"));
-      }
-      if (::access(tmp->c_str(), W_OK | X_OK) != 0) {
-        throw tl::InputError(fmt::format("TMPDIR={}: this user cannot create files in it (Open MPI keeps its session "
-                                         "files there)",
-                                         *tmp));
-      }
-    }
-  }
+  if (!options.dry_run) tl::check_local_environment(env);
   // A file-size limit reaches every rank and mpirun: Open MPI's session store and the
   // programs' checkpoints fail past it (mpirun then may not even start the ranks).
   if (rlimit fsize{}; !options.dry_run && ::getrlimit(RLIMIT_FSIZE, &fsize) == 0 && fsize.rlim_cur != RLIM_INFINITY) {
@@ -485,30 +460,7 @@ int launch(const std::vector<std::string>& args) {
     // ends the job itself when a server fails (tl::run_job).
     spec.mpi_args.insert(spec.mpi_args.begin(), {"--enable-recovery", "--mca", "orte_abort_on_non_zero_status", "0"});
   }
-  const auto mpi_args_name = [&](const std::string& param) {
-    return env.count("OMPI_MCA_" + param) > 0 ||
-           std::any_of(spec.mpi_args.begin(), spec.mpi_args.end(),
-                       [&](const std::string& a) { return a.find(param) != std::string::npos; });
-  };
-  // More ranks here than cores to run them: Open MPI, told of N slots on this host, takes
-  // the host as not oversubscribed and its ranks spin while they wait (in MPI_Init, in
-  // every collective), taking the cores from the ranks with work. 16 ranks on 2 cores: a
-  // fashion_mnist step took 50-58 ms spinning, 30-32 ms yielding (docs/launcher.md).
-  if (const long cores = tl::usable_cores(); cores > 0 && local_ranks > static_cast<std::uint64_t>(cores) &&
-                                             !mpi_args_name("mpi_yield_when_idle")) {
-    spec.mpi_args.insert(spec.mpi_args.begin(), {"--mca", "mpi_yield_when_idle", "1"});
-  }
-  // A job on this machine alone starts no daemon elsewhere, but Open MPI refuses to start
-  // without its remote shell (ssh, rsh) on PATH, as in a container without ssh. It gets
-  // one that is never run.
-  if (!remote && !options.launch_agent && !mpi_args_name("plm_rsh_agent")) {
-    const std::string path = env.count("PATH") ? env.at("PATH") : std::string();
-    const bool shell_found = tl::find_executable("ssh", path).problem == tl::ExecutableProblem::none ||
-                             tl::find_executable("rsh", path).problem == tl::ExecutableProblem::none;
-    if (!shell_found && ::access("/bin/false", X_OK) == 0) {
-      spec.mpi_args.insert(spec.mpi_args.begin(), {"--mca", "plm_rsh_agent", "/bin/false"});
-    }
-  }
+  tl::add_local_mca(spec, env, local_ranks, remote, options.launch_agent.has_value());
   spec.self = tl::self_executable();
   spec.step = {options.pin, plan.device, options.program};
   const std::vector<std::string> command = tl::mpirun_command(spec);

@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -447,11 +448,28 @@ constexpr const char* kFlagsKey = "flags";
 
 }  // namespace
 
+std::string file_fingerprint(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TNT_INPUT_CHECK(in.good(), "--{}={}: cannot be read", flag, path);
+  uint64_t h = 1469598103934665603ull;
+  uint64_t size = 0;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h = (h ^ static_cast<uint8_t>(buf[i])) * 1099511628211ull;
+    }
+    size += static_cast<uint64_t>(in.gcount());
+  }
+  TNT_INPUT_CHECK(in.eof(), "--{}={}: reading it failed", flag, path);
+  return fmt::format("{:016x}/{}", h, size);
+}
+
 void record_run_flags(tnt::Model& model, const RunFlags& flags) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto* list : {&flags.same, &flags.noted}) {
     for (const auto& [name, value] : *list) j[name] = value;
   }
+  for (const auto& [name, value] : flags.same_contents) j[name + "#contents"] = value;
   model.set_checkpoint_metadata(kFlagsKey, j.dump());
 }
 
@@ -479,6 +497,14 @@ std::vector<std::string> compare_run_flags(const std::string& checkpoint, const 
                     "checkpoint holds; give {} to continue it, or --overwrite to start a new run",
                     fmt::join(given_text, " "), checkpoint, fmt::join(stored_text, " "),
                     given_text.size() == 1 ? "that flag decides" : "those flags decide", fmt::join(stored_text, " "));
+  }
+  for (const auto& [name, value] : given.same_contents) {
+    const std::optional<std::string> old = was(name + "#contents");
+    if (!old || *old == value) continue;
+    TNT_INPUT_ERROR("--{}: its contents are not those the run being resumed ({}) was trained with (fingerprint {}, "
+                    "was {}), so the ids its weights learnt would mean other things; give the file it was trained "
+                    "with, or --overwrite to start a new run",
+                    name, checkpoint, value, *old);
   }
   std::vector<std::string> notes;
   for (const auto& [name, value] : given.noted) {

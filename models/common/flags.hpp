@@ -189,7 +189,13 @@ void check_resume_seed(const std::string& checkpoint, uint64_t seed);
 struct RunFlags {
   std::vector<std::pair<std::string, std::string>> same;
   std::vector<std::pair<std::string, std::string>> noted;
+  // Files whose contents must be the same, wherever they lie now: flag name and a
+  // fingerprint of the contents (file_fingerprint). Recorded as "<flag>#contents".
+  std::vector<std::pair<std::string, std::string>> same_contents = {};
 };
+// A fingerprint of a file's bytes (64-bit FNV-1a, in hex, with the size): tells apart two
+// vocabularies of the same size. Throws InputError naming `flag` when it cannot be read.
+std::string file_fingerprint(const std::string& flag, const std::string& path);
 std::string flag_text(double v);  // shortest text that reads back as v
 std::string flag_text(int64_t v);
 inline std::string flag_text(int v) { return flag_text(static_cast<int64_t>(v)); }

@@ -5,6 +5,7 @@
 // The model is the CNN of the PyTorch tutorial (conv1, conv2, fc1, fc2) or an MLP (fc1, fc2,
 // fc3); parameter names match the same PyTorch module, so the checkpoint loads there.
 #include "common/flags.hpp"
+#include "common/schedule_resume.hpp"
 #include "common/signals.hpp"
 #include "common/wording.hpp"
 
@@ -226,7 +227,11 @@ int main(int argc, char** argv) {
     const std::string checkpoint = model_dir + "/checkpoint.safetensors";
 
     int initial_epoch = 0;
-    if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+    if (resume) {
+      initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+      // The warmup is in epochs: at another global batch it goes on from the epoch reached.
+      tnt_models::align_schedule_to_epochs(model, schedule, initial_epoch, steps_per_epoch);
+    }
     tnt_models::record_run_flags(model, run_flags);
 
     if (tnt::is_master_rank() && common.verbose > 0) {

@@ -31,6 +31,7 @@
 #include "throughput_logger.hpp"
 
 #include "common/flags.hpp"
+#include "common/schedule_resume.hpp"
 #include "common/signals.hpp"
 #include "common/wording.hpp"
 
@@ -428,7 +429,11 @@ int main(int argc, char** argv) {
                                                    {"batch_size", flag_text(common.batch_size)},
                                                    {"image_size", flag_text(image_size)}}};
     // The data's order is a function of the seed and the epoch: it continues too.
-    if (resume) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+    if (resume) {
+      initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+      // The schedule is in epochs: at another global batch it goes on from the epoch reached.
+      tnt_models::align_schedule_to_epochs(model, schedule, initial_epoch, epoch_size / common.batch_size);
+    }
     tnt_models::record_run_flags(model, run_flags);
 
     if (common.verbose > 0) {

@@ -427,7 +427,9 @@ int main(int argc, char** argv) {
                   {"optimizer_adam_beta2", flag_text(p.optimizer_adam_beta2)},
                   {"optimizer_adam_epsilon", flag_text(p.optimizer_adam_epsilon)},
                   {"batch_size", flag_text(common.batch_size)},
-                  {"max_length", flag_text(p.max_length)}}};
+                  {"max_length", flag_text(p.max_length)}},
+        // Another vocabulary of the same size gives every id another subtoken.
+        .same_contents = {{"vocab_file", tnt_models::file_fingerprint("vocab_file", vocab_file)}}};
     if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
     tnt_models::record_run_flags(model, run_flags);
 

@@ -283,6 +283,34 @@ PY
       "the file and the epoch"
     ;;
 
+  resume_other_batch)
+    # A warmup in epochs, resumed at 4 times the global batch: the learning rates of the
+    # resumed epochs are those of a run at the new batch from the start (the schedule goes
+    # on from the epoch reached). Before, the checkpoint's step of 16-sample batches was
+    # read as 64-sample steps: 4 times as far into the warmup.
+    warm=(--warmup_epochs=4 --scale_learning_rate=false)
+    train_checkpoint "${warm[@]}" --batch_size=16 --train_epochs=2
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" "${warm[@]}" --batch_size=64 --train_epochs=5 --resume
+    if [[ $fm_rc -eq 0 ]]; then fm_pass "$case_name: exit status 0"; else fm_fail "$case_name: exit status $fm_rc"; fi
+    if grep -qF "The checkpoint's step 32 is epoch 2 of the learning-rate schedule at 4 steps an epoch" <<<"$fm_out"; then
+      fm_pass "$case_name: the schedule's new place is said"
+    else
+      fm_fail "$case_name: no line saying where the schedule goes on"
+    fi
+    fm_run straight "${launch[@]}" -- "${small[@]}" "${warm[@]}" --batch_size=64 --train_epochs=5 \
+      --model_dir="$fm_tmp/straight"
+    rates() {
+      awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "learning_rate") c = i; next } $1 >= 3 { print $1, $c }' \
+        "$1/history.csv" 2>/dev/null
+    }
+    got=$(rates "$fm_tmp/model")
+    want=$(rates "$fm_tmp/straight")
+    if [[ -n $want && $(wc -l <<<"$want") -eq 3 && $got == "$want" ]]; then
+      fm_pass "$case_name: epochs 3-5 at the learning rates of a run at the new batch ($(tr '\n' ' ' <<<"$want"))"
+    else
+      fm_fail "$case_name: learning rates of epochs 3-5 '$got', expected '$want'"
+    fi
+    ;;
   checkpoint_negative_step)
     # step=-1 in a checkpoint: an input error naming the file (exit 2, which the launcher
     # does not restart), not the optimizer's internal check.

@@ -370,8 +370,16 @@ case $case_name in
     run 2 "${common[@]}" --train_epochs=4 --resume --num_heads=2
     expect_error "--num_heads=2: the run being resumed \\($tmp/m/checkpoint.safetensors\\) was trained with --num_heads=4, and that flag decides .* give --num_heads=4 to continue it" \
       "the flag, both values and the checkpoint"
-    run 2 "${common[@]}" --train_epochs=4 --resume --learning_rate=1.5
-    if [[ $rc -eq 0 ]] && grep -qF -- "--learning_rate=1.5: the run being resumed was trained with --learning_rate=2; it goes on with 1.5" <<<"$out"; then pass "a new --learning_rate is taken and said"; else fail "--learning_rate=1.5 on resume: exit $rc or no line saying so"; fi
+    # A vocabulary of the same size whose ids mean other subtokens (two lines swapped):
+    # refused (before: trained on, and its translations were garbage); the same file
+    # elsewhere is the same vocabulary.
+    awk 'NR == 10 { held = $0; next } NR == 11 { print; print held; next } { print }' "$vocab" >"$tmp/swapped.vocab"
+    run 2 "${common[@]/--vocab_file=*/--vocab_file=$tmp/swapped.vocab}" --train_epochs=4 --resume
+    expect_error "--vocab_file: its contents are not those the run being resumed \\($tmp/m/checkpoint.safetensors\\) was trained with" \
+      "the flag and the checkpoint"
+    cp "$vocab" "$tmp/copy.vocab"
+    run 2 "${common[@]/--vocab_file=*/--vocab_file=$tmp/copy.vocab}" --train_epochs=4 --resume --learning_rate=1.5
+    if [[ $rc -eq 0 ]] && grep -qF -- "--learning_rate=1.5: the run being resumed was trained with --learning_rate=2; it goes on with 1.5" <<<"$out"; then pass "a new --learning_rate is taken and said (the vocabulary copied elsewhere)"; else fail "--learning_rate=1.5 on resume: exit $rc or no line saying so"; fi
     # A restart of the same launch (what tarantella --max-restarts sets for each attempt)
     # continues from the checkpoint without --resume; the first attempt starts fresh.
     export TNT_RUN_ID=transformer-e2e-launch

@@ -1,0 +1,71 @@
+#include "local_checks.hpp"
+
+#include "error.hpp"
+#include "paths.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+namespace tnt::launcher {
+
+void check_local_environment(const Environment& env) {
+  // Open MPI asks for the working directory first, and fails with its own block of text
+  // (exit 1, which a restart would repeat) where it is gone.
+  std::vector<char> cwd(PATH_MAX + 1);
+  if (::getcwd(cwd.data(), cwd.size()) == nullptr && errno != ERANGE) {
+    throw InputError(fmt::format("the current directory cannot be read ({}): it was removed, or this user may not "
+                                 "read it; change to an existing directory (mpirun starts the ranks in it)",
+                                 std::strerror(errno)));
+  }
+  // Open MPI keeps its session files in TMPDIR: one that is missing it makes (as root,
+  // owned by root, where nobody asked for it), one it cannot write fails with its own text.
+  if (const auto tmp = lookup(env, "TMPDIR"); tmp && !tmp->empty()) {
+    struct stat st {};
+    if (::stat(tmp->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      throw InputError(fmt::format("TMPDIR={}: {} (Open MPI keeps its session files there)", *tmp,
+                                   ::stat(tmp->c_str(), &st) != 0 ? "no such directory" : "not a directory"));
+    }
+    if (::access(tmp->c_str(), W_OK | X_OK) != 0) {
+      throw InputError(
+          fmt::format("TMPDIR={}: this user cannot create files in it (Open MPI keeps its session files there)", *tmp));
+    }
+  }
+}
+
+void add_local_mca(CommandSpec& spec, const Environment& env, std::uint64_t local_ranks, bool remote,
+                   bool launch_agent_given) {
+  const auto mpi_args_name = [&](const std::string& param) {
+    return env.count("OMPI_MCA_" + param) > 0 ||
+           std::any_of(spec.mpi_args.begin(), spec.mpi_args.end(),
+                       [&](const std::string& a) { return a.find(param) != std::string::npos; });
+  };
+  // More ranks here than cores to run them: Open MPI, told of N slots on this host, takes
+  // the host as not oversubscribed and its ranks spin while they wait (in MPI_Init, in
+  // every collective), taking the cores from the ranks with work. 16 ranks on 2 cores: a
+  // fashion_mnist step took 50-58 ms spinning, 30-32 ms yielding (docs/launcher.md).
+  if (const long cores = usable_cores(); cores > 0 && local_ranks > static_cast<std::uint64_t>(cores) &&
+                                             !mpi_args_name("mpi_yield_when_idle")) {
+    spec.mpi_args.insert(spec.mpi_args.begin(), {"--mca", "mpi_yield_when_idle", "1"});
+  }
+  // A job on this machine alone starts no daemon elsewhere, but Open MPI refuses to start
+  // without its remote shell (ssh, rsh) on PATH, as in a container without ssh. It gets
+  // one that is never run.
+  if (!remote && !launch_agent_given && !mpi_args_name("plm_rsh_agent")) {
+    const std::string path = env.count("PATH") ? env.at("PATH") : std::string();
+    const bool shell_found = find_executable("ssh", path).problem == ExecutableProblem::none ||
+                             find_executable("rsh", path).problem == ExecutableProblem::none;
+    if (!shell_found && ::access("/bin/false", X_OK) == 0) {
+      spec.mpi_args.insert(spec.mpi_args.begin(), {"--mca", "plm_rsh_agent", "/bin/false"});
+    }
+  }
+}
+
+}  // namespace tnt::launcher

@@ -12,6 +12,7 @@
 #include "local_checks.hpp"
 #include "limits.hpp"
 #include "mpirun_command.hpp"
+#include "mpirun_output.hpp"
 #include "paths.hpp"
 #include "plan.hpp"
 #include "predict.hpp"
@@ -30,6 +31,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <set>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -155,7 +157,11 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
   // What mpirun said about a failure is held back when a rank's program ended with its
   // own message and the launcher names that rank below; otherwise (ranks that did not
   // start, lost hosts, mpirun failing by itself) it may be the only account there is.
-  if (result.failures.empty() || result.lost_first()) std::fputs(result.mpirun_messages.c_str(), stderr);
+  // A parameter-server worker dropped (the launcher says so below) leaves Open MPI's PMIx
+  // complaints on every rank: no account of anything.
+  if ((result.failures.empty() && result.dropped.empty()) || result.lost_first()) {
+    std::fputs(result.mpirun_messages.c_str(), stderr);
+  }
   const std::vector<tl::LostRank> news = result.news();
   // The watch printed why it ended the job; what the ranks reported while they were being
   // stopped is a consequence, not news. A teardown verdict follows a failure, which is.
@@ -212,6 +218,15 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     }
     if (stopped > 0) more += fmt::format("; {} ended by the job's stop (SIGTERM)", ranks(stopped));
     if (other > 0) more += fmt::format("; {} ended abnormally after it", ranks(other));
+    // Steps that mpirun's stop killed before they could report (at 16 ranks, most): counted,
+    // so that the line accounts for every rank.
+    std::set<int> reported;
+    for (const tl::RankReport& e : result.ends) reported.insert(e.rank);
+    reported.insert(first.rank);
+    for (const auto& l : result.lost) reported.insert(l.rank.rank);  // named on lines of their own
+    if (reports && slots.size() > reported.size()) {
+      more += fmt::format("; {} ended by the job's stop before they reported", ranks(slots.size() - reported.size()));
+    }
     std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) failed first: %s%s\n", first.rank,
                  tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
     const auto& stopped_ranks = result.stopped_at_first_failure;
@@ -237,16 +252,25 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     // Parameter-server training went on without lost workers: what became of every rank.
     std::fprintf(stderr, "tarantella: the job ended without %zu of its %zu workers; each rank:\n",
                  result.dropped.size(), roles ? roles->workers.size() : size_t{0});
+    // On a large job the ranks that exited 0 are one line.
+    std::vector<long> fine;
     for (const auto& s : slots) {
       auto end = std::find_if(result.ends.rbegin(), result.ends.rend(), [&](auto& r) { return r.rank == s.rank; });
       const bool dropped = std::any_of(result.dropped.begin(), result.dropped.end(),
                                        [&](auto& r) { return r.rank == s.rank; });
+      if (slots.size() > 8 && !dropped && end != result.ends.rend() && !end->failed()) {
+        fine.push_back(s.rank);
+        continue;
+      }
       const std::string role = tl::ps_role_words(roles, s.rank).empty() ? "worker" : "parameter server";
       const std::string what = end == result.ends.rend() ? std::string("no end reported")
                                : dropped ? tl::describe_status(*end) + ": dropped, the other workers took over its samples"
                                          : tl::describe_status(*end);
       std::fprintf(stderr, "  rank %d (%s, host %s, local rank %d): %s\n", s.rank, role.c_str(), s.host.c_str(),
                    s.local_rank, what.c_str());
+    }
+    if (!fine.empty()) {
+      std::fprintf(stderr, "  rank%s %s: exit code 0\n", fine.size() > 1 ? "s" : "", tl::rank_ranges(fine).c_str());
     }
     if (!reports) return 0;
   }

@@ -106,21 +106,6 @@ std::optional<RankErrorLine> rank_error_line(std::string_view line) {
                        std::string(line.substr(size_end + 3))};
 }
 
-// 1, 2, 3, 5, 7, 8 -> "1-3, 5, 7-8".
-std::string rank_ranges(std::vector<long> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
-  std::string out;
-  for (size_t i = 0; i < ranks.size();) {
-    size_t j = i;
-    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
-    out += j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 std::string joined(const std::vector<std::string>& lines) {
   std::string out;
   for (const auto& l : lines) out += l;
@@ -147,6 +132,21 @@ bool plausible_host(std::string_view name) {
 }
 
 }  // namespace
+
+// 1, 2, 3, 5, 7, 8 -> "1-3, 5, 7-8".
+std::string rank_ranges(std::vector<long> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += j == i ? std::to_string(ranks[i]) : fmt::format("{}-{}", ranks[i], ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
 
 std::optional<HostProblem> host_problem(std::string_view line) {
   line = trim(line);

@@ -35,6 +35,9 @@
 
 namespace tnt::launcher {
 
+// 1, 2, 3, 5, 7, 8 -> "1-3, 5, 7-8".
+std::string rank_ranges(std::vector<long> ranks);
+
 // A host that mpirun could not start its daemon on, as ssh (or an agent like it) said:
 // "ssh: Could not resolve hostname h2: ...", "ssh: connect to host h2 port 22: Connection
 // refused", "user@h2: Permission denied (publickey)."

@@ -290,7 +290,13 @@ int main(int argc, char** argv) {
       result = model.evaluate(test_data, ev);
     }
     const int epochs_trained = std::max(common.train_epochs, initial_epoch);
-    model.save_checkpoint(checkpoint, epochs_trained);
+    // The checkpoint is written once: ModelCheckpoint wrote the last epoch's on every rank
+    // (not with parameter servers, where the epoch's callbacks run on the workers only), and
+    // a resume with nothing to train holds it already. A second write failed a finished run
+    // on a nearly full disk, and every restart after it.
+    const bool written = (resume && initial_epoch >= common.train_epochs) ||
+                         (!ps && model.last_checkpoint_step() == model.global_step());
+    if (!written) model.save_checkpoint(checkpoint, epochs_trained);
     tnt::print("Test loss: {:.4f}  test accuracy: {:.4f}  ({}, {})", result["loss"], result["accuracy"],
                tnt_models::count_of(epochs_trained, "epoch"), tnt_models::count_of(tnt::size(), "rank"));
   });

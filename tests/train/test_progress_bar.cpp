@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "tarantella/callbacks.hpp"
+#include "train/callback_list.hpp"
 
 #include <fmt/format.h>
 
@@ -498,4 +499,26 @@ TEST_CASE("slow steps: a line at least every quiet_seconds where nothing is redr
   const size_t n = std::fread(buf, 1, sizeof buf - 1, file);
   std::fclose(file);
   CHECK(std::string(buf, n) == "Epoch 1/1\n8/8 - 8:00 60000ms/step - loss: 1.0000\n");
+}
+
+TEST_CASE("a bar that takes over in the middle of an epoch counts the steps and time already done") {
+  // Parameter-server training that lost its first worker: the next one's bar starts in the
+  // epoch; before, its line read "0/512 - 0s 0ms/step".
+  Harness h(params(512, 2));
+  h.bar.on_train_takeover(0, {});
+  h.bar.on_epoch_begin(0, {{tnt::detail::kTakeoverStepsKey, 500.0}, {tnt::detail::kTakeoverSecondsKey, 25.0}});
+  h.clock += 1.0;
+  h.bar.on_epoch_end(0, {{"loss", 0.5}});
+  h.bar.on_train_end({});
+  const std::string out = h.output();
+  INFO(out);
+  CHECK(out.find("500/512 - 25s 50ms/step - loss: 0.5000") != std::string::npos);
+  // An epoch that begins plainly starts from nothing.
+  Harness plain(params(512, 2));
+  plain.bar.on_train_begin({});
+  plain.bar.on_epoch_begin(0, {});
+  plain.clock += 2.0;
+  plain.bar.on_train_batch_end(0, {{"loss", 0.5}});
+  plain.bar.on_epoch_end(0, {{"loss", 0.5}});
+  CHECK(plain.output().find("1/512 - 2s 2000ms/step") != std::string::npos);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "comm/collective_scope.hpp"
+#include "core/clock.hpp"
 #include "tarantella/callbacks.hpp"
 #include "tarantella/config.hpp"
 #include "tarantella/log.hpp"
@@ -42,6 +43,13 @@ inline bool runs_on_this_rank(Callback::Ranks ranks) {
 
 }  // namespace detail
 
+// The logs of on_epoch_begin for a callback that takes over in the middle of an epoch:
+// this rank's steps of the epoch so far, and its seconds since the epoch began.
+namespace detail {
+inline constexpr const char* kTakeoverStepsKey = "takeover_epoch_steps";
+inline constexpr const char* kTakeoverSecondsKey = "takeover_epoch_seconds";
+}  // namespace detail
+
 // Calls each callback that runs on this rank.
 class detail::CallbackList {
  public:
@@ -68,7 +76,12 @@ class detail::CallbackList {
     epoch_ = epoch;
     epoch_begun_ = false;
   }
-  void epoch_begun() { epoch_begun_ = true; }  // on_epoch_begin has run for epoch_
+  void epoch_begun() {  // on_epoch_begin has run for epoch_
+    epoch_begun_ = true;
+    epoch_began_at_ = detail::now_s();
+    epoch_steps_ = 0;
+  }
+  void step_ended(int64_t steps_in_epoch) { epoch_steps_ = steps_in_epoch; }
   template <typename F>
   void each(F&& f) {
     if (began_ && !dormant_.empty()) adopt();
@@ -102,7 +115,11 @@ class detail::CallbackList {
       {
         const detail::SomeRanksRegion region(name, "the master only (it took over as the master)");
         cb->on_train_takeover(epoch_, Logs{});
-        if (epoch_begun_) cb->on_epoch_begin(epoch_, Logs{});
+        // Where this rank's epoch is (a progress bar shows its steps and time so far).
+        if (epoch_begun_) {
+          cb->on_epoch_begin(epoch_, Logs{{detail::kTakeoverStepsKey, static_cast<double>(epoch_steps_)},
+                                         {detail::kTakeoverSecondsKey, detail::now_s() - epoch_began_at_}});
+        }
       }
       names_.push_back(std::move(name));
       list_.push_back(std::move(cb));
@@ -116,6 +133,8 @@ class detail::CallbackList {
   Model* model_;
   bool some_ranks_stop_ = false;
   bool began_ = false, epoch_begun_ = false;
+  double epoch_began_at_ = 0;
+  int64_t epoch_steps_ = 0;
   int epoch_ = 0;
 };
 

@@ -482,6 +482,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       }
       cuda_profile.step_end(global_step_);
       if (scaler_.enabled()) logs["loss_scale"] = scaler_.scale();
+      callbacks.step_ended(step + 1);
       callbacks.each([&](Callback& c) { c.on_train_batch_end(step, logs); });
       defer_some_ranks_stop();
       if (options.max_steps > 0 && global_step_ >= options.max_steps) stop_requested_ = true;

@@ -4,6 +4,7 @@
 #include "tarantella/callbacks.hpp"
 
 #include "core/clock.hpp"
+#include "train/callback_list.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/config.hpp"
 #include "tarantella/log.hpp"
@@ -184,10 +185,15 @@ void ProgressBar::on_train_end(const Logs&) {
   catch_signals(false);
 }
 
-void ProgressBar::on_epoch_begin(int epoch, const Logs&) {
+void ProgressBar::on_epoch_begin(int epoch, const Logs& logs) {
   epoch_start_ = now();
   last_draw_ = 0;
   steps_done_ = 0;
+  // Taking over in the middle of an epoch (parameter-server training lost its first worker):
+  // this rank's steps and time so far, not a fresh epoch's 0.
+  double took_steps = 0, took_seconds = 0;
+  if (auto it = logs.find(detail::kTakeoverStepsKey); it != logs.end()) took_steps = it->second;
+  if (auto it = logs.find(detail::kTakeoverSecondsKey); it != logs.end()) took_seconds = it->second;
   steps_skipped_ = -1;
   train_seconds_ = 0;
   eval_seconds_ = -1;
@@ -196,6 +202,11 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs&) {
     // Training ends at global step max_steps: this epoch runs at most what is left of it.
     const int64_t left = std::max<int64_t>(params_.max_steps - model_->global_step(), 0);
     epoch_steps_ = epoch_steps_ > 0 ? std::min(epoch_steps_, left) : left;
+  }
+  if (took_steps > 0) {
+    steps_done_ = static_cast<int64_t>(took_steps);
+    epoch_start_ -= took_seconds;
+    train_seconds_ = took_seconds;
   }
   next_line_ = 0;
   if (params_.verbose == 0) return;

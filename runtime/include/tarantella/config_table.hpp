@@ -60,6 +60,12 @@ namespace tnt {
     "query rows per warp of the fused attention forward: 16, or 32 (blocks of 128 rows; head depths up to 64, 16 above); the same results") \
   X(cuda_sync_check, bool, "TNT_CUDA_SYNC_CHECK", false, "",                                 \
     "CUDA: after each layer's forward and backward the host waits for the GPU and checks for an error, so that a failing kernel is named with its layer (slow: for finding faults)") \
+  X(cuda_early_readback, bool, "TNT_CUDA_EARLY_READBACK", true, "",                           \
+    "CUDA: a step's results (loss, metric counts) are copied back as soon as the loss is computed, and the step's readback waits for that copy alone, not for the backward; 0 = the readback waits for the whole step (the same results)") \
+  X(cuda_batched_spans, bool, "TNT_CUDA_BATCHED_SPANS", true, "",                             \
+    "CUDA: zero_grad and the weights' f16/bf16 copies in one launch per device; 0 = one memset or cast per parameter (the same bits)") \
+  X(loss_grad_in_place, bool, "TNT_LOSS_GRAD_IN_PLACE", true, "",                              \
+    "the label-smoothed loss writes its gradient over the predictions when nothing else holds them (the Transformer's logits: 2.2 GB less at its tutorial batch); 0 = into a buffer of its own (the same bits)") \
   X(layer_fusion, bool, "TNT_LAYER_FUSION", true, "",                                           \
     "chains of layers run as one call where an engine takes them: on GPUs BatchNorm->ReLU, BatchNorm->Add->ReLU (cuDNN) and Dropout->Add; on CPUs the same BatchNorm chains (oneDNN), Dropout->Add and ReLU->MaxPool2D 2x2; 0 = layer by layer")
 

@@ -344,7 +344,7 @@ void Network::refresh_compute_copies() {
         p->compute = Tensor::empty(p->value.shape(), compute_dtype_, p->value.device());
       }
       if (!seen.insert(p->compute.raw()).second) continue;
-      const bool batched = p->value.device().is_cuda() && p->value.dtype() == DType::f32 &&
+      const bool batched = config().cuda_batched_spans && p->value.device().is_cuda() && p->value.dtype() == DType::f32 &&
                            (compute_dtype_ == DType::bf16 || compute_dtype_ == DType::f16) &&
                            p->value.memory_format() == p->compute.memory_format();
       if (batched) {

@@ -7,6 +7,7 @@
 #include "nn/graph_node.hpp"
 
 #include "tarantella/check.hpp"
+#include "tarantella/runtime.hpp"
 
 #include <fmt/format.h>
 
@@ -190,7 +191,7 @@ void Network::zero_grad() {
     for (Parameter* p : layer->parameters()) {
       if (!p->grad.defined() || p->grad.nbytes() == 0) continue;
       if (!seen.insert({p->grad.raw(), p->grad.nbytes()}).second) continue;
-      if (p->grad.device().is_cpu()) {
+      if (p->grad.device().is_cpu() || !config().cuda_batched_spans) {
         p->grad.zero_();
       } else {
         device_spans[p->grad.device().index].push_back({p->grad.raw(), p->grad.nbytes()});

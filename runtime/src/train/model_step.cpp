@@ -16,6 +16,7 @@
 #include "train/ps_worker.hpp"
 #include "train/scaling_profiler.hpp"
 #include "train/staging.hpp"
+#include "tarantella/runtime.hpp"
 
 #include <memory>
 #include <utility>
@@ -109,7 +110,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   // readback waits for it alone, not for the backward (the device never idles between
   // steps). The loss scaler's overflow flag needs the whole backward: it waits for all.
   std::unique_ptr<timeline::Readback> anchor;
-  if (!scaler_.enabled()) {
+  if (!scaler_.enabled() && config().cuda_early_readback) {
     anchor = std::make_unique<timeline::Readback>();
     totals.scalars().start_copy();
   }

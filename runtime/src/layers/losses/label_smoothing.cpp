@@ -8,6 +8,7 @@
 #include "layers/losses/label_smoothing_cuda.hpp"
 #include "tarantella/check.hpp"
 #include "step/step_scalars.hpp"
+#include "tarantella/runtime.hpp"
 
 #include <cmath>
 
@@ -119,7 +120,7 @@ Tensor LabelSmoothingCrossEntropy::backward(SavedState& saved, double scale) {
   const int64_t v = logits.dim(-1), rows = logits.numel() / v;
   // Over the logits when this saved state is their storage's only owner (loss.hpp; as the
   // CUDA engine): each row reads its label's logit before the loop writes over it.
-  const bool in_place = logits.storage().use_count() == 1;
+  const bool in_place = config().loss_grad_in_place && logits.storage().use_count() == 1;
   Tensor grad = in_place ? logits : Tensor::empty(logits.shape(), DType::f32);  // (R, V)
   const float* x = logits.data<float>();
   float* g = grad.data<float>();

@@ -9,6 +9,7 @@
 #include "core/device_api.hpp"
 #include "step/step_scalars.cuh"
 #include "step/step_scalars.hpp"
+#include "tarantella/runtime.hpp"
 
 #include <memory>
 #include <type_traits>
@@ -207,7 +208,7 @@ Tensor label_smoothing_backward(LabelSmoothingCrossEntropy& loss, SavedState& sa
   // saved state is their storage's only owner: nothing else can read them any more (Model's
   // step hands its predictions over before the backward). At Transformer-big's 128 x 256
   // tokens that is 2.2 GB less at the step's peak. The saved state is then spent.
-  const bool in_place = logits.storage().use_count() == 1 && logits.memory_format() == MemoryFormat::contiguous;
+  const bool in_place = config().loss_grad_in_place && logits.storage().use_count() == 1 && logits.memory_format() == MemoryFormat::contiguous;
   Tensor grad = in_place ? logits : Tensor::empty(logits.shape(), logits.dtype(), logits.device());
   const int64_t n = rows * v;
   if (n == 0) {

@@ -504,7 +504,9 @@ int main(int argc, char** argv) {
       fit.epochs = std::min(epoch + common.epochs_between_evals, common.train_epochs);
       fit.total_epochs = common.train_epochs;  // one count over the loop: "Epoch 4/6" after "3/6"
       auto csv = std::make_shared<tnt::CSVLogger>(model_dir + "/history.csv", epoch > 0 || fit.initial_step > 0);
-      csv->set_columns({"loss", "learning_rate", "seconds"});
+      std::vector<std::string> columns = {"loss", "learning_rate", "seconds"};
+      if (precision.scales_loss()) columns.push_back("loss_scale");  // fp16 (docs/library.md)
+      csv->set_columns(columns);
       fit.callbacks = {nan_guard, csv, std::make_shared<tnt::ModelCheckpoint>(checkpoint, "loss"), throughput};
       if (tensorboard) fit.callbacks.push_back(tensorboard);
       model.fit(train, fit);

@@ -362,6 +362,32 @@ TEST_CASE("CSVLogger: a resumed run appends only rows that fit the history's hea
     csv.on_train_end({});
     CHECK(read_all(path) == "epoch,loss\n2,0.25\n");
   }
+  SECTION("a byte-order mark (a spreadsheet's UTF-8) is dropped, the rows kept") {
+    std::ofstream(path) << "\xEF\xBB\xBF" "epoch,loss\n1,0.5\n";
+    tnt::CSVLogger csv(path, /*append=*/true);
+    csv.set_params(params);
+    csv.set_columns({"loss"});
+    csv.on_train_begin({});
+    csv.on_epoch_end(1, {{"loss", 0.25}});
+    csv.on_train_end({});
+    CHECK(read_all(path) == "epoch,loss\n1,0.5\n2,0.25\n");
+  }
+  SECTION("rows missing before the resume are named in a warning") {
+    params.initial_epoch = 4;
+    std::ofstream(path) << "epoch,loss\n1,0.5\n3,0.3\n";
+    tnt::CSVLogger csv(path, /*append=*/true);
+    csv.set_params(params);
+    csv.set_columns({"loss"});
+    const std::string said = captured_stderr([&] { csv.on_train_begin({}); });
+    CHECK_THAT(said, Catch::Contains("CSVLogger: '" + path + "' has no row for epochs 2, 4 of the 4 before this "
+                                     "resumed run: the history goes on without them"));
+    // All there: nothing said.
+    std::ofstream(path) << "epoch,loss\n1,0.5\n2,0.4\n3,0.3\n4,0.2\n";
+    tnt::CSVLogger whole(path, /*append=*/true);
+    whole.set_params(params);
+    whole.set_columns({"loss"});
+    CHECK(captured_stderr([&] { whole.on_train_begin({}); }).find("has no row") == std::string::npos);
+  }
   SECTION("a missing history is named in a warning, and a new one starts") {
     params.initial_epoch = 3;
     tnt::CSVLogger csv(path, /*append=*/true);

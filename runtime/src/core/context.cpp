@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <mpi.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>  // environ
 
@@ -329,7 +330,16 @@ int run_main(int argc, char** argv, const std::function<void()>& body) {
     finalize();
     return 0;
   } catch (const std::bad_alloc&) {
-    // "std::bad_alloc" alone names neither the cause nor a way out.
+    // "std::bad_alloc" alone names neither the cause nor a way out. A limit on the address
+    // space (ulimit -v) fails allocations long before the host's memory runs out.
+    rlimit as{};
+    if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+      return end_with_error(fmt::format("out of memory: an allocation failed (std::bad_alloc) under this process's "
+                                        "address-space limit of {} MB (ulimit -v; the libraries alone map hundreds "
+                                        "of MB): raise it (ulimit -v unlimited)",
+                                        as.rlim_cur >> 20),
+                            false);
+    }
     return end_with_error(
         "out of host memory: an allocation failed (std::bad_alloc). Something is larger than this host can hold: "
         "a batch (the global batch is split over the ranks, but a batch larger than the dataset is padded to its "

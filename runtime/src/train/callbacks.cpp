@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <set>
 #include <filesystem>
 #include <fstream>
 
@@ -278,7 +279,9 @@ void CSVLogger::on_train_begin(const Logs&) {
     // their rows from the run that crashed go, so each epoch has one row. Rows are written
     // before the epoch's checkpoint, so a crash between the two leaves one such row (and a
     // crash mid-row a partial line, dropped as well). The file is replaced atomically.
-    const std::string text = read_history(path_);
+    std::string text = read_history(path_);
+    // A spreadsheet saves UTF-8 with a byte-order mark: the rewritten file goes without it.
+    if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
     const std::vector<std::string> lines = complete_lines(text);
     // Checked before anything is rewritten: a file that is not this logger's, or whose
     // columns differ, is refused as it is. Only a header cut short by a crash mid-write
@@ -307,13 +310,31 @@ void CSVLogger::on_train_begin(const Logs&) {
     }
     std::string kept;
     size_t dropped = 0;
+    std::set<int> present;
     for (size_t i = 0; i < lines.size(); ++i) {
       const int epoch = i == 0 ? 0 : std::atoi(lines[i].c_str());  // the first column, 1-based
       if (epoch > params_.initial_epoch) {
         ++dropped;
       } else {
         kept += lines[i];
+        if (i > 0) present.insert(epoch);
       }
+    }
+    // Rows of the epochs before the resume that are not there (deleted by hand, a history
+    // copied from another run): said, as a missing file is, since a plot would run on over
+    // the gap without a sign.
+    std::vector<int> missing;
+    for (int e = 1; e <= params_.initial_epoch && !lines.empty(); ++e) {
+      if (!present.count(e)) missing.push_back(e);
+    }
+    if (!missing.empty()) {
+      std::string list;
+      for (size_t i = 0; i < missing.size() && i < 10; ++i) list += (i ? ", " : "") + std::to_string(missing[i]);
+      if (missing.size() > 10) list += fmt::format(" and {} more", missing.size() - 10);
+      log_warning("CSVLogger: '{}' has no row for epoch{} {} of the {} before this resumed run: the history goes on "
+                  "without {}",
+                  path_, missing.size() == 1 ? "" : "s", list, params_.initial_epoch,
+                  missing.size() == 1 ? "it" : "them");
     }
     std::error_code ec;
     const uintmax_t size = std::filesystem::file_size(path_, ec);

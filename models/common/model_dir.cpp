@@ -1,5 +1,7 @@
 #include "common/model_dir.hpp"
 
+#include "common/wording.hpp"
+
 #include <tarantella/tarantella.hpp>
 
 #include <fmt/ranges.h>
@@ -23,6 +25,18 @@ namespace tnt_models {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The data rows of a history.csv (its lines after the header); 0 when there is none.
+int64_t history_rows(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return 0;
+  int64_t lines = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line != "\r") ++lines;
+  }
+  return std::max<int64_t>(0, lines - 1);
+}
 
 constexpr const char* kRunMarker = ".tarantella-run";
 constexpr const char* kLockFile = ".tarantella-lock";
@@ -470,6 +484,15 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
     // checkpoint left (one that failed in its first epoch) is replaced, as a restart does.
     const bool has_checkpoint = !dir.checkpoint.empty() && fs::exists(fs::path(path) / dir.checkpoint, ec);
     if (!has_checkpoint) {
+      // A history with rows is a run that finished epochs, each with its checkpoint: that
+      // one was removed (to save space, say), and replacing the run would lose its history
+      // and final model without a word.
+      if (const int64_t rows = history_rows(fs::path(path) / "history.csv"); rows > 0) {
+        return {fmt::format("--resume=auto: {} has no checkpoint to continue, but its history.csv records {}: the "
+                            "run's checkpoint was removed, and a new run would replace what it left ({}); give "
+                            "--overwrite to start over, or choose another --model_dir",
+                            path, count_of(rows, "epoch"), fmt::join(found, ", "))};
+      }
       if (dry) return {};
       if (std::string e = remove_outputs(path, found, "--resume=auto"); !e.empty()) return {e};
       if (std::string e = id.empty() ? remove_marker(path) : write_marker(path, id); !e.empty()) return {e};

@@ -147,7 +147,8 @@ case $case_name in
   resume_auto)
     # --resume=auto: one command to run again as it is (a requeued batch job): it starts a
     # run where there is none, continues one with a checkpoint, and starts over where a run
-    # left no checkpoint.
+    # left no checkpoint and no epoch; a run whose checkpoint was removed after epochs is
+    # refused.
     fm_run first "${launch[@]}" -- "${small[@]}" --train_epochs=1 --resume=auto
     expect_exit first 0
     if grep -qF -- "--resume=auto: $model_dir has no checkpoint to continue, so a new run starts there" <<<"$fm_out"; then fm_pass "first: a new run, said"; else fm_fail "first: no line '--resume=auto: $model_dir has no checkpoint to continue, so a new run starts there'"; fi
@@ -156,7 +157,15 @@ case $case_name in
     expect_exit again 0
     if grep -qF -- "Resuming from $ckpt at epoch 1" <<<"$fm_out"; then fm_pass "again: the run continued"; else fm_fail "again: no line 'Resuming from $ckpt at epoch 1'"; fi
     if [[ $(csv_epochs) == "1 2" ]]; then fm_pass "again: rows 1 2"; else fm_fail "again: rows '$(csv_epochs)', expected '1 2'"; fi
+    # The checkpoint removed after epochs were done (history rows 1 2): refused, not
+    # replaced (before, the run's history went without a word).
     rm -f "$ckpt"
+    fm_run removed "${launch[@]}" -- "${small[@]}" --train_epochs=1 --resume=auto
+    expect_exit removed 2
+    if grep -qF -- "--resume=auto: $model_dir has no checkpoint to continue, but its history.csv records 2 epochs: the run's checkpoint was removed" <<<"$fm_out"; then fm_pass "removed: refused, saying why"; else fm_fail "removed: no line '--resume=auto: $model_dir has no checkpoint to continue, but its history.csv records 2 epochs ...'"; fi
+    if [[ $(csv_epochs) == "1 2" ]]; then fm_pass "removed: the history kept"; else fm_fail "removed: rows '$(csv_epochs)'"; fi
+    # A run that failed in its first epoch leaves no row (here: the header alone): replaced.
+    head -n 1 "$model_dir/history.csv" >"$fm_tmp/header.csv" && mv "$fm_tmp/header.csv" "$model_dir/history.csv"
     fm_run over "${launch[@]}" -- "${small[@]}" --train_epochs=1 --resume=auto
     expect_exit over 0
     if grep -qF -- "--resume=auto: $model_dir has no checkpoint to continue (what a run without one left there is replaced), so a new run starts there" <<<"$fm_out"; then fm_pass "over: starting over, said"; else fm_fail "over: no line '--resume=auto: $model_dir has no checkpoint to continue (what a run without one left there is replaced), so a new run starts there'"; fi

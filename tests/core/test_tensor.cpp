@@ -189,6 +189,27 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_CUDA_PROFILE_STEPS='0-2'"));
   }
   {
+    // Numbers: decimal, the whole text (strtod took ' 30' and 0x10 but refused '30 ').
+    for (const char* bad : {" 30", "30 ", "0x10", "1,5"}) {
+      ScopedEnv a("TNT_COLLECTIVE_TIMEOUT", bad);
+      CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("is not a non-negative number"));
+    }
+    ScopedEnv a("TNT_COLLECTIVE_TIMEOUT", "1.5e2");
+    CHECK(Config::from_env().collective_timeout_s == 150.0);
+  }
+  {
+    // A value is quoted at most 60 characters long (a variable may hold 100 KB).
+    ScopedEnv a("TNT_LOG_LEVEL", std::string(100000, 'x').c_str());
+    try {
+      (void)Config::from_env();
+      FAIL("no error");
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      CHECK(what.size() < 300);
+      CHECK_THAT(what, Catch::Contains("TNT_LOG_LEVEL='" + std::string(60, 'x') + "... (100000 bytes)'"));
+    }
+  }
+  {
     ScopedEnv a("TNT_FUSED_ATTENTION", "fast");
     CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_FUSED_ATTENTION='fast' is not a boolean"));
   }

@@ -11,20 +11,33 @@ namespace tnt {
 
 namespace {
 
+// A value as an error message quotes it: at most 60 characters (a variable may hold
+// anything, 100 KB of it), control characters escaped.
+std::string shown(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size() && i < 60; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    out += c < 0x20 || c == 0x7f ? fmt::format("\\x{:02x}", c) : std::string(1, text[i]);
+  }
+  if (text.size() > 60) out += fmt::format("... ({} bytes)", text.size());
+  return out;
+}
+
 void parse_value(const char* env, const std::string& text, int64_t& out) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   if (ec != std::errc() || ptr != text.data() + text.size() || v < 0) {
-    TNT_INPUT_ERROR("{}='{}' is not a non-negative integer", env, text);
+    TNT_INPUT_ERROR("{}='{}' is not a non-negative integer", env, shown(text));
   }
   out = v;
 }
 
 void parse_value(const char* env, const std::string& text, double& out) {
-  char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !(v >= 0)) {
-    TNT_INPUT_ERROR("{}='{}' is not a non-negative number", env, text);
+  // Decimal only, the whole text (strtod took ' 30' and 0x10, and refused '30 ').
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !(v >= 0)) {
+    TNT_INPUT_ERROR("{}='{}' is not a non-negative number", env, shown(text));
   }
   out = v;
 }
@@ -38,7 +51,7 @@ void parse_value(const char* env, const std::string& text, FusionThresholdKb& ou
   int64_t kb = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), kb);
   if (ec != std::errc() || ptr != text.data() + text.size() || kb < 0) {
-    TNT_INPUT_ERROR("{}='{}' is not a non-negative integer (KB) or auto", env, text);
+    TNT_INPUT_ERROR("{}='{}' is not a non-negative integer (KB) or auto", env, shown(text));
   }
   out = FusionThresholdKb(kb);
 }
@@ -56,7 +69,9 @@ void parse_value(const char* env, const std::string& text, AutoSwitch& out) {
     out = AutoSwitch::Mode::automatic;
     return;
   }
-  if (!is_bool_spelling(text)) TNT_INPUT_ERROR("{}='{}' is not auto or a boolean (1/0, true/false)", env, text);
+  if (!is_bool_spelling(text)) {
+    TNT_INPUT_ERROR("{}='{}' is not auto or a boolean (1/0, true/false)", env, shown(text));
+  }
   out = parse_bool_knob(env, text) ? AutoSwitch::Mode::on : AutoSwitch::Mode::off;
 }
 
@@ -74,7 +89,7 @@ std::string value_str(const std::string& v) { return v.empty() ? "(default)" : v
 bool parse_bool_knob(const char* env, const std::string& text) {
   if (text == "1" || text == "true" || text == "TRUE" || text == "yes" || text == "on") return true;
   if (text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off" || text.empty()) return false;
-  TNT_INPUT_ERROR("{}='{}' is not a boolean (1/true/yes/on or 0/false/no/off)", env, text);
+  TNT_INPUT_ERROR("{}='{}' is not a boolean (1/true/yes/on or 0/false/no/off)", env, shown(text));
 }
 
 namespace {
@@ -148,7 +163,7 @@ LogLevel parse_log_level(const std::string& text) {
   if (t == "INFO") return LogLevel::info;
   if (t == "WARNING" || t == "WARN") return LogLevel::warning;
   if (t == "ERROR") return LogLevel::error;
-  TNT_INPUT_ERROR("TNT_LOG_LEVEL='{}' is not DEBUG, INFO, WARNING or ERROR", text);
+  TNT_INPUT_ERROR("TNT_LOG_LEVEL='{}' is not DEBUG, INFO, WARNING or ERROR", shown(text));
 }
 
 Config Config::from_env() {
@@ -160,7 +175,7 @@ Config Config::from_env() {
   parse_log_level(c.log_level);  // validate early
   if (!c.allreduce_algo.empty() && c.allreduce_algo != "ring" && c.allreduce_algo != "mpi" &&
       c.allreduce_algo != "nccl") {
-    TNT_INPUT_ERROR("TNT_ALLREDUCE_ALGO='{}' is not ring, mpi or nccl", c.allreduce_algo);
+    TNT_INPUT_ERROR("TNT_ALLREDUCE_ALGO='{}' is not ring, mpi or nccl", shown(c.allreduce_algo));
   }
   if (c.ring_segment_kb == 0) TNT_INPUT_ERROR("TNT_RING_SEGMENT must be at least 1 (KB)");
   if (c.fused_attention_rows != 16 && c.fused_attention_rows != 32) {
@@ -171,7 +186,7 @@ Config Config::from_env() {
       c.conv_pad_channels != "8") {
     TNT_INPUT_ERROR("TNT_CONV_PAD_CHANNELS='{}' is not auto, 0, 4 or 8 (the channels a 1-3 channel convolution input is "
                     "widened to)",
-                    c.conv_pad_channels);
+                    shown(c.conv_pad_channels));
   }
   // Checked whether or not a timeline is asked for: a bad window is a mistake either way.
   (void)parse_step_window(c.timeline_steps, "TNT_TIMELINE_STEPS");
@@ -211,7 +226,7 @@ std::pair<int64_t, int64_t> parse_step_window(const std::string& text, const std
                                             number(std::string_view(text).substr(dash + 1), b);
   if (!ok || b < a)
     TNT_INPUT_ERROR("{}='{}': expected a step window a-b with 1 <= a <= b (steps count from 1), or one step a", what,
-                    text);
+                    shown(text));
   return {a, b};
 }
 

@@ -1,4 +1,5 @@
 #include "common/flags.hpp"
+#include "common/resume_checks.hpp"
 
 #include "common/wording.hpp"
 
@@ -448,22 +449,6 @@ constexpr const char* kFlagsKey = "flags";
 
 }  // namespace
 
-std::string file_fingerprint(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  TNT_INPUT_CHECK(in.good(), "--{}={}: cannot be read", flag, path);
-  uint64_t h = 1469598103934665603ull;
-  uint64_t size = 0;
-  char buf[65536];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      h = (h ^ static_cast<uint8_t>(buf[i])) * 1099511628211ull;
-    }
-    size += static_cast<uint64_t>(in.gcount());
-  }
-  TNT_INPUT_CHECK(in.eof(), "--{}={}: reading it failed", flag, path);
-  return fmt::format("{:016x}/{}", h, size);
-}
-
 void record_run_flags(tnt::Model& model, const RunFlags& flags) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto* list : {&flags.same, &flags.noted}) {
@@ -529,6 +514,7 @@ int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uin
       const nlohmann::json metadata = checkpoint_metadata(checkpoint);
       const bool has_flags = metadata.contains(kFlagsKey) && metadata[kFlagsKey].is_string();
       notes = compare_run_flags(checkpoint, has_flags ? metadata[kFlagsKey].get<std::string>() : "", flags);
+      if (has_flags) check_inside_epoch(checkpoint, metadata, metadata[kFlagsKey].get<std::string>(), flags);
     } catch (const tnt::InputError& e) {
       problem = e.what();
     }

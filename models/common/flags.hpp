@@ -192,6 +192,10 @@ struct RunFlags {
   // Files whose contents must be the same, wherever they lie now: flag name and a
   // fingerprint of the contents (file_fingerprint). Recorded as "<flag>#contents".
   std::vector<std::pair<std::string, std::string>> same_contents = {};
+  // Names of `noted` flags that decide the batches of an epoch (their size, the samples):
+  // a checkpoint written inside an epoch is resumed only with the same values, since the
+  // resume skips the steps of that epoch already taken.
+  std::vector<std::string> same_inside_epoch = {};
 };
 // A fingerprint of a file's bytes (64-bit FNV-1a, in hex, with the size): tells apart two
 // vocabularies of the same size. Throws InputError naming `flag` when it cannot be read.

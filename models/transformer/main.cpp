@@ -429,7 +429,8 @@ int main(int argc, char** argv) {
                   {"batch_size", flag_text(common.batch_size)},
                   {"max_length", flag_text(p.max_length)}},
         // Another vocabulary of the same size gives every id another subtoken.
-        .same_contents = {{"vocab_file", tnt_models::file_fingerprint("vocab_file", vocab_file)}}};
+        .same_contents = {{"vocab_file", tnt_models::file_fingerprint("vocab_file", vocab_file)}},
+        .same_inside_epoch = {"batch_size", "max_length"}};
     if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
     tnt_models::record_run_flags(model, run_flags);
 

@@ -501,6 +501,15 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
       fm_fail "$case_name: no 'fashion_mnist: stopped after step 1 on SIGUSR1 ... 1 step into its epoch'"
     fi
     if [[ -f $ckpt ]]; then fm_pass "$case_name: the checkpoint is there"; else fm_fail "$case_name: no checkpoint"; fi
+    # Inside an epoch the batches must stay: another --batch_size is refused, naming it (before:
+    # the library's 'global batch of N samples', without the flag).
+    fm_run inside_other_batch "${launch[@]}" -- "${sig_args[@]}" --batch_size=48 --resume
+    expect_exit inside_other_batch 2
+    if grep -Eq -- "--batch_size=48: the run being resumed \($ckpt\) stopped 1 step into epoch 1 with --batch_size=[0-9]+, and a resume inside an epoch skips the batches already taken" <<<"$fm_out"; then
+      fm_pass "inside_other_batch: refused, naming the flag and the step"
+    else
+      fm_fail "inside_other_batch: no '--batch_size=48: the run being resumed ... stopped 1 step into epoch 1 ...'"
+    fi
     ;;
 
   fifo_checkpoint)

@@ -1,0 +1,65 @@
+// Checks of a resume beyond the flags' values: the contents of files the run was trained
+// with (file_fingerprint, declared in flags.hpp) and the flags that decide an epoch's
+// batches when the checkpoint lies inside an epoch.
+#include "common/flags.hpp"
+#include "common/resume_checks.hpp"
+#include "common/wording.hpp"
+
+#include <tarantella/tarantella.hpp>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+namespace tnt_models {
+
+std::string file_fingerprint(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TNT_INPUT_CHECK(in.good(), "--{}={}: cannot be read", flag, path);
+  uint64_t h = 1469598103934665603ull;
+  uint64_t size = 0;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h = (h ^ static_cast<uint8_t>(buf[i])) * 1099511628211ull;
+    }
+    size += static_cast<uint64_t>(in.gcount());
+  }
+  TNT_INPUT_CHECK(in.eof(), "--{}={}: reading it failed", flag, path);
+  return fmt::format("{:016x}/{}", h, size);
+}
+
+// A checkpoint inside an epoch (a warning signal stopped the run there) with another value
+// of a flag that decides the epoch's batches: the resume would skip steps of other batches,
+// training some samples twice and others never.
+void check_inside_epoch(const std::string& checkpoint, const nlohmann::json& metadata, const std::string& stored,
+                        const RunFlags& given) {
+  if (given.same_inside_epoch.empty() || !metadata.contains("epoch_step") || !metadata["epoch_step"].is_string()) {
+    return;
+  }
+  const int64_t step = std::atoll(metadata["epoch_step"].get<std::string>().c_str());
+  if (step <= 0) return;
+  const nlohmann::json j = nlohmann::json::parse(stored, nullptr, false);
+  if (!j.is_object()) return;  // compare_run_flags refused it
+  std::vector<std::string> now, was;
+  for (const std::string& name : given.same_inside_epoch) {
+    const auto it = std::find_if(given.noted.begin(), given.noted.end(), [&](const auto& f) { return f.first == name; });
+    if (it == given.noted.end() || !j.contains(name) || !j[name].is_string() || j[name] == it->second) continue;
+    now.push_back(fmt::format("--{}={}", name, it->second));
+    was.push_back(fmt::format("--{}={}", name, j[name].get<std::string>()));
+  }
+  if (now.empty()) return;
+  const int epoch = metadata.contains("epoch") && metadata["epoch"].is_string()
+                        ? std::atoi(metadata["epoch"].get<std::string>().c_str())
+                        : 0;
+  TNT_INPUT_ERROR("{}: the run being resumed ({}) stopped {} into epoch {} with {}, and a resume inside an epoch "
+                  "skips the batches already taken, so {} must stay; give {} to finish the epoch (the next run may "
+                  "change {}), or --overwrite to start a new run",
+                  fmt::join(now, " "), checkpoint, count_of(step, "step"), epoch + 1, fmt::join(was, " "),
+                  now.size() == 1 ? "it" : "they", fmt::join(was, " "), now.size() == 1 ? "it" : "them");
+}
+
+}  // namespace tnt_models

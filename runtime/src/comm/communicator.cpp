@@ -250,7 +250,11 @@ void Communicator::broadcast(void* data, int64_t count, DType dtype, Device devi
                        c.comm, &req),
             "MPI_Ibcast");
     // The root waits on the others, never on itself: its message names them (arrivals).
-    complete(w, req, c.rank == root ? -1 : root, "(root)");
+    // Beyond 2 ranks Open MPI relays a broadcast through other ranks (a tree): a rank may wait
+    // on one of those, which the arrivals then name, not on the root.
+    complete(w, req, c.rank == root ? -1 : root,
+             c.size > 2 ? "(root; the broadcast is relayed through other ranks: see those that did not answer)"
+                        : "(root)");
   }
 }
 

@@ -431,7 +431,16 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
   if (dry && !exists) return {};
   if (!dry) {
     fs::create_directories(path, ec);
-    if (ec) return {fmt::format("--model_dir={}: cannot create it: {}", path, ec.message())};
+    if (ec) {
+      // A link to nowhere "exists" to mkdir: name where it points instead of EEXIST.
+      std::error_code lec;
+      if (fs::is_symlink(fs::symlink_status(path, lec)) && !fs::exists(path, lec)) {
+        return {fmt::format("--model_dir={}: a symbolic link to {}, which does not exist; create that directory, or "
+                            "give another --model_dir",
+                            path, fs::read_symlink(path, lec).string())};
+      }
+      return {fmt::format("--model_dir={}: cannot create it: {}", path, ec.message())};
+    }
     // Locked before anything is looked at: two runs started together cannot both find the
     // directory free.
     LockResult locked = lock_dir(path);

@@ -44,7 +44,8 @@
 #   overwrite_symlinked_train: a train/ that is a symbolic link to another directory is
 #     refused (exit 2, naming it), also with --overwrite, which removes nothing through it.
 #   dangling_history_link: a history.csv that is a dangling symbolic link is refused (exit 2),
-#     and no file appears where it points.
+#     and no file appears where it points; a --model_dir that is one is refused naming its
+#     target.
 #   concurrent_runs: a second run on a --model_dir in use is refused (exit 2) naming the
 #     first run's process; after that process is killed (SIGKILL), the directory is free.
 #   resume_other_columns: a resumed run whose history.csv has other columns is refused,
@@ -477,6 +478,12 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     if [[ $fm_rc -eq 2 ]]; then fm_pass "$case_name: exit status 2"; else fm_fail "$case_name: exit status $fm_rc, expected 2"; fi
     fm_expect_fixed "$case_name" "$csv is a symbolic link (to $fm_tmp/elsewhere.csv)" "the link"
     if [[ -e $fm_tmp/elsewhere.csv ]]; then fm_fail "$case_name: a file was written where the link points"; else fm_pass "$case_name: nothing written where the link points"; fi
+    # A --model_dir that is a dangling link: named with its target (before: 'cannot create
+    # it: File exists').
+    ln -s "$fm_tmp/nowhere" "$fm_tmp/linked_dir"
+    fm_run dangling_dir "${launch[@]}" -- "${small[@]/--model_dir=*/--model_dir=$fm_tmp/linked_dir}" --train_epochs=1
+    expect_exit dangling_dir 2
+    fm_expect_fixed dangling_dir "--model_dir=$fm_tmp/linked_dir: a symbolic link to $fm_tmp/nowhere, which does not exist" "the link and its target"
     ;;
 
   early_warning_signal)

@@ -109,60 +109,6 @@ std::string describe_ranks(const std::vector<LostRank>& ranks) {
 
 }  // namespace
 
-namespace {
-
-bool stopped_by_signal(const RankReport& r) {
-  return r.signaled && (r.code == SIGINT || r.code == SIGTERM || r.code == SIGHUP || r.code == SIGQUIT ||
-                        r.code == SIGKILL);
-}
-
-}  // namespace
-
-const RankReport* JobResult::failed_before_interrupt() const {
-  for (size_t i = 0; i < failures_before_interrupt && i < failures.size(); ++i) {
-    if (!stopped_by_signal(failures[i])) return &failures[i];
-  }
-  return nullptr;
-}
-
-std::vector<LostRank> JobResult::news() const {
-  std::vector<LostRank> out;
-  for (const Loss& l : lost) {
-    if ((l.failures_before == 0 && !l.in_stop) || l.rank.kind == LostRank::Kind::unreachable) out.push_back(l.rank);
-  }
-  return out;
-}
-
-std::vector<LostRank> JobResult::stopped_with_job() const {
-  std::vector<LostRank> out;
-  for (const Loss& l : lost) {
-    if (l.in_stop && l.failures_before == 0 && l.rank.kind == LostRank::Kind::lost) out.push_back(l.rank);
-  }
-  return out;
-}
-
-std::string restart_futility(const JobResult& result) {
-  if (result.interrupted_by || result.failures.empty() || result.lost_first()) return "";
-  // The watch ended the job: ranks that did not start or end in time may on another try.
-  if (result.verdict && result.verdict->reason != RankWatch::Reason::teardown) return "";
-  const RankReport& first = result.failures.front();
-  const std::string who =
-      fmt::format("rank {} (host {}, local rank {})", first.rank, first.host, first.local_rank);
-  // 126 and 127: exec failed (as in a shell); 1: the step could not set the rank up (no
-  // GPU where the plan has GPU ranks, a topology it cannot bind to). Either is said on the
-  // rank's stderr. Anything else before a start (the step killed) may not happen again.
-  const bool setup_code = !first.signaled && (first.code == 1 || first.code == 126 || first.code == 127);
-  if (result.started.count(first.rank) == 0 && setup_code) {
-    return fmt::format("{} could not start its program ({}), and a restart would start it the same way", who,
-                       describe_status(first));
-  }
-  if (!first.signaled && first.code == usage_exit_code) {
-    return fmt::format("{} exited with code {}, a usage error (its command line or input was refused), which a "
-                       "restart would repeat", who, usage_exit_code);
-  }
-  return "";
-}
-
 JobResult run_job(const std::vector<std::string>& command, ReportServer* server, RankWatch* watch,
                   Lifelines* lifelines, const std::vector<int>& expendable, int ranks,
                   std::chrono::milliseconds warning_hold) {
@@ -573,11 +519,28 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   if (err_fd >= 0) ::close(err_fd);
   // The rest of mpirun's standard output: a reader found gone only now lost the job's last
   // words (as a pipeline's writer would end with SIGPIPE).
-  // A slow reader is waited for until a stop signal; after a stop, for the drain time only.
-  if (out && out->finish(Clock::now() + stderr_drain, result.interrupted_by ? -1 : sfd)) {
+  // A slow reader is waited for until a stop signal (SIGCHLD and the forwarded ones are
+  // read and passed over); after a stop, for the drain time only.
+  int drain_stop = 0;
+  const auto stop_read = [&] {
+    signalfd_siginfo info{};
+    while (::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (std::find(std::begin(stop_signals), std::end(stop_signals), sig) != std::end(stop_signals)) drain_stop = sig;
+    }
+    return drain_stop != 0;
+  };
+  if (out && out->finish(Clock::now() + stderr_drain, result.interrupted_by ? -1 : sfd, stop_read)) {
     output_closed(false);
     std::fprintf(stderr, "tarantella: the standard output was closed by its reader before the job's output "
                  "ended\n");
+  }
+  if (drain_stop != 0) {
+    // The job had ended; its last output waited for a reader that did not read. The launcher
+    // ends by the signal once it is unblocked below, as a writer blocked on a pipe would.
+    std::fprintf(stderr, "tarantella: %s received while the job's last output waited for its reader: the rest is "
+                 "dropped\n", signal_name(drain_stop).c_str());
+    ::raise(drain_stop);
   }
   write_stderr(filter.flush());
   write_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line

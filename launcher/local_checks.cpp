@@ -25,13 +25,19 @@ void check_local_environment(const Environment& env) {
                                  "read it; change to an existing directory (mpirun starts the ranks in it)",
                                  std::strerror(errno)));
   }
-  // Open MPI keeps its session files in TMPDIR: one that is missing it makes (as root,
-  // owned by root, where nobody asked for it), one it cannot write fails with its own text.
+  // Open MPI keeps its session files in TMPDIR (unless orte_tmpdir_base says elsewhere):
+  // one that is a file, or that this user cannot write, fails with its own text. A missing
+  // one it makes.
+  if (lookup(env, "OMPI_MCA_orte_tmpdir_base")) return;
   if (const auto tmp = lookup(env, "TMPDIR"); tmp && !tmp->empty()) {
     struct stat st {};
-    if (::stat(tmp->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (::stat(tmp->c_str(), &st) != 0) {
+      if (errno == ENOENT) return;
       throw InputError(fmt::format("TMPDIR={}: {} (Open MPI keeps its session files there)", *tmp,
-                                   ::stat(tmp->c_str(), &st) != 0 ? "no such directory" : "not a directory"));
+                                   std::strerror(errno)));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      throw InputError(fmt::format("TMPDIR={}: not a directory (Open MPI keeps its session files there)", *tmp));
     }
     if (::access(tmp->c_str(), W_OK | X_OK) != 0) {
       throw InputError(

@@ -11,7 +11,8 @@
 namespace tnt::launcher {
 
 // The working directory exists and can be read (mpirun starts the ranks in it); TMPDIR,
-// where set, is a directory this user can create files in (Open MPI's session files).
+// where set and there, is a directory this user can create files in (Open MPI's session
+// files; a missing one Open MPI makes).
 // Throws InputError.
 void check_local_environment(const Environment& env);
 

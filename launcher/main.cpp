@@ -158,8 +158,8 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
   // own message and the launcher names that rank below; otherwise (ranks that did not
   // start, lost hosts, mpirun failing by itself) it may be the only account there is.
   // A parameter-server worker dropped (the launcher says so below) leaves Open MPI's PMIx
-  // complaints on every rank: no account of anything.
-  if ((result.failures.empty() && result.dropped.empty()) || result.lost_first()) {
+  // complaints on every rank: no account of anything, unless mpirun itself failed.
+  if ((result.failures.empty() && (result.dropped.empty() || mpirun_failed)) || result.lost_first()) {
     std::fputs(result.mpirun_messages.c_str(), stderr);
   }
   const std::vector<tl::LostRank> news = result.news();

@@ -85,7 +85,8 @@ bool OutputRelay::service() {
   return true;
 }
 
-bool OutputRelay::finish(std::chrono::steady_clock::time_point deadline, int stop_fd) {
+bool OutputRelay::finish(std::chrono::steady_clock::time_point deadline, int stop_fd,
+                         const std::function<bool()>& stop) {
   using Clock = std::chrono::steady_clock;
   bool found_closed = false;
   while (source_ >= 0 || (!pending_.empty() && !closed_)) {
@@ -102,7 +103,7 @@ bool OutputRelay::finish(std::chrono::steady_clock::time_point deadline, int sto
     }
     if (stop_fd >= 0) fds.push_back({stop_fd, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) break;
-    if (stop_fd >= 0 && (fds.back().revents & POLLIN)) break;  // a stop signal: the rest is dropped
+    if (stop_fd >= 0 && (fds.back().revents & POLLIN) && stop && stop()) break;  // the rest is dropped
     if (service()) found_closed = true;
     if (source_ < 0 && closed_) break;
   }

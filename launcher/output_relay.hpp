@@ -13,6 +13,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <poll.h>
 #include <string>
 #include <vector>
@@ -38,10 +39,12 @@ class OutputRelay {
   bool sink_closed() const { return closed_; }
   // After mpirun has ended: what is left in the source (until end of file, or `deadline`
   // for a source that a process left behind still holds) goes out, waiting for a slow
-  // reader as long as it reads, until `stop_fd` (the launcher's signalfd) is readable.
-  // With stop_fd -1 the reader too is waited for until `deadline` only. What is not
-  // written by then is dropped. True when that found the reader gone.
-  bool finish(std::chrono::steady_clock::time_point deadline, int stop_fd);
+  // reader as long as it reads, until `stop()` says to stop: it is called whenever
+  // `stop_fd` (the launcher's signalfd) is readable, and reads it (other signals than a
+  // stop come there too). With stop_fd -1 the reader too is waited for until `deadline`
+  // only. What is not written by then is dropped. True when that found the reader gone.
+  bool finish(std::chrono::steady_clock::time_point deadline, int stop_fd = -1,
+              const std::function<bool()>& stop = {});
 
   // Bytes kept for a slow reader before mpirun's output is left to wait in its pipe.
   static constexpr size_t max_pending = 1 << 20;

@@ -197,8 +197,9 @@ struct RunFlags {
   // resume skips the steps of that epoch already taken.
   std::vector<std::string> same_inside_epoch = {};
 };
-// A fingerprint of a file's bytes (64-bit FNV-1a, in hex, with the size): tells apart two
-// vocabularies of the same size. Throws InputError naming `flag` when it cannot be read.
+// A fingerprint of a text file's bytes (64-bit FNV-1a, in hex, with the size; carriage
+// returns and the newlines at its end left out): tells apart two vocabularies of the same
+// size, not two line-ending conventions. Throws InputError naming `flag` when it cannot be read.
 std::string file_fingerprint(const std::string& flag, const std::string& path);
 std::string flag_text(double v);  // shortest text that reads back as v
 std::string flag_text(int64_t v);

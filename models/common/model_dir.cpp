@@ -493,10 +493,11 @@ Verdict check_model_dir_on_master(const ModelDir& dir, const std::string& path, 
     // checkpoint left (one that failed in its first epoch) is replaced, as a restart does.
     const bool has_checkpoint = !dir.checkpoint.empty() && fs::exists(fs::path(path) / dir.checkpoint, ec);
     if (!has_checkpoint) {
-      // A history with rows is a run that finished epochs, each with its checkpoint: that
-      // one was removed (to save space, say), and replacing the run would lose its history
-      // and final model without a word.
-      if (const int64_t rows = history_rows(fs::path(path) / "history.csv"); rows > 0) {
+      // A history of two rows or more is a run that had a checkpoint: an epoch's row is
+      // written before its checkpoint, so a run stopped between the two in its first epoch
+      // leaves one row and none. That checkpoint was removed (to save space, say), and
+      // replacing the run would lose its history and final model without a word.
+      if (const int64_t rows = history_rows(fs::path(path) / "history.csv"); rows >= 2) {
         return {fmt::format("--resume=auto: {} has no checkpoint to continue, but its history.csv records {}: the "
                             "run's checkpoint was removed, and a new run would replace what it left ({}); give "
                             "--overwrite to start over, or choose another --model_dir",

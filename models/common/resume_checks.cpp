@@ -22,11 +22,21 @@ std::string file_fingerprint(const std::string& flag, const std::string& path) {
   uint64_t h = 1469598103934665603ull;
   uint64_t size = 0;
   char buf[65536];
+  // As text: carriage returns and the newlines at the end do not count (the same file
+  // saved on Windows, or without its last newline, is the same vocabulary).
+  uint64_t newlines = 0;  // held back until something follows them
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
     for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      h = (h ^ static_cast<uint8_t>(buf[i])) * 1099511628211ull;
+      const auto c = static_cast<uint8_t>(buf[i]);
+      if (c == '\r') continue;
+      if (c == '\n') {
+        ++newlines;
+        continue;
+      }
+      for (; newlines > 0; --newlines, ++size) h = (h ^ uint8_t{'\n'}) * 1099511628211ull;
+      h = (h ^ c) * 1099511628211ull;
+      ++size;
     }
-    size += static_cast<uint64_t>(in.gcount());
   }
   TNT_INPUT_CHECK(in.eof(), "--{}={}: reading it failed", flag, path);
   return fmt::format("{:016x}/{}", h, size);

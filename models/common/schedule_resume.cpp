@@ -27,8 +27,9 @@ int64_t align_schedule_to_epochs(tnt::Model& model, const tnt::SchedulePtr& sche
   const int64_t offset = at - step;
   if (offset == 0) return 0;
   model.optimizer().set_schedule(std::make_shared<ShiftedSchedule>(schedule, offset));
-  tnt::print("The checkpoint's step {} is epoch {}{} of the learning-rate schedule at {} an epoch (another global "
-             "batch than it was trained with): the schedule goes on from its step {}, as if trained at this batch",
+  tnt::print("The checkpoint's step {} is epoch {}{} of the learning-rate schedule at {} an epoch (another number "
+             "of steps an epoch than it was trained with: another global batch or data): the schedule goes on from its "
+             "step {}, as if trained so from the start",
              step, initial_epoch,
              model.checkpoint_epoch_step() > 0 ? " and " + count_of(model.checkpoint_epoch_step(), "step") : "",
              count_of(steps_per_epoch, "step"), at);

@@ -165,8 +165,9 @@ case $case_name in
     expect_exit removed 2
     if grep -qF -- "--resume=auto: $model_dir has no checkpoint to continue, but its history.csv records 2 epochs: the run's checkpoint was removed" <<<"$fm_out"; then fm_pass "removed: refused, saying why"; else fm_fail "removed: no line '--resume=auto: $model_dir has no checkpoint to continue, but its history.csv records 2 epochs ...'"; fi
     if [[ $(csv_epochs) == "1 2" ]]; then fm_pass "removed: the history kept"; else fm_fail "removed: rows '$(csv_epochs)'"; fi
-    # A run that failed in its first epoch leaves no row (here: the header alone): replaced.
-    head -n 1 "$model_dir/history.csv" >"$fm_tmp/header.csv" && mv "$fm_tmp/header.csv" "$model_dir/history.csv"
+    # A run stopped in its first epoch leaves at most one row (written before the epoch's
+    # checkpoint): replaced.
+    head -n 2 "$model_dir/history.csv" >"$fm_tmp/header.csv" && mv "$fm_tmp/header.csv" "$model_dir/history.csv"
     fm_run over "${launch[@]}" -- "${small[@]}" --train_epochs=1 --resume=auto
     expect_exit over 0
     if grep -qF -- "--resume=auto: $model_dir has no checkpoint to continue (what a run without one left there is replaced), so a new run starts there" <<<"$fm_out"; then fm_pass "over: starting over, said"; else fm_fail "over: no line '--resume=auto: $model_dir has no checkpoint to continue (what a run without one left there is replaced), so a new run starts there'"; fi

@@ -393,19 +393,30 @@ TEST_CASE("output relay: a reader that stops reading holds the launcher only unt
     REQUIRE(written >= 200 * 1024);  // more than the sink's pipe holds (64 KiB)
     ::close(source[1]);
     std::thread signal([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      REQUIRE(::write(stop[1], "x", 1) == 1);  // not a stop: the wait goes on
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
       REQUIRE(::write(stop[1], "s", 1) == 1);
     });
     const auto start = Clock::now();
     // Without a stop fd (the job was already stopped), the deadline ends the wait; with
     // one, the deadline is for the source only, and the signal ends the wait.
-    relay.finish(start + std::chrono::milliseconds(with_stop_fd ? 50 : 500), with_stop_fd ? stop[0] : -1);
+    // The stop callback reads what woke it (as the launcher reads its signalfd): a byte
+    // 'x' is no stop (SIGCHLD, SIGUSR1), a byte 's' is.
+    int wakes = 0;
+    const auto stop_read = [&] {
+      char c = 0;
+      ++wakes;
+      return ::read(stop[0], &c, 1) == 1 && c == 's';
+    };
+    relay.finish(start + std::chrono::milliseconds(with_stop_fd ? 50 : 500), with_stop_fd ? stop[0] : -1, stop_read);
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
     signal.join();
     // Bounds: the thread's 300 ms sleep, the 500 ms deadline; a few seconds of slack for a
     // loaded machine (before, the wait had no end).
     if (with_stop_fd) {
-      CHECK(waited >= 250);
+      CHECK(waited >= 250);  // past the 'x' at 150 ms
+      CHECK(wakes == 2);
     } else {
       CHECK(waited >= 450);
     }

@@ -146,8 +146,8 @@ TEST_CASE("streams: the launcher's account of this machine's environment in the 
   const tnt_test::Outcome local = tnt_test::run({launcher, "-n", "2", "--", program}, no_ssh);
   INFO(local.describe());
   CHECK(local.exited(0));
-  // A working directory that was removed, and a TMPDIR that does not exist: refused before
-  // Open MPI fails on them with its own text (exit 1, which a restart would repeat).
+  // A working directory that was removed, and a TMPDIR that is a file: refused before Open
+  // MPI fails on them with its own text (exit 1, which a restart would repeat).
   const std::string gone = dir.file("gone");
   const tnt_test::Outcome no_cwd = tnt_test::run(
       {"/bin/bash", "-c", "mkdir \"$0\" && cd \"$0\" && rmdir \"$0\" && exec \"$@\"", gone, launcher, "-n", "2", "--",
@@ -157,10 +157,36 @@ TEST_CASE("streams: the launcher's account of this machine's environment in the 
   CHECK(no_cwd.exited(2));
   CHECK(no_cwd.err.find("the current directory cannot be read") != std::string::npos);
   tnt_test::Env bad_tmp = env;
-  bad_tmp["TMPDIR"] = dir.file("no-such-dir");
+  std::ofstream(dir.file("a-file")) << "x";
+  bad_tmp["TMPDIR"] = dir.file("a-file");
   const tnt_test::Outcome no_tmp = tnt_test::run({launcher, "-n", "2", "--", program}, bad_tmp);
   INFO(no_tmp.describe());
   CHECK(no_tmp.exited(2));
-  CHECK(no_tmp.err.find("TMPDIR=" + dir.file("no-such-dir") + ": no such directory") != std::string::npos);
-  CHECK_FALSE(fs::exists(dir.file("no-such-dir")));
+  CHECK(no_tmp.err.find("TMPDIR=" + dir.file("a-file") + ": not a directory") != std::string::npos);
+}
+
+TEST_CASE("streams: a signal that is no stop leaves the job's last output to a slow reader", "[integration][streams]") {
+  // SIGUSR1 (SLURM's warning) or a SIGCHLD while the launcher waits, after the job, for a
+  // reader that reads late: every byte still reaches it, exit 0 (the first version of the
+  // stop-aware wait took any signal as a stop and dropped the rest without a word).
+  tnt_test::ScratchDir dir("tnt_streams");
+  const std::string marker = fmt::format("tnt_streams_late.{}", ::getpid());
+  const std::string program = dir.script("rank.sh", "head -c 300001 /dev/zero | tr '\\0' y\n");
+  const std::string fifo = dir.file("out.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // The reader opens the FIFO at once, reads only after 4 s.
+  tnt_test::Process reader(
+      {"/bin/bash", "-c", "exec 3<\"$1\"; sleep 4; cat <&3 >\"$2\"", "_", fifo, dir.file("got"), marker},
+      tnt_test::clean_environment());
+  tnt_test::Process job({"/bin/bash", "-c", "exec \"$@\" > \"$0\"", fifo, launcher, "-n", "1", "--", program, marker},
+                        tnt_test::clean_environment());
+  std::this_thread::sleep_for(2500ms);  // the job has ended; the launcher waits on the reader
+  job.signal(SIGUSR1);
+  const tnt_test::Outcome o = job.wait(30s);
+  INFO(o.describe());
+  CHECK(o.exited(0));
+  reader.wait(20s);
+  std::error_code ec;
+  CHECK(fs::file_size(dir.file("got"), ec) == 300001);
+  CHECK(left_with(marker) == 0);
 }

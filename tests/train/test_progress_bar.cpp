@@ -506,13 +506,33 @@ TEST_CASE("a bar that takes over in the middle of an epoch counts the steps and 
   // epoch; before, its line read "0/512 - 0s 0ms/step".
   Harness h(params(512, 2));
   h.bar.on_train_takeover(0, {});
-  h.bar.on_epoch_begin(0, {{tnt::detail::kTakeoverStepsKey, 500.0}, {tnt::detail::kTakeoverSecondsKey, 25.0}});
+  h.bar.on_epoch_begin(0, {{tnt::detail::kTakeoverStepsKey, 500.0},
+                           {tnt::detail::kTakeoverSecondsKey, 25.0},
+                           {tnt::detail::kTakeoverFirstStepKey, 0.0}});
   h.clock += 1.0;
   h.bar.on_epoch_end(0, {{"loss", 0.5}});
   h.bar.on_train_end({});
   const std::string out = h.output();
   INFO(out);
   CHECK(out.find("500/512 - 25s 50ms/step - loss: 0.5000") != std::string::npos);
+  // Steps after the takeover count with those before it (not 26 s over the 2 steps after it:
+  // 13000 ms/step), and so do a resumed epoch's: 100 steps this process did not run.
+  for (const double first : {0.0, 100.0}) {
+    Harness more(params(512, 2));
+    more.bar.on_train_takeover(0, {});
+    more.bar.on_epoch_begin(0, {{tnt::detail::kTakeoverStepsKey, 500.0},
+                                {tnt::detail::kTakeoverSecondsKey, 25.0},
+                                {tnt::detail::kTakeoverFirstStepKey, first}});
+    more.clock += 1.0;
+    more.bar.on_train_batch_end(500, {{"loss", 0.5}});
+    more.clock += 1.0;
+    more.bar.on_train_batch_end(501, {{"loss", 0.5}});
+    more.bar.on_epoch_end(0, {{"loss", 0.5}});
+    const std::string text = more.output();
+    INFO(text);
+    // 27 s over 502 steps, or over the 402 this process ran.
+    CHECK(text.find(first == 0 ? "502/512 - 27s 54ms/step" : "502/512 - 27s 67ms/step") != std::string::npos);
+  }
   // An epoch that begins plainly starts from nothing.
   Harness plain(params(512, 2));
   plain.bar.on_train_begin({});

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <typeinfo>
@@ -48,6 +49,7 @@ inline bool runs_on_this_rank(Callback::Ranks ranks) {
 namespace detail {
 inline constexpr const char* kTakeoverStepsKey = "takeover_epoch_steps";
 inline constexpr const char* kTakeoverSecondsKey = "takeover_epoch_seconds";
+inline constexpr const char* kTakeoverFirstStepKey = "takeover_epoch_first_step";  // steps it did not run
 }  // namespace detail
 
 // Calls each callback that runs on this rank.
@@ -80,8 +82,14 @@ class detail::CallbackList {
     epoch_begun_ = true;
     epoch_began_at_ = detail::now_s();
     epoch_steps_ = 0;
+    epoch_first_step_ = -1;
   }
-  void step_ended(int64_t steps_in_epoch) { epoch_steps_ = steps_in_epoch; }
+  // The epoch's steps done (0-based index + 1); the first call of an epoch gives the steps
+  // this process did not run (a resumed epoch's), so that a taker-over's rate counts its own.
+  void step_ended(int64_t steps_in_epoch) {
+    if (epoch_first_step_ < 0) epoch_first_step_ = steps_in_epoch;
+    epoch_steps_ = steps_in_epoch;
+  }
   template <typename F>
   void each(F&& f) {
     if (began_ && !dormant_.empty()) adopt();
@@ -118,7 +126,9 @@ class detail::CallbackList {
         // Where this rank's epoch is (a progress bar shows its steps and time so far).
         if (epoch_begun_) {
           cb->on_epoch_begin(epoch_, Logs{{detail::kTakeoverStepsKey, static_cast<double>(epoch_steps_)},
-                                         {detail::kTakeoverSecondsKey, detail::now_s() - epoch_began_at_}});
+                                         {detail::kTakeoverSecondsKey, detail::now_s() - epoch_began_at_},
+                                         {detail::kTakeoverFirstStepKey, static_cast<double>(std::max<int64_t>(
+                                                                             epoch_first_step_, 0))}});
         }
       }
       names_.push_back(std::move(name));
@@ -135,6 +145,7 @@ class detail::CallbackList {
   bool began_ = false, epoch_begun_ = false;
   double epoch_began_at_ = 0;
   int64_t epoch_steps_ = 0;
+  int64_t epoch_first_step_ = -1;
   int epoch_ = 0;
 };
 

@@ -430,6 +430,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     double lr_used = optimizer_->learning_rate();
 
     const int64_t first_step = epoch == options.initial_epoch ? options.initial_step : 0;
+    callbacks.step_ended(first_step);  // a resumed epoch: the steps before this process's
     // Resumed at a checkpoint inside this epoch: its logs cover the steps before it too.
     const bool carried = first_step > 0 && first_step == checkpoint_epoch_step_ && totals.carry(checkpoint_epoch_sums_);
     NextBatch next = with_staging(with_sample_weights(source(epoch, first_step), network_->inputs().size(), loss_,

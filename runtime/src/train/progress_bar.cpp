@@ -191,9 +191,10 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs& logs) {
   steps_done_ = 0;
   // Taking over in the middle of an epoch (parameter-server training lost its first worker):
   // this rank's steps and time so far, not a fresh epoch's 0.
-  double took_steps = 0, took_seconds = 0;
+  double took_steps = 0, took_seconds = 0, took_first = 0;
   if (auto it = logs.find(detail::kTakeoverStepsKey); it != logs.end()) took_steps = it->second;
   if (auto it = logs.find(detail::kTakeoverSecondsKey); it != logs.end()) took_seconds = it->second;
+  if (auto it = logs.find(detail::kTakeoverFirstStepKey); it != logs.end()) took_first = it->second;
   steps_skipped_ = -1;
   train_seconds_ = 0;
   eval_seconds_ = -1;
@@ -205,6 +206,7 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs& logs) {
   }
   if (took_steps > 0) {
     steps_done_ = static_cast<int64_t>(took_steps);
+    steps_skipped_ = static_cast<int64_t>(took_first);  // the rate: this process's steps over its time
     epoch_start_ -= took_seconds;
     train_seconds_ = took_seconds;
   }

@@ -35,22 +35,33 @@ CublasApi load_cublas(const std::string& soname, const std::string& fallback_dir
   CublasApi api;
   // RTLD_LOCAL: cuBLAS's symbols stay out of the global namespace.
   void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-  std::string path = soname, first_error;
+  std::string path = soname, errors;
   if (lib == nullptr) {
     const char* e = dlerror();
-    first_error = e ? e : "not found";
+    errors = e ? e : "not found";
     if (!fallback_dir.empty()) {
       const std::string built = fallback_dir + "/" + soname;
       lib = dlopen(built.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (lib != nullptr) path = built;
+      if (lib != nullptr) {
+        path = built;
+      } else if (const char* e2 = dlerror()) {
+        errors += fmt::format("; then {}", e2);
+      }
     }
   }
   if (lib == nullptr) {
     throw Error(fmt::format(
         "cannot load cuBLAS ({}): {}; a CUDA device needs CUDA {}'s cuBLAS where the loader finds it (its folder in "
         "LD_LIBRARY_PATH, or registered with ldconfig)",
-        soname, first_error, CUBLAS_VER_MAJOR));
+        soname, errors, CUBLAS_VER_MAJOR));
   }
+  // Closed again when it is not the cuBLAS wanted (a function missing, another version).
+  struct Closer {
+    void* lib;
+    ~Closer() {
+      if (lib) dlclose(lib);
+    }
+  } closer{lib};
   api.path = path;
   resolve(lib, "cublasCreate_v2", path, api.create);
   resolve(lib, "cublasSetStream_v2", path, api.set_stream);
@@ -62,10 +73,15 @@ CublasApi load_cublas(const std::string& soname, const std::string& fallback_dir
   resolve(lib, "cublasGemmStridedBatchedEx", path, api.gemm_strided_batched_ex);
   // Another major version has another soname; the fallback folder may still hold one.
   int major = 0;
-  if (api.get_property(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS || major != CUBLAS_VER_MAJOR) {
+  const cublasStatus_t st = api.get_property(MAJOR_VERSION, &major);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    throw Error(fmt::format("cuBLAS ({}) does not tell its version: {}", path, api.status_string(st)));
+  }
+  if (major != CUBLAS_VER_MAJOR) {
     throw Error(fmt::format("cuBLAS ({}) is version {}, the runtime was built against {}", path, major,
                             CUBLAS_VER_MAJOR));
   }
+  closer.lib = nullptr;
   return api;  // the library stays open: handles and kernels live as long as the process
 }
 

@@ -194,16 +194,21 @@ def smoothed_loss(logits, labels, smoothing=0.1):
     return (xent * mask).sum() / mask.sum()
 
 
-def random_batch(sentences, max_length, vocab_size, device="cpu"):
+def random_batch(sentences, max_length, vocab_size, device="cpu", lengths=None):
     """(source, decoder input, target) ids of `sentences` sentences padded to max_length, each
     of a length drawn in [max_length/4, max_length] ending in EOS (1); the decoder input is the
-    target shifted right. For the benchmarks: the compute is that of the padded batch."""
+    target shifted right. For the benchmarks: the compute is that of the padded batch.
+    lengths: (source, target) lengths of the rows (EOS included; each cut to [1, max_length]),
+    one pair per sentence, instead of the drawn ones (e.g. a corpus's)."""
     b, t = sentences, max_length
     src = torch.zeros(b, t, dtype=torch.long)
     tgt = torch.zeros(b, t, dtype=torch.long)
     for i in range(b):
-        for ids in (src, tgt):
-            n = int(torch.randint(max(2, t // 4), t + 1, ()))
+        for side, ids in enumerate((src, tgt)):
+            if lengths is not None:
+                n = min(max(int(lengths[i][side]), 1), t)
+            else:
+                n = int(torch.randint(max(2, t // 4), t + 1, ()))
             ids[i, : n - 1] = torch.randint(2, vocab_size, (n - 1,))
             ids[i, n - 1] = 1
     dec = torch.zeros_like(tgt)

@@ -210,7 +210,7 @@ run transformer_fallback2 transformer_gpu SHAPES=2x4 DTYPES=bf16 STEPS=2 SKIP_TO
 log=$tmp/transformer_fallback2.log
 expect "$log" 'once more, and every later default run of ours, with TNT_CUDNN_ATTENTION=0 TNT_GEMM_PAD=0$' \
   "transformer (fallback 2): the first step"
-expect "$log" 'with TNT_CUDNN_ATTENTION=0 TNT_GEMM_PAD=0 TNT_FUSED_ATTENTION=0 TNT_LAYER_FUSION=0$' \
+expect "$log" 'with TNT_CUDNN_ATTENTION=0 TNT_GEMM_PAD=0 TNT_FUSED_ATTENTION=0 TNT_LAYER_FUSION=0 TNT_CUDA_EARLY_READBACK=0 TNT_CUDA_BATCHED_SPANS=0 TNT_LOSS_GRAD_IN_PLACE=0$' \
   "transformer (fallback 2): the second step"
 expect "$log" '^tarantella unfused +bf16 .* 20000\.0 ' "transformer (fallback 2): the row, labelled unfused"
 # A padded projection that crashes: the first step of fallbacks leaves it out too.

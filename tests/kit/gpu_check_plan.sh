@@ -4,7 +4,8 @@
 # (topology, every multi_gpu test of the kit at 4 ranks, the NCCL allreduce and the
 # Reducer sweep at 4 ranks, ResNet-50 and the Transformer at 1, 2 and 4 ranks, the scaling
 # prediction from profiles at 1 and 4 ranks), and
-# --part 1 plans none of them but the sanitizers' runs. No GPU, no kit build: a kit folder with a tests.tsv only.
+# --part 1 plans none of them but the sanitizers' runs (FIRST_TESTS's tests first; a
+# sanitizer step without 30 s left is SKIP). No GPU, no kit build: a kit folder with a tests.tsv only.
 # --gpus above the machine's count is a usage error (exit 2).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -84,6 +85,20 @@ has '^plan: racecheck optim_multi_tensor_cuda' "part 1"
 has '^plan: racecheck layers_losses_cuda' "part 1"
 hasnt '^plan: racecheck layers_cuda' "part 1"
 hasnt '^plan: racecheck layers_attention_fused_cuda_off' "part 1"
+# FIRST_TESTS: those tests first, in tests.tsv's order, then the others, each once.
+env PATH="$tmp/bin:$PATH" FAKE_GPUS=1 FIRST_TESTS='^(optim_multi_tensor_cuda|layers_losses_cuda)$' \
+  "$root/scripts/gpu-check" --part 1 --plan --kit "$tmp/kit" --out "$tmp/o" >"$tmp/out" 2>&1 ||
+  fail "--part 1 --plan with FIRST_TESTS: exit $?"
+order=$(grep -E '^plan: test ' "$tmp/out" | awk '{print $3}' | tr '\n' ' ')
+[[ "$order" == "layers_losses_cuda optim_multi_tensor_cuda layers_cuda layers_attention_fused_cuda "* ]] ||
+  fail "FIRST_TESTS: the tests' order is '$order'"
+[[ $(grep -c '^plan: test layers_losses_cuda ' "$tmp/out") == 1 ]] || fail "FIRST_TESTS: layers_losses_cuda not planned once"
+# A sanitizer step whose share of what is left is under 30 s is not started: SKIP.
+env PATH="$tmp/bin:$PATH" FAKE_GPUS=1 "$root/scripts/gpu-check" --part 1 --plan --budget 100 --kit "$tmp/kit" \
+  --out "$tmp/o" >"$tmp/out" 2>&1 || fail "--part 1 --plan --budget 100: exit $?"
+has '^plan: memcheck layers_cuda: SKIP \(no time left: [0-9]+s for [0-9]+ steps\)' "part 1, --budget 100"
+has 'SKIP +0s +memcheck layers_cuda +no time left' "part 1, --budget 100 (the summary)"
+hasnt 'TIMEOUT' "part 1, --budget 100"
 plan 4 multi || fail "--part multi --plan with 4 GPUs: exit $?"
 has '^plan: test train_timeline_cuda at 4 ranks' "4 GPUs, part multi"
 has '^plan: transformer 4 ranks' "4 GPUs, part multi"

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -221,6 +222,28 @@ std::string ScratchDir::script(const std::string& name, const std::string& text,
   std::ofstream(f) << first_line << "\n" << text << "\n";
   if (::chmod(f.c_str(), 0755) != 0) throw std::runtime_error("chmod " + f + ": " + std::strerror(errno));
   return f;
+}
+
+bool wait_for_files(const std::vector<std::string>& files, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool all = true;
+    for (const auto& f : files) all = all && std::filesystem::exists(f);
+    if (all) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::vector<pid_t> left_with(const std::string& marker) {
+  std::vector<pid_t> left = processes_with_argument(marker);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    left = processes_with_argument(marker);
+  }
+  for (pid_t p : left) ::kill(p, SIGKILL);
+  return left;
 }
 
 }  // namespace tnt_test

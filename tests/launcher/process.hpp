@@ -71,6 +71,13 @@ struct RecordedPids {
   ~RecordedPids();
 };
 
+// Waits (at most `limit`) until every file exists; false when one is still missing.
+bool wait_for_files(const std::vector<std::string>& files, std::chrono::milliseconds limit);
+
+// Kills (and returns) whatever still carries `marker` 10 s from now, so that nothing a test
+// started is left to the next one.
+std::vector<pid_t> left_with(const std::string& marker);
+
 // A fresh directory under the system's temporary one (PREFIX_XXXXXX), removed with
 // everything in it; files for the ranks to write, and scripts for them to run.
 struct ScratchDir {

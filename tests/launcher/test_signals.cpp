@@ -18,6 +18,8 @@
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using tnt_test::left_with;
+using tnt_test::wait_for_files;
 
 namespace {
 
@@ -27,31 +29,6 @@ struct Scratch : tnt_test::ScratchDir {
   Scratch() : tnt_test::ScratchDir("tnt_signals") {}
   std::string script(const std::string& text) const { return ScratchDir::script("rank.sh", text); }
 };
-
-// Waits (at most `limit`) until every file exists.
-bool wait_for_files(const std::vector<std::string>& files, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    bool all = true;
-    for (const auto& f : files) all = all && fs::exists(f);
-    if (all) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
-// Kills (and returns) whatever still carries `marker` 10 s from now, so that nothing is
-// left to the next test.
-std::vector<pid_t> left_with(const std::string& marker) {
-  std::vector<pid_t> left = tnt_test::processes_with_argument(marker);
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(50ms);
-    left = tnt_test::processes_with_argument(marker);
-  }
-  for (pid_t p : left) ::kill(p, SIGKILL);
-  return left;
-}
 
 std::string host_name() {
   char name[256] = {};

@@ -16,33 +16,12 @@
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using tnt_test::left_with;
+using tnt_test::wait_for_files;
 
 namespace {
 
 const std::string launcher = TNT_LAUNCHER_BIN;
-
-bool wait_for_files(const std::vector<std::string>& files, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    bool all = true;
-    for (const auto& f : files) all = all && fs::exists(f);
-    if (all) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return false;
-}
-
-// Kills whatever still carries `marker` (after up to 10 s) and returns how many did.
-size_t left_with(const std::string& marker) {
-  std::vector<pid_t> left = tnt_test::processes_with_argument(marker);
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(50ms);
-    left = tnt_test::processes_with_argument(marker);
-  }
-  for (pid_t p : left) ::kill(p, SIGKILL);
-  return left.size();
-}
 
 }  // namespace
 
@@ -57,7 +36,7 @@ TEST_CASE("streams: a launcher started with standard output closed runs the job 
                     tnt_test::clean_environment(), 60s);
   INFO(o.describe());
   CHECK(o.exited(0));
-  CHECK(left_with(marker) == 0);
+  CHECK(left_with(marker).empty());
 }
 
 TEST_CASE("streams: a SIGHUP that nohup ignores leaves the job running", "[integration][streams]") {
@@ -82,7 +61,7 @@ TEST_CASE("streams: a SIGHUP that nohup ignores leaves the job running", "[integ
   REQUIRE(up);
   CHECK(o.exited(0));
   CHECK(o.err.find("SIGHUP received") == std::string::npos);
-  CHECK(left_with(marker) == 0);
+  CHECK(left_with(marker).empty());
 }
 
 TEST_CASE("streams: a reader that stops reading does not hold the launcher after SIGTERM", "[integration][streams]") {
@@ -114,7 +93,7 @@ TEST_CASE("streams: a reader that stops reading does not hold the launcher after
   CHECK(o.seconds < 15);
   reader.signal(SIGKILL);
   reader.wait(10s);
-  CHECK(left_with(marker) == 0);
+  CHECK(left_with(marker).empty());
 }
 
 TEST_CASE("streams: the launcher's account of this machine's environment in the mpirun command and refusals",
@@ -188,5 +167,5 @@ TEST_CASE("streams: a signal that is no stop leaves the job's last output to a s
   reader.wait(20s);
   std::error_code ec;
   CHECK(fs::file_size(dir.file("got"), ec) == 300001);
-  CHECK(left_with(marker) == 0);
+  CHECK(left_with(marker).empty());
 }

@@ -159,7 +159,7 @@ TEST_CASE("checkpoint metadata out of range is an input error naming the file") 
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"step", "-1"},           {"step", "9223372036854775807"}, {"optimizer_step", "-1"},
       {"optimizer_step", "99999999999999999"}, {"epoch", "-3"},   {"epoch", "2147483647"},
-      {"epoch", "1000000001"}};
+      {"epoch", "1000000001"}, {"tnt_checkpoint_version", "0"}};
   for (const auto& [key, value] : cases) {
     INFO(key << "=" << value);
     tnt::Checkpoint bad_ck;
@@ -182,6 +182,41 @@ TEST_CASE("checkpoint metadata out of range is an input error naming the file") 
     }
     tnt::communicator().barrier();
   }
+}
+
+// The format version: a file of a later version is refused by name before anything loads
+// (its keys may mean something else); a file without one (written before versions) loads.
+TEST_CASE("a checkpoint of a later format version is refused; one without a version loads") {
+  tnt::test::TempDir dir("tnt-ckpt-version");
+  const std::string good = (dir.path / "good.safetensors").string();
+  trained_and_saved(good);
+  const tnt::Checkpoint full = tnt::Checkpoint::read(good);
+  REQUIRE(full.metadata("tnt_checkpoint_version") == std::to_string(tnt::kCheckpointVersion));
+  auto rewritten = [&](const std::string& name, const char* version) {
+    tnt::Checkpoint ck;
+    for (const auto& [n, t] : full.tensors()) ck.add(n, t);
+    for (const auto& [k, v] : full.metadata()) {
+      if (k != "tnt_checkpoint_version") ck.set_metadata(k, v);
+    }
+    if (version != nullptr) ck.set_metadata("tnt_checkpoint_version", version);
+    const std::string path = (dir.path / name).string();
+    if (tnt::is_master_rank()) ck.write(path);
+    tnt::communicator().barrier();
+    return path;
+  };
+  const std::string newer = rewritten("newer.safetensors", "2");
+  tnt::Model resumed(bn_net(), 4);
+  resumed.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  CHECK_THROWS_MATCHES(resumed.load_checkpoint(newer), tnt::InputError,
+                       Catch::Matchers::Predicate<tnt::InputError>([&](const tnt::InputError& e) {
+                         const std::string w = e.what();
+                         return w.find(newer) != std::string::npos && w.find("newer Tarantella") != std::string::npos &&
+                                w.find("format 2; this one reads up to 1") != std::string::npos;
+                       }));
+  CHECK(resumed.global_step() == 0);  // nothing was taken from it
+  const std::string older = rewritten("older.safetensors", nullptr);
+  CHECK(resumed.load_checkpoint(older) == 1);
+  tnt::communicator().barrier();
 }
 
 TEST_CASE("a weights-only file given to load_checkpoint says what it is and what loads it") {
@@ -261,7 +296,7 @@ TEST_CASE("set_checkpoint_metadata: the program's own keys go into every checkpo
   model.set_checkpoint_metadata("note", "");  // removed again
   // A key the checkpoint writes itself would be overwritten, or would overwrite the
   // training position: refused, naming it.
-  for (const char* own : {"epoch", "step", "seed", "precision", "epoch_batch", "format"}) {
+  for (const char* own : {"epoch", "step", "seed", "precision", "epoch_batch", "format", "tnt_checkpoint_version"}) {
     CHECK_THROWS_AS(model.set_checkpoint_metadata(own, "1"), tnt::InputError);
     CHECK_THROWS_WITH(model.set_checkpoint_metadata(own, "1"), Catch::Contains(std::string("'") + own + "'"));
   }
@@ -273,6 +308,7 @@ TEST_CASE("set_checkpoint_metadata: the program's own keys go into every checkpo
   CHECK(file.metadata.at("flags") == R"({"model":"cnn"})");
   CHECK(file.metadata.count("note") == 0);
   CHECK(file.metadata.at("epoch") == "2");
+  CHECK(file.metadata.at("tnt_checkpoint_version") == std::to_string(tnt::kCheckpointVersion));
   // Weights alone (save_weights) are no training run: they carry none of it.
   const std::string weights = (dir.path / "model.safetensors").string();
   model.save_weights(weights);

@@ -43,7 +43,13 @@ inline constexpr const char* epoch = "epoch";          // epochs completed
 inline constexpr const char* step = "step";            // optimizer steps taken in total
 inline constexpr const char* seed = "seed";            // the job's seed
 inline constexpr const char* generator = "generator";  // generator state (decimal or JSON)
+// The meaning of the training metadata, an integer: files without it were written before
+// it existed and read as version 1; a file of a later version is refused by name.
+inline constexpr const char* version = "tnt_checkpoint_version";
 }  // namespace checkpoint_key
+
+// The version save_checkpoint writes, and the newest load_checkpoint reads.
+inline constexpr int kCheckpointVersion = 1;
 
 // Tensors may be on any device (copied to the host one at a time). Names must be unique
 // and non-empty. Throws InputError naming the file when it cannot be created, Error when a
@@ -70,6 +76,8 @@ struct LoadOptions {
   // A tensor that loads and holds a NaN or an infinity is refused (InputError naming the
   // file and the tensor), as the savers refuse to write one; true loads it as it is.
   bool allow_non_finite = false;
+  // What the file is, in messages: "checkpoint", "weights file", ...
+  const char* kind = "checkpoint";
 };
 
 class Checkpoint {

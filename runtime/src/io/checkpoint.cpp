@@ -85,7 +85,8 @@ void Checkpoint::load_into(const NamedTensors& destinations, const LoadOptions& 
     }
   }
   if (!missing.empty() || !unexpected.empty() || !wrong_shape.empty() || !wrong_dtype.empty()) {
-    std::string msg = fmt::format("checkpoint '{}' does not match the model:", path_.empty() ? "(in memory)" : path_);
+    std::string msg =
+        fmt::format("{} '{}' does not match the model:", options.kind, path_.empty() ? "(in memory)" : path_);
     // Each kind's count, and kMaxNamed names in all, shared out in turn so that every kind
     // has at least one: a checkpoint of another model would otherwise list every tensor,
     // on every rank.
@@ -124,9 +125,9 @@ void Checkpoint::load_into(const NamedTensors& destinations, const LoadOptions& 
     for (const auto& [name, dst] : destinations) {
       auto it = index_.find(name);
       if (it == index_.end() || !ops::has_non_finite(tensors_[it->second].second)) continue;
-      TNT_INPUT_ERROR("checkpoint '{}': tensor '{}' holds a NaN or an infinity (a damaged file, or one written "
+      TNT_INPUT_ERROR("{} '{}': tensor '{}' holds a NaN or an infinity (a damaged file, or one written "
                       "after the training diverged); nothing was loaded",
-                      path_.empty() ? "(in memory)" : path_, name);
+                      options.kind, path_.empty() ? "(in memory)" : path_, name);
     }
   }
   for (const auto& [name, dst] : destinations) {

@@ -67,7 +67,11 @@ std::shared_ptr<Network> network_of(const Checkpoint& ck, const std::string& pat
 
 // Every tensor of the network from the file, and nothing else in the file (load_into names
 // the file and every missing, extra or mismatched tensor).
-void load_weights_into(Network& network, const Checkpoint& ck) { ck.load_into(weights_of(network)); }
+void load_weights_into(Network& network, const Checkpoint& ck) {
+  LoadOptions lo;
+  lo.kind = "model file";
+  ck.load_into(weights_of(network), lo);
+}
 
 }  // namespace
 

@@ -229,6 +229,24 @@ CommonFlags ProgramFlags::common() const {
   f.train_epochs = args_["train_epochs"].as<int>();
   f.epochs_between_evals = args_["epochs_between_evals"].as<int>();
   f.seed = args_["seed"].as<uint64_t>();
+  if (tnt::size() > 1) {
+    // The data's order and the initial weights are drawn from the seed alike on every rank,
+    // each taking its part of one global batch: a seed of its own (Horovod's seed + rank)
+    // would give a rank its part of other batches, training some samples twice and others
+    // never, without an error.
+    const std::vector<int64_t> seeds = tnt::communicator().allgather(static_cast<int64_t>(f.seed));
+    std::vector<std::string> differ;
+    for (size_t r = 0; r < seeds.size(); ++r) {
+      if (seeds[r] != seeds[0] && differ.size() < 4) {
+        differ.push_back(fmt::format("rank {} has {}", r, static_cast<uint64_t>(seeds[r])));
+      }
+    }
+    TNT_INPUT_CHECK(differ.empty(),
+                    "--seed: the ranks were given different seeds (rank 0 has {}, {}); give every rank the same "
+                    "--seed: each rank takes its part of the same shuffled global batches, so a seed per rank "
+                    "would train some samples twice and others never",
+                    static_cast<uint64_t>(seeds[0]), fmt::join(differ, ", "));
+  }
   f.verbose = args_["verbose"].as<int>();
   f.enable_tensorboard = args_["enable_tensorboard"].as<bool>();
   if (micro_batch_flag_) {

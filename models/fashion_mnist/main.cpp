@@ -99,7 +99,10 @@ int main(int argc, char** argv) {
        .epochs_between_evals_help = "evaluate on the test set every this many epochs",
        .seed_help = "seed of weights and shuffling",
        .verbose = 1,
-       .micro_batch_size_help = {}});  // no --micro_batch_size
+       .micro_batch_size_help =
+           "samples per rank and step: the global batch is then micro_batch_size x ranks, in place of "
+           "--batch_size (with --scale_learning_rate the learning rate follows it), for runs on 1, 2, 4 ... ranks "
+           "at one per-rank batch; not with --strategy=parameter_server"});
   // clang-format off
   flags.add_options()
     ("model", "cnn or mlp", cxxopts::value<std::string>()->default_value("cnn"))
@@ -109,7 +112,6 @@ int main(int argc, char** argv) {
     ("warmup_epochs", "raise the learning rate linearly from 0 over this many epochs (0: none)", cxxopts::value<double>()->default_value("0"))
     ("resume", std::string("continue from <model_dir>/checkpoint.safetensors (without --model_dir: the newest run's)") + tnt_models::kResumeAutoHelp, tnt_models::resume_flag_value())
     ("num_train_samples", "use only the first N training samples (0 = all; more than the training set holds is refused)", cxxopts::value<int64_t>()->default_value("0"))
-    ("micro_batch_size", "per-rank batch; must equal batch_size / ranks when given", cxxopts::value<int64_t>()->default_value("0"))
     ("strategy", "synchronous (every rank trains; gradients allreduced each step) or parameter_server (the ranks of tarantella --parameter-servers K hold the variables, the others train on --batch_size split among them without waiting for each other)", cxxopts::value<std::string>()->default_value("synchronous"))
     ("max_staleness", "with --strategy=parameter_server: how many updates a worker may run ahead of the slowest (-1: no bound, fully asynchronous; 0: synchronous, the same losses as --strategy=synchronous)", cxxopts::value<int64_t>()->default_value("-1"));
   // clang-format on
@@ -135,23 +137,12 @@ int main(int argc, char** argv) {
                     max_staleness);
     TNT_INPUT_CHECK(ps || args.count("max_staleness") == 0,
                     "--max_staleness={}: applies to --strategy=parameter_server only", max_staleness);
-    const int64_t micro_batch = args["micro_batch_size"].as<int64_t>();
+    // The common flag made the global batch micro x ranks (flags.cpp), as in resnet50 and the
+    // transformer; parameter-server workers split --batch_size among themselves instead.
+    const int64_t micro_batch = common.micro_batch_size;
     TNT_INPUT_CHECK(!ps || micro_batch == 0,
                     "--micro_batch_size={}: not with --strategy=parameter_server (the workers split --batch_size)",
                     micro_batch);
-    // Checked here, alike on every rank (fit() checks each rank's own share, naming no flag).
-    TNT_INPUT_CHECK(micro_batch >= 0, "--micro_batch_size={}: must be positive (or 0: batch_size / ranks)",
-                    micro_batch);
-    const int64_t share = common.batch_size / tnt::size();
-    const bool even = common.batch_size % tnt::size() == 0;
-    if (micro_batch != 0 && even) {
-      TNT_INPUT_CHECK(micro_batch == share, "--micro_batch_size={}: must be 0 or --batch_size={} / {} = {}",
-                      micro_batch, common.batch_size, tnt_models::count_of(tnt::size(), "rank"), share);
-    }
-    TNT_INPUT_CHECK(micro_batch == 0 || even,
-                    "--micro_batch_size={}: must be 0 when --batch_size={} does not divide evenly over {} ranks (they "
-                    "take {} or {} samples)",
-                    micro_batch, common.batch_size, tnt::size(), share, share + 1);
     const int64_t num_train = args["num_train_samples"].as<int64_t>();
     TNT_INPUT_CHECK(num_train >= 0, "--num_train_samples={}: must be at least 0", num_train);
     tnt_models::check_directory_flag(

@@ -168,22 +168,59 @@ case $case_name in
     fm_expect_fixed "$case_name" "--batch_size=1: smaller than the 2 ranks" "the flag and the ranks"
     ;;
 
+  ranks_disagree)
+    # Each rank given its own flags (a wrapper adds RANK_ARGS_<rank>). Another --seed on one
+    # rank is refused naming both (before: each rank took its part of other shuffled
+    # batches, exit 0); another --model builds another network, refused naming the first
+    # tensor that differs (before: SIGSEGV inside MPI's broadcast, exit 139).
+    printf '#!/bin/bash\nextra=RANK_ARGS_${OMPI_COMM_WORLD_RANK:-0}\nexec "%s" "$@" ${!extra}\n' "$fm_program" \
+      >"$fm_tmp/per_rank.sh"
+    chmod +x "$fm_tmp/per_rank.sh"
+    fm_program=$fm_tmp/per_rank.sh
+    base=(--num_train_samples=256 --train_epochs=1 --verbose=0 --model_dir="$fm_tmp/model")
+    fm_run seed "${launch[@]}" -x RANK_ARGS_0=--seed=42 -x RANK_ARGS_1=--seed=43 -- --model=mlp "${base[@]}"
+    expect_failure seed
+    [[ $fm_rc -eq 2 ]] && fm_pass "seed: exit status 2 (input)" || fm_fail "seed: exit status $fm_rc, expected 2"
+    fm_expect_fixed seed "--seed: the ranks were given different seeds (rank 0 has 42, rank 1 has 43)" \
+      "the flag and each rank's value"
+    fm_run model "${launch[@]}" -x RANK_ARGS_0=--model=mlp -x RANK_ARGS_1=--model=cnn -- "${base[@]}"
+    expect_failure model
+    [[ $fm_rc -eq 2 ]] && fm_pass "model: exit status 2 (input)" || fm_fail "model: exit status $fm_rc, expected 2"
+    fm_expect_fixed model "the ranks built different networks (tensor 1: rank(s) 0:" "the networks and the ranks"
+    ;;
+
+  timeline_directory)
+    # A --timeline that names a directory is refused naming it, and nothing after the
+    # error contradicts it (before: "timeline: nothing recorded ...: this run has trained no
+    # step" followed it). One rank: the process ends through its own finalize.
+    fm_run "$case_name" -n 1 -x TNT_NUM_THREADS=1 --timeline "$fm_tmp/newdir/" -- "${small[@]}"
+    expect_failure "$case_name"
+    [[ $fm_rc -eq 2 ]] && fm_pass "$case_name: exit status 2" || fm_fail "$case_name: exit status $fm_rc, expected 2"
+    fm_expect_fixed "$case_name" "names a directory" "the path's problem"
+    if grep -qF "timeline: nothing recorded for" <<<"$fm_out"; then fm_fail "$case_name: a 'nothing recorded' warning after the error"; else fm_pass "$case_name: no warning after the error"; fi
+    ;;
+
   micro_batch_mismatch)
-    # 128 over 2 ranks is 64 per rank.
+    # --micro_batch_size makes the global batch micro x ranks (as resnet50's and the
+    # transformer's, and the advanced topics' local batch size): 60 x 2 ranks is not 128.
     fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --batch_size=128 --micro_batch_size=60
     expect_failure "$case_name"
     fm_expect_grep "$case_name" "micro_batch_size[ =]60\b" "the micro-batch size"
     fm_expect_grep "$case_name" "batch_size[ =]128\b" "the batch size"
     # The flags, not the library's names for them ("fit: micro_batch_size=...").
-    fm_expect_fixed "$case_name" "--micro_batch_size=60: must be 0 or --batch_size=128 / 2 ranks = 64" "the flags"
+    fm_expect_fixed "$case_name" "--batch_size=128 and --micro_batch_size=60 disagree: on 2 ranks the global batch is --micro_batch_size x ranks = 120" "the flags"
+    # Alone it trains, at a global batch of 2 x 64 (before: refused unless it was batch_size / ranks).
+    fm_run micro_alone "${launch[@]}" -- --model=mlp --num_train_samples=256 --train_epochs=1 --verbose=2 \
+      --model_dir="$fm_tmp/model" --overwrite --micro_batch_size=64
+    if [[ $fm_rc -eq 0 ]]; then fm_pass "micro_alone: exit status 0"; else fm_fail "micro_alone: exit status $fm_rc"; fi
+    if grep -q "^2/2 - " "$fm_stdout"; then fm_pass "micro_alone: 2 steps of 128 samples over 256"; else fm_fail "micro_alone: no '2/2 - ' epoch line (2 steps of 128 samples)"; fi
     ;;
 
   micro_batch_uneven)
-    # 127 over 2 ranks is 64 and 63: a --micro_batch_size of 63 fits rank 1 only, and is
-    # refused by both ranks alike.
+    # 63 x 2 ranks is 126, not 127: refused by both ranks alike.
     fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --batch_size=127 --micro_batch_size=63
     expect_failure "$case_name"
-    msg="--micro_batch_size=63: must be 0 when --batch_size=127 does not divide evenly over 2 ranks (they take 63 or 64 samples)"
+    msg="--batch_size=127 and --micro_batch_size=63 disagree: on 2 ranks the global batch is --micro_batch_size x ranks = 126; give one of the two"
     n=$(grep -cFx -e "error (rank 0 of 2): $msg" -e "error (rank 1 of 2): $msg" \
       -e "error (rank 1 of 2): the same error as rank 0" -e "error (rank 0 of 2): the same error as rank 1" <<<"$fm_out")
     if [[ $n -eq 2 ]]; then fm_pass "$case_name: both ranks refuse it alike"; else fm_fail "$case_name: '$msg' from $n ranks, expected 2"; fi
@@ -227,7 +264,7 @@ case $case_name in
     # Taken before as "not given" (0): a negative per-rank batch is a mistake.
     fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --micro_batch_size=-3
     expect_failure "$case_name"
-    fm_expect_fixed "$case_name" "--micro_batch_size=-3: must be positive (or 0: batch_size / ranks)" "the flag"
+    fm_expect_fixed "$case_name" "--micro_batch_size=-3: must be positive (or 0: --batch_size alone)" "the flag"
     ;;
 
   too_many_train_samples)

@@ -175,6 +175,74 @@ TEST_CASE("a micro_batch_size that disagrees with the global batch is an error o
                       Catch::Contains("micro_batch_size=33"));
 }
 
+// Ranks that built different networks (another flag or program on one rank) exchange the
+// initial weights tensor by tensor: before, the broadcasts paired tensors of other sizes and
+// the job died inside MPI (SIGSEGV). Now every rank refuses it, naming the tensor and ranks.
+TEST_CASE("ranks that built different networks are refused on every rank, naming the first tensor that differs") {
+  auto build = [] {
+    auto net = std::make_shared<tnt::Sequential>("mlp");
+    net->add(std::make_shared<tnt::Dense>(tnt::rank() == 1 ? 16 : 8, "fc1"));
+    net->add(std::make_shared<tnt::ReLU>("relu"));
+    net->add(std::make_shared<tnt::Dense>(2, "fc2"));
+    net->build({4});
+    return net;
+  };
+  tnt::FitOptions fit;
+  fit.batch_size = 16;
+  fit.verbose = 0;
+  const auto refused = Catch::Matchers::Predicate<tnt::InputError>([](const tnt::InputError& e) {
+    const std::string w = e.what();
+    return w.find("the ranks built different networks (tensor 1: rank(s) 0") != std::string::npos &&
+           w.find("parameter 'fc1.weight' (8, 4) f32") != std::string::npos &&
+           w.find("parameter 'fc1.weight' (16, 4) f32") != std::string::npos;
+  });
+  tnt::Model model(build(), kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::Model other(build(), kSeed);
+  other.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  if (tnt::size() == 1) {
+    CHECK_NOTHROW(model.fit(tnt::test::threshold_data("nets"), fit));
+    return;
+  }
+  CHECK_THROWS_MATCHES(model.fit(tnt::test::threshold_data("nets"), fit), tnt::InputError, refused);
+  tnt::EvaluateOptions eo;
+  eo.batch_size = 16;
+  eo.verbose = 0;
+  CHECK_THROWS_MATCHES(other.evaluate(tnt::test::threshold_data("nets"), eo), tnt::InputError, refused);
+}
+
+// BatchNorm's running statistics are each rank's own while it trains (its micro-batches);
+// an evaluation (and predict) runs on the master's, the ones a checkpoint saves, so the
+// printed results are those of the saved model (before: each rank evaluated its share with
+// its own statistics).
+TEST_CASE("an evaluation uses the master's BatchNorm statistics on every rank") {
+  Data d = make_data();
+  auto net = make_net(std::make_shared<tnt::BatchNorm>(tnt::BatchNormOptions{}, "bn1"));
+  tnt::Model model(net, kSeed);
+  model.compile(std::make_shared<tnt::SGD>(0.1), std::make_shared<tnt::SoftmaxCrossEntropy>());
+  tnt::FitOptions fit;
+  fit.batch_size = kBatch;
+  fit.verbose = 0;
+  const tnt::Dataset data = tnt::Dataset::from_tensors({d.images, d.labels});
+  model.fit(data, fit);
+  // The sum of every buffer's values, and whether all ranks hold the same.
+  auto same_on_every_rank = [&] {
+    double sum = 0;
+    for (const auto& b : net->named_buffers()) {
+      const tnt::Tensor& t = b.param->value;  // running mean and variance (f32); the i64 count is alike
+      if (t.dtype() != tnt::DType::f32) continue;
+      for (int64_t i = 0; i < t.numel(); ++i) sum += t.data<float>()[i];
+    }
+    return tnt::communicator().allreduce_max(sum) == -tnt::communicator().allreduce_max(-sum);
+  };
+  if (tnt::size() > 1) CHECK_FALSE(same_on_every_rank());  // each rank's micro-batches: its own
+  tnt::EvaluateOptions eo;
+  eo.batch_size = kBatch;
+  eo.verbose = 0;
+  model.evaluate(data, eo);
+  CHECK(same_on_every_rank());
+}
+
 TEST_CASE("validation_data and distributed_validation_data together are an error") {
   Data d = make_data();
   tnt::Model model(make_net(), kSeed);

@@ -11,6 +11,7 @@
 #include "tarantella/ops.hpp"
 #include "tarantella/runtime.hpp"
 #include "train/non_finite.hpp"
+#include "train/same_network.hpp"
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -136,6 +137,7 @@ void Model::load_weights(const std::string& path) {
   auto tensors = checkpoint_tensors(false);
   LoadOptions lo = tolerant_of_older_files(tensors);
   lo.allow_unexpected = true;  // a full checkpoint also holds optimizer state
+  lo.kind = "weights file";
   ck.load_into(as_named(tensors), lo);
   weights_synced_ = false;
 }
@@ -143,10 +145,12 @@ void Model::load_weights(const std::string& path) {
 namespace {
 
 // The metadata keys save_checkpoint writes itself.
-constexpr const char* kOwnKeys[] = {checkpoint_key::format, checkpoint_key::epoch, checkpoint_key::step,
-                                    checkpoint_key::seed, checkpoint_key::generator, "epoch_step", "epoch_batch",
-                                    "optimizer_step", "ranks", "precision", "lr_factor", "lr_floor", "loss_scale",
-                                    "loss_scale_good_steps", "epoch_sums"};
+constexpr const char* kOwnKeys[] = {checkpoint_key::format, checkpoint_key::version, checkpoint_key::epoch,
+                                    checkpoint_key::step,   checkpoint_key::seed,    checkpoint_key::generator,
+                                    "epoch_step",           "epoch_batch",           "optimizer_step",
+                                    "ranks",                "precision",             "lr_factor",
+                                    "lr_floor",             "loss_scale",            "loss_scale_good_steps",
+                                    "epoch_sums"};
 
 }  // namespace
 
@@ -168,6 +172,7 @@ void Model::save_checkpoint(const std::string& path, int epoch, int64_t epoch_st
                   path, epoch, epoch_step);
   Metadata md = checkpoint_metadata_;
   md[checkpoint_key::format] = "pt";
+  md[checkpoint_key::version] = std::to_string(kCheckpointVersion);
   md[checkpoint_key::epoch] = std::to_string(epoch);
   md[checkpoint_key::step] = std::to_string(global_step_);
   // Inside epoch `epoch` (a fit cut short by max_steps): absent when the epoch is done, so
@@ -241,6 +246,16 @@ int Model::load_checkpoint(const std::string& path) {
                   "(save_weights, a program's model.safetensors)? Load that with load_weights; load_checkpoint takes "
                   "what save_checkpoint or ModelCheckpoint wrote",
                   path);
+  // A later format may mean something else by the keys below: refused before they are read.
+  if (ck.has_metadata(checkpoint_key::version)) {
+    const int64_t version = ck.metadata_int(checkpoint_key::version);
+    TNT_INPUT_CHECK(version >= 1, "checkpoint '{}': metadata {}={} is not a format version (1 or more); the file "
+                    "is damaged", path, checkpoint_key::version, version);
+    TNT_INPUT_CHECK(version <= kCheckpointVersion,
+                    "checkpoint '{}' was written by a newer Tarantella (checkpoint format {}; this one reads up to "
+                    "{}): resume it with that version, or load only its weights with load_weights",
+                    path, version, kCheckpointVersion);
+  }
   auto count = [&](const char* key, int64_t max, const char* what) {
     const int64_t v = ck.metadata_int(key);
     TNT_INPUT_CHECK(v >= 0 && v <= max, "checkpoint '{}': metadata {}={} is not a number of {} (0 to {})", path, key,
@@ -321,6 +336,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
     if (refused != 0) throw InputError(failure);
     throw Error(failure);
   }
+  detail::require_same_network(comm, *network_, fmt::format("load_checkpoint_from_master '{}'", path));
   // Every tensor a checkpoint holds, in one order on every rank (the models are alike).
   for (auto& t : checkpoint_tensors(true)) comm.broadcast(t.tensor, master_rank());
   comm.broadcast(position, 6, DType::i64, Device::cpu(), master_rank());

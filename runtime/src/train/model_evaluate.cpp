@@ -8,6 +8,7 @@
 #include "train/batch_sources.hpp"
 #include "train/callback_list.hpp"
 #include "train/pass_totals.hpp"
+#include "train/same_network.hpp"
 #include "train/staging.hpp"
 
 #include <memory>
@@ -79,7 +80,13 @@ Logs Model::evaluate(const DistributedDataset& data, EvaluateOptions options) {
 Logs Model::run_evaluate(const NextBatch& source, const ClassWeight& class_weight, const EvalParams& eval,
                          detail::CallbackList* callbacks) {
   detail::check_class_weight_for("evaluate", class_weight, class_count());
-  if (!weights_synced_) broadcast_weights();
+  if (!weights_synced_) {
+    broadcast_weights();
+  } else if (!ps_) {
+    // Each rank trained its own running statistics: the evaluation is of the master's, the
+    // model a checkpoint saves (parameter servers' workers keep their own).
+    detail::share_master_buffers(communicator(), *network_);
+  }
   RunContext rc;
   rc.training = false;
   rc.seed = seed_;

@@ -6,6 +6,7 @@
 #include "tarantella/comm.hpp"
 #include "tarantella/runtime.hpp"
 #include "train/batch_sources.hpp"
+#include "train/same_network.hpp"
 
 #include <algorithm>
 #include <vector>
@@ -91,7 +92,11 @@ std::vector<Tensor> gather_rows(const Tensor& mine, bool keep) {
 }  // namespace
 
 Tensor Model::predict_rows(const detail::NextBatch& next, const char* what, std::vector<int64_t>* global_real) {
-  if (!weights_synced_) broadcast_weights();
+  if (!weights_synced_) {
+    broadcast_weights();
+  } else if (!ps_) {
+    detail::share_master_buffers(communicator(), *network_);  // every row by the master's statistics
+  }
   RunContext rc;
   rc.training = false;
   rc.seed = seed_;

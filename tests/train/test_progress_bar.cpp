@@ -238,6 +238,52 @@ TEST_CASE("verbose 2: the epoch's line alone") {
   CHECK(h.output() == "Epoch 1/1\n50/50 - 1s 20ms/step - loss: 2.0000\n");
 }
 
+TEST_CASE("steps under a millisecond: their time in microseconds, not 0ms/step") {
+  ScopedEnv tty("TNT_STDOUT_IS_TTY", "1");
+  Harness h(params(50, 2));
+  h.bar.on_train_begin({});
+  h.bar.on_epoch_begin(0, {});
+  for (int64_t b = 0; b < 50; ++b) {
+    h.clock += 0.00025;
+    h.bar.on_train_batch_end(b, {{"loss", 2.0}});
+  }
+  h.bar.on_epoch_end(0, {{"loss", 2.0}});
+  h.bar.on_train_end({});
+  CHECK(h.output() == "Epoch 1/1\n50/50 - 0s 250us/step - loss: 2.0000\n");
+}
+
+TEST_CASE("a dumb terminal (TERM=dumb): the bar's line is cleared with spaces, never ESC[K") {
+  ScopedEnv tty("TNT_STDOUT_IS_TTY", "1");
+  ScopedEnv cols("COLUMNS", "100");
+  ScopedEnv term("TERM", "dumb");
+  Harness h(params(3));
+  h.bar.on_train_begin({});
+  h.bar.on_epoch_begin(0, {});
+  h.clock += 1.0;
+  h.bar.on_train_batch_end(0, {{"loss", 12345.5}});  // a longer line first
+  h.clock += 1.0;
+  h.bar.on_train_batch_end(1, {{"loss", 0.5}});
+  h.clock += 1.0;
+  h.bar.on_train_batch_end(2, {{"loss", 0.5}});
+  h.bar.on_epoch_end(0, {{"loss", 0.5}});
+  h.bar.on_train_end({});
+  const std::string out = h.output();
+  CHECK(out.find('\033') == std::string::npos);
+  const std::vector<std::string> draws = split(out, '\r');
+  REQUIRE(draws.size() >= 4);
+  // Every redraw covers the text of the one before it (its padding is spaces already): no
+  // character of a longer line is left.
+  for (size_t i = 2; i + 1 < draws.size(); ++i) {
+    INFO(i << ": '" << draws[i] << "' after '" << draws[i - 1] << "'");
+    const size_t text = draws[i - 1].find_last_not_of(' ') + 1;
+    CHECK(draws[i].size() >= text);
+  }
+  CHECK(draws[2].size() == draws[1].size());  // the shorter second line, padded to the first's
+  const std::string end = "3/3 - 3s 1000ms/step - loss: 0.5000\n";
+  REQUIRE(out.size() > end.size());
+  CHECK(out.substr(out.size() - end.size()) == end);
+}
+
 TEST_CASE("parameter-server training: the staleness seen, in updates, before the validation's results") {
   ScopedEnv tty("TNT_STDOUT_IS_TTY", "1");
   Harness h(params(50, 2));

@@ -4,7 +4,8 @@
 // profile_batch timeline in train/plugins/profile/<run>/timeline.trace.json (counted from the
 // callback's first step, written as soon as its window closes, once over several fit()
 // calls, nothing left for a window never reached, and a timeline already recording wins);
-// a log_dir that cannot be made fails on every rank.
+// a log_dir that cannot be made fails on every rank; a resumed run removes the earlier
+// files' points of the epochs it redoes.
 #include "job_dir.hpp"
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -308,4 +309,63 @@ TEST_CASE("TensorBoard: the ranks' own micro-batches give samples per second; an
     }
     tnt::communicator().barrier();
   }
+}
+
+// A resumed run redoes the epochs after its checkpoint: the earlier run's points there (epoch
+// points from initial_epoch on, batch points after the checkpoint's step) go from its files,
+// so TensorBoard draws one point an epoch, as history.csv keeps one row. The same callback
+// in a second fit() (a program that trains in pieces) removes nothing.
+TEST_CASE("TensorBoard: a resumed run removes the points of the epochs it redoes from the earlier files") {
+  const std::string dir = job_dir();
+  const std::string ck = dir + "/ck.safetensors";
+  tnt::FitOptions fit;
+  fit.batch_size = 16;  // 64 samples: 4 steps an epoch
+  fit.verbose = 0;
+  fit.validation_data = tnt::test::threshold_data("tb-val");
+  auto data = tnt::test::threshold_data("tb");
+  // The run that "crashed": epoch 1 checkpointed, then epochs 2 and 3 with their points.
+  auto first = std::make_shared<tnt::TensorBoard>(dir, /*update_freq=*/2);
+  {
+    tnt::Model model(tnt::test::small_mlp(), 5);
+    model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    fit.callbacks = {first};
+    fit.epochs = 1;
+    model.fit(data, fit);
+    model.save_checkpoint(ck, 1);
+    fit.initial_epoch = 1;
+    fit.epochs = 3;
+    model.fit(data, fit);  // the same callback goes on in its file: nothing removed
+    CHECK(model.global_step() == 12);
+  }
+  tnt::communicator().barrier();
+  // The resume: from the checkpoint at epoch 1 (step 4), epoch 2 again.
+  auto second = std::make_shared<tnt::TensorBoard>(dir, /*update_freq=*/2);
+  {
+    tnt::Model model(tnt::test::small_mlp(), 5);
+    model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>());
+    REQUIRE(model.load_checkpoint(ck) == 1);
+    fit.callbacks = {second};
+    fit.initial_epoch = 1;
+    fit.epochs = 2;
+    model.fit(data, fit);
+  }
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) {
+    const auto keys = [](const std::map<int64_t, std::map<std::string, double>>& events) {
+      std::map<int64_t, std::set<std::string>> out;
+      for (const auto& [step, values] : events) {
+        for (const auto& [tag, v] : values) out[step].insert(tag.substr(0, tag.find('_')));
+      }
+      return out;
+    };
+    using Kinds = std::map<int64_t, std::set<std::string>>;
+    // Train files: epoch points at steps 0, 1 (and batch points at global steps 2, 4, ...).
+    CHECK(keys(read_events(first->train_file())) == Kinds{{0, {"epoch"}}, {2, {"batch"}}, {4, {"batch"}}});
+    CHECK(keys(read_events(second->train_file())) == Kinds{{1, {"epoch"}}, {6, {"batch"}}, {8, {"batch"}}});
+    CHECK(keys(read_events(first->validation_file())) == Kinds{{0, {"epoch"}}});
+    CHECK(keys(read_events(second->validation_file())) == Kinds{{1, {"epoch"}}});
+    CHECK(event_files(fs::path(dir) / "train").size() == 2);  // no temporary file left
+    fs::remove_all(dir);
+  }
+  tnt::communicator().barrier();
 }

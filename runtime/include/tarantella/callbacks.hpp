@@ -98,11 +98,12 @@ class History : public Callback {
 
 // Keras-style progress: "12/469 [=>....] - ETA: 8s - loss: 0.5120 - accuracy: 0.8210",
 // redrawn in place on a terminal and cut to its width (the terminal's, else COLUMNS, else
-// 80). When stdout is not a terminal nothing is redrawn: a line at each tenth of the epoch
-// and one at its end. verbose 0: nothing, 1: bar, 2: a line per epoch. The bar counts the
-// steps that will run (fewer with FitOptions::max_steps). An evaluation is announced
-// ("Evaluating on 10000 samples (157 steps, global batch 64)") and has a bar of its own;
-// the epoch line gives the training time per step, evaluation apart. On SIGINT or SIGTERM
+// 80; on a dumb terminal, TERM=dumb, cleared with spaces rather than ESC[K). When stdout is
+// not a terminal nothing is redrawn: a line at each tenth of the epoch and one at its end.
+// verbose 0: nothing, 1: bar, 2: a line per epoch. The bar counts the steps that will run
+// (fewer with FitOptions::max_steps). An evaluation is announced ("Evaluating on 10000
+// samples (157 steps, global batch 64)") and has a bar of its own; the epoch line gives the
+// training time per step ("23ms/step", "350us/step" under a millisecond), evaluation apart. On SIGINT or SIGTERM
 // the bar stops drawing and its line is ended, then the signal does what it did before (by
 // default: the program ends). With output on all ranks (TNT_OUTPUT_ON_ALL_DEVICES=1, several
 // ranks) each line starts with the rank's tag ("[rank 1] ", output_tag()) and nothing is
@@ -154,6 +155,8 @@ class ProgressBar : public Callback {
 
   ProgressBarOptions options_;
   bool tty_ = false;
+  bool ansi_ = true;            // the terminal clears a line's end (ESC[K); not TERM=dumb
+  size_t drawn_ = 0;            // the length of the bar's line drawn in place
   int width_ = 80;
   std::string tag_;             // output_tag(), before each line
   bool in_fit_ = false;
@@ -350,7 +353,10 @@ class TerminateOnNaN : public Callback {
 // with more than one rank, epoch_hidden_communication (the fraction of gradient
 // communication hidden behind backward, as the "x% hidden" line). update_freq = N > 0 adds
 // "batch_<name>" every N training steps (at the global step). Written by the master only,
-// flushed after every epoch: a crash leaves the whole records of the epochs before it.
+// flushed after every epoch: a crash leaves the whole records of the epochs before it. A
+// resumed run (fit's initial_epoch > 0) first removes from the earlier files in the same
+// directories the points it will write again (epochs from initial_epoch on, batch points
+// after its global step), as CSVLogger cuts its rows back, so each epoch has one point.
 //
 // profile_batch "a,b" (also "a-b" or "a"; "" or "0": none), as Keras' profile_batch: a
 // timeline (the recorder of tarantella/timeline.hpp, Chrome's trace format) of training steps
@@ -399,6 +405,7 @@ class TensorBoard : public Callback {
   static constexpr double kBatchFlushSeconds = 2.0;
   double last_flush_s_ = 0;  // with update_freq: the batch points' last flush
   bool writers_here();            // the master's writers, made by a new master on first use
+  void prune_resumed_events();    // the master, before its writers: a resumed run's redone points
 };
 
 // The TF Model Garden's TimeHistory: the global training rate (examples, images or tokens

@@ -6,7 +6,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 
 namespace tnt::io {
@@ -64,6 +66,84 @@ EventFileWriter::EventFileWriter(EventFileWriter&&) noexcept = default;
 EventFileWriter& EventFileWriter::operator=(EventFileWriter&&) noexcept = default;
 
 void EventFileWriter::flush() { writer_->flush(); }
+
+namespace {
+
+bool is_batch_tag(const std::string& tag) { return tag.rfind("batch_", 0) == 0; }
+
+// One file's points beyond the resume, removed; the file replaced atomically (a temporary
+// file beside it, renamed over it) when any went.
+int64_t prune_file(const std::string& path, int64_t first_epoch, int64_t last_step) {
+  std::vector<std::string> kept;
+  int64_t removed = 0;
+  {
+    TFRecordReader reader(path, TFRecordCompression::none);
+    std::string record;
+    while (reader.next(record)) {
+      tfpb::Event event;
+      if (!event.ParseFromString(record) || !event.has_summary()) {
+        kept.push_back(std::move(record));
+        continue;
+      }
+      tfpb::Summary* summary = event.mutable_summary();
+      const int before = summary->value_size();
+      auto* values = summary->mutable_value();
+      values->erase(std::remove_if(values->begin(), values->end(),
+                                   [&](const tfpb::Summary::Value& v) {
+                                     return is_batch_tag(v.tag()) ? event.step() > last_step
+                                                                  : event.step() >= first_epoch;
+                                   }),
+                    values->end());
+      removed += before - summary->value_size();
+      if (summary->value_size() == before) {
+        kept.push_back(std::move(record));
+      } else if (summary->value_size() > 0) {
+        kept.push_back(serialized(event));
+      }
+    }
+  }
+  if (removed == 0) return 0;
+  const std::string tmp = path + ".tmp-prune";
+  {
+    TFRecordWriter writer(tmp);
+    for (const std::string& r : kept) writer.write(r);
+    writer.close();
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    TNT_INPUT_ERROR("TensorBoard: cannot replace '{}': {}", path, ec.message());
+  }
+  return removed;
+}
+
+}  // namespace
+
+int64_t prune_events_after(const std::string& dir, int64_t first_epoch, int64_t last_step,
+                           std::vector<std::string>* skipped) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return 0;
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) == 0 && name.find(".tmp-") == std::string::npos &&
+        entry.is_regular_file(ec)) {
+      files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  int64_t removed = 0;
+  for (const std::string& f : files) {
+    try {
+      removed += prune_file(f, first_epoch, last_step);
+    } catch (const std::exception& e) {
+      if (skipped) skipped->push_back(fmt::format("'{}' ({})", f, e.what()));
+    }
+  }
+  return removed;
+}
 void EventFileWriter::close() { writer_->close(); }
 
 }  // namespace tnt::io

@@ -66,11 +66,34 @@ TensorBoard::~TensorBoard() = default;
 std::string TensorBoard::train_file() const { return writers_ ? writers_->train.path() : std::string(); }
 std::string TensorBoard::validation_file() const { return writers_ ? writers_->validation.path() : std::string(); }
 
+// A resumed run (initial_epoch > 0) redoes the epochs after its checkpoint: the points the
+// run before it wrote there go from the earlier event files (TensorBoard would otherwise
+// draw both runs' points at each such epoch, as history.csv's rows are cut back too).
+// Epoch points at steps >= initial_epoch and batch points after the global step go.
+void TensorBoard::prune_resumed_events() {
+  std::vector<std::string> skipped;
+  int64_t removed = 0;
+  for (const char* sub : {"/train", "/validation"}) {
+    removed += io::prune_events_after(log_dir_ + sub, params_.initial_epoch, model_->global_step(), &skipped);
+  }
+  if (removed > 0) {
+    log_info("TensorBoard: removed {} point(s) of epochs after {} (and of steps after {}) from the event files in "
+             "'{}' (training resumes there)",
+             removed, params_.initial_epoch, model_->global_step(), log_dir_);
+  }
+  for (const std::string& s : skipped) {
+    log_warning("TensorBoard: event file {} is left as it is; points of the epochs this resumed run redoes may show "
+                "twice",
+                s);
+  }
+}
+
 void TensorBoard::on_train_begin(const Logs&) {
   // The master makes the files; every rank learns whether it could (and fails alike).
   std::string error;
   if (is_master_rank() && !writers_) {
     try {
+      if (params_.initial_epoch > 0) prune_resumed_events();
       writers_ = std::make_unique<Writers>(log_dir_);
     } catch (const std::exception& e) {
       error = e.what();

@@ -28,6 +28,12 @@ namespace {
 
 using detail::now_s;
 
+// A step's time as Keras gives it: "12ms/step", and "350us/step" below a millisecond.
+std::string per_step_text(double ms) {
+  if (ms > 0 && ms < 0.9995) return fmt::format("{:.0f}us/step", ms * 1000);
+  return fmt::format("{:.0f}ms/step", ms);
+}
+
 std::string format_duration(double s) {
   // Whole seconds in 64 bits: an ETA of a huge evaluation (10^11 samples) overflowed int.
   if (!(s < 1e15)) return s > 0 ? std::string("a very long time") : std::string("?");
@@ -113,6 +119,10 @@ void ProgressBar::detect_output() {
     width_ = c ? std::atoi(c) : 0;
   }
   if (width_ <= 0) width_ = 80;
+  // A dumb terminal (TERM=dumb: an editor's shell buffer, some CI logs) shows ESC[K as
+  // text: the bar's line is cleared with spaces instead.
+  const char* term = std::getenv("TERM");
+  ansi_ = term == nullptr || std::strcmp(term, "dumb") != 0;
   tag_ = output_tag();
   if (!tag_.empty()) tty_ = false;
 }
@@ -170,7 +180,16 @@ void ProgressBar::write(const std::string& text) {
 void ProgressBar::end_line() {
   if (!g_bar_line_open || !tty_) return;
   g_bar_line_open = 0;
-  write("\r\033[K");  // the finished line replaces the bar
+  // The finished line replaces the bar.
+  std::string clear = "\r";
+  if (ansi_) {
+    clear += "\033[K";
+  } else {
+    clear.append(drawn_, ' ');
+    clear += '\r';
+  }
+  write(clear);
+  drawn_ = 0;
 }
 
 void ProgressBar::on_train_begin(const Logs&) {
@@ -306,7 +325,15 @@ void ProgressBar::draw(int64_t done, int64_t total, double start, const std::str
     return;
   }
   if (static_cast<int>(line.size()) > width_ - 1) line.resize(static_cast<size_t>(std::max(width_ - 1, 1)));
-  write("\r" + line + "\033[K");  // \033[K: clear what a longer previous line left
+  // What a longer previous line left is cleared: by ESC[K, or spaces on a dumb terminal.
+  if (ansi_) {
+    write("\r" + line + "\033[K");
+  } else {
+    std::string text = "\r" + line;
+    if (drawn_ > line.size()) text.append(drawn_ - line.size(), ' ');
+    write(text);
+  }
+  drawn_ = line.size();
   g_bar_line_open = 1;
   g_bar_line_owner = this;
 }
@@ -328,8 +355,8 @@ void ProgressBar::on_epoch_end(int, const Logs& logs) {
   // Over the steps this process ran: a resumed epoch's earlier steps took no time here.
   const int64_t ran = steps_done_ - std::max<int64_t>(steps_skipped_, 0);
   const double per_step_ms = ran > 0 ? train_seconds_ * 1000.0 / static_cast<double>(ran) : 0;
-  std::string line = fmt::format("{}/{} - {} {:.0f}ms/step{}", steps_done_, total, format_duration(train_seconds_),
-                                 per_step_ms, metrics_text(logs, true));
+  std::string line = fmt::format("{}/{} - {} {}{}", steps_done_, total, format_duration(train_seconds_),
+                                 per_step_text(per_step_ms), metrics_text(logs, true));
   if (eval_seconds_ >= 0) line += fmt::format(" - evaluation: {}", format_duration(eval_seconds_));
   end_line();
   write(line + "\n");
@@ -374,8 +401,8 @@ void ProgressBar::on_test_end(const Logs& logs) {
     // evaluate(): its results here; fit's validation: in the epoch line.
     const double per_step_ms =
         eval_steps_done_ > 0 ? eval_seconds_ * 1000.0 / static_cast<double>(eval_steps_done_) : 0;
-    write(fmt::format("{}/{} - {} {:.0f}ms/step{}\n", eval_steps_done_, eval_steps_done_,
-                      format_duration(eval_seconds_), per_step_ms, metrics_text(logs, true)));
+    write(fmt::format("{}/{} - {} {}{}\n", eval_steps_done_, eval_steps_done_, format_duration(eval_seconds_),
+                      per_step_text(per_step_ms), metrics_text(logs, true)));
     catch_signals(false);
   }
 }

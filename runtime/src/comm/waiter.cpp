@@ -2,6 +2,7 @@
 
 #include "comm/agreement.hpp"
 #include "tarantella/check.hpp"
+#include "tarantella/log.hpp"
 
 
 #include <algorithm>
@@ -38,6 +39,7 @@ Waiter::~Waiter() {
 Clock::time_point Waiter::deadline() const {
   if (deadline_ == Clock::time_point{}) {
     const Clock::time_point now = Clock::now();
+    started_ = now;
     deadline_ = comm_.deadline();
     next_check_ = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(check_interval_s_));
   }
@@ -154,6 +156,7 @@ void Waiter::check_peers(Clock::time_point now) {
                                 prefix(), format(gone), describe_positions(where, format), kMismatchFix));
   }
   const std::optional<Mismatch> m = find_mismatch(where);
+  if (!m) report_stall(now, where);
   if (!m) {
     // The query's time is not the collective's: look again a full interval from now.
     next_check_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(check_interval_s_));
@@ -164,6 +167,35 @@ void Waiter::check_peers(Clock::time_point now) {
   throw CommError(fmt::format("{}: the ranks called different collectives: {}. Where each rank is: {}. Fix: {}",
                               prefix(), describe_mismatch(*m, format),
                               describe_positions(where, format), kMismatchFix));
+}
+
+void Waiter::report_stall(Clock::time_point now, const std::vector<RankPosition>& where) {
+  const double waited = std::chrono::duration<double>(now - started_).count();
+  const double timeout = comm_.timeout_s;
+  // A quarter of a shorter timeout: still well before it ends the job.
+  const double after = timeout > 0 ? std::min(kStallWarningS, timeout / 4) : kStallWarningS;
+  if (stall_reported_ || waited < after) return;
+  std::vector<int> behind;
+  int first_waiting = -1;
+  for (int q = 0; q < comm_.size; ++q) {
+    const RankPosition& e = where[static_cast<size_t>(q)];
+    if (!e.answered || e.entered < seq_) {
+      behind.push_back(q);
+    } else if (first_waiting < 0) {
+      first_waiting = q;
+    }
+  }
+  if (behind.empty()) return;  // every rank is in it: a slow transfer, not a stall
+  stall_reported_ = true;
+  // One rank says it for all that wait, whichever it is (not only the master's log).
+  if (first_waiting != comm_.rank || !log_enabled(LogLevel::error)) return;
+  const RankListFormat format = rank_list_format(*comm_.arrivals);
+  log_line(LogLevel::warning,
+           fmt::format("{}: waiting {:.0f} s for rank(s) {}, which have not reached it. Where each rank is: {}. A rank "
+                       "may be stopped, stuck or much slower, or the ranks call different collectives; the job fails "
+                       "after TNT_COLLECTIVE_TIMEOUT={}",
+                       prefix(), waited, format(behind), describe_positions(where, format),
+                       timeout > 0 ? fmt::format("{:g} s", timeout) : std::string("0 (never)")));
 }
 
 void Waiter::timed_out(int peer, const char* role) const {

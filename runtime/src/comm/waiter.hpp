@@ -31,6 +31,11 @@ void raise_if_collectives_differ(const Communicator& comm, const std::string& wh
 class Waiter {
  public:
   static constexpr double kMaxCheckInterval = 30.0;
+  // A collective that some ranks have not reached after this long (or a quarter of a shorter
+  // TNT_COLLECTIVE_TIMEOUT) is reported once, by the lowest-numbered rank waiting in it (as
+  // Horovod's stall check does after 60 s), long before the timeout ends the job: a stopped
+  // or hung rank is not silent for ten minutes.
+  static constexpr double kStallWarningS = 60.0;
   Waiter(CommImpl& comm, const OpDesc& op);  // call after comm.enter()
   // For collective number seq, entered earlier and waited for now (work queued on a device
   // stream: the Reducer's NCCL buckets).
@@ -60,6 +65,8 @@ class Waiter {
   // After the grace period: asks the other ranks where they are; throws a CommError when
   // they called different collectives.
   void check_peers(Clock::time_point now);
+  // From check_peers, once the wait passes kStallWarningS: the warning, from one rank.
+  void report_stall(Clock::time_point now, const std::vector<RankPosition>& where);
   // "": the ranks agree (or cannot be asked); else ". The likely cause: ..." with the fix.
   std::string mismatch_note() const;
   std::string prefix() const;  // comm_error_prefix for this collective's number
@@ -72,7 +79,9 @@ class Waiter {
   // and most small collectives complete before); deadline() sets them when asked first.
   mutable Clock::time_point deadline_{};
   mutable Clock::time_point next_check_{};
+  mutable Clock::time_point started_{};  // when deadline() was first asked: the wait's start
   double check_interval_s_ = 0;
+  bool stall_reported_ = false;  // the stall warning, at most once a collective
 };
 
 // On the error path: cancels point-to-point requests that are still pending and lets go of

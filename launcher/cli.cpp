@@ -103,7 +103,7 @@ cxxopts::Options make_parser() {
        cxxopts::value<std::string>(), "K")
       ("requeue", "In a SLURM batch job: when SLURM's warning signal (sbatch --signal=B:USR1@SECONDS) stopped the "
        "programs after a step with its checkpoint, put the job back in the queue (scontrol requeue), so that it runs "
-       "again and the program continues from there; needs --resume=auto among the program's arguments");
+       "again and the program continues from there; needs --resume (or --resume=auto) among the program's arguments");
   o.add_options("MPI")
       ("launch-agent", "How mpirun reaches other hosts instead of plain ssh, e.g. \"ssh -p 2222 -i ~/.ssh/cluster\" "
        "or a wrapper script (Open MPI's plm_rsh_agent)", cxxopts::value<std::string>(), "CMD")
@@ -237,9 +237,13 @@ std::vector<TotalRanksWord> take_total_ranks(std::vector<std::string>& words,
 // as cxxopts reads them, so that every message names the option as the user wrote it.
 void check_words(const cxxopts::Options& parser, const std::vector<std::string>& words) {
   const std::map<std::string, bool> takes_value = option_kinds(parser);
+  std::string program;  // the first stray word: mostly the program, written without '--' before it
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& word = words[i];
-    if (word.size() < 2 || word[0] != '-') continue;  // a stray word: refused after parsing
+    if (word.size() < 2 || word[0] != '-') {  // a stray word: refused after parsing
+      if (program.empty()) program = word;
+      continue;
+    }
     const bool long_form = word[1] == '-';
     const size_t eq = long_form ? word.find('=') : std::string::npos;
     const std::string name = long_form ? word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)
@@ -247,6 +251,13 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
     const std::string shown = (long_form ? "--" : "-") + name;
     const auto option = takes_value.find(name);
     if (option == takes_value.end()) {
+      // After the program (horovodrun's and mpirun's spelling): the program's own flag.
+      if (!program.empty()) {
+        throw InputError(fmt::format("{}: no such option of tarantella; it comes after '{}': to pass options to the "
+                                     "program, put '--' before it (tarantella -np 2 -- {} {})",
+                                     excerpt(shown, 80), excerpt(program, 80), excerpt(program, 80),
+                                     excerpt(word, 80)));
+      }
       throw InputError(fmt::format("{}: no such option (see tarantella --help)", excerpt(shown, 80)));
     }
     if (!option->second) {
@@ -510,7 +521,7 @@ Examples:
   tarantella -n 4 --no-gpu --pin-to-socket -- ./train  four CPU ranks, each on its own cores
   tarantella --hostfile hostfiles/two-nodes --devices-per-node 4 -- ./train
   tarantella --hostfile hostfile --npernode 2 --pin-to-socket -- ./train   2 ranks a host, a socket each
-  tarantella -np 4 -- ./pi                             4 ranks on this machine, as mpirun -np 4
+  tarantella -np 4 -- build/bin/pi                     4 ranks on this machine, as mpirun -np 4
   tarantella -np 6 -H node1:4,node2:4 -- ./train       6 ranks in all: 4 on node1, 2 on node2
   tarantella -H node1,node2:2 -- ./train               node1 with the default, node2 with 2 ranks
   sbatch -N 4 --wrap 'tarantella -- ./train'           inside SLURM: the allocation's nodes

@@ -52,9 +52,9 @@ inline constexpr std::string_view prefix = "TNT_";
 
 // Names a user may not set with -x: the per-rank step owns them, and a stale value from
 // an enclosing job must not leak into this one.
-inline constexpr std::array<std::string_view, 12> reserved = {
-    rank,    size,    local_rank, local_size, device,  launcher, report_address, stdout_is_tty,
-    restart, run_id, join_fd,    core_limit};
+inline constexpr std::array<std::string_view, 13> reserved = {
+    rank,    size,   local_rank, local_size, device,    launcher, report_address, stdout_is_tty,
+    restart, run_id, join_fd,    core_limit, numa_node};
 
 inline bool is_reserved(std::string_view name) {
   for (auto r : reserved) {

@@ -398,8 +398,9 @@ int launch(const std::vector<std::string>& args) {
   if (options.pin != tl::PinMode::none) {
     topology = options.topology ? tl::load_topology(*options.topology) : tl::load_topology();
     if (!options.dry_run && !topology->this_system) {
-      throw tl::InputError(fmt::format("--pin-to-socket: hwloc reports {} instead of this machine "
-                                       "(is HWLOC_SYNTHETIC or HWLOC_XMLFILE set?); cannot bind to it",
+      throw tl::InputError(fmt::format("--pin-to-socket: hwloc reports {} instead of this machine, and ranks "
+                                       "cannot be bound to it: unset that variable (or see the plan for it with "
+                                       "--dry-run)",
                                        topology->source));
     }
   }
@@ -462,6 +463,8 @@ int launch(const std::vector<std::string>& args) {
     ::setenv("COLUMNS", std::to_string(ws.ws_col).c_str(), 1);
   }
   if (std::getenv("COLUMNS")) spec.pass_by_name.push_back("COLUMNS");
+  // ... and how it clears a line (TERM=dumb has no ESC[K), for ranks on other hosts too.
+  if (std::getenv("TERM")) spec.pass_by_name.push_back("TERM");
   const bool remote = std::any_of(plan.hosts.begin(), plan.hosts.end(), [](auto& h) { return !h.local; });
   if (remote) {
     // Remote ranks start from a login environment; they need ours to find PROGRAM.

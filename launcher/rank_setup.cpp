@@ -457,6 +457,8 @@ int run_rank_step(const RankStepArgs& args, const Environment& env, const RankId
     if (user_threads && name == env::num_threads) continue;
     ::setenv(name.c_str(), value.c_str(), 1);
   }
+  // An unpinned rank has no NUMA node: a value inherited from outside must not say one.
+  if (!binding) ::unsetenv(env::numa_node);
   // OpenMP threads that spin while they wait take the cores that the gradient
   // communication thread and the other ranks need; wait passively unless the user chose.
   ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);

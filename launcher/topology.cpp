@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <memory>
 
 namespace tnt::launcher {
@@ -75,7 +76,18 @@ NodeTopology load_topology() {
   if (Hwloc::get().topology_load(topo.get()) != 0) {
     throw InputError(fmt::format("cannot read this machine's topology with hwloc: {}", std::strerror(errno)));
   }
-  return extract(topo.get(), "this machine");
+  NodeTopology t = extract(topo.get(), "this machine");
+  if (!t.this_system) {
+    // hwloc read another machine, as its environment told it: named in messages.
+    if (const char* x = std::getenv("HWLOC_XMLFILE")) {
+      t.source = fmt::format("the topology in HWLOC_XMLFILE='{}'", x);
+    } else if (const char* y = std::getenv("HWLOC_SYNTHETIC")) {
+      t.source = fmt::format("the synthetic topology HWLOC_SYNTHETIC='{}'", y);
+    } else {
+      t.source = "a topology that is not this machine's (set by hwloc's environment)";
+    }
+  }
+  return t;
 }
 
 NodeTopology load_topology(std::string_view spec) {

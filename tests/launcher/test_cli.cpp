@@ -159,6 +159,11 @@ TEST_CASE("cli: every option error names the option as written", "[cli]") {
   CHECK_FALSE(parse_command_line({"--no-gpu=false", "--", "p"}).no_gpu);
   CHECK(error_of({"--bogus", "--", "p"}) == "--bogus: no such option (see tarantella --help)");
   CHECK(error_of({"-q", "--", "p"}) == "-q: no such option (see tarantella --help)");
+  // horovodrun's and mpirun's spelling, the program's flags after it without '--': before,
+  // "--batch_size: no such option" alone.
+  CHECK(error_of({"-np", "2", "-H", "localhost:2", "build/bin/fashion_mnist", "--batch_size=64"}) ==
+        "--batch_size: no such option of tarantella; it comes after 'build/bin/fashion_mnist': to pass options to "
+        "the program, put '--' before it (tarantella -np 2 -- build/bin/fashion_mnist --batch_size=64)");
   CHECK(error_of({"-n", "2", "--hostfile"}) == "--hostfile: missing its value");
   CHECK(error_of({"-n"}) == "-n: missing its value");
   CHECK(parse_command_line({"-n2", "--", "p"}).ranks_per_node == 2);
@@ -267,7 +272,7 @@ TEST_CASE("cli: --help says where -n's default comes from and --heartbeat-timeou
   CHECK_THAT(help, Catch::Contains("--np N Ranks in all, as mpirun's and horovodrun's -np N"));
   CHECK_THAT(help, Catch::Contains("--oversubscribe With -np: allow more ranks than the hosts' slots"));
   CHECK_THAT(help, Catch::Contains("tarantella --hostfile hostfile --npernode 2 --pin-to-socket -- ./train"));
-  CHECK_THAT(help, Catch::Contains("tarantella -np 4 -- ./pi 4 ranks on this machine, as mpirun -np 4"));
+  CHECK_THAT(help, Catch::Contains("tarantella -np 4 -- build/bin/pi 4 ranks on this machine, as mpirun -np 4"));
   CHECK_THAT(help, Catch::Contains("tarantella -np 6 -H node1:4,node2:4 -- ./train 6 ranks in all: 4 on node1, 2 on node2"));
   CHECK_THAT(help, Catch::Contains("(default: the host's slots, else the SLURM allocation's tasks on the node, else "
                                    "the GPUs of this node, else 1 CPU rank)"));

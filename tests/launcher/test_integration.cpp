@@ -391,7 +391,9 @@ TEST_CASE("integration: bad input stops before anything starts", "[integration][
   auto o = tarantella({"-n", "2", "--pin-to-socket", "--", "/bin/true"}, synthetic, 20s);
   INFO(o.describe());
   CHECK(o.exited(2));
-  CHECK_THAT(o.err, Catch::Contains("instead of this machine"));
+  // It names the variable and its value (before: "hwloc reports this machine instead of this machine").
+  CHECK_THAT(o.err, Catch::Contains("--pin-to-socket: hwloc reports the synthetic topology "
+                                    "HWLOC_SYNTHETIC='pack:2 numa:1 core:2 pu:1' instead of this machine"));
 }
 
 TEST_CASE("integration: --dry-run prints the plan and the command and runs nothing", "[integration]") {

@@ -388,8 +388,12 @@ Verdict choose_run_dir(const ModelDir& dir, bool dry) {
   if (dry) return v;
   v.path = new_run_dir(dir.path, v.error);
   if (v.error.empty()) {
-    v.note = fmt::format("Writing to {} (a new directory for each run without --model_dir; {}/{} is the newest)",
-                         v.path, dir.path, kLatest);
+    std::error_code ec;  // "latest is the newest" only where it points at this run (not a file of the user's)
+    const fs::path latest = fs::path(dir.path) / kLatest;
+    const bool pointed = fs::is_symlink(fs::symlink_status(latest, ec)) &&
+                         fs::read_symlink(latest, ec) == fs::path(v.path).filename();
+    v.note = fmt::format("Writing to {} (a new directory for each run without --model_dir{})", v.path,
+                         pointed ? fmt::format("; {}/{} is the newest", dir.path, kLatest) : std::string());
     if (dir.resume_auto) {
       v.note = fmt::format("--resume=auto without --model_dir: no run under {} has a checkpoint to continue, so a "
                            "new one starts\n{}",

@@ -416,6 +416,15 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     else
       fm_fail "attempt2: no line saying that the restart starts over"
     fi
+    # A `latest` that is the user's own file is left alone, and the note no longer claims it
+    # names the newest run (before: a warning, then "... latest is the newest").
+    rm -f "$base/latest"
+    echo mine >"$base/latest"
+    fm_run own_latest "${launch[@]}" -- "${plain[@]}" --train_epochs=1
+    expect_exit own_latest 0
+    if grep -qF "fashion_mnist_model/latest is not a symbolic link: not pointing it at the new run" <<<"$fm_out"; then fm_pass "own_latest: the warning"; else fm_fail "own_latest: no warning that latest is not a link"; fi
+    if grep -qE '^Writing to .*is the newest' <<<"$fm_out"; then fm_fail "own_latest: the note says latest is the newest"; else fm_pass "own_latest: the note does not claim latest"; fi
+    if [[ $(cat "$base/latest") == mine ]]; then fm_pass "own_latest: the file is left as it was"; else fm_fail "own_latest: the user's latest was changed"; fi
     ;;
 
   restart_taken_over)

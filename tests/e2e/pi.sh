@@ -13,7 +13,8 @@
 #     million runs, while a wrong share (a sample drawn twice, or skipped) breaks the bitwise
 #     equality and a wrong formula misses by far more.
 #   bad_flags: an unknown flag, a value that is not a whole number, --samples=0 and a missing
-#     value each end the job on 2 ranks with exit status 2 and one line naming the flag.
+#     value each end the job on 2 ranks with exit status 2 and one line naming the flag; an
+#     output that cannot be written (/dev/full) ends it with exit status 1, naming it.
 set -uo pipefail
 [[ $# -eq 3 ]] || { echo "usage: $0 LAUNCHER PI CASE" >&2; exit 2; }
 launcher=$1
@@ -100,6 +101,24 @@ case $case_name in
     expect_refused "--seed=-1: expected a whole number from 0 to 2^64-1" --seed=-1
     expect_refused "--seed: missing its value" --seed
     expect_refused "unexpected argument 'many'" many
+    # A bad TNT_* value, refused before the runtime starts: each rank's message is tagged
+    # with its rank, so the launcher shows it once (before: an untagged line per rank).
+    TNT_FUSION_THRESHOLD=abc run tnt_value -np 2 -- --samples=1000
+    [[ $rc -eq 2 ]] && pass "TNT_FUSION_THRESHOLD=abc: exit status 2" || fail "TNT_FUSION_THRESHOLD=abc: exit status $rc, expected 2"
+    n=$(grep -c "TNT_FUSION_THRESHOLD='abc'" <<<"$err")
+    [[ $n -eq 1 ]] && pass "TNT_FUSION_THRESHOLD=abc: the message once" ||
+      fail "TNT_FUSION_THRESHOLD=abc: the message $n times, expected once"
+    grep -q "^error (rank [01] of 2): TNT_FUSION_THRESHOLD='abc'" <<<"$err" &&
+      pass "TNT_FUSION_THRESHOLD=abc: tagged with its rank" || fail "TNT_FUSION_THRESHOLD=abc: no rank tag"
+    # Output that cannot be written (a full disk) fails the program, naming it; before, the
+    # estimate went nowhere and the exit status said success.
+    echo "+ $pi --samples=1000 >/dev/full"
+    timeout -k 10 "$limit" "$pi" --samples=1000 </dev/null >/dev/full 2>"$tmp/full.err"
+    rc=$?
+    cat "$tmp/full.err"
+    [[ $rc -eq 1 ]] && pass "stdout on /dev/full: exit status 1" || fail "stdout on /dev/full: exit status $rc, expected 1"
+    grep -q "^error: writing the program's standard output failed" "$tmp/full.err" &&
+      pass "stdout on /dev/full: named" || fail "stdout on /dev/full: no message naming the failed output"
     run help -np 2 -- --help
     [[ $rc -eq 0 ]] && pass "--help: exit status 0" || fail "--help: exit status $rc"
     n=$(grep -c 'tarantella -np 4 -- build/bin/pi' <<<"$out")

@@ -3,7 +3,7 @@
 # profile whose fields are sane (every gradient of the CNN with its size, ready times inside
 # backward, the allreduce measured, the metrics' allreduce apart); 1 rank writes one without an allreduce; a profile that
 # cannot be written ends the job before training with exit status 2 naming the file, on
-# every rank;
+# every rank; a run too short for a profile says so;
 # --fusion-threshold auto trains and announces its choice once; with parameter servers the
 # job trains, writes no profile and says why.
 #
@@ -98,6 +98,16 @@ for ranks in 2 1; do
   n=$(grep -c "scaling profile of 20 steps on $ranks rank(s) written to $profile" <<<"$fm_out")
   [[ $n -eq 1 ]] && fm_pass "$name: said once where the profile went" || fm_fail "$name: the note appears $n times"
 done
+
+# Too short a run for a profile (8 steps on 2 ranks: 5 warm-up, 5 with one bucket): before,
+# no file and not a word, exit 0. Now one warning naming the file and the steps needed.
+name=short
+fm_run "$name" -n 2 -x TNT_NUM_THREADS=1 --profile-scaling "$fm_tmp/short.json" \
+  -- --num_train_samples=256 --batch_size=32 --train_epochs=1 --verbose=0 --model_dir="$fm_tmp/model" --overwrite
+if [[ $fm_rc -eq 0 ]]; then fm_pass "$name: exit status 0"; else fm_fail "$name: exit status $fm_rc"; fi
+n=$(grep -c "scaling profile: nothing written to '$fm_tmp/short.json': training ended after 8 step(s)" <<<"$fm_out")
+[[ $n -eq 1 ]] && fm_pass "$name: said once why no profile came" || fm_fail "$name: the warning appears $n times"
+[[ -e $fm_tmp/short.json ]] && fm_fail "$name: a profile was written" || fm_pass "$name: no profile written"
 
 # --fusion-threshold auto: the master announces the choice once; the run trains as usual.
 name=auto

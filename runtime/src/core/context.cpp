@@ -17,8 +17,10 @@
 #include <unistd.h>  // environ
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <vector>
 #ifdef _OPENMP
@@ -26,6 +28,13 @@
 #endif
 
 namespace tnt {
+
+namespace {
+
+// Set by run_main's end after an error, for finalize: no notes that the error makes moot.
+bool g_ending_with_error = false;
+
+}  // namespace
 
 namespace {
 // The runtime's state, its one mutable global (see STYLE.md). Besides it there are only
@@ -235,7 +244,9 @@ void finalize() {
   // finalize fence. The channel needs no MPI; it stops once MPI_Finalize has returned.
   // A timeline starts with the first fit: a program that never trained (0 epochs, nothing
   // left to resume) would otherwise end without a word about the file it was asked for.
-  if (!g_context->timeline_started && !g_context->config.timeline.empty() && g_context->rank == 0) {
+  // Not after an error: its message says what happened (a refused timeline path among them).
+  if (!g_context->timeline_started && !g_context->config.timeline.empty() && g_context->rank == 0 &&
+      !g_ending_with_error) {
     log_warning("timeline: nothing recorded for '{}': this run has trained no step", g_context->config.timeline);
   }
   std::shared_ptr<void> arrivals;
@@ -291,6 +302,17 @@ int end_with_error(std::string message, bool input_error) {
   // worker numbering).
   int r = g_context ? g_context->job_rank : 0;
   int p = g_context ? g_context->job_size : 1;
+  if (!g_context) {
+    // Refused before the runtime started (a bad TNT_* value): the launcher's variables say
+    // which rank this is, so that its message is tagged and shown once, like any other.
+    const char* rank = std::getenv(env::rank);
+    const char* size = std::getenv(env::size);
+    const int er = rank ? std::atoi(rank) : -1, es = size ? std::atoi(size) : 0;
+    if (er >= 0 && es > er) {
+      r = er;
+      p = es;
+    }
+  }
   // A message of several lines continues indented, so that the launcher can tell its
   // lines from other ranks' (it shows an error that several ranks repeat once).
   while (!message.empty() && message.back() == '\n') message.pop_back();
@@ -309,6 +331,7 @@ int end_with_error(std::string message, bool input_error) {
   // Input the program refuses (a flag's value, a data file, a checkpoint) exits 2, as a
   // refused command line does: the launcher then knows a restart would fail the same way.
   const int status = input_error ? kExitInputError : 1;
+  g_ending_with_error = true;
   // Other ranks may be waiting in a collective this rank will never join: end the job
   // rather than let it hang. A refused input is mostly refused on every rank (the checks
   // agree): the master's end then comes first, so that the launcher's "failed first" names
@@ -327,6 +350,14 @@ int run_main(int argc, char** argv, const std::function<void()>& body) {
   try {
     init(&argc, &argv);
     body();
+    // Output that could not be written (a full disk, /dev/full, an I/O error) is not a
+    // success: the program's results would be lost without a word.
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      const int err = errno;
+      throw Error(fmt::format("writing the program's standard output failed ({}): its output is incomplete",
+                              err != 0 ? std::strerror(err) : "a full disk or device, or an I/O error"));
+    }
     finalize();
     return 0;
   } catch (const std::bad_alloc&) {

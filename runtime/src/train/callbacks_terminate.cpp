@@ -85,10 +85,11 @@ void TerminateOnNaN::on_epoch_end(int epoch, const Logs& logs) {
   }
   stopped_step_ = model_->global_step();
   const std::string where = fmt::format(
-      "parameter '{}' holds a NaN or an infinity after epoch {} (step {}), though the loss is finite: most likely a "
-      "NaN or an infinity in the input data (ReLU maps NaN to 0, which hides it from the loss, while the gradients "
-      "carry it into the weights); check the data, e.g. with a map() that tests each sample",
-      name, epoch + 1, stopped_step_);
+      "parameter '{}' holds a NaN or an infinity after epoch {} (step {}), though the loss is finite: an update "
+      "that overflowed (learning rate {:g}: a smaller one may help), or a NaN or an infinity in the input data "
+      "(ReLU maps NaN to 0, which hides it from the loss, while the gradients carry it into the weights; check the "
+      "data, e.g. with a map() that tests each sample)",
+      name, epoch + 1, stopped_step_, model_->learning_rate());
   if (action_ == Action::raise) throw Error(fmt::format("{} (TerminateOnNaN)", where));
   log_error("TerminateOnNaN: {}; stopping", where);
   model_->stop_training();

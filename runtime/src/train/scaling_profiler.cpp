@@ -194,7 +194,22 @@ void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device dev
 }
 
 void ScalingProfiler::fit_end(Reducer& reducer, Communicator& comm, Device device) {
-  if (done_ || phases_.empty()) return;
+  if (done_) return;
+  if (phases_.empty()) {
+    // Ended among the one-bucket steps: the fusion threshold goes back for later fits.
+    if (alone_left_ > 0) {
+      reducer.set_threshold(threshold_);
+      alone_left_ = 0;
+    }
+    // Before, nothing was written and nothing said: the user found no file.
+    const bool alone = comm.size() > 1;
+    log_warning("scaling profile: nothing written to '{}': training ended after {} step(s), and a profile takes "
+                "its steps after {} warm-up steps{}; train at least {} steps (more for a profile over "
+                "TNT_PROFILE_SCALING_STEPS={})",
+                path_, seen_, kWarmupSteps, alone ? fmt::format(" and {} with one bucket", kAloneSteps) : "",
+                kWarmupSteps + (alone ? kAloneSteps : 0) + 1, wanted_);
+    return;
+  }
   log_warning("scaling profile: only {} step(s) after {} warm-up steps and {} with one bucket, not {} "
               "(TNT_PROFILE_SCALING_STEPS)",
               phases_.size(), kWarmupSteps, alone_.size(), wanted_);

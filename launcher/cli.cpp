@@ -254,7 +254,7 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
       // After the program (horovodrun's and mpirun's spelling): the program's own flag.
       if (!program.empty()) {
         throw InputError(fmt::format("{}: no such option of tarantella; it comes after '{}': to pass options to the "
-                                     "program, put '--' before it (tarantella -np 2 -- {} {})",
+                                     "program, put '--' before it (tarantella [options] -- {} {} ...)",
                                      excerpt(shown, 80), excerpt(program, 80), excerpt(program, 80),
                                      excerpt(word, 80)));
       }

@@ -219,6 +219,12 @@ std::optional<int> ProgramFlags::parse(int argc, char** argv) {
   return std::nullopt;
 }
 
+std::string CommonFlags::batch_text() const {
+  if (micro_batch_size <= 0) return fmt::format("--batch_size={}", batch_size);
+  return fmt::format("the global batch {} (--micro_batch_size={} x {})", batch_size, micro_batch_size,
+                     count_of(tnt::size(), "rank"));
+}
+
 CommonFlags ProgramFlags::common() const {
   CommonFlags f;
   f.data_dir = args_["data_dir"].as<std::string>();
@@ -527,6 +533,12 @@ int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uin
   if (tnt::is_master_rank()) {
     try {
       TNT_INPUT_CHECK(std::filesystem::exists(checkpoint), "--resume: no checkpoint at {}", checkpoint);
+      {
+        // A newer release's file is named as such before its flags are compared.
+        const nlohmann::json md = checkpoint_metadata(checkpoint);
+        const char* key = tnt::checkpoint_key::version;
+        if (md.contains(key) && md[key].is_string()) tnt::check_checkpoint_version(checkpoint, {{key, md[key]}});
+      }
       check_resume_seed(checkpoint, seed);
       check_resume_precision(checkpoint, model.precision().name());
       const nlohmann::json metadata = checkpoint_metadata(checkpoint);

@@ -79,6 +79,9 @@ struct CommonFlags {
   uint64_t seed = 0;
   int verbose = 1;
   bool enable_tensorboard = false;  // TensorBoard event files under model_dir/{train,validation}
+  // The global batch as the user gave it, for messages: "--batch_size=256", or
+  // "the global batch 256 (--micro_batch_size=64 x 4 ranks)".
+  std::string batch_text() const;
 };
 
 // What a flag's value must look like, taken from its cxxopts value type, so that a value

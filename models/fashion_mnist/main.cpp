@@ -163,8 +163,8 @@ int main(int argc, char** argv) {
                     "--num_train_samples={}: the training set in --data_dir={} holds only {} samples (0 = all)",
                     num_train, common.data_dir, train.file_samples);
     const int64_t n_train = train.images.dim(0);
-    TNT_INPUT_CHECK(common.batch_size <= n_train, "--batch_size={} is larger than the {} training samples",
-                    common.batch_size, n_train);
+    TNT_INPUT_CHECK(common.batch_size <= n_train, "{} is larger than the {} training samples", common.batch_text(),
+                    n_train);
 
     auto net = model_kind == "cnn" ? make_cnn() : make_mlp();
     net->build({1, 28, 28});

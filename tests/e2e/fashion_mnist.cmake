@@ -13,7 +13,7 @@ foreach(_case missing_data_dir truncated_gzip truncated_idx corrupt_gzip batch_s
               micro_batch_mismatch checkpoint_other_model micro_batch_uneven negative_micro_batch too_many_train_samples
               resume_other_seed checkpoint_negative_epoch label_out_of_range wrong_image_size
               checkpoint_negative_step empty_test_set gzip_bomb resume_other_batch
-              ranks_disagree timeline_directory)
+              ranks_disagree timeline_directory newer_checkpoint)
   add_test(NAME fashion_mnist.bad_input.${_case}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/fashion_mnist_bad_input.sh ${_fm_bins} ${_case})
   # The scripts' own guard (TNT_E2E_TIMEOUT, 60 s a run) ends a hang first; this is the

@@ -189,6 +189,18 @@ case $case_name in
     fm_expect_fixed model "the ranks built different networks (tensor 1: rank(s) 0:" "the networks and the ranks"
     ;;
 
+  newer_checkpoint)
+    # A checkpoint of a later format (a newer release's) is refused by name before its flags
+    # are compared, on every rank, with exit status 2.
+    train_checkpoint
+    set_checkpoint_metadata tnt_checkpoint_version 2
+    fm_run "$case_name" "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
+    expect_failure "$case_name"
+    [[ $fm_rc -eq 2 ]] && fm_pass "$case_name: exit status 2" || fm_fail "$case_name: exit status $fm_rc, expected 2"
+    fm_expect_fixed "$case_name" "was written by a newer Tarantella (checkpoint format 2; this one reads up to 1)" \
+      "the version"
+    ;;
+
   timeline_directory)
     # A --timeline that names a directory is refused naming it, and nothing after the
     # error contradicts it (before: "timeline: nothing recorded ...: this run has trained no

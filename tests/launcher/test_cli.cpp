@@ -163,7 +163,7 @@ TEST_CASE("cli: every option error names the option as written", "[cli]") {
   // "--batch_size: no such option" alone.
   CHECK(error_of({"-np", "2", "-H", "localhost:2", "build/bin/fashion_mnist", "--batch_size=64"}) ==
         "--batch_size: no such option of tarantella; it comes after 'build/bin/fashion_mnist': to pass options to "
-        "the program, put '--' before it (tarantella -np 2 -- build/bin/fashion_mnist --batch_size=64)");
+        "the program, put '--' before it (tarantella [options] -- build/bin/fashion_mnist --batch_size=64 ...)");
   CHECK(error_of({"-n", "2", "--hostfile"}) == "--hostfile: missing its value");
   CHECK(error_of({"-n"}) == "-n: missing its value");
   CHECK(parse_command_line({"-n2", "--", "p"}).ranks_per_node == 2);

@@ -241,6 +241,14 @@ TEST_CASE("an evaluation uses the master's BatchNorm statistics on every rank") 
   eo.verbose = 0;
   model.evaluate(data, eo);
   CHECK(same_on_every_rank());
+  // A predict of the rank's own batches stays no collective: the master alone may call it
+  // (a broadcast of the statistics there would wait for ranks that never come).
+  if (tnt::is_master_rank()) {
+    tnt::PredictOptions po;
+    po.distribute_dataset = false;
+    CHECK(model.predict(data.batch(16), po).dim(0) == kSamples);
+  }
+  tnt::communicator().barrier();
 }
 
 TEST_CASE("validation_data and distributed_validation_data together are an error") {

@@ -51,6 +51,10 @@ inline constexpr const char* version = "tnt_checkpoint_version";
 // The version save_checkpoint writes, and the newest load_checkpoint reads.
 inline constexpr int kCheckpointVersion = 1;
 
+// InputError naming `path` when `metadata` give a format version above kCheckpointVersion
+// (or one that is no version); nothing when the key is absent (an unversioned file).
+void check_checkpoint_version(const std::string& path, const std::map<std::string, std::string>& metadata);
+
 // Tensors may be on any device (copied to the host one at a time). Names must be unique
 // and non-empty. Throws InputError naming the file when it cannot be created, Error when a
 // write fails; either way the target is untouched and no temporary file is left.

@@ -2,6 +2,8 @@
 
 #include "comm/agreement.hpp"
 #include "tarantella/check.hpp"
+#include "tarantella/config.hpp"
+#include "tarantella/runtime.hpp"
 #include "tarantella/log.hpp"
 
 
@@ -175,26 +177,40 @@ void Waiter::report_stall(Clock::time_point now, const std::vector<RankPosition>
   // A quarter of a shorter timeout: still well before it ends the job.
   const double after = timeout > 0 ? std::min(kStallWarningS, timeout / 4) : kStallWarningS;
   if (stall_reported_ || waited < after) return;
-  std::vector<int> behind;
+  std::vector<int> behind, silent;
   int first_waiting = -1;
   for (int q = 0; q < comm_.size; ++q) {
     const RankPosition& e = where[static_cast<size_t>(q)];
-    if (!e.answered || e.entered < seq_) {
+    if (!e.answered) {
+      silent.push_back(q);
+    } else if (e.entered < seq_) {
       behind.push_back(q);
     } else if (first_waiting < 0) {
       first_waiting = q;
     }
   }
-  if (behind.empty()) return;  // every rank is in it: a slow transfer, not a stall
+  if (behind.empty() && silent.empty()) return;  // every rank is in it: a slow transfer, not a stall
   stall_reported_ = true;
-  // One rank says it for all that wait, whichever it is (not only the master's log).
-  if (first_waiting != comm_.rank || !log_enabled(LogLevel::error)) return;
+  // One rank says it for all that wait, whichever it is (the master's log alone would miss a
+  // stall of the master), at the level the job's log shows warnings.
+  bool warnings_shown = false;
+  try {
+    warnings_shown = parse_log_level(config().log_level) <= LogLevel::warning;
+  } catch (...) {
+  }
+  if (first_waiting != comm_.rank || !warnings_shown) return;
   const RankListFormat format = rank_list_format(*comm_.arrivals);
+  std::string who;
+  if (!behind.empty()) who = fmt::format("rank(s) {}, which have not reached it", format(behind));
+  if (!silent.empty()) {
+    who += fmt::format("{}rank(s) {}, which did not say where they are (stopped, or too busy to answer)",
+                       who.empty() ? "" : ", and ", format(silent));
+  }
   log_line(LogLevel::warning,
-           fmt::format("{}: waiting {:.0f} s for rank(s) {}, which have not reached it. Where each rank is: {}. A rank "
-                       "may be stopped, stuck or much slower, or the ranks call different collectives; the job fails "
-                       "after TNT_COLLECTIVE_TIMEOUT={}",
-                       prefix(), waited, format(behind), describe_positions(where, format),
+           fmt::format("{}: waiting {:.0f} s for {}. Where each rank is: {}. A rank may be stopped, stuck or much "
+                       "slower, or the ranks call different collectives; the job fails after "
+                       "TNT_COLLECTIVE_TIMEOUT={}",
+                       prefix(), waited, who, describe_positions(where, format),
                        timeout > 0 ? fmt::format("{:g} s", timeout) : std::string("0 (never)")));
 }
 

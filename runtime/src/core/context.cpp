@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -305,9 +306,14 @@ int end_with_error(std::string message, bool input_error) {
   if (!g_context) {
     // Refused before the runtime started (a bad TNT_* value): the launcher's variables say
     // which rank this is, so that its message is tagged and shown once, like any other.
-    const char* rank = std::getenv(env::rank);
-    const char* size = std::getenv(env::size);
-    const int er = rank ? std::atoi(rank) : -1, es = size ? std::atoi(size) : 0;
+    auto number = [](const char* text) {
+      int v = -1;
+      if (text == nullptr) return -1;
+      const char* end = text + std::strlen(text);
+      const auto [ptr, ec] = std::from_chars(text, end, v);
+      return ec == std::errc() && ptr == end ? v : -1;
+    };
+    const int er = number(std::getenv(env::rank)), es = number(std::getenv(env::size));
     if (er >= 0 && es > er) {
       r = er;
       p = es;

@@ -9,6 +9,21 @@
 
 namespace tnt {
 
+void check_checkpoint_version(const std::string& path, const Metadata& metadata) {
+  const auto it = metadata.find(checkpoint_key::version);
+  if (it == metadata.end()) return;
+  int64_t version = 0;
+  const char* end = it->second.data() + it->second.size();
+  const auto [ptr, ec] = std::from_chars(it->second.data(), end, version);
+  TNT_INPUT_CHECK(ec == std::errc() && ptr == end && version >= 1,
+                  "checkpoint '{}': metadata {}={} is not a format version (1 or more); the file is damaged", path,
+                  checkpoint_key::version, it->second.substr(0, 60));
+  TNT_INPUT_CHECK(version <= kCheckpointVersion,
+                  "checkpoint '{}' was written by a newer Tarantella (checkpoint format {}; this one reads up to "
+                  "{}): resume it with that version, or load only its weights with load_weights",
+                  path, version, kCheckpointVersion);
+}
+
 Checkpoint Checkpoint::read(const std::string& path) {
   SafetensorsFile file = read_safetensors(path);
   Checkpoint c;

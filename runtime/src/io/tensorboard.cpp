@@ -79,7 +79,15 @@ int64_t prune_file(const std::string& path, int64_t first_epoch, int64_t last_st
   {
     TFRecordReader reader(path, TFRecordCompression::none);
     std::string record;
-    while (reader.next(record)) {
+    while (true) {
+      try {
+        if (!reader.next(record)) break;
+      } catch (const InputError&) {
+        // A record cut short or failing its CRC (a crash mid-write): it and what follows go,
+        // unless nothing before it could be read (then the file is left as it is).
+        if (kept.empty()) throw;
+        break;
+      }
       tfpb::Event event;
       if (!event.ParseFromString(record) || !event.has_summary()) {
         kept.push_back(std::move(record));
@@ -102,18 +110,21 @@ int64_t prune_file(const std::string& path, int64_t first_epoch, int64_t last_st
       }
     }
   }
-  if (removed == 0) return 0;
-  const std::string tmp = path + ".tmp-prune";
-  {
+  if (removed == 0) return 0;  // a damaged tail alone: TensorBoard reads up to it anyway
+  // A name TensorBoard does not read (it loads every "*tfevents*"), removed on any failure.
+  namespace fs = std::filesystem;
+  const std::string tmp = (fs::path(path).parent_path() / fmt::format(".tnt-prune-{}.tmp", ::getpid())).string();
+  try {
     TFRecordWriter writer(tmp);
     for (const std::string& r : kept) writer.write(r);
     writer.close();
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    TNT_INPUT_ERROR("TensorBoard: cannot replace '{}': {}", path, ec.message());
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) TNT_INPUT_ERROR("TensorBoard: cannot replace '{}': {}", path, ec.message());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
   }
   return removed;
 }
@@ -128,8 +139,7 @@ int64_t prune_events_after(const std::string& dir, int64_t first_epoch, int64_t 
   std::vector<std::string> files;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind("events.out.tfevents.", 0) == 0 && name.find(".tmp-") == std::string::npos &&
-        entry.is_regular_file(ec)) {
+    if (name.rfind("events.out.tfevents.", 0) == 0 && entry.is_regular_file(ec)) {
       files.push_back(entry.path().string());
     }
   }

@@ -36,11 +36,12 @@ class EventFileWriter {
   std::unique_ptr<TFRecordWriter> writer_;
 };
 
-// Removes from the event files in `dir` (events.out.tfevents.*, not those being written) the
-// points a resumed run will write again: scalars at steps >= first_epoch, except "batch_*"
-// ones, which go at steps > last_step. A file that loses points is replaced atomically.
-// Returns the points removed; a file that cannot be read or replaced is left as it was and
-// named, with the reason, in `skipped`.
+// Removes from the event files in `dir` (events.out.tfevents.*) the points a resumed run
+// will write again: scalars at steps >= first_epoch, except "batch_*" ones, which go at
+// steps > last_step (INT64_MAX: none of that kind). A file that loses points is replaced
+// atomically (with a record cut short by a crash, and what follows it, dropped). Returns the
+// points removed; a file that cannot be read or replaced is left as it was and named, with
+// the reason, in `skipped`.
 int64_t prune_events_after(const std::string& dir, int64_t first_epoch, int64_t last_step,
                            std::vector<std::string>* skipped);
 

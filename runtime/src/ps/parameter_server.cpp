@@ -29,6 +29,7 @@
 #include "ps/server.hpp"
 #include "ps/shards.hpp"
 #include "ps/worker.hpp"
+#include "train/same_network.hpp"
 #include "tarantella/comm.hpp"
 #include "tarantella/log.hpp"
 #include "tarantella/reducer.hpp"
@@ -63,6 +64,7 @@ struct PsAccess {
   static void sync_weights(Model& m) {
     if (m.weights_synced_) return;
     Communicator& comm = communicator();
+    detail::require_same_network(comm, *m.network_, "parameter-server fit: sharing the master's weights");
     for (auto& p : m.network_->named_parameters()) broadcast_on_host(comm, p.param->value, master_rank());
     for (auto& b : m.network_->named_buffers()) broadcast_on_host(comm, b.param->value, master_rank());
     m.weights_synced_ = true;

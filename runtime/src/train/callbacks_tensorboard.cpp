@@ -18,6 +18,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <limits>
 
 namespace tnt {
 
@@ -73,12 +74,18 @@ std::string TensorBoard::validation_file() const { return writers_ ? writers_->v
 void TensorBoard::prune_resumed_events() {
   std::vector<std::string> skipped;
   int64_t removed = 0;
+  // Epoch points from initial_epoch on; batch points only after a training position the
+  // model has (a checkpoint's step: weights loaded alone start at step 0, and the earlier
+  // run's batch points are not redone then).
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  const int64_t first_epoch = params_.initial_epoch > 0 ? params_.initial_epoch : kNone;
+  const int64_t last_step = model_->global_step() > 0 ? model_->global_step() : kNone;
   for (const char* sub : {"/train", "/validation"}) {
-    removed += io::prune_events_after(log_dir_ + sub, params_.initial_epoch, model_->global_step(), &skipped);
+    removed += io::prune_events_after(log_dir_ + sub, first_epoch, last_step, &skipped);
   }
   if (removed > 0) {
-    log_info("TensorBoard: removed {} point(s) of epochs after {} (and of steps after {}) from the event files in "
-             "'{}' (training resumes there)",
+    log_info("TensorBoard: removed {} point(s) after epoch {} (and after step {}) from the event files in '{}' "
+             "(training resumes there)",
              removed, params_.initial_epoch, model_->global_step(), log_dir_);
   }
   for (const std::string& s : skipped) {
@@ -93,7 +100,8 @@ void TensorBoard::on_train_begin(const Logs&) {
   std::string error;
   if (is_master_rank() && !writers_) {
     try {
-      if (params_.initial_epoch > 0) prune_resumed_events();
+      // A resumed run (at an epoch, or inside one: a training position).
+      if (params_.initial_epoch > 0 || model_->global_step() > 0) prune_resumed_events();
       writers_ = std::make_unique<Writers>(log_dir_);
     } catch (const std::exception& e) {
       error = e.what();

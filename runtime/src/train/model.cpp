@@ -142,34 +142,6 @@ void Model::set_learning_rate(double lr) {
   optimizer_->set_learning_rate(lr);
 }
 
-namespace detail {
-
-void require_same_network(Communicator& comm, Network& network, const std::string& what) {
-  if (comm.size() < 2) return;
-  std::vector<std::string> entries;
-  auto add = [&](const char* kind, const std::vector<NamedParameter>& list) {
-    for (const NamedParameter& p : list) {
-      entries.push_back(fmt::format("{} '{}' {} {}", kind, p.name, shape_str(p.param->value.shape()),
-                                    dtype_name(p.param->value.dtype())));
-    }
-  };
-  add("parameter", network.named_parameters());
-  add("buffer", network.named_buffers());
-  entries.push_back(fmt::format("{} tensors in all", entries.size()));
-  if (std::optional<Disagreement> d = find_disagreement(comm, entries)) {
-    TNT_INPUT_ERROR("{}: the ranks built different networks (tensor {}: {}); every rank must build the same model "
-                    "(the same program and flags on every rank)",
-                    what, d->entry + 1, d->describe());
-  }
-}
-
-void share_master_buffers(Communicator& comm, Network& network) {
-  if (comm.size() < 2) return;
-  for (const NamedParameter& b : network.named_buffers()) comm.broadcast(b.param->value, master_rank());
-}
-
-}  // namespace detail
-
 void Model::broadcast_weights() {
   Communicator& comm = communicator();
   // Tensor by tensor below: ranks with other networks would pair other sizes.

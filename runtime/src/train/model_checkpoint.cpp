@@ -241,21 +241,13 @@ int Model::load_checkpoint(const std::string& path) {
   // model as it was. The bounds are far beyond any real run (a billion epochs; 10^15 steps,
   // a million steps a second for 30 years) and keep epoch + 1 and step arithmetic in range.
   constexpr int64_t kMaxEpochs = 1'000'000'000, kMaxSteps = 1'000'000'000'000'000;
+  // A later format may mean something else by every key below: refused before any is read.
+  check_checkpoint_version(path, ck.metadata());
   TNT_INPUT_CHECK(ck.has_metadata(checkpoint_key::epoch) && ck.has_metadata(checkpoint_key::step),
                   "checkpoint '{}' has no training position (metadata 'epoch' and 'step'): a weights-only file "
                   "(save_weights, a program's model.safetensors)? Load that with load_weights; load_checkpoint takes "
                   "what save_checkpoint or ModelCheckpoint wrote",
                   path);
-  // A later format may mean something else by the keys below: refused before they are read.
-  if (ck.has_metadata(checkpoint_key::version)) {
-    const int64_t version = ck.metadata_int(checkpoint_key::version);
-    TNT_INPUT_CHECK(version >= 1, "checkpoint '{}': metadata {}={} is not a format version (1 or more); the file "
-                    "is damaged", path, checkpoint_key::version, version);
-    TNT_INPUT_CHECK(version <= kCheckpointVersion,
-                    "checkpoint '{}' was written by a newer Tarantella (checkpoint format {}; this one reads up to "
-                    "{}): resume it with that version, or load only its weights with load_weights",
-                    path, version, kCheckpointVersion);
-  }
   auto count = [&](const char* key, int64_t max, const char* what) {
     const int64_t v = ck.metadata_int(key);
     TNT_INPUT_CHECK(v >= 0 && v <= max, "checkpoint '{}': metadata {}={} is not a number of {} (0 to {})", path, key,
@@ -336,9 +328,11 @@ int Model::load_checkpoint_from_master(const std::string& path) {
     if (refused != 0) throw InputError(failure);
     throw Error(failure);
   }
-  detail::require_same_network(comm, *network_, fmt::format("load_checkpoint_from_master '{}'", path));
-  // Every tensor a checkpoint holds, in one order on every rank (the models are alike).
-  for (auto& t : checkpoint_tensors(true)) comm.broadcast(t.tensor, master_rank());
+  // Every tensor a checkpoint holds, in one order on every rank, once the ranks agree that
+  // their models (optimizer state included: another --optimizer has other slots) are alike.
+  std::vector<NamedTensor> tensors = checkpoint_tensors(true);
+  detail::require_same_tensors(comm, as_named(tensors), fmt::format("load_checkpoint_from_master '{}'", path));
+  for (auto& t : tensors) comm.broadcast(t.tensor, master_rank());
   comm.broadcast(position, 6, DType::i64, Device::cpu(), master_rank());
   comm.broadcast(rates, 3, DType::f64, Device::cpu(), master_rank());
   int64_t sums = static_cast<int64_t>(checkpoint_epoch_sums_.size());

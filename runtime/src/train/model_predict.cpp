@@ -92,11 +92,7 @@ std::vector<Tensor> gather_rows(const Tensor& mine, bool keep) {
 }  // namespace
 
 Tensor Model::predict_rows(const detail::NextBatch& next, const char* what, std::vector<int64_t>* global_real) {
-  if (!weights_synced_) {
-    broadcast_weights();
-  } else if (!ps_) {
-    detail::share_master_buffers(communicator(), *network_);  // every row by the master's statistics
-  }
+  if (!weights_synced_) broadcast_weights();
   RunContext rc;
   rc.training = false;
   rc.seed = seed_;
@@ -142,6 +138,10 @@ Tensor Model::predict(const Dataset& data, PredictOptions options) {
   const DistributedDataset distributed = data.distribute(global, rank(), p, Remainder::pad);
   detail::require_same_pass(communicator(), "predict",
                             {fmt::format("{} samples", data.cardinality()), fmt::format("global batch {}", global)});
+  // Every row by the master's BatchNorm statistics (the saved model's). Only here: a predict
+  // of the rank's own batches (distribute_dataset=false) is no collective once the weights
+  // were shared.
+  if (weights_synced_ && !ps_) detail::share_master_buffers(communicator(), *network_);
   std::vector<int64_t> step_real;  // real samples of each global batch, alike on every rank
   const Tensor mine = predict_rows(distributed_source(distributed, 0), "predict", &step_real);
   const bool keep = options.gather == Gather::all || is_master_rank();

@@ -15,6 +15,9 @@ namespace tnt::detail {
 // that differs and the ranks on each side, when the ranks' networks differ in their
 // tensors' names, shapes or dtypes.
 void require_same_network(Communicator& comm, Network& network, const std::string& what);
+// The same over any list of named tensors (a checkpoint's, optimizer state included).
+void require_same_tensors(Communicator& comm, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                          const std::string& what);
 
 // Collective. The master's buffers (BatchNorm's running statistics, each rank's own while it
 // trains) on every rank: an evaluation then is of the model a checkpoint saves, on every

@@ -196,15 +196,18 @@ void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device dev
 void ScalingProfiler::fit_end(Reducer& reducer, Communicator& comm, Device device) {
   if (done_) return;
   if (phases_.empty()) {
-    // Ended among the one-bucket steps: the fusion threshold goes back for later fits.
+    // Ended among the one-bucket steps: the fusion threshold goes back, and a later fit of
+    // this model starts that phase again (its backward-alone median from whole steps).
     if (alone_left_ > 0) {
       reducer.set_threshold(threshold_);
       alone_left_ = 0;
+      alone_.clear();
+      seen_ = kWarmupSteps - 1;
     }
     // Before, nothing was written and nothing said: the user found no file.
     const bool alone = comm.size() > 1;
-    log_warning("scaling profile: nothing written to '{}': training ended after {} step(s), and a profile takes "
-                "its steps after {} warm-up steps{}; train at least {} steps (more for a profile over "
+    log_warning("scaling profile: nothing written to '{}' (yet): training ended after {} step(s), and a profile "
+                "takes its steps after {} warm-up steps{}; train at least {} steps (more for a profile over "
                 "TNT_PROFILE_SCALING_STEPS={})",
                 path_, seen_, kWarmupSteps, alone ? fmt::format(" and {} with one bucket", kAloneSteps) : "",
                 kWarmupSteps + (alone ? kAloneSteps : 0) + 1, wanted_);

@@ -187,6 +187,15 @@ case $case_name in
     expect_failure model
     [[ $fm_rc -eq 2 ]] && fm_pass "model: exit status 2 (input)" || fm_fail "model: exit status $fm_rc, expected 2"
     fm_expect_fixed model "the ranks built different networks (tensor 1: rank(s) 0:" "the networks and the ranks"
+    # A resume whose ranks compiled other optimizers: the master's checkpoint holds Adam's
+    # state, rank 1's model SGD's (before: the broadcasts paired other sizes).
+    train_checkpoint
+    fm_run optimizer "${launch[@]}" -x RANK_ARGS_1=--optimizer=sgd -- --model=mlp --num_train_samples=256 \
+      --train_epochs=2 --verbose=0 --model_dir="$fm_tmp/model" --resume
+    expect_failure optimizer
+    [[ $fm_rc -eq 2 ]] && fm_pass "optimizer: exit status 2 (input)" || fm_fail "optimizer: exit status $fm_rc, expected 2"
+    fm_expect_fixed optimizer "load_checkpoint_from_master '$fm_tmp/model/checkpoint.safetensors': the ranks built different networks" \
+      "the checkpoint and the ranks"
     ;;
 
   newer_checkpoint)

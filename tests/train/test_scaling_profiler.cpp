@@ -166,3 +166,45 @@ TEST_CASE("scaling profiler: a GPU rank's phases are the GPU's", "[train][scalin
     CHECK(p.compute_samples_s[i] == Approx(compute[i % kWanted]).margin(kEps));
   }
 }
+
+// A fit that ends among the one-bucket steps writes nothing yet and puts the fusion
+// threshold back; the next fit of the model runs that phase again, so the profile's
+// backward_alone_s comes from whole one-bucket steps of one phase (before the restart, the
+// first fit's four one-bucket steps stayed in it, and the second fit counted at once).
+TEST_CASE("scaling profiler: a fit cut short among the one-bucket steps starts them again", "[train][scaling]") {
+  Communicator& comm = communicator();
+  if (comm.size() < 2) return;  // one rank has no one-bucket steps
+  test::TempDir dir("tnt-profile-restart");
+  const std::filesystem::path path = dir.path / "profile.json";
+  constexpr int64_t kWanted = 3;
+  ScalingProfiler profiler(path.string(), kWanted, Device::cpu());
+  std::vector<std::pair<std::string, Tensor>> grads;
+  for (int i = 0; i < 4; ++i) grads.emplace_back(fmt::format("g{}", i), Tensor::zeros({64}, DType::f32));
+  Reducer reducer(comm, grads, {.threshold_bytes = 0});
+  const int64_t threshold = reducer.threshold_bytes();
+  auto step = [&](double backward) {
+    for (size_t g = 0; g < 4; ++g) reducer.mark_ready(g);
+    reducer.finalize();
+    profiler.phases = {.input_s = 0.001, .forward_s = 0.002, .backward_s = backward, .exposed_s = 0.0001,
+                       .optimizer_s = 0.0002, .step_s = 0.02, .samples = 8};
+    profiler.step_done(reducer, comm, Device::cpu());
+  };
+  // First fit: 5 warm-up steps, then 4 of the 5 one-bucket steps (backward 0.5 s).
+  for (int64_t k = 0; k < ScalingProfiler::kWarmupSteps + 4; ++k) step(0.5);
+  CHECK(reducer.threshold_bytes() != threshold);  // all gradients in one bucket now
+  profiler.fit_end(reducer, comm, Device::cpu());
+  CHECK(reducer.threshold_bytes() == threshold);
+  CHECK_FALSE(std::filesystem::exists(path));
+  // Second fit: the step that starts the phase again, 5 one-bucket steps (0.012 s), then
+  // the profiled steps (0.015 s).
+  step(0.5);
+  for (int64_t k = 0; k < ScalingProfiler::kAloneSteps; ++k) step(0.012);
+  for (int64_t k = 0; k < kWanted; ++k) step(0.015);
+  comm.barrier();
+  if (!comm.is_master()) return;
+  REQUIRE(std::filesystem::exists(path));
+  const comm::scaling::Profile p = comm::scaling::profile_from_json(read_text(path), path.string());
+  CHECK(p.steps == kWanted);
+  CHECK(p.backward_alone_s == Approx(0.012).margin(kEps));
+  CHECK(p.backward_s == Approx(0.015).margin(kEps));
+}

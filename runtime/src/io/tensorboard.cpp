@@ -73,7 +73,7 @@ bool is_batch_tag(const std::string& tag) { return tag.rfind("batch_", 0) == 0; 
 
 // One file's points beyond the resume, removed; the file replaced atomically (a temporary
 // file beside it, renamed over it) when any went.
-int64_t prune_file(const std::string& path, int64_t first_epoch, int64_t last_step) {
+int64_t prune_file(const std::string& path, int64_t first_epoch, int64_t last_step, std::string* damage) {
   std::vector<std::string> kept;
   int64_t removed = 0;
   {
@@ -82,10 +82,11 @@ int64_t prune_file(const std::string& path, int64_t first_epoch, int64_t last_st
     while (true) {
       try {
         if (!reader.next(record)) break;
-      } catch (const InputError&) {
+      } catch (const InputError& e) {
         // A record cut short or failing its CRC (a crash mid-write): it and what follows go,
-        // unless nothing before it could be read (then the file is left as it is).
+        // said, unless nothing before it could be read (then the file is left as it is).
         if (kept.empty()) throw;
+        *damage = e.what();
         break;
       }
       tfpb::Event event;
@@ -147,9 +148,18 @@ int64_t prune_events_after(const std::string& dir, int64_t first_epoch, int64_t 
   int64_t removed = 0;
   for (const std::string& f : files) {
     try {
-      removed += prune_file(f, first_epoch, last_step);
+      std::string damage;
+      const int64_t n = prune_file(f, first_epoch, last_step, &damage);
+      removed += n;
+      if (n > 0 && !damage.empty() && skipped) {
+        skipped->push_back(fmt::format("'{}' lost its records from a damaged one on ({})", f, damage));
+      }
     } catch (const std::exception& e) {
-      if (skipped) skipped->push_back(fmt::format("'{}' ({})", f, e.what()));
+      if (skipped) {
+        skipped->push_back(fmt::format("'{}' is left as it is ({}); points of the epochs this resumed run redoes "
+                                       "may show twice",
+                                       f, e.what()));
+      }
     }
   }
   return removed;

@@ -78,21 +78,20 @@ void TensorBoard::prune_resumed_events() {
   // model has (a checkpoint's step: weights loaded alone start at step 0, and the earlier
   // run's batch points are not redone then).
   constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  const int64_t first_epoch = params_.initial_epoch > 0 ? params_.initial_epoch : kNone;
+  // Inside an epoch (a checkpoint's position there), that epoch's point is redone as well.
+  const bool inside = model_->checkpoint_epoch_step() > 0;
+  const int64_t first_epoch = params_.initial_epoch > 0 || inside ? params_.initial_epoch : kNone;
   const int64_t last_step = model_->global_step() > 0 ? model_->global_step() : kNone;
   for (const char* sub : {"/train", "/validation"}) {
     removed += io::prune_events_after(log_dir_ + sub, first_epoch, last_step, &skipped);
   }
   if (removed > 0) {
-    log_info("TensorBoard: removed {} point(s) after epoch {} (and after step {}) from the event files in '{}' "
-             "(training resumes there)",
-             removed, params_.initial_epoch, model_->global_step(), log_dir_);
+    log_info("TensorBoard: removed {} point(s) after epoch {}{} from the event files in '{}' (training resumes "
+             "there)",
+             removed, params_.initial_epoch,
+             last_step != kNone ? fmt::format(" and step {}", last_step) : std::string(), log_dir_);
   }
-  for (const std::string& s : skipped) {
-    log_warning("TensorBoard: event file {} is left as it is; points of the epochs this resumed run redoes may show "
-                "twice",
-                s);
-  }
+  for (const std::string& s : skipped) log_warning("TensorBoard: event file {}", s);
 }
 
 void TensorBoard::on_train_begin(const Logs&) {

@@ -146,8 +146,8 @@ void Model::broadcast_weights() {
   Communicator& comm = communicator();
   // Tensor by tensor below: ranks with other networks would pair other sizes.
   detail::require_same_network(comm, *network_, "Model: sharing the master's weights");
-  for (auto& p : network_->named_parameters()) comm.broadcast(p.param->value, master_rank());
-  for (auto& b : network_->named_buffers()) comm.broadcast(b.param->value, master_rank());
+  for (auto& p : network_->named_parameters()) detail::broadcast_via_host(comm, p.param->value, master_rank());
+  for (auto& b : network_->named_buffers()) detail::broadcast_via_host(comm, b.param->value, master_rank());
   weights_synced_ = true;
 }
 

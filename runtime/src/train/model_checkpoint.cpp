@@ -332,7 +332,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
   // their models (optimizer state included: another --optimizer has other slots) are alike.
   std::vector<NamedTensor> tensors = checkpoint_tensors(true);
   detail::require_same_tensors(comm, as_named(tensors), fmt::format("load_checkpoint_from_master '{}'", path));
-  for (auto& t : tensors) comm.broadcast(t.tensor, master_rank());
+  for (auto& t : tensors) detail::broadcast_via_host(comm, t.tensor, master_rank());
   comm.broadcast(position, 6, DType::i64, Device::cpu(), master_rank());
   comm.broadcast(rates, 3, DType::f64, Device::cpu(), master_rank());
   int64_t sums = static_cast<int64_t>(checkpoint_epoch_sums_.size());

@@ -59,16 +59,17 @@ void share_master_buffers(Communicator& comm, Network& network) {
   if (comm.size() < 2) return;
   // Through host memory: after parameter-server training the servers' buffers are on the
   // CPU and the workers' may be on a GPU, and one collective needs one kind on every rank.
-  for (const NamedParameter& b : network.named_buffers()) {
-    Tensor& t = b.param->value;
-    if (t.device().is_cpu()) {
-      comm.broadcast(t, master_rank());
-    } else {
-      Tensor host = t.to(Device::cpu());
-      comm.broadcast(host, master_rank());
-      t.copy_from(host);
-    }
+  for (const NamedParameter& b : network.named_buffers()) broadcast_via_host(comm, b.param->value, master_rank());
+}
+
+void broadcast_via_host(Communicator& comm, Tensor& t, int root) {
+  if (t.device().is_cpu()) {
+    comm.broadcast(t, root);
+    return;
   }
+  Tensor host = t.to(Device::cpu());
+  comm.broadcast(host, root);
+  t.copy_from(host);
 }
 
 }  // namespace detail

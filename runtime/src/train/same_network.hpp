@@ -24,4 +24,9 @@ void require_same_tensors(Communicator& comm, const std::vector<std::pair<std::s
 // rank, as DDP's broadcast of rank 0's buffers gives.
 void share_master_buffers(Communicator& comm, Network& network);
 
+// Collective: `t` from `root` on every rank, through host memory where it is on a device.
+// Parameter-server jobs have CPU servers beside GPU workers, and one collective needs one
+// kind of buffer on every rank; the weights go out once, where the copy costs little.
+void broadcast_via_host(Communicator& comm, Tensor& t, int root);
+
 }  // namespace tnt::detail

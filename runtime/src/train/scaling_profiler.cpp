@@ -196,10 +196,15 @@ void ScalingProfiler::step_done(Reducer& reducer, Communicator& comm, Device dev
 void ScalingProfiler::fit_end(Reducer& reducer, Communicator& comm, Device device) {
   if (done_) return;
   if (phases_.empty()) {
+    const int64_t ran = seen_;
     // Ended among the one-bucket steps: the fusion threshold goes back, and a later fit of
-    // this model starts that phase again (its backward-alone median from whole steps).
+    // this model starts that phase again (its backward-alone median from whole steps). The
+    // GPU's unread steps point into alone_: read first (as write() does), then dropped with
+    // it; the last step's end is no gap for the next fit's first step.
     if (alone_left_ > 0) {
       reducer.set_threshold(threshold_);
+      if (events_) read_device_steps(true);
+      if (last_end_) free_.push_back(std::exchange(last_end_, nullptr));
       alone_left_ = 0;
       alone_.clear();
       seen_ = kWarmupSteps - 1;
@@ -209,7 +214,7 @@ void ScalingProfiler::fit_end(Reducer& reducer, Communicator& comm, Device devic
     log_warning("scaling profile: nothing written to '{}' (yet): training ended after {} step(s), and a profile "
                 "takes its steps after {} warm-up steps{}; train at least {} steps (more for a profile over "
                 "TNT_PROFILE_SCALING_STEPS={})",
-                path_, seen_, kWarmupSteps, alone ? fmt::format(" and {} with one bucket", kAloneSteps) : "",
+                path_, ran, kWarmupSteps, alone ? fmt::format(" and {} with one bucket", kAloneSteps) : "",
                 kWarmupSteps + (alone ? kAloneSteps : 0) + 1, wanted_);
     return;
   }

@@ -65,18 +65,9 @@ struct PsAccess {
     if (m.weights_synced_) return;
     Communicator& comm = communicator();
     detail::require_same_network(comm, *m.network_, "parameter-server fit: sharing the master's weights");
-    for (auto& p : m.network_->named_parameters()) broadcast_on_host(comm, p.param->value, master_rank());
-    for (auto& b : m.network_->named_buffers()) broadcast_on_host(comm, b.param->value, master_rank());
+    for (auto& p : m.network_->named_parameters()) broadcast_via_host(comm, p.param->value, master_rank());
+    for (auto& b : m.network_->named_buffers()) broadcast_via_host(comm, b.param->value, master_rank());
     m.weights_synced_ = true;
-  }
-  static void broadcast_on_host(Communicator& comm, Tensor& t, int root) {
-    if (t.device().is_cpu()) {
-      comm.broadcast(t, root);
-      return;
-    }
-    Tensor host = t.to(Device::cpu());
-    comm.broadcast(host, root);
-    t.copy_from(host);
   }
   static bool mixed(const Model& m) { return m.precision_.mixed(); }
   static void set_worker(Model& m, PsWorker* w) { m.ps_ = w; }
@@ -364,7 +355,7 @@ History fit_parameter_server(Model& model, const Dataset& data, FitOptions optio
     if (first_worker < 0 && std::find(lost.begin(), lost.end(), w) == lost.end()) first_worker = left_index(w);
   }
   Communicator& all = communicator();
-  for (auto& b : PsAccess::network(model).named_buffers()) PsAccess::broadcast_on_host(all, b.param->value, first_worker);
+  for (auto& b : PsAccess::network(model).named_buffers()) detail::broadcast_via_host(all, b.param->value, first_worker);
   std::vector<int64_t> words{PsAccess::global_step(model), PsAccess::stop_requested(model) ? 1 : 0};
   Tensor w = Tensor::from_data(words.data(), {2});
   all.broadcast(w, first_worker);

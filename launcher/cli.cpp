@@ -2,6 +2,7 @@
 
 #include "env_names.hpp"
 #include "error.hpp"
+#include "foreign_options.hpp"
 #include "lifeline.hpp"
 #include "ps_flags.hpp"
 #include "shell_words.hpp"
@@ -258,7 +259,18 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
                                      excerpt(shown, 80), excerpt(program, 80), excerpt(program, 80),
                                      excerpt(word, 80)));
       }
+      if (auto hint = foreign_option_hint(word)) {
+        throw InputError(fmt::format("{}: no such option; {} (see tarantella --help)", excerpt(word.substr(0, eq), 80),
+                                     *hint));
+      }
       throw InputError(fmt::format("{}: no such option (see tarantella --help)", excerpt(shown, 80)));
+    }
+    // horovodrun's `-np 2 train.py -h`: the program's help was meant, or tarantella's.
+    if (!program.empty() && (name == "h" || name == "help" || name == "version")) {
+      throw InputError(fmt::format("{} comes after '{}': for tarantella's {}, write tarantella {}; to pass it to the "
+                                   "program, put '--' before the program (tarantella [options] -- {} {})",
+                                   shown, excerpt(program, 80), name == "version" ? "version" : "help", shown,
+                                   excerpt(program, 80), shown));
     }
     if (!option->second) {
       const std::string value = eq == std::string::npos ? "true" : word.substr(eq + 1);
@@ -404,11 +416,19 @@ Options parse_command_line(const std::vector<std::string>& args) {
     auto kb = parse_unsigned(text);
     if (text == "auto") {
       o.fusion_threshold_auto = true;
-    } else if (!kb || *kb > (std::uint64_t{1} << 40)) {
+    } else if (!kb) {
       throw InputError(fmt::format("--fusion-threshold {}: must be a non-negative integer number of KB "
                                    "(0 disables fusion) or auto", text));
+    } else if (*kb > static_cast<std::uint64_t>(kMaxFusionThresholdKb)) {
+      throw InputError(fmt::format("--fusion-threshold {}: at most {} KB (16 GiB); the value is in KB, not bytes as "
+                                   "Horovod's (64 MB is --fusion-threshold 65536)", text, kMaxFusionThresholdKb));
     } else {
       o.fusion_threshold_kb = *kb;
+      if (*kb >= 1024 * 1024) {
+        o.warnings.push_back(fmt::format("--fusion-threshold {} is {} GiB (the value is in KB): all the gradients of "
+                                         "most models in one bucket; if bytes were meant, {} MB is --fusion-threshold {}",
+                                         text, *kb / (1024 * 1024), *kb / (1024 * 1024), *kb / 1024));
+      }
     }
   }
   if (result["pin-to-socket"].as<bool>()) o.pin = PinMode::socket;
@@ -549,39 +569,13 @@ started (a line names them), when a rank exited 0 without joining the job while 
 waited for it in MPI_Init (named at once, no timeout), and when this launcher itself was
 stopped (SIGSTOP, Ctrl-Z) past the heartbeat timeout, so that the ranks ended; 141 (as for
 SIGPIPE) when the standard output is a pipe whose reader ended (| head): the job is stopped
-at its next output. A rank's program is ended with anything it started and left running,
+at its next output; 1 when it is a file or device that a write failed on (a full disk). A rank's program is ended with anything it started and left running,
 even what ignores SIGTERM (SIGKILL 2 s after the SIGTERM). With --max-restarts, a failed job
 is started again, and the status is the last attempt's; not after SIGINT or SIGTERM, a
 closed output or a stopped launcher, nor when a restart would fail the same way: the first
 failing rank exited 2 (a usage error) or its program could not start.
 )";
   return text;
-}
-
-namespace {
-
-Seconds resolve(std::optional<double> flag_value, const Environment& env, const char* variable, double fallback) {
-  if (flag_value) return Seconds(*flag_value);
-  if (auto text = lookup(env, variable)) {
-    if (auto v = parse_seconds(*text)) return Seconds(*v);
-    throw InputError(fmt::format("{}='{}' is not a number of seconds from 0 (no limit) to a year (31622400)", variable,
-                                 *text));
-  }
-  return Seconds(fallback);
-}
-
-}  // namespace
-
-WatchLimits watch_limits(const Options& options, const Environment& env) {
-  WatchLimits l;
-  l.start = resolve(options.start_timeout_s, env, env::start_timeout, default_start_timeout_s);
-  l.exit = resolve(options.exit_timeout_s, env, env::exit_timeout, default_exit_timeout_s);
-  l.heartbeat = resolve(options.heartbeat_timeout_s, env, env::heartbeat_timeout, default_heartbeat_timeout_s);
-  if (l.heartbeat.count() > 0 && l.heartbeat.count() < 1) {
-    throw InputError(fmt::format("heartbeat timeout {} s (--heartbeat-timeout, {}): must be 0 (off) or at least 1 s",
-                                 format_seconds(l.heartbeat), env::heartbeat_timeout));
-  }
-  return l;
 }
 
 }  // namespace tnt::launcher

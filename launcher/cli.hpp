@@ -50,6 +50,7 @@ struct Options {
   bool help = false;
   bool version = false;
   std::vector<std::string> program;  // PROGRAM ARGS... (everything after "--")
+  std::vector<std::string> warnings;  // printed before the launch (plan.hpp takes them)
 };
 
 // `args` excludes argv[0]. Throws InputError with a message meant for the user.

@@ -64,3 +64,12 @@ inline bool is_reserved(std::string_view name) {
 }
 
 }  // namespace tnt::launcher::env
+
+namespace tnt::launcher {
+
+// The largest fusion threshold taken (--fusion-threshold, tarantella predict; the runtime's
+// TNT_FUSION_THRESHOLD check in core/config.cpp has the same bound): 16 GiB, more than any
+// model's gradients. A value above it is almost always bytes (Horovod's unit) meant as KB.
+inline constexpr long long kMaxFusionThresholdKb = 16LL * 1024 * 1024;
+
+}  // namespace tnt::launcher

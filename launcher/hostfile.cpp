@@ -96,6 +96,11 @@ void add_merging(HostList& list, HostIndex& index, HostEntry entry) {
   if (total > max_slots) {
     throw InputError(fmt::format("{}: host '{}' has more than {} slots in all", entry.origin, entry.name, max_slots));
   }
+  if (existing.max_slots || entry.max_slots) {  // each line's cap, its slots where it gave none
+    existing.max_slots = static_cast<int>(std::min<long long>(
+        max_slots, static_cast<long long>(existing.max_slots.value_or(existing.slots.value_or(seen.lines))) +
+                       entry.max_slots.value_or(entry.slots.value_or(1))));
+  }
   existing.slots = static_cast<int>(total);
   ++seen.lines;
   if (entry.name == existing.name) {
@@ -135,10 +140,16 @@ HostList parse_hostfile(std::string_view text, std::string_view file_name) {
       if (starts_with(tokens[t], "slots=")) {
         if (entry.slots) throw InputError(fmt::format("{}: slots given twice", where));
         entry.slots = parse_slots(tokens[t].substr(6), where);
+      } else if (starts_with(tokens[t], "max_slots=") || starts_with(tokens[t], "max-slots=")) {
+        if (entry.max_slots) throw InputError(fmt::format("{}: max_slots given twice", where));
+        entry.max_slots = parse_slots(tokens[t].substr(10), where);
       } else {
-        throw InputError(fmt::format("{}: unexpected '{}' (a line is 'host', 'host slots=N' or 'host:N')",
-                                     where, excerpt(tokens[t])));
+        throw InputError(fmt::format("{}: unexpected '{}' (a line is 'host', 'host slots=N' or 'host:N', and may "
+                                     "end with max_slots=N)", where, excerpt(tokens[t])));
       }
+    }
+    if (entry.slots && entry.max_slots && *entry.max_slots < *entry.slots) {
+      throw InputError(fmt::format("{}: max_slots={} is less than slots={}", where, *entry.max_slots, *entry.slots));
     }
     entry.origin = fmt::format("line {}", line_no);
     try {

@@ -15,6 +15,7 @@ struct HostEntry {
   std::string name;
   std::optional<int> slots;  // ranks on this host when -n is not given
   std::string origin;        // "hosts:3" or "-H item 2", for messages
+  std::optional<int> max_slots;  // Open MPI's max_slots=N: the most ranks this host may get, oversubscribed or not
 };
 
 struct HostList {

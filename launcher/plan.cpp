@@ -81,7 +81,8 @@ LaunchPlan make_plan(const Options& options, const HostSelection& hosts, int gpu
   plan.host_source = hosts.source;
   plan.gpus = gpus;
   plan.pin = options.pin;
-  plan.warnings = hosts.warnings;
+  plan.warnings = options.warnings;
+  plan.warnings.insert(plan.warnings.end(), hosts.warnings.begin(), hosts.warnings.end());
 
   // A host's slots: its ranks unless -n or -np says otherwise.
   std::vector<int> slots;
@@ -127,6 +128,14 @@ LaunchPlan make_plan(const Options& options, const HostSelection& hosts, int gpu
     if (overridden) {
       plan.warnings.push_back(fmt::format("{} {} overrides the slots given for the hosts", options.ranks_flag,
                                           *options.ranks_per_node));
+    }
+  }
+
+  for (size_t i = 0; i < hosts.hosts.size(); ++i) {  // Open MPI's cap holds for -n and --oversubscribe too
+    const HostEntry& h = hosts.hosts[i];
+    if (h.max_slots && counts[i] > *h.max_slots) {
+      throw InputError(fmt::format("host '{}' ({}, {}) would get {} ranks, more than its max_slots={}", h.name,
+                                   hosts.source, h.origin, counts[i], *h.max_slots));
     }
   }
 

@@ -1,5 +1,6 @@
 #include "predict.hpp"
 
+#include "env_names.hpp"
 #include "error.hpp"
 #include "paths.hpp"
 #include "text.hpp"
@@ -31,7 +32,7 @@ namespace {
 
 // Far beyond any job: a row's ranks stay in an int, a threshold's bytes in 64 bits.
 constexpr int64_t kMaxRanks = int64_t{1} << 24;
-constexpr double kMaxThresholdKb = 16.0 * 1024 * 1024;
+constexpr double kMaxThresholdKb = kMaxFusionThresholdKb;
 
 }  // namespace
 

@@ -223,6 +223,17 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK_THROWS_AS(Config::from_env(), InputError);
   }
   {
+    // Horovod's bytes (HOROVOD_FUSION_THRESHOLD=67108864, 64 MB) read as KB would be 64 GiB.
+    ScopedEnv a("TNT_FUSION_THRESHOLD", "67108864");
+    CHECK_THROWS_WITH(Config::from_env(),
+                      "TNT_FUSION_THRESHOLD='67108864': at most 16777216 KB (16 GiB); the value is in KB, not bytes "
+                      "as Horovod's HOROVOD_FUSION_THRESHOLD (64 MB is TNT_FUSION_THRESHOLD=65536)");
+  }
+  {
+    ScopedEnv a("TNT_FUSION_THRESHOLD", "16777216");
+    CHECK(Config::from_env().fusion_threshold_kb == 16777216);
+  }
+  {
     // auto starts at the default and says so in the resolved table (docs/scaling.md).
     ScopedEnv a("TNT_FUSION_THRESHOLD", "auto");
     const Config cfg = Config::from_env();

@@ -94,6 +94,17 @@ TEST_CASE("cli: fusion threshold", "[cli]") {
     CHECK_THAT(error_of({std::string("--fusion-threshold=") + bad, "--", "p"}),
                Catch::Contains("--fusion-threshold") && Catch::Contains("non-negative integer"));
   }
+  // Horovod's bytes where KB are meant: 64 MB written as 67108864 would be 64 GiB.
+  CHECK(error_of({"--fusion-threshold", "67108864", "--", "p"}) ==
+        "--fusion-threshold 67108864: at most 16777216 KB (16 GiB); the value is in KB, not bytes as Horovod's (64 MB "
+        "is --fusion-threshold 65536)");
+  const Options big = parse_command_line({"--fusion-threshold", "16777216", "--", "p"});
+  CHECK(big.fusion_threshold_kb == 16777216u);
+  REQUIRE(big.warnings.size() == 1);
+  CHECK(big.warnings[0] == "--fusion-threshold 16777216 is 16 GiB (the value is in KB): all the gradients of most "
+                           "models in one bucket; if bytes were meant, 16 MB is --fusion-threshold 16384");
+  CHECK(parse_command_line({"--fusion-threshold", "1048575", "--", "p"}).warnings.empty());
+  CHECK(parse_command_line({"--fusion-threshold", "1048576", "--", "p"}).warnings.size() == 1);
 }
 
 TEST_CASE("cli: -x", "[cli]") {
@@ -164,6 +175,25 @@ TEST_CASE("cli: every option error names the option as written", "[cli]") {
   CHECK(error_of({"-np", "2", "-H", "localhost:2", "build/bin/fashion_mnist", "--batch_size=64"}) ==
         "--batch_size: no such option of tarantella; it comes after 'build/bin/fashion_mnist': to pass options to "
         "the program, put '--' before it (tarantella [options] -- build/bin/fashion_mnist --batch_size=64 ...)");
+  // Another launcher's option: what does the same here.
+  CHECK(error_of({"--map-by", "socket", "--", "p"}) ==
+        "--map-by: no such option; tarantella places the ranks itself (a host's slots fill before the next host's) "
+        "and binds them with --pin-to-socket; --dry-run prints the plan. Other mpirun options go through --mpi-args "
+        "\"...\" (see tarantella --help)");
+  CHECK(error_of({"--nproc_per_node=4", "--", "p"}) ==
+        "--nproc_per_node: no such option; torchrun's ranks per node are -n N here (see tarantella --help)");
+  CHECK_THAT(error_of({"-mca", "btl", "tcp,self", "--", "p"}),
+             Catch::StartsWith("-mca: no such option; mpirun's MCA parameters go through --mpi-args"));
+  CHECK_THAT(error_of({"--master_port", "29500", "--", "p"}), Catch::StartsWith("--master_port: no such option; not needed"));
+  CHECK_THAT(error_of({"--tag-output", "--", "p"}), Catch::Contains("--output-on-all-devices"));
+  CHECK_THAT(error_of({"-p", "2222", "--", "p"}), Catch::Contains("--launch-agent \"ssh -p PORT\""));
+  CHECK_THAT(error_of({"--ntasks-per-node=2", "--", "p"}), Catch::Contains("srun's tasks per node are -n N"));
+  // -h after the program: whose help was meant is not known; before, tarantella's was printed.
+  CHECK(error_of({"-np", "2", "build/bin/pi", "-h"}) ==
+        "-h comes after 'build/bin/pi': for tarantella's help, write tarantella -h; to pass it to the program, put "
+        "'--' before the program (tarantella [options] -- build/bin/pi -h)");
+  CHECK_THAT(error_of({"prog", "--version"}), Catch::StartsWith("--version comes after 'prog': for tarantella's version"));
+  CHECK(parse_command_line({"-np", "2", "-h", "--", "build/bin/pi"}).help);
   CHECK(error_of({"-n", "2", "--hostfile"}) == "--hostfile: missing its value");
   CHECK(error_of({"-n"}) == "-n: missing its value");
   CHECK(parse_command_line({"-n2", "--", "p"}).ranks_per_node == 2);

@@ -132,7 +132,10 @@ TEST_CASE("hostfile: every error names the file and the line", "[hostfile]") {
   CHECK(error_of("a:") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got ''");
   CHECK(error_of("a:x") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got 'x'");
   CHECK(error_of("a:99999999999") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got '99999999999'");
-  CHECK_THAT(error_of("a\n\nb max_slots=4"), Catch::StartsWith("hostfile 'hosts', line 3: unexpected 'max_slots=4'"));
+  CHECK_THAT(error_of("a\n\nb maxslots=4"), Catch::StartsWith("hostfile 'hosts', line 3: unexpected 'maxslots=4'"));
+  CHECK(error_of("a slots=4 max_slots=2") == "hostfile 'hosts', line 1: max_slots=2 is less than slots=4");
+  CHECK(error_of("a max_slots=2 max-slots=3") == "hostfile 'hosts', line 1: max_slots given twice");
+  CHECK(error_of("a max_slots=0") == "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got '0'");
   CHECK_THAT(error_of("a:2 slots=3"), Catch::StartsWith("hostfile 'hosts', line 1: slots given twice"));
   CHECK_THAT(error_of("a slots=2 slots=3"), Catch::StartsWith("hostfile 'hosts', line 1: slots given twice"));
   CHECK_THAT(error_of("no/pe"), Catch::StartsWith("hostfile 'hosts', line 1: 'no/pe' is not a host name"));
@@ -164,7 +167,8 @@ TEST_CASE("hostfile: binary garbage is quoted as a short, escaped excerpt", "[ho
   CHECK(error_of("node1 slots=\x01\x02") ==
         "hostfile 'hosts', line 1: slots must be an integer from 1 to 1000000, got '\\x01\\x02'");
   CHECK(error_of("node1 \x1b]0;title\x07") ==
-        "hostfile 'hosts', line 1: unexpected '\\x1b]0;title\\x07' (a line is 'host', 'host slots=N' or 'host:N')");
+        "hostfile 'hosts', line 1: unexpected '\\x1b]0;title\\x07' (a line is 'host', 'host slots=N' or 'host:N', "
+        "and may end with max_slots=N)");
   CHECK(list_error_of("n1,\x01") == "-H n1,\\x01: item 2: '\\x01' is not a host name (letters, digits, '.', '-', '_')");
 }
 
@@ -262,4 +266,14 @@ TEST_CASE("hostfile: the examples in hostfiles/ parse", "[hostfile]") {
   }
   CHECK(read_hostfile(dir + "slots-form").hosts.at(2).slots == 2);
   CHECK(read_hostfile(dir + "colon-form").hosts.size() == 3);
+}
+
+TEST_CASE("hostfile: Open MPI's max_slots is read, and merged lines add their caps", "[hostfile]") {
+  const HostList list = parse_hostfile("a slots=2 max_slots=4\nb max-slots=3\nc slots=2\na:1\n", "hosts");
+  REQUIRE(list.hosts.size() == 3);
+  CHECK(list.hosts[0].slots == 3);
+  CHECK(list.hosts[0].max_slots == 5);  // 4, and the second line's one slot
+  CHECK(list.hosts[1].max_slots == 3);
+  CHECK_FALSE(list.hosts[1].slots);
+  CHECK_FALSE(list.hosts[2].max_slots);
 }

@@ -351,3 +351,32 @@ TEST_CASE("plan: the command gives mpirun each host's own count", "[plan][np]") 
   const std::string cmd = shell_join(mpirun_command(spec));
   CHECK_THAT(cmd, Catch::Contains("--host a,a,a,a,b,b,c -np 7 --map-by seq"));
 }
+
+TEST_CASE("plan: no host gets more ranks than its max_slots", "[plan][np]") {
+  const std::string file = fmt::format("/tmp/tnt_plan_max_slots_{}", getpid());
+  {
+    std::ofstream out(file);
+    out << "a slots=2 max_slots=3\nb slots=2 max_slots=2\n";
+  }
+  Options o = options_with();
+  o.hostfile = file;
+  const HostSelection hosts = select_hosts(o, {});
+  std::remove(file.c_str());
+  o.total_ranks = 5;  // the one extra rank goes to a: within both caps
+  o.oversubscribe = true;
+  CHECK(make_plan(o, hosts, 0, nullptr, "x").ranks.size() == 5);
+  o.total_ranks = 6;  // the even spread gives b a third
+  try {
+    make_plan(o, hosts, 0, nullptr, "x");
+    FAIL("6 ranks over max_slots 3 and 2");
+  } catch (const InputError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("host 'b'") && Catch::Contains("would get 3 ranks, more than its "
+                                                                        "max_slots=2"));
+  }
+  o.total_ranks = 4;  // within the slots: no oversubscription
+  CHECK(make_plan(o, hosts, 0, nullptr, "x").ranks.size() == 4);
+  o.total_ranks.reset();
+  o.oversubscribe = false;
+  o.ranks_per_node = 3;  // -n beyond b's cap
+  CHECK_THROWS_WITH(make_plan(o, hosts, 0, nullptr, "x"), Catch::Contains("host 'b'"));
+}

@@ -42,6 +42,10 @@ void parse_value(const char* env, const std::string& text, double& out) {
   out = v;
 }
 
+// 16 GiB, as the launcher's --fusion-threshold (launcher/env_names.hpp): a larger value is
+// almost always bytes (Horovod's HOROVOD_FUSION_THRESHOLD unit) given where KB are meant.
+constexpr int64_t kMaxFusionThresholdKb = int64_t{16} * 1024 * 1024;
+
 void parse_value(const char* env, const std::string& text, FusionThresholdKb& out) {
   if (text == "auto") {
     out = FusionThresholdKb{};
@@ -52,6 +56,10 @@ void parse_value(const char* env, const std::string& text, FusionThresholdKb& ou
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), kb);
   if (ec != std::errc() || ptr != text.data() + text.size() || kb < 0) {
     TNT_INPUT_ERROR("{}='{}' is not a non-negative integer (KB) or auto", env, shown(text));
+  }
+  if (kb > kMaxFusionThresholdKb) {
+    TNT_INPUT_ERROR("{}='{}': at most {} KB (16 GiB); the value is in KB, not bytes as Horovod's "
+                    "HOROVOD_FUSION_THRESHOLD (64 MB is {}=65536)", env, shown(text), kMaxFusionThresholdKb, env);
   }
   out = FusionThresholdKb(kb);
 }

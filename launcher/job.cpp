@@ -270,9 +270,16 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     result.output_closed = true;
     result.output_closed_first = result.failures.empty() && result.lost.empty() && !result.verdict &&
                                  !result.interrupted_by;
+    result.output_error = out ? out->sink_error() : 0;
+    if (result.output_error != 0) {  // a full disk: said even after mpirun ended, the output being lost
+      std::fprintf(stderr, "tarantella: writing the standard output failed: %s%s\n", std::strerror(result.output_error),
+                   !running || stopping ? "" : "; stopping the job (what its ranks print would be lost)");
+    }
     if (!running) return;
-    std::fprintf(stderr, "tarantella: the standard output was closed by its reader (the command it was piped to "
-                 "has ended)%s\n", stopping ? "" : "; stopping the job");
+    if (result.output_error == 0) {
+      std::fprintf(stderr, "tarantella: the standard output was closed by its reader (the command it was piped to "
+                   "has ended)%s\n", stopping ? "" : "; stopping the job");
+    }
     if (!stopping) stop_job();
   };
   // Warning signals held while ranks start (see run_job), and the ranks past their start.

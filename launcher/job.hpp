@@ -72,6 +72,7 @@ struct JobResult {
   // that came before any failure, loss or verdict (then it is why the job ended).
   bool output_closed = false;
   bool output_closed_first = false;
+  int output_error = 0;  // not a reader gone: a write that failed with this errno (ENOSPC)
   // The launcher itself was stopped (SIGSTOP, SIGTSTP) for longer than the heartbeat
   // timeout, so the ranks took it for gone and ended their programs; whether that came
   // before any failure, loss or verdict (then it is why the job ended, not the ranks).

@@ -11,10 +11,29 @@
 #include <cstring>
 #include <string>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <vector>
 
 namespace tnt::launcher {
+
+namespace {
+
+// Open MPI's session files are small, but on a full file system MPI_Init fails with
+// "getting local rank failed" and a NULL communicator, naming neither the disk nor TMPDIR.
+void check_free_space(const std::string& tmp, const std::string& folder) {
+  constexpr unsigned long long kNeed = 1ULL << 20;  // a few session files, with room to spare
+  struct statvfs fs {};
+  if (::statvfs(folder.c_str(), &fs) != 0) return;
+  const unsigned long long free_bytes = static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize;
+  if (free_bytes < kNeed) {
+    throw InputError(fmt::format("TMPDIR={}: its file system has {} KB free (Open MPI keeps its session files "
+                                 "there, and fails without a word about the disk); free some space, or point TMPDIR "
+                                 "elsewhere", tmp, free_bytes >> 10));
+  }
+}
+
+}  // namespace
 
 void check_local_environment(const Environment& env) {
   // Open MPI asks for the working directory first, and fails with its own block of text
@@ -32,9 +51,24 @@ void check_local_environment(const Environment& env) {
   if (const auto tmp = lookup(env, "TMPDIR"); tmp && !tmp->empty()) {
     struct stat st {};
     if (::stat(tmp->c_str(), &st) != 0) {
-      if (errno == ENOENT) return;
-      throw InputError(fmt::format("TMPDIR={}: {} (Open MPI keeps its session files there)", *tmp,
-                                   std::strerror(errno)));
+      if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: a file on the way, named below
+        throw InputError(fmt::format("TMPDIR={}: {} (Open MPI keeps its session files there)", *tmp,
+                                     std::strerror(errno)));
+      }
+      // Open MPI makes it, where it can: below the nearest folder that exists.
+      std::string parent = *tmp;
+      while (!parent.empty() && ::stat(parent.c_str(), &st) != 0) {
+        while (parent.size() > 1 && parent.back() == '/') parent.pop_back();
+        const size_t slash = parent.rfind('/');
+        parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
+      }
+      if (!S_ISDIR(st.st_mode) || ::access(parent.c_str(), W_OK | X_OK) != 0) {
+        throw InputError(fmt::format("TMPDIR={} does not exist, and cannot be made: {} is {} (Open MPI keeps its "
+                                     "session files there); create it, or unset TMPDIR",
+                                     *tmp, parent, S_ISDIR(st.st_mode) ? "a folder this user cannot write" : "no folder"));
+      }
+      check_free_space(*tmp, parent);
+      return;
     }
     if (!S_ISDIR(st.st_mode)) {
       throw InputError(fmt::format("TMPDIR={}: not a directory (Open MPI keeps its session files there)", *tmp));
@@ -43,6 +77,7 @@ void check_local_environment(const Environment& env) {
       throw InputError(
           fmt::format("TMPDIR={}: this user cannot create files in it (Open MPI keeps its session files there)", *tmp));
     }
+    check_free_space(*tmp, *tmp);
   }
 }
 

@@ -227,8 +227,9 @@ int job_status(const tl::JobResult& result, const std::vector<std::string>& host
     if (reports && slots.size() > reported.size()) {
       more += fmt::format("; {} ended by the job's stop before they reported", ranks(slots.size() - reported.size()));
     }
-    std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) failed first: %s%s\n", first.rank,
-                 tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank, tl::describe_status(first).c_str(), more.c_str());
+    std::fprintf(stderr, "tarantella: rank %d (%shost %s, local rank %d) failed first: %s%s\n%s", first.rank,
+                 tl::ps_role_words(roles, first.rank).c_str(), first.host.c_str(), first.local_rank,
+                 tl::describe_status(first).c_str(), more.c_str(), tl::failure_hint(first).c_str());
     const auto& stopped_ranks = result.stopped_at_first_failure;
     for (size_t i = 0; i < stopped_ranks.size() && i < 8; ++i) {  // enough to find them on a large job
       const tl::RankReport& s = stopped_ranks[i];
@@ -348,8 +349,9 @@ Attempt run_attempt(const std::vector<std::string>& command, const std::string& 
   }
   // The reader of the output went away first (`| head`): the job was stopped for that, and
   // what the ranks reported as it stopped is no failure of theirs. As a pipeline's writer
-  // ends by SIGPIPE; a restart would write to the same closed pipe.
-  if (result.output_closed && result.output_closed_first) return {128 + SIGPIPE, true, "", std::nullopt, false};
+  // ends by SIGPIPE; a restart would write to the same closed pipe. A failed write (a full disk): 1.
+  if (result.output_closed && result.output_closed_first)
+    return {result.output_error ? 1 : 128 + SIGPIPE, true, "", std::nullopt, false};
   // The launcher was stopped (said when it resumed): the ranks' ends and losses that
   // followed are its consequence, not failures of theirs. Not restarted: it was stopped
   // on purpose, and may be again.

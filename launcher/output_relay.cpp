@@ -12,7 +12,9 @@ namespace tnt::launcher {
 
 bool OutputRelay::wanted(int fd) {
   struct stat st {};
-  return ::fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+  if (::fstat(fd, &st) != 0) return false;
+  return S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISREG(st.st_mode) ||
+         (S_ISCHR(st.st_mode) && !::isatty(fd));
 }
 
 OutputRelay::OutputRelay(int source, int sink) : source_(source), sink_(sink) {
@@ -67,7 +69,8 @@ bool OutputRelay::write_sink() {
       continue;
     }
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-    return false;  // EPIPE, ECONNRESET, ...
+    if (n < 0 && errno != EPIPE && errno != ECONNRESET) error_ = errno;  // ENOSPC, EIO, ...
+    return false;
   }
   return true;
 }

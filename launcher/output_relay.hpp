@@ -1,5 +1,5 @@
 // mpirun's standard output, passed on by the launcher when its own standard output is a
-// pipe or a socket: that is, when its reader can go away (`tarantella ... | head -1`).
+// pipe or a socket, that is when its reader can go away (`tarantella ... | head -1`).
 // mpirun itself meets a closed output with "SIGPIPE detected ... aborting" and, in Open
 // MPI 4.1, a crash dump of its own, and the ranks it then kills are blamed for the failure.
 // Through the relay mpirun never writes to the closed pipe: the launcher finds the reader
@@ -7,7 +7,10 @@
 // next write), stops the job once and says why (job.hpp), and keeps reading mpirun's
 // output (to nowhere) so that mpirun is never blocked while it stops.
 //
-// A terminal or a file cannot go away like that and is left to mpirun as before.
+// A file or a device other than a terminal comes through the relay too: mpirun ignores a
+// failed write (a full disk, /dev/full) and the output would be lost without a word; the
+// launcher stops the job at the first failed write, naming the error (job.hpp). A
+// terminal is left to mpirun.
 // Writes never block the launcher's loop: at most a pipe's atomic size (PIPE_BUF) goes in
 // one write, and only when poll() says there is room; a socket is written without waiting.
 #pragma once
@@ -22,7 +25,8 @@ namespace tnt::launcher {
 
 class OutputRelay {
  public:
-  // Whether output written to `fd` needs the relay (a pipe or a socket).
+  // Whether output written to `fd` needs the relay (a pipe, a socket, a file, a device but
+  // a terminal).
   static bool wanted(int fd);
 
   // `source`: the read end of mpirun's standard output (owned: closed here). `sink`: the
@@ -37,6 +41,9 @@ class OutputRelay {
   // Moves what it can without blocking. True once: the call that found the reader gone.
   bool service();
   bool sink_closed() const { return closed_; }
+  // Once closed: the failed write's errno, where it was not the reader's going away (EPIPE,
+  // ECONNRESET, a hang-up), e.g. ENOSPC; else 0.
+  int sink_error() const { return error_; }
   // After mpirun has ended: what is left in the source (until end of file, or `deadline`
   // for a source that a process left behind still holds) goes out, waiting for a slow
   // reader as long as it reads, until `stop()` says to stop: it is called whenever
@@ -51,11 +58,12 @@ class OutputRelay {
 
  private:
   bool read_source();
-  bool write_sink();  // false: the reader is gone
+  bool write_sink();  // false: the reader is gone, or a write failed (error_)
 
   int source_ = -1, sink_ = -1;
   bool sink_is_socket_ = false;
   bool closed_ = false;
+  int error_ = 0;
   std::string pending_;
 };
 

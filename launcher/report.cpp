@@ -145,6 +145,16 @@ std::string describe_status(const RankReport& r) {
   return abbrev != nullptr ? fmt::format("signal {} (SIG{})", r.code, abbrev) : fmt::format("signal {}", r.code);
 }
 
+std::string failure_hint(const RankReport& r) {
+  if (!r.signaled || r.code != SIGKILL) return {};
+  // Nothing in the job sends a first SIGKILL: torchrun's and Horovod's users meet it as
+  // "exit -9" with no culprit.
+  return fmt::format("tarantella: a SIGKILL that the job did not send is most often the kernel's out-of-memory "
+                     "killer: dmesg on host {} says so (\"Out of memory: Killed process\"), or the job's memory limit "
+                     "(SLURM's --mem, a container's) was reached; a smaller batch, or fewer ranks a host, needs less\n",
+                     r.host);
+}
+
 int shell_status(const RankReport& r) {
   if (r.signaled) return 128 + r.code;
   return r.code != 0 ? r.code : 1;

@@ -66,6 +66,9 @@ std::string describe_lost(const LostRank& lost);
 
 // "exit code 3" or "signal 9 (SIGKILL)"
 std::string describe_status(const RankReport& report);
+// For a rank that failed first: what its failure most often means where that is not plain
+// (SIGKILL: the kernel's out-of-memory killer), as lines to print after it; else empty.
+std::string failure_hint(const RankReport& r);
 
 // What a shell would report for this failure: the code, or 128 + the signal.
 int shell_status(const RankReport& report);

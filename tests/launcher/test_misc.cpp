@@ -5,6 +5,7 @@
 #include "gpus.hpp"
 #include "job.hpp"
 #include "limits.hpp"
+#include "local_checks.hpp"
 #include "ompi_leftovers.hpp"
 #include "output_relay.hpp"
 #include "paths.hpp"
@@ -17,11 +18,13 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <poll.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
@@ -340,9 +343,20 @@ TEST_CASE("output relay: passes output on, and finds a reader gone at the next w
   REQUIRE(::pipe(source) == 0);
   REQUIRE(::pipe(sink) == 0);
   CHECK(OutputRelay::wanted(sink[1]));
+  // A device or a file can fail a write (/dev/full, a full disk) that mpirun would ignore.
   const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  CHECK_FALSE(OutputRelay::wanted(null));
+  CHECK(OutputRelay::wanted(null));
   ::close(null);
+  // A terminal is left to mpirun: a pseudo-terminal's far end stands in for one.
+  const int terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
+  REQUIRE(terminal >= 0);
+  REQUIRE(::grantpt(terminal) == 0);
+  REQUIRE(::unlockpt(terminal) == 0);
+  const int far_end = ::open(::ptsname(terminal), O_RDWR | O_NOCTTY | O_CLOEXEC);
+  REQUIRE(far_end >= 0);
+  CHECK_FALSE(OutputRelay::wanted(far_end));
+  ::close(far_end);
+  ::close(terminal);
   OutputRelay relay(source[0], sink[1]);
   REQUIRE(::write(source[1], "one\n", 4) == 4);
   CHECK_FALSE(relay.service());
@@ -368,6 +382,36 @@ TEST_CASE("output relay: passes output on, and finds a reader gone at the next w
   CHECK(written >= 256 * 1024);
   ::close(source[1]);
   CHECK_FALSE(relay.finish(std::chrono::steady_clock::now() + std::chrono::seconds(1), -1));
+  ::close(sink[1]);
+}
+
+TEST_CASE("output relay: a write that fails is not taken for a reader gone", "[output_relay]") {
+  int source[2];
+  REQUIRE(::pipe(source) == 0);
+  const int full = ::open("/dev/full", O_WRONLY | O_CLOEXEC);
+  REQUIRE(full >= 0);
+  CHECK(OutputRelay::wanted(full));
+  {
+    OutputRelay relay(source[0], full);
+    REQUIRE(::write(source[1], "lost\n", 5) == 5);
+    CHECK(relay.service());  // the first failed write closes it, once
+    CHECK(relay.sink_closed());
+    CHECK(relay.sink_error() == ENOSPC);
+    CHECK_FALSE(relay.service());
+  }
+  ::close(source[1]);
+  ::close(full);
+
+  // A reader gone is no error of the sink's: the launcher then ends as by SIGPIPE.
+  int again[2], sink[2];
+  REQUIRE(::pipe(again) == 0);
+  REQUIRE(::pipe(sink) == 0);
+  OutputRelay relay(again[0], sink[1]);
+  ::close(sink[0]);
+  REQUIRE(::write(again[1], "x\n", 2) == 2);
+  CHECK(relay.service());
+  CHECK(relay.sink_error() == 0);
+  ::close(again[1]);
   ::close(sink[1]);
 }
 
@@ -461,4 +505,28 @@ TEST_CASE("ompi leftovers: an mpirun's session directory and its ranks' shared m
   // A clean end left nothing: nothing to do.
   CHECK(tnt::launcher::remove_ompi_leftovers(4242, tmp.string(), shm.string(), "node1") == 0);
   fs::remove_all(root);
+}
+
+TEST_CASE("local checks: a TMPDIR that cannot be made, or whose disk is full, is refused naming it", "[local_checks]") {
+  char tmpl[] = "/tmp/tnt_local_checks_XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  // Missing, below a folder that exists: Open MPI makes it.
+  CHECK_NOTHROW(check_local_environment({{"TMPDIR", dir + "/missing/sub"}}));
+  // Missing, below a file: before, Open MPI's own text (exit 1), restarted in vain.
+  std::ofstream(dir + "/file") << "x";
+  CHECK_THROWS_WITH(check_local_environment({{"TMPDIR", dir + "/file/sub/"}}),
+                    "TMPDIR=" + dir + "/file/sub/ does not exist, and cannot be made: " + dir +
+                        "/file is no folder (Open MPI keeps its session files there); create it, or unset TMPDIR");
+  // A full file system (a 64 KB tmpfs; the test needs root, as the suite does).
+  const std::string full = dir + "/full";
+  ::mkdir(full.c_str(), 0700);
+  REQUIRE(::mount("tmpfs", full.c_str(), "tmpfs", 0, "size=64k") == 0);
+  CHECK_THROWS_WITH(check_local_environment({{"TMPDIR", full}}),
+                    Catch::StartsWith("TMPDIR=" + full + ": its file system has ") &&
+                        Catch::Contains("KB free (Open MPI keeps its session files there"));
+  CHECK_THROWS_WITH(check_local_environment({{"TMPDIR", full + "/not/yet"}}),
+                    Catch::StartsWith("TMPDIR=" + full + "/not/yet: its file system has "));
+  ::umount2(full.c_str(), MNT_DETACH);
+  std::filesystem::remove_all(dir);
 }

@@ -8,6 +8,7 @@
 //   test_comm_collective_job master_allreduce       an allreduce under is_master_rank()
 //   test_comm_collective_job late_rank              the last rank joins 2 s late
 //   test_comm_collective_job out_of_memory          the master reserves 2 exabytes
+//   test_comm_collective_job no_threads             the master cannot start a thread (EAGAIN)
 //   test_comm_collective_job master_evaluate        fit, then evaluate() under is_master_rank()
 //   test_comm_collective_job master_save_midway PATH fit, save_weights under is_master_rank(), fit
 #include "small_nets.hpp"
@@ -15,6 +16,7 @@
 
 #include <chrono>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -99,6 +101,13 @@ void out_of_memory() {
   tnt::communicator().barrier();
 }
 
+// As std::thread throws where the limit on processes and threads (ulimit -u, a cgroup's
+// pids.max) is reached: what() is only "Resource temporarily unavailable".
+void no_threads() {
+  if (tnt::is_master_rank()) throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+  tnt::communicator().barrier();
+}
+
 void late_rank() {
   tnt::Communicator& comm = tnt::communicator();
   if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::seconds(2));
@@ -123,6 +132,8 @@ int main(int argc, char** argv) {
       late_rank();
     } else if (which == "out_of_memory") {
       out_of_memory();
+    } else if (which == "no_threads") {
+      no_threads();
     } else if (which == "master_evaluate") {
       master_evaluate();
     } else if (which == "master_save_midway" && !path.empty()) {

@@ -137,6 +137,14 @@ case $case_name in
     expect_fast_failure "$case_name"
     expect_error "$case_name" "out of host memory: an allocation failed (std::bad_alloc)"
     ;;
+  no_threads)
+    # A thread that cannot be started (the process and thread limit): named, with the limit
+    # and what needs fewer (before: "Resource temporarily unavailable" alone).
+    run "$case_name" 600 no_threads
+    expect_fast_failure "$case_name"
+    expect_error "$case_name" "a thread could not be started (Resource temporarily unavailable): this user's limit on processes and threads"
+    expect_error "$case_name" "compute threads (TNT_NUM_THREADS)"
+    ;;
   master_save_midway)
     # save_weights under is_master_rank() between two fits: the collectives complete, paired
     # wrongly, and the values they carry are garbage. Before: "fit: micro_batch_size=0,

@@ -333,6 +333,15 @@ case $case_name in
     run --use_synthetic_data --image_size=32 --batch_size=4 --num_classes=2000000000 --model_dir="$tmp/model" --train_steps=1
     expect_error '--num_classes=2000000000 need at least' "--num_classes"
     if grep -q '^Epoch 1' <<<"$out"; then fail "training started"; else pass "refused before training"; fi
+    # Under ulimit -v (a user's or a batch system's address-space limit) the rank's share is
+    # what the limit leaves of its address space: refused by name. Before, the host's memory
+    # (several times the 5.9 GiB this needs) passed it, and the run ended in a failed
+    # allocation, or a crash inside oneDNN.
+    ulimit -S -v 3000000
+    run --use_synthetic_data --image_size=224 --batch_size=256 --model_dir="$tmp/model" --train_steps=1
+    ulimit -S -v unlimited
+    expect_error "need at least [0-9.]+ GiB per rank, more than the [0-9.]+ GiB of what this process's address-space limit \(ulimit -v: 2929 MB\) leaves" "ulimit -v"
+    if grep -Eq 'failed first: exit code 2\b' <<<"$out"; then pass "ulimit -v: exit code 2"; else fail "ulimit -v: the rank's exit code is not 2"; fi
     ;;
   imagenet_val_classes)
     # val/ holding a class folder that train/ lacks: refused, naming it, rather than given

@@ -39,4 +39,21 @@ struct MemoryStats {
 MemoryStats memory_stats(Device device);
 void reset_peak_memory(Device device);
 
+// What this process may hold in host memory, by each limit that applies: the host's
+// physical memory, the memory limit of its cgroup (v2 memory.max, v1 memory.limit_in_bytes,
+// the least over the cgroup and its parents: SLURM's --mem, a container's limit; shared by
+// every process in it) and what its address-space limit (ulimit -v) leaves of the address
+// space it has mapped so far (the libraries alone map hundreds of MB). 0: no such limit.
+struct HostMemoryLimits {
+  size_t physical_bytes = 0;
+  size_t cgroup_bytes = 0;
+  std::string cgroup_file;        // where the binding cgroup limit was read
+  size_t address_space_limit = 0; // RLIMIT_AS
+  size_t address_space_left = 0;  // RLIMIT_AS less what is mapped now
+};
+HostMemoryLimits host_memory_limits();
+// " under ... (ulimit -v ...)" or " under ... cgroup ...": the limit that an allocation of
+// host memory most likely ran into, for a message; empty when only the host's memory bounds it.
+std::string host_memory_limit_text();
+
 }  // namespace tnt

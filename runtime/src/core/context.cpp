@@ -13,6 +13,7 @@
 #include <mpi.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <system_error>
 #include <sys/stat.h>
 #include <unistd.h>  // environ
 
@@ -382,6 +383,18 @@ int run_main(int argc, char** argv, const std::function<void()>& body) {
         "a batch (the global batch is split over the ranks, but a batch larger than the dataset is padded to its "
         "full size), a dataset held in memory, or the model; every rank on a host holds its own",
         false);
+  } catch (const std::system_error& e) {
+    // std::thread's EAGAIN says only "Resource temporarily unavailable": no thread, no limit.
+    if (e.code() != std::errc::resource_unavailable_try_again) return end_with_error(e.what(), false);
+    rlimit procs{};
+    const std::string limit = ::getrlimit(RLIMIT_NPROC, &procs) == 0 && procs.rlim_cur != RLIM_INFINITY
+                                  ? fmt::format(" (ulimit -u: {})", procs.rlim_cur)
+                                  : std::string();
+    return end_with_error(fmt::format("a thread could not be started ({}): this user's limit on processes and "
+                                      "threads{} or a cgroup's pids.max is reached; fewer data workers, compute "
+                                      "threads (TNT_NUM_THREADS) or ranks on this host need fewer",
+                                      e.what(), limit),
+                          false);
   } catch (const std::exception& e) {
     return end_with_error(e.what(), dynamic_cast<const InputError*>(&e) != nullptr);
   } catch (...) {

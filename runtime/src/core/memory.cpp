@@ -1,6 +1,7 @@
 #include "core/memory.hpp"
 
 #include "core/device_api.hpp"
+#include "tarantella/device.hpp"
 #include "tarantella/check.hpp"
 
 #include <atomic>
@@ -61,7 +62,11 @@ void* host_alloc(size_t bytes) {
     }
   }
   if (!p) p = std::aligned_alloc(kAlign, size);
-  if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+  if (!p) {
+    throw Error(fmt::format("out of host memory allocating {} bytes{}: a smaller batch (or fewer ranks on this host) "
+                            "needs less",
+                            bytes, host_memory_limit_text()));
+  }
   size_t now = g_host_current.fetch_add(bytes) + bytes;
   size_t peak = g_host_peak.load();
   while (now > peak && !g_host_peak.compare_exchange_weak(peak, now)) {

@@ -168,7 +168,9 @@ struct TFRecordWriter::Impl {
   std::chrono::steady_clock::time_point drained = std::chrono::steady_clock::now();
   int failed = 0;  // errno of a failed write: the file's end is unknown, nothing more goes
 
-  void fail() { TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", path, std::strerror(errno)); }
+  // A failed write is the machine's (a full disk, a quota), not the input's: Error (exit 1),
+  // not InputError's usage status 2, which a launcher's restart would not retry.
+  void fail() { throw Error(fmt::format("TFRecord file '{}': write error: {}", path, std::strerror(errno))); }
   void drain() {
     if (failed != 0) {
       errno = failed;
@@ -265,7 +267,7 @@ void TFRecordWriter::flush() {
   if (impl_->gzip) impl_->deflate_all(Z_SYNC_FLUSH);
   impl_->drain();
   if (std::fflush(impl_->file) != 0)
-    TNT_INPUT_ERROR("TFRecord file '{}': write error: {}", impl_->path, std::strerror(errno));
+    throw Error(fmt::format("TFRecord file '{}': write error: {}", impl_->path, std::strerror(errno)));
 }
 
 void TFRecordWriter::close() {
@@ -281,7 +283,7 @@ void TFRecordWriter::close() {
   }
   impl_->file = nullptr;
   if (std::fclose(file) != 0)
-    TNT_INPUT_ERROR("TFRecord file '{}': close failed: {}", impl_->path, std::strerror(errno));
+    throw Error(fmt::format("TFRecord file '{}': close failed: {}", impl_->path, std::strerror(errno)));
 }
 
 // ---- sequential reader

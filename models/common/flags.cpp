@@ -213,7 +213,7 @@ std::optional<int> ProgramFlags::parse(int argc, char** argv) {
     return kExitBadCommandLine;
   }
   if (args_.count("help")) {
-    std::cout << cli_.help() << "\n";
+    if (first_rank()) std::cout << cli_.help() << "\n";  // once, not once a rank
     return 0;
   }
   return std::nullopt;
@@ -579,6 +579,21 @@ RankMemory rank_memory() {
   r.capacity = static_cast<double>(memory.total_bytes) / ranks_here;
   r.what = r.device.is_cpu() ? fmt::format("this host's memory shared by its {} rank(s)", ranks_here)
                              : fmt::format("{}'s memory", r.device.str());
+  if (!r.device.is_cpu()) return r;
+  // Under a batch system's or a container's limit, or ulimit -v, the run ends by the kernel's
+  // out-of-memory killer (SIGKILL) or inside a library long before the host's memory is used.
+  const tnt::HostMemoryLimits limits = tnt::host_memory_limits();
+  const double cgroup_share = static_cast<double>(limits.cgroup_bytes) / ranks_here;
+  if (limits.cgroup_bytes > 0 && cgroup_share < r.capacity) {
+    r.capacity = cgroup_share;
+    r.what = fmt::format("this rank's cgroup's memory limit ({:.1f} GiB, {}: a batch system's --mem or a container's) "
+                         "shared by its {} rank(s) here",
+                         static_cast<double>(limits.cgroup_bytes) / (1 << 30), limits.cgroup_file, ranks_here);
+  }
+  if (limits.address_space_limit > 0 && static_cast<double>(limits.address_space_left) < r.capacity) {
+    r.capacity = static_cast<double>(limits.address_space_left);
+    r.what = fmt::format("what this process's address-space limit (ulimit -v: {} MB) leaves", limits.address_space_limit >> 20);
+  }
   return r;
 }
 

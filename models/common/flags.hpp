@@ -199,6 +199,9 @@ struct RunFlags {
   // a checkpoint written inside an epoch is resumed only with the same values, since the
   // resume skips the steps of that epoch already taken.
   std::vector<std::string> same_inside_epoch = {};
+  // --micro_batch_size as given (0: not given): the global batch is then micro x ranks, and a
+  // refusal about "batch_size" says so and names the micro-batch that gives the batch needed.
+  int64_t micro_batch_size = 0;
 };
 // A fingerprint of a text file's bytes (64-bit FNV-1a, in hex, with the size; carriage
 // returns and the newlines at its end left out): tells apart two vocabularies of the same

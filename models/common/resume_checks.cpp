@@ -54,12 +54,27 @@ void check_inside_epoch(const std::string& checkpoint, const nlohmann::json& met
   if (step <= 0) return;
   const nlohmann::json j = nlohmann::json::parse(stored, nullptr, false);
   if (!j.is_object()) return;  // compare_run_flags refused it
-  std::vector<std::string> now, was;
+  std::vector<std::string> now, was, give;
   for (const std::string& name : given.same_inside_epoch) {
     const auto it = std::find_if(given.noted.begin(), given.noted.end(), [&](const auto& f) { return f.first == name; });
     if (it == given.noted.end() || !j.contains(name) || !j[name].is_string() || j[name] == it->second) continue;
-    now.push_back(fmt::format("--{}={}", name, it->second));
-    was.push_back(fmt::format("--{}={}", name, j[name].get<std::string>()));
+    const std::string before = j[name].get<std::string>();
+    was.push_back(fmt::format("--{}={}", name, before));
+    if (name != "batch_size" || given.micro_batch_size <= 0) {
+      now.push_back(fmt::format("--{}={}", name, it->second));
+      give.push_back(was.back());
+      continue;
+    }
+    // The global batch came from --micro_batch_size: --batch_size alone gives the one needed,
+    // and so does a micro-batch where it splits evenly over the ranks.
+    const int ranks = tnt::size();
+    now.push_back(fmt::format("the global batch {} (--micro_batch_size={} x {})", it->second, given.micro_batch_size,
+                              count_of(ranks, "rank")));
+    const int64_t needed = std::atoll(before.c_str());
+    give.push_back(needed > 0 && needed % ranks == 0
+                       ? fmt::format("--batch_size={} (without --micro_batch_size), or --micro_batch_size={}", needed,
+                                     needed / ranks)
+                       : fmt::format("--batch_size={} (without --micro_batch_size)", needed));
   }
   if (now.empty()) return;
   const int epoch = metadata.contains("epoch") && metadata["epoch"].is_string()
@@ -69,7 +84,7 @@ void check_inside_epoch(const std::string& checkpoint, const nlohmann::json& met
                   "skips the batches already taken, so {} must stay; give {} to finish the epoch (the next run may "
                   "change {}), or --overwrite to start a new run",
                   fmt::join(now, " "), checkpoint, count_of(step, "step"), epoch + 1, fmt::join(was, " "),
-                  now.size() == 1 ? "it" : "they", fmt::join(was, " "), now.size() == 1 ? "it" : "them");
+                  now.size() == 1 ? "it" : "they", fmt::join(give, "; "), now.size() == 1 ? "it" : "them");
 }
 
 }  // namespace tnt_models

@@ -181,7 +181,8 @@ int main(int argc, char** argv) {
                   {"warmup_epochs", flag_text(args["warmup_epochs"].as<double>())},
                   {"batch_size", flag_text(common.batch_size)},
                   {"num_train_samples", flag_text(num_train)}},
-        .same_inside_epoch = {"batch_size", "num_train_samples"}};
+        .same_inside_epoch = {"batch_size", "num_train_samples"},
+        .micro_batch_size = common.micro_batch_size};
     // The linear scaling rule (Goyal et al.): the rate grows with the global batch, from
     // the rate given for a batch of 128.
     if (args["scale_learning_rate"].as<bool>()) lr *= static_cast<double>(common.batch_size) / 128.0;

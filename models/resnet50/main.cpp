@@ -428,7 +428,8 @@ int main(int argc, char** argv) {
                                                    {"label_smoothing", flag_text(label_smoothing)},
                                                    {"batch_size", flag_text(common.batch_size)},
                                                    {"image_size", flag_text(image_size)}},
-                                         .same_inside_epoch = {"batch_size"}};
+                                         .same_inside_epoch = {"batch_size"},
+                                         .micro_batch_size = common.micro_batch_size};
     // The data's order is a function of the seed and the epoch: it continues too.
     if (resume) {
       initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);

@@ -430,7 +430,8 @@ int main(int argc, char** argv) {
                   {"max_length", flag_text(p.max_length)}},
         // Another vocabulary of the same size gives every id another subtoken.
         .same_contents = {{"vocab_file", tnt_models::file_fingerprint("vocab_file", vocab_file)}},
-        .same_inside_epoch = {"batch_size", "max_length"}};
+        .same_inside_epoch = {"batch_size", "max_length"},
+        .micro_batch_size = common.micro_batch_size};
     if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
     tnt_models::record_run_flags(model, run_flags);
 

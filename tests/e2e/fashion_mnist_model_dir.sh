@@ -195,6 +195,16 @@ case $case_name in
     fi
     got=$(csv_epochs)
     if [[ -n $got && $got != *12 ]]; then fm_pass "$case_name: stopped before the end (history '$got')"; else fm_fail "$case_name: history.csv rows '$got'"; fi
+    # A row for each finished epoch, none for the one the stop cut (16 steps an epoch): its
+    # row comes with the resume, for all its steps (before, a row of its first steps alone).
+    stop_step=$(sed -nE 's/^fashion_mnist: stopped after step ([0-9]+) on SIGUSR1.*/\1/p' <<<"$fm_out")
+    if [[ -n $stop_step ]]; then
+      finished=$((stop_step / 16))
+      # At an epoch's last step the stop skips its validation: that epoch is resumed too.
+      if grep -q "holds it, at the end of its epoch" <<<"$fm_out"; then finished=$((finished - 1)); fi
+      want=$(seq -s ' ' 1 "$finished")
+      if [[ $got == "$want" ]]; then fm_pass "$case_name: rows of the finished epochs only ('$got')"; else fm_fail "$case_name: history rows '$got' after a stop at step $stop_step, expected '$want'"; fi
+    fi
     if grep -q "Forwarding signal" <<<"$fm_out"; then fm_fail "$case_name: mpirun's 'Forwarding signal' line came through"; fi
     fm_run "${case_name}_again" "${launch[@]}" -- "${sig_args[@]}" --resume=auto
     expect_exit "${case_name}_again" 0
@@ -527,6 +537,17 @@ from (checkpoint.safetensors): give --overwrite to replace it, or choose another
     else
       fm_fail "inside_other_batch: no '--batch_size=48: the run being resumed ... stopped 1 step into epoch 1 ...'"
     fi
+    # The same with --micro_batch_size: the message says how the global batch came about, and
+    # the micro-batch that gives the one needed (before, it named a --batch_size never given,
+    # and its advice was refused as disagreeing with the micro-batch).
+    micro_args=()
+    for a in "${sig_args[@]}"; do [[ $a == --batch_size=* ]] || micro_args+=("$a"); done
+    fm_run inside_other_micro "${launch[@]}" -- "${micro_args[@]}" --micro_batch_size=16 --resume
+    expect_exit inside_other_micro 2
+    fm_expect_fixed inside_other_micro "the global batch 32 (--micro_batch_size=16 x 2 ranks): the run being resumed" \
+      "the global batch and the micro-batch"
+    fm_expect_fixed inside_other_micro \
+      "give --batch_size=64 (without --micro_batch_size), or --micro_batch_size=32 to finish the epoch" "the advice"
     ;;
 
   fifo_checkpoint)

@@ -160,6 +160,35 @@ TEST_CASE("max_steps ends training at that global step on every rank; the bar co
   }
 }
 
+TEST_CASE("an epoch resumed inside counts the steps it still runs toward max_steps") {
+  ::setenv("TNT_STDOUT_IS_TTY", "0", 1);
+  // 4 steps an epoch; resumed 1 step into the second epoch (FitOptions::initial_step).
+  for (const auto& [max_steps, epochs] : std::vector<std::pair<int64_t, std::vector<std::string>>>{
+           // the resumed epoch's 3 steps are all that is left: it runs to its end
+           {3, {"Epoch 2/2"}},
+           // one step more: a third epoch (before, "Epoch 2/2" then "Epoch 3/3")
+           {4, {"Epoch 2/3", "Epoch 3/3 (1 of 4 steps: the run stops at step 4)"}},
+           {2, {"Epoch 2/2 (3 of 4 steps: the run stops at step 2)"}}}) {
+    INFO("max_steps " << max_steps);
+    auto model = make_model();
+    tnt::FitOptions fit;
+    fit.batch_size = 16;
+    fit.epochs = 5;
+    fit.initial_epoch = 1;
+    fit.initial_step = 1;
+    fit.max_steps = max_steps;
+    fit.verbose = 2;
+    std::string out;
+    {
+      CapturedStdout capture;
+      model->fit(tnt::test::threshold_data("progress"), fit);
+      out = capture.text();
+    }
+    CHECK(model->global_step() == max_steps);
+    if (tnt::is_master_rank()) CHECK(starting(lines_of(out), "Epoch ") == epochs);
+  }
+}
+
 // A program that calls fit in pieces (the Transformer: fit to epoch 2, its own evaluation,
 // fit from 2 to 4) counts its epochs over the whole run: 1/4 ... 4/4, not 1/2 then 3/4. A
 // step limit far beyond the run's epochs leaves the count alone.

@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -313,6 +315,62 @@ TEST_CASE("a stop on request at an epoch's last step leaves its validation to th
       CHECK(std::fabs(inside.history.at(key)[i] - want) <= 1e-12 * std::fabs(want));
     }
   }
+  tnt::communicator().barrier();
+}
+
+namespace {
+// Each step 60 ms longer: a known lower bound for an epoch's seconds.
+class SlowSteps : public tnt::Callback {
+ public:
+  SlowSteps() : tnt::Callback(Ranks::all) {}
+  void on_train_batch_end(int64_t, const tnt::Logs&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  }
+};
+}  // namespace
+
+TEST_CASE("an epoch resumed inside logs the seconds of its steps before the stop too") {
+  tnt::test::TempDir dir("tnt_reproducibility");
+  std::string path = dir.path.string() + "/ck.safetensors";
+  tnt::communicator().broadcast(path, tnt::master_rank());
+  auto model = make_model(make_net(), 5);
+  tnt::FitOptions cut = fit_options(0, kEpochs);
+  // Every rank stops after step 6, the second of epoch 2 (as above), both of its steps slowed.
+  const std::string csv = dir.path.string() + "/history.csv";
+  cut.callbacks = {std::make_shared<SlowSteps>(), std::make_shared<StopOnRankZero>(5),
+                   std::make_shared<tnt::ModelCheckpoint>(path, "loss"), std::make_shared<tnt::CSVLogger>(csv)};
+  model->fit(data(), cut);
+  REQUIRE(model->partial_epoch_steps() == 2);
+  tnt::communicator().barrier();
+  // The cut epoch has no row until the resume writes it for all its steps (before, a row of
+  // its first 2 steps read as a finished epoch 2).
+  auto rows = [&] {
+    std::ifstream in(csv);
+    std::string line, firsts;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) firsts += line.substr(0, line.find(',')) + " ";
+    return firsts;
+  };
+  if (tnt::is_master_rank()) CHECK(rows() == "1 ");
+  double carried = 0;
+  if (tnt::is_master_rank()) {
+    const tnt::Checkpoint ck = tnt::Checkpoint::read(path);
+    REQUIRE(ck.has_metadata("epoch_seconds"));
+    carried = std::stod(ck.metadata("epoch_seconds"));
+  }
+  tnt::communicator().broadcast(&carried, 1, tnt::DType::f64, tnt::Device::cpu(), tnt::master_rank());
+  CHECK(carried >= 0.12);  // the two sleeps alone
+  auto resumed = make_model(make_net(), 5);
+  const int epoch = resumed->load_checkpoint_from_master(path);
+  tnt::FitOptions rest = fit_options(epoch, epoch + 1);
+  rest.initial_step = resumed->checkpoint_epoch_step();
+  rest.callbacks = {std::make_shared<tnt::CSVLogger>(csv, /*append=*/true)};
+  const tnt::History h = resumed->fit(data(), rest);  // its 2 steps unslowed: a few ms
+  REQUIRE(h.epochs == std::vector<int>{1});
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) CHECK(rows() == "1 2 ");
+  // Before, the row's time was the resumed steps' alone, its loss all 4 steps'.
+  CHECK(h.history.at("seconds").at(0) >= carried);
   tnt::communicator().barrier();
 }
 

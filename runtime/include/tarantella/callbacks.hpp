@@ -208,6 +208,11 @@ class CSVLogger : public Callback {
   bool truncate_ = false;  // the first row replaces the file (append == false)
   bool created_ = false;   // this run made (or emptied) the file: a failed first row removes it
   bool wrote_row_ = false;
+  // An epoch that a stop on request cut short: its row waits for the end of training (the
+  // run that resumes its checkpoint writes it, for all its steps).
+  int held_epoch_ = -1;
+  Logs held_logs_;
+  void write_row(int epoch, const Logs& logs);
 };
 
 enum class MonitorMode { automatic, min, max };

@@ -370,6 +370,8 @@ class Model {
   std::map<std::string, std::string> checkpoint_metadata_;  // set_checkpoint_metadata's
   std::vector<double> epoch_sums_;             // the epoch fit cut short: its global loss and metric sums
   std::vector<double> checkpoint_epoch_sums_;  // the loaded checkpoint's (its metadata "epoch_sums")
+  double epoch_seconds_ = 0;             // the epoch fit cut short: its seconds so far (a resumed one's earlier ones too)
+  double checkpoint_epoch_seconds_ = 0;  // the loaded checkpoint's (its metadata "epoch_seconds")
   int64_t global_step_ = 0;
   int64_t checkpoint_epoch_step_ = 0;
   int64_t checkpoint_epoch_batch_ = 0;

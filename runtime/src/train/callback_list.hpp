@@ -50,6 +50,9 @@ namespace detail {
 inline constexpr const char* kTakeoverStepsKey = "takeover_epoch_steps";
 inline constexpr const char* kTakeoverSecondsKey = "takeover_epoch_seconds";
 inline constexpr const char* kTakeoverFirstStepKey = "takeover_epoch_first_step";  // steps it did not run
+// The logs of on_epoch_begin for an epoch resumed inside (FitOptions::initial_step): where it
+// goes on. Only the callbacks of fit see it; it is taken out before any other callback runs.
+inline constexpr const char* kResumedStepKey = "resumed_epoch_first_step";
 }  // namespace detail
 
 // Calls each callback that runs on this rank.

@@ -373,6 +373,18 @@ void CSVLogger::on_train_begin(const Logs&) {
 
 void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
   if (!open_) return;
+  // An epoch that a stop on request (SIGUSR1, a batch system's warning) cut short: if a
+  // checkpoint is saved there, the run that resumes it writes the row, for all its steps (as
+  // TensorBoard's point); a row here would read as a finished epoch until then.
+  if (model_ && model_->stopped_on_request() && model_->partial_epoch_steps() > 0) {
+    held_epoch_ = epoch;
+    held_logs_ = logs;
+    return;
+  }
+  write_row(epoch, logs);
+}
+
+void CSVLogger::write_row(int epoch, const Logs& logs) {
   if (!file_) {
     created_ = truncate_ || access(path_.c_str(), F_OK) != 0;
     wrote_row_ = false;
@@ -422,6 +434,13 @@ void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
 }
 
 void CSVLogger::on_train_end(const Logs&) {
+  const int held = held_epoch_;
+  held_epoch_ = -1;
+  // No checkpoint of the cut epoch: nothing will resume it, and its row is all there is.
+  if (held >= 0 && open_ && model_ && model_->last_checkpoint_step() != model_->global_step()) {
+    write_row(held, held_logs_);
+  }
+  held_logs_.clear();
   if (file_) std::fclose(file_);
   file_ = nullptr;
   open_ = false;

@@ -417,7 +417,11 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     const double epoch_start = now_s();
     logs.clear();
     callbacks.at_epoch(epoch);
+    if (epoch == options.initial_epoch && options.initial_step > 0) {
+      logs[detail::kResumedStepKey] = static_cast<double>(options.initial_step);
+    }
     callbacks.each([&](Callback& c) { c.on_epoch_begin(epoch, logs); });
+    logs.erase(detail::kResumedStepKey);
     callbacks.epoch_begun();
     detail::PassTotals totals(metrics_, /*restore=*/false, rc.device, stager.get());
     // A stop_training() by a callback on some ranks only (the master's) would end this rank's
@@ -436,6 +440,8 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     callbacks.step_ended(first_step);  // a resumed epoch: the steps before this process's
     // Resumed at a checkpoint inside this epoch: its logs cover the steps before it too.
     const bool carried = first_step > 0 && first_step == checkpoint_epoch_step_ && totals.carry(checkpoint_epoch_sums_);
+    // ... and its seconds, so that the row's time covers the steps its loss does.
+    const double carried_s = carried ? checkpoint_epoch_seconds_ : 0.0;
     NextBatch next = with_staging(with_sample_weights(source(epoch, first_step), network_->inputs().size(), loss_,
                                                       options.class_weight, class_count(), "fit"),
                                   stager);
@@ -500,6 +506,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     const bool validation_due = validation && ((epoch + 1) % options.validation_freq == 0 || epoch + 1 == options.epochs);
     partial_epoch_steps_ = !ran_out && (steps < 0 || step < steps || (stopped_on_request_ && validation_due)) ? step : 0;
     epoch_sums_ = partial_epoch_steps_ > 0 ? totals.last_global() : std::vector<double>{};
+    epoch_seconds_ = partial_epoch_steps_ > 0 ? now_s() - epoch_start + carried_s : 0.0;
     if (stager) stager->end_pass();
     if (ps_) ps_->pause();
     timing_.global_batch = fit_global_batch_;
@@ -542,7 +549,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     };
     if (ps_) ps_->end_epoch(end_work); else end_work();
     logs["learning_rate"] = lr_used;
-    logs["seconds"] = now_s() - epoch_start;
+    logs["seconds"] = now_s() - epoch_start + carried_s;
     if (options.verbose >= 2 || log_enabled(LogLevel::info)) print("{}", describe_epoch_timing(epoch + 1, timing_, size()));
     Span span(Lane::compute, "epoch end callbacks");
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });

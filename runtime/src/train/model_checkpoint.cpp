@@ -150,7 +150,7 @@ constexpr const char* kOwnKeys[] = {checkpoint_key::format, checkpoint_key::vers
                                     "epoch_step",           "epoch_batch",           "optimizer_step",
                                     "ranks",                "precision",             "lr_factor",
                                     "lr_floor",             "loss_scale",            "loss_scale_good_steps",
-                                    "epoch_sums"};
+                                    "epoch_sums",           "epoch_seconds"};
 
 }  // namespace
 
@@ -186,6 +186,7 @@ void Model::save_checkpoint(const std::string& path, int epoch, int64_t epoch_st
   const bool sums_finite = std::all_of(epoch_sums_.begin(), epoch_sums_.end(), [](double v) { return std::isfinite(v); });
   if (epoch_step > 0 && epoch_step == partial_epoch_steps_ && !epoch_sums_.empty() && sums_finite) {
     md["epoch_sums"] = fmt::format("[{:.17g}]", fmt::join(epoch_sums_, ","));
+    md["epoch_seconds"] = fmt::format("{:.6f}", epoch_seconds_);
   }
   md[checkpoint_key::seed] = std::to_string(seed_);
   md["optimizer_step"] = optimizer_ ? std::to_string(optimizer_->step_count()) : "0";
@@ -266,6 +267,9 @@ int Model::load_checkpoint(const std::string& path) {
   checkpoint_epoch_step_ = epoch_step;
   checkpoint_epoch_batch_ = epoch_batch;
   checkpoint_epoch_sums_ = epoch_step > 0 && ck.has_metadata("epoch_sums") ? epoch_sums(ck, path) : std::vector<double>{};
+  checkpoint_epoch_seconds_ = epoch_step > 0 && ck.has_metadata("epoch_seconds")
+                                  ? std::max(metadata_number(ck, "epoch_seconds", path), 0.0)
+                                  : 0.0;
   if (optimizer_step >= 0) optimizer_->set_step_count(optimizer_step);
   // The learning-rate factor of ReduceLROnPlateau (absent: none, factor 1).
   const double lr_factor = ck.has_metadata("lr_factor") ? metadata_number(ck, "lr_factor", path) : 1.0;
@@ -301,7 +305,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
   int64_t refused = 0;  // 1: an InputError (the file or its content), 0: another error
   // epoch, step, optimizer step, loss-scale good steps, epoch step, its global batch
   int64_t position[6] = {0, 0, 0, 0, 0, 0};
-  double rates[3] = {1.0, 0.0, 0.0};   // lr factor, lr floor, loss scale
+  double rates[4] = {1.0, 0.0, 0.0, 0.0};  // lr factor, lr floor, loss scale, the epoch's seconds
   if (comm.is_master()) {
     try {
       position[0] = load_checkpoint(path);
@@ -320,6 +324,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
       rates[0] = optimizer_ ? optimizer_->lr_factor() : 1.0;
       rates[1] = optimizer_ ? optimizer_->lr_floor() : 0.0;
       rates[2] = scaler_.enabled() ? scaler_.scale() : 0.0;
+      rates[3] = checkpoint_epoch_seconds_;
     }
   }
   comm.broadcast(failure, master_rank());
@@ -334,7 +339,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
   detail::require_same_tensors(comm, as_named(tensors), fmt::format("load_checkpoint_from_master '{}'", path));
   for (auto& t : tensors) detail::broadcast_via_host(comm, t.tensor, master_rank());
   comm.broadcast(position, 6, DType::i64, Device::cpu(), master_rank());
-  comm.broadcast(rates, 3, DType::f64, Device::cpu(), master_rank());
+  comm.broadcast(rates, 4, DType::f64, Device::cpu(), master_rank());
   int64_t sums = static_cast<int64_t>(checkpoint_epoch_sums_.size());
   comm.broadcast(&sums, 1, DType::i64, Device::cpu(), master_rank());
   checkpoint_epoch_sums_.resize(static_cast<size_t>(sums));
@@ -343,6 +348,7 @@ int Model::load_checkpoint_from_master(const std::string& path) {
     global_step_ = position[1];
     checkpoint_epoch_step_ = position[4];
     checkpoint_epoch_batch_ = position[5];
+    checkpoint_epoch_seconds_ = rates[3];
     if (optimizer_) {
       optimizer_->set_step_count(position[2]);
       optimizer_->set_lr_factor(rates[0], rates[1]);

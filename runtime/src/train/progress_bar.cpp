@@ -214,6 +214,9 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs& logs) {
   if (auto it = logs.find(detail::kTakeoverStepsKey); it != logs.end()) took_steps = it->second;
   if (auto it = logs.find(detail::kTakeoverSecondsKey); it != logs.end()) took_seconds = it->second;
   if (auto it = logs.find(detail::kTakeoverFirstStepKey); it != logs.end()) took_first = it->second;
+  // An epoch resumed inside goes on at this step (its bar counts from there).
+  int64_t resumed = 0;
+  if (auto it = logs.find(detail::kResumedStepKey); it != logs.end()) resumed = static_cast<int64_t>(it->second);
   steps_skipped_ = -1;
   train_seconds_ = 0;
   eval_seconds_ = -1;
@@ -221,7 +224,7 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs& logs) {
   if (params_.max_steps > 0 && model_) {
     // Training ends at global step max_steps: this epoch runs at most what is left of it.
     const int64_t left = std::max<int64_t>(params_.max_steps - model_->global_step(), 0);
-    epoch_steps_ = epoch_steps_ > 0 ? std::min(epoch_steps_, left) : left;
+    epoch_steps_ = epoch_steps_ > 0 ? std::min(epoch_steps_, resumed + left) : resumed + left;
   }
   if (took_steps > 0) {
     steps_done_ = static_cast<int64_t>(took_steps);
@@ -237,8 +240,10 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs& logs) {
     last_epoch_ = std::max(params_.total_epochs, params_.epochs);
     if (params_.max_steps > 0 && params_.steps > 0 && model_) {
       const int64_t left = std::max<int64_t>(params_.max_steps - model_->global_step(), 0);
-      const int64_t epochs_left = (left + params_.steps - 1) / params_.steps;
-      last_epoch_ = static_cast<int>(std::min<int64_t>(last_epoch_, epoch + std::max<int64_t>(epochs_left, 1)));
+      // This epoch (what a resume left of it), then whole epochs.
+      const int64_t after = std::max<int64_t>(left - std::max<int64_t>(params_.steps - resumed, 1), 0);
+      const int64_t epochs_left = 1 + (after + params_.steps - 1) / params_.steps;
+      last_epoch_ = static_cast<int>(std::min<int64_t>(last_epoch_, epoch + epochs_left));
     }
   }
   std::string limit;

@@ -4,6 +4,7 @@
 #include "error.hpp"
 #include "foreign_options.hpp"
 #include "lifeline.hpp"
+#include "option_values.hpp"
 #include "ps_flags.hpp"
 #include "shell_words.hpp"
 #include "text.hpp"
@@ -121,41 +122,6 @@ cxxopts::Options make_parser() {
   return o;
 }
 
-int parse_ranks_per_node(const std::string& flag, const std::string& text) {
-  if (auto n = parse_count(text)) return *n;
-  throw InputError(fmt::format("{} {}: ranks per node must be an integer from 1 to 1000000", flag, text));
-}
-
-std::string normalize_log_level(const std::string& text) {
-  std::string t;
-  for (char c : text) t += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (t == "WARN") t = "WARNING";
-  if (t == "DEBUG" || t == "INFO" || t == "WARNING" || t == "ERROR") return t;
-  throw InputError(fmt::format("--log-level {}: must be DEBUG, INFO, WARNING or ERROR", text));
-}
-
-bool valid_env_name(std::string_view name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
-}
-
-std::pair<std::string, std::string> parse_export(const std::string& text) {
-  auto eq = text.find('=');
-  if (eq == std::string::npos) {
-    throw InputError(fmt::format("-x {}: expected KEY=VALUE (to pass a variable of this environment, "
-                                 "write -x {}=\"${}\")", text, text, text));
-  }
-  std::string key = text.substr(0, eq);
-  if (!valid_env_name(key)) {
-    throw InputError(fmt::format("-x {}: '{}' is not a valid environment variable name", text, key));
-  }
-  if (env::is_reserved(key)) {
-    throw InputError(fmt::format("-x {}: {} is set by tarantella for each rank and cannot be exported", text, key));
-  }
-  return {key, text.substr(eq + 1)};
-}
-
 // mpirun's and horovodrun's -np N, in the spellings they take: -np N, -np=N, -npN, and
 // --np N, --np=N. cxxopts would read "-np" as -n with the value "p", so these words are
 // taken out before it sees them. Open MPI's -npernode becomes --npernode for the same reason.
@@ -250,6 +216,30 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
     const std::string name = long_form ? word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)
                                        : word.substr(1, 1);
     const std::string shown = (long_form ? "--" : "-") + name;
+    // A word of one dash and several letters that is not a short option with its value
+    // (-n2, -Hnode1): mpirun's one-dash long options (-host, -hostfile, -map-by), which the
+    // parser would read as letters (-h, -o, ...); after a program, the program's own flag.
+    if (!long_form && word.size() > 2) {
+      const auto letter = takes_value.find(name);
+      if (letter == takes_value.end() || !letter->second) {
+        const std::string whole = word.substr(1, word.find('=') == std::string::npos ? std::string::npos
+                                                                                    : word.find('=') - 1);
+        if (!program.empty()) {
+          throw InputError(fmt::format("{}: no such option of tarantella; it comes after '{}': to pass options to "
+                                       "the program, put '--' before it (tarantella [options] -- {} {} ...)",
+                                       excerpt(word, 80), excerpt(program, 80), excerpt(program, 80),
+                                       excerpt(word, 80)));
+        }
+        if (whole.size() > 1 && takes_value.count(whole)) {
+          throw InputError(fmt::format("{}: tarantella's long options take two dashes: --{}", excerpt(word, 80),
+                                       whole));
+        }
+        if (auto hint = foreign_option_hint(word)) {
+          throw InputError(fmt::format("-{}: no such option; {} (see tarantella --help)", excerpt(whole, 80), *hint));
+        }
+        throw InputError(fmt::format("{}: no such option (see tarantella --help)", excerpt(word, 80)));
+      }
+    }
     const auto option = takes_value.find(name);
     if (option == takes_value.end()) {
       // After the program (horovodrun's and mpirun's spelling): the program's own flag.
@@ -266,7 +256,7 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
       throw InputError(fmt::format("{}: no such option (see tarantella --help)", excerpt(shown, 80)));
     }
     // horovodrun's `-np 2 train.py -h`: the program's help was meant, or tarantella's.
-    if (!program.empty() && (name == "h" || name == "help" || name == "version")) {
+    if (!program.empty() && (word == "-h" || word == "--help" || word == "--version")) {
       throw InputError(fmt::format("{} comes after '{}': for tarantella's {}, write tarantella {}; to pass it to the "
                                    "program, put '--' before the program (tarantella [options] -- {} {})",
                                    shown, excerpt(program, 80), name == "version" ? "version" : "help", shown,
@@ -303,8 +293,8 @@ Options parse_command_line(const std::vector<std::string>& args) {
     if (value_follows(takes_value, a) && i + 1 < ours.size()) {
       words.push_back(a);
       words.push_back(ours[++i]);
-    } else if (a.size() > 2 && a.compare(0, 2, "-x") == 0) {
-      words.push_back("-x");
+    } else if (a.size() > 2 && (a.compare(0, 2, "-x") == 0 || a.compare(0, 2, "-H") == 0)) {
+      words.push_back(a.substr(0, 2));  // -Hnode1,node2:4 too: the parser refuses its ',' and ':'
       words.push_back(a.substr(2));
     } else {
       words.push_back(a);

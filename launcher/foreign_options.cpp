@@ -84,6 +84,8 @@ constexpr std::pair<std::string_view, std::string_view> kHints[] = {
     {"rdzv-endpoint", kOneCommand},
     {"standalone", kOneCommand},
     {"max_restarts", "restarts are --max-restarts K here"},
+    {"ntasks", "srun's tasks in all are -np N here"},
+    {"nodelist", "srun's nodes are -H LIST (or --hostfile FILE) here"},
 };
 
 // Those whose several spellings share a prefix (--master_port, --rdzv-backend, ...).
@@ -92,7 +94,8 @@ constexpr std::pair<std::string_view, std::string_view> kPrefixHints[] = {
     {"master-", kOneCommand},
     {"rdzv", kOneCommand},
     {"ntasks-per-node", "srun's tasks per node are -n N here"},
-    {"ntasks", "srun's tasks in all are -np N here"},
+    {"ntasks-per-", "srun's tasks per socket, core or GPU: -n N ranks per node here, and --pin-to-socket binds "
+                    "each to a socket (NUMA node)"},
 };
 
 }  // namespace

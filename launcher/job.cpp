@@ -86,7 +86,7 @@ std::string describe_ranks(const std::vector<LostRank>& ranks) {
   if (::getppid() != launcher) ::_exit(128 + SIGTERM);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   // Ignored by the launcher alone (an ignored signal stays so across exec).
-  for (int sig : {SIGPIPE, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
+  for (int sig : {SIGPIPE, SIGXFSZ, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
   // mpirun runs without core files: Open MPI 4.1's mpirun crashes when a signal finds it
   // ending a job already (a terminal's Ctrl-C reaches it directly), and its core is no
   // user's concern. The rank's step gives the program the limit back (env::core_limit).
@@ -131,14 +131,14 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   if (sfd < 0) throw system_error("signalfd");
 
   // mpirun's standard error comes through the launcher (mpirun_output.hpp); its standard
-  // output and input stay the user's, terminal or not.
+  // input stays the user's, and so does its output to a terminal.
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     ::close(sfd);
     throw system_error("pipe2");
   }
-  // mpirun's standard output comes through the launcher only where its reader can go away
-  // (output_relay.hpp).
+  // mpirun's standard output comes through the launcher where its reader can go away or a
+  // write can fail: a pipe, a socket, a file, a device but /dev/null (output_relay.hpp).
   int out_pipe[2] = {-1, -1};
   if (OutputRelay::wanted(STDOUT_FILENO) && ::pipe2(out_pipe, O_CLOEXEC) != 0) {
     ::close(sfd);
@@ -146,8 +146,11 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     ::close(err_pipe[1]);
     throw system_error("pipe2");
   }
-  // A user's stderr that is a closed pipe must not kill the launcher in the middle of a job.
+  // A user's stderr that is a closed pipe must not kill the launcher in the middle of a job,
+  // nor a relayed output past the file-size limit (ulimit -f): the write fails with EFBIG,
+  // and the job is stopped saying so.
   ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGXFSZ, SIG_IGN);
   // What mpirun leaves behind when it ends or is killed (a launch agent still waiting on a
   // host that never answered, ranks' steps still ending their programs) is re-parented to
   // the launcher instead of init, and ended with the job (processes.hpp).
@@ -538,9 +541,11 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     return drain_stop != 0;
   };
   if (out && out->finish(Clock::now() + stderr_drain, result.interrupted_by ? -1 : sfd, stop_read)) {
-    output_closed(false);
-    std::fprintf(stderr, "tarantella: the standard output was closed by its reader before the job's output "
-                 "ended\n");
+    output_closed(false);  // a failed write says so there
+    if (result.output_error == 0) {
+      std::fprintf(stderr, "tarantella: the standard output was closed by its reader before the job's output "
+                   "ended\n");
+    }
   }
   if (drain_stop != 0) {
     // The job had ended; its last output waited for a reader that did not read. The launcher

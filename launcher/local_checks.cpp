@@ -24,8 +24,11 @@ namespace {
 void check_free_space(const std::string& tmp, const std::string& folder) {
   constexpr unsigned long long kNeed = 1ULL << 20;  // a few session files, with room to spare
   struct statvfs fs {};
-  if (::statvfs(folder.c_str(), &fs) != 0) return;
-  const unsigned long long free_bytes = static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize;
+  // No size reported (ramfs, an unbounded tmpfs, some FUSE file systems): nothing to judge.
+  if (::statvfs(folder.c_str(), &fs) != 0 || fs.f_blocks == 0) return;
+  // Root may use the blocks kept back for it.
+  const unsigned long long blocks = ::geteuid() == 0 ? fs.f_bfree : fs.f_bavail;
+  const unsigned long long free_bytes = blocks * fs.f_frsize;
   if (free_bytes < kNeed) {
     throw InputError(fmt::format("TMPDIR={}: its file system has {} KB free (Open MPI keeps its session files "
                                  "there, and fails without a word about the disk); free some space, or point TMPDIR "

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 namespace tnt::launcher {
@@ -13,8 +14,10 @@ namespace tnt::launcher {
 bool OutputRelay::wanted(int fd) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return false;
+  // /dev/null takes every write: nothing to relay.
+  const bool null_device = S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3);
   return S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISREG(st.st_mode) ||
-         (S_ISCHR(st.st_mode) && !::isatty(fd));
+         (S_ISCHR(st.st_mode) && !null_device && !::isatty(fd));
 }
 
 OutputRelay::OutputRelay(int source, int sink) : source_(source), sink_(sink) {

@@ -7,10 +7,11 @@
 // next write), stops the job once and says why (job.hpp), and keeps reading mpirun's
 // output (to nowhere) so that mpirun is never blocked while it stops.
 //
-// A file or a device other than a terminal comes through the relay too: mpirun ignores a
-// failed write (a full disk, /dev/full) and the output would be lost without a word; the
-// launcher stops the job at the first failed write, naming the error (job.hpp). A
-// terminal is left to mpirun.
+// A file or a device other than a terminal (or /dev/null) comes through the relay too:
+// mpirun ignores a failed write (a full disk, /dev/full, ulimit -f) and the output would be
+// lost without a word; the launcher stops the job at the first failed write, naming the
+// error (job.hpp). A terminal is left to mpirun. A write that the kernel reports only at
+// close (NFS's ENOSPC) is still not seen.
 // Writes never block the launcher's loop: at most a pipe's atomic size (PIPE_BUF) goes in
 // one write, and only when poll() says there is room; a socket is written without waiting.
 #pragma once
@@ -26,7 +27,7 @@ namespace tnt::launcher {
 class OutputRelay {
  public:
   // Whether output written to `fd` needs the relay (a pipe, a socket, a file, a device but
-  // a terminal).
+  // a terminal or /dev/null).
   static bool wanted(int fd);
 
   // `source`: the read end of mpirun's standard output (owned: closed here). `sink`: the

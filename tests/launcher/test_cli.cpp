@@ -188,6 +188,17 @@ TEST_CASE("cli: every option error names the option as written", "[cli]") {
   CHECK_THAT(error_of({"--tag-output", "--", "p"}), Catch::Contains("--output-on-all-devices"));
   CHECK_THAT(error_of({"-p", "2222", "--", "p"}), Catch::Contains("--launch-agent \"ssh -p PORT\""));
   CHECK_THAT(error_of({"--ntasks-per-node=2", "--", "p"}), Catch::Contains("srun's tasks per node are -n N"));
+  CHECK_THAT(error_of({"--ntasks-per-socket", "2", "--", "p"}), Catch::Contains("srun's tasks per socket, core or GPU"));
+  CHECK_THAT(error_of({"--ntasks=8", "--", "p"}), Catch::Contains("srun's tasks in all are -np N"));
+  // mpirun's one-dash long options: before, -host was read as -h with the value "ost".
+  CHECK(error_of({"-host", "a,b", "--", "p"}) ==
+        "-host: no such option; mpirun's --host is -H/--hosts LIST here (-H node1,node2:4) (see tarantella --help)");
+  CHECK(error_of({"-hostfile", "hf", "--", "p"}) == "-hostfile: tarantella's long options take two dashes: --hostfile");
+  CHECK_THAT(error_of({"-map-by", "core", "--", "p"}), Catch::StartsWith("-map-by: no such option; tarantella places"));
+  CHECK(parse_command_line({"-n2", "-Hlocalhost:2", "--", "p"}).ranks_per_node == 2);
+  // After a program its words are the program's: -host there is no -h.
+  CHECK_THAT(error_of({"-np", "2", "prog", "-host", "x"}),
+             Catch::StartsWith("-host: no such option of tarantella; it comes after 'prog'"));
   // -h after the program: whose help was meant is not known; before, tarantella's was printed.
   CHECK(error_of({"-np", "2", "build/bin/pi", "-h"}) ==
         "-h comes after 'build/bin/pi': for tarantella's help, write tarantella -h; to pass it to the program, put "

@@ -343,10 +343,17 @@ TEST_CASE("output relay: passes output on, and finds a reader gone at the next w
   REQUIRE(::pipe(source) == 0);
   REQUIRE(::pipe(sink) == 0);
   CHECK(OutputRelay::wanted(sink[1]));
-  // A device or a file can fail a write (/dev/full, a full disk) that mpirun would ignore.
+  // A device or a file can fail a write (/dev/full, a full disk) that mpirun would ignore;
+  // /dev/null cannot.
   const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-  CHECK(OutputRelay::wanted(null));
+  CHECK_FALSE(OutputRelay::wanted(null));
   ::close(null);
+  char file_name[] = "/tmp/tnt_relay_file_XXXXXX";
+  const int file = ::mkstemp(file_name);
+  REQUIRE(file >= 0);
+  CHECK(OutputRelay::wanted(file));
+  ::close(file);
+  ::unlink(file_name);
   // A terminal is left to mpirun: a pseudo-terminal's far end stands in for one.
   const int terminal = ::posix_openpt(O_RDWR | O_NOCTTY);
   REQUIRE(terminal >= 0);

@@ -144,6 +144,28 @@ TEST_CASE("streams: the launcher's account of this machine's environment in the 
   CHECK(no_tmp.err.find("TMPDIR=" + dir.file("a-file") + ": not a directory") != std::string::npos);
 }
 
+TEST_CASE("streams: output to a file that cannot take it fails the job, naming why", "[integration][streams]") {
+  tnt_test::ScratchDir dir("tnt_streams");
+  const std::string program = dir.script("rank.sh", "head -c 4000000 /dev/zero\n");
+  const tnt_test::Env env = tnt_test::clean_environment();
+  // Past the file-size limit (ulimit -f, 1000 blocks of 1 KB in bash): the launcher writes the
+  // file now, and SIGXFSZ would kill it (exit 153, no word, mpirun left behind).
+  const tnt_test::Outcome big = tnt_test::run(
+      {"/bin/bash", "-c", "ulimit -f 1000; exec \"$0\" -n 1 -- \"$1\" > \"$2\"", launcher, program,
+       dir.file("out.bin")},
+      env);
+  INFO(big.describe());
+  CHECK(big.exited(1));
+  CHECK(big.err.find("tarantella: writing the standard output failed: File too large") != std::string::npos);
+  // /dev/full: before, exit 0 and the output lost.
+  const tnt_test::Outcome full =
+      tnt_test::run({"/bin/bash", "-c", "exec \"$0\" -n 1 -- \"$1\" > /dev/full", launcher, program}, env);
+  INFO(full.describe());
+  CHECK(full.exited(1));
+  CHECK(full.err.find("tarantella: writing the standard output failed: No space left on device") != std::string::npos);
+  CHECK(full.err.find("closed by its reader") == std::string::npos);
+}
+
 TEST_CASE("streams: a signal that is no stop leaves the job's last output to a slow reader", "[integration][streams]") {
   // SIGUSR1 (SLURM's warning) or a SIGCHLD while the launcher waits, after the job, for a
   // reader that reads late: every byte still reaches it, exit 0 (the first version of the

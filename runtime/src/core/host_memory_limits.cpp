@@ -118,9 +118,11 @@ std::string host_memory_limit_text() {
     return fmt::format(" under this process's address-space limit of {} MB (ulimit -v; {} MB of it left)",
                        l.address_space_limit >> 20, l.address_space_left >> 20);
   }
+  // A cgroup's limit shows as the out-of-memory killer, not as a failed allocation: said as
+  // a fact about the process, not as the cause.
   if (l.cgroup_bytes > 0) {
-    return fmt::format(" under the memory limit of this process's cgroup, {} MB ({}: a batch system's or a "
-                       "container's limit, shared by every process in it)",
+    return fmt::format(" (this process's cgroup limits its memory to {} MB, {}: a batch system's or a container's "
+                       "limit, shared by every process in it)",
                        l.cgroup_bytes >> 20, l.cgroup_file);
   }
   return {};

@@ -246,6 +246,8 @@ void CSVLogger::on_train_takeover(int epoch, const Logs& logs) {
 
 void CSVLogger::on_train_begin(const Logs&) {
   header_written_ = false;
+  held_epoch_ = -1;  // a fit that ended by an exception left its held row: the resume redoes that epoch
+  held_logs_.clear();
   {
     // A dangling link would have the rows written wherever it points, creating a file
     // there; a FIFO would block the run, a device swallow the history.

@@ -217,7 +217,10 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs& logs) {
   // An epoch resumed inside goes on at this step (its bar counts from there).
   int64_t resumed = 0;
   if (auto it = logs.find(detail::kResumedStepKey); it != logs.end()) resumed = static_cast<int64_t>(it->second);
-  steps_skipped_ = -1;
+  // A resumed epoch's earlier steps count as done (an epoch resumed at its last step, to run
+  // its validation, ends "10/10", not "0/10"), not as run here (the rate).
+  steps_done_ = resumed;
+  steps_skipped_ = resumed > 0 ? resumed : -1;
   train_seconds_ = 0;
   eval_seconds_ = -1;
   epoch_steps_ = params_.steps;
@@ -241,7 +244,7 @@ void ProgressBar::on_epoch_begin(int epoch, const Logs& logs) {
     if (params_.max_steps > 0 && params_.steps > 0 && model_) {
       const int64_t left = std::max<int64_t>(params_.max_steps - model_->global_step(), 0);
       // This epoch (what a resume left of it), then whole epochs.
-      const int64_t after = std::max<int64_t>(left - std::max<int64_t>(params_.steps - resumed, 1), 0);
+      const int64_t after = std::max<int64_t>(left - std::max<int64_t>(params_.steps - resumed, 0), 0);
       const int64_t epochs_left = 1 + (after + params_.steps - 1) / params_.steps;
       last_epoch_ = static_cast<int>(std::min<int64_t>(last_epoch_, epoch + epochs_left));
     }

@@ -525,8 +525,10 @@ int main(int argc, char** argv) {
     }
 
     if (checkpoint_and_export) {
-      // Weights only, under torchvision's names: loads into torchvision.models.resnet50.
-      model.save_weights(model_dir + "/model.safetensors");
+      // A model file (tnt::load_model, docs/model_files.md), as the tutorial's export is one:
+      // the architecture in its metadata, and save_weights' tensors under torchvision's names,
+      // so that it loads into torchvision.models.resnet50 as well.
+      tnt::save_model(model, model_dir + "/model.safetensors");
     }
     if (!synthetic && !history.epochs.empty()) {
       // The rank that waited most for its images says so: one slow rank holds back all, and

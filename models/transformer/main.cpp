@@ -491,8 +491,9 @@ int main(int argc, char** argv) {
       time_options.step_units = [loss] { return static_cast<double>(loss->last_tokens()); };
       throughput = std::make_shared<tnt::TimeHistory>(step_sentences, callback_flags.log_steps, time_options);
     }
-    // Weights only, under the PyTorch module's names (scripts/transformer_torch.py). Written
-    // before each evaluation: an evaluation that fails cannot lose the trained weights.
+    // A model file (tnt::load_model: the architecture in its metadata), its tensors under the
+    // PyTorch module's names (scripts/transformer_torch.py). Written before each evaluation:
+    // an evaluation that fails cannot lose the trained weights.
     const std::string weights = model_dir + "/model.safetensors";
     // One writer for the whole run: its event files span the fit() calls of the loop.
     const auto tensorboard = common.enable_tensorboard
@@ -524,12 +525,12 @@ int main(int argc, char** argv) {
         }
       }
       if (tnt_models::stopped_on_warning_signal(model, "transformer", checkpoint)) return;
-      model.save_weights(weights);
+      tnt::save_model(model, weights);
       if (model.stop_requested()) break;
       if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, model_dir);
     }
     if (initial_epoch >= common.train_epochs) {
-      model.save_weights(weights);
+      tnt::save_model(model, weights);
       // Said as fashion_mnist and resnet50 say it; only the BLEU evaluation is optional here.
       tnt_models::print_nothing_to_train(continue_run, initial_epoch, common.train_epochs, with_bleu);
       if (with_bleu) evaluate_bleu(translator, tokenizer, bleu, decode_batch_size, model_dir);

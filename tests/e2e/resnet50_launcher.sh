@@ -115,6 +115,13 @@ case $case_name in
     for f in checkpoint.safetensors model.safetensors; do
       if [[ -s $tmp/model/$f ]]; then pass "$f written"; else fail "$f missing"; fi
     done
+    # The export is a model file (tnt::load_model), as the tutorial's is: the architecture in
+    # its header's metadata (before, weights alone, which load_model refuses).
+    if [[ $(head -c 1000000 "$tmp/model/model.safetensors" | grep -ac '"architecture"') -gt 0 ]]; then
+      pass "model.safetensors holds the architecture"
+    else
+      fail "model.safetensors has no architecture in its metadata"
+    fi
     ;;
   log_steps)
     # 5 steps, a log every 2 timed steps: step 1 is not timed, so the windows are steps 2-3

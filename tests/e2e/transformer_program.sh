@@ -140,6 +140,11 @@ case $case_name in
     for np in 1 2 3; do
       run "$np" "${common[@]}" --batch_size=168 --num_sentences=21 --model_dir="$tmp/np$np"
       if [[ $rc -eq 0 && -s $tmp/np$np/model.safetensors ]]; then pass "$np ranks: exit 0, weights written"; else fail "$np ranks: exit $rc or no model.safetensors"; fi
+      if [[ $(head -c 1000000 "$tmp/np$np/model.safetensors" | grep -ac '"architecture"') -gt 0 ]]; then
+        pass "$np ranks: model.safetensors is a model file (the architecture in its metadata)"
+      else
+        fail "$np ranks: model.safetensors has no architecture"
+      fi
       if grep -q "global batch 168 tokens = 7 sentences of 24, 21 training sentences" <<<"$out"; then pass "$np ranks: 7 sentences per batch"; else fail "$np ranks: no '7 sentences of 24, 21 training sentences' line"; fi
     done
     # Another global batch (6 sentences, 18 in all: 3 steps): the control.

@@ -2,10 +2,12 @@
 // all-rank ones make every rank act together (so nothing hangs).
 #include <catch2/catch.hpp>
 
+#include "capture_stderr.hpp"
 #include "comm/collective_scope.hpp"
 
 #include "small_nets.hpp"
 #include "tarantella/tarantella.hpp"
+#include "train/batch_sources.hpp"
 
 #include <unistd.h>
 
@@ -457,6 +459,23 @@ TEST_CASE("a batch larger than the data is one batch of all of it, as in Keras")
   CHECK(weights == weights64);
   CHECK(loss == loss64);
   CHECK(predictions == predictions64);
+}
+
+TEST_CASE("a batch larger than data smaller than the ranks: the warning says one sample a rank") {
+  // On 2 ranks, 1 sample: one batch of it, the second rank's slot a padding copy of weight 0.
+  // Before: "each pass is one batch of 2", as if there were 2 samples.
+  std::string text;
+  int64_t batch = 0;
+  text = tnt::test::captured_stderr([&] { batch = tnt::detail::batch_within_data("fit", "batch_size", 5, 1, true); });
+  CHECK(batch == tnt::size());
+  if (tnt::is_master_rank() && tnt::size() == 2) {
+    CHECK_THAT(text, Catch::Contains("is larger than the data's 1 sample; each pass is one batch of them (as Keras "
+                                     "does), one a rank over the 2 ranks (the 1 without one pad with a copy of "
+                                     "weight 0)"));
+  }
+  text = tnt::test::captured_stderr([&] { batch = tnt::detail::batch_within_data("fit", "batch_size", 5, 3, true); });
+  CHECK(batch == 3);
+  if (tnt::is_master_rank()) CHECK_THAT(text, Catch::Contains("each pass is one batch of 3 (as Keras does)"));
 }
 
 TEST_CASE("samples batched already are refused with what to do") {

@@ -225,10 +225,17 @@ int64_t batch_within_data(const char* what, const char* batch_name, int64_t glob
   const int64_t within = std::max<int64_t>(samples, size());
   if (samples <= 0 || global <= within) return global;
   if (is_master_rank()) {
-    const std::string text = fmt::format(
-        "{}: the global batch of {} ({}) is larger than the data's {} samples; each pass is one batch of {} (as "
-        "Keras does), not {} padded with copies",
-        what, global, batch_name, samples, within, global);
+    // Fewer samples than ranks: a batch of one sample a rank, the missing ones padding
+    // (weight 0): Keras' one batch of `samples`, spread over the ranks.
+    const std::string text =
+        within == samples
+            ? fmt::format("{}: the global batch of {} ({}) is larger than the data's {} samples; each pass is one "
+                          "batch of {} (as Keras does), not {} padded with copies",
+                          what, global, batch_name, samples, within, global)
+            : fmt::format("{}: the global batch of {} ({}) is larger than the data's {} sample{}; each pass is one "
+                          "batch of them (as Keras does), one a rank over the {} ranks (the {} without one pad with "
+                          "a copy of weight 0)",
+                          what, global, batch_name, samples, samples == 1 ? "" : "s", within, within - samples);
     if (warn) log_warning("{}", text);
     else log_info("{}", text);
   }

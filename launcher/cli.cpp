@@ -220,8 +220,12 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
     // (-n2, -Hnode1): mpirun's one-dash long options (-host, -hostfile, -map-by), which the
     // parser would read as letters (-h, -o, ...); after a program, the program's own flag.
     if (!long_form && word.size() > 2) {
+      // -n takes a number: -n2 is -n 2, but -no-gpu, -nolocal, -npersocket are words.
       const auto letter = takes_value.find(name);
-      if (letter == takes_value.end() || !letter->second) {
+      const bool number_follows = std::all_of(word.begin() + 2, word.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      });
+      if (letter == takes_value.end() || !letter->second || (name == "n" && !number_follows)) {
         const std::string whole = word.substr(1, word.find('=') == std::string::npos ? std::string::npos
                                                                                     : word.find('=') - 1);
         if (!program.empty()) {
@@ -256,7 +260,7 @@ void check_words(const cxxopts::Options& parser, const std::vector<std::string>&
       throw InputError(fmt::format("{}: no such option (see tarantella --help)", excerpt(shown, 80)));
     }
     // horovodrun's `-np 2 train.py -h`: the program's help was meant, or tarantella's.
-    if (!program.empty() && (word == "-h" || word == "--help" || word == "--version")) {
+    if (!program.empty() && (long_form ? name == "help" || name == "version" : word == "-h")) {
       throw InputError(fmt::format("{} comes after '{}': for tarantella's {}, write tarantella {}; to pass it to the "
                                    "program, put '--' before the program (tarantella [options] -- {} {})",
                                    shown, excerpt(program, 80), name == "version" ? "version" : "help", shown,

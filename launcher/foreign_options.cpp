@@ -85,6 +85,10 @@ constexpr std::pair<std::string_view, std::string_view> kHints[] = {
     {"standalone", kOneCommand},
     {"max_restarts", "restarts are --max-restarts K here"},
     {"ntasks", "srun's tasks in all are -np N here"},
+    {"npersocket", kPlacement},
+    {"nolocal", "tarantella runs ranks on the hosts it is given; leave this machine out of --hostfile or -H"},
+    {"nooversubscribe", "-np N more than the hosts' slots is refused unless --oversubscribe is given"},
+    {"novm", "not needed: tarantella starts the ranks through mpirun, one daemon a host"},
     {"nodelist", "srun's nodes are -H LIST (or --hostfile FILE) here"},
 };
 

@@ -58,15 +58,19 @@ constexpr auto leftover_grace = std::chrono::milliseconds(3000);
 // for ranks waiting in MPI_Finalize for one that has not reached it.
 constexpr auto init_wait_notice = std::chrono::seconds(60);
 
-// Writes all of `text` to the launcher's standard error, as far as it takes it.
-void write_stderr(const std::string& text) {
+// Writes all of `text` to the launcher's standard error, as far as it takes it. 0, or the
+// errno of a write that failed other than for a reader gone (EFBIG past ulimit -f, ENOSPC):
+// the ranks' errors are then lost, and the job must not pass for a success.
+int write_stderr(const std::string& text) {
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // closed or broken: nobody to tell
+    if (n < 0 && errno != EPIPE && errno != ECONNRESET) return errno;
+    if (n <= 0) return 0;  // closed: nobody to tell
     done += static_cast<size_t>(n);
   }
+  return 0;
 }
 
 // "rank 1 (host h2, local rank 0), rank 2 (host h2, local rank 1)", at most 8.
@@ -177,13 +181,17 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   filter.set_mpirun_pid(child);
   // When a partial line (or a separator) that waits in the filter is passed on as it is.
   Clock::time_point flush_at = Clock::time_point::max();
+  int stderr_error = 0;  // the first failed write of the ranks' standard error (write_stderr)
+  const auto to_stderr = [&](const std::string& text) {
+    if (const int e = write_stderr(text); e != 0 && stderr_error == 0) stderr_error = e;
+  };
   auto relay = [&] {
     char buf[4096];
     // Bounded, so that a flood of output does not keep the loop from the job's events.
     for (int reads = 0; err_fd >= 0 && reads < 64; ++reads) {
       const ssize_t n = ::read(err_fd, buf, sizeof buf);
       if (n > 0) {
-        write_stderr(filter.feed(std::string_view(buf, static_cast<size_t>(n))));
+        to_stderr(filter.feed(std::string_view(buf, static_cast<size_t>(n))));
         // Counted from when the text began to wait: a progress bar that redraws its line
         // without a newline is still shown at that pace.
         if (!filter.pending()) {
@@ -199,7 +207,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       err_fd = -1;
     }
     if (filter.pending() && (err_fd < 0 || Clock::now() >= flush_at)) {
-      write_stderr(filter.flush());
+      to_stderr(filter.flush());
       flush_at = Clock::time_point::max();
     }
   };
@@ -274,8 +282,11 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     result.output_closed_first = result.failures.empty() && result.lost.empty() && !result.verdict &&
                                  !result.interrupted_by;
     result.output_error = out ? out->sink_error() : 0;
+    const bool error_output = result.output_error == 0 && stderr_error != 0;  // (said where it may still go)
+    if (error_output) result.output_error = stderr_error;
     if (result.output_error != 0) {  // a full disk: said even after mpirun ended, the output being lost
-      std::fprintf(stderr, "tarantella: writing the standard output failed: %s%s\n", std::strerror(result.output_error),
+      std::fprintf(stderr, "tarantella: writing the standard %s failed: %s%s\n", error_output ? "error" : "output",
+                   std::strerror(result.output_error),
                    !running || stopping ? "" : "; stopping the job (what its ranks print would be lost)");
     }
     if (!running) return;
@@ -425,7 +436,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
       break;
     }
     relay();
-    if (out && out->service()) output_closed(true);
+    if ((out && out->service()) || (stderr_error != 0 && !result.output_closed)) output_closed(true);
     service_lifelines();
     if (server && (fds[1].revents & POLLIN)) take_reports();
     if (!held_warnings.empty() && (warnings_go_at() <= Clock::now() || Clock::now() >= held_until)) {
@@ -554,8 +565,9 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
                  "dropped\n", signal_name(drain_stop).c_str());
     ::raise(drain_stop);
   }
-  write_stderr(filter.flush());
-  write_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line
+  to_stderr(filter.flush());
+  to_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line
+  if (stderr_error != 0) output_closed(false);
   result.mpirun_messages = filter.held_back();
   result.host_problems = filter.host_problems();
   result.daemons_failed = filter.daemons_failed();

@@ -196,6 +196,16 @@ TEST_CASE("cli: every option error names the option as written", "[cli]") {
   CHECK(error_of({"-hostfile", "hf", "--", "p"}) == "-hostfile: tarantella's long options take two dashes: --hostfile");
   CHECK_THAT(error_of({"-map-by", "core", "--", "p"}), Catch::StartsWith("-map-by: no such option; tarantella places"));
   CHECK(parse_command_line({"-n2", "-Hlocalhost:2", "--", "p"}).ranks_per_node == 2);
+  // -n's letter followed by letters is a word: ours with one dash, or Open MPI's.
+  CHECK(error_of({"-no-gpu", "--", "p"}) == "-no-gpu: tarantella's long options take two dashes: --no-gpu");
+  CHECK(error_of({"-n-per-node", "2", "--", "p"}) ==
+        "-n-per-node: tarantella's long options take two dashes: --n-per-node");
+  CHECK_THAT(error_of({"-npersocket", "1", "--", "p"}), Catch::StartsWith("-npersocket: no such option; tarantella "
+                                                                         "places the ranks itself"));
+  CHECK_THAT(error_of({"-nolocal", "--", "p"}), Catch::StartsWith("-nolocal: no such option; tarantella runs ranks"));
+  // --help=true after a program is the same question as --help there.
+  CHECK_THAT(error_of({"-np", "2", "prog", "--help=true"}), Catch::StartsWith("--help comes after 'prog'"));
+  CHECK_THAT(error_of({"-np", "2", "prog", "--version"}), Catch::StartsWith("--version comes after 'prog'"));
   // After a program its words are the program's: -host there is no -h.
   CHECK_THAT(error_of({"-np", "2", "prog", "-host", "x"}),
              Catch::StartsWith("-host: no such option of tarantella; it comes after 'prog'"));
@@ -266,8 +276,8 @@ TEST_CASE("cli: -np N is ranks in all, in mpirun's and horovodrun's spellings", 
   CHECK(error_of({"-np=", "--", "p"}) == "-np : the number of ranks in all must be a positive integer (at most 1000000)");
   CHECK(error_of({"-np", "--", "p"}) == "-np: missing its value (the number of ranks in all)");
   CHECK(error_of({"-np", "2", "-np", "3", "--", "p"}) == "the number of ranks in all given 2 times (-np 2, -np 3); give it once");
-  // -n with a value that merely starts with p is still -n's to judge.
-  CHECK(error_of({"-npx", "--", "p"}) == "-n/--n-per-node px: ranks per node must be an integer from 1 to 1000000");
+  // -n followed by letters is a word, not -n and a value ("-n/--n-per-node px" before).
+  CHECK(error_of({"-npx", "--", "p"}) == "-npx: no such option (see tarantella --help)");
   CHECK(error_of({"--npx", "--", "p"}) == "--npx: no such option (see tarantella --help)");
   CHECK(error_of({"--oversubscribe", "--", "p"}) ==
         "--oversubscribe only applies to -np (ranks in all); ranks per node (-n) are placed as given");

@@ -164,6 +164,15 @@ TEST_CASE("streams: output to a file that cannot take it fails the job, naming w
   CHECK(full.exited(1));
   CHECK(full.err.find("tarantella: writing the standard output failed: No space left on device") != std::string::npos);
   CHECK(full.err.find("closed by its reader") == std::string::npos);
+  // The ranks' standard error past ulimit -f: their errors lost, so no exit 0 (the launcher's
+  // own line goes the same way: the status alone tells).
+  const std::string noisy = dir.script("noisy.sh", "head -c 4000000 /dev/zero >&2\n");
+  const tnt_test::Outcome err = tnt_test::run(
+      {"/bin/bash", "-c", "ulimit -f 1000; exec \"$0\" -n 1 -- \"$1\" 2> \"$2\"", launcher, noisy,
+       dir.file("err.bin")},
+      env);
+  INFO(err.describe());
+  CHECK(err.exited(1));
 }
 
 TEST_CASE("streams: a signal that is no stop leaves the job's last output to a slow reader", "[integration][streams]") {

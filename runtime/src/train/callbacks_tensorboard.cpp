@@ -95,6 +95,8 @@ void TensorBoard::prune_resumed_events() {
 }
 
 void TensorBoard::on_train_begin(const Logs&) {
+  held_epoch_ = -1;  // held by a fit that ended by an exception: the resume redoes that epoch
+  held_train_.clear();
   // The master makes the files; every rank learns whether it could (and fails alike).
   std::string error;
   if (is_master_rank() && !writers_) {

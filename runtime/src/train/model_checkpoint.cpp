@@ -245,9 +245,9 @@ int Model::load_checkpoint(const std::string& path) {
   // A later format may mean something else by every key below: refused before any is read.
   check_checkpoint_version(path, ck.metadata());
   TNT_INPUT_CHECK(ck.has_metadata(checkpoint_key::epoch) && ck.has_metadata(checkpoint_key::step),
-                  "checkpoint '{}' has no training position (metadata 'epoch' and 'step'): a weights-only file "
-                  "(save_weights, a program's model.safetensors)? Load that with load_weights; load_checkpoint takes "
-                  "what save_checkpoint or ModelCheckpoint wrote",
+                  "checkpoint '{}' has no training position (metadata 'epoch' and 'step'): a weights file "
+                  "(save_weights) or a model file (save_model, a program's model.safetensors)? Load that with "
+                  "load_weights or load_model; load_checkpoint takes what save_checkpoint or ModelCheckpoint wrote",
                   path);
   auto count = [&](const char* key, int64_t max, const char* what) {
     const int64_t v = ck.metadata_int(key);

@@ -363,8 +363,10 @@ void ProgressBar::on_epoch_end(int, const Logs& logs) {
   // Over the steps this process ran: a resumed epoch's earlier steps took no time here.
   const int64_t ran = steps_done_ - std::max<int64_t>(steps_skipped_, 0);
   const double per_step_ms = ran > 0 ? train_seconds_ * 1000.0 / static_cast<double>(ran) : 0;
+  // An epoch resumed at its end ran no step here: no rate to give.
   std::string line = fmt::format("{}/{} - {} {}{}", steps_done_, total, format_duration(train_seconds_),
-                                 per_step_text(per_step_ms), metrics_text(logs, true));
+                                 ran > 0 ? per_step_text(per_step_ms) : std::string("(no step run: resumed at its end)"),
+                                 metrics_text(logs, true));
   if (eval_seconds_ >= 0) line += fmt::format(" - evaluation: {}", format_duration(eval_seconds_));
   end_line();
   write(line + "\n");

@@ -29,9 +29,12 @@ install(FILES ${PROJECT_BINARY_DIR}/package/tarantellaConfig.cmake
         DESTINATION ${TNT_INSTALL_CMAKEDIR})
 
 # tarantella.pc is written at install time, when the prefix is known (cmake --install
-# --prefix P may differ from CMAKE_INSTALL_PREFIX), so that pkg-config reports absolute
-# paths. Its Cflags carry what the CMake target's interface carries (include directory,
-# TNT_WITH_CUDA=1 in a CUDA build) except the C++ standard: the consumer chooses
+# --prefix P may differ from CMAKE_INSTALL_PREFIX). Where the library directory is inside
+# the prefix, the prefix is found from the .pc file's own place (${pcfiledir}/../..), as the
+# CMake package finds its own: a relative --prefix, a moved or copied prefix, or a prefix
+# with a space in it give pkg-config the paths where the files are. Its Cflags carry what
+# the CMake target's interface carries (include directory, TNT_WITH_CUDA=1 in a CUDA
+# build) except the C++ standard: the consumer chooses
 # -std=c++20 or newer (a -std in Cflags could lower the consumer's own). Libs add an RPATH
 # to the library's directory, so a program linked with them runs without LD_LIBRARY_PATH.
 foreach(_dir LIBDIR INCLUDEDIR)
@@ -41,13 +44,28 @@ foreach(_dir LIBDIR INCLUDEDIR)
     set(_tnt_pc_${_dir} "\${prefix}/${CMAKE_INSTALL_${_dir}}")
   endif()
 endforeach()
+# ${pcfiledir} is <prefix>/<libdir>/pkgconfig: up one level for pkgconfig and one for each
+# part of a relative libdir (lib, or lib/x86_64-linux-gnu).
+set(_tnt_pc_prefix "")
+if(NOT IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(_tnt_pc_prefix "\${pcfiledir}/..")
+  string(REPLACE "/" ";" _tnt_libdir_parts "${CMAKE_INSTALL_LIBDIR}")
+  foreach(_part IN LISTS _tnt_libdir_parts)
+    if(NOT _part STREQUAL "" AND NOT _part STREQUAL ".")
+      string(APPEND _tnt_pc_prefix "/..")
+    endif()
+  endforeach()
+endif()
 set(_tnt_pc_cflags "")
 if(TNT_WITH_CUDA)
   set(_tnt_pc_cflags " -DTNT_WITH_CUDA=1")
 endif()
 # Bracket arguments in the generated install script keep ${prefix} literal.
 install(CODE "
-set(TNT_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
+set(TNT_PC_PREFIX [==[${_tnt_pc_prefix}]==])
+if(TNT_PC_PREFIX STREQUAL \"\")
+  set(TNT_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
+endif()
 set(TNT_PC_LIBDIR [==[${_tnt_pc_LIBDIR}]==])
 set(TNT_PC_INCLUDEDIR [==[${_tnt_pc_INCLUDEDIR}]==])
 set(TNT_PC_CFLAGS [==[${_tnt_pc_cflags}]==])

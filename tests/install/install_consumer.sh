@@ -98,9 +98,30 @@ step "build the consumer with g++ and pkg-config" "$cxx" -std=c++20 "$tmp/src/pr
 
 for prog in "$tmp/cmake-build/prog" "$tmp/prog_pc"; do
   lib=$(ldd "$prog" | awk '$1 == "libtarantella.so" { print $3 }')
-  if [[ $lib == "$prefix/$libdir/libtarantella.so" ]]; then pass "${prog#"$tmp"/} loads $lib"; else fail "${prog#"$tmp"/} loads libtarantella.so from '$lib'"; fi
+  # The .pc's paths go through its own folder (lib/pkgconfig/../..): compared resolved.
+  if [[ -n $lib && $(readlink -f "$lib") == $(readlink -f "$prefix/$libdir/libtarantella.so") ]]; then
+    pass "${prog#"$tmp"/} loads $lib"
+  else
+    fail "${prog#"$tmp"/} loads libtarantella.so from '$lib'"
+  fi
   if ldd "$prog" | grep -q 'not found'; then fail "${prog#"$tmp"/}: libraries not found:"; ldd "$prog" | grep 'not found'; fi
 done
+
+# The .pc finds its prefix from its own place: a copy elsewhere, with a space in its path
+# (before: the install's absolute prefix, written as it was, so the copy's headers were not
+# found, and a space split the flags).
+moved="$tmp/moved prefix"
+cp -a "$prefix" "$moved"
+flags_moved=$(PKG_CONFIG_PATH="$moved/$libdir/pkgconfig" timeout 10 "$pkg_config" --cflags --libs tarantella)
+echo "pkg-config for the moved prefix: $flags_moved"
+if [[ $flags_moved == *"moved\\ prefix/"* && $flags_moved != *"$prefix/"* ]]; then
+  pass "pkg-config gives the moved prefix's paths"
+else
+  fail "pkg-config for a moved prefix: $flags_moved"
+fi
+step "compile the consumer against the moved prefix (pkg-config)" \
+  bash -c "eval \"\$0 -std=c++20 -fsyntax-only \$1 \$2\"" "$cxx" "$tmp/src/prog.cpp" "$flags_moved"
+rm -rf "$moved"
 
 # --- run ------------------------------------------------------------------------------------
 # run NAME COMMAND...: output in $out; a failure or a hang counts, the test goes on.

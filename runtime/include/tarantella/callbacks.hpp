@@ -176,7 +176,7 @@ class ProgressBar : public Callback {
   int last_epoch_ = 0;          // the epoch count shown ("Epoch k/last_epoch_")
 };
 
-// Appends one row per epoch to a CSV file: epoch, then the logged metrics in sorted order.
+// Appends one row per epoch to a CSV file: epoch, then the logged metrics (sorted, each as its shortest exact text).
 // The header is written when the file is created (append=false, or the file is new). Only
 // the master writes it, even with TNT_OUTPUT_ON_ALL_DEVICES. append=true continues the file
 // of a run resumed at fit's initial_epoch: rows of later epochs (written before the crash,

@@ -428,7 +428,9 @@ void CSVLogger::write_row(int epoch, const Logs& logs) {
   for (const auto& c : columns_) {
     auto it = logs.find(c);
     row += ",";
-    if (it != logs.end()) row += fmt::format("{:.6g}", it->second);
+    // The shortest text that reads back as the value, as Keras writes it: a resumed run's row
+    // can be checked against a straight run's (6 digits hid a difference of 1e-7).
+    if (it != logs.end()) row += fmt::format("{}", it->second);
   }
   if (std::fprintf(file_, "%s\n", row.c_str()) < 0) failed(errno);
   if (std::fflush(file_) != 0) failed(errno);

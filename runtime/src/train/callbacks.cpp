@@ -428,8 +428,7 @@ void CSVLogger::write_row(int epoch, const Logs& logs) {
   for (const auto& c : columns_) {
     auto it = logs.find(c);
     row += ",";
-    // The shortest text that reads back as the value, as Keras writes it: a resumed run's row
-    // can be checked against a straight run's (6 digits hid a difference of 1e-7).
+    // The shortest text that reads back as the value, as Keras' str(float) (not 6 digits).
     if (it != logs.end()) row += fmt::format("{}", it->second);
   }
   if (std::fprintf(file_, "%s\n", row.c_str()) < 0) failed(errno);

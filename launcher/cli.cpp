@@ -533,9 +533,9 @@ Examples:
   tarantella -- ./train                                one rank per GPU here (1 CPU rank without GPUs)
   tarantella -n 2 -- ./train --batch_size=64           two ranks on this machine
   tarantella -n 4 --no-gpu --pin-to-socket -- ./train  four CPU ranks, each on its own cores
-  tarantella --hostfile hostfiles/two-nodes --devices-per-node 4 -- ./train
+  tarantella --hostfile hosts --devices-per-node 4 -- ./train   hosts: a line "node1 slots=4" per host
   tarantella --hostfile hostfile --npernode 2 --pin-to-socket -- ./train   2 ranks a host, a socket each
-  tarantella -np 4 -- build/bin/pi                     4 ranks on this machine, as mpirun -np 4
+  tarantella -np 4 -- ./train                         4 ranks on this machine, as mpirun -np 4
   tarantella -np 6 -H node1:4,node2:4 -- ./train       6 ranks in all: 4 on node1, 2 on node2
   tarantella -H node1,node2:2 -- ./train               node1 with the default, node2 with 2 ranks
   sbatch -N 4 --wrap 'tarantella -- ./train'           inside SLURM: the allocation's nodes

@@ -90,6 +90,16 @@ else
   pass "libtarantella.so carries no text processing"
 fi
 
+# The SONAME carries the version (major.minor before 1.0): a program built against this
+# version asks for it, and another version's library does not load in its place.
+version=$(sed -n 's/^#define TNT_VERSION "\(.*\)"$/\1/p' "$prefix/include/tarantella/build_config.hpp")
+if [[ $version == 0.* ]]; then want_so=$(cut -d. -f1,2 <<<"$version"); else want_so=${version%%.*}; fi
+for lib in libtarantella libtarantella_text; do
+  soname=$(objdump -p "$prefix/$libdir/$lib.so" | awk '$1 == "SONAME" { print $2 }')
+  if [[ $soname == "$lib.so.$want_so" ]]; then pass "$lib.so's SONAME is $soname (version $version)"; else fail "$lib.so's SONAME is '$soname', not $lib.so.$want_so"; fi
+done
+soname=libtarantella.so.$want_so
+
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
 flags=$(timeout 10 "$pkg_config" --cflags --libs tarantella) || { echo "FAIL: pkg-config --cflags --libs tarantella"; exit 1; }
 echo "pkg-config --cflags --libs tarantella: $flags"
@@ -97,12 +107,12 @@ echo "pkg-config --cflags --libs tarantella: $flags"
 step "build the consumer with g++ and pkg-config" "$cxx" -std=c++20 "$tmp/src/prog.cpp" $flags -o "$tmp/prog_pc"
 
 for prog in "$tmp/cmake-build/prog" "$tmp/prog_pc"; do
-  lib=$(ldd "$prog" | awk '$1 == "libtarantella.so" { print $3 }')
+  lib=$(ldd "$prog" | awk -v n="$soname" '$1 == n { print $3 }')
   # The .pc's paths go through its own folder (lib/pkgconfig/../..): compared resolved.
   if [[ -n $lib && $(readlink -f "$lib") == $(readlink -f "$prefix/$libdir/libtarantella.so") ]]; then
     pass "${prog#"$tmp"/} loads $lib"
   else
-    fail "${prog#"$tmp"/} loads libtarantella.so from '$lib'"
+    fail "${prog#"$tmp"/} loads $soname from '$lib'"
   fi
   if ldd "$prog" | grep -q 'not found'; then fail "${prog#"$tmp"/}: libraries not found:"; ldd "$prog" | grep 'not found'; fi
 done
@@ -122,6 +132,13 @@ fi
 step "compile the consumer against the moved prefix (pkg-config)" \
   bash -c "eval \"\$0 -std=c++20 -fsyntax-only \$1 \$2\"" "$cxx" "$tmp/src/prog.cpp" "$flags_moved"
 rm -rf "$moved"
+
+# A consumer compiling in C++17 (g++ 12's default) is told what is wrong first.
+printf '#include <tarantella/tarantella.hpp>\nint main() { return 0; }\n' >"$tmp/cxx17.cpp"
+# shellcheck disable=SC2086 # the flags are words
+"$cxx" -std=c++17 -fsyntax-only "$tmp/cxx17.cpp" $flags >"$tmp/cxx17.out" 2>&1
+first=$(grep -m 1 'error' "$tmp/cxx17.out")
+if [[ $first == *"tarantella needs C++20"* ]]; then pass "C++17: $first"; else fail "C++17 consumer, first error: '$first'"; fi
 
 # --- run ------------------------------------------------------------------------------------
 # run NAME COMMAND...: output in $out; a failure or a hang counts, the test goes on.

@@ -1,6 +1,12 @@
 // Everything a training program needs.
 #pragma once
 
+// Said first, before the headers' own errors: a compiler in C++17 mode (g++ 12's default)
+// otherwise reports concepts and std::span as unrelated failures.
+#if __cplusplus < 202002L
+#error "tarantella needs C++20: compile with -std=c++20 (or newer); CMake's tarantella::tarantella target asks for it"
+#endif
+
 #include "tarantella/callbacks.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/checkpoint.hpp"

@@ -20,16 +20,14 @@
 #include "rank_watch.hpp"
 #include "rank_setup.hpp"
 #include "requeue.hpp"
-
-#include <string.h>  // sigabbrev_np
-#include <sys/resource.h>
 #include "shell_words.hpp"
 
 #include <tarantella/build_config.hpp>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <string.h>  // sigabbrev_np
+#include <sys/resource.h>
 #include <algorithm>
 #include <set>
 #include <csignal>
@@ -480,6 +478,9 @@ int launch(const std::vector<std::string>& args) {
     spec.pass_by_name.push_back(tl::env::run_id);
     ::setenv(tl::env::restart, "0", 1);
     ::setenv(tl::env::run_id, tl::random_run_id().c_str(), 1);
+  } else {  // an enclosing job's or the shell's values would make local ranks restarts
+    ::unsetenv(tl::env::restart);
+    ::unsetenv(tl::env::run_id);
   }
   spec.launch_agent = options.launch_agent;
   spec.mpi_args = options.mpi_args;

@@ -163,5 +163,7 @@ wait "$holder" 2>/dev/null
 grep -q "timeline '$tmp/busy.json': another job is writing this trace now" <<<"$out" ||
   fail "no message naming the other job's trace: $out"
 cmp -s "$tmp/busy.json.rank0" "$tmp/busy.copy" || fail "the other job's part was changed"
+# Rank 1's part was opened before the refusal: it is removed, not left empty beside the trace.
+[[ ! -e "$tmp/busy.json.rank1" ]] || fail "the refused run left its rank-1 part: $(ls -l "$tmp/busy.json.rank1")"
 echo "another job's trace: refused, its part left as it was"
 echo "PASS"

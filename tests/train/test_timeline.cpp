@@ -271,6 +271,45 @@ TEST_CASE("timeline: a directory as the path fails on every rank before any step
   if (tnt::is_master_rank()) fs::remove_all(dir);
 }
 
+// Takes the trace's own name on the master in the middle of the run (a non-empty directory
+// there), so the merge's rename fails as a full disk's write would.
+class TakePath : public tnt::Callback {
+ public:
+  explicit TakePath(std::string path) : Callback(Ranks::master_only), path_(std::move(path)) {}
+  void on_train_batch_end(int64_t, const tnt::Logs&) override {
+    if (model_->global_step() != 1) return;
+    fs::create_directories(path_);
+    std::ofstream(path_ + "/x") << "x";
+  }
+
+ private:
+  std::string path_;
+};
+
+TEST_CASE("timeline: a trace the merge cannot write is a run-time error on every rank, parts kept") {
+  const std::string dir = job_dir();
+  const std::string path = dir + "/taken.json";
+  {
+    TimelineConfig config(path, "1-2");
+    auto model = small_model();
+    tnt::FitOptions fit = small_fit(0, 1);
+    fit.callbacks = {std::make_shared<TakePath>(path)};
+    try {
+      model->fit(data(1), fit);
+      FAIL("fit ended although the trace could not be written");
+    } catch (const tnt::InputError& e) {
+      FAIL("an input error (exit 2) for a failed write: " << e.what());
+    } catch (const tnt::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains("timeline: cannot write '" + path + "'") &&
+                               Catch::Contains("the per-rank parts " + path + ".rank<R> are left in place"));
+    }
+  }
+  tnt::communicator().barrier();
+  CHECK(fs::exists(fmt::format("{}.rank{}", path, tnt::rank())));
+  tnt::communicator().barrier();
+  if (tnt::is_master_rank()) fs::remove_all(dir);
+}
+
 TEST_CASE("timeline: merged trace, rows, window, buckets against backward") {
   const std::string dir = job_dir();
   const std::string path = dir + "/trace.json";

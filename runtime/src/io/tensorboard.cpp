@@ -44,8 +44,15 @@ EventFileWriter::EventFileWriter(const std::string& dir) : path_(event_file_path
   tfpb::Event first;
   first.set_wall_time(wall_time());
   first.set_file_version("brain.Event:2");
-  writer_->write(serialized(first));
-  writer_->flush();
+  try {
+    writer_->write(serialized(first));
+    writer_->flush();
+  } catch (...) {  // a full disk: no empty or cut file is left for TensorBoard to list
+    writer_.reset();
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+    throw;
+  }
 }
 
 void EventFileWriter::scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values) {

@@ -184,8 +184,9 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
   bool busy = false;
   part_ = open_part(part_path_, &busy);
   if (part_ && (std::fputs("[\n", part_) < 0 || std::fputs(events_.c_str(), part_) < 0 || std::fflush(part_) != 0)) {
-    std::fclose(part_);
-    part_ = nullptr;
+    const int saved = errno;
+    remove_part();  // a full disk: no empty part is left behind
+    errno = saved;
   }
   if (busy) {
     error = fmt::format("timeline '{}': another job is writing this trace now (its part '{}' is locked by a running "
@@ -201,7 +202,19 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
       part_failed_ = true;
     }
   }
-  agree_or_throw(comm, error, fmt::format("timeline '{}': the master cannot write there", path_));
+  try {
+    agree_or_throw(comm, error, fmt::format("timeline '{}': the master cannot write there", path_));
+  } catch (...) {  // refused: no destructor runs, so this rank's part goes here
+    remove_part();
+    throw;
+  }
+}
+
+void Recorder::remove_part() {
+  if (!part_) return;
+  std::remove(part_path_.c_str());  // while this rank holds its lock
+  std::fclose(part_);
+  part_ = nullptr;
 }
 
 Recorder::~Recorder() {
@@ -390,12 +403,9 @@ void Recorder::merge(Communicator& comm) {
     }
   }
   comm.broadcast(error, Communicator::master_rank());
-  if (!error.empty()) TNT_INPUT_ERROR("{} (the per-rank parts {}.rank<R> are left in place)", error, path_);
-  if (part_) {
-    std::remove(part_path_.c_str());  // while this rank holds its lock
-    std::fclose(part_);
-    part_ = nullptr;
-  }
+  // A failed write (a full disk) is no input error: exit 1, as any run-time failure.
+  if (!error.empty()) throw Error(fmt::format("{} (the per-rank parts {}.rank<R> are left in place)", error, path_));
+  remove_part();
   unmerged_ = false;
 }
 

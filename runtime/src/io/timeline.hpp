@@ -92,6 +92,7 @@ class Recorder final : public Events {
   };
   void format(const Event& e, std::string& out) const;  // appends one line
   void flush_part();  // pending_ -> the part file
+  void remove_part();  // this rank's part file, removed and closed (nothing when none is open)
   void gpu_event(GpuEvent e);
   void finish_gpu();  // the window closes: the GPU lanes' last spans placed
 

@@ -301,7 +301,7 @@ void ScalingProfiler::write(const Reducer& reducer, Communicator& comm, Device d
     }
   }
   comm.broadcast(error, Communicator::master_rank());
-  if (!error.empty()) TNT_INPUT_ERROR("{}", error);
+  if (!error.empty()) throw Error(error);  // a full disk: exit 1, not an input error's 2
   print("scaling profile of {} steps on {} rank(s) written to {}", p.steps, p.ranks, path_);
 }
 

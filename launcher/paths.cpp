@@ -9,8 +9,10 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -160,6 +162,44 @@ std::string self_executable() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) throw system_error("cannot find the launcher's own path (/proc/self/exe)");
   return std::string(buf, static_cast<size_t>(n));
+}
+
+void write_output_file(const std::string& option, const std::string& given, const std::string& text) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(given, ec);  // through links
+  if (fs::exists(st) && !fs::is_regular_file(st)) {
+    if (fs::is_directory(st)) throw InputError(fmt::format("{} {}: a directory, not a file", option, given));
+    // A device or FIFO (/dev/stdout, a pipe): written as `> PATH` would, never replaced.
+    std::FILE* f = std::fopen(given.c_str(), "w");
+    bool ok = f != nullptr;
+    if (ok) {
+      ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+      ok = (std::fclose(f) == 0) && ok;
+    }
+    if (!ok) throw InputError(fmt::format("{} {}: cannot write it: {}", option, given, std::strerror(errno)));
+    return;
+  }
+  // A link to a file: its target is written, the link stays.
+  std::string path = given;
+  if (fs::is_symlink(fs::symlink_status(given, ec))) {
+    const fs::path target = fs::weakly_canonical(given, ec);
+    if (!ec && !target.empty()) path = target.string();
+  }
+  // Beside the target, then renamed: a failed write never leaves half a file where one stood.
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  bool ok = f != nullptr;
+  if (ok) {
+    ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    ok = (std::fclose(f) == 0) && ok;
+  }
+  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw InputError(fmt::format("{} {}: cannot write it: {}", option, given, std::strerror(err)));
+  }
 }
 
 }  // namespace tnt::launcher

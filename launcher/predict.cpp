@@ -80,19 +80,22 @@ double positive_number(const std::string& flag, const std::string& text, const c
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v <= 0) {
-    throw InputError(fmt::format("--{} {}: must be a positive number of {}", flag, excerpt(text, 40), unit));
+  // At most 1e9: beyond any link (Gbit/s) or latency (us) a model could say anything of.
+  if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v <= 0 || v > 1e9) {
+    throw InputError(fmt::format("--{} {}: must be a positive number of {}, at most 1e9", flag, excerpt(text, 40), unit));
   }
   return v;
 }
 
-double non_negative_number(const std::string& flag, const std::string& text, const char* unit) {
+// At most `max` (1e9 for a latency: beyond any a model could say anything of).
+double non_negative_number(const std::string& flag, const std::string& text, const char* unit, double max = 1e9) {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0) {
     throw InputError(fmt::format("--{} {}: must be a non-negative number of {}", flag, excerpt(text, 40), unit));
   }
+  if (v > max) throw InputError(fmt::format("--{} {}: at most {:g} {}", flag, excerpt(text, 40), max, unit));
   return v;
 }
 
@@ -126,23 +129,6 @@ std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-void write_file(const std::string& flag, const std::string& path, const std::string& text) {
-  // Beside the target, then renamed: a failed write never leaves half a file where one stood.
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  bool ok = f != nullptr;
-  if (ok) {
-    ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    ok = (std::fclose(f) == 0) && ok;
-  }
-  if (ok) ok = std::rename(tmp.c_str(), path.c_str()) == 0;
-  if (!ok) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw InputError(fmt::format("--{} {}: cannot write it: {}", flag, path, std::strerror(err)));
-  }
 }
 
 std::string kb(int64_t bytes) { return fmt::format("{:g}", static_cast<double>(bytes) / 1024); }
@@ -220,7 +206,8 @@ PredictOptions parse_predict_command_line(const std::vector<std::string>& args) 
     o.devices_per_node = *n;
   }
   if (result.count("fusion-threshold")) {
-    o.fusion_threshold_kb = non_negative_number("fusion-threshold", result["fusion-threshold"].as<std::string>(), "KB");
+    o.fusion_threshold_kb = non_negative_number("fusion-threshold", result["fusion-threshold"].as<std::string>(), "KB",
+                                                HUGE_VAL);
     // Beyond any model's gradients (16 GiB); the bytes must fit their 64-bit count.
     if (*o.fusion_threshold_kb > kMaxThresholdKb) {
       throw InputError(fmt::format("--fusion-threshold {}: at most {} KB (16 GiB, more than any model's gradients)",
@@ -537,7 +524,7 @@ int predict_main(const std::vector<std::string>& args) {
   std::fflush(stdout);
 
   const std::string csv = predict_csv(rows);
-  if (o.csv) write_file("csv", *o.csv, csv);
+  if (o.csv) write_output_file("--csv", *o.csv, csv);
   if (!o.plot) return 0;
 
   // The plot: the CSV handed to a small Python script installed beside the launcher.
@@ -554,7 +541,7 @@ int predict_main(const std::vector<std::string>& args) {
     if (!::mkdtemp(dir_template)) throw system_error("predict: cannot create a temporary directory");
     tmp_dir = dir_template;
     csv_path = tmp_dir + "/predict.csv";
-    write_file("plot", csv_path, csv);
+    write_output_file("--plot", csv_path, csv);
   }
   const std::string title = fmt::format("{} ({} samples a rank)", std::filesystem::path(o.profile).filename().string(),
                                         profile.samples_per_rank);

@@ -4,6 +4,7 @@
 #include "cli.hpp"
 #include "error.hpp"
 #include "exports.hpp"
+#include "paths.hpp"
 #include "predict.hpp"
 #include "process.hpp"
 
@@ -11,7 +12,10 @@
 
 #include <filesystem>
 #include <fstream>
+
+#include <sys/stat.h>
 #include <sstream>
+#include <thread>
 
 using namespace tnt::launcher;
 using Args = std::vector<std::string>;
@@ -112,6 +116,11 @@ TEST_CASE("predict: bad flags are named", "[predict]") {
   CHECK_THAT(predict_error({"p.json", "--csv", "/nonexistent-dir/x.csv"}),
              Contains("--csv /nonexistent-dir/x.csv: /nonexistent-dir is no such directory"));
   // Before: -9.0072e+15 KB in the table, exit 0.
+  // A latency of 1e30 us printed steps of 4.2e28 ms: refused, as a link of 1e30 Gbit/s is.
+  CHECK_THAT(predict_error({"p.json", "--link-gbps", "10", "--latency-us", "1e30"}),
+             Contains("--latency-us 1e30: at most 1e+09 microseconds"));
+  CHECK_THAT(predict_error({"p.json", "--link-gbps", "1e30", "--latency-us", "1"}),
+             Contains("--link-gbps 1e30: must be a positive number of Gbit/s, at most 1e9"));
   CHECK_THAT(predict_error({"p.json", "--fusion-threshold", "1e30"}),
              Contains("--fusion-threshold 1e30: at most 16777216 KB"));
   // Before: a row of -2147483648 ranks and a negative efficiency, exit 0.
@@ -313,4 +322,32 @@ TEST_CASE("predict: the Goyal et al. 2017 comparison of docs/scaling.md", "[pred
   // 256 GPUs: 271.3 ms and 84.8% at threshold 0, 78% hidden; 99.6% at the best, 2 KB.
   CHECK_THAT(text, Contains("\n32,256,271.2") && Contains(",0.848") && Contains(",0.78") && Contains(",0,2,") &&
                        Contains(",0.996"));
+}
+
+TEST_CASE("--csv and --plot write through links and into devices, never replacing them", "[predict]") {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  const fs::path target = dir.path / "target.csv", link = dir.path / "link.csv", fifo = dir.path / "fifo";
+  std::ofstream(target) << "old\n";
+  fs::create_symlink(target, link);
+  write_output_file("--csv", link.string(), "a,b\n");
+  CHECK(fs::is_symlink(fs::symlink_status(link)));  // before: replaced by a regular file
+  CHECK(slurp(target.string()) == "a,b\n");
+  CHECK_FALSE(fs::exists(dir.path / "link.csv.tmp"));
+  CHECK_FALSE(fs::exists(dir.path / "target.csv.tmp"));
+  // A full device fails by name (before: exit 0, and /dev/full replaced by a file as root).
+  CHECK_THROWS_WITH(write_output_file("--csv", "/dev/full", "a,b\n"),
+                    Contains("--csv /dev/full: cannot write it: No space left on device"));
+  CHECK(fs::is_character_file("/dev/full"));
+  write_output_file("--csv", "/dev/null", "a,b\n");
+  CHECK(fs::is_character_file("/dev/null"));
+  // A FIFO is written into (a reader is there), not replaced.
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string read_back;
+  std::thread reader([&] { read_back = slurp(fifo.string()); });
+  write_output_file("--csv", fifo.string(), "x\n");
+  reader.join();
+  CHECK(read_back == "x\n");
+  CHECK(fs::is_fifo(fifo));
+  CHECK_THROWS_WITH(write_output_file("--plot", dir.path.string(), "x"), Contains("a directory, not a file"));
 }

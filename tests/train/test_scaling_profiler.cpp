@@ -208,3 +208,17 @@ TEST_CASE("scaling profiler: a fit cut short among the one-bucket steps starts t
   CHECK(p.backward_alone_s == Approx(0.012).margin(kEps));
   CHECK(p.backward_s == Approx(0.015).margin(kEps));
 }
+
+TEST_CASE("scaling profiler: a path that is not a regular file is refused before the run", "[train][scaling]") {
+  // The profile is written beside its path and renamed into place: that would replace the
+  // device (as root, /dev/null itself) or fail after the run on a directory.
+  Communicator& comm = communicator();
+  CHECK_THROWS_WITH(ScalingProfiler::check_writable(comm, "/dev/null"),
+                    Catch::Contains("'/dev/null' is not a regular file (a device, FIFO or socket)"));
+  CHECK(std::filesystem::is_character_file("/dev/null"));
+  tnt::test::TempDir dir("tnt_profile_path");
+  CHECK_THROWS_WITH(ScalingProfiler::check_writable(comm, dir.path.string()),
+                    Catch::Contains("is not a regular file (a directory)"));
+  CHECK_NOTHROW(ScalingProfiler::check_writable(comm, (dir.path / "profile.json").string()));
+  CHECK_FALSE(std::filesystem::exists(dir.path / "profile.json.tmp"));
+}

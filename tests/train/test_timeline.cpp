@@ -317,6 +317,9 @@ TEST_CASE("timeline: merged trace, rows, window, buckets against backward") {
   tnt::Model model(wide_mlp(), 7);
   model.compile(std::make_shared<tnt::SGD>(0.01), std::make_shared<tnt::SoftmaxCrossEntropy>(),
                 {std::make_shared<tnt::Accuracy>()});
+  // A temporary file a master killed in its merge left (no process has that id): removed.
+  const std::string stale = dir + "/.trace.json.tmp-999999999-AbCdEf";
+  if (tnt::is_master_rank()) std::ofstream(stale) << "{\"traceEvents\":[";
   tnt::start_timeline(path, 3, 10);  // 8 steps a epoch: steps 3-8 of epoch 1, 9-10 of epoch 2
   auto part = std::make_shared<PartCheck>(fmt::format("{}.rank{}", path, tnt::rank()), 5);
   tnt::FitOptions fit;
@@ -327,6 +330,9 @@ TEST_CASE("timeline: merged trace, rows, window, buckets against backward") {
   fit.callbacks = {part, std::make_shared<tnt::ModelCheckpoint>(dir + "/ckpt.safetensors", "loss")};
   model.fit(data(1), fit);
   tnt::stop_timeline();  // the file is already merged at the end of fit; this ends the recorder
+  if (tnt::is_master_rank()) {
+    for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+  }
 
   // Mid-run (at the end of step 5), this rank's part held its steps 3 and 4: a step's events
   // reach the part when the next step begins.
@@ -457,5 +463,9 @@ TEST_CASE("timeline: bad windows and paths fail on every rank") {
   CHECK_THROWS_AS(tnt::start_timeline("/tmp/x.json", 0, 3), tnt::InputError);
   CHECK_THROWS_WITH(tnt::start_timeline("/nonexistent-dir-tnt/trace.json", 1, 2),
                     Catch::Contains("/nonexistent-dir-tnt/trace.json"));
+  // The merge's rename would replace the device (as root, /dev/null itself).
+  CHECK_THROWS_WITH(tnt::start_timeline("/dev/null", 1, 2),
+                    Catch::Contains("'/dev/null' is not a regular file (a device, FIFO or socket)"));
+  CHECK(fs::is_character_file("/dev/null"));
   tnt::stop_timeline();  // none: nothing to do
 }

@@ -8,6 +8,7 @@
 #include "io/timeline.hpp"
 
 #include "core/context.hpp"
+#include "io/temp_files.hpp"
 #include "io/timeline_gpu.hpp"
 #include "tarantella/check.hpp"
 #include "tarantella/comm.hpp"
@@ -18,6 +19,7 @@
 #include <fcntl.h>
 #include <fmt/ranges.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,11 +139,20 @@ Recorder::Recorder(Communicator& comm, std::string path, int64_t first_step, int
   // A directory would fail only at the merge, after training, with the parts left beside it.
   // Any rank that sees one (or a path ending in '/') stops every rank, before anything is
   // written; the message is the same everywhere.
+  // A device or FIFO (/dev/stdout) is refused too: the merge's rename would replace it.
   {
     std::error_code ec;
-    const bool directory = path_.back() == '/' || std::filesystem::is_directory(path_, ec);
-    const std::vector<int64_t> seen = comm.allgather(int64_t{directory ? 1 : 0});
-    if (std::any_of(seen.begin(), seen.end(), [](int64_t x) { return x != 0; })) {
+    const auto st = std::filesystem::status(path_, ec);
+    const bool directory = path_.back() == '/' || std::filesystem::is_directory(st);
+    const bool special = std::filesystem::exists(st) && !directory && !std::filesystem::is_regular_file(st);
+    const std::vector<int64_t> seen = comm.allgather(int64_t{directory ? 1 : special ? 2 : 0});
+    const bool any_directory = std::find(seen.begin(), seen.end(), 1) != seen.end();
+    if (!any_directory && std::find(seen.begin(), seen.end(), 2) != seen.end()) {
+      TNT_INPUT_ERROR("timeline: {} is not a regular file (a device, FIFO or socket); the trace is written "
+                      "beside it and renamed into place: give a file's path (nothing recorded, nothing written)",
+                      origin_.path_text.empty() ? fmt::format("'{}'", path_) : origin_.path_text);
+    }
+    if (any_directory) {
       const std::filesystem::path dir(path_);
       TNT_INPUT_ERROR("timeline: {} names a directory; the trace is one file: give a file name, such as '{}' "
                       "(nothing recorded, nothing written)",
@@ -381,8 +392,16 @@ void Recorder::merge(Communicator& comm) {
   if (master) {
     // Drop the last event's comma; the array and the object close after it.
     while (!all.empty() && (all.back() == '\n' || all.back() == ',')) all.pop_back();
-    const std::string tmp = fmt::format("{}.tmp.{}", path_, ::getpid());  // not another job's
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    // Named as checkpoints' temporary files are (not another job's; a master killed while
+    // writing leaves one, which the next merge beside it removes).
+    const std::filesystem::path target(path_);
+    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+    io::remove_stale_temps(dir, target.filename().string());
+    std::string tmp = io::temp_template(dir, target.filename().string());
+    const int fd = ::mkstemp(tmp.data());
+    if (fd >= 0) ::fchmod(fd, 0666 & ~io::current_umask());  // mkstemp makes 0600
+    std::FILE* f = fd >= 0 ? ::fdopen(fd, "w") : nullptr;
+    if (fd >= 0 && f == nullptr) ::close(fd);
     bool ok = f != nullptr;
     if (ok) {
       std::string text = "{\"traceEvents\":[\n" + all + "\n],\n\"displayTimeUnit\":\"ms\",\n";

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 namespace tnt::detail {
@@ -40,8 +41,15 @@ void ScalingProfiler::check_writable(Communicator& comm, const std::string& path
   std::string error;
   if (comm.is_master()) {
     const std::string tmp = path + ".tmp";  // the name the profile is written under first
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (f == nullptr) {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    std::FILE* f = nullptr;
+    if (std::filesystem::exists(st) && !std::filesystem::is_regular_file(st)) {
+      // The rename at the end would replace a directory's entry, a device or a FIFO.
+      error = fmt::format("TNT_PROFILE_SCALING (tarantella --profile-scaling): '{}' is not a regular file (a {}); "
+                          "the profile is written beside it and renamed into place: give a file's path",
+                          path, std::filesystem::is_directory(st) ? "directory" : "device, FIFO or socket");
+    } else if ((f = std::fopen(tmp.c_str(), "w")) == nullptr) {
       error = fmt::format("TNT_PROFILE_SCALING (tarantella --profile-scaling): cannot write '{}': {}", path,
                           std::strerror(errno));
     } else {

@@ -122,7 +122,12 @@ std::string flag_value_problem(FlagKind kind, const std::string& text) {
       const double value = std::strtod(begin, &end);
       const bool whole =
           !text.empty() && end == begin + text.size() && !std::isspace(static_cast<unsigned char>(text[0]));
-      if (!whole || errno == ERANGE || !std::isfinite(value)) return "expected a finite number (such as 0.5 or 1e-3)";
+      // Hexadecimal ("0x1p-3") too: strtod reads it, but the flag's value is read as decimal,
+      // which stops at the 'x' (0).
+      const bool hex = text.find_first_of("xX") != std::string::npos;
+      if (!whole || hex || errno == ERANGE || !std::isfinite(value)) {
+        return "expected a finite decimal number (such as 0.5 or 1e-3)";
+      }
       return "";
     }
   }
@@ -154,7 +159,9 @@ ProgramFlags::ProgramFlags(const std::string& program, const std::string& summar
   }
 }
 
-std::string ProgramFlags::first_problem(int argc, char** argv) const {
+std::string ProgramFlags::first_problem(int argc, char** argv) const { return first_flag_problem(kinds_, argc, argv); }
+
+std::string first_flag_problem(const std::map<std::string, FlagKind>& kinds_, int argc, char** argv) {
   // The command line as cxxopts reads it: --name=value, or --name value for a flag that
   // is not true/false; everything after "--" is positional (and refused after parsing).
   for (int i = 1; i < argc; ++i) {
@@ -235,6 +242,7 @@ CommonFlags ProgramFlags::common() const {
   f.train_epochs = args_["train_epochs"].as<int>();
   f.epochs_between_evals = args_["epochs_between_evals"].as<int>();
   f.seed = args_["seed"].as<uint64_t>();
+  f.seed_given = args_.count("seed") > 0;
   if (tnt::size() > 1) {
     // The data's order and the initial weights are drawn from the seed alike on every rank,
     // each taking its part of one global batch: a seed of its own (Horovod's seed + rank)
@@ -349,53 +357,12 @@ CallbackFlags callback_flags(const ProgramFlags& flags, const CommonFlags& commo
   } else if (common.enable_tensorboard) {
     f.profile_steps = "2";
   }
+  // Checked without --enable_time_history too: the value would be refused once it is added.
+  TNT_INPUT_CHECK(f.log_steps >= 0, "--log_steps={}: must be at least 0", f.log_steps);
   TNT_INPUT_CHECK(!f.time_history || f.log_steps >= 1,
                   "--log_steps={}: --enable_time_history prints every --log_steps steps; give at least 1",
                   f.log_steps);
   return f;
-}
-
-namespace {
-
-// The "__metadata__" of a safetensors file's JSON header (checkpoint.hpp: an 8-byte
-// little-endian length, then the JSON); empty when the header cannot be read.
-nlohmann::json checkpoint_metadata(const std::string& path) {
-  // Far beyond any header of ours; a larger length means a damaged file, for the loader.
-  constexpr uint64_t kMaxHeader = 100 << 20;
-  // Opened only as a regular file: a FIFO there would block this open until a writer came
-  // (the loader refuses it, naming it, as this does).
-  std::ifstream in = tnt::open_regular_file(path, "checkpoint");
-  unsigned char len_bytes[8] = {};
-  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return {};
-  uint64_t len = 0;
-  for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
-  if (len == 0 || len > kMaxHeader) return {};
-  std::string header(len, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(len))) return {};
-  nlohmann::json json = nlohmann::json::parse(header, nullptr, false);
-  if (!json.is_object() || !json.contains("__metadata__") || !json["__metadata__"].is_object()) return {};
-  return json["__metadata__"];
-}
-
-}  // namespace
-
-void check_resume_seed(const std::string& checkpoint, uint64_t seed) {
-  const nlohmann::json metadata = checkpoint_metadata(checkpoint);
-  if (!metadata.contains(tnt::checkpoint_key::seed) || !metadata[tnt::checkpoint_key::seed].is_string()) return;
-  const std::string stored = metadata[tnt::checkpoint_key::seed].get<std::string>();
-  // A seed the flag could not take is no seed a run wrote: the metadata are damaged.
-  const bool valid = !stored.empty() && stored.size() <= 20 &&
-                     stored.find_first_not_of("0123456789") == std::string::npos &&
-                     (stored.size() < 20 || stored <= "18446744073709551615");
-  TNT_INPUT_CHECK(valid,
-                  "checkpoint '{}': its metadata give the seed '{}', which is not a seed (a number from 0 to "
-                  "2^64 - 1): the checkpoint is damaged or was not written by this program; --overwrite starts a "
-                  "new run",
-                  checkpoint, stored.substr(0, 40));
-  TNT_INPUT_CHECK(stored == std::to_string(seed),
-                  "--seed={}: the run being resumed ({}) was trained with --seed={}; give --seed={} to continue it, "
-                  "or --overwrite to start a new run",
-                  seed, checkpoint, stored, stored);
 }
 
 namespace {
@@ -525,7 +492,8 @@ std::vector<std::string> compare_run_flags(const std::string& checkpoint, const 
   return notes;
 }
 
-int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed, const RunFlags& flags) {
+int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed, const RunFlags& flags,
+                           bool seed_given) {
   // The run directory may be on the master's host alone (a --model_dir on its own disk): the
   // master checks the file, and every rank gets the checkpoint from it.
   std::string problem;
@@ -539,7 +507,7 @@ int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uin
         const char* key = tnt::checkpoint_key::version;
         if (md.contains(key) && md[key].is_string()) tnt::check_checkpoint_version(checkpoint, {{key, md[key]}});
       }
-      check_resume_seed(checkpoint, seed);
+      check_resume_seed(checkpoint, seed, seed_given);
       check_resume_precision(checkpoint, model.precision().name());
       const nlohmann::json metadata = checkpoint_metadata(checkpoint);
       const bool has_flags = metadata.contains(kFlagsKey) && metadata[kFlagsKey].is_string();

@@ -77,6 +77,7 @@ struct CommonFlags {
   int train_epochs = 0;
   int epochs_between_evals = 1;
   uint64_t seed = 0;
+  bool seed_given = false;  // --seed on the command line (else seed is its default)
   int verbose = 1;
   bool enable_tensorboard = false;  // TensorBoard event files under model_dir/{train,validation}
   // The global batch as the user gave it, for messages: "--batch_size=256", or
@@ -107,6 +108,12 @@ class FlagAdder {
 // written in decimal, whole; a real number is finite (nan and inf make no sense for any
 // flag here).
 std::string flag_value_problem(FlagKind kind, const std::string& text);
+
+// What is wrong with the first flag on the command line that cxxopts would refuse without
+// naming it well: an unknown flag, a missing value, a value not of its kind ("--flag=value:
+// expected ..."), one dash where two belong; "" when there is none. `kinds`: what each flag
+// (as FlagAdder records them) takes.
+std::string first_flag_problem(const std::map<std::string, FlagKind>& kinds, int argc, char** argv);
 
 class ProgramFlags {
  public:
@@ -179,8 +186,9 @@ void check_directory_flag(const std::string& flag, const std::string& path, cons
 // (its metadata "seed") must be this run's --seed, or the continued run would shuffle and
 // initialise unlike the one it claims to continue. Throws tnt::InputError naming both
 // seeds and the file. Reads only the file's header; a file without a seed, or one that
-// cannot be read, is left to Model::load_checkpoint to accept or refuse.
-void check_resume_seed(const std::string& checkpoint, uint64_t seed);
+// cannot be read, is left to Model::load_checkpoint to accept or refuse. `seed_given`: the
+// flag was on the command line (else the message says the default was taken).
+void check_resume_seed(const std::string& checkpoint, uint64_t seed, bool seed_given = true);
 
 // A program's flags as its checkpoints record them (metadata "flags": a JSON object of flag
 // name -> value text), so that --resume compares them with the flags it is given.
@@ -227,7 +235,7 @@ std::vector<std::string> compare_run_flags(const std::string& checkpoint, const 
 // says so, with a line for each `flags.noted` that changed. Returns the epoch the run
 // continues from.
 int resume_from_checkpoint(tnt::Model& model, const std::string& checkpoint, uint64_t seed,
-                           const RunFlags& flags = {});
+                           const RunFlags& flags = {}, bool seed_given = true);
 
 // "Nothing to train (the checkpoint is at epoch 3, --train_epochs=2): evaluating its weights"
 // when a run starts at or beyond --train_epochs (`evaluates`: whether weights are evaluated

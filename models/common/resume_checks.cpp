@@ -87,4 +87,43 @@ void check_inside_epoch(const std::string& checkpoint, const nlohmann::json& met
                   now.size() == 1 ? "it" : "they", fmt::join(give, "; "), now.size() == 1 ? "it" : "them");
 }
 
+// The "__metadata__" of a safetensors file's JSON header (checkpoint.hpp: an 8-byte
+// little-endian length, then the JSON); empty when the header cannot be read.
+nlohmann::json checkpoint_metadata(const std::string& path) {
+  // Far beyond any header of ours; a larger length means a damaged file, for the loader.
+  constexpr uint64_t kMaxHeader = 100 << 20;
+  // Opened only as a regular file: a FIFO there would block this open until a writer came
+  // (the loader refuses it, naming it, as this does).
+  std::ifstream in = tnt::open_regular_file(path, "checkpoint");
+  unsigned char len_bytes[8] = {};
+  if (!in.read(reinterpret_cast<char*>(len_bytes), 8)) return {};
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+  if (len == 0 || len > kMaxHeader) return {};
+  std::string header(len, '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(len))) return {};
+  nlohmann::json json = nlohmann::json::parse(header, nullptr, false);
+  if (!json.is_object() || !json.contains("__metadata__") || !json["__metadata__"].is_object()) return {};
+  return json["__metadata__"];
+}
+
+void check_resume_seed(const std::string& checkpoint, uint64_t seed, bool seed_given) {
+  const nlohmann::json metadata = checkpoint_metadata(checkpoint);
+  if (!metadata.contains(tnt::checkpoint_key::seed) || !metadata[tnt::checkpoint_key::seed].is_string()) return;
+  const std::string stored = metadata[tnt::checkpoint_key::seed].get<std::string>();
+  // A seed the flag could not take is no seed a run wrote: the metadata are damaged.
+  const bool valid = !stored.empty() && stored.size() <= 20 &&
+                     stored.find_first_not_of("0123456789") == std::string::npos &&
+                     (stored.size() < 20 || stored <= "18446744073709551615");
+  TNT_INPUT_CHECK(valid,
+                  "checkpoint '{}': its metadata give the seed '{}', which is not a seed (a number from 0 to "
+                  "2^64 - 1): the checkpoint is damaged or was not written by this program; --overwrite starts a "
+                  "new run",
+                  checkpoint, stored.substr(0, 40));
+  TNT_INPUT_CHECK(stored == std::to_string(seed),
+                  "--seed={}{}: the run being resumed ({}) was trained with --seed={}; give --seed={} to continue it, "
+                  "or --overwrite to start a new run",
+                  seed, seed_given ? "" : " (the default: --seed was not given)", checkpoint, stored, stored);
+}
+
 }  // namespace tnt_models

@@ -9,6 +9,10 @@
 
 namespace tnt_models {
 
+// The "__metadata__" of a safetensors file's JSON header (checkpoint.hpp: an 8-byte
+// little-endian length, then the JSON); empty when the header cannot be read.
+nlohmann::json checkpoint_metadata(const std::string& path);
+
 // A checkpoint written inside an epoch (metadata epoch_step > 0) and `given` flags of
 // RunFlags::same_inside_epoch whose values differ from `stored` (the checkpoint's flags):
 // throws InputError naming them.

@@ -145,6 +145,11 @@ int main(int argc, char** argv) {
                     micro_batch);
     const int64_t num_train = args["num_train_samples"].as<int64_t>();
     TNT_INPUT_CHECK(num_train >= 0, "--num_train_samples={}: must be at least 0", num_train);
+    // Before the data is read, as the other flags. A million epochs is beyond any run; beyond
+    // it the step count would not fit (1e30 had wrapped to a negative count: no warmup at all).
+    const double warmup_epochs = args["warmup_epochs"].as<double>();
+    TNT_INPUT_CHECK(warmup_epochs >= 0 && warmup_epochs <= 1e6, "--warmup_epochs={}: must be from 0 to 1e6",
+                    warmup_epochs);
     tnt_models::check_directory_flag(
         "data_dir", common.data_dir, "(install Debian's dataset-fashion-mnist, or point it at the IDX files)");
 
@@ -186,11 +191,10 @@ int main(int argc, char** argv) {
     // The linear scaling rule (Goyal et al.): the rate grows with the global batch, from
     // the rate given for a batch of 128.
     if (args["scale_learning_rate"].as<bool>()) lr *= static_cast<double>(common.batch_size) / 128.0;
-    const double warmup_epochs = args["warmup_epochs"].as<double>();
-    TNT_INPUT_CHECK(warmup_epochs >= 0, "--warmup_epochs={}: must be at least 0", warmup_epochs);
     // Steps a rank takes per epoch: the last partial batch is padded, so it is a step too.
     const int64_t steps_per_epoch = (n_train + common.batch_size - 1) / common.batch_size;
-    const auto warmup_steps = static_cast<int64_t>(warmup_epochs * static_cast<double>(steps_per_epoch));
+    // Rounded up: a fraction of an epoch shorter than a step is still one step of warmup.
+    const auto warmup_steps = static_cast<int64_t>(std::ceil(warmup_epochs * static_cast<double>(steps_per_epoch)));
     tnt::SchedulePtr schedule = warmup_steps > 0
         ? tnt::SchedulePtr(std::make_shared<tnt::PiecewiseConstantWithWarmup>(std::vector<int64_t>{}, std::vector<double>{lr}, warmup_steps))
         : tnt::SchedulePtr(std::make_shared<tnt::ConstantSchedule>(lr));
@@ -221,7 +225,7 @@ int main(int argc, char** argv) {
 
     int initial_epoch = 0;
     if (resume) {
-      initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+      initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags, common.seed_given);
       // The warmup is in epochs: at another global batch it goes on from the epoch reached.
       tnt_models::align_schedule_to_epochs(model, schedule, initial_epoch, steps_per_epoch);
     }

@@ -432,7 +432,7 @@ int main(int argc, char** argv) {
                                          .micro_batch_size = common.micro_batch_size};
     // The data's order is a function of the seed and the epoch: it continues too.
     if (resume) {
-      initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+      initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags, common.seed_given);
       // The schedule is in epochs: at another global batch it goes on from the epoch reached.
       tnt_models::align_schedule_to_epochs(model, schedule, initial_epoch, epoch_size / common.batch_size);
     }

@@ -432,7 +432,7 @@ int main(int argc, char** argv) {
         .same_contents = {{"vocab_file", tnt_models::file_fingerprint("vocab_file", vocab_file)}},
         .same_inside_epoch = {"batch_size", "max_length"},
         .micro_batch_size = common.micro_batch_size};
-    if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags);
+    if (continue_run) initial_epoch = tnt_models::resume_from_checkpoint(model, checkpoint, common.seed, run_flags, common.seed_given);
     tnt_models::record_run_flags(model, run_flags);
 
     if (common.verbose > 0) {

@@ -311,6 +311,12 @@ case $case_name in
     else
       fm_fail "$case_name: the checkpoint changed"
     fi
+    # Without --seed, the message says the default was taken.
+    fm_run resume_default_seed "${launch[@]}" -- "${small[@]}" --train_epochs=2 --resume
+    expect_failure resume_default_seed
+    fm_expect_fixed resume_default_seed \
+      "--seed=42 (the default: --seed was not given): the run being resumed ($fm_tmp/model/checkpoint.safetensors) was trained with --seed=7; give --seed=7" \
+      "the default named"
     # The same seed continues it.
     fm_run resume_same_seed "${launch[@]}" -- "${small[@]}" --seed=7 --train_epochs=2 --resume
     if [[ $fm_rc -eq 0 ]]; then fm_pass "resume_same_seed: exit status 0"; else fm_fail "resume_same_seed: exit status $fm_rc"; fi

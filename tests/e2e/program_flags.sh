@@ -75,10 +75,13 @@ expect() {
 
 case $case_name in
   not_a_value)
-    expect fashion_mnist 2 "--learning_rate=nan: expected a finite number (such as 0.5 or 1e-3)" --learning_rate=nan
-    expect fashion_mnist 2 "--learning_rate=1.5abc: expected a finite number (such as 0.5 or 1e-3)" \
+    expect fashion_mnist 2 "--learning_rate=nan: expected a finite decimal number (such as 0.5 or 1e-3)" --learning_rate=nan
+    expect fashion_mnist 2 "--learning_rate=1.5abc: expected a finite decimal number (such as 0.5 or 1e-3)" \
       --learning_rate 1.5abc
     expect fashion_mnist 2 "--batch_size=abc: expected a whole number" --batch_size=abc
+    # Hexadecimal passed strtod's check but was read as 0 (no warmup, no smoothing).
+    expect fashion_mnist 2 "--warmup_epochs=0x10: expected a finite decimal number (such as 0.5 or 1e-3)" \
+      --warmup_epochs=0x10
     expect fashion_mnist 2 "--seed=-1: expected a whole number from 0 to 18446744073709551615" --seed=-1
     expect fashion_mnist 2 "--train_epochs=99999999999: expected a whole number, at most 2147483647" \
       --train_epochs=99999999999
@@ -87,10 +90,10 @@ case $case_name in
       --use_synthetic_data \
       --batch_size=-99999999999999999999
     expect fashion_mnist 2 "--resume=maybe: expected true or false" --resume=maybe
-    expect resnet50 2 "--base_learning_rate=inf: expected a finite number (such as 0.5 or 1e-3)" \
+    expect resnet50 2 "--base_learning_rate=inf: expected a finite decimal number (such as 0.5 or 1e-3)" \
       --use_synthetic_data --base_learning_rate=inf
     expect resnet50 2 "--image_size=abc: expected a whole number" --use_synthetic_data --image_size=abc
-    expect transformer 2 "--label_smoothing=-nan: expected a finite number (such as 0.5 or 1e-3)" \
+    expect transformer 2 "--label_smoothing=-nan: expected a finite decimal number (such as 0.5 or 1e-3)" \
       --label_smoothing=-nan
     expect transformer 2 "--hidden_size=x: expected a whole number" --hidden_size=x
     ;;
@@ -108,6 +111,8 @@ case $case_name in
   out_of_range)
     per_rank=1
     expect fashion_mnist 2 "--verbose=7: expected 0 (silent), 1 (progress bar) or 2 (a line per epoch)" --verbose=7
+    # 1e30 epochs of warmup wrapped to a negative step count: no warmup at all, silently.
+    expect fashion_mnist 2 "--warmup_epochs=1e+30: must be from 0 to 1e6" --warmup_epochs=1e30
     expect resnet50 2 "--image_size=100000: must be at most 1024" --use_synthetic_data --image_size=100000
     expect resnet50 2 "--data_workers=100000: must be from 1 to 256" --use_synthetic_data --data_workers=100000
     expect resnet50 2 "--data_workers=many: expected auto or a number from 1 to 256" --use_synthetic_data --data_workers=many

@@ -75,5 +75,36 @@ contains "compute_bleu missing file: names it" "$tmp/missing" "$err"
 "$bin/compute_bleu" --reference="$tmp/ref" 2>/dev/null; check "compute_bleu without --translation: exit 2" 2 $?
 "$bin/compute_bleu" --reference="$tmp/ref" --translation="$tmp/hyp" --bogus 2>/dev/null; check "compute_bleu unknown flag: exit 2" 2 $?
 
+# ---- the tools' flags as the programs' flags: named values, mode mix-ups, stray words
+err=$("$bin/compute_bleu" "$tmp/ref" "$tmp/hyp" 2>&1); rc=$?
+check "compute_bleu files without flags: exit 2" 2 "$rc"
+contains "compute_bleu files without flags: says so" "unexpected argument '$tmp/ref': give the files as --reference=FILE" "$err"
+err=$("$bin/subtokenizer" --vocab_file="$tmp/vocab" --add_eos decode </dev/null 2>&1); rc=$?
+check "subtokenizer --add_eos decode: exit 2" 2 "$rc"
+contains "subtokenizer --add_eos decode: says so" "--add_eos is for encode, not decode" "$err"
+err=$("$bin/subtokenizer" --vocab_file="$tmp/vocab" --keep_eos=true encode </dev/null 2>&1); rc=$?
+check "subtokenizer --keep_eos encode: exit 2" 2 "$rc"
+contains "subtokenizer --add_eos=maybe: the flag named" "--add_eos=maybe: expected true or false" \
+  "$("$bin/subtokenizer" --vocab_file="$tmp/vocab" --add_eos=maybe encode </dev/null 2>&1)"
+printf 'a b\n' >"$tmp/s.en"; printf 'c d\n' >"$tmp/s.de"
+td=("$bin/transformer_data" --data_dir="$tmp/td" --train_source="$tmp/s.en" --train_target="$tmp/s.de" --min_count=1)
+err=$("${td[@]}" --train_shards=abc 2>&1); rc=$?
+check "transformer_data --train_shards=abc: exit 2" 2 "$rc"
+contains "transformer_data --train_shards=abc: the flag named" "--train_shards=abc: expected a whole number" "$err"
+# cxxopts read 0x10 as 16 here while every program refuses it.
+contains "transformer_data --train_shards=0x10: refused" "--train_shards=0x10: expected a whole number" \
+  "$("${td[@]}" --train_shards=0x10 2>&1)"
+contains "transformer_data --seed=-3: the range named" "--seed=-3: expected a whole number from 0 to 18446744073709551615" \
+  "$("${td[@]}" --seed=-3 2>&1)"
+# An empty --vocab_file left every shard in place and no vocabulary ("cannot rename").
+err=$("${td[@]}" --train_shards=2 --vocab_file= 2>&1); rc=$?
+check "transformer_data --vocab_file=: exit 1" 1 "$rc"
+contains "transformer_data --vocab_file=: says so" "--vocab_file is empty" "$err"
+check "transformer_data --vocab_file=: nothing written" "" "$(ls -A "$tmp/td" 2>/dev/null)"
+err=$("${td[@]}" --train_shards=2 --vocab_file="$tmp/no/such/v" 2>&1); rc=$?
+check "transformer_data --vocab_file in a missing directory: exit 1" 1 "$rc"
+contains "transformer_data --vocab_file in a missing directory: before the search" "its directory '$tmp/no/such' does not exist" "$err"
+check "transformer_data --vocab_file in a missing directory: nothing written" "" "$(ls -A "$tmp/td" 2>/dev/null)"
+
 echo "$fails failed"
 [[ $fails -eq 0 ]]

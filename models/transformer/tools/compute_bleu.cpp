@@ -14,15 +14,20 @@ int main(int argc, char** argv) {
       "compute_bleu.py: mteval-v14 tokenization, 4-grams, brevity penalty), on a 0-100 scale.",
       {"build/bin/compute_bleu --reference=newstest2014.de --translation=model/translations.txt"}));
   // clang-format off
-  cli.add_options()
+  std::map<std::string, tnt_models::FlagKind> kinds;
+  tnt_models::FlagAdder(cli.add_options(), kinds)
     ("reference", "reference file", cxxopts::value<std::string>())
     ("translation", "translation file (the same number of lines)", cxxopts::value<std::string>());
   // clang-format on
   cxxopts::ParseResult args;
-  if (auto status = tnt_tools::parse(tool, cli, argc, argv, args)) return *status;
+  if (auto status = tnt_tools::parse(tool, cli, kinds, argc, argv, args)) return *status;
+  // A stray word first: "compute_bleu ref.de out.de" is files given without their flags.
+  if (!args.unmatched().empty()) {
+    return tnt_tools::usage_error(tool, "unexpected argument '" + args.unmatched()[0] +
+                                            "': give the files as --reference=FILE --translation=FILE");
+  }
   if (!args.count("reference")) return tnt_tools::usage_error(tool, "--reference is required");
   if (!args.count("translation")) return tnt_tools::usage_error(tool, "--translation is required");
-  if (!args.unmatched().empty()) return tnt_tools::usage_error(tool, "unexpected argument '" + args.unmatched()[0] + "'");
   return tnt_tools::run(tool, [&] {
     tnt::BleuScores s = tnt::bleu_on_files(args["reference"].as<std::string>(), args["translation"].as<std::string>());
     fmt::print("Bleu score (uncased): {}\nBleu score (cased): {}\n", tnt::format_bleu(s.uncased),

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
        "build/bin/subtokenizer --vocab_file=V --add_eos encode < newstest2014.en > ids.txt",
        "build/bin/subtokenizer --vocab_file=V decode < ids.txt"}));
   // clang-format off
-  cli.add_options()
+  std::map<std::string, tnt_models::FlagKind> kinds;
+  tnt_models::FlagAdder(cli.add_options(), kinds)
     ("vocab_file", "vocabulary file (one 'subtoken' per line)", cxxopts::value<std::string>())
     ("add_eos", "encode: end every line with the EOS id 1", cxxopts::value<bool>()->default_value("false"))
     ("keep_eos", "decode: decode the whole line, EOS and what follows included", cxxopts::value<bool>()->default_value("false"))
@@ -56,13 +57,16 @@ int main(int argc, char** argv) {
   cli.parse_positional({"mode"});
   cli.positional_help("encode|decode");
   cxxopts::ParseResult args;
-  if (auto status = tnt_tools::parse(tool, cli, argc, argv, args)) return *status;
+  if (auto status = tnt_tools::parse(tool, cli, kinds, argc, argv, args)) return *status;
   if (!args.count("vocab_file")) return tnt_tools::usage_error(tool, "--vocab_file is required");
   if (!args.count("mode")) return tnt_tools::usage_error(tool, "say encode or decode");
   if (!args.unmatched().empty()) return tnt_tools::usage_error(tool, "unexpected argument '" + args.unmatched()[0] + "'");
   std::string mode = args["mode"].as<std::string>();
   if (mode != "encode" && mode != "decode")
     return tnt_tools::usage_error(tool, "mode '" + mode + "': must be encode or decode");
+  // A flag of the other mode would be ignored: said, as it would be in another order.
+  if (mode == "decode" && args.count("add_eos")) return tnt_tools::usage_error(tool, "--add_eos is for encode, not decode");
+  if (mode == "encode" && args.count("keep_eos")) return tnt_tools::usage_error(tool, "--keep_eos is for decode, not encode");
 
   return tnt_tools::run(tool, [&] {
     std::ios::sync_with_stdio(false);

@@ -12,11 +12,14 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include "common/flags.hpp"
+
 #include <tarantella/check.hpp>
 
 #include <exception>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,13 +36,24 @@ inline std::string help_text(const std::string& summary, const std::vector<std::
 }
 
 // Parses; returns an exit status when the tool should end here (--help, a bad command line).
-inline std::optional<int> parse(const std::string& tool, cxxopts::Options& cli, int argc, char** argv,
+// `kinds`: each flag's kind, as the programs' FlagAdder records them (the tools add their
+// flags through it): a bad value is named as in the programs ("--train_shards=abc:
+// expected a whole number"), not as cxxopts does ("Argument 'abc' failed to parse"), and
+// what cxxopts would read otherwise than the programs (0x10 as 16) is refused.
+inline std::optional<int> parse(const std::string& tool, cxxopts::Options& cli,
+                                 std::map<std::string, tnt_models::FlagKind>& kinds, int argc, char** argv,
                                  cxxopts::ParseResult& args) {
-  cli.add_options()("h,help", "this help");
-  try {
-    args = cli.parse(argc, argv);
-  } catch (const std::exception& e) {
-    std::cerr << (tool + ": " + e.what() + " (see --help)\n") << std::flush;  // one write
+  tnt_models::FlagAdder(cli.add_options(), kinds)("h,help", "this help");
+  std::string error = tnt_models::first_flag_problem(kinds, argc, argv);
+  if (error.empty()) {
+    try {
+      args = cli.parse(argc, argv);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (!error.empty()) {
+    std::cerr << (tool + ": " + error + " (see --help)\n") << std::flush;  // one write
     return kExitBadCommandLine;
   }
   if (args.count("help")) {

@@ -17,6 +17,7 @@
 #include "common/wording.hpp"
 
 #include <tarantella/files.hpp>
+#include <tarantella/random.hpp>
 #include <tarantella/text/subtokenizer.hpp>
 #include <tarantella/tfrecord.hpp>
 
@@ -28,7 +29,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 namespace fs = std::filesystem;
 
@@ -52,6 +52,19 @@ struct Written {
   std::vector<std::string> files;       // final names
   std::vector<std::string> incomplete;  // the names written to
 };
+
+// Fisher-Yates with Philox draws (tnt::CounterRng) keyed by the seed and the shard: the
+// same order under any standard library (std::shuffle's use of its generator is the
+// library's own, so libstdc++ and libc++ gave different shards for one seed).
+void shuffle_records(std::vector<std::string>& records, uint64_t seed, size_t shard) {
+  const tnt::CounterRng rng(seed, fmt::format("transformer_data train shard {}", shard));
+  for (size_t j = records.size(); j > 1; --j) {
+    const uint64_t draw = (uint64_t{rng.bits(2 * j)} << 32) | rng.bits(2 * j + 1);
+    // An index in [0, j): the high half of draw * j (a bias below j / 2^64).
+    const auto k = static_cast<size_t>((static_cast<unsigned __int128>(draw) * j) >> 64);
+    std::swap(records[j - 1], records[k]);
+  }
+}
 
 Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std::string& data_dir,
                     const std::string& prefix, uint64_t seed) {
@@ -122,8 +135,7 @@ Written write_split(const Split& split, const tnt::Subtokenizer& sub, const std:
         std::string r;
         while (reader.next(r)) records.push_back(r);
       }
-      std::mt19937_64 rng(seed * 1000003 + i);
-      std::shuffle(records.begin(), records.end(), rng);
+      shuffle_records(records, seed, i);
       std::string tmp = w.incomplete[i] + ".tmp";  // skipped by readers, as .incomplete is
       tnt::TFRecordWriter out(tmp);
       for (const auto& r : records) out.write(r);
@@ -208,7 +220,8 @@ int main(int argc, char** argv) {
        "      --dev_source=demo/dev.en --dev_target=demo/dev.de --target_vocab_size=1000 --train_shards=4",
        "build/bin/transformer_data --data_dir=data --vocab_file=vocab.ende.32768 --train_source=... (existing vocabulary)"}));
   // clang-format off
-  cli.add_options()
+  std::map<std::string, tnt_models::FlagKind> kinds;
+  tnt_models::FlagAdder(cli.add_options(), kinds)
     ("data_dir", "output directory (created if missing)", cxxopts::value<std::string>())
     ("train_source", "training source text", cxxopts::value<std::string>())
     ("train_target", "training target text", cxxopts::value<std::string>())
@@ -226,7 +239,7 @@ int main(int argc, char** argv) {
     ("overwrite", "remove shards of an earlier run with other shard counts", cxxopts::value<bool>()->default_value("false"));
   // clang-format on
   cxxopts::ParseResult args;
-  if (auto status = tnt_tools::parse(tool, cli, argc, argv, args)) return *status;
+  if (auto status = tnt_tools::parse(tool, cli, kinds, argc, argv, args)) return *status;
   for (const char* required : {"data_dir", "train_source", "train_target"})
     if (!args.count(required)) return tnt_tools::usage_error(tool, fmt::format("--{} is required", required));
   if (args.count("dev_source") != args.count("dev_target"))
@@ -256,7 +269,8 @@ int main(int argc, char** argv) {
                     vo.target_size);
     TNT_INPUT_CHECK(vo.threshold > 0, "--threshold={}: must be positive", vo.threshold);
     TNT_INPUT_CHECK(vo.min_count >= 0, "--min_count={}: must be at least 0 (0 searches)", vo.min_count);
-    TNT_INPUT_CHECK(vo.file_byte_limit > 0, "--file_byte_limit={}: must be positive", vo.file_byte_limit);
+    TNT_INPUT_CHECK(vo.file_byte_limit >= 1, "--file_byte_limit={}: must be at least 1 (characters)",
+                    vo.file_byte_limit);
     std::vector<Split> splits = {{"train", args["train_source"].as<std::string>(),
                                   args["train_target"].as<std::string>(), train_shards, true}};
     if (args.count("dev_source"))
@@ -266,6 +280,19 @@ int main(int argc, char** argv) {
     std::string vocab_file = args.count("vocab_file")
                                  ? args["vocab_file"].as<std::string>()
                                  : (fs::path(data_dir) / fmt::format("vocab.ende.{}", vo.target_size)).string();
+    // Before the minutes of the vocabulary search and the shards: a vocabulary that could not
+    // be written would leave shards without it.
+    TNT_INPUT_CHECK(!vocab_file.empty(), "--vocab_file is empty: give the vocabulary's path, or leave the flag out");
+    if (!fs::exists(vocab_file)) {
+      const fs::path parent = fs::path(vocab_file).parent_path();
+      TNT_INPUT_CHECK(parent.empty() || fs::is_directory(parent),
+                      "--vocab_file={}: no such file, and its directory '{}' does not exist to build it in",
+                      vocab_file, parent.string());
+      TNT_INPUT_CHECK(!fs::is_symlink(fs::symlink_status(vocab_file, ec)),
+                      "--vocab_file={}: a link to nothing", vocab_file);
+    } else {
+      TNT_INPUT_CHECK(fs::is_regular_file(vocab_file), "--vocab_file={}: not a regular file", vocab_file);
+    }
     std::vector<std::string> ours;
     for (const auto& sp : splits)
       for (int i = 0; i < sp.shards; ++i)

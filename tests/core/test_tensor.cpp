@@ -282,11 +282,14 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
   // and names far from any knob are not.
   const std::vector<std::string> typos =
       Config::misspelled({"TNT_FUSIO_THRESHOLD", "TNT_NUM_THREAD", "TNT_FUSION_THRESHOLD", "TNT_RANK", "TNT_ALPHA",
-                          "PATH", "TNT_DETERMINSTIC", "TNT_GPU_KIT"});
-  REQUIRE(typos.size() == 3);
+                          "PATH", "TNT_DETERMINSTIC", "TNT_GPU_KIT", "TNT_SEED"});
+  REQUIRE(typos.size() == 4);
   CHECK(typos[0] == "TNT_FUSIO_THRESHOLD is not a tarantella variable (ignored); did you mean TNT_FUSION_THRESHOLD?");
   CHECK(typos[1] == "TNT_NUM_THREAD is not a tarantella variable (ignored); did you mean TNT_NUM_THREADS?");
   CHECK(typos[2] == "TNT_DETERMINSTIC is not a tarantella variable (ignored); did you mean TNT_DETERMINISTIC?");
+  // A seed variable is what a user of other tools may set: it is named as not read.
+  CHECK(typos[3] == "TNT_SEED is not read (ignored): the seed is the programs' --seed, or tnt::Model(network, seed) "
+                    "in a program of your own");
   CHECK(Config{}.table().find("TNT_FUSION_THRESHOLD") != std::string::npos);
 }
 

@@ -502,6 +502,11 @@ Options parse_command_line(const std::vector<std::string>& args) {
     if (!o.dry_run) {
       throw InputError("--topology describes a machine for planning only; use it with --dry-run");
     }
+    if (trim(*o.topology).empty()) throw InputError("--topology: empty (an hwloc XML file or \"pack:2 core:8 pu:2\")");
+    if (o.pin == PinMode::none) {  // it is read only to plan the pinning
+      o.warnings.push_back("--topology plans where pinned ranks go: without --pin-to-socket or "
+                           "--pin-memory-to-socket it is not read");
+    }
   }
 
   if (sep == args.end()) {

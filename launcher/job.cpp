@@ -57,6 +57,8 @@ constexpr auto leftover_grace = std::chrono::milliseconds(3000);
 // once (no limit ends the job for it: a program may work long before tnt::init); the same
 // for ranks waiting in MPI_Finalize for one that has not reached it.
 constexpr auto init_wait_notice = std::chrono::seconds(60);
+// On an interrupt, what the ranks waited for is said from this long a wait.
+constexpr auto interrupt_wait_notice = std::chrono::seconds(5);
 
 // Writes all of `text` to the launcher's standard error, as far as it takes it. 0, or the
 // errno of a write that failed other than for a reader gone (EFBIG past ulimit -f, ENOSPC):
@@ -217,6 +219,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   Clock::time_point kill_at = Clock::time_point::max();
   // The launcher has begun to end the job: ranks lost from now on went with that stop.
   bool stopping = false;
+  bool asked_twice = false;  // a second SIGINT/SIGTERM: mpirun killed, no grace
   auto stop_job = [&] {
     stopping = true;
     ::kill(child, SIGTERM);
@@ -470,10 +473,12 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
         result.failures_before_interrupt = result.failures.size();
         std::fprintf(stderr, "tarantella: SIG%s received, stopping the job\n", ::sigabbrev_np(sig));
         // A job interrupted because it seemed to hang: what it waited for, if known.
+        // Not a wait of under a few seconds: a Ctrl-C in the first second is no hang.
         if (watch) {
           const auto now = Clock::now();
-          if (auto w = watch->init_wait(now)) std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
-          if (auto w = watch->finalize_wait(now)) std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
+          for (const auto& w : {watch->init_wait(now), watch->finalize_wait(now)}) {
+            if (w && now - w->since >= interrupt_wait_notice) std::fprintf(stderr, "tarantella: %s\n", w->message.c_str());
+          }
           if (auto s = watch->stopped_ranks(now)) std::fprintf(stderr, "tarantella: %s\n", s->c_str());
         }
         // SI_KERNEL: the terminal signalled the whole process group, mpirun included. A
@@ -488,6 +493,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
         stopping = true;
       } else {
         ::kill(child, SIGKILL);  // asked twice: no more waiting
+        asked_twice = true;
       }
     }
     if (watch && !init_wait_said && !result.interrupted_by && !result.verdict) {
@@ -577,8 +583,13 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   service_lifelines();
   if (server) take_reports();
   ended = true;
-  end_children(0, leftover_grace);
+  // Asked twice, the steps that mpirun's SIGKILL left get no grace either.
+  end_children(0, asked_twice ? std::chrono::milliseconds(100) : leftover_grace);
   remove_ompi_leftovers(child);  // what an mpirun killed or aborted left on this host
+  // Signals that came while the job ended (a third Ctrl-C) are taken here: unblocked, they
+  // would end the launcher by their default action before it reports.
+  for (signalfd_siginfo info{}; ::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info);) {
+  }
   ::close(sfd);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   return result;

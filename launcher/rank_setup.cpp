@@ -357,7 +357,7 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch&
   const long tick_ns = lifeline.connected()
                            ? std::min<long>(250'000'000, heartbeat_interval(lifeline.timeout_s()).count() * 1'000'000L)
                            : 250'000'000;
-  bool stopping = false, killed = false;
+  bool stopping = false, killed = false, front_gone = false;
   Clock::time_point kill_at{};  // when a stopping program gets SIGKILL
   std::optional<Clock::time_point> stopped_at;  // the program is stopped since
   auto stop = [&](int grace_ms) {
@@ -383,12 +383,20 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch&
     }
     reporter.retry();
     join.poll(reporter);
+    // Orphaned: the step's front (the process mpirun started) was killed, as only SIGKILL
+    // does; the program's SIGTERM (from here, or from the job's stop that followed) is not
+    // its own failure.
+    if (!stopping && !front_gone && ::getppid() != parent) {
+      front_gone = true;
+      std::fprintf(stderr, "tarantella: rank %d on %s: its per-rank step (the process mpirun started) was killed; "
+                   "ending its program with SIGTERM\n", id.rank, host.c_str());
+    }
     if (sig > 0 && sig != SIGCHLD) {
       forward(child, sig);
       if (is_termination(sig)) stop(stop_grace_ms);
     }
-    if (sig < 0 && !stopping && ::getppid() != parent) {
-      // Orphaned: mpirun (or its daemon) is gone, so no one else will stop the program.
+    if (sig < 0 && !stopping && front_gone) {
+      // No one else will stop the program.
       forward(child, SIGTERM);
       stop(stop_grace_ms / 2);
     }

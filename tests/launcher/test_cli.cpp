@@ -107,6 +107,17 @@ TEST_CASE("cli: fusion threshold", "[cli]") {
   CHECK(parse_command_line({"--fusion-threshold", "1048576", "--", "p"}).warnings.size() == 1);
 }
 
+TEST_CASE("cli: --topology without pinning is said to be unread; an empty one is refused", "[cli]") {
+  // It plans pinned ranks only: before, --dry-run --topology garbage passed without a word.
+  const Options unpinned = parse_command_line({"--dry-run", "--topology", "garbage", "--", "p"});
+  REQUIRE(unpinned.warnings.size() == 1);
+  CHECK(unpinned.warnings[0] == "--topology plans where pinned ranks go: without --pin-to-socket or "
+                                "--pin-memory-to-socket it is not read");
+  CHECK(parse_command_line({"--dry-run", "--pin-to-socket", "--topology", "pack:2 core:2", "--", "p"}).warnings.empty());
+  CHECK(error_of({"--dry-run", "--topology", " ", "--", "p"}) ==
+        "--topology: empty (an hwloc XML file or \"pack:2 core:8 pu:2\")");
+}
+
 TEST_CASE("cli: -x", "[cli]") {
   auto o = parse_command_line({"-x", "A=", "-xB=2", "-x", "A=3", "--", "p"});
   CHECK(o.exports == std::vector<std::pair<std::string, std::string>>{{"A", "3"}, {"B", "2"}});

@@ -100,6 +100,51 @@ TEST_CASE("signals: SIGUSR1 and SIGUSR2 to the launcher reach every rank's progr
   }
 }
 
+TEST_CASE("signals: a second and a third SIGINT end the job at once, with exit 130", "[integration][signals]") {
+  // Ranks that ignore the stop keep the first SIGINT's grace running; a second one kills
+  // mpirun. Before, the steps it left got 3 s more, and a third SIGINT in that time ended the
+  // launcher by the signal itself, without its report.
+  Scratch dir;
+  const std::string marker = fmt::format("tnt_signals_twice.{}", ::getpid());
+  const std::string program = dir.script(fmt::format(
+      "trap '' TERM INT\ntouch {0}/up.$TNT_RANK\ni=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done",
+      dir.path.string()));
+  tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
+  const bool up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
+  job.signal(SIGINT);
+  std::this_thread::sleep_for(300ms);
+  job.signal(SIGINT);
+  std::this_thread::sleep_for(100ms);
+  job.signal(SIGINT);
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  REQUIRE(up);
+  CHECK(o.exited(128 + SIGINT));
+  CHECK(o.err.find("SIGINT received, stopping the job") != std::string::npos);
+  CHECK(left_with(marker).empty());
+}
+
+TEST_CASE("signals: a rank's step killed says so, not only its program's SIGTERM", "[integration][signals]") {
+  // Rank 1 kills its step's front (the process mpirun started: its parent's parent) with
+  // SIGKILL; the step's back then ends the program with SIGTERM. The launcher's line names
+  // that SIGTERM; the step's own line says where it came from.
+  Scratch dir;
+  const std::string marker = fmt::format("tnt_signals_front.{}", ::getpid());
+  const std::string program = dir.script(fmt::format(
+      "touch {0}/up.$TNT_RANK\n"
+      "if [ \"$TNT_RANK\" = 1 ]; then sleep 0.5; kill -KILL $(cut -d' ' -f4 /proc/$PPID/stat); fi\n"
+      "i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done",
+      dir.path.string()));
+  tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
+  const tnt_test::Outcome o = job.wait(60s);
+  INFO(o.describe());
+  CHECK_FALSE(o.exited(0));
+  CHECK(o.err.find(fmt::format("tarantella: rank 1 on {}: its per-rank step (the process mpirun started) was killed; "
+                               "ending its program with SIGTERM",
+                               host_name())) != std::string::npos);
+  CHECK(left_with(marker).empty());
+}
+
 TEST_CASE("signals: --requeue puts a SLURM job stopped by its warning signal back in the queue",
           "[integration][signals]") {
   // SLURM's `scontrol requeue` is stood in for by a script that writes down its arguments
@@ -239,9 +284,25 @@ TEST_CASE("signals: SIGINT while ranks wait in MPI_Init names the rank that has 
       "touch {0}/up.$TNT_RANK\n"
       "exec sleep 300",
       dir.path.string()));
+  {
+    // Interrupted at once: a wait of a second is no hang, and nobody is blamed for it.
+    tnt_test::Process quick({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
+    const bool quick_up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
+    std::this_thread::sleep_for(500ms);
+    quick.signal(SIGINT);
+    const tnt_test::Outcome q = quick.wait(60s);
+    INFO(q.describe());
+    REQUIRE(quick_up);
+    CHECK(q.exited(128 + SIGINT));
+    CHECK(q.err.find("has waited") == std::string::npos);
+    std::filesystem::remove(dir.file("up.0"));
+    std::filesystem::remove(dir.file("up.1"));
+  }
   tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
   const bool up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
-  std::this_thread::sleep_for(2s);  // the join word goes through rank 0's step (a 250 ms tick)
+  // The join word goes through rank 0's step (a 250 ms tick); an interrupt names waits of 5 s
+  // and more.
+  std::this_thread::sleep_for(6s);
   job.signal(SIGINT);
   const tnt_test::Outcome o = job.wait(60s);
   INFO(o.describe());
@@ -268,7 +329,8 @@ TEST_CASE("signals: SIGINT while ranks wait in MPI_Finalize names the stopped ra
       dir.path.string()));
   tnt_test::Process job({launcher, "-n", "2", "--", program, marker}, tnt_test::clean_environment());
   const bool up = wait_for_files({dir.file("up.0"), dir.file("up.1")}, 30s);
-  std::this_thread::sleep_for(2s);  // the words go through the steps (a 250 ms tick)
+  // The words go through the steps (a 250 ms tick); an interrupt names waits of 5 s and more.
+  std::this_thread::sleep_for(6s);
   job.signal(SIGINT);
   const tnt_test::Outcome o = job.wait(60s);
   INFO(o.describe());

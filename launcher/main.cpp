@@ -406,7 +406,7 @@ int launch(const std::vector<std::string>& args) {
   }
   const std::string host = tl::this_host_name();
   const tl::LaunchPlan plan = tl::make_plan(options, hosts, gpus, topology ? &*topology : nullptr, host);
-  for (const auto& w : plan.warnings) warn(w);
+  for (const auto& w : tl::with_requeue_warnings(plan.warnings, options, env)) warn(w);
   if (!options.dry_run) tl::check_local_environment(env);
   // A file-size limit reaches every rank and mpirun: Open MPI's session store and the
   // programs' checkpoints fail past it (mpirun then may not even start the ranks).

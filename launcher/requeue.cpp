@@ -73,6 +73,21 @@ RequeueDecision decide_requeue(const Options& options, const Environment& env, s
   return d;
 }
 
+std::vector<std::string> with_requeue_warnings(std::vector<std::string> warnings, const Options& options,
+                                               const Environment& env) {
+  if (!options.requeue) return warnings;
+  const std::optional<std::string> job = lookup(env, "SLURM_JOB_ID");
+  if (!job || job->empty()) {
+    warnings.push_back("--requeue: this is not a SLURM job (no SLURM_JOB_ID): a warning signal will stop the job "
+                       "with its checkpoint, but there is nothing to requeue");
+  }
+  if (!has_resume_flag(options.program)) {
+    warnings.push_back("--requeue: the program's arguments have no --resume=auto: a requeued run would train from "
+                       "the start again, so the job will not be requeued");
+  }
+  return warnings;
+}
+
 std::string run_requeue(const std::string& job_id, std::chrono::seconds limit) {
   const char* custom = std::getenv(env::scontrol);
   const std::string scontrol = custom && *custom ? custom : "scontrol";

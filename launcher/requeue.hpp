@@ -14,6 +14,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tnt::launcher {
 
@@ -32,6 +33,12 @@ struct RequeueDecision {
 // RankReport::Kind::stop_requested); one that went on to its end is not requeued.
 RequeueDecision decide_requeue(const Options& options, const Environment& env, std::optional<int> warned_by,
                                bool stopped, int status);
+
+// `warnings` and, with --requeue, what makes a requeue impossible, said at the start rather
+// than when the signal comes hours later: not a SLURM job (no SLURM_JOB_ID), or no
+// --resume/--resume=auto among the program's arguments.
+std::vector<std::string> with_requeue_warnings(std::vector<std::string> warnings, const Options& options,
+                                               const Environment& env);
 
 // Runs `scontrol requeue JOB_ID` (`scontrol` from PATH, or TNT_SCONTROL), for at most `limit`;
 // "" when it succeeded, else why not (its output, its status, or the time it took).

@@ -1,5 +1,6 @@
 #include "cli.hpp"
 #include "error.hpp"
+#include "requeue.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -116,6 +117,21 @@ TEST_CASE("cli: --topology without pinning is said to be unread; an empty one is
   CHECK(parse_command_line({"--dry-run", "--pin-to-socket", "--topology", "pack:2 core:2", "--", "p"}).warnings.empty());
   CHECK(error_of({"--dry-run", "--topology", " ", "--", "p"}) ==
         "--topology: empty (an hwloc XML file or \"pack:2 core:8 pu:2\")");
+}
+
+TEST_CASE("cli: --requeue says at the start what would keep the job from being requeued", "[cli]") {
+  // Before, only when SLURM's warning signal came, hours into the job.
+  const Options bare = parse_command_line({"--requeue", "--", "p", "--model_dir=x"});
+  const std::vector<std::string> w = with_requeue_warnings({"earlier"}, bare, Environment{});
+  REQUIRE(w.size() == 3);
+  CHECK(w[0] == "earlier");
+  CHECK(w[1] == "--requeue: this is not a SLURM job (no SLURM_JOB_ID): a warning signal will stop the job with its "
+                "checkpoint, but there is nothing to requeue");
+  CHECK(w[2] == "--requeue: the program's arguments have no --resume=auto: a requeued run would train from the start "
+                "again, so the job will not be requeued");
+  const Options ready = parse_command_line({"--requeue", "--", "p", "--resume=auto"});
+  CHECK(with_requeue_warnings({}, ready, Environment{{"SLURM_JOB_ID", "7"}}).empty());
+  CHECK(with_requeue_warnings({}, parse_command_line({"--", "p"}), Environment{}).empty());
 }
 
 TEST_CASE("cli: -x", "[cli]") {

@@ -32,6 +32,7 @@ bool valid_env_name(std::string_view name) {
 
 std::pair<std::string, std::string> parse_export(const std::string& text) {
   auto eq = text.find('=');
+  if (text.empty()) throw InputError("-x: empty; expected KEY=VALUE");
   if (eq == std::string::npos) {
     throw InputError(fmt::format("-x {}: expected KEY=VALUE (to pass a variable of this environment, "
                                  "write -x {}=\"${}\")", text, text, text));

@@ -245,10 +245,12 @@ int main(int argc, char** argv) {
       if (args.count(name)) field = args[name].as<int64_t>();
       TNT_INPUT_CHECK(field >= min && field <= max, "--{}={}: must be in [{}, {}]", name, field, min, max);
     };
-    auto override_double = [&](const char* name, double& field, double lo, double hi, bool hi_open) {
+    // lo_open: lo itself is refused (a learning rate or epsilon of 0), and the range says so.
+    auto override_double = [&](const char* name, double& field, double lo, double hi, bool hi_open,
+                               bool lo_open = false) {
       if (args.count(name)) field = args[name].as<double>();
-      TNT_INPUT_CHECK(field >= lo && (hi_open ? field < hi : field <= hi), "--{}={}: must be in [{}, {}{}", name, field,
-                      lo, hi, hi_open ? ")" : "]");
+      TNT_INPUT_CHECK((lo_open ? field > lo : field >= lo) && (hi_open ? field < hi : field <= hi),
+                      "--{}={}: must be in {}{}, {}{}", name, field, lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
     };
     override_int("hidden_size", p.hidden_size, 2, 65536);
     override_int("num_hidden_layers", p.num_hidden_layers, 1, 1024);
@@ -260,14 +262,11 @@ int main(int argc, char** argv) {
     override_double("attention_dropout", p.attention_dropout, 0, 1, true);
     override_double("relu_dropout", p.relu_dropout, 0, 1, true);
     override_double("label_smoothing", p.label_smoothing, 0, 1, true);
-    override_double("learning_rate", p.learning_rate, 0, 1e30, false);
-    TNT_INPUT_CHECK(p.learning_rate > 0, "--learning_rate={}: must be positive", p.learning_rate);
+    override_double("learning_rate", p.learning_rate, 0, 1e30, false, true);
     override_int("learning_rate_warmup_steps", p.learning_rate_warmup_steps, 1, int64_t{1} << 40);
     override_double("optimizer_adam_beta1", p.optimizer_adam_beta1, 0, 1, true);
     override_double("optimizer_adam_beta2", p.optimizer_adam_beta2, 0, 1, true);
-    override_double("optimizer_adam_epsilon", p.optimizer_adam_epsilon, 0, 1, false);
-    TNT_INPUT_CHECK(p.optimizer_adam_epsilon > 0, "--optimizer_adam_epsilon={}: must be positive",
-                    p.optimizer_adam_epsilon);
+    override_double("optimizer_adam_epsilon", p.optimizer_adam_epsilon, 0, 1, false, true);
     p.max_length = args["max_length"].as<int64_t>();
     TNT_INPUT_CHECK(p.max_length >= 2 && p.max_length <= 65536,
                     "--max_length={}: must be in [2, 65536] (at least a word and EOS)", p.max_length);

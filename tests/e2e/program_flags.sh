@@ -111,6 +111,8 @@ case $case_name in
   out_of_range)
     per_rank=1
     expect fashion_mnist 2 "--verbose=7: expected 0 (silent), 1 (progress bar) or 2 (a line per epoch)" --verbose=7
+    # The range says 0 is out (before: "must be in [0, 1e+30]", then 0 refused as "must be positive").
+    expect transformer 2 "--learning_rate=-1: must be in (0, 1e+30]" --learning_rate=-1
     # 1e30 epochs of warmup wrapped to a negative step count: no warmup at all, silently.
     expect fashion_mnist 2 "--warmup_epochs=1e+30: must be from 0 to 1e6" --warmup_epochs=1e30
     expect resnet50 2 "--image_size=100000: must be at most 1024" --use_synthetic_data --image_size=100000

@@ -138,6 +138,7 @@ TEST_CASE("cli: -x", "[cli]") {
   auto o = parse_command_line({"-x", "A=", "-xB=2", "-x", "A=3", "--", "p"});
   CHECK(o.exports == std::vector<std::pair<std::string, std::string>>{{"A", "3"}, {"B", "2"}});
   CHECK_THAT(error_of({"-x", "NOEQUALS", "--", "p"}), Catch::Contains("-x NOEQUALS: expected KEY=VALUE"));
+  CHECK(error_of({"-x", "", "--", "p"}) == "-x: empty; expected KEY=VALUE");  // not 'write -x ="$"'
   CHECK_THAT(error_of({"-x", "=v", "--", "p"}), Catch::Contains("not a valid environment variable name"));
   CHECK_THAT(error_of({"-x", "1A=v", "--", "p"}), Catch::Contains("not a valid environment variable name"));
   CHECK_THAT(error_of({"-x", "TNT_RANK=3", "--", "p"}), Catch::Contains("set by tarantella"));

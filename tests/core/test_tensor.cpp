@@ -146,7 +146,8 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
   {
     ScopedEnv a("TNT_CUDNN_ATTENTION", "flash");
     CHECK_THROWS_WITH(Config::from_env(),
-                      Catch::Contains("TNT_CUDNN_ATTENTION='flash' is not auto or a boolean (1/0, true/false)"));
+                      Catch::Contains("TNT_CUDNN_ATTENTION='flash' is not auto or a boolean (1/true/yes/on or "
+                                      "0/false/no/off)"));
   }
   {
     // auto by default: the output projection pads its vocabulary where a trial finds it faster
@@ -166,6 +167,31 @@ TEST_CASE("Config::from_env reads and rejects values", "[config]") {
     CHECK(Config::from_env().layer_fusion);
     ScopedEnv a("TNT_LAYER_FUSION", "0");
     CHECK_FALSE(Config::from_env().layer_fusion);
+  }
+  {
+    // Set but empty: the default (on), as for the auto switches; before, empty meant off.
+    ScopedEnv a("TNT_LAYER_FUSION", "");
+    CHECK(Config::from_env().layer_fusion);
+  }
+  {
+    // Python's and YAML's spellings too.
+    for (const char* off : {"False", "NO", "Off"}) {
+      ScopedEnv a("TNT_LAYER_FUSION", off);
+      CHECK_FALSE(Config::from_env().layer_fusion);
+    }
+    ScopedEnv a("TNT_DETERMINISTIC", "True");
+    CHECK(Config::from_env().deterministic);
+  }
+  {
+    // Both asked for cannot be had: refused, not run non-deterministically.
+    ScopedEnv a("TNT_DETERMINISTIC", "1");
+    ScopedEnv b("TNT_CUDNN_ATTENTION", "1");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_CUDNN_ATTENTION=1 with TNT_DETERMINISTIC=1"));
+  }
+  {
+    // Checked at the start, with or without a profile asked for.
+    ScopedEnv a("TNT_PROFILE_SCALING_STEPS", "0");
+    CHECK_THROWS_WITH(Config::from_env(), Catch::Contains("TNT_PROFILE_SCALING_STEPS=0 must be at least 1"));
   }
   {
     ScopedEnv a("TNT_NUM_THREADS", "20000");

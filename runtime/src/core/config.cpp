@@ -64,11 +64,21 @@ void parse_value(const char* env, const std::string& text, FusionThresholdKb& ou
   out = FusionThresholdKb(kb);
 }
 
-void parse_value(const char* env, const std::string& text, bool& out) { out = parse_bool_knob(env, text); }
+// Empty: as if unset, the knob's default stays (TNT_LAYER_FUSION= had turned fusion off, which
+// is on by default, without a word), as for the auto switches.
+void parse_value(const char* env, const std::string& text, bool& out) {
+  if (!text.empty()) out = parse_bool_knob(env, text);
+}
+
+std::string lower(const std::string& text) {
+  std::string t;
+  for (char c : text) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t;
+}
 
 bool is_bool_spelling(const std::string& text) {
-  for (const char* s : {"1", "true", "TRUE", "yes", "on", "0", "false", "FALSE", "no", "off"})
-    if (text == s) return true;
+  for (const char* s : {"1", "true", "yes", "on", "0", "false", "no", "off"})
+    if (lower(text) == s) return true;
   return false;
 }
 
@@ -78,7 +88,7 @@ void parse_value(const char* env, const std::string& text, AutoSwitch& out) {
     return;
   }
   if (!is_bool_spelling(text)) {
-    TNT_INPUT_ERROR("{}='{}' is not auto or a boolean (1/0, true/false)", env, shown(text));
+    TNT_INPUT_ERROR("{}='{}' is not auto or a boolean (1/true/yes/on or 0/false/no/off)", env, shown(text));
   }
   out = parse_bool_knob(env, text) ? AutoSwitch::Mode::on : AutoSwitch::Mode::off;
 }
@@ -95,8 +105,9 @@ std::string value_str(const std::string& v) { return v.empty() ? "(default)" : v
 }  // namespace
 
 bool parse_bool_knob(const char* env, const std::string& text) {
-  if (text == "1" || text == "true" || text == "TRUE" || text == "yes" || text == "on") return true;
-  if (text == "0" || text == "false" || text == "FALSE" || text == "no" || text == "off" || text.empty()) return false;
+  const std::string t = lower(text);  // True, YES, On as well (Python's and YAML's spellings)
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
+  if (t == "0" || t == "false" || t == "no" || t == "off" || t.empty()) return false;
   TNT_INPUT_ERROR("{}='{}' is not a boolean (1/true/yes/on or 0/false/no/off)", env, shown(text));
 }
 
@@ -191,6 +202,16 @@ Config Config::from_env() {
     TNT_INPUT_ERROR("TNT_ALLREDUCE_ALGO='{}' is not ring, mpi or nccl", shown(c.allreduce_algo));
   }
   if (c.ring_segment_kb == 0) TNT_INPUT_ERROR("TNT_RING_SEGMENT must be at least 1 (KB)");
+  // Checked here, not only when a profile is asked for (every value is checked at the start).
+  if (c.profile_scaling_steps < 1) {
+    TNT_INPUT_ERROR("TNT_PROFILE_SCALING_STEPS={} must be at least 1", c.profile_scaling_steps);
+  }
+  // Asked for both: cuDNN's attention backward sums dQ with atomics, so runs would differ.
+  if (c.deterministic && c.cudnn_attention.on()) {
+    TNT_INPUT_ERROR("TNT_CUDNN_ATTENTION=1 with TNT_DETERMINISTIC=1: cuDNN's attention backward adds with atomics "
+                    "(not deterministic); leave TNT_CUDNN_ATTENTION unset (auto takes the fused kernels in "
+                    "deterministic mode) or set it to 0");
+  }
   if (c.fused_attention_rows != 16 && c.fused_attention_rows != 32) {
     TNT_INPUT_ERROR("TNT_FUSED_ATTENTION_ROWS={} is not 16 or 32 (query rows per warp of the fused attention forward)",
                     c.fused_attention_rows);

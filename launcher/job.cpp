@@ -8,7 +8,6 @@
 #include "rank_watch.hpp"
 
 #include <fmt/format.h>
-
 #include <algorithm>
 #include <map>
 #include <set>
@@ -31,6 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+bool is_stop_signal(int sig) { return std::count(std::begin(stop_signals), std::end(stop_signals), sig) > 0; }
 // Passed on to mpirun, which passes them on to the ranks (as mpirun alone does): SLURM's
 // `--signal=USR1@T` warning before the time limit reaches the programs, not the launcher's
 // default action (death, leaving mpirun behind).
@@ -57,8 +57,7 @@ constexpr auto leftover_grace = std::chrono::milliseconds(3000);
 // once (no limit ends the job for it: a program may work long before tnt::init); the same
 // for ranks waiting in MPI_Finalize for one that has not reached it.
 constexpr auto init_wait_notice = std::chrono::seconds(60);
-// On an interrupt, what the ranks waited for is said from this long a wait.
-constexpr auto interrupt_wait_notice = std::chrono::seconds(5);
+constexpr auto interrupt_wait_notice = std::chrono::seconds(5);  // on an interrupt, waits named from this long
 
 // Writes all of `text` to the launcher's standard error, as far as it takes it. 0, or the
 // errno of a write that failed other than for a reader gone (EFBIG past ulimit -f, ENOSPC):
@@ -553,7 +552,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     signalfd_siginfo info{};
     while (::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
       const int sig = static_cast<int>(info.ssi_signo);
-      if (std::find(std::begin(stop_signals), std::end(stop_signals), sig) != std::end(stop_signals)) drain_stop = sig;
+      if (is_stop_signal(sig)) drain_stop = sig;
     }
     return drain_stop != 0;
   };
@@ -569,7 +568,6 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     // ends by the signal once it is unblocked below, as a writer blocked on a pipe would.
     std::fprintf(stderr, "tarantella: %s received while the job's last output waited for its reader: the rest is "
                  "dropped\n", signal_name(drain_stop).c_str());
-    ::raise(drain_stop);
   }
   to_stderr(filter.flush());
   to_stderr(filter.finish());  // errors that several ranks printed alike: the others, in one line
@@ -583,13 +581,17 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   service_lifelines();
   if (server) take_reports();
   ended = true;
-  // Asked twice, the steps that mpirun's SIGKILL left get no grace either.
-  end_children(0, asked_twice ? std::chrono::milliseconds(100) : leftover_grace);
+  end_children(0, asked_twice ? std::chrono::milliseconds(100) : leftover_grace);  // asked twice: no grace
   remove_ompi_leftovers(child);  // what an mpirun killed or aborted left on this host
-  // Signals that came while the job ended (a third Ctrl-C) are taken here: unblocked, they
-  // would end the launcher by their default action before it reports.
+  // Signals that came while the job ended (a third Ctrl-C) are taken: unblocked, they would
+  // end the launcher before its report. A first one still interrupts the job (no restart).
   for (signalfd_siginfo info{}; ::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info);) {
+    if (const int sig = static_cast<int>(info.ssi_signo); is_stop_signal(sig) && !result.interrupted_by) {
+      result.interrupted_by = sig;
+      result.failures_before_interrupt = result.failures.size();
+    }
   }
+  if (drain_stop != 0) ::raise(drain_stop);
   ::close(sfd);
   ::sigprocmask(SIG_SETMASK, &original, nullptr);
   return result;

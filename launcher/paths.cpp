@@ -167,27 +167,51 @@ std::string self_executable() {
 void write_output_file(const std::string& option, const std::string& given, const std::string& text) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::file_status st = fs::status(given, ec);  // through links
+  // A link is followed to the name it finally gives (relative to the link's folder, at most
+  // 40 hops as the kernel does): that name is written, the links stay. A link to nothing is
+  // written through, as `> PATH` would create its target, where the target's folder exists.
+  fs::path path = given;
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(path, ec)); ++hops) {
+    const fs::path next = fs::read_symlink(path, ec);
+    if (ec || hops == 40) throw InputError(fmt::format("{} {}: a link that leads nowhere (a loop)", option, given));
+    path = next.is_absolute() ? next : path.parent_path() / next;
+  }
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_directory(st)) throw InputError(fmt::format("{} {}: a directory, not a file", option, given));
+  if (!fs::exists(st) && !fs::is_directory(path.has_parent_path() ? path.parent_path() : fs::path("."), ec)) {
+    throw InputError(fmt::format("{} {}: its folder '{}' does not exist", option, given, path.parent_path().string()));
+  }
+  // A failed write is the machine's (a full disk): exit 1, not an input error's 2.
+  auto failed = [&](int err) {
+    return SystemError(fmt::format("{} {}: cannot write it: {}", option, given, std::strerror(err)));
+  };
   if (fs::exists(st) && !fs::is_regular_file(st)) {
-    if (fs::is_directory(st)) throw InputError(fmt::format("{} {}: a directory, not a file", option, given));
-    // A device or FIFO (/dev/stdout, a pipe): written as `> PATH` would, never replaced.
-    std::FILE* f = std::fopen(given.c_str(), "w");
-    bool ok = f != nullptr;
-    if (ok) {
-      ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-      ok = (std::fclose(f) == 0) && ok;
+    // A device or FIFO (/dev/stdout, a pipe): written as `> PATH` would, never replaced. A
+    // FIFO nobody reads would block the open for ever: said instead.
+    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENXIO) {
+      throw InputError(fmt::format("{} {}: a FIFO that nothing reads (start its reader first)", option, given));
     }
-    if (!ok) throw InputError(fmt::format("{} {}: cannot write it: {}", option, given, std::strerror(errno)));
+    if (fd < 0) throw failed(errno);
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    std::FILE* f = ::fdopen(fd, "w");
+    if (f == nullptr) {
+      const int err = errno;
+      ::close(fd);
+      throw failed(err);
+    }
+    errno = 0;
+    bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    int err = errno;
+    if (std::fclose(f) != 0) {
+      ok = false;
+      err = errno;
+    }
+    if (!ok) throw failed(err != 0 ? err : EIO);
     return;
   }
-  // A link to a file: its target is written, the link stays.
-  std::string path = given;
-  if (fs::is_symlink(fs::symlink_status(given, ec))) {
-    const fs::path target = fs::weakly_canonical(given, ec);
-    if (!ec && !target.empty()) path = target.string();
-  }
   // Beside the target, then renamed: a failed write never leaves half a file where one stood.
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = path.string() + ".tmp";
   std::FILE* f = std::fopen(tmp.c_str(), "w");
   bool ok = f != nullptr;
   if (ok) {
@@ -198,7 +222,7 @@ void write_output_file(const std::string& option, const std::string& given, cons
   if (!ok) {
     const int err = errno;
     std::remove(tmp.c_str());
-    throw InputError(fmt::format("{} {}: cannot write it: {}", option, given, std::strerror(err)));
+    throw failed(err);
   }
 }
 

@@ -48,10 +48,11 @@ void check_launch_agent(const std::string& agent, const Environment& env);
 // Absolute path of the running launcher binary, which mpirun starts as the per-rank step.
 std::string self_executable();
 
-// Writes a file the user named for output (OPTION, such as "--csv", names it in messages,
-// InputError on failure): a regular file beside it, then renamed (a failed write leaves the
-// old one), through a link to its target; a device or FIFO (/dev/stdout) written directly,
-// never replaced; a directory refused.
+// Writes a file the user named for output (OPTION, such as "--csv", names it in messages):
+// a regular file beside it, then renamed (a failed write leaves the old one); through links
+// to the name they lead to (the links stay); a device or FIFO (/dev/stdout) written
+// directly, never replaced. InputError for a directory, a link loop, a missing folder or a
+// FIFO nothing reads; SystemError for a failed write (a full disk).
 void write_output_file(const std::string& option, const std::string& path, const std::string& text);
 
 }  // namespace tnt::launcher

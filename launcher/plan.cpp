@@ -24,11 +24,11 @@ HostSelection select_hosts(const Options& options, const Environment& env) {
     s.warnings = std::move(list.warnings);
   } else if (auto slurm = slurm_allocation(env)) {
     s.source = fmt::format("SLURM job {}", slurm->job_id);
-    for (const auto& node : slurm->nodes) s.hosts.push_back({node, std::nullopt, "SLURM_JOB_NODELIST"});
+    for (const auto& node : slurm->nodes) s.hosts.push_back({node, std::nullopt, "SLURM_JOB_NODELIST", std::nullopt});
     s.slurm_tasks = std::move(slurm->tasks_per_node);
   } else {
     s.source = "this machine";
-    s.hosts.push_back({"localhost", std::nullopt, "default"});
+    s.hosts.push_back({"localhost", std::nullopt, "default", std::nullopt});
     s.this_machine = true;
   }
   return s;

@@ -383,6 +383,11 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch&
     }
     reporter.retry();
     join.poll(reporter);
+    // A signal the front passed on first (a normal stop: mpirun's SIGTERM before its SIGKILL).
+    if (sig > 0 && sig != SIGCHLD) {
+      forward(child, sig);
+      if (is_termination(sig)) stop(stop_grace_ms);
+    }
     // Orphaned: the step's front (the process mpirun started) was killed, as only SIGKILL
     // does; the program's SIGTERM (from here, or from the job's stop that followed) is not
     // its own failure.
@@ -390,10 +395,6 @@ int monitor(pid_t child, const sigset_t& handled, Reporter& reporter, JoinWatch&
       front_gone = true;
       std::fprintf(stderr, "tarantella: rank %d on %s: its per-rank step (the process mpirun started) was killed; "
                    "ending its program with SIGTERM\n", id.rank, host.c_str());
-    }
-    if (sig > 0 && sig != SIGCHLD) {
-      forward(child, sig);
-      if (is_termination(sig)) stop(stop_grace_ms);
     }
     if (sig < 0 && !stopping && front_gone) {
       // No one else will stop the program.

@@ -13,9 +13,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <sstream>
-#include <thread>
 
 using namespace tnt::launcher;
 using Args = std::vector<std::string>;
@@ -343,11 +344,26 @@ TEST_CASE("--csv and --plot write through links and into devices, never replacin
   CHECK(fs::is_character_file("/dev/null"));
   // A FIFO is written into (a reader is there), not replaced.
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  std::string read_back;
-  std::thread reader([&] { read_back = slurp(fifo.string()); });
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // there before the write, as a pipe's is
+  REQUIRE(reader >= 0);
   write_output_file("--csv", fifo.string(), "x\n");
-  reader.join();
-  CHECK(read_back == "x\n");
+  char got[8] = {};
+  CHECK(::read(reader, got, sizeof got) == 2);
+  ::close(reader);
+  CHECK(std::string(got) == "x\n");
   CHECK(fs::is_fifo(fifo));
   CHECK_THROWS_WITH(write_output_file("--plot", dir.path.string(), "x"), Contains("a directory, not a file"));
+  // A link to nothing: its target is created, the link kept; a relative link from its folder.
+  fs::create_directory(dir.path / "sub");
+  fs::create_symlink("sub/made.csv", dir.path / "dangling");
+  write_output_file("--csv", (dir.path / "dangling").string(), "d\n");
+  CHECK(fs::is_symlink(fs::symlink_status(dir.path / "dangling")));
+  CHECK(slurp((dir.path / "sub/made.csv").string()) == "d\n");
+  // A loop, and a FIFO nobody reads (before: the open waited for ever), are refused.
+  fs::create_symlink("loop2", dir.path / "loop1");
+  fs::create_symlink("loop1", dir.path / "loop2");
+  CHECK_THROWS_WITH(write_output_file("--csv", (dir.path / "loop1").string(), "x"), Contains("a link that leads nowhere"));
+  CHECK_THROWS_WITH(write_output_file("--csv", fifo.string(), "x"), Contains("a FIFO that nothing reads"));
+  // A full device is the machine's failure, not the user's input: exit 1, not 2.
+  CHECK_THROWS_AS(write_output_file("--csv", "/dev/full", "a"), SystemError);
 }

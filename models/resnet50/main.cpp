@@ -279,7 +279,9 @@ int main(int argc, char** argv) {
                       map, map, 2 * tnt::size());
     }
     TNT_INPUT_CHECK(base_lr > 0, "--base_learning_rate={}: must be positive", base_lr);
-    TNT_INPUT_CHECK(warmup_epochs >= 0, "--warmup_epochs={}: must be at least 0", warmup_epochs);
+    // At most a million, as fashion_mnist: times the steps of an epoch it must fit 64 bits.
+    TNT_INPUT_CHECK(warmup_epochs >= 0 && warmup_epochs <= 1000000, "--warmup_epochs={}: must be from 0 to 1000000",
+                    warmup_epochs);
     TNT_INPUT_CHECK(label_smoothing >= 0 && label_smoothing < 1, "--label_smoothing={}: must be in [0, 1)",
                     label_smoothing);
     TNT_INPUT_CHECK(train_steps >= 0, "--train_steps={}: must be at least 0", train_steps);

@@ -84,6 +84,8 @@ check "subtokenizer --add_eos decode: exit 2" 2 "$rc"
 contains "subtokenizer --add_eos decode: says so" "--add_eos is for encode, not decode" "$err"
 err=$("$bin/subtokenizer" --vocab_file="$tmp/vocab" --keep_eos=true encode </dev/null 2>&1); rc=$?
 check "subtokenizer --keep_eos encode: exit 2" 2 "$rc"
+"$bin/subtokenizer" --vocab_file="$tmp/vocab" --add_eos=false decode </dev/null >/dev/null 2>&1
+check "subtokenizer --add_eos=false decode: accepted" 0 $?
 contains "subtokenizer --add_eos=maybe: the flag named" "--add_eos=maybe: expected true or false" \
   "$("$bin/subtokenizer" --vocab_file="$tmp/vocab" --add_eos=maybe encode </dev/null 2>&1)"
 printf 'a b\n' >"$tmp/s.en"; printf 'c d\n' >"$tmp/s.de"
@@ -103,7 +105,7 @@ contains "transformer_data --vocab_file=: says so" "--vocab_file is empty" "$err
 check "transformer_data --vocab_file=: nothing written" "" "$(ls -A "$tmp/td" 2>/dev/null)"
 err=$("${td[@]}" --train_shards=2 --vocab_file="$tmp/no/such/v" 2>&1); rc=$?
 check "transformer_data --vocab_file in a missing directory: exit 1" 1 "$rc"
-contains "transformer_data --vocab_file in a missing directory: before the search" "its directory '$tmp/no/such' does not exist" "$err"
+contains "transformer_data --vocab_file in a missing directory: before the search" "and '$tmp/no/such' does not exist" "$err"
 check "transformer_data --vocab_file in a missing directory: nothing written" "" "$(ls -A "$tmp/td" 2>/dev/null)"
 
 echo "$fails failed"

@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
   if (mode != "encode" && mode != "decode")
     return tnt_tools::usage_error(tool, "mode '" + mode + "': must be encode or decode");
   // A flag of the other mode would be ignored: said, as it would be in another order.
-  if (mode == "decode" && args.count("add_eos")) return tnt_tools::usage_error(tool, "--add_eos is for encode, not decode");
-  if (mode == "encode" && args.count("keep_eos")) return tnt_tools::usage_error(tool, "--keep_eos is for decode, not encode");
+  if (mode == "decode" && args["add_eos"].as<bool>()) return tnt_tools::usage_error(tool, "--add_eos is for encode, not decode");
+  if (mode == "encode" && args["keep_eos"].as<bool>()) return tnt_tools::usage_error(tool, "--keep_eos is for decode, not encode");
 
   return tnt_tools::run(tool, [&] {
     std::ios::sync_with_stdio(false);

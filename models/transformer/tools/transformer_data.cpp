@@ -283,15 +283,18 @@ int main(int argc, char** argv) {
     // Before the minutes of the vocabulary search and the shards: a vocabulary that could not
     // be written would leave shards without it.
     TNT_INPUT_CHECK(!vocab_file.empty(), "--vocab_file is empty: give the vocabulary's path, or leave the flag out");
-    if (!fs::exists(vocab_file)) {
+    const fs::file_status vocab_status = fs::status(vocab_file, ec);
+    TNT_INPUT_CHECK(!ec || ec == std::errc::no_such_file_or_directory, "--vocab_file={}: {}", vocab_file, ec.message());
+    if (!fs::exists(vocab_status)) {
       const fs::path parent = fs::path(vocab_file).parent_path();
-      TNT_INPUT_CHECK(parent.empty() || fs::is_directory(parent),
-                      "--vocab_file={}: no such file, and its directory '{}' does not exist to build it in",
-                      vocab_file, parent.string());
+      const fs::file_status parent_status = fs::status(parent, ec);
+      TNT_INPUT_CHECK(parent.empty() || fs::is_directory(parent_status),
+                      "--vocab_file={}: no such file, and '{}' {} to build it in", vocab_file, parent.string(),
+                      fs::exists(parent_status) ? "is not a directory" : "does not exist");
       TNT_INPUT_CHECK(!fs::is_symlink(fs::symlink_status(vocab_file, ec)),
                       "--vocab_file={}: a link to nothing", vocab_file);
     } else {
-      TNT_INPUT_CHECK(fs::is_regular_file(vocab_file), "--vocab_file={}: not a regular file", vocab_file);
+      TNT_INPUT_CHECK(fs::is_regular_file(vocab_status), "--vocab_file={}: not a regular file", vocab_file);
     }
     std::vector<std::string> ours;
     for (const auto& sp : splits)

@@ -564,8 +564,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     }
   }
   if (drain_stop != 0) {
-    // The job had ended; its last output waited for a reader that did not read. The launcher
-    // ends by the signal once it is unblocked below, as a writer blocked on a pipe would.
+    // The last output waited for a reader that did not read: the launcher ends by the signal.
     std::fprintf(stderr, "tarantella: %s received while the job's last output waited for its reader: the rest is "
                  "dropped\n", signal_name(drain_stop).c_str());
   }
@@ -583,11 +582,12 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   ended = true;
   end_children(0, asked_twice ? std::chrono::milliseconds(100) : leftover_grace);  // asked twice: no grace
   remove_ompi_leftovers(child);  // what an mpirun killed or aborted left on this host
-  // Signals that came while the job ended (a third Ctrl-C) are taken: unblocked, they would
-  // end the launcher before its report. A first one still interrupts the job (no restart).
+  // Signals that came while the job ended are taken (unblocked, they would end the launcher
+  // before its report); after a failure a first one stops the restart, after a clean end not.
   for (signalfd_siginfo info{}; ::read(sfd, &info, sizeof info) == static_cast<ssize_t>(sizeof info);) {
     if (const int sig = static_cast<int>(info.ssi_signo); is_stop_signal(sig) && !result.interrupted_by) {
-      result.interrupted_by = sig;
+      std::fprintf(stderr, "tarantella: %s received after the job had ended\n", signal_name(sig).c_str());
+      if (!result.failures.empty()) result.interrupted_by = sig;
       result.failures_before_interrupt = result.failures.size();
     }
   }

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -164,36 +165,46 @@ std::string self_executable() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+namespace {
+
+// Opens a device, FIFO or stream for writing, as `>> PATH` would (no truncation: /dev/stdout
+// may be a file the shell opened). A FIFO whose reader is not there yet is waited for, up to
+// 10 s; -1 with errno set on failure, ENXIO when no reader came.
+int open_stream(const std::string& path) {
+  for (int tries = 0;; ++tries) {
+    const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      return fd;
+    }
+    if (errno != ENXIO || tries == 200) return -1;
+    timespec tick{0, 50'000'000};
+    ::nanosleep(&tick, nullptr);
+  }
+}
+
+}  // namespace
+
 void write_output_file(const std::string& option, const std::string& given, const std::string& text) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  // A link is followed to the name it finally gives (relative to the link's folder, at most
-  // 40 hops as the kernel does): that name is written, the links stay. A link to nothing is
-  // written through, as `> PATH` would create its target, where the target's folder exists.
-  fs::path path = given;
-  for (int hops = 0; fs::is_symlink(fs::symlink_status(path, ec)); ++hops) {
-    const fs::path next = fs::read_symlink(path, ec);
-    if (ec || hops == 40) throw InputError(fmt::format("{} {}: a link that leads nowhere (a loop)", option, given));
-    path = next.is_absolute() ? next : path.parent_path() / next;
-  }
-  const fs::file_status st = fs::status(path, ec);
-  if (fs::is_directory(st)) throw InputError(fmt::format("{} {}: a directory, not a file", option, given));
-  if (!fs::exists(st) && !fs::is_directory(path.has_parent_path() ? path.parent_path() : fs::path("."), ec)) {
-    throw InputError(fmt::format("{} {}: its folder '{}' does not exist", option, given, path.parent_path().string()));
-  }
   // A failed write is the machine's (a full disk): exit 1, not an input error's 2.
   auto failed = [&](int err) {
     return SystemError(fmt::format("{} {}: cannot write it: {}", option, given, std::strerror(err)));
   };
-  if (fs::exists(st) && !fs::is_regular_file(st)) {
-    // A device or FIFO (/dev/stdout, a pipe): written as `> PATH` would, never replaced. A
-    // FIFO nobody reads would block the open for ever: said instead.
-    const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  // The kernel follows the links first: /dev/stdout and /dev/fd/N lead through /proc to a
+  // pipe or a terminal, which no path names. A device, FIFO or stream (anything under /dev
+  // or /proc) is written into, never replaced.
+  const fs::file_status st = fs::status(given, ec);
+  if (fs::is_directory(st)) throw InputError(fmt::format("{} {}: a directory, not a file", option, given));
+  const bool stream = given.rfind("/dev/", 0) == 0 || given.rfind("/proc/", 0) == 0;
+  if (fs::exists(st) && (stream || !fs::is_regular_file(st))) {
+    const int fd = open_stream(given);
     if (fd < 0 && errno == ENXIO) {
-      throw InputError(fmt::format("{} {}: a FIFO that nothing reads (start its reader first)", option, given));
+      throw InputError(fmt::format("{} {}: a FIFO that nothing read within 10 s (start its reader first)", option,
+                                   given));
     }
     if (fd < 0) throw failed(errno);
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     std::FILE* f = ::fdopen(fd, "w");
     if (f == nullptr) {
       const int err = errno;
@@ -209,6 +220,20 @@ void write_output_file(const std::string& option, const std::string& given, cons
     }
     if (!ok) throw failed(err != 0 ? err : EIO);
     return;
+  }
+  // A file, or none yet: links are followed by hand to the name they finally give (relative
+  // to the link's folder, at most 40 hops as the kernel does), so that the file is replaced
+  // and the links stay; a link to nothing is written through, as `> PATH` would create its
+  // target, where the target's folder exists.
+  fs::path path = given;
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(path, ec)); ++hops) {
+    const fs::path next = fs::read_symlink(path, ec);
+    if (ec || hops == 40) throw InputError(fmt::format("{} {}: a link that leads nowhere (a loop)", option, given));
+    path = next.is_absolute() ? next : path.parent_path() / next;
+  }
+  if (!fs::exists(fs::status(path, ec)) &&
+      !fs::is_directory(path.has_parent_path() ? path.parent_path() : fs::path("."), ec)) {
+    throw InputError(fmt::format("{} {}: its folder '{}' does not exist", option, given, path.parent_path().string()));
   }
   // Beside the target, then renamed: a failed write never leaves half a file where one stood.
   const std::string tmp = path.string() + ".tmp";

@@ -9,6 +9,7 @@
 #include "process.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <sstream>
+#include <thread>
 
 using namespace tnt::launcher;
 using Args = std::vector<std::string>;
@@ -363,7 +365,27 @@ TEST_CASE("--csv and --plot write through links and into devices, never replacin
   fs::create_symlink("loop2", dir.path / "loop1");
   fs::create_symlink("loop1", dir.path / "loop2");
   CHECK_THROWS_WITH(write_output_file("--csv", (dir.path / "loop1").string(), "x"), Contains("a link that leads nowhere"));
-  CHECK_THROWS_WITH(write_output_file("--csv", fifo.string(), "x"), Contains("a FIFO that nothing reads"));
+  // A reader that opens the FIFO a moment later is waited for, as `> fifo` waits; none at all
+  // is named after 10 s (before: the open blocked for ever).
+  std::string late;
+  std::thread reader_later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    late = slurp(fifo.string());
+  });
+  write_output_file("--csv", fifo.string(), "late\n");
+  reader_later.join();
+  CHECK(late == "late\n");
+  CHECK_THROWS_WITH(write_output_file("--csv", fifo.string(), "x"), Contains("a FIFO that nothing read within 10 s"));
+  // /dev/stdout or /dev/fd/N on a pipe: the kernel's link to a pipe, which no path names (the
+  // links were followed by hand: "No such file or directory"). Written into, never replaced.
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  write_output_file("--csv", fmt::format("/proc/self/fd/{}", p[1]), "piped\n");
+  ::close(p[1]);
+  char buf[16] = {};
+  CHECK(::read(p[0], buf, sizeof buf) == 6);
+  ::close(p[0]);
+  CHECK(std::string(buf) == "piped\n");
   // A full device is the machine's failure, not the user's input: exit 1, not 2.
   CHECK_THROWS_AS(write_output_file("--csv", "/dev/full", "a"), SystemError);
 }

@@ -83,7 +83,7 @@ bool is_bool_spelling(const std::string& text) {
 }
 
 void parse_value(const char* env, const std::string& text, AutoSwitch& out) {
-  if (text == "auto" || text == "AUTO" || text.empty()) {  // empty: as if unset
+  if (lower(text) == "auto" || text.empty()) {  // empty: as if unset
     out = AutoSwitch::Mode::automatic;
     return;
   }

@@ -478,9 +478,6 @@ int launch(const std::vector<std::string>& args) {
     spec.pass_by_name.push_back(tl::env::run_id);
     ::setenv(tl::env::restart, "0", 1);
     ::setenv(tl::env::run_id, tl::random_run_id().c_str(), 1);
-  } else {  // an enclosing job's or the shell's values would make local ranks restarts
-    ::unsetenv(tl::env::restart);
-    ::unsetenv(tl::env::run_id);
   }
   spec.launch_agent = options.launch_agent;
   spec.mpi_args = options.mpi_args;

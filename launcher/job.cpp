@@ -43,15 +43,13 @@ constexpr auto lost_grace = std::chrono::milliseconds(3000);
 // A partial line of mpirun's standard error waits this long for the rest before it is
 // passed on as it is.
 constexpr auto partial_line_wait = std::chrono::milliseconds(100);
-// The loop wakes at least this often, so that a time when the launcher did not run (it was
-// stopped) shows as a gap; a wake-up later than planned by more than `pause_gap` is one.
+// The loop wakes at least this often, so that a time the launcher did not run (stopped) shows
+// as a gap: a wake-up later than planned by more than `pause_gap`.
 constexpr int max_sleep_ms = 500;
 constexpr auto pause_gap = std::chrono::milliseconds(1000);
-// After mpirun exited, what is left of its standard error is read for at most this long
-// (a process it started on another host may still hold the pipe open).
+// After mpirun exited, the rest of its stderr is read this long (a remote process may hold it).
 constexpr auto stderr_drain = std::chrono::milliseconds(1000);
-// What mpirun left behind gets SIGTERM, then SIGKILL this much later: enough for a rank's
-// step, which ends its program on SIGTERM within its own 2 s grace.
+// What mpirun left gets SIGTERM, then SIGKILL this much later (a step's own grace is 2 s).
 constexpr auto leftover_grace = std::chrono::milliseconds(3000);
 // Ranks waiting this long in MPI_Init for one that has not entered it get a line naming it,
 // once (no limit ends the job for it: a program may work long before tnt::init); the same
@@ -404,6 +402,7 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
   };
   bool done = false;
   bool init_wait_said = false, finalize_wait_said = false;
+  auto last_return = Clock::now();  // when the last poll returned
   std::vector<int> lifeline_fds;
   std::vector<pollfd> fds;
   while (!done) {
@@ -419,15 +418,16 @@ JobResult run_job(const std::vector<std::string>& command, ReportServer* server,
     if (watch && !result.interrupted_by && !result.verdict) wake = std::min(wake, watch->next_check());
     if (lifelines) wake = std::min(wake, lifelines->next_wake());
     int timeout = max_sleep_ms;
-    const auto slept_from = Clock::now();
     if (wake != Clock::time_point::max()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - slept_from).count();
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
       timeout = static_cast<int>(std::clamp<long long>(left + 1, 0, max_sleep_ms));
     }
     const int polled = ::poll(fds.data(), fds.size(), timeout);
-    if (const auto late = Clock::now() - (slept_from + std::chrono::milliseconds(timeout)); late > pause_gap) {
+    // From the last poll's return: a stop in the work between two polls counts too.
+    if (const auto late = Clock::now() - (last_return + std::chrono::milliseconds(timeout)); late > pause_gap) {
       launcher_paused(late);
     }
+    last_return = Clock::now();
     if (polled < 0 && errno != EINTR) {
       // Cannot watch any more: just wait, still relaying mpirun's standard error (a full
       // pipe would stop mpirun, and this wait with it).

@@ -319,6 +319,15 @@ JpegRegion decode_jpeg_region(const uint8_t* data, size_t size, const std::strin
     TNT_THROW("decode_jpeg_region: rows [{}, {}) and columns [{}, {}) are not inside image '{}' ({} x {} at 1/{})",
               top, top + rows, left, left + cols, name, h, w, scale_denom);
   }
+  // Arithmetic-coded files (rare: few encoders write them) are decoded whole and cut: with
+  // damaged data libjpeg-turbo's skipping gave other pixels than the whole decode (found by
+  // the fuzz target, a progressive arithmetic-coded file).
+  if (cinfo.arith_code) {
+    const Tensor whole = decode_jpeg(data, size, name, scale_denom);  // (h, w, 3)
+    Tensor part = Tensor::empty({rows, w, 3}, DType::u8);  // (rows, w, 3)
+    std::memcpy(part.data<uint8_t>(), whole.data<uint8_t>() + top * w * 3, static_cast<size_t>(rows * w * 3));
+    return {std::move(part), 0};
+  }
   // Fancy upsampling (the default) computes an edge pixel of subsampled chroma from the
   // sample beyond it, which a narrowed decode does not have: the outermost one or two
   // columns of the narrowed output differ from the whole image's (4:2:0 and 4:2:2 files;

@@ -131,6 +131,8 @@ TEST_CASE("TensorBoard: epoch and batch scalars, master only, profile_batch time
       CHECK(train[epoch].at("epoch_step_time_ms") > 0);
       CHECK(train[epoch].at("epoch_samples_per_second") > 0);
       CHECK(train[epoch].count("epoch_hidden_communication") == (tnt::size() > 1 ? 1u : 0u));
+      CHECK(train[epoch].count("epoch_rank_lag_ms") == (tnt::size() > 1 ? 1u : 0u));
+      if (tnt::size() > 1) CHECK(train[epoch].at("epoch_rank_lag_ms") >= 0);
     }
     for (int64_t step : {2, 4, 6, 8}) {
       INFO("step " << step);

@@ -86,6 +86,7 @@ struct PsAccess;   // the parameter-server strategy's way to a Model's insides
 class InputStager;  // input batches staged on a CUDA device (train/staging.hpp)
 class CallbackList;  // the callbacks that run on this rank (model.cpp)
 class ScalingProfiler;  // TNT_PROFILE_SCALING (train/scaling_profiler.hpp)
+class RankBalance;  // which rank the others wait for (train/rank_balance.hpp)
 }  // namespace detail
 
 // How the ranks train together (docs/parameter_server.md).
@@ -201,6 +202,13 @@ struct EpochTiming {
   bool parameter_server = false;
   double pull_seconds = 0;
   double push_seconds = 0;
+  // Synchronous training on several ranks (docs/observability.md, "Which rank the others
+  // wait for"): each rank's mean time a step from the ranks' meeting to the end of its own
+  // backward, gathered at the epoch's end: the slowest rank, its time and the other ranks'
+  // median. slowest_rank is -1 where nothing was measured.
+  int slowest_rank = -1;
+  double slowest_own_seconds = 0;
+  double typical_own_seconds = 0;
   double hidden_fraction() const { return comm_seconds > 0 ? hidden_comm_seconds / comm_seconds : 1.0; }
   // The share of the loop's time spent waiting for batches: input / (input + step).
   double input_fraction() const {
@@ -383,6 +391,7 @@ class Model {
   bool weights_synced_ = false;
   EpochTiming timing_;
   std::unique_ptr<detail::ScalingProfiler> profiler_;  // TNT_PROFILE_SCALING, else null
+  std::unique_ptr<detail::RankBalance> balance_;  // synchronous training on several ranks, else null
   Precision precision_;
   LossScaler scaler_;
   detail::PsWorker* ps_ = nullptr;  // while a parameter-server fit trains this worker

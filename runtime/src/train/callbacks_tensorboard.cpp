@@ -211,6 +211,10 @@ void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
       train.emplace_back("epoch_samples_per_second", static_cast<double>(batch) / t.step_seconds);
     }
     if (size() > 1) train.emplace_back("epoch_hidden_communication", t.hidden_fraction());
+    // What every other rank waited a step for the slowest (train/rank_balance.hpp).
+    if (size() > 1 && t.slowest_rank >= 0) {
+      train.emplace_back("epoch_rank_lag_ms", (t.slowest_own_seconds - t.typical_own_seconds) * 1e3);
+    }
   }
   // An epoch that a stop on request (SIGUSR1, a batch system's warning) cut short: if a
   // checkpoint is saved there, the run that resumes it writes its point, for all its steps

@@ -33,9 +33,16 @@ std::string describe_epoch_timing(int epoch, const EpochTiming& t, int ranks) {
   // The buckets' allreduce time (summed over buckets) and the share of it before backward
   // ended; the wait after backward is the step's own time (it includes unpacking and is not
   // a part of the allreduce time, so the two are reported apart).
-  return line + fmt::format("; gradient allreduce {:.1f} ms a step, {:.0f}% of it while backward ran; after "
-                            "backward the step waited {:.1f} ms for its gradients",
-                            t.comm_seconds * 1e3, t.hidden_fraction() * 100.0, t.exposed_comm_seconds * 1e3);
+  line += fmt::format("; gradient allreduce {:.1f} ms a step, {:.0f}% of it while backward ran; after "
+                      "backward the step waited {:.1f} ms for its gradients",
+                      t.comm_seconds * 1e3, t.hidden_fraction() * 100.0, t.exposed_comm_seconds * 1e3);
+  // Who the others waited for (train/rank_balance.hpp), where it was measured.
+  if (t.slowest_rank >= 0 && t.typical_own_seconds > 0) {
+    line += fmt::format("; the slowest rank to its gradients: rank {}, {} ms against {} ms ({:.2f}x)", t.slowest_rank,
+                        ms(t.slowest_own_seconds), ms(t.typical_own_seconds),
+                        t.slowest_own_seconds / t.typical_own_seconds);
+  }
+  return line;
 }
 
 void EpochTiming::finish() {

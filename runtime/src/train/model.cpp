@@ -19,6 +19,7 @@
 #include "train/callback_list.hpp"
 #include "train/cuda_profile_window.hpp"
 #include "train/pass_totals.hpp"
+#include "train/rank_balance.hpp"
 #include "train/ps_worker.hpp"
 #include "train/same_network.hpp"
 #include "train/scaling_profiler.hpp"
@@ -434,6 +435,8 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     };
     defer_some_ranks_stop();
     timing_ = EpochTiming{};
+    detail::RankBalance* balance = ps_ ? nullptr : balance_.get();
+    if (balance) balance->epoch_begin();
     double lr_used = optimizer_->learning_rate();
 
     const int64_t first_step = epoch == options.initial_epoch ? options.initial_step : 0;
@@ -449,12 +452,14 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     int64_t step = first_step;
     for (; !stop_requested_; ++step) {
       const double t_input = now_s();
+      if (balance) balance->step_begin(t_input);
       std::optional<Batch> batch = next();
       if (!batch) {
         ran_out = true;
         break;
       }
       timing_.input_seconds += now_s() - t_input;
+      if (balance) balance->input_done(now_s());
       if (fit_global_batch_ == 0 && batch->global_batch_size > 0) {  // the ranks' own micro-batches
         check_checkpoint_batch(batch->global_batch_size);             // alike on every rank (user_source)
         fit_global_batch_ = batch->global_batch_size;
@@ -467,11 +472,13 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       defer_some_ranks_stop();
       lr_used = optimizer_->learning_rate();
       const double t0 = now_s();
+      if (balance) balance->compute_begin(t0);
       try {
         train_step(*batch, rc, totals);
         Span span(Lane::compute, "metrics");
         const double t_metrics = now_s();
         logs = ps_ ? totals.local() : totals.global();
+        if (balance) balance->met(now_s());
         if (profiler_) profiler_->collective(now_s() - t_metrics, totals.global_bytes(), /*in_forward=*/false);
         if (!ps_ && totals.stop_agreed()) {  // the same step on every rank: the allreduce's value
           stop_requested_ = stopped_on_request_ = true;
@@ -485,6 +492,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       }
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
       timing_.samples += static_cast<double>(batch->real_samples);
+      if (balance) balance->step_done(now_s() - t_input);
       if (profiler_) {
         profiler_->phases.input_s = t0 - t_input;
         profiler_->phases.step_s = now_s() - t0;
@@ -511,6 +519,9 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     if (ps_) ps_->pause();
     timing_.global_batch = fit_global_batch_;
     timing_.finish();
+    // Every rank's own time to its gradients (collective): who the others waited for.
+    std::optional<detail::Straggler> straggler;
+    if (balance) straggler = detail::epoch_balance(*balance, communicator(), timing_);
     // The epoch's step events on disk before its history row: here, before the validation's
     // collectives, so that every rank has written its part before the master can finish the
     // epoch and write the row.
@@ -553,6 +564,10 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     if (options.verbose >= 2 || log_enabled(LogLevel::info)) print("{}", describe_epoch_timing(epoch + 1, timing_, size()));
     Span span(Lane::compute, "epoch end callbacks");
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
+    if (balance && balance->worth_warning(straggler) && is_master_rank()) {  // after the bar's line
+      log_warning("{}", detail::describe_straggler(epoch + 1, *straggler, balance->host(straggler->rank), size(),
+                                                   balance->gpu()));
+    }
     // A stop asked for on some ranks only (a callback on the master calling stop_training)
     // is every rank's: the others would otherwise wait at the next step's collectives.
     const bool stop_here = stop_requested_ || totals.stop_training_pending();

@@ -9,6 +9,7 @@
 #include "tarantella/log.hpp"
 #include "tarantella/reducer.hpp"
 #include "tarantella/runtime.hpp"
+#include "train/rank_balance.hpp"
 #include "train/scaling_profiler.hpp"
 
 #include <fmt/format.h>
@@ -85,6 +86,8 @@ void Model::prepare_training() {
     log_warning("TNT_PROFILE_SCALING: a scaling profile is of synchronous training (gradients allreduced); this job "
                 "trains with parameter servers, so none is written");
   }
+  // Who the others wait for: synchronous training on several ranks.
+  if (!balance_ && !ps_ && size() > 1) balance_ = std::make_unique<detail::RankBalance>(network_->device());
   if (!profiler_ && !config().profile_scaling.empty() && !ps_) {
     detail::ScalingProfiler::check_writable(communicator(), config().profile_scaling);
     profiler_ = std::make_unique<detail::ScalingProfiler>(config().profile_scaling, config().profile_scaling_steps,

@@ -14,6 +14,7 @@
 #include "train/layer_spans.hpp"
 #include "train/pass_totals.hpp"
 #include "train/ps_worker.hpp"
+#include "train/rank_balance.hpp"
 #include "train/scaling_profiler.hpp"
 #include "train/staging.hpp"
 #include "tarantella/runtime.hpp"
@@ -125,6 +126,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   mark(profiler_, detail::ScalingProfiler::optimizer);
   apply_update(overflow);
   mark(profiler_, detail::ScalingProfiler::end);
+  if (balance_ && !ps_) balance_->update_done();
   if (profiler_) {
     profiler_->phases = {.forward_s = t_bwd - t_start, .backward_s = backward_s, .exposed_s = exposed_comm_s,
                          .optimizer_s = now_s() - t_opt, .samples = batch.micro_batch_size};
@@ -157,6 +159,7 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pre
     const double t_count = now_s();
     global_units = communicator().allreduce_sum(units);
     if (profiler_) profiler_->collective(now_s() - t_count, sizeof(int64_t), /*in_forward=*/true);
+    if (balance_) balance_->waited(now_s() - t_count);  // the others' wait, not this rank's work
   }
   if (real > 0) {
     Span span(Lane::compute, "loss", timeline::on_device);
@@ -188,6 +191,7 @@ std::pair<double, double> Model::backward_and_reduce(const Tensor& grad_pred, Ru
     }
     t_bwd_end = now_s();
     mark(profiler_, detail::ScalingProfiler::backward_end);
+    if (balance_ && !ps_) balance_->backward_end(t_bwd_end);
     if (ps_) {
       ps_->push();  // the servers apply it; this step's optimizer is theirs
     } else {

@@ -1,0 +1,312 @@
+// Which rank the others wait for (train/rank_balance.hpp says what is measured and why).
+#include "train/rank_balance.hpp"
+
+#include "tarantella/model.hpp"
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+namespace tnt::detail {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Milliseconds to one decimal, three below 1 ms.
+std::string ms(double seconds) {
+  const double v = seconds * 1e3;
+  return v < 1.0 ? fmt::format("{:.3f}", v) : fmt::format("{:.1f}", v);
+}
+
+constexpr int kFields = 7;       // own, input, other, compute, queue, period, steps
+constexpr int kHostWords = 8;    // a host name's first 64 bytes, as i64 words
+
+}  // namespace
+
+double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest) {
+  int s = -1;
+  for (size_t q = 0; q < ranks.size(); ++q) {
+    if (s < 0 || ranks[q].own_s > ranks[static_cast<size_t>(s)].own_s) s = static_cast<int>(q);
+  }
+  if (slowest) *slowest = s;
+  if (ranks.size() < 2 || s < 0) return 1.0;
+  std::vector<double> others;
+  for (size_t q = 0; q < ranks.size(); ++q) {
+    if (static_cast<int>(q) != s) others.push_back(ranks[q].own_s);
+  }
+  const double typical = median(others);
+  return typical > 0 ? ranks[static_cast<size_t>(s)].own_s / typical : 1.0;
+}
+
+std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
+  if (ranks.size() < 2) return std::nullopt;
+  for (const RankWork& w : ranks) {
+    if (w.steps < kStragglerMinSteps) return std::nullopt;
+  }
+  Straggler s;
+  slowest_ratio(ranks, &s.rank);
+  s.slow = ranks[static_cast<size_t>(s.rank)];
+  std::vector<double> own, input, other, compute, queue, period;
+  for (size_t q = 0; q < ranks.size(); ++q) {
+    period.push_back(ranks[q].period_s);
+    if (static_cast<int>(q) == s.rank) continue;
+    own.push_back(ranks[q].own_s);
+    input.push_back(ranks[q].input_s);
+    other.push_back(ranks[q].other_s);
+    compute.push_back(ranks[q].compute_s);
+    queue.push_back(ranks[q].queue_s);
+  }
+  s.typical = {.own_s = median(own), .input_s = median(input), .other_s = median(other),
+               .compute_s = median(compute), .queue_s = median(queue), .period_s = median(period),
+               .steps = s.slow.steps};
+  s.lag_s = s.slow.own_s - s.typical.own_s;
+  s.share = s.typical.period_s > 0 ? s.lag_s / s.typical.period_s : 0.0;
+  if (s.lag_s < kStragglerMinGapS || s.share < kStragglerShare || s.slow.own_s < kStragglerRatio * s.typical.own_s) {
+    return std::nullopt;
+  }
+  const double excess[3] = {s.slow.input_s - s.typical.input_s, s.slow.other_s - s.typical.other_s,
+                            s.slow.compute_s - s.typical.compute_s};
+  const int top = static_cast<int>(std::max_element(excess, excess + 3) - excess);
+  s.cause = excess[top] >= kCauseShare * s.lag_s ? static_cast<LagCause>(top) : LagCause::spread;
+  return s;
+}
+
+std::string describe_straggler(int epoch, const Straggler& s, const std::string& host, int ranks, bool gpu) {
+  const std::string who = host.empty() ? fmt::format("rank {}", s.rank) : fmt::format("rank {} (host {})", s.rank, host);
+  const std::string others = ranks == 2 ? "the other rank" : fmt::format("the other {} ranks", ranks - 1);
+  const std::string theirs = ranks == 2 ? "the other rank's" : "their median";
+  std::string line = fmt::format(
+      "epoch {}: {} held {} back: it needed {} ms a step to finish its backward after the ranks met, against {} {} "
+      "ms{}, so every other rank waited about {} ms a step for it ({:.0f}% of the step)",
+      epoch, who, others, ms(s.slow.own_s), theirs, ms(s.typical.own_s), gpu ? " (GPU time)" : "", ms(s.lag_s),
+      s.share * 100.0);
+  switch (s.cause) {
+    case LagCause::input:
+      line += fmt::format(". Most of it is its input: it waited {} ms a step for its batch, the others {} ms (reading "
+                          "or decoding its data is slower there)",
+                          ms(s.slow.input_s), ms(s.typical.input_s));
+      break;
+    case LagCause::other:
+      line += fmt::format(". Most of it is outside the step: its callbacks and the loop took {} ms a step, the others "
+                          "{} ms{}",
+                          ms(s.slow.other_s), ms(s.typical.other_s),
+                          s.rank == 0 ? " (rank 0 alone runs the progress bar, checkpoints, TensorBoard and the other "
+                                        "master-only callbacks)"
+                                      : "");
+      break;
+    case LagCause::compute:
+      line += gpu ? fmt::format(". Most of it is its forward and backward on the GPU: {} ms a step there, {} ms on the "
+                                "others; its host queued them in {} ms a step, the others' in {} ms (a slower, "
+                                "throttled or shared GPU; or, where queuing took about as long, a host too busy to "
+                                "keep its GPU fed)",
+                                ms(s.slow.compute_s), ms(s.typical.compute_s), ms(s.slow.queue_s),
+                                ms(s.typical.queue_s))
+                  : fmt::format(". Most of it is its forward and backward: {} ms a step, the others {} ms (a slower or "
+                                "busier CPU, or fewer cores for this rank)",
+                                ms(s.slow.compute_s), ms(s.typical.compute_s));
+      break;
+    case LagCause::spread:
+      line += fmt::format(". No one part explains it: input {} ms against {}, callbacks and loop {} against {}, "
+                          "forward and backward {} against {}",
+                          ms(s.slow.input_s), ms(s.typical.input_s), ms(s.slow.other_s), ms(s.typical.other_s),
+                          ms(s.slow.compute_s), ms(s.typical.compute_s));
+      break;
+  }
+  return line;
+}
+
+std::optional<Straggler> epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming& timing) {
+  const std::vector<RankWork> all = balance.gather(comm);
+  int slowest = -1;
+  slowest_ratio(all, &slowest);
+  if (slowest >= 0 && all[static_cast<size_t>(slowest)].steps > 0) {
+    std::vector<double> others;
+    for (size_t q = 0; q < all.size(); ++q) {
+      if (static_cast<int>(q) != slowest) others.push_back(all[q].own_s);
+    }
+    timing.slowest_rank = slowest;
+    timing.slowest_own_seconds = all[static_cast<size_t>(slowest)].own_s;
+    timing.typical_own_seconds = median(others);
+  }
+  return find_straggler(all);
+}
+
+RankBalance::RankBalance(std::unique_ptr<timeline::DeviceEvents> events) : events_(std::move(events)) {}
+
+RankBalance::RankBalance(Device device)
+    : RankBalance(device.is_cuda() ? timeline::cuda_events(device.index) : nullptr) {}
+
+RankBalance::~RankBalance() {
+  // Destroying an event whose work is still queued is allowed: CUDA frees it when it runs.
+  if (events_) {
+    for (void* e : all_) events_->destroy(e);
+  }
+}
+
+void* RankBalance::event() {
+  if (free_.empty()) {
+    void* e = events_->create();
+    all_.push_back(e);
+    free_.push_back(e);
+  }
+  void* e = free_.back();
+  free_.pop_back();
+  events_->record(e);
+  return e;
+}
+
+void RankBalance::release(void* e) {
+  if (e) free_.push_back(e);
+}
+
+void RankBalance::read_complete(bool wait) {
+  if (wait && !pending_.empty()) events_->synchronize(pending_.back().end);
+  while (!pending_.empty()) {
+    const Pair p = pending_.front();
+    if (!events_->complete(p.end) || !events_->complete(p.ref)) break;
+    own_ += events_->elapsed_ms(p.ref, p.end) * 1e-3;
+    ++gpu_steps_;
+    release(p.ref);
+    release(p.end);
+    pending_.pop_front();
+  }
+}
+
+void RankBalance::clear_events() {
+  // Read what ran; what did not is dropped with its host parts' step, as a first step is.
+  if (events_) read_complete(true);
+  release(std::exchange(ref_event_, nullptr));
+}
+
+void RankBalance::epoch_begin() {
+  if (events_) clear_events();
+  ref_t_ = -1;
+  own_ = input_ = other_ = queue_ = period_ = 0;
+  steps_ = gpu_steps_ = periods_ = 0;
+}
+
+void RankBalance::step_begin(double t) {
+  input_t_ = t;
+  counted_ = events_ ? ref_event_ != nullptr : true;
+  if (ref_t_ < 0) ref_t_ = t;  // the epoch's first step (CPU: from its batch wait)
+}
+
+void RankBalance::input_done(double t) { input_s_ = t - input_t_; }
+
+void RankBalance::compute_begin(double t) {
+  compute_t_ = t;
+  waited_s_ = 0;
+}
+
+void RankBalance::waited(double seconds) { waited_s_ += seconds; }
+
+void RankBalance::backward_end(double t) {
+  const double other = std::max(0.0, compute_t_ - ref_t_ - input_s_);
+  if (events_) {
+    void* end = event();
+    if (!counted_ || !ref_event_) {
+      release(end);
+      return;
+    }
+    pending_.push_back({std::exchange(ref_event_, nullptr), end});
+    read_complete(false);
+  }
+  const double queue = std::max(0.0, t - compute_t_ - waited_s_);
+  if (!events_) own_ += input_s_ + other + queue;
+  queue_ += queue;
+  input_ += input_s_;
+  other_ += other;
+  ++steps_;
+}
+
+void RankBalance::update_done() {
+  if (!events_) return;
+  release(std::exchange(ref_event_, nullptr));
+  ref_event_ = event();
+}
+
+void RankBalance::met(double t) { ref_t_ = t; }
+
+void RankBalance::step_done(double period_s) {
+  period_ += period_s;
+  ++periods_;
+}
+
+RankWork RankBalance::local() const {
+  RankWork w;
+  const int64_t n = events_ ? std::min(steps_, gpu_steps_) : steps_;
+  if (n == 0) return w;
+  w.steps = n;
+  w.own_s = own_ / static_cast<double>(events_ ? gpu_steps_ : steps_);
+  w.input_s = input_ / static_cast<double>(steps_);
+  w.other_s = other_ / static_cast<double>(steps_);
+  w.queue_s = queue_ / static_cast<double>(steps_);
+  w.compute_s = events_ ? std::max(0.0, w.own_s - w.input_s - w.other_s) : w.queue_s;
+  w.period_s = periods_ > 0 ? period_ / static_cast<double>(periods_) : 0.0;
+  return w;
+}
+
+std::vector<RankWork> RankBalance::gather(Communicator& comm) {
+  if (events_) read_complete(true);
+  const RankWork me = local();
+  const double mine[kFields] = {me.own_s, me.input_s, me.other_s, me.compute_s, me.queue_s, me.period_s,
+                                static_cast<double>(me.steps)};
+  const int p = comm.size();
+  std::vector<double> all(static_cast<size_t>(kFields * p));
+  comm.allgather(mine, all.data(), kFields, DType::f64, Device::cpu());
+  std::vector<RankWork> out(static_cast<size_t>(p));
+  for (int q = 0; q < p; ++q) {
+    const double* f = all.data() + static_cast<ptrdiff_t>(q) * kFields;
+    out[static_cast<size_t>(q)] = {.own_s = f[0], .input_s = f[1], .other_s = f[2], .compute_s = f[3],
+                                   .queue_s = f[4], .period_s = f[5], .steps = static_cast<int64_t>(f[6])};
+  }
+  if (!hosts_known_) {
+    int64_t words[kHostWords] = {};
+    char name[kHostWords * sizeof(int64_t) + 1] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) std::snprintf(name, sizeof name, "?");
+    std::memcpy(words, name, sizeof words);
+    std::vector<int64_t> names(static_cast<size_t>(kHostWords * p));
+    comm.allgather(words, names.data(), kHostWords, DType::i64, Device::cpu());
+    hosts_.assign(static_cast<size_t>(p), "");
+    bool one_host = true;
+    for (int q = 0; q < p; ++q) {
+      char buf[kHostWords * sizeof(int64_t) + 1] = {};
+      std::memcpy(buf, names.data() + static_cast<ptrdiff_t>(q) * kHostWords, kHostWords * sizeof(int64_t));
+      hosts_[static_cast<size_t>(q)] = buf;
+      one_host = one_host && hosts_[static_cast<size_t>(q)] == hosts_[0];
+    }
+    if (one_host) hosts_.assign(static_cast<size_t>(p), "");
+    hosts_known_ = true;
+  }
+  return out;
+}
+
+bool RankBalance::worth_warning(const std::optional<Straggler>& s) {
+  if (!s) {
+    warned_.reset();
+    return false;
+  }
+  const bool same = warned_ && warned_->rank == s->rank && warned_->cause == s->cause &&
+                    s->lag_s < 1.5 * warned_->lag_s && s->lag_s > warned_->lag_s / 1.5;
+  if (same) return false;
+  warned_ = s;
+  return true;
+}
+
+const std::string& RankBalance::host(int rank) const {
+  static const std::string none;
+  return rank >= 0 && static_cast<size_t>(rank) < hosts_.size() ? hosts_[static_cast<size_t>(rank)] : none;
+}
+
+}  // namespace tnt::detail

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# A slow host is named (docs/observability.md, "Which rank the others wait for"):
+# fashion_mnist's CNN on three test-bed hosts, one rank each, every host capped at 0.5 cores
+# but h3 at 0.2 (`scripts/testbed cpu`: a cpu cgroup each), so that h3's rank computes
+# about 2.5 times as slowly as the others and they wait for it at every step. The master
+# must name rank 2 on host h3 and its forward and backward as the cause, in the warning and
+# in the epoch line of --verbose=2; then, with every host at 0.5 cores, it must name none.
+#
+#   straggler.sh LAUNCHER FASHION_MNIST
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
+
+# 32 samples a rank a step, 16 steps an epoch, two epochs (the warning comes once), and
+# validation only after the last.
+args=(--train_epochs=2 --epochs_between_evals=2 --verbose=2 --batch_size=96 --num_train_samples=1536)
+
+# A quota period of 5 ms: the kernel's smallest quota is 1 ms, 0.2 cores of 5 ms.
+export TNT_TESTBED_CPU_PERIOD_US=5000
+cl_up 3
+"$cl_testbed" cpu 0.5 || cl_abort "cannot cap the test bed's hosts at 0.5 cores (scripts/testbed cpu 0.5)"
+"$cl_testbed" cpu 0.2 h3 || cl_abort "cannot cap h3 at 0.2 cores (scripts/testbed cpu 0.2 h3)"
+if "$cl_testbed" cpu 0.2 h9 >/dev/null 2>&1; then cl_fail "testbed cpu: a host that does not exist was taken"; fi
+
+cl_run slow_host h1 240 -H h1,h2,h3 -n 1 "${cl_launch[@]}" -- "${args[@]}" --model_dir="$cl_tmp/slow"
+cl_expect_exit slow_host 0
+warning=$(grep "held the other 2 ranks back" <<<"$cl_out")
+if grep -q "epoch 1: rank 2 (host h3) held the other 2 ranks back" <<<"$warning"; then
+  cl_pass "the slow host's rank is named with its host"
+else
+  cl_fail "no warning naming rank 2 on h3: '$warning'"
+fi
+if grep -q "Most of it is its forward and backward" <<<"$warning"; then
+  cl_pass "its forward and backward are named as the cause"
+else
+  cl_fail "the cause is not its forward and backward: '$warning'"
+fi
+# The same straggler in epoch 2 is not said again.
+[[ $(grep -c "held the other" <<<"$warning") -eq 1 ]] || cl_fail "the warning was repeated: '$warning'"
+if grep -q "the slowest rank to its gradients: rank 2, .*ms against .*ms" <<<"$cl_out"; then
+  cl_pass "the epoch line names the slowest rank"
+else
+  cl_fail "the epoch line of --verbose=2 does not name rank 2"
+fi
+
+"$cl_testbed" cpu 0.5 h3 || cl_abort "cannot set h3 back to 0.5 cores"
+cl_run even_hosts h1 240 -H h1,h2,h3 -n 1 "${cl_launch[@]}" -- "${args[@]}" --model_dir="$cl_tmp/even"
+cl_expect_exit even_hosts 0
+if grep -q "held the other" <<<"$cl_out"; then
+  cl_fail "a rank was named where every host has the same cores: $(grep 'held the other' <<<"$cl_out")"
+else
+  cl_pass "no rank is named where every host has the same cores"
+fi
+grep -q "the slowest rank to its gradients" <<<"$cl_out" || cl_fail "the epoch line lacks the slowest rank"
+"$cl_testbed" cpu off
+
+cl_finish

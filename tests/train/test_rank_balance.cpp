@@ -1,0 +1,327 @@
+// Which rank the others wait for (train/rank_balance.hpp): the verdict and its text from
+// chosen numbers; one rank's accounting from chosen host times and from a fake GPU's events;
+// and, on several ranks, a real fit with one rank slowed down in its input, its callbacks or
+// its forward: the master names that rank and that part, and a fit with every rank slowed
+// alike names none.
+#include <catch2/catch.hpp>
+
+#include "capture_stderr.hpp"
+#include "fake_device_events.hpp"
+#include "small_nets.hpp"
+#include "tarantella/tarantella.hpp"
+#include "train/rank_balance.hpp"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace tnt;
+using tnt::detail::LagCause;
+using tnt::detail::RankBalance;
+using tnt::detail::RankWork;
+
+namespace {
+
+// Sums of a few such values in binary: far below the microseconds that matter.
+constexpr double kEps = 1e-9;
+
+RankWork work(double input, double other, double compute, double period = 0.050, int64_t steps = 10) {
+  return {.own_s = input + other + compute, .input_s = input, .other_s = other, .compute_s = compute,
+          .queue_s = compute, .period_s = period, .steps = steps};
+}
+
+void pause_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+// Passes its input on; on rank `rank` its forward first sleeps `ms` (a slower device).
+class Pause : public Layer {
+ public:
+  Pause(int rank, int ms) : Layer("pause"), rank_(rank), ms_(ms) {}
+  std::string type() const override { return "Pause"; }
+  std::vector<Shape> output_shapes(const std::vector<Shape>& in) const override { return {in.at(0)}; }
+  std::vector<Tensor> forward(const std::vector<Tensor>& in, const RunContext&, SavedState&) override {
+    if (tnt::rank() == rank_) pause_ms(ms_);
+    return {in.at(0)};
+  }
+  std::vector<Tensor> backward(const std::vector<Tensor>& g, const RunContext&, SavedState&) override {
+    return {g.at(0)};
+  }
+
+ private:
+  int rank_, ms_;
+};
+
+// Sleeps `ms` before each step on the ranks it is made for (every rank: -1).
+class SlowCallback : public Callback {
+ public:
+  SlowCallback(int rank, int ms) : Callback(Ranks::all), rank_(rank), ms_(ms) {}
+  void on_train_batch_begin(int64_t, const Logs&) override {
+    if (rank_ < 0 || tnt::rank() == rank_) pause_ms(ms_);
+  }
+
+ private:
+  int rank_, ms_;
+};
+
+struct Slowed {
+  int input_rank = -1, callback_rank = -1, compute_rank = -1, all_ranks_ms = 0;
+};
+
+// Two epochs of the small MLP (batch 2 a rank: 10 steps or more an epoch on 1-3 ranks),
+// quiet; returns the master's stderr and the last epoch's timing.
+std::pair<std::string, EpochTiming> fit_slowed(const Slowed& s) {
+  auto net = std::make_shared<Sequential>("balance");
+  net->add(std::make_shared<Dense>(8, "fc1"));
+  net->add(std::make_shared<Pause>(s.compute_rank, 30));
+  net->add(std::make_shared<ReLU>("relu"));
+  net->add(std::make_shared<Dense>(2, "fc2"));
+  net->build({4});
+  Model model(net, 3);
+  model.compile(std::make_shared<SGD>(0.01), std::make_shared<SoftmaxCrossEntropy>());
+  // 30 ms a sample on the slowed rank's input, made by one worker without prefetch: about
+  // 120 ms of a step there.
+  const int input_rank = s.input_rank;
+  Dataset data = test::threshold_data("balance").map(
+      [input_rank](Element e) {
+        if (tnt::rank() == input_rank) pause_ms(30);
+        return e;
+      },
+      1);
+  FitOptions fit;
+  fit.batch_size = 2 * size();
+  fit.epochs = 2;
+  fit.max_steps = 24;
+  fit.verbose = 0;
+  fit.prefetch = 0;
+  if (s.callback_rank >= 0) fit.callbacks.push_back(std::make_shared<SlowCallback>(s.callback_rank, 30));
+  if (s.all_ranks_ms > 0) fit.callbacks.push_back(std::make_shared<SlowCallback>(-1, s.all_ranks_ms));
+  std::string err = test::captured_stderr([&] { model.fit(data, fit); });
+  return {err, model.last_epoch_timing()};
+}
+
+}  // namespace
+
+TEST_CASE("rank balance: the slowest rank is named with the part that makes the difference", "[train][balance]") {
+  // Four ranks, 20 ms of compute each; rank 2 waits 15 ms more for its input.
+  std::vector<RankWork> ranks{work(0.001, 0.001, 0.020), work(0.001, 0.001, 0.021), work(0.016, 0.001, 0.020),
+                              work(0.001, 0.001, 0.019)};
+  auto s = detail::find_straggler(ranks);
+  REQUIRE(s);
+  CHECK(s->rank == 2);
+  CHECK(s->cause == LagCause::input);
+  CHECK(s->typical.own_s == Approx(0.022).margin(kEps));  // the median of 22, 23 and 21 ms
+  CHECK(s->lag_s == Approx(0.015).margin(kEps));
+  CHECK(s->share == Approx(0.3).margin(kEps));
+  CHECK(detail::describe_straggler(3, *s, "h3", 4, false) ==
+        "epoch 3: rank 2 (host h3) held the other 3 ranks back: it needed 37.0 ms a step to finish its backward after "
+        "the ranks met, against their median 22.0 ms, so every other rank waited about 15.0 ms a step for it (30% of "
+        "the step). Most of it is its input: it waited 16.0 ms a step for its batch, the others 1.0 ms (reading or "
+        "decoding its data is slower there)");
+
+  SECTION("compute, on a CPU and on a GPU") {
+    ranks[2] = work(0.001, 0.001, 0.040);
+    s = detail::find_straggler(ranks);
+    REQUIRE(s);
+    CHECK(s->cause == LagCause::compute);
+    CHECK_THAT(detail::describe_straggler(1, *s, "", 4, false),
+               Catch::StartsWith("epoch 1: rank 2 held the other 3 ranks back") &&
+                   Catch::Contains("Most of it is its forward and backward: 40.0 ms a step, the others 20.0 ms"));
+    CHECK_THAT(detail::describe_straggler(1, *s, "", 4, true),
+               Catch::Contains("ms (GPU time), so") &&
+                   Catch::Contains("Most of it is its forward and backward on the GPU: 40.0 ms a step there, 20.0 ms "
+                                   "on the others; its host queued them in 40.0 ms a step, the others' in 20.0 ms"));
+  }
+  SECTION("rank 0's callbacks") {
+    ranks[2] = work(0.001, 0.001, 0.020);
+    ranks[0] = work(0.001, 0.020, 0.020);
+    s = detail::find_straggler(ranks);
+    REQUIRE(s);
+    CHECK(s->rank == 0);
+    CHECK(s->cause == LagCause::other);
+    CHECK_THAT(detail::describe_straggler(1, *s, "", 4, false), Catch::Contains("rank 0 alone runs the progress bar"));
+  }
+  SECTION("no part explains half of it") {
+    ranks[2] = work(0.007, 0.006, 0.028);
+    s = detail::find_straggler(ranks);
+    REQUIRE(s);
+    CHECK(s->cause == LagCause::spread);
+    CHECK_THAT(detail::describe_straggler(1, *s, "", 4, false), Catch::Contains("No one part explains it"));
+  }
+  SECTION("two ranks: the other rank is the measure") {
+    ranks = {work(0.001, 0.001, 0.020), work(0.001, 0.001, 0.030)};
+    s = detail::find_straggler(ranks);
+    REQUIRE(s);
+    CHECK(s->rank == 1);
+    CHECK_THAT(detail::describe_straggler(1, *s, "", 2, false),
+               Catch::Contains("held the other rank back") && Catch::Contains("against the other rank's 22.0 ms"));
+  }
+}
+
+TEST_CASE("rank balance: nothing is named below the thresholds", "[train][balance]") {
+  std::vector<RankWork> ranks{work(0.001, 0.001, 0.020), work(0.001, 0.001, 0.020), work(0.001, 0.001, 0.020)};
+  CHECK_FALSE(detail::find_straggler(ranks));
+  CHECK(detail::slowest_ratio(ranks) == Approx(1.0));
+  // 1.24x the others: under kStragglerRatio, although 24% of the step.
+  ranks[1] = work(0.001, 0.001, 0.02528);
+  CHECK_FALSE(detail::find_straggler(ranks));
+  ranks[1] = work(0.001, 0.001, 0.0256);  // 1.2545x, 5.6 ms: 11% of a 50 ms step
+  CHECK(detail::find_straggler(ranks));
+  // The same gap in a 100 ms step: 5.6%, under kStragglerShare.
+  for (RankWork& w : ranks) w.period_s = 0.100;
+  CHECK_FALSE(detail::find_straggler(ranks));
+  // Twice the others, but under kStragglerMinGapS (a tiny model's steps).
+  ranks = {work(0, 0, 0.0004, 0.001), work(0, 0, 0.0008, 0.001)};
+  CHECK_FALSE(detail::find_straggler(ranks));
+  // Too few steps to judge.
+  ranks = {work(0.001, 0.001, 0.020, 0.05, 4), work(0.001, 0.001, 0.040, 0.05, 4)};
+  CHECK_FALSE(detail::find_straggler(ranks));
+  ranks[0].steps = ranks[1].steps = detail::kStragglerMinSteps;
+  CHECK(detail::find_straggler(ranks));
+  // One rank: nobody to wait for.
+  CHECK_FALSE(detail::find_straggler({work(0.001, 0.001, 0.040)}));
+  // Equals: the lowest rank is the slowest.
+  int slowest = -1;
+  detail::slowest_ratio({work(0, 0, 0.02), work(0, 0, 0.03), work(0, 0, 0.03)}, &slowest);
+  CHECK(slowest == 1);
+}
+
+TEST_CASE("rank balance: a warning is repeated only when it changes", "[train][balance]") {
+  RankBalance b(std::unique_ptr<timeline::DeviceEvents>{});
+  std::vector<RankWork> ranks{work(0.001, 0.001, 0.020), work(0.011, 0.001, 0.020), work(0.001, 0.001, 0.020)};
+  const auto first = detail::find_straggler(ranks);
+  REQUIRE(first);
+  CHECK(b.worth_warning(first));
+  CHECK_FALSE(b.worth_warning(first));
+  ranks[1] = work(0.015, 0.001, 0.020);  // 14 ms instead of 10: not by half
+  CHECK_FALSE(b.worth_warning(detail::find_straggler(ranks)));
+  ranks[1] = work(0.017, 0.001, 0.020);  // 16 ms: by more than half
+  CHECK(b.worth_warning(detail::find_straggler(ranks)));
+  ranks[1] = work(0.001, 0.001, 0.035);  // the same rank, another part
+  CHECK(b.worth_warning(detail::find_straggler(ranks)));
+  ranks[1] = work(0.001, 0.001, 0.020);
+  ranks[2] = work(0.001, 0.001, 0.035);  // another rank
+  CHECK(b.worth_warning(detail::find_straggler(ranks)));
+  CHECK_FALSE(b.worth_warning(std::nullopt));  // an epoch without: afresh
+  CHECK(b.worth_warning(detail::find_straggler(ranks)));
+}
+
+TEST_CASE("rank balance: a CPU rank's own time runs from the ranks' meeting to its backward's end",
+          "[train][balance]") {
+  RankBalance b(std::unique_ptr<timeline::DeviceEvents>{});
+  b.epoch_begin();
+  // The epoch's first step counts from its batch wait.
+  b.step_begin(1.000);
+  b.input_done(1.010);
+  b.compute_begin(1.012);
+  b.waited(0.005);  // a token count's allreduce: the others' wait, not this rank's work
+  b.backward_end(1.050);
+  b.met(1.060);
+  b.step_done(0.060);
+  // The second from the metrics' allreduce: 3 ms of callbacks and loop before its batch wait.
+  b.step_begin(1.063);
+  b.input_done(1.064);
+  b.compute_begin(1.066);
+  b.backward_end(1.100);
+  b.met(1.105);
+  b.step_done(0.042);
+  const RankWork w = b.local();
+  CHECK(w.steps == 2);
+  CHECK(w.input_s == Approx((0.010 + 0.001) / 2).margin(kEps));
+  CHECK(w.other_s == Approx((0.002 + 0.005) / 2).margin(kEps));
+  CHECK(w.compute_s == Approx((0.033 + 0.034) / 2).margin(kEps));
+  CHECK(w.queue_s == w.compute_s);
+  CHECK(w.own_s == Approx((0.045 + 0.040) / 2).margin(kEps));
+  CHECK(w.period_s == Approx(0.051).margin(kEps));
+  // A new epoch starts from nothing, its first step from its own batch wait again.
+  b.epoch_begin();
+  CHECK(b.local().steps == 0);
+  b.step_begin(2.000);
+  b.input_done(2.000);
+  b.compute_begin(2.000);
+  b.backward_end(2.020);
+  CHECK(b.local().own_s == Approx(0.020).margin(kEps));
+}
+
+TEST_CASE("rank balance: a GPU rank's own time is the GPU's, read when it has run", "[train][balance]") {
+  auto gpu = std::make_shared<test::FakeGpu>();
+  RankBalance b(std::make_unique<test::FakeEvents>(gpu));
+  CHECK(b.gpu());
+  b.epoch_begin();
+  // Step k: the host queues it from 10k ms; the GPU ends the update of step k-1 at 10k + 2
+  // ms (the reference), the backward of step k at 10k + 9 + k ms, and has run everything up
+  // to the previous step's end (a step behind the host).
+  for (int k = 0; k < 4; ++k) {
+    const double t = 0.010 * k;
+    b.step_begin(t);
+    b.input_done(t + 0.001);
+    b.compute_begin(t + 0.0015);
+    gpu->next = t + 0.009 + 0.001 * k;
+    b.backward_end(t + 0.003);
+    gpu->next = t + 0.012 + 0.001 * k;
+    b.update_done();
+    b.met(t + 0.004);
+    b.step_done(0.010);
+    gpu->done = t;  // the GPU is behind: nothing of this step has run
+  }
+  // Step 0 has no reference (the epoch's first); steps 1-3 run from the update before.
+  CHECK(gpu->waits == 0);
+  const RankWork w = b.local();  // only what has run so far: nothing waits inside a step
+  CHECK(w.steps <= 3);
+  std::vector<RankWork> all = b.gather(communicator());  // at the epoch's end: waits once
+  CHECK(gpu->waits == 1);
+  const RankWork& mine = all.at(static_cast<size_t>(rank()));
+  CHECK(mine.steps == 3);
+  // Step k's own time: (10k + 9 + k) - (10(k-1) + 12 + (k-1)) = 8 ms, every step.
+  CHECK(mine.own_s == Approx(0.008).margin(kEps));
+  CHECK(mine.input_s == Approx(0.001).margin(kEps));
+  // The host's loop from the ranks' meeting (4 ms into the step before) to the next step's
+  // compute: 7.5 ms, less 1 ms of input.
+  CHECK(mine.other_s == Approx(0.0065).margin(kEps));
+  CHECK(mine.compute_s == Approx(0.0005).margin(kEps));
+  CHECK(mine.queue_s == Approx(0.0015).margin(kEps));  // the host's 1.5 ms from compute_begin to backward_end
+  CHECK(gpu->created <= 6);  // a pool: at most two steps' worth of events live
+}
+
+TEST_CASE("rank balance: a fit names the rank the others waited for", "[train][balance]") {
+  if (size() == 1) {
+    // One rank: nothing to compare, nothing gathered.
+    auto [err, t] = fit_slowed({});
+    CHECK(t.slowest_rank == -1);
+    CHECK(err.find("held") == std::string::npos);
+    return;
+  }
+  const int last = size() - 1;
+  // Tolerances: a slowed rank needs 30 ms or 60 ms more a step than a step of the small
+  // MLP (under 5 ms here even with 3 ranks sharing 2 cores), so it stands out far beyond
+  // kStragglerRatio; the balanced run's ranks each sleep 30 ms a step and differ by the
+  // machine's noise, far under 1.25x.
+  SECTION("its input") {
+    auto [err, t] = fit_slowed({.input_rank = last});
+    CHECK(t.slowest_rank == last);
+    if (rank() == 0) {
+      CHECK_THAT(err, Catch::Contains(fmt::format("epoch 1: rank {} held", last)) &&
+                          Catch::Contains("Most of it is its input"));
+      CHECK(err.find("epoch 2:") == std::string::npos);  // the same again: not repeated
+    } else {
+      CHECK(err.find("held") == std::string::npos);  // the master's warning alone
+    }
+  }
+  SECTION("its callbacks") {
+    auto [err, t] = fit_slowed({.callback_rank = 0});
+    CHECK(t.slowest_rank == 0);
+    if (rank() == 0) CHECK_THAT(err, Catch::Contains("rank 0 held") && Catch::Contains("outside the step"));
+  }
+  SECTION("its forward") {
+    auto [err, t] = fit_slowed({.compute_rank = last});
+    CHECK(t.slowest_rank == last);
+    CHECK(t.slowest_own_seconds > t.typical_own_seconds + 0.025);
+    if (rank() == 0) CHECK_THAT(err, Catch::Contains("Most of it is its forward and backward"));
+  }
+  SECTION("every rank alike") {
+    auto [err, t] = fit_slowed({.all_ranks_ms = 30});
+    CHECK(t.slowest_rank >= 0);
+    CHECK(t.slowest_own_seconds < 1.25 * t.typical_own_seconds);
+    CHECK(err.find("held") == std::string::npos);
+  }
+}

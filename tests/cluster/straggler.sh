@@ -3,8 +3,9 @@
 # fashion_mnist's CNN on three test-bed hosts, one rank each, every host capped at 0.5 cores
 # but h3 at 0.2 (`scripts/testbed cpu`: a cpu cgroup each), so that h3's rank computes
 # about 2.5 times as slowly as the others and they wait for it at every step. The master
-# must name rank 2 on host h3 and its forward and backward as the cause, in the warning and
-# in the epoch line of --verbose=2; then, with every host at 0.5 cores, it must name none.
+# must name rank 2 on host h3 and its forward, backward and update as the cause, in the
+# warning and in the epoch line of --verbose=2; then, with every host at 0.5 cores, it must
+# name none; last, on slow links, it must name communication as what limits the job.
 #
 #   straggler.sh LAUNCHER FASHION_MNIST
 source "$(dirname "${BASH_SOURCE[0]}")/cluster_common.sh" "$@"
@@ -28,14 +29,14 @@ if grep -q "epoch 1: rank 2 (host h3) held the other 2 ranks back" <<<"$warning"
 else
   cl_fail "no warning naming rank 2 on h3: '$warning'"
 fi
-if grep -q "Most of it is its forward and backward" <<<"$warning"; then
-  cl_pass "its forward and backward are named as the cause"
+if grep -q "Most of it is its forward, backward and update" <<<"$warning"; then
+  cl_pass "its forward, backward and update are named as the cause"
 else
-  cl_fail "the cause is not its forward and backward: '$warning'"
+  cl_fail "the cause is not its forward, backward and update: '$warning'"
 fi
 # The same straggler in epoch 2 is not said again.
 [[ $(grep -c "held the other" <<<"$warning") -eq 1 ]] || cl_fail "the warning was repeated: '$warning'"
-if grep -q "the slowest rank to its gradients: rank 2, .*ms against .*ms" <<<"$cl_out"; then
+if grep -q "the slowest rank's own work: rank 2, .*ms against .*ms" <<<"$cl_out"; then
   cl_pass "the epoch line names the slowest rank"
 else
   cl_fail "the epoch line of --verbose=2 does not name rank 2"
@@ -49,7 +50,25 @@ if grep -q "held the other" <<<"$cl_out"; then
 else
   cl_pass "no rank is named where every host has the same cores"
 fi
-grep -q "the slowest rank to its gradients" <<<"$cl_out" || cl_fail "the epoch line lacks the slowest rank"
+grep -q "the slowest rank's own work" <<<"$cl_out" || cl_fail "the epoch line lacks the slowest rank"
+
+# The same hosts on links of 100 Mbit/s: each rank sends about 2.3 MB a step in the ring,
+# about 180 ms against a step's 25 ms of compute, so the ranks wait after backward for most
+# of the step, every one of them alike.
+"$cl_testbed" rate 100mbit || cl_abort "cannot rate-limit the test bed's links to 100 Mbit/s"
+cl_run slow_links h1 240 -H h1,h2,h3 -n 1 "${cl_launch[@]}" -- "${args[@]}" --model_dir="$cl_tmp/links"
+cl_expect_exit slow_links 0
+comm=$(grep "communication limits this job" <<<"$cl_out")
+if grep -q "epoch 1: after its backward every rank waited at least .* ms a step for the gradients' allreduce" <<<"$comm" &&
+  grep -q "fusion-threshold auto" <<<"$comm"; then
+  cl_pass "slow links: communication is named as the limit, with what to try"
+else
+  cl_fail "slow links: no warning that communication limits the job: '$comm'"
+fi
+if grep -q "held the other" <<<"$cl_out"; then
+  cl_fail "slow links: a rank was named although the ranks wait for the network alike"
+fi
+"$cl_testbed" rate off
 "$cl_testbed" cpu off
 
 cl_finish

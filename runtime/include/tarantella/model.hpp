@@ -203,9 +203,9 @@ struct EpochTiming {
   double pull_seconds = 0;
   double push_seconds = 0;
   // Synchronous training on several ranks (docs/observability.md, "Which rank the others
-  // wait for"): each rank's mean time a step from the ranks' meeting to the end of its own
-  // backward, gathered at the epoch's end: the slowest rank, its time and the other ranks'
-  // median. slowest_rank is -1 where nothing was measured.
+  // wait for"): each rank's own work a step (from the ranks' meeting to the end of its
+  // backward, and its update), gathered at the epoch's end: the slowest rank, its time and
+  // the other ranks' median. slowest_rank is -1 where nothing was measured.
   int slowest_rank = -1;
   double slowest_own_seconds = 0;
   double typical_own_seconds = 0;

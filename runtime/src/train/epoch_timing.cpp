@@ -36,9 +36,10 @@ std::string describe_epoch_timing(int epoch, const EpochTiming& t, int ranks) {
   line += fmt::format("; gradient allreduce {:.1f} ms a step, {:.0f}% of it while backward ran; after "
                       "backward the step waited {:.1f} ms for its gradients",
                       t.comm_seconds * 1e3, t.hidden_fraction() * 100.0, t.exposed_comm_seconds * 1e3);
-  // Who the others waited for (train/rank_balance.hpp), where it was measured.
+  // Who the others waited for (train/rank_balance.hpp), where it was measured: the slowest
+  // rank's own work a step against the other ranks' median.
   if (t.slowest_rank >= 0 && t.typical_own_seconds > 0) {
-    line += fmt::format("; the slowest rank to its gradients: rank {}, {} ms against {} ms ({:.2f}x)", t.slowest_rank,
+    line += fmt::format("; the slowest rank's own work: rank {}, {} ms against {} ms ({:.2f}x)", t.slowest_rank,
                         ms(t.slowest_own_seconds), ms(t.typical_own_seconds),
                         t.slowest_own_seconds / t.typical_own_seconds);
   }

@@ -477,6 +477,7 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
         train_step(*batch, rc, totals);
         Span span(Lane::compute, "metrics");
         const double t_metrics = now_s();
+        if (balance) balance->step_end(t_metrics);
         logs = ps_ ? totals.local() : totals.global();
         if (balance) balance->met(now_s());
         if (profiler_) profiler_->collective(now_s() - t_metrics, totals.global_bytes(), /*in_forward=*/false);
@@ -492,7 +493,6 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
       }
       timing_.step_seconds += now_s() - t0;  // the step and its metrics' allreduce
       timing_.samples += static_cast<double>(batch->real_samples);
-      if (balance) balance->step_done(now_s() - t_input);
       if (profiler_) {
         profiler_->phases.input_s = t0 - t_input;
         profiler_->phases.step_s = now_s() - t0;
@@ -519,9 +519,9 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     if (ps_) ps_->pause();
     timing_.global_batch = fit_global_batch_;
     timing_.finish();
-    // Every rank's own time to its gradients (collective): who the others waited for.
-    std::optional<detail::Straggler> straggler;
-    if (balance) straggler = detail::epoch_balance(*balance, communicator(), timing_);
+    // Every rank's own work a step (collective): who the others waited for.
+    detail::EpochBalance verdict;
+    if (balance) verdict = detail::epoch_balance(*balance, communicator(), timing_);
     // The epoch's step events on disk before its history row: here, before the validation's
     // collectives, so that every rank has written its part before the master can finish the
     // epoch and write the row.
@@ -564,9 +564,8 @@ History Model::run_fit(const std::function<NextBatch(int64_t, int64_t)>& source,
     if (options.verbose >= 2 || log_enabled(LogLevel::info)) print("{}", describe_epoch_timing(epoch + 1, timing_, size()));
     Span span(Lane::compute, "epoch end callbacks");
     callbacks.each([&](Callback& c) { c.on_epoch_end(epoch, logs); });
-    if (balance && balance->worth_warning(straggler) && is_master_rank()) {  // after the bar's line
-      log_warning("{}", detail::describe_straggler(epoch + 1, *straggler, balance->host(straggler->rank), size(),
-                                                   balance->gpu()));
+    if (balance && reducer_) {  // after the progress bar's line
+      balance->warn(epoch + 1, verdict, reducer_->threshold_bytes(), config().fusion_threshold_kb.automatic);
     }
     // A stop asked for on some ranks only (a callback on the master calling stop_training)
     // is every rank's: the others would otherwise wait at the next step's collectives.

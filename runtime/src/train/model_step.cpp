@@ -118,6 +118,7 @@ void Model::train_step(const Batch& batch, RunContext& rc, detail::PassTotals& t
   const double t_bwd = now_s();  // the profile's forward includes the loss
   mark(profiler_, detail::ScalingProfiler::backward);
   const auto [backward_s, exposed_comm_s] = backward_and_reduce(grad_pred, rc);
+  if (balance_ && !ps_) balance_->update_begin(now_s());  // the gradients are there
   if (!anchor) anchor = std::make_unique<timeline::Readback>();
   anchor->waiting();
   const bool overflow = read_step_results(totals);
@@ -157,9 +158,10 @@ Tensor Model::loss_gradient(const Batch& batch, const StepInputs& in, Tensor pre
   int64_t global_units = batch.global_real_samples;
   if (by_tokens && !loss_->one_unit_per_sample(in.target.shape())) {
     const double t_count = now_s();
+    if (balance_ && !ps_) balance_->wait_begin(t_count);  // the others' wait is not this rank's work
     global_units = communicator().allreduce_sum(units);
     if (profiler_) profiler_->collective(now_s() - t_count, sizeof(int64_t), /*in_forward=*/true);
-    if (balance_) balance_->waited(now_s() - t_count);  // the others' wait, not this rank's work
+    if (balance_ && !ps_) balance_->wait_end(now_s());
   }
   if (real > 0) {
     Span span(Lane::compute, "loss", timeline::on_device);

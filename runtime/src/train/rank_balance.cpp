@@ -1,7 +1,9 @@
 // Which rank the others wait for (train/rank_balance.hpp says what is measured and why).
 #include "train/rank_balance.hpp"
 
+#include "tarantella/log.hpp"
 #include "tarantella/model.hpp"
+#include "tarantella/runtime.hpp"
 
 #include <fmt/format.h>
 
@@ -29,7 +31,7 @@ std::string ms(double seconds) {
   return v < 1.0 ? fmt::format("{:.3f}", v) : fmt::format("{:.1f}", v);
 }
 
-constexpr int kFields = 7;       // own, input, other, compute, queue, period, steps
+constexpr int kFields = 9;       // own, input, other, compute, queue, period, steps, gpu, exposed
 constexpr int kHostWords = 8;    // a host name's first 64 bytes, as i64 words
 
 }  // namespace
@@ -69,7 +71,7 @@ std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
   }
   s.typical = {.own_s = median(own), .input_s = median(input), .other_s = median(other),
                .compute_s = median(compute), .queue_s = median(queue), .period_s = median(period),
-               .steps = s.slow.steps};
+               .steps = s.slow.steps, .gpu = s.slow.gpu};
   s.lag_s = s.slow.own_s - s.typical.own_s;
   s.share = s.typical.period_s > 0 ? s.lag_s / s.typical.period_s : 0.0;
   if (s.lag_s < kStragglerMinGapS || s.share < kStragglerShare || s.slow.own_s < kStragglerRatio * s.typical.own_s) {
@@ -82,13 +84,14 @@ std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
   return s;
 }
 
-std::string describe_straggler(int epoch, const Straggler& s, const std::string& host, int ranks, bool gpu) {
+std::string describe_straggler(int epoch, const Straggler& s, const std::string& host, int ranks) {
+  const bool gpu = s.slow.gpu;
   const std::string who = host.empty() ? fmt::format("rank {}", s.rank) : fmt::format("rank {} (host {})", s.rank, host);
   const std::string others = ranks == 2 ? "the other rank" : fmt::format("the other {} ranks", ranks - 1);
   const std::string theirs = ranks == 2 ? "the other rank's" : "their median";
   std::string line = fmt::format(
-      "epoch {}: {} held {} back: it needed {} ms a step to finish its backward after the ranks met, against {} {} "
-      "ms{}, so every other rank waited about {} ms a step for it ({:.0f}% of the step)",
+      "epoch {}: {} held {} back: its own work took {} ms a step, against {} {} ms{}, so every other rank waited "
+      "about {} ms a step for it ({:.0f}% of the step)",
       epoch, who, others, ms(s.slow.own_s), theirs, ms(s.typical.own_s), gpu ? " (GPU time)" : "", ms(s.lag_s),
       s.share * 100.0);
   switch (s.cause) {
@@ -106,19 +109,19 @@ std::string describe_straggler(int epoch, const Straggler& s, const std::string&
                                       : "");
       break;
     case LagCause::compute:
-      line += gpu ? fmt::format(". Most of it is its forward and backward on the GPU: {} ms a step there, {} ms on the "
-                                "others; its host queued them in {} ms a step, the others' in {} ms (a slower, "
+      line += gpu ? fmt::format(". Most of it is its forward, backward and update on the GPU: {} ms a step there, {} ms "
+                                "on the others; its host queued them in {} ms a step, the others' in {} ms (a slower, "
                                 "throttled or shared GPU; or, where queuing took about as long, a host too busy to "
                                 "keep its GPU fed)",
                                 ms(s.slow.compute_s), ms(s.typical.compute_s), ms(s.slow.queue_s),
                                 ms(s.typical.queue_s))
-                  : fmt::format(". Most of it is its forward and backward: {} ms a step, the others {} ms (a slower or "
-                                "busier CPU, or fewer cores for this rank)",
+                  : fmt::format(". Most of it is its forward, backward and update: {} ms a step, the others {} ms (a "
+                                "slower or busier CPU, or fewer cores for this rank)",
                                 ms(s.slow.compute_s), ms(s.typical.compute_s));
       break;
     case LagCause::spread:
       line += fmt::format(". No one part explains it: input {} ms against {}, callbacks and loop {} against {}, "
-                          "forward and backward {} against {}",
+                          "forward, backward and update {} against {}",
                           ms(s.slow.input_s), ms(s.typical.input_s), ms(s.slow.other_s), ms(s.typical.other_s),
                           ms(s.slow.compute_s), ms(s.typical.compute_s));
       break;
@@ -126,10 +129,44 @@ std::string describe_straggler(int epoch, const Straggler& s, const std::string&
   return line;
 }
 
-std::optional<Straggler> epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming& timing) {
+std::optional<CommBound> find_comm_bound(const std::vector<RankWork>& ranks) {
+  if (ranks.size() < 2) return std::nullopt;
+  CommBound c;
+  std::vector<double> period;
+  c.exposed_s = ranks[0].exposed_s;
+  for (const RankWork& w : ranks) {
+    if (w.steps < kStragglerMinSteps) return std::nullopt;
+    c.exposed_s = std::min(c.exposed_s, w.exposed_s);
+    period.push_back(w.period_s);
+    c.gpu = c.gpu || w.gpu;
+  }
+  const double p = median(period);
+  c.share = p > 0 ? c.exposed_s / p : 0.0;
+  if (c.exposed_s < kCommMinS || c.share < kCommShare) return std::nullopt;
+  return c;
+}
+
+std::string describe_comm_bound(int epoch, const CommBound& c, int64_t threshold_bytes, bool automatic) {
+  const std::string threshold = threshold_bytes % 1024 == 0 ? fmt::format("{} KB", threshold_bytes / 1024)
+                                                            : fmt::format("{} bytes", threshold_bytes);
+  return fmt::format(
+      "epoch {}: after its backward every rank waited at least {} ms a step{} for the gradients' allreduce to finish "
+      "({:.0f}% of the step): communication limits this job more than any rank's compute. {}`tarantella predict` "
+      "(docs/scaling.md) tells what a faster network, fewer ranks or a larger batch a rank would give",
+      epoch, ms(c.exposed_s), c.gpu ? " (GPU time)" : "", c.share * 100.0,
+      automatic ? fmt::format("The fusion threshold was chosen from a measurement ({}). ", threshold)
+                : fmt::format("The fusion threshold is {}; --fusion-threshold auto (TNT_FUSION_THRESHOLD=auto) "
+                              "chooses one from a measurement of this job. ",
+                              threshold));
+}
+
+EpochBalance epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming& timing) {
   const std::vector<RankWork> all = balance.gather(comm);
+  EpochBalance e;
   int slowest = -1;
-  slowest_ratio(all, &slowest);
+  e.slowest_ratio = slowest_ratio(all, &slowest);
+  e.judged = all.size() > 1 && std::all_of(all.begin(), all.end(),
+                                            [](const RankWork& w) { return w.steps >= kStragglerMinSteps; });
   if (slowest >= 0 && all[static_cast<size_t>(slowest)].steps > 0) {
     std::vector<double> others;
     for (size_t q = 0; q < all.size(); ++q) {
@@ -139,7 +176,19 @@ std::optional<Straggler> epoch_balance(RankBalance& balance, Communicator& comm,
     timing.slowest_own_seconds = all[static_cast<size_t>(slowest)].own_s;
     timing.typical_own_seconds = median(others);
   }
-  return find_straggler(all);
+  e.straggler = find_straggler(all);
+  e.comm = find_comm_bound(all);
+  if (!all.empty() && e.judged) {
+    double least = all[0].exposed_s;
+    std::vector<double> period;
+    for (const RankWork& w : all) {
+      least = std::min(least, w.exposed_s);
+      period.push_back(w.period_s);
+    }
+    const double p = median(period);
+    e.exposed_share = p > 0 ? least / p : 0.0;
+  }
+  return e;
 }
 
 RankBalance::RankBalance(std::unique_ptr<timeline::DeviceEvents> events) : events_(std::move(events)) {}
@@ -170,36 +219,59 @@ void RankBalance::release(void* e) {
   if (e) free_.push_back(e);
 }
 
+void RankBalance::release_own(Step& st) {
+  release(std::exchange(st.ref, nullptr));
+  release(std::exchange(st.end, nullptr));
+  release(std::exchange(st.update, nullptr));
+  for (auto& [a, b] : st.waits) {
+    release(a);
+    release(b);
+  }
+  st.waits.clear();
+  st.ref_next = nullptr;
+}
+
 void RankBalance::read_complete(bool wait) {
-  if (wait && !pending_.empty()) events_->synchronize(pending_.back().end);
+  if (wait && !pending_.empty()) events_->synchronize(pending_.back().ref_next);
   while (!pending_.empty()) {
-    const Pair p = pending_.front();
-    if (!events_->complete(p.end) || !events_->complete(p.ref)) break;
-    own_ += events_->elapsed_ms(p.ref, p.end) * 1e-3;
+    Step& st = pending_.front();
+    // One stream: the last event complete means every earlier one is.
+    if (!events_->complete(st.ref_next)) break;
+    double ms = events_->elapsed_ms(st.ref, st.end) + events_->elapsed_ms(st.update, st.ref_next);
+    for (const auto& [a, b] : st.waits) ms -= events_->elapsed_ms(a, b);
+    own_ += std::max(0.0, ms) * 1e-3;
+    gpu_exposed_ += std::max(0.0, events_->elapsed_ms(st.end, st.update)) * 1e-3;
     ++gpu_steps_;
-    release(p.ref);
-    release(p.end);
+    release_own(st);
     pending_.pop_front();
   }
 }
 
 void RankBalance::clear_events() {
-  // Read what ran; what did not is dropped with its host parts' step, as a first step is.
-  if (events_) read_complete(true);
+  // Read what ran; a step left half queued (one that threw) gives its events back.
+  read_complete(true);
+  release_own(current_);
   release(std::exchange(ref_event_, nullptr));
 }
 
 void RankBalance::epoch_begin() {
   if (events_) clear_events();
-  ref_t_ = -1;
-  own_ = input_ = other_ = queue_ = period_ = 0;
+  ref_t_ = begin_t_ = -1;
+  own_ = input_ = other_ = queue_ = period_ = exposed_ = gpu_exposed_ = 0;
   steps_ = gpu_steps_ = periods_ = 0;
 }
 
 void RankBalance::step_begin(double t) {
-  input_t_ = t;
-  counted_ = events_ ? ref_event_ != nullptr : true;
+  if (begin_t_ >= 0) {
+    period_ += t - begin_t_;
+    ++periods_;
+  }
+  begin_t_ = input_t_ = t;
   if (ref_t_ < 0) ref_t_ = t;  // the epoch's first step (CPU: from its batch wait)
+  if (events_) {
+    release_own(current_);  // a step that never ended (it threw)
+    current_.ref = std::exchange(ref_event_, nullptr);  // null: the epoch's first step, not counted
+  }
 }
 
 void RankBalance::input_done(double t) { input_s_ = t - input_t_; }
@@ -209,42 +281,60 @@ void RankBalance::compute_begin(double t) {
   waited_s_ = 0;
 }
 
-void RankBalance::waited(double seconds) { waited_s_ += seconds; }
+void RankBalance::wait_begin(double t) {
+  wait_t_ = t;
+  if (events_) current_.waits.emplace_back(event(), nullptr);
+}
+
+void RankBalance::wait_end(double t) {
+  waited_s_ += t - wait_t_;
+  if (events_ && !current_.waits.empty() && !current_.waits.back().second) current_.waits.back().second = event();
+}
 
 void RankBalance::backward_end(double t) {
+  backward_t_ = t;
+  if (events_) current_.end = event();
+}
+
+void RankBalance::update_begin(double t) {
+  update_t_ = t;
+  if (events_) current_.update = event();
+}
+
+void RankBalance::update_done() {
+  if (!events_) return;
+  ref_event_ = event();
+  current_.ref_next = ref_event_;
+}
+
+void RankBalance::step_end(double t) {
   const double other = std::max(0.0, compute_t_ - ref_t_ - input_s_);
+  const double queue = std::max(0.0, backward_t_ - compute_t_ - waited_s_) + std::max(0.0, t - update_t_);
   if (events_) {
-    void* end = event();
-    if (!counted_ || !ref_event_) {
-      release(end);
+    const bool whole = current_.ref && current_.end && current_.update && current_.ref_next &&
+                       std::all_of(current_.waits.begin(), current_.waits.end(),
+                                   [](const auto& w) { return w.second != nullptr; });
+    if (!whole) {  // the epoch's first step: no reference
+      release_own(current_);
       return;
     }
-    pending_.push_back({std::exchange(ref_event_, nullptr), end});
+    pending_.push_back(std::exchange(current_, Step{}));
     read_complete(false);
+  } else {
+    own_ += input_s_ + other + queue;
+    exposed_ += std::max(0.0, update_t_ - backward_t_);
   }
-  const double queue = std::max(0.0, t - compute_t_ - waited_s_);
-  if (!events_) own_ += input_s_ + other + queue;
   queue_ += queue;
   input_ += input_s_;
   other_ += other;
   ++steps_;
 }
 
-void RankBalance::update_done() {
-  if (!events_) return;
-  release(std::exchange(ref_event_, nullptr));
-  ref_event_ = event();
-}
-
 void RankBalance::met(double t) { ref_t_ = t; }
-
-void RankBalance::step_done(double period_s) {
-  period_ += period_s;
-  ++periods_;
-}
 
 RankWork RankBalance::local() const {
   RankWork w;
+  w.gpu = events_ != nullptr;
   const int64_t n = events_ ? std::min(steps_, gpu_steps_) : steps_;
   if (n == 0) return w;
   w.steps = n;
@@ -254,14 +344,15 @@ RankWork RankBalance::local() const {
   w.queue_s = queue_ / static_cast<double>(steps_);
   w.compute_s = events_ ? std::max(0.0, w.own_s - w.input_s - w.other_s) : w.queue_s;
   w.period_s = periods_ > 0 ? period_ / static_cast<double>(periods_) : 0.0;
+  w.exposed_s = events_ ? gpu_exposed_ / static_cast<double>(gpu_steps_) : exposed_ / static_cast<double>(steps_);
   return w;
 }
 
 std::vector<RankWork> RankBalance::gather(Communicator& comm) {
   if (events_) read_complete(true);
   const RankWork me = local();
-  const double mine[kFields] = {me.own_s, me.input_s, me.other_s, me.compute_s, me.queue_s, me.period_s,
-                                static_cast<double>(me.steps)};
+  const double mine[kFields] = {me.own_s,    me.input_s,  me.other_s, me.compute_s, me.queue_s, me.period_s,
+                                static_cast<double>(me.steps), me.gpu ? 1.0 : 0.0, me.exposed_s};
   const int p = comm.size();
   std::vector<double> all(static_cast<size_t>(kFields * p));
   comm.allgather(mine, all.data(), kFields, DType::f64, Device::cpu());
@@ -269,9 +360,12 @@ std::vector<RankWork> RankBalance::gather(Communicator& comm) {
   for (int q = 0; q < p; ++q) {
     const double* f = all.data() + static_cast<ptrdiff_t>(q) * kFields;
     out[static_cast<size_t>(q)] = {.own_s = f[0], .input_s = f[1], .other_s = f[2], .compute_s = f[3],
-                                   .queue_s = f[4], .period_s = f[5], .steps = static_cast<int64_t>(f[6])};
+                                   .queue_s = f[4], .period_s = f[5], .steps = static_cast<int64_t>(f[6]),
+                                   .gpu = f[7] != 0.0, .exposed_s = f[8]};
   }
-  if (!hosts_known_) {
+  // The host names once per communicator size (a parameter-server fit may have dropped a
+  // worker since: then every rank gathers them again, alike).
+  if (hosts_.size() != static_cast<size_t>(p)) {
     int64_t words[kHostWords] = {};
     char name[kHostWords * sizeof(int64_t) + 1] = {};
     if (::gethostname(name, sizeof name - 1) != 0) std::snprintf(name, sizeof name, "?");
@@ -287,14 +381,14 @@ std::vector<RankWork> RankBalance::gather(Communicator& comm) {
       one_host = one_host && hosts_[static_cast<size_t>(q)] == hosts_[0];
     }
     if (one_host) hosts_.assign(static_cast<size_t>(p), "");
-    hosts_known_ = true;
   }
   return out;
 }
 
-bool RankBalance::worth_warning(const std::optional<Straggler>& s) {
+bool RankBalance::worth_warning(const EpochBalance& e) {
+  const std::optional<Straggler>& s = e.straggler;
   if (!s) {
-    warned_.reset();
+    if (e.judged && e.slowest_ratio < kStragglerForgetRatio) warned_.reset();
     return false;
   }
   const bool same = warned_ && warned_->rank == s->rank && warned_->cause == s->cause &&
@@ -302,6 +396,29 @@ bool RankBalance::worth_warning(const std::optional<Straggler>& s) {
   if (same) return false;
   warned_ = s;
   return true;
+}
+
+bool RankBalance::worth_comm_warning(const EpochBalance& e) {
+  const std::optional<CommBound>& c = e.comm;
+  if (!c) {
+    if (e.judged && e.exposed_share < kCommForgetShare) comm_warned_.reset();
+    return false;
+  }
+  if (comm_warned_ && c->share < 1.5 * comm_warned_->share && c->share > comm_warned_->share / 1.5) return false;
+  comm_warned_ = c;
+  return true;
+}
+
+void RankBalance::warn(int epoch, const EpochBalance& e, int64_t threshold_bytes, bool automatic) {
+  // Every rank keeps the same memory of what was said (the same numbers everywhere).
+  const bool straggler = worth_warning(e);
+  const bool comm = worth_comm_warning(e);
+  if (!is_master_rank()) return;
+  if (straggler) {
+    const int r = e.straggler->rank;
+    log_warning("{}", describe_straggler(epoch, *e.straggler, host(r), static_cast<int>(hosts_.size())));
+  }
+  if (comm) log_warning("{}", describe_comm_bound(epoch, *e.comm, threshold_bytes, automatic));
 }
 
 const std::string& RankBalance::host(int rank) const {

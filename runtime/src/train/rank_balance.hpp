@@ -6,18 +6,20 @@
 //
 // Each rank measures, for every step, its own time: from the moment the ranks last met
 // (the previous step's metrics) to the end of its backward, its waits inside collectives
-// (a token-level loss's count) left out. That is what the others wait for. It comes in three
-// parts: the wait for its batch (input), its callbacks and the loop's own work between
-// steps (other), and forward with the loss plus backward (compute). On a GPU rank own time
-// is the GPU's: from the end of the previous step's update to the end of this step's
-// backward on the compute stream (CUDA events read a step later, or at the epoch's end:
-// nothing waits inside a step), and compute is what is left of it after the host's parts;
-// the host's time queuing forward and backward is kept beside it (a host too busy to feed
-// its GPU makes the GPU's time longer too).
-// At each epoch's end (every rank, one small allgather) the means are compared: where the
-// slowest rank needed at least kRatio times the other ranks' median and the gap is at least
-// kShare of the step (and kMinGapS), the master names it, its host and the part that
-// made the difference. Synchronous training on several ranks only.
+// (a token-level loss's count) left out, plus its update (from the gradients' arrival to
+// the metrics' allreduce). That is what the others wait for. It comes in three parts: the
+// wait for its batch (input), its callbacks and the loop's own work between steps (other),
+// and forward with the loss, backward and the update (compute). On a GPU rank own time is
+// the GPU's: from the end of the previous step's update to the end of this step's backward,
+// less the GPU's time inside the step's collectives, plus this step's update, all on the
+// compute stream (CUDA events read a step later, or at the epoch's end: nothing waits
+// inside a step); compute is then what is left after the host's parts, and the host's time
+// queuing forward, backward and update is kept beside it (a host too busy to feed its GPU
+// makes the GPU's time longer too). At each epoch's end (every rank, one small allgather)
+// the means are compared: where the slowest rank needed at least kStragglerRatio times the
+// other ranks' median, the gap is at least kStragglerShare of the step and
+// kStragglerMinGapS, over kStragglerMinSteps steps, the master names it, its host and the
+// part that made the difference. Synchronous training on several ranks only.
 #pragma once
 
 #include "io/timeline_gpu.hpp"
@@ -38,13 +40,17 @@ namespace tnt::detail {
 
 // One rank's means over an epoch's counted steps (seconds).
 struct RankWork {
-  double own_s = 0;      // from the ranks' last meeting to the end of this rank's backward
+  double own_s = 0;      // from the ranks' last meeting to its backward's end, and its update
   double input_s = 0;    // of which waiting for its batch
   double other_s = 0;    // its callbacks and the loop's own work
-  double compute_s = 0;  // forward, loss and backward (GPU: own_s - input_s - other_s, at least 0)
-  double queue_s = 0;    // the host's time in forward and backward (CPU: compute_s; GPU: queuing)
-  double period_s = 0;   // the step from batch wait to batch wait (input + step)
+  double compute_s = 0;  // forward, loss, backward, update (GPU: own_s - input_s - other_s, >= 0)
+  double queue_s = 0;    // the host's time in them (CPU: compute_s; GPU: queuing)
+  double period_s = 0;   // from one step's batch wait to the next's
   int64_t steps = 0;     // steps counted
+  bool gpu = false;      // own time is a GPU's
+  // The wait after its backward for the gradients' allreduce (GPU: the GPU's, from its
+  // events), not part of own time.
+  double exposed_s = 0;
 };
 
 enum class LagCause { input, other, compute, spread };
@@ -72,13 +78,42 @@ std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks);
 // The slowest rank's own time against the others' median (1 for one rank or no steps).
 double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest = nullptr);
 // The warning's text: "epoch 3: rank 2 (host h3) held the other 3 ranks back: ...". host:
-// empty where all ranks are on one host. gpu: own time is the GPU's.
-std::string describe_straggler(int epoch, const Straggler& s, const std::string& host, int ranks, bool gpu);
+// empty where all ranks are on one host.
+std::string describe_straggler(int epoch, const Straggler& s, const std::string& host, int ranks);
+// Once warned, a straggler is forgotten only after an epoch of enough steps whose slowest
+// rank is under this ratio (an epoch around kStragglerRatio does not make it come and go).
+inline constexpr double kStragglerForgetRatio = 1.15;
+
+// Communication that backward does not hide. Every rank waits after its backward for the
+// gradients' allreduce to finish; the rank that waits least (the slowest, which waits for no
+// other) waits for communication alone. Where that wait is at least kCommShare of the step
+// and kCommMinS, communication limits the job.
+struct CommBound {
+  double exposed_s = 0;  // the least wait a step over the ranks
+  double share = 0;      // of the median step period
+  bool gpu = false;      // measured on GPUs
+};
+inline constexpr double kCommShare = 0.20;
+inline constexpr double kCommMinS = 1e-3;
+inline constexpr double kCommForgetShare = 0.10;
+std::optional<CommBound> find_comm_bound(const std::vector<RankWork>& ranks);
+// "epoch 3: after its backward every rank waited at least 12.3 ms a step for ...".
+// threshold_bytes: the Reducer's fusion threshold now; automatic: chosen by
+// --fusion-threshold auto.
+std::string describe_comm_bound(int epoch, const CommBound& c, int64_t threshold_bytes, bool automatic);
+
+struct EpochBalance {
+  std::optional<Straggler> straggler;
+  std::optional<CommBound> comm;
+  double slowest_ratio = 1.0;
+  double exposed_share = 0;  // the least wait after backward over the ranks, of the step
+  bool judged = false;       // enough steps on every rank
+};
 
 class RankBalance;
 // At the epoch's end, on every rank (collective): every rank's means, into timing's
 // slowest_* fields; the rank the others waited for where one stands out.
-std::optional<Straggler> epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming& timing);
+EpochBalance epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming& timing);
 
 // The loop's measurements of one rank (synchronous training, several ranks), in a step's
 // order; times are host seconds (detail::now_s).
@@ -95,12 +130,13 @@ class RankBalance {
   void step_begin(double t);      // before the wait for its batch
   void input_done(double t);      // the batch is there
   void compute_begin(double t);   // the step's forward begins
-  void waited(double seconds);    // a collective inside the step (left out of own time)
+  void wait_begin(double t);      // a collective inside the step begins (left out of own time)
+  void wait_end(double t);        // ... and returns
   void backward_end(double t);    // backward has run (GPU: queued; an event marks its end)
-  void update_done();             // after the update (GPU: the next step's reference event)
-  void met(double t);             // the step's metrics allreduce returned: the ranks met
-  // The step period (input + step), for the share; once a step.
-  void step_done(double period_s);
+  void update_begin(double t);    // the gradients are there (after the Reducer's finalize)
+  void update_done();             // the update is queued (GPU: the next step's reference event)
+  void step_end(double t);        // before the metrics' allreduce: the step's own work is done
+  void met(double t);             // the metrics' allreduce returned: the ranks met
 
   // Collective, at the epoch's end on every rank: gathers every rank's means (and, once,
   // their host names). Returns them, rank by rank.
@@ -108,35 +144,48 @@ class RankBalance {
   const std::string& host(int rank) const;  // after gather; "" where all ranks share one host
   bool gpu() const { return events_ != nullptr; }
   RankWork local() const;  // this rank's means so far
-  // Whether the master warns about s now: the first time, and again only where the rank or
-  // the part changed, or the lag grew or shrank by half, since the last warning (a job of 90
-  // epochs with one slow host says so once). An epoch without a straggler starts afresh.
-  bool worth_warning(const std::optional<Straggler>& s);
+  // Whether the master warns about this epoch's straggler now: the first time, and again
+  // only where the rank or the part changed, or the lag grew by half or shrank by a third,
+  // since the last warning (a job of 90 epochs with one slow host says so once; so do fits
+  // in a row on one Model). A judged epoch whose slowest rank is under kStragglerForgetRatio
+  // starts afresh.
+  bool worth_warning(const EpochBalance& e);
+  // The same for communication: the first time, and again where its share of the step grew
+  // by half or shrank by a third; a judged epoch under kCommForgetShare starts afresh.
+  bool worth_comm_warning(const EpochBalance& e);
+  // The master's warnings for this epoch, where worth it (both kinds).
+  void warn(int epoch, const EpochBalance& e, int64_t threshold_bytes, bool automatic);
 
  private:
-  struct Pair {
-    void* ref = nullptr;  // the previous step's update end
-    void* end = nullptr;  // this step's backward end
+  // A GPU step's events: own time = (ref, end) - the waits + (update, ref_next).
+  struct Step {
+    void* ref = nullptr;       // the previous step's update end (null: the epoch's first step)
+    void* end = nullptr;       // this step's backward end
+    void* update = nullptr;    // the gradients there
+    void* ref_next = nullptr;  // this step's update end: the next step's ref, not this step's to free
+    std::vector<std::pair<void*, void*>> waits;  // around each collective inside the step
   };
   void* event();
   void release(void* e);
+  void release_own(Step& st);  // all but ref_next
   void read_complete(bool wait);
   void clear_events();
 
   std::unique_ptr<timeline::DeviceEvents> events_;
   std::vector<void*> free_, all_;
-  std::deque<Pair> pending_;
+  Step current_;               // the step being queued (GPU)
+  std::deque<Step> pending_;   // queued steps not yet read (GPU)
   void* ref_event_ = nullptr;  // the last step's update end (GPU)
 
   double ref_t_ = -1;  // when the ranks last met; < 0: not in this epoch
-  double input_t_ = 0, compute_t_ = 0, input_s_ = 0, waited_s_ = 0;
-  bool counted_ = false;  // this step has a reference
+  double begin_t_ = -1;  // the last step's batch wait began (for the period)
+  double input_t_ = 0, compute_t_ = 0, input_s_ = 0, wait_t_ = 0, waited_s_ = 0, backward_t_ = 0, update_t_ = 0;
   // Sums over the epoch's counted steps.
-  double own_ = 0, input_ = 0, other_ = 0, queue_ = 0, period_ = 0;
+  double own_ = 0, input_ = 0, other_ = 0, queue_ = 0, period_ = 0, exposed_ = 0, gpu_exposed_ = 0;
   int64_t steps_ = 0, gpu_steps_ = 0, periods_ = 0;
-  std::vector<std::string> hosts_;
-  bool hosts_known_ = false;
+  std::vector<std::string> hosts_;  // by rank, of the communicator they were gathered over
   std::optional<Straggler> warned_;  // the last one warned about
+  std::optional<CommBound> comm_warned_;
 };
 
 }  // namespace tnt::detail

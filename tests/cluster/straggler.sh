@@ -58,7 +58,7 @@ grep -q "the slowest rank's own work" <<<"$cl_out" || cl_fail "the epoch line la
 "$cl_testbed" rate 100mbit || cl_abort "cannot rate-limit the test bed's links to 100 Mbit/s"
 cl_run slow_links h1 240 -H h1,h2,h3 -n 1 "${cl_launch[@]}" -- "${args[@]}" --model_dir="$cl_tmp/links"
 cl_expect_exit slow_links 0
-comm=$(grep "communication limits this job" <<<"$cl_out")
+comm=$(grep "communication that backward does not hide limits this job" <<<"$cl_out")
 if grep -q "epoch 1: after its backward every rank waited at least .* ms a step for the gradients' allreduce" <<<"$comm" &&
   grep -q "fusion-threshold auto" <<<"$comm"; then
   cl_pass "slow links: communication is named as the limit, with what to try"

@@ -129,14 +129,14 @@ std::string describe_straggler(int epoch, const Straggler& s, const std::string&
   return line;
 }
 
-std::optional<CommBound> find_comm_bound(const std::vector<RankWork>& ranks) {
+std::optional<CommBound> find_comm_bound(double least_s, const std::vector<RankWork>& ranks, bool one_host) {
   if (ranks.size() < 2) return std::nullopt;
   CommBound c;
+  c.exposed_s = least_s;
+  c.one_host = one_host;
   std::vector<double> period;
-  c.exposed_s = ranks[0].exposed_s;
   for (const RankWork& w : ranks) {
     if (w.steps < kStragglerMinSteps) return std::nullopt;
-    c.exposed_s = std::min(c.exposed_s, w.exposed_s);
     period.push_back(w.period_s);
     c.gpu = c.gpu || w.gpu;
   }
@@ -149,15 +149,23 @@ std::optional<CommBound> find_comm_bound(const std::vector<RankWork>& ranks) {
 std::string describe_comm_bound(int epoch, const CommBound& c, int64_t threshold_bytes, bool automatic) {
   const std::string threshold = threshold_bytes % 1024 == 0 ? fmt::format("{} KB", threshold_bytes / 1024)
                                                             : fmt::format("{} bytes", threshold_bytes);
-  return fmt::format(
+  std::string fusion =
+      automatic ? fmt::format("the fusion threshold was chosen from a measurement ({})", threshold)
+                : fmt::format("the fusion threshold is {} (--fusion-threshold auto, TNT_FUSION_THRESHOLD=auto, chooses "
+                              "one from a measurement of this job)",
+                              threshold);
+  std::string line = fmt::format(
       "epoch {}: after its backward every rank waited at least {} ms a step{} for the gradients' allreduce to finish "
-      "({:.0f}% of the step): communication limits this job more than any rank's compute. {}`tarantella predict` "
-      "(docs/scaling.md) tells what a faster network, fewer ranks or a larger batch a rank would give",
-      epoch, ms(c.exposed_s), c.gpu ? " (GPU time)" : "", c.share * 100.0,
-      automatic ? fmt::format("The fusion threshold was chosen from a measurement ({}). ", threshold)
-                : fmt::format("The fusion threshold is {}; --fusion-threshold auto (TNT_FUSION_THRESHOLD=auto) "
-                              "chooses one from a measurement of this job. ",
-                              threshold));
+      "({:.0f}% of the step): communication that backward does not hide limits this job. ",
+      epoch, ms(c.exposed_s), c.gpu ? " (GPU time)" : "", c.share * 100.0);
+  if (c.one_host) {
+    return line + fmt::format("The ranks share one host: their allreduce goes through its memory and competes with "
+                              "training for its cores, so fewer ranks, or more cores a rank, may train faster; {}",
+                              fusion);
+  }
+  fusion[0] = 'T';
+  return line + fusion + ". `tarantella predict` (docs/scaling.md) tells what a faster network, fewer ranks or a "
+                         "larger batch a rank would give";
 }
 
 EpochBalance epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming& timing) {
@@ -165,8 +173,9 @@ EpochBalance epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming
   EpochBalance e;
   int slowest = -1;
   e.slowest_ratio = slowest_ratio(all, &slowest);
-  e.judged = all.size() > 1 && std::all_of(all.begin(), all.end(),
-                                            [](const RankWork& w) { return w.steps >= kStragglerMinSteps; });
+  e.judged = all.size() > 1 && std::all_of(all.begin(), all.end(), [&](const RankWork& w) {
+    return w.steps >= kStragglerMinSteps && w.steps == all[0].steps;
+  });
   if (slowest >= 0 && all[static_cast<size_t>(slowest)].steps > 0) {
     std::vector<double> others;
     for (size_t q = 0; q < all.size(); ++q) {
@@ -177,14 +186,13 @@ EpochBalance epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming
     timing.typical_own_seconds = median(others);
   }
   e.straggler = find_straggler(all);
-  e.comm = find_comm_bound(all);
-  if (!all.empty() && e.judged) {
-    double least = all[0].exposed_s;
+  // The same decision on every rank (from the gathered numbers): the allreduce of the
+  // steps' waits runs on all of them or on none.
+  if (e.judged) {
+    const double least = balance.least_exposed(comm);
+    e.comm = find_comm_bound(least, all, balance.one_host());
     std::vector<double> period;
-    for (const RankWork& w : all) {
-      least = std::min(least, w.exposed_s);
-      period.push_back(w.period_s);
-    }
+    for (const RankWork& w : all) period.push_back(w.period_s);
     const double p = median(period);
     e.exposed_share = p > 0 ? least / p : 0.0;
   }
@@ -219,46 +227,57 @@ void RankBalance::release(void* e) {
   if (e) free_.push_back(e);
 }
 
-void RankBalance::release_own(Step& st) {
-  release(std::exchange(st.ref, nullptr));
-  release(std::exchange(st.end, nullptr));
-  release(std::exchange(st.update, nullptr));
+void RankBalance::release(Step& st) {
+  release(st.ref);
+  release(st.end);
+  release(st.update);
+  release(st.update_end);
   for (auto& [a, b] : st.waits) {
     release(a);
     release(b);
   }
-  st.waits.clear();
-  st.ref_next = nullptr;
+  st = Step{};
+}
+
+void RankBalance::add_exposed(double seconds) {
+  exposed_ += seconds;
+  if (exposed_seen_++ % exposed_stride_ != 0) return;
+  exposed_samples_.push_back(seconds);
+  if (exposed_samples_.size() < kMaxExposedSamples) return;
+  // Full: keep every second one (steps 0, 2s, 4s, ...) and take every 2s-th from now on.
+  for (size_t i = 0; 2 * i < exposed_samples_.size(); ++i) exposed_samples_[i] = exposed_samples_[2 * i];
+  exposed_samples_.resize((exposed_samples_.size() + 1) / 2);
+  exposed_stride_ *= 2;
 }
 
 void RankBalance::read_complete(bool wait) {
-  if (wait && !pending_.empty()) events_->synchronize(pending_.back().ref_next);
+  if (wait && !pending_.empty()) events_->synchronize(pending_.back().update_end);
   while (!pending_.empty()) {
     Step& st = pending_.front();
-    // One stream: the last event complete means every earlier one is.
-    if (!events_->complete(st.ref_next)) break;
-    double ms = events_->elapsed_ms(st.ref, st.end) + events_->elapsed_ms(st.update, st.ref_next);
+    // One stream: its last event complete means every earlier one is.
+    if (!events_->complete(st.update_end)) break;
+    double ms = events_->elapsed_ms(st.ref, st.end) + events_->elapsed_ms(st.update, st.update_end);
     for (const auto& [a, b] : st.waits) ms -= events_->elapsed_ms(a, b);
     own_ += std::max(0.0, ms) * 1e-3;
-    gpu_exposed_ += std::max(0.0, events_->elapsed_ms(st.end, st.update)) * 1e-3;
+    add_exposed(std::max(0.0, events_->elapsed_ms(st.end, st.update)) * 1e-3);
     ++gpu_steps_;
-    release_own(st);
+    release(st);
     pending_.pop_front();
   }
 }
 
-void RankBalance::clear_events() {
-  // Read what ran; a step left half queued (one that threw) gives its events back.
-  read_complete(true);
-  release_own(current_);
-  release(std::exchange(ref_event_, nullptr));
-}
-
 void RankBalance::epoch_begin() {
-  if (events_) clear_events();
+  if (events_) {
+    // Read what ran; a step left half queued (one that threw) gives its events back.
+    read_complete(true);
+    release(current_);
+    release(std::exchange(ref_event_, nullptr));
+  }
   ref_t_ = begin_t_ = -1;
-  own_ = input_ = other_ = queue_ = period_ = exposed_ = gpu_exposed_ = 0;
-  steps_ = gpu_steps_ = periods_ = 0;
+  own_ = input_ = other_ = queue_ = period_ = exposed_ = 0;
+  steps_ = gpu_steps_ = periods_ = exposed_seen_ = 0;
+  exposed_stride_ = 1;
+  exposed_samples_.clear();
 }
 
 void RankBalance::step_begin(double t) {
@@ -267,10 +286,10 @@ void RankBalance::step_begin(double t) {
     ++periods_;
   }
   begin_t_ = input_t_ = t;
-  if (ref_t_ < 0) ref_t_ = t;  // the epoch's first step (CPU: from its batch wait)
+  counted_ = ref_t_ >= 0;  // the ranks met in this epoch already
   if (events_) {
-    release_own(current_);  // a step that never ended (it threw)
-    current_.ref = std::exchange(ref_event_, nullptr);  // null: the epoch's first step, not counted
+    release(current_);  // a step that never ended (it threw)
+    current_.ref = std::exchange(ref_event_, nullptr);
   }
 }
 
@@ -302,27 +321,29 @@ void RankBalance::update_begin(double t) {
 }
 
 void RankBalance::update_done() {
-  if (!events_) return;
-  ref_event_ = event();
-  current_.ref_next = ref_event_;
+  if (events_) current_.update_end = event();
 }
 
 void RankBalance::step_end(double t) {
-  const double other = std::max(0.0, compute_t_ - ref_t_ - input_s_);
-  const double queue = std::max(0.0, backward_t_ - compute_t_ - waited_s_) + std::max(0.0, t - update_t_);
   if (events_) {
-    const bool whole = current_.ref && current_.end && current_.update && current_.ref_next &&
+    const bool whole = counted_ && current_.ref && current_.end && current_.update && current_.update_end &&
                        std::all_of(current_.waits.begin(), current_.waits.end(),
                                    [](const auto& w) { return w.second != nullptr; });
-    if (!whole) {  // the epoch's first step: no reference
-      release_own(current_);
+    if (!whole) {  // the epoch's first step
+      release(current_);
       return;
     }
     pending_.push_back(std::exchange(current_, Step{}));
+  } else if (!counted_) {
+    return;
+  }
+  const double other = std::max(0.0, compute_t_ - ref_t_ - input_s_);
+  const double queue = std::max(0.0, backward_t_ - compute_t_ - waited_s_) + std::max(0.0, t - update_t_);
+  if (events_) {
     read_complete(false);
   } else {
     own_ += input_s_ + other + queue;
-    exposed_ += std::max(0.0, update_t_ - backward_t_);
+    add_exposed(std::max(0.0, update_t_ - backward_t_));
   }
   queue_ += queue;
   input_ += input_s_;
@@ -330,7 +351,26 @@ void RankBalance::step_end(double t) {
   ++steps_;
 }
 
-void RankBalance::met(double t) { ref_t_ = t; }
+void RankBalance::met(double t) {
+  ref_t_ = t;
+  if (events_) {
+    release(std::exchange(ref_event_, nullptr));
+    ref_event_ = event();
+  }
+}
+
+double RankBalance::least_exposed(Communicator& comm) {
+  if (events_) read_complete(true);
+  if (exposed_samples_.empty()) return 0.0;
+  const std::vector<double> least = comm.allreduce_min(exposed_samples_);
+  double sum = 0;
+  for (double v : least) sum += v;
+  return sum / static_cast<double>(least.size());
+}
+
+bool RankBalance::one_host() const {
+  return std::all_of(hosts_.begin(), hosts_.end(), [](const std::string& h) { return h.empty(); });
+}
 
 RankWork RankBalance::local() const {
   RankWork w;
@@ -344,7 +384,7 @@ RankWork RankBalance::local() const {
   w.queue_s = queue_ / static_cast<double>(steps_);
   w.compute_s = events_ ? std::max(0.0, w.own_s - w.input_s - w.other_s) : w.queue_s;
   w.period_s = periods_ > 0 ? period_ / static_cast<double>(periods_) : 0.0;
-  w.exposed_s = events_ ? gpu_exposed_ / static_cast<double>(gpu_steps_) : exposed_ / static_cast<double>(steps_);
+  w.exposed_s = exposed_ / static_cast<double>(events_ ? gpu_steps_ : steps_);
   return w;
 }
 

@@ -84,19 +84,23 @@ std::string describe_straggler(int epoch, const Straggler& s, const std::string&
 // rank is under this ratio (an epoch around kStragglerRatio does not make it come and go).
 inline constexpr double kStragglerForgetRatio = 1.15;
 
-// Communication that backward does not hide. Every rank waits after its backward for the
-// gradients' allreduce to finish; the rank that waits least (the slowest, which waits for no
-// other) waits for communication alone. Where that wait is at least kCommShare of the step
-// and kCommMinS, communication limits the job.
+// Communication that backward does not hide. After its backward every rank waits for the
+// gradients' allreduce to finish; at each step the rank that waits least (the slowest, which
+// waits for no other) waits for communication alone. The mean over the steps of that least
+// wait (each step's minimum over the ranks: one allreduce of the steps' waits at the
+// epoch's end) is communication no rank's compute explains. Where it is at least kCommShare
+// of the step and kCommMinS, communication limits the job.
 struct CommBound {
-  double exposed_s = 0;  // the least wait a step over the ranks
-  double share = 0;      // of the median step period
-  bool gpu = false;      // measured on GPUs
+  double exposed_s = 0;    // the mean over steps of the least wait over the ranks
+  double share = 0;        // of the median step period
+  bool gpu = false;        // measured on GPUs
+  bool one_host = false;   // every rank on one host: no network between them
 };
 inline constexpr double kCommShare = 0.20;
 inline constexpr double kCommMinS = 1e-3;
 inline constexpr double kCommForgetShare = 0.10;
-std::optional<CommBound> find_comm_bound(const std::vector<RankWork>& ranks);
+// The verdict from the steps' least waits (least_s) and the ranks' means (their periods).
+std::optional<CommBound> find_comm_bound(double least_s, const std::vector<RankWork>& ranks, bool one_host);
 // "epoch 3: after its backward every rank waited at least 12.3 ms a step for ...".
 // threshold_bytes: the Reducer's fusion threshold now; automatic: chosen by
 // --fusion-threshold auto.
@@ -106,8 +110,8 @@ struct EpochBalance {
   std::optional<Straggler> straggler;
   std::optional<CommBound> comm;
   double slowest_ratio = 1.0;
-  double exposed_share = 0;  // the least wait after backward over the ranks, of the step
-  bool judged = false;       // enough steps on every rank
+  double exposed_share = 0;  // the steps' least wait after backward, of the step
+  bool judged = false;       // enough steps, as many on every rank
 };
 
 class RankBalance;
@@ -134,13 +138,23 @@ class RankBalance {
   void wait_end(double t);        // ... and returns
   void backward_end(double t);    // backward has run (GPU: queued; an event marks its end)
   void update_begin(double t);    // the gradients are there (after the Reducer's finalize)
-  void update_done();             // the update is queued (GPU: the next step's reference event)
+  void update_done();             // the update is queued (GPU: an event marks its end)
   void step_end(double t);        // before the metrics' allreduce: the step's own work is done
-  void met(double t);             // the metrics' allreduce returned: the ranks met
+  void met(double t);             // the metrics' allreduce returned: the next step's reference
+  // An epoch's first step has no reference (the ranks have not met in it yet) and is not
+  // counted, on CPU and GPU ranks alike: every rank counts the same steps.
 
   // Collective, at the epoch's end on every rank: gathers every rank's means (and, once,
   // their host names). Returns them, rank by rank.
   std::vector<RankWork> gather(Communicator& comm);
+  // Collective: the mean over the epoch's counted steps of each step's least wait after
+  // backward over the ranks. Every rank must have counted the same steps.
+  double least_exposed(Communicator& comm);
+  // The steps' waits kept for it: every step, or every 2^k-th once an epoch has more than
+  // kMaxExposedSamples steps (the same steps on every rank).
+  static constexpr size_t kMaxExposedSamples = 4096;
+  const std::vector<double>& exposed_samples() const { return exposed_samples_; }
+  bool one_host() const;  // after gather
   const std::string& host(int rank) const;  // after gather; "" where all ranks share one host
   bool gpu() const { return events_ != nullptr; }
   RankWork local() const;  // this rank's means so far
@@ -157,32 +171,36 @@ class RankBalance {
   void warn(int epoch, const EpochBalance& e, int64_t threshold_bytes, bool automatic);
 
  private:
-  // A GPU step's events: own time = (ref, end) - the waits + (update, ref_next).
+  // A GPU step's events, each this step's own: own time = (ref, end) - the waits +
+  // (update, update_end). ref is recorded at the step before's met().
   struct Step {
-    void* ref = nullptr;       // the previous step's update end (null: the epoch's first step)
-    void* end = nullptr;       // this step's backward end
-    void* update = nullptr;    // the gradients there
-    void* ref_next = nullptr;  // this step's update end: the next step's ref, not this step's to free
+    void* ref = nullptr;
+    void* end = nullptr;         // its backward's end
+    void* update = nullptr;      // the gradients there
+    void* update_end = nullptr;  // its update's end: the last event of the step
     std::vector<std::pair<void*, void*>> waits;  // around each collective inside the step
   };
   void* event();
   void release(void* e);
-  void release_own(Step& st);  // all but ref_next
+  void release(Step& st);
   void read_complete(bool wait);
-  void clear_events();
+  void add_exposed(double seconds);
 
   std::unique_ptr<timeline::DeviceEvents> events_;
   std::vector<void*> free_, all_;
   Step current_;               // the step being queued (GPU)
   std::deque<Step> pending_;   // queued steps not yet read (GPU)
-  void* ref_event_ = nullptr;  // the last step's update end (GPU)
+  void* ref_event_ = nullptr;  // recorded at the last met(): the next step's ref (GPU)
 
-  double ref_t_ = -1;  // when the ranks last met; < 0: not in this epoch
+  double ref_t_ = -1;    // when the ranks last met; < 0: not in this epoch
   double begin_t_ = -1;  // the last step's batch wait began (for the period)
+  bool counted_ = false;  // this step has a reference
   double input_t_ = 0, compute_t_ = 0, input_s_ = 0, wait_t_ = 0, waited_s_ = 0, backward_t_ = 0, update_t_ = 0;
   // Sums over the epoch's counted steps.
-  double own_ = 0, input_ = 0, other_ = 0, queue_ = 0, period_ = 0, exposed_ = 0, gpu_exposed_ = 0;
+  double own_ = 0, input_ = 0, other_ = 0, queue_ = 0, period_ = 0, exposed_ = 0;
   int64_t steps_ = 0, gpu_steps_ = 0, periods_ = 0;
+  std::vector<double> exposed_samples_;
+  int64_t exposed_seen_ = 0, exposed_stride_ = 1;
   std::vector<std::string> hosts_;  // by rank, of the communicator they were gathered over
   std::optional<Straggler> warned_;  // the last one warned about
   std::optional<CommBound> comm_warned_;

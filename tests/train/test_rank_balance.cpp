@@ -247,6 +247,8 @@ TEST_CASE("rank balance: communication that backward does not hide is named", "[
   gpu[1].gpu = true;
   CHECK_THAT(detail::describe_comm_bound(4, *detail::find_comm_bound(0.002, gpu, false), 0, false),
              Catch::Contains("2.0 ms a step (GPU time) for"));
+  CHECK_THAT(detail::describe_comm_bound(4, *detail::find_comm_bound(0.002, gpu, true), 0, false),
+             Catch::Contains("over its GPUs' links (NVLink or PCIe)") && !Catch::Contains("cores"));
   // Under 20% of the step; under 1 ms; too few steps; one rank.
   CHECK_FALSE(detail::find_comm_bound(0.0019, ranks(), false));
   CHECK_FALSE(detail::find_comm_bound(0.0009, ranks(0.002), false));
@@ -290,9 +292,9 @@ TEST_CASE("rank balance: each step's wait after backward is kept, thinned alike 
     b.step_end(t + 0.002 + wait);
     b.met(t + 0.003 + wait);
   }
-  // Kept every step up to 4096, every second then, every fourth from step 8192 on.
+  // Kept every step up to 4096, every second then, every fourth after step 8192.
   const std::vector<double>& kept = b.exposed_samples();
-  REQUIRE(kept.size() == 2048 + (10000 - 8192) / 4);
+  REQUIRE(kept.size() == 2049 + (10000 - 8196) / 4);
   for (size_t i : {size_t{0}, size_t{1}, size_t{1000}, kept.size() - 1}) {
     INFO("sample " << i);
     CHECK(kept[i] == Approx(4e-6 * static_cast<double>(i)).margin(1e-9));

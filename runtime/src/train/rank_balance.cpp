@@ -158,6 +158,11 @@ std::string describe_comm_bound(int epoch, const CommBound& c, int64_t threshold
       "epoch {}: after its backward every rank waited at least {} ms a step{} for the gradients' allreduce to finish "
       "({:.0f}% of the step): communication that backward does not hide limits this job. ",
       epoch, ms(c.exposed_s), c.gpu ? " (GPU time)" : "", c.share * 100.0);
+  if (c.one_host && c.gpu) {
+    return line + fmt::format("The ranks share one host: their allreduce goes over its GPUs' links (NVLink or PCIe), "
+                              "so a larger batch a rank, or fewer ranks, may train faster; {}",
+                              fusion);
+  }
   if (c.one_host) {
     return line + fmt::format("The ranks share one host: their allreduce goes through its memory and competes with "
                               "training for its cores, so fewer ranks, or more cores a rank, may train faster; {}",
@@ -243,7 +248,7 @@ void RankBalance::add_exposed(double seconds) {
   exposed_ += seconds;
   if (exposed_seen_++ % exposed_stride_ != 0) return;
   exposed_samples_.push_back(seconds);
-  if (exposed_samples_.size() < kMaxExposedSamples) return;
+  if (exposed_samples_.size() <= kMaxExposedSamples) return;
   // Full: keep every second one (steps 0, 2s, 4s, ...) and take every 2s-th from now on.
   for (size_t i = 0; 2 * i < exposed_samples_.size(); ++i) exposed_samples_[i] = exposed_samples_[2 * i];
   exposed_samples_.resize((exposed_samples_.size() + 1) / 2);
@@ -286,7 +291,10 @@ void RankBalance::step_begin(double t) {
     ++periods_;
   }
   begin_t_ = input_t_ = t;
-  counted_ = ref_t_ >= 0;  // the ranks met in this epoch already
+  // The ranks met in this epoch already; the meeting is this step's alone (a step that never
+  // reached the next one leaves none, on CPU ranks as on GPU ranks).
+  step_ref_t_ = std::exchange(ref_t_, -1.0);
+  counted_ = step_ref_t_ >= 0;
   if (events_) {
     release(current_);  // a step that never ended (it threw)
     current_.ref = std::exchange(ref_event_, nullptr);
@@ -337,7 +345,7 @@ void RankBalance::step_end(double t) {
   } else if (!counted_) {
     return;
   }
-  const double other = std::max(0.0, compute_t_ - ref_t_ - input_s_);
+  const double other = std::max(0.0, compute_t_ - step_ref_t_ - input_s_);
   const double queue = std::max(0.0, backward_t_ - compute_t_ - waited_s_) + std::max(0.0, t - update_t_);
   if (events_) {
     read_complete(false);
@@ -360,7 +368,8 @@ void RankBalance::met(double t) {
 }
 
 double RankBalance::least_exposed(Communicator& comm) {
-  if (events_) read_complete(true);
+  // After gather, which read every step: the samples are those of the gathered steps, as
+  // many on every rank as the caller checked.
   if (exposed_samples_.empty()) return 0.0;
   const std::vector<double> least = comm.allreduce_min(exposed_samples_);
   double sum = 0;

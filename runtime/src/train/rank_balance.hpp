@@ -147,8 +147,8 @@ class RankBalance {
   // Collective, at the epoch's end on every rank: gathers every rank's means (and, once,
   // their host names). Returns them, rank by rank.
   std::vector<RankWork> gather(Communicator& comm);
-  // Collective: the mean over the epoch's counted steps of each step's least wait after
-  // backward over the ranks. Every rank must have counted the same steps.
+  // Collective, after gather: the mean over the epoch's counted steps of each step's least
+  // wait after backward over the ranks. Every rank must have counted the same steps.
   double least_exposed(Communicator& comm);
   // The steps' waits kept for it: every step, or every 2^k-th once an epoch has more than
   // kMaxExposedSamples steps (the same steps on every rank).
@@ -192,7 +192,8 @@ class RankBalance {
   std::deque<Step> pending_;   // queued steps not yet read (GPU)
   void* ref_event_ = nullptr;  // recorded at the last met(): the next step's ref (GPU)
 
-  double ref_t_ = -1;    // when the ranks last met; < 0: not in this epoch
+  double ref_t_ = -1;       // when the ranks last met; < 0: not since the last step began
+  double step_ref_t_ = -1;  // this step's: the meeting before it
   double begin_t_ = -1;  // the last step's batch wait began (for the period)
   bool counted_ = false;  // this step has a reference
   double input_t_ = 0, compute_t_ = 0, input_s_ = 0, wait_t_ = 0, waited_s_ = 0, backward_t_ = 0, update_t_ = 0;

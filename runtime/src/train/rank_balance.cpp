@@ -36,19 +36,41 @@ constexpr int kHostWords = 8;    // a host name's first 64 bytes, as i64 words
 
 }  // namespace
 
-double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest) {
+namespace {
+
+// The faster half of the ranks by own work (at least one; the lower rank first among
+// equals): what "typical" means, so that two or more slow ranks do not pull it up.
+std::vector<size_t> faster_half(const std::vector<RankWork>& ranks) {
+  std::vector<size_t> order(ranks.size());
+  for (size_t q = 0; q < order.size(); ++q) order[q] = q;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranks[a].own_s < ranks[b].own_s; });
+  order.resize(std::max<size_t>(1, ranks.size() / 2));
+  return order;
+}
+
+// "1", "1 and 2", "1, 2 and 5".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    out += fmt::format("{}{}", i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ", ranks[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest, double* typical) {
   int s = -1;
   for (size_t q = 0; q < ranks.size(); ++q) {
     if (s < 0 || ranks[q].own_s > ranks[static_cast<size_t>(s)].own_s) s = static_cast<int>(q);
   }
   if (slowest) *slowest = s;
   if (ranks.size() < 2 || s < 0) return 1.0;
-  std::vector<double> others;
-  for (size_t q = 0; q < ranks.size(); ++q) {
-    if (static_cast<int>(q) != s) others.push_back(ranks[q].own_s);
-  }
-  const double typical = median(others);
-  return typical > 0 ? ranks[static_cast<size_t>(s)].own_s / typical : 1.0;
+  std::vector<double> own;
+  for (size_t q : faster_half(ranks)) own.push_back(ranks[q].own_s);
+  const double t = median(own);
+  if (typical) *typical = t;
+  return t > 0 ? ranks[static_cast<size_t>(s)].own_s / t : 1.0;
 }
 
 std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
@@ -60,9 +82,8 @@ std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
   slowest_ratio(ranks, &s.rank);
   s.slow = ranks[static_cast<size_t>(s.rank)];
   std::vector<double> own, input, other, compute, queue, period;
-  for (size_t q = 0; q < ranks.size(); ++q) {
-    period.push_back(ranks[q].period_s);
-    if (static_cast<int>(q) == s.rank) continue;
+  for (const RankWork& w : ranks) period.push_back(w.period_s);
+  for (size_t q : faster_half(ranks)) {
     own.push_back(ranks[q].own_s);
     input.push_back(ranks[q].input_s);
     other.push_back(ranks[q].other_s);
@@ -72,11 +93,18 @@ std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
   s.typical = {.own_s = median(own), .input_s = median(input), .other_s = median(other),
                .compute_s = median(compute), .queue_s = median(queue), .period_s = median(period),
                .steps = s.slow.steps, .gpu = s.slow.gpu};
-  s.lag_s = s.slow.own_s - s.typical.own_s;
-  s.share = s.typical.period_s > 0 ? s.lag_s / s.typical.period_s : 0.0;
-  if (s.lag_s < kStragglerMinGapS || s.share < kStragglerShare || s.slow.own_s < kStragglerRatio * s.typical.own_s) {
-    return std::nullopt;
+  // Every rank that stands out as the slowest does is named with it.
+  auto stands_out = [&](const RankWork& w) {
+    const double lag = w.own_s - s.typical.own_s;
+    return lag >= kStragglerMinGapS && lag >= kStragglerShare * s.typical.period_s &&
+           w.own_s >= kStragglerRatio * s.typical.own_s;
+  };
+  if (!stands_out(s.slow) || s.typical.period_s <= 0) return std::nullopt;
+  for (size_t q = 0; q < ranks.size(); ++q) {
+    if (stands_out(ranks[q])) s.ranks.push_back(static_cast<int>(q));
   }
+  s.lag_s = s.slow.own_s - s.typical.own_s;
+  s.share = s.lag_s / s.typical.period_s;
   const double excess[3] = {s.slow.input_s - s.typical.input_s, s.slow.other_s - s.typical.other_s,
                             s.slow.compute_s - s.typical.compute_s};
   const int top = static_cast<int>(std::max_element(excess, excess + 3) - excess);
@@ -84,45 +112,69 @@ std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
   return s;
 }
 
-std::string describe_straggler(int epoch, const Straggler& s, const std::string& host, int ranks) {
+std::string describe_straggler(int epoch, const Straggler& s, const std::vector<std::string>& hosts, int ranks) {
   const bool gpu = s.slow.gpu;
-  const std::string who = host.empty() ? fmt::format("rank {}", s.rank) : fmt::format("rank {} (host {})", s.rank, host);
-  const std::string others = ranks == 2 ? "the other rank" : fmt::format("the other {} ranks", ranks - 1);
-  const std::string theirs = ranks == 2 ? "the other rank's" : "their median";
-  std::string line = fmt::format(
-      "epoch {}: {} held {} back: its own work took {} ms a step, against {} {} ms{}, so every other rank waited "
-      "about {} ms a step for it ({:.0f}% of the step)",
-      epoch, who, others, ms(s.slow.own_s), theirs, ms(s.typical.own_s), gpu ? " (GPU time)" : "", ms(s.lag_s),
-      s.share * 100.0);
+  const bool one = s.ranks.size() == 1;
+  const int waiters = ranks - static_cast<int>(s.ranks.size());
+  auto host = [&](int r) {
+    return static_cast<size_t>(r) < hosts.size() ? hosts[static_cast<size_t>(r)] : std::string();
+  };
+  // "rank 2 (host h3)", "ranks 1 and 2 (host h2)", "ranks 1 (host h2) and 5 (host h3)".
+  std::string who;
+  bool one_host = true;
+  for (int r : s.ranks) one_host = one_host && host(r) == host(s.ranks[0]);
+  if (one_host) {
+    who = fmt::format("{} {}", one ? "rank" : "ranks", rank_list(s.ranks));
+    if (!host(s.ranks[0]).empty()) who += fmt::format(" (host {})", host(s.ranks[0]));
+  } else {
+    std::vector<std::string> parts;
+    for (int r : s.ranks) parts.push_back(fmt::format("{} (host {})", r, host(r)));
+    who = "ranks ";
+    for (size_t i = 0; i < parts.size(); ++i) who += (i == 0 ? "" : i + 1 == parts.size() ? " and " : ", ") + parts[i];
+  }
+  const std::string others = waiters == 1 ? "the other rank" : fmt::format("the other {} ranks", waiters);
+  const std::string against = waiters == 1 ? fmt::format("against {} ms on the other rank, which", ms(s.typical.own_s))
+                                           : fmt::format("against {} ms typical of the other ranks (the faster half's "
+                                                         "median), which",
+                                                         ms(s.typical.own_s));
+  std::string line =
+      one ? fmt::format("epoch {}: {} held {} back: its own work took {} ms a step{}, {} waited about {} ms a step "
+                        "for it ({:.0f}% of the step)",
+                        epoch, who, others, ms(s.slow.own_s), gpu ? " (GPU time)" : "", against, ms(s.lag_s),
+                        s.share * 100.0)
+          : fmt::format("epoch {}: {} held {} back: rank {}, the slowest, took {} ms a step for its own work{}, {} "
+                        "waited about {} ms a step for it ({:.0f}% of the step)",
+                        epoch, who, others, s.rank, ms(s.slow.own_s), gpu ? " (GPU time)" : "", against,
+                        ms(s.lag_s), s.share * 100.0);
+  const std::string most = one ? ". Most of it is" : fmt::format(". In rank {}, most of it is", s.rank);
+  const std::string the_others = waiters == 1 ? "the other rank" : "the others";
   switch (s.cause) {
     case LagCause::input:
-      line += fmt::format(". Most of it is its input: it waited {} ms a step for its batch, the others {} ms (reading "
-                          "or decoding its data is slower there)",
-                          ms(s.slow.input_s), ms(s.typical.input_s));
+      line += fmt::format("{} its input: it waited {} ms a step for its batch, {} {} ms (reading or decoding its data "
+                          "is slower there)",
+                          most, ms(s.slow.input_s), the_others, ms(s.typical.input_s));
       break;
     case LagCause::other:
-      line += fmt::format(". Most of it is outside the step: its callbacks and the loop took {} ms a step, the others "
-                          "{} ms{}",
-                          ms(s.slow.other_s), ms(s.typical.other_s),
+      line += fmt::format("{} outside the step: its callbacks and the loop took {} ms a step, {} {} ms{}", most,
+                          ms(s.slow.other_s), the_others, ms(s.typical.other_s),
                           s.rank == 0 ? " (rank 0 alone runs the progress bar, checkpoints, TensorBoard and the other "
                                         "master-only callbacks)"
                                       : "");
       break;
     case LagCause::compute:
-      line += gpu ? fmt::format(". Most of it is its forward, backward and update on the GPU: {} ms a step there, {} ms "
-                                "on the others; its host queued them in {} ms a step, the others' in {} ms (a slower, "
-                                "throttled or shared GPU; or, where queuing took about as long, a host too busy to "
-                                "keep its GPU fed)",
-                                ms(s.slow.compute_s), ms(s.typical.compute_s), ms(s.slow.queue_s),
-                                ms(s.typical.queue_s))
-                  : fmt::format(". Most of it is its forward, backward and update: {} ms a step, the others {} ms (a "
-                                "slower or busier CPU, or fewer cores for this rank)",
-                                ms(s.slow.compute_s), ms(s.typical.compute_s));
+      line += gpu ? fmt::format("{} its forward, backward and update on the GPU: {} ms a step there, {} {} ms; its host "
+                                "queued them in {} ms a step, {} in {} ms (a slower, throttled or shared GPU; or, "
+                                "where queuing took about as long, a host too busy to keep its GPU fed)",
+                                most, ms(s.slow.compute_s), the_others, ms(s.typical.compute_s), ms(s.slow.queue_s),
+                                the_others, ms(s.typical.queue_s))
+                  : fmt::format("{} its forward, backward and update: {} ms a step, {} {} ms (a slower or busier CPU, "
+                                "or fewer cores for this rank)",
+                                most, ms(s.slow.compute_s), the_others, ms(s.typical.compute_s));
       break;
     case LagCause::spread:
-      line += fmt::format(". No one part explains it: input {} ms against {}, callbacks and loop {} against {}, "
-                          "forward, backward and update {} against {}",
-                          ms(s.slow.input_s), ms(s.typical.input_s), ms(s.slow.other_s), ms(s.typical.other_s),
+      line += fmt::format("{} in no one part: input {} ms against {}, callbacks and loop {} against {}, forward, "
+                          "backward and update {} against {}",
+                          most, ms(s.slow.input_s), ms(s.typical.input_s), ms(s.slow.other_s), ms(s.typical.other_s),
                           ms(s.slow.compute_s), ms(s.typical.compute_s));
       break;
   }
@@ -182,13 +234,9 @@ EpochBalance epoch_balance(RankBalance& balance, Communicator& comm, EpochTiming
     return w.steps >= kStragglerMinSteps && w.steps == all[0].steps;
   });
   if (slowest >= 0 && all[static_cast<size_t>(slowest)].steps > 0) {
-    std::vector<double> others;
-    for (size_t q = 0; q < all.size(); ++q) {
-      if (static_cast<int>(q) != slowest) others.push_back(all[q].own_s);
-    }
     timing.slowest_rank = slowest;
     timing.slowest_own_seconds = all[static_cast<size_t>(slowest)].own_s;
-    timing.typical_own_seconds = median(others);
+    slowest_ratio(all, nullptr, &timing.typical_own_seconds);
   }
   e.straggler = find_straggler(all);
   // The same decision on every rank (from the gathered numbers): the allreduce of the
@@ -440,7 +488,7 @@ bool RankBalance::worth_warning(const EpochBalance& e) {
     if (e.judged && e.slowest_ratio < kStragglerForgetRatio) warned_.reset();
     return false;
   }
-  const bool same = warned_ && warned_->rank == s->rank && warned_->cause == s->cause &&
+  const bool same = warned_ && warned_->ranks == s->ranks && warned_->cause == s->cause &&
                     s->lag_s < 1.5 * warned_->lag_s && s->lag_s > warned_->lag_s / 1.5;
   if (same) return false;
   warned_ = s;
@@ -463,16 +511,8 @@ void RankBalance::warn(int epoch, const EpochBalance& e, int64_t threshold_bytes
   const bool straggler = worth_warning(e);
   const bool comm = worth_comm_warning(e);
   if (!is_master_rank()) return;
-  if (straggler) {
-    const int r = e.straggler->rank;
-    log_warning("{}", describe_straggler(epoch, *e.straggler, host(r), static_cast<int>(hosts_.size())));
-  }
+  if (straggler) log_warning("{}", describe_straggler(epoch, *e.straggler, hosts_, static_cast<int>(hosts_.size())));
   if (comm) log_warning("{}", describe_comm_bound(epoch, *e.comm, threshold_bytes, automatic));
-}
-
-const std::string& RankBalance::host(int rank) const {
-  static const std::string none;
-  return rank >= 0 && static_cast<size_t>(rank) < hosts_.size() ? hosts_[static_cast<size_t>(rank)] : none;
 }
 
 }  // namespace tnt::detail

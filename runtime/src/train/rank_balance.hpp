@@ -56,10 +56,11 @@ struct RankWork {
 enum class LagCause { input, other, compute, spread };
 
 struct Straggler {
-  int rank = -1;
-  RankWork slow;     // its means
-  RankWork typical;  // the other ranks' medians, part by part
-  double lag_s = 0;  // slow.own_s - typical.own_s: what every other rank waited a step
+  int rank = -1;           // the slowest
+  std::vector<int> ranks;  // every rank that stands out as it does (it among them), ascending
+  RankWork slow;           // its means
+  RankWork typical;        // the faster half's medians, part by part
+  double lag_s = 0;        // slow.own_s - typical.own_s: what the faster ranks waited a step
   double share = 0;  // lag_s / the median step period
   LagCause cause = LagCause::spread;
 };
@@ -72,14 +73,17 @@ inline constexpr int64_t kStragglerMinSteps = 5;
 // share of the gap.
 inline constexpr double kCauseShare = 0.5;
 
-// The rank the others waited for, where one stands out (the thresholds above; the lowest
-// rank among equals). The same answer on every rank from the same numbers.
+// The ranks the others waited for, where the slowest stands out (the thresholds above,
+// against the median of the faster half of the ranks, so that two slow ranks of three are
+// both named rather than one against the other's average; the lowest rank among equals).
+// The same answer on every rank from the same numbers.
 std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks);
-// The slowest rank's own time against the others' median (1 for one rank or no steps).
-double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest = nullptr);
-// The warning's text: "epoch 3: rank 2 (host h3) held the other 3 ranks back: ...". host:
-// empty where all ranks are on one host.
-std::string describe_straggler(int epoch, const Straggler& s, const std::string& host, int ranks);
+// The slowest rank's own time against the faster half's median (1 for one rank or no
+// steps); typical: that median.
+double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest = nullptr, double* typical = nullptr);
+// The warning's text: "epoch 3: rank 2 (host h3) held the other 3 ranks back: ...". hosts:
+// by rank, empty where all ranks are on one host.
+std::string describe_straggler(int epoch, const Straggler& s, const std::vector<std::string>& hosts, int ranks);
 // Once warned, a straggler is forgotten only after an epoch of enough steps whose slowest
 // rank is under this ratio (an epoch around kStragglerRatio does not make it come and go).
 inline constexpr double kStragglerForgetRatio = 1.15;
@@ -155,11 +159,10 @@ class RankBalance {
   static constexpr size_t kMaxExposedSamples = 4096;
   const std::vector<double>& exposed_samples() const { return exposed_samples_; }
   bool one_host() const;  // after gather
-  const std::string& host(int rank) const;  // after gather; "" where all ranks share one host
   bool gpu() const { return events_ != nullptr; }
   RankWork local() const;  // this rank's means so far
   // Whether the master warns about this epoch's straggler now: the first time, and again
-  // only where the rank or the part changed, or the lag grew by half or shrank by a third,
+  // only where the ranks named or the part changed, or the lag grew by half or shrank by a third,
   // since the last warning (a job of 90 epochs with one slow host says so once; so do fits
   // in a row on one Model). A judged epoch whose slowest rank is under kStragglerForgetRatio
   // starts afresh.

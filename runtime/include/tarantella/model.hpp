@@ -205,7 +205,7 @@ struct EpochTiming {
   // Synchronous training on several ranks (docs/observability.md, "Which rank the others
   // wait for"): each rank's own work a step (from the ranks' meeting to the end of its
   // backward, and its update), gathered at the epoch's end: the slowest rank, its time and
-  // the median of the faster half of the ranks. slowest_rank is -1 where nothing was measured.
+  // the other ranks' median. slowest_rank is -1 where nothing was measured.
   int slowest_rank = -1;
   double slowest_own_seconds = 0;
   double typical_own_seconds = 0;

@@ -39,7 +39,7 @@ constexpr int kHostWords = 8;    // a host name's first 64 bytes, as i64 words
 namespace {
 
 // The faster half of the ranks by own work (at least one; the lower rank first among
-// equals): what "typical" means, so that two or more slow ranks do not pull it up.
+// equals): where judge() starts, so that two or more slow ranks do not pull "typical" up.
 std::vector<size_t> faster_half(const std::vector<RankWork>& ranks) {
   std::vector<size_t> order(ranks.size());
   for (size_t q = 0; q < order.size(); ++q) order[q] = q;
@@ -59,18 +59,78 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest, double* typical) {
-  int s = -1;
+namespace {
+
+// Whether w stands out against typical own work t (the thresholds, kStragglerRatio...).
+bool stands_out(const RankWork& w, double t, double period) {
+  const double lag = w.own_s - t;
+  return lag >= kStragglerMinGapS && lag >= kStragglerShare * period && w.own_s >= kStragglerRatio * t;
+}
+
+// The ranks that stand out, and "typical": the medians, part by part, of the ranks that do
+// not, the slowest left out in any case (they are the ranks that waited). Found from the
+// faster half's median first (so that two slow ranks of three are not measured against
+// each other), then refined until the named ranks are those that stand out against the
+// others' medians (a few rounds at most; each can only name fewer).
+struct Verdict {
+  int slowest = -1;
+  std::vector<int> named;  // ascending; empty: none stands out
+  RankWork typical;
+};
+
+Verdict judge(const std::vector<RankWork>& ranks) {
+  Verdict v;
   for (size_t q = 0; q < ranks.size(); ++q) {
-    if (s < 0 || ranks[q].own_s > ranks[static_cast<size_t>(s)].own_s) s = static_cast<int>(q);
+    if (v.slowest < 0 || ranks[q].own_s > ranks[static_cast<size_t>(v.slowest)].own_s) v.slowest = static_cast<int>(q);
   }
-  if (slowest) *slowest = s;
-  if (ranks.size() < 2 || s < 0) return 1.0;
+  if (ranks.size() < 2) return v;
+  std::vector<double> period;
+  for (const RankWork& w : ranks) period.push_back(w.period_s);
+  const double p = median(period);
+  auto named_against = [&](double t) {
+    std::vector<int> out;
+    for (size_t q = 0; q < ranks.size(); ++q) {
+      if (stands_out(ranks[q], t, p)) out.push_back(static_cast<int>(q));
+    }
+    return out;
+  };
+  auto typical_without = [&](const std::vector<int>& named) {
+    std::vector<double> own, input, other, compute, queue;
+    for (size_t q = 0; q < ranks.size(); ++q) {
+      const int r = static_cast<int>(q);
+      if (r == v.slowest || std::find(named.begin(), named.end(), r) != named.end()) continue;
+      own.push_back(ranks[q].own_s);
+      input.push_back(ranks[q].input_s);
+      other.push_back(ranks[q].other_s);
+      compute.push_back(ranks[q].compute_s);
+      queue.push_back(ranks[q].queue_s);
+    }
+    return RankWork{.own_s = median(own), .input_s = median(input), .other_s = median(other),
+                    .compute_s = median(compute), .queue_s = median(queue), .period_s = p,
+                    .steps = ranks[static_cast<size_t>(v.slowest)].steps, .gpu = ranks[static_cast<size_t>(v.slowest)].gpu};
+  };
   std::vector<double> own;
   for (size_t q : faster_half(ranks)) own.push_back(ranks[q].own_s);
-  const double t = median(own);
-  if (typical) *typical = t;
-  return t > 0 ? ranks[static_cast<size_t>(s)].own_s / t : 1.0;
+  v.named = named_against(median(own));
+  for (int round = 0; round < 8; ++round) {
+    v.typical = typical_without(v.named);
+    std::vector<int> again = named_against(v.typical.own_s);
+    if (again == v.named) break;
+    v.named = std::move(again);
+  }
+  v.typical = typical_without(v.named);
+  if (!v.named.empty() && !stands_out(ranks[static_cast<size_t>(v.slowest)], v.typical.own_s, p)) v.named.clear();
+  return v;
+}
+
+}  // namespace
+
+double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest, double* typical) {
+  const Verdict v = judge(ranks);
+  if (slowest) *slowest = v.slowest;
+  if (ranks.size() < 2 || v.slowest < 0) return 1.0;
+  if (typical) *typical = v.typical.own_s;
+  return v.typical.own_s > 0 ? ranks[static_cast<size_t>(v.slowest)].own_s / v.typical.own_s : 1.0;
 }
 
 std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
@@ -78,31 +138,13 @@ std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks) {
   for (const RankWork& w : ranks) {
     if (w.steps < kStragglerMinSteps) return std::nullopt;
   }
+  const Verdict v = judge(ranks);
+  if (v.named.empty() || v.typical.period_s <= 0) return std::nullopt;
   Straggler s;
-  slowest_ratio(ranks, &s.rank);
-  s.slow = ranks[static_cast<size_t>(s.rank)];
-  std::vector<double> own, input, other, compute, queue, period;
-  for (const RankWork& w : ranks) period.push_back(w.period_s);
-  for (size_t q : faster_half(ranks)) {
-    own.push_back(ranks[q].own_s);
-    input.push_back(ranks[q].input_s);
-    other.push_back(ranks[q].other_s);
-    compute.push_back(ranks[q].compute_s);
-    queue.push_back(ranks[q].queue_s);
-  }
-  s.typical = {.own_s = median(own), .input_s = median(input), .other_s = median(other),
-               .compute_s = median(compute), .queue_s = median(queue), .period_s = median(period),
-               .steps = s.slow.steps, .gpu = s.slow.gpu};
-  // Every rank that stands out as the slowest does is named with it.
-  auto stands_out = [&](const RankWork& w) {
-    const double lag = w.own_s - s.typical.own_s;
-    return lag >= kStragglerMinGapS && lag >= kStragglerShare * s.typical.period_s &&
-           w.own_s >= kStragglerRatio * s.typical.own_s;
-  };
-  if (!stands_out(s.slow) || s.typical.period_s <= 0) return std::nullopt;
-  for (size_t q = 0; q < ranks.size(); ++q) {
-    if (stands_out(ranks[q])) s.ranks.push_back(static_cast<int>(q));
-  }
+  s.rank = v.slowest;
+  s.ranks = v.named;
+  s.slow = ranks[static_cast<size_t>(v.slowest)];
+  s.typical = v.typical;
   s.lag_s = s.slow.own_s - s.typical.own_s;
   s.share = s.lag_s / s.typical.period_s;
   const double excess[3] = {s.slow.input_s - s.typical.input_s, s.slow.other_s - s.typical.other_s,
@@ -134,8 +176,8 @@ std::string describe_straggler(int epoch, const Straggler& s, const std::vector<
   }
   const std::string others = waiters == 1 ? "the other rank" : fmt::format("the other {} ranks", waiters);
   const std::string against = waiters == 1 ? fmt::format("against {} ms on the other rank, which", ms(s.typical.own_s))
-                                           : fmt::format("against {} ms typical of the other ranks (the faster half's "
-                                                         "median), which",
+                                           : fmt::format("against {} ms typical of the other ranks (their median), "
+                                                         "which",
                                                          ms(s.typical.own_s));
   std::string line =
       one ? fmt::format("epoch {}: {} held {} back: its own work took {} ms a step{}, {} waited about {} ms a step "
@@ -146,6 +188,7 @@ std::string describe_straggler(int epoch, const Straggler& s, const std::vector<
                         "waited about {} ms a step for it ({:.0f}% of the step)",
                         epoch, who, others, s.rank, ms(s.slow.own_s), gpu ? " (GPU time)" : "", against,
                         ms(s.lag_s), s.share * 100.0);
+  const std::string in_rank = one ? "" : fmt::format(" In rank {},", s.rank);
   const std::string most = one ? ". Most of it is" : fmt::format(". In rank {}, most of it is", s.rank);
   const std::string the_others = waiters == 1 ? "the other rank" : "the others";
   switch (s.cause) {
@@ -172,9 +215,10 @@ std::string describe_straggler(int epoch, const Straggler& s, const std::vector<
                                 most, ms(s.slow.compute_s), the_others, ms(s.typical.compute_s));
       break;
     case LagCause::spread:
-      line += fmt::format("{} in no one part: input {} ms against {}, callbacks and loop {} against {}, forward, "
-                          "backward and update {} against {}",
-                          most, ms(s.slow.input_s), ms(s.typical.input_s), ms(s.slow.other_s), ms(s.typical.other_s),
+      line += fmt::format(".{} {}o one part explains most of it: input {} ms against {}, callbacks and loop {} "
+                          "against {}, forward, backward and update {} against {}",
+                          in_rank, one ? "N" : "n", ms(s.slow.input_s), ms(s.typical.input_s), ms(s.slow.other_s),
+                          ms(s.typical.other_s),
                           ms(s.slow.compute_s), ms(s.typical.compute_s));
       break;
   }
@@ -488,7 +532,12 @@ bool RankBalance::worth_warning(const EpochBalance& e) {
     if (e.judged && e.slowest_ratio < kStragglerForgetRatio) warned_.reset();
     return false;
   }
-  const bool same = warned_ && warned_->ranks == s->ranks && warned_->cause == s->cause &&
+  // The same ranks hold the others back where each warning's slowest is among the other's
+  // named ranks (which of two equally slow ranks is the slower, or a rank near the threshold
+  // named in one epoch and not the next, is no news).
+  auto among = [](int r, const std::vector<int>& set) { return std::find(set.begin(), set.end(), r) != set.end(); };
+  const bool same = warned_ && among(s->rank, warned_->ranks) && among(warned_->rank, s->ranks) &&
+                    warned_->cause == s->cause &&
                     s->lag_s < 1.5 * warned_->lag_s && s->lag_s > warned_->lag_s / 1.5;
   if (same) return false;
   warned_ = s;

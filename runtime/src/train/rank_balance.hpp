@@ -59,8 +59,8 @@ struct Straggler {
   int rank = -1;           // the slowest
   std::vector<int> ranks;  // every rank that stands out as it does (it among them), ascending
   RankWork slow;           // its means
-  RankWork typical;        // the faster half's medians, part by part
-  double lag_s = 0;        // slow.own_s - typical.own_s: what the faster ranks waited a step
+  RankWork typical;        // the other ranks' medians, part by part (those not named)
+  double lag_s = 0;        // slow.own_s - typical.own_s: what the other ranks waited a step
   double share = 0;  // lag_s / the median step period
   LagCause cause = LagCause::spread;
 };
@@ -73,13 +73,14 @@ inline constexpr int64_t kStragglerMinSteps = 5;
 // share of the gap.
 inline constexpr double kCauseShare = 0.5;
 
-// The ranks the others waited for, where the slowest stands out (the thresholds above,
-// against the median of the faster half of the ranks, so that two slow ranks of three are
-// both named rather than one against the other's average; the lowest rank among equals).
-// The same answer on every rank from the same numbers.
+// The ranks the others waited for, where the slowest stands out: the thresholds above
+// against "typical", the median of the ranks not named (found from the faster half's median
+// first, so that two slow ranks of three are both named rather than one measured against
+// the other; the lowest rank among equals). The same answer on every rank from the same
+// numbers.
 std::optional<Straggler> find_straggler(const std::vector<RankWork>& ranks);
-// The slowest rank's own time against the faster half's median (1 for one rank or no
-// steps); typical: that median.
+// The slowest rank's own time against typical (1 for one rank or no steps): the median of
+// the other ranks where none stands out; typical: that median.
 double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest = nullptr, double* typical = nullptr);
 // The warning's text: "epoch 3: rank 2 (host h3) held the other 3 ranks back: ...". hosts:
 // by rank, empty where all ranks are on one host.

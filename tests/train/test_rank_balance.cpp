@@ -156,8 +156,8 @@ TEST_CASE("rank balance: the slowest rank is named with the part that makes the 
   t.slowest_own_seconds = s->slow.own_s;
   detail::slowest_ratio(ranks, nullptr, &t.typical_own_seconds);
   CHECK_THAT(describe_epoch_timing(3, t, 4),
-             Catch::EndsWith("; the slowest rank's own work: rank 2, 37.0 ms against the others' median 22.0 ms "
-                             "(1.68x)"));
+             Catch::EndsWith("; the slowest rank's own work: rank 2, 37.0 ms against the waiting ranks' median "
+                             "22.0 ms (1.68x)"));
   CHECK_THAT(describe_epoch_timing(3, t, 2), Catch::Contains("37.0 ms against the other rank's 22.0 ms"));
 
   SECTION("compute, on a CPU and on a GPU") {
@@ -250,6 +250,28 @@ TEST_CASE("rank balance: the slowest rank is named with the part that makes the 
                                  "20.0 ms a step for it (40% of the step)"));
     CHECK_THAT(detail::describe_straggler(2, *s, {"h1", "h2", "h2", "h3"}, 4),
                Catch::StartsWith("epoch 2: ranks 1 (host h2), 2 (host h2) and 3 (host h3) held the other rank back"));
+  }
+  SECTION("a second slow host is news") {
+    auto named = [](int slowest, std::vector<int> set) {
+      detail::Straggler x;
+      x.rank = slowest;
+      x.ranks = std::move(set);
+      return x;
+    };
+    const std::vector<std::string> h8{"h1", "h1", "h3", "h3", "h4", "h4", "h4", "h4"};
+    const std::vector<std::string> one8(8, "");
+    // The same ranks; the slower of two; a rank near the threshold on a named host.
+    CHECK(detail::same_stragglers(named(2, {2}), named(2, {2}), h8));
+    CHECK(detail::same_stragglers(named(2, {2, 3}), named(3, {2, 3}), h8));
+    CHECK(detail::same_stragglers(named(2, {2}), named(2, {2, 3}), h8));
+    // Host h4 joins h3: news, with four ranks or one.
+    CHECK_FALSE(detail::same_stragglers(named(2, {2}), named(2, {2, 4, 5, 6, 7}), h8));
+    CHECK_FALSE(detail::same_stragglers(named(2, {2, 3}), named(2, {2, 3, 6}), h8));
+    // On one host, one rank more or less is not; two are.
+    CHECK(detail::same_stragglers(named(1, {1, 2}), named(2, {1, 2, 6}), one8));
+    CHECK_FALSE(detail::same_stragglers(named(1, {1}), named(1, {1, 5, 6}), one8));
+    // Another slowest, not named before: news.
+    CHECK_FALSE(detail::same_stragglers(named(2, {2}), named(5, {5}), one8));
   }
   SECTION("a rank near the threshold named in one epoch and not the next: no news") {
     RankBalance b(std::unique_ptr<timeline::DeviceEvents>{});

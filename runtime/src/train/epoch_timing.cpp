@@ -37,10 +37,10 @@ std::string describe_epoch_timing(int epoch, const EpochTiming& t, int ranks) {
                       "backward the step waited {:.1f} ms for its gradients",
                       t.comm_seconds * 1e3, t.hidden_fraction() * 100.0, t.exposed_comm_seconds * 1e3);
   // Who the others waited for (train/rank_balance.hpp), where it was measured: the slowest
-  // rank's own work a step against the other ranks' median (of those not named with it).
+  // rank's own work a step against the median of the ranks that waited (not named with it).
   if (t.slowest_rank >= 0 && t.typical_own_seconds > 0) {
     line += fmt::format("; the slowest rank's own work: rank {}, {} ms against {} {} ms ({:.2f}x)", t.slowest_rank,
-                        ms(t.slowest_own_seconds), ranks == 2 ? "the other rank's" : "the others' median",
+                        ms(t.slowest_own_seconds), ranks == 2 ? "the other rank's" : "the waiting ranks' median",
                         ms(t.typical_own_seconds), t.slowest_own_seconds / t.typical_own_seconds);
   }
   return line;

@@ -71,7 +71,9 @@ bool stands_out(const RankWork& w, double t, double period) {
 // not, the slowest left out in any case (they are the ranks that waited). Found from the
 // faster half's median first (so that two slow ranks of three are not measured against
 // each other), then refined until the named ranks are those that stand out against the
-// others' medians (a few rounds at most; each can only name fewer).
+// others' medians. The named ranks are always those above a line that rises with typical,
+// and typical does not fall as that line rises: typical moves one way only and settles
+// within as many rounds as there are ranks.
 struct Verdict {
   int slowest = -1;
   std::vector<int> named;  // ascending; empty: none stands out
@@ -95,10 +97,12 @@ Verdict judge(const std::vector<RankWork>& ranks) {
     return out;
   };
   auto typical_without = [&](const std::vector<int>& named) {
+    std::vector<bool> out(ranks.size(), false);
+    for (int r : named) out[static_cast<size_t>(r)] = true;
+    out[static_cast<size_t>(v.slowest)] = true;
     std::vector<double> own, input, other, compute, queue;
     for (size_t q = 0; q < ranks.size(); ++q) {
-      const int r = static_cast<int>(q);
-      if (r == v.slowest || std::find(named.begin(), named.end(), r) != named.end()) continue;
+      if (out[q]) continue;
       own.push_back(ranks[q].own_s);
       input.push_back(ranks[q].input_s);
       other.push_back(ranks[q].other_s);
@@ -112,7 +116,7 @@ Verdict judge(const std::vector<RankWork>& ranks) {
   std::vector<double> own;
   for (size_t q : faster_half(ranks)) own.push_back(ranks[q].own_s);
   v.named = named_against(median(own));
-  for (int round = 0; round < 8; ++round) {
+  for (size_t round = 0; round < ranks.size(); ++round) {
     v.typical = typical_without(v.named);
     std::vector<int> again = named_against(v.typical.own_s);
     if (again == v.named) break;
@@ -526,18 +530,40 @@ std::vector<RankWork> RankBalance::gather(Communicator& comm) {
   return out;
 }
 
+bool same_stragglers(const Straggler& warned, const Straggler& now, const std::vector<std::string>& hosts) {
+  auto among = [](int r, const std::vector<int>& set) { return std::find(set.begin(), set.end(), r) != set.end(); };
+  // Each warning's slowest among the other's named ranks: which of two equally slow ranks is
+  // the slower, or a rank near the threshold named in one epoch and not the next, is no news.
+  if (!among(now.rank, warned.ranks) || !among(warned.rank, now.ranks)) return false;
+  // But two or more ranks named or no longer named are, and so is one on a host that the
+  // warnings name no other rank on (a second slow host).
+  std::vector<int> changed;
+  for (int r : now.ranks) {
+    if (!among(r, warned.ranks)) changed.push_back(r);
+  }
+  for (int r : warned.ranks) {
+    if (!among(r, now.ranks)) changed.push_back(r);
+  }
+  if (changed.size() > 1) return false;
+  auto host_of = [&](int r) { return static_cast<size_t>(r) < hosts.size() ? hosts[static_cast<size_t>(r)] : ""; };
+  const bool one_host = std::all_of(hosts.begin(), hosts.end(), [](const std::string& h) { return h.empty(); });
+  if (changed.empty() || one_host) return true;
+  const std::string h = host_of(changed[0]);
+  for (const std::vector<int>* set : {&now.ranks, &warned.ranks}) {
+    for (int r : *set) {
+      if (r != changed[0] && !h.empty() && host_of(r) == h) return true;
+    }
+  }
+  return false;
+}
+
 bool RankBalance::worth_warning(const EpochBalance& e) {
   const std::optional<Straggler>& s = e.straggler;
   if (!s) {
     if (e.judged && e.slowest_ratio < kStragglerForgetRatio) warned_.reset();
     return false;
   }
-  // The same ranks hold the others back where each warning's slowest is among the other's
-  // named ranks (which of two equally slow ranks is the slower, or a rank near the threshold
-  // named in one epoch and not the next, is no news).
-  auto among = [](int r, const std::vector<int>& set) { return std::find(set.begin(), set.end(), r) != set.end(); };
-  const bool same = warned_ && among(s->rank, warned_->ranks) && among(warned_->rank, s->ranks) &&
-                    warned_->cause == s->cause &&
+  const bool same = warned_ && same_stragglers(*warned_, *s, hosts_) && warned_->cause == s->cause &&
                     s->lag_s < 1.5 * warned_->lag_s && s->lag_s > warned_->lag_s / 1.5;
   if (same) return false;
   warned_ = s;

@@ -85,6 +85,10 @@ double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest = nullptr,
 // The warning's text: "epoch 3: rank 2 (host h3) held the other 3 ranks back: ...". hosts:
 // by rank, empty where all ranks are on one host.
 std::string describe_straggler(int epoch, const Straggler& s, const std::vector<std::string>& hosts, int ranks);
+// Whether `now` names the ranks `warned` did, as far as news goes: each one's slowest is among
+// the other's named ranks, and at most one rank differs, on a host one of them names another
+// rank on (hosts: by rank; all empty on one host, where one rank may differ).
+bool same_stragglers(const Straggler& warned, const Straggler& now, const std::vector<std::string>& hosts);
 // Once warned, a straggler is forgotten only after an epoch of enough steps whose slowest
 // rank is under this ratio (an epoch around kStragglerRatio does not make it come and go).
 inline constexpr double kStragglerForgetRatio = 1.15;
@@ -163,7 +167,7 @@ class RankBalance {
   bool gpu() const { return events_ != nullptr; }
   RankWork local() const;  // this rank's means so far
   // Whether the master warns about this epoch's straggler now: the first time, and again
-  // only where the ranks named or the part changed, or the lag grew by half or shrank by a third,
+  // only where the ranks named (same_stragglers) or the part changed, or the lag grew by half or shrank by a third,
   // since the last warning (a job of 90 epochs with one slow host says so once; so do fits
   // in a row on one Model). A judged epoch whose slowest rank is under kStragglerForgetRatio
   // starts afresh.

@@ -267,6 +267,12 @@ TEST_CASE("rank balance: the slowest rank is named with the part that makes the 
     // Host h4 joins h3: news, with four ranks or one.
     CHECK_FALSE(detail::same_stragglers(named(2, {2}), named(2, {2, 4, 5, 6, 7}), h8));
     CHECK_FALSE(detail::same_stragglers(named(2, {2, 3}), named(2, {2, 3, 6}), h8));
+    // One rank fewer, alone on its host (one rank a host): its host was named, no news; two
+    // fewer are news.
+    const std::vector<std::string> h4{"h1", "h2", "h3", "h4"};
+    CHECK(detail::same_stragglers(named(2, {2, 3}), named(2, {2}), h4));
+    CHECK_FALSE(detail::same_stragglers(named(2, {2, 3}), named(2, {2, 3, 1}), h4));  // h2 joins
+    CHECK_FALSE(detail::same_stragglers(named(2, {2, 3, 6}), named(2, {2}), h8));
     // On one host, one rank more or less is not; two are.
     CHECK(detail::same_stragglers(named(1, {1, 2}), named(2, {1, 2, 6}), one8));
     CHECK_FALSE(detail::same_stragglers(named(1, {1}), named(1, {1, 5, 6}), one8));

@@ -535,8 +535,8 @@ bool same_stragglers(const Straggler& warned, const Straggler& now, const std::v
   // Each warning's slowest among the other's named ranks: which of two equally slow ranks is
   // the slower, or a rank near the threshold named in one epoch and not the next, is no news.
   if (!among(now.rank, warned.ranks) || !among(warned.rank, now.ranks)) return false;
-  // But two or more ranks named or no longer named are, and so is one on a host that the
-  // warnings name no other rank on (a second slow host).
+  // But two or more ranks named or no longer named are, and so is one rank more on a host
+  // that the warning named no rank on (a second slow host).
   std::vector<int> changed;
   for (int r : now.ranks) {
     if (!among(r, warned.ranks)) changed.push_back(r);
@@ -548,11 +548,11 @@ bool same_stragglers(const Straggler& warned, const Straggler& now, const std::v
   auto host_of = [&](int r) { return static_cast<size_t>(r) < hosts.size() ? hosts[static_cast<size_t>(r)] : ""; };
   const bool one_host = std::all_of(hosts.begin(), hosts.end(), [](const std::string& h) { return h.empty(); });
   if (changed.empty() || one_host) return true;
+  if (among(changed[0], warned.ranks)) return true;  // one rank fewer: its host was named
+  // One rank more: old news on a host the warning named another rank on.
   const std::string h = host_of(changed[0]);
-  for (const std::vector<int>* set : {&now.ranks, &warned.ranks}) {
-    for (int r : *set) {
-      if (r != changed[0] && !h.empty() && host_of(r) == h) return true;
-    }
+  for (int r : warned.ranks) {
+    if (!h.empty() && host_of(r) == h) return true;
   }
   return false;
 }

@@ -86,8 +86,9 @@ double slowest_ratio(const std::vector<RankWork>& ranks, int* slowest = nullptr,
 // by rank, empty where all ranks are on one host.
 std::string describe_straggler(int epoch, const Straggler& s, const std::vector<std::string>& hosts, int ranks);
 // Whether `now` names the ranks `warned` did, as far as news goes: each one's slowest is among
-// the other's named ranks, and at most one rank differs, on a host one of them names another
-// rank on (hosts: by rank; all empty on one host, where one rank may differ).
+// the other's named ranks, and at most one rank differs: one fewer, or one more on a host
+// the warning named another rank on (hosts: by rank; all empty on one host, where any one
+// rank more or fewer is no news).
 bool same_stragglers(const Straggler& warned, const Straggler& now, const std::vector<std::string>& hosts);
 // Once warned, a straggler is forgotten only after an epoch of enough steps whose slowest
 // rank is under this ratio (an epoch around kStragglerRatio does not make it come and go).

@@ -2,7 +2,9 @@
 """The PyTorch side of scripts/bench/resnet50_cpu: ResNet-50 v1.5 training steps on the CPU
 in one process, with the recipe of build/bin/resnet50 (SGD momentum 0.9, weight decay 1e-4
 on everything but BatchNorm, softmax cross-entropy), on one synthetic batch made once
-(random images in [-1, 1), random labels), float32, --threads intra-op threads, in
+(random images in [-1, 1), random labels), float32 or (--dtype bf16) under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's CPU mixed precision (convolutions and
+linear layers in bf16 through oneDNN, parameters f32), --threads intra-op threads, in
 --memory_format channels_last (model and input .to(memory_format=torch.channels_last), as
 ours by default) or channels_first (NCHW).
 
@@ -34,6 +36,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--memory_format", choices=["channels_last", "channels_first"], default="channels_last")
     a = ap.parse_args()
     if a.steps < 1 or a.warmup < 0 or a.batch < 1 or a.threads < 1 or a.image_size < 32:
@@ -58,7 +61,8 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         return loss
@@ -71,7 +75,7 @@ def main():
     seconds = time.perf_counter() - t0
     if loss.item() != loss.item():
         sys.exit("resnet50_cpu_torch: the loss is NaN")
-    print(f"RESULT framework=pytorch model={which} format={a.memory_format} threads={a.threads} image_size={a.image_size} batch={a.batch} "
+    print(f"RESULT framework=pytorch model={which} format={a.memory_format} dtype={a.dtype} threads={a.threads} image_size={a.image_size} batch={a.batch} "
           f"steps={a.steps} images_per_s={a.batch * a.steps / seconds:.1f} ms_per_step={1e3 * seconds / a.steps:.1f} "
           f"torch={torch.__version__} blas={blas_library()}")
 

@@ -66,6 +66,8 @@ namespace tnt {
     "CUDA: zero_grad and the weights' f16/bf16 copies in one launch per device; 0 = one memset or cast per parameter (the same bits)") \
   X(loss_grad_in_place, bool, "TNT_LOSS_GRAD_IN_PLACE", true, "",                              \
     "the label-smoothed loss writes its gradient over the predictions when nothing else holds them (the Transformer's logits: 2.2 GB less at its tutorial batch); 0 = into a buffer of its own (the same bits)") \
+  X(cpu_bf16, AutoSwitch, "TNT_CPU_BF16", AutoSwitch::Mode::automatic, "",                        \
+    "bf16 mixed precision on CPU ranks: auto = Conv2D and Dense multiply bf16 activations by bf16 weights (oneDNN, f32 sums) where the CPU has AVX512-BF16 or AMX, other layers compute in f32; 1 = so on any CPU oneDNN serves (slow without those instructions); 0 = every layer computes in f32 between bf16 activations") \
   X(layer_fusion, bool, "TNT_LAYER_FUSION", true, "",                                           \
     "chains of layers run as one call where an engine takes them: on GPUs BatchNorm->ReLU, BatchNorm->Add->ReLU (cuDNN) and Dropout->Add; on CPUs the same BatchNorm chains (oneDNN), Dropout->Add and ReLU->MaxPool2D 2x2; 0 = layer by layer")
 

@@ -121,9 +121,12 @@ class Network {
   // cast_for_compute (Conv2D, Dense weights) gets a dtype copy, Parameter::compute,
   // refreshed from value at the start of every forward. On CUDA the engines compute in
   // dtype (tensor cores, f32 accumulation; BatchNorm with f32 statistics and affine
-  // parameters, as cuDNN's mixed mode). The CPU engines compute in f32: there each layer's
-  // inputs are widened to f32 and its outputs rounded to dtype, so storage rounding and f16
-  // overflow happen as on the GPU while weights and products are not rounded.
+  // parameters, as cuDNN's mixed mode). The CPU engines compute in f32 (the emulation):
+  // there each layer's inputs are widened to f32 and its outputs rounded to dtype, so storage
+  // rounding and f16 overflow happen as on the GPU while weights and products are not
+  // rounded; except in bf16 where the CPU has bf16 instructions (TNT_CPU_BF16), where the
+  // layers whose CPU engine takes bf16 (Layer::cpu_computes_in: Conv2D, Dense) multiply by
+  // the bf16 copies in oneDNN as a GPU does.
   void set_compute_dtype(DType dtype);
   DType compute_dtype() const { return compute_dtype_; }
   // Memory format of 4-D activations between the layers that support it (default

@@ -152,6 +152,11 @@ class Layer : public std::enable_shared_from_this<Layer> {
   // formats, return gradients in the format of the forward's inputs, and expect output
   // gradients in the format of its outputs (the executor converts them).
   virtual bool supports_memory_format(MemoryFormat format) const { return format == MemoryFormat::contiguous; }
+  // Mixed precision on a CPU rank: whether this layer's CPU engine takes and returns
+  // activations in `dtype` itself (Conv2D and Dense in bf16, multiplying by the network's
+  // bf16 copy of their weights, where TNT_CPU_BF16 and the CPU allow). The executor widens
+  // every other layer's inputs to f32 and rounds its outputs back (the emulation).
+  virtual bool cpu_computes_in(DType dtype) const { return dtype == DType::f32; }
 
   // Per-layer cache for an engine (cuDNN descriptors, chosen algorithms); its owner casts.
   std::shared_ptr<void>& engine_cache(Device::Kind kind) {

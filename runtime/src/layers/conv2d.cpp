@@ -9,6 +9,10 @@
 // convolutions partition work statically, so with a fixed thread count every run gives
 // the same bits: TNT_DETERMINISTIC needs nothing more here.
 //
+// bf16 (mixed precision on a CPU with bf16 instructions, TNT_CPU_BF16): x, y, dy and dx in
+// bf16, the weights the network's bf16 copy, bias and the weight and bias gradients f32;
+// oneDNN sums in f32 and rounds each output once.
+//
 // Memory formats: x and dx may be contiguous (NCHW) or channels_last (NHWC); y is in the
 // network's format (rc.memory_format), dx in x's. The user tensors are described with their
 // strides (cpu::plain_desc), so the primitives (chosen with format_tag::any, hence the same
@@ -57,6 +61,10 @@ std::vector<Shape> Conv2D::output_shapes(const std::vector<Shape>& in) const {
   return {{s[0], filters_, ho, wo}};
 }
 
+bool Conv2D::cpu_computes_in(DType dtype) const {
+  return dtype == DType::f32 || (dtype == DType::bf16 && cpu::native_bf16());
+}
+
 void Conv2D::build(const std::vector<Shape>& in) {
   output_shapes(in);  // validates
   in_channels_ = in[0][1];
@@ -68,17 +76,24 @@ void Conv2D::build(const std::vector<Shape>& in) {
 
 namespace {
 
-std::shared_ptr<ConvPrims> conv_prims(const Shape& x, int64_t filters, int64_t k, int64_t s, int64_t p, bool bias) {
-  std::string key = fmt::format("conv2d|{}|{}|{}|{}|{}|{}", cpu::key_of(x), filters, k, s, p, bias);
+// dtype: of the activations and the weights (f32 or bf16); bias and gradients of the
+// weights are f32 either way.
+std::shared_ptr<ConvPrims> conv_prims(const std::string& layer, const Shape& x, DType dtype, int64_t filters,
+                                      int64_t k, int64_t s, int64_t p, bool bias) {
+  std::string key = fmt::format("conv2d|{}|{}|{}|{}|{}|{}|{}", cpu::key_of(x), dtype_name(dtype), filters, k, s, p,
+                                bias);
   return cpu::dnnl_cached<ConvPrims>(key, [&] {
+    return cpu::bf16_primitive(fmt::format("Conv2D '{}'", layer), dtype == DType::bf16, [&] {
     using md = dnnl::memory::desc;
     using tag = dnnl::memory::format_tag;
     const auto f32 = dnnl::memory::data_type::f32;
+    const auto t = cpu::dnnl_type(dtype);
     const int64_t ho = conv_out(x[2], k, s, p), wo = conv_out(x[3], k, s, p);
-    md src({x[0], x[1], x[2], x[3]}, f32, tag::any);
-    md w({filters, x[1], k, k}, f32, tag::any);
+    md src({x[0], x[1], x[2], x[3]}, t, tag::any);
+    md w({filters, x[1], k, k}, t, tag::any);
+    md dw({filters, x[1], k, k}, f32, tag::any);
     md b({filters}, f32, tag::x);
-    md dst({x[0], filters, ho, wo}, f32, tag::any);
+    md dst({x[0], filters, ho, wo}, t, tag::any);
     dnnl::memory::dims strides{s, s}, pad{p, p};
     const auto alg = dnnl::algorithm::convolution_direct;
     dnnl::engine& eng = cpu::dnnl_engine();
@@ -90,12 +105,13 @@ std::shared_ptr<ConvPrims> conv_prims(const Shape& x, int64_t filters, int64_t k
     dnnl::convolution_forward::primitive_desc fwd_pd(fd, eng);
     dnnl::convolution_backward_data::desc bdd(alg, src, w, dst, strides, pad, pad);
     dnnl::convolution_backward_data::primitive_desc bwd_data_pd(bdd, eng, fwd_pd);
-    auto bwd = bias ? dnnl::convolution_backward_weights::desc(alg, src, w, b, dst, strides, pad, pad)
-                    : dnnl::convolution_backward_weights::desc(alg, src, w, dst, strides, pad, pad);
+    auto bwd = bias ? dnnl::convolution_backward_weights::desc(alg, src, dw, b, dst, strides, pad, pad)
+                    : dnnl::convolution_backward_weights::desc(alg, src, dw, dst, strides, pad, pad);
     dnnl::convolution_backward_weights::primitive_desc bwd_w_pd(bwd, eng, fwd_pd);
     return ConvPrims{fwd_pd, dnnl::convolution_forward(fwd_pd), bwd_data_pd,
                      dnnl::convolution_backward_data(bwd_data_pd), bwd_w_pd,
                      dnnl::convolution_backward_weights(bwd_w_pd)};
+    });
   });
 }
 
@@ -119,14 +135,18 @@ std::vector<Tensor> Conv2D::forward(const std::vector<Tensor>& inputs, const Run
   Shape y_shape = output_shapes({x.shape()})[0];
   TNT_CUDA_DISPATCH(x.device(), cuda::conv2d_forward(*this, inputs, rc, saved));
 
-  Tensor y = Tensor::empty(y_shape, DType::f32, Device::cpu(), rc.memory_format);  // (N, F, Ho, Wo)
+  const DType dt = x.dtype();
+  TNT_CHECK(dt == DType::f32 || dt == DType::bf16, "Conv2D '{}': the CPU engine takes f32 or bf16, not {}", name_,
+            x.str());
+  Tensor y = Tensor::empty(y_shape, dt, Device::cpu(), rc.memory_format);  // (N, F, Ho, Wo)
   saved.tensors = {x, Tensor()};
   if (x.dim(0) == 0) return {y};
-  auto prims = conv_prims(x.shape(), filters_, kernel_, options_.stride, options_.padding, bias_ != nullptr);
+  auto prims = conv_prims(name_, x.shape(), dt, filters_, kernel_, options_.stride, options_.padding,
+                          bias_ != nullptr);
   const auto& pd = prims->fwd_pd;
   Tensor src_keep, w_keep, dst_keep;
   dnnl::memory src = cpu::reorder_to(cpu::wrap(x), pd.src_desc(), &src_keep);
-  dnnl::memory w = cpu::reorder_to(cpu::wrap(weight_->value), pd.weights_desc(), &w_keep);
+  dnnl::memory w = cpu::reorder_to(cpu::wrap(compute_value(*weight_, dt, name_)), pd.weights_desc(), &w_keep);
   dnnl::memory dst = result_memory(y, pd.dst_desc(), dst_keep);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}};
   if (bias_) args.emplace(DNNL_ARG_BIAS, cpu::wrap(bias_->value, pd.bias_desc()));
@@ -145,11 +165,12 @@ std::vector<Tensor> Conv2D::backward(const std::vector<Tensor>& grad_outputs, co
   const Tensor& x = saved.tensors[0];  // (N, C, H, W)
   const Tensor& dy = grad_outputs[0];  // (N, F, Ho, Wo), either format (described with its strides)
   Shape y_shape = output_shapes({x.shape()})[0];
-  TNT_CHECK(dy.shape() == y_shape && dy.dtype() == DType::f32, "Conv2D '{}': gradient {} for output {}", name_,
-            dy.str(), shape_str(y_shape));
+  const DType dt = x.dtype();
+  TNT_CHECK(dy.shape() == y_shape && dy.dtype() == dt, "Conv2D '{}': gradient {} for output {}", name_, dy.str(),
+            shape_str(y_shape));
   // (N, C, H, W), in x's format
-  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), DType::f32, Device::cpu(), x.memory_format())
-                                     : Tensor::empty({0}, DType::f32);
+  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), dt, Device::cpu(), x.memory_format())
+                                     : Tensor::empty({0}, dt);
   if (x.dim(0) == 0) return {dx};
   auto prims = std::static_pointer_cast<ConvPrims>(saved.extra);
 
@@ -161,7 +182,7 @@ std::vector<Tensor> Conv2D::backward(const std::vector<Tensor>& grad_outputs, co
     const auto& dpd = prims->bwd_data_pd;
     Tensor wd_keep, dx_keep;
     dyd = cpu::reorder_to(dy_user, dpd.diff_dst_desc(), &dyd_keep);
-    dnnl::memory wd = cpu::reorder_to(cpu::wrap(weight_->value), dpd.weights_desc(), &wd_keep);
+    dnnl::memory wd = cpu::reorder_to(cpu::wrap(compute_value(*weight_, dt, name_)), dpd.weights_desc(), &wd_keep);
     dnnl::memory dsrc = result_memory(dx, dpd.diff_src_desc(), dx_keep);
     cpu::execute(prims->bwd_data, {{DNNL_ARG_DIFF_DST, dyd}, {DNNL_ARG_WEIGHTS, wd}, {DNNL_ARG_DIFF_SRC, dsrc}});
     if (dx_keep.defined()) cpu::reorder_into(dsrc, cpu::wrap(dx));
@@ -176,7 +197,7 @@ std::vector<Tensor> Conv2D::backward(const std::vector<Tensor>& grad_outputs, co
   dnnl::memory dyw = dyd && wpd.diff_dst_desc() == dyd.get_desc() ? dyd : cpu::reorder_to(dy_user, wpd.diff_dst_desc(), &dyw_keep);
   dnnl::memory src;
   if (saved.tensors[1].defined() && wpd.src_desc() == prims->fwd_pd.src_desc()) {
-    src = cpu::wrap(saved.tensors[1], wpd.src_desc());
+    src = cpu::wrap_scratch(saved.tensors[1], wpd.src_desc());
   } else {
     src = cpu::reorder_to(cpu::wrap(x), wpd.src_desc(), &src_keep);
   }

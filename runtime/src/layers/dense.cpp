@@ -2,6 +2,12 @@
 // in) as PyTorch's Linear; forward multiplies by its transpose, which for oneDNN is the
 // same buffer described with swapped strides. The weight gradient accumulates through a
 // sum post-op, so a layer called twice adds both calls' gradients without a temporary.
+//
+// bf16 (mixed precision on a CPU with bf16 instructions, TNT_CPU_BF16): x, y, dy and dx in
+// bf16, multiplied by the network's bf16 copy of the weight with f32 sums; the bias and the
+// gradients of the parameters are f32. With an activation or dropout the product is kept in
+// f32, the epilogue runs there (as in f32) and the output is rounded once; its gradient is
+// widened for the epilogue's backward and rounded to bf16 for the two products.
 #include "tarantella/layers/dense.hpp"
 #include "nn/layer_types.hpp"
 
@@ -10,6 +16,8 @@
 #include "layers/dense_cuda.hpp"
 #include "layers/dense_epilogue.hpp"
 #include "layers/dropout_cpu.hpp"
+#include "core/half.hpp"
+#include "tarantella/ops.hpp"
 
 #include <memory>
 
@@ -54,6 +62,37 @@ void Dense::build(const std::vector<Shape>& in) {
   if (options_.use_bias) bias_ = &add_parameter("bias", {units_}, options_.bias_initializer);
 }
 
+bool Dense::cpu_computes_in(DType dtype) const {
+  return dtype == DType::f32 || (dtype == DType::bf16 && cpu::native_bf16());
+}
+
+namespace {
+// db (cols) += column sums of g (rows, cols); each thread owns a block of columns, rows in order.
+template <class T, class Widen>
+void add_column_sums(const T* g, int64_t rows, int64_t cols, float* db, Widen widen) {
+  {
+    const int64_t n = cols, r = rows;
+#pragma omp parallel for schedule(static) if (n * r > 65536)
+    for (int64_t j0 = 0; j0 < n; j0 += 64) {
+      const int64_t j1 = std::min(n, j0 + 64);
+      float acc[64] = {};
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += widen(g[i * n + j]);
+      for (int64_t j = j0; j < j1; ++j) db[j] += acc[j - j0];
+    }
+  }
+}
+
+// A matmul of bf16 operands where oneDNN has no bf16 on this CPU fails with the knob named.
+void dense_matmul(const std::string& name, bool bf16, const dnnl::memory& a, const dnnl::memory& b,
+                  const dnnl::memory* bias, const dnnl::memory& c, bool accumulate) {
+  cpu::bf16_primitive(fmt::format("Dense '{}'", name), bf16, [&] {
+    cpu::matmul(a, b, bias, c, accumulate);
+    return 0;
+  });
+}
+}  // namespace
+
 std::vector<Tensor> Dense::forward(const std::vector<Tensor>& inputs, const RunContext& rc, SavedState& saved) {
   check_inputs(inputs, 1);
   const Tensor& x = inputs[0];
@@ -66,27 +105,32 @@ std::vector<Tensor> Dense::forward(const std::vector<Tensor>& inputs, const RunC
   check_inputs(inputs, 1);
   TNT_CUDA_DISPATCH(x.device(), cuda::dense_forward(*this, inputs, rc, saved));
 
+  const DType dt = x.dtype();
+  TNT_CHECK(dt == DType::f32 || dt == DType::bf16, "Dense '{}': the CPU engine takes f32 or bf16, not {}", name_,
+            x.str());
+  const bool bf16 = dt == DType::bf16;
   const int64_t rows = x.numel() / in_features_;
   Shape out_shape = x.shape();
   out_shape.back() = units_;
-  Tensor y = Tensor::empty(out_shape, DType::f32);  // (R, units)
+  const auto epi = detail::DenseEpilogue::make(*this, rc, out_shape);
+  // The product in f32 where an epilogue follows (rounded to bf16 after it), else in x's dtype.
+  Tensor y = Tensor::empty(out_shape, epi.any() ? DType::f32 : dt);  // (R, units)
   if (rows > 0) {
     using namespace cpu;
-    dnnl::memory a = wrap(x, plain_desc({rows, in_features_}));  // (R, in)
+    dnnl::memory a = wrap(x, plain_desc({rows, in_features_}, MemoryFormat::contiguous, dt));  // (R, in)
     // W^T: (in, units) over W's (units, in) buffer
-    dnnl::memory b = wrap(weight_->value, dnnl::memory::desc({in_features_, units_}, dnnl::memory::data_type::f32,
-                                                             dnnl::memory::dims{1, in_features_}));
-    dnnl::memory c = wrap(y, plain_desc({rows, units_}));  // (R, units)
+    const dnnl::memory::desc wt({in_features_, units_}, dnnl_type(dt), dnnl::memory::dims{1, in_features_});
+    dnnl::memory b = wrap(compute_value(*weight_, dt, name_), wt);
+    dnnl::memory c = wrap(y, plain_desc({rows, units_}, MemoryFormat::contiguous, y.dtype()));  // (R, units)
     if (bias_) {
       dnnl::memory bias = wrap(bias_->value, plain_desc({1, units_}));  // (1, units)
-      matmul(a, b, &bias, c, false);
+      dense_matmul(name_, bf16, a, b, &bias, c, false);
     } else {
-      matmul(a, b, nullptr, c, false);
+      dense_matmul(name_, bf16, a, b, nullptr, c, false);
     }
   }
   saved.tensors = {x};
   saved.extra.reset();
-  const auto epi = detail::DenseEpilogue::make(*this, rc, y.shape());
   if (epi.any()) {
     // y > 0 afterwards exactly where the activation was positive and the element kept,
     // which is all the backward needs of ReLU (activation.cpp) and of a kept mask.
@@ -104,6 +148,7 @@ std::vector<Tensor> Dense::forward(const std::vector<Tensor>& inputs, const RunC
     }
     saved.tensors.push_back(y);
     saved.extra = std::make_shared<detail::DenseEpilogue>(epi);
+    if (bf16) return {ops::cast(y, DType::bf16)};
   }
   return {y};
 }
@@ -114,11 +159,16 @@ std::vector<Tensor> Dense::backward(const std::vector<Tensor>& grad_outputs, con
   TNT_CHECK(!saved.tensors.empty(), "Dense '{}': backward without a forward", name_);
   TNT_CUDA_DISPATCH(grad_outputs[0].device(), cuda::dense_backward(*this, grad_outputs, rc, saved));
   const Tensor& x = saved.tensors[0];
+  const DType dt = x.dtype();
+  const bool bf16 = dt == DType::bf16;
+  TNT_CHECK(grad_outputs[0].dtype() == dt, "Dense '{}': gradient {} for an input in {}", name_,
+            grad_outputs[0].str(), dtype_name(dt));
   Tensor dy = grad_outputs[0];
   const int64_t rows = x.numel() / in_features_;
   if (saved.extra) {  // the activation's and the dropout's gradient first (see forward)
     const auto& epi = *static_cast<const detail::DenseEpilogue*>(saved.extra.get());
     const Tensor& y = saved.tensors.at(1);
+    if (bf16) dy = ops::cast(dy, DType::f32);
     TNT_CHECK(dy.numel() == y.numel() && dy.dtype() == DType::f32, "Dense '{}': gradient {} for output {}", name_,
               dy.str(), y.str());
     Tensor dz = Tensor::empty(y.shape(), DType::f32);
@@ -136,33 +186,28 @@ std::vector<Tensor> Dense::backward(const std::vector<Tensor>& grad_outputs, con
     }
     dy = dz;
   }
-  TNT_CHECK(dy.numel() == rows * units_ && dy.dtype() == DType::f32, "Dense '{}': gradient {} for output ({}, {})",
-            name_, dy.str(), rows, units_);
-  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), DType::f32) : Tensor();  // (R, in)
+  // The bias gradient sums the f32 gradient where the epilogue made one (before rounding).
+  const Tensor dy_sum = dy;
+  if (bf16) dy = ops::cast(dy, DType::bf16);  // no copy where it already is bf16
+  TNT_CHECK(dy.numel() == rows * units_ && dy.dtype() == dt, "Dense '{}': gradient {} for output ({}, {})", name_,
+            dy.str(), rows, units_);
+  Tensor dx = saved.need_input_grads ? Tensor::empty(x.shape(), dt) : Tensor();  // (R, in)
   if (rows == 0) return {dx};
   using namespace cpu;
+  const auto plain = [dt](const Shape& s) { return plain_desc(s, MemoryFormat::contiguous, dt); };
   if (dx.defined()) {
     // dx (R, in) = dy (R, units) x W (units, in)
-    matmul(wrap(dy, plain_desc({rows, units_})), wrap(weight_->value), nullptr,
-           wrap(dx, plain_desc({rows, in_features_})), false);
+    dense_matmul(name_, bf16, wrap(dy, plain({rows, units_})), wrap(compute_value(*weight_, dt, name_)), nullptr,
+                 wrap(dx, plain({rows, in_features_})), false);
   }
   // dW (units, in) += dy^T (units, R) x x (R, in)
-  dnnl::memory dy_t = wrap(dy, dnnl::memory::desc({units_, rows}, dnnl::memory::data_type::f32,
-                                                  dnnl::memory::dims{1, units_}));
-  matmul(dy_t, wrap(x, plain_desc({rows, in_features_})), nullptr, wrap(weight_->grad), true);
-  if (bias_) {
-    // db (units) += column sums of dy; each thread owns a block of columns, rows in order.
-    const float* g = dy.data<float>();  // (R, units)
-    float* db = bias_->grad.data<float>();
-    const int64_t n = units_, r = rows;
-#pragma omp parallel for schedule(static) if (n * r > 65536)
-    for (int64_t j0 = 0; j0 < n; j0 += 64) {
-      const int64_t j1 = std::min(n, j0 + 64);
-      float acc[64] = {};
-      for (int64_t i = 0; i < r; ++i)
-        for (int64_t j = j0; j < j1; ++j) acc[j - j0] += g[i * n + j];
-      for (int64_t j = j0; j < j1; ++j) db[j] += acc[j - j0];
-    }
+  dnnl::memory dy_t = wrap(dy, dnnl::memory::desc({units_, rows}, dnnl_type(dt), dnnl::memory::dims{1, units_}));
+  dense_matmul(name_, bf16, dy_t, wrap(x, plain({rows, in_features_})), nullptr, wrap(weight_->grad), true);
+  if (bias_ && dy_sum.dtype() == DType::bf16) {
+    const auto* g = static_cast<const uint16_t*>(dy_sum.raw());
+    add_column_sums(g, rows, units_, bias_->grad.data<float>(), [](uint16_t v) { return bf16_to_float(v); });
+  } else if (bias_) {
+    add_column_sums(dy_sum.data<float>(), rows, units_, bias_->grad.data<float>(), [](float v) { return v; });
   }
   return {dx};
 }

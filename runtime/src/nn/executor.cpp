@@ -114,8 +114,10 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
   // Mixed precision (see set_compute_dtype): cdt between layers, f32 at the edges.
   const DType cdt = compute_dtype_;
   const bool mixed = cdt != DType::f32;
-  const bool emulate = mixed && device_.is_cpu();  // CPU engines compute in f32
-  if (mixed && device_.is_cuda()) refresh_compute_copies();
+  // CPU engines compute in f32, except those that take cdt themselves (Conv2D and Dense in
+  // bf16 through oneDNN: Layer::cpu_computes_in).
+  const bool emulating = mixed && device_.is_cpu();
+  if (mixed) refresh_compute_copies();
 
   RunContext lrc = rc;  // what the layers see
   lrc.memory_format = memory_format_;
@@ -148,6 +150,7 @@ std::vector<Tensor> Network::forward(const std::vector<Tensor>& inputs, const Ru
       for (const auto& [p, k] : node_inputs_[i]) only_inputs = only_inputs && p < inputs_.size();
       saved_[i].need_input_grads = !only_inputs;
     }
+    const bool emulate = emulating && !layer->cpu_computes_in(cdt);
     if (emulate) {
       for (Tensor& a : args) a = convert(a, cdt, DType::f32);
     }
@@ -225,7 +228,7 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
   RunContext lrc = rc;  // what the layers see
   lrc.memory_format = memory_format_;
   const DType cdt = compute_dtype_;
-  const bool emulate = cdt != DType::f32 && device_.is_cpu();
+  const bool emulating = cdt != DType::f32 && device_.is_cpu();  // see forward
   // Hook indices are positions in trainable_parameters(), counted now: a program may freeze
   // or unfreeze a parameter (Parameter::trainable) after the network was made.
   std::vector<size_t> first_trainable;  // per layer
@@ -247,6 +250,7 @@ std::vector<Tensor> Network::backward(const std::vector<Tensor>& grad_outputs, c
         if (!g[k].defined()) g[k] = Tensor::zeros(out_shapes_[i][k], out_dtypes_[i][k], device_, out_formats_[i][k]);
         g[k] = for_layer(*layer, g[k]);
       }
+      const bool emulate = emulating && !layer->cpu_computes_in(cdt);
       if (emulate) {
         for (Tensor& t : g) t = convert(t, cdt, DType::f32);
       }
@@ -337,6 +341,8 @@ void Network::refresh_compute_copies() {
   std::map<int, std::vector<backend::CastSpan>> device_spans;
   std::set<const void*> seen;  // a weight shared by two layers is cast once
   for (Layer* layer : layers_) {
+    // On the CPU only the layers that compute in the compute dtype multiply by the copies.
+    if (device_.is_cpu() && !layer->cpu_computes_in(compute_dtype_)) continue;
     for (Parameter* p : layer->parameters()) {
       if (!p->cast_for_compute || p->value.dtype() == compute_dtype_) continue;
       if (!p->compute.defined() || p->compute.dtype() != compute_dtype_ || p->compute.shape() != p->value.shape() ||

@@ -4,6 +4,7 @@
 // model_predict.cpp, model_checkpoint.cpp.
 #include "tarantella/model.hpp"
 
+#include "backend/cpu/dnnl_context.hpp"
 #include "comm/agreement.hpp"
 #include "comm/collective_scope.hpp"
 #include "core/clock.hpp"
@@ -101,9 +102,14 @@ void Model::compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vec
   scaler_ = scaler;
   network_->set_compute_dtype(cdt);
   if (precision_.mixed() && network_->device().is_cpu()) {
-    log_warning("mixed precision {} on the CPU is emulated: activations are stored in {}, but the CPU engines "
-                "compute in f32, so it is no faster than fp32 (meant for trying a GPU program out on a CPU)",
-                precision_.name(), dtype_name(cdt));
+    const std::string why = cpu::emulation_reason(cdt);
+    if (why.empty()) {
+      log_info("mixed precision bf16 on the CPU: Conv2D and Dense multiply in bf16 (oneDNN, instruction set {}, f32 "
+               "sums); the other layers compute in f32 between bf16 activations", cpu::isa_name());
+    } else {
+      log_warning("mixed precision {} on the CPU is emulated: activations are stored in {}, but the CPU engines "
+                  "compute in f32, so it is no faster than fp32 ({})", precision_.name(), dtype_name(cdt), why);
+    }
   }
 }
 

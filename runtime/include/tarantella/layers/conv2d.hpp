@@ -23,6 +23,7 @@ class Conv2D : public Layer {
 
   std::string type() const override { return "Conv2D"; }
   bool supports_memory_format(MemoryFormat) const override { return true; }  // produces rc.memory_format
+  bool cpu_computes_in(DType dtype) const override;  // f32, and bf16 where native_bf16 (oneDNN)
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   void build(const std::vector<Shape>& input_shapes) override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,

@@ -32,6 +32,7 @@ class Dense : public Layer {
   Dense(int64_t units, std::string name) : Dense(units, DenseOptions{}, std::move(name)) {}
 
   std::string type() const override { return "Dense"; }
+  bool cpu_computes_in(DType dtype) const override;  // f32, and bf16 where native_bf16 (oneDNN)
   std::vector<Shape> output_shapes(const std::vector<Shape>& input_shapes) const override;
   void build(const std::vector<Shape>& input_shapes) override;
   std::vector<Tensor> forward(const std::vector<Tensor>& inputs, const RunContext& rc,

@@ -1,6 +1,7 @@
 #include "backend/cpu/dnnl_context.hpp"
 
 #include "tarantella/check.hpp"
+#include "tarantella/runtime.hpp"
 
 #include <mutex>
 
@@ -38,7 +39,17 @@ void dnnl_cache_insert(const std::string& key, std::shared_ptr<void> value) {
 
 dnnl::memory::dims dnnl_dims(const Shape& shape) { return dnnl::memory::dims(shape.begin(), shape.end()); }
 
-dnnl::memory::desc plain_desc(const Shape& shape, MemoryFormat format) {
+dnnl::memory::data_type dnnl_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return dnnl::memory::data_type::f32;
+    case DType::bf16: return dnnl::memory::data_type::bf16;
+    default: break;
+  }
+  TNT_THROW("the CPU engines take f32 or bf16 tensors, not {}", dtype_name(dtype));
+}
+
+dnnl::memory::desc plain_desc(const Shape& shape, MemoryFormat format, DType dtype) {
+  const dnnl::memory::data_type type = dnnl_type(dtype);
   dnnl::memory::dims dims = dnnl_dims(shape);
   dnnl::memory::dims strides(dims.size());
   if (format == MemoryFormat::channels_last) {
@@ -46,28 +57,96 @@ dnnl::memory::desc plain_desc(const Shape& shape, MemoryFormat format) {
     // (N, C, H, W) logical, NHWC in memory: C varies fastest, then W, H, N.
     const int64_t c = dims[1], h = dims[2], w = dims[3];
     strides = {h * w * c, 1, w * c, c};
-    return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+    return dnnl::memory::desc(dims, type, strides);
   }
   int64_t s = 1;
   for (size_t i = dims.size(); i-- > 0;) {
     strides[i] = s;
     s *= dims[i];
   }
-  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+  return dnnl::memory::desc(dims, type, strides);
 }
 
-dnnl::memory::desc plain_desc(const Tensor& t) { return plain_desc(t.shape(), t.memory_format()); }
+dnnl::memory::desc plain_desc(const Tensor& t) { return plain_desc(t.shape(), t.memory_format(), t.dtype()); }
 
 dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& desc) {
-  TNT_CHECK(t.device().is_cpu() && t.dtype() == DType::f32, "oneDNN engine given {}", t.str());
+  TNT_CHECK(t.device().is_cpu() && (t.dtype() == DType::f32 || t.dtype() == DType::bf16),
+            "oneDNN engine given {}", t.str());
+  // A floating descriptor must have the tensor's dtype; others (a batch norm's u8 ReLU mask)
+  // lie over an f32 tensor used as bytes.
+  const auto type = desc.data_type();
+  TNT_CHECK(type != dnnl::memory::data_type::f32 && type != dnnl::memory::data_type::bf16
+                ? t.nbytes() >= desc.get_size()
+                : type == dnnl_type(t.dtype()),
+            "oneDNN engine given {} for a descriptor of another dtype or size", t.str());
   return dnnl::memory(desc, dnnl_engine(), t.raw());
 }
 
 dnnl::memory wrap(const Tensor& t) { return wrap(t, plain_desc(t)); }
 
+bool has_bf16_instructions() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;  // AMX's mask holds AVX512-BF16's
+}
+
+std::string isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_mic: return "avx512_mic";
+    case dnnl::cpu_isa::avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: break;
+  }
+  return "unknown";
+}
+
+bool native_bf16_for(AutoSwitch mode, bool bf16_instructions) {
+  return mode.on() || (mode.automatic() && bf16_instructions);
+}
+
+bool native_bf16() {
+  static const bool instructions = has_bf16_instructions();  // fixed for the process
+  return native_bf16_for(config().cpu_bf16, instructions);
+}
+
+std::string emulation_reason(DType dtype) {
+  if (dtype == DType::bf16 && native_bf16()) return "";
+  if (dtype != DType::bf16) {
+    return "oneDNN trains in f16 on no CPU we build for; --dtype=bf16 multiplies in bf16 on CPUs with "
+           "AVX512-BF16 or AMX";
+  }
+  if (config().cpu_bf16.off()) return fmt::format("{}=0", env::cpu_bf16);
+  return fmt::format("this CPU has no AVX512-BF16 or AMX: oneDNN's instruction set here is {}; meant for trying "
+                     "a GPU program out on a CPU", isa_name());
+}
+
+void throw_no_bf16(const std::string& what, const char* dnnl_message) {
+  const std::string where = fmt::format("{}: oneDNN has no bf16 implementation on this CPU (instruction set {}; "
+                                        "oneDNN says: {})", what, isa_name(), dnnl_message);
+  if (config().cpu_bf16.on()) {
+    throw InputError(fmt::format("{}; {}=1 asks for bf16 products on any CPU: unset it, or set it to auto (bf16 "
+                                 "products where the CPU has AVX512-BF16 or AMX) or 0",
+                                 where, env::cpu_bf16));
+  }
+  throw InputError(where + "; give it f32 inputs, or let a network with set_compute_dtype(bf16) choose");
+}
+
 dnnl::memory scratch(const dnnl::memory::desc& desc, Tensor& owner) {
   size_t bytes = desc.get_size();
   owner = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)}, DType::f32, Device::cpu());
+  return dnnl::memory(desc, dnnl_engine(), owner.raw());
+}
+
+dnnl::memory wrap_scratch(const Tensor& owner, const dnnl::memory::desc& desc) {
+  TNT_CHECK(owner.device().is_cpu() && owner.nbytes() >= desc.get_size(), "a oneDNN scratch of {} for {} bytes",
+            owner.str(), desc.get_size());
   return dnnl::memory(desc, dnnl_engine(), owner.raw());
 }
 

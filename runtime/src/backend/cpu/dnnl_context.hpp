@@ -5,6 +5,7 @@
 // them per call. Entries live until the process ends; a model has a handful of shapes.
 #pragma once
 
+#include "tarantella/config.hpp"
 #include "tarantella/tensor.hpp"
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -31,14 +32,46 @@ std::shared_ptr<T> dnnl_cached(const std::string& key, Make make) {
 }
 
 dnnl::memory::dims dnnl_dims(const Shape& shape);
-// A plain row-major f32 descriptor of shape (nchw, oihw, nc, ...); with channels_last (a
-// 4-D shape only), the logical dims (N, C, H, W) with the strides of NHWC memory: oneDNN
-// takes the logical order and the strides, so primitives see the same dims in both formats.
-dnnl::memory::desc plain_desc(const Shape& shape, MemoryFormat format = MemoryFormat::contiguous);
-dnnl::memory::desc plain_desc(const Tensor& t);  // for t's shape and memory format
-// Wraps a host f32 tensor's storage (no copy).
+// oneDNN's type for f32 or bf16 (the two dtypes the CPU engines take); throws for others.
+dnnl::memory::data_type dnnl_type(DType dtype);
+// A plain row-major descriptor of shape (nchw, oihw, nc, ...); with channels_last (a 4-D
+// shape only), the logical dims (N, C, H, W) with the strides of NHWC memory: oneDNN takes
+// the logical order and the strides, so primitives see the same dims in both formats.
+dnnl::memory::desc plain_desc(const Shape& shape, MemoryFormat format = MemoryFormat::contiguous,
+                              DType dtype = DType::f32);
+dnnl::memory::desc plain_desc(const Tensor& t);  // for t's shape, memory format and dtype
+// Wraps a host f32 or bf16 tensor's storage (no copy); desc must have the tensor's dtype.
 dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& desc);
 dnnl::memory wrap(const Tensor& t);  // with plain_desc(t): the tensor's own format
+
+// bf16 mixed precision on the CPU (TNT_CPU_BF16, docs/library.md). Whether this CPU has
+// instructions for bf16 products (AVX512-BF16, or AMX), as oneDNN sees it: its effective
+// instruction set, which ONEDNN_MAX_CPU_ISA may lower.
+bool has_bf16_instructions();
+// The instruction set oneDNN uses, in its own words ("avx512_core_bf16", "avx2", ...).
+std::string isa_name();
+// The decision for a knob's mode and an instruction set (testable without such a CPU):
+// on = bf16 products, off = f32 products, automatic = bf16 where the CPU has the instructions.
+bool native_bf16_for(AutoSwitch mode, bool bf16_instructions);
+// Whether Conv2D and Dense multiply bf16 activations in bf16 in this process (the knob and
+// this CPU); the other layers compute in f32 between bf16 activations either way.
+bool native_bf16();
+// Why a network computing in `dtype` on this CPU runs its Conv2D and Dense layers in f32
+// (the emulation), for the Model's warning; empty where they multiply in bf16.
+std::string emulation_reason(DType dtype);
+// Creates a oneDNN primitive descriptor with make(); where oneDNN has no bf16
+// implementation on this CPU (TNT_CPU_BF16=1 on a CPU without AVX-512), throws an
+// InputError naming the layer, the knob and the instruction set instead of oneDNN's words.
+[[noreturn]] void throw_no_bf16(const std::string& what, const char* dnnl_message);
+template <class Make>
+auto bf16_primitive(const std::string& what, bool bf16, Make make) -> decltype(make()) {
+  if (!bf16) return make();
+  try {
+    return make();
+  } catch (const dnnl::error& e) {
+    throw_no_bf16(what, e.what());
+  }
+}
 
 // Memory in `desc`: src itself when its layout already matches, else a new buffer filled
 // by a reorder. keep (optional) receives the tensor owning the new buffer.
@@ -51,6 +84,8 @@ void reorder_into(const dnnl::memory& src, const dnnl::memory& dst);
 void reorder_add_into(const dnnl::memory& src, const dnnl::memory& dst);
 // A host tensor of bytes large enough for desc, and a memory over it.
 dnnl::memory scratch(const dnnl::memory::desc& desc, Tensor& owner);
+// A memory in desc over an owner that scratch() made for it (of any dtype's desc).
+dnnl::memory wrap_scratch(const Tensor& owner, const dnnl::memory::desc& desc);
 
 void execute(dnnl::primitive& p, const std::unordered_map<int, dnnl::memory>& args);
 

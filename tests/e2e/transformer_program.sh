@@ -21,7 +21,7 @@
 #   before the data are read (a missing --data_dir is not what the refusal names);
 #   with --resume it continues at the checkpoint's epoch, history.csv has every epoch once;
 #   a restart of the same launch (TNT_RUN_ID, TNT_RESTART=1) continues without --resume.
-# dtype: --dtype=bf16 (emulated mixed precision on CPU ranks) trains, says so, and its first
+# dtype: --dtype=bf16 (mixed precision on CPU ranks) trains, says so, and its first
 #   epoch's loss is within 2% of fp32's while its weights differ from fp32's (bf16 was
 #   used); --dtype=fp8 is refused naming the flag.
 # decode_cache: a short training on 2 ranks translates the dev sentences with the key/value

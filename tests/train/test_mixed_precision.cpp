@@ -1,5 +1,6 @@
 // Mixed precision (tarantella/precision.hpp, Network::set_compute_dtype), on CPU ranks:
-// the parts that are shared with the GPU path. The CPU engines compute in f32, so here the
+// the parts that are shared with the GPU path. The CPU engines compute in f32 (except
+// Conv2D and Dense in bf16 on a CPU with bf16 instructions, TNT_CPU_BF16), so here the
 // network stores activations and their gradients in bf16/f16 between layers (rounding and
 // f16 overflow as on the GPU), while the loss scaler, the skip decision, the unscaling in
 // the Reducer, the f32 master weights, the agreement of the ranks and the checkpointed scale

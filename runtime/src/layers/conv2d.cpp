@@ -70,7 +70,7 @@ void Conv2D::build(const std::vector<Shape>& in) {
   in_channels_ = in[0][1];
   TNT_INPUT_CHECK(in_channels_ > 0, "Conv2D '{}': input {} has no channels", name_, shape_str(in[0]));
   weight_ = &add_parameter("weight", {filters_, in_channels_, kernel_, kernel_}, options_.kernel_initializer);
-  weight_->cast_for_compute = true;  // mixed precision: the CUDA engine multiplies by a half copy
+  weight_->cast_for_compute = true;  // mixed precision: the engines multiply by a half copy
   if (options_.use_bias) bias_ = &add_parameter("bias", {filters_}, options_.bias_initializer);
 }
 

@@ -58,7 +58,7 @@ void Dense::build(const std::vector<Shape>& in) {
             "Dense '{}': expects one input of shape (..., in) with in > 0", name_);
   in_features_ = in[0].back();
   weight_ = &add_parameter("weight", {units_, in_features_}, options_.kernel_initializer);
-  weight_->cast_for_compute = true;  // mixed precision: the CUDA engine multiplies by a half copy
+  weight_->cast_for_compute = true;  // mixed precision: the engines multiply by a half copy
   if (options_.use_bias) bias_ = &add_parameter("bias", {units_}, options_.bias_initializer);
 }
 

@@ -148,9 +148,10 @@ void Layer::check_inputs(const std::vector<Tensor>& inputs, size_t count) const 
               "layer '{}' ({}): input {} is {}, expected a floating tensor", name_, type(), i, t.str());
     if (t.device().is_cpu() && !cpu_computes_in(dt)) {
       // Only Conv2D and Dense take bf16 on the CPU, and only where TNT_CPU_BF16 lets them.
-      const std::string why = dt == DType::bf16 && cpu_computes_in(DType::f32) ? cpu::emulation_reason(dt) : "";
-      TNT_THROW("layer '{}' ({}): input {} is {}; this layer's CPU engine computes in f32{}", name_, type(), i,
-                t.str(), why.empty() ? "" : " (" + why + ")");
+      const std::string why = dt == DType::bf16 ? cpu::emulation_reason(dt) : "";
+      TNT_THROW("layer '{}' ({}): input {} is {}; this layer's CPU engine computes in f32 (on a CPU only Conv2D and "
+                "Dense take bf16, and only where they multiply in bf16{})",
+                name_, type(), i, t.str(), why.empty() ? "" : ": not here, " + why);
     }
     TNT_CHECK(t.device() == inputs[0].device(), "layer '{}' ({}): inputs on different devices ({} and {})", name_,
               type(), inputs[0].device().str(), t.device().str());

@@ -104,8 +104,9 @@ void Model::compile(std::shared_ptr<Optimizer> optimizer, LossPtr loss, std::vec
   if (precision_.mixed() && network_->device().is_cpu()) {
     const std::string why = cpu::emulation_reason(cdt);
     if (why.empty()) {
-      log_info("mixed precision bf16 on the CPU: Conv2D and Dense multiply in bf16 (oneDNN, instruction set {}, f32 "
-               "sums); the other layers compute in f32 between bf16 activations", cpu::isa_name());
+      log_info("mixed precision bf16 on the CPU: the network's Conv2D and Dense layers multiply in bf16 (oneDNN, "
+               "instruction set {}, f32 sums); the other layers, those inside them (attention's projections) "
+               "included, compute in f32 between bf16 activations", cpu::isa_name());
     } else {
       log_warning("mixed precision {} on the CPU is emulated: activations are stored in {}, but the CPU engines "
                   "compute in f32, so it is no faster than fp32 ({})", precision_.name(), dtype_name(cdt), why);

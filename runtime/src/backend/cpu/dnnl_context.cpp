@@ -72,12 +72,11 @@ dnnl::memory::desc plain_desc(const Tensor& t) { return plain_desc(t.shape(), t.
 dnnl::memory wrap(const Tensor& t, const dnnl::memory::desc& desc) {
   TNT_CHECK(t.device().is_cpu() && (t.dtype() == DType::f32 || t.dtype() == DType::bf16),
             "oneDNN engine given {}", t.str());
-  // A floating descriptor must have the tensor's dtype; others (a batch norm's u8 ReLU mask)
-  // lie over an f32 tensor used as bytes.
+  // A floating descriptor must have the tensor's dtype; a byte one (a batch norm's u8 ReLU
+  // mask) lies over an f32 tensor used as bytes, large enough for it.
   const auto type = desc.data_type();
-  TNT_CHECK(type != dnnl::memory::data_type::f32 && type != dnnl::memory::data_type::bf16
-                ? t.nbytes() >= desc.get_size()
-                : type == dnnl_type(t.dtype()),
+  const bool bytes = type == dnnl::memory::data_type::u8 || type == dnnl::memory::data_type::s8;
+  TNT_CHECK(bytes ? t.nbytes() >= desc.get_size() : type == dnnl_type(t.dtype()),
             "oneDNN engine given {} for a descriptor of another dtype or size", t.str());
   return dnnl::memory(desc, dnnl_engine(), t.raw());
 }

@@ -69,6 +69,7 @@ auto bf16_primitive(const std::string& what, bool bf16, Make make) -> decltype(m
   try {
     return make();
   } catch (const dnnl::error& e) {
+    if (e.status != dnnl_unimplemented) throw;  // another failure keeps oneDNN's words
     throw_no_bf16(what, e.what());
   }
 }

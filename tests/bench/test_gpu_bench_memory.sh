@@ -6,7 +6,8 @@
 # (pid 1, 5000 MiB) that no run may count. Checks that the tables carry each run's own
 # allocator peak and nvidia-smi peak (summed over the run's process tree: a fake launcher
 # with its rank as a child), and the Transformer's memory ratio line; then, with nvidia-smi
-# listing no process (a PID namespace), the device-level "(dev)" fallback. Takes seconds.
+# listing no process (a PID namespace), the device-level "(dev)" fallback. Takes seconds
+# (about 100 s where starting a process is slow: tests/bench/CMakeLists.txt).
 #   test_gpu_bench_memory.sh SOURCE_DIR
 set -euo pipefail
 src=$1

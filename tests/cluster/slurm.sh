@@ -223,9 +223,15 @@ EOF2
     echo "+ scancel --batch --signal=USR1 $job"
     timeout 30 scancel --batch --signal=USR1 "$job" || cl_fail "requeued: scancel --signal failed"
     # SLURM holds a requeued job back for a while (its begin time); that wait is not under
-    # test: once the job is pending again, it may start at once.
+    # test: once the job is pending again, it may start soon. Not at once: each slurmd
+    # revoked the job's credential when the requeue ended its first run, and it refuses a
+    # launch whose credential was made in the same second as that revocation (times in
+    # whole seconds): a start within the second failed 1 run in 4 here with "Job
+    # credential revoked" in slurmctld's log and the job FAILED. 2 s puts the new
+    # credential in a later second.
     end=$((SECONDS + 60))
     while ((SECONDS < end)) && [[ $(timeout 10 squeue -h -j "$job" -o %T 2>/dev/null) != PENDING ]]; do sleep 0.2; done
+    sleep 2
     timeout 10 scontrol show job "$job" 2>/dev/null | grep -o 'Reason=[^ ]*\|StartTime=[^ ]*\|Restarts=[0-9]*' | paste -sd' '
     timeout 10 scontrol update JobId="$job" StartTime=now || echo "(scontrol update StartTime=now failed)"
     finish requeued 180

@@ -35,7 +35,7 @@
 #   runs took 14-33 s against the old 45 s bound on the whole run, nearly all of it start-up
 #   and the first epoch (60,000 samples) before the signal, which the load stretches.
 #   worker_killed: a worker (rank 2 of 1 server + 3 workers) SIGKILLed in the middle of the
-#     second epoch: the job goes on without it (--heartbeat-timeout 2), finishes its 3
+#     second epoch: the job goes on without it (--heartbeat-timeout 2), finishes its 5
 #     epochs and the test evaluation with exit 0, and the launcher says the worker was
 #     dropped and how every rank ended; the timeline (--timeline) merges the 2 workers left.
 #     (That the lost worker's samples are each trained on once is counted exactly by tests/ps
@@ -84,15 +84,16 @@ ended_after_signal() {
     fm_fail "$1: ended ${after}s after the signal (the run: ${fm_seconds}s), not within 20 s"
 }
 
-# signal_rank_after_row DIR RANK SIG [PAUSE]: in the background ($killer), once DIR's
-# history.csv exists (at most 30 s) and PAUSE seconds more, SIG to the program of job rank
-# RANK that runs in DIR; the time of the signal goes to $fm_tmp/signalled_at. The rank's
+# signal_rank_after_row DIR RANK SIG [PAUSE [FILE]]: in the background ($killer), once
+# DIR/FILE exists (history.csv unless given; 300 looks, 0.1 s apart) and PAUSE seconds
+# more, SIG to the program of job rank RANK that runs in DIR, where it still runs; the time
+# of the signal goes to $fm_tmp/signalled_at. The rank's
 # process is found while the first epoch runs, so that little lies between the row and the
 # signal: looking for it after the row took several process starts (pgrep, then tr and grep
 # for each rank), and with the ranks busy on both cores that once took longer than the 4 s
 # of training left, so nothing was signalled.
 signal_rank_after_row() {
-  local dir=$1 rank=$2 sig=$3 pause=${4:-0}
+  local dir=$1 rank=$2 sig=$3 pause=${4:-0} file=${5:-history.csv}
   (
     find_rank() {
       local p
@@ -105,12 +106,14 @@ signal_rank_after_row() {
     pids=
     for _ in $(seq 1 300); do
       [[ -n $pids ]] || pids=$(find_rank)
-      [[ -e $dir/history.csv ]] && break
+      [[ -e $dir/$file ]] && break
       sleep 0.1
     done
     [[ -n $pids ]] || pids=$(find_rank)
     sleep "$pause"
     for p in $pids; do
+      # The same program still (not a process that took an ended rank's number).
+      [[ $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null) == "$fm_program "* ]] || continue
       kill "-$sig" "$p" && date +%s.%N >"$fm_tmp/signalled_at"
     done
   ) &
@@ -210,17 +213,18 @@ case $case_name in
     ended_after_signal killed
     ;;
   worker_killed)
-    # The first epoch's row in history.csv, then 0.3 s (and the finding of the rank's
-    # process, a few process starts): the workers are stepping in the second epoch. The work
+    # The first epoch's checkpoint (written after its history row, by every worker together:
+    # a worker lost in that save ends the job), then 0.3 s: the workers are stepping in the
+    # second epoch. The work
     # comes in 5 short epochs so that at least 3 are left when the kill lands on any machine:
     # on a fast one an epoch of 21,600 samples takes about 1 s and the kill lands about 0.5 s
-    # after the first row (as 3 epochs of 36,000, the whole run took 6.9 s there and a kill
+    # after the first checkpoint (as 3 epochs of 36,000, the whole run took 6.9 s there and a kill
     # 1.5 s after the first row came after the end); on a loaded one epochs are 10 times
     # longer and the kill lands early in the second. A worker lost in the epoch's end is
     # dropped too (its metrics and validation are redone by the others; in a callback's
     # collective the job ends, the epoch named: docs/parameter_server.md; tests/ps has those
     # cases).
-    signal_rank_after_row "$fm_tmp/w" 2 KILL 0.3
+    signal_rank_after_row "$fm_tmp/w" 2 KILL 0.3 checkpoint.safetensors
     # The heaviest run of these tests (108,000 samples on 4 ranks, about 15 s alone on a
     # slower machine): on the 2-core machine at a load average of 10-15 the same run without
     # a kill took 88 s, so the 60 s guard (TNT_E2E_TIMEOUT) called it a hang in 3 of 4 such
@@ -247,8 +251,9 @@ case $case_name in
     # worker takes over what the master alone does, so history.csv gets every epoch's row
     # and TensorBoard the later epochs in an event file of its own (before: the rows and
     # events of the epochs after the loss were never written, silently). 4 short epochs, so
-    # that 2 are left after the kill on a fast machine too (see worker_killed).
-    signal_rank_after_row "$fm_tmp/f" 1 KILL 0.3
+    # that 2 are left after the kill on a fast machine too, and the kill after the first
+    # epoch's checkpoint (see worker_killed).
+    signal_rank_after_row "$fm_tmp/f" 1 KILL 0.3 checkpoint.safetensors
     fm_limit=$((fm_limit > 150 ? fm_limit : 150))
     fm_run fk -np 3 --parameter-servers 1 --heartbeat-timeout 2 -x TNT_COLLECTIVE_TIMEOUT=20 -- --model=mlp \
       --num_train_samples=18000 --train_epochs=4 --batch_size=120 --verbose=0 --strategy=parameter_server \

@@ -87,11 +87,10 @@ ended_after_signal() {
 # signal_rank_after_row DIR RANK SIG [PAUSE [FILE]]: in the background ($killer), once
 # DIR/FILE exists (history.csv unless given; 300 looks, 0.1 s apart) and PAUSE seconds
 # more, SIG to the program of job rank RANK that runs in DIR, where it still runs; the time
-# of the signal goes to $fm_tmp/signalled_at. The rank's
-# process is found while the first epoch runs, so that little lies between the row and the
-# signal: looking for it after the row took several process starts (pgrep, then tr and grep
-# for each rank), and with the ranks busy on both cores that once took longer than the 4 s
-# of training left, so nothing was signalled.
+# of the signal goes to $fm_tmp/signalled_at. The rank's process is found while the first
+# epoch runs, so that little lies between FILE and the signal: looking for it afterwards took
+# several process starts (pgrep, then tr and grep for each rank), and with the ranks busy
+# on both cores that once took longer than the 4 s of training left: nothing was signalled.
 signal_rank_after_row() {
   local dir=$1 rank=$2 sig=$3 pause=${4:-0} file=${5:-history.csv}
   (
@@ -215,12 +214,11 @@ case $case_name in
   worker_killed)
     # The first epoch's checkpoint (written after its history row, by every worker together:
     # a worker lost in that save ends the job), then 0.3 s: the workers are stepping in the
-    # second epoch. The work
-    # comes in 5 short epochs so that at least 3 are left when the kill lands on any machine:
-    # on a fast one an epoch of 21,600 samples takes about 1 s and the kill lands about 0.5 s
-    # after the first checkpoint (as 3 epochs of 36,000, the whole run took 6.9 s there and a kill
-    # 1.5 s after the first row came after the end); on a loaded one epochs are 10 times
-    # longer and the kill lands early in the second. A worker lost in the epoch's end is
+    # second epoch. The work comes in 5 short epochs so that at least 3 are left when the
+    # kill lands on any machine: on a fast one an epoch of 21,600 samples takes about 1 s and
+    # the kill lands about 0.5 s after the first checkpoint (as 3 epochs of 36,000, the whole
+    # run took 6.9 s there and a kill 1.5 s after the first row came after the end); on a
+    # loaded one epochs are 10 times longer and the kill lands early in the second. A worker lost in the epoch's end is
     # dropped too (its metrics and validation are redone by the others; in a callback's
     # collective the job ends, the epoch named: docs/parameter_server.md; tests/ps has those
     # cases).
